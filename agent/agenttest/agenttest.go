@@ -1,0 +1,205 @@
+// Package agenttest starts real dibs agents for tests: a real bbolt file, a
+// real unix socket, real tmux sessions (in a private tmux directory, away
+// from the developer's own server) and simulated GPUs — the one thing a test
+// machine lacks. Any package's tests may use it.
+package agenttest
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/dibs-gpu/dibs/agent"
+	"github.com/dibs-gpu/dibs/api"
+	"github.com/dibs-gpu/dibs/launch"
+	"github.com/dibs-gpu/dibs/lease"
+	"github.com/dibs-gpu/dibs/nodeprobe"
+)
+
+// Options describe one agent to start. Zero values give a 4-GPU node with the
+// default policy.
+type Options struct {
+	Name    string
+	Sim     string
+	SimLoad string
+	Policy  lease.Policy
+	// DataDir reuses a data dir (to restart an agent); empty makes a new one.
+	DataDir string
+	// TmuxTmpDir shares one private tmux directory between agents; empty
+	// makes one for this agent.
+	TmuxTmpDir    string
+	ProbeInterval time.Duration
+	SessionPoll   time.Duration
+	Cluster       *agent.ClusterSettings
+	SSH           *agent.SSHSettings
+	// Now replaces the clock.
+	Now func() time.Time
+	// Quiet drops the agent's log lines instead of sending them to t.Log.
+	Quiet bool
+}
+
+// Node is a running agent and what a test needs to talk to it.
+type Node struct {
+	Agent    *agent.Agent
+	Opts     Options
+	Socket   string
+	Client   *api.Client
+	Sessions *launch.Launcher
+	Probe    *nodeprobe.Sim
+
+	tb      testing.TB
+	stopped bool
+	mu      sync.Mutex
+}
+
+// TmuxDir makes a private, world-writable TMUX_TMPDIR for a test and kills
+// every tmux server in it at cleanup.
+func TmuxDir(tb testing.TB) string {
+	tb.Helper()
+	dir, err := os.MkdirTemp("", "dibs-tmux-")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if err := os.Chmod(dir, 0o1777); err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() {
+		socks, _ := filepath.Glob(filepath.Join(dir, "tmux-*", "*"))
+		for _, s := range socks {
+			exec.Command("tmux", "-S", s, "kill-server").Run()
+		}
+		os.RemoveAll(dir)
+	})
+	return dir
+}
+
+// PublicDir makes a temp dir every user can enter (tests that run clients as
+// another user need to reach the socket).
+func PublicDir(tb testing.TB) string {
+	tb.Helper()
+	dir, err := os.MkdirTemp("", "dibs-test-")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	os.Chmod(dir, 0o755)
+	tb.Cleanup(func() { os.RemoveAll(dir) })
+	return dir
+}
+
+// Start starts an agent and stops it at cleanup.
+func Start(tb testing.TB, o Options) *Node {
+	tb.Helper()
+	n := &Node{tb: tb}
+	n.start(o)
+	tb.Cleanup(func() { n.Stop() })
+	return n
+}
+
+func (n *Node) start(o Options) {
+	tb := n.tb
+	tb.Helper()
+	if o.Name == "" {
+		o.Name = "node01"
+	}
+	if o.Sim == "" {
+		o.Sim = "4xH100-80GB"
+	}
+	if o.DataDir == "" {
+		o.DataDir = filepath.Join(PublicDir(tb), "data")
+	}
+	if o.TmuxTmpDir == "" {
+		o.TmuxTmpDir = TmuxDir(tb)
+	}
+	if o.ProbeInterval == 0 {
+		o.ProbeInterval = 100 * time.Millisecond
+	}
+	if o.SessionPoll == 0 {
+		o.SessionPoll = 100 * time.Millisecond
+	}
+	logf := func(format string, args ...any) {
+		if !o.Quiet {
+			tb.Logf("[%s] %s", o.Name, fmt.Sprintf(format, args...))
+		}
+	}
+	probe, err := nodeprobe.NewSim(nodeprobe.SimOptions{Spec: o.Sim, LoadFile: o.SimLoad, HostName: o.Name})
+	if err != nil {
+		tb.Fatalf("sim %q: %v", o.Sim, err)
+	}
+	sessions := launch.New(launch.Options{TmuxTmpDir: o.TmuxTmpDir, Logf: logf})
+	sock := filepath.Join(filepath.Dir(o.DataDir), o.Name+".sock")
+	a, err := agent.New(agent.Config{
+		NodeName:      o.Name,
+		DataDir:       o.DataDir,
+		Socket:        sock,
+		ProbeInterval: o.ProbeInterval,
+		SessionPoll:   o.SessionPoll,
+		Policy:        o.Policy,
+		Cluster:       o.Cluster,
+		SSH:           o.SSH,
+		Logf:          logf,
+	}, agent.Deps{Probe: probe, Sessions: sessions, Now: o.Now})
+	if err != nil {
+		tb.Fatalf("new agent %s: %v", o.Name, err)
+	}
+	if err := a.Start(context.Background()); err != nil {
+		tb.Fatalf("start agent %s: %v", o.Name, err)
+	}
+	n.mu.Lock()
+	n.Agent, n.Opts, n.Socket, n.Sessions, n.Probe, n.stopped = a, o, sock, sessions, probe, false
+	n.Client = api.NewClient(sock)
+	n.mu.Unlock()
+}
+
+// Stop stops the agent (idempotent). Its tmux sessions keep running.
+func (n *Node) Stop() {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.stopped {
+		return
+	}
+	n.stopped = true
+	if err := n.Agent.Stop(); err != nil {
+		n.tb.Logf("stop %s: %v", n.Opts.Name, err)
+	}
+}
+
+// Restart stops the agent and starts a new one on the same data dir.
+func (n *Node) Restart() {
+	n.tb.Helper()
+	n.Stop()
+	n.start(n.Opts)
+}
+
+// Tmux runs tmux against uid's server in this agent's private tmux dir.
+func (n *Node) Tmux(uid int, args ...string) (string, error) {
+	sock := launch.SocketPath(n.Opts.TmuxTmpDir, uid)
+	out, err := exec.Command("tmux", append([]string{"-S", sock}, args...)...).CombinedOutput()
+	return strings.TrimSpace(string(out)), err
+}
+
+// Eventually polls cond until it holds or the deadline passes.
+func Eventually(tb testing.TB, within time.Duration, what string, cond func() bool) {
+	tb.Helper()
+	deadline := time.Now().Add(within)
+	for time.Now().Before(deadline) {
+		if cond() {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	tb.Fatalf("timed out after %s waiting for %s", within, what)
+}
+
+// RequireTmux skips a test on a machine without tmux.
+func RequireTmux(tb testing.TB) {
+	tb.Helper()
+	if _, err := exec.LookPath("tmux"); err != nil {
+		tb.Skip("tmux is not installed: these tests start real tmux sessions (apt-get install tmux)")
+	}
+}

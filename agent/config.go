@@ -1,0 +1,259 @@
+package agent
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/BurntSushi/toml"
+
+	"github.com/dibs-gpu/dibs/lease"
+)
+
+// DefaultConfigFile is where the agent looks for its config when none is named.
+const DefaultConfigFile = "/etc/dibs/dibs.toml"
+
+// FileConfig is the TOML config file. Every key is optional; flags override it.
+// Durations are strings like "30m" or "4h" or "7d".
+type FileConfig struct {
+	NodeName      string        `toml:"node_name"`
+	DataDir       string        `toml:"data_dir"`
+	Socket        string        `toml:"socket"`
+	ProbeInterval string        `toml:"probe_interval"`
+	Backend       string        `toml:"backend"`
+	Sim           string        `toml:"sim"`
+	SimLoad       string        `toml:"sim_load"`
+	Leases        LeaseSection  `toml:"leases"`
+	Cluster       ClusterConfig `toml:"cluster"`
+	SSH           SSHConfig     `toml:"ssh"`
+}
+
+// LeaseSection is [leases]: the node's time limits and end policy.
+type LeaseSection struct {
+	DefaultInteractive string `toml:"default_interactive"`
+	DefaultBatch       string `toml:"default_batch"`
+	MaxInteractive     string `toml:"max_interactive"`
+	MaxBatch           string `toml:"max_batch"`
+	WarnBefore         string `toml:"warn_before"`
+	EndAction          string `toml:"end_action"`
+	SignalGrace        string `toml:"signal_grace"`
+	IdleAfter          string `toml:"idle_after"`
+	IdleUtilPct        *int   `toml:"idle_util_pct"`
+	AdminGroup         string `toml:"admin_group"`
+}
+
+// ClusterConfig is [cluster]: how this agent finds and trusts the others.
+type ClusterConfig struct {
+	Bind      string   `toml:"bind"`
+	Advertise string   `toml:"advertise"`
+	Join      []string `toml:"join"`
+	Name      string   `toml:"name"`
+	KeyFile   string   `toml:"key_file"`
+	Insecure  bool     `toml:"insecure"`
+}
+
+// SSHConfig is [ssh]: the SSH front door serving the board.
+type SSHConfig struct {
+	Listen    string `toml:"listen"`
+	UsersFile string `toml:"users_file"`
+}
+
+// ConfigError points at the line of the config file that is wrong.
+type ConfigError struct {
+	File string
+	Line int
+	Msg  string
+}
+
+func (e *ConfigError) Error() string {
+	if e.Line > 0 {
+		return fmt.Sprintf("%s:%d: %s", e.File, e.Line, e.Msg)
+	}
+	return fmt.Sprintf("%s: %s", e.File, e.Msg)
+}
+
+// LoadFile reads and checks a config file. Unknown keys and bad values are
+// refused with the file, the line and the reason.
+func LoadFile(path string) (FileConfig, error) {
+	var fc FileConfig
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return fc, fmt.Errorf("read config: %w", err)
+	}
+	md, err := toml.Decode(string(data), &fc)
+	if err != nil {
+		var pe toml.ParseError
+		if errors.As(err, &pe) {
+			return fc, &ConfigError{File: path, Line: pe.Position.Line, Msg: pe.Message}
+		}
+		msg := err.Error()
+		line := 0
+		for _, k := range md.Keys() {
+			if strings.Contains(msg, k.String()) || (len(k) > 0 && strings.Contains(msg, "'"+k[len(k)-1]+"'")) {
+				line = findKeyLine(data, k)
+			}
+		}
+		return fc, &ConfigError{File: path, Line: line, Msg: strings.TrimPrefix(msg, "toml: ")}
+	}
+	if und := md.Undecoded(); len(und) > 0 {
+		k := und[0]
+		return fc, &ConfigError{File: path, Line: findKeyLine(data, k), Msg: fmt.Sprintf("unknown key %q (see docs/operations.md for the keys dibs reads)", k.String())}
+	}
+	if err := fc.check(); err != nil {
+		var ce *ConfigError
+		if errors.As(err, &ce) {
+			ce.File = path
+			ce.Line = findKeyLine(data, strings.Split(ce.Msg[:strings.IndexByte(ce.Msg, ':')], "."))
+			return fc, ce
+		}
+		return fc, &ConfigError{File: path, Msg: err.Error()}
+	}
+	return fc, nil
+}
+
+// findKeyLine finds the line where a dotted key is set, tracking [table]
+// headers, so errors can point at it. 0 when not found.
+func findKeyLine(data []byte, key toml.Key) int {
+	if len(key) == 0 {
+		return 0
+	}
+	table := strings.Join(key[:len(key)-1], ".")
+	name := key[len(key)-1]
+	cur := ""
+	sc := bufio.NewScanner(bytes.NewReader(data))
+	for n := 1; sc.Scan(); n++ {
+		line := strings.TrimSpace(sc.Text())
+		if strings.HasPrefix(line, "[") && strings.HasSuffix(line, "]") {
+			cur = strings.Trim(line, "[] ")
+			if cur == strings.Join(key, ".") {
+				return n
+			}
+			continue
+		}
+		if cur != table {
+			continue
+		}
+		if k, _, ok := strings.Cut(line, "="); ok && strings.Trim(strings.TrimSpace(k), `"'`) == name {
+			return n
+		}
+	}
+	return 0
+}
+
+// check validates values; errors are ConfigErrors whose Msg starts with the
+// dotted key followed by a colon, which LoadFile turns into a line number.
+func (fc FileConfig) check() error {
+	bad := func(key, format string, args ...any) error {
+		return &ConfigError{Msg: key + ": " + fmt.Sprintf(format, args...)}
+	}
+	if fc.ProbeInterval != "" {
+		d, err := time.ParseDuration(fc.ProbeInterval)
+		if err != nil || d < 100*time.Millisecond || d > time.Minute {
+			return bad("probe_interval", "%q is not a duration between 100ms and 1m", fc.ProbeInterval)
+		}
+	}
+	switch fc.Backend {
+	case "", "auto", "nvml", "nvidia-smi", "sim":
+	default:
+		return bad("backend", "%q is not one of auto, nvml, nvidia-smi, sim", fc.Backend)
+	}
+	if _, err := fc.Leases.Policy(lease.DefaultPolicy()); err != nil {
+		return err
+	}
+	for _, a := range []struct{ key, v string }{{"cluster.bind", fc.Cluster.Bind}, {"cluster.advertise", fc.Cluster.Advertise}} {
+		if a.v != "" {
+			if _, _, err := SplitHostPort(a.v, 7946); err != nil {
+				return bad(a.key, "%v", err)
+			}
+		}
+	}
+	for _, j := range fc.Cluster.Join {
+		if _, _, err := SplitHostPort(j, 7946); err != nil {
+			return bad("cluster.join", "%v", err)
+		}
+	}
+	if fc.NodeName != "" {
+		if err := ValidNodeName(fc.NodeName); err != nil {
+			return bad("node_name", "%v", err)
+		}
+	}
+	return nil
+}
+
+// Policy applies [leases] over base.
+func (ls LeaseSection) Policy(base lease.Policy) (lease.Policy, error) {
+	p := base
+	durs := []struct {
+		key string
+		v   string
+		dst *time.Duration
+	}{
+		{"leases.default_interactive", ls.DefaultInteractive, &p.DefaultInteractive},
+		{"leases.default_batch", ls.DefaultBatch, &p.DefaultBatch},
+		{"leases.max_interactive", ls.MaxInteractive, &p.MaxInteractive},
+		{"leases.max_batch", ls.MaxBatch, &p.MaxBatch},
+		{"leases.warn_before", ls.WarnBefore, &p.WarnBefore},
+		{"leases.signal_grace", ls.SignalGrace, &p.SignalGrace},
+		{"leases.idle_after", ls.IdleAfter, &p.IdleAfter},
+	}
+	for _, d := range durs {
+		if d.v == "" {
+			continue
+		}
+		v, err := lease.ParseDuration(d.v)
+		if err != nil {
+			return p, &ConfigError{Msg: d.key + ": " + err.Error()}
+		}
+		*d.dst = v
+	}
+	if ls.EndAction != "" {
+		p.EndAction = lease.EndAction(ls.EndAction)
+	}
+	if ls.IdleUtilPct != nil {
+		p.IdleUtilPct = *ls.IdleUtilPct
+	}
+	if ls.AdminGroup != "" {
+		p.AdminGroup = ls.AdminGroup
+	}
+	if err := p.Validate(); err != nil {
+		key := "leases." + strings.SplitN(err.Error(), " ", 2)[0]
+		return p, &ConfigError{Msg: key + ": " + err.Error()}
+	}
+	return p, nil
+}
+
+// SplitHostPort reads HOST:PORT, HOST, or :PORT, filling the default port.
+func SplitHostPort(s string, defPort int) (string, int, error) {
+	host, portStr, err := net.SplitHostPort(s)
+	if err != nil {
+		if strings.Contains(err.Error(), "missing port") {
+			return s, defPort, nil
+		}
+		return "", 0, fmt.Errorf("%q is not HOST:PORT", s)
+	}
+	port, err := strconv.Atoi(portStr)
+	if err != nil || port < 0 || port > 65535 {
+		return "", 0, fmt.Errorf("%q has a bad port", s)
+	}
+	return host, port, nil
+}
+
+// ValidNodeName accepts names that are safe in lease ids, tmux session names
+// and the board: letters, digits, '-', '_' and '.', at most 63 characters.
+func ValidNodeName(s string) error {
+	if s == "" || len(s) > 63 {
+		return fmt.Errorf("node name %q must be 1 to 63 characters", s)
+	}
+	for _, r := range s {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_' || r == '.') {
+			return fmt.Errorf("node name %q may hold only letters, digits, '-', '_' and '.'", s)
+		}
+	}
+	return nil
+}

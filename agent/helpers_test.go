@@ -1,0 +1,29 @@
+package agent_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/dibs-gpu/dibs/agent"
+	"github.com/dibs-gpu/dibs/agent/agenttest"
+	"github.com/dibs-gpu/dibs/nodeprobe"
+)
+
+// tryStart starts an agent with o and returns Start's error (stopping it if
+// it did start).
+func tryStart(t *testing.T, o agenttest.Options) error {
+	t.Helper()
+	probe, err := nodeprobe.NewSim(nodeprobe.SimOptions{Spec: "4xH100-80GB", HostName: o.Name})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := agent.New(agent.Config{NodeName: o.Name, DataDir: o.DataDir, Socket: o.DataDir + ".other.sock", Logf: t.Logf}, agent.Deps{Probe: probe})
+	if err != nil {
+		return err
+	}
+	if err := a.Start(context.Background()); err != nil {
+		return err
+	}
+	a.Stop()
+	return nil
+}

@@ -1,0 +1,251 @@
+package api
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+)
+
+// MaxBody bounds every request and response body on the socket; a board of
+// 32 nodes × 8 GPUs is well under it.
+const MaxBody = 8 << 20
+
+// SystemSocket is where a root agent listens.
+const SystemSocket = "/run/dibs/dibs.sock"
+
+// SocketPath finds the agent socket: the flag, then $DIBS_SOCKET, then the
+// system agent's socket when it exists or the caller is root, then the
+// per-user socket in $XDG_RUNTIME_DIR.
+func SocketPath(flag string, getenv func(string) string) string {
+	if flag != "" {
+		return flag
+	}
+	if s := getenv("DIBS_SOCKET"); s != "" {
+		return s
+	}
+	if os.Geteuid() == 0 {
+		return SystemSocket
+	}
+	if _, err := os.Stat(SystemSocket); err == nil {
+		return SystemSocket
+	}
+	return UserSocket(getenv)
+}
+
+// UserSocket is the socket of an agent run by an ordinary user.
+func UserSocket(getenv func(string) string) string {
+	dir := getenv("XDG_RUNTIME_DIR")
+	if dir == "" {
+		dir = filepath.Join(os.TempDir(), fmt.Sprintf("dibs-%d", os.Getuid()))
+	}
+	return filepath.Join(dir, "dibs.sock")
+}
+
+// Error is a refusal or failure reported by the agent.
+type Error struct {
+	Status int
+	Code   string
+	Msg    string
+}
+
+func (e *Error) Error() string { return e.Msg }
+
+// Client talks to one agent over its unix socket. It is safe for concurrent use.
+type Client struct {
+	socket string
+	hc     *http.Client
+}
+
+// NewClient returns a client for the agent at socket. Nothing is dialled yet.
+func NewClient(socket string) *Client {
+	tr := &http.Transport{
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, "unix", socket)
+		},
+		MaxIdleConns:      4,
+		DisableKeepAlives: false,
+	}
+	return &Client{socket: socket, hc: &http.Client{Transport: tr}}
+}
+
+// Socket is the path this client dials.
+func (c *Client) Socket() string { return c.socket }
+
+func (c *Client) do(ctx context.Context, method, path string, in, out any) error {
+	var body io.Reader
+	if in != nil {
+		b, err := json.Marshal(in)
+		if err != nil {
+			return fmt.Errorf("encode request: %w", err)
+		}
+		body = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, "http://dibs"+path, body)
+	if err != nil {
+		return err
+	}
+	if in != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		return c.dialError(err)
+	}
+	defer resp.Body.Close()
+	return decodeResponse(resp, out)
+}
+
+func decodeResponse(resp *http.Response, out any) error {
+	lr := io.LimitReader(resp.Body, MaxBody+1)
+	if resp.StatusCode/100 != 2 {
+		var eb ErrorBody
+		b, _ := io.ReadAll(lr)
+		if json.Unmarshal(b, &eb) != nil || eb.Error == "" {
+			eb.Error = fmt.Sprintf("agent answered %s: %s", resp.Status, strings.TrimSpace(string(b)))
+		}
+		return &Error{Status: resp.StatusCode, Code: string(eb.Code), Msg: eb.Error}
+	}
+	if out == nil {
+		return nil
+	}
+	b, err := io.ReadAll(lr)
+	if err != nil {
+		return fmt.Errorf("read agent answer: %w", err)
+	}
+	if len(b) > MaxBody {
+		return fmt.Errorf("agent answer is over %d bytes", MaxBody)
+	}
+	if err := json.Unmarshal(b, out); err != nil {
+		return fmt.Errorf("decode agent answer: %w", err)
+	}
+	return nil
+}
+
+// dialError turns "no such file" into how to start an agent.
+func (c *Client) dialError(err error) error {
+	switch {
+	case errors.Is(err, syscall.ENOENT):
+		return fmt.Errorf("no dibs agent at %s: start one with `dibs agent --sim 4xH100-80GB` (or `sudo systemctl start dibs`), or point --socket / DIBS_SOCKET at a running one", c.socket)
+	case errors.Is(err, syscall.ECONNREFUSED):
+		return fmt.Errorf("the dibs agent at %s is not running (stale socket): start it with `dibs agent`", c.socket)
+	case errors.Is(err, syscall.EACCES):
+		return fmt.Errorf("permission denied on %s: the agent's socket should be mode 0666", c.socket)
+	}
+	return fmt.Errorf("talk to agent at %s: %w", c.socket, err)
+}
+
+// Board returns the whole cluster as the agent sees it.
+func (c *Client) Board(ctx context.Context) (Board, error) {
+	var b Board
+	err := c.do(ctx, http.MethodGet, "/v1/board", nil, &b)
+	return b, err
+}
+
+// Claim asks for GPUs (and, with req.Run, a session on them).
+func (c *Client) Claim(ctx context.Context, req ClaimRequest) (ClaimResponse, error) {
+	var r ClaimResponse
+	err := c.do(ctx, http.MethodPost, "/v1/claim", req, &r)
+	return r, err
+}
+
+// Release ends leases.
+func (c *Client) Release(ctx context.Context, req ReleaseRequest) (ReleaseResponse, error) {
+	var r ReleaseResponse
+	err := c.do(ctx, http.MethodPost, "/v1/release", req, &r)
+	return r, err
+}
+
+// Extend moves a lease's end.
+func (c *Client) Extend(ctx context.Context, req ExtendRequest) (ClaimResponse, error) {
+	var r ClaimResponse
+	err := c.do(ctx, http.MethodPost, "/v1/extend", req, &r)
+	return r, err
+}
+
+// Adopt takes a running process into a lease.
+func (c *Client) Adopt(ctx context.Context, req AdoptRequest) (ClaimResponse, error) {
+	var r ClaimResponse
+	err := c.do(ctx, http.MethodPost, "/v1/adopt", req, &r)
+	return r, err
+}
+
+// Attach says how to attach to a lease's session; an empty id means the
+// caller's most recent lease with a session.
+func (c *Client) Attach(ctx context.Context, id string) (AttachResponse, error) {
+	var r AttachResponse
+	err := c.do(ctx, http.MethodPost, "/v1/attach", map[string]string{"id": id}, &r)
+	return r, err
+}
+
+// Status returns the agent's view of itself and the cluster.
+func (c *Client) Status(ctx context.Context) (Status, error) {
+	var s Status
+	err := c.do(ctx, http.MethodGet, "/v1/status", nil, &s)
+	return s, err
+}
+
+// Watch streams the board: the current one at once, then a new one after each
+// change anywhere in the cluster. The channel closes when ctx ends or the
+// stream breaks; the error func then says why (nil after ctx ended).
+func (c *Client) Watch(ctx context.Context) (<-chan Board, func() error) {
+	ch := make(chan Board, 1)
+	var werr error
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		defer close(ch)
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://dibs/v1/watch", nil)
+		if err != nil {
+			werr = err
+			return
+		}
+		resp, err := c.hc.Do(req)
+		if err != nil {
+			if ctx.Err() == nil {
+				werr = c.dialError(err)
+			}
+			return
+		}
+		defer resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			werr = decodeResponse(resp, nil)
+			return
+		}
+		sc := bufio.NewScanner(resp.Body)
+		sc.Buffer(make([]byte, 64<<10), MaxBody)
+		for sc.Scan() {
+			var b Board
+			if err := json.Unmarshal(sc.Bytes(), &b); err != nil {
+				werr = fmt.Errorf("decode board stream: %w", err)
+				return
+			}
+			// Keep only the newest board if the reader is behind.
+			select {
+			case <-ch:
+			default:
+			}
+			select {
+			case ch <- b:
+			case <-ctx.Done():
+				return
+			}
+		}
+		if err := sc.Err(); err != nil && ctx.Err() == nil {
+			werr = fmt.Errorf("board stream: %w", err)
+		} else if ctx.Err() == nil {
+			werr = errors.New("the agent closed the board stream (did it stop?)")
+		}
+	}()
+	return ch, func() error { <-done; return werr }
+}

@@ -1,0 +1,175 @@
+// Package api is the local API between the dibs CLI or board and the agent on
+// the same node: HTTP+JSON over a unix socket. The caller is identified by the
+// kernel (SO_PEERCRED), so no request carries a user. This package holds the
+// request and response shapes and the Go client; the server lives in agent.
+package api
+
+import (
+	"time"
+
+	"github.com/dibs-gpu/dibs/lease"
+	"github.com/dibs-gpu/dibs/nodeprobe"
+)
+
+// Node states as the board shows them. Only a node that is alive has GPUs
+// that can be free; the others' GPUs show as unknown, never as free.
+const (
+	NodeAlive   = "alive"
+	NodeSuspect = "suspect"
+	NodeDead    = "dead"
+	NodeLeft    = "left"
+)
+
+// FlagUnknown marks a GPU whose node is not alive: its state cannot be known.
+const FlagUnknown lease.Flag = "unknown"
+
+// Board is the whole cluster as one agent sees it: what `dibs ls` prints and
+// the TUI draws.
+type Board struct {
+	// Self is the node whose agent answered.
+	Self string `json:"self"`
+	// You is the caller as the agent identified them.
+	You         lease.Caller `json:"you"`
+	GeneratedAt time.Time    `json:"generated_at"`
+	Nodes       []Node       `json:"nodes"`
+	// Notices are messages for the caller (a lease near its end, a queued run
+	// that started), newest first.
+	Notices []string `json:"notices,omitempty"`
+}
+
+// Node is one node on the board.
+type Node struct {
+	Name  string `json:"name"`
+	State string `json:"state"`
+	// Addr is where its agent gossips, empty for this node in single-node mode.
+	Addr string         `json:"addr,omitempty"`
+	Host nodeprobe.Host `json:"host"`
+	// TelemetryAt is when the GPU numbers shown were probed.
+	TelemetryAt time.Time `json:"telemetry_at"`
+	GPUs        []GPU     `json:"gpus"`
+}
+
+// GPU is one GPU with what the rules say about it: the probe's facts, the
+// lease on it (nil when none) and the flags.
+type GPU struct {
+	nodeprobe.GPU
+	Flags []lease.Flag `json:"flags"`
+	Lease *lease.Lease `json:"lease"`
+}
+
+// Free reports whether -g N could pick this GPU: alive node, no lease, no process.
+func (g *GPU) Free(nodeState string) bool {
+	return nodeState == NodeAlive && g.Lease == nil && len(g.Processes) == 0
+}
+
+// ClaimRequest asks for GPUs, and with Run, a tmux session on them.
+type ClaimRequest struct {
+	// Node to claim on; empty means this node in single-node mode and the best
+	// node cluster-wide otherwise.
+	Node  string `json:"node,omitempty"`
+	Count int    `json:"count,omitempty"`
+	GPUs  []int  `json:"gpus,omitempty"`
+	// Duration like "4h"; empty means the kind's default.
+	Duration string   `json:"duration,omitempty"`
+	Note     string   `json:"note,omitempty"`
+	Kind     string   `json:"kind,omitempty"`
+	Force    bool     `json:"force,omitempty"`
+	Run      *RunSpec `json:"run,omitempty"`
+}
+
+// RunSpec is the session to start under a new lease.
+type RunSpec struct {
+	// Name of the tmux session; empty means one derived from the lease id.
+	Name string `json:"name,omitempty"`
+	// Command to run; empty means the user's login shell.
+	Command []string `json:"command,omitempty"`
+	// Dir is the working directory; empty means the user's home.
+	Dir string `json:"dir,omitempty"`
+}
+
+// ClaimResponse is a granted lease, as `dibs claim --json` prints it.
+type ClaimResponse struct {
+	ID                 string    `json:"id"`
+	Node               string    `json:"node"`
+	GPUs               []int     `json:"gpus"`
+	CUDAVisibleDevices string    `json:"cuda_visible_devices"`
+	Token              uint64    `json:"token"`
+	Kind               string    `json:"kind"`
+	ExpiresAt          time.Time `json:"expires_at"`
+	Session            string    `json:"session,omitempty"`
+}
+
+// ReleaseRequest ends leases by id, or all of the caller's with All.
+type ReleaseRequest struct {
+	IDs []string `json:"ids,omitempty"`
+	All bool     `json:"all,omitempty"`
+}
+
+// ReleaseResponse lists what was ended.
+type ReleaseResponse struct {
+	Released []string `json:"released"`
+}
+
+// ExtendRequest moves a lease's end later by Duration.
+type ExtendRequest struct {
+	ID       string `json:"id"`
+	Duration string `json:"duration"`
+}
+
+// AdoptRequest takes a running process's GPUs into a lease.
+type AdoptRequest struct {
+	PID      int    `json:"pid"`
+	Duration string `json:"duration,omitempty"`
+	Note     string `json:"note,omitempty"`
+}
+
+// AttachResponse says how to reach a lease's session.
+type AttachResponse struct {
+	Lease lease.Lease `json:"lease"`
+	// Local is true when the session lives on the node that answered.
+	Local bool `json:"local"`
+	// Command is the argv that attaches: tmux attach here, ssh -t elsewhere.
+	Command []string `json:"command"`
+}
+
+// Status is one agent's view of itself and the cluster, for `dibs status`.
+type Status struct {
+	Node      string        `json:"node"`
+	Version   string        `json:"version"`
+	StartedAt time.Time     `json:"started_at"`
+	Backend   string        `json:"backend"`
+	DataDir   string        `json:"data_dir"`
+	Socket    string        `json:"socket"`
+	Members   []Member      `json:"members"`
+	Gossip    GossipCounter `json:"gossip"`
+	Leases    int           `json:"leases"`
+	LastToken uint64        `json:"last_token"`
+}
+
+// Member is one cluster member as this agent sees it.
+type Member struct {
+	Name         string        `json:"name"`
+	Addr         string        `json:"addr"`
+	State        string        `json:"state"`
+	StateVersion uint64        `json:"state_version"`
+	TelemetryAge time.Duration `json:"telemetry_age_ns"`
+}
+
+// GossipCounter counts gossip traffic so an operator can tell a healthy
+// cluster from one dropping messages or holding the wrong key.
+type GossipCounter struct {
+	MessagesIn        uint64 `json:"messages_in"`
+	MessagesOut       uint64 `json:"messages_out"`
+	BytesIn           uint64 `json:"bytes_in"`
+	BytesOut          uint64 `json:"bytes_out"`
+	Dropped           uint64 `json:"dropped"`
+	DecryptFailures   uint64 `json:"decrypt_failures"`
+	RemoteRequests    uint64 `json:"remote_requests"`
+	RemoteRequestErrs uint64 `json:"remote_request_errors"`
+}
+
+// ErrorBody is what the agent sends with every non-2xx answer.
+type ErrorBody struct {
+	Error string     `json:"error"`
+	Code  lease.Code `json:"code,omitempty"`
+}

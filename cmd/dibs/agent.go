@@ -1,0 +1,197 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/dibs-gpu/dibs/agent"
+	"github.com/dibs-gpu/dibs/api"
+	"github.com/dibs-gpu/dibs/launch"
+	"github.com/dibs-gpu/dibs/lease"
+	"github.com/dibs-gpu/dibs/nodeprobe"
+)
+
+// agentFlags are the flags of `dibs agent`; the config file fills what they leave.
+type agentFlags struct {
+	config        string
+	nodeName      string
+	dataDir       string
+	probeInterval time.Duration
+	backend       string
+	sim           string
+	simLoad       string
+	bind          string
+	advertise     string
+	join          []string
+	clusterName   string
+	keyFile       string
+	insecure      bool
+	sshListen     string
+	sshUsers      string
+}
+
+func (c *cli) agentCmd() *cobra.Command {
+	var f agentFlags
+	cmd := &cobra.Command{
+		Use:   "agent",
+		Short: "Run the node daemon that holds this node's GPU leases",
+		Long: `Run the dibs agent: it probes this node's GPUs, keeps the lease table in a
+bbolt file, and serves the local API on a unix socket. Run it as root (systemd)
+so it can start tmux sessions as the people who claim; run without root it
+serves only its own user.
+
+Without GPUs, try it on simulated ones:
+  dibs agent --sim 4xH100-80GB`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg, deps, err := c.agentConfig(cmd, f)
+			if err != nil {
+				return err
+			}
+			a, err := agent.New(cfg, deps)
+			if err != nil {
+				return err
+			}
+			ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+			defer stop()
+			if err := a.Start(ctx); err != nil {
+				return err
+			}
+			<-ctx.Done()
+			cfg.Logf("stopping")
+			return a.Stop()
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&f.config, "config", "", "config file (default "+agent.DefaultConfigFile+" when it exists)")
+	fl.StringVar(&f.nodeName, "node-name", "", "this node's name in the cluster (default: hostname)")
+	fl.StringVar(&f.dataDir, "data-dir", "", "where the lease store lives (default /var/lib/dibs as root, else $XDG_STATE_HOME/dibs)")
+	fl.DurationVar(&f.probeInterval, "probe-interval", 0, "how often to read the GPUs (default 1s)")
+	fl.StringVar(&f.backend, "backend", "", "GPU backend: auto, nvml, nvidia-smi or sim (default auto)")
+	fl.StringVar(&f.sim, "sim", "", "simulate GPUs instead of probing, e.g. 8xH100-80GB or 4xRTX-PRO-6000,2xL40S")
+	fl.StringVar(&f.simLoad, "sim-load", "", "JSON file of simulated load, re-read at every probe")
+	c.clusterFlags(cmd, &f)
+	return cmd
+}
+
+// agentConfig merges defaults, the config file and the flags (flags win).
+func (c *cli) agentConfig(cmd *cobra.Command, f agentFlags) (agent.Config, agent.Deps, error) {
+	var fc agent.FileConfig
+	path := f.config
+	if path == "" {
+		if _, err := os.Stat(agent.DefaultConfigFile); err == nil {
+			path = agent.DefaultConfigFile
+		}
+	}
+	if path != "" {
+		var err error
+		if fc, err = agent.LoadFile(path); err != nil {
+			return agent.Config{}, agent.Deps{}, err
+		}
+	}
+	set := cmd.Flags().Changed
+	pick := func(flag, fromFlag, fromFile, def string) string {
+		if set(flag) {
+			return fromFlag
+		}
+		if fromFile != "" {
+			return fromFile
+		}
+		return def
+	}
+	host, _ := os.Hostname()
+	root := os.Geteuid() == 0
+	defData, defSock := "/var/lib/dibs", api.SystemSocket
+	if !root {
+		state := os.Getenv("XDG_STATE_HOME")
+		if state == "" {
+			home, _ := os.UserHomeDir()
+			state = filepath.Join(home, ".local", "state")
+		}
+		defData = filepath.Join(state, "dibs")
+		defSock = api.UserSocket(os.Getenv)
+	}
+	sock := c.socket
+	if sock == "" {
+		sock = pick("", "", fc.Socket, "")
+	}
+	if sock == "" {
+		if s := os.Getenv("DIBS_SOCKET"); s != "" {
+			sock = s
+		} else {
+			sock = defSock
+		}
+	}
+	policy, err := fc.Leases.Policy(lease.DefaultPolicy())
+	if err != nil {
+		return agent.Config{}, agent.Deps{}, err
+	}
+	interval := time.Second
+	if fc.ProbeInterval != "" {
+		interval, _ = time.ParseDuration(fc.ProbeInterval)
+	}
+	if set("probe-interval") {
+		if f.probeInterval < 100*time.Millisecond {
+			return agent.Config{}, agent.Deps{}, fmt.Errorf("--probe-interval %s is too short: use 100ms or more", f.probeInterval)
+		}
+		interval = f.probeInterval
+	}
+	logger := log.New(c.stderr, "", log.LstdFlags)
+	cfg := agent.Config{
+		NodeName:      pick("node-name", f.nodeName, fc.NodeName, host),
+		DataDir:       pick("data-dir", f.dataDir, fc.DataDir, defData),
+		Socket:        sock,
+		ProbeInterval: interval,
+		Policy:        policy,
+		Logf:          logger.Printf,
+	}
+	if err := agent.ValidNodeName(cfg.NodeName); err != nil {
+		return cfg, agent.Deps{}, fmt.Errorf("%w: set --node-name", err)
+	}
+	if err := c.applyClusterFlags(cmd, f, fc, &cfg); err != nil {
+		return cfg, agent.Deps{}, err
+	}
+	probe, err := nodeprobe.Open(context.Background(), nodeprobe.Options{
+		Backend:  nodeprobe.Backend(pick("backend", f.backend, fc.Backend, "auto")),
+		Sim:      pick("sim", f.sim, fc.Sim, ""),
+		SimLoad:  pick("sim-load", f.simLoad, fc.SimLoad, ""),
+		HostName: cfg.NodeName,
+		Logf:     logger.Printf,
+	})
+	if err != nil {
+		return cfg, agent.Deps{}, err
+	}
+	// A TMUX_TMPDIR in the agent's environment is honoured, so sessions land
+	// where the users' own tmux looks (systemd gives none: /tmp).
+	sessions := launch.New(launch.Options{TmuxTmpDir: os.Getenv("TMUX_TMPDIR"), Logf: logger.Printf})
+	return cfg, agent.Deps{Probe: probe, Sessions: sessions}, nil
+}
+
+func (c *cli) configCmd() *cobra.Command {
+	cmd := &cobra.Command{Use: "config", Short: "Work with the agent's config file"}
+	cmd.AddCommand(&cobra.Command{
+		Use:   "check [FILE]",
+		Short: "Validate a config file without starting anything",
+		Args:  cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			path := agent.DefaultConfigFile
+			if len(args) == 1 {
+				path = args[0]
+			}
+			if _, err := agent.LoadFile(path); err != nil {
+				return err
+			}
+			fmt.Fprintf(c.stdout, "%s: ok\n", path)
+			return nil
+		},
+	})
+	return cmd
+}

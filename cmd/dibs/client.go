@@ -1,0 +1,379 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/dibs-gpu/dibs/api"
+	"github.com/dibs-gpu/dibs/lease"
+)
+
+// client returns the API client for the socket the flags and env name.
+func (c *cli) client() *api.Client {
+	return api.NewClient(api.SocketPath(c.socket, os.Getenv))
+}
+
+func reqCtx() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.Background(), 30*time.Second)
+}
+
+func printJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+// claimFlags are shared by claim and run.
+type claimFlags struct {
+	count int
+	gpus  string
+	dur   string
+	note  string
+	kind  string
+	node  string
+	force bool
+	json  bool
+}
+
+func (f *claimFlags) add(cmd *cobra.Command) {
+	fl := cmd.Flags()
+	fl.IntVarP(&f.count, "count", "g", 0, "how many GPUs; dibs picks free ones that sit close together")
+	fl.StringVar(&f.gpus, "gpus", "", "exactly these GPU indices, e.g. 0,2 (as nvidia-smi numbers them)")
+	fl.StringVar(&f.dur, "for", "", "time limit, e.g. 90m, 4h, 2d (default 4h interactive, 24h batch)")
+	fl.StringVar(&f.note, "note", "", "what it is for; shown on the board")
+	fl.StringVar(&f.kind, "kind", "interactive", "interactive or batch")
+	fl.StringVar(&f.node, "node", "", "claim on this node (default: this node alone, or the best node in a cluster)")
+	fl.BoolVar(&f.force, "force", false, "claim named GPUs even though someone's unleased process runs there")
+	fl.BoolVar(&f.json, "json", false, "print JSON")
+}
+
+func (f *claimFlags) request() (api.ClaimRequest, error) {
+	req := api.ClaimRequest{Node: f.node, Count: f.count, Duration: f.dur, Note: f.note, Kind: f.kind, Force: f.force}
+	if f.gpus != "" {
+		for _, s := range strings.Split(f.gpus, ",") {
+			n, err := strconv.Atoi(strings.TrimSpace(s))
+			if err != nil || n < 0 {
+				return req, fmt.Errorf("--gpus %q: give GPU indices like 0,2", f.gpus)
+			}
+			req.GPUs = append(req.GPUs, n)
+		}
+	}
+	if f.count == 0 && len(req.GPUs) == 0 {
+		return req, errors.New("say how many GPUs (-g 2) or which (--gpus 0,2)")
+	}
+	if f.count < 0 {
+		return req, fmt.Errorf("-g %d: ask for at least one GPU", f.count)
+	}
+	if f.dur != "" {
+		if _, err := lease.ParseDuration(f.dur); err != nil {
+			return req, fmt.Errorf("--for: %w", err)
+		}
+	}
+	if _, err := lease.ParseKind(f.kind); err != nil {
+		return req, fmt.Errorf("--kind: %w", err)
+	}
+	return req, nil
+}
+
+func (c *cli) printGrant(r api.ClaimResponse) {
+	fmt.Fprintf(c.stdout, "%s: GPU%s %s on %s until %s (%s)\n", r.ID, plural(len(r.GPUs)), r.CUDAVisibleDevices, r.Node,
+		r.ExpiresAt.Local().Format("Mon 15:04"), lease.FormatDuration(time.Until(r.ExpiresAt)))
+	fmt.Fprintf(c.stdout, "export CUDA_DEVICE_ORDER=PCI_BUS_ID CUDA_VISIBLE_DEVICES=%s\n", r.CUDAVisibleDevices)
+}
+
+func plural(n int) string {
+	if n == 1 {
+		return ""
+	}
+	return "s"
+}
+
+func (c *cli) claimCmd() *cobra.Command {
+	var f claimFlags
+	cmd := &cobra.Command{
+		Use:   "claim",
+		Short: "Claim GPUs (an advisory lease with a time limit)",
+		Example: `  dibs claim -g 2 --for 3h --note "ablation sweep"
+  dibs claim --gpus 4,5 --kind batch`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			req, err := f.request()
+			if err != nil {
+				return err
+			}
+			ctx, cancel := reqCtx()
+			defer cancel()
+			r, err := c.client().Claim(ctx, req)
+			if err != nil {
+				return err
+			}
+			if f.json {
+				return printJSON(c.stdout, r)
+			}
+			c.printGrant(r)
+			return nil
+		},
+	}
+	f.add(cmd)
+	return cmd
+}
+
+func (c *cli) runCmd() *cobra.Command {
+	var f claimFlags
+	var name, dir string
+	var attach bool
+	cmd := &cobra.Command{
+		Use:   "run [claim flags] [--name NAME] [--attach] -- CMD [ARGS...]",
+		Short: "Claim GPUs and start a tmux session on them; the lease ends when the session does",
+		Example: `  dibs run -g 2 -- python train.py --lr 3e-4
+  dibs run -g 1 --attach          # an interactive shell on one GPU`,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			req, err := f.request()
+			if err != nil {
+				return err
+			}
+			wd := dir
+			if wd == "" {
+				wd, _ = os.Getwd()
+			}
+			req.Run = &api.RunSpec{Name: name, Command: args, Dir: wd}
+			ctx, cancel := reqCtx()
+			defer cancel()
+			cl := c.client()
+			r, err := cl.Claim(ctx, req)
+			if err != nil {
+				return err
+			}
+			if f.json {
+				if err := printJSON(c.stdout, r); err != nil {
+					return err
+				}
+			} else {
+				c.printGrant(r)
+				fmt.Fprintf(c.stdout, "session %s started on %s: `dibs attach %s` to see it\n", r.Session, r.Node, r.ID)
+			}
+			if attach {
+				return c.attach(ctx, cl, r.ID)
+			}
+			return nil
+		},
+	}
+	f.add(cmd)
+	cmd.Flags().StringVar(&name, "name", "", "tmux session name (default dibs-<lease id>)")
+	cmd.Flags().StringVar(&dir, "dir", "", "working directory (default: the current one)")
+	cmd.Flags().BoolVar(&attach, "attach", false, "attach to the session once it starts")
+	return cmd
+}
+
+func (c *cli) releaseCmd() *cobra.Command {
+	var all, asJSON bool
+	cmd := &cobra.Command{
+		Use:   "release LEASE... | --all",
+		Short: "End leases (and their sessions)",
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if !all && len(args) == 0 {
+				return errors.New("name the leases to release (`dibs ls` shows ids), or use --all")
+			}
+			if all && len(args) > 0 {
+				return errors.New("give lease ids or --all, not both")
+			}
+			ctx, cancel := reqCtx()
+			defer cancel()
+			r, err := c.client().Release(ctx, api.ReleaseRequest{IDs: args, All: all})
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return printJSON(c.stdout, r)
+			}
+			if len(r.Released) == 0 {
+				fmt.Fprintln(c.stdout, "you hold no leases")
+			}
+			for _, id := range r.Released {
+				fmt.Fprintf(c.stdout, "released %s\n", id)
+			}
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&all, "all", false, "release every lease you hold")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	return cmd
+}
+
+func (c *cli) extendCmd() *cobra.Command {
+	var dur string
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "extend LEASE --for DUR",
+		Short: "Move a lease's end later",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if dur == "" {
+				return errors.New("say by how much: --for 2h")
+			}
+			if _, err := lease.ParseDuration(dur); err != nil {
+				return fmt.Errorf("--for: %w", err)
+			}
+			ctx, cancel := reqCtx()
+			defer cancel()
+			r, err := c.client().Extend(ctx, api.ExtendRequest{ID: args[0], Duration: dur})
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return printJSON(c.stdout, r)
+			}
+			fmt.Fprintf(c.stdout, "%s now ends %s (%s from now)\n", r.ID, r.ExpiresAt.Local().Format("Mon 15:04"), lease.FormatDuration(time.Until(r.ExpiresAt)))
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&dur, "for", "", "how much longer, e.g. 2h")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	return cmd
+}
+
+func (c *cli) adoptCmd() *cobra.Command {
+	var dur, note string
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "adopt PID",
+		Short: "Take a run you started without a lease into one",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			pid, err := strconv.Atoi(args[0])
+			if err != nil || pid <= 0 {
+				return fmt.Errorf("%q is not a process id", args[0])
+			}
+			if dur != "" {
+				if _, err := lease.ParseDuration(dur); err != nil {
+					return fmt.Errorf("--for: %w", err)
+				}
+			}
+			ctx, cancel := reqCtx()
+			defer cancel()
+			r, err := c.client().Adopt(ctx, api.AdoptRequest{PID: pid, Duration: dur, Note: note})
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return printJSON(c.stdout, r)
+			}
+			c.printGrant(r)
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&dur, "for", "", "time limit (default 4h)")
+	cmd.Flags().StringVar(&note, "note", "", "what it is for")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	return cmd
+}
+
+func (c *cli) attachCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "attach [LEASE]",
+		Short: "Attach to a lease's tmux session (your newest one by default)",
+		Args:  cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			id := ""
+			if len(args) == 1 {
+				id = args[0]
+			}
+			ctx, cancel := reqCtx()
+			defer cancel()
+			return c.attach(ctx, c.client(), id)
+		},
+	}
+}
+
+// attach replaces this process with tmux attach (or ssh to the node).
+func (c *cli) attach(ctx context.Context, cl *api.Client, id string) error {
+	r, err := cl.Attach(ctx, id)
+	if err != nil {
+		return err
+	}
+	bin, err := exec.LookPath(r.Command[0])
+	if err != nil {
+		return fmt.Errorf("%s not found in PATH: run `%s` yourself", r.Command[0], strings.Join(r.Command, " "))
+	}
+	env := os.Environ()
+	if r.Local {
+		// Attaching from inside tmux needs TMUX unset, as tmux itself says.
+		env = without(env, "TMUX")
+	}
+	return syscall.Exec(bin, r.Command, env)
+}
+
+func without(env []string, key string) []string {
+	out := env[:0:0]
+	for _, kv := range env {
+		if !strings.HasPrefix(kv, key+"=") {
+			out = append(out, kv)
+		}
+	}
+	return out
+}
+
+func (c *cli) statusCmd() *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "status",
+		Short: "Show this agent's view of the cluster: members, versions, gossip counters",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx, cancel := reqCtx()
+			defer cancel()
+			s, err := c.client().Status(ctx)
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return printJSON(c.stdout, s)
+			}
+			printStatus(c.stdout, s)
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	return cmd
+}
+
+func printStatus(w io.Writer, s api.Status) {
+	fmt.Fprintf(w, "node %s  dibs %s  up %s  backend %s\n", s.Node, s.Version, lease.FormatDuration(time.Since(s.StartedAt)), s.Backend)
+	fmt.Fprintf(w, "data %s  socket %s  leases %d  last token %d\n", s.DataDir, s.Socket, s.Leases, s.LastToken)
+	if len(s.Members) == 0 {
+		fmt.Fprintln(w, "single node (not in a cluster)")
+		return
+	}
+	fmt.Fprintf(w, "\n%-16s %-21s %-8s %8s %10s\n", "MEMBER", "ADDRESS", "STATE", "VERSION", "TELEMETRY")
+	for _, m := range s.Members {
+		age := "-"
+		if m.TelemetryAge > 0 {
+			age = lease.FormatDuration(m.TelemetryAge) + " old"
+		}
+		fmt.Fprintf(w, "%-16s %-21s %-8s %8d %10s\n", m.Name, m.Addr, m.State, m.StateVersion, age)
+	}
+	g := s.Gossip
+	fmt.Fprintf(w, "\ngossip: %d msgs in (%s), %d out (%s), %d dropped, %d decrypt failures, %d remote requests (%d failed)\n",
+		g.MessagesIn, bytesStr(g.BytesIn), g.MessagesOut, bytesStr(g.BytesOut), g.Dropped, g.DecryptFailures, g.RemoteRequests, g.RemoteRequestErrs)
+}
+
+func bytesStr(n uint64) string {
+	switch {
+	case n >= 1<<20:
+		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
+	case n >= 1<<10:
+		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
+	}
+	return fmt.Sprintf("%d B", n)
+}

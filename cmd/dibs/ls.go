@@ -1,0 +1,202 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/dibs-gpu/dibs/api"
+	"github.com/dibs-gpu/dibs/lease"
+)
+
+func (c *cli) lsCmd() *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "ls",
+		Short: "List every GPU: who holds it, for how long, what runs on it",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx, cancel := reqCtx()
+			defer cancel()
+			b, err := c.client().Board(ctx)
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return printJSON(c.stdout, b)
+			}
+			printBoard(c.stdout, b, time.Now())
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON (see docs/api.md)")
+	return cmd
+}
+
+// printBoard writes the board as a table that reads at 80 columns: one line
+// per GPU, its processes indented below, then the leases.
+func printBoard(w io.Writer, b api.Board, now time.Time) {
+	for _, n := range b.Notices {
+		fmt.Fprintf(w, "! %s\n", n)
+	}
+	fmt.Fprintf(w, "%-10s %3s %-14s %11s %4s  %-10s %6s  %s\n", "NODE", "GPU", "MODEL", "MEMORY", "UTIL", "HOLDER", "LEFT", "FLAGS")
+	var leases []lease.Lease
+	seen := map[string]bool{}
+	for _, n := range b.Nodes {
+		if n.State != api.NodeAlive {
+			fmt.Fprintf(w, "%-10s %s: GPUs unknown (last heard %s ago)\n", clip(n.Name, 10), n.State, lease.FormatDuration(now.Sub(n.TelemetryAt)))
+		}
+		for _, g := range n.GPUs {
+			holder, left := "-", ""
+			if l := g.Lease; l != nil {
+				holder = l.User
+				left = lease.FormatDuration(l.ExpiresAt.Sub(now))
+				if !l.ExpiresAt.After(now) {
+					left = "over"
+				}
+				if !seen[l.ID] {
+					seen[l.ID] = true
+					leases = append(leases, *l)
+				}
+			} else if n.State == api.NodeAlive && len(g.Processes) == 0 {
+				holder = "free"
+			}
+			flags := make([]string, 0, len(g.Flags))
+			for _, f := range g.Flags {
+				flags = append(flags, string(f))
+			}
+			fmt.Fprintf(w, "%-10s %3d %-14s %11s %4s  %-10s %6s  %s\n", clip(n.Name, 10), g.Index, clip(shortModel(g.Model), 14),
+				memStr(g.MemoryUsedMiB, g.MemoryTotalMiB), pct(g.UtilizationPct), clip(holder, 10), left, strings.Join(flags, ","))
+			for _, p := range g.Processes {
+				who := p.User
+				if who == "" {
+					who = "uid " + strconv.Itoa(p.UID)
+				}
+				extra := ""
+				if p.Container != "" {
+					extra = " container " + p.Container
+				}
+				fmt.Fprintf(w, "%14s└ pid %d %s %s %s%s\n", "", p.PID, clip(who, 12), clip(p.Command, 20), mib(p.UsedMemoryMiB), extra)
+			}
+		}
+	}
+	if len(leases) == 0 {
+		return
+	}
+	fmt.Fprintf(w, "\n%-14s %-10s %-12s %-6s %-12s %s\n", "LEASE", "USER", "GPUS", "LEFT", "SESSION", "NOTE")
+	for _, l := range leases {
+		left := lease.FormatDuration(l.ExpiresAt.Sub(now))
+		if !l.ExpiresAt.After(now) {
+			left = "over"
+		}
+		sess := l.Session
+		if sess == "" {
+			sess = "-"
+		}
+		fmt.Fprintf(w, "%-14s %-10s %-12s %-6s %-12s %s\n", l.ID, clip(l.User, 10), clip(l.Node+":"+l.CUDAVisibleDevices(), 12), left, clip(sess, 12), clip(l.Note, 20))
+	}
+}
+
+func memStr(used, total uint64) string {
+	return fmt.Sprintf("%.0f/%.0fG", float64(used)/1024, float64(total)/1024)
+}
+
+func mib(v uint64) string {
+	if v >= 1024 {
+		return fmt.Sprintf("%.1fG", float64(v)/1024)
+	}
+	return fmt.Sprintf("%dM", v)
+}
+
+func pct(p *int) string {
+	if p == nil {
+		return "?"
+	}
+	return strconv.Itoa(*p) + "%"
+}
+
+func (c *cli) whoCmd() *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "who [USER|NODE:GPU|GPU]",
+		Short: "Who holds what: every lease, one user's, or one GPU's",
+		Args:  cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx, cancel := reqCtx()
+			defer cancel()
+			b, err := c.client().Board(ctx)
+			if err != nil {
+				return err
+			}
+			q := ""
+			if len(args) == 1 {
+				q = args[0]
+			}
+			rows, err := who(b, q)
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return printJSON(c.stdout, rows)
+			}
+			now := time.Now()
+			if len(rows) == 0 {
+				fmt.Fprintln(c.stdout, "nobody holds anything")
+				return nil
+			}
+			fmt.Fprintf(c.stdout, "%-10s %-14s %-14s %-7s %s\n", "USER", "LEASE", "GPUS", "LEFT", "NOTE")
+			for _, l := range rows {
+				fmt.Fprintf(c.stdout, "%-10s %-14s %-14s %-7s %s\n", clip(l.User, 10), l.ID, clip(l.Node+":"+l.CUDAVisibleDevices(), 14), lease.FormatDuration(l.ExpiresAt.Sub(now)), clip(l.Note, 30))
+			}
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	return cmd
+}
+
+// who filters the board's leases by user, node:gpu or gpu index (on this node).
+func who(b api.Board, q string) ([]lease.Lease, error) {
+	var out []lease.Lease
+	seen := map[string]bool{}
+	node, gpu := "", -1
+	if q != "" {
+		if n, g, ok := strings.Cut(q, ":"); ok {
+			i, err := strconv.Atoi(g)
+			if err != nil {
+				return nil, fmt.Errorf("%q: write a GPU as NODE:INDEX, like node01:3", q)
+			}
+			node, gpu = n, i
+		} else if i, err := strconv.Atoi(q); err == nil {
+			node, gpu = b.Self, i
+		}
+	}
+	found := gpu < 0
+	for _, n := range b.Nodes {
+		for _, g := range n.GPUs {
+			if gpu >= 0 && n.Name == node && g.Index == gpu {
+				found = true
+			}
+			l := g.Lease
+			if l == nil || seen[l.ID] {
+				continue
+			}
+			switch {
+			case gpu >= 0 && !(n.Name == node && g.Index == gpu):
+				continue
+			case gpu < 0 && q != "" && l.User != q:
+				continue
+			}
+			seen[l.ID] = true
+			out = append(out, *l)
+		}
+	}
+	if !found {
+		return nil, fmt.Errorf("no GPU %d on %s: `dibs ls` lists them", gpu, node)
+	}
+	return out, nil
+}

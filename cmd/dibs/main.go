@@ -1,0 +1,59 @@
+// Command dibs shares a few GPU servers among a small team: an agent per node
+// holds advisory leases on its GPUs, and the CLI and board claim, run and
+// release them. This package only parses flags and prints; the work happens in
+// the packages it imports.
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+
+	"github.com/spf13/cobra"
+)
+
+// cli carries what every subcommand needs instead of package-level state.
+type cli struct {
+	stdout io.Writer
+	stderr io.Writer
+	// socket is the --socket flag shared by every client verb.
+	socket string
+}
+
+func main() {
+	c := &cli{stdout: os.Stdout, stderr: os.Stderr}
+	root := c.rootCmd()
+	if err := root.Execute(); err != nil {
+		var ee *exitError
+		if errors.As(err, &ee) {
+			if ee.msg != "" {
+				fmt.Fprintln(os.Stderr, "dibs: "+ee.msg)
+			}
+			os.Exit(ee.code)
+		}
+		fmt.Fprintln(os.Stderr, "dibs: "+err.Error())
+		os.Exit(1)
+	}
+}
+
+// exitError carries a specific exit code out of a command.
+type exitError struct {
+	code int
+	msg  string
+}
+
+func (e *exitError) Error() string { return e.msg }
+
+func (c *cli) rootCmd() *cobra.Command {
+	root := &cobra.Command{
+		Use:           "dibs",
+		Short:         "Share GPUs without a scheduler and without Slack pings",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.PersistentFlags().StringVar(&c.socket, "socket", "", "agent socket (default: $DIBS_SOCKET, then /run/dibs/dibs.sock as root or $XDG_RUNTIME_DIR/dibs.sock)")
+	root.AddCommand(c.probeCmd(), c.agentCmd(), c.configCmd(), c.lsCmd(), c.claimCmd(), c.runCmd(),
+		c.releaseCmd(), c.extendCmd(), c.adoptCmd(), c.attachCmd(), c.whoCmd(), c.statusCmd(), c.keygenCmd())
+	return root
+}

@@ -1,0 +1,400 @@
+// Package launch starts and watches the processes that hold GPUs: detached tmux
+// sessions that run as the claiming user, in that user's own tmux server, with a
+// clean environment plus CUDA_VISIBLE_DEVICES and the DIBS_* variables. It also
+// signals them for cooperative preemption and tells callers how to attach.
+//
+// The agent runs as root so it can serve everyone; each tmux client it runs is
+// started with the user's uid, gid and supplementary groups, so the server it
+// talks to (or starts) is the one the user's own `tmux ls` sees. Run without
+// root, a Launcher serves only its own uid.
+//
+// launch imports only the standard library: it is I/O, no rules. What a session
+// means for a lease is the agent's business.
+package launch
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Errors callers act on. Every error that reaches them from this package is
+// wrapped with the operation, the session and the user; test with errors.Is.
+var (
+	// ErrTmuxNotFound means there is no tmux binary to run; its text tells the
+	// operator what to install.
+	ErrTmuxNotFound = errors.New("tmux not found in PATH: install tmux (apt-get install tmux) to use dibs run")
+	// ErrSessionExists means the user's tmux server already has a session with
+	// that name; the agent treats it as "already started" on re-adoption.
+	ErrSessionExists = errors.New("session already exists")
+	// ErrNoSession means the session (or the user's whole tmux server) is gone,
+	// which for the agent means the job ended.
+	ErrNoSession = errors.New("no such session")
+)
+
+// DefaultPath is the PATH a session's tmux client starts with: the usual system
+// directories and nothing inherited from the agent.
+const DefaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+// Options configures a Launcher. The zero value is ready for production use.
+type Options struct {
+	// TmuxPath is the tmux binary, a name looked up in PATH or a path.
+	// Default "tmux".
+	TmuxPath string
+	// TmuxTmpDir, when set, is exported as TMUX_TMPDIR to every tmux client,
+	// so servers live in TmuxTmpDir/tmux-UID/default instead of
+	// /tmp/tmux-UID/default. It must be world-writable and sticky (like /tmp)
+	// when sessions run as several users. Tests use it to keep away from the
+	// developer's own tmux; production normally leaves it empty so that a
+	// user's plain `tmux ls` finds their sessions.
+	TmuxTmpDir string
+	// MessageTime is how long Message keeps its text in an attached client's
+	// status line. Default 10s: long enough to read a "lease ends in 10
+	// minutes" warning, short enough not to hide the status line for good.
+	MessageTime time.Duration
+	// Logf receives the few things worth telling an operator that are not
+	// errors returned to a caller (a Watch poll that failed). Default: drop.
+	Logf func(format string, args ...any)
+}
+
+// Launcher runs tmux on behalf of users. It holds no mutable state after New,
+// so every method is safe to call from any goroutine at once; tmux serialises
+// the commands inside each user's server.
+type Launcher struct {
+	tmux        string // resolved absolute path, "" when tmuxErr is set
+	tmuxErr     error
+	attachTmux  string // argv[0] for AttachCommand
+	tmpDir      string
+	messageTime time.Duration
+	logf        func(string, ...any)
+	euid        int // who this process is, fixed at New
+}
+
+// New makes a Launcher. It does not fail: a missing tmux is reported, with what
+// to install, by each call that needs it, so an agent without tmux can still
+// serve the board.
+func New(opts Options) *Launcher {
+	l := &Launcher{
+		tmpDir:      opts.TmuxTmpDir,
+		messageTime: opts.MessageTime,
+		logf:        opts.Logf,
+		euid:        os.Geteuid(),
+		attachTmux:  "tmux",
+	}
+	name := opts.TmuxPath
+	if name == "" {
+		name = "tmux"
+	} else {
+		l.attachTmux = name
+	}
+	if p, err := exec.LookPath(name); err != nil {
+		l.tmuxErr = ErrTmuxNotFound
+	} else if l.tmux, err = filepath.Abs(p); err != nil {
+		l.tmuxErr = fmt.Errorf("resolve tmux path %s: %w", p, err)
+	}
+	if l.messageTime <= 0 {
+		l.messageTime = 10 * time.Second
+	}
+	if l.logf == nil {
+		l.logf = func(string, ...any) {}
+	}
+	return l
+}
+
+// Spec describes one session to start.
+type Spec struct {
+	// Name is the tmux session name, e.g. "dibs-node01-42". See CheckName.
+	Name string
+	// User is who the session runs as.
+	User User
+	// Env is added to the session's environment (and to windows created in it
+	// later): CUDA_VISIBLE_DEVICES, CUDA_DEVICE_ORDER, DIBS_*, MASTER_ADDR...
+	// Keys must be shell identifiers.
+	Env map[string]string
+	// Command is what the session runs; the session ends when it exits. Empty
+	// means the user's default tmux shell, as a login shell. With exactly one
+	// element it is a shell command line run with `$SHELL -c` (so
+	// "python train.py | tee log" works); with more it is an argv executed
+	// directly, as tmux does.
+	Command []string
+	// Dir is the working directory. Default: the user's home, or / when the
+	// home does not exist (service accounts such as nobody).
+	Dir string
+}
+
+// Session is a started session.
+type Session struct {
+	Name string
+	User User
+	// PanePID is the process tmux started for Command. The agent uses it to
+	// tie GPU processes (found by pid in nodeprobe) back to a lease; for
+	// signalling use Signal, which also reaches later windows and panes.
+	PanePID int
+}
+
+// namePattern admits exactly the names tmux keeps as given: tmux turns '.' and
+// ':' into '_' and escapes non-printable bytes, and a leading '-' reads like a
+// flag to anyone typing the attach command.
+var namePattern = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9_-]{0,127}$`)
+
+// CheckName reports whether tmux would keep name as given. A mangled name
+// would break every later lookup by name, so the agent checks the names it
+// derives (e.g. from a host name with dots) before starting anything.
+func CheckName(name string) error {
+	if !namePattern.MatchString(name) {
+		return fmt.Errorf("invalid session name %q: use 1-128 letters, digits, '_' and '-', not starting with '-' (tmux rewrites '.' and ':')", name)
+	}
+	return nil
+}
+
+var envKeyPattern = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+
+// Start creates the detached session s in its user's tmux server (starting the
+// server if needed) in one tmux invocation, and returns once tmux has spawned
+// the command. A name already in use is an error wrapping ErrSessionExists.
+// If ctx ends during the call the session may or may not exist; Exists or
+// List tells. Safe for concurrent use.
+func (l *Launcher) Start(ctx context.Context, s Spec) (Session, error) {
+	args, err := l.startArgs(s)
+	if err != nil {
+		return Session{}, fmt.Errorf("start session %s as %s: %w", s.Name, s.User.Name, err)
+	}
+	out, err := l.runLang(ctx, s.User, s.Env["LANG"], args...)
+	if errors.Is(err, ErrNoSession) {
+		// new-session can only "miss" by reaching a server that was exiting
+		// as its last session ended; the next client starts a fresh one.
+		out, err = l.runLang(ctx, s.User, s.Env["LANG"], args...)
+	}
+	if err != nil {
+		return Session{}, fmt.Errorf("start session %s as %s: %w", s.Name, s.User.Name, err)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(out)))
+	if err != nil {
+		// The session runs; a missing pid is not worth failing the job for.
+		l.logf("start session %s as %s: no pane pid in tmux output %q", s.Name, s.User.Name, out)
+	}
+	return Session{Name: s.Name, User: s.User, PanePID: pid}, nil
+}
+
+// startArgs builds the single tmux command line for Start: new-session with
+// every variable as -e (a running server ignores the client's environment),
+// then remain-on-exit off on the job's window so the session (and the lease)
+// ends when the command does, whatever the user's tmux.conf says. tmux runs
+// both before it handles any child exit, so even `true` cannot race it.
+func (l *Launcher) startArgs(s Spec) ([]string, error) {
+	if err := CheckName(s.Name); err != nil {
+		return nil, err
+	}
+	if s.User.Name == "" || s.User.UID < 0 {
+		return nil, fmt.Errorf("user %q (uid %d) is not resolved: use LookupUser or LookupUID", s.User.Name, s.User.UID)
+	}
+	dir := s.Dir
+	if dir == "" {
+		dir = "/"
+		if fi, err := os.Stat(s.User.Home); err == nil && fi.IsDir() {
+			dir = s.User.Home
+		}
+	} else if !filepath.IsAbs(dir) {
+		return nil, fmt.Errorf("working directory %s is not absolute", dir)
+	} else if fi, err := os.Stat(dir); err != nil {
+		return nil, fmt.Errorf("working directory: %w", err)
+	} else if !fi.IsDir() {
+		return nil, fmt.Errorf("working directory %s is not a directory", dir)
+	}
+	args := []string{
+		"new-session", "-d", "-P", "-F", "#{pane_pid}",
+		"-s", s.Name,
+		"-c", escapeFormat(dir), // -c is format-expanded
+	}
+	keys := make([]string, 0, len(s.Env))
+	for k, v := range s.Env {
+		if !envKeyPattern.MatchString(k) {
+			return nil, fmt.Errorf("invalid environment variable name %q", k)
+		}
+		if strings.IndexByte(v, 0) >= 0 {
+			return nil, fmt.Errorf("environment variable %s contains a NUL byte", k)
+		}
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		args = append(args, "-e", k+"="+s.Env[k])
+	}
+	if len(s.Command) > 0 {
+		if s.Command[0] == "" {
+			return nil, errors.New("command is empty")
+		}
+		args = append(args, "--")
+		for _, a := range s.Command {
+			if strings.IndexByte(a, 0) >= 0 {
+				return nil, fmt.Errorf("command argument %q contains a NUL byte", a)
+			}
+			args = append(args, a)
+		}
+	}
+	for i := range args {
+		args[i] = escapeSemicolon(args[i])
+	}
+	return append(args, ";", "set-option", "-w", "-t", "="+s.Name+":", "remain-on-exit", "off"), nil
+}
+
+// Exists reports whether the user's tmux server has the session. A missing
+// server is (false, nil); only a failure to ask is an error. Safe for
+// concurrent use.
+func (l *Launcher) Exists(ctx context.Context, u User, name string) (bool, error) {
+	_, err := l.run(ctx, u, "has-session", "-t", exact(name))
+	switch {
+	case err == nil:
+		return true, nil
+	case errors.Is(err, ErrNoSession):
+		return false, nil
+	default:
+		return false, fmt.Errorf("check session %s of %s: %w", name, u.Name, err)
+	}
+}
+
+// Kill ends the session, which SIGHUPs its processes. A session that is already
+// gone is an error wrapping ErrNoSession, so callers that only want it gone can
+// ignore that case. Safe for concurrent use.
+func (l *Launcher) Kill(ctx context.Context, u User, name string) error {
+	_, err := l.run(ctx, u, "kill-session", "-t", exact(name))
+	return wrapf(err, "kill session %s of %s", name, u.Name)
+}
+
+// List returns the names of all sessions in the user's tmux server, dibs's and
+// the user's own, so the agent can re-adopt its sessions after a restart. No
+// server means no sessions. Safe for concurrent use.
+func (l *Launcher) List(ctx context.Context, u User) ([]string, error) {
+	out, err := l.run(ctx, u, "list-sessions", "-F", "#{session_name}")
+	if errors.Is(err, ErrNoSession) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("list sessions of %s: %w", u.Name, err)
+	}
+	return strings.Fields(string(out)), nil
+}
+
+// Message shows text in the status line of every client attached to the
+// session, for warnings such as "lease ends in 10 minutes". With no client
+// attached it does nothing and succeeds; a missing session is ErrNoSession.
+// Safe for concurrent use.
+func (l *Launcher) Message(ctx context.Context, u User, name, text string) error {
+	out, err := l.run(ctx, u, "list-clients", "-t", exact(name), "-F", "#{client_name}")
+	if err != nil {
+		return fmt.Errorf("message session %s of %s: %w", name, u.Name, err)
+	}
+	clients := strings.Fields(string(out))
+	if len(clients) == 0 {
+		return nil
+	}
+	text = escapeSemicolon(escapeFormat(strings.Map(func(r rune) rune {
+		if r < ' ' || r == 0x7f {
+			return ' '
+		}
+		return r
+	}, text)))
+	delay := strconv.FormatInt(l.messageTime.Milliseconds(), 10)
+	var args []string
+	for i, c := range clients {
+		if i > 0 {
+			args = append(args, ";")
+		}
+		args = append(args, "display-message", "-c", escapeSemicolon(c), "-d", delay, text)
+	}
+	_, err = l.run(ctx, u, args...)
+	if err != nil && strings.Contains(err.Error(), "can't find client") {
+		return nil // detached meanwhile: nobody left to tell
+	}
+	return wrapf(err, "message session %s of %s", name, u.Name)
+}
+
+// Watch returns a channel that is closed once the session is gone, by polling
+// `tmux has-session` as the user every interval (default 1s); it checks once
+// at the start. The channel is also closed when ctx is done: check ctx.Err() to
+// tell the two apart. A poll that fails (as opposed to "no such session") is
+// logged and retried, never taken as the end of the job. Each call owns one
+// goroutine, which ends with the channel.
+func (l *Launcher) Watch(ctx context.Context, u User, name string, interval time.Duration) <-chan struct{} {
+	if interval <= 0 {
+		interval = time.Second
+	}
+	gone := make(chan struct{})
+	go func() {
+		defer close(gone)
+		t := time.NewTicker(interval)
+		defer t.Stop()
+		var lastErr string
+		for {
+			ok, err := l.Exists(ctx, u, name)
+			if ctx.Err() != nil {
+				return
+			}
+			if err == nil && !ok {
+				return
+			}
+			if err != nil && err.Error() != lastErr {
+				lastErr = err.Error()
+				l.logf("watch session %s of %s: %v (retrying every %v)", name, u.Name, err, interval)
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	return gone
+}
+
+// AttachCommand returns the argv a process running as u execs to attach to the
+// session, locally or as the remote command of ssh. It names the socket only
+// when the Launcher uses a non-default TMUX_TMPDIR.
+func (l *Launcher) AttachCommand(u User, name string) []string {
+	argv := []string{l.attachTmux}
+	if l.tmpDir != "" {
+		argv = append(argv, "-S", SocketPath(l.tmpDir, u.UID))
+	}
+	return append(argv, "attach-session", "-t", exact(name))
+}
+
+// SocketPath is where tmux puts uid's default server under tmpDir (TMUX_TMPDIR;
+// empty means /tmp), for callers that must name the socket explicitly.
+func SocketPath(tmpDir string, uid int) string {
+	if tmpDir == "" {
+		tmpDir = "/tmp"
+	}
+	return filepath.Join(tmpDir, "tmux-"+strconv.Itoa(uid), "default")
+}
+
+// exact makes a target match the session name exactly; a bare name would also
+// match by prefix ("dibs-1" finding "dibs-12").
+func exact(name string) string { return "=" + name }
+
+// escapeFormat protects '#' in arguments tmux expands as formats.
+func escapeFormat(s string) string { return strings.ReplaceAll(s, "#", "##") }
+
+// escapeSemicolon protects an argument ending in ';', which tmux would take as
+// a command separator; tmux turns a trailing `\;` back into `;`.
+func escapeSemicolon(s string) string {
+	if strings.HasSuffix(s, ";") {
+		return s[:len(s)-1] + `\;`
+	}
+	return s
+}
+
+// wrapf wraps a non-nil err with the operation; nil stays nil.
+func wrapf(err error, format string, args ...any) error {
+	if err == nil {
+		return nil
+	}
+	return fmt.Errorf(format+": %w", append(args, err)...)
+}

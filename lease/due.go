@@ -1,0 +1,52 @@
+package lease
+
+import "time"
+
+// Step is one thing the agent must do for a lease because of the time.
+type Step string
+
+// Steps the clock can call for.
+const (
+	// StepWarn: tell the holder the end is near (once).
+	StepWarn Step = "warn"
+	// StepOverdue: the end has come and the action is warn: tell them (once).
+	StepOverdue Step = "overdue"
+	// StepSignal: send SIGTERM to the session and record when.
+	StepSignal Step = "signal"
+	// StepEnd: end the lease now (kill its session if any).
+	StepEnd Step = "end"
+)
+
+// Due is a step for one lease.
+type Due struct {
+	Lease Lease
+	Step  Step
+}
+
+// Due lists what the clock calls for at now. A lease counts as ended only when
+// both the wall clock and the monotonic clock say so: a wall-clock jump
+// forward cannot end a lease early, a jump back only makes it end late.
+func (t *Table) Due(now time.Time, p Policy) []Due {
+	var out []Due
+	for _, l := range t.List() {
+		e := t.leases[l.ID]
+		ended := !now.Before(e.ExpiresAt) && !now.Before(e.end)
+		switch {
+		case !ended:
+			if !e.Warned && e.ExpiresAt.Sub(now) <= p.WarnBefore && e.end.Sub(now) <= p.WarnBefore {
+				out = append(out, Due{Lease: l, Step: StepWarn})
+			}
+		case p.EndAction == ActionEnd:
+			out = append(out, Due{Lease: l, Step: StepEnd})
+		case p.EndAction == ActionSignal && l.Session == "":
+			out = append(out, Due{Lease: l, Step: StepEnd})
+		case p.EndAction == ActionSignal && e.SignalledAt.IsZero():
+			out = append(out, Due{Lease: l, Step: StepSignal})
+		case p.EndAction == ActionSignal && now.Sub(e.SignalledAt) >= p.SignalGrace:
+			out = append(out, Due{Lease: l, Step: StepEnd})
+		case p.EndAction == ActionWarn && !e.OverdueNoticed:
+			out = append(out, Due{Lease: l, Step: StepOverdue})
+		}
+	}
+	return out
+}

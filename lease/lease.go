@@ -1,0 +1,222 @@
+// Package lease holds the rules of dibs with no I/O: what a lease is, who may
+// claim, extend or end one, which GPUs a claim gets, when a lease is due for
+// its warning or its end, and which GPUs are idle or squatted. The agent owns
+// the clock, the store and the goroutines; this package only decides.
+package lease
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Kind separates leases a person sits at from leases a job runs under; they
+// get different default and maximum time limits.
+type Kind string
+
+// Lease kinds.
+const (
+	KindInteractive Kind = "interactive"
+	KindBatch       Kind = "batch"
+)
+
+// ParseKind accepts the kinds a person may type.
+func ParseKind(s string) (Kind, error) {
+	switch Kind(strings.ToLower(strings.TrimSpace(s))) {
+	case "", KindInteractive:
+		return KindInteractive, nil
+	case KindBatch:
+		return KindBatch, nil
+	}
+	return "", Invalidf("unknown lease kind %q: use interactive or batch", s)
+}
+
+// Caller is who asks. The agent fills it from SO_PEERCRED or the SSH key, never
+// from the request, so the rules here can trust it.
+type Caller struct {
+	UID   int    `json:"uid"`
+	User  string `json:"user"`
+	Admin bool   `json:"admin,omitempty"`
+}
+
+func (c Caller) String() string {
+	if c.User != "" {
+		return c.User
+	}
+	return "uid " + strconv.Itoa(c.UID)
+}
+
+// Lease is an exclusive, time-limited, advisory hold on some GPUs of one node.
+type Lease struct {
+	ID        string    `json:"id"`
+	Node      string    `json:"node"`
+	GPUs      []int     `json:"gpus"`
+	User      string    `json:"user"`
+	UID       int       `json:"uid"`
+	Token     uint64    `json:"token"`
+	Kind      Kind      `json:"kind"`
+	Note      string    `json:"note"`
+	StartedAt time.Time `json:"started_at"`
+	ExpiresAt time.Time `json:"expires_at"`
+	// Session is the tmux session started for this lease, empty for a bare claim.
+	Session string `json:"session,omitempty"`
+	// Warned records that the holder was told the end is near, so they are told
+	// once, not every tick.
+	Warned bool `json:"warned,omitempty"`
+	// OverdueNoticed records that the holder was told the lease is past its
+	// end (end action warn).
+	OverdueNoticed bool `json:"overdue_noticed,omitempty"`
+	// SignalledAt is when the end action sent SIGTERM; SIGKILL follows a grace
+	// later. Zero until then.
+	SignalledAt time.Time `json:"signalled_at,omitzero"`
+}
+
+// Holds reports whether the lease covers GPU index.
+func (l *Lease) Holds(gpu int) bool { return slices.Contains(l.GPUs, gpu) }
+
+// CUDAVisibleDevices is the value a job under this lease gets, in nvidia-smi's
+// numbering (dibs also sets CUDA_DEVICE_ORDER=PCI_BUS_ID so CUDA agrees).
+func (l *Lease) CUDAVisibleDevices() string {
+	parts := make([]string, len(l.GPUs))
+	for i, g := range l.GPUs {
+		parts[i] = strconv.Itoa(g)
+	}
+	return strings.Join(parts, ",")
+}
+
+// Env is the environment every process started under the lease gets.
+func (l *Lease) Env() map[string]string {
+	return map[string]string{
+		"CUDA_VISIBLE_DEVICES": l.CUDAVisibleDevices(),
+		"CUDA_DEVICE_ORDER":    "PCI_BUS_ID",
+		"DIBS_LEASE_ID":        l.ID,
+		"DIBS_LEASE_TOKEN":     strconv.FormatUint(l.Token, 10),
+		"DIBS_NODE":            l.Node,
+	}
+}
+
+// LeaseID names a lease after its node and fencing token: unique per node,
+// short enough to type, and it says where the lease lives.
+func LeaseID(node string, token uint64) string {
+	return node + "-" + strconv.FormatUint(token, 10)
+}
+
+// NodeOfID returns the node part of a lease id, so a request can be routed to
+// the agent that owns the lease.
+func NodeOfID(id string) (string, bool) {
+	i := strings.LastIndexByte(id, '-')
+	if i <= 0 || i == len(id)-1 {
+		return "", false
+	}
+	if _, err := strconv.ParseUint(id[i+1:], 10, 64); err != nil {
+		return "", false
+	}
+	return id[:i], true
+}
+
+// Code classifies a refusal so the API can map it to a status and the CLI to
+// an exit code without parsing messages.
+type Code string
+
+// Refusal codes.
+const (
+	CodeInvalid     Code = "invalid"     // the request itself is wrong
+	CodeConflict    Code = "conflict"    // the GPUs are not free
+	CodeNotFound    Code = "not_found"   // no such lease
+	CodeForbidden   Code = "forbidden"   // not yours
+	CodeUnavailable Code = "unavailable" // the agent cannot serve it now (disk full, node down)
+)
+
+// Error is a refusal a person should read: Msg says what was wrong and what to
+// do about it.
+type Error struct {
+	Code Code
+	Msg  string
+}
+
+func (e *Error) Error() string { return e.Msg }
+
+// Invalidf builds a CodeInvalid refusal.
+func Invalidf(format string, args ...any) error {
+	return &Error{Code: CodeInvalid, Msg: fmt.Sprintf(format, args...)}
+}
+
+func errorf(code Code, format string, args ...any) error {
+	return &Error{Code: code, Msg: fmt.Sprintf(format, args...)}
+}
+
+// CodeOf returns the refusal code of err, or "" when err is not a refusal.
+func CodeOf(err error) Code {
+	var e *Error
+	if errors.As(err, &e) {
+		return e.Code
+	}
+	return ""
+}
+
+// FormatDuration prints a duration the way people write them: 3h20m, 45m, 30s.
+func FormatDuration(d time.Duration) string {
+	neg := d < 0
+	if neg {
+		d = -d
+	}
+	d = d.Round(time.Second)
+	var s string
+	switch {
+	case d >= 24*time.Hour:
+		days := d / (24 * time.Hour)
+		h := (d % (24 * time.Hour)) / time.Hour
+		s = fmt.Sprintf("%dd%dh", days, h)
+		if h == 0 {
+			s = fmt.Sprintf("%dd", days)
+		}
+	case d >= time.Hour:
+		h, m := d/time.Hour, (d%time.Hour)/time.Minute
+		s = fmt.Sprintf("%dh%02dm", h, m)
+		if m == 0 {
+			s = fmt.Sprintf("%dh", h)
+		}
+	case d >= time.Minute:
+		s = fmt.Sprintf("%dm", d/time.Minute)
+	default:
+		s = fmt.Sprintf("%ds", d/time.Second)
+	}
+	if neg {
+		return "-" + s
+	}
+	return s
+}
+
+// ParseDuration reads a time limit as a person types it: Go durations (90m,
+// 1h30m) plus days (2d, 1d12h). Zero and negative limits are refused.
+func ParseDuration(s string) (time.Duration, error) {
+	s = strings.TrimSpace(s)
+	if s == "" {
+		return 0, Invalidf("empty duration: write it like 30m, 4h or 2d")
+	}
+	var days time.Duration
+	if i := strings.IndexByte(s, 'd'); i > 0 {
+		n, err := strconv.Atoi(s[:i])
+		if err != nil || n < 0 || n > 3650 {
+			return 0, Invalidf("cannot read duration %q: write it like 30m, 4h or 2d", s)
+		}
+		days = time.Duration(n) * 24 * time.Hour
+		s = s[i+1:]
+	}
+	var rest time.Duration
+	if s != "" {
+		d, err := time.ParseDuration(s)
+		if err != nil {
+			return 0, Invalidf("cannot read duration %q: write it like 30m, 4h or 2d", s)
+		}
+		rest = d
+	}
+	d := days + rest
+	if d <= 0 {
+		return 0, Invalidf("duration must be positive, got %s: write it like 30m, 4h or 2d", FormatDuration(d))
+	}
+	return d, nil
+}

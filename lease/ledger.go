@@ -1,0 +1,49 @@
+package lease
+
+import "time"
+
+// LedgerEntry is one ended lease, kept on its node so usage and fair-share
+// survive restarts.
+type LedgerEntry struct {
+	LeaseID    string    `json:"lease_id"`
+	Node       string    `json:"node"`
+	User       string    `json:"user"`
+	UID        int       `json:"uid"`
+	GPUs       []int     `json:"gpus"`
+	Start      time.Time `json:"start"`
+	End        time.Time `json:"end"`
+	GPUSeconds float64   `json:"gpu_seconds"`
+	// Reason says why it ended: released, session-ended, expired, admin, ...
+	Reason string `json:"reason"`
+	// By is who ended it when that was not the holder (an admin).
+	By string `json:"by,omitempty"`
+}
+
+// Ended builds the ledger entry for a lease ending at end.
+func Ended(l Lease, end time.Time, reason, by string) LedgerEntry {
+	secs := end.Sub(l.StartedAt).Seconds()
+	if secs < 0 {
+		secs = 0
+	}
+	return LedgerEntry{
+		LeaseID: l.ID, Node: l.Node, User: l.User, UID: l.UID, GPUs: l.GPUs,
+		Start: l.StartedAt, End: end.Round(0), GPUSeconds: secs * float64(len(l.GPUs)),
+		Reason: reason, By: by,
+	}
+}
+
+// Store keeps a node's leases durable. Every method returns only after the
+// change is on disk (fsynced), so the agent may acknowledge once it returns.
+// Implementations are safe for concurrent use.
+type Store interface {
+	// Load returns every lease and the highest token ever granted.
+	Load() (leases []Lease, lastToken uint64, err error)
+	// Put writes a granted or changed lease and raises the token counter to
+	// its token, in one transaction.
+	Put(l Lease) error
+	// End deletes a lease and appends its ledger entry, in one transaction.
+	End(id string, e LedgerEntry) error
+	// Ledger returns the entries that ended at or after since.
+	Ledger(since time.Time) ([]LedgerEntry, error)
+	Close() error
+}

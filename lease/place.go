@@ -1,0 +1,144 @@
+package lease
+
+import (
+	"slices"
+
+	"github.com/dibs-gpu/dibs/nodeprobe"
+)
+
+// Place chooses n of the free GPUs, keeping them as close as the topology
+// allows (NVLink, then the same PCIe switch) and preferring the lowest indices
+// among equally close sets. free must be sorted and hold at least n indices.
+//
+// It grows a set greedily from each free GPU and keeps the best: exact search
+// is exponential and a node has at most a handful of GPUs, where greedy growth
+// finds the NVLink or switch group the person expects.
+func Place(snap nodeprobe.Snapshot, free []int, n int) []int {
+	if n <= 0 || n > len(free) {
+		return nil
+	}
+	if n == len(free) {
+		return slices.Clone(free)
+	}
+	byIndex := make(map[int]*nodeprobe.GPU, len(snap.GPUs))
+	for i := range snap.GPUs {
+		byIndex[snap.GPUs[i].Index] = &snap.GPUs[i]
+	}
+	dist := func(a, b int) int {
+		if g := byIndex[a]; g != nil {
+			return g.DistanceTo(b)
+		}
+		return nodeprobe.LinkSystem.Distance()
+	}
+	var best []int
+	bestMax, bestSum := 0, 0
+	for _, start := range free {
+		set := []int{start}
+		in := map[int]bool{start: true}
+		for len(set) < n {
+			pick, pickCost := -1, 0
+			for _, c := range free {
+				if in[c] {
+					continue
+				}
+				cost := 0
+				for _, s := range set {
+					if d := dist(s, c); d > cost {
+						cost = d
+					}
+				}
+				if pick < 0 || cost < pickCost {
+					pick, pickCost = c, cost
+				}
+			}
+			set = append(set, pick)
+			in[pick] = true
+		}
+		slices.Sort(set)
+		mx, sum := 0, 0
+		for i := range set {
+			for j := i + 1; j < len(set); j++ {
+				d := dist(set[i], set[j])
+				sum += d
+				if d > mx {
+					mx = d
+				}
+			}
+		}
+		if best == nil || mx < bestMax || (mx == bestMax && sum < bestSum) ||
+			(mx == bestMax && sum == bestSum && slices.Compare(set, best) < 0) {
+			best, bestMax, bestSum = set, mx, sum
+		}
+	}
+	return best
+}
+
+// Candidate is one node that a cluster-wide claim could land on.
+type Candidate struct {
+	Node   string
+	Snap   nodeprobe.Snapshot
+	Leases []Lease
+}
+
+// ChooseNode picks the node for a claim of n GPUs with no node named: one
+// where all n fit; among those the one with the fewest free GPUs left over
+// (pack, so whole nodes stay free for multi-node jobs), then the closest GPUs,
+// then the name. It returns "" and a refusal when no node fits.
+func ChooseNode(cands []Candidate, n int) (string, error) {
+	if n <= 0 {
+		return "", Invalidf("say how many GPUs (-g N)")
+	}
+	best, bestLeft, bestDist := "", 0, 0
+	most, mostNode, biggest := 0, "", 0
+	for _, c := range cands {
+		if len(c.Snap.GPUs) > biggest {
+			biggest = len(c.Snap.GPUs)
+		}
+		free := FreeGPUs(c.Snap, c.Leases)
+		if len(free) > most {
+			most, mostNode = len(free), c.Node
+		}
+		if len(free) < n {
+			continue
+		}
+		pick := Place(c.Snap, free, n)
+		dist := spread(c.Snap, pick)
+		left := len(free) - n
+		if best == "" || left < bestLeft || (left == bestLeft && dist < bestDist) ||
+			(left == bestLeft && dist == bestDist && c.Node < best) {
+			best, bestLeft, bestDist = c.Node, left, dist
+		}
+	}
+	if best != "" {
+		return best, nil
+	}
+	if n > biggest {
+		return "", Invalidf("no node has %d GPUs (the largest has %d): ask for fewer, or for several nodes", n, biggest)
+	}
+	if mostNode == "" {
+		return "", errorf(CodeConflict, "asked for %d GPUs but no GPU is free anywhere: `dibs ls` shows who holds them", n)
+	}
+	return "", errorf(CodeConflict, "asked for %d GPUs on one node but at most %d are free together (on %s): `dibs ls` shows who holds the rest", n, most, mostNode)
+}
+
+// spread is the largest distance between any two GPUs of a set.
+func spread(snap nodeprobe.Snapshot, set []int) int {
+	mx := 0
+	for i := range set {
+		var g *nodeprobe.GPU
+		for k := range snap.GPUs {
+			if snap.GPUs[k].Index == set[i] {
+				g = &snap.GPUs[k]
+			}
+		}
+		if g == nil {
+			continue
+		}
+		for j := i + 1; j < len(set); j++ {
+			if d := g.DistanceTo(set[j]); d > mx {
+				mx = d
+			}
+		}
+	}
+	return mx
+}

@@ -1,0 +1,99 @@
+package lease
+
+import (
+	"fmt"
+	"time"
+)
+
+// EndAction is what happens when a lease reaches its end.
+type EndAction string
+
+// End actions, from gentlest to firmest.
+const (
+	// ActionWarn leaves the session running and shows the lease as overdue.
+	ActionWarn EndAction = "warn"
+	// ActionSignal sends SIGTERM to the session, SIGKILL after a grace, then ends the lease.
+	ActionSignal EndAction = "signal"
+	// ActionEnd ends the lease and kills its session at once.
+	ActionEnd EndAction = "end"
+)
+
+// Policy is the node's configured limits. The zero value is not useful; start
+// from DefaultPolicy.
+type Policy struct {
+	DefaultInteractive time.Duration
+	DefaultBatch       time.Duration
+	MaxInteractive     time.Duration
+	MaxBatch           time.Duration
+	// WarnBefore is how long before the end the holder is told.
+	WarnBefore time.Duration
+	EndAction  EndAction
+	// SignalGrace is the time between SIGTERM and SIGKILL for ActionSignal.
+	SignalGrace time.Duration
+	// IdleAfter is how long a leased GPU must sit without processes and under
+	// IdleUtilPct before the board calls it idle.
+	IdleAfter   time.Duration
+	IdleUtilPct int
+	// AdminGroup members may end anyone's lease.
+	AdminGroup string
+}
+
+// DefaultPolicy is what a node enforces with no configuration: 4 h interactive,
+// 24 h batch, a week at most, warned ten minutes before the end.
+func DefaultPolicy() Policy {
+	return Policy{
+		DefaultInteractive: 4 * time.Hour,
+		DefaultBatch:       24 * time.Hour,
+		MaxInteractive:     7 * 24 * time.Hour,
+		MaxBatch:           7 * 24 * time.Hour,
+		WarnBefore:         10 * time.Minute,
+		EndAction:          ActionWarn,
+		SignalGrace:        30 * time.Second,
+		IdleAfter:          30 * time.Minute,
+		IdleUtilPct:        5,
+	}
+}
+
+// Validate reports the first setting that cannot work.
+func (p Policy) Validate() error {
+	pos := []struct {
+		name string
+		d    time.Duration
+	}{
+		{"default_interactive", p.DefaultInteractive},
+		{"default_batch", p.DefaultBatch},
+		{"max_interactive", p.MaxInteractive},
+		{"max_batch", p.MaxBatch},
+		{"warn_before", p.WarnBefore},
+		{"signal_grace", p.SignalGrace},
+		{"idle_after", p.IdleAfter},
+	}
+	for _, x := range pos {
+		if x.d <= 0 {
+			return fmt.Errorf("%s must be positive, got %s", x.name, x.d)
+		}
+	}
+	if p.DefaultInteractive > p.MaxInteractive {
+		return fmt.Errorf("default_interactive %s is longer than max_interactive %s", FormatDuration(p.DefaultInteractive), FormatDuration(p.MaxInteractive))
+	}
+	if p.DefaultBatch > p.MaxBatch {
+		return fmt.Errorf("default_batch %s is longer than max_batch %s", FormatDuration(p.DefaultBatch), FormatDuration(p.MaxBatch))
+	}
+	switch p.EndAction {
+	case ActionWarn, ActionSignal, ActionEnd:
+	default:
+		return fmt.Errorf("end_action %q is not one of warn, signal, end", p.EndAction)
+	}
+	if p.IdleUtilPct < 0 || p.IdleUtilPct > 100 {
+		return fmt.Errorf("idle_util_pct %d is not between 0 and 100", p.IdleUtilPct)
+	}
+	return nil
+}
+
+// Limits returns the default and maximum time limit for a kind.
+func (p Policy) Limits(k Kind) (def, max time.Duration) {
+	if k == KindBatch {
+		return p.DefaultBatch, p.MaxBatch
+	}
+	return p.DefaultInteractive, p.MaxInteractive
+}

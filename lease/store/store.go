@@ -1,0 +1,250 @@
+// Package store keeps a node's leases, fencing-token counter and usage ledger
+// in a bbolt file. bbolt fsyncs every committed transaction, which is what
+// "durable before acknowledged" needs; the file's lock is what stops a second
+// agent on the same data dir.
+package store
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"go.etcd.io/bbolt"
+
+	"github.com/dibs-gpu/dibs/lease"
+)
+
+var (
+	bucketLeases = []byte("leases")
+	bucketMeta   = []byte("meta")
+	bucketLedger = []byte("ledger")
+	keyToken     = []byte("last_token")
+	keySchema    = []byte("schema")
+)
+
+const schemaVersion = 1
+
+// FileName is the bbolt file inside the data dir.
+const FileName = "dibs.db"
+
+// pidFileName names the file that says which agent holds the data dir, so a
+// second agent can say whom to stop.
+const pidFileName = "agent.pid"
+
+// Bolt is a lease.Store on one bbolt file.
+type Bolt struct {
+	db      *bbolt.DB
+	path    string
+	pidPath string
+}
+
+var _ lease.Store = (*Bolt)(nil)
+
+// Open opens (creating if needed) the store in dir. It fails fast, naming the
+// holder, when another agent has the file, and refuses a file it cannot read
+// rather than starting empty.
+func Open(dir string) (*Bolt, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("create data dir %s: %w", dir, err)
+	}
+	path := filepath.Join(dir, FileName)
+	pidPath := filepath.Join(dir, pidFileName)
+	db, err := openBolt(path)
+	if err != nil {
+		if errors.Is(err, bbolt.ErrTimeout) {
+			holder := "another process"
+			if b, rerr := os.ReadFile(pidPath); rerr == nil {
+				if pid := strings.TrimSpace(string(b)); pid != "" {
+					holder = "another dibs agent (pid " + pid + ")"
+				}
+			}
+			return nil, fmt.Errorf("data dir %s is in use by %s: stop it first, or give this agent its own --data-dir", dir, holder)
+		}
+		return nil, fmt.Errorf("open lease store %s: %w (the file may be corrupt: move it aside to start empty, knowing its leases are lost)", path, err)
+	}
+	s := &Bolt{db: db, path: path, pidPath: pidPath}
+	if err := s.init(); err != nil {
+		db.Close()
+		return nil, err
+	}
+	if err := os.WriteFile(pidPath, []byte(strconv.Itoa(os.Getpid())+"\n"), 0o644); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("write %s: %w", pidPath, err)
+	}
+	return s, nil
+}
+
+// openBolt opens the file, turning bbolt's panics on a damaged file into errors.
+func openBolt(path string) (db *bbolt.DB, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("damaged database: %v", r)
+		}
+	}()
+	return bbolt.Open(path, 0o600, &bbolt.Options{Timeout: 300 * time.Millisecond})
+}
+
+func (s *Bolt) init() (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("lease store %s is damaged (%v): move it aside to start empty, knowing its leases are lost", s.path, r)
+		}
+	}()
+	err = s.db.Update(func(tx *bbolt.Tx) error {
+		for _, b := range [][]byte{bucketLeases, bucketMeta, bucketLedger} {
+			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
+				return err
+			}
+		}
+		meta := tx.Bucket(bucketMeta)
+		if v := meta.Get(keySchema); v != nil {
+			if len(v) != 8 || binary.BigEndian.Uint64(v) != schemaVersion {
+				return fmt.Errorf("schema version %x, this dibs reads %d", v, schemaVersion)
+			}
+			return nil
+		}
+		return meta.Put(keySchema, u64(schemaVersion))
+	})
+	if err != nil {
+		return fmt.Errorf("lease store %s: %w", s.path, s.explain(err))
+	}
+	// Read everything once so a damaged record stops the start, not a claim later.
+	if _, _, err := s.Load(); err != nil {
+		return err
+	}
+	return nil
+}
+
+func u64(v uint64) []byte {
+	b := make([]byte, 8)
+	binary.BigEndian.PutUint64(b, v)
+	return b
+}
+
+// Path is the bbolt file, for messages.
+func (s *Bolt) Path() string { return s.path }
+
+// Load implements lease.Store.
+func (s *Bolt) Load() (leases []lease.Lease, lastToken uint64, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("lease store %s is damaged (%v): move it aside to start empty, knowing its leases are lost", s.path, r)
+		}
+	}()
+	err = s.db.View(func(tx *bbolt.Tx) error {
+		if v := tx.Bucket(bucketMeta).Get(keyToken); v != nil {
+			if len(v) != 8 {
+				return fmt.Errorf("token counter is %d bytes, want 8", len(v))
+			}
+			lastToken = binary.BigEndian.Uint64(v)
+		}
+		return tx.Bucket(bucketLeases).ForEach(func(k, v []byte) error {
+			var l lease.Lease
+			if err := json.Unmarshal(v, &l); err != nil {
+				return fmt.Errorf("lease %q: %w", k, err)
+			}
+			if l.ID != string(k) || len(l.GPUs) == 0 {
+				return fmt.Errorf("lease %q: record does not match its key", k)
+			}
+			leases = append(leases, l)
+			return nil
+		})
+	})
+	if err != nil {
+		return nil, 0, fmt.Errorf("read lease store %s: %w (move the file aside to start empty, knowing its leases are lost)", s.path, err)
+	}
+	return leases, lastToken, nil
+}
+
+// Put implements lease.Store.
+func (s *Bolt) Put(l lease.Lease) error {
+	v, err := json.Marshal(l)
+	if err != nil {
+		return fmt.Errorf("encode lease %s: %w", l.ID, err)
+	}
+	err = s.db.Update(func(tx *bbolt.Tx) error {
+		meta := tx.Bucket(bucketMeta)
+		var last uint64
+		if cur := meta.Get(keyToken); len(cur) == 8 {
+			last = binary.BigEndian.Uint64(cur)
+		}
+		if l.Token > last {
+			if err := meta.Put(keyToken, u64(l.Token)); err != nil {
+				return err
+			}
+		}
+		return tx.Bucket(bucketLeases).Put([]byte(l.ID), v)
+	})
+	if err != nil {
+		return fmt.Errorf("save lease %s: %w", l.ID, s.explain(err))
+	}
+	return nil
+}
+
+// End implements lease.Store.
+func (s *Bolt) End(id string, e lease.LedgerEntry) error {
+	v, err := json.Marshal(e)
+	if err != nil {
+		return fmt.Errorf("encode ledger entry %s: %w", id, err)
+	}
+	err = s.db.Update(func(tx *bbolt.Tx) error {
+		if err := tx.Bucket(bucketLeases).Delete([]byte(id)); err != nil {
+			return err
+		}
+		led := tx.Bucket(bucketLedger)
+		seq, err := led.NextSequence()
+		if err != nil {
+			return err
+		}
+		return led.Put(u64(seq), v)
+	})
+	if err != nil {
+		return fmt.Errorf("end lease %s: %w", id, s.explain(err))
+	}
+	return nil
+}
+
+// Ledger implements lease.Store.
+func (s *Bolt) Ledger(since time.Time) ([]lease.LedgerEntry, error) {
+	var out []lease.LedgerEntry
+	err := s.db.View(func(tx *bbolt.Tx) error {
+		return tx.Bucket(bucketLedger).ForEach(func(k, v []byte) error {
+			var e lease.LedgerEntry
+			if err := json.Unmarshal(v, &e); err != nil {
+				return fmt.Errorf("ledger entry %x: %w", k, err)
+			}
+			if !e.End.Before(since) {
+				out = append(out, e)
+			}
+			return nil
+		})
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read ledger in %s: %w", s.path, err)
+	}
+	return out, nil
+}
+
+// Close releases the file lock so another agent may open the dir.
+func (s *Bolt) Close() error {
+	os.Remove(s.pidPath)
+	return s.db.Close()
+}
+
+// explain turns a full disk into the refusal a person can act on.
+func (s *Bolt) explain(err error) error {
+	if errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT) {
+		return &lease.Error{Code: lease.CodeUnavailable, Msg: fmt.Sprintf("the disk holding %s is full, so dibs cannot record new leases: free some space and try again (reading leases still works)", s.path)}
+	}
+	if errors.Is(err, syscall.EROFS) {
+		return &lease.Error{Code: lease.CodeUnavailable, Msg: fmt.Sprintf("%s is on a read-only file system, so dibs cannot record new leases", s.path)}
+	}
+	return err
+}

@@ -1,0 +1,414 @@
+package lease
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/dibs-gpu/dibs/nodeprobe"
+)
+
+// MaxNoteLen bounds a lease note so it fits the board and the gossip wire.
+const MaxNoteLen = 200
+
+// Claim is what a person asks for on one node.
+type Claim struct {
+	// Count GPUs chosen by dibs, or exactly GPUs; one of the two.
+	Count int
+	GPUs  []int
+	// Duration is the time limit; zero means the kind's default.
+	Duration time.Duration
+	Note     string
+	Kind     Kind
+	// Force allows naming GPUs that have someone's process on them but no lease.
+	Force bool
+}
+
+// Table is one node's lease table: the leases this agent alone grants, renews
+// and ends (single writer per GPU), and the fencing-token counter. Plan methods
+// never mutate; the agent persists what they return and then calls Put or
+// Remove, so memory never runs ahead of disk. A Table is not safe for
+// concurrent use; the agent serialises access.
+type Table struct {
+	node      string
+	leases    map[string]*entry
+	lastToken uint64
+}
+
+type entry struct {
+	Lease
+	// end carries a monotonic clock reading taken when the lease was loaded
+	// or granted, so a wall-clock jump forward cannot end it early.
+	end time.Time
+}
+
+// NewTable rebuilds a node's table from what the store loaded. now should
+// carry a monotonic reading (time.Now()): remaining time is measured from it.
+func NewTable(node string, leases []Lease, lastToken uint64, now time.Time) *Table {
+	t := &Table{node: node, leases: make(map[string]*entry, len(leases)), lastToken: lastToken}
+	for _, l := range leases {
+		t.put(l, now)
+	}
+	return t
+}
+
+// Node is the name of the node this table belongs to.
+func (t *Table) Node() string { return t.node }
+
+// LastToken is the highest fencing token ever granted on this node.
+func (t *Table) LastToken() uint64 { return t.lastToken }
+
+// Get returns the lease with id.
+func (t *Table) Get(id string) (Lease, bool) {
+	e, ok := t.leases[id]
+	if !ok {
+		return Lease{}, false
+	}
+	return e.Lease, true
+}
+
+// List returns every lease, ordered by token (grant order).
+func (t *Table) List() []Lease {
+	out := make([]Lease, 0, len(t.leases))
+	for _, e := range t.leases {
+		out = append(out, e.Lease)
+	}
+	slices.SortFunc(out, func(a, b Lease) int { return cmp.Compare(a.Token, b.Token) })
+	return out
+}
+
+// Len is the number of live leases.
+func (t *Table) Len() int { return len(t.leases) }
+
+// Put records a lease the store has made durable. now should carry a monotonic
+// reading.
+func (t *Table) Put(l Lease, now time.Time) { t.put(l, now) }
+
+func (t *Table) put(l Lease, now time.Time) {
+	if old, ok := t.leases[l.ID]; ok && old.ExpiresAt.Equal(l.ExpiresAt) {
+		old.Lease = l
+		return
+	}
+	t.leases[l.ID] = &entry{Lease: l, end: now.Add(l.ExpiresAt.Sub(now))}
+	if l.Token > t.lastToken {
+		t.lastToken = l.Token
+	}
+}
+
+// Remove forgets a lease the store has deleted.
+func (t *Table) Remove(id string) { delete(t.leases, id) }
+
+// Current reports whether token is the live token of lease id. The agent
+// checks it before starting or signalling a session, so a stale actor (an old
+// request, a restarted watcher) cannot touch a lease that has moved on.
+func (t *Table) Current(id string, token uint64) bool {
+	e, ok := t.leases[id]
+	return ok && e.Token == token
+}
+
+// holders maps GPU index to the lease holding it.
+func (t *Table) holders() map[int]*Lease {
+	m := make(map[int]*Lease)
+	for _, e := range t.leases {
+		for _, g := range e.GPUs {
+			m[g] = &e.Lease
+		}
+	}
+	return m
+}
+
+// PlanClaim decides a claim without changing the table: the lease to persist,
+// or a refusal that says why and what to do.
+func (t *Table) PlanClaim(c Caller, req Claim, snap nodeprobe.Snapshot, now time.Time, p Policy) (Lease, error) {
+	if req.Kind == "" {
+		req.Kind = KindInteractive
+	}
+	if _, err := ParseKind(string(req.Kind)); err != nil {
+		return Lease{}, err
+	}
+	dur, err := checkDuration(req.Duration, req.Kind, p)
+	if err != nil {
+		return Lease{}, err
+	}
+	if len(req.Note) > MaxNoteLen {
+		return Lease{}, Invalidf("note is %d bytes; keep it under %d", len(req.Note), MaxNoteLen)
+	}
+	if strings.ContainsAny(req.Note, "\n\r\x00") {
+		return Lease{}, Invalidf("note must be one line")
+	}
+	if len(snap.GPUs) == 0 {
+		return Lease{}, errorf(CodeUnavailable, "node %s has no GPUs the probe can see", t.node)
+	}
+	holders := t.holders()
+	var gpus []int
+	switch {
+	case len(req.GPUs) > 0 && req.Count > 0 && req.Count != len(req.GPUs):
+		return Lease{}, Invalidf("asked for %d GPUs but named %d: give either -g N or --gpus", req.Count, len(req.GPUs))
+	case len(req.GPUs) > 0:
+		gpus, err = checkNamed(req, snap, holders, now)
+		if err != nil {
+			return Lease{}, err
+		}
+	case req.Count > 0:
+		gpus, err = pickFree(req.Count, snap, holders, now, t.node)
+		if err != nil {
+			return Lease{}, err
+		}
+	default:
+		return Lease{}, Invalidf("say how many GPUs (-g N) or which (--gpus 0,2)")
+	}
+	token := t.lastToken + 1
+	return Lease{
+		ID:        LeaseID(t.node, token),
+		Node:      t.node,
+		GPUs:      gpus,
+		User:      c.User,
+		UID:       c.UID,
+		Token:     token,
+		Kind:      req.Kind,
+		Note:      req.Note,
+		StartedAt: now.Round(0),
+		ExpiresAt: now.Round(0).Add(dur),
+	}, nil
+}
+
+func checkDuration(d time.Duration, k Kind, p Policy) (time.Duration, error) {
+	def, max := p.Limits(k)
+	if d == 0 {
+		return def, nil
+	}
+	if d < 0 {
+		return 0, Invalidf("duration must be positive, got %s", FormatDuration(d))
+	}
+	if d > max {
+		return 0, Invalidf("%s is over the %s maximum of %s on this node: ask for less (--for %s)", FormatDuration(d), k, FormatDuration(max), FormatDuration(max))
+	}
+	return d, nil
+}
+
+func checkNamed(req Claim, snap nodeprobe.Snapshot, holders map[int]*Lease, now time.Time) ([]int, error) {
+	seen := make(map[int]bool)
+	gpus := make([]int, 0, len(req.GPUs))
+	for _, g := range req.GPUs {
+		if seen[g] {
+			return nil, Invalidf("GPU %d named twice", g)
+		}
+		seen[g] = true
+		gpu := findGPU(snap, g)
+		if gpu == nil {
+			return nil, Invalidf("no GPU %d on %s: it has GPUs %s", g, snap.Host.Name, indexRange(snap))
+		}
+		if l := holders[g]; l != nil {
+			return nil, errorf(CodeConflict, "GPU %d is held by %s until %s (lease %s)", g, l.User, l.ExpiresAt.Local().Format("15:04"), l.ID)
+		}
+		if len(gpu.Processes) > 0 && !req.Force {
+			pr := gpu.Processes[0]
+			who := pr.User
+			if who == "" {
+				who = "uid " + strconv.Itoa(pr.UID)
+			}
+			return nil, errorf(CodeConflict, "GPU %d has no lease but %s's process %s (pid %d) is running on it: pick another GPU, or add --force if you know it is safe", g, who, pr.Command, pr.PID)
+		}
+		gpus = append(gpus, g)
+	}
+	slices.Sort(gpus)
+	return gpus, nil
+}
+
+func findGPU(snap nodeprobe.Snapshot, index int) *nodeprobe.GPU {
+	for i := range snap.GPUs {
+		if snap.GPUs[i].Index == index {
+			return &snap.GPUs[i]
+		}
+	}
+	return nil
+}
+
+func indexRange(snap nodeprobe.Snapshot) string {
+	if len(snap.GPUs) == 0 {
+		return "none"
+	}
+	return fmt.Sprintf("%d-%d", snap.GPUs[0].Index, snap.GPUs[len(snap.GPUs)-1].Index)
+}
+
+// FreeGPUs lists the GPUs with no lease and no process, the only ones -g N
+// picks from.
+func FreeGPUs(snap nodeprobe.Snapshot, leases []Lease) []int {
+	held := make(map[int]bool)
+	for _, l := range leases {
+		for _, g := range l.GPUs {
+			held[g] = true
+		}
+	}
+	var free []int
+	for _, g := range snap.GPUs {
+		if !held[g.Index] && len(g.Processes) == 0 {
+			free = append(free, g.Index)
+		}
+	}
+	return free
+}
+
+func pickFree(n int, snap nodeprobe.Snapshot, holders map[int]*Lease, now time.Time, node string) ([]int, error) {
+	var free []int
+	for _, g := range snap.GPUs {
+		if holders[g.Index] == nil && len(g.Processes) == 0 {
+			free = append(free, g.Index)
+		}
+	}
+	if n > len(snap.GPUs) {
+		return nil, Invalidf("%s has only %d GPUs; asked for %d", node, len(snap.GPUs), n)
+	}
+	if len(free) < n {
+		return nil, errorf(CodeConflict, "asked for %d GPUs but only %d free on %s: %s", n, len(free), node, describeBusy(snap, holders, now))
+	}
+	return Place(snap, free, n), nil
+}
+
+// describeBusy says who holds the GPUs that are not free, and until when, so
+// a refusal tells the person whom to ask.
+func describeBusy(snap nodeprobe.Snapshot, holders map[int]*Lease, now time.Time) string {
+	type hold struct {
+		who   string
+		gpus  []int
+		until time.Time
+	}
+	var order []string
+	m := make(map[string]*hold)
+	add := func(key, who string, g int, until time.Time) {
+		h, ok := m[key]
+		if !ok {
+			h = &hold{who: who, until: until}
+			m[key] = h
+			order = append(order, key)
+		}
+		h.gpus = append(h.gpus, g)
+	}
+	for _, g := range snap.GPUs {
+		if l := holders[g.Index]; l != nil {
+			add("lease "+l.ID, l.User, g.Index, l.ExpiresAt)
+		} else if len(g.Processes) > 0 {
+			who := g.Processes[0].User
+			if who == "" {
+				who = "uid " + strconv.Itoa(g.Processes[0].UID)
+			}
+			add("proc "+who, who, g.Index, time.Time{})
+		}
+	}
+	parts := make([]string, 0, len(order))
+	for _, k := range order {
+		h := m[k]
+		s := fmt.Sprintf("%s holds %s", h.who, gpuList(h.gpus))
+		if h.until.IsZero() {
+			s = fmt.Sprintf("%s runs unleased processes on %s", h.who, gpuList(h.gpus))
+		} else {
+			s += fmt.Sprintf(" for %s more", FormatDuration(h.until.Sub(now)))
+		}
+		parts = append(parts, s)
+	}
+	return strings.Join(parts, "; ")
+}
+
+func gpuList(g []int) string {
+	if len(g) == 1 {
+		return "GPU " + strconv.Itoa(g[0])
+	}
+	s := make([]string, len(g))
+	for i, x := range g {
+		s[i] = strconv.Itoa(x)
+	}
+	return "GPUs " + strings.Join(s, ",")
+}
+
+// PlanRelease checks that c may end lease id.
+func (t *Table) PlanRelease(c Caller, id string) (Lease, error) {
+	e, ok := t.leases[id]
+	if !ok {
+		return Lease{}, errorf(CodeNotFound, "no lease %s on %s: `dibs ls` shows the live ones", id, t.node)
+	}
+	if e.UID != c.UID && !c.Admin {
+		return Lease{}, errorf(CodeForbidden, "lease %s belongs to %s; only they (or an admin) can end it", id, e.User)
+	}
+	return e.Lease, nil
+}
+
+// PlanExtend moves a lease's end by d, refusing to go past the kind's maximum
+// measured from now.
+func (t *Table) PlanExtend(c Caller, id string, d time.Duration, now time.Time, p Policy) (Lease, error) {
+	e, ok := t.leases[id]
+	if !ok {
+		return Lease{}, errorf(CodeNotFound, "no lease %s on %s: `dibs ls` shows the live ones", id, t.node)
+	}
+	if e.UID != c.UID {
+		return Lease{}, errorf(CodeForbidden, "lease %s belongs to %s; only they can extend it", id, e.User)
+	}
+	if d <= 0 {
+		return Lease{}, Invalidf("extend by a positive duration, like --for 2h")
+	}
+	_, max := p.Limits(e.Kind)
+	base := e.ExpiresAt
+	if now.After(base) {
+		base = now.Round(0)
+	}
+	end := base.Add(d)
+	if end.Sub(now) > max {
+		room := max - e.ExpiresAt.Sub(now)
+		if room < time.Minute {
+			return Lease{}, Invalidf("lease %s already ends %s from now, the %s maximum", id, FormatDuration(e.ExpiresAt.Sub(now)), e.Kind)
+		}
+		return Lease{}, Invalidf("extending %s by %s would end it %s from now, over the %s maximum of %s: extend by at most %s", id, FormatDuration(d), FormatDuration(end.Sub(now)), e.Kind, FormatDuration(max), FormatDuration(room.Truncate(time.Minute)))
+	}
+	l := e.Lease
+	l.GPUs = slices.Clone(l.GPUs)
+	l.ExpiresAt = end
+	l.Warned = false
+	l.OverdueNoticed = false
+	l.SignalledAt = time.Time{}
+	return l, nil
+}
+
+// PlanAdopt takes a run started without a lease into one, on the GPUs its
+// process uses, if the caller owns the process and nobody else holds them.
+func (t *Table) PlanAdopt(c Caller, pid int, d time.Duration, note string, snap nodeprobe.Snapshot, now time.Time, p Policy) (Lease, error) {
+	var gpus []int
+	var owner *nodeprobe.Process
+	for _, g := range snap.GPUs {
+		for i := range g.Processes {
+			if g.Processes[i].PID == pid {
+				gpus = append(gpus, g.Index)
+				owner = &g.Processes[i]
+			}
+		}
+	}
+	if owner == nil {
+		return Lease{}, errorf(CodeNotFound, "pid %d is not on any GPU of %s: `dibs ls` lists the processes it sees", pid, t.node)
+	}
+	if owner.UID != c.UID && !c.Admin {
+		return Lease{}, errorf(CodeForbidden, "pid %d belongs to %s, not you: only its owner can adopt it", pid, owner.User)
+	}
+	holders := t.holders()
+	for _, g := range gpus {
+		if l := holders[g]; l != nil {
+			if l.UID == owner.UID {
+				return Lease{}, errorf(CodeConflict, "GPU %d is already in your lease %s", g, l.ID)
+			}
+			return Lease{}, errorf(CodeConflict, "GPU %d is held by %s (lease %s): pid %d runs on someone else's GPU", g, l.User, l.ID, pid)
+		}
+	}
+	dur, err := checkDuration(d, KindInteractive, p)
+	if err != nil {
+		return Lease{}, err
+	}
+	if note == "" {
+		note = fmt.Sprintf("adopted pid %d (%s)", pid, owner.Command)
+	}
+	token := t.lastToken + 1
+	return Lease{
+		ID: LeaseID(t.node, token), Node: t.node, GPUs: gpus,
+		User: owner.User, UID: owner.UID, Token: token, Kind: KindInteractive,
+		Note: note, StartedAt: now.Round(0), ExpiresAt: now.Round(0).Add(dur),
+	}, nil
+}

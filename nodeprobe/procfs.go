@@ -1,0 +1,253 @@
+package nodeprobe
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"os"
+	"os/user"
+	"path/filepath"
+	"strconv"
+	"time"
+)
+
+// procReader attributes GPU processes to their owners from procfs. NVML and
+// nvidia-smi give only a pid; dibs needs the user (to spot squatters) and the
+// container (so a pid inside Docker still names a person's job). It is not
+// safe for concurrent use; each probe owns one.
+type procReader struct {
+	root  string
+	users *userCache
+	// buf is reused for every small procfs file, so a probe does not allocate
+	// per file read.
+	buf [8192]byte
+}
+
+func newProcReader(root string, now func() time.Time) *procReader {
+	return &procReader{root: root, users: newUserCache(now)}
+}
+
+// procOwner is what /proc says about one process.
+type procOwner struct {
+	UID       int
+	User      string
+	Command   string
+	Container string
+}
+
+// attribute reads what /proc knows about pid. A process that has vanished (or
+// that /proc hides) gives UID -1, no user and fallbackCmd as its command:
+// never an error, because losing a process must not lose its GPU.
+func (r *procReader) attribute(pid int, fallbackCmd string) procOwner {
+	dir := filepath.Join(r.root, strconv.Itoa(pid))
+	o := procOwner{UID: -1, Command: fallbackCmd}
+	if b, err := r.read(filepath.Join(dir, "status")); err == nil {
+		if uid, ok := parseStatusUID(b); ok {
+			o.UID = uid
+			o.User = r.users.name(uid)
+		}
+	}
+	if b, err := r.read(filepath.Join(dir, "comm")); err == nil {
+		if c := string(bytes.TrimSpace(b)); c != "" {
+			o.Command = c
+		}
+	}
+	if b, err := r.read(filepath.Join(dir, "cgroup")); err == nil {
+		o.Container = containerID(b)
+	}
+	return o
+}
+
+// read returns the start of a small procfs file in the shared buffer; the
+// slice is valid until the next read.
+func (r *procReader) read(path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	n, err := io.ReadFull(f, r.buf[:])
+	if err != nil && !errors.Is(err, io.ErrUnexpectedEOF) && !errors.Is(err, io.EOF) {
+		return nil, err
+	}
+	return r.buf[:n], nil
+}
+
+// parseStatusUID returns the real uid from the "Uid:" line of
+// /proc/PID/status ("Uid:\treal\teffective\tsaved\tfs").
+func parseStatusUID(status []byte) (int, bool) {
+	for len(status) > 0 {
+		line := status
+		if i := bytes.IndexByte(status, '\n'); i >= 0 {
+			line, status = status[:i], status[i+1:]
+		} else {
+			status = nil
+		}
+		rest, ok := bytes.CutPrefix(line, []byte("Uid:"))
+		if !ok {
+			continue
+		}
+		rest = bytes.TrimLeft(rest, " \t")
+		end := bytes.IndexAny(rest, " \t")
+		if end < 0 {
+			end = len(rest)
+		}
+		uid, err := strconv.Atoi(string(rest[:end]))
+		if err != nil || uid < 0 {
+			return 0, false
+		}
+		return uid, true
+	}
+	return 0, false
+}
+
+// containerIDLen is how long a container id is shown, as `docker ps` does.
+const containerIDLen = 12
+
+// containerID finds the container a process runs in from its
+// /proc/PID/cgroup, returning the short id or "" on the host. It knows the
+// cgroup paths Docker, Podman and containerd/CRI-O write under cgroup v1 and
+// v2, with both the cgroupfs and the systemd drivers:
+//
+//	0::/system.slice/docker-<64hex>.scope
+//	12:memory:/docker/<64hex>
+//	0::/user.slice/.../libpod-<64hex>.scope
+//	0::/kubepods.slice/.../cri-containerd-<64hex>.scope
+//	11:cpu:/kubepods/burstable/pod<uid>/<64hex>
+//	0::/.../kubepods-pod<uid>.slice:cri-containerd:<64hex>
+func containerID(cgroup []byte) string {
+	found := ""
+	for len(cgroup) > 0 {
+		line := cgroup
+		if i := bytes.IndexByte(cgroup, '\n'); i >= 0 {
+			line, cgroup = cgroup[:i], cgroup[i+1:]
+		} else {
+			cgroup = nil
+		}
+		// hierarchy-ID:controllers:path; the path may itself hold colons.
+		i := bytes.IndexByte(line, ':')
+		if i < 0 {
+			continue
+		}
+		j := bytes.IndexByte(line[i+1:], ':')
+		if j < 0 {
+			continue
+		}
+		if id := containerIDFromPath(line[i+1+j+1:]); id != "" {
+			found = id
+			// cgroup v2's unified line is authoritative; v1 lines agree with
+			// it, so the first hit is as good as any.
+			break
+		}
+	}
+	return found
+}
+
+// containerIDFromPath returns the short id of the deepest path segment that
+// names a container.
+func containerIDFromPath(path []byte) string {
+	for len(path) > 0 {
+		seg := path
+		if i := bytes.LastIndexByte(path, '/'); i >= 0 {
+			seg, path = path[i+1:], path[:i]
+		} else {
+			path = nil
+		}
+		seg = bytes.TrimSuffix(seg, []byte(".scope"))
+		if i := bytes.LastIndexByte(seg, ':'); i >= 0 {
+			seg = seg[i+1:] // systemd driver: "<slice>:cri-containerd:<id>"
+		}
+		if i := bytes.LastIndexByte(seg, '-'); i >= 0 {
+			prefix := seg[:i]
+			switch string(prefix) {
+			case "docker", "libpod", "cri-containerd", "crio", "containerd", "cri-o":
+				seg = seg[i+1:]
+			default:
+				continue // libpod-conmon-<id> is podman's monitor, not the container
+			}
+		}
+		if isHex64(seg) {
+			return string(seg[:containerIDLen])
+		}
+	}
+	return ""
+}
+
+func isHex64(b []byte) bool {
+	if len(b) != 64 {
+		return false
+	}
+	for _, c := range b {
+		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
+}
+
+// negativeUserTTL is how long a uid or name that has no account stays
+// unresolved before it is looked up again, so a newly created account shows
+// up without restarting the agent, while an unknown uid does not cost a
+// passwd (or LDAP) lookup at every probe.
+const negativeUserTTL = time.Minute
+
+// userCache maps uids to user names and back, remembering answers because
+// os/user may go through NSS (LDAP, sssd) and is far slower than a probe
+// should be. It is not safe for concurrent use.
+type userCache struct {
+	now        func() time.Time
+	lookupID   func(uid string) (*user.User, error)
+	lookupName func(name string) (*user.User, error)
+	byID       map[int]userEntry
+	byName     map[string]userEntry
+}
+
+type userEntry struct {
+	name    string
+	uid     int
+	ok      bool
+	retryAt time.Time // for !ok entries
+}
+
+func newUserCache(now func() time.Time) *userCache {
+	return &userCache{
+		now:        now,
+		lookupID:   user.LookupId,
+		lookupName: user.Lookup,
+		byID:       make(map[int]userEntry),
+		byName:     make(map[string]userEntry),
+	}
+}
+
+// name returns the account name of uid, or "" when it has none.
+func (c *userCache) name(uid int) string {
+	if e, hit := c.byID[uid]; hit && (e.ok || c.now().Before(e.retryAt)) {
+		return e.name
+	}
+	e := userEntry{uid: uid}
+	if u, err := c.lookupID(strconv.Itoa(uid)); err == nil {
+		e.name, e.ok = u.Username, true
+	} else {
+		e.retryAt = c.now().Add(negativeUserTTL)
+	}
+	c.byID[uid] = e
+	return e.name
+}
+
+// uid returns the uid of the account called name, or -1 when none exists.
+func (c *userCache) uid(name string) int {
+	if e, hit := c.byName[name]; hit && (e.ok || c.now().Before(e.retryAt)) {
+		return e.uid
+	}
+	e := userEntry{name: name, uid: -1}
+	if u, err := c.lookupName(name); err == nil {
+		if id, err := strconv.Atoi(u.Uid); err == nil {
+			e.uid, e.ok = id, true
+		}
+	}
+	if !e.ok {
+		e.retryAt = c.now().Add(negativeUserTTL)
+	}
+	c.byName[name] = e
+	return e.uid
+}

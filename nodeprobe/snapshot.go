@@ -1,0 +1,172 @@
+// Package nodeprobe says what the hardware of one node is doing: its GPUs, their
+// load, the processes on them and who owns those processes. Everything above it
+// (leases, gossip, the board) decides from a Snapshot and never talks to NVML,
+// nvidia-smi or /proc itself.
+package nodeprobe
+
+import (
+	"context"
+	"time"
+)
+
+// Backend names which source answered a probe, so a person reading `dibs probe`
+// or the board knows how much to trust the numbers.
+type Backend string
+
+// The backends dibs knows, in the order Auto tries the real ones.
+const (
+	BackendNVML      Backend = "nvml"
+	BackendNvidiaSMI Backend = "nvidia-smi"
+	BackendSim       Backend = "sim"
+)
+
+// Probe reports the current state of this node's GPUs. Implementations are safe
+// for use by one goroutine at a time; the agent probes from a single loop.
+type Probe interface {
+	// Snapshot reads the hardware now. An error means no GPU could be read at
+	// all; a field that one GPU does not support is left unknown instead.
+	Snapshot(ctx context.Context) (Snapshot, error)
+	// Backend says which source this probe reads.
+	Backend() Backend
+	// Close releases the library or files the probe holds.
+	Close() error
+}
+
+// Snapshot is what one probe saw on one node at one moment.
+type Snapshot struct {
+	TakenAt time.Time `json:"taken_at"`
+	Host    Host      `json:"host"`
+	GPUs    []GPU     `json:"gpus"`
+}
+
+// Host holds the facts about the machine that placement and `dibs status` show.
+type Host struct {
+	Name          string  `json:"name"`
+	CPUs          int     `json:"cpus"`
+	MemoryMiB     uint64  `json:"memory_mib"`
+	DriverVersion string  `json:"driver_version,omitempty"`
+	CUDAVersion   string  `json:"cuda_version,omitempty"`
+	Backend       Backend `json:"backend"`
+}
+
+// GPU is one physical GPU as nvidia-smi numbers it. Pointer fields are nil when
+// the driver does not report them (ERROR_NOT_SUPPORTED, "[N/A]"), which is
+// different from zero.
+type GPU struct {
+	Index          int         `json:"index"`
+	UUID           string      `json:"uuid"`
+	PCIBusID       string      `json:"pci_bus_id,omitempty"`
+	Model          string      `json:"model"`
+	MemoryTotalMiB uint64      `json:"memory_total_mib"`
+	MemoryUsedMiB  uint64      `json:"memory_used_mib"`
+	UtilizationPct *int        `json:"utilization_pct"`
+	TemperatureC   *int        `json:"temperature_c"`
+	PowerDrawW     *float64    `json:"power_draw_w"`
+	PowerLimitW    *float64    `json:"power_limit_w"`
+	MIG            MIGMode     `json:"mig_mode"`
+	MIGDevices     []MIGDevice `json:"mig_devices,omitempty"`
+	Links          []Link      `json:"links,omitempty"`
+	Processes      []Process   `json:"processes"`
+	// Error says why this GPU could not be read fully (the GPU is lost, its
+	// UUID is unreadable); empty when it answered. The board shows a GPU with
+	// an error as down, never as free.
+	Error string `json:"error,omitempty"`
+}
+
+// MIGMode says whether a GPU is split into MIG devices.
+type MIGMode string
+
+// MIG modes. Unsupported is what consumer and pre-Ampere GPUs report.
+const (
+	MIGUnsupported MIGMode = "unsupported"
+	MIGDisabled    MIGMode = "disabled"
+	MIGEnabled     MIGMode = "enabled"
+)
+
+// MIGDevice is one MIG slice of a GPU: a claimable unit of its own, addressed
+// by its UUID in CUDA_VISIBLE_DEVICES.
+type MIGDevice struct {
+	Index          int    `json:"index"`
+	UUID           string `json:"uuid"`
+	Profile        string `json:"profile"`
+	MemoryTotalMiB uint64 `json:"memory_total_mib"`
+	MemoryUsedMiB  uint64 `json:"memory_used_mib"`
+}
+
+// LinkKind says how directly two GPUs talk. Placement keeps GPUs of one claim
+// as close as the topology allows.
+type LinkKind string
+
+// Link kinds from closest to farthest; they follow NVML's topology levels with
+// NVLink above them all.
+const (
+	LinkNVLink       LinkKind = "nvlink"
+	LinkSameBoard    LinkKind = "same-board"
+	LinkSingleSwitch LinkKind = "single-switch"
+	LinkMultiSwitch  LinkKind = "multi-switch"
+	LinkHostBridge   LinkKind = "host-bridge"
+	LinkNUMA         LinkKind = "numa"
+	LinkSystem       LinkKind = "system"
+)
+
+// Distance orders link kinds: lower is closer. Unknown kinds are farthest.
+func (k LinkKind) Distance() int {
+	switch k {
+	case LinkNVLink:
+		return 0
+	case LinkSameBoard:
+		return 1
+	case LinkSingleSwitch:
+		return 2
+	case LinkMultiSwitch:
+		return 3
+	case LinkHostBridge:
+		return 4
+	case LinkNUMA:
+		return 5
+	default:
+		return 6
+	}
+}
+
+// Link is the connection from one GPU to a peer GPU on the same node.
+type Link struct {
+	Peer    int      `json:"peer"`
+	Kind    LinkKind `json:"kind"`
+	NVLinks int      `json:"nvlinks,omitempty"`
+}
+
+// DistanceTo says how far peer is from g; GPUs with no recorded link are as far
+// apart as the topology allows, so placement falls back to index order.
+func (g *GPU) DistanceTo(peer int) int {
+	if peer == g.Index {
+		return -1
+	}
+	for _, l := range g.Links {
+		if l.Peer == peer {
+			return l.Kind.Distance()
+		}
+	}
+	return LinkSystem.Distance()
+}
+
+// Process is one compute process on a GPU, attributed to its owner from /proc
+// because NVML reports host pids that in-container tools cannot map.
+type Process struct {
+	PID           int    `json:"pid"`
+	UID           int    `json:"uid"` // -1 when /proc could not be read
+	User          string `json:"user"`
+	Command       string `json:"command"`
+	UsedMemoryMiB uint64 `json:"used_memory_mib"`
+	// Container is the short id of the Docker/Podman/containerd container the
+	// process runs in, empty when it runs on the host.
+	Container string `json:"container,omitempty"`
+	// MIGDevice is the UUID of the MIG device the process runs on, if any.
+	MIGDevice string `json:"mig_device,omitempty"`
+}
+
+// IntPtr returns a pointer to v; backends use it to fill optional fields.
+func IntPtr(v int) *int { return &v }
+
+// FloatPtr returns a pointer to v; backends use it to fill optional fields.
+func FloatPtr(v float64) *float64 { return &v }

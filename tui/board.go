@@ -1,0 +1,203 @@
+package tui
+
+import (
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/charmbracelet/x/ansi"
+	"github.com/dibs-gpu/dibs/api"
+	"github.com/dibs-gpu/dibs/lease"
+)
+
+// kind is what a GPU cell says at a glance. Each kind has its own symbol or
+// word so the board reads the same without colour.
+type kind int
+
+const (
+	kindFree kind = iota
+	kindMine
+	kindTheirs
+	kindIdle
+	kindSquat
+	kindOver
+	kindDown
+	numKinds
+)
+
+// Labels for the kinds that do not show a holder's name.
+const (
+	labelFree     = "·free"
+	labelSelected = "✓free"
+	labelMine     = "★mine"
+	labelIdle     = "zz idle"
+	labelSquat    = "!squat"
+	labelOver     = "⧖over"
+	labelDown     = "? down"
+)
+
+// classify decides what a GPU cell shows. The order matters: an unknown GPU
+// is never "free", and a problem (squatter, overdue, idle) outranks whose it is.
+func classify(n *api.Node, g *api.GPU, you lease.Caller) kind {
+	switch {
+	case n.State != api.NodeAlive || slices.Contains(g.Flags, api.FlagUnknown):
+		return kindDown
+	case slices.Contains(g.Flags, lease.FlagSquatted):
+		return kindSquat
+	case slices.Contains(g.Flags, lease.FlagOverdue):
+		return kindOver
+	case slices.Contains(g.Flags, lease.FlagIdle):
+		return kindIdle
+	case g.Lease != nil && g.Lease.UID == you.UID:
+		return kindMine
+	case g.Lease != nil:
+		return kindTheirs
+	case len(g.Processes) > 0:
+		// Work without a lease is squatting even if the agent has not judged it.
+		return kindSquat
+	}
+	return kindFree
+}
+
+func cellLabel(k kind, g *api.GPU) string {
+	switch k {
+	case kindFree:
+		return labelFree
+	case kindMine:
+		return labelMine
+	case kindTheirs:
+		return holderName(g.Lease)
+	case kindIdle:
+		return labelIdle
+	case kindSquat:
+		return labelSquat
+	case kindOver:
+		return labelOver
+	}
+	return labelDown
+}
+
+func holderName(l *lease.Lease) string {
+	if l == nil {
+		return ""
+	}
+	if l.User != "" {
+		return l.User
+	}
+	return "uid " + strconv.Itoa(l.UID)
+}
+
+// cellView is one GPU as the grid draws it, computed once per board.
+type cellView struct {
+	gpu     int // nvidia-smi index
+	kind    kind
+	label   string
+	labelW  int
+	util    int // -1 when unknown
+	faded   bool
+	leaseID string
+}
+
+// nodeView is one node block of the grid.
+type nodeView struct {
+	idx   int // into Board.Nodes
+	name  string
+	state string
+	model string
+	free  int
+	cells []cellView
+}
+
+// summary is the cluster line of the header; it always counts the whole
+// cluster, whatever the filter shows.
+type summary struct {
+	nodes, gpus, free, mine, down int
+}
+
+// shortModel drops the vendor prefix every GPU carries.
+func shortModel(m string) string {
+	m = strings.TrimSpace(m)
+	for _, p := range []string{"NVIDIA ", "Tesla "} {
+		m = strings.TrimPrefix(m, p)
+	}
+	return m
+}
+
+func nodeModel(n *api.Node) string {
+	if len(n.GPUs) == 0 {
+		return "no GPUs"
+	}
+	m := shortModel(n.GPUs[0].Model)
+	for i := range n.GPUs[1:] {
+		if shortModel(n.GPUs[i+1].Model) != m {
+			return "mixed GPUs"
+		}
+	}
+	return m
+}
+
+// buildViews turns a board into the grid's node blocks, applying the filter
+// and "only mine". A node shows when its name or model matches the filter or
+// any GPU's holder or process owner does; inside a node shown because of a
+// user, the other GPUs are faded (colour only: the symbols still tell).
+func buildViews(b *api.Board, filter string, onlyMine bool) ([]nodeView, summary) {
+	var sum summary
+	sum.nodes = len(b.Nodes)
+	filter = strings.ToLower(strings.TrimSpace(filter))
+	views := make([]nodeView, 0, len(b.Nodes))
+	for ni := range b.Nodes {
+		n := &b.Nodes[ni]
+		nv := nodeView{idx: ni, name: n.Name, state: n.State, model: nodeModel(n), cells: make([]cellView, len(n.GPUs))}
+		if n.State != api.NodeAlive {
+			sum.down++
+		}
+		nodeMatch := filter == "" || strings.Contains(strings.ToLower(n.Name), filter) || strings.Contains(strings.ToLower(nv.model), filter)
+		anyCell, anyMine := false, false
+		for gi := range n.GPUs {
+			g := &n.GPUs[gi]
+			k := classify(n, g, b.You)
+			sum.gpus++
+			if g.Free(n.State) {
+				sum.free++
+				nv.free++
+			}
+			mine := g.Lease != nil && g.Lease.UID == b.You.UID
+			if mine {
+				sum.mine++
+				anyMine = true
+			}
+			label := cellLabel(k, g)
+			c := cellView{gpu: g.Index, kind: k, label: label, labelW: ansi.StringWidth(label), util: -1}
+			if g.UtilizationPct != nil {
+				c.util = min(max(*g.UtilizationPct, 0), 100)
+			}
+			if g.Lease != nil {
+				c.leaseID = g.Lease.ID
+			}
+			userMatch := filter != "" && gpuUserMatches(g, filter)
+			anyCell = anyCell || userMatch
+			c.faded = (onlyMine && !mine) || (filter != "" && !nodeMatch && !userMatch)
+			nv.cells[gi] = c
+		}
+		if onlyMine && !anyMine {
+			continue
+		}
+		if !nodeMatch && !anyCell {
+			continue
+		}
+		views = append(views, nv)
+	}
+	return views, sum
+}
+
+func gpuUserMatches(g *api.GPU, filter string) bool {
+	if g.Lease != nil && strings.Contains(strings.ToLower(holderName(g.Lease)), filter) {
+		return true
+	}
+	for _, p := range g.Processes {
+		if p.User != "" && strings.Contains(strings.ToLower(p.User), filter) {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,253 @@
+package tui
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+
+	"charm.land/bubbles/v2/key"
+	"charm.land/bubbles/v2/textinput"
+	tea "charm.land/bubbletea/v2"
+	"github.com/charmbracelet/x/ansi"
+	"github.com/dibs-gpu/dibs/api"
+	"github.com/dibs-gpu/dibs/lease"
+)
+
+type formKind int
+
+const (
+	formClaim formKind = iota
+	formRun
+	formExtend
+	formFilter
+)
+
+// field is one labelled input of a form.
+type field struct {
+	name  string // count, duration, note, command, filter
+	label string
+	hint  string
+	in    textinput.Model
+}
+
+// form is the panel that asks for a claim, a run, an extension or a filter.
+// It is a sub-model: the root routes keys to it while it is open.
+type form struct {
+	kind   formKind
+	title  string
+	intro  string // one line under the title: what the form will do
+	node   string
+	gpus   []int  // selected GPUs; empty means "count" decides
+	lease  string // extend: the lease id
+	fields []field
+	focus  int
+	keys   formKeyMap
+}
+
+const labelWidth = 10 // "duration  "
+
+func newInput(st textinput.Styles, value string) textinput.Model {
+	in := textinput.New()
+	in.Prompt = ""
+	in.SetVirtualCursor(false) // the terminal's own cursor: no escape codes in the text, fine with NO_COLOR
+	in.SetStyles(st)
+	in.CharLimit = 256
+	in.SetValue(value)
+	return in
+}
+
+func (f *form) add(st textinput.Styles, name, label, value, hint string) {
+	f.fields = append(f.fields, field{name: name, label: label, hint: hint, in: newInput(st, value)})
+}
+
+// newClaimForm asks for a claim (run=false) or a claim with a session (run=true).
+// With GPUs selected it claims exactly those; otherwise a count on node.
+func newClaimForm(st textinput.Styles, run bool, node string, gpus []int) *form {
+	f := &form{kind: formClaim, node: node, gpus: gpus, keys: defaultFormKeyMap()}
+	verb := "claim"
+	if run {
+		f.kind, verb = formRun, "run"
+	}
+	if len(gpus) > 0 {
+		f.title = fmt.Sprintf("%s GPUs %s on %s", verb, joinInts(gpus), node)
+		f.intro = "the selected GPUs (space toggles, esc here cancels)"
+	} else {
+		f.title = fmt.Sprintf("%s on %s", verb, node)
+		f.intro = "on the node under the cursor; select GPUs with space to pick them"
+		f.add(st, "count", "GPUs", "1", "how many")
+	}
+	if run {
+		f.add(st, "command", "command", "", "empty: a login shell")
+	}
+	f.add(st, "duration", "duration", "", "30m, 4h, 2d; empty: the default")
+	f.add(st, "note", "note", "", "what it is for (optional)")
+	f.keys.multi = len(f.fields) > 1
+	f.setFocus(0)
+	return f
+}
+
+func newExtendForm(st textinput.Styles, l *lease.Lease) *form {
+	f := &form{kind: formExtend, lease: l.ID, node: l.Node, keys: defaultFormKeyMap()}
+	f.title = "extend " + l.ID
+	f.intro = fmt.Sprintf("GPUs %s on %s", joinInts(l.GPUs), l.Node)
+	f.add(st, "duration", "longer by", "1h", "30m, 2h, 1d")
+	f.setFocus(0)
+	return f
+}
+
+func newFilterForm(st textinput.Styles, current string) *form {
+	f := &form{kind: formFilter, keys: defaultFormKeyMap()}
+	f.title = "filter"
+	f.intro = "nodes, users or GPU models containing the text"
+	f.add(st, "filter", "filter", current, "enter keeps it, esc clears it")
+	f.fields[0].in.CursorEnd()
+	f.setFocus(0)
+	return f
+}
+
+func (f *form) setFocus(i int) {
+	if len(f.fields) == 0 {
+		return
+	}
+	f.focus = (i + len(f.fields)) % len(f.fields)
+	for j := range f.fields {
+		if j == f.focus {
+			f.fields[j].in.Focus()
+		} else {
+			f.fields[j].in.Blur()
+		}
+	}
+}
+
+func (f *form) value(name string) string {
+	for _, fl := range f.fields {
+		if fl.name == name {
+			return strings.TrimSpace(fl.in.Value())
+		}
+	}
+	return ""
+}
+
+// update handles a key while the form is open. It reports whether the key
+// submitted or cancelled the form; other keys go to the focused input.
+func (f *form) update(msg tea.KeyPressMsg) (submit, cancel bool) {
+	switch {
+	case key.Matches(msg, f.keys.Submit):
+		return true, false
+	case key.Matches(msg, f.keys.Cancel):
+		return false, true
+	case key.Matches(msg, f.keys.Next) && f.keys.multi:
+		f.setFocus(f.focus + 1)
+	case key.Matches(msg, f.keys.Prev) && f.keys.multi:
+		f.setFocus(f.focus - 1)
+	default:
+		if len(f.fields) > 0 {
+			f.fields[f.focus].in, _ = f.fields[f.focus].in.Update(msg)
+		}
+	}
+	return false, false
+}
+
+// paste hands pasted text to the focused input.
+func (f *form) paste(msg tea.PasteMsg) {
+	if len(f.fields) > 0 {
+		f.fields[f.focus].in, _ = f.fields[f.focus].in.Update(msg)
+	}
+}
+
+// claimRequest builds the request the form describes, or says in plain
+// words what to fix.
+func (f *form) claimRequest() (api.ClaimRequest, error) {
+	req := api.ClaimRequest{Node: f.node, Note: f.value("note")}
+	if len(f.gpus) > 0 {
+		req.GPUs = append([]int(nil), f.gpus...)
+	} else {
+		n, err := strconv.Atoi(f.value("count"))
+		if err != nil || n < 1 {
+			return req, fmt.Errorf("GPUs must be a whole number of at least 1, not %q", f.value("count"))
+		}
+		req.Count = n
+	}
+	if d := f.value("duration"); d != "" {
+		if _, err := lease.ParseDuration(d); err != nil {
+			return req, err
+		}
+		req.Duration = d
+	}
+	if f.kind == formRun {
+		req.Run = &api.RunSpec{}
+		if c := f.value("command"); c != "" {
+			// One element: the agent runs it as a shell command line, so
+			// pipes and quotes work as typed.
+			req.Run.Command = []string{c}
+		}
+	}
+	return req, nil
+}
+
+func (f *form) extendRequest() (api.ExtendRequest, error) {
+	d := f.value("duration")
+	if d == "" {
+		return api.ExtendRequest{}, fmt.Errorf("say how much longer, like 30m or 2h")
+	}
+	if _, err := lease.ParseDuration(d); err != nil {
+		return api.ExtendRequest{}, err
+	}
+	return api.ExtendRequest{ID: f.lease, Duration: d}, nil
+}
+
+// view renders the form as lines of at most width cells, and where the
+// focused input's cursor is (line, column) so the root can place the
+// terminal cursor there.
+func (f *form) view(st *styles, width int) (lines []string, curLine, curCol int) {
+	lines = append(lines, st.bold.render(truncate(f.title, width)))
+	if f.intro != "" {
+		lines = append(lines, st.dim.render(truncate(f.intro, width)))
+	}
+	inW := max(8, min(40, width-labelWidth-2-ansi.StringWidth(longestHint(f))))
+	if width-labelWidth-2 < 20 {
+		inW = max(8, width-labelWidth-2)
+	}
+	for i := range f.fields {
+		fl := &f.fields[i]
+		fl.in.SetWidth(inW)
+		mark := "  "
+		if i == f.focus {
+			mark = "› "
+			curLine = len(lines)
+			col := fl.in.Position()
+			if col > inW {
+				col = inW
+			}
+			curCol = 2 + labelWidth + col
+		}
+		var b strings.Builder
+		b.WriteString(mark)
+		st.label.write(&b, padRight(fl.label, labelWidth))
+		b.WriteString(padRight(fl.in.View(), inW+1))
+		if fl.hint != "" && width-labelWidth-2-inW-1 > 6 {
+			b.WriteString(" ")
+			st.dim.write(&b, fl.hint)
+		}
+		lines = append(lines, truncate(b.String(), width))
+	}
+	return lines, curLine, curCol
+}
+
+func longestHint(f *form) string {
+	h := ""
+	for _, fl := range f.fields {
+		if len(fl.hint) > len(h) {
+			h = fl.hint
+		}
+	}
+	return " " + h
+}
+
+func joinInts(xs []int) string {
+	parts := make([]string, len(xs))
+	for i, x := range xs {
+		parts[i] = strconv.Itoa(x)
+	}
+	return strings.Join(parts, ",")
+}
