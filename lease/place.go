@@ -88,6 +88,9 @@ func ChooseNode(cands []Candidate, n int) (string, error) {
 	if n <= 0 {
 		return "", Invalidf("say how many GPUs (-g N)")
 	}
+	if len(cands) == 0 {
+		return "", errorf(CodeUnavailable, "no node is up to take a claim for %d GPUs: `dibs ls` shows the cluster", n)
+	}
 	best, bestLeft, bestDist := "", 0, 0
 	most, mostNode, biggest := 0, "", 0
 	for _, c := range cands {

@@ -105,10 +105,10 @@ func writeProbeTable(w io.Writer, s nodeprobe.Snapshot) error {
 	if procs == 0 {
 		b.WriteString("no GPU processes\n")
 	} else {
-		fmt.Fprintf(&b, "%3s  %8s  %-12s  %-16s  %10s  %-12s\n", "GPU", "PID", "USER", "COMMAND", "MEMORY MiB", "CONTAINER")
+		fmt.Fprintf(&b, "%3s  %8s  %-12s  %-16s  %10s  %s\n", "GPU", "PID", "USER", "COMMAND", "MEMORY MiB", "CONTAINER")
 		for _, g := range s.GPUs {
 			for _, p := range g.Processes {
-				fmt.Fprintf(&b, "%3d  %8d  %-12s  %-16s  %10d  %-12s\n",
+				fmt.Fprintf(&b, "%3d  %8d  %-12s  %-16s  %10d  %s\n",
 					g.Index, p.PID, clip(procUser(p), 12), clip(orDash(p.Command), 16), p.UsedMemoryMiB, orDash(p.Container))
 			}
 		}

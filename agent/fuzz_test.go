@@ -1,0 +1,72 @@
+package agent
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/dibs-gpu/dibs/nodeprobe"
+)
+
+// FuzzLocalAPI sends arbitrary bodies to every write endpoint of the local
+// API. Whatever arrives, the agent answers with JSON, never a 500 from a bad
+// body, and never panics.
+func FuzzLocalAPI(f *testing.F) {
+	seeds := []struct {
+		path string
+		body string
+	}{
+		{"/v1/claim", `{"count":1}`},
+		{"/v1/claim", `{"gpus":[0,2],"duration":"2h","note":"x","kind":"batch","force":true}`},
+		{"/v1/claim", `{"count":1,"run":{"name":"t","command":["true"]}}`},
+		{"/v1/claim", `{"count":-3,"duration":"-1h"}`},
+		{"/v1/claim", `{"node":"node09","count":1}`},
+		{"/v1/release", `{"ids":["node01-1"]}`},
+		{"/v1/release", `{"all":true}`},
+		{"/v1/extend", `{"id":"node01-1","duration":"1h"}`},
+		{"/v1/adopt", `{"pid":1}`},
+		{"/v1/attach", `{"id":""}`},
+		{"/v1/claim", `{bad`},
+		{"/v1/claim", `{"count":1}{"count":2}`},
+		{"/v1/claim", `{"count":1e99}`},
+	}
+	for _, s := range seeds {
+		f.Add(s.path, []byte(s.body))
+	}
+	dir := f.TempDir()
+	probe, err := nodeprobe.NewSim(nodeprobe.SimOptions{Spec: "4xH100-80GB", HostName: "node01"})
+	if err != nil {
+		f.Fatal(err)
+	}
+	a, err := New(Config{NodeName: "node01", DataDir: filepath.Join(dir, "data"), Logf: func(string, ...any) {}},
+		Deps{Probe: probe, Sessions: refuseSessions{}})
+	if err != nil {
+		f.Fatal(err)
+	}
+	if err := a.Start(context.Background()); err != nil {
+		f.Fatal(err)
+	}
+	f.Cleanup(func() { a.Stop() })
+	h := a.routes()
+	paths := map[string]bool{"/v1/claim": true, "/v1/release": true, "/v1/extend": true, "/v1/adopt": true, "/v1/attach": true}
+	f.Fuzz(func(t *testing.T, path string, body []byte) {
+		if !paths[path] {
+			return
+		}
+		req := httptest.NewRequest(http.MethodPost, path, bytes.NewReader(body))
+		req = req.WithContext(context.WithValue(req.Context(), peerKey{}, peer{uid: os.Getuid()}))
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		if rec.Code >= 500 && rec.Code != http.StatusServiceUnavailable {
+			t.Fatalf("%s %q: status %d: %s", path, body, rec.Code, rec.Body)
+		}
+		if !json.Valid(rec.Body.Bytes()) {
+			t.Fatalf("%s %q: answer is not JSON: %q", path, body, rec.Body)
+		}
+	})
+}
