@@ -242,11 +242,13 @@ func (a *Agent) Start(ctx context.Context) error {
 
 // Stop ends the agent: a graceful cluster leave, the socket closed, the store
 // closed. Sessions keep running; a restarted agent re-adopts them.
-func (a *Agent) Stop() error {
+func (a *Agent) Stop() error { return a.stop(true) }
+
+func (a *Agent) stop(graceful bool) error {
 	if a.cancel == nil {
 		return nil
 	}
-	a.cluster.shutdown(true)
+	a.cluster.shutdown(graceful)
 	if a.ssh != nil {
 		a.ssh.close()
 	}
@@ -262,6 +264,16 @@ func (a *Agent) Stop() error {
 	err := a.store.Close()
 	a.deps.Probe.Close()
 	return err
+}
+
+// Crash stops the agent without a graceful cluster leave, as a killed
+// process would: the other agents must notice it through failure detection.
+// Tests and fault drills use it.
+func (a *Agent) Crash() error {
+	if a.cancel == nil {
+		return nil
+	}
+	return a.stop(false)
 }
 
 // bumpLocked records a change: board watchers wake and the state version

@@ -20,6 +20,8 @@ type remoteNode struct {
 	Leases    []lease.Lease
 	HasState  bool
 	UpdatedAt time.Time
+	// Idle is the node's own idle history, nil when it published none.
+	Idle *lease.IdleTracker
 }
 
 // Board builds the board for a caller: this node from the live table, the
@@ -51,7 +53,7 @@ func (a *Agent) Board(c lease.Caller) api.Board {
 			continue
 		}
 		n := api.Node{Name: r.Name, State: r.State, Addr: r.Addr, Host: r.Snapshot.Host, TelemetryAt: r.Snapshot.TakenAt}
-		judged := lease.Judge(r.Snapshot, r.Leases, nil, now, a.cfg.Policy)
+		judged := lease.Judge(r.Snapshot, r.Leases, r.Idle, now, a.cfg.Policy)
 		n.GPUs = gpusFor(r.Snapshot, r.Leases, judged)
 		if r.State != api.NodeAlive {
 			for i := range n.GPUs {
@@ -90,7 +92,7 @@ func (a *Agent) placeClaim(req api.ClaimRequest) (string, error) {
 		return a.cfg.NodeName, nil
 	}
 	a.mu.Lock()
-	cands := []lease.Candidate{{Node: a.cfg.NodeName, Snap: a.snap, Leases: a.table.List()}}
+	cands := []lease.Candidate{{Node: a.cfg.NodeName, Snap: a.snap, Leases: a.table.List(), Local: true}}
 	a.mu.Unlock()
 	for _, r := range a.cluster.view() {
 		if r.Name == a.cfg.NodeName || r.State != api.NodeAlive || !r.HasState {

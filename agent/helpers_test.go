@@ -27,3 +27,21 @@ func tryStart(t *testing.T, o agenttest.Options) error {
 	a.Stop()
 	return nil
 }
+
+// tryStartCluster starts a clustered agent with o and returns Start's error.
+func tryStartCluster(t *testing.T, o agenttest.Options) error {
+	t.Helper()
+	probe, err := nodeprobe.NewSim(nodeprobe.SimOptions{Spec: "2xL40S", HostName: o.Name})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := agent.New(agent.Config{NodeName: o.Name, DataDir: o.DataDir, Cluster: o.Cluster, Logf: t.Logf}, agent.Deps{Probe: probe})
+	if err != nil {
+		return err
+	}
+	if err := a.Start(context.Background()); err != nil {
+		return err
+	}
+	a.Stop()
+	return nil
+}

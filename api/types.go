@@ -59,7 +59,7 @@ type GPU struct {
 
 // Free reports whether -g N could pick this GPU: alive node, no lease, no process.
 func (g *GPU) Free(nodeState string) bool {
-	return nodeState == NodeAlive && g.Lease == nil && len(g.Processes) == 0
+	return nodeState == NodeAlive && g.Lease == nil && len(g.Processes) == 0 && g.Error == ""
 }
 
 // ClaimRequest asks for GPUs, and with Run, a tmux session on them.

@@ -30,9 +30,8 @@ func (t *Table) Due(now time.Time, p Policy) []Due {
 	var out []Due
 	for _, l := range t.List() {
 		e := t.leases[l.ID]
-		ended := !now.Before(e.ExpiresAt) && !now.Before(e.end)
 		switch {
-		case !ended:
+		case !e.ended(now):
 			if !e.Warned && e.ExpiresAt.Sub(now) <= p.WarnBefore && e.end.Sub(now) <= p.WarnBefore {
 				out = append(out, Due{Lease: l, Step: StepWarn})
 			}
@@ -49,4 +48,10 @@ func (t *Table) Due(now time.Time, p Policy) []Due {
 		}
 	}
 	return out
+}
+
+// ended reports whether the lease's time is up at now by both the wall clock
+// (ExpiresAt) and the monotonic clock (end).
+func (e *entry) ended(now time.Time) bool {
+	return !now.Before(e.ExpiresAt) && !now.Before(e.end)
 }

@@ -133,3 +133,22 @@ func ownedBy(pr nodeprobe.Process, l *Lease) bool {
 	}
 	return pr.User != "" && pr.User == l.User
 }
+
+// QuietSinceAll returns a copy of when each quiet GPU went quiet, so a node
+// can publish it and other nodes judge idleness the way it does.
+func (it *IdleTracker) QuietSinceAll() map[int]time.Time {
+	out := make(map[int]time.Time, len(it.quietSince))
+	for k, v := range it.quietSince {
+		out[k] = v
+	}
+	return out
+}
+
+// IdleTrackerFrom rebuilds a tracker from a published QuietSinceAll.
+func IdleTrackerFrom(m map[int]time.Time) *IdleTracker {
+	it := NewIdleTracker()
+	for k, v := range m {
+		it.quietSince[k] = v
+	}
+	return it
+}

@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 )
 
 // Kind separates leases a person sits at from leases a job runs under; they
@@ -190,33 +191,60 @@ func FormatDuration(d time.Duration) string {
 	return s
 }
 
+// MaxDuration is the longest time limit ParseDuration accepts, ten years: far
+// over any policy maximum, and short enough that every duration it accepts
+// prints (FormatDuration) in a form it accepts again.
+const MaxDuration = 3650 * 24 * time.Hour
+
 // ParseDuration reads a time limit as a person types it: Go durations (90m,
 // 1h30m) plus days (2d, 1d12h). Zero and negative limits are refused.
 func ParseDuration(s string) (time.Duration, error) {
-	s = strings.TrimSpace(s)
-	if s == "" {
+	in := strings.TrimSpace(s)
+	if in == "" {
 		return 0, Invalidf("empty duration: write it like 30m, 4h or 2d")
 	}
+	bad := Invalidf("cannot read duration %s: write it like 30m, 4h or 2d", quoteInput(in))
+	rest := in
 	var days time.Duration
-	if i := strings.IndexByte(s, 'd'); i > 0 {
-		n, err := strconv.Atoi(s[:i])
-		if err != nil || n < 0 || n > 3650 {
-			return 0, Invalidf("cannot read duration %q: write it like 30m, 4h or 2d", s)
+	if i := strings.IndexByte(rest, 'd'); i > 0 {
+		n, err := strconv.Atoi(rest[:i])
+		if err != nil || n < 0 || n > int(MaxDuration/(24*time.Hour)) {
+			return 0, bad
 		}
 		days = time.Duration(n) * 24 * time.Hour
-		s = s[i+1:]
-	}
-	var rest time.Duration
-	if s != "" {
-		d, err := time.ParseDuration(s)
-		if err != nil {
-			return 0, Invalidf("cannot read duration %q: write it like 30m, 4h or 2d", s)
+		rest = rest[i+1:]
+		// "1d-5h" is not a way to write 19h.
+		if strings.HasPrefix(rest, "-") || strings.HasPrefix(rest, "+") {
+			return 0, bad
 		}
-		rest = d
 	}
-	d := days + rest
+	var d time.Duration
+	if rest != "" {
+		var err error
+		if d, err = time.ParseDuration(rest); err != nil {
+			return 0, bad
+		}
+	}
+	if d > 0 && d > MaxDuration-days {
+		return 0, Invalidf("duration %s is longer than %s: ask for less", quoteInput(in), FormatDuration(MaxDuration))
+	}
+	d += days
 	if d <= 0 {
 		return 0, Invalidf("duration must be positive, got %s: write it like 30m, 4h or 2d", FormatDuration(d))
 	}
 	return d, nil
+}
+
+// quoteInput quotes what a person (or a program) sent for an error message,
+// cut short: the input may come from the network and be of any length.
+func quoteInput(s string) string {
+	const max = 32
+	if len(s) <= max {
+		return strconv.Quote(s)
+	}
+	cut := max
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return strconv.Quote(s[:cut]) + "..."
 }

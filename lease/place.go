@@ -31,7 +31,7 @@ func Place(snap nodeprobe.Snapshot, free []int, n int) []int {
 		return nodeprobe.LinkSystem.Distance()
 	}
 	var best []int
-	bestMax, bestSum := 0, 0
+	bestMax, bestSum, bestBreak := 0, 0, 0
 	for _, start := range free {
 		set := []int{start}
 		in := map[int]bool{start: true}
@@ -65,9 +65,30 @@ func Place(snap nodeprobe.Snapshot, free []int, n int) []int {
 				}
 			}
 		}
-		if best == nil || mx < bestMax || (mx == bestMax && sum < bestSum) ||
-			(mx == bestMax && sum == bestSum && slices.Compare(set, best) < 0) {
-			best, bestMax, bestSum = set, mx, sum
+		// Among equally close sets, take the one that breaks up the fewest
+		// free close neighbours: fill an island already in use before
+		// opening a whole one that a larger claim could need.
+		brk := 0
+		for _, s := range set {
+			for _, c := range free {
+				if !in[c] && dist(s, c) <= nodeprobe.LinkSameBoard.Distance() {
+					brk++
+				}
+			}
+		}
+		better := best == nil || mx < bestMax
+		if !better && mx == bestMax {
+			switch {
+			case sum != bestSum:
+				better = sum < bestSum
+			case brk != bestBreak:
+				better = brk < bestBreak
+			default:
+				better = slices.Compare(set, best) < 0
+			}
+		}
+		if better {
+			best, bestMax, bestSum, bestBreak = set, mx, sum, brk
 		}
 	}
 	return best
@@ -78,12 +99,15 @@ type Candidate struct {
 	Node   string
 	Snap   nodeprobe.Snapshot
 	Leases []Lease
+	// Local marks the node the person asked from; it wins ties, since their
+	// data and shell are there.
+	Local bool
 }
 
 // ChooseNode picks the node for a claim of n GPUs with no node named: one
 // where all n fit; among those the one with the fewest free GPUs left over
 // (pack, so whole nodes stay free for multi-node jobs), then the closest GPUs,
-// then the name. It returns "" and a refusal when no node fits.
+// then the node the person asked from, then the name. It returns "" and a refusal when no node fits.
 func ChooseNode(cands []Candidate, n int) (string, error) {
 	if n <= 0 {
 		return "", Invalidf("say how many GPUs (-g N)")
@@ -91,7 +115,7 @@ func ChooseNode(cands []Candidate, n int) (string, error) {
 	if len(cands) == 0 {
 		return "", errorf(CodeUnavailable, "no node is up to take a claim for %d GPUs: `dibs ls` shows the cluster", n)
 	}
-	best, bestLeft, bestDist := "", 0, 0
+	best, bestLeft, bestDist, bestLocal := "", 0, 0, false
 	most, mostNode, biggest := 0, "", 0
 	for _, c := range cands {
 		if len(c.Snap.GPUs) > biggest {
@@ -107,9 +131,12 @@ func ChooseNode(cands []Candidate, n int) (string, error) {
 		pick := Place(c.Snap, free, n)
 		dist := spread(c.Snap, pick)
 		left := len(free) - n
-		if best == "" || left < bestLeft || (left == bestLeft && dist < bestDist) ||
-			(left == bestLeft && dist == bestDist && c.Node < best) {
-			best, bestLeft, bestDist = c.Node, left, dist
+		better := best == "" || left < bestLeft || (left == bestLeft && dist < bestDist)
+		if !better && left == bestLeft && dist == bestDist {
+			better = c.Local && !bestLocal || (c.Local == bestLocal && c.Node < best)
+		}
+		if better {
+			best, bestLeft, bestDist, bestLocal = c.Node, left, dist, c.Local
 		}
 	}
 	if best != "" {

@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/dibs-gpu/dibs/nodeprobe"
 )
@@ -88,7 +90,12 @@ func (t *Table) Len() int { return len(t.leases) }
 func (t *Table) Put(l Lease, now time.Time) { t.put(l, now) }
 
 func (t *Table) put(l Lease, now time.Time) {
-	if old, ok := t.leases[l.ID]; ok && old.ExpiresAt.Equal(l.ExpiresAt) {
+	if old, ok := t.leases[l.ID]; ok {
+		// Move the monotonic deadline by as much as the end moved, rather
+		// than measuring it again from a wall clock that may have jumped
+		// since the lease was granted: an extension after a jump forward
+		// must not shorten the lease.
+		old.end = old.end.Add(l.ExpiresAt.Sub(old.ExpiresAt))
 		old.Lease = l
 		return
 	}
@@ -133,11 +140,8 @@ func (t *Table) PlanClaim(c Caller, req Claim, snap nodeprobe.Snapshot, now time
 	if err != nil {
 		return Lease{}, err
 	}
-	if len(req.Note) > MaxNoteLen {
-		return Lease{}, Invalidf("note is %d bytes; keep it under %d", len(req.Note), MaxNoteLen)
-	}
-	if strings.ContainsAny(req.Note, "\n\r\x00") {
-		return Lease{}, Invalidf("note must be one line")
+	if err := checkNote(req.Note); err != nil {
+		return Lease{}, err
 	}
 	if len(snap.GPUs) == 0 {
 		return Lease{}, errorf(CodeUnavailable, "node %s has no GPUs the probe can see", t.node)
@@ -148,7 +152,7 @@ func (t *Table) PlanClaim(c Caller, req Claim, snap nodeprobe.Snapshot, now time
 	case len(req.GPUs) > 0 && req.Count > 0 && req.Count != len(req.GPUs):
 		return Lease{}, Invalidf("asked for %d GPUs but named %d: give either -g N or --gpus", req.Count, len(req.GPUs))
 	case len(req.GPUs) > 0:
-		gpus, err = checkNamed(req, snap, holders, now)
+		gpus, err = checkNamed(req, snap, holders, now, t.node)
 		if err != nil {
 			return Lease{}, err
 		}
@@ -175,6 +179,22 @@ func (t *Table) PlanClaim(c Caller, req Claim, snap nodeprobe.Snapshot, now time
 	}, nil
 }
 
+// checkNote keeps notes to one short line of text: everyone's board and
+// `dibs ls` print them, so an escape sequence in a note would reach other
+// people's terminals.
+func checkNote(note string) error {
+	if len(note) > MaxNoteLen {
+		return Invalidf("note is %d bytes; keep it to %d at most", len(note), MaxNoteLen)
+	}
+	if strings.ContainsAny(note, "\n\r") {
+		return Invalidf("note must be one line")
+	}
+	if !utf8.ValidString(note) || strings.ContainsFunc(note, unicode.IsControl) {
+		return Invalidf("note must be plain text, without control characters or escape sequences")
+	}
+	return nil
+}
+
 func checkDuration(d time.Duration, k Kind, p Policy) (time.Duration, error) {
 	def, max := p.Limits(k)
 	if d == 0 {
@@ -189,7 +209,7 @@ func checkDuration(d time.Duration, k Kind, p Policy) (time.Duration, error) {
 	return d, nil
 }
 
-func checkNamed(req Claim, snap nodeprobe.Snapshot, holders map[int]*Lease, now time.Time) ([]int, error) {
+func checkNamed(req Claim, snap nodeprobe.Snapshot, holders map[int]*Lease, now time.Time, node string) ([]int, error) {
 	seen := make(map[int]bool)
 	gpus := make([]int, 0, len(req.GPUs))
 	for _, g := range req.GPUs {
@@ -199,18 +219,18 @@ func checkNamed(req Claim, snap nodeprobe.Snapshot, holders map[int]*Lease, now 
 		seen[g] = true
 		gpu := findGPU(snap, g)
 		if gpu == nil {
-			return nil, Invalidf("no GPU %d on %s: it has GPUs %s", g, snap.Host.Name, indexRange(snap))
+			return nil, Invalidf("no GPU %d on %s: it has GPUs %s", g, node, indexRange(snap))
+		}
+		// Down whoever holds it: the probe cannot read it, so neither can a job.
+		if gpu.Error != "" {
+			return nil, errorf(CodeUnavailable, "GPU %d on %s is down (%s): pick another GPU", g, node, gpu.Error)
 		}
 		if l := holders[g]; l != nil {
-			return nil, errorf(CodeConflict, "GPU %d is held by %s until %s (lease %s)", g, l.User, l.ExpiresAt.Local().Format("15:04"), l.ID)
+			return nil, errorf(CodeConflict, "GPU %d is held by %s %s (lease %s, until %s): pick another GPU, or ask %s", g, l.User, timeLeft(l.ExpiresAt, now), l.ID, l.ExpiresAt.Local().Format("Mon 15:04"), l.User)
 		}
 		if len(gpu.Processes) > 0 && !req.Force {
 			pr := gpu.Processes[0]
-			who := pr.User
-			if who == "" {
-				who = "uid " + strconv.Itoa(pr.UID)
-			}
-			return nil, errorf(CodeConflict, "GPU %d has no lease but %s's process %s (pid %d) is running on it: pick another GPU, or add --force if you know it is safe", g, who, pr.Command, pr.PID)
+			return nil, errorf(CodeConflict, "GPU %d has no lease but %s's process %s (pid %d) is running on it: pick another GPU, or add --force if you know it is safe", g, ownerName(pr), pr.Command, pr.PID)
 		}
 		gpus = append(gpus, g)
 	}
@@ -227,15 +247,42 @@ func findGPU(snap nodeprobe.Snapshot, index int) *nodeprobe.GPU {
 	return nil
 }
 
+// indexRange lists a node's GPU indices: 0-7 when they run without a gap,
+// 0,1,3 otherwise.
 func indexRange(snap nodeprobe.Snapshot) string {
 	if len(snap.GPUs) == 0 {
 		return "none"
 	}
-	return fmt.Sprintf("%d-%d", snap.GPUs[0].Index, snap.GPUs[len(snap.GPUs)-1].Index)
+	idx := make([]int, len(snap.GPUs))
+	for i, g := range snap.GPUs {
+		idx[i] = g.Index
+	}
+	slices.Sort(idx)
+	if idx[len(idx)-1]-idx[0] == len(idx)-1 && len(idx) > 1 {
+		return fmt.Sprintf("%d-%d", idx[0], idx[len(idx)-1])
+	}
+	return strings.TrimPrefix(strings.TrimPrefix(gpuList(idx), "GPUs "), "GPU ")
 }
 
-// FreeGPUs lists the GPUs with no lease and no process, the only ones -g N
-// picks from.
+// ownerName names a process's owner for a message.
+func ownerName(pr nodeprobe.Process) string {
+	switch {
+	case pr.User != "":
+		return pr.User
+	case pr.UID >= 0:
+		return "uid " + strconv.Itoa(pr.UID)
+	}
+	return "an unknown user"
+}
+
+// usable reports whether -g N may pick g: no lease, no process, and the probe
+// could read it (a GPU with an error is down, never free).
+func usable(g *nodeprobe.GPU, held bool) bool {
+	return !held && len(g.Processes) == 0 && g.Error == ""
+}
+
+// FreeGPUs lists the GPUs with no lease, no process and no error, the only
+// ones -g N picks from.
 func FreeGPUs(snap nodeprobe.Snapshot, leases []Lease) []int {
 	held := make(map[int]bool)
 	for _, l := range leases {
@@ -244,8 +291,8 @@ func FreeGPUs(snap nodeprobe.Snapshot, leases []Lease) []int {
 		}
 	}
 	var free []int
-	for _, g := range snap.GPUs {
-		if !held[g.Index] && len(g.Processes) == 0 {
+	for i := range snap.GPUs {
+		if g := &snap.GPUs[i]; usable(g, held[g.Index]) {
 			free = append(free, g.Index)
 		}
 	}
@@ -254,16 +301,20 @@ func FreeGPUs(snap nodeprobe.Snapshot, leases []Lease) []int {
 
 func pickFree(n int, snap nodeprobe.Snapshot, holders map[int]*Lease, now time.Time, node string) ([]int, error) {
 	var free []int
-	for _, g := range snap.GPUs {
-		if holders[g.Index] == nil && len(g.Processes) == 0 {
+	for i := range snap.GPUs {
+		if g := &snap.GPUs[i]; usable(g, holders[g.Index] != nil) {
 			free = append(free, g.Index)
 		}
 	}
 	if n > len(snap.GPUs) {
-		return nil, Invalidf("%s has only %d GPUs; asked for %d", node, len(snap.GPUs), n)
+		return nil, Invalidf("%s has only %d GPUs; asked for %d: ask for at most %d, or for several nodes", node, len(snap.GPUs), n, len(snap.GPUs))
 	}
 	if len(free) < n {
-		return nil, errorf(CodeConflict, "asked for %d GPUs but only %d free on %s: %s", n, len(free), node, describeBusy(snap, holders, now))
+		out := "wait for them, or ask the holders"
+		if len(free) > 0 {
+			out = fmt.Sprintf("ask for %d or fewer, wait, or ask the holders", len(free))
+		}
+		return nil, errorf(CodeConflict, "asked for %d GPUs but only %d free on %s: %s; %s", n, len(free), node, describeBusy(snap, holders, now), out)
 	}
 	return Place(snap, free, n), nil
 }
@@ -291,25 +342,36 @@ func describeBusy(snap nodeprobe.Snapshot, holders map[int]*Lease, now time.Time
 		if l := holders[g.Index]; l != nil {
 			add("lease "+l.ID, l.User, g.Index, l.ExpiresAt)
 		} else if len(g.Processes) > 0 {
-			who := g.Processes[0].User
-			if who == "" {
-				who = "uid " + strconv.Itoa(g.Processes[0].UID)
-			}
+			who := ownerName(g.Processes[0])
 			add("proc "+who, who, g.Index, time.Time{})
+		} else if g.Error != "" {
+			add("down", "", g.Index, time.Time{})
 		}
 	}
 	parts := make([]string, 0, len(order))
 	for _, k := range order {
 		h := m[k]
-		s := fmt.Sprintf("%s holds %s", h.who, gpuList(h.gpus))
-		if h.until.IsZero() {
+		var s string
+		switch {
+		case k == "down":
+			s = gpuList(h.gpus) + " down"
+		case h.until.IsZero():
 			s = fmt.Sprintf("%s runs unleased processes on %s", h.who, gpuList(h.gpus))
-		} else {
-			s += fmt.Sprintf(" for %s more", FormatDuration(h.until.Sub(now)))
+		default:
+			s = fmt.Sprintf("%s holds %s %s", h.who, gpuList(h.gpus), timeLeft(h.until, now))
 		}
 		parts = append(parts, s)
 	}
 	return strings.Join(parts, "; ")
+}
+
+// timeLeft says how long a lease still runs, or how long it is overdue (end
+// action warn keeps it held past its end).
+func timeLeft(end, now time.Time) string {
+	if left := end.Sub(now); left > 0 {
+		return "for " + FormatDuration(left) + " more"
+	}
+	return FormatDuration(now.Sub(end)) + " past its end"
 }
 
 func gpuList(g []int) string {
@@ -349,13 +411,16 @@ func (t *Table) PlanExtend(c Caller, id string, d time.Duration, now time.Time, 
 		return Lease{}, Invalidf("extend by a positive duration, like --for 2h")
 	}
 	_, max := p.Limits(e.Kind)
+	// An overdue lease is extended from now; one still running from its end.
+	// Overdue is judged as Due judges it, so a wall clock that jumped forward
+	// does not make a running lease look overdue and lose its time left.
 	base := e.ExpiresAt
-	if now.After(base) {
+	if e.ended(now) {
 		base = now.Round(0)
 	}
 	end := base.Add(d)
 	if end.Sub(now) > max {
-		room := max - e.ExpiresAt.Sub(now)
+		room := max - base.Sub(now)
 		if room < time.Minute {
 			return Lease{}, Invalidf("lease %s already ends %s from now, the %s maximum", id, FormatDuration(e.ExpiresAt.Sub(now)), e.Kind)
 		}
@@ -377,8 +442,11 @@ func (t *Table) PlanAdopt(c Caller, pid int, d time.Duration, note string, snap 
 	var owner *nodeprobe.Process
 	for _, g := range snap.GPUs {
 		for i := range g.Processes {
+			// A pid on several MIG slices of one GPU is listed once per slice.
 			if g.Processes[i].PID == pid {
-				gpus = append(gpus, g.Index)
+				if !slices.Contains(gpus, g.Index) {
+					gpus = append(gpus, g.Index)
+				}
 				owner = &g.Processes[i]
 			}
 		}
@@ -387,7 +455,7 @@ func (t *Table) PlanAdopt(c Caller, pid int, d time.Duration, note string, snap 
 		return Lease{}, errorf(CodeNotFound, "pid %d is not on any GPU of %s: `dibs ls` lists the processes it sees", pid, t.node)
 	}
 	if owner.UID != c.UID && !c.Admin {
-		return Lease{}, errorf(CodeForbidden, "pid %d belongs to %s, not you: only its owner can adopt it", pid, owner.User)
+		return Lease{}, errorf(CodeForbidden, "pid %d belongs to %s, not you: only its owner can adopt it", pid, ownerName(*owner))
 	}
 	holders := t.holders()
 	for _, g := range gpus {

@@ -18,6 +18,10 @@ import (
 // go-nvml mock in tests.
 type nvmlDriver struct {
 	lib nvml.Interface
+	// hasRemoteType says whether the driver exports
+	// nvmlDeviceGetNvLinkRemoteDeviceType (R460+); calling a missing symbol
+	// through go-nvml aborts the process rather than returning an error.
+	hasRemoteType bool
 }
 
 // nvmlError is a failed NVML call. It keeps the return code for the prober's
@@ -73,6 +77,7 @@ func optional(op string, ret nvml.Return) (bool, error) {
 func (d *nvmlDriver) init() error {
 	switch ret := d.lib.Init(); ret {
 	case nvml.SUCCESS:
+		d.hasRemoteType = d.lib.Extensions().LookupSymbol("nvmlDeviceGetNvLinkRemoteDeviceType") == nil
 		return nil
 	case nvml.ERROR_LIBRARY_NOT_FOUND:
 		return fmt.Errorf("NVML: libnvidia-ml.so.1 not found")
@@ -133,11 +138,12 @@ func (d *nvmlDriver) processName(pid int) string {
 // staticInfo is what a device says about itself that cannot change while the
 // driver stays loaded.
 type staticInfo struct {
-	uuid  string
-	name  string
-	busID string // "00000000:1B:00.0", as nvidia-smi prints it
+	uuid string
+	name string
 }
 
+// static reads a device's identity. Without it the GPU cannot be named, so
+// any failure is an error.
 func (d *nvmlDriver) static(dev nvml.Device) (staticInfo, error) {
 	var s staticInfo
 	var ret nvml.Return
@@ -147,56 +153,55 @@ func (d *nvmlDriver) static(dev nvml.Device) (staticInfo, error) {
 	if s.name, ret = dev.GetName(); ret != nvml.SUCCESS {
 		return s, decode("name", ret)
 	}
-	pci, ret := dev.GetPciInfo()
-	if ok, err := optional("pci info", ret); err != nil {
-		return s, err
-	} else if ok {
-		s.busID = cString(pci.BusId[:])
-	}
 	return s, nil
 }
 
-// memoryMiB returns total and used device memory.
-func (d *nvmlDriver) memoryMiB(dev nvml.Device) (total, used uint64, err error) {
-	m, ret := dev.GetMemoryInfo()
-	if err := decode("memory", ret); err != nil {
-		return 0, 0, err
+// busID returns the PCI bus id as nvidia-smi prints it ("00000000:1B:00.0"),
+// "" when NVML does not say.
+func (d *nvmlDriver) busID(dev nvml.Device) (string, error) {
+	pci, ret := dev.GetPciInfo()
+	if ok, err := optional("pci info", ret); !ok {
+		return "", err
 	}
-	return m.Total >> 20, m.Used >> 20, nil
+	return cString(pci.BusId[:]), nil
+}
+
+// memoryMiB returns total and used device memory; ok is false when the
+// device does not say.
+func (d *nvmlDriver) memoryMiB(dev nvml.Device) (total, used uint64, ok bool, err error) {
+	m, ret := dev.GetMemoryInfo()
+	if ok, err := optional("memory", ret); !ok {
+		return 0, 0, false, err
+	}
+	return m.Total >> 20, m.Used >> 20, true, nil
 }
 
 // utilization returns the GPU busy percentage over the driver's last sample
-// period; nil when the device cannot say (MIG mode, vGPU, no sample yet).
-func (d *nvmlDriver) utilization(dev nvml.Device) (*int, error) {
+// period; ok is false when the device cannot say (MIG mode, vGPU, no sample
+// yet). The readings return values, not pointers, so the prober can place
+// them in one allocation per snapshot.
+func (d *nvmlDriver) utilization(dev nvml.Device) (pct int, ok bool, err error) {
 	u, ret := dev.GetUtilizationRates()
-	if ok, err := optional("utilization", ret); !ok {
-		return nil, err
-	}
-	return IntPtr(int(u.Gpu)), nil
+	ok, err = optional("utilization", ret)
+	return int(u.Gpu), ok, err
 }
 
-func (d *nvmlDriver) temperature(dev nvml.Device) (*int, error) {
+func (d *nvmlDriver) temperature(dev nvml.Device) (celsius int, ok bool, err error) {
 	t, ret := dev.GetTemperature(nvml.TEMPERATURE_GPU)
-	if ok, err := optional("temperature", ret); !ok {
-		return nil, err
-	}
-	return IntPtr(int(t)), nil
+	ok, err = optional("temperature", ret)
+	return int(t), ok, err
 }
 
-func (d *nvmlDriver) powerDraw(dev nvml.Device) (*float64, error) {
+func (d *nvmlDriver) powerDraw(dev nvml.Device) (watts float64, ok bool, err error) {
 	mw, ret := dev.GetPowerUsage()
-	if ok, err := optional("power draw", ret); !ok {
-		return nil, err
-	}
-	return FloatPtr(float64(mw) / 1000), nil
+	ok, err = optional("power draw", ret)
+	return float64(mw) / 1000, ok, err
 }
 
-func (d *nvmlDriver) powerLimit(dev nvml.Device) (*float64, error) {
+func (d *nvmlDriver) powerLimit(dev nvml.Device) (watts float64, ok bool, err error) {
 	mw, ret := dev.GetEnforcedPowerLimit()
-	if ok, err := optional("power limit", ret); !ok {
-		return nil, err
-	}
-	return FloatPtr(float64(mw) / 1000), nil
+	ok, err = optional("power limit", ret)
+	return float64(mw) / 1000, ok, err
 }
 
 // migMode returns the current MIG mode; GPUs without MIG say unsupported.
@@ -252,7 +257,7 @@ func (d *nvmlDriver) mig(m nvml.Device, parentTotalMiB uint64) (migInfo, error) 
 	if mi.uuid, ret = m.GetUUID(); ret != nvml.SUCCESS {
 		return mi, decode("mig uuid", ret)
 	}
-	total, used, err := d.memoryMiB(m)
+	total, used, _, err := d.memoryMiB(m)
 	if err != nil {
 		return mi, err
 	}
@@ -369,8 +374,10 @@ func (d *nvmlDriver) nvlinks(dev nvml.Device) ([]nvlinkRemote, error) {
 			continue
 		}
 		var r nvlinkRemote
-		if t, ret := dev.GetNvLinkRemoteDeviceType(l); ret == nvml.SUCCESS {
-			r.toSwitch = t == nvml.NVLINK_DEVICE_TYPE_SWITCH
+		if d.hasRemoteType {
+			if t, ret := dev.GetNvLinkRemoteDeviceType(l); ret == nvml.SUCCESS {
+				r.toSwitch = t == nvml.NVLINK_DEVICE_TYPE_SWITCH
+			}
 		}
 		pci, ret := dev.GetNvLinkRemotePciInfo(l)
 		if ok, err := optional("nvlink remote", ret); err != nil {

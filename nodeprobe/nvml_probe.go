@@ -40,13 +40,19 @@ type nvmlProbe struct {
 	nLinks   int
 }
 
+var _ Probe = (*nvmlProbe)(nil)
+
 // nvmlStatic is what is cached about one GPU.
 type nvmlStatic struct {
 	dev   nvml.Device
 	info  staticInfo
-	bus   string // normalised bus id, for NVLink peers
+	busID string // as NVML prints it
+	bus   string // normalised, to match NVLink peers
 	links []Link
 	err   string // why the GPU could not be identified; empty when fine
+	// totalMiB is the last memory size read, kept for probes where the
+	// memory read fails.
+	totalMiB uint64
 }
 
 func newNVMLProbe(ctx context.Context, lib nvml.Interface, opts Options) (*nvmlProbe, error) {
@@ -101,21 +107,49 @@ func (p *nvmlProbe) loadStatic(n int) {
 	p.static = make([]nvmlStatic, n)
 	p.complete = true
 	for i := range p.static {
-		s := &p.static[i]
-		dev, err := p.drv.device(i)
-		if err == nil {
-			s.info, err = p.drv.static(dev)
-		}
-		if err != nil {
-			s.err = err.Error()
-			p.complete = false
-			p.warn.warn(fmt.Sprintf("static/%d/%s", i, s.err), "nodeprobe: gpu %d: %v", i, err)
-			continue
-		}
-		s.dev = dev
-		s.bus = normBusID(s.info.busID)
+		p.complete = p.identify(i) && p.complete
 	}
 	p.loadTopology()
+}
+
+// retryStatic tries again to identify the GPUs that failed before, and
+// redoes the topology when one comes back.
+func (p *nvmlProbe) retryStatic() {
+	p.complete = true
+	recovered := false
+	for i := range p.static {
+		if p.static[i].err == "" {
+			continue
+		}
+		ok := p.identify(i)
+		recovered = recovered || ok
+		p.complete = p.complete && ok
+	}
+	if recovered {
+		p.loadTopology()
+	}
+}
+
+// identify reads GPU i's handle and identity into the cache; false when the
+// GPU could not be named.
+func (p *nvmlProbe) identify(i int) bool {
+	s := &p.static[i]
+	*s = nvmlStatic{}
+	dev, err := p.drv.device(i)
+	if err == nil {
+		s.info, err = p.drv.static(dev)
+	}
+	if err != nil {
+		s.err = err.Error()
+		p.warn.warn(fmt.Sprintf("static/%d/%s", i, s.err), "nodeprobe: gpu %d: %v", i, err)
+		return false
+	}
+	s.dev = dev
+	if s.busID, err = p.drv.busID(dev); err != nil {
+		p.warn.warn(fmt.Sprintf("bus/%d", i), "nodeprobe: gpu %d: pci bus id unknown: %v", i, err)
+	}
+	s.bus = normBusID(s.busID)
+	return true
 }
 
 // loadTopology records, for every pair of GPUs, NVLink where the GPUs share
@@ -178,7 +212,7 @@ func (p *nvmlProbe) loadTopology() {
 			}
 			kind, ok, err := p.drv.pcieLink(a.dev, b.dev)
 			if err != nil {
-				p.warn.warn(fmt.Sprintf("topology/%d/%d", i, j), "nodeprobe: gpu %d to %d: pcie topology unknown: %v", i, j, err)
+				p.warn.warn(fmt.Sprintf("topology/%d", i), "nodeprobe: gpu %d: pcie topology to gpu %d unknown: %v", i, j, err)
 			}
 			if ok {
 				pcie[i*n+j] = kind
@@ -200,11 +234,17 @@ func (p *nvmlProbe) Snapshot(ctx context.Context) (Snapshot, error) {
 	if err != nil {
 		return Snapshot{}, fmt.Errorf("probe: NVML: %w", err)
 	}
-	if n != len(p.static) || !p.complete {
+	switch {
+	case n != len(p.static):
 		p.loadStatic(n)
+	case !p.complete:
+		p.retryStatic()
 	}
 	snap := Snapshot{TakenAt: p.now(), Host: p.host, GPUs: make([]GPU, n)}
+	// One backing array per kind rather than an allocation per field; the
+	// snapshot owns all of it.
 	links := make([]Link, 0, p.nLinks)
+	vals := make([]gpuValues, n)
 	for i := range snap.GPUs {
 		if err := ctx.Err(); err != nil {
 			return Snapshot{}, fmt.Errorf("probe gpu %d: %w", i, err)
@@ -215,16 +255,23 @@ func (p *nvmlProbe) Snapshot(ctx context.Context) (Snapshot, error) {
 		if len(links) > start {
 			g.Links = links[start:len(links):len(links)]
 		}
-		p.readGPU(i, g)
+		p.readGPU(i, g, &vals[i])
 	}
 	return snap, nil
 }
 
+// gpuValues holds the optional readings of one GPU; GPU's pointer fields
+// point into it.
+type gpuValues struct {
+	util, temp  int
+	draw, limit float64
+}
+
 // readGPU fills g from GPU i's cached facts and its live readings.
-func (p *nvmlProbe) readGPU(i int, g *GPU) {
+func (p *nvmlProbe) readGPU(i int, g *GPU, v *gpuValues) {
 	s := &p.static[i]
 	g.Index = i
-	g.UUID, g.Model, g.PCIBusID = s.info.uuid, s.info.name, s.info.busID
+	g.UUID, g.Model, g.PCIBusID = s.info.uuid, s.info.name, s.busID
 	g.MIG = MIGUnsupported
 	g.Processes = []Process{}
 	if s.err != "" {
@@ -232,16 +279,28 @@ func (p *nvmlProbe) readGPU(i int, g *GPU) {
 		return
 	}
 	dev := s.dev
-	var err error
-	g.MemoryTotalMiB, g.MemoryUsedMiB, err = p.drv.memoryMiB(dev)
+	total, used, ok, err := p.drv.memoryMiB(dev)
 	p.fieldErr(g, "memory", err)
-	g.UtilizationPct, err = p.drv.utilization(dev)
+	if ok {
+		s.totalMiB = total
+		g.MemoryUsedMiB = used
+	}
+	g.MemoryTotalMiB = s.totalMiB
+	if v.util, ok, err = p.drv.utilization(dev); ok {
+		g.UtilizationPct = &v.util
+	}
 	p.fieldErr(g, "utilization", err)
-	g.TemperatureC, err = p.drv.temperature(dev)
+	if v.temp, ok, err = p.drv.temperature(dev); ok {
+		g.TemperatureC = &v.temp
+	}
 	p.fieldErr(g, "temperature", err)
-	g.PowerDrawW, err = p.drv.powerDraw(dev)
+	if v.draw, ok, err = p.drv.powerDraw(dev); ok {
+		g.PowerDrawW = &v.draw
+	}
 	p.fieldErr(g, "power draw", err)
-	g.PowerLimitW, err = p.drv.powerLimit(dev)
+	if v.limit, ok, err = p.drv.powerLimit(dev); ok {
+		g.PowerLimitW = &v.limit
+	}
 	p.fieldErr(g, "power limit", err)
 	g.MIG, err = p.drv.migMode(dev)
 	p.fieldErr(g, "mig mode", err)

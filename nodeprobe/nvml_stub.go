@@ -11,5 +11,5 @@ import (
 // this binary was built without it (or not for Linux). Open then falls back
 // to nvidia-smi.
 func OpenNVML(ctx context.Context, opts Options) (Probe, error) {
-	return nil, errors.New("NVML: not available in this build (built without cgo); use nvidia-smi or --sim")
+	return nil, errors.New("NVML: not available in this build (built without cgo)")
 }

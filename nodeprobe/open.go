@@ -127,11 +127,15 @@ type warnOnce struct {
 	seen map[string]struct{}
 }
 
+// maxWarnKeys bounds what warnOnce remembers; past it, it forgets and may
+// repeat a line, rather than grow for the life of the agent.
+const maxWarnKeys = 1024
+
 func (w *warnOnce) warn(key, format string, args ...any) {
 	if _, ok := w.seen[key]; ok {
 		return
 	}
-	if w.seen == nil {
+	if w.seen == nil || len(w.seen) >= maxWarnKeys {
 		w.seen = make(map[string]struct{})
 	}
 	w.seen[key] = struct{}{}

@@ -2,9 +2,6 @@ package nodeprobe
 
 import (
 	"bytes"
-	"errors"
-	"io"
-	"os"
 	"os/user"
 	"path/filepath"
 	"strconv"
@@ -61,13 +58,8 @@ func (r *procReader) attribute(pid int, fallbackCmd string) procOwner {
 // read returns the start of a small procfs file in the shared buffer; the
 // slice is valid until the next read.
 func (r *procReader) read(path string) ([]byte, error) {
-	f, err := os.Open(path)
+	n, err := readSmall(path, r.buf[:])
 	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	n, err := io.ReadFull(f, r.buf[:])
-	if err != nil && !errors.Is(err, io.ErrUnexpectedEOF) && !errors.Is(err, io.EOF) {
 		return nil, err
 	}
 	return r.buf[:n], nil

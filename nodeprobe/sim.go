@@ -149,6 +149,8 @@ type Sim struct {
 	lastWarning string
 }
 
+var _ Probe = (*Sim)(nil)
+
 // simGPULoad is a validated GPULoad with its processes resolved.
 type simGPULoad struct {
 	util      int

@@ -44,6 +44,8 @@ type smiProbe struct {
 	warn  warnOnce
 }
 
+var _ Probe = (*smiProbe)(nil)
+
 func newSMIProbe(ctx context.Context, path string, run commandRunner, opts Options) (*smiProbe, error) {
 	p := &smiProbe{
 		path:  path,

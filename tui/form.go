@@ -27,6 +27,7 @@ type field struct {
 	name  string // count, duration, note, command, filter
 	label string
 	hint  string
+	max   int // widest the input is drawn
 	in    textinput.Model
 }
 
@@ -35,7 +36,7 @@ type field struct {
 type form struct {
 	kind   formKind
 	title  string
-	intro  string // one line under the title: what the form will do
+	intro  []string // lines under the title: what the form will do
 	node   string
 	gpus   []int  // selected GPUs; empty means "count" decides
 	lease  string // extend: the lease id
@@ -56,8 +57,8 @@ func newInput(st textinput.Styles, value string) textinput.Model {
 	return in
 }
 
-func (f *form) add(st textinput.Styles, name, label, value, hint string) {
-	f.fields = append(f.fields, field{name: name, label: label, hint: hint, in: newInput(st, value)})
+func (f *form) add(st textinput.Styles, name, label, value, hint string, max int) {
+	f.fields = append(f.fields, field{name: name, label: label, hint: hint, max: max, in: newInput(st, value)})
 }
 
 // newClaimForm asks for a claim (run=false) or a claim with a session (run=true).
@@ -69,28 +70,31 @@ func newClaimForm(st textinput.Styles, run bool, node string, gpus []int) *form 
 		f.kind, verb = formRun, "run"
 	}
 	if len(gpus) > 0 {
-		f.title = fmt.Sprintf("%s GPUs %s on %s", verb, joinInts(gpus), node)
-		f.intro = "the selected GPUs (space toggles, esc here cancels)"
+		f.title = fmt.Sprintf("%s on GPUs %s of %s", verb, joinInts(gpus), node)
+		f.intro = []string{"exactly the GPUs you selected"}
 	} else {
 		f.title = fmt.Sprintf("%s on %s", verb, node)
-		f.intro = "on the node under the cursor; select GPUs with space to pick them"
-		f.add(st, "count", "GPUs", "1", "how many")
+		f.intro = []string{"on " + node + ", the node under the cursor — esc, then space picks GPUs"}
+		f.add(st, "count", "GPUs", "1", "how many", 4)
 	}
 	if run {
-		f.add(st, "command", "command", "", "empty: a login shell")
+		f.intro = append(f.intro, "and starts a tmux session there with CUDA_VISIBLE_DEVICES set")
+		f.add(st, "command", "command", "", "empty: a login shell", 60)
 	}
-	f.add(st, "duration", "duration", "", "30m, 4h, 2d; empty: the default")
-	f.add(st, "note", "note", "", "what it is for (optional)")
+	f.add(st, "duration", "duration", "", "30m, 4h, 2d; empty: default", 8)
+	f.add(st, "note", "note", "", "what it is for", 40)
 	f.keys.multi = len(f.fields) > 1
 	f.setFocus(0)
 	return f
 }
 
-func newExtendForm(st textinput.Styles, l *lease.Lease) *form {
+// newExtendForm asks how much longer a lease should run; ends says when it
+// ends now, in the board's words.
+func newExtendForm(st textinput.Styles, l *lease.Lease, ends string) *form {
 	f := &form{kind: formExtend, lease: l.ID, node: l.Node, keys: defaultFormKeyMap()}
 	f.title = "extend " + l.ID
-	f.intro = fmt.Sprintf("GPUs %s on %s", joinInts(l.GPUs), l.Node)
-	f.add(st, "duration", "longer by", "1h", "30m, 2h, 1d")
+	f.intro = []string{fmt.Sprintf("%s on %s, held by %s; %s", gpuList(l.GPUs), l.Node, holderName(l), ends)}
+	f.add(st, "duration", "longer by", "1h", "30m, 2h, 1d", 8)
 	f.setFocus(0)
 	return f
 }
@@ -98,8 +102,8 @@ func newExtendForm(st textinput.Styles, l *lease.Lease) *form {
 func newFilterForm(st textinput.Styles, current string) *form {
 	f := &form{kind: formFilter, keys: defaultFormKeyMap()}
 	f.title = "filter"
-	f.intro = "nodes, users or GPU models containing the text"
-	f.add(st, "filter", "filter", current, "enter keeps it, esc clears it")
+	f.intro = []string{"nodes, users or GPU models containing the text"}
+	f.add(st, "filter", "filter", current, "enter keeps it, esc clears it", 30)
 	f.fields[0].in.CursorEnd()
 	f.setFocus(0)
 	return f
@@ -198,50 +202,45 @@ func (f *form) extendRequest() (api.ExtendRequest, error) {
 
 // view renders the form as lines of at most width cells, and where the
 // focused input's cursor is (line, column) so the root can place the
-// terminal cursor there.
+// terminal cursor there. Inputs sit between brackets so they show without
+// colour.
 func (f *form) view(st *styles, width int) (lines []string, curLine, curCol int) {
 	lines = append(lines, st.bold.render(truncate(f.title, width)))
-	if f.intro != "" {
-		lines = append(lines, st.dim.render(truncate(f.intro, width)))
+	for _, l := range f.intro {
+		lines = append(lines, st.dim.render(truncate(l, width)))
 	}
-	inW := max(8, min(40, width-labelWidth-2-ansi.StringWidth(longestHint(f))))
-	if width-labelWidth-2 < 20 {
-		inW = max(8, width-labelWidth-2)
-	}
+	const lead = 2 + labelWidth + 1 // "› " label "["
 	for i := range f.fields {
 		fl := &f.fields[i]
+		hint := " " + fl.hint
+		room := width - lead - 1 // "]"
+		inW := min(fl.max, room-ansi.StringWidth(hint))
+		if inW < min(fl.max, 12) { // no room for the hint: the input first
+			inW, hint = min(fl.max, room), ""
+		}
+		inW = max(inW, 1)
 		fl.in.SetWidth(inW)
 		mark := "  "
 		if i == f.focus {
 			mark = "› "
 			curLine = len(lines)
-			col := fl.in.Position()
-			if col > inW {
-				col = inW
-			}
-			curCol = 2 + labelWidth + col
+			curCol = lead + min(fl.in.Position(), inW)
 		}
 		var b strings.Builder
 		b.WriteString(mark)
 		st.label.write(&b, padRight(fl.label, labelWidth))
-		b.WriteString(padRight(fl.in.View(), inW+1))
-		if fl.hint != "" && width-labelWidth-2-inW-1 > 6 {
-			b.WriteString(" ")
-			st.dim.write(&b, fl.hint)
-		}
+		b.WriteString("[")
+		b.WriteString(padRight(truncate(fl.in.View(), inW+1), inW+1))
+		b.WriteString("]")
+		st.dim.write(&b, hint)
 		lines = append(lines, truncate(b.String(), width))
 	}
 	return lines, curLine, curCol
 }
 
-func longestHint(f *form) string {
-	h := ""
-	for _, fl := range f.fields {
-		if len(fl.hint) > len(h) {
-			h = fl.hint
-		}
-	}
-	return " " + h
+// gpuList says "GPU 3" or "GPUs 2,3".
+func gpuList(gpus []int) string {
+	return plural(len(gpus), "GPU ", "GPUs ") + joinInts(gpus)
 }
 
 func joinInts(xs []int) string {

@@ -47,16 +47,17 @@ func (m *Model) render() (string, *tea.Cursor) {
 	bodyH := max(h-4, 1)
 	var cur *tea.Cursor
 	if w >= wideWidth {
-		panelW := min(max(w*36/100, 48), 72)
+		panelW := min(max(w*40/100, 56), 80)
 		gridW := w - panelW - 3
-		grid := m.gridLines(gridW, bodyH, top)
+		grid, gridWs := m.gridLines(gridW, bodyH, top)
 		panel, pc := m.panelLines(panelW, bodyH)
 		panel = clip(panel, bodyH, m.st)
 		sep := m.st.rule.render("│")
 		for i := range bodyH {
 			var b strings.Builder
 			if i < len(grid) {
-				b.WriteString(padRight(grid[i], gridW))
+				b.WriteString(grid[i])
+				b.WriteString(spaces(gridW - gridWs[i]))
 			} else {
 				b.WriteString(spaces(gridW))
 			}
@@ -72,14 +73,21 @@ func (m *Model) render() (string, *tea.Cursor) {
 			cur = tea.NewCursor(gridW+3+pc.X, top+pc.Y)
 		}
 	} else {
-		panel, pc := m.panelLines(w, bodyH)
+		// The grid takes what it needs but leaves the panel room for a form
+		// or the detail's first facts; the panel gets the rest.
 		need := m.gridNeed(w)
-		minPanel := min(len(panel), 7)
-		gridH := min(need, bodyH-minPanel)
+		gridH := min(need, bodyH-min(7, bodyH/2))
+		if m.form != nil || m.confirm != nil || m.showHelp {
+			// What the person is doing now gets the room; the grid
+			// scrolls to keep the cursor in view.
+			p, _ := m.panelLines(w, bodyH)
+			gridH = min(need, bodyH-len(p))
+		}
 		gridH = max(gridH, min(4, bodyH))
-		panelH := max(min(len(panel), bodyH-gridH), 0)
+		panel, pc := m.panelLines(w, bodyH-gridH)
+		panelH := bodyH - gridH
 		panel = clip(panel, panelH, m.st)
-		grid := m.gridLines(w, gridH, top)
+		grid, _ := m.gridLines(w, gridH, top)
 		lines = append(lines, grid...)
 		py := len(lines)
 		lines = append(lines, panel...)
@@ -90,10 +98,9 @@ func (m *Model) render() (string, *tea.Cursor) {
 			cur = tea.NewCursor(pc.X, py+pc.Y)
 		}
 	}
+	// Every part keeps to its width, so the frame is not measured again:
+	// measuring ANSI text is most of what a frame would cost.
 	lines = append(lines, m.statusLine(w), m.footerLine(w))
-	for i, l := range lines {
-		lines[i] = truncate(l, w)
-	}
 	return strings.Join(lines, "\n"), cur
 }
 
@@ -130,7 +137,7 @@ func (m *Model) headerLine(w int) string {
 	right += "  " + m.now().Format("15:04") + " "
 	rw := ansi.StringWidth(right)
 	if leftW+rw+1 > w {
-		return left.String()
+		return truncate(left.String(), w)
 	}
 	return left.String() + spaces(w-leftW-rw) + st.dim.render(right)
 }
@@ -153,16 +160,20 @@ func (m *Model) legendLine(w int) string {
 		{st.dim, "[cursor]"},
 	}
 	var b strings.Builder
-	used := 0
-	for _, it := range items {
+	b.WriteByte(' ')
+	used := 1
+	for i, it := range items {
+		gap := 2
+		if i == 0 {
+			gap = 0
+		}
 		tw := ansi.StringWidth(it.text)
-		if used+2+tw > w {
+		if used+gap+tw > w {
 			break
 		}
-		b.WriteString(spaces(2 - min(used, 1)))
-		used += 2 - min(used, 1)
+		b.WriteString(spaces(gap))
 		it.p.write(&b, it.text)
-		used += tw
+		used += gap + tw
 	}
 	return b.String()
 }
@@ -192,6 +203,26 @@ func (m *Model) statusLine(w int) string {
 }
 
 func (m *Model) footerLine(w int) string {
+	key := footerKey{w: w, confirm: m.confirm != nil, form: m.form != nil, st: m.st}
+	if m.form != nil {
+		key.multi = m.form.keys.multi
+	}
+	if key == m.footer.key && m.footer.val != "" {
+		return m.footer.val
+	}
+	m.footer.key, m.footer.val = key, m.renderFooter(w)
+	return m.footer.val
+}
+
+// footerKey is what the footer depends on; the help bubble is slow enough
+// to be worth not redrawing every frame.
+type footerKey struct {
+	w                    int
+	confirm, form, multi bool
+	st                   *styles
+}
+
+func (m *Model) renderFooter(w int) string {
 	m.help.SetWidth(max(w-1, 1))
 	if m.confirm != nil || m.form != nil {
 		fk := defaultFormKeyMap()
@@ -199,9 +230,10 @@ func (m *Model) footerLine(w int) string {
 		if m.form != nil {
 			fk.multi = m.form.keys.multi
 		}
-		return " " + m.help.ShortHelpView(fk.ShortHelp())
+		return truncate(" "+m.help.ShortHelpView(fk.ShortHelp()), w)
 	}
-	return " " + m.help.ShortHelpView(m.keys.ShortHelp())
+	// The help bubble overflows when even its "…" would not fit; cut it here.
+	return truncate(" "+m.help.ShortHelpView(m.keys.ShortHelp()), w)
 }
 
 // gridLayout is how the grid fits a width: cell width and cells per row.
@@ -238,32 +270,52 @@ func (m *Model) gridNeed(w int) int {
 // gridLines draws the ruler and as many node blocks as fit in h lines,
 // scrolled so the cursor's node is whole. y0 is the screen line of the
 // first, for mouse hits.
-func (m *Model) gridLines(w, h, y0 int) []string {
+func (m *Model) gridLines(w, h, y0 int) (lines []string, widths []int) {
 	st := m.st
+	msg := func(s string) ([]string, []int) {
+		s = truncate(s, w-2)
+		return []string{"", "  " + st.dim.render(s)}, []int{0, 2 + ansi.StringWidth(s)}
+	}
 	if !m.ready {
-		return []string{"", "  " + st.dim.render("waiting for the agent's board…")}
+		return msg("waiting for the agent's board…")
 	}
 	if len(m.views) == 0 {
-		msg := "the agent reports no nodes"
+		text := "the agent reports no nodes"
 		switch {
 		case m.onlyMine && m.filter == "":
-			msg = "you hold no GPUs — m shows every node, c claims"
+			text = "you hold no GPUs — m shows every node, c claims"
 		case m.filter != "":
-			msg = fmt.Sprintf("no node, user or model matches “%s” — esc clears the filter", m.filter)
+			text = fmt.Sprintf("no node, user or model matches “%s” — esc clears the filter", m.filter)
 		}
-		return []string{"", "  " + st.dim.render(msg)}
+		return msg(text)
 	}
 	l := m.layout(w)
-	m.scrollTo(l, h-1)
-	lines := make([]string, 1, h)
+	// When not every node fits, the last line says how many more there are.
+	limit := h
+	if m.gridNeed(w) > h {
+		m.scrollTo(l, h-1)
+		if m.span(l, m.top, len(m.views)-1) > h-1 {
+			limit = max(h-1, 2)
+			m.scrollTo(l, limit-1)
+		}
+	}
+	lines = make([]string, 1, h)
+	widths = make([]int, 1, h)
 	inner := l.cw - 2
-	last := m.top
-	for i := m.top; i < len(m.views) && len(lines) < h; i++ {
+	below := 0
+	for i := m.top; i < len(m.views); i++ {
 		v := &m.views[i]
-		last = i
+		if len(lines) >= limit {
+			below++
+			continue
+		}
+		if len(lines)+l.blockH(v) > limit {
+			below++ // drawn in part
+		}
 		m.hits = append(m.hits, hit{y: y0 + len(lines), h: 1, x0: 0, x1: w, node: i, col: -1})
-		lines = append(lines, m.nodeHeader(v, i == m.curNode, w))
-		for r := 0; r*l.perRow < len(v.cells) && len(lines) < h; r++ {
+		hl, hw := m.nodeHeader(v, i == m.curNode, w)
+		lines, widths = append(lines, hl), append(widths, hw)
+		for r := 0; r*l.perRow < len(v.cells) && len(lines) < limit; r++ {
 			from, to := r*l.perRow, min((r+1)*l.perRow, len(v.cells))
 			var a, b strings.Builder
 			a.Grow(l.cw*(to-from)*3 + 64)
@@ -277,14 +329,29 @@ func (m *Model) gridLines(w, h, y0 int) []string {
 				m.writeTelemetry(&b, c, inner)
 				m.hits = append(m.hits, hit{y: y0 + len(lines), h: 2, x0: 1 + (j-from)*l.cw, x1: 1 + (j-from+1)*l.cw, node: i, col: j})
 			}
-			lines = append(lines, a.String())
-			if len(lines) < h {
-				lines = append(lines, b.String())
+			rw := 1 + (to-from)*l.cw
+			la, lb := a.String(), b.String()
+			if rw > w { // a terminal narrower than one cell
+				la, lb, rw = truncate(la, w), truncate(lb, w), w
+			}
+			lines, widths = append(lines, la), append(widths, rw)
+			if len(lines) < limit {
+				lines, widths = append(lines, lb), append(widths, rw)
 			}
 		}
 	}
-	lines[0] = m.ruler(l, w, last)
-	return lines
+	lines[0], widths[0] = m.ruler(l, w)
+	if limit < h {
+		for len(lines) < limit {
+			lines, widths = append(lines, ""), append(widths, 0)
+		}
+		more := ""
+		if below > 0 {
+			more = truncate(fmt.Sprintf("  ▼ %d more %s below — j/↓ scrolls", below, plural(below, "node", "nodes")), w)
+		}
+		lines, widths = append(lines, m.st.dim.render(more)), append(widths, ansi.StringWidth(more))
+	}
+	return lines, widths
 }
 
 // scrollTo moves the first drawn node so the cursor's block fits in avail
@@ -294,49 +361,45 @@ func (m *Model) scrollTo(l gridLayout, avail int) {
 	if m.top > m.curNode {
 		m.top = m.curNode
 	}
-	span := func(from, to int) int {
-		n := 0
-		for i := from; i <= to; i++ {
-			n += l.blockH(&m.views[i])
-		}
-		return n
-	}
-	for m.top < m.curNode && span(m.top, m.curNode) > avail {
+	for m.top < m.curNode && m.span(l, m.top, m.curNode) > avail {
 		m.top++
 	}
-	for m.top > 0 && span(m.top-1, len(m.views)-1) <= avail {
+	for m.top > 0 && m.span(l, m.top-1, len(m.views)-1) <= avail {
 		m.top--
 	}
 }
 
-func (m *Model) ruler(l gridLayout, w, last int) string {
+// span is how many lines node blocks from..to take.
+func (m *Model) span(l gridLayout, from, to int) int {
+	n := 0
+	for i := from; i <= to; i++ {
+		n += l.blockH(&m.views[i])
+	}
+	return n
+}
+
+func (m *Model) ruler(l gridLayout, w int) (string, int) {
 	st := m.st
 	var b strings.Builder
 	b.WriteByte(' ')
 	for c := 0; c < l.perRow; c++ {
 		b.WriteString(padRight(" "+strconv.Itoa(c), l.cw))
 	}
-	r := strings.TrimRight(b.String(), " ")
-	used := ansi.StringWidth(r)
-	var info string
-	if m.top > 0 || last < len(m.views)-1 {
-		info = fmt.Sprintf("nodes %d–%d of %d ", m.top+1, last+1, len(m.views))
-		if m.top > 0 {
-			info = "▲ " + info
-		}
-		if last < len(m.views)-1 {
-			info += "▼ "
-		}
-	}
-	iw := ansi.StringWidth(info)
+	r := truncate(strings.TrimRight(b.String(), " "), w)
 	out := st.dim.render(r)
-	if info != "" && used+iw+2 <= w {
-		out += spaces(w-used-iw) + st.dim.render(info)
+	used := ansi.StringWidth(r)
+	if m.top > 0 {
+		info := fmt.Sprintf("▲ %d above ", m.top)
+		iw := ansi.StringWidth(info)
+		if used+iw+2 <= w {
+			out += spaces(w-used-iw) + st.dim.render(info)
+			used = w
+		}
 	}
-	return out
+	return out, used
 }
 
-func (m *Model) nodeHeader(v *nodeView, isCur bool, w int) string {
+func (m *Model) nodeHeader(v *nodeView, isCur bool, w int) (string, int) {
 	st := m.st
 	var b strings.Builder
 	used := 0
@@ -373,8 +436,12 @@ func (m *Model) nodeHeader(v *nodeView, isCur bool, w int) string {
 	if rest := w - used - 1; rest > 0 {
 		b.WriteByte(' ')
 		st.rule.write(&b, strings.Repeat("─", rest))
+		used = w
 	}
-	return b.String()
+	if used > w {
+		return truncate(b.String(), w), w
+	}
+	return b.String(), used
 }
 
 // writeCell draws a GPU's first line: its state word between the cursor
@@ -409,8 +476,6 @@ func (m *Model) writeCell(b *strings.Builder, c *cellView, isCur, isSel bool, in
 	b.WriteString(p.post)
 }
 
-const eighths = " ▏▎▍▌▋▊▉"
-
 // writeTelemetry draws a GPU's second line: a utilisation bar and number.
 func (m *Model) writeTelemetry(b *strings.Builder, c *cellView, inner int) {
 	st := m.st
@@ -442,8 +507,7 @@ func (m *Model) writeTelemetry(b *strings.Builder, c *cellView, inner int) {
 	}
 	n := full
 	if part > 0 && n < barW {
-		_, size := firstRune(eighths, part)
-		b.WriteString(size)
+		b.WriteString(partialBlock(part))
 		n++
 	}
 	b.WriteString(p.post)
@@ -455,14 +519,25 @@ func (m *Model) writeTelemetry(b *strings.Builder, c *cellView, inner int) {
 	b.WriteByte(' ')
 }
 
-// firstRune returns the i-th rune of s as a string.
-func firstRune(s string, i int) (int, string) {
-	for j, r := range []rune(s) {
-		if j == i {
-			return j, string(r)
-		}
+// partialBlock is the left-aligned block of eighths/8 of a cell.
+func partialBlock(eighths int) string {
+	switch eighths {
+	case 1:
+		return "▏"
+	case 2:
+		return "▎"
+	case 3:
+		return "▍"
+	case 4:
+		return "▌"
+	case 5:
+		return "▋"
+	case 6:
+		return "▊"
+	case 7:
+		return "▉"
 	}
-	return 0, ""
+	return ""
 }
 
 // panelLines is what the panel shows: a question, a form, the help or the
@@ -505,14 +580,17 @@ func (m *Model) titleRule(title string, w int) string {
 func (m *Model) helpLines(w int) []string {
 	lines := []string{m.titleRule("keys", w)}
 	for _, l := range strings.Split(m.help.FullHelpView(m.keys.FullHelp()), "\n") {
-		lines = append(lines, " "+l)
+		lines = append(lines, truncate(" "+l, w))
 	}
 	st := m.st
-	lines = append(lines,
-		" "+st.cell[kindFree].render(labelFree)+" nobody holds it  "+st.cell[kindMine].render(labelMine)+" yours  "+st.cell[kindTheirs].render("user")+" held by them",
-		" "+st.cell[kindIdle].render(labelIdle)+" held, unused  "+st.cell[kindSquat].render(labelSquat)+" used without the lease",
-		" "+st.cell[kindOver].render(labelOver)+" past its end  "+st.cell[kindDown].render(labelDown)+" node not alive: unknown, not free",
-	)
+	legend := []string{
+		" " + st.cell[kindFree].render(labelFree) + " nobody holds it  " + st.cell[kindMine].render(labelMine) + " yours  " + st.cell[kindTheirs].render("user") + " held by them",
+		" " + st.cell[kindIdle].render(labelIdle) + " held, unused  " + st.cell[kindSquat].render(labelSquat) + " used without the lease",
+		" " + st.cell[kindOver].render(labelOver) + " past its end  " + st.cell[kindDown].render(labelDown) + " node not alive: unknown, not free",
+	}
+	for _, l := range legend {
+		lines = append(lines, truncate(l, w))
+	}
 	return lines
 }
 

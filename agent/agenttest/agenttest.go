@@ -203,3 +203,82 @@ func RequireTmux(tb testing.TB) {
 		tb.Skip("tmux is not installed: these tests start real tmux sessions (apt-get install tmux)")
 	}
 }
+
+// ClusterOptions describe a cluster of agents on loopback.
+type ClusterOptions struct {
+	// Specs gives each node's simulated GPUs; its length is the cluster size.
+	Specs []string
+	// Key is the cluster key; nil makes one.
+	Key  []byte
+	Name string
+	// Policy applies to every node.
+	Policy lease.Policy
+	Quiet  bool
+}
+
+// Cluster starts len(o.Specs) agents named node01, node02, … gossiping on
+// 127.0.0.1 with one key, each joining the first, and waits until every
+// agent sees every node alive with its GPUs.
+func Cluster(tb testing.TB, o ClusterOptions) []*Node {
+	tb.Helper()
+	if o.Key == nil {
+		o.Key = make([]byte, 32)
+		for i := range o.Key {
+			o.Key[i] = byte(i*7 + 3)
+		}
+	}
+	if o.Name == "" {
+		o.Name = "test"
+	}
+	tmux := TmuxDir(tb)
+	var nodes []*Node
+	seed := ""
+	for i, spec := range o.Specs {
+		cs := &agent.ClusterSettings{BindAddr: "127.0.0.1", Name: o.Name, Key: o.Key, Fast: true}
+		if seed != "" {
+			cs.Join = []string{seed}
+		}
+		n := Start(tb, Options{Name: fmt.Sprintf("node%02d", i+1), Sim: spec, Policy: o.Policy, Cluster: cs, TmuxTmpDir: tmux, Quiet: o.Quiet})
+		if seed == "" {
+			seed = n.Agent.GossipAddr()
+		}
+		nodes = append(nodes, n)
+	}
+	WaitConverged(tb, nodes, 15*time.Second)
+	return nodes
+}
+
+// WaitConverged waits until every node's board shows every node of nodes
+// alive with its GPUs.
+func WaitConverged(tb testing.TB, nodes []*Node, within time.Duration) {
+	tb.Helper()
+	Eventually(tb, within, "every agent to see every node alive", func() bool {
+		for _, n := range nodes {
+			b := n.Agent.Board(lease.Caller{UID: os.Getuid()})
+			alive := map[string]bool{}
+			for _, bn := range b.Nodes {
+				if bn.State == api.NodeAlive && len(bn.GPUs) > 0 {
+					alive[bn.Name] = true
+				}
+			}
+			for _, m := range nodes {
+				if !alive[m.Opts.Name] {
+					return false
+				}
+			}
+		}
+		return true
+	})
+}
+
+// Crash stops the agent the way a crash or a power cut would: no graceful
+// leave, so the others must detect it.
+func (n *Node) Crash() {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.stopped {
+		return
+	}
+	n.stopped = true
+	n.Agent.Crash()
+}

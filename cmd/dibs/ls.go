@@ -43,12 +43,12 @@ func printBoard(w io.Writer, b api.Board, now time.Time) {
 	for _, n := range b.Notices {
 		fmt.Fprintf(w, "! %s\n", n)
 	}
-	fmt.Fprintf(w, "%-10s %3s %-14s %11s %4s  %-10s %6s  %s\n", "NODE", "GPU", "MODEL", "MEMORY", "UTIL", "HOLDER", "LEFT", "FLAGS")
+	fmt.Fprintf(w, "%-8s %3s %-16s %9s %4s  %-10s %6s  %s\n", "NODE", "GPU", "MODEL", "MEMORY", "UTIL", "HOLDER", "LEFT", "FLAGS")
 	var leases []lease.Lease
 	seen := map[string]bool{}
 	for _, n := range b.Nodes {
 		if n.State != api.NodeAlive {
-			fmt.Fprintf(w, "%-10s %s: GPUs unknown (last heard %s ago)\n", clip(n.Name, 10), n.State, lease.FormatDuration(now.Sub(n.TelemetryAt)))
+			fmt.Fprintf(w, "%-8s %s: GPUs unknown (last heard %s ago)\n", clip(n.Name, 8), n.State, lease.FormatDuration(now.Sub(n.TelemetryAt)))
 		}
 		for _, g := range n.GPUs {
 			holder, left := "-", ""
@@ -69,7 +69,7 @@ func printBoard(w io.Writer, b api.Board, now time.Time) {
 			for _, f := range g.Flags {
 				flags = append(flags, string(f))
 			}
-			fmt.Fprintf(w, "%-10s %3d %-14s %11s %4s  %-10s %6s  %s\n", clip(n.Name, 10), g.Index, clip(shortModel(g.Model), 14),
+			fmt.Fprintf(w, "%-8s %3d %-16s %9s %4s  %-10s %6s  %s\n", clip(n.Name, 8), g.Index, clip(lsModel(g.Model), 16),
 				memStr(g.MemoryUsedMiB, g.MemoryTotalMiB), pct(g.UtilizationPct), clip(holder, 10), left, strings.Join(flags, ","))
 			for _, p := range g.Processes {
 				who := p.User
@@ -87,7 +87,7 @@ func printBoard(w io.Writer, b api.Board, now time.Time) {
 	if len(leases) == 0 {
 		return
 	}
-	fmt.Fprintf(w, "\n%-14s %-10s %-12s %-6s %-12s %s\n", "LEASE", "USER", "GPUS", "LEFT", "SESSION", "NOTE")
+	fmt.Fprintf(w, "\n%-12s %-10s %-16s %-6s %-14s %s\n", "LEASE", "USER", "GPUS", "LEFT", "SESSION", "NOTE")
 	for _, l := range leases {
 		left := lease.FormatDuration(l.ExpiresAt.Sub(now))
 		if !l.ExpiresAt.After(now) {
@@ -97,8 +97,17 @@ func printBoard(w io.Writer, b api.Board, now time.Time) {
 		if sess == "" {
 			sess = "-"
 		}
-		fmt.Fprintf(w, "%-14s %-10s %-12s %-6s %-12s %s\n", l.ID, clip(l.User, 10), clip(l.Node+":"+l.CUDAVisibleDevices(), 12), left, clip(sess, 12), clip(l.Note, 20))
+		fmt.Fprintf(w, "%-12s %-10s %-16s %-6s %-14s %s\n", clip(l.ID, 12), clip(l.User, 10), clip(l.Node+":"+l.CUDAVisibleDevices(), 16), left, clip(sess, 14), clip(l.Note, 16))
 	}
+}
+
+// lsModel shortens a model name to what tells GPUs apart on a board.
+func lsModel(m string) string {
+	m = shortModel(m)
+	for _, w := range []string{" Workstation Edition", " Server Edition", " Blackwell", " HBM3e", " HBM3", " PCIe", " SXM5", " SXM4"} {
+		m = strings.Replace(m, w, "", 1)
+	}
+	return m
 }
 
 func memStr(used, total uint64) string {

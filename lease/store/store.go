@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"syscall"
@@ -56,6 +57,13 @@ func Open(dir string) (*Bolt, error) {
 	}
 	path := filepath.Join(dir, FileName)
 	pidPath := filepath.Join(dir, pidFileName)
+	// bbolt takes an empty file for a new database. Open creates the file
+	// and writes its first pages at once, so an empty one was emptied by
+	// something else (a failed copy, a restore, a full disk): refuse it
+	// rather than start with no leases.
+	if fi, err := os.Stat(path); err == nil && fi.Size() == 0 {
+		return nil, fmt.Errorf("lease store %s is empty (0 bytes), so its leases are lost: move it aside to start empty", path)
+	}
 	db, err := openBolt(path)
 	if err != nil {
 		if errors.Is(err, bbolt.ErrTimeout) {
@@ -75,16 +83,24 @@ func Open(dir string) (*Bolt, error) {
 		return nil, err
 	}
 	if err := os.WriteFile(pidPath, []byte(strconv.Itoa(os.Getpid())+"\n"), 0o644); err != nil {
-		db.Close()
-		return nil, fmt.Errorf("write %s: %w", pidPath, err)
+		// The pid file only names the holder in a second agent's refusal;
+		// the bbolt lock is what keeps that agent out. A full disk must not
+		// stop an agent from coming up to serve the leases it holds.
+		os.Remove(pidPath)
 	}
 	return s, nil
 }
 
 // openBolt opens the file, turning bbolt's panics on a damaged file into errors.
 func openBolt(path string) (db *bbolt.DB, err error) {
+	// A damaged file can point bbolt at pages past its end, which the mmap
+	// turns into SIGBUS: make that a panic this goroutine can recover.
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
 	defer func() {
 		if r := recover(); r != nil {
+			// bbolt panicked inside its Open with the file mapped and
+			// locked and never handed it back: the lock lasts as long as
+			// this process, so the agent must exit, not retry.
 			err = fmt.Errorf("damaged database: %v", r)
 		}
 	}()
@@ -92,26 +108,28 @@ func openBolt(path string) (db *bbolt.DB, err error) {
 }
 
 func (s *Bolt) init() (err error) {
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
 	defer func() {
 		if r := recover(); r != nil {
 			err = fmt.Errorf("lease store %s is damaged (%v): move it aside to start empty, knowing its leases are lost", s.path, r)
 		}
 	}()
-	err = s.db.Update(func(tx *bbolt.Tx) error {
+	// Write only when the file is new: an agent restarted on a full or
+	// read-only disk must still come up and serve the leases it holds.
+	ready := false
+	err = s.db.View(func(tx *bbolt.Tx) error {
 		for _, b := range [][]byte{bucketLeases, bucketMeta, bucketLedger} {
-			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
-				return err
+			if tx.Bucket(b) == nil {
+				return nil
 			}
 		}
-		meta := tx.Bucket(bucketMeta)
-		if v := meta.Get(keySchema); v != nil {
-			if len(v) != 8 || binary.BigEndian.Uint64(v) != schemaVersion {
-				return fmt.Errorf("schema version %x, this dibs reads %d", v, schemaVersion)
-			}
-			return nil
-		}
-		return meta.Put(keySchema, u64(schemaVersion))
+		v := tx.Bucket(bucketMeta).Get(keySchema)
+		ready = len(v) == 8 && binary.BigEndian.Uint64(v) == schemaVersion
+		return nil
 	})
+	if err == nil && !ready {
+		err = s.db.Update(s.create)
+	}
 	if err != nil {
 		return fmt.Errorf("lease store %s: %w", s.path, s.explain(err))
 	}
@@ -120,6 +138,24 @@ func (s *Bolt) init() (err error) {
 		return err
 	}
 	return nil
+}
+
+// create makes the buckets and stamps the schema of a new file, and refuses a
+// file of another schema.
+func (s *Bolt) create(tx *bbolt.Tx) error {
+	for _, b := range [][]byte{bucketLeases, bucketMeta, bucketLedger} {
+		if _, err := tx.CreateBucketIfNotExists(b); err != nil {
+			return err
+		}
+	}
+	meta := tx.Bucket(bucketMeta)
+	if v := meta.Get(keySchema); v != nil {
+		if len(v) != 8 || binary.BigEndian.Uint64(v) != schemaVersion {
+			return fmt.Errorf("schema version %x, this dibs reads %d: it was written by another version of dibs; run that one, or move the file aside to start empty", v, schemaVersion)
+		}
+		return nil
+	}
+	return meta.Put(keySchema, u64(schemaVersion))
 }
 
 func u64(v uint64) []byte {
@@ -133,6 +169,7 @@ func (s *Bolt) Path() string { return s.path }
 
 // Load implements lease.Store.
 func (s *Bolt) Load() (leases []lease.Lease, lastToken uint64, err error) {
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
 	defer func() {
 		if r := recover(); r != nil {
 			err = fmt.Errorf("lease store %s is damaged (%v): move it aside to start empty, knowing its leases are lost", s.path, r)
@@ -240,11 +277,23 @@ func (s *Bolt) Close() error {
 
 // explain turns a full disk into the refusal a person can act on.
 func (s *Bolt) explain(err error) error {
-	if errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT) {
+	if errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT) || mentions(err, syscall.ENOSPC, syscall.EDQUOT) {
 		return &lease.Error{Code: lease.CodeUnavailable, Msg: fmt.Sprintf("the disk holding %s is full, so dibs cannot record new leases: free some space and try again (reading leases still works)", s.path)}
 	}
-	if errors.Is(err, syscall.EROFS) {
+	if errors.Is(err, syscall.EROFS) || mentions(err, syscall.EROFS) {
 		return &lease.Error{Code: lease.CodeUnavailable, Msg: fmt.Sprintf("%s is on a read-only file system, so dibs cannot record new leases", s.path)}
 	}
 	return err
+}
+
+// mentions reports whether err's text carries one of errnos: bbolt reports a
+// failed grow or fsync with fmt.Errorf("...: %s", err), which drops the errno
+// that errors.Is would find.
+func mentions(err error, errnos ...syscall.Errno) bool {
+	for _, e := range errnos {
+		if strings.Contains(err.Error(), e.Error()) {
+			return true
+		}
+	}
+	return false
 }

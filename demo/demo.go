@@ -1,0 +1,225 @@
+// Package demo runs a whole simulated dibs cluster in one process: four real
+// agents gossiping over loopback with an ephemeral key, simulated GPUs, and a
+// few simulated teammates who claim, run and release over time. What the
+// person at the keyboard claims and runs is real: tmux sessions on this
+// machine with the right CUDA_VISIBLE_DEVICES.
+package demo
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	mrand "math/rand/v2"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/dibs-gpu/dibs/agent"
+	"github.com/dibs-gpu/dibs/api"
+	"github.com/dibs-gpu/dibs/lease"
+	"github.com/dibs-gpu/dibs/launch"
+	"github.com/dibs-gpu/dibs/nodeprobe"
+)
+
+// Nodes is the demo cluster: two big boxes and two smaller ones.
+var nodeSpecs = []struct{ name, spec string }{
+	{"node01", "8xRTX-PRO-6000"},
+	{"node02", "8xRTX-PRO-6000"},
+	{"node03", "4xRTX-5090"},
+	{"node04", "4xL40S"},
+}
+
+// Options tune the demo; the zero value is what `dibs demo` runs.
+type Options struct {
+	// Dir holds the agents' data and the socket; empty makes a temp dir that
+	// Stop removes.
+	Dir string
+	// TmuxTmpDir is where the person's sessions go; empty means tmux's
+	// default, so their own `tmux ls` shows them.
+	TmuxTmpDir string
+	// Seed fixes the teammates' choices.
+	Seed uint64
+	// Tick is how often the teammates act (default 4s).
+	Tick time.Duration
+	Logf func(format string, args ...any)
+}
+
+// Demo is a running demo cluster.
+type Demo struct {
+	opts    Options
+	dir     string
+	ownDir  bool
+	agents  []*agent.Agent
+	sims    map[string]*nodeprobe.Sim
+	byName  map[string]*agent.Agent
+	socket  string
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup
+	mu      sync.Mutex
+	mates   []*teammate
+	rng     *mrand.Rand
+	pidNext int
+}
+
+// Socket is node01's local API, where the person's board and CLI connect.
+func (d *Demo) Socket() string { return d.socket }
+
+// Start brings up the four agents, waits until they see each other, and sets
+// the scene: busy GPUs, an idle lease, a squatter, a lease about to expire.
+func Start(ctx context.Context, o Options) (*Demo, error) {
+	if o.Tick <= 0 {
+		o.Tick = 4 * time.Second
+	}
+	if o.Logf == nil {
+		o.Logf = func(string, ...any) {}
+	}
+	if o.Seed == 0 {
+		o.Seed = uint64(time.Now().UnixNano())
+	}
+	d := &Demo{opts: o, dir: o.Dir, sims: map[string]*nodeprobe.Sim{}, byName: map[string]*agent.Agent{},
+		rng: mrand.New(mrand.NewPCG(o.Seed, 7)), pidNext: 31000}
+	if d.dir == "" {
+		dir, err := os.MkdirTemp("", "dibs-demo-")
+		if err != nil {
+			return nil, err
+		}
+		d.dir, d.ownDir = dir, true
+	}
+	key := make([]byte, 32)
+	if _, err := rand.Read(key); err != nil {
+		return nil, err
+	}
+	policy := lease.DefaultPolicy()
+	policy.IdleAfter = 20 * time.Second
+	var seed string
+	for i, ns := range nodeSpecs {
+		sim, err := nodeprobe.NewSim(nodeprobe.SimOptions{Spec: ns.spec, HostName: ns.name})
+		if err != nil {
+			d.Stop()
+			return nil, err
+		}
+		cl := &agent.ClusterSettings{BindAddr: "127.0.0.1", BindPort: 0, Name: "dibs-demo", Key: key, Fast: true}
+		if seed != "" {
+			cl.Join = []string{seed}
+		}
+		sock := ""
+		if i == 0 {
+			sock = filepath.Join(d.dir, "dibs.sock")
+			d.socket = sock
+		}
+		a, err := agent.New(agent.Config{
+			NodeName:      ns.name,
+			DataDir:       filepath.Join(d.dir, ns.name),
+			Socket:        sock,
+			ProbeInterval: time.Second,
+			Policy:        policy,
+			Cluster:       cl,
+			Logf:          func(f string, args ...any) { o.Logf("["+ns.name+"] "+f, args...) },
+		}, agent.Deps{Probe: sim, Sessions: launch.New(launch.Options{TmuxTmpDir: o.TmuxTmpDir})})
+		if err != nil {
+			d.Stop()
+			return nil, err
+		}
+		if err := a.Start(ctx); err != nil {
+			d.Stop()
+			return nil, fmt.Errorf("start %s: %w", ns.name, err)
+		}
+		d.agents = append(d.agents, a)
+		d.sims[ns.name] = sim
+		d.byName[ns.name] = a
+		if seed == "" {
+			seed = a.GossipAddr()
+		}
+	}
+	if err := d.waitConverged(ctx, 10*time.Second); err != nil {
+		d.Stop()
+		return nil, err
+	}
+	if err := d.setScene(ctx); err != nil {
+		d.Stop()
+		return nil, err
+	}
+	tctx, cancel := context.WithCancel(context.Background())
+	d.cancel = cancel
+	d.wg.Add(1)
+	go d.run(tctx)
+	return d, nil
+}
+
+func (d *Demo) waitConverged(ctx context.Context, within time.Duration) error {
+	deadline := time.Now().Add(within)
+	for time.Now().Before(deadline) {
+		ok := true
+		for _, a := range d.agents {
+			b := a.Board(lease.Caller{UID: os.Getuid()})
+			alive := 0
+			for _, n := range b.Nodes {
+				if n.State == api.NodeAlive && len(n.GPUs) > 0 {
+					alive++
+				}
+			}
+			if alive != len(nodeSpecs) {
+				ok = false
+			}
+		}
+		if ok {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	return errors.New("the demo agents did not find each other within 10s")
+}
+
+// Stop ends the teammates, ends the person's demo sessions, stops the agents
+// and removes the demo's files.
+func (d *Demo) Stop() {
+	if d.cancel != nil {
+		d.cancel()
+	}
+	d.wg.Wait()
+	me := lease.Caller{UID: os.Getuid()}
+	for _, a := range d.agents {
+		c := a.CallerFor(os.Getuid())
+		me = c
+		var ids []string
+		for _, n := range a.Board(c).Nodes {
+			if n.Name != a.Node() {
+				continue
+			}
+			for _, g := range n.GPUs {
+				if g.Lease != nil && g.Lease.UID == me.UID && g.Lease.Session != "" {
+					ids = append(ids, g.Lease.ID)
+				}
+			}
+		}
+		if len(ids) > 0 {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			a.Release(ctx, c, api.ReleaseRequest{IDs: dedupe(ids)})
+			cancel()
+		}
+	}
+	for i := len(d.agents) - 1; i >= 0; i-- {
+		d.agents[i].Stop()
+	}
+	if d.ownDir {
+		os.RemoveAll(d.dir)
+	}
+}
+
+func dedupe(ids []string) []string {
+	seen := map[string]bool{}
+	out := ids[:0]
+	for _, id := range ids {
+		if !seen[id] {
+			seen[id] = true
+			out = append(out, id)
+		}
+	}
+	return out
+}

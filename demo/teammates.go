@@ -1,0 +1,177 @@
+package demo
+
+import (
+	"context"
+	"time"
+
+	"github.com/dibs-gpu/dibs/api"
+	"github.com/dibs-gpu/dibs/lease"
+	"github.com/dibs-gpu/dibs/nodeprobe"
+)
+
+// teammate is a simulated colleague: an identity and what they hold.
+type teammate struct {
+	name  string
+	uid   int
+	holds []held
+}
+
+type held struct {
+	node string
+	id   string
+	gpus []int
+	busy bool
+	pid  int
+	cmd  string
+	util int
+}
+
+func (t *teammate) caller() lease.Caller { return lease.Caller{UID: t.uid, User: t.name} }
+
+// squatter is a process on a GPU with no lease.
+type squatter struct {
+	node string
+	gpu  int
+	user string
+	uid  int
+	pid  int
+}
+
+var demoSquatter = squatter{node: "node04", gpu: 2, user: "dave", uid: 20004, pid: 30999}
+
+func (d *Demo) setScene(ctx context.Context) error {
+	d.mates = []*teammate{
+		{name: "alice", uid: 20001},
+		{name: "bob", uid: 20002},
+		{name: "carol", uid: 20003},
+		{name: "erin", uid: 20005},
+	}
+	scene := []struct {
+		who  int
+		node string
+		req  api.ClaimRequest
+		busy bool
+		cmd  string
+	}{
+		{0, "node01", api.ClaimRequest{Count: 4, Duration: "6h", Note: "llama-70b finetune"}, true, "python"},
+		{1, "node02", api.ClaimRequest{Count: 2, Duration: "3h", Note: "eval harness"}, false, ""},
+		{2, "node03", api.ClaimRequest{Count: 1, Duration: "8m", Note: "quick ablation"}, true, "python"},
+		{3, "node02", api.ClaimRequest{GPUs: []int{4, 5, 6, 7}, Duration: "20h", Kind: "batch", Note: "hparam sweep"}, true, "torchrun"},
+	}
+	for _, s := range scene {
+		if err := d.claimFor(ctx, d.mates[s.who], s.node, s.req, s.busy, s.cmd); err != nil {
+			return err
+		}
+	}
+	d.applyLoads()
+	return nil
+}
+
+// claimFor makes a teammate's claim through the node's own agent.
+func (d *Demo) claimFor(ctx context.Context, t *teammate, node string, req api.ClaimRequest, busy bool, cmd string) error {
+	a := d.byName[node]
+	req.Node = node
+	r, err := a.Claim(ctx, t.caller(), req)
+	if err != nil {
+		return err
+	}
+	d.mu.Lock()
+	d.pidNext++
+	t.holds = append(t.holds, held{node: r.Node, id: r.ID, gpus: r.GPUs, busy: busy, pid: d.pidNext, cmd: cmd, util: 60 + d.rng.IntN(40)})
+	d.mu.Unlock()
+	return nil
+}
+
+// applyLoads tells every simulated node what runs on it now.
+func (d *Demo) applyLoads() {
+	d.mu.Lock()
+	loads := map[string]nodeprobe.Load{}
+	for name := range d.sims {
+		loads[name] = nodeprobe.Load{GPUs: map[int]nodeprobe.GPULoad{}}
+	}
+	for _, t := range d.mates {
+		for i := range t.holds {
+			h := &t.holds[i]
+			if !h.busy {
+				continue
+			}
+			h.util += d.rng.IntN(11) - 5
+			h.util = min(100, max(35, h.util))
+			uid := t.uid
+			for _, g := range h.gpus {
+				mem := uint64(20000 + h.util*600)
+				loads[h.node].GPUs[g] = nodeprobe.GPULoad{UtilizationPct: h.util, Processes: []nodeprobe.LoadProcess{
+					{PID: h.pid, User: t.name, UID: &uid, Command: h.cmd, UsedMemoryMiB: mem},
+				}}
+			}
+		}
+	}
+	sq := demoSquatter
+	uid := sq.uid
+	loads[sq.node].GPUs[sq.gpu] = nodeprobe.GPULoad{UtilizationPct: 40 + d.rng.IntN(20), Processes: []nodeprobe.LoadProcess{
+		{PID: sq.pid, User: sq.user, UID: &uid, Command: "jupyter-kernel", UsedMemoryMiB: 12000},
+	}}
+	d.mu.Unlock()
+	for name, l := range loads {
+		d.sims[name].SetLoad(l)
+	}
+}
+
+// run moves the load every second and lets a teammate act every tick.
+func (d *Demo) run(ctx context.Context) {
+	defer d.wg.Done()
+	load := time.NewTicker(time.Second)
+	act := time.NewTicker(d.opts.Tick)
+	defer load.Stop()
+	defer act.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-load.C:
+			d.applyLoads()
+		case <-act.C:
+			d.act(ctx)
+		}
+	}
+}
+
+// act has one teammate release something or claim something, the way a team
+// works through a day.
+func (d *Demo) act(ctx context.Context) {
+	d.mu.Lock()
+	t := d.mates[d.rng.IntN(len(d.mates))]
+	release := len(t.holds) > 0 && d.rng.IntN(3) == 0
+	var h held
+	if release {
+		i := d.rng.IntN(len(t.holds))
+		h = t.holds[i]
+		t.holds = append(t.holds[:i], t.holds[i+1:]...)
+	}
+	n := 1 + d.rng.IntN(2)
+	busy := d.rng.IntN(4) != 0
+	d.mu.Unlock()
+	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if release {
+		if _, err := d.byName[h.node].Release(cctx, t.caller(), api.ReleaseRequest{IDs: []string{h.id}}); err != nil {
+			d.opts.Logf("demo: %s release %s: %v", t.name, h.id, err)
+		}
+		d.applyLoads()
+		return
+	}
+	if len(t.holds) >= 3 {
+		return
+	}
+	// Teammates ask like anyone: no node named, dibs places it.
+	a := d.agents[d.rng.IntN(len(d.agents))]
+	r, err := a.Claim(cctx, t.caller(), api.ClaimRequest{Count: n, Duration: "2h", Note: "experiment"})
+	if err != nil {
+		return // the cluster is full; they will try later
+	}
+	d.mu.Lock()
+	d.pidNext++
+	t.holds = append(t.holds, held{node: r.Node, id: r.ID, gpus: r.GPUs, busy: busy, pid: d.pidNext, cmd: "python", util: 50 + d.rng.IntN(50)})
+	d.mu.Unlock()
+	d.applyLoads()
+}

@@ -1,0 +1,172 @@
+package gossip
+
+import (
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// counters are the Cluster's statistics, updated from any goroutine.
+type counters struct {
+	messagesIn, messagesOut     atomic.Uint64
+	bytesIn, bytesOut           atomic.Uint64
+	dropped, duplicates         atomic.Uint64
+	decryptFailures, labelFails atomic.Uint64
+	remoteRequests, remoteErrs  atomic.Uint64
+	requestsServed              atomic.Uint64
+	rejoins                     atomic.Uint64
+}
+
+// Stats counts what a Cluster sent and received, so an operator can tell a
+// healthy cluster from one that drops messages or holds the wrong key.
+type Stats struct {
+	// MessagesIn and MessagesOut count dibs messages (state, leave,
+	// request, response, push/pull), one per packet or stream they ride in.
+	MessagesIn  uint64
+	MessagesOut uint64
+	// BytesIn and BytesOut count every byte memberlist moved, probes and
+	// membership gossip included, as it went on the wire (encrypted).
+	BytesIn  uint64
+	BytesOut uint64
+	// Dropped counts messages refused: undecodable or oversize, stale (an
+	// older revision than the one held), from an incompatible agent, or
+	// requests beyond MaxConcurrentRequests and responses nobody waits for.
+	Dropped uint64
+	// Duplicates counts copies of a revision already held: the expected
+	// redundancy of direct sends plus gossip, not a problem.
+	Duplicates uint64
+	// DecryptFailures counts packets and streams refused because they were
+	// not from this cluster: they failed to decrypt (wrong key, or no
+	// encryption) or carried another cluster's label.
+	DecryptFailures uint64
+	// LabelMismatches is the part of DecryptFailures that carried another
+	// cluster's name.
+	LabelMismatches uint64
+	// RemoteRequests counts requests this agent sent to others, and
+	// RemoteRequestErrs those that got no response (unreachable node,
+	// timeout). A refusal the other agent sent back is a response, not an
+	// error.
+	RemoteRequests    uint64
+	RemoteRequestErrs uint64
+	// RequestsServed counts requests from other agents this agent handled.
+	RequestsServed uint64
+	// Rejoins counts join attempts after the first.
+	Rejoins uint64
+}
+
+func (c *counters) snapshot() Stats {
+	return Stats{
+		MessagesIn:        c.messagesIn.Load(),
+		MessagesOut:       c.messagesOut.Load(),
+		BytesIn:           c.bytesIn.Load(),
+		BytesOut:          c.bytesOut.Load(),
+		Dropped:           c.dropped.Load(),
+		Duplicates:        c.duplicates.Load(),
+		DecryptFailures:   c.decryptFailures.Load(),
+		LabelMismatches:   c.labelFails.Load(),
+		RemoteRequests:    c.remoteRequests.Load(),
+		RemoteRequestErrs: c.remoteErrs.Load(),
+		RequestsServed:    c.requestsServed.Load(),
+		Rejoins:           c.rejoins.Load(),
+	}
+}
+
+// decryptMarkers are the texts memberlist logs when a packet or stream
+// could not be decrypted (security.go, net.go).
+var decryptMarkers = [...]string{
+	"could decrypt the message",
+	"Decrypt packet failed",
+	"cannot decrypt empty payload",
+	"payload is too small to decrypt",
+	"unsupported encryption version",
+	"remote state is encrypted and encryption is not configured",
+	"encryption is configured but remote state is not encrypted",
+}
+
+// labelMarkers are the texts memberlist logs for another cluster's label.
+var labelMarkers = [...]string{
+	"unacceptable label",
+	"label header",
+	"cannot decode label",
+}
+
+// logSink is the io.Writer behind memberlist's logger. memberlist reports
+// some events only by logging them, so the sink reads each line: it counts
+// decryption and label failures, notes which node this agent's prober
+// suspects, and passes warnings and errors on to Config.Logf (debug lines
+// are dropped; lines about foreign packets at most once per noisyEvery).
+//
+// memberlist logs while holding its node lock, so the sink must not call
+// back into memberlist.
+type logSink struct {
+	c *Cluster
+
+	mu         sync.Mutex
+	lastNoisy  time.Time
+	suppressed int
+}
+
+const noisyEvery = 10 * time.Second
+
+func (s *logSink) Write(p []byte) (int, error) {
+	line := strings.TrimSpace(string(p))
+	noisy := false
+	for _, m := range decryptMarkers {
+		if strings.Contains(line, m) {
+			s.c.stats.decryptFailures.Add(1)
+			noisy = true
+			break
+		}
+	}
+	if !noisy {
+		for _, m := range labelMarkers {
+			if strings.Contains(line, m) {
+				s.c.stats.decryptFailures.Add(1)
+				s.c.stats.labelFails.Add(1)
+				noisy = true
+				break
+			}
+		}
+	}
+	if name, ok := suspectedIn(line); ok {
+		s.c.markSuspect(name)
+	}
+	if strings.Contains(line, "[DEBUG]") {
+		return len(p), nil
+	}
+	if noisy {
+		s.mu.Lock()
+		now := time.Now()
+		if now.Sub(s.lastNoisy) < noisyEvery {
+			s.suppressed++
+			s.mu.Unlock()
+			return len(p), nil
+		}
+		n := s.suppressed
+		s.lastNoisy, s.suppressed = now, 0
+		s.mu.Unlock()
+		if n > 0 {
+			line += " (and " + strconv.Itoa(n) + " more like it: check that every agent has the same cluster key and name)"
+		}
+	}
+	s.c.cfg.Logf("gossip: %s", line)
+	return len(p), nil
+}
+
+// suspectedIn finds the node in memberlist's "Suspect <node> has failed, no
+// acks received" line.
+func suspectedIn(line string) (string, bool) {
+	const pre, post = "Suspect ", " has failed"
+	i := strings.Index(line, pre)
+	if i < 0 {
+		return "", false
+	}
+	rest := line[i+len(pre):]
+	j := strings.Index(rest, post)
+	if j <= 0 {
+		return "", false
+	}
+	return rest[:j], true
+}

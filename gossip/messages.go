@@ -1,0 +1,644 @@
+package gossip
+
+import (
+	"bytes"
+	"compress/flate"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+
+	"github.com/dibs-gpu/dibs/lease"
+	"github.com/dibs-gpu/dibs/nodeprobe"
+)
+
+// The wire format, in the manner of serf's messages.go: every message is
+//
+//	[type: 1 byte] [wire version: 1 byte] [flags: 1 byte] [body]
+//
+// and the body is JSON of one of the unexported structs below, deflated
+// when flagDeflate is set. JSON keeps the lease and snapshot types of the
+// packages below as their owners wrote them (a field they add travels
+// without a change here); deflate wins back what JSON spends, which is what
+// lets a node's 8-GPU telemetry fit one UDP packet.
+//
+// Every decoder refuses a body over its size limit before decoding it,
+// refuses a deflated body that inflates past the same limit, and validates
+// what it decoded (names, counts, GPU indices, lengths) before anything else
+// sees it. Unknown JSON fields are ignored so a newer agent can add some;
+// an incompatible change bumps wireVersion, and an agent refuses versions it
+// cannot read.
+
+// messageType is the first byte of every dibs gossip message.
+type messageType uint8
+
+const (
+	// msgState carries one section of one node's state.
+	msgState messageType = 1
+	// msgLeave says a node is leaving the cluster on purpose.
+	msgLeave messageType = 2
+	// msgRequest asks the owner of a node to do something.
+	msgRequest messageType = 3
+	// msgResponse answers a msgRequest.
+	msgResponse messageType = 4
+	// msgPushPull is the full state exchanged by memberlist's push/pull.
+	msgPushPull messageType = 5
+)
+
+func (t messageType) String() string {
+	switch t {
+	case msgState:
+		return "state"
+	case msgLeave:
+		return "leave"
+	case msgRequest:
+		return "request"
+	case msgResponse:
+		return "response"
+	case msgPushPull:
+		return "push/pull"
+	}
+	return fmt.Sprintf("type %d", uint8(t))
+}
+
+const (
+	// wireVersion is the version this agent writes.
+	wireVersion = 1
+	// minWireVersion is the oldest version this agent reads.
+	minWireVersion = 1
+
+	headerLen = 3
+
+	// flagDeflate marks a deflated body.
+	flagDeflate = 1 << 0
+	// knownFlags are the flag bits this version understands; a message
+	// with any other bit set is refused rather than misread.
+	knownFlags = flagDeflate
+
+	// deflateAbove is the body size from which encode tries deflate for
+	// state, which has to fit UDP packets; requests and responses go over
+	// TCP and are deflated only when large, since a deflate writer costs a
+	// few hundred microseconds to set up.
+	deflateAbove         = 192
+	deflateRequestsAbove = 16 << 10
+)
+
+// Size limits, checked on the encoded message and again on the inflated body.
+const (
+	maxStateBytes    = 1 << 20  // one section of one node
+	maxRequestBytes  = 1 << 20  // a request or response
+	maxLeaveBytes    = 4 << 10  // a leave notice
+	maxPushPullBytes = 16 << 20 // every node's state (memberlist caps it at 20 MB)
+)
+
+// Validation bounds. They are sanity limits for what crosses the wire, not
+// policy: the rules live in lease.
+const (
+	maxNodeName    = 253 // a DNS name
+	maxBootID      = 64
+	maxLeases      = 4096
+	maxGPUIndex    = 1024
+	maxGPUs        = 1024
+	maxProcesses   = 4096
+	maxMIGDevices  = 128
+	maxLinks       = 1024
+	maxShortString = 256  // ids, users, kinds, sessions, ops
+	maxWireNote    = 1024 // lease.MaxNoteLen is policy; this is the wire's bound
+	maxUsers       = 10000
+	maxExtraBytes  = 256 << 10
+	maxStates      = 1 << 16
+)
+
+// Section kinds of a node's state. Leases change rarely and must arrive at
+// once; telemetry changes all the time and may be a few seconds stale. Each
+// section travels, is versioned and is replaced on its own.
+const (
+	sectionLeases    = "leases"
+	sectionTelemetry = "telemetry"
+)
+
+// stateMsg is one section of one node's state. (BootedAt, BootID, Seq)
+// orders sections of the same kind: Seq grows by one each time the
+// section's content changes within a boot.
+type stateMsg struct {
+	Node     string `json:"n"`
+	BootID   string `json:"b"`
+	BootedAt int64  `json:"t"` // unix nanoseconds
+	Seq      uint64 `json:"s"`
+	// Version is the agent's NodeState.Version when the section was taken.
+	Version uint64 `json:"v"`
+	Section string `json:"k"`
+	// Partial marks a gossip copy whose lease notes were trimmed to fit one
+	// UDP packet; a full copy of the same Seq replaces it.
+	Partial   bool              `json:"p,omitempty"`
+	Leases    *leaseSection     `json:"l,omitempty"`
+	Telemetry *telemetrySection `json:"m,omitempty"`
+}
+
+// leaseSection is the urgent part of a node's state.
+type leaseSection struct {
+	Leases []lease.Lease   `json:"leases"`
+	Extra  json.RawMessage `json:"extra,omitempty"`
+}
+
+// telemetrySection is the best-effort part of a node's state.
+type telemetrySection struct {
+	Snapshot nodeprobe.Snapshot `json:"snapshot"`
+	Usage    map[string]float64 `json:"usage,omitempty"`
+}
+
+// leaveMsg says the agent of Node's boot BootID left on purpose, so the
+// others show it as left rather than dead.
+type leaveMsg struct {
+	Node     string `json:"n"`
+	BootID   string `json:"b"`
+	BootedAt int64  `json:"t"`
+}
+
+// requestMsg asks the agent of another node to act. Reply is the
+// requester's memberlist address, where the response goes.
+type requestMsg struct {
+	ID        uint64          `json:"id"`
+	From      string          `json:"from"`
+	Reply     string          `json:"reply"`
+	Op        string          `json:"op"`
+	Caller    lease.Caller    `json:"caller"`
+	Body      json.RawMessage `json:"body,omitempty"`
+	TimeoutMS int64           `json:"timeout_ms"`
+}
+
+// responseMsg answers the request with the same ID.
+type responseMsg struct {
+	ID      uint64          `json:"id"`
+	From    string          `json:"from"`
+	Body    json.RawMessage `json:"body,omitempty"`
+	ErrCode lease.Code      `json:"code,omitempty"`
+	ErrMsg  string          `json:"err,omitempty"`
+}
+
+// pushPullMsg is what LocalState hands memberlist for a push/pull: the
+// sections this agent holds for every node (its own freshest) and the
+// leaves it knows of. Each state is a stateMsg; they stay raw so they can be
+// relayed byte for byte.
+type pushPullMsg struct {
+	From   string            `json:"f"`
+	States []json.RawMessage `json:"s"`
+	Left   []leaveMsg        `json:"l,omitempty"`
+}
+
+// errWire marks every decoding failure, so counters can tell them apart.
+var errWire = errors.New("bad gossip message")
+
+func wireErrorf(format string, args ...any) error {
+	return fmt.Errorf("%w: %s", errWire, fmt.Sprintf(format, args...))
+}
+
+// maxBytesFor is the size limit of a message type.
+func maxBytesFor(t messageType) int {
+	switch t {
+	case msgState:
+		return maxStateBytes
+	case msgLeave:
+		return maxLeaveBytes
+	case msgRequest, msgResponse:
+		return maxRequestBytes
+	case msgPushPull:
+		return maxPushPullBytes
+	}
+	return 0
+}
+
+// encodeMessage frames v as a message of type t, deflating the body when
+// that makes it smaller.
+func encodeMessage(t messageType, v any) ([]byte, error) {
+	body, err := json.Marshal(v)
+	if err != nil {
+		return nil, fmt.Errorf("encode %s message: %w", t, err)
+	}
+	return frame(t, body)
+}
+
+// frame puts the header on an encoded body.
+func frame(t messageType, body []byte) ([]byte, error) {
+	limit := maxBytesFor(t)
+	if len(body) > limit {
+		return nil, fmt.Errorf("encode %s message: body is %d bytes, over the %d-byte limit", t, len(body), limit)
+	}
+	threshold := deflateAbove
+	if t == msgRequest || t == msgResponse {
+		threshold = deflateRequestsAbove
+	}
+	if len(body) >= threshold {
+		var buf bytes.Buffer
+		buf.Grow(headerLen + len(body)/2)
+		buf.Write([]byte{byte(t), wireVersion, flagDeflate})
+		w, err := flate.NewWriter(&buf, flate.BestCompression)
+		if err != nil {
+			return nil, fmt.Errorf("encode %s message: %w", t, err)
+		}
+		if _, err := w.Write(body); err != nil {
+			return nil, fmt.Errorf("encode %s message: %w", t, err)
+		}
+		if err := w.Close(); err != nil {
+			return nil, fmt.Errorf("encode %s message: %w", t, err)
+		}
+		if buf.Len() < headerLen+len(body) {
+			return buf.Bytes(), nil
+		}
+	}
+	out := make([]byte, 0, headerLen+len(body))
+	out = append(out, byte(t), wireVersion, 0)
+	return append(out, body...), nil
+}
+
+// unframe checks a message's header and returns its type and its body,
+// inflated, within the type's size limit.
+func unframe(b []byte) (messageType, []byte, error) {
+	if len(b) < headerLen {
+		return 0, nil, wireErrorf("%d bytes is shorter than a header", len(b))
+	}
+	t := messageType(b[0])
+	limit := maxBytesFor(t)
+	if limit == 0 {
+		return t, nil, wireErrorf("unknown message type %d", b[0])
+	}
+	if v := b[1]; v < minWireVersion || v > wireVersion {
+		return t, nil, wireErrorf("%s message has wire version %d; this agent reads %d to %d: run the same dibs version on every node", t, v, minWireVersion, wireVersion)
+	}
+	flags := b[2]
+	if flags&^knownFlags != 0 {
+		return t, nil, wireErrorf("%s message has unknown flags %#x", t, flags)
+	}
+	body := b[headerLen:]
+	if len(body) > limit {
+		return t, nil, wireErrorf("%s message is %d bytes, over the %d-byte limit", t, len(body), limit)
+	}
+	if flags&flagDeflate != 0 {
+		r := flate.NewReader(bytes.NewReader(body))
+		defer r.Close()
+		inflated, err := io.ReadAll(io.LimitReader(r, int64(limit)+1))
+		if err != nil {
+			return t, nil, wireErrorf("inflate %s message: %v", t, err)
+		}
+		if len(inflated) > limit {
+			return t, nil, wireErrorf("%s message inflates past the %d-byte limit", t, limit)
+		}
+		body = inflated
+	}
+	return t, body, nil
+}
+
+// decodeBody unframes b, checks it is of type want and decodes its JSON
+// body into v.
+func decodeBody(b []byte, want messageType, v any) error {
+	t, body, err := unframe(b)
+	if err != nil {
+		return err
+	}
+	if t != want {
+		return wireErrorf("got a %s message, want %s", t, want)
+	}
+	if err := json.Unmarshal(body, v); err != nil {
+		return wireErrorf("decode %s message: %v", t, err)
+	}
+	return nil
+}
+
+// decodeState decodes and validates a msgState.
+func decodeState(b []byte) (*stateMsg, error) {
+	var m stateMsg
+	if err := decodeBody(b, msgState, &m); err != nil {
+		return nil, err
+	}
+	if err := m.validate(); err != nil {
+		return nil, err
+	}
+	return &m, nil
+}
+
+// decodeStateJSON decodes and validates the JSON body of a stateMsg, as
+// push/pull carries them.
+func decodeStateJSON(body []byte) (*stateMsg, error) {
+	if len(body) > maxStateBytes {
+		return nil, wireErrorf("state is %d bytes, over the %d-byte limit", len(body), maxStateBytes)
+	}
+	var m stateMsg
+	if err := json.Unmarshal(body, &m); err != nil {
+		return nil, wireErrorf("decode state: %v", err)
+	}
+	if err := m.validate(); err != nil {
+		return nil, err
+	}
+	return &m, nil
+}
+
+// decodeLeave decodes and validates a msgLeave.
+func decodeLeave(b []byte) (*leaveMsg, error) {
+	var m leaveMsg
+	if err := decodeBody(b, msgLeave, &m); err != nil {
+		return nil, err
+	}
+	if err := m.validate(); err != nil {
+		return nil, err
+	}
+	return &m, nil
+}
+
+// decodeRequest decodes and validates a msgRequest.
+func decodeRequest(b []byte) (*requestMsg, error) {
+	var m requestMsg
+	if err := decodeBody(b, msgRequest, &m); err != nil {
+		return nil, err
+	}
+	if err := m.validate(); err != nil {
+		return nil, err
+	}
+	return &m, nil
+}
+
+// decodeResponse decodes and validates a msgResponse.
+func decodeResponse(b []byte) (*responseMsg, error) {
+	var m responseMsg
+	if err := decodeBody(b, msgResponse, &m); err != nil {
+		return nil, err
+	}
+	if err := m.validate(); err != nil {
+		return nil, err
+	}
+	return &m, nil
+}
+
+// decodePushPull decodes and validates a msgPushPull, states included.
+func decodePushPull(b []byte) (*pushPullMsg, []*stateMsg, error) {
+	var m pushPullMsg
+	if err := decodeBody(b, msgPushPull, &m); err != nil {
+		return nil, nil, err
+	}
+	if err := m.validate(); err != nil {
+		return nil, nil, err
+	}
+	states := make([]*stateMsg, 0, len(m.States))
+	for i, raw := range m.States {
+		s, err := decodeStateJSON(raw)
+		if err != nil {
+			return nil, nil, fmt.Errorf("push/pull state %d: %w", i, err)
+		}
+		states = append(states, s)
+	}
+	return &m, states, nil
+}
+
+// decodedMessage is any decoded message, for tests and fuzzing.
+type decodedMessage struct {
+	Type     messageType
+	State    *stateMsg
+	Leave    *leaveMsg
+	Request  *requestMsg
+	Response *responseMsg
+	PushPull *pushPullMsg
+	States   []*stateMsg // of a push/pull
+}
+
+// decodeMessage decodes a message of any type.
+func decodeMessage(b []byte) (decodedMessage, error) {
+	if len(b) == 0 {
+		return decodedMessage{}, wireErrorf("empty message")
+	}
+	d := decodedMessage{Type: messageType(b[0])}
+	var err error
+	switch d.Type {
+	case msgState:
+		d.State, err = decodeState(b)
+	case msgLeave:
+		d.Leave, err = decodeLeave(b)
+	case msgRequest:
+		d.Request, err = decodeRequest(b)
+	case msgResponse:
+		d.Response, err = decodeResponse(b)
+	case msgPushPull:
+		d.PushPull, d.States, err = decodePushPull(b)
+	default:
+		err = wireErrorf("unknown message type %d", b[0])
+	}
+	return d, err
+}
+
+// validNodeName reports whether s may name a node: a host name, in short
+// or dotted form, with underscores allowed.
+func validNodeName(s string) bool {
+	if len(s) == 0 || len(s) > maxNodeName || s[0] == '-' || s[0] == '.' {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9', c == '-', c == '.', c == '_':
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// validToken reports whether s is a short printable token without spaces:
+// boot ids, ops, error codes.
+func validToken(s string, max int) bool {
+	if len(s) == 0 || len(s) > max {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if s[i] <= ' ' || s[i] >= 0x7f {
+			return false
+		}
+	}
+	return true
+}
+
+func (m *stateMsg) validate() error {
+	if !validNodeName(m.Node) {
+		return wireErrorf("state: bad node name %q", trunc(m.Node))
+	}
+	if !validToken(m.BootID, maxBootID) {
+		return wireErrorf("state of %s: bad boot id %q", m.Node, trunc(m.BootID))
+	}
+	if m.Seq == 0 {
+		return wireErrorf("state of %s: sequence 0", m.Node)
+	}
+	switch m.Section {
+	case sectionLeases:
+		if m.Leases == nil || m.Telemetry != nil {
+			return wireErrorf("state of %s: a leases section must carry leases only", m.Node)
+		}
+		return m.Leases.validate(m.Node)
+	case sectionTelemetry:
+		if m.Telemetry == nil || m.Leases != nil {
+			return wireErrorf("state of %s: a telemetry section must carry telemetry only", m.Node)
+		}
+		if m.Partial {
+			return wireErrorf("state of %s: telemetry is never partial", m.Node)
+		}
+		return m.Telemetry.validate(m.Node)
+	}
+	return wireErrorf("state of %s: unknown section %q", m.Node, trunc(m.Section))
+}
+
+func (s *leaseSection) validate(node string) error {
+	if len(s.Leases) > maxLeases {
+		return wireErrorf("state of %s: %d leases, over %d", node, len(s.Leases), maxLeases)
+	}
+	seen := make(map[string]bool, len(s.Leases))
+	for i := range s.Leases {
+		l := &s.Leases[i]
+		if !validToken(l.ID, maxShortString) {
+			return wireErrorf("state of %s: lease %d has a bad id %q", node, i, trunc(l.ID))
+		}
+		if seen[l.ID] {
+			return wireErrorf("state of %s: lease %s appears twice", node, l.ID)
+		}
+		seen[l.ID] = true
+		if l.Node != node {
+			return wireErrorf("state of %s: lease %s belongs to node %q", node, l.ID, trunc(l.Node))
+		}
+		if len(l.GPUs) == 0 || len(l.GPUs) > maxGPUs {
+			return wireErrorf("state of %s: lease %s holds %d GPUs", node, l.ID, len(l.GPUs))
+		}
+		gpus := make(map[int]bool, len(l.GPUs))
+		for _, g := range l.GPUs {
+			if g < 0 || g >= maxGPUIndex {
+				return wireErrorf("state of %s: lease %s holds GPU index %d", node, l.ID, g)
+			}
+			if gpus[g] {
+				return wireErrorf("state of %s: lease %s holds GPU %d twice", node, l.ID, g)
+			}
+			gpus[g] = true
+		}
+		if len(l.User) > maxShortString || len(l.Kind) > maxShortString || len(l.Session) > maxShortString {
+			return wireErrorf("state of %s: lease %s has an overlong user, kind or session", node, l.ID)
+		}
+		if len(l.Note) > maxWireNote {
+			return wireErrorf("state of %s: lease %s has a %d-byte note", node, l.ID, len(l.Note))
+		}
+	}
+	if len(s.Extra) > maxExtraBytes {
+		return wireErrorf("state of %s: extra is %d bytes, over %d", node, len(s.Extra), maxExtraBytes)
+	}
+	return nil
+}
+
+func (s *telemetrySection) validate(node string) error {
+	snap := &s.Snapshot
+	if len(snap.GPUs) > maxGPUs {
+		return wireErrorf("state of %s: %d GPUs, over %d", node, len(snap.GPUs), maxGPUs)
+	}
+	if snap.Host.CPUs < 0 {
+		return wireErrorf("state of %s: %d CPUs", node, snap.Host.CPUs)
+	}
+	seen := make(map[int]bool, len(snap.GPUs))
+	for i := range snap.GPUs {
+		g := &snap.GPUs[i]
+		if g.Index < 0 || g.Index >= maxGPUIndex {
+			return wireErrorf("state of %s: GPU index %d", node, g.Index)
+		}
+		if seen[g.Index] {
+			return wireErrorf("state of %s: GPU %d appears twice", node, g.Index)
+		}
+		seen[g.Index] = true
+		if len(g.Processes) > maxProcesses || len(g.MIGDevices) > maxMIGDevices || len(g.Links) > maxLinks {
+			return wireErrorf("state of %s: GPU %d lists too many processes, MIG devices or links", node, g.Index)
+		}
+		for _, l := range g.Links {
+			if l.Peer < 0 || l.Peer >= maxGPUIndex {
+				return wireErrorf("state of %s: GPU %d links to GPU index %d", node, g.Index, l.Peer)
+			}
+		}
+		if g.UtilizationPct != nil && (*g.UtilizationPct < 0 || *g.UtilizationPct > 100) {
+			return wireErrorf("state of %s: GPU %d at %d%% utilisation", node, g.Index, *g.UtilizationPct)
+		}
+		for _, f := range []*float64{g.PowerDrawW, g.PowerLimitW} {
+			if f != nil && (math.IsNaN(*f) || math.IsInf(*f, 0)) {
+				return wireErrorf("state of %s: GPU %d has a non-finite power reading", node, g.Index)
+			}
+		}
+	}
+	if len(s.Usage) > maxUsers {
+		return wireErrorf("state of %s: usage of %d users, over %d", node, len(s.Usage), maxUsers)
+	}
+	for user, secs := range s.Usage {
+		if len(user) > maxShortString || math.IsNaN(secs) || math.IsInf(secs, 0) || secs < 0 {
+			return wireErrorf("state of %s: bad usage entry %q: %v", node, trunc(user), secs)
+		}
+	}
+	return nil
+}
+
+func (m *leaveMsg) validate() error {
+	if !validNodeName(m.Node) {
+		return wireErrorf("leave: bad node name %q", trunc(m.Node))
+	}
+	if !validToken(m.BootID, maxBootID) {
+		return wireErrorf("leave of %s: bad boot id %q", m.Node, trunc(m.BootID))
+	}
+	return nil
+}
+
+func (m *requestMsg) validate() error {
+	if m.ID == 0 {
+		return wireErrorf("request with id 0")
+	}
+	if !validNodeName(m.From) {
+		return wireErrorf("request %d: bad sender %q", m.ID, trunc(m.From))
+	}
+	if !validToken(m.Reply, maxShortString) {
+		return wireErrorf("request %d from %s: bad reply address %q", m.ID, m.From, trunc(m.Reply))
+	}
+	if !validToken(m.Op, maxShortString) {
+		return wireErrorf("request %d from %s: bad op %q", m.ID, m.From, trunc(m.Op))
+	}
+	if len(m.Caller.User) > maxShortString {
+		return wireErrorf("request %d from %s: overlong caller", m.ID, m.From)
+	}
+	if m.TimeoutMS < 0 {
+		return wireErrorf("request %d from %s: negative timeout", m.ID, m.From)
+	}
+	return nil
+}
+
+func (m *responseMsg) validate() error {
+	if m.ID == 0 {
+		return wireErrorf("response with id 0")
+	}
+	if !validNodeName(m.From) {
+		return wireErrorf("response %d: bad sender %q", m.ID, trunc(m.From))
+	}
+	if m.ErrCode != "" && !validToken(string(m.ErrCode), maxShortString) {
+		return wireErrorf("response %d from %s: bad error code %q", m.ID, m.From, trunc(string(m.ErrCode)))
+	}
+	if m.ErrCode == "" && m.ErrMsg != "" {
+		return wireErrorf("response %d from %s: an error message without a code", m.ID, m.From)
+	}
+	return nil
+}
+
+func (m *pushPullMsg) validate() error {
+	if !validNodeName(m.From) {
+		return wireErrorf("push/pull: bad sender %q", trunc(m.From))
+	}
+	if len(m.States) > maxStates || len(m.Left) > maxStates {
+		return wireErrorf("push/pull from %s: %d states and %d leaves, over %d", m.From, len(m.States), len(m.Left), maxStates)
+	}
+	for i := range m.Left {
+		if err := m.Left[i].validate(); err != nil {
+			return fmt.Errorf("push/pull from %s: %w", m.From, err)
+		}
+	}
+	return nil
+}
+
+// trunc shortens a string for an error message.
+func trunc(s string) string {
+	if len(s) > 40 {
+		return s[:40] + "…"
+	}
+	return s
+}

@@ -1,0 +1,138 @@
+package gossip
+
+import (
+	"math/rand/v2"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/memberlist"
+)
+
+// meteredTransport wraps memberlist's NetTransport to count every byte and
+// packet memberlist moves (probes and push/pulls included, since that is the
+// traffic an operator pays for) and, in tests, to drop a fraction of
+// incoming UDP packets.
+type meteredTransport struct {
+	inner    memberlist.NodeAwareTransport
+	stats    *counters
+	loss     float64
+	packetCh chan *memberlist.Packet
+	streamCh chan net.Conn
+	stop     chan struct{}
+	stopOnce sync.Once
+	wg       sync.WaitGroup
+}
+
+var _ memberlist.NodeAwareTransport = (*meteredTransport)(nil)
+
+func newMeteredTransport(inner memberlist.NodeAwareTransport, stats *counters, loss float64) *meteredTransport {
+	t := &meteredTransport{
+		inner:    inner,
+		stats:    stats,
+		loss:     loss,
+		packetCh: make(chan *memberlist.Packet),
+		streamCh: make(chan net.Conn),
+		stop:     make(chan struct{}),
+	}
+	t.wg.Add(2)
+	go t.pumpPackets()
+	go t.pumpStreams()
+	return t
+}
+
+func (t *meteredTransport) pumpPackets() {
+	defer t.wg.Done()
+	for {
+		select {
+		case p := <-t.inner.PacketCh():
+			t.stats.bytesIn.Add(uint64(len(p.Buf)))
+			if t.loss > 0 && rand.Float64() < t.loss {
+				continue
+			}
+			select {
+			case t.packetCh <- p:
+			case <-t.stop:
+				return
+			}
+		case <-t.stop:
+			return
+		}
+	}
+}
+
+func (t *meteredTransport) pumpStreams() {
+	defer t.wg.Done()
+	for {
+		select {
+		case conn := <-t.inner.StreamCh():
+			select {
+			case t.streamCh <- &meteredConn{Conn: conn, stats: t.stats}:
+			case <-t.stop:
+				conn.Close()
+				return
+			}
+		case <-t.stop:
+			return
+		}
+	}
+}
+
+func (t *meteredTransport) FinalAdvertiseAddr(ip string, port int) (net.IP, int, error) {
+	return t.inner.FinalAdvertiseAddr(ip, port)
+}
+
+func (t *meteredTransport) WriteTo(b []byte, addr string) (time.Time, error) {
+	t.stats.bytesOut.Add(uint64(len(b)))
+	return t.inner.WriteTo(b, addr)
+}
+
+func (t *meteredTransport) WriteToAddress(b []byte, a memberlist.Address) (time.Time, error) {
+	t.stats.bytesOut.Add(uint64(len(b)))
+	return t.inner.WriteToAddress(b, a)
+}
+
+func (t *meteredTransport) PacketCh() <-chan *memberlist.Packet { return t.packetCh }
+
+func (t *meteredTransport) DialTimeout(addr string, timeout time.Duration) (net.Conn, error) {
+	conn, err := t.inner.DialTimeout(addr, timeout)
+	if err != nil {
+		return nil, err
+	}
+	return &meteredConn{Conn: conn, stats: t.stats}, nil
+}
+
+func (t *meteredTransport) DialAddressTimeout(a memberlist.Address, timeout time.Duration) (net.Conn, error) {
+	conn, err := t.inner.DialAddressTimeout(a, timeout)
+	if err != nil {
+		return nil, err
+	}
+	return &meteredConn{Conn: conn, stats: t.stats}, nil
+}
+
+func (t *meteredTransport) StreamCh() <-chan net.Conn { return t.streamCh }
+
+func (t *meteredTransport) Shutdown() error {
+	err := t.inner.Shutdown()
+	t.stopOnce.Do(func() { close(t.stop) })
+	t.wg.Wait()
+	return err
+}
+
+// meteredConn counts a stream's bytes.
+type meteredConn struct {
+	net.Conn
+	stats *counters
+}
+
+func (c *meteredConn) Read(b []byte) (int, error) {
+	n, err := c.Conn.Read(b)
+	c.stats.bytesIn.Add(uint64(n))
+	return n, err
+}
+
+func (c *meteredConn) Write(b []byte) (int, error) {
+	n, err := c.Conn.Write(b)
+	c.stats.bytesOut.Add(uint64(n))
+	return n, err
+}

@@ -1,0 +1,488 @@
+package gossip
+
+import (
+	"fmt"
+	"math"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/hashicorp/memberlist"
+)
+
+// Section indices in peerRec.held and Cluster.local.
+const (
+	secLeases = iota
+	secTelemetry
+	numSections
+)
+
+func sectionIndex(s string) int {
+	if s == sectionTelemetry {
+		return secTelemetry
+	}
+	return secLeases
+}
+
+// peerRec is everything this agent knows about another node: what
+// memberlist says of it and the newest sections of its state.
+type peerRec struct {
+	name string
+	// member: memberlist lists it (joined, not dead or left).
+	member bool
+	// node is its memberlist node as last reported (address, versions).
+	node    memberlist.Node
+	seen    bool
+	hasMeta bool
+	meta    nodeMeta
+	// suspectUntil is set when this agent's prober failed to reach it.
+	suspectUntil time.Time
+
+	leftBoot     string
+	leftBootedAt int64
+
+	held [numSections]*heldSection
+	// pending holds sections of a boot newer than the one memberlist
+	// reports, until its alive message arrives.
+	pending [numSections]*heldSection
+
+	state     NodeState
+	hasState  bool
+	updatedAt time.Time
+}
+
+// heldSection is a section as received.
+type heldSection struct {
+	msg  *stateMsg
+	wire []byte // the message as received in one packet or stream, if so
+	json []byte // msg as JSON, for push/pull, made on first use
+}
+
+// currentBoot is the boot memberlist reports for the node, if it is a
+// member.
+func (r *peerRec) currentBoot() string {
+	if r.member && r.hasMeta {
+		return r.meta.BootID
+	}
+	return ""
+}
+
+// newer reports whether section a should replace b. Within a boot the
+// revision decides, and a full copy replaces a partial one of the same
+// revision. Across boots, the boot memberlist currently reports wins (so a
+// clock set back between two starts cannot pin an old boot), else the later
+// BootedAt.
+func newer(a, b *stateMsg, currentBoot string) bool {
+	if a.BootID == b.BootID {
+		if a.Seq != b.Seq {
+			return a.Seq > b.Seq
+		}
+		return b.Partial && !a.Partial
+	}
+	if currentBoot != "" {
+		if a.BootID == currentBoot {
+			return true
+		}
+		if b.BootID == currentBoot {
+			return false
+		}
+	}
+	if a.BootedAt != b.BootedAt {
+		return a.BootedAt > b.BootedAt
+	}
+	return a.BootID > b.BootID
+}
+
+// peerLocked returns the record for name, creating it. c.mu is held.
+func (c *Cluster) peerLocked(name string) *peerRec {
+	r := c.peers[name]
+	if r == nil {
+		r = &peerRec{name: name}
+		c.peers[name] = r
+	}
+	return r
+}
+
+// applyState is the one place a section of another node's state is applied,
+// whether it came directly, by gossip or by push/pull. A lease section that
+// came directly or by gossip and was new is gossiped on.
+func (c *Cluster) applyState(m *stateMsg, wire []byte, relay bool) {
+	if m.Node == c.cfg.NodeName {
+		// This agent is the authority on its own node; copies of its state
+		// (this boot's or an earlier one's) coming back are ignored.
+		c.stats.duplicates.Add(1)
+		return
+	}
+	c.mu.Lock()
+	r := c.peerLocked(m.Node)
+	applied := c.applyLocked(r, &heldSection{msg: m, wire: wire})
+	c.mu.Unlock()
+	if !applied {
+		return
+	}
+	if relay && m.Section == sectionLeases {
+		if b := c.gossipCopy(m, wire); b != nil {
+			c.queueGossip(gossipName(sectionLeases, m.Node), b)
+		}
+	}
+	c.changed()
+}
+
+// applyLocked applies h to r if it is newer than what r holds. c.mu is held.
+func (c *Cluster) applyLocked(r *peerRec, h *heldSection) bool {
+	m := h.msg
+	i := sectionIndex(m.Section)
+	if r.member && r.hasMeta && m.BootID != r.meta.BootID && m.BootedAt > r.meta.BootedAt.UnixNano() {
+		// A boot newer than the one memberlist reports: the node restarted
+		// and its alive message has not reached us yet, or another agent is
+		// using its name. Hold it until memberlist confirms the boot.
+		if p := r.pending[i]; p == nil || newer(m, p.msg, "") {
+			r.pending[i] = h
+		}
+		return false
+	}
+	if cur := r.held[i]; cur != nil {
+		if cur.msg.BootID == m.BootID && cur.msg.Seq == m.Seq && (cur.msg.Partial == m.Partial || !cur.msg.Partial) {
+			c.stats.duplicates.Add(1)
+			return false
+		}
+		if !newer(m, cur.msg, r.currentBoot()) {
+			c.stats.dropped.Add(1) // stale
+			return false
+		}
+	}
+	r.held[i] = h
+	r.updatedAt = time.Now()
+	r.rebuild()
+	return true
+}
+
+// rebuild assembles r.state from its sections.
+func (r *peerRec) rebuild() {
+	ls, ts := r.held[secLeases], r.held[secTelemetry]
+	head := ls
+	if ts != nil && (head == nil || newer(ts.msg, head.msg, r.currentBoot()) && ts.msg.BootID != head.msg.BootID) {
+		head = ts
+	}
+	if head == nil {
+		return
+	}
+	s := NodeState{
+		Node:     r.name,
+		BootID:   head.msg.BootID,
+		BootedAt: time.Unix(0, head.msg.BootedAt),
+	}
+	for _, h := range r.held {
+		if h != nil && h.msg.BootID == s.BootID {
+			s.Version = max(s.Version, h.msg.Version)
+		}
+	}
+	if ls != nil {
+		s.Leases, s.Extra = ls.msg.Leases.Leases, ls.msg.Leases.Extra
+	}
+	if ts != nil {
+		s.Snapshot, s.Usage = ts.msg.Telemetry.Snapshot, ts.msg.Telemetry.Usage
+	}
+	r.state, r.hasState = s, true
+}
+
+// applyLeave records that a node's boot left on purpose; a notice that
+// came as a message (wire set) and was new is gossiped on.
+func (c *Cluster) applyLeave(m *leaveMsg, wire []byte) {
+	if m.Node == c.cfg.NodeName {
+		return
+	}
+	c.mu.Lock()
+	r := c.peerLocked(m.Node)
+	if r.leftBoot == m.BootID {
+		c.mu.Unlock()
+		c.stats.duplicates.Add(1)
+		return
+	}
+	if cur := r.currentBoot(); cur != "" && cur != m.BootID && m.BootedAt < r.meta.BootedAt.UnixNano() {
+		// An earlier boot's leave: the node has come back since.
+		c.mu.Unlock()
+		c.stats.dropped.Add(1)
+		return
+	}
+	r.leftBoot, r.leftBootedAt = m.BootID, m.BootedAt
+	c.mu.Unlock()
+	if wire != nil {
+		c.queueGossip(gossipName("leave", m.Node), wire)
+	}
+	c.changed()
+}
+
+// memberUp handles memberlist's join and update events.
+func (c *Cluster) memberUp(n *memberlist.Node) {
+	if n.Name == c.cfg.NodeName {
+		return
+	}
+	meta, err := decodeMeta(n.Meta)
+	var relay []*heldSection
+	c.mu.Lock()
+	r := c.peerLocked(n.Name)
+	if !r.member {
+		c.numMembers.Add(1)
+	}
+	r.member, r.seen = true, true
+	r.suspectUntil = time.Time{}
+	r.node = *n
+	r.node.Addr = append([]byte(nil), n.Addr...)
+	r.node.Meta = append([]byte(nil), n.Meta...)
+	if err == nil {
+		r.meta, r.hasMeta = meta, true
+		for i, p := range r.pending {
+			if p != nil && p.msg.BootID == meta.BootID {
+				r.pending[i] = nil
+				if c.applyLocked(r, p) && p.msg.Section == sectionLeases {
+					relay = append(relay, p)
+				}
+			}
+		}
+	}
+	c.mu.Unlock()
+	for _, h := range relay {
+		if b := c.gossipCopy(h.msg, h.wire); b != nil {
+			c.queueGossip(gossipName(sectionLeases, h.msg.Node), b)
+		}
+	}
+	c.changed()
+}
+
+// memberDown handles memberlist's leave event (dead or left) and asks the
+// join loop to re-join configured peers.
+func (c *Cluster) memberDown(n *memberlist.Node) {
+	if n.Name == c.cfg.NodeName {
+		return
+	}
+	c.mu.Lock()
+	r := c.peerLocked(n.Name)
+	if r.member {
+		c.numMembers.Add(-1)
+	}
+	r.member = false
+	r.suspectUntil = time.Time{}
+	r.pending = [numSections]*heldSection{}
+	c.mu.Unlock()
+	c.changed()
+	select {
+	case c.rejoinCh <- struct{}{}:
+	default:
+	}
+}
+
+// markSuspect records that this agent's prober could not reach name. It
+// shows as suspect until memberlist declares it dead, it answers a probe,
+// or about two suspicion timeouts pass (then memberlist must have heard it
+// refute).
+func (c *Cluster) markSuspect(name string) {
+	n := float64(c.numMembers.Load())
+	timeout := time.Duration(float64(c.cfg.SuspicionMult) * math.Max(1, math.Log10(math.Max(1, n))) * float64(c.cfg.ProbeInterval))
+	c.mu.Lock()
+	r := c.peers[name]
+	ok := r != nil && r.member
+	if ok {
+		r.suspectUntil = time.Now().Add(2 * timeout)
+	}
+	c.mu.Unlock()
+	if ok {
+		c.changed()
+	}
+}
+
+// clearSuspect records that name answered.
+func (c *Cluster) clearSuspect(name string) {
+	c.mu.Lock()
+	r := c.peers[name]
+	was := r != nil && !r.suspectUntil.IsZero()
+	if was {
+		r.suspectUntil = time.Time{}
+	}
+	c.mu.Unlock()
+	if was {
+		c.changed()
+	}
+}
+
+// checkAlive refuses alive messages from nodes that are not dibs agents of
+// a compatible wire version (memberlist then ignores them).
+func (c *Cluster) checkAlive(n *memberlist.Node) error {
+	meta, err := decodeMeta(n.Meta)
+	if err == nil {
+		err = meta.compatible()
+	}
+	if err != nil {
+		c.stats.dropped.Add(1)
+		c.warnOnce("alive/"+n.Name, "gossip: ignoring %s at %s: %v", n.Name, n.Address(), err)
+		return fmt.Errorf("refuse %s: %w", n.Name, err)
+	}
+	return nil
+}
+
+// olderBoot reports whether boot a started before boot b (ties broken by id
+// so that exactly one of two agents yields).
+func olderBoot(a, b nodeMeta) bool {
+	if !a.BootedAt.Equal(b.BootedAt) {
+		return a.BootedAt.Before(b.BootedAt)
+	}
+	return a.BootID < b.BootID
+}
+
+func (c *Cluster) selfMeta() nodeMeta {
+	return nodeMeta{WireMin: minWireVersion, WireMax: wireVersion, BootedAt: c.bootedAt, BootID: c.bootID}
+}
+
+func (c *Cluster) duplicateErr(other *memberlist.Node, meta nodeMeta) error {
+	return fmt.Errorf("%w: node name %q is already used by the agent at %s (started %s); give every agent its own name, or stop the other one",
+		ErrDuplicateName, c.cfg.NodeName, other.Address(), meta.BootedAt.Format(time.RFC3339))
+}
+
+// checkMerge vets a join (ours or another agent's): it is refused when it
+// would put two live agents under one name. The one that started later
+// records ErrDuplicateName and stops.
+func (c *Cluster) checkMerge(peers []*memberlist.Node) error {
+	for _, p := range peers {
+		if p.State != memberlist.StateAlive && p.State != memberlist.StateSuspect {
+			continue
+		}
+		meta, err := decodeMeta(p.Meta)
+		if err != nil {
+			continue // checkAlive refuses it
+		}
+		if p.Name == c.cfg.NodeName {
+			if meta.BootID == c.bootID || (c.selfIP != nil && p.Addr.Equal(c.selfIP) && p.Port == c.selfPort) {
+				continue // us, or our earlier boot at our address (a restart)
+			}
+			if olderBoot(meta, c.selfMeta()) {
+				err := c.duplicateErr(p, meta)
+				c.fail(err)
+				return err
+			}
+			return fmt.Errorf("refuse join: %q at %s uses this agent's name", p.Name, p.Address())
+		}
+		c.mu.RLock()
+		r := c.peers[p.Name]
+		clash := r != nil && r.member && r.hasMeta && r.meta.BootID != meta.BootID &&
+			!(r.node.Addr.Equal(p.Addr) && r.node.Port == p.Port)
+		var at string
+		if clash {
+			at = r.node.Address()
+		}
+		c.mu.RUnlock()
+		if clash {
+			return fmt.Errorf("refuse join: %q at %s is already the agent at %s", p.Name, p.Address(), at)
+		}
+	}
+	return nil
+}
+
+// nameConflict handles memberlist's report of two addresses for one name.
+func (c *Cluster) nameConflict(existing, other *memberlist.Node) {
+	if existing.Name != c.cfg.NodeName {
+		c.warnOnce("conflict/"+other.Address(), "gossip: %q is claimed by %s and %s; the later one is ignored", existing.Name, existing.Address(), other.Address())
+		return
+	}
+	meta, err := decodeMeta(other.Meta)
+	if err == nil && meta.BootID != c.bootID && olderBoot(meta, c.selfMeta()) {
+		c.fail(c.duplicateErr(other, meta))
+		return
+	}
+	c.warnOnce("conflict/"+other.Address(), "gossip: the agent at %s uses this node's name %q; it should stop", other.Address(), existing.Name)
+}
+
+// warnOnce logs a message once per key.
+func (c *Cluster) warnOnce(key, format string, args ...any) {
+	c.mu.Lock()
+	seen := c.conflict[key]
+	c.conflict[key] = true
+	c.mu.Unlock()
+	if !seen {
+		c.cfg.Logf(format, args...)
+	}
+}
+
+// peerView turns a record into a Peer. c.mu is held.
+func (r *peerRec) peerView(now time.Time) Peer {
+	p := Peer{Name: r.name, HasState: r.hasState, NodeState: r.state, UpdatedAt: r.updatedAt}
+	if r.seen {
+		p.Addr = r.node.Address()
+	}
+	switch {
+	case r.member && now.Before(r.suspectUntil):
+		p.State = StateSuspect
+	case r.member:
+		p.State = StateAlive
+	case r.leftBoot != "" && (r.leftBoot == r.lastBoot() || r.lastBoot() == ""):
+		p.State = StateLeft
+	default:
+		p.State = StateDead
+	}
+	return p
+}
+
+// lastBoot is the node's latest known boot.
+func (r *peerRec) lastBoot() string {
+	if r.hasMeta {
+		return r.meta.BootID
+	}
+	if r.hasState {
+		return r.state.BootID
+	}
+	return ""
+}
+
+func (c *Cluster) selfPeer() Peer {
+	state := StateAlive
+	if c.leaving.Load() {
+		state = StateLeft
+	}
+	return Peer{Name: c.cfg.NodeName, Addr: c.localAddr, State: state, HasState: true, NodeState: c.self, UpdatedAt: c.selfAt}
+}
+
+// View returns every node this agent has seen, itself included, sorted by
+// name. The NodeStates share memory with the Cluster's view: read them, do
+// not modify them.
+func (c *Cluster) View() []Peer {
+	now := time.Now()
+	c.mu.RLock()
+	out := make([]Peer, 0, len(c.peers)+1)
+	out = append(out, c.selfPeer())
+	for _, r := range c.peers {
+		if r.seen || r.hasState || r.leftBoot != "" {
+			out = append(out, r.peerView(now))
+		}
+	}
+	c.mu.RUnlock()
+	slices.SortFunc(out, func(a, b Peer) int { return strings.Compare(a.Name, b.Name) })
+	return out
+}
+
+// Peer returns one node of View.
+func (c *Cluster) Peer(name string) (Peer, bool) {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	if name == c.cfg.NodeName {
+		return c.selfPeer(), true
+	}
+	r := c.peers[name]
+	if r == nil || !(r.seen || r.hasState || r.leftBoot != "") {
+		return Peer{}, false
+	}
+	return r.peerView(time.Now()), true
+}
+
+// target finds the memberlist node to send a request to.
+func (c *Cluster) target(name string) (memberlist.Node, error) {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	r := c.peers[name]
+	if r == nil || !(r.seen || r.hasState) {
+		return memberlist.Node{}, fmt.Errorf("%w %q: it has never been a member of this cluster (check the name with `dibs ls`)", ErrUnknownNode, name)
+	}
+	if !r.member {
+		state := r.peerView(time.Now()).State
+		return memberlist.Node{}, fmt.Errorf("%w: %s is %s, so no agent can act for it until it is back", ErrNodeDown, name, state)
+	}
+	return r.node, nil
+}

@@ -1,0 +1,313 @@
+package tui
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/dibs-gpu/dibs/api"
+	"github.com/dibs-gpu/dibs/lease"
+	"github.com/dibs-gpu/dibs/nodeprobe"
+)
+
+// detailLines describes the GPU under the cursor. Wide panes (beside the
+// grid) get one labelled fact per line; the pane under the grid at 80
+// columns packs the same facts into fewer lines.
+func (m *Model) detailLines(w, maxH int) []string {
+	st := m.st
+	n, g := m.cursorGPU()
+	if n == nil {
+		return nil
+	}
+	if g == nil {
+		return []string{m.titleRule(n.Name, w), " " + st.dim.render("this node reports no GPUs")}
+	}
+	title := fmt.Sprintf("%s · GPU %d", n.Name, g.Index)
+	if m.isSelected(n.Name, g.Index) {
+		title += " · selected"
+	}
+	lines := []string{m.titleRule(title, w)}
+	f := m.facts(n, g)
+	const lw = 9
+	var rows []string
+	row := func(label, value string) {
+		if value != "" {
+			rows = append(rows, " "+st.label.render(padRight(label, lw))+truncate(value, w-1-lw))
+		}
+	}
+	row("model", f.model)
+	row("memory", f.memory)
+	row("load", f.load)
+	if f.lease == "" || n.State != api.NodeAlive {
+		row("state", f.state)
+	}
+	if f.lease != "" {
+		row("holder", f.holder)
+		row("lease", f.lease)
+		row("time", f.time)
+		row("session", f.session)
+		row("note", f.note)
+	}
+	if f.problem != "" {
+		rows = append(rows, " "+st.statusErr.render(truncate(f.problem, w-1)))
+	}
+	if len(f.procs) == 0 && n.State == api.NodeAlive {
+		row("procs", "none")
+	}
+	for i, p := range f.procs {
+		label := ""
+		if i == 0 {
+			label = "procs"
+		}
+		rows = append(rows, " "+st.label.render(padRight(label, lw))+truncate(p, w-1-lw))
+	}
+	if 1+len(rows) <= maxH {
+		lines = append(lines, rows...)
+	} else {
+		lines = append(lines, m.compactFacts(f, w)...)
+	}
+	// Room to spare (the pane beside a wide grid): what else a person
+	// usually wants next: their own leases, then the node.
+	if extra := m.yourLeases(w); len(extra) > 0 && len(lines)+len(extra) <= maxH {
+		lines = append(lines, extra...)
+	}
+	if extra := m.nodeFacts(n, w); len(lines)+len(extra) <= maxH {
+		lines = append(lines, extra...)
+	}
+	return lines
+}
+
+// compactFacts packs the facts into as few lines as they take, for the pane
+// under the grid on small terminals.
+func (m *Model) compactFacts(f facts, w int) []string {
+	st := m.st
+	var lines []string
+	add := func(parts ...string) {
+		var kept []string
+		for _, p := range parts {
+			if p != "" {
+				kept = append(kept, p)
+			}
+		}
+		if len(kept) > 0 {
+			lines = append(lines, " "+truncate(strings.Join(kept, " · "), w-1))
+		}
+	}
+	add(f.model, prefixed("mem ", f.memory), f.load)
+	if f.lease == "" || f.state != f.holder {
+		add(f.state)
+	}
+	if f.lease != "" {
+		add(f.holder, f.lease, f.time, prefixed("tmux ", f.session))
+	}
+	add(prefixed("note: ", f.note))
+	if f.problem != "" {
+		lines = append(lines, " "+st.statusErr.render(truncate(f.problem, w-1)))
+	}
+	for _, p := range f.procs {
+		lines = append(lines, " "+truncate("proc "+p, w-1))
+	}
+	return lines
+}
+
+// yourLeases lists the caller's leases across the cluster.
+func (m *Model) yourLeases(w int) []string {
+	st := m.st
+	var out []string
+	seen := map[string]bool{}
+	for ni := range m.board.Nodes {
+		n := &m.board.Nodes[ni]
+		for gi := range n.GPUs {
+			l := n.GPUs[gi].Lease
+			if l == nil || l.UID != m.board.You.UID || seen[l.ID] {
+				continue
+			}
+			seen[l.ID] = true
+			left := l.ExpiresAt.Sub(m.now())
+			when := lease.FormatDuration(left) + " left"
+			if left <= 0 {
+				when = "overdue " + lease.FormatDuration(-left)
+			}
+			s := fmt.Sprintf("%s  %s  %s", l.ID, gpuList(l.GPUs), when)
+			if l.Session != "" {
+				s += "  tmux " + l.Session
+			}
+			out = append(out, " "+st.cell[kindMine].render("★")+" "+truncate(s, w-3))
+		}
+	}
+	if len(out) == 0 {
+		return nil
+	}
+	return append([]string{"", m.titleRule("your leases", w)}, out...)
+}
+
+// nodeFacts describes the node under the cursor: its host and how fresh
+// its numbers are.
+func (m *Model) nodeFacts(n *api.Node, w int) []string {
+	st := m.st
+	const lw = 9
+	var rows []string
+	row := func(label, value string) {
+		if value != "" {
+			rows = append(rows, " "+st.label.render(padRight(label, lw))+truncate(value, w-1-lw))
+		}
+	}
+	row("state", n.State)
+	h := n.Host
+	var host []string
+	if h.CPUs > 0 {
+		host = append(host, fmt.Sprintf("%d CPUs", h.CPUs))
+	}
+	if h.MemoryMiB >= 1024*1024 {
+		host = append(host, fmt.Sprintf("%.1f TiB RAM", float64(h.MemoryMiB)/(1024*1024)))
+	} else if h.MemoryMiB > 0 {
+		host = append(host, fmt.Sprintf("%d GiB RAM", h.MemoryMiB/1024))
+	}
+	row("host", strings.Join(host, " · "))
+	var drv []string
+	if h.DriverVersion != "" {
+		drv = append(drv, "driver "+h.DriverVersion)
+	}
+	if h.CUDAVersion != "" {
+		drv = append(drv, "CUDA "+h.CUDAVersion)
+	}
+	if h.Backend != "" {
+		drv = append(drv, "via "+string(h.Backend))
+	}
+	row("software", strings.Join(drv, " · "))
+	if !n.TelemetryAt.IsZero() {
+		row("probed", lease.FormatDuration(m.now().Sub(n.TelemetryAt))+" ago")
+	}
+	return append([]string{"", m.titleRule(n.Name, w)}, rows...)
+}
+
+func prefixed(prefix, s string) string {
+	if s == "" {
+		return ""
+	}
+	return prefix + s
+}
+
+// facts are the detail pane's sentences about one GPU.
+type facts struct {
+	model, memory, load string
+	state               string
+	lease, holder, note string
+	time, session       string
+	problem             string
+	procs               []string
+}
+
+func (m *Model) facts(n *api.Node, g *api.GPU) facts {
+	var f facts
+	now := m.now()
+	f.model = shortModel(g.Model)
+	if g.MIG == nodeprobe.MIGEnabled {
+		f.model += fmt.Sprintf(" (MIG, %d slices)", len(g.MIGDevices))
+	}
+	alive := n.State == api.NodeAlive
+	if g.MemoryTotalMiB > 0 {
+		f.memory = fmt.Sprintf("%s / %s GiB (%d%%)", gib(g.MemoryUsedMiB), gib(g.MemoryTotalMiB), g.MemoryUsedMiB*100/g.MemoryTotalMiB)
+	}
+	var load []string
+	if g.UtilizationPct != nil {
+		load = append(load, fmt.Sprintf("util %d%%", *g.UtilizationPct))
+	}
+	if g.TemperatureC != nil {
+		load = append(load, fmt.Sprintf("%d°C", *g.TemperatureC))
+	}
+	if g.PowerDrawW != nil {
+		pw := fmt.Sprintf("%.0f W", *g.PowerDrawW)
+		if g.PowerLimitW != nil {
+			pw = fmt.Sprintf("%.0f/%.0f W", *g.PowerDrawW, *g.PowerLimitW)
+		}
+		load = append(load, pw)
+	}
+	f.load = strings.Join(load, " · ")
+	if !alive {
+		ago := ""
+		if !n.TelemetryAt.IsZero() {
+			ago = ", last heard " + lease.FormatDuration(now.Sub(n.TelemetryAt)) + " ago"
+		}
+		f.state = fmt.Sprintf("%s%s — GPUs unknown, not free", n.State, ago)
+		f.memory, f.load = "", ""
+		if g.Lease != nil {
+			f.state += "; lease as last known"
+		}
+	}
+	you := m.board.You
+	l := g.Lease
+	if l != nil {
+		f.lease = l.ID
+		if l.Kind != "" && l.Kind != lease.KindInteractive {
+			f.lease += " (" + string(l.Kind) + ")"
+		}
+		f.holder = holderName(l)
+		if l.UID == you.UID {
+			f.holder = "★ you (" + f.holder + ")"
+		} else {
+			f.holder = "held by " + f.holder
+		}
+		if alive && f.state == "" {
+			f.state = f.holder
+		}
+		f.note = l.Note
+		left := l.ExpiresAt.Sub(now)
+		if left > 0 {
+			f.time = fmt.Sprintf("%s left (until %s)", lease.FormatDuration(left), m.clock(l.ExpiresAt))
+		} else {
+			f.time = fmt.Sprintf("overdue by %s (ended %s)", lease.FormatDuration(-left), m.clock(l.ExpiresAt))
+		}
+		f.session = l.Session
+		if f.session != "" && l.UID == you.UID {
+			f.session += " — a attaches"
+		}
+	} else if alive && len(g.Processes) == 0 {
+		f.state = "free — c claims it, space selects it"
+	} else if alive {
+		f.state = "no lease"
+	}
+	if alive {
+		switch {
+		case slices.Contains(g.Flags, lease.FlagSquatted) || (l == nil && len(g.Processes) > 0):
+			f.problem = "! squatted: work runs here without the lease"
+		case slices.Contains(g.Flags, lease.FlagOverdue):
+			f.problem = "⧖ overdue: past its end and still held"
+		case slices.Contains(g.Flags, lease.FlagIdle):
+			f.problem = "zz idle: held but unused for a while — release it if done"
+		case slices.Contains(g.Flags, lease.FlagExpiring):
+			f.problem = "⧖ ends soon: e extends it"
+		}
+	}
+	for _, p := range g.Processes {
+		who := p.User
+		if who == "" {
+			who = fmt.Sprintf("uid %d", p.UID)
+		}
+		s := fmt.Sprintf("%d %s %s GiB %s", p.PID, who, gib(p.UsedMemoryMiB), p.Command)
+		if p.Container != "" {
+			s += " [" + p.Container + "]"
+		}
+		if squatter(p, l) {
+			s += "  ← not the holder"
+		}
+		f.procs = append(f.procs, s)
+	}
+	return f
+}
+
+// squatter says whether a process has no business on a GPU held by l: the
+// uid decides, the name only when /proc gave no uid (as lease.Judge does).
+func squatter(p nodeprobe.Process, l *lease.Lease) bool {
+	if l == nil {
+		return true
+	}
+	if p.UID >= 0 {
+		return p.UID != l.UID
+	}
+	return p.User == "" || p.User != l.User
+}
+
+func gib(mib uint64) string {
+	return fmt.Sprintf("%.1f", float64(mib)/1024)
+}
