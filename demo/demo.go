@@ -86,6 +86,8 @@ func Start(ctx context.Context, o Options) (*Demo, error) {
 			return nil, err
 		}
 		d.dir, d.ownDir = dir, true
+	} else if err := os.MkdirAll(d.dir, 0o755); err != nil {
+		return nil, fmt.Errorf("demo dir: %w", err)
 	}
 	key := make([]byte, 32)
 	if _, err := rand.Read(key); err != nil {

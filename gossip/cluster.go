@@ -218,6 +218,8 @@ type Cluster struct {
 
 	// seen holds hashes of state messages already handled, so the many
 	// gossip copies of one change cost a hash each, not a decode.
+	codec codec
+
 	seenMu sync.Mutex
 	seen   map[uint64]struct{}
 
@@ -530,7 +532,7 @@ func (c *Cluster) revise(i int, now time.Time, force bool, m *stateMsg, content 
 		c.cfg.Logf("gossip: not publishing this node's %s: %v", m.Section, err)
 		return
 	}
-	wire, err := encodeMessage(msgState, m)
+	wire, err := c.codec.encode(msgState, m)
 	if err != nil {
 		c.cfg.Logf("gossip: not publishing this node's %s: %v", m.Section, err)
 		return
@@ -554,7 +556,7 @@ func (c *Cluster) gossipCopy(m *stateMsg, wire []byte) []byte {
 	}
 	for _, keep := range []int{120, 60, 24, 0} {
 		p := trimNotes(m, keep)
-		b, err := encodeMessage(msgState, p)
+		b, err := c.codec.encode(msgState, p)
 		if err == nil && len(b) <= c.packetBudget {
 			return b
 		}
@@ -677,22 +679,22 @@ func (c *Cluster) handleMessage(b []byte) {
 			return
 		}
 		var m *stateMsg
-		if m, err = decodeState(b); err == nil {
+		if m, err = c.codec.decodeState(b); err == nil {
 			c.applyState(m, b, true)
 		}
 	case msgLeave:
 		var m *leaveMsg
-		if m, err = decodeLeave(b); err == nil {
+		if m, err = c.codec.decodeLeave(b); err == nil {
 			c.applyLeave(m, b)
 		}
 	case msgRequest:
 		var m *requestMsg
-		if m, err = decodeRequest(b); err == nil {
+		if m, err = c.codec.decodeRequest(b); err == nil {
 			c.serve(m)
 		}
 	case msgResponse:
 		var m *responseMsg
-		if m, err = decodeResponse(b); err == nil {
+		if m, err = c.codec.decodeResponse(b); err == nil {
 			c.deliver(m)
 		}
 	default:
@@ -754,7 +756,7 @@ func (c *Cluster) pushPullState() []byte {
 		}
 	}
 	c.mu.Unlock()
-	b, err := encodeMessage(msgPushPull, &pp)
+	b, err := c.codec.encode(msgPushPull, &pp)
 	if err != nil {
 		c.cfg.Logf("gossip: push/pull: %v", err)
 		return nil
@@ -766,7 +768,7 @@ func (c *Cluster) pushPullState() []byte {
 // mergePushPull applies another agent's push/pull state.
 func (c *Cluster) mergePushPull(buf []byte) {
 	c.stats.messagesIn.Add(1)
-	pp, states, err := decodePushPull(buf)
+	pp, states, err := c.codec.decodePushPull(buf)
 	if err != nil {
 		c.stats.dropped.Add(1)
 		c.cfg.Logf("gossip: dropped push/pull state: %v", err)
@@ -796,7 +798,7 @@ func (c *Cluster) Leave(timeout time.Duration) error {
 		return nil
 	}
 	deadline := time.Now().Add(timeout)
-	msg, err := encodeMessage(msgLeave, &leaveMsg{Node: c.cfg.NodeName, BootID: c.bootID, BootedAt: c.bootedAt.UnixNano()})
+	msg, err := c.codec.encode(msgLeave, &leaveMsg{Node: c.cfg.NodeName, BootID: c.bootID, BootedAt: c.bootedAt.UnixNano()})
 	if err != nil {
 		return fmt.Errorf("leave cluster: %w", err)
 	}

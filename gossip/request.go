@@ -81,7 +81,7 @@ func (c *Cluster) request(ctx context.Context, node string, req Request) (Respon
 	if id == 0 {
 		id = c.nextID.Add(1)
 	}
-	msg, err := encodeMessage(msgRequest, &requestMsg{
+	msg, err := c.codec.encode(msgRequest, &requestMsg{
 		ID: id, From: c.cfg.NodeName, Reply: c.localAddr,
 		Op: req.Op, Caller: req.Caller, Body: req.Body,
 		TimeoutMS: max(1, time.Until(deadline).Milliseconds()),
@@ -173,10 +173,10 @@ func (c *Cluster) answer(m *requestMsg) {
 	ctx, cancel := context.WithTimeout(c.ctx, timeout)
 	resp := c.handle(ctx, m)
 	cancel()
-	out, err := encodeMessage(msgResponse, &responseMsg{ID: m.ID, From: c.cfg.NodeName, Body: resp.Body, ErrCode: resp.ErrCode, ErrMsg: resp.ErrMsg})
+	out, err := c.codec.encode(msgResponse, &responseMsg{ID: m.ID, From: c.cfg.NodeName, Body: resp.Body, ErrCode: resp.ErrCode, ErrMsg: resp.ErrMsg})
 	if err != nil {
 		c.cfg.Logf("gossip: answer %s from %s: %v", m.Op, m.From, err)
-		out, err = encodeMessage(msgResponse, &responseMsg{ID: m.ID, From: c.cfg.NodeName, ErrCode: lease.CodeUnavailable,
+		out, err = c.codec.encode(msgResponse, &responseMsg{ID: m.ID, From: c.cfg.NodeName, ErrCode: lease.CodeUnavailable,
 			ErrMsg: fmt.Sprintf("%s could not send its answer: %v", c.cfg.NodeName, err)})
 		if err != nil {
 			return

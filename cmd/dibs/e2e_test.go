@@ -48,8 +48,26 @@ type proc struct {
 	cmd    *exec.Cmd
 	socket string
 	data   string
-	log    *bytes.Buffer
+	log    *syncBuffer
 	args   []string
+}
+
+// syncBuffer is a log the agent process writes while the test reads it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
 
 // startAgent runs `dibs agent` as a child process and waits for its socket.
@@ -63,7 +81,7 @@ func startAgent(t *testing.T, dir string, args ...string) *proc {
 func (p *proc) start(t *testing.T) {
 	t.Helper()
 	all := append([]string{"agent", "--node-name", "node01", "--data-dir", p.data, "--socket", p.socket, "--probe-interval", "200ms"}, p.args...)
-	p.log = &bytes.Buffer{}
+	p.log = &syncBuffer{}
 	p.cmd = exec.Command(dibsBin, all...)
 	p.cmd.Stdout, p.cmd.Stderr = p.log, p.log
 	p.cmd.Env = append(os.Environ(), "TMUX_TMPDIR="+os.Getenv("TMUX_TMPDIR"))

@@ -62,6 +62,7 @@ func isTerminal() bool {
 
 func (c *cli) demoCmd() *cobra.Command {
 	var noTUI bool
+	var dir string
 	cmd := &cobra.Command{
 		Use:   "demo",
 		Short: "Run a simulated four-node cluster with teammates in this process and open the board",
@@ -78,7 +79,7 @@ the cluster and ends the demo's sessions.`,
 			}
 			ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 			defer stop()
-			d, err := demo.Start(ctx, demo.Options{TmuxTmpDir: os.Getenv("TMUX_TMPDIR")})
+			d, err := demo.Start(ctx, demo.Options{Dir: dir, TmuxTmpDir: os.Getenv("TMUX_TMPDIR")})
 			if err != nil {
 				return err
 			}
@@ -93,6 +94,7 @@ the cluster and ends the demo's sessions.`,
 			return runBoard(api.NewClient(d.Socket()))
 		},
 	}
+	cmd.Flags().StringVar(&dir, "dir", "", "keep the demo's data and socket (dibs.sock) in DIR instead of a temp dir")
 	cmd.Flags().BoolVar(&noTUI, "no-tui", false, "keep the cluster up without the board and print the socket to use with the CLI")
 	return cmd
 }

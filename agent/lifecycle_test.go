@@ -1,0 +1,171 @@
+package agent_test
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/dibs-gpu/dibs/agent"
+	"github.com/dibs-gpu/dibs/agent/agenttest"
+	"github.com/dibs-gpu/dibs/api"
+	"github.com/dibs-gpu/dibs/launch"
+	"github.com/dibs-gpu/dibs/lease"
+	"github.com/dibs-gpu/dibs/nodeprobe"
+)
+
+func shortPolicy(action lease.EndAction) lease.Policy {
+	p := lease.DefaultPolicy()
+	p.WarnBefore = 10 * time.Minute
+	p.EndAction = action
+	p.SignalGrace = time.Second
+	p.IdleAfter = 300 * time.Millisecond
+	return p
+}
+
+func TestWarningThenOverdueShowOnTheBoard(t *testing.T) {
+	n := agenttest.Start(t, agenttest.Options{Policy: shortPolicy(lease.ActionWarn)})
+	r, err := n.Client.Claim(ctx(t), api.ClaimRequest{Count: 1, Duration: "2s"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	agenttest.Eventually(t, 3*time.Second, "the ten-minute warning in the notices", func() bool {
+		b, _ := n.Client.Board(ctx(t))
+		return len(b.Notices) > 0 && strings.Contains(b.Notices[0], r.ID+" ends in")
+	})
+	b, _ := n.Client.Board(ctx(t))
+	if !slices.Contains(b.Nodes[0].GPUs[0].Flags, lease.FlagExpiring) {
+		t.Errorf("flags %v, want expiring", b.Nodes[0].GPUs[0].Flags)
+	}
+	agenttest.Eventually(t, 5*time.Second, "the lease to show overdue and stay (end action warn)", func() bool {
+		b, _ := n.Client.Board(ctx(t))
+		g := b.Nodes[0].GPUs[0]
+		return g.Lease != nil && slices.Contains(g.Flags, lease.FlagOverdue) && strings.Contains(b.Notices[0], "past its end")
+	})
+}
+
+func TestEndActionSignalTermsThenKillsThenEnds(t *testing.T) {
+	agenttest.RequireTmux(t)
+	n := agenttest.Start(t, agenttest.Options{Policy: shortPolicy(lease.ActionSignal)})
+	dir := agenttest.PublicDir(t)
+	got := filepath.Join(dir, "got")
+	// The job ignores SIGTERM after noting it, so only SIGKILL ends it.
+	_, err := n.Client.Claim(ctx(t), api.ClaimRequest{Count: 1, Duration: "1s", Run: &api.RunSpec{
+		Command: []string{"sh", "-c", `trap 'echo term >> ` + got + `' TERM; while :; do sleep 0.1; done`},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	agenttest.Eventually(t, 5*time.Second, "SIGTERM to reach the job at the end", func() bool {
+		b, _ := os.ReadFile(got)
+		return strings.Contains(string(b), "term")
+	})
+	termAt := time.Now()
+	agenttest.Eventually(t, 6*time.Second, "the lease to end after the grace", func() bool {
+		b, _ := n.Client.Board(ctx(t))
+		return b.Nodes[0].GPUs[0].Lease == nil
+	})
+	if d := time.Since(termAt); d < 500*time.Millisecond {
+		t.Errorf("the lease ended %s after SIGTERM, before the 1s grace", d)
+	}
+	agenttest.Eventually(t, 3*time.Second, "the session to be gone", func() bool {
+		_, err := n.Tmux(os.Getuid(), "has-session", "-t", "=dibs-node01-1")
+		return err != nil
+	})
+}
+
+func TestEndActionEndEndsAtOnce(t *testing.T) {
+	n := agenttest.Start(t, agenttest.Options{Policy: shortPolicy(lease.ActionEnd)})
+	if _, err := n.Client.Claim(ctx(t), api.ClaimRequest{Count: 1, Duration: "1s"}); err != nil {
+		t.Fatal(err)
+	}
+	agenttest.Eventually(t, 4*time.Second, "the lease to end at its time", func() bool {
+		b, _ := n.Client.Board(ctx(t))
+		return b.Nodes[0].GPUs[0].Lease == nil && len(b.Notices) > 0 && strings.Contains(b.Notices[0], "ended at its time limit")
+	})
+}
+
+func TestIdleAndSquattedFlags(t *testing.T) {
+	dir := agenttest.PublicDir(t)
+	load := filepath.Join(dir, "load.json")
+	os.WriteFile(load, []byte(`{"gpus":{"3":{"utilization_pct":50,"processes":[{"pid":777,"user":"mallory","uid":4242,"command":"python","used_memory_mib":500}]}}}`), 0o644)
+	n := agenttest.Start(t, agenttest.Options{Policy: shortPolicy(lease.ActionWarn), SimLoad: load})
+	if _, err := n.Client.Claim(ctx(t), api.ClaimRequest{GPUs: []int{0}}); err != nil {
+		t.Fatal(err)
+	}
+	agenttest.Eventually(t, 3*time.Second, "GPU 0 (leased, nothing running) to be idle and GPU 3 squatted", func() bool {
+		b, _ := n.Client.Board(ctx(t))
+		g := b.Nodes[0].GPUs
+		return slices.Contains(g[0].Flags, lease.FlagIdle) && slices.Contains(g[3].Flags, lease.FlagSquatted) && !slices.Contains(g[1].Flags, lease.FlagIdle)
+	})
+}
+
+func TestAdoptTakesYourRunIntoALease(t *testing.T) {
+	dir := agenttest.PublicDir(t)
+	load := filepath.Join(dir, "load.json")
+	body, _ := json.Marshal(map[string]any{"gpus": map[string]any{"1": map[string]any{"utilization_pct": 90,
+		"processes": []map[string]any{{"pid": 5151, "uid": os.Getuid(), "command": "python", "used_memory_mib": 1000}}}}})
+	os.WriteFile(load, body, 0o644)
+	n := agenttest.Start(t, agenttest.Options{SimLoad: load})
+	b, _ := n.Client.Board(ctx(t))
+	if !slices.Contains(b.Nodes[0].GPUs[1].Flags, lease.FlagSquatted) {
+		t.Fatalf("before adopt GPU 1 flags = %v, want squatted", b.Nodes[0].GPUs[1].Flags)
+	}
+	r, err := n.Client.Adopt(ctx(t), api.AdoptRequest{PID: 5151, Duration: "2h"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.CUDAVisibleDevices != "1" {
+		t.Errorf("adopted GPUs %s, want 1", r.CUDAVisibleDevices)
+	}
+	b, _ = n.Client.Board(ctx(t))
+	if slices.Contains(b.Nodes[0].GPUs[1].Flags, lease.FlagSquatted) {
+		t.Errorf("after adopt GPU 1 is still squatted")
+	}
+	if _, err := n.Client.Adopt(ctx(t), api.AdoptRequest{PID: 999}); err == nil || !strings.Contains(err.Error(), "pid 999 is not on any GPU") {
+		t.Errorf("adopt of an unknown pid: %v", err)
+	}
+}
+
+func TestRunWithoutTmuxRefusesAndLeavesNothing(t *testing.T) {
+	dir := agenttest.PublicDir(t)
+	probe, _ := nodeprobe.NewSim(nodeprobe.SimOptions{Spec: "2xL40S", HostName: "node01"})
+	a, err := agent.New(agent.Config{NodeName: "node01", DataDir: filepath.Join(dir, "data"), Socket: filepath.Join(dir, "s.sock"), Logf: t.Logf},
+		agent.Deps{Probe: probe, Sessions: launch.New(launch.Options{TmuxPath: "/nonexistent/tmux"})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	defer a.Stop()
+	cl := api.NewClient(filepath.Join(dir, "s.sock"))
+	_, err = cl.Claim(ctx(t), api.ClaimRequest{Count: 1, Run: &api.RunSpec{Command: []string{"true"}}})
+	if err == nil || !strings.Contains(err.Error(), "tmux not found") {
+		t.Fatalf("run without tmux: %v", err)
+	}
+	b, _ := cl.Board(ctx(t))
+	for _, g := range b.Nodes[0].GPUs {
+		if g.Lease != nil {
+			t.Errorf("GPU %d left leased after the failed run", g.Index)
+		}
+	}
+}
+
+func TestCorruptStoreRefusesToStart(t *testing.T) {
+	dir := agenttest.PublicDir(t)
+	data := filepath.Join(dir, "data")
+	os.MkdirAll(data, 0o700)
+	os.WriteFile(filepath.Join(data, "dibs.db"), []byte(strings.Repeat("not a database ", 500)), 0o600)
+	err := tryStart(t, agenttest.Options{Name: "node01", DataDir: data})
+	if err == nil || !strings.Contains(err.Error(), filepath.Join(data, "dibs.db")) {
+		t.Fatalf("start on a corrupt store: %v, want a refusal naming the file", err)
+	}
+	if fi, _ := os.Stat(filepath.Join(data, "dibs.db")); fi == nil || fi.Size() != int64(len(strings.Repeat("not a database ", 500))) {
+		t.Errorf("the corrupt file was changed or removed")
+	}
+}

@@ -1,0 +1,220 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/dibs-gpu/dibs/agent/agenttest"
+	"github.com/dibs-gpu/dibs/api"
+)
+
+// pane is a real tmux pane running a command, read with capture-pane.
+type pane struct {
+	t    *testing.T
+	sock string
+	name string
+}
+
+func newPane(t *testing.T, w, h int, env []string, argv ...string) *pane {
+	t.Helper()
+	agenttest.RequireTmux(t)
+	p := &pane{t: t, sock: filepath.Join(agenttest.TmuxDir(t), "e2e.sock"), name: "e2e"}
+	args := []string{"-S", p.sock, "new-session", "-d", "-s", p.name, "-x", fmt.Sprint(w), "-y", fmt.Sprint(h)}
+	for _, e := range env {
+		args = append(args, "-e", e)
+	}
+	args = append(args, strings.Join(argv, " "))
+	if out, err := exec.Command("tmux", args...).CombinedOutput(); err != nil {
+		t.Fatalf("tmux new-session: %v %s", err, out)
+	}
+	t.Cleanup(func() { exec.Command("tmux", "-S", p.sock, "kill-server").Run() })
+	return p
+}
+
+func (p *pane) screen() string {
+	out, _ := exec.Command("tmux", "-S", p.sock, "capture-pane", "-p", "-t", p.name).CombinedOutput()
+	return string(out)
+}
+
+func (p *pane) keys(keys ...string) {
+	p.t.Helper()
+	if out, err := exec.Command("tmux", append([]string{"-S", p.sock, "send-keys", "-t", p.name}, keys...)...).CombinedOutput(); err != nil {
+		p.t.Fatalf("send-keys %v: %v %s", keys, err, out)
+	}
+}
+
+func (p *pane) waitFor(within time.Duration, what string, cond func(screen string) bool) string {
+	p.t.Helper()
+	var s string
+	deadline := time.Now().Add(within)
+	for time.Now().Before(deadline) {
+		s = p.screen()
+		if cond(s) {
+			return s
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	p.t.Fatalf("timed out waiting for %s; the screen:\n%s", what, s)
+	return ""
+}
+
+func myLeases(t *testing.T, socket string) []string {
+	t.Helper()
+	out, _, code := dibs(t, socket, nil, "ls", "--json")
+	if code != 0 {
+		return nil
+	}
+	var b api.Board
+	if err := json.Unmarshal([]byte(out), &b); err != nil {
+		t.Fatalf("ls --json: %v", err)
+	}
+	var ids []string
+	for _, n := range b.Nodes {
+		for _, g := range n.GPUs {
+			if g.Lease != nil && g.Lease.UID == os.Getuid() {
+				ids = append(ids, fmt.Sprintf("%s@%s:%d", g.Lease.ID, n.Name, g.Index))
+			}
+		}
+	}
+	return ids
+}
+
+// TestDemoBoardClaimWithKeystrokes runs `dibs demo` in a real tmux pane,
+// claims a GPU with keystrokes, and checks the lease through `dibs ls --json`.
+func TestDemoBoardClaimWithKeystrokes(t *testing.T) {
+	dir := agenttest.PublicDir(t)
+	socket := filepath.Join(dir, "dibs.sock")
+	p := newPane(t, 160, 48, []string{"TMUX_TMPDIR=" + agenttest.TmuxDir(t)}, dibsBin, "demo", "--dir", dir)
+	s := p.waitFor(20*time.Second, "the demo board with four nodes", func(s string) bool {
+		return strings.Contains(s, "node01") && strings.Contains(s, "node04") && strings.Contains(s, "4 nodes")
+	})
+	for _, want := range []string{"alice", "!squat", "RTX PRO 6000", "L40S", "RTX 5090"} {
+		if !strings.Contains(s, want) {
+			t.Errorf("demo board does not show %q:\n%s", want, s)
+		}
+	}
+	if got := myLeases(t, socket); len(got) != 0 {
+		t.Fatalf("I hold %v before claiming", got)
+	}
+	// Move to node03 (two nodes down), open the claim form, accept one GPU.
+	p.keys("j", "j", "c")
+	p.waitFor(5*time.Second, "the claim form", func(s string) bool { return strings.Contains(s, "claim on node03") })
+	p.keys("Enter")
+	s = p.waitFor(5*time.Second, "the claim to be confirmed on screen", func(s string) bool { return strings.Contains(s, "claimed node03-") })
+	got := myLeases(t, socket)
+	if len(got) != 1 || !strings.Contains(got[0], "@node03:") {
+		t.Fatalf("after claiming with keystrokes, dibs ls --json shows my leases %v; screen:\n%s", got, s)
+	}
+	// q quits the demo, and the cluster with it.
+	p.keys("q")
+	agenttest.Eventually(t, 10*time.Second, "the demo to stop", func() bool {
+		_, err := os.Stat(socket)
+		return os.IsNotExist(err)
+	})
+}
+
+func sshKey(t *testing.T, dir, name string) (priv, pub string) {
+	t.Helper()
+	if _, err := exec.LookPath("ssh-keygen"); err != nil {
+		t.Skip("needs the OpenSSH client (ssh, ssh-keygen)")
+	}
+	priv = filepath.Join(dir, name)
+	if out, err := exec.Command("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", priv).CombinedOutput(); err != nil {
+		t.Fatalf("ssh-keygen: %v %s", err, out)
+	}
+	b, _ := os.ReadFile(priv + ".pub")
+	return priv, strings.TrimSpace(string(b))
+}
+
+func freePort(t *testing.T) int {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+func sshArgs(key string, port int, extra ...string) []string {
+	args := []string{"-i", key, "-p", fmt.Sprint(port), "-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null",
+		"-o", "IdentitiesOnly=yes", "-o", "LogLevel=ERROR"}
+	return append(args, extra...)
+}
+
+// TestSSHBoardClaimsAsTheKeysUser opens the board with the real OpenSSH
+// client and claims a GPU; the lease belongs to the key's user.
+func TestSSHBoardClaimsAsTheKeysUser(t *testing.T) {
+	if _, err := exec.LookPath("ssh"); err != nil {
+		t.Skip("needs the OpenSSH client")
+	}
+	me, _ := user.Current()
+	dir := agenttest.PublicDir(t)
+	priv, pub := sshKey(t, dir, "id_test")
+	users := filepath.Join(dir, "users")
+	os.WriteFile(users, []byte(me.Username+" "+pub+"\n"), 0o644)
+	port := freePort(t)
+	a := startAgent(t, dir, "--sim", "4xH100-80GB", "--ssh-listen", fmt.Sprintf("127.0.0.1:%d", port), "--ssh-users-file", users)
+
+	argv := append([]string{"ssh"}, sshArgs(priv, port, "-t", me.Username+"@127.0.0.1")...)
+	p := newPane(t, 120, 40, nil, argv...)
+	p.waitFor(15*time.Second, "the board over SSH", func(s string) bool {
+		return strings.Contains(s, "node01") && strings.Contains(s, "4 GPUs")
+	})
+	p.keys("c")
+	p.waitFor(5*time.Second, "the claim form", func(s string) bool { return strings.Contains(s, "claim on node01") })
+	p.keys("Enter")
+	p.waitFor(5*time.Second, "the claim confirmed", func(s string) bool { return strings.Contains(s, "claimed node01-1") })
+
+	b, err := api.NewClient(a.socket).Board(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := b.Nodes[0].GPUs[0].Lease
+	if l == nil || l.User != me.Username || l.UID != os.Getuid() {
+		t.Fatalf("lease from the SSH board = %+v, want one held by %s", l, me.Username)
+	}
+	p.keys("q")
+	if !strings.Contains(a.log.String(), me.Username+" logged in from 127.0.0.1") {
+		t.Errorf("the login was not logged:\n%s", a.log.String())
+	}
+}
+
+// TestSSHUnknownKeyGetsNothing: a key nobody authorised is refused before
+// any session, and the refusal is logged.
+func TestSSHUnknownKeyGetsNothing(t *testing.T) {
+	if _, err := exec.LookPath("ssh"); err != nil {
+		t.Skip("needs the OpenSSH client")
+	}
+	me, _ := user.Current()
+	dir := agenttest.PublicDir(t)
+	_, pub := sshKey(t, dir, "id_known")
+	stranger, _ := sshKey(t, dir, "id_stranger")
+	users := filepath.Join(dir, "users")
+	os.WriteFile(users, []byte(me.Username+" "+pub+"\n"), 0o644)
+	port := freePort(t)
+	a := startAgent(t, dir, "--sim", "2xL40S", "--ssh-listen", fmt.Sprintf("127.0.0.1:%d", port), "--ssh-users-file", users)
+
+	cmd := exec.Command("ssh", sshArgs(stranger, port, "-o", "BatchMode=yes", "-o", "PreferredAuthentications=publickey,password,keyboard-interactive", me.Username+"@127.0.0.1", "true")...)
+	out, err := cmd.CombinedOutput()
+	if err == nil {
+		t.Fatalf("ssh with an unknown key succeeded: %s", out)
+	}
+	if !strings.Contains(string(out), "Permission denied") {
+		t.Errorf("ssh output = %q, want Permission denied", out)
+	}
+	agenttest.Eventually(t, 3*time.Second, "the refusal to be logged", func() bool {
+		return strings.Contains(a.log.String(), "refused key")
+	})
+	if b, _ := api.NewClient(a.socket).Board(context.Background()); b.Nodes[0].GPUs[0].Lease != nil {
+		t.Errorf("a lease appeared after a refused login")
+	}
+}
