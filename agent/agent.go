@@ -15,6 +15,7 @@ import (
 	"net"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -42,7 +43,12 @@ type Config struct {
 	// Cluster, when set, joins a gossip cluster.
 	Cluster *ClusterSettings
 	// SSH, when set, serves the board over SSH.
-	SSH  *SSHSettings
+	SSH *SSHSettings
+	// Sched is the queue's policy: fair-share, quotas, reclaim.
+	Sched lease.SchedConfig
+	// PreemptSignal tells a borrowed or idle lease's session to checkpoint
+	// (default SIGUSR1); the lease ends Policy.PreemptGrace later.
+	PreemptSignal syscall.Signal
 	Logf func(format string, args ...any)
 }
 
@@ -100,6 +106,20 @@ type Agent struct {
 	notices map[int][]notice
 	// watching holds a cancel for each lease whose session is watched.
 	watching map[string]context.CancelFunc
+	// queue holds the requests submitted here (their source of truth).
+	queue    map[string]lease.QueueEntry
+	queueSeq uint64
+	// ended remembers how queued runs' leases ended, for their origins.
+	ended []endedLease
+	// schedKick wakes the scheduler; inflight are starts it has sent and
+	// not yet seen in the cluster's state.
+	schedKick chan struct{}
+	inflight  map[string]inflightStart
+	// usage caches this node's decayed usage (it reads the ledger).
+	usageMu    sync.Mutex
+	usageAt    time.Time
+	usage      atomic.Pointer[lease.Usage]
+	usageDirty atomic.Bool
 
 	cluster clusterLink
 
@@ -143,6 +163,11 @@ func New(cfg Config, deps Deps) (*Agent, error) {
 	if cfg.Logf == nil {
 		cfg.Logf = log.Printf
 	}
+	if cfg.PreemptSignal == 0 {
+		cfg.PreemptSignal = syscall.SIGUSR1
+	}
+	cfg.Sched.PreemptGrace = cfg.Policy.PreemptGrace
+	cfg.Sched = cfg.Sched.WithDefaults()
 	if deps.Now == nil {
 		deps.Now = time.Now
 	}
@@ -167,7 +192,10 @@ func New(cfg Config, deps Deps) (*Agent, error) {
 		changed:  make(chan struct{}),
 		notices:  make(map[int][]notice),
 		watching: make(map[string]context.CancelFunc),
+		queue:    make(map[string]lease.QueueEntry),
+		inflight: make(map[string]inflightStart),
 		cluster:  noCluster{},
+		schedKick: make(chan struct{}, 1),
 	}
 	return a, nil
 }
@@ -192,6 +220,15 @@ func (a *Agent) Start(ctx context.Context) error {
 		st.Close()
 		return err
 	}
+	entries, seq, err := st.Entries()
+	if err != nil {
+		st.Close()
+		return err
+	}
+	for _, e := range entries {
+		a.queue[e.ID] = e
+	}
+	a.queueSeq = seq
 	now := a.now()
 	a.startedAt = now
 	a.table = lease.NewTable(a.cfg.NodeName, leases, last, now)
@@ -234,8 +271,9 @@ func (a *Agent) Start(ctx context.Context) error {
 			return err
 		}
 	}
-	a.wg.Add(1)
+	a.wg.Add(2)
 	go a.loop()
+	go a.schedLoop()
 	a.logf("dibs agent %s on %s: %d GPUs (%s), %d leases, socket %s", Version, a.cfg.NodeName, len(snap.GPUs), snap.Host.Backend, a.table.Len(), a.cfg.Socket)
 	return nil
 }
@@ -295,6 +333,7 @@ func (a *Agent) changes() <-chan struct{} {
 // watchers wake and the cluster hears of it at once.
 func (a *Agent) leaseChanged() {
 	a.cluster.publish(true)
+	a.kickScheduler()
 }
 
 // noticeFor queues a message for a user's board and `dibs ls`.

@@ -22,6 +22,11 @@ type remoteNode struct {
 	UpdatedAt time.Time
 	// Idle is the node's own idle history, nil when it published none.
 	Idle *lease.IdleTracker
+	// Extra is what the node published beyond leases: its queue, how its
+	// queued leases ended. Nil when none.
+	Extra *extraState
+	// Usage is the node's published decayed usage (GPU-seconds per user).
+	Usage map[string]float64
 }
 
 // Board builds the board for a caller: this node from the live table, the

@@ -18,6 +18,8 @@ type clusterLink interface {
 	claim(ctx context.Context, c lease.Caller, req api.ClaimRequest) (api.ClaimResponse, error)
 	release(ctx context.Context, c lease.Caller, node string, ids []string) (api.ReleaseResponse, error)
 	extend(ctx context.Context, c lease.Caller, node string, req api.ExtendRequest) (api.ClaimResponse, error)
+	// request sends op with body to node's agent and decodes the answer.
+	request(ctx context.Context, c lease.Caller, node, op string, body, out any) error
 	// view is every node the cluster knows, this one included.
 	view() []remoteNode
 	// sshHost is the address people ssh to for a node's sessions.
@@ -45,6 +47,9 @@ func (noCluster) release(_ context.Context, _ lease.Caller, node string, _ []str
 }
 func (noCluster) extend(_ context.Context, _ lease.Caller, node string, _ api.ExtendRequest) (api.ClaimResponse, error) {
 	return api.ClaimResponse{}, notInCluster(node)
+}
+func (noCluster) request(_ context.Context, _ lease.Caller, node, _ string, _, _ any) error {
+	return notInCluster(node)
 }
 func (noCluster) view() []remoteNode                                 { return nil }
 func (noCluster) sshHost(node string) string                         { return node }

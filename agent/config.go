@@ -9,6 +9,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/BurntSushi/toml"
@@ -31,6 +32,7 @@ type FileConfig struct {
 	SimLoad       string        `toml:"sim_load"`
 	Leases        LeaseSection  `toml:"leases"`
 	Cluster       ClusterConfig `toml:"cluster"`
+	Queue         QueueSection  `toml:"queue"`
 	SSH           SSHConfig     `toml:"ssh"`
 }
 
@@ -46,6 +48,70 @@ type LeaseSection struct {
 	IdleAfter          string `toml:"idle_after"`
 	IdleUtilPct        *int   `toml:"idle_util_pct"`
 	AdminGroup         string `toml:"admin_group"`
+}
+
+// QueueSection is [queue]: fair-share, quotas, preemption.
+type QueueSection struct {
+	HalfLife         string             `toml:"half_life"`
+	Shares           map[string]float64 `toml:"shares"`
+	Quotas           map[string]int     `toml:"quotas"`
+	GroupQuotas      map[string]int     `toml:"group_quotas"`
+	UserGroups       map[string]string  `toml:"user_groups"`
+	IdleReclaimAfter string             `toml:"idle_reclaim_after"`
+	ReservationTTL   string             `toml:"reservation_ttl"`
+	PreemptSignal    string             `toml:"preempt_signal"`
+	PreemptGrace     string             `toml:"preempt_grace"`
+}
+
+// Sched applies [queue] over the defaults.
+func (q QueueSection) Sched() (lease.SchedConfig, error) {
+	c := lease.SchedConfig{Shares: q.Shares, Quotas: q.Quotas, GroupQuotas: q.GroupQuotas, UserGroups: q.UserGroups}
+	for _, d := range []struct {
+		key string
+		v   string
+		dst *time.Duration
+	}{
+		{"queue.half_life", q.HalfLife, &c.HalfLife},
+		{"queue.idle_reclaim_after", q.IdleReclaimAfter, &c.IdleReclaimAfter},
+		{"queue.reservation_ttl", q.ReservationTTL, &c.ReservationTTL},
+	} {
+		if d.v == "" {
+			continue
+		}
+		v, err := lease.ParseDuration(d.v)
+		if err != nil {
+			return c, &ConfigError{Msg: d.key + ": " + err.Error()}
+		}
+		*d.dst = v
+	}
+	for u, s := range q.Shares {
+		if s <= 0 {
+			return c, &ConfigError{Msg: fmt.Sprintf("queue.shares: %s's share %g must be positive", u, s)}
+		}
+	}
+	for u, n := range q.Quotas {
+		if n < 0 {
+			return c, &ConfigError{Msg: fmt.Sprintf("queue.quotas: %s's quota %d is negative", u, n)}
+		}
+	}
+	return c.WithDefaults(), nil
+}
+
+// PreemptSig reads preempt_signal (default SIGUSR1).
+func (q QueueSection) PreemptSig() (syscall.Signal, error) {
+	switch strings.ToUpper(strings.TrimPrefix(strings.ToUpper(q.PreemptSignal), "SIG")) {
+	case "", "USR1":
+		return syscall.SIGUSR1, nil
+	case "USR2":
+		return syscall.SIGUSR2, nil
+	case "TERM":
+		return syscall.SIGTERM, nil
+	case "INT":
+		return syscall.SIGINT, nil
+	case "HUP":
+		return syscall.SIGHUP, nil
+	}
+	return 0, &ConfigError{Msg: fmt.Sprintf("queue.preempt_signal: %q is not one of SIGUSR1, SIGUSR2, SIGTERM, SIGINT, SIGHUP", q.PreemptSignal)}
 }
 
 // ClusterConfig is [cluster]: how this agent finds and trusts the others.
@@ -165,6 +231,17 @@ func (fc FileConfig) check() error {
 	}
 	if _, err := fc.Leases.Policy(lease.DefaultPolicy()); err != nil {
 		return err
+	}
+	if _, err := fc.Queue.Sched(); err != nil {
+		return err
+	}
+	if _, err := fc.Queue.PreemptSig(); err != nil {
+		return err
+	}
+	if fc.Queue.PreemptGrace != "" {
+		if _, err := lease.ParseDuration(fc.Queue.PreemptGrace); err != nil {
+			return bad("queue.preempt_grace", "%v", err)
+		}
 	}
 	for _, a := range []struct{ key, v string }{{"cluster.bind", fc.Cluster.Bind}, {"cluster.advertise", fc.Cluster.Advertise}} {
 		if a.v != "" {

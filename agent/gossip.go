@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/dibs-gpu/dibs/api"
@@ -65,6 +67,10 @@ type extraState struct {
 	// QuietSince is when each quiet GPU went quiet, so every board judges
 	// idleness with the owner's history.
 	QuietSince map[int]time.Time `json:"quiet_since,omitempty"`
+	// Queue is the requests submitted at this node.
+	Queue []lease.QueueEntry `json:"queue,omitempty"`
+	// Ended tells origins how queued leases here ended (recent ones).
+	Ended []endedLease `json:"ended,omitempty"`
 }
 
 // LocalState implements gossip.Delegate.
@@ -72,21 +78,29 @@ func (d gossipDelegate) LocalState() gossip.NodeState {
 	a := d.a
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	extra, _ := json.Marshal(extraState{QuietSince: a.idle.QuietSinceAll()})
+	x := extraState{QuietSince: a.idle.QuietSinceAll(), Ended: a.ended}
+	for _, e := range a.queue {
+		x.Queue = append(x.Queue, e)
+	}
+	slices.SortFunc(x.Queue, func(p, q lease.QueueEntry) int { return strings.Compare(p.ID, q.ID) })
+	extra, _ := json.Marshal(x)
 	return gossip.NodeState{
 		Node:     a.cfg.NodeName,
 		Version:  a.version,
 		Snapshot: a.snap,
 		Leases:   a.table.List(),
 		Extra:    extra,
+		Usage:    a.publishedUsage(),
 	}
 }
 
-// ClusterChanged implements gossip.Delegate: every open board wakes.
+// ClusterChanged implements gossip.Delegate: every open board wakes, and
+// the scheduler looks again (a release elsewhere may let a request start).
 func (d gossipDelegate) ClusterChanged() {
 	d.a.mu.Lock()
 	d.a.bumpLocked()
 	d.a.mu.Unlock()
+	d.a.kickScheduler()
 }
 
 // HandleRequest implements gossip.Delegate: a request another agent
@@ -113,18 +127,13 @@ func (d gossipDelegate) HandleRequest(ctx context.Context, from string, req goss
 			r.Node = a.cfg.NodeName
 			out, err = a.claimLocal(ctx, c, r)
 		}
-	case opRelease:
-		var r api.ReleaseRequest
-		if err = decodeBody(req.Body, &r); err == nil {
-			out, err = a.Release(ctx, c, api.ReleaseRequest{IDs: r.IDs})
-		}
 	case opExtend:
 		var r api.ExtendRequest
 		if err = decodeBody(req.Body, &r); err == nil {
 			out, err = a.Extend(ctx, c, r)
 		}
 	default:
-		err = lease.Invalidf("unknown request %q from %s: is it running another dibs version?", req.Op, from)
+		out, err = a.handleOp(ctx, c, from, req.Op, req.Body)
 	}
 	if err != nil {
 		return errResponse(err)
@@ -151,8 +160,8 @@ func errResponse(err error) gossip.Response {
 	return gossip.Response{ErrCode: code, ErrMsg: oneLine(err.Error())}
 }
 
-// call sends a request to node's agent and decodes its answer into out.
-func (g *gossipLink) call(ctx context.Context, c lease.Caller, node, op string, body, out any) error {
+// request sends a request to node's agent and decodes its answer into out.
+func (g *gossipLink) request(ctx context.Context, c lease.Caller, node, op string, body, out any) error {
 	b, err := json.Marshal(body)
 	if err != nil {
 		return err
@@ -188,19 +197,19 @@ func (g *gossipLink) publish(urgent bool) { g.c.Publish(urgent) }
 
 func (g *gossipLink) claim(ctx context.Context, c lease.Caller, req api.ClaimRequest) (api.ClaimResponse, error) {
 	var r api.ClaimResponse
-	err := g.call(ctx, c, req.Node, opClaim, req, &r)
+	err := g.request(ctx, c, req.Node, opClaim, req, &r)
 	return r, err
 }
 
 func (g *gossipLink) release(ctx context.Context, c lease.Caller, node string, ids []string) (api.ReleaseResponse, error) {
 	var r api.ReleaseResponse
-	err := g.call(ctx, c, node, opRelease, api.ReleaseRequest{IDs: ids}, &r)
+	err := g.request(ctx, c, node, opRelease, api.ReleaseRequest{IDs: ids}, &r)
 	return r, err
 }
 
 func (g *gossipLink) extend(ctx context.Context, c lease.Caller, node string, req api.ExtendRequest) (api.ClaimResponse, error) {
 	var r api.ClaimResponse
-	err := g.call(ctx, c, node, opExtend, req, &r)
+	err := g.request(ctx, c, node, opExtend, req, &r)
 	return r, err
 }
 
@@ -211,8 +220,9 @@ func (g *gossipLink) view() []remoteNode {
 		out = append(out, remoteNode{
 			Name: p.Name, Addr: p.Addr, State: p.State, Version: p.NodeState.Version,
 			Snapshot: p.NodeState.Snapshot, Leases: p.NodeState.Leases, HasState: p.HasState, UpdatedAt: p.UpdatedAt,
-			Idle: idleFrom(p.NodeState.Extra),
+			Usage: p.NodeState.Usage,
 		})
+		out[len(out)-1].Idle, out[len(out)-1].Extra = extraFrom(p.NodeState.Extra)
 	}
 	return out
 }
@@ -251,14 +261,22 @@ func (g *gossipLink) shutdown(graceful bool) {
 
 func (g *gossipLink) addr() string { return g.c.LocalAddr() }
 
-// idleFrom reads a node's published idle history; nil when it sent none.
-func idleFrom(extra json.RawMessage) *lease.IdleTracker {
+// extraFrom reads what a node published beyond leases; nil when nothing.
+func extraFrom(extra json.RawMessage) (*lease.IdleTracker, *extraState) {
 	if len(extra) == 0 {
-		return nil
+		return nil, nil
 	}
 	var x extraState
 	if json.Unmarshal(extra, &x) != nil {
-		return nil
+		return nil, nil
 	}
-	return lease.IdleTrackerFrom(x.QuietSince)
+	return lease.IdleTrackerFrom(x.QuietSince), &x
+}
+
+// publishedUsage is the usage last computed, for gossip (never reads disk).
+func (a *Agent) publishedUsage() map[string]float64 {
+	if u := a.usage.Load(); u != nil {
+		return *u
+	}
+	return nil
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"time"
@@ -55,11 +56,31 @@ func claimFromRequest(req api.ClaimRequest) (lease.Claim, error) {
 // claimLocal is the single writer for this node's GPUs: plan, persist, then
 // acknowledge (and start the session).
 func (a *Agent) claimLocal(ctx context.Context, c lease.Caller, req api.ClaimRequest) (api.ClaimResponse, error) {
+	return a.grant(ctx, c, req, grantOpts{})
+}
+
+// grantOpts carry what a queued or gang start adds to a plain claim.
+type grantOpts struct {
+	// entry is the queue entry key (QueueEntry.Key) the lease serves.
+	entry    string
+	gang     string
+	rank     int
+	borrowed bool
+	// reserveFor, when set, makes a gang reservation that ends by itself
+	// after this long unless committed; no session starts yet.
+	reserveFor time.Duration
+	// env is added to the session's environment (the gang's rendezvous).
+	env map[string]string
+}
+
+// grant is every way GPUs on this node are handed out.
+func (a *Agent) grant(ctx context.Context, c lease.Caller, req api.ClaimRequest, o grantOpts) (api.ClaimResponse, error) {
 	claim, err := claimFromRequest(req)
 	if err != nil {
 		return api.ClaimResponse{}, err
 	}
 	var u launch.User
+	startSession := req.Run != nil && o.reserveFor == 0
 	if req.Run != nil {
 		if u, err = a.sessionUser(c); err != nil {
 			return api.ClaimResponse{}, err
@@ -71,11 +92,24 @@ func (a *Agent) claimLocal(ctx context.Context, c lease.Caller, req api.ClaimReq
 		}
 	}
 	a.mu.Lock()
+	if o.entry != "" {
+		// A retried start of the same attempt gets what the first one got.
+		for _, l := range a.table.List() {
+			if l.Entry == o.entry {
+				a.mu.Unlock()
+				return claimResponse(l), nil
+			}
+		}
+	}
 	now := a.now()
 	l, err := a.table.PlanClaim(c, claim, a.snap, now, a.cfg.Policy)
 	if err != nil {
 		a.mu.Unlock()
 		return api.ClaimResponse{}, err
+	}
+	l.Entry, l.Gang, l.Rank, l.Borrowed = o.entry, o.gang, o.rank, o.borrowed
+	if o.reserveFor > 0 {
+		l.ReservedUntil = now.Round(0).Add(o.reserveFor)
 	}
 	if req.Run != nil {
 		l.Session = req.Run.Name
@@ -92,8 +126,8 @@ func (a *Agent) claimLocal(ctx context.Context, c lease.Caller, req api.ClaimReq
 	a.bumpLocked()
 	a.mu.Unlock()
 
-	if req.Run != nil {
-		if err := a.startSession(ctx, l, u, req.Run); err != nil {
+	if startSession {
+		if err := a.startSession(ctx, l, u, req.Run, o.env); err != nil {
 			a.endLease(l, "session-failed", "")
 			a.leaseChanged()
 			return api.ClaimResponse{}, err
@@ -128,7 +162,7 @@ func (a *Agent) sessionUser(c lease.Caller) (launch.User, error) {
 	return u, nil
 }
 
-func (a *Agent) startSession(ctx context.Context, l lease.Lease, u launch.User, run *api.RunSpec) error {
+func (a *Agent) startSession(ctx context.Context, l lease.Lease, u launch.User, run *api.RunSpec, extra map[string]string) error {
 	a.mu.Lock()
 	current := a.table.Current(l.ID, l.Token)
 	a.mu.Unlock()
@@ -136,7 +170,21 @@ func (a *Agent) startSession(ctx context.Context, l lease.Lease, u launch.User, 
 		return fmt.Errorf("lease %s ended before its session could start", l.ID)
 	}
 	env := l.Env()
-	_, err := a.deps.Sessions.Start(ctx, launch.Spec{Name: l.Session, User: u, Env: env, Command: run.Command, Dir: run.Dir})
+	for k, v := range extra {
+		env[k] = v
+	}
+	cmd := run.Command
+	if l.Entry != "" && len(cmd) > 0 {
+		// Queued runs record how they ended, so a failed gang rank can be
+		// told from a finished one.
+		if dir, err := a.statusDir(u); err == nil {
+			cmd = append([]string{"sh", "-c", `"$@"; s=$?; echo $s > "$DIBS_EXIT_FILE"; exit $s`, "dibs-job"}, cmd...)
+			env["DIBS_EXIT_FILE"] = filepath.Join(dir, l.Session+".exit")
+		} else {
+			a.logf("lease %s: no exit-status dir for %s: %v", l.ID, u.Name, err)
+		}
+	}
+	_, err := a.deps.Sessions.Start(ctx, launch.Spec{Name: l.Session, User: u, Env: env, Command: cmd, Dir: run.Dir})
 	if err != nil {
 		if errors.Is(err, launch.ErrTmuxNotFound) {
 			return &lease.Error{Code: lease.CodeUnavailable, Msg: launch.ErrTmuxNotFound.Error()}
@@ -175,7 +223,7 @@ func (a *Agent) watch(l lease.Lease, u launch.User) {
 		current := a.table.Current(l.ID, l.Token)
 		a.mu.Unlock()
 		if current {
-			a.endLease(l, "session-ended", "")
+			a.endLease(l, a.sessionEndReason(l, u), "")
 			a.leaseChanged()
 		}
 	}()
@@ -195,6 +243,13 @@ func (a *Agent) endLease(l lease.Lease, reason, by string) error {
 		return err
 	}
 	a.table.Remove(l.ID)
+	a.usageDirty.Store(true)
+	if l.Entry != "" {
+		a.ended = append(a.ended, endedLease{Entry: l.Entry, Lease: l.ID, Gang: l.Gang, Reason: reason, At: now.Round(0)})
+		for len(a.ended) > 0 && now.Sub(a.ended[0].At) > endedKeep {
+			a.ended = a.ended[1:]
+		}
+	}
 	if cancel := a.watching[l.ID]; cancel != nil {
 		cancel()
 		delete(a.watching, l.ID)
@@ -495,6 +550,22 @@ func (a *Agent) step(d lease.Due, now time.Time) {
 			if err := a.deps.Sessions.Signal(ctx, u, l.Session, syscall.SIGTERM); err != nil && !errors.Is(err, launch.ErrNoSession) {
 				a.logf("lease %s: SIGTERM: %v", l.ID, err)
 			}
+		}
+	case lease.StepReservationExpired:
+		a.logf("reservation %s for %s expired uncommitted; its GPUs are free again", l.ID, l.Entry)
+		if a.endLease(l, "reservation-expired", "") == nil {
+			a.leaseChanged()
+		}
+	case lease.StepPreemptEnd:
+		if l.Session != "" && uerr == nil {
+			a.deps.Sessions.Signal(ctx, u, l.Session, syscall.SIGKILL)
+			a.deps.Sessions.Kill(ctx, u, l.Session)
+		}
+		a.mu.Lock()
+		a.noticeLocked(l.UID, fmt.Sprintf("lease %s was ended (%s) after its grace", l.ID, l.PreemptReason))
+		a.mu.Unlock()
+		if a.endLease(l, "preempted-"+l.PreemptReason, "") == nil {
+			a.leaseChanged()
 		}
 	case lease.StepEnd:
 		if l.Session != "" && uerr == nil {

@@ -139,6 +139,32 @@ func (a *Agent) routes() http.Handler {
 	mux.HandleFunc("POST /v1/release", handle(a, true, a.Release))
 	mux.HandleFunc("POST /v1/extend", handle(a, true, a.Extend))
 	mux.HandleFunc("POST /v1/adopt", handle(a, true, a.Adopt))
+	mux.HandleFunc("POST /v1/queue/submit", handle(a, true, a.Submit))
+	mux.HandleFunc("GET /v1/queue", func(w http.ResponseWriter, r *http.Request) {
+		if _, err := a.caller(r); err != nil {
+			writeError(w, http.StatusForbidden, "", err.Error())
+			return
+		}
+		writeJSON(w, http.StatusOK, a.Queue())
+	})
+	mux.HandleFunc("POST /v1/queue/cancel", handle(a, true, func(ctx context.Context, c lease.Caller, req struct {
+		ID string `json:"id"`
+	}) (struct{}, error) {
+		return struct{}{}, a.Cancel(ctx, c, req.ID)
+	}))
+	mux.HandleFunc("POST /v1/usage", handle(a, false, func(ctx context.Context, c lease.Caller, req struct {
+		Window string `json:"window"`
+	}) (api.UsageReport, error) {
+		w := 7 * 24 * time.Hour
+		if req.Window != "" {
+			d, err := lease.ParseDuration(req.Window)
+			if err != nil {
+				return api.UsageReport{}, err
+			}
+			w = d
+		}
+		return a.Usage(ctx, c, w)
+	}))
 	mux.HandleFunc("POST /v1/attach", handle(a, false, func(ctx context.Context, c lease.Caller, req struct {
 		ID string `json:"id"`
 	}) (api.AttachResponse, error) {

@@ -249,3 +249,29 @@ func (c *Client) Watch(ctx context.Context) (<-chan Board, func() error) {
 	}()
 	return ch, func() error { <-done; return werr }
 }
+
+// Submit queues a request and returns at once with its id.
+func (c *Client) Submit(ctx context.Context, req SubmitRequest) (Submitted, error) {
+	var r Submitted
+	err := c.do(ctx, http.MethodPost, "/v1/queue/submit", req, &r)
+	return r, err
+}
+
+// Queue lists every waiting request in the cluster.
+func (c *Client) Queue(ctx context.Context) (Queue, error) {
+	var q Queue
+	err := c.do(ctx, http.MethodGet, "/v1/queue", nil, &q)
+	return q, err
+}
+
+// Cancel withdraws a queued request.
+func (c *Client) Cancel(ctx context.Context, id string) error {
+	return c.do(ctx, http.MethodPost, "/v1/queue/cancel", map[string]string{"id": id}, &struct{}{})
+}
+
+// Usage reports GPU-hours per user since window ago, and fair-share factors.
+func (c *Client) Usage(ctx context.Context, window string) (UsageReport, error) {
+	var u UsageReport
+	err := c.do(ctx, http.MethodPost, "/v1/usage", map[string]string{"window": window}, &u)
+	return u, err
+}

@@ -173,3 +173,71 @@ type ErrorBody struct {
 	Error string     `json:"error"`
 	Code  lease.Code `json:"code,omitempty"`
 }
+
+// SubmitRequest queues a claim or a run: single-node (Nodes 0 or 1, with
+// Count or GPUs in Claim) or a gang of Nodes × GPUsPerNode.
+type SubmitRequest struct {
+	Claim       ClaimRequest `json:"claim"`
+	Nodes       int          `json:"nodes,omitempty"`
+	GPUsPerNode int          `json:"gpus_per_node,omitempty"`
+	Requeue     bool         `json:"requeue,omitempty"`
+	MaxRestarts int          `json:"max_restarts,omitempty"`
+	Torchrun    bool         `json:"torchrun,omitempty"`
+	Model       string       `json:"model,omitempty"`
+}
+
+// Submitted is a queued request's id and where it stands.
+type Submitted struct {
+	ID       string `json:"id"`
+	Position int    `json:"position"`
+	Waiting  int    `json:"waiting"`
+}
+
+// Queue is every waiting request in the cluster, in the order the scheduler
+// will consider them: the same on every node.
+type Queue struct {
+	Scheduler string        `json:"scheduler"`
+	Entries   []QueuedEntry `json:"entries"`
+}
+
+// QueuedEntry is one request in `dibs queue`.
+type QueuedEntry struct {
+	ID          string    `json:"id"`
+	Position    int       `json:"position"`
+	User        string    `json:"user"`
+	Nodes       int       `json:"nodes"`
+	GPUsPerNode int       `json:"gpus_per_node"`
+	Node        string    `json:"node,omitempty"`
+	Kind        string    `json:"kind"`
+	Duration    string    `json:"duration"`
+	Note        string    `json:"note,omitempty"`
+	Command     []string  `json:"command,omitempty"`
+	Priority    float64   `json:"priority"`
+	SubmittedAt time.Time `json:"submitted_at"`
+	// EstStart is when it should start given current leases' ends; absent
+	// when unknown.
+	EstStart time.Time `json:"est_start,omitzero"`
+	Waiting  string    `json:"waiting,omitempty"`
+	Running  bool      `json:"running,omitempty"`
+	Restarts int       `json:"restarts,omitempty"`
+}
+
+// UsageReport is `dibs usage`: GPU-hours per user over a window and each
+// user's fair-share factor now.
+type UsageReport struct {
+	Since time.Time   `json:"since"`
+	Users []UserUsage `json:"users"`
+	// Missing lists nodes that did not answer; their usage is not counted.
+	Missing []string `json:"missing,omitempty"`
+}
+
+// UserUsage is one user's line in `dibs usage`.
+type UserUsage struct {
+	User       string  `json:"user"`
+	GPUHours   float64 `json:"gpu_hours"`
+	Decayed    float64 `json:"decayed_gpu_hours"`
+	Share      float64 `json:"share"`
+	FairShare  float64 `json:"fair_share"`
+	RunningGPU int     `json:"running_gpus"`
+	Quota      int     `json:"quota,omitempty"`
+}

@@ -32,12 +32,19 @@ import (
 //
 // The 128-agent cases run only when -bench names them (they need a minute
 // and most of two cores). DIBS_BENCH_WINDOW (a duration) sets the
-// observation window of the loss and bandwidth benchmarks (default 60s).
+// observation window of the loss and bandwidth benchmarks (default 60s);
+// DIBS_BENCH_GAP (a duration) spaces the convergence trials (default 0:
+// back to back, so each trial also carries the gossip of the ones before).
 
 // benchNamed reports whether the -bench pattern names s explicitly.
 func benchNamed(s string) bool {
 	f := flag.Lookup("test.bench")
 	return f != nil && strings.Contains(f.Value.String(), s)
+}
+
+func benchGap() time.Duration {
+	d, _ := time.ParseDuration(os.Getenv("DIBS_BENCH_GAP"))
+	return d
 }
 
 func benchWindow() time.Duration {
@@ -145,8 +152,14 @@ func benchConvergence(b *testing.B, nodes []*tnode) {
 
 	lat := make([]time.Duration, 0, b.N)
 	missed, missedTrials := 0, 0
+	gap := benchGap()
 	b.ResetTimer()
 	for t := range b.N {
+		if gap > 0 && t > 0 {
+			b.StopTimer()
+			time.Sleep(gap)
+			b.StartTimer()
+		}
 		src := nodes[(t*7+1)%n]
 		tr := &trial{origin: src.cfg.NodeName, arrived: make([]atomic.Bool, n), done: make(chan struct{})}
 		tr.remaining.Store(int64(n - 1))
@@ -157,6 +170,9 @@ func benchConvergence(b *testing.B, nodes []*tnode) {
 		select {
 		case <-tr.done:
 			lat = append(lat, time.Unix(0, tr.last.Load()).Sub(start))
+			if d := lat[len(lat)-1]; d > 50*time.Millisecond {
+				b.Logf("trial %d from %s: %v", t, tr.origin, d)
+			}
 		case <-time.After(5 * time.Second):
 			m := int(tr.remaining.Load())
 			missed += m

@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"hash/fnv"
 	"net"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -175,8 +174,9 @@ type Cluster struct {
 	bootID    string
 	bootedAt  time.Time
 	localAddr string
-	selfIP    net.IP
-	selfPort  uint16
+	// selfNode is this agent's memberlist address, set once memberlist has
+	// chosen it; memberlist goroutines read it.
+	selfNode atomic.Pointer[memberlist.Node]
 
 	bcast      *memberlist.TransmitLimitedQueue
 	numMembers atomic.Int64
@@ -213,13 +213,14 @@ type Cluster struct {
 	done      chan struct{}
 	shutErr   error
 
-	errMu sync.Mutex
-	err   error
+	errMu   sync.Mutex
+	err     error
+	started atomic.Bool // New has returned the Cluster
+
+	codec codec
 
 	// seen holds hashes of state messages already handled, so the many
 	// gossip copies of one change cost a hash each, not a decode.
-	codec codec
-
 	seenMu sync.Mutex
 	seen   map[uint64]struct{}
 
@@ -334,7 +335,7 @@ func New(cfg Config, d Delegate) (*Cluster, error) {
 	}
 	c.mlp.Store(ml)
 	self := ml.LocalNode()
-	c.selfIP, c.selfPort = append(net.IP(nil), self.Addr...), self.Port
+	c.selfNode.Store(&memberlist.Node{Name: self.Name, Addr: append(net.IP(nil), self.Addr...), Port: self.Port})
 	c.localAddr = self.Address()
 
 	c.wg.Add(2)
@@ -351,6 +352,12 @@ func New(cfg Config, d Delegate) (*Cluster, error) {
 	}
 	c.wg.Add(1)
 	go c.joinLoop(joined > 0)
+	c.started.Store(true)
+	if err := c.Err(); err != nil {
+		// A duplicate found while New was finishing.
+		_ = c.Shutdown()
+		return nil, err
+	}
 	return c, nil
 }
 
@@ -489,9 +496,7 @@ func (c *Cluster) publish(now time.Time, telemetry bool) {
 func (c *Cluster) refreshLocal(now time.Time, refresh bool) {
 	st := c.d.LocalState()
 	st.Node, st.BootID, st.BootedAt = c.cfg.NodeName, c.bootID, c.bootedAt
-	if st.Leases == nil {
-		st.Leases = []lease.Lease{}
-	}
+	st.Leases, st.Extra = c.sanitize(st.Leases, st.Extra)
 
 	c.pubMu.Lock()
 	defer c.pubMu.Unlock()
@@ -507,6 +512,33 @@ func (c *Cluster) refreshLocal(now time.Time, refresh bool) {
 	c.mu.Lock()
 	c.self, c.selfAt = st, now
 	c.mu.Unlock()
+}
+
+// sanitize keeps an agent bug in one lease (or in Extra) from stopping
+// every lease of this node from being published: a lease the other agents
+// would refuse is left out, a bad Extra is dropped, each with a warning.
+func (c *Cluster) sanitize(leases []lease.Lease, extra json.RawMessage) ([]lease.Lease, json.RawMessage) {
+	out := make([]lease.Lease, 0, len(leases))
+	seen := make(map[string]bool, len(leases))
+	for _, l := range leases {
+		if l.Node == "" {
+			l.Node = c.cfg.NodeName
+		}
+		if err := validateLease(c.cfg.NodeName, &l, seen); err != nil {
+			c.warnOnce("lease/"+err.Error(), "gossip: not publishing a lease: %v", err)
+			continue
+		}
+		out = append(out, l)
+		if len(out) == maxLeases {
+			c.warnOnce("lease/max", "gossip: publishing only the first %d leases", maxLeases)
+			break
+		}
+	}
+	if len(extra) > 0 && (len(extra) > maxExtraBytes || !json.Valid(extra)) {
+		c.warnOnce("extra", "gossip: not publishing Extra: it must be valid JSON of at most %d bytes (got %d bytes)", maxExtraBytes, len(extra))
+		extra = nil
+	}
+	return out, extra
 }
 
 // revise makes m the new revision of section i if its content differs from
@@ -529,7 +561,7 @@ func (c *Cluster) revise(i int, now time.Time, force bool, m *stateMsg, content 
 	if err := m.validate(); err != nil {
 		// The agent handed us something no other agent would accept;
 		// sending it would only get it dropped everywhere.
-		c.cfg.Logf("gossip: not publishing this node's %s: %v", m.Section, err)
+		c.warnOnce("revise/"+err.Error(), "gossip: not publishing this node's %s: %v", m.Section, err)
 		return
 	}
 	wire, err := c.codec.encode(msgState, m)
@@ -863,7 +895,7 @@ func (c *Cluster) fail(err error) {
 		return
 	}
 	c.cfg.Logf("gossip: %v; leaving the cluster", err)
-	if c.list() != nil {
+	if c.started.Load() { // else New returns the error
 		go func() {
 			_ = c.Shutdown()
 			c.d.ClusterChanged()
@@ -991,7 +1023,7 @@ func (c *Cluster) missingPeers() []string {
 		}
 	}
 	c.mu.RUnlock()
-	self := net.JoinHostPort(c.selfIP.String(), strconv.Itoa(int(c.selfPort)))
+	self := c.localAddr
 	var out []string
 	for _, p := range c.cfg.Join {
 		p, err := normalizePeer(p)

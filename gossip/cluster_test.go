@@ -270,11 +270,12 @@ func TestWrongKeyStaysOut(t *testing.T) {
 	in.agent.setLeases("mallory", "", 0)
 	in.Publish(true)
 
-	waitFor(t, 5*time.Second, func() (bool, string) {
-		s := nodes[0].Stats()
-		return s.DecryptFailures > 0, fmt.Sprintf("node00 stats %+v", s)
+	// Wait until the intruder has tried to join a few times and been
+	// refused each time.
+	waitFor(t, 10*time.Second, func() (bool, string) {
+		s, is := nodes[0].Stats(), in.Stats()
+		return s.DecryptFailures > 0 && is.Rejoins >= 2, fmt.Sprintf("node00 stats %+v, intruder re-joined %d times", s, is.Rejoins)
 	})
-	time.Sleep(time.Second) // give it the chance to get in (there is nothing to poll for)
 	if v := in.View(); len(v) != 1 {
 		t.Errorf("intruder sees %d nodes: %+v", len(v), v)
 	}
@@ -322,7 +323,6 @@ func TestDuplicateNameRefused(t *testing.T) {
 	t.Logf("error: %v", err)
 
 	// The first node01 is untouched everywhere.
-	time.Sleep(time.Second)
 	for _, n := range []*tnode{nodes[0], nodes[2]} {
 		p, _ := n.Peer("node01")
 		if p.State != StateAlive || p.NodeState.BootID != nodes[1].BootID() || p.Addr != nodes[1].LocalAddr() || len(p.NodeState.Leases) != 1 {

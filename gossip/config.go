@@ -282,6 +282,14 @@ func (c *Config) memberlistConfig(logOut io.Writer) *memberlist.Config {
 	mc.GossipNodes = c.GossipNodes
 	mc.PushPullInterval = c.PushPullInterval
 	mc.TCPTimeout = c.TCPTimeout
+	// memberlist's own messages (alive, suspect, dead) are retransmitted
+	// RetransmitMult × ceil(log10(N+1)) times by every agent that learns
+	// them, so an agent misses one with odds of about e^-(that number).
+	// At 32 agents memberlist's default (4, so 8 copies each) left one
+	// agent in a few mass starts not knowing another until the next
+	// push/pull (~e^-8 for each of ~1000 pairs); 6 makes it e^-12. Membership
+	// messages are few, so the extra copies cost little.
+	mc.RetransmitMult = 6
 	mc.UDPBufferSize = c.PacketSize
 	// Dead nodes stay gossiped to for as long as memberlist's LAN default,
 	// then are reaped; the re-join loop covers configured peers after that.

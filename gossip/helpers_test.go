@@ -194,7 +194,13 @@ func waitConverged(t testing.TB, nodes []*tnode, timeout time.Duration) {
 			for _, b := range nodes {
 				p, ok := a.Peer(b.cfg.NodeName)
 				if !ok || p.State != StateAlive {
-					return false, fmt.Sprintf("%s sees %s as %q", a.cfg.NodeName, b.cfg.NodeName, p.State)
+					inML := false
+					if ml := a.list(); ml != nil {
+						for _, m := range ml.Members() {
+							inML = inML || m.Name == b.cfg.NodeName
+						}
+					}
+					return false, fmt.Sprintf("%s sees %s as %q (memberlist lists it: %v; peer %+v)", a.cfg.NodeName, b.cfg.NodeName, p.State, inML, p)
 				}
 			}
 		}

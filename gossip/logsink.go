@@ -73,23 +73,34 @@ func (c *counters) snapshot() Stats {
 	}
 }
 
-// decryptMarkers are the texts memberlist logs when a packet or stream
-// could not be decrypted (security.go, net.go).
-var decryptMarkers = [...]string{
-	"could decrypt the message",
-	"Decrypt packet failed",
-	"cannot decrypt empty payload",
-	"payload is too small to decrypt",
-	"unsupported encryption version",
-	"remote state is encrypted and encryption is not configured",
-	"encryption is configured but remote state is not encrypted",
+// decryptFailure reports whether a memberlist log line says a packet or
+// stream could not be decrypted (the texts of security.go and net.go).
+func decryptFailure(line string) bool {
+	for _, m := range []string{
+		"could decrypt the message",
+		"Decrypt packet failed",
+		"cannot decrypt empty payload",
+		"payload is too small to decrypt",
+		"unsupported encryption version",
+		"remote state is encrypted and encryption is not configured",
+		"encryption is configured but remote state is not encrypted",
+	} {
+		if strings.Contains(line, m) {
+			return true
+		}
+	}
+	return false
 }
 
-// labelMarkers are the texts memberlist logs for another cluster's label.
-var labelMarkers = [...]string{
-	"unacceptable label",
-	"label header",
-	"cannot decode label",
+// labelFailure reports whether a memberlist log line says a packet or
+// stream carried another cluster's label (label.go, net.go).
+func labelFailure(line string) bool {
+	for _, m := range []string{"unacceptable label", "label header", "cannot decode label"} {
+		if strings.Contains(line, m) {
+			return true
+		}
+	}
+	return false
 }
 
 // logSink is the io.Writer behind memberlist's logger. memberlist reports
@@ -113,22 +124,19 @@ const noisyEvery = 10 * time.Second
 func (s *logSink) Write(p []byte) (int, error) {
 	line := strings.TrimSpace(string(p))
 	noisy := false
-	for _, m := range decryptMarkers {
-		if strings.Contains(line, m) {
-			s.c.stats.decryptFailures.Add(1)
-			noisy = true
-			break
-		}
+	switch {
+	case decryptFailure(line):
+		s.c.stats.decryptFailures.Add(1)
+		noisy = true
+	case labelFailure(line):
+		s.c.stats.decryptFailures.Add(1)
+		s.c.stats.labelFails.Add(1)
+		noisy = true
 	}
-	if !noisy {
-		for _, m := range labelMarkers {
-			if strings.Contains(line, m) {
-				s.c.stats.decryptFailures.Add(1)
-				s.c.stats.labelFails.Add(1)
-				noisy = true
-				break
-			}
-		}
+	if strings.Contains(line, "handler queue full") {
+		// memberlist dropped an incoming packet: this agent is overloaded.
+		s.c.stats.dropped.Add(1)
+		noisy = true
 	}
 	if name, ok := suspectedIn(line); ok {
 		s.c.markSuspect(name)

@@ -557,39 +557,47 @@ func (s *leaseSection) validate(node string) error {
 	}
 	seen := make(map[string]bool, len(s.Leases))
 	for i := range s.Leases {
-		l := &s.Leases[i]
-		if !validToken(l.ID, maxShortString) {
-			return wireErrorf("state of %s: lease %d has a bad id %q", node, i, trunc(l.ID))
-		}
-		if seen[l.ID] {
-			return wireErrorf("state of %s: lease %s appears twice", node, l.ID)
-		}
-		seen[l.ID] = true
-		if l.Node != node {
-			return wireErrorf("state of %s: lease %s belongs to node %q", node, l.ID, trunc(l.Node))
-		}
-		if len(l.GPUs) == 0 || len(l.GPUs) > maxGPUs {
-			return wireErrorf("state of %s: lease %s holds %d GPUs", node, l.ID, len(l.GPUs))
-		}
-		gpus := make(map[int]bool, len(l.GPUs))
-		for _, g := range l.GPUs {
-			if g < 0 || g >= maxGPUIndex {
-				return wireErrorf("state of %s: lease %s holds GPU index %d", node, l.ID, g)
-			}
-			if gpus[g] {
-				return wireErrorf("state of %s: lease %s holds GPU %d twice", node, l.ID, g)
-			}
-			gpus[g] = true
-		}
-		if len(l.User) > maxShortString || len(l.Kind) > maxShortString || len(l.Session) > maxShortString {
-			return wireErrorf("state of %s: lease %s has an overlong user, kind or session", node, l.ID)
-		}
-		if len(l.Note) > maxWireNote {
-			return wireErrorf("state of %s: lease %s has a %d-byte note", node, l.ID, len(l.Note))
+		if err := validateLease(node, &s.Leases[i], seen); err != nil {
+			return err
 		}
 	}
 	if len(s.Extra) > maxExtraBytes {
 		return wireErrorf("state of %s: extra is %d bytes, over %d", node, len(s.Extra), maxExtraBytes)
+	}
+	return nil
+}
+
+// validateLease checks one lease of node's state; seen holds the ids of the
+// leases before it.
+func validateLease(node string, l *lease.Lease, seen map[string]bool) error {
+	if !validToken(l.ID, maxShortString) {
+		return wireErrorf("state of %s: a lease has a bad id %q", node, trunc(l.ID))
+	}
+	if seen[l.ID] {
+		return wireErrorf("state of %s: lease %s appears twice", node, l.ID)
+	}
+	seen[l.ID] = true
+	if l.Node != node {
+		return wireErrorf("state of %s: lease %s belongs to node %q", node, l.ID, trunc(l.Node))
+	}
+	if len(l.GPUs) == 0 || len(l.GPUs) > maxGPUs {
+		return wireErrorf("state of %s: lease %s holds %d GPUs", node, l.ID, len(l.GPUs))
+	}
+	gpus := make(map[int]bool, len(l.GPUs))
+	for _, g := range l.GPUs {
+		if g < 0 || g >= maxGPUIndex {
+			return wireErrorf("state of %s: lease %s holds GPU index %d", node, l.ID, g)
+		}
+		if gpus[g] {
+			return wireErrorf("state of %s: lease %s holds GPU %d twice", node, l.ID, g)
+		}
+		gpus[g] = true
+	}
+	if len(l.User) > maxShortString || len(l.Kind) > maxShortString || len(l.Session) > maxShortString {
+		return wireErrorf("state of %s: lease %s has an overlong user, kind or session", node, l.ID)
+	}
+	if len(l.Note) > maxWireNote {
+		return wireErrorf("state of %s: lease %s has a %d-byte note", node, l.ID, len(l.Note))
 	}
 	return nil
 }

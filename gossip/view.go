@@ -351,7 +351,8 @@ func (c *Cluster) checkMerge(peers []*memberlist.Node) error {
 			continue // checkAlive refuses it
 		}
 		if p.Name == c.cfg.NodeName {
-			if meta.BootID == c.bootID || (c.selfIP != nil && p.Addr.Equal(c.selfIP) && p.Port == c.selfPort) {
+			self := c.selfNode.Load()
+			if meta.BootID == c.bootID || (self != nil && p.Addr.Equal(self.Addr) && p.Port == self.Port) {
 				continue // us, or our earlier boot at our address (a restart)
 			}
 			if olderBoot(meta, c.selfMeta()) {
@@ -395,6 +396,9 @@ func (c *Cluster) nameConflict(existing, other *memberlist.Node) {
 func (c *Cluster) warnOnce(key, format string, args ...any) {
 	c.mu.Lock()
 	seen := c.conflict[key]
+	if len(c.conflict) >= 1024 {
+		clear(c.conflict)
+	}
 	c.conflict[key] = true
 	c.mu.Unlock()
 	if !seen {

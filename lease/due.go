@@ -15,6 +15,11 @@ const (
 	StepSignal Step = "signal"
 	// StepEnd: end the lease now (kill its session if any).
 	StepEnd Step = "end"
+	// StepReservationExpired: a gang reservation was never committed; it
+	// ends by itself so nothing stays held.
+	StepReservationExpired Step = "reservation-expired"
+	// StepPreemptEnd: a preempted or reclaimed lease's grace is over.
+	StepPreemptEnd Step = "preempted"
 )
 
 // Due is a step for one lease.
@@ -30,6 +35,16 @@ func (t *Table) Due(now time.Time, p Policy) []Due {
 	var out []Due
 	for _, l := range t.List() {
 		e := t.leases[l.ID]
+		if !e.ReservedUntil.IsZero() {
+			if !now.Before(e.ReservedUntil) {
+				out = append(out, Due{Lease: l, Step: StepReservationExpired})
+			}
+			continue
+		}
+		if !e.PreemptedAt.IsZero() && now.Sub(e.PreemptedAt) >= p.PreemptGrace {
+			out = append(out, Due{Lease: l, Step: StepPreemptEnd})
+			continue
+		}
 		switch {
 		case !e.ended(now):
 			if !e.Warned && e.ExpiresAt.Sub(now) <= p.WarnBefore && e.end.Sub(now) <= p.WarnBefore {

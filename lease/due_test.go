@@ -205,3 +205,22 @@ func TestPutAfterClockJumpKeepsDeadline(t *testing.T) {
 		t.Errorf("2h after the grant: Due = %v, want %v", got, want)
 	}
 }
+
+func TestDueReservationsAndPreemption(t *testing.T) {
+	now := time.Date(2026, 11, 30, 9, 0, 0, 0, time.UTC)
+	p := lease.DefaultPolicy()
+	res := lease.Lease{ID: "n-1", Node: "n", GPUs: []int{0}, UID: 1, Token: 1, StartedAt: now, ExpiresAt: now.Add(time.Hour), ReservedUntil: now.Add(30 * time.Second)}
+	pre := lease.Lease{ID: "n-2", Node: "n", GPUs: []int{1}, UID: 1, Token: 2, StartedAt: now, ExpiresAt: now.Add(time.Hour), PreemptedAt: now, PreemptReason: "quota"}
+	tab := lease.NewTable("n", []lease.Lease{res, pre}, 2, now)
+	if got := tab.Due(now.Add(10*time.Second), p); len(got) != 0 {
+		t.Errorf("before the reservation TTL and the grace: %v, want nothing", got)
+	}
+	got := tab.Due(now.Add(31*time.Second), p)
+	if len(got) != 1 || got[0].Step != lease.StepReservationExpired || got[0].Lease.ID != "n-1" {
+		t.Errorf("after the TTL: %v, want n-1 reservation-expired", got)
+	}
+	got = tab.Due(now.Add(p.PreemptGrace), p)
+	if len(got) != 2 || got[1].Step != lease.StepPreemptEnd || got[1].Lease.ID != "n-2" {
+		t.Errorf("after the grace: %v, want n-2 preempted too", got)
+	}
+}

@@ -70,6 +70,25 @@ type Lease struct {
 	// OverdueNoticed records that the holder was told the lease is past its
 	// end (end action warn).
 	OverdueNoticed bool `json:"overdue_noticed,omitempty"`
+	// Entry is the queue entry this lease was started for, so a retried
+	// start is recognised and the submitter learns its request ran.
+	Entry string `json:"entry,omitempty"`
+	// Gang names the multi-node launch this lease is one rank of; Rank is
+	// its NODE_RANK.
+	Gang string `json:"gang,omitempty"`
+	Rank int    `json:"rank,omitempty"`
+	// Borrowed marks a lease beyond its user's quota: it may be preempted
+	// when someone within their quota waits.
+	Borrowed bool `json:"borrowed,omitempty"`
+	// ReservedUntil, while set, makes this a gang reservation, not yet a
+	// lease: it holds the GPUs and ends by itself at that time unless the
+	// scheduler commits it.
+	ReservedUntil time.Time `json:"reserved_until,omitzero"`
+	// PreemptedAt is when cooperative preemption (or idle reclaim) told the
+	// holder to stop; the lease ends a grace later. Zero until then.
+	PreemptedAt time.Time `json:"preempted_at,omitzero"`
+	// PreemptReason says why: "quota" or "idle".
+	PreemptReason string `json:"preempt_reason,omitempty"`
 	// SignalledAt is when the end action sent SIGTERM; SIGKILL follows a grace
 	// later. Zero until then.
 	SignalledAt time.Time `json:"signalled_at,omitzero"`

@@ -36,6 +36,9 @@ type Policy struct {
 	IdleUtilPct int
 	// AdminGroup members may end anyone's lease.
 	AdminGroup string
+	// PreemptGrace is how long a preempted (or reclaimed) lease's holder has
+	// to checkpoint between the signal and the end.
+	PreemptGrace time.Duration
 }
 
 // DefaultPolicy is what a node enforces with no configuration: 4 h interactive,
@@ -51,6 +54,7 @@ func DefaultPolicy() Policy {
 		SignalGrace:        30 * time.Second,
 		IdleAfter:          30 * time.Minute,
 		IdleUtilPct:        5,
+		PreemptGrace:       120 * time.Second,
 	}
 }
 
@@ -67,6 +71,7 @@ func (p Policy) Validate() error {
 		{"warn_before", p.WarnBefore},
 		{"signal_grace", p.SignalGrace},
 		{"idle_after", p.IdleAfter},
+		{"preempt_grace", p.PreemptGrace},
 	}
 	for _, x := range pos {
 		if x.d <= 0 {

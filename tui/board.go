@@ -40,7 +40,7 @@ const (
 // is never "free", and a problem (squatter, overdue, idle) outranks whose it is.
 func classify(n *api.Node, g *api.GPU, you lease.Caller) kind {
 	switch {
-	case n.State != api.NodeAlive || slices.Contains(g.Flags, api.FlagUnknown):
+	case n.State != api.NodeAlive || slices.Contains(g.Flags, api.FlagUnknown) || g.Error != "":
 		return kindDown
 	case slices.Contains(g.Flags, lease.FlagSquatted):
 		return kindSquat

@@ -36,6 +36,9 @@ func (m *Model) detailLines(w, maxH int) []string {
 		}
 	}
 	row("model", f.model)
+	if g := m.cursorGPUOnly(); g != nil && g.Error != "" {
+		row("problem", g.Error)
+	}
 	row("memory", f.memory)
 	row("load", f.load)
 	if f.lease == "" || n.State != api.NodeAlive {
@@ -310,4 +313,10 @@ func squatter(p nodeprobe.Process, l *lease.Lease) bool {
 
 func gib(mib uint64) string {
 	return fmt.Sprintf("%.1f", float64(mib)/1024)
+}
+
+// cursorGPUOnly is the GPU under the cursor, nil when there is none.
+func (m *Model) cursorGPUOnly() *api.GPU {
+	_, g := m.cursorGPU()
+	return g
 }

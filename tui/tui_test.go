@@ -692,3 +692,19 @@ func TestDeps(t *testing.T) {
 		}
 	}
 }
+
+func TestGPUThatCannotBeReadShowsDown(t *testing.T) {
+	h := newHarness(t, 160, 48, Options{})
+	b := testBoard()
+	b.GeneratedAt = fixedNow.Add(time.Second)
+	b.Nodes[1].GPUs[2].Error = "GPU is lost (Xid 79): reset it or reboot the node"
+	h.send(BoardMsg(b))
+	h.moveTo("node02", 2)
+	s := h.screen()
+	if !strings.Contains(s, "Xid 79") {
+		t.Errorf("the detail pane does not say why GPU 2 is down:\n%s", s)
+	}
+	if got := classify(&b.Nodes[1], &b.Nodes[1].GPUs[2], b.You); got != kindDown {
+		t.Errorf("a GPU the probe cannot read is classified %v, want down", got)
+	}
+}

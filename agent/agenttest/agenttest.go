@@ -29,6 +29,8 @@ type Options struct {
 	Sim     string
 	SimLoad string
 	Policy  lease.Policy
+	// Sched is the queue's policy.
+	Sched lease.SchedConfig
 	// DataDir reuses a data dir (to restart an agent); empty makes a new one.
 	DataDir string
 	// TmuxTmpDir shares one private tmux directory between agents; empty
@@ -140,6 +142,7 @@ func (n *Node) start(o Options) {
 		ProbeInterval: o.ProbeInterval,
 		SessionPoll:   o.SessionPoll,
 		Policy:        o.Policy,
+		Sched:         o.Sched,
 		Cluster:       o.Cluster,
 		SSH:           o.SSH,
 		Logf:          logf,
@@ -211,8 +214,9 @@ type ClusterOptions struct {
 	// Key is the cluster key; nil makes one.
 	Key  []byte
 	Name string
-	// Policy applies to every node.
+	// Policy and Sched apply to every node.
 	Policy lease.Policy
+	Sched  lease.SchedConfig
 	Quiet  bool
 }
 
@@ -238,7 +242,7 @@ func Cluster(tb testing.TB, o ClusterOptions) []*Node {
 		if seed != "" {
 			cs.Join = []string{seed}
 		}
-		n := Start(tb, Options{Name: fmt.Sprintf("node%02d", i+1), Sim: spec, Policy: o.Policy, Cluster: cs, TmuxTmpDir: tmux, Quiet: o.Quiet})
+		n := Start(tb, Options{Name: fmt.Sprintf("node%02d", i+1), Sim: spec, Policy: o.Policy, Sched: o.Sched, Cluster: cs, TmuxTmpDir: tmux, Quiet: o.Quiet})
 		if seed == "" {
 			seed = n.Agent.GossipAddr()
 		}

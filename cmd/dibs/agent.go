@@ -134,6 +134,19 @@ func (c *cli) agentConfig(cmd *cobra.Command, f agentFlags) (agent.Config, agent
 	if err != nil {
 		return agent.Config{}, agent.Deps{}, err
 	}
+	sched, err := fc.Queue.Sched()
+	if err != nil {
+		return agent.Config{}, agent.Deps{}, err
+	}
+	sig, err := fc.Queue.PreemptSig()
+	if err != nil {
+		return agent.Config{}, agent.Deps{}, err
+	}
+	if fc.Queue.PreemptGrace != "" {
+		if policy.PreemptGrace, err = lease.ParseDuration(fc.Queue.PreemptGrace); err != nil {
+			return agent.Config{}, agent.Deps{}, err
+		}
+	}
 	interval := time.Second
 	if fc.ProbeInterval != "" {
 		interval, _ = time.ParseDuration(fc.ProbeInterval)
@@ -151,6 +164,8 @@ func (c *cli) agentConfig(cmd *cobra.Command, f agentFlags) (agent.Config, agent
 		Socket:        sock,
 		ProbeInterval: interval,
 		Policy:        policy,
+		Sched:         sched,
+		PreemptSignal: sig,
 		Logf:          logger.Printf,
 	}
 	if err := agent.ValidNodeName(cfg.NodeName); err != nil {

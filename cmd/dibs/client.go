@@ -58,7 +58,10 @@ func (f *claimFlags) add(cmd *cobra.Command) {
 	fl.BoolVar(&f.json, "json", false, "print JSON")
 }
 
-func (f *claimFlags) request() (api.ClaimRequest, error) {
+func (f *claimFlags) request() (api.ClaimRequest, error) { return f.build(true) }
+
+// build makes the request; needCount says -g or --gpus must be given.
+func (f *claimFlags) build(needCount bool) (api.ClaimRequest, error) {
 	req := api.ClaimRequest{Node: f.node, Count: f.count, Duration: f.dur, Note: f.note, Kind: f.kind, Force: f.force}
 	if f.gpus != "" {
 		for _, s := range strings.Split(f.gpus, ",") {
@@ -69,7 +72,7 @@ func (f *claimFlags) request() (api.ClaimRequest, error) {
 			req.GPUs = append(req.GPUs, n)
 		}
 	}
-	if f.count == 0 && len(req.GPUs) == 0 {
+	if needCount && f.count == 0 && len(req.GPUs) == 0 {
 		return req, errors.New("say how many GPUs (-g 2) or which (--gpus 0,2)")
 	}
 	if f.count < 0 {
@@ -101,6 +104,7 @@ func plural(n int) string {
 
 func (c *cli) claimCmd() *cobra.Command {
 	var f claimFlags
+	var q queueFlags
 	cmd := &cobra.Command{
 		Use:   "claim",
 		Short: "Claim GPUs (an advisory lease with a time limit)",
@@ -114,7 +118,19 @@ func (c *cli) claimCmd() *cobra.Command {
 			}
 			ctx, cancel := reqCtx()
 			defer cancel()
-			r, err := c.client().Claim(ctx, req)
+			cl := c.client()
+			if q.queue {
+				sreq, err := q.request(req)
+				if err != nil {
+					return err
+				}
+				s, err := cl.Submit(ctx, sreq)
+				if err != nil {
+					return err
+				}
+				return c.waitGranted(cl, s.ID, f.json)
+			}
+			r, err := cl.Claim(ctx, req)
 			if err != nil {
 				return err
 			}
@@ -126,11 +142,13 @@ func (c *cli) claimCmd() *cobra.Command {
 		},
 	}
 	f.add(cmd)
+	q.add(cmd, false)
 	return cmd
 }
 
 func (c *cli) runCmd() *cobra.Command {
 	var f claimFlags
+	var q queueFlags
 	var name, dir string
 	var attach bool
 	cmd := &cobra.Command{
@@ -139,7 +157,8 @@ func (c *cli) runCmd() *cobra.Command {
 		Example: `  dibs run -g 2 -- python train.py --lr 3e-4
   dibs run -g 1 --attach          # an interactive shell on one GPU`,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			req, err := f.request()
+			// With --gpus-per-node the gang flags say how many.
+			req, err := f.build(q.gpusPerNode == 0)
 			if err != nil {
 				return err
 			}
@@ -151,6 +170,24 @@ func (c *cli) runCmd() *cobra.Command {
 			ctx, cancel := reqCtx()
 			defer cancel()
 			cl := c.client()
+			if q.queue || q.nodes > 1 || q.torchrun {
+				sreq, err := q.request(req)
+				if err != nil {
+					return err
+				}
+				if (q.nodes > 1 || q.torchrun) && len(args) == 0 {
+					return errors.New("a gang runs a command on every node: dibs run --nodes N --gpus-per-node G -- CMD")
+				}
+				s, err := cl.Submit(ctx, sreq)
+				if err != nil {
+					return err
+				}
+				if f.json {
+					return printJSON(c.stdout, s)
+				}
+				fmt.Fprintf(c.stdout, "queued %s: position %d of %d; it starts on its own when its turn comes (`dibs queue` shows it, `dibs cancel %s` withdraws)\n", s.ID, s.Position, s.Waiting, s.ID)
+				return nil
+			}
 			r, err := cl.Claim(ctx, req)
 			if err != nil {
 				return err
@@ -173,6 +210,7 @@ func (c *cli) runCmd() *cobra.Command {
 	cmd.Flags().StringVar(&name, "name", "", "tmux session name (default dibs-<lease id>)")
 	cmd.Flags().StringVar(&dir, "dir", "", "working directory (default: the current one)")
 	cmd.Flags().BoolVar(&attach, "attach", false, "attach to the session once it starts")
+	q.add(cmd, true)
 	return cmd
 }
 

@@ -55,7 +55,7 @@ func (c *cli) rootCmd() *cobra.Command {
 	root.PersistentFlags().StringVar(&c.socket, "socket", "", "agent socket (default: $DIBS_SOCKET, then /run/dibs/dibs.sock as root or $XDG_RUNTIME_DIR/dibs.sock)")
 	root.AddCommand(c.probeCmd(), c.agentCmd(), c.configCmd(), c.lsCmd(), c.claimCmd(), c.runCmd(),
 		c.releaseCmd(), c.extendCmd(), c.adoptCmd(), c.attachCmd(), c.whoCmd(), c.statusCmd(), c.keygenCmd(),
-		c.tuiCmd(), c.demoCmd())
+		c.tuiCmd(), c.demoCmd(), c.queueCmd(), c.cancelCmd(), c.usageCmd())
 	// `dibs` alone on a terminal opens the board; elsewhere it prints help.
 	root.RunE = func(cmd *cobra.Command, args []string) error {
 		if len(args) > 0 {

@@ -26,6 +26,8 @@ var (
 	bucketLeases = []byte("leases")
 	bucketMeta   = []byte("meta")
 	bucketLedger = []byte("ledger")
+	bucketQueue  = []byte("queue")
+	keyQueueSeq  = []byte("queue_seq")
 	keyToken     = []byte("last_token")
 	keySchema    = []byte("schema")
 )
@@ -118,7 +120,7 @@ func (s *Bolt) init() (err error) {
 	// read-only disk must still come up and serve the leases it holds.
 	ready := false
 	err = s.db.View(func(tx *bbolt.Tx) error {
-		for _, b := range [][]byte{bucketLeases, bucketMeta, bucketLedger} {
+		for _, b := range [][]byte{bucketLeases, bucketMeta, bucketLedger, bucketQueue} {
 			if tx.Bucket(b) == nil {
 				return nil
 			}
@@ -143,7 +145,7 @@ func (s *Bolt) init() (err error) {
 // create makes the buckets and stamps the schema of a new file, and refuses a
 // file of another schema.
 func (s *Bolt) create(tx *bbolt.Tx) error {
-	for _, b := range [][]byte{bucketLeases, bucketMeta, bucketLedger} {
+	for _, b := range [][]byte{bucketLeases, bucketMeta, bucketLedger, bucketQueue} {
 		if _, err := tx.CreateBucketIfNotExists(b); err != nil {
 			return err
 		}
@@ -296,4 +298,57 @@ func mentions(err error, errnos ...syscall.Errno) bool {
 		}
 	}
 	return false
+}
+
+// PutEntry implements lease.Store.
+func (s *Bolt) PutEntry(e lease.QueueEntry, seq uint64) error {
+	v, err := json.Marshal(e)
+	if err != nil {
+		return fmt.Errorf("encode queue entry %s: %w", e.ID, err)
+	}
+	err = s.db.Update(func(tx *bbolt.Tx) error {
+		meta := tx.Bucket(bucketMeta)
+		if cur := meta.Get(keyQueueSeq); len(cur) != 8 || binary.BigEndian.Uint64(cur) < seq {
+			if err := meta.Put(keyQueueSeq, u64(seq)); err != nil {
+				return err
+			}
+		}
+		return tx.Bucket(bucketQueue).Put([]byte(e.ID), v)
+	})
+	if err != nil {
+		return fmt.Errorf("save queue entry %s: %w", e.ID, s.explain(err))
+	}
+	return nil
+}
+
+// DeleteEntry implements lease.Store.
+func (s *Bolt) DeleteEntry(id string) error {
+	err := s.db.Update(func(tx *bbolt.Tx) error {
+		return tx.Bucket(bucketQueue).Delete([]byte(id))
+	})
+	if err != nil {
+		return fmt.Errorf("remove queue entry %s: %w", id, s.explain(err))
+	}
+	return nil
+}
+
+// Entries implements lease.Store.
+func (s *Bolt) Entries() (entries []lease.QueueEntry, lastSeq uint64, err error) {
+	err = s.db.View(func(tx *bbolt.Tx) error {
+		if v := tx.Bucket(bucketMeta).Get(keyQueueSeq); len(v) == 8 {
+			lastSeq = binary.BigEndian.Uint64(v)
+		}
+		return tx.Bucket(bucketQueue).ForEach(func(k, v []byte) error {
+			var e lease.QueueEntry
+			if err := json.Unmarshal(v, &e); err != nil {
+				return fmt.Errorf("queue entry %q: %w", k, err)
+			}
+			entries = append(entries, e)
+			return nil
+		})
+	})
+	if err != nil {
+		return nil, 0, fmt.Errorf("read queue in %s: %w", s.path, err)
+	}
+	return entries, lastSeq, nil
 }

@@ -1,0 +1,188 @@
+package agent_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/dibs-gpu/dibs/agent/agenttest"
+	"github.com/dibs-gpu/dibs/api"
+	"github.com/dibs-gpu/dibs/gossip"
+	"github.com/dibs-gpu/dibs/lease"
+)
+
+func readEnvFile(path string) map[string]string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil
+	}
+	m := map[string]string{}
+	for _, line := range strings.Split(string(b), "\n") {
+		if k, v, ok := strings.Cut(line, "="); ok {
+			m[k] = v
+		}
+	}
+	return m
+}
+
+const envDump = `env | grep -E '^(MASTER_ADDR|MASTER_PORT|WORLD_SIZE|NNODES|NODE_RANK|NPROC_PER_NODE|CUDA_VISIBLE_DEVICES|DIBS_GANG_ID|DIBS_HOSTS|DIBS_NODE)=' > `
+
+func TestGangStartsEveryRankTogetherWithRendezvousEnv(t *testing.T) {
+	agenttest.RequireTmux(t)
+	nodes := agenttest.Cluster(t, agenttest.ClusterOptions{Specs: []string{"4xL40S", "4xL40S", "4xL40S"}, Quiet: true})
+	dir := agenttest.PublicDir(t)
+	// node01 is busy, so the gang lands on node02 and node03.
+	if _, err := nodes[0].Client.Claim(ctx(t), api.ClaimRequest{Node: "node01", Count: 3}); err != nil {
+		t.Fatal(err)
+	}
+	agenttest.Eventually(t, 2*time.Second, "node03 to see node01's lease", func() bool {
+		b, _ := nodes[2].Client.Board(ctx(t))
+		return leaseOn(b, "node01", 0) != nil
+	})
+	s, err := nodes[2].Client.Submit(ctx(t), api.SubmitRequest{Nodes: 2, GPUsPerNode: 2, Claim: api.ClaimRequest{Duration: "1h", Run: &api.RunSpec{
+		Command: []string{"sh", "-c", envDump + dir + "/rank$NODE_RANK; date +%s.%N > " + dir + "/t$NODE_RANK; sleep 60"}}}})
+	if err != nil {
+		t.Fatalf("submit gang: %v", err)
+	}
+	var r0, r1 map[string]string
+	agenttest.Eventually(t, 10*time.Second, "both ranks to start", func() bool {
+		r0, r1 = readEnvFile(dir+"/rank0"), readEnvFile(dir+"/rank1")
+		return len(r0) >= 9 && len(r1) >= 9
+	})
+	for k, want := range map[string]string{"WORLD_SIZE": "4", "NNODES": "2", "NPROC_PER_NODE": "2"} {
+		if r0[k] != want || r1[k] != want {
+			t.Errorf("%s = %q / %q, want %s", k, r0[k], r1[k], want)
+		}
+	}
+	if r0["NODE_RANK"] != "0" || r1["NODE_RANK"] != "1" {
+		t.Errorf("NODE_RANK = %q / %q", r0["NODE_RANK"], r1["NODE_RANK"])
+	}
+	if r0["MASTER_ADDR"] != "127.0.0.1" || r0["MASTER_PORT"] == "" || r0["MASTER_PORT"] != r1["MASTER_PORT"] || r0["DIBS_GANG_ID"] != r1["DIBS_GANG_ID"] {
+		t.Errorf("rendezvous differs between ranks: %v / %v", r0, r1)
+	}
+	if r0["DIBS_NODE"] == r1["DIBS_NODE"] || r0["DIBS_NODE"] == "node01" || r1["DIBS_NODE"] == "node01" {
+		t.Errorf("ranks on %s and %s; want two different nodes other than the busy node01", r0["DIBS_NODE"], r1["DIBS_NODE"])
+	}
+	if got := strings.Count(r0["DIBS_HOSTS"], ",") + 1; got != 2 {
+		t.Errorf("DIBS_HOSTS = %q, want two hosts", r0["DIBS_HOSTS"])
+	}
+	t0, t1 := readTime(dir+"/t0"), readTime(dir+"/t1")
+	if d := t0.Sub(t1).Abs(); d > time.Second {
+		t.Errorf("ranks started %s apart, want within a second", d)
+	}
+	agenttest.Eventually(t, 3*time.Second, "the gang to show as running", func() bool {
+		q, _ := nodes[0].Client.Queue(ctx(t))
+		return len(q.Entries) == 1 && q.Entries[0].ID == s.ID && q.Entries[0].Running
+	})
+}
+
+func readTime(path string) time.Time {
+	b, _ := os.ReadFile(path)
+	var sec, nsec int64
+	fmt.Sscanf(strings.TrimSpace(string(b)), "%d.%d", &sec, &nsec)
+	return time.Unix(sec, nsec)
+}
+
+func TestGangRankFailureStopsOthersAndRequeues(t *testing.T) {
+	agenttest.RequireTmux(t)
+	p := lease.DefaultPolicy()
+	p.PreemptGrace = time.Second
+	nodes := agenttest.Cluster(t, agenttest.ClusterOptions{Specs: []string{"2xL40S", "2xL40S"}, Policy: p, Quiet: true})
+	dir := agenttest.PublicDir(t)
+	os.Chmod(dir, 0o777)
+	// Rank 1 fails on the first attempt only; rank 0 would run for a minute.
+	script := fmt.Sprintf(`echo start >> %[1]s/attempts.$NODE_RANK; if [ "$NODE_RANK" = 1 ] && [ ! -f %[1]s/failed ]; then touch %[1]s/failed; sleep 0.5; exit 3; fi; sleep 60`, dir)
+	s, err := nodes[0].Client.Submit(ctx(t), api.SubmitRequest{Nodes: 2, GPUsPerNode: 1, Requeue: true, MaxRestarts: 2,
+		Claim: api.ClaimRequest{Duration: "1h", Run: &api.RunSpec{Command: []string{"sh", "-c", script}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	agenttest.Eventually(t, 20*time.Second, "the gang to be restarted after rank 1 failed", func() bool {
+		a0, _ := os.ReadFile(dir + "/attempts.0")
+		a1, _ := os.ReadFile(dir + "/attempts.1")
+		return strings.Count(string(a0), "start") == 2 && strings.Count(string(a1), "start") == 2
+	})
+	q, _ := nodes[0].Client.Queue(ctx(t))
+	if len(q.Entries) != 1 || q.Entries[0].ID != s.ID || q.Entries[0].Restarts != 1 {
+		t.Errorf("queue after the restart = %+v, want %s with 1 restart", q.Entries, s.ID)
+	}
+	// Never more than one attempt's leases at once: 2 GPUs in use, not 4.
+	b, _ := nodes[0].Client.Board(ctx(t))
+	held := 0
+	for _, n := range b.Nodes {
+		for _, g := range n.GPUs {
+			if g.Lease != nil {
+				held++
+			}
+		}
+	}
+	if held != 2 {
+		t.Errorf("%d GPUs held after the restart, want 2 (one per rank)", held)
+	}
+}
+
+// fakeScheduler is a gossip member that reserves like a scheduler and then
+// dies before committing.
+type fakeScheduler struct{}
+
+func (fakeScheduler) LocalState() gossip.NodeState { return gossip.NodeState{} }
+func (fakeScheduler) HandleRequest(context.Context, string, gossip.Request) gossip.Response {
+	return gossip.Response{ErrCode: lease.CodeUnavailable, ErrMsg: "fake"}
+}
+func (fakeScheduler) ClusterChanged() {}
+
+func TestSchedulerDeathMidGangLeavesNothingHeld(t *testing.T) {
+	agenttest.RequireTmux(t)
+	sched := lease.SchedConfig{ReservationTTL: 2 * time.Second}
+	nodes := agenttest.Cluster(t, agenttest.ClusterOptions{Specs: []string{"2xL40S", "2xL40S"}, Sched: sched, Quiet: true})
+	// A scheduler reserves a rank on node02 and dies before the commit.
+	fake, err := gossip.New(gossip.Config{NodeName: "node00", BindAddr: "127.0.0.1", ClusterName: "test", Key: nodes[0].Opts.Cluster.Key,
+		Join: []string{nodes[0].Agent.GossipAddr()}}, fakeScheduler{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	entry := lease.QueueEntry{ID: "node01-q99", Origin: "node01", User: nodes[0].Agent.CallerFor(os.Getuid()).User, UID: os.Getuid(),
+		Nodes: 2, GPUsPerNode: 2, Duration: time.Hour, Kind: lease.KindBatch}
+	body, _ := json.Marshal(map[string]any{"entry": entry, "phase": "reserve", "gpus": []int{0, 1}, "gang": "g", "rank": 1})
+	c, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	resp, err := fake.Request(c, "node02", gossip.Request{Op: "start", Caller: lease.Caller{UID: os.Getuid(), User: entry.User}, Body: body})
+	cancel()
+	if err != nil || resp.ErrMsg != "" {
+		t.Fatalf("fake reserve: %v %s", err, resp.ErrMsg)
+	}
+	fake.Shutdown()
+	agenttest.Eventually(t, 2*time.Second, "the reservation to hold node02's GPUs on node01's board", func() bool {
+		b, _ := nodes[0].Client.Board(ctx(t))
+		return leaseOn(b, "node02", 0) != nil
+	})
+	// A real gang waits behind the orphaned reservation, then runs once it expires.
+	dir := agenttest.PublicDir(t)
+	_, err = nodes[0].Client.Submit(ctx(t), api.SubmitRequest{Nodes: 2, GPUsPerNode: 2, Claim: api.ClaimRequest{Duration: "1h", Run: &api.RunSpec{
+		Command: []string{"sh", "-c", "touch " + dir + "/ran$NODE_RANK; sleep 30"}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t0 := time.Now()
+	agenttest.Eventually(t, 10*time.Second, "the orphaned reservation to expire and the gang to run", func() bool {
+		_, e0 := os.Stat(dir + "/ran0")
+		_, e1 := os.Stat(dir + "/ran1")
+		return e0 == nil && e1 == nil
+	})
+	if d := time.Since(t0); d < time.Second {
+		t.Errorf("the gang ran %s after submission, before the orphaned reservation could have expired", d)
+	}
+	for _, n := range nodes {
+		b, _ := n.Client.Board(ctx(t))
+		for _, bn := range b.Nodes {
+			for _, g := range bn.GPUs {
+				if g.Lease != nil && g.Lease.Entry == entry.Key() {
+					t.Errorf("%s still shows the orphaned reservation on %s GPU %d", n.Opts.Name, bn.Name, g.Index)
+				}
+			}
+		}
+	}
+}

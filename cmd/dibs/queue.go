@@ -1,0 +1,217 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/dibs-gpu/dibs/api"
+	"github.com/dibs-gpu/dibs/lease"
+)
+
+// queueFlags are what run and claim add to queue instead of failing.
+type queueFlags struct {
+	queue       bool
+	nodes       int
+	gpusPerNode int
+	requeue     bool
+	maxRestarts int
+	torchrun    bool
+	model       string
+}
+
+func (q *queueFlags) add(cmd *cobra.Command, run bool) {
+	fl := cmd.Flags()
+	if run {
+		fl.BoolVar(&q.queue, "queue", false, "if it does not fit now, wait in the cluster's queue (returns at once with the entry id, like sbatch)")
+		fl.IntVar(&q.nodes, "nodes", 0, "run on N nodes at once, all or nothing (a gang); with --gpus-per-node")
+		fl.IntVar(&q.gpusPerNode, "gpus-per-node", 0, "GPUs on each node of a gang")
+		fl.BoolVar(&q.requeue, "requeue", false, "put it back in the queue if a rank fails or it is preempted")
+		fl.IntVar(&q.maxRestarts, "max-restarts", 0, "how often --requeue may restart it (default 3)")
+		fl.BoolVar(&q.torchrun, "torchrun", false, "wrap CMD in torchrun with the gang's c10d rendezvous")
+	} else {
+		fl.BoolVar(&q.queue, "queue", false, "if it does not fit now, wait in the queue until granted (like salloc); Ctrl-C withdraws")
+	}
+	fl.StringVar(&q.model, "model", "", "only GPUs whose model contains this, e.g. H100 (with --queue)")
+}
+
+func (q *queueFlags) request(req api.ClaimRequest) (api.SubmitRequest, error) {
+	s := api.SubmitRequest{Claim: req, Nodes: q.nodes, GPUsPerNode: q.gpusPerNode, Requeue: q.requeue, MaxRestarts: q.maxRestarts, Torchrun: q.torchrun, Model: q.model}
+	if q.nodes > 1 && q.gpusPerNode <= 0 {
+		return s, errors.New("--nodes needs --gpus-per-node G")
+	}
+	if q.nodes > 1 && (req.Count > 0 || len(req.GPUs) > 0) {
+		return s, errors.New("give either -g N or --nodes N --gpus-per-node G")
+	}
+	if q.nodes <= 1 && q.gpusPerNode > 0 {
+		s.Claim.Count = q.gpusPerNode
+	}
+	if q.torchrun && q.nodes <= 1 {
+		s.Nodes, s.GPUsPerNode = 1, s.Claim.Count
+	}
+	return s, nil
+}
+
+// waitGranted follows the board until a lease for the entry exists, printing
+// the position while it waits; Ctrl-C withdraws the request.
+func (c *cli) waitGranted(cl *api.Client, id string, asJSON bool) error {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	boards, errf := cl.Watch(ctx)
+	lastPos := -1
+	for {
+		select {
+		case <-ctx.Done():
+			cctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			if err := cl.Cancel(cctx, id); err != nil {
+				return fmt.Errorf("withdraw %s: %w", id, err)
+			}
+			return &exitError{code: 130, msg: "withdrew " + id}
+		case b, ok := <-boards:
+			if !ok {
+				return fmt.Errorf("waiting for %s: %w", id, errf())
+			}
+			for _, n := range b.Nodes {
+				for _, g := range n.GPUs {
+					if l := g.Lease; l != nil && strings.HasPrefix(l.Entry, id+"#") && l.ReservedUntil.IsZero() {
+						r := api.ClaimResponse{ID: l.ID, Node: l.Node, GPUs: l.GPUs, CUDAVisibleDevices: l.CUDAVisibleDevices(), Token: l.Token, Kind: string(l.Kind), ExpiresAt: l.ExpiresAt, Session: l.Session}
+						if asJSON {
+							return printJSON(c.stdout, r)
+						}
+						fmt.Fprintln(c.stderr)
+						c.printGrant(r)
+						return nil
+					}
+				}
+			}
+			qctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			q, err := cl.Queue(qctx)
+			cancel()
+			if err == nil {
+				for _, e := range q.Entries {
+					if e.ID == id && e.Position != lastPos && !e.Running {
+						lastPos = e.Position
+						est := ""
+						if !e.EstStart.IsZero() {
+							est = ", expected to start " + e.EstStart.Local().Format("Mon 15:04")
+						}
+						fmt.Fprintf(c.stderr, "\r%s waiting: position %d of %d%s (Ctrl-C withdraws)   ", id, e.Position, len(q.Entries), est)
+					}
+				}
+			}
+		}
+	}
+}
+
+func (c *cli) queueCmd() *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "queue",
+		Short: "List every waiting request in the cluster: position, user, size, priority, expected start",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx, cancel := reqCtx()
+			defer cancel()
+			q, err := c.client().Queue(ctx)
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return printJSON(c.stdout, q)
+			}
+			printQueue(c.stdout, q, time.Now())
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	return cmd
+}
+
+func printQueue(w io.Writer, q api.Queue, now time.Time) {
+	if len(q.Entries) == 0 {
+		fmt.Fprintln(w, "the queue is empty")
+		return
+	}
+	fmt.Fprintf(w, "%-3s %-12s %-9s %-7s %-6s %8s %-11s %s\n", "POS", "ID", "USER", "SIZE", "LIMIT", "PRIORITY", "START", "WAITING FOR")
+	for _, e := range q.Entries {
+		size := fmt.Sprintf("%d", e.GPUsPerNode)
+		if e.Nodes > 1 {
+			size = fmt.Sprintf("%dx%d", e.Nodes, e.GPUsPerNode)
+		}
+		pos, start, why := fmt.Sprint(e.Position), "?", e.Waiting
+		switch {
+		case e.Running:
+			pos, start, why = "-", "running", ""
+		case !e.EstStart.IsZero() && !e.EstStart.After(now):
+			start = "now"
+		case !e.EstStart.IsZero():
+			start = "in " + lease.FormatDuration(e.EstStart.Sub(now))
+		}
+		fmt.Fprintf(w, "%-3s %-12s %-9s %-7s %-6s %8.0f %-11s %s\n", pos, clip(e.ID, 12), clip(e.User, 9), size, e.Duration, e.Priority, start, clip(why, 24))
+	}
+	fmt.Fprintf(w, "\nscheduler: %s\n", q.Scheduler)
+}
+
+func (c *cli) cancelCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "cancel ID...",
+		Short: "Withdraw queued requests",
+		Args:  cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx, cancel := reqCtx()
+			defer cancel()
+			for _, id := range args {
+				if err := c.client().Cancel(ctx, id); err != nil {
+					return err
+				}
+				fmt.Fprintf(c.stdout, "cancelled %s\n", id)
+			}
+			return nil
+		},
+	}
+}
+
+func (c *cli) usageCmd() *cobra.Command {
+	var asJSON bool
+	var window string
+	cmd := &cobra.Command{
+		Use:   "usage",
+		Short: "GPU-hours per user over a window, and each user's fair-share factor",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if _, err := lease.ParseDuration(window); err != nil {
+				return fmt.Errorf("--window: %w", err)
+			}
+			ctx, cancel := reqCtx()
+			defer cancel()
+			u, err := c.client().Usage(ctx, window)
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return printJSON(c.stdout, u)
+			}
+			fmt.Fprintf(c.stdout, "since %s\n", u.Since.Local().Format("Mon Jan 2 15:04"))
+			fmt.Fprintf(c.stdout, "%-12s %10s %12s %6s %10s %8s\n", "USER", "GPU-HOURS", "DECAYED", "SHARE", "FAIRSHARE", "RUNNING")
+			for _, x := range u.Users {
+				fmt.Fprintf(c.stdout, "%-12s %10.1f %12.1f %6.1f %10.3f %8d\n", clip(x.User, 12), x.GPUHours, x.Decayed, x.Share, x.FairShare, x.RunningGPU)
+			}
+			if len(u.Missing) > 0 {
+				fmt.Fprintf(c.stdout, "not counted (no answer): %s\n", strings.Join(u.Missing, ", "))
+			}
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&window, "window", "7d", "how far back to count")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	return cmd
+}
