@@ -49,7 +49,7 @@ type Config struct {
 	// PreemptSignal tells a borrowed or idle lease's session to checkpoint
 	// (default SIGUSR1); the lease ends Policy.PreemptGrace later.
 	PreemptSignal syscall.Signal
-	Logf func(format string, args ...any)
+	Logf          func(format string, args ...any)
 }
 
 // Deps are the parts the agent drives; tests and the demo swap them.
@@ -182,19 +182,19 @@ func New(cfg Config, deps Deps) (*Agent, error) {
 		return nil, fmt.Errorf("boot id: %w", err)
 	}
 	a := &Agent{
-		cfg:      cfg,
-		deps:     deps,
-		logf:     cfg.Logf,
-		now:      deps.Now,
-		users:    newUserCache(deps.Users, deps.Now),
-		bootID:   hex.EncodeToString(b[:]),
-		idle:     lease.NewIdleTracker(),
-		changed:  make(chan struct{}),
-		notices:  make(map[int][]notice),
-		watching: make(map[string]context.CancelFunc),
-		queue:    make(map[string]lease.QueueEntry),
-		inflight: make(map[string]inflightStart),
-		cluster:  noCluster{},
+		cfg:       cfg,
+		deps:      deps,
+		logf:      cfg.Logf,
+		now:       deps.Now,
+		users:     newUserCache(deps.Users, deps.Now),
+		bootID:    hex.EncodeToString(b[:]),
+		idle:      lease.NewIdleTracker(),
+		changed:   make(chan struct{}),
+		notices:   make(map[int][]notice),
+		watching:  make(map[string]context.CancelFunc),
+		queue:     make(map[string]lease.QueueEntry),
+		inflight:  make(map[string]inflightStart),
+		cluster:   noCluster{},
 		schedKick: make(chan struct{}, 1),
 	}
 	return a, nil

@@ -2,6 +2,9 @@ package agent_test
 
 import (
 	"context"
+	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
 	"testing"
 	"time"
@@ -58,4 +61,86 @@ func reportPercentiles(b *testing.B, lat []time.Duration) {
 	}
 	b.ReportMetric(p(0.50), "p50-ms")
 	b.ReportMetric(p(0.99), "p99-ms")
+}
+
+// waitFile polls for a file with a fine grain, for latency benchmarks.
+func waitFile(b *testing.B, path string, within time.Duration) {
+	deadline := time.Now().Add(within)
+	for time.Now().Before(deadline) {
+		if _, err := os.Stat(path); err == nil {
+			return
+		}
+		time.Sleep(500 * time.Microsecond)
+	}
+	b.Fatalf("%s did not appear within %s", path, within)
+}
+
+// BenchmarkReleaseToQueuedRun measures, on a two-node cluster, the time from
+// the release that frees node02's only GPU to a run queued at node01 having
+// its tmux session running there (the scheduler is node01; the release is
+// gossiped to it, it decides, and node02 starts the session).
+func BenchmarkReleaseToQueuedRun(b *testing.B) {
+	agenttest.RequireTmux(b)
+	nodes := agenttest.Cluster(b, agenttest.ClusterOptions{Specs: []string{"1xL40S", "1xL40S"}, Quiet: true})
+	ctx := context.Background()
+	if _, err := nodes[0].Client.Claim(ctx, api.ClaimRequest{Node: "node01", Count: 1}); err != nil {
+		b.Fatal(err)
+	}
+	dir := agenttest.PublicDir(b)
+	lat := make([]time.Duration, 0, b.N)
+	for i := 0; i < b.N; i++ {
+		hold, err := nodes[1].Client.Claim(ctx, api.ClaimRequest{Node: "node02", Count: 1})
+		if err != nil {
+			b.Fatal(err)
+		}
+		mark := filepath.Join(dir, fmt.Sprintf("run%d", i))
+		if _, err := nodes[0].Client.Submit(ctx, api.SubmitRequest{Claim: api.ClaimRequest{Count: 1, Node: "node02", Run: &api.RunSpec{Command: []string{"touch", mark}}}}); err != nil {
+			b.Fatal(err)
+		}
+		time.Sleep(20 * time.Millisecond) // let the queue settle: nothing may start yet
+		t0 := time.Now()
+		if _, err := nodes[1].Client.Release(ctx, api.ReleaseRequest{IDs: []string{hold.ID}}); err != nil {
+			b.Fatal(err)
+		}
+		waitFile(b, mark, 5*time.Second)
+		lat = append(lat, time.Since(t0))
+		agenttest.Eventually(b, 5*time.Second, "the run to finish", func() bool {
+			bd, _ := nodes[1].Client.Board(ctx)
+			return bd.Nodes[1].GPUs[0].Lease == nil && len(nodes[0].Agent.Queue().Entries) == 0
+		})
+	}
+	reportPercentiles(b, lat)
+}
+
+// BenchmarkReleaseToGang2x4 measures the time from the release that frees
+// the last GPU a 2 × 4 gang needs to every rank's session running.
+func BenchmarkReleaseToGang2x4(b *testing.B) {
+	agenttest.RequireTmux(b)
+	nodes := agenttest.Cluster(b, agenttest.ClusterOptions{Specs: []string{"4xH100-80GB", "4xH100-80GB", "1xL40S"}, Quiet: true})
+	ctx := context.Background()
+	dir := agenttest.PublicDir(b)
+	lat := make([]time.Duration, 0, b.N)
+	for i := 0; i < b.N; i++ {
+		hold, err := nodes[1].Client.Claim(ctx, api.ClaimRequest{Node: "node02", GPUs: []int{3}})
+		if err != nil {
+			b.Fatal(err)
+		}
+		prefix := filepath.Join(dir, fmt.Sprintf("gang%d-", i))
+		if _, err := nodes[2].Client.Submit(ctx, api.SubmitRequest{Nodes: 2, GPUsPerNode: 4, Model: "H100", Claim: api.ClaimRequest{Run: &api.RunSpec{
+			Command: []string{"sh", "-c", "touch " + prefix + "$NODE_RANK"}}}}); err != nil {
+			b.Fatal(err)
+		}
+		time.Sleep(20 * time.Millisecond)
+		t0 := time.Now()
+		if _, err := nodes[1].Client.Release(ctx, api.ReleaseRequest{IDs: []string{hold.ID}}); err != nil {
+			b.Fatal(err)
+		}
+		waitFile(b, prefix+"0", 5*time.Second)
+		waitFile(b, prefix+"1", 5*time.Second)
+		lat = append(lat, time.Since(t0))
+		agenttest.Eventually(b, 5*time.Second, "the gang to finish", func() bool {
+			return len(nodes[2].Agent.Queue().Entries) == 0
+		})
+	}
+	reportPercentiles(b, lat)
 }

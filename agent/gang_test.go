@@ -51,7 +51,7 @@ func TestGangStartsEveryRankTogetherWithRendezvousEnv(t *testing.T) {
 	var r0, r1 map[string]string
 	agenttest.Eventually(t, 10*time.Second, "both ranks to start", func() bool {
 		r0, r1 = readEnvFile(dir+"/rank0"), readEnvFile(dir+"/rank1")
-		return len(r0) >= 9 && len(r1) >= 9
+		return len(r0) >= 9 && len(r1) >= 9 && !readTime(dir+"/t0").IsZero() && !readTime(dir+"/t1").IsZero()
 	})
 	for k, want := range map[string]string{"WORLD_SIZE": "4", "NNODES": "2", "NPROC_PER_NODE": "2"} {
 		if r0[k] != want || r1[k] != want {
@@ -81,9 +81,11 @@ func TestGangStartsEveryRankTogetherWithRendezvousEnv(t *testing.T) {
 }
 
 func readTime(path string) time.Time {
-	b, _ := os.ReadFile(path)
+	b, err := os.ReadFile(path)
 	var sec, nsec int64
-	fmt.Sscanf(strings.TrimSpace(string(b)), "%d.%d", &sec, &nsec)
+	if n, _ := fmt.Sscanf(strings.TrimSpace(string(b)), "%d.%d", &sec, &nsec); err != nil || n != 2 {
+		return time.Time{}
+	}
 	return time.Unix(sec, nsec)
 }
 

@@ -19,20 +19,35 @@ import (
 // request (the request goes to that node's agent, which alone decides), or,
 // in a cluster with no node named, on the best node that fits.
 func (a *Agent) Claim(ctx context.Context, c lease.Caller, req api.ClaimRequest) (api.ClaimResponse, error) {
-	if req.Node != "" && req.Node != a.cfg.NodeName {
-		return a.cluster.claim(ctx, c, req)
-	}
 	if req.Node == "" && a.cluster.enabled() {
 		node, err := a.placeClaim(req)
 		if err != nil {
 			return api.ClaimResponse{}, err
 		}
-		if node != a.cfg.NodeName {
-			req.Node = node
-			return a.cluster.claim(ctx, c, req)
+		req.Node = node
+	}
+	if req.Node != "" && req.Node != a.cfg.NodeName {
+		r, err := a.cluster.claim(ctx, c, req)
+		if err == nil {
+			a.awaitVisible(ctx, r.ID)
 		}
+		return r, err
 	}
 	return a.claimLocal(ctx, c, req)
+}
+
+// awaitVisible waits (briefly) until a lease granted elsewhere shows in this
+// agent's view, so the person's next command here sees what they just got.
+func (a *Agent) awaitVisible(ctx context.Context, id string) {
+	deadline := time.Now().Add(time.Second)
+	for time.Now().Before(deadline) && ctx.Err() == nil {
+		for _, l := range a.allLeases() {
+			if l.ID == id {
+				return
+			}
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
 }
 
 // claimFromRequest turns the API request into the rules' claim.
@@ -93,11 +108,18 @@ func (a *Agent) grant(ctx context.Context, c lease.Caller, req api.ClaimRequest,
 	}
 	a.mu.Lock()
 	if o.entry != "" {
-		// A retried start of the same attempt gets what the first one got.
+		// A retried start of the same attempt gets what the first one got,
+		// and an attempt that already ran here never runs again.
 		for _, l := range a.table.List() {
 			if l.Entry == o.entry {
 				a.mu.Unlock()
 				return claimResponse(l), nil
+			}
+		}
+		for _, x := range a.ended {
+			if x.Entry == o.entry && !x.Reserved {
+				a.mu.Unlock()
+				return api.ClaimResponse{}, &lease.Error{Code: lease.CodeConflict, Msg: fmt.Sprintf("%s already ran on %s (lease %s, %s)", o.entry, a.cfg.NodeName, x.Lease, x.Reason)}
 			}
 		}
 	}
@@ -107,7 +129,7 @@ func (a *Agent) grant(ctx context.Context, c lease.Caller, req api.ClaimRequest,
 		a.mu.Unlock()
 		return api.ClaimResponse{}, err
 	}
-	l.Entry, l.Gang, l.Rank, l.Borrowed = o.entry, o.gang, o.rank, o.borrowed
+	l.Entry, l.Gang, l.Rank, l.Borrowed = o.entry, o.gang, o.rank, o.borrowed || a.beyondQuotaLocked(c, len(l.GPUs))
 	if o.reserveFor > 0 {
 		l.ReservedUntil = now.Round(0).Add(o.reserveFor)
 	}
@@ -245,7 +267,7 @@ func (a *Agent) endLease(l lease.Lease, reason, by string) error {
 	a.table.Remove(l.ID)
 	a.usageDirty.Store(true)
 	if l.Entry != "" {
-		a.ended = append(a.ended, endedLease{Entry: l.Entry, Lease: l.ID, Gang: l.Gang, Reason: reason, At: now.Round(0)})
+		a.ended = append(a.ended, endedLease{Entry: l.Entry, Lease: l.ID, Gang: l.Gang, Reason: reason, At: now.Round(0), Reserved: !l.ReservedUntil.IsZero()})
 		for len(a.ended) > 0 && now.Sub(a.ended[0].At) > endedKeep {
 			a.ended = a.ended[1:]
 		}
@@ -600,5 +622,43 @@ func (a *Agent) update(l lease.Lease, f func(*lease.Lease)) bool {
 	a.table.Put(cur, a.now())
 	a.judged = lease.Judge(a.snap, a.table.List(), a.idle, a.now(), a.cfg.Policy)
 	a.bumpLocked()
+	return true
+}
+
+// beyondQuotaLocked reports whether n more GPUs take the caller past their
+// nominal quota (user or group), counting what they hold cluster-wide; such
+// a lease is borrowed and may be preempted for someone within quota.
+// Callers hold a.mu.
+func (a *Agent) beyondQuotaLocked(c lease.Caller, n int) bool {
+	q := a.cfg.Sched
+	if len(q.Quotas) == 0 && len(q.GroupQuotas) == 0 {
+		return false
+	}
+	group := q.UserGroups[c.User]
+	used, groupUsed := n, n
+	count := func(l lease.Lease) {
+		if l.User == c.User {
+			used += len(l.GPUs)
+		}
+		if group != "" && q.UserGroups[l.User] == group {
+			groupUsed += len(l.GPUs)
+		}
+	}
+	for _, l := range a.table.List() {
+		count(l)
+	}
+	for _, r := range a.cluster.view() {
+		if r.Name != a.cfg.NodeName {
+			for _, l := range r.Leases {
+				count(l)
+			}
+		}
+	}
+	if quota, ok := q.Quotas[c.User]; ok && used <= quota {
+		return false
+	}
+	if gq, ok := q.GroupQuotas[group]; ok && group != "" && groupUsed <= gq {
+		return false
+	}
 	return true
 }

@@ -25,6 +25,8 @@ type endedLease struct {
 	Gang   string    `json:"gang,omitempty"`
 	Reason string    `json:"reason"`
 	At     time.Time `json:"at"`
+	// Reserved: it ended as an uncommitted gang reservation, so nothing ran.
+	Reserved bool `json:"reserved,omitempty"`
 }
 
 // endedKeep is how long ended queued leases are remembered.
@@ -32,6 +34,9 @@ const endedKeep = 10 * time.Minute
 
 // failed reports whether a queued lease's end means its run failed.
 func (e endedLease) failed() bool {
+	if e.Reserved {
+		return false
+	}
 	switch e.Reason {
 	case "exit-0", "released", "expired":
 		return false
@@ -332,10 +337,14 @@ func (a *Agent) watchRunning() {
 	ended := map[string][]endedLease{}
 	a.mu.Lock()
 	for _, l := range a.table.List() {
-		live[l.Entry] = append(live[l.Entry], holder{a.cfg.NodeName, true, l})
+		if l.Entry != "" {
+			live[l.Entry] = append(live[l.Entry], holder{a.cfg.NodeName, true, l})
+		}
 	}
 	for _, x := range a.ended {
-		ended[x.Entry] = append(ended[x.Entry], x)
+		if !x.Reserved {
+			ended[x.Entry] = append(ended[x.Entry], x)
+		}
 	}
 	a.mu.Unlock()
 	for _, r := range a.cluster.view() {
@@ -343,11 +352,15 @@ func (a *Agent) watchRunning() {
 			continue
 		}
 		for _, l := range r.Leases {
-			live[l.Entry] = append(live[l.Entry], holder{r.Name, r.State == "alive", l})
+			if l.Entry != "" {
+				live[l.Entry] = append(live[l.Entry], holder{r.Name, r.State == "alive", l})
+			}
 		}
 		if r.Extra != nil {
 			for _, x := range r.Extra.Ended {
-				ended[x.Entry] = append(ended[x.Entry], x)
+				if !x.Reserved {
+					ended[x.Entry] = append(ended[x.Entry], x)
+				}
 			}
 		}
 	}

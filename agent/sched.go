@@ -178,21 +178,56 @@ func (a *Agent) clusterUsage() lease.Usage {
 func (a *Agent) schedulePass() {
 	now := a.now()
 	nodes := a.schedNodes()
-	started := map[string]string{} // entry key -> node holding a lease for it
+	// started: entry keys with a committed lease somewhere; reserving: keys
+	// with only a gang reservation so far (not yet running, not to restart).
+	started := map[string]string{}
+	reserving := map[string]bool{}
 	for _, n := range nodes {
 		for _, l := range n.Leases {
-			if l.Entry != "" {
+			switch {
+			case l.Entry == "":
+			case l.ReservedUntil.IsZero():
 				started[l.Entry] = n.Name
+			default:
+				reserving[l.Entry] = true
 			}
 		}
 	}
+	// An attempt that already ran somewhere counts as started, even when
+	// its lease is gone before its origin's "running" mark arrives.
+	a.mu.Lock()
+	for _, x := range a.ended {
+		if !x.Reserved {
+			started[x.Entry] = a.cfg.NodeName
+		}
+	}
+	a.mu.Unlock()
+	for _, r := range a.cluster.view() {
+		if r.Name != a.cfg.NodeName && r.Extra != nil {
+			for _, x := range r.Extra.Ended {
+				if !x.Reserved {
+					started[x.Entry] = r.Name
+				}
+			}
+		}
+	}
+	all := a.allEntries()
+	byID := make(map[string]lease.QueueEntry, len(all))
+	for _, e := range all {
+		byID[e.ID] = e
+	}
 	a.mu.Lock()
 	for k, f := range a.inflight {
-		if now.Sub(f.at) > 15*time.Second {
+		id, _, isEntry := strings.Cut(k, "#")
+		e, ok := byID[id]
+		_, seen := started[k]
+		// Done with it once its lease shows, the origin says it runs, or it
+		// is gone; a stuck start is forgotten after a while.
+		if now.Sub(f.at) > 15*time.Second || (isEntry && (seen || !ok || e.Running || e.Key() != k)) {
 			delete(a.inflight, k)
 			continue
 		}
-		if _, ok := started[k]; ok {
+		if !isEntry {
 			continue
 		}
 		// Until the start shows in the cluster's state, its GPUs are taken.
@@ -207,11 +242,14 @@ func (a *Agent) schedulePass() {
 	}
 	a.mu.Unlock()
 	var waiting []lease.QueueEntry
-	for _, e := range a.allEntries() {
+	for _, e := range all {
 		if e.Running {
 			continue
 		}
 		key := e.Key()
+		if reserving[key] {
+			continue
+		}
 		if _, ok := started[key]; ok {
 			// Started, but the origin has not heard yet (or the message was
 			// lost): tell it again; never start it twice.
@@ -322,7 +360,9 @@ func (a *Agent) execStart(s lease.Start) error {
 			// All or nothing: give back what was reserved.
 			for j, r := range resps {
 				if errs[j] == nil && r.Lease.ID != "" {
-					a.call(ctx, c, s.Ranks[j].Node, opRelease, api.ReleaseRequest{IDs: []string{r.Lease.ID}}, &api.ReleaseResponse{})
+					if err := a.call(ctx, c, s.Ranks[j].Node, opRelease, api.ReleaseRequest{IDs: []string{r.Lease.ID}}, &api.ReleaseResponse{}); err != nil {
+						a.logf("scheduler: give back reservation %s on %s: %v (it expires by itself)", r.Lease.ID, s.Ranks[j].Node, err)
+					}
 				}
 			}
 			return fmt.Errorf("reserve rank %d on %s: %w", i, s.Ranks[i].Node, err)

@@ -18,8 +18,8 @@ import (
 
 	"github.com/dibs-gpu/dibs/agent"
 	"github.com/dibs-gpu/dibs/api"
-	"github.com/dibs-gpu/dibs/lease"
 	"github.com/dibs-gpu/dibs/launch"
+	"github.com/dibs-gpu/dibs/lease"
 	"github.com/dibs-gpu/dibs/nodeprobe"
 )
 

@@ -131,4 +131,3 @@ func (c *cli) keygenCmd() *cobra.Command {
 	cmd.Flags().BoolVar(&force, "force", false, "replace an existing key file")
 	return cmd
 }
-
