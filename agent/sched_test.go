@@ -268,3 +268,34 @@ func TestPreemptionForQuotaSignalsAndWaitsTheGrace(t *testing.T) {
 		t.Errorf("no notice told me why: %v", b.Notices)
 	}
 }
+
+func TestIdleLeaseReclaimedWhenSomeoneWaits(t *testing.T) {
+	p := lease.DefaultPolicy()
+	p.PreemptGrace = time.Second
+	p.IdleAfter = 200 * time.Millisecond
+	sched := lease.SchedConfig{IdleReclaimAfter: 300 * time.Millisecond}
+	n := agenttest.Start(t, agenttest.Options{Sim: "1xL40S", Policy: p, Sched: sched})
+	idle, err := n.Agent.Claim(ctx(t), heavy, api.ClaimRequest{Count: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(600 * time.Millisecond) // idle past the threshold: no process, no load
+	s, err := n.Agent.Submit(ctx(t), light, api.SubmitRequest{Claim: api.ClaimRequest{Count: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	agenttest.Eventually(t, 3*time.Second, "the idle lease to be warned", func() bool {
+		b := n.Agent.Board(heavy)
+		l := b.Nodes[0].GPUs[0].Lease
+		return l != nil && l.ID == idle.ID && !l.PreemptedAt.IsZero() && l.PreemptReason == "idle" &&
+			len(b.Notices) > 0 && strings.Contains(b.Notices[0], "idle")
+	})
+	agenttest.Eventually(t, 4*time.Second, "the waiting request to get the reclaimed GPU", func() bool {
+		for _, e := range n.Agent.Queue().Entries {
+			if e.ID == s.ID && e.Running {
+				return true
+			}
+		}
+		return false
+	})
+}

@@ -156,7 +156,12 @@ func printQueue(w io.Writer, q api.Queue, now time.Time) {
 		case !e.EstStart.IsZero():
 			start = "in " + lease.FormatDuration(e.EstStart.Sub(now))
 		}
-		fmt.Fprintf(w, "%-3s %-12s %-9s %-7s %-6s %8.0f %-11s %s\n", pos, clip(e.ID, 12), clip(e.User, 9), size, e.Duration, e.Priority, start, clip(why, 24))
+		line := fmt.Sprintf("%-3s %-12s %-9s %-7s %-6s %8.0f %-11s", pos, clip(e.ID, 12), clip(e.User, 9), size, e.Duration, e.Priority, start)
+		if len([]rune(line))+1+len([]rune(why)) <= 80 {
+			fmt.Fprintf(w, "%s %s\n", line, why)
+		} else {
+			fmt.Fprintf(w, "%s\n    %s\n", line, clip(why, 76))
+		}
 	}
 	fmt.Fprintf(w, "\nscheduler: %s\n", q.Scheduler)
 }
