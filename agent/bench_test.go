@@ -144,3 +144,28 @@ func BenchmarkReleaseToGang2x4(b *testing.B) {
 	}
 	reportPercentiles(b, lat)
 }
+
+// BenchmarkRemoteClaimRoundTrip measures `dibs claim --node node02` made at
+// node01: the socket, the forward over memberlist's reliable channel,
+// node02's decision and fsync, and the answer.
+func BenchmarkRemoteClaimRoundTrip(b *testing.B) {
+	nodes := agenttest.Cluster(b, agenttest.ClusterOptions{Specs: []string{"8xH100-80GB", "8xH100-80GB"}, Quiet: true})
+	ctx := context.Background()
+	lat := make([]time.Duration, 0, b.N)
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		t0 := time.Now()
+		r, err := nodes[0].Client.Claim(ctx, api.ClaimRequest{Node: "node02", Count: 1})
+		lat = append(lat, time.Since(t0))
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.StopTimer()
+		if _, err := nodes[1].Client.Release(ctx, api.ReleaseRequest{IDs: []string{r.ID}}); err != nil {
+			b.Fatal(err)
+		}
+		b.StartTimer()
+	}
+	b.StopTimer()
+	reportPercentiles(b, lat)
+}

@@ -50,6 +50,7 @@ func (a *Agent) startCluster(s ClusterSettings) (clusterLink, error) {
 	}
 	if s.Fast {
 		cfg.RejoinInterval = time.Second
+		cfg.TelemetryInterval = time.Second
 	}
 	c, err := gossip.New(cfg, gossipDelegate{a})
 	if err != nil {
