@@ -139,13 +139,10 @@ func (a *Agent) grant(ctx context.Context, c lease.Caller, req api.ClaimRequest,
 			l.Session = sessionName(l.ID)
 		}
 	}
-	if err := a.store.Put(l); err != nil {
+	if err := a.saveLocked(l, now); err != nil {
 		a.mu.Unlock()
 		return api.ClaimResponse{}, err
 	}
-	a.table.Put(l, now)
-	a.judged = lease.Judge(a.snap, a.table.List(), a.idle, now, a.cfg.Policy)
-	a.bumpLocked()
 	a.mu.Unlock()
 
 	if startSession {
@@ -400,13 +397,10 @@ func (a *Agent) Extend(ctx context.Context, c lease.Caller, req api.ExtendReques
 	if err != nil {
 		return api.ClaimResponse{}, err
 	}
-	if err := a.store.Put(l); err != nil {
+	if err := a.saveLocked(l, now); err != nil {
 		return api.ClaimResponse{}, err
 	}
-	a.table.Put(l, now)
-	a.judged = lease.Judge(a.snap, a.table.List(), a.idle, now, a.cfg.Policy)
-	a.bumpLocked()
-	defer a.leaseChanged()
+	a.leaseChanged() // only signals: safe under a.mu
 	return claimResponse(l), nil
 }
 
@@ -426,13 +420,10 @@ func (a *Agent) Adopt(ctx context.Context, c lease.Caller, req api.AdoptRequest)
 	if err != nil {
 		return api.ClaimResponse{}, err
 	}
-	if err := a.store.Put(l); err != nil {
+	if err := a.saveLocked(l, now); err != nil {
 		return api.ClaimResponse{}, err
 	}
-	a.table.Put(l, now)
-	a.judged = lease.Judge(a.snap, a.table.List(), a.idle, now, a.cfg.Policy)
-	a.bumpLocked()
-	defer a.leaseChanged()
+	a.leaseChanged() // only signals: safe under a.mu
 	return claimResponse(l), nil
 }
 
@@ -615,13 +606,10 @@ func (a *Agent) update(l lease.Lease, f func(*lease.Lease)) bool {
 		return false
 	}
 	f(&cur)
-	if err := a.store.Put(cur); err != nil {
+	if err := a.saveLocked(cur, a.now()); err != nil {
 		a.logf("lease %s: save: %v", l.ID, err)
 		return false
 	}
-	a.table.Put(cur, a.now())
-	a.judged = lease.Judge(a.snap, a.table.List(), a.idle, a.now(), a.cfg.Policy)
-	a.bumpLocked()
 	return true
 }
 
@@ -661,4 +649,17 @@ func (a *Agent) beyondQuotaLocked(c lease.Caller, n int) bool {
 		return false
 	}
 	return true
+}
+
+// saveLocked makes a granted or changed lease durable, then applies it: the
+// table, the judgements and the board all move only after the disk has it.
+// Callers hold a.mu.
+func (a *Agent) saveLocked(l lease.Lease, now time.Time) error {
+	if err := a.store.Put(l); err != nil {
+		return err
+	}
+	a.table.Put(l, now)
+	a.judged = lease.Judge(a.snap, a.table.List(), a.idle, now, a.cfg.Policy)
+	a.bumpLocked()
+	return nil
 }

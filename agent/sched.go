@@ -542,12 +542,10 @@ func (a *Agent) commit(ctx context.Context, c lease.Caller, e lease.QueueEntry, 
 	l.ReservedUntil = time.Time{}
 	l.StartedAt = now.Round(0)
 	l.ExpiresAt = l.StartedAt.Add(e.Duration)
-	if err := a.store.Put(l); err != nil {
+	if err := a.saveLocked(l, now); err != nil {
 		a.mu.Unlock()
 		return startResponse{}, err
 	}
-	a.table.Put(l, now)
-	a.bumpLocked()
 	a.mu.Unlock()
 	if run != nil {
 		if e.Job != nil && e.Job.Torchrun {
@@ -594,11 +592,10 @@ func (a *Agent) preemptLocal(r preemptRequest) error {
 	}
 	now := a.now()
 	l.PreemptedAt, l.PreemptReason = now.Round(0), r.Reason
-	if err := a.store.Put(l); err != nil {
+	if err := a.saveLocked(l, now); err != nil {
 		a.mu.Unlock()
 		return err
 	}
-	a.table.Put(l, now)
 	grace := lease.FormatDuration(a.cfg.Policy.PreemptGrace)
 	var text string
 	switch r.Reason {
@@ -610,7 +607,6 @@ func (a *Agent) preemptLocal(r preemptRequest) error {
 		text = fmt.Sprintf("lease %s is being stopped (%s): it ends in %s", l.ID, r.Reason, grace)
 	}
 	a.noticeLocked(l.UID, text)
-	a.bumpLocked()
 	a.mu.Unlock()
 	a.logf("lease %s of %s preempted (%s); ends in %s", l.ID, l.User, r.Reason, grace)
 	if l.Session != "" {

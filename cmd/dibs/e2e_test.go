@@ -409,3 +409,52 @@ func TestSIGKILLKeepsEveryAcknowledgedLease(t *testing.T) {
 	}
 	t.Logf("%d acknowledged leases survived SIGKILL", len(acked))
 }
+
+func TestKeygenAndGossipWithoutAKey(t *testing.T) {
+	dir := agenttest.PublicDir(t)
+	key := filepath.Join(dir, "etc", "cluster.key")
+	out, errOut, code := dibs(t, filepath.Join(dir, "none.sock"), nil, "keygen", key)
+	if code != 0 || !strings.Contains(out, "wrote a new cluster key") {
+		t.Fatalf("keygen: exit %d %q %q", code, out, errOut)
+	}
+	fi, err := os.Stat(key)
+	if err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("key file mode = %v (%v), want 0600", fi.Mode().Perm(), err)
+	}
+	if _, errOut, code = dibs(t, filepath.Join(dir, "none.sock"), nil, "keygen", key); code == 0 || !strings.Contains(errOut, "--force") {
+		t.Errorf("keygen over an existing key: exit %d %q, want a refusal", code, errOut)
+	}
+	// Gossip beyond loopback without a key is refused, saying how to make one.
+	_, errOut, code = dibs(t, filepath.Join(dir, "a.sock"), nil, "agent", "--sim", "1xL40S", "--data-dir", filepath.Join(dir, "d"),
+		"--bind", "0.0.0.0:0", "--join", "127.0.0.1:1")
+	if code == 0 || !strings.Contains(errOut, "dibs keygen") {
+		t.Errorf("agent gossiping without a key: exit %d %q, want a refusal naming dibs keygen", code, errOut)
+	}
+	// A garbage key file is refused with a clear line.
+	bad := filepath.Join(dir, "bad.key")
+	os.WriteFile(bad, []byte("not a key\n"), 0o600)
+	_, errOut, code = dibs(t, filepath.Join(dir, "b.sock"), nil, "agent", "--sim", "1xL40S", "--data-dir", filepath.Join(dir, "e"),
+		"--bind", "127.0.0.1:0", "--cluster-key-file", bad)
+	if code == 0 || !strings.Contains(errOut, bad) {
+		t.Errorf("agent with a bad key file: exit %d %q", code, errOut)
+	}
+}
+
+func TestAgentStopsCleanlyOnSIGTERM(t *testing.T) {
+	dir := agenttest.PublicDir(t)
+	p := startAgent(t, dir, "--sim", "1xL40S")
+	p.cmd.Process.Signal(syscall.SIGTERM)
+	done := make(chan error, 1)
+	go func() { done <- p.cmd.Wait() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("agent exit after SIGTERM: %v, want 0\n%s", err, p.log.String())
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("agent did not stop within 10s of SIGTERM")
+	}
+	if _, err := os.Stat(p.socket); !os.IsNotExist(err) {
+		t.Errorf("socket %s left behind after a clean stop", p.socket)
+	}
+}

@@ -52,6 +52,13 @@ func (p *pane) keys(keys ...string) {
 	}
 }
 
+func (p *pane) typeText(text string) {
+	p.t.Helper()
+	if out, err := exec.Command("tmux", "-S", p.sock, "send-keys", "-t", p.name, "-l", text).CombinedOutput(); err != nil {
+		p.t.Fatalf("send-keys -l %q: %v %s", text, err, out)
+	}
+}
+
 func (p *pane) waitFor(within time.Duration, what string, cond func(screen string) bool) string {
 	p.t.Helper()
 	var s string
@@ -162,6 +169,7 @@ func TestSSHBoardClaimsAsTheKeysUser(t *testing.T) {
 	users := filepath.Join(dir, "users")
 	os.WriteFile(users, []byte(me.Username+" "+pub+"\n"), 0o644)
 	port := freePort(t)
+	t.Setenv("TMUX_TMPDIR", agenttest.TmuxDir(t)) // the agent's sessions go there, not to the real tmux
 	a := startAgent(t, dir, "--sim", "4xH100-80GB", "--ssh-listen", fmt.Sprintf("127.0.0.1:%d", port), "--ssh-users-file", users)
 
 	argv := append([]string{"ssh"}, sshArgs(priv, port, "-t", me.Username+"@127.0.0.1")...)
@@ -182,6 +190,20 @@ func TestSSHBoardClaimsAsTheKeysUser(t *testing.T) {
 	if l == nil || l.User != me.Username || l.UID != os.Getuid() {
 		t.Fatalf("lease from the SSH board = %+v, want one held by %s", l, me.Username)
 	}
+	// r runs a command in a tmux session as the key's user; a attaches to it
+	// right there, in the SSH session's terminal.
+	p.keys("Right", "r")
+	p.waitFor(5*time.Second, "the run form", func(s string) bool { return strings.Contains(s, "run on node01") })
+	p.keys("Tab")
+	p.typeText("echo HELLO-FROM-THE-SESSION; sleep 60")
+	p.keys("Enter")
+	p.waitFor(5*time.Second, "the run confirmed", func(s string) bool { return strings.Contains(s, "node01-2") })
+	p.keys("a")
+	p.waitFor(10*time.Second, "the session attached inside the SSH terminal", func(s string) bool {
+		return strings.Contains(s, "HELLO-FROM-THE-SESSION") && !strings.Contains(s, "4 GPUs")
+	})
+	p.keys("C-b", "d") // detach: back to the board
+	p.waitFor(5*time.Second, "the board again after detaching", func(s string) bool { return strings.Contains(s, "4 GPUs") })
 	p.keys("q")
 	if !strings.Contains(a.log.String(), me.Username+" logged in from 127.0.0.1") {
 		t.Errorf("the login was not logged:\n%s", a.log.String())
