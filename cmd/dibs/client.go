@@ -128,7 +128,7 @@ func (c *cli) claimCmd() *cobra.Command {
 				if err != nil {
 					return err
 				}
-				return c.waitGranted(cl, s.ID, f.json)
+				return c.waitGranted(cl, s, f.json)
 			}
 			r, err := cl.Claim(ctx, req)
 			if err != nil {

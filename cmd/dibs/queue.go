@@ -62,11 +62,13 @@ func (q *queueFlags) request(req api.ClaimRequest) (api.SubmitRequest, error) {
 
 // waitGranted follows the board until a lease for the entry exists, printing
 // the position while it waits; Ctrl-C withdraws the request.
-func (c *cli) waitGranted(cl *api.Client, id string, asJSON bool) error {
+func (c *cli) waitGranted(cl *api.Client, sub api.Submitted, asJSON bool) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	id := sub.ID
+	fmt.Fprintf(c.stderr, "\r%s waiting: position %d of %d (Ctrl-C withdraws)   ", id, sub.Position, sub.Waiting)
+	lastPos := sub.Position
 	boards, errf := cl.Watch(ctx)
-	lastPos := -1
 	for {
 		select {
 		case <-ctx.Done():
