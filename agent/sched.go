@@ -241,9 +241,17 @@ func (a *Agent) schedulePass() {
 		}
 	}
 	a.mu.Unlock()
+	alive := map[string]bool{a.cfg.NodeName: true}
+	for _, n := range nodes {
+		if n.Alive {
+			alive[n.Name] = true
+		}
+	}
 	var waiting []lease.QueueEntry
 	for _, e := range all {
-		if e.Running {
+		// An entry is started only while its origin, its source of truth,
+		// can hear that it runs; otherwise it waits for its origin to return.
+		if e.Running || !alive[e.Origin] {
 			continue
 		}
 		key := e.Key()
