@@ -368,8 +368,10 @@ func (a *Agent) watchRunning() {
 		key := e.Key()
 		hs := live[key]
 		failed, why := false, ""
+		interactive := e.Job == nil || len(e.Job.Command) == 0
 		for _, x := range ended[key] {
-			if x.failed() {
+			// An interactive shell has no exit status: leaving it is normal.
+			if x.failed() && !(interactive && x.Reason == "session-ended") {
 				failed, why = true, fmt.Sprintf("lease %s ended: %s", x.Lease, x.Reason)
 			}
 		}

@@ -472,6 +472,14 @@ func (b *callerBackend) Extend(ctx context.Context, req api.ExtendRequest) (api.
 	return b.a.Extend(ctx, b.c, req)
 }
 
+// Attach attaches here only to sessions on this node; for a session on
+// another node it says how to get there, since this SSH session cannot carry
+// the person's own ssh keys onward.
 func (b *callerBackend) Attach(ctx context.Context, id string) (api.AttachResponse, error) {
-	return b.a.Attach(ctx, b.c, id)
+	r, err := b.a.Attach(ctx, b.c, id)
+	if err != nil || r.Local {
+		return r, err
+	}
+	return r, lease.Invalidf("%s runs on %s: open that node's board (ssh -p 2222 %s) or run: %s",
+		r.Lease.Session, r.Lease.Node, r.Lease.Node, strings.Join(r.Command, " "))
 }
