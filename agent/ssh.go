@@ -480,6 +480,10 @@ func (b *callerBackend) Attach(ctx context.Context, id string) (api.AttachRespon
 	if err != nil || r.Local {
 		return r, err
 	}
-	return r, lease.Invalidf("%s runs on %s: open that node's board (ssh -p 2222 %s) or run: %s",
-		r.Lease.Session, r.Lease.Node, r.Lease.Node, strings.Join(r.Command, " "))
+	port := "2222"
+	if _, p, err := net.SplitHostPort(b.a.SSHAddr()); err == nil {
+		port = p
+	}
+	return r, lease.Invalidf("%s runs on %s: open that node's board (ssh -p %s %s) or run: %s",
+		r.Lease.Session, r.Lease.Node, port, r.Lease.Node, strings.Join(r.Command, " "))
 }
