@@ -127,9 +127,10 @@ type Agent struct {
 	httpSrv *http.Server
 	ssh     *sshServer
 
-	ctx    context.Context
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
+	ctx      context.Context
+	cancel   context.CancelFunc
+	wg       sync.WaitGroup
+	stopping atomic.Bool
 }
 
 type notice struct {
@@ -283,7 +284,7 @@ func (a *Agent) Start(ctx context.Context) error {
 func (a *Agent) Stop() error { return a.stop(true) }
 
 func (a *Agent) stop(graceful bool) error {
-	if a.cancel == nil {
+	if a.cancel == nil || !a.stopping.CompareAndSwap(false, true) {
 		return nil
 	}
 	a.cluster.shutdown(graceful)
@@ -336,7 +337,7 @@ func (a *Agent) leaseChanged() {
 	a.kickScheduler()
 }
 
-// noticeFor queues a message for a user's board and `dibs ls`.
+// noticeLocked queues a message for a user's board and `dibs ls`.
 func (a *Agent) noticeLocked(uid int, text string) {
 	n := append(a.notices[uid], notice{at: a.now(), text: text})
 	if len(n) > 10 {

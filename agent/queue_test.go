@@ -98,3 +98,26 @@ func TestQueueCancelAndImpossibleRequests(t *testing.T) {
 		t.Errorf("impossible requests were queued: %+v", q.Entries)
 	}
 }
+
+func TestQueuedEntrySurvivesItsOriginsRestart(t *testing.T) {
+	n := agenttest.Start(t, agenttest.Options{Sim: "1xL40S"})
+	if _, err := n.Client.Claim(ctx(t), api.ClaimRequest{Count: 1}); err != nil {
+		t.Fatal(err)
+	}
+	s, err := n.Client.Submit(ctx(t), api.SubmitRequest{Claim: api.ClaimRequest{Count: 1, Note: "after lunch"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.Restart()
+	q, err := n.Client.Queue(ctx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(q.Entries) != 1 || q.Entries[0].ID != s.ID || q.Entries[0].Note != "after lunch" {
+		t.Fatalf("queue after restart = %+v, want %s kept", q.Entries, s.ID)
+	}
+	s2, err := n.Client.Submit(ctx(t), api.SubmitRequest{Claim: api.ClaimRequest{Count: 1}})
+	if err != nil || s2.ID != "node01-q2" {
+		t.Errorf("next id after restart = %q (%v), want node01-q2", s2.ID, err)
+	}
+}
