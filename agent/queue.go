@@ -382,7 +382,13 @@ func (a *Agent) watchRunning() {
 		}
 		if len(hs) > 0 {
 			if failed && e.Nodes > 1 {
-				a.stopGang(e, hs2leases(hs, func(h holder) (string, lease.Lease, bool) { return h.node, h.l, h.alive }), why)
+				byNode := map[string][]lease.Lease{}
+				for _, h := range hs {
+					if h.alive {
+						byNode[h.node] = append(byNode[h.node], h.l)
+					}
+				}
+				a.stopGang(e, byNode, why)
 			}
 			continue
 		}
@@ -391,17 +397,6 @@ func (a *Agent) watchRunning() {
 		}
 		a.finishEntry(e, failed, why)
 	}
-}
-
-func hs2leases[H any](hs []H, f func(H) (string, lease.Lease, bool)) map[string][]lease.Lease {
-	out := map[string][]lease.Lease{}
-	for _, h := range hs {
-		node, l, alive := f(h)
-		if alive {
-			out[node] = append(out[node], l)
-		}
-	}
-	return out
 }
 
 // stopGang ends the other ranks of a gang whose rank failed: SIGTERM now,
