@@ -614,41 +614,21 @@ func (a *Agent) update(l lease.Lease, f func(*lease.Lease)) bool {
 }
 
 // beyondQuotaLocked reports whether n more GPUs take the caller past their
-// nominal quota (user or group), counting what they hold cluster-wide; such
-// a lease is borrowed and may be preempted for someone within quota.
-// Callers hold a.mu.
+// nominal quota, counting what they hold cluster-wide; such a lease is
+// borrowed and may be preempted for someone within quota. Callers hold a.mu.
 func (a *Agent) beyondQuotaLocked(c lease.Caller, n int) bool {
 	q := a.cfg.Sched
 	if len(q.Quotas) == 0 && len(q.GroupQuotas) == 0 {
 		return false
 	}
-	group := q.UserGroups[c.User]
-	used, groupUsed := n, n
-	count := func(l lease.Lease) {
-		if l.User == c.User {
-			used += len(l.GPUs)
-		}
-		if group != "" && q.UserGroups[l.User] == group {
-			groupUsed += len(l.GPUs)
-		}
-	}
-	for _, l := range a.table.List() {
-		count(l)
-	}
+	leases := a.table.List()
 	for _, r := range a.cluster.view() {
 		if r.Name != a.cfg.NodeName {
-			for _, l := range r.Leases {
-				count(l)
-			}
+			leases = append(leases, r.Leases...)
 		}
 	}
-	if quota, ok := q.Quotas[c.User]; ok && used <= quota {
-		return false
-	}
-	if gq, ok := q.GroupQuotas[group]; ok && group != "" && groupUsed <= gq {
-		return false
-	}
-	return true
+	used, groupUsed := q.QuotaUse(c.User, leases)
+	return q.Borrows(c.User, n, used, groupUsed)
 }
 
 // saveLocked makes a granted or changed lease durable, then applies it: the

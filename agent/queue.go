@@ -107,53 +107,27 @@ func (a *Agent) Submit(ctx context.Context, c lease.Caller, req api.SubmitReques
 		Duration: claim.Duration, Kind: claim.Kind, Note: claim.Note,
 		Requeue: req.Requeue, MaxRestarts: req.MaxRestarts, Model: req.Model,
 	}
-	if e.Nodes <= 1 {
-		e.Nodes = 1
-		if e.GPUsPerNode == 0 {
-			e.GPUsPerNode = claim.Count
-		}
-		if len(claim.GPUs) > 0 {
-			return api.Submitted{}, lease.Invalidf("a queued request asks for a number of GPUs (-g N), not named ones")
-		}
-	} else if e.Node != "" {
-		return api.Submitted{}, lease.Invalidf("a multi-node request cannot be pinned to one node")
+	if len(claim.GPUs) > 0 {
+		return api.Submitted{}, lease.Invalidf("a queued request asks for a number of GPUs (-g N), not named ones")
 	}
-	if e.GPUsPerNode <= 0 {
-		return api.Submitted{}, lease.Invalidf("say how many GPUs: -g N (or --nodes N --gpus-per-node G)")
-	}
-	if e.Requeue && e.MaxRestarts == 0 {
-		e.MaxRestarts = 3
-	}
-	if e.MaxRestarts < 0 || e.MaxRestarts > 100 {
-		return api.Submitted{}, lease.Invalidf("--max-restarts must be between 0 and 100")
-	}
-	def, max := a.cfg.Policy.Limits(e.Kind)
-	if e.Duration == 0 {
-		e.Duration = def
-	}
-	if e.Duration > max {
-		return api.Submitted{}, lease.Invalidf("%s is over the %s maximum of %s: ask for less", lease.FormatDuration(e.Duration), e.Kind, lease.FormatDuration(max))
-	}
-	if len(e.Note) > lease.MaxNoteLen {
-		return api.Submitted{}, lease.Invalidf("note is %d bytes; keep it under %d", len(e.Note), lease.MaxNoteLen)
+	if e.Nodes <= 1 && e.GPUsPerNode == 0 {
+		e.GPUsPerNode = claim.Count
 	}
 	if req.Claim.Run != nil {
 		if _, err := a.sessionUser(c); err != nil {
 			return api.Submitted{}, err
 		}
 		e.Job = &lease.Job{Command: req.Claim.Run.Command, Dir: req.Claim.Run.Dir, Name: req.Claim.Run.Name, Torchrun: req.Torchrun}
-		if req.Torchrun && len(e.Job.Command) == 0 {
-			return api.Submitted{}, lease.Invalidf("--torchrun needs a command to wrap")
-		}
-	} else if e.Nodes > 1 {
-		return api.Submitted{}, lease.Invalidf("a multi-node request runs a command on every node: use dibs run --nodes N --gpus-per-node G -- CMD")
+	}
+	if err := e.Check(a.cfg.Policy); err != nil {
+		return api.Submitted{}, err
 	}
 	if err := lease.CheckFeasible(e, a.schedNodes(), e.Model); err != nil {
 		return api.Submitted{}, err
 	}
 	a.mu.Lock()
 	seq := a.queueSeq + 1
-	e.ID = fmt.Sprintf("%s-q%d", a.cfg.NodeName, seq)
+	e.ID = lease.QueueID(a.cfg.NodeName, seq)
 	e.SubmittedAt = a.now().Round(0)
 	if err := a.store.PutEntry(e, seq); err != nil {
 		a.mu.Unlock()
@@ -179,12 +153,9 @@ func (a *Agent) Submit(ctx context.Context, c lease.Caller, req api.SubmitReques
 // Cancel withdraws a queued request: by its submitter (or an admin), at its
 // origin.
 func (a *Agent) Cancel(ctx context.Context, c lease.Caller, id string) error {
-	origin, _, ok := strings.Cut(id, "-q")
-	if !ok || origin == "" {
+	origin, ok := lease.OriginOfQueueID(id)
+	if !ok {
 		return lease.Invalidf("%q is not a queue id: ids look like node01-q3 (`dibs queue` shows them)", id)
-	}
-	if i := strings.LastIndex(id, "-q"); i > 0 {
-		origin = id[:i]
 	}
 	if origin != a.cfg.NodeName {
 		var out struct{}

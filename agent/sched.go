@@ -635,38 +635,16 @@ func (a *Agent) preemptLocal(r preemptRequest) error {
 	return nil
 }
 
-// usageSince sums this node's ledger and running leases per user since t.
+// usageSince is this node's raw GPU-seconds per user since then.
 func (a *Agent) usageSince(since time.Time) (map[string]float64, error) {
 	ledger, err := a.store.Ledger(since)
 	if err != nil {
 		return nil, err
 	}
-	out := map[string]float64{}
-	for _, e := range ledger {
-		start := e.Start
-		if start.Before(since) {
-			start = since
-		}
-		if d := e.End.Sub(start).Seconds(); d > 0 {
-			out[e.User] += d * float64(len(e.GPUs))
-		}
-	}
-	now := a.now()
 	a.mu.Lock()
-	for _, l := range a.table.List() {
-		if !l.ReservedUntil.IsZero() {
-			continue
-		}
-		start := l.StartedAt
-		if start.Before(since) {
-			start = since
-		}
-		if d := now.Sub(start).Seconds(); d > 0 {
-			out[l.User] += d * float64(len(l.GPUs))
-		}
-	}
+	active := a.table.List()
 	a.mu.Unlock()
-	return out, nil
+	return lease.WindowUsage(ledger, active, since, a.now()), nil
 }
 
 // Usage is `dibs usage`: GPU-hours per user over the window, from every

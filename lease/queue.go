@@ -2,6 +2,7 @@ package lease
 
 import (
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/dibs-gpu/dibs/nodeprobe"
@@ -102,4 +103,102 @@ type SchedConfig struct {
 	// PreemptGrace and should pass the same here; the scheduler only uses it
 	// to estimate when reclaimed GPUs come free (default 2 min).
 	PreemptGrace time.Duration
+}
+
+// Borrows reports whether n more GPUs take user beyond their nominal quota,
+// given the GPUs they (userUsed) and their group (groupUsed) hold now. With
+// no quotas configured nobody borrows; with quotas configured, a user with
+// neither a user nor a group quota has a nominal quota of zero, so
+// everything they run is borrowed. The scheduler and a direct claim judge
+// by this one rule.
+func (c SchedConfig) Borrows(user string, n, userUsed, groupUsed int) bool {
+	if len(c.Quotas) == 0 && len(c.GroupQuotas) == 0 {
+		return false
+	}
+	uq, hasU := c.Quotas[user]
+	g := c.UserGroups[user]
+	gq, hasG := 0, false
+	if g != "" {
+		gq, hasG = c.GroupQuotas[g]
+	}
+	if !hasU && !hasG {
+		return true
+	}
+	return hasU && userUsed+n > uq || hasG && groupUsed+n > gq
+}
+
+// QuotaUse counts the GPUs user and user's group hold in leases, for Borrows.
+func (c SchedConfig) QuotaUse(user string, leases []Lease) (userUsed, groupUsed int) {
+	g := c.UserGroups[user]
+	for i := range leases {
+		l := &leases[i]
+		if l.User == user {
+			userUsed += len(l.GPUs)
+		}
+		if g != "" && c.UserGroups[l.User] == g {
+			groupUsed += len(l.GPUs)
+		}
+	}
+	return userUsed, groupUsed
+}
+
+// QueueID names a queue entry after the node it was submitted to (its
+// source of truth) and that node's sequence: node01-q7.
+func QueueID(origin string, seq uint64) string {
+	return origin + "-q" + strconv.FormatUint(seq, 10)
+}
+
+// OriginOfQueueID returns the node a queue id belongs to, so a cancel can be
+// sent there.
+func OriginOfQueueID(id string) (string, bool) {
+	i := strings.LastIndex(id, "-q")
+	if i <= 0 || i+2 == len(id) {
+		return "", false
+	}
+	if _, err := strconv.ParseUint(id[i+2:], 10, 64); err != nil {
+		return "", false
+	}
+	return id[:i], true
+}
+
+// Check fills a new entry's defaults from the node's policy and refuses what
+// can never be queued, with the reason and the way out: no size, a gang
+// pinned to one node or without a command, a time limit that is not
+// positive or over the kind's maximum, a note that is not one short line, a
+// restart count out of range.
+func (e *QueueEntry) Check(p Policy) error {
+	if e.Nodes <= 1 {
+		e.Nodes = 1
+	} else {
+		if e.Node != "" {
+			return Invalidf("a multi-node request cannot be pinned to one node")
+		}
+		if e.Job == nil {
+			return Invalidf("a multi-node request runs a command on every node: use dibs run --nodes N --gpus-per-node G -- CMD")
+		}
+	}
+	if e.GPUsPerNode <= 0 {
+		return Invalidf("say how many GPUs: -g N (or --nodes N --gpus-per-node G)")
+	}
+	if e.Job != nil && e.Job.Torchrun && len(e.Job.Command) == 0 {
+		return Invalidf("--torchrun needs a command to wrap")
+	}
+	if e.Kind == "" {
+		e.Kind = KindInteractive
+	}
+	d, err := checkDuration(e.Duration, e.Kind, p)
+	if err != nil {
+		return err
+	}
+	e.Duration = d
+	if err := checkNote(e.Note); err != nil {
+		return err
+	}
+	if e.Requeue && e.MaxRestarts == 0 {
+		e.MaxRestarts = 3
+	}
+	if e.MaxRestarts < 0 || e.MaxRestarts > 100 {
+		return Invalidf("--max-restarts must be between 0 and 100")
+	}
+	return nil
 }

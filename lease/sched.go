@@ -480,23 +480,10 @@ func (s *scheduler) rank(entries []QueueEntry, usage Usage) []rankKey {
 	return keys
 }
 
-// borrows reports whether n more GPUs would take user (or their group)
-// beyond quota. With quotas configured, a user with neither a user nor a
-// group quota has a nominal quota of zero: everything they run is borrowed.
+// borrows reports whether n more GPUs would take user beyond quota, given
+// what this pass has counted so far.
 func (s *scheduler) borrows(user string, n int) bool {
-	if !s.quotas {
-		return false
-	}
-	uq, hasU := s.cfg.Quotas[user]
-	g := s.cfg.UserGroups[user]
-	gq, hasG := 0, false
-	if g != "" {
-		gq, hasG = s.cfg.GroupQuotas[g]
-	}
-	if !hasU && !hasG {
-		return true
-	}
-	return hasU && s.userUsed[user]+n > uq || hasG && s.groupUsed[g]+n > gq
+	return s.quotas && s.cfg.Borrows(user, n, s.userUsed[user], s.groupUsed[s.cfg.UserGroups[user]])
 }
 
 // visit decides one entry.

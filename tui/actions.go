@@ -188,18 +188,10 @@ func (m *Model) confirmKey(msg tea.KeyPressMsg) tea.Cmd {
 	case key.Matches(msg, fk.Yes):
 		id := m.confirm.id
 		m.confirm = nil
-		m.setStatus(statusInfo, "releasing "+id+"…")
-		be, ctx := m.backend, m.ctx
-		if be == nil {
-			m.setStatus(statusErr, "no agent to talk to")
-			return nil
-		}
-		return func() tea.Msg {
-			ctx, cancel := context.WithTimeout(ctx, actionTimeout)
-			defer cancel()
+		return m.ask("releasing "+id+"…", func(ctx context.Context, be Backend) tea.Msg {
 			resp, err := be.Release(ctx, api.ReleaseRequest{IDs: []string{id}})
 			return releaseDoneMsg{id: id, resp: resp, err: err}
-		}
+		})
 	case key.Matches(msg, fk.No):
 		m.setStatus(statusInfo, "kept "+m.confirm.id)
 		m.confirm = nil
@@ -234,7 +226,6 @@ func (m *Model) formChanged() {
 }
 
 func (m *Model) submitForm(f *form) tea.Cmd {
-	be, ctx := m.backend, m.ctx
 	switch f.kind {
 	case formFilter:
 		m.form = nil
@@ -251,17 +242,10 @@ func (m *Model) submitForm(f *form) tea.Cmd {
 			return nil
 		}
 		m.form = nil
-		if be == nil {
-			m.setStatus(statusErr, "no agent to talk to")
-			return nil
-		}
-		m.setStatus(statusInfo, "extending "+req.ID+"…")
-		return func() tea.Msg {
-			ctx, cancel := context.WithTimeout(ctx, actionTimeout)
-			defer cancel()
+		return m.ask("extending "+req.ID+"…", func(ctx context.Context, be Backend) tea.Msg {
 			resp, err := be.Extend(ctx, req)
 			return extendDoneMsg{id: req.ID, resp: resp, err: err}
-		}
+		})
 	}
 	req, err := f.claimRequest()
 	if err != nil {
@@ -269,16 +253,25 @@ func (m *Model) submitForm(f *form) tea.Cmd {
 		return nil
 	}
 	m.form = nil
+	return m.ask("asking "+req.Node+"…", func(ctx context.Context, be Backend) tea.Msg {
+		resp, err := be.Claim(ctx, req)
+		return claimDoneMsg{req: req, resp: resp, err: err}
+	})
+}
+
+// ask runs one call to the agent off the update loop, bounded by
+// actionTimeout, saying what it is doing in the status line meanwhile.
+func (m *Model) ask(doing string, call func(context.Context, Backend) tea.Msg) tea.Cmd {
+	be, ctx := m.backend, m.ctx
 	if be == nil {
 		m.setStatus(statusErr, "no agent to talk to")
 		return nil
 	}
-	m.setStatus(statusInfo, "asking "+req.Node+"…")
+	m.setStatus(statusInfo, doing)
 	return func() tea.Msg {
 		ctx, cancel := context.WithTimeout(ctx, actionTimeout)
 		defer cancel()
-		resp, err := be.Claim(ctx, req)
-		return claimDoneMsg{req: req, resp: resp, err: err}
+		return call(ctx, be)
 	}
 }
 
@@ -326,22 +319,14 @@ func (m *Model) startAttach() tea.Cmd {
 		}
 		id = l.ID
 	}
-	if m.backend == nil {
-		m.setStatus(statusErr, "no agent to talk to")
-		return nil
-	}
-	be, ctx := m.backend, m.ctx
 	what := id
 	if what == "" {
 		what = "your latest session"
 	}
-	m.setStatus(statusInfo, "finding "+what+"…")
-	return func() tea.Msg {
-		ctx, cancel := context.WithTimeout(ctx, actionTimeout)
-		defer cancel()
+	return m.ask("finding "+what+"…", func(ctx context.Context, be Backend) tea.Msg {
 		resp, err := be.Attach(ctx, id)
 		return attachReadyMsg{id: id, resp: resp, err: err}
-	}
+	})
 }
 
 func (m *Model) attachReady(msg attachReadyMsg) tea.Cmd {

@@ -1,0 +1,50 @@
+package lease_test
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/dibs-gpu/dibs/lease"
+)
+
+func TestQueueEntryCheck(t *testing.T) {
+	p := lease.DefaultPolicy()
+	tests := []struct {
+		name string
+		e    lease.QueueEntry
+		want string // "" = accepted
+	}{
+		{"defaults", lease.QueueEntry{GPUsPerNode: 1}, ""},
+		{"no size", lease.QueueEntry{}, "how many GPUs"},
+		{"pinned gang", lease.QueueEntry{Nodes: 2, GPUsPerNode: 1, Node: "n1", Job: &lease.Job{Command: []string{"x"}}}, "pinned"},
+		{"gang without command", lease.QueueEntry{Nodes: 2, GPUsPerNode: 1}, "command on every node"},
+		{"torchrun without command", lease.QueueEntry{GPUsPerNode: 1, Job: &lease.Job{Torchrun: true}}, "torchrun"},
+		{"over max", lease.QueueEntry{GPUsPerNode: 1, Duration: 30 * 24 * time.Hour}, "maximum"},
+		{"escape in note", lease.QueueEntry{GPUsPerNode: 1, Note: "hi\x1b[2J"}, "plain text"},
+		{"restarts", lease.QueueEntry{GPUsPerNode: 1, MaxRestarts: 500}, "max-restarts"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			e := tc.e
+			err := e.Check(p)
+			switch {
+			case tc.want == "" && err != nil:
+				t.Fatalf("refused: %v", err)
+			case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+				t.Fatalf("err = %v, want it to say %q", err, tc.want)
+			}
+			if tc.want == "" && (e.Nodes != 1 || e.Kind != lease.KindInteractive || e.Duration != p.DefaultInteractive) {
+				t.Errorf("defaults not filled: %+v", e)
+			}
+		})
+	}
+	if o, ok := lease.OriginOfQueueID(lease.QueueID("gpu-q1.lab", 7)); !ok || o != "gpu-q1.lab" {
+		t.Errorf("OriginOfQueueID round trip = %q %v", o, ok)
+	}
+	for _, bad := range []string{"node01-7", "node01-q", "-q3", "node01-qx"} {
+		if _, ok := lease.OriginOfQueueID(bad); ok {
+			t.Errorf("OriginOfQueueID(%q) accepted", bad)
+		}
+	}
+}
