@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"os"
 	"os/exec"
 	"strings"
 	"syscall"
@@ -150,3 +151,12 @@ func (e otherUserError) Error() string {
 
 // Is makes errors.Is(err, fs.ErrPermission) true, the category it belongs to.
 func (e otherUserError) Is(target error) bool { return target == fs.ErrPermission }
+
+// Credential is what a child process started by this process needs to run as
+// u: nil when this process already is u; u's uid, gid and supplementary
+// groups when it is root; an error (fs.ErrPermission) otherwise. Every
+// process dibs starts for a user goes through it, so none can run with
+// root's groups by mistake.
+func Credential(u User) (*syscall.Credential, error) {
+	return credentialFor(os.Geteuid(), u)
+}

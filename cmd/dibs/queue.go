@@ -80,6 +80,11 @@ func (c *cli) waitGranted(cl *api.Client, sub api.Submitted, asJSON bool) error 
 			return &exitError{code: 130, msg: "withdrew " + id}
 		case b, ok := <-boards:
 			if !ok {
+				if ctx.Err() != nil {
+					// Ctrl-C closed the stream first: withdraw on the next turn.
+					boards = nil
+					continue
+				}
 				return fmt.Errorf("waiting for %s: %w", id, errf())
 			}
 			for _, n := range b.Nodes {

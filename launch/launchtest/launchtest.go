@@ -1,0 +1,71 @@
+// Package launchtest makes real accounts for tests that must act as another
+// user: a claim by someone else, a file planted in a victim's directory, a
+// socket served by the wrong uid. The kernel is the only judge of identity
+// in dibs, so these tests need real uids, not fakes.
+package launchtest
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/dibs-gpu/dibs/launch"
+)
+
+// User creates a throwaway account with useradd (its home in a fresh
+// directory every user may enter), resolves it, and deletes it at cleanup.
+// It skips the test, saying why, unless it runs as root with useradd.
+func User(tb testing.TB) launch.User {
+	tb.Helper()
+	if os.Geteuid() != 0 {
+		tb.Skip("needs root: creates a real user account with useradd")
+	}
+	if _, err := exec.LookPath("useradd"); err != nil {
+		tb.Skip("needs useradd (Debian package passwd) to create a user account")
+	}
+	var b [4]byte
+	rand.Read(b[:])
+	name := "dibst" + hex.EncodeToString(b[:])
+	base, err := os.MkdirTemp("", "dibs-home-")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	os.Chmod(base, 0o755)
+	home := filepath.Join(base, name)
+	out, err := exec.Command("useradd", "--create-home", "--home-dir", home, "--shell", "/bin/sh", "--user-group", name).CombinedOutput()
+	if err != nil {
+		os.RemoveAll(base)
+		tb.Fatalf("useradd %s: %v: %s", name, err, strings.TrimSpace(string(out)))
+	}
+	tb.Cleanup(func() {
+		exec.Command("pkill", "-KILL", "-u", name).Run()
+		exec.Command("userdel", "--force", name).Run()
+		os.RemoveAll(base)
+	})
+	u, err := launch.LookupUser(name)
+	if err != nil {
+		tb.Fatalf("look up the new user %s: %v", name, err)
+	}
+	return u
+}
+
+// Run runs argv as u (uid, gid and groups set, a clean environment with
+// extra added) and returns its combined output and exit error.
+func Run(tb testing.TB, u launch.User, extra []string, argv ...string) (string, error) {
+	tb.Helper()
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Env = append([]string{"HOME=" + u.Home, "USER=" + u.Name, "LOGNAME=" + u.Name, "PATH=" + launch.DefaultPath}, extra...)
+	cmd.Dir = "/"
+	cred, err := launch.Credential(u)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
+	out, err := cmd.CombinedOutput()
+	return string(out), err
+}
