@@ -1,6 +1,5 @@
 package lease
 
-import "time"
 
 // Step is one thing the agent must do for a lease because of the time.
 type Step string
@@ -28,26 +27,28 @@ type Due struct {
 	Step  Step
 }
 
-// Due lists what the clock calls for at now. A lease counts as ended only when
-// both the wall clock and the monotonic clock say so: a wall-clock jump
-// forward cannot end a lease early, a jump back only makes it end late.
-func (t *Table) Due(now time.Time, p Policy) []Due {
+// Due lists what the clock calls for at now. A lease counts as ended, and a
+// grace or a reservation as over, only when both the wall clock and the
+// monotonic clock say so: a wall-clock jump forward cannot end them early, a
+// jump back only makes them end late.
+func (t *Table) Due(at Instant, p Policy) []Due {
+	now := at.Wall
 	var out []Due
 	for _, l := range t.List() {
 		e := t.leases[l.ID]
 		if !e.ReservedUntil.IsZero() {
-			if !now.Before(e.ReservedUntil) {
+			if reached(at, e.ReservedUntil, e.mono.Reserved, 0) {
 				out = append(out, Due{Lease: l, Step: StepReservationExpired})
 			}
 			continue
 		}
-		if !e.PreemptedAt.IsZero() && now.Sub(e.PreemptedAt) >= p.PreemptGrace {
+		if !e.PreemptedAt.IsZero() && reached(at, e.PreemptedAt, e.mono.Preempted, p.PreemptGrace) {
 			out = append(out, Due{Lease: l, Step: StepPreemptEnd})
 			continue
 		}
 		switch {
-		case !e.ended(now):
-			if !e.Warned && e.ExpiresAt.Sub(now) <= p.WarnBefore && e.end.Sub(now) <= p.WarnBefore {
+		case !e.ended(at):
+			if !e.Warned && e.ExpiresAt.Sub(now) <= p.WarnBefore && e.mono.End-at.Mono <= p.WarnBefore {
 				out = append(out, Due{Lease: l, Step: StepWarn})
 			}
 		case p.EndAction == ActionEnd:
@@ -56,7 +57,7 @@ func (t *Table) Due(now time.Time, p Policy) []Due {
 			out = append(out, Due{Lease: l, Step: StepEnd})
 		case p.EndAction == ActionSignal && e.SignalledAt.IsZero():
 			out = append(out, Due{Lease: l, Step: StepSignal})
-		case p.EndAction == ActionSignal && now.Sub(e.SignalledAt) >= p.SignalGrace:
+		case p.EndAction == ActionSignal && reached(at, e.SignalledAt, e.mono.Signalled, p.SignalGrace):
 			out = append(out, Due{Lease: l, Step: StepEnd})
 		case p.EndAction == ActionWarn && !e.OverdueNoticed:
 			out = append(out, Due{Lease: l, Step: StepOverdue})
@@ -67,6 +68,6 @@ func (t *Table) Due(now time.Time, p Policy) []Due {
 
 // ended reports whether the lease's time is up at now by both the wall clock
 // (ExpiresAt) and the monotonic clock (end).
-func (e *entry) ended(now time.Time) bool {
-	return !now.Before(e.ExpiresAt) && !now.Before(e.end)
+func (e *entry) ended(now Instant) bool {
+	return reached(now, e.ExpiresAt, e.mono.End, 0)
 }

@@ -61,7 +61,7 @@ func TestDue(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			p := lease.DefaultPolicy() // warn 10m before, 30s grace
 			p.EndAction = tt.action
-			got := steps(table(tt.l).Due(tt.now, p))
+			got := steps(table(tt.l).Due(lease.At(tt.now), p))
 			var want []step
 			if tt.want != "" {
 				want = []step{{tt.l.ID, tt.want}}
@@ -81,7 +81,7 @@ func TestDueOrderAndCompanions(t *testing.T) {
 		held(1, alice, []int{0}, t0, 8*time.Hour),    // nothing yet
 		held(2, alice, []int{1}, t0, 65*time.Minute), // warn
 	)
-	got := steps(tab.Due(t0.Add(time.Hour), p))
+	got := steps(tab.Due(lease.At(t0.Add(time.Hour)), p))
 	want := []step{{"gpu-01-2", lease.StepWarn}, {"gpu-01-3", lease.StepEnd}}
 	if !slices.Equal(got, want) {
 		t.Errorf("Due = %v, want %v (in grant order)", got, want)
@@ -128,8 +128,8 @@ func TestDueClockJumps(t *testing.T) {
 	p.EndAction = lease.ActionEnd
 	granted := time.Now()
 	l := held(1, alice, []int{0}, granted.Round(0), time.Hour)
-	tab := lease.NewTable(node, []lease.Lease{l}, 1, granted)
-	due := func(now time.Time) []step { return steps(tab.Due(now, p)) }
+	tab := lease.NewTable(node, []lease.Lease{l}, 1, lease.At(granted))
+	due := func(now time.Time) []step { return steps(tab.Due(lease.At(now), p)) }
 	ended := []step{{l.ID, lease.StepEnd}}
 
 	if got := due(granted.Add(time.Minute)); got != nil {
@@ -177,31 +177,31 @@ func TestPutAfterClockJumpKeepsDeadline(t *testing.T) {
 	p.EndAction = lease.ActionEnd
 	granted := time.Now()
 	l := held(1, alice, []int{0}, granted.Round(0), time.Hour)
-	tab := lease.NewTable(node, []lease.Lease{l}, 1, granted)
+	tab := lease.NewTable(node, []lease.Lease{l}, 1, lease.At(granted))
 
 	later := jumpWall(t, granted.Add(2*time.Minute), 3*time.Hour) // clock set 3h forward
 	warned := l
 	warned.Warned = true
-	tab.Put(warned, later)
-	if got := steps(tab.Due(jumpWall(t, granted.Add(3*time.Minute), 3*time.Hour), p)); got != nil {
+	tab.Put(warned, lease.At(later))
+	if got := steps(tab.Due(lease.At(jumpWall(t, granted.Add(3*time.Minute), 3*time.Hour)), p)); got != nil {
 		t.Errorf("after saving the warned flag: Due = %v, want nothing (57m left)", got)
 	}
 
 	// Extending by an hour after the jump gives an hour more on the
 	// monotonic clock: the lease had 58 minutes left and now has 1h58m, even
 	// though by the jumped wall clock it looked two hours over.
-	ext, err := tab.PlanExtend(alice, l.ID, time.Hour, later, p)
+	ext, err := tab.PlanExtend(alice, l.ID, time.Hour, lease.At(later), p)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if want := l.ExpiresAt.Add(time.Hour); !ext.ExpiresAt.Equal(want) {
 		t.Errorf("extended after the jump: ends %v, want %v (the old end plus 1h)", ext.ExpiresAt, want)
 	}
-	tab.Put(ext, later)
-	if got, want := steps(tab.Due(jumpWall(t, granted.Add(2*time.Hour-time.Second), 3*time.Hour), p)), []step{{l.ID, lease.StepWarn}}; !slices.Equal(got, want) {
+	tab.Put(ext, lease.At(later))
+	if got, want := steps(tab.Due(lease.At(jumpWall(t, granted.Add(2*time.Hour-time.Second), 3*time.Hour)), p)), []step{{l.ID, lease.StepWarn}}; !slices.Equal(got, want) {
 		t.Errorf("a second before 2h after the grant: Due = %v, want only %v", got, want)
 	}
-	if got, want := steps(tab.Due(jumpWall(t, granted.Add(2*time.Hour), 3*time.Hour), p)), []step{{l.ID, lease.StepEnd}}; !slices.Equal(got, want) {
+	if got, want := steps(tab.Due(lease.At(jumpWall(t, granted.Add(2*time.Hour), 3*time.Hour)), p)), []step{{l.ID, lease.StepEnd}}; !slices.Equal(got, want) {
 		t.Errorf("2h after the grant: Due = %v, want %v", got, want)
 	}
 }
@@ -211,16 +211,57 @@ func TestDueReservationsAndPreemption(t *testing.T) {
 	p := lease.DefaultPolicy()
 	res := lease.Lease{ID: "n-1", Node: "n", GPUs: []int{0}, UID: 1, Token: 1, StartedAt: now, ExpiresAt: now.Add(time.Hour), ReservedUntil: now.Add(30 * time.Second)}
 	pre := lease.Lease{ID: "n-2", Node: "n", GPUs: []int{1}, UID: 1, Token: 2, StartedAt: now, ExpiresAt: now.Add(time.Hour), PreemptedAt: now, PreemptReason: "quota"}
-	tab := lease.NewTable("n", []lease.Lease{res, pre}, 2, now)
-	if got := tab.Due(now.Add(10*time.Second), p); len(got) != 0 {
+	tab := lease.NewTable("n", []lease.Lease{res, pre}, 2, lease.At(now))
+	if got := tab.Due(lease.At(now.Add(10*time.Second)), p); len(got) != 0 {
 		t.Errorf("before the reservation TTL and the grace: %v, want nothing", got)
 	}
-	got := tab.Due(now.Add(31*time.Second), p)
+	got := tab.Due(lease.At(now.Add(31*time.Second)), p)
 	if len(got) != 1 || got[0].Step != lease.StepReservationExpired || got[0].Lease.ID != "n-1" {
 		t.Errorf("after the TTL: %v, want n-1 reservation-expired", got)
 	}
-	got = tab.Due(now.Add(p.PreemptGrace), p)
+	got = tab.Due(lease.At(now.Add(p.PreemptGrace)), p)
 	if len(got) != 2 || got[1].Step != lease.StepPreemptEnd || got[1].Lease.ID != "n-2" {
 		t.Errorf("after the grace: %v, want n-2 preempted too", got)
+	}
+}
+
+// The graces and a reservation's expiry are measured on both clocks too, and
+// a lease stamped under one boot keeps its monotonic limits when its agent
+// restarts in the same boot; after a reboot only the wall clock is left.
+func TestGracesAndRestartsSurviveWallSteps(t *testing.T) {
+	p := lease.DefaultPolicy()
+	p.EndAction = lease.ActionSignal
+	at := lease.Instant{Wall: t0, Mono: 5 * time.Hour, Boot: "boot-1"}
+	res := lease.Lease{ID: "n-1", Node: "n", GPUs: []int{0}, UID: 1, Token: 1, StartedAt: t0, ExpiresAt: t0.Add(time.Hour), ReservedUntil: t0.Add(30 * time.Second)}
+	pre := lease.Lease{ID: "n-2", Node: "n", GPUs: []int{1}, UID: 1, Token: 2, StartedAt: t0, ExpiresAt: t0.Add(time.Hour), PreemptedAt: t0, PreemptReason: "quota"}
+	sig := lease.Lease{ID: "n-3", Node: "n", GPUs: []int{2}, UID: 1, Token: 3, Session: "s", StartedAt: t0.Add(-time.Hour), ExpiresAt: t0, SignalledAt: t0}
+	tab := lease.NewTable("n", nil, 0, at)
+	for _, l := range []lease.Lease{res, pre, sig} {
+		tab.Put(l, at)
+	}
+	// The wall clock is set a day forward ten seconds later.
+	stepped := lease.Instant{Wall: t0.Add(24 * time.Hour), Mono: at.Mono + 10*time.Second, Boot: "boot-1"}
+	if got := tab.Due(stepped, p); len(got) != 0 {
+		t.Errorf("after a day's step forward, 10s in: Due = %v, want nothing (no grace is over)", steps(got))
+	}
+	// Restarted in the same boot from what the store kept: still nothing.
+	var stored []lease.Lease
+	for _, l := range tab.List() {
+		stored = append(stored, tab.Stamp(l, stepped))
+	}
+	again := lease.NewTable("n", stored, 3, stepped)
+	if got := again.Due(stepped, p); len(got) != 0 {
+		t.Errorf("restarted in the same boot: Due = %v, want nothing", steps(got))
+	}
+	later := stepped
+	later.Mono += p.PreemptGrace
+	want := []step{{"n-1", lease.StepReservationExpired}, {"n-2", lease.StepPreemptEnd}, {"n-3", lease.StepEnd}}
+	if got := steps(again.Due(later, p)); !slices.Equal(got, want) {
+		t.Errorf("once the graces run out on the monotonic clock: Due = %v, want %v", got, want)
+	}
+	// After a reboot the monotonic limits mean nothing: the wall clock rules.
+	rebooted := lease.Instant{Wall: stepped.Wall, Mono: time.Minute, Boot: "boot-2"}
+	if got := steps(lease.NewTable("n", stored, 3, rebooted).Due(rebooted, p)); !slices.Equal(got, want) {
+		t.Errorf("after a reboot with the clock a day ahead: Due = %v, want %v", got, want)
 	}
 }

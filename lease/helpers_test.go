@@ -99,7 +99,7 @@ func table(leases ...lease.Lease) *lease.Table {
 	for _, l := range leases {
 		last = max(last, l.Token)
 	}
-	return lease.NewTable(node, leases, last, t0)
+	return lease.NewTable(node, leases, last, lease.At(t0))
 }
 
 // checkRefusal asserts err is a refusal with code whose message holds every

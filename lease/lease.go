@@ -92,6 +92,13 @@ type Lease struct {
 	// SignalledAt is when the end action sent SIGTERM; SIGKILL follows a grace
 	// later. Zero until then.
 	SignalledAt time.Time `json:"signalled_at,omitzero"`
+	// RequestID is the client's id for the claim that made this lease, so
+	// a retried claim (the answer was lost) finds the lease instead of
+	// taking more GPUs.
+	RequestID string `json:"request_id,omitempty"`
+	// Mono is kept by the store only: the lease's limits on the monotonic
+	// clock of the boot that wrote them (see Table.Stamp). Nil elsewhere.
+	Mono *MonoLimits `json:"mono,omitempty"`
 }
 
 // Holds reports whether the lease covers GPU index.

@@ -42,14 +42,15 @@ type Table struct {
 
 type entry struct {
 	Lease
-	// end carries a monotonic clock reading taken when the lease was loaded
-	// or granted, so a wall-clock jump forward cannot end it early.
-	end time.Time
+	// mono holds the lease's limits on the monotonic clock, so a
+	// wall-clock jump forward cannot end it (or its graces) early.
+	mono MonoLimits
 }
 
-// NewTable rebuilds a node's table from what the store loaded. now should
-// carry a monotonic reading (time.Now()): remaining time is measured from it.
-func NewTable(node string, leases []Lease, lastToken uint64, now time.Time) *Table {
+// NewTable rebuilds a node's table from what the store loaded. A lease
+// written under the same boot keeps its monotonic limits; the others' are
+// measured from now's wall clock.
+func NewTable(node string, leases []Lease, lastToken uint64, now Instant) *Table {
 	t := &Table{node: node, leases: make(map[string]*entry, len(leases)), lastToken: lastToken}
 	for _, l := range leases {
 		t.put(l, now)
@@ -69,14 +70,18 @@ func (t *Table) Get(id string) (Lease, bool) {
 	if !ok {
 		return Lease{}, false
 	}
-	return e.Lease, true
+	l := e.Lease
+	l.Mono = nil
+	return l, true
 }
 
 // List returns every lease, ordered by token (grant order).
 func (t *Table) List() []Lease {
 	out := make([]Lease, 0, len(t.leases))
 	for _, e := range t.leases {
-		out = append(out, e.Lease)
+		l := e.Lease
+		l.Mono = nil
+		out = append(out, l)
 	}
 	slices.SortFunc(out, func(a, b Lease) int { return cmp.Compare(a.Token, b.Token) })
 	return out
@@ -85,21 +90,35 @@ func (t *Table) List() []Lease {
 // Len is the number of live leases.
 func (t *Table) Len() int { return len(t.leases) }
 
-// Put records a lease the store has made durable. now should carry a monotonic
-// reading.
-func (t *Table) Put(l Lease, now time.Time) { t.put(l, now) }
+// Stamp returns l with its monotonic limits as the table will keep them
+// once l is Put at now, for the store to persist with it.
+func (t *Table) Stamp(l Lease, now Instant) Lease {
+	m := t.limits(&l, now)
+	l.Mono = &m
+	return l
+}
 
-func (t *Table) put(l Lease, now time.Time) {
+func (t *Table) limits(l *Lease, now Instant) MonoLimits {
 	if old, ok := t.leases[l.ID]; ok {
-		// Move the monotonic deadline by as much as the end moved, rather
-		// than measuring it again from a wall clock that may have jumped
-		// since the lease was granted: an extension after a jump forward
-		// must not shorten the lease.
-		old.end = old.end.Add(l.ExpiresAt.Sub(old.ExpiresAt))
-		old.Lease = l
+		return moved(old.mono, &old.Lease, l, now)
+	}
+	if l.Mono != nil && l.Mono.Boot != "" && l.Mono.Boot == now.Boot {
+		return *l.Mono
+	}
+	return limitsAt(l, now)
+}
+
+// Put records a lease the store has made durable.
+func (t *Table) Put(l Lease, now Instant) { t.put(l, now) }
+
+func (t *Table) put(l Lease, now Instant) {
+	m := t.limits(&l, now)
+	l.Mono = &m
+	if old, ok := t.leases[l.ID]; ok {
+		old.Lease, old.mono = l, m
 		return
 	}
-	t.leases[l.ID] = &entry{Lease: l, end: now.Add(l.ExpiresAt.Sub(now))}
+	t.leases[l.ID] = &entry{Lease: l, mono: m}
 	if l.Token > t.lastToken {
 		t.lastToken = l.Token
 	}
@@ -399,7 +418,8 @@ func (t *Table) PlanRelease(c Caller, id string) (Lease, error) {
 
 // PlanExtend moves a lease's end by d, refusing to go past the kind's maximum
 // measured from now.
-func (t *Table) PlanExtend(c Caller, id string, d time.Duration, now time.Time, p Policy) (Lease, error) {
+func (t *Table) PlanExtend(c Caller, id string, d time.Duration, at Instant, p Policy) (Lease, error) {
+	now := at.Wall
 	e, ok := t.leases[id]
 	if !ok {
 		return Lease{}, errorf(CodeNotFound, "no lease %s on %s: `dibs ls` shows the live ones", id, t.node)
@@ -415,7 +435,7 @@ func (t *Table) PlanExtend(c Caller, id string, d time.Duration, now time.Time, 
 	// Overdue is judged as Due judges it, so a wall clock that jumped forward
 	// does not make a running lease look overdue and lose its time left.
 	base := e.ExpiresAt
-	if e.ended(now) {
+	if e.ended(at) {
 		base = now.Round(0)
 	}
 	end := base.Add(d)

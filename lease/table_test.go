@@ -182,7 +182,7 @@ func TestPlanClaimTerms(t *testing.T) {
 // than any granted before, across plans, Puts, Removes and restarts.
 func TestTokensOnlyRise(t *testing.T) {
 	snap, p := islands(4, 4), lease.DefaultPolicy()
-	tab := lease.NewTable(node, nil, 41, t0)
+	tab := lease.NewTable(node, nil, 41, lease.At(t0))
 	l, err := tab.PlanClaim(alice, lease.Claim{Count: 1}, snap, t0, p)
 	if err != nil {
 		t.Fatal(err)
@@ -208,7 +208,7 @@ func TestTokensOnlyRise(t *testing.T) {
 			t.Errorf("id = %q, want %q", id, want)
 		}
 		last = l.Token
-		tab.Put(l, now)
+		tab.Put(l, lease.At(now))
 		if tab.LastToken() != l.Token {
 			t.Errorf("LastToken = %d after Put of %d", tab.LastToken(), l.Token)
 		}
@@ -225,12 +225,12 @@ func TestTokensOnlyRise(t *testing.T) {
 		}
 	}
 	// Put of an old lease (a late store read) never lowers the counter.
-	tab.Put(held(3, alice, []int{7}, t0, time.Hour), t0)
+	tab.Put(held(3, alice, []int{7}, t0, time.Hour), lease.At(t0))
 	if tab.LastToken() != last {
 		t.Errorf("LastToken = %d after Put of token 3, want %d", tab.LastToken(), last)
 	}
 	// A store whose counter lags its leases cannot make a token repeat.
-	tab = lease.NewTable(node, []lease.Lease{held(50, alice, []int{0}, t0, time.Hour)}, 41, t0)
+	tab = lease.NewTable(node, []lease.Lease{held(50, alice, []int{0}, t0, time.Hour)}, 41, lease.At(t0))
 	if l, _ := tab.PlanClaim(bob, lease.Claim{Count: 1}, snap, t0, p); l.Token != 51 {
 		t.Errorf("after a lease with token 50 and a counter of 41, next token = %d, want 51", l.Token)
 	}
@@ -353,7 +353,7 @@ func TestPlanExtend(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			l, err := tab.PlanExtend(tt.caller, tt.id, tt.d, now, p)
+			l, err := tab.PlanExtend(tt.caller, tt.id, tt.d, lease.At(now), p)
 			if tt.code != "" {
 				checkRefusal(t, err, tt.code, tt.msg...)
 				return
@@ -381,7 +381,7 @@ func TestPlanExtendOfferedRoomFits(t *testing.T) {
 	for _, start := range []time.Time{t0, t0.Add(-5 * time.Hour), t0.Add(-3*24*time.Hour - 17*time.Minute)} {
 		l := held(1, alice, []int{0}, start, 4*time.Hour+23*time.Second)
 		tab := table(l)
-		_, err := tab.PlanExtend(alice, l.ID, 30*24*time.Hour, now, p)
+		_, err := tab.PlanExtend(alice, l.ID, 30*24*time.Hour, lease.At(now), p)
 		m := regexp.MustCompile(`at most (\S+)$`).FindStringSubmatch(fmt.Sprint(err))
 		if m == nil {
 			t.Errorf("lease ending %s: refusal %q offers no room", l.ExpiresAt.Sub(now), err)
@@ -391,7 +391,7 @@ func TestPlanExtendOfferedRoomFits(t *testing.T) {
 		if perr != nil {
 			t.Fatalf("offered room %q does not parse: %v", m[1], perr)
 		}
-		if _, err := tab.PlanExtend(alice, l.ID, room, now, p); err != nil {
+		if _, err := tab.PlanExtend(alice, l.ID, room, lease.At(now), p); err != nil {
 			t.Errorf("lease ending %s: offered %s, but extending by it fails: %v", l.ExpiresAt.Sub(now), m[1], err)
 		}
 	}

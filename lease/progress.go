@@ -1,0 +1,306 @@
+package lease
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Progress is what the cluster shows of every queued attempt: where each
+// started, and which hold only gang reservations so far. The scheduler reads
+// it so an attempt is never started twice.
+type Progress struct {
+	// Started maps an attempt's key to a node where it has (or had) a
+	// committed lease.
+	Started map[string]string
+	// Reserving holds the keys of attempts with only gang reservations.
+	Reserving map[string]bool
+}
+
+// Progress reads the view's leases and ended runs. An attempt that already
+// ran somewhere counts as started even when its lease is gone before its
+// origin's "running" mark arrives.
+func (v *ClusterView) Progress() Progress {
+	p := Progress{Started: map[string]string{}, Reserving: map[string]bool{}}
+	for i := range v.Nodes {
+		n := &v.Nodes[i]
+		for _, l := range n.Leases {
+			switch {
+			case l.Entry == "":
+			case l.ReservedUntil.IsZero():
+				p.Started[l.Entry] = n.Name
+			default:
+				p.Reserving[l.Entry] = true
+			}
+		}
+		for _, x := range n.Ended {
+			if !x.Reserved {
+				p.Started[x.Entry] = n.Name
+			}
+		}
+	}
+	return p
+}
+
+// InFlight is a start the scheduler has sent and not yet seen in the
+// cluster's state. Until it shows, its GPUs count as taken, so no other
+// entry is planned onto them.
+type InFlight struct {
+	Key   string
+	At    time.Time
+	Ranks []RankPlacement
+	User  string
+	UID   int
+}
+
+// InFlightTimeout is how long an unseen start holds its GPUs in the
+// scheduler's plans before it is forgotten.
+const InFlightTimeout = 15 * time.Second
+
+// Settled reports whether the scheduler is done with an in-flight start:
+// its lease shows, its origin says it runs, its entry is gone or moved on to
+// another attempt, or it is stale.
+func (f InFlight) Settled(p Progress, entries map[string]QueueEntry, now time.Time) bool {
+	if now.Sub(f.At) > InFlightTimeout {
+		return true
+	}
+	if _, seen := p.Started[f.Key]; seen {
+		return true
+	}
+	id, _, _ := strings.Cut(f.Key, "#")
+	e, ok := entries[id]
+	return !ok || e.Running || e.Key() != f.Key
+}
+
+// Hold adds placeholder leases for in-flight starts to the nodes they were
+// sent to.
+func Hold(nodes []SchedNode, inflight []InFlight) {
+	for _, f := range inflight {
+		for _, rk := range f.Ranks {
+			for i := range nodes {
+				if nodes[i].Name == rk.Node {
+					nodes[i].Leases = append(nodes[i].Leases, Lease{ID: "inflight-" + f.Key, Node: rk.Node, GPUs: rk.GPUs,
+						User: f.User, UID: f.UID, Entry: f.Key, StartedAt: f.At, ExpiresAt: f.At.Add(time.Hour), ReservedUntil: f.At.Add(InFlightTimeout)})
+				}
+			}
+		}
+	}
+}
+
+// Waiting splits the cluster's queue for one scheduling pass: the entries
+// the scheduler may start now, and those that already started somewhere
+// whose origin has not heard (to be told again, never started twice). An
+// entry is started only while its origin, its source of truth, is alive to
+// hear that it runs.
+func (v *ClusterView) Waiting(p Progress) (waiting, retell []QueueEntry) {
+	for _, e := range v.Entries() {
+		if e.Running {
+			continue
+		}
+		if o, ok := v.Node(e.Origin); !ok || !o.Alive() {
+			continue
+		}
+		key := e.Key()
+		if p.Reserving[key] {
+			continue
+		}
+		if _, ok := p.Started[key]; ok {
+			retell = append(retell, e)
+			continue
+		}
+		waiting = append(waiting, e)
+	}
+	return waiting, retell
+}
+
+// RunAction is what an origin does about one of its running entries.
+type RunAction int
+
+// What JudgeRunning may say.
+const (
+	// RunWait: nothing yet (it runs, or its end has not reached here).
+	RunWait RunAction = iota
+	// RunStopRanks: a gang rank failed or was lost: stop the others (Stop).
+	RunStopRanks
+	// RunDone: every lease is gone; the entry is finished (or, when
+	// Failed and it asked for it, requeued: see QueueEntry.AfterRun).
+	RunDone
+)
+
+// RunVerdict is JudgeRunning's answer.
+type RunVerdict struct {
+	Action RunAction
+	Failed bool
+	Why    string
+	// Stop lists the live ranks to stop (RunStopRanks).
+	Stop []Lease
+}
+
+// JudgeRunning decides what the origin does about a running entry, from
+// what the cluster shows of its attempt: its live leases, how its ended
+// leases ended, and which of its nodes are down. A lease on a node that has
+// been down for lostAfter counts as lost: its rank failed, and the entry
+// finishes (and requeues, if it asked) without waiting for that node to
+// return.
+func (v *ClusterView) JudgeRunning(e QueueEntry, lostAfter time.Duration) RunVerdict {
+	key := e.Key()
+	interactive := e.Job == nil || len(e.Job.Command) == 0
+	var out RunVerdict
+	var live []Lease
+	ended := 0
+	for i := range v.Nodes {
+		n := &v.Nodes[i]
+		for _, x := range n.Ended {
+			if x.Entry != key || x.Reserved {
+				continue
+			}
+			ended++
+			if x.Reason.Failed(interactive) {
+				out.Failed, out.Why = true, fmt.Sprintf("lease %s ended: %s", x.Lease, x.Reason)
+			}
+		}
+		for _, l := range n.Leases {
+			if l.Entry != key {
+				continue
+			}
+			switch {
+			case n.Alive():
+				live = append(live, l)
+			case !n.Since.IsZero() && v.Now.Sub(n.Since) >= lostAfter:
+				ended++
+				out.Failed, out.Why = true, fmt.Sprintf("node %s has been down since %s: rank %d (lease %s) is lost", n.Name, n.Since.Local().Format("15:04:05"), l.Rank, l.ID)
+			default:
+				out.Failed, out.Why = true, fmt.Sprintf("node %s is down", n.Name)
+				if e.Nodes <= 1 {
+					// Its only lease may come back with its node.
+					return RunVerdict{Action: RunWait}
+				}
+			}
+		}
+	}
+	if len(live) > 0 || (ended == 0 && out.Failed) {
+		if out.Failed && e.Nodes > 1 {
+			for _, l := range live {
+				if l.PreemptedAt.IsZero() {
+					out.Stop = append(out.Stop, l)
+				}
+			}
+			if len(out.Stop) > 0 {
+				out.Action = RunStopRanks
+				return out
+			}
+		}
+		return RunVerdict{Action: RunWait}
+	}
+	if ended == 0 {
+		return RunVerdict{Action: RunWait} // not seen ending yet (gossip may lag)
+	}
+	out.Action = RunDone
+	return out
+}
+
+// AfterRun is the entry after its attempt ended: back in the queue for
+// another attempt when it failed and asked for it (requeue true), else
+// finished for good.
+func (e QueueEntry) AfterRun(failed bool) (next QueueEntry, requeue bool) {
+	if !failed || !e.Requeue || e.Restarts >= e.MaxRestarts {
+		return e, false
+	}
+	e.Running = false
+	e.Restarts++
+	e.Attempt++
+	return e, true
+}
+
+// GangID names a gang after its entry's attempt; it reaches every rank as
+// DIBS_GANG_ID and torchrun's rendezvous id.
+func GangID(e QueueEntry) string { return strings.ReplaceAll(e.Key(), "#", "-") }
+
+// RendezvousEnv is what every rank of a gang is told about the others, as
+// torchrun's c10d rendezvous reads it: rank 0's host and port, the world
+// size, every host.
+func RendezvousEnv(e QueueEntry, hosts []string, masterPort int) map[string]string {
+	return map[string]string{
+		"MASTER_ADDR":    hosts[0],
+		"MASTER_PORT":    strconv.Itoa(masterPort),
+		"WORLD_SIZE":     strconv.Itoa(e.Nodes * e.GPUsPerNode),
+		"NNODES":         strconv.Itoa(e.Nodes),
+		"NPROC_PER_NODE": strconv.Itoa(e.GPUsPerNode),
+		"DIBS_GANG_ID":   GangID(e),
+		"DIBS_HOSTS":     strings.Join(hosts, ","),
+	}
+}
+
+// RankEnv is one rank's environment: the gang's plus its NODE_RANK.
+func RankEnv(gang map[string]string, rank int) map[string]string {
+	env := make(map[string]string, len(gang)+1)
+	for k, v := range gang {
+		env[k] = v
+	}
+	env["NODE_RANK"] = strconv.Itoa(rank)
+	return env
+}
+
+// TorchrunCommand wraps a command in torchrun with the gang's c10d
+// rendezvous, as torchrun's docs write it.
+func TorchrunCommand(e QueueEntry, env map[string]string, cmd []string) []string {
+	return append([]string{"torchrun",
+		"--nnodes", strconv.Itoa(e.Nodes),
+		"--nproc-per-node", strconv.Itoa(e.GPUsPerNode),
+		"--rdzv-backend=c10d",
+		"--rdzv-endpoint=" + joinHostPort(env["MASTER_ADDR"], env["MASTER_PORT"]),
+		"--rdzv-id=" + env["DIBS_GANG_ID"],
+	}, cmd...)
+}
+
+// joinHostPort is net.JoinHostPort without importing net.
+func joinHostPort(host, port string) string {
+	if strings.Contains(host, ":") {
+		return "[" + host + "]:" + port
+	}
+	return host + ":" + port
+}
+
+// RankSessionName is the tmux session name of one rank of a named gang run,
+// so the ranks on one node do not collide.
+func RankSessionName(name string, e QueueEntry, rank int) string {
+	if name == "" || e.Nodes <= 1 {
+		return name
+	}
+	return name + "-" + strconv.Itoa(rank)
+}
+
+// SessionName is the tmux session a run under lease id gets when its holder
+// names none.
+func SessionName(id string) string {
+	return "dibs-" + strings.NewReplacer(".", "_", ":", "_").Replace(id)
+}
+
+// Orphans lists the committed leases started for origin's entries whose
+// attempt is over: the entry is gone (finished or cancelled) or has moved on
+// to another attempt. They appear when a rank's node comes back after its
+// gang was given up; the origin stops them, so no rank of a past attempt
+// keeps running.
+func (v *ClusterView) Orphans(origin string, entries map[string]QueueEntry) []Lease {
+	var out []Lease
+	for i := range v.Nodes {
+		n := &v.Nodes[i]
+		if !n.Alive() {
+			continue
+		}
+		for _, l := range n.Leases {
+			if l.Entry == "" || !l.ReservedUntil.IsZero() || !l.PreemptedAt.IsZero() {
+				continue
+			}
+			id, _, _ := strings.Cut(l.Entry, "#")
+			if o, ok := OriginOfQueueID(id); !ok || o != origin {
+				continue
+			}
+			if e, ok := entries[id]; !ok || e.Key() != l.Entry {
+				out = append(out, l)
+			}
+		}
+	}
+	return out
+}

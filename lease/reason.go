@@ -1,0 +1,101 @@
+package lease
+
+import (
+	"strconv"
+	"strings"
+	"time"
+)
+
+// EndReason says why a lease ended. It is written to the ledger, shown to
+// the holder and, for a queued run, read by the entry's origin to tell a
+// finished run from a failed one — so every part of dibs spells it the same
+// way, from here.
+type EndReason string
+
+// Why leases end.
+const (
+	// EndReleased: the holder released it.
+	EndReleased EndReason = "released"
+	// EndByAdmin: an admin ended someone else's lease.
+	EndByAdmin EndReason = "ended-by-admin"
+	// EndExpired: it reached its time limit and the end action ended it.
+	EndExpired EndReason = "expired"
+	// EndSessionEnded: its session ended with no exit status recorded (an
+	// interactive shell, or a run started without a status file).
+	EndSessionEnded EndReason = "session-ended"
+	// EndSessionFailed: its session could not be started.
+	EndSessionFailed EndReason = "session-failed"
+	// EndUserGone: its holder's account no longer exists on the node.
+	EndUserGone EndReason = "user-gone"
+	// EndReservationExpired: a gang reservation was never committed.
+	EndReservationExpired EndReason = "reservation-expired"
+	// EndLost: the lease's node went down and stayed down past
+	// LostAfter; its rank is counted lost.
+	EndLost EndReason = "lost"
+)
+
+const (
+	exitPrefix    = "exit-"
+	preemptPrefix = "preempted-"
+)
+
+// ExitReason is the end of a run whose command exited with code.
+func ExitReason(code int) EndReason { return EndReason(exitPrefix + strconv.Itoa(code)) }
+
+// PreemptedReason is the end of a lease reclaimed for why (PreemptQuota,
+// PreemptIdle, or "gang" when the other ranks of its gang stopped).
+func PreemptedReason(why string) EndReason { return EndReason(preemptPrefix + why) }
+
+// ExitCode returns the exit status an ExitReason carries.
+func (r EndReason) ExitCode() (int, bool) {
+	s, ok := strings.CutPrefix(string(r), exitPrefix)
+	if !ok {
+		return 0, false
+	}
+	n, err := strconv.Atoi(s)
+	return n, err == nil
+}
+
+// Failed reports whether a run that ended so failed, for --requeue and for
+// stopping a gang's other ranks. A run ends well when its command exited 0,
+// when its holder released it, or at its time limit; an interactive run
+// (a shell, no command) has no exit status, so its session ending is normal.
+func (r EndReason) Failed(interactive bool) bool {
+	switch r {
+	case EndReleased, EndExpired, ExitReason(0):
+		return false
+	case EndSessionEnded:
+		return !interactive
+	}
+	return true
+}
+
+// EndedRun remembers, for a while, how a queued run's lease ended, so the
+// entry's origin can tell a failed gang rank from a finished one. The node
+// that held the lease publishes it; origins and the scheduler read it.
+type EndedRun struct {
+	// Entry is the attempt's key (QueueEntry.Key).
+	Entry  string    `json:"entry"`
+	Lease  string    `json:"lease"`
+	Gang   string    `json:"gang,omitempty"`
+	Reason EndReason `json:"reason"`
+	At     time.Time `json:"at"`
+	// Reserved: it ended as an uncommitted gang reservation, so nothing ran.
+	Reserved bool `json:"reserved,omitempty"`
+}
+
+// EndedRunKeep is how long a node remembers its ended queued runs: long
+// enough for an origin that was briefly away to hear of them.
+const EndedRunKeep = 10 * time.Minute
+
+// RememberEnded appends run to runs and forgets those older than
+// EndedRunKeep at now.
+func RememberEnded(runs []EndedRun, run EndedRun, now time.Time) []EndedRun {
+	out := make([]EndedRun, 0, len(runs)+1)
+	for _, x := range runs {
+		if now.Sub(x.At) <= EndedRunKeep {
+			out = append(out, x)
+		}
+	}
+	return append(out, run)
+}
