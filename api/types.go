@@ -14,10 +14,10 @@ import (
 // Node states as the board shows them. Only a node that is alive has GPUs
 // that can be free; the others' GPUs show as unknown, never as free.
 const (
-	NodeAlive   = "alive"
-	NodeSuspect = "suspect"
-	NodeDead    = "dead"
-	NodeLeft    = "left"
+	NodeAlive   = lease.NodeAlive
+	NodeSuspect = lease.NodeSuspect
+	NodeDead    = lease.NodeDead
+	NodeLeft    = lease.NodeLeft
 )
 
 // FlagUnknown marks a GPU whose node is not alive: its state cannot be known.
@@ -75,6 +75,11 @@ type ClaimRequest struct {
 	Kind     string   `json:"kind,omitempty"`
 	Force    bool     `json:"force,omitempty"`
 	Run      *RunSpec `json:"run,omitempty"`
+	// RequestID names this claim so that retrying it after a lost answer
+	// (a timeout, an agent restart) returns the lease it made instead of
+	// claiming more GPUs. Clients make one per claim: 8 to 64 letters,
+	// digits, '-' and '_'.
+	RequestID string `json:"request_id,omitempty"`
 }
 
 // RunSpec is the session to start under a new lease.

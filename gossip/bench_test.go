@@ -16,7 +16,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dibs-gpu/dibs/lease"
 )
 
 // Benchmarks of whole clusters in one process on loopback. They are slow
@@ -210,10 +209,9 @@ func BenchmarkRemoteRequest(b *testing.B) {
 		return Response{Body: json.RawMessage(`{"lease":{"id":"node01-42","gpus":[0,1]}}`)}
 	}
 	nodes[1].agent.mu.Unlock()
-	caller := lease.Caller{UID: 1000, User: "alice"}
 	ctx := context.Background()
 	for range 20 { // warm up
-		if _, err := nodes[0].Request(ctx, "node01", Request{Op: "claim", Caller: caller, Body: body}); err != nil {
+		if _, err := nodes[0].Request(ctx, "node01", Request{Op: "claim", Body: body}); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -221,7 +219,7 @@ func BenchmarkRemoteRequest(b *testing.B) {
 	b.ResetTimer()
 	for range b.N {
 		start := time.Now()
-		if _, err := nodes[0].Request(ctx, "node01", Request{Op: "claim", Caller: caller, Body: body}); err != nil {
+		if _, err := nodes[0].Request(ctx, "node01", Request{Op: "claim", Body: body}); err != nil {
 			b.Fatal(err)
 		}
 		rtt = append(rtt, time.Since(start))

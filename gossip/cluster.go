@@ -37,9 +37,14 @@ type NodeState struct {
 	Leases   []lease.Lease
 	// Usage is user → GPU-seconds in the node's ledger.
 	Usage map[string]float64
-	// Extra is opaque JSON that travels with the leases (urgently), reserved
-	// for the queue. At most 256 KiB.
-	Extra json.RawMessage
+	// Queue is the requests submitted at this node (their source of
+	// truth); Ended tells origins how queued runs' leases here ended;
+	// QuietSince is when each quiet GPU went quiet, so every board judges
+	// idleness with the owner's history. They travel with the leases
+	// (urgently) and are validated like them.
+	Queue      []lease.QueueEntry
+	Ended      []lease.EndedRun
+	QuietSince map[int]time.Time
 }
 
 // Delegate is implemented by the agent. The Cluster calls it from its own
@@ -60,8 +65,8 @@ type Delegate interface {
 	// extend, run on this node). It runs on a worker goroutine, up to
 	// Config.MaxConcurrentRequests at once, and may block for as long as
 	// ctx allows (the requester's timeout, cancelled on Shutdown); from is
-	// the requesting node. req.Caller is trusted: the cluster key
-	// authenticated the sender.
+	// the requesting node, which the cluster key authenticated; who the
+	// request acts for is the agent's business, inside Body.
 	HandleRequest(ctx context.Context, from string, req Request) Response
 	// ClusterChanged says the merged view changed: a member joined, left,
 	// failed or became suspect, or a node's state was replaced. It is
@@ -72,11 +77,10 @@ type Delegate interface {
 }
 
 // Request is what one agent asks of another. Body is JSON of the agent's own
-// request types; gossip does not look inside.
+// protocol; gossip does not look inside.
 type Request struct {
-	Op     string
-	Caller lease.Caller
-	Body   json.RawMessage
+	Op   string
+	Body json.RawMessage
 }
 
 // Response answers a Request. A refusal (ErrCode set) is a response, not a
@@ -120,6 +124,9 @@ type Peer struct {
 	// UpdatedAt is when this agent last applied a newer part of the node's
 	// state (for this node itself: when LocalState was last read).
 	UpdatedAt time.Time
+	// DownSince is when this agent saw it stop being a member (or first
+	// heard of it without its being one); zero while it is a member.
+	DownSince time.Time
 }
 
 // Errors a Request may wrap.
@@ -286,7 +293,7 @@ func New(cfg Config, d Delegate) (*Cluster, error) {
 	_, _ = rand.Read(seed[:])
 	c.nextID.Store(uint64(seed[0])<<56 | uint64(seed[1])<<48 | uint64(seed[2])<<40 | uint64(seed[3])<<32)
 	c.ctx, c.cancel = context.WithCancel(context.Background())
-	c.meta = nodeMeta{WireMin: minWireVersion, WireMax: wireVersion, BootedAt: c.bootedAt, BootID: c.bootID}.encode()
+	c.meta = nodeMeta{WireMin: minWireVersion, WireMax: wireVersion, BootedAt: c.bootedAt, BootID: c.bootID, Protocol: c.cfg.Protocol}.encode()
 	c.numMembers.Store(1)
 	c.bcast = &memberlist.TransmitLimitedQueue{
 		NumNodes:       func() int { return int(c.numMembers.Load()) },
@@ -496,11 +503,11 @@ func (c *Cluster) publish(now time.Time, telemetry bool) {
 func (c *Cluster) refreshLocal(now time.Time, refresh bool) {
 	st := c.d.LocalState()
 	st.Node, st.BootID, st.BootedAt = c.cfg.NodeName, c.bootID, c.bootedAt
-	st.Leases, st.Extra = c.sanitize(st.Leases, st.Extra)
+	st.Leases, st.Queue, st.Ended = c.sanitize(st.Leases, st.Queue, st.Ended)
 
 	c.pubMu.Lock()
 	defer c.pubMu.Unlock()
-	ls := &leaseSection{Leases: st.Leases, Extra: st.Extra}
+	ls := &leaseSection{Leases: st.Leases, Queue: st.Queue, Ended: st.Ended, QuietSince: st.QuietSince}
 	c.revise(secLeases, now, false, &stateMsg{Section: sectionLeases, Leases: ls, Version: st.Version}, ls)
 
 	ts := &telemetrySection{Snapshot: st.Snapshot, Usage: st.Usage}
@@ -514,16 +521,17 @@ func (c *Cluster) refreshLocal(now time.Time, refresh bool) {
 	c.mu.Unlock()
 }
 
-// sanitize keeps an agent bug in one lease (or in Extra) from stopping
-// every lease of this node from being published: a lease the other agents
-// would refuse is left out, a bad Extra is dropped, each with a warning.
-func (c *Cluster) sanitize(leases []lease.Lease, extra json.RawMessage) ([]lease.Lease, json.RawMessage) {
+// sanitize keeps an agent bug in one lease (or queue entry) from stopping
+// every lease of this node from being published: what the other agents
+// would refuse is left out, each with a warning.
+func (c *Cluster) sanitize(leases []lease.Lease, queue []lease.QueueEntry, ended []lease.EndedRun) ([]lease.Lease, []lease.QueueEntry, []lease.EndedRun) {
 	out := make([]lease.Lease, 0, len(leases))
 	seen := make(map[string]bool, len(leases))
 	for _, l := range leases {
 		if l.Node == "" {
 			l.Node = c.cfg.NodeName
 		}
+		l.Mono = nil
 		if err := validateLease(c.cfg.NodeName, &l, seen); err != nil {
 			c.warnOnce("lease/"+err.Error(), "gossip: not publishing a lease: %v", err)
 			continue
@@ -534,11 +542,26 @@ func (c *Cluster) sanitize(leases []lease.Lease, extra json.RawMessage) ([]lease
 			break
 		}
 	}
-	if len(extra) > 0 && (len(extra) > maxExtraBytes || !json.Valid(extra)) {
-		c.warnOnce("extra", "gossip: not publishing Extra: it must be valid JSON of at most %d bytes (got %d bytes)", maxExtraBytes, len(extra))
-		extra = nil
+	q := make([]lease.QueueEntry, 0, len(queue))
+	for _, e := range queue {
+		if err := validateEntry(c.cfg.NodeName, &e); err != nil {
+			c.warnOnce("entry/"+err.Error(), "gossip: not publishing a queue entry: %v", err)
+			continue
+		}
+		if q = append(q, e); len(q) == maxEntries {
+			break
+		}
 	}
-	return out, extra
+	x := make([]lease.EndedRun, 0, len(ended))
+	for _, r := range ended {
+		if err := r.Validate(); err != nil {
+			continue
+		}
+		if x = append(x, r); len(x) == maxEntries {
+			break
+		}
+	}
+	return out, q, x
 }
 
 // revise makes m the new revision of section i if its content differs from

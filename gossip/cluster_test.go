@@ -114,8 +114,7 @@ func TestLargeLeaseStateTakesReliablePath(t *testing.T) {
 
 func TestRequestRoundTrip(t *testing.T) {
 	nodes := startCluster(t, 3, nil)
-	caller := lease.Caller{UID: 1001, User: "alice"}
-	resp, err := nodes[0].Request(context.Background(), "node02", Request{Op: "claim", Caller: caller, Body: json.RawMessage(`{"gpus":[1]}`)})
+	resp, err := nodes[0].Request(context.Background(), "node02", Request{Op: "claim", Body: json.RawMessage(`{"gpus":[1]}`)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -123,7 +122,7 @@ func TestRequestRoundTrip(t *testing.T) {
 	if err := json.Unmarshal(resp.Body, &got); err != nil {
 		t.Fatal(err)
 	}
-	if got["node"] != "node02" || got["from"] != "node00" || got["op"] != "claim" || got["user"] != "alice" {
+	if got["node"] != "node02" || got["from"] != "node00" || got["op"] != "claim" {
 		t.Errorf("handler saw %v", got)
 	}
 	if b, _ := json.Marshal(got["body"]); string(b) != `{"gpus":[1]}` {
@@ -136,13 +135,13 @@ func TestRequestRoundTrip(t *testing.T) {
 		return Response{ErrCode: lease.CodeConflict, ErrMsg: "GPU 1 is alice's"}
 	}
 	nodes[1].agent.mu.Unlock()
-	resp, err = nodes[2].Request(context.Background(), "node01", Request{Op: "claim", Caller: caller})
+	resp, err = nodes[2].Request(context.Background(), "node01", Request{Op: "claim"})
 	if err != nil || resp.ErrCode != lease.CodeConflict || resp.ErrMsg != "GPU 1 is alice's" {
 		t.Errorf("refusal = %+v, %v", resp, err)
 	}
 
 	// A request to this node goes straight to the handler.
-	resp, err = nodes[0].Request(context.Background(), "node00", Request{Op: "release", Caller: caller})
+	resp, err = nodes[0].Request(context.Background(), "node00", Request{Op: "release"})
 	if err != nil || !strings.Contains(string(resp.Body), `"from":"node00"`) {
 		t.Errorf("local request = %s, %v", resp.Body, err)
 	}

@@ -65,6 +65,12 @@ type Config struct {
 	BootID   string
 	BootedAt time.Time
 
+	// Protocol is the version of the agents' own request protocol (carried
+	// inside requests). It travels in the node meta, so agents of another
+	// version are refused at join with a message that says so, instead of
+	// failing request by request.
+	Protocol uint8
+
 	// Logf receives memberlist's warnings and errors and this package's own,
 	// one line each. Nil discards them. Lines about packets from the wrong
 	// cluster (bad key or label) are rate-limited; Stats counts them all.

@@ -151,7 +151,7 @@ func tryStartNode(t testing.TB, cfg Config) (*tnode, error) {
 	a := &testAgent{name: cfg.NodeName}
 	a.state.Leases = []lease.Lease{}
 	a.handler = func(ctx context.Context, from string, req Request) Response {
-		body, _ := json.Marshal(map[string]any{"node": cfg.NodeName, "from": from, "op": req.Op, "user": req.Caller.User, "body": req.Body})
+		body, _ := json.Marshal(map[string]any{"node": cfg.NodeName, "from": from, "op": req.Op, "body": req.Body})
 		return Response{Body: body}
 	}
 	c, err := New(cfg, a)

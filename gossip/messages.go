@@ -9,6 +9,7 @@ import (
 	"io"
 	"math"
 	"sync"
+	"time"
 
 	"github.com/dibs-gpu/dibs/lease"
 	"github.com/dibs-gpu/dibs/nodeprobe"
@@ -65,9 +66,10 @@ func (t messageType) String() string {
 
 const (
 	// wireVersion is the version this agent writes.
-	wireVersion = 1
-	// minWireVersion is the oldest version this agent reads.
-	minWireVersion = 1
+	wireVersion = 2
+	// minWireVersion is the oldest version this agent reads. Version 2
+	// carries the queue as typed sections and no caller in requests.
+	minWireVersion = 2
 
 	headerLen = 3
 
@@ -107,7 +109,7 @@ const (
 	maxShortString = 256  // ids, users, kinds, sessions, ops
 	maxWireNote    = 1024 // lease.MaxNoteLen is policy; this is the wire's bound
 	maxUsers       = 10000
-	maxExtraBytes  = 256 << 10
+	maxEntries     = 4096
 	maxStates      = 1 << 16
 )
 
@@ -139,8 +141,10 @@ type stateMsg struct {
 
 // leaseSection is the urgent part of a node's state.
 type leaseSection struct {
-	Leases []lease.Lease   `json:"leases"`
-	Extra  json.RawMessage `json:"extra,omitempty"`
+	Leases     []lease.Lease      `json:"leases"`
+	Queue      []lease.QueueEntry `json:"queue,omitempty"`
+	Ended      []lease.EndedRun   `json:"ended,omitempty"`
+	QuietSince map[int]time.Time  `json:"quiet_since,omitempty"`
 }
 
 // telemetrySection is the best-effort part of a node's state.
@@ -164,7 +168,6 @@ type requestMsg struct {
 	From      string          `json:"from"`
 	Reply     string          `json:"reply"`
 	Op        string          `json:"op"`
-	Caller    lease.Caller    `json:"caller"`
 	Body      json.RawMessage `json:"body,omitempty"`
 	TimeoutMS int64           `json:"timeout_ms"`
 }
@@ -561,8 +564,35 @@ func (s *leaseSection) validate(node string) error {
 			return err
 		}
 	}
-	if len(s.Extra) > maxExtraBytes {
-		return wireErrorf("state of %s: extra is %d bytes, over %d", node, len(s.Extra), maxExtraBytes)
+	if len(s.Queue) > maxEntries || len(s.Ended) > maxEntries || len(s.QuietSince) > maxGPUs {
+		return wireErrorf("state of %s: %d queue entries, %d ended runs, %d quiet GPUs", node, len(s.Queue), len(s.Ended), len(s.QuietSince))
+	}
+	for i := range s.Queue {
+		if err := validateEntry(node, &s.Queue[i]); err != nil {
+			return err
+		}
+	}
+	for i := range s.Ended {
+		if err := s.Ended[i].Validate(); err != nil {
+			return wireErrorf("state of %s: %v", node, err)
+		}
+	}
+	for g := range s.QuietSince {
+		if g < 0 || g >= maxGPUIndex {
+			return wireErrorf("state of %s: quiet GPU index %d", node, g)
+		}
+	}
+	return nil
+}
+
+// validateEntry checks one queue entry of node's state: it must be node's
+// own, and hold only what a person could have submitted.
+func validateEntry(node string, e *lease.QueueEntry) error {
+	if e.Origin != node {
+		return wireErrorf("state of %s: queue entry %s belongs to %q", node, trunc(e.ID), trunc(e.Origin))
+	}
+	if err := e.Validate(); err != nil {
+		return wireErrorf("state of %s: %v", node, err)
 	}
 	return nil
 }
@@ -670,9 +700,6 @@ func (m *requestMsg) validate() error {
 	}
 	if !validToken(m.Op, maxShortString) {
 		return wireErrorf("request %d from %s: bad op %q", m.ID, m.From, trunc(m.Op))
-	}
-	if len(m.Caller.User) > maxShortString {
-		return wireErrorf("request %d from %s: overlong caller", m.ID, m.From)
 	}
 	if m.TimeoutMS < 0 {
 		return wireErrorf("request %d from %s: negative timeout", m.ID, m.From)

@@ -28,7 +28,8 @@ func sampleMessages(t testing.TB) map[string][]byte {
 	}
 	msgs := map[string]any{
 		"leases": &stateMsg{Node: "gpu-node-01", BootID: "0a1b2c3d4e5f6071", BootedAt: 1740830400000000000, Seq: 3, Version: 17,
-			Section: sectionLeases, Leases: &leaseSection{Leases: leases, Extra: json.RawMessage(`{"queue":[{"id":"q1","gpus":2}]}`)}},
+			Section: sectionLeases, Leases: &leaseSection{Leases: leases, Queue: []lease.QueueEntry{testEntry("gpu-node-01", 1, "sweep")},
+				Ended: []lease.EndedRun{{Entry: "gpu-node-01-q0#0", Lease: "gpu-node-01-39", Reason: lease.ExitReason(0), At: time.Unix(1740830400, 0)}}, QuietSince: map[int]time.Time{3: time.Unix(1740830000, 0)}}},
 		"no-leases": &stateMsg{Node: "n1", BootID: "b", BootedAt: 1, Seq: 1, Section: sectionLeases, Leases: &leaseSection{Leases: []lease.Lease{}}},
 		"partial": trimNotes(&stateMsg{Node: "gpu-node-01", BootID: "0a1b2c3d4e5f6071", BootedAt: 1740830400000000000, Seq: 4, Version: 18,
 			Section: sectionLeases, Leases: &leaseSection{Leases: leases}}, 5),
@@ -36,7 +37,7 @@ func sampleMessages(t testing.TB) map[string][]byte {
 			Section: sectionTelemetry, Telemetry: &telemetrySection{Snapshot: snap, Usage: map[string]float64{"alice": 3600.5, "bob": 0}}},
 		"leave": &leaveMsg{Node: "gpu-node-01", BootID: "0a1b2c3d4e5f6071", BootedAt: 1740830400000000000},
 		"request": &requestMsg{ID: 1 << 40, From: "gpu-node-02", Reply: "10.0.0.2:7946", Op: "claim",
-			Caller: lease.Caller{UID: 1001, User: "alice"}, Body: json.RawMessage(`{"count":2,"note":"sweep"}`), TimeoutMS: 3000},
+			Body: json.RawMessage(`{"count":2,"note":"sweep"}`), TimeoutMS: 3000},
 		"response": &responseMsg{ID: 1 << 40, From: "gpu-node-01", Body: json.RawMessage(`{"lease":{"id":"gpu-node-01-42"}}`)},
 		"refusal":  &responseMsg{ID: 7, From: "gpu-node-01", ErrCode: lease.CodeConflict, ErrMsg: "GPU 3 is bob's until 14:00"},
 	}
@@ -330,11 +331,13 @@ func TestMessageSizes(t *testing.T) {
 	raw, _ := json.Marshal(tel)
 	t.Logf("8-GPU telemetry: %d bytes (UDP), %d as plain JSON", len(wire), len(raw))
 
-	// Extra too big for any packet: no gossip copy, TCP only.
+	// A queue too big for any packet: no gossip copy, TCP only.
 	big := section(10)
-	big.Leases.Extra = json.RawMessage(`"` + randomNote(r, 4000) + `"`)
+	for i := range 40 {
+		big.Leases.Queue = append(big.Leases.Queue, testEntry(node, uint64(i+1), randomNote(r, 150)))
+	}
 	if cp := c.gossipCopy(big, mustEncode(t, msgState, big)); cp != nil {
-		t.Errorf("a 4 KB Extra got a %d-byte gossip copy", len(cp))
+		t.Errorf("a 40-entry queue got a %d-byte gossip copy", len(cp))
 	}
 
 	// Meta stays far under memberlist's 512 bytes.
@@ -344,18 +347,21 @@ func TestMessageSizes(t *testing.T) {
 }
 
 func TestMetaRoundTrip(t *testing.T) {
-	m := nodeMeta{WireMin: 1, WireMax: 3, BootedAt: time.Unix(0, 1740830400123456789), BootID: "abc123"}
+	m := nodeMeta{WireMin: 1, WireMax: 3, BootedAt: time.Unix(0, 1740830400123456789), BootID: "abc123", Protocol: 7}
 	got, err := decodeMeta(m.encode())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !got.BootedAt.Equal(m.BootedAt) || got.BootID != m.BootID || got.WireMin != 1 || got.WireMax != 3 {
+	if !got.BootedAt.Equal(m.BootedAt) || got.BootID != m.BootID || got.WireMin != 1 || got.WireMax != 3 || got.Protocol != 7 {
 		t.Errorf("got %+v, want %+v", got, m)
 	}
-	if err := got.compatible(); err != nil {
+	if err := got.compatible(7); err != nil {
 		t.Errorf("compatible: %v", err)
 	}
-	if err := (nodeMeta{WireMin: wireVersion + 1, WireMax: wireVersion + 2}).compatible(); err == nil {
+	if err := got.compatible(8); err == nil || !strings.Contains(err.Error(), "agent protocol 7 and this agent 8") {
+		t.Errorf("an agent of another protocol: %v", err)
+	}
+	if err := (nodeMeta{WireMin: wireVersion + 1, WireMax: wireVersion + 2}).compatible(0); err == nil {
 		t.Errorf("a newer-only agent is compatible")
 	}
 	for _, b := range [][]byte{nil, []byte("serf"), append(m.encode()[:12], 200)} {
@@ -426,4 +432,10 @@ func TestValidNodeName(t *testing.T) {
 			t.Errorf("validNodeName(%q) = %v, want %v", name, got, want)
 		}
 	}
+}
+
+// testEntry is a queue entry submitted at node.
+func testEntry(node string, seq uint64, note string) lease.QueueEntry {
+	return lease.QueueEntry{ID: lease.QueueID(node, seq), Origin: node, User: "alice", UID: 1001, SubmittedAt: time.Unix(1740830400, 0),
+		Nodes: 1, GPUsPerNode: 2, Duration: time.Hour, Kind: lease.KindBatch, Note: note, Job: &lease.Job{Command: []string{"python", "train.py"}, Dir: "/home/alice"}}
 }

@@ -42,9 +42,6 @@ func (c *Cluster) Request(ctx context.Context, node string, req Request) (Respon
 	if !validToken(req.Op, maxShortString) {
 		return Response{}, fmt.Errorf("request on %s: bad op %q", node, trunc(req.Op))
 	}
-	if len(req.Caller.User) > maxShortString {
-		return Response{}, fmt.Errorf("request %s on %s: caller name too long", req.Op, node)
-	}
 	if node == c.cfg.NodeName {
 		if _, ok := ctx.Deadline(); !ok {
 			var cancel context.CancelFunc
@@ -83,7 +80,7 @@ func (c *Cluster) request(ctx context.Context, node string, req Request) (Respon
 	}
 	msg, err := c.codec.encode(msgRequest, &requestMsg{
 		ID: id, From: c.cfg.NodeName, Reply: c.localAddr,
-		Op: req.Op, Caller: req.Caller, Body: req.Body,
+		Op: req.Op, Body: req.Body,
 		TimeoutMS: max(1, time.Until(deadline).Milliseconds()),
 	})
 	if err != nil {
@@ -208,7 +205,7 @@ func (c *Cluster) handle(ctx context.Context, m *requestMsg) (resp Response) {
 			resp = Response{ErrCode: lease.CodeUnavailable, ErrMsg: fmt.Sprintf("internal error on %s", c.cfg.NodeName)}
 		}
 	}()
-	return c.d.HandleRequest(ctx, m.From, Request{Op: m.Op, Caller: m.Caller, Body: m.Body})
+	return c.d.HandleRequest(ctx, m.From, Request{Op: m.Op, Body: m.Body})
 }
 
 // replyNode is where the response to m goes.

@@ -37,6 +37,9 @@ type peerRec struct {
 	meta    nodeMeta
 	// suspectUntil is set when this agent's prober failed to reach it.
 	suspectUntil time.Time
+	// downSince is when it stopped being a member (or was first heard of
+	// without being one); zero while it is a member.
+	downSince time.Time
 
 	leftBoot     string
 	leftBootedAt int64
@@ -97,7 +100,7 @@ func newer(a, b *stateMsg, currentBoot string) bool {
 func (c *Cluster) peerLocked(name string) *peerRec {
 	r := c.peers[name]
 	if r == nil {
-		r = &peerRec{name: name}
+		r = &peerRec{name: name, downSince: time.Now()}
 		c.peers[name] = r
 	}
 	return r
@@ -178,7 +181,8 @@ func (r *peerRec) rebuild() {
 		}
 	}
 	if ls != nil {
-		s.Leases, s.Extra = ls.msg.Leases.Leases, ls.msg.Leases.Extra
+		l := ls.msg.Leases
+		s.Leases, s.Queue, s.Ended, s.QuietSince = l.Leases, l.Queue, l.Ended, l.QuietSince
 	}
 	if ts != nil {
 		s.Snapshot, s.Usage = ts.msg.Telemetry.Snapshot, ts.msg.Telemetry.Usage
@@ -226,7 +230,7 @@ func (c *Cluster) memberUp(n *memberlist.Node) {
 		c.numMembers.Add(1)
 	}
 	r.member, r.seen = true, true
-	r.suspectUntil = time.Time{}
+	r.suspectUntil, r.downSince = time.Time{}, time.Time{}
 	r.node = *n
 	r.node.Addr = append([]byte(nil), n.Addr...)
 	r.node.Meta = append([]byte(nil), n.Meta...)
@@ -260,6 +264,7 @@ func (c *Cluster) memberDown(n *memberlist.Node) {
 	r := c.peerLocked(n.Name)
 	if r.member {
 		c.numMembers.Add(-1)
+		r.downSince = time.Now()
 	}
 	r.member = false
 	r.suspectUntil = time.Time{}
@@ -310,7 +315,7 @@ func (c *Cluster) clearSuspect(name string) {
 func (c *Cluster) checkAlive(n *memberlist.Node) error {
 	meta, err := decodeMeta(n.Meta)
 	if err == nil {
-		err = meta.compatible()
+		err = meta.compatible(c.cfg.Protocol)
 	}
 	if err != nil {
 		c.stats.dropped.Add(1)
@@ -408,7 +413,7 @@ func (c *Cluster) warnOnce(key, format string, args ...any) {
 
 // peerView turns a record into a Peer. c.mu is held.
 func (r *peerRec) peerView(now time.Time) Peer {
-	p := Peer{Name: r.name, HasState: r.hasState, NodeState: r.state, UpdatedAt: r.updatedAt}
+	p := Peer{Name: r.name, HasState: r.hasState, NodeState: r.state, UpdatedAt: r.updatedAt, DownSince: r.downSince}
 	if r.seen {
 		p.Addr = r.node.Address()
 	}

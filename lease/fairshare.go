@@ -17,6 +17,7 @@ const (
 	DefaultIdleReclaimAfter = 30 * time.Minute
 	DefaultReservationTTL   = 30 * time.Second
 	DefaultPreemptGrace     = 2 * time.Minute
+	DefaultLostAfter        = 30 * time.Second
 )
 
 // WithDefaults fills every unset setting. The two weights are filled only
@@ -40,6 +41,9 @@ func (c SchedConfig) WithDefaults() SchedConfig {
 	}
 	if c.PreemptGrace <= 0 {
 		c.PreemptGrace = DefaultPreemptGrace
+	}
+	if c.LostAfter <= 0 {
+		c.LostAfter = DefaultLostAfter
 	}
 	return c
 }

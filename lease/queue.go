@@ -103,6 +103,11 @@ type SchedConfig struct {
 	// PreemptGrace and should pass the same here; the scheduler only uses it
 	// to estimate when reclaimed GPUs come free (default 2 min).
 	PreemptGrace time.Duration
+	// LostAfter is how long a queued run's lease on a node that is down
+	// still counts as running: after it, the rank is lost, and its entry
+	// finishes as failed (and requeues, if it asked) without waiting for
+	// the node to return (default 30 s).
+	LostAfter time.Duration
 }
 
 // Borrows reports whether n more GPUs take user beyond their nominal quota,

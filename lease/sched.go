@@ -20,6 +20,9 @@ const (
 	// PreemptIdle: the lease has been idle past SchedConfig.IdleReclaimAfter
 	// and someone waits for its GPUs.
 	PreemptIdle = "idle"
+	// PreemptGang: another rank of its gang failed or was lost, so this
+	// rank is stopped too (all or nothing).
+	PreemptGang = "gang"
 )
 
 // Ranked is one waiting entry as `dibs queue` shows it.

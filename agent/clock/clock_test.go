@@ -5,19 +5,20 @@ import (
 	"time"
 )
 
+func recv(ch <-chan time.Time) (time.Time, bool) {
+	select {
+	case v := <-ch:
+		return v, true
+	default:
+		return time.Time{}, false
+	}
+}
+
 func TestFakeTickersAndTimers(t *testing.T) {
 	start := time.Date(2026, 11, 30, 9, 0, 0, 0, time.UTC)
 	f := NewFake(start)
 	tk := f.NewTicker(time.Second)
 	after := f.After(3 * time.Second)
-	recv := func(ch <-chan time.Time) (time.Time, bool) {
-		select {
-		case v := <-ch:
-			return v, true
-		default:
-			return time.Time{}, false
-		}
-	}
 	if _, ok := recv(tk.C()); ok {
 		t.Fatal("ticker fired before any time passed")
 	}
@@ -38,16 +39,47 @@ func TestFakeTickersAndTimers(t *testing.T) {
 	if _, ok := recv(after); !ok {
 		t.Fatal("3s timer did not fire at 6s")
 	}
-	f.Set(start) // a step back fires nothing
-	if _, ok := recv(tk.C()); ok {
-		t.Fatal("a step back fired the ticker")
-	}
 	tk.Stop()
 	f.Advance(time.Hour)
 	if _, ok := recv(tk.C()); ok {
 		t.Fatal("stopped ticker fired")
 	}
-	if got := f.Now(); !got.Equal(start.Add(time.Hour)) {
-		t.Fatalf("Now = %v", got)
+}
+
+func TestFakeWallStepsLeaveMonotonicAlone(t *testing.T) {
+	start := time.Date(2026, 11, 30, 9, 0, 0, 0, time.UTC)
+	f := NewFake(start)
+	tk := f.NewTicker(time.Minute)
+	mono := f.Mono()
+	f.StepWall(3 * time.Hour)
+	if _, ok := recv(tk.C()); ok {
+		t.Error("a wall step forward fired a ticker")
+	}
+	if f.Mono() != mono || !f.Now().Equal(start.Add(3*time.Hour)) {
+		t.Errorf("after a 3h wall step: mono %v (was %v), wall %v", f.Mono(), mono, f.Now())
+	}
+	f.StepWall(-5 * time.Hour)
+	f.Advance(time.Minute)
+	if _, ok := recv(tk.C()); !ok {
+		t.Error("after a wall step back the ticker stopped following the monotonic clock")
+	}
+	if want := start.Add(-2*time.Hour + time.Minute); !f.Now().Equal(want) {
+		t.Errorf("wall = %v, want %v", f.Now(), want)
+	}
+	f.Reboot("b2")
+	if f.Boot() != "b2" || f.Mono() > time.Hour {
+		t.Errorf("after a reboot: boot %q mono %v", f.Boot(), f.Mono())
+	}
+}
+
+func TestRealMonoCountsAndNamesTheBoot(t *testing.T) {
+	c := Real()
+	a := c.Mono()
+	<-c.After(2 * time.Millisecond)
+	if b := c.Mono(); b <= a {
+		t.Errorf("Mono went from %v to %v", a, b)
+	}
+	if c.Boot() == "" {
+		t.Error("no boot id")
 	}
 }

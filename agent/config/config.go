@@ -1,4 +1,6 @@
-package agent
+// Package config reads the agent's TOML config file: every key optional,
+// every error pointing at the file, the line and the reason.
+package config
 
 import (
 	"bufio"
@@ -256,7 +258,7 @@ func (fc FileConfig) check() error {
 		}
 	}
 	if fc.NodeName != "" {
-		if err := ValidNodeName(fc.NodeName); err != nil {
+		if err := lease.ValidNodeName(fc.NodeName); err != nil {
 			return bad("node_name", "%v", err)
 		}
 	}
@@ -319,18 +321,4 @@ func SplitHostPort(s string, defPort int) (string, int, error) {
 		return "", 0, fmt.Errorf("%q has a bad port", s)
 	}
 	return host, port, nil
-}
-
-// ValidNodeName accepts names that are safe in lease ids, tmux session names
-// and the board: letters, digits, '-', '_' and '.', at most 63 characters.
-func ValidNodeName(s string) error {
-	if s == "" || len(s) > 63 {
-		return fmt.Errorf("node name %q must be 1 to 63 characters", s)
-	}
-	for _, r := range s {
-		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_' || r == '.') {
-			return fmt.Errorf("node name %q may hold only letters, digits, '-', '_' and '.'", s)
-		}
-	}
-	return nil
 }

@@ -1,4 +1,4 @@
-package agent
+package config
 
 import (
 	"os"
@@ -11,7 +11,7 @@ import (
 )
 
 func TestExampleConfigIsValid(t *testing.T) {
-	fc, err := LoadFile(filepath.Join("..", "docs", "examples", "dibs.toml"))
+	fc, err := LoadFile(filepath.Join("..", "..", "docs", "examples", "dibs.toml"))
 	if err != nil {
 		t.Fatalf("docs/examples/dibs.toml: %v", err)
 	}

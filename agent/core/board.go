@@ -1,0 +1,83 @@
+package core
+
+import (
+	"context"
+
+	"github.com/dibs-gpu/dibs/api"
+	"github.com/dibs-gpu/dibs/lease"
+	"github.com/dibs-gpu/dibs/nodeprobe"
+)
+
+// Board is the cluster as the caller sees it: this node from its live
+// table, the others from what gossip last said. GPUs of a node that is not
+// alive are marked unknown, never free.
+func (b *Bound) Board(context.Context) (api.Board, error) {
+	v := b.s.View()
+	out := api.Board{Self: b.s.cfg.Node, You: b.c, GeneratedAt: v.Now.Round(0), Notices: b.s.deps.Node.Notices(b.c.UID)}
+	for i := range v.Nodes {
+		n := &v.Nodes[i]
+		bn := api.Node{Name: n.Name, State: n.State, Addr: n.Addr, Host: n.Snap.Host, TelemetryAt: n.Snap.TakenAt}
+		judged := n.Judged
+		if !n.Self {
+			judged = lease.Judge(n.Snap, n.Leases, n.Idle, v.Now, b.s.cfg.Policy)
+		}
+		bn.GPUs = gpusFor(n.Snap, n.Leases, judged)
+		if !n.Self && n.State != lease.NodeAlive {
+			for j := range bn.GPUs {
+				bn.GPUs[j].Flags = append(bn.GPUs[j].Flags, api.FlagUnknown)
+			}
+		}
+		out.Nodes = append(out.Nodes, bn)
+	}
+	return out, nil
+}
+
+func gpusFor(snap nodeprobe.Snapshot, leases []lease.Lease, judged map[int]lease.Judgement) []api.GPU {
+	holder := make(map[int]*lease.Lease)
+	for i := range leases {
+		for _, g := range leases[i].GPUs {
+			holder[g] = &leases[i]
+		}
+	}
+	out := make([]api.GPU, len(snap.GPUs))
+	for i, g := range snap.GPUs {
+		out[i] = api.GPU{GPU: g, Flags: judged[g.Index].Flags, Lease: holder[g.Index]}
+		if out[i].Flags == nil {
+			out[i].Flags = []lease.Flag{}
+		}
+		if out[i].Processes == nil {
+			out[i].Processes = []nodeprobe.Process{}
+		}
+	}
+	return out
+}
+
+// Watch streams the board: now, then after every change anywhere. Bursts
+// are coalesced, so a slow reader is never handed stale boards.
+func (b *Bound) Watch(ctx context.Context) (<-chan api.Board, func() error) {
+	ch := make(chan api.Board, 1)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		defer close(ch)
+		for {
+			changed := b.s.Changes()
+			board, _ := b.Board(ctx)
+			select {
+			case <-ch:
+			default:
+			}
+			select {
+			case ch <- board:
+			case <-ctx.Done():
+				return
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-changed:
+			}
+		}
+	}()
+	return ch, func() error { <-done; return nil }
+}

@@ -1,0 +1,344 @@
+package core
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/dibs-gpu/dibs/agent/node"
+	"github.com/dibs-gpu/dibs/agent/peer"
+	"github.com/dibs-gpu/dibs/api"
+	"github.com/dibs-gpu/dibs/launch"
+	"github.com/dibs-gpu/dibs/lease"
+)
+
+// Bound is the service as one caller may use it: what every front door
+// hands its requests to. The caller was resolved once, at the edge.
+type Bound struct {
+	s *Service
+	c lease.Caller
+	// readOnly, when set, refuses every change (an agent that does not run
+	// as root serving someone else; an SSH identity with no account here).
+	readOnly error
+}
+
+// Caller is who this is bound to.
+func (b *Bound) Caller() lease.Caller { return b.c }
+
+func (b *Bound) write() error { return b.readOnly }
+
+// claimOf parses a claim request once, for every path a claim takes.
+func claimOf(req api.ClaimRequest) (lease.Claim, *node.Run, error) {
+	kind, err := lease.ParseKind(req.Kind)
+	if err != nil {
+		return lease.Claim{}, nil, err
+	}
+	var d time.Duration
+	if req.Duration != "" {
+		if d, err = lease.ParseDuration(req.Duration); err != nil {
+			return lease.Claim{}, nil, err
+		}
+	}
+	if req.Count < 0 {
+		return lease.Claim{}, nil, lease.Invalidf("GPU count must be positive, got %d", req.Count)
+	}
+	if err := lease.CheckGPUs(req.GPUs); err != nil {
+		return lease.Claim{}, nil, err
+	}
+	if req.RequestID != "" && !lease.ValidRequestID(req.RequestID) {
+		return lease.Claim{}, nil, lease.Invalidf("request id %q must be 8 to 64 letters, digits, '-' or '_'", req.RequestID)
+	}
+	c := lease.Claim{Count: req.Count, GPUs: req.GPUs, Duration: d, Note: req.Note, Kind: kind, Force: req.Force}
+	if req.Run == nil {
+		return c, nil, nil
+	}
+	if err := checkRun(req.Run.Command, req.Run.Dir, req.Run.Name); err != nil {
+		return lease.Claim{}, nil, err
+	}
+	return c, &node.Run{Name: req.Run.Name, Command: req.Run.Command, Dir: req.Run.Dir}, nil
+}
+
+// checkRun is every check a session's spec gets before anything is
+// granted or queued.
+func checkRun(command []string, dir, name string) error {
+	if err := lease.CheckJob(command, dir, name); err != nil {
+		return err
+	}
+	if name != "" {
+		if err := launch.CheckName(name); err != nil {
+			return lease.Invalidf("%v", err)
+		}
+	}
+	return nil
+}
+
+// Claim grants GPUs: on the node named, or (none named, in a cluster) on
+// the best node that fits. A claim for another node's GPUs is a request to
+// that node's agent, which alone decides. A retried claim (same request
+// id) gets the lease the first one made.
+func (b *Bound) Claim(ctx context.Context, req api.ClaimRequest) (api.ClaimResponse, error) {
+	if err := b.write(); err != nil {
+		return api.ClaimResponse{}, err
+	}
+	claim, run, err := claimOf(req)
+	if err != nil {
+		return api.ClaimResponse{}, err
+	}
+	s := b.s
+	v := s.View()
+	if req.RequestID != "" {
+		for _, l := range v.Leases() {
+			if l.RequestID == req.RequestID && l.User == b.c.User {
+				return claimResponse(l), nil
+			}
+		}
+	}
+	target := req.Node
+	if target == "" {
+		target = s.cfg.Node
+		if len(claim.GPUs) == 0 && len(v.Nodes) > 1 {
+			if target, err = lease.ChooseNode(v.Candidates(), claim.Count); err != nil {
+				return api.ClaimResponse{}, err
+			}
+		}
+	}
+	if target == s.cfg.Node {
+		l, err := b.grantHere(ctx, v, claim, run, req.RequestID)
+		return claimResponse(l), err
+	}
+	r, err := peer.Call(ctx, s.deps.Peers, target, peer.Claim, peer.As(b.c.User), peer.ClaimRequest{
+		Count: claim.Count, GPUs: claim.GPUs, Duration: claim.Duration, Note: claim.Note, Kind: claim.Kind,
+		Force: claim.Force, Run: peerRun(run), RequestID: req.RequestID,
+	})
+	if err != nil {
+		return api.ClaimResponse{}, err
+	}
+	s.awaitVisible(ctx, r.Lease.ID)
+	return claimResponse(r.Lease), nil
+}
+
+// grantHere is a claim decided by this node's single writer.
+func (b *Bound) grantHere(ctx context.Context, v lease.ClusterView, claim lease.Claim, run *node.Run, requestID string) (lease.Lease, error) {
+	n := claim.Count
+	if n == 0 {
+		n = len(claim.GPUs)
+	}
+	return b.s.deps.Node.Grant(ctx, b.c, node.Grant{
+		Claim: claim, Run: run, RequestID: requestID,
+		Borrowed: v.Borrows(b.s.cfg.Sched, b.c.User, n),
+	})
+}
+
+func peerRun(r *node.Run) *peer.Run {
+	if r == nil {
+		return nil
+	}
+	return &peer.Run{Name: r.Name, Command: r.Command, Dir: r.Dir}
+}
+
+// awaitVisible waits (briefly) until a lease granted elsewhere shows in
+// this agent's view, so the person's next command here sees what they just
+// got. It wakes on changes; it does not poll.
+func (s *Service) awaitVisible(ctx context.Context, id string) {
+	deadline := s.deps.Clock.After(time.Second)
+	for {
+		changed := s.Changes()
+		v := s.View()
+		if _, ok := v.FindLease(id); ok {
+			return
+		}
+		select {
+		case <-changed:
+		case <-deadline:
+			return
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+func claimResponse(l lease.Lease) api.ClaimResponse {
+	if l.ID == "" {
+		return api.ClaimResponse{}
+	}
+	return api.ClaimResponse{
+		ID: l.ID, Node: l.Node, GPUs: l.GPUs, CUDAVisibleDevices: l.CUDAVisibleDevices(),
+		Token: l.Token, Kind: string(l.Kind), ExpiresAt: l.ExpiresAt, Session: l.Session,
+	}
+}
+
+// mine reports whether l is the caller's: by uid on this node, by name on
+// the others (uids differ between nodes; names are what crosses them).
+func (b *Bound) mine(l lease.Lease) bool {
+	if l.Node == b.s.cfg.Node {
+		return l.UID == b.c.UID
+	}
+	return l.User == b.c.User
+}
+
+// Release ends leases the caller holds (or any, for an admin), killing
+// their sessions. Every id is checked before any lease ends, so a bad one
+// leaves nothing half-done; leases on other nodes are ended by their own
+// agents.
+func (b *Bound) Release(ctx context.Context, req api.ReleaseRequest) (api.ReleaseResponse, error) {
+	if err := b.write(); err != nil {
+		return api.ReleaseResponse{}, err
+	}
+	ids := req.IDs
+	if req.All {
+		if len(ids) > 0 {
+			return api.ReleaseResponse{}, lease.Invalidf("give lease ids or --all, not both")
+		}
+		v := b.s.View()
+		for _, l := range v.Leases() {
+			if b.mine(l) {
+				ids = append(ids, l.ID)
+			}
+		}
+		if len(ids) == 0 {
+			return api.ReleaseResponse{Released: []string{}}, nil
+		}
+	}
+	if len(ids) == 0 {
+		return api.ReleaseResponse{}, lease.Invalidf("name the lease to release (`dibs ls` shows ids), or use --all")
+	}
+	var local []string
+	remote := map[string][]string{}
+	for _, id := range ids {
+		n, ok := lease.NodeOfID(id)
+		if !ok {
+			return api.ReleaseResponse{}, lease.Invalidf("%q is not a lease id: ids look like node01-42 (`dibs ls` shows them)", id)
+		}
+		if n != b.s.cfg.Node {
+			remote[n] = append(remote[n], id)
+			continue
+		}
+		if err := b.s.deps.Node.CheckRelease(b.c, id); err != nil {
+			return api.ReleaseResponse{}, err
+		}
+		local = append(local, id)
+	}
+	out := api.ReleaseResponse{Released: []string{}}
+	for _, id := range local {
+		if err := b.s.deps.Node.Release(ctx, b.c, id); err != nil {
+			return out, err
+		}
+		out.Released = append(out.Released, id)
+	}
+	for n, rids := range remote {
+		r, err := peer.Call(ctx, b.s.deps.Peers, n, peer.Release, peer.As(b.c.User), peer.ReleaseRequest{IDs: rids})
+		out.Released = append(out.Released, r.Released...)
+		if err != nil {
+			return out, err
+		}
+	}
+	return out, nil
+}
+
+// releaseHere ends leases of this node for a forwarded request.
+func (b *Bound) releaseHere(ctx context.Context, ids []string) ([]string, error) {
+	for _, id := range ids {
+		if err := b.s.deps.Node.CheckRelease(b.c, id); err != nil {
+			return nil, err
+		}
+	}
+	out := []string{}
+	for _, id := range ids {
+		if err := b.s.deps.Node.Release(ctx, b.c, id); err != nil {
+			return out, err
+		}
+		out = append(out, id)
+	}
+	return out, nil
+}
+
+// Extend moves the end of a lease the caller holds.
+func (b *Bound) Extend(ctx context.Context, req api.ExtendRequest) (api.ClaimResponse, error) {
+	if err := b.write(); err != nil {
+		return api.ClaimResponse{}, err
+	}
+	n, ok := lease.NodeOfID(req.ID)
+	if !ok {
+		return api.ClaimResponse{}, lease.Invalidf("%q is not a lease id: ids look like node01-42 (`dibs ls` shows them)", req.ID)
+	}
+	d, err := lease.ParseDuration(req.Duration)
+	if err != nil {
+		return api.ClaimResponse{}, err
+	}
+	if n == b.s.cfg.Node {
+		l, err := b.s.deps.Node.Extend(b.c, req.ID, d)
+		return claimResponse(l), err
+	}
+	r, err := peer.Call(ctx, b.s.deps.Peers, n, peer.Extend, peer.As(b.c.User), peer.ExtendRequest{ID: req.ID, Duration: d})
+	return claimResponse(r.Lease), err
+}
+
+// Adopt takes a process the caller started without a lease into one.
+func (b *Bound) Adopt(ctx context.Context, req api.AdoptRequest) (api.ClaimResponse, error) {
+	if err := b.write(); err != nil {
+		return api.ClaimResponse{}, err
+	}
+	var d time.Duration
+	if req.Duration != "" {
+		var err error
+		if d, err = lease.ParseDuration(req.Duration); err != nil {
+			return api.ClaimResponse{}, err
+		}
+	}
+	if req.PID <= 0 {
+		return api.ClaimResponse{}, lease.Invalidf("%d is not a process id", req.PID)
+	}
+	l, err := b.s.deps.Node.Adopt(b.c, req.PID, d, req.Note)
+	return claimResponse(l), err
+}
+
+// Attach says how the caller reaches a lease's session: tmux attach here,
+// or ssh to the node that runs it. An empty id picks the caller's newest
+// session.
+func (b *Bound) Attach(ctx context.Context, id string) (api.AttachResponse, error) {
+	v := b.s.View()
+	var found *lease.Lease
+	for _, l := range v.Leases() {
+		if !b.mine(l) && !b.c.Admin {
+			if l.ID == id {
+				return api.AttachResponse{}, &lease.Error{Code: lease.CodeForbidden, Msg: fmt.Sprintf("lease %s belongs to %s: you can attach only to your own sessions", id, l.User)}
+			}
+			continue
+		}
+		if id == "" && l.Session != "" && (found == nil || l.StartedAt.After(found.StartedAt)) {
+			found = &l
+		}
+		if l.ID == id {
+			found = &l
+			break
+		}
+	}
+	switch {
+	case found == nil && id == "":
+		return api.AttachResponse{}, &lease.Error{Code: lease.CodeNotFound, Msg: "you have no lease with a session: start one with `dibs run -g 1`"}
+	case found == nil:
+		return api.AttachResponse{}, &lease.Error{Code: lease.CodeNotFound, Msg: fmt.Sprintf("no lease %s: `dibs ls` shows the live ones", id)}
+	case found.Session == "":
+		return api.AttachResponse{}, lease.Invalidf("lease %s has no session (it was claimed, not run): use `dibs run` to get one", found.ID)
+	}
+	u := launch.User{Name: found.User, UID: found.UID}
+	if found.Node == b.s.cfg.Node {
+		if lu, err := b.s.deps.Accounts.ByUID(found.UID); err == nil {
+			u = lu
+		}
+		return api.AttachResponse{Lease: *found, Local: true, Command: b.s.deps.Attach(u, found.Session)}, nil
+	}
+	host := found.Node
+	if b.s.cluster != nil {
+		host = b.s.cluster.SSHHost(found.Node)
+	}
+	argv := append([]string{"ssh", "-t", "--", host}, b.s.deps.Attach(u, found.Session)...)
+	return api.AttachResponse{Lease: *found, Local: false, Command: argv}, nil
+}
+
+// Status is the agent's view of itself and the cluster.
+func (b *Bound) Status(context.Context) (api.Status, error) { return b.s.Status(), nil }
+
+// oneLine folds a message onto one line.
+func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }

@@ -1,0 +1,173 @@
+// Package core is the daemon's one service: every operation a person or
+// another agent can ask for, bound to the caller the front door resolved.
+// The unix socket, the SSH board and the peer protocol all come here;
+// permission is decided here once (the lease rules decide ownership), and
+// each operation is carried out by the part that owns it: the node's
+// single writer, the queue's origin, the scheduler.
+package core
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/dibs-gpu/dibs/agent/account"
+	"github.com/dibs-gpu/dibs/agent/clock"
+	"github.com/dibs-gpu/dibs/agent/node"
+	"github.com/dibs-gpu/dibs/agent/notify"
+	"github.com/dibs-gpu/dibs/agent/origin"
+	"github.com/dibs-gpu/dibs/agent/peer"
+	"github.com/dibs-gpu/dibs/api"
+	"github.com/dibs-gpu/dibs/launch"
+	"github.com/dibs-gpu/dibs/lease"
+)
+
+// Config is what the service is told.
+type Config struct {
+	Node    string
+	Policy  lease.Policy
+	Sched   lease.SchedConfig
+	Version string
+	DataDir string
+	Socket  string
+}
+
+// Cluster is what the service reads of the gossip cluster; single-node mode
+// has none (nil).
+type Cluster interface {
+	// Peers are the other nodes as gossip last heard of them.
+	Peers() []lease.NodeView
+	// Host is this node's address as the others reach it (a gang's
+	// MASTER_ADDR).
+	Host() string
+	// SSHHost is what people ssh to for a node's sessions.
+	SSHHost(node string) string
+	Status(now time.Time) ([]api.Member, api.GossipCounter)
+}
+
+// Deps are the parts the service drives.
+type Deps struct {
+	Node     *node.Node
+	Origin   *origin.Origin
+	Peers    *peer.Mux
+	Accounts *account.Directory
+	Clock    clock.Clock
+	Changed  *notify.Signal
+	// Kick asks the scheduler for a pass.
+	Kick func()
+	// Attach builds the argv that attaches to a session.
+	Attach func(u launch.User, session string) []string
+	// CanWrite refuses changes for a uid this agent cannot act for (it does
+	// not run as root and uid is not its own); nil allows all.
+	CanWrite func(uid int) error
+	Log      *slog.Logger
+}
+
+// Service is the daemon's operations.
+type Service struct {
+	cfg       Config
+	deps      Deps
+	log       *slog.Logger
+	startedAt time.Time
+	cluster   Cluster
+}
+
+// New builds the service and registers its peer endpoints.
+func New(cfg Config, deps Deps) *Service {
+	if deps.Log == nil {
+		deps.Log = slog.New(slog.DiscardHandler)
+	}
+	if deps.Kick == nil {
+		deps.Kick = func() {}
+	}
+	cfg.Sched = cfg.Sched.WithDefaults()
+	s := &Service{cfg: cfg, deps: deps, log: deps.Log, startedAt: deps.Clock.Now()}
+	s.registerPeerOps()
+	return s
+}
+
+// SetCluster connects the service to the gossip cluster.
+func (s *Service) SetCluster(c Cluster) { s.cluster = c }
+
+// View is the cluster as this agent sees it now.
+func (s *Service) View() lease.ClusterView {
+	st := s.deps.Node.State()
+	self := lease.NodeView{
+		Name: s.cfg.Node, State: lease.NodeAlive, HasState: true, Version: st.Version,
+		Snap: st.Snap, Leases: st.Leases, Judged: st.Judged, Idle: lease.IdleTrackerFrom(st.QuietSince),
+		Queue: s.deps.Origin.Entries(), Ended: st.Ended, Usage: s.deps.Node.DecayedUsage(s.cfg.Sched.HalfLife),
+		Protocol: peer.Version, Software: s.cfg.Version,
+	}
+	var peers []lease.NodeView
+	if s.cluster != nil {
+		peers = s.cluster.Peers()
+	}
+	return lease.NewClusterView(self, peers, s.deps.Clock.Now())
+}
+
+// Changes returns a channel closed at the next change anywhere.
+func (s *Service) Changes() <-chan struct{} { return s.deps.Changed.Wait() }
+
+// ForUID binds the service to the process the kernel named on the socket.
+func (s *Service) ForUID(uid int) *Bound {
+	c := s.deps.Accounts.CallerForUID(uid)
+	return &Bound{s: s, c: c, readOnly: s.canWrite(c.UID)}
+}
+
+// ForUser binds the service to the account an SSH key was accepted for.
+// A name with no account here (a users-file identity) can look, not act.
+func (s *Service) ForUser(name string) *Bound {
+	u, err := s.deps.Accounts.ByName(name)
+	if err != nil {
+		c := lease.Caller{UID: -1, User: name}
+		return &Bound{s: s, c: c, readOnly: &lease.Error{Code: lease.CodeForbidden, Msg: fmt.Sprintf("%s has no account on %s, so can look but not claim", name, s.cfg.Node)}}
+	}
+	c := s.deps.Accounts.Caller(u)
+	return &Bound{s: s, c: c, readOnly: s.canWrite(c.UID)}
+}
+
+// forPeer is a request another agent forwarded for a user: it acts as this
+// node's account of the same name, or is refused.
+func (s *Service) forPeer(from string, who peer.Actor) (*Bound, error) {
+	if who.System {
+		return nil, &lease.Error{Code: lease.CodeForbidden, Msg: "this request must act for a user"}
+	}
+	c, err := s.deps.Accounts.CallerForName(who.User, from)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.canWrite(c.UID); err != nil {
+		return nil, err
+	}
+	return &Bound{s: s, c: c}, nil
+}
+
+func (s *Service) canWrite(uid int) error {
+	if s.deps.CanWrite == nil {
+		return nil
+	}
+	return s.deps.CanWrite(uid)
+}
+
+// Status reports the agent's view of itself and the cluster.
+func (s *Service) Status() api.Status {
+	st := s.deps.Node.State()
+	out := api.Status{
+		Node: s.cfg.Node, Version: s.cfg.Version, StartedAt: s.startedAt.Round(0),
+		Backend: string(st.Snap.Host.Backend), DataDir: s.cfg.DataDir, Socket: s.cfg.Socket,
+		Leases: len(st.Leases), LastToken: st.LastToken,
+	}
+	if s.cluster != nil {
+		out.Members, out.Gossip = s.cluster.Status(s.deps.Clock.Now())
+	}
+	return out
+}
+
+// tellUser notes text on uid's board and in their sessions on this node.
+func (s *Service) tellUser(uid int, text string) {
+	s.deps.Node.Notify(uid, text)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	s.deps.Node.TellUser(ctx, uid, text)
+}

@@ -1,0 +1,157 @@
+package core
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"syscall"
+
+	"github.com/dibs-gpu/dibs/agent/node"
+	"github.com/dibs-gpu/dibs/agent/peer"
+	"github.com/dibs-gpu/dibs/lease"
+)
+
+// registerPeerOps serves the protocol: what other agents (and this one's
+// scheduler) ask of this node. Requests for a user act as this node's
+// account of that name; the cluster's own steps (preempt, started) must
+// come as the system.
+func (s *Service) registerPeerOps() {
+	m := s.deps.Peers
+	peer.Handle(m, peer.Claim, func(ctx context.Context, from string, who peer.Actor, r peer.ClaimRequest) (peer.LeaseReply, error) {
+		b, err := s.forPeer(from, who)
+		if err != nil {
+			return peer.LeaseReply{}, err
+		}
+		claim := lease.Claim{Count: r.Count, GPUs: r.GPUs, Duration: r.Duration, Note: r.Note, Kind: r.Kind, Force: r.Force}
+		var run *node.Run
+		if r.Run != nil {
+			if err := checkRun(r.Run.Command, r.Run.Dir, r.Run.Name); err != nil {
+				return peer.LeaseReply{}, err
+			}
+			run = &node.Run{Name: r.Run.Name, Command: r.Run.Command, Dir: r.Run.Dir}
+		}
+		l, err := b.grantHere(ctx, s.View(), claim, run, r.RequestID)
+		return peer.LeaseReply{Lease: l}, err
+	})
+	peer.Handle(m, peer.Release, func(ctx context.Context, from string, who peer.Actor, r peer.ReleaseRequest) (peer.ReleaseReply, error) {
+		b, err := s.forPeer(from, who)
+		if err != nil {
+			return peer.ReleaseReply{}, err
+		}
+		for _, id := range r.IDs {
+			if n, _ := lease.NodeOfID(id); n != s.cfg.Node {
+				return peer.ReleaseReply{}, lease.Invalidf("lease %s is not on %s", id, s.cfg.Node)
+			}
+		}
+		ids, err := b.releaseHere(ctx, r.IDs)
+		return peer.ReleaseReply{Released: ids}, err
+	})
+	peer.Handle(m, peer.Extend, func(ctx context.Context, from string, who peer.Actor, r peer.ExtendRequest) (peer.LeaseReply, error) {
+		b, err := s.forPeer(from, who)
+		if err != nil {
+			return peer.LeaseReply{}, err
+		}
+		l, err := s.deps.Node.Extend(b.c, r.ID, r.Duration)
+		return peer.LeaseReply{Lease: l}, err
+	})
+	peer.Handle(m, peer.Start, func(ctx context.Context, from string, who peer.Actor, r peer.StartRequest) (peer.StartReply, error) {
+		if who.User != r.Entry.User {
+			return peer.StartReply{}, &lease.Error{Code: lease.CodeForbidden, Msg: fmt.Sprintf("a start of %s must act for its submitter %s", r.Entry.ID, r.Entry.User)}
+		}
+		b, err := s.forPeer(from, who)
+		if err != nil {
+			return peer.StartReply{}, err
+		}
+		return b.startPart(ctx, r)
+	})
+	peer.Handle(m, peer.Started, func(ctx context.Context, from string, who peer.Actor, r peer.StartedRequest) (peer.Empty, error) {
+		if !who.System {
+			return peer.Empty{}, &lease.Error{Code: lease.CodeForbidden, Msg: "only the scheduler says an entry started"}
+		}
+		if e, ok := s.deps.Origin.MarkStarted(r.Key); ok {
+			s.tellUser(e.UID, fmt.Sprintf("your queued request %s started (`dibs ls` shows its GPUs)", e.ID))
+		}
+		return peer.Empty{}, nil
+	})
+	peer.Handle(m, peer.Preempt, func(ctx context.Context, from string, who peer.Actor, r peer.PreemptRequest) (peer.Empty, error) {
+		if !who.System {
+			return peer.Empty{}, &lease.Error{Code: lease.CodeForbidden, Msg: "only the cluster preempts a lease"}
+		}
+		return peer.Empty{}, s.deps.Node.Preempt(r.Lease, r.Token, r.Reason, syscall.Signal(r.Signal))
+	})
+	peer.Handle(m, peer.Cancel, func(ctx context.Context, from string, who peer.Actor, r peer.CancelRequest) (peer.Empty, error) {
+		b, err := s.forPeer(from, who)
+		if err != nil {
+			return peer.Empty{}, err
+		}
+		if err := s.deps.Origin.Cancel(b.c, r.ID); err != nil {
+			return peer.Empty{}, err
+		}
+		s.deps.Kick()
+		return peer.Empty{}, nil
+	})
+	peer.Handle(m, peer.Usage, func(ctx context.Context, from string, who peer.Actor, r peer.UsageRequest) (peer.UsageReply, error) {
+		u, err := s.deps.Node.UsageSince(r.Since)
+		return peer.UsageReply{GPUSeconds: u}, err
+	})
+}
+
+// startPart starts, reserves or commits this node's part of a queued
+// attempt, as the entry's user.
+func (b *Bound) startPart(ctx context.Context, r peer.StartRequest) (peer.StartReply, error) {
+	s := b.s
+	e := r.Entry
+	host := s.cfg.Node
+	if s.cluster != nil {
+		host = s.cluster.Host()
+	}
+	claim := lease.Claim{GPUs: r.GPUs, Duration: e.Duration, Kind: e.Kind, Note: e.Note}
+	var run *node.Run
+	if e.Job != nil {
+		name := lease.RankSessionName(e.Job.Name, e, r.Rank)
+		if err := checkRun(e.Job.Command, e.Job.Dir, name); err != nil {
+			return peer.StartReply{}, err
+		}
+		run = &node.Run{Name: name, Command: e.Job.Command, Dir: e.Job.Dir, RecordExit: true}
+	}
+	switch r.Phase {
+	case peer.PhaseStart:
+		l, err := s.deps.Node.Grant(ctx, b.c, node.Grant{Claim: claim, Run: run, Entry: e.Key(), Borrowed: r.Borrowed})
+		return peer.StartReply{Lease: l, Host: host}, err
+	case peer.PhaseReserve:
+		l, err := s.deps.Node.Grant(ctx, b.c, node.Grant{Claim: claim, Run: run, Entry: e.Key(), Gang: r.Gang, Rank: r.Rank, Borrowed: r.Borrowed, ReserveFor: s.cfg.Sched.ReservationTTL})
+		if err != nil {
+			return peer.StartReply{}, err
+		}
+		out := peer.StartReply{Lease: l, Host: host}
+		if r.Rank == 0 {
+			if out.Port, err = freePort(host); err != nil {
+				return out, fmt.Errorf("find a free port for the rendezvous: %w", err)
+			}
+		}
+		return out, nil
+	case peer.PhaseCommit:
+		if run != nil {
+			run.Env = r.Env
+			if e.Job.Torchrun {
+				run.Command = lease.TorchrunCommand(e, r.Env, run.Command)
+			}
+		}
+		l, err := s.deps.Node.Commit(ctx, b.c, e.Key(), e.Duration, run)
+		return peer.StartReply{Lease: l, Host: host}, err
+	}
+	return peer.StartReply{}, lease.Invalidf("unknown start phase %q", r.Phase)
+}
+
+// freePort asks the kernel for a port nobody listens on, for torchrun's
+// rendezvous on rank 0.
+func freePort(host string) (int, error) {
+	l, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
+	if err != nil {
+		if l, err = net.Listen("tcp", ":0"); err != nil {
+			return 0, err
+		}
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}

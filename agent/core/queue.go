@@ -1,0 +1,216 @@
+package core
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/dibs-gpu/dibs/agent/peer"
+	"github.com/dibs-gpu/dibs/api"
+	"github.com/dibs-gpu/dibs/lease"
+)
+
+// Submit queues a request at this agent, its source of truth. It gets every
+// check a direct request gets, now, so nothing that can never start waits
+// in the queue (or blocks it).
+func (b *Bound) Submit(ctx context.Context, req api.SubmitRequest) (api.Submitted, error) {
+	if err := b.write(); err != nil {
+		return api.Submitted{}, err
+	}
+	if b.c.UID < 0 {
+		return api.Submitted{}, &lease.Error{Code: lease.CodeForbidden, Msg: "you have no account here, so cannot queue"}
+	}
+	claim, run, err := claimOf(req.Claim)
+	if err != nil {
+		return api.Submitted{}, err
+	}
+	if len(claim.GPUs) > 0 {
+		return api.Submitted{}, lease.Invalidf("a queued request asks for a number of GPUs (-g N), not named ones")
+	}
+	if req.Claim.Node != "" {
+		if err := lease.ValidNodeName(req.Claim.Node); err != nil {
+			return api.Submitted{}, lease.Invalidf("%v", err)
+		}
+	}
+	s := b.s
+	e := lease.QueueEntry{
+		Origin: s.cfg.Node, User: b.c.User, UID: b.c.UID,
+		Nodes: req.Nodes, GPUsPerNode: req.GPUsPerNode, Node: req.Claim.Node,
+		Duration: claim.Duration, Kind: claim.Kind, Note: claim.Note,
+		Requeue: req.Requeue, MaxRestarts: req.MaxRestarts, Model: req.Model,
+	}
+	if e.Nodes <= 1 && e.GPUsPerNode == 0 {
+		e.GPUsPerNode = claim.Count
+	}
+	if run != nil {
+		if err := s.canRun(b.c); err != nil {
+			return api.Submitted{}, err
+		}
+		e.Job = &lease.Job{Command: run.Command, Dir: run.Dir, Name: run.Name, Torchrun: req.Torchrun}
+	}
+	if err := e.Check(s.cfg.Policy); err != nil {
+		return api.Submitted{}, err
+	}
+	v := s.View()
+	if err := lease.CheckFeasible(e, v.SchedNodes(), e.Model); err != nil {
+		return api.Submitted{}, err
+	}
+	e, err = s.deps.Origin.Submit(e)
+	if err != nil {
+		return api.Submitted{}, err
+	}
+	s.deps.Kick()
+	q, _ := b.Queue(ctx)
+	out := api.Submitted{ID: e.ID, Waiting: len(q.Entries)}
+	for _, x := range q.Entries {
+		if x.ID == e.ID {
+			out.Position = x.Position
+		}
+	}
+	return out, nil
+}
+
+// canRun refuses a run for a caller this agent cannot start sessions as.
+func (s *Service) canRun(c lease.Caller) error {
+	if c.UID < 0 {
+		return &lease.Error{Code: lease.CodeForbidden, Msg: fmt.Sprintf("%s has no account on %s, so no session can run as them", c.User, s.cfg.Node)}
+	}
+	return s.canWrite(c.UID)
+}
+
+// Cancel withdraws a queued request: by its submitter (or an admin), at its
+// origin.
+func (b *Bound) Cancel(ctx context.Context, id string) error {
+	if err := b.write(); err != nil {
+		return err
+	}
+	origin, ok := lease.OriginOfQueueID(id)
+	if !ok {
+		return lease.Invalidf("%q is not a queue id: ids look like node01-q3 (`dibs queue` shows them)", id)
+	}
+	if origin != b.s.cfg.Node {
+		_, err := peer.Call(ctx, b.s.deps.Peers, origin, peer.Cancel, peer.As(b.c.User), peer.CancelRequest{ID: id})
+		return err
+	}
+	if err := b.s.deps.Origin.Cancel(b.c, id); err != nil {
+		return err
+	}
+	b.s.deps.Kick()
+	return nil
+}
+
+// Queue is `dibs queue`: the waiting requests in scheduling order, then the
+// running ones.
+func (b *Bound) Queue(context.Context) (api.Queue, error) {
+	s := b.s
+	v := s.View()
+	var waiting, running []lease.QueueEntry
+	for _, e := range v.Entries() {
+		if e.Running {
+			running = append(running, e)
+		} else {
+			waiting = append(waiting, e)
+		}
+	}
+	plan := lease.Schedule(waiting, v.SchedNodes(), v.Usage(), v.Now, s.cfg.Sched)
+	q := api.Queue{Scheduler: v.Scheduler(), Entries: []api.QueuedEntry{}}
+	for _, r := range plan.Order {
+		q.Entries = append(q.Entries, queuedView(r.Entry, r.Priority, r.Position, r.EstStart, r.Waiting))
+	}
+	slices.SortFunc(running, func(x, y lease.QueueEntry) int { return strings.Compare(x.ID, y.ID) })
+	for _, e := range running {
+		qv := queuedView(e, 0, 0, time.Time{}, "")
+		qv.Running = true
+		q.Entries = append(q.Entries, qv)
+	}
+	return q, nil
+}
+
+func queuedView(e lease.QueueEntry, prio float64, pos int, est time.Time, why string) api.QueuedEntry {
+	v := api.QueuedEntry{
+		ID: e.ID, Position: pos, User: e.User, Nodes: e.Nodes, GPUsPerNode: e.GPUsPerNode, Node: e.Node,
+		Kind: string(e.Kind), Duration: lease.FormatDuration(e.Duration), Note: e.Note, Priority: prio,
+		SubmittedAt: e.SubmittedAt, EstStart: est, Waiting: why, Restarts: e.Restarts,
+	}
+	if e.Job != nil {
+		v.Command = e.Job.Command
+	}
+	return v
+}
+
+// Usage is `dibs usage`: GPU-hours per user over the window, from every
+// node's ledger, and each user's fair-share factor now.
+func (b *Bound) Usage(ctx context.Context, window string) (api.UsageReport, error) {
+	s := b.s
+	w := 7 * 24 * time.Hour
+	if window != "" {
+		d, err := lease.ParseDuration(window)
+		if err != nil {
+			return api.UsageReport{}, err
+		}
+		w = d
+	}
+	v := s.View()
+	since := v.Now.Add(-w)
+	rep := api.UsageReport{Since: since.Round(0), Users: []api.UserUsage{}}
+	raw := map[string]float64{}
+	mine, err := s.deps.Node.UsageSince(since)
+	if err != nil {
+		return rep, err
+	}
+	for u, x := range mine {
+		raw[u] += x
+	}
+	for i := range v.Nodes {
+		n := &v.Nodes[i]
+		if n.Self {
+			continue
+		}
+		cctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+		r, err := peer.Call(cctx, s.deps.Peers, n.Name, peer.Usage, peer.As(b.c.User), peer.UsageRequest{Since: since})
+		cancel()
+		if err != nil {
+			rep.Missing = append(rep.Missing, n.Name)
+			continue
+		}
+		for u, x := range r.GPUSeconds {
+			raw[u] += x
+		}
+	}
+	decayed := v.Usage()
+	running := map[string]int{}
+	for _, l := range v.Leases() {
+		if l.ReservedUntil.IsZero() {
+			running[l.User] += len(l.GPUs)
+		}
+	}
+	users := map[string]bool{}
+	for _, m := range []map[string]float64{raw, decayed} {
+		for u := range m {
+			users[u] = true
+		}
+	}
+	for u := range running {
+		users[u] = true
+	}
+	for u := range users {
+		share := 1.0
+		if x, ok := s.cfg.Sched.Shares[u]; ok {
+			share = x
+		}
+		rep.Users = append(rep.Users, api.UserUsage{
+			User: u, GPUHours: raw[u] / 3600, Decayed: decayed[u] / 3600, Share: share,
+			FairShare: lease.FairShareFactor(u, decayed, s.cfg.Sched), RunningGPU: running[u], Quota: s.cfg.Sched.Quotas[u],
+		})
+	}
+	slices.SortFunc(rep.Users, func(x, y api.UserUsage) int {
+		if c := cmp.Compare(y.GPUHours, x.GPUHours); c != 0 {
+			return c
+		}
+		return strings.Compare(x.User, y.User)
+	})
+	return rep, nil
+}

@@ -1,0 +1,183 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/dibs-gpu/dibs/launch"
+	"github.com/dibs-gpu/dibs/lease"
+)
+
+// Run is the session a grant starts on its GPUs.
+type Run struct {
+	// Name of the tmux session; empty means one derived from the lease id.
+	Name    string
+	Command []string
+	Dir     string
+	// Env is added to the lease's own variables (a gang's rendezvous).
+	Env map[string]string
+	// RecordExit asks the session to record its command's exit status, so a
+	// queued run's origin can tell a failed run from a finished one.
+	RecordExit bool
+}
+
+// Grant is every way GPUs on this node are handed out: a claim, a run, a
+// queued start, a gang reservation.
+type Grant struct {
+	Claim lease.Claim
+	// Run, when set, starts a session on the new lease (not for a
+	// reservation: Commit starts it).
+	Run *Run
+	// RequestID makes a retried claim idempotent.
+	RequestID string
+	// Entry is the queued attempt (QueueEntry.Key) the lease serves.
+	Entry    string
+	Gang     string
+	Rank     int
+	Borrowed bool
+	// ReserveFor, when set, makes a gang reservation that ends by itself
+	// after this long unless committed.
+	ReserveFor time.Duration
+}
+
+// Grant plans, persists and acknowledges a lease for c, then starts its
+// session. A retried request (same RequestID, same caller) or a retried
+// start of the same queued attempt gets what the first one got; an attempt
+// that already ran here never runs again.
+func (n *Node) Grant(ctx context.Context, c lease.Caller, g Grant) (lease.Lease, error) {
+	var u launch.User
+	if g.Run != nil {
+		var err error
+		if u, err = n.sessionUser(c); err != nil {
+			return lease.Lease{}, err
+		}
+		if g.Run.Name != "" {
+			if err := launch.CheckName(g.Run.Name); err != nil {
+				return lease.Lease{}, lease.Invalidf("%v", err)
+			}
+		}
+	}
+	n.wmu.Lock()
+	if l, ok := n.table.ByRequest(c.UID, g.RequestID); ok {
+		n.wmu.Unlock()
+		return l, nil
+	}
+	if g.Entry != "" {
+		if l, ok := n.table.ByEntry(g.Entry); ok {
+			n.wmu.Unlock()
+			return l, nil
+		}
+		if x, ok := lease.RanBefore(n.ended, g.Entry); ok {
+			n.wmu.Unlock()
+			return lease.Lease{}, &lease.Error{Code: lease.CodeConflict, Msg: fmt.Sprintf("%s already ran on %s (lease %s, %s)", g.Entry, n.cfg.Name, x.Lease, x.Reason)}
+		}
+	}
+	now := n.now()
+	l, err := n.table.PlanClaim(c, g.Claim, n.snap, now.Wall, n.cfg.Policy)
+	if err != nil {
+		n.wmu.Unlock()
+		return lease.Lease{}, err
+	}
+	l.Entry, l.Gang, l.Rank, l.Borrowed, l.RequestID = g.Entry, g.Gang, g.Rank, g.Borrowed, g.RequestID
+	if g.ReserveFor > 0 {
+		l.ReservedUntil = now.Wall.Round(0).Add(g.ReserveFor)
+	}
+	if g.Run != nil {
+		l.Session = g.Run.Name
+		if l.Session == "" {
+			l.Session = lease.SessionName(l.ID)
+		}
+	}
+	err = n.saveLocked(l, now)
+	n.wmu.Unlock()
+	if err != nil {
+		return lease.Lease{}, err
+	}
+	if g.Run != nil && g.ReserveFor == 0 {
+		if err := n.startSession(ctx, l, u, g.Run); err != nil {
+			n.end(l, lease.EndSessionFailed, "")
+			return lease.Lease{}, err
+		}
+	}
+	n.deps.LeasesChanged()
+	return l, nil
+}
+
+// Commit turns a gang reservation into a lease from now and starts its
+// rank. Committing a lease that is already committed returns it.
+func (n *Node) Commit(ctx context.Context, c lease.Caller, entry string, d time.Duration, run *Run) (lease.Lease, error) {
+	n.wmu.Lock()
+	l, ok := n.table.ByEntry(entry)
+	if !ok {
+		n.wmu.Unlock()
+		return lease.Lease{}, &lease.Error{Code: lease.CodeConflict, Msg: fmt.Sprintf("the reservation for %s on %s is gone (expired?)", entry, n.cfg.Name)}
+	}
+	if l.ReservedUntil.IsZero() {
+		n.wmu.Unlock()
+		return l, nil
+	}
+	now := n.now()
+	l.ReservedUntil = time.Time{}
+	l.StartedAt = now.Wall.Round(0)
+	l.ExpiresAt = l.StartedAt.Add(d)
+	err := n.saveLocked(l, now)
+	n.wmu.Unlock()
+	if err != nil {
+		return lease.Lease{}, err
+	}
+	if run != nil {
+		u, err := n.sessionUser(c)
+		if err == nil {
+			err = n.startSession(ctx, l, u, run)
+		}
+		if err != nil {
+			n.end(l, lease.EndSessionFailed, "")
+			return lease.Lease{}, err
+		}
+	}
+	n.deps.LeasesChanged()
+	return l, nil
+}
+
+// sessionUser resolves who a session runs as, refusing when this agent
+// cannot start processes as them.
+func (n *Node) sessionUser(c lease.Caller) (launch.User, error) {
+	if c.UID < 0 {
+		return launch.User{}, &lease.Error{Code: lease.CodeForbidden, Msg: fmt.Sprintf("%s has no account on %s, so no session can run as them there", c.User, n.cfg.Name)}
+	}
+	if n.cfg.CanRunAs != nil {
+		if err := n.cfg.CanRunAs(c.UID); err != nil {
+			return launch.User{}, err
+		}
+	}
+	u, err := n.deps.Accounts.ByUID(c.UID)
+	if err != nil {
+		return launch.User{}, fmt.Errorf("look up uid %d: %w", c.UID, err)
+	}
+	return u, nil
+}
+
+// startSession starts the lease's tmux session as u and watches it.
+func (n *Node) startSession(ctx context.Context, l lease.Lease, u launch.User, run *Run) error {
+	if !n.Current(l.ID, l.Token) {
+		return fmt.Errorf("lease %s ended before its session could start", l.ID)
+	}
+	env := l.Env()
+	for k, v := range run.Env {
+		env[k] = v
+	}
+	spec := launch.Spec{Name: l.Session, User: u, Env: env, Command: run.Command, Dir: run.Dir, RecordExit: run.RecordExit && len(run.Command) > 0}
+	if _, err := n.deps.Sessions.Start(ctx, spec); err != nil {
+		switch {
+		case errors.Is(err, launch.ErrTmuxNotFound):
+			return &lease.Error{Code: lease.CodeUnavailable, Msg: launch.ErrTmuxNotFound.Error()}
+		case errors.Is(err, launch.ErrSessionExists):
+			return lease.Invalidf("you already have a tmux session named %s: pick another --name", l.Session)
+		}
+		return fmt.Errorf("start session for lease %s: %w", l.ID, err)
+	}
+	n.watch(l, u)
+	return nil
+}

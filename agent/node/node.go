@@ -1,0 +1,350 @@
+// Package node is the single writer of one node's GPUs: the lease table, its
+// store, the sessions started under leases, and the steps the clock calls
+// for. Only this package grants, renews or ends this node's leases. Writers
+// queue on one mutex and fsync before they acknowledge; readers never wait
+// for a disk: they read the State last published, an immutable value.
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/dibs-gpu/dibs/agent/account"
+	"github.com/dibs-gpu/dibs/agent/clock"
+	"github.com/dibs-gpu/dibs/agent/notify"
+	"github.com/dibs-gpu/dibs/launch"
+	"github.com/dibs-gpu/dibs/lease"
+	"github.com/dibs-gpu/dibs/nodeprobe"
+)
+
+// Sessions is the part of launch.Launcher the node uses. All methods may be
+// called from any goroutine and may block for a tmux round trip.
+type Sessions interface {
+	Start(ctx context.Context, s launch.Spec) (launch.Session, error)
+	Exists(ctx context.Context, u launch.User, name string) (bool, error)
+	List(ctx context.Context, u launch.User) ([]string, error)
+	Message(ctx context.Context, u launch.User, name, text string) error
+	Signal(ctx context.Context, u launch.User, name string, sig syscall.Signal) error
+	Kill(ctx context.Context, u launch.User, name string) error
+	Watch(ctx context.Context, u launch.User, name string, interval time.Duration) <-chan struct{}
+	AttachCommand(u launch.User, name string) []string
+	// ExitStatus reads (and removes) the exit status a run recorded.
+	ExitStatus(u launch.User, name string) (code int, ok bool, err error)
+}
+
+// Config is what the node is told.
+type Config struct {
+	Name          string
+	Policy        lease.Policy
+	ProbeInterval time.Duration
+	// SessionPoll is how often a running session is checked for its end.
+	SessionPoll time.Duration
+	// PreemptSignal tells a reclaimed lease's session to checkpoint.
+	PreemptSignal syscall.Signal
+	// CanRunAs reports whether this agent may start sessions as uid (it is
+	// root, or it is that user); nil allows all.
+	CanRunAs func(uid int) error
+	Log      *slog.Logger
+}
+
+// Deps are the parts the node drives.
+type Deps struct {
+	Store    lease.Store
+	Probe    nodeprobe.Probe
+	Sessions Sessions
+	Accounts *account.Directory
+	Clock    clock.Clock
+	// Changed wakes boards and watchers after every published change.
+	Changed *notify.Signal
+	// LeasesChanged is called (without locks held) after a lease changed,
+	// so the cluster hears at once and the scheduler looks again.
+	LeasesChanged func()
+}
+
+// State is the node as readers see it. It is published whole after every
+// change and never modified, so readers take it without a lock.
+type State struct {
+	Version    uint64
+	Snap       nodeprobe.Snapshot
+	Leases     []lease.Lease
+	Judged     map[int]lease.Judgement
+	QuietSince map[int]time.Time
+	// Ended are recently ended queued runs (lease.EndedRunKeep).
+	Ended     []lease.EndedRun
+	LastToken uint64
+}
+
+// Node is one node's single writer.
+type Node struct {
+	cfg  Config
+	deps Deps
+	log  *slog.Logger
+
+	// wmu serialises every change to the table and the store; the disk
+	// write happens under it, never under anything a reader takes.
+	wmu     sync.Mutex
+	table   *lease.Table
+	snap    nodeprobe.Snapshot
+	idle    *lease.IdleTracker
+	judged  map[int]lease.Judgement
+	ended   []lease.EndedRun
+	version uint64
+
+	state   atomic.Pointer[State]
+	notices notices
+
+	watchMu  sync.Mutex
+	watching map[string]context.CancelFunc
+
+	usage usageCache
+
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+}
+
+// New builds a node over an opened store; Open loads it.
+func New(cfg Config, deps Deps) *Node {
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.DiscardHandler)
+	}
+	if cfg.SessionPoll <= 0 {
+		cfg.SessionPoll = 500 * time.Millisecond
+	}
+	if cfg.ProbeInterval <= 0 {
+		cfg.ProbeInterval = time.Second
+	}
+	if cfg.PreemptSignal == 0 {
+		cfg.PreemptSignal = syscall.SIGUSR1
+	}
+	if deps.Changed == nil {
+		deps.Changed = &notify.Signal{}
+	}
+	if deps.LeasesChanged == nil {
+		deps.LeasesChanged = func() {}
+	}
+	return &Node{cfg: cfg, deps: deps, log: cfg.Log, idle: lease.NewIdleTracker(), watching: map[string]context.CancelFunc{}}
+}
+
+// Name is the node's name.
+func (n *Node) Name() string { return n.cfg.Name }
+
+// Policy is the node's lease policy.
+func (n *Node) Policy() lease.Policy { return n.cfg.Policy }
+
+// now is one reading of both clocks.
+func (n *Node) now() lease.Instant {
+	c := n.deps.Clock
+	return lease.Instant{Wall: c.Now(), Mono: c.Mono(), Boot: c.Boot()}
+}
+
+// Open loads the table from the store, takes a first snapshot, re-adopts
+// the sessions that still run and ends the leases whose sessions are gone.
+// ctx bounds the first probe; the node's own work runs until Close.
+func (n *Node) Open(ctx context.Context) error {
+	leases, last, err := n.deps.Store.Load()
+	if err != nil {
+		return err
+	}
+	now := n.now()
+	snap, err := n.deps.Probe.Snapshot(ctx)
+	if err != nil {
+		return fmt.Errorf("first probe: %w", err)
+	}
+	snap.Host.Name = n.cfg.Name
+	n.ctx, n.cancel = context.WithCancel(context.Background())
+	n.wmu.Lock()
+	n.table = lease.NewTable(n.cfg.Name, leases, last, now)
+	n.snap = snap
+	n.idle.Observe(snap, n.cfg.Policy)
+	n.publishLocked(now.Wall)
+	n.wmu.Unlock()
+	n.readopt(ctx)
+	return nil
+}
+
+// Run probes and applies the clock's steps until Close.
+func (n *Node) Run() {
+	n.wg.Add(1)
+	go n.loop()
+}
+
+// Close stops the loops and the session watchers. Sessions keep running; a
+// restarted agent re-adopts them. It does not close the store.
+func (n *Node) Close() {
+	if n.cancel == nil {
+		return
+	}
+	n.cancel()
+	n.watchMu.Lock()
+	for id, cancel := range n.watching {
+		cancel()
+		delete(n.watching, id)
+	}
+	n.watchMu.Unlock()
+	n.wg.Wait()
+}
+
+// State is the node as last published.
+func (n *Node) State() *State { return n.state.Load() }
+
+// publishLocked makes the table, snapshot and judgements the new State.
+// Callers hold wmu.
+func (n *Node) publishLocked(now time.Time) {
+	leases := n.table.List()
+	n.judged = lease.Judge(n.snap, leases, n.idle, now, n.cfg.Policy)
+	n.version++
+	n.state.Store(&State{
+		Version: n.version, Snap: n.snap, Leases: leases, Judged: n.judged,
+		QuietSince: n.idle.QuietSinceAll(), Ended: slices.Clone(n.ended), LastToken: n.table.LastToken(),
+	})
+	n.deps.Changed.Notify()
+}
+
+// saveLocked makes a granted or changed lease durable, then applies it: the
+// table and the published state move only after the disk has it. Callers
+// hold wmu.
+func (n *Node) saveLocked(l lease.Lease, now lease.Instant) error {
+	stamped := n.table.Stamp(l, now)
+	if err := n.deps.Store.Put(stamped); err != nil {
+		return err
+	}
+	n.table.Put(l, now)
+	n.publishLocked(now.Wall)
+	return nil
+}
+
+// endLocked removes a lease durably and records it in the ledger (and, for
+// a queued run, among the ended runs its origin reads). Callers hold wmu.
+func (n *Node) endLocked(l lease.Lease, reason lease.EndReason, by string, now lease.Instant) error {
+	if !n.table.Current(l.ID, l.Token) {
+		return nil
+	}
+	if err := n.deps.Store.End(l.ID, lease.Ended(l, now.Wall, string(reason), by)); err != nil {
+		n.log.Error("end lease", "lease", l.ID, "reason", reason, "err", err)
+		return err
+	}
+	n.table.Remove(l.ID)
+	n.usage.dirty.Store(true)
+	if l.Entry != "" {
+		n.ended = lease.RememberEnded(n.ended, lease.EndedRun{Entry: l.Entry, Lease: l.ID, Gang: l.Gang, Reason: reason, At: now.Wall.Round(0), Reserved: !l.ReservedUntil.IsZero()}, now.Wall)
+	}
+	n.stopWatching(l.ID)
+	n.publishLocked(now.Wall)
+	return nil
+}
+
+// end ends a lease if its token is still current, then tells the cluster.
+func (n *Node) end(l lease.Lease, reason lease.EndReason, by string) error {
+	n.wmu.Lock()
+	err := n.endLocked(l, reason, by, n.now())
+	n.wmu.Unlock()
+	if err == nil {
+		n.deps.LeasesChanged()
+	}
+	return err
+}
+
+// update persists a change to a lease if its token is still current.
+func (n *Node) update(l lease.Lease, f func(*lease.Lease)) bool {
+	n.wmu.Lock()
+	defer n.wmu.Unlock()
+	cur, ok := n.table.Get(l.ID)
+	if !ok || cur.Token != l.Token {
+		return false
+	}
+	f(&cur)
+	if err := n.saveLocked(cur, n.now()); err != nil {
+		n.log.Error("save lease", "lease", l.ID, "err", err)
+		return false
+	}
+	return true
+}
+
+// Current reports whether token is still lease id's.
+func (n *Node) Current(id string, token uint64) bool {
+	n.wmu.Lock()
+	defer n.wmu.Unlock()
+	return n.table.Current(id, token)
+}
+
+// loop probes at the configured interval and applies the clock's steps.
+func (n *Node) loop() {
+	defer n.wg.Done()
+	t := n.deps.Clock.NewTicker(n.cfg.ProbeInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-n.ctx.Done():
+			return
+		case <-t.C():
+		}
+		n.probeOnce()
+		n.Tick()
+	}
+}
+
+// probeOnce takes a snapshot and publishes only when something a person
+// would see changed.
+func (n *Node) probeOnce() {
+	ctx, cancel := context.WithTimeout(n.ctx, 5*time.Second)
+	snap, err := n.deps.Probe.Snapshot(ctx)
+	cancel()
+	if err != nil {
+		if !errors.Is(err, context.Canceled) {
+			n.log.Warn("probe", "err", err)
+		}
+		return
+	}
+	snap.Host.Name = n.cfg.Name
+	n.wmu.Lock()
+	now := n.deps.Clock.Now()
+	n.idle.Observe(snap, n.cfg.Policy)
+	visible := telemetryChanged(n.snap, snap)
+	n.snap = snap
+	if judged := lease.Judge(snap, n.table.List(), n.idle, now, n.cfg.Policy); visible || !sameJudgements(n.judged, judged) {
+		n.publishLocked(now)
+	}
+	n.wmu.Unlock()
+}
+
+// telemetryChanged reports a difference a board would show.
+func telemetryChanged(old, cur nodeprobe.Snapshot) bool {
+	if len(old.GPUs) != len(cur.GPUs) {
+		return true
+	}
+	for i := range cur.GPUs {
+		o, c := &old.GPUs[i], &cur.GPUs[i]
+		if o.MemoryUsedMiB != c.MemoryUsedMiB || !eqInt(o.UtilizationPct, c.UtilizationPct) ||
+			!eqInt(o.TemperatureC, c.TemperatureC) || !slices.Equal(o.Processes, c.Processes) {
+			return true
+		}
+	}
+	return false
+}
+
+func eqInt(a, b *int) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return *a == *b
+}
+
+func sameJudgements(a, b map[int]lease.Judgement) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, x := range a {
+		if y, ok := b[k]; !ok || !slices.Equal(x.Flags, y.Flags) {
+			return false
+		}
+	}
+	return true
+}

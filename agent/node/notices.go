@@ -1,0 +1,56 @@
+package node
+
+import (
+	"sync"
+	"time"
+)
+
+// noticeKeep and noticeMax bound what a user is shown on their board and in
+// `dibs ls`: the last few messages of the last half hour.
+const (
+	noticeKeep = 30 * time.Minute
+	noticeMax  = 10
+)
+
+type notice struct {
+	at   time.Time
+	text string
+}
+
+// notices are messages for people, per uid; they have their own lock
+// because they are not lease state.
+type notices struct {
+	mu    sync.Mutex
+	byUID map[int][]notice
+}
+
+// Notify queues a message for uid's board and `dibs ls`.
+func (n *Node) Notify(uid int, text string) {
+	now := n.deps.Clock.Now()
+	n.notices.mu.Lock()
+	if n.notices.byUID == nil {
+		n.notices.byUID = map[int][]notice{}
+	}
+	list := append(n.notices.byUID[uid], notice{at: now, text: text})
+	if len(list) > noticeMax {
+		list = list[len(list)-noticeMax:]
+	}
+	n.notices.byUID[uid] = list
+	n.notices.mu.Unlock()
+	n.deps.Changed.Notify()
+}
+
+// Notices are uid's recent messages, newest first, each with its time.
+func (n *Node) Notices(uid int) []string {
+	now := n.deps.Clock.Now()
+	n.notices.mu.Lock()
+	defer n.notices.mu.Unlock()
+	list := n.notices.byUID[uid]
+	var out []string
+	for i := len(list) - 1; i >= 0; i-- {
+		if now.Sub(list[i].at) < noticeKeep {
+			out = append(out, list[i].at.Local().Format("15:04")+" "+list[i].text)
+		}
+	}
+	return out
+}

@@ -1,0 +1,186 @@
+package node
+
+import (
+	"context"
+	"fmt"
+	"syscall"
+	"time"
+
+	"github.com/dibs-gpu/dibs/lease"
+)
+
+// Release ends lease id for c (its holder, or an admin: logged), killing its
+// session.
+func (n *Node) Release(ctx context.Context, c lease.Caller, id string) error {
+	n.wmu.Lock()
+	l, err := n.table.PlanRelease(c, id)
+	if err != nil {
+		n.wmu.Unlock()
+		return err
+	}
+	reason, by := lease.EndReleased, ""
+	if c.UID != l.UID {
+		reason, by = lease.EndByAdmin, c.String()
+		n.log.Warn("admin ended someone else's lease", "admin", c.User, "uid", c.UID, "holder", l.User, "lease", l.ID, "gpus", l.CUDAVisibleDevices())
+	}
+	err = n.endLocked(l, reason, by, n.now())
+	n.wmu.Unlock()
+	if err != nil {
+		return err
+	}
+	n.killSession(ctx, l, false)
+	n.deps.LeasesChanged()
+	return nil
+}
+
+// CheckRelease says whether c may release id, without doing it, so a
+// release of several leases refuses all of them before ending any.
+func (n *Node) CheckRelease(c lease.Caller, id string) error {
+	n.wmu.Lock()
+	defer n.wmu.Unlock()
+	_, err := n.table.PlanRelease(c, id)
+	return err
+}
+
+// Extend moves the end of a lease c holds by d.
+func (n *Node) Extend(c lease.Caller, id string, d time.Duration) (lease.Lease, error) {
+	n.wmu.Lock()
+	now := n.now()
+	l, err := n.table.PlanExtend(c, id, d, now, n.cfg.Policy)
+	if err == nil {
+		err = n.saveLocked(l, now)
+	}
+	n.wmu.Unlock()
+	if err != nil {
+		return lease.Lease{}, err
+	}
+	n.deps.LeasesChanged()
+	return l, nil
+}
+
+// Adopt takes a process c started without a lease into one.
+func (n *Node) Adopt(c lease.Caller, pid int, d time.Duration, note string) (lease.Lease, error) {
+	n.wmu.Lock()
+	now := n.now()
+	l, err := n.table.PlanAdopt(c, pid, d, note, n.snap, now.Wall, n.cfg.Policy)
+	if err == nil {
+		err = n.saveLocked(l, now)
+	}
+	n.wmu.Unlock()
+	if err != nil {
+		return lease.Lease{}, err
+	}
+	n.deps.LeasesChanged()
+	return l, nil
+}
+
+// Preempt tells a lease's session to stop (sig, or the configured
+// preemption signal when 0) and ends the lease after grace: reclaim for a
+// waiting entry (why is lease.PreemptQuota or PreemptIdle) or the stop of a
+// gang whose rank failed ("gang"). The token must still be the lease's.
+func (n *Node) Preempt(id string, token uint64, why string, sig syscall.Signal) error {
+	n.wmu.Lock()
+	l, ok := n.table.Get(id)
+	if !ok || l.Token != token {
+		n.wmu.Unlock()
+		return &lease.Error{Code: lease.CodeNotFound, Msg: fmt.Sprintf("no lease %s with token %d on %s", id, token, n.cfg.Name)}
+	}
+	if !l.PreemptedAt.IsZero() {
+		n.wmu.Unlock()
+		return nil
+	}
+	now := n.now()
+	l.PreemptedAt, l.PreemptReason = now.Wall.Round(0), why
+	err := n.saveLocked(l, now)
+	n.wmu.Unlock()
+	if err != nil {
+		return err
+	}
+	grace := lease.FormatDuration(n.cfg.Policy.PreemptGrace)
+	var text string
+	switch why {
+	case lease.PreemptQuota:
+		text = fmt.Sprintf("lease %s borrows beyond your quota and someone within theirs is waiting: checkpoint now, it ends in %s", l.ID, grace)
+	case lease.PreemptIdle:
+		text = fmt.Sprintf("lease %s has been idle and someone is waiting: it is reclaimed in %s unless work starts", l.ID, grace)
+	default:
+		text = fmt.Sprintf("lease %s is being stopped (%s): it ends in %s", l.ID, why, grace)
+	}
+	n.Notify(l.UID, text)
+	n.log.Info("lease preempted", "lease", l.ID, "user", l.User, "why", why, "grace", grace)
+	if l.Session != "" {
+		if u, err := n.deps.Accounts.ByUID(l.UID); err == nil {
+			ctx, cancel := context.WithTimeout(n.ctx, 3*time.Second)
+			if sig == 0 {
+				sig = n.cfg.PreemptSignal
+			}
+			n.tell(ctx, u, l.Session, text)
+			if err := n.deps.Sessions.Signal(ctx, u, l.Session, sig); err != nil {
+				n.log.Warn("preempt signal", "lease", l.ID, "err", err)
+			}
+			cancel()
+		}
+	}
+	n.deps.LeasesChanged()
+	return nil
+}
+
+// Tick applies what the clock calls for: warnings, overdue notices, signals
+// and ends. Tokens are re-checked before acting, so a stale step never
+// touches a lease that has moved on.
+func (n *Node) Tick() {
+	n.wmu.Lock()
+	at := n.now()
+	due := n.table.Due(at, n.cfg.Policy)
+	n.wmu.Unlock()
+	for _, d := range due {
+		n.step(d, at.Wall)
+	}
+}
+
+func (n *Node) step(d lease.Due, now time.Time) {
+	l := d.Lease
+	ctx, cancel := context.WithTimeout(n.ctx, 5*time.Second)
+	defer cancel()
+	tell := func(text string) {
+		n.Notify(l.UID, text)
+		if l.Session == "" {
+			return
+		}
+		if u, err := n.deps.Accounts.ByUID(l.UID); err == nil {
+			n.tell(ctx, u, l.Session, text)
+		}
+	}
+	switch d.Step {
+	case lease.StepWarn:
+		if n.update(l, func(x *lease.Lease) { x.Warned = true }) {
+			tell(fmt.Sprintf("lease %s ends in %s (at %s): `dibs extend %s --for 1h` to keep it", l.ID, lease.FormatDuration(l.ExpiresAt.Sub(now)), l.ExpiresAt.Local().Format("15:04"), l.ID))
+		}
+	case lease.StepOverdue:
+		if n.update(l, func(x *lease.Lease) { x.OverdueNoticed = true }) {
+			tell(fmt.Sprintf("lease %s is past its end: release it (`dibs release %s`) or extend it", l.ID, l.ID))
+		}
+	case lease.StepSignal:
+		if !n.update(l, func(x *lease.Lease) { x.SignalledAt = now.Round(0) }) {
+			return
+		}
+		tell(fmt.Sprintf("lease %s has ended: stopping the session (SIGTERM now, SIGKILL in %s)", l.ID, lease.FormatDuration(n.cfg.Policy.SignalGrace)))
+		if u, err := n.deps.Accounts.ByUID(l.UID); err == nil {
+			if err := n.deps.Sessions.Signal(ctx, u, l.Session, syscall.SIGTERM); err != nil {
+				n.log.Warn("SIGTERM at the end", "lease", l.ID, "err", err)
+			}
+		}
+	case lease.StepReservationExpired:
+		n.log.Info("reservation expired uncommitted; its GPUs are free again", "lease", l.ID, "entry", l.Entry)
+		n.end(l, lease.EndReservationExpired, "")
+	case lease.StepPreemptEnd:
+		n.killSession(ctx, l, true)
+		n.Notify(l.UID, fmt.Sprintf("lease %s was ended (%s) after its grace", l.ID, l.PreemptReason))
+		n.end(l, lease.PreemptedReason(l.PreemptReason), "")
+	case lease.StepEnd:
+		n.killSession(ctx, l, true)
+		n.log.Info("lease ended at its time limit", "lease", l.ID, "user", l.User)
+		n.Notify(l.UID, fmt.Sprintf("lease %s ended at its time limit", l.ID))
+		n.end(l, lease.EndExpired, "")
+	}
+}

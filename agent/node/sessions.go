@@ -1,0 +1,128 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"strings"
+
+	"github.com/dibs-gpu/dibs/launch"
+	"github.com/dibs-gpu/dibs/lease"
+)
+
+// watch ends the lease when its session ends.
+func (n *Node) watch(l lease.Lease, u launch.User) {
+	ctx, cancel := context.WithCancel(n.ctx)
+	n.watchMu.Lock()
+	if old := n.watching[l.ID]; old != nil {
+		old()
+	}
+	n.watching[l.ID] = cancel
+	n.watchMu.Unlock()
+	gone := n.deps.Sessions.Watch(ctx, u, l.Session, n.cfg.SessionPoll)
+	n.wg.Add(1)
+	go func() {
+		defer n.wg.Done()
+		select {
+		case <-ctx.Done():
+			return
+		case <-gone:
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		if n.Current(l.ID, l.Token) {
+			n.end(l, n.sessionEndReason(l, u), "")
+		}
+	}()
+}
+
+func (n *Node) stopWatching(id string) {
+	n.watchMu.Lock()
+	defer n.watchMu.Unlock()
+	if cancel := n.watching[id]; cancel != nil {
+		cancel()
+		delete(n.watching, id)
+	}
+}
+
+// sessionEndReason reads how a queued run's command ended.
+func (n *Node) sessionEndReason(l lease.Lease, u launch.User) lease.EndReason {
+	if l.Entry == "" {
+		return lease.EndSessionEnded
+	}
+	code, ok, err := n.deps.Sessions.ExitStatus(u, l.Session)
+	if err != nil {
+		n.log.Warn("read exit status", "lease", l.ID, "user", u.Name, "err", err)
+	}
+	if !ok {
+		return lease.EndSessionEnded
+	}
+	return lease.ExitReason(code)
+}
+
+// readopt runs at start: sessions still running are watched again, leases
+// whose session is gone end.
+func (n *Node) readopt(ctx context.Context) {
+	for _, l := range n.State().Leases {
+		if l.Session == "" || !l.ReservedUntil.IsZero() {
+			continue
+		}
+		u, err := n.deps.Accounts.ByUID(l.UID)
+		if err != nil {
+			n.log.Warn("lease holder is gone; ending the lease", "lease", l.ID, "user", l.User, "uid", l.UID, "err", err)
+			n.end(l, lease.EndUserGone, "")
+			continue
+		}
+		ok, err := n.deps.Sessions.Exists(ctx, u, l.Session)
+		if err != nil {
+			n.log.Warn("cannot check session; keeping the lease", "lease", l.ID, "session", l.Session, "err", err)
+			ok = true
+		}
+		if !ok {
+			n.log.Info("session ended while the agent was down; ending the lease", "lease", l.ID, "session", l.Session)
+			n.end(l, n.sessionEndReason(l, u), "")
+			continue
+		}
+		n.watch(l, u)
+	}
+}
+
+// tell puts a message in one session's status line (best effort).
+func (n *Node) tell(ctx context.Context, u launch.User, session, text string) {
+	if err := n.deps.Sessions.Message(ctx, u, session, "dibs: "+text); err != nil && !errors.Is(err, launch.ErrNoSession) {
+		n.log.Warn("message session", "session", session, "user", u.Name, "err", err)
+	}
+}
+
+// TellUser puts a message in every tmux session uid has on this node: a
+// queued run that started, a gang that failed.
+func (n *Node) TellUser(ctx context.Context, uid int, text string) {
+	u, err := n.deps.Accounts.ByUID(uid)
+	if err != nil {
+		return
+	}
+	names, err := n.deps.Sessions.List(ctx, u)
+	if err != nil {
+		return
+	}
+	for _, s := range names {
+		n.tell(ctx, u, s, strings.TrimPrefix(text, "dibs: "))
+	}
+}
+
+// killSession ends a lease's session (SIGKILL first when hard).
+func (n *Node) killSession(ctx context.Context, l lease.Lease, hard bool) {
+	if l.Session == "" {
+		return
+	}
+	u, err := n.deps.Accounts.ByUID(l.UID)
+	if err != nil {
+		return
+	}
+	if hard {
+		n.deps.Sessions.Signal(ctx, u, l.Session, 9)
+	}
+	if err := n.deps.Sessions.Kill(ctx, u, l.Session); err != nil && !errors.Is(err, launch.ErrNoSession) {
+		n.log.Warn("kill session", "lease", l.ID, "session", l.Session, "err", err)
+	}
+}

@@ -1,0 +1,270 @@
+// Package origin keeps the queue entries submitted at this node: their
+// source of truth. Every other agent knows them from gossip, so the
+// scheduler can run anywhere and its death loses nothing; only the origin
+// writes them, marks them running, finishes or requeues them.
+package origin
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/dibs-gpu/dibs/agent/clock"
+	"github.com/dibs-gpu/dibs/agent/notify"
+	"github.com/dibs-gpu/dibs/lease"
+)
+
+// Deps are what the origin drives and reads.
+type Deps struct {
+	Store   lease.Store
+	Clock   clock.Clock
+	Changed *notify.Signal
+	// QueueChanged is called (without locks held) after the entries
+	// changed: the cluster hears at once, the scheduler looks again.
+	QueueChanged func()
+	Log          *slog.Logger
+}
+
+// Origin is this node's queue entries. Writers queue on one mutex (the disk
+// write happens under it); readers take the published list without a lock.
+type Origin struct {
+	node string
+	deps Deps
+
+	mu      sync.Mutex
+	entries map[string]lease.QueueEntry
+	seq     uint64
+
+	published atomic.Pointer[[]lease.QueueEntry]
+}
+
+// New makes the origin of node's entries; Open loads them.
+func New(node string, deps Deps) *Origin {
+	if deps.Log == nil {
+		deps.Log = slog.New(slog.DiscardHandler)
+	}
+	if deps.Changed == nil {
+		deps.Changed = &notify.Signal{}
+	}
+	if deps.QueueChanged == nil {
+		deps.QueueChanged = func() {}
+	}
+	o := &Origin{node: node, deps: deps, entries: map[string]lease.QueueEntry{}}
+	o.publishLocked()
+	return o
+}
+
+// Open loads the entries the store kept.
+func (o *Origin) Open() error {
+	entries, seq, err := o.deps.Store.Entries()
+	if err != nil {
+		return err
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	for _, e := range entries {
+		o.entries[e.ID] = e
+	}
+	o.seq = seq
+	o.publishLocked()
+	return nil
+}
+
+// Entries are this node's entries, ordered by id, as last published.
+func (o *Origin) Entries() []lease.QueueEntry { return *o.published.Load() }
+
+// Get returns one of this node's entries.
+func (o *Origin) Get(id string) (lease.QueueEntry, bool) {
+	for _, e := range o.Entries() {
+		if e.ID == id {
+			return e, true
+		}
+	}
+	return lease.QueueEntry{}, false
+}
+
+// ByID indexes the published entries.
+func (o *Origin) ByID() map[string]lease.QueueEntry {
+	out := map[string]lease.QueueEntry{}
+	for _, e := range o.Entries() {
+		out[e.ID] = e
+	}
+	return out
+}
+
+func (o *Origin) publishLocked() {
+	list := make([]lease.QueueEntry, 0, len(o.entries))
+	for _, e := range o.entries {
+		list = append(list, e)
+	}
+	slices.SortFunc(list, func(a, b lease.QueueEntry) int { return cmp.Compare(a.ID, b.ID) })
+	o.published.Store(&list)
+	o.deps.Changed.Notify()
+}
+
+// Submit gives a checked entry its id and submit time, persists it and
+// publishes it.
+func (o *Origin) Submit(e lease.QueueEntry) (lease.QueueEntry, error) {
+	o.mu.Lock()
+	seq := o.seq + 1
+	e.Origin = o.node
+	e.ID = lease.QueueID(o.node, seq)
+	e.SubmittedAt = o.deps.Clock.Now().Round(0)
+	if err := e.Validate(); err != nil {
+		o.mu.Unlock()
+		return lease.QueueEntry{}, err
+	}
+	if err := o.deps.Store.PutEntry(e, seq); err != nil {
+		o.mu.Unlock()
+		return lease.QueueEntry{}, err
+	}
+	o.seq = seq
+	o.entries[e.ID] = e
+	o.publishLocked()
+	o.mu.Unlock()
+	o.deps.Log.Info("queued", "entry", e.ID, "user", e.User, "nodes", e.Nodes, "gpus_per_node", e.GPUsPerNode)
+	o.deps.QueueChanged()
+	return e, nil
+}
+
+// Cancel withdraws an entry that is not running, for its submitter or an
+// admin.
+func (o *Origin) Cancel(c lease.Caller, id string) error {
+	o.mu.Lock()
+	e, ok := o.entries[id]
+	switch {
+	case !ok:
+		o.mu.Unlock()
+		return &lease.Error{Code: lease.CodeNotFound, Msg: fmt.Sprintf("no queued request %s: `dibs queue` shows them", id)}
+	case e.UID != c.UID && !c.Admin:
+		o.mu.Unlock()
+		return &lease.Error{Code: lease.CodeForbidden, Msg: fmt.Sprintf("%s is %s's request; only they (or an admin) can cancel it", id, e.User)}
+	case e.Running:
+		o.mu.Unlock()
+		return lease.Invalidf("%s is already running: release its leases instead (`dibs ls` shows them)", id)
+	}
+	if err := o.deps.Store.DeleteEntry(id); err != nil {
+		o.mu.Unlock()
+		return err
+	}
+	delete(o.entries, id)
+	o.publishLocked()
+	o.mu.Unlock()
+	o.deps.Log.Info("cancelled", "entry", id, "by", c.User)
+	o.deps.QueueChanged()
+	return nil
+}
+
+// MarkStarted records that an attempt of an entry runs. It reports the
+// entry when this call marked it (false when unknown, another attempt, or
+// already marked).
+func (o *Origin) MarkStarted(key string) (lease.QueueEntry, bool) {
+	o.mu.Lock()
+	var e lease.QueueEntry
+	found := false
+	for _, x := range o.entries {
+		if x.Key() == key {
+			e, found = x, true
+		}
+	}
+	if !found || e.Running {
+		o.mu.Unlock()
+		return lease.QueueEntry{}, false
+	}
+	e.Running = true
+	if err := o.deps.Store.PutEntry(e, o.seq); err != nil {
+		o.mu.Unlock()
+		o.deps.Log.Error("mark running", "entry", e.ID, "err", err)
+		return lease.QueueEntry{}, false
+	}
+	o.entries[e.ID] = e
+	o.publishLocked()
+	o.mu.Unlock()
+	o.deps.QueueChanged()
+	return e, true
+}
+
+// Finish ends an attempt: the entry goes back in the queue for another one
+// when it failed and asked for that (requeued), else it is gone. ok is
+// false when the attempt was not this entry's running one (someone else
+// finished it first).
+func (o *Origin) Finish(e lease.QueueEntry, failed bool) (next lease.QueueEntry, requeued, ok bool) {
+	o.mu.Lock()
+	cur, found := o.entries[e.ID]
+	if !found || cur.Key() != e.Key() || !cur.Running {
+		o.mu.Unlock()
+		return lease.QueueEntry{}, false, false
+	}
+	next, requeued = cur.AfterRun(failed)
+	var err error
+	if requeued {
+		err = o.deps.Store.PutEntry(next, o.seq)
+	} else {
+		err = o.deps.Store.DeleteEntry(e.ID)
+	}
+	if err != nil {
+		o.mu.Unlock()
+		o.deps.Log.Error("finish queued entry", "entry", e.ID, "err", err)
+		return lease.QueueEntry{}, false, false
+	}
+	if requeued {
+		o.entries[e.ID] = next
+	} else {
+		delete(o.entries, e.ID)
+	}
+	o.publishLocked()
+	o.mu.Unlock()
+	o.deps.QueueChanged()
+	return next, requeued, true
+}
+
+// Stopper stops one rank of a gang (a lease on some node).
+type Stopper func(ctx context.Context, l lease.Lease) error
+
+// Notifier tells a user something on their board and in their sessions.
+type Notifier func(uid int, text string)
+
+// Reconcile is the origin's pass over its running entries, from what the
+// cluster shows: a gang with a failed or lost rank has its other ranks
+// stopped; an attempt whose leases are all gone finishes or requeues;
+// ranks of attempts that are over (a node that came back after its gang was
+// given up) are stopped.
+func (o *Origin) Reconcile(ctx context.Context, v lease.ClusterView, lostAfter time.Duration, stop Stopper, tell Notifier) {
+	for _, e := range o.Entries() {
+		if !e.Running {
+			continue
+		}
+		verdict := v.JudgeRunning(e, lostAfter)
+		switch verdict.Action {
+		case lease.RunStopRanks:
+			for _, l := range verdict.Stop {
+				o.deps.Log.Info("stopping a gang rank", "entry", e.ID, "why", verdict.Why, "rank", l.Rank, "lease", l.ID, "node", l.Node)
+				if err := stop(ctx, l); err != nil {
+					o.deps.Log.Warn("stop gang rank", "lease", l.ID, "node", l.Node, "err", err)
+				}
+			}
+		case lease.RunDone:
+			next, requeued, ok := o.Finish(e, verdict.Failed)
+			switch {
+			case !ok:
+			case requeued:
+				o.deps.Log.Info("requeued", "entry", e.ID, "why", verdict.Why, "restart", next.Restarts, "of", next.MaxRestarts)
+				tell(e.UID, fmt.Sprintf("%s failed (%s); back in the queue (restart %d of %d)", e.ID, verdict.Why, next.Restarts, next.MaxRestarts))
+			case verdict.Failed:
+				o.deps.Log.Info("failed", "entry", e.ID, "why", verdict.Why)
+				tell(e.UID, fmt.Sprintf("%s failed: %s", e.ID, verdict.Why))
+			}
+		}
+	}
+	for _, l := range v.Orphans(o.node, o.ByID()) {
+		o.deps.Log.Info("stopping a rank of an attempt that is over", "lease", l.ID, "node", l.Node, "entry", l.Entry)
+		if err := stop(ctx, l); err != nil {
+			o.deps.Log.Warn("stop orphaned rank", "lease", l.ID, "node", l.Node, "err", err)
+		}
+	}
+}

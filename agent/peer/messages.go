@@ -1,0 +1,301 @@
+package peer
+
+import (
+	"fmt"
+	"math"
+	"regexp"
+	"syscall"
+	"time"
+
+	"github.com/dibs-gpu/dibs/lease"
+)
+
+// The endpoints. A new one is added here, with its types below, and
+// registered once (agent/core).
+var (
+	// Claim asks a node for GPUs (and a session on them) for a user.
+	Claim = Endpoint[ClaimRequest, LeaseReply]{Name: "claim"}
+	// Release ends leases on the node that holds them.
+	Release = Endpoint[ReleaseRequest, ReleaseReply]{Name: "release"}
+	// Extend moves a lease's end.
+	Extend = Endpoint[ExtendRequest, LeaseReply]{Name: "extend"}
+	// Start starts, reserves or commits a node's part of a queued attempt.
+	Start = Endpoint[StartRequest, StartReply]{Name: "start"}
+	// Started tells an entry's origin that the attempt runs.
+	Started = Endpoint[StartedRequest, Empty]{Name: "started"}
+	// Preempt signals a lease's session and ends it after the grace.
+	Preempt = Endpoint[PreemptRequest, Empty]{Name: "preempt"}
+	// Cancel withdraws a queued entry at its origin.
+	Cancel = Endpoint[CancelRequest, Empty]{Name: "cancel"}
+	// Usage reads a node's ledger: GPU-seconds per user since a time.
+	Usage = Endpoint[UsageRequest, UsageReply]{Name: "usage"}
+)
+
+// Run is the session a claim starts.
+type Run struct {
+	Name    string   `json:"name,omitempty"`
+	Command []string `json:"command,omitempty"`
+	Dir     string   `json:"dir,omitempty"`
+}
+
+func (r *Run) validate() error {
+	if r == nil {
+		return nil
+	}
+	return lease.CheckJob(r.Command, r.Dir, r.Name)
+}
+
+// ClaimRequest is a claim made at another node for this one.
+type ClaimRequest struct {
+	Count     int           `json:"count,omitempty"`
+	GPUs      []int         `json:"gpus,omitempty"`
+	Duration  time.Duration `json:"duration,omitempty"`
+	Note      string        `json:"note,omitempty"`
+	Kind      lease.Kind    `json:"kind,omitempty"`
+	Force     bool          `json:"force,omitempty"`
+	Run       *Run          `json:"run,omitempty"`
+	RequestID string        `json:"request_id,omitempty"`
+}
+
+// Validate implements Message.
+func (r ClaimRequest) Validate() error {
+	if r.Count < 0 || r.Count > lease.MaxGPUsPerNode {
+		return lease.Invalidf("GPU count %d is out of range", r.Count)
+	}
+	if err := lease.CheckGPUs(r.GPUs); err != nil {
+		return err
+	}
+	if r.Duration < 0 || r.Duration > lease.MaxDuration {
+		return lease.Invalidf("time limit out of range")
+	}
+	if _, err := lease.ParseKind(string(r.Kind)); err != nil {
+		return err
+	}
+	if err := lease.CheckNote(r.Note); err != nil {
+		return err
+	}
+	if r.RequestID != "" && !lease.ValidRequestID(r.RequestID) {
+		return lease.Invalidf("bad request id")
+	}
+	return r.Run.validate()
+}
+
+// LeaseReply is a granted or changed lease.
+type LeaseReply struct {
+	Lease lease.Lease `json:"lease"`
+}
+
+// Validate implements Message.
+func (r LeaseReply) Validate() error { return r.Lease.Validate() }
+
+// ReleaseRequest names leases to end.
+type ReleaseRequest struct {
+	IDs []string `json:"ids"`
+}
+
+const maxIDs = 256
+
+func checkIDs(ids []string) error {
+	if len(ids) > maxIDs {
+		return lease.Invalidf("%d ids, over %d", len(ids), maxIDs)
+	}
+	for _, id := range ids {
+		if _, ok := lease.NodeOfID(id); !ok || len(id) > 2*lease.MaxNameLen {
+			return lease.Invalidf("%q is not a lease id", truncate(id))
+		}
+	}
+	return nil
+}
+
+// Validate implements Message.
+func (r ReleaseRequest) Validate() error { return checkIDs(r.IDs) }
+
+// ReleaseReply lists what was ended.
+type ReleaseReply struct {
+	Released []string `json:"released"`
+}
+
+// Validate implements Message.
+func (r ReleaseReply) Validate() error { return checkIDs(r.Released) }
+
+// ExtendRequest moves a lease's end by Duration.
+type ExtendRequest struct {
+	ID       string        `json:"id"`
+	Duration time.Duration `json:"duration"`
+}
+
+// Validate implements Message.
+func (r ExtendRequest) Validate() error {
+	if err := checkIDs([]string{r.ID}); err != nil {
+		return err
+	}
+	if r.Duration <= 0 || r.Duration > lease.MaxDuration {
+		return lease.Invalidf("extend by a positive duration")
+	}
+	return nil
+}
+
+// Phase is how far a start goes: a single-node run starts at once; a gang
+// reserves every rank first and commits only when all hold.
+type Phase string
+
+// Start phases.
+const (
+	PhaseStart   Phase = "start"
+	PhaseReserve Phase = "reserve"
+	PhaseCommit  Phase = "commit"
+)
+
+// StartRequest asks a node to start (or reserve, or commit) its part of a
+// queued attempt.
+type StartRequest struct {
+	Entry    lease.QueueEntry  `json:"entry"`
+	Phase    Phase             `json:"phase"`
+	GPUs     []int             `json:"gpus"`
+	Borrowed bool              `json:"borrowed,omitempty"`
+	Gang     string            `json:"gang,omitempty"`
+	Rank     int               `json:"rank,omitempty"`
+	Env      map[string]string `json:"env,omitempty"`
+}
+
+var envKey = regexp.MustCompile(`^[A-Z_][A-Z0-9_]{0,63}$`)
+
+// Validate implements Message.
+func (r StartRequest) Validate() error {
+	if err := r.Entry.Validate(); err != nil {
+		return err
+	}
+	switch r.Phase {
+	case PhaseStart, PhaseReserve, PhaseCommit:
+	default:
+		return lease.Invalidf("unknown start phase %q", truncate(string(r.Phase)))
+	}
+	if err := lease.CheckGPUs(r.GPUs); err != nil {
+		return err
+	}
+	if r.Rank < 0 || r.Rank >= lease.MaxGangNodes {
+		return lease.Invalidf("rank %d is out of range", r.Rank)
+	}
+	if len(r.Gang) > 2*lease.MaxNameLen {
+		return lease.Invalidf("gang id too long")
+	}
+	if len(r.Env) > 32 {
+		return lease.Invalidf("%d environment variables, over 32", len(r.Env))
+	}
+	for k, v := range r.Env {
+		if !envKey.MatchString(k) || len(v) > lease.MaxPathLen {
+			return lease.Invalidf("bad environment variable %q", truncate(k))
+		}
+	}
+	return nil
+}
+
+// StartReply is a node's answer: the lease, and for a gang's rank 0 where
+// the rendezvous listens.
+type StartReply struct {
+	Lease lease.Lease `json:"lease"`
+	Host  string      `json:"host"`
+	Port  int         `json:"port,omitempty"`
+}
+
+// Validate implements Message.
+func (r StartReply) Validate() error {
+	if err := r.Lease.Validate(); err != nil {
+		return err
+	}
+	if r.Host == "" || len(r.Host) > 255 || r.Port < 0 || r.Port > 65535 {
+		return lease.Invalidf("bad rendezvous address")
+	}
+	return nil
+}
+
+// StartedRequest tells an origin that an attempt (QueueEntry.Key) runs.
+type StartedRequest struct {
+	Key string `json:"key"`
+}
+
+// Validate implements Message.
+func (r StartedRequest) Validate() error {
+	if r.Key == "" || len(r.Key) > 2*lease.MaxNameLen {
+		return lease.Invalidf("bad entry key")
+	}
+	return nil
+}
+
+// PreemptRequest tells a node to signal a lease's session and end the lease
+// after the grace; the token must still be the lease's.
+type PreemptRequest struct {
+	Lease  string `json:"lease"`
+	Token  uint64 `json:"token"`
+	Reason string `json:"reason"`
+	// Signal overrides the node's preemption signal (SIGTERM for a gang).
+	Signal int `json:"signal,omitempty"`
+}
+
+// Validate implements Message.
+func (r PreemptRequest) Validate() error {
+	if err := checkIDs([]string{r.Lease}); err != nil {
+		return err
+	}
+	switch r.Reason {
+	case lease.PreemptQuota, lease.PreemptIdle, lease.PreemptGang:
+	default:
+		return lease.Invalidf("unknown preemption reason %q", truncate(r.Reason))
+	}
+	switch syscall.Signal(r.Signal) {
+	case 0, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGUSR1, syscall.SIGUSR2:
+	default:
+		return lease.Invalidf("signal %d is not one a preemption sends", r.Signal)
+	}
+	return nil
+}
+
+// CancelRequest withdraws a queued entry.
+type CancelRequest struct {
+	ID string `json:"id"`
+}
+
+// Validate implements Message.
+func (r CancelRequest) Validate() error {
+	if _, ok := lease.OriginOfQueueID(r.ID); !ok || len(r.ID) > 2*lease.MaxNameLen {
+		return lease.Invalidf("%q is not a queue id", truncate(r.ID))
+	}
+	return nil
+}
+
+// UsageRequest asks for GPU-seconds per user since a time.
+type UsageRequest struct {
+	Since time.Time `json:"since"`
+}
+
+// Validate implements Message.
+func (r UsageRequest) Validate() error {
+	if !lease.ValidSince(r.Since) {
+		return lease.Invalidf("bad time")
+	}
+	return nil
+}
+
+// UsageReply is GPU-seconds per user.
+type UsageReply struct {
+	GPUSeconds map[string]float64 `json:"gpu_seconds"`
+}
+
+// Validate implements Message.
+func (r UsageReply) Validate() error {
+	if len(r.GPUSeconds) > 10000 {
+		return lease.Invalidf("usage of %d users", len(r.GPUSeconds))
+	}
+	for u, s := range r.GPUSeconds {
+		if !lease.ValidUserName(u) || math.IsNaN(s) || math.IsInf(s, 0) || s < 0 {
+			return fmt.Errorf("bad usage entry %q", truncate(u))
+		}
+	}
+	return nil
+}
+
+// Empty is a reply with nothing in it.
+type Empty struct{}
+
+// Validate implements Message.
+func (Empty) Validate() error { return nil }

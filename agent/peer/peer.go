@@ -1,0 +1,258 @@
+// Package peer is the one protocol between agents: an endpoint per
+// operation with a typed request and reply, each validated and
+// size-bounded, one registry of handlers, and a call that goes over the
+// cluster's encrypted request channel to another node or straight to the
+// handler (no JSON) when the node is this one.
+//
+// What crosses nodes is who a request acts for — a user name, or the
+// cluster itself for the scheduler's own steps — never a uid or an admin
+// flag: the receiving node maps the name to its own account and takes admin
+// rights from its own config.
+package peer
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+
+	"github.com/dibs-gpu/dibs/lease"
+)
+
+// Version is the protocol version; agents of another version do not join
+// each other's cluster (it travels in the gossip node meta).
+const Version = 2
+
+// MaxBody bounds an encoded request or reply; the gossip layer bounds the
+// message around it too.
+const MaxBody = 256 << 10
+
+// Actor is who a request acts for.
+type Actor struct {
+	// User is the account name; the receiving node acts as its own account
+	// of that name, or refuses.
+	User string `json:"user,omitempty"`
+	// System marks a step of the cluster itself (a scheduler's preemption,
+	// an origin's "started"), authorised by the cluster key alone.
+	System bool `json:"system,omitempty"`
+}
+
+// As is a request acting for the named user.
+func As(user string) Actor { return Actor{User: user} }
+
+// System is a request of the cluster itself.
+var System = Actor{System: true}
+
+func (a Actor) validate() error {
+	if a.System {
+		if a.User != "" {
+			return errors.New("a system request names no user")
+		}
+		return nil
+	}
+	if !lease.ValidUserName(a.User) {
+		return fmt.Errorf("bad user name %q", truncate(a.User))
+	}
+	return nil
+}
+
+// Message is what every request and reply type implements: its own shape
+// checks, run on both sides.
+type Message interface {
+	Validate() error
+}
+
+// Endpoint names one operation and its request and reply types.
+type Endpoint[Req, Resp Message] struct {
+	Name string
+}
+
+// Transport carries an encoded request to another node's agent and brings
+// back its reply. A refusal comes back as code and msg, not as err.
+type Transport interface {
+	Request(ctx context.Context, node, op string, body []byte) (reply []byte, code lease.Code, msg string, err error)
+}
+
+// handler serves one endpoint, from decoded or raw requests.
+type handler struct {
+	local  func(ctx context.Context, from string, who Actor, req any) (any, error)
+	remote func(ctx context.Context, from string, who Actor, body []byte) ([]byte, error)
+}
+
+// Mux is one agent's registry of endpoints and its way to call the others.
+// Register every handler before the cluster starts; calls are safe for
+// concurrent use.
+type Mux struct {
+	self string
+	mu   sync.RWMutex
+	tr   Transport
+	h    map[string]handler
+}
+
+// NewMux makes the registry of the agent on node self.
+func NewMux(self string) *Mux { return &Mux{self: self, h: map[string]handler{}} }
+
+// SetTransport connects the mux to the cluster; without one, calls to other
+// nodes are refused.
+func (m *Mux) SetTransport(tr Transport) {
+	m.mu.Lock()
+	m.tr = tr
+	m.mu.Unlock()
+}
+
+// envelope is a request on the wire.
+type envelope struct {
+	V     int             `json:"v"`
+	Actor Actor           `json:"actor"`
+	Req   json.RawMessage `json:"req"`
+}
+
+// Handle registers f for e. f runs for requests from other agents (after
+// decoding and validation) and for this agent's own calls to itself.
+func Handle[Req, Resp Message](m *Mux, e Endpoint[Req, Resp], f func(ctx context.Context, from string, who Actor, req Req) (Resp, error)) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if _, dup := m.h[e.Name]; dup {
+		panic("peer: endpoint " + e.Name + " registered twice")
+	}
+	m.h[e.Name] = handler{
+		local: func(ctx context.Context, from string, who Actor, req any) (any, error) {
+			return f(ctx, from, who, req.(Req))
+		},
+		remote: func(ctx context.Context, from string, who Actor, body []byte) ([]byte, error) {
+			var req Req
+			if err := decode(body, &req); err != nil {
+				return nil, lease.Invalidf("malformed %s request from %s: %v", e.Name, from, err)
+			}
+			if err := req.Validate(); err != nil {
+				return nil, lease.Invalidf("%s request from %s: %v", e.Name, from, err)
+			}
+			resp, err := f(ctx, from, who, req)
+			if err != nil {
+				return nil, err
+			}
+			return json.Marshal(resp)
+		},
+	}
+}
+
+// Call sends req to node's agent as who and returns its reply, or the
+// refusal it answered with (a *lease.Error carrying its code). A call to
+// this node runs the handler directly.
+func Call[Req, Resp Message](ctx context.Context, m *Mux, node string, e Endpoint[Req, Resp], who Actor, req Req) (Resp, error) {
+	var zero Resp
+	if err := who.validate(); err != nil {
+		return zero, fmt.Errorf("%s to %s: %w", e.Name, node, err)
+	}
+	if err := req.Validate(); err != nil {
+		return zero, err
+	}
+	m.mu.RLock()
+	h, ok := m.h[e.Name]
+	tr := m.tr
+	m.mu.RUnlock()
+	if node == m.self {
+		if !ok {
+			return zero, fmt.Errorf("peer: no handler for %s", e.Name)
+		}
+		out, err := h.local(ctx, m.self, who, req)
+		if err != nil {
+			return zero, err
+		}
+		return out.(Resp), nil
+	}
+	if tr == nil {
+		return zero, &lease.Error{Code: lease.CodeNotFound, Msg: fmt.Sprintf("no node %s: this agent runs alone (start it with --join to form a cluster)", node)}
+	}
+	rb, err := json.Marshal(req)
+	if err != nil {
+		return zero, fmt.Errorf("encode %s request: %w", e.Name, err)
+	}
+	body, err := json.Marshal(envelope{V: Version, Actor: who, Req: rb})
+	if err != nil {
+		return zero, err
+	}
+	if len(body) > MaxBody {
+		return zero, lease.Invalidf("%s request is %d bytes, over %d", e.Name, len(body), MaxBody)
+	}
+	reply, code, msg, err := tr.Request(ctx, node, e.Name, body)
+	if err != nil {
+		return zero, err
+	}
+	if code != "" || msg != "" {
+		if code == "" {
+			code = lease.CodeUnavailable
+		}
+		return zero, &lease.Error{Code: code, Msg: msg}
+	}
+	var resp Resp
+	if err := decode(reply, &resp); err != nil {
+		return zero, fmt.Errorf("decode %s reply from %s: %w", e.Name, node, err)
+	}
+	if err := resp.Validate(); err != nil {
+		return zero, fmt.Errorf("%s reply from %s: %w", e.Name, node, err)
+	}
+	return resp, nil
+}
+
+// Serve handles a request another agent sent: decode the envelope, check
+// the version and the actor, dispatch. The reply or the refusal comes back
+// as the transport carries it.
+func (m *Mux) Serve(ctx context.Context, from, op string, body []byte) (reply []byte, code lease.Code, msg string) {
+	refuse := func(err error) ([]byte, lease.Code, string) {
+		c := lease.CodeOf(err)
+		if c == "" {
+			c = lease.CodeUnavailable
+		}
+		return nil, c, oneLine(err.Error())
+	}
+	m.mu.RLock()
+	h, ok := m.h[op]
+	m.mu.RUnlock()
+	if !ok {
+		return refuse(lease.Invalidf("unknown request %q from %s: is it running another dibs version?", truncate(op), from))
+	}
+	var env envelope
+	if err := decode(body, &env); err != nil {
+		return refuse(lease.Invalidf("malformed %s request from %s: %v", op, from, err))
+	}
+	if env.V != Version {
+		return refuse(lease.Invalidf("%s speaks agent protocol %d and this agent %d: run the same dibs version on every node", from, env.V, Version))
+	}
+	if err := env.Actor.validate(); err != nil {
+		return refuse(lease.Invalidf("%s request from %s: %v", op, from, err))
+	}
+	out, err := h.remote(ctx, from, env.Actor, env.Req)
+	if err != nil {
+		return refuse(err)
+	}
+	return out, "", ""
+}
+
+// decode reads one JSON value strictly: bounded, no unknown fields, nothing
+// after it.
+func decode(b []byte, v any) error {
+	if len(b) > MaxBody {
+		return fmt.Errorf("%d bytes, over %d", len(b), MaxBody)
+	}
+	dec := json.NewDecoder(strings.NewReader(string(b)))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return err
+	}
+	if dec.More() {
+		return errors.New("more than one JSON value")
+	}
+	return nil
+}
+
+func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }
+
+func truncate(s string) string {
+	if len(s) > 40 {
+		return s[:40] + "..."
+	}
+	return s
+}

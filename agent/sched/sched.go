@@ -1,0 +1,259 @@
+// Package sched runs the cluster's scheduler on the agent that is its
+// scheduler (the lowest-named live member): each pass reads the cluster
+// view, asks lease.Schedule what to start and reclaim, and carries it out
+// over the peer protocol — a single-node start at once, a gang by reserving
+// every rank and committing only when all hold. Every agent also runs its
+// origin's pass (finish, requeue, stop ranks) from the same loop.
+package sched
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/dibs-gpu/dibs/agent/clock"
+	"github.com/dibs-gpu/dibs/agent/peer"
+	"github.com/dibs-gpu/dibs/lease"
+)
+
+// Deps are what the scheduler reads and drives.
+type Deps struct {
+	// View is the cluster now (this node's usage fresh).
+	View  func() lease.ClusterView
+	Peers *peer.Mux
+	Clock clock.Clock
+	// Reconcile is this node's origin pass, run before every scheduling
+	// pass on every agent.
+	Reconcile func(ctx context.Context, v lease.ClusterView)
+	Log       *slog.Logger
+}
+
+// Tick is the slow safety-net pass, for what only time changes (reclaim
+// graces, lost ranks); arrivals and releases kick a pass at once.
+const Tick = 2 * time.Second
+
+// Scheduler is one agent's scheduling loop.
+type Scheduler struct {
+	self string
+	cfg  lease.SchedConfig
+	deps Deps
+	kick chan struct{}
+
+	mu         sync.Mutex
+	inflight   map[string]lease.InFlight
+	reclaiming map[string]time.Time
+
+	wg sync.WaitGroup
+}
+
+// New makes the scheduler of the agent on node self.
+func New(self string, cfg lease.SchedConfig, deps Deps) *Scheduler {
+	if deps.Log == nil {
+		deps.Log = slog.New(slog.DiscardHandler)
+	}
+	return &Scheduler{self: self, cfg: cfg.WithDefaults(), deps: deps, kick: make(chan struct{}, 1),
+		inflight: map[string]lease.InFlight{}, reclaiming: map[string]time.Time{}}
+}
+
+// Kick asks for a pass soon; it never blocks.
+func (s *Scheduler) Kick() {
+	select {
+	case s.kick <- struct{}{}:
+	default:
+	}
+}
+
+// Run loops until ctx ends, then waits for the starts it sent.
+func (s *Scheduler) Run(ctx context.Context) {
+	t := s.deps.Clock.NewTicker(Tick)
+	defer t.Stop()
+	defer s.wg.Wait()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-s.kick:
+		case <-t.C():
+		}
+		s.Pass(ctx)
+	}
+}
+
+// Pass runs the origin's pass, then — on the scheduler — one scheduling
+// pass.
+func (s *Scheduler) Pass(ctx context.Context) {
+	v := s.deps.View()
+	if s.deps.Reconcile != nil {
+		s.deps.Reconcile(ctx, v)
+	}
+	if v.Scheduler() != s.self {
+		return
+	}
+	s.schedule(ctx, v)
+}
+
+// schedule carries out one pass of the rules over the cluster's queue.
+func (s *Scheduler) schedule(ctx context.Context, v lease.ClusterView) {
+	now := s.deps.Clock.Now()
+	progress := v.Progress()
+	entries := map[string]lease.QueueEntry{}
+	for _, e := range v.Entries() {
+		entries[e.ID] = e
+	}
+	nodes := v.SchedNodes()
+	s.mu.Lock()
+	var held []lease.InFlight
+	for k, f := range s.inflight {
+		if f.Settled(progress, entries, now) {
+			delete(s.inflight, k)
+			continue
+		}
+		held = append(held, f)
+	}
+	for id, at := range s.reclaiming {
+		if now.Sub(at) > lease.InFlightTimeout {
+			delete(s.reclaiming, id)
+		}
+	}
+	s.mu.Unlock()
+	lease.Hold(nodes, held)
+	waiting, retell := v.Waiting(progress)
+	for _, e := range retell {
+		// Started, but its origin has not heard (or the message was lost):
+		// tell it again; never start it twice.
+		s.goTracked(ctx, func(ctx context.Context) { s.notifyStarted(ctx, e) })
+	}
+	if len(waiting) == 0 {
+		return
+	}
+	plan := lease.Schedule(waiting, nodes, v.Usage(), now, s.cfg)
+	for _, st := range plan.Start {
+		key := st.Entry.Key()
+		s.mu.Lock()
+		_, busy := s.inflight[key]
+		if !busy {
+			s.inflight[key] = lease.InFlight{Key: key, At: now, Ranks: st.Ranks, User: st.Entry.User, UID: st.Entry.UID}
+		}
+		s.mu.Unlock()
+		if busy {
+			continue
+		}
+		s.goTracked(ctx, func(ctx context.Context) {
+			if err := s.start(ctx, st); err != nil {
+				s.deps.Log.Warn("start queued entry", "entry", st.Entry.ID, "err", err)
+				s.mu.Lock()
+				delete(s.inflight, key)
+				s.mu.Unlock()
+			}
+		})
+	}
+	for _, r := range plan.Reclaim {
+		s.mu.Lock()
+		_, busy := s.reclaiming[r.Lease.ID]
+		s.reclaiming[r.Lease.ID] = now
+		s.mu.Unlock()
+		if busy || !r.Lease.PreemptedAt.IsZero() {
+			continue
+		}
+		s.deps.Log.Info("reclaiming", "lease", r.Lease.ID, "user", r.Lease.User, "why", r.Reason, "for", r.For)
+		s.goTracked(ctx, func(ctx context.Context) {
+			_, err := peer.Call(ctx, s.deps.Peers, r.Lease.Node, peer.Preempt, peer.System,
+				peer.PreemptRequest{Lease: r.Lease.ID, Token: r.Lease.Token, Reason: r.Reason})
+			if err != nil {
+				s.deps.Log.Warn("reclaim", "lease", r.Lease.ID, "err", err)
+			}
+		})
+	}
+}
+
+// goTracked runs f on its own goroutine with a deadline, tracked so Run
+// waits for it.
+func (s *Scheduler) goTracked(ctx context.Context, f func(context.Context)) {
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		f(ctx)
+	}()
+}
+
+// start starts one planned entry: at once on one node; for a gang, reserve
+// every rank, then commit all of them together.
+func (s *Scheduler) start(ctx context.Context, st lease.Start) error {
+	e := st.Entry
+	who := peer.As(e.User)
+	if len(st.Ranks) == 1 && e.Nodes <= 1 {
+		r, err := peer.Call(ctx, s.deps.Peers, st.Ranks[0].Node, peer.Start, who,
+			peer.StartRequest{Entry: e, Phase: peer.PhaseStart, GPUs: st.Ranks[0].GPUs, Borrowed: st.Borrowed})
+		if err != nil {
+			return err
+		}
+		s.deps.Log.Info("started", "entry", e.ID, "user", e.User, "node", st.Ranks[0].Node, "lease", r.Lease.ID)
+		s.notifyStarted(ctx, e)
+		return nil
+	}
+	gang := lease.GangID(e)
+	replies, errs := s.eachRank(ctx, st, func(i int, rk lease.RankPlacement) (peer.StartReply, error) {
+		return peer.Call(ctx, s.deps.Peers, rk.Node, peer.Start, who,
+			peer.StartRequest{Entry: e, Phase: peer.PhaseReserve, GPUs: rk.GPUs, Borrowed: st.Borrowed, Gang: gang, Rank: i})
+	})
+	for i, err := range errs {
+		if err == nil {
+			continue
+		}
+		// All or nothing: give back what was reserved.
+		for j, r := range replies {
+			if errs[j] == nil && r.Lease.ID != "" {
+				if _, err := peer.Call(ctx, s.deps.Peers, st.Ranks[j].Node, peer.Release, who, peer.ReleaseRequest{IDs: []string{r.Lease.ID}}); err != nil {
+					s.deps.Log.Warn("give back a reservation (it expires by itself)", "lease", r.Lease.ID, "node", st.Ranks[j].Node, "err", err)
+				}
+			}
+		}
+		return fmt.Errorf("reserve rank %d on %s: %w", i, st.Ranks[i].Node, err)
+	}
+	hosts := make([]string, len(replies))
+	for i, r := range replies {
+		hosts[i] = r.Host
+	}
+	env := lease.RendezvousEnv(e, hosts, replies[0].Port)
+	_, errs = s.eachRank(ctx, st, func(i int, rk lease.RankPlacement) (peer.StartReply, error) {
+		return peer.Call(ctx, s.deps.Peers, rk.Node, peer.Start, who,
+			peer.StartRequest{Entry: e, Phase: peer.PhaseCommit, GPUs: rk.GPUs, Gang: gang, Rank: i, Env: lease.RankEnv(env, i)})
+	})
+	for i, err := range errs {
+		if err != nil {
+			// The origin sees the rank missing and stops the rest.
+			s.deps.Log.Warn("commit a gang rank", "entry", e.ID, "rank", i, "node", st.Ranks[i].Node, "err", err)
+		}
+	}
+	s.deps.Log.Info("started gang", "entry", e.ID, "user", e.User, "nodes", e.Nodes, "gpus_per_node", e.GPUsPerNode, "hosts", strings.Join(hosts, ","))
+	s.notifyStarted(ctx, e)
+	return nil
+}
+
+// eachRank calls f for every rank at once and waits for all.
+func (s *Scheduler) eachRank(ctx context.Context, st lease.Start, f func(int, lease.RankPlacement) (peer.StartReply, error)) ([]peer.StartReply, []error) {
+	replies := make([]peer.StartReply, len(st.Ranks))
+	errs := make([]error, len(st.Ranks))
+	var wg sync.WaitGroup
+	for i, rk := range st.Ranks {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			replies[i], errs[i] = f(i, rk)
+		}()
+	}
+	wg.Wait()
+	return replies, errs
+}
+
+// notifyStarted tells the entry's origin that it runs.
+func (s *Scheduler) notifyStarted(ctx context.Context, e lease.QueueEntry) {
+	if _, err := peer.Call(ctx, s.deps.Peers, e.Origin, peer.Started, peer.System, peer.StartedRequest{Key: e.Key()}); err != nil {
+		s.deps.Log.Warn("tell the origin an entry started", "entry", e.ID, "origin", e.Origin, "err", err)
+	}
+}

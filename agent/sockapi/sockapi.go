@@ -1,0 +1,404 @@
+// Package sockapi is the local API's front door: HTTP+JSON on a unix
+// socket. The kernel names the caller (SO_PEERCRED) when the connection is
+// accepted; the service is bound to that caller once, and handlers only
+// decode, call it, and encode. Every connection is bounded in time and
+// every uid in how many it may hold, so no user can starve the others.
+package sockapi
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/dibs-gpu/dibs/agent/core"
+	"github.com/dibs-gpu/dibs/api"
+	"github.com/dibs-gpu/dibs/lease"
+)
+
+// MaxRequestBody bounds what a client may send; real requests are tiny.
+const MaxRequestBody = 64 << 10
+
+// Limits bound what one caller can hold open.
+type Limits struct {
+	// PerUID caps the connections one uid may hold at once (root too);
+	// beyond it new connections are closed at once (default 64).
+	PerUID int
+	// ReadTimeout bounds reading a whole request, body included (default
+	// 10 s): a body sent a byte a second is cut off.
+	ReadTimeout time.Duration
+	// WriteTimeout bounds writing a reply (default 30 s); a watch stream
+	// gets it anew for every board it sends.
+	WriteTimeout time.Duration
+	// IdleTimeout closes a keep-alive connection with no request (default
+	// 30 s).
+	IdleTimeout time.Duration
+}
+
+func (l Limits) withDefaults() Limits {
+	if l.PerUID <= 0 {
+		l.PerUID = 64
+	}
+	if l.ReadTimeout <= 0 {
+		l.ReadTimeout = 10 * time.Second
+	}
+	if l.WriteTimeout <= 0 {
+		l.WriteTimeout = 30 * time.Second
+	}
+	if l.IdleTimeout <= 0 {
+		l.IdleTimeout = 30 * time.Second
+	}
+	return l
+}
+
+// Server serves the local API for one service.
+type Server struct {
+	svc    *core.Service
+	path   string
+	limits Limits
+	log    *slog.Logger
+
+	ln   *capListener
+	http *http.Server
+	done chan struct{}
+}
+
+// Listen opens the socket at path, in a directory that must be this
+// process's own (root's, for the system agent) and not writable by anyone
+// else, so no user can swap the socket. The socket is mode 0666: anyone may
+// connect, the kernel says who they are. A socket another agent answers on
+// is never taken over.
+func Listen(path string, svc *core.Service, limits Limits, log *slog.Logger) (*Server, error) {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	dir := filepath.Dir(path)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("create socket dir: %w", err)
+	}
+	if err := checkOwnDir(dir); err != nil {
+		return nil, err
+	}
+	if c, err := net.DialTimeout("unix", path, 200*time.Millisecond); err == nil {
+		c.Close()
+		return nil, fmt.Errorf("another dibs agent is already serving %s: stop it first, or use --socket", path)
+	}
+	os.Remove(path)
+	ul, err := net.Listen("unix", path)
+	if err != nil {
+		return nil, fmt.Errorf("listen on %s: %w", path, err)
+	}
+	if err := os.Chmod(path, 0o666); err != nil {
+		ul.Close()
+		return nil, fmt.Errorf("chmod %s: %w", path, err)
+	}
+	s := &Server{svc: svc, path: path, limits: limits.withDefaults(), log: log, done: make(chan struct{})}
+	s.ln = &capListener{Listener: ul, perUID: s.limits.PerUID, open: map[int]int{}, log: log}
+	s.http = &http.Server{
+		Handler:           s.Routes(),
+		ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout:       s.limits.ReadTimeout,
+		IdleTimeout:       s.limits.IdleTimeout,
+		MaxHeaderBytes:    16 << 10,
+		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
+			if pc, ok := c.(*peerConn); ok {
+				return context.WithValue(ctx, callerKey{}, pc.uid)
+			}
+			return ctx
+		},
+		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+	go func() {
+		defer close(s.done)
+		if err := s.http.Serve(s.ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error("local API stopped", "err", err)
+		}
+	}()
+	return s, nil
+}
+
+// checkOwnDir refuses a socket directory someone else could write to.
+func checkOwnDir(dir string) error {
+	fi, err := os.Lstat(dir)
+	if err != nil {
+		return fmt.Errorf("socket dir: %w", err)
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !fi.IsDir() || !ok {
+		return fmt.Errorf("socket dir %s is not a directory", dir)
+	}
+	if int(st.Uid) != os.Geteuid() {
+		return fmt.Errorf("socket dir %s belongs to uid %d, not to this agent (uid %d): use a directory the agent owns (e.g. /run/dibs)", dir, st.Uid, os.Geteuid())
+	}
+	if fi.Mode().Perm()&0o022 != 0 {
+		return fmt.Errorf("socket dir %s is writable by others (mode %o): make it 0755", dir, fi.Mode().Perm())
+	}
+	return nil
+}
+
+// Path is the socket.
+func (s *Server) Path() string { return s.path }
+
+// Close stops serving and removes the socket.
+func (s *Server) Close() {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	s.http.Shutdown(ctx)
+	s.http.Close()
+	<-s.done
+	os.Remove(s.path)
+}
+
+type callerKey struct{}
+
+// bound is the service bound to the connection's caller.
+func (s *Server) bound(r *http.Request) (*core.Bound, error) {
+	uid, ok := r.Context().Value(callerKey{}).(int)
+	if !ok {
+		return nil, errors.New("cannot tell who is calling (SO_PEERCRED failed)")
+	}
+	return s.svc.ForUID(uid), nil
+}
+
+// Routes is the API's handler (tests serve it without a socket, with the
+// caller in the request context via WithCaller).
+func (s *Server) Routes() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /v1/board", get(s, (*core.Bound).Board))
+	mux.HandleFunc("GET /v1/status", get(s, (*core.Bound).Status))
+	mux.HandleFunc("GET /v1/queue", get(s, (*core.Bound).Queue))
+	mux.HandleFunc("GET /v1/watch", s.handleWatch)
+	mux.HandleFunc("POST /v1/claim", post(s, (*core.Bound).Claim))
+	mux.HandleFunc("POST /v1/release", post(s, (*core.Bound).Release))
+	mux.HandleFunc("POST /v1/extend", post(s, (*core.Bound).Extend))
+	mux.HandleFunc("POST /v1/adopt", post(s, (*core.Bound).Adopt))
+	mux.HandleFunc("POST /v1/queue/submit", post(s, (*core.Bound).Submit))
+	mux.HandleFunc("POST /v1/queue/cancel", post(s, func(b *core.Bound, ctx context.Context, r idRequest) (struct{}, error) {
+		return struct{}{}, b.Cancel(ctx, r.ID)
+	}))
+	mux.HandleFunc("POST /v1/attach", post(s, func(b *core.Bound, ctx context.Context, r idRequest) (api.AttachResponse, error) {
+		return b.Attach(ctx, r.ID)
+	}))
+	mux.HandleFunc("POST /v1/usage", post(s, func(b *core.Bound, ctx context.Context, r struct {
+		Window string `json:"window"`
+	}) (api.UsageReport, error) {
+		return b.Usage(ctx, r.Window)
+	}))
+	return mux
+}
+
+// WithCaller is a request as if uid had connected: for tests and fuzzing
+// of Routes without a socket.
+func WithCaller(r *http.Request, uid int) *http.Request {
+	return r.WithContext(context.WithValue(r.Context(), callerKey{}, uid))
+}
+
+type idRequest struct {
+	ID string `json:"id"`
+}
+
+// get serves a read.
+func get[Resp any](s *Server, f func(*core.Bound, context.Context) (Resp, error)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		b, err := s.bound(r)
+		if err != nil {
+			writeError(w, http.StatusForbidden, "", err.Error())
+			return
+		}
+		resp, err := f(b, r.Context())
+		if err != nil {
+			writeErr(w, err)
+			return
+		}
+		s.writeJSON(w, http.StatusOK, resp)
+	}
+}
+
+// post decodes a JSON body strictly, calls the service, encodes the answer.
+func post[Req, Resp any](s *Server, f func(*core.Bound, context.Context, Req) (Resp, error)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		b, err := s.bound(r)
+		if err != nil {
+			writeError(w, http.StatusForbidden, "", err.Error())
+			return
+		}
+		var req Req
+		dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, MaxRequestBody))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&req); err != nil {
+			writeError(w, http.StatusBadRequest, lease.CodeInvalid, "malformed request body: "+oneLine(err.Error()))
+			return
+		}
+		if dec.More() {
+			writeError(w, http.StatusBadRequest, lease.CodeInvalid, "malformed request body: more than one JSON value")
+			return
+		}
+		resp, err := f(b, r.Context(), req)
+		if err != nil {
+			writeErr(w, err)
+			return
+		}
+		s.writeJSON(w, http.StatusOK, resp)
+	}
+}
+
+func (s *Server) writeJSON(w http.ResponseWriter, status int, v any) {
+	http.NewResponseController(w).SetWriteDeadline(time.Now().Add(s.limits.WriteTimeout))
+	writeJSON(w, status, v)
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	json.NewEncoder(w).Encode(v)
+}
+
+func writeError(w http.ResponseWriter, status int, code lease.Code, msg string) {
+	writeJSON(w, status, api.ErrorBody{Error: msg, Code: code})
+}
+
+// writeErr maps a refusal's code to an HTTP status; anything else is a 500
+// with its message, so the person still reads what went wrong.
+func writeErr(w http.ResponseWriter, err error) {
+	status := http.StatusInternalServerError
+	code := lease.CodeOf(err)
+	switch code {
+	case lease.CodeInvalid:
+		status = http.StatusBadRequest
+	case lease.CodeConflict:
+		status = http.StatusConflict
+	case lease.CodeNotFound:
+		status = http.StatusNotFound
+	case lease.CodeForbidden:
+		status = http.StatusForbidden
+	case lease.CodeUnavailable:
+		status = http.StatusServiceUnavailable
+	}
+	writeError(w, status, code, oneLine(err.Error()))
+}
+
+func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }
+
+// handleWatch streams the board as JSON lines: now, then after every
+// change. Each board gets its own write deadline, so a reader that stops
+// reading is cut off, and one that keeps reading stays.
+func (s *Server) handleWatch(w http.ResponseWriter, r *http.Request) {
+	b, err := s.bound(r)
+	if err != nil {
+		writeError(w, http.StatusForbidden, "", err.Error())
+		return
+	}
+	rc := http.NewResponseController(w)
+	w.Header().Set("Content-Type", "application/x-ndjson")
+	w.WriteHeader(http.StatusOK)
+	enc := json.NewEncoder(w)
+	ctx := r.Context()
+	boards, stop := b.Watch(ctx)
+	defer stop()
+	for board := range boards {
+		rc.SetWriteDeadline(time.Now().Add(s.limits.WriteTimeout))
+		if err := enc.Encode(board); err != nil {
+			return
+		}
+		if err := rc.Flush(); err != nil {
+			return
+		}
+	}
+}
+
+// capListener reads each connection's peer credentials at accept and
+// refuses a uid over its cap.
+type capListener struct {
+	net.Listener
+	perUID int
+	log    *slog.Logger
+
+	mu      sync.Mutex
+	open    map[int]int
+	refused map[int]time.Time
+}
+
+type peerConn struct {
+	net.Conn
+	uid  int
+	once sync.Once
+	done func()
+}
+
+func (c *peerConn) Close() error {
+	c.once.Do(c.done)
+	return c.Conn.Close()
+}
+
+// Accept implements net.Listener.
+func (l *capListener) Accept() (net.Conn, error) {
+	for {
+		c, err := l.Listener.Accept()
+		if err != nil {
+			return nil, err
+		}
+		uid, err := peerUID(c)
+		if err != nil {
+			l.log.Warn("local API: cannot read the caller's credentials; closing", "err", err)
+			c.Close()
+			continue
+		}
+		l.mu.Lock()
+		if l.open[uid] >= l.perUID {
+			if l.refused == nil {
+				l.refused = map[int]time.Time{}
+			}
+			if time.Since(l.refused[uid]) > 10*time.Second {
+				l.refused[uid] = time.Now()
+				l.log.Warn("local API: refusing connections over the per-user cap", "uid", uid, "open", l.open[uid])
+			}
+			l.mu.Unlock()
+			c.Close()
+			continue
+		}
+		l.open[uid]++
+		l.mu.Unlock()
+		return &peerConn{Conn: c, uid: uid, done: func() {
+			l.mu.Lock()
+			l.open[uid]--
+			if l.open[uid] <= 0 {
+				delete(l.open, uid)
+			}
+			l.mu.Unlock()
+		}}, nil
+	}
+}
+
+// peerUID reads the connecting process's uid from the kernel.
+func peerUID(c net.Conn) (int, error) {
+	uc, ok := c.(*net.UnixConn)
+	if !ok {
+		return 0, errors.New("not a unix socket")
+	}
+	raw, err := uc.SyscallConn()
+	if err != nil {
+		return 0, err
+	}
+	var cred *unix.Ucred
+	var cerr error
+	if err := raw.Control(func(fd uintptr) {
+		cred, cerr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
+	}); err != nil {
+		return 0, err
+	}
+	if cerr != nil {
+		return 0, cerr
+	}
+	return int(cred.Uid), nil
+}

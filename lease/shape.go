@@ -1,0 +1,220 @@
+package lease
+
+import (
+	"fmt"
+	"strings"
+	"time"
+	"unicode/utf8"
+)
+
+// Bounds on what a lease, a queue entry or a request may hold: wherever one
+// comes from (a person, the store, another agent), it is checked against
+// the same limits before anything acts on it.
+const (
+	MaxGPUIndex    = 1024
+	MaxGPUsPerNode = 1024
+	MaxGangNodes   = 256
+	MaxCommandArgs = 256
+	MaxCommandSize = 64 << 10
+	MaxPathLen     = 4096
+	MaxNameLen     = 128
+	MaxUserNameLen = 64
+	MaxModelLen    = 64
+	MaxRestarts    = 100
+)
+
+// ValidNodeName accepts names that are safe in lease ids, tmux session
+// names, DNS and the board: letters, digits, '-', '_' and '.', 1 to 63 of
+// them, not starting with '-' or '.'.
+func ValidNodeName(s string) error {
+	if s == "" || len(s) > 63 {
+		return fmt.Errorf("node name %q must be 1 to 63 characters", quoteInput(s))
+	}
+	if s[0] == '-' || s[0] == '.' {
+		return fmt.Errorf("node name %s must not start with '-' or '.'", quoteInput(s))
+	}
+	for _, r := range s {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_' || r == '.') {
+			return fmt.Errorf("node name %s may hold only letters, digits, '-', '_' and '.'", quoteInput(s))
+		}
+	}
+	return nil
+}
+
+// ValidUserName accepts account names as useradd makes them (and as they
+// cross nodes): letters, digits, '.', '_', '-', a trailing '$', not starting
+// with '-', at most 64 bytes.
+func ValidUserName(s string) bool {
+	if s == "" || len(s) > MaxUserNameLen || s[0] == '-' {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9', c == '.', c == '_', c == '-':
+		case c == '$' && i == len(s)-1:
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// token reports whether s is a short printable ASCII word without spaces.
+func token(s string, max int) bool {
+	if s == "" || len(s) > max {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if s[i] <= ' ' || s[i] >= 0x7f {
+			return false
+		}
+	}
+	return true
+}
+
+// Validate checks a lease's shape (not the rules: who may hold it is the
+// table's business): ids, GPUs, names, sizes, the note.
+func (l *Lease) Validate() error {
+	if !token(l.ID, 2*MaxNameLen) {
+		return Invalidf("a lease has a bad id %s", quoteInput(l.ID))
+	}
+	if node, ok := NodeOfID(l.ID); !ok || node != l.Node {
+		return Invalidf("lease %s does not belong to node %s", quoteInput(l.ID), quoteInput(l.Node))
+	}
+	if err := checkGPUs(l.GPUs, true); err != nil {
+		return Invalidf("lease %s: %v", l.ID, err)
+	}
+	if !ValidUserName(l.User) && l.User != "" {
+		return Invalidf("lease %s has a bad user %s", l.ID, quoteInput(l.User))
+	}
+	if l.Kind != "" {
+		if _, err := ParseKind(string(l.Kind)); err != nil {
+			return Invalidf("lease %s: %v", l.ID, err)
+		}
+	}
+	if l.Session != "" && !token(l.Session, MaxNameLen) {
+		return Invalidf("lease %s has a bad session name %s", l.ID, quoteInput(l.Session))
+	}
+	for _, s := range []string{l.Entry, l.Gang, l.PreemptReason, l.RequestID} {
+		if s != "" && !token(s, 2*MaxNameLen) {
+			return Invalidf("lease %s has a bad field %s", l.ID, quoteInput(s))
+		}
+	}
+	if err := CheckNote(l.Note); err != nil {
+		return Invalidf("lease %s: %v", l.ID, err)
+	}
+	return nil
+}
+
+func checkGPUs(gpus []int, need bool) error {
+	if need && len(gpus) == 0 {
+		return fmt.Errorf("no GPUs")
+	}
+	if len(gpus) > MaxGPUsPerNode {
+		return fmt.Errorf("%d GPUs, over %d", len(gpus), MaxGPUsPerNode)
+	}
+	seen := make(map[int]bool, len(gpus))
+	for _, g := range gpus {
+		if g < 0 || g >= MaxGPUIndex {
+			return fmt.Errorf("GPU index %d is out of range", g)
+		}
+		if seen[g] {
+			return fmt.Errorf("GPU %d appears twice", g)
+		}
+		seen[g] = true
+	}
+	return nil
+}
+
+// CheckGPUs refuses a list of GPU indices that is out of range or repeats
+// one.
+func CheckGPUs(gpus []int) error {
+	if err := checkGPUs(gpus, false); err != nil {
+		return Invalidf("%v", err)
+	}
+	return nil
+}
+
+// CheckJob bounds a command line, its directory and session name.
+func CheckJob(command []string, dir, name string) error {
+	if len(command) > MaxCommandArgs {
+		return Invalidf("the command has %d arguments; at most %d", len(command), MaxCommandArgs)
+	}
+	size := 0
+	for _, a := range command {
+		size += len(a)
+		if strings.IndexByte(a, 0) >= 0 || !utf8.ValidString(a) {
+			return Invalidf("the command holds a NUL byte or invalid UTF-8")
+		}
+	}
+	if size > MaxCommandSize {
+		return Invalidf("the command is %d bytes; at most %d", size, MaxCommandSize)
+	}
+	if len(command) > 0 && command[0] == "" {
+		return Invalidf("the command is empty")
+	}
+	if dir != "" && (len(dir) > MaxPathLen || !strings.HasPrefix(dir, "/") || strings.IndexByte(dir, 0) >= 0) {
+		return Invalidf("working directory %s must be an absolute path", quoteInput(dir))
+	}
+	if name != "" && !token(name, MaxNameLen) {
+		return Invalidf("session name %s must be one word of at most %d characters", quoteInput(name), MaxNameLen)
+	}
+	return nil
+}
+
+// Validate checks a queue entry's shape wherever it comes from: the same
+// bounds as a direct request (names, sizes, notes), so an entry another
+// agent gossips cannot hold what a person could not submit.
+func (e *QueueEntry) Validate() error {
+	origin, ok := OriginOfQueueID(e.ID)
+	if !ok || origin != e.Origin {
+		return Invalidf("queue entry %s does not belong to node %s", quoteInput(e.ID), quoteInput(e.Origin))
+	}
+	if !ValidUserName(e.User) {
+		return Invalidf("queue entry %s has a bad user %s", e.ID, quoteInput(e.User))
+	}
+	if e.Nodes < 1 || e.Nodes > MaxGangNodes || e.GPUsPerNode < 1 || e.GPUsPerNode > MaxGPUsPerNode {
+		return Invalidf("queue entry %s asks for %d×%d GPUs", e.ID, e.Nodes, e.GPUsPerNode)
+	}
+	if e.Node != "" && ValidNodeName(e.Node) != nil {
+		return Invalidf("queue entry %s is pinned to a bad node name", e.ID)
+	}
+	if e.Duration < 0 || e.Duration > MaxDuration {
+		return Invalidf("queue entry %s has a time limit out of range", e.ID)
+	}
+	if _, err := ParseKind(string(e.Kind)); err != nil {
+		return Invalidf("queue entry %s: %v", e.ID, err)
+	}
+	if err := CheckNote(e.Note); err != nil {
+		return Invalidf("queue entry %s: %v", e.ID, err)
+	}
+	if e.Job != nil {
+		if err := CheckJob(e.Job.Command, e.Job.Dir, e.Job.Name); err != nil {
+			return Invalidf("queue entry %s: %v", e.ID, err)
+		}
+	}
+	if e.Restarts < 0 || e.MaxRestarts < 0 || e.MaxRestarts > MaxRestarts || e.Attempt < 0 {
+		return Invalidf("queue entry %s has restart counts out of range", e.ID)
+	}
+	if len(e.Model) > MaxModelLen || strings.ContainsFunc(e.Model, func(r rune) bool { return r < ' ' || r == 0x7f }) {
+		return Invalidf("queue entry %s has a bad model filter", e.ID)
+	}
+	return nil
+}
+
+// Validate checks an ended run's shape.
+func (x *EndedRun) Validate() error {
+	if !token(x.Entry, 2*MaxNameLen) || !token(x.Lease, 2*MaxNameLen) || !token(string(x.Reason), MaxNameLen) {
+		return Invalidf("an ended run has a bad entry, lease or reason")
+	}
+	if x.Gang != "" && !token(x.Gang, 2*MaxNameLen) {
+		return Invalidf("ended run %s has a bad gang", x.Lease)
+	}
+	return nil
+}
+
+// ValidSince bounds a time read from the wire to a sane range.
+func ValidSince(t time.Time) bool {
+	return t.IsZero() || t.Year() >= 2000 && t.Year() <= 9999
+}
