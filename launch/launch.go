@@ -46,6 +46,11 @@ var (
 	// ErrNoSession means the session (or the user's whole tmux server) is gone,
 	// which for the agent means the job ended.
 	ErrNoSession = errors.New("no such session")
+	// ErrWorkDir means Spec.Dir is not a directory the user can enter (or
+	// not an absolute path): the caller's mistake, which the agent answers
+	// as such. Its text does not say which, so it leaks nothing about
+	// places the user cannot see.
+	ErrWorkDir = errors.New("unusable working directory")
 )
 
 // DefaultPath is the PATH a session's tmux client starts with: the usual system
@@ -262,9 +267,9 @@ func (l *Launcher) startArgs(s Spec, exitFile string) ([]string, error) {
 	if dir == "" {
 		dir = "/" // prepareStart has put the home here if the user can enter it
 	} else if !filepath.IsAbs(dir) {
-		return nil, fmt.Errorf("working directory %s is not absolute: give the full path", dir)
+		return nil, &kindError{msg: fmt.Sprintf("working directory %s is not absolute: give the full path", dir), kind: ErrWorkDir}
 	} else if strings.IndexByte(dir, 0) >= 0 {
-		return nil, errors.New("working directory contains a NUL byte")
+		return nil, &kindError{msg: "working directory contains a NUL byte", kind: ErrWorkDir}
 	}
 	args := []string{
 		"new-session", "-d", "-P", "-F", "#{pane_pid}",

@@ -488,8 +488,8 @@ func TestCheckDir(t *testing.T) {
 	for _, bad := range []string{filepath.Join(dir, "missing"), file} {
 		err := h.l.checkDir(t.Context(), h.me, bad)
 		want := "working directory " + bad + " does not exist or " + h.me.Name + " may not enter it: give a directory you can cd into"
-		if err == nil || err.Error() != want {
-			t.Errorf("checkDir(%s) = %v, want %q", bad, err, want)
+		if err == nil || err.Error() != want || !errors.Is(err, ErrWorkDir) {
+			t.Errorf("checkDir(%s) = %v, want ErrWorkDir saying %q", bad, err, want)
 		}
 	}
 }

@@ -17,14 +17,18 @@ import (
 // says what to fix. Test with errors.Is.
 var ErrStatusDir = errors.New("unsafe exit-status file")
 
-// statusError is one refusal; its text is the whole one-line message.
-type statusError struct{ msg string }
+// kindError is an error whose text is the whole one-line message and whose
+// kind (ErrStatusDir, ErrWorkDir) errors.Is reports without adding its text.
+type kindError struct {
+	msg  string
+	kind error
+}
 
-func (e *statusError) Error() string        { return e.msg }
-func (e *statusError) Is(target error) bool { return target == ErrStatusDir }
+func (e *kindError) Error() string        { return e.msg }
+func (e *kindError) Is(target error) bool { return target == e.kind }
 
 func refusef(format string, args ...any) error {
-	return &statusError{msg: fmt.Sprintf(format, args...)}
+	return &kindError{msg: fmt.Sprintf(format, args...), kind: ErrStatusDir}
 }
 
 // maxStatusSize bounds what ExitStatus reads: the wrapper writes at most

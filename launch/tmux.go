@@ -193,7 +193,7 @@ func (l *Launcher) checkDir(ctx context.Context, u User, dir string) error {
 	if errors.As(err, &errno) {
 		switch errno {
 		case syscall.ENOENT, syscall.EACCES, syscall.EPERM, syscall.ENOTDIR, syscall.ELOOP, syscall.ENAMETOOLONG:
-			return fmt.Errorf("working directory %s does not exist or %s may not enter it: give a directory you can cd into", dir, u.Name)
+			return &kindError{msg: fmt.Sprintf("working directory %s does not exist or %s may not enter it: give a directory you can cd into", dir, u.Name), kind: ErrWorkDir}
 		}
 	}
 	return fmt.Errorf("check working directory %s as %s: %w", dir, u.Name, err)

@@ -4,6 +4,7 @@ package launch_test
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -34,6 +35,9 @@ func TestWorkingDirCheckedAsUser(t *testing.T) {
 		if err == nil {
 			l.Kill(context.Background(), victim, "wd")
 			t.Fatalf("Start in %s succeeded; %s cannot enter it", dir, victim.Name)
+		}
+		if !errors.Is(err, launch.ErrWorkDir) {
+			t.Errorf("Start in %s = %v; want ErrWorkDir", dir, err)
 		}
 		return strings.ReplaceAll(err.Error(), dir, "DIR")
 	}
