@@ -39,7 +39,7 @@ func worldDir(tb testing.TB) string {
 		tb.Fatal(err)
 	}
 	tb.Cleanup(func() { os.RemoveAll(d) })
-	if err := os.Chmod(d, 0o1777); err != nil {
+	if err := os.Chmod(d, os.ModeSticky|0o777); err != nil {
 		tb.Fatal(err)
 	}
 	return d

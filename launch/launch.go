@@ -1,12 +1,20 @@
 // Package launch starts and watches the processes that hold GPUs: detached tmux
 // sessions that run as the claiming user, in that user's own tmux server, with a
 // clean environment plus CUDA_VISIBLE_DEVICES and the DIBS_* variables. It also
-// signals them for cooperative preemption and tells callers how to attach.
+// signals them for cooperative preemption, records how their command ended
+// (ExitStatus), and tells callers how to attach, or attaches a terminal the
+// agent holds (AttachTerminal).
 //
 // The agent runs as root so it can serve everyone; each tmux client it runs is
 // started with the user's uid, gid and supplementary groups, so the server it
 // talks to (or starts) is the one the user's own `tmux ls` sees. Run without
 // root, a Launcher serves only its own uid.
+//
+// Every file the root agent touches for a user goes through here and is
+// opened so the user cannot swap it for a link, a FIFO or a device: exit
+// statuses are read relative to directories checked fd by fd, and a job's
+// working directory is checked by the kernel as the user, never stat'ed as
+// root.
 //
 // launch imports only the standard library: it is I/O, no rules. What a session
 // means for a lease is the agent's business.
@@ -38,6 +46,11 @@ var (
 	// ErrNoSession means the session (or the user's whole tmux server) is gone,
 	// which for the agent means the job ended.
 	ErrNoSession = errors.New("no such session")
+	// ErrWorkDir means Spec.Dir is not a directory the user can enter (or
+	// not an absolute path): the caller's mistake, which the agent answers
+	// as such. Its text does not say which, so it leaks nothing about
+	// places the user cannot see.
+	ErrWorkDir = errors.New("unusable working directory")
 )
 
 // DefaultPath is the PATH a session's tmux client starts with: the usual system
@@ -63,6 +76,15 @@ type Options struct {
 	// Logf receives the few things worth telling an operator that are not
 	// errors returned to a caller (a Watch poll that failed). Default: drop.
 	Logf func(format string, args ...any)
+	// StatusDir is where sessions started with Spec.RecordExit leave their
+	// command's exit status, for ExitStatus to read: an absolute path such as
+	// /run/dibs/exit, owned by this process's uid and writable by nobody
+	// else, under directories that only root (or this uid) can change. Its
+	// last element is made (mode 0711) when missing. Each user gets a
+	// subdirectory named by uid, mode 0700, owned by that user, so a job
+	// writes only its own user's statuses and the agent never reads a file
+	// another user could have planted. Empty: RecordExit is refused.
+	StatusDir string
 }
 
 // Launcher runs tmux on behalf of users. It holds no mutable state after New,
@@ -75,7 +97,8 @@ type Launcher struct {
 	tmpDir      string
 	messageTime time.Duration
 	logf        func(string, ...any)
-	euid        int // who this process is, fixed at New
+	euid        int    // who this process is, fixed at New
+	statusDir   string // Options.StatusDir, cleaned; "" when unset
 }
 
 // New makes a Launcher. It does not fail: a missing tmux is reported, with what
@@ -88,6 +111,9 @@ func New(opts Options) *Launcher {
 		logf:        opts.Logf,
 		euid:        os.Geteuid(),
 		attachTmux:  "tmux",
+	}
+	if opts.StatusDir != "" {
+		l.statusDir = filepath.Clean(opts.StatusDir)
 	}
 	name := opts.TmuxPath
 	if name == "" {
@@ -125,9 +151,17 @@ type Spec struct {
 	// "python train.py | tee log" works); with more it is an argv executed
 	// directly, as tmux does.
 	Command []string
-	// Dir is the working directory. Default: the user's home, or / when the
-	// home does not exist (service accounts such as nobody).
+	// Dir is the working directory; Start checks, with the user's own
+	// credentials, that the user can enter it. Default: the user's home, or /
+	// when the user cannot enter it (service accounts such as nobody).
 	Dir string
+	// RecordExit asks Start to run Command under a small /bin/sh wrapper
+	// that writes its exit status (128+n when a signal killed it) to the
+	// user's directory under Options.StatusDir, for ExitStatus to read once
+	// the session is gone; the agent uses it to tell a queued run that failed
+	// from one that finished. A session killed as a whole (Kill, SIGKILL to
+	// the wrapper) and an empty Command record nothing.
+	RecordExit bool
 }
 
 // Session is a started session.
@@ -163,7 +197,7 @@ var envKeyPattern = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 // If ctx ends during the call the session may or may not exist; Exists or
 // List tells. Safe for concurrent use.
 func (l *Launcher) Start(ctx context.Context, s Spec) (Session, error) {
-	args, err := l.startArgs(s)
+	args, err := l.prepareStart(ctx, s)
 	if err != nil {
 		return Session{}, fmt.Errorf("start session %s as %s: %w", s.Name, s.User.Name, err)
 	}
@@ -184,12 +218,45 @@ func (l *Launcher) Start(ctx context.Context, s Spec) (Session, error) {
 	return Session{Name: s.Name, User: s.User, PanePID: pid}, nil
 }
 
+// prepareStart checks s, then does what Start needs before tmux: the
+// working directory checked as the user, and the exit-status file made ready
+// when s asks for one. It returns the tmux arguments.
+func (l *Launcher) prepareStart(ctx context.Context, s Spec) ([]string, error) {
+	if _, err := l.startArgs(s, ""); err != nil {
+		return nil, err
+	}
+	if l.tmuxErr != nil {
+		return nil, l.tmuxErr
+	}
+	if _, err := credentialFor(l.euid, s.User); err != nil {
+		return nil, err
+	}
+	if s.Dir != "" {
+		if err := l.checkDir(ctx, s.User, s.Dir); err != nil {
+			return nil, err
+		}
+	} else if s.User.Home != "" && filepath.IsAbs(s.User.Home) && l.checkDir(ctx, s.User, s.User.Home) == nil {
+		s.Dir = s.User.Home
+	}
+	exitFile := ""
+	if s.RecordExit && len(s.Command) > 0 {
+		f, err := l.prepareExitFile(s.User, s.Name)
+		if err != nil {
+			return nil, fmt.Errorf("record exit status: %w", err)
+		}
+		exitFile = f
+	}
+	return l.startArgs(s, exitFile)
+}
+
 // startArgs builds the single tmux command line for Start: new-session with
 // every variable as -e (a running server ignores the client's environment),
 // then remain-on-exit off on the job's window so the session (and the lease)
 // ends when the command does, whatever the user's tmux.conf says. tmux runs
-// both before it handles any child exit, so even `true` cannot race it.
-func (l *Launcher) startArgs(s Spec) ([]string, error) {
+// both before it handles any child exit, so even `true` cannot race it. With
+// exitFile set the command runs under exitWrapper. It touches no file: the
+// working directory is checkDir's business, done as the user.
+func (l *Launcher) startArgs(s Spec, exitFile string) ([]string, error) {
 	if err := CheckName(s.Name); err != nil {
 		return nil, err
 	}
@@ -198,16 +265,11 @@ func (l *Launcher) startArgs(s Spec) ([]string, error) {
 	}
 	dir := s.Dir
 	if dir == "" {
-		dir = "/"
-		if fi, err := os.Stat(s.User.Home); err == nil && fi.IsDir() {
-			dir = s.User.Home
-		}
+		dir = "/" // prepareStart has put the home here if the user can enter it
 	} else if !filepath.IsAbs(dir) {
-		return nil, fmt.Errorf("working directory %s is not absolute", dir)
-	} else if fi, err := os.Stat(dir); err != nil {
-		return nil, fmt.Errorf("working directory: %w", err)
-	} else if !fi.IsDir() {
-		return nil, fmt.Errorf("working directory %s is not a directory", dir)
+		return nil, &kindError{msg: fmt.Sprintf("working directory %s is not absolute: give the full path", dir), kind: ErrWorkDir}
+	} else if strings.IndexByte(dir, 0) >= 0 {
+		return nil, &kindError{msg: "working directory contains a NUL byte", kind: ErrWorkDir}
 	}
 	args := []string{
 		"new-session", "-d", "-P", "-F", "#{pane_pid}",
@@ -232,13 +294,17 @@ func (l *Launcher) startArgs(s Spec) ([]string, error) {
 		if s.Command[0] == "" {
 			return nil, errors.New("command is empty")
 		}
-		args = append(args, "--")
 		for _, a := range s.Command {
 			if strings.IndexByte(a, 0) >= 0 {
 				return nil, fmt.Errorf("command argument %q contains a NUL byte", a)
 			}
-			args = append(args, a)
 		}
+		cmd := s.Command
+		if exitFile != "" {
+			cmd = exitWrapper(exitFile, cmd)
+		}
+		args = append(args, "--")
+		args = append(args, cmd...)
 	}
 	for i := range args {
 		args[i] = escapeSemicolon(args[i])

@@ -425,12 +425,13 @@ func TestCheckName(t *testing.T) {
 func TestStartArgs(t *testing.T) {
 	l := New(Options{})
 	u := User{Name: "alice", UID: 1000, GID: 1000, Home: "/nonexistent-home"}
-	got, err := l.startArgs(Spec{
+	spec := Spec{
 		Name:    "dibs-n1-7",
 		User:    u,
 		Env:     map[string]string{"DIBS_B": "x;", "CUDA_VISIBLE_DEVICES": "0,1"},
 		Command: []string{"python", "-c", "print(1);"},
-	})
+	}
+	got, err := l.startArgs(spec, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -443,10 +444,19 @@ func TestStartArgs(t *testing.T) {
 	if !slices.Equal(got, want) {
 		t.Errorf("startArgs =\n%q\nwant\n%q", got, want)
 	}
+	// Recording the exit status puts the wrapper in front of the argv; the
+	// status file travels as an argument, not in the job's environment.
+	got, err = l.startArgs(spec, "/run/dibs/exit/1000/dibs-n1-7.exit")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want = slices.Concat(want[:14], []string{
+		"/bin/sh", "-c", `f=$1; shift; "$@"; s=$?; printf '%s\n' "$s" >"$f"; exit "$s"`, "dibs-job", "/run/dibs/exit/1000/dibs-n1-7.exit",
+	}, want[14:])
+	if !slices.Equal(got, want) {
+		t.Errorf("startArgs with an exit file =\n%q\nwant\n%q", got, want)
+	}
 
-	dir := t.TempDir()
-	file := filepath.Join(dir, "f")
-	os.WriteFile(file, nil, 0o644)
 	bad := []struct {
 		name string
 		spec Spec
@@ -456,13 +466,30 @@ func TestStartArgs(t *testing.T) {
 		{"bad env key", Spec{Name: "a", User: u, Env: map[string]string{"A-B": "1"}}},
 		{"NUL in env", Spec{Name: "a", User: u, Env: map[string]string{"A": "\x00"}}},
 		{"relative dir", Spec{Name: "a", User: u, Dir: "rel"}},
-		{"missing dir", Spec{Name: "a", User: u, Dir: filepath.Join(dir, "missing")}},
-		{"file as dir", Spec{Name: "a", User: u, Dir: file}},
 		{"empty command", Spec{Name: "a", User: u, Command: []string{""}}},
 	}
 	for _, tc := range bad {
-		if _, err := l.startArgs(tc.spec); err == nil {
+		if _, err := l.startArgs(tc.spec, ""); err == nil {
 			t.Errorf("%s: startArgs accepted %+v", tc.name, tc.spec)
+		}
+	}
+}
+
+// TestCheckDir is the working-directory check as a personal agent makes it,
+// for its own user; TestWorkingDirCheckedAsUser covers root acting for others.
+func TestCheckDir(t *testing.T) {
+	h := newHarness(t)
+	dir := t.TempDir()
+	file := filepath.Join(dir, "f")
+	os.WriteFile(file, nil, 0o644)
+	if err := h.l.checkDir(t.Context(), h.me, dir); err != nil {
+		t.Errorf("checkDir(%s) = %v, want nil", dir, err)
+	}
+	for _, bad := range []string{filepath.Join(dir, "missing"), file} {
+		err := h.l.checkDir(t.Context(), h.me, bad)
+		want := "working directory " + bad + " does not exist or " + h.me.Name + " may not enter it: give a directory you can cd into"
+		if err == nil || err.Error() != want || !errors.Is(err, ErrWorkDir) {
+			t.Errorf("checkDir(%s) = %v, want ErrWorkDir saying %q", bad, err, want)
 		}
 	}
 }

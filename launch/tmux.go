@@ -160,3 +160,41 @@ func (e otherUserError) Is(target error) bool { return target == fs.ErrPermissio
 func Credential(u User) (*syscall.Credential, error) {
 	return credentialFor(os.Geteuid(), u)
 }
+
+// checkDir reports whether u can enter dir, asking the kernel as u: it runs
+// `tmux -V` (which only prints the version) as u with dir as its working
+// directory, so the chdir that fails or succeeds is the user's own. Root
+// never stats the path itself, and a directory that is missing, is not a
+// directory, or lies where u may not go gets the same one message, so the
+// answer tells u nothing about places u cannot see.
+func (l *Launcher) checkDir(ctx context.Context, u User, dir string) error {
+	if l.tmuxErr != nil {
+		return l.tmuxErr
+	}
+	cred, err := credentialFor(l.euid, u)
+	if err != nil {
+		return err
+	}
+	cmd := exec.CommandContext(ctx, l.tmux, "-V")
+	cmd.Env = clientEnv(u, "", l.tmpDir)
+	cmd.Dir = dir
+	// A non-nil SysProcAttr also keeps os.StartProcess from stat'ing Dir in
+	// this process (as root) before the fork.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
+	cmd.WaitDelay = time.Second
+	err = cmd.Run()
+	if err == nil {
+		return nil
+	}
+	if ctx.Err() != nil {
+		return fmt.Errorf("check working directory %s: %w", dir, ctx.Err())
+	}
+	var errno syscall.Errno
+	if errors.As(err, &errno) {
+		switch errno {
+		case syscall.ENOENT, syscall.EACCES, syscall.EPERM, syscall.ENOTDIR, syscall.ELOOP, syscall.ENAMETOOLONG:
+			return &kindError{msg: fmt.Sprintf("working directory %s does not exist or %s may not enter it: give a directory you can cd into", dir, u.Name), kind: ErrWorkDir}
+		}
+	}
+	return fmt.Errorf("check working directory %s as %s: %w", dir, u.Name, err)
+}

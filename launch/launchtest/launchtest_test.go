@@ -1,3 +1,15 @@
 package launchtest_test
-import ("testing";"strings";"github.com/dibs-gpu/dibs/launch/launchtest")
-func TestUser(t *testing.T){ u:=launchtest.User(t); out,err:=launchtest.Run(t,u,nil,"id","-un"); if err!=nil||strings.TrimSpace(out)!=u.Name {t.Fatalf("%q %v",out,err)} }
+
+import (
+	"github.com/dibs-gpu/dibs/launch/launchtest"
+	"strings"
+	"testing"
+)
+
+func TestUser(t *testing.T) {
+	u := launchtest.User(t)
+	out, err := launchtest.Run(t, u, nil, "id", "-un")
+	if err != nil || strings.TrimSpace(out) != u.Name {
+		t.Fatalf("%q %v", out, err)
+	}
+}
