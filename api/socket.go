@@ -15,21 +15,26 @@ import (
 const SystemSocket = "/run/dibs/dibs.sock"
 
 // SocketPath finds the agent socket: the flag, then $DIBS_SOCKET, then the
-// system agent's socket when it exists or the caller is root, then the
-// personal agent's socket (UserSocket). It says only where to look; every
-// path, chosen or defaulted, goes through CheckSocket when it is dialled.
+// system agent's socket when the caller is root or its directory exists (so a
+// stopped system agent is reported as stopped, not looked for elsewhere),
+// then the personal agent's socket (UserSocket). It says only where to look;
+// every path, chosen or defaulted, goes through CheckSocket when dialled.
 func SocketPath(flag string, getenv func(string) string) string {
+	return socketPath(flag, getenv, os.Geteuid(), SystemSocket)
+}
+
+func socketPath(flag string, getenv func(string) string, euid int, system string) string {
 	if flag != "" {
 		return flag
 	}
 	if s := getenv("DIBS_SOCKET"); s != "" {
 		return s
 	}
-	if os.Geteuid() == 0 {
-		return SystemSocket
+	if euid == 0 {
+		return system
 	}
-	if _, err := os.Stat(SystemSocket); err == nil {
-		return SystemSocket
+	if fi, err := os.Stat(filepath.Dir(system)); err == nil && fi.IsDir() {
+		return system
 	}
 	return UserSocket(getenv)
 }

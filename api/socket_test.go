@@ -208,3 +208,34 @@ func TestUserSocket(t *testing.T) {
 		})
 	}
 }
+
+func TestSocketPath(t *testing.T) {
+	base := t.TempDir()
+	mkdir(t, base+"/run", 0o755, os.Geteuid())
+	present, absent := base+"/run/dibs/dibs.sock", base+"/gone/dibs/dibs.sock"
+	mkdir(t, base+"/run/dibs", 0o755, os.Geteuid())
+	env := map[string]string{"XDG_RUNTIME_DIR": "/run/user/1000"}
+	withSocket := map[string]string{"XDG_RUNTIME_DIR": "/run/user/1000", "DIBS_SOCKET": "/srv/dibs.sock"}
+	tests := []struct {
+		name   string
+		flag   string
+		env    map[string]string
+		euid   int
+		system string
+		want   string
+	}{
+		{"flag first", "/a.sock", withSocket, 1000, present, "/a.sock"},
+		{"then DIBS_SOCKET", "", withSocket, 1000, present, "/srv/dibs.sock"},
+		{"root: the system agent", "", env, 0, absent, absent},
+		{"system agent's directory present, even while it is stopped", "", env, 1000, present, present},
+		{"no system agent: your own", "", env, 1000, absent, "/run/user/1000/dibs.sock"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got := socketPath(tc.flag, func(k string) string { return tc.env[k] }, tc.euid, tc.system)
+			if got != tc.want {
+				t.Errorf("socketPath = %s, want %s", got, tc.want)
+			}
+		})
+	}
+}
