@@ -11,7 +11,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"path/filepath"
 	"strings"
 	"syscall"
 )
@@ -19,37 +18,6 @@ import (
 // MaxBody bounds every request and response body on the socket; a board of
 // 32 nodes × 8 GPUs is well under it.
 const MaxBody = 8 << 20
-
-// SystemSocket is where a root agent listens.
-const SystemSocket = "/run/dibs/dibs.sock"
-
-// SocketPath finds the agent socket: the flag, then $DIBS_SOCKET, then the
-// system agent's socket when it exists or the caller is root, then the
-// per-user socket in $XDG_RUNTIME_DIR.
-func SocketPath(flag string, getenv func(string) string) string {
-	if flag != "" {
-		return flag
-	}
-	if s := getenv("DIBS_SOCKET"); s != "" {
-		return s
-	}
-	if os.Geteuid() == 0 {
-		return SystemSocket
-	}
-	if _, err := os.Stat(SystemSocket); err == nil {
-		return SystemSocket
-	}
-	return UserSocket(getenv)
-}
-
-// UserSocket is the socket of an agent run by an ordinary user.
-func UserSocket(getenv func(string) string) string {
-	dir := getenv("XDG_RUNTIME_DIR")
-	if dir == "" {
-		dir = filepath.Join(os.TempDir(), fmt.Sprintf("dibs-%d", os.Getuid()))
-	}
-	return filepath.Join(dir, "dibs.sock")
-}
 
 // Error is a refusal or failure reported by the agent.
 type Error struct {
@@ -67,16 +35,49 @@ type Client struct {
 }
 
 // NewClient returns a client for the agent at socket. Nothing is dialled yet.
+// Every connection (each request and the /v1/watch stream) is made by
+// dialAgent, which sends nothing to an impostor.
 func NewClient(socket string) *Client {
 	tr := &http.Transport{
 		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-			var d net.Dialer
-			return d.DialContext(ctx, "unix", socket)
+			return dialAgent(ctx, socket)
 		},
 		MaxIdleConns:      4,
 		DisableKeepAlives: false,
 	}
 	return &Client{socket: socket, hc: &http.Client{Transport: tr}}
+}
+
+// dialAgent connects to the agent at socket only if it is the agent: the
+// socket must pass CheckSocket (its directory private to root or the caller),
+// and the process serving it must run as root (the system agent) or as the
+// caller (a personal agent). Both are checked before a byte is written, so an
+// impostor never sees a request, a command line or a token.
+func dialAgent(ctx context.Context, socket string) (net.Conn, error) {
+	real, err := CheckSocket(socket)
+	if err != nil {
+		return nil, err
+	}
+	var d net.Dialer
+	conn, err := d.DialContext(ctx, "unix", real)
+	if err != nil {
+		return nil, err
+	}
+	uc, ok := conn.(*net.UnixConn)
+	if !ok {
+		conn.Close()
+		return nil, fmt.Errorf("dial %s: not a unix socket connection", socket)
+	}
+	uid, err := peerUID(uc)
+	if err != nil {
+		conn.Close()
+		return nil, err
+	}
+	if me := os.Geteuid(); uid != 0 && uid != me {
+		conn.Close()
+		return nil, &UntrustedError{Socket: socket, Reason: fmt.Sprintf("it is served by %s, not by root or you, so it could be posing as the dibs agent (nothing was sent); %s", describeUID(uid), useInstead)}
+	}
+	return conn, nil
 }
 
 // Socket is the path this client dials.
@@ -132,15 +133,19 @@ func decodeResponse(resp *http.Response, out any) error {
 	return nil
 }
 
-// dialError turns "no such file" into how to start an agent.
+// dialError turns "no such file" into how to start an agent, and passes a
+// refusal on as the one line it is.
 func (c *Client) dialError(err error) error {
+	var untrusted *UntrustedError
 	switch {
+	case errors.As(err, &untrusted):
+		return untrusted
 	case errors.Is(err, syscall.ENOENT):
 		return fmt.Errorf("no dibs agent at %s: start one with `dibs agent --sim 4xH100-80GB` (or `sudo systemctl start dibs`), or point --socket / DIBS_SOCKET at a running one", c.socket)
 	case errors.Is(err, syscall.ECONNREFUSED):
 		return fmt.Errorf("the dibs agent at %s is not running (stale socket): start it with `dibs agent`", c.socket)
 	case errors.Is(err, syscall.EACCES):
-		return fmt.Errorf("permission denied on %s: the agent's socket should be mode 0666", c.socket)
+		return fmt.Errorf("permission denied reaching %s: the agent's socket should be mode 0666 in a directory everyone may enter", c.socket)
 	}
 	return fmt.Errorf("talk to agent at %s: %w", c.socket, err)
 }
@@ -181,11 +186,17 @@ func (c *Client) Adopt(ctx context.Context, req AdoptRequest) (ClaimResponse, er
 }
 
 // Attach says how to attach to a lease's session; an empty id means the
-// caller's most recent lease with a session.
+// caller's most recent lease with a session. The command it returns has
+// passed CheckAttachCommand, so a caller may run it.
 func (c *Client) Attach(ctx context.Context, id string) (AttachResponse, error) {
 	var r AttachResponse
-	err := c.do(ctx, http.MethodPost, "/v1/attach", map[string]string{"id": id}, &r)
-	return r, err
+	if err := c.do(ctx, http.MethodPost, "/v1/attach", map[string]string{"id": id}, &r); err != nil {
+		return r, err
+	}
+	if err := CheckAttachCommand(r.Command); err != nil {
+		return AttachResponse{}, err
+	}
+	return r, nil
 }
 
 // Status returns the agent's view of itself and the cluster.

@@ -334,15 +334,19 @@ func (c *cli) attachCmd() *cobra.Command {
 	}
 }
 
-// attach replaces this process with tmux attach (or ssh to the node).
+// attach replaces this process with tmux attach (or ssh to the node). It runs
+// only a command api.CheckAttachCommand recognises, whatever the agent sent.
 func (c *cli) attach(ctx context.Context, cl *api.Client, id string) error {
 	r, err := cl.Attach(ctx, id)
 	if err != nil {
 		return err
 	}
+	if err := api.CheckAttachCommand(r.Command); err != nil {
+		return err
+	}
 	bin, err := exec.LookPath(r.Command[0])
 	if err != nil {
-		return fmt.Errorf("%s not found in PATH: run `%s` yourself", r.Command[0], strings.Join(r.Command, " "))
+		return fmt.Errorf("%s not found in PATH: install it, or run `%s` yourself", r.Command[0], api.QuoteArgv(r.Command))
 	}
 	env := os.Environ()
 	if r.Local {

@@ -52,7 +52,7 @@ func (c *cli) rootCmd() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.PersistentFlags().StringVar(&c.socket, "socket", "", "agent socket (default: $DIBS_SOCKET, then /run/dibs/dibs.sock as root or $XDG_RUNTIME_DIR/dibs.sock)")
+	root.PersistentFlags().StringVar(&c.socket, "socket", "", "agent socket (default: $DIBS_SOCKET, then /run/dibs/dibs.sock, else your own agent's: $XDG_RUNTIME_DIR/dibs.sock, /run/user/UID/dibs.sock or ~/.local/state/dibs/dibs.sock); it must lie in a directory only root or you can write, and be served by root or you")
 	root.AddCommand(c.probeCmd(), c.agentCmd(), c.configCmd(), c.lsCmd(), c.claimCmd(), c.runCmd(),
 		c.releaseCmd(), c.extendCmd(), c.adoptCmd(), c.attachCmd(), c.whoCmd(), c.statusCmd(), c.keygenCmd(),
 		c.tuiCmd(), c.demoCmd(), c.queueCmd(), c.cancelCmd(), c.usageCmd())
