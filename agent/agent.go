@@ -1,32 +1,44 @@
-// Package agent is the dibs daemon: one per node. It wires the probe loop, the
-// lease table and its store, the session launcher, the local API on a unix
-// socket, the gossip cluster and the SSH front door, and it is the only place
-// that owns goroutines for all of them. The rules it applies live in lease;
-// this package does the I/O around them.
+// Package agent is the dibs daemon, composed: one per node. It opens the
+// store, builds the parts — the node's single writer (agent/node), the
+// queue's origin (agent/origin), the scheduler (agent/sched), the service
+// they serve through (agent/core) and the protocol between agents
+// (agent/peer) — connects them to the gossip cluster, and opens the front
+// doors (agent/sockapi, agent/sshd). It holds no rules and no state of its
+// own; New builds, Start runs, Stop ends.
 package agent
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
-	"log"
-	"net"
-	"net/http"
-	"sync"
-	"sync/atomic"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"syscall"
 	"time"
 
+	"github.com/dibs-gpu/dibs/agent/account"
+	"github.com/dibs-gpu/dibs/agent/clock"
+	"github.com/dibs-gpu/dibs/agent/core"
+	"github.com/dibs-gpu/dibs/agent/node"
+	"github.com/dibs-gpu/dibs/agent/notify"
+	"github.com/dibs-gpu/dibs/agent/origin"
+	"github.com/dibs-gpu/dibs/agent/peer"
+	"github.com/dibs-gpu/dibs/agent/sched"
+	"github.com/dibs-gpu/dibs/agent/sockapi"
+	"github.com/dibs-gpu/dibs/agent/sshd"
 	"github.com/dibs-gpu/dibs/launch"
 	"github.com/dibs-gpu/dibs/lease"
 	"github.com/dibs-gpu/dibs/lease/store"
 	"github.com/dibs-gpu/dibs/nodeprobe"
 )
 
-// Version is the dibs version the agent reports.
-const Version = "0.1.0"
+// DevVersion is what an agent built without a stamped version reports.
+const DevVersion = "dev"
+
+// SSHSettings configure the SSH front door.
+type SSHSettings = sshd.Settings
 
 // Config is everything the agent is told by flags and the config file.
 type Config struct {
@@ -49,7 +61,14 @@ type Config struct {
 	// PreemptSignal tells a borrowed or idle lease's session to checkpoint
 	// (default SIGUSR1); the lease ends Policy.PreemptGrace later.
 	PreemptSignal syscall.Signal
-	Logf          func(format string, args ...any)
+	// StatusDir is where queued runs record their exit status (default:
+	// "exit" beside the socket, e.g. /run/dibs/exit).
+	StatusDir string
+	// Limits bound what one user may hold open on the socket.
+	Limits sockapi.Limits
+	// Version is what the agent reports (`dibs status`, doctor).
+	Version string
+	Log     *slog.Logger
 }
 
 // Deps are the parts the agent drives; tests and the demo swap them.
@@ -58,102 +77,53 @@ type Deps struct {
 	// Sessions starts and watches tmux sessions; nil means a launch.Launcher.
 	Sessions Sessions
 	// Users resolves accounts; nil means the system account database.
-	Users Users
-	// Now is the clock; nil means time.Now. It must carry a monotonic reading
-	// in production so a wall-clock jump cannot end a lease early.
-	Now func() time.Time
+	Users account.Users
+	// Clock is the time; nil means the system clock.
+	Clock clock.Clock
+	// Store keeps leases; nil means the bbolt store in DataDir.
+	Store lease.Store
 }
 
-// Sessions is the part of launch.Launcher the agent uses. All methods may be
-// called from any goroutine and may block for a tmux round trip.
+// Sessions is what the agent needs of launch.Launcher.
 type Sessions interface {
-	Start(ctx context.Context, s launch.Spec) (launch.Session, error)
-	Exists(ctx context.Context, u launch.User, name string) (bool, error)
-	Message(ctx context.Context, u launch.User, name, text string) error
-	Signal(ctx context.Context, u launch.User, name string, sig syscall.Signal) error
-	Kill(ctx context.Context, u launch.User, name string) error
-	Watch(ctx context.Context, u launch.User, name string, interval time.Duration) <-chan struct{}
-	AttachCommand(u launch.User, name string) []string
-}
-
-// Users resolves the accounts behind uids; the SSH front door also needs names.
-type Users interface {
-	LookupUID(uid int) (launch.User, error)
-	LookupUser(name string) (launch.User, error)
-	// InGroup reports whether the account is a member of the named group.
-	InGroup(u launch.User, group string) bool
+	node.Sessions
+	TerminalCommand(u launch.User, term string, argv []string) (*exec.Cmd, error)
 }
 
 // Agent is one node's daemon.
 type Agent struct {
-	cfg   Config
-	deps  Deps
-	logf  func(string, ...any)
-	now   func() time.Time
-	store *store.Bolt
-	users *userCache
+	cfg  Config
+	deps Deps
+	log  *slog.Logger
 
-	startedAt time.Time
-	bootID    string
+	store    lease.Store
+	changed  *notify.Signal
+	accounts *account.Directory
+	node     *node.Node
+	origin   *origin.Origin
+	sched    *sched.Scheduler
+	peers    *peer.Mux
+	svc      *core.Service
+	cluster  *clusterLink
+	sock     *sockapi.Server
+	ssh      *sshd.Server
 
-	mu      sync.Mutex
-	table   *lease.Table
-	snap    nodeprobe.Snapshot
-	idle    *lease.IdleTracker
-	judged  map[int]lease.Judgement
-	version uint64
-	changed chan struct{}
-	notices map[int][]notice
-	// watching holds a cancel for each lease whose session is watched.
-	watching map[string]context.CancelFunc
-	// queue holds the requests submitted here (their source of truth).
-	queue    map[string]lease.QueueEntry
-	queueSeq uint64
-	// ended remembers how queued runs' leases ended, for their origins.
-	ended []endedLease
-	// schedKick wakes the scheduler; inflight are starts it has sent and
-	// not yet seen in the cluster's state.
-	schedKick chan struct{}
-	inflight  map[string]inflightStart
-	// usage caches this node's decayed usage (it reads the ledger).
-	usageMu    sync.Mutex
-	usageAt    time.Time
-	usage      atomic.Pointer[lease.Usage]
-	usageDirty atomic.Bool
-
-	cluster clusterLink
-
-	ln      net.Listener
-	httpSrv *http.Server
-	ssh     *sshServer
-
-	ctx      context.Context
-	cancel   context.CancelFunc
-	wg       sync.WaitGroup
-	stopping atomic.Bool
-}
-
-type notice struct {
-	at   time.Time
-	text string
+	ctx     context.Context
+	cancel  context.CancelFunc
+	schedOK chan struct{}
+	stopped bool
 }
 
 // New checks the configuration and builds an agent; Start runs it.
 func New(cfg Config, deps Deps) (*Agent, error) {
-	if err := ValidNodeName(cfg.NodeName); err != nil {
+	if err := lease.ValidNodeName(cfg.NodeName); err != nil {
 		return nil, err
 	}
 	if deps.Probe == nil {
 		return nil, errors.New("agent needs a GPU probe")
 	}
-	if cfg.DataDir == "" {
+	if cfg.DataDir == "" && deps.Store == nil {
 		return nil, errors.New("agent needs a data dir")
-	}
-	if cfg.ProbeInterval <= 0 {
-		cfg.ProbeInterval = time.Second
-	}
-	if cfg.SessionPoll <= 0 {
-		cfg.SessionPoll = 500 * time.Millisecond
 	}
 	if cfg.Policy == (lease.Policy{}) {
 		cfg.Policy = lease.DefaultPolicy()
@@ -161,44 +131,30 @@ func New(cfg Config, deps Deps) (*Agent, error) {
 	if err := cfg.Policy.Validate(); err != nil {
 		return nil, fmt.Errorf("lease policy: %w", err)
 	}
-	if cfg.Logf == nil {
-		cfg.Logf = log.Printf
+	if cfg.Log == nil {
+		cfg.Log = slog.Default()
 	}
-	if cfg.PreemptSignal == 0 {
-		cfg.PreemptSignal = syscall.SIGUSR1
+	if cfg.Version == "" {
+		cfg.Version = DevVersion
 	}
 	cfg.Sched.PreemptGrace = cfg.Policy.PreemptGrace
 	cfg.Sched = cfg.Sched.WithDefaults()
-	if deps.Now == nil {
-		deps.Now = time.Now
-	}
-	if deps.Users == nil {
-		deps.Users = SystemUsers{}
+	if deps.Clock == nil {
+		deps.Clock = clock.Real()
 	}
 	if deps.Sessions == nil {
-		deps.Sessions = launch.New(launch.Options{Logf: cfg.Logf})
+		dir := cfg.StatusDir
+		if dir == "" && cfg.Socket != "" {
+			dir = filepath.Join(filepath.Dir(cfg.Socket), "exit")
+		}
+		deps.Sessions = launch.New(launch.Options{StatusDir: dir, Logf: logf(cfg.Log)})
 	}
-	var b [8]byte
-	if _, err := rand.Read(b[:]); err != nil {
-		return nil, fmt.Errorf("boot id: %w", err)
-	}
-	a := &Agent{
-		cfg:       cfg,
-		deps:      deps,
-		logf:      cfg.Logf,
-		now:       deps.Now,
-		users:     newUserCache(deps.Users, deps.Now),
-		bootID:    hex.EncodeToString(b[:]),
-		idle:      lease.NewIdleTracker(),
-		changed:   make(chan struct{}),
-		notices:   make(map[int][]notice),
-		watching:  make(map[string]context.CancelFunc),
-		queue:     make(map[string]lease.QueueEntry),
-		inflight:  make(map[string]inflightStart),
-		cluster:   noCluster{},
-		schedKick: make(chan struct{}, 1),
-	}
-	return a, nil
+	return &Agent{cfg: cfg, deps: deps, log: cfg.Log}, nil
+}
+
+// logf adapts a logger for the parts that take printf-style lines.
+func logf(l *slog.Logger) func(string, ...any) {
+	return func(format string, args ...any) { l.Warn(fmt.Sprintf(format, args...)) }
 }
 
 // Node is this agent's node name.
@@ -207,231 +163,190 @@ func (a *Agent) Node() string { return a.cfg.NodeName }
 // Socket is where the local API listens.
 func (a *Agent) Socket() string { return a.cfg.Socket }
 
-// Start opens the store (refusing a locked or damaged one), rebuilds the lease
-// table, re-adopts running sessions, takes a first snapshot, then serves.
-// It returns once everything is up; Stop ends it.
-func (a *Agent) Start(ctx context.Context) error {
-	st, err := store.Open(a.cfg.DataDir)
-	if err != nil {
-		return err
-	}
-	a.store = st
-	leases, last, err := st.Load()
-	if err != nil {
-		st.Close()
-		return err
-	}
-	entries, seq, err := st.Entries()
-	if err != nil {
-		st.Close()
-		return err
-	}
-	for _, e := range entries {
-		a.queue[e.ID] = e
-	}
-	a.queueSeq = seq
-	now := a.now()
-	a.startedAt = now
-	a.table = lease.NewTable(a.cfg.NodeName, leases, last, now)
-	snap, err := a.deps.Probe.Snapshot(ctx)
-	if err != nil {
-		st.Close()
-		return fmt.Errorf("first probe: %w", err)
-	}
-	snap.Host.Name = a.cfg.NodeName
-	a.snap = snap
-	a.idle.Observe(snap, a.cfg.Policy)
-	a.judged = lease.Judge(snap, a.table.List(), a.idle, now, a.cfg.Policy)
+// Service is the agent's operations, for in-process front ends (the demo,
+// tests).
+func (a *Agent) Service() *core.Service { return a.svc }
 
-	a.ctx, a.cancel = context.WithCancel(context.Background())
-	a.readopt(ctx)
+// For binds the service to a uid, as the socket does for its callers.
+func (a *Agent) For(uid int) *core.Bound { return a.svc.ForUID(uid) }
 
-	if a.cfg.Socket != "" {
-		if err := a.listen(); err != nil {
-			a.cancel()
-			st.Close()
-			return err
-		}
+// GossipAddr is the HOST:PORT this agent gossips on, empty when it runs
+// alone. Other agents join it there.
+func (a *Agent) GossipAddr() string {
+	if a.cluster == nil {
+		return ""
 	}
-	if a.cfg.Cluster != nil {
-		cl, err := a.startCluster(*a.cfg.Cluster)
-		if err != nil {
-			a.stopListening()
-			a.cancel()
-			st.Close()
-			return err
-		}
-		a.cluster = cl
+	return a.cluster.addr()
+}
+
+// SSHAddr is where the SSH front door listens, empty when it is off.
+func (a *Agent) SSHAddr() string {
+	if a.ssh == nil {
+		return ""
 	}
-	if a.cfg.SSH != nil {
-		if err := a.startSSH(*a.cfg.SSH); err != nil {
-			a.cluster.shutdown(false)
-			a.stopListening()
-			a.cancel()
-			st.Close()
-			return err
-		}
+	return a.ssh.Addr()
+}
+
+// canWrite refuses changes for a uid this agent cannot act for.
+func canWrite(uid int) error {
+	if euid := os.Geteuid(); euid != 0 && euid != uid {
+		return &lease.Error{Code: lease.CodeForbidden, Msg: fmt.Sprintf("this agent runs as uid %d, not as root, and serves only that user: ask whoever installs dibs to run it as root", euid)}
 	}
-	a.wg.Add(2)
-	go a.loop()
-	go a.schedLoop()
-	a.logf("dibs agent %s on %s: %d GPUs (%s), %d leases, socket %s", Version, a.cfg.NodeName, len(snap.GPUs), snap.Host.Backend, a.table.Len(), a.cfg.Socket)
 	return nil
 }
 
-// Stop ends the agent: a graceful cluster leave, the socket closed, the store
-// closed. Sessions keep running; a restarted agent re-adopts them.
-func (a *Agent) Stop() error { return a.stop(true) }
+// Start opens the store (refusing a locked or damaged one), rebuilds the
+// lease table, re-adopts running sessions, takes a first snapshot, joins the
+// cluster, then serves. It returns once everything is up; Stop ends it.
+func (a *Agent) Start(ctx context.Context) error {
+	if a.deps.Store == nil {
+		st, err := store.Open(a.cfg.DataDir)
+		if err != nil {
+			return err
+		}
+		a.deps.Store = st
+	}
+	a.store = a.deps.Store
+	if err := a.build(ctx); err != nil {
+		a.store.Close()
+		return err
+	}
+	if err := a.serve(); err != nil {
+		a.shutdown(false)
+		return err
+	}
+	st := a.node.State()
+	a.log.Info("dibs agent started", "version", a.cfg.Version, "node", a.cfg.NodeName, "gpus", len(st.Snap.GPUs),
+		"backend", string(st.Snap.Host.Backend), "leases", len(st.Leases), "socket", a.cfg.Socket)
+	return nil
+}
 
-func (a *Agent) stop(graceful bool) error {
-	if a.cancel == nil || !a.stopping.CompareAndSwap(false, true) {
-		return nil
+// build makes and opens the parts.
+func (a *Agent) build(ctx context.Context) error {
+	c := a.deps.Clock
+	a.changed = &notify.Signal{}
+	a.accounts = account.NewDirectory(a.cfg.NodeName, a.deps.Users, a.cfg.Policy.AdminGroup, c.Now)
+	a.peers = peer.NewMux(a.cfg.NodeName)
+	a.node = node.New(node.Config{
+		Name: a.cfg.NodeName, Policy: a.cfg.Policy, ProbeInterval: a.cfg.ProbeInterval, SessionPoll: a.cfg.SessionPoll,
+		PreemptSignal: a.cfg.PreemptSignal, CanRunAs: canWrite, Log: a.log.With("part", "node"),
+	}, node.Deps{Store: a.store, Probe: a.deps.Probe, Sessions: a.deps.Sessions, Accounts: a.accounts, Clock: c,
+		Changed: a.changed, LeasesChanged: a.leasesChanged})
+	a.origin = origin.New(a.cfg.NodeName, origin.Deps{Store: a.store, Clock: c, Changed: a.changed,
+		QueueChanged: a.leasesChanged, Log: a.log.With("part", "queue")})
+	a.svc = core.New(core.Config{
+		Node: a.cfg.NodeName, Policy: a.cfg.Policy, Sched: a.cfg.Sched, Version: a.cfg.Version,
+		DataDir: a.cfg.DataDir, Socket: a.cfg.Socket,
+	}, core.Deps{Node: a.node, Origin: a.origin, Peers: a.peers, Accounts: a.accounts, Clock: c, Changed: a.changed,
+		Kick: a.kick, Attach: a.deps.Sessions.AttachCommand, CanWrite: canWrite, Log: a.log})
+	a.sched = sched.New(a.cfg.NodeName, a.cfg.Sched, sched.Deps{
+		View: a.svc.View, Peers: a.peers, Clock: c, Log: a.log.With("part", "scheduler"),
+		Reconcile: func(ctx context.Context, v lease.ClusterView) {
+			a.origin.Reconcile(ctx, v, a.cfg.Sched.LostAfter, a.stopRank, a.svc.TellUser)
+		},
+	})
+	if err := a.origin.Open(); err != nil {
+		return err
 	}
-	a.cluster.shutdown(graceful)
-	if a.ssh != nil {
-		a.ssh.close()
+	if err := a.node.Open(ctx); err != nil {
+		return err
 	}
-	a.stopListening()
-	a.cancel()
-	a.wg.Wait()
-	a.mu.Lock()
-	for id, cancel := range a.watching {
-		cancel()
-		delete(a.watching, id)
-	}
-	a.mu.Unlock()
-	err := a.store.Close()
-	a.deps.Probe.Close()
+	return nil
+}
+
+// stopRank stops one rank of a gang, wherever it runs.
+func (a *Agent) stopRank(ctx context.Context, l lease.Lease) error {
+	_, err := peer.Call(ctx, a.peers, l.Node, peer.Preempt, peer.System,
+		peer.PreemptRequest{Lease: l.ID, Token: l.Token, Reason: lease.PreemptGang, Signal: int(syscall.SIGTERM)})
 	return err
 }
+
+// serve joins the cluster, opens the front doors and starts the loops.
+func (a *Agent) serve() error {
+	a.ctx, a.cancel = context.WithCancel(context.Background())
+	if a.cfg.Cluster != nil {
+		cl, err := a.joinCluster(*a.cfg.Cluster)
+		if err != nil {
+			return err
+		}
+		a.cluster = cl
+		a.svc.SetCluster(cl)
+		a.peers.SetTransport(cl)
+	}
+	if a.cfg.Socket != "" {
+		sock, err := sockapi.Listen(a.cfg.Socket, a.svc, a.cfg.Limits, a.log.With("part", "socket"))
+		if err != nil {
+			return err
+		}
+		a.sock = sock
+	}
+	if a.cfg.SSH != nil {
+		s := *a.cfg.SSH
+		if s.HostKeyPath == "" {
+			s.HostKeyPath = filepath.Join(a.cfg.DataDir, "ssh_host_ed25519_key")
+		}
+		srv, err := sshd.Listen(s, sshd.Deps{Service: a.svc, Accounts: a.accounts, Clock: a.deps.Clock, Node: a.cfg.NodeName,
+			Terminal: a.deps.Sessions.TerminalCommand, Log: a.log.With("part", "ssh")})
+		if err != nil {
+			return err
+		}
+		a.ssh = srv
+	}
+	a.node.Run()
+	a.schedOK = make(chan struct{})
+	go func() {
+		defer close(a.schedOK)
+		a.sched.Run(a.ctx)
+	}()
+	return nil
+}
+
+// leasesChanged tells the cluster at once and asks the scheduler to look.
+func (a *Agent) leasesChanged() {
+	if a.cluster != nil {
+		a.cluster.publish(true)
+	}
+	a.kick()
+}
+
+func (a *Agent) kick() {
+	if a.sched != nil {
+		a.sched.Kick()
+	}
+}
+
+// Stop ends the agent: a graceful cluster leave, the front doors closed, the
+// loops stopped, the store closed. Sessions keep running; a restarted agent
+// re-adopts them.
+func (a *Agent) Stop() error { return a.shutdown(true) }
 
 // Crash stops the agent without a graceful cluster leave, as a killed
 // process would: the other agents must notice it through failure detection.
 // Tests and fault drills use it.
-func (a *Agent) Crash() error {
-	if a.cancel == nil {
+func (a *Agent) Crash() error { return a.shutdown(false) }
+
+func (a *Agent) shutdown(graceful bool) error {
+	if a.stopped || a.node == nil {
 		return nil
 	}
-	return a.stop(false)
-}
-
-// bumpLocked records a change: board watchers wake and the state version
-// moves. Callers hold a.mu.
-func (a *Agent) bumpLocked() {
-	a.version++
-	close(a.changed)
-	a.changed = make(chan struct{})
-}
-
-// changes returns a channel closed at the next change.
-func (a *Agent) changes() <-chan struct{} {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return a.changed
-}
-
-// leaseChanged is called after any lease change, without a.mu held: local
-// watchers wake and the cluster hears of it at once.
-func (a *Agent) leaseChanged() {
-	a.cluster.publish(true)
-	a.kickScheduler()
-}
-
-// noticeLocked queues a message for a user's board and `dibs ls`.
-func (a *Agent) noticeLocked(uid int, text string) {
-	n := append(a.notices[uid], notice{at: a.now(), text: text})
-	if len(n) > 10 {
-		n = n[len(n)-10:]
+	a.stopped = true
+	if a.cluster != nil {
+		a.cluster.shutdown(graceful)
 	}
-	a.notices[uid] = n
-}
-
-// loop probes at the configured interval and applies the clock's steps.
-func (a *Agent) loop() {
-	defer a.wg.Done()
-	t := time.NewTicker(a.cfg.ProbeInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-a.ctx.Done():
-			return
-		case <-t.C:
-		}
-		a.probeOnce()
-		a.tick()
+	if a.ssh != nil {
+		a.ssh.Close()
 	}
-}
-
-// probeOnce takes a snapshot and wakes the board only when something a
-// person would see changed.
-func (a *Agent) probeOnce() {
-	ctx, cancel := context.WithTimeout(a.ctx, 5*time.Second)
-	snap, err := a.deps.Probe.Snapshot(ctx)
-	cancel()
-	if err != nil {
-		a.logf("probe: %v", err)
-		return
+	if a.sock != nil {
+		a.sock.Close()
 	}
-	snap.Host.Name = a.cfg.NodeName
-	a.mu.Lock()
-	a.idle.Observe(snap, a.cfg.Policy)
-	visible := telemetryChanged(a.snap, snap)
-	a.snap = snap
-	judged := lease.Judge(snap, a.table.List(), a.idle, a.now(), a.cfg.Policy)
-	if !sameJudgements(a.judged, judged) {
-		visible = true
+	if a.cancel != nil {
+		a.cancel()
 	}
-	a.judged = judged
-	if visible {
-		a.bumpLocked()
+	if a.schedOK != nil {
+		<-a.schedOK
 	}
-	a.mu.Unlock()
-	if visible {
-		a.cluster.publish(false)
-	}
-}
-
-// telemetryChanged reports a difference a board would show.
-func telemetryChanged(old, cur nodeprobe.Snapshot) bool {
-	if len(old.GPUs) != len(cur.GPUs) {
-		return true
-	}
-	for i := range cur.GPUs {
-		o, c := &old.GPUs[i], &cur.GPUs[i]
-		if o.MemoryUsedMiB != c.MemoryUsedMiB || !eqInt(o.UtilizationPct, c.UtilizationPct) ||
-			!eqInt(o.TemperatureC, c.TemperatureC) || len(o.Processes) != len(c.Processes) {
-			return true
-		}
-		for j := range c.Processes {
-			if o.Processes[j] != c.Processes[j] {
-				return true
-			}
-		}
-	}
-	return false
-}
-
-func eqInt(a, b *int) bool {
-	if a == nil || b == nil {
-		return a == b
-	}
-	return *a == *b
-}
-
-func sameJudgements(a, b map[int]lease.Judgement) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for k, x := range a {
-		y, ok := b[k]
-		if !ok || len(x.Flags) != len(y.Flags) {
-			return false
-		}
-		for i := range x.Flags {
-			if x.Flags[i] != y.Flags[i] {
-				return false
-			}
-		}
-	}
-	return true
+	a.node.Close()
+	err := a.store.Close()
+	a.deps.Probe.Close()
+	return err
 }

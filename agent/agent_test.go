@@ -238,7 +238,13 @@ func TestRunReleaseKillsSession(t *testing.T) {
 		return err != nil
 	})
 	// A duplicate session name is refused and leaves no lease behind.
-	n.Tmux(os.Getuid(), "new-session", "-d", "-s", "busy", "sleep 60")
+	// (The server may still be exiting after its last session ended, so
+	// make sure the session is really there before claiming.)
+	agenttest.Eventually(t, 5*time.Second, "a session named busy", func() bool {
+		n.Tmux(os.Getuid(), "new-session", "-d", "-s", "busy", "sleep 60")
+		_, err := n.Tmux(os.Getuid(), "has-session", "-t", "=busy")
+		return err == nil
+	})
 	_, err = n.Client.Claim(ctx(t), api.ClaimRequest{Count: 1, Run: &api.RunSpec{Name: "busy", Command: []string{"true"}}})
 	if err == nil || !strings.Contains(err.Error(), "already have a tmux session named busy") {
 		t.Fatalf("run with taken name: %v", err)

@@ -106,7 +106,7 @@ func BenchmarkReleaseToQueuedRun(b *testing.B) {
 		lat = append(lat, time.Since(t0))
 		agenttest.Eventually(b, 5*time.Second, "the run to finish", func() bool {
 			bd, _ := nodes[1].Client.Board(ctx)
-			return bd.Nodes[1].GPUs[0].Lease == nil && len(nodes[0].Agent.Queue().Entries) == 0
+			return bd.Nodes[1].GPUs[0].Lease == nil && len(nodes[0].Queue().Entries) == 0
 		})
 	}
 	reportPercentiles(b, lat)
@@ -139,7 +139,7 @@ func BenchmarkReleaseToGang2x4(b *testing.B) {
 		waitFile(b, prefix+"1", 5*time.Second)
 		lat = append(lat, time.Since(t0))
 		agenttest.Eventually(b, 5*time.Second, "the gang to finish", func() bool {
-			return len(nodes[2].Agent.Queue().Entries) == 0
+			return len(nodes[2].Queue().Entries) == 0
 		})
 	}
 	reportPercentiles(b, lat)

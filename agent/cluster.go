@@ -2,63 +2,18 @@ package agent
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
 	"fmt"
+	"net"
 	"time"
 
+	"github.com/dibs-gpu/dibs/agent/peer"
 	"github.com/dibs-gpu/dibs/api"
+	"github.com/dibs-gpu/dibs/gossip"
 	"github.com/dibs-gpu/dibs/lease"
 )
-
-// clusterLink is what the agent needs from the cluster; single-node mode has
-// none. Methods may be called from any goroutine.
-type clusterLink interface {
-	enabled() bool
-	// publish tells the others our state changed; urgent for lease changes.
-	publish(urgent bool)
-	claim(ctx context.Context, c lease.Caller, req api.ClaimRequest) (api.ClaimResponse, error)
-	release(ctx context.Context, c lease.Caller, node string, ids []string) (api.ReleaseResponse, error)
-	extend(ctx context.Context, c lease.Caller, node string, req api.ExtendRequest) (api.ClaimResponse, error)
-	// request sends op with body to node's agent and decodes the answer.
-	request(ctx context.Context, c lease.Caller, node, op string, body, out any) error
-	// view is every node the cluster knows, this one included.
-	view() []remoteNode
-	// sshHost is the address people ssh to for a node's sessions.
-	sshHost(node string) string
-	status(now time.Time) ([]api.Member, api.GossipCounter)
-	shutdown(graceful bool)
-	// addr is where this agent gossips.
-	addr() string
-}
-
-// GossipAddr is the HOST:PORT this agent gossips on, empty when it runs alone.
-// Other agents join it there.
-func (a *Agent) GossipAddr() string { return a.cluster.addr() }
-
-// noCluster is single-node mode.
-type noCluster struct{}
-
-func (noCluster) enabled() bool { return false }
-func (noCluster) publish(bool)  {}
-func (noCluster) claim(_ context.Context, _ lease.Caller, req api.ClaimRequest) (api.ClaimResponse, error) {
-	return api.ClaimResponse{}, notInCluster(req.Node)
-}
-func (noCluster) release(_ context.Context, _ lease.Caller, node string, _ []string) (api.ReleaseResponse, error) {
-	return api.ReleaseResponse{}, notInCluster(node)
-}
-func (noCluster) extend(_ context.Context, _ lease.Caller, node string, _ api.ExtendRequest) (api.ClaimResponse, error) {
-	return api.ClaimResponse{}, notInCluster(node)
-}
-func (noCluster) request(_ context.Context, _ lease.Caller, node, _ string, _, _ any) error {
-	return notInCluster(node)
-}
-func (noCluster) view() []remoteNode                                 { return nil }
-func (noCluster) sshHost(node string) string                         { return node }
-func (noCluster) status(time.Time) ([]api.Member, api.GossipCounter) { return nil, api.GossipCounter{} }
-func (noCluster) shutdown(bool)                                      {}
-
-func notInCluster(node string) error {
-	return &lease.Error{Code: lease.CodeNotFound, Msg: fmt.Sprintf("no node %s: this agent runs alone (start it with --join to form a cluster)", node)}
-}
 
 // ClusterSettings configure gossip with the other agents.
 type ClusterSettings struct {
@@ -66,7 +21,7 @@ type ClusterSettings struct {
 	BindPort      int
 	AdvertiseAddr string
 	AdvertisePort int
-	// Join lists HOST:PORT peers to join (and re-join) .
+	// Join lists HOST:PORT peers to join (and re-join).
 	Join []string
 	// Name is the cluster's label: agents of another cluster are ignored.
 	Name string
@@ -80,4 +35,159 @@ type ClusterSettings struct {
 	Fast bool
 }
 
-func (noCluster) addr() string { return "" }
+// clusterLink connects the agent's parts to memberlist: it publishes this
+// node's state, hands other agents' requests to the peer protocol, carries
+// this agent's requests out, and turns gossip's view into lease.NodeViews.
+type clusterLink struct {
+	a *Agent
+	c *gossip.Cluster
+}
+
+var (
+	_ gossip.Delegate = delegate{}
+	_ peer.Transport  = (*clusterLink)(nil)
+)
+
+// joinCluster starts gossip and joins the configured peers.
+func (a *Agent) joinCluster(s ClusterSettings) (*clusterLink, error) {
+	cfg := gossip.Config{
+		NodeName: a.cfg.NodeName, BindAddr: s.BindAddr, BindPort: s.BindPort,
+		AdvertiseAddr: s.AdvertiseAddr, AdvertisePort: s.AdvertisePort, Join: s.Join,
+		ClusterName: s.Name, Key: s.Key, Insecure: s.Insecure,
+		BootID: randomID(), BootedAt: a.deps.Clock.Now(), Protocol: peer.Version,
+		Logf: func(f string, args ...any) { a.log.Warn("gossip: " + fmt.Sprintf(f, args...)) },
+	}
+	if s.Fast {
+		cfg.RejoinInterval = time.Second
+		cfg.TelemetryInterval = time.Second
+	}
+	link := &clusterLink{a: a}
+	c, err := gossip.New(cfg, delegate{link})
+	if err != nil {
+		if errors.Is(err, gossip.ErrDuplicateName) {
+			return nil, fmt.Errorf("another agent in the cluster is already called %s: give this one its own --node-name", a.cfg.NodeName)
+		}
+		return nil, fmt.Errorf("join the cluster: %w", err)
+	}
+	link.c = c
+	return link, nil
+}
+
+func randomID() string {
+	var b [8]byte
+	rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// delegate adapts the agent to gossip.Delegate.
+type delegate struct{ l *clusterLink }
+
+// LocalState implements gossip.Delegate.
+func (d delegate) LocalState() gossip.NodeState {
+	a := d.l.a
+	st := a.node.State()
+	return gossip.NodeState{
+		Node: a.cfg.NodeName, Version: st.Version, Snapshot: st.Snap, Leases: st.Leases,
+		Queue: a.origin.Entries(), Ended: st.Ended, QuietSince: st.QuietSince,
+		Usage: a.node.PublishedUsage(),
+	}
+}
+
+// ClusterChanged implements gossip.Delegate: every open board wakes, and
+// the scheduler looks again (a release elsewhere may let a request start).
+func (d delegate) ClusterChanged() {
+	d.l.a.changed.Notify()
+	d.l.a.kick()
+}
+
+// HandleRequest implements gossip.Delegate: a request another agent sent,
+// served by the peer protocol.
+func (d delegate) HandleRequest(ctx context.Context, from string, req gossip.Request) gossip.Response {
+	body, code, msg := d.l.a.peers.Serve(ctx, from, req.Op, req.Body)
+	return gossip.Response{Body: body, ErrCode: code, ErrMsg: msg}
+}
+
+// Request implements peer.Transport.
+func (l *clusterLink) Request(ctx context.Context, node, op string, body []byte) ([]byte, lease.Code, string, error) {
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, 3*time.Second)
+		defer cancel()
+	}
+	resp, err := l.c.Request(ctx, node, gossip.Request{Op: op, Body: body})
+	switch {
+	case errors.Is(err, gossip.ErrUnknownNode):
+		return nil, "", "", &lease.Error{Code: lease.CodeNotFound, Msg: fmt.Sprintf("no node %s in this cluster: `dibs ls` shows the nodes", node)}
+	case errors.Is(err, gossip.ErrNodeDown):
+		return nil, "", "", &lease.Error{Code: lease.CodeUnavailable, Msg: fmt.Sprintf("%s is down, so nobody can claim or release its GPUs until its agent is back", node)}
+	case errors.Is(err, gossip.ErrNoResponse), errors.Is(err, context.DeadlineExceeded):
+		return nil, "", "", &lease.Error{Code: lease.CodeUnavailable, Msg: fmt.Sprintf("%s did not answer in time; it may be unreachable from here. `dibs ls` shows what it last said (the request may or may not have been carried out)", node)}
+	case err != nil:
+		return nil, "", "", &lease.Error{Code: lease.CodeUnavailable, Msg: fmt.Sprintf("cannot reach %s: %v", node, err)}
+	}
+	return resp.Body, resp.ErrCode, resp.ErrMsg, nil
+}
+
+// Peers implements core.Cluster.
+func (l *clusterLink) Peers() []lease.NodeView {
+	peers := l.c.View()
+	out := make([]lease.NodeView, 0, len(peers))
+	for _, p := range peers {
+		if p.Name == l.a.cfg.NodeName {
+			out = append(out, lease.NodeView{Name: p.Name, Addr: p.Addr})
+			continue
+		}
+		st := &p.NodeState
+		out = append(out, lease.NodeView{
+			Name: p.Name, State: p.State, Addr: p.Addr, HasState: p.HasState, Since: p.DownSince,
+			Version: st.Version, Snap: st.Snapshot, Leases: st.Leases, Idle: lease.IdleTrackerFrom(st.QuietSince),
+			Queue: st.Queue, Ended: st.Ended, Usage: st.Usage,
+		})
+	}
+	return out
+}
+
+// Host implements core.Cluster: the address the others reach this node at.
+func (l *clusterLink) Host() string {
+	if h, _, err := net.SplitHostPort(l.c.LocalAddr()); err == nil && h != "" && h != "0.0.0.0" && h != "::" {
+		return h
+	}
+	return l.a.cfg.NodeName
+}
+
+// SSHHost implements core.Cluster: the node's name, which is what people
+// already ssh to (the default node name is the host name).
+func (l *clusterLink) SSHHost(node string) string { return node }
+
+// Status implements core.Cluster.
+func (l *clusterLink) Status(now time.Time) ([]api.Member, api.GossipCounter) {
+	var ms []api.Member
+	for _, p := range l.c.View() {
+		m := api.Member{Name: p.Name, Addr: p.Addr, State: p.State, StateVersion: p.NodeState.Version}
+		if p.HasState && !p.NodeState.Snapshot.TakenAt.IsZero() {
+			m.TelemetryAge = now.Sub(p.NodeState.Snapshot.TakenAt)
+		}
+		ms = append(ms, m)
+	}
+	s := l.c.Stats()
+	return ms, api.GossipCounter{
+		MessagesIn: s.MessagesIn, MessagesOut: s.MessagesOut, BytesIn: s.BytesIn, BytesOut: s.BytesOut,
+		Dropped: s.Dropped, DecryptFailures: s.DecryptFailures,
+		RemoteRequests: s.RemoteRequests, RemoteRequestErrs: s.RemoteRequestErrs,
+	}
+}
+
+func (l *clusterLink) publish(urgent bool) { l.c.Publish(urgent) }
+
+func (l *clusterLink) addr() string { return l.c.LocalAddr() }
+
+func (l *clusterLink) shutdown(graceful bool) {
+	if graceful {
+		if err := l.c.Leave(2 * time.Second); err != nil {
+			l.a.log.Warn("gossip: leave", "err", err)
+		}
+	}
+	if err := l.c.Shutdown(); err != nil {
+		l.a.log.Warn("gossip: shutdown", "err", err)
+	}
+}

@@ -45,7 +45,7 @@ func TestClusterClaimVisibleEverywhereAndRemoteClaimRelease(t *testing.T) {
 		})
 	}
 	// node03's own agent counts it.
-	if s := nodes[2].Agent.Status(); s.Leases != 1 {
+	if s := nodes[2].Agent.Service().Status(); s.Leases != 1 {
 		t.Errorf("node03 holds %d leases, want 1", s.Leases)
 	}
 	// A third agent releases it on the caller's behalf (same user).
@@ -202,7 +202,7 @@ func TestClusterOutsidersStayOut(t *testing.T) {
 				}
 			}
 			if tc.name == "wrong key" {
-				if s := nodes[0].Agent.Status(); s.Gossip.DecryptFailures == 0 {
+				if s := nodes[0].Agent.Service().Status(); s.Gossip.DecryptFailures == 0 {
 					t.Errorf("node01 counted no decrypt failures")
 				}
 			}

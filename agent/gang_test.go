@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/dibs-gpu/dibs/agent/agenttest"
+	"github.com/dibs-gpu/dibs/agent/peer"
 	"github.com/dibs-gpu/dibs/api"
 	"github.com/dibs-gpu/dibs/gossip"
 	"github.com/dibs-gpu/dibs/lease"
@@ -143,15 +144,16 @@ func TestSchedulerDeathMidGangLeavesNothingHeld(t *testing.T) {
 	nodes := agenttest.Cluster(t, agenttest.ClusterOptions{Specs: []string{"2xL40S", "2xL40S"}, Sched: sched, Quiet: true})
 	// A scheduler reserves a rank on node02 and dies before the commit.
 	fake, err := gossip.New(gossip.Config{NodeName: "node00", BindAddr: "127.0.0.1", ClusterName: "test", Key: nodes[0].Opts.Cluster.Key,
-		Join: []string{nodes[0].Agent.GossipAddr()}}, fakeScheduler{})
+		Join: []string{nodes[0].Agent.GossipAddr()}, Protocol: peer.Version}, fakeScheduler{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	entry := lease.QueueEntry{ID: "node01-q99", Origin: "node01", User: nodes[0].Agent.CallerFor(os.Getuid()).User, UID: os.Getuid(),
+	entry := lease.QueueEntry{ID: "node01-q99", Origin: "node01", User: nodes[0].Me().Caller().User, UID: os.Getuid(),
 		Nodes: 2, GPUsPerNode: 2, Duration: time.Hour, Kind: lease.KindBatch}
-	body, _ := json.Marshal(map[string]any{"entry": entry, "phase": "reserve", "gpus": []int{0, 1}, "gang": "g", "rank": 1})
+	req, _ := json.Marshal(peer.StartRequest{Entry: entry, Phase: peer.PhaseReserve, GPUs: []int{0, 1}, Gang: "g", Rank: 1})
+	body, _ := json.Marshal(map[string]any{"v": peer.Version, "actor": peer.As(entry.User), "req": json.RawMessage(req)})
 	c, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	resp, err := fake.Request(c, "node02", gossip.Request{Op: "start", Caller: lease.Caller{UID: os.Getuid(), User: entry.User}, Body: body})
+	resp, err := fake.Request(c, "node02", gossip.Request{Op: "start", Body: body})
 	cancel()
 	if err != nil || resp.ErrMsg != "" {
 		t.Fatalf("fake reserve: %v %s", err, resp.ErrMsg)

@@ -17,7 +17,7 @@ func tryStart(t *testing.T, o agenttest.Options) error {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a, err := agent.New(agent.Config{NodeName: o.Name, DataDir: o.DataDir, Socket: o.DataDir + ".other.sock", Logf: t.Logf}, agent.Deps{Probe: probe})
+	a, err := agent.New(agent.Config{NodeName: o.Name, DataDir: o.DataDir, Socket: o.DataDir + ".other.sock", Log: agenttest.Logger(t, o.Name, false)}, agent.Deps{Probe: probe})
 	if err != nil {
 		return err
 	}
@@ -35,7 +35,7 @@ func tryStartCluster(t *testing.T, o agenttest.Options) error {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a, err := agent.New(agent.Config{NodeName: o.Name, DataDir: o.DataDir, Cluster: o.Cluster, Logf: t.Logf}, agent.Deps{Probe: probe})
+	a, err := agent.New(agent.Config{NodeName: o.Name, DataDir: o.DataDir, Cluster: o.Cluster, Log: agenttest.Logger(t, o.Name, false)}, agent.Deps{Probe: probe})
 	if err != nil {
 		return err
 	}

@@ -134,7 +134,7 @@ func TestAdoptTakesYourRunIntoALease(t *testing.T) {
 func TestRunWithoutTmuxRefusesAndLeavesNothing(t *testing.T) {
 	dir := agenttest.PublicDir(t)
 	probe, _ := nodeprobe.NewSim(nodeprobe.SimOptions{Spec: "2xL40S", HostName: "node01"})
-	a, err := agent.New(agent.Config{NodeName: "node01", DataDir: filepath.Join(dir, "data"), Socket: filepath.Join(dir, "s.sock"), Logf: t.Logf},
+	a, err := agent.New(agent.Config{NodeName: "node01", DataDir: filepath.Join(dir, "data"), Socket: filepath.Join(dir, "run", "s.sock"), Log: agenttest.Logger(t, "node01", false)},
 		agent.Deps{Probe: probe, Sessions: launch.New(launch.Options{TmuxPath: "/nonexistent/tmux"})})
 	if err != nil {
 		t.Fatal(err)
@@ -143,7 +143,7 @@ func TestRunWithoutTmuxRefusesAndLeavesNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer a.Stop()
-	cl := api.NewClient(filepath.Join(dir, "s.sock"))
+	cl := api.NewClient(filepath.Join(dir, "run", "s.sock"))
 	_, err = cl.Claim(ctx(t), api.ClaimRequest{Count: 1, Run: &api.RunSpec{Command: []string{"true"}}})
 	if err == nil || !strings.Contains(err.Error(), "tmux not found") {
 		t.Fatalf("run without tmux: %v", err)

@@ -17,6 +17,8 @@ import (
 var (
 	heavy = lease.Caller{UID: 30001, User: "heavy"}
 	light = lease.Caller{UID: 30002, User: "light"}
+	// testUsers makes heavy and light accounts every node knows.
+	testUsers = agenttest.Users{"heavy": 30001, "light": 30002}
 )
 
 func queueIDs(q api.Queue) []string {
@@ -30,11 +32,11 @@ func queueIDs(q api.Queue) []string {
 }
 
 func TestQueueSameOrderEverywhereAndFairShare(t *testing.T) {
-	nodes := agenttest.Cluster(t, agenttest.ClusterOptions{Specs: []string{"2xL40S", "2xL40S", "2xL40S"}, Quiet: true})
+	nodes := agenttest.Cluster(t, agenttest.ClusterOptions{Specs: []string{"2xL40S", "2xL40S", "2xL40S"}, Quiet: true, Users: testUsers})
 	// heavy has used GPUs; light has not.
 	var ids []string
 	for _, n := range nodes {
-		r, err := n.Agent.Claim(ctx(t), heavy, api.ClaimRequest{Node: n.Opts.Name, Count: 2})
+		r, err := n.As(heavy).Claim(ctx(t), api.ClaimRequest{Node: n.Opts.Name, Count: 2})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -42,11 +44,11 @@ func TestQueueSameOrderEverywhereAndFairShare(t *testing.T) {
 	}
 	time.Sleep(300 * time.Millisecond) // some GPU-seconds to count
 	// heavy submits first, at node02; light later, at node03.
-	h, err := nodes[1].Agent.Submit(ctx(t), heavy, api.SubmitRequest{Claim: api.ClaimRequest{Count: 1}})
+	h, err := nodes[1].As(heavy).Submit(ctx(t), api.SubmitRequest{Claim: api.ClaimRequest{Count: 1}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	l, err := nodes[2].Agent.Submit(ctx(t), light, api.SubmitRequest{Claim: api.ClaimRequest{Count: 1}})
+	l, err := nodes[2].As(light).Submit(ctx(t), api.SubmitRequest{Claim: api.ClaimRequest{Count: 1}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -54,23 +56,23 @@ func TestQueueSameOrderEverywhereAndFairShare(t *testing.T) {
 	for _, n := range nodes {
 		n := n
 		agenttest.Eventually(t, 3*time.Second, n.Opts.Name+" to order light before heavy", func() bool {
-			got := queueIDs(n.Agent.Queue())
+			got := queueIDs(n.Queue())
 			return strings.Join(got, ",") == strings.Join(want, ",")
 		})
 	}
 	// One GPU frees: light (less usage) gets it, though heavy asked first.
-	if _, err := nodes[0].Agent.Release(ctx(t), heavy, api.ReleaseRequest{IDs: []string{ids[0]}}); err != nil {
+	if _, err := nodes[0].As(heavy).Release(ctx(t), api.ReleaseRequest{IDs: []string{ids[0]}}); err != nil {
 		t.Fatal(err)
 	}
 	agenttest.Eventually(t, 3*time.Second, "light's request to start first", func() bool {
-		for _, e := range nodes[1].Agent.Queue().Entries {
+		for _, e := range nodes[1].Queue().Entries {
 			if e.ID == l.ID && e.Running {
 				return true
 			}
 		}
 		return false
 	})
-	u, err := nodes[0].Agent.Usage(ctx(t), heavy, time.Hour)
+	u, err := nodes[0].As(heavy).Usage(ctx(t), "1h")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -85,10 +87,10 @@ func TestQueueSameOrderEverywhereAndFairShare(t *testing.T) {
 
 func TestBackfillStartsShortJobWithoutDelayingTheGang(t *testing.T) {
 	agenttest.RequireTmux(t)
-	nodes := agenttest.Cluster(t, agenttest.ClusterOptions{Specs: []string{"2xL40S", "2xL40S"}, Quiet: true})
+	nodes := agenttest.Cluster(t, agenttest.ClusterOptions{Specs: []string{"2xL40S", "2xL40S"}, Quiet: true, Users: testUsers})
 	// Each node has one GPU free; one lease ends in 1h on each.
 	for _, n := range nodes {
-		if _, err := n.Agent.Claim(ctx(t), heavy, api.ClaimRequest{Node: n.Opts.Name, Count: 1, Duration: "1h"}); err != nil {
+		if _, err := n.As(heavy).Claim(ctx(t), api.ClaimRequest{Node: n.Opts.Name, Count: 1, Duration: "1h"}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -98,17 +100,17 @@ func TestBackfillStartsShortJobWithoutDelayingTheGang(t *testing.T) {
 		t.Fatal(err)
 	}
 	// A 30-minute job ends before the gang could start: it backfills.
-	short, err := nodes[0].Agent.Submit(ctx(t), light, api.SubmitRequest{Claim: api.ClaimRequest{Count: 1, Duration: "30m"}})
+	short, err := nodes[0].As(light).Submit(ctx(t), api.SubmitRequest{Claim: api.ClaimRequest{Count: 1, Duration: "30m"}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	// A 3-hour job would delay the gang: it waits.
-	long, err := nodes[1].Agent.Submit(ctx(t), light, api.SubmitRequest{Claim: api.ClaimRequest{Count: 1, Duration: "3h"}})
+	long, err := nodes[1].As(light).Submit(ctx(t), api.SubmitRequest{Claim: api.ClaimRequest{Count: 1, Duration: "3h"}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	agenttest.Eventually(t, 3*time.Second, "the short job to backfill", func() bool {
-		for _, e := range nodes[0].Agent.Queue().Entries {
+		for _, e := range nodes[0].Queue().Entries {
 			if e.ID == short.ID {
 				return e.Running
 			}
@@ -116,7 +118,7 @@ func TestBackfillStartsShortJobWithoutDelayingTheGang(t *testing.T) {
 		return false
 	})
 	time.Sleep(500 * time.Millisecond) // give the scheduler every chance to start the long one
-	for _, e := range nodes[1].Agent.Queue().Entries {
+	for _, e := range nodes[1].Queue().Entries {
 		if e.ID == long.ID && e.Running {
 			t.Errorf("the 3h job started and would delay the gang")
 		}
@@ -128,7 +130,7 @@ func TestBackfillStartsShortJobWithoutDelayingTheGang(t *testing.T) {
 
 func TestCompetingGangsBothRunNeverPartially(t *testing.T) {
 	agenttest.RequireTmux(t)
-	nodes := agenttest.Cluster(t, agenttest.ClusterOptions{Specs: []string{"2xL40S", "2xL40S", "2xL40S"}, Quiet: true})
+	nodes := agenttest.Cluster(t, agenttest.ClusterOptions{Specs: []string{"2xL40S", "2xL40S", "2xL40S"}, Quiet: true, Users: testUsers})
 	dir := agenttest.PublicDir(t)
 	// Two 2-node gangs over three nodes: only one fits at a time.
 	var gangs []string
@@ -185,31 +187,31 @@ func TestCompetingGangsBothRunNeverPartially(t *testing.T) {
 }
 
 func TestSchedulerFailover(t *testing.T) {
-	nodes := agenttest.Cluster(t, agenttest.ClusterOptions{Specs: []string{"1xL40S", "1xL40S", "1xL40S"}, Quiet: true})
-	if got := nodes[1].Agent.Queue().Scheduler; got != "node01" {
+	nodes := agenttest.Cluster(t, agenttest.ClusterOptions{Specs: []string{"1xL40S", "1xL40S", "1xL40S"}, Quiet: true, Users: testUsers})
+	if got := nodes[1].Queue().Scheduler; got != "node01" {
 		t.Fatalf("scheduler = %s, want node01 (lowest name)", got)
 	}
-	r, err := nodes[1].Agent.Claim(ctx(t), heavy, api.ClaimRequest{Node: "node02", Count: 1})
+	r, err := nodes[1].As(heavy).Claim(ctx(t), api.ClaimRequest{Node: "node02", Count: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
-	nodes[2].Agent.Claim(ctx(t), heavy, api.ClaimRequest{Node: "node03", Count: 1})
-	s, err := nodes[2].Agent.Submit(ctx(t), light, api.SubmitRequest{Claim: api.ClaimRequest{Count: 1, Node: "node02"}})
+	nodes[2].As(heavy).Claim(ctx(t), api.ClaimRequest{Node: "node03", Count: 1})
+	s, err := nodes[2].As(light).Submit(ctx(t), api.SubmitRequest{Claim: api.ClaimRequest{Count: 1, Node: "node02"}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	nodes[0].Crash()
 	agenttest.Eventually(t, 10*time.Second, "node02 to take over scheduling", func() bool {
-		return nodes[2].Agent.Queue().Scheduler == "node02"
+		return nodes[2].Queue().Scheduler == "node02"
 	})
-	if ids := queueIDs(nodes[1].Agent.Queue()); len(ids) != 1 || ids[0] != s.ID {
+	if ids := queueIDs(nodes[1].Queue()); len(ids) != 1 || ids[0] != s.ID {
 		t.Fatalf("queue after the scheduler died = %v, want %s kept", ids, s.ID)
 	}
-	if _, err := nodes[1].Agent.Release(ctx(t), heavy, api.ReleaseRequest{IDs: []string{r.ID}}); err != nil {
+	if _, err := nodes[1].As(heavy).Release(ctx(t), api.ReleaseRequest{IDs: []string{r.ID}}); err != nil {
 		t.Fatal(err)
 	}
 	agenttest.Eventually(t, 3*time.Second, "the new scheduler to start the entry", func() bool {
-		for _, e := range nodes[2].Agent.Queue().Entries {
+		for _, e := range nodes[2].Queue().Entries {
 			if e.ID == s.ID {
 				return e.Running
 			}
@@ -223,7 +225,7 @@ func TestPreemptionForQuotaSignalsAndWaitsTheGrace(t *testing.T) {
 	p := lease.DefaultPolicy()
 	p.PreemptGrace = 1500 * time.Millisecond
 	sched := lease.SchedConfig{Quotas: map[string]int{"light": 2}}
-	n := agenttest.Start(t, agenttest.Options{Sim: "2xL40S", Policy: p, Sched: sched})
+	n := agenttest.Start(t, agenttest.Options{Sim: "2xL40S", Policy: p, Sched: sched, Users: testUsers})
 	dir := agenttest.PublicDir(t)
 	got := filepath.Join(dir, "usr1")
 	// I have no quota, so my run borrows both GPUs.
@@ -237,7 +239,7 @@ func TestPreemptionForQuotaSignalsAndWaitsTheGrace(t *testing.T) {
 		t.Fatalf("my lease beyond quota = %+v, want borrowed", l)
 	}
 	// light is within quota and waits: my borrowed lease is preempted.
-	s, err := n.Agent.Submit(ctx(t), light, api.SubmitRequest{Claim: api.ClaimRequest{Count: 2}})
+	s, err := n.As(light).Submit(ctx(t), api.SubmitRequest{Claim: api.ClaimRequest{Count: 2}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -247,7 +249,7 @@ func TestPreemptionForQuotaSignalsAndWaitsTheGrace(t *testing.T) {
 	signalled := readTime(got)
 	var ended time.Time
 	agenttest.Eventually(t, 6*time.Second, "light's request to start after the grace", func() bool {
-		for _, e := range n.Agent.Queue().Entries {
+		for _, e := range n.Queue().Entries {
 			if e.ID == s.ID && e.Running {
 				ended = time.Now()
 				return true
@@ -274,24 +276,24 @@ func TestIdleLeaseReclaimedWhenSomeoneWaits(t *testing.T) {
 	p.PreemptGrace = time.Second
 	p.IdleAfter = 200 * time.Millisecond
 	sched := lease.SchedConfig{IdleReclaimAfter: 300 * time.Millisecond}
-	n := agenttest.Start(t, agenttest.Options{Sim: "1xL40S", Policy: p, Sched: sched})
-	idle, err := n.Agent.Claim(ctx(t), heavy, api.ClaimRequest{Count: 1})
+	n := agenttest.Start(t, agenttest.Options{Sim: "1xL40S", Policy: p, Sched: sched, Users: testUsers})
+	idle, err := n.As(heavy).Claim(ctx(t), api.ClaimRequest{Count: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
 	time.Sleep(600 * time.Millisecond) // idle past the threshold: no process, no load
-	s, err := n.Agent.Submit(ctx(t), light, api.SubmitRequest{Claim: api.ClaimRequest{Count: 1}})
+	s, err := n.As(light).Submit(ctx(t), api.SubmitRequest{Claim: api.ClaimRequest{Count: 1}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	agenttest.Eventually(t, 3*time.Second, "the idle lease to be warned", func() bool {
-		b := n.Agent.Board(heavy)
+		b := n.BoardAs(heavy)
 		l := b.Nodes[0].GPUs[0].Lease
 		return l != nil && l.ID == idle.ID && !l.PreemptedAt.IsZero() && l.PreemptReason == "idle" &&
 			len(b.Notices) > 0 && strings.Contains(b.Notices[0], "idle")
 	})
 	agenttest.Eventually(t, 4*time.Second, "the waiting request to get the reclaimed GPU", func() bool {
-		for _, e := range n.Agent.Queue().Entries {
+		for _, e := range n.Queue().Entries {
 			if e.ID == s.ID && e.Running {
 				return true
 			}

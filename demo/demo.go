@@ -10,6 +10,7 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"log/slog"
 	mrand "math/rand/v2"
 	"os"
 	"path/filepath"
@@ -43,7 +44,8 @@ type Options struct {
 	Seed uint64
 	// Tick is how often the teammates act (default 4s).
 	Tick time.Duration
-	Logf func(format string, args ...any)
+	// Log receives the agents' lines; nil drops them.
+	Log *slog.Logger
 }
 
 // Demo is a running demo cluster.
@@ -72,21 +74,21 @@ func Start(ctx context.Context, o Options) (*Demo, error) {
 	if o.Tick <= 0 {
 		o.Tick = 4 * time.Second
 	}
-	if o.Logf == nil {
-		o.Logf = func(string, ...any) {}
+	if o.Log == nil {
+		o.Log = slog.New(slog.DiscardHandler)
 	}
 	if o.Seed == 0 {
 		o.Seed = uint64(time.Now().UnixNano())
 	}
 	d := &Demo{opts: o, dir: o.Dir, sims: map[string]*nodeprobe.Sim{}, byName: map[string]*agent.Agent{},
-		rng: mrand.New(mrand.NewPCG(o.Seed, 7)), pidNext: 31000}
+		rng: mrand.New(mrand.NewPCG(o.Seed, 7)), pidNext: 31000, mates: teammates()}
 	if d.dir == "" {
 		dir, err := os.MkdirTemp("", "dibs-demo-")
 		if err != nil {
 			return nil, err
 		}
 		d.dir, d.ownDir = dir, true
-	} else if err := os.MkdirAll(d.dir, 0o755); err != nil {
+	} else if err := os.MkdirAll(d.dir, 0o700); err != nil {
 		return nil, fmt.Errorf("demo dir: %w", err)
 	}
 	key := make([]byte, 32)
@@ -118,8 +120,9 @@ func Start(ctx context.Context, o Options) (*Demo, error) {
 			ProbeInterval: time.Second,
 			Policy:        policy,
 			Cluster:       cl,
-			Logf:          func(f string, args ...any) { o.Logf("["+ns.name+"] "+f, args...) },
-		}, agent.Deps{Probe: sim, Sessions: launch.New(launch.Options{TmuxTmpDir: o.TmuxTmpDir})})
+			Log:           o.Log.With("node", ns.name),
+		}, agent.Deps{Probe: sim, Users: demoUsers{mates: d.mates},
+			Sessions: launch.New(launch.Options{TmuxTmpDir: o.TmuxTmpDir, StatusDir: filepath.Join(d.dir, "exit-"+ns.name)})})
 		if err != nil {
 			d.Stop()
 			return nil, err
@@ -155,7 +158,7 @@ func (d *Demo) waitConverged(ctx context.Context, within time.Duration) error {
 	for time.Now().Before(deadline) {
 		ok := true
 		for _, a := range d.agents {
-			b := a.Board(lease.Caller{UID: os.Getuid()})
+			b, _ := a.For(os.Getuid()).Board(ctx)
 			alive := 0
 			for _, n := range b.Nodes {
 				if n.State == api.NodeAlive && len(n.GPUs) > 0 {
@@ -185,24 +188,23 @@ func (d *Demo) Stop() {
 		d.cancel()
 	}
 	d.wg.Wait()
-	me := lease.Caller{UID: os.Getuid()}
 	for _, a := range d.agents {
-		c := a.CallerFor(os.Getuid())
-		me = c
+		me := a.For(os.Getuid())
 		var ids []string
-		for _, n := range a.Board(c).Nodes {
+		b, _ := me.Board(context.Background())
+		for _, n := range b.Nodes {
 			if n.Name != a.Node() {
 				continue
 			}
 			for _, g := range n.GPUs {
-				if g.Lease != nil && g.Lease.UID == me.UID && g.Lease.Session != "" {
+				if g.Lease != nil && g.Lease.UID == me.Caller().UID && g.Lease.Session != "" {
 					ids = append(ids, g.Lease.ID)
 				}
 			}
 		}
 		if len(ids) > 0 {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			a.Release(ctx, c, api.ReleaseRequest{IDs: dedupe(ids)})
+			me.Release(ctx, api.ReleaseRequest{IDs: dedupe(ids)})
 			cancel()
 		}
 	}

@@ -4,7 +4,11 @@ import (
 	"context"
 	"time"
 
+	"github.com/dibs-gpu/dibs/agent"
+	"github.com/dibs-gpu/dibs/agent/account"
+	"github.com/dibs-gpu/dibs/agent/core"
 	"github.com/dibs-gpu/dibs/api"
+	"github.com/dibs-gpu/dibs/launch"
 	"github.com/dibs-gpu/dibs/lease"
 	"github.com/dibs-gpu/dibs/nodeprobe"
 )
@@ -26,7 +30,56 @@ type held struct {
 	util int
 }
 
-func (t *teammate) caller() lease.Caller { return lease.Caller{UID: t.uid, User: t.name} }
+// as is the teammate's view of an agent: the service bound to their
+// (simulated) account, which every agent's account directory knows.
+func (t *teammate) as(a *agent.Agent) *core.Bound {
+	return a.Service().ForCaller(lease.Caller{UID: t.uid, User: t.name})
+}
+
+// teammates are the demo's simulated colleagues.
+func teammates() []*teammate {
+	return []*teammate{
+		{name: "alice", uid: 20001},
+		{name: "bob", uid: 20002},
+		{name: "carol", uid: 20003},
+		{name: "erin", uid: 20005},
+	}
+}
+
+// demoUsers knows the simulated teammates as accounts (so a claim one of
+// them makes at one node is honoured at another, as for real people) and
+// asks the system for everyone else.
+type demoUsers struct{ mates []*teammate }
+
+func (u demoUsers) mate(f func(*teammate) bool) (launch.User, bool) {
+	for _, t := range u.mates {
+		if f(t) {
+			return launch.User{Name: t.name, UID: t.uid, GID: t.uid, Groups: []int{t.uid}, Home: "/nonexistent", Shell: "/bin/sh"}, true
+		}
+	}
+	return launch.User{}, false
+}
+
+// LookupUID implements account.Users.
+func (u demoUsers) LookupUID(uid int) (launch.User, error) {
+	if m, ok := u.mate(func(t *teammate) bool { return t.uid == uid }); ok {
+		return m, nil
+	}
+	return account.System{}.LookupUID(uid)
+}
+
+// LookupUser implements account.Users.
+func (u demoUsers) LookupUser(name string) (launch.User, error) {
+	if m, ok := u.mate(func(t *teammate) bool { return t.name == name }); ok {
+		return m, nil
+	}
+	return account.System{}.LookupUser(name)
+}
+
+// InGroup implements account.Users.
+func (u demoUsers) InGroup(usr launch.User, group string) bool {
+	return account.System{}.InGroup(usr, group)
+}
 
 // squatter is a process on a GPU with no lease.
 type squatter struct {
@@ -40,12 +93,6 @@ type squatter struct {
 var demoSquatter = squatter{node: "node04", gpu: 2, user: "dave", uid: 20004, pid: 30999}
 
 func (d *Demo) setScene(ctx context.Context) error {
-	d.mates = []*teammate{
-		{name: "alice", uid: 20001},
-		{name: "bob", uid: 20002},
-		{name: "carol", uid: 20003},
-		{name: "erin", uid: 20005},
-	}
 	scene := []struct {
 		who  int
 		node string
@@ -71,7 +118,7 @@ func (d *Demo) setScene(ctx context.Context) error {
 func (d *Demo) claimFor(ctx context.Context, t *teammate, node string, req api.ClaimRequest, busy bool, cmd string) error {
 	a := d.byName[node]
 	req.Node = node
-	r, err := a.Claim(ctx, t.caller(), req)
+	r, err := t.as(a).Claim(ctx, req)
 	if err != nil {
 		return err
 	}
@@ -154,8 +201,8 @@ func (d *Demo) act(ctx context.Context) {
 	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	if release {
-		if _, err := d.byName[h.node].Release(cctx, t.caller(), api.ReleaseRequest{IDs: []string{h.id}}); err != nil {
-			d.opts.Logf("demo: %s release %s: %v", t.name, h.id, err)
+		if _, err := t.as(d.byName[h.node]).Release(cctx, api.ReleaseRequest{IDs: []string{h.id}}); err != nil {
+			d.opts.Log.Warn("demo: a teammate's release failed", "who", t.name, "lease", h.id, "err", err)
 		}
 		d.applyLoads()
 		return
@@ -165,7 +212,7 @@ func (d *Demo) act(ctx context.Context) {
 	}
 	// Teammates ask like anyone: no node named, dibs places it.
 	a := d.agents[d.rng.IntN(len(d.agents))]
-	r, err := a.Claim(cctx, t.caller(), api.ClaimRequest{Count: n, Duration: "2h", Note: "experiment"})
+	r, err := t.as(a).Claim(cctx, api.ClaimRequest{Count: n, Duration: "2h", Note: "experiment"})
 	if err != nil {
 		return // the cluster is full; they will try later
 	}

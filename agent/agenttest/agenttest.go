@@ -7,6 +7,7 @@ package agenttest
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -16,6 +17,10 @@ import (
 	"time"
 
 	"github.com/dibs-gpu/dibs/agent"
+	"github.com/dibs-gpu/dibs/agent/account"
+	"github.com/dibs-gpu/dibs/agent/clock"
+	"github.com/dibs-gpu/dibs/agent/core"
+	"github.com/dibs-gpu/dibs/agent/sockapi"
 	"github.com/dibs-gpu/dibs/api"
 	"github.com/dibs-gpu/dibs/launch"
 	"github.com/dibs-gpu/dibs/lease"
@@ -40,8 +45,12 @@ type Options struct {
 	SessionPoll   time.Duration
 	Cluster       *agent.ClusterSettings
 	SSH           *agent.SSHSettings
-	// Now replaces the clock.
-	Now func() time.Time
+	// Clock replaces the system clock.
+	Clock clock.Clock
+	// Users replaces the system account database (fake teammates).
+	Users account.Users
+	// Limits bound the socket.
+	Limits sockapi.Limits
 	// Quiet drops the agent's log lines instead of sending them to t.Log.
 	Quiet bool
 }
@@ -68,7 +77,7 @@ func TmuxDir(tb testing.TB) string {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	if err := os.Chmod(dir, 0o1777); err != nil {
+	if err := os.Chmod(dir, os.ModeSticky|0o777); err != nil {
 		tb.Fatal(err)
 	}
 	tb.Cleanup(func() {
@@ -124,17 +133,18 @@ func (n *Node) start(o Options) {
 	if o.SessionPoll == 0 {
 		o.SessionPoll = 100 * time.Millisecond
 	}
-	logf := func(format string, args ...any) {
-		if !o.Quiet {
-			tb.Logf("[%s] %s", o.Name, fmt.Sprintf(format, args...))
-		}
-	}
+	log := Logger(tb, o.Name, o.Quiet)
 	probe, err := nodeprobe.NewSim(nodeprobe.SimOptions{Spec: o.Sim, LoadFile: o.SimLoad, HostName: o.Name})
 	if err != nil {
 		tb.Fatalf("sim %q: %v", o.Sim, err)
 	}
-	sessions := launch.New(launch.Options{TmuxTmpDir: o.TmuxTmpDir, Logf: logf})
-	sock := filepath.Join(filepath.Dir(o.DataDir), o.Name+".sock")
+	sockDir := filepath.Join(filepath.Dir(o.DataDir), "run-"+o.Name)
+	statusDir := filepath.Join(sockDir, "exit")
+	if err := os.MkdirAll(sockDir, 0o755); err != nil {
+		tb.Fatal(err)
+	}
+	sessions := launch.New(launch.Options{TmuxTmpDir: o.TmuxTmpDir, StatusDir: statusDir, Logf: func(f string, args ...any) { log.Warn(fmt.Sprintf(f, args...)) }})
+	sock := filepath.Join(sockDir, "dibs.sock")
 	a, err := agent.New(agent.Config{
 		NodeName:      o.Name,
 		DataDir:       o.DataDir,
@@ -145,8 +155,9 @@ func (n *Node) start(o Options) {
 		Sched:         o.Sched,
 		Cluster:       o.Cluster,
 		SSH:           o.SSH,
-		Logf:          logf,
-	}, agent.Deps{Probe: probe, Sessions: sessions, Now: o.Now})
+		Limits:        o.Limits,
+		Log:           log,
+	}, agent.Deps{Probe: probe, Sessions: sessions, Clock: o.Clock, Users: o.Users})
 	if err != nil {
 		tb.Fatalf("new agent %s: %v", o.Name, err)
 	}
@@ -217,7 +228,9 @@ type ClusterOptions struct {
 	// Policy and Sched apply to every node.
 	Policy lease.Policy
 	Sched  lease.SchedConfig
-	Quiet  bool
+	// Users are made-up accounts every node knows.
+	Users Users
+	Quiet bool
 }
 
 // Cluster starts len(o.Specs) agents named node01, node02, … gossiping on
@@ -242,7 +255,11 @@ func Cluster(tb testing.TB, o ClusterOptions) []*Node {
 		if seed != "" {
 			cs.Join = []string{seed}
 		}
-		n := Start(tb, Options{Name: fmt.Sprintf("node%02d", i+1), Sim: spec, Policy: o.Policy, Sched: o.Sched, Cluster: cs, TmuxTmpDir: tmux, Quiet: o.Quiet})
+		var users account.Users
+		if o.Users != nil {
+			users = o.Users
+		}
+		n := Start(tb, Options{Name: fmt.Sprintf("node%02d", i+1), Sim: spec, Policy: o.Policy, Sched: o.Sched, Cluster: cs, TmuxTmpDir: tmux, Quiet: o.Quiet, Users: users})
 		if seed == "" {
 			seed = n.Agent.GossipAddr()
 		}
@@ -258,7 +275,7 @@ func WaitConverged(tb testing.TB, nodes []*Node, within time.Duration) {
 	tb.Helper()
 	Eventually(tb, within, "every agent to see every node alive", func() bool {
 		for _, n := range nodes {
-			b := n.Agent.Board(lease.Caller{UID: os.Getuid()})
+			b, _ := n.Agent.For(os.Getuid()).Board(context.Background())
 			alive := map[string]bool{}
 			for _, bn := range b.Nodes {
 				if bn.State == api.NodeAlive && len(bn.GPUs) > 0 {
@@ -285,4 +302,95 @@ func (n *Node) Crash() {
 	}
 	n.stopped = true
 	n.Agent.Crash()
+}
+
+// Logger sends an agent's log lines to tb.Log, prefixed with its name, or
+// drops them when quiet. Lines that arrive after the test ended are dropped
+// too (agents log while they stop).
+func Logger(tb testing.TB, name string, quiet bool) *slog.Logger {
+	if quiet {
+		return slog.New(slog.DiscardHandler)
+	}
+	w := &tbWriter{tb: tb, prefix: "[" + name + "] "}
+	tb.Cleanup(func() { w.mu.Lock(); w.done = true; w.mu.Unlock() })
+	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelDebug, ReplaceAttr: func(_ []string, a slog.Attr) slog.Attr {
+		if a.Key == slog.TimeKey {
+			return slog.Attr{}
+		}
+		return a
+	}}))
+}
+
+type tbWriter struct {
+	tb     testing.TB
+	prefix string
+	mu     sync.Mutex
+	done   bool
+}
+
+func (w *tbWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !w.done {
+		w.tb.Log(w.prefix + strings.TrimRight(string(p), "\n"))
+	}
+	return len(p), nil
+}
+
+// As is the node's service bound to c as given, as the demo's teammates
+// use it: for tests that act for made-up users (see Users).
+func (n *Node) As(c lease.Caller) *core.Bound { return n.Agent.Service().ForCaller(c) }
+
+// Me is the node's service bound to the test's own uid, as the socket
+// would bind it.
+func (n *Node) Me() *core.Bound { return n.Agent.For(os.Getuid()) }
+
+// Board is the node's board as the test's own user sees it.
+func (n *Node) Board() api.Board {
+	b, _ := n.Me().Board(context.Background())
+	return b
+}
+
+// Queue is `dibs queue` at this node.
+func (n *Node) Queue() api.Queue {
+	q, _ := n.Me().Queue(context.Background())
+	return q
+}
+
+// Users are made-up accounts, name to uid, that every agent of a test knows
+// (so a claim a made-up user makes at one node is honoured at another, as
+// for real people); everyone else is looked up in the system's database.
+type Users map[string]int
+
+func (u Users) user(name string, uid int) launch.User {
+	return launch.User{Name: name, UID: uid, GID: uid, Groups: []int{uid}, Home: "/nonexistent", Shell: "/bin/sh"}
+}
+
+// LookupUID implements account.Users.
+func (u Users) LookupUID(uid int) (launch.User, error) {
+	for name, id := range u {
+		if id == uid {
+			return u.user(name, id), nil
+		}
+	}
+	return account.System{}.LookupUID(uid)
+}
+
+// LookupUser implements account.Users.
+func (u Users) LookupUser(name string) (launch.User, error) {
+	if id, ok := u[name]; ok {
+		return u.user(name, id), nil
+	}
+	return account.System{}.LookupUser(name)
+}
+
+// InGroup implements account.Users.
+func (u Users) InGroup(usr launch.User, group string) bool {
+	return account.System{}.InGroup(usr, group)
+}
+
+// BoardAs is the node's board as c sees it.
+func (n *Node) BoardAs(c lease.Caller) api.Board {
+	b, _ := n.As(c).Board(context.Background())
+	return b
 }

@@ -333,7 +333,7 @@ func (b *Bound) Attach(ctx context.Context, id string) (api.AttachResponse, erro
 	if b.s.cluster != nil {
 		host = b.s.cluster.SSHHost(found.Node)
 	}
-	argv := append([]string{"ssh", "-t", "--", host}, b.s.deps.Attach(u, found.Session)...)
+	argv := append([]string{"ssh", "-t", host}, b.s.deps.Attach(u, found.Session)...)
 	return api.AttachResponse{Lease: *found, Local: false, Command: argv}, nil
 }
 

@@ -127,6 +127,11 @@ func (s *Service) ForUser(name string) *Bound {
 	return &Bound{s: s, c: c, readOnly: s.canWrite(c.UID)}
 }
 
+// ForCaller binds the service to a caller as given, with no check that this
+// agent may act for them: for in-process callers the agent trusts as they
+// are (the demo's simulated teammates, tests). No front door uses it.
+func (s *Service) ForCaller(c lease.Caller) *Bound { return &Bound{s: s, c: c} }
+
 // forPeer is a request another agent forwarded for a user: it acts as this
 // node's account of the same name, or is refused.
 func (s *Service) forPeer(from string, who peer.Actor) (*Bound, error) {
@@ -164,8 +169,8 @@ func (s *Service) Status() api.Status {
 	return out
 }
 
-// tellUser notes text on uid's board and in their sessions on this node.
-func (s *Service) tellUser(uid int, text string) {
+// TellUser notes text on uid's board and in their sessions on this node.
+func (s *Service) TellUser(uid int, text string) {
 	s.deps.Node.Notify(uid, text)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()

@@ -69,7 +69,7 @@ func (s *Service) registerPeerOps() {
 			return peer.Empty{}, &lease.Error{Code: lease.CodeForbidden, Msg: "only the scheduler says an entry started"}
 		}
 		if e, ok := s.deps.Origin.MarkStarted(r.Key); ok {
-			s.tellUser(e.UID, fmt.Sprintf("your queued request %s started (`dibs ls` shows its GPUs)", e.ID))
+			s.TellUser(e.UID, fmt.Sprintf("your queued request %s started (`dibs ls` shows its GPUs)", e.ID))
 		}
 		return peer.Empty{}, nil
 	})

@@ -171,6 +171,10 @@ func (n *Node) startSession(ctx context.Context, l lease.Lease, u launch.User, r
 	spec := launch.Spec{Name: l.Session, User: u, Env: env, Command: run.Command, Dir: run.Dir, RecordExit: run.RecordExit && len(run.Command) > 0}
 	if _, err := n.deps.Sessions.Start(ctx, spec); err != nil {
 		switch {
+		case errors.Is(err, launch.ErrWorkDir):
+			return lease.Invalidf("%v", err)
+		case errors.Is(err, launch.ErrStatusDir):
+			return &lease.Error{Code: lease.CodeUnavailable, Msg: err.Error()}
 		case errors.Is(err, launch.ErrTmuxNotFound):
 			return &lease.Error{Code: lease.CodeUnavailable, Msg: launch.ErrTmuxNotFound.Error()}
 		case errors.Is(err, launch.ErrSessionExists):

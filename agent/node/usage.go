@@ -8,42 +8,51 @@ import (
 	"github.com/dibs-gpu/dibs/lease"
 )
 
-// usageRefresh is how often the decayed usage is recomputed from the
-// ledger at most, unless a lease ended since.
+// usageRefresh is how often the ledger's decayed usage is recomputed at
+// most, unless a lease ended since.
 const usageRefresh = 5 * time.Second
 
 // usageCache keeps this node's decayed usage off the claim path.
 type usageCache struct {
-	mu    sync.Mutex
-	at    time.Time
-	cur   atomic.Pointer[lease.Usage]
-	dirty atomic.Bool
+	mu     sync.Mutex
+	at     time.Time
+	ledger lease.Usage
+	cur    atomic.Pointer[lease.Usage]
+	dirty  atomic.Bool
 }
 
-// DecayedUsage is this node's GPU-seconds per user, decayed with halfLife,
-// recomputed at most every few seconds (it reads the ledger).
+// DecayedUsage is this node's GPU-seconds per user, decayed with halfLife:
+// the ledger's part is recomputed at most every few seconds (it reads the
+// disk) or when a lease ended; the running leases' part is always current.
 func (n *Node) DecayedUsage(halfLife time.Duration) lease.Usage {
+	now := n.deps.Clock.Now()
+	u := lease.Usage{}
+	for k, v := range n.ledgerUsage(now, halfLife) {
+		u[k] += v
+	}
+	for k, v := range lease.DecayedUsage(nil, n.State().Leases, now, halfLife) {
+		u[k] += v
+	}
+	n.usage.cur.Store(&u)
+	return u
+}
+
+func (n *Node) ledgerUsage(now time.Time, halfLife time.Duration) lease.Usage {
 	c := &n.usage
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	now := n.deps.Clock.Now()
-	cur := c.cur.Load()
-	if cur != nil && now.Sub(c.at) < usageRefresh && now.Sub(c.at) >= 0 && !c.dirty.Load() {
-		return *cur
+	if c.ledger != nil && now.Sub(c.at) < usageRefresh && now.Sub(c.at) >= 0 && !c.dirty.Load() {
+		return c.ledger
 	}
 	c.dirty.Store(false)
 	ledger, err := n.deps.Store.Ledger(now.Add(-8 * halfLife))
 	if err != nil {
 		n.log.Warn("usage: read the ledger", "err", err)
-		if cur != nil {
-			return *cur
-		}
-		return lease.Usage{}
+		return c.ledger
 	}
-	u := lease.DecayedUsage(ledger, n.State().Leases, now, halfLife)
-	c.cur.Store(&u)
+	c.ledger = lease.DecayedUsage(ledger, nil, now, halfLife)
 	c.at = now
-	return u
+	return c.ledger
 }
 
 // PublishedUsage is the usage last computed, for gossip: it never reads the

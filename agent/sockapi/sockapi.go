@@ -171,8 +171,14 @@ func (s *Server) bound(r *http.Request) (*core.Bound, error) {
 	return s.svc.ForUID(uid), nil
 }
 
-// Routes is the API's handler (tests serve it without a socket, with the
-// caller in the request context via WithCaller).
+// Handler is the API for svc without a socket: tests and fuzzing serve it
+// with the caller put in each request by WithCaller.
+func Handler(svc *core.Service) http.Handler {
+	s := &Server{svc: svc, limits: Limits{}.withDefaults(), log: slog.New(slog.DiscardHandler)}
+	return s.Routes()
+}
+
+// Routes is the API's handler.
 func (s *Server) Routes() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /v1/board", get(s, (*core.Bound).Board))

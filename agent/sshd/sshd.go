@@ -16,6 +16,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -88,7 +89,10 @@ type Deps struct {
 	Clock    clock.Clock
 	// Node names this node in messages.
 	Node string
-	Log  *slog.Logger
+	// Terminal makes the command that attaches as a user on a PTY
+	// (launch.Launcher.TerminalCommand).
+	Terminal func(u launch.User, term string, argv []string) (*exec.Cmd, error)
+	Log      *slog.Logger
 }
 
 // Permission extensions that carry the identity fixed at key acceptance.
@@ -400,7 +404,7 @@ func (s *Server) program(sess ssh.Session) *tea.Program {
 			if uerr != nil {
 				return nil
 			}
-			return tea.Exec(&ptyExec{pty: pty, user: u, argv: argv}, func(error) tea.Msg { return nil })
+			return tea.Exec(&ptyExec{pty: pty, user: u, argv: argv, terminal: s.deps.Terminal}, func(error) tea.Msg { return nil })
 		},
 	})
 	opts := append(bm.MakeOptions(sess), tea.WithFilter(func(_ tea.Model, msg tea.Msg) tea.Msg {
@@ -436,9 +440,10 @@ func (s *Server) program(sess ssh.Session) *tea.Program {
 // ptyExec runs tmux attach as the user on the SSH session's PTY. bubbletea
 // hands it its own stdio; the PTY is the terminal tmux needs instead.
 type ptyExec struct {
-	pty  ssh.Pty
-	user launch.User
-	argv []string
+	pty      ssh.Pty
+	user     launch.User
+	argv     []string
+	terminal func(u launch.User, term string, argv []string) (*exec.Cmd, error)
 }
 
 func (p *ptyExec) SetStdin(io.Reader)  {}
@@ -446,7 +451,7 @@ func (p *ptyExec) SetStdout(io.Writer) {}
 func (p *ptyExec) SetStderr(io.Writer) {}
 
 func (p *ptyExec) Run() error {
-	cmd, err := launch.AttachPTYCommand(p.user, p.argv, p.pty.Term)
+	cmd, err := p.terminal(p.user, p.pty.Term, p.argv)
 	if err != nil {
 		return err
 	}

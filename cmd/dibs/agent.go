@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"log"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -13,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/dibs-gpu/dibs/agent"
+	"github.com/dibs-gpu/dibs/agent/config"
 	"github.com/dibs-gpu/dibs/api"
 	"github.com/dibs-gpu/dibs/launch"
 	"github.com/dibs-gpu/dibs/lease"
@@ -36,6 +36,7 @@ type agentFlags struct {
 	insecure      bool
 	sshListen     string
 	sshUsers      string
+	logFormat     string
 }
 
 func (c *cli) agentCmd() *cobra.Command {
@@ -66,34 +67,35 @@ Without GPUs, try it on simulated ones:
 				return err
 			}
 			<-ctx.Done()
-			cfg.Logf("stopping")
+			cfg.Log.Info("stopping")
 			return a.Stop()
 		},
 	}
 	fl := cmd.Flags()
-	fl.StringVar(&f.config, "config", "", "config file (default "+agent.DefaultConfigFile+" when it exists)")
+	fl.StringVar(&f.config, "config", "", "config file (default "+config.DefaultConfigFile+" when it exists)")
 	fl.StringVar(&f.nodeName, "node-name", "", "this node's name in the cluster (default: hostname)")
 	fl.StringVar(&f.dataDir, "data-dir", "", "where the lease store lives (default /var/lib/dibs as root, else $XDG_STATE_HOME/dibs)")
 	fl.DurationVar(&f.probeInterval, "probe-interval", 0, "how often to read the GPUs (default 1s)")
 	fl.StringVar(&f.backend, "backend", "", "GPU backend: auto, nvml, nvidia-smi or sim (default auto)")
 	fl.StringVar(&f.sim, "sim", "", "simulate GPUs instead of probing, e.g. 8xH100-80GB or 4xRTX-PRO-6000,2xL40S")
 	fl.StringVar(&f.simLoad, "sim-load", "", "JSON file of simulated load, re-read at every probe")
+	fl.StringVar(&f.logFormat, "log-format", "text", "log lines as text (without timestamps under systemd, which adds its own) or json")
 	c.clusterFlags(cmd, &f)
 	return cmd
 }
 
 // agentConfig merges defaults, the config file and the flags (flags win).
 func (c *cli) agentConfig(cmd *cobra.Command, f agentFlags) (agent.Config, agent.Deps, error) {
-	var fc agent.FileConfig
+	var fc config.FileConfig
 	path := f.config
 	if path == "" {
-		if _, err := os.Stat(agent.DefaultConfigFile); err == nil {
-			path = agent.DefaultConfigFile
+		if _, err := os.Stat(config.DefaultConfigFile); err == nil {
+			path = config.DefaultConfigFile
 		}
 	}
 	if path != "" {
 		var err error
-		if fc, err = agent.LoadFile(path); err != nil {
+		if fc, err = config.LoadFile(path); err != nil {
 			return agent.Config{}, agent.Deps{}, err
 		}
 	}
@@ -157,7 +159,10 @@ func (c *cli) agentConfig(cmd *cobra.Command, f agentFlags) (agent.Config, agent
 		}
 		interval = f.probeInterval
 	}
-	logger := log.New(c.stderr, "", log.LstdFlags)
+	logger, err := newLogger(c.stderr, f.logFormat, os.Getenv)
+	if err != nil {
+		return agent.Config{}, agent.Deps{}, err
+	}
 	cfg := agent.Config{
 		NodeName:      pick("node-name", f.nodeName, fc.NodeName, host),
 		DataDir:       pick("data-dir", f.dataDir, fc.DataDir, defData),
@@ -166,9 +171,9 @@ func (c *cli) agentConfig(cmd *cobra.Command, f agentFlags) (agent.Config, agent
 		Policy:        policy,
 		Sched:         sched,
 		PreemptSignal: sig,
-		Logf:          logger.Printf,
+		Log:           logger,
 	}
-	if err := agent.ValidNodeName(cfg.NodeName); err != nil {
+	if err := lease.ValidNodeName(cfg.NodeName); err != nil {
 		return cfg, agent.Deps{}, fmt.Errorf("%w: set --node-name", err)
 	}
 	if err := c.applyClusterFlags(cmd, f, fc, &cfg); err != nil {
@@ -179,14 +184,15 @@ func (c *cli) agentConfig(cmd *cobra.Command, f agentFlags) (agent.Config, agent
 		Sim:      pick("sim", f.sim, fc.Sim, ""),
 		SimLoad:  pick("sim-load", f.simLoad, fc.SimLoad, ""),
 		HostName: cfg.NodeName,
-		Logf:     logger.Printf,
+		Logf:     func(f string, args ...any) { logger.Warn(fmt.Sprintf(f, args...)) },
 	})
 	if err != nil {
 		return cfg, agent.Deps{}, err
 	}
 	// A TMUX_TMPDIR in the agent's environment is honoured, so sessions land
 	// where the users' own tmux looks (systemd gives none: /tmp).
-	sessions := launch.New(launch.Options{TmuxTmpDir: os.Getenv("TMUX_TMPDIR"), Logf: logger.Printf})
+	statusDir := filepath.Join(filepath.Dir(sock), "exit")
+	sessions := launch.New(launch.Options{TmuxTmpDir: os.Getenv("TMUX_TMPDIR"), StatusDir: statusDir, Logf: func(f string, args ...any) { logger.Warn(fmt.Sprintf(f, args...)) }})
 	return cfg, agent.Deps{Probe: probe, Sessions: sessions}, nil
 }
 
@@ -197,11 +203,11 @@ func (c *cli) configCmd() *cobra.Command {
 		Short: "Validate a config file without starting anything",
 		Args:  cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			path := agent.DefaultConfigFile
+			path := config.DefaultConfigFile
 			if len(args) == 1 {
 				path = args[0]
 			}
-			if _, err := agent.LoadFile(path); err != nil {
+			if _, err := config.LoadFile(path); err != nil {
 				return err
 			}
 			fmt.Fprintf(c.stdout, "%s: ok\n", path)

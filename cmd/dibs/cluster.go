@@ -9,6 +9,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/dibs-gpu/dibs/agent"
+	"github.com/dibs-gpu/dibs/agent/config"
 	"github.com/dibs-gpu/dibs/gossip"
 )
 
@@ -26,7 +27,7 @@ func (c *cli) clusterFlags(cmd *cobra.Command, f *agentFlags) {
 
 // applyClusterFlags turns on clustering when any cluster setting is given,
 // and the SSH front door when a listen address is.
-func (c *cli) applyClusterFlags(cmd *cobra.Command, f agentFlags, fc agent.FileConfig, cfg *agent.Config) error {
+func (c *cli) applyClusterFlags(cmd *cobra.Command, f agentFlags, fc config.FileConfig, cfg *agent.Config) error {
 	set := cmd.Flags().Changed
 	cc := fc.Cluster
 	if set("bind") {
@@ -58,11 +59,11 @@ func (c *cli) applyClusterFlags(cmd *cobra.Command, f agentFlags, fc agent.FileC
 			bind = "0.0.0.0:7946"
 		}
 		var err error
-		if s.BindAddr, s.BindPort, err = agent.SplitHostPort(bind, 7946); err != nil {
+		if s.BindAddr, s.BindPort, err = config.SplitHostPort(bind, 7946); err != nil {
 			return fmt.Errorf("--bind: %w", err)
 		}
 		if cc.Advertise != "" {
-			if s.AdvertiseAddr, s.AdvertisePort, err = agent.SplitHostPort(cc.Advertise, s.BindPort); err != nil {
+			if s.AdvertiseAddr, s.AdvertisePort, err = config.SplitHostPort(cc.Advertise, s.BindPort); err != nil {
 				return fmt.Errorf("--advertise: %w", err)
 			}
 		}
@@ -75,7 +76,7 @@ func (c *cli) applyClusterFlags(cmd *cobra.Command, f agentFlags, fc agent.FileC
 			return fmt.Errorf("gossip on %s would be unencrypted: make a cluster key with `dibs keygen /etc/dibs/cluster.key`, copy it to every node and pass --cluster-key-file (or --insecure for a throwaway experiment)", bind)
 		}
 		if s.Insecure {
-			cfg.Logf("WARNING: --insecure: gossip is NOT encrypted or authenticated; anyone who can reach %s can claim GPUs as anyone", bind)
+			cfg.Log.Warn("--insecure: gossip is NOT encrypted or authenticated; anyone who can reach the gossip port can claim GPUs as anyone", "bind", bind)
 		}
 		cfg.Cluster = &s
 	}

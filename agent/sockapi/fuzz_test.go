@@ -1,16 +1,15 @@
-package agent
+package sockapi_test
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"path/filepath"
 	"testing"
 
-	"github.com/dibs-gpu/dibs/nodeprobe"
+	"github.com/dibs-gpu/dibs/agent/agenttest"
+	"github.com/dibs-gpu/dibs/agent/sockapi"
 )
 
 // FuzzLocalAPI sends arbitrary bodies to every write endpoint of the local
@@ -26,11 +25,16 @@ func FuzzLocalAPI(f *testing.F) {
 		{"/v1/claim", `{"count":1,"run":{"name":"t","command":["true"]}}`},
 		{"/v1/claim", `{"count":-3,"duration":"-1h"}`},
 		{"/v1/claim", `{"node":"node09","count":1}`},
+		{"/v1/claim", `{"count":1,"request_id":"abcdefgh12345678"}`},
+		{"/v1/claim", `{"count":1,"note":"\u202eevil\u200b"}`},
 		{"/v1/release", `{"ids":["node01-1"]}`},
 		{"/v1/release", `{"all":true}`},
 		{"/v1/extend", `{"id":"node01-1","duration":"1h"}`},
 		{"/v1/adopt", `{"pid":1}`},
 		{"/v1/attach", `{"id":""}`},
+		{"/v1/queue/submit", `{"claim":{"count":1,"run":{"name":"a:b","command":["true"]}}}`},
+		{"/v1/queue/cancel", `{"id":"node01-q1"}`},
+		{"/v1/usage", `{"window":"1h"}`},
 		{"/v1/claim", `{bad`},
 		{"/v1/claim", `{"count":1}{"count":2}`},
 		{"/v1/claim", `{"count":1e99}`},
@@ -38,28 +42,15 @@ func FuzzLocalAPI(f *testing.F) {
 	for _, s := range seeds {
 		f.Add(s.path, []byte(s.body))
 	}
-	dir := f.TempDir()
-	probe, err := nodeprobe.NewSim(nodeprobe.SimOptions{Spec: "4xH100-80GB", HostName: "node01"})
-	if err != nil {
-		f.Fatal(err)
-	}
-	a, err := New(Config{NodeName: "node01", DataDir: filepath.Join(dir, "data"), Logf: func(string, ...any) {}},
-		Deps{Probe: probe, Sessions: refuseSessions{}})
-	if err != nil {
-		f.Fatal(err)
-	}
-	if err := a.Start(context.Background()); err != nil {
-		f.Fatal(err)
-	}
-	f.Cleanup(func() { a.Stop() })
-	h := a.routes()
-	paths := map[string]bool{"/v1/claim": true, "/v1/release": true, "/v1/extend": true, "/v1/adopt": true, "/v1/attach": true}
+	n := agenttest.Start(f, agenttest.Options{Sim: "4xH100-80GB", Quiet: true})
+	h := sockapi.Handler(n.Agent.Service())
+	paths := map[string]bool{"/v1/claim": true, "/v1/release": true, "/v1/extend": true, "/v1/adopt": true, "/v1/attach": true,
+		"/v1/queue/submit": true, "/v1/queue/cancel": true, "/v1/usage": true}
 	f.Fuzz(func(t *testing.T, path string, body []byte) {
 		if !paths[path] {
 			return
 		}
-		req := httptest.NewRequest(http.MethodPost, path, bytes.NewReader(body))
-		req = req.WithContext(context.WithValue(req.Context(), peerKey{}, peer{uid: os.Getuid()}))
+		req := sockapi.WithCaller(httptest.NewRequest(http.MethodPost, path, bytes.NewReader(body)), os.Getuid())
 		rec := httptest.NewRecorder()
 		h.ServeHTTP(rec, req)
 		if rec.Code >= 500 && rec.Code != http.StatusServiceUnavailable {
