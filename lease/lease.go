@@ -12,6 +12,8 @@ import (
 	"strings"
 	"time"
 	"unicode/utf8"
+
+	"github.com/dibs-gpu/dibs/lease/termsafe"
 )
 
 // Kind separates leases a person sits at from leases a job runs under; they
@@ -92,6 +94,45 @@ type Lease struct {
 	// SignalledAt is when the end action sent SIGTERM; SIGKILL follows a grace
 	// later. Zero until then.
 	SignalledAt time.Time `json:"signalled_at,omitzero"`
+}
+
+// EachString calls f with the JSON name and the address of every string
+// field of l, so code that checks or escapes text from outside (gossip, the
+// front ends) need not list the fields, and a field added here is covered
+// there. f may replace the string.
+func (l *Lease) EachString(f func(field string, p *string)) {
+	f("id", &l.ID)
+	f("node", &l.Node)
+	f("user", &l.User)
+	f("kind", (*string)(&l.Kind))
+	f("note", &l.Note)
+	f("session", &l.Session)
+	f("entry", &l.Entry)
+	f("gang", &l.Gang)
+	f("preempt_reason", &l.PreemptReason)
+}
+
+// CheckText refuses a lease holding text no correct agent writes: every
+// string of a lease is checked where it is made (notes by checkNote, names
+// by the agent), so a control character, bidi control or invisible
+// character in one means the lease came from a broken or hostile peer.
+func (l *Lease) CheckText() error {
+	return checkEach(l.EachString, nil)
+}
+
+// checkEach runs termsafe.Check over the strings each visits, skipping the
+// fields in skip, and names the first field that fails.
+func checkEach(each func(func(string, *string)), skip []string) error {
+	var err error
+	each(func(field string, p *string) {
+		if err != nil || slices.Contains(skip, field) {
+			return
+		}
+		if e := termsafe.Check(*p); e != nil {
+			err = fmt.Errorf("its %s holds %w", field, e)
+		}
+	})
+	return err
 }
 
 // Holds reports whether the lease covers GPU index.
