@@ -17,6 +17,7 @@ import (
 	"github.com/hashicorp/memberlist"
 
 	"github.com/dibs-gpu/dibs/lease"
+	"github.com/dibs-gpu/dibs/lease/termsafe"
 	"github.com/dibs-gpu/dibs/nodeprobe"
 )
 
@@ -515,14 +516,22 @@ func (c *Cluster) refreshLocal(now time.Time, refresh bool) {
 }
 
 // sanitize keeps an agent bug in one lease (or in Extra) from stopping
-// every lease of this node from being published: a lease the other agents
-// would refuse is left out, a bad Extra is dropped, each with a warning.
+// every lease of this node from being published: text the other agents
+// would refuse is escaped, any other lease they would refuse is left out,
+// a bad Extra is dropped, each with a warning.
 func (c *Cluster) sanitize(leases []lease.Lease, extra json.RawMessage) ([]lease.Lease, json.RawMessage) {
 	out := make([]lease.Lease, 0, len(leases))
 	seen := make(map[string]bool, len(leases))
 	for _, l := range leases {
 		if l.Node == "" {
 			l.Node = c.cfg.NodeName
+		}
+		if err := l.CheckText(); err != nil {
+			// A lease granted before notes were held to plain text (or an
+			// agent bug): publish it with the text escaped, not hidden,
+			// since hiding it would show its GPUs as free elsewhere.
+			c.warnOnce("text/"+l.ID, "gossip: lease %q: %v; publishing it escaped", l.ID, err)
+			l.EachString(func(_ string, p *string) { *p = termsafe.String(*p) })
 		}
 		if err := validateLease(c.cfg.NodeName, &l, seen); err != nil {
 			c.warnOnce("lease/"+err.Error(), "gossip: not publishing a lease: %v", err)

@@ -117,22 +117,25 @@ func (l *Lease) EachString(f func(field string, p *string)) {
 // by the agent), so a control character, bidi control or invisible
 // character in one means the lease came from a broken or hostile peer.
 func (l *Lease) CheckText() error {
-	return checkEach(l.EachString, nil)
+	var c textChecker
+	l.EachString(c.check)
+	return c.err
 }
 
-// checkEach runs termsafe.Check over the strings each visits, skipping the
-// fields in skip, and names the first field that fails.
-func checkEach(each func(func(string, *string)), skip []string) error {
-	var err error
-	each(func(field string, p *string) {
-		if err != nil || slices.Contains(skip, field) {
-			return
-		}
-		if e := termsafe.Check(*p); e != nil {
-			err = fmt.Errorf("its %s holds %w", field, e)
-		}
-	})
-	return err
+// textChecker keeps the first field that fails termsafe.Check, skipping
+// the fields in skip.
+type textChecker struct {
+	skip []string
+	err  error
+}
+
+func (c *textChecker) check(field string, p *string) {
+	if c.err != nil || slices.Contains(c.skip, field) {
+		return
+	}
+	if e := termsafe.Check(*p); e != nil {
+		c.err = fmt.Errorf("its %s holds %w", field, e)
+	}
 }
 
 // Holds reports whether the lease covers GPU index.

@@ -80,7 +80,9 @@ func (e *QueueEntry) EachString(f func(field string, p *string)) {
 // peer). The job's command and directory are the submitter's own argv and
 // path and may hold anything; front ends escape them when they print them.
 func (e *QueueEntry) CheckText() error {
-	return checkEach(e.EachString, []string{"command", "dir"})
+	c := textChecker{skip: []string{"command", "dir"}}
+	e.EachString(c.check)
+	return c.err
 }
 
 // Key names one attempt of an entry; the leases started for it carry it in
