@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 
@@ -157,7 +158,10 @@ func (c *cli) agentConfig(cmd *cobra.Command, f agentFlags) (agent.Config, agent
 		}
 		interval = f.probeInterval
 	}
-	logger := log.New(c.stderr, "", log.LstdFlags)
+	std := log.New(c.stderr, "", log.LstdFlags)
+	// Log lines quote process names, peers' messages and requests: one
+	// line each, escaped, so reading the log cannot drive the terminal.
+	logger := safeLogger{std}
 	cfg := agent.Config{
 		NodeName:      pick("node-name", f.nodeName, fc.NodeName, host),
 		DataDir:       pick("data-dir", f.dataDir, fc.DataDir, defData),
@@ -209,4 +213,14 @@ func (c *cli) configCmd() *cobra.Command {
 		},
 	})
 	return cmd
+}
+
+// safeLogger writes each log line escaped (termsafe): the agent logs text
+// from outside (process names, peers' messages, requests), and an admin
+// reads the log in a terminal (journalctl, tail -f).
+type safeLogger struct{ l *log.Logger }
+
+// Printf formats and logs one escaped line.
+func (s safeLogger) Printf(format string, args ...any) {
+	s.l.Print(safe(strings.TrimSuffix(fmt.Sprintf(format, args...), "\n")))
 }
