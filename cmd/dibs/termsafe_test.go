@@ -78,7 +78,7 @@ func TestPrintersEscapeOutsideText(t *testing.T) {
 	assertTerminalSafe(t, "ls", b.String())
 	for _, want := range []string{pwnedShown, `notice \x1b]0;PWNED\x07\x1b[2J\u009b2J\u202eevil\u200b`} {
 		if !strings.Contains(b.String(), want) {
-			t.Errorf("ls does not show %q:\n%s", want, b.String())
+			t.Errorf("ls does not show %q: %q", want, b.String())
 		}
 	}
 	if board.Nodes[0].GPUs[1].Processes[0].Command != pwned {
@@ -89,7 +89,7 @@ func TestPrintersEscapeOutsideText(t *testing.T) {
 	printWho(&b, []lease.Lease{*board.Escaped().Nodes[0].GPUs[0].Lease}, now)
 	assertTerminalSafe(t, "who", b.String())
 	if !strings.Contains(b.String(), `\x1b]0;PWNED`) {
-		t.Errorf("who does not show the escaped note:\n%s", b.String())
+		t.Errorf("who does not show the escaped note: %q", b.String())
 	}
 
 	b.Reset()
@@ -98,7 +98,7 @@ func TestPrintersEscapeOutsideText(t *testing.T) {
 	}}, now)
 	assertTerminalSafe(t, "queue", b.String())
 	if !strings.Contains(b.String(), "for "+pwnedShown) {
-		t.Errorf("queue does not show the escaped reason:\n%s", b.String())
+		t.Errorf("queue does not show the escaped reason: %q", b.String())
 	}
 
 	b.Reset()
@@ -120,7 +120,7 @@ func TestPrintersEscapeOutsideText(t *testing.T) {
 	}
 	assertTerminalSafe(t, "probe", b.String())
 	if !strings.Contains(b.String(), pwnedShown) {
-		t.Errorf("probe does not show the escaped command:\n%s", b.String())
+		t.Errorf("probe does not show the escaped command: %q", b.String())
 	}
 	if snap.GPUs[0].Processes[0].Command != pwned {
 		t.Error("writeProbeTable changed the snapshot it was given")
@@ -173,7 +173,7 @@ func TestProbeEscapesProcessNames(t *testing.T) {
 	}
 	assertTerminalSafe(t, "probe", out+errOut)
 	if !strings.Contains(out, pwnedShown) || !strings.Contains(out, "31337") {
-		t.Errorf("probe does not show the process escaped:\n%s", out)
+		t.Errorf("probe does not show the process escaped: %q", out)
 	}
 	out, errOut, code = dibs(t, filepath.Join(dir, "none.sock"), nil, "probe", "--json", "--sim", "2xH100-80GB", "--sim-load", load)
 	if code != 0 {
@@ -207,13 +207,13 @@ func TestCLIEscapesAgentText(t *testing.T) {
 	}
 	assertTerminalSafe(t, "ls", out+errOut)
 	if !strings.Contains(out, pwnedShown) {
-		t.Errorf("ls does not show the process escaped:\n%s", out)
+		t.Errorf("ls does not show the process escaped: %q", out)
 	}
 
 	out, _, _ = dibs(t, p.socket, nil, "ls", "--json")
 	assertTerminalSafe(t, "ls --json", out)
 	if !strings.Contains(out, `\u001b]0;PWNED\u0007`) {
-		t.Errorf("ls --json does not carry the command JSON-escaped:\n%s", out)
+		t.Errorf("ls --json does not carry the command JSON-escaped: %q", out)
 	}
 
 	for _, tc := range []struct {
@@ -233,7 +233,7 @@ func TestCLIEscapesAgentText(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			out, errOut, code := dibs(t, p.socket, nil, tc.args...)
 			if code == 0 {
-				t.Fatalf("accepted: %s", out)
+				t.Fatalf("accepted: %q", out)
 			}
 			assertTerminalSafe(t, "stderr", errOut)
 			if lines := strings.Count(strings.TrimSpace(errOut), "\n"); lines != 0 {
