@@ -17,6 +17,7 @@ import (
 	"github.com/hashicorp/memberlist"
 
 	"github.com/dibs-gpu/dibs/lease"
+	"github.com/dibs-gpu/dibs/lease/termsafe"
 	"github.com/dibs-gpu/dibs/nodeprobe"
 )
 
@@ -522,8 +523,9 @@ func (c *Cluster) refreshLocal(now time.Time, refresh bool) {
 }
 
 // sanitize keeps an agent bug in one lease (or queue entry) from stopping
-// every lease of this node from being published: what the other agents
-// would refuse is left out, each with a warning.
+// every lease of this node from being published: text the other agents
+// would refuse is escaped, anything else they would refuse is left out,
+// each with a warning.
 func (c *Cluster) sanitize(leases []lease.Lease, queue []lease.QueueEntry, ended []lease.EndedRun) ([]lease.Lease, []lease.QueueEntry, []lease.EndedRun) {
 	out := make([]lease.Lease, 0, len(leases))
 	seen := make(map[string]bool, len(leases))
@@ -532,6 +534,13 @@ func (c *Cluster) sanitize(leases []lease.Lease, queue []lease.QueueEntry, ended
 			l.Node = c.cfg.NodeName
 		}
 		l.Mono = nil
+		if err := l.CheckText(); err != nil {
+			// A lease granted before notes were held to plain text (or an
+			// agent bug): publish it with the text escaped, not hidden,
+			// since hiding it would show its GPUs as free elsewhere.
+			c.warnOnce("text/"+l.ID, "gossip: lease %q: %v; publishing it escaped", l.ID, err)
+			l.EachString(func(_ string, p *string) { *p = termsafe.String(*p) })
+		}
 		if err := validateLease(c.cfg.NodeName, &l, seen); err != nil {
 			c.warnOnce("lease/"+err.Error(), "gossip: not publishing a lease: %v", err)
 			continue

@@ -7,7 +7,7 @@ import (
 )
 
 // TestImports holds the floor plan of DESIGN.md: gossip imports only the
-// standard library, memberlist, lease and nodeprobe.
+// standard library, memberlist, lease (with its leaf termsafe) and nodeprobe.
 func TestImports(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs go list")
@@ -17,9 +17,10 @@ func TestImports(t *testing.T) {
 		t.Skipf("go list: %v", err)
 	}
 	allowed := map[string]bool{
-		"github.com/hashicorp/memberlist":    true,
-		"github.com/dibs-gpu/dibs/lease":     true,
-		"github.com/dibs-gpu/dibs/nodeprobe": true,
+		"github.com/hashicorp/memberlist":         true,
+		"github.com/dibs-gpu/dibs/lease":          true,
+		"github.com/dibs-gpu/dibs/lease/termsafe": true,
+		"github.com/dibs-gpu/dibs/nodeprobe":      true,
 	}
 	for _, imp := range strings.Fields(string(out)) {
 		first, _, _ := strings.Cut(imp, "/")

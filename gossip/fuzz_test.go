@@ -3,6 +3,8 @@ package gossip
 import (
 	"bytes"
 	"encoding/json"
+	"reflect"
+	"slices"
 	"testing"
 	"time"
 )
@@ -26,6 +28,11 @@ func addSeeds(f *testing.F, types ...messageType) {
 			if messageType(b[0]) == t {
 				f.Add(b)
 			}
+		}
+	}
+	for _, b := range hostileMessages(f) {
+		if len(types) == 0 || slices.Contains(types, messageType(b[0])) {
+			f.Add(b)
 		}
 	}
 	f.Add([]byte{})
@@ -67,6 +74,8 @@ func FuzzDecodeMessage(f *testing.F) {
 				t.Fatalf("decoded state does not validate: %v", err)
 			}
 		}
+		// Nothing a peer sends reaches the agent able to drive a terminal.
+		checkAllClean(t, reflect.ValueOf(d), "message")
 	})
 }
 

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/dibs-gpu/dibs/lease"
+	"github.com/dibs-gpu/dibs/lease/termsafe"
 	"github.com/dibs-gpu/dibs/nodeprobe"
 )
 
@@ -28,7 +29,14 @@ import (
 // Every decoder refuses a body over its size limit before decoding it,
 // refuses a deflated body that inflates past the same limit, and validates
 // what it decoded (names, counts, GPU indices, lengths) before anything else
-// sees it. Unknown JSON fields are ignored so a newer agent can add some;
+// sees it. Text is held to what a correct agent sends: text an agent checks
+// where it is made (lease notes, users, kinds, session names, usage users,
+// the caller of a request) must be terminal-safe (termsafe.Check), or the
+// message is refused; text an agent forwards as it found it (process names
+// and users from /proc, GPU and driver strings, host facts, a refusal's
+// message) is escaped in place (termsafe.String), so a hostile process name
+// on one node reaches no other node's terminal raw and the node stays
+// visible. Unknown JSON fields are ignored so a newer agent can add some;
 // an incompatible change bumps wireVersion, and an agent refuses versions it
 // cannot read.
 
@@ -375,6 +383,7 @@ func (cd *codec) decodeState(b []byte) (*stateMsg, error) {
 	if err := m.validate(); err != nil {
 		return nil, err
 	}
+	m.escapeText()
 	return &m, nil
 }
 
@@ -391,6 +400,7 @@ func decodeStateJSON(body []byte) (*stateMsg, error) {
 	if err := m.validate(); err != nil {
 		return nil, err
 	}
+	m.escapeText()
 	return &m, nil
 }
 
@@ -433,6 +443,7 @@ func (cd *codec) decodeResponse(b []byte) (*responseMsg, error) {
 	if err := m.validate(); err != nil {
 		return nil, err
 	}
+	m.ErrMsg = termsafe.String(m.ErrMsg)
 	return &m, nil
 }
 
@@ -629,6 +640,9 @@ func validateLease(node string, l *lease.Lease, seen map[string]bool) error {
 	if len(l.Note) > maxWireNote {
 		return wireErrorf("state of %s: lease %s has a %d-byte note", node, l.ID, len(l.Note))
 	}
+	if err := l.CheckText(); err != nil {
+		return wireErrorf("state of %s: lease %s: %v", node, l.ID, err)
+	}
 	return nil
 }
 
@@ -674,8 +688,21 @@ func (s *telemetrySection) validate(node string) error {
 		if len(user) > maxShortString || math.IsNaN(secs) || math.IsInf(secs, 0) || secs < 0 {
 			return wireErrorf("state of %s: bad usage entry %q: %v", node, trunc(user), secs)
 		}
+		if err := termsafe.Check(user); err != nil {
+			return wireErrorf("state of %s: usage user %q holds %v", node, trunc(user), err)
+		}
 	}
 	return nil
+}
+
+// escapeText escapes, in place, the text a state carries as its node found
+// it: the snapshot's process commands and users (anyone can name a
+// process), GPU models, UUIDs, errors and host facts. Call it after
+// validate, on a message this agent decoded and owns.
+func (m *stateMsg) escapeText() {
+	if m.Telemetry != nil {
+		m.Telemetry.Snapshot.EachString(func(_ string, p *string) { *p = termsafe.String(*p) })
+	}
 }
 
 func (m *leaveMsg) validate() error {
@@ -738,10 +765,15 @@ func (m *pushPullMsg) validate() error {
 	return nil
 }
 
-// trunc shortens a string for an error message.
+// trunc shortens a string for an error message (quoted with %q, which
+// escapes what a terminal must not see), on a rune boundary.
 func trunc(s string) string {
 	if len(s) > 40 {
-		return s[:40] + "…"
+		cut := 40
+		for cut > 0 && s[cut]&0xC0 == 0x80 {
+			cut--
+		}
+		return s[:cut] + "…"
 	}
 	return s
 }

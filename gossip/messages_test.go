@@ -117,6 +117,11 @@ func TestLeaseFieldsSurviveTheWire(t *testing.T) {
 			f.SetBool(true)
 		case reflect.Slice:
 			f.Set(reflect.ValueOf([]int{i}))
+		case reflect.Pointer:
+			if v.Type().Field(i).Name == "Mono" {
+				continue // the store's alone: sanitize leaves it out of every message
+			}
+			t.Fatalf("lease.Lease.%s: test does not know how to fill a %s", v.Type().Field(i).Name, f.Type())
 		case reflect.Struct:
 			if _, ok := f.Interface().(time.Time); ok {
 				f.Set(reflect.ValueOf(time.Date(2025, 1, 2, 3, 4, 5, i, time.UTC)))

@@ -32,6 +32,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
 )
 
 // Errors callers act on. Every error that reaches them from this package is
@@ -362,12 +363,7 @@ func (l *Launcher) Message(ctx context.Context, u User, name, text string) error
 	if len(clients) == 0 {
 		return nil
 	}
-	text = escapeSemicolon(escapeFormat(strings.Map(func(r rune) rune {
-		if r < ' ' || r == 0x7f {
-			return ' '
-		}
-		return r
-	}, text)))
+	text = messageText(text)
 	delay := strconv.FormatInt(l.messageTime.Milliseconds(), 10)
 	var args []string
 	for i, c := range clients {
@@ -447,6 +443,20 @@ func exact(name string) string { return "=" + name }
 
 // escapeFormat protects '#' in arguments tmux expands as formats.
 func escapeFormat(s string) string { return strings.ReplaceAll(s, "#", "##") }
+
+// messageText makes text fit to show in a tmux status line: control
+// characters (C0, DEL and C1, which would reach the attached terminal),
+// bidi controls, zero-width and other invisible formatting characters and
+// line separators become spaces; '#' is doubled so tmux does not expand
+// formats (#(cmd) would run a command); a trailing ';' is escaped.
+func messageText(text string) string {
+	return escapeSemicolon(escapeFormat(strings.Map(func(r rune) rune {
+		if unicode.IsControl(r) || unicode.In(r, unicode.Cf, unicode.Zl, unicode.Zp) {
+			return ' '
+		}
+		return r
+	}, text)))
+}
 
 // escapeSemicolon protects an argument ending in ';', which tmux would take as
 // a command separator; tmux turns a trailing `\;` back into `;`.

@@ -10,6 +10,26 @@ import (
 	"testing"
 )
 
+// TestMessageText: what dibs shows in a tmux status line cannot drive the
+// attached terminal, reorder text or run a tmux format.
+func TestMessageText(t *testing.T) {
+	tests := []struct{ in, want string }{
+		{"lease n1-4 ends in 10m", "lease n1-4 ends in 10m"},
+		{"a\x1b]0;PWNED\x07b", "a ]0;PWNED b"},
+		{"c1 \u009b2J", "c1  2J"},
+		{"bidi \u202eevil\u200b", "bidi  evil "},
+		{"line\u2028sep", "line sep"},
+		{"#(reboot)", "##(reboot)"},
+		{"end;", `end\;`},
+		{"训练 🚀", "训练 🚀"},
+	}
+	for _, tc := range tests {
+		if got := messageText(tc.in); got != tc.want {
+			t.Errorf("messageText(%q) = %q, want %q", tc.in, got, tc.want)
+		}
+	}
+}
+
 func TestParseStatPPID(t *testing.T) {
 	tests := []struct {
 		stat string

@@ -12,6 +12,8 @@ import (
 	"strings"
 	"time"
 	"unicode/utf8"
+
+	"github.com/dibs-gpu/dibs/lease/termsafe"
 )
 
 // Kind separates leases a person sits at from leases a job runs under; they
@@ -99,6 +101,49 @@ type Lease struct {
 	// Mono is kept by the store only: the lease's limits on the monotonic
 	// clock of the boot that wrote them (see Table.Stamp). Nil elsewhere.
 	Mono *MonoLimits `json:"mono,omitempty"`
+}
+
+// EachString calls f with the JSON name and the address of every string
+// field of l, so code that checks or escapes text from outside (gossip, the
+// front ends) need not list the fields, and a field added here is covered
+// there. f may replace the string.
+func (l *Lease) EachString(f func(field string, p *string)) {
+	f("id", &l.ID)
+	f("node", &l.Node)
+	f("user", &l.User)
+	f("kind", (*string)(&l.Kind))
+	f("note", &l.Note)
+	f("session", &l.Session)
+	f("entry", &l.Entry)
+	f("gang", &l.Gang)
+	f("preempt_reason", &l.PreemptReason)
+	f("request_id", &l.RequestID)
+}
+
+// CheckText refuses a lease holding text no correct agent writes: every
+// string of a lease is checked where it is made (notes by checkNote, names
+// by the agent), so a control character, bidi control or invisible
+// character in one means the lease came from a broken or hostile peer.
+func (l *Lease) CheckText() error {
+	var c textChecker
+	l.EachString(c.check)
+	return c.err
+}
+
+// textChecker keeps the first field that fails termsafe.Check, skipping
+// the fields in skip.
+type textChecker struct {
+	skip []string
+	err  error
+}
+
+func (c *textChecker) check(field string, p *string) {
+	if c.err != nil || slices.Contains(c.skip, field) {
+		return
+	}
+	if e := termsafe.Check(*p); e != nil {
+		c.err = fmt.Errorf("its %s holds %w", field, e)
+	}
 }
 
 // Holds reports whether the lease covers GPU index.

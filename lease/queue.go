@@ -52,6 +52,39 @@ type QueueEntry struct {
 	Model string `json:"model,omitempty"`
 }
 
+// EachString calls f with the JSON name and the address of every string
+// field of e, its job's included ("command" once per argument), so code that
+// checks or escapes text from outside need not list the fields. f may
+// replace the string.
+func (e *QueueEntry) EachString(f func(field string, p *string)) {
+	f("id", &e.ID)
+	f("origin", &e.Origin)
+	f("user", &e.User)
+	f("node", &e.Node)
+	f("kind", (*string)(&e.Kind))
+	f("note", &e.Note)
+	f("model", &e.Model)
+	if e.Job != nil {
+		for i := range e.Job.Command {
+			f("command", &e.Job.Command[i])
+		}
+		f("dir", &e.Job.Dir)
+		f("name", &e.Job.Name)
+	}
+}
+
+// CheckText refuses an entry holding text no correct agent accepts: a
+// control character, bidi control or invisible character in its user,
+// node, kind, note, model or session name (Check refuses them at
+// submission, so one in an entry from a peer means a broken or hostile
+// peer). The job's command and directory are the submitter's own argv and
+// path and may hold anything; front ends escape them when they print them.
+func (e *QueueEntry) CheckText() error {
+	c := textChecker{skip: []string{"command", "dir"}}
+	e.EachString(c.check)
+	return c.err
+}
+
 // Key names one attempt of an entry; the leases started for it carry it in
 // Lease.Entry.
 func (e *QueueEntry) Key() string { return e.ID + "#" + strconv.Itoa(e.Attempt) }
@@ -169,8 +202,9 @@ func OriginOfQueueID(id string) (string, bool) {
 // Check fills a new entry's defaults from the node's policy and refuses what
 // can never be queued, with the reason and the way out: no size, a gang
 // pinned to one node or without a command, a time limit that is not
-// positive or over the kind's maximum, a note that is not one short line, a
-// restart count out of range.
+// positive or over the kind's maximum, a note that is not one short line of
+// plain text, a model, node or session name with control or invisible
+// characters, a restart count out of range.
 func (e *QueueEntry) Check(p Policy) error {
 	if e.Nodes <= 1 {
 		e.Nodes = 1
@@ -198,6 +232,17 @@ func (e *QueueEntry) Check(p Policy) error {
 	e.Duration = d
 	if err := checkNote(e.Note); err != nil {
 		return err
+	}
+	if err := CheckText("model", e.Model); err != nil {
+		return err
+	}
+	if err := CheckText("node name", e.Node); err != nil {
+		return err
+	}
+	if e.Job != nil {
+		if err := CheckText("session name", e.Job.Name); err != nil {
+			return err
+		}
 	}
 	if e.Requeue && e.MaxRestarts == 0 {
 		e.MaxRestarts = 3

@@ -22,6 +22,11 @@ func TestQueueEntryCheck(t *testing.T) {
 		{"torchrun without command", lease.QueueEntry{GPUsPerNode: 1, Job: &lease.Job{Torchrun: true}}, "torchrun"},
 		{"over max", lease.QueueEntry{GPUsPerNode: 1, Duration: 30 * 24 * time.Hour}, "maximum"},
 		{"escape in note", lease.QueueEntry{GPUsPerNode: 1, Note: "hi\x1b[2J"}, "plain text"},
+		{"bidi override in note", lease.QueueEntry{GPUsPerNode: 1, Note: "x\u202ey"}, "note holds U+202E RIGHT-TO-LEFT OVERRIDE"},
+		{"zero width in note", lease.QueueEntry{GPUsPerNode: 1, Note: "x\u200by"}, "note holds U+200B ZERO WIDTH SPACE"},
+		{"escape in model", lease.QueueEntry{GPUsPerNode: 1, Model: "H100\x1b[2J"}, "model holds U+001B"},
+		{"bidi in node", lease.QueueEntry{GPUsPerNode: 1, Node: "n\u202e1"}, "node name holds U+202E"},
+		{"invisible in session name", lease.QueueEntry{GPUsPerNode: 1, Job: &lease.Job{Name: "a\u2060b"}}, "session name holds U+2060 WORD JOINER"},
 		{"restarts", lease.QueueEntry{GPUsPerNode: 1, MaxRestarts: 500}, "max-restarts"},
 	}
 	for _, tc := range tests {

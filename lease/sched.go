@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/dibs-gpu/dibs/lease/termsafe"
 	"github.com/dibs-gpu/dibs/nodeprobe"
 )
 
@@ -109,8 +110,8 @@ func CheckFeasible(e QueueEntry, nodes []SchedNode, model string) error {
 			if want == "" || strings.Contains(strings.ToLower(g.Model), want) {
 				n++
 			}
-			if g.Model != "" && !slices.Contains(models, g.Model) {
-				models = append(models, g.Model)
+			if m := termsafe.String(g.Model); m != "" && !slices.Contains(models, m) {
+				models = append(models, m)
 			}
 		}
 		largest = max(largest, n)

@@ -104,6 +104,9 @@ func (l *Lease) Validate() error {
 	if err := CheckNote(l.Note); err != nil {
 		return Invalidf("lease %s: %v", l.ID, err)
 	}
+	if err := l.CheckText(); err != nil {
+		return Invalidf("lease %s: %v", l.ID, err)
+	}
 	return nil
 }
 
@@ -196,6 +199,9 @@ func (e *QueueEntry) Validate() error {
 	}
 	if e.Restarts < 0 || e.MaxRestarts < 0 || e.MaxRestarts > MaxRestarts || e.Attempt < 0 {
 		return Invalidf("queue entry %s has restart counts out of range", e.ID)
+	}
+	if err := e.CheckText(); err != nil {
+		return Invalidf("queue entry %s: %v", e.ID, err)
 	}
 	if len(e.Model) > MaxModelLen || strings.ContainsFunc(e.Model, func(r rune) bool { return r < ' ' || r == 0x7f }) {
 		return Invalidf("queue entry %s has a bad model filter", e.ID)

@@ -7,9 +7,9 @@ import (
 	"strconv"
 	"strings"
 	"time"
-	"unicode"
 	"unicode/utf8"
 
+	"github.com/dibs-gpu/dibs/lease/termsafe"
 	"github.com/dibs-gpu/dibs/nodeprobe"
 )
 
@@ -198,12 +198,14 @@ func (t *Table) PlanClaim(c Caller, req Claim, snap nodeprobe.Snapshot, now time
 	}, nil
 }
 
-// checkNote keeps notes to one short line of text: everyone's board and
-// `dibs ls` print them, so an escape sequence in a note would reach other
-// people's terminals.
 // CheckNote refuses a note that is not one short line of plain text.
 func CheckNote(note string) error { return checkNote(note) }
 
+// checkNote keeps notes to one short line of plain text: everyone's board
+// and `dibs ls` print them, so an escape sequence, a bidi override or a
+// zero-width character in a note would reach (or mislead) other people's
+// terminals. A note is refused rather than escaped: the person typing it is
+// there to fix it.
 func checkNote(note string) error {
 	if len(note) > MaxNoteLen {
 		return Invalidf("note is %d bytes; keep it to %d at most", len(note), MaxNoteLen)
@@ -211,10 +213,31 @@ func checkNote(note string) error {
 	if strings.ContainsAny(note, "\n\r") {
 		return Invalidf("note must be one line")
 	}
-	if !utf8.ValidString(note) || strings.ContainsFunc(note, unicode.IsControl) {
-		return Invalidf("note must be plain text, without control characters or escape sequences")
+	return CheckText("note", note)
+}
+
+// CheckText refuses text a person typed (a note, a session name, a model)
+// that holds anything termsafe would escape: control characters and escape
+// sequences, bidi controls, zero-width and other invisible characters, bytes
+// that are not UTF-8. The message names the character, where it is, and
+// says to remove it. what names the field ("note").
+func CheckText(what, s string) error {
+	if err := termsafe.Check(s); err != nil {
+		return Invalidf("%s holds %v: remove it; a %s must be plain text", what, err, what)
 	}
 	return nil
+}
+
+// clipNote cuts a note made by dibs to MaxNoteLen bytes on a rune boundary.
+func clipNote(s string) string {
+	if len(s) <= MaxNoteLen {
+		return s
+	}
+	cut := MaxNoteLen - len("…")
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + "…"
 }
 
 func checkDuration(d time.Duration, k Kind, p Policy) (time.Duration, error) {
@@ -245,14 +268,14 @@ func checkNamed(req Claim, snap nodeprobe.Snapshot, holders map[int]*Lease, now 
 		}
 		// Down whoever holds it: the probe cannot read it, so neither can a job.
 		if gpu.Error != "" {
-			return nil, errorf(CodeUnavailable, "GPU %d on %s is down (%s): pick another GPU", g, node, gpu.Error)
+			return nil, errorf(CodeUnavailable, "GPU %d on %s is down (%s): pick another GPU", g, node, termsafe.String(gpu.Error))
 		}
 		if l := holders[g]; l != nil {
 			return nil, errorf(CodeConflict, "GPU %d is held by %s %s (lease %s, until %s): pick another GPU, or ask %s", g, l.User, timeLeft(l.ExpiresAt, now), l.ID, l.ExpiresAt.Local().Format("Mon 15:04"), l.User)
 		}
 		if len(gpu.Processes) > 0 && !req.Force {
 			pr := gpu.Processes[0]
-			return nil, errorf(CodeConflict, "GPU %d has no lease but %s's process %s (pid %d) is running on it: pick another GPU, or add --force if you know it is safe", g, ownerName(pr), pr.Command, pr.PID)
+			return nil, errorf(CodeConflict, "GPU %d has no lease but %s's process %s (pid %d) is running on it: pick another GPU, or add --force if you know it is safe", g, ownerName(pr), termsafe.String(pr.Command), pr.PID)
 		}
 		gpus = append(gpus, g)
 	}
@@ -286,11 +309,12 @@ func indexRange(snap nodeprobe.Snapshot) string {
 	return strings.TrimPrefix(strings.TrimPrefix(gpuList(idx), "GPUs "), "GPU ")
 }
 
-// ownerName names a process's owner for a message.
+// ownerName names a process's owner for a message. The name comes from the
+// node's account database through /proc, so it is made terminal-safe.
 func ownerName(pr nodeprobe.Process) string {
 	switch {
 	case pr.User != "":
-		return pr.User
+		return termsafe.String(pr.User)
 	case pr.UID >= 0:
 		return "uid " + strconv.Itoa(pr.UID)
 	}
@@ -494,7 +518,11 @@ func (t *Table) PlanAdopt(c Caller, pid int, d time.Duration, note string, snap 
 		return Lease{}, err
 	}
 	if note == "" {
-		note = fmt.Sprintf("adopted pid %d (%s)", pid, owner.Command)
+		// The command is whatever the process calls itself: escape it, and
+		// keep the note within what a typed one may be.
+		note = clipNote(fmt.Sprintf("adopted pid %d (%s)", pid, termsafe.String(owner.Command)))
+	} else if err := checkNote(note); err != nil {
+		return Lease{}, err
 	}
 	token := t.lastToken + 1
 	return Lease{

@@ -2,6 +2,7 @@ package lease_test
 
 import (
 	"fmt"
+	"reflect"
 	"regexp"
 	"slices"
 	"strings"
@@ -107,6 +108,14 @@ func TestPlanClaim(t *testing.T) {
 			code: lease.CodeInvalid, msg: []string{"plain text"}},
 		{name: "note not UTF-8", snap: box, claim: lease.Claim{Count: 1, Note: "caf\xe9"},
 			code: lease.CodeInvalid, msg: []string{"plain text"}},
+		{name: "note with a right-to-left override", snap: box, claim: lease.Claim{Count: 1, Note: "fix \u202eexe.txt"},
+			code: lease.CodeInvalid, msg: []string{"note holds U+202E RIGHT-TO-LEFT OVERRIDE", "at byte 4", "remove it"}},
+		{name: "note with a zero-width space", snap: box, claim: lease.Claim{Count: 1, Note: "ab\u200bc"},
+			code: lease.CodeInvalid, msg: []string{"note holds U+200B ZERO WIDTH SPACE", "remove it"}},
+		{name: "note with a C1 CSI", snap: box, claim: lease.Claim{Count: 1, Note: "x\u009b2J"},
+			code: lease.CodeInvalid, msg: []string{"U+009B", "remove it"}},
+		{name: "named GPU with a hostile process", snap: withProc(box, 3, proc(666, alice, "\x1b]0;PWNED\x07\x1b[2J")), claim: lease.Claim{GPUs: []int{3}},
+			code: lease.CodeConflict, msg: []string{`process \x1b]0;PWNED\x07\x1b[2J (pid 666)`}},
 		{name: "unknown kind", snap: box, claim: lease.Claim{Count: 1, Kind: "gpu"},
 			code: lease.CodeInvalid, msg: []string{`unknown lease kind "gpu"`, "interactive or batch"}},
 		{name: "node with no GPUs", snap: nodeprobe.Snapshot{Host: nodeprobe.Host{Name: node}}, claim: lease.Claim{Count: 1},
@@ -149,6 +158,7 @@ func TestPlanClaimTerms(t *testing.T) {
 		{"asked-for time", lease.Claim{Count: 1, Duration: 90 * time.Minute}, 90 * time.Minute, lease.KindInteractive},
 		{"exactly the maximum", lease.Claim{Count: 1, Duration: p.MaxInteractive}, p.MaxInteractive, lease.KindInteractive},
 		{"note of exactly the limit", lease.Claim{Count: 1, Note: strings.Repeat("é", lease.MaxNoteLen/2)}, 4 * time.Hour, lease.KindInteractive},
+		{"note in other scripts and emoji", lease.Claim{Count: 1, Note: "训练 모델 שלום 🚀 ❤️"}, 4 * time.Hour, lease.KindInteractive},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -433,6 +443,8 @@ func TestPlanAdopt(t *testing.T) {
 			code: lease.CodeNotFound, msg: []string{"pid 31337 is not on any GPU of gpu-01"}},
 		{name: "over the maximum", caller: bob, snap: box, pid: 777, d: 8 * 24 * time.Hour,
 			code: lease.CodeInvalid, msg: []string{"over the interactive maximum"}},
+		{name: "a note with a bidi override", caller: bob, snap: box, pid: 777, note: "a\u202eb",
+			code: lease.CodeInvalid, msg: []string{"note holds U+202E", "remove it"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -468,6 +480,112 @@ func TestPlanAdopt(t *testing.T) {
 				t.Errorf("note = %q, want it to start %q", l.Note, wantNote)
 			}
 		})
+	}
+}
+
+// TestPlanAdoptHostileCommand: the note dibs writes for an adopted process
+// names its command, which anyone can set; it is escaped and kept short, so
+// the lease passes every check a peer makes (Lease.CheckText).
+func TestPlanAdoptHostileCommand(t *testing.T) {
+	for _, cmd := range []string{"\x1b]0;PWNED\x07\x1b[2J", "run\u202e" + strings.Repeat("x", 300)} {
+		snap := withProc(islands(4, 4), 2, proc(4242, bob, cmd))
+		l, err := table().PlanAdopt(bob, 4242, 0, "", snap, t0, lease.DefaultPolicy())
+		if err != nil {
+			t.Fatalf("PlanAdopt: %v", err)
+		}
+		if err := l.CheckText(); err != nil {
+			t.Errorf("adopted lease does not pass CheckText: %v (note %q)", err, l.Note)
+		}
+		if len(l.Note) > lease.MaxNoteLen {
+			t.Errorf("note is %d bytes, over %d", len(l.Note), lease.MaxNoteLen)
+		}
+		if !strings.HasPrefix(l.Note, `adopted pid 4242 (`) || !strings.Contains(l.Note, `\x1b]0;PWNED`) && !strings.Contains(l.Note, `run\u202exx`) {
+			t.Errorf("note = %q, want the command escaped", l.Note)
+		}
+	}
+}
+
+// TestEachStringCoversEveryField fills every string field of a lease and a
+// queue entry through reflection and checks EachString visits each one, so
+// a field added later cannot slip past gossip's checks and the front ends'
+// escaping.
+func TestEachStringCoversEveryField(t *testing.T) {
+	var l lease.Lease
+	n := fillStrings(reflect.ValueOf(&l).Elem())
+	seen := 0
+	l.EachString(func(_ string, p *string) {
+		if *p != "" {
+			seen++
+		}
+	})
+	if seen != n {
+		t.Errorf("Lease.EachString visits %d of its %d string fields", seen, n)
+	}
+	e := lease.QueueEntry{Job: &lease.Job{Command: []string{"a", "b"}}}
+	n = fillStrings(reflect.ValueOf(&e).Elem())
+	seen = 0
+	e.EachString(func(_ string, p *string) {
+		if *p != "" {
+			seen++
+		}
+	})
+	if seen != n {
+		t.Errorf("QueueEntry.EachString visits %d of its %d string fields", seen, n)
+	}
+}
+
+// fillStrings sets every string reachable from v (through structs,
+// pointers and slices) to "x" and counts them.
+func fillStrings(v reflect.Value) int {
+	switch v.Kind() {
+	case reflect.String:
+		v.SetString("x")
+		return 1
+	case reflect.Pointer:
+		if v.IsNil() {
+			return 0
+		}
+		return fillStrings(v.Elem())
+	case reflect.Struct:
+		n := 0
+		for i := range v.NumField() {
+			if v.Type().Field(i).IsExported() {
+				n += fillStrings(v.Field(i))
+			}
+		}
+		return n
+	case reflect.Slice:
+		n := 0
+		for i := range v.Len() {
+			n += fillStrings(v.Index(i))
+		}
+		return n
+	}
+	return 0
+}
+
+func TestCheckText(t *testing.T) {
+	ok := lease.Lease{ID: "n1-1", Node: "n1", User: "alice", Kind: lease.KindBatch, Note: "训练 🚀", Session: "dibs-n1-1"}
+	if err := ok.CheckText(); err != nil {
+		t.Errorf("plain lease refused: %v", err)
+	}
+	bad := ok
+	bad.User = "al\x1b[2Jice"
+	if err := bad.CheckText(); err == nil || !strings.Contains(err.Error(), "its user holds U+001B ESCAPE") {
+		t.Errorf("CheckText = %v, want it to name the user and the ESC", err)
+	}
+	bad = ok
+	bad.Note = "a\u2066b"
+	if err := bad.CheckText(); err == nil || !strings.Contains(err.Error(), "its note holds U+2066") {
+		t.Errorf("CheckText = %v, want it to name the note", err)
+	}
+	e := lease.QueueEntry{ID: "n1-q1", Origin: "n1", User: "bob", Job: &lease.Job{Command: []string{"python", "-c", "import os\nprint(1)"}, Dir: "/home/bob"}}
+	if err := e.CheckText(); err != nil {
+		t.Errorf("entry with a multi-line command refused: %v", err)
+	}
+	e.Job.Name = "run\u200b"
+	if err := e.CheckText(); err == nil || !strings.Contains(err.Error(), "its name holds U+200B") {
+		t.Errorf("CheckText = %v, want the session name refused", err)
 	}
 }
 

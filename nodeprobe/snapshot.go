@@ -165,6 +165,50 @@ type Process struct {
 	MIGDevice string `json:"mig_device,omitempty"`
 }
 
+// EachString calls f with the JSON name and the address of every string
+// field of the snapshot: host facts, GPU names and ids, MIG profiles, link
+// kinds, and each process's user and command. Much of it is outside text
+// (anyone can name a process anything, escape sequences included), so code
+// that checks or escapes it (gossip, the front ends) visits it through here
+// and a field added later is covered. f may replace the string.
+func (s *Snapshot) EachString(f func(field string, p *string)) {
+	s.Host.EachString(f)
+	for i := range s.GPUs {
+		s.GPUs[i].EachString(f)
+	}
+}
+
+// EachString is Snapshot.EachString for the host facts.
+func (h *Host) EachString(f func(field string, p *string)) {
+	f("name", &h.Name)
+	f("driver_version", &h.DriverVersion)
+	f("cuda_version", &h.CUDAVersion)
+	f("backend", (*string)(&h.Backend))
+}
+
+// EachString is Snapshot.EachString for one GPU.
+func (g *GPU) EachString(f func(field string, p *string)) {
+	f("uuid", &g.UUID)
+	f("pci_bus_id", &g.PCIBusID)
+	f("model", &g.Model)
+	f("mig_mode", (*string)(&g.MIG))
+	for i := range g.MIGDevices {
+		f("mig_device.uuid", &g.MIGDevices[i].UUID)
+		f("mig_device.profile", &g.MIGDevices[i].Profile)
+	}
+	for i := range g.Links {
+		f("link.kind", (*string)(&g.Links[i].Kind))
+	}
+	for i := range g.Processes {
+		p := &g.Processes[i]
+		f("process.user", &p.User)
+		f("process.command", &p.Command)
+		f("process.container", &p.Container)
+		f("process.mig_device", &p.MIGDevice)
+	}
+	f("error", &g.Error)
+}
+
 // IntPtr returns a pointer to v; backends use it to fill optional fields.
 func IntPtr(v int) *int { return &v }
 

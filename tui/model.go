@@ -16,6 +16,7 @@ import (
 	tea "charm.land/bubbletea/v2"
 	"github.com/dibs-gpu/dibs/api"
 	"github.com/dibs-gpu/dibs/lease"
+	"github.com/dibs-gpu/dibs/lease/termsafe"
 )
 
 // Backend is what the board needs from an agent. *api.Client satisfies it;
@@ -338,16 +339,22 @@ func (m *Model) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
 	return m, nil
 }
 
+// setStatus shows s in the status line. Status text quotes agents' errors,
+// notices and names from every node, so it is escaped (termsafe) here, the
+// one way into the status line.
 func (m *Model) setStatus(k statusKind, s string) {
-	m.statusKind, m.status = k, s
+	m.statusKind, m.status = k, termsafe.String(s)
 }
 
 // applyBoard takes a new board unless it is older than the one shown (a
-// fetch that raced the stream).
+// fetch that raced the stream). The board is kept escaped (api.Board.Escaped):
+// process names, notes, user, node and GPU names come from every node, and
+// everything the board draws is built from it.
 func (m *Model) applyBoard(b api.Board) {
 	if m.ready && !b.GeneratedAt.IsZero() && b.GeneratedAt.Before(m.board.GeneratedAt) {
 		return
 	}
+	b = b.Escaped()
 	m.board, m.ready = b, true
 	m.rebuild()
 	m.pruneSelection()

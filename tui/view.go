@@ -7,6 +7,8 @@ import (
 
 	tea "charm.land/bubbletea/v2"
 	"github.com/charmbracelet/x/ansi"
+
+	"github.com/dibs-gpu/dibs/lease/termsafe"
 )
 
 // wideWidth is where the detail pane moves from under the grid to its right.
@@ -122,7 +124,7 @@ func (m *Model) headerLine(w int) string {
 			plain.WriteString(" · only mine")
 		}
 		if m.filter != "" {
-			fmt.Fprintf(&plain, " · filter “%s”", m.filter)
+			fmt.Fprintf(&plain, " · filter “%s”", termsafe.String(m.filter))
 		}
 	}
 	left.WriteString(plain.String())
@@ -285,7 +287,7 @@ func (m *Model) gridLines(w, h, y0 int) (lines []string, widths []int) {
 		case m.onlyMine && m.filter == "":
 			text = "you hold no GPUs — m shows every node, c claims"
 		case m.filter != "":
-			text = fmt.Sprintf("no node, user or model matches “%s” — esc clears the filter", m.filter)
+			text = fmt.Sprintf("no node, user or model matches “%s” — esc clears the filter", termsafe.String(m.filter))
 		}
 		return msg(text)
 	}

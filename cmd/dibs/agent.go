@@ -216,3 +216,4 @@ func (c *cli) configCmd() *cobra.Command {
 	})
 	return cmd
 }
+

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/dibs-gpu/dibs/api"
 	"github.com/dibs-gpu/dibs/lease"
+	"github.com/dibs-gpu/dibs/lease/termsafe"
 )
 
 // client returns the API client for the socket the flags and env name.
@@ -28,10 +30,19 @@ func reqCtx() (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.Background(), 30*time.Second)
 }
 
+// printJSON prints v for scripts: the values stay exactly what the agent
+// said (decoding gives back every byte), but control, bidi and invisible
+// characters are written as \u escapes, so the JSON is safe on a terminal
+// too (encoding/json escapes ESC and U+2028 itself, not DEL, C1 or bidi).
 func printJSON(w io.Writer, v any) error {
-	enc := json.NewEncoder(w)
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
 	enc.SetIndent("", "  ")
-	return enc.Encode(v)
+	if err := enc.Encode(v); err != nil {
+		return err
+	}
+	_, err := w.Write(termsafe.JSON(b.Bytes()))
+	return err
 }
 
 // claimFlags are shared by claim and run.
@@ -90,9 +101,9 @@ func (f *claimFlags) build(needCount bool) (api.ClaimRequest, error) {
 }
 
 func (c *cli) printGrant(r api.ClaimResponse) {
-	fmt.Fprintf(c.stdout, "%s: GPU%s %s on %s until %s (%s)\n", r.ID, plural(len(r.GPUs)), r.CUDAVisibleDevices, r.Node,
+	fmt.Fprintf(c.stdout, "%s: GPU%s %s on %s until %s (%s)\n", safe(r.ID), plural(len(r.GPUs)), safe(r.CUDAVisibleDevices), safe(r.Node),
 		r.ExpiresAt.Local().Format("Mon 15:04"), lease.FormatDuration(time.Until(r.ExpiresAt)))
-	fmt.Fprintf(c.stdout, "export CUDA_DEVICE_ORDER=PCI_BUS_ID CUDA_VISIBLE_DEVICES=%s\n", r.CUDAVisibleDevices)
+	fmt.Fprintf(c.stdout, "export CUDA_DEVICE_ORDER=PCI_BUS_ID CUDA_VISIBLE_DEVICES=%s\n", safe(r.CUDAVisibleDevices))
 }
 
 func plural(n int) string {
@@ -185,7 +196,7 @@ func (c *cli) runCmd() *cobra.Command {
 				if f.json {
 					return printJSON(c.stdout, s)
 				}
-				fmt.Fprintf(c.stdout, "queued %s: position %d of %d; it starts on its own when its turn comes (`dibs queue` shows it, `dibs cancel %s` withdraws)\n", s.ID, s.Position, s.Waiting, s.ID)
+				fmt.Fprintf(c.stdout, "queued %s: position %d of %d; it starts on its own when its turn comes (`dibs queue` shows it, `dibs cancel %s` withdraws)\n", safe(s.ID), s.Position, s.Waiting, safe(s.ID))
 				return nil
 			}
 			r, err := cl.Claim(ctx, req)
@@ -198,7 +209,7 @@ func (c *cli) runCmd() *cobra.Command {
 				}
 			} else {
 				c.printGrant(r)
-				fmt.Fprintf(c.stdout, "session %s started on %s: `dibs attach %s` to see it\n", r.Session, r.Node, r.ID)
+				fmt.Fprintf(c.stdout, "session %s started on %s: `dibs attach %s` to see it\n", safe(r.Session), safe(r.Node), safe(r.ID))
 			}
 			if attach {
 				return c.attach(ctx, cl, r.ID)
@@ -239,7 +250,7 @@ func (c *cli) releaseCmd() *cobra.Command {
 				fmt.Fprintln(c.stdout, "you hold no leases")
 			}
 			for _, id := range r.Released {
-				fmt.Fprintf(c.stdout, "released %s\n", id)
+				fmt.Fprintf(c.stdout, "released %s\n", safe(id))
 			}
 			return nil
 		},
@@ -272,7 +283,7 @@ func (c *cli) extendCmd() *cobra.Command {
 			if asJSON {
 				return printJSON(c.stdout, r)
 			}
-			fmt.Fprintf(c.stdout, "%s now ends %s (%s from now)\n", r.ID, r.ExpiresAt.Local().Format("Mon 15:04"), lease.FormatDuration(time.Until(r.ExpiresAt)))
+			fmt.Fprintf(c.stdout, "%s now ends %s (%s from now)\n", safe(r.ID), r.ExpiresAt.Local().Format("Mon 15:04"), lease.FormatDuration(time.Until(r.ExpiresAt)))
 			return nil
 		},
 	}
@@ -391,8 +402,8 @@ func (c *cli) statusCmd() *cobra.Command {
 }
 
 func printStatus(w io.Writer, s api.Status) {
-	fmt.Fprintf(w, "node %s  dibs %s  up %s  backend %s\n", s.Node, s.Version, lease.FormatDuration(time.Since(s.StartedAt)), s.Backend)
-	fmt.Fprintf(w, "data %s  socket %s  leases %d  last token %d\n", s.DataDir, s.Socket, s.Leases, s.LastToken)
+	fmt.Fprintf(w, "node %s  dibs %s  up %s  backend %s\n", safe(s.Node), safe(s.Version), lease.FormatDuration(time.Since(s.StartedAt)), safe(s.Backend))
+	fmt.Fprintf(w, "data %s  socket %s  leases %d  last token %d\n", safe(s.DataDir), safe(s.Socket), s.Leases, s.LastToken)
 	if len(s.Members) == 0 {
 		fmt.Fprintln(w, "single node (not in a cluster)")
 		return
@@ -403,7 +414,7 @@ func printStatus(w io.Writer, s api.Status) {
 		if m.TelemetryAge > 0 {
 			age = lease.FormatDuration(m.TelemetryAge) + " old"
 		}
-		fmt.Fprintf(w, "%-16s %-21s %-8s %8d %10s\n", m.Name, m.Addr, m.State, m.StateVersion, age)
+		fmt.Fprintf(w, "%-16s %-21s %-8s %8d %10s\n", safe(m.Name), safe(m.Addr), safe(m.State), m.StateVersion, age)
 	}
 	g := s.Gossip
 	fmt.Fprintf(w, "\ngossip: %d msgs in (%s), %d out (%s), %d dropped, %d decrypt failures, %d remote requests (%d failed)\n",

@@ -40,6 +40,7 @@ func (c *cli) lsCmd() *cobra.Command {
 // printBoard writes the board as a table that reads at 80 columns: one line
 // per GPU, its processes indented below, then the leases.
 func printBoard(w io.Writer, b api.Board, now time.Time) {
+	b = b.Escaped()
 	for _, n := range b.Notices {
 		fmt.Fprintf(w, "! %s\n", n)
 	}
@@ -141,6 +142,9 @@ func (c *cli) whoCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			if !asJSON {
+				b = b.Escaped()
+			}
 			q := ""
 			if len(args) == 1 {
 				q = args[0]
@@ -152,20 +156,25 @@ func (c *cli) whoCmd() *cobra.Command {
 			if asJSON {
 				return printJSON(c.stdout, rows)
 			}
-			now := time.Now()
-			if len(rows) == 0 {
-				fmt.Fprintln(c.stdout, "nobody holds anything")
-				return nil
-			}
-			fmt.Fprintf(c.stdout, "%-10s %-14s %-14s %-7s %s\n", "USER", "LEASE", "GPUS", "LEFT", "NOTE")
-			for _, l := range rows {
-				fmt.Fprintf(c.stdout, "%-10s %-14s %-14s %-7s %s\n", clip(l.User, 10), l.ID, clip(l.Node+":"+l.CUDAVisibleDevices(), 14), lease.FormatDuration(l.ExpiresAt.Sub(now)), clip(l.Note, 30))
-			}
+			printWho(c.stdout, rows, time.Now())
 			return nil
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	return cmd
+}
+
+// printWho prints leases as `dibs who` shows them. The leases come from an
+// escaped board (api.Board.Escaped).
+func printWho(w io.Writer, rows []lease.Lease, now time.Time) {
+	if len(rows) == 0 {
+		fmt.Fprintln(w, "nobody holds anything")
+		return
+	}
+	fmt.Fprintf(w, "%-10s %-14s %-14s %-7s %s\n", "USER", "LEASE", "GPUS", "LEFT", "NOTE")
+	for _, l := range rows {
+		fmt.Fprintf(w, "%-10s %-14s %-14s %-7s %s\n", clip(l.User, 10), l.ID, clip(l.Node+":"+l.CUDAVisibleDevices(), 14), lease.FormatDuration(l.ExpiresAt.Sub(now)), clip(l.Note, 30))
+	}
 }
 
 // who filters the board's leases by user, node:gpu or gpu index (on this node).

@@ -11,6 +11,8 @@ import (
 	"os"
 
 	"github.com/spf13/cobra"
+
+	"github.com/dibs-gpu/dibs/lease/termsafe"
 )
 
 // cli carries what every subcommand needs instead of package-level state.
@@ -28,14 +30,22 @@ func main() {
 		var ee *exitError
 		if errors.As(err, &ee) {
 			if ee.msg != "" {
-				fmt.Fprintln(os.Stderr, "dibs: "+ee.msg)
+				fmt.Fprintln(os.Stderr, "dibs: "+safe(ee.msg))
 			}
 			os.Exit(ee.code)
 		}
-		fmt.Fprintln(os.Stderr, "dibs: "+err.Error())
+		// An error may quote an agent's or a peer's message, which may
+		// quote a process name or a note: escape it like every other text.
+		fmt.Fprintln(os.Stderr, "dibs: "+safe(err.Error()))
 		os.Exit(1)
 	}
 }
+
+// safe makes text from outside (agents, peers, /proc) safe to print; see
+// termsafe.String. Every string the CLI prints that it did not write itself
+// goes through it (boards through api.Board.Escaped, JSON through
+// printJSON).
+func safe(s string) string { return termsafe.String(s) }
 
 // exitError carries a specific exit code out of a command.
 type exitError struct {

@@ -2,9 +2,9 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -46,7 +46,7 @@ func (c *cli) probeCmd() *cobra.Command {
 				Sim:     sim,
 				SimLoad: simLoad,
 				Logf: func(format string, args ...any) {
-					fmt.Fprintf(c.stderr, "dibs: "+format+"\n", args...)
+					fmt.Fprintln(c.stderr, "dibs: "+safe(fmt.Sprintf(format, args...)))
 				},
 			})
 			if err != nil {
@@ -58,9 +58,7 @@ func (c *cli) probeCmd() *cobra.Command {
 				return err
 			}
 			if jsonOut {
-				enc := json.NewEncoder(c.stdout)
-				enc.SetIndent("", "  ")
-				return enc.Encode(snap)
+				return printJSON(c.stdout, snap)
 			}
 			return writeProbeTable(c.stdout, snap)
 		},
@@ -75,8 +73,15 @@ func (c *cli) probeCmd() *cobra.Command {
 
 // writeProbeTable prints a snapshot as a compact nvidia-smi: a host line,
 // one line per GPU (and per MIG device), then the processes. Every line fits
-// 80 columns.
+// 80 columns. Process names and owners are anyone's to choose, and driver
+// strings are the hardware's: every string is escaped (termsafe) first.
 func writeProbeTable(w io.Writer, s nodeprobe.Snapshot) error {
+	s.GPUs = slices.Clone(s.GPUs)
+	for i := range s.GPUs {
+		g := &s.GPUs[i]
+		g.Processes, g.MIGDevices, g.Links = slices.Clone(g.Processes), slices.Clone(g.MIGDevices), slices.Clone(g.Links)
+	}
+	s.EachString(func(_ string, p *string) { *p = safe(*p) })
 	var b strings.Builder
 	h := s.Host
 	fmt.Fprintf(&b, "%s  via %s  at %s\n", clip(h.Name, 40), h.Backend, s.TakenAt.UTC().Format(time.RFC3339))

@@ -66,7 +66,7 @@ func (c *cli) waitGranted(cl *api.Client, sub api.Submitted, asJSON bool) error 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	id := sub.ID
-	fmt.Fprintf(c.stderr, "\r%s waiting: position %d of %d (Ctrl-C withdraws)   ", id, sub.Position, sub.Waiting)
+	fmt.Fprintf(c.stderr, "\r%s waiting: position %d of %d (Ctrl-C withdraws)   ", safe(id), sub.Position, sub.Waiting)
 	lastPos := sub.Position
 	boards, errf := cl.Watch(ctx)
 	for {
@@ -111,7 +111,7 @@ func (c *cli) waitGranted(cl *api.Client, sub api.Submitted, asJSON bool) error 
 						if !e.EstStart.IsZero() {
 							est = ", expected to start " + e.EstStart.Local().Format("Mon 15:04")
 						}
-						fmt.Fprintf(c.stderr, "\r%s waiting: position %d of %d%s (Ctrl-C withdraws)   ", id, e.Position, len(q.Entries), est)
+						fmt.Fprintf(c.stderr, "\r%s waiting: position %d of %d%s (Ctrl-C withdraws)   ", safe(id), e.Position, len(q.Entries), est)
 					}
 				}
 			}
@@ -143,6 +143,8 @@ func (c *cli) queueCmd() *cobra.Command {
 	return cmd
 }
 
+// printQueue prints the queue as `dibs queue` shows it. Users, notes and
+// the scheduler's reasons come from every node: all are escaped.
 func printQueue(w io.Writer, q api.Queue, now time.Time) {
 	if len(q.Entries) == 0 {
 		fmt.Fprintln(w, "the queue is empty")
@@ -154,7 +156,7 @@ func printQueue(w io.Writer, q api.Queue, now time.Time) {
 		if e.Nodes > 1 {
 			size = fmt.Sprintf("%dx%d", e.Nodes, e.GPUsPerNode)
 		}
-		pos, start, why := fmt.Sprint(e.Position), "?", e.Waiting
+		pos, start, why := fmt.Sprint(e.Position), "?", safe(e.Waiting)
 		switch {
 		case e.Running:
 			pos, start, why = "-", "running", ""
@@ -163,14 +165,14 @@ func printQueue(w io.Writer, q api.Queue, now time.Time) {
 		case !e.EstStart.IsZero():
 			start = "in " + lease.FormatDuration(e.EstStart.Sub(now))
 		}
-		line := fmt.Sprintf("%-3s %-12s %-9s %-7s %-6s %8.0f %-11s", pos, clip(e.ID, 12), clip(e.User, 9), size, e.Duration, e.Priority, start)
+		line := fmt.Sprintf("%-3s %-12s %-9s %-7s %-6s %8.0f %-11s", pos, clip(safe(e.ID), 12), clip(safe(e.User), 9), size, safe(e.Duration), e.Priority, start)
 		if len([]rune(line))+1+len([]rune(why)) <= 80 {
 			fmt.Fprintf(w, "%s %s\n", line, why)
 		} else {
 			fmt.Fprintf(w, "%s\n    %s\n", line, clip(why, 76))
 		}
 	}
-	fmt.Fprintf(w, "\nscheduler: %s\n", q.Scheduler)
+	fmt.Fprintf(w, "\nscheduler: %s\n", safe(q.Scheduler))
 }
 
 func (c *cli) cancelCmd() *cobra.Command {
@@ -185,7 +187,7 @@ func (c *cli) cancelCmd() *cobra.Command {
 				if err := c.client().Cancel(ctx, id); err != nil {
 					return err
 				}
-				fmt.Fprintf(c.stdout, "cancelled %s\n", id)
+				fmt.Fprintf(c.stdout, "cancelled %s\n", safe(id))
 			}
 			return nil
 		},
@@ -212,18 +214,28 @@ func (c *cli) usageCmd() *cobra.Command {
 			if asJSON {
 				return printJSON(c.stdout, u)
 			}
-			fmt.Fprintf(c.stdout, "since %s\n", u.Since.Local().Format("Mon Jan 2 15:04"))
-			fmt.Fprintf(c.stdout, "%-12s %10s %12s %6s %10s %8s\n", "USER", "GPU-HOURS", "DECAYED", "SHARE", "FAIRSHARE", "RUNNING")
-			for _, x := range u.Users {
-				fmt.Fprintf(c.stdout, "%-12s %10.1f %12.1f %6.1f %10.3f %8d\n", clip(x.User, 12), x.GPUHours, x.Decayed, x.Share, x.FairShare, x.RunningGPU)
-			}
-			if len(u.Missing) > 0 {
-				fmt.Fprintf(c.stdout, "not counted (no answer): %s\n", strings.Join(u.Missing, ", "))
-			}
+			printUsage(c.stdout, u)
 			return nil
 		},
 	}
 	cmd.Flags().StringVar(&window, "window", "7d", "how far back to count")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	return cmd
+}
+
+// printUsage prints `dibs usage`. User and node names come from every
+// node: all are escaped.
+func printUsage(w io.Writer, u api.UsageReport) {
+	fmt.Fprintf(w, "since %s\n", u.Since.Local().Format("Mon Jan 2 15:04"))
+	fmt.Fprintf(w, "%-12s %10s %12s %6s %10s %8s\n", "USER", "GPU-HOURS", "DECAYED", "SHARE", "FAIRSHARE", "RUNNING")
+	for _, x := range u.Users {
+		fmt.Fprintf(w, "%-12s %10.1f %12.1f %6.1f %10.3f %8d\n", clip(safe(x.User), 12), x.GPUHours, x.Decayed, x.Share, x.FairShare, x.RunningGPU)
+	}
+	if len(u.Missing) > 0 {
+		missing := make([]string, len(u.Missing))
+		for i, m := range u.Missing {
+			missing[i] = safe(m)
+		}
+		fmt.Fprintf(w, "not counted (no answer): %s\n", strings.Join(missing, ", "))
+	}
 }
