@@ -15,7 +15,6 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
-
 )
 
 // Benchmarks of whole clusters in one process on loopback. They are slow

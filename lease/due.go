@@ -1,6 +1,5 @@
 package lease
 
-
 // Step is one thing the agent must do for a lease because of the time.
 type Step string
 

@@ -216,4 +216,3 @@ func (c *cli) configCmd() *cobra.Command {
 	})
 	return cmd
 }
-
