@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"net"
 	"net/http"
@@ -84,7 +85,11 @@ func Listen(path string, svc *core.Service, limits Limits, log *slog.Logger) (*S
 		log = slog.New(slog.DiscardHandler)
 	}
 	dir := filepath.Dir(path)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	mode := os.FileMode(0o755) // every user must reach the system agent's socket
+	if os.Geteuid() != 0 {
+		mode = 0o700
+	}
+	if err := os.MkdirAll(dir, mode); err != nil {
 		return nil, fmt.Errorf("create socket dir: %w", err)
 	}
 	if err := checkOwnDir(dir); err != nil {
@@ -94,10 +99,19 @@ func Listen(path string, svc *core.Service, limits Limits, log *slog.Logger) (*S
 		c.Close()
 		return nil, fmt.Errorf("another dibs agent is already serving %s: stop it first, or use --socket", path)
 	}
+	if fi, err := os.Lstat(path); err == nil && fi.Mode().Type() != fs.ModeSocket {
+		return nil, fmt.Errorf("%s exists and is not a socket: remove it or choose another --socket", path)
+	}
 	os.Remove(path)
 	ul, err := net.Listen("unix", path)
 	if err != nil {
 		return nil, fmt.Errorf("listen on %s: %w", path, err)
+	}
+	// Clients refuse a socket below a directory others could swap: so does
+	// the agent, before it opens the socket to everyone.
+	if _, err := api.CheckSocket(path); err != nil {
+		ul.Close()
+		return nil, fmt.Errorf("will not serve %s: %w", path, err)
 	}
 	if err := os.Chmod(path, 0o666); err != nil {
 		ul.Close()

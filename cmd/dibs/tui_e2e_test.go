@@ -205,7 +205,7 @@ func TestSSHBoardClaimsAsTheKeysUser(t *testing.T) {
 	p.keys("C-b", "d") // detach: back to the board
 	p.waitFor(5*time.Second, "the board again after detaching", func(s string) bool { return strings.Contains(s, "4 GPUs") })
 	p.keys("q")
-	if !strings.Contains(a.log.String(), me.Username+" logged in from 127.0.0.1") {
+	if log := a.log.String(); !strings.Contains(log, `msg="ssh: logged in" part=ssh user=`+me.Username+" from=127.0.0.1:") {
 		t.Errorf("the login was not logged:\n%s", a.log.String())
 	}
 }
@@ -234,7 +234,7 @@ func TestSSHUnknownKeyGetsNothing(t *testing.T) {
 		t.Errorf("ssh output = %q, want Permission denied", out)
 	}
 	agenttest.Eventually(t, 3*time.Second, "the refusal to be logged", func() bool {
-		return strings.Contains(a.log.String(), "refused key")
+		return strings.Contains(a.log.String(), `msg="ssh: refused a key"`)
 	})
 	if b, _ := api.NewClient(a.socket).Board(context.Background()); b.Nodes[0].GPUs[0].Lease != nil {
 		t.Errorf("a lease appeared after a refused login")
