@@ -46,6 +46,7 @@ func apiCode(err error) string {
 }
 
 func TestClaimShowsOnBoardAndReleaseFreesIt(t *testing.T) {
+	t.Parallel()
 	n := agenttest.Start(t, agenttest.Options{Sim: "4xH100-80GB"})
 	r, err := n.Client.Claim(ctx(t), api.ClaimRequest{Count: 2, Note: "sweep"})
 	if err != nil {
@@ -89,6 +90,7 @@ func TestClaimShowsOnBoardAndReleaseFreesIt(t *testing.T) {
 }
 
 func TestRefusalsSayWhatIsWrong(t *testing.T) {
+	t.Parallel()
 	n := agenttest.Start(t, agenttest.Options{Sim: "4xH100-80GB"})
 	if _, err := n.Client.Claim(ctx(t), api.ClaimRequest{Count: 3, Note: "big"}); err != nil {
 		t.Fatal(err)
@@ -141,6 +143,7 @@ func TestRefusalsSayWhatIsWrong(t *testing.T) {
 }
 
 func TestBusyUnleasedGPUNeedsForce(t *testing.T) {
+	t.Parallel()
 	dir := agenttest.PublicDir(t)
 	load := filepath.Join(dir, "load.json")
 	os.WriteFile(load, []byte(`{"gpus":{"0":{"utilization_pct":90,"memory_used_mib":1000,"processes":[{"pid":4242,"user":"bob","command":"python","used_memory_mib":1000}]}}}`), 0o644)
@@ -166,6 +169,7 @@ func TestBusyUnleasedGPUNeedsForce(t *testing.T) {
 }
 
 func TestExtend(t *testing.T) {
+	t.Parallel()
 	n := agenttest.Start(t, agenttest.Options{})
 	r, err := n.Client.Claim(ctx(t), api.ClaimRequest{Count: 1, Duration: "1h"})
 	if err != nil {
@@ -189,6 +193,7 @@ func TestExtend(t *testing.T) {
 }
 
 func TestRunStartsSessionWithEnvAndSessionEndEndsLease(t *testing.T) {
+	t.Parallel()
 	agenttest.RequireTmux(t)
 	n := agenttest.Start(t, agenttest.Options{Sim: "4xH100-80GB"})
 	out := filepath.Join(agenttest.PublicDir(t), "env")
@@ -224,6 +229,7 @@ func TestRunStartsSessionWithEnvAndSessionEndEndsLease(t *testing.T) {
 }
 
 func TestRunReleaseKillsSession(t *testing.T) {
+	t.Parallel()
 	agenttest.RequireTmux(t)
 	n := agenttest.Start(t, agenttest.Options{})
 	r, err := n.Client.Claim(ctx(t), api.ClaimRequest{Count: 1, Run: &api.RunSpec{Name: "train", Command: []string{"sleep", "60"}}})
@@ -258,6 +264,7 @@ func TestRunReleaseKillsSession(t *testing.T) {
 }
 
 func TestConcurrentClaimersNeverShareAGPU(t *testing.T) {
+	t.Parallel()
 	n := agenttest.Start(t, agenttest.Options{Sim: "8xH100-80GB", Quiet: true})
 	var mu sync.Mutex
 	owner := map[int]string{}
@@ -293,6 +300,7 @@ func TestConcurrentClaimersNeverShareAGPU(t *testing.T) {
 }
 
 func TestRestartKeepsLeasesAndReadoptsSessions(t *testing.T) {
+	t.Parallel()
 	agenttest.RequireTmux(t)
 	n := agenttest.Start(t, agenttest.Options{Sim: "4xH100-80GB"})
 	claim, err := n.Client.Claim(ctx(t), api.ClaimRequest{Count: 1, Note: "bare"})
@@ -348,6 +356,7 @@ func TestRestartKeepsLeasesAndReadoptsSessions(t *testing.T) {
 }
 
 func TestSecondAgentOnSameDataDirRefuses(t *testing.T) {
+	t.Parallel()
 	n := agenttest.Start(t, agenttest.Options{})
 	o := n.Opts
 	o.Name = "node01b"
@@ -358,6 +367,7 @@ func TestSecondAgentOnSameDataDirRefuses(t *testing.T) {
 }
 
 func TestWatchStreamsChanges(t *testing.T) {
+	t.Parallel()
 	n := agenttest.Start(t, agenttest.Options{})
 	c, cancel := context.WithCancel(context.Background())
 	defer cancel()

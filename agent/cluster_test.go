@@ -26,6 +26,7 @@ func nodeState(b api.Board, name string) string {
 }
 
 func TestClusterClaimVisibleEverywhereAndRemoteClaimRelease(t *testing.T) {
+	t.Parallel()
 	nodes := agenttest.Cluster(t, agenttest.ClusterOptions{Specs: []string{"8xH100-80GB", "8xH100-80GB", "4xL40S", "4xRTX-5090"}, Quiet: true})
 
 	// A claim on node03, made at node01, is decided by node03 and seen by all.
@@ -71,6 +72,7 @@ func TestClusterClaimVisibleEverywhereAndRemoteClaimRelease(t *testing.T) {
 }
 
 func TestClusterPlacementPacks(t *testing.T) {
+	t.Parallel()
 	nodes := agenttest.Cluster(t, agenttest.ClusterOptions{Specs: []string{"8xH100-80GB", "4xL40S", "4xL40S"}, Quiet: true})
 	// node02 has 1 free after this; -g 1 should go there, leaving node01
 	// whole for a multi-GPU job.
@@ -99,6 +101,7 @@ func TestClusterPlacementPacks(t *testing.T) {
 }
 
 func TestClusterRemoteRunStartsSessionOnOwner(t *testing.T) {
+	t.Parallel()
 	agenttest.RequireTmux(t)
 	nodes := agenttest.Cluster(t, agenttest.ClusterOptions{Specs: []string{"2xH100-80GB", "2xH100-80GB"}, Quiet: true})
 	out := filepath.Join(agenttest.PublicDir(t), "env")
@@ -122,6 +125,7 @@ func TestClusterRemoteRunStartsSessionOnOwner(t *testing.T) {
 }
 
 func TestClusterKilledAgentShownDeadAndItsGPUsUnknown(t *testing.T) {
+	t.Parallel()
 	nodes := agenttest.Cluster(t, agenttest.ClusterOptions{Specs: []string{"2xL40S", "2xL40S", "2xL40S"}, Quiet: true})
 	if _, err := nodes[2].Client.Claim(ctx(t), api.ClaimRequest{Node: "node03", Count: 1, Note: "before the crash"}); err != nil {
 		t.Fatal(err)
@@ -168,6 +172,7 @@ func TestClusterKilledAgentShownDeadAndItsGPUsUnknown(t *testing.T) {
 }
 
 func TestClusterGracefulLeaveShownLeft(t *testing.T) {
+	t.Parallel()
 	nodes := agenttest.Cluster(t, agenttest.ClusterOptions{Specs: []string{"2xL40S", "2xL40S"}, Quiet: true})
 	nodes[1].Stop()
 	agenttest.Eventually(t, 5*time.Second, "node01 to show node02 left", func() bool {
@@ -177,6 +182,7 @@ func TestClusterGracefulLeaveShownLeft(t *testing.T) {
 }
 
 func TestClusterOutsidersStayOut(t *testing.T) {
+	t.Parallel()
 	nodes := agenttest.Cluster(t, agenttest.ClusterOptions{Specs: []string{"2xL40S", "2xL40S"}, Quiet: true})
 	seed := nodes[0].Agent.GossipAddr()
 	tests := []struct {
@@ -211,6 +217,7 @@ func TestClusterOutsidersStayOut(t *testing.T) {
 }
 
 func TestClusterDuplicateNameRefused(t *testing.T) {
+	t.Parallel()
 	nodes := agenttest.Cluster(t, agenttest.ClusterOptions{Specs: []string{"2xL40S", "2xL40S"}, Quiet: true})
 	o := nodes[1].Opts
 	cs := *o.Cluster
@@ -226,6 +233,7 @@ func TestClusterDuplicateNameRefused(t *testing.T) {
 // TestClusterConcurrentClaimsFromEveryNode has every agent claim one node's
 // GPUs at once: the owner alone decides, so no GPU is ever granted twice.
 func TestClusterConcurrentClaimsFromEveryNode(t *testing.T) {
+	t.Parallel()
 	nodes := agenttest.Cluster(t, agenttest.ClusterOptions{Specs: []string{"4xL40S", "4xL40S", "4xL40S"}, Quiet: true})
 	var mu sync.Mutex
 	owner := map[int]string{}

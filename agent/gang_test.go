@@ -33,6 +33,7 @@ func readEnvFile(path string) map[string]string {
 const envDump = `env | grep -E '^(MASTER_ADDR|MASTER_PORT|WORLD_SIZE|NNODES|NODE_RANK|NPROC_PER_NODE|CUDA_VISIBLE_DEVICES|DIBS_GANG_ID|DIBS_HOSTS|DIBS_NODE)=' > `
 
 func TestGangStartsEveryRankTogetherWithRendezvousEnv(t *testing.T) {
+	t.Parallel()
 	agenttest.RequireTmux(t)
 	nodes := agenttest.Cluster(t, agenttest.ClusterOptions{Specs: []string{"4xL40S", "4xL40S", "4xL40S"}, Quiet: true})
 	dir := agenttest.PublicDir(t)
@@ -91,6 +92,7 @@ func readTime(path string) time.Time {
 }
 
 func TestGangRankFailureStopsOthersAndRequeues(t *testing.T) {
+	t.Parallel()
 	agenttest.RequireTmux(t)
 	p := lease.DefaultPolicy()
 	p.PreemptGrace = time.Second
@@ -139,6 +141,7 @@ func (fakeScheduler) HandleRequest(context.Context, string, gossip.Request) goss
 func (fakeScheduler) ClusterChanged() {}
 
 func TestSchedulerDeathMidGangLeavesNothingHeld(t *testing.T) {
+	t.Parallel()
 	agenttest.RequireTmux(t)
 	sched := lease.SchedConfig{ReservationTTL: 2 * time.Second}
 	nodes := agenttest.Cluster(t, agenttest.ClusterOptions{Specs: []string{"2xL40S", "2xL40S"}, Sched: sched, Quiet: true})

@@ -12,6 +12,7 @@ import (
 )
 
 func TestQueuedRunStartsWhenGPUsFree(t *testing.T) {
+	t.Parallel()
 	agenttest.RequireTmux(t)
 	n := agenttest.Start(t, agenttest.Options{Sim: "2xL40S"})
 	hold, err := n.Client.Claim(ctx(t), api.ClaimRequest{Count: 2, Duration: "1h"})
@@ -66,6 +67,7 @@ func TestQueuedRunStartsWhenGPUsFree(t *testing.T) {
 }
 
 func TestQueueCancelAndImpossibleRequests(t *testing.T) {
+	t.Parallel()
 	n := agenttest.Start(t, agenttest.Options{Sim: "2xL40S"})
 	n.Client.Claim(ctx(t), api.ClaimRequest{Count: 2})
 	s, err := n.Client.Submit(ctx(t), api.SubmitRequest{Claim: api.ClaimRequest{Count: 1}})
@@ -100,6 +102,7 @@ func TestQueueCancelAndImpossibleRequests(t *testing.T) {
 }
 
 func TestQueuedEntrySurvivesItsOriginsRestart(t *testing.T) {
+	t.Parallel()
 	n := agenttest.Start(t, agenttest.Options{Sim: "1xL40S"})
 	if _, err := n.Client.Claim(ctx(t), api.ClaimRequest{Count: 1}); err != nil {
 		t.Fatal(err)

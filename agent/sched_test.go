@@ -32,6 +32,7 @@ func queueIDs(q api.Queue) []string {
 }
 
 func TestQueueSameOrderEverywhereAndFairShare(t *testing.T) {
+	t.Parallel()
 	nodes := agenttest.Cluster(t, agenttest.ClusterOptions{Specs: []string{"2xL40S", "2xL40S", "2xL40S"}, Quiet: true, Users: testUsers})
 	// heavy has used GPUs; light has not.
 	var ids []string
@@ -86,6 +87,7 @@ func TestQueueSameOrderEverywhereAndFairShare(t *testing.T) {
 }
 
 func TestBackfillStartsShortJobWithoutDelayingTheGang(t *testing.T) {
+	t.Parallel()
 	agenttest.RequireTmux(t)
 	nodes := agenttest.Cluster(t, agenttest.ClusterOptions{Specs: []string{"2xL40S", "2xL40S"}, Quiet: true, Users: testUsers})
 	// Each node has one GPU free; one lease ends in 1h on each.
@@ -129,6 +131,7 @@ func TestBackfillStartsShortJobWithoutDelayingTheGang(t *testing.T) {
 }
 
 func TestCompetingGangsBothRunNeverPartially(t *testing.T) {
+	t.Parallel()
 	agenttest.RequireTmux(t)
 	nodes := agenttest.Cluster(t, agenttest.ClusterOptions{Specs: []string{"2xL40S", "2xL40S", "2xL40S"}, Quiet: true, Users: testUsers})
 	dir := agenttest.PublicDir(t)
@@ -187,6 +190,7 @@ func TestCompetingGangsBothRunNeverPartially(t *testing.T) {
 }
 
 func TestSchedulerFailover(t *testing.T) {
+	t.Parallel()
 	nodes := agenttest.Cluster(t, agenttest.ClusterOptions{Specs: []string{"1xL40S", "1xL40S", "1xL40S"}, Quiet: true, Users: testUsers})
 	if got := nodes[1].Queue().Scheduler; got != "node01" {
 		t.Fatalf("scheduler = %s, want node01 (lowest name)", got)
@@ -221,6 +225,7 @@ func TestSchedulerFailover(t *testing.T) {
 }
 
 func TestPreemptionForQuotaSignalsAndWaitsTheGrace(t *testing.T) {
+	t.Parallel()
 	agenttest.RequireTmux(t)
 	p := lease.DefaultPolicy()
 	p.PreemptGrace = 1500 * time.Millisecond
@@ -272,6 +277,7 @@ func TestPreemptionForQuotaSignalsAndWaitsTheGrace(t *testing.T) {
 }
 
 func TestIdleLeaseReclaimedWhenSomeoneWaits(t *testing.T) {
+	t.Parallel()
 	p := lease.DefaultPolicy()
 	p.PreemptGrace = time.Second
 	p.IdleAfter = 200 * time.Millisecond

@@ -394,3 +394,20 @@ func (n *Node) BoardAs(c lease.Caller) api.Board {
 	b, _ := n.As(c).Board(context.Background())
 	return b
 }
+
+// Tick moves a fake clock forward by step until cond holds, giving the
+// agent's loops a moment to run between steps; it fails after within of
+// real time. Tests of what the clock drives (warnings, ends, graces) run on
+// it in milliseconds instead of sleeping through minutes.
+func Tick(tb testing.TB, fake *clock.Fake, step, within time.Duration, what string, cond func() bool) {
+	tb.Helper()
+	deadline := time.Now().Add(within)
+	for time.Now().Before(deadline) {
+		if cond() {
+			return
+		}
+		fake.Advance(step)
+		time.Sleep(5 * time.Millisecond)
+	}
+	tb.Fatalf("timed out after %s (fake clock at %s) waiting for %s", within, fake.Now().Format(time.TimeOnly), what)
+}
