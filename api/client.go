@@ -4,6 +4,8 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -13,6 +15,7 @@ import (
 	"os"
 	"strings"
 	"syscall"
+	"time"
 )
 
 // MaxBody bounds every request and response body on the socket; a board of
@@ -30,8 +33,17 @@ func (e *Error) Error() string { return e.Msg }
 
 // Client talks to one agent over its unix socket. It is safe for concurrent use.
 type Client struct {
-	socket string
-	hc     *http.Client
+	socket  string
+	hc      *http.Client
+	noRetry bool
+}
+
+// WithoutRetry returns a client that never sends a request twice, for
+// tests that must see every lost answer.
+func (c *Client) WithoutRetry() *Client {
+	cp := *c
+	cp.noRetry = true
+	return &cp
 }
 
 // NewClient returns a client for the agent at socket. Nothing is dialled yet.
@@ -158,10 +170,51 @@ func (c *Client) Board(ctx context.Context) (Board, error) {
 }
 
 // Claim asks for GPUs (and, with req.Run, a session on them).
+//
+// A claim is idempotent: it carries a request id (one is made when req has
+// none), and when the answer is lost — the connection broke, the agent
+// restarted — it is sent again with the same id for a while, so the person
+// gets the lease that was granted instead of none or two.
 func (c *Client) Claim(ctx context.Context, req ClaimRequest) (ClaimResponse, error) {
+	if req.RequestID == "" {
+		req.RequestID = NewRequestID()
+	}
 	var r ClaimResponse
-	err := c.do(ctx, http.MethodPost, "/v1/claim", req, &r)
+	err := c.retry(ctx, func() error { return c.do(ctx, http.MethodPost, "/v1/claim", req, &r) })
 	return r, err
+}
+
+// NewRequestID makes a random id for an idempotent request.
+func NewRequestID() string {
+	var b [12]byte
+	rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// RetryFor is how long an idempotent request is retried while its answer is
+// lost (the agent restarting takes well under a second).
+const RetryFor = 15 * time.Second
+
+// retry runs f again while it fails without an answer from the agent,
+// backing off, for at most RetryFor (or until ctx ends). Refusals and
+// untrusted sockets are final.
+func (c *Client) retry(ctx context.Context, f func() error) error {
+	deadline := time.Now().Add(RetryFor)
+	wait := 50 * time.Millisecond
+	for {
+		err := f()
+		var ae *Error
+		var ue *UntrustedError
+		if err == nil || errors.As(err, &ae) || errors.As(err, &ue) || ctx.Err() != nil || time.Now().After(deadline) || c.noRetry {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, time.Second)
+	}
 }
 
 // Release ends leases.
@@ -262,9 +315,15 @@ func (c *Client) Watch(ctx context.Context) (<-chan Board, func() error) {
 }
 
 // Submit queues a request and returns at once with its id.
+//
+// Like Claim, it is idempotent: a lost answer is retried with the same
+// request id, and the agent returns the entry it queued the first time.
 func (c *Client) Submit(ctx context.Context, req SubmitRequest) (Submitted, error) {
+	if req.Claim.RequestID == "" {
+		req.Claim.RequestID = NewRequestID()
+	}
 	var r Submitted
-	err := c.do(ctx, http.MethodPost, "/v1/queue/submit", req, &r)
+	err := c.retry(ctx, func() error { return c.do(ctx, http.MethodPost, "/v1/queue/submit", req, &r) })
 	return r, err
 }
 

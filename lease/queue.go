@@ -50,6 +50,9 @@ type QueueEntry struct {
 	Running bool `json:"running,omitempty"`
 	// Model restricts placement to GPUs whose model contains it.
 	Model string `json:"model,omitempty"`
+	// RequestID is the client's id for the submission, so a retried submit
+	// whose answer was lost finds this entry instead of queueing another.
+	RequestID string `json:"request_id,omitempty"`
 }
 
 // EachString calls f with the JSON name and the address of every string
@@ -64,6 +67,7 @@ func (e *QueueEntry) EachString(f func(field string, p *string)) {
 	f("kind", (*string)(&e.Kind))
 	f("note", &e.Note)
 	f("model", &e.Model)
+	f("request_id", &e.RequestID)
 	if e.Job != nil {
 		for i := range e.Job.Command {
 			f("command", &e.Job.Command[i])

@@ -203,6 +203,9 @@ func (e *QueueEntry) Validate() error {
 	if err := e.CheckText(); err != nil {
 		return Invalidf("queue entry %s: %v", e.ID, err)
 	}
+	if e.RequestID != "" && !ValidRequestID(e.RequestID) {
+		return Invalidf("queue entry %s has a bad request id", e.ID)
+	}
 	if len(e.Model) > MaxModelLen || strings.ContainsFunc(e.Model, func(r rune) bool { return r < ' ' || r == 0x7f }) {
 		return Invalidf("queue entry %s has a bad model filter", e.ID)
 	}

@@ -97,11 +97,15 @@ func (b *Bound) Claim(ctx context.Context, req api.ClaimRequest) (api.ClaimRespo
 	target := req.Node
 	if target == "" {
 		target = s.cfg.Node
-		if len(claim.GPUs) == 0 && len(v.Nodes) > 1 {
+		if prev, ok := s.placed.get(b.c.User, req.RequestID); ok {
+			// A retry goes where the first try went, which dedupes it.
+			target = prev
+		} else if len(claim.GPUs) == 0 && len(v.Nodes) > 1 {
 			if target, err = lease.ChooseNode(v.Candidates(), claim.Count); err != nil {
 				return api.ClaimResponse{}, err
 			}
 		}
+		s.placed.put(b.c.User, req.RequestID, target, s.deps.Clock.Now())
 	}
 	if target == s.cfg.Node {
 		l, err := b.grantHere(ctx, v, claim, run, req.RequestID)

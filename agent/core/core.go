@@ -10,6 +10,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/dibs-gpu/dibs/agent/account"
@@ -71,6 +72,50 @@ type Service struct {
 	log       *slog.Logger
 	startedAt time.Time
 	cluster   Cluster
+	placed    placements
+}
+
+// placements remembers, for a while, where a claim with a request id was
+// sent, so its retries go to the same node.
+type placements struct {
+	mu sync.Mutex
+	m  map[string]placement
+}
+
+type placement struct {
+	node string
+	at   time.Time
+}
+
+// placementKeep is how long a placement is remembered: longer than any
+// client retries (api.RetryFor).
+const placementKeep = time.Minute
+
+func (p *placements) get(user, id string) (string, bool) {
+	if id == "" {
+		return "", false
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	x, ok := p.m[user+"/"+id]
+	return x.node, ok
+}
+
+func (p *placements) put(user, id, node string, now time.Time) {
+	if id == "" {
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.m == nil {
+		p.m = map[string]placement{}
+	}
+	for k, x := range p.m {
+		if now.Sub(x.at) > placementKeep {
+			delete(p.m, k)
+		}
+	}
+	p.m[user+"/"+id] = placement{node: node, at: now}
 }
 
 // New builds the service and registers its peer endpoints.

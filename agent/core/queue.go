@@ -40,7 +40,7 @@ func (b *Bound) Submit(ctx context.Context, req api.SubmitRequest) (api.Submitte
 		Origin: s.cfg.Node, User: b.c.User, UID: b.c.UID,
 		Nodes: req.Nodes, GPUsPerNode: req.GPUsPerNode, Node: req.Claim.Node,
 		Duration: claim.Duration, Kind: claim.Kind, Note: claim.Note,
-		Requeue: req.Requeue, MaxRestarts: req.MaxRestarts, Model: req.Model,
+		Requeue: req.Requeue, MaxRestarts: req.MaxRestarts, Model: req.Model, RequestID: req.Claim.RequestID,
 	}
 	if e.Nodes <= 1 && e.GPUsPerNode == 0 {
 		e.GPUsPerNode = claim.Count

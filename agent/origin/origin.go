@@ -109,8 +109,19 @@ func (o *Origin) publishLocked() {
 
 // Submit gives a checked entry its id and submit time, persists it and
 // publishes it.
+//
+// A submission retried with the same request id (its answer was lost)
+// gets the entry the first one made.
 func (o *Origin) Submit(e lease.QueueEntry) (lease.QueueEntry, error) {
 	o.mu.Lock()
+	if e.RequestID != "" {
+		for _, x := range o.entries {
+			if x.UID == e.UID && x.RequestID == e.RequestID {
+				o.mu.Unlock()
+				return x, nil
+			}
+		}
+	}
 	seq := o.seq + 1
 	e.Origin = o.node
 	e.ID = lease.QueueID(o.node, seq)
