@@ -54,7 +54,10 @@ Without GPUs, try it on simulated ones:
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg, deps, err := c.agentConfig(cmd, f)
 			if err != nil {
-				return err
+				// A distinct status, so systemd does not restart an agent
+				// that cannot start until someone edits a file
+				// (RestartPreventExitStatus in packaging/dibs.service).
+				return &exitError{code: exitConfig, msg: err.Error()}
 			}
 			a, err := agent.New(cfg, deps)
 			if err != nil {
@@ -167,6 +170,10 @@ func (c *cli) agentConfig(cmd *cobra.Command, f agentFlags) (agent.Config, agent
 		Sched:         sched,
 		PreemptSignal: sig,
 		Logf:          logger.Printf,
+		// TODO(lead): once agent.Config has `Version string`, set it here to
+		// buildInfo().Version (cmd/dibs/version.go: the release stamped into
+		// package main's `version` by the linker, or "devel"), and drop the
+		// hard-coded agent.Version that `dibs status` shows today.
 	}
 	if err := agent.ValidNodeName(cfg.NodeName); err != nil {
 		return cfg, agent.Deps{}, fmt.Errorf("%w: set --node-name", err)
