@@ -7,8 +7,9 @@ set -e
 
 upgrade=
 case "$1" in
-configure) [ -n "$2" ] && upgrade=1 ;;
-[2-9]) upgrade=1 ;;
+configure) [ -n "$2" ] && upgrade=1 ;; # deb: $2 is the version replaced
+1) ;;                                  # rpm: first install
+[0-9]*) upgrade=1 ;;                   # rpm: 2 or more installed = upgrade
 esac
 
 if [ -d /run/systemd/system ]; then
