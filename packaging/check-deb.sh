@@ -25,8 +25,8 @@ grep -q "no agent runs yet" "$tmp/install.log" || fail "first install did not sa
 # The binary, stamped by the release.
 first=$(dibs version | head -1)
 case "$first" in
-"dibs $version (commit "*) ;;
-*) fail "dibs version says \"$first\", want \"dibs $version (commit …\"" ;;
+"dibs version $version (commit "*) ;;
+*) fail "dibs version says \"$first\", want \"dibs version $version (commit …\"" ;;
 esac
 dibs version | grep -q "GPUs through NVML" || fail "the amd64 binary was built without NVML: $(dibs version | tail -1)"
 [ "$(dibs version)" = "$(dibs --version)" ] || fail "dibs version and dibs --version differ"

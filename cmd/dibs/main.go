@@ -55,10 +55,9 @@ func (c *cli) rootCmd() *cobra.Command {
 		Short:         "Share GPUs without a scheduler and without Slack pings",
 		SilenceUsage:  true,
 		SilenceErrors: true,
-		// --version prints what `dibs version` prints.
-		Version: buildInfo().String(),
+		// --version prints what `dibs version` prints (see build.release).
+		Version: buildInfo().release(),
 	}
-	root.SetVersionTemplate("{{.Version}}")
 	root.PersistentFlags().StringVar(&c.socket, "socket", "", "agent socket (default: $DIBS_SOCKET, then /run/dibs/dibs.sock as root or $XDG_RUNTIME_DIR/dibs.sock)")
 	root.AddCommand(c.probeCmd(), c.agentCmd(), c.configCmd(), c.lsCmd(), c.claimCmd(), c.runCmd(),
 		c.releaseCmd(), c.extendCmd(), c.adoptCmd(), c.attachCmd(), c.whoCmd(), c.statusCmd(), c.keygenCmd(),

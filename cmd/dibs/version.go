@@ -72,8 +72,16 @@ func mergeBuild(stamped build, bi *debug.BuildInfo) build {
 // String is the text `dibs version` prints: the release on the first line,
 // what the binary can do on the second.
 func (b build) String() string {
+	return "dibs version " + b.release() + "\n"
+}
+
+// release is String without the "dibs version " cobra puts before the
+// command's Version and the newline it puts after: set as the root command's
+// Version, `dibs --version` prints exactly what `dibs version` does, through
+// cobra's plain default, not a text/template (which would cost 4 MB of binary).
+func (b build) release() string {
 	var s strings.Builder
-	fmt.Fprintf(&s, "dibs %s", b.Version)
+	s.WriteString(b.Version)
 	var meta []string
 	if b.Commit != "" {
 		meta = append(meta, "commit "+shortCommit(b.Commit))
@@ -88,7 +96,7 @@ func (b build) String() string {
 	if !b.NVML {
 		probe = "GPUs through nvidia-smi (built without cgo: no NVML)"
 	}
-	fmt.Fprintf(&s, "\n%s %s/%s; %s\n", b.Go, b.OS, b.Arch, probe)
+	fmt.Fprintf(&s, "\n%s %s/%s; %s", b.Go, b.OS, b.Arch, probe)
 	return s.String()
 }
 

@@ -47,10 +47,10 @@ func TestBuildString(t *testing.T) {
 	}{
 		{"release with NVML",
 			build{Version: "0.2.0", Commit: "0123456789abcdef0123", Date: "2026-03-10T16:00:00Z", Go: "go1.26.8", OS: "linux", Arch: "amd64", NVML: true},
-			"dibs 0.2.0 (commit 0123456789ab, 2026-03-10T16:00:00Z)\ngo1.26.8 linux/amd64; GPUs through NVML, nvidia-smi as fallback\n"},
+			"dibs version 0.2.0 (commit 0123456789ab, 2026-03-10T16:00:00Z)\ngo1.26.8 linux/amd64; GPUs through NVML, nvidia-smi as fallback\n"},
 		{"build without cgo says it has no NVML",
 			build{Version: "devel", Go: "go1.26.8", OS: "linux", Arch: "arm64"},
-			"dibs devel\ngo1.26.8 linux/arm64; GPUs through nvidia-smi (built without cgo: no NVML)\n"},
+			"dibs version devel\ngo1.26.8 linux/arm64; GPUs through nvidia-smi (built without cgo: no NVML)\n"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -78,7 +78,24 @@ func TestVersionCommand(t *testing.T) {
 		t.Errorf("dibs version and dibs --version differ:\n%q\n%q", out["version"], out["--version"])
 	}
 	lines := strings.Split(strings.TrimSuffix(out["version"], "\n"), "\n")
-	if len(lines) != 2 || !strings.HasPrefix(lines[0], "dibs ") || !strings.Contains(lines[1], "GPUs through") {
+	if len(lines) != 2 || !strings.HasPrefix(lines[0], "dibs version ") || !strings.Contains(lines[1], "GPUs through") {
 		t.Errorf("dibs version printed %q, want two lines: release, then toolchain and GPU backend", out["version"])
+	}
+}
+
+// TestNoReflectiveMethodLookup guards the binary's size and start-up: once
+// anything reachable calls reflect.Value.MethodByName (text/template does,
+// e.g. through cobra's Set*Template), the linker must keep every exported
+// method of every type, which made dibs 4 MB larger when --version used a
+// template.
+func TestNoReflectiveMethodLookup(t *testing.T) {
+	out, err := exec.Command("go", "tool", "nm", dibsBin).Output()
+	if err != nil {
+		t.Skipf("go tool nm %s: %v", dibsBin, err)
+	}
+	for _, sym := range []string{"reflect.Value.MethodByName", "text/template.(*state).evalCall"} {
+		if strings.Contains(string(out), " "+sym+"\n") {
+			t.Errorf("dibs links %s: find what calls it (go build -ldflags=-dumpdep ./cmd/dibs) and avoid it", sym)
+		}
 	}
 }
