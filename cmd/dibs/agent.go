@@ -55,7 +55,10 @@ Without GPUs, try it on simulated ones:
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg, deps, err := c.agentConfig(cmd, f)
 			if err != nil {
-				return err
+				// A distinct status, so systemd does not restart an agent
+				// that cannot start until someone edits a file
+				// (RestartPreventExitStatus in packaging/dibs.service).
+				return &exitError{code: exitConfig, msg: err.Error()}
 			}
 			a, err := agent.New(cfg, deps)
 			if err != nil {
@@ -172,6 +175,7 @@ func (c *cli) agentConfig(cmd *cobra.Command, f agentFlags) (agent.Config, agent
 		Sched:         sched,
 		PreemptSignal: sig,
 		Log:           logger,
+		Version:       buildInfo().Version,
 	}
 	if err := lease.ValidNodeName(cfg.NodeName); err != nil {
 		return cfg, agent.Deps{}, fmt.Errorf("%w: set --node-name", err)

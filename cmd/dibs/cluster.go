@@ -1,7 +1,9 @@
 package main
 
 import (
+	"errors"
 	"fmt"
+	"io/fs"
 	"net"
 	"os"
 	"path/filepath"
@@ -68,7 +70,9 @@ func (c *cli) applyClusterFlags(cmd *cobra.Command, f agentFlags, fc config.File
 			}
 		}
 		if cc.KeyFile != "" {
-			if s.Key, err = gossip.ReadKeyFile(cc.KeyFile); err != nil {
+			if s.Key, err = gossip.ReadKeyFile(cc.KeyFile); errors.Is(err, fs.ErrNotExist) {
+				return fmt.Errorf("no cluster key at %s: make one on one node with `dibs keygen %s`, copy it to every node (mode 0600), then start the agent", cc.KeyFile, cc.KeyFile)
+			} else if err != nil {
 				return err
 			}
 		}

@@ -47,6 +47,10 @@ func main() {
 // printJSON).
 func safe(s string) string { return termsafe.String(s) }
 
+// exitConfig is the status of an agent that cannot start with its config or
+// flags (sysexits' EX_CONFIG); the packaged unit does not restart on it.
+const exitConfig = 78
+
 // exitError carries a specific exit code out of a command.
 type exitError struct {
 	code int
@@ -61,11 +65,14 @@ func (c *cli) rootCmd() *cobra.Command {
 		Short:         "Share GPUs without a scheduler and without Slack pings",
 		SilenceUsage:  true,
 		SilenceErrors: true,
+		// --version prints what `dibs version` prints (see build.release).
+		Version: buildInfo().release(),
 	}
 	root.PersistentFlags().StringVar(&c.socket, "socket", "", "agent socket (default: $DIBS_SOCKET, then /run/dibs/dibs.sock, else your own agent's: $XDG_RUNTIME_DIR/dibs.sock, /run/user/UID/dibs.sock or ~/.local/state/dibs/dibs.sock); it must lie in a directory only root or you can write, and be served by root or you")
 	root.AddCommand(c.probeCmd(), c.agentCmd(), c.configCmd(), c.lsCmd(), c.claimCmd(), c.runCmd(),
 		c.releaseCmd(), c.extendCmd(), c.adoptCmd(), c.attachCmd(), c.whoCmd(), c.statusCmd(), c.keygenCmd(),
-		c.tuiCmd(), c.demoCmd(), c.queueCmd(), c.cancelCmd(), c.usageCmd())
+		c.tuiCmd(), c.demoCmd(), c.queueCmd(), c.cancelCmd(), c.usageCmd(), c.versionCmd())
+	root.AddCommand(c.extraCmds()...)
 	// `dibs` alone on a terminal opens the board; elsewhere it prints help.
 	root.RunE = func(cmd *cobra.Command, args []string) error {
 		if len(args) > 0 {

@@ -1,0 +1,71 @@
+//go:build gendocs
+
+package main
+
+import (
+	"bytes"
+	"compress/gzip"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestGenDocs checks what a package ships: one man page per visible command
+// (none for the hidden generator), stamped with the release and the given
+// date, and completion scripts for bash, zsh and fish. Run it with
+// `go test -tags gendocs -run TestGenDocs ./cmd/dibs`.
+func TestGenDocs(t *testing.T) {
+	dir := t.TempDir()
+	c := &cli{stdout: io.Discard, stderr: io.Discard}
+	when := time.Date(2026, 3, 10, 16, 0, 0, 0, time.UTC)
+	if err := genDocs(c.rootCmd(), dir, "9.8.7", when); err != nil {
+		t.Fatal(err)
+	}
+	page := func(name string) string {
+		t.Helper()
+		f, err := os.Open(filepath.Join(dir, "man", name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		zr, err := gzip.NewReader(f)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if !zr.ModTime.IsZero() || zr.Name != "" {
+			t.Errorf("%s: gzip header carries time %v / name %q; packages would not repeat", name, zr.ModTime, zr.Name)
+		}
+		b, err := io.ReadAll(zr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
+	}
+	root := page("dibs.1.gz")
+	for _, want := range []string{`.TH "DIBS" "1" "Mar 2026" "dibs 9.8.7" "dibs manual"`, `\fBdibs-claim(1)\fP`} {
+		if !strings.Contains(root, want) {
+			t.Errorf("dibs.1 lacks %q:\n%s", want, root)
+		}
+	}
+	if agent := page("dibs-agent.1.gz"); !strings.Contains(agent, `\fB--cluster-key-file\fP`) {
+		t.Errorf("dibs-agent.1 does not document --cluster-key-file:\n%s", agent)
+	}
+	for _, name := range []string{"dibs-config-check.1.gz", "dibs-version.1.gz", "dibs-run.1.gz"} {
+		page(name)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "man", "dibs-gen-docs.1.gz")); err == nil {
+		t.Error("the hidden gen-docs command got a man page")
+	}
+	for file, want := range map[string]string{"dibs.bash": "__start_dibs", "_dibs": "#compdef dibs", "dibs.fish": "complete -c dibs"} {
+		b, err := os.ReadFile(filepath.Join(dir, "completions", file))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Contains(b, []byte(want)) {
+			t.Errorf("completions/%s lacks %q", file, want)
+		}
+	}
+}

@@ -1,0 +1,7 @@
+//go:build linux && cgo
+
+package main
+
+// nvmlBuilt says whether nodeprobe's NVML backend is compiled in: it needs
+// cgo on Linux (nodeprobe/nvml_driver.go), else the agent uses nvidia-smi.
+const nvmlBuilt = true

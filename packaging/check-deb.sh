@@ -1,0 +1,89 @@
+#!/usr/bin/env bash
+# check-deb.sh DIST: install DIST's amd64 .deb on this (Debian, root) machine,
+# check what a person would find, then purge it. .ci/run calls it after
+# `goreleaser release --snapshot`. Works with or without systemd running.
+set -euo pipefail
+dist=${1:-dist}
+debs=("$dist"/dibs_*_amd64.deb)
+[ -f "${debs[0]}" ] || { echo "check-deb: no amd64 .deb in $dist: run goreleaser release --snapshot --clean first"; exit 1; }
+deb=${debs[0]}
+version=$(sed -n 's/.*"version":"\([^"]*\)".*/\1/p' "$dist/metadata.json")
+fail() { echo "check-deb: $*"; exit 1; }
+tmp=$(mktemp -d)
+trap 'dpkg -P dibs >/dev/null 2>&1 || true; rm -rf "$tmp"' EXIT
+
+if [ -d /run/systemd/system ]; then
+	echo "systemd runs here: the maintainer scripts use systemctl"
+else
+	echo "no systemd here (PID 1 is $(cat /proc/1/comm)): the maintainer scripts skip systemctl"
+fi
+
+echo "dpkg -i $deb"
+dpkg -i "$deb" | tee "$tmp/install.log"
+grep -q "no agent runs yet" "$tmp/install.log" || fail "first install did not say that no agent runs yet"
+
+# The binary, stamped by the release.
+first=$(dibs version | head -1)
+case "$first" in
+"dibs version $version (commit "*) ;;
+*) fail "dibs version says \"$first\", want \"dibs version $version (commit …\"" ;;
+esac
+dibs version | grep -q "GPUs through NVML" || fail "the amd64 binary was built without NVML: $(dibs version | tail -1)"
+[ "$(dibs version)" = "$(dibs --version)" ] || fail "dibs version and dibs --version differ"
+[ "$(command -v dibs)" = /usr/bin/dibs ] || fail "dibs is at $(command -v dibs), want /usr/bin/dibs"
+
+# The files the package promises, with their modes.
+while read -r mode path; do
+	[ -f "$path" ] || fail "$path is missing"
+	got=$(stat -c %a "$path")
+	[ "$got" = "$mode" ] || fail "$path has mode $got, want $mode"
+done <<'FILES'
+755 /usr/bin/dibs
+644 /usr/lib/systemd/system/dibs.service
+644 /etc/dibs/dibs.toml
+644 /usr/share/bash-completion/completions/dibs
+644 /usr/share/zsh/vendor-completions/_dibs
+644 /usr/share/fish/vendor_completions.d/dibs.fish
+644 /usr/share/man/man1/dibs.1.gz
+644 /usr/share/man/man1/dibs-agent.1.gz
+644 /usr/share/man/man1/dibs-claim.1.gz
+644 /usr/share/doc/dibs/LICENSE
+644 /usr/share/doc/dibs/examples/dibs.toml
+FILES
+[ "$(stat -c '%a %U' /etc/dibs)" = "755 root" ] || fail "/etc/dibs is $(stat -c '%a %U' /etc/dibs), want 755 root"
+dpkg-query -W -f='${Conffiles}\n' dibs | grep -q '/etc/dibs/dibs.toml' || fail "/etc/dibs/dibs.toml is not a conffile"
+grep -q '^ExecStart=/usr/bin/dibs agent --config /etc/dibs/dibs.toml$' /usr/lib/systemd/system/dibs.service || fail "the unit does not run /usr/bin/dibs agent"
+[ ! -e /etc/systemd/system/multi-user.target.wants/dibs.service ] || fail "installing enabled the agent"
+if command -v systemd-analyze >/dev/null; then
+	systemd-analyze verify /usr/lib/systemd/system/dibs.service || fail "systemd-analyze verify rejects the unit"
+fi
+
+# Man pages and completions work.
+pages=$(ls /usr/share/man/man1/dibs*.1.gz | wc -l)
+[ "$pages" -ge 20 ] || fail "only $pages man pages"
+zcat /usr/share/man/man1/dibs-agent.1.gz | grep -q "dibs $version" || fail "dibs-agent.1 does not name release $version"
+if command -v man >/dev/null; then
+	man -l /usr/share/man/man1/dibs-agent.1.gz 2>/dev/null | grep -q "cluster-key-file" || fail "man dibs-agent does not render the agent's flags"
+fi
+bash -c 'source /usr/share/bash-completion/completions/dibs && complete -p dibs' | grep -q __start_dibs || fail "bash completion does not load"
+
+# The packaged config is valid, and without the key the agent refuses, says
+# how to make one, and exits 78 (which the unit does not restart on).
+dibs config check /etc/dibs/dibs.toml
+if [ ! -e /etc/dibs/cluster.key ]; then
+	set +e
+	timeout 20 dibs agent --config /etc/dibs/dibs.toml --sim 1xL40S --data-dir "$tmp/data" --socket "$tmp/dibs.sock" 2>"$tmp/agent.err"
+	code=$?
+	set -e
+	[ "$code" = 78 ] && grep -q "dibs keygen /etc/dibs/cluster.key" "$tmp/agent.err" ||
+		fail "agent without a key: exit $code, $(cat "$tmp/agent.err"); want 78 and the keygen step"
+fi
+
+# An upgrade (here: the same package again) keeps a locally edited config.
+echo "# edited on this node" >>/etc/dibs/dibs.toml
+dpkg -i "$deb" >/dev/null
+tail -1 /etc/dibs/dibs.toml | grep -q "edited on this node" || fail "reinstalling replaced the edited /etc/dibs/dibs.toml"
+
+dpkg -P dibs >/dev/null
+[ ! -e /usr/bin/dibs ] && [ ! -e /etc/dibs/dibs.toml ] || fail "purge left /usr/bin/dibs or /etc/dibs/dibs.toml"
+echo "check-deb: dibs $version deb installs, runs, keeps its config and purges cleanly"

@@ -1,0 +1,30 @@
+#!/bin/sh
+# dibs package: after install or upgrade (deb: configure [OLD]; rpm: 1 | 2).
+# Enables and starts nothing: the agent needs the cluster key first. On an
+# upgrade, an agent that was running is restarted onto the new binary; users'
+# tmux sessions survive it (KillMode=process).
+set -e
+
+upgrade=
+case "$1" in
+configure) [ -n "$2" ] && upgrade=1 ;; # deb: $2 is the version replaced
+1) ;;                                  # rpm: first install
+[0-9]*) upgrade=1 ;;                   # rpm: 2 or more installed = upgrade
+esac
+
+if [ -d /run/systemd/system ]; then
+	systemctl daemon-reload || true
+	if [ -n "$upgrade" ]; then
+		systemctl try-restart dibs.service || true
+	fi
+fi
+
+if [ -z "$upgrade" ] && [ ! -e /etc/dibs/cluster.key ]; then
+	cat <<'MSG'
+dibs is installed; no agent runs yet. To start one on this node:
+  1. once, on one node:  dibs keygen /etc/dibs/cluster.key
+     then copy /etc/dibs/cluster.key to every node (mode 0600)
+  2. edit /etc/dibs/dibs.toml ([cluster] join), then:  systemctl enable --now dibs
+MSG
+fi
+exit 0
