@@ -350,3 +350,7 @@ func (a *Agent) shutdown(graceful bool) error {
 	a.deps.Probe.Close()
 	return err
 }
+
+// Peers is the agent's end of the protocol between agents, for tests that
+// speak to other nodes as a peer holding the cluster key would.
+func (a *Agent) Peers() *peer.Mux { return a.peers }

@@ -21,7 +21,7 @@ type Progress struct {
 // Progress reads the view's leases and ended runs. An attempt that already
 // ran somewhere counts as started even when its lease is gone before its
 // origin's "running" mark arrives.
-func (v *ClusterView) Progress() Progress {
+func (v ClusterView) Progress() Progress {
 	p := Progress{Started: map[string]string{}, Reserving: map[string]bool{}}
 	for i := range v.Nodes {
 		n := &v.Nodes[i]
@@ -93,7 +93,7 @@ func Hold(nodes []SchedNode, inflight []InFlight) {
 // whose origin has not heard (to be told again, never started twice). An
 // entry is started only while its origin, its source of truth, is alive to
 // hear that it runs.
-func (v *ClusterView) Waiting(p Progress) (waiting, retell []QueueEntry) {
+func (v ClusterView) Waiting(p Progress) (waiting, retell []QueueEntry) {
 	for _, e := range v.Entries() {
 		if e.Running {
 			continue
@@ -143,7 +143,7 @@ type RunVerdict struct {
 // been down for lostAfter counts as lost: its rank failed, and the entry
 // finishes (and requeues, if it asked) without waiting for that node to
 // return.
-func (v *ClusterView) JudgeRunning(e QueueEntry, lostAfter time.Duration) RunVerdict {
+func (v ClusterView) JudgeRunning(e QueueEntry, lostAfter time.Duration) RunVerdict {
 	key := e.Key()
 	interactive := e.Job == nil || len(e.Job.Command) == 0
 	var out RunVerdict
@@ -282,7 +282,7 @@ func SessionName(id string) string {
 // to another attempt. They appear when a rank's node comes back after its
 // gang was given up; the origin stops them, so no rank of a past attempt
 // keeps running.
-func (v *ClusterView) Orphans(origin string, entries map[string]QueueEntry) []Lease {
+func (v ClusterView) Orphans(origin string, entries map[string]QueueEntry) []Lease {
 	var out []Lease
 	for i := range v.Nodes {
 		n := &v.Nodes[i]

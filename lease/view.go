@@ -83,7 +83,7 @@ func NewClusterView(self NodeView, peers []NodeView, now time.Time) ClusterView 
 }
 
 // Node returns the named node.
-func (v *ClusterView) Node(name string) (*NodeView, bool) {
+func (v ClusterView) Node(name string) (*NodeView, bool) {
 	for i := range v.Nodes {
 		if v.Nodes[i].Name == name {
 			return &v.Nodes[i], true
@@ -93,13 +93,13 @@ func (v *ClusterView) Node(name string) (*NodeView, bool) {
 }
 
 // Local is this agent's own node.
-func (v *ClusterView) Local() *NodeView {
+func (v ClusterView) Local() *NodeView {
 	n, _ := v.Node(v.Self)
 	return n
 }
 
 // Leases lists every lease the view knows, node by node.
-func (v *ClusterView) Leases() []Lease {
+func (v ClusterView) Leases() []Lease {
 	var out []Lease
 	for i := range v.Nodes {
 		out = append(out, v.Nodes[i].Leases...)
@@ -108,7 +108,7 @@ func (v *ClusterView) Leases() []Lease {
 }
 
 // FindLease returns the lease with id, wherever it lives.
-func (v *ClusterView) FindLease(id string) (Lease, bool) {
+func (v ClusterView) FindLease(id string) (Lease, bool) {
 	node, ok := NodeOfID(id)
 	if !ok {
 		return Lease{}, false
@@ -126,7 +126,7 @@ func (v *ClusterView) FindLease(id string) (Lease, bool) {
 }
 
 // Entries is the cluster's queue: every node's own entries.
-func (v *ClusterView) Entries() []QueueEntry {
+func (v ClusterView) Entries() []QueueEntry {
 	var out []QueueEntry
 	for i := range v.Nodes {
 		out = append(out, v.Nodes[i].Queue...)
@@ -137,7 +137,7 @@ func (v *ClusterView) Entries() []QueueEntry {
 // Scheduler names the agent that runs the scheduler: the lowest-named live
 // member that has said what it holds. Every agent computes it from the same
 // membership, so exactly one schedules once membership agrees.
-func (v *ClusterView) Scheduler() string {
+func (v ClusterView) Scheduler() string {
 	for i := range v.Nodes {
 		if v.Nodes[i].Alive() {
 			return v.Nodes[i].Name
@@ -147,7 +147,7 @@ func (v *ClusterView) Scheduler() string {
 }
 
 // SchedNodes is the cluster as the scheduler's rules read it.
-func (v *ClusterView) SchedNodes() []SchedNode {
+func (v ClusterView) SchedNodes() []SchedNode {
 	out := make([]SchedNode, 0, len(v.Nodes))
 	for i := range v.Nodes {
 		n := &v.Nodes[i]
@@ -157,7 +157,7 @@ func (v *ClusterView) SchedNodes() []SchedNode {
 }
 
 // Candidates are the live nodes a claim with no node named may land on.
-func (v *ClusterView) Candidates() []Candidate {
+func (v ClusterView) Candidates() []Candidate {
 	var out []Candidate
 	for i := range v.Nodes {
 		n := &v.Nodes[i]
@@ -169,7 +169,7 @@ func (v *ClusterView) Candidates() []Candidate {
 }
 
 // Usage sums every node's published decayed usage.
-func (v *ClusterView) Usage() Usage {
+func (v ClusterView) Usage() Usage {
 	out := Usage{}
 	for i := range v.Nodes {
 		for u, s := range v.Nodes[i].Usage {
@@ -182,7 +182,7 @@ func (v *ClusterView) Usage() Usage {
 // Borrows reports whether n more GPUs take user beyond their quota, counting
 // what they (and their group) hold cluster-wide: the one rule for a direct
 // claim and a scheduled start.
-func (v *ClusterView) Borrows(cfg SchedConfig, user string, n int) bool {
+func (v ClusterView) Borrows(cfg SchedConfig, user string, n int) bool {
 	if len(cfg.Quotas) == 0 && len(cfg.GroupQuotas) == 0 {
 		return false
 	}

@@ -73,6 +73,16 @@ func (s *Service) registerPeerOps() {
 		}
 		return peer.Empty{}, nil
 	})
+	peer.Handle(m, peer.Refused, func(ctx context.Context, from string, who peer.Actor, r peer.RefusedRequest) (peer.Empty, error) {
+		if !who.System {
+			return peer.Empty{}, &lease.Error{Code: lease.CodeForbidden, Msg: "only the scheduler reports a refused start"}
+		}
+		if e, ok := s.deps.Origin.Refuse(r.Key); ok {
+			s.TellUser(e.UID, fmt.Sprintf("%s cannot run: %s refused it: %s", e.ID, r.Node, r.Reason))
+			s.deps.Kick()
+		}
+		return peer.Empty{}, nil
+	})
 	peer.Handle(m, peer.Preempt, func(ctx context.Context, from string, who peer.Actor, r peer.PreemptRequest) (peer.Empty, error) {
 		if !who.System {
 			return peer.Empty{}, &lease.Error{Code: lease.CodeForbidden, Msg: "only the cluster preempts a lease"}

@@ -154,7 +154,7 @@ func (n *Node) sessionUser(c lease.Caller) (launch.User, error) {
 	}
 	u, err := n.deps.Accounts.ByUID(c.UID)
 	if err != nil {
-		return launch.User{}, fmt.Errorf("look up uid %d: %w", c.UID, err)
+		return launch.User{}, &lease.Error{Code: lease.CodeForbidden, Msg: fmt.Sprintf("uid %d has no account on %s, so no session can run as it: ask whoever runs the node to create the account", c.UID, n.cfg.Name)}
 	}
 	return u, nil
 }

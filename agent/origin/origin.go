@@ -200,6 +200,35 @@ func (o *Origin) MarkStarted(key string) (lease.QueueEntry, bool) {
 	return e, true
 }
 
+// Refuse drops a waiting entry whose attempt a node refused for good (no
+// account there, a command it cannot run). ok is false when the attempt is
+// not this entry's waiting one.
+func (o *Origin) Refuse(key string) (lease.QueueEntry, bool) {
+	o.mu.Lock()
+	var e lease.QueueEntry
+	found := false
+	for _, x := range o.entries {
+		if x.Key() == key && !x.Running {
+			e, found = x, true
+		}
+	}
+	if !found {
+		o.mu.Unlock()
+		return lease.QueueEntry{}, false
+	}
+	if err := o.deps.Store.DeleteEntry(e.ID); err != nil {
+		o.mu.Unlock()
+		o.deps.Log.Error("drop a refused entry", "entry", e.ID, "err", err)
+		return lease.QueueEntry{}, false
+	}
+	delete(o.entries, e.ID)
+	o.publishLocked()
+	o.mu.Unlock()
+	o.deps.Log.Info("dropped a queued entry a node refused", "entry", e.ID)
+	o.deps.QueueChanged()
+	return e, true
+}
+
 // Finish ends an attempt: the entry goes back in the queue for another one
 // when it failed and asked for that (requeued), else it is gone. ok is
 // false when the attempt was not this entry's running one (someone else

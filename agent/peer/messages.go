@@ -29,7 +29,29 @@ var (
 	Cancel = Endpoint[CancelRequest, Empty]{Name: "cancel"}
 	// Usage reads a node's ledger: GPU-seconds per user since a time.
 	Usage = Endpoint[UsageRequest, UsageReply]{Name: "usage"}
+	// Refused tells an entry's origin that a node refused to start it for
+	// good (no account there, a command it cannot run), so the entry fails
+	// with the reason instead of blocking the queue.
+	Refused = Endpoint[RefusedRequest, Empty]{Name: "refused"}
 )
+
+// RefusedRequest names the attempt a node refused and why.
+type RefusedRequest struct {
+	Key    string `json:"key"`
+	Node   string `json:"node"`
+	Reason string `json:"reason"`
+}
+
+// Validate implements Message.
+func (r RefusedRequest) Validate() error {
+	if err := (StartedRequest{Key: r.Key}).Validate(); err != nil {
+		return err
+	}
+	if lease.ValidNodeName(r.Node) != nil || len(r.Reason) > 1024 {
+		return lease.Invalidf("bad refusal")
+	}
+	return lease.CheckText("reason", r.Reason)
+}
 
 // Run is the session a claim starts.
 type Run struct {

@@ -8,6 +8,7 @@ package sched
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -17,6 +18,7 @@ import (
 	"github.com/dibs-gpu/dibs/agent/clock"
 	"github.com/dibs-gpu/dibs/agent/peer"
 	"github.com/dibs-gpu/dibs/lease"
+	"github.com/dibs-gpu/dibs/lease/termsafe"
 )
 
 // Deps are what the scheduler reads and drives.
@@ -147,6 +149,7 @@ func (s *Scheduler) schedule(ctx context.Context, v lease.ClusterView) {
 				s.mu.Lock()
 				delete(s.inflight, key)
 				s.mu.Unlock()
+				s.refused(ctx, st, err)
 			}
 		})
 	}
@@ -213,7 +216,7 @@ func (s *Scheduler) start(ctx context.Context, st lease.Start) error {
 				}
 			}
 		}
-		return fmt.Errorf("reserve rank %d on %s: %w", i, st.Ranks[i].Node, err)
+		return &rankError{node: st.Ranks[i].Node, err: err}
 	}
 	hosts := make([]string, len(replies))
 	for i, r := range replies {
@@ -250,6 +253,36 @@ func (s *Scheduler) eachRank(ctx context.Context, st lease.Start, f func(int, le
 	wg.Wait()
 	return replies, errs
 }
+
+// refused tells the origin when a start failed for good: the node refused
+// the user or the job (forbidden, invalid), which no retry can change, so
+// the entry must not wait at the head of the queue forever.
+func (s *Scheduler) refused(ctx context.Context, st lease.Start, err error) {
+	code := lease.CodeOf(err)
+	if code != lease.CodeForbidden && code != lease.CodeInvalid {
+		return
+	}
+	node := st.Ranks[0].Node
+	var re *rankError
+	if errors.As(err, &re) {
+		node = re.node
+	}
+	if _, err := peer.Call(ctx, s.deps.Peers, st.Entry.Origin, peer.Refused, peer.System,
+		peer.RefusedRequest{Key: st.Entry.Key(), Node: node, Reason: termsafe.String(oneLine(err.Error()))}); err != nil {
+		s.deps.Log.Warn("tell the origin a start was refused", "entry", st.Entry.ID, "err", err)
+	}
+}
+
+// rankError is a gang rank's refusal, naming its node.
+type rankError struct {
+	node string
+	err  error
+}
+
+func (e *rankError) Error() string { return fmt.Sprintf("reserve rank on %s: %v", e.node, e.err) }
+func (e *rankError) Unwrap() error { return e.err }
+
+func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }
 
 // notifyStarted tells the entry's origin that it runs.
 func (s *Scheduler) notifyStarted(ctx context.Context, e lease.QueueEntry) {

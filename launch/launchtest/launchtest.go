@@ -18,26 +18,24 @@ import (
 )
 
 // User creates a throwaway account with useradd (its home in a fresh
-// directory every user may enter), resolves it, and deletes it at cleanup.
-// It skips the test, saying why, unless it runs as root with useradd.
-func User(tb testing.TB) launch.User {
+// directory every user may enter), in the given supplementary groups,
+// resolves it, and deletes it at cleanup. It skips the test, saying why,
+// unless it runs as root with useradd.
+func User(tb testing.TB, groups ...string) launch.User {
 	tb.Helper()
-	if os.Geteuid() != 0 {
-		tb.Skip("needs root: creates a real user account with useradd")
-	}
-	if _, err := exec.LookPath("useradd"); err != nil {
-		tb.Skip("needs useradd (Debian package passwd) to create a user account")
-	}
-	var b [4]byte
-	rand.Read(b[:])
-	name := "dibst" + hex.EncodeToString(b[:])
+	needRoot(tb)
+	name := randomName("dibst")
 	base, err := os.MkdirTemp("", "dibs-home-")
 	if err != nil {
 		tb.Fatal(err)
 	}
 	os.Chmod(base, 0o755)
 	home := filepath.Join(base, name)
-	out, err := exec.Command("useradd", "--create-home", "--home-dir", home, "--shell", "/bin/sh", "--user-group", name).CombinedOutput()
+	args := []string{"--create-home", "--home-dir", home, "--shell", "/bin/sh", "--user-group"}
+	if len(groups) > 0 {
+		args = append(args, "--groups", strings.Join(groups, ","))
+	}
+	out, err := exec.Command("useradd", append(args, name)...).CombinedOutput()
 	if err != nil {
 		os.RemoveAll(base)
 		tb.Fatalf("useradd %s: %v: %s", name, err, strings.TrimSpace(string(out)))
@@ -52,6 +50,35 @@ func User(tb testing.TB) launch.User {
 		tb.Fatalf("look up the new user %s: %v", name, err)
 	}
 	return u
+}
+
+// Group creates a throwaway group (an admin group, say) and deletes it at
+// cleanup.
+func Group(tb testing.TB) string {
+	tb.Helper()
+	needRoot(tb)
+	name := randomName("dibsg")
+	if out, err := exec.Command("groupadd", name).CombinedOutput(); err != nil {
+		tb.Fatalf("groupadd %s: %v: %s", name, err, strings.TrimSpace(string(out)))
+	}
+	tb.Cleanup(func() { exec.Command("groupdel", name).Run() })
+	return name
+}
+
+func needRoot(tb testing.TB) {
+	tb.Helper()
+	if os.Geteuid() != 0 {
+		tb.Skip("needs root: creates real user accounts and groups with useradd")
+	}
+	if _, err := exec.LookPath("useradd"); err != nil {
+		tb.Skip("needs useradd (Debian package passwd) to create a user account")
+	}
+}
+
+func randomName(prefix string) string {
+	var b [4]byte
+	rand.Read(b[:])
+	return prefix + hex.EncodeToString(b[:])
 }
 
 // Run runs argv as u (uid, gid and groups set, a clean environment with
