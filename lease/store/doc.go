@@ -46,10 +46,12 @@
 // reads only, and refuses it unless both header pages pass their checksum,
 // every page reachable from the newer one is in bounds, of the right type,
 // named by its own id, referenced once and in key order, every record passes
-// its checksum and decodes, and every bucket matches its sum. Only then does
-// bbolt open it. A refused file is named, with what to do: move it aside to
-// start empty, knowing its leases are lost. A damaged ledger (usage history)
-// does not stop the agent: Open warns and Ledger reports it.
+// its checksum and decodes (ledger records: checksum only), and every bucket
+// matches its sum. Only then does bbolt open it. A refused file is named,
+// with what to do: move it aside to start empty, knowing its leases are lost.
+// A damaged ledger (usage history) does not stop the agent: Open warns and
+// Ledger reports it. Open holds the file in memory while it checks it; with
+// 50 leases and a 20,000-entry ledger it takes about 30 ms (BenchmarkOpen).
 //
 // The freelist is not written (bbolt's NoFreelistSync): bbolt rebuilds it at
 // open from the pages in use, so no damaged freelist can hand a live page to

@@ -185,7 +185,7 @@ func (s *Bolt) check(dir string) error {
 		return s.fail(err)
 	}
 	if schema > 0 {
-		if _, err := readLedger(v, schema, time.Time{}); err != nil {
+		if err := checkLedger(v, schema); err != nil {
 			s.warn("the usage ledger in %s is damaged (%v): leases and the queue are whole and served, but usage and fair-share cannot be read; move the file aside once no leases are held to start it afresh", s.path, err)
 		}
 	}
