@@ -69,7 +69,7 @@ func readImage(data []byte) (*image, error) {
 		return nil, fmt.Errorf("the file is %d bytes but its header counts %d pages of %d: it was cut short", len(data), w.hwm, w.ps)
 	}
 	var top []kv
-	if _, err := w.tree(m.root, nil, nil, &top, true); err != nil {
+	if _, _, err := w.tree(m.root, nil, nil, &top, true); err != nil {
 		return nil, err
 	}
 	img := &image{txid: m.txid, buckets: make(map[string][]kv)}
@@ -83,8 +83,8 @@ func readImage(data []byte) (*image, error) {
 		var kvs []kv
 		var err error
 		if root := ne.Uint64(e.v); root != 0 {
-			_, err = w.tree(root, nil, nil, &kvs, false)
-		} else if _, err = w.node(e.v[bucketHdrSize:], false, nil, nil, &kvs, false); err != nil {
+			_, _, err = w.tree(root, nil, nil, &kvs, false)
+		} else if _, _, err = w.node(e.v[bucketHdrSize:], false, nil, nil, &kvs, false); err != nil {
 			err = fmt.Errorf("inline page: %w", err)
 		}
 		if err != nil {
@@ -171,38 +171,39 @@ func (w *walker) page(id uint64, flags ...uint16) ([]byte, error) {
 }
 
 // tree walks the subtree at id. Its keys must lie in [lo, hi) the way bbolt's
-// own check wants them: the first key of a page at or after the key that led
-// there, every later key after the largest key before it. It returns the
-// largest key in the subtree. On the top level (top) every element must be a
-// bucket and out gets their headers; below it none may be.
-func (w *walker) tree(id uint64, lo, hi []byte, out *[]kv, top bool) ([]byte, error) {
+// own check wants them, every key after the largest key before it. More than
+// that check, a branch element's key must be the first key of the page it
+// leads to: bbolt's writes rely on it (a changed child is found in its parent
+// by that key) and corrupt the file when it is not. It returns the first and
+// the largest key in the subtree. On the top level (top) every element must
+// be a bucket and out gets their headers; below it none may be.
+func (w *walker) tree(id uint64, lo, hi []byte, out *[]kv, top bool) (first, max []byte, err error) {
 	p, err := w.page(id, flagBranch, flagLeaf)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	max, err := w.node(p, ne.Uint16(p[8:]) == flagBranch, lo, hi, out, top)
+	first, max, err = w.node(p, ne.Uint16(p[8:]) == flagBranch, lo, hi, out, top)
 	if err != nil {
-		return nil, fmt.Errorf("page %d: %w", id, err)
+		return nil, nil, fmt.Errorf("page %d: %w", id, err)
 	}
-	return max, nil
+	return first, max, nil
 }
 
-func (w *walker) node(p []byte, branch bool, lo, hi []byte, out *[]kv, top bool) ([]byte, error) {
+func (w *walker) node(p []byte, branch bool, lo, hi []byte, out *[]kv, top bool) (first, max []byte, err error) {
 	if len(p) < pageHeaderSize {
-		return nil, errors.New("too short for a page header")
+		return nil, nil, errors.New("too short for a page header")
 	}
 	if !branch && ne.Uint16(p[8:]) != flagLeaf {
-		return nil, fmt.Errorf("type %#x, want a leaf", ne.Uint16(p[8:]))
+		return nil, nil, fmt.Errorf("type %#x, want a leaf", ne.Uint16(p[8:]))
 	}
 	count := uint64(ne.Uint16(p[10:]))
 	if pageHeaderSize+count*elementSize > uint64(len(p)) {
-		return nil, fmt.Errorf("%d elements do not fit in %d bytes", count, len(p))
+		return nil, nil, fmt.Errorf("%d elements do not fit in %d bytes", count, len(p))
 	}
 	if branch && count == 0 {
-		return nil, errors.New("a branch with no elements")
+		return nil, nil, errors.New("a branch with no elements")
 	}
 	prev := lo
-	var max []byte
 	for i := range count {
 		off := pageHeaderSize + i*elementSize
 		el := p[off : off+elementSize]
@@ -214,21 +215,27 @@ func (w *walker) node(p []byte, branch bool, lo, hi []byte, out *[]kv, top bool)
 		}
 		start := off + pos
 		if start+ksize+vsize > uint64(len(p)) {
-			return nil, fmt.Errorf("element %d runs past the page", i)
+			return nil, nil, fmt.Errorf("element %d runs past the page", i)
 		}
 		key := p[start : start+ksize]
+		if ksize == 0 {
+			return nil, nil, fmt.Errorf("element %d has an empty key", i)
+		}
 		if i == 0 && prev != nil && bytes.Compare(prev, key) > 0 || i > 0 && bytes.Compare(prev, key) >= 0 {
-			return nil, fmt.Errorf("element %d is out of key order", i)
+			return nil, nil, fmt.Errorf("element %d is out of key order", i)
 		}
 		if hi != nil && bytes.Compare(key, hi) >= 0 {
-			return nil, fmt.Errorf("element %d is past the key of the next page", i)
+			return nil, nil, fmt.Errorf("element %d is past the key of the next page", i)
+		}
+		if i == 0 {
+			first = key
 		}
 		if !branch {
 			if isBucket := ne.Uint32(el[0:])&flagBucket != 0; isBucket != top {
 				if top {
-					return nil, fmt.Errorf("a record %q outside any bucket", key)
+					return nil, nil, fmt.Errorf("a record %q outside any bucket", key)
 				}
-				return nil, fmt.Errorf("a bucket %q inside a bucket", key)
+				return nil, nil, fmt.Errorf("a bucket %q inside a bucket", key)
 			}
 			*out = append(*out, kv{k: key, v: p[start+ksize : start+ksize+vsize]})
 			prev, max = key, key
@@ -239,17 +246,20 @@ func (w *walker) node(p []byte, branch bool, lo, hi []byte, out *[]kv, top bool)
 			noff := pageHeaderSize + (i+1)*elementSize
 			np, nk := uint64(ne.Uint32(p[noff:])), uint64(ne.Uint32(p[noff+4:]))
 			if noff+np+nk > uint64(len(p)) {
-				return nil, fmt.Errorf("element %d runs past the page", i+1)
+				return nil, nil, fmt.Errorf("element %d runs past the page", i+1)
 			}
 			next = p[noff+np : noff+np+nk]
 		}
-		m, err := w.tree(ne.Uint64(el[8:]), key, next, out, top)
+		f, m, err := w.tree(ne.Uint64(el[8:]), key, next, out, top)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
+		}
+		if !bytes.Equal(f, key) {
+			return nil, nil, fmt.Errorf("element %d's key is not the first key of page %d", i, ne.Uint64(el[8:]))
 		}
 		prev, max = m, m
 	}
-	return max, nil
+	return first, max, nil
 }
 
 // freelist checks the list of free pages a file written with a synced
