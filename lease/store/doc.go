@@ -45,7 +45,9 @@
 // So Open reads the whole file itself, without bbolt and with bounds-checked
 // reads only, and refuses it unless both header pages pass their checksum,
 // every page reachable from the newer one is in bounds, of the right type,
-// named by its own id, referenced once and in key order, every record passes
+// named by its own id, referenced once and in key order, each branch key is
+// the first key of the page it leads to (bbolt's own check allows less, but
+// its writes corrupt the file without it), every record passes
 // its checksum and decodes (ledger records: checksum only), and every bucket
 // matches its sum. Only then does bbolt open it. A refused file is named,
 // with what to do: move it aside to start empty, knowing its leases are lost.

@@ -93,7 +93,7 @@ func Open(dir string) (*Bolt, error) {
 		}
 	}
 	db, err := openBolt(path, false)
-	if err != nil && statErr == nil && (errors.Is(err, syscall.EROFS) || errors.Is(err, syscall.EACCES)) {
+	if err != nil && statErr == nil && errors.Is(err, syscall.EROFS) {
 		// Serve what the file holds; every write says why it cannot.
 		if db, err = openBolt(path, true); err == nil {
 			s.warn("%s is on a read-only file system: dibs serves the leases it holds and refuses new ones; restart the agent once it can write there", path)
