@@ -34,7 +34,12 @@ func Ended(l Lease, end time.Time, reason, by string) LedgerEntry {
 
 // Store keeps a node's leases durable. Every method returns only after the
 // change is on disk (fsynced), so the agent may acknowledge once it returns.
-// Implementations are safe for concurrent use.
+// A write that returns an error must not be acknowledged; later reads do not
+// show it. An *Error with CodeUnavailable means the disk cannot take writes
+// now (full, read-only) while reads still work; any other error is the disk
+// failing or the file damaged. Implementations are safe for concurrent use.
+// lease/store is the bbolt one; lease/store/storetest is an in-memory one
+// with injectable faults, for tests.
 type Store interface {
 	// Load returns every lease and the highest token ever granted.
 	Load() (leases []Lease, lastToken uint64, err error)

@@ -1,12 +1,7 @@
-// Package store keeps a node's leases, fencing-token counter and usage ledger
-// in a bbolt file. bbolt fsyncs every committed transaction, which is what
-// "durable before acknowledged" needs; the file's lock is what stops a second
-// agent on the same data dir.
 package store
 
 import (
 	"encoding/binary"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -18,6 +13,7 @@ import (
 	"time"
 
 	"go.etcd.io/bbolt"
+	berrors "go.etcd.io/bbolt/errors"
 
 	"github.com/dibs-gpu/dibs/lease"
 )
@@ -32,7 +28,8 @@ var (
 	keySchema    = []byte("schema")
 )
 
-const schemaVersion = 1
+// schemaVersion is the layout this dibs writes; schema 1 it reads and upgrades.
+const schemaVersion = 2
 
 // FileName is the bbolt file inside the data dir.
 const FileName = "dibs.db"
@@ -43,43 +40,69 @@ const pidFileName = "agent.pid"
 
 // Bolt is a lease.Store on one bbolt file.
 type Bolt struct {
-	db      *bbolt.DB
-	path    string
-	pidPath string
+	db       *bbolt.DB
+	path     string
+	pidPath  string
+	warnings []string
 }
 
 var _ lease.Store = (*Bolt)(nil)
 
+// DamagedError is a store that failed its checks: a record whose checksum
+// fails, a bucket that does not add up, a page bbolt cannot trust. Starting
+// anyway would hand out GPUs that are held, so the agent stops and says so.
+type DamagedError struct {
+	Path string
+	Err  error
+}
+
+func (e *DamagedError) Error() string {
+	return fmt.Sprintf("lease store %s is damaged (%v): move it aside to start empty, knowing its leases are lost", e.Path, e.Err)
+}
+
+func (e *DamagedError) Unwrap() error { return e.Err }
+
+// versionError is a file of a schema this dibs does not read.
+type versionError struct{ got uint64 }
+
+func (e versionError) Error() string {
+	return fmt.Sprintf("schema version %d, this dibs reads %d: it was written by another version of dibs; run that one, or move the file aside to start empty", e.got, schemaVersion)
+}
+
 // Open opens (creating if needed) the store in dir. It fails fast, naming the
-// holder, when another agent has the file, and refuses a file it cannot read
-// rather than starting empty.
+// holder, when another agent has the file, and refuses a file that fails its
+// checks rather than starting empty. Warnings says what it let pass.
 func Open(dir string) (*Bolt, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("create data dir %s: %w", dir, err)
 	}
 	path := filepath.Join(dir, FileName)
 	pidPath := filepath.Join(dir, pidFileName)
+	s := &Bolt{path: path, pidPath: pidPath}
 	// bbolt takes an empty file for a new database. Open creates the file
 	// and writes its first pages at once, so an empty one was emptied by
 	// something else (a failed copy, a restore, a full disk): refuse it
 	// rather than start with no leases.
-	if fi, err := os.Stat(path); err == nil && fi.Size() == 0 {
+	fi, statErr := os.Stat(path)
+	if statErr == nil && fi.Size() == 0 {
 		return nil, fmt.Errorf("lease store %s is empty (0 bytes), so its leases are lost: move it aside to start empty", path)
 	}
-	db, err := openBolt(path)
-	if err != nil {
-		if errors.Is(err, bbolt.ErrTimeout) {
-			holder := "another process"
-			if b, rerr := os.ReadFile(pidPath); rerr == nil {
-				if pid := strings.TrimSpace(string(b)); pid != "" {
-					holder = "another dibs agent (pid " + pid + ")"
-				}
-			}
-			return nil, fmt.Errorf("data dir %s is in use by %s: stop it first, or give this agent its own --data-dir", dir, holder)
+	if statErr == nil {
+		if err := s.check(dir); err != nil {
+			return nil, err
 		}
-		return nil, fmt.Errorf("open lease store %s: %w (the file may be corrupt: move it aside to start empty, knowing its leases are lost)", path, err)
 	}
-	s := &Bolt{db: db, path: path, pidPath: pidPath}
+	db, err := openBolt(path, false)
+	if err != nil && statErr == nil && errors.Is(err, syscall.EROFS) {
+		// Serve what the file holds; every write says why it cannot.
+		if db, err = openBolt(path, true); err == nil {
+			s.warn("%s is on a read-only file system: dibs serves the leases it holds and refuses new ones; restart the agent once it can write there", path)
+		}
+	}
+	if err != nil {
+		return nil, s.openError(dir, err)
+	}
+	s.db = db
 	if err := s.init(); err != nil {
 		db.Close()
 		return nil, err
@@ -93,8 +116,25 @@ func Open(dir string) (*Bolt, error) {
 	return s, nil
 }
 
+// openError says why bbolt would not open the file.
+func (s *Bolt) openError(dir string, err error) error {
+	switch {
+	case errors.Is(err, bbolt.ErrTimeout):
+		holder := "another process"
+		if b, rerr := os.ReadFile(s.pidPath); rerr == nil {
+			if pid := strings.TrimSpace(string(b)); pid != "" {
+				holder = "another dibs agent (pid " + pid + ")"
+			}
+		}
+		return fmt.Errorf("data dir %s is in use by %s: stop it first, or give this agent its own --data-dir", dir, holder)
+	case errors.Is(err, syscall.EROFS):
+		return fmt.Errorf("create lease store %s: the file system is read-only: give the agent a writable --data-dir", s.path)
+	}
+	return fmt.Errorf("open lease store %s: %w (the file may be corrupt: move it aside to start empty, knowing its leases are lost)", s.path, err)
+}
+
 // openBolt opens the file, turning bbolt's panics on a damaged file into errors.
-func openBolt(path string) (db *bbolt.DB, err error) {
+func openBolt(path string, readOnly bool) (db *bbolt.DB, err error) {
 	// A damaged file can point bbolt at pages past its end, which the mmap
 	// turns into SIGBUS: make that a panic this goroutine can recover.
 	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
@@ -106,59 +146,168 @@ func openBolt(path string) (db *bbolt.DB, err error) {
 			err = fmt.Errorf("damaged database: %v", r)
 		}
 	}()
-	return bbolt.Open(path, 0o600, &bbolt.Options{Timeout: 300 * time.Millisecond})
+	return bbolt.Open(path, 0o600, &bbolt.Options{
+		Timeout:  300 * time.Millisecond,
+		ReadOnly: readOnly,
+		// bbolt rebuilds the freelist from the pages in use at open,
+		// so no damaged freelist page can hand a live page to a write.
+		NoFreelistSync: true,
+	})
 }
 
-func (s *Bolt) init() (err error) {
-	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
-	defer func() {
-		if r := recover(); r != nil {
-			err = fmt.Errorf("lease store %s is damaged (%v): move it aside to start empty, knowing its leases are lost", s.path, r)
-		}
-	}()
-	// Write only when the file is new: an agent restarted on a full or
-	// read-only disk must still come up and serve the leases it holds.
-	ready := false
-	err = s.db.View(func(tx *bbolt.Tx) error {
-		for _, b := range [][]byte{bucketLeases, bucketMeta, bucketLedger, bucketQueue} {
-			if tx.Bucket(b) == nil {
-				return nil
-			}
-		}
-		v := tx.Bucket(bucketMeta).Get(keySchema)
-		ready = len(v) == 8 && binary.BigEndian.Uint64(v) == schemaVersion
-		return nil
-	})
-	if err == nil && !ready {
-		err = s.db.Update(s.create)
+// check reads the whole file under a shared lock (no agent is writing it) and
+// refuses it unless it passes every check the package doc lists.
+func (s *Bolt) check(dir string) error {
+	db, err := openBolt(s.path, true)
+	if err != nil {
+		return s.openError(dir, err)
+	}
+	defer db.Close()
+	data, err := os.ReadFile(s.path)
+	if err != nil {
+		return fmt.Errorf("read lease store %s: %w", s.path, err)
+	}
+	img, err := readImage(data)
+	if err != nil {
+		return &DamagedError{Path: s.path, Err: err}
+	}
+	v := imageView{img}
+	schema, err := schemaOf(v)
+	if err == nil && schema == 0 && img.txid > 1 {
+		// A new file holds no buckets, and neither does one whose only
+		// page of bucket names lost its count.
+		err = fmt.Errorf("it holds no buckets, yet %d changes were written to it", img.txid-1)
+	}
+	if err == nil && schema > 0 {
+		err = checkAll(v, schema)
 	}
 	if err != nil {
-		return fmt.Errorf("lease store %s: %w", s.path, s.explain(err))
+		return s.fail(err)
 	}
-	// Read everything once so a damaged record stops the start, not a claim later.
-	if _, _, err := s.Load(); err != nil {
-		return err
+	if schema > 0 {
+		if err := checkLedger(v, schema); err != nil {
+			s.warn("the usage ledger in %s is damaged (%v): leases and the queue are whole and served, but usage and fair-share cannot be read; move the file aside once no leases are held to start it afresh", s.path, err)
+		}
 	}
 	return nil
 }
 
-// create makes the buckets and stamps the schema of a new file, and refuses a
-// file of another schema.
-func (s *Bolt) create(tx *bbolt.Tx) error {
+// fail turns a reader's error into what Open, Load and the rest return.
+func (s *Bolt) fail(err error) error {
+	var ve versionError
+	if errors.As(err, &ve) {
+		return fmt.Errorf("lease store %s: %w", s.path, err)
+	}
+	return &DamagedError{Path: s.path, Err: err}
+}
+
+func (s *Bolt) warn(format string, args ...any) {
+	s.warnings = append(s.warnings, fmt.Sprintf(format, args...))
+}
+
+// Warnings are what Open let pass that a person should hear about: a file
+// still in the old format because the upgrade could not be written, a
+// read-only disk, a damaged usage ledger. Each is one line saying what to do.
+func (s *Bolt) Warnings() []string { return s.warnings }
+
+// init makes the buckets of a new file, or upgrades a schema-1 file.
+func (s *Bolt) init() error {
+	var schema int
+	if err := s.read(func(v view, n int) error { schema = n; return nil }); err != nil {
+		return err
+	}
+	switch schema {
+	case 0:
+		if err := s.db.Update(create); err != nil {
+			return fmt.Errorf("create lease store %s: %w", s.path, s.explain(err))
+		}
+	case 1:
+		// Upgrade in one transaction. A disk that cannot take it must not
+		// keep the agent from serving the leases it holds: the next write
+		// that succeeds upgrades the file first, in its own transaction.
+		if s.db.IsReadOnly() {
+			s.warn("lease store %s is still in the old format, without checksums: it is upgraded when the agent starts with the file system writable", s.path)
+		} else if err := s.db.Update(migrate); err != nil {
+			s.warn("lease store %s is still in the old format, without checksums: upgrading it failed (%v); dibs serves its leases and upgrades it with the next change it can write", s.path, s.explain(err))
+		}
+	}
+	return nil
+}
+
+// create makes the buckets of a new file and stamps its schema.
+func create(tx *bbolt.Tx) error {
 	for _, b := range [][]byte{bucketLeases, bucketMeta, bucketLedger, bucketQueue} {
-		if _, err := tx.CreateBucketIfNotExists(b); err != nil {
+		if _, err := tx.CreateBucket(b); err != nil {
 			return err
 		}
 	}
-	meta := tx.Bucket(bucketMeta)
-	if v := meta.Get(keySchema); v != nil {
-		if len(v) != 8 || binary.BigEndian.Uint64(v) != schemaVersion {
-			return fmt.Errorf("schema version %x, this dibs reads %d: it was written by another version of dibs; run that one, or move the file aside to start empty", v, schemaVersion)
-		}
-		return nil
+	w := &writer{tx: tx, sums: map[string]*digest{}}
+	for _, b := range [][]byte{bucketLeases, bucketLedger, bucketQueue} {
+		w.sums[string(b)] = &digest{}
 	}
-	return meta.Put(keySchema, u64(schemaVersion))
+	for _, k := range [][]byte{keyToken, keyQueueSeq} {
+		if err := w.setU64(k, 0); err != nil {
+			return err
+		}
+	}
+	if err := w.setU64(keySchema, schemaVersion); err != nil {
+		return err
+	}
+	return w.flush()
 }
+
+// migrate upgrades a schema-1 file: every record keeps its JSON (the record
+// types here have schema 1's tags) and gains the version byte and its
+// checksum; the counters gain theirs; the buckets gain their sums.
+func migrate(tx *bbolt.Tx) error {
+	v := txView{tx}
+	token, err := readU64(v, 1, keyToken, "token counter")
+	if err != nil {
+		return damage{err}
+	}
+	seq, err := readU64(v, 1, keyQueueSeq, "queue sequence")
+	if err != nil {
+		return damage{err}
+	}
+	if _, err := tx.CreateBucketIfNotExists(bucketQueue); err != nil {
+		return err
+	}
+	w := &writer{tx: tx, sums: map[string]*digest{}}
+	for _, name := range [][]byte{bucketLeases, bucketQueue, bucketLedger} {
+		b := tx.Bucket(name)
+		var recs []kv
+		err := b.ForEach(func(k, v []byte) error {
+			if v == nil {
+				return damage{fmt.Errorf("a bucket %q inside bucket %s", k, name)}
+			}
+			recs = append(recs, kv{k: clone(k), v: append([]byte{recordVersion}, v...)})
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		d := &digest{}
+		w.sums[string(name)] = d
+		for _, r := range recs {
+			sealed := seal(name, r.k, r.v)
+			d.add(binary.BigEndian.Uint32(sealed[len(sealed)-sumSize:]))
+			if err := b.Put(r.k, sealed); err != nil {
+				return err
+			}
+		}
+	}
+	for _, c := range []struct {
+		key []byte
+		n   uint64
+	}{{keyToken, token}, {keyQueueSeq, seq}, {keySchema, schemaVersion}} {
+		if err := w.setU64(c.key, c.n); err != nil {
+			return err
+		}
+	}
+	return w.flush()
+}
+
+func clone(b []byte) []byte { return append([]byte(nil), b...) }
 
 func u64(v uint64) []byte {
 	b := make([]byte, 8)
@@ -169,106 +318,194 @@ func u64(v uint64) []byte {
 // Path is the bbolt file, for messages.
 func (s *Bolt) Path() string { return s.path }
 
-// Load implements lease.Store.
-func (s *Bolt) Load() (leases []lease.Lease, lastToken uint64, err error) {
+// read runs fn on a snapshot of the file, turning damage (and a damaged page
+// under a live mapping, which faults) into a DamagedError naming the file.
+func (s *Bolt) read(fn func(v view, schema int) error) (err error) {
 	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
 	defer func() {
 		if r := recover(); r != nil {
-			err = fmt.Errorf("lease store %s is damaged (%v): move it aside to start empty, knowing its leases are lost", s.path, r)
+			err = &DamagedError{Path: s.path, Err: fmt.Errorf("%v", r)}
 		}
 	}()
+	var inner error
 	err = s.db.View(func(tx *bbolt.Tx) error {
-		if v := tx.Bucket(bucketMeta).Get(keyToken); v != nil {
-			if len(v) != 8 {
-				return fmt.Errorf("token counter is %d bytes, want 8", len(v))
-			}
-			lastToken = binary.BigEndian.Uint64(v)
+		v := txView{tx}
+		schema, err := schemaOf(v)
+		if err == nil {
+			err = fn(v, schema)
 		}
-		return tx.Bucket(bucketLeases).ForEach(func(k, v []byte) error {
-			var l lease.Lease
-			if err := json.Unmarshal(v, &l); err != nil {
-				return fmt.Errorf("lease %q: %w", k, err)
+		inner = err
+		return err
+	})
+	if err != nil && err == inner {
+		return s.fail(err)
+	}
+	if err != nil {
+		return fmt.Errorf("read lease store %s: %w", s.path, err)
+	}
+	return nil
+}
+
+// update runs fn in one write transaction, upgrading a schema-1 file first,
+// and writes the buckets' sums with it. op names the change for errors.
+func (s *Bolt) update(op string, fn func(w *writer) error) error {
+	err := s.db.Update(func(tx *bbolt.Tx) error {
+		schema, err := schemaOf(txView{tx})
+		switch {
+		case err != nil:
+			return damage{err}
+		case schema == 0:
+			return damage{errors.New("it holds no buckets")}
+		case schema == 1:
+			if err := migrate(tx); err != nil {
+				return err
 			}
-			if l.ID != string(k) || len(l.GPUs) == 0 {
-				return fmt.Errorf("lease %q: record does not match its key", k)
-			}
-			leases = append(leases, l)
-			return nil
-		})
+		}
+		w := &writer{tx: tx, sums: map[string]*digest{}}
+		if err := fn(w); err != nil {
+			return err
+		}
+		return w.flush()
+	})
+	if err == nil {
+		return nil
+	}
+	var d damage
+	if errors.As(err, &d) {
+		err = s.fail(d.error)
+	} else {
+		err = s.explain(err)
+	}
+	return fmt.Errorf("%s: %w", op, err)
+}
+
+// Load implements lease.Store.
+func (s *Bolt) Load() (leases []lease.Lease, lastToken uint64, err error) {
+	err = s.read(func(v view, schema int) error {
+		if lastToken, err = readU64(v, schema, keyToken, "token counter"); err != nil {
+			return err
+		}
+		leases, err = readLeases(v, schema)
+		return err
 	})
 	if err != nil {
-		return nil, 0, fmt.Errorf("read lease store %s: %w (move the file aside to start empty, knowing its leases are lost)", s.path, err)
+		return nil, 0, err
 	}
 	return leases, lastToken, nil
 }
 
 // Put implements lease.Store.
 func (s *Bolt) Put(l lease.Lease) error {
-	v, err := json.Marshal(l)
+	op := "save lease " + l.ID
+	if err := validLease(l); err != nil {
+		return fmt.Errorf("%s: %w", op, err)
+	}
+	b, err := body(leaseToRecord(l))
 	if err != nil {
 		return fmt.Errorf("encode lease %s: %w", l.ID, err)
 	}
-	err = s.db.Update(func(tx *bbolt.Tx) error {
-		meta := tx.Bucket(bucketMeta)
-		var last uint64
-		if cur := meta.Get(keyToken); len(cur) == 8 {
-			last = binary.BigEndian.Uint64(cur)
+	return s.update(op, func(w *writer) error {
+		last, err := w.u64(keyToken, "token counter")
+		if err != nil {
+			return err
 		}
 		if l.Token > last {
-			if err := meta.Put(keyToken, u64(l.Token)); err != nil {
+			if err := w.setU64(keyToken, l.Token); err != nil {
 				return err
 			}
 		}
-		return tx.Bucket(bucketLeases).Put([]byte(l.ID), v)
+		return w.put(bucketLeases, []byte(l.ID), b)
 	})
-	if err != nil {
-		return fmt.Errorf("save lease %s: %w", l.ID, s.explain(err))
+}
+
+// validLease refuses what Load would refuse to read back.
+func validLease(l lease.Lease) error {
+	if l.ID == "" || len(l.GPUs) == 0 {
+		return errors.New("a lease needs an id and at least one GPU")
 	}
 	return nil
 }
 
 // End implements lease.Store.
 func (s *Bolt) End(id string, e lease.LedgerEntry) error {
-	v, err := json.Marshal(e)
+	b, err := body(ledgerToRecord(e))
 	if err != nil {
 		return fmt.Errorf("encode ledger entry %s: %w", id, err)
 	}
-	err = s.db.Update(func(tx *bbolt.Tx) error {
-		if err := tx.Bucket(bucketLeases).Delete([]byte(id)); err != nil {
+	return s.update("end lease "+id, func(w *writer) error {
+		if err := w.delete(bucketLeases, []byte(id)); err != nil {
 			return err
 		}
-		led := tx.Bucket(bucketLedger)
-		seq, err := led.NextSequence()
-		if err != nil {
-			return err
+		// The next key follows the last one, not bbolt's bucket sequence:
+		// that lives in a page header no checksum covers, and a damaged
+		// one would overwrite old entries.
+		next := uint64(1)
+		if k, _ := w.tx.Bucket(bucketLedger).Cursor().Last(); k != nil {
+			if len(k) != 8 {
+				return damage{fmt.Errorf("ledger key %x is not 8 bytes", k)}
+			}
+			next = binary.BigEndian.Uint64(k) + 1
 		}
-		return led.Put(u64(seq), v)
+		return w.put(bucketLedger, u64(next), b)
 	})
-	if err != nil {
-		return fmt.Errorf("end lease %s: %w", id, s.explain(err))
-	}
-	return nil
 }
 
 // Ledger implements lease.Store.
-func (s *Bolt) Ledger(since time.Time) ([]lease.LedgerEntry, error) {
-	var out []lease.LedgerEntry
-	err := s.db.View(func(tx *bbolt.Tx) error {
-		return tx.Bucket(bucketLedger).ForEach(func(k, v []byte) error {
-			var e lease.LedgerEntry
-			if err := json.Unmarshal(v, &e); err != nil {
-				return fmt.Errorf("ledger entry %x: %w", k, err)
-			}
-			if !e.End.Before(since) {
-				out = append(out, e)
-			}
-			return nil
-		})
+func (s *Bolt) Ledger(since time.Time) (out []lease.LedgerEntry, err error) {
+	err = s.read(func(v view, schema int) error {
+		out, err = readLedger(v, schema, since)
+		return err
 	})
 	if err != nil {
-		return nil, fmt.Errorf("read ledger in %s: %w", s.path, err)
+		return nil, err
 	}
 	return out, nil
+}
+
+// PutEntry implements lease.Store.
+func (s *Bolt) PutEntry(e lease.QueueEntry, seq uint64) error {
+	op := "save queue entry " + e.ID
+	if e.ID == "" {
+		return fmt.Errorf("%s: a queue entry needs an id", op)
+	}
+	b, err := body(entryToRecord(e))
+	if err != nil {
+		return fmt.Errorf("encode queue entry %s: %w", e.ID, err)
+	}
+	return s.update(op, func(w *writer) error {
+		cur, err := w.u64(keyQueueSeq, "queue sequence")
+		if err != nil {
+			return err
+		}
+		if cur < seq {
+			if err := w.setU64(keyQueueSeq, seq); err != nil {
+				return err
+			}
+		}
+		return w.put(bucketQueue, []byte(e.ID), b)
+	})
+}
+
+// DeleteEntry implements lease.Store.
+func (s *Bolt) DeleteEntry(id string) error {
+	return s.update("remove queue entry "+id, func(w *writer) error {
+		return w.delete(bucketQueue, []byte(id))
+	})
+}
+
+// Entries implements lease.Store.
+func (s *Bolt) Entries() (entries []lease.QueueEntry, lastSeq uint64, err error) {
+	err = s.read(func(v view, schema int) error {
+		if lastSeq, err = readU64(v, schema, keyQueueSeq, "queue sequence"); err != nil {
+			return err
+		}
+		entries, err = readEntries(v, schema)
+		return err
+	})
+	if err != nil {
+		return nil, 0, err
+	}
+	return entries, lastSeq, nil
 }
 
 // Close releases the file lock so another agent may open the dir.
@@ -277,13 +514,25 @@ func (s *Bolt) Close() error {
 	return s.db.Close()
 }
 
-// explain turns a full disk into the refusal a person can act on.
+// DiskFullError is the refusal a write gets when the disk holding path is
+// full. It is exported so fakes (storetest) refuse in the same words.
+func DiskFullError(path string) error {
+	return &lease.Error{Code: lease.CodeUnavailable, Msg: fmt.Sprintf("the disk holding %s is full, so dibs cannot record new leases: free some space and try again (reading leases still works)", path)}
+}
+
+// ReadOnlyError is the refusal a write gets when path is on a read-only file
+// system.
+func ReadOnlyError(path string) error {
+	return &lease.Error{Code: lease.CodeUnavailable, Msg: fmt.Sprintf("%s is on a read-only file system, so dibs cannot record new leases", path)}
+}
+
+// explain turns a full or read-only disk into the refusal a person can act on.
 func (s *Bolt) explain(err error) error {
 	if errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT) || mentions(err, syscall.ENOSPC, syscall.EDQUOT) {
-		return &lease.Error{Code: lease.CodeUnavailable, Msg: fmt.Sprintf("the disk holding %s is full, so dibs cannot record new leases: free some space and try again (reading leases still works)", s.path)}
+		return DiskFullError(s.path)
 	}
-	if errors.Is(err, syscall.EROFS) || mentions(err, syscall.EROFS) {
-		return &lease.Error{Code: lease.CodeUnavailable, Msg: fmt.Sprintf("%s is on a read-only file system, so dibs cannot record new leases", s.path)}
+	if errors.Is(err, syscall.EROFS) || mentions(err, syscall.EROFS) || errors.Is(err, berrors.ErrDatabaseReadOnly) {
+		return ReadOnlyError(s.path)
 	}
 	return err
 }
@@ -298,57 +547,4 @@ func mentions(err error, errnos ...syscall.Errno) bool {
 		}
 	}
 	return false
-}
-
-// PutEntry implements lease.Store.
-func (s *Bolt) PutEntry(e lease.QueueEntry, seq uint64) error {
-	v, err := json.Marshal(e)
-	if err != nil {
-		return fmt.Errorf("encode queue entry %s: %w", e.ID, err)
-	}
-	err = s.db.Update(func(tx *bbolt.Tx) error {
-		meta := tx.Bucket(bucketMeta)
-		if cur := meta.Get(keyQueueSeq); len(cur) != 8 || binary.BigEndian.Uint64(cur) < seq {
-			if err := meta.Put(keyQueueSeq, u64(seq)); err != nil {
-				return err
-			}
-		}
-		return tx.Bucket(bucketQueue).Put([]byte(e.ID), v)
-	})
-	if err != nil {
-		return fmt.Errorf("save queue entry %s: %w", e.ID, s.explain(err))
-	}
-	return nil
-}
-
-// DeleteEntry implements lease.Store.
-func (s *Bolt) DeleteEntry(id string) error {
-	err := s.db.Update(func(tx *bbolt.Tx) error {
-		return tx.Bucket(bucketQueue).Delete([]byte(id))
-	})
-	if err != nil {
-		return fmt.Errorf("remove queue entry %s: %w", id, s.explain(err))
-	}
-	return nil
-}
-
-// Entries implements lease.Store.
-func (s *Bolt) Entries() (entries []lease.QueueEntry, lastSeq uint64, err error) {
-	err = s.db.View(func(tx *bbolt.Tx) error {
-		if v := tx.Bucket(bucketMeta).Get(keyQueueSeq); len(v) == 8 {
-			lastSeq = binary.BigEndian.Uint64(v)
-		}
-		return tx.Bucket(bucketQueue).ForEach(func(k, v []byte) error {
-			var e lease.QueueEntry
-			if err := json.Unmarshal(v, &e); err != nil {
-				return fmt.Errorf("queue entry %q: %w", k, err)
-			}
-			entries = append(entries, e)
-			return nil
-		})
-	})
-	if err != nil {
-		return nil, 0, fmt.Errorf("read queue in %s: %w", s.path, err)
-	}
-	return entries, lastSeq, nil
 }

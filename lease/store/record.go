@@ -1,0 +1,217 @@
+package store
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"hash/crc32"
+	"time"
+
+	"github.com/dibs-gpu/dibs/lease"
+)
+
+// recordVersion is the first byte of every lease, queue and ledger body in a
+// schema-2 file. It names the shape of the JSON that follows, so a record can
+// change shape without a new schema: a dibs that meets a version it does not
+// know refuses the file instead of misreading it.
+const recordVersion = 1
+
+// sumSize is the length of the checksum that ends every stored value.
+const sumSize = 4
+
+// castagnoli is CRC-32C: it finds every single-bit and every burst error of up
+// to 32 bits, and disks, ext4 and iSCSI use it for the same job.
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// leaseRecord is how a lease is stored. Its JSON is frozen: schema-1 files hold
+// exactly this JSON (lease.Lease's tags when that schema was written), so the
+// API and the gossip wire may rename or add fields to lease.Lease without
+// changing the file. A change here needs a new recordVersion and a decoder
+// for the old one.
+type leaseRecord struct {
+	ID             string    `json:"id"`
+	Node           string    `json:"node"`
+	GPUs           []int     `json:"gpus"`
+	User           string    `json:"user"`
+	UID            int       `json:"uid"`
+	Token          uint64    `json:"token"`
+	Kind           string    `json:"kind"`
+	Note           string    `json:"note"`
+	StartedAt      time.Time `json:"started_at"`
+	ExpiresAt      time.Time `json:"expires_at"`
+	Session        string    `json:"session,omitempty"`
+	Warned         bool      `json:"warned,omitempty"`
+	OverdueNoticed bool      `json:"overdue_noticed,omitempty"`
+	Entry          string    `json:"entry,omitempty"`
+	Gang           string    `json:"gang,omitempty"`
+	Rank           int       `json:"rank,omitempty"`
+	Borrowed       bool      `json:"borrowed,omitempty"`
+	ReservedUntil  time.Time `json:"reserved_until,omitzero"`
+	PreemptedAt    time.Time `json:"preempted_at,omitzero"`
+	PreemptReason  string    `json:"preempt_reason,omitempty"`
+	SignalledAt    time.Time `json:"signalled_at,omitzero"`
+}
+
+func leaseToRecord(l lease.Lease) leaseRecord {
+	return leaseRecord{
+		ID: l.ID, Node: l.Node, GPUs: l.GPUs, User: l.User, UID: l.UID, Token: l.Token,
+		Kind: string(l.Kind), Note: l.Note, StartedAt: l.StartedAt, ExpiresAt: l.ExpiresAt,
+		Session: l.Session, Warned: l.Warned, OverdueNoticed: l.OverdueNoticed,
+		Entry: l.Entry, Gang: l.Gang, Rank: l.Rank, Borrowed: l.Borrowed,
+		ReservedUntil: l.ReservedUntil, PreemptedAt: l.PreemptedAt,
+		PreemptReason: l.PreemptReason, SignalledAt: l.SignalledAt,
+	}
+}
+
+func (r *leaseRecord) lease() lease.Lease {
+	return lease.Lease{
+		ID: r.ID, Node: r.Node, GPUs: r.GPUs, User: r.User, UID: r.UID, Token: r.Token,
+		Kind: lease.Kind(r.Kind), Note: r.Note, StartedAt: r.StartedAt, ExpiresAt: r.ExpiresAt,
+		Session: r.Session, Warned: r.Warned, OverdueNoticed: r.OverdueNoticed,
+		Entry: r.Entry, Gang: r.Gang, Rank: r.Rank, Borrowed: r.Borrowed,
+		ReservedUntil: r.ReservedUntil, PreemptedAt: r.PreemptedAt,
+		PreemptReason: r.PreemptReason, SignalledAt: r.SignalledAt,
+	}
+}
+
+// jobRecord is how a queued run's job is stored (frozen, like leaseRecord).
+type jobRecord struct {
+	Command  []string `json:"command,omitempty"`
+	Dir      string   `json:"dir,omitempty"`
+	Name     string   `json:"name,omitempty"`
+	Torchrun bool     `json:"torchrun,omitempty"`
+}
+
+// entryRecord is how a queue entry is stored (frozen, like leaseRecord).
+type entryRecord struct {
+	ID          string     `json:"id"`
+	Origin      string     `json:"origin"`
+	User        string     `json:"user"`
+	UID         int        `json:"uid"`
+	SubmittedAt time.Time  `json:"submitted_at"`
+	Nodes       int        `json:"nodes"`
+	GPUsPerNode int        `json:"gpus_per_node"`
+	Node        string     `json:"node,omitempty"`
+	Duration    int64      `json:"duration"` // nanoseconds
+	Kind        string     `json:"kind"`
+	Note        string     `json:"note,omitempty"`
+	Job         *jobRecord `json:"job,omitempty"`
+	Requeue     bool       `json:"requeue,omitempty"`
+	MaxRestarts int        `json:"max_restarts,omitempty"`
+	Restarts    int        `json:"restarts,omitempty"`
+	Attempt     int        `json:"attempt,omitempty"`
+	Running     bool       `json:"running,omitempty"`
+	Model       string     `json:"model,omitempty"`
+}
+
+func entryToRecord(e lease.QueueEntry) entryRecord {
+	r := entryRecord{
+		ID: e.ID, Origin: e.Origin, User: e.User, UID: e.UID, SubmittedAt: e.SubmittedAt,
+		Nodes: e.Nodes, GPUsPerNode: e.GPUsPerNode, Node: e.Node, Duration: int64(e.Duration),
+		Kind: string(e.Kind), Note: e.Note, Requeue: e.Requeue, MaxRestarts: e.MaxRestarts,
+		Restarts: e.Restarts, Attempt: e.Attempt, Running: e.Running, Model: e.Model,
+	}
+	if e.Job != nil {
+		r.Job = &jobRecord{Command: e.Job.Command, Dir: e.Job.Dir, Name: e.Job.Name, Torchrun: e.Job.Torchrun}
+	}
+	return r
+}
+
+func (r *entryRecord) entry() lease.QueueEntry {
+	e := lease.QueueEntry{
+		ID: r.ID, Origin: r.Origin, User: r.User, UID: r.UID, SubmittedAt: r.SubmittedAt,
+		Nodes: r.Nodes, GPUsPerNode: r.GPUsPerNode, Node: r.Node, Duration: time.Duration(r.Duration),
+		Kind: lease.Kind(r.Kind), Note: r.Note, Requeue: r.Requeue, MaxRestarts: r.MaxRestarts,
+		Restarts: r.Restarts, Attempt: r.Attempt, Running: r.Running, Model: r.Model,
+	}
+	if r.Job != nil {
+		e.Job = &lease.Job{Command: r.Job.Command, Dir: r.Job.Dir, Name: r.Job.Name, Torchrun: r.Job.Torchrun}
+	}
+	return e
+}
+
+// ledgerRecord is how an ended lease is stored (frozen, like leaseRecord).
+type ledgerRecord struct {
+	LeaseID    string    `json:"lease_id"`
+	Node       string    `json:"node"`
+	User       string    `json:"user"`
+	UID        int       `json:"uid"`
+	GPUs       []int     `json:"gpus"`
+	Start      time.Time `json:"start"`
+	End        time.Time `json:"end"`
+	GPUSeconds float64   `json:"gpu_seconds"`
+	Reason     string    `json:"reason"`
+	By         string    `json:"by,omitempty"`
+}
+
+func ledgerToRecord(e lease.LedgerEntry) ledgerRecord {
+	return ledgerRecord{
+		LeaseID: e.LeaseID, Node: e.Node, User: e.User, UID: e.UID, GPUs: e.GPUs,
+		Start: e.Start, End: e.End, GPUSeconds: e.GPUSeconds, Reason: e.Reason, By: e.By,
+	}
+}
+
+func (r *ledgerRecord) entry() lease.LedgerEntry {
+	return lease.LedgerEntry{
+		LeaseID: r.LeaseID, Node: r.Node, User: r.User, UID: r.UID, GPUs: r.GPUs,
+		Start: r.Start, End: r.End, GPUSeconds: r.GPUSeconds, Reason: r.Reason, By: r.By,
+	}
+}
+
+// body encodes a record: the record version, then its JSON.
+func body(rec any) ([]byte, error) {
+	j, err := json.Marshal(rec)
+	if err != nil {
+		return nil, err
+	}
+	return append([]byte{recordVersion}, j...), nil
+}
+
+// checksum is the CRC-32C of a record's bucket name, key and body. The bucket
+// and key are in it so a record moved under another key, or into another
+// bucket, fails as surely as one with a flipped bit.
+func checksum(bucket, key, body []byte) uint32 {
+	var n [4]byte
+	h := crc32.Update(0, castagnoli, bucket)
+	h = crc32.Update(h, castagnoli, []byte{0})
+	binary.BigEndian.PutUint32(n[:], uint32(len(key)))
+	h = crc32.Update(h, castagnoli, n[:])
+	h = crc32.Update(h, castagnoli, key)
+	return crc32.Update(h, castagnoli, body)
+}
+
+// seal appends the checksum to body: what goes into bbolt.
+func seal(bucket, key, body []byte) []byte {
+	v := make([]byte, len(body), len(body)+sumSize)
+	copy(v, body)
+	return binary.BigEndian.AppendUint32(v, checksum(bucket, key, body))
+}
+
+// unseal checks a stored value and returns its body and checksum.
+func unseal(bucket, key, v []byte) (body []byte, sum uint32, err error) {
+	if len(v) < sumSize {
+		return nil, 0, fmt.Errorf("record is %d bytes, too short to hold its checksum", len(v))
+	}
+	body, stored := v[:len(v)-sumSize], binary.BigEndian.Uint32(v[len(v)-sumSize:])
+	if sum := checksum(bucket, key, body); sum != stored {
+		return nil, 0, fmt.Errorf("record does not match its key and checksum (CRC-32C %08x, stored %08x)", sum, stored)
+	}
+	return body, stored, nil
+}
+
+// digest sums a bucket's records: how many there are and the sum of their
+// checksums. Kept in meta and updated with every write, it catches what a
+// record's own checksum cannot: a record lost, repeated, or replaced by an
+// older copy (a page pointer that now leads to a page bbolt freed).
+type digest struct {
+	n   uint64
+	sum uint64
+}
+
+func (d *digest) add(sum uint32)    { d.n++; d.sum += uint64(sum) }
+func (d *digest) remove(sum uint32) { d.n--; d.sum -= uint64(sum) }
+
+func (d digest) bytes() []byte {
+	b := binary.BigEndian.AppendUint64(nil, d.n)
+	return binary.BigEndian.AppendUint64(b, d.sum)
+}
