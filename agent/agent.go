@@ -204,6 +204,9 @@ func (a *Agent) Start(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
+		for _, w := range st.Warnings() {
+			a.log.Warn("lease store: " + w)
+		}
 		a.deps.Store = st
 	}
 	a.store = a.deps.Store

@@ -27,7 +27,8 @@ var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 // exactly this JSON (lease.Lease's tags when that schema was written), so the
 // API and the gossip wire may rename or add fields to lease.Lease without
 // changing the file. A change here needs a new recordVersion and a decoder
-// for the old one.
+// for the old one — except a new optional field (omitempty, zero when
+// absent), which records written before it decode to unchanged.
 type leaseRecord struct {
 	ID             string    `json:"id"`
 	Node           string    `json:"node"`
@@ -50,6 +51,9 @@ type leaseRecord struct {
 	PreemptedAt    time.Time `json:"preempted_at,omitzero"`
 	PreemptReason  string    `json:"preempt_reason,omitempty"`
 	SignalledAt    time.Time `json:"signalled_at,omitzero"`
+	// Added after schema 1, optional.
+	RequestID string            `json:"request_id,omitempty"`
+	Mono      *lease.MonoLimits `json:"mono,omitempty"`
 }
 
 func leaseToRecord(l lease.Lease) leaseRecord {
@@ -60,6 +64,7 @@ func leaseToRecord(l lease.Lease) leaseRecord {
 		Entry: l.Entry, Gang: l.Gang, Rank: l.Rank, Borrowed: l.Borrowed,
 		ReservedUntil: l.ReservedUntil, PreemptedAt: l.PreemptedAt,
 		PreemptReason: l.PreemptReason, SignalledAt: l.SignalledAt,
+		RequestID: l.RequestID, Mono: l.Mono,
 	}
 }
 
@@ -71,6 +76,7 @@ func (r *leaseRecord) lease() lease.Lease {
 		Entry: r.Entry, Gang: r.Gang, Rank: r.Rank, Borrowed: r.Borrowed,
 		ReservedUntil: r.ReservedUntil, PreemptedAt: r.PreemptedAt,
 		PreemptReason: r.PreemptReason, SignalledAt: r.SignalledAt,
+		RequestID: r.RequestID, Mono: r.Mono,
 	}
 }
 
@@ -102,6 +108,8 @@ type entryRecord struct {
 	Attempt     int        `json:"attempt,omitempty"`
 	Running     bool       `json:"running,omitempty"`
 	Model       string     `json:"model,omitempty"`
+	// Added after schema 1, optional.
+	RequestID string `json:"request_id,omitempty"`
 }
 
 func entryToRecord(e lease.QueueEntry) entryRecord {
@@ -110,6 +118,7 @@ func entryToRecord(e lease.QueueEntry) entryRecord {
 		Nodes: e.Nodes, GPUsPerNode: e.GPUsPerNode, Node: e.Node, Duration: int64(e.Duration),
 		Kind: string(e.Kind), Note: e.Note, Requeue: e.Requeue, MaxRestarts: e.MaxRestarts,
 		Restarts: e.Restarts, Attempt: e.Attempt, Running: e.Running, Model: e.Model,
+		RequestID: e.RequestID,
 	}
 	if e.Job != nil {
 		r.Job = &jobRecord{Command: e.Job.Command, Dir: e.Job.Dir, Name: e.Job.Name, Torchrun: e.Job.Torchrun}
@@ -123,6 +132,7 @@ func (r *entryRecord) entry() lease.QueueEntry {
 		Nodes: r.Nodes, GPUsPerNode: r.GPUsPerNode, Node: r.Node, Duration: time.Duration(r.Duration),
 		Kind: lease.Kind(r.Kind), Note: r.Note, Requeue: r.Requeue, MaxRestarts: r.MaxRestarts,
 		Restarts: r.Restarts, Attempt: r.Attempt, Running: r.Running, Model: r.Model,
+		RequestID: r.RequestID,
 	}
 	if r.Job != nil {
 		e.Job = &lease.Job{Command: r.Job.Command, Dir: r.Job.Dir, Name: r.Job.Name, Torchrun: r.Job.Torchrun}
