@@ -1,47 +1,50 @@
-package nodeprobe
+// Package procfs attributes GPU processes to their owners from /proc and
+// reads the host facts the probe backends share (CPUs, memory, host name).
+// NVML and nvidia-smi give only a pid; dibs needs the user (to spot
+// squatters) and the container (so a pid inside Docker still names a
+// person's job).
+package procfs
 
 import (
 	"bytes"
-	"os/user"
 	"path/filepath"
 	"strconv"
-	"time"
 )
 
-// procReader attributes GPU processes to their owners from procfs. NVML and
-// nvidia-smi give only a pid; dibs needs the user (to spot squatters) and the
-// container (so a pid inside Docker still names a person's job). It is not
+// Reader attributes GPU processes to their owners from procfs. It is not
 // safe for concurrent use; each probe owns one.
-type procReader struct {
+type Reader struct {
 	root  string
-	users *userCache
+	users *Users
 	// buf is reused for every small procfs file, so a probe does not allocate
 	// per file read.
 	buf [8192]byte
 }
 
-func newProcReader(root string, now func() time.Time) *procReader {
-	return &procReader{root: root, users: newUserCache(now)}
+// NewReader reads the procfs mounted at root (normally /proc) and names
+// owners through users.
+func NewReader(root string, users *Users) *Reader {
+	return &Reader{root: root, users: users}
 }
 
-// procOwner is what /proc says about one process.
-type procOwner struct {
+// Owner is what /proc says about one process.
+type Owner struct {
 	UID       int
 	User      string
 	Command   string
 	Container string
 }
 
-// attribute reads what /proc knows about pid. A process that has vanished (or
+// Attribute reads what /proc knows about pid. A process that has vanished (or
 // that /proc hides) gives UID -1, no user and fallbackCmd as its command:
 // never an error, because losing a process must not lose its GPU.
-func (r *procReader) attribute(pid int, fallbackCmd string) procOwner {
+func (r *Reader) Attribute(pid int, fallbackCmd string) Owner {
 	dir := filepath.Join(r.root, strconv.Itoa(pid))
-	o := procOwner{UID: -1, Command: fallbackCmd}
+	o := Owner{UID: -1, Command: fallbackCmd}
 	if b, err := r.read(filepath.Join(dir, "status")); err == nil {
 		if uid, ok := parseStatusUID(b); ok {
 			o.UID = uid
-			o.User = r.users.name(uid)
+			o.User = r.users.Name(uid)
 		}
 	}
 	if b, err := r.read(filepath.Join(dir, "comm")); err == nil {
@@ -57,7 +60,7 @@ func (r *procReader) attribute(pid int, fallbackCmd string) procOwner {
 
 // read returns the start of a small procfs file in the shared buffer; the
 // slice is valid until the next read.
-func (r *procReader) read(path string) ([]byte, error) {
+func (r *Reader) read(path string) ([]byte, error) {
 	n, err := readSmall(path, r.buf[:])
 	if err != nil {
 		return nil, err
@@ -175,71 +178,4 @@ func isHex64(b []byte) bool {
 		}
 	}
 	return true
-}
-
-// negativeUserTTL is how long a uid or name that has no account stays
-// unresolved before it is looked up again, so a newly created account shows
-// up without restarting the agent, while an unknown uid does not cost a
-// passwd (or LDAP) lookup at every probe.
-const negativeUserTTL = time.Minute
-
-// userCache maps uids to user names and back, remembering answers because
-// os/user may go through NSS (LDAP, sssd) and is far slower than a probe
-// should be. It is not safe for concurrent use.
-type userCache struct {
-	now        func() time.Time
-	lookupID   func(uid string) (*user.User, error)
-	lookupName func(name string) (*user.User, error)
-	byID       map[int]userEntry
-	byName     map[string]userEntry
-}
-
-type userEntry struct {
-	name    string
-	uid     int
-	ok      bool
-	retryAt time.Time // for !ok entries
-}
-
-func newUserCache(now func() time.Time) *userCache {
-	return &userCache{
-		now:        now,
-		lookupID:   user.LookupId,
-		lookupName: user.Lookup,
-		byID:       make(map[int]userEntry),
-		byName:     make(map[string]userEntry),
-	}
-}
-
-// name returns the account name of uid, or "" when it has none.
-func (c *userCache) name(uid int) string {
-	if e, hit := c.byID[uid]; hit && (e.ok || c.now().Before(e.retryAt)) {
-		return e.name
-	}
-	e := userEntry{uid: uid}
-	if u, err := c.lookupID(strconv.Itoa(uid)); err == nil {
-		e.name, e.ok = u.Username, true
-	} else {
-		e.retryAt = c.now().Add(negativeUserTTL)
-	}
-	c.byID[uid] = e
-	return e.name
-}
-
-// uid returns the uid of the account called name, or -1 when none exists.
-func (c *userCache) uid(name string) int {
-	if e, hit := c.byName[name]; hit && (e.ok || c.now().Before(e.retryAt)) {
-		return e.uid
-	}
-	e := userEntry{name: name, uid: -1}
-	if u, err := c.lookupName(name); err == nil {
-		if id, err := strconv.Atoi(u.Uid); err == nil {
-			e.uid, e.ok = id, true
-		}
-	}
-	if !e.ok {
-		e.retryAt = c.now().Add(negativeUserTTL)
-	}
-	c.byName[name] = e
-	return e.uid
 }

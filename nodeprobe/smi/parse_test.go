@@ -1,4 +1,4 @@
-package nodeprobe
+package smi
 
 import (
 	"fmt"
@@ -7,11 +7,13 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/dibs-gpu/dibs/nodeprobe"
 )
 
 func readFixture(t testing.TB, name string) []byte {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join("testdata", "smi", name))
+	b, err := os.ReadFile(filepath.Join("testdata", name))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -51,7 +53,7 @@ func TestParseQueryGPUFixtures(t *testing.T) {
 		total, used uint64
 		util, temp  *int
 		draw, limit *float64
-		mig         MIGMode
+		mig         nodeprobe.MIGMode
 	}
 	tests := []struct {
 		file   string
@@ -60,16 +62,16 @@ func TestParseQueryGPUFixtures(t *testing.T) {
 		count  int
 	}{
 		{"h100x8-gpu.csv", "550.54.15", []row{
-			{0, "NVIDIA H100 80GB HBM3", "00000000:1B:00.0", 81559, 30012, IntPtr(95), IntPtr(61), FloatPtr(612.45), FloatPtr(700), MIGDisabled},
-			{1, "NVIDIA H100 80GB HBM3", "00000000:43:00.0", 81559, 30012, IntPtr(97), IntPtr(63), FloatPtr(640.10), FloatPtr(700), MIGDisabled},
+			{0, "NVIDIA H100 80GB HBM3", "00000000:1B:00.0", 81559, 30012, nodeprobe.IntPtr(95), nodeprobe.IntPtr(61), nodeprobe.FloatPtr(612.45), nodeprobe.FloatPtr(700), nodeprobe.MIGDisabled},
+			{1, "NVIDIA H100 80GB HBM3", "00000000:43:00.0", 81559, 30012, nodeprobe.IntPtr(97), nodeprobe.IntPtr(63), nodeprobe.FloatPtr(640.10), nodeprobe.FloatPtr(700), nodeprobe.MIGDisabled},
 		}, 8},
 		{"a100-mig-gpu.csv", "535.129.03", []row{
-			{0, "NVIDIA A100-SXM4-80GB", "00000000:07:00.0", 81920, 19234, nil, IntPtr(34), FloatPtr(62.15), FloatPtr(400), MIGEnabled},
-			{1, "NVIDIA A100-SXM4-80GB", "00000000:0F:00.0", 81920, 4, IntPtr(0), IntPtr(31), FloatPtr(55.20), FloatPtr(400), MIGDisabled},
+			{0, "NVIDIA A100-SXM4-80GB", "00000000:07:00.0", 81920, 19234, nil, nodeprobe.IntPtr(34), nodeprobe.FloatPtr(62.15), nodeprobe.FloatPtr(400), nodeprobe.MIGEnabled},
+			{1, "NVIDIA A100-SXM4-80GB", "00000000:0F:00.0", 81920, 4, nodeprobe.IntPtr(0), nodeprobe.IntPtr(31), nodeprobe.FloatPtr(55.20), nodeprobe.FloatPtr(400), nodeprobe.MIGDisabled},
 		}, 2},
 		{"consumer-gpu.csv", "550.54.14", []row{
-			{0, "NVIDIA GeForce RTX 4090", "00000000:01:00.0", 24564, 1345, IntPtr(3), IntPtr(41), nil, nil, MIGUnsupported},
-			{1, "NVIDIA GeForce GTX 1080 Ti", "00000000:02:00.0", 11264, 0, nil, IntPtr(29), nil, FloatPtr(250), MIGUnsupported},
+			{0, "NVIDIA GeForce RTX 4090", "00000000:01:00.0", 24564, 1345, nodeprobe.IntPtr(3), nodeprobe.IntPtr(41), nil, nil, nodeprobe.MIGUnsupported},
+			{1, "NVIDIA GeForce GTX 1080 Ti", "00000000:02:00.0", 11264, 0, nil, nodeprobe.IntPtr(29), nil, nodeprobe.FloatPtr(250), nodeprobe.MIGUnsupported},
 		}, 2},
 	}
 	for _, tt := range tests {
@@ -158,7 +160,7 @@ func TestParseQueryGPUUnavailableValues(t *testing.T) {
 		}
 		g := gpus[0]
 		if g.PCIBusID != "" || g.MemoryUsedMiB != 0 || g.UtilizationPct != nil || g.TemperatureC != nil ||
-			g.PowerDrawW != nil || g.PowerLimitW != nil || g.MIG != MIGUnsupported || driver != "" {
+			g.PowerDrawW != nil || g.PowerLimitW != nil || g.MIG != nodeprobe.MIGUnsupported || driver != "" {
 			t.Errorf("%s: got %+v driver %q, want every optional field unknown", v, g, driver)
 		}
 	}
@@ -236,9 +238,9 @@ func TestParseListGPUs(t *testing.T) {
 	}
 	parent := "GPU-5c89852c-d268-c3f3-1b07-005d5ae1dc3b"
 	want := []smiMIG{
-		{parent, MIGDevice{Index: 0, UUID: "MIG-c7384736-a75d-5afc-978f-d2f1294409fd", Profile: "3g.40gb", MemoryTotalMiB: 40960}},
-		{parent, MIGDevice{Index: 1, UUID: "MIG-a28ad590-3fda-56dd-84fc-0a0b96edc58d", Profile: "2g.20gb", MemoryTotalMiB: 20480}},
-		{parent, MIGDevice{Index: 2, UUID: "MIG-1f2e3d4c-5b6a-5978-8695-a4b3c2d1e0f9", Profile: "1g.10gb", MemoryTotalMiB: 10240}},
+		{parent, nodeprobe.MIGDevice{Index: 0, UUID: "MIG-c7384736-a75d-5afc-978f-d2f1294409fd", Profile: "3g.40gb", MemoryTotalMiB: 40960}},
+		{parent, nodeprobe.MIGDevice{Index: 1, UUID: "MIG-a28ad590-3fda-56dd-84fc-0a0b96edc58d", Profile: "2g.20gb", MemoryTotalMiB: 20480}},
+		{parent, nodeprobe.MIGDevice{Index: 2, UUID: "MIG-1f2e3d4c-5b6a-5978-8695-a4b3c2d1e0f9", Profile: "1g.10gb", MemoryTotalMiB: 10240}},
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("got  %+v\nwant %+v", got, want)

@@ -1,4 +1,4 @@
-package nodeprobe
+package sim
 
 import (
 	"context"

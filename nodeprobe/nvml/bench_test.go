@@ -1,6 +1,6 @@
 //go:build linux && cgo
 
-package nodeprobe
+package nvml
 
 import (
 	"context"

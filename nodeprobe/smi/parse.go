@@ -1,4 +1,4 @@
-package nodeprobe
+package smi
 
 import (
 	"bytes"
@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/dibs-gpu/dibs/nodeprobe"
 )
 
 // maxSMIOutput bounds what the nvidia-smi parsers accept. Real output for 64
@@ -38,7 +40,7 @@ type smiApp struct {
 // smiMIG is one MIG device line of `nvidia-smi -L`.
 type smiMIG struct {
 	gpuUUID string
-	dev     MIGDevice
+	dev     nodeprobe.MIGDevice
 }
 
 // parseQueryGPU parses `nvidia-smi --query-gpu=<queryGPUFields>
@@ -46,11 +48,11 @@ type smiMIG struct {
 // and the driver version. Unavailable values ("[N/A]", "[Not Supported]",
 // "N/A", any other bracketed note) become unknown fields; anything else that
 // does not parse is an error naming the line.
-func parseQueryGPU(data []byte) ([]GPU, string, error) {
+func parseQueryGPU(data []byte) ([]nodeprobe.GPU, string, error) {
 	if len(data) > maxSMIOutput {
 		return nil, "", fmt.Errorf("nvidia-smi --query-gpu: output of %d bytes exceeds %d", len(data), maxSMIOutput)
 	}
-	var gpus []GPU
+	var gpus []nodeprobe.GPU
 	driver := ""
 	seen := make(map[int]bool)
 	err := eachLine(data, func(n int, line string) error {
@@ -81,8 +83,8 @@ func parseQueryGPU(data []byte) ([]GPU, string, error) {
 	return gpus, driver, nil
 }
 
-func gpuFromFields(f []string) (GPU, string, error) {
-	var g GPU
+func gpuFromFields(f []string) (nodeprobe.GPU, string, error) {
+	var g nodeprobe.GPU
 	var err error
 	if g.Index, err = parseRequiredInt("index", f[0]); err != nil {
 		return g, "", err
@@ -122,11 +124,11 @@ func gpuFromFields(f []string) (GPU, string, error) {
 	}
 	switch {
 	case unavailable(f[10]):
-		g.MIG = MIGUnsupported
+		g.MIG = nodeprobe.MIGUnsupported
 	case strings.EqualFold(f[10], "Enabled"):
-		g.MIG = MIGEnabled
+		g.MIG = nodeprobe.MIGEnabled
 	case strings.EqualFold(f[10], "Disabled"):
-		g.MIG = MIGDisabled
+		g.MIG = nodeprobe.MIGDisabled
 	default:
 		return g, "", fmt.Errorf("mig.mode.current: %q is not Enabled or Disabled", f[10])
 	}
@@ -136,7 +138,7 @@ func gpuFromFields(f []string) (GPU, string, error) {
 			return g, "", err
 		}
 	}
-	g.Processes = []Process{}
+	g.Processes = []nodeprobe.Process{}
 	return g, driver, nil
 }
 
@@ -230,8 +232,8 @@ func parseListGPUs(data []byte) ([]smiMIG, error) {
 }
 
 // parseListMIG parses "MIG 3g.40gb     Device  0: (UUID: MIG-...)".
-func parseListMIG(line string) (MIGDevice, error) {
-	var m MIGDevice
+func parseListMIG(line string) (nodeprobe.MIGDevice, error) {
+	var m nodeprobe.MIGDevice
 	head, _, ok := strings.Cut(line, ":")
 	if !ok {
 		return m, errors.New("no colon")
@@ -424,7 +426,7 @@ func parseOptionalInt(name, v string, lo, hi int) (*int, error) {
 	if err != nil || n < lo || n > hi {
 		return nil, fmt.Errorf("%s: %q is not an integer in [%d, %d]", name, v, lo, hi)
 	}
-	return IntPtr(n), nil
+	return nodeprobe.IntPtr(n), nil
 }
 
 func parseOptionalWatts(name, v string) (*float64, error) {
@@ -435,5 +437,5 @@ func parseOptionalWatts(name, v string) (*float64, error) {
 	if err != nil || math.IsNaN(w) || w < 0 || w > 1e6 {
 		return nil, fmt.Errorf("%s: %q is not a wattage", name, v)
 	}
-	return FloatPtr(w), nil
+	return nodeprobe.FloatPtr(w), nil
 }

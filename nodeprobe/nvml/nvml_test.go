@@ -1,6 +1,6 @@
 //go:build linux && cgo
 
-package nodeprobe
+package nvml
 
 import (
 	"context"
@@ -17,6 +17,18 @@ import (
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/dgxh100"
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/dgxh200"
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/server"
+
+	"github.com/dibs-gpu/dibs/nodeprobe"
+	"github.com/dibs-gpu/dibs/nodeprobe/procfs"
+)
+
+// procRoot is the fake /proc the procfs package's tests read; its processes
+// run in the containers hexID1 and hexID2.
+var procRoot = filepath.Join("..", "procfs", "testdata", "proc")
+
+const (
+	hexID1 = "3f4e5a6b7c8d9e0f1a2b3c4d5e6f708192a3b4c5d6e7f8091a2b3c4d5e6f7081"
+	hexID2 = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
 )
 
 // stubServer fills in every device method the prober calls and the server
@@ -73,17 +85,17 @@ func withNVSwitch(s *server.Server, n int) {
 	}
 }
 
-func testOptions(logs *[]string) Options {
-	return Options{
+func testOptions(logs *[]string) nodeprobe.Options {
+	return nodeprobe.Options{
 		HostName: "gpu01",
-		ProcRoot: filepath.Join("testdata", "proc"),
+		ProcRoot: procRoot,
 		Now:      func() time.Time { return time.Date(2025, 6, 1, 12, 0, 0, 0, time.UTC) },
 		Logf: func(f string, a ...any) {
 			if logs != nil {
 				*logs = append(*logs, fmt.Sprintf(f, a...))
 			}
 		},
-	}.withDefaults()
+	}.WithDefaults()
 }
 
 func openMock(t testing.TB, lib nvml.Interface, logs *[]string) *nvmlProbe {
@@ -96,7 +108,7 @@ func openMock(t testing.TB, lib nvml.Interface, logs *[]string) *nvmlProbe {
 	return p
 }
 
-func snapshot(t testing.TB, p Probe) Snapshot {
+func snapshot(t testing.TB, p nodeprobe.Probe) nodeprobe.Snapshot {
 	t.Helper()
 	s, err := p.Snapshot(context.Background())
 	if err != nil {
@@ -122,7 +134,7 @@ func TestNVMLServers(t *testing.T) {
 			s := stubServer(tt.server)
 			snap := snapshot(t, openMock(t, s, &logs))
 			h := snap.Host
-			if h.Name != "gpu01" || h.Backend != BackendNVML || h.DriverVersion != "550.54.15" || h.CUDAVersion != "12.4" || h.MemoryMiB == 0 {
+			if h.Name != "gpu01" || h.Backend != nodeprobe.BackendNVML || h.DriverVersion != "550.54.15" || h.CUDAVersion != "12.4" || h.MemoryMiB == 0 {
 				t.Errorf("host = %+v, want gpu01 via nvml, driver 550.54.15, CUDA 12.4, memory from the fake meminfo", h)
 			}
 			if len(snap.GPUs) != 8 {
@@ -131,7 +143,7 @@ func TestNVMLServers(t *testing.T) {
 			for i, g := range snap.GPUs {
 				dev := s.Devices[i].(*server.Device)
 				want := fmt.Sprintf("idx %d uuid %s bus %s model %s mem %d util %d temp %d power %.0f/%.0f mig %s procs 0 err ",
-					i, dev.UUID, dev.PciBusID, tt.model, tt.mib, 10*i, 30+i, 100+float64(i), 700.0, MIGDisabled)
+					i, dev.UUID, dev.PciBusID, tt.model, tt.mib, 10*i, 30+i, 100+float64(i), 700.0, nodeprobe.MIGDisabled)
 				got := fmt.Sprintf("idx %d uuid %s bus %s model %s mem %d util %d temp %d power %.0f/%.0f mig %s procs %d err %s",
 					g.Index, g.UUID, g.PCIBusID, g.Model, g.MemoryTotalMiB, deref(g.UtilizationPct), deref(g.TemperatureC),
 					derefF(g.PowerDrawW), derefF(g.PowerLimitW), g.MIG, len(g.Processes), g.Error)
@@ -173,36 +185,36 @@ func TestNVMLUnknownFields(t *testing.T) {
 		// live fields are broken after a first good probe.
 		static  bool
 		breakIt func(d *server.Device, ret nvml.Return)
-		unknown func(g GPU) bool
+		unknown func(g nodeprobe.GPU) bool
 	}
 	fields := []field{
 		{"utilization", false, func(d *server.Device, r nvml.Return) {
 			d.GetUtilizationRatesFunc = func() (nvml.Utilization, nvml.Return) { return nvml.Utilization{}, r }
-		}, func(g GPU) bool { return g.UtilizationPct == nil }},
+		}, func(g nodeprobe.GPU) bool { return g.UtilizationPct == nil }},
 		{"temperature", false, func(d *server.Device, r nvml.Return) {
 			d.GetTemperatureFunc = func(nvml.TemperatureSensors) (uint32, nvml.Return) { return 0, r }
-		}, func(g GPU) bool { return g.TemperatureC == nil }},
+		}, func(g nodeprobe.GPU) bool { return g.TemperatureC == nil }},
 		{"power draw", false, func(d *server.Device, r nvml.Return) {
 			d.GetPowerUsageFunc = func() (uint32, nvml.Return) { return 0, r }
-		}, func(g GPU) bool { return g.PowerDrawW == nil }},
+		}, func(g nodeprobe.GPU) bool { return g.PowerDrawW == nil }},
 		{"power limit", false, func(d *server.Device, r nvml.Return) {
 			d.GetEnforcedPowerLimitFunc = func() (uint32, nvml.Return) { return 0, r }
-		}, func(g GPU) bool { return g.PowerLimitW == nil }},
+		}, func(g nodeprobe.GPU) bool { return g.PowerLimitW == nil }},
 		{"memory", false, func(d *server.Device, r nvml.Return) {
 			d.GetMemoryInfoFunc = func() (nvml.Memory, nvml.Return) { return nvml.Memory{}, r }
-		}, func(g GPU) bool { return g.MemoryUsedMiB == 0 }},
+		}, func(g nodeprobe.GPU) bool { return g.MemoryUsedMiB == 0 }},
 		{"mig mode", false, func(d *server.Device, r nvml.Return) {
 			d.GetMigModeFunc = func() (int, int, nvml.Return) { return 0, 0, r }
-		}, func(g GPU) bool { return g.MIG == MIGUnsupported }},
+		}, func(g nodeprobe.GPU) bool { return g.MIG == nodeprobe.MIGUnsupported }},
 		{"processes", false, func(d *server.Device, r nvml.Return) {
 			d.GetComputeRunningProcessesFunc = func() ([]nvml.ProcessInfo, nvml.Return) { return nil, r }
-		}, func(g GPU) bool { return g.Processes != nil && len(g.Processes) == 0 }},
+		}, func(g nodeprobe.GPU) bool { return g.Processes != nil && len(g.Processes) == 0 }},
 		{"pci info", true, func(d *server.Device, r nvml.Return) {
 			d.GetPciInfoFunc = func() (nvml.PciInfo, nvml.Return) { return nvml.PciInfo{}, r }
-		}, func(g GPU) bool { return g.PCIBusID == "" }},
+		}, func(g nodeprobe.GPU) bool { return g.PCIBusID == "" }},
 		{"topology", true, func(d *server.Device, r nvml.Return) {
 			d.GetTopologyCommonAncestorFunc = func(nvml.Device) (nvml.GpuTopologyLevel, nvml.Return) { return 0, r }
-		}, func(g GPU) bool {
+		}, func(g nodeprobe.GPU) bool {
 			// The broken GPU asks about its higher peers; those links are
 			// unknown, the ones its lower peers asked about remain.
 			for _, l := range g.Links {
@@ -214,9 +226,9 @@ func TestNVMLUnknownFields(t *testing.T) {
 		}},
 		{"nvlink", true, func(d *server.Device, r nvml.Return) {
 			d.GetNvLinkStateFunc = func(int) (nvml.EnableState, nvml.Return) { return 0, r }
-		}, func(g GPU) bool {
+		}, func(g nodeprobe.GPU) bool {
 			for _, l := range g.Links {
-				if l.Kind == LinkNVLink {
+				if l.Kind == nodeprobe.LinkNVLink {
 					return false
 				}
 			}
@@ -265,7 +277,7 @@ func TestNVMLUnknownFields(t *testing.T) {
 				if !f.static {
 					f.breakIt(dev, c.ret)
 				}
-				var snap Snapshot
+				var snap nodeprobe.Snapshot
 				for range 3 {
 					snap = snapshot(t, p)
 				}
@@ -355,7 +367,7 @@ func TestNVMLProcesses(t *testing.T) {
 	}
 	p := openMock(t, s, nil)
 	var lookups int
-	fakeUsers(p.procs.users, map[int]string{1001: "alice"}, &lookups)
+	p.procs = procfs.NewReader(procRoot, procfs.NewFakeUsers(time.Now, map[int]string{1001: "alice"}, &lookups))
 	snap := snapshot(t, p)
 	type row struct {
 		gpu, pid, uid   int
@@ -432,10 +444,10 @@ func TestNVMLMIG(t *testing.T) {
 	var logs []string
 	snap := snapshot(t, openMock(t, s, &logs))
 	g := snap.GPUs[0]
-	if g.MIG != MIGEnabled || g.UtilizationPct != nil {
+	if g.MIG != nodeprobe.MIGEnabled || g.UtilizationPct != nil {
 		t.Errorf("gpu 0 mig %s util %v, want enabled with unknown utilisation", g.MIG, g.UtilizationPct)
 	}
-	want := []MIGDevice{
+	want := []nodeprobe.MIGDevice{
 		{Index: 0, UUID: "MIG-aaaa", Profile: "3g.20gb", MemoryTotalMiB: 19968, MemoryUsedMiB: 8000},
 		{Index: 3, UUID: "MIG-bbbb", Profile: "2g.10gb", MemoryTotalMiB: 9856},
 		{Index: 5, UUID: "MIG-cccc", Profile: "1g.5gb", MemoryTotalMiB: 4864, MemoryUsedMiB: 100},
@@ -446,7 +458,7 @@ func TestNVMLMIG(t *testing.T) {
 	if len(g.Processes) != 2 || g.Processes[0].MIGDevice != "MIG-aaaa" || g.Processes[1].MIGDevice != "MIG-cccc" || g.Processes[1].PID != 7001 {
 		t.Errorf("processes = %+v, want 4242 on MIG-aaaa and 7001 on MIG-cccc", g.Processes)
 	}
-	if g1 := snap.GPUs[1]; g1.MIG != MIGDisabled || len(g1.MIGDevices) != 0 {
+	if g1 := snap.GPUs[1]; g1.MIG != nodeprobe.MIGDisabled || len(g1.MIGDevices) != 0 {
 		t.Errorf("gpu 1 = mig %s with %d devices, want disabled with none", g1.MIG, len(g1.MIGDevices))
 	}
 	if len(logs) != 0 {
@@ -486,15 +498,15 @@ func TestNVMLTopology(t *testing.T) {
 		name  string
 		setup func(*server.Server)
 		a, b  int
-		want  Link
+		want  nodeprobe.Link
 	}{
-		{"nvswitch", func(s *server.Server) { withNVSwitch(s, 18) }, 0, 7, Link{Peer: 7, Kind: LinkNVLink, NVLinks: 18}},
-		{"pcie, same socket", func(*server.Server) {}, 0, 3, Link{Peer: 3, Kind: LinkNUMA}},
-		{"pcie, other socket", func(*server.Server) {}, 0, 4, Link{Peer: 4, Kind: LinkSystem}},
-		{"same board", level(nvml.TOPOLOGY_INTERNAL), 2, 5, Link{Peer: 5, Kind: LinkSameBoard}},
-		{"single switch", level(nvml.TOPOLOGY_SINGLE), 5, 2, Link{Peer: 2, Kind: LinkSingleSwitch}},
-		{"multi switch", level(nvml.TOPOLOGY_MULTIPLE), 1, 6, Link{Peer: 6, Kind: LinkMultiSwitch}},
-		{"host bridge", level(nvml.TOPOLOGY_HOSTBRIDGE), 1, 6, Link{Peer: 6, Kind: LinkHostBridge}},
+		{"nvswitch", func(s *server.Server) { withNVSwitch(s, 18) }, 0, 7, nodeprobe.Link{Peer: 7, Kind: nodeprobe.LinkNVLink, NVLinks: 18}},
+		{"pcie, same socket", func(*server.Server) {}, 0, 3, nodeprobe.Link{Peer: 3, Kind: nodeprobe.LinkNUMA}},
+		{"pcie, other socket", func(*server.Server) {}, 0, 4, nodeprobe.Link{Peer: 4, Kind: nodeprobe.LinkSystem}},
+		{"same board", level(nvml.TOPOLOGY_INTERNAL), 2, 5, nodeprobe.Link{Peer: 5, Kind: nodeprobe.LinkSameBoard}},
+		{"single switch", level(nvml.TOPOLOGY_SINGLE), 5, 2, nodeprobe.Link{Peer: 2, Kind: nodeprobe.LinkSingleSwitch}},
+		{"multi switch", level(nvml.TOPOLOGY_MULTIPLE), 1, 6, nodeprobe.Link{Peer: 6, Kind: nodeprobe.LinkMultiSwitch}},
+		{"host bridge", level(nvml.TOPOLOGY_HOSTBRIDGE), 1, 6, nodeprobe.Link{Peer: 6, Kind: nodeprobe.LinkHostBridge}},
 		{"direct bridge between a pair", func(s *server.Server) {
 			// GPUs 0 and 1 joined by an NVLink bridge of 4 links, as on
 			// workstation boards; the rest have no NVLink.
@@ -513,7 +525,7 @@ func TestNVMLTopology(t *testing.T) {
 					return pciInfo("0000" + strings.ToLower(peer)), nvml.SUCCESS
 				}
 			}
-		}, 1, 0, Link{Peer: 0, Kind: LinkNVLink, NVLinks: 4}},
+		}, 1, 0, nodeprobe.Link{Peer: 0, Kind: nodeprobe.LinkNVLink, NVLinks: 4}},
 		{"old driver without the remote type call", func(s *server.Server) {
 			withNVSwitch(s, 18)
 			s.LookupSymbolFunc = func(sym string) error {
@@ -525,7 +537,7 @@ func TestNVMLTopology(t *testing.T) {
 			for _, d := range s.Devices {
 				d.(*server.Device).GetNvLinkRemoteDeviceTypeFunc = nil // panics if called
 			}
-		}, 0, 7, Link{Peer: 7, Kind: LinkSystem}},
+		}, 0, 7, nodeprobe.Link{Peer: 7, Kind: nodeprobe.LinkSystem}},
 		{"bridged gpu to an unbridged one is pcie", func(s *server.Server) {
 			dev := s.Devices[0].(*server.Device)
 			dev.GetNvLinkStateFunc = func(l int) (nvml.EnableState, nvml.Return) {
@@ -534,14 +546,14 @@ func TestNVMLTopology(t *testing.T) {
 				}
 				return 0, nvml.ERROR_INVALID_ARGUMENT
 			}
-		}, 0, 2, Link{Peer: 2, Kind: LinkNUMA}},
+		}, 0, 2, nodeprobe.Link{Peer: 2, Kind: nodeprobe.LinkNUMA}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			s := stubServer(dgxh100.New())
 			tt.setup(s)
 			snap := snapshot(t, openMock(t, s, nil))
-			var got Link
+			var got nodeprobe.Link
 			for _, l := range snap.GPUs[tt.a].Links {
 				if l.Peer == tt.b {
 					got = l

@@ -1,4 +1,4 @@
-package nodeprobe
+package smi
 
 import (
 	"strings"

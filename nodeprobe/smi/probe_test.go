@@ -1,4 +1,4 @@
-package nodeprobe
+package smi
 
 import (
 	"context"
@@ -7,6 +7,17 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/dibs-gpu/dibs/nodeprobe"
+)
+
+// procRoot is the fake /proc the procfs package's tests read; its processes
+// run in the containers hexID1 and hexID2.
+var procRoot = filepath.Join("..", "procfs", "testdata", "proc")
+
+const (
+	hexID1 = "3f4e5a6b7c8d9e0f1a2b3c4d5e6f708192a3b4c5d6e7f8091a2b3c4d5e6f7081"
+	hexID2 = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
 )
 
 // fixtureRunner answers nvidia-smi invocations from testdata files, keyed by
@@ -40,13 +51,13 @@ func (f *fixtureRunner) run(_ context.Context, name string, args ...string) ([]b
 	return readFixture(f.t, f.files[key]), nil
 }
 
-func smiTestOptions(logs *[]string) Options {
-	return Options{
+func smiTestOptions(logs *[]string) nodeprobe.Options {
+	return nodeprobe.Options{
 		HostName: "node01",
-		ProcRoot: filepath.Join("testdata", "proc"),
+		ProcRoot: procRoot,
 		Now:      func() time.Time { return time.Date(2025, 6, 1, 12, 0, 0, 0, time.UTC) },
 		Logf:     func(f string, a ...any) { *logs = append(*logs, f) },
-	}.withDefaults()
+	}.WithDefaults()
 }
 
 func TestSMIProbeSnapshot(t *testing.T) {
@@ -120,7 +131,7 @@ func TestSMIProbeSnapshot(t *testing.T) {
 			if got := strings.Join(fr.calls, " "); got != tt.wantCalls {
 				t.Errorf("nvidia-smi calls = %q, want %q", got, tt.wantCalls)
 			}
-			if len(snap.GPUs) != tt.gpus || snap.Host.Name != "node01" || snap.Host.Backend != BackendNvidiaSMI || snap.Host.DriverVersion == "" {
+			if len(snap.GPUs) != tt.gpus || snap.Host.Name != "node01" || snap.Host.Backend != nodeprobe.BackendNvidiaSMI || snap.Host.DriverVersion == "" {
 				t.Errorf("got %d gpus, host %+v; want %d gpus on node01 via nvidia-smi with a driver version", len(snap.GPUs), snap.Host, tt.gpus)
 			}
 			if !snap.TakenAt.Equal(time.Date(2025, 6, 1, 12, 0, 0, 0, time.UTC)) {

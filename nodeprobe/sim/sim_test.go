@@ -1,4 +1,4 @@
-package nodeprobe
+package sim
 
 import (
 	"context"
@@ -9,6 +9,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/dibs-gpu/dibs/nodeprobe"
 )
 
 var simTime = time.Date(2025, 6, 1, 12, 0, 0, 0, time.UTC)
@@ -16,7 +18,7 @@ var simTime = time.Date(2025, 6, 1, 12, 0, 0, 0, time.UTC)
 func newTestSim(t testing.TB, spec, loadFile string, logs *[]string) *Sim {
 	t.Helper()
 	var mu sync.Mutex
-	s, err := NewSim(SimOptions{
+	s, err := New(Options{
 		Spec:     spec,
 		LoadFile: loadFile,
 		HostName: "simnode",
@@ -30,7 +32,7 @@ func newTestSim(t testing.TB, spec, loadFile string, logs *[]string) *Sim {
 		},
 	})
 	if err != nil {
-		t.Fatalf("NewSim(%q): %v", spec, err)
+		t.Fatalf("New(%q): %v", spec, err)
 	}
 	return s
 }
@@ -120,7 +122,7 @@ func TestSimIdentityIsDeterministic(t *testing.T) {
 	if simUUID("node01", 0) == simUUID("node02", 0) {
 		t.Error("two hosts share gpu 0's uuid")
 	}
-	if !sa.TakenAt.Equal(simTime) || sa.Host.Name != "simnode" || sa.Host.Backend != BackendSim {
+	if !sa.TakenAt.Equal(simTime) || sa.Host.Name != "simnode" || sa.Host.Backend != nodeprobe.BackendSim {
 		t.Errorf("snapshot at %v on %+v, want the injected clock and host", sa.TakenAt, sa.Host)
 	}
 }
@@ -129,26 +131,26 @@ func TestSimTopology(t *testing.T) {
 	tests := []struct {
 		spec string
 		a, b int
-		want LinkKind
+		want nodeprobe.LinkKind
 		nv   int
 	}{
-		{"8xH100", 0, 7, LinkNVLink, 18},
-		{"8xA100-80GB", 3, 4, LinkNVLink, 12},
-		{"16xH100", 0, 7, LinkNVLink, 18},
-		{"16xH100", 7, 8, LinkSystem, 0}, // two boards, two sockets
-		{"8xL40S", 0, 1, LinkSingleSwitch, 0},
-		{"8xL40S", 0, 2, LinkNUMA, 0},
-		{"8xL40S", 0, 4, LinkSystem, 0},
-		{"8xV100", 0, 3, LinkNVLink, 6},
-		{"8xV100", 3, 4, LinkSystem, 0},
-		{"8xV100", 4, 7, LinkNVLink, 6},
-		{"4xRTX-PRO-6000,2xL40S", 2, 3, LinkSingleSwitch, 0},
-		{"4xRTX-PRO-6000,2xL40S", 4, 5, LinkSingleSwitch, 0},
-		{"4xRTX-PRO-6000,2xL40S", 0, 5, LinkSystem, 0},
-		{"2xH100,2xH200", 1, 2, LinkSystem, 0}, // different boards
-		{"4xH100,4xH200", 1, 2, LinkNVLink, 18},
-		{"4xH100,4xL40S", 4, 6, LinkNUMA, 0},
-		{"4xH100,4xL40S", 1, 2, LinkNVLink, 18},
+		{"8xH100", 0, 7, nodeprobe.LinkNVLink, 18},
+		{"8xA100-80GB", 3, 4, nodeprobe.LinkNVLink, 12},
+		{"16xH100", 0, 7, nodeprobe.LinkNVLink, 18},
+		{"16xH100", 7, 8, nodeprobe.LinkSystem, 0}, // two boards, two sockets
+		{"8xL40S", 0, 1, nodeprobe.LinkSingleSwitch, 0},
+		{"8xL40S", 0, 2, nodeprobe.LinkNUMA, 0},
+		{"8xL40S", 0, 4, nodeprobe.LinkSystem, 0},
+		{"8xV100", 0, 3, nodeprobe.LinkNVLink, 6},
+		{"8xV100", 3, 4, nodeprobe.LinkSystem, 0},
+		{"8xV100", 4, 7, nodeprobe.LinkNVLink, 6},
+		{"4xRTX-PRO-6000,2xL40S", 2, 3, nodeprobe.LinkSingleSwitch, 0},
+		{"4xRTX-PRO-6000,2xL40S", 4, 5, nodeprobe.LinkSingleSwitch, 0},
+		{"4xRTX-PRO-6000,2xL40S", 0, 5, nodeprobe.LinkSystem, 0},
+		{"2xH100,2xH200", 1, 2, nodeprobe.LinkSystem, 0}, // different boards
+		{"4xH100,4xH200", 1, 2, nodeprobe.LinkNVLink, 18},
+		{"4xH100,4xL40S", 4, 6, nodeprobe.LinkNUMA, 0},
+		{"4xH100,4xL40S", 1, 2, nodeprobe.LinkNVLink, 18},
 	}
 	for _, tt := range tests {
 		s := newTestSim(t, tt.spec, "", nil)
@@ -156,7 +158,7 @@ func TestSimTopology(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var got Link
+		var got nodeprobe.Link
 		for _, l := range snap.GPUs[tt.a].Links {
 			if l.Peer == tt.b {
 				got = l
@@ -253,9 +255,9 @@ func TestSimLoadFile(t *testing.T) {
 }
 
 func TestSimLoadFileMissingAtStart(t *testing.T) {
-	_, err := NewSim(SimOptions{Spec: "1xL4", LoadFile: filepath.Join(t.TempDir(), "absent.json")})
+	_, err := New(Options{Spec: "1xL4", LoadFile: filepath.Join(t.TempDir(), "absent.json")})
 	if err == nil || !strings.Contains(err.Error(), "absent.json") {
-		t.Errorf("NewSim with a missing load file: error = %v, want one naming the file", err)
+		t.Errorf("New with a missing load file: error = %v, want one naming the file", err)
 	}
 }
 
@@ -297,7 +299,7 @@ func TestSimSnapshotsAreIndependent(t *testing.T) {
 	a.GPUs[0].Links[0].Kind = "mutated"
 	*a.GPUs[0].PowerLimitW = 1
 	b, _ := s.Snapshot(context.Background())
-	if b.GPUs[0].Links[0].Kind != LinkNVLink || *b.GPUs[0].PowerLimitW != 700 {
+	if b.GPUs[0].Links[0].Kind != nodeprobe.LinkNVLink || *b.GPUs[0].PowerLimitW != 700 {
 		t.Errorf("changing one snapshot changed the next: %+v, limit %v", b.GPUs[0].Links[0], *b.GPUs[0].PowerLimitW)
 	}
 }

@@ -1,6 +1,6 @@
 //go:build !linux
 
-package nodeprobe
+package procfs
 
 import (
 	"errors"

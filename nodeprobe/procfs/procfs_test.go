@@ -1,13 +1,13 @@
-package nodeprobe
+package procfs
 
 import (
 	"errors"
 	"os"
-	"os/user"
 	"path/filepath"
-	"strconv"
 	"testing"
 	"time"
+
+	"github.com/dibs-gpu/dibs/nodeprobe"
 )
 
 const (
@@ -70,49 +70,27 @@ func TestParseStatusUID(t *testing.T) {
 	}
 }
 
-// fakeUsers makes a userCache answer from a fixed table and count lookups.
-func fakeUsers(c *userCache, names map[int]string, lookups *int) {
-	c.lookupID = func(uid string) (*user.User, error) {
-		*lookups++
-		id, _ := strconv.Atoi(uid)
-		if n, ok := names[id]; ok {
-			return &user.User{Uid: uid, Username: n}, nil
-		}
-		return nil, user.UnknownUserIdError(id)
-	}
-	c.lookupName = func(name string) (*user.User, error) {
-		*lookups++
-		for id, n := range names {
-			if n == name {
-				return &user.User{Uid: strconv.Itoa(id), Username: n}, nil
-			}
-		}
-		return nil, user.UnknownUserError(name)
-	}
-}
-
 func TestAttributeFakeProc(t *testing.T) {
 	root := filepath.Join("testdata", "proc")
-	r := newProcReader(root, time.Now)
 	var lookups int
-	fakeUsers(r.users, map[int]string{0: "root", 1001: "alice"}, &lookups)
+	r := NewReader(root, NewFakeUsers(time.Now, map[int]string{0: "root", 1001: "alice"}, &lookups))
 	tests := []struct {
 		name     string
 		pid      int
 		fallback string
-		want     procOwner
+		want     Owner
 	}{
-		{"host process", 4242, "", procOwner{UID: 1001, User: "alice", Command: "python3"}},
-		{"docker", 4243, "", procOwner{UID: 1001, User: "alice", Command: "python3", Container: hexID1[:12]}},
-		{"kubernetes, uid without account", 5151, "", procOwner{UID: 1002, User: "", Command: "python", Container: hexID2[:12]}},
-		{"podman as root", 7001, "", procOwner{UID: 0, User: "root", Command: "python", Container: "aabbccddeeff"}},
-		{"vanished pid keeps the fallback name", 99999, "python3.11", procOwner{UID: -1, Command: "python3.11"}},
-		{"vanished pid without a name", 99998, "", procOwner{UID: -1}},
+		{"host process", 4242, "", Owner{UID: 1001, User: "alice", Command: "python3"}},
+		{"docker", 4243, "", Owner{UID: 1001, User: "alice", Command: "python3", Container: hexID1[:12]}},
+		{"kubernetes, uid without account", 5151, "", Owner{UID: 1002, User: "", Command: "python", Container: hexID2[:12]}},
+		{"podman as root", 7001, "", Owner{UID: 0, User: "root", Command: "python", Container: "aabbccddeeff"}},
+		{"vanished pid keeps the fallback name", 99999, "python3.11", Owner{UID: -1, Command: "python3.11"}},
+		{"vanished pid without a name", 99998, "", Owner{UID: -1}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if got := r.attribute(tt.pid, tt.fallback); got != tt.want {
-				t.Errorf("attribute(%d) = %+v, want %+v", tt.pid, got, tt.want)
+			if got := r.Attribute(tt.pid, tt.fallback); got != tt.want {
+				t.Errorf("Attribute(%d) = %+v, want %+v", tt.pid, got, tt.want)
 			}
 		})
 	}
@@ -132,42 +110,41 @@ func TestAttributePartialProc(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "comm"), []byte("torchrun\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	r := newProcReader(root, time.Now)
-	got := r.attribute(77, "ignored")
-	want := procOwner{UID: -1, Command: "torchrun"}
+	r := NewReader(root, NewUsers(time.Now))
+	got := r.Attribute(77, "ignored")
+	want := Owner{UID: -1, Command: "torchrun"}
 	if got != want {
-		t.Errorf("attribute = %+v, want %+v", got, want)
+		t.Errorf("Attribute = %+v, want %+v", got, want)
 	}
 }
 
 func TestUserCacheRetriesUnknownAfterTTL(t *testing.T) {
 	now := time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC)
-	c := newUserCache(func() time.Time { return now })
 	names := map[int]string{}
 	var lookups int
-	fakeUsers(c, names, &lookups)
+	c := NewFakeUsers(func() time.Time { return now }, names, &lookups)
 
-	if got := c.name(1500); got != "" {
-		t.Fatalf("name(1500) = %q before the account exists, want empty", got)
+	if got := c.Name(1500); got != "" {
+		t.Fatalf("Name(1500) = %q before the account exists, want empty", got)
 	}
 	names[1500] = "newhire"
-	if got := c.name(1500); got != "" {
-		t.Errorf("name(1500) within the TTL = %q, want the cached empty answer", got)
+	if got := c.Name(1500); got != "" {
+		t.Errorf("Name(1500) within the TTL = %q, want the cached empty answer", got)
 	}
 	now = now.Add(negativeUserTTL + time.Second)
-	if got := c.name(1500); got != "newhire" {
-		t.Errorf("name(1500) after the TTL = %q, want newhire", got)
+	if got := c.Name(1500); got != "newhire" {
+		t.Errorf("Name(1500) after the TTL = %q, want newhire", got)
 	}
-	if got := c.uid("newhire"); got != 1500 {
-		t.Errorf("uid(newhire) = %d, want 1500", got)
+	if got := c.UID("newhire"); got != 1500 {
+		t.Errorf("UID(newhire) = %d, want 1500", got)
 	}
-	if got := c.uid("ghost"); got != -1 {
-		t.Errorf("uid(ghost) = %d, want -1", got)
+	if got := c.UID("ghost"); got != -1 {
+		t.Errorf("UID(ghost) = %d, want -1", got)
 	}
 	before := lookups
-	c.name(1500)
-	c.uid("newhire")
-	c.uid("ghost")
+	c.Name(1500)
+	c.UID("newhire")
+	c.UID("ghost")
 	if lookups != before {
 		t.Errorf("cached answers cost %d lookups, want 0", lookups-before)
 	}
@@ -205,13 +182,13 @@ func TestReadMemTotal(t *testing.T) {
 
 func TestReadHostFakeProc(t *testing.T) {
 	var logs []string
-	opts := Options{HostName: "node07", ProcRoot: filepath.Join("testdata", "proc"),
-		Logf: func(f string, a ...any) { logs = append(logs, f) }}.withDefaults()
-	h := readHost(opts, BackendNVML)
-	if h.Name != "node07" || h.MemoryMiB != 2113459916/1024 || h.CPUs < 1 || h.Backend != BackendNVML {
-		t.Errorf("readHost = %+v, want node07 with %d MiB via nvml", h, 2113459916/1024)
+	opts := nodeprobe.Options{HostName: "node07", ProcRoot: filepath.Join("testdata", "proc"),
+		Logf: func(f string, a ...any) { logs = append(logs, f) }}.WithDefaults()
+	h := ReadHost(opts, nodeprobe.BackendNVML)
+	if h.Name != "node07" || h.MemoryMiB != 2113459916/1024 || h.CPUs < 1 || h.Backend != nodeprobe.BackendNVML {
+		t.Errorf("ReadHost = %+v, want node07 with %d MiB via nvml", h, 2113459916/1024)
 	}
 	if len(logs) != 0 {
-		t.Errorf("readHost logged %q, want nothing", logs)
+		t.Errorf("ReadHost logged %q, want nothing", logs)
 	}
 }

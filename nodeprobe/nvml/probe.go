@@ -1,6 +1,6 @@
 //go:build linux && cgo
 
-package nodeprobe
+package nvml
 
 import (
 	"context"
@@ -8,13 +8,17 @@ import (
 	"time"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
+
+	"github.com/dibs-gpu/dibs/nodeprobe"
+	"github.com/dibs-gpu/dibs/nodeprobe/internal/warnonce"
+	"github.com/dibs-gpu/dibs/nodeprobe/procfs"
 )
 
-// OpenNVML opens the NVML backend: the driver's own library, the most
+// Open opens the NVML backend: the driver's own library, the most
 // accurate and cheapest source. It fails with one line naming the cause
-// (library missing, driver not loaded, no GPUs) so Open can fall back.
-func OpenNVML(ctx context.Context, opts Options) (Probe, error) {
-	p, err := newNVMLProbe(ctx, nvml.New(), opts.withDefaults())
+// (library missing, driver not loaded, no GPUs) so probe.Open can fall back.
+func Open(ctx context.Context, opts nodeprobe.Options) (nodeprobe.Probe, error) {
+	p, err := newNVMLProbe(ctx, nvml.New(), opts.WithDefaults())
 	if err != nil {
 		return nil, err
 	}
@@ -27,10 +31,10 @@ func OpenNVML(ctx context.Context, opts Options) (Probe, error) {
 // and processes are read at every probe.
 type nvmlProbe struct {
 	drv    nvmlDriver
-	host   Host
-	procs  *procReader
+	host   nodeprobe.Host
+	procs  *procfs.Reader
 	now    func() time.Time
-	warn   warnOnce
+	warn   warnonce.Warner
 	closed bool
 
 	// static holds one entry per GPU index; it is rebuilt when the device
@@ -40,7 +44,7 @@ type nvmlProbe struct {
 	nLinks   int
 }
 
-var _ Probe = (*nvmlProbe)(nil)
+var _ nodeprobe.Probe = (*nvmlProbe)(nil)
 
 // nvmlStatic is what is cached about one GPU.
 type nvmlStatic struct {
@@ -48,19 +52,19 @@ type nvmlStatic struct {
 	info  staticInfo
 	busID string // as NVML prints it
 	bus   string // normalised, to match NVLink peers
-	links []Link
+	links []nodeprobe.Link
 	err   string // why the GPU could not be identified; empty when fine
 	// totalMiB is the last memory size read, kept for probes where the
 	// memory read fails.
 	totalMiB uint64
 }
 
-func newNVMLProbe(ctx context.Context, lib nvml.Interface, opts Options) (*nvmlProbe, error) {
+func newNVMLProbe(ctx context.Context, lib nvml.Interface, opts nodeprobe.Options) (*nvmlProbe, error) {
 	p := &nvmlProbe{
 		drv:   nvmlDriver{lib: lib},
-		procs: newProcReader(opts.ProcRoot, opts.Now),
+		procs: procfs.NewReader(opts.ProcRoot, procfs.NewUsers(opts.Now)),
 		now:   opts.Now,
-		warn:  warnOnce{logf: opts.Logf},
+		warn:  warnonce.Warner{Logf: opts.Logf},
 	}
 	if err := p.drv.init(); err != nil {
 		return nil, err
@@ -83,14 +87,14 @@ func newNVMLProbe(ctx context.Context, lib nvml.Interface, opts Options) (*nvmlP
 	if err := ctx.Err(); err != nil {
 		return fail(fmt.Errorf("NVML: %w", err))
 	}
-	p.host = readHost(opts, BackendNVML)
+	p.host = procfs.ReadHost(opts, nodeprobe.BackendNVML)
 	p.host.DriverVersion, p.host.CUDAVersion = driver, cuda
 	p.loadStatic(n)
 	return p, nil
 }
 
 // Backend reports BackendNVML.
-func (p *nvmlProbe) Backend() Backend { return BackendNVML }
+func (p *nvmlProbe) Backend() nodeprobe.Backend { return nodeprobe.BackendNVML }
 
 // Close shuts NVML down; a second Close does nothing.
 func (p *nvmlProbe) Close() error {
@@ -141,12 +145,12 @@ func (p *nvmlProbe) identify(i int) bool {
 	}
 	if err != nil {
 		s.err = err.Error()
-		p.warn.warn(fmt.Sprintf("static/%d/%s", i, s.err), "nodeprobe: gpu %d: %v", i, err)
+		p.warn.Warn(fmt.Sprintf("static/%d/%s", i, s.err), "nodeprobe: gpu %d: %v", i, err)
 		return false
 	}
 	s.dev = dev
 	if s.busID, err = p.drv.busID(dev); err != nil {
-		p.warn.warn(fmt.Sprintf("bus/%d", i), "nodeprobe: gpu %d: pci bus id unknown: %v", i, err)
+		p.warn.Warn(fmt.Sprintf("bus/%d", i), "nodeprobe: gpu %d: pci bus id unknown: %v", i, err)
 	}
 	s.bus = normBusID(s.busID)
 	return true
@@ -165,7 +169,7 @@ func (p *nvmlProbe) loadTopology() {
 		}
 		r, err := p.drv.nvlinks(s.dev)
 		if err != nil {
-			p.warn.warn(fmt.Sprintf("nvlink/%d", i), "nodeprobe: gpu %d: nvlink topology unknown: %v", i, err)
+			p.warn.Warn(fmt.Sprintf("nvlink/%d", i), "nodeprobe: gpu %d: nvlink topology unknown: %v", i, err)
 		}
 		remotes[i] = r
 		for _, l := range r {
@@ -183,7 +187,7 @@ func (p *nvmlProbe) loadTopology() {
 		}
 		return c
 	}
-	pcie := make([]LinkKind, n*n)
+	pcie := make([]nodeprobe.LinkKind, n*n)
 	p.nLinks = 0
 	for i := range p.static {
 		a := &p.static[i]
@@ -201,22 +205,22 @@ func (p *nvmlProbe) loadTopology() {
 				nv += min(switches[i], switches[j])
 			}
 			if nv > 0 {
-				a.links = append(a.links, Link{Peer: j, Kind: LinkNVLink, NVLinks: nv})
+				a.links = append(a.links, nodeprobe.Link{Peer: j, Kind: nodeprobe.LinkNVLink, NVLinks: nv})
 				continue
 			}
 			if j < i {
 				if k := pcie[j*n+i]; k != "" {
-					a.links = append(a.links, Link{Peer: j, Kind: k})
+					a.links = append(a.links, nodeprobe.Link{Peer: j, Kind: k})
 				}
 				continue
 			}
 			kind, ok, err := p.drv.pcieLink(a.dev, b.dev)
 			if err != nil {
-				p.warn.warn(fmt.Sprintf("topology/%d", i), "nodeprobe: gpu %d: pcie topology to gpu %d unknown: %v", i, j, err)
+				p.warn.Warn(fmt.Sprintf("topology/%d", i), "nodeprobe: gpu %d: pcie topology to gpu %d unknown: %v", i, j, err)
 			}
 			if ok {
 				pcie[i*n+j] = kind
-				a.links = append(a.links, Link{Peer: j, Kind: kind})
+				a.links = append(a.links, nodeprobe.Link{Peer: j, Kind: kind})
 			}
 		}
 		p.nLinks += len(a.links)
@@ -226,13 +230,13 @@ func (p *nvmlProbe) loadTopology() {
 // Snapshot reads every GPU now. It fails only when NVML cannot list the GPUs
 // at all; a GPU that cannot be read is kept with its Error set, and a field a
 // GPU does not report is left unknown.
-func (p *nvmlProbe) Snapshot(ctx context.Context) (Snapshot, error) {
+func (p *nvmlProbe) Snapshot(ctx context.Context) (nodeprobe.Snapshot, error) {
 	if err := ctx.Err(); err != nil {
-		return Snapshot{}, fmt.Errorf("probe: %w", err)
+		return nodeprobe.Snapshot{}, fmt.Errorf("probe: %w", err)
 	}
 	n, err := p.drv.deviceCount()
 	if err != nil {
-		return Snapshot{}, fmt.Errorf("probe: NVML: %w", err)
+		return nodeprobe.Snapshot{}, fmt.Errorf("probe: NVML: %w", err)
 	}
 	switch {
 	case n != len(p.static):
@@ -240,14 +244,14 @@ func (p *nvmlProbe) Snapshot(ctx context.Context) (Snapshot, error) {
 	case !p.complete:
 		p.retryStatic()
 	}
-	snap := Snapshot{TakenAt: p.now(), Host: p.host, GPUs: make([]GPU, n)}
+	snap := nodeprobe.Snapshot{TakenAt: p.now(), Host: p.host, GPUs: make([]nodeprobe.GPU, n)}
 	// One backing array per kind rather than an allocation per field; the
 	// snapshot owns all of it.
-	links := make([]Link, 0, p.nLinks)
+	links := make([]nodeprobe.Link, 0, p.nLinks)
 	vals := make([]gpuValues, n)
 	for i := range snap.GPUs {
 		if err := ctx.Err(); err != nil {
-			return Snapshot{}, fmt.Errorf("probe gpu %d: %w", i, err)
+			return nodeprobe.Snapshot{}, fmt.Errorf("probe gpu %d: %w", i, err)
 		}
 		g := &snap.GPUs[i]
 		start := len(links)
@@ -268,12 +272,12 @@ type gpuValues struct {
 }
 
 // readGPU fills g from GPU i's cached facts and its live readings.
-func (p *nvmlProbe) readGPU(i int, g *GPU, v *gpuValues) {
+func (p *nvmlProbe) readGPU(i int, g *nodeprobe.GPU, v *gpuValues) {
 	s := &p.static[i]
 	g.Index = i
 	g.UUID, g.Model, g.PCIBusID = s.info.uuid, s.info.name, s.busID
-	g.MIG = MIGUnsupported
-	g.Processes = []Process{}
+	g.MIG = nodeprobe.MIGUnsupported
+	g.Processes = []nodeprobe.Process{}
 	if s.err != "" {
 		g.Error = s.err
 		return
@@ -305,7 +309,7 @@ func (p *nvmlProbe) readGPU(i int, g *GPU, v *gpuValues) {
 	g.MIG, err = p.drv.migMode(dev)
 	p.fieldErr(g, "mig mode", err)
 
-	if g.MIG != MIGEnabled {
+	if g.MIG != nodeprobe.MIGEnabled {
 		ps, err := p.drv.processes(dev)
 		p.fieldErr(g, "processes", err)
 		g.Processes = p.appendProcesses(g.Processes, ps, "")
@@ -321,7 +325,7 @@ func (p *nvmlProbe) readGPU(i int, g *GPU, v *gpuValues) {
 			p.fieldErr(g, fmt.Sprintf("mig device %d", m.index), err)
 			continue
 		}
-		g.MIGDevices = append(g.MIGDevices, MIGDevice{
+		g.MIGDevices = append(g.MIGDevices, nodeprobe.MIGDevice{
 			Index:          m.index,
 			UUID:           info.uuid,
 			Profile:        info.profile,
@@ -335,13 +339,13 @@ func (p *nvmlProbe) readGPU(i int, g *GPU, v *gpuValues) {
 }
 
 // appendProcesses attributes NVML's processes to their owners.
-func (p *nvmlProbe) appendProcesses(dst []Process, ps []procInfo, mig string) []Process {
+func (p *nvmlProbe) appendProcesses(dst []nodeprobe.Process, ps []procInfo, mig string) []nodeprobe.Process {
 	for _, pi := range ps {
-		o := p.procs.attribute(pi.pid, "")
+		o := p.procs.Attribute(pi.pid, "")
 		if o.Command == "" {
 			o.Command = p.drv.processName(pi.pid)
 		}
-		dst = append(dst, Process{
+		dst = append(dst, nodeprobe.Process{
 			PID:           pi.pid,
 			UID:           o.UID,
 			User:          o.User,
@@ -356,12 +360,12 @@ func (p *nvmlProbe) appendProcesses(dst []Process, ps []procInfo, mig string) []
 
 // fieldErr handles a failed read of one field: the field stays unknown, the
 // problem is logged once, and a lost GPU is marked so on the GPU itself.
-func (p *nvmlProbe) fieldErr(g *GPU, field string, err error) {
+func (p *nvmlProbe) fieldErr(g *nodeprobe.GPU, field string, err error) {
 	if err == nil {
 		return
 	}
 	if gpuLost(err) && g.Error == "" {
 		g.Error = err.Error()
 	}
-	p.warn.warn(fmt.Sprintf("field/%d/%s/%v", g.Index, field, err), "nodeprobe: gpu %d: %s unknown: %v", g.Index, field, err)
+	p.warn.Warn(fmt.Sprintf("field/%d/%s/%v", g.Index, field, err), "nodeprobe: gpu %d: %s unknown: %v", g.Index, field, err)
 }

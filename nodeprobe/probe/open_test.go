@@ -1,4 +1,4 @@
-package nodeprobe
+package probe
 
 import (
 	"context"
@@ -6,41 +6,21 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-)
 
-func TestParseBackend(t *testing.T) {
-	tests := []struct {
-		in      string
-		want    Backend
-		wantErr bool
-	}{
-		{"", BackendAuto, false},
-		{"auto", BackendAuto, false},
-		{"NVML", BackendNVML, false},
-		{" nvidia-smi ", BackendNvidiaSMI, false},
-		{"sim", BackendSim, false},
-		{"smi", "", true},
-		{"cuda", "", true},
-	}
-	for _, tt := range tests {
-		got, err := ParseBackend(tt.in)
-		if got != tt.want || (err != nil) != tt.wantErr {
-			t.Errorf("ParseBackend(%q) = %q, %v; want %q, error %v", tt.in, got, err, tt.want, tt.wantErr)
-		}
-	}
-}
+	"github.com/dibs-gpu/dibs/nodeprobe"
+)
 
 func TestOpenOptionErrors(t *testing.T) {
 	tests := []struct {
 		name string
-		opts Options
+		opts nodeprobe.Options
 		want string
 	}{
-		{"unknown backend", Options{Backend: "cuda"}, "unknown backend"},
-		{"load without spec", Options{SimLoad: "x.json"}, "--sim-load needs --sim"},
-		{"spec with nvml", Options{Backend: BackendNVML, Sim: "1xL4"}, "cannot be combined with backend nvml"},
-		{"sim without spec", Options{Backend: BackendSim}, "needs a spec"},
-		{"bad spec", Options{Sim: "2xK80"}, "unknown model"},
+		{"unknown backend", nodeprobe.Options{Backend: "cuda"}, "unknown backend"},
+		{"load without spec", nodeprobe.Options{SimLoad: "x.json"}, "--sim-load needs --sim"},
+		{"spec with nvml", nodeprobe.Options{Backend: nodeprobe.BackendNVML, Sim: "1xL4"}, "cannot be combined with backend nvml"},
+		{"sim without spec", nodeprobe.Options{Backend: nodeprobe.BackendSim}, "needs a spec"},
+		{"bad spec", nodeprobe.Options{Sim: "2xK80"}, "unknown model"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -53,13 +33,13 @@ func TestOpenOptionErrors(t *testing.T) {
 }
 
 func TestOpenAutoPicksSimWithSpec(t *testing.T) {
-	for _, b := range []Backend{"", BackendAuto, BackendSim} {
-		p, err := Open(context.Background(), Options{Backend: b, Sim: "2xL4", HostName: "demo1"})
+	for _, b := range []nodeprobe.Backend{"", nodeprobe.BackendAuto, nodeprobe.BackendSim} {
+		p, err := Open(context.Background(), nodeprobe.Options{Backend: b, Sim: "2xL4", HostName: "demo1"})
 		if err != nil {
 			t.Fatalf("backend %q: %v", b, err)
 		}
 		snap, err := p.Snapshot(context.Background())
-		if err != nil || p.Backend() != BackendSim || len(snap.GPUs) != 2 || snap.Host.Name != "demo1" {
+		if err != nil || p.Backend() != nodeprobe.BackendSim || len(snap.GPUs) != 2 || snap.Host.Name != "demo1" {
 			t.Errorf("backend %q: got %s with %d gpus on %q (%v), want sim with 2 on demo1", b, p.Backend(), len(snap.GPUs), snap.Host.Name, err)
 		}
 		p.Close()
@@ -72,7 +52,7 @@ func fakeSMI(t *testing.T, gpuFixture, appsFixture string) {
 	t.Helper()
 	dir := t.TempDir()
 	abs := func(n string) string {
-		p, err := filepath.Abs(filepath.Join("testdata", "smi", n))
+		p, err := filepath.Abs(filepath.Join("..", "smi", "testdata", n))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -92,9 +72,9 @@ func fakeSMI(t *testing.T, gpuFixture, appsFixture string) {
 func TestOpenNvidiaSMIThroughPATH(t *testing.T) {
 	fakeSMI(t, "h100x8-gpu.csv", "h100x8-apps.csv")
 	var logs []string
-	p, err := Open(context.Background(), Options{
-		Backend:  BackendNvidiaSMI,
-		ProcRoot: filepath.Join("testdata", "proc"),
+	p, err := Open(context.Background(), nodeprobe.Options{
+		Backend:  nodeprobe.BackendNvidiaSMI,
+		ProcRoot: filepath.Join("..", "procfs", "testdata", "proc"),
 		Logf:     func(f string, a ...any) { logs = append(logs, f) },
 	})
 	if err != nil {
@@ -105,7 +85,7 @@ func TestOpenNvidiaSMIThroughPATH(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if p.Backend() != BackendNvidiaSMI || len(snap.GPUs) != 8 || len(snap.GPUs[0].Processes) != 1 {
+	if p.Backend() != nodeprobe.BackendNvidiaSMI || len(snap.GPUs) != 8 || len(snap.GPUs[0].Processes) != 1 {
 		t.Errorf("got %s, %d gpus, gpu 0 processes %+v; want nvidia-smi, 8, one process", p.Backend(), len(snap.GPUs), snap.GPUs[0].Processes)
 	}
 	if len(logs) != 0 {
@@ -116,7 +96,7 @@ func TestOpenNvidiaSMIThroughPATH(t *testing.T) {
 func TestOpenAutoWithoutBackends(t *testing.T) {
 	t.Setenv("PATH", t.TempDir())
 	var logs []string
-	p, err := Open(context.Background(), Options{Logf: func(f string, a ...any) { logs = append(logs, f) }})
+	p, err := Open(context.Background(), nodeprobe.Options{Logf: func(f string, a ...any) { logs = append(logs, f) }})
 	if err == nil {
 		p.Close()
 		t.Skip("this host has NVML; the no-backend message cannot be shown here")
@@ -132,5 +112,12 @@ func TestOpenAutoWithoutBackends(t *testing.T) {
 	}
 	if len(logs) != 1 || !strings.Contains(logs[0], "trying nvidia-smi") {
 		t.Errorf("logs = %q, want one line about falling back to nvidia-smi", logs)
+	}
+}
+
+func writeFile(t testing.TB, path, content string) {
+	t.Helper()
+	if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
 	}
 }

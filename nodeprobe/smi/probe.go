@@ -1,4 +1,7 @@
-package nodeprobe
+// Package smi is the nvidia-smi backend of nodeprobe: it runs nvidia-smi's
+// CSV queries at every probe (parse.go reads them) and needs no cgo, for
+// nodes where NVML cannot be loaded.
+package smi
 
 import (
 	"bytes"
@@ -8,6 +11,10 @@ import (
 	"os/exec"
 	"strings"
 	"time"
+
+	"github.com/dibs-gpu/dibs/nodeprobe"
+	"github.com/dibs-gpu/dibs/nodeprobe/internal/warnonce"
+	"github.com/dibs-gpu/dibs/nodeprobe/procfs"
 )
 
 // smiTimeout bounds one nvidia-smi run: with a wedged driver it can hang for
@@ -18,15 +25,15 @@ const smiTimeout = 15 * time.Second
 // field of the nvidia-smi probe so tests answer with fixtures.
 type commandRunner func(ctx context.Context, name string, args ...string) ([]byte, error)
 
-// OpenNvidiaSMI opens the nvidia-smi backend: slower than NVML (a process per
+// Open opens the nvidia-smi backend: slower than NVML (a process per
 // probe) but needing no cgo. It fails with one line when nvidia-smi is not
-// in PATH or cannot talk to the driver, so Open can fall back.
-func OpenNvidiaSMI(ctx context.Context, opts Options) (Probe, error) {
+// in PATH or cannot talk to the driver, so probe.Open can fall back.
+func Open(ctx context.Context, opts nodeprobe.Options) (nodeprobe.Probe, error) {
 	path, err := exec.LookPath("nvidia-smi")
 	if err != nil {
 		return nil, errors.New("nvidia-smi: not in PATH")
 	}
-	p, err := newSMIProbe(ctx, path, runCommand, opts.withDefaults())
+	p, err := newSMIProbe(ctx, path, runCommand, opts.WithDefaults())
 	if err != nil {
 		return nil, err
 	}
@@ -38,21 +45,21 @@ func OpenNvidiaSMI(ctx context.Context, opts Options) (Probe, error) {
 type smiProbe struct {
 	path  string
 	run   commandRunner
-	host  Host
-	procs *procReader
+	host  nodeprobe.Host
+	procs *procfs.Reader
 	now   func() time.Time
-	warn  warnOnce
+	warn  warnonce.Warner
 }
 
-var _ Probe = (*smiProbe)(nil)
+var _ nodeprobe.Probe = (*smiProbe)(nil)
 
-func newSMIProbe(ctx context.Context, path string, run commandRunner, opts Options) (*smiProbe, error) {
+func newSMIProbe(ctx context.Context, path string, run commandRunner, opts nodeprobe.Options) (*smiProbe, error) {
 	p := &smiProbe{
 		path:  path,
 		run:   run,
-		procs: newProcReader(opts.ProcRoot, opts.Now),
+		procs: procfs.NewReader(opts.ProcRoot, procfs.NewUsers(opts.Now)),
 		now:   opts.Now,
-		warn:  warnOnce{logf: opts.Logf},
+		warn:  warnonce.Warner{Logf: opts.Logf},
 	}
 	gpus, _, err := p.queryGPUs(ctx)
 	if err != nil {
@@ -61,17 +68,17 @@ func newSMIProbe(ctx context.Context, path string, run commandRunner, opts Optio
 	if len(gpus) == 0 {
 		return nil, errors.New("nvidia-smi: no GPUs listed")
 	}
-	p.host = readHost(opts, BackendNvidiaSMI)
+	p.host = procfs.ReadHost(opts, nodeprobe.BackendNvidiaSMI)
 	return p, nil
 }
 
 // Backend reports BackendNvidiaSMI.
-func (p *smiProbe) Backend() Backend { return BackendNvidiaSMI }
+func (p *smiProbe) Backend() nodeprobe.Backend { return nodeprobe.BackendNvidiaSMI }
 
 // Close does nothing: each probe's nvidia-smi has already exited.
 func (p *smiProbe) Close() error { return nil }
 
-func (p *smiProbe) queryGPUs(ctx context.Context) ([]GPU, string, error) {
+func (p *smiProbe) queryGPUs(ctx context.Context) ([]nodeprobe.GPU, string, error) {
 	out, err := p.run(ctx, p.path, "--query-gpu="+queryGPUFields, "--format=csv,noheader,nounits")
 	if err != nil {
 		return nil, "", fmt.Errorf("nvidia-smi: %w", err)
@@ -82,14 +89,14 @@ func (p *smiProbe) queryGPUs(ctx context.Context) ([]GPU, string, error) {
 // Snapshot runs nvidia-smi for the GPUs and their processes. It fails only
 // when the GPU query fails; a failing process or MIG query is logged once
 // and leaves those lists empty.
-func (p *smiProbe) Snapshot(ctx context.Context) (Snapshot, error) {
+func (p *smiProbe) Snapshot(ctx context.Context) (nodeprobe.Snapshot, error) {
 	gpus, driver, err := p.queryGPUs(ctx)
 	if err != nil {
-		return Snapshot{}, fmt.Errorf("probe: %w", err)
+		return nodeprobe.Snapshot{}, fmt.Errorf("probe: %w", err)
 	}
-	snap := Snapshot{TakenAt: p.now(), Host: p.host, GPUs: gpus}
+	snap := nodeprobe.Snapshot{TakenAt: p.now(), Host: p.host, GPUs: gpus}
 	snap.Host.DriverVersion = driver
-	byUUID := make(map[string]*GPU, len(gpus))
+	byUUID := make(map[string]*nodeprobe.GPU, len(gpus))
 	for i := range gpus {
 		byUUID[gpus[i].UUID] = &gpus[i]
 	}
@@ -100,16 +107,16 @@ func (p *smiProbe) Snapshot(ctx context.Context) (Snapshot, error) {
 		apps, err = parseComputeApps(out)
 	}
 	if err != nil {
-		p.warn.warn("apps/"+err.Error(), "nodeprobe: nvidia-smi processes unknown: %v", err)
+		p.warn.Warn("apps/"+err.Error(), "nodeprobe: nvidia-smi processes unknown: %v", err)
 	}
 	for _, a := range apps {
 		g := byUUID[a.gpuUUID]
 		if g == nil {
-			p.warn.warn("apps-gpu/"+a.gpuUUID, "nodeprobe: nvidia-smi lists pid %d on unknown gpu %s", a.pid, a.gpuUUID)
+			p.warn.Warn("apps-gpu/"+a.gpuUUID, "nodeprobe: nvidia-smi lists pid %d on unknown gpu %s", a.pid, a.gpuUUID)
 			continue
 		}
-		o := p.procs.attribute(a.pid, baseName(a.name))
-		g.Processes = append(g.Processes, Process{
+		o := p.procs.Attribute(a.pid, baseName(a.name))
+		g.Processes = append(g.Processes, nodeprobe.Process{
 			PID:           a.pid,
 			UID:           o.UID,
 			User:          o.User,
@@ -126,26 +133,26 @@ func (p *smiProbe) Snapshot(ctx context.Context) (Snapshot, error) {
 }
 
 // addMIG lists the MIG devices of MIG-enabled GPUs with `nvidia-smi -L`.
-func (p *smiProbe) addMIG(ctx context.Context, byUUID map[string]*GPU) {
+func (p *smiProbe) addMIG(ctx context.Context, byUUID map[string]*nodeprobe.GPU) {
 	out, err := p.run(ctx, p.path, "-L")
 	var migs []smiMIG
 	if err == nil {
 		migs, err = parseListGPUs(out)
 	}
 	if err != nil {
-		p.warn.warn("mig/"+err.Error(), "nodeprobe: nvidia-smi MIG devices unknown: %v", err)
+		p.warn.Warn("mig/"+err.Error(), "nodeprobe: nvidia-smi MIG devices unknown: %v", err)
 		return
 	}
 	for _, m := range migs {
-		if g := byUUID[m.gpuUUID]; g != nil && g.MIG == MIGEnabled {
+		if g := byUUID[m.gpuUUID]; g != nil && g.MIG == nodeprobe.MIGEnabled {
 			g.MIGDevices = append(g.MIGDevices, m.dev)
 		}
 	}
 }
 
-func hasMIG(gpus []GPU) bool {
+func hasMIG(gpus []nodeprobe.GPU) bool {
 	for i := range gpus {
-		if gpus[i].MIG == MIGEnabled {
+		if gpus[i].MIG == nodeprobe.MIGEnabled {
 			return true
 		}
 	}

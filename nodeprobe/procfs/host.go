@@ -1,4 +1,4 @@
-package nodeprobe
+package procfs
 
 import (
 	"bufio"
@@ -8,14 +8,17 @@ import (
 	"path/filepath"
 	"runtime"
 	"strconv"
+
+	"github.com/dibs-gpu/dibs/nodeprobe"
 )
 
-// readHost gathers the host facts that do not change while the agent runs,
+// ReadHost gathers the host facts that do not change while the agent runs,
 // so backends read them once at open instead of at every probe. A fact that
 // cannot be read is logged and left zero: a node without /proc/meminfo still
-// has GPUs worth sharing.
-func readHost(opts Options, backend Backend) Host {
-	h := Host{Name: opts.HostName, CPUs: runtime.NumCPU(), Backend: backend}
+// has GPUs worth sharing. opts must have its defaults filled
+// (nodeprobe.Options.WithDefaults).
+func ReadHost(opts nodeprobe.Options, backend nodeprobe.Backend) nodeprobe.Host {
+	h := nodeprobe.Host{Name: opts.HostName, CPUs: runtime.NumCPU(), Backend: backend}
 	if h.Name == "" {
 		name, err := os.Hostname()
 		if err != nil {

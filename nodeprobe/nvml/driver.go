@@ -1,17 +1,19 @@
 //go:build linux && cgo
 
-package nodeprobe
+package nvml
 
 import (
 	"fmt"
 	"strings"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
+
+	"github.com/dibs-gpu/dibs/nodeprobe"
 )
 
 // This file is the thin layer over NVML: each method makes one or a few NVML
 // calls and turns the answer into Go values and errors. It knows nothing of
-// dibs's types beyond a few enums; nvml_probe.go builds snapshots from it.
+// dibs's types beyond a few enums; probe.go builds snapshots from it.
 // Nothing outside this file and the prober sees an nvml.Return.
 
 // nvmlDriver wraps an nvml.Interface: the real library in production, the
@@ -205,15 +207,15 @@ func (d *nvmlDriver) powerLimit(dev nvml.Device) (watts float64, ok bool, err er
 }
 
 // migMode returns the current MIG mode; GPUs without MIG say unsupported.
-func (d *nvmlDriver) migMode(dev nvml.Device) (MIGMode, error) {
+func (d *nvmlDriver) migMode(dev nvml.Device) (nodeprobe.MIGMode, error) {
 	current, _, ret := dev.GetMigMode()
 	if ok, err := optional("mig mode", ret); !ok {
-		return MIGUnsupported, err
+		return nodeprobe.MIGUnsupported, err
 	}
 	if current == nvml.DEVICE_MIG_ENABLE {
-		return MIGEnabled, nil
+		return nodeprobe.MIGEnabled, nil
 	}
-	return MIGDisabled, nil
+	return nodeprobe.MIGDisabled, nil
 }
 
 // migHandle is one MIG device that exists on a GPU.
@@ -327,24 +329,24 @@ func (d *nvmlDriver) processes(dev nvml.Device) ([]procInfo, error) {
 
 // pcieLink returns how two GPUs meet on the PCIe tree; ok is false when NVML
 // cannot say.
-func (d *nvmlDriver) pcieLink(a, b nvml.Device) (LinkKind, bool, error) {
+func (d *nvmlDriver) pcieLink(a, b nvml.Device) (nodeprobe.LinkKind, bool, error) {
 	lvl, ret := a.GetTopologyCommonAncestor(b)
 	if ok, err := optional("topology", ret); !ok {
 		return "", false, err
 	}
 	switch lvl {
 	case nvml.TOPOLOGY_INTERNAL:
-		return LinkSameBoard, true, nil
+		return nodeprobe.LinkSameBoard, true, nil
 	case nvml.TOPOLOGY_SINGLE:
-		return LinkSingleSwitch, true, nil
+		return nodeprobe.LinkSingleSwitch, true, nil
 	case nvml.TOPOLOGY_MULTIPLE:
-		return LinkMultiSwitch, true, nil
+		return nodeprobe.LinkMultiSwitch, true, nil
 	case nvml.TOPOLOGY_HOSTBRIDGE:
-		return LinkHostBridge, true, nil
+		return nodeprobe.LinkHostBridge, true, nil
 	case nvml.TOPOLOGY_NODE:
-		return LinkNUMA, true, nil
+		return nodeprobe.LinkNUMA, true, nil
 	default:
-		return LinkSystem, true, nil
+		return nodeprobe.LinkSystem, true, nil
 	}
 }
 
