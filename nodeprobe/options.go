@@ -6,15 +6,15 @@ import (
 	"time"
 )
 
-// BackendAuto asks probe.Open to pick the best source this node has. It is only a
-// request: a probe never reports it as the backend that answered.
+// BackendAuto asks probe.Open to pick the best source this node has. It is
+// only a request: a probe never reports it as the backend that answered.
 const BackendAuto Backend = "auto"
 
-// Options configures the probe package's Open and each backend's. The
-// backends live in sub-packages (nvml, smi, sim, chosen by probe.Open) so
-// that code needing only the snapshot types never links NVML or os/exec.
-// The zero value probes the real hardware through
-// the best backend available, with the real clock and /proc, logging nothing.
+// Options configures probe.Open and the backends' Open functions. It lives
+// here, with the types, so every backend (nvml, smi, sim) shares one
+// without importing another. The zero value probes the real hardware
+// through the best backend available, with the real clock and /proc,
+// logging nothing.
 type Options struct {
 	// Backend is BackendAuto (or empty), BackendNVML, BackendNvidiaSMI or
 	// BackendSim.
