@@ -6,14 +6,14 @@ import (
 
 	"github.com/dibs-gpu/dibs/agent"
 	"github.com/dibs-gpu/dibs/agent/agenttest"
-	"github.com/dibs-gpu/dibs/nodeprobe"
+	"github.com/dibs-gpu/dibs/nodeprobe/sim"
 )
 
 // tryStart starts an agent with o and returns Start's error (stopping it if
 // it did start).
 func tryStart(t *testing.T, o agenttest.Options) error {
 	t.Helper()
-	probe, err := nodeprobe.NewSim(nodeprobe.SimOptions{Spec: "4xH100-80GB", HostName: o.Name})
+	probe, err := sim.New(sim.Options{Spec: "4xH100-80GB", HostName: o.Name})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -31,7 +31,7 @@ func tryStart(t *testing.T, o agenttest.Options) error {
 // tryStartCluster starts a clustered agent with o and returns Start's error.
 func tryStartCluster(t *testing.T, o agenttest.Options) error {
 	t.Helper()
-	probe, err := nodeprobe.NewSim(nodeprobe.SimOptions{Spec: "2xL40S", HostName: o.Name})
+	probe, err := sim.New(sim.Options{Spec: "2xL40S", HostName: o.Name})
 	if err != nil {
 		t.Fatal(err)
 	}

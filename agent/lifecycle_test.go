@@ -16,7 +16,7 @@ import (
 	"github.com/dibs-gpu/dibs/api"
 	"github.com/dibs-gpu/dibs/launch"
 	"github.com/dibs-gpu/dibs/lease"
-	"github.com/dibs-gpu/dibs/nodeprobe"
+	"github.com/dibs-gpu/dibs/nodeprobe/sim"
 )
 
 func shortPolicy(action lease.EndAction) lease.Policy {
@@ -191,7 +191,7 @@ func TestAdoptTakesYourRunIntoALease(t *testing.T) {
 func TestRunWithoutTmuxRefusesAndLeavesNothing(t *testing.T) {
 	t.Parallel()
 	dir := agenttest.PublicDir(t)
-	probe, _ := nodeprobe.NewSim(nodeprobe.SimOptions{Spec: "2xL40S", HostName: "node01"})
+	probe, _ := sim.New(sim.Options{Spec: "2xL40S", HostName: "node01"})
 	a, err := agent.New(agent.Config{NodeName: "node01", DataDir: filepath.Join(dir, "data"), Socket: filepath.Join(dir, "run", "s.sock"), Log: agenttest.Logger(t, "node01", false)},
 		agent.Deps{Probe: probe, Sessions: launch.New(launch.Options{TmuxPath: "/nonexistent/tmux"})})
 	if err != nil {

@@ -21,7 +21,7 @@ import (
 	"github.com/dibs-gpu/dibs/api"
 	"github.com/dibs-gpu/dibs/launch"
 	"github.com/dibs-gpu/dibs/lease"
-	"github.com/dibs-gpu/dibs/nodeprobe"
+	"github.com/dibs-gpu/dibs/nodeprobe/sim"
 )
 
 // Nodes is the demo cluster: two big boxes and two smaller ones.
@@ -54,7 +54,7 @@ type Demo struct {
 	dir     string
 	ownDir  bool
 	agents  []*agent.Agent
-	sims    map[string]*nodeprobe.Sim
+	sims    map[string]*sim.Sim
 	byName  map[string]*agent.Agent
 	socket  string
 	cancel  context.CancelFunc
@@ -80,7 +80,7 @@ func Start(ctx context.Context, o Options) (*Demo, error) {
 	if o.Seed == 0 {
 		o.Seed = uint64(time.Now().UnixNano())
 	}
-	d := &Demo{opts: o, dir: o.Dir, sims: map[string]*nodeprobe.Sim{}, byName: map[string]*agent.Agent{},
+	d := &Demo{opts: o, dir: o.Dir, sims: map[string]*sim.Sim{}, byName: map[string]*agent.Agent{},
 		rng: mrand.New(mrand.NewPCG(o.Seed, 7)), pidNext: 31000, mates: teammates()}
 	if d.dir == "" {
 		dir, err := os.MkdirTemp("", "dibs-demo-")
@@ -99,7 +99,7 @@ func Start(ctx context.Context, o Options) (*Demo, error) {
 	policy.IdleAfter = 20 * time.Second
 	var seed string
 	for i, ns := range nodeSpecs {
-		sim, err := nodeprobe.NewSim(nodeprobe.SimOptions{Spec: ns.spec, HostName: ns.name})
+		simProbe, err := sim.New(sim.Options{Spec: ns.spec, HostName: ns.name})
 		if err != nil {
 			d.Stop()
 			return nil, err
@@ -121,7 +121,7 @@ func Start(ctx context.Context, o Options) (*Demo, error) {
 			Policy:        policy,
 			Cluster:       cl,
 			Log:           o.Log.With("node", ns.name),
-		}, agent.Deps{Probe: sim, Users: demoUsers{mates: d.mates},
+		}, agent.Deps{Probe: simProbe, Users: demoUsers{mates: d.mates},
 			Sessions: launch.New(launch.Options{TmuxTmpDir: o.TmuxTmpDir, StatusDir: filepath.Join(d.dir, "exit-"+ns.name)})})
 		if err != nil {
 			d.Stop()
@@ -132,7 +132,7 @@ func Start(ctx context.Context, o Options) (*Demo, error) {
 			return nil, fmt.Errorf("start %s: %w", ns.name, err)
 		}
 		d.agents = append(d.agents, a)
-		d.sims[ns.name] = sim
+		d.sims[ns.name] = simProbe
 		d.byName[ns.name] = a
 		if seed == "" {
 			seed = a.GossipAddr()

@@ -10,7 +10,7 @@ import (
 	"github.com/dibs-gpu/dibs/api"
 	"github.com/dibs-gpu/dibs/launch"
 	"github.com/dibs-gpu/dibs/lease"
-	"github.com/dibs-gpu/dibs/nodeprobe"
+	"github.com/dibs-gpu/dibs/nodeprobe/sim"
 )
 
 // teammate is a simulated colleague: an identity and what they hold.
@@ -132,9 +132,9 @@ func (d *Demo) claimFor(ctx context.Context, t *teammate, node string, req api.C
 // applyLoads tells every simulated node what runs on it now.
 func (d *Demo) applyLoads() {
 	d.mu.Lock()
-	loads := map[string]nodeprobe.Load{}
+	loads := map[string]sim.Load{}
 	for name := range d.sims {
-		loads[name] = nodeprobe.Load{GPUs: map[int]nodeprobe.GPULoad{}}
+		loads[name] = sim.Load{GPUs: map[int]sim.GPULoad{}}
 	}
 	for _, t := range d.mates {
 		for i := range t.holds {
@@ -147,7 +147,7 @@ func (d *Demo) applyLoads() {
 			uid := t.uid
 			for _, g := range h.gpus {
 				mem := uint64(20000 + h.util*600)
-				loads[h.node].GPUs[g] = nodeprobe.GPULoad{UtilizationPct: h.util, Processes: []nodeprobe.LoadProcess{
+				loads[h.node].GPUs[g] = sim.GPULoad{UtilizationPct: h.util, Processes: []sim.LoadProcess{
 					{PID: h.pid, User: t.name, UID: &uid, Command: h.cmd, UsedMemoryMiB: mem},
 				}}
 			}
@@ -155,7 +155,7 @@ func (d *Demo) applyLoads() {
 	}
 	sq := demoSquatter
 	uid := sq.uid
-	loads[sq.node].GPUs[sq.gpu] = nodeprobe.GPULoad{UtilizationPct: 40 + d.rng.IntN(20), Processes: []nodeprobe.LoadProcess{
+	loads[sq.node].GPUs[sq.gpu] = sim.GPULoad{UtilizationPct: 40 + d.rng.IntN(20), Processes: []sim.LoadProcess{
 		{PID: sq.pid, User: sq.user, UID: &uid, Command: "jupyter-kernel", UsedMemoryMiB: 12000},
 	}}
 	d.mu.Unlock()

@@ -13,6 +13,7 @@ import (
 
 	"github.com/dibs-gpu/dibs/lease"
 	"github.com/dibs-gpu/dibs/nodeprobe"
+	"github.com/dibs-gpu/dibs/nodeprobe/sim"
 )
 
 // testKey is the cluster key of test clusters.
@@ -85,14 +86,14 @@ func testLease(node string, token uint64, user, note string, gpus ...int) lease.
 // testSnapshot is a simulated 8-GPU node under load.
 func testSnapshot(t testing.TB, host string) nodeprobe.Snapshot {
 	t.Helper()
-	s, err := nodeprobe.NewSim(nodeprobe.SimOptions{Spec: "8xH100-80GB", HostName: host})
+	s, err := sim.New(sim.Options{Spec: "8xH100-80GB", HostName: host})
 	if err != nil {
 		t.Fatal(err)
 	}
 	uid := 1000
-	load := nodeprobe.Load{GPUs: map[int]nodeprobe.GPULoad{}}
+	load := sim.Load{GPUs: map[int]sim.GPULoad{}}
 	for i := range 8 {
-		load.GPUs[i] = nodeprobe.GPULoad{UtilizationPct: 50 + i*5, Processes: []nodeprobe.LoadProcess{
+		load.GPUs[i] = sim.GPULoad{UtilizationPct: 50 + i*5, Processes: []sim.LoadProcess{
 			{PID: 4000 + i, User: "someone", UID: &uid, Command: "python train.py --config configs/large.yaml", UsedMemoryMiB: 30000 + uint64(i)},
 		}}
 	}

@@ -1,7 +1,10 @@
 // Package nodeprobe says what the hardware of one node is doing: its GPUs, their
 // load, the processes on them and who owns those processes. Everything above it
 // (leases, gossip, the board) decides from a Snapshot and never talks to NVML,
-// nvidia-smi or /proc itself.
+// nvidia-smi or /proc itself. This package holds only the types; the
+// backends that read the hardware live in sub-packages (nvml, smi, sim, with
+// procfs for process owners) and probe.Open picks one, so importing the
+// types never links NVML or os/exec.
 package nodeprobe
 
 import (

@@ -3,7 +3,6 @@ package tui
 import (
 	"errors"
 	"image/color"
-	"os/exec"
 	"slices"
 	"strings"
 	"testing"
@@ -661,33 +660,6 @@ func TestFrameFitsTheTerminal(t *testing.T) {
 						t.Errorf("%dx%d: line %d is %d wide: %q", sz[0], sz[1], i, w, l)
 					}
 				}
-			}
-		}
-	}
-}
-
-// TestDeps holds tui to its room in DESIGN.md: it speaks to the agent only
-// through api, so nothing of the daemon (gossip, launch, the store, NVML)
-// comes along into a terminal UI.
-func TestDeps(t *testing.T) {
-	goBin, err := exec.LookPath("go")
-	if err != nil {
-		t.Skip("go tool not in PATH; cannot list dependencies")
-	}
-	out, err := exec.Command(goBin, "list", "-deps", "-f", "{{if not .Standard}}{{.ImportPath}}{{end}}", ".").Output()
-	if err != nil {
-		t.Fatalf("go list -deps: %v", err)
-	}
-	banned := []string{
-		"github.com/dibs-gpu/dibs/agent", "github.com/dibs-gpu/dibs/gossip", "github.com/dibs-gpu/dibs/launch",
-		"github.com/dibs-gpu/dibs/lease/store", "github.com/dibs-gpu/dibs/cmd",
-		"github.com/hashicorp/memberlist", "go.etcd.io/bbolt", "charm.land/wish",
-		"github.com/charmbracelet/bubbletea", // v1: charm.land/bubbletea/v2 only
-	}
-	for _, pkg := range strings.Fields(string(out)) {
-		for _, b := range banned {
-			if pkg == b || strings.HasPrefix(pkg, b+"/") {
-				t.Errorf("tui imports %s; it may use only api (with lease and nodeprobe types) and charm", pkg)
 			}
 		}
 	}

@@ -24,7 +24,7 @@ import (
 	"github.com/dibs-gpu/dibs/api"
 	"github.com/dibs-gpu/dibs/launch"
 	"github.com/dibs-gpu/dibs/lease"
-	"github.com/dibs-gpu/dibs/nodeprobe"
+	"github.com/dibs-gpu/dibs/nodeprobe/sim"
 )
 
 // Options describe one agent to start. Zero values give a 4-GPU node with the
@@ -62,7 +62,7 @@ type Node struct {
 	Socket   string
 	Client   *api.Client
 	Sessions *launch.Launcher
-	Probe    *nodeprobe.Sim
+	Probe    *sim.Sim
 
 	tb      testing.TB
 	stopped bool
@@ -134,7 +134,7 @@ func (n *Node) start(o Options) {
 		o.SessionPoll = 100 * time.Millisecond
 	}
 	log := Logger(tb, o.Name, o.Quiet)
-	probe, err := nodeprobe.NewSim(nodeprobe.SimOptions{Spec: o.Sim, LoadFile: o.SimLoad, HostName: o.Name})
+	probe, err := sim.New(sim.Options{Spec: o.Sim, LoadFile: o.SimLoad, HostName: o.Name})
 	if err != nil {
 		tb.Fatalf("sim %q: %v", o.Sim, err)
 	}

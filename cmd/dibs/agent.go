@@ -17,6 +17,7 @@ import (
 	"github.com/dibs-gpu/dibs/launch"
 	"github.com/dibs-gpu/dibs/lease"
 	"github.com/dibs-gpu/dibs/nodeprobe"
+	"github.com/dibs-gpu/dibs/nodeprobe/probe"
 )
 
 // agentFlags are the flags of `dibs agent`; the config file fills what they leave.
@@ -183,7 +184,7 @@ func (c *cli) agentConfig(cmd *cobra.Command, f agentFlags) (agent.Config, agent
 	if err := c.applyClusterFlags(cmd, f, fc, &cfg); err != nil {
 		return cfg, agent.Deps{}, err
 	}
-	probe, err := nodeprobe.Open(context.Background(), nodeprobe.Options{
+	prober, err := probe.Open(context.Background(), nodeprobe.Options{
 		Backend:  nodeprobe.Backend(pick("backend", f.backend, fc.Backend, "auto")),
 		Sim:      pick("sim", f.sim, fc.Sim, ""),
 		SimLoad:  pick("sim-load", f.simLoad, fc.SimLoad, ""),
@@ -197,7 +198,7 @@ func (c *cli) agentConfig(cmd *cobra.Command, f agentFlags) (agent.Config, agent
 	// where the users' own tmux looks (systemd gives none: /tmp).
 	statusDir := filepath.Join(filepath.Dir(sock), "exit")
 	sessions := launch.New(launch.Options{TmuxTmpDir: os.Getenv("TMUX_TMPDIR"), StatusDir: statusDir, Logf: func(f string, args ...any) { logger.Warn(fmt.Sprintf(f, args...)) }})
-	return cfg, agent.Deps{Probe: probe, Sessions: sessions}, nil
+	return cfg, agent.Deps{Probe: prober, Sessions: sessions}, nil
 }
 
 func (c *cli) configCmd() *cobra.Command {

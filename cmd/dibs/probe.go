@@ -12,6 +12,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/dibs-gpu/dibs/nodeprobe"
+	"github.com/dibs-gpu/dibs/nodeprobe/probe"
+	"github.com/dibs-gpu/dibs/nodeprobe/sim"
 )
 
 // probeCmd is `dibs probe`: one look at this node's GPUs without an agent,
@@ -20,7 +22,7 @@ import (
 func (c *cli) probeCmd() *cobra.Command {
 	var (
 		jsonOut bool
-		sim     string
+		simSpec string
 		simLoad string
 		backend string
 	)
@@ -29,7 +31,7 @@ func (c *cli) probeCmd() *cobra.Command {
 		Short: "Show this node's GPUs, their load and who runs what on them",
 		Long: "probe reads this node's GPUs once, through NVML, nvidia-smi or the simulator,\n" +
 			"and prints them as a table or (--json) as the snapshot the agent gossips.\n\n" +
-			"Simulated models: " + strings.Join(nodeprobe.SimModels(), ", ") + ".",
+			"Simulated models: " + strings.Join(sim.Models(), ", ") + ".",
 		Example: "  dibs probe\n  dibs probe --json\n  dibs probe --sim 4xRTX-PRO-6000,2xL40S --sim-load load.json",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -41,9 +43,9 @@ func (c *cli) probeCmd() *cobra.Command {
 			if ctx == nil {
 				ctx = context.Background()
 			}
-			p, err := nodeprobe.Open(ctx, nodeprobe.Options{
+			p, err := probe.Open(ctx, nodeprobe.Options{
 				Backend: b,
-				Sim:     sim,
+				Sim:     simSpec,
 				SimLoad: simLoad,
 				Logf: func(format string, args ...any) {
 					fmt.Fprintln(c.stderr, "dibs: "+safe(fmt.Sprintf(format, args...)))
@@ -65,7 +67,7 @@ func (c *cli) probeCmd() *cobra.Command {
 	}
 	f := cmd.Flags()
 	f.BoolVar(&jsonOut, "json", false, "print the snapshot as JSON")
-	f.StringVar(&sim, "sim", "", "simulate GPUs instead of reading them, e.g. 8xH100-80GB or 4xRTX-PRO-6000,2xL40S")
+	f.StringVar(&simSpec, "sim", "", "simulate GPUs instead of reading them, e.g. 8xH100-80GB or 4xRTX-PRO-6000,2xL40S")
 	f.StringVar(&simLoad, "sim-load", "", "JSON `FILE` scripting the simulated GPUs' load (see docs/probe.md)")
 	f.StringVar(&backend, "backend", "auto", "where to read GPUs: auto, nvml, nvidia-smi or sim")
 	return cmd

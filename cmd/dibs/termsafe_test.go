@@ -15,6 +15,7 @@ import (
 	"github.com/dibs-gpu/dibs/lease"
 	"github.com/dibs-gpu/dibs/lease/termsafe"
 	"github.com/dibs-gpu/dibs/nodeprobe"
+	"github.com/dibs-gpu/dibs/nodeprobe/sim"
 )
 
 // pwned is the process name that retitled and cleared an admin's terminal
@@ -147,7 +148,7 @@ func TestPrintersEscapeOutsideText(t *testing.T) {
 func writeHostileLoad(t *testing.T, dir string) string {
 	t.Helper()
 	uid := os.Getuid()
-	load := nodeprobe.Load{GPUs: map[int]nodeprobe.GPULoad{1: {UtilizationPct: 90, Processes: []nodeprobe.LoadProcess{
+	load := sim.Load{GPUs: map[int]sim.GPULoad{1: {UtilizationPct: 90, Processes: []sim.LoadProcess{
 		{PID: 31337, UID: &uid, Command: pwned, UsedMemoryMiB: 1000},
 	}}}}
 	b, err := json.Marshal(load)

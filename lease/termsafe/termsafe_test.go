@@ -3,7 +3,6 @@ package termsafe_test
 import (
 	"encoding/json"
 	"errors"
-	"os/exec"
 	"strings"
 	"testing"
 	"unicode"
@@ -217,19 +216,5 @@ func BenchmarkString(b *testing.B) {
 				_ = termsafe.String(bc.s)
 			}
 		})
-	}
-}
-
-// TestLeaf keeps termsafe at the bottom of the tree: standard library only,
-// so every package from lease up can import it.
-func TestLeaf(t *testing.T) {
-	out, err := exec.Command("go", "list", "-deps", "-f", "{{if not .Standard}}{{.ImportPath}}{{end}}", ".").Output()
-	if err != nil {
-		t.Skipf("go list unavailable: %v", err)
-	}
-	for _, p := range strings.Fields(string(out)) {
-		if p != "github.com/dibs-gpu/dibs/lease/termsafe" {
-			t.Errorf("termsafe imports %s: it must stay standard library only", p)
-		}
 	}
 }

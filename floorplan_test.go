@@ -1,0 +1,514 @@
+// Package dibs_test holds the module's floor plan: which dibs packages and
+// third-party modules each package may import, and what it must never link,
+// checked against the imports `go list -deps` reports (the way tailscale's
+// tstest/deptest does). The table is data in one place, floorPlan; `go test
+// -run TestFloorPlan -v .` prints it as Markdown, and docs/architecture.md
+// carries the same table (TestFloorPlanDoc keeps them equal; -update
+// rewrites the doc). sizes_test.go beside it holds the size limits.
+package dibs_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"maps"
+	"os"
+	"os/exec"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// module is the module path; rooms name packages below it.
+const module = "github.com/dibs-gpu/dibs"
+
+// room is one package's row of the floor plan.
+type room struct {
+	pkg  string // path below the module; "." is the module root
+	what string // what it holds, for the table in docs/architecture.md
+	// may lists the dibs packages it may import itself. Each must have a
+	// row above this one, so the table is the layering, bottom to top.
+	may []string
+	// mods lists the third-party modules it may import itself.
+	mods []string
+	// never lists what it must not link by any path: an import path, which
+	// covers its sub-packages, or a prefix ending in "/". A dibs package is
+	// written below the module, like pkg, and must have a row.
+	never []string
+	// notItself lists standard packages it must not import itself, though
+	// what it imports may (the rules do no I/O; fmt still reaches os).
+	notItself []string
+}
+
+// Third-party modules and packages the plan names.
+const (
+	goNVML     = "github.com/NVIDIA/go-nvml"
+	memberlist = "github.com/hashicorp/memberlist"
+	bbolt      = "go.etcd.io/bbolt"
+	xsys       = "golang.org/x/sys"
+	xcrypto    = "golang.org/x/crypto"
+	sshPkg     = "golang.org/x/crypto/ssh"
+	charm      = "charm.land/"
+	charmX     = "github.com/charmbracelet/"
+	bubbletea  = "charm.land/bubbletea/v2"
+	wish       = "charm.land/wish/v2"
+)
+
+// agentOrder is the order of the daemon's own packages: each may import
+// those before it.
+func agentOrder() []string {
+	return []string{"clock", "notify", "account", "node", "origin", "peer", "sched", "core", "sockapi", "sshd", "config"}
+}
+
+// floorPlan is the import table of the module, bottom to top: every package
+// has one row.
+func floorPlan() []room {
+	// The rules must stay pure: no gossip, no NVML, no terminals, no SSH, no
+	// HTTP, no processes, and no I/O of their own.
+	pure := []string{memberlist, goNVML, charm, charmX, sshPkg, "net/http", "os/exec"}
+	noIO := []string{"os", "os/exec", "os/signal", "syscall", "net", "io/fs", "log", "path/filepath"}
+	base := []string{"lease", "lease/termsafe", "nodeprobe", "launch"}
+
+	plan := []room{
+		{pkg: "nodeprobe", what: "GPU snapshot types (Snapshot, GPU, Process, Probe, Options); no I/O",
+			never: []string{goNVML, "os/exec", "net/http"}},
+		{pkg: "nodeprobe/internal/warnonce", what: "a backend's problem logged once"},
+		{pkg: "nodeprobe/procfs", what: "process owners, accounts and host facts from /proc",
+			may: []string{"nodeprobe"}, never: []string{goNVML, "os/exec"}},
+		{pkg: "nodeprobe/sim", what: "simulated GPUs and their scripted load",
+			may: []string{"nodeprobe", "nodeprobe/procfs"}, never: []string{goNVML, "os/exec"}},
+		{pkg: "nodeprobe/smi", what: "nvidia-smi backend (CSV, no cgo)",
+			may: []string{"nodeprobe", "nodeprobe/internal/warnonce", "nodeprobe/procfs"}, never: []string{goNVML}},
+		{pkg: "nodeprobe/nvml", what: "NVML backend (cgo): driver layer and prober",
+			may: []string{"nodeprobe", "nodeprobe/internal/warnonce", "nodeprobe/procfs"}, mods: []string{goNVML},
+			never: []string{"os/exec"}},
+		{pkg: "nodeprobe/probe", what: "Open: picks the backend",
+			may: []string{"nodeprobe", "nodeprobe/nvml", "nodeprobe/sim", "nodeprobe/smi"}},
+		{pkg: "lease/termsafe", what: "the one sanitizer for text from outside; standard library only"},
+		{pkg: "lease", what: "the rules: pure functions over an injected clock, no I/O",
+			may: []string{"lease/termsafe", "nodeprobe"}, never: append(slices.Clone(pure), bbolt), notItself: noIO},
+		{pkg: "lease/store", what: "bbolt store behind lease.Store",
+			may: []string{"lease"}, mods: []string{bbolt}, never: pure},
+		{pkg: "launch", what: "tmux sessions as a user; standard library only",
+			mods: []string{xsys}, never: []string{memberlist, goNVML, charm, charmX}},
+		{pkg: "launch/launchtest", what: "throwaway accounts for tests",
+			may: []string{"launch"}},
+		{pkg: "gossip", what: "memberlist: node state out and in, requests between agents",
+			may: []string{"lease", "lease/termsafe", "nodeprobe"}, mods: []string{memberlist},
+			never: []string{charm, charmX, goNVML, "launch"}, notItself: []string{"net/http", "os/exec"}},
+		{pkg: "api", what: "local API types and Go client (HTTP+JSON over the unix socket)",
+			may: []string{"lease", "lease/termsafe", "nodeprobe"}, mods: []string{xsys},
+			never: []string{charm, charmX, memberlist, goNVML}},
+		{pkg: "tui", what: "bubbletea v2 board over api",
+			may:  []string{"api", "lease", "lease/termsafe", "nodeprobe"},
+			mods: []string{"charm.land/bubbles/v2", bubbletea, "charm.land/lipgloss/v2", "github.com/charmbracelet/x/ansi"},
+			never: []string{memberlist, goNVML, bbolt, wish, sshPkg, "github.com/charmbracelet/bubbletea",
+				"agent", "gossip", "launch", "lease/store"}},
+	}
+
+	agentWhat := map[string]string{
+		"clock":   "Clock (wall, monotonic, tickers), real and fake",
+		"notify":  "broadcast of \"something changed\"",
+		"account": "uid and name to lease.Caller",
+		"node":    "the node's single writer of leases",
+		"origin":  "queue entries submitted at this node",
+		"peer":    "the typed protocol between agents",
+		"sched":   "the scheduler loop",
+		"core":    "the Service and the caller-bound view (tui.Backend)",
+		"sockapi": "unix-socket HTTP front door",
+		"sshd":    "SSH front door (wish)",
+		"config":  "the agent's TOML config file",
+	}
+	var agents []string
+	for _, name := range agentOrder() {
+		r := room{pkg: "agent/" + name, what: agentWhat[name], may: slices.Concat(base, agents),
+			mods: []string{xsys}, never: []string{goNVML, memberlist}}
+		switch name {
+		case "clock", "notify": // the bottom: nothing of dibs below them
+			r.may = slices.Clone(agents)
+		case "core", "sockapi":
+			r.may = append(r.may, "api")
+		case "sshd":
+			r.may = append(r.may, "api", "tui")
+			r.mods = append(r.mods, bubbletea, "charm.land/ssh", wish, xcrypto)
+		case "config":
+			r.mods = append(r.mods, "github.com/BurntSushi/toml")
+		}
+		plan = append(plan, r)
+		agents = append(agents, r.pkg)
+	}
+	plan = append(plan,
+		room{pkg: "agent", what: "the daemon: composition of the rooms above",
+			may:  slices.Concat(agents, []string{"api", "gossip", "launch", "lease", "lease/store", "lease/termsafe", "nodeprobe"}),
+			mods: []string{xsys}, never: []string{goNVML}},
+		room{pkg: "agent/agenttest", what: "real agents on loopback for any package's tests",
+			may: slices.Concat([]string{"agent"}, agents, []string{"api", "launch", "launch/launchtest", "lease",
+				"lease/store", "lease/termsafe", "nodeprobe", "nodeprobe/sim"}),
+			mods: []string{xsys}, never: []string{goNVML}},
+		room{pkg: "demo", what: "four simulated agents and teammates in one process",
+			may: slices.Concat([]string{"agent"}, agents, []string{"api", "launch", "lease", "lease/termsafe",
+				"nodeprobe", "nodeprobe/sim"}),
+			never: []string{goNVML}},
+	)
+	// The command may import everything except the test helpers (and
+	// internal packages, which Go keeps to their parent anyway).
+	var all []string
+	for _, r := range plan {
+		if !strings.HasSuffix(r.pkg, "test") && !strings.Contains(r.pkg, "internal/") {
+			all = append(all, r.pkg)
+		}
+	}
+	return append(plan,
+		room{pkg: "cmd/dibs", what: "the CLI: flags, tables, --json",
+			may: all, mods: []string{bubbletea, "github.com/spf13/cobra", xsys}},
+		room{pkg: ".", what: "this floor plan and the size limits (tests only)"},
+	)
+}
+
+// listed is the part of `go list -json` the plan needs.
+type listed struct {
+	ImportPath string
+	Standard   bool
+	Imports    []string
+	Module     *struct{ Path string }
+	Error      *struct{ Err string }
+}
+
+// goList returns every package the module's packages link, by import path,
+// for this GOOS/GOARCH and cgo setting, as `go build` sees them.
+func goList(t *testing.T) map[string]*listed {
+	t.Helper()
+	goBin, err := exec.LookPath("go")
+	if err != nil {
+		t.Fatalf("go list needs the go command, which go test puts in PATH: %v", err)
+	}
+	cmd := exec.Command(goBin, "list", "-deps", "-json=ImportPath,Standard,Imports,Module,Error", "./...")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("go list -deps ./...: %v\n%s", err, stderr.Bytes())
+	}
+	g := make(map[string]*listed)
+	dec := json.NewDecoder(bytes.NewReader(out))
+	for {
+		var p listed
+		if err := dec.Decode(&p); errors.Is(err, io.EOF) {
+			break
+		} else if err != nil {
+			t.Fatalf("decode go list output: %v", err)
+		}
+		if p.Error != nil {
+			t.Fatalf("go list: %s: %s", p.ImportPath, p.Error.Err)
+		}
+		g[p.ImportPath] = &p
+	}
+	return g
+}
+
+// full turns a path below the module into an import path.
+func full(pkg string) string {
+	if pkg == "." {
+		return module
+	}
+	return module + "/" + pkg
+}
+
+// own reports whether path is a package of this module.
+func own(path string) bool { return path == module || strings.HasPrefix(path, module+"/") }
+
+// short is full's inverse, for messages and the table.
+func short(path string) string {
+	if path == module {
+		return "."
+	}
+	return strings.TrimPrefix(path, module+"/")
+}
+
+// covers reports whether the plan entry pat (an import path, or a prefix
+// ending in "/") covers path.
+func covers(pat, path string) bool {
+	if strings.HasSuffix(pat, "/") {
+		return strings.HasPrefix(path, pat)
+	}
+	return path == pat || strings.HasPrefix(path, pat+"/")
+}
+
+// standard reports whether path is in the standard library ("C" is cgo's
+// pseudo-package).
+func standard(g map[string]*listed, path string) bool {
+	if p := g[path]; p != nil {
+		return p.Standard
+	}
+	return path == "C" || !strings.Contains(strings.Split(path, "/")[0], ".")
+}
+
+// moduleOf names the module a third-party package comes from.
+func moduleOf(g map[string]*listed, path string) string {
+	if p := g[path]; p != nil && p.Module != nil {
+		return p.Module.Path
+	}
+	return path
+}
+
+// checkPlan returns one line per way the packages in g break the plan: a
+// package without a row (or a row without a package), a row that may import
+// one above it, an import the row does not allow, a package it must never
+// link, with the chain of imports that brings it in.
+func checkPlan(g map[string]*listed, plan []room) []string {
+	var bad []string
+	rows := make(map[string]int, len(plan))
+	for i, r := range plan {
+		if _, dup := rows[r.pkg]; dup {
+			bad = append(bad, fmt.Sprintf("floor plan: %s has two rows", r.pkg))
+		}
+		rows[r.pkg] = i
+		for _, m := range r.may {
+			if j, ok := rows[m]; !ok || j >= i {
+				bad = append(bad, fmt.Sprintf("floor plan: %s may import %s, which has no row above it (the table lists packages bottom to top)", r.pkg, m))
+			}
+		}
+		if _, ok := g[full(r.pkg)]; !ok {
+			bad = append(bad, fmt.Sprintf("floor plan: %s has a row but no such package: remove the row", r.pkg))
+		}
+	}
+	for _, path := range slices.Sorted(maps.Keys(g)) {
+		if _, ok := rows[short(path)]; own(path) && !ok {
+			bad = append(bad, fmt.Sprintf("%s is not in the floor plan: add its row to floorPlan in floorplan_test.go and to docs/architecture.md (go test -run TestFloorPlanDoc -update .)", short(path)))
+		}
+	}
+	for _, r := range plan {
+		pkg := g[full(r.pkg)]
+		if pkg == nil {
+			continue
+		}
+		for _, imp := range pkg.Imports {
+			switch {
+			case own(imp):
+				if !slices.Contains(r.may, short(imp)) {
+					bad = append(bad, fmt.Sprintf("%s imports %s, which its row does not allow (may import: %s)", r.pkg, short(imp), listOr(r.may, "no dibs package")))
+				}
+			case standard(g, imp):
+				if slices.Contains(r.notItself, imp) {
+					bad = append(bad, fmt.Sprintf("%s imports %s itself, which its row forbids", r.pkg, imp))
+				}
+			default:
+				if mod := moduleOf(g, imp); !slices.Contains(r.mods, mod) {
+					bad = append(bad, fmt.Sprintf("%s imports %s (module %s), which its row does not allow (third-party: %s)", r.pkg, imp, mod, listOr(r.mods, "none")))
+				}
+			}
+		}
+		if len(r.never) == 0 {
+			continue
+		}
+		parent := reach(g, full(r.pkg))
+		for _, dep := range slices.Sorted(maps.Keys(parent)) {
+			for _, n := range r.never {
+				pat := n
+				if _, ok := rows[n]; ok {
+					pat = full(n) // a dibs package
+				}
+				// Name the package that brings it in, not each of its own.
+				if covers(pat, dep) && !covers(pat, parent[dep]) {
+					bad = append(bad, fmt.Sprintf("%s must never link %s: %s", r.pkg, n, chain(parent, dep)))
+				}
+			}
+		}
+	}
+	return bad
+}
+
+// reach walks the import graph breadth-first from root and returns each
+// reached package's parent on a shortest path (root's is "").
+func reach(g map[string]*listed, root string) map[string]string {
+	parent := map[string]string{root: ""}
+	for queue := []string{root}; len(queue) > 0; queue = queue[1:] {
+		p := g[queue[0]]
+		if p == nil {
+			continue
+		}
+		for _, imp := range p.Imports {
+			if _, seen := parent[imp]; !seen {
+				parent[imp] = queue[0]
+				queue = append(queue, imp)
+			}
+		}
+	}
+	return parent
+}
+
+// chain spells the import path from the root to dep: "lease -> a -> b".
+func chain(parent map[string]string, dep string) string {
+	c := []string{short(dep)}
+	for p := parent[dep]; p != ""; p = parent[p] {
+		c = append([]string{short(p)}, c...)
+	}
+	return strings.Join(c, " -> ")
+}
+
+func listOr(l []string, none string) string {
+	if len(l) == 0 {
+		return none
+	}
+	return strings.Join(l, ", ")
+}
+
+// TestFloorPlan holds every package of the module to its row of floorPlan.
+func TestFloorPlan(t *testing.T) {
+	for _, msg := range checkPlan(goList(t), floorPlan()) {
+		t.Error(msg)
+	}
+	if testing.Verbose() {
+		t.Logf("the floor plan as docs/architecture.md shows it:\n\n%s", planMarkdown(floorPlan()))
+	}
+}
+
+// TestFloorPlanCatches makes sure the check fails when it should, on a
+// made-up module where the rules reach HTTP directly and a process runner
+// through a helper, the board imports the daemon, the client pulls in
+// memberlist, and a package has no row.
+func TestFloorPlanCatches(t *testing.T) {
+	std := func(path string, imports ...string) *listed {
+		return &listed{ImportPath: path, Standard: true, Imports: imports}
+	}
+	third := func(path, mod string, imports ...string) *listed {
+		return &listed{ImportPath: path, Module: &struct{ Path string }{mod}, Imports: imports}
+	}
+	g := map[string]*listed{}
+	for _, p := range []*listed{
+		{ImportPath: full("nodeprobe"), Imports: []string{"time"}},
+		{ImportPath: full("lease"), Imports: []string{"fmt", "net/http", full("nodeprobe"), full("lease/util")}},
+		{ImportPath: full("lease/util"), Imports: []string{"os/exec"}},
+		{ImportPath: full("api"), Imports: []string{full("lease"), memberlist}},
+		{ImportPath: full("agent"), Imports: []string{full("api")}},
+		{ImportPath: full("tui"), Imports: []string{full("api"), full("agent")}},
+		std("fmt", "os"), std("os"), std("time"), std("net/http", "os"), std("os/exec", "os"),
+		third(memberlist, memberlist, "net"), std("net"),
+	} {
+		g[p.ImportPath] = p
+	}
+	plan := []room{
+		{pkg: "nodeprobe"},
+		{pkg: "lease", may: []string{"nodeprobe"}, never: []string{"net/http", "os/exec"}, notItself: []string{"os", "os/exec"}},
+		{pkg: "api", may: []string{"lease"}, never: []string{memberlist}},
+		{pkg: "tui", may: []string{"api", "agent"}, never: []string{"agent"}},
+		{pkg: "agent", may: []string{"api"}},
+		{pkg: "gone"},
+	}
+	want := []string{
+		"floor plan: tui may import agent, which has no row above it (the table lists packages bottom to top)",
+		"floor plan: gone has a row but no such package: remove the row",
+		"lease/util is not in the floor plan: add its row to floorPlan in floorplan_test.go and to docs/architecture.md (go test -run TestFloorPlanDoc -update .)",
+		"lease imports lease/util, which its row does not allow (may import: nodeprobe)",
+		"lease must never link net/http: lease -> net/http",
+		"lease must never link os/exec: lease -> lease/util -> os/exec",
+		"api imports github.com/hashicorp/memberlist (module github.com/hashicorp/memberlist), which its row does not allow (third-party: none)",
+		"api must never link github.com/hashicorp/memberlist: api -> github.com/hashicorp/memberlist",
+		"tui must never link agent: tui -> agent",
+	}
+	if got := checkPlan(g, plan); !slices.Equal(got, want) {
+		t.Errorf("checkPlan reported\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}
+
+// planMarkdown renders the plan as the table docs/architecture.md shows.
+func planMarkdown(plan []room) string {
+	var b strings.Builder
+	b.WriteString("| package | what it holds | may import (dibs) | may import (third-party) | must never link |\n")
+	b.WriteString("| --- | --- | --- | --- | --- |\n")
+	for _, r := range plan {
+		never := code(r.never)
+		if len(r.notItself) > 0 {
+			if never == "—" {
+				never = ""
+			} else {
+				never += "; "
+			}
+			never += "and not itself: " + code(r.notItself)
+		}
+		fmt.Fprintf(&b, "| `%s` | %s | %s | %s | %s |\n", r.pkg, r.what, code(compact(r.may)), code(r.mods), never)
+	}
+	return b.String()
+}
+
+// code writes a list as comma-separated code spans, "—" when empty.
+func code(l []string) string {
+	if len(l) == 0 {
+		return "—"
+	}
+	return "`" + strings.Join(l, "`, `") + "`"
+}
+
+// compact shortens runs of siblings, "agent/clock", "agent/notify", into
+// "agent/{clock,notify}", so the daemon's rows stay readable.
+func compact(l []string) []string {
+	var out []string
+	for i := 0; i < len(l); {
+		dir, _, ok := cutLast(l[i])
+		j := i + 1
+		for ok && j < len(l) {
+			if d, _, ok2 := cutLast(l[j]); !ok2 || d != dir {
+				break
+			}
+			j++
+		}
+		if j-i < 3 {
+			out = append(out, l[i])
+			i++
+			continue
+		}
+		var names []string
+		for _, p := range l[i:j] {
+			_, n, _ := cutLast(p)
+			names = append(names, n)
+		}
+		out = append(out, dir+"/{"+strings.Join(names, ",")+"}")
+		i = j
+	}
+	return out
+}
+
+func cutLast(p string) (dir, name string, ok bool) {
+	i := strings.LastIndexByte(p, '/')
+	if i < 0 {
+		return "", p, false
+	}
+	return p[:i], p[i+1:], true
+}
+
+var update = flag.Bool("update", false, "rewrite the floor-plan table in docs/architecture.md")
+
+// The markers around the generated table in docs/architecture.md.
+const (
+	docPath  = "docs/architecture.md"
+	docBegin = "<!-- floorplan:begin (generated by floorplan_test.go: go test -run TestFloorPlanDoc -update .) -->\n"
+	docEnd   = "<!-- floorplan:end -->\n"
+)
+
+// TestFloorPlanDoc keeps the table in docs/architecture.md exactly what
+// TestFloorPlan enforces.
+func TestFloorPlanDoc(t *testing.T) {
+	doc, err := os.ReadFile(docPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before, rest, ok1 := strings.Cut(string(doc), docBegin)
+	_, after, ok2 := strings.Cut(rest, docEnd)
+	if !ok1 || !ok2 {
+		t.Fatalf("%s lacks the floor-plan markers %q and %q", docPath, docBegin, docEnd)
+	}
+	want := before + docBegin + planMarkdown(floorPlan()) + docEnd + after
+	if want == string(doc) {
+		return
+	}
+	if *update {
+		if err := os.WriteFile(docPath, []byte(want), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	t.Errorf("the floor-plan table in %s is not the one floorplan_test.go enforces: run go test -run TestFloorPlanDoc -update .", docPath)
+}

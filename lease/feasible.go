@@ -1,0 +1,78 @@
+package lease
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/dibs-gpu/dibs/lease/termsafe"
+)
+
+// CheckFeasible refuses, at submission, a request no node set of the cluster
+// could ever serve, naming the limit, so it is not queued forever: more GPUs
+// per node than any node has, more nodes than the cluster has, a model no
+// node has, a pinned node that does not exist or is too small. Nodes that
+// are down count (they may come back); GPUs count whatever their state.
+// model is matched as a case-insensitive substring of the GPUs' model, ""
+// meaning any; callers pass e.Model, which Schedule matches the same way.
+func CheckFeasible(e QueueEntry, nodes []SchedNode, model string) error {
+	switch {
+	case e.GPUsPerNode < 1:
+		return Invalidf("say how many GPUs (-g N)")
+	case e.Nodes < 1:
+		return Invalidf("ask for at least one node")
+	case e.Nodes > 1 && e.Node != "":
+		return Invalidf("a request for %d nodes cannot be pinned to %s: drop the node, or ask for one node", e.Nodes, e.Node)
+	case len(nodes) == 0:
+		return errorf(CodeUnavailable, "no node is known yet: `dibs ls` shows the cluster")
+	}
+	want := strings.ToLower(model)
+	of := ""
+	if model != "" {
+		of = fmt.Sprintf(" matching %q", model)
+	}
+	var models []string
+	largest, big := 0, 0
+	pinned := -1
+	for i := range nodes {
+		n := 0
+		for _, g := range nodes[i].Snap.GPUs {
+			if want == "" || strings.Contains(strings.ToLower(g.Model), want) {
+				n++
+			}
+			if m := termsafe.String(g.Model); m != "" && !slices.Contains(models, m) {
+				models = append(models, m)
+			}
+		}
+		largest = max(largest, n)
+		if n >= e.GPUsPerNode {
+			big++
+		}
+		if nodes[i].Name == e.Node {
+			pinned = n
+		}
+	}
+	if want != "" && largest == 0 {
+		slices.Sort(models)
+		return Invalidf("no node has a GPU%s (the cluster has %s): ask for one of those, or leave the model out", of, strings.Join(models, ", "))
+	}
+	if e.Node != "" {
+		if pinned < 0 {
+			return Invalidf("no node named %q in the cluster: `dibs ls` shows the nodes", e.Node)
+		}
+		if pinned < e.GPUsPerNode {
+			return Invalidf("%s has only %d GPUs%s; asked for %d: ask for at most %d, or for another node", e.Node, pinned, of, e.GPUsPerNode, pinned)
+		}
+		return nil
+	}
+	if e.GPUsPerNode > largest {
+		return Invalidf("no node has %d GPUs%s (the largest has %d): ask for fewer, or for several nodes", e.GPUsPerNode, of, largest)
+	}
+	if e.Nodes > big {
+		if big == len(nodes) {
+			return Invalidf("the cluster has %d nodes; asked for %d: ask for at most %d", len(nodes), e.Nodes, big)
+		}
+		return Invalidf("only %d of the %d nodes have %d GPUs%s; asked for %d nodes × %d: ask for fewer nodes, or fewer GPUs per node", big, len(nodes), e.GPUsPerNode, of, e.Nodes, e.GPUsPerNode)
+	}
+	return nil
+}

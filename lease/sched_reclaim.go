@@ -1,0 +1,223 @@
+package lease
+
+import (
+	"cmp"
+	"fmt"
+	"math"
+	"math/bits"
+	"slices"
+	"strings"
+	"time"
+)
+
+// reclaimGroup is what ends together: one lease, or every rank of a gang.
+type reclaimGroup struct {
+	key      string
+	user     string
+	leases   []leaseAt
+	borrowed bool
+	idle     bool
+	pending  bool  // already being preempted
+	idleFrom int64 // latest time (ns from now, <= 0) any of it went idle
+	started  time.Time
+}
+
+type leaseAt struct {
+	node int
+	l    *Lease
+	mask uint64
+}
+
+// reclaim picks the leases to reclaim so the head can start, records them in
+// the plan and in the GPUs' expected free times, and says so; "" when it
+// reclaims nothing.
+func (s *scheduler) reclaim(e *QueueEntry, mm []uint64, plan *Plan) string {
+	groups := s.reclaimGroups()
+	extra := make([]uint64, len(s.nodes))
+	pending := 0
+	for gi := range groups {
+		if groups[gi].pending {
+			s.addGroup(extra, &groups[gi])
+			pending++
+		}
+	}
+	if pending > 0 && s.fits(e, mm, extra) {
+		return "next to start, once leases being reclaimed end"
+	}
+	within := s.quotas && !s.borrows(e.User, e.GPUs())
+	var cands []*reclaimGroup
+	for gi := range groups {
+		g := &groups[gi]
+		if g.pending || g.user == e.User {
+			continue
+		}
+		if g.idle || within && g.borrowed {
+			cands = append(cands, g)
+		}
+	}
+	slices.SortFunc(cands, func(a, b *reclaimGroup) int {
+		switch {
+		case a.idle != b.idle:
+			if a.idle {
+				return -1
+			}
+			return 1
+		case a.idle && a.idleFrom != b.idleFrom:
+			return cmp.Compare(a.idleFrom, b.idleFrom)
+		case !a.idle && !a.started.Equal(b.started):
+			return b.started.Compare(a.started)
+		}
+		return cmp.Compare(a.key, b.key)
+	})
+	var chosen []*reclaimGroup
+	fit := false
+	for _, g := range cands {
+		chosen = append(chosen, g)
+		s.addGroup(extra, g)
+		if fit = s.fits(e, mm, extra); fit {
+			break
+		}
+	}
+	if !fit {
+		return ""
+	}
+	// Spare what is not needed, least preferred first.
+	for k := len(chosen) - 2; k >= 0; k-- {
+		clear(extra)
+		for gi := range groups {
+			if groups[gi].pending {
+				s.addGroup(extra, &groups[gi])
+			}
+		}
+		for j, g := range chosen {
+			if j != k {
+				s.addGroup(extra, g)
+			}
+		}
+		if s.fits(e, mm, extra) {
+			chosen = slices.Delete(chosen, k, k+1)
+		}
+	}
+	soon := int64(s.cfg.PreemptGrace)
+	n := 0
+	reasons := ""
+	for _, g := range chosen {
+		why := PreemptQuota
+		if g.idle {
+			why = PreemptIdle
+		}
+		if !strings.Contains(reasons, why) {
+			if reasons != "" {
+				reasons += ", "
+			}
+			reasons += why
+		}
+		for _, la := range g.leases {
+			plan.Reclaim = append(plan.Reclaim, Reclaim{Lease: *la.l, Reason: why, For: e.ID})
+			n += len(la.l.GPUs)
+			sn := &s.nodes[la.node]
+			for m := la.mask; m != 0; m &= m - 1 {
+				if gp := &sn.gpus[bits.TrailingZeros64(m)]; gp.freeAt > soon || gp.late {
+					gp.freeAt, gp.late = min(gp.freeAt, soon), false
+				}
+			}
+		}
+	}
+	return fmt.Sprintf("next to start: reclaiming %d GPUs (%s) for it", n, reasons)
+}
+
+func (s *scheduler) addGroup(extra []uint64, g *reclaimGroup) {
+	for _, la := range g.leases {
+		extra[la.node] |= la.mask
+	}
+}
+
+// fits reports whether the entry could start now if the GPUs in extra were
+// free too.
+func (s *scheduler) fits(e *QueueEntry, mm []uint64, extra []uint64) bool {
+	n := 0
+	for i := range s.nodes {
+		free := (s.nodes[i].avail | extra[i]) & s.eligible(i, e, mm)
+		if bits.OnesCount64(free) >= e.GPUsPerNode {
+			if n++; n >= e.Nodes {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// reclaimGroups gathers the committed leases of alive nodes into what ends
+// together, in a deterministic order.
+func (s *scheduler) reclaimGroups() []reclaimGroup {
+	var groups []reclaimGroup
+	at := make(map[string]int)
+	for i := range s.nodes {
+		sn := &s.nodes[i]
+		for _, l := range sn.leases {
+			if !l.ReservedUntil.IsZero() {
+				continue
+			}
+			key := sn.name + "/" + l.ID
+			if l.Gang != "" {
+				key = "gang/" + l.Gang
+			}
+			gi, ok := at[key]
+			if !ok {
+				gi = len(groups)
+				at[key] = gi
+				groups = append(groups, reclaimGroup{key: key, user: l.User, idle: true, idleFrom: math.MinInt64})
+			}
+			g := &groups[gi]
+			la := leaseAt{node: i, l: l}
+			for _, idx := range l.GPUs {
+				if b := sn.bit(idx); b >= 0 {
+					la.mask |= 1 << b
+				}
+			}
+			g.leases = append(g.leases, la)
+			g.borrowed = g.borrowed || l.Borrowed
+			g.pending = g.pending || !l.PreemptedAt.IsZero()
+			if l.StartedAt.After(g.started) {
+				g.started = l.StartedAt
+			}
+			if from, idle := s.idleFrom(sn, l); idle && g.idle {
+				g.idleFrom = max(g.idleFrom, from)
+			} else {
+				g.idle = false
+			}
+		}
+	}
+	for gi := range groups {
+		slices.SortFunc(groups[gi].leases, func(a, b leaseAt) int {
+			if c := cmp.Compare(a.node, b.node); c != 0 {
+				return c
+			}
+			return cmp.Compare(a.l.ID, b.l.ID)
+		})
+	}
+	return groups
+}
+
+// idleFrom reports whether every GPU of the lease has been quiet for at least
+// IdleReclaimAfter, counting from its start at the earliest, and since when
+// (ns from now).
+func (s *scheduler) idleFrom(sn *snode, l *Lease) (int64, bool) {
+	if sn.idle == nil || len(l.GPUs) == 0 {
+		return 0, false
+	}
+	from := l.StartedAt
+	for _, idx := range l.GPUs {
+		since, ok := sn.idle.QuietSince(idx)
+		if !ok {
+			return 0, false
+		}
+		if since.After(from) {
+			from = since
+		}
+	}
+	if s.now.Sub(from) < s.cfg.IdleReclaimAfter {
+		return 0, false
+	}
+	return int64(from.Sub(s.now)), true
+}

@@ -1,0 +1,208 @@
+package sim
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"sort"
+
+	"github.com/dibs-gpu/dibs/nodeprobe"
+)
+
+// Bounds on load files: large enough for any real node, small enough that
+// a typo cannot make the simulator allocate without limit.
+const (
+	maxLoadFile    = 1 << 20
+	maxLoadStrLen  = 256
+	maxLoadProcess = 1024
+)
+
+// Load scripts what simulated GPUs are doing. It is the JSON a load file
+// holds:
+//
+//	{"gpus":{"0":{"utilization_pct":95,"memory_used_mib":30000,
+//	  "processes":[{"pid":4242,"user":"bob","command":"python","used_memory_mib":30000}]}}}
+type Load struct {
+	// GPUs maps a GPU index to its load; GPUs not listed are idle.
+	GPUs map[int]GPULoad `json:"gpus"`
+}
+
+// GPULoad is the scripted state of one simulated GPU.
+type GPULoad struct {
+	UtilizationPct int `json:"utilization_pct"`
+	// MemoryUsedMiB defaults to the sum of the processes' memory.
+	MemoryUsedMiB *uint64       `json:"memory_used_mib,omitempty"`
+	Processes     []LoadProcess `json:"processes,omitempty"`
+}
+
+// LoadProcess is one scripted process. A user with no uid gets the uid of
+// the local account of that name (-1 when there is none); a uid with no user
+// gets the account's name.
+type LoadProcess struct {
+	PID           int    `json:"pid"`
+	User          string `json:"user,omitempty"`
+	UID           *int   `json:"uid,omitempty"`
+	Command       string `json:"command,omitempty"`
+	UsedMemoryMiB uint64 `json:"used_memory_mib"`
+	Container     string `json:"container,omitempty"`
+}
+
+// simGPULoad is a validated GPULoad with its processes resolved.
+type simGPULoad struct {
+	util      int
+	usedMiB   uint64
+	processes []nodeprobe.Process
+}
+
+// SetLoad scripts the load without a file, for in-process demos and tests.
+// Per GPU, an entry in the load file (if any) wins over this one. An invalid
+// load is rejected whole and the previous one kept.
+func (s *Sim) SetLoad(l Load) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	v, err := s.validate(l)
+	if err != nil {
+		return fmt.Errorf("sim load: %w", err)
+	}
+	s.scripted = v
+	return nil
+}
+
+// LoadErr says what is wrong with the load file now, nil when the last read
+// was good. The simulator keeps the last good load meanwhile.
+func (s *Sim) LoadErr() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.fileErr
+}
+
+// readLoadFile re-reads the load file; the caller holds s.mu (or is
+// New). On error the previous load stays and fileErr says why.
+func (s *Sim) readLoadFile() error {
+	data, err := readBounded(s.loadFile, maxLoadFile)
+	if err == nil && s.fileBytes != nil && bytes.Equal(data, s.fileBytes) {
+		s.fileErr = nil
+		return nil
+	}
+	var v map[int]simGPULoad
+	if err == nil {
+		var l Load
+		if l, err = decodeLoad(data); err == nil {
+			v, err = s.validate(l)
+		}
+	}
+	if err != nil {
+		s.fileErr = fmt.Errorf("sim load file %s: %w", s.loadFile, err)
+		return s.fileErr
+	}
+	s.file, s.fileBytes, s.fileErr = v, data, nil
+	return nil
+}
+
+// readBounded reads a whole file, refusing one larger than max.
+func readBounded(path string, max int64) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, max+1))
+	if err != nil {
+		return nil, err
+	}
+	if int64(len(data)) > max {
+		return nil, fmt.Errorf("larger than %d bytes", max)
+	}
+	return data, nil
+}
+
+// decodeLoad decodes a load strictly: unknown fields and trailing data are
+// errors, so a misspelt key is reported instead of silently ignored.
+func decodeLoad(data []byte) (Load, error) {
+	var l Load
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&l); err != nil {
+		return Load{}, fmt.Errorf("decode: %w", err)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return Load{}, errors.New("decode: data after the JSON object")
+	}
+	return l, nil
+}
+
+// validate checks a load against the simulated GPUs and resolves process
+// owners. The caller holds s.mu (or is New).
+func (s *Sim) validate(l Load) (map[int]simGPULoad, error) {
+	out := make(map[int]simGPULoad, len(l.GPUs))
+	idx := make([]int, 0, len(l.GPUs))
+	for i := range l.GPUs {
+		idx = append(idx, i)
+	}
+	sort.Ints(idx) // report the first bad GPU, not a random one
+	for _, i := range idx {
+		gl := l.GPUs[i]
+		if i < 0 || i >= len(s.gpus) {
+			return nil, fmt.Errorf("gpu %d: no such gpu (have 0 to %d)", i, len(s.gpus)-1)
+		}
+		total := s.gpus[i].MemoryTotalMiB
+		if gl.UtilizationPct < 0 || gl.UtilizationPct > 100 {
+			return nil, fmt.Errorf("gpu %d: utilization_pct %d not in 0..100", i, gl.UtilizationPct)
+		}
+		if len(gl.Processes) > maxLoadProcess {
+			return nil, fmt.Errorf("gpu %d: more than %d processes", i, maxLoadProcess)
+		}
+		v := simGPULoad{util: gl.UtilizationPct, processes: make([]nodeprobe.Process, 0, len(gl.Processes))}
+		var sum uint64
+		for k, p := range gl.Processes {
+			pr, err := s.resolve(p)
+			if err != nil {
+				return nil, fmt.Errorf("gpu %d: process %d: %w", i, k, err)
+			}
+			if p.UsedMemoryMiB > total {
+				return nil, fmt.Errorf("gpu %d: process %d: used_memory_mib %d exceeds the gpu's %d", i, k, p.UsedMemoryMiB, total)
+			}
+			sum += p.UsedMemoryMiB
+			v.processes = append(v.processes, pr)
+		}
+		v.usedMiB = sum
+		if gl.MemoryUsedMiB != nil {
+			v.usedMiB = *gl.MemoryUsedMiB
+		}
+		if v.usedMiB > total {
+			return nil, fmt.Errorf("gpu %d: memory used %d MiB exceeds the gpu's %d", i, v.usedMiB, total)
+		}
+		out[i] = v
+	}
+	return out, nil
+}
+
+// resolve turns a scripted process into a snapshot one, looking up the
+// owner the way /proc attribution would.
+func (s *Sim) resolve(p LoadProcess) (nodeprobe.Process, error) {
+	if p.PID <= 0 {
+		return nodeprobe.Process{}, fmt.Errorf("pid %d must be positive", p.PID)
+	}
+	for _, f := range []string{p.User, p.Command, p.Container} {
+		if len(f) > maxLoadStrLen {
+			return nodeprobe.Process{}, fmt.Errorf("pid %d: a string is longer than %d bytes", p.PID, maxLoadStrLen)
+		}
+	}
+	pr := nodeprobe.Process{PID: p.PID, UID: -1, User: p.User, Command: p.Command, UsedMemoryMiB: p.UsedMemoryMiB, Container: p.Container}
+	switch {
+	case p.UID != nil:
+		if *p.UID < -1 {
+			return nodeprobe.Process{}, fmt.Errorf("pid %d: uid %d is not valid", p.PID, *p.UID)
+		}
+		pr.UID = *p.UID
+		if pr.User == "" && pr.UID >= 0 {
+			pr.User = s.users.Name(pr.UID)
+		}
+	case p.User != "":
+		pr.UID = s.users.UID(p.User)
+	}
+	return pr, nil
+}

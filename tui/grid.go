@@ -1,0 +1,321 @@
+package tui
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/charmbracelet/x/ansi"
+
+	"github.com/dibs-gpu/dibs/lease/termsafe"
+)
+
+// Cell widths: 9 fits eight GPUs in 80 columns; wider cells show longer names.
+const (
+	minCell = 9
+	maxCell = 14
+)
+
+// gridLayout is how the grid fits a width: cell width and cells per row.
+type gridLayout struct{ cw, perRow int }
+
+func (m *Model) layout(w int) gridLayout {
+	most := 1
+	for i := range m.views {
+		most = max(most, len(m.views[i].cells))
+	}
+	cw := min(max((w-1)/most, minCell), maxCell)
+	per := max(1, (w-1)/cw)
+	return gridLayout{cw: cw, perRow: min(per, most)}
+}
+
+func (l gridLayout) blockH(v *nodeView) int {
+	rows := (len(v.cells) + l.perRow - 1) / l.perRow
+	return 1 + 2*rows
+}
+
+// gridNeed is how many lines the whole grid takes at width w.
+func (m *Model) gridNeed(w int) int {
+	if !m.ready || len(m.views) == 0 {
+		return 2
+	}
+	l := m.layout(w)
+	n := 1
+	for i := range m.views {
+		n += l.blockH(&m.views[i])
+	}
+	return n
+}
+
+// gridLines draws the ruler and as many node blocks as fit in h lines,
+// scrolled so the cursor's node is whole. y0 is the screen line of the
+// first, for mouse hits.
+func (m *Model) gridLines(w, h, y0 int) (lines []string, widths []int) {
+	st := m.st
+	msg := func(s string) ([]string, []int) {
+		s = truncate(s, w-2)
+		return []string{"", "  " + st.dim.render(s)}, []int{0, 2 + ansi.StringWidth(s)}
+	}
+	if !m.ready {
+		return msg("waiting for the agent's board…")
+	}
+	if len(m.views) == 0 {
+		text := "the agent reports no nodes"
+		switch {
+		case m.onlyMine && m.filter == "":
+			text = "you hold no GPUs — m shows every node, c claims"
+		case m.filter != "":
+			text = fmt.Sprintf("no node, user or model matches “%s” — esc clears the filter", termsafe.String(m.filter))
+		}
+		return msg(text)
+	}
+	l := m.layout(w)
+	// When not every node fits, the last line says how many more there are.
+	limit := h
+	if m.gridNeed(w) > h {
+		m.scrollTo(l, h-1)
+		if m.span(l, m.top, len(m.views)-1) > h-1 {
+			limit = max(h-1, 2)
+			m.scrollTo(l, limit-1)
+		}
+	}
+	lines = make([]string, 1, h)
+	widths = make([]int, 1, h)
+	inner := l.cw - 2
+	below := 0
+	for i := m.top; i < len(m.views); i++ {
+		v := &m.views[i]
+		if len(lines) >= limit {
+			below++
+			continue
+		}
+		if len(lines)+l.blockH(v) > limit {
+			below++ // drawn in part
+		}
+		m.hits = append(m.hits, hit{y: y0 + len(lines), h: 1, x0: 0, x1: w, node: i, col: -1})
+		hl, hw := m.nodeHeader(v, i == m.curNode, w)
+		lines, widths = append(lines, hl), append(widths, hw)
+		for r := 0; r*l.perRow < len(v.cells) && len(lines) < limit; r++ {
+			from, to := r*l.perRow, min((r+1)*l.perRow, len(v.cells))
+			var a, b strings.Builder
+			a.Grow(l.cw*(to-from)*3 + 64)
+			b.Grow(l.cw*(to-from)*3 + 64)
+			a.WriteByte(' ')
+			b.WriteByte(' ')
+			for j := from; j < to; j++ {
+				c := &v.cells[j]
+				isCur := i == m.curNode && j == m.curCol
+				m.writeCell(&a, c, isCur, m.isSelected(v.name, c.gpu), inner)
+				m.writeTelemetry(&b, c, inner)
+				m.hits = append(m.hits, hit{y: y0 + len(lines), h: 2, x0: 1 + (j-from)*l.cw, x1: 1 + (j-from+1)*l.cw, node: i, col: j})
+			}
+			rw := 1 + (to-from)*l.cw
+			la, lb := a.String(), b.String()
+			if rw > w { // a terminal narrower than one cell
+				la, lb, rw = truncate(la, w), truncate(lb, w), w
+			}
+			lines, widths = append(lines, la), append(widths, rw)
+			if len(lines) < limit {
+				lines, widths = append(lines, lb), append(widths, rw)
+			}
+		}
+	}
+	lines[0], widths[0] = m.ruler(l, w)
+	if limit < h {
+		for len(lines) < limit {
+			lines, widths = append(lines, ""), append(widths, 0)
+		}
+		more := ""
+		if below > 0 {
+			more = truncate(fmt.Sprintf("  ▼ %d more %s below — j/↓ scrolls", below, plural(below, "node", "nodes")), w)
+		}
+		lines, widths = append(lines, m.st.dim.render(more)), append(widths, ansi.StringWidth(more))
+	}
+	return lines, widths
+}
+
+// scrollTo moves the first drawn node so the cursor's block fits in avail
+// lines, and uses the space when the end of the list is reached.
+func (m *Model) scrollTo(l gridLayout, avail int) {
+	m.top = min(max(m.top, 0), len(m.views)-1)
+	if m.top > m.curNode {
+		m.top = m.curNode
+	}
+	for m.top < m.curNode && m.span(l, m.top, m.curNode) > avail {
+		m.top++
+	}
+	for m.top > 0 && m.span(l, m.top-1, len(m.views)-1) <= avail {
+		m.top--
+	}
+}
+
+// span is how many lines node blocks from..to take.
+func (m *Model) span(l gridLayout, from, to int) int {
+	n := 0
+	for i := from; i <= to; i++ {
+		n += l.blockH(&m.views[i])
+	}
+	return n
+}
+
+func (m *Model) ruler(l gridLayout, w int) (string, int) {
+	st := m.st
+	var b strings.Builder
+	b.WriteByte(' ')
+	for c := 0; c < l.perRow; c++ {
+		b.WriteString(padRight(" "+strconv.Itoa(c), l.cw))
+	}
+	r := truncate(strings.TrimRight(b.String(), " "), w)
+	out := st.dim.render(r)
+	used := ansi.StringWidth(r)
+	if m.top > 0 {
+		info := fmt.Sprintf("▲ %d above ", m.top)
+		iw := ansi.StringWidth(info)
+		if used+iw+2 <= w {
+			out += spaces(w-used-iw) + st.dim.render(info)
+			used = w
+		}
+	}
+	return out, used
+}
+
+func (m *Model) nodeHeader(v *nodeView, isCur bool, w int) (string, int) {
+	st := m.st
+	var b strings.Builder
+	used := 0
+	if isCur {
+		b.WriteString("▸ ")
+		st.nodeNameCur.write(&b, v.name)
+	} else {
+		b.WriteString("  ")
+		st.nodeName.write(&b, v.name)
+	}
+	used += 2 + ansi.StringWidth(v.name)
+	b.WriteString("  ")
+	sp := st.stateAlive
+	switch v.state {
+	case "alive":
+	case "suspect":
+		sp = st.stateSuspect
+	default:
+		sp = st.stateDown
+	}
+	sp.write(&b, v.state)
+	used += 2 + ansi.StringWidth(v.state)
+	model := fmt.Sprintf("  %s ×%d  ", v.model, len(v.cells))
+	st.dim.write(&b, model)
+	used += ansi.StringWidth(model)
+	var free string
+	if v.state == "alive" {
+		free = fmt.Sprintf("%d/%d free", v.free, len(v.cells))
+	} else {
+		free = "GPUs unknown"
+	}
+	b.WriteString(free)
+	used += ansi.StringWidth(free)
+	if rest := w - used - 1; rest > 0 {
+		b.WriteByte(' ')
+		st.rule.write(&b, strings.Repeat("─", rest))
+		used = w
+	}
+	if used > w {
+		return truncate(b.String(), w), w
+	}
+	return b.String(), used
+}
+
+// writeCell draws a GPU's first line: its state word between the cursor
+// brackets (spaces when not under the cursor).
+func (m *Model) writeCell(b *strings.Builder, c *cellView, isCur, isSel bool, inner int) {
+	st := m.st
+	label, lw := c.label, c.labelW
+	p := st.cell[c.kind]
+	switch {
+	case isSel && isCur:
+		label, lw, p = labelSelected, 5, st.selCur
+	case isSel:
+		label, lw, p = labelSelected, 5, st.sel
+	case isCur:
+		p = st.cellCur[c.kind]
+	case c.faded:
+		p = st.faded
+	}
+	l, r := byte(' '), byte(' ')
+	if isCur {
+		l, r = '[', ']'
+	}
+	b.WriteString(p.pre)
+	b.WriteByte(l)
+	if lw > inner {
+		b.WriteString(ansi.Truncate(label, inner, "…"))
+	} else {
+		b.WriteString(label)
+		b.WriteString(spaces(inner - lw))
+	}
+	b.WriteByte(r)
+	b.WriteString(p.post)
+}
+
+// writeTelemetry draws a GPU's second line: a utilisation bar and number.
+func (m *Model) writeTelemetry(b *strings.Builder, c *cellView, inner int) {
+	st := m.st
+	if c.kind == kindDown {
+		b.WriteString(spaces(inner + 2))
+		return
+	}
+	b.WriteByte(' ')
+	if c.util < 0 {
+		st.dim.write(b, padRight("  n/a", inner))
+		b.WriteByte(' ')
+		return
+	}
+	barW := inner - 5
+	p := st.bar[0]
+	switch {
+	case c.faded:
+		p = st.faded
+	case c.util >= 70:
+		p = st.bar[2]
+	case c.util >= 30:
+		p = st.bar[1]
+	}
+	filled := c.util * barW * 8 / 100
+	full, part := filled/8, filled%8
+	b.WriteString(p.pre)
+	for range full {
+		b.WriteString("█")
+	}
+	n := full
+	if part > 0 && n < barW {
+		b.WriteString(partialBlock(part))
+		n++
+	}
+	b.WriteString(p.post)
+	b.WriteString(spaces(barW - n))
+	b.WriteByte(' ')
+	num := strconv.Itoa(c.util) + "%"
+	b.WriteString(spaces(4 - len(num)))
+	st.dim.write(b, num)
+	b.WriteByte(' ')
+}
+
+// partialBlock is the left-aligned block of eighths/8 of a cell.
+func partialBlock(eighths int) string {
+	switch eighths {
+	case 1:
+		return "▏"
+	case 2:
+		return "▎"
+	case 3:
+		return "▍"
+	case 4:
+		return "▌"
+	case 5:
+		return "▋"
+	case 6:
+		return "▊"
+	case 7:
+		return "▉"
+	}
+	return ""
+}
