@@ -92,6 +92,8 @@ func floorPlan() []room {
 			may: []string{"lease/termsafe", "nodeprobe"}, never: append(slices.Clone(pure), bbolt), notItself: noIO},
 		{pkg: "lease/store", what: "bbolt store behind lease.Store",
 			may: []string{"lease"}, mods: []string{bbolt}, never: pure},
+		{pkg: "lease/store/storetest", what: "a fault-injecting fake lease.Store for tests",
+			may: []string{"lease", "lease/store"}, never: pure},
 		{pkg: "launch", what: "tmux sessions as a user; standard library only",
 			mods: []string{xsys}, never: []string{memberlist, goNVML, charm, charmX}},
 		{pkg: "launch/launchtest", what: "throwaway accounts for tests",
