@@ -89,7 +89,7 @@ func (d delegate) LocalState() gossip.NodeState {
 	return gossip.NodeState{
 		Node: a.cfg.NodeName, Version: st.Version, Snapshot: st.Snap, Leases: st.Leases,
 		Queue: a.origin.Entries(), Ended: st.Ended, QuietSince: st.QuietSince,
-		Usage: a.node.PublishedUsage(),
+		Usage: a.node.Usage().PublishedUsage(),
 	}
 }
 

@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"net"
 	"strings"
 	"sync"
@@ -17,7 +16,6 @@ import (
 	"github.com/hashicorp/memberlist"
 
 	"github.com/dibs-gpu/dibs/lease"
-	"github.com/dibs-gpu/dibs/lease/termsafe"
 	"github.com/dibs-gpu/dibs/nodeprobe"
 )
 
@@ -232,21 +230,25 @@ type Cluster struct {
 	seenMu sync.Mutex
 	seen   map[uint64]struct{}
 
+	// The Cluster's jobs, each a group of methods over the state above.
+	pub  publisher
+	req  requests
+	join joiner
+	mem  members
+
 	// testDropState makes the agent drop every state message, so a test
 	// can show push/pull repairing what it missed.
 	testDropState atomic.Bool
 }
 
-// localSection is one section of this node's own state as last published.
-type localSection struct {
-	content []byte // what changes are detected on
-	msg     *stateMsg
-	wire    []byte // the encoded full section
-	gossip  []byte // the copy that fits a UDP packet; nil if none does
-	json    []byte // msg as push/pull carries it
-	sentSeq uint64
-	madeAt  time.Time
-}
+// requests carries requests between agents: out over memberlist's reliable channel, answers matched by id, incoming ones served on bounded workers.
+type requests struct{ c *Cluster }
+
+// members keeps every other node as this agent knows it: membership from memberlist's events, state sections applied in one place, suspicion, and name conflicts.
+type members struct{ c *Cluster }
+
+// bindJobs points the Cluster's jobs at it.
+func (c *Cluster) bindJobs() { c.pub.c, c.req.c, c.join.c, c.mem.c = c, c, c, c }
 
 // New starts this agent's memberlist on cfg's address, joins the configured
 // peers and returns once the first join attempt has finished or a few
@@ -279,6 +281,7 @@ func New(cfg Config, d Delegate) (*Cluster, error) {
 		stopCh:    make(chan struct{}),
 		done:      make(chan struct{}),
 	}
+	c.bindJobs()
 	if c.bootID == "" {
 		var b [8]byte
 		if _, err := rand.Read(b[:]); err != nil {
@@ -333,7 +336,7 @@ func New(cfg Config, d Delegate) (*Cluster, error) {
 	mc.Ping = &ping{c}
 
 	// Our own sections exist before anyone can ask for them.
-	c.refreshLocal(time.Now(), false)
+	c.pub.refreshLocal(time.Now(), false)
 
 	ml, err := memberlist.Create(mc)
 	if err != nil {
@@ -348,18 +351,18 @@ func New(cfg Config, d Delegate) (*Cluster, error) {
 
 	c.wg.Add(2)
 	go c.notifyLoop()
-	go c.sendLoop()
+	go c.pub.sendLoop()
 
 	joined := 0
 	if len(cfg.Join) > 0 {
-		joined = c.joinOnce(c.missingPeers(), 2*time.Second+cfg.TCPTimeout)
+		joined = c.join.joinOnce(c.join.missingPeers(), 2*time.Second+cfg.TCPTimeout)
 		if err := c.Err(); err != nil {
 			_ = c.Shutdown()
 			return nil, err
 		}
 	}
 	c.wg.Add(1)
-	go c.joinLoop(joined > 0)
+	go c.join.joinLoop(joined > 0)
 	c.started.Store(true)
 	if err := c.Err(); err != nil {
 		// A duplicate found while New was finishing.
@@ -421,431 +424,6 @@ func (c *Cluster) closed() bool {
 	}
 }
 
-// Publish says this node's state changed. Urgent changes (leases, Extra)
-// are sent to every live member at once, plus gossip; the rest (telemetry)
-// goes at most every TelemetryInterval, and only if it changed. Publish only
-// signals the Cluster's publishing goroutine, which calls LocalState: it
-// never blocks and may be called with the agent's locks held.
-func (c *Cluster) Publish(urgent bool) {
-	ch := c.kickCh
-	if urgent {
-		ch = c.urgentCh
-	}
-	select {
-	case ch <- struct{}{}:
-	default:
-	}
-}
-
-// sendLoop is the publishing goroutine: the only caller of LocalState after
-// New, and the sender of this node's sections.
-func (c *Cluster) sendLoop() {
-	defer c.wg.Done()
-	tick := time.NewTicker(c.cfg.TelemetryInterval)
-	defer tick.Stop()
-	var lastTelemetry time.Time
-	for {
-		select {
-		case <-c.stopCh:
-			return
-		case <-c.urgentCh:
-			c.publish(time.Now(), false)
-		case <-c.kickCh:
-			if now := time.Now(); now.Sub(lastTelemetry) >= c.cfg.TelemetryInterval {
-				c.publish(now, true)
-				lastTelemetry = now
-			}
-		case now := <-tick.C:
-			if now.Sub(lastTelemetry) >= c.cfg.TelemetryInterval/2 {
-				c.publish(now, true)
-				lastTelemetry = now
-			}
-		}
-	}
-}
-
-// publish reads LocalState and sends the lease section if it changed (and
-// the telemetry section too, when telemetry is due).
-func (c *Cluster) publish(now time.Time, telemetry bool) {
-	if c.leaving.Load() || c.closed() {
-		return
-	}
-	c.refreshLocal(now, telemetry)
-	c.pubMu.Lock()
-	ls, ts := &c.local[secLeases], &c.local[secTelemetry]
-	var sendLeases, sendTelemetry []byte
-	var gossipCopy []byte
-	if ls.msg != nil && ls.sentSeq != ls.msg.Seq {
-		ls.sentSeq = ls.msg.Seq
-		sendLeases, gossipCopy = ls.wire, ls.gossip
-	}
-	if telemetry && ts.msg != nil && ts.sentSeq != ts.msg.Seq {
-		ts.sentSeq = ts.msg.Seq
-		sendTelemetry = ts.wire
-	}
-	c.pubMu.Unlock()
-	if sendLeases != nil {
-		c.seenBefore(sendLeases) // our own copies coming back are not news
-		if gossipCopy != nil {
-			c.seenBefore(gossipCopy)
-			c.queueGossip(gossipName(sectionLeases, c.cfg.NodeName), gossipCopy)
-		}
-		c.fanout(sendLeases)
-	}
-	if sendTelemetry != nil {
-		c.fanout(sendTelemetry)
-	}
-}
-
-// refreshLocal reads LocalState and revises this node's sections whose
-// content changed; with refresh, the telemetry section is also revised when
-// TelemetryRefresh has passed, so Snapshot.TakenAt on other agents never
-// lags far behind.
-func (c *Cluster) refreshLocal(now time.Time, refresh bool) {
-	st := c.d.LocalState()
-	st.Node, st.BootID, st.BootedAt = c.cfg.NodeName, c.bootID, c.bootedAt
-	st.Leases, st.Queue, st.Ended = c.sanitize(st.Leases, st.Queue, st.Ended)
-
-	c.pubMu.Lock()
-	defer c.pubMu.Unlock()
-	ls := &leaseSection{Leases: st.Leases, Queue: st.Queue, Ended: st.Ended, QuietSince: st.QuietSince}
-	c.revise(secLeases, now, false, &stateMsg{Section: sectionLeases, Leases: ls, Version: st.Version}, ls)
-
-	ts := &telemetrySection{Snapshot: st.Snapshot, Usage: st.Usage}
-	cmp := *ts
-	cmp.Snapshot.TakenAt = time.Time{}
-	due := refresh && now.Sub(c.local[secTelemetry].madeAt) >= c.cfg.TelemetryRefresh
-	c.revise(secTelemetry, now, due, &stateMsg{Section: sectionTelemetry, Telemetry: ts, Version: st.Version}, &cmp)
-
-	c.mu.Lock()
-	c.self, c.selfAt = st, now
-	c.mu.Unlock()
-}
-
-// sanitize keeps an agent bug in one lease (or queue entry) from stopping
-// every lease of this node from being published: text the other agents
-// would refuse is escaped, anything else they would refuse is left out,
-// each with a warning.
-func (c *Cluster) sanitize(leases []lease.Lease, queue []lease.QueueEntry, ended []lease.EndedRun) ([]lease.Lease, []lease.QueueEntry, []lease.EndedRun) {
-	out := make([]lease.Lease, 0, len(leases))
-	seen := make(map[string]bool, len(leases))
-	for _, l := range leases {
-		if l.Node == "" {
-			l.Node = c.cfg.NodeName
-		}
-		l.Mono = nil
-		if err := l.CheckText(); err != nil {
-			// A lease granted before notes were held to plain text (or an
-			// agent bug): publish it with the text escaped, not hidden,
-			// since hiding it would show its GPUs as free elsewhere.
-			c.warnOnce("text/"+l.ID, "gossip: lease %q: %v; publishing it escaped", l.ID, err)
-			l.EachString(func(_ string, p *string) { *p = termsafe.String(*p) })
-		}
-		if err := validateLease(c.cfg.NodeName, &l, seen); err != nil {
-			c.warnOnce("lease/"+err.Error(), "gossip: not publishing a lease: %v", err)
-			continue
-		}
-		out = append(out, l)
-		if len(out) == maxLeases {
-			c.warnOnce("lease/max", "gossip: publishing only the first %d leases", maxLeases)
-			break
-		}
-	}
-	q := make([]lease.QueueEntry, 0, len(queue))
-	for _, e := range queue {
-		if err := validateEntry(c.cfg.NodeName, &e); err != nil {
-			c.warnOnce("entry/"+err.Error(), "gossip: not publishing a queue entry: %v", err)
-			continue
-		}
-		if q = append(q, e); len(q) == maxEntries {
-			break
-		}
-	}
-	x := make([]lease.EndedRun, 0, len(ended))
-	for _, r := range ended {
-		if err := r.Validate(); err != nil {
-			continue
-		}
-		if x = append(x, r); len(x) == maxEntries {
-			break
-		}
-	}
-	return out, q, x
-}
-
-// revise makes m the new revision of section i if its content differs from
-// the last one (or force). The caller holds pubMu.
-func (c *Cluster) revise(i int, now time.Time, force bool, m *stateMsg, content any) {
-	ls := &c.local[i]
-	b, err := json.Marshal(content)
-	if err != nil {
-		c.cfg.Logf("gossip: encode this node's %s: %v", m.Section, err)
-		return
-	}
-	if !force && ls.msg != nil && string(b) == string(ls.content) {
-		return
-	}
-	m.Node, m.BootID, m.BootedAt = c.cfg.NodeName, c.bootID, c.bootedAt.UnixNano()
-	m.Seq = 1
-	if ls.msg != nil {
-		m.Seq = ls.msg.Seq + 1
-	}
-	if err := m.validate(); err != nil {
-		// The agent handed us something no other agent would accept;
-		// sending it would only get it dropped everywhere.
-		c.warnOnce("revise/"+err.Error(), "gossip: not publishing this node's %s: %v", m.Section, err)
-		return
-	}
-	wire, err := c.codec.encode(msgState, m)
-	if err != nil {
-		c.cfg.Logf("gossip: not publishing this node's %s: %v", m.Section, err)
-		return
-	}
-	js, _ := json.Marshal(m)
-	*ls = localSection{content: b, msg: m, wire: wire, json: js, sentSeq: ls.sentSeq, madeAt: now}
-	if m.Section == sectionLeases {
-		ls.gossip = c.gossipCopy(m, wire)
-	}
-}
-
-// gossipCopy is the copy of a lease section that fits one UDP packet: the
-// message itself if it fits, else the leases with their notes trimmed
-// (partial), else nil.
-func (c *Cluster) gossipCopy(m *stateMsg, wire []byte) []byte {
-	if wire != nil && len(wire) <= c.packetBudget {
-		return wire
-	}
-	if m.Section != sectionLeases {
-		return nil
-	}
-	for _, keep := range []int{120, 60, 24, 0} {
-		p := trimNotes(m, keep)
-		b, err := c.codec.encode(msgState, p)
-		if err == nil && len(b) <= c.packetBudget {
-			return b
-		}
-	}
-	return nil
-}
-
-// trimNotes is a partial copy of a lease section whose notes are cut to at
-// most keep bytes (at a character boundary).
-func trimNotes(m *stateMsg, keep int) *stateMsg {
-	p := *m
-	p.Partial = true
-	ls := *m.Leases
-	ls.Leases = make([]lease.Lease, len(m.Leases.Leases))
-	for i, l := range m.Leases.Leases {
-		if len(l.Note) > keep {
-			n := keep
-			for n > 0 && n < len(l.Note) && l.Note[n]&0xC0 == 0x80 {
-				n--
-			}
-			l.Note = l.Note[:n]
-		}
-		ls.Leases[i] = l
-	}
-	p.Leases = &ls
-	return &p
-}
-
-func gossipName(section, node string) string { return section + "/" + node }
-
-func (c *Cluster) queueGossip(name string, msg []byte) {
-	c.bcast.QueueBroadcast(&broadcast{name: name, msg: msg})
-}
-
-// fanout sends msg to every member but this one: a UDP packet each when it
-// fits, else a TCP stream each, in parallel, in the background.
-func (c *Cluster) fanout(msg []byte) {
-	ml := c.list()
-	if ml == nil {
-		return
-	}
-	targets := c.memberNodes()
-	if len(targets) == 0 {
-		return
-	}
-	if len(msg) <= c.packetBudget {
-		for i := range targets {
-			if err := ml.SendBestEffort(&targets[i], msg); err != nil {
-				c.cfg.Logf("gossip: send state to %s: %v", targets[i].Name, err)
-				continue
-			}
-			c.stats.messagesOut.Add(1)
-		}
-		return
-	}
-	go c.sendReliableAll(ml, targets, msg, nil)
-}
-
-// sendReliableAll sends msg over TCP to every target, at most 16 at a time,
-// and closes done (if given) when all have finished.
-func (c *Cluster) sendReliableAll(ml *memberlist.Memberlist, targets []memberlist.Node, msg []byte, done chan struct{}) {
-	if done != nil {
-		defer close(done)
-	}
-	sem := make(chan struct{}, 16)
-	var wg sync.WaitGroup
-	for i := range targets {
-		sem <- struct{}{}
-		wg.Add(1)
-		go func(n *memberlist.Node) {
-			defer wg.Done()
-			defer func() { <-sem }()
-			if err := ml.SendReliable(n, msg); err != nil {
-				c.cfg.Logf("gossip: send to %s: %v", n.Name, err)
-				return
-			}
-			c.stats.messagesOut.Add(1)
-		}(&targets[i])
-	}
-	wg.Wait()
-}
-
-// notifyLoop calls ClusterChanged, one call at a time, coalescing.
-func (c *Cluster) notifyLoop() {
-	defer c.wg.Done()
-	for {
-		select {
-		case <-c.stopCh:
-			return
-		case <-c.changedCh:
-			c.d.ClusterChanged()
-		}
-	}
-}
-
-// changed schedules a ClusterChanged call.
-func (c *Cluster) changed() {
-	select {
-	case c.changedCh <- struct{}{}:
-	default:
-	}
-}
-
-// handleMessage dispatches a dibs message from NotifyMsg. b is owned.
-func (c *Cluster) handleMessage(b []byte) {
-	c.stats.messagesIn.Add(1)
-	if len(b) == 0 {
-		c.stats.dropped.Add(1)
-		return
-	}
-	var err error
-	switch messageType(b[0]) {
-	case msgState:
-		if c.testDropState.Load() {
-			c.stats.dropped.Add(1)
-			return
-		}
-		if c.seenBefore(b) {
-			c.stats.duplicates.Add(1)
-			return
-		}
-		var m *stateMsg
-		if m, err = c.codec.decodeState(b); err == nil {
-			c.applyState(m, b, true)
-		}
-	case msgLeave:
-		var m *leaveMsg
-		if m, err = c.codec.decodeLeave(b); err == nil {
-			c.applyLeave(m, b)
-		}
-	case msgRequest:
-		var m *requestMsg
-		if m, err = c.codec.decodeRequest(b); err == nil {
-			c.serve(m)
-		}
-	case msgResponse:
-		var m *responseMsg
-		if m, err = c.codec.decodeResponse(b); err == nil {
-			c.deliver(m)
-		}
-	default:
-		err = wireErrorf("unexpected message type %d outside push/pull", b[0])
-	}
-	if err != nil {
-		c.stats.dropped.Add(1)
-		c.cfg.Logf("gossip: dropped a message: %v", err)
-	}
-}
-
-// seenBefore reports whether this exact state message was handled before,
-// and remembers it. Gossip copies are relayed byte for byte, so this catches
-// nearly every duplicate; the set is cleared when it grows large, which only
-// costs a few decodes.
-func (c *Cluster) seenBefore(b []byte) bool {
-	h := fnv.New64a()
-	h.Write(b)
-	k := h.Sum64()
-	c.seenMu.Lock()
-	defer c.seenMu.Unlock()
-	if _, ok := c.seen[k]; ok {
-		return true
-	}
-	if len(c.seen) >= 8192 {
-		clear(c.seen)
-	}
-	c.seen[k] = struct{}{}
-	return false
-}
-
-// pushPullState is LocalState for push/pull: this node's sections, every
-// section held for other nodes, and the leaves known.
-func (c *Cluster) pushPullState() []byte {
-	pp := pushPullMsg{From: c.cfg.NodeName}
-	c.pubMu.Lock()
-	for i := range c.local {
-		if js := c.local[i].json; js != nil {
-			pp.States = append(pp.States, js)
-		}
-	}
-	c.pubMu.Unlock()
-	if c.leaving.Load() {
-		pp.Left = append(pp.Left, leaveMsg{Node: c.cfg.NodeName, BootID: c.bootID, BootedAt: c.bootedAt.UnixNano()})
-	}
-	c.mu.Lock()
-	for _, r := range c.peers {
-		for _, h := range r.held {
-			if h == nil {
-				continue
-			}
-			if h.json == nil {
-				h.json, _ = json.Marshal(h.msg)
-			}
-			pp.States = append(pp.States, h.json)
-		}
-		if r.leftBoot != "" {
-			pp.Left = append(pp.Left, leaveMsg{Node: r.name, BootID: r.leftBoot, BootedAt: r.leftBootedAt})
-		}
-	}
-	c.mu.Unlock()
-	b, err := c.codec.encode(msgPushPull, &pp)
-	if err != nil {
-		c.cfg.Logf("gossip: push/pull: %v", err)
-		return nil
-	}
-	c.stats.messagesOut.Add(1)
-	return b
-}
-
-// mergePushPull applies another agent's push/pull state.
-func (c *Cluster) mergePushPull(buf []byte) {
-	c.stats.messagesIn.Add(1)
-	pp, states, err := c.codec.decodePushPull(buf)
-	if err != nil {
-		c.stats.dropped.Add(1)
-		c.cfg.Logf("gossip: dropped push/pull state: %v", err)
-		return
-	}
-	for _, s := range states {
-		c.applyState(s, nil, false)
-	}
-	for i := range pp.Left {
-		c.applyLeave(&pp.Left[i], nil)
-	}
-}
-
 // Leave tells the other agents this one is leaving, so they show it as
 // left rather than dead: a leave notice to every member directly and by
 // gossip, then memberlist's leave. It waits at most timeout (≤ 0 means 5
@@ -866,9 +444,9 @@ func (c *Cluster) Leave(timeout time.Duration) error {
 	if err != nil {
 		return fmt.Errorf("leave cluster: %w", err)
 	}
-	c.queueGossip(gossipName("leave", c.cfg.NodeName), msg)
+	c.pub.queueGossip(gossipName("leave", c.cfg.NodeName), msg)
 	done := make(chan struct{})
-	go c.sendReliableAll(ml, c.memberNodes(), msg, done)
+	go c.pub.sendReliableAll(ml, c.join.memberNodes(), msg, done)
 	select {
 	case <-done:
 	case <-time.After(timeout / 2):
@@ -943,148 +521,3 @@ func (c *Cluster) BootID() string { return c.bootID }
 
 // Stats returns the counters so far.
 func (c *Cluster) Stats() Stats { return c.stats.snapshot() }
-
-// memberNodes copies the memberlist nodes of every member but this one.
-func (c *Cluster) memberNodes() []memberlist.Node {
-	c.mu.RLock()
-	defer c.mu.RUnlock()
-	out := make([]memberlist.Node, 0, len(c.peers))
-	for _, r := range c.peers {
-		if r.member {
-			out = append(out, r.node)
-		}
-	}
-	return out
-}
-
-// joinOnce joins the given peers in parallel and returns how many answered,
-// waiting at most wait.
-func (c *Cluster) joinOnce(peers []string, wait time.Duration) int {
-	ml := c.list()
-	if ml == nil || len(peers) == 0 {
-		return 0
-	}
-	var ok atomic.Int64
-	var wg sync.WaitGroup
-	for _, p := range peers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if _, err := ml.Join([]string{p}); err != nil {
-				if !c.closed() && c.Err() == nil {
-					c.cfg.Logf("gossip: join %s: %v", p, err)
-				}
-				return
-			}
-			ok.Add(1)
-		}()
-	}
-	done := make(chan struct{})
-	go func() { wg.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(wait):
-	case <-c.stopCh:
-	}
-	return int(ok.Load())
-}
-
-// joinLoop keeps the configured peers joined: with backoff until some peer
-// answers, then every RejoinInterval for configured peers that are not
-// alive members, and shortly after every membership loss.
-func (c *Cluster) joinLoop(up bool) {
-	defer c.wg.Done()
-	if len(c.cfg.Join) == 0 {
-		return
-	}
-	backoff := time.Second
-	timer := time.NewTimer(c.nextJoinWait(up, &backoff))
-	defer timer.Stop()
-	for {
-		select {
-		case <-c.stopCh:
-			return
-		case <-c.rejoinCh:
-			// Let a burst of losses settle into one attempt.
-			select {
-			case <-c.stopCh:
-				return
-			case <-time.After(time.Second):
-			}
-		case <-timer.C:
-		}
-		if missing := c.missingPeers(); len(missing) > 0 {
-			c.stats.rejoins.Add(1)
-			if c.joinOnce(missing, c.cfg.TCPTimeout+time.Second) > 0 {
-				up = true
-			}
-			if c.closed() {
-				return
-			}
-		}
-		if c.numMembers.Load() > 1 {
-			up = true
-		}
-		if !timer.Stop() {
-			select {
-			case <-timer.C:
-			default:
-			}
-		}
-		timer.Reset(c.nextJoinWait(up, &backoff))
-	}
-}
-
-func (c *Cluster) nextJoinWait(up bool, backoff *time.Duration) time.Duration {
-	if up {
-		*backoff = time.Second
-		return c.cfg.RejoinInterval
-	}
-	w := *backoff
-	*backoff = min(2**backoff, 30*time.Second)
-	return w
-}
-
-// missingPeers lists the configured peers that are not alive members.
-func (c *Cluster) missingPeers() []string {
-	alive := make(map[string]bool)
-	c.mu.RLock()
-	for _, r := range c.peers {
-		if r.member {
-			alive[r.node.Address()] = true
-		}
-	}
-	c.mu.RUnlock()
-	self := c.localAddr
-	var out []string
-	for _, p := range c.cfg.Join {
-		p, err := normalizePeer(p)
-		if err != nil {
-			continue
-		}
-		host, port, _ := net.SplitHostPort(p)
-		ips := []string{host}
-		if net.ParseIP(host) == nil {
-			ctx, cancel := context.WithTimeout(c.ctx, 2*time.Second)
-			addrs, err := net.DefaultResolver.LookupHost(ctx, host)
-			cancel()
-			if err != nil {
-				out = append(out, p) // let memberlist report it
-				continue
-			}
-			ips = addrs
-		}
-		up := false
-		for _, ip := range ips {
-			a := net.JoinHostPort(net.ParseIP(ip).String(), port)
-			if alive[a] || a == self {
-				up = true
-				break
-			}
-		}
-		if !up {
-			out = append(out, p)
-		}
-	}
-	return out
-}

@@ -139,7 +139,7 @@ func (s *logSink) Write(p []byte) (int, error) {
 		noisy = true
 	}
 	if name, ok := suspectedIn(line); ok {
-		s.c.markSuspect(name)
+		s.c.mem.markSuspect(name)
 	}
 	if strings.Contains(line, "[DEBUG]") {
 		return len(p), nil

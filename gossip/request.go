@@ -51,7 +51,7 @@ func (c *Cluster) Request(ctx context.Context, node string, req Request) (Respon
 		return c.d.HandleRequest(ctx, node, req), nil
 	}
 	c.stats.remoteRequests.Add(1)
-	resp, err := c.request(ctx, node, req)
+	resp, err := c.req.request(ctx, node, req)
 	if err != nil {
 		c.stats.remoteErrs.Add(1)
 		return Response{}, fmt.Errorf("request %s on %s: %w", req.Op, node, err)
@@ -59,8 +59,9 @@ func (c *Cluster) Request(ctx context.Context, node string, req Request) (Respon
 	return resp, nil
 }
 
-func (c *Cluster) request(ctx context.Context, node string, req Request) (Response, error) {
-	target, err := c.target(node)
+func (x *requests) request(ctx context.Context, node string, req Request) (Response, error) {
+	c := x.c
+	target, err := c.mem.target(node)
 	if err != nil {
 		return Response{}, err
 	}
@@ -125,7 +126,8 @@ func (c *Cluster) request(ctx context.Context, node string, req Request) (Respon
 }
 
 // deliver hands a response to the Request waiting for it.
-func (c *Cluster) deliver(m *responseMsg) {
+func (x *requests) deliver(m *responseMsg) {
+	c := x.c
 	c.reqMu.Lock()
 	p := c.reqs[m.ID]
 	if p != nil && p.node == m.From {
@@ -143,7 +145,8 @@ func (c *Cluster) deliver(m *responseMsg) {
 
 // serve runs HandleRequest on a worker goroutine, never on memberlist's,
 // and sends the response back to the requester.
-func (c *Cluster) serve(m *requestMsg) {
+func (x *requests) serve(m *requestMsg) {
+	c := x.c
 	select {
 	case c.workers <- struct{}{}:
 	default:
@@ -151,15 +154,16 @@ func (c *Cluster) serve(m *requestMsg) {
 		c.cfg.Logf("gossip: dropped request %s from %s: %d requests already running", m.Op, m.From, c.cfg.MaxConcurrentRequests)
 		return
 	}
-	if !c.goTracked(func() {
+	if !c.req.goTracked(func() {
 		defer func() { <-c.workers }()
-		c.answer(m)
+		c.req.answer(m)
 	}) {
 		<-c.workers
 	}
 }
 
-func (c *Cluster) answer(m *requestMsg) {
+func (x *requests) answer(m *requestMsg) {
+	c := x.c
 	c.stats.requestsServed.Add(1)
 	timeout := time.Duration(m.TimeoutMS) * time.Millisecond
 	if timeout <= 0 || timeout > 10*c.cfg.RequestTimeout {
@@ -168,7 +172,7 @@ func (c *Cluster) answer(m *requestMsg) {
 	// Leave the answer time to travel before the requester gives up.
 	timeout -= min(100*time.Millisecond, timeout/10)
 	ctx, cancel := context.WithTimeout(c.ctx, timeout)
-	resp := c.handle(ctx, m)
+	resp := c.req.handle(ctx, m)
 	cancel()
 	out, err := c.codec.encode(msgResponse, &responseMsg{ID: m.ID, From: c.cfg.NodeName, Body: resp.Body, ErrCode: resp.ErrCode, ErrMsg: resp.ErrMsg})
 	if err != nil {
@@ -198,7 +202,8 @@ func (c *Cluster) answer(m *requestMsg) {
 
 // handle calls HandleRequest, turning a panic into a refusal so one bad
 // request cannot take the agent down.
-func (c *Cluster) handle(ctx context.Context, m *requestMsg) (resp Response) {
+func (x *requests) handle(ctx context.Context, m *requestMsg) (resp Response) {
+	c := x.c
 	defer func() {
 		if p := recover(); p != nil {
 			c.cfg.Logf("gossip: request %s from %s panicked: %v", m.Op, m.From, p)
@@ -224,7 +229,8 @@ func replyNode(m *requestMsg) (memberlist.Node, error) {
 
 // goTracked runs f on a goroutine Shutdown waits for, unless Shutdown has
 // begun (then it returns false and does not run f).
-func (c *Cluster) goTracked(f func()) bool {
+func (x *requests) goTracked(f func()) bool {
+	c := x.c
 	c.runMu.Lock()
 	defer c.runMu.Unlock()
 	if c.stopping {

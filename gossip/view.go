@@ -97,7 +97,8 @@ func newer(a, b *stateMsg, currentBoot string) bool {
 }
 
 // peerLocked returns the record for name, creating it. c.mu is held.
-func (c *Cluster) peerLocked(name string) *peerRec {
+func (x *members) peerLocked(name string) *peerRec {
+	c := x.c
 	r := c.peers[name]
 	if r == nil {
 		r = &peerRec{name: name, downSince: time.Now()}
@@ -109,7 +110,8 @@ func (c *Cluster) peerLocked(name string) *peerRec {
 // applyState is the one place a section of another node's state is applied,
 // whether it came directly, by gossip or by push/pull. A lease section that
 // came directly or by gossip and was new is gossiped on.
-func (c *Cluster) applyState(m *stateMsg, wire []byte, relay bool) {
+func (x *members) applyState(m *stateMsg, wire []byte, relay bool) {
+	c := x.c
 	if m.Node == c.cfg.NodeName {
 		// This agent is the authority on its own node; copies of its state
 		// (this boot's or an earlier one's) coming back are ignored.
@@ -117,22 +119,23 @@ func (c *Cluster) applyState(m *stateMsg, wire []byte, relay bool) {
 		return
 	}
 	c.mu.Lock()
-	r := c.peerLocked(m.Node)
-	applied := c.applyLocked(r, &heldSection{msg: m, wire: wire})
+	r := c.mem.peerLocked(m.Node)
+	applied := c.mem.applyLocked(r, &heldSection{msg: m, wire: wire})
 	c.mu.Unlock()
 	if !applied {
 		return
 	}
 	if relay && m.Section == sectionLeases {
-		if b := c.gossipCopy(m, wire); b != nil {
-			c.queueGossip(gossipName(sectionLeases, m.Node), b)
+		if b := c.pub.gossipCopy(m, wire); b != nil {
+			c.pub.queueGossip(gossipName(sectionLeases, m.Node), b)
 		}
 	}
 	c.changed()
 }
 
 // applyLocked applies h to r if it is newer than what r holds. c.mu is held.
-func (c *Cluster) applyLocked(r *peerRec, h *heldSection) bool {
+func (x *members) applyLocked(r *peerRec, h *heldSection) bool {
+	c := x.c
 	m := h.msg
 	i := sectionIndex(m.Section)
 	if r.member && r.hasMeta && m.BootID != r.meta.BootID && m.BootedAt > r.meta.BootedAt.UnixNano() {
@@ -192,12 +195,13 @@ func (r *peerRec) rebuild() {
 
 // applyLeave records that a node's boot left on purpose; a notice that
 // came as a message (wire set) and was new is gossiped on.
-func (c *Cluster) applyLeave(m *leaveMsg, wire []byte) {
+func (x *members) applyLeave(m *leaveMsg, wire []byte) {
+	c := x.c
 	if m.Node == c.cfg.NodeName {
 		return
 	}
 	c.mu.Lock()
-	r := c.peerLocked(m.Node)
+	r := c.mem.peerLocked(m.Node)
 	if r.leftBoot == m.BootID {
 		c.mu.Unlock()
 		c.stats.duplicates.Add(1)
@@ -212,20 +216,21 @@ func (c *Cluster) applyLeave(m *leaveMsg, wire []byte) {
 	r.leftBoot, r.leftBootedAt = m.BootID, m.BootedAt
 	c.mu.Unlock()
 	if wire != nil {
-		c.queueGossip(gossipName("leave", m.Node), wire)
+		c.pub.queueGossip(gossipName("leave", m.Node), wire)
 	}
 	c.changed()
 }
 
 // memberUp handles memberlist's join and update events.
-func (c *Cluster) memberUp(n *memberlist.Node) {
+func (x *members) memberUp(n *memberlist.Node) {
+	c := x.c
 	if n.Name == c.cfg.NodeName {
 		return
 	}
 	meta, err := decodeMeta(n.Meta)
 	var relay []*heldSection
 	c.mu.Lock()
-	r := c.peerLocked(n.Name)
+	r := c.mem.peerLocked(n.Name)
 	if !r.member {
 		c.numMembers.Add(1)
 	}
@@ -239,7 +244,7 @@ func (c *Cluster) memberUp(n *memberlist.Node) {
 		for i, p := range r.pending {
 			if p != nil && p.msg.BootID == meta.BootID {
 				r.pending[i] = nil
-				if c.applyLocked(r, p) && p.msg.Section == sectionLeases {
+				if c.mem.applyLocked(r, p) && p.msg.Section == sectionLeases {
 					relay = append(relay, p)
 				}
 			}
@@ -247,8 +252,8 @@ func (c *Cluster) memberUp(n *memberlist.Node) {
 	}
 	c.mu.Unlock()
 	for _, h := range relay {
-		if b := c.gossipCopy(h.msg, h.wire); b != nil {
-			c.queueGossip(gossipName(sectionLeases, h.msg.Node), b)
+		if b := c.pub.gossipCopy(h.msg, h.wire); b != nil {
+			c.pub.queueGossip(gossipName(sectionLeases, h.msg.Node), b)
 		}
 	}
 	c.changed()
@@ -256,12 +261,13 @@ func (c *Cluster) memberUp(n *memberlist.Node) {
 
 // memberDown handles memberlist's leave event (dead or left) and asks the
 // join loop to re-join configured peers.
-func (c *Cluster) memberDown(n *memberlist.Node) {
+func (x *members) memberDown(n *memberlist.Node) {
+	c := x.c
 	if n.Name == c.cfg.NodeName {
 		return
 	}
 	c.mu.Lock()
-	r := c.peerLocked(n.Name)
+	r := c.mem.peerLocked(n.Name)
 	if r.member {
 		c.numMembers.Add(-1)
 		r.downSince = time.Now()
@@ -281,7 +287,8 @@ func (c *Cluster) memberDown(n *memberlist.Node) {
 // shows as suspect until memberlist declares it dead, it answers a probe,
 // or about two suspicion timeouts pass (then memberlist must have heard it
 // refute).
-func (c *Cluster) markSuspect(name string) {
+func (x *members) markSuspect(name string) {
+	c := x.c
 	n := float64(c.numMembers.Load())
 	timeout := time.Duration(float64(c.cfg.SuspicionMult) * math.Max(1, math.Log10(math.Max(1, n))) * float64(c.cfg.ProbeInterval))
 	c.mu.Lock()
@@ -297,7 +304,8 @@ func (c *Cluster) markSuspect(name string) {
 }
 
 // clearSuspect records that name answered.
-func (c *Cluster) clearSuspect(name string) {
+func (x *members) clearSuspect(name string) {
+	c := x.c
 	c.mu.Lock()
 	r := c.peers[name]
 	was := r != nil && !r.suspectUntil.IsZero()
@@ -312,7 +320,8 @@ func (c *Cluster) clearSuspect(name string) {
 
 // checkAlive refuses alive messages from nodes that are not dibs agents of
 // a compatible wire version (memberlist then ignores them).
-func (c *Cluster) checkAlive(n *memberlist.Node) error {
+func (x *members) checkAlive(n *memberlist.Node) error {
+	c := x.c
 	meta, err := decodeMeta(n.Meta)
 	if err == nil {
 		err = meta.compatible(c.cfg.Protocol)
@@ -338,7 +347,8 @@ func (c *Cluster) selfMeta() nodeMeta {
 	return nodeMeta{WireMin: minWireVersion, WireMax: wireVersion, BootedAt: c.bootedAt, BootID: c.bootID}
 }
 
-func (c *Cluster) duplicateErr(other *memberlist.Node, meta nodeMeta) error {
+func (x *members) duplicateErr(other *memberlist.Node, meta nodeMeta) error {
+	c := x.c
 	return fmt.Errorf("%w: node name %q is already used by the agent at %s (started %s); give every agent its own name, or stop the other one",
 		ErrDuplicateName, c.cfg.NodeName, other.Address(), meta.BootedAt.Format(time.RFC3339))
 }
@@ -346,7 +356,8 @@ func (c *Cluster) duplicateErr(other *memberlist.Node, meta nodeMeta) error {
 // checkMerge vets a join (ours or another agent's): it is refused when it
 // would put two live agents under one name. The one that started later
 // records ErrDuplicateName and stops.
-func (c *Cluster) checkMerge(peers []*memberlist.Node) error {
+func (x *members) checkMerge(peers []*memberlist.Node) error {
+	c := x.c
 	for _, p := range peers {
 		if p.State != memberlist.StateAlive && p.State != memberlist.StateSuspect {
 			continue
@@ -361,7 +372,7 @@ func (c *Cluster) checkMerge(peers []*memberlist.Node) error {
 				continue // us, or our earlier boot at our address (a restart)
 			}
 			if olderBoot(meta, c.selfMeta()) {
-				err := c.duplicateErr(p, meta)
+				err := c.mem.duplicateErr(p, meta)
 				c.fail(err)
 				return err
 			}
@@ -384,14 +395,15 @@ func (c *Cluster) checkMerge(peers []*memberlist.Node) error {
 }
 
 // nameConflict handles memberlist's report of two addresses for one name.
-func (c *Cluster) nameConflict(existing, other *memberlist.Node) {
+func (x *members) nameConflict(existing, other *memberlist.Node) {
+	c := x.c
 	if existing.Name != c.cfg.NodeName {
 		c.warnOnce("conflict/"+other.Address(), "gossip: %q is claimed by %s and %s; the later one is ignored", existing.Name, existing.Address(), other.Address())
 		return
 	}
 	meta, err := decodeMeta(other.Meta)
 	if err == nil && meta.BootID != c.bootID && olderBoot(meta, c.selfMeta()) {
-		c.fail(c.duplicateErr(other, meta))
+		c.fail(c.mem.duplicateErr(other, meta))
 		return
 	}
 	c.warnOnce("conflict/"+other.Address(), "gossip: the agent at %s uses this node's name %q; it should stop", other.Address(), existing.Name)
@@ -441,7 +453,8 @@ func (r *peerRec) lastBoot() string {
 	return ""
 }
 
-func (c *Cluster) selfPeer() Peer {
+func (x *members) selfPeer() Peer {
+	c := x.c
 	state := StateAlive
 	if c.leaving.Load() {
 		state = StateLeft
@@ -456,7 +469,7 @@ func (c *Cluster) View() []Peer {
 	now := time.Now()
 	c.mu.RLock()
 	out := make([]Peer, 0, len(c.peers)+1)
-	out = append(out, c.selfPeer())
+	out = append(out, c.mem.selfPeer())
 	for _, r := range c.peers {
 		if r.seen || r.hasState || r.leftBoot != "" {
 			out = append(out, r.peerView(now))
@@ -472,7 +485,7 @@ func (c *Cluster) Peer(name string) (Peer, bool) {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	if name == c.cfg.NodeName {
-		return c.selfPeer(), true
+		return c.mem.selfPeer(), true
 	}
 	r := c.peers[name]
 	if r == nil || !(r.seen || r.hasState || r.leftBoot != "") {
@@ -482,7 +495,8 @@ func (c *Cluster) Peer(name string) (Peer, bool) {
 }
 
 // target finds the memberlist node to send a request to.
-func (c *Cluster) target(name string) (memberlist.Node, error) {
+func (x *members) target(name string) (memberlist.Node, error) {
+	c := x.c
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	r := c.peers[name]

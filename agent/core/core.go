@@ -141,7 +141,7 @@ func (s *Service) View() lease.ClusterView {
 	self := lease.NodeView{
 		Name: s.cfg.Node, State: lease.NodeAlive, HasState: true, Version: st.Version,
 		Snap: st.Snap, Leases: st.Leases, Judged: st.Judged, Idle: lease.IdleTrackerFrom(st.QuietSince),
-		Queue: s.deps.Origin.Entries(), Ended: st.Ended, Usage: s.deps.Node.DecayedUsage(s.cfg.Sched.HalfLife),
+		Queue: s.deps.Origin.Entries(), Ended: st.Ended, Usage: s.deps.Node.Usage().DecayedUsage(s.cfg.Sched.HalfLife),
 		Protocol: peer.Version, Software: s.cfg.Version,
 	}
 	var peers []lease.NodeView

@@ -101,7 +101,7 @@ func (s *Service) registerPeerOps() {
 		return peer.Empty{}, nil
 	})
 	peer.Handle(m, peer.Usage, func(ctx context.Context, from string, who peer.Actor, r peer.UsageRequest) (peer.UsageReply, error) {
-		u, err := s.deps.Node.UsageSince(r.Since)
+		u, err := s.deps.Node.Usage().UsageSince(r.Since)
 		return peer.UsageReply{GPUSeconds: u}, err
 	})
 }

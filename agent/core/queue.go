@@ -157,7 +157,7 @@ func (b *Bound) Usage(ctx context.Context, window string) (api.UsageReport, erro
 	since := v.Now.Add(-w)
 	rep := api.UsageReport{Since: since.Round(0), Users: []api.UserUsage{}}
 	raw := map[string]float64{}
-	mine, err := s.deps.Node.UsageSince(since)
+	mine, err := s.deps.Node.Usage().UsageSince(since)
 	if err != nil {
 		return rep, err
 	}

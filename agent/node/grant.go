@@ -50,7 +50,7 @@ func (n *Node) Grant(ctx context.Context, c lease.Caller, g Grant) (lease.Lease,
 	var u launch.User
 	if g.Run != nil {
 		var err error
-		if u, err = n.sessionUser(c); err != nil {
+		if u, err = n.sess.sessionUser(c); err != nil {
 			return lease.Lease{}, err
 		}
 		if g.Run.Name != "" {
@@ -96,7 +96,7 @@ func (n *Node) Grant(ctx context.Context, c lease.Caller, g Grant) (lease.Lease,
 		return lease.Lease{}, err
 	}
 	if g.Run != nil && g.ReserveFor == 0 {
-		if err := n.startSession(ctx, l, u, g.Run); err != nil {
+		if err := n.sess.startSession(ctx, l, u, g.Run); err != nil {
 			n.end(l, lease.EndSessionFailed, "")
 			return lease.Lease{}, err
 		}
@@ -128,9 +128,9 @@ func (n *Node) Commit(ctx context.Context, c lease.Caller, entry string, d time.
 		return lease.Lease{}, err
 	}
 	if run != nil {
-		u, err := n.sessionUser(c)
+		u, err := n.sess.sessionUser(c)
 		if err == nil {
-			err = n.startSession(ctx, l, u, run)
+			err = n.sess.startSession(ctx, l, u, run)
 		}
 		if err != nil {
 			n.end(l, lease.EndSessionFailed, "")
@@ -143,7 +143,8 @@ func (n *Node) Commit(ctx context.Context, c lease.Caller, entry string, d time.
 
 // sessionUser resolves who a session runs as, refusing when this agent
 // cannot start processes as them.
-func (n *Node) sessionUser(c lease.Caller) (launch.User, error) {
+func (x *sessionJob) sessionUser(c lease.Caller) (launch.User, error) {
+	n := x.n
 	if c.UID < 0 {
 		return launch.User{}, &lease.Error{Code: lease.CodeForbidden, Msg: fmt.Sprintf("%s has no account on %s, so no session can run as them there", c.User, n.cfg.Name)}
 	}
@@ -160,7 +161,8 @@ func (n *Node) sessionUser(c lease.Caller) (launch.User, error) {
 }
 
 // startSession starts the lease's tmux session as u and watches it.
-func (n *Node) startSession(ctx context.Context, l lease.Lease, u launch.User, run *Run) error {
+func (x *sessionJob) startSession(ctx context.Context, l lease.Lease, u launch.User, run *Run) error {
+	n := x.n
 	if !n.Current(l.ID, l.Token) {
 		return fmt.Errorf("lease %s ended before its session could start", l.ID)
 	}
@@ -182,6 +184,6 @@ func (n *Node) startSession(ctx context.Context, l lease.Lease, u launch.User, r
 		}
 		return fmt.Errorf("start session for lease %s: %w", l.ID, err)
 	}
-	n.watch(l, u)
+	n.sess.watch(l, u)
 	return nil
 }

@@ -103,7 +103,8 @@ type Node struct {
 	watchMu  sync.Mutex
 	watching map[string]context.CancelFunc
 
-	usage usageCache
+	usage Usage
+	sess  sessionJob
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -130,8 +131,17 @@ func New(cfg Config, deps Deps) *Node {
 	if deps.LeasesChanged == nil {
 		deps.LeasesChanged = func() {}
 	}
-	return &Node{cfg: cfg, deps: deps, log: cfg.Log, idle: lease.NewIdleTracker(), watching: map[string]context.CancelFunc{}}
+	n := &Node{cfg: cfg, deps: deps, log: cfg.Log, idle: lease.NewIdleTracker(), watching: map[string]context.CancelFunc{}}
+	n.usage.n, n.sess.n = n, n
+	return n
 }
+
+// Usage is this node's usage figures.
+func (n *Node) Usage() *Usage { return &n.usage }
+
+// sessionJob starts, watches, messages and ends the tmux sessions of this
+// node's leases; its state (watching) lives in the Node.
+type sessionJob struct{ n *Node }
 
 // Name is the node's name.
 func (n *Node) Name() string { return n.cfg.Name }
@@ -166,7 +176,7 @@ func (n *Node) Open(ctx context.Context) error {
 	n.idle.Observe(snap, n.cfg.Policy)
 	n.publishLocked(now.Wall)
 	n.wmu.Unlock()
-	n.readopt(ctx)
+	n.sess.readopt(ctx)
 	return nil
 }
 
@@ -236,7 +246,7 @@ func (n *Node) endLocked(l lease.Lease, reason lease.EndReason, by string, now l
 	if l.Entry != "" {
 		n.ended = lease.RememberEnded(n.ended, lease.EndedRun{Entry: l.Entry, Lease: l.ID, Gang: l.Gang, Reason: reason, At: now.Wall.Round(0), Reserved: !l.ReservedUntil.IsZero()}, now.Wall)
 	}
-	n.stopWatching(l.ID)
+	n.sess.stopWatching(l.ID)
 	n.publishLocked(now.Wall)
 	return nil
 }

@@ -28,7 +28,7 @@ func (n *Node) Release(ctx context.Context, c lease.Caller, id string) error {
 	if err != nil {
 		return err
 	}
-	n.killSession(ctx, l, false)
+	n.sess.killSession(ctx, l, false)
 	n.deps.LeasesChanged()
 	return nil
 }
@@ -114,7 +114,7 @@ func (n *Node) Preempt(id string, token uint64, why string, sig syscall.Signal) 
 			if sig == 0 {
 				sig = n.cfg.PreemptSignal
 			}
-			n.tell(ctx, u, l.Session, text)
+			n.sess.tell(ctx, u, l.Session, text)
 			if err := n.deps.Sessions.Signal(ctx, u, l.Session, sig); err != nil {
 				n.log.Warn("preempt signal", "lease", l.ID, "err", err)
 			}
@@ -148,7 +148,7 @@ func (n *Node) step(d lease.Due, now time.Time) {
 			return
 		}
 		if u, err := n.deps.Accounts.ByUID(l.UID); err == nil {
-			n.tell(ctx, u, l.Session, text)
+			n.sess.tell(ctx, u, l.Session, text)
 		}
 	}
 	switch d.Step {
@@ -174,11 +174,11 @@ func (n *Node) step(d lease.Due, now time.Time) {
 		n.log.Info("reservation expired uncommitted; its GPUs are free again", "lease", l.ID, "entry", l.Entry)
 		n.end(l, lease.EndReservationExpired, "")
 	case lease.StepPreemptEnd:
-		n.killSession(ctx, l, true)
+		n.sess.killSession(ctx, l, true)
 		n.Notify(l.UID, fmt.Sprintf("lease %s was ended (%s) after its grace", l.ID, l.PreemptReason))
 		n.end(l, lease.PreemptedReason(l.PreemptReason), "")
 	case lease.StepEnd:
-		n.killSession(ctx, l, true)
+		n.sess.killSession(ctx, l, true)
 		n.log.Info("lease ended at its time limit", "lease", l.ID, "user", l.User)
 		n.Notify(l.UID, fmt.Sprintf("lease %s ended at its time limit", l.ID))
 		n.end(l, lease.EndExpired, "")

@@ -10,7 +10,8 @@ import (
 )
 
 // watch ends the lease when its session ends.
-func (n *Node) watch(l lease.Lease, u launch.User) {
+func (x *sessionJob) watch(l lease.Lease, u launch.User) {
+	n := x.n
 	ctx, cancel := context.WithCancel(n.ctx)
 	n.watchMu.Lock()
 	if old := n.watching[l.ID]; old != nil {
@@ -31,12 +32,13 @@ func (n *Node) watch(l lease.Lease, u launch.User) {
 			return
 		}
 		if n.Current(l.ID, l.Token) {
-			n.end(l, n.sessionEndReason(l, u), "")
+			n.end(l, n.sess.sessionEndReason(l, u), "")
 		}
 	}()
 }
 
-func (n *Node) stopWatching(id string) {
+func (x *sessionJob) stopWatching(id string) {
+	n := x.n
 	n.watchMu.Lock()
 	defer n.watchMu.Unlock()
 	if cancel := n.watching[id]; cancel != nil {
@@ -46,7 +48,8 @@ func (n *Node) stopWatching(id string) {
 }
 
 // sessionEndReason reads how a queued run's command ended.
-func (n *Node) sessionEndReason(l lease.Lease, u launch.User) lease.EndReason {
+func (x *sessionJob) sessionEndReason(l lease.Lease, u launch.User) lease.EndReason {
+	n := x.n
 	if l.Entry == "" {
 		return lease.EndSessionEnded
 	}
@@ -62,7 +65,8 @@ func (n *Node) sessionEndReason(l lease.Lease, u launch.User) lease.EndReason {
 
 // readopt runs at start: sessions still running are watched again, leases
 // whose session is gone end.
-func (n *Node) readopt(ctx context.Context) {
+func (x *sessionJob) readopt(ctx context.Context) {
+	n := x.n
 	for _, l := range n.State().Leases {
 		if l.Session == "" || !l.ReservedUntil.IsZero() {
 			continue
@@ -80,15 +84,16 @@ func (n *Node) readopt(ctx context.Context) {
 		}
 		if !ok {
 			n.log.Info("session ended while the agent was down; ending the lease", "lease", l.ID, "session", l.Session)
-			n.end(l, n.sessionEndReason(l, u), "")
+			n.end(l, n.sess.sessionEndReason(l, u), "")
 			continue
 		}
-		n.watch(l, u)
+		n.sess.watch(l, u)
 	}
 }
 
 // tell puts a message in one session's status line (best effort).
-func (n *Node) tell(ctx context.Context, u launch.User, session, text string) {
+func (x *sessionJob) tell(ctx context.Context, u launch.User, session, text string) {
+	n := x.n
 	if err := n.deps.Sessions.Message(ctx, u, session, "dibs: "+text); err != nil && !errors.Is(err, launch.ErrNoSession) {
 		n.log.Warn("message session", "session", session, "user", u.Name, "err", err)
 	}
@@ -106,12 +111,13 @@ func (n *Node) TellUser(ctx context.Context, uid int, text string) {
 		return
 	}
 	for _, s := range names {
-		n.tell(ctx, u, s, strings.TrimPrefix(text, "dibs: "))
+		n.sess.tell(ctx, u, s, strings.TrimPrefix(text, "dibs: "))
 	}
 }
 
 // killSession ends a lease's session (SIGKILL first when hard).
-func (n *Node) killSession(ctx context.Context, l lease.Lease, hard bool) {
+func (x *sessionJob) killSession(ctx context.Context, l lease.Lease, hard bool) {
+	n := x.n
 	if l.Session == "" {
 		return
 	}

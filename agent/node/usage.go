@@ -12,8 +12,10 @@ import (
 // most, unless a lease ended since.
 const usageRefresh = 5 * time.Second
 
-// usageCache keeps this node's decayed usage off the claim path.
-type usageCache struct {
+// Usage is this node's GPU-seconds per user, from its ledger and its
+// running leases; it keeps the decayed figure off the claim path.
+type Usage struct {
+	n      *Node
 	mu     sync.Mutex
 	at     time.Time
 	ledger lease.Usage
@@ -24,21 +26,23 @@ type usageCache struct {
 // DecayedUsage is this node's GPU-seconds per user, decayed with halfLife:
 // the ledger's part is recomputed at most every few seconds (it reads the
 // disk) or when a lease ended; the running leases' part is always current.
-func (n *Node) DecayedUsage(halfLife time.Duration) lease.Usage {
+func (u *Usage) DecayedUsage(halfLife time.Duration) lease.Usage {
+	n := u.n
 	now := n.deps.Clock.Now()
-	u := lease.Usage{}
-	for k, v := range n.ledgerUsage(now, halfLife) {
-		u[k] += v
+	sum := lease.Usage{}
+	for k, v := range u.ledgerUsage(now, halfLife) {
+		sum[k] += v
 	}
 	for k, v := range lease.DecayedUsage(nil, n.State().Leases, now, halfLife) {
-		u[k] += v
+		sum[k] += v
 	}
-	n.usage.cur.Store(&u)
-	return u
+	u.cur.Store(&sum)
+	return sum
 }
 
-func (n *Node) ledgerUsage(now time.Time, halfLife time.Duration) lease.Usage {
-	c := &n.usage
+func (u *Usage) ledgerUsage(now time.Time, halfLife time.Duration) lease.Usage {
+	n := u.n
+	c := u
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.ledger != nil && now.Sub(c.at) < usageRefresh && now.Sub(c.at) >= 0 && !c.dirty.Load() {
@@ -57,7 +61,8 @@ func (n *Node) ledgerUsage(now time.Time, halfLife time.Duration) lease.Usage {
 
 // PublishedUsage is the usage last computed, for gossip: it never reads the
 // disk.
-func (n *Node) PublishedUsage() map[string]float64 {
+func (u *Usage) PublishedUsage() map[string]float64 {
+	n := u.n
 	if u := n.usage.cur.Load(); u != nil {
 		return *u
 	}
@@ -65,7 +70,8 @@ func (n *Node) PublishedUsage() map[string]float64 {
 }
 
 // UsageSince is this node's raw GPU-seconds per user since then.
-func (n *Node) UsageSince(since time.Time) (map[string]float64, error) {
+func (u *Usage) UsageSince(since time.Time) (map[string]float64, error) {
+	n := u.n
 	ledger, err := n.deps.Store.Ledger(since)
 	if err != nil {
 		return nil, err
@@ -74,6 +80,7 @@ func (n *Node) UsageSince(since time.Time) (map[string]float64, error) {
 }
 
 // Ledger reads the ledger since then (for doctor and replay).
-func (n *Node) Ledger(since time.Time) ([]lease.LedgerEntry, error) {
+func (u *Usage) Ledger(since time.Time) ([]lease.LedgerEntry, error) {
+	n := u.n
 	return n.deps.Store.Ledger(since)
 }

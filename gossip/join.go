@@ -1,0 +1,164 @@
+package gossip
+
+import (
+	"context"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/memberlist"
+)
+
+// joiner joins the configured peers at start and re-joins the missing ones, so a healed partition does not stay split.
+type joiner struct{ c *Cluster }
+
+// memberNodes copies the memberlist nodes of every member but this one.
+func (x *joiner) memberNodes() []memberlist.Node {
+	c := x.c
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	out := make([]memberlist.Node, 0, len(c.peers))
+	for _, r := range c.peers {
+		if r.member {
+			out = append(out, r.node)
+		}
+	}
+	return out
+}
+
+// joinOnce joins the given peers in parallel and returns how many answered,
+// waiting at most wait.
+func (x *joiner) joinOnce(peers []string, wait time.Duration) int {
+	c := x.c
+	ml := c.list()
+	if ml == nil || len(peers) == 0 {
+		return 0
+	}
+	var ok atomic.Int64
+	var wg sync.WaitGroup
+	for _, p := range peers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if _, err := ml.Join([]string{p}); err != nil {
+				if !c.closed() && c.Err() == nil {
+					c.cfg.Logf("gossip: join %s: %v", p, err)
+				}
+				return
+			}
+			ok.Add(1)
+		}()
+	}
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(wait):
+	case <-c.stopCh:
+	}
+	return int(ok.Load())
+}
+
+// joinLoop keeps the configured peers joined: with backoff until some peer
+// answers, then every RejoinInterval for configured peers that are not
+// alive members, and shortly after every membership loss.
+func (x *joiner) joinLoop(up bool) {
+	c := x.c
+	defer c.wg.Done()
+	if len(c.cfg.Join) == 0 {
+		return
+	}
+	backoff := time.Second
+	timer := time.NewTimer(c.join.nextJoinWait(up, &backoff))
+	defer timer.Stop()
+	for {
+		select {
+		case <-c.stopCh:
+			return
+		case <-c.rejoinCh:
+			// Let a burst of losses settle into one attempt.
+			select {
+			case <-c.stopCh:
+				return
+			case <-time.After(time.Second):
+			}
+		case <-timer.C:
+		}
+		if missing := c.join.missingPeers(); len(missing) > 0 {
+			c.stats.rejoins.Add(1)
+			if c.join.joinOnce(missing, c.cfg.TCPTimeout+time.Second) > 0 {
+				up = true
+			}
+			if c.closed() {
+				return
+			}
+		}
+		if c.numMembers.Load() > 1 {
+			up = true
+		}
+		if !timer.Stop() {
+			select {
+			case <-timer.C:
+			default:
+			}
+		}
+		timer.Reset(c.join.nextJoinWait(up, &backoff))
+	}
+}
+
+func (x *joiner) nextJoinWait(up bool, backoff *time.Duration) time.Duration {
+	c := x.c
+	if up {
+		*backoff = time.Second
+		return c.cfg.RejoinInterval
+	}
+	w := *backoff
+	*backoff = min(2**backoff, 30*time.Second)
+	return w
+}
+
+// missingPeers lists the configured peers that are not alive members.
+func (x *joiner) missingPeers() []string {
+	c := x.c
+	alive := make(map[string]bool)
+	c.mu.RLock()
+	for _, r := range c.peers {
+		if r.member {
+			alive[r.node.Address()] = true
+		}
+	}
+	c.mu.RUnlock()
+	self := c.localAddr
+	var out []string
+	for _, p := range c.cfg.Join {
+		p, err := normalizePeer(p)
+		if err != nil {
+			continue
+		}
+		host, port, _ := net.SplitHostPort(p)
+		ips := []string{host}
+		if net.ParseIP(host) == nil {
+			ctx, cancel := context.WithTimeout(c.ctx, 2*time.Second)
+			addrs, err := net.DefaultResolver.LookupHost(ctx, host)
+			cancel()
+			if err != nil {
+				out = append(out, p) // let memberlist report it
+				continue
+			}
+			ips = addrs
+		}
+		up := false
+		for _, ip := range ips {
+			a := net.JoinHostPort(net.ParseIP(ip).String(), port)
+			if alive[a] || a == self {
+				up = true
+				break
+			}
+		}
+		if !up {
+			out = append(out, p)
+		}
+	}
+	return out
+}

@@ -1,0 +1,316 @@
+package gossip
+
+import (
+	"encoding/json"
+	"sync"
+	"time"
+
+	"github.com/dibs-gpu/dibs/lease"
+	"github.com/dibs-gpu/dibs/lease/termsafe"
+	"github.com/hashicorp/memberlist"
+)
+
+// publisher sends this node's state: lease sections at once to every member (and as gossip), telemetry at most every TelemetryInterval. Its state (pubMu, local) lives in the Cluster; it groups the sending job.
+type publisher struct{ c *Cluster }
+
+// localSection is one section of this node's own state as last published.
+type localSection struct {
+	content []byte // what changes are detected on
+	msg     *stateMsg
+	wire    []byte // the encoded full section
+	gossip  []byte // the copy that fits a UDP packet; nil if none does
+	json    []byte // msg as push/pull carries it
+	sentSeq uint64
+	madeAt  time.Time
+}
+
+// Publish says this node's state changed. Urgent changes (leases, Extra)
+// are sent to every live member at once, plus gossip; the rest (telemetry)
+// goes at most every TelemetryInterval, and only if it changed. Publish only
+// signals the Cluster's publishing goroutine, which calls LocalState: it
+// never blocks and may be called with the agent's locks held.
+func (c *Cluster) Publish(urgent bool) {
+	ch := c.kickCh
+	if urgent {
+		ch = c.urgentCh
+	}
+	select {
+	case ch <- struct{}{}:
+	default:
+	}
+}
+
+// sendLoop is the publishing goroutine: the only caller of LocalState after
+// New, and the sender of this node's sections.
+func (x *publisher) sendLoop() {
+	c := x.c
+	defer c.wg.Done()
+	tick := time.NewTicker(c.cfg.TelemetryInterval)
+	defer tick.Stop()
+	var lastTelemetry time.Time
+	for {
+		select {
+		case <-c.stopCh:
+			return
+		case <-c.urgentCh:
+			c.pub.publish(time.Now(), false)
+		case <-c.kickCh:
+			if now := time.Now(); now.Sub(lastTelemetry) >= c.cfg.TelemetryInterval {
+				c.pub.publish(now, true)
+				lastTelemetry = now
+			}
+		case now := <-tick.C:
+			if now.Sub(lastTelemetry) >= c.cfg.TelemetryInterval/2 {
+				c.pub.publish(now, true)
+				lastTelemetry = now
+			}
+		}
+	}
+}
+
+// publish reads LocalState and sends the lease section if it changed (and
+// the telemetry section too, when telemetry is due).
+func (x *publisher) publish(now time.Time, telemetry bool) {
+	c := x.c
+	if c.leaving.Load() || c.closed() {
+		return
+	}
+	c.pub.refreshLocal(now, telemetry)
+	c.pubMu.Lock()
+	ls, ts := &c.local[secLeases], &c.local[secTelemetry]
+	var sendLeases, sendTelemetry []byte
+	var gossipCopy []byte
+	if ls.msg != nil && ls.sentSeq != ls.msg.Seq {
+		ls.sentSeq = ls.msg.Seq
+		sendLeases, gossipCopy = ls.wire, ls.gossip
+	}
+	if telemetry && ts.msg != nil && ts.sentSeq != ts.msg.Seq {
+		ts.sentSeq = ts.msg.Seq
+		sendTelemetry = ts.wire
+	}
+	c.pubMu.Unlock()
+	if sendLeases != nil {
+		c.seenBefore(sendLeases) // our own copies coming back are not news
+		if gossipCopy != nil {
+			c.seenBefore(gossipCopy)
+			c.pub.queueGossip(gossipName(sectionLeases, c.cfg.NodeName), gossipCopy)
+		}
+		c.pub.fanout(sendLeases)
+	}
+	if sendTelemetry != nil {
+		c.pub.fanout(sendTelemetry)
+	}
+}
+
+// refreshLocal reads LocalState and revises this node's sections whose
+// content changed; with refresh, the telemetry section is also revised when
+// TelemetryRefresh has passed, so Snapshot.TakenAt on other agents never
+// lags far behind.
+func (x *publisher) refreshLocal(now time.Time, refresh bool) {
+	c := x.c
+	st := c.d.LocalState()
+	st.Node, st.BootID, st.BootedAt = c.cfg.NodeName, c.bootID, c.bootedAt
+	st.Leases, st.Queue, st.Ended = c.pub.sanitize(st.Leases, st.Queue, st.Ended)
+
+	c.pubMu.Lock()
+	defer c.pubMu.Unlock()
+	ls := &leaseSection{Leases: st.Leases, Queue: st.Queue, Ended: st.Ended, QuietSince: st.QuietSince}
+	c.pub.revise(secLeases, now, false, &stateMsg{Section: sectionLeases, Leases: ls, Version: st.Version}, ls)
+
+	ts := &telemetrySection{Snapshot: st.Snapshot, Usage: st.Usage}
+	cmp := *ts
+	cmp.Snapshot.TakenAt = time.Time{}
+	due := refresh && now.Sub(c.local[secTelemetry].madeAt) >= c.cfg.TelemetryRefresh
+	c.pub.revise(secTelemetry, now, due, &stateMsg{Section: sectionTelemetry, Telemetry: ts, Version: st.Version}, &cmp)
+
+	c.mu.Lock()
+	c.self, c.selfAt = st, now
+	c.mu.Unlock()
+}
+
+// sanitize keeps an agent bug in one lease (or queue entry) from stopping
+// every lease of this node from being published: text the other agents
+// would refuse is escaped, anything else they would refuse is left out,
+// each with a warning.
+func (x *publisher) sanitize(leases []lease.Lease, queue []lease.QueueEntry, ended []lease.EndedRun) ([]lease.Lease, []lease.QueueEntry, []lease.EndedRun) {
+	c := x.c
+	out := make([]lease.Lease, 0, len(leases))
+	seen := make(map[string]bool, len(leases))
+	for _, l := range leases {
+		if l.Node == "" {
+			l.Node = c.cfg.NodeName
+		}
+		l.Mono = nil
+		if err := l.CheckText(); err != nil {
+			// A lease granted before notes were held to plain text (or an
+			// agent bug): publish it with the text escaped, not hidden,
+			// since hiding it would show its GPUs as free elsewhere.
+			c.warnOnce("text/"+l.ID, "gossip: lease %q: %v; publishing it escaped", l.ID, err)
+			l.EachString(func(_ string, p *string) { *p = termsafe.String(*p) })
+		}
+		if err := validateLease(c.cfg.NodeName, &l, seen); err != nil {
+			c.warnOnce("lease/"+err.Error(), "gossip: not publishing a lease: %v", err)
+			continue
+		}
+		out = append(out, l)
+		if len(out) == maxLeases {
+			c.warnOnce("lease/max", "gossip: publishing only the first %d leases", maxLeases)
+			break
+		}
+	}
+	q := make([]lease.QueueEntry, 0, len(queue))
+	for _, e := range queue {
+		if err := validateEntry(c.cfg.NodeName, &e); err != nil {
+			c.warnOnce("entry/"+err.Error(), "gossip: not publishing a queue entry: %v", err)
+			continue
+		}
+		if q = append(q, e); len(q) == maxEntries {
+			break
+		}
+	}
+	runs := make([]lease.EndedRun, 0, len(ended))
+	for _, r := range ended {
+		if err := r.Validate(); err != nil {
+			continue
+		}
+		if runs = append(runs, r); len(runs) == maxEntries {
+			break
+		}
+	}
+	return out, q, runs
+}
+
+// revise makes m the new revision of section i if its content differs from
+// the last one (or force). The caller holds pubMu.
+func (x *publisher) revise(i int, now time.Time, force bool, m *stateMsg, content any) {
+	c := x.c
+	ls := &c.local[i]
+	b, err := json.Marshal(content)
+	if err != nil {
+		c.cfg.Logf("gossip: encode this node's %s: %v", m.Section, err)
+		return
+	}
+	if !force && ls.msg != nil && string(b) == string(ls.content) {
+		return
+	}
+	m.Node, m.BootID, m.BootedAt = c.cfg.NodeName, c.bootID, c.bootedAt.UnixNano()
+	m.Seq = 1
+	if ls.msg != nil {
+		m.Seq = ls.msg.Seq + 1
+	}
+	if err := m.validate(); err != nil {
+		// The agent handed us something no other agent would accept;
+		// sending it would only get it dropped everywhere.
+		c.warnOnce("revise/"+err.Error(), "gossip: not publishing this node's %s: %v", m.Section, err)
+		return
+	}
+	wire, err := c.codec.encode(msgState, m)
+	if err != nil {
+		c.cfg.Logf("gossip: not publishing this node's %s: %v", m.Section, err)
+		return
+	}
+	js, _ := json.Marshal(m)
+	*ls = localSection{content: b, msg: m, wire: wire, json: js, sentSeq: ls.sentSeq, madeAt: now}
+	if m.Section == sectionLeases {
+		ls.gossip = c.pub.gossipCopy(m, wire)
+	}
+}
+
+// gossipCopy is the copy of a lease section that fits one UDP packet: the
+// message itself if it fits, else the leases with their notes trimmed
+// (partial), else nil.
+func (x *publisher) gossipCopy(m *stateMsg, wire []byte) []byte {
+	c := x.c
+	if wire != nil && len(wire) <= c.packetBudget {
+		return wire
+	}
+	if m.Section != sectionLeases {
+		return nil
+	}
+	for _, keep := range []int{120, 60, 24, 0} {
+		p := trimNotes(m, keep)
+		b, err := c.codec.encode(msgState, p)
+		if err == nil && len(b) <= c.packetBudget {
+			return b
+		}
+	}
+	return nil
+}
+
+// trimNotes is a partial copy of a lease section whose notes are cut to at
+// most keep bytes (at a character boundary).
+func trimNotes(m *stateMsg, keep int) *stateMsg {
+	p := *m
+	p.Partial = true
+	ls := *m.Leases
+	ls.Leases = make([]lease.Lease, len(m.Leases.Leases))
+	for i, l := range m.Leases.Leases {
+		if len(l.Note) > keep {
+			n := keep
+			for n > 0 && n < len(l.Note) && l.Note[n]&0xC0 == 0x80 {
+				n--
+			}
+			l.Note = l.Note[:n]
+		}
+		ls.Leases[i] = l
+	}
+	p.Leases = &ls
+	return &p
+}
+
+func gossipName(section, node string) string { return section + "/" + node }
+
+func (x *publisher) queueGossip(name string, msg []byte) {
+	c := x.c
+	c.bcast.QueueBroadcast(&broadcast{name: name, msg: msg})
+}
+
+// fanout sends msg to every member but this one: a UDP packet each when it
+// fits, else a TCP stream each, in parallel, in the background.
+func (x *publisher) fanout(msg []byte) {
+	c := x.c
+	ml := c.list()
+	if ml == nil {
+		return
+	}
+	targets := c.join.memberNodes()
+	if len(targets) == 0 {
+		return
+	}
+	if len(msg) <= c.packetBudget {
+		for i := range targets {
+			if err := ml.SendBestEffort(&targets[i], msg); err != nil {
+				c.cfg.Logf("gossip: send state to %s: %v", targets[i].Name, err)
+				continue
+			}
+			c.stats.messagesOut.Add(1)
+		}
+		return
+	}
+	go c.pub.sendReliableAll(ml, targets, msg, nil)
+}
+
+// sendReliableAll sends msg over TCP to every target, at most 16 at a time,
+// and closes done (if given) when all have finished.
+func (x *publisher) sendReliableAll(ml *memberlist.Memberlist, targets []memberlist.Node, msg []byte, done chan struct{}) {
+	c := x.c
+	if done != nil {
+		defer close(done)
+	}
+	sem := make(chan struct{}, 16)
+	var wg sync.WaitGroup
+	for i := range targets {
+		sem <- struct{}{}
+		wg.Add(1)
+		go func(n *memberlist.Node) {
+			defer wg.Done()
+			defer func() { <-sem }()
+			if err := ml.SendReliable(n, msg); err != nil {
+				c.cfg.Logf("gossip: send to %s: %v", n.Name, err)
+				return
+			}
+			c.stats.messagesOut.Add(1)
+		}(&targets[i])
+	}
+	wg.Wait()
+}

@@ -1,0 +1,149 @@
+package gossip
+
+import (
+	"encoding/json"
+	"hash/fnv"
+)
+
+// notifyLoop calls ClusterChanged, one call at a time, coalescing.
+func (c *Cluster) notifyLoop() {
+	defer c.wg.Done()
+	for {
+		select {
+		case <-c.stopCh:
+			return
+		case <-c.changedCh:
+			c.d.ClusterChanged()
+		}
+	}
+}
+
+// changed schedules a ClusterChanged call.
+func (c *Cluster) changed() {
+	select {
+	case c.changedCh <- struct{}{}:
+	default:
+	}
+}
+
+// handleMessage dispatches a dibs message from NotifyMsg. b is owned.
+func (c *Cluster) handleMessage(b []byte) {
+	c.stats.messagesIn.Add(1)
+	if len(b) == 0 {
+		c.stats.dropped.Add(1)
+		return
+	}
+	var err error
+	switch messageType(b[0]) {
+	case msgState:
+		if c.testDropState.Load() {
+			c.stats.dropped.Add(1)
+			return
+		}
+		if c.seenBefore(b) {
+			c.stats.duplicates.Add(1)
+			return
+		}
+		var m *stateMsg
+		if m, err = c.codec.decodeState(b); err == nil {
+			c.mem.applyState(m, b, true)
+		}
+	case msgLeave:
+		var m *leaveMsg
+		if m, err = c.codec.decodeLeave(b); err == nil {
+			c.mem.applyLeave(m, b)
+		}
+	case msgRequest:
+		var m *requestMsg
+		if m, err = c.codec.decodeRequest(b); err == nil {
+			c.req.serve(m)
+		}
+	case msgResponse:
+		var m *responseMsg
+		if m, err = c.codec.decodeResponse(b); err == nil {
+			c.req.deliver(m)
+		}
+	default:
+		err = wireErrorf("unexpected message type %d outside push/pull", b[0])
+	}
+	if err != nil {
+		c.stats.dropped.Add(1)
+		c.cfg.Logf("gossip: dropped a message: %v", err)
+	}
+}
+
+// seenBefore reports whether this exact state message was handled before,
+// and remembers it. Gossip copies are relayed byte for byte, so this catches
+// nearly every duplicate; the set is cleared when it grows large, which only
+// costs a few decodes.
+func (c *Cluster) seenBefore(b []byte) bool {
+	h := fnv.New64a()
+	h.Write(b)
+	k := h.Sum64()
+	c.seenMu.Lock()
+	defer c.seenMu.Unlock()
+	if _, ok := c.seen[k]; ok {
+		return true
+	}
+	if len(c.seen) >= 8192 {
+		clear(c.seen)
+	}
+	c.seen[k] = struct{}{}
+	return false
+}
+
+// pushPullState is LocalState for push/pull: this node's sections, every
+// section held for other nodes, and the leaves known.
+func (c *Cluster) pushPullState() []byte {
+	pp := pushPullMsg{From: c.cfg.NodeName}
+	c.pubMu.Lock()
+	for i := range c.local {
+		if js := c.local[i].json; js != nil {
+			pp.States = append(pp.States, js)
+		}
+	}
+	c.pubMu.Unlock()
+	if c.leaving.Load() {
+		pp.Left = append(pp.Left, leaveMsg{Node: c.cfg.NodeName, BootID: c.bootID, BootedAt: c.bootedAt.UnixNano()})
+	}
+	c.mu.Lock()
+	for _, r := range c.peers {
+		for _, h := range r.held {
+			if h == nil {
+				continue
+			}
+			if h.json == nil {
+				h.json, _ = json.Marshal(h.msg)
+			}
+			pp.States = append(pp.States, h.json)
+		}
+		if r.leftBoot != "" {
+			pp.Left = append(pp.Left, leaveMsg{Node: r.name, BootID: r.leftBoot, BootedAt: r.leftBootedAt})
+		}
+	}
+	c.mu.Unlock()
+	b, err := c.codec.encode(msgPushPull, &pp)
+	if err != nil {
+		c.cfg.Logf("gossip: push/pull: %v", err)
+		return nil
+	}
+	c.stats.messagesOut.Add(1)
+	return b
+}
+
+// mergePushPull applies another agent's push/pull state.
+func (c *Cluster) mergePushPull(buf []byte) {
+	c.stats.messagesIn.Add(1)
+	pp, states, err := c.codec.decodePushPull(buf)
+	if err != nil {
+		c.stats.dropped.Add(1)
+		c.cfg.Logf("gossip: dropped push/pull state: %v", err)
+		return
+	}
+	for _, s := range states {
+		c.mem.applyState(s, nil, false)
+	}
+	for i := range pp.Left {
+		c.mem.applyLeave(&pp.Left[i], nil)
+	}
+}
