@@ -265,6 +265,38 @@ func (x *publisher) queueGossip(name string, msg []byte) {
 	c.bcast.QueueBroadcast(&broadcast{name: name, msg: msg})
 }
 
+// sendAll sends this node's current sections (leases and telemetry) to one
+// member over TCP: what a member that just joined needs at once.
+func (x *publisher) sendAll(n *memberlist.Node) {
+	c := x.c
+	// A member seen while New is still joining is sent to once New is done.
+	for i := 0; !c.started.Load(); i++ {
+		if i == 500 || c.closed() {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	ml := c.list()
+	if ml == nil || c.leaving.Load() || c.closed() {
+		return
+	}
+	c.pubMu.Lock()
+	var msgs [][]byte
+	for i := range c.local {
+		if w := c.local[i].wire; w != nil {
+			msgs = append(msgs, w)
+		}
+	}
+	c.pubMu.Unlock()
+	for _, m := range msgs {
+		if err := ml.SendReliable(n, m); err != nil {
+			c.cfg.Logf("gossip: send state to %s, who just joined: %v", n.Name, err)
+			return
+		}
+		c.stats.messagesOut.Add(1)
+	}
+}
+
 // fanout sends msg to every member but this one: a UDP packet each when it
 // fits, else a TCP stream each, in parallel, in the background.
 func (x *publisher) fanout(msg []byte) {

@@ -231,7 +231,8 @@ func (x *members) memberUp(n *memberlist.Node) {
 	var relay []*heldSection
 	c.mu.Lock()
 	r := c.mem.peerLocked(n.Name)
-	if !r.member {
+	joined := !r.member
+	if joined {
 		c.numMembers.Add(1)
 	}
 	r.member, r.seen = true, true
@@ -255,6 +256,13 @@ func (x *members) memberUp(n *memberlist.Node) {
 		if b := c.pub.gossipCopy(h.msg, h.wire); b != nil {
 			c.pub.queueGossip(gossipName(sectionLeases, h.msg.Node), b)
 		}
+	}
+	if joined {
+		// A member this agent had not seen: it may have joined through
+		// another agent before that one held our state, so it gets our
+		// whole state now rather than at the next push/pull.
+		node := r.node
+		c.req.goTracked(func() { c.pub.sendAll(&node) })
 	}
 	c.changed()
 }

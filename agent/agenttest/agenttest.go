@@ -113,6 +113,26 @@ func Start(tb testing.TB, o Options) *Node {
 }
 
 func (n *Node) start(o Options) {
+	n.tb.Helper()
+	p := n.prepare(o)
+	if err := p.a.Start(context.Background()); err != nil {
+		n.tb.Fatalf("start agent %s: %v", p.o.Name, err)
+	}
+	n.started(p)
+}
+
+// prepared is an agent built and not yet started.
+type prepared struct {
+	a        *agent.Agent
+	o        Options
+	sock     string
+	sessions *launch.Launcher
+	probe    *sim.Sim
+}
+
+// prepare builds the agent of o (on the test's goroutine: it may fail the
+// test).
+func (n *Node) prepare(o Options) prepared {
 	tb := n.tb
 	tb.Helper()
 	if o.Name == "" {
@@ -161,13 +181,45 @@ func (n *Node) start(o Options) {
 	if err != nil {
 		tb.Fatalf("new agent %s: %v", o.Name, err)
 	}
-	if err := a.Start(context.Background()); err != nil {
-		tb.Fatalf("start agent %s: %v", o.Name, err)
-	}
+	return prepared{a: a, o: o, sock: sock, sessions: sessions, probe: probe}
+}
+
+func (n *Node) started(p prepared) {
 	n.mu.Lock()
-	n.Agent, n.Opts, n.Socket, n.Sessions, n.Probe, n.stopped = a, o, sock, sessions, probe, false
-	n.Client = api.NewClient(sock)
+	n.Agent, n.Opts, n.Socket, n.Sessions, n.Probe, n.stopped = p.a, p.o, p.sock, p.sessions, p.probe, false
+	n.Client = api.NewClient(p.sock)
 	n.mu.Unlock()
+}
+
+// StartTogether starts agents at the same moment — their Start calls (and
+// so their joins) run at once, as a cluster booted together does — and
+// stops them at cleanup.
+func StartTogether(tb testing.TB, opts ...Options) []*Node {
+	tb.Helper()
+	nodes := make([]*Node, len(opts))
+	preps := make([]prepared, len(opts))
+	for i, o := range opts {
+		nodes[i] = &Node{tb: tb}
+		preps[i] = nodes[i].prepare(o)
+	}
+	errs := make([]error, len(opts))
+	var wg sync.WaitGroup
+	for i := range preps {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = preps[i].a.Start(context.Background())
+		}()
+	}
+	wg.Wait()
+	for i, n := range nodes {
+		if errs[i] != nil {
+			tb.Fatalf("start agent %s: %v", preps[i].o.Name, errs[i])
+		}
+		n.started(preps[i])
+		tb.Cleanup(func() { n.Stop() })
+	}
+	return nodes
 }
 
 // Stop stops the agent (idempotent). Its tmux sessions keep running.
