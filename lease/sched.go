@@ -131,18 +131,18 @@ func CheckFeasible(e QueueEntry, nodes []SchedNode, model string) error {
 			return Invalidf("no node named %q in the cluster: `dibs ls` shows the nodes", e.Node)
 		}
 		if pinned < e.GPUsPerNode {
-			return Invalidf("%s has only %d GPUs%s; asked for %d: ask for at most %d, or for another node", e.Node, pinned, of, e.GPUsPerNode, pinned)
+			return Invalidf("%s has only %s%s; asked for %d: ask for at most %d, or for another node", e.Node, gpuCount(pinned), of, e.GPUsPerNode, pinned)
 		}
 		return nil
 	}
 	if e.GPUsPerNode > largest {
-		return Invalidf("no node has %d GPUs%s (the largest has %d): ask for fewer, or for several nodes", e.GPUsPerNode, of, largest)
+		return Invalidf("no node has %s%s (the largest has %d): ask for fewer, or for several nodes", gpuCount(e.GPUsPerNode), of, largest)
 	}
 	if e.Nodes > big {
 		if big == len(nodes) {
 			return Invalidf("the cluster has %d nodes; asked for %d: ask for at most %d", len(nodes), e.Nodes, big)
 		}
-		return Invalidf("only %d of the %d nodes have %d GPUs%s; asked for %d nodes × %d: ask for fewer nodes, or fewer GPUs per node", big, len(nodes), e.GPUsPerNode, of, e.Nodes, e.GPUsPerNode)
+		return Invalidf("only %d of the %d nodes have %s%s; asked for %d nodes × %d: ask for fewer nodes, or fewer GPUs per node", big, len(nodes), gpuCount(e.GPUsPerNode), of, e.Nodes, e.GPUsPerNode)
 	}
 	return nil
 }
@@ -560,7 +560,7 @@ func (s *scheduler) unservable(e *QueueEntry) string {
 	case e.Nodes > 1 && e.Node != "":
 		return "a multi-node request cannot be pinned to one node"
 	case e.GPUsPerNode > maxNodeGPUs:
-		return fmt.Sprintf("no node offers %d GPUs", e.GPUsPerNode)
+		return fmt.Sprintf("no node offers %s", gpuCount(e.GPUsPerNode))
 	}
 	if e.Node != "" {
 		i, ok := s.byName[e.Node]
@@ -587,11 +587,11 @@ func (s *scheduler) unservable(e *QueueEntry) string {
 	}
 	if e.Nodes == 1 {
 		if e.Node != "" {
-			return fmt.Sprintf("%s has fewer than %d working GPUs%s", e.Node, e.GPUsPerNode, of)
+			return fmt.Sprintf("%s has fewer than %d working %s%s", e.Node, e.GPUsPerNode, gpuWord(e.GPUsPerNode), of)
 		}
-		return fmt.Sprintf("no node that is up has %d working GPUs%s", e.GPUsPerNode, of)
+		return fmt.Sprintf("no node that is up has %d working %s%s", e.GPUsPerNode, gpuWord(e.GPUsPerNode), of)
 	}
-	return fmt.Sprintf("needs %d nodes with %d working GPUs%s; %d are up", e.Nodes, e.GPUsPerNode, of, fit)
+	return fmt.Sprintf("needs %d nodes with %d working %s%s; %d are up", e.Nodes, e.GPUsPerNode, gpuWord(e.GPUsPerNode), of, fit)
 }
 
 // needs describes what the entry waits for, with what is free now.
@@ -601,7 +601,7 @@ func (s *scheduler) needs(e *QueueEntry, mm []uint64) string {
 		for i := range s.nodes {
 			most = max(most, bits.OnesCount64(s.nodes[i].avail&s.eligible(i, e, mm)))
 		}
-		return fmt.Sprintf("%d GPUs on one node, at most %d free together", e.GPUsPerNode, most)
+		return fmt.Sprintf("%s on one node, at most %d free together", gpuCount(e.GPUsPerNode), most)
 	}
 	have := 0
 	for i := range s.nodes {
@@ -609,7 +609,7 @@ func (s *scheduler) needs(e *QueueEntry, mm []uint64) string {
 			have++
 		}
 	}
-	return fmt.Sprintf("%d nodes with %d free GPUs each, %d have them", e.Nodes, e.GPUsPerNode, have)
+	return fmt.Sprintf("%d nodes with %d free %s each, %d have them", e.Nodes, e.GPUsPerNode, gpuWord(e.GPUsPerNode), have)
 }
 
 // modelMask returns, per node, the GPUs matching model; nil for any model.
@@ -961,7 +961,7 @@ func (s *scheduler) reclaim(e *QueueEntry, mm []uint64, plan *Plan) string {
 			}
 		}
 	}
-	return fmt.Sprintf("next to start: reclaiming %d GPUs (%s) for it", n, reasons)
+	return fmt.Sprintf("next to start: reclaiming %s (%s) for it", gpuCount(n), reasons)
 }
 
 func (s *scheduler) addGroup(extra []uint64, g *reclaimGroup) {

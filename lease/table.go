@@ -169,19 +169,19 @@ func (t *Table) PlanClaim(c Caller, req Claim, snap nodeprobe.Snapshot, now time
 	var gpus []int
 	switch {
 	case len(req.GPUs) > 0 && req.Count > 0 && req.Count != len(req.GPUs):
-		return Lease{}, Invalidf("asked for %d GPUs but named %d: give either -g N or --gpus", req.Count, len(req.GPUs))
+		return Lease{}, Invalidf("asked for %s but named %d: give either -g N or --ids", gpuCount(req.Count), len(req.GPUs))
 	case len(req.GPUs) > 0:
-		gpus, err = checkNamed(req, snap, holders, now, t.node)
+		gpus, err = checkNamed(c, req, snap, holders, now, t.node)
 		if err != nil {
 			return Lease{}, err
 		}
 	case req.Count > 0:
-		gpus, err = pickFree(req.Count, snap, holders, now, t.node)
+		gpus, err = pickFree(c, req.Count, snap, holders, now, t.node)
 		if err != nil {
 			return Lease{}, err
 		}
 	default:
-		return Lease{}, Invalidf("say how many GPUs (-g N) or which (--gpus 0,2)")
+		return Lease{}, Invalidf("say how many GPUs (-g N) or which (--ids 0,2)")
 	}
 	token := t.lastToken + 1
 	return Lease{
@@ -254,7 +254,7 @@ func checkDuration(d time.Duration, k Kind, p Policy) (time.Duration, error) {
 	return d, nil
 }
 
-func checkNamed(req Claim, snap nodeprobe.Snapshot, holders map[int]*Lease, now time.Time, node string) ([]int, error) {
+func checkNamed(c Caller, req Claim, snap nodeprobe.Snapshot, holders map[int]*Lease, now time.Time, node string) ([]int, error) {
 	seen := make(map[int]bool)
 	gpus := make([]int, 0, len(req.GPUs))
 	for _, g := range req.GPUs {
@@ -271,6 +271,9 @@ func checkNamed(req Claim, snap nodeprobe.Snapshot, holders map[int]*Lease, now 
 			return nil, errorf(CodeUnavailable, "GPU %d on %s is down (%s): pick another GPU", g, node, termsafe.String(gpu.Error))
 		}
 		if l := holders[g]; l != nil {
+			if l.UID == c.UID {
+				return nil, errorf(CodeConflict, "you already hold GPU %d %s (lease %s, until %s): use that lease, or pick another GPU", g, timeLeft(l.ExpiresAt, now), l.ID, l.ExpiresAt.Local().Format("Mon 15:04"))
+			}
 			return nil, errorf(CodeConflict, "GPU %d is held by %s %s (lease %s, until %s): pick another GPU, or ask %s", g, l.User, timeLeft(l.ExpiresAt, now), l.ID, l.ExpiresAt.Local().Format("Mon 15:04"), l.User)
 		}
 		if len(gpu.Processes) > 0 && !req.Force {
@@ -345,7 +348,7 @@ func FreeGPUs(snap nodeprobe.Snapshot, leases []Lease) []int {
 	return free
 }
 
-func pickFree(n int, snap nodeprobe.Snapshot, holders map[int]*Lease, now time.Time, node string) ([]int, error) {
+func pickFree(c Caller, n int, snap nodeprobe.Snapshot, holders map[int]*Lease, now time.Time, node string) ([]int, error) {
 	var free []int
 	for i := range snap.GPUs {
 		if g := &snap.GPUs[i]; usable(g, holders[g.Index] != nil) {
@@ -353,21 +356,26 @@ func pickFree(n int, snap nodeprobe.Snapshot, holders map[int]*Lease, now time.T
 		}
 	}
 	if n > len(snap.GPUs) {
-		return nil, Invalidf("%s has only %d GPUs; asked for %d: ask for at most %d, or for several nodes", node, len(snap.GPUs), n, len(snap.GPUs))
+		return nil, Invalidf("%s has only %s; asked for %d: ask for at most %d, or for several nodes", node, gpuCount(len(snap.GPUs)), n, len(snap.GPUs))
 	}
 	if len(free) < n {
+		busy, othersHold := describeBusy(c, snap, holders, now)
 		out := "wait for them, or ask the holders"
+		if !othersHold {
+			out = "release what you hold there, or wait"
+		}
 		if len(free) > 0 {
 			out = fmt.Sprintf("ask for %d or fewer, wait, or ask the holders", len(free))
 		}
-		return nil, errorf(CodeConflict, "asked for %d GPUs but only %d free on %s: %s; %s", n, len(free), node, describeBusy(snap, holders, now), out)
+		return nil, errorf(CodeConflict, "asked for %s but only %d free on %s: %s; %s", gpuCount(n), len(free), node, busy, out)
 	}
 	return Place(snap, free, n), nil
 }
 
 // describeBusy says who holds the GPUs that are not free, and until when, so
-// a refusal tells the person whom to ask.
-func describeBusy(snap nodeprobe.Snapshot, holders map[int]*Lease, now time.Time) string {
+// a refusal tells the person whom to ask; what c holds is said as "you
+// hold". othersHold is false when nobody but c holds or runs anything there.
+func describeBusy(c Caller, snap nodeprobe.Snapshot, holders map[int]*Lease, now time.Time) (busy string, othersHold bool) {
 	type hold struct {
 		who   string
 		gpus  []int
@@ -386,9 +394,20 @@ func describeBusy(snap nodeprobe.Snapshot, holders map[int]*Lease, now time.Time
 	}
 	for _, g := range snap.GPUs {
 		if l := holders[g.Index]; l != nil {
-			add("lease "+l.ID, l.User, g.Index, l.ExpiresAt)
+			who := l.User
+			if l.UID == c.UID {
+				who = "you"
+			} else {
+				othersHold = true
+			}
+			add("lease "+l.ID, who, g.Index, l.ExpiresAt)
 		} else if len(g.Processes) > 0 {
 			who := ownerName(g.Processes[0])
+			if g.Processes[0].UID == c.UID && c.UID >= 0 {
+				who = "you"
+			} else {
+				othersHold = true
+			}
 			add("proc "+who, who, g.Index, time.Time{})
 		} else if g.Error != "" {
 			add("down", "", g.Index, time.Time{})
@@ -401,14 +420,29 @@ func describeBusy(snap nodeprobe.Snapshot, holders map[int]*Lease, now time.Time
 		switch {
 		case k == "down":
 			s = gpuList(h.gpus) + " down"
+		case h.until.IsZero() && h.who == "you":
+			s = fmt.Sprintf("you run unleased processes on %s", gpuList(h.gpus))
 		case h.until.IsZero():
 			s = fmt.Sprintf("%s runs unleased processes on %s", h.who, gpuList(h.gpus))
+		case h.who == "you":
+			s = fmt.Sprintf("you hold %s %s", gpuList(h.gpus), timeLeft(h.until, now))
 		default:
 			s = fmt.Sprintf("%s holds %s %s", h.who, gpuList(h.gpus), timeLeft(h.until, now))
 		}
 		parts = append(parts, s)
 	}
-	return strings.Join(parts, "; ")
+	return strings.Join(parts, "; "), othersHold
+}
+
+// gpuCount is n GPUs in words a person reads: "1 GPU", "2 GPUs".
+func gpuCount(n int) string { return strconv.Itoa(n) + " " + gpuWord(n) }
+
+// gpuWord is "GPU" or "GPUs", as n asks.
+func gpuWord(n int) string {
+	if n == 1 {
+		return "GPU"
+	}
+	return "GPUs"
 }
 
 // timeLeft says how long a lease still runs, or how long it is overdue (end
