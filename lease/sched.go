@@ -26,6 +26,11 @@ const (
 	PreemptGang = "gang"
 )
 
+// WaitingStarting is Ranked.Waiting for an entry whose start is under way
+// (its leases or reservations exist, the origin has not marked it running
+// yet): it does not wait for anything.
+const WaitingStarting = "starting"
+
 // Ranked is one waiting entry as `dibs queue` shows it.
 type Ranked struct {
 	Entry    QueueEntry `json:"entry"`
@@ -493,7 +498,7 @@ func (s *scheduler) borrows(user string, n int) bool {
 // visit decides one entry.
 func (s *scheduler) visit(e *QueueEntry, r *Ranked, plan *Plan) {
 	if s.starting[e.Key()] {
-		r.EstStart, r.Waiting = s.now, "starting"
+		r.EstStart, r.Waiting = s.now, WaitingStarting
 		return
 	}
 	if why := s.unservable(e); why != "" {
