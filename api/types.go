@@ -163,9 +163,10 @@ type Member struct {
 	// to a minute without anything being wrong.
 	TelemetryAge time.Duration `json:"telemetry_age_ns"`
 	// SinceHeard is how long ago this agent last heard from the member (it
-	// answered a probe, or sent a newer part of its state): a few seconds
-	// while it is alive, growing once it is not. Zero for the agent's own
-	// node and for a member never heard from.
+	// answered this agent's probe, or sent a newer part of its state).
+	// While it is alive that is within a probe round, members × 0.5 s (2 s
+	// on 4 nodes); it grows once it is not. Zero for the agent's own node
+	// and for a member never heard from.
 	SinceHeard time.Duration `json:"since_heard_ns,omitempty"`
 }
 

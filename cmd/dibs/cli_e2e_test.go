@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"io"
 	"math"
+	"net/http"
 	"os"
 	"os/exec"
 	"os/user"
@@ -307,5 +309,54 @@ func TestStatusShowsWhenEachMemberWasLastHeard(t *testing.T) {
 	}
 	if !regexp.MustCompile(`(?m)^node01\s+\S+\s+alive\s+\d+\s+-$`).MatchString(out) {
 		t.Errorf("status's own line should show - for last heard:\n%s", out)
+	}
+}
+
+// TestAgentMetricsListen: `dibs agent --metrics-listen` serves /metrics
+// where told, a claim made with the CLI shows its holder there, and the
+// agent serves none without it; `dibs config check` reads [metrics].
+func TestAgentMetricsListen(t *testing.T) {
+	dir := agenttest.PublicDir(t)
+	p := startAgent(t, dir, "--sim", "2xL40S", "--metrics-listen", "127.0.0.1:0")
+	var url string
+	agenttest.Eventually(t, 5*time.Second, "the agent to say where it serves metrics", func() bool {
+		m := regexp.MustCompile(`msg="serving metrics".* addr=(http://127\.0\.0\.1:\d+/metrics)`).FindStringSubmatch(p.log.String())
+		if m != nil {
+			url = m[1]
+		}
+		return m != nil
+	})
+	if _, e, c := dibs(t, p.socket, nil, "claim", "-g", "1"); c != 0 {
+		t.Fatal(e)
+	}
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	me, _ := user.Current()
+	want := fmt.Sprintf(`dibs_gpu_lease{gpu="0",node="node01",state="held",user=%q} 1`, me.Username)
+	if !strings.Contains(string(body), want) || !strings.Contains(string(body), `dibs_gpu_lease{gpu="1",node="node01",state="free",user=""} 1`) {
+		t.Errorf("/metrics lacks %s:\n%s", want, body)
+	}
+
+	q := startAgent(t, agenttest.PublicDir(t), "--sim", "1xL40S")
+	if strings.Contains(q.log.String(), "metrics") {
+		t.Errorf("an agent without --metrics-listen says: %s", q.log.String())
+	}
+
+	good := filepath.Join(dir, "good.toml")
+	os.WriteFile(good, []byte("[metrics]\nlisten = \"127.0.0.1:9477\"\n"), 0o644)
+	if out, e, c := dibs(t, p.socket, nil, "config", "check", good); c != 0 || !strings.Contains(out, "ok") {
+		t.Errorf("config check with [metrics] listen: exit %d %q %q", c, out, e)
+	}
+	bad := filepath.Join(dir, "bad.toml")
+	os.WriteFile(bad, []byte("[metrics]\nlisten = \"9477\"\n"), 0o644)
+	if _, e, c := dibs(t, p.socket, nil, "config", "check", bad); c == 0 || !strings.Contains(e, bad+`:2: metrics.listen: "9477" is not HOST:PORT`) {
+		t.Errorf("config check with a bad metrics.listen: exit %d %q", c, e)
+	}
+	if _, e, c := dibs(t, p.socket, nil, "agent", "--metrics-listen", "localhost", "--sim", "1xL40S", "--data-dir", filepath.Join(dir, "x")); c == 0 || !strings.Contains(e, `--metrics-listen: "localhost" is not HOST:PORT`) {
+		t.Errorf("agent --metrics-listen localhost: exit %d %q", c, e)
 	}
 }
