@@ -190,8 +190,19 @@ func TestCLIQueuedRequestThatStartsAtOnceSaysSo(t *testing.T) {
 	if code != 0 || !strings.Contains(out, "started node01-q1 at once") || !strings.Contains(out, "session dibs-node01-1 started on node01") || strings.Contains(out, "queued") {
 		t.Errorf("run --queue on a free node: exit %d\n%s%s", code, out, errOut)
 	}
+	out, errOut, code = dibs(t, p.socket, nil, "run", "--queue", "-g", "1", "--json", "--", "sleep", "30")
+	var started struct {
+		ID       string              `json:"id"`
+		Position int                 `json:"position"`
+		Started  bool                `json:"started"`
+		Leases   []api.ClaimResponse `json:"leases"`
+	}
+	if err := json.Unmarshal([]byte(out), &started); code != 0 || err != nil || !started.Started || started.Position != 0 || len(started.Leases) != 1 || started.Leases[0].Session != "dibs-node01-2" {
+		t.Errorf("run --queue --json on a free node = %+v (%v, exit %d): want started with its lease\n%s%s", started, err, code, out, errOut)
+	}
+	dibs(t, p.socket, nil, "release", "node01-2")
 	out, errOut, code = dibs(t, p.socket, nil, "claim", "--queue", "-g", "1")
-	if code != 0 || !strings.Contains(out, "node01-2: GPU 1 on node01") || strings.Contains(errOut, "waiting") {
+	if code != 0 || !strings.Contains(out, "node01-3: GPU 1 on node01") || strings.Contains(errOut, "waiting") {
 		t.Errorf("claim --queue on a free node: exit %d, stdout %q, stderr %q (want the grant, no waiting line)", code, out, errOut)
 	}
 	// With nothing free it waits, and says so.

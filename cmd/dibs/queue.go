@@ -165,8 +165,11 @@ func followSubmitted(cl *api.Client, sub api.Submitted) submitOutcome {
 			if gone == nil {
 				gone = time.After(500 * time.Millisecond)
 			}
-		case e.Running:
+		case e.Running && len(ls) > 0:
 			return submitOutcome{started: true, leases: ls}
+		case e.Running:
+			// The board came before the start, the queue after: the
+			// next board shows the leases.
 		case e.Waiting != "" && e.Waiting != lease.WaitingStarting:
 			return submitOutcome{entry: e, total: waitingCount(q)}
 		default:
@@ -188,9 +191,9 @@ func (c *cli) reportSubmitted(cl *api.Client, sub api.Submitted, asJSON bool) er
 			Started bool                `json:"started"`
 			Leases  []api.ClaimResponse `json:"leases,omitempty"`
 		}{Submitted: sub, Started: o.started}
-		r.Position, r.Waiting = o.entry.Position, o.total
-		if o.started {
-			r.Position, r.Waiting = 0, 0
+		r.Position, r.Waiting = 0, 0
+		if !o.started {
+			r.Position, r.Waiting = o.entry.Position, o.total
 		}
 		for _, l := range o.leases {
 			r.Leases = append(r.Leases, grantOf(l))
@@ -272,7 +275,7 @@ func (c *cli) waitGranted(cl *api.Client, sub api.Submitted, asJSON bool) error 
 			qctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 			q, err := cl.Queue(qctx)
 			cancel()
-			if e := queueEntry(q, id); err == nil && e != nil && !e.Running && e.Position != lastPos && (e.Waiting != "" || lastPos > 0) {
+			if e := queueEntry(q, id); err == nil && e != nil && !e.Running && e.Position != lastPos && (e.Waiting != "" && e.Waiting != lease.WaitingStarting || lastPos > 0) {
 				say(e.Position, waitingCount(q), e.EstStart)
 			}
 		}
