@@ -60,7 +60,7 @@ const (
 // agentOrder is the order of the daemon's own packages: each may import
 // those before it.
 func agentOrder() []string {
-	return []string{"clock", "notify", "account", "node", "origin", "peer", "sched", "core", "sockapi", "sshd", "config"}
+	return []string{"clock", "notify", "account", "node", "origin", "peer", "sched", "core", "sockapi", "sshd", "config", "metrics"}
 }
 
 // floorPlan is the import table of the module, bottom to top: every package
@@ -123,6 +123,7 @@ func floorPlan() []room {
 		"sockapi": "unix-socket HTTP front door",
 		"sshd":    "SSH front door (wish)",
 		"config":  "the agent's TOML config file",
+		"metrics": "Prometheus metrics read from the service at scrape time",
 	}
 	var agents []string
 	for _, name := range agentOrder() {
@@ -138,6 +139,9 @@ func floorPlan() []room {
 			r.mods = append(r.mods, bubbletea, "charm.land/ssh", wish, xcrypto)
 		case "config":
 			r.mods = append(r.mods, "github.com/BurntSushi/toml")
+		case "metrics":
+			r.may = append(r.may, "api")
+			r.mods = append(r.mods, "github.com/prometheus/client_golang")
 		}
 		plan = append(plan, r)
 		agents = append(agents, r.pkg)

@@ -21,6 +21,7 @@ import (
 	"github.com/dibs-gpu/dibs/agent/account"
 	"github.com/dibs-gpu/dibs/agent/clock"
 	"github.com/dibs-gpu/dibs/agent/core"
+	"github.com/dibs-gpu/dibs/agent/metrics"
 	"github.com/dibs-gpu/dibs/agent/node"
 	"github.com/dibs-gpu/dibs/agent/notify"
 	"github.com/dibs-gpu/dibs/agent/origin"
@@ -68,7 +69,10 @@ type Config struct {
 	Limits sockapi.Limits
 	// Version is what the agent reports (`dibs status`, doctor).
 	Version string
-	Log     *slog.Logger
+	// MetricsListen, when set, serves Prometheus metrics at
+	// http://MetricsListen/metrics (HOST:PORT; port 0 picks one).
+	MetricsListen string
+	Log           *slog.Logger
 }
 
 // Deps are the parts the agent drives; tests and the demo swap them.
@@ -107,6 +111,9 @@ type Agent struct {
 	cluster  *clusterLink
 	sock     *sockapi.Server
 	ssh      *sshd.Server
+	// metrics is nil unless Config.MetricsListen is set.
+	metrics    *metrics.Metrics
+	metricsSrv *metrics.Server
 
 	ctx     context.Context
 	cancel  context.CancelFunc
@@ -179,6 +186,14 @@ func (a *Agent) GossipAddr() string {
 	return a.cluster.addr()
 }
 
+// MetricsAddr is where /metrics is served (HOST:PORT), empty when off.
+func (a *Agent) MetricsAddr() string {
+	if a.metricsSrv == nil {
+		return ""
+	}
+	return a.metricsSrv.Addr()
+}
+
 // SSHAddr is where the SSH front door listens, empty when it is off.
 func (a *Agent) SSHAddr() string {
 	if a.ssh == nil {
@@ -236,7 +251,7 @@ func (a *Agent) build(ctx context.Context) error {
 	}, node.Deps{Store: a.store, Probe: a.deps.Probe, Sessions: a.deps.Sessions, Accounts: a.accounts, Clock: c,
 		Changed: a.changed, LeasesChanged: a.leasesChanged})
 	a.origin = origin.New(a.cfg.NodeName, origin.Deps{Store: a.store, Clock: c, Changed: a.changed,
-		QueueChanged: a.leasesChanged, Log: a.log.With("part", "queue")})
+		QueueChanged: a.queueChanged, Log: a.log.With("part", "queue")})
 	a.svc = core.New(core.Config{
 		Node: a.cfg.NodeName, Policy: a.cfg.Policy, Sched: a.cfg.Sched, Version: a.cfg.Version,
 		DataDir: a.cfg.DataDir, Socket: a.cfg.Socket,
@@ -253,6 +268,10 @@ func (a *Agent) build(ctx context.Context) error {
 	}
 	if err := a.node.Open(ctx); err != nil {
 		return err
+	}
+	if a.cfg.MetricsListen != "" {
+		// Built before anything runs, so every hook sees it (or none).
+		a.metrics = metrics.New(a.svc, c.Now)
 	}
 	return nil
 }
@@ -277,11 +296,23 @@ func (a *Agent) serve() error {
 		a.peers.SetTransport(cl)
 	}
 	if a.cfg.Socket != "" {
-		sock, err := sockapi.Listen(a.cfg.Socket, a.svc, a.cfg.Limits, a.log.With("part", "socket"))
+		var obs sockapi.Observer
+		if a.metrics != nil {
+			obs = a.metrics
+		}
+		sock, err := sockapi.Listen(a.cfg.Socket, a.svc, a.cfg.Limits, obs, a.log.With("part", "socket"))
 		if err != nil {
 			return err
 		}
 		a.sock = sock
+	}
+	if a.metrics != nil {
+		srv, err := metrics.Listen(a.cfg.MetricsListen, a.metrics, a.log.With("part", "metrics"))
+		if err != nil {
+			return err
+		}
+		a.metricsSrv = srv
+		a.log.Info("serving metrics", "addr", "http://"+srv.Addr()+"/metrics")
 	}
 	if a.cfg.SSH != nil {
 		s := *a.cfg.SSH
@@ -310,6 +341,15 @@ func (a *Agent) leasesChanged() {
 		a.cluster.publish(true)
 	}
 	a.kick()
+}
+
+// queueChanged follows a change to the entries submitted here: the cluster
+// hears, the scheduler looks, and the metrics see starts.
+func (a *Agent) queueChanged() {
+	a.leasesChanged()
+	if a.metrics != nil {
+		a.metrics.QueueChanged(a.origin.Entries())
+	}
 }
 
 func (a *Agent) kick() {
@@ -341,6 +381,9 @@ func (a *Agent) shutdown(graceful bool) error {
 	}
 	if a.sock != nil {
 		a.sock.Close()
+	}
+	if a.metricsSrv != nil {
+		a.metricsSrv.Close()
 	}
 	if a.cancel != nil {
 		a.cancel()

@@ -101,8 +101,8 @@ func TestRefusalsSayWhatIsWrong(t *testing.T) {
 		code     string
 		contains []string
 	}{
-		{"more than free", api.ClaimRequest{Count: 2}, "conflict", []string{"only 1 free", "holds GPUs 0,1,2"}},
-		{"held gpu", api.ClaimRequest{GPUs: []int{1}}, "conflict", []string{"GPU 1 is held by", "node01-1"}},
+		{"more than free", api.ClaimRequest{Count: 2}, "conflict", []string{"only 1 free", "you hold GPUs 0,1,2"}},
+		{"held gpu", api.ClaimRequest{GPUs: []int{1}}, "conflict", []string{"you already hold GPU 1", "node01-1"}},
 		{"no such gpu", api.ClaimRequest{GPUs: []int{9}}, "invalid", []string{"no GPU 9", "0-3"}},
 		{"over max", api.ClaimRequest{Count: 1, Duration: "30d"}, "invalid", []string{"maximum"}},
 		{"zero", api.ClaimRequest{Count: 1, Duration: "0s"}, "invalid", []string{"positive"}},

@@ -167,6 +167,9 @@ func (l *clusterLink) Status(now time.Time) ([]api.Member, api.GossipCounter) {
 		if p.HasState && !p.NodeState.Snapshot.TakenAt.IsZero() {
 			m.TelemetryAge = now.Sub(p.NodeState.Snapshot.TakenAt)
 		}
+		if !p.HeardAt.IsZero() && p.Name != l.a.cfg.NodeName {
+			m.SinceHeard = max(now.Sub(p.HeardAt), 0)
+		}
 		ms = append(ms, m)
 	}
 	s := l.c.Stats()

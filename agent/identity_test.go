@@ -65,17 +65,25 @@ func TestIdentityMatrix(t *testing.T) {
 	// queue entry on node02, and frees everything else.
 	setup := func(t *testing.T) (lease.Lease, string) {
 		t.Helper()
-		for _, n := range []*agenttest.Node{n1, n2} {
-			// Withdraw what waits first, so nothing starts on what is freed.
-			rootHere := n.Agent.Service().ForCaller(lease.Caller{UID: 0, User: "root", Admin: true})
-			v := n.Agent.Service().View()
-			for _, e := range v.Local().Queue {
-				rootHere.Cancel(context.Background(), e.ID)
+		// Withdraw what waits first, so nothing starts on what is freed,
+		// then end every lease, until both nodes hold nothing (a start may
+		// be in flight).
+		agenttest.Eventually(t, 10*time.Second, "both nodes to hold nothing", func() bool {
+			empty := true
+			for _, n := range []*agenttest.Node{n1, n2} {
+				rootHere := n.Agent.Service().ForCaller(lease.Caller{UID: 0, User: "root", Admin: true})
+				v := n.Agent.Service().View()
+				for _, e := range v.Local().Queue {
+					rootHere.Cancel(context.Background(), e.ID)
+					empty = false
+				}
+				for _, l := range v.Local().Leases {
+					rootHere.Release(context.Background(), api.ReleaseRequest{IDs: []string{l.ID}})
+					empty = false
+				}
 			}
-			for _, l := range v.Local().Leases {
-				rootHere.Release(context.Background(), api.ReleaseRequest{IDs: []string{l.ID}})
-			}
-		}
+			return empty
+		})
 		r, err := ownerB.Claim(ctx(t), api.ClaimRequest{GPUs: []int{0}, Run: &api.RunSpec{Command: []string{"sleep", "600"}}})
 		if err != nil {
 			t.Fatalf("owner's run: %v", err)

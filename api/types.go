@@ -153,11 +153,21 @@ type Status struct {
 
 // Member is one cluster member as this agent sees it.
 type Member struct {
-	Name         string        `json:"name"`
-	Addr         string        `json:"addr"`
-	State        string        `json:"state"`
-	StateVersion uint64        `json:"state_version"`
+	Name         string `json:"name"`
+	Addr         string `json:"addr"`
+	State        string `json:"state"`
+	StateVersion uint64 `json:"state_version"`
+	// TelemetryAge is how long ago the GPU numbers held for the member were
+	// read. A node sends its numbers only when they change (and once a
+	// minute regardless), so on an alive node with steady GPUs this grows
+	// to a minute without anything being wrong.
 	TelemetryAge time.Duration `json:"telemetry_age_ns"`
+	// SinceHeard is how long ago this agent last heard from the member (it
+	// answered this agent's probe, or sent a newer part of its state).
+	// While it is alive that is within a probe round, members × 0.5 s (2 s
+	// on 4 nodes); it grows once it is not. Zero for the agent's own node
+	// and for a member never heard from.
+	SinceHeard time.Duration `json:"since_heard_ns,omitempty"`
 }
 
 // GossipCounter counts gossip traffic so an operator can tell a healthy
@@ -207,16 +217,21 @@ type Queue struct {
 
 // QueuedEntry is one request in `dibs queue`.
 type QueuedEntry struct {
-	ID          string    `json:"id"`
-	Position    int       `json:"position"`
-	User        string    `json:"user"`
-	Nodes       int       `json:"nodes"`
-	GPUsPerNode int       `json:"gpus_per_node"`
-	Node        string    `json:"node,omitempty"`
-	Kind        string    `json:"kind"`
-	Duration    string    `json:"duration"`
-	Note        string    `json:"note,omitempty"`
-	Command     []string  `json:"command,omitempty"`
+	ID string `json:"id"`
+	// Position is 1-based in the order the scheduler considers waiting
+	// entries; absent (0) for a running one.
+	Position    int      `json:"position,omitempty"`
+	User        string   `json:"user"`
+	Nodes       int      `json:"nodes"`
+	GPUsPerNode int      `json:"gpus_per_node"`
+	Node        string   `json:"node,omitempty"`
+	Kind        string   `json:"kind"`
+	Duration    string   `json:"duration"`
+	Note        string   `json:"note,omitempty"`
+	Command     []string `json:"command,omitempty"`
+	// Priority is the multifactor priority (fair-share and age; see
+	// docs/queue.md); 0 for a running entry. `dibs queue` prints it
+	// rounded to a whole number, in its table and in its JSON.
 	Priority    float64   `json:"priority"`
 	SubmittedAt time.Time `json:"submitted_at"`
 	// EstStart is when it should start given current leases' ends; absent

@@ -123,6 +123,13 @@ type Peer struct {
 	// UpdatedAt is when this agent last applied a newer part of the node's
 	// state (for this node itself: when LocalState was last read).
 	UpdatedAt time.Time
+	// HeardAt is when this agent last heard from the node: it answered
+	// this agent's failure-detector probe, or a newer part of its state
+	// arrived. An alive node's unchanged telemetry is not re-sent (see
+	// Config.TelemetryRefresh), so its Snapshot.TakenAt ages while HeardAt
+	// stays within a probe round (members × ProbeInterval). Zero when
+	// never; for this node, when LocalState was last read.
+	HeardAt time.Time
 	// DownSince is when this agent saw it stop being a member (or first
 	// heard of it without its being one); zero while it is a member.
 	DownSince time.Time

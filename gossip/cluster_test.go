@@ -470,3 +470,39 @@ func TestInsecureCluster(t *testing.T) {
 		return p.NodeState.Version >= v, "not propagated"
 	})
 }
+
+// TestHeardAtStaysFreshWhileTelemetryIsUnchanged: a node whose numbers do
+// not change sends no telemetry, so the snapshot another agent holds keeps
+// its old TakenAt; HeardAt, which the failure detector's probes renew,
+// still says the node was heard from a moment ago. `dibs status` shows it.
+func TestHeardAtStaysFreshWhileTelemetryIsUnchanged(t *testing.T) {
+	nodes := startCluster(t, 2, func(c *Config) {
+		c.TelemetryInterval = 100 * time.Millisecond
+		c.TelemetryRefresh = time.Hour
+	})
+	src, dst := nodes[1], nodes[0]
+	snap := testSnapshot(t, src.cfg.NodeName)
+	snap.TakenAt = time.Now().Add(-time.Hour) // read long ago, unchanged since
+	v := src.agent.setLeases("alice", "", 0)
+	src.agent.setSnapshot(snap)
+	src.Publish(true)
+	waitFor(t, 5*time.Second, func() (bool, string) {
+		p, _ := dst.Peer(src.cfg.NodeName)
+		return p.NodeState.Version > v && len(p.NodeState.Snapshot.GPUs) == 8, fmt.Sprintf("version %d", p.NodeState.Version)
+	})
+	first, _ := dst.Peer(src.cfg.NodeName)
+	waitFor(t, 10*time.Second, func() (bool, string) {
+		p, _ := dst.Peer(src.cfg.NodeName)
+		return p.HeardAt.Sub(first.HeardAt) >= time.Second, fmt.Sprintf("heard at %v, first %v", p.HeardAt, first.HeardAt)
+	})
+	p, _ := dst.Peer(src.cfg.NodeName)
+	if p.NodeState.Version != first.NodeState.Version || !p.UpdatedAt.Equal(first.UpdatedAt) {
+		t.Fatalf("state changed (version %d→%d): the test wants HeardAt renewed by probes alone", first.NodeState.Version, p.NodeState.Version)
+	}
+	if age := time.Since(p.HeardAt); age > 2*time.Second {
+		t.Errorf("heard from %v ago, want within a probe round", age)
+	}
+	if age := time.Since(p.NodeState.Snapshot.TakenAt); age < time.Hour {
+		t.Errorf("telemetry taken %v ago, want the hour-old reading kept (unchanged, so not re-sent)", age)
+	}
+}

@@ -92,6 +92,8 @@ var _ memberlist.PingDelegate = (*ping)(nil)
 
 func (p *ping) AckPayload() []byte { return nil }
 
+// NotifyPingComplete implements memberlist.PingDelegate: the node answered
+// this agent's probe, so it is heard from and not suspect.
 func (p *ping) NotifyPingComplete(other *memberlist.Node, _ time.Duration, _ []byte) {
 	p.c.mem.clearSuspect(other.Name)
 }

@@ -52,6 +52,10 @@ type peerRec struct {
 	state     NodeState
 	hasState  bool
 	updatedAt time.Time
+	// heardAt is when the node last answered this agent's probe or a newer
+	// part of its state arrived: how fresh this agent's picture of it is,
+	// even while it has nothing new to say.
+	heardAt time.Time
 }
 
 // heldSection is a section as received.
@@ -159,6 +163,7 @@ func (x *members) applyLocked(r *peerRec, h *heldSection) bool {
 	}
 	r.held[i] = h
 	r.updatedAt = time.Now()
+	r.heardAt = r.updatedAt
 	r.rebuild()
 	return true
 }
@@ -316,6 +321,9 @@ func (x *members) clearSuspect(name string) {
 	c := x.c
 	c.mu.Lock()
 	r := c.peers[name]
+	if r != nil {
+		r.heardAt = time.Now()
+	}
 	was := r != nil && !r.suspectUntil.IsZero()
 	if was {
 		r.suspectUntil = time.Time{}
@@ -433,7 +441,7 @@ func (c *Cluster) warnOnce(key, format string, args ...any) {
 
 // peerView turns a record into a Peer. c.mu is held.
 func (r *peerRec) peerView(now time.Time) Peer {
-	p := Peer{Name: r.name, HasState: r.hasState, NodeState: r.state, UpdatedAt: r.updatedAt, DownSince: r.downSince}
+	p := Peer{Name: r.name, HasState: r.hasState, NodeState: r.state, UpdatedAt: r.updatedAt, HeardAt: r.heardAt, DownSince: r.downSince}
 	if r.seen {
 		p.Addr = r.node.Address()
 	}
@@ -467,7 +475,7 @@ func (x *members) selfPeer() Peer {
 	if c.leaving.Load() {
 		state = StateLeft
 	}
-	return Peer{Name: c.cfg.NodeName, Addr: c.localAddr, State: state, HasState: true, NodeState: c.self, UpdatedAt: c.selfAt}
+	return Peer{Name: c.cfg.NodeName, Addr: c.localAddr, State: state, HasState: true, NodeState: c.self, UpdatedAt: c.selfAt, HeardAt: c.selfAt}
 }
 
 // View returns every node this agent has seen, itself included, sorted by

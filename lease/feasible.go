@@ -61,18 +61,18 @@ func CheckFeasible(e QueueEntry, nodes []SchedNode, model string) error {
 			return Invalidf("no node named %q in the cluster: `dibs ls` shows the nodes", e.Node)
 		}
 		if pinned < e.GPUsPerNode {
-			return Invalidf("%s has only %d GPUs%s; asked for %d: ask for at most %d, or for another node", e.Node, pinned, of, e.GPUsPerNode, pinned)
+			return Invalidf("%s has only %s%s; asked for %d: ask for at most %d, or for another node", e.Node, gpuCount(pinned), of, e.GPUsPerNode, pinned)
 		}
 		return nil
 	}
 	if e.GPUsPerNode > largest {
-		return Invalidf("no node has %d GPUs%s (the largest has %d): ask for fewer, or for several nodes", e.GPUsPerNode, of, largest)
+		return Invalidf("no node has %s%s (the largest has %d): ask for fewer, or for several nodes", gpuCount(e.GPUsPerNode), of, largest)
 	}
 	if e.Nodes > big {
 		if big == len(nodes) {
 			return Invalidf("the cluster has %d nodes; asked for %d: ask for at most %d", len(nodes), e.Nodes, big)
 		}
-		return Invalidf("only %d of the %d nodes have %d GPUs%s; asked for %d nodes × %d: ask for fewer nodes, or fewer GPUs per node", big, len(nodes), e.GPUsPerNode, of, e.Nodes, e.GPUsPerNode)
+		return Invalidf("only %d of the %d nodes have %s%s; asked for %d nodes × %d: ask for fewer nodes, or fewer GPUs per node", big, len(nodes), gpuCount(e.GPUsPerNode), of, e.Nodes, e.GPUsPerNode)
 	}
 	return nil
 }

@@ -113,7 +113,7 @@ func ChooseNode(cands []Candidate, n int) (string, error) {
 		return "", Invalidf("say how many GPUs (-g N)")
 	}
 	if len(cands) == 0 {
-		return "", errorf(CodeUnavailable, "no node is up to take a claim for %d GPUs: `dibs ls` shows the cluster", n)
+		return "", errorf(CodeUnavailable, "no node is up to take a claim for %s: `dibs ls` shows the cluster", gpuCount(n))
 	}
 	best, bestLeft, bestDist, bestLocal := "", 0, 0, false
 	most, mostNode, biggest := 0, "", 0
@@ -143,12 +143,12 @@ func ChooseNode(cands []Candidate, n int) (string, error) {
 		return best, nil
 	}
 	if n > biggest {
-		return "", Invalidf("no node has %d GPUs (the largest has %d): ask for fewer, or for several nodes", n, biggest)
+		return "", Invalidf("no node has %s (the largest has %d): ask for fewer, or for several nodes", gpuCount(n), biggest)
 	}
 	if mostNode == "" {
-		return "", errorf(CodeConflict, "asked for %d GPUs but no GPU is free anywhere: `dibs ls` shows who holds them", n)
+		return "", errorf(CodeConflict, "asked for %s but no GPU is free anywhere: `dibs ls` shows who holds them", gpuCount(n))
 	}
-	return "", errorf(CodeConflict, "asked for %d GPUs on one node but at most %d are free together (on %s): `dibs ls` shows who holds the rest", n, most, mostNode)
+	return "", errorf(CodeConflict, "asked for %s on one node but at most %d are free together (on %s): `dibs ls` shows who holds the rest", gpuCount(n), most, mostNode)
 }
 
 // spread is the largest distance between any two GPUs of a set.

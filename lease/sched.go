@@ -17,6 +17,11 @@ const (
 	PreemptGang = "gang"
 )
 
+// WaitingStarting is Ranked.Waiting for an entry whose start is under way
+// (its leases or reservations exist, the origin has not marked it running
+// yet): it does not wait for anything.
+const WaitingStarting = "starting"
+
 // Ranked is one waiting entry as `dibs queue` shows it.
 type Ranked struct {
 	Entry    QueueEntry `json:"entry"`

@@ -14,7 +14,7 @@ import (
 // visit decides one entry.
 func (s *scheduler) visit(e *QueueEntry, r *Ranked, plan *Plan) {
 	if s.starting[e.Key()] {
-		r.EstStart, r.Waiting = s.now, "starting"
+		r.EstStart, r.Waiting = s.now, WaitingStarting
 		return
 	}
 	if why := s.unservable(e); why != "" {
@@ -81,7 +81,7 @@ func (s *scheduler) unservable(e *QueueEntry) string {
 	case e.Nodes > 1 && e.Node != "":
 		return "a multi-node request cannot be pinned to one node"
 	case e.GPUsPerNode > maxNodeGPUs:
-		return fmt.Sprintf("no node offers %d GPUs", e.GPUsPerNode)
+		return fmt.Sprintf("no node offers %s", gpuCount(e.GPUsPerNode))
 	}
 	if e.Node != "" {
 		i, ok := s.byName[e.Node]
@@ -108,11 +108,11 @@ func (s *scheduler) unservable(e *QueueEntry) string {
 	}
 	if e.Nodes == 1 {
 		if e.Node != "" {
-			return fmt.Sprintf("%s has fewer than %d working GPUs%s", e.Node, e.GPUsPerNode, of)
+			return fmt.Sprintf("%s has fewer than %d working %s%s", e.Node, e.GPUsPerNode, gpuWord(e.GPUsPerNode), of)
 		}
-		return fmt.Sprintf("no node that is up has %d working GPUs%s", e.GPUsPerNode, of)
+		return fmt.Sprintf("no node that is up has %d working %s%s", e.GPUsPerNode, gpuWord(e.GPUsPerNode), of)
 	}
-	return fmt.Sprintf("needs %d nodes with %d working GPUs%s; %d are up", e.Nodes, e.GPUsPerNode, of, fit)
+	return fmt.Sprintf("needs %d nodes with %d working %s%s; %d are up", e.Nodes, e.GPUsPerNode, gpuWord(e.GPUsPerNode), of, fit)
 }
 
 // needs describes what the entry waits for, with what is free now.
@@ -122,7 +122,7 @@ func (s *scheduler) needs(e *QueueEntry, mm []uint64) string {
 		for i := range s.nodes {
 			most = max(most, bits.OnesCount64(s.nodes[i].avail&s.eligible(i, e, mm)))
 		}
-		return fmt.Sprintf("%d GPUs on one node, at most %d free together", e.GPUsPerNode, most)
+		return fmt.Sprintf("%s on one node, at most %d free together", gpuCount(e.GPUsPerNode), most)
 	}
 	have := 0
 	for i := range s.nodes {
@@ -130,7 +130,7 @@ func (s *scheduler) needs(e *QueueEntry, mm []uint64) string {
 			have++
 		}
 	}
-	return fmt.Sprintf("%d nodes with %d free GPUs each, %d have them", e.Nodes, e.GPUsPerNode, have)
+	return fmt.Sprintf("%d nodes with %d free %s each, %d have them", e.Nodes, e.GPUsPerNode, gpuWord(e.GPUsPerNode), have)
 }
 
 // modelMask returns, per node, the GPUs matching model; nil for any model.

@@ -123,7 +123,7 @@ func (s *scheduler) reclaim(e *QueueEntry, mm []uint64, plan *Plan) string {
 			}
 		}
 	}
-	return fmt.Sprintf("next to start: reclaiming %d GPUs (%s) for it", n, reasons)
+	return fmt.Sprintf("next to start: reclaiming %s (%s) for it", gpuCount(n), reasons)
 }
 
 func (s *scheduler) addGroup(extra []uint64, g *reclaimGroup) {

@@ -4,10 +4,7 @@ import (
 	"cmp"
 	"fmt"
 	"slices"
-	"strconv"
-	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/dibs-gpu/dibs/lease/termsafe"
 	"github.com/dibs-gpu/dibs/nodeprobe"
@@ -169,19 +166,19 @@ func (t *Table) PlanClaim(c Caller, req Claim, snap nodeprobe.Snapshot, now time
 	var gpus []int
 	switch {
 	case len(req.GPUs) > 0 && req.Count > 0 && req.Count != len(req.GPUs):
-		return Lease{}, Invalidf("asked for %d GPUs but named %d: give either -g N or --gpus", req.Count, len(req.GPUs))
+		return Lease{}, Invalidf("asked for %s but named %d: give either -g N or --ids", gpuCount(req.Count), len(req.GPUs))
 	case len(req.GPUs) > 0:
-		gpus, err = checkNamed(req, snap, holders, now, t.node)
+		gpus, err = checkNamed(c, req, snap, holders, now, t.node)
 		if err != nil {
 			return Lease{}, err
 		}
 	case req.Count > 0:
-		gpus, err = pickFree(req.Count, snap, holders, now, t.node)
+		gpus, err = pickFree(c, req.Count, snap, holders, now, t.node)
 		if err != nil {
 			return Lease{}, err
 		}
 	default:
-		return Lease{}, Invalidf("say how many GPUs (-g N) or which (--gpus 0,2)")
+		return Lease{}, Invalidf("say how many GPUs (-g N) or which (--ids 0,2)")
 	}
 	token := t.lastToken + 1
 	return Lease{
@@ -196,239 +193,6 @@ func (t *Table) PlanClaim(c Caller, req Claim, snap nodeprobe.Snapshot, now time
 		StartedAt: now.Round(0),
 		ExpiresAt: now.Round(0).Add(dur),
 	}, nil
-}
-
-// CheckNote refuses a note that is not one short line of plain text.
-func CheckNote(note string) error { return checkNote(note) }
-
-// checkNote keeps notes to one short line of plain text: everyone's board
-// and `dibs ls` print them, so an escape sequence, a bidi override or a
-// zero-width character in a note would reach (or mislead) other people's
-// terminals. A note is refused rather than escaped: the person typing it is
-// there to fix it.
-func checkNote(note string) error {
-	if len(note) > MaxNoteLen {
-		return Invalidf("note is %d bytes; keep it to %d at most", len(note), MaxNoteLen)
-	}
-	if strings.ContainsAny(note, "\n\r") {
-		return Invalidf("note must be one line")
-	}
-	return CheckText("note", note)
-}
-
-// CheckText refuses text a person typed (a note, a session name, a model)
-// that holds anything termsafe would escape: control characters and escape
-// sequences, bidi controls, zero-width and other invisible characters, bytes
-// that are not UTF-8. The message names the character, where it is, and
-// says to remove it. what names the field ("note").
-func CheckText(what, s string) error {
-	if err := termsafe.Check(s); err != nil {
-		return Invalidf("%s holds %v: remove it; a %s must be plain text", what, err, what)
-	}
-	return nil
-}
-
-// clipNote cuts a note made by dibs to MaxNoteLen bytes on a rune boundary.
-func clipNote(s string) string {
-	if len(s) <= MaxNoteLen {
-		return s
-	}
-	cut := MaxNoteLen - len("…")
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return s[:cut] + "…"
-}
-
-func checkDuration(d time.Duration, k Kind, p Policy) (time.Duration, error) {
-	def, max := p.Limits(k)
-	if d == 0 {
-		return def, nil
-	}
-	if d < 0 {
-		return 0, Invalidf("duration must be positive, got %s", FormatDuration(d))
-	}
-	if d > max {
-		return 0, Invalidf("%s is over the %s maximum of %s on this node: ask for less (--for %s)", FormatDuration(d), k, FormatDuration(max), FormatDuration(max))
-	}
-	return d, nil
-}
-
-func checkNamed(req Claim, snap nodeprobe.Snapshot, holders map[int]*Lease, now time.Time, node string) ([]int, error) {
-	seen := make(map[int]bool)
-	gpus := make([]int, 0, len(req.GPUs))
-	for _, g := range req.GPUs {
-		if seen[g] {
-			return nil, Invalidf("GPU %d named twice", g)
-		}
-		seen[g] = true
-		gpu := findGPU(snap, g)
-		if gpu == nil {
-			return nil, Invalidf("no GPU %d on %s: it has GPUs %s", g, node, indexRange(snap))
-		}
-		// Down whoever holds it: the probe cannot read it, so neither can a job.
-		if gpu.Error != "" {
-			return nil, errorf(CodeUnavailable, "GPU %d on %s is down (%s): pick another GPU", g, node, termsafe.String(gpu.Error))
-		}
-		if l := holders[g]; l != nil {
-			return nil, errorf(CodeConflict, "GPU %d is held by %s %s (lease %s, until %s): pick another GPU, or ask %s", g, l.User, timeLeft(l.ExpiresAt, now), l.ID, l.ExpiresAt.Local().Format("Mon 15:04"), l.User)
-		}
-		if len(gpu.Processes) > 0 && !req.Force {
-			pr := gpu.Processes[0]
-			return nil, errorf(CodeConflict, "GPU %d has no lease but %s's process %s (pid %d) is running on it: pick another GPU, or add --force if you know it is safe", g, ownerName(pr), termsafe.String(pr.Command), pr.PID)
-		}
-		gpus = append(gpus, g)
-	}
-	slices.Sort(gpus)
-	return gpus, nil
-}
-
-func findGPU(snap nodeprobe.Snapshot, index int) *nodeprobe.GPU {
-	for i := range snap.GPUs {
-		if snap.GPUs[i].Index == index {
-			return &snap.GPUs[i]
-		}
-	}
-	return nil
-}
-
-// indexRange lists a node's GPU indices: 0-7 when they run without a gap,
-// 0,1,3 otherwise.
-func indexRange(snap nodeprobe.Snapshot) string {
-	if len(snap.GPUs) == 0 {
-		return "none"
-	}
-	idx := make([]int, len(snap.GPUs))
-	for i, g := range snap.GPUs {
-		idx[i] = g.Index
-	}
-	slices.Sort(idx)
-	if idx[len(idx)-1]-idx[0] == len(idx)-1 && len(idx) > 1 {
-		return fmt.Sprintf("%d-%d", idx[0], idx[len(idx)-1])
-	}
-	return strings.TrimPrefix(strings.TrimPrefix(gpuList(idx), "GPUs "), "GPU ")
-}
-
-// ownerName names a process's owner for a message. The name comes from the
-// node's account database through /proc, so it is made terminal-safe.
-func ownerName(pr nodeprobe.Process) string {
-	switch {
-	case pr.User != "":
-		return termsafe.String(pr.User)
-	case pr.UID >= 0:
-		return "uid " + strconv.Itoa(pr.UID)
-	}
-	return "an unknown user"
-}
-
-// usable reports whether -g N may pick g: no lease, no process, and the probe
-// could read it (a GPU with an error is down, never free).
-func usable(g *nodeprobe.GPU, held bool) bool {
-	return !held && len(g.Processes) == 0 && g.Error == ""
-}
-
-// FreeGPUs lists the GPUs with no lease, no process and no error, the only
-// ones -g N picks from.
-func FreeGPUs(snap nodeprobe.Snapshot, leases []Lease) []int {
-	held := make(map[int]bool)
-	for _, l := range leases {
-		for _, g := range l.GPUs {
-			held[g] = true
-		}
-	}
-	var free []int
-	for i := range snap.GPUs {
-		if g := &snap.GPUs[i]; usable(g, held[g.Index]) {
-			free = append(free, g.Index)
-		}
-	}
-	return free
-}
-
-func pickFree(n int, snap nodeprobe.Snapshot, holders map[int]*Lease, now time.Time, node string) ([]int, error) {
-	var free []int
-	for i := range snap.GPUs {
-		if g := &snap.GPUs[i]; usable(g, holders[g.Index] != nil) {
-			free = append(free, g.Index)
-		}
-	}
-	if n > len(snap.GPUs) {
-		return nil, Invalidf("%s has only %d GPUs; asked for %d: ask for at most %d, or for several nodes", node, len(snap.GPUs), n, len(snap.GPUs))
-	}
-	if len(free) < n {
-		out := "wait for them, or ask the holders"
-		if len(free) > 0 {
-			out = fmt.Sprintf("ask for %d or fewer, wait, or ask the holders", len(free))
-		}
-		return nil, errorf(CodeConflict, "asked for %d GPUs but only %d free on %s: %s; %s", n, len(free), node, describeBusy(snap, holders, now), out)
-	}
-	return Place(snap, free, n), nil
-}
-
-// describeBusy says who holds the GPUs that are not free, and until when, so
-// a refusal tells the person whom to ask.
-func describeBusy(snap nodeprobe.Snapshot, holders map[int]*Lease, now time.Time) string {
-	type hold struct {
-		who   string
-		gpus  []int
-		until time.Time
-	}
-	var order []string
-	m := make(map[string]*hold)
-	add := func(key, who string, g int, until time.Time) {
-		h, ok := m[key]
-		if !ok {
-			h = &hold{who: who, until: until}
-			m[key] = h
-			order = append(order, key)
-		}
-		h.gpus = append(h.gpus, g)
-	}
-	for _, g := range snap.GPUs {
-		if l := holders[g.Index]; l != nil {
-			add("lease "+l.ID, l.User, g.Index, l.ExpiresAt)
-		} else if len(g.Processes) > 0 {
-			who := ownerName(g.Processes[0])
-			add("proc "+who, who, g.Index, time.Time{})
-		} else if g.Error != "" {
-			add("down", "", g.Index, time.Time{})
-		}
-	}
-	parts := make([]string, 0, len(order))
-	for _, k := range order {
-		h := m[k]
-		var s string
-		switch {
-		case k == "down":
-			s = gpuList(h.gpus) + " down"
-		case h.until.IsZero():
-			s = fmt.Sprintf("%s runs unleased processes on %s", h.who, gpuList(h.gpus))
-		default:
-			s = fmt.Sprintf("%s holds %s %s", h.who, gpuList(h.gpus), timeLeft(h.until, now))
-		}
-		parts = append(parts, s)
-	}
-	return strings.Join(parts, "; ")
-}
-
-// timeLeft says how long a lease still runs, or how long it is overdue (end
-// action warn keeps it held past its end).
-func timeLeft(end, now time.Time) string {
-	if left := end.Sub(now); left > 0 {
-		return "for " + FormatDuration(left) + " more"
-	}
-	return FormatDuration(now.Sub(end)) + " past its end"
-}
-
-func gpuList(g []int) string {
-	if len(g) == 1 {
-		return "GPU " + strconv.Itoa(g[0])
-	}
-	s := make([]string, len(g))
-	for i, x := range g {
-		s[i] = strconv.Itoa(x)
-	}
-	return "GPUs " + strings.Join(s, ",")
 }
 
 // PlanRelease checks that c may end lease id.

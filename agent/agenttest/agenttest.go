@@ -53,6 +53,8 @@ type Options struct {
 	Limits sockapi.Limits
 	// Quiet drops the agent's log lines instead of sending them to t.Log.
 	Quiet bool
+	// MetricsListen serves /metrics there (e.g. 127.0.0.1:0); empty: off.
+	MetricsListen string
 }
 
 // Node is a running agent and what a test needs to talk to it.
@@ -176,6 +178,7 @@ func (n *Node) prepare(o Options) prepared {
 		Cluster:       o.Cluster,
 		SSH:           o.SSH,
 		Limits:        o.Limits,
+		MetricsListen: o.MetricsListen,
 		Log:           log,
 	}, agent.Deps{Probe: probe, Sessions: sessions, Clock: o.Clock, Users: o.Users})
 	if err != nil {
@@ -283,6 +286,8 @@ type ClusterOptions struct {
 	// Users are made-up accounts every node knows.
 	Users Users
 	Quiet bool
+	// MetricsListen serves every node's /metrics (e.g. 127.0.0.1:0).
+	MetricsListen string
 }
 
 // Cluster starts len(o.Specs) agents named node01, node02, … gossiping on
@@ -311,7 +316,7 @@ func Cluster(tb testing.TB, o ClusterOptions) []*Node {
 		if o.Users != nil {
 			users = o.Users
 		}
-		n := Start(tb, Options{Name: fmt.Sprintf("node%02d", i+1), Sim: spec, Policy: o.Policy, Sched: o.Sched, Cluster: cs, TmuxTmpDir: tmux, Quiet: o.Quiet, Users: users})
+		n := Start(tb, Options{Name: fmt.Sprintf("node%02d", i+1), Sim: spec, Policy: o.Policy, Sched: o.Sched, Cluster: cs, TmuxTmpDir: tmux, Quiet: o.Quiet, Users: users, MetricsListen: o.MetricsListen})
 		if seed == "" {
 			seed = n.Agent.GossipAddr()
 		}

@@ -36,6 +36,7 @@ type FileConfig struct {
 	Cluster       ClusterConfig `toml:"cluster"`
 	Queue         QueueSection  `toml:"queue"`
 	SSH           SSHConfig     `toml:"ssh"`
+	Metrics       MetricsConfig `toml:"metrics"`
 }
 
 // LeaseSection is [leases]: the node's time limits and end policy.
@@ -130,6 +131,27 @@ type ClusterConfig struct {
 type SSHConfig struct {
 	Listen    string `toml:"listen"`
 	UsersFile string `toml:"users_file"`
+}
+
+// MetricsConfig is [metrics]: Prometheus metrics over HTTP.
+type MetricsConfig struct {
+	// Listen is HOST:PORT to serve /metrics on; empty (the default) serves
+	// none. The metrics name the people holding GPUs: bind to loopback or
+	// an address only the monitoring host reaches.
+	Listen string `toml:"listen"`
+}
+
+// CheckListen reads a HOST:PORT the agent is to listen on; unlike the
+// gossip addresses, the port must be given (no port is dibs's own).
+func CheckListen(s string) error {
+	_, port, err := net.SplitHostPort(s)
+	if err != nil {
+		return fmt.Errorf("%q is not HOST:PORT (e.g. 127.0.0.1:9477, or :9477 for every address)", s)
+	}
+	if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 {
+		return fmt.Errorf("%q has a bad port", s)
+	}
+	return nil
 }
 
 // ConfigError points at the line of the config file that is wrong.
@@ -260,6 +282,11 @@ func (fc FileConfig) check() error {
 	if fc.NodeName != "" {
 		if err := lease.ValidNodeName(fc.NodeName); err != nil {
 			return bad("node_name", "%v", err)
+		}
+	}
+	if fc.Metrics.Listen != "" {
+		if err := CheckListen(fc.Metrics.Listen); err != nil {
+			return bad("metrics.listen", "%v", err)
 		}
 	}
 	return nil

@@ -37,6 +37,9 @@ func TestConfigErrorsNameFileLineAndReason(t *testing.T) {
 		{"bad backend", "backend = \"cuda\"\n", ":1: backend"},
 		{"bad join", "[cluster]\njoin = [\"a:b:c\"]\n", ":2: cluster.join"},
 		{"bad node name", "node_name = \"no spaces\"\n", ":1: node_name"},
+		{"metrics without a port", "[metrics]\n\nlisten = \"127.0.0.1\"\n", `:3: metrics.listen: "127.0.0.1" is not HOST:PORT`},
+		{"metrics with a bad port", "[metrics]\nlisten = \":http-alt\"\n", `:2: metrics.listen: ":http-alt" has a bad port`},
+		{"unknown metrics key", "[metrics]\nport = 9477\n", `:2: unknown key "metrics.port"`},
 		{"syntax", "node_name = \n", ":1:"},
 		{"wrong type", "probe_interval = 5\n", "probe_interval"},
 	}
@@ -52,5 +55,20 @@ func TestConfigErrorsNameFileLineAndReason(t *testing.T) {
 				t.Errorf("error = %q, want it to start with the file and say %q", err, tc.want)
 			}
 		})
+	}
+}
+
+func TestMetricsListenIsReadAndOffByDefault(t *testing.T) {
+	dir := t.TempDir()
+	on := filepath.Join(dir, "on.toml")
+	os.WriteFile(on, []byte("[metrics]\nlisten = \"127.0.0.1:9477\"\n"), 0o644)
+	fc, err := LoadFile(on)
+	if err != nil || fc.Metrics.Listen != "127.0.0.1:9477" {
+		t.Errorf("[metrics] listen = %q (%v), want 127.0.0.1:9477", fc.Metrics.Listen, err)
+	}
+	off := filepath.Join(dir, "off.toml")
+	os.WriteFile(off, []byte("node_name = \"n1\"\n"), 0o644)
+	if fc, err := LoadFile(off); err != nil || fc.Metrics.Listen != "" {
+		t.Errorf("no [metrics]: listen = %q (%v), want off", fc.Metrics.Listen, err)
 	}
 }

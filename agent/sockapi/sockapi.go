@@ -63,11 +63,21 @@ func (l Limits) withDefaults() Limits {
 	return l
 }
 
+// Observer hears how long each answered request took, by endpoint
+// ("claim", "release", "queue/submit", ...) and HTTP status: the agent's
+// metrics time the front door with it. It is called on the request's
+// goroutine once the answer is written, and must not block. The watch
+// stream, which lasts as long as its reader wants, is not timed.
+type Observer interface {
+	ObserveRequest(endpoint string, code int, d time.Duration)
+}
+
 // Server serves the local API for one service.
 type Server struct {
 	svc    *core.Service
 	path   string
 	limits Limits
+	obs    Observer
 	log    *slog.Logger
 
 	ln   *capListener
@@ -79,8 +89,8 @@ type Server struct {
 // process's own (root's, for the system agent) and not writable by anyone
 // else, so no user can swap the socket. The socket is mode 0666: anyone may
 // connect, the kernel says who they are. A socket another agent answers on
-// is never taken over.
-func Listen(path string, svc *core.Service, limits Limits, log *slog.Logger) (*Server, error) {
+// is never taken over. obs, when not nil, hears every request's duration.
+func Listen(path string, svc *core.Service, limits Limits, obs Observer, log *slog.Logger) (*Server, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
@@ -117,7 +127,7 @@ func Listen(path string, svc *core.Service, limits Limits, log *slog.Logger) (*S
 		ul.Close()
 		return nil, fmt.Errorf("chmod %s: %w", path, err)
 	}
-	s := &Server{svc: svc, path: path, limits: limits.withDefaults(), log: log, done: make(chan struct{})}
+	s := &Server{svc: svc, path: path, limits: limits.withDefaults(), obs: obs, log: log, done: make(chan struct{})}
 	s.ln = &capListener{Listener: ul, perUID: s.limits.PerUID, open: map[int]int{}, log: log}
 	s.http = &http.Server{
 		Handler:           s.Routes(),
@@ -195,28 +205,59 @@ func Handler(svc *core.Service) http.Handler {
 // Routes is the API's handler.
 func (s *Server) Routes() http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET /v1/board", get(s, (*core.Bound).Board))
-	mux.HandleFunc("GET /v1/status", get(s, (*core.Bound).Status))
-	mux.HandleFunc("GET /v1/queue", get(s, (*core.Bound).Queue))
+	handle := func(method, endpoint string, h http.HandlerFunc) {
+		mux.HandleFunc(method+" /v1/"+endpoint, s.timed(endpoint, h))
+	}
+	handle("GET", "board", get(s, (*core.Bound).Board))
+	handle("GET", "status", get(s, (*core.Bound).Status))
+	handle("GET", "queue", get(s, (*core.Bound).Queue))
 	mux.HandleFunc("GET /v1/watch", s.handleWatch)
-	mux.HandleFunc("POST /v1/claim", post(s, (*core.Bound).Claim))
-	mux.HandleFunc("POST /v1/release", post(s, (*core.Bound).Release))
-	mux.HandleFunc("POST /v1/extend", post(s, (*core.Bound).Extend))
-	mux.HandleFunc("POST /v1/adopt", post(s, (*core.Bound).Adopt))
-	mux.HandleFunc("POST /v1/queue/submit", post(s, (*core.Bound).Submit))
-	mux.HandleFunc("POST /v1/queue/cancel", post(s, func(b *core.Bound, ctx context.Context, r idRequest) (struct{}, error) {
+	handle("POST", "claim", post(s, (*core.Bound).Claim))
+	handle("POST", "release", post(s, (*core.Bound).Release))
+	handle("POST", "extend", post(s, (*core.Bound).Extend))
+	handle("POST", "adopt", post(s, (*core.Bound).Adopt))
+	handle("POST", "queue/submit", post(s, (*core.Bound).Submit))
+	handle("POST", "queue/cancel", post(s, func(b *core.Bound, ctx context.Context, r idRequest) (struct{}, error) {
 		return struct{}{}, b.Cancel(ctx, r.ID)
 	}))
-	mux.HandleFunc("POST /v1/attach", post(s, func(b *core.Bound, ctx context.Context, r idRequest) (api.AttachResponse, error) {
+	handle("POST", "attach", post(s, func(b *core.Bound, ctx context.Context, r idRequest) (api.AttachResponse, error) {
 		return b.Attach(ctx, r.ID)
 	}))
-	mux.HandleFunc("POST /v1/usage", post(s, func(b *core.Bound, ctx context.Context, r struct {
+	handle("POST", "usage", post(s, func(b *core.Bound, ctx context.Context, r struct {
 		Window string `json:"window"`
 	}) (api.UsageReport, error) {
 		return b.Usage(ctx, r.Window)
 	}))
 	return mux
 }
+
+// timed reports h's duration and status to the observer, if there is one.
+func (s *Server) timed(endpoint string, h http.HandlerFunc) http.HandlerFunc {
+	if s.obs == nil {
+		return h
+	}
+	return func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		rec := &statusRecorder{ResponseWriter: w, code: http.StatusOK}
+		h(rec, r)
+		s.obs.ObserveRequest(endpoint, rec.code, time.Since(start))
+	}
+}
+
+// statusRecorder remembers the status a handler wrote.
+type statusRecorder struct {
+	http.ResponseWriter
+	code int
+}
+
+func (r *statusRecorder) WriteHeader(code int) {
+	r.code = code
+	r.ResponseWriter.WriteHeader(code)
+}
+
+// Unwrap lets http.ResponseController reach the connection (write
+// deadlines).
+func (r *statusRecorder) Unwrap() http.ResponseWriter { return r.ResponseWriter }
 
 // WithCaller is a request as if uid had connected: for tests and fuzzing
 // of Routes without a socket.

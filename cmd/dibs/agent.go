@@ -38,9 +38,10 @@ type agentFlags struct {
 	sshListen     string
 	sshUsers      string
 	logFormat     string
+	metricsListen string
 }
 
-func (c *cli) agentCmd() *cobra.Command {
+func agentCmd(c *cli) *cobra.Command {
 	var f agentFlags
 	cmd := &cobra.Command{
 		Use:   "agent",
@@ -84,6 +85,7 @@ Without GPUs, try it on simulated ones:
 	fl.StringVar(&f.sim, "sim", "", "simulate GPUs instead of probing, e.g. 8xH100-80GB or 4xRTX-PRO-6000,2xL40S")
 	fl.StringVar(&f.simLoad, "sim-load", "", "JSON file of simulated load, re-read at every probe")
 	fl.StringVar(&f.logFormat, "log-format", "text", "log lines as text (without timestamps under systemd, which adds its own) or json")
+	fl.StringVar(&f.metricsListen, "metrics-listen", "", "serve Prometheus metrics at http://`HOST:PORT`/metrics, e.g. 127.0.0.1:9477 (default: off; they name who holds each GPU)")
 	c.clusterFlags(cmd, &f)
 	return cmd
 }
@@ -181,6 +183,11 @@ func (c *cli) agentConfig(cmd *cobra.Command, f agentFlags) (agent.Config, agent
 	if err := lease.ValidNodeName(cfg.NodeName); err != nil {
 		return cfg, agent.Deps{}, fmt.Errorf("%w: set --node-name", err)
 	}
+	if cfg.MetricsListen = pick("metrics-listen", f.metricsListen, fc.Metrics.Listen, ""); cfg.MetricsListen != "" {
+		if err := config.CheckListen(cfg.MetricsListen); err != nil {
+			return cfg, agent.Deps{}, fmt.Errorf("--metrics-listen: %w", err)
+		}
+	}
 	if err := c.applyClusterFlags(cmd, f, fc, &cfg); err != nil {
 		return cfg, agent.Deps{}, err
 	}
@@ -201,7 +208,7 @@ func (c *cli) agentConfig(cmd *cobra.Command, f agentFlags) (agent.Config, agent
 	return cfg, agent.Deps{Probe: prober, Sessions: sessions}, nil
 }
 
-func (c *cli) configCmd() *cobra.Command {
+func configCmd(c *cli) *cobra.Command {
 	cmd := &cobra.Command{Use: "config", Short: "Work with the agent's config file"}
 	cmd.AddCommand(&cobra.Command{
 		Use:   "check [FILE]",

@@ -45,10 +45,12 @@ func printJSON(w io.Writer, v any) error {
 	return err
 }
 
-// claimFlags are shared by claim and run.
+// claimFlags are shared by claim and run. As in SLURM (`srun --gpus 2`),
+// -g/--gpus is a count; particular GPUs are named with --ids, as
+// `nvidia-smi -i` names them.
 type claimFlags struct {
 	count int
-	gpus  string
+	ids   string
 	dur   string
 	note  string
 	kind  string
@@ -57,34 +59,53 @@ type claimFlags struct {
 	json  bool
 }
 
-func (f *claimFlags) add(cmd *cobra.Command) {
+func (f *claimFlags) add(c *cli, cmd *cobra.Command) {
 	fl := cmd.Flags()
-	fl.IntVarP(&f.count, "count", "g", 0, "how many GPUs; dibs picks free ones that sit close together")
-	fl.StringVar(&f.gpus, "gpus", "", "exactly these GPU indices, e.g. 0,2 (as nvidia-smi numbers them)")
+	fl.IntVarP(&f.count, "gpus", "g", 0, "how many GPUs (as in srun --gpus); dibs picks free ones that sit close together")
+	// --count was the count before -g/--gpus took its SLURM meaning; old
+	// scripts keep working, with a warning.
+	fl.IntVar(&f.count, "count", 0, "how many GPUs")
+	fl.MarkHidden("count")
+	fl.MarkDeprecated("count", "use -g/--gpus N")
+	fl.StringVar(&f.ids, "ids", "", "exactly these GPU `IDS`, e.g. 0,2 (as nvidia-smi -i numbers them)")
 	fl.StringVar(&f.dur, "for", "", "time limit, e.g. 90m, 4h, 2d (default 4h interactive, 24h batch)")
 	fl.StringVar(&f.note, "note", "", "what it is for; shown on the board")
 	fl.StringVar(&f.kind, "kind", "interactive", "interactive or batch")
 	fl.StringVar(&f.node, "node", "", "claim on this node (default: this node alone, or the best node in a cluster)")
 	fl.BoolVar(&f.force, "force", false, "claim named GPUs even though someone's unleased process runs there")
 	fl.BoolVar(&f.json, "json", false, "print JSON")
+	cmd.RegisterFlagCompletionFunc("kind", cobra.FixedCompletions([]string{"interactive\ta person at a shell (default limit 4h)", "batch\ta run nobody watches (default limit 24h)"}, cobra.ShellCompDirectiveNoFileComp))
+	cmd.RegisterFlagCompletionFunc("node", c.completeNodes)
+	cmd.RegisterFlagCompletionFunc("gpus", cobra.NoFileCompletions)
+	cmd.RegisterFlagCompletionFunc("ids", cobra.NoFileCompletions)
+	cmd.SetFlagErrorFunc(gpusFlagError)
+}
+
+// gpusFlagError explains the one flag error people who used -g/--gpus
+// for indices (before it took srun's meaning, a count) will meet.
+func gpusFlagError(cmd *cobra.Command, err error) error {
+	if strings.Contains(err.Error(), `"-g, --gpus"`) || strings.Contains(err.Error(), `"--gpus"`) {
+		return fmt.Errorf("-g/--gpus takes a count, as in srun --gpus 2; name particular GPUs with --ids 0,2")
+	}
+	return err
 }
 
 func (f *claimFlags) request() (api.ClaimRequest, error) { return f.build(true) }
 
-// build makes the request; needCount says -g or --gpus must be given.
+// build makes the request; needCount says -g or --ids must be given.
 func (f *claimFlags) build(needCount bool) (api.ClaimRequest, error) {
 	req := api.ClaimRequest{Node: f.node, Count: f.count, Duration: f.dur, Note: f.note, Kind: f.kind, Force: f.force}
-	if f.gpus != "" {
-		for _, s := range strings.Split(f.gpus, ",") {
+	if f.ids != "" {
+		for _, s := range strings.Split(f.ids, ",") {
 			n, err := strconv.Atoi(strings.TrimSpace(s))
 			if err != nil || n < 0 {
-				return req, fmt.Errorf("--gpus %q: give GPU indices like 0,2", f.gpus)
+				return req, fmt.Errorf("--ids %q: give GPU indices like 0,2 (-g/--gpus takes a count)", f.ids)
 			}
 			req.GPUs = append(req.GPUs, n)
 		}
 	}
 	if needCount && f.count == 0 && len(req.GPUs) == 0 {
-		return req, errors.New("say how many GPUs (-g 2) or which (--gpus 0,2)")
+		return req, errors.New("say how many GPUs (-g 2) or which (--ids 0,2)")
 	}
 	if f.count < 0 {
 		return req, fmt.Errorf("-g %d: ask for at least one GPU", f.count)
@@ -113,14 +134,15 @@ func plural(n int) string {
 	return "s"
 }
 
-func (c *cli) claimCmd() *cobra.Command {
+func claimCmd(c *cli) *cobra.Command {
 	var f claimFlags
 	var q queueFlags
 	cmd := &cobra.Command{
-		Use:   "claim",
-		Short: "Claim GPUs (an advisory lease with a time limit)",
+		Use:               "claim",
+		ValidArgsFunction: cobra.NoFileCompletions,
+		Short:             "Claim GPUs (an advisory lease with a time limit)",
 		Example: `  dibs claim -g 2 --for 3h --note "ablation sweep"
-  dibs claim --gpus 4,5 --kind batch`,
+  dibs claim --ids 4,5 --kind batch`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			req, err := f.request()
@@ -152,12 +174,12 @@ func (c *cli) claimCmd() *cobra.Command {
 			return nil
 		},
 	}
-	f.add(cmd)
+	f.add(c, cmd)
 	q.add(cmd, false)
 	return cmd
 }
 
-func (c *cli) runCmd() *cobra.Command {
+func runCmd(c *cli) *cobra.Command {
 	var f claimFlags
 	var q queueFlags
 	var name, dir string
@@ -193,11 +215,7 @@ func (c *cli) runCmd() *cobra.Command {
 				if err != nil {
 					return err
 				}
-				if f.json {
-					return printJSON(c.stdout, s)
-				}
-				fmt.Fprintf(c.stdout, "queued %s: position %d of %d; it starts on its own when its turn comes (`dibs queue` shows it, `dibs cancel %s` withdraws)\n", safe(s.ID), s.Position, s.Waiting, safe(s.ID))
-				return nil
+				return c.reportSubmitted(cl, s, f.json)
 			}
 			r, err := cl.Claim(ctx, req)
 			if err != nil {
@@ -217,7 +235,7 @@ func (c *cli) runCmd() *cobra.Command {
 			return nil
 		},
 	}
-	f.add(cmd)
+	f.add(c, cmd)
 	cmd.Flags().StringVar(&name, "name", "", "tmux session name (default dibs-<lease id>)")
 	cmd.Flags().StringVar(&dir, "dir", "", "working directory (default: the current one)")
 	cmd.Flags().BoolVar(&attach, "attach", false, "attach to the session once it starts")
@@ -225,11 +243,12 @@ func (c *cli) runCmd() *cobra.Command {
 	return cmd
 }
 
-func (c *cli) releaseCmd() *cobra.Command {
+func releaseCmd(c *cli) *cobra.Command {
 	var all, asJSON bool
 	cmd := &cobra.Command{
-		Use:   "release LEASE... | --all",
-		Short: "End leases (and their sessions)",
+		Use:               "release LEASE... | --all",
+		Short:             "End leases (and their sessions)",
+		ValidArgsFunction: c.completeMyLeases(false, 0),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if !all && len(args) == 0 {
 				return errors.New("name the leases to release (`dibs ls` shows ids), or use --all")
@@ -260,13 +279,14 @@ func (c *cli) releaseCmd() *cobra.Command {
 	return cmd
 }
 
-func (c *cli) extendCmd() *cobra.Command {
+func extendCmd(c *cli) *cobra.Command {
 	var dur string
 	var asJSON bool
 	cmd := &cobra.Command{
-		Use:   "extend LEASE --for DUR",
-		Short: "Move a lease's end later",
-		Args:  cobra.ExactArgs(1),
+		Use:               "extend LEASE --for DUR",
+		Short:             "Move a lease's end later",
+		Args:              cobra.ExactArgs(1),
+		ValidArgsFunction: c.completeMyLeases(false, 1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if dur == "" {
 				return errors.New("say by how much: --for 2h")
@@ -292,7 +312,7 @@ func (c *cli) extendCmd() *cobra.Command {
 	return cmd
 }
 
-func (c *cli) adoptCmd() *cobra.Command {
+func adoptCmd(c *cli) *cobra.Command {
 	var dur, note string
 	var asJSON bool
 	cmd := &cobra.Command{
@@ -328,11 +348,12 @@ func (c *cli) adoptCmd() *cobra.Command {
 	return cmd
 }
 
-func (c *cli) attachCmd() *cobra.Command {
+func attachCmd(c *cli) *cobra.Command {
 	return &cobra.Command{
-		Use:   "attach [LEASE]",
-		Short: "Attach to a lease's tmux session (your newest one by default)",
-		Args:  cobra.MaximumNArgs(1),
+		Use:               "attach [LEASE]",
+		Short:             "Attach to a lease's tmux session (your newest one by default)",
+		Args:              cobra.MaximumNArgs(1),
+		ValidArgsFunction: c.completeMyLeases(true, 1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			id := ""
 			if len(args) == 1 {
@@ -377,12 +398,13 @@ func without(env []string, key string) []string {
 	return out
 }
 
-func (c *cli) statusCmd() *cobra.Command {
+func statusCmd(c *cli) *cobra.Command {
 	var asJSON bool
 	cmd := &cobra.Command{
-		Use:   "status",
-		Short: "Show this agent's view of the cluster: members, versions, gossip counters",
-		Args:  cobra.NoArgs,
+		Use:               "status",
+		ValidArgsFunction: cobra.NoFileCompletions,
+		Short:             "Show this agent's view of the cluster: members, versions, gossip counters",
+		Args:              cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, cancel := reqCtx()
 			defer cancel()
@@ -408,13 +430,19 @@ func printStatus(w io.Writer, s api.Status) {
 		fmt.Fprintln(w, "single node (not in a cluster)")
 		return
 	}
-	fmt.Fprintf(w, "\n%-16s %-21s %-8s %8s %10s\n", "MEMBER", "ADDRESS", "STATE", "VERSION", "TELEMETRY")
+	fmt.Fprintf(w, "\n%-16s %-21s %-8s %8s %10s\n", "MEMBER", "ADDRESS", "STATE", "VERSION", "LAST HEARD")
 	for _, m := range s.Members {
-		age := "-"
-		if m.TelemetryAge > 0 {
-			age = lease.FormatDuration(m.TelemetryAge) + " old"
+		// How long ago this agent heard from the member, not how old its GPU
+		// numbers are: a node sends those only when they change, so on a
+		// quiet node their age grows for a minute while all is well.
+		heard := "never"
+		switch {
+		case m.Name == s.Node:
+			heard = "-"
+		case m.SinceHeard > 0:
+			heard = lease.FormatDuration(m.SinceHeard) + " ago"
 		}
-		fmt.Fprintf(w, "%-16s %-21s %-8s %8d %10s\n", safe(m.Name), safe(m.Addr), safe(m.State), m.StateVersion, age)
+		fmt.Fprintf(w, "%-16s %-21s %-8s %8d %10s\n", safe(m.Name), safe(m.Addr), safe(m.State), m.StateVersion, heard)
 	}
 	g := s.Gossip
 	fmt.Fprintf(w, "\ngossip: %d msgs in (%s), %d out (%s), %d dropped, %d decrypt failures, %d remote requests (%d failed)\n",

@@ -21,7 +21,7 @@ func (c *cli) clusterFlags(cmd *cobra.Command, f *agentFlags) {
 	fl.StringVar(&f.advertise, "advertise", "", "address other agents reach this one at, HOST:PORT")
 	fl.StringSliceVar(&f.join, "join", nil, "peers to join, HOST:PORT[,...] (retried until they are up)")
 	fl.StringVar(&f.clusterName, "cluster-name", "", "the cluster's name; agents of another cluster are ignored (default dibs)")
-	fl.StringVar(&f.keyFile, "cluster-key-file", "", "file holding the cluster key (make one with `dibs keygen FILE`)")
+	fl.StringVar(&f.keyFile, "cluster-key-file", "", "`FILE` holding the cluster key (make one with: dibs keygen FILE)")
 	fl.BoolVar(&f.insecure, "insecure", false, "gossip without encryption (experiments only)")
 	fl.StringVar(&f.sshListen, "ssh-listen", "", "serve the board over SSH on HOST:PORT, e.g. :2222")
 	fl.StringVar(&f.sshUsers, "ssh-users-file", "", "USER KEYTYPE KEY lines to use instead of each user's ~/.ssh/authorized_keys")
@@ -102,7 +102,7 @@ func loopbackOnly(host string) bool {
 	return host == "localhost" || (ip != nil && ip.IsLoopback())
 }
 
-func (c *cli) keygenCmd() *cobra.Command {
+func keygenCmd(c *cli) *cobra.Command {
 	var force bool
 	cmd := &cobra.Command{
 		Use:   "keygen FILE",

@@ -21,7 +21,7 @@ func TestGenDocs(t *testing.T) {
 	dir := t.TempDir()
 	c := &cli{stdout: io.Discard, stderr: io.Discard}
 	when := time.Date(2026, 3, 10, 16, 0, 0, 0, time.UTC)
-	if err := genDocs(c.rootCmd(), dir, "9.8.7", when); err != nil {
+	if err := genDocs(rootCmd(c), dir, "9.8.7", when); err != nil {
 		t.Fatal(err)
 	}
 	page := func(name string) string {

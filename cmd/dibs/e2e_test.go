@@ -234,7 +234,7 @@ func TestCLIBadInputIsOneLineAndNonZero(t *testing.T) {
 		{"over max", []string{"claim", "-g", "1", "--kind", "batch", "--for", "60d"}, "maximum"},
 		{"unknown lease", []string{"release", "node01-77"}, "no lease node01-77"},
 		{"not a lease id", []string{"extend", "banana", "--for", "1h"}, "not a lease id"},
-		{"no gpu", []string{"claim", "--gpus", "5"}, "no GPU 5"},
+		{"no gpu", []string{"claim", "--ids", "5"}, "no GPU 5"},
 		{"config bad value", []string{"config", "check", bad}, bad + ":4: leases.max_batch"},
 		{"config unknown key", []string{"config", "check", unknown}, unknown + ":2: unknown key \"probe_intervall\""},
 		{"no agent", []string{"--socket", filepath.Join(dir, "none.sock"), "ls"}, "no dibs agent at"},

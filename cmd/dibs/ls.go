@@ -13,12 +13,13 @@ import (
 	"github.com/dibs-gpu/dibs/lease"
 )
 
-func (c *cli) lsCmd() *cobra.Command {
+func lsCmd(c *cli) *cobra.Command {
 	var asJSON bool
 	cmd := &cobra.Command{
-		Use:   "ls",
-		Short: "List every GPU: who holds it, for how long, what runs on it",
-		Args:  cobra.NoArgs,
+		Use:               "ls",
+		ValidArgsFunction: cobra.NoFileCompletions,
+		Short:             "List every GPU: who holds it, for how long, what runs on it",
+		Args:              cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, cancel := reqCtx()
 			defer cancel()
@@ -55,10 +56,7 @@ func printBoard(w io.Writer, b api.Board, now time.Time) {
 			holder, left := "-", ""
 			if l := g.Lease; l != nil {
 				holder = l.User
-				left = lease.FormatDuration(l.ExpiresAt.Sub(now))
-				if !l.ExpiresAt.After(now) {
-					left = "over"
-				}
+				left = timeLeft(*l, now)
 				if !seen[l.ID] {
 					seen[l.ID] = true
 					leases = append(leases, *l)
@@ -90,16 +88,22 @@ func printBoard(w io.Writer, b api.Board, now time.Time) {
 	}
 	fmt.Fprintf(w, "\n%-12s %-10s %-16s %-6s %-14s %s\n", "LEASE", "USER", "GPUS", "LEFT", "SESSION", "NOTE")
 	for _, l := range leases {
-		left := lease.FormatDuration(l.ExpiresAt.Sub(now))
-		if !l.ExpiresAt.After(now) {
-			left = "over"
-		}
+		left := timeLeft(l, now)
 		sess := l.Session
 		if sess == "" {
 			sess = "-"
 		}
 		fmt.Fprintf(w, "%-12s %-10s %-16s %-6s %-14s %s\n", clip(l.ID, 12), clip(l.User, 10), clip(l.Node+":"+l.CUDAVisibleDevices(), 16), left, clip(sess, 14), clip(l.Note, 16))
 	}
+}
+
+// timeLeft is a lease's time left as every table shows it: "2h13m", or
+// "over" once its end has passed (it lingers while the end action acts).
+func timeLeft(l lease.Lease, now time.Time) string {
+	if !l.ExpiresAt.After(now) {
+		return "over"
+	}
+	return lease.FormatDuration(l.ExpiresAt.Sub(now))
 }
 
 // lsModel shortens a model name to what tells GPUs apart on a board.
@@ -129,12 +133,13 @@ func pct(p *int) string {
 	return strconv.Itoa(*p) + "%"
 }
 
-func (c *cli) whoCmd() *cobra.Command {
+func whoCmd(c *cli) *cobra.Command {
 	var asJSON bool
 	cmd := &cobra.Command{
-		Use:   "who [USER|NODE:GPU|GPU]",
-		Short: "Who holds what: every lease, one user's, or one GPU's",
-		Args:  cobra.MaximumNArgs(1),
+		Use:               "who [USER|NODE:GPU|GPU]",
+		Short:             "Who holds what: every lease, one user's, or one GPU's",
+		Args:              cobra.MaximumNArgs(1),
+		ValidArgsFunction: c.completeWho,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx, cancel := reqCtx()
 			defer cancel()
@@ -173,7 +178,7 @@ func printWho(w io.Writer, rows []lease.Lease, now time.Time) {
 	}
 	fmt.Fprintf(w, "%-10s %-14s %-14s %-7s %s\n", "USER", "LEASE", "GPUS", "LEFT", "NOTE")
 	for _, l := range rows {
-		fmt.Fprintf(w, "%-10s %-14s %-14s %-7s %s\n", clip(l.User, 10), l.ID, clip(l.Node+":"+l.CUDAVisibleDevices(), 14), lease.FormatDuration(l.ExpiresAt.Sub(now)), clip(l.Note, 30))
+		fmt.Fprintf(w, "%-10s %-14s %-14s %-7s %s\n", clip(l.User, 10), l.ID, clip(l.Node+":"+l.CUDAVisibleDevices(), 14), timeLeft(l, now), clip(l.Note, 30))
 	}
 }
 

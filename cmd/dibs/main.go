@@ -25,7 +25,7 @@ type cli struct {
 
 func main() {
 	c := &cli{stdout: os.Stdout, stderr: os.Stderr}
-	root := c.rootCmd()
+	root := rootCmd(c)
 	if err := root.Execute(); err != nil {
 		var ee *exitError
 		if errors.As(err, &ee) {
@@ -59,7 +59,7 @@ type exitError struct {
 
 func (e *exitError) Error() string { return e.msg }
 
-func (c *cli) rootCmd() *cobra.Command {
+func rootCmd(c *cli) *cobra.Command {
 	root := &cobra.Command{
 		Use:           "dibs",
 		Short:         "Share GPUs without a scheduler and without Slack pings",
@@ -69,9 +69,9 @@ func (c *cli) rootCmd() *cobra.Command {
 		Version: buildInfo().release(),
 	}
 	root.PersistentFlags().StringVar(&c.socket, "socket", "", "agent socket (default: $DIBS_SOCKET, then /run/dibs/dibs.sock, else your own agent's: $XDG_RUNTIME_DIR/dibs.sock, /run/user/UID/dibs.sock or ~/.local/state/dibs/dibs.sock); it must lie in a directory only root or you can write, and be served by root or you")
-	root.AddCommand(c.probeCmd(), c.agentCmd(), c.configCmd(), c.lsCmd(), c.claimCmd(), c.runCmd(),
-		c.releaseCmd(), c.extendCmd(), c.adoptCmd(), c.attachCmd(), c.whoCmd(), c.statusCmd(), c.keygenCmd(),
-		c.tuiCmd(), c.demoCmd(), c.queueCmd(), c.cancelCmd(), c.usageCmd(), c.versionCmd())
+	root.AddCommand(probeCmd(c), agentCmd(c), configCmd(c), lsCmd(c), claimCmd(c), runCmd(c),
+		releaseCmd(c), extendCmd(c), adoptCmd(c), attachCmd(c), whoCmd(c), statusCmd(c), keygenCmd(c),
+		tuiCmd(c), demoCmd(c), queueCmd(c), cancelCmd(c), usageCmd(c), versionCmd(c))
 	root.AddCommand(c.extraCmds()...)
 	// `dibs` alone on a terminal opens the board; elsewhere it prints help.
 	root.RunE = func(cmd *cobra.Command, args []string) error {
@@ -81,7 +81,7 @@ func (c *cli) rootCmd() *cobra.Command {
 		if !isTerminal() {
 			return cmd.Help()
 		}
-		return c.tuiCmd().RunE(cmd, nil)
+		return tuiCmd(c).RunE(cmd, nil)
 	}
 	root.Args = cobra.ArbitraryArgs
 	return root

@@ -19,7 +19,7 @@ import (
 // probeCmd is `dibs probe`: one look at this node's GPUs without an agent,
 // the way nvidia-smi is used today, and the quickest check that dibs sees
 // the hardware.
-func (c *cli) probeCmd() *cobra.Command {
+func probeCmd(c *cli) *cobra.Command {
 	var (
 		jsonOut bool
 		simSpec string

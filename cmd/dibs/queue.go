@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"os/signal"
 	"strings"
@@ -60,17 +61,190 @@ func (q *queueFlags) request(req api.ClaimRequest) (api.SubmitRequest, error) {
 	return s, nil
 }
 
+// startWait is how long a just-submitted request that the queue says
+// starts now is followed before it is reported as waiting after all: a
+// scheduling pass and the start take milliseconds, a start on a slow peer
+// up to a few hundred.
+const startWait = 3 * time.Second
+
+// entryLeases are the granted leases (not gang reservations) started for
+// queue entry id, in board order.
+func entryLeases(b api.Board, id string) []lease.Lease {
+	var out []lease.Lease
+	seen := map[string]bool{}
+	for _, n := range b.Nodes {
+		for _, g := range n.GPUs {
+			if l := g.Lease; l != nil && !seen[l.ID] && strings.HasPrefix(l.Entry, id+"#") && l.ReservedUntil.IsZero() {
+				seen[l.ID] = true
+				out = append(out, *l)
+			}
+		}
+	}
+	return out
+}
+
+func grantOf(l lease.Lease) api.ClaimResponse {
+	return api.ClaimResponse{ID: l.ID, Node: l.Node, GPUs: l.GPUs, CUDAVisibleDevices: l.CUDAVisibleDevices(), Token: l.Token, Kind: string(l.Kind), ExpiresAt: l.ExpiresAt, Session: l.Session}
+}
+
+// queueEntry finds id in the queue; nil when it is not there.
+func queueEntry(q api.Queue, id string) *api.QueuedEntry {
+	for i := range q.Entries {
+		if q.Entries[i].ID == id {
+			return &q.Entries[i]
+		}
+	}
+	return nil
+}
+
+// waitingCount is how many requests wait (running ones aside).
+func waitingCount(q api.Queue) int {
+	n := 0
+	for _, e := range q.Entries {
+		if !e.Running {
+			n++
+		}
+	}
+	return n
+}
+
+// submitOutcome is what became of a request right after it was queued.
+type submitOutcome struct {
+	// started: the scheduler started it at once, on leases (empty when
+	// it has already ended).
+	started bool
+	leases  []lease.Lease
+	// failed says why it could not start, when it failed at once.
+	failed string
+	// entry is where it waits, when it does.
+	entry *api.QueuedEntry
+	total int
+}
+
+// followSubmitted watches a just-queued request until it is clear whether
+// it started at once or waits: the queue's own plan says which (an entry
+// that waits says why), and a start shows on the board within
+// milliseconds. After startWait it is reported as waiting.
+func followSubmitted(cl *api.Client, sub api.Submitted) submitOutcome {
+	ctx, cancel := context.WithTimeout(context.Background(), startWait)
+	defer cancel()
+	out := submitOutcome{entry: &api.QueuedEntry{ID: sub.ID, Position: sub.Position}, total: sub.Waiting}
+	boards, _ := cl.Watch(ctx)
+	var gone <-chan time.Time
+	for {
+		var b api.Board
+		select {
+		case <-gone:
+			// It left the queue and no failure was told: it ran and
+			// has already ended.
+			return submitOutcome{started: true}
+		case x, ok := <-boards:
+			if !ok {
+				if gone != nil {
+					return submitOutcome{started: true}
+				}
+				return out
+			}
+			b = x
+		}
+		q, err := cl.Queue(ctx)
+		if err != nil {
+			return out
+		}
+		e, ls := queueEntry(q, sub.ID), entryLeases(b, sub.ID)
+		switch {
+		case e == nil:
+			// Gone from the queue this soon: it failed to start, or ran
+			// and has already ended. The origin tells a failure on the
+			// board just after it drops the entry: wait a moment for it.
+			for _, n := range b.Notices {
+				if _, text, _ := strings.Cut(n, " "); strings.HasPrefix(text, sub.ID+" failed") {
+					return submitOutcome{failed: text}
+				}
+			}
+			if gone == nil {
+				gone = time.After(500 * time.Millisecond)
+			}
+		case e.Running && len(ls) > 0:
+			return submitOutcome{started: true, leases: ls}
+		case e.Running:
+			// The board came before the start, the queue after: the
+			// next board shows the leases.
+		case e.Waiting != "" && e.Waiting != lease.WaitingStarting:
+			return submitOutcome{entry: e, total: waitingCount(q)}
+		default:
+			out.entry, out.total = e, waitingCount(q)
+		}
+	}
+}
+
+// reportSubmitted says what became of a queued run: started at once (with
+// its leases and sessions), or its place in the queue, like sbatch.
+func (c *cli) reportSubmitted(cl *api.Client, sub api.Submitted, asJSON bool) error {
+	o := followSubmitted(cl, sub)
+	if o.failed != "" {
+		return errors.New(o.failed)
+	}
+	if asJSON {
+		r := struct {
+			api.Submitted
+			Started bool                `json:"started"`
+			Leases  []api.ClaimResponse `json:"leases,omitempty"`
+		}{Submitted: sub, Started: o.started}
+		r.Position, r.Waiting = 0, 0
+		if !o.started {
+			r.Position, r.Waiting = o.entry.Position, o.total
+		}
+		for _, l := range o.leases {
+			r.Leases = append(r.Leases, grantOf(l))
+		}
+		return printJSON(c.stdout, r)
+	}
+	id := safe(sub.ID)
+	switch {
+	case o.started && len(o.leases) == 0:
+		fmt.Fprintf(c.stdout, "started %s at once; it has already ended\n", id)
+	case o.started:
+		fmt.Fprintf(c.stdout, "started %s at once (it did not have to wait)\n", id)
+		for _, l := range o.leases {
+			c.printGrant(grantOf(l))
+			if l.Session != "" {
+				fmt.Fprintf(c.stdout, "session %s started on %s: `dibs attach %s` to see it\n", safe(l.Session), safe(l.Node), safe(l.ID))
+			}
+		}
+	default:
+		fmt.Fprintf(c.stdout, "queued %s: position %d of %d; it starts on its own when its turn comes (`dibs queue` shows it, `dibs cancel %s` withdraws)\n", id, o.entry.Position, o.total, id)
+	}
+	return nil
+}
+
 // waitGranted follows the board until a lease for the entry exists, printing
-// the position while it waits; Ctrl-C withdraws the request.
+// the position while it waits; Ctrl-C withdraws the request. A request
+// that starts at once prints only its grant.
 func (c *cli) waitGranted(cl *api.Client, sub api.Submitted, asJSON bool) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	id := sub.ID
-	fmt.Fprintf(c.stderr, "\r%s waiting: position %d of %d (Ctrl-C withdraws)   ", safe(id), sub.Position, sub.Waiting)
-	lastPos := sub.Position
+	// Nothing is said until the queue says the request waits (or startWait
+	// passes without a grant): one that starts at once never "waits".
+	lastPos := 0
+	say := func(pos, total int, est time.Time) {
+		lastPos = pos
+		s := ""
+		if !est.IsZero() {
+			s = ", expected to start " + est.Local().Format("Mon 15:04")
+		}
+		fmt.Fprintf(c.stderr, "\r%s waiting: position %d of %d%s (Ctrl-C withdraws)   ", safe(id), pos, total, s)
+	}
+	quiet := time.NewTimer(startWait)
+	defer quiet.Stop()
 	boards, errf := cl.Watch(ctx)
 	for {
 		select {
+		case <-quiet.C:
+			if lastPos == 0 {
+				say(sub.Position, sub.Waiting, time.Time{})
+			}
 		case <-ctx.Done():
 			cctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()
@@ -87,44 +261,34 @@ func (c *cli) waitGranted(cl *api.Client, sub api.Submitted, asJSON bool) error 
 				}
 				return fmt.Errorf("waiting for %s: %w", id, errf())
 			}
-			for _, n := range b.Nodes {
-				for _, g := range n.GPUs {
-					if l := g.Lease; l != nil && strings.HasPrefix(l.Entry, id+"#") && l.ReservedUntil.IsZero() {
-						r := api.ClaimResponse{ID: l.ID, Node: l.Node, GPUs: l.GPUs, CUDAVisibleDevices: l.CUDAVisibleDevices(), Token: l.Token, Kind: string(l.Kind), ExpiresAt: l.ExpiresAt, Session: l.Session}
-						if asJSON {
-							return printJSON(c.stdout, r)
-						}
-						fmt.Fprintln(c.stderr)
-						c.printGrant(r)
-						return nil
-					}
+			if ls := entryLeases(b, id); len(ls) > 0 {
+				r := grantOf(ls[0])
+				if asJSON {
+					return printJSON(c.stdout, r)
 				}
+				if lastPos > 0 {
+					fmt.Fprintln(c.stderr)
+				}
+				c.printGrant(r)
+				return nil
 			}
 			qctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 			q, err := cl.Queue(qctx)
 			cancel()
-			if err == nil {
-				for _, e := range q.Entries {
-					if e.ID == id && e.Position != lastPos && !e.Running {
-						lastPos = e.Position
-						est := ""
-						if !e.EstStart.IsZero() {
-							est = ", expected to start " + e.EstStart.Local().Format("Mon 15:04")
-						}
-						fmt.Fprintf(c.stderr, "\r%s waiting: position %d of %d%s (Ctrl-C withdraws)   ", safe(id), e.Position, len(q.Entries), est)
-					}
-				}
+			if e := queueEntry(q, id); err == nil && e != nil && !e.Running && e.Position != lastPos && (e.Waiting != "" && e.Waiting != lease.WaitingStarting || lastPos > 0) {
+				say(e.Position, waitingCount(q), e.EstStart)
 			}
 		}
 	}
 }
 
-func (c *cli) queueCmd() *cobra.Command {
+func queueCmd(c *cli) *cobra.Command {
 	var asJSON bool
 	cmd := &cobra.Command{
-		Use:   "queue",
-		Short: "List every waiting request in the cluster: position, user, size, priority, expected start",
-		Args:  cobra.NoArgs,
+		Use:               "queue",
+		ValidArgsFunction: cobra.NoFileCompletions,
+		Short:             "List every waiting request in the cluster: position, user, size, priority, expected start",
+		Args:              cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, cancel := reqCtx()
 			defer cancel()
@@ -132,6 +296,7 @@ func (c *cli) queueCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			q = shownQueue(q)
 			if asJSON {
 				return printJSON(c.stdout, q)
 			}
@@ -141,6 +306,23 @@ func (c *cli) queueCmd() *cobra.Command {
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	return cmd
+}
+
+// shownQueue is the queue as `dibs queue` prints it, as a table or as
+// JSON, so both say the same: priorities are whole numbers (as SLURM's
+// are; the fraction is only the age factor creeping up by the second), and
+// a running entry has no position (the table's "-") nor priority.
+func shownQueue(q api.Queue) api.Queue {
+	out := q
+	out.Entries = make([]api.QueuedEntry, len(q.Entries))
+	for i, e := range q.Entries {
+		e.Priority = math.Round(e.Priority)
+		if e.Running {
+			e.Position, e.Priority = 0, 0
+		}
+		out.Entries[i] = e
+	}
+	return out
 }
 
 // printQueue prints the queue as `dibs queue` shows it. Users, notes and
@@ -156,16 +338,16 @@ func printQueue(w io.Writer, q api.Queue, now time.Time) {
 		if e.Nodes > 1 {
 			size = fmt.Sprintf("%dx%d", e.Nodes, e.GPUsPerNode)
 		}
-		pos, start, why := fmt.Sprint(e.Position), "?", safe(e.Waiting)
+		pos, prio, start, why := fmt.Sprint(e.Position), fmt.Sprintf("%.0f", e.Priority), "?", safe(e.Waiting)
 		switch {
 		case e.Running:
-			pos, start, why = "-", "running", ""
+			pos, prio, start, why = "-", "-", "running", ""
 		case !e.EstStart.IsZero() && !e.EstStart.After(now):
 			start = "now"
 		case !e.EstStart.IsZero():
 			start = "in " + lease.FormatDuration(e.EstStart.Sub(now))
 		}
-		line := fmt.Sprintf("%-3s %-12s %-9s %-7s %-6s %8.0f %-11s", pos, clip(safe(e.ID), 12), clip(safe(e.User), 9), size, safe(e.Duration), e.Priority, start)
+		line := fmt.Sprintf("%-3s %-12s %-9s %-7s %-6s %8s %-11s", pos, clip(safe(e.ID), 12), clip(safe(e.User), 9), size, safe(e.Duration), prio, start)
 		if len([]rune(line))+1+len([]rune(why)) <= 80 {
 			fmt.Fprintf(w, "%s %s\n", line, why)
 		} else {
@@ -175,11 +357,12 @@ func printQueue(w io.Writer, q api.Queue, now time.Time) {
 	fmt.Fprintf(w, "\nscheduler: %s\n", safe(q.Scheduler))
 }
 
-func (c *cli) cancelCmd() *cobra.Command {
+func cancelCmd(c *cli) *cobra.Command {
 	return &cobra.Command{
-		Use:   "cancel ID...",
-		Short: "Withdraw queued requests",
-		Args:  cobra.MinimumNArgs(1),
+		Use:               "cancel ID...",
+		Short:             "Withdraw queued requests",
+		Args:              cobra.MinimumNArgs(1),
+		ValidArgsFunction: c.completeMyQueue,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx, cancel := reqCtx()
 			defer cancel()
@@ -194,13 +377,14 @@ func (c *cli) cancelCmd() *cobra.Command {
 	}
 }
 
-func (c *cli) usageCmd() *cobra.Command {
+func usageCmd(c *cli) *cobra.Command {
 	var asJSON bool
 	var window string
 	cmd := &cobra.Command{
-		Use:   "usage",
-		Short: "GPU-hours per user over a window, and each user's fair-share factor",
-		Args:  cobra.NoArgs,
+		Use:               "usage",
+		ValidArgsFunction: cobra.NoFileCompletions,
+		Short:             "GPU-hours per user over a window, and each user's fair-share factor",
+		Args:              cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if _, err := lease.ParseDuration(window); err != nil {
 				return fmt.Errorf("--window: %w", err)

@@ -226,7 +226,7 @@ func TestCLIEscapesAgentText(t *testing.T) {
 			[]string{"note holds U+202E RIGHT-TO-LEFT OVERRIDE", "remove it"}},
 		{"zero-width space in a note", []string{"claim", "-g", "1", "--note", "a\u200bb"},
 			[]string{"note holds U+200B ZERO WIDTH SPACE", "remove it"}},
-		{"a GPU with the hostile process", []string{"claim", "--gpus", "1"},
+		{"a GPU with the hostile process", []string{"claim", "--ids", "1"},
 			[]string{"process " + pwnedShown}},
 		{"an id with an escape sequence", []string{"release", "node01-" + pwned},
 			[]string{pwnedShown}},

@@ -18,7 +18,7 @@ import (
 	"github.com/dibs-gpu/dibs/tui"
 )
 
-func (c *cli) tuiCmd() *cobra.Command {
+func tuiCmd(c *cli) *cobra.Command {
 	return &cobra.Command{
 		Use:   "tui",
 		Short: "Open the live board (also what `dibs` with no arguments does on a terminal)",
@@ -60,7 +60,7 @@ func isTerminal() bool {
 	return true
 }
 
-func (c *cli) demoCmd() *cobra.Command {
+func demoCmd(c *cli) *cobra.Command {
 	var noTUI bool
 	var dir string
 	cmd := &cobra.Command{

@@ -108,7 +108,7 @@ func shortCommit(c string) string {
 	return c
 }
 
-func (c *cli) versionCmd() *cobra.Command {
+func versionCmd(c *cli) *cobra.Command {
 	return &cobra.Command{
 		Use:   "version",
 		Short: "Print the release, commit and build of this dibs binary",

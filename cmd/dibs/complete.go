@@ -1,0 +1,182 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/dibs-gpu/dibs/api"
+	"github.com/dibs-gpu/dibs/lease"
+)
+
+// Shell completion asks the agent what exists: the caller's leases, their
+// queued requests, the nodes and the people on the board. A completion
+// runs on every Tab, so it asks with a short deadline and, when no agent
+// answers, offers nothing and says nothing (a shell prints whatever a
+// completion writes).
+
+// completeTimeout bounds one completion's questions to the agent.
+const completeTimeout = time.Second
+
+func completeCtx() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.Background(), completeTimeout)
+}
+
+// completeBoard fetches the board for a completion; ok is false when no
+// agent answered.
+func (c *cli) completeBoard() (api.Board, bool) {
+	ctx, cancel := completeCtx()
+	defer cancel()
+	b, err := c.client().Board(ctx)
+	if err != nil {
+		return api.Board{}, false
+	}
+	return b.Escaped(), true
+}
+
+// callerLeases are the caller's leases on the board, in board order.
+func callerLeases(b api.Board) []lease.Lease {
+	var out []lease.Lease
+	seen := map[string]bool{}
+	for _, n := range b.Nodes {
+		for _, g := range n.GPUs {
+			l := g.Lease
+			if l == nil || seen[l.ID] || l.User != b.You.User || !l.ReservedUntil.IsZero() {
+				continue
+			}
+			seen[l.ID] = true
+			out = append(out, *l)
+		}
+	}
+	return out
+}
+
+// completeMyLeases completes lease ids of the caller's own leases, each
+// described as `dibs ls` would; withSession keeps only those with a tmux
+// session (attach); max is how many ids the command takes (0: any).
+func (c *cli) completeMyLeases(withSession bool, max int) cobra.CompletionFunc {
+	return func(cmd *cobra.Command, args []string, toComplete string) ([]cobra.Completion, cobra.ShellCompDirective) {
+		if max > 0 && len(args) >= max {
+			return nil, cobra.ShellCompDirectiveNoFileComp
+		}
+		b, ok := c.completeBoard()
+		if !ok {
+			return nil, cobra.ShellCompDirectiveNoFileComp
+		}
+		now := time.Now()
+		var out []cobra.Completion
+		for _, l := range callerLeases(b) {
+			if slices.Contains(args, l.ID) || !strings.HasPrefix(l.ID, toComplete) || (withSession && l.Session == "") {
+				continue
+			}
+			desc := fmt.Sprintf("GPU%s %s on %s, %s left", plural(len(l.GPUs)), l.CUDAVisibleDevices(), l.Node, timeLeft(l, now))
+			if l.Note != "" {
+				desc += ": " + l.Note
+			}
+			out = append(out, cobra.CompletionWithDesc(l.ID, desc))
+		}
+		return out, cobra.ShellCompDirectiveNoFileComp
+	}
+}
+
+// completeMyQueue completes the ids of the caller's waiting requests.
+func (c *cli) completeMyQueue(cmd *cobra.Command, args []string, toComplete string) ([]cobra.Completion, cobra.ShellCompDirective) {
+	b, ok := c.completeBoard()
+	if !ok {
+		return nil, cobra.ShellCompDirectiveNoFileComp
+	}
+	ctx, cancel := completeCtx()
+	defer cancel()
+	q, err := c.client().Queue(ctx)
+	if err != nil {
+		return nil, cobra.ShellCompDirectiveNoFileComp
+	}
+	var out []cobra.Completion
+	for _, e := range q.Entries {
+		id := safe(e.ID)
+		if e.User != b.You.User || e.Running || slices.Contains(args, id) || !strings.HasPrefix(id, toComplete) {
+			continue
+		}
+		size := strconv.Itoa(e.GPUsPerNode)
+		if e.Nodes > 1 {
+			size = fmt.Sprintf("%dx%d", e.Nodes, e.GPUsPerNode)
+		}
+		out = append(out, cobra.CompletionWithDesc(id, fmt.Sprintf("position %d, %s GPU%s for %s", e.Position, size, plural(e.GPUsPerNode*max(e.Nodes, 1)), safe(e.Duration))))
+	}
+	return out, cobra.ShellCompDirectiveNoFileComp
+}
+
+// completeNodes completes node names, with their state and free GPUs.
+func (c *cli) completeNodes(cmd *cobra.Command, args []string, toComplete string) ([]cobra.Completion, cobra.ShellCompDirective) {
+	b, ok := c.completeBoard()
+	if !ok {
+		return nil, cobra.ShellCompDirectiveNoFileComp
+	}
+	var out []cobra.Completion
+	for _, n := range b.Nodes {
+		if !strings.HasPrefix(n.Name, toComplete) {
+			continue
+		}
+		free := 0
+		for i := range n.GPUs {
+			if n.GPUs[i].Free(n.State) {
+				free++
+			}
+		}
+		out = append(out, cobra.CompletionWithDesc(n.Name, fmt.Sprintf("%s, %d of %d GPUs free", n.State, free, len(n.GPUs))))
+	}
+	return out, cobra.ShellCompDirectiveNoFileComp
+}
+
+// completeWho completes `dibs who`'s one argument: the people holding
+// leases, then NODE:GPU for every GPU.
+func (c *cli) completeWho(cmd *cobra.Command, args []string, toComplete string) ([]cobra.Completion, cobra.ShellCompDirective) {
+	if len(args) > 0 {
+		return nil, cobra.ShellCompDirectiveNoFileComp
+	}
+	b, ok := c.completeBoard()
+	if !ok {
+		return nil, cobra.ShellCompDirectiveNoFileComp
+	}
+	held := map[string]int{}
+	var users []string
+	for _, n := range b.Nodes {
+		for _, g := range n.GPUs {
+			if l := g.Lease; l != nil {
+				if _, ok := held[l.User]; !ok {
+					users = append(users, l.User)
+				}
+				held[l.User]++
+			}
+		}
+	}
+	slices.Sort(users)
+	var out []cobra.Completion
+	for _, u := range users {
+		if strings.HasPrefix(u, toComplete) {
+			out = append(out, cobra.CompletionWithDesc(u, fmt.Sprintf("holds %d GPU%s", held[u], plural(held[u]))))
+		}
+	}
+	for _, n := range b.Nodes {
+		for _, g := range n.GPUs {
+			id := n.Name + ":" + strconv.Itoa(g.Index)
+			if !strings.HasPrefix(id, toComplete) {
+				continue
+			}
+			desc := "free"
+			switch {
+			case g.Lease != nil:
+				desc = g.Lease.User
+			case !g.Free(n.State):
+				desc = "not free"
+			}
+			out = append(out, cobra.CompletionWithDesc(id, desc))
+		}
+	}
+	return out, cobra.ShellCompDirectiveNoFileComp
+}

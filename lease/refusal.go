@@ -1,0 +1,223 @@
+package lease
+
+import (
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/dibs-gpu/dibs/lease/termsafe"
+	"github.com/dibs-gpu/dibs/nodeprobe"
+)
+
+func checkNamed(c Caller, req Claim, snap nodeprobe.Snapshot, holders map[int]*Lease, now time.Time, node string) ([]int, error) {
+	seen := make(map[int]bool)
+	gpus := make([]int, 0, len(req.GPUs))
+	for _, g := range req.GPUs {
+		if seen[g] {
+			return nil, Invalidf("GPU %d named twice", g)
+		}
+		seen[g] = true
+		gpu := findGPU(snap, g)
+		if gpu == nil {
+			return nil, Invalidf("no GPU %d on %s: it has GPUs %s", g, node, indexRange(snap))
+		}
+		// Down whoever holds it: the probe cannot read it, so neither can a job.
+		if gpu.Error != "" {
+			return nil, errorf(CodeUnavailable, "GPU %d on %s is down (%s): pick another GPU", g, node, termsafe.String(gpu.Error))
+		}
+		if l := holders[g]; l != nil {
+			if l.UID == c.UID {
+				return nil, errorf(CodeConflict, "you already hold GPU %d %s (lease %s, until %s): use that lease, or pick another GPU", g, timeLeft(l.ExpiresAt, now), l.ID, l.ExpiresAt.Local().Format("Mon 15:04"))
+			}
+			return nil, errorf(CodeConflict, "GPU %d is held by %s %s (lease %s, until %s): pick another GPU, or ask %s", g, l.User, timeLeft(l.ExpiresAt, now), l.ID, l.ExpiresAt.Local().Format("Mon 15:04"), l.User)
+		}
+		if len(gpu.Processes) > 0 && !req.Force {
+			pr := gpu.Processes[0]
+			return nil, errorf(CodeConflict, "GPU %d has no lease but %s's process %s (pid %d) is running on it: pick another GPU, or add --force if you know it is safe", g, ownerName(pr), termsafe.String(pr.Command), pr.PID)
+		}
+		gpus = append(gpus, g)
+	}
+	slices.Sort(gpus)
+	return gpus, nil
+}
+
+func findGPU(snap nodeprobe.Snapshot, index int) *nodeprobe.GPU {
+	for i := range snap.GPUs {
+		if snap.GPUs[i].Index == index {
+			return &snap.GPUs[i]
+		}
+	}
+	return nil
+}
+
+// indexRange lists a node's GPU indices: 0-7 when they run without a gap,
+// 0,1,3 otherwise.
+func indexRange(snap nodeprobe.Snapshot) string {
+	if len(snap.GPUs) == 0 {
+		return "none"
+	}
+	idx := make([]int, len(snap.GPUs))
+	for i, g := range snap.GPUs {
+		idx[i] = g.Index
+	}
+	slices.Sort(idx)
+	if idx[len(idx)-1]-idx[0] == len(idx)-1 && len(idx) > 1 {
+		return fmt.Sprintf("%d-%d", idx[0], idx[len(idx)-1])
+	}
+	return strings.TrimPrefix(strings.TrimPrefix(gpuList(idx), "GPUs "), "GPU ")
+}
+
+// ownerName names a process's owner for a message. The name comes from the
+// node's account database through /proc, so it is made terminal-safe.
+func ownerName(pr nodeprobe.Process) string {
+	switch {
+	case pr.User != "":
+		return termsafe.String(pr.User)
+	case pr.UID >= 0:
+		return "uid " + strconv.Itoa(pr.UID)
+	}
+	return "an unknown user"
+}
+
+// usable reports whether -g N may pick g: no lease, no process, and the probe
+// could read it (a GPU with an error is down, never free).
+func usable(g *nodeprobe.GPU, held bool) bool {
+	return !held && len(g.Processes) == 0 && g.Error == ""
+}
+
+// FreeGPUs lists the GPUs with no lease, no process and no error, the only
+// ones -g N picks from.
+func FreeGPUs(snap nodeprobe.Snapshot, leases []Lease) []int {
+	held := make(map[int]bool)
+	for _, l := range leases {
+		for _, g := range l.GPUs {
+			held[g] = true
+		}
+	}
+	var free []int
+	for i := range snap.GPUs {
+		if g := &snap.GPUs[i]; usable(g, held[g.Index]) {
+			free = append(free, g.Index)
+		}
+	}
+	return free
+}
+
+func pickFree(c Caller, n int, snap nodeprobe.Snapshot, holders map[int]*Lease, now time.Time, node string) ([]int, error) {
+	var free []int
+	for i := range snap.GPUs {
+		if g := &snap.GPUs[i]; usable(g, holders[g.Index] != nil) {
+			free = append(free, g.Index)
+		}
+	}
+	if n > len(snap.GPUs) {
+		return nil, Invalidf("%s has only %s; asked for %d: ask for at most %d, or for several nodes", node, gpuCount(len(snap.GPUs)), n, len(snap.GPUs))
+	}
+	if len(free) < n {
+		busy, othersHold := describeBusy(c, snap, holders, now)
+		out := "wait for them, or ask the holders"
+		if !othersHold {
+			out = "release what you hold there, or wait"
+		}
+		if len(free) > 0 {
+			out = fmt.Sprintf("ask for %d or fewer, wait, or ask the holders", len(free))
+		}
+		return nil, errorf(CodeConflict, "asked for %s but only %d free on %s: %s; %s", gpuCount(n), len(free), node, busy, out)
+	}
+	return Place(snap, free, n), nil
+}
+
+// describeBusy says who holds the GPUs that are not free, and until when, so
+// a refusal tells the person whom to ask; what c holds is said as "you
+// hold". othersHold is false when nobody but c holds or runs anything there.
+func describeBusy(c Caller, snap nodeprobe.Snapshot, holders map[int]*Lease, now time.Time) (busy string, othersHold bool) {
+	type hold struct {
+		who   string
+		gpus  []int
+		until time.Time
+	}
+	var order []string
+	m := make(map[string]*hold)
+	add := func(key, who string, g int, until time.Time) {
+		h, ok := m[key]
+		if !ok {
+			h = &hold{who: who, until: until}
+			m[key] = h
+			order = append(order, key)
+		}
+		h.gpus = append(h.gpus, g)
+	}
+	for _, g := range snap.GPUs {
+		if l := holders[g.Index]; l != nil {
+			who := l.User
+			if l.UID == c.UID {
+				who = "you"
+			} else {
+				othersHold = true
+			}
+			add("lease "+l.ID, who, g.Index, l.ExpiresAt)
+		} else if len(g.Processes) > 0 {
+			who := ownerName(g.Processes[0])
+			if g.Processes[0].UID == c.UID && c.UID >= 0 {
+				who = "you"
+			} else {
+				othersHold = true
+			}
+			add("proc "+who, who, g.Index, time.Time{})
+		} else if g.Error != "" {
+			add("down", "", g.Index, time.Time{})
+		}
+	}
+	parts := make([]string, 0, len(order))
+	for _, k := range order {
+		h := m[k]
+		var s string
+		switch {
+		case k == "down":
+			s = gpuList(h.gpus) + " down"
+		case h.until.IsZero() && h.who == "you":
+			s = fmt.Sprintf("you run unleased processes on %s", gpuList(h.gpus))
+		case h.until.IsZero():
+			s = fmt.Sprintf("%s runs unleased processes on %s", h.who, gpuList(h.gpus))
+		case h.who == "you":
+			s = fmt.Sprintf("you hold %s %s", gpuList(h.gpus), timeLeft(h.until, now))
+		default:
+			s = fmt.Sprintf("%s holds %s %s", h.who, gpuList(h.gpus), timeLeft(h.until, now))
+		}
+		parts = append(parts, s)
+	}
+	return strings.Join(parts, "; "), othersHold
+}
+
+// gpuCount is n GPUs in words a person reads: "1 GPU", "2 GPUs".
+func gpuCount(n int) string { return strconv.Itoa(n) + " " + gpuWord(n) }
+
+// gpuWord is "GPU" or "GPUs", as n asks.
+func gpuWord(n int) string {
+	if n == 1 {
+		return "GPU"
+	}
+	return "GPUs"
+}
+
+// timeLeft says how long a lease still runs, or how long it is overdue (end
+// action warn keeps it held past its end).
+func timeLeft(end, now time.Time) string {
+	if left := end.Sub(now); left > 0 {
+		return "for " + FormatDuration(left) + " more"
+	}
+	return FormatDuration(now.Sub(end)) + " past its end"
+}
+
+func gpuList(g []int) string {
+	if len(g) == 1 {
+		return "GPU " + strconv.Itoa(g[0])
+	}
+	s := make([]string, len(g))
+	for i, x := range g {
+		s[i] = strconv.Itoa(x)
+	}
+	return "GPUs " + strings.Join(s, ",")
+}
