@@ -107,17 +107,29 @@ func labelFailure(line string) bool {
 // some events only by logging them, so the sink reads each line: it counts
 // decryption and label failures, notes which node this agent's prober
 // suspects, and passes warnings and errors on to Config.Logf (debug lines
-// are dropped; lines about foreign packets at most once per noisyEvery).
+// are dropped; a line like one already passed on within noisyEvery — the
+// same words with other numbers and addresses, as a flood of empty or
+// foreign packets produces — is counted and dropped, and the next one
+// passed says how many were).
 //
 // memberlist logs while holding its node lock, so the sink must not call
 // back into memberlist.
 type logSink struct {
 	c *Cluster
 
-	mu         sync.Mutex
-	lastNoisy  time.Time
+	mu    sync.Mutex
+	kinds map[string]*lineKind
+}
+
+// lineKind is one kind of log line: when it was last passed on and how many
+// like it were dropped since.
+type lineKind struct {
+	last       time.Time
 	suppressed int
 }
+
+// maxKinds bounds the kinds remembered; past it they are forgotten at once.
+const maxKinds = 256
 
 const noisyEvery = 10 * time.Second
 
@@ -144,23 +156,54 @@ func (s *logSink) Write(p []byte) (int, error) {
 	if strings.Contains(line, "[DEBUG]") {
 		return len(p), nil
 	}
+	s.mu.Lock()
+	if s.kinds == nil || len(s.kinds) > maxKinds {
+		s.kinds = map[string]*lineKind{}
+	}
+	key := kindOf(line)
 	if noisy {
-		s.mu.Lock()
-		now := time.Now()
-		if now.Sub(s.lastNoisy) < noisyEvery {
-			s.suppressed++
-			s.mu.Unlock()
-			return len(p), nil
-		}
-		n := s.suppressed
-		s.lastNoisy, s.suppressed = now, 0
+		key = "foreign packets" // every kind of them shares one budget
+	}
+	k := s.kinds[key]
+	if k == nil {
+		k = &lineKind{}
+		s.kinds[key] = k
+	}
+	now := time.Now()
+	if now.Sub(k.last) < noisyEvery {
+		k.suppressed++
 		s.mu.Unlock()
-		if n > 0 {
-			line += " (and " + strconv.Itoa(n) + " more like it: check that every agent has the same cluster key and name)"
+		return len(p), nil
+	}
+	n := k.suppressed
+	k.last, k.suppressed = now, 0
+	s.mu.Unlock()
+	if n > 0 {
+		line += " (and " + strconv.Itoa(n) + " more like it"
+		if noisy {
+			line += ": check that every agent has the same cluster key and name"
 		}
+		line += ")"
 	}
 	s.c.cfg.Logf("gossip: %s", line)
 	return len(p), nil
+}
+
+// kindOf is a log line without its numbers, addresses and names after
+// "from=", so lines that differ only in those count as one kind.
+func kindOf(line string) string {
+	if i := strings.Index(line, "from="); i >= 0 {
+		line = line[:i]
+	}
+	b := make([]byte, 0, len(line))
+	for i := 0; i < len(line) && len(b) < 120; i++ {
+		c := line[i]
+		if c >= '0' && c <= '9' || c == '.' || c == ':' {
+			continue
+		}
+		b = append(b, c)
+	}
+	return string(b)
 }
 
 // suspectedIn finds the node in memberlist's "Suspect <node> has failed, no

@@ -1,7 +1,9 @@
 package gossip
 
 import (
+	"net"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -44,5 +46,27 @@ func TestLogSinkCountsAndForwards(t *testing.T) {
 	// noisyEvery; the suspicion line comes through.
 	if len(got) != 2 || !strings.Contains(strings.Join(got, "|"), "gossip: %s") {
 		t.Errorf("forwarded %d lines: %q", len(got), got)
+	}
+}
+
+// A flood of empty datagrams at the gossip port writes a line now and then,
+// not one per packet.
+func TestEmptyDatagramsAreLoggedRarely(t *testing.T) {
+	var lines atomic.Int64
+	cfg := testConfig(t, "node00")
+	cfg.Logf = func(format string, args ...any) { lines.Add(1) }
+	c := startNode(t, cfg)
+	conn, err := net.Dial("udp", c.LocalAddr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	for range 2000 {
+		conn.Write(nil)
+	}
+	waitFor(t, 5*time.Second, func() (bool, string) { return lines.Load() > 0, "the first line about them" })
+	time.Sleep(200 * time.Millisecond) // the rest of the flood is read
+	if n := lines.Load(); n > 5 {
+		t.Errorf("2000 empty datagrams wrote %d log lines; want a few at most", n)
 	}
 }

@@ -297,6 +297,13 @@ func (s *Server) auth(ctx ssh.Context, key ssh.PublicKey) bool {
 	}
 	perms.Extensions[extUser] = name
 	perms.Extensions[extKey] = fp
+	// From here the connection has SessionDeadline to open a session.
+	s.mu.Lock()
+	tc := s.conns[from]
+	s.mu.Unlock()
+	if tc != nil {
+		tc.arm(s.cfg.SessionDeadline, s.log)
+	}
 	return true
 }
 
