@@ -212,20 +212,26 @@ func TestKilledNode(t *testing.T) {
 	}
 	t.Logf("request to killed node: %v (after %v)", err, time.Since(killed).Round(time.Millisecond))
 
-	sawSuspect := false
+	// Every agent shows it suspect before dead, not only the one whose
+	// probe failed first.
+	sawSuspect := map[string]bool{}
 	waitFor(t, 10*time.Second, func() (bool, string) {
+		dead := true
 		for _, n := range nodes[:3] {
 			p, _ := n.Peer("node03")
 			if p.State == StateSuspect {
-				sawSuspect = true
+				sawSuspect[n.cfg.NodeName] = true
 			}
 			if p.State != StateDead {
-				return false, fmt.Sprintf("%s sees node03 %s", n.cfg.NodeName, p.State)
+				dead = false
 			}
 		}
-		return true, ""
+		return dead, "node03 is not dead everywhere"
 	})
-	t.Logf("dead everywhere after %v (suspect seen: %v)", time.Since(killed).Round(time.Millisecond), sawSuspect)
+	t.Logf("dead everywhere after %v (suspect seen by %v)", time.Since(killed).Round(time.Millisecond), sawSuspect)
+	if len(sawSuspect) != 3 {
+		t.Errorf("suspect seen by %v, want every one of the three agents", sawSuspect)
+	}
 	for _, n := range nodes[:3] {
 		p, _ := n.Peer("node03")
 		if !p.HasState || len(p.NodeState.Leases) != 2 || p.NodeState.Leases[0].User != "carol" {
@@ -504,5 +510,31 @@ func TestHeardAtStaysFreshWhileTelemetryIsUnchanged(t *testing.T) {
 	}
 	if age := time.Since(p.NodeState.Snapshot.TakenAt); age < time.Hour {
 		t.Errorf("telemetry taken %v ago, want the hour-old reading kept (unchanged, so not re-sent)", age)
+	}
+}
+
+// TestSuspectSeenByEveryAgent: in a cluster large enough that most agents do
+// not probe a failed node before it is declared dead, every agent still
+// shows it suspect first, because the first prober tells them.
+func TestSuspectSeenByEveryAgent(t *testing.T) {
+	nodes := startCluster(t, 8, nil)
+	victim := nodes[7]
+	if err := victim.Shutdown(); err != nil {
+		t.Fatal(err)
+	}
+	saw := map[string]bool{}
+	waitFor(t, 15*time.Second, func() (bool, string) {
+		dead := true
+		for _, n := range nodes[:7] {
+			p, _ := n.Peer("node07")
+			if p.State == StateSuspect {
+				saw[n.cfg.NodeName] = true
+			}
+			dead = dead && p.State == StateDead
+		}
+		return dead, "node07 is not dead everywhere"
+	})
+	if len(saw) != 7 {
+		t.Errorf("suspect seen by %d of 7 agents before dead (%v)", len(saw), saw)
 	}
 }

@@ -53,6 +53,9 @@ const (
 	msgResponse messageType = 4
 	// msgPushPull is the full state exchanged by memberlist's push/pull.
 	msgPushPull messageType = 5
+	// msgSuspect says an agent's probe of a node failed, so every agent
+	// shows it suspect, not only the one that probed.
+	msgSuspect messageType = 6
 )
 
 func (t messageType) String() string {
@@ -67,6 +70,8 @@ func (t messageType) String() string {
 		return "response"
 	case msgPushPull:
 		return "push/pull"
+	case msgSuspect:
+		return "suspect"
 	}
 	return fmt.Sprintf("type %d", uint8(t))
 }
@@ -216,6 +221,8 @@ func maxBytesFor(t messageType) int {
 		return maxRequestBytes
 	case msgPushPull:
 		return maxPushPullBytes
+	case msgSuspect:
+		return maxLeaveBytes
 	}
 	return 0
 }
@@ -470,11 +477,32 @@ func (cd *codec) decodePushPull(b []byte) (*pushPullMsg, []*stateMsg, error) {
 	return &m, states, nil
 }
 
+// suspectMsg says By's probe of Node (of boot BootID) failed.
+type suspectMsg struct {
+	Node   string `json:"n"`
+	BootID string `json:"b"`
+	By     string `json:"by"`
+}
+
+func decodeSuspect(b []byte) (*suspectMsg, error) { return (*codec)(nil).decodeSuspect(b) }
+
+func (cd *codec) decodeSuspect(b []byte) (*suspectMsg, error) {
+	var m suspectMsg
+	if err := cd.decodeBody(b, msgSuspect, &m); err != nil {
+		return nil, err
+	}
+	if err := m.validate(); err != nil {
+		return nil, err
+	}
+	return &m, nil
+}
+
 // decodedMessage is any decoded message, for tests and fuzzing.
 type decodedMessage struct {
 	Type     messageType
 	State    *stateMsg
 	Leave    *leaveMsg
+	Suspect  *suspectMsg
 	Request  *requestMsg
 	Response *responseMsg
 	PushPull *pushPullMsg
@@ -499,6 +527,8 @@ func decodeMessage(b []byte) (decodedMessage, error) {
 		d.Response, err = decodeResponse(b)
 	case msgPushPull:
 		d.PushPull, d.States, err = decodePushPull(b)
+	case msgSuspect:
+		d.Suspect, err = decodeSuspect(b)
 	default:
 		err = wireErrorf("unknown message type %d", b[0])
 	}

@@ -35,14 +35,15 @@ func sampleMessages(t testing.TB) map[string][]byte {
 			Section: sectionLeases, Leases: &leaseSection{Leases: leases}}, 5),
 		"telemetry": &stateMsg{Node: "gpu-node-01", BootID: "0a1b2c3d4e5f6071", BootedAt: 1740830400000000000, Seq: 9, Version: 20,
 			Section: sectionTelemetry, Telemetry: &telemetrySection{Snapshot: snap, Usage: map[string]float64{"alice": 3600.5, "bob": 0}}},
-		"leave": &leaveMsg{Node: "gpu-node-01", BootID: "0a1b2c3d4e5f6071", BootedAt: 1740830400000000000},
+		"leave":   &leaveMsg{Node: "gpu-node-01", BootID: "0a1b2c3d4e5f6071", BootedAt: 1740830400000000000},
+		"suspect": &suspectMsg{Node: "gpu-node-01", BootID: "0a1b2c3d4e5f6071", By: "gpu-node-02"},
 		"request": &requestMsg{ID: 1 << 40, From: "gpu-node-02", Reply: "10.0.0.2:7946", Op: "claim",
 			Body: json.RawMessage(`{"count":2,"note":"sweep"}`), TimeoutMS: 3000},
 		"response": &responseMsg{ID: 1 << 40, From: "gpu-node-01", Body: json.RawMessage(`{"lease":{"id":"gpu-node-01-42"}}`)},
 		"refusal":  &responseMsg{ID: 7, From: "gpu-node-01", ErrCode: lease.CodeConflict, ErrMsg: "GPU 3 is bob's until 14:00"},
 	}
 	types := map[string]messageType{"leases": msgState, "no-leases": msgState, "partial": msgState, "telemetry": msgState,
-		"leave": msgLeave, "request": msgRequest, "response": msgResponse, "refusal": msgResponse}
+		"leave": msgLeave, "suspect": msgSuspect, "request": msgRequest, "response": msgResponse, "refusal": msgResponse}
 	out := make(map[string][]byte)
 	var states []json.RawMessage
 	for name, m := range msgs {
@@ -78,6 +79,8 @@ func TestMessagesRoundTrip(t *testing.T) {
 				v = d.State
 			case msgLeave:
 				v = d.Leave
+			case msgSuspect:
+				v = d.Suspect
 			case msgRequest:
 				v = d.Request
 			case msgResponse:

@@ -63,6 +63,11 @@ func (c *Cluster) handleMessage(b []byte) {
 		if m, err = c.codec.decodeResponse(b); err == nil {
 			c.req.deliver(m)
 		}
+	case msgSuspect:
+		var m *suspectMsg
+		if m, err = c.codec.decodeSuspect(b); err == nil {
+			c.mem.applySuspect(m)
+		}
 	default:
 		err = wireErrorf("unexpected message type %d outside push/pull", b[0])
 	}

@@ -207,6 +207,16 @@ func (m *stateMsg) escapeText() {
 	}
 }
 
+func (m *suspectMsg) validate() error {
+	if !validNodeName(m.Node) || !validNodeName(m.By) {
+		return wireErrorf("suspect: bad node names %q, %q", trunc(m.Node), trunc(m.By))
+	}
+	if !validToken(m.BootID, maxBootID) {
+		return wireErrorf("suspect of %s: bad boot id %q", m.Node, trunc(m.BootID))
+	}
+	return nil
+}
+
 func (m *leaveMsg) validate() error {
 	if !validNodeName(m.Node) {
 		return wireErrorf("leave: bad node name %q", trunc(m.Node))

@@ -296,19 +296,52 @@ func (x *members) memberDown(n *memberlist.Node) {
 	}
 }
 
-// markSuspect records that this agent's prober could not reach name. It
-// shows as suspect until memberlist declares it dead, it answers a probe,
-// or about two suspicion timeouts pass (then memberlist must have heard it
+// markSuspect records that this agent's prober could not reach name, and
+// tells the others, since memberlist tells only the prober. It shows as
+// suspect until memberlist declares it dead, it is heard from again, or
+// about two suspicion timeouts pass (then memberlist must have heard it
 // refute).
 func (x *members) markSuspect(name string) {
 	c := x.c
-	n := float64(c.numMembers.Load())
-	timeout := time.Duration(float64(c.cfg.SuspicionMult) * math.Max(1, math.Log10(math.Max(1, n))) * float64(c.cfg.ProbeInterval))
 	c.mu.Lock()
 	r := c.peers[name]
 	ok := r != nil && r.member
+	boot := ""
 	if ok {
-		r.suspectUntil = time.Now().Add(2 * timeout)
+		r.suspectUntil = time.Now().Add(2 * x.suspicionTimeout())
+		boot = r.meta.BootID
+	}
+	c.mu.Unlock()
+	if !ok {
+		return
+	}
+	c.changed()
+	if boot != "" {
+		if b, err := c.codec.encode(msgSuspect, &suspectMsg{Node: name, BootID: boot, By: c.cfg.NodeName}); err == nil {
+			c.pub.fanout(b)
+			c.pub.queueGossip("suspect/"+name, b)
+		}
+	}
+}
+
+// suspicionTimeout is memberlist's: how long a suspect has to refute.
+func (x *members) suspicionTimeout() time.Duration {
+	n := float64(x.c.numMembers.Load())
+	return time.Duration(float64(x.c.cfg.SuspicionMult) * math.Max(1, math.Log10(math.Max(1, n))) * float64(x.c.cfg.ProbeInterval))
+}
+
+// applySuspect marks a node suspect because another agent's probe of it
+// failed. This agent's own next probe of it clears the mark if it answers.
+func (x *members) applySuspect(m *suspectMsg) {
+	c := x.c
+	if m.Node == c.cfg.NodeName {
+		return // memberlist refutes for us
+	}
+	c.mu.Lock()
+	r := c.peers[m.Node]
+	ok := r != nil && r.member && r.hasMeta && r.meta.BootID == m.BootID && r.suspectUntil.IsZero()
+	if ok {
+		r.suspectUntil = time.Now().Add(2 * x.suspicionTimeout())
 	}
 	c.mu.Unlock()
 	if ok {
