@@ -62,6 +62,7 @@ type QueueSection struct {
 	UserGroups       map[string]string  `toml:"user_groups"`
 	IdleReclaimAfter string             `toml:"idle_reclaim_after"`
 	ReservationTTL   string             `toml:"reservation_ttl"`
+	LostAfter        string             `toml:"lost_after"`
 	PreemptSignal    string             `toml:"preempt_signal"`
 	PreemptGrace     string             `toml:"preempt_grace"`
 }
@@ -77,6 +78,7 @@ func (q QueueSection) Sched() (lease.SchedConfig, error) {
 		{"queue.half_life", q.HalfLife, &c.HalfLife},
 		{"queue.idle_reclaim_after", q.IdleReclaimAfter, &c.IdleReclaimAfter},
 		{"queue.reservation_ttl", q.ReservationTTL, &c.ReservationTTL},
+		{"queue.lost_after", q.LostAfter, &c.LostAfter},
 	} {
 		if d.v == "" {
 			continue
