@@ -107,6 +107,7 @@ type Agent struct {
 	cluster  *clusterLink
 	sock     *sockapi.Server
 	ssh      *sshd.Server
+	doctor   *doctorParts
 
 	ctx     context.Context
 	cancel  context.CancelFunc
@@ -245,6 +246,7 @@ func (a *Agent) build(ctx context.Context) error {
 			a.origin.Reconcile(ctx, v, a.cfg.Sched.LostAfter, a.stopRank, a.svc.TellUser)
 		},
 	})
+	a.doctor = a.newDoctor()
 	if err := a.origin.Open(); err != nil {
 		return err
 	}
@@ -293,6 +295,7 @@ func (a *Agent) serve() error {
 		a.ssh = srv
 	}
 	a.node.Run()
+	a.doctor.start(a.ctx)
 	a.schedOK = make(chan struct{})
 	go func() {
 		defer close(a.schedOK)
@@ -345,6 +348,7 @@ func (a *Agent) shutdown(graceful bool) error {
 	if a.schedOK != nil {
 		<-a.schedOK
 	}
+	a.doctor.stop()
 	a.node.Close()
 	err := a.store.Close()
 	a.deps.Probe.Close()

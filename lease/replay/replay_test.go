@@ -60,21 +60,21 @@ func TestTinyByHand(t *testing.T) {
 			gpus:   map[string][]int{"r1": {0}, "r2": {0, 1}, "r3": {1}},
 			p50:    0, p95: 62 * time.Minute, max: 62 * time.Minute,
 			busy: 1 + 0.5 + 4, heldIdle: 32.0 / 60,
-			util: 5.5 / 16, jain: jain(92.0/60, 4, 0.5), served: 1, reclaimed: 1,
+			util: 5.5 / 16, jain: jain(1, 4, 0.5), served: 1, reclaimed: 1,
 		}},
 		{PolicySLURM, want{
 			starts: map[string]time.Duration{"r1": 0, "r2": 2 * time.Hour, "r3": 40 * time.Minute},
 			gpus:   map[string][]int{"r1": {0}, "r2": {0, 1}, "r3": {1}},
 			p50:    0, p95: 90 * time.Minute, max: 90 * time.Minute,
 			busy: 5.5, heldIdle: 1,
-			util: 5.5 / 16, jain: jain(2, 4, 0.5), served: 1,
+			util: 5.5 / 16, jain: jain(1, 4, 0.5), served: 1,
 		}},
 		{PolicySlack, want{
 			starts: map[string]time.Duration{"r1": 0, "r2": 5 * time.Hour, "r3": 40 * time.Minute},
 			gpus:   map[string][]int{"r1": {0}, "r2": {0, 1}, "r3": {1}},
 			p50:    0, p95: 270 * time.Minute, max: 270 * time.Minute,
 			busy: 5.5, heldIdle: 4,
-			util: 5.5 / 16, jain: jain(5, 4, 0.5), served: 1,
+			util: 5.5 / 16, jain: jain(1, 4, 0.5), served: 1,
 		}},
 	}
 	for _, tc := range tests {

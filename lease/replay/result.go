@@ -26,8 +26,9 @@ type Result struct {
 	WaitP50 time.Duration `json:"wait_p50_ns"`
 	WaitP95 time.Duration `json:"wait_p95_ns"`
 	WaitMax time.Duration `json:"wait_max_ns"`
-	// Fairness is Jain's index of the GPU-hours each user held in the
-	// window: 1 when everyone held the same, 1/users when one held all.
+	// Fairness is Jain's index of the GPU-hours of work each user got done
+	// in the window (held-but-idle hours do not count: holding a GPU is not
+	// using it): 1 when everyone got the same, 1/users when one got all.
 	Fairness float64 `json:"jain_fairness"`
 	// Served is the share of the GPU-hours of work asked for that ran to
 	// its end.
@@ -41,8 +42,10 @@ type Result struct {
 	Killed       int `json:"killed_at_limit"`
 	Reclaimed    int `json:"reclaimed_idle"`
 	Forgot       int `json:"forgot_to_release,omitempty"`
-	// PerUser is each user's held GPU-hours in the window.
-	PerUser map[string]float64 `json:"per_user_gpu_hours"`
+	// PerUser is each user's busy GPU-hours in the window (what Fairness
+	// is computed on), HeldPerUser their held GPU-hours.
+	PerUser     map[string]float64 `json:"per_user_gpu_hours"`
+	HeldPerUser map[string]float64 `json:"per_user_held_gpu_hours"`
 	// Steps is the replay's story, in order (for tests and --steps).
 	Steps []Step `json:"-"`
 }
@@ -64,7 +67,7 @@ func overlap(a, b, ws, we time.Time) time.Duration {
 }
 
 func (s *sim) result(t Trace, ws, we time.Time) Result {
-	res := Result{Policy: s.p, Start: ws, End: we, Requests: len(s.jobs), PerUser: map[string]float64{}, Steps: s.steps}
+	res := Result{Policy: s.p, Start: ws, End: we, Requests: len(s.jobs), PerUser: map[string]float64{}, HeldPerUser: map[string]float64{}, Steps: s.steps}
 	for _, n := range s.nodes {
 		res.GPUs += len(n.snap.GPUs)
 	}
@@ -73,6 +76,7 @@ func (s *sim) result(t Trace, ws, we time.Time) Result {
 	var asked, done float64
 	for _, j := range s.jobs {
 		res.PerUser[j.r.User] += 0
+		res.HeldPerUser[j.r.User] += 0
 		work := float64(j.r.Nodes*j.r.GPUs) * hours(j.r.Work)
 		asked += work
 		if !j.started {
@@ -95,7 +99,8 @@ func (s *sim) result(t Trace, ws, we time.Time) Result {
 		held := n * hours(overlap(j.start, end, ws, we))
 		res.BusyGPUHours += busy
 		res.HeldIdleGPUHours += held - busy
-		res.PerUser[j.r.User] += held
+		res.PerUser[j.r.User] += busy
+		res.HeldPerUser[j.r.User] += held
 		if j.ended && !j.killed {
 			done += work
 		}
