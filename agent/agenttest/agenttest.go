@@ -53,6 +53,11 @@ type Options struct {
 	Limits sockapi.Limits
 	// Quiet drops the agent's log lines instead of sending them to t.Log.
 	Quiet bool
+	// Version is what the agent reports (default agent.DevVersion), and
+	// TmuxPath the tmux its launcher runs (default "tmux" in PATH): for
+	// tests that plant a version skew or a node without tmux.
+	Version  string
+	TmuxPath string
 }
 
 // Node is a running agent and what a test needs to talk to it.
@@ -143,7 +148,7 @@ func (n *Node) start(o Options) {
 	if err := os.MkdirAll(sockDir, 0o755); err != nil {
 		tb.Fatal(err)
 	}
-	sessions := launch.New(launch.Options{TmuxTmpDir: o.TmuxTmpDir, StatusDir: statusDir, Logf: func(f string, args ...any) { log.Warn(fmt.Sprintf(f, args...)) }})
+	sessions := launch.New(launch.Options{TmuxPath: o.TmuxPath, TmuxTmpDir: o.TmuxTmpDir, StatusDir: statusDir, Logf: func(f string, args ...any) { log.Warn(fmt.Sprintf(f, args...)) }})
 	sock := filepath.Join(sockDir, "dibs.sock")
 	a, err := agent.New(agent.Config{
 		NodeName:      o.Name,
@@ -156,6 +161,7 @@ func (n *Node) start(o Options) {
 		Cluster:       o.Cluster,
 		SSH:           o.SSH,
 		Limits:        o.Limits,
+		Version:       o.Version,
 		Log:           log,
 	}, agent.Deps{Probe: probe, Sessions: sessions, Clock: o.Clock, Users: o.Users})
 	if err != nil {

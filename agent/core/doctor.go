@@ -72,7 +72,7 @@ func (s *Service) report(ctx context.Context, d DoctorDeps) doctor.Report {
 			holder[g] = l
 		}
 		if l.ExpiresAt.Before(now) {
-			r.Overdue = append(r.Overdue, doctor.LeaseFact{Lease: l.ID, User: l.User, GPUs: l.GPUs, Session: l.Session, Since: l.ExpiresAt})
+			r.Overdue = append(r.Overdue, doctor.LeaseFact{Lease: l.ID, User: l.User, GPUs: l.GPUs, Session: l.Session, For: now.Sub(l.ExpiresAt)})
 		}
 	}
 	for _, g := range st.Snap.GPUs {
@@ -97,7 +97,9 @@ func (s *Service) report(ctx context.Context, d DoctorDeps) doctor.Report {
 			}
 		}
 		if d.SquatSince != nil {
-			q.Since = d.SquatSince(g.Index)
+			if since := d.SquatSince(g.Index); !since.IsZero() {
+				q.For = max(now.Sub(since), 0)
+			}
 		}
 		r.Squatted = append(r.Squatted, q)
 	}
@@ -158,7 +160,7 @@ func (s *Service) sessionFacts(ctx context.Context, d DoctorDeps, leases []lease
 		if l.Session == "" || !ok || !l.ReservedUntil.IsZero() || now.Sub(l.StartedAt) < time.Minute || slices.Contains(sessions, l.Session) {
 			continue
 		}
-		lost = append(lost, doctor.LeaseFact{Lease: l.ID, User: l.User, GPUs: l.GPUs, Session: l.Session, Since: l.StartedAt})
+		lost = append(lost, doctor.LeaseFact{Lease: l.ID, User: l.User, GPUs: l.GPUs, Session: l.Session, For: now.Sub(l.StartedAt)})
 	}
 	return stray, lost
 }

@@ -113,7 +113,8 @@ func printDoctor(w io.Writer, r api.DoctorReport) {
 	if len(f.Missing) > 0 {
 		row("left out", "%s (no answer)", strings.Join(f.Missing, ", "))
 	}
-	fmt.Fprintf(w, "\nVerdict: %s — %s\n", strings.ToUpper(v.Call), safe(v.Summary))
+	call := map[string]string{doctor.CallStay: "STAY WITH DIBS", doctor.CallTune: "TUNE DIBS", doctor.CallSLURM: "MOVE TO SLURM"}[v.Call]
+	fmt.Fprintf(w, "\nVerdict: %s — %s\n", orDash(call), safe(v.Summary))
 	for _, x := range v.Reasons {
 		fmt.Fprintf(w, "  - %s\n", safe(x))
 	}

@@ -238,13 +238,16 @@ func TestChecksFindEachFault(t *testing.T) {
 		{"ssh on one node", func(ns []NodeHealth) { ns[0].Report.SSHAddr = ":2222" }, "ports", Warn, "SSH board is on for n1", "[ssh] listen"},
 		{"no tmux", func(ns []NodeHealth) { ns[1].Report.Tmux, ns[1].Report.TmuxError = "", "tmux not found in PATH" }, "tmux", Fail, "n2 has no tmux", "apt-get install tmux"},
 		{"nvidia-smi", func(ns []NodeHealth) { ns[2].Report.Backend = "nvidia-smi" }, "probe", Warn, "reads its GPUs with nvidia-smi", "NVML"},
-		{"sim", func(ns []NodeHealth) { ns[2].Report.Backend, ns[2].Report.BackendWhy = "sim", "--sim 4xH100" }, "probe", Warn, "simulated (--sim 4xH100)", "drop --sim"},
+		{"sim", func(ns []NodeHealth) {
+			ns[1].Report.Backend = "sim"
+			ns[2].Report.Backend, ns[2].Report.BackendWhy = "sim", "--sim 4xH100"
+		}, "probe", Warn, "the GPUs of n2, n3 are simulated (--sim 4xH100)", "drop --sim"},
 		{"disk full", func(ns []NodeHealth) { ns[0].Report.DiskFree = 50 << 20 }, "disk", Fail, "n1 has 50 MiB free", "free space"},
 		{"overdue", func(ns []NodeHealth) {
-			ns[0].Report.Overdue = []LeaseFact{{Lease: "n1-7", User: "ana", GPUs: []int{0, 1}, Since: t0.Add(-3 * time.Hour)}}
+			ns[0].Report.Overdue = []LeaseFact{{Lease: "n1-7", User: "ana", GPUs: []int{0, 1}, For: 3 * time.Hour}}
 		}, "leases", Warn, "lease n1-7 of ana (GPUs 0,1) is 3h past its end", "dibs release n1-7"},
 		{"squatter", func(ns []NodeHealth) {
-			ns[1].Report.Squatted = []SquatFact{{GPU: 3, Users: []string{"bo"}, PIDs: []int{4242}, Since: t0.Add(-2 * time.Hour)}}
+			ns[1].Report.Squatted = []SquatFact{{GPU: 3, Users: []string{"bo"}, PIDs: []int{4242}, For: 2 * time.Hour}}
 		}, "leases", Warn, "GPU 3 on n2 (with no lease) has been squatted for 2h by bo (pid 4242)", "dibs adopt 4242"},
 		{"stray session", func(ns []NodeHealth) {
 			ns[2].Report.StraySessions = []SessionFact{{User: "cy", Session: "dibs-n3-4"}}

@@ -54,23 +54,25 @@ type ClusterFacts struct {
 	DecryptFailures uint64 `json:"decrypt_failures,omitempty"`
 }
 
-// LeaseFact names a lease for a check.
+// LeaseFact names a lease for a check. For is how long it has been so
+// (past its end, without its session), by the reporting node's clock, so a
+// skewed clock does not skew it.
 type LeaseFact struct {
-	Lease   string    `json:"lease"`
-	User    string    `json:"user"`
-	GPUs    []int     `json:"gpus"`
-	Session string    `json:"session,omitempty"`
-	Since   time.Time `json:"since,omitzero"`
+	Lease   string        `json:"lease"`
+	User    string        `json:"user"`
+	GPUs    []int         `json:"gpus"`
+	Session string        `json:"session,omitempty"`
+	For     time.Duration `json:"for_ns"`
 }
 
-// SquatFact is a squatted GPU: the processes' owners and since when it has
-// been seen squatted (zero: not known).
+// SquatFact is a squatted GPU: the processes' owners and how long it has
+// been seen squatted (zero: not known), by the reporting node's clock.
 type SquatFact struct {
-	GPU    int       `json:"gpu"`
-	Holder string    `json:"holder,omitempty"`
-	Users  []string  `json:"users"`
-	PIDs   []int     `json:"pids"`
-	Since  time.Time `json:"since,omitzero"`
+	GPU    int           `json:"gpu"`
+	Holder string        `json:"holder,omitempty"`
+	Users  []string      `json:"users"`
+	PIDs   []int         `json:"pids"`
+	For    time.Duration `json:"for_ns"`
 }
 
 // SessionFact is a user's tmux session.
@@ -106,12 +108,12 @@ func (r *Report) Validate() error {
 		return fmt.Errorf("report of %s lists too much", r.Node)
 	}
 	for _, l := range slices.Concat(r.Overdue, r.Sessionless) {
-		if _, ok := lease.NodeOfID(l.Lease); !ok || !lease.ValidUserName(l.User) || lease.CheckGPUs(l.GPUs) != nil || !lease.ValidSince(l.Since) || len(l.Session) > lease.MaxNameLen {
+		if _, ok := lease.NodeOfID(l.Lease); !ok || !lease.ValidUserName(l.User) || lease.CheckGPUs(l.GPUs) != nil || l.For < 0 || len(l.Session) > lease.MaxNameLen {
 			return fmt.Errorf("report of %s names a bad lease", r.Node)
 		}
 	}
 	for _, q := range r.Squatted {
-		if q.GPU < 0 || q.GPU >= lease.MaxGPUIndex || len(q.Users) > 64 || len(q.PIDs) > 64 || !lease.ValidSince(q.Since) || (q.Holder != "" && !lease.ValidUserName(q.Holder)) {
+		if q.GPU < 0 || q.GPU >= lease.MaxGPUIndex || len(q.Users) > 64 || len(q.PIDs) > 64 || q.For < 0 || (q.Holder != "" && !lease.ValidUserName(q.Holder)) {
 			return fmt.Errorf("report of %s names a bad squatter", r.Node)
 		}
 		for _, u := range q.Users {
@@ -350,7 +352,8 @@ func Checks(nodes []NodeHealth, now time.Time) []Check {
 
 	// probe backend.
 	ps = nil
-	var backs []string
+	var backs, sims []string
+	simWhy := ""
 	for _, n := range reached {
 		b := n.Report.Backend
 		backs = append(backs, n.Node+" "+b)
@@ -360,11 +363,15 @@ func Checks(nodes []NodeHealth, now time.Time) []Check {
 			ps = append(ps, Check{Status: Warn, Node: n.Node, Detail: fmt.Sprintf("%s reads its GPUs with nvidia-smi: %s", n.Node, orText(n.Report.BackendWhy, "NVML could not be loaded")),
 				Fix: fmt.Sprintf("install the driver's NVML (libnvidia-ml.so.1) on %s and use a dibs built with cgo; nvidia-smi is slower and has no topology", n.Node)})
 		case "sim":
-			ps = append(ps, Check{Status: Warn, Node: n.Node, Detail: fmt.Sprintf("%s's GPUs are simulated (%s): nothing it shows is real hardware", n.Node, orText(n.Report.BackendWhy, "--sim")),
-				Fix: fmt.Sprintf("fine for a demo or a test; on a GPU node drop --sim (and [sim]) from %s's agent", n.Node)})
+			sims = append(sims, n.Node)
+			simWhy = orText(n.Report.BackendWhy, "--sim")
 		default:
 			ps = append(ps, Check{Status: Fail, Node: n.Node, Detail: fmt.Sprintf("%s reports no GPU backend", n.Node), Fix: "run `dibs probe` on it to see what fails"})
 		}
+	}
+	if len(sims) > 0 {
+		ps = append(ps, Check{Status: Warn, Detail: fmt.Sprintf("the GPUs of %s are simulated (%s): nothing they show is real hardware", strings.Join(sims, ", "), simWhy),
+			Fix: "fine for a demo or a test; on a GPU node drop --sim (and sim in the config) from the agent"})
 	}
 	add("probe", ps, "every node reads its GPUs with NVML: "+strings.Join(backs, ", "))
 
@@ -402,7 +409,7 @@ func Checks(nodes []NodeHealth, now time.Time) []Check {
 	for _, n := range reached {
 		for _, l := range n.Report.Overdue {
 			overdue++
-			late := now.Sub(l.Since)
+			late := l.For
 			if late < OverdueWarn {
 				continue
 			}
@@ -412,10 +419,9 @@ func Checks(nodes []NodeHealth, now time.Time) []Check {
 		for _, q := range n.Report.Squatted {
 			squatted++
 			long := ""
-			st := Warn
-			if !q.Since.IsZero() {
-				long = " for " + lease.FormatDuration(now.Sub(q.Since).Round(time.Minute))
-				if now.Sub(q.Since) < SquatLongAfter {
+			if q.For > 0 {
+				long = " for " + lease.FormatDuration(q.For.Round(time.Minute))
+				if q.For < SquatLongAfter {
 					continue
 				}
 			}
@@ -423,7 +429,7 @@ func Checks(nodes []NodeHealth, now time.Time) []Check {
 			if q.Holder != "" {
 				on = "leased to " + q.Holder
 			}
-			ps = append(ps, Check{Status: st, Node: n.Node, Detail: fmt.Sprintf("GPU %d on %s (%s) has been squatted%s by %s (pid %s)", q.GPU, n.Node, on, long, strings.Join(q.Users, ", "), ints(q.PIDs)),
+			ps = append(ps, Check{Status: Warn, Node: n.Node, Detail: fmt.Sprintf("GPU %d on %s (%s) has been squatted%s by %s (pid %s)", q.GPU, n.Node, on, long, strings.Join(q.Users, ", "), ints(q.PIDs)),
 				Fix: fmt.Sprintf("`dibs adopt %s` (as its owner) takes it into a lease; or ask %s to stop it", firstOr(q.PIDs), strings.Join(q.Users, ", "))})
 		}
 	}

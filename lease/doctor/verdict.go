@@ -127,17 +127,20 @@ func Decide(f Findings, p lease.Policy, s lease.SchedConfig) Verdict {
 	switch {
 	case len(size) == 2 || len(size) >= 1 && len(pressure) >= 1 || len(pressure) >= 2:
 		v.Call = CallSLURM
-		v.Summary = "move to SLURM: `dibs export slurm` writes its config for this cluster (docs/slurm.md)"
+		v.Summary = "`dibs export slurm` writes its config for this cluster; docs/slurm.md walks through the move"
 		v.Reasons = append(append(size, pressure...), v.Reasons...)
 	case len(v.Settings) > 0:
 		v.Call = CallTune
-		v.Summary = fmt.Sprintf("tune dibs: %d setting(s) below would fix what the figures show", len(v.Settings))
+		v.Summary = fmt.Sprintf("%d setting(s) below would fix what the figures show", len(v.Settings))
 		v.Reasons = append(append(size, pressure...), v.Reasons...)
 	default:
 		v.Call = CallStay
-		v.Summary = "stay: dibs fits this team; nothing in the figures needs a scheduler or a setting"
+		v.Summary = "dibs fits this team; nothing in the figures needs a scheduler or a setting"
 		if len(pressure) > 0 {
-			v.Summary = "stay: at this size a scheduler would not relieve what the figures show (below); more GPUs, or shorter holds, would"
+			v.Summary = "at this size a scheduler would not relieve what the figures show (below); more GPUs, or shorter holds, would"
+		}
+		if f.Leases == 0 && f.Coverage < MinCoverage {
+			v.Summary = "too little history to judge yet: ask again once the team has used dibs for a week or two"
 		}
 		v.Reasons = append(append(size, pressure...), v.Reasons...)
 		if len(size) > 0 {

@@ -1,0 +1,165 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/dibs-gpu/dibs/agent"
+	"github.com/dibs-gpu/dibs/agent/agenttest"
+	"github.com/dibs-gpu/dibs/agent/clock"
+	"github.com/dibs-gpu/dibs/api"
+	"github.com/dibs-gpu/dibs/lease"
+	"github.com/dibs-gpu/dibs/lease/doctor"
+)
+
+// TestDoctorOnAThreeAgentCluster runs `dibs doctor` against a healthy
+// 3-agent cluster with some history: every check prints, and a verdict
+// with the figures behind it; --json carries the same.
+func TestDoctorOnAThreeAgentCluster(t *testing.T) {
+	nodes := agenttest.Cluster(t, agenttest.ClusterOptions{Specs: []string{"4xH100", "4xH100", "2xL40S"}, Quiet: true})
+	ctx := context.Background()
+	me := nodes[0].Me()
+	c, err := me.Claim(ctx, api.ClaimRequest{Node: "node02", Count: 2, Duration: "1h"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := me.Release(ctx, api.ReleaseRequest{IDs: []string{c.ID}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := me.Claim(ctx, api.ClaimRequest{Node: "node03", Count: 1, Duration: "1h"}); err != nil {
+		t.Fatal(err)
+	}
+
+	out, errOut, code := dibs(t, nodes[0].Socket, nil, "doctor")
+	if code != 0 {
+		t.Fatalf("dibs doctor on a healthy cluster: exit %d\n%s\n%s", code, out, errOut)
+	}
+	for _, name := range doctor.CheckNames {
+		if !strings.Contains(out, " "+name+" ") {
+			t.Errorf("no %q check in:\n%s", name, out)
+		}
+	}
+	for _, want := range []string{"3 of 3 agents answered", "every agent runs dibs dev", "Have we outgrown dibs?", "10 GPUs on 3 nodes",
+		"held ", "2 leases", "Verdict: ", "docs/doctor.md"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("dibs doctor lacks %q:\n%s", want, out)
+		}
+	}
+
+	out, _, code = dibs(t, nodes[0].Socket, nil, "doctor", "--json")
+	var rep api.DoctorReport
+	if err := json.Unmarshal([]byte(out), &rep); err != nil || code != 0 {
+		t.Fatalf("dibs doctor --json: exit %d, %v\n%s", code, err, out)
+	}
+	if len(rep.Nodes) != 3 || len(rep.Checks) < len(doctor.CheckNames) || rep.Verdict == nil || rep.Findings == nil {
+		t.Fatalf("--json report: %d nodes, %d checks, verdict %v", len(rep.Nodes), len(rep.Checks), rep.Verdict)
+	}
+	if rep.Findings.GPUs != 10 || rep.Findings.Leases != 2 || rep.Findings.Users != 1 {
+		t.Errorf("findings: %d GPUs, %d leases, %d users; want 10, 2 (one ended, one held), 1", rep.Findings.GPUs, rep.Findings.Leases, rep.Findings.Users)
+	}
+	if rep.Config.DefaultInteractive != 4*time.Hour || rep.Config.HalfLife != lease.DefaultHalfLife {
+		t.Errorf("config in the report: %+v", rep.Config)
+	}
+}
+
+// TestDoctorSeesEachFault plants one fault per node and reads what `dibs
+// doctor` tells: an agent down, another version, no tmux, a clock five
+// minutes ahead, a GPU squatted for over half an hour.
+func TestDoctorSeesEachFault(t *testing.T) {
+	agenttest.RequireTmux(t)
+	dir := agenttest.PublicDir(t)
+	load := filepath.Join(dir, "load.json")
+	if err := os.WriteFile(load, []byte(`{"gpus":{"0":{"utilization_pct":90,"processes":[{"pid":4242,"user":"nobody","uid":65534,"command":"python","used_memory_mib":1000}]}}}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	fake := clock.NewFake(time.Now())
+	key := make([]byte, 32)
+	for i := range key {
+		key[i] = byte(i + 1)
+	}
+	tmux := agenttest.TmuxDir(t)
+	opts := []agenttest.Options{
+		{Name: "node01"},
+		{Name: "node02", Version: "v0.9.0"},
+		{Name: "node03", TmuxPath: "/nonexistent/tmux"},
+		{Name: "node04", Clock: fake, SimLoad: load},
+		{Name: "node05"},
+	}
+	var nodes []*agenttest.Node
+	seed := ""
+	for _, o := range opts {
+		o.Sim, o.Quiet, o.TmuxTmpDir = "2xL40S", true, tmux
+		o.Cluster = &agent.ClusterSettings{BindAddr: "127.0.0.1", Name: "faults", Key: key, Fast: true}
+		if seed != "" {
+			o.Cluster.Join = []string{seed}
+		}
+		n := agenttest.Start(t, o)
+		if seed == "" {
+			seed = n.Agent.GossipAddr()
+		}
+		nodes = append(nodes, n)
+	}
+	agenttest.WaitConverged(t, nodes, 15*time.Second)
+	nodes[4].Crash()
+	// node04's clock: five minutes ahead, and 31 minutes on, so its sampler
+	// has seen the squatter for that long.
+	fake.StepWall(5 * time.Minute)
+	fake.Advance(31 * time.Minute)
+	agenttest.Eventually(t, 10*time.Second, "node01 to see node05 down", func() bool {
+		for _, n := range nodes[0].Board().Nodes {
+			if n.Name == "node05" {
+				return n.State != api.NodeAlive
+			}
+		}
+		return false
+	})
+
+	var out string
+	var code int
+	agenttest.Eventually(t, 10*time.Second, "the squatter to be seen for half an hour", func() bool {
+		out, _, code = dibs(t, nodes[0].Socket, nil, "doctor", "--window", "1d")
+		return strings.Contains(out, "squatted for")
+	})
+	if code != 1 {
+		t.Errorf("dibs doctor with failing checks exited %d, want 1", code)
+	}
+	for _, want := range []struct{ check, text string }{
+		{"FAIL  agents", "node05 is "},
+		{"warn  version", "v0.9.0 (protocol 2) on node02"},
+		{"FAIL  tmux", "node03 has no tmux"},
+		{"FAIL  clock", "node04's clock is 3"},
+		{"warn  leases", "GPU 0 on node04 (with no lease) has been squatted for 36m by nobody (pid 4242)"},
+		{"warn  probe", "the GPUs of node01, node02, node03, node04 are simulated"},
+	} {
+		if want.check == "FAIL  clock" && !strings.Contains(lineWith(out, want.text), "ahead of this node's") {
+			t.Errorf("node04's clock is not said to be ahead:\n%s", out)
+		}
+		line := lineWith(out, want.text)
+		if line == "" || !strings.Contains(line, want.check) {
+			t.Errorf("want a %q line saying %q; got line %q in:\n%s", want.check, want.text, line, out)
+		}
+	}
+	for _, fix := range []string{"start its agent on node05", "install the same dibs on every node", "apt-get install tmux` on node03", "chrony", "dibs adopt 4242"} {
+		if !strings.Contains(out, "fix: ") || !strings.Contains(out, fix) {
+			t.Errorf("no fix mentioning %q in:\n%s", fix, out)
+		}
+	}
+	if !strings.Contains(out, "Verdict: ") {
+		t.Errorf("no verdict:\n%s", out)
+	}
+}
+
+// lineWith is the first line of out containing s.
+func lineWith(out, s string) string {
+	for _, l := range strings.Split(out, "\n") {
+		if strings.Contains(l, s) {
+			return l
+		}
+	}
+	return ""
+}
