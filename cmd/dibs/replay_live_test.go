@@ -96,7 +96,7 @@ func TestReplayMatchesTheLiveScheduler(t *testing.T) {
 	}
 	entry := map[string]string{} // request → live queue id
 	want := map[string]string{}  // request → placement, started so far
-	ran := map[string]bool{} // users who have held GPUs, so have usage
+	ran := map[string]bool{}     // users who have held GPUs, so have usage
 	for _, m := range story {
 		r := reqs[m.input.Request]
 		// Usage travels by gossip: the replay's cluster agrees at once, a
