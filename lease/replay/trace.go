@@ -231,18 +231,31 @@ func Write(w io.Writer, t Trace) error {
 	}
 	for _, r := range t.Requests {
 		wr := wireRequest{ID: r.ID, At: r.At, User: r.User, Nodes: r.Nodes, GPUs: r.GPUs, Kind: r.Kind, Via: r.Via, From: r.From, Model: r.Model,
-			Work: lease.FormatDuration(r.Work)}
+			Work: exactDuration(r.Work)}
 		if r.Limit > 0 {
-			wr.Limit = lease.FormatDuration(r.Limit)
+			wr.Limit = exactDuration(r.Limit)
 		}
 		if r.Hold > 0 && r.Hold != r.Work {
-			wr.Hold = lease.FormatDuration(r.Hold)
+			wr.Hold = exactDuration(r.Hold)
 		}
 		if err := enc.Encode(wr); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// exactDuration writes d so that it reads back the same: Go's form
+// without its trailing zero units (25h37m, 90m, 1h0m5s).
+func exactDuration(d time.Duration) string {
+	s := d.String()
+	if strings.HasSuffix(s, "m0s") {
+		s = strings.TrimSuffix(s, "0s")
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = strings.TrimSuffix(s, "0m")
+	}
+	return s
 }
 
 // Check refuses a trace the replay cannot play, naming the request.
