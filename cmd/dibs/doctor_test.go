@@ -3,18 +3,24 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/dibs-gpu/dibs/agent"
 	"github.com/dibs-gpu/dibs/agent/agenttest"
 	"github.com/dibs-gpu/dibs/agent/clock"
+	"github.com/dibs-gpu/dibs/agent/peer"
 	"github.com/dibs-gpu/dibs/api"
 	"github.com/dibs-gpu/dibs/lease"
 	"github.com/dibs-gpu/dibs/lease/doctor"
+	"github.com/dibs-gpu/dibs/nodeprobe"
 )
 
 // TestDoctorOnAThreeAgentCluster runs `dibs doctor` against a healthy
@@ -162,4 +168,101 @@ func lineWith(out, s string) string {
 		}
 	}
 	return ""
+}
+
+// memStore is a lease.Store in memory, preloaded with a long ledger.
+type memStore struct {
+	mu     sync.Mutex
+	leases map[string]lease.Lease
+	ledger []lease.LedgerEntry
+	last   uint64
+	queue  map[string]lease.QueueEntry
+	seq    uint64
+}
+
+func (m *memStore) Load() ([]lease.Lease, uint64, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return slices.Collect(maps.Values(m.leases)), m.last, nil
+}
+func (m *memStore) Put(l lease.Lease) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.leases[l.ID], m.last = l, max(m.last, l.Token)
+	return nil
+}
+func (m *memStore) End(id string, e lease.LedgerEntry) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	delete(m.leases, id)
+	m.ledger = append(m.ledger, e)
+	return nil
+}
+func (m *memStore) Ledger(since time.Time) ([]lease.LedgerEntry, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var out []lease.LedgerEntry
+	for _, e := range m.ledger {
+		if !e.End.Before(since) {
+			out = append(out, e)
+		}
+	}
+	return out, nil
+}
+func (m *memStore) PutEntry(e lease.QueueEntry, seq uint64) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.queue[e.ID], m.seq = e, max(m.seq, seq)
+	return nil
+}
+func (m *memStore) DeleteEntry(id string) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	delete(m.queue, id)
+	return nil
+}
+func (m *memStore) Entries() ([]lease.QueueEntry, uint64, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return slices.Collect(maps.Values(m.queue)), m.seq, nil
+}
+func (m *memStore) Close() error { return nil }
+
+// TestDoctorReadsALongLedgerInPages: a ledger far over one reply's size
+// comes across whole, page by page, and the figures count every lease.
+func TestDoctorReadsALongLedgerInPages(t *testing.T) {
+	now := time.Now()
+	st := &memStore{leases: map[string]lease.Lease{}, queue: map[string]lease.QueueEntry{}}
+	const n = 1500
+	for i := 0; i < n; i++ {
+		start := now.Add(-time.Duration(n-i) * 10 * time.Minute)
+		st.ledger = append(st.ledger, lease.LedgerEntry{LeaseID: fmt.Sprintf("node01-%d", i+1), Node: "node01", User: fmt.Sprintf("user%d", i%5), GPUs: []int{i % 4},
+			Start: start, End: start.Add(5 * time.Minute), GPUSeconds: 300, Reason: "released", Kind: lease.KindBatch, Limit: time.Hour,
+			Entry: fmt.Sprintf("node01-q%d#0", i+1), QueuedAt: start.Add(-time.Minute)})
+	}
+	st.last = n
+	probe, err := nodeprobe.NewSim(nodeprobe.SimOptions{Spec: "4xH100", HostName: "node01"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := agent.New(agent.Config{NodeName: "node01", Log: agenttest.Logger(t, "node01", true)}, agent.Deps{Probe: probe, Store: st})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.Stop() })
+	rep, err := a.For(os.Getuid()).Doctor(context.Background(), api.DoctorRequest{Window: "30d", Ledger: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Ledger) != n || rep.Findings.Leases != n || rep.Findings.Queued != n || rep.Findings.WaitMax != time.Minute || rep.Findings.Users != 5 {
+		t.Errorf("read %d ledger entries, %d leases, %d queued (max wait %s), %d users; want %d, %d, %d (1m), 5",
+			len(rep.Ledger), rep.Findings.Leases, rep.Findings.Queued, rep.Findings.WaitMax, rep.Findings.Users, n, n, n)
+	}
+	b, _ := json.Marshal(rep.Ledger)
+	if len(b) < 2*peer.HistoryPageBytes {
+		t.Errorf("the ledger is %d bytes: too small to need pages of %d", len(b), peer.HistoryPageBytes)
+	}
 }
