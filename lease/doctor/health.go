@@ -418,7 +418,7 @@ func Checks(nodes []NodeHealth, now time.Time) []Check {
 		}
 		for _, q := range n.Report.Squatted {
 			squatted++
-			long := ""
+			long := " (since when is not known: it was not sampled yet)"
 			if q.For > 0 {
 				long = " for " + lease.FormatDuration(q.For.Round(time.Minute))
 				if q.For < SquatLongAfter {

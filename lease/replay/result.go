@@ -5,6 +5,8 @@ import (
 	"math"
 	"slices"
 	"time"
+
+	"github.com/dibs-gpu/dibs/lease"
 )
 
 // Result is what one policy cost the team over the trace's window.
@@ -46,8 +48,11 @@ type Result struct {
 	// is computed on), HeldPerUser their held GPU-hours.
 	PerUser     map[string]float64 `json:"per_user_gpu_hours"`
 	HeldPerUser map[string]float64 `json:"per_user_held_gpu_hours"`
-	// Steps is the replay's story, in order (for tests and --steps).
-	Steps []Step `json:"-"`
+	// Steps is the replay's story, in order (for tests); Ledger the
+	// leases it ended, as agents would have written them (what `dibs
+	// doctor` would read of the replayed week).
+	Steps  []Step              `json:"-"`
+	Ledger []lease.LedgerEntry `json:"-"`
 }
 
 func hours(d time.Duration) float64 { return d.Hours() }
@@ -67,7 +72,7 @@ func overlap(a, b, ws, we time.Time) time.Duration {
 }
 
 func (s *sim) result(t Trace, ws, we time.Time) Result {
-	res := Result{Policy: s.p, Start: ws, End: we, Requests: len(s.jobs), PerUser: map[string]float64{}, HeldPerUser: map[string]float64{}, Steps: s.steps}
+	res := Result{Policy: s.p, Start: ws, End: we, Requests: len(s.jobs), PerUser: map[string]float64{}, HeldPerUser: map[string]float64{}, Steps: s.steps, Ledger: s.ledger}
 	for _, n := range s.nodes {
 		res.GPUs += len(n.snap.GPUs)
 	}

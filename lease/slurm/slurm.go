@@ -279,10 +279,11 @@ func Type(model string) string {
 	if len(words) == 0 {
 		return "gpu"
 	}
+	// A family word alone (RTX, GTX, PRO) says little: take words up to
+	// the first with a number in it, three at most.
 	t := words[0]
-	// A family word alone (RTX, GTX, PRO) says little: take the number too.
-	if len(words) > 1 && !strings.ContainsFunc(t, unicode.IsDigit) {
-		t += words[1]
+	for i := 1; i < len(words) && i < 3 && !strings.ContainsFunc(t, unicode.IsDigit); i++ {
+		t += words[i]
 	}
 	var b strings.Builder
 	for _, r := range strings.ToLower(t) {

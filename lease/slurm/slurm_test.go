@@ -133,7 +133,7 @@ func TestType(t *testing.T) {
 		"NVIDIA H100 80GB HBM3":                             "h100",
 		"NVIDIA A100-SXM4-40GB":                             "a100",
 		"NVIDIA GeForce RTX 4090":                           "rtx4090",
-		"NVIDIA RTX PRO 6000 Blackwell Workstation Edition": "rtxpro",
+		"NVIDIA RTX PRO 6000 Blackwell Workstation Edition": "rtxpro6000",
 		"Tesla V100-SXM2-32GB":                              "v100",
 		"NVIDIA L40S":                                       "l40s",
 		"":                                                  "gpu",
