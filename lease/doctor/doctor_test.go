@@ -229,6 +229,9 @@ func TestChecksFindEachFault(t *testing.T) {
 		{"agent mute", func(ns []NodeHealth) {
 			ns[2].Reached, ns[2].Report, ns[2].Error = false, nil, "n3 did not answer in time"
 		}, "agents", Fail, "n3 is a member but did not answer", "gossip port is open"},
+		{"older agent", func(ns []NodeHealth) {
+			ns[1].Reached, ns[1].Report, ns[1].Error = false, nil, `unknown request "health" from n1: is it running another dibs version?`
+		}, "agents", Fail, "n2 answers but not to `dibs doctor`", "install the same dibs on n2"},
 		{"version skew", func(ns []NodeHealth) { ns[1].Report.Version = "v0.9" }, "version", Warn, "v0.9 (protocol 2) on n2", "install the same dibs"},
 		{"clock ahead", func(ns []NodeHealth) { ns[2].Skew = 5 * time.Minute }, "clock", Fail, "n3's clock is 5m0s ahead of", "chrony"},
 		{"clock a little behind", func(ns []NodeHealth) { ns[1].Skew = -3 * time.Second }, "clock", Warn, "3s behind", "NTP"},

@@ -215,6 +215,9 @@ func Checks(nodes []NodeHealth, now time.Time) []Check {
 			}
 			ps = append(ps, Check{Status: Fail, Node: n.Node, Detail: fmt.Sprintf("%s is %s%s: its GPUs show as unknown and nobody can claim them", n.Node, n.State, since),
 				Fix: fmt.Sprintf("start its agent on %s (`sudo systemctl start dibs`); if it was retired, `dibs ls` stops showing it once the others forget it", n.Node)})
+		case strings.Contains(n.Error, "unknown request"):
+			ps = append(ps, Check{Status: Fail, Node: n.Node, Detail: fmt.Sprintf("%s answers but not to `dibs doctor`: it runs an older dibs", n.Node),
+				Fix: fmt.Sprintf("install the same dibs on %s as on the others and restart its agent", n.Node)})
 		default:
 			ps = append(ps, Check{Status: Fail, Node: n.Node, Detail: fmt.Sprintf("%s is a member but did not answer: %s", n.Node, oneLine(n.Error)),
 				Fix: fmt.Sprintf("check that %s's gossip port is open both ways (TCP and UDP) and its agent is not stuck (`journalctl -u dibs` on %s)", n.Node, n.Node)})
