@@ -86,7 +86,7 @@ func (c *cli) replay(f replayFlags) error {
 	default:
 		file, err := os.Open(f.trace)
 		if err != nil {
-			return fmt.Errorf("--trace: %w", err)
+			return fmt.Errorf("--trace: %w: give week, or a trace file (docs/doctor.md describes the format)", err)
 		}
 		tr, err = replay.Read(file)
 		file.Close()
