@@ -40,6 +40,30 @@ func TestDoctorOnAThreeAgentCluster(t *testing.T) {
 	if _, err := me.Claim(ctx, api.ClaimRequest{Node: "node03", Count: 1, Duration: "1h"}); err != nil {
 		t.Fatal(err)
 	}
+	// A queued claim: its lease and then its ledger entry keep when it was
+	// queued, so the doctor counts its wait.
+	sub, err := me.Submit(ctx, api.SubmitRequest{Claim: api.ClaimRequest{Count: 4, Duration: "1h"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var queued lease.Lease
+	agenttest.Eventually(t, 10*time.Second, "the queued claim to start", func() bool {
+		for _, n := range nodes[0].Board().Nodes {
+			for _, g := range n.GPUs {
+				if g.Lease != nil && strings.HasPrefix(g.Lease.Entry, sub.ID+"#") {
+					queued = *g.Lease
+					return true
+				}
+			}
+		}
+		return false
+	})
+	if queued.QueuedAt.IsZero() || queued.QueuedAt.After(queued.StartedAt) {
+		t.Errorf("the queued lease's queued_at is %s (started %s)", queued.QueuedAt, queued.StartedAt)
+	}
+	if _, err := me.Release(ctx, api.ReleaseRequest{IDs: []string{queued.ID}}); err != nil {
+		t.Fatal(err)
+	}
 
 	out, errOut, code := dibs(t, nodes[0].Socket, nil, "doctor")
 	if code != 0 {
@@ -51,7 +75,7 @@ func TestDoctorOnAThreeAgentCluster(t *testing.T) {
 		}
 	}
 	for _, want := range []string{"3 of 3 agents answered", "every agent runs dibs dev", "Have we outgrown dibs?", "10 GPUs on 3 nodes",
-		"held ", "2 leases", "Verdict: ", "docs/doctor.md"} {
+		"held ", "3 leases", "over 1 queued runs", "Verdict: ", "docs/doctor.md"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("dibs doctor lacks %q:\n%s", want, out)
 		}
@@ -65,8 +89,9 @@ func TestDoctorOnAThreeAgentCluster(t *testing.T) {
 	if len(rep.Nodes) != 3 || len(rep.Checks) < len(doctor.CheckNames) || rep.Verdict == nil || rep.Findings == nil {
 		t.Fatalf("--json report: %d nodes, %d checks, verdict %v", len(rep.Nodes), len(rep.Checks), rep.Verdict)
 	}
-	if rep.Findings.GPUs != 10 || rep.Findings.Leases != 2 || rep.Findings.Users != 1 {
-		t.Errorf("findings: %d GPUs, %d leases, %d users; want 10, 2 (one ended, one held), 1", rep.Findings.GPUs, rep.Findings.Leases, rep.Findings.Users)
+	if rep.Findings.GPUs != 10 || rep.Findings.Leases != 3 || rep.Findings.Users != 1 || rep.Findings.Queued != 1 {
+		t.Errorf("findings: %d GPUs, %d leases, %d users, %d queued; want 10, 3 (two ended, one held), 1, 1",
+			rep.Findings.GPUs, rep.Findings.Leases, rep.Findings.Users, rep.Findings.Queued)
 	}
 	if rep.Config.DefaultInteractive != 4*time.Hour || rep.Config.HalfLife != lease.DefaultHalfLife {
 		t.Errorf("config in the report: %+v", rep.Config)
