@@ -70,7 +70,7 @@ func floorPlan() []room {
 	// HTTP, no processes, and no I/O of their own.
 	pure := []string{memberlist, goNVML, charm, charmX, sshPkg, "net/http", "os/exec"}
 	noIO := []string{"os", "os/exec", "os/signal", "syscall", "net", "io/fs", "log", "path/filepath"}
-	base := []string{"lease", "lease/termsafe", "nodeprobe", "launch"}
+	base := []string{"lease", "lease/doctor", "lease/termsafe", "nodeprobe", "launch"}
 
 	plan := []room{
 		{pkg: "nodeprobe", what: "GPU snapshot types (Snapshot, GPU, Process, Probe, Options); no I/O",
@@ -94,6 +94,12 @@ func floorPlan() []room {
 			may: []string{"lease"}, mods: []string{bbolt}, never: pure},
 		{pkg: "lease/store/storetest", what: "a fault-injecting fake lease.Store for tests",
 			may: []string{"lease", "lease/store"}, never: pure},
+		{pkg: "lease/doctor", what: "doctor's checks, figures and verdict: pure arithmetic",
+			may: []string{"lease", "nodeprobe"}, never: append(slices.Clone(pure), bbolt), notItself: noIO},
+		{pkg: "lease/slurm", what: "slurm.conf, gres.conf and sbatch scripts from what dibs knows: pure text",
+			may: []string{"lease", "nodeprobe"}, never: append(slices.Clone(pure), bbolt), notItself: noIO},
+		{pkg: "lease/replay", what: "the what-if simulator: dibs's own rules on simulated time",
+			may: []string{"lease", "nodeprobe", "nodeprobe/sim"}, never: append(slices.Clone(pure), bbolt), notItself: noIO},
 		{pkg: "launch", what: "tmux sessions as a user; standard library only",
 			mods: []string{xsys}, never: []string{memberlist, goNVML, charm, charmX}},
 		{pkg: "launch/launchtest", what: "throwaway accounts for tests",
@@ -102,7 +108,7 @@ func floorPlan() []room {
 			may: []string{"lease", "lease/termsafe", "nodeprobe"}, mods: []string{memberlist},
 			never: []string{charm, charmX, goNVML, "launch"}, notItself: []string{"net/http", "os/exec"}},
 		{pkg: "api", what: "local API types and Go client (HTTP+JSON over the unix socket)",
-			may: []string{"lease", "lease/termsafe", "nodeprobe"}, mods: []string{xsys},
+			may: []string{"lease", "lease/doctor", "lease/termsafe", "nodeprobe"}, mods: []string{xsys},
 			never: []string{charm, charmX, memberlist, goNVML}},
 		{pkg: "tui", what: "bubbletea v2 board over api",
 			may:  []string{"api", "lease", "lease/termsafe", "nodeprobe"},
@@ -148,7 +154,7 @@ func floorPlan() []room {
 	}
 	plan = append(plan,
 		room{pkg: "agent", what: "the daemon: composition of the rooms above",
-			may:  slices.Concat(agents, []string{"api", "gossip", "launch", "lease", "lease/store", "lease/termsafe", "nodeprobe"}),
+			may:  slices.Concat(agents, []string{"api", "gossip", "launch", "lease", "lease/doctor", "lease/store", "lease/termsafe", "nodeprobe"}),
 			mods: []string{xsys}, never: []string{goNVML}},
 		room{pkg: "agent/agenttest", what: "real agents on loopback for any package's tests",
 			may: slices.Concat([]string{"agent"}, agents, []string{"api", "launch", "launch/launchtest", "lease",

@@ -86,6 +86,10 @@ type Deps struct {
 	Clock clock.Clock
 	// Store keeps leases; nil means the bbolt store in DataDir.
 	Store lease.Store
+	// TryNVML opens NVML and closes it again, so the doctor can say why a
+	// node fell back to nvidia-smi; nil skips that (the agent itself never
+	// links NVML: the command that builds it does).
+	TryNVML func(ctx context.Context) error
 }
 
 // Sessions is what the agent needs of launch.Launcher.
@@ -114,6 +118,7 @@ type Agent struct {
 	// metrics is nil unless Config.MetricsListen is set.
 	metrics    *metrics.Metrics
 	metricsSrv *metrics.Server
+	doctor   *doctorParts
 
 	ctx     context.Context
 	cancel  context.CancelFunc
@@ -263,6 +268,7 @@ func (a *Agent) build(ctx context.Context) error {
 			a.origin.Reconcile(ctx, v, a.cfg.Sched.LostAfter, a.stopRank, a.svc.TellUser)
 		},
 	})
+	a.doctor = a.newDoctor()
 	if err := a.origin.Open(); err != nil {
 		return err
 	}
@@ -327,6 +333,7 @@ func (a *Agent) serve() error {
 		a.ssh = srv
 	}
 	a.node.Run()
+	a.doctor.start(a.ctx)
 	a.schedOK = make(chan struct{})
 	go func() {
 		defer close(a.schedOK)
@@ -391,6 +398,7 @@ func (a *Agent) shutdown(graceful bool) error {
 	if a.schedOK != nil {
 		<-a.schedOK
 	}
+	a.doctor.stop()
 	a.node.Close()
 	err := a.store.Close()
 	a.deps.Probe.Close()

@@ -98,6 +98,10 @@ type Lease struct {
 	// a retried claim (the answer was lost) finds the lease instead of
 	// taking more GPUs.
 	RequestID string `json:"request_id,omitempty"`
+	// QueuedAt is when the queue entry this lease was started for was
+	// submitted; zero for a direct claim. The ledger keeps it, so `dibs
+	// doctor` can tell how long queued work waited.
+	QueuedAt time.Time `json:"queued_at,omitzero"`
 	// Mono is kept by the store only: the lease's limits on the monotonic
 	// clock of the boot that wrote them (see Table.Stamp). Nil elsewhere.
 	Mono *MonoLimits `json:"mono,omitempty"`

@@ -1,6 +1,9 @@
 package lease
 
-import "time"
+import (
+	"math"
+	"time"
+)
 
 // LedgerEntry is one ended lease, kept on its node so usage and fair-share
 // survive restarts.
@@ -17,6 +20,17 @@ type LedgerEntry struct {
 	Reason string `json:"reason"`
 	// By is who ended it when that was not the holder (an admin).
 	By string `json:"by,omitempty"`
+	// Kind, Limit (its time limit when it ended, extensions included) and,
+	// for a queued run, Entry (the attempt's key), Gang, Rank and QueuedAt
+	// (when the entry was submitted) let `dibs doctor` measure queue waits
+	// and gang waits, and `dibs replay` rebuild the requests, from the
+	// ledger alone. Entries written before they existed leave them zero.
+	Kind     Kind          `json:"kind,omitempty"`
+	Limit    time.Duration `json:"limit,omitempty"`
+	Entry    string        `json:"entry,omitempty"`
+	Gang     string        `json:"gang,omitempty"`
+	Rank     int           `json:"rank,omitempty"`
+	QueuedAt time.Time     `json:"queued_at,omitzero"`
 }
 
 // Ended builds the ledger entry for a lease ending at end.
@@ -29,6 +43,8 @@ func Ended(l Lease, end time.Time, reason, by string) LedgerEntry {
 		LeaseID: l.ID, Node: l.Node, User: l.User, UID: l.UID, GPUs: l.GPUs,
 		Start: l.StartedAt, End: end.Round(0), GPUSeconds: secs * float64(len(l.GPUs)),
 		Reason: reason, By: by,
+		Kind: l.Kind, Limit: max(l.ExpiresAt.Sub(l.StartedAt), 0), Entry: l.Entry, Gang: l.Gang, Rank: l.Rank,
+		QueuedAt: l.QueuedAt,
 	}
 }
 
@@ -58,4 +74,50 @@ type Store interface {
 	// Entries returns this node's queue entries and the highest sequence used.
 	Entries() ([]QueueEntry, uint64, error)
 	Close() error
+}
+
+// Validate checks a ledger entry's shape wherever it comes from (the store,
+// another agent answering `dibs doctor`): the same bounds as the lease it
+// was, times in a sane range, GPU-seconds a finite non-negative number.
+func (e *LedgerEntry) Validate() error {
+	if !token(e.LeaseID, 2*MaxNameLen) {
+		return Invalidf("a ledger entry has a bad lease id %s", quoteInput(e.LeaseID))
+	}
+	if node, ok := NodeOfID(e.LeaseID); !ok || node != e.Node {
+		return Invalidf("ledger entry %s does not belong to node %s", quoteInput(e.LeaseID), quoteInput(e.Node))
+	}
+	if e.User != "" && !ValidUserName(e.User) {
+		return Invalidf("ledger entry %s has a bad user %s", e.LeaseID, quoteInput(e.User))
+	}
+	if e.By != "" && !ValidUserName(e.By) {
+		return Invalidf("ledger entry %s has a bad ender %s", e.LeaseID, quoteInput(e.By))
+	}
+	if err := checkGPUs(e.GPUs, false); err != nil {
+		return Invalidf("ledger entry %s: %v", e.LeaseID, err)
+	}
+	for _, t := range []time.Time{e.Start, e.End, e.QueuedAt} {
+		if !ValidSince(t) {
+			return Invalidf("ledger entry %s has a time out of range", e.LeaseID)
+		}
+	}
+	if e.GPUSeconds < 0 || math.IsNaN(e.GPUSeconds) || e.GPUSeconds > float64(MaxDuration/time.Second)*MaxGPUsPerNode {
+		return Invalidf("ledger entry %s has GPU-seconds out of range", e.LeaseID)
+	}
+	if e.Limit < 0 || e.Limit > 2*MaxDuration {
+		return Invalidf("ledger entry %s has a time limit out of range", e.LeaseID)
+	}
+	if e.Rank < 0 || e.Rank >= MaxGangNodes {
+		return Invalidf("ledger entry %s has a rank out of range", e.LeaseID)
+	}
+	if e.Kind != "" {
+		if _, err := ParseKind(string(e.Kind)); err != nil {
+			return Invalidf("ledger entry %s: %v", e.LeaseID, err)
+		}
+	}
+	for _, s := range []string{e.Reason, e.Entry, e.Gang} {
+		if s != "" && !token(s, 2*MaxNameLen) {
+			return Invalidf("ledger entry %s has a bad field %s", e.LeaseID, quoteInput(s))
+		}
+	}
+	return nil
 }

@@ -24,6 +24,9 @@ type Claim struct {
 	Kind     Kind
 	// Force allows naming GPUs that have someone's process on them but no lease.
 	Force bool
+	// QueuedAt is when the queue entry this claim starts was submitted
+	// (zero for a direct claim); it becomes Lease.QueuedAt.
+	QueuedAt time.Time
 }
 
 // Table is one node's lease table: the leases this agent alone grants, renews
@@ -192,6 +195,7 @@ func (t *Table) PlanClaim(c Caller, req Claim, snap nodeprobe.Snapshot, now time
 		Note:      req.Note,
 		StartedAt: now.Round(0),
 		ExpiresAt: now.Round(0).Add(dur),
+		QueuedAt:  req.QueuedAt.Round(0),
 	}, nil
 }
 

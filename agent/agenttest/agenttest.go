@@ -55,6 +55,11 @@ type Options struct {
 	Quiet bool
 	// MetricsListen serves /metrics there (e.g. 127.0.0.1:0); empty: off.
 	MetricsListen string
+	// Version is what the agent reports (default agent.DevVersion), and
+	// TmuxPath the tmux its launcher runs (default "tmux" in PATH): for
+	// tests that plant a version skew or a node without tmux.
+	Version  string
+	TmuxPath string
 }
 
 // Node is a running agent and what a test needs to talk to it.
@@ -165,7 +170,7 @@ func (n *Node) prepare(o Options) prepared {
 	if err := os.MkdirAll(sockDir, 0o755); err != nil {
 		tb.Fatal(err)
 	}
-	sessions := launch.New(launch.Options{TmuxTmpDir: o.TmuxTmpDir, StatusDir: statusDir, Logf: func(f string, args ...any) { log.Warn(fmt.Sprintf(f, args...)) }})
+	sessions := launch.New(launch.Options{TmuxPath: o.TmuxPath, TmuxTmpDir: o.TmuxTmpDir, StatusDir: statusDir, Logf: func(f string, args ...any) { log.Warn(fmt.Sprintf(f, args...)) }})
 	sock := filepath.Join(sockDir, "dibs.sock")
 	a, err := agent.New(agent.Config{
 		NodeName:      o.Name,
@@ -179,6 +184,7 @@ func (n *Node) prepare(o Options) prepared {
 		SSH:           o.SSH,
 		Limits:        o.Limits,
 		MetricsListen: o.MetricsListen,
+		Version:       o.Version,
 		Log:           log,
 	}, agent.Deps{Probe: probe, Sessions: sessions, Clock: o.Clock, Users: o.Users})
 	if err != nil {

@@ -115,7 +115,7 @@ func (b *Bound) startPart(ctx context.Context, r peer.StartRequest) (peer.StartR
 	if s.cluster != nil {
 		host = s.cluster.Host()
 	}
-	claim := lease.Claim{GPUs: r.GPUs, Duration: e.Duration, Kind: e.Kind, Note: e.Note}
+	claim := lease.Claim{GPUs: r.GPUs, Duration: e.Duration, Kind: e.Kind, Note: e.Note, QueuedAt: e.SubmittedAt}
 	var run *node.Run
 	if e.Job != nil {
 		name := lease.RankSessionName(e.Job.Name, e, r.Rank)

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/dibs-gpu/dibs/lease"
+	"github.com/dibs-gpu/dibs/lease/doctor"
 )
 
 // The endpoints. A new one is added here, with its types below, and
@@ -321,3 +322,100 @@ type Empty struct{}
 
 // Validate implements Message.
 func (Empty) Validate() error { return nil }
+
+// The doctor's endpoints: what `dibs doctor`, `dibs replay` and `dibs
+// export` ask of every node. They are registered in agent/core/doctor.go.
+var (
+	// Health asks a node for its report: version, clock, cluster settings,
+	// tmux, probe, disk, and the leases and sessions that need a look.
+	Health = Endpoint[HealthRequest, HealthReply]{Name: "health"}
+	// History reads one page of a node's ledger, or of its GPU samples,
+	// since a time.
+	History = Endpoint[HistoryRequest, HistoryReply]{Name: "history"}
+)
+
+// HealthRequest asks for a node's report; it carries nothing.
+type HealthRequest struct{}
+
+// Validate implements Message.
+func (HealthRequest) Validate() error { return nil }
+
+// HealthReply is a node's report of itself.
+type HealthReply struct {
+	Report doctor.Report `json:"report"`
+}
+
+// Validate implements Message.
+func (r HealthReply) Validate() error {
+	if err := r.Report.Validate(); err != nil {
+		return lease.Invalidf("%v", err)
+	}
+	return nil
+}
+
+// Parts of a node's history.
+const (
+	HistoryLedger  = "ledger"
+	HistorySamples = "samples"
+)
+
+// HistoryPageBytes bounds the items of one history reply, well under
+// MaxBody with the envelope around them.
+const HistoryPageBytes = 160 << 10
+
+// MaxHistoryItems bounds the items of one history reply.
+const MaxHistoryItems = 2000
+
+// HistoryRequest asks for one page of a node's ledger (entries that ended
+// since Since, by end time then lease id, after the cursor) or of its
+// samples (hours since Since, after the cursor hour).
+type HistoryRequest struct {
+	Part  string    `json:"part"`
+	Since time.Time `json:"since"`
+	// AfterEnd and AfterID continue a ledger page; AfterHour a samples
+	// page. Zero: from the start.
+	AfterEnd  time.Time `json:"after_end,omitzero"`
+	AfterID   string    `json:"after_id,omitempty"`
+	AfterHour time.Time `json:"after_hour,omitzero"`
+}
+
+// Validate implements Message.
+func (r HistoryRequest) Validate() error {
+	if r.Part != HistoryLedger && r.Part != HistorySamples {
+		return lease.Invalidf("unknown history part %q", truncate(r.Part))
+	}
+	if !lease.ValidSince(r.Since) || !lease.ValidSince(r.AfterEnd) || !lease.ValidSince(r.AfterHour) {
+		return lease.Invalidf("bad time")
+	}
+	if r.AfterID != "" {
+		if _, ok := lease.NodeOfID(r.AfterID); !ok || len(r.AfterID) > 2*lease.MaxNameLen {
+			return lease.Invalidf("%q is not a lease id", truncate(r.AfterID))
+		}
+	}
+	return nil
+}
+
+// HistoryReply is one page; More says another follows.
+type HistoryReply struct {
+	Entries []lease.LedgerEntry `json:"entries,omitempty"`
+	Buckets []doctor.Bucket     `json:"buckets,omitempty"`
+	More    bool                `json:"more,omitempty"`
+}
+
+// Validate implements Message.
+func (r HistoryReply) Validate() error {
+	if len(r.Entries)+len(r.Buckets) > MaxHistoryItems {
+		return lease.Invalidf("%d history items, over %d", len(r.Entries)+len(r.Buckets), MaxHistoryItems)
+	}
+	for i := range r.Entries {
+		if err := r.Entries[i].Validate(); err != nil {
+			return err
+		}
+	}
+	for i := range r.Buckets {
+		if err := r.Buckets[i].Validate(); err != nil {
+			return lease.Invalidf("%v", err)
+		}
+	}
+	return nil
+}

@@ -17,6 +17,7 @@ import (
 	"github.com/dibs-gpu/dibs/launch"
 	"github.com/dibs-gpu/dibs/lease"
 	"github.com/dibs-gpu/dibs/nodeprobe"
+	"github.com/dibs-gpu/dibs/nodeprobe/nvml"
 	"github.com/dibs-gpu/dibs/nodeprobe/probe"
 )
 
@@ -205,7 +206,14 @@ func (c *cli) agentConfig(cmd *cobra.Command, f agentFlags) (agent.Config, agent
 	// where the users' own tmux looks (systemd gives none: /tmp).
 	statusDir := filepath.Join(filepath.Dir(sock), "exit")
 	sessions := launch.New(launch.Options{TmuxTmpDir: os.Getenv("TMUX_TMPDIR"), StatusDir: statusDir, Logf: func(f string, args ...any) { logger.Warn(fmt.Sprintf(f, args...)) }})
-	return cfg, agent.Deps{Probe: prober, Sessions: sessions}, nil
+	tryNVML := func(ctx context.Context) error {
+		p, err := nvml.Open(ctx, nodeprobe.Options{HostName: cfg.NodeName})
+		if err == nil {
+			p.Close()
+		}
+		return err
+	}
+	return cfg, agent.Deps{Probe: prober, Sessions: sessions, TryNVML: tryNVML}, nil
 }
 
 func configCmd(c *cli) *cobra.Command {

@@ -71,7 +71,8 @@ func rootCmd(c *cli) *cobra.Command {
 	root.PersistentFlags().StringVar(&c.socket, "socket", "", "agent socket (default: $DIBS_SOCKET, then /run/dibs/dibs.sock, else your own agent's: $XDG_RUNTIME_DIR/dibs.sock, /run/user/UID/dibs.sock or ~/.local/state/dibs/dibs.sock); it must lie in a directory only root or you can write, and be served by root or you")
 	root.AddCommand(probeCmd(c), agentCmd(c), configCmd(c), lsCmd(c), claimCmd(c), runCmd(c),
 		releaseCmd(c), extendCmd(c), adoptCmd(c), attachCmd(c), whoCmd(c), statusCmd(c), keygenCmd(c),
-		tuiCmd(c), demoCmd(c), queueCmd(c), cancelCmd(c), usageCmd(c), versionCmd(c))
+		tuiCmd(c), demoCmd(c), queueCmd(c), cancelCmd(c), usageCmd(c), versionCmd(c),
+		doctorCmd(c), replayCmd(c), exportCmd(c))
 	root.AddCommand(c.extraCmds()...)
 	// `dibs` alone on a terminal opens the board; elsewhere it prints help.
 	root.RunE = func(cmd *cobra.Command, args []string) error {

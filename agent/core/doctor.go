@@ -1,0 +1,426 @@
+package core
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/dibs-gpu/dibs/agent/peer"
+	"github.com/dibs-gpu/dibs/api"
+	"github.com/dibs-gpu/dibs/launch"
+	"github.com/dibs-gpu/dibs/lease"
+	"github.com/dibs-gpu/dibs/lease/doctor"
+)
+
+// DoctorDeps are what the doctor's endpoints read beyond the service's own
+// parts; the agent provides them (EnableDoctor).
+type DoctorDeps struct {
+	// Facts fills what only the agent knows of its node's report: the
+	// cluster settings, the SSH address, tmux, why this probe backend, the
+	// disk. The service adds the rest.
+	Facts func(ctx context.Context) doctor.Report
+	// Samples is this node's GPU samples since a time.
+	Samples func(since time.Time) []doctor.Bucket
+	// SquatSince is since when a GPU has been seen squatted (zero: not
+	// known).
+	SquatSince func(gpu int) time.Time
+	// Sessions lists a user's tmux sessions on this node.
+	Sessions func(ctx context.Context, u launch.User) ([]string, error)
+}
+
+// EnableDoctor registers the doctor's peer endpoints (peer.Health,
+// peer.History), so `dibs doctor`, `dibs replay` and `dibs export` can ask
+// this node. Call it once, before the cluster starts.
+func (s *Service) EnableDoctor(d DoctorDeps) {
+	peer.Handle(s.deps.Peers, peer.Health, func(ctx context.Context, from string, who peer.Actor, r peer.HealthRequest) (peer.HealthReply, error) {
+		return peer.HealthReply{Report: s.report(ctx, d)}, nil
+	})
+	peer.Handle(s.deps.Peers, peer.History, func(ctx context.Context, from string, who peer.Actor, r peer.HistoryRequest) (peer.HistoryReply, error) {
+		return s.history(r, d)
+	})
+}
+
+// staleSessions bounds how many users' tmux servers a report lists.
+const staleSessionUsers = 64
+
+// report is this node's report of itself.
+func (s *Service) report(ctx context.Context, d DoctorDeps) doctor.Report {
+	var r doctor.Report
+	if d.Facts != nil {
+		r = d.Facts(ctx)
+	}
+	st := s.deps.Node.State()
+	now := s.deps.Clock.Now()
+	r.Node, r.Version, r.Protocol, r.Wall = s.cfg.Node, s.cfg.Version, peer.Version, now.Round(0)
+	if r.Backend == "" {
+		r.Backend = string(st.Snap.Host.Backend)
+	}
+	if r.DataDir == "" {
+		r.DataDir = s.cfg.DataDir
+	}
+	holder := map[int]lease.Lease{}
+	for _, l := range st.Leases {
+		if !l.ReservedUntil.IsZero() {
+			continue
+		}
+		for _, g := range l.GPUs {
+			holder[g] = l
+		}
+		if l.ExpiresAt.Before(now) {
+			r.Overdue = append(r.Overdue, doctor.LeaseFact{Lease: l.ID, User: l.User, GPUs: l.GPUs, Session: l.Session, For: now.Sub(l.ExpiresAt)})
+		}
+	}
+	for _, g := range st.Snap.GPUs {
+		j := st.Judged[g.Index]
+		if !j.Has(lease.FlagSquatted) {
+			continue
+		}
+		q := doctor.SquatFact{GPU: g.Index}
+		if l, ok := holder[g.Index]; ok {
+			q.Holder = l.User
+		}
+		for _, p := range j.Squatters {
+			u := p.User
+			if u == "" {
+				u = fmt.Sprintf("uid %d", p.UID)
+			}
+			if !slices.Contains(q.Users, u) && len(q.Users) < 16 {
+				q.Users = append(q.Users, u)
+			}
+			if len(q.PIDs) < 16 {
+				q.PIDs = append(q.PIDs, p.PID)
+			}
+		}
+		if d.SquatSince != nil {
+			if since := d.SquatSince(g.Index); !since.IsZero() {
+				q.For = max(now.Sub(since), 0)
+			}
+		}
+		r.Squatted = append(r.Squatted, q)
+	}
+	if d.Sessions != nil {
+		r.StraySessions, r.Sessionless = s.sessionFacts(ctx, d, st.Leases, now)
+	}
+	return r
+}
+
+// sessionFacts finds dibs's tmux sessions no lease holds (named dibs-…, of
+// users who held a lease here in the last week) and leases whose session
+// is gone (for more than a minute: the node ends those itself soon).
+func (s *Service) sessionFacts(ctx context.Context, d DoctorDeps, leases []lease.Lease, now time.Time) (stray []doctor.SessionFact, lost []doctor.LeaseFact) {
+	users := map[string]bool{}
+	held := map[string]bool{}
+	for _, l := range leases {
+		users[l.User] = true
+		if l.Session != "" {
+			held[l.User+"\x00"+l.Session] = true
+		}
+	}
+	if ledger, err := s.deps.Node.Usage().Ledger(now.Add(-7 * 24 * time.Hour)); err == nil {
+		for _, e := range ledger {
+			users[e.User] = true
+		}
+	}
+	names := slices.Sorted(func(yield func(string) bool) {
+		for u := range users {
+			if u != "" && !yield(u) {
+				return
+			}
+		}
+	})
+	if len(names) > staleSessionUsers {
+		names = names[:staleSessionUsers]
+	}
+	listed := map[string][]string{}
+	for _, name := range names {
+		u, err := s.deps.Accounts.ByName(name)
+		if err != nil {
+			continue
+		}
+		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		sessions, err := d.Sessions(cctx, u)
+		cancel()
+		if err != nil {
+			continue
+		}
+		listed[name] = sessions
+		for _, sess := range sessions {
+			if strings.HasPrefix(sess, "dibs-") && !held[name+"\x00"+sess] {
+				stray = append(stray, doctor.SessionFact{User: name, Session: sess})
+			}
+		}
+	}
+	for _, l := range leases {
+		sessions, ok := listed[l.User]
+		if l.Session == "" || !ok || !l.ReservedUntil.IsZero() || now.Sub(l.StartedAt) < time.Minute || slices.Contains(sessions, l.Session) {
+			continue
+		}
+		lost = append(lost, doctor.LeaseFact{Lease: l.ID, User: l.User, GPUs: l.GPUs, Session: l.Session, For: now.Sub(l.StartedAt)})
+	}
+	return stray, lost
+}
+
+// history serves one page of this node's ledger or samples.
+func (s *Service) history(r peer.HistoryRequest, d DoctorDeps) (peer.HistoryReply, error) {
+	var out peer.HistoryReply
+	size := 0
+	fits := func(v any) bool {
+		b, _ := json.Marshal(v)
+		size += len(b) + 1
+		return size <= peer.HistoryPageBytes && len(out.Entries)+len(out.Buckets) < peer.MaxHistoryItems
+	}
+	switch r.Part {
+	case peer.HistoryLedger:
+		ledger, err := s.deps.Node.Usage().Ledger(r.Since)
+		if err != nil {
+			return out, err
+		}
+		slices.SortFunc(ledger, func(a, b lease.LedgerEntry) int {
+			if c := a.End.Compare(b.End); c != 0 {
+				return c
+			}
+			return cmp.Compare(a.LeaseID, b.LeaseID)
+		})
+		for _, e := range ledger {
+			if !r.AfterEnd.IsZero() && (e.End.Before(r.AfterEnd) || e.End.Equal(r.AfterEnd) && e.LeaseID <= r.AfterID) {
+				continue
+			}
+			if e.Validate() != nil {
+				continue // written by a broken agent: not worth a failed doctor
+			}
+			if !fits(e) {
+				out.More = true
+				break
+			}
+			out.Entries = append(out.Entries, e)
+		}
+	case peer.HistorySamples:
+		if d.Samples == nil {
+			return out, nil
+		}
+		for _, b := range d.Samples(r.Since) {
+			if !r.AfterHour.IsZero() && !b.Hour.After(r.AfterHour) {
+				continue
+			}
+			if !fits(b) {
+				out.More = true
+				break
+			}
+			out.Buckets = append(out.Buckets, b)
+		}
+	}
+	return out, nil
+}
+
+// nodeHistory reads a node's whole history since a time, page by page.
+func (s *Service) nodeHistory(ctx context.Context, node string, since time.Time, part string) (peer.HistoryReply, error) {
+	var all peer.HistoryReply
+	req := peer.HistoryRequest{Part: part, Since: since}
+	for page := 0; page < 1000; page++ {
+		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		r, err := peer.Call(cctx, s.deps.Peers, node, peer.History, peer.System, req)
+		cancel()
+		if err != nil {
+			return all, err
+		}
+		all.Entries = append(all.Entries, r.Entries...)
+		all.Buckets = append(all.Buckets, r.Buckets...)
+		if !r.More {
+			return all, nil
+		}
+		switch {
+		case len(r.Entries) > 0:
+			last := r.Entries[len(r.Entries)-1]
+			req.AfterEnd, req.AfterID = last.End, last.LeaseID
+		case len(r.Buckets) > 0:
+			req.AfterHour = r.Buckets[len(r.Buckets)-1].Hour
+		default:
+			return all, fmt.Errorf("%s sent an empty page of its history", node)
+		}
+	}
+	return all, fmt.Errorf("%s's history did not end after 1000 pages", node)
+}
+
+// Doctor is `dibs doctor`: every node's health, asked in parallel, and —
+// unless the request skips it — the figures and verdict over the window,
+// from every node's ledger and samples.
+func (b *Bound) Doctor(ctx context.Context, req api.DoctorRequest) (api.DoctorReport, error) {
+	s := b.s
+	window := doctor.DefaultWindow
+	if req.Window != "" {
+		w, err := lease.ParseDuration(req.Window)
+		if err != nil {
+			return api.DoctorReport{}, err
+		}
+		window = min(w, doctor.Keep)
+	}
+	v := s.View()
+	rep := api.DoctorReport{Self: s.cfg.Node, GeneratedAt: v.Now.Round(0), Config: api.ConfigOf(s.cfg.Policy, s.cfg.Sched)}
+	rep.Nodes = make([]doctor.NodeHealth, len(v.Nodes))
+	var wg sync.WaitGroup
+	for i := range v.Nodes {
+		n := &v.Nodes[i]
+		h := &rep.Nodes[i]
+		*h = doctor.NodeHealth{Node: n.Name, Self: n.Self, State: n.State, Since: n.Since}
+		if n.Self {
+			h.State = lease.NodeAlive
+		} else if n.State == lease.NodeDead || n.State == lease.NodeLeft {
+			h.Error = fmt.Sprintf("%s is %s", n.Name, n.State)
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			cctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+			defer cancel()
+			t0 := s.deps.Clock.Now()
+			r, err := peer.Call(cctx, s.deps.Peers, n.Name, peer.Health, peer.System, peer.HealthRequest{})
+			t1 := s.deps.Clock.Now()
+			if err != nil {
+				h.Error = oneLine(err.Error())
+				return
+			}
+			h.Reached, h.Report, h.RTT = true, &r.Report, t1.Sub(t0)
+			h.Skew = r.Report.Wall.Sub(t0.Add(t1.Sub(t0) / 2))
+			if n.Self {
+				h.Skew = 0
+			}
+		}()
+	}
+	wg.Wait()
+	rep.Checks = doctor.Checks(rep.Nodes, v.Now)
+	if req.SkipHistory {
+		return rep, nil
+	}
+
+	hist := doctor.History{Now: v.Now, Window: window, Buckets: map[string][]doctor.Bucket{}}
+	since := v.Now.Add(-window)
+	var mu sync.Mutex
+	for i := range v.Nodes {
+		n := &v.Nodes[i]
+		hist.Nodes++
+		hist.GPUs += len(n.Snap.GPUs)
+		hist.Running = append(hist.Running, n.Leases...)
+		for _, e := range n.Queue {
+			if !e.Running {
+				hist.Waiting = append(hist.Waiting, e)
+			}
+		}
+		if !n.Alive() {
+			hist.Missing = append(hist.Missing, n.Name)
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			led, err1 := s.nodeHistory(ctx, n.Name, since, peer.HistoryLedger)
+			smp, err2 := s.nodeHistory(ctx, n.Name, since, peer.HistorySamples)
+			mu.Lock()
+			defer mu.Unlock()
+			if err1 != nil || err2 != nil {
+				hist.Missing = append(hist.Missing, n.Name)
+			}
+			hist.Ledger = append(hist.Ledger, led.Entries...)
+			hist.Buckets[n.Name] = smp.Buckets
+		}()
+	}
+	wg.Wait()
+	slices.Sort(hist.Missing)
+	slices.SortFunc(hist.Ledger, func(a, b lease.LedgerEntry) int {
+		if c := a.End.Compare(b.End); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.LeaseID, b.LeaseID)
+	})
+	f := doctor.Analyze(hist)
+	verdict := doctor.Decide(f, s.cfg.Policy, s.cfg.Sched)
+	rep.Findings, rep.Verdict = &f, &verdict
+	if req.Ledger {
+		rep.Ledger, rep.Running = hist.Ledger, hist.Running
+	}
+	return rep, nil
+}
+
+// Run is what dibs knows of one run for `dibs export sbatch`: by queue id,
+// its entry (queued or running) or, once it is gone, its ledger entries;
+// by lease id, the lease (and its entry, if queued) or its ledger entry.
+func (b *Bound) Run(ctx context.Context, id string) (api.RunRecord, error) {
+	s := b.s
+	v := s.View()
+	rec := api.RunRecord{ID: id}
+	entryID := ""
+	if _, ok := lease.OriginOfQueueID(id); ok {
+		entryID = id
+	} else {
+		if _, ok := lease.NodeOfID(id); !ok {
+			return rec, lease.Invalidf("%q is neither a queue id (node01-q7) nor a lease id (node01-42): `dibs queue` and `dibs usage` show them", id)
+		}
+		if l, ok := v.FindLease(id); ok && l.ReservedUntil.IsZero() {
+			rec.State, rec.Lease = api.RunRunning, []lease.Lease{l}
+			if l.Entry == "" {
+				return rec, nil
+			}
+			entryID, _, _ = strings.Cut(l.Entry, "#")
+		}
+	}
+	if entryID != "" {
+		for _, e := range v.Entries() {
+			if e.ID != entryID {
+				continue
+			}
+			rec.ID, rec.Entry, rec.State = e.ID, &e, api.RunQueued
+			if e.Running {
+				rec.State = api.RunRunning
+				rec.Lease = nil
+				for _, l := range v.Leases() {
+					if l.Entry == e.Key() {
+						rec.Lease = append(rec.Lease, l)
+					}
+				}
+			}
+			return rec, nil
+		}
+		if rec.State != "" {
+			return rec, nil
+		}
+	}
+	// Gone from the queue and the leases: its ledger entries, wherever
+	// its ranks ran.
+	since := v.Now.Add(-doctor.Keep)
+	var latest string
+	for i := range v.Nodes {
+		n := &v.Nodes[i]
+		if !n.Alive() {
+			continue
+		}
+		h, err := s.nodeHistory(ctx, n.Name, since, peer.HistoryLedger)
+		if err != nil {
+			continue
+		}
+		for _, e := range h.Entries {
+			switch {
+			case entryID != "" && strings.HasPrefix(e.Entry, entryID+"#"):
+				// The last attempt is the run.
+				if e.Entry > latest {
+					latest, rec.Ended = e.Entry, nil
+				}
+				if e.Entry == latest {
+					rec.Ended = append(rec.Ended, e)
+				}
+			case entryID == "" && e.LeaseID == id:
+				rec.Ended = append(rec.Ended, e)
+			}
+		}
+	}
+	if len(rec.Ended) == 0 {
+		return rec, &lease.Error{Code: lease.CodeNotFound, Msg: fmt.Sprintf("no run %s in the queue, the leases or the last %s of any node's ledger", id, lease.FormatDuration(doctor.Keep))}
+	}
+	slices.SortFunc(rec.Ended, func(a, b lease.LedgerEntry) int { return cmp.Compare(a.Rank, b.Rank) })
+	rec.State = api.RunFinished
+	return rec, nil
+}

@@ -1,0 +1,180 @@
+package main
+
+import (
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+
+	"github.com/spf13/cobra"
+
+	"github.com/dibs-gpu/dibs/api"
+	"github.com/dibs-gpu/dibs/lease"
+	"github.com/dibs-gpu/dibs/lease/slurm"
+)
+
+func exportCmd(c *cli) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "export",
+		Short: "Write the way out: SLURM's config for this cluster, sbatch scripts for dibs runs",
+		Args:  cobra.NoArgs,
+	}
+	cmd.AddCommand(exportSlurmCmd(c), exportSbatchCmd(c))
+	return cmd
+}
+
+func exportSlurmCmd(c *cli) *cobra.Command {
+	var out, devDir, controller string
+	var force bool
+	cmd := &cobra.Command{
+		Use:   "slurm",
+		Short: "Write slurm.conf, gres.conf and cgroup.conf for the cluster as dibs sees it",
+		Long: `Write slurm.conf, gres.conf and cgroup.conf for the cluster as dibs sees it: a NodeName
+line per node with its CPUs, memory and GPUs, the GPUs' device files, one partition
+with dibs's time limits, fair-share with dibs's half-life. Each file's header says
+what was carried over and what was not; docs/slurm.md walks through the move.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx, cancel := reqCtx()
+			defer cancel()
+			cl := c.client()
+			b, err := cl.Board(ctx)
+			if err != nil {
+				return err
+			}
+			rep, err := cl.Doctor(ctx, api.DoctorRequest{SkipHistory: true})
+			if err != nil {
+				return err
+			}
+			cluster := slurm.Cluster{Name: "dibs", Controller: controller, Policy: rep.Config.Policy(), Sched: rep.Config.Sched()}
+			if cluster.Controller == "" {
+				cluster.Controller = b.Self
+			}
+			for _, h := range rep.Nodes {
+				if h.Self && h.Report != nil {
+					cluster.Version = h.Report.Version
+					if h.Report.Cluster.Name != "" {
+						cluster.Name = h.Report.Cluster.Name
+					}
+				}
+			}
+			for _, n := range b.Nodes {
+				sn := slurm.Node{Name: n.Name, Host: n.Host, Down: n.State != api.NodeAlive}
+				if host, _, err := net.SplitHostPort(n.Addr); err == nil && host != "" && host != "0.0.0.0" && host != "::" {
+					sn.Addr = host
+				}
+				for _, g := range n.GPUs {
+					sn.GPUs = append(sn.GPUs, g.GPU)
+				}
+				cluster.Nodes = append(cluster.Nodes, sn)
+			}
+			files, err := slurm.Export(cluster, slurm.Options{DevDir: devDir})
+			if err != nil {
+				return err
+			}
+			if err := os.MkdirAll(out, 0o755); err != nil {
+				return fmt.Errorf("--out: %w", err)
+			}
+			for _, f := range []struct{ name, text string }{
+				{"slurm.conf", files.SlurmConf}, {"gres.conf", files.GresConf}, {"cgroup.conf", files.CgroupConf},
+			} {
+				path := filepath.Join(out, f.name)
+				if _, err := os.Lstat(path); err == nil && !force {
+					return fmt.Errorf("%s exists: pass --force to overwrite it, or --out another directory", path)
+				}
+				if err := os.WriteFile(path, []byte(f.text), 0o644); err != nil {
+					return fmt.Errorf("write %s: %w", path, err)
+				}
+				fmt.Fprintf(c.stdout, "wrote %s\n", path)
+			}
+			fmt.Fprintf(c.stdout, "next: read each file's header, then docs/slurm.md (munge key, slurmctld on %s, slurmd on every node)\n", safe(cluster.Controller))
+			return nil
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&out, "out", ".", "directory to write the three files to")
+	fl.StringVar(&devDir, "dev-dir", "/dev", "where the GPUs' device files (nvidia0, ...) are")
+	fl.StringVar(&controller, "controller", "", "node to run slurmctld on (default: the node you run this on)")
+	fl.BoolVar(&force, "force", false, "overwrite files that exist")
+	return cmd
+}
+
+func exportSbatchCmd(c *cli) *cobra.Command {
+	var out string
+	cmd := &cobra.Command{
+		Use:   "sbatch ID [-- CMD ...]",
+		Short: "Turn a queued, running or finished dibs run (gangs too) into an sbatch script",
+		Long: `Turn a dibs run — a queue id (node01-q7) or a lease id (node01-42), queued, running or
+finished, gangs included — into an sbatch script: --nodes, --gpus-per-node, --time and
+the command, a gang's ranks through srun with the rendezvous SLURM provides. dibs keeps
+the command of queued and running entries only: for any other run give it after --.`,
+		Args: cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			id := args[0]
+			var command []string
+			if n := cmd.ArgsLenAtDash(); n >= 0 {
+				if n != 1 {
+					return fmt.Errorf("give one run id before --, got %d", n)
+				}
+				command = args[1:]
+			} else if len(args) > 1 {
+				return fmt.Errorf("give one run id (and the command after --), got %d arguments", len(args))
+			}
+			ctx, cancel := reqCtx()
+			defer cancel()
+			rec, err := c.client().Run(ctx, id)
+			if err != nil {
+				return err
+			}
+			job, err := sbatchJob(rec)
+			if err != nil {
+				return err
+			}
+			if command != nil {
+				job.Command = command
+			}
+			script, err := slurm.Sbatch(job)
+			if err != nil {
+				return err
+			}
+			if out == "" {
+				_, err = fmt.Fprint(c.stdout, script)
+				return err
+			}
+			if err := os.WriteFile(out, []byte(script), 0o755); err != nil {
+				return fmt.Errorf("write %s: %w", out, err)
+			}
+			fmt.Fprintf(c.stdout, "wrote %s: submit it with `sbatch %s`\n", out, out)
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&out, "out", "", "write the script to this file (default: print it)")
+	return cmd
+}
+
+// sbatchJob is what a script needs of a run, from the entry when dibs
+// still has it, else from its leases or ledger entries.
+func sbatchJob(rec api.RunRecord) (slurm.Job, error) {
+	j := slurm.Job{ID: rec.ID, State: rec.State}
+	switch {
+	case rec.Entry != nil:
+		e := rec.Entry
+		j.User, j.Nodes, j.GPUsPerNode, j.Model, j.Time, j.Kind, j.Note = e.User, e.Nodes, e.GPUsPerNode, e.Model, e.Duration, e.Kind, e.Note
+		j.Command = []string{}
+		if e.Job != nil {
+			j.Name, j.Command, j.Dir, j.Torchrun = e.Job.Name, e.Job.Command, e.Job.Dir, e.Job.Torchrun
+		}
+	case len(rec.Lease) > 0:
+		l := rec.Lease[0]
+		j.User, j.Nodes, j.GPUsPerNode, j.Time, j.Kind, j.Note = l.User, len(rec.Lease), len(l.GPUs), l.ExpiresAt.Sub(l.StartedAt), l.Kind, l.Note
+	case len(rec.Ended) > 0:
+		e := rec.Ended[0]
+		j.User, j.Nodes, j.GPUsPerNode, j.Time, j.Kind = e.User, len(rec.Ended), len(e.GPUs), e.Limit, e.Kind
+	default:
+		return j, fmt.Errorf("the agent said nothing of %s", rec.ID)
+	}
+	if j.Kind == "" {
+		j.Kind = lease.KindInteractive
+	}
+	return j, nil
+}

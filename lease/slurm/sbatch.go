@@ -1,0 +1,160 @@
+package slurm
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/dibs-gpu/dibs/lease"
+)
+
+// Job is a dibs run as an sbatch script needs it: its shape, its time
+// limit and its command.
+type Job struct {
+	// ID is the dibs queue entry or lease it came from; State says which
+	// ("queued", "running", "finished").
+	ID    string
+	State string
+	User  string
+	// Name becomes --job-name (default: the ID).
+	Name        string
+	Nodes       int
+	GPUsPerNode int
+	// Model restricts the GPUs to a type (the entry's --model), written as
+	// --gpus-per-node=<type>:<n>.
+	Model string
+	Time  time.Duration
+	Kind  lease.Kind
+	// Command is nil when dibs did not keep it (a finished run): the
+	// script then stops with a line saying where to put it.
+	Command  []string
+	Dir      string
+	Torchrun bool
+	Note     string
+}
+
+// DefaultMasterPort is the rendezvous port a gang uses when the script's
+// environment names none (torchrun's own default).
+const DefaultMasterPort = 29500
+
+// Sbatch writes the sbatch script for j: one task per node, the GPUs per
+// node, the time limit, and the command — for a gang through srun, with
+// the rendezvous dibs would have given (MASTER_ADDR is the first node of
+// the allocation, NODE_RANK SLURM's node id), and torchrun's c10d
+// rendezvous on them when the run asked for torchrun.
+func Sbatch(j Job) (string, error) {
+	if j.Nodes < 1 {
+		j.Nodes = 1
+	}
+	if j.GPUsPerNode < 1 {
+		return "", fmt.Errorf("%s asks for no GPUs: nothing to write", j.ID)
+	}
+	name := j.Name
+	if name == "" {
+		name = j.ID
+	}
+	if name == "" {
+		name = "dibs"
+	}
+	var b strings.Builder
+	w := func(format string, args ...any) { fmt.Fprintf(&b, format+"\n", args...) }
+	w("#!/bin/bash")
+	what := "a run"
+	if j.State != "" {
+		what = "a " + j.State + " run"
+	}
+	w("# Written by `dibs export sbatch %s` from %s of %s.", shellWord(j.ID), what, shellWord(j.User))
+	if j.Note != "" {
+		w("# Its note: %s", oneLine(j.Note))
+	}
+	w("#SBATCH --job-name=%s", sbatchValue(name))
+	w("#SBATCH --nodes=%d", j.Nodes)
+	w("#SBATCH --ntasks-per-node=1")
+	gpus := strconv.Itoa(j.GPUsPerNode)
+	if j.Model != "" {
+		gpus = Type(j.Model) + ":" + gpus
+	}
+	w("#SBATCH --gpus-per-node=%s", gpus)
+	if j.Time > 0 {
+		w("#SBATCH --time=%s", Time(j.Time))
+	}
+	if j.Dir != "" {
+		w("#SBATCH --chdir=%s", sbatchValue(j.Dir))
+	}
+	w("set -euo pipefail")
+	cmd := shellCommand(j.Command)
+	if j.Command == nil {
+		w("# dibs keeps no command for a finished run: put yours in place of these two lines")
+		w("# (or export it again with the command: dibs export sbatch %s -- CMD ...).", shellWord(j.ID))
+		w("echo 'dibs export sbatch: the command of %s was not recorded; edit this script' >&2", shellWord(j.ID))
+		w("exit 1")
+		return b.String(), nil
+	}
+	if len(j.Command) == 0 {
+		cmd = `"${SHELL:-/bin/bash}" -l`
+		w("# An interactive dibs session: as a batch job it runs your login shell; `salloc` suits it better.")
+	}
+	if j.Nodes == 1 {
+		if j.Torchrun {
+			w("exec torchrun --standalone --nproc-per-node=%d %s", j.GPUsPerNode, cmd)
+		} else {
+			w("exec %s", cmd)
+		}
+		return b.String(), nil
+	}
+	w("# The gang's rendezvous, as dibs gave it to every rank, from SLURM's allocation.")
+	w(`MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)`)
+	w("MASTER_PORT=${MASTER_PORT:-%d}", DefaultMasterPort)
+	w("NNODES=$SLURM_NNODES")
+	w("NPROC_PER_NODE=%d", j.GPUsPerNode)
+	w("WORLD_SIZE=$((SLURM_NNODES * %d))", j.GPUsPerNode)
+	w("DIBS_GANG_ID=slurm-$SLURM_JOB_ID")
+	w("export MASTER_ADDR MASTER_PORT NNODES NPROC_PER_NODE WORLD_SIZE DIBS_GANG_ID")
+	if j.Torchrun {
+		w(`srun --ntasks-per-node=1 torchrun --nnodes="$SLURM_NNODES" --nproc-per-node=%d --rdzv-backend=c10d --rdzv-endpoint="$MASTER_ADDR:$MASTER_PORT" --rdzv-id="$SLURM_JOB_ID" %s`, j.GPUsPerNode, cmd)
+	} else {
+		w(`srun --ntasks-per-node=1 bash -c 'NODE_RANK=$SLURM_NODEID exec "$@"' rank %s`, cmd)
+	}
+	return b.String(), nil
+}
+
+// shellCommand quotes argv for bash, each argument a word.
+func shellCommand(argv []string) string {
+	parts := make([]string, len(argv))
+	for i, a := range argv {
+		parts[i] = shellWord(a)
+	}
+	return strings.Join(parts, " ")
+}
+
+// shellWord quotes s as one bash word: as is when it holds only safe
+// characters, else in single quotes (a single quote written '\”).
+func shellWord(s string) string {
+	if s != "" && !strings.ContainsFunc(s, func(r rune) bool {
+		return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("-_./=:,+@%", r))
+	}) {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}
+
+// sbatchValue is a value on an #SBATCH line: sbatch reads to the end of the
+// line, so only what would end or confuse it is replaced.
+func sbatchValue(s string) string {
+	return strings.Map(func(r rune) rune {
+		if r < ' ' || r == 0x7f || r == '#' {
+			return '_'
+		}
+		return r
+	}, s)
+}
+
+func oneLine(s string) string {
+	return strings.Map(func(r rune) rune {
+		if r < ' ' || r == 0x7f {
+			return ' '
+		}
+		return r
+	}, s)
+}

@@ -1,0 +1,201 @@
+package slurm
+
+import (
+	"flag"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/dibs-gpu/dibs/lease"
+	"github.com/dibs-gpu/dibs/nodeprobe"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files")
+
+func golden(t *testing.T, name, got string) {
+	t.Helper()
+	path := filepath.Join("testdata", name+".golden")
+	if *update {
+		if err := os.MkdirAll("testdata", 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (run go test -update to write it)", err)
+	}
+	if got != string(want) {
+		t.Errorf("%s differs from %s (go test -update rewrites it):\n--- got\n%s\n--- want\n%s", name, path, got, want)
+	}
+}
+
+func gpus(model string, idx ...int) []nodeprobe.GPU {
+	out := make([]nodeprobe.GPU, len(idx))
+	for i, x := range idx {
+		out[i] = nodeprobe.GPU{Index: x, Model: model}
+	}
+	return out
+}
+
+// team is the cluster of docs/slurm.md: two H100 nodes, one L40S node with
+// a GPU missing in the middle, one node down; shares and a quota configured.
+func team() Cluster {
+	p := lease.DefaultPolicy()
+	p.MaxBatch = 3 * 24 * time.Hour
+	return Cluster{
+		Name:    "ML-Lab",
+		Version: "v1.2.0",
+		Nodes: []Node{
+			{Name: "gpu02", Addr: "10.0.0.12", Host: nodeprobe.Host{CPUs: 128, MemoryMiB: 1031000}, GPUs: gpus("NVIDIA H100 80GB HBM3", 0, 1, 2, 3, 4, 5, 6, 7)},
+			{Name: "gpu01", Addr: "10.0.0.11", Host: nodeprobe.Host{CPUs: 128, MemoryMiB: 1031000}, GPUs: gpus("NVIDIA H100 80GB HBM3", 7, 6, 5, 4, 3, 2, 1, 0)},
+			{Name: "ws03", Host: nodeprobe.Host{CPUs: 32, MemoryMiB: 257000}, GPUs: append(gpus("NVIDIA L40S", 0, 1, 3), gpus("NVIDIA GeForce RTX 4090", 4)...)},
+			{Name: "old04", Down: true, Host: nodeprobe.Host{CPUs: 16, MemoryMiB: 64000}, GPUs: gpus("Tesla V100-SXM2-32GB", 0, 1)},
+		},
+		Policy: p,
+		Sched:  lease.SchedConfig{HalfLife: 14 * 24 * time.Hour, Shares: map[string]float64{"ana": 2, "bo": 1}, Quotas: map[string]int{"bo": 4}},
+	}
+}
+
+func TestExportGolden(t *testing.T) {
+	tests := []struct {
+		name string
+		c    Cluster
+		o    Options
+	}{
+		{"team", team(), Options{}},
+		{"one-node", Cluster{Name: "dibs", Nodes: []Node{{Name: "box", Host: nodeprobe.Host{CPUs: 2, MemoryMiB: 24105}, GPUs: gpus("NVIDIA H100 80GB HBM3", 0, 1)}}}, Options{DevDir: "/tmp/fake/dev"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			f, err := Export(tc.c, tc.o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			golden(t, tc.name+"-slurm.conf", f.SlurmConf)
+			golden(t, tc.name+"-gres.conf", f.GresConf)
+			golden(t, tc.name+"-cgroup.conf", f.CgroupConf)
+		})
+	}
+}
+
+// TestExportCarriesTheNumbers reads the exported lines a person would check
+// first, so a wrong value is named, not buried in a golden diff.
+func TestExportCarriesTheNumbers(t *testing.T) {
+	f, err := Export(team(), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"ClusterName=ml_lab\n",
+		"SlurmctldHost=gpu01(10.0.0.11)\n",
+		"NodeName=gpu01 NodeAddr=10.0.0.11 CPUs=128 RealMemory=1010380 Gres=gpu:h100:8 State=UNKNOWN\n",
+		"NodeName=ws03 CPUs=32 RealMemory=251860 Gres=gpu:l40s:3,gpu:rtx4090:1 State=UNKNOWN\n",
+		"PartitionName=gpu Nodes=ALL Default=YES MaxTime=7-00:00:00 DefaultTime=1-00:00:00 State=UP\n",
+		"PriorityType=priority/multifactor\n",
+		"PriorityDecayHalfLife=14-00:00:00\n",
+		"KillWait=30\n",
+		"sacctmgr add user ana account=team fairshare=200\n",
+		"sacctmgr add user bo account=team fairshare=100 grptres=gres/gpu=4\n",
+		"old04 was down",
+	} {
+		if !strings.Contains(f.SlurmConf, want) {
+			t.Errorf("slurm.conf lacks %q", want)
+		}
+	}
+	for _, want := range []string{
+		"NodeName=gpu01 Name=gpu Type=h100 File=/dev/nvidia[0-7]\n",
+		"NodeName=ws03 Name=gpu Type=l40s File=/dev/nvidia[0-1]\n",
+		"NodeName=ws03 Name=gpu Type=l40s File=/dev/nvidia3\n",
+		"NodeName=ws03 Name=gpu Type=rtx4090 File=/dev/nvidia4\n",
+	} {
+		if !strings.Contains(f.GresConf, want) {
+			t.Errorf("gres.conf lacks %q", want)
+		}
+	}
+	if !strings.Contains(f.CgroupConf, "ConstrainDevices=yes") {
+		t.Errorf("cgroup.conf does not constrain devices:\n%s", f.CgroupConf)
+	}
+}
+
+func TestExportRefusesNothing(t *testing.T) {
+	if _, err := Export(Cluster{}, Options{}); err == nil || !strings.Contains(err.Error(), "no node") {
+		t.Errorf("Export of no nodes = %v, want a refusal naming it", err)
+	}
+}
+
+func TestType(t *testing.T) {
+	for model, want := range map[string]string{
+		"NVIDIA H100 80GB HBM3":                             "h100",
+		"NVIDIA A100-SXM4-40GB":                             "a100",
+		"NVIDIA GeForce RTX 4090":                           "rtx4090",
+		"NVIDIA RTX PRO 6000 Blackwell Workstation Edition": "rtxpro6000",
+		"Tesla V100-SXM2-32GB":                              "v100",
+		"NVIDIA L40S":                                       "l40s",
+		"":                                                  "gpu",
+		"NVIDIA":                                            "gpu",
+	} {
+		if got := Type(model); got != want {
+			t.Errorf("Type(%q) = %q, want %q", model, got, want)
+		}
+	}
+}
+
+func TestTime(t *testing.T) {
+	for d, want := range map[time.Duration]string{
+		4 * time.Hour:                   "4:00:00",
+		24 * time.Hour:                  "1-00:00:00",
+		7*24*time.Hour + 90*time.Minute: "7-01:30:00",
+		30 * time.Second:                "0:01:00",
+		0:                               "0",
+	} {
+		if got := Time(d); got != want {
+			t.Errorf("Time(%s) = %q, want %q", d, got, want)
+		}
+	}
+}
+
+func TestSbatchGolden(t *testing.T) {
+	tests := []struct {
+		name string
+		j    Job
+	}{
+		{"single", Job{ID: "node01-q7", State: "queued", User: "ana", Nodes: 1, GPUsPerNode: 2, Time: 4 * time.Hour,
+			Command: []string{"python", "train.py", "--lr", "3e-4", "--name", "it's a test"}, Dir: "/home/ana/proj", Note: "sweep #3"}},
+		{"gang-torchrun", Job{ID: "node02-q3", State: "running", User: "bo", Name: "llm", Nodes: 4, GPUsPerNode: 8, Model: "H100",
+			Time: 48 * time.Hour, Command: []string{"train.py", "--config", "big.yaml"}, Torchrun: true}},
+		{"gang-plain", Job{ID: "node02-q4", State: "queued", User: "bo", Nodes: 2, GPUsPerNode: 4, Time: time.Hour,
+			Command: []string{"sh", "-c", "echo $NODE_RANK of $NNODES"}}},
+		{"finished-unknown-command", Job{ID: "node01-42", State: "finished", User: "cy", Nodes: 1, GPUsPerNode: 1, Time: 2 * time.Hour}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			s, err := Sbatch(tc.j)
+			if err != nil {
+				t.Fatal(err)
+			}
+			golden(t, "sbatch-"+tc.name, s)
+		})
+	}
+}
+
+func TestShellWord(t *testing.T) {
+	for in, want := range map[string]string{
+		"train.py":   "train.py",
+		"--lr=3e-4":  "--lr=3e-4",
+		"it's":       `'it'\''s'`,
+		"$HOME":      `'$HOME'`,
+		"":           "''",
+		"a b":        "'a b'",
+		"x\ny":       "'x\ny'",
+		"`rm -rf /`": "'`rm -rf /`'",
+	} {
+		if got := shellWord(in); got != want {
+			t.Errorf("shellWord(%q) = %s, want %s", in, got, want)
+		}
+	}
+}
