@@ -118,7 +118,7 @@ type Agent struct {
 	// metrics is nil unless Config.MetricsListen is set.
 	metrics    *metrics.Metrics
 	metricsSrv *metrics.Server
-	doctor   *doctorParts
+	doctor     *doctorParts
 
 	ctx     context.Context
 	cancel  context.CancelFunc
