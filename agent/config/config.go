@@ -133,6 +133,38 @@ type ClusterConfig struct {
 type SSHConfig struct {
 	Listen    string `toml:"listen"`
 	UsersFile string `toml:"users_file"`
+	// The front door's limits (see agent/sshd.Settings); zero keeps the
+	// defaults.
+	IdleTimeout     string `toml:"idle_timeout"`
+	SessionDeadline string `toml:"session_deadline"`
+	MaxSessions     int    `toml:"max_sessions"`
+	MaxPerUser      int    `toml:"max_per_user"`
+	MaxPerSource    int    `toml:"max_per_source"`
+}
+
+// Durations reads the front door's time limits.
+func (s SSHConfig) Durations() (idle, deadline time.Duration, err error) {
+	for _, d := range []struct {
+		key string
+		v   string
+		dst *time.Duration
+	}{{"ssh.idle_timeout", s.IdleTimeout, &idle}, {"ssh.session_deadline", s.SessionDeadline, &deadline}} {
+		if d.v == "" {
+			continue
+		}
+		if *d.dst, err = lease.ParseDuration(d.v); err != nil {
+			return 0, 0, &ConfigError{Msg: d.key + ": " + err.Error()}
+		}
+	}
+	for _, n := range []struct {
+		key string
+		v   int
+	}{{"ssh.max_sessions", s.MaxSessions}, {"ssh.max_per_user", s.MaxPerUser}, {"ssh.max_per_source", s.MaxPerSource}} {
+		if n.v < 0 {
+			return 0, 0, &ConfigError{Msg: fmt.Sprintf("%s: %d must not be negative", n.key, n.v)}
+		}
+	}
+	return idle, deadline, nil
 }
 
 // MetricsConfig is [metrics]: Prometheus metrics over HTTP.
@@ -262,6 +294,9 @@ func (fc FileConfig) check() error {
 		return err
 	}
 	if _, err := fc.Queue.PreemptSig(); err != nil {
+		return err
+	}
+	if _, _, err := fc.SSH.Durations(); err != nil {
 		return err
 	}
 	if fc.Queue.PreemptGrace != "" {

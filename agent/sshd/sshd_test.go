@@ -1,14 +1,11 @@
 package sshd_test
 
 import (
-	"bytes"
 	"crypto/ed25519"
 	"crypto/rand"
 	"os"
 	"os/user"
 	"path/filepath"
-	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -48,43 +45,6 @@ func dial(t *testing.T, addr, name string, signer gossh.Signer) (*gossh.Client, 
 	})
 }
 
-// syncBuf is a session's output, written by the ssh client while the test
-// reads it.
-type syncBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuf) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuf) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
-// board opens a session with a terminal, as a person's ssh does.
-func board(t *testing.T, c *gossh.Client) (*gossh.Session, *syncBuf) {
-	t.Helper()
-	s, err := c.NewSession()
-	if err != nil {
-		t.Fatal(err)
-	}
-	out := &syncBuf{}
-	s.Stdout, s.Stderr = out, out
-	if err := s.RequestPty("xterm-256color", 30, 100, gossh.TerminalModes{}); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Shell(); err != nil {
-		t.Fatal(err)
-	}
-	return s, out
-}
-
 // A connection that authenticated and then opens no session is closed at
 // the session deadline, instead of holding its place for ever.
 func TestAuthenticatedConnectionWithoutSessionIsClosed(t *testing.T) {
@@ -101,38 +61,6 @@ func TestAuthenticatedConnectionWithoutSessionIsClosed(t *testing.T) {
 		c.Close()
 		t.Fatal("an authenticated connection with no session stayed open")
 	}
-}
-
-// One person cannot open more boards than their cap, and that cap is theirs:
-// someone else coming from the same address (a bastion) still gets in.
-func TestPerUserSessionCap(t *testing.T) {
-	addr, signer, name := frontDoor(t, agent.SSHSettings{MaxPerUser: 2, MaxPerSource: 3})
-	c, err := dial(t, addr, name, signer)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	var outs []*syncBuf
-	for range 2 {
-		s, out := board(t, c)
-		defer s.Close()
-		outs = append(outs, out)
-	}
-	agenttest.Eventually(t, 10*time.Second, "two boards drawn", func() bool {
-		return strings.Contains(outs[0].String(), "node01") && strings.Contains(outs[1].String(), "node01")
-	})
-	s, out := board(t, c)
-	defer s.Close()
-	agenttest.Eventually(t, 5*time.Second, "the third board to be refused", func() bool {
-		return strings.Contains(out.String(), "you have 2 boards open already")
-	})
-	// The per-address cap counts connections before they hold a session, so
-	// a person behind the same address with their own key gets in.
-	c2, err := dial(t, addr, name, signer)
-	if err != nil {
-		t.Fatalf("a second connection from the same address: %v", err)
-	}
-	c2.Close()
 }
 
 // A hostile authorized_keys (a link to /dev/zero, or to a file only root

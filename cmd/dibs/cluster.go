@@ -92,7 +92,12 @@ func (c *cli) applyClusterFlags(cmd *cobra.Command, f agentFlags, fc config.File
 		ssh.UsersFile = f.sshUsers
 	}
 	if ssh.Listen != "" {
-		cfg.SSH = &agent.SSHSettings{Listen: ssh.Listen, UsersFile: ssh.UsersFile}
+		idle, deadline, err := ssh.Durations()
+		if err != nil {
+			return err
+		}
+		cfg.SSH = &agent.SSHSettings{Listen: ssh.Listen, UsersFile: ssh.UsersFile, IdleTimeout: idle, SessionDeadline: deadline,
+			MaxSessions: ssh.MaxSessions, MaxPerUser: ssh.MaxPerUser, MaxPerSource: ssh.MaxPerSource}
 	}
 	return nil
 }

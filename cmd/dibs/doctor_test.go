@@ -161,7 +161,7 @@ func TestDoctorSeesEachFault(t *testing.T) {
 	}
 	for _, want := range []struct{ check, text string }{
 		{"FAIL  agents", "node05 is "},
-		{"warn  version", "v0.9.0 (protocol 2) on node02"},
+		{"warn  version", fmt.Sprintf("v0.9.0 (protocol %d) on node02", peer.Version)},
 		{"FAIL  tmux", "node03 has no tmux"},
 		{"FAIL  clock", "node04's clock is 3"},
 		{"warn  leases", "GPU 0 on node04 (with no lease) has been squatted for 36m by nobody (pid 4242)"},

@@ -54,6 +54,7 @@ type leaseRecord struct {
 	// Added after schema 1, optional.
 	RequestID string            `json:"request_id,omitempty"`
 	Mono      *lease.MonoLimits `json:"mono,omitempty"`
+	QueuedAt  time.Time         `json:"queued_at,omitzero"`
 }
 
 func leaseToRecord(l lease.Lease) leaseRecord {
@@ -64,7 +65,7 @@ func leaseToRecord(l lease.Lease) leaseRecord {
 		Entry: l.Entry, Gang: l.Gang, Rank: l.Rank, Borrowed: l.Borrowed,
 		ReservedUntil: l.ReservedUntil, PreemptedAt: l.PreemptedAt,
 		PreemptReason: l.PreemptReason, SignalledAt: l.SignalledAt,
-		RequestID: l.RequestID, Mono: l.Mono,
+		RequestID: l.RequestID, Mono: l.Mono, QueuedAt: l.QueuedAt,
 	}
 }
 
@@ -76,7 +77,7 @@ func (r *leaseRecord) lease() lease.Lease {
 		Entry: r.Entry, Gang: r.Gang, Rank: r.Rank, Borrowed: r.Borrowed,
 		ReservedUntil: r.ReservedUntil, PreemptedAt: r.PreemptedAt,
 		PreemptReason: r.PreemptReason, SignalledAt: r.SignalledAt,
-		RequestID: r.RequestID, Mono: r.Mono,
+		RequestID: r.RequestID, Mono: r.Mono, QueuedAt: r.QueuedAt,
 	}
 }
 
@@ -152,12 +153,20 @@ type ledgerRecord struct {
 	GPUSeconds float64   `json:"gpu_seconds"`
 	Reason     string    `json:"reason"`
 	By         string    `json:"by,omitempty"`
+	// Added after schema 1, optional.
+	Kind     string    `json:"kind,omitempty"`
+	Limit    int64     `json:"limit,omitempty"` // nanoseconds
+	Entry    string    `json:"entry,omitempty"`
+	Gang     string    `json:"gang,omitempty"`
+	Rank     int       `json:"rank,omitempty"`
+	QueuedAt time.Time `json:"queued_at,omitzero"`
 }
 
 func ledgerToRecord(e lease.LedgerEntry) ledgerRecord {
 	return ledgerRecord{
 		LeaseID: e.LeaseID, Node: e.Node, User: e.User, UID: e.UID, GPUs: e.GPUs,
 		Start: e.Start, End: e.End, GPUSeconds: e.GPUSeconds, Reason: e.Reason, By: e.By,
+		Kind: string(e.Kind), Limit: int64(e.Limit), Entry: e.Entry, Gang: e.Gang, Rank: e.Rank, QueuedAt: e.QueuedAt,
 	}
 }
 
@@ -165,6 +174,7 @@ func (r *ledgerRecord) entry() lease.LedgerEntry {
 	return lease.LedgerEntry{
 		LeaseID: r.LeaseID, Node: r.Node, User: r.User, UID: r.UID, GPUs: r.GPUs,
 		Start: r.Start, End: r.End, GPUSeconds: r.GPUSeconds, Reason: r.Reason, By: r.By,
+		Kind: lease.Kind(r.Kind), Limit: time.Duration(r.Limit), Entry: r.Entry, Gang: r.Gang, Rank: r.Rank, QueuedAt: r.QueuedAt,
 	}
 }
 
