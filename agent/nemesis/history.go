@@ -1,0 +1,210 @@
+package nemesis
+
+import (
+	"math"
+	"time"
+
+	"github.com/dibs-gpu/dibs/lease"
+)
+
+// Never is the return time of an operation whose outcome the client never
+// learned (its agent died or its answer was lost): it may have taken effect
+// at any time after it was called.
+const Never int64 = math.MaxInt64
+
+// OpKind names what a client asked an agent for.
+type OpKind string
+
+// What clients do.
+const (
+	// OpClaim asks for GPUs on Node: the GPUs listed, or Count anywhere
+	// on Node. OK carries the Lease granted.
+	OpClaim OpKind = "claim"
+	// OpRelease ends LeaseID.
+	OpRelease OpKind = "release"
+	// OpExtend extends LeaseID.
+	OpExtend OpKind = "extend"
+	// OpRead reads the board from Node's own agent: Holders is the lease on
+	// each of Node's GPUs as that agent answered.
+	OpRead OpKind = "read"
+	// OpSubmit queues a request (Nodes > 1: a gang); OK carries EntryID.
+	OpSubmit OpKind = "submit"
+	// OpCancel withdraws EntryID.
+	OpCancel OpKind = "cancel"
+)
+
+// Outcome is what the client learned.
+type Outcome int
+
+// Outcomes.
+const (
+	// OK: the agent answered that it was done.
+	OK Outcome = iota
+	// Refused: the agent answered that it was not done (Code says why).
+	Refused
+	// Unknown: no answer came; it may or may not have been done.
+	Unknown
+)
+
+func (o Outcome) String() string {
+	switch o {
+	case OK:
+		return "ok"
+	case Refused:
+		return "refused"
+	default:
+		return "unknown"
+	}
+}
+
+// Op is one client operation from call to return. Times are nanoseconds
+// since the run started, on the harness's monotonic clock.
+type Op struct {
+	// Client numbers the client (a goroutine issuing one op at a time).
+	Client int
+	Kind   OpKind
+	// Via is the agent the client talked to; Node is the node the op is
+	// about (a claim's or read's node, a released lease's node, a queued
+	// entry's origin).
+	Via  string
+	Node string
+	// GPUs are the indices a claim asked for (nil: Count anywhere on
+	// Node).
+	GPUs  []int
+	Count int
+	// RequestID is the claim's or submission's idempotency id.
+	RequestID string
+	// LeaseID is the lease a release or extend is about, or the lease a
+	// claim got (with Lease).
+	LeaseID string
+	Lease   *lease.Lease
+	// EntryID is the queue entry a submit made or a cancel withdraws;
+	// Nodes is how many nodes a submit asked for (2 or more: a gang).
+	EntryID string
+	Nodes   int
+	// Holders is what a read saw: GPU index → lease id, "" for free, for
+	// every GPU of Node.
+	Holders map[int]string
+	// Call and Return bound when the op took effect; Return is Never when
+	// the outcome is Unknown.
+	Call, Return int64
+	Outcome      Outcome
+	// Code and Err are the refusal (or the transport error of an Unknown).
+	Code lease.Code
+	Err  string
+}
+
+// WriteKind is what a node wrote to its store.
+type WriteKind string
+
+// Store writes.
+const (
+	WritePut         WriteKind = "put"
+	WriteEnd         WriteKind = "end"
+	WritePutEntry    WriteKind = "put-entry"
+	WriteDeleteEntry WriteKind = "delete-entry"
+)
+
+// Write is one write a node's store made durable (it returned nil), in the
+// order the node made them. It is the node's own record of what it
+// granted and ended — the linearization point of every change to its
+// GPUs — so the checker takes the ends and grants no client asked for
+// (expiry, queued starts, gang reservations) from here.
+type Write struct {
+	Node string
+	// Seq orders one node's writes (from 1, across restarts).
+	Seq int
+	// Boot counts the node's restarts: 0 for its first start.
+	Boot int
+	Kind WriteKind
+	// Start and Done bound the write (Start before the store was called,
+	// Done after it returned).
+	Start, Done int64
+	// Lease is the lease put (WritePut).
+	Lease lease.Lease
+	// Ledger is the end recorded (WriteEnd): Ledger.LeaseID ended, on
+	// Ledger.GPUs, for Ledger.Reason.
+	Ledger lease.LedgerEntry
+	// Entry is the queue entry put (WritePutEntry); EntryID the one deleted
+	// (WriteDeleteEntry).
+	Entry   lease.QueueEntry
+	EntryID string
+}
+
+// FaultKind names a way the nemesis breaks the cluster.
+type FaultKind string
+
+// Faults.
+const (
+	// FaultKill: a node's agent dies at once (only what its store made
+	// durable survives) and starts again at Healed.
+	FaultKill FaultKind = "kill"
+	// FaultPause: a node stops (no network, no timers, no answers) for
+	// longer than the failure detector allows, then goes on.
+	FaultPause FaultKind = "pause"
+	// FaultPartition: Nodes cannot reach the others, nor they Nodes.
+	FaultPartition FaultKind = "partition"
+	// FaultLoss, FaultDelay, FaultDuplicate: every agent's packets are
+	// dropped, delayed or sent twice at random.
+	FaultLoss      FaultKind = "loss"
+	FaultDelay     FaultKind = "delay"
+	FaultDuplicate FaultKind = "duplicate"
+	// FaultClockStep: a node's wall clock jumps (Detail says by how much),
+	// and jumps back at Healed.
+	FaultClockStep FaultKind = "clock-step"
+	// FaultFsync, FaultDiskFull, FaultSlowDisk: a node's store fails its
+	// fsyncs, refuses writes as a full disk, or takes long over each.
+	FaultFsync    FaultKind = "fsync-error"
+	FaultDiskFull FaultKind = "disk-full"
+	FaultSlowDisk FaultKind = "slow-disk"
+)
+
+// Fault is one fault from injection to heal.
+type Fault struct {
+	Kind FaultKind
+	// Nodes are the nodes it struck (for a partition, one side; empty for
+	// a fault on the whole network).
+	Nodes  []string
+	Start  int64
+	Healed int64
+	Detail string
+}
+
+// Heal is one measurement of convergence: after a fault healed, how long
+// until every agent's board showed each node's leases as that node's own
+// agent had them.
+type Heal struct {
+	Fault FaultKind
+	At    int64
+	Took  time.Duration
+	// Converged is false when it took longer than the harness waited.
+	Converged bool
+}
+
+// Membership is a false alarm watched for while the network lost packets
+// and nothing else was wrong: an agent that called a live member dead.
+type Membership struct {
+	At       int64
+	Observer string
+	Member   string
+	State    string
+}
+
+// History is everything one run recorded, for the checker.
+type History struct {
+	// GPUs is how many GPUs each node has.
+	GPUs map[string]int
+	// Sched is the queue policy the agents ran (ReservationTTL and
+	// LostAfter bound how long a gang may be partial).
+	Sched lease.SchedConfig
+	// Ops are the clients' operations, Writes every node's durable writes,
+	// Faults what the nemesis did, Heals how fast boards converged after
+	// each, FalseDead the members called dead under packet loss alone.
+	Ops       []Op
+	Writes    []Write
+	Faults    []Fault
+	Heals     []Heal
+	FalseDead []Membership
+	// End is when the run stopped (every fault healed, the cluster quiet).
+	End int64
+}
