@@ -33,6 +33,10 @@ type ClusterSettings struct {
 	// on one machine (tests, the demo), where bandwidth is free and a peer
 	// restarts in milliseconds.
 	Fast bool
+	// Faults, when set, decides the fate of everything this agent sends to
+	// the others: the nemesis tests' partitions, loss, delay and
+	// duplication. Nil in production.
+	Faults gossip.Faults
 }
 
 // clusterLink connects the agent's parts to memberlist: it publishes this
@@ -54,7 +58,7 @@ func (a *Agent) joinCluster(s ClusterSettings) (*clusterLink, error) {
 		NodeName: a.cfg.NodeName, BindAddr: s.BindAddr, BindPort: s.BindPort,
 		AdvertiseAddr: s.AdvertiseAddr, AdvertisePort: s.AdvertisePort, Join: s.Join,
 		ClusterName: s.Name, Key: s.Key, Insecure: s.Insecure,
-		BootID: randomID(), BootedAt: a.deps.Clock.Now(), Protocol: peer.Version,
+		BootID: randomID(), BootedAt: a.deps.Clock.Now(), Protocol: peer.Version, Faults: s.Faults,
 		Logf: func(f string, args ...any) { a.log.Warn("gossip: " + fmt.Sprintf(f, args...)) },
 	}
 	if s.Fast {

@@ -113,6 +113,10 @@ type Config struct {
 	// DefaultMaxConcurrentRequests.
 	MaxConcurrentRequests int
 
+	// Faults, when set, decides the fate of everything this agent sends
+	// (the nemesis tests); nil in production.
+	Faults Faults
+
 	// testPacketLoss drops this fraction of incoming UDP packets, to test
 	// failure detection on a lossy network.
 	testPacketLoss float64

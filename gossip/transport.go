@@ -17,6 +17,7 @@ type meteredTransport struct {
 	inner    memberlist.NodeAwareTransport
 	stats    *counters
 	loss     float64
+	faults   Faults
 	packetCh chan *memberlist.Packet
 	streamCh chan net.Conn
 	stop     chan struct{}
@@ -26,11 +27,12 @@ type meteredTransport struct {
 
 var _ memberlist.NodeAwareTransport = (*meteredTransport)(nil)
 
-func newMeteredTransport(inner memberlist.NodeAwareTransport, stats *counters, loss float64) *meteredTransport {
+func newMeteredTransport(inner memberlist.NodeAwareTransport, stats *counters, loss float64, faults Faults) *meteredTransport {
 	t := &meteredTransport{
 		inner:    inner,
 		stats:    stats,
 		loss:     loss,
+		faults:   faults,
 		packetCh: make(chan *memberlist.Packet),
 		streamCh: make(chan net.Conn),
 		stop:     make(chan struct{}),
@@ -84,30 +86,22 @@ func (t *meteredTransport) FinalAdvertiseAddr(ip string, port int) (net.IP, int,
 
 func (t *meteredTransport) WriteTo(b []byte, addr string) (time.Time, error) {
 	t.stats.bytesOut.Add(uint64(len(b)))
-	return t.inner.WriteTo(b, addr)
+	return t.send(b, addr, func(b []byte) (time.Time, error) { return t.inner.WriteTo(b, addr) })
 }
 
 func (t *meteredTransport) WriteToAddress(b []byte, a memberlist.Address) (time.Time, error) {
 	t.stats.bytesOut.Add(uint64(len(b)))
-	return t.inner.WriteToAddress(b, a)
+	return t.send(b, a.Addr, func(b []byte) (time.Time, error) { return t.inner.WriteToAddress(b, a) })
 }
 
 func (t *meteredTransport) PacketCh() <-chan *memberlist.Packet { return t.packetCh }
 
 func (t *meteredTransport) DialTimeout(addr string, timeout time.Duration) (net.Conn, error) {
-	conn, err := t.inner.DialTimeout(addr, timeout)
-	if err != nil {
-		return nil, err
-	}
-	return &meteredConn{Conn: conn, stats: t.stats}, nil
+	return t.dial(addr, func() (net.Conn, error) { return t.inner.DialTimeout(addr, timeout) })
 }
 
 func (t *meteredTransport) DialAddressTimeout(a memberlist.Address, timeout time.Duration) (net.Conn, error) {
-	conn, err := t.inner.DialAddressTimeout(a, timeout)
-	if err != nil {
-		return nil, err
-	}
-	return &meteredConn{Conn: conn, stats: t.stats}, nil
+	return t.dial(a.Addr, func() (net.Conn, error) { return t.inner.DialAddressTimeout(a, timeout) })
 }
 
 func (t *meteredTransport) StreamCh() <-chan net.Conn { return t.streamCh }

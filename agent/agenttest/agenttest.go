@@ -49,6 +49,10 @@ type Options struct {
 	Clock clock.Clock
 	// Users replaces the system account database (fake teammates).
 	Users account.Users
+	// Store replaces the bbolt store in DataDir (a storetest fake whose
+	// disk fails on demand). To restart a node after a crash, put the
+	// store its Crash returned here first.
+	Store lease.Store
 	// Limits bound the socket.
 	Limits sockapi.Limits
 	// Quiet drops the agent's log lines instead of sending them to t.Log.
@@ -186,7 +190,7 @@ func (n *Node) prepare(o Options) prepared {
 		MetricsListen: o.MetricsListen,
 		Version:       o.Version,
 		Log:           log,
-	}, agent.Deps{Probe: probe, Sessions: sessions, Clock: o.Clock, Users: o.Users})
+	}, agent.Deps{Probe: probe, Sessions: sessions, Clock: o.Clock, Users: o.Users, Store: o.Store})
 	if err != nil {
 		tb.Fatalf("new agent %s: %v", o.Name, err)
 	}
