@@ -1,0 +1,234 @@
+package nemesis
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/dibs-gpu/dibs/agent"
+	"github.com/dibs-gpu/dibs/agent/agenttest"
+	"github.com/dibs-gpu/dibs/agent/clock"
+	"github.com/dibs-gpu/dibs/api"
+	"github.com/dibs-gpu/dibs/lease"
+	"github.com/dibs-gpu/dibs/lease/store/storetest"
+)
+
+// Options describe a run.
+type Options struct {
+	// Nodes and GPUs (per node) size the cluster: 3 × 4 by default.
+	Nodes, GPUs int
+	// Clients is how many clients act at once (default 6).
+	Clients int
+	// Duration is how long clients and nemesis run; Ops, when set, ends
+	// the run sooner once that many operations were done.
+	Duration time.Duration
+	Ops      int
+	// Faults are the kinds the nemesis picks from (default all), one at a
+	// time, each held Hold (default 1–6 s at random) and followed by a
+	// calm of Calm (default 1–3 s) in which convergence is measured.
+	Faults []FaultKind
+	// Seed makes the choices of clients and nemesis repeatable (the
+	// agents' own timing is not). Zero picks one and logs it.
+	Seed uint64
+	// Progress, when set, is told every few seconds how the run goes.
+	Progress func(string)
+}
+
+// AllFaults are every fault the nemesis knows.
+var AllFaults = []FaultKind{FaultKill, FaultPause, FaultPartition, FaultLoss, FaultDelay, FaultDuplicate,
+	FaultClockStep, FaultFsync, FaultDiskFull, FaultSlowDisk}
+
+// ConvergeWithin is how soon after a heal every board must show the
+// owners' truth.
+const ConvergeWithin = 5 * time.Second
+
+// member is one node of the cluster under test.
+type member struct {
+	name   string
+	port   int
+	node   *agenttest.Node
+	clock  *nodeClock
+	client *api.Client
+
+	mu    sync.Mutex // guards store and boot against a kill
+	store *recordedStore
+	boot  int
+}
+
+type harness struct {
+	tb      testing.TB
+	opts    Options
+	rec     *recorder
+	net     *network
+	rng     *rand.Rand
+	members []*member
+	opsDone atomic.Int64
+	sched   lease.SchedConfig
+}
+
+// Run starts the cluster, lets clients and nemesis loose on it for
+// o.Duration, heals everything, waits for it to settle, and returns what
+// happened. Every agent it starts is stopped when tb's test ends.
+func Run(tb testing.TB, o Options) *History {
+	tb.Helper()
+	agenttest.RequireTmux(tb)
+	if o.Nodes == 0 {
+		o.Nodes = 3
+	}
+	if o.GPUs == 0 {
+		o.GPUs = 4
+	}
+	if o.Clients == 0 {
+		o.Clients = 6
+	}
+	if len(o.Faults) == 0 {
+		o.Faults = AllFaults
+	}
+	if o.Seed == 0 {
+		o.Seed = rand.Uint64()
+	}
+	tb.Logf("nemesis: seed %d (rerun with -nemesis.seed %d)", o.Seed, o.Seed)
+	h := &harness{tb: tb, opts: o, rec: newRecorder(), net: newNetwork(o.Seed), rng: rand.New(rand.NewPCG(o.Seed, 1))}
+	h.sched = lease.SchedConfig{ReservationTTL: 5 * time.Second, LostAfter: 5 * time.Second}
+	h.rec.h.Sched = h.sched.WithDefaults()
+	h.rec.h.GPUs = map[string]int{}
+	h.start()
+
+	stop := make(chan struct{})
+	var clients sync.WaitGroup
+	for i := range o.Clients {
+		c := &client{id: i, h: h, rng: rand.New(rand.NewPCG(o.Seed, uint64(i)+100))}
+		clients.Add(1)
+		go func() { defer clients.Done(); c.run(stop) }()
+	}
+	deadline := time.Now().Add(o.Duration)
+	lastProgress := time.Now()
+	// Faults come in rounds: every kind once, in a random order, so even a
+	// short run injects each.
+	var round []FaultKind
+	for time.Now().Before(deadline) && (o.Ops == 0 || h.opsDone.Load() < int64(o.Ops)) {
+		if len(round) == 0 {
+			round = slices.Clone(o.Faults)
+			h.rng.Shuffle(len(round), func(i, j int) { round[i], round[j] = round[j], round[i] })
+		}
+		h.fault(round[0])
+		round = round[1:]
+		if o.Progress != nil && time.Since(lastProgress) > 10*time.Second {
+			lastProgress = time.Now()
+			o.Progress(fmt.Sprintf("%s: %d operations, %d faults", time.Since(h.rec.start).Round(time.Second), h.opsDone.Load(), len(h.rec.history().Faults)))
+		}
+	}
+	close(stop)
+	clients.Wait()
+	h.settle()
+	return h.rec.history()
+}
+
+// start makes the cluster: every agent knows every other's address, so
+// whichever restarts finds the rest.
+func (h *harness) start() {
+	key := make([]byte, 32)
+	for i := range key {
+		key[i] = byte(h.rng.Uint32())
+	}
+	tmux := agenttest.TmuxDir(h.tb)
+	policy := lease.DefaultPolicy()
+	policy.EndAction = lease.ActionEnd
+	policy.WarnBefore = time.Second
+	var opts []agenttest.Options
+	for i := range h.opts.Nodes {
+		m := &member{name: fmt.Sprintf("node%02d", i+1), port: freePort(h.tb), clock: newNodeClock(clock.Real())}
+		h.members = append(h.members, m)
+		h.net.name(fmt.Sprintf("127.0.0.1:%d", m.port), m.name)
+		h.rec.h.GPUs[m.name] = h.opts.GPUs
+	}
+	for _, m := range h.members {
+		var join []string
+		for _, o := range h.members {
+			if o != m {
+				join = append(join, fmt.Sprintf("127.0.0.1:%d", o.port))
+			}
+		}
+		m.store = &recordedStore{Store: storetest.New(storetest.Options{Sleep: time.Sleep}), node: m.name, rec: h.rec}
+		opts = append(opts, agenttest.Options{
+			Name: m.name, Sim: fmt.Sprintf("%dxH100-80GB", h.opts.GPUs), Policy: policy, Sched: h.sched,
+			TmuxTmpDir: tmux, Clock: m.clock, Store: m.store, Quiet: true,
+			Cluster: &agent.ClusterSettings{BindAddr: "127.0.0.1", BindPort: m.port, Join: join, Name: "nemesis", Key: key, Fast: true, Faults: h.net.For(m.name)},
+		})
+	}
+	nodes := agenttest.StartTogether(h.tb, opts...)
+	for i, m := range h.members {
+		m.node = nodes[i]
+		m.client = api.NewClient(nodes[i].Socket)
+	}
+	agenttest.WaitConverged(h.tb, nodes, 20*time.Second)
+}
+
+// kill crashes m's agent (only what its store made durable survives) and
+// returns the restart.
+func (h *harness) kill(m *member) func() {
+	m.mu.Lock()
+	durable := m.store.Crash()
+	m.mu.Unlock()
+	m.node.Crash()
+	return func() {
+		m.mu.Lock()
+		m.boot++
+		m.store = &recordedStore{Store: durable, node: m.name, boot: m.boot, rec: h.rec}
+		m.node.Opts.Store = m.store
+		m.mu.Unlock()
+		m.node.Restart()
+	}
+}
+
+// settle heals everything, waits until the boards agree, and lets the
+// queue drain, so the history ends in a known state.
+func (h *harness) settle() {
+	h.net.heal()
+	for _, m := range h.members {
+		m.clock.Resume()
+		m.clock.Step(0)
+		h.net.isolate(m.name, false)
+	}
+	h.converge("settle")
+	// A last read of every node by its own agent: the final word.
+	for _, m := range h.members {
+		op := Op{Client: -1, Kind: OpRead, Via: m.name, Node: m.name, Call: h.rec.now()}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		b, err := m.client.Board(ctx)
+		cancel()
+		op.Return = h.rec.now()
+		if err != nil {
+			op.Outcome, op.Return, op.Err = Unknown, Never, err.Error()
+		} else {
+			op.Holders = holders(b, m.name)
+		}
+		h.rec.op(op)
+	}
+}
+
+// freePort finds a port free for both memberlist's TCP and UDP.
+func freePort(tb testing.TB) int {
+	tb.Helper()
+	for range 100 {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			tb.Fatal(err)
+		}
+		port := l.Addr().(*net.TCPAddr).Port
+		u, err := net.ListenPacket("udp", fmt.Sprintf("127.0.0.1:%d", port))
+		l.Close()
+		if err == nil {
+			u.Close()
+			return port
+		}
+	}
+	tb.Fatal("no free port for both TCP and UDP")
+	return 0
+}

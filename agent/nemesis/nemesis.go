@@ -1,0 +1,218 @@
+package nemesis
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/dibs-gpu/dibs/api"
+	"github.com/dibs-gpu/dibs/lease/store/storetest"
+)
+
+// between is a random duration in [lo, hi].
+func (h *harness) between(lo, hi time.Duration) time.Duration {
+	return lo + time.Duration(h.rng.Int64N(int64(hi-lo)+1))
+}
+
+// fault injects one fault of kind, holds it, heals it, and measures how
+// long the boards take to agree again.
+func (h *harness) fault(kind FaultKind) {
+	m := h.members[h.rng.IntN(len(h.members))]
+	f := Fault{Kind: kind, Nodes: []string{m.name}, Start: h.rec.now()}
+	hold := h.between(time.Second, 6*time.Second)
+	var heal func()
+	switch kind {
+	case FaultKill:
+		hold = h.between(time.Second, 8*time.Second)
+		heal = h.kill(m)
+	case FaultPause:
+		// Longer than the failure detector takes to call it dead.
+		hold = h.between(4*time.Second, 9*time.Second)
+		m.clock.Pause()
+		h.net.isolate(m.name, true)
+		heal = func() {
+			h.net.isolate(m.name, false)
+			m.clock.Resume()
+		}
+	case FaultPartition:
+		var side, all []string
+		for _, o := range h.members {
+			all = append(all, o.name)
+		}
+		perm := h.rng.Perm(len(all))
+		for _, i := range perm[:1+h.rng.IntN(len(all)-1)] {
+			side = append(side, all[i])
+		}
+		slices.Sort(side)
+		f.Nodes = side
+		h.net.partition(side, all)
+		heal = h.net.heal
+	case FaultLoss, FaultDelay, FaultDuplicate:
+		f.Nodes = nil
+		switch kind {
+		case FaultLoss:
+			h.net.lossy(0.05, 0, 0, 0)
+			f.Detail = "5% of packets lost"
+		case FaultDelay:
+			h.net.lossy(0, 0, 5*time.Millisecond, 80*time.Millisecond)
+			f.Detail = "packets and streams 5–80 ms late"
+		default:
+			h.net.lossy(0, 0.2, 0, 0)
+			f.Detail = "20% of packets sent twice"
+		}
+		heal = h.net.heal
+	case FaultClockStep:
+		step := h.between(time.Minute, 3*time.Hour)
+		if h.rng.IntN(2) == 0 {
+			step = -step
+		}
+		f.Detail = fmt.Sprintf("wall clock %+v", step)
+		m.clock.Step(step)
+		heal = func() { m.clock.Step(0) }
+	case FaultFsync, FaultDiskFull, FaultSlowDisk:
+		m.mu.Lock()
+		st := m.store.Store
+		m.mu.Unlock()
+		switch kind {
+		case FaultFsync:
+			st.SetFault(storetest.SyncError)
+		case FaultDiskFull:
+			st.SetFault(storetest.DiskFull)
+		default:
+			d := h.between(50*time.Millisecond, 400*time.Millisecond)
+			f.Detail = fmt.Sprintf("every write takes %s", d)
+			st.SetDelay(d)
+		}
+		heal = func() {
+			st.SetFault(storetest.NoFault)
+			st.SetDelay(0)
+		}
+	}
+	if kind == FaultLoss {
+		h.watchFalseDead(hold)
+	} else {
+		time.Sleep(hold)
+	}
+	heal()
+	f.Healed = h.rec.now()
+	h.rec.fault(f)
+	h.converge(kind)
+	time.Sleep(h.between(500*time.Millisecond, 2*time.Second))
+}
+
+// watchFalseDead watches every board for d while only packets are lost:
+// no member may be called dead.
+func (h *harness) watchFalseDead(d time.Duration) {
+	end := time.Now().Add(d)
+	for time.Now().Before(end) {
+		for _, v := range h.members {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			b, err := v.client.WithoutRetry().Board(ctx)
+			cancel()
+			if err != nil {
+				continue
+			}
+			for _, n := range b.Nodes {
+				if n.State == api.NodeDead || n.State == api.NodeLeft {
+					h.rec.falseDead(Membership{At: h.rec.now(), Observer: v.name, Member: n.Name, State: n.State})
+				}
+			}
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// converge measures how long after a heal every agent's board shows every
+// node alive, with the leases its own agent holds. Leases keep changing
+// while it waits (clients go on), so a view agrees when it shows every
+// lease the owner held both at the heal and now, and none the owner held
+// at neither time.
+func (h *harness) converge(kind FaultKind) {
+	at := h.rec.now()
+	start := time.Now()
+	wait := 3 * ConvergeWithin
+	var atHeal map[string]map[string]bool
+	for time.Since(start) < wait {
+		if atHeal == nil {
+			atHeal = h.truth()
+		}
+		if atHeal != nil && h.agree(atHeal) {
+			h.rec.heal(Heal{Fault: kind, At: at, Took: time.Since(start), Converged: true})
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	h.rec.heal(Heal{Fault: kind, At: at, Took: time.Since(start), Converged: false})
+}
+
+// truth is every node's leases as its own agent has them, nil while any
+// agent does not answer.
+func (h *harness) truth() map[string]map[string]bool {
+	out := map[string]map[string]bool{}
+	for _, m := range h.members {
+		b, ok := h.board(m)
+		if !ok {
+			return nil
+		}
+		out[m.name] = leaseIDs(b, m.name)
+	}
+	return out
+}
+
+func (h *harness) agree(atHeal map[string]map[string]bool) bool {
+	now := h.truth()
+	if now == nil {
+		return false
+	}
+	for _, v := range h.members {
+		b, ok := h.board(v)
+		if !ok {
+			return false
+		}
+		for _, o := range h.members {
+			if state(b, o.name) != api.NodeAlive {
+				return false
+			}
+			view := leaseIDs(b, o.name)
+			for id := range atHeal[o.name] {
+				if now[o.name][id] && !view[id] {
+					return false
+				}
+			}
+			for id := range view {
+				if !atHeal[o.name][id] && !now[o.name][id] {
+					return false
+				}
+			}
+		}
+	}
+	return true
+}
+
+func (h *harness) board(m *member) (api.Board, bool) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	b, err := m.client.WithoutRetry().Board(ctx)
+	return b, err == nil
+}
+
+func state(b api.Board, node string) string {
+	for _, n := range b.Nodes {
+		if n.Name == node {
+			return n.State
+		}
+	}
+	return ""
+}
+
+// leaseIDs are the leases a board shows on node's GPUs.
+func leaseIDs(b api.Board, node string) map[string]bool {
+	ids := map[string]bool{}
+	for _, g := range holders(b, node) {
+		if g != "" {
+			ids[g] = true
+		}
+	}
+	return ids
+}

@@ -1,0 +1,49 @@
+package nemesis
+
+import (
+	"github.com/dibs-gpu/dibs/lease"
+	"github.com/dibs-gpu/dibs/lease/store/storetest"
+)
+
+// recordedStore is a node's fake disk with every durable write written
+// down in the history. Writes that fail (a fault, a crash) are not
+// recorded: they did not happen.
+type recordedStore struct {
+	*storetest.Store
+	node string
+	boot int
+	rec  *recorder
+}
+
+var _ lease.Store = (*recordedStore)(nil)
+
+func (s *recordedStore) write(w Write, do func() error) error {
+	w.Node, w.Boot = s.node, s.boot
+	w.Start = s.rec.now()
+	if err := do(); err != nil {
+		return err
+	}
+	w.Done = s.rec.now()
+	s.rec.write(w)
+	return nil
+}
+
+// Put implements lease.Store.
+func (s *recordedStore) Put(l lease.Lease) error {
+	return s.write(Write{Kind: WritePut, Lease: l}, func() error { return s.Store.Put(l) })
+}
+
+// End implements lease.Store.
+func (s *recordedStore) End(id string, e lease.LedgerEntry) error {
+	return s.write(Write{Kind: WriteEnd, Ledger: e}, func() error { return s.Store.End(id, e) })
+}
+
+// PutEntry implements lease.Store.
+func (s *recordedStore) PutEntry(e lease.QueueEntry, seq uint64) error {
+	return s.write(Write{Kind: WritePutEntry, Entry: e}, func() error { return s.Store.PutEntry(e, seq) })
+}
+
+// DeleteEntry implements lease.Store.
+func (s *recordedStore) DeleteEntry(id string) error {
+	return s.write(Write{Kind: WriteDeleteEntry, EntryID: id}, func() error { return s.Store.DeleteEntry(id) })
+}
