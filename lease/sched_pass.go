@@ -47,7 +47,20 @@ type snode struct {
 	leases []*Lease
 	// topo names the node's topology: nodes with the same topo place alike.
 	topo int
+	// tags are the node's pools.
+	tags []string
+	// books are, per GPU bit, the bookings' windows on it (nil when the
+	// node has none): runs there must end before them.
+	books [][]window
+	// room is, per GPU bit, how much memory a shared run may still take
+	// there; nil until a shared entry asks (sharedRooms).
+	room []uint64
+	// taken are the GPUs whole-GPU runs of this pass took.
+	taken uint64
 }
+
+// window is a booked time, in nanoseconds from now.
+type window struct{ start, end int64 }
 
 type placeKey struct {
 	topo int
@@ -127,6 +140,7 @@ func newScheduler(nodes []SchedNode, now time.Time, cfg SchedConfig) *scheduler 
 // addNode builds a node's pass state from its snapshot and leases.
 func (s *scheduler) addNode(sn *snode, n *SchedNode, topos map[string]int, sig []byte) []byte {
 	sn.name, sn.snap, sn.idle, sn.alive = n.Name, &n.Snap, n.Idle, n.Alive
+	sn.tags = n.Snap.Host.Tags
 	if !n.Alive {
 		return sig
 	}
@@ -170,11 +184,17 @@ func (s *scheduler) addNode(sn *snode, n *SchedNode, topos map[string]int, sig [
 			held |= 1 << b
 		}
 	}
+	booked := s.addBookings(sn, n.Bookings)
 	for b, p := range pos {
 		g, sg := &gs[p], &sn.gpus[b]
 		switch {
-		case g.Error != "":
+		case g.Error != "" || g.MIG == nodeprobe.MIGEnabled:
+			// Down, or only for MIG claims: never a whole GPU.
 			sg.freeAt = never
+		case booked&(1<<b) != 0:
+			// Its booking has begun: held until the booking ends.
+			sn.usable |= 1 << b
+			sg.freeAt = max(sg.freeAt, sn.books[b][0].end)
 		case held&(1<<b) != 0:
 			sn.usable |= 1 << b
 		case len(g.Processes) > 0:

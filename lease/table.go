@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"fmt"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -27,6 +26,16 @@ type Claim struct {
 	Kind     Kind
 	// Force allows naming GPUs that have someone's process on them but no lease.
 	Force bool
+	// MIG asks for one MIG instance instead of GPUs: by profile (3g.40gb),
+	// UUID (MIG-…) or GPU:INDEX (0:1).
+	MIG string
+	// MemMiB asks for a memory budget on a shared GPU instead of GPUs
+	// (with GPUs naming at most the one GPU to share).
+	MemMiB uint64
+	// Model restricts the claim to GPUs whose model contains it (any case).
+	Model string
+	// Tags restricts the claim to a node carrying every one (a pool).
+	Tags []string
 }
 
 // Table is one node's lease table: the leases this agent alone grants, renews
@@ -75,10 +84,14 @@ func (t *Table) Get(id string) (Lease, bool) {
 	return l, true
 }
 
-// List returns every lease, ordered by token (grant order).
+// List returns every lease, ordered by token (grant order). Bookings are
+// not leases yet: Bookings lists them.
 func (t *Table) List() []Lease {
 	out := make([]Lease, 0, len(t.leases))
 	for _, e := range t.leases {
+		if e.Booked {
+			continue
+		}
 		l := e.Lease
 		l.Mono = nil
 		out = append(out, l)
@@ -135,17 +148,6 @@ func (t *Table) Current(id string, token uint64) bool {
 	return ok && e.Token == token
 }
 
-// holders maps GPU index to the lease holding it.
-func (t *Table) holders() map[int]*Lease {
-	m := make(map[int]*Lease)
-	for _, e := range t.leases {
-		for _, g := range e.GPUs {
-			m[g] = &e.Lease
-		}
-	}
-	return m
-}
-
 // PlanClaim decides a claim without changing the table: the lease to persist,
 // or a refusal that says why and what to do.
 func (t *Table) PlanClaim(c Caller, req Claim, snap nodeprobe.Snapshot, now time.Time, p Policy) (Lease, error) {
@@ -165,24 +167,35 @@ func (t *Table) PlanClaim(c Caller, req Claim, snap nodeprobe.Snapshot, now time
 	if len(snap.GPUs) == 0 {
 		return Lease{}, errorf(CodeUnavailable, "node %s has no GPUs the probe can see", t.node)
 	}
-	holders := t.holders()
+	if dur, err = t.checkWhere(c, req, snap, dur, p); err != nil {
+		return Lease{}, err
+	}
+	if req.MIG != "" || req.MemMiB > 0 {
+		return t.planPart(c, req, snap, now, dur)
+	}
+	uses := t.uses()
 	var gpus []int
 	switch {
 	case len(req.GPUs) > 0 && req.Count > 0 && req.Count != len(req.GPUs):
 		return Lease{}, Invalidf("asked for %d GPUs but named %d: give either -g N or --gpus", req.Count, len(req.GPUs))
 	case len(req.GPUs) > 0:
-		gpus, err = checkNamed(req, snap, holders, now, t.node)
-		if err != nil {
-			return Lease{}, err
-		}
+		gpus, err = checkNamed(req, snap, uses, now, t.node)
 	case req.Count > 0:
-		gpus, err = pickFree(req.Count, snap, holders, now, t.node)
-		if err != nil {
-			return Lease{}, err
-		}
+		gpus, err = t.pickFree(req, snap, uses, now, dur)
 	default:
 		return Lease{}, Invalidf("say how many GPUs (-g N) or which (--gpus 0,2)")
 	}
+	if err == nil {
+		dur, err = t.fitBookings(gpus, now, dur, req.Duration > 0)
+	}
+	if err != nil {
+		return Lease{}, err
+	}
+	return t.newLease(c, req, gpus, now, dur), nil
+}
+
+// newLease is the lease a plan grants: the next token, from now for dur.
+func (t *Table) newLease(c Caller, req Claim, gpus []int, now time.Time, dur time.Duration) Lease {
 	token := t.lastToken + 1
 	return Lease{
 		ID:        LeaseID(t.node, token),
@@ -195,7 +208,7 @@ func (t *Table) PlanClaim(c Caller, req Claim, snap nodeprobe.Snapshot, now time
 		Note:      req.Note,
 		StartedAt: now.Round(0),
 		ExpiresAt: now.Round(0).Add(dur),
-	}, nil
+	}
 }
 
 // CheckNote refuses a note that is not one short line of plain text.
@@ -254,7 +267,7 @@ func checkDuration(d time.Duration, k Kind, p Policy) (time.Duration, error) {
 	return d, nil
 }
 
-func checkNamed(req Claim, snap nodeprobe.Snapshot, holders map[int]*Lease, now time.Time, node string) ([]int, error) {
+func checkNamed(req Claim, snap nodeprobe.Snapshot, uses map[int]*use, now time.Time, node string) ([]int, error) {
 	seen := make(map[int]bool)
 	gpus := make([]int, 0, len(req.GPUs))
 	for _, g := range req.GPUs {
@@ -270,8 +283,18 @@ func checkNamed(req Claim, snap nodeprobe.Snapshot, holders map[int]*Lease, now 
 		if gpu.Error != "" {
 			return nil, errorf(CodeUnavailable, "GPU %d on %s is down (%s): pick another GPU", g, node, termsafe.String(gpu.Error))
 		}
-		if l := holders[g]; l != nil {
+		if !matchModel(gpu, req.Model) {
+			return nil, Invalidf("GPU %d on %s is an %s, not a %s: pick another GPU, or leave --model out", g, node, termsafe.String(gpu.Model), termsafe.String(req.Model))
+		}
+		u := uses[g]
+		if l := u.first(); l != nil && !l.Partial() {
 			return nil, errorf(CodeConflict, "GPU %d is held by %s %s (lease %s, until %s): pick another GPU, or ask %s", g, l.User, timeLeft(l.ExpiresAt, now), l.ID, l.ExpiresAt.Local().Format("Mon 15:04"), l.User)
+		}
+		if gpu.MIG == nodeprobe.MIGEnabled {
+			return nil, errorf(CodeConflict, "GPU %d on %s is split into MIG instances (%s): claim one with --mig PROFILE", g, node, migProfiles(snap))
+		}
+		if u != nil && len(u.parts) > 0 {
+			return nil, errorf(CodeConflict, "GPU %d is shared: %s hold budgets of %s of its %s: ask for a budget beside them with --mem, or pick another GPU", g, partHolders(u), FormatMem(u.budget), FormatMem(gpu.MemoryTotalMiB))
 		}
 		if len(gpu.Processes) > 0 && !req.Force {
 			pr := gpu.Processes[0]
@@ -283,6 +306,20 @@ func checkNamed(req Claim, snap nodeprobe.Snapshot, holders map[int]*Lease, now 
 	return gpus, nil
 }
 
+// partHolders names the holders of a GPU's parts: "alice and bob".
+func partHolders(u *use) string {
+	var names []string
+	for _, l := range u.parts {
+		if !slices.Contains(names, l.User) {
+			names = append(names, l.User)
+		}
+	}
+	if len(names) == 1 {
+		return names[0]
+	}
+	return strings.Join(names[:len(names)-1], ", ") + " and " + names[len(names)-1]
+}
+
 func findGPU(snap nodeprobe.Snapshot, index int) *nodeprobe.GPU {
 	for i := range snap.GPUs {
 		if snap.GPUs[i].Index == index {
@@ -292,39 +329,11 @@ func findGPU(snap nodeprobe.Snapshot, index int) *nodeprobe.GPU {
 	return nil
 }
 
-// indexRange lists a node's GPU indices: 0-7 when they run without a gap,
-// 0,1,3 otherwise.
-func indexRange(snap nodeprobe.Snapshot) string {
-	if len(snap.GPUs) == 0 {
-		return "none"
-	}
-	idx := make([]int, len(snap.GPUs))
-	for i, g := range snap.GPUs {
-		idx[i] = g.Index
-	}
-	slices.Sort(idx)
-	if idx[len(idx)-1]-idx[0] == len(idx)-1 && len(idx) > 1 {
-		return fmt.Sprintf("%d-%d", idx[0], idx[len(idx)-1])
-	}
-	return strings.TrimPrefix(strings.TrimPrefix(gpuList(idx), "GPUs "), "GPU ")
-}
-
-// ownerName names a process's owner for a message. The name comes from the
-// node's account database through /proc, so it is made terminal-safe.
-func ownerName(pr nodeprobe.Process) string {
-	switch {
-	case pr.User != "":
-		return termsafe.String(pr.User)
-	case pr.UID >= 0:
-		return "uid " + strconv.Itoa(pr.UID)
-	}
-	return "an unknown user"
-}
-
-// usable reports whether -g N may pick g: no lease, no process, and the probe
-// could read it (a GPU with an error is down, never free).
+// usable reports whether -g N may pick g: no lease (of it or of a part),
+// no process, not split into MIG instances, and the probe could read it (a
+// GPU with an error is down, never free).
 func usable(g *nodeprobe.GPU, held bool) bool {
-	return !held && len(g.Processes) == 0 && g.Error == ""
+	return !held && len(g.Processes) == 0 && g.Error == "" && g.MIG != nodeprobe.MIGEnabled
 }
 
 // FreeGPUs lists the GPUs with no lease, no process and no error, the only
@@ -332,6 +341,9 @@ func usable(g *nodeprobe.GPU, held bool) bool {
 func FreeGPUs(snap nodeprobe.Snapshot, leases []Lease) []int {
 	held := make(map[int]bool)
 	for _, l := range leases {
+		if l.Booked {
+			continue
+		}
 		for _, g := range l.GPUs {
 			held[g] = true
 		}
@@ -345,90 +357,53 @@ func FreeGPUs(snap nodeprobe.Snapshot, leases []Lease) []int {
 	return free
 }
 
-func pickFree(n int, snap nodeprobe.Snapshot, holders map[int]*Lease, now time.Time, node string) ([]int, error) {
-	var free []int
+// pickFree chooses req.Count free GPUs of the model asked for: among those
+// no booking needs within dur if there are enough (a claim with its own
+// time limit takes only those), else among every free one, the time limit
+// then cut to end before the first booking (fitBookings).
+func (t *Table) pickFree(req Claim, snap nodeprobe.Snapshot, uses map[int]*use, now time.Time, dur time.Duration) ([]int, error) {
+	n, node := req.Count, t.node
+	var free, clear []int
+	of := 0
 	for i := range snap.GPUs {
-		if g := &snap.GPUs[i]; usable(g, holders[g.Index] != nil) {
+		g := &snap.GPUs[i]
+		if !matchModel(g, req.Model) {
+			continue
+		}
+		of++
+		if !usable(g, uses[g.Index] != nil) {
+			continue
+		}
+		switch b := t.firstBooking([]int{g.Index}, now, now.Add(dur), ""); {
+		case b == nil:
+			clear = append(clear, g.Index)
+			free = append(free, g.Index)
+		case b.StartedAt.Sub(now) >= minBeforeBooking:
 			free = append(free, g.Index)
 		}
 	}
-	if n > len(snap.GPUs) {
-		return nil, Invalidf("%s has only %d GPUs; asked for %d: ask for at most %d, or for several nodes", node, len(snap.GPUs), n, len(snap.GPUs))
+	in := ""
+	if req.Model != "" {
+		in = " " + termsafe.String(req.Model)
 	}
-	if len(free) < n {
-		out := "wait for them, or ask the holders"
-		if len(free) > 0 {
-			out = fmt.Sprintf("ask for %d or fewer, wait, or ask the holders", len(free))
-		}
-		return nil, errorf(CodeConflict, "asked for %d GPUs but only %d free on %s: %s; %s", n, len(free), node, describeBusy(snap, holders, now), out)
+	if n > of {
+		return nil, Invalidf("%s has only %d%s GPUs; asked for %d: ask for at most %d, or for several nodes", node, of, in, n, of)
 	}
-	return Place(snap, free, n), nil
-}
-
-// describeBusy says who holds the GPUs that are not free, and until when, so
-// a refusal tells the person whom to ask.
-func describeBusy(snap nodeprobe.Snapshot, holders map[int]*Lease, now time.Time) string {
-	type hold struct {
-		who   string
-		gpus  []int
-		until time.Time
+	if len(clear) >= n {
+		return Place(snap, clear, n), nil
 	}
-	var order []string
-	m := make(map[string]*hold)
-	add := func(key, who string, g int, until time.Time) {
-		h, ok := m[key]
-		if !ok {
-			h = &hold{who: who, until: until}
-			m[key] = h
-			order = append(order, key)
-		}
-		h.gpus = append(h.gpus, g)
+	if len(free) >= n && req.Duration == 0 {
+		return Place(snap, free, n), nil
 	}
-	for _, g := range snap.GPUs {
-		if l := holders[g.Index]; l != nil {
-			add("lease "+l.ID, l.User, g.Index, l.ExpiresAt)
-		} else if len(g.Processes) > 0 {
-			who := ownerName(g.Processes[0])
-			add("proc "+who, who, g.Index, time.Time{})
-		} else if g.Error != "" {
-			add("down", "", g.Index, time.Time{})
-		}
+	if len(free) >= n {
+		b := t.firstBooking(free, now, now.Add(dur), "")
+		return nil, errorf(CodeConflict, "asked for %d GPUs for %s but only %d are free that long on %s: %s: ask for a shorter time, fewer GPUs, or wait", n, FormatDuration(dur), len(clear), node, describeBooking(b, now))
 	}
-	parts := make([]string, 0, len(order))
-	for _, k := range order {
-		h := m[k]
-		var s string
-		switch {
-		case k == "down":
-			s = gpuList(h.gpus) + " down"
-		case h.until.IsZero():
-			s = fmt.Sprintf("%s runs unleased processes on %s", h.who, gpuList(h.gpus))
-		default:
-			s = fmt.Sprintf("%s holds %s %s", h.who, gpuList(h.gpus), timeLeft(h.until, now))
-		}
-		parts = append(parts, s)
+	out := "wait for them, or ask the holders"
+	if len(free) > 0 {
+		out = fmt.Sprintf("ask for %d or fewer, wait, or ask the holders", len(free))
 	}
-	return strings.Join(parts, "; ")
-}
-
-// timeLeft says how long a lease still runs, or how long it is overdue (end
-// action warn keeps it held past its end).
-func timeLeft(end, now time.Time) string {
-	if left := end.Sub(now); left > 0 {
-		return "for " + FormatDuration(left) + " more"
-	}
-	return FormatDuration(now.Sub(end)) + " past its end"
-}
-
-func gpuList(g []int) string {
-	if len(g) == 1 {
-		return "GPU " + strconv.Itoa(g[0])
-	}
-	s := make([]string, len(g))
-	for i, x := range g {
-		s[i] = strconv.Itoa(x)
-	}
-	return "GPUs " + strings.Join(s, ",")
+	return nil, errorf(CodeConflict, "asked for %d%s GPUs but only %d free on %s: %s; %s", n, in, len(free), node, describeBusy(snap, uses, now), out)
 }
 
 // PlanRelease checks that c may end lease id.
@@ -454,6 +429,9 @@ func (t *Table) PlanExtend(c Caller, id string, d time.Duration, at Instant, p P
 	if e.UID != c.UID {
 		return Lease{}, errorf(CodeForbidden, "lease %s belongs to %s; only they can extend it", id, e.User)
 	}
+	if e.Booked {
+		return Lease{}, Invalidf("%s is a booking, which cannot be extended: unbook it and book again", id)
+	}
 	if d <= 0 {
 		return Lease{}, Invalidf("extend by a positive duration, like --for 2h")
 	}
@@ -473,6 +451,13 @@ func (t *Table) PlanExtend(c Caller, id string, d time.Duration, at Instant, p P
 		}
 		return Lease{}, Invalidf("extending %s by %s would end it %s from now, over the %s maximum of %s: extend by at most %s", id, FormatDuration(d), FormatDuration(end.Sub(now)), e.Kind, FormatDuration(max), FormatDuration(room.Truncate(time.Minute)))
 	}
+	if b := t.firstBooking(e.GPUs, now, end, id); b != nil {
+		room := b.StartedAt.Sub(base).Truncate(time.Minute)
+		if room < time.Minute {
+			return Lease{}, errorf(CodeConflict, "lease %s cannot run longer: %s", id, describeBooking(b, now))
+		}
+		return Lease{}, errorf(CodeConflict, "extending %s by %s would run into a booking: %s: extend by at most %s", id, FormatDuration(d), describeBooking(b, now), FormatDuration(room))
+	}
 	l := e.Lease
 	l.GPUs = slices.Clone(l.GPUs)
 	l.ExpiresAt = end
@@ -480,109 +465,4 @@ func (t *Table) PlanExtend(c Caller, id string, d time.Duration, at Instant, p P
 	l.OverdueNoticed = false
 	l.SignalledAt = time.Time{}
 	return l, nil
-}
-
-// PlanAdopt takes a run started without a lease into one, on the GPUs its
-// process uses, if the caller owns the process and nobody else holds them.
-func (t *Table) PlanAdopt(c Caller, pid int, d time.Duration, note string, snap nodeprobe.Snapshot, now time.Time, p Policy) (Lease, error) {
-	var gpus []int
-	var owner *nodeprobe.Process
-	for _, g := range snap.GPUs {
-		for i := range g.Processes {
-			// A pid on several MIG slices of one GPU is listed once per slice.
-			if g.Processes[i].PID == pid {
-				if !slices.Contains(gpus, g.Index) {
-					gpus = append(gpus, g.Index)
-				}
-				owner = &g.Processes[i]
-			}
-		}
-	}
-	if owner == nil {
-		return Lease{}, errorf(CodeNotFound, "pid %d is not on any GPU of %s: `dibs ls` lists the processes it sees", pid, t.node)
-	}
-	if owner.UID != c.UID && !c.Admin {
-		return Lease{}, errorf(CodeForbidden, "pid %d belongs to %s, not you: only its owner can adopt it", pid, ownerName(*owner))
-	}
-	holders := t.holders()
-	for _, g := range gpus {
-		if l := holders[g]; l != nil {
-			if l.UID == owner.UID {
-				return Lease{}, errorf(CodeConflict, "GPU %d is already in your lease %s", g, l.ID)
-			}
-			return Lease{}, errorf(CodeConflict, "GPU %d is held by %s (lease %s): pid %d runs on someone else's GPU", g, l.User, l.ID, pid)
-		}
-	}
-	dur, err := checkDuration(d, KindInteractive, p)
-	if err != nil {
-		return Lease{}, err
-	}
-	if note == "" {
-		// The command is whatever the process calls itself: escape it, and
-		// keep the note within what a typed one may be.
-		note = clipNote(fmt.Sprintf("adopted pid %d (%s)", pid, termsafe.String(owner.Command)))
-	} else if err := checkNote(note); err != nil {
-		return Lease{}, err
-	}
-	token := t.lastToken + 1
-	return Lease{
-		ID: LeaseID(t.node, token), Node: t.node, GPUs: gpus,
-		User: owner.User, UID: owner.UID, Token: token, Kind: KindInteractive,
-		Note: note, StartedAt: now.Round(0), ExpiresAt: now.Round(0).Add(dur),
-	}, nil
-}
-
-// ByRequest finds the lease a caller's earlier claim with the same request
-// id made, so a retried claim whose answer was lost gets that lease back
-// instead of more GPUs.
-func (t *Table) ByRequest(uid int, requestID string) (Lease, bool) {
-	if requestID == "" {
-		return Lease{}, false
-	}
-	for _, e := range t.leases {
-		if e.UID == uid && e.RequestID == requestID {
-			l := e.Lease
-			l.Mono = nil
-			return l, true
-		}
-	}
-	return Lease{}, false
-}
-
-// ByEntry finds the lease (or reservation) started for a queued attempt, so
-// a retried start gets what the first one got.
-func (t *Table) ByEntry(key string) (Lease, bool) {
-	for _, e := range t.leases {
-		if e.Entry == key {
-			l := e.Lease
-			l.Mono = nil
-			return l, true
-		}
-	}
-	return Lease{}, false
-}
-
-// RanBefore reports how an attempt that already ran here ended: an attempt
-// never runs twice on one node, whatever a late or repeated start says.
-func RanBefore(ended []EndedRun, key string) (EndedRun, bool) {
-	for _, x := range ended {
-		if x.Entry == key && !x.Reserved {
-			return x, true
-		}
-	}
-	return EndedRun{}, false
-}
-
-// ValidRequestID accepts the ids clients put on claims: 8 to 64 letters,
-// digits, '-' and '_'.
-func ValidRequestID(s string) bool {
-	if len(s) < 8 || len(s) > 64 {
-		return false
-	}
-	for _, r := range s {
-		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_') {
-			return false
-		}
-	}
-	return true
 }
