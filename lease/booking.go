@@ -356,3 +356,14 @@ func CheckBookingRequest(req BookRequest) error {
 	}
 	return nil
 }
+
+// CutBy returns the booking a lease's time limit was cut to end before: a
+// booking of one of its GPUs that starts when the lease ends.
+func CutBy(l Lease, bookings []Lease) (Lease, bool) {
+	for _, b := range bookings {
+		if b.Booked && b.StartedAt.Equal(l.ExpiresAt) && slices.ContainsFunc(l.GPUs, b.Holds) {
+			return b, true
+		}
+	}
+	return Lease{}, false
+}

@@ -41,7 +41,7 @@ type Policy struct {
 	PreemptGrace time.Duration
 	// Pools are the limits of the pools (node tags) that have any, by tag.
 	Pools Pools
-	// BookAhead is how far ahead a booking may start (default 30 days).
+	// BookAhead is how far ahead a booking may start (0: 30 days).
 	BookAhead time.Duration
 	// BookMaxGPUHours is how many GPU-hours one person may hold booked
 	// and not yet started, cluster-wide; 0 means no limit.
@@ -64,6 +64,15 @@ func DefaultPolicy() Policy {
 		PreemptGrace:       120 * time.Second,
 		BookAhead:          30 * 24 * time.Hour,
 	}
+}
+
+// IsZero reports whether p is the zero Policy (nothing configured), which
+// callers replace with DefaultPolicy. (A Policy holds a map, so it cannot
+// be compared with ==.)
+func (p Policy) IsZero() bool {
+	return p.DefaultInteractive == 0 && p.DefaultBatch == 0 && p.MaxInteractive == 0 && p.MaxBatch == 0 &&
+		p.WarnBefore == 0 && p.EndAction == "" && p.SignalGrace == 0 && p.IdleAfter == 0 && p.IdleUtilPct == 0 &&
+		p.AdminGroup == "" && p.PreemptGrace == 0 && len(p.Pools) == 0 && p.BookAhead == 0 && p.BookMaxGPUHours == 0
 }
 
 // Validate reports the first setting that cannot work.
@@ -100,7 +109,7 @@ func (p Policy) Validate() error {
 	if p.IdleUtilPct < 0 || p.IdleUtilPct > 100 {
 		return fmt.Errorf("idle_util_pct %d is not between 0 and 100", p.IdleUtilPct)
 	}
-	if p.BookAhead <= 0 {
+	if p.BookAhead < 0 {
 		return fmt.Errorf("book_ahead must be positive, got %s", p.BookAhead)
 	}
 	if p.BookMaxGPUHours < 0 {

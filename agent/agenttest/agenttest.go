@@ -53,6 +53,8 @@ type Options struct {
 	Limits sockapi.Limits
 	// Quiet drops the agent's log lines instead of sending them to t.Log.
 	Quiet bool
+	// Tags are the node's pools.
+	Tags []string
 }
 
 // Node is a running agent and what a test needs to talk to it.
@@ -157,6 +159,7 @@ func (n *Node) start(o Options) {
 		SSH:           o.SSH,
 		Limits:        o.Limits,
 		Log:           log,
+		Tags:          o.Tags,
 	}, agent.Deps{Probe: probe, Sessions: sessions, Clock: o.Clock, Users: o.Users})
 	if err != nil {
 		tb.Fatalf("new agent %s: %v", o.Name, err)
@@ -231,6 +234,8 @@ type ClusterOptions struct {
 	// Users are made-up accounts every node knows.
 	Users Users
 	Quiet bool
+	// Tags gives each node's pools, by index (nodes past its end have none).
+	Tags [][]string
 }
 
 // Cluster starts len(o.Specs) agents named node01, node02, … gossiping on
@@ -259,7 +264,11 @@ func Cluster(tb testing.TB, o ClusterOptions) []*Node {
 		if o.Users != nil {
 			users = o.Users
 		}
-		n := Start(tb, Options{Name: fmt.Sprintf("node%02d", i+1), Sim: spec, Policy: o.Policy, Sched: o.Sched, Cluster: cs, TmuxTmpDir: tmux, Quiet: o.Quiet, Users: users})
+		var tags []string
+		if i < len(o.Tags) {
+			tags = o.Tags[i]
+		}
+		n := Start(tb, Options{Name: fmt.Sprintf("node%02d", i+1), Sim: spec, Policy: o.Policy, Sched: o.Sched, Cluster: cs, TmuxTmpDir: tmux, Quiet: o.Quiet, Users: users, Tags: tags})
 		if seed == "" {
 			seed = n.Agent.GossipAddr()
 		}

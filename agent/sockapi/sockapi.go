@@ -215,6 +215,12 @@ func (s *Server) Routes() http.Handler {
 	}) (api.UsageReport, error) {
 		return b.Usage(ctx, r.Window)
 	}))
+	// Bookings.
+	mux.HandleFunc("POST /v1/book", post(s, (*core.Bound).Book))
+	mux.HandleFunc("GET /v1/bookings", get(s, (*core.Bound).Bookings))
+	mux.HandleFunc("POST /v1/unbook", post(s, func(b *core.Bound, ctx context.Context, r idRequest) (struct{}, error) {
+		return struct{}{}, b.Unbook(ctx, r.ID)
+	}))
 	return mux
 }
 
