@@ -72,7 +72,7 @@ type Config struct {
 	// bookings may ask for them (--pool, --tag). They travel with the
 	// node's snapshot (nodeprobe.Host.Tags).
 	Tags []string
-	Log     *slog.Logger
+	Log  *slog.Logger
 }
 
 // Deps are the parts the agent drives; tests and the demo swap them.
