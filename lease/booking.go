@@ -240,7 +240,7 @@ func (t *Table) PlanBooking(c Caller, req BookRequest, snap nodeprobe.Snapshot, 
 		slices.Sort(gpus)
 	case req.Count > 0:
 		if len(free) < req.Count {
-			return Lease{}, errorf(CodeConflict, "asked to book %d GPUs of %s %s but only %d can be: %s: book fewer, another time, or another node", req.Count, t.node, bookingSpan(start, end), len(free), strings.Join(why, "; "))
+			return Lease{}, errorf(CodeConflict, "asked to book %d GPU%s of %s %s but only %d can be: %s: book fewer, another time, or another node", req.Count, plural(req.Count), t.node, bookingSpan(start, end), len(free), strings.Join(why, "; "))
 		}
 		gpus = Place(snap, free, req.Count)
 	default:
@@ -366,4 +366,11 @@ func CutBy(l Lease, bookings []Lease) (Lease, bool) {
 		}
 	}
 	return Lease{}, false
+}
+
+func plural(n int) string {
+	if n == 1 {
+		return ""
+	}
+	return "s"
 }

@@ -144,7 +144,7 @@ func (t *Table) pickShared(req Claim, snap nodeprobe.Snapshot, uses map[int]*use
 func roomOf(g *nodeprobe.GPU, u *use) string {
 	s := fmt.Sprintf("%s of its %s is free", FormatMem(sharedRoom(g, u)), FormatMem(g.MemoryTotalMiB))
 	if u != nil && len(u.parts) > 0 {
-		s += fmt.Sprintf("; %s hold budgets of %s", partHolders(u), FormatMem(u.budget))
+		s += fmt.Sprintf("; %s budgets of %s", partHolders(u), FormatMem(u.budget))
 	}
 	var outside uint64
 	for _, pr := range g.Processes {

@@ -294,7 +294,7 @@ func checkNamed(req Claim, snap nodeprobe.Snapshot, uses map[int]*use, now time.
 			return nil, errorf(CodeConflict, "GPU %d on %s is split into MIG instances (%s): claim one with --mig PROFILE", g, node, migProfiles(snap))
 		}
 		if u != nil && len(u.parts) > 0 {
-			return nil, errorf(CodeConflict, "GPU %d is shared: %s hold budgets of %s of its %s: ask for a budget beside them with --mem, or pick another GPU", g, partHolders(u), FormatMem(u.budget), FormatMem(gpu.MemoryTotalMiB))
+			return nil, errorf(CodeConflict, "GPU %d is shared: %s budgets of %s of its %s: ask for a budget beside them with --mem, or pick another GPU", g, partHolders(u), FormatMem(u.budget), FormatMem(gpu.MemoryTotalMiB))
 		}
 		if len(gpu.Processes) > 0 && !req.Force {
 			pr := gpu.Processes[0]
@@ -306,7 +306,8 @@ func checkNamed(req Claim, snap nodeprobe.Snapshot, uses map[int]*use, now time.
 	return gpus, nil
 }
 
-// partHolders names the holders of a GPU's parts: "alice and bob".
+// partHolders names the holders of a GPU's parts with the verb: "alice
+// holds", "alice and bob hold".
 func partHolders(u *use) string {
 	var names []string
 	for _, l := range u.parts {
@@ -315,9 +316,9 @@ func partHolders(u *use) string {
 		}
 	}
 	if len(names) == 1 {
-		return names[0]
+		return names[0] + " holds"
 	}
-	return strings.Join(names[:len(names)-1], ", ") + " and " + names[len(names)-1]
+	return strings.Join(names[:len(names)-1], ", ") + " and " + names[len(names)-1] + " hold"
 }
 
 func findGPU(snap nodeprobe.Snapshot, index int) *nodeprobe.GPU {

@@ -25,7 +25,6 @@ type queueFlags struct {
 	requeue     bool
 	maxRestarts int
 	torchrun    bool
-	model       string
 }
 
 func (q *queueFlags) add(cmd *cobra.Command, run bool) {
@@ -40,11 +39,10 @@ func (q *queueFlags) add(cmd *cobra.Command, run bool) {
 	} else {
 		fl.BoolVar(&q.queue, "queue", false, "if it does not fit now, wait in the queue until granted (like salloc); Ctrl-C withdraws")
 	}
-	fl.StringVar(&q.model, "model", "", "only GPUs whose model contains this, e.g. H100 (with --queue)")
 }
 
 func (q *queueFlags) request(req api.ClaimRequest) (api.SubmitRequest, error) {
-	s := api.SubmitRequest{Claim: req, Nodes: q.nodes, GPUsPerNode: q.gpusPerNode, Requeue: q.requeue, MaxRestarts: q.maxRestarts, Torchrun: q.torchrun, Model: q.model}
+	s := api.SubmitRequest{Claim: req, Nodes: q.nodes, GPUsPerNode: q.gpusPerNode, Requeue: q.requeue, MaxRestarts: q.maxRestarts, Torchrun: q.torchrun, Model: req.Model}
 	if q.nodes > 1 && q.gpusPerNode <= 0 {
 		return s, errors.New("--nodes needs --gpus-per-node G")
 	}
