@@ -29,7 +29,9 @@ type bookFlags struct {
 	json  bool
 }
 
-func (c *cli) bookCmd() *cobra.Command {
+// bookCmd is `dibs book`. The booking commands are functions of the cli,
+// not methods, to keep the cli type small.
+func bookCmd(c *cli) *cobra.Command {
 	var f bookFlags
 	cmd := &cobra.Command{
 		Use:   "book -g N --at TIME --for DUR",
@@ -52,7 +54,7 @@ func (c *cli) bookCmd() *cobra.Command {
 			if f.json {
 				return printJSON(c.stdout, b)
 			}
-			c.printBooked(b)
+			printBooked(c, b)
 			return nil
 		},
 	}
@@ -104,7 +106,7 @@ func (f *bookFlags) request(now time.Time) (api.BookRequest, error) {
 }
 
 // bookRun is `dibs run --at`: a booking whose command starts at its time.
-func (c *cli) bookRun(ctx context.Context, cl *api.Client, f *claimFlags, req api.ClaimRequest) error {
+func bookRun(ctx context.Context, c *cli, cl *api.Client, f *claimFlags, req api.ClaimRequest) error {
 	if f.mig != "" || f.mem != "" || f.force {
 		return errors.New("--at books whole GPUs: drop --mig, --mem and --force")
 	}
@@ -125,18 +127,18 @@ func (c *cli) bookRun(ctx context.Context, cl *api.Client, f *claimFlags, req ap
 	if f.json {
 		return printJSON(c.stdout, b)
 	}
-	c.printBooked(b)
+	printBooked(c, b)
 	fmt.Fprintf(c.stdout, "its command starts then in tmux session %s (`dibs attach %s`)\n", safe(b.Session), safe(b.ID))
 	return nil
 }
 
-func (c *cli) printBooked(b lease.Lease) {
+func printBooked(c *cli, b lease.Lease) {
 	fmt.Fprintf(c.stdout, "%s: GPU%s %s on %s booked %s to %s (in %s); `dibs unbook %s` withdraws it\n",
 		safe(b.ID), plural(len(b.GPUs)), safe(b.CUDAVisibleDevices()), safe(b.Node), b.StartedAt.Local().Format("Mon Jan 2 15:04"),
 		b.ExpiresAt.Local().Format("15:04"), lease.FormatDuration(time.Until(b.StartedAt).Round(time.Minute)), safe(b.ID))
 }
 
-func (c *cli) bookingsCmd() *cobra.Command {
+func bookingsCmd(c *cli) *cobra.Command {
 	var asJSON bool
 	cmd := &cobra.Command{
 		Use:   "bookings",
@@ -178,7 +180,7 @@ func printBookings(w io.Writer, bs []lease.Lease, now time.Time) {
 	}
 }
 
-func (c *cli) unbookCmd() *cobra.Command {
+func unbookCmd(c *cli) *cobra.Command {
 	return &cobra.Command{
 		Use:   "unbook BOOKING...",
 		Short: "Withdraw bookings that have not started",

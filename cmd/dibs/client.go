@@ -219,7 +219,7 @@ func (c *cli) runCmd() *cobra.Command {
 			defer cancel()
 			cl := c.client()
 			if f.at != "" {
-				return c.bookRun(ctx, cl, &f, req)
+				return bookRun(ctx, c, cl, &f, req)
 			}
 			if q.queue || q.nodes > 1 || q.torchrun {
 				sreq, err := q.request(req)
