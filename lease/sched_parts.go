@@ -94,14 +94,16 @@ func (sn *snode) fit(b int, at, d int64) int64 {
 // allows reports whether the entry may run on the node: its tags, and the
 // limits of the node's pools.
 func (s *scheduler) allows(sn *snode, e *QueueEntry) bool {
-	if len(e.Tags) == 0 && len(s.cfg.Pools) == 0 {
-		return true
-	}
-	if !HasTags(sn.tags, e.Tags) || s.cfg.Pools.Denies(sn.tags, e.User) != "" {
+	if len(e.Tags) > 0 && !HasTags(sn.tags, e.Tags) {
 		return false
 	}
-	_, err := s.cfg.Pools.Limit(sn.tags, e.Duration, true)
-	return err == nil
+	for i := range sn.pools {
+		pl := &sn.pools[i]
+		if len(pl.Users) > 0 && !slices.Contains(pl.Users, e.User) || pl.MaxTime > 0 && e.Duration > pl.MaxTime {
+			return false
+		}
+	}
+	return true
 }
 
 // sharedRooms fills the node's per-GPU room for shared runs on first use.
@@ -110,11 +112,23 @@ func (s *scheduler) sharedRooms(sn *snode) []uint64 {
 		return sn.room
 	}
 	sn.room = make([]uint64, len(sn.gpus))
+	sn.total = make([]uint64, len(sn.gpus))
+	sn.held = make([][]*Lease, len(sn.gpus))
 	uses := usesOf(sn.leases)
 	for b := range sn.gpus {
 		if g := findGPU(*sn.snap, sn.gpus[b].index); g != nil {
-			sn.room[b] = sharedRoom(g, uses[g.Index])
+			sn.room[b], sn.total[b] = sharedRoom(g, uses[g.Index]), g.MemoryTotalMiB
 		}
+	}
+	for _, l := range sn.leases {
+		for _, idx := range l.GPUs {
+			if b := sn.bit(idx); b >= 0 {
+				sn.held[b] = append(sn.held[b], l)
+			}
+		}
+	}
+	for b := range sn.held {
+		slices.SortFunc(sn.held[b], func(x, y *Lease) int { return x.ExpiresAt.Compare(y.ExpiresAt) })
 	}
 	// A whole-GPU run started earlier in this pass took its GPU.
 	for m := sn.taken; m != 0; m &= m - 1 {
@@ -198,13 +212,12 @@ func (s *scheduler) estimateShared(e *QueueEntry, mm []uint64) int64 {
 		room := s.sharedRooms(sn)
 		for m := el; m != 0; m &= m - 1 {
 			b := bits.TrailingZeros64(m)
-			g := findGPU(*sn.snap, sn.gpus[b].index)
-			if g == nil || g.MemoryTotalMiB < e.MemMiB {
+			if sn.total[b] < e.MemMiB {
 				continue
 			}
 			at := int64(0)
 			if room[b] < e.MemMiB {
-				at = s.sharedFreeAt(sn, b, g.Index, room[b], e.MemMiB)
+				at = s.sharedFreeAt(sn, b, room[b], e.MemMiB)
 			}
 			if sn.books != nil {
 				at = sn.fit(b, at, int64(e.Duration))
@@ -215,22 +228,15 @@ func (s *scheduler) estimateShared(e *QueueEntry, mm []uint64) int64 {
 	return best
 }
 
-// sharedFreeAt is when GPU bit b (index idx), with room now, has room for
-// need: when its whole-GPU lease ends, or when enough of its shared leases
-// have ended (soonest first); never when that cannot be told.
-func (s *scheduler) sharedFreeAt(sn *snode, b, idx int, room, need uint64) int64 {
-	var ends []*Lease
-	whole := false
-	for _, l := range sn.leases {
-		if l.Holds(idx) {
-			ends = append(ends, l)
-			whole = whole || !l.Partial()
-		}
-	}
+// sharedFreeAt is when GPU bit b, with room now, has room for need: when
+// its whole-GPU lease ends, or when enough of its shared leases have ended
+// (soonest first); never when that cannot be told.
+func (s *scheduler) sharedFreeAt(sn *snode, b int, room, need uint64) int64 {
+	ends := sn.held[b]
 	if len(ends) == 0 {
 		return sn.gpus[b].freeAt // a start of this pass, or work outside dibs
 	}
-	if whole {
+	if slices.ContainsFunc(ends, func(l *Lease) bool { return !l.Partial() }) {
 		at := int64(0)
 		for _, l := range ends {
 			end, _ := s.leaseEnd(l)
@@ -238,7 +244,6 @@ func (s *scheduler) sharedFreeAt(sn *snode, b, idx int, room, need uint64) int64
 		}
 		return at
 	}
-	slices.SortFunc(ends, func(x, y *Lease) int { return x.ExpiresAt.Compare(y.ExpiresAt) })
 	for _, l := range ends {
 		if room += l.MemMiB; room >= need {
 			end, _ := s.leaseEnd(l)

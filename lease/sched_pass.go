@@ -57,6 +57,12 @@ type snode struct {
 	room []uint64
 	// taken are the GPUs whole-GPU runs of this pass took.
 	taken uint64
+	// pools are the limits of the pools the node is in.
+	pools []PoolLimits
+	// held are, per GPU bit, the leases on it soonest-ending first, and
+	// total its memory; filled with room.
+	held  [][]*Lease
+	total []uint64
 }
 
 // window is a booked time, in nanoseconds from now.
@@ -141,6 +147,9 @@ func newScheduler(nodes []SchedNode, now time.Time, cfg SchedConfig) *scheduler 
 func (s *scheduler) addNode(sn *snode, n *SchedNode, topos map[string]int, sig []byte) []byte {
 	sn.name, sn.snap, sn.idle, sn.alive = n.Name, &n.Snap, n.Idle, n.Alive
 	sn.tags = n.Snap.Host.Tags
+	for _, t := range s.cfg.Pools.poolsOf(sn.tags) {
+		sn.pools = append(sn.pools, s.cfg.Pools[t])
+	}
 	if !n.Alive {
 		return sig
 	}

@@ -43,14 +43,26 @@ func (s *Service) granted(l lease.Lease) api.ClaimResponse {
 	if l.ID == "" {
 		return r
 	}
-	var bookings []lease.Lease
-	if n, ok := s.View().Node(l.Node); ok {
-		bookings = n.Bookings
-	}
-	if b, ok := lease.CutBy(l, bookings); ok {
+	if b, ok := lease.CutBy(l, s.bookingsOf(l.Node)); ok {
 		r.Notice = fmt.Sprintf("the time limit ends at %s, when %s's booking %s of %s begins", l.ExpiresAt.Local().Format("Mon 15:04"), b.User, b.ID, gpuWord(b.GPUs))
 	}
 	return r
+}
+
+// bookingsOf is a node's bookings as this agent knows them, without
+// building the whole view (which sums usage).
+func (s *Service) bookingsOf(node string) []lease.Lease {
+	if node == s.cfg.Node {
+		return s.deps.Node.State().Bookings
+	}
+	if s.cluster != nil {
+		for _, p := range s.cluster.Peers() {
+			if p.Name == node {
+				return p.Bookings
+			}
+		}
+	}
+	return nil
 }
 
 func gpuWord(gpus []int) string {
