@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/bits"
 	"slices"
+	"strings"
 	"time"
 )
 
@@ -18,7 +19,8 @@ import (
 //
 // Pools. An entry with Tags runs only on nodes carrying them all, and no
 // entry runs on a node in a pool whose limits it breaks (a user it is not
-// open to, a Duration over its MaxTime).
+// open to, a Duration over its MaxTime, more GPUs than its MaxGPUs with
+// what its user holds there and starts in this pass).
 //
 // Shared GPUs. An entry with MemMiB asks for a budget on one GPU. It starts
 // on the GPU of an eligible node that has room for it now (see sharedRoom:
@@ -99,11 +101,26 @@ func (s *scheduler) allows(sn *snode, e *QueueEntry) bool {
 	}
 	for i := range sn.pools {
 		pl := &sn.pools[i]
-		if len(pl.Users) > 0 && !slices.Contains(pl.Users, e.User) || pl.MaxTime > 0 && e.Duration > pl.MaxTime {
+		if len(pl.Users) > 0 && !slices.Contains(pl.Users, e.User) || pl.MaxTime > 0 && e.Duration > pl.MaxTime ||
+			pl.MaxGPUs > 0 && s.poolUsed[poolKey(sn.poolNames[i], e.User)]+e.GPUsPerNode > pl.MaxGPUs {
 			return false
 		}
 	}
 	return true
+}
+
+func poolKey(pool, user string) string { return pool + "\x00" + user }
+
+// usePools counts n GPUs for user in the node's pools that limit them.
+func (s *scheduler) usePools(sn *snode, user string, n int) {
+	for i := range sn.pools {
+		if sn.pools[i].MaxGPUs > 0 {
+			if s.poolUsed == nil {
+				s.poolUsed = make(map[string]int)
+			}
+			s.poolUsed[poolKey(sn.poolNames[i], user)] += n
+		}
+	}
 }
 
 // sharedRooms fills the node's per-GPU room for shared runs on first use.
@@ -192,6 +209,7 @@ func (s *scheduler) visitShared(e *QueueEntry, r *Ranked, plan *Plan) {
 		Borrowed: s.borrows(e.User, 1), Backfill: s.head != nil,
 	})
 	s.userUsed[e.User]++
+	s.usePools(sn, e.User, 1)
 	if grp := s.cfg.UserGroups[e.User]; grp != "" {
 		s.groupUsed[grp]++
 	}
@@ -251,4 +269,25 @@ func (s *scheduler) sharedFreeAt(sn *snode, b int, room, need uint64) int64 {
 		}
 	}
 	return never
+}
+
+// poolNote says which pools an entry is held to and which nodes their
+// limits keep it off, for the reason it waits: " in pool h100 (its limits
+// keep it off a)".
+func (s *scheduler) poolNote(e *QueueEntry) string {
+	note := ""
+	if len(e.Tags) > 0 {
+		note = " in pool " + strings.Join(e.Tags, "+")
+	}
+	var off []string
+	for i := range s.nodes {
+		sn := &s.nodes[i]
+		if sn.alive && len(sn.pools) > 0 && HasTags(sn.tags, e.Tags) && !s.allows(sn, e) {
+			off = append(off, sn.name)
+		}
+	}
+	if len(off) > 0 {
+		note += " (pool limits keep it off " + strings.Join(off, ", ") + ")"
+	}
+	return note
 }

@@ -103,3 +103,19 @@ func TestScheduleMIGAndPools(t *testing.T) {
 		t.Errorf("feasibility of an unknown pool: %v", err)
 	}
 }
+
+// A pool's MaxGPUs counts what the user holds there and starts in the pass.
+func TestSchedulePoolMaxGPUs(t *testing.T) {
+	a := snode("a", 4, on(1, alice, []int{0}, t0, t0.Add(time.Hour)))
+	a.Snap.Host.Tags = []string{"h100"}
+	b := snode("b", 4)
+	cfg := lease.SchedConfig{Pools: lease.Pools{"h100": {MaxGPUs: 2}}}
+	e1, e2 := ask("a-q1", alice, 1, 1, time.Hour, t0), ask("a-q2", alice, 1, 1, time.Hour, t0.Add(time.Second))
+	e1.Tags, e2.Tags = []string{"h100"}, []string{"h100"}
+	e1.Origin, e2.Origin = "a", "a"
+	p := lease.Schedule([]lease.QueueEntry{e1, e2}, []lease.SchedNode{a, b}, nil, t0, cfg)
+	checkList(t, "starts within the pool's 2 GPUs per person", started(p), []string{"a-q1@a:[1]"})
+	if r := ranked(t, p, "a-q2"); r.Waiting != "no node that is up has 1 working GPUs in pool h100 (pool limits keep it off a)" {
+		t.Errorf("the second waits %q, want it to say why", r.Waiting)
+	}
+}

@@ -57,8 +57,10 @@ type snode struct {
 	room []uint64
 	// taken are the GPUs whole-GPU runs of this pass took.
 	taken uint64
-	// pools are the limits of the pools the node is in.
-	pools []PoolLimits
+	// pools are the limits of the pools the node is in, poolNames their
+	// tags.
+	pools     []PoolLimits
+	poolNames []string
 	// held are, per GPU bit, the leases on it soonest-ending first, and
 	// total its memory; filled with room.
 	held  [][]*Lease
@@ -109,6 +111,9 @@ type scheduler struct {
 	starting   map[string]bool
 	places     map[placeKey]*placeResult
 	models     map[string][]uint64
+	// poolUsed counts the GPUs each user holds in each pool with a
+	// MaxGPUs, by poolKey.
+	poolUsed map[string]int
 
 	// The head: the first entry that waits, with its shadow time.
 	head   *QueueEntry
@@ -148,7 +153,7 @@ func (s *scheduler) addNode(sn *snode, n *SchedNode, topos map[string]int, sig [
 	sn.name, sn.snap, sn.idle, sn.alive = n.Name, &n.Snap, n.Idle, n.Alive
 	sn.tags = n.Snap.Host.Tags
 	for _, t := range s.cfg.Pools.poolsOf(sn.tags) {
-		sn.pools = append(sn.pools, s.cfg.Pools[t])
+		sn.pools, sn.poolNames = append(sn.pools, s.cfg.Pools[t]), append(sn.poolNames, t)
 	}
 	if !n.Alive {
 		return sig
@@ -177,6 +182,7 @@ func (s *scheduler) addNode(sn *snode, n *SchedNode, topos map[string]int, sig [
 			s.starting[l.Entry] = true
 		}
 		s.userUsed[l.User] += len(l.GPUs)
+		s.usePools(sn, l.User, len(l.GPUs))
 		if g := s.cfg.UserGroups[l.User]; g != "" {
 			s.groupUsed[g] += len(l.GPUs)
 		}

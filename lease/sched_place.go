@@ -110,6 +110,7 @@ func (s *scheduler) unservable(e *QueueEntry) string {
 	if e.Model != "" {
 		of = fmt.Sprintf(" matching %q", e.Model)
 	}
+	of += s.poolNote(e)
 	if e.Nodes == 1 {
 		if e.Node != "" {
 			return fmt.Sprintf("%s has fewer than %d working GPUs%s", e.Node, e.GPUsPerNode, of)
@@ -269,6 +270,7 @@ func (s *scheduler) commit(e *QueueEntry, picks []pick) Start {
 		st.Ranks[k] = RankPlacement{Node: sn.name, GPUs: slices.Clone(p.place.gpus)}
 		sn.avail &^= p.place.mask
 		sn.taken |= p.place.mask
+		s.usePools(sn, e.User, len(p.place.gpus))
 		if sn.room != nil {
 			for m := p.place.mask; m != 0; m &= m - 1 {
 				sn.room[bits.TrailingZeros64(m)] = 0

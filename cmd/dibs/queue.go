@@ -154,6 +154,9 @@ func printQueue(w io.Writer, q api.Queue, now time.Time) {
 		if e.Nodes > 1 {
 			size = fmt.Sprintf("%dx%d", e.Nodes, e.GPUsPerNode)
 		}
+		if e.MemMiB > 0 {
+			size = mib(e.MemMiB) // a budget on a shared GPU
+		}
 		pos, start, why := fmt.Sprint(e.Position), "?", safe(e.Waiting)
 		switch {
 		case e.Running:
