@@ -31,7 +31,8 @@ import (
 // GPU only when it ends before the booking. It never becomes the head and
 // reclaims nothing; what waits gets an estimate from the ends of the leases
 // on the GPUs that could take it. A whole-GPU entry does not start on a GPU
-// a shared run of this pass took.
+// a shared run of this pass took, and MIG or shared leases are never
+// reclaimed (ending one frees no whole GPU).
 
 // addBookings records a node's booked windows by GPU bit, and returns the
 // GPUs whose booking has begun.
@@ -43,7 +44,10 @@ func (s *scheduler) addBookings(sn *snode, bookings []Lease) uint64 {
 		if !b.Booked || end <= 0 {
 			continue
 		}
-		start := max(b.StartedAt.Sub(s.now), 0)
+		// A run must end a little before the booking (minBeforeBooking),
+		// as a direct claim must: the start reaches the node a moment
+		// after this pass.
+		start := max(b.StartedAt.Sub(s.now)-minBeforeBooking, 0)
 		for _, idx := range b.GPUs {
 			bit := sn.bit(idx)
 			if bit < 0 {
