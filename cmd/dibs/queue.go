@@ -87,8 +87,16 @@ func (c *cli) waitGranted(cl *api.Client, sub api.Submitted, asJSON bool) error 
 			}
 			for _, n := range b.Nodes {
 				for _, g := range n.GPUs {
-					if l := g.Lease; l != nil && strings.HasPrefix(l.Entry, id+"#") && l.ReservedUntil.IsZero() {
-						r := api.ClaimResponse{ID: l.ID, Node: l.Node, GPUs: l.GPUs, CUDAVisibleDevices: l.CUDAVisibleDevices(), Token: l.Token, Kind: string(l.Kind), ExpiresAt: l.ExpiresAt, Session: l.Session}
+					held := g.Shares // a queued budget on a shared GPU
+					if g.Lease != nil {
+						held = append([]lease.Lease{*g.Lease}, held...)
+					}
+					for _, l := range held {
+						if !strings.HasPrefix(l.Entry, id+"#") || !l.ReservedUntil.IsZero() {
+							continue
+						}
+						r := api.ClaimResponse{ID: l.ID, Node: l.Node, GPUs: l.GPUs, CUDAVisibleDevices: l.CUDAVisibleDevices(), Token: l.Token,
+							Kind: string(l.Kind), ExpiresAt: l.ExpiresAt, Session: l.Session, MIG: l.MIG, MemMiB: l.MemMiB}
 						if asJSON {
 							return printJSON(c.stdout, r)
 						}

@@ -32,8 +32,13 @@ func TestCLIMIGSharedAndBookings(t *testing.T) {
 	if code == 0 || !strings.Contains(errOut, "at most 60 GiB is free") {
 		t.Errorf("claim --mem 70G beside 20G: exit %d, %q; want a refusal saying what is free", code, errOut)
 	}
+	out, errOut, code = dibs(t, p.socket, nil, "claim", "--queue", "--mem", "30G", "--json")
+	r = api.ClaimResponse{}
+	if code != 0 || json.Unmarshal([]byte(out), &r) != nil || r.MemMiB != 30<<10 || r.CUDAVisibleDevices != "1" {
+		t.Fatalf("claim --queue --mem 30G: exit %d %+v\n%s%s", code, r, out, errOut)
+	}
 	out, errOut, code = dibs(t, p.socket, nil, "book", "-g", "1", "--at", "in 5h", "--for", "2h", "--note", "deadline")
-	if code != 0 || !strings.Contains(out, "node01-4: GPU 1 on node01 booked") {
+	if code != 0 || !strings.Contains(out, "node01-5: GPU 1 on node01 booked") {
 		t.Fatalf("book: exit %d\n%s%s", code, out, errOut)
 	}
 	_, errOut, code = dibs(t, p.socket, nil, "book", "-g", "1", "--at", "yesterday", "--for", "2h")
@@ -57,7 +62,7 @@ func TestCLIMIGSharedAndBookings(t *testing.T) {
 		bs.Bookings[0].ExpiresAt.Sub(bs.Bookings[0].StartedAt) != 2*time.Hour {
 		t.Fatalf("bookings --json: %s", out)
 	}
-	if out, errOut, code = dibs(t, p.socket, nil, "unbook", bs.Bookings[0].ID); code != 0 || !strings.Contains(out, "unbooked node01-4") {
+	if out, errOut, code = dibs(t, p.socket, nil, "unbook", bs.Bookings[0].ID); code != 0 || !strings.Contains(out, "unbooked node01-5") {
 		t.Errorf("unbook: exit %d %s%s", code, out, errOut)
 	}
 	if out, _, _ = dibs(t, p.socket, nil, "bookings"); !strings.Contains(out, "no bookings") {
