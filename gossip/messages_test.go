@@ -118,11 +118,17 @@ func TestLeaseFieldsSurviveTheWire(t *testing.T) {
 			f.SetUint(uint64(i + 1))
 		case reflect.Bool:
 			f.SetBool(true)
+		case reflect.Float64:
+			f.SetFloat(float64(i+1) / 64)
 		case reflect.Slice:
 			f.Set(reflect.ValueOf([]int{i}))
 		case reflect.Pointer:
 			if v.Type().Field(i).Name == "Mono" {
 				continue // the store's alone: sanitize leaves it out of every message
+			}
+			if _, ok := f.Interface().(*lease.Job); ok {
+				f.Set(reflect.ValueOf(&lease.Job{Command: []string{"python", "x.py"}, Dir: "/x", Name: "x", Torchrun: true}))
+				continue
 			}
 			t.Fatalf("lease.Lease.%s: test does not know how to fill a %s", v.Type().Field(i).Name, f.Type())
 		case reflect.Struct:

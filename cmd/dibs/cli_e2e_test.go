@@ -46,7 +46,7 @@ func TestCLIGpusIsACountAndIdsNamesGPUs(t *testing.T) {
 		{"--ids names GPUs", []string{"claim", "--ids", "3"}, 0, "node01-3: GPU 3 on node01", "^$", ""},
 		{"indices given to -g say to use --ids", []string{"claim", "-g", "0,2"}, 1, "", regexp.QuoteMeta("dibs: -g/--gpus takes a count, as in srun --gpus 2; name particular GPUs with --ids 0,2"), ""},
 		{"bad --ids", []string{"claim", "--ids", "x"}, 1, "", regexp.QuoteMeta(`--ids "x": give GPU indices like 0,2`), ""},
-		{"nothing said", []string{"claim"}, 1, "", regexp.QuoteMeta("say how many GPUs (-g 2) or which (--ids 0,2)"), ""},
+		{"nothing said", []string{"claim"}, 1, "", regexp.QuoteMeta("say how many GPUs (-g 2), which (--ids 0,2), a MIG instance (--mig 3g.40gb) or a memory budget (--mem 20G)"), ""},
 		{"a refusal of one GPU says GPU, and you, not your name", []string{"claim", "-g", "1"}, 1, "",
 			`asked for 1 GPU but only 0 free on node01: you hold GPUs 0,1 for ` + left + ` more; you hold GPU 2 for ` + left + ` more; you hold GPU 3 for ` + left + ` more; release what you hold there, or wait`, "holds"},
 		{"a named GPU of your own", []string{"claim", "--ids", "1"}, 1, "", `you already hold GPU 1 for ` + left + ` more \(lease node01-1,`, "is held by"},
