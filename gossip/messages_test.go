@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -21,6 +22,7 @@ import (
 func sampleMessages(t testing.TB) map[string][]byte {
 	t.Helper()
 	snap := testSnapshot(t, "gpu-node-01")
+	snap.Host.Tags = []string{"h100", "nvlink"}
 	r := rand.New(rand.NewPCG(3, 4))
 	var leases []lease.Lease
 	for g := range 3 {
@@ -206,6 +208,22 @@ func TestDecodeRefuses(t *testing.T) {
 			m.Section, m.Leases = sectionTelemetry, nil
 			m.Telemetry = &telemetrySection{Snapshot: nodeprobe.Snapshot{GPUs: []nodeprobe.GPU{{Index: 2000}}}}
 		}), "GPU index 2000"},
+		{"too many tags", state(func(m *stateMsg) {
+			m.Section, m.Leases = sectionTelemetry, nil
+			tags := make([]string, lease.MaxTags+1)
+			for i := range tags {
+				tags[i] = fmt.Sprintf("t%d", i)
+			}
+			m.Telemetry = &telemetrySection{Snapshot: nodeprobe.Snapshot{Host: nodeprobe.Host{Tags: tags}}}
+		}), fmt.Sprintf("%d tags; at most %d", lease.MaxTags+1, lease.MaxTags)},
+		{"overlong tag", state(func(m *stateMsg) {
+			m.Section, m.Leases = sectionTelemetry, nil
+			m.Telemetry = &telemetrySection{Snapshot: nodeprobe.Snapshot{Host: nodeprobe.Host{Tags: []string{strings.Repeat("t", 64)}}}}
+		}), "pool or tag"},
+		{"tag with an escape", state(func(m *stateMsg) {
+			m.Section, m.Leases = sectionTelemetry, nil
+			m.Telemetry = &telemetrySection{Snapshot: nodeprobe.Snapshot{Host: nodeprobe.Host{Tags: []string{"h100\x1b[2J"}}}}
+		}), "pool or tag"},
 		{"negative usage", state(func(m *stateMsg) {
 			m.Section, m.Leases = sectionTelemetry, nil
 			m.Telemetry = &telemetrySection{Usage: map[string]float64{"alice": -1}}
