@@ -34,8 +34,9 @@ type bookFlags struct {
 func bookCmd(c *cli) *cobra.Command {
 	var f bookFlags
 	cmd := &cobra.Command{
-		Use:   "book -g N --at TIME --for DUR",
-		Short: "Book GPUs ahead: they are yours from TIME for DUR (dibs run --at also starts a command then)",
+		Use:               "book -g N --at TIME --for DUR",
+		ValidArgsFunction: cobra.NoFileCompletions,
+		Short:             "Book GPUs ahead: they are yours from TIME for DUR (dibs run --at also starts a command then)",
 		Example: `  dibs book -g 4 --at "tomorrow 09:00" --for 3h --note "deadline run"
   dibs book -g 2 --pool h100 --at "fri 14:00" --for 90m
   dibs book --ids 0,1 --node gpu-02 --at "2026-06-03 09:00" --for 1d`,
@@ -70,6 +71,7 @@ func bookCmd(c *cli) *cobra.Command {
 	fl.StringVar(&f.note, "note", "", "what it is for; shown on the board")
 	fl.StringVar(&f.kind, "kind", "interactive", "interactive or batch (their maximum time limits differ)")
 	fl.BoolVar(&f.json, "json", false, "print JSON")
+	cmd.RegisterFlagCompletionFunc("kind", cobra.FixedCompletions([]string{"interactive\ta person at a shell (default limit 4h)", "batch\ta run nobody watches (default limit 24h)"}, cobra.ShellCompDirectiveNoFileComp))
 	cmd.RegisterFlagCompletionFunc("node", c.completeNodes)
 	cmd.RegisterFlagCompletionFunc("gpus", cobra.NoFileCompletions)
 	cmd.RegisterFlagCompletionFunc("ids", cobra.NoFileCompletions)
@@ -145,9 +147,10 @@ func printBooked(c *cli, b lease.Lease) {
 func bookingsCmd(c *cli) *cobra.Command {
 	var asJSON bool
 	cmd := &cobra.Command{
-		Use:   "bookings",
-		Short: "List the cluster's bookings that have not started yet",
-		Args:  cobra.NoArgs,
+		Use:               "bookings",
+		ValidArgsFunction: cobra.NoFileCompletions,
+		Short:             "List the cluster's bookings that have not started yet",
+		Args:              cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, cancel := reqCtx()
 			defer cancel()
@@ -186,9 +189,10 @@ func printBookings(w io.Writer, bs []lease.Lease, now time.Time) {
 
 func unbookCmd(c *cli) *cobra.Command {
 	return &cobra.Command{
-		Use:   "unbook BOOKING...",
-		Short: "Withdraw bookings that have not started",
-		Args:  cobra.MinimumNArgs(1),
+		Use:               "unbook BOOKING...",
+		ValidArgsFunction: c.completeMyBookings,
+		Short:             "Withdraw bookings that have not started",
+		Args:              cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx, cancel := reqCtx()
 			defer cancel()

@@ -37,6 +37,13 @@ func TestCLIMIGSharedAndBookings(t *testing.T) {
 	if code != 0 || json.Unmarshal([]byte(out), &r) != nil || r.MemMiB != 30<<10 || r.CUDAVisibleDevices != "1" {
 		t.Fatalf("claim --queue --mem 30G: exit %d %+v\n%s%s", code, r, out, errOut)
 	}
+	// Tab after release offers the parts held as well as whole GPUs.
+	out, errOut, code = dibs(t, p.socket, nil, "__complete", "release", "")
+	for _, want := range []string{"node01-1\tMIG instance MIG-", "node01-2\t20.0G of GPU 1 on node01", "node01-3\tGPU 2 on node01", "node01-4\t30.0G of GPU 1 on node01"} {
+		if code != 0 || !strings.Contains(out, want) {
+			t.Errorf("__complete release: exit %d, no %q in\n%s%s", code, want, out, errOut)
+		}
+	}
 	out, errOut, code = dibs(t, p.socket, nil, "book", "-g", "1", "--at", "in 5h", "--for", "2h", "--note", "deadline")
 	if code != 0 || !strings.Contains(out, "node01-5: GPU 1 on node01 booked") {
 		t.Fatalf("book: exit %d\n%s%s", code, out, errOut)
