@@ -72,7 +72,11 @@ type Config struct {
 	// MetricsListen, when set, serves Prometheus metrics at
 	// http://MetricsListen/metrics (HOST:PORT; port 0 picks one).
 	MetricsListen string
-	Log           *slog.Logger
+	// Tags are the node's pools ("h100", "nvlink"): claims, runs and
+	// bookings may ask for them (--pool, --tag). They travel with the
+	// node's snapshot (nodeprobe.Host.Tags).
+	Tags []string
+	Log  *slog.Logger
 }
 
 // Deps are the parts the agent drives; tests and the demo swap them.
@@ -137,11 +141,14 @@ func New(cfg Config, deps Deps) (*Agent, error) {
 	if cfg.DataDir == "" && deps.Store == nil {
 		return nil, errors.New("agent needs a data dir")
 	}
-	if cfg.Policy == (lease.Policy{}) {
+	if cfg.Policy.IsZero() {
 		cfg.Policy = lease.DefaultPolicy()
 	}
 	if err := cfg.Policy.Validate(); err != nil {
 		return nil, fmt.Errorf("lease policy: %w", err)
+	}
+	if err := lease.CheckTags(cfg.Tags); err != nil {
+		return nil, fmt.Errorf("node tags: %w", err)
 	}
 	if cfg.Log == nil {
 		cfg.Log = slog.Default()
@@ -150,6 +157,9 @@ func New(cfg Config, deps Deps) (*Agent, error) {
 		cfg.Version = DevVersion
 	}
 	cfg.Sched.PreemptGrace = cfg.Policy.PreemptGrace
+	if cfg.Sched.Pools == nil {
+		cfg.Sched.Pools = cfg.Policy.Pools
+	}
 	cfg.Sched = cfg.Sched.WithDefaults()
 	if deps.Clock == nil {
 		deps.Clock = clock.Real()
@@ -252,7 +262,7 @@ func (a *Agent) build(ctx context.Context) error {
 	a.peers = peer.NewMux(a.cfg.NodeName)
 	a.node = node.New(node.Config{
 		Name: a.cfg.NodeName, Policy: a.cfg.Policy, ProbeInterval: a.cfg.ProbeInterval, SessionPoll: a.cfg.SessionPoll,
-		PreemptSignal: a.cfg.PreemptSignal, CanRunAs: canWrite, Log: a.log.With("part", "node"),
+		PreemptSignal: a.cfg.PreemptSignal, CanRunAs: canWrite, Tags: a.cfg.Tags, Log: a.log.With("part", "node"),
 	}, node.Deps{Store: a.store, Probe: a.deps.Probe, Sessions: a.deps.Sessions, Accounts: a.accounts, Clock: c,
 		Changed: a.changed, LeasesChanged: a.leasesChanged})
 	a.origin = origin.New(a.cfg.NodeName, origin.Deps{Store: a.store, Clock: c, Changed: a.changed,

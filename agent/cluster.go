@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"time"
 
 	"github.com/dibs-gpu/dibs/agent/peer"
@@ -90,8 +91,13 @@ type delegate struct{ l *clusterLink }
 func (d delegate) LocalState() gossip.NodeState {
 	a := d.l.a
 	st := a.node.State()
+	// Bookings travel as leases (Booked set); Peers splits them off again.
+	leases := st.Leases
+	if len(st.Bookings) > 0 {
+		leases = append(slices.Clone(st.Leases), st.Bookings...)
+	}
 	return gossip.NodeState{
-		Node: a.cfg.NodeName, Version: st.Version, Snapshot: st.Snap, Leases: st.Leases,
+		Node: a.cfg.NodeName, Version: st.Version, Snapshot: st.Snap, Leases: leases,
 		Queue: a.origin.Entries(), Ended: st.Ended, QuietSince: st.QuietSince,
 		Usage: a.node.Usage().PublishedUsage(),
 	}
@@ -142,9 +148,10 @@ func (l *clusterLink) Peers() []lease.NodeView {
 			continue
 		}
 		st := &p.NodeState
+		leases, bookings := lease.SplitBookings(st.Leases)
 		out = append(out, lease.NodeView{
 			Name: p.Name, State: p.State, Addr: p.Addr, HasState: p.HasState, Since: p.DownSince,
-			Version: st.Version, Snap: st.Snapshot, Leases: st.Leases, Idle: lease.IdleTrackerFrom(st.QuietSince),
+			Version: st.Version, Snap: st.Snapshot, Leases: leases, Bookings: bookings, Idle: lease.IdleTrackerFrom(st.QuietSince),
 			Queue: st.Queue, Ended: st.Ended, Usage: st.Usage,
 		})
 	}

@@ -3,6 +3,7 @@ package api
 import (
 	"slices"
 
+	"github.com/dibs-gpu/dibs/lease"
 	"github.com/dibs-gpu/dibs/lease/termsafe"
 )
 
@@ -52,8 +53,28 @@ func (b *Board) eachString(f func(field string, p *string)) {
 			if g.Lease != nil {
 				g.Lease.EachString(f)
 			}
+			for k := range g.Shares {
+				g.Shares[k].EachString(f)
+			}
+			for k := range g.OverBudget {
+				f("over_budget.user", &g.OverBudget[k].User)
+			}
+		}
+		for j := range n.Bookings {
+			n.Bookings[j].EachString(f)
 		}
 	}
+}
+
+// cloneLease copies the slices and pointers of l that EachString reaches.
+func cloneLease(l lease.Lease) lease.Lease {
+	l.GPUs = slices.Clone(l.GPUs)
+	if l.Job != nil {
+		j := *l.Job
+		j.Command = slices.Clone(j.Command)
+		l.Job = &j
+	}
+	return l
 }
 
 // clone copies every slice and pointer of b that eachString reaches.
@@ -63,6 +84,11 @@ func (b Board) clone() Board {
 	for i := range b.Nodes {
 		n := &b.Nodes[i]
 		n.GPUs = slices.Clone(n.GPUs)
+		n.Host.Tags = slices.Clone(n.Host.Tags)
+		n.Bookings = slices.Clone(n.Bookings)
+		for j := range n.Bookings {
+			n.Bookings[j] = cloneLease(n.Bookings[j])
+		}
 		for j := range n.GPUs {
 			g := &n.GPUs[j]
 			g.MIGDevices = slices.Clone(g.MIGDevices)
@@ -70,10 +96,14 @@ func (b Board) clone() Board {
 			g.Processes = slices.Clone(g.Processes)
 			g.Flags = slices.Clone(g.Flags)
 			if g.Lease != nil {
-				l := *g.Lease
-				l.GPUs = slices.Clone(l.GPUs)
+				l := cloneLease(*g.Lease)
 				g.Lease = &l
 			}
+			g.Shares = slices.Clone(g.Shares)
+			for k := range g.Shares {
+				g.Shares[k] = cloneLease(g.Shares[k])
+			}
+			g.OverBudget = slices.Clone(g.OverBudget)
 		}
 	}
 	return b

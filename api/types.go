@@ -47,6 +47,8 @@ type Node struct {
 	// TelemetryAt is when the GPU numbers shown were probed.
 	TelemetryAt time.Time `json:"telemetry_at"`
 	GPUs        []GPU     `json:"gpus"`
+	// Bookings are the node's bookings not started yet, soonest first.
+	Bookings []lease.Lease `json:"bookings,omitempty"`
 }
 
 // GPU is one GPU with what the rules say about it: the probe's facts, the
@@ -55,11 +57,19 @@ type GPU struct {
 	nodeprobe.GPU
 	Flags []lease.Flag `json:"flags"`
 	Lease *lease.Lease `json:"lease"`
+	// Shares are the leases on parts of the GPU: its MIG instances, or the
+	// budgets on it when it is shared. Lease is nil when there are any.
+	Shares []lease.Lease `json:"shares,omitempty"`
+	// OverBudget are the holders of a shared GPU using more memory than
+	// their budgets (the GPU is flagged over-budget).
+	OverBudget []lease.Overrun `json:"over_budget,omitempty"`
 }
 
-// Free reports whether -g N could pick this GPU: alive node, no lease, no process.
+// Free reports whether -g N could pick this GPU: alive node, no lease (of
+// it or of a part), no process, not split into MIG instances.
 func (g *GPU) Free(nodeState string) bool {
-	return nodeState == NodeAlive && g.Lease == nil && len(g.Processes) == 0 && g.Error == ""
+	return nodeState == NodeAlive && g.Lease == nil && len(g.Shares) == 0 && len(g.Processes) == 0 &&
+		g.Error == "" && g.MIG != nodeprobe.MIGEnabled
 }
 
 // ClaimRequest asks for GPUs, and with Run, a tmux session on them.
@@ -80,6 +90,16 @@ type ClaimRequest struct {
 	// claiming more GPUs. Clients make one per claim: 8 to 64 letters,
 	// digits, '-' and '_'.
 	RequestID string `json:"request_id,omitempty"`
+	// MIG asks for one MIG instance instead of GPUs: a profile (3g.40gb),
+	// a UUID (MIG-…) or GPU:INDEX.
+	MIG string `json:"mig,omitempty"`
+	// Mem asks for a memory budget on a shared GPU instead of whole GPUs,
+	// like "20G".
+	Mem string `json:"mem,omitempty"`
+	// Model restricts the claim to GPUs whose model contains it.
+	Model string `json:"model,omitempty"`
+	// Tags restricts the claim to nodes in every one of these pools.
+	Tags []string `json:"tags,omitempty"`
 }
 
 // RunSpec is the session to start under a new lease.
@@ -102,6 +122,13 @@ type ClaimResponse struct {
 	Kind               string    `json:"kind"`
 	ExpiresAt          time.Time `json:"expires_at"`
 	Session            string    `json:"session,omitempty"`
+	// MIG is the MIG instance held (its UUID); MemMiB the budget of a
+	// lease on a shared GPU.
+	MIG    string `json:"mig,omitempty"`
+	MemMiB uint64 `json:"mem_mib,omitempty"`
+	// Notice says what the person should know about the grant: a time
+	// limit cut short to end before a booking.
+	Notice string `json:"notice,omitempty"`
 }
 
 // ReleaseRequest ends leases by id, or all of the caller's with All.
@@ -240,6 +267,11 @@ type QueuedEntry struct {
 	Waiting  string    `json:"waiting,omitempty"`
 	Running  bool      `json:"running,omitempty"`
 	Restarts int       `json:"restarts,omitempty"`
+	// Model, Tags and MemMiB are what it asks of the GPUs: a model, pools,
+	// a budget on a shared GPU.
+	Model  string   `json:"model,omitempty"`
+	Tags   []string `json:"tags,omitempty"`
+	MemMiB uint64   `json:"mem_mib,omitempty"`
 }
 
 // UsageReport is `dibs usage`: GPU-hours per user over a window and each

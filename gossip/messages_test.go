@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -21,6 +22,7 @@ import (
 func sampleMessages(t testing.TB) map[string][]byte {
 	t.Helper()
 	snap := testSnapshot(t, "gpu-node-01")
+	snap.Host.Tags = []string{"h100", "nvlink"}
 	r := rand.New(rand.NewPCG(3, 4))
 	var leases []lease.Lease
 	for g := range 3 {
@@ -118,11 +120,17 @@ func TestLeaseFieldsSurviveTheWire(t *testing.T) {
 			f.SetUint(uint64(i + 1))
 		case reflect.Bool:
 			f.SetBool(true)
+		case reflect.Float64:
+			f.SetFloat(float64(i+1) / 64)
 		case reflect.Slice:
 			f.Set(reflect.ValueOf([]int{i}))
 		case reflect.Pointer:
 			if v.Type().Field(i).Name == "Mono" {
 				continue // the store's alone: sanitize leaves it out of every message
+			}
+			if _, ok := f.Interface().(*lease.Job); ok {
+				f.Set(reflect.ValueOf(&lease.Job{Command: []string{"python", "x.py"}, Dir: "/x", Name: "x", Torchrun: true}))
+				continue
 			}
 			t.Fatalf("lease.Lease.%s: test does not know how to fill a %s", v.Type().Field(i).Name, f.Type())
 		case reflect.Struct:
@@ -200,6 +208,22 @@ func TestDecodeRefuses(t *testing.T) {
 			m.Section, m.Leases = sectionTelemetry, nil
 			m.Telemetry = &telemetrySection{Snapshot: nodeprobe.Snapshot{GPUs: []nodeprobe.GPU{{Index: 2000}}}}
 		}), "GPU index 2000"},
+		{"too many tags", state(func(m *stateMsg) {
+			m.Section, m.Leases = sectionTelemetry, nil
+			tags := make([]string, lease.MaxTags+1)
+			for i := range tags {
+				tags[i] = fmt.Sprintf("t%d", i)
+			}
+			m.Telemetry = &telemetrySection{Snapshot: nodeprobe.Snapshot{Host: nodeprobe.Host{Tags: tags}}}
+		}), fmt.Sprintf("%d tags; at most %d", lease.MaxTags+1, lease.MaxTags)},
+		{"overlong tag", state(func(m *stateMsg) {
+			m.Section, m.Leases = sectionTelemetry, nil
+			m.Telemetry = &telemetrySection{Snapshot: nodeprobe.Snapshot{Host: nodeprobe.Host{Tags: []string{strings.Repeat("t", 64)}}}}
+		}), "pool or tag"},
+		{"tag with an escape", state(func(m *stateMsg) {
+			m.Section, m.Leases = sectionTelemetry, nil
+			m.Telemetry = &telemetrySection{Snapshot: nodeprobe.Snapshot{Host: nodeprobe.Host{Tags: []string{"h100\x1b[2J"}}}}
+		}), "pool or tag"},
 		{"negative usage", state(func(m *stateMsg) {
 			m.Section, m.Leases = sectionTelemetry, nil
 			m.Telemetry = &telemetrySection{Usage: map[string]float64{"alice": -1}}

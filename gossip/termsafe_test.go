@@ -51,7 +51,9 @@ func hostileMessages(t testing.TB) map[string][]byte {
 		"note-escape": mustEncode(t, msgState, leases(hostileCmd, "alice", "s")),
 		"user":        mustEncode(t, msgState, leases("n", "al\x1bice", "s")),
 		"session":     mustEncode(t, msgState, leases("n", "alice", "s\u200b")),
-		"usage":       mustEncode(t, msgState, &stateMsg{Node: "n1", BootID: "b", BootedAt: 1, Seq: 1, Section: sectionTelemetry, Telemetry: &telemetrySection{Usage: map[string]float64{"bob\u2066": 1}}}),
+		"tags": mustEncode(t, msgState, &stateMsg{Node: "gpu-node-01", BootID: "b1", BootedAt: 1, Seq: 3, Section: sectionTelemetry,
+			Telemetry: &telemetrySection{Snapshot: nodeprobe.Snapshot{Host: nodeprobe.Host{Tags: []string{"h100", "nv\u202elink"}}}}}),
+		"usage": mustEncode(t, msgState, &stateMsg{Node: "n1", BootID: "b", BootedAt: 1, Seq: 1, Section: sectionTelemetry, Telemetry: &telemetrySection{Usage: map[string]float64{"bob\u2066": 1}}}),
 		"queue": mustEncode(t, msgState, &stateMsg{Node: "gpu-node-01", BootID: "b1", BootedAt: 1, Seq: 2, Section: sectionLeases,
 			Leases: &leaseSection{Leases: []lease.Lease{}, Queue: []lease.QueueEntry{testEntry("gpu-node-01", 1, "run \u202etxt.exe")}}}),
 		"response":      mustEncode(t, msgResponse, &responseMsg{ID: 1, From: "n1", ErrCode: lease.CodeConflict, ErrMsg: "GPU 3 has " + hostileCmd + " on it"}),
@@ -82,6 +84,14 @@ func TestHostileTextFromPeers(t *testing.T) {
 			}
 		})
 	}
+	t.Run("refuses tags", func(t *testing.T) {
+		// A node's tags are its pools, names an admin chose: a tag that is
+		// not a plain name is refused, not escaped.
+		_, err := decodeMessage(msgs["tags"])
+		if err == nil || !strings.Contains(err.Error(), "pool or tag") || !termsafe.Clean(err.Error()) {
+			t.Fatalf("err = %v, want a terminal-safe refusal naming the tag", err)
+		}
+	})
 	t.Run("escapes telemetry", func(t *testing.T) {
 		d, err := decodeMessage(msgs["telemetry"])
 		if err != nil {

@@ -156,6 +156,11 @@ func (s *telemetrySection) validate(node string) error {
 	if snap.Host.CPUs < 0 {
 		return wireErrorf("state of %s: %d CPUs", node, snap.Host.CPUs)
 	}
+	// A node's tags are its pools: every board lists them and claims
+	// match them, so they are bounded in count and length, and plain.
+	if err := lease.CheckTags(snap.Host.Tags); err != nil {
+		return wireErrorf("state of %s: %v", node, err)
+	}
 	seen := make(map[int]bool, len(snap.GPUs))
 	for i := range snap.GPUs {
 		g := &snap.GPUs[i]

@@ -18,6 +18,11 @@ const (
 	StepReservationExpired Step = "reservation-expired"
 	// StepPreemptEnd: a preempted or reclaimed lease's grace is over.
 	StepPreemptEnd Step = "preempted"
+	// StepBookingStart: a booking's time has come: it becomes a lease.
+	StepBookingStart Step = "booking-start"
+	// StepBookingLapsed: a booking's whole time passed before it could
+	// start (the agent was down): it ends.
+	StepBookingLapsed Step = "booking-lapsed"
 )
 
 // Due is a step for one lease.
@@ -33,6 +38,15 @@ type Due struct {
 func (t *Table) Due(at Instant, p Policy) []Due {
 	now := at.Wall
 	var out []Due
+	for _, b := range t.Bookings() {
+		// A booking keeps the wall clock's time: it was made for 09:00.
+		switch {
+		case !now.Before(b.ExpiresAt):
+			out = append(out, Due{Lease: b, Step: StepBookingLapsed})
+		case !now.Before(b.StartedAt):
+			out = append(out, Due{Lease: b, Step: StepBookingStart})
+		}
+	}
 	for _, l := range t.List() {
 		e := t.leases[l.ID]
 		if !e.ReservedUntil.IsZero() {

@@ -77,11 +77,11 @@ func DecayedUsage(ledger []LedgerEntry, active []Lease, now time.Time, halfLife 
 	}
 	for i := range active {
 		l := &active[i]
-		if l.User == "" || !l.ReservedUntil.IsZero() || running[l.ID] {
+		if l.User == "" || !l.ReservedUntil.IsZero() || l.Booked || running[l.ID] {
 			continue
 		}
 		if secs := now.Sub(l.StartedAt).Seconds(); secs > 0 {
-			milli[l.User] += toMilli(secs * float64(len(l.GPUs)))
+			milli[l.User] += toMilli(secs * l.Weight())
 		}
 	}
 	out := make(Usage, len(milli))
@@ -127,10 +127,10 @@ func WindowUsage(ledger []LedgerEntry, active []Lease, from, now time.Time) Usag
 	}
 	for i := range active {
 		l := &active[i]
-		if l.User == "" || !l.ReservedUntil.IsZero() || running[l.ID] {
+		if l.User == "" || !l.ReservedUntil.IsZero() || l.Booked || running[l.ID] {
 			continue
 		}
-		milli[l.User] += toMilli(overlap(l.StartedAt, now) * float64(len(l.GPUs)))
+		milli[l.User] += toMilli(overlap(l.StartedAt, now) * l.Weight())
 	}
 	out := make(Usage, len(milli))
 	for u, m := range milli {

@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/dibs-gpu/dibs/lease/termsafe"
+	"github.com/dibs-gpu/dibs/nodeprobe"
 )
 
 // CheckFeasible refuses, at submission, a request no node set of the cluster
@@ -32,13 +33,23 @@ func CheckFeasible(e QueueEntry, nodes []SchedNode, model string) error {
 		of = fmt.Sprintf(" matching %q", model)
 	}
 	var models []string
-	largest, big := 0, 0
+	largest, big, tagged, ofModel := 0, 0, 0, 0
 	pinned := -1
 	for i := range nodes {
+		if !HasTags(nodes[i].Snap.Host.Tags, e.Tags) {
+			continue
+		}
+		tagged++
 		n := 0
 		for _, g := range nodes[i].Snap.GPUs {
+			// A GPU split into MIG instances is never a whole GPU; a
+			// budget needs a GPU with that much memory.
+			fits := g.MIG != nodeprobe.MIGEnabled && g.MemoryTotalMiB >= e.MemMiB
 			if want == "" || strings.Contains(strings.ToLower(g.Model), want) {
-				n++
+				ofModel++
+				if fits {
+					n++
+				}
 			}
 			if m := termsafe.String(g.Model); m != "" && !slices.Contains(models, m) {
 				models = append(models, m)
@@ -52,12 +63,21 @@ func CheckFeasible(e QueueEntry, nodes []SchedNode, model string) error {
 			pinned = n
 		}
 	}
-	if want != "" && largest == 0 {
+	if tagged == 0 {
+		return Invalidf("no node is in pool %s (%s): ask for one of those, or leave --pool out", strings.Join(e.Tags, "+"), clusterTags(nodes))
+	}
+	if e.MemMiB > 0 && largest == 0 && ofModel > 0 {
+		return Invalidf("no GPU%s in the cluster has %s to share: ask for less", of, FormatMem(e.MemMiB))
+	}
+	if want != "" && ofModel == 0 {
 		slices.Sort(models)
 		return Invalidf("no node has a GPU%s (the cluster has %s): ask for one of those, or leave the model out", of, strings.Join(models, ", "))
 	}
 	if e.Node != "" {
 		if pinned < 0 {
+			if slices.ContainsFunc(nodes, func(n SchedNode) bool { return n.Name == e.Node }) {
+				return Invalidf("%s is not in pool %s: drop --node, or the pool", e.Node, strings.Join(e.Tags, "+"))
+			}
 			return Invalidf("no node named %q in the cluster: `dibs ls` shows the nodes", e.Node)
 		}
 		if pinned < e.GPUsPerNode {
@@ -75,4 +95,21 @@ func CheckFeasible(e QueueEntry, nodes []SchedNode, model string) error {
 		return Invalidf("only %d of the %d nodes have %s%s; asked for %d nodes × %d: ask for fewer nodes, or fewer GPUs per node", big, len(nodes), gpuCount(e.GPUsPerNode), of, e.Nodes, e.GPUsPerNode)
 	}
 	return nil
+}
+
+// clusterTags lists the pools of the cluster, for a message.
+func clusterTags(nodes []SchedNode) string {
+	var tags []string
+	for i := range nodes {
+		for _, t := range nodes[i].Snap.Host.Tags {
+			if !slices.Contains(tags, t) {
+				tags = append(tags, t)
+			}
+		}
+	}
+	if len(tags) == 0 {
+		return "no node has a pool"
+	}
+	slices.Sort(tags)
+	return "the pools are " + strings.Join(tags, ", ")
 }

@@ -22,6 +22,9 @@ const (
 	// FlagOverdue: the lease is past its end and still held (end action warn,
 	// or signal in its grace).
 	FlagOverdue Flag = "overdue"
+	// FlagOverBudget: on a shared GPU, a holder's processes use more memory
+	// than their budget, which can push the others' jobs out of memory.
+	FlagOverBudget Flag = "over-budget"
 )
 
 // Judgement is what the rules say about one GPU right now.
@@ -31,6 +34,18 @@ type Judgement struct {
 	Squatters []nodeprobe.Process `json:"squatters,omitempty"`
 	// IdleSince is when the GPU last had work, zero when it has work now.
 	IdleSince time.Time `json:"idle_since,omitzero"`
+	// OverBudget are the holders of a shared GPU whose processes use more
+	// than their budgets.
+	OverBudget []Overrun `json:"over_budget,omitempty"`
+}
+
+// Overrun is one holder of a shared GPU using more memory than their
+// budgets on it add up to.
+type Overrun struct {
+	User      string `json:"user"`
+	UID       int    `json:"uid"`
+	UsedMiB   uint64 `json:"used_mib"`
+	BudgetMiB uint64 `json:"budget_mib"`
 }
 
 // Has reports whether the judgement carries f.
@@ -78,25 +93,31 @@ func (it *IdleTracker) QuietSince(gpu int) (time.Time, bool) {
 }
 
 // Judge computes every GPU's flags from a snapshot and the node's leases.
-// idle may be nil, in which case no GPU is judged idle.
+// idle may be nil, in which case no GPU is judged idle. A process is a
+// squatter unless it belongs to a holder of its GPU (one NVML places on a
+// MIG instance: to that instance's holder); a shared GPU's holder whose
+// processes use more than their budget is flagged over budget.
 func Judge(snap nodeprobe.Snapshot, leases []Lease, idle *IdleTracker, now time.Time, p Policy) map[int]Judgement {
-	holder := make(map[int]*Lease)
-	for i := range leases {
-		for _, g := range leases[i].GPUs {
-			holder[g] = &leases[i]
-		}
-	}
+	uses := usesOfList(leases)
 	out := make(map[int]Judgement, len(snap.GPUs))
-	for _, g := range snap.GPUs {
+	for gi := range snap.GPUs {
+		g := &snap.GPUs[gi]
 		var j Judgement
-		l := holder[g.Index]
+		u := uses[g.Index]
+		l := u.first()
 		for _, pr := range g.Processes {
-			if l == nil || !ownedBy(pr, l) {
+			if !u.holdsProcess(pr) {
 				j.Squatters = append(j.Squatters, pr)
 			}
 		}
 		if len(j.Squatters) > 0 {
 			j.Flags = append(j.Flags, FlagSquatted)
+		}
+		if u != nil && u.budget > 0 {
+			j.OverBudget = overBudget(g, u)
+			if len(j.OverBudget) > 0 {
+				j.Flags = append(j.Flags, FlagOverBudget)
+			}
 		}
 		if idle != nil {
 			if since, ok := idle.QuietSince(g.Index); ok {
@@ -113,7 +134,7 @@ func Judge(snap nodeprobe.Snapshot, leases []Lease, idle *IdleTracker, now time.
 			}
 		}
 		if l != nil {
-			switch left := l.ExpiresAt.Sub(now); {
+			switch left := soonestEnd(u).Sub(now); {
 			case left <= 0:
 				j.Flags = append(j.Flags, FlagOverdue)
 			case left <= p.WarnBefore:
@@ -121,6 +142,46 @@ func Judge(snap nodeprobe.Snapshot, leases []Lease, idle *IdleTracker, now time.
 			}
 		}
 		out[g.Index] = j
+	}
+	return out
+}
+
+// soonestEnd is when the first lease on a GPU (or on one of its parts) ends.
+func soonestEnd(u *use) time.Time {
+	var end time.Time
+	if u.whole != nil {
+		end = u.whole.ExpiresAt
+	}
+	for _, l := range u.parts {
+		if end.IsZero() || l.ExpiresAt.Before(end) {
+			end = l.ExpiresAt
+		}
+	}
+	return end
+}
+
+// overBudget lists the shared holders of g whose processes use more memory
+// than their budgets on it.
+func overBudget(g *nodeprobe.GPU, u *use) []Overrun {
+	var out []Overrun
+	for i, l := range u.parts {
+		if l.MemMiB == 0 || slices.ContainsFunc(u.parts[:i], func(x *Lease) bool { return x.MemMiB > 0 && x.UID == l.UID }) {
+			continue // one line per holder
+		}
+		o := Overrun{User: l.User, UID: l.UID}
+		for _, x := range u.parts {
+			if x.UID == l.UID {
+				o.BudgetMiB += x.MemMiB
+			}
+		}
+		for _, pr := range g.Processes {
+			if pr.MIGDevice == "" && ownedBy(pr, l) {
+				o.UsedMiB += pr.UsedMemoryMiB
+			}
+		}
+		if o.UsedMiB > o.BudgetMiB {
+			out = append(out, o)
+		}
 	}
 	return out
 }

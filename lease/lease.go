@@ -102,6 +102,26 @@ type Lease struct {
 	// submitted; zero for a direct claim. The ledger keeps it, so `dibs
 	// doctor` can tell how long queued work waited.
 	QueuedAt time.Time `json:"queued_at,omitzero"`
+	// MIG is the UUID ("MIG-…") of the one MIG instance the lease holds;
+	// GPUs then names the GPU the instance lives on. Empty when the lease
+	// holds whole GPUs.
+	MIG string `json:"mig,omitempty"`
+	// MemMiB is the memory budget of a lease on a shared GPU (the one GPU
+	// in GPUs), which other shared leases may use beside it; 0 when the
+	// lease holds whole GPUs.
+	MemMiB uint64 `json:"mem_mib,omitempty"`
+	// Share is the part of its GPU a MIG or shared lease counts for in
+	// usage and fair-share, above 0 and at most 1; 0 for whole GPUs.
+	Share float64 `json:"share,omitempty"`
+	// Booked marks a booking: the GPUs are promised to the holder from
+	// StartedAt to ExpiresAt and held by nobody before. At StartedAt the
+	// node turns it into a lease (Booked cleared); until then nothing that
+	// reads leases sees it (Table.List, State.Leases and NodeView.Leases
+	// leave bookings out).
+	Booked bool `json:"booked,omitempty"`
+	// Job is the command a booking made with `dibs run --at` starts when
+	// it turns into a lease.
+	Job *Job `json:"job,omitempty"`
 	// Mono is kept by the store only: the lease's limits on the monotonic
 	// clock of the boot that wrote them (see Table.Stamp). Nil elsewhere.
 	Mono *MonoLimits `json:"mono,omitempty"`
@@ -122,6 +142,14 @@ func (l *Lease) EachString(f func(field string, p *string)) {
 	f("gang", &l.Gang)
 	f("preempt_reason", &l.PreemptReason)
 	f("request_id", &l.RequestID)
+	f("mig", &l.MIG)
+	if l.Job != nil {
+		for i := range l.Job.Command {
+			f("command", &l.Job.Command[i])
+		}
+		f("dir", &l.Job.Dir)
+		f("name", &l.Job.Name)
+	}
 }
 
 // CheckText refuses a lease holding text no correct agent writes: every
@@ -129,7 +157,9 @@ func (l *Lease) EachString(f func(field string, p *string)) {
 // by the agent), so a control character, bidi control or invisible
 // character in one means the lease came from a broken or hostile peer.
 func (l *Lease) CheckText() error {
-	var c textChecker
+	// A booked run's command and directory are its holder's own argv and
+	// path and may hold anything (as a queue entry's may).
+	c := textChecker{skip: []string{"command", "dir"}}
 	l.EachString(c.check)
 	return c.err
 }
@@ -153,9 +183,26 @@ func (c *textChecker) check(field string, p *string) {
 // Holds reports whether the lease covers GPU index.
 func (l *Lease) Holds(gpu int) bool { return slices.Contains(l.GPUs, gpu) }
 
+// Partial reports whether the lease holds part of a GPU (a MIG instance or
+// a memory budget on a shared GPU) rather than whole GPUs.
+func (l *Lease) Partial() bool { return l.MIG != "" || l.MemMiB > 0 }
+
+// Weight is how many GPUs the lease counts for in usage and fair-share: its
+// share of the GPU for a MIG or shared lease, else its number of GPUs.
+func (l *Lease) Weight() float64 {
+	if l.Partial() {
+		return l.Share
+	}
+	return float64(len(l.GPUs))
+}
+
 // CUDAVisibleDevices is the value a job under this lease gets, in nvidia-smi's
-// numbering (dibs also sets CUDA_DEVICE_ORDER=PCI_BUS_ID so CUDA agrees).
+// numbering (dibs also sets CUDA_DEVICE_ORDER=PCI_BUS_ID so CUDA agrees). A
+// MIG instance is named by its UUID, the only way CUDA accepts one.
 func (l *Lease) CUDAVisibleDevices() string {
+	if l.MIG != "" {
+		return l.MIG
+	}
 	parts := make([]string, len(l.GPUs))
 	for i, g := range l.GPUs {
 		parts[i] = strconv.Itoa(g)
@@ -163,15 +210,21 @@ func (l *Lease) CUDAVisibleDevices() string {
 	return strings.Join(parts, ",")
 }
 
-// Env is the environment every process started under the lease gets.
+// Env is the environment every process started under the lease gets. A
+// lease on a shared GPU also says its budget (DIBS_MEM_BUDGET_MIB), so a job
+// can size its batches or cap its allocator to it.
 func (l *Lease) Env() map[string]string {
-	return map[string]string{
+	env := map[string]string{
 		"CUDA_VISIBLE_DEVICES": l.CUDAVisibleDevices(),
 		"CUDA_DEVICE_ORDER":    "PCI_BUS_ID",
 		"DIBS_LEASE_ID":        l.ID,
 		"DIBS_LEASE_TOKEN":     strconv.FormatUint(l.Token, 10),
 		"DIBS_NODE":            l.Node,
 	}
+	if l.MemMiB > 0 {
+		env["DIBS_MEM_BUDGET_MIB"] = strconv.FormatUint(l.MemMiB, 10)
+	}
+	return env
 }
 
 // LeaseID names a lease after its node and fencing token: unique per node,

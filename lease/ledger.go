@@ -33,15 +33,17 @@ type LedgerEntry struct {
 	QueuedAt time.Time     `json:"queued_at,omitzero"`
 }
 
-// Ended builds the ledger entry for a lease ending at end.
+// Ended builds the ledger entry for a lease ending at end. A MIG or shared
+// lease counts its share of the GPU; a booking that never started counts
+// nothing.
 func Ended(l Lease, end time.Time, reason, by string) LedgerEntry {
 	secs := end.Sub(l.StartedAt).Seconds()
-	if secs < 0 {
+	if secs < 0 || l.Booked {
 		secs = 0
 	}
 	return LedgerEntry{
 		LeaseID: l.ID, Node: l.Node, User: l.User, UID: l.UID, GPUs: l.GPUs,
-		Start: l.StartedAt, End: end.Round(0), GPUSeconds: secs * float64(len(l.GPUs)),
+		Start: l.StartedAt, End: end.Round(0), GPUSeconds: secs * l.Weight(),
 		Reason: reason, By: by,
 		Kind: l.Kind, Limit: max(l.ExpiresAt.Sub(l.StartedAt), 0), Entry: l.Entry, Gang: l.Gang, Rank: l.Rank,
 		QueuedAt: l.QueuedAt,

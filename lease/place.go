@@ -99,6 +99,8 @@ type Candidate struct {
 	Node   string
 	Snap   nodeprobe.Snapshot
 	Leases []Lease
+	// Bookings are the node's bookings not started yet.
+	Bookings []Lease
 	// Local marks the node the person asked from; it wins ties, since their
 	// data and shell are there.
 	Local bool

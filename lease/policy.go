@@ -39,6 +39,13 @@ type Policy struct {
 	// PreemptGrace is how long a preempted (or reclaimed) lease's holder has
 	// to checkpoint between the signal and the end.
 	PreemptGrace time.Duration
+	// Pools are the limits of the pools (node tags) that have any, by tag.
+	Pools Pools
+	// BookAhead is how far ahead a booking may start (0: 30 days).
+	BookAhead time.Duration
+	// BookMaxGPUHours is how many GPU-hours one person may hold booked
+	// and not yet started, cluster-wide; 0 means no limit.
+	BookMaxGPUHours float64
 }
 
 // DefaultPolicy is what a node enforces with no configuration: 4 h interactive,
@@ -55,7 +62,17 @@ func DefaultPolicy() Policy {
 		IdleAfter:          30 * time.Minute,
 		IdleUtilPct:        5,
 		PreemptGrace:       120 * time.Second,
+		BookAhead:          30 * 24 * time.Hour,
 	}
+}
+
+// IsZero reports whether p is the zero Policy (nothing configured), which
+// callers replace with DefaultPolicy. (A Policy holds a map, so it cannot
+// be compared with ==.)
+func (p Policy) IsZero() bool {
+	return p.DefaultInteractive == 0 && p.DefaultBatch == 0 && p.MaxInteractive == 0 && p.MaxBatch == 0 &&
+		p.WarnBefore == 0 && p.EndAction == "" && p.SignalGrace == 0 && p.IdleAfter == 0 && p.IdleUtilPct == 0 &&
+		p.AdminGroup == "" && p.PreemptGrace == 0 && len(p.Pools) == 0 && p.BookAhead == 0 && p.BookMaxGPUHours == 0
 }
 
 // Validate reports the first setting that cannot work.
@@ -91,6 +108,12 @@ func (p Policy) Validate() error {
 	}
 	if p.IdleUtilPct < 0 || p.IdleUtilPct > 100 {
 		return fmt.Errorf("idle_util_pct %d is not between 0 and 100", p.IdleUtilPct)
+	}
+	if p.BookAhead < 0 {
+		return fmt.Errorf("book_ahead must be positive, got %s", p.BookAhead)
+	}
+	if p.BookMaxGPUHours < 0 {
+		return fmt.Errorf("book_max_gpu_hours %g is negative", p.BookMaxGPUHours)
 	}
 	return nil
 }

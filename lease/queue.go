@@ -50,6 +50,11 @@ type QueueEntry struct {
 	Running bool `json:"running,omitempty"`
 	// Model restricts placement to GPUs whose model contains it.
 	Model string `json:"model,omitempty"`
+	// Tags restricts placement to nodes carrying every one (a pool).
+	Tags []string `json:"tags,omitempty"`
+	// MemMiB asks for a memory budget on a shared GPU instead of whole
+	// GPUs (one node, GPUsPerNode 1).
+	MemMiB uint64 `json:"mem_mib,omitempty"`
 	// RequestID is the client's id for the submission, so a retried submit
 	// whose answer was lost finds this entry instead of queueing another.
 	RequestID string `json:"request_id,omitempty"`
@@ -68,6 +73,9 @@ func (e *QueueEntry) EachString(f func(field string, p *string)) {
 	f("note", &e.Note)
 	f("model", &e.Model)
 	f("request_id", &e.RequestID)
+	for i := range e.Tags {
+		f("tag", &e.Tags[i])
+	}
 	if e.Job != nil {
 		for i := range e.Job.Command {
 			f("command", &e.Job.Command[i])
@@ -105,6 +113,9 @@ type SchedNode struct {
 	Leases []Lease
 	// Idle is the node's idle history (nil: none known).
 	Idle *IdleTracker
+	// Bookings are the node's bookings not started yet: GPUs the queue
+	// may use only for runs that end before them.
+	Bookings []Lease
 }
 
 // Usage is each user's GPU-seconds, decayed with the half-life.
@@ -140,6 +151,9 @@ type SchedConfig struct {
 	// PreemptGrace and should pass the same here; the scheduler only uses it
 	// to estimate when reclaimed GPUs come free (default 2 min).
 	PreemptGrace time.Duration
+	// Pools are the pools' limits (the agent passes Policy.Pools): a node
+	// in a pool whose limits an entry breaks is not eligible for it.
+	Pools Pools
 	// LostAfter is how long a queued run's lease on a node that is down
 	// still counts as running: after it, the rank is lost, and its entry
 	// finishes as failed (and requeues, if it asked) without waiting for
@@ -174,6 +188,9 @@ func (c SchedConfig) QuotaUse(user string, leases []Lease) (userUsed, groupUsed 
 	g := c.UserGroups[user]
 	for i := range leases {
 		l := &leases[i]
+		if l.Booked {
+			continue
+		}
 		if l.User == user {
 			userUsed += len(l.GPUs)
 		}
@@ -247,6 +264,12 @@ func (e *QueueEntry) Check(p Policy) error {
 		if err := CheckText("session name", e.Job.Name); err != nil {
 			return err
 		}
+	}
+	if err := CheckTags(e.Tags); err != nil {
+		return err
+	}
+	if e.MemMiB > 0 && (e.Nodes > 1 || e.GPUsPerNode > 1) {
+		return Invalidf("a memory budget (--mem) is part of one GPU: drop -g and --nodes")
 	}
 	if e.Requeue && e.MaxRestarts == 0 {
 		e.MaxRestarts = 3

@@ -32,6 +32,14 @@ const (
 	// EndLost: the lease's node went down and stayed down past
 	// LostAfter; its rank is counted lost.
 	EndLost EndReason = "lost"
+	// EndUnbooked: a booking was withdrawn before it started.
+	EndUnbooked EndReason = "unbooked"
+	// EndBookingLapsed: a booking's whole time passed before its node
+	// could start it (the agent was down).
+	EndBookingLapsed EndReason = "booking-lapsed"
+	// EndBooked: the lease was still there, past its end, when a booking
+	// of its GPUs began.
+	EndBooked EndReason = "booked"
 )
 
 const (
@@ -62,7 +70,7 @@ func (r EndReason) ExitCode() (int, bool) {
 // (a shell, no command) has no exit status, so its session ending is normal.
 func (r EndReason) Failed(interactive bool) bool {
 	switch r {
-	case EndReleased, EndExpired, ExitReason(0):
+	case EndReleased, EndExpired, EndBooked, ExitReason(0):
 		return false
 	case EndSessionEnded:
 		return !interactive

@@ -11,7 +11,7 @@ import (
 	"github.com/dibs-gpu/dibs/nodeprobe"
 )
 
-func checkNamed(c Caller, req Claim, snap nodeprobe.Snapshot, holders map[int]*Lease, now time.Time, node string) ([]int, error) {
+func checkNamed(c Caller, req Claim, snap nodeprobe.Snapshot, uses map[int]*use, now time.Time, node string) ([]int, error) {
 	seen := make(map[int]bool)
 	gpus := make([]int, 0, len(req.GPUs))
 	for _, g := range req.GPUs {
@@ -27,11 +27,21 @@ func checkNamed(c Caller, req Claim, snap nodeprobe.Snapshot, holders map[int]*L
 		if gpu.Error != "" {
 			return nil, errorf(CodeUnavailable, "GPU %d on %s is down (%s): pick another GPU", g, node, termsafe.String(gpu.Error))
 		}
-		if l := holders[g]; l != nil {
+		if !matchModel(gpu, req.Model) {
+			return nil, Invalidf("GPU %d on %s is an %s, not a %s: pick another GPU, or leave --model out", g, node, termsafe.String(gpu.Model), termsafe.String(req.Model))
+		}
+		u := uses[g]
+		if l := u.first(); l != nil && !l.Partial() {
 			if l.UID == c.UID {
 				return nil, errorf(CodeConflict, "you already hold GPU %d %s (lease %s, until %s): use that lease, or pick another GPU", g, timeLeft(l.ExpiresAt, now), l.ID, l.ExpiresAt.Local().Format("Mon 15:04"))
 			}
 			return nil, errorf(CodeConflict, "GPU %d is held by %s %s (lease %s, until %s): pick another GPU, or ask %s", g, l.User, timeLeft(l.ExpiresAt, now), l.ID, l.ExpiresAt.Local().Format("Mon 15:04"), l.User)
+		}
+		if gpu.MIG == nodeprobe.MIGEnabled {
+			return nil, errorf(CodeConflict, "GPU %d on %s is split into MIG instances (%s): claim one with --mig PROFILE", g, node, migProfiles(snap))
+		}
+		if u != nil && len(u.parts) > 0 {
+			return nil, errorf(CodeConflict, "GPU %d is shared: %s budgets of %s of its %s: ask for a budget beside them with --mem, or pick another GPU", g, partHolders(u), FormatMem(u.budget), FormatMem(gpu.MemoryTotalMiB))
 		}
 		if len(gpu.Processes) > 0 && !req.Force {
 			pr := gpu.Processes[0]
@@ -41,6 +51,21 @@ func checkNamed(c Caller, req Claim, snap nodeprobe.Snapshot, holders map[int]*L
 	}
 	slices.Sort(gpus)
 	return gpus, nil
+}
+
+// partHolders names the holders of a GPU's parts with the verb: "alice
+// holds", "alice and bob hold".
+func partHolders(u *use) string {
+	var names []string
+	for _, l := range u.parts {
+		if !slices.Contains(names, l.User) {
+			names = append(names, l.User)
+		}
+	}
+	if len(names) == 1 {
+		return names[0] + " holds"
+	}
+	return strings.Join(names[:len(names)-1], ", ") + " and " + names[len(names)-1] + " hold"
 }
 
 func findGPU(snap nodeprobe.Snapshot, index int) *nodeprobe.GPU {
@@ -81,10 +106,11 @@ func ownerName(pr nodeprobe.Process) string {
 	return "an unknown user"
 }
 
-// usable reports whether -g N may pick g: no lease, no process, and the probe
-// could read it (a GPU with an error is down, never free).
+// usable reports whether -g N may pick g: no lease (of it or of a part),
+// no process, not split into MIG instances, and the probe could read it (a
+// GPU with an error is down, never free).
 func usable(g *nodeprobe.GPU, held bool) bool {
-	return !held && len(g.Processes) == 0 && g.Error == ""
+	return !held && len(g.Processes) == 0 && g.Error == "" && g.MIG != nodeprobe.MIGEnabled
 }
 
 // FreeGPUs lists the GPUs with no lease, no process and no error, the only
@@ -92,6 +118,9 @@ func usable(g *nodeprobe.GPU, held bool) bool {
 func FreeGPUs(snap nodeprobe.Snapshot, leases []Lease) []int {
 	held := make(map[int]bool)
 	for _, l := range leases {
+		if l.Booked {
+			continue
+		}
 		for _, g := range l.GPUs {
 			held[g] = true
 		}
@@ -105,34 +134,63 @@ func FreeGPUs(snap nodeprobe.Snapshot, leases []Lease) []int {
 	return free
 }
 
-func pickFree(c Caller, n int, snap nodeprobe.Snapshot, holders map[int]*Lease, now time.Time, node string) ([]int, error) {
-	var free []int
+// pickFree chooses req.Count free GPUs of the model asked for: among those
+// no booking needs within dur if there are enough (a claim with its own
+// time limit takes only those), else among every free one, the time limit
+// then cut to end before the first booking (fitBookings).
+func (t *Table) pickFree(c Caller, req Claim, snap nodeprobe.Snapshot, uses map[int]*use, now time.Time, dur time.Duration) ([]int, error) {
+	n, node := req.Count, t.node
+	var free, clear []int
+	of := 0
 	for i := range snap.GPUs {
-		if g := &snap.GPUs[i]; usable(g, holders[g.Index] != nil) {
+		g := &snap.GPUs[i]
+		if !matchModel(g, req.Model) {
+			continue
+		}
+		of++
+		if !usable(g, uses[g.Index] != nil) {
+			continue
+		}
+		switch b := t.firstBooking([]int{g.Index}, now, now.Add(dur), ""); {
+		case b == nil:
+			clear = append(clear, g.Index)
+			free = append(free, g.Index)
+		case b.StartedAt.Sub(now) >= minBeforeBooking:
 			free = append(free, g.Index)
 		}
 	}
-	if n > len(snap.GPUs) {
-		return nil, Invalidf("%s has only %s; asked for %d: ask for at most %d, or for several nodes", node, gpuCount(len(snap.GPUs)), n, len(snap.GPUs))
+	in := ""
+	if req.Model != "" {
+		in = " " + termsafe.String(req.Model)
 	}
-	if len(free) < n {
-		busy, othersHold := describeBusy(c, snap, holders, now)
-		out := "wait for them, or ask the holders"
-		if !othersHold {
-			out = "release what you hold there, or wait"
-		}
-		if len(free) > 0 {
-			out = fmt.Sprintf("ask for %d or fewer, wait, or ask the holders", len(free))
-		}
-		return nil, errorf(CodeConflict, "asked for %s but only %d free on %s: %s; %s", gpuCount(n), len(free), node, busy, out)
+	if n > of {
+		return nil, Invalidf("%s has only %d%s %s; asked for %d: ask for at most %d, or for several nodes", node, of, in, gpuWord(of), n, of)
 	}
-	return Place(snap, free, n), nil
+	if len(clear) >= n {
+		return Place(snap, clear, n), nil
+	}
+	if len(free) >= n && req.Duration == 0 {
+		return Place(snap, free, n), nil
+	}
+	if len(free) >= n {
+		b := t.firstBooking(free, now, now.Add(dur), "")
+		return nil, errorf(CodeConflict, "asked for %s for %s but only %d are free that long on %s: %s: ask for a shorter time, fewer GPUs, or wait", gpuCount(n), FormatDuration(dur), len(clear), node, describeBooking(b, now))
+	}
+	busy, othersHold := describeBusy(c, snap, uses, now)
+	out := "wait for them, or ask the holders"
+	if !othersHold {
+		out = "release what you hold there, or wait"
+	}
+	if len(free) > 0 {
+		out = fmt.Sprintf("ask for %d or fewer, wait, or ask the holders", len(free))
+	}
+	return nil, errorf(CodeConflict, "asked for %d%s %s but only %d free on %s: %s; %s", n, in, gpuWord(n), len(free), node, busy, out)
 }
 
 // describeBusy says who holds the GPUs that are not free, and until when, so
 // a refusal tells the person whom to ask; what c holds is said as "you
 // hold". othersHold is false when nobody but c holds or runs anything there.
-func describeBusy(c Caller, snap nodeprobe.Snapshot, holders map[int]*Lease, now time.Time) (busy string, othersHold bool) {
+func describeBusy(c Caller, snap nodeprobe.Snapshot, uses map[int]*use, now time.Time) (busy string, othersHold bool) {
 	type hold struct {
 		who   string
 		gpus  []int
@@ -150,7 +208,7 @@ func describeBusy(c Caller, snap nodeprobe.Snapshot, holders map[int]*Lease, now
 		h.gpus = append(h.gpus, g)
 	}
 	for _, g := range snap.GPUs {
-		if l := holders[g.Index]; l != nil {
+		if l := uses[g.Index].first(); l != nil && !l.Partial() {
 			who := l.User
 			if l.UID == c.UID {
 				who = "you"
@@ -158,6 +216,12 @@ func describeBusy(c Caller, snap nodeprobe.Snapshot, holders map[int]*Lease, now
 				othersHold = true
 			}
 			add("lease "+l.ID, who, g.Index, l.ExpiresAt)
+		} else if g.MIG == nodeprobe.MIGEnabled {
+			othersHold = true
+			add("mig", "", g.Index, time.Time{})
+		} else if l != nil {
+			othersHold = true
+			add("shared", "", g.Index, time.Time{})
 		} else if len(g.Processes) > 0 {
 			who := ownerName(g.Processes[0])
 			if g.Processes[0].UID == c.UID && c.UID >= 0 {
@@ -177,6 +241,10 @@ func describeBusy(c Caller, snap nodeprobe.Snapshot, holders map[int]*Lease, now
 		switch {
 		case k == "down":
 			s = gpuList(h.gpus) + " down"
+		case k == "mig":
+			s = gpuList(h.gpus) + " split into MIG instances (--mig claims one)"
+		case k == "shared":
+			s = gpuList(h.gpus) + " shared (--mem claims a budget beside the others)"
 		case h.until.IsZero() && h.who == "you":
 			s = fmt.Sprintf("you run unleased processes on %s", gpuList(h.gpus))
 		case h.until.IsZero():

@@ -86,9 +86,11 @@ type Plan struct {
 // configured this is plain priority order.
 //
 // Free GPUs. A GPU is free when its node is alive, it has no error, no
-// process and no lease; a gang reservation holds its GPUs until ReservedUntil,
+// process and no lease (of it or of a part of it), and is not split into
+// MIG instances; a gang reservation holds its GPUs until ReservedUntil,
 // a lease past its end holds them until the agent ends it. A node may offer
-// at most its 64 lowest-numbered GPUs.
+// at most its 64 lowest-numbered GPUs. Bookings, pools and budgets on
+// shared GPUs add the rules described in sched_parts.go.
 //
 // Starts. Entries are walked in order. A single-node entry lands where
 // ChooseNode would put it (fewest free GPUs left over, closest GPUs, its

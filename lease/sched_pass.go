@@ -47,7 +47,28 @@ type snode struct {
 	leases []*Lease
 	// topo names the node's topology: nodes with the same topo place alike.
 	topo int
+	// tags are the node's pools.
+	tags []string
+	// books are, per GPU bit, the bookings' windows on it (nil when the
+	// node has none): runs there must end before them.
+	books [][]window
+	// room is, per GPU bit, how much memory a shared run may still take
+	// there; nil until a shared entry asks (sharedRooms).
+	room []uint64
+	// taken are the GPUs whole-GPU runs of this pass took.
+	taken uint64
+	// pools are the limits of the pools the node is in, poolNames their
+	// tags.
+	pools     []PoolLimits
+	poolNames []string
+	// held are, per GPU bit, the leases on it soonest-ending first, and
+	// total its memory; filled with room.
+	held  [][]*Lease
+	total []uint64
 }
+
+// window is a booked time, in nanoseconds from now.
+type window struct{ start, end int64 }
 
 type placeKey struct {
 	topo int
@@ -90,6 +111,9 @@ type scheduler struct {
 	starting   map[string]bool
 	places     map[placeKey]*placeResult
 	models     map[string][]uint64
+	// poolUsed counts the GPUs each user holds in each pool with a
+	// MaxGPUs, by poolKey.
+	poolUsed map[string]int
 
 	// The head: the first entry that waits, with its shadow time.
 	head   *QueueEntry
@@ -127,6 +151,10 @@ func newScheduler(nodes []SchedNode, now time.Time, cfg SchedConfig) *scheduler 
 // addNode builds a node's pass state from its snapshot and leases.
 func (s *scheduler) addNode(sn *snode, n *SchedNode, topos map[string]int, sig []byte) []byte {
 	sn.name, sn.snap, sn.idle, sn.alive = n.Name, &n.Snap, n.Idle, n.Alive
+	sn.tags = n.Snap.Host.Tags
+	for _, t := range s.cfg.Pools.poolsOf(sn.tags) {
+		sn.pools, sn.poolNames = append(sn.pools, s.cfg.Pools[t]), append(sn.poolNames, t)
+	}
 	if !n.Alive {
 		return sig
 	}
@@ -154,6 +182,7 @@ func (s *scheduler) addNode(sn *snode, n *SchedNode, topos map[string]int, sig [
 			s.starting[l.Entry] = true
 		}
 		s.userUsed[l.User] += len(l.GPUs)
+		s.usePools(sn, l.User, len(l.GPUs))
 		if g := s.cfg.UserGroups[l.User]; g != "" {
 			s.groupUsed[g] += len(l.GPUs)
 		}
@@ -170,11 +199,17 @@ func (s *scheduler) addNode(sn *snode, n *SchedNode, topos map[string]int, sig [
 			held |= 1 << b
 		}
 	}
+	booked := s.addBookings(sn, n.Bookings)
 	for b, p := range pos {
 		g, sg := &gs[p], &sn.gpus[b]
 		switch {
-		case g.Error != "":
+		case g.Error != "" || g.MIG == nodeprobe.MIGEnabled:
+			// Down, or only for MIG claims: never a whole GPU.
 			sg.freeAt = never
+		case booked&(1<<b) != 0:
+			// Its booking has begun: held until the booking ends.
+			sn.usable |= 1 << b
+			sg.freeAt = max(sg.freeAt, sn.books[b][0].end)
 		case held&(1<<b) != 0:
 			sn.usable |= 1 << b
 		case len(g.Processes) > 0:

@@ -21,6 +21,10 @@ func (s *scheduler) visit(e *QueueEntry, r *Ranked, plan *Plan) {
 		r.Waiting = why
 		return
 	}
+	if e.MemMiB > 0 {
+		s.visitShared(e, r, plan)
+		return
+	}
 	mm := s.modelMask(e.Model)
 	if n := e.GPUs(); s.totalAvail >= n {
 		picks, ok := s.place(e, mm, false)
@@ -106,6 +110,7 @@ func (s *scheduler) unservable(e *QueueEntry) string {
 	if e.Model != "" {
 		of = fmt.Sprintf(" matching %q", e.Model)
 	}
+	of += s.poolNote(e)
 	if e.Nodes == 1 {
 		if e.Node != "" {
 			return fmt.Sprintf("%s has fewer than %d working %s%s", e.Node, e.GPUsPerNode, gpuWord(e.GPUsPerNode), of)
@@ -162,7 +167,7 @@ func (s *scheduler) modelMask(model string) []uint64 {
 // eligible is the set of the node's working GPUs the entry may ever use.
 func (s *scheduler) eligible(i int, e *QueueEntry, mm []uint64) uint64 {
 	sn := &s.nodes[i]
-	if !sn.alive || e.Node != "" && e.Node != sn.name {
+	if !sn.alive || e.Node != "" && e.Node != sn.name || !s.allows(sn, e) {
 		return 0
 	}
 	if mm != nil {
@@ -178,7 +183,7 @@ func (s *scheduler) place(e *QueueEntry, mm []uint64, withProtected bool) ([]pic
 	s.picks = s.picks[:0]
 	for i := range s.nodes {
 		sn := &s.nodes[i]
-		free := sn.avail & s.eligible(i, e, mm)
+		free := sn.avail & s.eligible(i, e, mm) &^ sn.bookedWithin(e.Duration)
 		if !withProtected {
 			free &^= sn.protect
 		}
@@ -264,6 +269,13 @@ func (s *scheduler) commit(e *QueueEntry, picks []pick) Start {
 		sn := &s.nodes[p.node]
 		st.Ranks[k] = RankPlacement{Node: sn.name, GPUs: slices.Clone(p.place.gpus)}
 		sn.avail &^= p.place.mask
+		sn.taken |= p.place.mask
+		s.usePools(sn, e.User, len(p.place.gpus))
+		if sn.room != nil {
+			for m := p.place.mask; m != 0; m &= m - 1 {
+				sn.room[bits.TrailingZeros64(m)] = 0
+			}
+		}
 		for m := p.place.mask; m != 0; m &= m - 1 {
 			g := &sn.gpus[bits.TrailingZeros64(m)]
 			g.freeAt, g.late = end, false
@@ -299,6 +311,9 @@ func (s *scheduler) estimate(e *QueueEntry, mm []uint64, strict bool) (int64, []
 			at[k], bs[k] = sn.gpus[b].freeAt, b
 			if strict && sn.gpus[b].late {
 				at[k] = never
+			}
+			if sn.books != nil {
+				at[k] = sn.fit(b, at[k], int64(e.Duration))
 			}
 			k++
 		}

@@ -155,7 +155,9 @@ func (s *scheduler) reclaimGroups() []reclaimGroup {
 	for i := range s.nodes {
 		sn := &s.nodes[i]
 		for _, l := range sn.leases {
-			if !l.ReservedUntil.IsZero() {
+			// Reclaiming one MIG or shared lease frees no whole GPU:
+			// parts are never reclaimed.
+			if !l.ReservedUntil.IsZero() || l.Partial() {
 				continue
 			}
 			key := sn.name + "/" + l.ID

@@ -21,6 +21,10 @@ const (
 	MaxUserNameLen = 64
 	MaxModelLen    = 64
 	MaxRestarts    = 100
+	// MaxMemMiB bounds a memory budget: 64 TiB, far over any GPU.
+	MaxMemMiB = 64 << 20
+	// MaxTags bounds the tags a node or a request carries.
+	MaxTags = 32
 )
 
 // ValidNodeName accepts names that are safe in lease ids, tmux session
@@ -106,6 +110,33 @@ func (l *Lease) Validate() error {
 	}
 	if err := l.CheckText(); err != nil {
 		return Invalidf("lease %s: %v", l.ID, err)
+	}
+	return l.validateParts()
+}
+
+// validateParts checks what the MIG, shared and booking fields may hold: a
+// MIG or shared lease is on exactly one GPU and counts for a share of it,
+// and only a booking carries a job.
+func (l *Lease) validateParts() error {
+	if l.MIG != "" && (!token(l.MIG, MaxNameLen) || !strings.HasPrefix(l.MIG, "MIG-")) {
+		return Invalidf("lease %s names a bad MIG instance %s", l.ID, quoteInput(l.MIG))
+	}
+	switch {
+	case l.MIG != "" && l.MemMiB > 0:
+		return Invalidf("lease %s holds both a MIG instance and a memory budget", l.ID)
+	case l.Partial() && len(l.GPUs) != 1:
+		return Invalidf("lease %s holds part of %d GPUs; a MIG or shared lease is on one", l.ID, len(l.GPUs))
+	case l.Partial() && !(l.Share > 0 && l.Share <= 1), !l.Partial() && l.Share != 0:
+		return Invalidf("lease %s counts for a share %g of its GPU", l.ID, l.Share)
+	case l.MemMiB > MaxMemMiB:
+		return Invalidf("lease %s has a budget of %d MiB", l.ID, l.MemMiB)
+	case l.Job != nil && !l.Booked:
+		return Invalidf("lease %s carries a job but is not a booking", l.ID)
+	}
+	if l.Job != nil {
+		if err := CheckJob(l.Job.Command, l.Job.Dir, l.Job.Name); err != nil {
+			return Invalidf("lease %s: %v", l.ID, err)
+		}
 	}
 	return nil
 }
@@ -208,6 +239,12 @@ func (e *QueueEntry) Validate() error {
 	}
 	if len(e.Model) > MaxModelLen || strings.ContainsFunc(e.Model, func(r rune) bool { return r < ' ' || r == 0x7f }) {
 		return Invalidf("queue entry %s has a bad model filter", e.ID)
+	}
+	if err := CheckTags(e.Tags); err != nil {
+		return Invalidf("queue entry %s: %v", e.ID, err)
+	}
+	if e.MemMiB > MaxMemMiB || e.MemMiB > 0 && (e.Nodes != 1 || e.GPUsPerNode != 1) {
+		return Invalidf("queue entry %s asks for a memory budget out of range", e.ID)
 	}
 	return nil
 }

@@ -2,11 +2,9 @@ package lease
 
 import (
 	"cmp"
-	"fmt"
 	"slices"
 	"time"
 
-	"github.com/dibs-gpu/dibs/lease/termsafe"
 	"github.com/dibs-gpu/dibs/nodeprobe"
 )
 
@@ -27,6 +25,16 @@ type Claim struct {
 	// QueuedAt is when the queue entry this claim starts was submitted
 	// (zero for a direct claim); it becomes Lease.QueuedAt.
 	QueuedAt time.Time
+	// MIG asks for one MIG instance instead of GPUs: by profile (3g.40gb),
+	// UUID (MIG-…) or GPU:INDEX (0:1).
+	MIG string
+	// MemMiB asks for a memory budget on a shared GPU instead of GPUs
+	// (with GPUs naming at most the one GPU to share).
+	MemMiB uint64
+	// Model restricts the claim to GPUs whose model contains it (any case).
+	Model string
+	// Tags restricts the claim to a node carrying every one (a pool).
+	Tags []string
 }
 
 // Table is one node's lease table: the leases this agent alone grants, renews
@@ -75,10 +83,14 @@ func (t *Table) Get(id string) (Lease, bool) {
 	return l, true
 }
 
-// List returns every lease, ordered by token (grant order).
+// List returns every lease, ordered by token (grant order). Bookings are
+// not leases yet: Bookings lists them.
 func (t *Table) List() []Lease {
 	out := make([]Lease, 0, len(t.leases))
 	for _, e := range t.leases {
+		if e.Booked {
+			continue
+		}
 		l := e.Lease
 		l.Mono = nil
 		out = append(out, l)
@@ -135,17 +147,6 @@ func (t *Table) Current(id string, token uint64) bool {
 	return ok && e.Token == token
 }
 
-// holders maps GPU index to the lease holding it.
-func (t *Table) holders() map[int]*Lease {
-	m := make(map[int]*Lease)
-	for _, e := range t.leases {
-		for _, g := range e.GPUs {
-			m[g] = &e.Lease
-		}
-	}
-	return m
-}
-
 // PlanClaim decides a claim without changing the table: the lease to persist,
 // or a refusal that says why and what to do.
 func (t *Table) PlanClaim(c Caller, req Claim, snap nodeprobe.Snapshot, now time.Time, p Policy) (Lease, error) {
@@ -165,24 +166,35 @@ func (t *Table) PlanClaim(c Caller, req Claim, snap nodeprobe.Snapshot, now time
 	if len(snap.GPUs) == 0 {
 		return Lease{}, errorf(CodeUnavailable, "node %s has no GPUs the probe can see", t.node)
 	}
-	holders := t.holders()
+	if dur, err = t.checkWhere(c, req, snap, dur, p); err != nil {
+		return Lease{}, err
+	}
+	if req.MIG != "" || req.MemMiB > 0 {
+		return t.planPart(c, req, snap, now, dur)
+	}
+	uses := t.uses()
 	var gpus []int
 	switch {
 	case len(req.GPUs) > 0 && req.Count > 0 && req.Count != len(req.GPUs):
 		return Lease{}, Invalidf("asked for %s but named %d: give either -g N or --ids", gpuCount(req.Count), len(req.GPUs))
 	case len(req.GPUs) > 0:
-		gpus, err = checkNamed(c, req, snap, holders, now, t.node)
-		if err != nil {
-			return Lease{}, err
-		}
+		gpus, err = checkNamed(c, req, snap, uses, now, t.node)
 	case req.Count > 0:
-		gpus, err = pickFree(c, req.Count, snap, holders, now, t.node)
-		if err != nil {
-			return Lease{}, err
-		}
+		gpus, err = t.pickFree(c, req, snap, uses, now, dur)
 	default:
 		return Lease{}, Invalidf("say how many GPUs (-g N) or which (--ids 0,2)")
 	}
+	if err == nil {
+		dur, err = t.fitBookings(gpus, now, dur, req.Duration > 0)
+	}
+	if err != nil {
+		return Lease{}, err
+	}
+	return t.newLease(c, req, gpus, now, dur), nil
+}
+
+// newLease is the lease a plan grants: the next token, from now for dur.
+func (t *Table) newLease(c Caller, req Claim, gpus []int, now time.Time, dur time.Duration) Lease {
 	token := t.lastToken + 1
 	return Lease{
 		ID:        LeaseID(t.node, token),
@@ -196,7 +208,7 @@ func (t *Table) PlanClaim(c Caller, req Claim, snap nodeprobe.Snapshot, now time
 		StartedAt: now.Round(0),
 		ExpiresAt: now.Round(0).Add(dur),
 		QueuedAt:  req.QueuedAt.Round(0),
-	}, nil
+	}
 }
 
 // PlanRelease checks that c may end lease id.
@@ -222,6 +234,9 @@ func (t *Table) PlanExtend(c Caller, id string, d time.Duration, at Instant, p P
 	if e.UID != c.UID {
 		return Lease{}, errorf(CodeForbidden, "lease %s belongs to %s; only they can extend it", id, e.User)
 	}
+	if e.Booked {
+		return Lease{}, Invalidf("%s is a booking, which cannot be extended: unbook it and book again", id)
+	}
 	if d <= 0 {
 		return Lease{}, Invalidf("extend by a positive duration, like --for 2h")
 	}
@@ -241,6 +256,13 @@ func (t *Table) PlanExtend(c Caller, id string, d time.Duration, at Instant, p P
 		}
 		return Lease{}, Invalidf("extending %s by %s would end it %s from now, over the %s maximum of %s: extend by at most %s", id, FormatDuration(d), FormatDuration(end.Sub(now)), e.Kind, FormatDuration(max), FormatDuration(room.Truncate(time.Minute)))
 	}
+	if b := t.firstBooking(e.GPUs, now, end, id); b != nil {
+		room := b.StartedAt.Sub(base).Truncate(time.Minute)
+		if room < time.Minute {
+			return Lease{}, errorf(CodeConflict, "lease %s cannot run longer: %s", id, describeBooking(b, now))
+		}
+		return Lease{}, errorf(CodeConflict, "extending %s by %s would run into a booking: %s: extend by at most %s", id, FormatDuration(d), describeBooking(b, now), FormatDuration(room))
+	}
 	l := e.Lease
 	l.GPUs = slices.Clone(l.GPUs)
 	l.ExpiresAt = end
@@ -248,109 +270,4 @@ func (t *Table) PlanExtend(c Caller, id string, d time.Duration, at Instant, p P
 	l.OverdueNoticed = false
 	l.SignalledAt = time.Time{}
 	return l, nil
-}
-
-// PlanAdopt takes a run started without a lease into one, on the GPUs its
-// process uses, if the caller owns the process and nobody else holds them.
-func (t *Table) PlanAdopt(c Caller, pid int, d time.Duration, note string, snap nodeprobe.Snapshot, now time.Time, p Policy) (Lease, error) {
-	var gpus []int
-	var owner *nodeprobe.Process
-	for _, g := range snap.GPUs {
-		for i := range g.Processes {
-			// A pid on several MIG slices of one GPU is listed once per slice.
-			if g.Processes[i].PID == pid {
-				if !slices.Contains(gpus, g.Index) {
-					gpus = append(gpus, g.Index)
-				}
-				owner = &g.Processes[i]
-			}
-		}
-	}
-	if owner == nil {
-		return Lease{}, errorf(CodeNotFound, "pid %d is not on any GPU of %s: `dibs ls` lists the processes it sees", pid, t.node)
-	}
-	if owner.UID != c.UID && !c.Admin {
-		return Lease{}, errorf(CodeForbidden, "pid %d belongs to %s, not you: only its owner can adopt it", pid, ownerName(*owner))
-	}
-	holders := t.holders()
-	for _, g := range gpus {
-		if l := holders[g]; l != nil {
-			if l.UID == owner.UID {
-				return Lease{}, errorf(CodeConflict, "GPU %d is already in your lease %s", g, l.ID)
-			}
-			return Lease{}, errorf(CodeConflict, "GPU %d is held by %s (lease %s): pid %d runs on someone else's GPU", g, l.User, l.ID, pid)
-		}
-	}
-	dur, err := checkDuration(d, KindInteractive, p)
-	if err != nil {
-		return Lease{}, err
-	}
-	if note == "" {
-		// The command is whatever the process calls itself: escape it, and
-		// keep the note within what a typed one may be.
-		note = clipNote(fmt.Sprintf("adopted pid %d (%s)", pid, termsafe.String(owner.Command)))
-	} else if err := checkNote(note); err != nil {
-		return Lease{}, err
-	}
-	token := t.lastToken + 1
-	return Lease{
-		ID: LeaseID(t.node, token), Node: t.node, GPUs: gpus,
-		User: owner.User, UID: owner.UID, Token: token, Kind: KindInteractive,
-		Note: note, StartedAt: now.Round(0), ExpiresAt: now.Round(0).Add(dur),
-	}, nil
-}
-
-// ByRequest finds the lease a caller's earlier claim with the same request
-// id made, so a retried claim whose answer was lost gets that lease back
-// instead of more GPUs.
-func (t *Table) ByRequest(uid int, requestID string) (Lease, bool) {
-	if requestID == "" {
-		return Lease{}, false
-	}
-	for _, e := range t.leases {
-		if e.UID == uid && e.RequestID == requestID {
-			l := e.Lease
-			l.Mono = nil
-			return l, true
-		}
-	}
-	return Lease{}, false
-}
-
-// ByEntry finds the lease (or reservation) started for a queued attempt, so
-// a retried start gets what the first one got.
-func (t *Table) ByEntry(key string) (Lease, bool) {
-	for _, e := range t.leases {
-		if e.Entry == key {
-			l := e.Lease
-			l.Mono = nil
-			return l, true
-		}
-	}
-	return Lease{}, false
-}
-
-// RanBefore reports how an attempt that already ran here ended: an attempt
-// never runs twice on one node, whatever a late or repeated start says.
-func RanBefore(ended []EndedRun, key string) (EndedRun, bool) {
-	for _, x := range ended {
-		if x.Entry == key && !x.Reserved {
-			return x, true
-		}
-	}
-	return EndedRun{}, false
-}
-
-// ValidRequestID accepts the ids clients put on claims: 8 to 64 letters,
-// digits, '-' and '_'.
-func ValidRequestID(s string) bool {
-	if len(s) < 8 || len(s) > 64 {
-		return false
-	}
-	for _, r := range s {
-		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_') {
-			return false
-		}
-	}
-	return true
 }

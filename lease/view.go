@@ -29,10 +29,12 @@ type NodeView struct {
 	// HasState: something was heard from the node (its own always has).
 	HasState bool
 	// Since is when State last changed (zero: unknown, or always so).
-	Since    time.Time
-	Version  uint64
-	Snap     nodeprobe.Snapshot
-	Leases   []Lease
+	Since   time.Time
+	Version uint64
+	Snap    nodeprobe.Snapshot
+	Leases  []Lease
+	// Bookings are the node's bookings not started yet (never in Leases).
+	Bookings []Lease
 	Judged   map[int]Judgement
 	Idle     *IdleTracker
 	Queue    []QueueEntry
@@ -107,6 +109,15 @@ func (v ClusterView) Leases() []Lease {
 	return out
 }
 
+// Bookings lists every booking the view knows, node by node.
+func (v ClusterView) Bookings() []Lease {
+	var out []Lease
+	for i := range v.Nodes {
+		out = append(out, v.Nodes[i].Bookings...)
+	}
+	return out
+}
+
 // FindLease returns the lease with id, wherever it lives.
 func (v ClusterView) FindLease(id string) (Lease, bool) {
 	node, ok := NodeOfID(id)
@@ -151,7 +162,7 @@ func (v ClusterView) SchedNodes() []SchedNode {
 	out := make([]SchedNode, 0, len(v.Nodes))
 	for i := range v.Nodes {
 		n := &v.Nodes[i]
-		out = append(out, SchedNode{Name: n.Name, Alive: n.Alive(), Snap: n.Snap, Leases: n.Leases, Idle: n.Idle})
+		out = append(out, SchedNode{Name: n.Name, Alive: n.Alive(), Snap: n.Snap, Leases: n.Leases, Idle: n.Idle, Bookings: n.Bookings})
 	}
 	return out
 }
@@ -162,7 +173,7 @@ func (v ClusterView) Candidates() []Candidate {
 	for i := range v.Nodes {
 		n := &v.Nodes[i]
 		if n.Alive() {
-			out = append(out, Candidate{Node: n.Name, Snap: n.Snap, Leases: n.Leases, Local: n.Self})
+			out = append(out, Candidate{Node: n.Name, Snap: n.Snap, Leases: n.Leases, Bookings: n.Bookings, Local: n.Self})
 		}
 	}
 	return out

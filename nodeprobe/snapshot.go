@@ -50,6 +50,11 @@ type Host struct {
 	DriverVersion string  `json:"driver_version,omitempty"`
 	CUDAVersion   string  `json:"cuda_version,omitempty"`
 	Backend       Backend `json:"backend"`
+	// Tags are the node's pools ("h100", "nvlink") from the agent's config,
+	// not from the hardware: the agent stamps them on every snapshot so
+	// they travel (and are checked) with the host facts, and claims can ask
+	// for a pool (--pool, --tag).
+	Tags []string `json:"tags,omitempty"`
 }
 
 // GPU is one physical GPU as nvidia-smi numbers it. Pointer fields are nil when
@@ -187,6 +192,9 @@ func (h *Host) EachString(f func(field string, p *string)) {
 	f("driver_version", &h.DriverVersion)
 	f("cuda_version", &h.CUDAVersion)
 	f("backend", (*string)(&h.Backend))
+	for i := range h.Tags {
+		f("tag", &h.Tags[i])
+	}
 }
 
 // EachString is Snapshot.EachString for one GPU.

@@ -131,11 +131,20 @@ func (m *Model) openClaim(run bool) {
 	m.form = newClaimForm(m.st.input, run, node, gpus)
 }
 
-// cursorLease returns the lease on the GPU under the cursor.
+// cursorLease returns the lease on the GPU under the cursor; on a GPU held
+// in parts (MIG instances, budgets), the caller's part, else the first.
 func (m *Model) cursorLease() (*api.Node, *api.GPU, *lease.Lease) {
 	n, g := m.cursorGPU()
 	if g == nil {
 		return n, g, nil
+	}
+	if g.Lease == nil && len(g.Shares) > 0 {
+		for i := range g.Shares {
+			if g.Shares[i].UID == m.board.You.UID {
+				return n, g, &g.Shares[i]
+			}
+		}
+		return n, g, &g.Shares[0]
 	}
 	return n, g, g.Lease
 }

@@ -1,6 +1,7 @@
 package tui
 
 import (
+	"fmt"
 	"slices"
 	"strconv"
 	"strings"
@@ -8,6 +9,7 @@ import (
 	"github.com/charmbracelet/x/ansi"
 	"github.com/dibs-gpu/dibs/api"
 	"github.com/dibs-gpu/dibs/lease"
+	"github.com/dibs-gpu/dibs/nodeprobe"
 )
 
 // kind is what a GPU cell says at a glance. Each kind has its own symbol or
@@ -42,7 +44,7 @@ func classify(n *api.Node, g *api.GPU, you lease.Caller) kind {
 	switch {
 	case n.State != api.NodeAlive || slices.Contains(g.Flags, api.FlagUnknown) || g.Error != "":
 		return kindDown
-	case slices.Contains(g.Flags, lease.FlagSquatted):
+	case slices.Contains(g.Flags, lease.FlagSquatted) || slices.Contains(g.Flags, lease.FlagOverBudget):
 		return kindSquat
 	case slices.Contains(g.Flags, lease.FlagOverdue):
 		return kindOver
@@ -52,6 +54,8 @@ func classify(n *api.Node, g *api.GPU, you lease.Caller) kind {
 		return kindMine
 	case g.Lease != nil:
 		return kindTheirs
+	case len(g.Shares) > 0 || g.MIG == nodeprobe.MIGEnabled:
+		return partKind(g, you)
 	case len(g.Processes) > 0:
 		// Work without a lease is squatting even if the agent has not judged it.
 		return kindSquat
@@ -59,7 +63,43 @@ func classify(n *api.Node, g *api.GPU, you lease.Caller) kind {
 	return kindFree
 }
 
+// partKind is what a GPU held in parts (MIG instances, budgets) shows: mine
+// when one part is the caller's, free while a MIG instance is free, theirs
+// once every instance is held or when others share it.
+func partKind(g *api.GPU, you lease.Caller) kind {
+	for _, l := range g.Shares {
+		if l.UID == you.UID {
+			return kindMine
+		}
+	}
+	if g.MIG == nodeprobe.MIGEnabled && len(g.Shares) < len(g.MIGDevices) {
+		return kindFree
+	}
+	return kindTheirs
+}
+
+// partLabel is the word of a GPU held in parts: "MIG 1/3" (instances held
+// of all), or "◐50G" (the budgets on a shared GPU).
+func partLabel(g *api.GPU) string {
+	if g.MIG == nodeprobe.MIGEnabled {
+		return fmt.Sprintf("MIG %d/%d", len(g.Shares), len(g.MIGDevices))
+	}
+	var mib uint64
+	for _, l := range g.Shares {
+		mib += l.MemMiB
+	}
+	return fmt.Sprintf("◐%dG", (mib+512)/1024)
+}
+
 func cellLabel(k kind, g *api.GPU) string {
+	if (len(g.Shares) > 0 || g.MIG == nodeprobe.MIGEnabled) && k != kindDown {
+		if slices.Contains(g.Flags, lease.FlagOverBudget) {
+			return "!budget"
+		}
+		if k != kindSquat && k != kindOver && k != kindIdle {
+			return partLabel(g)
+		}
+	}
 	switch k {
 	case kindFree:
 		return labelFree
@@ -104,6 +144,8 @@ type nodeView struct {
 	name  string
 	state string
 	model string
+	// tags are the node's pools.
+	tags  []string
 	free  int
 	cells []cellView
 }
@@ -147,7 +189,7 @@ func buildViews(b *api.Board, filter string, onlyMine bool) ([]nodeView, summary
 	views := make([]nodeView, 0, len(b.Nodes))
 	for ni := range b.Nodes {
 		n := &b.Nodes[ni]
-		nv := nodeView{idx: ni, name: n.Name, state: n.State, model: nodeModel(n), cells: make([]cellView, len(n.GPUs))}
+		nv := nodeView{idx: ni, name: n.Name, state: n.State, model: nodeModel(n), tags: n.Host.Tags, cells: make([]cellView, len(n.GPUs))}
 		if n.State != api.NodeAlive {
 			sum.down++
 		}
@@ -161,7 +203,7 @@ func buildViews(b *api.Board, filter string, onlyMine bool) ([]nodeView, summary
 				sum.free++
 				nv.free++
 			}
-			mine := g.Lease != nil && g.Lease.UID == b.You.UID
+			mine := g.Lease != nil && g.Lease.UID == b.You.UID || slices.ContainsFunc(g.Shares, func(l lease.Lease) bool { return l.UID == b.You.UID })
 			if mine {
 				sum.mine++
 				anyMine = true
@@ -193,6 +235,11 @@ func buildViews(b *api.Board, filter string, onlyMine bool) ([]nodeView, summary
 func gpuUserMatches(g *api.GPU, filter string) bool {
 	if g.Lease != nil && strings.Contains(strings.ToLower(holderName(g.Lease)), filter) {
 		return true
+	}
+	for i := range g.Shares {
+		if strings.Contains(strings.ToLower(holderName(&g.Shares[i])), filter) {
+			return true
+		}
 	}
 	for _, p := range g.Processes {
 		if p.User != "" && strings.Contains(strings.ToLower(p.User), filter) {

@@ -3,6 +3,7 @@ package tui
 import (
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/dibs-gpu/dibs/api"
@@ -50,6 +51,14 @@ func (m *Model) detailLines(w, maxH int) []string {
 		row("time", f.time)
 		row("session", f.session)
 		row("note", f.note)
+	}
+	row("booked", f.booked)
+	for i, p := range f.parts {
+		label := ""
+		if i == 0 {
+			label = f.partsLabel
+		}
+		rows = append(rows, " "+st.label.render(padRight(label, lw))+truncate(p, w-1-lw))
 	}
 	if f.problem != "" {
 		rows = append(rows, " "+st.statusErr.render(truncate(f.problem, w-1)))
@@ -104,6 +113,9 @@ func (m *Model) compactFacts(f facts, w int) []string {
 		add(f.holder, f.lease, f.time, prefixed("tmux ", f.session))
 	}
 	add(prefixed("note: ", f.note))
+	for _, p := range f.parts {
+		lines = append(lines, " "+truncate(f.partsLabel+" "+p, w-1))
+	}
 	if f.problem != "" {
 		lines = append(lines, " "+st.statusErr.render(truncate(f.problem, w-1)))
 	}
@@ -120,9 +132,18 @@ func (m *Model) yourLeases(w int) []string {
 	seen := map[string]bool{}
 	for ni := range m.board.Nodes {
 		n := &m.board.Nodes[ni]
+		var held []*lease.Lease
 		for gi := range n.GPUs {
-			l := n.GPUs[gi].Lease
-			if l == nil || l.UID != m.board.You.UID || seen[l.ID] {
+			g := &n.GPUs[gi]
+			if g.Lease != nil {
+				held = append(held, g.Lease)
+			}
+			for k := range g.Shares {
+				held = append(held, &g.Shares[k])
+			}
+		}
+		for _, l := range held {
+			if l.UID != m.board.You.UID || seen[l.ID] {
 				continue
 			}
 			seen[l.ID] = true
@@ -131,7 +152,13 @@ func (m *Model) yourLeases(w int) []string {
 			if left <= 0 {
 				when = "overdue " + lease.FormatDuration(-left)
 			}
-			s := fmt.Sprintf("%s  %s  %s", l.ID, gpuList(l.GPUs), when)
+			what := gpuList(l.GPUs)
+			if l.MIG != "" {
+				what = "MIG on GPU " + strconv.Itoa(l.GPUs[0])
+			} else if l.MemMiB > 0 {
+				what = gib(l.MemMiB) + " GiB of GPU " + strconv.Itoa(l.GPUs[0])
+			}
+			s := fmt.Sprintf("%s  %s  %s", l.ID, what, when)
 			if l.Session != "" {
 				s += "  tmux " + l.Session
 			}
@@ -181,6 +208,18 @@ func (m *Model) nodeFacts(n *api.Node, w int) []string {
 	if !n.TelemetryAt.IsZero() {
 		row("probed", lease.FormatDuration(m.now().Sub(n.TelemetryAt))+" ago")
 	}
+	row("pools", strings.Join(n.Host.Tags, ", "))
+	for i, b := range n.Bookings {
+		label := ""
+		if i == 0 {
+			label = "booked"
+		}
+		s := fmt.Sprintf("%s %s %s %s–%s", b.ID, holderName(&b), gpuList(b.GPUs), m.clock(b.StartedAt), b.ExpiresAt.In(m.now().Location()).Format("15:04"))
+		if b.Note != "" {
+			s += " · " + b.Note
+		}
+		rows = append(rows, " "+st.label.render(padRight(label, lw))+truncate(s, w-1-lw))
+	}
 	return append([]string{"", m.titleRule(n.Name, w)}, rows...)
 }
 
@@ -199,6 +238,12 @@ type facts struct {
 	time, session       string
 	problem             string
 	procs               []string
+	// parts are a MIG GPU's instances or a shared GPU's budgets, one line
+	// each, under partsLabel ("mig", "budgets").
+	parts      []string
+	partsLabel string
+	// booked says who booked the GPU next, and when.
+	booked string
 }
 
 func (m *Model) facts(n *api.Node, g *api.GPU) facts {
@@ -265,14 +310,28 @@ func (m *Model) facts(n *api.Node, g *api.GPU) facts {
 		if f.session != "" && l.UID == you.UID {
 			f.session += " — a attaches"
 		}
+	} else if alive && g.MIG == nodeprobe.MIGEnabled {
+		f.state = "split into MIG instances — claim one with --mig"
+	} else if alive && len(g.Shares) > 0 {
+		f.state = "shared — --mem SIZE claims a budget beside them"
 	} else if alive && len(g.Processes) == 0 {
 		f.state = "free — c claims it, space selects it"
 	} else if alive {
 		f.state = "no lease"
 	}
+	m.partFacts(&f, g)
+	for i := range n.Bookings {
+		if b := &n.Bookings[i]; b.Holds(g.Index) {
+			f.booked = fmt.Sprintf("by %s %s–%s (%s): a claim ends before", holderName(b), m.clock(b.StartedAt), b.ExpiresAt.In(now.Location()).Format("15:04"), b.ID)
+			break
+		}
+	}
 	if alive {
 		switch {
-		case slices.Contains(g.Flags, lease.FlagSquatted) || (l == nil && len(g.Processes) > 0):
+		case slices.Contains(g.Flags, lease.FlagOverBudget) && len(g.OverBudget) > 0:
+			o := g.OverBudget[0]
+			f.problem = fmt.Sprintf("! over budget: %s uses %s GiB of a %s GiB budget", o.User, gib(o.UsedMiB), gib(o.BudgetMiB))
+		case slices.Contains(g.Flags, lease.FlagSquatted) || (l == nil && len(g.Shares) == 0 && len(g.Processes) > 0):
 			f.problem = "! squatted: work runs here without the lease"
 		case slices.Contains(g.Flags, lease.FlagOverdue):
 			f.problem = "⧖ overdue: past its end and still held"
@@ -291,7 +350,10 @@ func (m *Model) facts(n *api.Node, g *api.GPU) facts {
 		if p.Container != "" {
 			s += " [" + p.Container + "]"
 		}
-		if squatter(p, l) {
+		if p.MIGDevice != "" {
+			s += " [" + migName(g, p.MIGDevice) + "]"
+		}
+		if squatterOf(p, g) {
 			s += "  ← not the holder"
 		}
 		f.procs = append(f.procs, s)
@@ -319,4 +381,73 @@ func gib(mib uint64) string {
 func (m *Model) cursorGPUOnly() *api.GPU {
 	_, g := m.cursorGPU()
 	return g
+}
+
+// partFacts lists a MIG GPU's instances (held or free) or a shared GPU's
+// budgets, and the room left for another budget.
+func (m *Model) partFacts(f *facts, g *api.GPU) {
+	you, now := m.board.You, m.now()
+	who := func(l *lease.Lease) string {
+		s := holderName(l)
+		if l.UID == you.UID {
+			s = "★ you"
+		}
+		left := l.ExpiresAt.Sub(now)
+		if left <= 0 {
+			return s + ", overdue " + lease.FormatDuration(-left)
+		}
+		return s + ", " + lease.FormatDuration(left) + " left"
+	}
+	if g.MIG == nodeprobe.MIGEnabled {
+		f.partsLabel = "mig"
+		for _, d := range g.MIGDevices {
+			s := fmt.Sprintf("%d:%d %s %s GiB · free", g.Index, d.Index, d.Profile, gib(d.MemoryTotalMiB))
+			for i := range g.Shares {
+				if l := &g.Shares[i]; l.MIG == d.UUID {
+					s = fmt.Sprintf("%d:%d %s %s GiB · %s (%s)", g.Index, d.Index, d.Profile, gib(d.MemoryTotalMiB), l.ID, who(l))
+				}
+			}
+			f.parts = append(f.parts, s)
+		}
+		return
+	}
+	if len(g.Shares) == 0 {
+		return
+	}
+	f.partsLabel = "budgets"
+	var held uint64
+	for i := range g.Shares {
+		l := &g.Shares[i]
+		held += l.MemMiB
+		f.parts = append(f.parts, fmt.Sprintf("%s GiB · %s (%s)", gib(l.MemMiB), l.ID, who(l)))
+	}
+	if g.MemoryTotalMiB > held {
+		f.parts = append(f.parts, fmt.Sprintf("%s GiB of %s GiB not budgeted", gib(g.MemoryTotalMiB-held), gib(g.MemoryTotalMiB)))
+	}
+}
+
+// migName names a MIG instance by its GPU:INDEX and profile.
+func migName(g *api.GPU, uuid string) string {
+	for _, d := range g.MIGDevices {
+		if d.UUID == uuid {
+			return fmt.Sprintf("%d:%d %s", g.Index, d.Index, d.Profile)
+		}
+	}
+	return "MIG"
+}
+
+// squatterOf says whether a process has no business on g: it belongs to no
+// holder of the GPU or of its part (the instance it runs on), as
+// lease.Judge decides.
+func squatterOf(p nodeprobe.Process, g *api.GPU) bool {
+	if g.Lease != nil || len(g.Shares) == 0 {
+		return squatter(p, g.Lease)
+	}
+	for i := range g.Shares {
+		l := &g.Shares[i]
+		if (p.MIGDevice == "" || l.MIG == p.MIGDevice) && !squatter(p, l) {
+			return false
+		}
+	}
+	return true
 }

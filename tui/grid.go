@@ -203,6 +203,9 @@ func (m *Model) nodeHeader(v *nodeView, isCur bool, w int) (string, int) {
 	sp.write(&b, v.state)
 	used += 2 + ansi.StringWidth(v.state)
 	model := fmt.Sprintf("  %s ×%d  ", v.model, len(v.cells))
+	if len(v.tags) > 0 {
+		model = fmt.Sprintf("  %s ×%d  [%s]  ", v.model, len(v.cells), strings.Join(v.tags, " "))
+	}
 	st.dim.write(&b, model)
 	used += ansi.StringWidth(model)
 	var free string

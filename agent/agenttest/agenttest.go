@@ -64,6 +64,8 @@ type Options struct {
 	// tests that plant a version skew or a node without tmux.
 	Version  string
 	TmuxPath string
+	// Tags are the node's pools.
+	Tags []string
 }
 
 // Node is a running agent and what a test needs to talk to it.
@@ -190,6 +192,7 @@ func (n *Node) prepare(o Options) prepared {
 		MetricsListen: o.MetricsListen,
 		Version:       o.Version,
 		Log:           log,
+		Tags:          o.Tags,
 	}, agent.Deps{Probe: probe, Sessions: sessions, Clock: o.Clock, Users: o.Users, Store: o.Store})
 	if err != nil {
 		tb.Fatalf("new agent %s: %v", o.Name, err)
@@ -298,6 +301,8 @@ type ClusterOptions struct {
 	Quiet bool
 	// MetricsListen serves every node's /metrics (e.g. 127.0.0.1:0).
 	MetricsListen string
+	// Tags gives each node's pools, by index (nodes past its end have none).
+	Tags [][]string
 }
 
 // Cluster starts len(o.Specs) agents named node01, node02, … gossiping on
@@ -326,7 +331,11 @@ func Cluster(tb testing.TB, o ClusterOptions) []*Node {
 		if o.Users != nil {
 			users = o.Users
 		}
-		n := Start(tb, Options{Name: fmt.Sprintf("node%02d", i+1), Sim: spec, Policy: o.Policy, Sched: o.Sched, Cluster: cs, TmuxTmpDir: tmux, Quiet: o.Quiet, Users: users, MetricsListen: o.MetricsListen})
+		var tags []string
+		if i < len(o.Tags) {
+			tags = o.Tags[i]
+		}
+		n := Start(tb, Options{Name: fmt.Sprintf("node%02d", i+1), Sim: spec, Policy: o.Policy, Sched: o.Sched, Cluster: cs, TmuxTmpDir: tmux, Quiet: o.Quiet, Users: users, MetricsListen: o.MetricsListen, Tags: tags})
 		if seed == "" {
 			seed = n.Agent.GossipAddr()
 		}

@@ -37,6 +37,54 @@ type FileConfig struct {
 	Queue         QueueSection  `toml:"queue"`
 	SSH           SSHConfig     `toml:"ssh"`
 	Metrics       MetricsConfig `toml:"metrics"`
+	// Tags are the node's pools: tags = ["h100", "nvlink"].
+	Tags []string `toml:"tags"`
+	// Pools are the limits of pools, by tag: [pools.h100].
+	Pools map[string]PoolSection `toml:"pools"`
+}
+
+// PoolSection is [pools.NAME]: what the nodes tagged NAME allow.
+type PoolSection struct {
+	// MaxTime caps time limits on the pool's nodes ("8h").
+	MaxTime string `toml:"max_time"`
+	// Users may use the pool's nodes; empty means everyone.
+	Users []string `toml:"users"`
+	// MaxGPUs is how many GPUs one person may hold in the pool at once.
+	MaxGPUs int `toml:"max_gpus"`
+}
+
+// PoolLimits reads [pools.*].
+func (fc FileConfig) PoolLimits() (lease.Pools, error) {
+	if len(fc.Pools) == 0 {
+		return nil, nil
+	}
+	out := lease.Pools{}
+	for name, ps := range fc.Pools {
+		key := "pools." + name
+		if err := lease.CheckTags([]string{name}); err != nil {
+			return nil, &ConfigError{Msg: key + ": " + err.Error()}
+		}
+		var pl lease.PoolLimits
+		if ps.MaxTime != "" {
+			d, err := lease.ParseDuration(ps.MaxTime)
+			if err != nil {
+				return nil, &ConfigError{Msg: key + ".max_time: " + err.Error()}
+			}
+			pl.MaxTime = d
+		}
+		if ps.MaxGPUs < 0 {
+			return nil, &ConfigError{Msg: fmt.Sprintf("%s.max_gpus: %d is negative", key, ps.MaxGPUs)}
+		}
+		pl.MaxGPUs = ps.MaxGPUs
+		for _, u := range ps.Users {
+			if !lease.ValidUserName(u) {
+				return nil, &ConfigError{Msg: fmt.Sprintf("%s.users: %q is not a user name", key, u)}
+			}
+		}
+		pl.Users = ps.Users
+		out[name] = pl
+	}
+	return out, nil
 }
 
 // LeaseSection is [leases]: the node's time limits and end policy.
@@ -51,6 +99,10 @@ type LeaseSection struct {
 	IdleAfter          string `toml:"idle_after"`
 	IdleUtilPct        *int   `toml:"idle_util_pct"`
 	AdminGroup         string `toml:"admin_group"`
+	// BookAhead is how far ahead a booking may start ("30d");
+	// BookMaxGPUHours how many GPU-hours one person may hold booked.
+	BookAhead       string   `toml:"book_ahead"`
+	BookMaxGPUHours *float64 `toml:"book_max_gpu_hours"`
 }
 
 // QueueSection is [queue]: fair-share, quotas, preemption.
@@ -326,6 +378,12 @@ func (fc FileConfig) check() error {
 			return bad("metrics.listen", "%v", err)
 		}
 	}
+	if err := lease.CheckTags(fc.Tags); err != nil {
+		return bad("tags", "%v", err)
+	}
+	if _, err := fc.PoolLimits(); err != nil {
+		return err
+	}
 	return nil
 }
 
@@ -344,6 +402,7 @@ func (ls LeaseSection) Policy(base lease.Policy) (lease.Policy, error) {
 		{"leases.warn_before", ls.WarnBefore, &p.WarnBefore},
 		{"leases.signal_grace", ls.SignalGrace, &p.SignalGrace},
 		{"leases.idle_after", ls.IdleAfter, &p.IdleAfter},
+		{"leases.book_ahead", ls.BookAhead, &p.BookAhead},
 	}
 	for _, d := range durs {
 		if d.v == "" {
@@ -363,6 +422,9 @@ func (ls LeaseSection) Policy(base lease.Policy) (lease.Policy, error) {
 	}
 	if ls.AdminGroup != "" {
 		p.AdminGroup = ls.AdminGroup
+	}
+	if ls.BookMaxGPUHours != nil {
+		p.BookMaxGPUHours = *ls.BookMaxGPUHours
 	}
 	if err := p.Validate(); err != nil {
 		key := "leases." + strings.SplitN(err.Error(), " ", 2)[0]

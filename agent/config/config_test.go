@@ -42,6 +42,10 @@ func TestConfigErrorsNameFileLineAndReason(t *testing.T) {
 		{"unknown metrics key", "[metrics]\nport = 9477\n", `:2: unknown key "metrics.port"`},
 		{"syntax", "node_name = \n", ":1:"},
 		{"wrong type", "probe_interval = 5\n", "probe_interval"},
+		{"bad tag", "tags = [\"h100\", \"no spaces\"]\n", ":1: tags: pool or tag \"no spaces\""},
+		{"bad pool time", "[pools.h100]\nusers = [\"alice\"]\nmax_time = \"forever\"\n", ":3: pools.h100.max_time: cannot read duration"},
+		{"bad pool user", "[pools.h100]\nusers = [\"al ice\"]\n", ":2: pools.h100.users"},
+		{"bad book ahead", "[leases]\nbook_ahead = \"-1d\"\n", ":2: leases.book_ahead"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -70,5 +74,36 @@ func TestMetricsListenIsReadAndOffByDefault(t *testing.T) {
 	os.WriteFile(off, []byte("node_name = \"n1\"\n"), 0o644)
 	if fc, err := LoadFile(off); err != nil || fc.Metrics.Listen != "" {
 		t.Errorf("no [metrics]: listen = %q (%v), want off", fc.Metrics.Listen, err)
+	}
+}
+
+func TestTagsAndPools(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "dibs.toml")
+	os.WriteFile(path, []byte(`tags = ["h100", "nvlink"]
+
+[leases]
+book_ahead = "14d"
+book_max_gpu_hours = 48
+
+[pools.h100]
+max_time = "8h"
+users = ["alice", "bob"]
+max_gpus = 4
+`), 0o644)
+	fc, err := LoadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pools, err := fc.PoolLimits()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := fc.Leases.Policy(lease.DefaultPolicy())
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := pools["h100"]
+	if len(fc.Tags) != 2 || h.MaxTime != 8*time.Hour || h.MaxGPUs != 4 || len(h.Users) != 2 || p.BookAhead != 14*24*time.Hour || p.BookMaxGPUHours != 48 {
+		t.Errorf("read tags %v, pool %+v, book ahead %s, max %g", fc.Tags, h, p.BookAhead, p.BookMaxGPUHours)
 	}
 }

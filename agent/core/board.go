@@ -16,7 +16,7 @@ func (b *Bound) Board(context.Context) (api.Board, error) {
 	out := api.Board{Self: b.s.cfg.Node, You: b.c, GeneratedAt: v.Now.Round(0), Notices: b.s.deps.Node.Notices(b.c.UID)}
 	for i := range v.Nodes {
 		n := &v.Nodes[i]
-		bn := api.Node{Name: n.Name, State: n.State, Addr: n.Addr, Host: n.Snap.Host, TelemetryAt: n.Snap.TakenAt}
+		bn := api.Node{Name: n.Name, State: n.State, Addr: n.Addr, Host: n.Snap.Host, TelemetryAt: n.Snap.TakenAt, Bookings: n.Bookings}
 		judged := n.Judged
 		if !n.Self {
 			judged = lease.Judge(n.Snap, n.Leases, n.Idle, v.Now, b.s.cfg.Policy)
@@ -34,14 +34,20 @@ func (b *Bound) Board(context.Context) (api.Board, error) {
 
 func gpusFor(snap nodeprobe.Snapshot, leases []lease.Lease, judged map[int]lease.Judgement) []api.GPU {
 	holder := make(map[int]*lease.Lease)
+	shares := make(map[int][]lease.Lease)
 	for i := range leases {
 		for _, g := range leases[i].GPUs {
-			holder[g] = &leases[i]
+			if leases[i].Partial() {
+				shares[g] = append(shares[g], leases[i])
+			} else {
+				holder[g] = &leases[i]
+			}
 		}
 	}
 	out := make([]api.GPU, len(snap.GPUs))
 	for i, g := range snap.GPUs {
-		out[i] = api.GPU{GPU: g, Flags: judged[g.Index].Flags, Lease: holder[g.Index]}
+		j := judged[g.Index]
+		out[i] = api.GPU{GPU: g, Flags: j.Flags, Lease: holder[g.Index], Shares: shares[g.Index], OverBudget: j.OverBudget}
 		if out[i].Flags == nil {
 			out[i].Flags = []lease.Flag{}
 		}

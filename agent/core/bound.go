@@ -49,7 +49,11 @@ func claimOf(req api.ClaimRequest) (lease.Claim, *node.Run, error) {
 	if req.RequestID != "" && !lease.ValidRequestID(req.RequestID) {
 		return lease.Claim{}, nil, lease.Invalidf("request id %q must be 8 to 64 letters, digits, '-' or '_'", req.RequestID)
 	}
-	c := lease.Claim{Count: req.Count, GPUs: req.GPUs, Duration: d, Note: req.Note, Kind: kind, Force: req.Force}
+	c := lease.Claim{Count: req.Count, GPUs: req.GPUs, Duration: d, Note: req.Note, Kind: kind, Force: req.Force,
+		MIG: req.MIG, Model: req.Model, Tags: req.Tags}
+	if err := checkWant(&c, req.Mem); err != nil {
+		return lease.Claim{}, nil, err
+	}
 	if req.Run == nil {
 		return c, nil, nil
 	}
@@ -101,7 +105,8 @@ func (b *Bound) Claim(ctx context.Context, req api.ClaimRequest) (api.ClaimRespo
 			// A retry goes where the first try went, which dedupes it.
 			target = prev
 		} else if len(claim.GPUs) == 0 && len(v.Nodes) > 1 {
-			if target, err = lease.ChooseNode(v.Candidates(), claim.Count); err != nil {
+			want := lease.Want{Count: claim.Count, MIG: claim.MIG, MemMiB: claim.MemMiB, Model: claim.Model, Tags: claim.Tags}
+			if target, err = lease.ChooseNodeFor(v.Candidates(), want, s.cfg.Policy.Pools, b.c.User); err != nil {
 				return api.ClaimResponse{}, err
 			}
 		}
@@ -109,17 +114,18 @@ func (b *Bound) Claim(ctx context.Context, req api.ClaimRequest) (api.ClaimRespo
 	}
 	if target == s.cfg.Node {
 		l, err := b.grantHere(ctx, v, claim, run, req.RequestID)
-		return claimResponse(l), err
+		return s.granted(l), err
 	}
 	r, err := peer.Call(ctx, s.deps.Peers, target, peer.Claim, peer.As(b.c.User), peer.ClaimRequest{
 		Count: claim.Count, GPUs: claim.GPUs, Duration: claim.Duration, Note: claim.Note, Kind: claim.Kind,
 		Force: claim.Force, Run: peerRun(run), RequestID: req.RequestID,
+		MIG: claim.MIG, MemMiB: claim.MemMiB, Model: claim.Model, Tags: claim.Tags,
 	})
 	if err != nil {
 		return api.ClaimResponse{}, err
 	}
 	s.awaitVisible(ctx, r.Lease.ID)
-	return claimResponse(r.Lease), nil
+	return s.granted(r.Lease), nil
 }
 
 // grantHere is a claim decided by this node's single writer.
@@ -127,6 +133,14 @@ func (b *Bound) grantHere(ctx context.Context, v lease.ClusterView, claim lease.
 	n := claim.Count
 	if n == 0 {
 		n = len(claim.GPUs)
+	}
+	if claim.MIG != "" || claim.MemMiB > 0 {
+		n = 1
+	}
+	if self := v.Local(); self != nil {
+		if err := v.PoolQuota(b.s.cfg.Policy.Pools, self.Snap.Host.Tags, b.c.User, n); err != nil {
+			return lease.Lease{}, err
+		}
 	}
 	return b.s.deps.Node.Grant(ctx, b.c, node.Grant{
 		Claim: claim, Run: run, RequestID: requestID,
@@ -169,6 +183,7 @@ func claimResponse(l lease.Lease) api.ClaimResponse {
 	return api.ClaimResponse{
 		ID: l.ID, Node: l.Node, GPUs: l.GPUs, CUDAVisibleDevices: l.CUDAVisibleDevices(),
 		Token: l.Token, Kind: string(l.Kind), ExpiresAt: l.ExpiresAt, Session: l.Session,
+		MIG: l.MIG, MemMiB: l.MemMiB,
 	}
 }
 

@@ -140,7 +140,7 @@ func (s *Service) View() lease.ClusterView {
 	st := s.deps.Node.State()
 	self := lease.NodeView{
 		Name: s.cfg.Node, State: lease.NodeAlive, HasState: true, Version: st.Version,
-		Snap: st.Snap, Leases: st.Leases, Judged: st.Judged, Idle: lease.IdleTrackerFrom(st.QuietSince),
+		Snap: st.Snap, Leases: st.Leases, Bookings: st.Bookings, Judged: st.Judged, Idle: lease.IdleTrackerFrom(st.QuietSince),
 		Queue: s.deps.Origin.Entries(), Ended: st.Ended, Usage: s.deps.Node.Usage().DecayedUsage(s.cfg.Sched.HalfLife),
 		Protocol: peer.Version, Software: s.cfg.Version,
 	}

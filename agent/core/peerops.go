@@ -22,7 +22,8 @@ func (s *Service) registerPeerOps() {
 		if err != nil {
 			return peer.LeaseReply{}, err
 		}
-		claim := lease.Claim{Count: r.Count, GPUs: r.GPUs, Duration: r.Duration, Note: r.Note, Kind: r.Kind, Force: r.Force}
+		claim := lease.Claim{Count: r.Count, GPUs: r.GPUs, Duration: r.Duration, Note: r.Note, Kind: r.Kind, Force: r.Force,
+			MIG: r.MIG, MemMiB: r.MemMiB, Model: r.Model, Tags: r.Tags}
 		var run *node.Run
 		if r.Run != nil {
 			if err := checkRun(r.Run.Command, r.Run.Dir, r.Run.Name); err != nil {
@@ -100,6 +101,7 @@ func (s *Service) registerPeerOps() {
 		s.deps.Kick()
 		return peer.Empty{}, nil
 	})
+	s.registerBookingOps()
 	peer.Handle(m, peer.Usage, func(ctx context.Context, from string, who peer.Actor, r peer.UsageRequest) (peer.UsageReply, error) {
 		u, err := s.deps.Node.Usage().UsageSince(r.Since)
 		return peer.UsageReply{GPUSeconds: u}, err
@@ -115,7 +117,7 @@ func (b *Bound) startPart(ctx context.Context, r peer.StartRequest) (peer.StartR
 	if s.cluster != nil {
 		host = s.cluster.Host()
 	}
-	claim := lease.Claim{GPUs: r.GPUs, Duration: e.Duration, Kind: e.Kind, Note: e.Note, QueuedAt: e.SubmittedAt}
+	claim := lease.Claim{GPUs: r.GPUs, Duration: e.Duration, Kind: e.Kind, Note: e.Note, QueuedAt: e.SubmittedAt, MemMiB: e.MemMiB}
 	var run *node.Run
 	if e.Job != nil {
 		name := lease.RankSessionName(e.Job.Name, e, r.Rank)

@@ -30,6 +30,13 @@ func (b *Bound) Submit(ctx context.Context, req api.SubmitRequest) (api.Submitte
 	if len(claim.GPUs) > 0 {
 		return api.Submitted{}, lease.Invalidf("a queued request asks for a number of GPUs (-g N), not named ones")
 	}
+	if claim.MIG != "" {
+		return api.Submitted{}, lease.Invalidf("a MIG instance cannot be queued: claim it when one is free (`dibs ls` shows them), or queue a budget on a shared GPU (--mem)")
+	}
+	model := req.Model
+	if model == "" {
+		model = claim.Model
+	}
 	if req.Claim.Node != "" {
 		if err := lease.ValidNodeName(req.Claim.Node); err != nil {
 			return api.Submitted{}, lease.Invalidf("%v", err)
@@ -40,10 +47,14 @@ func (b *Bound) Submit(ctx context.Context, req api.SubmitRequest) (api.Submitte
 		Origin: s.cfg.Node, User: b.c.User, UID: b.c.UID,
 		Nodes: req.Nodes, GPUsPerNode: req.GPUsPerNode, Node: req.Claim.Node,
 		Duration: claim.Duration, Kind: claim.Kind, Note: claim.Note,
-		Requeue: req.Requeue, MaxRestarts: req.MaxRestarts, Model: req.Model, RequestID: req.Claim.RequestID,
+		Requeue: req.Requeue, MaxRestarts: req.MaxRestarts, Model: model, RequestID: req.Claim.RequestID,
+		Tags: claim.Tags, MemMiB: claim.MemMiB,
 	}
 	if e.Nodes <= 1 && e.GPUsPerNode == 0 {
 		e.GPUsPerNode = claim.Count
+	}
+	if e.MemMiB > 0 && e.GPUsPerNode == 0 && e.Nodes <= 1 {
+		e.GPUsPerNode = 1
 	}
 	if run != nil {
 		if err := s.canRun(b.c); err != nil {
@@ -134,6 +145,7 @@ func queuedView(e lease.QueueEntry, prio float64, pos int, est time.Time, why st
 		ID: e.ID, Position: pos, User: e.User, Nodes: e.Nodes, GPUsPerNode: e.GPUsPerNode, Node: e.Node,
 		Kind: string(e.Kind), Duration: lease.FormatDuration(e.Duration), Note: e.Note, Priority: prio,
 		SubmittedAt: e.SubmittedAt, EstStart: est, Waiting: why, Restarts: e.Restarts,
+		Model: e.Model, Tags: e.Tags, MemMiB: e.MemMiB,
 	}
 	if e.Job != nil {
 		v.Command = e.Job.Command

@@ -51,7 +51,10 @@ type Config struct {
 	// CanRunAs reports whether this agent may start sessions as uid (it is
 	// root, or it is that user); nil allows all.
 	CanRunAs func(uid int) error
-	Log      *slog.Logger
+	// Tags are the node's pools, stamped on every snapshot so they travel
+	// with the host facts.
+	Tags []string
+	Log  *slog.Logger
 }
 
 // Deps are the parts the node drives.
@@ -71,9 +74,11 @@ type Deps struct {
 // State is the node as readers see it. It is published whole after every
 // change and never modified, so readers take it without a lock.
 type State struct {
-	Version    uint64
-	Snap       nodeprobe.Snapshot
-	Leases     []lease.Lease
+	Version uint64
+	Snap    nodeprobe.Snapshot
+	Leases  []lease.Lease
+	// Bookings are the node's bookings not started yet (never in Leases).
+	Bookings   []lease.Lease
 	Judged     map[int]lease.Judgement
 	QuietSince map[int]time.Time
 	// Ended are recently ended queued runs (lease.EndedRunKeep).
@@ -105,6 +110,7 @@ type Node struct {
 
 	usage Usage
 	sess  sessionJob
+	book  bookingJob
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -132,7 +138,7 @@ func New(cfg Config, deps Deps) *Node {
 		deps.LeasesChanged = func() {}
 	}
 	n := &Node{cfg: cfg, deps: deps, log: cfg.Log, idle: lease.NewIdleTracker(), watching: map[string]context.CancelFunc{}}
-	n.usage.n, n.sess.n = n, n
+	n.usage.n, n.sess.n, n.book.n = n, n, n
 	return n
 }
 
@@ -142,6 +148,10 @@ func (n *Node) Usage() *Usage { return &n.usage }
 // sessionJob starts, watches, messages and ends the tmux sessions of this
 // node's leases; its state (watching) lives in the Node.
 type sessionJob struct{ n *Node }
+
+// bookingJob starts this node's bookings when their time comes, and lets
+// lapse those that could not start in time.
+type bookingJob struct{ n *Node }
 
 // Name is the node's name.
 func (n *Node) Name() string { return n.cfg.Name }
@@ -168,7 +178,7 @@ func (n *Node) Open(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("first probe: %w", err)
 	}
-	snap.Host.Name = n.cfg.Name
+	snap.Host.Name, snap.Host.Tags = n.cfg.Name, n.cfg.Tags
 	n.ctx, n.cancel = context.WithCancel(context.Background())
 	n.wmu.Lock()
 	n.table = lease.NewTable(n.cfg.Name, leases, last, now)
@@ -212,7 +222,7 @@ func (n *Node) publishLocked(now time.Time) {
 	n.judged = lease.Judge(n.snap, leases, n.idle, now, n.cfg.Policy)
 	n.version++
 	n.state.Store(&State{
-		Version: n.version, Snap: n.snap, Leases: leases, Judged: n.judged,
+		Version: n.version, Snap: n.snap, Leases: leases, Bookings: n.table.Bookings(), Judged: n.judged,
 		QuietSince: n.idle.QuietSinceAll(), Ended: slices.Clone(n.ended), LastToken: n.table.LastToken(),
 	})
 	n.deps.Changed.Notify()
@@ -313,7 +323,7 @@ func (n *Node) probeOnce() {
 		}
 		return
 	}
-	snap.Host.Name = n.cfg.Name
+	snap.Host.Name, snap.Host.Tags = n.cfg.Name, n.cfg.Tags
 	n.wmu.Lock()
 	now := n.deps.Clock.Now()
 	n.idle.Observe(snap, n.cfg.Policy)

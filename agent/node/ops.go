@@ -19,6 +19,9 @@ func (n *Node) Release(ctx context.Context, c lease.Caller, id string) error {
 		return err
 	}
 	reason, by := lease.EndReleased, ""
+	if l.Booked {
+		reason = lease.EndUnbooked
+	}
 	if c.UID != l.UID {
 		reason, by = lease.EndByAdmin, c.String()
 		n.log.Warn("admin ended someone else's lease", "admin", c.User, "uid", c.UID, "holder", l.User, "lease", l.ID, "gpus", l.CUDAVisibleDevices())
@@ -28,7 +31,9 @@ func (n *Node) Release(ctx context.Context, c lease.Caller, id string) error {
 	if err != nil {
 		return err
 	}
-	n.sess.killSession(ctx, l, false)
+	if !l.Booked {
+		n.sess.killSession(ctx, l, false)
+	}
 	n.deps.LeasesChanged()
 	return nil
 }
@@ -177,6 +182,8 @@ func (n *Node) step(d lease.Due, now time.Time) {
 		n.sess.killSession(ctx, l, true)
 		n.Notify(l.UID, fmt.Sprintf("lease %s was ended (%s) after its grace", l.ID, l.PreemptReason))
 		n.end(l, lease.PreemptedReason(l.PreemptReason), "")
+	case lease.StepBookingStart, lease.StepBookingLapsed:
+		n.book.step(ctx, d, now)
 	case lease.StepEnd:
 		n.sess.killSession(ctx, l, true)
 		n.log.Info("lease ended at its time limit", "lease", l.ID, "user", l.User)

@@ -78,10 +78,19 @@ type ClaimRequest struct {
 	Force     bool          `json:"force,omitempty"`
 	Run       *Run          `json:"run,omitempty"`
 	RequestID string        `json:"request_id,omitempty"`
+	// A MIG instance, a shared-GPU budget, a model and pools, as in
+	// lease.Claim.
+	MIG    string   `json:"mig,omitempty"`
+	MemMiB uint64   `json:"mem_mib,omitempty"`
+	Model  string   `json:"model,omitempty"`
+	Tags   []string `json:"tags,omitempty"`
 }
 
 // Validate implements Message.
 func (r ClaimRequest) Validate() error {
+	if err := checkWant(r.MIG, r.MemMiB, r.Model, r.Tags); err != nil {
+		return err
+	}
 	if r.Count < 0 || r.Count > lease.MaxGPUsPerNode {
 		return lease.Invalidf("GPU count %d is out of range", r.Count)
 	}

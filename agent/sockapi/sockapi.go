@@ -230,6 +230,12 @@ func (s *Server) Routes() http.Handler {
 	}))
 	mux.HandleFunc("POST /v1/doctor", post(s, (*core.Bound).Doctor))
 	mux.HandleFunc("POST /v1/run", post(s, func(b *core.Bound, ctx context.Context, r idRequest) (api.RunRecord, error) { return b.Run(ctx, r.ID) }))
+	// Bookings.
+	handle("POST", "book", post(s, (*core.Bound).Book))
+	handle("GET", "bookings", get(s, (*core.Bound).Bookings))
+	handle("POST", "unbook", post(s, func(b *core.Bound, ctx context.Context, r idRequest) (struct{}, error) {
+		return struct{}{}, b.Unbook(ctx, r.ID)
+	}))
 	return mux
 }
 

@@ -147,6 +147,10 @@ func (c *cli) agentConfig(cmd *cobra.Command, f agentFlags) (agent.Config, agent
 	if err != nil {
 		return agent.Config{}, agent.Deps{}, err
 	}
+	if policy.Pools, err = fc.PoolLimits(); err != nil {
+		return agent.Config{}, agent.Deps{}, err
+	}
+	sched.Pools = policy.Pools
 	sig, err := fc.Queue.PreemptSig()
 	if err != nil {
 		return agent.Config{}, agent.Deps{}, err
@@ -180,6 +184,7 @@ func (c *cli) agentConfig(cmd *cobra.Command, f agentFlags) (agent.Config, agent
 		PreemptSignal: sig,
 		Log:           logger,
 		Version:       buildInfo().Version,
+		Tags:          fc.Tags,
 	}
 	if err := lease.ValidNodeName(cfg.NodeName); err != nil {
 		return cfg, agent.Deps{}, fmt.Errorf("%w: set --node-name", err)

@@ -23,6 +23,7 @@ import (
 
 	"github.com/dibs-gpu/dibs/agent/agenttest"
 	"github.com/dibs-gpu/dibs/api"
+	"github.com/dibs-gpu/dibs/lease"
 )
 
 // The CLI as a SLURM user expects it: -g/--gpus is a count (srun --gpus),
@@ -46,7 +47,7 @@ func TestCLIGpusIsACountAndIdsNamesGPUs(t *testing.T) {
 		{"--ids names GPUs", []string{"claim", "--ids", "3"}, 0, "node01-3: GPU 3 on node01", "^$", ""},
 		{"indices given to -g say to use --ids", []string{"claim", "-g", "0,2"}, 1, "", regexp.QuoteMeta("dibs: -g/--gpus takes a count, as in srun --gpus 2; name particular GPUs with --ids 0,2"), ""},
 		{"bad --ids", []string{"claim", "--ids", "x"}, 1, "", regexp.QuoteMeta(`--ids "x": give GPU indices like 0,2`), ""},
-		{"nothing said", []string{"claim"}, 1, "", regexp.QuoteMeta("say how many GPUs (-g 2) or which (--ids 0,2)"), ""},
+		{"nothing said", []string{"claim"}, 1, "", regexp.QuoteMeta("say how many GPUs (-g 2), which (--ids 0,2), a MIG instance (--mig 3g.40gb) or a memory budget (--mem 20G)"), ""},
 		{"a refusal of one GPU says GPU, and you, not your name", []string{"claim", "-g", "1"}, 1, "",
 			`asked for 1 GPU but only 0 free on node01: you hold GPUs 0,1 for ` + left + ` more; you hold GPU 2 for ` + left + ` more; you hold GPU 3 for ` + left + ` more; release what you hold there, or wait`, "holds"},
 		{"a named GPU of your own", []string{"claim", "--ids", "1"}, 1, "", `you already hold GPU 1 for ` + left + ` more \(lease node01-1,`, "is held by"},
@@ -248,6 +249,14 @@ func TestCompletionsAskTheAgent(t *testing.T) {
 	if _, e, c := dibs(t, p.socket, nil, "run", "--queue", "-g", "1", "--", "true"); c != 0 {
 		t.Fatal(e)
 	}
+	// A booking two days ahead is offered after unbook, and nowhere else.
+	day := time.Now().Add(48 * time.Hour).Format("2006-01-02")
+	bout, e, c := dibs(t, p.socket, nil, "book", "-g", "1", "--at", day+" 09:00", "--for", "2h", "--note", "later", "--json")
+	var bk lease.Lease
+	if err := json.Unmarshal([]byte(bout), &bk); c != 0 || err != nil {
+		t.Fatalf("book: exit %d, %v: %s%s", c, err, bout, e)
+	}
+	booked := fmt.Sprintf("%s\tGPU %s on node01 from %s for 2h: later\n", bk.ID, bk.CUDAVisibleDevices(), bk.StartedAt.Local().Format("Mon Jan 2 15:04"))
 	// Time left reads 4h or 3h59m depending on the second: say "T".
 	leftRE := regexp.MustCompile(`(4h|3h59m) left`)
 	complete := func(args ...string) string {
@@ -270,6 +279,8 @@ func TestCompletionsAskTheAgent(t *testing.T) {
 		{[]string{"extend", "node01-"}, "node01-1\tGPU 0 on node01, T left: mine\n" + second + ":4\n"},
 		{[]string{"extend", "node01-1", ""}, ":4\n"},
 		{[]string{"cancel", ""}, "node01-q1\tposition 1, 1 GPU for 4h\n:4\n"},
+		{[]string{"unbook", ""}, booked + ":4\n"},
+		{[]string{"unbook", bk.ID, ""}, ":4\n"},
 		{[]string{"claim", "--node", ""}, "node01\talive, 0 of 4 GPUs free\n:4\n"},
 		{[]string{"run", "--kind", ""}, "interactive\ta person at a shell (default limit 4h)\nbatch\ta run nobody watches (default limit 24h)\n:4\n"},
 	}

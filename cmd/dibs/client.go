@@ -57,6 +57,14 @@ type claimFlags struct {
 	node  string
 	force bool
 	json  bool
+	// What kind of GPU, and what part of one: a MIG instance, a memory
+	// budget on a shared GPU, a model, pools (--pool and --tag alike).
+	mig   string
+	mem   string
+	model string
+	pools []string
+	// at books the run for later (dibs run --at).
+	at string
 }
 
 func (f *claimFlags) add(c *cli, cmd *cobra.Command) {
@@ -74,6 +82,11 @@ func (f *claimFlags) add(c *cli, cmd *cobra.Command) {
 	fl.StringVar(&f.node, "node", "", "claim on this node (default: this node alone, or the best node in a cluster)")
 	fl.BoolVar(&f.force, "force", false, "claim named GPUs even though someone's unleased process runs there")
 	fl.BoolVar(&f.json, "json", false, "print JSON")
+	fl.StringVar(&f.mig, "mig", "", "one MIG instance instead of GPUs: a profile (3g.40gb), its MIG- UUID, or GPU:INDEX")
+	fl.StringVar(&f.mem, "mem", "", "a memory budget on a shared GPU instead of a whole one, e.g. 20G")
+	fl.StringVar(&f.model, "model", "", "only GPUs whose model contains this, e.g. H100")
+	fl.StringSliceVar(&f.pools, "pool", nil, "only nodes in this pool (a node tag from the agents' config)")
+	fl.StringSliceVar(&f.pools, "tag", nil, "only nodes with this tag (the same as --pool; repeat for several)")
 	cmd.RegisterFlagCompletionFunc("kind", cobra.FixedCompletions([]string{"interactive\ta person at a shell (default limit 4h)", "batch\ta run nobody watches (default limit 24h)"}, cobra.ShellCompDirectiveNoFileComp))
 	cmd.RegisterFlagCompletionFunc("node", c.completeNodes)
 	cmd.RegisterFlagCompletionFunc("gpus", cobra.NoFileCompletions)
@@ -94,7 +107,8 @@ func (f *claimFlags) request() (api.ClaimRequest, error) { return f.build(true) 
 
 // build makes the request; needCount says -g or --ids must be given.
 func (f *claimFlags) build(needCount bool) (api.ClaimRequest, error) {
-	req := api.ClaimRequest{Node: f.node, Count: f.count, Duration: f.dur, Note: f.note, Kind: f.kind, Force: f.force}
+	req := api.ClaimRequest{Node: f.node, Count: f.count, Duration: f.dur, Note: f.note, Kind: f.kind, Force: f.force,
+		MIG: f.mig, Mem: f.mem, Model: f.model, Tags: f.pools}
 	if f.ids != "" {
 		for _, s := range strings.Split(f.ids, ",") {
 			n, err := strconv.Atoi(strings.TrimSpace(s))
@@ -104,8 +118,16 @@ func (f *claimFlags) build(needCount bool) (api.ClaimRequest, error) {
 			req.GPUs = append(req.GPUs, n)
 		}
 	}
-	if needCount && f.count == 0 && len(req.GPUs) == 0 {
-		return req, errors.New("say how many GPUs (-g 2) or which (--ids 0,2)")
+	if needCount && f.count == 0 && len(req.GPUs) == 0 && f.mig == "" && f.mem == "" {
+		return req, errors.New("say how many GPUs (-g 2), which (--ids 0,2), a MIG instance (--mig 3g.40gb) or a memory budget (--mem 20G)")
+	}
+	if f.mem != "" {
+		if _, err := lease.ParseMem(f.mem); err != nil {
+			return req, fmt.Errorf("--mem: %w", err)
+		}
+	}
+	if err := lease.CheckTags(f.pools); err != nil {
+		return req, fmt.Errorf("--pool: %w", err)
 	}
 	if f.count < 0 {
 		return req, fmt.Errorf("-g %d: ask for at least one GPU", f.count)
@@ -122,8 +144,18 @@ func (f *claimFlags) build(needCount bool) (api.ClaimRequest, error) {
 }
 
 func (c *cli) printGrant(r api.ClaimResponse) {
-	fmt.Fprintf(c.stdout, "%s: GPU%s %s on %s until %s (%s)\n", safe(r.ID), plural(len(r.GPUs)), safe(r.CUDAVisibleDevices), safe(r.Node),
+	what := fmt.Sprintf("GPU%s %s", plural(len(r.GPUs)), safe(r.CUDAVisibleDevices))
+	switch {
+	case r.MIG != "" && len(r.GPUs) == 1:
+		what = fmt.Sprintf("MIG instance %s of GPU %d", safe(r.MIG), r.GPUs[0])
+	case r.MemMiB > 0 && len(r.GPUs) == 1:
+		what = fmt.Sprintf("%s of shared GPU %d", lease.FormatMem(r.MemMiB), r.GPUs[0])
+	}
+	fmt.Fprintf(c.stdout, "%s: %s on %s until %s (%s)\n", safe(r.ID), what, safe(r.Node),
 		r.ExpiresAt.Local().Format("Mon 15:04"), lease.FormatDuration(time.Until(r.ExpiresAt)))
+	if r.Notice != "" {
+		fmt.Fprintf(c.stdout, "note: %s\n", safe(r.Notice))
+	}
 	fmt.Fprintf(c.stdout, "export CUDA_DEVICE_ORDER=PCI_BUS_ID CUDA_VISIBLE_DEVICES=%s\n", safe(r.CUDAVisibleDevices))
 }
 
@@ -142,7 +174,10 @@ func claimCmd(c *cli) *cobra.Command {
 		ValidArgsFunction: cobra.NoFileCompletions,
 		Short:             "Claim GPUs (an advisory lease with a time limit)",
 		Example: `  dibs claim -g 2 --for 3h --note "ablation sweep"
-  dibs claim --ids 4,5 --kind batch`,
+  dibs claim --ids 4,5 --kind batch
+  dibs claim --mig 3g.40gb                 # one MIG instance
+  dibs claim --mem 20G --for 2h            # 20 GiB on a shared GPU
+  dibs claim -g 1 --model L40S --pool inference`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			req, err := f.request()
@@ -188,7 +223,9 @@ func runCmd(c *cli) *cobra.Command {
 		Use:   "run [claim flags] [--name NAME] [--attach] -- CMD [ARGS...]",
 		Short: "Claim GPUs and start a tmux session on them; the lease ends when the session does",
 		Example: `  dibs run -g 2 -- python train.py --lr 3e-4
-  dibs run -g 1 --attach          # an interactive shell on one GPU`,
+  dibs run -g 1 --attach          # an interactive shell on one GPU
+  dibs run --mem 16G -- python eval.py
+  dibs run -g 4 --at "tomorrow 09:00" --for 3h -- python train.py`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			// With --gpus-per-node the gang flags say how many.
 			req, err := f.build(q.gpusPerNode == 0)
@@ -203,6 +240,9 @@ func runCmd(c *cli) *cobra.Command {
 			ctx, cancel := reqCtx()
 			defer cancel()
 			cl := c.client()
+			if f.at != "" {
+				return bookRun(ctx, c, cl, &f, req)
+			}
 			if q.queue || q.nodes > 1 || q.torchrun {
 				sreq, err := q.request(req)
 				if err != nil {
@@ -239,6 +279,7 @@ func runCmd(c *cli) *cobra.Command {
 	cmd.Flags().StringVar(&name, "name", "", "tmux session name (default dibs-<lease id>)")
 	cmd.Flags().StringVar(&dir, "dir", "", "working directory (default: the current one)")
 	cmd.Flags().BoolVar(&attach, "attach", false, "attach to the session once it starts")
+	cmd.Flags().StringVar(&f.at, "at", "", `book the GPUs for later and start CMD then, e.g. "tomorrow 09:00" (needs --for)`)
 	q.add(cmd, true)
 	return cmd
 }

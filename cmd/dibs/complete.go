@@ -45,15 +45,61 @@ func callerLeases(b api.Board) []lease.Lease {
 	seen := map[string]bool{}
 	for _, n := range b.Nodes {
 		for _, g := range n.GPUs {
-			l := g.Lease
-			if l == nil || seen[l.ID] || l.User != b.You.User || !l.ReservedUntil.IsZero() {
-				continue
+			for _, l := range held(g) {
+				if seen[l.ID] || l.User != b.You.User || !l.ReservedUntil.IsZero() {
+					continue
+				}
+				seen[l.ID] = true
+				out = append(out, l)
 			}
-			seen[l.ID] = true
-			out = append(out, *l)
 		}
 	}
 	return out
+}
+
+// held are the leases on a GPU: the one holding it whole, or those on its
+// parts (MIG instances, budgets on a shared GPU).
+func held(g api.GPU) []lease.Lease {
+	if g.Lease != nil {
+		return []lease.Lease{*g.Lease}
+	}
+	return g.Shares
+}
+
+// leaseWhat says what a lease holds, for a completion's description: "GPUs
+// 2,3", "MIG instance MIG-…", "20.0G of GPU 1".
+func leaseWhat(l lease.Lease) string {
+	switch {
+	case l.MIG != "":
+		return "MIG instance " + l.MIG
+	case l.MemMiB > 0:
+		return mib(l.MemMiB) + " of GPU " + l.CUDAVisibleDevices()
+	}
+	return fmt.Sprintf("GPU%s %s", plural(len(l.GPUs)), l.CUDAVisibleDevices())
+}
+
+// completeMyBookings completes the ids of the caller's bookings that have
+// not started, each with its GPUs and time.
+func (c *cli) completeMyBookings(cmd *cobra.Command, args []string, toComplete string) ([]cobra.Completion, cobra.ShellCompDirective) {
+	b, ok := c.completeBoard()
+	if !ok {
+		return nil, cobra.ShellCompDirectiveNoFileComp
+	}
+	var out []cobra.Completion
+	for _, n := range b.Nodes {
+		for _, bk := range n.Bookings {
+			if bk.User != b.You.User || slices.Contains(args, bk.ID) || !strings.HasPrefix(bk.ID, toComplete) {
+				continue
+			}
+			desc := fmt.Sprintf("GPU%s %s on %s from %s for %s", plural(len(bk.GPUs)), bk.CUDAVisibleDevices(), bk.Node,
+				bk.StartedAt.Local().Format("Mon Jan 2 15:04"), lease.FormatDuration(bk.ExpiresAt.Sub(bk.StartedAt)))
+			if bk.Note != "" {
+				desc += ": " + bk.Note
+			}
+			out = append(out, cobra.CompletionWithDesc(bk.ID, desc))
+		}
+	}
+	return out, cobra.ShellCompDirectiveNoFileComp
 }
 
 // completeMyLeases completes lease ids of the caller's own leases, each
@@ -74,7 +120,7 @@ func (c *cli) completeMyLeases(withSession bool, max int) cobra.CompletionFunc {
 			if slices.Contains(args, l.ID) || !strings.HasPrefix(l.ID, toComplete) || (withSession && l.Session == "") {
 				continue
 			}
-			desc := fmt.Sprintf("GPU%s %s on %s, %s left", plural(len(l.GPUs)), l.CUDAVisibleDevices(), l.Node, timeLeft(l, now))
+			desc := fmt.Sprintf("%s on %s, %s left", leaseWhat(l), l.Node, timeLeft(l, now))
 			if l.Note != "" {
 				desc += ": " + l.Note
 			}
@@ -143,15 +189,15 @@ func (c *cli) completeWho(cmd *cobra.Command, args []string, toComplete string) 
 	if !ok {
 		return nil, cobra.ShellCompDirectiveNoFileComp
 	}
-	held := map[string]int{}
+	holds := map[string]int{}
 	var users []string
 	for _, n := range b.Nodes {
 		for _, g := range n.GPUs {
-			if l := g.Lease; l != nil {
-				if _, ok := held[l.User]; !ok {
+			for _, l := range held(g) {
+				if _, ok := holds[l.User]; !ok {
 					users = append(users, l.User)
 				}
-				held[l.User]++
+				holds[l.User]++
 			}
 		}
 	}
@@ -159,7 +205,7 @@ func (c *cli) completeWho(cmd *cobra.Command, args []string, toComplete string) 
 	var out []cobra.Completion
 	for _, u := range users {
 		if strings.HasPrefix(u, toComplete) {
-			out = append(out, cobra.CompletionWithDesc(u, fmt.Sprintf("holds %d GPU%s", held[u], plural(held[u]))))
+			out = append(out, cobra.CompletionWithDesc(u, fmt.Sprintf("holds %d GPU%s", holds[u], plural(holds[u]))))
 		}
 	}
 	for _, n := range b.Nodes {
@@ -172,6 +218,8 @@ func (c *cli) completeWho(cmd *cobra.Command, args []string, toComplete string) 
 			switch {
 			case g.Lease != nil:
 				desc = g.Lease.User
+			case len(g.Shares) > 0:
+				desc = "shared by " + partUsers(g.Shares)
 			case !g.Free(n.State):
 				desc = "not free"
 			}
@@ -179,4 +227,15 @@ func (c *cli) completeWho(cmd *cobra.Command, args []string, toComplete string) 
 		}
 	}
 	return out, cobra.ShellCompDirectiveNoFileComp
+}
+
+// partUsers names the holders of a GPU's parts, each once: "alice, bob".
+func partUsers(ls []lease.Lease) string {
+	var names []string
+	for _, l := range ls {
+		if !slices.Contains(names, l.User) {
+			names = append(names, l.User)
+		}
+	}
+	return strings.Join(names, ", ")
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/dibs-gpu/dibs/api"
 	"github.com/dibs-gpu/dibs/lease"
+	"github.com/dibs-gpu/dibs/nodeprobe"
 )
 
 func lsCmd(c *cli) *cobra.Command {
@@ -52,8 +53,23 @@ func printBoard(w io.Writer, b api.Board, now time.Time) {
 		if n.State != api.NodeAlive {
 			fmt.Fprintf(w, "%-8s %s: GPUs unknown (last heard %s ago)\n", clip(n.Name, 8), n.State, lease.FormatDuration(now.Sub(n.TelemetryAt)))
 		}
+		if len(n.Host.Tags) > 0 {
+			fmt.Fprintf(w, "%-8s pools: %s\n", clip(n.Name, 8), clip(strings.Join(n.Host.Tags, ", "), 60))
+		}
 		for _, g := range n.GPUs {
 			holder, left := "-", ""
+			switch {
+			case g.MIG == nodeprobe.MIGEnabled:
+				holder = "MIG"
+			case len(g.Shares) > 0:
+				holder = "shared"
+			}
+			for _, l := range g.Shares {
+				if !seen[l.ID] {
+					seen[l.ID] = true
+					leases = append(leases, l)
+				}
+			}
 			if l := g.Lease; l != nil {
 				holder = l.User
 				left = timeLeft(*l, now)
@@ -61,7 +77,7 @@ func printBoard(w io.Writer, b api.Board, now time.Time) {
 					seen[l.ID] = true
 					leases = append(leases, *l)
 				}
-			} else if n.State == api.NodeAlive && len(g.Processes) == 0 {
+			} else if n.State == api.NodeAlive && len(g.Processes) == 0 && holder == "-" {
 				holder = "free"
 			}
 			flags := make([]string, 0, len(g.Flags))
@@ -70,6 +86,7 @@ func printBoard(w io.Writer, b api.Board, now time.Time) {
 			}
 			fmt.Fprintf(w, "%-8s %3d %-16s %9s %4s  %-10s %6s  %s\n", clip(n.Name, 8), g.Index, clip(lsModel(g.Model), 16),
 				memStr(g.MemoryUsedMiB, g.MemoryTotalMiB), pct(g.UtilizationPct), clip(holder, 10), left, strings.Join(flags, ","))
+			printParts(w, n.State == api.NodeAlive, g, now)
 			for _, p := range g.Processes {
 				who := p.User
 				if who == "" {
@@ -83,6 +100,7 @@ func printBoard(w io.Writer, b api.Board, now time.Time) {
 			}
 		}
 	}
+	defer printBoardBookings(w, b, now)
 	if len(leases) == 0 {
 		return
 	}
@@ -93,7 +111,31 @@ func printBoard(w io.Writer, b api.Board, now time.Time) {
 		if sess == "" {
 			sess = "-"
 		}
-		fmt.Fprintf(w, "%-12s %-10s %-16s %-6s %-14s %s\n", clip(l.ID, 12), clip(l.User, 10), clip(l.Node+":"+l.CUDAVisibleDevices(), 16), left, clip(sess, 14), clip(l.Note, 16))
+		fmt.Fprintf(w, "%-12s %-10s %-16s %-6s %-14s %s\n", clip(l.ID, 12), clip(l.User, 10), clip(leaseGPUs(l), 16), left, clip(sess, 14), clip(l.Note, 16))
+	}
+}
+
+// printParts lists a GPU's parts under it: each MIG instance with its
+// holder (or free), or each budget of a shared GPU.
+func printParts(w io.Writer, alive bool, g api.GPU, now time.Time) {
+	for _, d := range g.MIGDevices {
+		who, left := "free", ""
+		if !alive {
+			who = "?"
+		}
+		for _, l := range g.Shares {
+			if l.MIG == d.UUID {
+				who, left = l.User, timeLeft(l, now)
+			}
+		}
+		sel := strconv.Itoa(g.Index) + ":" + strconv.Itoa(d.Index)
+		fmt.Fprintf(w, "%14s├ %-5s %-9s %6s  %-10s %6s  %s\n", "", clip(sel, 5), clip(d.Profile, 9), mib(d.MemoryTotalMiB), clip(who, 10), left, clip(d.UUID, 20))
+	}
+	if g.MIG == nodeprobe.MIGEnabled {
+		return
+	}
+	for _, l := range g.Shares {
+		fmt.Fprintf(w, "%14s├ %-15s %6s  %-10s %6s\n", "", "budget", mib(l.MemMiB), clip(l.User, 10), timeLeft(l, now))
 	}
 }
 
@@ -104,6 +146,15 @@ func timeLeft(l lease.Lease, now time.Time) string {
 		return "over"
 	}
 	return lease.FormatDuration(l.ExpiresAt.Sub(now))
+}
+
+// leaseGPUs says what a lease holds: node:0,1 or node:MIG-… or node:0 20G.
+func leaseGPUs(l lease.Lease) string {
+	s := l.Node + ":" + l.CUDAVisibleDevices()
+	if l.MemMiB > 0 {
+		s += " " + mib(l.MemMiB)
+	}
+	return s
 }
 
 // lsModel shortens a model name to what tells GPUs apart on a board.
@@ -204,22 +255,40 @@ func who(b api.Board, q string) ([]lease.Lease, error) {
 			if gpu >= 0 && n.Name == node && g.Index == gpu {
 				found = true
 			}
-			l := g.Lease
-			if l == nil || seen[l.ID] {
-				continue
+			held := g.Shares
+			if g.Lease != nil {
+				held = append([]lease.Lease{*g.Lease}, held...)
 			}
-			switch {
-			case gpu >= 0 && !(n.Name == node && g.Index == gpu):
-				continue
-			case gpu < 0 && q != "" && l.User != q:
-				continue
+			for _, l := range held {
+				if seen[l.ID] {
+					continue
+				}
+				switch {
+				case gpu >= 0 && !(n.Name == node && g.Index == gpu):
+					continue
+				case gpu < 0 && q != "" && l.User != q:
+					continue
+				}
+				seen[l.ID] = true
+				out = append(out, l)
 			}
-			seen[l.ID] = true
-			out = append(out, *l)
 		}
 	}
 	if !found {
 		return nil, fmt.Errorf("no GPU %d on %s: `dibs ls` lists them", gpu, node)
 	}
 	return out, nil
+}
+
+// printBoardBookings lists the board's bookings after its leases.
+func printBoardBookings(w io.Writer, b api.Board, now time.Time) {
+	var bs []lease.Lease
+	for _, n := range b.Nodes {
+		bs = append(bs, n.Bookings...)
+	}
+	if len(bs) == 0 {
+		return
+	}
+	fmt.Fprintln(w)
+	printBookings(w, bs, now)
 }

@@ -26,7 +26,6 @@ type queueFlags struct {
 	requeue     bool
 	maxRestarts int
 	torchrun    bool
-	model       string
 }
 
 func (q *queueFlags) add(cmd *cobra.Command, run bool) {
@@ -41,11 +40,10 @@ func (q *queueFlags) add(cmd *cobra.Command, run bool) {
 	} else {
 		fl.BoolVar(&q.queue, "queue", false, "if it does not fit now, wait in the queue until granted (like salloc); Ctrl-C withdraws")
 	}
-	fl.StringVar(&q.model, "model", "", "only GPUs whose model contains this, e.g. H100 (with --queue)")
 }
 
 func (q *queueFlags) request(req api.ClaimRequest) (api.SubmitRequest, error) {
-	s := api.SubmitRequest{Claim: req, Nodes: q.nodes, GPUsPerNode: q.gpusPerNode, Requeue: q.requeue, MaxRestarts: q.maxRestarts, Torchrun: q.torchrun, Model: q.model}
+	s := api.SubmitRequest{Claim: req, Nodes: q.nodes, GPUsPerNode: q.gpusPerNode, Requeue: q.requeue, MaxRestarts: q.maxRestarts, Torchrun: q.torchrun, Model: req.Model}
 	if q.nodes > 1 && q.gpusPerNode <= 0 {
 		return s, errors.New("--nodes needs --gpus-per-node G")
 	}
@@ -74,9 +72,15 @@ func entryLeases(b api.Board, id string) []lease.Lease {
 	seen := map[string]bool{}
 	for _, n := range b.Nodes {
 		for _, g := range n.GPUs {
-			if l := g.Lease; l != nil && !seen[l.ID] && strings.HasPrefix(l.Entry, id+"#") && l.ReservedUntil.IsZero() {
-				seen[l.ID] = true
-				out = append(out, *l)
+			held := g.Shares // a queued budget on a shared GPU, or a MIG instance
+			if g.Lease != nil {
+				held = append([]lease.Lease{*g.Lease}, held...)
+			}
+			for _, l := range held {
+				if !seen[l.ID] && strings.HasPrefix(l.Entry, id+"#") && l.ReservedUntil.IsZero() {
+					seen[l.ID] = true
+					out = append(out, l)
+				}
 			}
 		}
 	}
@@ -84,7 +88,7 @@ func entryLeases(b api.Board, id string) []lease.Lease {
 }
 
 func grantOf(l lease.Lease) api.ClaimResponse {
-	return api.ClaimResponse{ID: l.ID, Node: l.Node, GPUs: l.GPUs, CUDAVisibleDevices: l.CUDAVisibleDevices(), Token: l.Token, Kind: string(l.Kind), ExpiresAt: l.ExpiresAt, Session: l.Session}
+	return api.ClaimResponse{ID: l.ID, Node: l.Node, GPUs: l.GPUs, CUDAVisibleDevices: l.CUDAVisibleDevices(), Token: l.Token, Kind: string(l.Kind), ExpiresAt: l.ExpiresAt, Session: l.Session, MIG: l.MIG, MemMiB: l.MemMiB}
 }
 
 // queueEntry finds id in the queue; nil when it is not there.
@@ -339,6 +343,9 @@ func printQueue(w io.Writer, q api.Queue, now time.Time) {
 			size = fmt.Sprintf("%dx%d", e.Nodes, e.GPUsPerNode)
 		}
 		pos, prio, start, why := fmt.Sprint(e.Position), fmt.Sprintf("%.0f", e.Priority), "?", safe(e.Waiting)
+		if e.MemMiB > 0 {
+			size = mib(e.MemMiB) // a budget on a shared GPU
+		}
 		switch {
 		case e.Running:
 			pos, prio, start, why = "-", "-", "running", ""

@@ -77,7 +77,7 @@ type Config struct {
 }
 
 func (c Config) withDefaults() Config {
-	if c.Lease == (lease.Policy{}) {
+	if c.Lease.IsZero() {
 		c.Lease = lease.DefaultPolicy()
 	}
 	c.Sched.PreemptGrace = c.Lease.PreemptGrace

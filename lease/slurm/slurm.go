@@ -87,7 +87,7 @@ func Export(c Cluster, o Options) (Files, error) {
 		ctl = nodes[0].Name
 	}
 	p, s := c.Policy, c.Sched.WithDefaults()
-	if p == (lease.Policy{}) {
+	if p.IsZero() {
 		p = lease.DefaultPolicy()
 	}
 	maxTime := max(p.MaxInteractive, p.MaxBatch)

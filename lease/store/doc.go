@@ -8,7 +8,7 @@
 // One bbolt file, dibs.db, in the data dir, with four top-level buckets and
 // nothing else:
 //
-//	leases  key: lease id ("gpu-01-7")       value: a lease record
+//	leases  key: lease id ("gpu-01-7")       value: a lease record (bookings too)
 //	queue   key: queue entry id ("gpu-01-q3") value: a queue entry record
 //	ledger  key: 8-byte big-endian sequence  value: a ledger record (an ended lease)
 //	meta    key: name                        value: see below
@@ -20,7 +20,10 @@
 // The version byte (today 1) names the record's shape: leaseRecord,
 // entryRecord and ledgerRecord in this package, whose JSON is frozen and
 // independent of lease.Lease's tags, so the API and the gossip wire can change
-// without changing the file. The meta values are fixed-size numbers followed
+// without changing the file. A booking is a lease record with "booked":
+// true (lease.Lease.Booked), so it is as durable and as checked as a lease
+// and needs no bucket of its own (an older dibs of schema 2 reads it as a
+// lease). The meta values are fixed-size numbers followed
 // by the same CRC-32C:
 //
 //	schema      8-byte big-endian 2 | CRC

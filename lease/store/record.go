@@ -55,6 +55,13 @@ type leaseRecord struct {
 	RequestID string            `json:"request_id,omitempty"`
 	Mono      *lease.MonoLimits `json:"mono,omitempty"`
 	QueuedAt  time.Time         `json:"queued_at,omitzero"`
+	// Added with MIG, shared GPUs and bookings, optional: a booking is a
+	// lease record with booked set (and, for `dibs run --at`, its job).
+	MIG    string     `json:"mig,omitempty"`
+	MemMiB uint64     `json:"mem_mib,omitempty"`
+	Share  float64    `json:"share,omitempty"`
+	Booked bool       `json:"booked,omitempty"`
+	Job    *jobRecord `json:"job,omitempty"`
 }
 
 func leaseToRecord(l lease.Lease) leaseRecord {
@@ -66,7 +73,22 @@ func leaseToRecord(l lease.Lease) leaseRecord {
 		ReservedUntil: l.ReservedUntil, PreemptedAt: l.PreemptedAt,
 		PreemptReason: l.PreemptReason, SignalledAt: l.SignalledAt,
 		RequestID: l.RequestID, Mono: l.Mono, QueuedAt: l.QueuedAt,
+		MIG: l.MIG, MemMiB: l.MemMiB, Share: l.Share, Booked: l.Booked, Job: jobToRecord(l.Job),
 	}
+}
+
+func jobToRecord(j *lease.Job) *jobRecord {
+	if j == nil {
+		return nil
+	}
+	return &jobRecord{Command: j.Command, Dir: j.Dir, Name: j.Name, Torchrun: j.Torchrun}
+}
+
+func (r *jobRecord) job() *lease.Job {
+	if r == nil {
+		return nil
+	}
+	return &lease.Job{Command: r.Command, Dir: r.Dir, Name: r.Name, Torchrun: r.Torchrun}
 }
 
 func (r *leaseRecord) lease() lease.Lease {
@@ -78,6 +100,7 @@ func (r *leaseRecord) lease() lease.Lease {
 		ReservedUntil: r.ReservedUntil, PreemptedAt: r.PreemptedAt,
 		PreemptReason: r.PreemptReason, SignalledAt: r.SignalledAt,
 		RequestID: r.RequestID, Mono: r.Mono, QueuedAt: r.QueuedAt,
+		MIG: r.MIG, MemMiB: r.MemMiB, Share: r.Share, Booked: r.Booked, Job: r.Job.job(),
 	}
 }
 
@@ -111,6 +134,9 @@ type entryRecord struct {
 	Model       string     `json:"model,omitempty"`
 	// Added after schema 1, optional.
 	RequestID string `json:"request_id,omitempty"`
+	// Added with pools and shared GPUs, optional.
+	Tags   []string `json:"tags,omitempty"`
+	MemMiB uint64   `json:"mem_mib,omitempty"`
 }
 
 func entryToRecord(e lease.QueueEntry) entryRecord {
@@ -119,10 +145,7 @@ func entryToRecord(e lease.QueueEntry) entryRecord {
 		Nodes: e.Nodes, GPUsPerNode: e.GPUsPerNode, Node: e.Node, Duration: int64(e.Duration),
 		Kind: string(e.Kind), Note: e.Note, Requeue: e.Requeue, MaxRestarts: e.MaxRestarts,
 		Restarts: e.Restarts, Attempt: e.Attempt, Running: e.Running, Model: e.Model,
-		RequestID: e.RequestID,
-	}
-	if e.Job != nil {
-		r.Job = &jobRecord{Command: e.Job.Command, Dir: e.Job.Dir, Name: e.Job.Name, Torchrun: e.Job.Torchrun}
+		RequestID: e.RequestID, Tags: e.Tags, MemMiB: e.MemMiB, Job: jobToRecord(e.Job),
 	}
 	return r
 }
@@ -133,10 +156,7 @@ func (r *entryRecord) entry() lease.QueueEntry {
 		Nodes: r.Nodes, GPUsPerNode: r.GPUsPerNode, Node: r.Node, Duration: time.Duration(r.Duration),
 		Kind: lease.Kind(r.Kind), Note: r.Note, Requeue: r.Requeue, MaxRestarts: r.MaxRestarts,
 		Restarts: r.Restarts, Attempt: r.Attempt, Running: r.Running, Model: r.Model,
-		RequestID: r.RequestID,
-	}
-	if r.Job != nil {
-		e.Job = &lease.Job{Command: r.Job.Command, Dir: r.Job.Dir, Name: r.Job.Name, Torchrun: r.Job.Torchrun}
+		RequestID: r.RequestID, Tags: r.Tags, MemMiB: r.MemMiB, Job: r.Job.job(),
 	}
 	return e
 }

@@ -419,7 +419,9 @@ func migDevice(uuid, name string, totalMiB, usedMiB uint64, attrs nvml.DeviceAtt
 	}
 }
 
-func TestNVMLMIG(t *testing.T) {
+// migServer is a DGX A100 whose GPU 0 is split into three MIG devices
+// (slots 0, 3, 5), with processes 4242 on MIG-aaaa and 7001 on MIG-cccc.
+func migServer(t *testing.T) *server.Server {
 	s := stubServer(dgxa100.New())
 	dev := s.Devices[0].(*server.Device)
 	dev.MigMode = nvml.DEVICE_MIG_ENABLE
@@ -441,8 +443,12 @@ func TestNVMLMIG(t *testing.T) {
 		}
 		return nil, nvml.ERROR_NOT_FOUND
 	}
+	return s
+}
+
+func TestNVMLMIG(t *testing.T) {
 	var logs []string
-	snap := snapshot(t, openMock(t, s, &logs))
+	snap := snapshot(t, openMock(t, migServer(t), &logs))
 	g := snap.GPUs[0]
 	if g.MIG != nodeprobe.MIGEnabled || g.UtilizationPct != nil {
 		t.Errorf("gpu 0 mig %s util %v, want enabled with unknown utilisation", g.MIG, g.UtilizationPct)

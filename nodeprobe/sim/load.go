@@ -48,6 +48,10 @@ type LoadProcess struct {
 	Command       string `json:"command,omitempty"`
 	UsedMemoryMiB uint64 `json:"used_memory_mib"`
 	Container     string `json:"container,omitempty"`
+	// MIG is the index of the MIG instance the process runs on; every
+	// process of a GPU split into MIG instances names one, as NVML
+	// attributes each process to its instance.
+	MIG *int `json:"mig,omitempty"`
 }
 
 // simGPULoad is a validated GPULoad with its processes resolved.
@@ -159,6 +163,9 @@ func (s *Sim) validate(l Load) (map[int]simGPULoad, error) {
 		var sum uint64
 		for k, p := range gl.Processes {
 			pr, err := s.resolve(p)
+			if err == nil {
+				pr.MIGDevice, err = migOf(&s.gpus[i], p.MIG)
+			}
 			if err != nil {
 				return nil, fmt.Errorf("gpu %d: process %d: %w", i, k, err)
 			}
@@ -205,4 +212,20 @@ func (s *Sim) resolve(p LoadProcess) (nodeprobe.Process, error) {
 		pr.UID = s.users.UID(p.User)
 	}
 	return pr, nil
+}
+
+// migOf names the MIG instance a scripted process runs on: every process of
+// a GPU split into instances names one (by index), no other process does.
+func migOf(g *nodeprobe.GPU, mig *int) (string, error) {
+	switch {
+	case len(g.MIGDevices) == 0 && mig == nil:
+		return "", nil
+	case len(g.MIGDevices) == 0:
+		return "", fmt.Errorf("mig %d: the gpu is not split into MIG instances", *mig)
+	case mig == nil:
+		return "", fmt.Errorf("the gpu is split into MIG instances: say which one the process runs on (mig 0 to %d)", len(g.MIGDevices)-1)
+	case *mig < 0 || *mig >= len(g.MIGDevices):
+		return "", fmt.Errorf("mig %d: no such MIG instance (have 0 to %d)", *mig, len(g.MIGDevices)-1)
+	}
+	return g.MIGDevices[*mig].UUID, nil
 }

@@ -58,15 +58,36 @@ func Models() []string {
 // that a typo cannot make the simulator allocate without limit.
 const maxSimGPUs = 256
 
-// parseSimSpec turns "4xRTX-PRO-6000,2xL40S" into one model per GPU.
-func parseSimSpec(spec string) ([]simModel, error) {
+// simGPU is one GPU of a spec: its model and, when the spec splits it, its
+// MIG instances.
+type simGPU struct {
+	simModel
+	migs []migProfile
+}
+
+// migProfile is one MIG instance of a spec, as nvidia-smi names it:
+// 3g.40gb is three compute slices with 40 GB of memory.
+type migProfile struct {
+	name   string
+	slices int
+	gb     int
+}
+
+// migSlices is how many compute slices a MIG-capable GPU has (A100, H100,
+// H200 and B200 all have seven).
+const migSlices = 7
+
+// parseSimSpec turns "4xRTX-PRO-6000,2xL40S" into one model per GPU. A term
+// may split its GPUs into MIG instances: "1xA100-80GB:mig=3g.40gb+2g.20gb".
+func parseSimSpec(spec string) ([]simGPU, error) {
 	if strings.TrimSpace(spec) == "" {
 		return nil, errors.New("sim spec is empty: want count x model, for example 8xH100-80GB")
 	}
 	known := simModels()
-	var out []simModel
+	var out []simGPU
 	for part := range strings.SplitSeq(spec, ",") {
 		part = strings.TrimSpace(part)
+		part, opts, _ := strings.Cut(part, ":")
 		count, name := 1, part
 		digits := 0
 		for digits < len(part) && part[digits] >= '0' && part[digits] <= '9' {
@@ -86,14 +107,66 @@ func parseSimSpec(spec string) ([]simModel, error) {
 		if !ok {
 			return nil, fmt.Errorf("sim spec %q: unknown model %q; known models: %s", spec, name, strings.Join(Models(), ", "))
 		}
+		mig, err := parseMIG(spec, m, strings.TrimSpace(opts))
+		if err != nil {
+			return nil, err
+		}
 		if len(out)+count > maxSimGPUs {
 			return nil, fmt.Errorf("sim spec %q: more than %d GPUs", spec, maxSimGPUs)
 		}
 		for range count {
-			out = append(out, m)
+			out = append(out, simGPU{simModel: m, migs: mig})
 		}
 	}
 	return out, nil
+}
+
+// parseMIG reads a term's options: "mig=3g.40gb+2g.20gb+1g.10gb" splits each
+// GPU of the term into those instances; "" leaves them whole.
+func parseMIG(spec string, m simModel, opts string) ([]migProfile, error) {
+	if opts == "" {
+		return nil, nil
+	}
+	list, ok := strings.CutPrefix(strings.ToLower(opts), "mig=")
+	if !ok || list == "" {
+		return nil, fmt.Errorf("sim spec %q: %q is not an option the simulator knows: write MODEL:mig=3g.40gb+1g.10gb", spec, opts)
+	}
+	if !m.mig {
+		return nil, fmt.Errorf("sim spec %q: %s has no MIG; MIG-capable models: A100-40GB, A100-80GB, H100-80GB, H200, B200", spec, m.key)
+	}
+	var out []migProfile
+	slices, gb := 0, 0
+	for p := range strings.SplitSeq(list, "+") {
+		mp, err := parseMIGProfile(strings.TrimSpace(p))
+		if err != nil {
+			return nil, fmt.Errorf("sim spec %q: %w", spec, err)
+		}
+		slices += mp.slices
+		gb += mp.gb
+		out = append(out, mp)
+	}
+	if slices > migSlices {
+		return nil, fmt.Errorf("sim spec %q: the MIG instances take %d compute slices; a %s has %d", spec, slices, m.key, migSlices)
+	}
+	if total := int(m.memMiB / 1024); gb > total {
+		return nil, fmt.Errorf("sim spec %q: the MIG instances take %d GB; a %s has %d", spec, gb, m.key, total)
+	}
+	return out, nil
+}
+
+// parseMIGProfile reads one profile name, such as 3g.40gb.
+func parseMIGProfile(s string) (migProfile, error) {
+	bad := fmt.Errorf("%q is not a MIG profile: write it as nvidia-smi does, like 3g.40gb or 1g.10gb", s)
+	g, rest, ok := strings.Cut(s, "g.")
+	if !ok || !strings.HasSuffix(rest, "gb") {
+		return migProfile{}, bad
+	}
+	slices, err1 := strconv.Atoi(g)
+	gb, err2 := strconv.Atoi(strings.TrimSuffix(rest, "gb"))
+	if err1 != nil || err2 != nil || slices < 1 || slices > migSlices || gb < 1 || gb > 1024 {
+		return migProfile{}, bad
+	}
+	return migProfile{name: strconv.Itoa(slices) + "g." + strconv.Itoa(gb) + "gb", slices: slices, gb: gb}, nil
 }
 
 func findSimModel(known []simModel, name string) (simModel, bool) {
@@ -127,12 +200,23 @@ func simUUID(host string, i int) string {
 	return "GPU-" + h[0:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:32]
 }
 
+// migMiBPerGB is how much memory the simulator gives a MIG instance per GB
+// of its profile name (nvidia-smi shows a 3g.40gb instance of an A100-80GB
+// with 40192 MiB: a little under 1 GiB per GB).
+const migMiBPerGB = 1004
+
+// simMIGUUID derives a MIG instance's UUID as simUUID does a GPU's; CUDA
+// names MIG instances "MIG-" and a UUID.
+func simMIGUUID(host string, gpu, mig int) string {
+	return "MIG-" + strings.TrimPrefix(simUUID(host+"/mig/"+strconv.Itoa(mig), gpu), "GPU-")
+}
+
 // buildSimGPUs lays out the GPUs and their topology. Consecutive GPUs of one
 // NVLink-capable model share an NVLink board (all-to-all through NVSwitch, as
 // on HGX boards; V100 boards hold four). Everything else meets over PCIe:
 // pairs behind one switch, pairs on the same CPU socket through the NUMA
 // node, the rest across the socket interconnect.
-func buildSimGPUs(host string, models []simModel) []nodeprobe.GPU {
+func buildSimGPUs(host string, models []simGPU) []nodeprobe.GPU {
 	n := len(models)
 	board := make([]int, n) // NVLink board id, -1 for none
 	next := 0
@@ -171,6 +255,14 @@ func buildSimGPUs(host string, models []simModel) []nodeprobe.GPU {
 		g.MIG = nodeprobe.MIGUnsupported
 		if m.mig {
 			g.MIG = nodeprobe.MIGDisabled
+		}
+		if len(m.migs) > 0 {
+			g.MIG = nodeprobe.MIGEnabled
+			for k, p := range m.migs {
+				g.MIGDevices = append(g.MIGDevices, nodeprobe.MIGDevice{
+					Index: k, UUID: simMIGUUID(host, i, k), Profile: p.name, MemoryTotalMiB: uint64(p.gb) * migMiBPerGB,
+				})
+			}
 		}
 		for j := range models {
 			if j == i {

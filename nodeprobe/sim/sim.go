@@ -28,7 +28,8 @@ const (
 type Options struct {
 	// Spec lists the GPUs as count x model, comma-separated:
 	// "8xH100-80GB", "4xRTX-PRO-6000,2xL40S". A bare model means one GPU;
-	// model names are case-insensitive.
+	// model names are case-insensitive. A term may split its GPUs into MIG
+	// instances: "1xA100-80GB:mig=3g.40gb+2g.20gb+1g.10gb".
 	Spec string
 	// LoadFile, if set, is a JSON Load re-read at every probe.
 	LoadFile string
@@ -160,6 +161,19 @@ func (s *Sim) Snapshot(ctx context.Context) (nodeprobe.Snapshot, error) {
 		g.PowerDrawW, g.PowerLimitW = &floats[2*i], &floats[2*i+1]
 		g.MemoryUsedMiB = l.usedMiB
 		g.Processes = append(make([]nodeprobe.Process, 0, len(l.processes)), l.processes...)
+		if len(g.MIGDevices) > 0 {
+			// As real drivers do, a MIG-enabled GPU reports no utilisation;
+			// each instance reports the memory its processes hold.
+			g.UtilizationPct = nil
+			g.MIGDevices = append([]nodeprobe.MIGDevice(nil), g.MIGDevices...)
+			for k := range g.MIGDevices {
+				for _, p := range g.Processes {
+					if p.MIGDevice == g.MIGDevices[k].UUID {
+						g.MIGDevices[k].MemoryUsedMiB += p.UsedMemoryMiB
+					}
+				}
+			}
+		}
 	}
 	return snap, nil
 }

@@ -1,0 +1,121 @@
+package node
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/dibs-gpu/dibs/launch"
+	"github.com/dibs-gpu/dibs/lease"
+)
+
+// Book plans, persists and acknowledges a booking of this node's GPUs for
+// c. A retried request (same RequestID, same caller) gets the booking the
+// first one made. A booking with a job (`dibs run --at`) is refused now if
+// no session could be started as c at its time.
+func (n *Node) Book(c lease.Caller, req lease.BookRequest, requestID string) (lease.Lease, error) {
+	if req.Job != nil {
+		if _, err := n.sess.sessionUser(c); err != nil {
+			return lease.Lease{}, err
+		}
+		if req.Job.Name != "" {
+			if err := launch.CheckName(req.Job.Name); err != nil {
+				return lease.Lease{}, lease.Invalidf("%v", err)
+			}
+		}
+	}
+	n.wmu.Lock()
+	if l, ok := n.table.ByRequest(c.UID, requestID); ok {
+		n.wmu.Unlock()
+		return l, nil
+	}
+	now := n.now()
+	b, err := n.table.PlanBooking(c, req, n.snap, now.Wall, n.cfg.Policy)
+	if err == nil {
+		b.RequestID = requestID
+		if b.Job != nil {
+			b.Session = b.Job.Name
+			if b.Session == "" {
+				b.Session = lease.SessionName(b.ID)
+			}
+		}
+		err = n.saveLocked(b, now)
+	}
+	n.wmu.Unlock()
+	if err != nil {
+		return lease.Lease{}, err
+	}
+	n.log.Info("booked", "booking", b.ID, "user", b.User, "gpus", b.CUDAVisibleDevices(), "from", b.StartedAt, "until", b.ExpiresAt)
+	n.deps.LeasesChanged()
+	return b, nil
+}
+
+// start turns a booking whose time has come into a lease: leases
+// still on its GPUs (past their own end) end first, then its job, if any,
+// starts under it.
+func (x *bookingJob) start(ctx context.Context, b lease.Lease) {
+	n := x.n
+	n.wmu.Lock()
+	now := n.now()
+	cur, ok := n.table.Get(b.ID)
+	if !ok || cur.Token != b.Token || !cur.Booked {
+		n.wmu.Unlock()
+		return
+	}
+	l, in, err := n.table.PlanBookingStart(b.ID, now.Wall)
+	for _, x := range in {
+		if err == nil {
+			err = n.endLocked(x, lease.EndBooked, "", now)
+		}
+	}
+	if err == nil {
+		err = n.saveLocked(l, now)
+	}
+	n.wmu.Unlock()
+	if err != nil {
+		n.log.Error("start booking", "booking", b.ID, "err", err)
+		return
+	}
+	for _, x := range in {
+		n.sess.killSession(ctx, x, true)
+		n.Notify(x.UID, fmt.Sprintf("lease %s was ended: it was past its end and %s's booking of its GPUs began", x.ID, b.User))
+	}
+	n.log.Info("booking started", "lease", l.ID, "user", l.User, "ended", len(in))
+	text := fmt.Sprintf("your booking %s has begun: GPU%s %s until %s", l.ID, plural(len(l.GPUs)), l.CUDAVisibleDevices(), l.ExpiresAt.Local().Format("15:04"))
+	if cur.Job != nil {
+		run := &Run{Name: l.Session, Command: cur.Job.Command, Dir: cur.Job.Dir}
+		u, err := n.sess.sessionUser(lease.Caller{UID: l.UID, User: l.User})
+		if err == nil {
+			err = n.sess.startSession(ctx, l, u, run)
+		}
+		if err != nil {
+			n.log.Warn("start booked run", "lease", l.ID, "err", err)
+			n.Notify(l.UID, fmt.Sprintf("your booking %s began but its command could not start (%v); the lease stays, without a session", l.ID, err))
+			n.update(l, func(x *lease.Lease) { x.Session = "" })
+		} else {
+			text += fmt.Sprintf(", running in tmux session %s", l.Session)
+		}
+	}
+	n.Notify(l.UID, text)
+	n.deps.LeasesChanged()
+}
+
+func plural(n int) string {
+	if n == 1 {
+		return ""
+	}
+	return "s"
+}
+
+// step applies a booking's step of the clock.
+func (x *bookingJob) step(ctx context.Context, d lease.Due, now time.Time) {
+	n := x.n
+	switch d.Step {
+	case lease.StepBookingStart:
+		x.start(ctx, d.Lease)
+	case lease.StepBookingLapsed:
+		n.log.Warn("booking lapsed: its time passed while it could not start", "booking", d.Lease.ID, "user", d.Lease.User)
+		n.Notify(d.Lease.UID, fmt.Sprintf("your booking %s lapsed: its time (until %s) passed while its node could not start it", d.Lease.ID, d.Lease.ExpiresAt.Local().Format("Mon 15:04")))
+		n.end(d.Lease, lease.EndBookingLapsed, "")
+	}
+}

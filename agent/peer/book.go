@@ -1,0 +1,73 @@
+package peer
+
+import (
+	"time"
+
+	"github.com/dibs-gpu/dibs/lease"
+)
+
+// Bookings between agents: a booking of a node's GPUs is made by that
+// node's agent (it alone grants them); it is withdrawn with Release, like a
+// lease.
+var (
+	// Book asks a node to book its GPUs ahead for a user.
+	Book = Endpoint[BookRequest, LeaseReply]{Name: "book"}
+)
+
+// BookRequest is a booking made at another node for this one.
+type BookRequest struct {
+	Count     int           `json:"count,omitempty"`
+	GPUs      []int         `json:"gpus,omitempty"`
+	Start     time.Time     `json:"start"`
+	Duration  time.Duration `json:"duration"`
+	Kind      lease.Kind    `json:"kind,omitempty"`
+	Note      string        `json:"note,omitempty"`
+	Model     string        `json:"model,omitempty"`
+	Tags      []string      `json:"tags,omitempty"`
+	Run       *Run          `json:"run,omitempty"`
+	RequestID string        `json:"request_id,omitempty"`
+}
+
+// Validate implements Message.
+func (r BookRequest) Validate() error {
+	if err := lease.CheckBookingRequest(r.Booking()); err != nil {
+		return err
+	}
+	if _, err := lease.ParseKind(string(r.Kind)); err != nil {
+		return err
+	}
+	if err := lease.CheckNote(r.Note); err != nil {
+		return err
+	}
+	if r.RequestID != "" && !lease.ValidRequestID(r.RequestID) {
+		return lease.Invalidf("bad request id")
+	}
+	return r.Run.validate()
+}
+
+// Booking is the request as the lease rules read it.
+func (r BookRequest) Booking() lease.BookRequest {
+	b := lease.BookRequest{
+		Count: r.Count, GPUs: r.GPUs, Start: r.Start, Duration: r.Duration, Kind: r.Kind,
+		Note: r.Note, Model: r.Model, Tags: r.Tags,
+	}
+	if r.Run != nil {
+		b.Job = &lease.Job{Command: r.Run.Command, Dir: r.Run.Dir, Name: r.Run.Name}
+	}
+	return b
+}
+
+// checkWant bounds the parts of a claim that ask for a MIG instance, a
+// budget, a model or pools.
+func checkWant(mig string, mem uint64, model string, tags []string) error {
+	if len(mig) > lease.MaxNameLen || len(model) > lease.MaxModelLen || mem > lease.MaxMemMiB {
+		return lease.Invalidf("MIG instance, model or memory budget out of range")
+	}
+	if err := lease.CheckText("MIG instance", mig); err != nil {
+		return err
+	}
+	if err := lease.CheckText("model", model); err != nil {
+		return err
+	}
+	return lease.CheckTags(tags)
+}

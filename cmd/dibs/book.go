@@ -1,0 +1,208 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/dibs-gpu/dibs/api"
+	"github.com/dibs-gpu/dibs/lease"
+)
+
+// bookFlags are `dibs book`'s: which GPUs, when, for how long.
+type bookFlags struct {
+	count int
+	ids   string
+	node  string
+	pools []string
+	model string
+	at    string
+	dur   string
+	note  string
+	kind  string
+	json  bool
+}
+
+// bookCmd is `dibs book`. The booking commands are functions of the cli,
+// not methods, to keep the cli type small.
+func bookCmd(c *cli) *cobra.Command {
+	var f bookFlags
+	cmd := &cobra.Command{
+		Use:               "book -g N --at TIME --for DUR",
+		ValidArgsFunction: cobra.NoFileCompletions,
+		Short:             "Book GPUs ahead: they are yours from TIME for DUR (dibs run --at also starts a command then)",
+		Example: `  dibs book -g 4 --at "tomorrow 09:00" --for 3h --note "deadline run"
+  dibs book -g 2 --pool h100 --at "fri 14:00" --for 90m
+  dibs book --ids 0,1 --node gpu-02 --at "2026-06-03 09:00" --for 1d`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			req, err := f.request(time.Now())
+			if err != nil {
+				return err
+			}
+			ctx, cancel := reqCtx()
+			defer cancel()
+			b, err := c.client().Book(ctx, req)
+			if err != nil {
+				return err
+			}
+			if f.json {
+				return printJSON(c.stdout, b)
+			}
+			printBooked(c, b)
+			return nil
+		},
+	}
+	fl := cmd.Flags()
+	fl.IntVarP(&f.count, "gpus", "g", 0, "how many GPUs (as in srun --gpus); dibs picks ones that are free then and sit close together")
+	fl.StringVar(&f.ids, "ids", "", "exactly these GPU `IDS`, e.g. 0,2 (as nvidia-smi -i numbers them)")
+	fl.StringVar(&f.node, "node", "", "book on this node (default: the best node that has them free then)")
+	fl.StringSliceVar(&f.pools, "pool", nil, "only nodes in this pool (a node tag)")
+	fl.StringSliceVar(&f.pools, "tag", nil, "only nodes with this tag (the same as --pool)")
+	fl.StringVar(&f.model, "model", "", "only GPUs whose model contains this, e.g. H100")
+	fl.StringVar(&f.at, "at", "", `when it starts: "tomorrow 09:00", "mon 14:30", "2026-06-03 09:00", "in 2h"`)
+	fl.StringVar(&f.dur, "for", "", "how long, e.g. 3h or 1d")
+	fl.StringVar(&f.note, "note", "", "what it is for; shown on the board")
+	fl.StringVar(&f.kind, "kind", "interactive", "interactive or batch (their maximum time limits differ)")
+	fl.BoolVar(&f.json, "json", false, "print JSON")
+	cmd.RegisterFlagCompletionFunc("kind", cobra.FixedCompletions([]string{"interactive\ta person at a shell (default limit 4h)", "batch\ta run nobody watches (default limit 24h)"}, cobra.ShellCompDirectiveNoFileComp))
+	cmd.RegisterFlagCompletionFunc("node", c.completeNodes)
+	cmd.RegisterFlagCompletionFunc("gpus", cobra.NoFileCompletions)
+	cmd.RegisterFlagCompletionFunc("ids", cobra.NoFileCompletions)
+	cmd.SetFlagErrorFunc(gpusFlagError)
+	return cmd
+}
+
+// request checks the flags and reads --at in the local time zone.
+func (f *bookFlags) request(now time.Time) (api.BookRequest, error) {
+	req := api.BookRequest{Node: f.node, Count: f.count, Duration: f.dur, Kind: f.kind, Note: f.note, Model: f.model, Tags: f.pools}
+	if f.ids != "" {
+		for _, s := range strings.Split(f.ids, ",") {
+			n, err := strconv.Atoi(strings.TrimSpace(s))
+			if err != nil || n < 0 {
+				return req, fmt.Errorf("--ids %q: give GPU indices like 0,2 (-g/--gpus takes a count)", f.ids)
+			}
+			req.GPUs = append(req.GPUs, n)
+		}
+	}
+	if f.count == 0 && len(req.GPUs) == 0 {
+		return req, errors.New("say how many GPUs to book (-g 4) or which (--ids 0,2)")
+	}
+	if f.at == "" {
+		return req, errors.New(`say when the booking starts: --at "tomorrow 09:00"`)
+	}
+	if f.dur == "" {
+		return req, errors.New("say how long the booking is: --for 3h")
+	}
+	if _, err := lease.ParseDuration(f.dur); err != nil {
+		return req, fmt.Errorf("--for: %w", err)
+	}
+	at, err := lease.ParseWhen(f.at, now)
+	if err != nil {
+		return req, fmt.Errorf("--at: %w", err)
+	}
+	req.Start = at
+	return req, nil
+}
+
+// bookRun is `dibs run --at`: a booking whose command starts at its time.
+func bookRun(ctx context.Context, c *cli, cl *api.Client, f *claimFlags, req api.ClaimRequest) error {
+	if f.mig != "" || f.mem != "" || f.force {
+		return errors.New("--at books whole GPUs: drop --mig, --mem and --force")
+	}
+	if f.dur == "" {
+		return errors.New("say how long the booking is: --for 3h")
+	}
+	at, err := lease.ParseWhen(f.at, time.Now())
+	if err != nil {
+		return fmt.Errorf("--at: %w", err)
+	}
+	b, err := cl.Book(ctx, api.BookRequest{
+		Node: req.Node, Count: req.Count, GPUs: req.GPUs, Start: at, Duration: req.Duration, Kind: req.Kind,
+		Note: req.Note, Model: req.Model, Tags: req.Tags, Run: req.Run,
+	})
+	if err != nil {
+		return err
+	}
+	if f.json {
+		return printJSON(c.stdout, b)
+	}
+	printBooked(c, b)
+	fmt.Fprintf(c.stdout, "its command starts then in tmux session %s (`dibs attach %s`)\n", safe(b.Session), safe(b.ID))
+	return nil
+}
+
+func printBooked(c *cli, b lease.Lease) {
+	fmt.Fprintf(c.stdout, "%s: GPU%s %s on %s booked %s to %s (in %s); `dibs unbook %s` withdraws it\n",
+		safe(b.ID), plural(len(b.GPUs)), safe(b.CUDAVisibleDevices()), safe(b.Node), b.StartedAt.Local().Format("Mon Jan 2 15:04"),
+		b.ExpiresAt.Local().Format("15:04"), lease.FormatDuration(time.Until(b.StartedAt).Round(time.Minute)), safe(b.ID))
+}
+
+func bookingsCmd(c *cli) *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:               "bookings",
+		ValidArgsFunction: cobra.NoFileCompletions,
+		Short:             "List the cluster's bookings that have not started yet",
+		Args:              cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx, cancel := reqCtx()
+			defer cancel()
+			bs, err := c.client().Bookings(ctx)
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return printJSON(c.stdout, bs)
+			}
+			printBookings(c.stdout, bs.Bookings, time.Now())
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	return cmd
+}
+
+// printBookings prints bookings as `dibs bookings` shows them.
+func printBookings(w io.Writer, bs []lease.Lease, now time.Time) {
+	if len(bs) == 0 {
+		fmt.Fprintln(w, "no bookings: `dibs book -g N --at TIME --for DUR` makes one")
+		return
+	}
+	fmt.Fprintf(w, "%-12s %-10s %-14s %-16s %-6s %-7s %s\n", "BOOKING", "USER", "GPUS", "FROM", "FOR", "IN", "NOTE")
+	for _, b := range bs {
+		note := b.Note
+		if b.Job != nil && len(b.Job.Command) > 0 {
+			note = strings.TrimSpace("runs " + strings.Join(b.Job.Command, " ") + "  " + note)
+		}
+		fmt.Fprintf(w, "%-12s %-10s %-14s %-16s %-6s %-7s %s\n", clip(safe(b.ID), 12), clip(safe(b.User), 10),
+			clip(safe(b.Node)+":"+safe(b.CUDAVisibleDevices()), 14), b.StartedAt.Local().Format("Mon Jan 2 15:04"),
+			lease.FormatDuration(b.ExpiresAt.Sub(b.StartedAt)), lease.FormatDuration(b.StartedAt.Sub(now).Round(time.Minute)), clip(safe(note), 30))
+	}
+}
+
+func unbookCmd(c *cli) *cobra.Command {
+	return &cobra.Command{
+		Use:               "unbook BOOKING...",
+		ValidArgsFunction: c.completeMyBookings,
+		Short:             "Withdraw bookings that have not started",
+		Args:              cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx, cancel := reqCtx()
+			defer cancel()
+			for _, id := range args {
+				if err := c.client().Unbook(ctx, id); err != nil {
+					return err
+				}
+				fmt.Fprintf(c.stdout, "unbooked %s\n", safe(id))
+			}
+			return nil
+		},
+	}
+}

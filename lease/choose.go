@@ -1,0 +1,198 @@
+package lease
+
+import (
+	"errors"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/dibs-gpu/dibs/lease/termsafe"
+	"github.com/dibs-gpu/dibs/nodeprobe"
+)
+
+// Want is what a claim asks of a node, as placement across nodes reads it:
+// Count whole GPUs, one MIG instance, or a memory budget on a shared GPU;
+// of a model (substring, any case), on a node with every tag.
+type Want struct {
+	Count  int
+	MIG    string
+	MemMiB uint64
+	Model  string
+	Tags   []string
+}
+
+// ChooseNodeFor picks the node for a claim with no node named, honouring
+// its model and pool: among the candidates with the tags asked for whose
+// pools are open to user, whole GPUs as ChooseNode places them (on the
+// GPUs of the model), a MIG instance on the node with the fewest free ones
+// of the profile left (pack), a budget on the node whose best GPU it fills
+// best; ties go to the node asked from, then the name. A refusal says what
+// the cluster has: the pools, the models, what is free.
+func ChooseNodeFor(cands []Candidate, w Want, pools Pools, user string) (string, error) {
+	if len(cands) == 0 {
+		return "", errorf(CodeUnavailable, "no node is up to take the claim: `dibs ls` shows the cluster")
+	}
+	var in []Candidate
+	denied := ""
+	for _, c := range cands {
+		if !HasTags(c.Snap.Host.Tags, w.Tags) {
+			continue
+		}
+		if why := pools.Denies(c.Snap.Host.Tags, user); why != "" {
+			denied = why
+			continue
+		}
+		in = append(in, c)
+	}
+	switch {
+	case len(in) == 0 && denied != "":
+		return "", errorf(CodeForbidden, "%s: ask for another pool", denied)
+	case len(in) == 0:
+		return "", Invalidf("no node that is up is in pool %s (%s): ask for one of those", strings.Join(w.Tags, "+"), candTags(cands))
+	}
+	if w.Model != "" {
+		var models []string
+		found := false
+		for _, c := range in {
+			for i := range c.Snap.GPUs {
+				g := &c.Snap.GPUs[i]
+				found = found || matchModel(g, w.Model)
+				if m := termsafe.String(g.Model); !slices.Contains(models, m) {
+					models = append(models, m)
+				}
+			}
+		}
+		if !found {
+			slices.Sort(models)
+			return "", Invalidf("no node has a %s GPU (they have %s): ask for one of those, or leave --model out", termsafe.String(w.Model), strings.Join(models, ", "))
+		}
+	}
+	switch {
+	case w.MIG != "":
+		return chooseMIG(in, w)
+	case w.MemMiB > 0:
+		return chooseShared(in, w)
+	}
+	if w.Model == "" {
+		return ChooseNode(in, w.Count)
+	}
+	// ChooseNode over the GPUs of the model only.
+	of := make([]Candidate, len(in))
+	for i, c := range in {
+		of[i] = c
+		of[i].Snap.GPUs = slices.DeleteFunc(slices.Clone(c.Snap.GPUs), func(g nodeprobe.GPU) bool { return !matchModel(&g, w.Model) })
+	}
+	node, err := ChooseNode(of, w.Count)
+	if err != nil {
+		var e *Error
+		if errors.As(err, &e) {
+			e.Msg = strings.Replace(e.Msg, "GPUs", termsafe.String(w.Model)+" GPUs", 1)
+		}
+	}
+	return node, err
+}
+
+func chooseMIG(cands []Candidate, w Want) (string, error) {
+	best, bestFree, bestLocal := "", 0, false
+	any := false
+	for _, c := range cands {
+		if migProfiles(c.Snap) != "" {
+			any = true
+		}
+		n := FreeMIG(c.Snap, c.Leases, w.MIG, w.Model)
+		if n == 0 {
+			continue
+		}
+		better := best == "" || n < bestFree || n == bestFree && (c.Local && !bestLocal || c.Local == bestLocal && c.Node < best)
+		if better {
+			best, bestFree, bestLocal = c.Node, n, c.Local
+		}
+	}
+	switch {
+	case best != "":
+		return best, nil
+	case !any:
+		return "", Invalidf("no node that is up has a GPU split into MIG instances: claim whole GPUs (-g N)")
+	}
+	var have []string
+	for _, c := range cands {
+		if p := migProfiles(c.Snap); p != "" {
+			have = append(have, c.Node+": "+p)
+		}
+	}
+	return "", errorf(CodeConflict, "no MIG instance %s is free on any node (%s): wait, or ask for another profile; `dibs ls` shows who holds them", termsafe.String(w.MIG), strings.Join(have, "; "))
+}
+
+func chooseShared(cands []Candidate, w Want) (string, error) {
+	best, bestLeft, bestLocal := "", uint64(0), false
+	most, mostNode := uint64(0), ""
+	for _, c := range cands {
+		room, _ := BestSharedRoom(c.Snap, c.Leases, w.Model)
+		if room > most {
+			most, mostNode = room, c.Node
+		}
+		uses := usesOfList(c.Leases)
+		gi, ok := fitShared(c.Snap, uses, w.MemMiB, func(g *nodeprobe.GPU) bool { return matchModel(g, w.Model) })
+		if !ok {
+			continue
+		}
+		left := sharedRoom(findGPU(c.Snap, gi), uses[gi]) - w.MemMiB
+		better := best == "" || left < bestLeft || left == bestLeft && (c.Local && !bestLocal || c.Local == bestLocal && c.Node < best)
+		if better {
+			best, bestLeft, bestLocal = c.Node, left, c.Local
+		}
+	}
+	if best != "" {
+		return best, nil
+	}
+	if mostNode == "" {
+		return "", errorf(CodeConflict, "asked for %s on a shared GPU but no GPU has memory to share: every one is held whole, split into MIG instances or full: wait, or `dibs claim --queue`", FormatMem(w.MemMiB))
+	}
+	return "", errorf(CodeConflict, "asked for %s on a shared GPU but at most %s is free on one GPU (on %s): ask for %s or less, wait, or `dibs claim --queue`", FormatMem(w.MemMiB), FormatMem(most), mostNode, FormatMem(most))
+}
+
+// candTags lists the pools of the candidates, for a message.
+func candTags(cands []Candidate) string {
+	nodes := make([]SchedNode, len(cands))
+	for i, c := range cands {
+		nodes[i] = SchedNode{Snap: c.Snap}
+	}
+	return clusterTags(nodes)
+}
+
+// BookNode picks the node for a booking with no node named: among the
+// candidates with the tags whose pools are open to user, one where n GPUs
+// (of the model) are bookable over [start, end); the one with the fewest
+// left over (pack), then the node asked from, then the name.
+func BookNode(cands []Candidate, n int, model string, tags []string, pools Pools, user string, start, end time.Time) (string, error) {
+	best, bestLeft, bestLocal := "", 0, false
+	most, mostNode, inPool := 0, "", 0
+	for _, c := range cands {
+		if !HasTags(c.Snap.Host.Tags, tags) || pools.Denies(c.Snap.Host.Tags, user) != "" {
+			continue
+		}
+		inPool++
+		free, _ := Bookable(c.Snap, append(slices.Clone(c.Leases), c.Bookings...), model, start, end)
+		if len(free) > most {
+			most, mostNode = len(free), c.Node
+		}
+		if len(free) < n {
+			continue
+		}
+		left := len(free) - n
+		if best == "" || left < bestLeft || left == bestLeft && (c.Local && !bestLocal || c.Local == bestLocal && c.Node < best) {
+			best, bestLeft, bestLocal = c.Node, left, c.Local
+		}
+	}
+	switch {
+	case best != "":
+		return best, nil
+	case inPool == 0 && len(tags) > 0:
+		return "", Invalidf("no node that is up is in pool %s (%s): ask for one of those", strings.Join(tags, "+"), candTags(cands))
+	case inPool == 0:
+		return "", errorf(CodeUnavailable, "no node is up to take the booking: `dibs ls` shows the cluster")
+	case mostNode == "":
+		return "", errorf(CodeConflict, "no GPU can be booked %s: every one is held or booked then: `dibs bookings` shows the bookings", bookingSpan(start, end))
+	}
+	return "", errorf(CodeConflict, "asked to book %d GPUs %s but at most %d can be booked together (on %s): book fewer, or another time", n, bookingSpan(start, end), most, mostNode)
+}

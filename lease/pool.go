@@ -1,0 +1,122 @@
+package lease
+
+import (
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+)
+
+// A pool is the set of nodes carrying one tag (nodeprobe.Host.Tags, from
+// each node's config): `--pool h100` and `--tag h100` both ask for a node
+// with that tag. A pool may have limits (Policy.Pools): who may use its
+// nodes, the longest time limit there, how many GPUs one person may hold in
+// it at once. A node enforces the limits of every pool it is in, on every
+// claim, whether the claim named the pool or not.
+
+// PoolLimits are what one pool allows, from the config's [pools.NAME].
+type PoolLimits struct {
+	// MaxTime caps a lease's time limit on the pool's nodes; 0 leaves the
+	// kind's maximum.
+	MaxTime time.Duration
+	// Users may use the pool's nodes; empty means everyone.
+	Users []string
+	// MaxGPUs is how many GPUs one person may hold in the pool at once
+	// (a MIG or shared lease counts as one); 0 means no limit.
+	MaxGPUs int
+}
+
+// Pools are the limits of the pools that have any, by tag.
+type Pools map[string]PoolLimits
+
+// poolsOf lists the tags of a node that have limits, sorted.
+func (p Pools) poolsOf(tags []string) []string {
+	var out []string
+	for _, t := range tags {
+		if _, ok := p[t]; ok && !slices.Contains(out, t) {
+			out = append(out, t)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// PoolDenies says why user may not use a node with these tags ("pool h100
+// is open to alice and bob only"), "" when they may.
+func (p Policy) PoolDenies(tags []string, user string) string { return p.Pools.Denies(tags, user) }
+
+// Denies is Policy.PoolDenies.
+func (p Pools) Denies(tags []string, user string) string {
+	for _, t := range p.poolsOf(tags) {
+		pl := p[t]
+		if len(pl.Users) > 0 && !slices.Contains(pl.Users, user) {
+			return fmt.Sprintf("pool %s is open to %s only", t, strings.Join(pl.Users, ", "))
+		}
+	}
+	return ""
+}
+
+// PoolLimit applies the pools' maximum time to a lease of dur on a node
+// with these tags: a time limit the person chose (explicit) over it is
+// refused; a default one is cut to it.
+func (p Policy) PoolLimit(tags []string, dur time.Duration, explicit bool) (time.Duration, error) {
+	return p.Pools.Limit(tags, dur, explicit)
+}
+
+// Limit is Policy.PoolLimit.
+func (p Pools) Limit(tags []string, dur time.Duration, explicit bool) (time.Duration, error) {
+	for _, t := range p.poolsOf(tags) {
+		max := p[t].MaxTime
+		if max <= 0 || dur <= max {
+			continue
+		}
+		if explicit {
+			return 0, Invalidf("%s is over pool %s's maximum of %s: ask for less (--for %s), or another pool", FormatDuration(dur), t, FormatDuration(max), FormatDuration(max))
+		}
+		dur = max
+	}
+	return dur, nil
+}
+
+// PoolQuota refuses n more GPUs for user on a node with these tags when
+// that takes them over a pool's MaxGPUs, counting what they hold on every
+// node of the pool in the view.
+func (v ClusterView) PoolQuota(p Pools, tags []string, user string, n int) error {
+	for _, t := range p.poolsOf(tags) {
+		max := p[t].MaxGPUs
+		if max <= 0 {
+			continue
+		}
+		held := 0
+		for i := range v.Nodes {
+			nd := &v.Nodes[i]
+			if !slices.Contains(nd.Snap.Host.Tags, t) {
+				continue
+			}
+			for _, l := range nd.Leases {
+				if l.User == user && l.ReservedUntil.IsZero() {
+					held += len(l.GPUs)
+				}
+			}
+		}
+		if held+n > max {
+			return errorf(CodeConflict, "pool %s allows %d GPUs per person and you hold %d there: release some, or ask outside the pool", t, max, held)
+		}
+	}
+	return nil
+}
+
+// CheckTags refuses tags no node could carry: each is a short word of
+// letters, digits, '-', '_' and '.'.
+func CheckTags(tags []string) error {
+	if len(tags) > MaxTags {
+		return Invalidf("%d tags; at most %d", len(tags), MaxTags)
+	}
+	for _, t := range tags {
+		if err := ValidNodeName(t); err != nil {
+			return Invalidf("pool or tag %s must be 1 to 63 letters, digits, '-', '_' or '.'", quoteInput(t))
+		}
+	}
+	return nil
+}

@@ -1,0 +1,297 @@
+package lease
+
+import (
+	"cmp"
+	"fmt"
+	"math/bits"
+	"slices"
+	"strings"
+	"time"
+)
+
+// The scheduler's rules for bookings, pools and shared GPUs.
+//
+// Bookings. A booked GPU may run a queued entry now only when the entry's
+// Duration ends before the booking starts; estimates move a run that would
+// overlap a booking to the booking's end. A booking whose start has come
+// (the node has not turned it into a lease yet) holds its GPUs until its
+// end.
+//
+// Pools. An entry with Tags runs only on nodes carrying them all, and no
+// entry runs on a node in a pool whose limits it breaks (a user it is not
+// open to, a Duration over its MaxTime, more GPUs than its MaxGPUs with
+// what its user holds there and starts in this pass).
+//
+// Shared GPUs. An entry with MemMiB asks for a budget on one GPU. It starts
+// on the GPU of an eligible node that has room for it now (see sharedRoom:
+// no whole-GPU lease, not split into MIG instances, memory left after the
+// other budgets and the processes of nobody holding it) and that it fills
+// best, then on its origin, then by name; on a GPU the head keeps
+// (protected) only when it ends by the head's shadow time, and on a booked
+// GPU only when it ends before the booking. It never becomes the head and
+// reclaims nothing; what waits gets an estimate from the ends of the leases
+// on the GPUs that could take it. A whole-GPU entry does not start on a GPU
+// a shared run of this pass took, and MIG or shared leases are never
+// reclaimed (ending one frees no whole GPU).
+
+// addBookings records a node's booked windows by GPU bit, and returns the
+// GPUs whose booking has begun.
+func (s *scheduler) addBookings(sn *snode, bookings []Lease) uint64 {
+	var begun uint64
+	for i := range bookings {
+		b := &bookings[i]
+		end := b.ExpiresAt.Sub(s.now)
+		if !b.Booked || end <= 0 {
+			continue
+		}
+		// A run must end a little before the booking (minBeforeBooking),
+		// as a direct claim must: the start reaches the node a moment
+		// after this pass.
+		start := max(b.StartedAt.Sub(s.now)-minBeforeBooking, 0)
+		for _, idx := range b.GPUs {
+			bit := sn.bit(idx)
+			if bit < 0 {
+				continue
+			}
+			if sn.books == nil {
+				sn.books = make([][]window, len(sn.gpus))
+			}
+			sn.books[bit] = append(sn.books[bit], window{start: int64(start), end: int64(end)})
+			if start == 0 {
+				begun |= 1 << bit
+			}
+		}
+	}
+	for b := range sn.books {
+		slices.SortFunc(sn.books[b], func(x, y window) int { return cmp.Compare(x.start, y.start) })
+	}
+	return begun
+}
+
+// bookedWithin is the node's GPUs with a booking starting before a run of
+// d from now would end (every booked GPU when d is 0: a run with no end).
+func (sn *snode) bookedWithin(d time.Duration) uint64 {
+	var m uint64
+	for b, ws := range sn.books {
+		for _, w := range ws {
+			if d <= 0 || w.start < int64(d) {
+				m |= 1 << b
+				break
+			}
+		}
+	}
+	return m
+}
+
+// fit is when a run of d could start on GPU bit b no earlier than at
+// without overlapping a booking there.
+func (sn *snode) fit(b int, at, d int64) int64 {
+	if at == never {
+		return never
+	}
+	for _, w := range sn.books[b] {
+		if at < w.end && (d <= 0 || at > never-d || at+d > w.start) {
+			at = w.end
+		}
+	}
+	return at
+}
+
+// allows reports whether the entry may run on the node: its tags, and the
+// limits of the node's pools.
+func (s *scheduler) allows(sn *snode, e *QueueEntry) bool {
+	if len(e.Tags) > 0 && !HasTags(sn.tags, e.Tags) {
+		return false
+	}
+	for i := range sn.pools {
+		pl := &sn.pools[i]
+		if len(pl.Users) > 0 && !slices.Contains(pl.Users, e.User) || pl.MaxTime > 0 && e.Duration > pl.MaxTime ||
+			pl.MaxGPUs > 0 && s.poolUsed[poolKey(sn.poolNames[i], e.User)]+e.GPUsPerNode > pl.MaxGPUs {
+			return false
+		}
+	}
+	return true
+}
+
+func poolKey(pool, user string) string { return pool + "\x00" + user }
+
+// usePools counts n GPUs for user in the node's pools that limit them.
+func (s *scheduler) usePools(sn *snode, user string, n int) {
+	for i := range sn.pools {
+		if sn.pools[i].MaxGPUs > 0 {
+			if s.poolUsed == nil {
+				s.poolUsed = make(map[string]int)
+			}
+			s.poolUsed[poolKey(sn.poolNames[i], user)] += n
+		}
+	}
+}
+
+// sharedRooms fills the node's per-GPU room for shared runs on first use.
+func (s *scheduler) sharedRooms(sn *snode) []uint64 {
+	if sn.room != nil || !sn.alive {
+		return sn.room
+	}
+	sn.room = make([]uint64, len(sn.gpus))
+	sn.total = make([]uint64, len(sn.gpus))
+	sn.held = make([][]*Lease, len(sn.gpus))
+	uses := usesOf(sn.leases)
+	for b := range sn.gpus {
+		if g := findGPU(*sn.snap, sn.gpus[b].index); g != nil {
+			sn.room[b], sn.total[b] = sharedRoom(g, uses[g.Index]), g.MemoryTotalMiB
+		}
+	}
+	for _, l := range sn.leases {
+		for _, idx := range l.GPUs {
+			if b := sn.bit(idx); b >= 0 {
+				sn.held[b] = append(sn.held[b], l)
+			}
+		}
+	}
+	for b := range sn.held {
+		slices.SortFunc(sn.held[b], func(x, y *Lease) int { return x.ExpiresAt.Compare(y.ExpiresAt) })
+	}
+	// A whole-GPU run started earlier in this pass took its GPU.
+	for m := sn.taken; m != 0; m &= m - 1 {
+		sn.room[bits.TrailingZeros64(m)] = 0
+	}
+	return sn.room
+}
+
+// visitShared decides an entry that asks for a memory budget.
+func (s *scheduler) visitShared(e *QueueEntry, r *Ranked, plan *Plan) {
+	mm := s.modelMask(e.Model)
+	canProtected := s.head != nil && e.Duration > 0 && int64(e.Duration) <= s.headAt
+	bestN, bestB, bestLeft := -1, -1, uint64(0)
+	most := uint64(0)
+	for i := range s.nodes {
+		sn := &s.nodes[i]
+		el := s.eligible(i, e, mm)
+		if el == 0 {
+			continue
+		}
+		room := s.sharedRooms(sn)
+		for m := el; m != 0; m &= m - 1 {
+			b := bits.TrailingZeros64(m)
+			most = max(most, room[b])
+			if room[b] < e.MemMiB || sn.bookedWithin(e.Duration)&(1<<b) != 0 ||
+				sn.protect&(1<<b) != 0 && !canProtected {
+				continue
+			}
+			left := room[b] - e.MemMiB
+			better := bestN < 0 || left < bestLeft
+			if !better && left == bestLeft && bestN != i {
+				better = sn.name == e.Origin && s.nodes[bestN].name != e.Origin
+			}
+			if better {
+				bestN, bestB, bestLeft = i, b, left
+			}
+		}
+	}
+	if bestN < 0 {
+		at := s.estimateShared(e, mm)
+		s.setEst(r, at)
+		r.Waiting = fmt.Sprintf("needs %s on one GPU, at most %s free on any", FormatMem(e.MemMiB), FormatMem(most))
+		return
+	}
+	sn := &s.nodes[bestN]
+	sn.room[bestB] -= e.MemMiB
+	g := &sn.gpus[bestB]
+	if sn.avail&(1<<bestB) != 0 {
+		sn.avail &^= 1 << bestB
+		s.totalAvail--
+	}
+	end := never
+	if e.Duration > 0 {
+		end = int64(e.Duration)
+	}
+	if g.freeAt < end {
+		g.freeAt, g.late = end, false
+	}
+	plan.Start = append(plan.Start, Start{
+		Entry: *e, Ranks: []RankPlacement{{Node: sn.name, GPUs: []int{g.index}}},
+		Borrowed: s.borrows(e.User, 1), Backfill: s.head != nil,
+	})
+	s.userUsed[e.User]++
+	s.usePools(sn, e.User, 1)
+	if grp := s.cfg.UserGroups[e.User]; grp != "" {
+		s.groupUsed[grp]++
+	}
+	r.EstStart = s.now
+}
+
+// estimateShared is when a budget could first fit on a GPU the entry may
+// use: as the shared leases there end (soonest first), or the whole-GPU
+// lease does; never when no end is known.
+func (s *scheduler) estimateShared(e *QueueEntry, mm []uint64) int64 {
+	best := never
+	for i := range s.nodes {
+		sn := &s.nodes[i]
+		el := s.eligible(i, e, mm)
+		if el == 0 {
+			continue
+		}
+		room := s.sharedRooms(sn)
+		for m := el; m != 0; m &= m - 1 {
+			b := bits.TrailingZeros64(m)
+			if sn.total[b] < e.MemMiB {
+				continue
+			}
+			at := int64(0)
+			if room[b] < e.MemMiB {
+				at = s.sharedFreeAt(sn, b, room[b], e.MemMiB)
+			}
+			if sn.books != nil {
+				at = sn.fit(b, at, int64(e.Duration))
+			}
+			best = min(best, at)
+		}
+	}
+	return best
+}
+
+// sharedFreeAt is when GPU bit b, with room now, has room for need: when
+// its whole-GPU lease ends, or when enough of its shared leases have ended
+// (soonest first); never when that cannot be told.
+func (s *scheduler) sharedFreeAt(sn *snode, b int, room, need uint64) int64 {
+	ends := sn.held[b]
+	if len(ends) == 0 {
+		return sn.gpus[b].freeAt // a start of this pass, or work outside dibs
+	}
+	if slices.ContainsFunc(ends, func(l *Lease) bool { return !l.Partial() }) {
+		at := int64(0)
+		for _, l := range ends {
+			end, _ := s.leaseEnd(l)
+			at = max(at, end)
+		}
+		return at
+	}
+	for _, l := range ends {
+		if room += l.MemMiB; room >= need {
+			end, _ := s.leaseEnd(l)
+			return end
+		}
+	}
+	return never
+}
+
+// poolNote says which pools an entry is held to and which nodes their
+// limits keep it off, for the reason it waits: " in pool h100 (its limits
+// keep it off a)".
+func (s *scheduler) poolNote(e *QueueEntry) string {
+	note := ""
+	if len(e.Tags) > 0 {
+		note = " in pool " + strings.Join(e.Tags, "+")
+	}
+	var off []string
+	for i := range s.nodes {
+		sn := &s.nodes[i]
+		if sn.alive && len(sn.pools) > 0 && HasTags(sn.tags, e.Tags) && !s.allows(sn, e) {
+			off = append(off, sn.name)
+		}
+	}
+	if len(off) > 0 {
+		note += " (pool limits keep it off " + strings.Join(off, ", ") + ")"
+	}
+	return note
+}

@@ -1,0 +1,122 @@
+package lease_test
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/dibs-gpu/dibs/lease"
+	"github.com/dibs-gpu/dibs/nodeprobe"
+)
+
+// BenchmarkPlanClaimUnits is one claim decision on an 8-GPU node holding a
+// MIG GPU with two instances held, a shared GPU with two budgets, a
+// whole-GPU lease and two bookings: whole GPUs, a MIG instance, a budget.
+func BenchmarkPlanClaimUnits(b *testing.B) {
+	snap := islands(4, 4)
+	g := &snap.GPUs[7]
+	g.MIG = nodeprobe.MIGEnabled
+	for k, p := range []string{"3g.40gb", "2g.20gb", "1g.10gb", "1g.10gb"} {
+		g.MIGDevices = append(g.MIGDevices, nodeprobe.MIGDevice{Index: k, UUID: fmt.Sprintf("MIG-%04d", k), Profile: p, MemoryTotalMiB: 10000})
+	}
+	m1, m2 := held(1, alice, []int{7}, t0, time.Hour), held(2, bob, []int{7}, t0, time.Hour)
+	m1.MIG, m1.Share, m2.MIG, m2.Share = "MIG-0000", 0.5, "MIG-0001", 0.25
+	s1, s2 := mem(3, alice, 6, 20<<10), mem(4, bob, 6, 20<<10)
+	w := held(5, carol, []int{0, 1}, t0, 3*time.Hour)
+	b1 := held(6, bob, []int{2, 3}, t0.Add(2*time.Hour), time.Hour)
+	b2 := held(7, carol, []int{4}, t0.Add(5*time.Hour), time.Hour)
+	b1.Booked, b2.Booked = true, true
+	tab := table(m1, m2, s1, s2, w, b1, b2)
+	p := lease.DefaultPolicy()
+	for _, tc := range []struct {
+		name string
+		req  lease.Claim
+	}{
+		{"whole", lease.Claim{Count: 2}},
+		{"mig", lease.Claim{MIG: "1g.10gb"}},
+		{"shared", lease.Claim{MemMiB: 10 << 10}},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := tab.PlanClaim(alice, tc.req, snap, t0, p); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkSchedule1000x32Units is BenchmarkSchedule1000x32 with every
+// kind of unit present: a GPU split into MIG instances on every fourth
+// node, shared budgets on every third, bookings on every fifth, and a tenth
+// of the entries asking for budgets, a seventh for a pool.
+func BenchmarkSchedule1000x32Units(b *testing.B) {
+	users := []lease.Caller{alice, bob, carol, {UID: 1004, User: "dave"}, {UID: 1005, User: "erin"}, {UID: 1006, User: "frank"}}
+	var nodes []lease.SchedNode
+	for i := range 32 {
+		var leases []lease.Lease
+		for k := range 2 {
+			c := users[(i+k)%len(users)]
+			l := on(uint64(k+1), c, gpus(k*2, k*2+1), t0.Add(-time.Hour), t0.Add(time.Duration(30+i*7+k*13)*time.Minute))
+			l.Borrowed = (i+k)%5 == 0
+			leases = append(leases, l)
+		}
+		if i%3 == 0 {
+			for k := range 2 {
+				l := on(uint64(10+k), users[(i+k+2)%len(users)], []int{4}, t0.Add(-time.Hour), t0.Add(time.Duration(20+i+k*40)*time.Minute))
+				l.MemMiB, l.Share = 30<<10, 0.37
+				leases = append(leases, l)
+			}
+		}
+		n := snode(fmt.Sprintf("gpu-%02d", i), 8, leases...)
+		n.Idle = lease.IdleTrackerFrom(map[int]time.Time{0: t0.Add(-time.Hour), 1: t0.Add(-time.Hour)})
+		if i%4 == 0 {
+			n.Snap.GPUs[7].MIG = nodeprobe.MIGEnabled
+		}
+		if i%2 == 0 {
+			n.Snap.Host.Tags = []string{"h100"}
+		}
+		if i%5 == 0 {
+			n.Bookings = []lease.Lease{booked(n.Name, 20, carol, gpus(5, 6), t0.Add(time.Duration(1+i%3)*time.Hour), t0.Add(6*time.Hour))}
+		}
+		nodes = append(nodes, n)
+	}
+	entries := make([]lease.QueueEntry, 1000)
+	for i := range entries {
+		c := users[i%len(users)]
+		nn, g := 1, []int{1, 2, 4, 8, 1, 2, 1}[i%7]
+		if i%13 == 0 {
+			nn, g = 2+i%3, 8
+		}
+		e := ask(fmt.Sprintf("gpu-%02d-q%d", i%32, i), c, nn, g, time.Duration(10+i%240)*time.Minute, t0.Add(-time.Duration(i)*time.Minute))
+		switch {
+		case i%10 == 1:
+			e.Nodes, e.GPUsPerNode, e.MemMiB = 1, 1, uint64(8+i%24)<<10
+		case i%7 == 2:
+			e.Tags = []string{"h100"}
+		}
+		entries[i] = e
+	}
+	usage := lease.Usage{"alice": 1e6, "bob": 5e5, "carol": 2e5, "dave": 1e5, "erin": 1e4}
+	cfg := lease.SchedConfig{Quotas: map[string]int{"alice": 64, "bob": 32, "carol": 32, "dave": 32, "erin": 32, "frank": 32},
+		Pools: lease.Pools{"h100": {MaxTime: 8 * time.Hour}}}
+	b.ReportAllocs()
+	b.ResetTimer()
+	var p lease.Plan
+	for b.Loop() {
+		p = lease.Schedule(entries, nodes, usage, t0, cfg)
+	}
+	b.StopTimer()
+	shared := 0
+	for _, s := range p.Start {
+		if s.Entry.MemMiB > 0 {
+			shared++
+		}
+	}
+	if len(p.Order) != len(entries) || len(p.Start) == 0 || shared == 0 {
+		b.Fatalf("plan: %d ranked, %d started, %d of them shared", len(p.Order), len(p.Start), shared)
+	}
+	b.ReportMetric(float64(len(p.Start)), "starts")
+	b.ReportMetric(float64(shared), "shared-starts")
+}

@@ -1,0 +1,102 @@
+package tui
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/dibs-gpu/dibs/api"
+	"github.com/dibs-gpu/dibs/lease"
+	"github.com/dibs-gpu/dibs/nodeprobe"
+)
+
+// unitsBoard is a node in pools a100 and mig with a GPU split into MIG
+// instances (one alice's, one bob's, one free), a shared GPU (alice 20 GiB,
+// bob 30 GiB and over it), a free GPU booked by bob tomorrow, and beside it
+// an L40S node in pool inference.
+func unitsBoard() api.Board {
+	const a100 = "NVIDIA A100-SXM4-80GB"
+	n := api.Node{Name: "gpu-a", State: api.NodeAlive, Host: host("gpu-a", 128, 1024), TelemetryAt: fixedNow.Add(-2 * time.Second)}
+	n.Host.Tags = []string{"a100", "mig"}
+	for i := range 3 {
+		n.GPUs = append(n.GPUs, gpu(a100, i, 0, 0, 81920))
+	}
+	g0 := &n.GPUs[0]
+	g0.MIG, g0.UtilizationPct = nodeprobe.MIGEnabled, nil
+	g0.MIGDevices = []nodeprobe.MIGDevice{
+		{Index: 0, UUID: "MIG-aaaa", Profile: "3g.40gb", MemoryTotalMiB: 40160, MemoryUsedMiB: 12000},
+		{Index: 1, UUID: "MIG-bbbb", Profile: "2g.20gb", MemoryTotalMiB: 20080, MemoryUsedMiB: 8000},
+		{Index: 2, UUID: "MIG-cccc", Profile: "1g.10gb", MemoryTotalMiB: 10040},
+	}
+	mine := *mkLease("gpu-a-5", "gpu-a", "alice", uidAlice, []int{0}, 2*time.Hour)
+	mine.MIG, mine.Share, mine.Note = "MIG-aaaa", 0.49, "eval"
+	bobs := *mkLease("gpu-a-6", "gpu-a", "bob", uidBob, []int{0}, 50*time.Minute)
+	bobs.MIG, bobs.Share = "MIG-bbbb", 0.25
+	g0.Shares = []lease.Lease{mine, bobs}
+	p := proc(4100, "alice", uidAlice, "python eval.py", 12000)
+	p.MIGDevice = "MIG-aaaa"
+	g0.Processes = []nodeprobe.Process{p}
+
+	g1 := &n.GPUs[1]
+	a := *mkLease("gpu-a-7", "gpu-a", "alice", uidAlice, []int{1}, 3*time.Hour)
+	a.MemMiB, a.Share = 20<<10, 0.25
+	b := *mkLease("gpu-a-8", "gpu-a", "bob", uidBob, []int{1}, time.Hour)
+	b.MemMiB, b.Share = 30<<10, 0.375
+	g1.Shares = []lease.Lease{a, b}
+	setUtil(g1, 64)
+	g1.MemoryUsedMiB = 52 << 10
+	g1.Processes = []nodeprobe.Process{proc(4200, "alice", uidAlice, "python serve.py", 16<<10), proc(5200, "bob", uidBob, "python big.py", 36<<10)}
+	g1.Flags = []lease.Flag{lease.FlagOverBudget}
+	g1.OverBudget = []lease.Overrun{{User: "bob", UID: uidBob, UsedMiB: 36 << 10, BudgetMiB: 30 << 10}}
+
+	booking := *mkLease("gpu-a-9", "gpu-a", "bob", uidBob, []int{2}, 0)
+	booking.Booked, booking.Note = true, "deadline run"
+	booking.StartedAt = time.Date(2026, 3, 11, 9, 0, 0, 0, time.UTC)
+	booking.ExpiresAt = booking.StartedAt.Add(3 * time.Hour)
+	n.Bookings = []lease.Lease{booking}
+
+	l := api.Node{Name: "gpu-b", State: api.NodeAlive, Host: host("gpu-b", 64, 512), TelemetryAt: fixedNow.Add(-time.Second)}
+	l.Host.Tags = []string{"inference"}
+	for i := range 2 {
+		l.GPUs = append(l.GPUs, gpu("NVIDIA L40S", i, 0, 0, 46068))
+	}
+	return api.Board{Self: "gpu-a", You: lease.Caller{UID: uidAlice, User: "alice"}, GeneratedAt: fixedNow, Nodes: []api.Node{n, l}}
+}
+
+// TestGoldenUnits renders MIG instances, a shared GPU with its budgets (one
+// over), pools and a booking.
+func TestGoldenUnits(t *testing.T) {
+	tests := []struct {
+		name string
+		w, h int
+		keys []string
+	}{
+		{"units_mig_160x48", 160, 48, nil},
+		{"units_shared_160x48", 160, 48, []string{"l"}},
+		{"units_shared_80x24", 80, 24, []string{"l"}},
+		{"units_booked_160x48", 160, 48, []string{"l", "l"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t, tc.w, tc.h, Options{})
+			h.send(BoardMsg(unitsBoard()))
+			h.keys(tc.keys...)
+			requireGolden(t, tc.name, h.screen())
+		})
+	}
+}
+
+func TestUnitCells(t *testing.T) {
+	b := unitsBoard()
+	views, sum := buildViews(&b, "", false)
+	var got []string
+	for _, c := range views[0].cells {
+		got = append(got, c.label)
+	}
+	if strings.Join(got, "|") != "MIG 2/3|!budget|·free" {
+		t.Errorf("cells %q, want MIG 2/3, !budget, ·free", got)
+	}
+	if views[0].cells[0].kind != kindMine || sum.mine != 2 || sum.free != 3 {
+		t.Errorf("MIG cell kind %v, mine %d, free %d; want mine (alice holds an instance), 2 of alice's GPUs, 3 free whole GPUs", views[0].cells[0].kind, sum.mine, sum.free)
+	}
+}
