@@ -145,7 +145,12 @@ func TestLeaseFieldsSurviveTheWire(t *testing.T) {
 	}
 	l.Node = "n1"
 	l.ID = "n1-1"
-	m := &stateMsg{Node: "n1", BootID: "b", BootedAt: 1, Seq: 1, Section: sectionLeases, Leases: &leaseSection{Leases: []lease.Lease{l}}}
+	// Values the lease's shape check accepts, every field still set: a
+	// lease holds a MIG instance or a budget, so one of each.
+	l.Kind, l.MIG = lease.KindBatch, ""
+	mig := l
+	mig.ID, mig.MIG, mig.MemMiB = "n1-2", "MIG-x", 0
+	m := &stateMsg{Node: "n1", BootID: "b", BootedAt: 1, Seq: 1, Section: sectionLeases, Leases: &leaseSection{Leases: []lease.Lease{l, mig}}}
 	b, err := encodeMessage(msgState, m)
 	if err != nil {
 		t.Fatal(err)
@@ -154,8 +159,8 @@ func TestLeaseFieldsSurviveTheWire(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !reflect.DeepEqual(got.Leases.Leases[0], l) {
-		t.Errorf("lease after the wire:\n got %+v\nwant %+v", got.Leases.Leases[0], l)
+	if !reflect.DeepEqual(got.Leases.Leases, []lease.Lease{l, mig}) {
+		t.Errorf("leases after the wire:\n got %+v\nwant %+v", got.Leases.Leases, []lease.Lease{l, mig})
 	}
 }
 
@@ -204,6 +209,9 @@ func TestDecodeRefuses(t *testing.T) {
 		{"no gpus", state(func(m *stateMsg) { m.Leases.Leases[0].GPUs = nil }), "holds 0 GPUs"},
 		{"lease twice", state(func(m *stateMsg) { m.Leases.Leases = append(m.Leases.Leases, m.Leases.Leases[0]) }), "appears twice"},
 		{"long note", state(func(m *stateMsg) { m.Leases.Leases[0].Note = strings.Repeat("n", maxWireNote+1) }), "note"},
+		{"bad user name", state(func(m *stateMsg) { m.Leases.Leases[0].User = "-rf" }), "bad user"},
+		{"bad MIG instance", state(func(m *stateMsg) { m.Leases.Leases[0].MIG = "GPU-0" }), "bad MIG instance"},
+		{"share of a whole GPU", state(func(m *stateMsg) { m.Leases.Leases[0].Share = 0.5 }), "share 0.5"},
 		{"bad telemetry gpu", state(func(m *stateMsg) {
 			m.Section, m.Leases = sectionTelemetry, nil
 			m.Telemetry = &telemetrySection{Snapshot: nodeprobe.Snapshot{GPUs: []nodeprobe.GPU{{Index: 2000}}}}

@@ -145,6 +145,11 @@ func validateLease(node string, l *lease.Lease, seen map[string]bool) error {
 	if err := l.CheckText(); err != nil {
 		return wireErrorf("state of %s: lease %s: %v", node, l.ID, err)
 	}
+	// The rest of a lease's shape (names, MIG, shares, a booking's job) as
+	// the agent itself checks it.
+	if err := l.Validate(); err != nil {
+		return wireErrorf("state of %s: %v", node, err)
+	}
 	return nil
 }
 
