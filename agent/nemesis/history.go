@@ -209,7 +209,7 @@ type History struct {
 	End int64
 	// FinalEntries are the queue entry ids each origin held at End (read
 	// from each origin once the cluster was quiet), so the checker can
-	// tell an entry never deleted from one lost. Nil: not read, and that
-	// part of the queue check is skipped.
+	// tell an entry never deleted from one lost. An origin missing from
+	// the map was not read, and its entries are not judged so.
 	FinalEntries map[string][]string
 }
