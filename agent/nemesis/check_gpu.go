@@ -87,6 +87,7 @@ func buildGPUOps(x *index) (map[gpuKey][]gop, int) {
 }
 
 func (b *gpuBuilder) add(node string, gpus []int, g gop) {
+	g.ret = max(g.ret, g.call) // writes recorded out of order must not turn time back
 	for _, gpu := range gpus {
 		k := gpuKey{node, gpu}
 		b.parts[k] = append(b.parts[k], g)

@@ -159,9 +159,15 @@ func checkTokens(x *index) []Violation {
 	var out []Violation
 	for _, node := range nodes {
 		top := -1
+		var first *Violation
+		later := 0
 		for _, i := range x.byNode[node] {
 			in := grants[i]
 			if in == nil {
+				continue
+			}
+			if top >= 0 && in.token <= h.Writes[top].Lease.Token && first != nil {
+				later++
 				continue
 			}
 			if top >= 0 && in.token <= h.Writes[top].Lease.Token {
@@ -176,10 +182,16 @@ func checkTokens(x *index) []Violation {
 					}
 				}
 				v.History = append(v.History, writeLine(h, i))
-				out = append(out, v)
+				first = &v
 				continue
 			}
 			top = i
+		}
+		if first != nil {
+			if later > 0 {
+				first.What += fmt.Sprintf(" (and %d later grants of %s not above the highest token either)", later, node)
+			}
+			out = append(out, *first)
 		}
 	}
 	return out

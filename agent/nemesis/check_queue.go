@@ -102,8 +102,8 @@ func entryFate(x *index, id string, acked map[string]int, ran map[string]bool, c
 	if i, ok := acked[id]; ok {
 		who = fmt.Sprintf("acknowledged to client %d", h.Ops[i].Client)
 	}
-	if h.FinalEntries != nil {
-		present := slices.Contains(h.FinalEntries[origin], id)
+	if final, read := h.FinalEntries[origin]; read {
+		present := slices.Contains(final, id)
 		switch {
 		case !deleted && !present:
 			return Violation{Check: CheckQueueLost, Subject: "entry " + id,
