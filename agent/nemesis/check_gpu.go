@@ -114,6 +114,7 @@ func (b *gpuBuilder) instance(in *instance) {
 				g.more = append(g.more, c)
 			}
 		}
+		g.more = append(g.more, in.unknown...)
 		b.add(in.node, in.gpus, g)
 		for _, p := range in.puts[1:] {
 			w := &h.Writes[p]

@@ -31,8 +31,8 @@ type instance struct {
 	// ran on it).
 	reservedAtEnd bool
 	// claims are the OK claims that returned it, releases the OK releases
-	// of it.
-	claims, releases []int
+	// of it, unknown the claims with no answer whose request made it.
+	claims, releases, unknown []int
 }
 
 // first is the index of its first write.
@@ -113,8 +113,21 @@ func newIndex(h *History, o CheckOptions) *index {
 	slices.SortStableFunc(x.all, func(a, b *instance) int {
 		return cmp.Or(cmp.Compare(h.Writes[a.first()].Start, h.Writes[b.first()].Start), cmp.Compare(a.node, b.node))
 	})
+	byRequest := map[leaseKey]*instance{} // (node, request id) → the lease it made
+	for _, in := range x.all {
+		if len(in.puts) > 0 {
+			if r := h.Writes[in.puts[0]].Lease.RequestID; r != "" {
+				byRequest[leaseKey{in.node, r}] = in
+			}
+		}
+	}
 	for i := range h.Ops {
 		o := &h.Ops[i]
+		if o.Kind == OpClaim && o.Outcome == Unknown && o.RequestID != "" {
+			if in := byRequest[leaseKey{o.Node, o.RequestID}]; in != nil {
+				in.unknown = append(in.unknown, i)
+			}
+		}
 		if o.Outcome != OK {
 			continue
 		}
@@ -193,22 +206,24 @@ func (x *index) instanceAt(k leaseKey, t int64) *instance {
 // claimKey is the lease an OK claim returned.
 func claimKey(o *Op) leaseKey {
 	if o.Lease != nil {
-		node := o.Lease.Node
-		if node == "" {
-			node = o.Node
-		}
-		return leaseKey{node, o.Lease.ID}
+		return keyOf(o.Lease.ID, o.Lease.Node, o.Node)
 	}
 	return opLeaseKey(o)
 }
 
 // opLeaseKey is the lease a release or extend names (or a claim got).
-func opLeaseKey(o *Op) leaseKey {
-	node := o.Node
-	if n, ok := lease.NodeOfID(o.LeaseID); ok && node == "" {
-		node = n
+func opLeaseKey(o *Op) leaseKey { return keyOf(o.LeaseID, "", o.Node) }
+
+// keyOf names lease id on its node: the node its id names (ids are
+// node-token), else node, else the op's node.
+func keyOf(id, node, opNode string) leaseKey {
+	if n, ok := lease.NodeOfID(id); ok {
+		return leaseKey{n, id}
 	}
-	return leaseKey{node, o.LeaseID}
+	if node == "" {
+		node = opNode
+	}
+	return leaseKey{node, id}
 }
 
 // downUntil says whether node was killed or paused at some time in

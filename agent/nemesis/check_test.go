@@ -108,6 +108,13 @@ func TestCheckGPUs(t *testing.T) {
 			b.read(1, "n1", map[int]string{0: "", 1: ""}, 80, 81)
 			return b.history(100)
 		}},
+		{name: "an unknown claim that took effect, then vanished, fails", fails: CheckGPU, names: []string{"→ unknown (connection reset)", "put n1-1", "read: free"}, build: func(b *builder) *History {
+			l := lease.Lease{Node: "n1", Token: 1, GPUs: []int{0}, RequestID: "req-000001"}
+			b.op(Op{Client: 0, Kind: OpClaim, Node: "n1", GPUs: []int{0}, RequestID: l.RequestID, Outcome: Unknown, Err: "connection reset"}, 0, -1)
+			b.put(l, 50, 51)
+			b.read(1, "n1", map[int]string{0: "", 1: ""}, 400, 401)
+			return b.history(1000)
+		}},
 		{name: "an unknown claim that did not take effect is no violation", build: func(b *builder) *History {
 			b.op(Op{Client: 0, Kind: OpClaim, Node: "n1", GPUs: []int{0}, RequestID: "req-000002", Outcome: Unknown}, 0, -1)
 			b.read(1, "n1", map[int]string{0: "", 1: ""}, 10, 12)
