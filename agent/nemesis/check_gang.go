@@ -228,10 +228,17 @@ func rankBreak(x *index, a *gangAttempt, in *instance, t0 int64, lostAfter time.
 			return gangEvent{at: end.Done, what: fmt.Sprintf("rank %d's reservation %s ended uncommitted (%s) while another rank ran", rank, in.id, reason), lines: []string{writeLine(h, in.end)}, self: in}, true
 		}
 	}
-	if in.commit < 0 {
+	// A rank running (or still reserved when another was committed) on a
+	// node the origin cannot reach is counted lost after LostAfter.
+	var from int64
+	switch put := &h.Writes[in.puts[0]]; {
+	case in.commit >= 0:
+		from = h.Writes[in.commit].Done
+	case put.Start <= t0 && (in.end < 0 || h.Writes[in.end].Done >= t0):
+		from = t0
+	default:
 		return gangEvent{}, false
 	}
-	from := h.Writes[in.commit].Done
 	to := Never
 	if in.end >= 0 {
 		to = h.Writes[in.end].Start
@@ -246,7 +253,7 @@ func rankBreak(x *index, a *gangAttempt, in *instance, t0 int64, lostAfter time.
 			cut = true
 		}
 		if start := max(f.Start, from); cut && f.Healed-start >= int64(lostAfter) {
-			return gangEvent{at: start, what: fmt.Sprintf("rank %d's node %s could not be reached (%s) while it ran %s", rank, in.node, f.Kind, in.id),
+			return gangEvent{at: start, what: fmt.Sprintf("rank %d's node %s could not be reached (%s) while it held %s", rank, in.node, f.Kind, in.id),
 				lines: []string{faultLine(f)}}, true
 		}
 	}

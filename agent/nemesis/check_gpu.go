@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strings"
 	"sync"
 
 	"github.com/anishathalye/porcupine"
@@ -158,6 +159,9 @@ func (b *gpuBuilder) clientOp(i int, missing map[leaseKey][]int) {
 	case o.Kind == OpExtend && o.Outcome == OK:
 		g.in = modelInput{Step: stepHeld, ID: o.LeaseID}
 	case (o.Kind == OpExtend || o.Kind == OpRelease) && o.Outcome == Refused && o.Code == lease.CodeNotFound:
+		if !ownerSaidNotFound(o) {
+			return
+		}
 		g.in = modelInput{Step: stepNotHeld, ID: o.LeaseID}
 	case o.Kind == OpRelease && o.Outcome == OK:
 		k := opLeaseKey(o)
@@ -175,6 +179,16 @@ func (b *gpuBuilder) clientOp(i int, missing map[leaseKey][]int) {
 		gpus = in.gpus
 	}
 	b.add(k.node, gpus, g)
+}
+
+// ownerSaidNotFound reports whether a not-found refusal came from the
+// lease's own node, so it says the lease is gone. An agent that does not
+// know the node (not joined yet, or reaped as dead) also answers not
+// found, with "no node …", which says nothing about the lease; the node's
+// own table answers "no lease …".
+func ownerSaidNotFound(o *Op) bool {
+	k := opLeaseKey(o)
+	return o.Via == "" || o.Via == k.node || strings.Contains(o.Err, "no lease ")
 }
 
 // chunk is a piece of one GPU's history, cut at a quiescent point: no

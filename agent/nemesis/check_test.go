@@ -149,6 +149,18 @@ func TestCheckGPUs(t *testing.T) {
 			b.op(Op{Client: 0, Kind: OpRelease, Node: "n1", LeaseID: "n1-1", Outcome: Refused, Code: lease.CodeUnavailable}, 40, 50)
 			return b.history(100)
 		}},
+		{name: "a not-found from an agent that does not know the node says nothing", build: func(b *builder) *History {
+			b.claim(0, "n1", []int{0}, 1, 0, 10)
+			b.op(Op{Client: 0, Kind: OpRelease, Via: "n2", Node: "n1", LeaseID: "n1-1", Outcome: Refused, Code: lease.CodeNotFound,
+				Err: "no node n1 in this cluster: `dibs ls` shows the nodes"}, 20, 30)
+			return b.history(100)
+		}},
+		{name: "a not-found the owner sent through another agent fails while held", fails: CheckGPU, names: []string{"not-held n1-1", "via n2"}, build: func(b *builder) *History {
+			b.claim(0, "n1", []int{0}, 1, 0, 10)
+			b.op(Op{Client: 0, Kind: OpExtend, Via: "n2", Node: "n1", LeaseID: "n1-1", Outcome: Refused, Code: lease.CodeNotFound,
+				Err: "no lease n1-1 on n1: `dibs ls` shows the live ones"}, 20, 30)
+			return b.history(100)
+		}},
 		{name: "an extend granted after the end fails", fails: CheckGPU, names: []string{"held n1-1", "expired"}, build: func(b *builder) *History {
 			b.claim(0, "n1", []int{0}, 1, 0, 10)
 			b.end("n1-1", []int{0}, lease.EndExpired, 15, 16)
@@ -268,6 +280,24 @@ func TestCheckQueueAndGangs(t *testing.T) {
 		{name: "a gang whose node died and never stops fails", fails: CheckGang, names: []string{"kill n3", "put n2-1"}, build: func(b *builder) *History {
 			runningGang(b)
 			b.fault(FaultKill, []string{"n3"}, 100000, 450000)
+			return b.history(500000)
+		}},
+		{name: "a gang cut off from its origin stops, the far rank once the partition heals", build: func(b *builder) *History {
+			r0, r1 := runningGang(b)
+			b.fault(FaultPartition, []string{"n3"}, 100000, 300000)
+			b.end(r0.ID, r0.GPUs, lease.PreemptedReason(lease.PreemptGang), 150000, 150001)
+			b.end(r1.ID, r1.GPUs, lease.PreemptedReason(lease.PreemptGang), 320000, 320001)
+			return b.history(500000)
+		}},
+		{name: "a rank whose node died before its commit is lost too", fails: CheckGang, names: []string{"pause n3", "put n2-1"}, build: func(b *builder) *History {
+			e := gangEntry()
+			b.entry(e, 0, 0.1)
+			r0, r1 := rank("n2", 1, []int{0}, e.Key(), 0), rank("n3", 1, []int{0}, e.Key(), 1)
+			b.put(r0, 1, 2)
+			b.put(r1, 1, 2)
+			b.fault(FaultPause, []string{"n3"}, 500, 450000)
+			b.put(commit(r0), 1000, 1001)
+			b.end(r1.ID, r1.GPUs, lease.EndReservationExpired, 451000, 451001)
 			return b.history(500000)
 		}},
 		{name: "a reservation never committed nor ended fails", fails: CheckGang, names: []string{"put n2-1", "reserved"}, build: func(b *builder) *History {
