@@ -199,9 +199,7 @@ func firstBreak(x *index, a *gangAttempt, lostAfter time.Duration) (gangEvent, b
 			if put.Start <= t0 && (in.end < 0 || h.Writes[in.end].Done >= t0) {
 				alive = true
 			}
-			if e, ok := rankBreak(x, a, in, t0, lostAfter); ok {
-				evs = append(evs, e)
-			}
+			evs = append(evs, rankBreaks(x, a, in, t0, lostAfter)...)
 		}
 		if !alive {
 			evs = append(evs, gangEvent{at: t0, what: fmt.Sprintf("rank %d held nothing when %s (rank %d) was committed", r, first.id, h.Writes[first.puts[0]].Lease.Rank),
@@ -214,18 +212,19 @@ func firstBreak(x *index, a *gangAttempt, lostAfter time.Duration) (gangEvent, b
 	return slices.MinFunc(evs, func(p, q gangEvent) int { return cmp.Compare(p.at, q.at) }), true
 }
 
-// rankBreak is how one rank's lease breaks its gang, if it does.
-func rankBreak(x *index, a *gangAttempt, in *instance, t0 int64, lostAfter time.Duration) (gangEvent, bool) {
+// rankBreaks are the ways one rank's lease breaks its gang.
+func rankBreaks(x *index, a *gangAttempt, in *instance, t0 int64, lostAfter time.Duration) []gangEvent {
 	h := x.h
 	rank := h.Writes[in.puts[0]].Lease.Rank
+	var out []gangEvent
 	if in.end >= 0 {
 		end := &h.Writes[in.end]
 		reason := lease.EndReason(end.Ledger.Reason)
 		switch {
 		case in.commit >= 0 && reason.Failed(interactive(a.entry)):
-			return gangEvent{at: end.Done, what: fmt.Sprintf("rank %d (%s) ended %s", rank, in.id, reason), lines: []string{writeLine(h, in.end)}, self: in}, true
+			out = append(out, gangEvent{at: end.Done, what: fmt.Sprintf("rank %d (%s) ended %s", rank, in.id, reason), lines: []string{writeLine(h, in.end)}, self: in})
 		case in.reservedAtEnd && end.Done >= t0:
-			return gangEvent{at: end.Done, what: fmt.Sprintf("rank %d's reservation %s ended uncommitted (%s) while another rank ran", rank, in.id, reason), lines: []string{writeLine(h, in.end)}, self: in}, true
+			out = append(out, gangEvent{at: end.Done, what: fmt.Sprintf("rank %d's reservation %s ended uncommitted (%s) while another rank ran", rank, in.id, reason), lines: []string{writeLine(h, in.end)}, self: in})
 		}
 	}
 	// A rank running (or still reserved when another was committed) on a
@@ -237,7 +236,7 @@ func rankBreak(x *index, a *gangAttempt, in *instance, t0 int64, lostAfter time.
 	case put.Start <= t0 && (in.end < 0 || h.Writes[in.end].Done >= t0):
 		from = t0
 	default:
-		return gangEvent{}, false
+		return out
 	}
 	to := Never
 	if in.end >= 0 {
@@ -253,11 +252,11 @@ func rankBreak(x *index, a *gangAttempt, in *instance, t0 int64, lostAfter time.
 			cut = true
 		}
 		if start := max(f.Start, from); cut && f.Healed-start >= int64(lostAfter) {
-			return gangEvent{at: start, what: fmt.Sprintf("rank %d's node %s could not be reached (%s) while it held %s", rank, in.node, f.Kind, in.id),
-				lines: []string{faultLine(f)}}, true
+			out = append(out, gangEvent{at: start, what: fmt.Sprintf("rank %d's node %s could not be reached (%s) while it held %s", rank, in.node, f.Kind, in.id),
+				lines: []string{faultLine(f)}})
 		}
 	}
-	return gangEvent{}, false
+	return out
 }
 
 // rankLines are the writes of one rank's lease, after its entry's.
