@@ -38,7 +38,7 @@ func explainChunk(h *History, c *chunk, o CheckOptions) Violation {
 	}
 	prefix := c.ops[:hi]
 	failing := hi - 1
-	kept := minimize(prefix, failing, illegal, time.Now().Add(minimizeBudget))
+	kept := minimize(prefix, failing, c.init.Holder, illegal, time.Now().Add(minimizeBudget))
 	v := Violation{Check: CheckGPU, Subject: c.key.String(), What: describeFailure(c.init, kept, prefix[failing])}
 	if c.init != (gpuState{}) {
 		at := int64(0)
@@ -62,11 +62,12 @@ func explainChunk(h *History, c *chunk, o CheckOptions) Violation {
 }
 
 // minimize drops from a failing prefix every operation it can do
-// without: first whole leases (every operation naming one), then single
-// reads and assertions. A shrunk history must still fail, and must pass
-// without the failing operation, so what is left shows the same failure.
-// It stops shrinking at deadline.
-func minimize(prefix []gop, failing int, illegal func([]gop) bool, deadline time.Time) []gop {
+// without: first whole leases (every operation naming one; not the lease
+// holding the GPU when the chunk began, whose grant is not in it), then
+// single reads and assertions. A shrunk history must still fail, and must
+// pass without the failing operation, so what is left shows the same
+// failure. It stops shrinking at deadline.
+func minimize(prefix []gop, failing int, initHolder string, illegal func([]gop) bool, deadline time.Time) []gop {
 	keep := make([]bool, len(prefix))
 	for i := range keep {
 		keep[i] = true
@@ -101,7 +102,7 @@ func minimize(prefix []gop, failing int, illegal func([]gop) bool, deadline time
 	}
 	var groups [][]int
 	for _, u := range units {
-		if !slices.Contains(byUnit[u], failing) {
+		if !slices.Contains(byUnit[u], failing) && (initHolder == "" || u != "lease "+initHolder) {
 			groups = append(groups, byUnit[u])
 		}
 	}

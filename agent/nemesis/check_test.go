@@ -347,3 +347,33 @@ func TestCheckHealsAndMembership(t *testing.T) {
 		t.Errorf("the summary does not give the convergence and false alarms:\n%s", s)
 	}
 }
+
+// A violation in a later piece of a GPU's history starts from the state
+// the pieces before left, and must not blame the lease that held the GPU
+// then if it was released since.
+func TestShortestHistoryAcrossChunks(t *testing.T) {
+	b := newBuilder()
+	a := b.claim(0, "n1", []int{0}, 1, 0, 10)
+	for i := range 10 {
+		b.read(1, "n1", map[int]string{0: a.ID, 1: ""}, float64(20+10*i), float64(25+10*i))
+	}
+	b.release(0, a, 200, 210)
+	b.claim(0, "n1", []int{0}, 2, 220, 230)
+	for i := range 2 {
+		b.read(1, "n1", map[int]string{0: "n1-2", 1: ""}, float64(240+10*i), float64(245+10*i))
+	}
+	b.claim(2, "n1", []int{0}, 3, 400, 410)
+	// Cut once, while n1-1 holds GPU 0: the second piece has its release.
+	r := CheckWith(b.history(1000), CheckOptions{MinChunk: 8})
+	if r.Chunks < 2 || len(r.Violations) != 1 {
+		t.Fatalf("want one violation found in a later piece of GPU 0's history:\n%s", r)
+	}
+	v := r.Violations[0]
+	hist := strings.Join(v.History, "\n")
+	if !strings.Contains(v.What, "n1-3 was granted while n1-2 held it") || !strings.Contains(hist, "acquire n1-2") || strings.Count(hist, "read:") > 0 {
+		t.Errorf("the violation should blame n1-2 with a short history:\n%s\n%s", v.What, hist)
+	}
+	if len(v.History) >= len(b.h.Ops) {
+		t.Errorf("the shortest history has %d lines, the whole one %d ops", len(v.History), len(b.h.Ops))
+	}
+}
