@@ -229,9 +229,13 @@ const maxPrinted = 50
 // what broke it, and every violation with its history.
 func (r Report) String() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "nemesis: %d ops in %s (%s); %s\n", r.Ops, r.Ran.Round(time.Second),
-		countsText(r.OpsByKind, []OpKind{OpClaim, OpRelease, OpExtend, OpRead, OpSubmit, OpCancel}),
-		countsText(r.OpsByOutcome, []Outcome{OK, Refused, Unknown}))
+	if r.Ops == 0 {
+		fmt.Fprintf(&b, "ops: none in %s, %d writes\n", r.Ran.Round(time.Second), r.Writes)
+	} else {
+		fmt.Fprintf(&b, "ops: %d in %s (%s; %s), %d writes\n", r.Ops, r.Ran.Round(time.Second),
+			countsText(r.OpsByKind, []OpKind{OpClaim, OpRelease, OpExtend, OpRead, OpSubmit, OpCancel}),
+			countsText(r.OpsByOutcome, []Outcome{OK, Refused, Unknown}), r.Writes)
+	}
 	kinds := []FaultKind{FaultKill, FaultPause, FaultPartition, FaultLoss, FaultDelay, FaultDuplicate, FaultClockStep, FaultFsync, FaultDiskFull, FaultSlowDisk}
 	fmt.Fprintf(&b, "faults: %d (%s)\n", r.Faults, countsText(r.FaultsByKind, kinds))
 	if r.Heals == 0 {

@@ -377,3 +377,28 @@ func TestShortestHistoryAcrossChunks(t *testing.T) {
 		t.Errorf("the shortest history has %d lines, the whole one %d ops", len(v.History), len(b.h.Ops))
 	}
 }
+
+func TestReportSummary(t *testing.T) {
+	b := newBuilder()
+	a := b.claim(0, "n1", []int{0}, 1, 0, 10)
+	b.fault(FaultKill, []string{"n2"}, 20, 40)
+	b.fault(FaultPartition, []string{"n3"}, 50, 60)
+	b.read(1, "n1", map[int]string{0: a.ID, 1: ""}, 70, 80)
+	b.op(Op{Client: 2, Kind: OpClaim, Node: "n1", GPUs: []int{0}, Outcome: Refused, Code: lease.CodeConflict}, 70, 80)
+	r := Check(b.history(90000))
+	if r.Failed() {
+		t.Fatalf("want no violation:\n%s", r)
+	}
+	s := r.String()
+	for _, want := range []string{
+		"ops: 3 in 1m30s (claim 2, read 1; ok 2, refused 1), 1 writes\n",
+		"faults: 2 (kill 1, partition 1)\n",
+		"heals: none measured\n",
+		"linearizability: 2 GPUs in 2 chunks, 0 undecided",
+		"violations: 0 (gpu-linearizable 0, acked-lease-lost 0, token-order 0, queue-entry-lost 0, entry-run-twice 0, gang-partial 0, convergence 0, false-dead 0)\n",
+	} {
+		if !strings.Contains(s, want) {
+			t.Errorf("the summary lacks %q:\n%s", want, s)
+		}
+	}
+}
