@@ -181,8 +181,8 @@ func firstBreak(x *index, a *gangAttempt, lostAfter time.Duration) (gangEvent, b
 	h := x.h
 	t0 := Never
 	var first *instance
-	for _, ins := range a.ranks {
-		for _, in := range ins {
+	for r := range a.nodes {
+		for _, in := range a.ranks[r] {
 			if in.commit >= 0 && h.Writes[in.commit].Done < t0 {
 				t0, first = h.Writes[in.commit].Done, in
 			}
