@@ -207,4 +207,9 @@ type History struct {
 	FalseDead []Membership
 	// End is when the run stopped (every fault healed, the cluster quiet).
 	End int64
+	// FinalEntries are the queue entry ids each origin held at End (read
+	// from each origin once the cluster was quiet), so the checker can
+	// tell an entry never deleted from one lost. An origin missing from
+	// the map was not read, and its entries are not judged so.
+	FinalEntries map[string][]string
 }
