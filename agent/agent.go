@@ -273,7 +273,7 @@ func (a *Agent) build(ctx context.Context) error {
 	}, core.Deps{Node: a.node, Origin: a.origin, Peers: a.peers, Accounts: a.accounts, Clock: c, Changed: a.changed,
 		Kick: a.kick, Attach: a.deps.Sessions.AttachCommand, CanWrite: canWrite, Log: a.log})
 	a.sched = sched.New(a.cfg.NodeName, a.cfg.Sched, sched.Deps{
-		View: a.svc.View, Peers: a.peers, Clock: c, Log: a.log.With("part", "scheduler"),
+		View: a.svc.View, Peers: a.peers, Clock: c, Log: a.log.With("part", "scheduler"), Instance: randomID(),
 		Reconcile: func(ctx context.Context, v lease.ClusterView) {
 			a.origin.Reconcile(ctx, v, a.cfg.Sched.LostAfter, a.stopRank, a.svc.TellUser)
 		},

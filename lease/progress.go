@@ -210,6 +210,7 @@ func (e QueueEntry) AfterRun(failed bool) (next QueueEntry, requeue bool) {
 	e.Running = false
 	e.Restarts++
 	e.Attempt++
+	e.Placer = ""
 	return e, true
 }
 

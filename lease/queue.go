@@ -58,6 +58,13 @@ type QueueEntry struct {
 	// RequestID is the client's id for the submission, so a retried submit
 	// whose answer was lost finds this entry instead of queueing another.
 	RequestID string `json:"request_id,omitempty"`
+	// Placer names the scheduler its origin last let start this attempt
+	// (node/instance): only one scheduler at a time may start an attempt,
+	// so two that both believe they schedule (a partition, a paused agent
+	// that goes on) never run it twice. The origin keeps it durable so a
+	// restart does not let a second one in while the first may still be
+	// starting.
+	Placer string `json:"placer,omitempty"`
 }
 
 // EachString calls f with the JSON name and the address of every string
@@ -73,6 +80,7 @@ func (e *QueueEntry) EachString(f func(field string, p *string)) {
 	f("note", &e.Note)
 	f("model", &e.Model)
 	f("request_id", &e.RequestID)
+	f("placer", &e.Placer)
 	for i := range e.Tags {
 		f("tag", &e.Tags[i])
 	}

@@ -237,6 +237,9 @@ func (e *QueueEntry) Validate() error {
 	if e.RequestID != "" && !ValidRequestID(e.RequestID) {
 		return Invalidf("queue entry %s has a bad request id", e.ID)
 	}
+	if e.Placer != "" && !token(e.Placer, 2*MaxNameLen) {
+		return Invalidf("queue entry %s has a bad placer", e.ID)
+	}
 	if len(e.Model) > MaxModelLen || strings.ContainsFunc(e.Model, func(r rune) bool { return r < ' ' || r == 0x7f }) {
 		return Invalidf("queue entry %s has a bad model filter", e.ID)
 	}

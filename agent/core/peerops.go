@@ -74,6 +74,24 @@ func (s *Service) registerPeerOps() {
 		}
 		return peer.Empty{}, nil
 	})
+	peer.Handle(m, peer.Place, func(ctx context.Context, from string, who peer.Actor, r peer.PlaceRequest) (peer.Empty, error) {
+		if !who.System {
+			return peer.Empty{}, &lease.Error{Code: lease.CodeForbidden, Msg: "only a scheduler places a queued entry"}
+		}
+		// A start this origin can see already (its Started message lost)
+		// is not placed again.
+		p := s.View().Progress()
+		if _, started := p.Started[r.Key]; started {
+			if e, ok := s.deps.Origin.MarkStarted(r.Key); ok {
+				s.TellUser(e.UID, fmt.Sprintf("your queued request %s started (`dibs ls` shows its GPUs)", e.ID))
+			}
+			return peer.Empty{}, &lease.Error{Code: lease.CodeConflict, Msg: fmt.Sprintf("%s has started already", r.Key)}
+		}
+		if p.Reserving[r.Key] {
+			return peer.Empty{}, &lease.Error{Code: lease.CodeConflict, Msg: fmt.Sprintf("%s is being reserved", r.Key)}
+		}
+		return peer.Empty{}, s.deps.Origin.Place(r.Key, r.Placer)
+	})
 	peer.Handle(m, peer.Refused, func(ctx context.Context, from string, who peer.Actor, r peer.RefusedRequest) (peer.Empty, error) {
 		if !who.System {
 			return peer.Empty{}, &lease.Error{Code: lease.CodeForbidden, Msg: "only the scheduler reports a refused start"}

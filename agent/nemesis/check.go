@@ -170,6 +170,7 @@ func CheckWith(h *History, o CheckOptions) Report {
 	r.Violations = append(r.Violations, checkRunTwice(x)...)
 	r.Violations = append(r.Violations, checkGangs(x, o)...)
 	r.Violations = append(r.Violations, checkHeals(h, o)...)
+	r.Violations = append(r.Violations, checkExpiry(h)...)
 	for i := range r.Violations {
 		if r.Violations[i].Check != CheckGPU {
 			r.Violations[i].History = byTime(r.Violations[i].History)

@@ -56,19 +56,25 @@ func (c *client) run(stop <-chan struct{}) {
 			return
 		default:
 		}
-		c.step()
+		refused := c.step()
 		c.h.opsDone.Add(1)
-		// A person thinks between commands; a little, here.
+		// A person thinks between commands (a little, here), and waits a
+		// while after a refusal before trying again.
+		think := time.Duration(c.rng.IntN(20)) * time.Millisecond
+		if refused {
+			think += time.Duration(20+c.rng.IntN(60)) * time.Millisecond
+		}
 		select {
 		case <-stop:
 			return
-		case <-time.After(time.Duration(c.rng.IntN(20)) * time.Millisecond):
+		case <-time.After(think):
 		}
 	}
 }
 
-// step does one random operation and records it.
-func (c *client) step() {
+// step does one random operation and records it; it reports whether the
+// operation was refused.
+func (c *client) step() bool {
 	via := c.h.members[c.rng.IntN(len(c.h.members))]
 	// A paused agent answers nobody until it goes on.
 	<-via.clock.running()
@@ -130,6 +136,7 @@ func (c *client) step() {
 		}
 	}
 	c.h.rec.op(op)
+	return op.Outcome == Refused
 }
 
 func (c *client) claim(ctx context.Context, cl *api.Client, op *Op) {

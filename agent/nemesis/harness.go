@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -21,14 +22,14 @@ import (
 
 // Options describe a run.
 type Options struct {
-	// Nodes and GPUs (per node) size the cluster: 3 × 4 by default.
+	// Nodes and GPUs (per node) size the cluster: 3 × 8 by default.
 	Nodes, GPUs int
-	// Clients is how many clients act at once (default 6).
+	// Clients is how many clients act at once (default 8).
 	Clients int
-	// Duration is how long clients and nemesis run; Ops, when set, ends
-	// the run sooner once that many operations were done.
+	// Duration is how long clients and nemesis run at least; the run goes
+	// on past it until MinOps operations were done.
 	Duration time.Duration
-	Ops      int
+	MinOps   int
 	// Faults are the kinds the nemesis picks from (default all), one at a
 	// time, each held Hold (default 1–6 s at random) and followed by a
 	// calm of Calm (default 1–3 s) in which convergence is measured.
@@ -82,10 +83,10 @@ func Run(tb testing.TB, o Options) *History {
 		o.Nodes = 3
 	}
 	if o.GPUs == 0 {
-		o.GPUs = 4
+		o.GPUs = 8
 	}
 	if o.Clients == 0 {
-		o.Clients = 6
+		o.Clients = 8
 	}
 	if len(o.Faults) == 0 {
 		o.Faults = AllFaults
@@ -95,7 +96,7 @@ func Run(tb testing.TB, o Options) *History {
 	}
 	tb.Logf("nemesis: seed %d (rerun with -nemesis.seed %d)", o.Seed, o.Seed)
 	h := &harness{tb: tb, opts: o, rec: newRecorder(), net: newNetwork(o.Seed), rng: rand.New(rand.NewPCG(o.Seed, 1))}
-	h.sched = lease.SchedConfig{ReservationTTL: 5 * time.Second, LostAfter: 5 * time.Second}
+	h.sched = lease.SchedConfig{ReservationTTL: 5 * time.Second, LostAfter: 5 * time.Second, PreemptGrace: lease.DefaultPolicy().PreemptGrace}
 	h.rec.h.Sched = h.sched.WithDefaults()
 	h.rec.h.GPUs = map[string]int{}
 	h.start()
@@ -112,7 +113,7 @@ func Run(tb testing.TB, o Options) *History {
 	// Faults come in rounds: every kind once, in a random order, so even a
 	// short run injects each.
 	var round []FaultKind
-	for time.Now().Before(deadline) && (o.Ops == 0 || h.opsDone.Load() < int64(o.Ops)) {
+	for time.Now().Before(deadline) || h.opsDone.Load() < int64(o.MinOps) {
 		if len(round) == 0 {
 			round = slices.Clone(o.Faults)
 			h.rng.Shuffle(len(round), func(i, j int) { round[i], round[j] = round[j], round[i] })
@@ -155,7 +156,7 @@ func (h *harness) start() {
 				join = append(join, fmt.Sprintf("127.0.0.1:%d", o.port))
 			}
 		}
-		m.store = &recordedStore{Store: storetest.New(storetest.Options{Sleep: time.Sleep}), node: m.name, rec: h.rec}
+		m.store = &recordedStore{Store: storetest.New(storetest.Options{Sleep: time.Sleep}), node: m.name, rec: h.rec, mono: m.clock.sys.Mono}
 		opts = append(opts, agenttest.Options{
 			Name: m.name, Sim: fmt.Sprintf("%dxH100-80GB", h.opts.GPUs), Policy: policy, Sched: h.sched,
 			TmuxTmpDir: tmux, Clock: m.clock, Store: m.store, Quiet: true,
@@ -180,7 +181,7 @@ func (h *harness) kill(m *member) func() {
 	return func() {
 		m.mu.Lock()
 		m.boot++
-		m.store = &recordedStore{Store: durable, node: m.name, boot: m.boot, rec: h.rec}
+		m.store = &recordedStore{Store: durable, node: m.name, boot: m.boot, rec: h.rec, mono: m.clock.sys.Mono}
 		m.node.Opts.Store = m.store
 		m.mu.Unlock()
 		m.node.Restart()
@@ -211,6 +212,26 @@ func (h *harness) settle() {
 		}
 		h.rec.op(op)
 	}
+	// And every origin's own queue: entries the checker must find.
+	final := map[string][]string{}
+	for _, m := range h.members {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		q, err := m.client.Queue(ctx)
+		cancel()
+		if err != nil {
+			continue
+		}
+		ids := []string{}
+		for _, e := range q.Entries {
+			if strings.HasPrefix(e.ID, m.name+"-q") {
+				ids = append(ids, e.ID)
+			}
+		}
+		final[m.name] = ids
+	}
+	h.rec.mu.Lock()
+	h.rec.h.FinalEntries = final
+	h.rec.mu.Unlock()
 }
 
 // freePort finds a port free for both memberlist's TCP and UDP.

@@ -118,8 +118,10 @@ type Write struct {
 	Boot int
 	Kind WriteKind
 	// Start and Done bound the write (Start before the store was called,
-	// Done after it returned).
+	// Done after it returned); Mono is the system's monotonic clock
+	// (CLOCK_BOOTTIME, what lease.MonoLimits count on) at Done.
 	Start, Done int64
+	Mono        time.Duration
 	// Lease is the lease put (WritePut).
 	Lease lease.Lease
 	// Ledger is the end recorded (WriteEnd): Ledger.LeaseID ended, on

@@ -1,6 +1,8 @@
 package nemesis
 
 import (
+	"time"
+
 	"github.com/dibs-gpu/dibs/lease"
 	"github.com/dibs-gpu/dibs/lease/store/storetest"
 )
@@ -13,6 +15,9 @@ type recordedStore struct {
 	node string
 	boot int
 	rec  *recorder
+	// mono is the system's monotonic clock, not the node's (which a pause
+	// freezes): the truth a lease's limits are judged against.
+	mono func() time.Duration
 }
 
 var _ lease.Store = (*recordedStore)(nil)
@@ -23,7 +28,7 @@ func (s *recordedStore) write(w Write, do func() error) error {
 	if err := do(); err != nil {
 		return err
 	}
-	w.Done = s.rec.now()
+	w.Done, w.Mono = s.rec.now(), s.mono()
 	s.rec.write(w)
 	return nil
 }

@@ -39,6 +39,9 @@ type Origin struct {
 	mu      sync.Mutex
 	entries map[string]lease.QueueEntry
 	seq     uint64
+	// placed is, per attempt key, until when (on the monotonic clock) its
+	// placer alone may start it.
+	placed map[string]time.Duration
 
 	published atomic.Pointer[[]lease.QueueEntry]
 }
@@ -54,7 +57,7 @@ func New(node string, deps Deps) *Origin {
 	if deps.QueueChanged == nil {
 		deps.QueueChanged = func() {}
 	}
-	o := &Origin{node: node, deps: deps, entries: map[string]lease.QueueEntry{}}
+	o := &Origin{node: node, deps: deps, entries: map[string]lease.QueueEntry{}, placed: map[string]time.Duration{}}
 	o.publishLocked()
 	return o
 }
@@ -69,6 +72,11 @@ func (o *Origin) Open() error {
 	defer o.mu.Unlock()
 	for _, e := range entries {
 		o.entries[e.ID] = e
+		if e.Placer != "" && !e.Running {
+			// Its placer may be starting it still: nobody else may
+			// until a start could have shown.
+			o.placed[e.Key()] = o.deps.Clock.Mono() + lease.InFlightTimeout
+		}
 	}
 	o.seq = seq
 	o.publishLocked()
@@ -168,6 +176,43 @@ func (o *Origin) Cancel(c lease.Caller, id string) error {
 	o.mu.Unlock()
 	o.deps.Log.Info("cancelled", "entry", id, "by", c.User)
 	o.deps.QueueChanged()
+	return nil
+}
+
+// Place lets placer (a scheduler: node/instance) start the attempt key,
+// unless another placer was let start it less than lease.InFlightTimeout
+// ago — that one's start may still land — or it runs already. The same
+// placer may ask again (its first start failed). The placer is made durable
+// before the answer, so a restart of this agent does not let a second
+// scheduler in.
+func (o *Origin) Place(key, placer string) error {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	var e lease.QueueEntry
+	found := false
+	for _, x := range o.entries {
+		if x.Key() == key {
+			e, found = x, true
+		}
+	}
+	now := o.deps.Clock.Mono()
+	switch {
+	case !found:
+		return &lease.Error{Code: lease.CodeNotFound, Msg: fmt.Sprintf("no queued attempt %s here", key)}
+	case e.Running:
+		return &lease.Error{Code: lease.CodeConflict, Msg: fmt.Sprintf("%s runs already", key)}
+	case e.Placer != "" && e.Placer != placer && now < o.placed[key]:
+		return &lease.Error{Code: lease.CodeConflict, Msg: fmt.Sprintf("%s is being started by %s", key, e.Placer)}
+	}
+	if e.Placer != placer {
+		e.Placer = placer
+		if err := o.deps.Store.PutEntry(e, o.seq); err != nil {
+			return err
+		}
+		o.entries[e.ID] = e
+		o.publishLocked()
+	}
+	o.placed[key] = now + lease.InFlightTimeout
 	return nil
 }
 

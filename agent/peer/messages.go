@@ -34,7 +34,30 @@ var (
 	// good (no account there, a command it cannot run), so the entry fails
 	// with the reason instead of blocking the queue.
 	Refused = Endpoint[RefusedRequest, Empty]{Name: "refused"}
+	// Place asks an entry's origin to let one scheduler start an attempt:
+	// the origin is the single writer of its entries, so it alone decides
+	// who starts each, and two schedulers (either side of a partition, or
+	// a paused one that goes on) never start it twice.
+	Place = Endpoint[PlaceRequest, Empty]{Name: "place"}
 )
+
+// PlaceRequest asks to start an attempt (QueueEntry.Key) as Placer, the
+// asking scheduler's node/instance.
+type PlaceRequest struct {
+	Key    string `json:"key"`
+	Placer string `json:"placer"`
+}
+
+// Validate implements Message.
+func (r PlaceRequest) Validate() error {
+	if err := (StartedRequest{Key: r.Key}).Validate(); err != nil {
+		return err
+	}
+	if r.Placer == "" || len(r.Placer) > 2*lease.MaxNameLen || lease.CheckText("placer", r.Placer) != nil {
+		return lease.Invalidf("bad placer")
+	}
+	return nil
+}
 
 // RefusedRequest names the attempt a node refused and why.
 type RefusedRequest struct {

@@ -18,12 +18,13 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/dibs-gpu/dibs/agent/node"
 	"github.com/dibs-gpu/dibs/lease"
 )
 
 // Version is the protocol version; agents of another version do not join
 // each other's cluster (it travels in the gossip node meta).
-const Version = 4
+const Version = 5
 
 // MaxBody bounds an encoded request or reply; the gossip layer bounds the
 // message around it too.
@@ -202,6 +203,7 @@ func Call[Req, Resp Message](ctx context.Context, m *Mux, node string, e Endpoin
 // as the transport carries it.
 func (m *Mux) Serve(ctx context.Context, from, op string, body []byte) (reply []byte, code lease.Code, msg string) {
 	refuse := func(err error) ([]byte, lease.Code, string) {
+		err = node.ExplainDiskFailure(err)
 		c := lease.CodeOf(err)
 		if c == "" {
 			c = lease.CodeUnavailable

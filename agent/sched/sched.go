@@ -30,6 +30,10 @@ type Deps struct {
 	// Reconcile is this node's origin pass, run before every scheduling
 	// pass on every agent.
 	Reconcile func(ctx context.Context, v lease.ClusterView)
+	// Instance tells this run of the agent from its earlier ones (its boot
+	// id): with the node's name it names this scheduler to the origins
+	// that let it start their entries.
+	Instance string
 	Log       *slog.Logger
 }
 
@@ -145,7 +149,11 @@ func (s *Scheduler) schedule(ctx context.Context, v lease.ClusterView) {
 		}
 		s.goTracked(ctx, func(ctx context.Context) {
 			if err := s.start(ctx, st); err != nil {
-				s.deps.Log.Warn("start queued entry", "entry", st.Entry.ID, "err", err)
+				level := slog.LevelWarn
+				if lease.CodeOf(err) == lease.CodeConflict {
+					level = slog.LevelDebug // another scheduler starts it, or it started
+				}
+				s.deps.Log.Log(ctx, level, "start queued entry", "entry", st.Entry.ID, "err", err)
 				s.mu.Lock()
 				delete(s.inflight, key)
 				s.mu.Unlock()
@@ -185,10 +193,14 @@ func (s *Scheduler) goTracked(ctx context.Context, f func(context.Context)) {
 }
 
 // start starts one planned entry: at once on one node; for a gang, reserve
-// every rank, then commit all of them together.
+// every rank, then commit all of them together. The entry's origin must let
+// this scheduler start it first.
 func (s *Scheduler) start(ctx context.Context, st lease.Start) error {
 	e := st.Entry
 	who := peer.As(e.User)
+	if _, err := peer.Call(ctx, s.deps.Peers, e.Origin, peer.Place, peer.System, peer.PlaceRequest{Key: e.Key(), Placer: s.placer()}); err != nil {
+		return fmt.Errorf("the origin did not let this scheduler start it: %w", err)
+	}
 	if len(st.Ranks) == 1 && e.Nodes <= 1 {
 		r, err := peer.Call(ctx, s.deps.Peers, st.Ranks[0].Node, peer.Start, who,
 			peer.StartRequest{Entry: e, Phase: peer.PhaseStart, GPUs: st.Ranks[0].GPUs, Borrowed: st.Borrowed})
@@ -236,6 +248,14 @@ func (s *Scheduler) start(ctx context.Context, st lease.Start) error {
 	s.deps.Log.Info("started gang", "entry", e.ID, "user", e.User, "nodes", e.Nodes, "gpus_per_node", e.GPUsPerNode, "hosts", strings.Join(hosts, ","))
 	s.notifyStarted(ctx, e)
 	return nil
+}
+
+// placer names this scheduler to origins.
+func (s *Scheduler) placer() string {
+	if s.deps.Instance == "" {
+		return s.self
+	}
+	return s.self + "/" + s.deps.Instance
 }
 
 // eachRank calls f for every rank at once and waits for all.

@@ -24,6 +24,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/dibs-gpu/dibs/agent/core"
+	"github.com/dibs-gpu/dibs/agent/node"
 	"github.com/dibs-gpu/dibs/api"
 	"github.com/dibs-gpu/dibs/lease"
 )
@@ -340,6 +341,7 @@ func writeError(w http.ResponseWriter, status int, code lease.Code, msg string) 
 // writeErr maps a refusal's code to an HTTP status; anything else is a 500
 // with its message, so the person still reads what went wrong.
 func writeErr(w http.ResponseWriter, err error) {
+	err = node.ExplainDiskFailure(err)
 	status := http.StatusInternalServerError
 	code := lease.CodeOf(err)
 	switch code {

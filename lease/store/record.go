@@ -137,6 +137,8 @@ type entryRecord struct {
 	// Added with pools and shared GPUs, optional.
 	Tags   []string `json:"tags,omitempty"`
 	MemMiB uint64   `json:"mem_mib,omitempty"`
+	// Added with origin-arbitrated starts, optional.
+	Placer string `json:"placer,omitempty"`
 }
 
 func entryToRecord(e lease.QueueEntry) entryRecord {
@@ -145,7 +147,7 @@ func entryToRecord(e lease.QueueEntry) entryRecord {
 		Nodes: e.Nodes, GPUsPerNode: e.GPUsPerNode, Node: e.Node, Duration: int64(e.Duration),
 		Kind: string(e.Kind), Note: e.Note, Requeue: e.Requeue, MaxRestarts: e.MaxRestarts,
 		Restarts: e.Restarts, Attempt: e.Attempt, Running: e.Running, Model: e.Model,
-		RequestID: e.RequestID, Tags: e.Tags, MemMiB: e.MemMiB, Job: jobToRecord(e.Job),
+		RequestID: e.RequestID, Tags: e.Tags, MemMiB: e.MemMiB, Job: jobToRecord(e.Job), Placer: e.Placer,
 	}
 	return r
 }
@@ -156,7 +158,7 @@ func (r *entryRecord) entry() lease.QueueEntry {
 		Nodes: r.Nodes, GPUsPerNode: r.GPUsPerNode, Node: r.Node, Duration: time.Duration(r.Duration),
 		Kind: lease.Kind(r.Kind), Note: r.Note, Requeue: r.Requeue, MaxRestarts: r.MaxRestarts,
 		Restarts: r.Restarts, Attempt: r.Attempt, Running: r.Running, Model: r.Model,
-		RequestID: r.RequestID, Tags: r.Tags, MemMiB: r.MemMiB, Job: r.Job.job(),
+		RequestID: r.RequestID, Tags: r.Tags, MemMiB: r.MemMiB, Job: r.Job.job(), Placer: r.Placer,
 	}
 	return e
 }

@@ -1,0 +1,62 @@
+package nemesis
+
+import (
+	"encoding/json"
+	"flag"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+)
+
+var (
+	duration = flag.Duration("nemesis.duration", 0, "how long TestNemesis runs clients and faults (default 2m; the long run: 3h)")
+	minOps   = flag.Int("nemesis.ops", 0, "keep going until this many operations were done, however long it takes (0: by time only)")
+	seed     = flag.Uint64("nemesis.seed", 0, "the seed of the clients' and nemesis's choices (0: a new one, logged)")
+	nodes    = flag.Int("nemesis.nodes", 3, "how many agents")
+	report   = flag.String("nemesis.report", "", "also write the report to this file")
+	dump     = flag.String("nemesis.history", "", "write the whole history to this file as JSON, for a closer look")
+)
+
+// TestNemesis is the proof under a nemesis: clients claim, release,
+// extend, read, queue and cancel on three real agents while every kind of
+// fault strikes at least once; then the checker reads the whole history.
+// The short run (CI) lasts about two minutes; the long run is
+//
+//	go test ./agent/nemesis -run TestNemesis -timeout 0 -v -args -nemesis.duration 3h -nemesis.ops 100000 -nemesis.report /tmp/nemesis.txt
+func TestNemesis(t *testing.T) {
+	if testing.Short() {
+		t.Skip("the nemesis runs for minutes; not with -short")
+	}
+	if raceEnabled {
+		t.Skip("the race detector slows the agents past the promises the nemesis checks (5 s heals); CI runs it without -race (README)")
+	}
+	d := *duration
+	if d == 0 {
+		d = 2 * time.Minute
+	}
+	start := time.Now()
+	h := Run(t, Options{Nodes: *nodes, Duration: d, MinOps: *minOps, Seed: *seed, Progress: func(s string) { t.Log(s) }})
+	if *dump != "" {
+		b, _ := json.Marshal(h)
+		if err := os.WriteFile(*dump, b, 0o644); err != nil {
+			t.Error(err)
+		}
+	}
+	r := Check(h)
+	t.Logf("nemesis run of %s:\n%s", time.Since(start).Round(time.Second), r)
+	if *report != "" {
+		os.MkdirAll(filepath.Dir(*report), 0o755)
+		if err := os.WriteFile(*report, []byte(r.String()), 0o644); err != nil {
+			t.Error(err)
+		}
+	}
+	if r.Failed() {
+		t.Errorf("the checker found violations (above)")
+	}
+	for _, k := range AllFaults {
+		if r.FaultsByKind[k] == 0 {
+			t.Errorf("no %s fault was injected: run longer", k)
+		}
+	}
+}

@@ -1,0 +1,5 @@
+//go:build !race
+
+package nemesis
+
+const raceEnabled = false
