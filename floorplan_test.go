@@ -161,7 +161,7 @@ func floorPlan() []room {
 				"lease/store", "lease/termsafe", "nodeprobe", "nodeprobe/sim"}),
 			mods: []string{xsys}, never: []string{goNVML}},
 		room{pkg: "agent/nemesis", what: "Jepsen-style proof: clients, faults and a checker over real agents (tests only)",
-			may: slices.Concat([]string{"agent", "agent/agenttest"}, agents, []string{"api", "gossip", "lease", "lease/store/storetest"}),
+			may:  slices.Concat([]string{"agent", "agent/agenttest"}, agents, []string{"api", "gossip", "lease", "lease/store/storetest"}),
 			mods: []string{"github.com/anishathalye/porcupine"}, never: []string{goNVML}},
 		room{pkg: "demo", what: "four simulated agents and teammates in one process",
 			may: slices.Concat([]string{"agent"}, agents, []string{"api", "launch", "lease", "lease/termsafe",

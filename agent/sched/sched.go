@@ -34,7 +34,7 @@ type Deps struct {
 	// id): with the node's name it names this scheduler to the origins
 	// that let it start their entries.
 	Instance string
-	Log       *slog.Logger
+	Log      *slog.Logger
 }
 
 // Tick is the slow safety-net pass, for what only time changes (reclaim
