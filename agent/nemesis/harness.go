@@ -78,28 +78,8 @@ type harness struct {
 // happened. Every agent it starts is stopped when tb's test ends.
 func Run(tb testing.TB, o Options) *History {
 	tb.Helper()
-	agenttest.RequireTmux(tb)
-	if o.Nodes == 0 {
-		o.Nodes = 3
-	}
-	if o.GPUs == 0 {
-		o.GPUs = 8
-	}
-	if o.Clients == 0 {
-		o.Clients = 8
-	}
-	if len(o.Faults) == 0 {
-		o.Faults = AllFaults
-	}
-	if o.Seed == 0 {
-		o.Seed = rand.Uint64()
-	}
-	tb.Logf("nemesis: seed %d (rerun with -nemesis.seed %d)", o.Seed, o.Seed)
-	h := &harness{tb: tb, opts: o, rec: newRecorder(), net: newNetwork(o.Seed), rng: rand.New(rand.NewPCG(o.Seed, 1))}
-	h.sched = lease.SchedConfig{ReservationTTL: 5 * time.Second, LostAfter: 5 * time.Second, PreemptGrace: lease.DefaultPolicy().PreemptGrace}
-	h.rec.h.Sched = h.sched.WithDefaults()
-	h.rec.h.GPUs = map[string]int{}
-	h.start()
+	h := startCluster(tb, o)
+	o = h.opts
 
 	stop := make(chan struct{})
 	var clients sync.WaitGroup
@@ -252,4 +232,34 @@ func freePort(tb testing.TB) int {
 	}
 	tb.Fatal("no free port for both TCP and UDP")
 	return 0
+}
+
+// startCluster starts the agents of a run (o's zero fields take their
+// defaults) and waits until each sees every other.
+func startCluster(tb testing.TB, o Options) *harness {
+	tb.Helper()
+	agenttest.RequireTmux(tb)
+
+	if o.Nodes == 0 {
+		o.Nodes = 3
+	}
+	if o.GPUs == 0 {
+		o.GPUs = 8
+	}
+	if o.Clients == 0 {
+		o.Clients = 8
+	}
+	if len(o.Faults) == 0 {
+		o.Faults = AllFaults
+	}
+	if o.Seed == 0 {
+		o.Seed = rand.Uint64()
+	}
+	tb.Logf("nemesis: seed %d (rerun with -nemesis.seed %d)", o.Seed, o.Seed)
+	h := &harness{tb: tb, opts: o, rec: newRecorder(), net: newNetwork(o.Seed), rng: rand.New(rand.NewPCG(o.Seed, 1))}
+	h.sched = lease.SchedConfig{ReservationTTL: 5 * time.Second, LostAfter: 5 * time.Second, PreemptGrace: lease.DefaultPolicy().PreemptGrace}
+	h.rec.h.Sched = h.sched.WithDefaults()
+	h.rec.h.GPUs = map[string]int{}
+	h.start()
+	return h
 }
