@@ -160,7 +160,7 @@ func floorPlan() []room {
 			may: slices.Concat([]string{"agent"}, agents, []string{"api", "launch", "launch/launchtest", "lease",
 				"lease/store", "lease/termsafe", "nodeprobe", "nodeprobe/sim"}),
 			mods: []string{xsys}, never: []string{goNVML}},
-		room{pkg: "agent/nemesis", what: "Jepsen-style proof: clients, faults and a checker over real agents (tests only)",
+		room{pkg: "nemesis", what: "Jepsen-style proof: clients, faults and a checker over real agents (tests only)",
 			may:  slices.Concat([]string{"agent", "agent/agenttest"}, agents, []string{"api", "gossip", "lease", "lease/store/storetest"}),
 			mods: []string{"github.com/anishathalye/porcupine"}, never: []string{goNVML}},
 		room{pkg: "demo", what: "four simulated agents and teammates in one process",
@@ -172,7 +172,7 @@ func floorPlan() []room {
 	// internal packages, which Go keeps to their parent anyway).
 	var all []string
 	for _, r := range plan {
-		if !strings.HasSuffix(r.pkg, "test") && !strings.Contains(r.pkg, "internal/") && r.pkg != "agent/nemesis" {
+		if !strings.HasSuffix(r.pkg, "test") && !strings.Contains(r.pkg, "internal/") && r.pkg != "nemesis" {
 			all = append(all, r.pkg)
 		}
 	}

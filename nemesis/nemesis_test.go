@@ -23,7 +23,7 @@ var (
 // fault strikes at least once; then the checker reads the whole history.
 // The short run (CI) lasts about two minutes; the long run is
 //
-//	go test ./agent/nemesis -run TestNemesis -timeout 0 -v -args -nemesis.duration 3h -nemesis.ops 100000 -nemesis.report /tmp/nemesis.txt
+//	go test ./nemesis -run TestNemesis -timeout 0 -v -args -nemesis.duration 3h -nemesis.ops 100000 -nemesis.report /tmp/nemesis.txt
 func TestNemesis(t *testing.T) {
 	if testing.Short() {
 		t.Skip("the nemesis runs for minutes; not with -short")
