@@ -275,7 +275,7 @@ func (a *Agent) build(ctx context.Context) error {
 	a.sched = sched.New(a.cfg.NodeName, a.cfg.Sched, sched.Deps{
 		View: a.svc.View, Peers: a.peers, Clock: c, Log: a.log.With("part", "scheduler"), Instance: randomID(),
 		Reconcile: func(ctx context.Context, v lease.ClusterView) {
-			a.origin.Reconcile(ctx, v, a.cfg.Sched.LostAfter, a.stopRank, a.svc.TellUser)
+			a.origin.Reconcile(ctx, v, a.cfg.Sched.LostAfter, a.cfg.Sched.WithDefaults().ReservationTTL, a.stopRank, a.svc.TellUser)
 		},
 	})
 	a.doctor = a.newDoctor()

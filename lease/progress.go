@@ -135,6 +135,14 @@ type RunVerdict struct {
 	Why    string
 	// Stop lists the live ranks to stop (RunStopRanks).
 	Stop []Lease
+	// Missing counts the ranks of a running gang that no lease accounts
+	// for — not committed, not ended, no reservation pending — so its other
+	// ranks run without them (a commit that never arrived, a reservation
+	// that expired). Gossip lags a little, so the origin acts only once it
+	// has been so for a reservation's lifetime (origin.Reconcile); the
+	// verdict stays RunWait, with Live the ranks that run.
+	Missing int
+	Live    []Lease
 }
 
 // JudgeRunning decides what the origin does about a running entry, from
@@ -149,6 +157,9 @@ func (v ClusterView) JudgeRunning(e QueueEntry, lostAfter time.Duration) RunVerd
 	var out RunVerdict
 	var live []Lease
 	ended := 0
+	// committed counts the gang's ranks that hold (or held) their GPUs as
+	// a run, on any node; reserving, whether a commit is still pending.
+	committed, reserving := 0, false
 	for i := range v.Nodes {
 		n := &v.Nodes[i]
 		for _, x := range n.Ended {
@@ -156,6 +167,7 @@ func (v ClusterView) JudgeRunning(e QueueEntry, lostAfter time.Duration) RunVerd
 				continue
 			}
 			ended++
+			committed++
 			if x.Reason.Failed(interactive) {
 				out.Failed, out.Why = true, fmt.Sprintf("lease %s ended: %s", x.Lease, x.Reason)
 			}
@@ -163,6 +175,11 @@ func (v ClusterView) JudgeRunning(e QueueEntry, lostAfter time.Duration) RunVerd
 		for _, l := range n.Leases {
 			if l.Entry != key {
 				continue
+			}
+			if l.ReservedUntil.IsZero() {
+				committed++
+			} else {
+				reserving = true
 			}
 			switch {
 			case n.Alive():
@@ -191,7 +208,11 @@ func (v ClusterView) JudgeRunning(e QueueEntry, lostAfter time.Duration) RunVerd
 				return out
 			}
 		}
-		return RunVerdict{Action: RunWait}
+		wait := RunVerdict{Action: RunWait}
+		if e.Nodes > 1 && !reserving && committed < e.Nodes && len(live) > 0 {
+			wait.Missing, wait.Live = e.Nodes-committed, live
+		}
+		return wait
 	}
 	if ended == 0 {
 		return RunVerdict{Action: RunWait} // not seen ending yet (gossip may lag)

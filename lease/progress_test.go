@@ -151,3 +151,43 @@ func TestRendezvousAndTorchrun(t *testing.T) {
 		t.Errorf("IPv6 endpoint = %q", got)
 	}
 }
+
+// TestJudgeRunningCountsMissingRanks: a running gang with a rank that no
+// lease accounts for (its commit never arrived, its reservation expired) is
+// reported Missing, so its origin can fail it after a reservation's
+// lifetime; a pending reservation or a rank that ended is not missing.
+func TestJudgeRunningCountsMissingRanks(t *testing.T) {
+	now := t0.Add(time.Minute)
+	gang := lease.QueueEntry{ID: "n1-q1", Origin: "n1", User: "alice", Nodes: 2, GPUsPerNode: 1, Running: true, Job: &lease.Job{Command: []string{"train"}}}
+	key := gang.Key()
+	alive := func(name string, ls ...lease.Lease) lease.NodeView {
+		return lease.NodeView{Name: name, State: lease.NodeAlive, HasState: true, Leases: ls}
+	}
+	reserved := rank("n2", 1, 1, key)
+	reserved.ReservedUntil = now.Add(time.Second)
+	expired := alive("n2")
+	expired.Ended = []lease.EndedRun{{Entry: key, Lease: "n2-1", Reason: lease.EndReservationExpired, At: now, Reserved: true}}
+	finished := alive("n2")
+	finished.Ended = []lease.EndedRun{{Entry: key, Lease: "n2-1", Reason: lease.ExitReason(0), At: now}}
+	for _, tt := range []struct {
+		name    string
+		v       lease.ClusterView
+		missing int
+	}{
+		{"both committed", gangView(now, alive("n1", rank("n1", 1, 0, key)), alive("n2", rank("n2", 1, 1, key))), 0},
+		{"a commit still pending", gangView(now, alive("n1", rank("n1", 1, 0, key)), alive("n2", reserved)), 0},
+		{"a reservation expired uncommitted", gangView(now, alive("n1", rank("n1", 1, 0, key)), expired), 1},
+		{"a rank never seen at all", gangView(now, alive("n1", rank("n1", 1, 0, key)), alive("n2")), 1},
+		{"a rank that finished", gangView(now, alive("n1", rank("n1", 1, 0, key)), finished), 0},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			v := tt.v.JudgeRunning(gang, 30*time.Second)
+			if v.Missing != tt.missing || v.Action != lease.RunWait {
+				t.Errorf("verdict %+v, want RunWait with %d missing", v, tt.missing)
+			}
+			if tt.missing > 0 && (len(v.Live) != 1 || v.Live[0].Node != "n1") {
+				t.Errorf("live ranks %v, want n1's", v.Live)
+			}
+		})
+	}
+}

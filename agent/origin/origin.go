@@ -42,6 +42,10 @@ type Origin struct {
 	// placed is, per attempt key, until when (on the monotonic clock) its
 	// placer alone may start it.
 	placed map[string]time.Duration
+	// short is, per running gang attempt, since when (monotonic) some of
+	// its ranks have been missing (RunVerdict.Missing); only Reconcile's
+	// goroutine touches it.
+	short map[string]time.Duration
 
 	published atomic.Pointer[[]lease.QueueEntry]
 }
@@ -57,7 +61,7 @@ func New(node string, deps Deps) *Origin {
 	if deps.QueueChanged == nil {
 		deps.QueueChanged = func() {}
 	}
-	o := &Origin{node: node, deps: deps, entries: map[string]lease.QueueEntry{}, placed: map[string]time.Duration{}}
+	o := &Origin{node: node, deps: deps, entries: map[string]lease.QueueEntry{}, placed: map[string]time.Duration{}, short: map[string]time.Duration{}}
 	o.publishLocked()
 	return o
 }
@@ -319,12 +323,20 @@ type Notifier func(uid int, text string)
 // stopped; an attempt whose leases are all gone finishes or requeues;
 // ranks of attempts that are over (a node that came back after its gang was
 // given up) are stopped.
-func (o *Origin) Reconcile(ctx context.Context, v lease.ClusterView, lostAfter time.Duration, stop Stopper, tell Notifier) {
+//
+// A gang some of whose ranks never started (a commit lost, a reservation
+// that expired uncommitted) is failed once that has lasted missingAfter
+// (the reservations' lifetime): its other ranks are stopped, so no gang
+// runs partly for longer than a reservation lives.
+func (o *Origin) Reconcile(ctx context.Context, v lease.ClusterView, lostAfter, missingAfter time.Duration, stop Stopper, tell Notifier) {
+	running := map[string]bool{}
 	for _, e := range o.Entries() {
 		if !e.Running {
 			continue
 		}
+		running[e.Key()] = true
 		verdict := v.JudgeRunning(e, lostAfter)
+		verdict = o.judgeMissing(e, verdict, missingAfter)
 		switch verdict.Action {
 		case lease.RunStopRanks:
 			for _, l := range verdict.Stop {
@@ -346,10 +358,45 @@ func (o *Origin) Reconcile(ctx context.Context, v lease.ClusterView, lostAfter t
 			}
 		}
 	}
+	for key := range o.short {
+		if !running[key] {
+			delete(o.short, key)
+		}
+	}
 	for _, l := range v.Orphans(o.node, o.ByID()) {
 		o.deps.Log.Info("stopping a rank of an attempt that is over", "lease", l.ID, "node", l.Node, "entry", l.Entry)
 		if err := stop(ctx, l); err != nil {
 			o.deps.Log.Warn("stop orphaned rank", "lease", l.ID, "node", l.Node, "err", err)
 		}
 	}
+}
+
+// judgeMissing turns a gang's missing ranks into a failure once they have
+// been missing for missingAfter on this node's monotonic clock.
+func (o *Origin) judgeMissing(e lease.QueueEntry, v lease.RunVerdict, missingAfter time.Duration) lease.RunVerdict {
+	key := e.Key()
+	if v.Missing == 0 {
+		delete(o.short, key)
+		return v
+	}
+	now := o.deps.Clock.Mono()
+	since, seen := o.short[key]
+	if !seen {
+		o.short[key] = now
+		return v
+	}
+	if now-since < missingAfter {
+		return v
+	}
+	out := lease.RunVerdict{Action: lease.RunStopRanks, Failed: true,
+		Why: fmt.Sprintf("%d of its %d ranks never started", v.Missing, e.Nodes)}
+	for _, l := range v.Live {
+		if l.PreemptedAt.IsZero() {
+			out.Stop = append(out.Stop, l)
+		}
+	}
+	if len(out.Stop) == 0 {
+		return v
+	}
+	return out
 }

@@ -1,0 +1,68 @@
+package origin_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/dibs-gpu/dibs/agent/clock"
+	"github.com/dibs-gpu/dibs/agent/origin"
+	"github.com/dibs-gpu/dibs/lease"
+	"github.com/dibs-gpu/dibs/lease/store/storetest"
+)
+
+var t0 = time.Date(2026, 11, 30, 9, 0, 0, 0, time.UTC)
+
+// TestGangWithARankThatNeverStartedIsStopped: a gang marked running whose
+// second rank never committed (its reservation expired) runs partly only
+// until a reservation's lifetime has passed; then its running rank is
+// stopped and, once that ends, the attempt fails and is requeued.
+func TestGangWithARankThatNeverStartedIsStopped(t *testing.T) {
+	clk := clock.NewFake(t0)
+	o := origin.New("n1", origin.Deps{Store: storetest.New(storetest.Options{}), Clock: clk})
+	e, err := o.Submit(lease.QueueEntry{User: "alice", UID: 1001, Nodes: 2, GPUsPerNode: 1, Duration: time.Hour, Kind: lease.KindBatch,
+		Requeue: true, MaxRestarts: 1, Job: &lease.Job{Command: []string{"train"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := o.Place(e.Key(), "n1/a"); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := o.MarkStarted(e.Key()); !ok {
+		t.Fatal("not marked started")
+	}
+	rank0 := lease.Lease{ID: "n1-1", Node: "n1", GPUs: []int{0}, User: "alice", UID: 1001, Token: 1, Entry: e.Key(), Gang: "g", StartedAt: t0, ExpiresAt: t0.Add(time.Hour)}
+	n2 := lease.NodeView{Name: "n2", State: lease.NodeAlive, HasState: true,
+		Ended: []lease.EndedRun{{Entry: e.Key(), Lease: "n2-1", Reason: lease.EndReservationExpired, At: t0, Reserved: true}}}
+	view := func(ls ...lease.Lease) lease.ClusterView {
+		return lease.NewClusterView(lease.NodeView{Name: "n1", State: lease.NodeAlive, HasState: true, Leases: ls}, []lease.NodeView{n2}, clk.Now())
+	}
+	var stopped []string
+	stop := func(_ context.Context, l lease.Lease) error { stopped = append(stopped, l.ID); return nil }
+	var told []string
+	tell := func(_ int, s string) { told = append(told, s) }
+	const ttl = 30 * time.Second
+	for _, step := range []time.Duration{0, 10 * time.Second, 19 * time.Second} {
+		clk.Advance(step)
+		o.Reconcile(context.Background(), view(rank0), time.Minute, ttl, stop, tell)
+		if len(stopped) > 0 {
+			t.Fatalf("rank 0 stopped after %s, before a reservation's lifetime (%s)", step, ttl)
+		}
+	}
+	clk.Advance(2 * time.Second)
+	o.Reconcile(context.Background(), view(rank0), time.Minute, ttl, stop, tell)
+	if len(stopped) != 1 || stopped[0] != "n1-1" {
+		t.Fatalf("stopped %v once the rank was missing for %s, want n1-1", stopped, ttl)
+	}
+	// Rank 0 ends as stopped: the attempt failed and goes back in the queue.
+	n1 := lease.NodeView{Name: "n1", State: lease.NodeAlive, HasState: true,
+		Ended: []lease.EndedRun{{Entry: e.Key(), Lease: "n1-1", Reason: lease.PreemptedReason(lease.PreemptGang), At: clk.Now()}}}
+	o.Reconcile(context.Background(), lease.NewClusterView(n1, []lease.NodeView{n2}, clk.Now()), time.Minute, ttl, stop, tell)
+	got, ok := o.Get(e.ID)
+	if !ok || got.Running || got.Restarts != 1 {
+		t.Errorf("entry after the failed attempt: %+v (found %v), want requeued once", got, ok)
+	}
+	if len(told) == 0 {
+		t.Errorf("alice was not told her gang failed")
+	}
+}
