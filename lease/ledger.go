@@ -31,6 +31,9 @@ type LedgerEntry struct {
 	Gang     string        `json:"gang,omitempty"`
 	Rank     int           `json:"rank,omitempty"`
 	QueuedAt time.Time     `json:"queued_at,omitzero"`
+	// Reserved: it ended as an uncommitted gang reservation, so nothing
+	// ran (a restarted node tells its origins so, from the ledger).
+	Reserved bool `json:"reserved,omitempty"`
 }
 
 // Ended builds the ledger entry for a lease ending at end. A MIG or shared
@@ -46,7 +49,7 @@ func Ended(l Lease, end time.Time, reason, by string) LedgerEntry {
 		Start: l.StartedAt, End: end.Round(0), GPUSeconds: secs * l.Weight(),
 		Reason: reason, By: by,
 		Kind: l.Kind, Limit: max(l.ExpiresAt.Sub(l.StartedAt), 0), Entry: l.Entry, Gang: l.Gang, Rank: l.Rank,
-		QueuedAt: l.QueuedAt,
+		QueuedAt: l.QueuedAt, Reserved: !l.ReservedUntil.IsZero(),
 	}
 }
 

@@ -174,6 +174,12 @@ func (n *Node) Open(ctx context.Context) error {
 		return err
 	}
 	now := n.now()
+	// The queued runs that ended lately, so their origins learn how they
+	// ended even across this agent's restart.
+	recent, err := n.deps.Store.Ledger(now.Wall.Add(-lease.EndedRunKeep))
+	if err != nil {
+		return fmt.Errorf("read the ledger: %w", err)
+	}
 	snap, err := n.deps.Probe.Snapshot(ctx)
 	if err != nil {
 		return fmt.Errorf("first probe: %w", err)
@@ -182,6 +188,7 @@ func (n *Node) Open(ctx context.Context) error {
 	n.ctx, n.cancel = context.WithCancel(context.Background())
 	n.wmu.Lock()
 	n.table = lease.NewTable(n.cfg.Name, leases, last, now)
+	n.ended = endedRuns(recent, now.Wall)
 	n.snap = snap
 	n.idle.Observe(snap, n.cfg.Policy)
 	n.publishLocked(now.Wall)
@@ -367,4 +374,16 @@ func sameJudgements(a, b map[int]lease.Judgement) bool {
 		}
 	}
 	return true
+}
+
+// endedRuns are the queued runs among a ledger's entries, as the node
+// remembers them for their origins.
+func endedRuns(ledger []lease.LedgerEntry, now time.Time) []lease.EndedRun {
+	var out []lease.EndedRun
+	for _, e := range ledger {
+		if e.Entry != "" {
+			out = lease.RememberEnded(out, lease.EndedRun{Entry: e.Entry, Lease: e.LeaseID, Gang: e.Gang, Reason: lease.EndReason(e.Reason), At: e.End, Reserved: e.Reserved}, now)
+		}
+	}
+	return out
 }

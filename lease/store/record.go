@@ -182,13 +182,15 @@ type ledgerRecord struct {
 	Gang     string    `json:"gang,omitempty"`
 	Rank     int       `json:"rank,omitempty"`
 	QueuedAt time.Time `json:"queued_at,omitzero"`
+	// Added with restarts that remember ended queued runs, optional.
+	Reserved bool `json:"reserved,omitempty"`
 }
 
 func ledgerToRecord(e lease.LedgerEntry) ledgerRecord {
 	return ledgerRecord{
 		LeaseID: e.LeaseID, Node: e.Node, User: e.User, UID: e.UID, GPUs: e.GPUs,
 		Start: e.Start, End: e.End, GPUSeconds: e.GPUSeconds, Reason: e.Reason, By: e.By,
-		Kind: string(e.Kind), Limit: int64(e.Limit), Entry: e.Entry, Gang: e.Gang, Rank: e.Rank, QueuedAt: e.QueuedAt,
+		Kind: string(e.Kind), Limit: int64(e.Limit), Entry: e.Entry, Gang: e.Gang, Rank: e.Rank, QueuedAt: e.QueuedAt, Reserved: e.Reserved,
 	}
 }
 
@@ -196,7 +198,7 @@ func (r *ledgerRecord) entry() lease.LedgerEntry {
 	return lease.LedgerEntry{
 		LeaseID: r.LeaseID, Node: r.Node, User: r.User, UID: r.UID, GPUs: r.GPUs,
 		Start: r.Start, End: r.End, GPUSeconds: r.GPUSeconds, Reason: r.Reason, By: r.By,
-		Kind: lease.Kind(r.Kind), Limit: time.Duration(r.Limit), Entry: r.Entry, Gang: r.Gang, Rank: r.Rank, QueuedAt: r.QueuedAt,
+		Kind: lease.Kind(r.Kind), Limit: time.Duration(r.Limit), Entry: r.Entry, Gang: r.Gang, Rank: r.Rank, QueuedAt: r.QueuedAt, Reserved: r.Reserved,
 	}
 }
 
