@@ -54,6 +54,8 @@ type leaseRecord struct {
 	// Added after schema 1, optional.
 	RequestID string            `json:"request_id,omitempty"`
 	Mono      *lease.MonoLimits `json:"mono,omitempty"`
+	// Added with the events (issue 14), optional.
+	FinalWarned bool `json:"final_warned,omitempty"`
 }
 
 func leaseToRecord(l lease.Lease) leaseRecord {
@@ -64,7 +66,7 @@ func leaseToRecord(l lease.Lease) leaseRecord {
 		Entry: l.Entry, Gang: l.Gang, Rank: l.Rank, Borrowed: l.Borrowed,
 		ReservedUntil: l.ReservedUntil, PreemptedAt: l.PreemptedAt,
 		PreemptReason: l.PreemptReason, SignalledAt: l.SignalledAt,
-		RequestID: l.RequestID, Mono: l.Mono,
+		RequestID: l.RequestID, Mono: l.Mono, FinalWarned: l.FinalWarned,
 	}
 }
 
@@ -76,7 +78,7 @@ func (r *leaseRecord) lease() lease.Lease {
 		Entry: r.Entry, Gang: r.Gang, Rank: r.Rank, Borrowed: r.Borrowed,
 		ReservedUntil: r.ReservedUntil, PreemptedAt: r.PreemptedAt,
 		PreemptReason: r.PreemptReason, SignalledAt: r.SignalledAt,
-		RequestID: r.RequestID, Mono: r.Mono,
+		RequestID: r.RequestID, Mono: r.Mono, FinalWarned: r.FinalWarned,
 	}
 }
 

@@ -188,6 +188,9 @@ func (s *Bolt) check(dir string) error {
 		if err := checkLedger(v, schema); err != nil {
 			s.warn("the usage ledger in %s is damaged (%v): leases and the queue are whole and served, but usage and fair-share cannot be read; move the file aside once no leases are held to start it afresh", s.path, err)
 		}
+		if err := checkOptional(v, schema); err != nil {
+			s.warn("the event log or notification settings in %s are damaged (%v): leases and the queue are whole and served, but `dibs events` and webhooks cannot be read; move the file aside once no leases are held to start it afresh", s.path, err)
+		}
 	}
 	return nil
 }
