@@ -1,0 +1,246 @@
+// Package events is what a node records of what happens on it, and how the
+// people concerned hear of it: the event log (recorded in memory at once,
+// written to the store in batches by one writer, kept for a configured
+// time, read by filter and followed through a signal), the fan-out of a
+// person's notices to every node, and the webhooks people set for
+// themselves.
+//
+// Recording never waits for a disk or a network: the parts that record (the
+// node's single writer, the queue's origin) call Record under their own
+// locks, and the claim path pays for an append to a slice.
+package events
+
+import (
+	"context"
+	"log/slog"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/dibs-gpu/dibs/agent/clock"
+	"github.com/dibs-gpu/dibs/agent/notify"
+	"github.com/dibs-gpu/dibs/lease"
+)
+
+// maxPending bounds the events held in memory while the store cannot take
+// them (a full disk): past it the oldest are dropped, with a warning.
+const maxPending = 10000
+
+// pruneEvery is how often old events are forgotten.
+const pruneEvery = time.Hour
+
+// Config is what the log is told.
+type Config struct {
+	Node string
+	// Keep is how long events are kept (default lease.DefaultEventKeep).
+	Keep time.Duration
+	Log  *slog.Logger
+}
+
+// Deps are what the log drives.
+type Deps struct {
+	// Store keeps the events; nil keeps them in memory (bounded).
+	Store lease.EventStore
+	Clock clock.Clock
+	// Notice is called (from the log's own goroutine, never the
+	// recorder's) with each event's notice, for the ones that have one.
+	Notice func(lease.Notice)
+}
+
+// Log is one node's event log. Safe for concurrent use.
+type Log struct {
+	cfg  Config
+	deps Deps
+
+	mu      sync.Mutex
+	seq     uint64
+	written uint64        // highest sequence the store has
+	pending []lease.Event // recorded, not yet written, in order
+	notices []lease.Notice
+	wake    chan struct{}
+
+	changed notify.Signal
+
+	ctx    context.Context
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// New builds a log; Open loads where it left off, Run starts its writer.
+func New(cfg Config, deps Deps) *Log {
+	if cfg.Keep <= 0 {
+		cfg.Keep = lease.DefaultEventKeep
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.DiscardHandler)
+	}
+	if deps.Store == nil {
+		deps.Store = NewMemStore(maxPending)
+	}
+	if deps.Clock == nil {
+		deps.Clock = clock.Real()
+	}
+	return &Log{cfg: cfg, deps: deps, wake: make(chan struct{}, 1)}
+}
+
+// Open reads the last sequence written and forgets what is past keeping.
+func (l *Log) Open() error {
+	last, err := l.deps.Store.LastEventSeq()
+	if err != nil {
+		// A damaged log must not keep the node from serving leases: start
+		// numbering past anything a clock-ordered key could hold.
+		l.cfg.Log.Warn("event log: read the last event; numbering from the clock", "err", err)
+		last = uint64(l.deps.Clock.Now().UnixNano())
+	}
+	l.mu.Lock()
+	l.seq, l.written = last, last
+	l.mu.Unlock()
+	l.prune()
+	return nil
+}
+
+// Run starts the writer; Close stops it after writing what is pending.
+func (l *Log) Run() {
+	l.ctx, l.cancel = context.WithCancel(context.Background())
+	l.done = make(chan struct{})
+	go l.loop()
+}
+
+// Close writes what is pending and stops the writer.
+func (l *Log) Close() {
+	if l.cancel == nil {
+		return
+	}
+	l.cancel()
+	<-l.done
+	l.flush()
+}
+
+// Record adds an event: it gets this node's name, the time (when unset)
+// and the next sequence number, and is written to the store soon after.
+// It never blocks on the disk.
+func (l *Log) Record(e lease.Event) {
+	if e.Node == "" {
+		e.Node = l.cfg.Node
+	}
+	if e.At.IsZero() {
+		e.At = l.deps.Clock.Now().Round(0)
+	}
+	l.mu.Lock()
+	l.seq++
+	e.Seq = l.seq
+	l.pending = append(l.pending, e)
+	if len(l.pending) > maxPending {
+		l.cfg.Log.Warn("event log: the store has not taken events for a while; dropping the oldest", "dropped", len(l.pending)-maxPending)
+		l.pending = slices.Delete(l.pending, 0, len(l.pending)-maxPending)
+	}
+	if n, ok := e.Notice(); ok && l.deps.Notice != nil {
+		l.notices = append(l.notices, n)
+	}
+	l.mu.Unlock()
+	select {
+	case l.wake <- struct{}{}:
+	default:
+	}
+	l.changed.Notify()
+}
+
+// Changes returns a channel closed at the next recorded event.
+func (l *Log) Changes() <-chan struct{} { return l.changed.Wait() }
+
+// Last is the sequence of the newest event recorded.
+func (l *Log) Last() uint64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.seq
+}
+
+// Events returns the events f matches, oldest first, at most limit; more
+// says whether there are others past them. Events recorded and not yet
+// written are included.
+func (l *Log) Events(f lease.EventFilter, limit int) ([]lease.Event, bool, error) {
+	l.mu.Lock()
+	written := l.written
+	pending := slices.Clone(l.pending)
+	l.mu.Unlock()
+	var out []lease.Event
+	more := false
+	if f.After < written {
+		var err error
+		if out, more, err = l.deps.Store.Events(f, limit); err != nil {
+			return nil, false, err
+		}
+	}
+	last := f.After
+	if len(out) > 0 {
+		last = out[len(out)-1].Seq
+	}
+	for i := range pending {
+		e := &pending[i]
+		if e.Seq <= last || !f.Match(e) {
+			continue
+		}
+		if more || len(out) >= limit {
+			more = true
+			break
+		}
+		out = append(out, *e)
+	}
+	return out, more, nil
+}
+
+func (l *Log) loop() {
+	defer close(l.done)
+	prune := l.deps.Clock.NewTicker(pruneEvery)
+	defer prune.Stop()
+	for {
+		select {
+		case <-l.ctx.Done():
+			return
+		case <-l.wake:
+			l.flush()
+		case <-prune.C():
+			l.prune()
+		}
+	}
+}
+
+// flush writes the pending events in one transaction and hands their
+// notices on.
+func (l *Log) flush() {
+	l.mu.Lock()
+	batch := slices.Clone(l.pending)
+	notices := l.notices
+	l.notices = nil
+	l.mu.Unlock()
+	for _, n := range notices {
+		l.deps.Notice(n)
+	}
+	if len(batch) == 0 {
+		return
+	}
+	if err := l.deps.Store.AppendEvents(batch); err != nil {
+		l.cfg.Log.Warn("event log: save events", "events", len(batch), "err", err)
+		return
+	}
+	last := batch[len(batch)-1].Seq
+	l.mu.Lock()
+	l.written = max(l.written, last)
+	l.pending = slices.DeleteFunc(l.pending, func(e lease.Event) bool { return e.Seq <= last })
+	l.mu.Unlock()
+}
+
+// prune forgets events older than Keep.
+func (l *Log) prune() {
+	before := l.deps.Clock.Now().Add(-l.cfg.Keep)
+	for {
+		n, err := l.deps.Store.PruneEvents(before, 5000)
+		if err != nil {
+			l.cfg.Log.Warn("event log: forget old events", "err", err)
+			return
+		}
+		if n < 5000 {
+			return
+		}
+	}
+}
