@@ -33,6 +33,7 @@ import (
 //     services (169.254.169.254) live there;
 //   - every try is bounded in time (5 s), and a person's notices are
 //     delivered one at a time.
+//
 // Loopback and private addresses are allowed: an ntfy server on the team's
 // network is the common case. docs/user-guide.md says so.
 const (
