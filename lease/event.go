@@ -2,6 +2,8 @@ package lease
 
 import (
 	"fmt"
+
+	"github.com/dibs-gpu/dibs/lease/termsafe"
 	"slices"
 	"strconv"
 	"strings"
@@ -123,6 +125,13 @@ func (e *Event) Validate() error {
 	return CheckText("event text", e.Text)
 }
 
+// ReasonReserved marks the claim event of a gang reservation (its commit
+// is a claim event of its own); ReasonCommitted marks the commit.
+const (
+	ReasonReserved  = "reserved"
+	ReasonCommitted = "committed"
+)
+
 // ByCluster is Event.By for what the cluster did by itself (a scheduler's
 // preemption, a time limit).
 const ByCluster = "dibs"
@@ -234,7 +243,9 @@ func reasonToken(why string) string {
 // (held is the lease there, if any).
 func SquatterEvent(node string, gpu int, who string, pid int, command string, held *Lease, at time.Time) Event {
 	e := Event{Node: node, At: at.Round(0), Kind: EventSquatter, GPUs: []int{gpu}, Reason: reasonToken(who)}
-	proc := fmt.Sprintf("%s's process %d (%s)", who, pid, command)
+	// The name and the command come from /proc: whatever a process calls
+	// itself, escaped before it reaches a log or a terminal.
+	proc := termsafe.String(fmt.Sprintf("%s's process %d (%s)", who, pid, command))
 	if held != nil {
 		e.User, e.Lease = held.User, held.ID
 		e.Text = fmt.Sprintf("%s runs on %s's GPU %d on %s (lease %s) without the lease", proc, held.User, gpu, node, held.ID)
@@ -271,7 +282,7 @@ func (e *Event) describe(l Lease) string {
 	var s string
 	switch e.Kind {
 	case EventClaim:
-		s = fmt.Sprintf("%s claimed %s as %s until %s", l.User, gpus, l.ID, l.ExpiresAt.UTC().Format("Jan 2 15:04 UTC"))
+		s = fmt.Sprintf("%s claimed %s as %s until %s", l.User, gpus, l.ID, l.ExpiresAt.Local().Format("Jan 2 15:04 MST"))
 		if l.Session != "" {
 			s += ", tmux " + l.Session
 		}
@@ -281,9 +292,9 @@ func (e *Event) describe(l Lease) string {
 	case EventRelease:
 		s = fmt.Sprintf("%s released %s (%s)", l.User, l.ID, gpus)
 	case EventEnd:
-		s = fmt.Sprintf("%s's lease %s (%s) ended: %s", l.User, l.ID, gpus, e.endWords())
+		s = fmt.Sprintf("%s's lease %s (%s) ended %s", l.User, l.ID, gpus, e.endWords())
 	case EventExtend:
-		s = fmt.Sprintf("%s extended %s until %s", l.User, l.ID, l.ExpiresAt.UTC().Format("Jan 2 15:04 UTC"))
+		s = fmt.Sprintf("%s extended %s until %s", l.User, l.ID, l.ExpiresAt.Local().Format("Jan 2 15:04 MST"))
 	case EventAdopt:
 		s = fmt.Sprintf("%s adopted a run on %s as %s", l.User, gpus, l.ID)
 	case EventWarn:
@@ -293,7 +304,7 @@ func (e *Event) describe(l Lease) string {
 		case "stopping":
 			s = fmt.Sprintf("lease %s (%s) has ended: its session is being stopped", l.ID, gpus)
 		default:
-			s = fmt.Sprintf("lease %s (%s) ends in %s (at %s): `dibs extend %s --for 1h` keeps it", l.ID, gpus, e.Reason, l.ExpiresAt.UTC().Format("15:04 UTC"), l.ID)
+			s = fmt.Sprintf("lease %s ends in %s (at %s; %s): `dibs extend %s --for 1h` keeps it", l.ID, e.Reason, l.ExpiresAt.Local().Format("15:04 MST"), gpus, l.ID)
 		}
 	default:
 		s = fmt.Sprintf("%s: %s %s", e.Kind, l.ID, gpus)
@@ -304,41 +315,41 @@ func (e *Event) describe(l Lease) string {
 // endWords says why the lease of an end event ended, naming the admin.
 func (e *Event) endWords() string {
 	if EndReason(e.Reason) == EndByAdmin && e.By != "" {
-		return "ended by admin " + e.By
+		return "by admin " + e.By
 	}
 	return EndReason(e.Reason).Words()
 }
 
-// Words says why a lease ended, for people.
+// Words says why a lease ended, for people, as what follows "ended".
 func (r EndReason) Words() string {
 	if code, ok := r.ExitCode(); ok {
 		if code == 0 {
-			return "its command finished (exit 0)"
+			return "when its command finished (exit 0)"
 		}
-		return fmt.Sprintf("its command failed (exit %d)", code)
+		return fmt.Sprintf("when its command failed (exit %d)", code)
 	}
 	switch r {
 	case EndReleased:
-		return "released"
+		return "by its holder"
 	case EndByAdmin:
-		return "ended by an admin"
+		return "by an admin"
 	case EndExpired:
-		return "its time limit was reached"
+		return "at its time limit"
 	case EndSessionEnded:
-		return "its session ended"
+		return "when its session ended"
 	case EndSessionFailed:
-		return "its session could not start"
+		return "because its session could not start"
 	case EndUserGone:
-		return "its holder's account is gone"
+		return "because its holder's account is gone"
 	case EndReservationExpired:
-		return "the gang reservation was never committed"
+		return "because the gang reservation was never committed"
 	case EndLost:
-		return "its node went down"
+		return "because its node went down"
 	}
 	if why, ok := strings.CutPrefix(string(r), preemptPrefix); ok {
-		return "reclaimed (" + why + ")"
+		return "after its grace (reclaimed: " + why + ")"
 	}
-	return string(r)
+	return "(" + string(r) + ")"
 }
 
 func gpuWords(gpus []int) string {
@@ -362,122 +373,6 @@ func clipText(s string) string {
 		cut--
 	}
 	return s[:cut] + "…"
-}
-
-// Notice is what a person is told about an event that concerns them: on
-// their boards, in their tmux sessions on every node, and by their webhook.
-type Notice struct {
-	User  string    `json:"user"`
-	Kind  EventKind `json:"kind"`
-	Node  string    `json:"node"`
-	Lease string    `json:"lease,omitempty"`
-	Entry string    `json:"entry,omitempty"`
-	At    time.Time `json:"at"`
-	Text  string    `json:"text"`
-	// Test marks `dibs notify --test`.
-	Test bool `json:"test,omitempty"`
-}
-
-// Validate checks a notice's shape.
-func (n *Notice) Validate() error {
-	if !ValidUserName(n.User) || ValidNodeName(n.Node) != nil || !ValidSince(n.At) {
-		return Invalidf("a notice has a bad user, node or time")
-	}
-	if !n.Test && !slices.Contains(EventKinds(), n.Kind) {
-		return Invalidf("a notice has an unknown kind")
-	}
-	for _, s := range []string{n.Lease, n.Entry} {
-		if s != "" && !token(s, 2*MaxNameLen) {
-			return Invalidf("a notice has a bad field %s", quoteInput(s))
-		}
-	}
-	if n.Text == "" || len(n.Text) > maxEventText || strings.ContainsAny(n.Text, "\n\r") {
-		return Invalidf("a notice's text is empty, over %d bytes or not one line", maxEventText)
-	}
-	return CheckText("notice", n.Text)
-}
-
-// Notice says whom an event concerns and what to tell them, and false for
-// the events nobody needs to hear of: what they did themselves (a claim, a
-// release), the cluster's own comings and goings, and the end of a queued
-// run's lease (its origin tells how the whole run ended, once).
-func (e *Event) Notice() (Notice, bool) {
-	n := Notice{User: e.User, Kind: e.Kind, Node: e.Node, Lease: e.Lease, Entry: e.Entry, At: e.At}
-	if e.User == "" {
-		return Notice{}, false
-	}
-	switch e.Kind {
-	case EventStart:
-		n.Text = fmt.Sprintf("your queued request %s started (`dibs ls` shows its GPUs)", e.Entry)
-	case EventWarn, EventPreempt, EventReclaim, EventIdle, EventFinish, EventFail, EventRequeue, EventSquatter:
-		n.Text = yours(e.Text, e.User)
-	case EventCancel:
-		if e.By == "" || e.By == e.User {
-			return Notice{}, false
-		}
-		n.Text = yours(e.Text, e.User) + " by " + e.By
-	case EventEnd:
-		if e.Entry != "" {
-			return Notice{}, false // the origin's finish, fail or requeue says it once
-		}
-		switch r := EndReason(e.Reason); {
-		case r == EndSessionEnded:
-			return Notice{}, false // they left their shell themselves
-		case strings.HasPrefix(e.Reason, exitPrefix):
-			code, _ := r.ExitCode()
-			if code == 0 {
-				n.Text = fmt.Sprintf("your run in lease %s finished (exit 0)", e.Lease)
-			} else {
-				n.Text = fmt.Sprintf("your run in lease %s failed (exit %d): `dibs logs %s` shows its output", e.Lease, code, e.Lease)
-			}
-		default:
-			n.Text = fmt.Sprintf("your lease %s ended: %s", e.Lease, e.endWords())
-		}
-	default:
-		return Notice{}, false
-	}
-	n.Text = clipText(n.Text)
-	return n, true
-}
-
-// yours turns "alice's GPU" into "your GPU" in a line meant for alice.
-func yours(text, user string) string {
-	return strings.Replace(text, user+"'s ", "your ", 1)
-}
-
-// NotifySetting is a person's webhook: where the agent posts their
-// notices, kept on the node where they set it.
-type NotifySetting struct {
-	User string `json:"user"`
-	URL  string `json:"url"`
-	// Format is "json" (Slack- and Discord-compatible) or "text" (a plain
-	// POST, as ntfy takes it).
-	Format string    `json:"format"`
-	SetAt  time.Time `json:"set_at"`
-}
-
-// Webhook formats.
-const (
-	WebhookJSON = "json"
-	WebhookText = "text"
-)
-
-// MaxWebhookURL bounds a webhook address.
-const MaxWebhookURL = 2048
-
-// Validate checks a setting's shape (the address itself is checked where
-// it is used, by the agent).
-func (s *NotifySetting) Validate() error {
-	if !ValidUserName(s.User) || !ValidSince(s.SetAt) {
-		return Invalidf("a notification setting has a bad user or time")
-	}
-	if s.Format != WebhookJSON && s.Format != WebhookText {
-		return Invalidf("webhook format %s: use json or text", quoteInput(s.Format))
-	}
-	if s.URL == "" || len(s.URL) > MaxWebhookURL || !token(s.URL, MaxWebhookURL) {
-		return Invalidf("a webhook address must be one word of at most %d printable characters", MaxWebhookURL)
-	}
-	return nil
 }
 
 // EventFilter selects events: after a node's sequence number, since a

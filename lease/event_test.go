@@ -23,10 +23,10 @@ func TestEventNotices(t *testing.T) {
 	}{
 		{"own claim", lease.LeaseEvent(lease.EventClaim, l, at), ""},
 		{"own release", lease.EndEvent(l, lease.EndReleased, "", at), ""},
-		{"ten minutes left", lease.WarnEvent(l, "10m", at), "lease node01-7 (GPU 3 on node01) ends in 10m"},
+		{"ten minutes left", lease.WarnEvent(l, "10m", at), "lease node01-7 ends in 10m"},
 		{"a minute left", lease.WarnEvent(l, "1m", at), "ends in 1m"},
-		{"expired", lease.EndEvent(l, lease.EndExpired, "", at), "your lease node01-7 ended: its time limit was reached"},
-		{"ended by an admin", lease.EndEvent(l, lease.EndByAdmin, "root", at), "your lease node01-7 ended: ended by admin root"},
+		{"expired", lease.EndEvent(l, lease.EndExpired, "", at), "your lease node01-7 ended at its time limit"},
+		{"ended by an admin", lease.EndEvent(l, lease.EndByAdmin, "root", at), "your lease node01-7 ended by admin root"},
 		{"a run failed", lease.EndEvent(l, lease.ExitReason(3), "", at), "your run in lease node01-7 failed (exit 3): `dibs logs node01-7`"},
 		{"a run finished", lease.EndEvent(l, lease.ExitReason(0), "", at), "your run in lease node01-7 finished (exit 0)"},
 		{"a shell left", lease.EndEvent(l, lease.EndSessionEnded, "", at), ""},

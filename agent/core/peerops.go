@@ -68,9 +68,8 @@ func (s *Service) registerPeerOps() {
 		if !who.System {
 			return peer.Empty{}, &lease.Error{Code: lease.CodeForbidden, Msg: "only the scheduler says an entry started"}
 		}
-		if e, ok := s.deps.Origin.MarkStarted(r.Key); ok {
-			s.TellUser(e.UID, fmt.Sprintf("your queued request %s started (`dibs ls` shows its GPUs)", e.ID))
-		}
+		// The origin records the start; its notice tells the submitter.
+		s.deps.Origin.MarkStarted(r.Key)
 		return peer.Empty{}, nil
 	})
 	peer.Handle(m, peer.Refused, func(ctx context.Context, from string, who peer.Actor, r peer.RefusedRequest) (peer.Empty, error) {
@@ -78,7 +77,7 @@ func (s *Service) registerPeerOps() {
 			return peer.Empty{}, &lease.Error{Code: lease.CodeForbidden, Msg: "only the scheduler reports a refused start"}
 		}
 		if e, ok := s.deps.Origin.Refuse(r.Key); ok {
-			s.TellUser(e.UID, fmt.Sprintf("%s cannot run: %s refused it: %s", e.ID, r.Node, r.Reason))
+			s.record(lease.EntryEvent(lease.EventFail, e, fmt.Sprintf("%s refused it: %s", r.Node, r.Reason), s.deps.Clock.Now()))
 			s.deps.Kick()
 		}
 		return peer.Empty{}, nil

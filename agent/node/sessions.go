@@ -47,9 +47,6 @@ func (n *Node) stopWatching(id string) {
 
 // sessionEndReason reads how a queued run's command ended.
 func (n *Node) sessionEndReason(l lease.Lease, u launch.User) lease.EndReason {
-	if l.Entry == "" {
-		return lease.EndSessionEnded
-	}
 	code, ok, err := n.deps.Sessions.ExitStatus(u, l.Session)
 	if err != nil {
 		n.log.Warn("read exit status", "lease", l.ID, "user", u.Name, "err", err)

@@ -215,6 +215,7 @@ func (s *Server) Routes() http.Handler {
 	}) (api.UsageReport, error) {
 		return b.Usage(ctx, r.Window)
 	}))
+	s.eventRoutes(mux)
 	return mux
 }
 
