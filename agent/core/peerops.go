@@ -28,7 +28,7 @@ func (s *Service) registerPeerOps() {
 			if err := checkRun(r.Run.Command, r.Run.Dir, r.Run.Name); err != nil {
 				return peer.LeaseReply{}, err
 			}
-			run = &node.Run{Name: r.Run.Name, Command: r.Run.Command, Dir: r.Run.Dir}
+			run = &node.Run{Name: r.Run.Name, Command: r.Run.Command, Dir: r.Run.Dir, RecordExit: len(r.Run.Command) > 0}
 		}
 		l, err := b.grantHere(ctx, s.View(), claim, run, r.RequestID)
 		return peer.LeaseReply{Lease: l}, err

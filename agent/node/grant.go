@@ -176,7 +176,14 @@ func (n *Node) startSession(ctx context.Context, l lease.Lease, u launch.User, r
 	}
 	spec := launch.Spec{Name: l.Session, User: u, Env: env, Command: run.Command, Dir: run.Dir, RecordExit: run.RecordExit && len(run.Command) > 0,
 		KeepLog: len(run.Command) > 0}
-	if _, err := n.deps.Sessions.Start(ctx, spec); err != nil {
+	_, err := n.deps.Sessions.Start(ctx, spec)
+	if errors.Is(err, launch.ErrStatusDir) && l.Entry == "" {
+		// A plain run can do without its exit status; a queued one cannot.
+		n.log.Warn("cannot record the run's exit status; starting it without", "lease", l.ID, "err", err)
+		spec.RecordExit = false
+		_, err = n.deps.Sessions.Start(ctx, spec)
+	}
+	if err != nil {
 		switch {
 		case errors.Is(err, launch.ErrWorkDir):
 			return lease.Invalidf("%v", err)

@@ -48,7 +48,7 @@ func (n *Node) stopWatching(id string) {
 // sessionEndReason reads how a queued run's command ended.
 func (n *Node) sessionEndReason(l lease.Lease, u launch.User) lease.EndReason {
 	code, ok, err := n.deps.Sessions.ExitStatus(u, l.Session)
-	if err != nil {
+	if err != nil && l.Entry != "" {
 		n.log.Warn("read exit status", "lease", l.ID, "user", u.Name, "err", err)
 	}
 	if !ok {

@@ -26,6 +26,7 @@ type queueFlags struct {
 	maxRestarts int
 	torchrun    bool
 	model       string
+	wait        time.Duration
 }
 
 func (q *queueFlags) add(cmd *cobra.Command, run bool) {
@@ -39,6 +40,7 @@ func (q *queueFlags) add(cmd *cobra.Command, run bool) {
 		fl.BoolVar(&q.torchrun, "torchrun", false, "wrap CMD in torchrun with the gang's c10d rendezvous")
 	} else {
 		fl.BoolVar(&q.queue, "queue", false, "if it does not fit now, wait in the queue until granted (like salloc); Ctrl-C withdraws")
+		fl.DurationVar(&q.wait, "wait", 0, "with --queue: give up after this long, withdrawing the request (e.g. 30m; default: wait until granted)")
 	}
 	fl.StringVar(&q.model, "model", "", "only GPUs whose model contains this, e.g. H100 (with --queue)")
 }
@@ -62,15 +64,27 @@ func (q *queueFlags) request(req api.ClaimRequest) (api.SubmitRequest, error) {
 
 // waitGranted follows the board until a lease for the entry exists, printing
 // the position while it waits; Ctrl-C withdraws the request.
-func (c *cli) waitGranted(cl *api.Client, sub api.Submitted, asJSON bool) error {
+func (c *cli) waitGranted(cl *api.Client, sub api.Submitted, asJSON bool, wait time.Duration) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	id := sub.ID
 	fmt.Fprintf(c.stderr, "\r%s waiting: position %d of %d (Ctrl-C withdraws)   ", safe(id), sub.Position, sub.Waiting)
 	lastPos := sub.Position
 	boards, errf := cl.Watch(ctx)
+	var giveUp <-chan time.Time
+	if wait > 0 {
+		t := time.NewTimer(wait)
+		defer t.Stop()
+		giveUp = t.C
+	}
 	for {
 		select {
+		case <-giveUp:
+			giveUp = nil
+			if err := c.withdrawAfterWait(cl, id, wait); err != nil {
+				return err
+			}
+			// It started as we gave up: the next board shows its lease.
 		case <-ctx.Done():
 			cctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()
@@ -239,3 +253,24 @@ func printUsage(w io.Writer, u api.UsageReport) {
 		fmt.Fprintf(w, "not counted (no answer): %s\n", strings.Join(missing, ", "))
 	}
 }
+
+// withdrawAfterWait withdraws a request that waited --wait in vain, and
+// says so. A request that started meanwhile cannot be withdrawn: nil, and
+// the caller waits for its lease to show.
+func (c *cli) withdrawAfterWait(cl *api.Client, id string, wait time.Duration) error {
+	cctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	err := cl.Cancel(cctx, id)
+	var ae *api.Error
+	if errors.As(err, &ae) && strings.Contains(ae.Msg, "already running") {
+		return nil
+	}
+	fmt.Fprintln(c.stderr)
+	if err != nil {
+		return fmt.Errorf("gave up on %s after waiting %s, but could not withdraw it: %w (withdraw it with `dibs cancel %s`)", id, lease.FormatDuration(wait), err, id)
+	}
+	return &exitError{code: exitGaveUp, msg: fmt.Sprintf("gave up after waiting %s: nothing fitted, so %s was withdrawn (`dibs queue` shows what waits; try a longer --wait, or fewer GPUs)", lease.FormatDuration(wait), safe(id))}
+}
+
+// exitGaveUp is the status of a claim whose --wait ran out (timeout(1)'s).
+const exitGaveUp = 124
