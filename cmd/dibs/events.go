@@ -210,5 +210,3 @@ func shortURL(raw string) string {
 	}
 	return u.Scheme + "://" + u.Host + "/…"
 }
-
-
