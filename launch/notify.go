@@ -25,7 +25,7 @@ const pendingHookCommand = `if-shell -F "#{` + pendingOption + `}" { display-mes
 // Notify shows text to u wherever they use tmux on this node: in the
 // status line of every client attached to their tmux server (any session,
 // dibs's or their own), and, for each session nobody is attached to, at
-// the next attach (a session option and a hook that shows it once: tmux's
+// the next attach, newest first (a session option and a hook that shows it once: tmux's
 // display-message needs a client, and a message for nobody is lost).
 // shown counts clients told now, later sessions told at their next attach.
 // A user with no tmux server is told nothing, without error. Safe for
@@ -64,18 +64,18 @@ func (l *Launcher) Notify(ctx context.Context, u User, text string) (shown, late
 		if !validName(name) {
 			continue // not one tmux keeps as given: no exact target for it
 		}
-		// old is as tmux keeps it (every '#' doubled): only the new
-		// text is escaped.
+		// Newest first: the status line shows what fits. old is as tmux
+		// keeps it (every '#' doubled): only the new text is escaped.
 		pending := escapeFormat(cleanText(text))
 		if old != "" {
-			pending = old + " · " + pending
+			pending += " · " + old
 		}
 		if len(pending) > maxPending {
-			cut := len(pending) - maxPending
-			for cut < len(pending) && (!utf8.RuneStart(pending[cut]) || pending[cut] == '#') {
-				cut++ // never start inside a rune, nor split a doubled '#'
+			cut := maxPending
+			for cut > 0 && (!utf8.RuneStart(pending[cut]) || pending[cut-1] == '#') {
+				cut-- // never end inside a rune, nor split a doubled '#'
 			}
-			pending = "…" + pending[cut:]
+			pending = pending[:cut] + "…"
 		}
 		add("set-option", "-t", exact(name)+":", pendingOption, escapeSemicolon(pending))
 		add("set-hook", "-t", exact(name)+":", pendingHook, pendingHookCommand)

@@ -68,7 +68,7 @@ func TestNotifyReachesDetachedSessionsAtAttach(t *testing.T) {
 
 	// Nobody was attached to "later": its messages wait for the next attach.
 	screen2 := h.outerPane(t, "later")
-	s := waitScreen(t, screen2, "the detached session at its next attach", "lease node01-4 ends in 10m #{host} ; · second notice")
+	s := waitScreen(t, screen2, "the detached session at its next attach", "second notice · lease node01-4 ends in 10m #{host} ;")
 	if strings.Contains(s, "dibs-pending") {
 		t.Errorf("the status line shows the option name:\n%s", s)
 	}

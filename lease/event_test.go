@@ -38,7 +38,7 @@ func TestEventNotices(t *testing.T) {
 		{"own cancel", lease.EntryEvent(lease.EventCancel, q, "", at), ""},
 		{"squatter", lease.SquatterEvent("node01", 3, "dave", 6300, "python hack.py", &l, at), "dave's process 6300 (python hack.py) runs on your GPU 3 on node01"},
 		{"squatter on a free GPU tells nobody", lease.SquatterEvent("node01", 5, "dave", 6300, "python hack.py", nil, at), ""},
-		{"idle", lease.IdleEvent(l, 3, 30*time.Minute, at), "your GPU 3 on node01 (lease node01-7) has been idle for 30m"},
+		{"idle: the board shows it, a reclaim is told", lease.IdleEvent(l, 3, 30*time.Minute, at), ""},
 		{"idle reclaim", lease.PreemptEvent(l, lease.PreemptIdle, 5*time.Minute, at), "your GPU 3 on node01 has been idle and someone is waiting: lease node01-7 is reclaimed in 5m"},
 		{"agent join", lease.AgentEvent(lease.EventAgentJoin, "node01", "node02", "joined", at), ""},
 	}

@@ -42,7 +42,8 @@ func (n *Notice) Validate() error {
 
 // Notice says whom an event concerns and what to tell them, and false for
 // the events nobody needs to hear of: what they did themselves (a claim, a
-// release), the cluster's own comings and goings, and the end of a queued
+// release), the cluster's own comings and goings, a GPU going idle (the
+// board marks it; they hear when it is reclaimed), and the end of a queued
 // run's lease (its origin tells how the whole run ended, once).
 func (e *Event) Notice() (Notice, bool) {
 	n := Notice{User: e.User, Kind: e.Kind, Node: e.Node, Lease: e.Lease, Entry: e.Entry, At: e.At}
@@ -52,7 +53,7 @@ func (e *Event) Notice() (Notice, bool) {
 	switch e.Kind {
 	case EventStart:
 		n.Text = fmt.Sprintf("your queued request %s started (`dibs ls` shows its GPUs)", e.Entry)
-	case EventWarn, EventPreempt, EventReclaim, EventIdle, EventFinish, EventFail, EventRequeue, EventSquatter:
+	case EventWarn, EventPreempt, EventReclaim, EventFinish, EventFail, EventRequeue, EventSquatter:
 		n.Text = yours(e.Text, e.User)
 	case EventCancel:
 		if e.By == "" || e.By == e.User {
