@@ -32,7 +32,6 @@ func oversized() map[string]bool {
 		"gossip/messages.go": true,
 		"gossip.Cluster":     true,
 		"agent/node.Node":    true,
-		"tui.Model":          true,
 	}
 }
 

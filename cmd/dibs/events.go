@@ -19,7 +19,12 @@ import (
 	"github.com/dibs-gpu/dibs/lease/termsafe"
 )
 
-func (c *cli) eventsCmd() *cobra.Command {
+// trackCmds are the commands that keep a person posted on what happens to
+// their work (events, notify, logs) and the notebook they run (jupyter): a
+// type of their own, so the cli's stays small.
+type trackCmds struct{ *cli }
+
+func (c trackCmds) eventsCmd() *cobra.Command {
 	var req api.EventsRequest
 	var asJSON bool
 	cmd := &cobra.Command{
@@ -81,7 +86,7 @@ func kindList() string {
 }
 
 // followEvents prints events as they come until Ctrl-C.
-func (c *cli) followEvents(req api.EventsRequest, asJSON bool) error {
+func (c trackCmds) followEvents(req api.EventsRequest, asJSON bool) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	evs, errf := c.client().FollowEvents(ctx, req)
@@ -110,7 +115,7 @@ func printEvents(w io.Writer, evs []lease.Event) {
 	}
 }
 
-func (c *cli) notifyCmd() *cobra.Command {
+func (c trackCmds) notifyCmd() *cobra.Command {
 	var req api.NotifyRequest
 	var asJSON bool
 	cmd := &cobra.Command{

@@ -49,7 +49,7 @@ func findJupyter(lookPath func(string) (string, error)) (jupyterApp, error) {
 	return jupyterApp{}, errors.New("jupyter is not installed for you here (no jupyter-lab, jupyter-notebook or jupyter in your PATH): install it with `pip install --user jupyterlab` (or `conda install jupyterlab`), then run dibs jupyter again")
 }
 
-func (c *cli) jupyterCmd() *cobra.Command {
+func (c trackCmds) jupyterCmd() *cobra.Command {
 	var f claimFlags
 	var port int
 	var host string
@@ -92,7 +92,7 @@ type jupyterResult struct {
 	SSH     string `json:"ssh"`
 }
 
-func (c *cli) jupyter(req api.ClaimRequest, port int, host string, asJSON bool) error {
+func (c trackCmds) jupyter(req api.ClaimRequest, port int, host string, asJSON bool) error {
 	app, err := findJupyter(exec.LookPath)
 	if err != nil {
 		return err

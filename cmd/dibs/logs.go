@@ -18,7 +18,7 @@ import (
 	"github.com/dibs-gpu/dibs/launch"
 )
 
-func (c *cli) logsCmd() *cobra.Command {
+func (c trackCmds) logsCmd() *cobra.Command {
 	var rank int
 	var follow, raw bool
 	cmd := &cobra.Command{
@@ -233,7 +233,7 @@ func (f *escapeFilter) Write(p []byte) (int, error) {
 
 // pipeLogCmd is what tmux's pipe-pane runs, as the user, to keep a job's
 // output (launch.PipeLog). Hidden: people never run it.
-func (c *cli) pipeLogCmd() *cobra.Command {
+func (c trackCmds) pipeLogCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:    "_pipe-log FILE MAX_BYTES",
 		Hidden: true,

@@ -72,7 +72,8 @@ func (c *cli) rootCmd() *cobra.Command {
 	root.AddCommand(c.probeCmd(), c.agentCmd(), c.configCmd(), c.lsCmd(), c.claimCmd(), c.runCmd(),
 		c.releaseCmd(), c.extendCmd(), c.adoptCmd(), c.attachCmd(), c.whoCmd(), c.statusCmd(), c.keygenCmd(),
 		c.tuiCmd(), c.demoCmd(), c.queueCmd(), c.cancelCmd(), c.usageCmd(), c.versionCmd())
-	root.AddCommand(c.eventsCmd(), c.notifyCmd(), c.logsCmd(), c.jupyterCmd(), c.pipeLogCmd())
+	ev := trackCmds{c}
+	root.AddCommand(ev.eventsCmd(), ev.notifyCmd(), ev.logsCmd(), ev.jupyterCmd(), ev.pipeLogCmd())
 	root.AddCommand(c.extraCmds()...)
 	// `dibs` alone on a terminal opens the board; elsewhere it prints help.
 	root.RunE = func(cmd *cobra.Command, args []string) error {

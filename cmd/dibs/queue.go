@@ -81,7 +81,7 @@ func (c *cli) waitGranted(cl *api.Client, sub api.Submitted, asJSON bool, wait t
 		select {
 		case <-giveUp:
 			giveUp = nil
-			if err := c.withdrawAfterWait(cl, id, wait); err != nil {
+			if err := withdrawAfterWait(c.stderr, cl, id, wait); err != nil {
 				return err
 			}
 			// It started as we gave up: the next board shows its lease.
@@ -257,7 +257,7 @@ func printUsage(w io.Writer, u api.UsageReport) {
 // withdrawAfterWait withdraws a request that waited --wait in vain, and
 // says so. A request that started meanwhile cannot be withdrawn: nil, and
 // the caller waits for its lease to show.
-func (c *cli) withdrawAfterWait(cl *api.Client, id string, wait time.Duration) error {
+func withdrawAfterWait(stderr io.Writer, cl *api.Client, id string, wait time.Duration) error {
 	cctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	err := cl.Cancel(cctx, id)
@@ -265,7 +265,7 @@ func (c *cli) withdrawAfterWait(cl *api.Client, id string, wait time.Duration) e
 	if errors.As(err, &ae) && strings.Contains(ae.Msg, "already running") {
 		return nil
 	}
-	fmt.Fprintln(c.stderr)
+	fmt.Fprintln(stderr)
 	if err != nil {
 		return fmt.Errorf("gave up on %s after waiting %s, but could not withdraw it: %w (withdraw it with `dibs cancel %s`)", id, lease.FormatDuration(wait), err, id)
 	}
