@@ -60,6 +60,15 @@ type Store interface {
 	Close() error
 }
 
+// EventRider is a store that writes events in the transactions it makes
+// anyway: a lease change's fsync carries the events recorded since the
+// last one, so keeping the log costs a claim no fsync of its own. take
+// hands over the events waiting; done says whether they were written (if
+// not, they wait for the next transaction).
+type EventRider interface {
+	RideEvents(take func() []Event, done func(evs []Event, written bool))
+}
+
 // EventStore keeps a node's event log and its users' notification
 // settings, durable like the rest (lease/store's bbolt file has both; a
 // Store without them gets an in-memory log in the agent). Implementations

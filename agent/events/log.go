@@ -7,7 +7,11 @@
 //
 // Recording never waits for a disk or a network: the parts that record (the
 // node's single writer, the queue's origin) call Record under their own
-// locks, and the claim path pays for an append to a slice.
+// locks, and the claim path pays for an append to a slice. The writing
+// costs no fsync of its own either: a store that can (lease.EventRider)
+// carries the events in the next transaction it makes anyway (the next
+// claim's, say); the log writes them itself only after a quiet spell
+// (flushDelay), so an event reaches the disk within that time.
 package events
 
 import (
@@ -28,6 +32,10 @@ const maxPending = 10000
 
 // pruneEvery is how often old events are forgotten.
 const pruneEvery = time.Hour
+
+// flushDelay is how long events wait for a lease change's transaction to
+// carry them before the log writes them itself.
+const flushDelay = 200 * time.Millisecond
 
 // Config is what the log is told.
 type Config struct {
@@ -52,12 +60,14 @@ type Log struct {
 	cfg  Config
 	deps Deps
 
-	mu      sync.Mutex
-	seq     uint64
-	written uint64        // highest sequence the store has
-	pending []lease.Event // recorded, not yet written, in order
-	notices []lease.Notice
-	wake    chan struct{}
+	mu       sync.Mutex
+	seq      uint64
+	written  uint64        // highest sequence the store has
+	pending  []lease.Event // recorded, not yet handed to a writer, in order
+	inflight []lease.Event // handed to a writer, not yet known written
+	notices  []lease.Notice
+	wake     chan struct{}
+	riding   bool // the store carries events in its own transactions
 
 	changed notify.Signal
 
@@ -96,7 +106,52 @@ func (l *Log) Open() error {
 	l.seq, l.written = last, last
 	l.mu.Unlock()
 	l.prune()
+	if r, ok := l.deps.Store.(lease.EventRider); ok {
+		r.RideEvents(l.take, l.settle)
+		l.riding = true
+	}
 	return nil
+}
+
+// take hands the waiting events to a writer.
+func (l *Log) take() []lease.Event {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	batch := l.pending
+	l.pending = nil
+	l.inflight = append(l.inflight, batch...)
+	return batch
+}
+
+// settle hears how a writer fared with a batch take handed it: written, they
+// are the store's; not, they wait again.
+func (l *Log) settle(batch []lease.Event, written bool) {
+	if len(batch) == 0 {
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	in := map[uint64]bool{}
+	for _, e := range batch {
+		in[e.Seq] = true
+	}
+	l.inflight = slices.DeleteFunc(l.inflight, func(e lease.Event) bool { return in[e.Seq] })
+	if written {
+		l.written = max(l.written, batch[len(batch)-1].Seq)
+		return
+	}
+	l.pending = append(slices.Clone(batch), l.pending...)
+	slices.SortFunc(l.pending, func(a, b lease.Event) int { return cmpSeq(a.Seq, b.Seq) })
+}
+
+func cmpSeq(a, b uint64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
 }
 
 // Run starts the writer; Close stops it after writing what is pending.
@@ -161,8 +216,9 @@ func (l *Log) Last() uint64 {
 func (l *Log) Events(f lease.EventFilter, limit int) ([]lease.Event, bool, error) {
 	l.mu.Lock()
 	written := l.written
-	pending := slices.Clone(l.pending)
+	pending := append(slices.Clone(l.inflight), l.pending...)
 	l.mu.Unlock()
+	slices.SortFunc(pending, func(a, b lease.Event) int { return cmpSeq(a.Seq, b.Seq) })
 	var out []lease.Event
 	more := false
 	if f.After < written {
@@ -198,6 +254,15 @@ func (l *Log) loop() {
 		case <-l.ctx.Done():
 			return
 		case <-l.wake:
+			l.dispatch()
+			if l.riding {
+				// Give a lease change's transaction the chance to carry
+				// them; a busy node writes no event on its own.
+				select {
+				case <-l.ctx.Done():
+				case <-l.deps.Clock.After(flushDelay):
+				}
+			}
 			l.flush()
 		case <-prune.C():
 			l.prune()
@@ -205,29 +270,29 @@ func (l *Log) loop() {
 	}
 }
 
-// flush writes the pending events in one transaction and hands their
-// notices on.
-func (l *Log) flush() {
+// dispatch hands the notices of the events recorded on.
+func (l *Log) dispatch() {
 	l.mu.Lock()
-	batch := slices.Clone(l.pending)
 	notices := l.notices
 	l.notices = nil
 	l.mu.Unlock()
 	for _, n := range notices {
 		l.deps.Notice(n)
 	}
+}
+
+// flush writes the events no transaction has carried, in one of its own.
+func (l *Log) flush() {
+	l.dispatch()
+	batch := l.take()
 	if len(batch) == 0 {
 		return
 	}
-	if err := l.deps.Store.AppendEvents(batch); err != nil {
+	err := l.deps.Store.AppendEvents(batch)
+	if err != nil {
 		l.cfg.Log.Warn("event log: save events", "events", len(batch), "err", err)
-		return
 	}
-	last := batch[len(batch)-1].Seq
-	l.mu.Lock()
-	l.written = max(l.written, last)
-	l.pending = slices.DeleteFunc(l.pending, func(e lease.Event) bool { return e.Seq <= last })
-	l.mu.Unlock()
+	l.settle(batch, err == nil)
 }
 
 // prune forgets events older than Keep.

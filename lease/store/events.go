@@ -32,7 +32,50 @@ var (
 // optionalBuckets are the buckets a schema-2 file may lack.
 func optionalBuckets() []string { return []string{string(bucketEvents), string(bucketNotify)} }
 
-var _ lease.EventStore = (*Bolt)(nil)
+var (
+	_ lease.EventStore = (*Bolt)(nil)
+	_ lease.EventRider = (*Bolt)(nil)
+)
+
+// rider hands the store the events to carry in its transactions.
+type rider struct {
+	take func() []lease.Event
+	done func([]lease.Event, bool)
+}
+
+// RideEvents implements lease.EventRider.
+func (s *Bolt) RideEvents(take func() []lease.Event, done func([]lease.Event, bool)) {
+	s.rider.Store(&rider{take: take, done: done})
+}
+
+// ride writes events into the transaction the store makes anyway. It is
+// best effort: a lease change never fails for its events, which then wait
+// for the next transaction (false).
+func (w *writer) ride(evs []lease.Event) bool {
+	b, err := w.tx.CreateBucketIfNotExists(bucketEvents)
+	if err != nil {
+		return false
+	}
+	d, err := w.digest(bucketEvents)
+	if err != nil {
+		return false
+	}
+	for _, e := range evs {
+		if b.Get(u64(e.Seq)) != nil {
+			continue // written already (a retry after a lost answer)
+		}
+		body, err := body(eventToRecord(e))
+		if err != nil {
+			return false
+		}
+		v := seal(bucketEvents, u64(e.Seq), body)
+		if err := b.Put(u64(e.Seq), v); err != nil {
+			return false
+		}
+		d.add(binary.BigEndian.Uint32(v[len(v)-sumSize:]))
+	}
+	return true
+}
 
 // eventRecord is how an event is stored (frozen, like leaseRecord).
 type eventRecord struct {
@@ -89,7 +132,7 @@ func (s *Bolt) AppendEvents(evs []lease.Event) error {
 		}
 		bodies[i] = b
 	}
-	return s.update(fmt.Sprintf("save %d events", len(evs)), func(w *writer) error {
+	return s.updateRiding(fmt.Sprintf("save %d events", len(evs)), false, func(w *writer) error {
 		if _, err := w.tx.CreateBucketIfNotExists(bucketEvents); err != nil {
 			return err
 		}

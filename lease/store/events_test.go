@@ -188,3 +188,64 @@ func equalSeqs(evs []lease.Event, want []uint64) bool {
 	}
 	return true
 }
+
+// TestEventsRideLeaseWrites: events waiting when a lease is written go to
+// disk in that lease's transaction, so they cost no fsync of their own.
+func TestEventsRideLeaseWrites(t *testing.T) {
+	dir := t.TempDir()
+	s := open(t, dir)
+	waiting := []lease.Event{mkEvent(1, t0, "alice"), mkEvent(2, t0, "alice")}
+	var written []lease.Event
+	var ok bool
+	s.RideEvents(func() []lease.Event { w := waiting; waiting = nil; return w },
+		func(evs []lease.Event, wr bool) { written, ok = evs, wr })
+	put(t, s, mkLease(1, 0))
+	if !ok || len(written) != 2 {
+		t.Fatalf("after a lease write: done(%d events, %v), want the 2 waiting, written", len(written), ok)
+	}
+	if evs, _, err := s.Events(lease.EventFilter{}, 10); err != nil || len(evs) != 2 {
+		t.Errorf("events in the store: %d (%v), want 2", len(evs), err)
+	}
+	s.Close()
+	s = open(t, dir)
+	if w := s.Warnings(); len(w) != 0 {
+		t.Errorf("a store with carried events reopens with warnings %v", w)
+	}
+	if ls, _ := load(t, s); len(ls) != 1 {
+		t.Errorf("leases: %d, want 1", len(ls))
+	}
+}
+
+// BenchmarkPutCarryingEvents measures a lease write (commit + fsync) alone
+// and carrying the event it makes: what a claim costs with the event log.
+func BenchmarkPutCarryingEvents(b *testing.B) {
+	for _, carry := range []bool{false, true} {
+		name := "alone"
+		if carry {
+			name = "carrying-an-event"
+		}
+		b.Run(name, func(b *testing.B) {
+			s, err := store.Open(b.TempDir())
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer s.Close()
+			var seq uint64
+			var waiting []lease.Event
+			if carry {
+				s.RideEvents(func() []lease.Event { w := waiting; waiting = nil; return w }, func([]lease.Event, bool) {})
+			}
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				l := mkLease(uint64(i+1), i%8)
+				if carry {
+					seq++
+					waiting = []lease.Event{mkEvent(seq, t0, "alice")}
+				}
+				if err := s.Put(l); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

@@ -9,6 +9,7 @@ import (
 	"runtime/debug"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -44,6 +45,7 @@ type Bolt struct {
 	path     string
 	pidPath  string
 	warnings []string
+	rider    atomic.Pointer[rider]
 }
 
 var _ lease.Store = (*Bolt)(nil)
@@ -352,6 +354,18 @@ func (s *Bolt) read(fn func(v view, schema int) error) (err error) {
 // update runs fn in one write transaction, upgrading a schema-1 file first,
 // and writes the buckets' sums with it. op names the change for errors.
 func (s *Bolt) update(op string, fn func(w *writer) error) error {
+	return s.updateRiding(op, true, fn)
+}
+
+// updateRiding is update; with ride, the events waiting (RideEvents) go
+// in the same transaction.
+func (s *Bolt) updateRiding(op string, ride bool, fn func(w *writer) error) error {
+	var riding []lease.Event
+	var carried bool
+	r := s.rider.Load()
+	if ride && r != nil {
+		riding = r.take()
+	}
 	err := s.db.Update(func(tx *bbolt.Tx) error {
 		schema, err := schemaOf(txView{tx})
 		switch {
@@ -368,8 +382,12 @@ func (s *Bolt) update(op string, fn func(w *writer) error) error {
 		if err := fn(w); err != nil {
 			return err
 		}
+		carried = len(riding) > 0 && w.ride(riding)
 		return w.flush()
 	})
+	if len(riding) > 0 {
+		r.done(riding, err == nil && carried)
+	}
 	if err == nil {
 		return nil
 	}
