@@ -125,7 +125,7 @@ func (a *Agent) watchEvents() {
 // watchMembers records agents that came alive or went away since the last
 // look; the first look only learns who is there.
 func (a *Agent) watchMembers(alive map[string]bool, primed bool) {
-	v := a.svc.View()
+	v := a.svc.Membership()
 	self := v.Scheduler() == a.cfg.NodeName
 	for i := range v.Nodes {
 		n := &v.Nodes[i]

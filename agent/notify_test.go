@@ -181,3 +181,33 @@ func TestEventsAcrossTheCluster(t *testing.T) {
 		t.Errorf("events from node02:\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
 }
+
+// TestAnAgentGoingAway: the scheduler records an agent that died, and the
+// queue says a request whose origin is down waits for it.
+func TestAnAgentGoingAway(t *testing.T) {
+	nodes := agenttest.Cluster(t, agenttest.ClusterOptions{Specs: []string{"1xL40S", "1xL40S"}, Quiet: true, Users: testUsers})
+	for _, n := range []string{"node01", "node02"} {
+		if _, err := nodes[0].As(heavy).Claim(ctx(t), api.ClaimRequest{Node: n, Count: 1}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s, err := nodes[1].As(light).Submit(ctx(t), api.SubmitRequest{Claim: api.ClaimRequest{Count: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	agenttest.Eventually(t, 5*time.Second, "node01 to see the request", func() bool { return len(nodes[0].Queue().Entries) == 1 })
+	nodes[1].Crash()
+	agenttest.Eventually(t, 15*time.Second, "node01 to record node02 leaving", func() bool {
+		l, _ := nodes[0].As(light).Events(ctx(t), api.EventsRequest{})
+		for _, e := range l.Events {
+			if e.Kind == lease.EventAgentLeave && e.Subject == "node02" && e.Node == "node01" {
+				return true
+			}
+		}
+		return false
+	})
+	q := nodes[0].Queue()
+	if len(q.Entries) != 1 || q.Entries[0].ID != s.ID || !strings.Contains(q.Entries[0].Waiting, "its origin node02 is down") {
+		t.Errorf("queue at node01: %+v, want %s waiting for its origin", q.Entries, s.ID)
+	}
+}

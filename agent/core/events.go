@@ -139,7 +139,7 @@ func (s *Service) deliver(ctx context.Context, n lease.Notice) peer.NotifyReply 
 // its notice: the live nodes' names and a send to one of them.
 func (s *Service) Fanout() (nodes func() []string, send func(ctx context.Context, node string, n lease.Notice) error) {
 	nodes = func() []string {
-		v := s.View()
+		v := s.membership()
 		var out []string
 		for i := range v.Nodes {
 			if v.Nodes[i].Alive() {
@@ -154,6 +154,20 @@ func (s *Service) Fanout() (nodes func() []string, send func(ctx context.Context
 	}
 	return nodes, send
 }
+
+// membership is the cluster's nodes and their states, without the rest of
+// View (usage reads the ledger): what the events' paths ask on every
+// change.
+func (s *Service) membership() lease.ClusterView {
+	var peers []lease.NodeView
+	if s.cluster != nil {
+		peers = s.cluster.Peers()
+	}
+	return lease.NewClusterView(lease.NodeView{Name: s.cfg.Node}, peers, s.deps.Clock.Now())
+}
+
+// Membership is the cluster's nodes and their states, cheaply.
+func (s *Service) Membership() lease.ClusterView { return s.membership() }
 
 // liveNodes names the nodes that can answer now.
 func (s *Service) liveNodes() []string {
