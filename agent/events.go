@@ -2,7 +2,6 @@ package agent
 
 import (
 	"context"
-	"time"
 
 	"github.com/dibs-gpu/dibs/agent/core"
 	"github.com/dibs-gpu/dibs/agent/events"
@@ -117,7 +116,6 @@ func (a *Agent) watchEvents() {
 		case <-a.ctx.Done():
 			return
 		case <-changed:
-		case <-a.deps.Clock.After(5 * time.Second):
 		}
 	}
 }

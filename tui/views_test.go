@@ -82,7 +82,7 @@ func TestNoticeRingsTheBell(t *testing.T) {
 func TestAlertText(t *testing.T) {
 	for in, want := range map[string]string{
 		"16:00 plain":                 "plain",
-		"a\x07b\x1bc\u009bd\u202ee":    "a b c d e",
+		"a\x07b\x1bc\u009bd\u202ee":   "a b c d e",
 		strings.Repeat("x", 300):      strings.Repeat("x", maxAlert-1) + "…",
 		"line one\nline two\r\nthree": "line one line two three",
 	} {

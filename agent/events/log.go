@@ -68,6 +68,7 @@ type Log struct {
 	notices  []lease.Notice
 	wake     chan struct{}
 	riding   bool // the store carries events in its own transactions
+	armed    bool // the writer was woken for what is pending
 
 	changed notify.Signal
 
@@ -189,13 +190,22 @@ func (l *Log) Record(e lease.Event) {
 		l.cfg.Log.Warn("event log: the store has not taken events for a while; dropping the oldest", "dropped", len(l.pending)-maxPending)
 		l.pending = slices.Delete(l.pending, 0, len(l.pending)-maxPending)
 	}
+	notice := false
 	if n, ok := e.Notice(); ok && l.deps.Notice != nil {
 		l.notices = append(l.notices, n)
+		notice = true
 	}
+	// The writer wakes once per batch (it then waits for a transaction to
+	// carry the events), and at once for a notice: a claim's path wakes
+	// nobody else.
+	wake := notice || !l.armed
+	l.armed = true
 	l.mu.Unlock()
-	select {
-	case l.wake <- struct{}{}:
-	default:
+	if wake {
+		select {
+		case l.wake <- struct{}{}:
+		default:
+		}
 	}
 	l.changed.Notify()
 }
@@ -256,16 +266,27 @@ func (l *Log) loop() {
 		case <-l.wake:
 			l.dispatch()
 			if l.riding {
-				// Give a lease change's transaction the chance to carry
-				// them; a busy node writes no event on its own.
-				select {
-				case <-l.ctx.Done():
-				case <-l.deps.Clock.After(flushDelay):
-				}
+				l.await()
 			}
 			l.flush()
 		case <-prune.C():
 			l.prune()
+		}
+	}
+}
+
+// await gives a lease change's transaction flushDelay to carry the events
+// (a busy node writes no event on its own), handing on notices meanwhile.
+func (l *Log) await() {
+	timer := l.deps.Clock.After(flushDelay)
+	for {
+		select {
+		case <-l.ctx.Done():
+			return
+		case <-timer:
+			return
+		case <-l.wake:
+			l.dispatch()
 		}
 	}
 }
@@ -284,6 +305,9 @@ func (l *Log) dispatch() {
 // flush writes the events no transaction has carried, in one of its own.
 func (l *Log) flush() {
 	l.dispatch()
+	l.mu.Lock()
+	l.armed = false
+	l.mu.Unlock()
 	batch := l.take()
 	if len(batch) == 0 {
 		return
