@@ -9,9 +9,9 @@
 // node's single writer, the queue's origin) call Record under their own
 // locks, and the claim path pays for an append to a slice. The writing
 // costs no fsync of its own either: a store that can (lease.EventRider)
-// carries the events in the next transaction it makes anyway (the next
-// claim's, say); the log writes them itself only after a quiet spell
-// (flushDelay), so an event reaches the disk within that time.
+// carries the events in the next transaction it makes anyway (a release's,
+// never a claim's); the log writes what is left itself after flushDelay, so
+// an event reaches the disk within that time.
 package events
 
 import (
@@ -35,7 +35,7 @@ const pruneEvery = time.Hour
 
 // flushDelay is how long events wait for a lease change's transaction to
 // carry them before the log writes them itself.
-const flushDelay = 200 * time.Millisecond
+const flushDelay = time.Second
 
 // Config is what the log is told.
 type Config struct {

@@ -366,6 +366,9 @@ func readLedger(v view, schema int, since time.Time) ([]lease.LedgerEntry, error
 type writer struct {
 	tx   *bbolt.Tx
 	sums map[string]*digest
+	// grant marks a transaction that writes a new lease: it carries no
+	// events (Bolt.updateRiding).
+	grant bool
 }
 
 func (w *writer) digest(bucket []byte) (*digest, error) {

@@ -358,14 +358,13 @@ func (s *Bolt) update(op string, fn func(w *writer) error) error {
 }
 
 // updateRiding is update; with ride, the events waiting (RideEvents) go
-// in the same transaction.
+// in the same transaction, unless fn marks it a grant (writer.grant): a
+// claim's transaction carries nothing but the claim, so the event log adds
+// nothing to what a claim waits for.
 func (s *Bolt) updateRiding(op string, ride bool, fn func(w *writer) error) error {
 	var riding []lease.Event
 	var carried bool
 	r := s.rider.Load()
-	if ride && r != nil {
-		riding = r.take()
-	}
 	err := s.db.Update(func(tx *bbolt.Tx) error {
 		schema, err := schemaOf(txView{tx})
 		switch {
@@ -382,7 +381,10 @@ func (s *Bolt) updateRiding(op string, ride bool, fn func(w *writer) error) erro
 		if err := fn(w); err != nil {
 			return err
 		}
-		carried = len(riding) > 0 && w.ride(riding)
+		if ride && r != nil && !w.grant {
+			riding = r.take()
+			carried = len(riding) > 0 && w.ride(riding)
+		}
 		return w.flush()
 	})
 	if len(riding) > 0 {
@@ -435,6 +437,7 @@ func (s *Bolt) Put(l lease.Lease) error {
 				return err
 			}
 		}
+		w.grant = w.tx.Bucket(bucketLeases).Get([]byte(l.ID)) == nil
 		return w.put(bucketLeases, []byte(l.ID), b)
 	})
 }
