@@ -37,6 +37,8 @@ func TestConfigErrorsNameFileLineAndReason(t *testing.T) {
 		{"bad backend", "backend = \"cuda\"\n", ":1: backend"},
 		{"bad join", "[cluster]\njoin = [\"a:b:c\"]\n", ":2: cluster.join"},
 		{"bad node name", "node_name = \"no spaces\"\n", ":1: node_name"},
+		{"bad event keep", "[events]\nkeep = \"forever\"\n", ":2: events.keep: cannot read duration"},
+		{"event keep too short", "\n[events]\nkeep = \"10m\"\n", ":3: events.keep: 10m is less than an hour"},
 		{"syntax", "node_name = \n", ":1:"},
 		{"wrong type", "probe_interval = 5\n", "probe_interval"},
 	}
