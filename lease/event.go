@@ -156,7 +156,10 @@ func EndEvent(l Lease, reason EndReason, by string, at time.Time) Event {
 	e := LeaseEvent(kind, l, at)
 	e.Reason = string(reason)
 	if by != "" && by != l.User {
-		e.By, e.Admin = by, reason == EndByAdmin
+		e.Admin = reason == EndByAdmin
+		if ValidUserName(by) {
+			e.By = by // a caller known only by uid stays out of By (a name)
+		}
 	}
 	e.Text = e.describe(l)
 	return e

@@ -173,7 +173,7 @@ func (o *Origin) Cancel(c lease.Caller, id string) error {
 	delete(o.entries, id)
 	o.publishLocked()
 	ev := lease.EntryEvent(lease.EventCancel, e, "", o.deps.Clock.Now())
-	if c.UID != e.UID {
+	if c.UID != e.UID && lease.ValidUserName(c.User) {
 		ev.By, ev.Admin = c.User, c.Admin
 		ev.Text += " by " + c.User
 	}
