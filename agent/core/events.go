@@ -44,10 +44,16 @@ func (s *Service) registerEventOps() {
 		if err != nil {
 			return peer.EventsReply{}, &lease.Error{Code: lease.CodeUnavailable, Msg: fmt.Sprintf("%s cannot read its event log: %v", s.cfg.Node, err)}
 		}
-		if evs == nil {
-			evs = []lease.Event{}
+		// One event the others would refuse must not hide the rest.
+		ok := make([]lease.Event, 0, len(evs))
+		for _, e := range evs {
+			if err := e.Validate(); err != nil {
+				s.log.Warn("event log: an event fails its checks; not sent", "seq", e.Seq, "err", err)
+				continue
+			}
+			ok = append(ok, e)
 		}
-		return peer.EventsReply{Events: evs, More: more, Last: last}, nil
+		return peer.EventsReply{Events: ok, More: more, Last: last}, nil
 	})
 	peer.Handle(m, peer.Notify, func(ctx context.Context, from string, who peer.Actor, r peer.NotifyRequest) (peer.NotifyReply, error) {
 		if !who.System {
