@@ -60,7 +60,7 @@ const (
 // agentOrder is the order of the daemon's own packages: each may import
 // those before it.
 func agentOrder() []string {
-	return []string{"clock", "notify", "account", "node", "origin", "peer", "sched", "core", "sockapi", "sshd", "config", "metrics"}
+	return []string{"clock", "notify", "account", "events", "node", "origin", "peer", "sched", "core", "sockapi", "sshd", "config", "metrics"}
 }
 
 // floorPlan is the import table of the module, bottom to top: every package
@@ -121,6 +121,7 @@ func floorPlan() []room {
 		"clock":   "Clock (wall, monotonic, tickers), real and fake",
 		"notify":  "broadcast of \"something changed\"",
 		"account": "uid and name to lease.Caller",
+		"events":  "the event log, notices to every node, webhooks",
 		"node":    "the node's single writer of leases",
 		"origin":  "queue entries submitted at this node",
 		"peer":    "the typed protocol between agents",

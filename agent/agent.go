@@ -21,6 +21,7 @@ import (
 	"github.com/dibs-gpu/dibs/agent/account"
 	"github.com/dibs-gpu/dibs/agent/clock"
 	"github.com/dibs-gpu/dibs/agent/core"
+	"github.com/dibs-gpu/dibs/agent/events"
 	"github.com/dibs-gpu/dibs/agent/metrics"
 	"github.com/dibs-gpu/dibs/agent/node"
 	"github.com/dibs-gpu/dibs/agent/notify"
@@ -77,6 +78,11 @@ type Config struct {
 	// node's snapshot (nodeprobe.Host.Tags).
 	Tags []string
 	Log  *slog.Logger
+	// EventKeep is how long the node keeps its events (default 14 days).
+	EventKeep time.Duration
+	// WebhookBackoff is the wait before each retry of a webhook post
+	// (default 2s, 10s, 30s, 2m).
+	WebhookBackoff []time.Duration
 }
 
 // Deps are the parts the agent drives; tests and the demo swap them.
@@ -115,6 +121,9 @@ type Agent struct {
 	origin   *origin.Origin
 	sched    *sched.Scheduler
 	peers    *peer.Mux
+	events   *events.Log
+	webhooks *events.Webhooks
+	fanout   *events.Fanout
 	svc      *core.Service
 	cluster  *clusterLink
 	sock     *sockapi.Server
@@ -124,10 +133,11 @@ type Agent struct {
 	metricsSrv *metrics.Server
 	doctor     *doctorParts
 
-	ctx     context.Context
-	cancel  context.CancelFunc
-	schedOK chan struct{}
-	stopped bool
+	ctx       context.Context
+	cancel    context.CancelFunc
+	schedOK   chan struct{}
+	watchDone chan struct{}
+	stopped   bool
 }
 
 // New checks the configuration and builds an agent; Start runs it.
@@ -260,18 +270,21 @@ func (a *Agent) build(ctx context.Context) error {
 	a.changed = &notify.Signal{}
 	a.accounts = account.NewDirectory(a.cfg.NodeName, a.deps.Users, a.cfg.Policy.AdminGroup, c.Now)
 	a.peers = peer.NewMux(a.cfg.NodeName)
+	a.buildEvents()
 	a.node = node.New(node.Config{
 		Name: a.cfg.NodeName, Policy: a.cfg.Policy, ProbeInterval: a.cfg.ProbeInterval, SessionPoll: a.cfg.SessionPoll,
 		PreemptSignal: a.cfg.PreemptSignal, CanRunAs: canWrite, Tags: a.cfg.Tags, Log: a.log.With("part", "node"),
 	}, node.Deps{Store: a.store, Probe: a.deps.Probe, Sessions: a.deps.Sessions, Accounts: a.accounts, Clock: c,
-		Changed: a.changed, LeasesChanged: a.leasesChanged})
+		Changed: a.changed, LeasesChanged: a.leasesChanged, Events: a.events.Record})
 	a.origin = origin.New(a.cfg.NodeName, origin.Deps{Store: a.store, Clock: c, Changed: a.changed,
-		QueueChanged: a.queueChanged, Log: a.log.With("part", "queue")})
+		QueueChanged: a.queueChanged, Log: a.log.With("part", "queue"), Events: a.events.Record})
 	a.svc = core.New(core.Config{
 		Node: a.cfg.NodeName, Policy: a.cfg.Policy, Sched: a.cfg.Sched, Version: a.cfg.Version,
 		DataDir: a.cfg.DataDir, Socket: a.cfg.Socket,
 	}, core.Deps{Node: a.node, Origin: a.origin, Peers: a.peers, Accounts: a.accounts, Clock: c, Changed: a.changed,
-		Kick: a.kick, Attach: a.deps.Sessions.AttachCommand, CanWrite: canWrite, Log: a.log})
+		Kick: a.kick, Attach: a.deps.Sessions.AttachCommand, CanWrite: canWrite, Log: a.log,
+		Events: a.events, Webhooks: a.webhooks, Tell: a.teller()})
+	a.fanout = events.NewFanout(nodes(a.svc), send(a.svc), a.log.With("part", "notices"))
 	a.sched = sched.New(a.cfg.NodeName, a.cfg.Sched, sched.Deps{
 		View: a.svc.View, Peers: a.peers, Clock: c, Log: a.log.With("part", "scheduler"), Instance: randomID(),
 		Reconcile: func(ctx context.Context, v lease.ClusterView) {
@@ -279,6 +292,9 @@ func (a *Agent) build(ctx context.Context) error {
 		},
 	})
 	a.doctor = a.newDoctor()
+	if err := a.openEvents(); err != nil {
+		return err
+	}
 	if err := a.origin.Open(); err != nil {
 		return err
 	}
@@ -344,6 +360,7 @@ func (a *Agent) serve() error {
 	}
 	a.node.Run()
 	a.doctor.start(a.ctx)
+	a.runEvents()
 	a.schedOK = make(chan struct{})
 	go func() {
 		defer close(a.schedOK)
@@ -390,6 +407,7 @@ func (a *Agent) shutdown(graceful bool) error {
 		return nil
 	}
 	a.stopped = true
+	a.stopEvents(graceful)
 	if a.cluster != nil {
 		a.cluster.shutdown(graceful)
 	}
@@ -410,6 +428,7 @@ func (a *Agent) shutdown(graceful bool) error {
 	}
 	a.doctor.stop()
 	a.node.Close()
+	a.closeEvents()
 	err := a.store.Close()
 	a.deps.Probe.Close()
 	return err

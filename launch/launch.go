@@ -85,6 +85,14 @@ type Options struct {
 	// writes only its own user's statuses and the agent never reads a file
 	// another user could have planted. Empty: RecordExit is refused.
 	StatusDir string
+	// PipeLog is the argv (without its last two arguments, the file and
+	// the cap in bytes) that keeps a session's output for Spec.KeepLog:
+	// the dibs binary's hidden `_pipe-log`, which keeps the newest output
+	// in two files of at most LogMax each. Empty: a shell pipeline that
+	// keeps the first LogMax bytes.
+	PipeLog []string
+	// LogMax caps a kept log (default 8 MiB).
+	LogMax int64
 }
 
 // Launcher runs tmux on behalf of users. It holds no mutable state after New,
@@ -99,6 +107,8 @@ type Launcher struct {
 	logf        func(string, ...any)
 	euid        int    // who this process is, fixed at New
 	statusDir   string // Options.StatusDir, cleaned; "" when unset
+	pipeLog     []string
+	logMax      int64
 }
 
 // New makes a Launcher. It does not fail: a missing tmux is reported, with what
@@ -114,6 +124,10 @@ func New(opts Options) *Launcher {
 	}
 	if opts.StatusDir != "" {
 		l.statusDir = filepath.Clean(opts.StatusDir)
+	}
+	l.pipeLog, l.logMax = opts.PipeLog, opts.LogMax
+	if l.logMax <= 0 {
+		l.logMax = DefaultLogMax
 	}
 	name := opts.TmuxPath
 	if name == "" {
@@ -162,6 +176,10 @@ type Spec struct {
 	// from one that finished. A session killed as a whole (Kill, SIGKILL to
 	// the wrapper) and an empty Command record nothing.
 	RecordExit bool
+	// KeepLog keeps the session's output (what its pane shows, every
+	// byte) in a file the user owns, LogPath, capped at Options.LogMax,
+	// after the session ends: a job's output outlives its session.
+	KeepLog bool
 }
 
 // Session is a started session.
@@ -334,7 +352,11 @@ func (l *Launcher) startArgs(s Spec, exitFile string) ([]string, error) {
 	for i := range args {
 		args[i] = escapeSemicolon(args[i])
 	}
-	return append(args, ";", "set-option", "-w", "-t", "="+s.Name+":", "remain-on-exit", "off"), nil
+	args = append(args, ";", "set-option", "-w", "-t", "="+s.Name+":", "remain-on-exit", "off")
+	if s.KeepLog && len(s.Command) > 0 && s.User.Home != "" && filepath.IsAbs(s.User.Home) {
+		args = append(args, ";", "pipe-pane", "-t", "="+s.Name+":", escapeSemicolon(escapeFormat(l.pipeCommand(s.User, s.Name))))
+	}
+	return args, nil
 }
 
 // Exists reports whether the user's tmux server has the session. A missing
@@ -474,12 +496,18 @@ func escapeFormat(s string) string { return strings.ReplaceAll(s, "#", "##") }
 // line separators become spaces; '#' is doubled so tmux does not expand
 // formats (#(cmd) would run a command); a trailing ';' is escaped.
 func messageText(text string) string {
-	return escapeSemicolon(escapeFormat(strings.Map(func(r rune) rune {
+	return escapeSemicolon(escapeFormat(cleanText(text)))
+}
+
+// cleanText turns every character that could reach or mislead a terminal
+// (controls, bidi and invisible formatting, line separators) into a space.
+func cleanText(text string) string {
+	return strings.Map(func(r rune) rune {
 		if unicode.IsControl(r) || unicode.In(r, unicode.Cf, unicode.Zl, unicode.Zp) {
 			return ' '
 		}
 		return r
-	}, text)))
+	}, text)
 }
 
 // escapeSemicolon protects an argument ending in ';', which tmux would take as

@@ -57,7 +57,7 @@ func statusFileName(session string) string { return session + ".exit" }
 // another user has a say.
 func (l *Launcher) prepareExitFile(u User, session string) (string, error) {
 	if l.statusDir == "" {
-		return "", errors.New("no exit-status directory configured: set launch.Options.StatusDir (e.g. /run/dibs/exit)")
+		return "", refusef("no exit-status directory configured: set launch.Options.StatusDir (e.g. /run/dibs/exit)")
 	}
 	root, err := openStatusRoot(l.statusDir, l.euid, true)
 	if err != nil {

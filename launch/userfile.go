@@ -24,14 +24,35 @@ var ErrUnsafeFile = errors.New("unsafe file")
 // an error wrapping fs.ErrNotExist; anything unsafe wraps ErrUnsafeFile.
 // Every such file the agent reads goes through here.
 func ReadUserFile(u User, rel string, max int64) ([]byte, error) {
+	var data []byte
+	err := openUnderHome(u, rel, max, func(f *os.File, _ *syscall.Stat_t) error {
+		var err error
+		data, err = io.ReadAll(io.LimitReader(f, max+1))
+		if err != nil {
+			return fmt.Errorf("read %s: %w", f.Name(), err)
+		}
+		if int64(len(data)) > max {
+			return fmt.Errorf("%s is over %d bytes: %w", f.Name(), max, ErrUnsafeFile)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return data, nil
+}
+
+// openUnderHome opens rel below u's home as ReadUserFile describes and
+// hands the file to use, on the thread that has u's file-system identity.
+// max < 0 puts no cap on the file's size (the caller reads a bounded part).
+func openUnderHome(u User, rel string, max int64, use func(f *os.File, st *syscall.Stat_t) error) error {
 	parts := strings.Split(rel, "/")
 	for _, p := range parts {
 		if p == "" || p == "." || p == ".." {
-			return nil, fmt.Errorf("read %s of %s: bad relative path", rel, u.Name)
+			return fmt.Errorf("read %s of %s: bad relative path", rel, u.Name)
 		}
 	}
-	var data []byte
-	err := asUserFS(u, func() error {
+	return asUserFS(u, func() error {
 		dir, err := syscall.Open(u.Home, syscall.O_RDONLY|syscall.O_DIRECTORY|syscall.O_CLOEXEC, 0)
 		if err != nil {
 			return &os.PathError{Op: "open", Path: u.Home, Err: err}
@@ -58,22 +79,15 @@ func ReadUserFile(u User, rel string, max int64) ([]byte, error) {
 				return err
 			}
 		}
+		var st syscall.Stat_t
+		if err := syscall.Fstat(dir, &st); err != nil {
+			return &os.PathError{Op: "stat", Path: path, Err: err}
+		}
 		f := os.NewFile(uintptr(dir), path)
 		dir = -1
 		defer f.Close()
-		data, err = io.ReadAll(io.LimitReader(f, max+1))
-		if err != nil {
-			return fmt.Errorf("read %s: %w", path, err)
-		}
-		if int64(len(data)) > max {
-			return fmt.Errorf("%s is over %d bytes: %w", path, max, ErrUnsafeFile)
-		}
-		return nil
+		return use(f, &st)
 	})
-	if err != nil {
-		return nil, err
-	}
-	return data, nil
 }
 
 // checkOwned refuses a component that is not u's (or root's), that others
@@ -95,7 +109,7 @@ func checkOwned(fd int, path string, u User, file bool, max int64) error {
 	if st.Mode&syscall.S_IFMT != syscall.S_IFREG {
 		return fmt.Errorf("%s is not a regular file: %w", path, ErrUnsafeFile)
 	}
-	if st.Size > max {
+	if max >= 0 && st.Size > max {
 		return fmt.Errorf("%s is %d bytes, over %d: %w", path, st.Size, max, ErrUnsafeFile)
 	}
 	return nil

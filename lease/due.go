@@ -7,6 +7,8 @@ type Step string
 const (
 	// StepWarn: tell the holder the end is near (once).
 	StepWarn Step = "warn"
+	// StepWarnFinal: tell the holder the end is a minute away (once).
+	StepWarnFinal Step = "warn-final"
 	// StepOverdue: the end has come and the action is warn: tell them (once).
 	StepOverdue Step = "overdue"
 	// StepSignal: send SIGTERM to the session and record when.
@@ -61,7 +63,12 @@ func (t *Table) Due(at Instant, p Policy) []Due {
 		}
 		switch {
 		case !e.ended(at):
-			if !e.Warned && e.ExpiresAt.Sub(now) <= p.WarnBefore && e.mono.End-at.Mono <= p.WarnBefore {
+			left, monoLeft := e.ExpiresAt.Sub(now), e.mono.End-at.Mono
+			switch {
+			case !e.FinalWarned && p.WarnBefore > FinalWarnBefore && left <= FinalWarnBefore && monoLeft <= FinalWarnBefore:
+				// One warning is enough when both are due at once.
+				out = append(out, Due{Lease: l, Step: StepWarnFinal})
+			case !e.Warned && !e.FinalWarned && left <= p.WarnBefore && monoLeft <= p.WarnBefore:
 				out = append(out, Due{Lease: l, Step: StepWarn})
 			}
 		case p.EndAction == ActionEnd:

@@ -31,6 +31,7 @@ func TestDue(t *testing.T) {
 		return l
 	}
 	warned := with(func(l *lease.Lease) { l.Warned = true })
+	final := with(func(l *lease.Lease) { l.Warned, l.FinalWarned = true, true })
 	noticed := with(func(l *lease.Lease) { l.Warned, l.OverdueNoticed = true, true })
 	session := with(func(l *lease.Lease) { l.Session = "dibs-gpu-01-1" })
 	signalled := with(func(l *lease.Lease) { l.Session, l.SignalledAt = "dibs-gpu-01-1", end.Add(time.Minute) })
@@ -45,13 +46,16 @@ func TestDue(t *testing.T) {
 		{"far from the end", base, lease.ActionEnd, t0.Add(time.Hour), ""},
 		{"just outside the warning", base, lease.ActionEnd, end.Add(-10*time.Minute - time.Nanosecond), ""},
 		{"warned ten minutes before", base, lease.ActionEnd, end.Add(-10 * time.Minute), lease.StepWarn},
-		{"warned once", warned, lease.ActionEnd, end.Add(-time.Minute), ""},
+		{"warned once", warned, lease.ActionEnd, end.Add(-time.Minute - time.Nanosecond), ""},
+		{"warned again a minute before", warned, lease.ActionEnd, end.Add(-time.Minute), lease.StepWarnFinal},
+		{"a minute before, one warning is enough", base, lease.ActionEnd, end.Add(-30 * time.Second), lease.StepWarnFinal},
+		{"warned a minute before once", final, lease.ActionEnd, end.Add(-time.Second), ""},
 		{"a lease shorter than the warning is warned at once", held(1, alice, []int{0}, t0, 5*time.Minute), lease.ActionWarn, t0, lease.StepWarn},
 		{"warn: overdue at the end", warned, lease.ActionWarn, end, lease.StepOverdue},
 		{"warn: overdue even if never warned", base, lease.ActionWarn, end, lease.StepOverdue},
 		{"warn: told once", noticed, lease.ActionWarn, end.Add(time.Hour), ""},
 		{"end: ends at the end", warned, lease.ActionEnd, end, lease.StepEnd},
-		{"end: not a nanosecond early", warned, lease.ActionEnd, end.Add(-time.Nanosecond), ""},
+		{"end: not a nanosecond early", final, lease.ActionEnd, end.Add(-time.Nanosecond), ""},
 		{"signal: a bare claim just ends", warned, lease.ActionSignal, end, lease.StepEnd},
 		{"signal: a session is signalled first", session, lease.ActionSignal, end, lease.StepSignal},
 		{"signal: then given its grace", signalled, lease.ActionSignal, end.Add(time.Minute + 29*time.Second), ""},
@@ -198,7 +202,7 @@ func TestPutAfterClockJumpKeepsDeadline(t *testing.T) {
 		t.Errorf("extended after the jump: ends %v, want %v (the old end plus 1h)", ext.ExpiresAt, want)
 	}
 	tab.Put(ext, lease.At(later))
-	if got, want := steps(tab.Due(lease.At(jumpWall(t, granted.Add(2*time.Hour-time.Second), 3*time.Hour)), p)), []step{{l.ID, lease.StepWarn}}; !slices.Equal(got, want) {
+	if got, want := steps(tab.Due(lease.At(jumpWall(t, granted.Add(2*time.Hour-time.Second), 3*time.Hour)), p)), []step{{l.ID, lease.StepWarnFinal}}; !slices.Equal(got, want) {
 		t.Errorf("a second before 2h after the grant: Due = %v, want only %v", got, want)
 	}
 	if got, want := steps(tab.Due(lease.At(jumpWall(t, granted.Add(2*time.Hour), 3*time.Hour)), p)), []step{{l.ID, lease.StepEnd}}; !slices.Equal(got, want) {

@@ -69,6 +69,8 @@ type Lease struct {
 	// Warned records that the holder was told the end is near, so they are told
 	// once, not every tick.
 	Warned bool `json:"warned,omitempty"`
+	// FinalWarned records the last warning, a minute before the end.
+	FinalWarned bool `json:"final_warned,omitempty"`
 	// OverdueNoticed records that the holder was told the lease is past its
 	// end (end action warn).
 	OverdueNoticed bool `json:"overdue_noticed,omitempty"`

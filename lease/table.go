@@ -267,6 +267,7 @@ func (t *Table) PlanExtend(c Caller, id string, d time.Duration, at Instant, p P
 	l.GPUs = slices.Clone(l.GPUs)
 	l.ExpiresAt = end
 	l.Warned = false
+	l.FinalWarned = false
 	l.OverdueNoticed = false
 	l.SignalledAt = time.Time{}
 	return l, nil

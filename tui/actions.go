@@ -2,20 +2,19 @@ package tui
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"slices"
 	"strings"
 
 	"charm.land/bubbles/v2/key"
 	tea "charm.land/bubbletea/v2"
+
 	"github.com/dibs-gpu/dibs/api"
-	"github.com/dibs-gpu/dibs/lease"
 )
 
-// This file is what the keys and the mouse do, and the calls to the agent
-// they make. Every call runs in a tea.Cmd with a timeout and comes back as a
-// message; Update never waits on the agent.
+// This file is what the keys do at the root: the dialogs (a form, a
+// question), the keys of every view (quit, help, switching views), and the
+// answers to calls any view makes. Every call runs in a tea.Cmd with a
+// timeout and comes back as a message; Update never waits on the agent.
 func (m *Model) handleKey(msg tea.KeyPressMsg) tea.Cmd {
 	if msg.String() == "ctrl+c" {
 		return m.quit()
@@ -33,173 +32,54 @@ func (m *Model) handleKey(msg tea.KeyPressMsg) tea.Cmd {
 	case key.Matches(msg, k.Help):
 		m.showHelp = !m.showHelp
 		m.help.ShowAll = m.showHelp
-	case key.Matches(msg, k.Clear):
-		switch {
-		case m.showHelp:
-			m.showHelp, m.help.ShowAll = false, false
-		case len(m.sel) > 0:
-			m.sel, m.selNode = nil, ""
-			m.setStatus(statusInfo, "selection cleared")
-		case m.filter != "":
-			m.filter = ""
-			m.rebuild()
-			m.setStatus(statusInfo, "filter cleared")
+		return nil
+	case key.Matches(msg, k.Clear) && m.showHelp:
+		m.closeHelp()
+		return nil
+	case key.Matches(msg, k.NextView):
+		return m.switchView((m.view + 1) % numViews)
+	case key.Matches(msg, k.PrevView):
+		return m.switchView((m.view + numViews - 1) % numViews)
+	}
+	for v, b := range k.Views {
+		if key.Matches(msg, b) {
+			return m.switchView(viewKind(v))
 		}
-	case key.Matches(msg, k.Up):
-		m.moveNode(-1)
-	case key.Matches(msg, k.Down):
-		m.moveNode(1)
-	case key.Matches(msg, k.Left):
-		m.moveCol(-1)
-	case key.Matches(msg, k.Right):
-		m.moveCol(1)
-	case key.Matches(msg, k.Select):
-		m.toggleSelect()
-	case key.Matches(msg, k.Claim):
-		m.openClaim(false)
-	case key.Matches(msg, k.Run):
-		m.openClaim(true)
-	case key.Matches(msg, k.Extend):
-		m.openExtend()
-	case key.Matches(msg, k.Release):
-		m.openRelease()
-	case key.Matches(msg, k.Attach):
-		return m.startAttach()
-	case key.Matches(msg, k.Mine):
-		m.onlyMine = !m.onlyMine
-		m.rebuild()
-		if m.onlyMine {
-			m.setStatus(statusInfo, "showing only nodes where you hold GPUs — m shows all")
-		} else {
-			m.setStatus(statusInfo, "showing all nodes")
-		}
-	case key.Matches(msg, k.Filter):
-		m.showHelp, m.help.ShowAll = false, false
-		m.form = newFilterForm(m.st.input, m.filter)
 	}
-	return nil
+	switch m.view {
+	case viewQueue:
+		return m.queue.update(msg)
+	case viewUsage:
+		return m.usage.update(msg)
+	case viewSessions:
+		return m.sessions.update(msg)
+	case viewEvents:
+		return m.events.update(msg)
+	}
+	return m.grid.update(msg)
 }
 
-func (m *Model) quit() tea.Cmd {
-	m.cancel()
-	return tea.Quit
-}
-
-func (m *Model) toggleSelect() {
-	n, g := m.cursorGPU()
-	if g == nil {
-		return
-	}
-	if i := slices.Index(m.sel, g.Index); i >= 0 && n.Name == m.selNode {
-		m.sel = slices.Delete(m.sel, i, i+1)
-		m.setStatus(statusInfo, selectionText(m.selNode, m.sel))
-		return
-	}
-	if !g.Free(n.State) {
-		m.setStatus(statusErr, fmt.Sprintf("GPU %d on %s is not free: only free GPUs can be selected", g.Index, n.Name))
-		return
-	}
-	if n.Name != m.selNode {
-		m.sel, m.selNode = nil, n.Name
-	}
-	m.sel = append(m.sel, g.Index)
-	slices.Sort(m.sel)
-	m.setStatus(statusInfo, selectionText(m.selNode, m.sel))
-}
-
-func selectionText(node string, sel []int) string {
-	if len(sel) == 0 {
-		return "nothing selected"
-	}
-	return fmt.Sprintf("selected GPUs %s on %s — c claims them, r runs on them, esc clears", joinInts(sel), node)
-}
-
-func (m *Model) openClaim(run bool) {
-	n, _ := m.cursorGPU()
-	if n == nil {
-		m.setStatus(statusErr, "no node to claim on yet")
-		return
-	}
-	node, gpus := n.Name, []int(nil)
-	if len(m.sel) > 0 {
-		node, gpus = m.selNode, slices.Clone(m.sel)
-	} else if n.State != api.NodeAlive {
-		m.setStatus(statusErr, fmt.Sprintf("%s is %s: its GPUs cannot be claimed now — move to a live node", n.Name, n.State))
-		return
-	}
-	m.showHelp, m.help.ShowAll = false, false
-	m.form = newClaimForm(m.st.input, run, node, gpus)
-}
-
-// cursorLease returns the lease on the GPU under the cursor; on a GPU held
-// in parts (MIG instances, budgets), the caller's part, else the first.
-func (m *Model) cursorLease() (*api.Node, *api.GPU, *lease.Lease) {
-	n, g := m.cursorGPU()
-	if g == nil {
-		return n, g, nil
-	}
-	if g.Lease == nil && len(g.Shares) > 0 {
-		for i := range g.Shares {
-			if g.Shares[i].UID == m.board.You.UID {
-				return n, g, &g.Shares[i]
-			}
-		}
-		return n, g, &g.Shares[0]
-	}
-	return n, g, g.Lease
-}
-
-func (m *Model) openExtend() {
-	n, g, l := m.cursorLease()
-	if g == nil {
-		return
-	}
-	if l == nil {
-		m.setStatus(statusErr, fmt.Sprintf("GPU %d on %s has no lease to extend", g.Index, n.Name))
-		return
-	}
-	m.showHelp, m.help.ShowAll = false, false
-	ends := "ends " + m.clock(l.ExpiresAt)
-	if left := l.ExpiresAt.Sub(m.now()); left > 0 {
-		ends += " (" + lease.FormatDuration(left) + " left)"
-	} else {
-		ends = "overdue by " + lease.FormatDuration(-left)
-	}
-	m.form = newExtendForm(m.st.input, l, ends)
-}
-
-func (m *Model) openRelease() {
-	n, g, l := m.cursorLease()
-	if g == nil {
-		return
-	}
-	if l == nil {
-		m.setStatus(statusErr, fmt.Sprintf("GPU %d on %s has no lease to release", g.Index, n.Name))
-		return
-	}
-	c := &confirm{id: l.ID, title: "release " + l.ID + "?"}
-	who := "yours"
-	if l.UID != m.board.You.UID {
-		who = "held by " + holderName(l)
-	}
-	c.lines = append(c.lines, fmt.Sprintf("%s on %s, %s", gpuList(l.GPUs), l.Node, who))
-	if l.Session != "" {
-		c.lines = append(c.lines, "its tmux session "+l.Session+" ends too")
-	}
-	c.lines = append(c.lines, "y releases · n keeps it")
-	m.showHelp, m.help.ShowAll = false, false
-	m.confirm = c
+// switchView opens a view and asks for what it shows.
+func (m *Model) switchView(v viewKind) tea.Cmd {
+	m.view = v
+	m.closeHelp()
+	return m.fetchView(true)
 }
 
 func (m *Model) confirmKey(msg tea.KeyPressMsg) tea.Cmd {
 	fk := defaultFormKeyMap()
 	switch {
 	case key.Matches(msg, fk.Yes):
-		id := m.confirm.id
+		q := m.confirm
 		m.confirm = nil
-		return m.ask("releasing "+id+"…", func(ctx context.Context, be Backend) tea.Msg {
-			resp, err := be.Release(ctx, api.ReleaseRequest{IDs: []string{id}})
-			return releaseDoneMsg{id: id, resp: resp, err: err}
+		if q.cancel {
+			return m.ask("withdrawing "+q.id+"…", func(ctx context.Context, be Backend) tea.Msg {
+				return cancelDoneMsg{id: q.id, err: be.Cancel(ctx, q.id)}
+			})
+		}
+		return m.ask("releasing "+q.id+"…", func(ctx context.Context, be Backend) tea.Msg {
+			resp, err := be.Release(ctx, api.ReleaseRequest{IDs: []string{q.id}})
+			return releaseDoneMsg{id: q.id, resp: resp, err: err}
 		})
 	case key.Matches(msg, fk.No):
 		m.setStatus(statusInfo, "kept "+m.confirm.id)
@@ -215,8 +95,8 @@ func (m *Model) formKey(msg tea.KeyPressMsg) tea.Cmd {
 	case cancel:
 		m.form = nil
 		if f.kind == formFilter {
-			m.filter = ""
-			m.rebuild()
+			m.grid.filter = ""
+			m.grid.rebuild()
 		}
 		return nil
 	case submit:
@@ -229,8 +109,8 @@ func (m *Model) formKey(msg tea.KeyPressMsg) tea.Cmd {
 // formChanged applies a filter as it is typed.
 func (m *Model) formChanged() {
 	if m.form != nil && m.form.kind == formFilter {
-		m.filter = m.form.value("filter")
-		m.rebuild()
+		m.grid.filter = m.form.value("filter")
+		m.grid.rebuild()
 	}
 }
 
@@ -238,10 +118,10 @@ func (m *Model) submitForm(f *form) tea.Cmd {
 	switch f.kind {
 	case formFilter:
 		m.form = nil
-		m.filter = f.value("filter")
-		m.rebuild()
-		if m.filter != "" {
-			m.setStatus(statusInfo, fmt.Sprintf("filter %q: %d of %d nodes — / changes it, esc clears it", m.filter, len(m.views), m.sum.nodes))
+		m.grid.filter = f.value("filter")
+		m.grid.rebuild()
+		if m.grid.filter != "" {
+			m.setStatus(statusInfo, fmt.Sprintf("filter %q: %d of %d nodes — / changes it, esc clears it", m.grid.filter, len(m.grid.views), m.grid.sum.nodes))
 		}
 		return nil
 	case formExtend:
@@ -268,22 +148,6 @@ func (m *Model) submitForm(f *form) tea.Cmd {
 	})
 }
 
-// ask runs one call to the agent off the update loop, bounded by
-// actionTimeout, saying what it is doing in the status line meanwhile.
-func (m *Model) ask(doing string, call func(context.Context, Backend) tea.Msg) tea.Cmd {
-	be, ctx := m.backend, m.ctx
-	if be == nil {
-		m.setStatus(statusErr, "no agent to talk to")
-		return nil
-	}
-	m.setStatus(statusInfo, doing)
-	return func() tea.Msg {
-		ctx, cancel := context.WithTimeout(ctx, actionTimeout)
-		defer cancel()
-		return call(ctx, be)
-	}
-}
-
 func (m *Model) claimDone(msg claimDoneMsg) tea.Cmd {
 	verb := "claim"
 	if msg.req.Run != nil {
@@ -294,11 +158,12 @@ func (m *Model) claimDone(msg claimDoneMsg) tea.Cmd {
 		return nil
 	}
 	r := msg.resp
-	if len(msg.req.GPUs) > 0 && msg.req.Node == m.selNode {
-		m.sel, m.selNode = nil, ""
+	g := m.grid
+	if len(msg.req.GPUs) > 0 && msg.req.Node == g.selNode {
+		g.sel, g.selNode = nil, ""
 	}
 	if len(r.GPUs) > 0 {
-		m.curName, m.curGPU = r.Node, r.GPUs[0]
+		g.curName, g.curGPU = r.Node, r.GPUs[0]
 	}
 	gpus := gpuList(r.GPUs)
 	cvd := r.CUDAVisibleDevices
@@ -315,27 +180,6 @@ func (m *Model) claimDone(msg claimDoneMsg) tea.Cmd {
 		m.setStatus(statusOK, fmt.Sprintf("claimed %s: %s until %s — CUDA_VISIBLE_DEVICES=%s", r.ID, gpus, m.clock(r.ExpiresAt), cvd))
 	}
 	return m.refresh()
-}
-
-// startAttach attaches to the session of the lease under the cursor when it
-// is the caller's, else to the caller's latest session (the agent picks it).
-func (m *Model) startAttach() tea.Cmd {
-	id := ""
-	if _, _, l := m.cursorLease(); l != nil && l.UID == m.board.You.UID {
-		if l.Session == "" {
-			m.setStatus(statusErr, l.ID+" has no tmux session: it was claimed without a command (r claims and starts one)")
-			return nil
-		}
-		id = l.ID
-	}
-	what := id
-	if what == "" {
-		what = "your latest session"
-	}
-	return m.ask("finding "+what+"…", func(ctx context.Context, be Backend) tea.Msg {
-		resp, err := be.Attach(ctx, id)
-		return attachReadyMsg{id: id, resp: resp, err: err}
-	})
 }
 
 func (m *Model) attachReady(msg attachReadyMsg) tea.Cmd {
@@ -364,54 +208,6 @@ func (m *Model) attachReady(msg attachReadyMsg) tea.Cmd {
 	// The program runs the attach with the terminal and only then takes the
 	// next message, so attachEndedMsg arrives when the person is back.
 	return tea.Sequence(m.attach(argv), func() tea.Msg { return attachEndedMsg{session: sess} })
-}
-
-// refresh fetches the board once after an action, so the result shows even
-// while the stream is reconnecting.
-func (m *Model) refresh() tea.Cmd {
-	if m.backend == nil {
-		return nil
-	}
-	be, ctx := m.backend, m.ctx
-	return func() tea.Msg {
-		ctx, cancel := context.WithTimeout(ctx, actionTimeout)
-		defer cancel()
-		b, err := be.Board(ctx)
-		return fetchedMsg{board: b, err: err}
-	}
-}
-
-func (m *Model) handleClick(mo tea.Mouse) {
-	if mo.Button != tea.MouseLeft || m.form != nil || m.confirm != nil {
-		return
-	}
-	for _, h := range m.hits {
-		if mo.Y < h.y || mo.Y >= h.y+h.h || mo.X < h.x0 || mo.X >= h.x1 || h.node >= len(m.views) {
-			continue
-		}
-		m.curNode = h.node
-		if h.col >= 0 {
-			m.curCol = h.col
-		} else {
-			m.curCol = min(m.curCol, max(len(m.views[h.node].cells)-1, 0))
-		}
-		m.syncCursor()
-		return
-	}
-}
-
-// errText turns an error from the agent into words for the status line.
-func errText(err error) string {
-	var ae *api.Error
-	switch {
-	case errors.As(err, &ae):
-		return ae.Msg
-	case errors.Is(err, context.DeadlineExceeded):
-		return "the agent did not answer in time (is it overloaded or stopped?)"
-	case errors.Is(err, context.Canceled):
-		return "cancelled"
-	}
-	return err.Error()
 }
 
 // shellJoin prints an argv so it can be pasted into a shell.

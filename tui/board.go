@@ -19,6 +19,7 @@ type kind int
 const (
 	kindFree kind = iota
 	kindMine
+	kindMineIdle
 	kindTheirs
 	kindIdle
 	kindSquat
@@ -32,6 +33,7 @@ const (
 	labelFree     = "·free"
 	labelSelected = "✓free"
 	labelMine     = "★mine"
+	labelMineIdle = "★idle"
 	labelIdle     = "zz idle"
 	labelSquat    = "!squat"
 	labelOver     = "⧖over"
@@ -39,7 +41,8 @@ const (
 )
 
 // classify decides what a GPU cell shows. The order matters: an unknown GPU
-// is never "free", and a problem (squatter, overdue, idle) outranks whose it is.
+// is never "free", and a problem (squatter, overdue, idle) outranks whose it
+// is — except that the caller's own idle GPU stays marked as theirs.
 func classify(n *api.Node, g *api.GPU, you lease.Caller) kind {
 	switch {
 	case n.State != api.NodeAlive || slices.Contains(g.Flags, api.FlagUnknown) || g.Error != "":
@@ -48,6 +51,8 @@ func classify(n *api.Node, g *api.GPU, you lease.Caller) kind {
 		return kindSquat
 	case slices.Contains(g.Flags, lease.FlagOverdue):
 		return kindOver
+	case slices.Contains(g.Flags, lease.FlagIdle) && g.Lease != nil && g.Lease.UID == you.UID:
+		return kindMineIdle
 	case slices.Contains(g.Flags, lease.FlagIdle):
 		return kindIdle
 	case g.Lease != nil && g.Lease.UID == you.UID:
@@ -105,6 +110,8 @@ func cellLabel(k kind, g *api.GPU) string {
 		return labelFree
 	case kindMine:
 		return labelMine
+	case kindMineIdle:
+		return labelMineIdle
 	case kindTheirs:
 		return holderName(g.Lease)
 	case kindIdle:

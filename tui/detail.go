@@ -11,20 +11,29 @@ import (
 	"github.com/dibs-gpu/dibs/nodeprobe"
 )
 
-// detailLines describes the GPU under the cursor. Wide panes (beside the
-// grid) get one labelled fact per line; the pane under the grid at 80
-// columns packs the same facts into fewer lines.
-func (m *Model) detailLines(w, maxH int) []string {
-	st := m.st
-	n, g := m.cursorGPU()
+// detail describes one GPU and its node for the board's panel.
+type detail struct{ *common }
+
+// detailLines describes the GPU under the cursor.
+func (g *gridView) detailLines(w, maxH int) []string {
+	n, gp := g.cursorGPU()
 	if n == nil {
 		return nil
 	}
+	sel := gp != nil && g.isSelected(n.Name, gp.Index)
+	return detail{g.common}.lines(n, gp, sel, w, maxH)
+}
+
+// lines describes g on n. Wide panes (beside the grid) get one labelled
+// fact per line; the pane under the grid at 80 columns packs the same facts
+// into fewer lines.
+func (m detail) lines(n *api.Node, g *api.GPU, selected bool, w, maxH int) []string {
+	st := m.st
 	if g == nil {
 		return []string{m.titleRule(n.Name, w), " " + st.dim.render("this node reports no GPUs")}
 	}
 	title := fmt.Sprintf("%s · GPU %d", n.Name, g.Index)
-	if m.isSelected(n.Name, g.Index) {
+	if selected {
 		title += " · selected"
 	}
 	lines := []string{m.titleRule(title, w)}
@@ -37,7 +46,7 @@ func (m *Model) detailLines(w, maxH int) []string {
 		}
 	}
 	row("model", f.model)
-	if g := m.cursorGPUOnly(); g != nil && g.Error != "" {
+	if g.Error != "" {
 		row("problem", g.Error)
 	}
 	row("memory", f.memory)
@@ -91,7 +100,7 @@ func (m *Model) detailLines(w, maxH int) []string {
 
 // compactFacts packs the facts into as few lines as they take, for the pane
 // under the grid on small terminals.
-func (m *Model) compactFacts(f facts, w int) []string {
+func (m detail) compactFacts(f facts, w int) []string {
 	st := m.st
 	var lines []string
 	add := func(parts ...string) {
@@ -126,7 +135,7 @@ func (m *Model) compactFacts(f facts, w int) []string {
 }
 
 // yourLeases lists the caller's leases across the cluster.
-func (m *Model) yourLeases(w int) []string {
+func (m detail) yourLeases(w int) []string {
 	st := m.st
 	var out []string
 	seen := map[string]bool{}
@@ -159,6 +168,12 @@ func (m *Model) yourLeases(w int) []string {
 				what = gib(l.MemMiB) + " GiB of GPU " + strconv.Itoa(l.GPUs[0])
 			}
 			s := fmt.Sprintf("%s  %s  %s", l.ID, what, when)
+			if u := meanUtil(n, l); u >= 0 {
+				s += fmt.Sprintf("  util %d%%", u)
+			}
+			if idleHeld(n, l) {
+				s += "  idle"
+			}
 			if l.Session != "" {
 				s += "  tmux " + l.Session
 			}
@@ -173,7 +188,7 @@ func (m *Model) yourLeases(w int) []string {
 
 // nodeFacts describes the node under the cursor: its host and how fresh
 // its numbers are.
-func (m *Model) nodeFacts(n *api.Node, w int) []string {
+func (m detail) nodeFacts(n *api.Node, w int) []string {
 	st := m.st
 	const lw = 9
 	var rows []string
@@ -246,7 +261,7 @@ type facts struct {
 	booked string
 }
 
-func (m *Model) facts(n *api.Node, g *api.GPU) facts {
+func (m detail) facts(n *api.Node, g *api.GPU) facts {
 	var f facts
 	now := m.now()
 	f.model = shortModel(g.Model)
@@ -361,6 +376,16 @@ func (m *Model) facts(n *api.Node, g *api.GPU) facts {
 	return f
 }
 
+// idleHeld says whether a GPU l holds on n is flagged idle.
+func idleHeld(n *api.Node, l *lease.Lease) bool {
+	for i := range n.GPUs {
+		if slices.Contains(l.GPUs, n.GPUs[i].Index) && slices.Contains(n.GPUs[i].Flags, lease.FlagIdle) {
+			return true
+		}
+	}
+	return false
+}
+
 // squatter says whether a process has no business on a GPU held by l: the
 // uid decides, the name only when /proc gave no uid (as lease.Judge does).
 func squatter(p nodeprobe.Process, l *lease.Lease) bool {
@@ -377,15 +402,9 @@ func gib(mib uint64) string {
 	return fmt.Sprintf("%.1f", float64(mib)/1024)
 }
 
-// cursorGPUOnly is the GPU under the cursor, nil when there is none.
-func (m *Model) cursorGPUOnly() *api.GPU {
-	_, g := m.cursorGPU()
-	return g
-}
-
 // partFacts lists a MIG GPU's instances (held or free) or a shared GPU's
 // budgets, and the room left for another budget.
-func (m *Model) partFacts(f *facts, g *api.GPU) {
+func (m detail) partFacts(f *facts, g *api.GPU) {
 	you, now := m.board.You, m.now()
 	who := func(l *lease.Lease) string {
 		s := holderName(l)

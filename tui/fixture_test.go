@@ -181,6 +181,10 @@ type fakeBackend struct {
 	attaches []string
 	watch    chan api.Board
 	watchErr error
+	queue    api.Queue
+	usage    api.UsageReport
+	events   api.EventList
+	cancels  []string
 }
 
 var _ Backend = (*fakeBackend)(nil)
@@ -250,6 +254,40 @@ func (f *fakeBackend) Attach(_ context.Context, id string) (api.AttachResponse, 
 	}, nil
 }
 
+func (f *fakeBackend) Queue(context.Context) (api.Queue, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.queue, f.err
+}
+
+func (f *fakeBackend) Cancel(_ context.Context, id string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.cancels = append(f.cancels, id)
+	return f.err
+}
+
+func (f *fakeBackend) Usage(context.Context, string) (api.UsageReport, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.usage, f.err
+}
+
+func (f *fakeBackend) Events(_ context.Context, req api.EventsRequest) (api.EventList, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if req.User == "" {
+		return f.events, f.err
+	}
+	out := api.EventList{Events: []lease.Event{}}
+	for _, e := range f.events.Events {
+		if e.User == req.User || e.By == req.User {
+			out.Events = append(out.Events, e)
+		}
+	}
+	return out, f.err
+}
+
 // harness drives a Model the way bubbletea does, but synchronously.
 type harness struct {
 	t    *testing.T
@@ -261,7 +299,7 @@ type harness struct {
 
 func newHarness(t *testing.T, w, h int, opts Options) *harness {
 	t.Helper()
-	be := &fakeBackend{board: testBoard()}
+	be := &fakeBackend{board: testBoard(), queue: testQueue(), usage: testUsage(), events: testEvents()}
 	if opts.Backend == nil {
 		opts.Backend = be
 	}
@@ -378,7 +416,7 @@ func press(k string) tea.KeyPressMsg {
 
 // cursor returns the node name and GPU index under the cursor.
 func (h *harness) cursor() (string, int) {
-	n, g := h.m.cursorGPU()
+	n, g := h.m.grid.cursorGPU()
 	if n == nil || g == nil {
 		return "", -1
 	}
@@ -403,3 +441,65 @@ func (h *harness) moveTo(node string, gpu int) {
 }
 
 var errAgent = &api.Error{Status: 409, Code: string(lease.CodeConflict), Msg: "GPU 3 on node01 is held by bob until 19:00: pick free GPUs or queue with --wait"}
+
+// testQueue is the queue of the golden files: one request next to start,
+// a gang behind it, one whose origin is down, one running.
+func testQueue() api.Queue {
+	return api.Queue{Scheduler: "node01", Entries: []api.QueuedEntry{
+		{ID: "node01-q3", Position: 1, User: "alice", Nodes: 1, GPUsPerNode: 2, Kind: "batch", Duration: "4h", Priority: 912,
+			SubmittedAt: fixedNow.Add(-20 * time.Minute), EstStart: fixedNow.Add(40 * time.Minute),
+			Waiting: "next to start: 2 GPUs on node01 when carol's node01-44 ends", Command: []string{"python", "eval.py"}},
+		{ID: "node02-q1", Position: 2, User: "bob", Nodes: 2, GPUsPerNode: 4, Kind: "batch", Duration: "24h", Priority: 640,
+			SubmittedAt: fixedNow.Add(-2 * time.Hour), EstStart: fixedNow.Add(3 * time.Hour),
+			Waiting: "waiting behind higher-priority requests"},
+		{ID: "node04-q2", Position: 3, User: "carol", Nodes: 1, GPUsPerNode: 1, Kind: "interactive", Duration: "2h",
+			SubmittedAt: fixedNow.Add(-30 * time.Minute), Waiting: "its origin node04 is down: it waits until node04 is back"},
+		{ID: "node01-q1", User: "erin", Nodes: 1, GPUsPerNode: 4, Kind: "batch", Duration: "24h", Running: true,
+			SubmittedAt: fixedNow.Add(-5 * time.Hour)},
+	}}
+}
+
+// testUsage is the usage of the golden files.
+func testUsage() api.UsageReport {
+	return api.UsageReport{Since: fixedNow.Add(-7 * 24 * time.Hour), Users: []api.UserUsage{
+		{User: "erin", GPUHours: 96, Decayed: 81.5, Share: 1, FairShare: 0.12, RunningGPU: 4, Quota: 8},
+		{User: "bob", GPUHours: 40.2, Decayed: 30.1, Share: 1, FairShare: 0.45, RunningGPU: 3},
+		{User: "alice", GPUHours: 12.5, Decayed: 10.2, Share: 2, FairShare: 0.87, RunningGPU: 2, Quota: 8},
+		{User: "carol", GPUHours: 3.1, Decayed: 1.4, Share: 1, FairShare: 0.95, RunningGPU: 1},
+	}}
+}
+
+// testEvents is the day's events of the golden files.
+func testEvents() api.EventList {
+	l := *mkLease("node01-42", "node01", "alice", uidAlice, []int{1, 2}, 2*time.Hour+40*time.Minute)
+	l.Session = "dibs-node01-42"
+	bob := *mkLease("node01-43", "node01", "bob", uidBob, []int{3}, 3*time.Hour)
+	old := *mkLease("node01-39", "node01", "bob", uidBob, []int{6}, -time.Hour)
+	q := lease.QueueEntry{ID: "node01-q3", Origin: "node01", User: "alice", Nodes: 1, GPUsPerNode: 2}
+	evs := []lease.Event{
+		lease.AgentEvent(lease.EventAgentLeave, "node01", "node04", "is dead: its GPUs show as unknown", fixedNow.Add(-7*time.Minute)),
+		lease.LeaseEvent(lease.EventClaim, l, fixedNow.Add(-2*time.Hour)),
+		lease.LeaseEvent(lease.EventClaim, bob, fixedNow.Add(-90*time.Minute)),
+		lease.EndEvent(old, lease.EndExpired, "", fixedNow.Add(-60*time.Minute)),
+		lease.SquatterEvent("node01", 5, "dave", 6300, "python hack.py", nil, fixedNow.Add(-45*time.Minute)),
+		lease.EntryEvent(lease.EventSubmit, q, "", fixedNow.Add(-20*time.Minute)),
+		lease.WarnEvent(bob, "10m", fixedNow.Add(-12*time.Minute)),
+		lease.LeaseEvent(lease.EventExtend, bob, fixedNow.Add(-10*time.Minute)),
+	}
+	lease.SortEvents(evs)
+	for i := range evs {
+		evs[i].Seq = uint64(i + 1)
+	}
+	return api.EventList{Events: evs}
+}
+
+// mineIdleBoard is testBoard with an idle GPU of alice's on node03: her
+// own idle GPU must still show as hers.
+func mineIdleBoard() api.Board {
+	b := testBoard()
+	g := &b.Nodes[2].GPUs[0]
+	g.Lease = mkLease("node03-5", "node03", "alice", uidAlice, []int{0}, 50*time.Minute)
+	g.Lease.Note = "notebook"
+	g.Flags = []lease.Flag{lease.FlagIdle}
+	return b
+}

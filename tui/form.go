@@ -62,17 +62,22 @@ func (f *form) add(st textinput.Styles, name, label, value, hint string, max int
 }
 
 // newClaimForm asks for a claim (run=false) or a claim with a session (run=true).
-// With GPUs selected it claims exactly those; otherwise a count on node.
-func newClaimForm(st textinput.Styles, run bool, node string, gpus []int) *form {
+// With GPUs selected it claims exactly those; picked, the free GPU under the
+// cursor; otherwise a count on node.
+func newClaimForm(st textinput.Styles, run bool, node string, gpus []int, picked bool) *form {
 	f := &form{kind: formClaim, node: node, gpus: gpus, keys: defaultFormKeyMap()}
 	verb := "claim"
 	if run {
 		f.kind, verb = formRun, "run"
 	}
-	if len(gpus) > 0 {
+	switch {
+	case picked:
+		f.title = fmt.Sprintf("%s on %s: %s", verb, node, gpuList(gpus))
+		f.intro = []string{"the GPU under the cursor — esc, then space picks more"}
+	case len(gpus) > 0:
 		f.title = fmt.Sprintf("%s on GPUs %s of %s", verb, joinInts(gpus), node)
 		f.intro = []string{"exactly the GPUs you selected"}
-	} else {
+	default:
 		f.title = fmt.Sprintf("%s on %s", verb, node)
 		f.intro = []string{"on " + node + ", the node under the cursor — esc, then space picks GPUs"}
 		f.add(st, "count", "GPUs", "1", "how many", 4)

@@ -80,6 +80,19 @@ func TestGolden(t *testing.T) {
 		{"filter_80x24", 80, 24, testBoard(), []string{"/", "b", "o", "b"}},
 		{"big_80x24", 80, 24, bigBoard(32, 8), []string{"j", "j", "j", "j", "j", "j", "j", "j", "l", "l"}},
 		{"big_200x50", 200, 50, bigBoard(32, 8), []string{"j", "j", "j", "j", "j", "j", "j", "j", "j", "j", "j", "j", "j", "j", "j", "j", "j", "j"}},
+		// The views of issue 14.
+		{"queue_80x24", 80, 24, testBoard(), []string{"2"}},
+		{"queue_160x48", 160, 48, testBoard(), []string{"2"}},
+		{"queue_withdraw_80x24", 80, 24, testBoard(), []string{"2", "x"}},
+		{"usage_80x24", 80, 24, testBoard(), []string{"3"}},
+		{"usage_160x48", 160, 48, testBoard(), []string{"3"}},
+		{"sessions_80x24", 80, 24, mineIdleBoard(), []string{"4"}},
+		{"sessions_160x48", 160, 48, mineIdleBoard(), []string{"4"}},
+		{"sessions_extend_80x24", 80, 24, mineIdleBoard(), []string{"4", "j", "e"}},
+		{"events_80x24", 80, 24, testBoard(), []string{"5"}},
+		{"events_160x48", 160, 48, testBoard(), []string{"5"}},
+		{"mine_idle_80x24", 80, 24, mineIdleBoard(), []string{"j", "j"}},
+		{"mine_idle_160x48", 160, 48, mineIdleBoard(), []string{"j", "j"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

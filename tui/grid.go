@@ -19,10 +19,10 @@ const (
 // gridLayout is how the grid fits a width: cell width and cells per row.
 type gridLayout struct{ cw, perRow int }
 
-func (m *Model) layout(w int) gridLayout {
+func (g *gridView) layout(w int) gridLayout {
 	most := 1
-	for i := range m.views {
-		most = max(most, len(m.views[i].cells))
+	for i := range g.views {
+		most = max(most, len(g.views[i].cells))
 	}
 	cw := min(max((w-1)/most, minCell), maxCell)
 	per := max(1, (w-1)/cw)
@@ -35,14 +35,14 @@ func (l gridLayout) blockH(v *nodeView) int {
 }
 
 // gridNeed is how many lines the whole grid takes at width w.
-func (m *Model) gridNeed(w int) int {
-	if !m.ready || len(m.views) == 0 {
+func (g *gridView) gridNeed(w int) int {
+	if !g.ready || len(g.views) == 0 {
 		return 2
 	}
-	l := m.layout(w)
+	l := g.layout(w)
 	n := 1
-	for i := range m.views {
-		n += l.blockH(&m.views[i])
+	for i := range g.views {
+		n += l.blockH(&g.views[i])
 	}
 	return n
 }
@@ -50,41 +50,41 @@ func (m *Model) gridNeed(w int) int {
 // gridLines draws the ruler and as many node blocks as fit in h lines,
 // scrolled so the cursor's node is whole. y0 is the screen line of the
 // first, for mouse hits.
-func (m *Model) gridLines(w, h, y0 int) (lines []string, widths []int) {
-	st := m.st
+func (g *gridView) gridLines(w, h, y0 int) (lines []string, widths []int) {
+	st := g.st
 	msg := func(s string) ([]string, []int) {
 		s = truncate(s, w-2)
 		return []string{"", "  " + st.dim.render(s)}, []int{0, 2 + ansi.StringWidth(s)}
 	}
-	if !m.ready {
+	if !g.ready {
 		return msg("waiting for the agent's board…")
 	}
-	if len(m.views) == 0 {
+	if len(g.views) == 0 {
 		text := "the agent reports no nodes"
 		switch {
-		case m.onlyMine && m.filter == "":
+		case g.onlyMine && g.filter == "":
 			text = "you hold no GPUs — m shows every node, c claims"
-		case m.filter != "":
-			text = fmt.Sprintf("no node, user or model matches “%s” — esc clears the filter", termsafe.String(m.filter))
+		case g.filter != "":
+			text = fmt.Sprintf("no node, user or model matches “%s” — esc clears the filter", termsafe.String(g.filter))
 		}
 		return msg(text)
 	}
-	l := m.layout(w)
+	l := g.layout(w)
 	// When not every node fits, the last line says how many more there are.
 	limit := h
-	if m.gridNeed(w) > h {
-		m.scrollTo(l, h-1)
-		if m.span(l, m.top, len(m.views)-1) > h-1 {
+	if g.gridNeed(w) > h {
+		g.scrollTo(l, h-1)
+		if g.span(l, g.top, len(g.views)-1) > h-1 {
 			limit = max(h-1, 2)
-			m.scrollTo(l, limit-1)
+			g.scrollTo(l, limit-1)
 		}
 	}
 	lines = make([]string, 1, h)
 	widths = make([]int, 1, h)
 	inner := l.cw - 2
 	below := 0
-	for i := m.top; i < len(m.views); i++ {
-		v := &m.views[i]
+	for i := g.top; i < len(g.views); i++ {
+		v := &g.views[i]
 		if len(lines) >= limit {
 			below++
 			continue
@@ -92,8 +92,8 @@ func (m *Model) gridLines(w, h, y0 int) (lines []string, widths []int) {
 		if len(lines)+l.blockH(v) > limit {
 			below++ // drawn in part
 		}
-		m.hits = append(m.hits, hit{y: y0 + len(lines), h: 1, x0: 0, x1: w, node: i, col: -1})
-		hl, hw := m.nodeHeader(v, i == m.curNode, w)
+		g.hits = append(g.hits, hit{y: y0 + len(lines), h: 1, x0: 0, x1: w, node: i, col: -1})
+		hl, hw := g.nodeHeader(v, i == g.curNode, w)
 		lines, widths = append(lines, hl), append(widths, hw)
 		for r := 0; r*l.perRow < len(v.cells) && len(lines) < limit; r++ {
 			from, to := r*l.perRow, min((r+1)*l.perRow, len(v.cells))
@@ -104,10 +104,10 @@ func (m *Model) gridLines(w, h, y0 int) (lines []string, widths []int) {
 			b.WriteByte(' ')
 			for j := from; j < to; j++ {
 				c := &v.cells[j]
-				isCur := i == m.curNode && j == m.curCol
-				m.writeCell(&a, c, isCur, m.isSelected(v.name, c.gpu), inner)
-				m.writeTelemetry(&b, c, inner)
-				m.hits = append(m.hits, hit{y: y0 + len(lines), h: 2, x0: 1 + (j-from)*l.cw, x1: 1 + (j-from+1)*l.cw, node: i, col: j})
+				isCur := i == g.curNode && j == g.curCol
+				g.writeCell(&a, c, isCur, g.isSelected(v.name, c.gpu), inner)
+				g.writeTelemetry(&b, c, inner)
+				g.hits = append(g.hits, hit{y: y0 + len(lines), h: 2, x0: 1 + (j-from)*l.cw, x1: 1 + (j-from+1)*l.cw, node: i, col: j})
 			}
 			rw := 1 + (to-from)*l.cw
 			la, lb := a.String(), b.String()
@@ -120,7 +120,7 @@ func (m *Model) gridLines(w, h, y0 int) (lines []string, widths []int) {
 			}
 		}
 	}
-	lines[0], widths[0] = m.ruler(l, w)
+	lines[0], widths[0] = g.ruler(l, w)
 	if limit < h {
 		for len(lines) < limit {
 			lines, widths = append(lines, ""), append(widths, 0)
@@ -129,37 +129,37 @@ func (m *Model) gridLines(w, h, y0 int) (lines []string, widths []int) {
 		if below > 0 {
 			more = truncate(fmt.Sprintf("  ▼ %d more %s below — j/↓ scrolls", below, plural(below, "node", "nodes")), w)
 		}
-		lines, widths = append(lines, m.st.dim.render(more)), append(widths, ansi.StringWidth(more))
+		lines, widths = append(lines, g.st.dim.render(more)), append(widths, ansi.StringWidth(more))
 	}
 	return lines, widths
 }
 
 // scrollTo moves the first drawn node so the cursor's block fits in avail
 // lines, and uses the space when the end of the list is reached.
-func (m *Model) scrollTo(l gridLayout, avail int) {
-	m.top = min(max(m.top, 0), len(m.views)-1)
-	if m.top > m.curNode {
-		m.top = m.curNode
+func (g *gridView) scrollTo(l gridLayout, avail int) {
+	g.top = min(max(g.top, 0), len(g.views)-1)
+	if g.top > g.curNode {
+		g.top = g.curNode
 	}
-	for m.top < m.curNode && m.span(l, m.top, m.curNode) > avail {
-		m.top++
+	for g.top < g.curNode && g.span(l, g.top, g.curNode) > avail {
+		g.top++
 	}
-	for m.top > 0 && m.span(l, m.top-1, len(m.views)-1) <= avail {
-		m.top--
+	for g.top > 0 && g.span(l, g.top-1, len(g.views)-1) <= avail {
+		g.top--
 	}
 }
 
 // span is how many lines node blocks from..to take.
-func (m *Model) span(l gridLayout, from, to int) int {
+func (g *gridView) span(l gridLayout, from, to int) int {
 	n := 0
 	for i := from; i <= to; i++ {
-		n += l.blockH(&m.views[i])
+		n += l.blockH(&g.views[i])
 	}
 	return n
 }
 
-func (m *Model) ruler(l gridLayout, w int) (string, int) {
-	st := m.st
+func (g *gridView) ruler(l gridLayout, w int) (string, int) {
+	st := g.st
 	var b strings.Builder
 	b.WriteByte(' ')
 	for c := 0; c < l.perRow; c++ {
@@ -168,8 +168,8 @@ func (m *Model) ruler(l gridLayout, w int) (string, int) {
 	r := truncate(strings.TrimRight(b.String(), " "), w)
 	out := st.dim.render(r)
 	used := ansi.StringWidth(r)
-	if m.top > 0 {
-		info := fmt.Sprintf("▲ %d above ", m.top)
+	if g.top > 0 {
+		info := fmt.Sprintf("▲ %d above ", g.top)
 		iw := ansi.StringWidth(info)
 		if used+iw+2 <= w {
 			out += spaces(w-used-iw) + st.dim.render(info)
@@ -179,8 +179,8 @@ func (m *Model) ruler(l gridLayout, w int) (string, int) {
 	return out, used
 }
 
-func (m *Model) nodeHeader(v *nodeView, isCur bool, w int) (string, int) {
-	st := m.st
+func (g *gridView) nodeHeader(v *nodeView, isCur bool, w int) (string, int) {
+	st := g.st
 	var b strings.Builder
 	used := 0
 	if isCur {
@@ -229,8 +229,8 @@ func (m *Model) nodeHeader(v *nodeView, isCur bool, w int) (string, int) {
 
 // writeCell draws a GPU's first line: its state word between the cursor
 // brackets (spaces when not under the cursor).
-func (m *Model) writeCell(b *strings.Builder, c *cellView, isCur, isSel bool, inner int) {
-	st := m.st
+func (g *gridView) writeCell(b *strings.Builder, c *cellView, isCur, isSel bool, inner int) {
+	st := g.st
 	label, lw := c.label, c.labelW
 	p := st.cell[c.kind]
 	switch {
@@ -260,8 +260,8 @@ func (m *Model) writeCell(b *strings.Builder, c *cellView, isCur, isSel bool, in
 }
 
 // writeTelemetry draws a GPU's second line: a utilisation bar and number.
-func (m *Model) writeTelemetry(b *strings.Builder, c *cellView, inner int) {
-	st := m.st
+func (g *gridView) writeTelemetry(b *strings.Builder, c *cellView, inner int) {
+	st := g.st
 	if c.kind == kindDown {
 		b.WriteString(spaces(inner + 2))
 		return

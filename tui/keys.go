@@ -18,6 +18,13 @@ type keyMap struct {
 	Filter                key.Binding
 	Help                  key.Binding
 	Quit                  key.Binding
+	// Views picks a view by number; NextView and PrevView cycle them;
+	// ViewsHelp is the footer's entry for all of them.
+	Views              [numViews]key.Binding
+	NextView, PrevView key.Binding
+	ViewsHelp          key.Binding
+	// ListMove is the list views' footer entry for up and down.
+	ListMove key.Binding
 }
 
 func defaultKeyMap() keyMap {
@@ -38,13 +45,24 @@ func defaultKeyMap() keyMap {
 		Filter:  key.NewBinding(key.WithKeys("/"), key.WithHelp("/", "filter")),
 		Help:    key.NewBinding(key.WithKeys("?"), key.WithHelp("?", "help")),
 		Quit:    key.NewBinding(key.WithKeys("q", "ctrl+c"), key.WithHelp("q", "quit")),
+		Views: [numViews]key.Binding{
+			key.NewBinding(key.WithKeys("1"), key.WithHelp("1", "board")),
+			key.NewBinding(key.WithKeys("2"), key.WithHelp("2", "queue")),
+			key.NewBinding(key.WithKeys("3"), key.WithHelp("3", "usage")),
+			key.NewBinding(key.WithKeys("4"), key.WithHelp("4", "my sessions")),
+			key.NewBinding(key.WithKeys("5"), key.WithHelp("5", "events")),
+		},
+		NextView:  key.NewBinding(key.WithKeys("tab"), key.WithHelp("tab", "next view")),
+		PrevView:  key.NewBinding(key.WithKeys("shift+tab"), key.WithHelp("shift+tab", "previous view")),
+		ViewsHelp: key.NewBinding(key.WithKeys("1", "2", "3", "4", "5"), key.WithHelp("1-5", "views")),
+		ListMove:  key.NewBinding(key.WithKeys("up", "down", "j", "k"), key.WithHelp("↑↓/jk", "move")),
 	}
 }
 
 // ShortHelp is the footer, most used first: the help bubble cuts the tail
 // with an ellipsis when the terminal is narrow.
 func (k keyMap) ShortHelp() []key.Binding {
-	return []key.Binding{k.Move, k.Select, k.Claim, k.Run, k.Extend, k.Release, k.Attach, k.Mine, k.Filter, k.Help, k.Quit}
+	return []key.Binding{k.Move, k.Select, k.Claim, k.Run, k.Extend, k.Release, k.Attach, k.ViewsHelp, k.Mine, k.Filter, k.Help, k.Quit}
 }
 
 // FullHelp is the `?` pane, one column per kind of key.
@@ -53,8 +71,24 @@ func (k keyMap) FullHelp() [][]key.Binding {
 		{k.Up, k.Down, k.Left, k.Right, k.Select, k.Clear},
 		{k.Claim, k.Run, k.Extend, k.Release, k.Attach},
 		{k.Mine, k.Filter, k.Help, k.Quit},
+		{k.Views[0], k.Views[1], k.Views[2], k.Views[3], k.Views[4], k.NextView},
 	}
 }
+
+// listKeys is the footer of the list views (queue, usage, sessions,
+// events): what works there.
+type listKeys struct {
+	k    keyMap
+	acts []key.Binding
+}
+
+func (l listKeys) ShortHelp() []key.Binding {
+	out := []key.Binding{l.k.ListMove}
+	out = append(out, l.acts...)
+	return append(out, l.k.ViewsHelp, l.k.Help, l.k.Quit)
+}
+
+func (l listKeys) FullHelp() [][]key.Binding { return [][]key.Binding{l.ShortHelp()} }
 
 // formKeyMap is what works while a form or a question is open.
 type formKeyMap struct {

@@ -1,22 +1,26 @@
 // Package tui is the dibs board: a live grid of nodes × GPUs over an agent's
-// API, with claim, run, extend, release and attach from the keyboard. It runs
-// the same in a local terminal and inside the agent's SSH server, so it never
-// reads the process's environment or terminal itself: everything it needs
-// comes through Options and bubbletea messages.
+// API, with claim, run, extend, release and attach from the keyboard, and
+// views of the queue, usage, the caller's sessions and the cluster's events.
+// It runs the same in a local terminal and inside the agent's SSH server, so
+// it never reads the process's environment or terminal itself: everything it
+// needs comes through Options and bubbletea messages.
+//
+// Only the root Model implements tea.Model. Each view (the board's grid,
+// the queue, usage, sessions, events) is a sub-model with unexported update
+// and view methods over a shared common (glow's ui, soft-serve's common).
 package tui
 
 import (
 	"context"
 	"fmt"
-	"slices"
 	"strings"
 	"time"
 
 	"charm.land/bubbles/v2/help"
 	tea "charm.land/bubbletea/v2"
+
 	"github.com/dibs-gpu/dibs/api"
 	"github.com/dibs-gpu/dibs/lease"
-	"github.com/dibs-gpu/dibs/lease/termsafe"
 )
 
 // Backend is what the board needs from an agent. *api.Client satisfies it;
@@ -28,6 +32,10 @@ type Backend interface {
 	Release(ctx context.Context, req api.ReleaseRequest) (api.ReleaseResponse, error)
 	Extend(ctx context.Context, req api.ExtendRequest) (api.ClaimResponse, error)
 	Attach(ctx context.Context, id string) (api.AttachResponse, error)
+	Queue(ctx context.Context) (api.Queue, error)
+	Cancel(ctx context.Context, id string) error
+	Usage(ctx context.Context, window string) (api.UsageReport, error)
+	Events(ctx context.Context, req api.EventsRequest) (api.EventList, error)
 }
 
 var _ Backend = (*api.Client)(nil)
@@ -100,77 +108,32 @@ const (
 	backoffMax = 30 * time.Second
 )
 
-type statusKind int
+// viewKind names the views; the number keys pick them.
+type viewKind int
 
 const (
-	statusInfo statusKind = iota
-	statusOK
-	statusErr
-	statusNotice
+	viewBoard viewKind = iota
+	viewQueue
+	viewUsage
+	viewSessions
+	viewEvents
+	numViews
 )
 
-// common is what every part of the board shares for one session.
-type common struct {
-	backend Backend
-	attach  func([]string) tea.Cmd
-	now     func() time.Time
-	ctx     context.Context
-	cancel  context.CancelFunc
-	noColor bool
-	isDark  bool
-	st      *styles
-	width   int
-	height  int
-}
-
-// confirm is the y/n question before a release.
-type confirm struct {
-	id    string
-	title string
-	lines []string
-}
-
-// hit maps a rectangle of the last rendered frame to a GPU (col >= 0) or a
-// node header (col < 0), for mouse clicks.
-type hit struct {
-	y, h, x0, x1 int
-	node, col    int
-}
+var viewNames = [numViews]string{"board", "queue", "usage", "sessions", "events"}
 
 // Model is the board: the root bubbletea model. Create it with New.
 type Model struct {
-	common
+	*common
 
-	keys  keyMap
-	help  help.Model
-	board api.Board
-	ready bool // a board has arrived
-
-	views []nodeView
-	sum   summary
-
-	curNode, curCol int    // into views and views[curNode].cells
-	curName         string // the cursor's identity, kept across boards
-	curGPU          int
-	top             int // first node block drawn
-
-	selNode string
-	sel     []int // GPU indices on selNode, sorted
-
-	onlyMine bool
-	filter   string
-
-	form     *form
-	confirm  *confirm
-	showHelp bool
-
-	status     string
-	statusKind statusKind
-	lastNotice string
-	streamErr  bool
+	view     viewKind
+	grid     *gridView
+	queue    *queueView
+	usage    *usageView
+	sessions *sessionsView
+	events   *eventsView
 
 	backoff time.Duration
-	hits    []hit
 	footer  struct {
 		key footerKey
 		val string
@@ -188,21 +151,22 @@ func New(opts Options) *Model {
 		parent = context.Background()
 	}
 	ctx, cancel := context.WithCancel(parent)
-	m := &Model{
-		common: common{
-			backend: opts.Backend,
-			attach:  opts.Attach,
-			now:     now,
-			ctx:     ctx,
-			cancel:  cancel,
-			noColor: opts.NoColor,
-			isDark:  true, // until the terminal says otherwise
-			width:   80,
-			height:  24,
-		},
+	c := &common{
+		backend: opts.Backend,
+		attach:  opts.Attach,
+		now:     now,
+		ctx:     ctx,
+		cancel:  cancel,
+		noColor: opts.NoColor,
+		isDark:  true, // until the terminal says otherwise
+		width:   80,
+		height:  24,
 		keys:    defaultKeyMap(),
 		help:    help.New(),
-		backoff: backoffMin,
+	}
+	m := &Model{
+		common: c, grid: &gridView{common: c}, queue: &queueView{common: c}, usage: &usageView{common: c},
+		sessions: &sessionsView{common: c}, events: &eventsView{common: c}, backoff: backoffMin,
 	}
 	m.setStyles(true)
 	return m
@@ -264,15 +228,14 @@ func (m *Model) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
 			m.setStyles(m.isDark)
 		}
 	case BoardMsg:
-		m.applyBoard(api.Board(msg))
+		return m, m.applyBoard(api.Board(msg))
 	case watchBoardMsg:
 		m.backoff = backoffMin
 		if m.streamErr {
 			m.streamErr = false
 			m.setStatus(statusOK, "reconnected to the agent")
 		}
-		m.applyBoard(msg.board)
-		return m, nextBoard(msg.ch, msg.errf)
+		return m, tea.Batch(m.applyBoard(msg.board), nextBoard(msg.ch, msg.errf))
 	case watchEndedMsg:
 		if m.ctx.Err() != nil {
 			return m, nil
@@ -290,8 +253,10 @@ func (m *Model) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
 		return m, m.subscribe()
 	case fetchedMsg:
 		if msg.err == nil {
-			m.applyBoard(msg.board)
+			return m, m.applyBoard(msg.board)
 		}
+	case queueMsg, usageMsg, eventsMsg, cancelDoneMsg:
+		return m, m.listMsg(msg)
 	case claimDoneMsg:
 		return m, m.claimDone(msg)
 	case extendDoneMsg:
@@ -325,143 +290,79 @@ func (m *Model) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
 	case tea.KeyPressMsg:
 		return m, m.handleKey(msg)
 	case tea.MouseClickMsg:
-		m.handleClick(msg.Mouse())
+		if m.view == viewBoard && m.form == nil && m.confirm == nil {
+			m.grid.click(msg.Mouse())
+		}
 	case tea.MouseWheelMsg:
-		if m.form == nil && m.confirm == nil {
+		if m.view == viewBoard && m.form == nil && m.confirm == nil {
 			switch msg.Mouse().Button {
 			case tea.MouseWheelUp:
-				m.moveNode(-1)
+				m.grid.moveNode(-1)
 			case tea.MouseWheelDown:
-				m.moveNode(1)
+				m.grid.moveNode(1)
 			}
 		}
 	}
 	return m, nil
 }
 
-// setStatus shows s in the status line. Status text quotes agents' errors,
-// notices and names from every node, so it is escaped (termsafe) here, the
-// one way into the status line.
-func (m *Model) setStatus(k statusKind, s string) {
-	m.statusKind, m.status = k, termsafe.String(s)
-}
-
 // applyBoard takes a new board unless it is older than the one shown (a
 // fetch that raced the stream). The board is kept escaped (api.Board.Escaped):
 // process names, notes, user, node and GPU names come from every node, and
-// everything the board draws is built from it.
-func (m *Model) applyBoard(b api.Board) {
+// everything the board draws is built from it. A new notice rings the
+// terminal's bell and asks for a desktop notification; the open view
+// refreshes what it shows from the agent.
+func (m *Model) applyBoard(b api.Board) tea.Cmd {
 	if m.ready && !b.GeneratedAt.IsZero() && b.GeneratedAt.Before(m.board.GeneratedAt) {
-		return
+		return nil
 	}
+	first := !m.ready
 	b = b.Escaped()
 	m.board, m.ready = b, true
-	m.rebuild()
-	m.pruneSelection()
+	m.grid.rebuild()
+	m.grid.pruneSelection()
+	var cmds []tea.Cmd
 	if len(b.Notices) > 0 && b.Notices[0] != m.lastNotice {
 		m.lastNotice = b.Notices[0]
 		m.setStatus(statusNotice, b.Notices[0])
-	}
-}
-
-// rebuild recomputes the grid from the board and keeps the cursor on the
-// same GPU when it is still shown.
-func (m *Model) rebuild() {
-	m.views, m.sum = buildViews(&m.board, m.filter, m.onlyMine)
-	if len(m.views) == 0 {
-		m.curNode, m.curCol = 0, 0
-		return
-	}
-	ni := slices.IndexFunc(m.views, func(v nodeView) bool { return v.name == m.curName })
-	if ni < 0 {
-		ni = min(m.curNode, len(m.views)-1)
-	}
-	m.curNode = ni
-	cells := m.views[ni].cells
-	ci := slices.IndexFunc(cells, func(c cellView) bool { return c.gpu == m.curGPU })
-	if ci < 0 {
-		ci = min(m.curCol, max(len(cells)-1, 0))
-	}
-	m.curCol = ci
-	m.syncCursor()
-}
-
-func (m *Model) syncCursor() {
-	if len(m.views) == 0 {
-		return
-	}
-	v := &m.views[m.curNode]
-	m.curName = v.name
-	if m.curCol < len(v.cells) {
-		m.curGPU = v.cells[m.curCol].gpu
-	}
-}
-
-// cursorGPU returns the node and GPU under the cursor, nil when none.
-func (m *Model) cursorGPU() (*api.Node, *api.GPU) {
-	if len(m.views) == 0 {
-		return nil, nil
-	}
-	n := &m.board.Nodes[m.views[m.curNode].idx]
-	if m.curCol >= len(n.GPUs) {
-		return n, nil
-	}
-	return n, &n.GPUs[m.curCol]
-}
-
-func (m *Model) moveNode(d int) {
-	if len(m.views) == 0 {
-		return
-	}
-	m.curNode = min(max(m.curNode+d, 0), len(m.views)-1)
-	m.curCol = min(m.curCol, max(len(m.views[m.curNode].cells)-1, 0))
-	m.syncCursor()
-}
-
-func (m *Model) moveCol(d int) {
-	if len(m.views) == 0 {
-		return
-	}
-	m.curCol = min(max(m.curCol+d, 0), max(len(m.views[m.curNode].cells)-1, 0))
-	m.syncCursor()
-}
-
-// pruneSelection drops selected GPUs that are gone or no longer free.
-func (m *Model) pruneSelection() {
-	if len(m.sel) == 0 {
-		return
-	}
-	var n *api.Node
-	for i := range m.board.Nodes {
-		if m.board.Nodes[i].Name == m.selNode {
-			n = &m.board.Nodes[i]
+		if !first {
+			cmds = append(cmds, tea.Raw(alertSequence(noticeText(b.Notices[0]))))
 		}
 	}
-	m.sel = slices.DeleteFunc(m.sel, func(idx int) bool {
-		if n == nil {
-			return true
-		}
-		for i := range n.GPUs {
-			if n.GPUs[i].Index == idx {
-				return !n.GPUs[i].Free(n.State)
-			}
-		}
-		return true
-	})
+	cmds = append(cmds, m.fetchView(false))
+	return tea.Batch(cmds...)
 }
 
-func (m *Model) isSelected(node string, gpu int) bool {
-	return node == m.selNode && slices.Contains(m.sel, gpu)
-}
-
-// clock prints a lease end as people read it: 18:40 today, else with the day.
-func (m *Model) clock(t time.Time) string {
-	now := m.now()
-	t = t.In(now.Location())
-	y1, m1, d1 := t.Date()
-	y2, m2, d2 := now.Date()
-	if y1 == y2 && m1 == m2 && d1 == d2 {
-		return t.Format("15:04")
+// fetchView asks the agent for what the open view shows (now, or only when
+// what it has is old).
+func (m *Model) fetchView(now bool) tea.Cmd {
+	switch m.view {
+	case viewQueue:
+		return m.queue.fetch(now)
+	case viewUsage:
+		return m.usage.fetch(now)
+	case viewEvents:
+		return m.events.fetch(now)
 	}
-	return t.Format("Mon 15:04")
+	return nil
+}
+
+// listMsg hands an answer to the view that asked.
+func (m *Model) listMsg(msg tea.Msg) tea.Cmd {
+	switch msg := msg.(type) {
+	case queueMsg:
+		m.queue.got(msg)
+	case usageMsg:
+		m.usage.got(msg)
+	case eventsMsg:
+		m.events.got(msg)
+	case cancelDoneMsg:
+		if msg.err != nil {
+			m.setStatus(statusErr, "could not withdraw "+msg.id+": "+errText(msg.err))
+			return nil
+		}
+		m.setStatus(statusOK, "withdrew "+msg.id)
+		return m.queue.fetch(true)
+	}
+	return nil
 }

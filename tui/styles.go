@@ -81,13 +81,15 @@ func newStyles(isDark, noColor bool) *styles {
 	p := func(st lipgloss.Style) paint { return paintOf(st, noColor) }
 
 	kind := [numKinds]lipgloss.Style{
-		kindFree:   fg("#007A33", "#5FD75F"),
-		kindMine:   fg("#0055CC", "#5FAFFF").Bold(true),
-		kindTheirs: fg("#3A3A3A", "#D0D0D0"),
-		kindIdle:   fg("#8A6100", "#D7AF5F"),
-		kindSquat:  fg("#C80000", "#FF5F5F").Bold(true),
-		kindOver:   fg("#C04A00", "#FF8700").Bold(true),
-		kindDown:   fg("#9E9E9E", "#6C6C6C"),
+		kindFree: fg("#007A33", "#5FD75F"),
+		kindMine: fg("#0055CC", "#5FAFFF").Bold(true),
+		// The caller's own idle GPU: theirs (the star), in idle's colour.
+		kindMineIdle: fg("#8A6100", "#D7AF5F").Bold(true),
+		kindTheirs:   fg("#3A3A3A", "#D0D0D0"),
+		kindIdle:     fg("#8A6100", "#D7AF5F"),
+		kindSquat:    fg("#C80000", "#FF5F5F").Bold(true),
+		kindOver:     fg("#C04A00", "#FF8700").Bold(true),
+		kindDown:     fg("#9E9E9E", "#6C6C6C"),
 	}
 	s := &styles{noColor: noColor}
 	for k, st := range kind {

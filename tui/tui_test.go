@@ -64,7 +64,7 @@ func TestKeys(t *testing.T) {
 		return func(t *testing.T, h *harness) {
 			t.Helper()
 			var got []string
-			for _, v := range h.m.views {
+			for _, v := range h.m.grid.views {
 				got = append(got, v.name)
 			}
 			if !slices.Equal(got, want) {
@@ -92,8 +92,8 @@ func TestKeys(t *testing.T) {
 		{
 			name: "space selects free GPUs on one node", keys: []string{"space", "l", "l", "l", "l", "l", "l", "l", "space"},
 			check: []check{func(t *testing.T, h *harness) {
-				if h.m.selNode != "node01" || !slices.Equal(h.m.sel, []int{0, 7}) {
-					t.Errorf("selection = %s %v, want node01 [0 7]", h.m.selNode, h.m.sel)
+				if h.m.grid.selNode != "node01" || !slices.Equal(h.m.grid.sel, []int{0, 7}) {
+					t.Errorf("selection = %s %v, want node01 [0 7]", h.m.grid.selNode, h.m.grid.sel)
 				}
 				if !strings.Contains(h.screen(), "✓free") {
 					t.Errorf("screen does not mark the selection:\n%s", h.screen())
@@ -103,32 +103,32 @@ func TestKeys(t *testing.T) {
 		{
 			name: "space twice unselects", keys: []string{"space", "space"},
 			check: []check{func(t *testing.T, h *harness) {
-				if len(h.m.sel) != 0 {
-					t.Errorf("selection = %v, want none", h.m.sel)
+				if len(h.m.grid.sel) != 0 {
+					t.Errorf("selection = %v, want none", h.m.grid.sel)
 				}
 			}},
 		},
 		{
 			name: "space on a held GPU refuses", keys: []string{"l", "space"},
 			check: []check{statusHas("GPU 1 on node01 is not free"), func(t *testing.T, h *harness) {
-				if len(h.m.sel) != 0 {
-					t.Errorf("selection = %v, want none", h.m.sel)
+				if len(h.m.grid.sel) != 0 {
+					t.Errorf("selection = %v, want none", h.m.grid.sel)
 				}
 			}},
 		},
 		{
 			name: "space on another node starts a new selection", keys: []string{"space", "j", "space"},
 			check: []check{func(t *testing.T, h *harness) {
-				if h.m.selNode != "node02" || !slices.Equal(h.m.sel, []int{0}) {
-					t.Errorf("selection = %s %v, want node02 [0]", h.m.selNode, h.m.sel)
+				if h.m.grid.selNode != "node02" || !slices.Equal(h.m.grid.sel, []int{0}) {
+					t.Errorf("selection = %s %v, want node02 [0]", h.m.grid.selNode, h.m.grid.sel)
 				}
 			}},
 		},
 		{
 			name: "esc clears the selection", keys: []string{"space", "esc"},
 			check: []check{func(t *testing.T, h *harness) {
-				if len(h.m.sel) != 0 {
-					t.Errorf("selection = %v, want none", h.m.sel)
+				if len(h.m.grid.sel) != 0 {
+					t.Errorf("selection = %v, want none", h.m.grid.sel)
 				}
 			}},
 		},
@@ -140,27 +140,45 @@ func TestKeys(t *testing.T) {
 				statusHas("claimed node01-50: GPUs 0,7 until 18:40 — CUDA_VISIBLE_DEVICES=0,7"),
 				formOpen(false),
 				func(t *testing.T, h *harness) {
-					if len(h.m.sel) != 0 {
-						t.Errorf("selection after claim = %v, want none", h.m.sel)
+					if len(h.m.grid.sel) != 0 {
+						t.Errorf("selection after claim = %v, want none", h.m.grid.sel)
 					}
 				},
 			},
 		},
 		{
-			name: "c claims a count on the cursor's node", at: [2]any{"node02", 0}, keys: []string{"c", "ctrl+u"},
+			// The fix of issue 14: it claimed GPU 0 when the cursor was on GPU 3.
+			name: "c on a free GPU claims the GPU under the cursor", at: [2]any{"node02", 3}, keys: []string{"c", "enter"},
+			check: []check{claims(api.ClaimRequest{Node: "node02", GPUs: []int{3}}), statusHas("claimed node02-50: GPU 3 until 18:40 — CUDA_VISIBLE_DEVICES=3"),
+				func(t *testing.T, h *harness) {
+					if n, g := h.cursor(); n != "node02" || g != 3 {
+						t.Errorf("after the claim the cursor is on %s/%d, want the claimed GPU", n, g)
+					}
+				}},
+		},
+		{
+			name: "the claim form names the GPU under the cursor", at: [2]any{"node03", 3}, keys: []string{"c"},
+			check: []check{formOpen(true), func(t *testing.T, h *harness) {
+				if !strings.Contains(h.screen(), "claim on node03: GPU 3") {
+					t.Errorf("form does not name GPU 3:\n%s", h.screen())
+				}
+			}},
+		},
+		{
+			name: "c on a held GPU claims a count on the cursor's node", at: [2]any{"node02", 4}, keys: []string{"c", "ctrl+u"},
 			text: "3", then: []string{"enter"},
 			check: []check{claims(api.ClaimRequest{Node: "node02", Count: 3}), statusHas("claimed node02-50: GPUs 6,7,8")},
 		},
 		{
-			name: "c with the default count of 1", at: [2]any{"node02", 0}, keys: []string{"c", "enter"},
+			name: "c with the default count of 1", at: [2]any{"node02", 4}, keys: []string{"c", "enter"},
 			check: []check{claims(api.ClaimRequest{Node: "node02", Count: 1}), statusHas("claimed node02-50: GPU 6 until 18:40 — CUDA_VISIBLE_DEVICES=6")},
 		},
 		{
-			name: "c refuses a count that is not a number", keys: []string{"c", "ctrl+u"}, text: "two", then: []string{"enter"},
+			name: "c refuses a count that is not a number", at: [2]any{"node01", 1}, keys: []string{"c", "ctrl+u"}, text: "two", then: []string{"enter"},
 			check: []check{claims(), statusHas("GPUs must be a whole number"), formOpen(true)},
 		},
 		{
-			name: "c refuses a duration it cannot read", keys: []string{"c", "tab"}, text: "soon", then: []string{"enter"},
+			name: "c refuses a duration it cannot read", keys: []string{"c"}, text: "soon", then: []string{"enter"},
 			check: []check{claims(), formOpen(true), func(t *testing.T, h *harness) {
 				if h.m.statusKind != statusErr {
 					t.Errorf("status kind = %v, want error (status %q)", h.m.statusKind, h.m.status)
@@ -176,7 +194,7 @@ func TestKeys(t *testing.T) {
 			check: []check{claims(), formOpen(false)},
 		},
 		{
-			name: "shift+tab goes back a field", keys: []string{"c", "tab", "tab", "shift+tab"},
+			name: "shift+tab goes back a field", at: [2]any{"node01", 1}, keys: []string{"c", "tab", "tab", "shift+tab"},
 			check: []check{func(t *testing.T, h *harness) {
 				if h.m.form == nil || h.m.form.fields[h.m.form.focus].name != "duration" {
 					t.Errorf("focus is not on duration")
@@ -184,7 +202,7 @@ func TestKeys(t *testing.T) {
 			}},
 		},
 		{
-			name: "r runs a command in a new session", at: [2]any{"node02", 0}, keys: []string{"r", "tab"},
+			name: "r runs a command in a new session", at: [2]any{"node02", 4}, keys: []string{"r", "tab"},
 			text: "python train.py | tee log", then: []string{"tab"},
 			check: []check{
 				func(t *testing.T, h *harness) {
@@ -196,8 +214,12 @@ func TestKeys(t *testing.T) {
 			},
 		},
 		{
-			name: "r with no command starts a shell", at: [2]any{"node02", 0}, keys: []string{"r", "enter"},
+			name: "r with no command starts a shell", at: [2]any{"node02", 4}, keys: []string{"r", "enter"},
 			check: []check{claims(api.ClaimRequest{Node: "node02", Count: 1, Run: &api.RunSpec{}})},
+		},
+		{
+			name: "r on a free GPU runs on exactly that GPU", at: [2]any{"node02", 3}, keys: []string{"r"}, text: "make", then: []string{"enter"},
+			check: []check{claims(api.ClaimRequest{Node: "node02", GPUs: []int{3}, Run: &api.RunSpec{Command: []string{"make"}}})},
 		},
 		{
 			name: "e extends the lease under the cursor", at: [2]any{"node01", 1}, keys: []string{"e", "ctrl+u"},

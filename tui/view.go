@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"strings"
 
+	"charm.land/bubbles/v2/help"
+	"charm.land/bubbles/v2/key"
 	tea "charm.land/bubbletea/v2"
 	"github.com/charmbracelet/x/ansi"
 
@@ -30,21 +32,45 @@ func (m *Model) View() tea.View {
 	return v
 }
 
-// render lays the frame out: header, legend, grid and panel (side by side
+// render lays the frame out: header, the second line (the legend on the
+// board, the views elsewhere), the view's body with its panel (side by side
 // when wide, stacked otherwise), status, footer. It also records where each
 // GPU was drawn, for mouse clicks.
 func (m *Model) render() (string, *tea.Cursor) {
 	w, h := m.width, m.height
-	m.hits = m.hits[:0]
+	g := m.grid
+	g.hits = g.hits[:0]
 	lines := make([]string, 0, h+2)
-	lines = append(lines, m.headerLine(w), m.legendLine(w))
+	second := g.legendLine(w)
+	if m.view != viewBoard {
+		second = m.tabLine(w)
+	}
+	lines = append(lines, m.headerLine(w), second)
 	const top = 2
 	bodyH := max(h-4, 1)
 	var cur *tea.Cursor
-	if w >= wideWidth {
+	switch {
+	case m.view != viewBoard:
+		var panel []string
+		var pc *tea.Position
+		if m.form != nil || m.confirm != nil || m.showHelp {
+			panel, pc = m.panelLines(w, bodyH)
+			panel = clip(panel, max(bodyH-4, 1), m.st)
+		}
+		listH := bodyH - len(panel)
+		body := m.viewLines(w, listH)
+		for len(body) < listH {
+			body = append(body, "")
+		}
+		lines = append(lines, body[:listH]...)
+		if pc != nil {
+			cur = tea.NewCursor(pc.X, top+listH+pc.Y)
+		}
+		lines = append(lines, panel...)
+	case w >= wideWidth:
 		panelW := min(max(w*40/100, 56), 80)
 		gridW := w - panelW - 3
-		grid, gridWs := m.gridLines(gridW, bodyH, top)
+		grid, gridWs := g.gridLines(gridW, bodyH, top)
 		panel, pc := m.panelLines(panelW, bodyH)
 		panel = clip(panel, bodyH, m.st)
 		sep := m.st.rule.render("│")
@@ -67,10 +93,10 @@ func (m *Model) render() (string, *tea.Cursor) {
 		if pc != nil && pc.Y < bodyH {
 			cur = tea.NewCursor(gridW+3+pc.X, top+pc.Y)
 		}
-	} else {
+	default:
 		// The grid takes what it needs but leaves the panel room for a form
 		// or the detail's first facts; the panel gets the rest.
-		need := m.gridNeed(w)
+		need := g.gridNeed(w)
 		gridH := min(need, bodyH-min(7, bodyH/2))
 		if m.form != nil || m.confirm != nil || m.showHelp {
 			// What the person is doing now gets the room; the grid
@@ -82,7 +108,7 @@ func (m *Model) render() (string, *tea.Cursor) {
 		panel, pc := m.panelLines(w, bodyH-gridH)
 		panelH := bodyH - gridH
 		panel = clip(panel, panelH, m.st)
-		grid, _ := m.gridLines(w, gridH, top)
+		grid, _ := g.gridLines(w, gridH, top)
 		lines = append(lines, grid...)
 		py := len(lines)
 		lines = append(lines, panel...)
@@ -99,6 +125,43 @@ func (m *Model) render() (string, *tea.Cursor) {
 	return strings.Join(lines, "\n"), cur
 }
 
+// viewLines is the body of a list view.
+func (m *Model) viewLines(w, h int) []string {
+	switch m.view {
+	case viewQueue:
+		return m.queue.lines(w, h)
+	case viewUsage:
+		return m.usage.lines(w, h)
+	case viewSessions:
+		return m.sessions.lines(w, h)
+	case viewEvents:
+		return m.events.lines(w, h)
+	}
+	return nil
+}
+
+// tabLine names the views, the open one marked, in place of the board's
+// legend.
+func (m *Model) tabLine(w int) string {
+	var b strings.Builder
+	b.WriteByte(' ')
+	used := 1
+	for v := range numViews {
+		item := fmt.Sprintf("%d %s", v+1, viewNames[v])
+		iw := ansi.StringWidth(item) + 2
+		if used+iw > w {
+			break
+		}
+		if v == m.view {
+			m.st.cellCur[kindMine].write(&b, " "+item+" ")
+		} else {
+			m.st.dim.write(&b, " "+item+" ")
+		}
+		used += iw
+	}
+	return b.String()
+}
+
 func (m *Model) headerLine(w int) string {
 	st := m.st
 	var left strings.Builder
@@ -108,16 +171,16 @@ func (m *Model) headerLine(w int) string {
 	if !m.ready {
 		plain.WriteString("connecting to the agent…")
 	} else {
-		s := m.sum
+		s := m.grid.sum
 		fmt.Fprintf(&plain, "%d %s · %d GPUs · %d free · you hold %d", s.nodes, plural(s.nodes, "node", "nodes"), s.gpus, s.free, s.mine)
 		if s.down > 0 {
 			fmt.Fprintf(&plain, " · %d down", s.down)
 		}
-		if m.onlyMine {
+		if m.grid.onlyMine {
 			plain.WriteString(" · only mine")
 		}
-		if m.filter != "" {
-			fmt.Fprintf(&plain, " · filter “%s”", termsafe.String(m.filter))
+		if m.grid.filter != "" {
+			fmt.Fprintf(&plain, " · filter “%s”", termsafe.String(m.grid.filter))
 		}
 	}
 	left.WriteString(plain.String())
@@ -138,8 +201,8 @@ func (m *Model) headerLine(w int) string {
 }
 
 // legendLine says what each cell means, in the cells' own styles.
-func (m *Model) legendLine(w int) string {
-	st := m.st
+func (g *gridView) legendLine(w int) string {
+	st := g.st
 	items := []struct {
 		p    paint
 		text string
@@ -176,8 +239,8 @@ func (m *Model) legendLine(w int) string {
 func (m *Model) statusLine(w int) string {
 	st := m.st
 	text, kind := m.status, m.statusKind
-	if text == "" && len(m.sel) > 0 {
-		text, kind = selectionText(m.selNode, m.sel), statusInfo
+	if text == "" && len(m.grid.sel) > 0 && m.view == viewBoard {
+		text, kind = selectionText(m.grid.selNode, m.grid.sel), statusInfo
 	}
 	if text == "" {
 		return ""
@@ -198,7 +261,7 @@ func (m *Model) statusLine(w int) string {
 }
 
 func (m *Model) footerLine(w int) string {
-	key := footerKey{w: w, confirm: m.confirm != nil, form: m.form != nil, st: m.st}
+	key := footerKey{w: w, confirm: m.confirm != nil, form: m.form != nil, st: m.st, view: m.view}
 	if m.form != nil {
 		key.multi = m.form.keys.multi
 	}
@@ -215,6 +278,7 @@ type footerKey struct {
 	w                    int
 	confirm, form, multi bool
 	st                   *styles
+	view                 viewKind
 }
 
 func (m *Model) renderFooter(w int) string {
@@ -228,7 +292,23 @@ func (m *Model) renderFooter(w int) string {
 		return truncate(" "+m.help.ShortHelpView(fk.ShortHelp()), w)
 	}
 	// The help bubble overflows when even its "…" would not fit; cut it here.
-	return truncate(" "+m.help.ShortHelpView(m.keys.ShortHelp()), w)
+	return truncate(" "+m.help.ShortHelpView(m.viewKeys().ShortHelp()), w)
+}
+
+// viewKeys is what works in the open view, for the footer and the help.
+func (m *Model) viewKeys() help.KeyMap {
+	k := m.keys
+	switch m.view {
+	case viewQueue:
+		return listKeys{k: k, acts: []key.Binding{key.NewBinding(key.WithKeys("x"), key.WithHelp("x", "withdraw"))}}
+	case viewUsage:
+		return listKeys{k: k}
+	case viewSessions:
+		return listKeys{k: k, acts: []key.Binding{k.Attach, k.Extend, k.Release}}
+	case viewEvents:
+		return listKeys{k: k, acts: []key.Binding{key.NewBinding(key.WithKeys("m"), key.WithHelp("m", "only mine"))}}
+	}
+	return k
 }
 
 // panelLines is what the panel shows: a question, a form, the help or the
@@ -251,32 +331,18 @@ func (m *Model) panelLines(w, maxH int) ([]string, *tea.Position) {
 	case m.showHelp:
 		return m.helpLines(w), nil
 	}
-	return m.detailLines(w, maxH), nil
-}
-
-func (m *Model) titleRule(title string, w int) string {
-	st := m.st
-	title = truncate(title, max(w-5, 1))
-	rest := w - 4 - ansi.StringWidth(title)
-	var b strings.Builder
-	st.rule.write(&b, "── ")
-	st.bold.write(&b, title)
-	if rest > 0 {
-		b.WriteByte(' ')
-		st.rule.write(&b, strings.Repeat("─", rest))
-	}
-	return b.String()
+	return m.grid.detailLines(w, maxH), nil
 }
 
 func (m *Model) helpLines(w int) []string {
 	lines := []string{m.titleRule("keys", w)}
-	for _, l := range strings.Split(m.help.FullHelpView(m.keys.FullHelp()), "\n") {
+	for _, l := range strings.Split(m.help.FullHelpView(m.viewKeys().FullHelp()), "\n") {
 		lines = append(lines, truncate(" "+l, w))
 	}
 	st := m.st
 	legend := []string{
 		" " + st.cell[kindFree].render(labelFree) + " nobody holds it  " + st.cell[kindMine].render(labelMine) + " yours  " + st.cell[kindTheirs].render("user") + " held by them",
-		" " + st.cell[kindIdle].render(labelIdle) + " held, unused  " + st.cell[kindSquat].render(labelSquat) + " used without the lease",
+		" " + st.cell[kindIdle].render(labelIdle) + " held, unused (" + st.cell[kindMineIdle].render(labelMineIdle) + " yours)  " + st.cell[kindSquat].render(labelSquat) + " used without the lease",
 		" " + st.cell[kindOver].render(labelOver) + " past its end  " + st.cell[kindDown].render(labelDown) + " node not alive: unknown, not free",
 	}
 	for _, l := range legend {

@@ -37,6 +37,7 @@ type FileConfig struct {
 	Queue         QueueSection  `toml:"queue"`
 	SSH           SSHConfig     `toml:"ssh"`
 	Metrics       MetricsConfig `toml:"metrics"`
+	Events        EventsSection `toml:"events"`
 	// Tags are the node's pools: tags = ["h100", "nvlink"].
 	Tags []string `toml:"tags"`
 	// Pools are the limits of pools, by tag: [pools.h100].
@@ -85,6 +86,26 @@ func (fc FileConfig) PoolLimits() (lease.Pools, error) {
 		out[name] = pl
 	}
 	return out, nil
+}
+
+// EventsSection is [events]: how long the node keeps what happened on it.
+type EventsSection struct {
+	Keep string `toml:"keep"`
+}
+
+// KeepFor reads keep (default 14 days).
+func (e EventsSection) KeepFor() (time.Duration, error) {
+	if e.Keep == "" {
+		return lease.DefaultEventKeep, nil
+	}
+	d, err := lease.ParseDuration(e.Keep)
+	if err != nil {
+		return 0, &ConfigError{Msg: "events.keep: " + err.Error()}
+	}
+	if d < time.Hour {
+		return 0, &ConfigError{Msg: fmt.Sprintf("events.keep: %s is less than an hour: keep events at least that long", e.Keep)}
+	}
+	return d, nil
 }
 
 // LeaseSection is [leases]: the node's time limits and end policy.
@@ -355,6 +376,9 @@ func (fc FileConfig) check() error {
 		if _, err := lease.ParseDuration(fc.Queue.PreemptGrace); err != nil {
 			return bad("queue.preempt_grace", "%v", err)
 		}
+	}
+	if _, err := fc.Events.KeepFor(); err != nil {
+		return err
 	}
 	for _, a := range []struct{ key, v string }{{"cluster.bind", fc.Cluster.Bind}, {"cluster.advertise", fc.Cluster.Advertise}} {
 		if a.v != "" {

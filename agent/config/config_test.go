@@ -40,6 +40,8 @@ func TestConfigErrorsNameFileLineAndReason(t *testing.T) {
 		{"metrics without a port", "[metrics]\n\nlisten = \"127.0.0.1\"\n", `:3: metrics.listen: "127.0.0.1" is not HOST:PORT`},
 		{"metrics with a bad port", "[metrics]\nlisten = \":http-alt\"\n", `:2: metrics.listen: ":http-alt" has a bad port`},
 		{"unknown metrics key", "[metrics]\nport = 9477\n", `:2: unknown key "metrics.port"`},
+		{"bad event keep", "[events]\nkeep = \"forever\"\n", ":2: events.keep: cannot read duration"},
+		{"event keep too short", "\n[events]\nkeep = \"10m\"\n", ":3: events.keep: 10m is less than an hour"},
 		{"syntax", "node_name = \n", ":1:"},
 		{"wrong type", "probe_interval = 5\n", "probe_interval"},
 		{"bad tag", "tags = [\"h100\", \"no spaces\"]\n", ":1: tags: pool or tag \"no spaces\""},

@@ -60,7 +60,8 @@ func claimOf(req api.ClaimRequest) (lease.Claim, *node.Run, error) {
 	if err := checkRun(req.Run.Command, req.Run.Dir, req.Run.Name); err != nil {
 		return lease.Claim{}, nil, err
 	}
-	return c, &node.Run{Name: req.Run.Name, Command: req.Run.Command, Dir: req.Run.Dir}, nil
+	// A run's exit status is recorded, so its end says how it went.
+	return c, &node.Run{Name: req.Run.Name, Command: req.Run.Command, Dir: req.Run.Dir, RecordExit: len(req.Run.Command) > 0}, nil
 }
 
 // checkRun is every check a session's spec gets before anything is

@@ -15,6 +15,7 @@ import (
 
 	"github.com/dibs-gpu/dibs/agent/account"
 	"github.com/dibs-gpu/dibs/agent/clock"
+	"github.com/dibs-gpu/dibs/agent/events"
 	"github.com/dibs-gpu/dibs/agent/node"
 	"github.com/dibs-gpu/dibs/agent/notify"
 	"github.com/dibs-gpu/dibs/agent/origin"
@@ -63,6 +64,12 @@ type Deps struct {
 	// not run as root and uid is not its own); nil allows all.
 	CanWrite func(uid int) error
 	Log      *slog.Logger
+	// Events is this node's event log; Webhooks the webhooks it keeps;
+	// Tell shows a notice in every tmux session a user has here. Any may
+	// be nil (no events, no webhooks, no tmux).
+	Events   *events.Log
+	Webhooks *events.Webhooks
+	Tell     func(ctx context.Context, u launch.User, text string) (shown, later int, err error)
 }
 
 // Service is the daemon's operations.
@@ -129,6 +136,7 @@ func New(cfg Config, deps Deps) *Service {
 	cfg.Sched = cfg.Sched.WithDefaults()
 	s := &Service{cfg: cfg, deps: deps, log: deps.Log, startedAt: deps.Clock.Now()}
 	s.registerPeerOps()
+	s.registerEventOps()
 	return s
 }
 

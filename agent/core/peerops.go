@@ -29,7 +29,7 @@ func (s *Service) registerPeerOps() {
 			if err := checkRun(r.Run.Command, r.Run.Dir, r.Run.Name); err != nil {
 				return peer.LeaseReply{}, err
 			}
-			run = &node.Run{Name: r.Run.Name, Command: r.Run.Command, Dir: r.Run.Dir}
+			run = &node.Run{Name: r.Run.Name, Command: r.Run.Command, Dir: r.Run.Dir, RecordExit: len(r.Run.Command) > 0}
 		}
 		l, err := b.grantHere(ctx, s.View(), claim, run, r.RequestID)
 		return peer.LeaseReply{Lease: l}, err
@@ -69,9 +69,8 @@ func (s *Service) registerPeerOps() {
 		if !who.System {
 			return peer.Empty{}, &lease.Error{Code: lease.CodeForbidden, Msg: "only the scheduler says an entry started"}
 		}
-		if e, ok := s.deps.Origin.MarkStarted(r.Key); ok {
-			s.TellUser(e.UID, fmt.Sprintf("your queued request %s started (`dibs ls` shows its GPUs)", e.ID))
-		}
+		// The origin records the start; its notice tells the submitter.
+		s.deps.Origin.MarkStarted(r.Key)
 		return peer.Empty{}, nil
 	})
 	peer.Handle(m, peer.Place, func(ctx context.Context, from string, who peer.Actor, r peer.PlaceRequest) (peer.Empty, error) {
@@ -82,9 +81,8 @@ func (s *Service) registerPeerOps() {
 		// is not placed again.
 		p := s.View().Progress()
 		if _, started := p.Started[r.Key]; started {
-			if e, ok := s.deps.Origin.MarkStarted(r.Key); ok {
-				s.TellUser(e.UID, fmt.Sprintf("your queued request %s started (`dibs ls` shows its GPUs)", e.ID))
-			}
+			// Its start event's notice tells the submitter.
+			s.deps.Origin.MarkStarted(r.Key)
 			return peer.Empty{}, &lease.Error{Code: lease.CodeConflict, Msg: fmt.Sprintf("%s has started already", r.Key)}
 		}
 		if p.Reserving[r.Key] {
@@ -97,7 +95,7 @@ func (s *Service) registerPeerOps() {
 			return peer.Empty{}, &lease.Error{Code: lease.CodeForbidden, Msg: "only the scheduler reports a refused start"}
 		}
 		if e, ok := s.deps.Origin.Refuse(r.Key); ok {
-			s.TellUser(e.UID, fmt.Sprintf("%s cannot run: %s refused it: %s", e.ID, r.Node, r.Reason))
+			s.record(lease.EntryEvent(lease.EventFail, e, fmt.Sprintf("%s refused it: %s", r.Node, r.Reason), s.deps.Clock.Now()))
 			s.deps.Kick()
 		}
 		return peer.Empty{}, nil

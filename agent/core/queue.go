@@ -118,11 +118,16 @@ func (b *Bound) Cancel(ctx context.Context, id string) error {
 func (b *Bound) Queue(context.Context) (api.Queue, error) {
 	s := b.s
 	v := s.View()
-	var waiting, running []lease.QueueEntry
+	var waiting, orphaned, running []lease.QueueEntry
 	for _, e := range v.Entries() {
-		if e.Running {
+		switch o, ok := v.Node(e.Origin); {
+		case e.Running:
 			running = append(running, e)
-		} else {
+		case !ok || !o.Alive():
+			// Nothing starts while its origin, its source of truth, is
+			// away (lease.ClusterView.Waiting): say so, not an estimate.
+			orphaned = append(orphaned, e)
+		default:
 			waiting = append(waiting, e)
 		}
 	}
@@ -130,6 +135,11 @@ func (b *Bound) Queue(context.Context) (api.Queue, error) {
 	q := api.Queue{Scheduler: v.Scheduler(), Entries: []api.QueuedEntry{}}
 	for _, r := range plan.Order {
 		q.Entries = append(q.Entries, queuedView(r.Entry, r.Priority, r.Position, r.EstStart, r.Waiting))
+	}
+	slices.SortFunc(orphaned, func(x, y lease.QueueEntry) int { return x.SubmittedAt.Compare(y.SubmittedAt) })
+	for _, e := range orphaned {
+		why := fmt.Sprintf("its origin %s is down: it waits until %s is back", e.Origin, e.Origin)
+		q.Entries = append(q.Entries, queuedView(e, 0, len(q.Entries)+1, time.Time{}, why))
 	}
 	slices.SortFunc(running, func(x, y lease.QueueEntry) int { return strings.Compare(x.ID, y.ID) })
 	for _, e := range running {

@@ -91,6 +91,9 @@ func (n *Node) Grant(ctx context.Context, c lease.Caller, g Grant) (lease.Lease,
 		}
 	}
 	err = n.saveLocked(l, now)
+	if err == nil {
+		n.deps.Events(claimEvent(l, now.Wall))
+	}
 	n.wmu.Unlock()
 	if err != nil {
 		return lease.Lease{}, err
@@ -123,6 +126,9 @@ func (n *Node) Commit(ctx context.Context, c lease.Caller, entry string, d time.
 	l.StartedAt = now.Wall.Round(0)
 	l.ExpiresAt = l.StartedAt.Add(d)
 	err := n.saveLocked(l, now)
+	if err == nil {
+		n.deps.Events(claimEvent(l, now.Wall))
+	}
 	n.wmu.Unlock()
 	if err != nil {
 		return lease.Lease{}, err
@@ -170,8 +176,16 @@ func (x *sessionJob) startSession(ctx context.Context, l lease.Lease, u launch.U
 	for k, v := range run.Env {
 		env[k] = v
 	}
-	spec := launch.Spec{Name: l.Session, User: u, Env: env, Command: run.Command, Dir: run.Dir, RecordExit: run.RecordExit && len(run.Command) > 0}
-	if _, err := n.deps.Sessions.Start(ctx, spec); err != nil {
+	spec := launch.Spec{Name: l.Session, User: u, Env: env, Command: run.Command, Dir: run.Dir, RecordExit: run.RecordExit && len(run.Command) > 0,
+		KeepLog: len(run.Command) > 0}
+	_, err := n.deps.Sessions.Start(ctx, spec)
+	if errors.Is(err, launch.ErrStatusDir) && l.Entry == "" {
+		// A plain run can do without its exit status; a queued one cannot.
+		n.log.Warn("cannot record the run's exit status; starting it without", "lease", l.ID, "err", err)
+		spec.RecordExit = false
+		_, err = n.deps.Sessions.Start(ctx, spec)
+	}
+	if err != nil {
 		switch {
 		case errors.Is(err, launch.ErrWorkDir):
 			return lease.Invalidf("%v", err)

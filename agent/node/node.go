@@ -69,6 +69,9 @@ type Deps struct {
 	// LeasesChanged is called (without locks held) after a lease changed,
 	// so the cluster hears at once and the scheduler looks again.
 	LeasesChanged func()
+	// Events records what happened (agent/events); nil records nothing.
+	// It is called with wmu held and must not block.
+	Events func(lease.Event)
 }
 
 // State is the node as readers see it. It is published whole after every
@@ -136,6 +139,9 @@ func New(cfg Config, deps Deps) *Node {
 	}
 	if deps.LeasesChanged == nil {
 		deps.LeasesChanged = func() {}
+	}
+	if deps.Events == nil {
+		deps.Events = func(lease.Event) {}
 	}
 	n := &Node{cfg: cfg, deps: deps, log: cfg.Log, idle: lease.NewIdleTracker(), watching: map[string]context.CancelFunc{}}
 	n.usage.n, n.sess.n, n.book.n = n, n, n
@@ -259,6 +265,7 @@ func (n *Node) endLocked(l lease.Lease, reason lease.EndReason, by string, now l
 		return err
 	}
 	n.table.Remove(l.ID)
+	n.deps.Events(lease.EndEvent(l, reason, by, now.Wall))
 	n.usage.dirty.Store(true)
 	if l.Entry != "" {
 		n.ended = lease.RememberEnded(n.ended, lease.EndedRun{Entry: l.Entry, Lease: l.ID, Gang: l.Gang, Reason: reason, At: now.Wall.Round(0), Reserved: !l.ReservedUntil.IsZero()}, now.Wall)

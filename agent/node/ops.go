@@ -55,6 +55,9 @@ func (n *Node) Extend(c lease.Caller, id string, d time.Duration) (lease.Lease, 
 	if err == nil {
 		err = n.saveLocked(l, now)
 	}
+	if err == nil {
+		n.deps.Events(lease.LeaseEvent(lease.EventExtend, l, now.Wall))
+	}
 	n.wmu.Unlock()
 	if err != nil {
 		return lease.Lease{}, err
@@ -70,6 +73,9 @@ func (n *Node) Adopt(c lease.Caller, pid int, d time.Duration, note string) (lea
 	l, err := n.table.PlanAdopt(c, pid, d, note, n.snap, now.Wall, n.cfg.Policy)
 	if err == nil {
 		err = n.saveLocked(l, now)
+	}
+	if err == nil {
+		n.deps.Events(lease.LeaseEvent(lease.EventAdopt, l, now.Wall))
 	}
 	n.wmu.Unlock()
 	if err != nil {
@@ -97,29 +103,21 @@ func (n *Node) Preempt(id string, token uint64, why string, sig syscall.Signal) 
 	now := n.now()
 	l.PreemptedAt, l.PreemptReason = now.Wall.Round(0), why
 	err := n.saveLocked(l, now)
+	if err == nil {
+		// The event's notice tells the holder, in every session.
+		n.deps.Events(lease.PreemptEvent(l, why, n.cfg.Policy.PreemptGrace, now.Wall))
+	}
 	n.wmu.Unlock()
 	if err != nil {
 		return err
 	}
-	grace := lease.FormatDuration(n.cfg.Policy.PreemptGrace)
-	var text string
-	switch why {
-	case lease.PreemptQuota:
-		text = fmt.Sprintf("lease %s borrows beyond your quota and someone within theirs is waiting: checkpoint now, it ends in %s", l.ID, grace)
-	case lease.PreemptIdle:
-		text = fmt.Sprintf("lease %s has been idle and someone is waiting: it is reclaimed in %s unless work starts", l.ID, grace)
-	default:
-		text = fmt.Sprintf("lease %s is being stopped (%s): it ends in %s", l.ID, why, grace)
-	}
-	n.Notify(l.UID, text)
-	n.log.Info("lease preempted", "lease", l.ID, "user", l.User, "why", why, "grace", grace)
+	n.log.Info("lease preempted", "lease", l.ID, "user", l.User, "why", why, "grace", lease.FormatDuration(n.cfg.Policy.PreemptGrace))
 	if l.Session != "" {
 		if u, err := n.deps.Accounts.ByUID(l.UID); err == nil {
 			ctx, cancel := context.WithTimeout(n.ctx, 3*time.Second)
 			if sig == 0 {
 				sig = n.cfg.PreemptSignal
 			}
-			n.sess.tell(ctx, u, l.Session, text)
 			if err := n.deps.Sessions.Signal(ctx, u, l.Session, sig); err != nil {
 				n.log.Warn("preempt signal", "lease", l.ID, "err", err)
 			}
@@ -147,29 +145,31 @@ func (n *Node) step(d lease.Due, now time.Time) {
 	l := d.Lease
 	ctx, cancel := context.WithTimeout(n.ctx, 5*time.Second)
 	defer cancel()
-	tell := func(text string) {
-		n.Notify(l.UID, text)
-		if l.Session == "" {
-			return
-		}
-		if u, err := n.deps.Accounts.ByUID(l.UID); err == nil {
-			n.sess.tell(ctx, u, l.Session, text)
-		}
+	// Each warning is an event, whose notice reaches the holder on their
+	// boards, in every tmux session on every node and by their webhook.
+	warn := func(why string) {
+		n.wmu.Lock()
+		n.deps.Events(lease.WarnEvent(l, why, now))
+		n.wmu.Unlock()
 	}
 	switch d.Step {
 	case lease.StepWarn:
 		if n.update(l, func(x *lease.Lease) { x.Warned = true }) {
-			tell(fmt.Sprintf("lease %s ends in %s (at %s): `dibs extend %s --for 1h` to keep it", l.ID, lease.FormatDuration(l.ExpiresAt.Sub(now)), l.ExpiresAt.Local().Format("15:04"), l.ID))
+			warn(lease.FormatDuration(l.ExpiresAt.Sub(now).Round(time.Minute)))
+		}
+	case lease.StepWarnFinal:
+		if n.update(l, func(x *lease.Lease) { x.Warned, x.FinalWarned = true, true }) {
+			warn(lease.FormatDuration(max(l.ExpiresAt.Sub(now).Round(time.Second), time.Second)))
 		}
 	case lease.StepOverdue:
 		if n.update(l, func(x *lease.Lease) { x.OverdueNoticed = true }) {
-			tell(fmt.Sprintf("lease %s is past its end: release it (`dibs release %s`) or extend it", l.ID, l.ID))
+			warn("overdue")
 		}
 	case lease.StepSignal:
 		if !n.update(l, func(x *lease.Lease) { x.SignalledAt = now.Round(0) }) {
 			return
 		}
-		tell(fmt.Sprintf("lease %s has ended: stopping the session (SIGTERM now, SIGKILL in %s)", l.ID, lease.FormatDuration(n.cfg.Policy.SignalGrace)))
+		warn("stopping")
 		if u, err := n.deps.Accounts.ByUID(l.UID); err == nil {
 			if err := n.deps.Sessions.Signal(ctx, u, l.Session, syscall.SIGTERM); err != nil {
 				n.log.Warn("SIGTERM at the end", "lease", l.ID, "err", err)
@@ -180,14 +180,12 @@ func (n *Node) step(d lease.Due, now time.Time) {
 		n.end(l, lease.EndReservationExpired, "")
 	case lease.StepPreemptEnd:
 		n.sess.killSession(ctx, l, true)
-		n.Notify(l.UID, fmt.Sprintf("lease %s was ended (%s) after its grace", l.ID, l.PreemptReason))
 		n.end(l, lease.PreemptedReason(l.PreemptReason), "")
 	case lease.StepBookingStart, lease.StepBookingLapsed:
 		n.book.step(ctx, d, now)
 	case lease.StepEnd:
 		n.sess.killSession(ctx, l, true)
 		n.log.Info("lease ended at its time limit", "lease", l.ID, "user", l.User)
-		n.Notify(l.UID, fmt.Sprintf("lease %s ended at its time limit", l.ID))
 		n.end(l, lease.EndExpired, "")
 	}
 }

@@ -50,11 +50,8 @@ func (x *sessionJob) stopWatching(id string) {
 // sessionEndReason reads how a queued run's command ended.
 func (x *sessionJob) sessionEndReason(l lease.Lease, u launch.User) lease.EndReason {
 	n := x.n
-	if l.Entry == "" {
-		return lease.EndSessionEnded
-	}
 	code, ok, err := n.deps.Sessions.ExitStatus(u, l.Session)
-	if err != nil {
+	if err != nil && l.Entry != "" {
 		n.log.Warn("read exit status", "lease", l.ID, "user", u.Name, "err", err)
 	}
 	if !ok {

@@ -28,6 +28,9 @@ type Deps struct {
 	// changed: the cluster hears at once, the scheduler looks again.
 	QueueChanged func()
 	Log          *slog.Logger
+	// Events records what happened to the entries (agent/events); nil
+	// records nothing. It must not block.
+	Events func(lease.Event)
 }
 
 // Origin is this node's queue entries. Writers queue on one mutex (the disk
@@ -60,6 +63,9 @@ func New(node string, deps Deps) *Origin {
 	}
 	if deps.QueueChanged == nil {
 		deps.QueueChanged = func() {}
+	}
+	if deps.Events == nil {
+		deps.Events = func(lease.Event) {}
 	}
 	o := &Origin{node: node, deps: deps, entries: map[string]lease.QueueEntry{}, placed: map[string]time.Duration{}, short: map[string]time.Duration{}}
 	o.publishLocked()
@@ -149,6 +155,7 @@ func (o *Origin) Submit(e lease.QueueEntry) (lease.QueueEntry, error) {
 	o.seq = seq
 	o.entries[e.ID] = e
 	o.publishLocked()
+	o.deps.Events(lease.EntryEvent(lease.EventSubmit, e, "", o.deps.Clock.Now()))
 	o.mu.Unlock()
 	o.deps.Log.Info("queued", "entry", e.ID, "user", e.User, "nodes", e.Nodes, "gpus_per_node", e.GPUsPerNode)
 	o.deps.QueueChanged()
@@ -177,6 +184,12 @@ func (o *Origin) Cancel(c lease.Caller, id string) error {
 	}
 	delete(o.entries, id)
 	o.publishLocked()
+	ev := lease.EntryEvent(lease.EventCancel, e, "", o.deps.Clock.Now())
+	if c.UID != e.UID && lease.ValidUserName(c.User) {
+		ev.By, ev.Admin = c.User, c.Admin
+		ev.Text += " by " + c.User
+	}
+	o.deps.Events(ev)
 	o.mu.Unlock()
 	o.deps.Log.Info("cancelled", "entry", id, "by", c.User)
 	o.deps.QueueChanged()
@@ -244,6 +257,7 @@ func (o *Origin) MarkStarted(key string) (lease.QueueEntry, bool) {
 	}
 	o.entries[e.ID] = e
 	o.publishLocked()
+	o.deps.Events(lease.EntryEvent(lease.EventStart, e, "", o.deps.Clock.Now()))
 	o.mu.Unlock()
 	o.deps.QueueChanged()
 	return e, true
@@ -316,6 +330,8 @@ func (o *Origin) Finish(e lease.QueueEntry, failed bool) (next lease.QueueEntry,
 type Stopper func(ctx context.Context, l lease.Lease) error
 
 // Notifier tells a user something on their board and in their sessions.
+// Reconcile no longer calls it: what it decides is recorded as events,
+// whose notices reach the person everywhere (agent/events).
 type Notifier func(uid int, text string)
 
 // Reconcile is the origin's pass over its running entries, from what the
@@ -328,7 +344,7 @@ type Notifier func(uid int, text string)
 // that expired uncommitted) is failed once that has lasted missingAfter
 // (the reservations' lifetime): its other ranks are stopped, so no gang
 // runs partly for longer than a reservation lives.
-func (o *Origin) Reconcile(ctx context.Context, v lease.ClusterView, lostAfter, missingAfter time.Duration, stop Stopper, tell Notifier) {
+func (o *Origin) Reconcile(ctx context.Context, v lease.ClusterView, lostAfter, missingAfter time.Duration, stop Stopper, _ Notifier) {
 	running := map[string]bool{}
 	for _, e := range o.Entries() {
 		if !e.Running {
@@ -351,10 +367,12 @@ func (o *Origin) Reconcile(ctx context.Context, v lease.ClusterView, lostAfter, 
 			case !ok:
 			case requeued:
 				o.deps.Log.Info("requeued", "entry", e.ID, "why", verdict.Why, "restart", next.Restarts, "of", next.MaxRestarts)
-				tell(e.UID, fmt.Sprintf("%s failed (%s); back in the queue (restart %d of %d)", e.ID, verdict.Why, next.Restarts, next.MaxRestarts))
+				o.deps.Events(lease.EntryEvent(lease.EventRequeue, next, verdict.Why, o.deps.Clock.Now()))
 			case verdict.Failed:
 				o.deps.Log.Info("failed", "entry", e.ID, "why", verdict.Why)
-				tell(e.UID, fmt.Sprintf("%s failed: %s", e.ID, verdict.Why))
+				o.deps.Events(lease.EntryEvent(lease.EventFail, e, verdict.Why, o.deps.Clock.Now()))
+			default:
+				o.deps.Events(lease.EntryEvent(lease.EventFinish, e, v.RunExit(e), o.deps.Clock.Now()))
 			}
 		}
 	}

@@ -237,6 +237,7 @@ func (s *Server) Routes() http.Handler {
 	handle("POST", "unbook", post(s, func(b *core.Bound, ctx context.Context, r idRequest) (struct{}, error) {
 		return struct{}{}, b.Unbook(ctx, r.ID)
 	}))
+	s.eventRoutes(mux)
 	return mux
 }
 

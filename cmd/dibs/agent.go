@@ -160,6 +160,10 @@ func (c *cli) agentConfig(cmd *cobra.Command, f agentFlags) (agent.Config, agent
 			return agent.Config{}, agent.Deps{}, err
 		}
 	}
+	keep, err := fc.Events.KeepFor()
+	if err != nil {
+		return agent.Config{}, agent.Deps{}, err
+	}
 	interval := time.Second
 	if fc.ProbeInterval != "" {
 		interval, _ = time.ParseDuration(fc.ProbeInterval)
@@ -185,6 +189,7 @@ func (c *cli) agentConfig(cmd *cobra.Command, f agentFlags) (agent.Config, agent
 		Log:           logger,
 		Version:       buildInfo().Version,
 		Tags:          fc.Tags,
+		EventKeep:     keep,
 	}
 	if err := lease.ValidNodeName(cfg.NodeName); err != nil {
 		return cfg, agent.Deps{}, fmt.Errorf("%w: set --node-name", err)
@@ -210,7 +215,14 @@ func (c *cli) agentConfig(cmd *cobra.Command, f agentFlags) (agent.Config, agent
 	// A TMUX_TMPDIR in the agent's environment is honoured, so sessions land
 	// where the users' own tmux looks (systemd gives none: /tmp).
 	statusDir := filepath.Join(filepath.Dir(sock), "exit")
-	sessions := launch.New(launch.Options{TmuxTmpDir: os.Getenv("TMUX_TMPDIR"), StatusDir: statusDir, Logf: func(f string, args ...any) { logger.Warn(fmt.Sprintf(f, args...)) }})
+	// Jobs keep their output through this binary's `_pipe-log`, run by
+	// tmux as the user.
+	var pipeLog []string
+	if exe, err := os.Executable(); err == nil {
+		pipeLog = []string{exe, "_pipe-log"}
+	}
+	sessions := launch.New(launch.Options{TmuxTmpDir: os.Getenv("TMUX_TMPDIR"), StatusDir: statusDir, PipeLog: pipeLog,
+		Logf: func(f string, args ...any) { logger.Warn(fmt.Sprintf(f, args...)) }})
 	tryNVML := func(ctx context.Context) error {
 		p, err := nvml.Open(ctx, nodeprobe.Options{HostName: cfg.NodeName})
 		if err == nil {

@@ -196,7 +196,10 @@ func claimCmd(c *cli) *cobra.Command {
 				if err != nil {
 					return err
 				}
-				return c.waitGranted(cl, s, f.json)
+				return c.waitGranted(cl, s, f.json, q.wait)
+			}
+			if q.wait > 0 {
+				return errors.New("--wait goes with --queue: without it a claim that does not fit fails at once")
 			}
 			r, err := cl.Claim(ctx, req)
 			if err != nil {

@@ -74,6 +74,7 @@ func rootCmd(c *cli) *cobra.Command {
 		tuiCmd(c), demoCmd(c), queueCmd(c), cancelCmd(c), usageCmd(c), versionCmd(c),
 		doctorCmd(c), replayCmd(c), exportCmd(c))
 	root.AddCommand(bookCmd(c), bookingsCmd(c), unbookCmd(c))
+	root.AddCommand(eventsCmd(c), notifyCmd(c), logsCmd(c), jupyterCmd(c), pipeLogCmd(c))
 	root.AddCommand(c.extraCmds()...)
 	// `dibs` alone on a terminal opens the board; elsewhere it prints help.
 	root.RunE = func(cmd *cobra.Command, args []string) error {

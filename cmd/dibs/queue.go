@@ -26,6 +26,7 @@ type queueFlags struct {
 	requeue     bool
 	maxRestarts int
 	torchrun    bool
+	wait        time.Duration
 }
 
 func (q *queueFlags) add(cmd *cobra.Command, run bool) {
@@ -39,6 +40,7 @@ func (q *queueFlags) add(cmd *cobra.Command, run bool) {
 		fl.BoolVar(&q.torchrun, "torchrun", false, "wrap CMD in torchrun with the gang's c10d rendezvous")
 	} else {
 		fl.BoolVar(&q.queue, "queue", false, "if it does not fit now, wait in the queue until granted (like salloc); Ctrl-C withdraws")
+		fl.DurationVar(&q.wait, "wait", 0, "with --queue: give up after this long, withdrawing the request (e.g. 30m; default: wait until granted)")
 	}
 }
 
@@ -224,8 +226,9 @@ func (c *cli) reportSubmitted(cl *api.Client, sub api.Submitted, asJSON bool) er
 
 // waitGranted follows the board until a lease for the entry exists, printing
 // the position while it waits; Ctrl-C withdraws the request. A request
-// that starts at once prints only its grant.
-func (c *cli) waitGranted(cl *api.Client, sub api.Submitted, asJSON bool) error {
+// that starts at once prints only its grant. With wait set, it gives up
+// after that long and withdraws the request.
+func (c *cli) waitGranted(cl *api.Client, sub api.Submitted, asJSON bool, wait time.Duration) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	id := sub.ID
@@ -243,12 +246,24 @@ func (c *cli) waitGranted(cl *api.Client, sub api.Submitted, asJSON bool) error 
 	quiet := time.NewTimer(startWait)
 	defer quiet.Stop()
 	boards, errf := cl.Watch(ctx)
+	var giveUp <-chan time.Time
+	if wait > 0 {
+		t := time.NewTimer(wait)
+		defer t.Stop()
+		giveUp = t.C
+	}
 	for {
 		select {
 		case <-quiet.C:
 			if lastPos == 0 {
 				say(sub.Position, sub.Waiting, time.Time{})
 			}
+		case <-giveUp:
+			giveUp = nil
+			if err := withdrawAfterWait(c.stderr, cl, id, wait); err != nil {
+				return err
+			}
+			// It started as we gave up: the next board shows its lease.
 		case <-ctx.Done():
 			cctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()
@@ -430,3 +445,24 @@ func printUsage(w io.Writer, u api.UsageReport) {
 		fmt.Fprintf(w, "not counted (no answer): %s\n", strings.Join(missing, ", "))
 	}
 }
+
+// withdrawAfterWait withdraws a request that waited --wait in vain, and
+// says so. A request that started meanwhile cannot be withdrawn: nil, and
+// the caller waits for its lease to show.
+func withdrawAfterWait(stderr io.Writer, cl *api.Client, id string, wait time.Duration) error {
+	cctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	err := cl.Cancel(cctx, id)
+	var ae *api.Error
+	if errors.As(err, &ae) && strings.Contains(ae.Msg, "already running") {
+		return nil
+	}
+	fmt.Fprintln(stderr)
+	if err != nil {
+		return fmt.Errorf("gave up on %s after waiting %s, but could not withdraw it: %w (withdraw it with `dibs cancel %s`)", id, lease.FormatDuration(wait), err, id)
+	}
+	return &exitError{code: exitGaveUp, msg: fmt.Sprintf("gave up after waiting %s: nothing fitted, so %s was withdrawn (`dibs queue` shows what waits; try a longer --wait, or fewer GPUs)", lease.FormatDuration(wait), safe(id))}
+}
+
+// exitGaveUp is the status of a claim whose --wait ran out (timeout(1)'s).
+const exitGaveUp = 124

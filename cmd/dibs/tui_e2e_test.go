@@ -193,8 +193,8 @@ func TestSSHBoardClaimsAsTheKeysUser(t *testing.T) {
 	// r runs a command in a tmux session as the key's user; a attaches to it
 	// right there, in the SSH session's terminal.
 	p.keys("Right", "r")
-	p.waitFor(5*time.Second, "the run form", func(s string) bool { return strings.Contains(s, "run on node01") })
-	p.keys("Tab")
+	// On a free GPU the form runs on exactly that GPU: the command first.
+	p.waitFor(5*time.Second, "the run form", func(s string) bool { return strings.Contains(s, "run on node01: GPU 1") })
 	p.typeText("echo HELLO-FROM-THE-SESSION; sleep 60")
 	p.keys("Enter")
 	p.waitFor(5*time.Second, "the run confirmed", func(s string) bool { return strings.Contains(s, "node01-2") })
@@ -239,4 +239,47 @@ func TestSSHUnknownKeyGetsNothing(t *testing.T) {
 	if b, _ := api.NewClient(a.socket).Board(context.Background()); b.Nodes[0].GPUs[0].Lease != nil {
 		t.Errorf("a lease appeared after a refused login")
 	}
+}
+
+// TestBoardViewsWithKeystrokes drives the board in a real tmux pane: c on
+// a free GPU claims exactly that GPU, the sessions view releases it, and
+// the events, queue and usage views show what happened.
+func TestBoardViewsWithKeystrokes(t *testing.T) {
+	t.Setenv("TMUX_TMPDIR", agenttest.TmuxDir(t))
+	dir := agenttest.PublicDir(t)
+	a := startAgent(t, dir, "--sim", "4xH100-80GB")
+	p := newPane(t, 120, 40, nil, dibsBin, "--socket", a.socket, "tui")
+	p.waitFor(10*time.Second, "the board", func(s string) bool { return strings.Contains(s, "node01") && strings.Contains(s, "4 GPUs") })
+
+	// The cursor on GPU 3: c claims GPU 3, not the first free one.
+	p.keys("l", "l", "l", "c")
+	p.waitFor(5*time.Second, "the claim form for GPU 3", func(s string) bool { return strings.Contains(s, "claim on node01: GPU 3") })
+	p.keys("Enter")
+	p.waitFor(5*time.Second, "the claim confirmed", func(s string) bool { return strings.Contains(s, "claimed node01-1: GPU 3") })
+	if got := myLeases(t, a.socket); len(got) != 1 || got[0] != "node01-1@node01:3" {
+		t.Fatalf("after c on GPU 3, my leases are %v, want node01-1 on GPU 3", got)
+	}
+
+	// My sessions: the lease is there, and x releases it from there.
+	p.keys("4")
+	p.waitFor(5*time.Second, "my sessions", func(s string) bool { return strings.Contains(s, "my sessions") && strings.Contains(s, "node01-1") })
+	p.keys("x")
+	p.waitFor(5*time.Second, "the question", func(s string) bool { return strings.Contains(s, "release node01-1?") })
+	p.keys("y")
+	p.waitFor(5*time.Second, "the release confirmed", func(s string) bool { return strings.Contains(s, "released node01-1") })
+	if got := myLeases(t, a.socket); len(got) != 0 {
+		t.Fatalf("after x y in my sessions, my leases are %v", got)
+	}
+
+	p.keys("5")
+	p.waitFor(5*time.Second, "the events of the claim and the release", func(s string) bool {
+		return strings.Contains(s, "claimed GPU 3 on node01 as node01-1") && strings.Contains(s, "released node01-1")
+	})
+	p.keys("2")
+	p.waitFor(5*time.Second, "the empty queue", func(s string) bool { return strings.Contains(s, "nothing waits") })
+	p.keys("3")
+	p.waitFor(5*time.Second, "usage", func(s string) bool { return strings.Contains(s, "GPU-HOURS") && strings.Contains(s, "FAIR-SHARE") })
+	p.keys("1")
+	p.waitFor(5*time.Second, "the board again", func(s string) bool { return strings.Contains(s, "4/4 free") })
+	p.keys("q")
 }

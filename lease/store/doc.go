@@ -5,13 +5,19 @@
 //
 // # The file (schema 2)
 //
-// One bbolt file, dibs.db, in the data dir, with four top-level buckets and
-// nothing else:
+// One bbolt file, dibs.db, in the data dir, with four top-level buckets,
+// two optional ones, and nothing else:
 //
 //	leases  key: lease id ("gpu-01-7")       value: a lease record (bookings too)
 //	queue   key: queue entry id ("gpu-01-q3") value: a queue entry record
 //	ledger  key: 8-byte big-endian sequence  value: a ledger record (an ended lease)
 //	meta    key: name                        value: see below
+//	events  key: 8-byte big-endian sequence  value: an event record (optional)
+//	notify  key: user name                   value: a webhook setting (optional)
+//
+// The optional buckets (events.go) came after schema 2 and are made by
+// their first write; a dibs from before them refuses a file that has them
+// ("an unknown bucket"), so downgrading needs the file moved aside.
 //
 // A lease, queue or ledger value is
 //
@@ -29,7 +35,7 @@
 //	schema      8-byte big-endian 2 | CRC
 //	last_token  8-byte big-endian highest fencing token granted | CRC
 //	queue_seq   8-byte big-endian highest queue sequence used | CRC
-//	sum_leases, sum_queue, sum_ledger
+//	sum_leases, sum_queue, sum_ledger, sum_events, sum_notify
 //	            8-byte count | 8-byte sum of the records' CRCs (both big-endian,
 //	            sums modulo 2^64) | CRC
 //

@@ -128,8 +128,12 @@ func schemaOf(v view) (int, error) {
 		}
 		schema = schemaVersion
 	}
+	known := []string{"leases", "meta", "ledger", "queue"}
+	if schema == schemaVersion {
+		known = append(known, optionalBuckets()...)
+	}
 	for _, n := range names {
-		if !slices.Contains([]string{"leases", "meta", "ledger", "queue"}, n) {
+		if !slices.Contains(known, n) {
 			return 0, fmt.Errorf("an unknown bucket %q", n)
 		}
 	}
@@ -146,7 +150,8 @@ func schemaOf(v view) (int, error) {
 }
 
 // metaKeys are every key the meta bucket of a schema-2 file holds.
-var metaKeys = [][]byte{keySchema, keyToken, keyQueueSeq, sumKey(bucketLeases), sumKey(bucketQueue), sumKey(bucketLedger)}
+var metaKeys = [][]byte{keySchema, keyToken, keyQueueSeq, sumKey(bucketLeases), sumKey(bucketQueue), sumKey(bucketLedger),
+	sumKey(bucketEvents), sumKey(bucketNotify)}
 
 func sumKey(bucket []byte) []byte { return append([]byte("sum_"), bucket...) }
 
@@ -361,19 +366,29 @@ func readLedger(v view, schema int, since time.Time) ([]lease.LedgerEntry, error
 type writer struct {
 	tx   *bbolt.Tx
 	sums map[string]*digest
+	// grant marks a transaction that writes a new lease: it carries no
+	// events (Bolt.updateRiding).
+	grant bool
 }
 
 func (w *writer) digest(bucket []byte) (*digest, error) {
 	if d, ok := w.sums[string(bucket)]; ok {
 		return d, nil
 	}
-	d, err := readDigest(txView{w.tx}, bucket)
-	if err != nil {
-		return nil, damage{err}
+	var d digest
+	if w.tx.Bucket(bucketMeta).Get(sumKey(bucket)) != nil || !isOptional(bucket) {
+		var err error
+		if d, err = readDigest(txView{w.tx}, bucket); err != nil {
+			return nil, damage{err}
+		}
 	}
 	w.sums[string(bucket)] = &d
 	return &d, nil
 }
+
+// isOptional reports whether bucket is one a file may lack (its sum then
+// starts from nothing with the bucket's first record).
+func isOptional(bucket []byte) bool { return slices.Contains(optionalBuckets(), string(bucket)) }
 
 // put writes body under key, taking the old record's checksum out of the sum
 // and the new one's in.

@@ -62,6 +62,8 @@ type leaseRecord struct {
 	Share  float64    `json:"share,omitempty"`
 	Booked bool       `json:"booked,omitempty"`
 	Job    *jobRecord `json:"job,omitempty"`
+	// Added with the events (issue 14), optional.
+	FinalWarned bool `json:"final_warned,omitempty"`
 }
 
 func leaseToRecord(l lease.Lease) leaseRecord {
@@ -72,7 +74,7 @@ func leaseToRecord(l lease.Lease) leaseRecord {
 		Entry: l.Entry, Gang: l.Gang, Rank: l.Rank, Borrowed: l.Borrowed,
 		ReservedUntil: l.ReservedUntil, PreemptedAt: l.PreemptedAt,
 		PreemptReason: l.PreemptReason, SignalledAt: l.SignalledAt,
-		RequestID: l.RequestID, Mono: l.Mono, QueuedAt: l.QueuedAt,
+		RequestID: l.RequestID, Mono: l.Mono, QueuedAt: l.QueuedAt, FinalWarned: l.FinalWarned,
 		MIG: l.MIG, MemMiB: l.MemMiB, Share: l.Share, Booked: l.Booked, Job: jobToRecord(l.Job),
 	}
 }
@@ -99,7 +101,7 @@ func (r *leaseRecord) lease() lease.Lease {
 		Entry: r.Entry, Gang: r.Gang, Rank: r.Rank, Borrowed: r.Borrowed,
 		ReservedUntil: r.ReservedUntil, PreemptedAt: r.PreemptedAt,
 		PreemptReason: r.PreemptReason, SignalledAt: r.SignalledAt,
-		RequestID: r.RequestID, Mono: r.Mono, QueuedAt: r.QueuedAt,
+		RequestID: r.RequestID, Mono: r.Mono, QueuedAt: r.QueuedAt, FinalWarned: r.FinalWarned,
 		MIG: r.MIG, MemMiB: r.MemMiB, Share: r.Share, Booked: r.Booked, Job: r.Job.job(),
 	}
 }

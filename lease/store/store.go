@@ -9,6 +9,7 @@ import (
 	"runtime/debug"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -44,6 +45,7 @@ type Bolt struct {
 	path     string
 	pidPath  string
 	warnings []string
+	rider    atomic.Pointer[rider]
 }
 
 var _ lease.Store = (*Bolt)(nil)
@@ -187,6 +189,9 @@ func (s *Bolt) check(dir string) error {
 	if schema > 0 {
 		if err := checkLedger(v, schema); err != nil {
 			s.warn("the usage ledger in %s is damaged (%v): leases and the queue are whole and served, but usage and fair-share cannot be read; move the file aside once no leases are held to start it afresh", s.path, err)
+		}
+		if err := checkOptional(v, schema); err != nil {
+			s.warn("the event log or notification settings in %s are damaged (%v): leases and the queue are whole and served, but `dibs events` and webhooks cannot be read; move the file aside once no leases are held to start it afresh", s.path, err)
 		}
 	}
 	return nil
@@ -349,6 +354,17 @@ func (s *Bolt) read(fn func(v view, schema int) error) (err error) {
 // update runs fn in one write transaction, upgrading a schema-1 file first,
 // and writes the buckets' sums with it. op names the change for errors.
 func (s *Bolt) update(op string, fn func(w *writer) error) error {
+	return s.updateRiding(op, true, fn)
+}
+
+// updateRiding is update; with ride, the events waiting (RideEvents) go
+// in the same transaction, unless fn marks it a grant (writer.grant): a
+// claim's transaction carries nothing but the claim, so the event log adds
+// nothing to what a claim waits for.
+func (s *Bolt) updateRiding(op string, ride bool, fn func(w *writer) error) error {
+	var riding []lease.Event
+	var carried bool
+	r := s.rider.Load()
 	err := s.db.Update(func(tx *bbolt.Tx) error {
 		schema, err := schemaOf(txView{tx})
 		switch {
@@ -365,8 +381,15 @@ func (s *Bolt) update(op string, fn func(w *writer) error) error {
 		if err := fn(w); err != nil {
 			return err
 		}
+		if ride && r != nil && !w.grant {
+			riding = r.take()
+			carried = len(riding) > 0 && w.ride(riding)
+		}
 		return w.flush()
 	})
+	if len(riding) > 0 {
+		r.done(riding, err == nil && carried)
+	}
 	if err == nil {
 		return nil
 	}
@@ -414,6 +437,7 @@ func (s *Bolt) Put(l lease.Lease) error {
 				return err
 			}
 		}
+		w.grant = w.tx.Bucket(bucketLeases).Get([]byte(l.ID)) == nil
 		return w.put(bucketLeases, []byte(l.ID), b)
 	})
 }

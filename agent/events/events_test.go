@@ -1,0 +1,212 @@
+package events
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/dibs-gpu/dibs/lease"
+)
+
+var t0 = time.Date(2026, 3, 10, 16, 0, 0, 0, time.UTC)
+
+func testLease() lease.Lease {
+	return lease.Lease{ID: "node01-7", Node: "node01", GPUs: []int{3}, User: "alice", UID: 1001,
+		StartedAt: t0, ExpiresAt: t0.Add(time.Hour)}
+}
+
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for time.Now().Before(deadline) {
+		if cond() {
+			return
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	t.Fatalf("timed out waiting for %s", what)
+}
+
+// TestLogRecordsReadsAndNotices: events are readable at once (before the
+// writer has them in the store), in order, by filter; an event with a
+// notice hands it on; a reopened log numbers on from where it was.
+func TestLogRecordsReadsAndNotices(t *testing.T) {
+	store := NewMemStore(100)
+	var mu sync.Mutex
+	var notices []lease.Notice
+	l := New(Config{Node: "node01"}, Deps{Store: store, Notice: func(n lease.Notice) {
+		mu.Lock()
+		notices = append(notices, n)
+		mu.Unlock()
+	}})
+	if err := l.Open(); err != nil {
+		t.Fatal(err)
+	}
+	changed := l.Changes()
+	l.Record(lease.LeaseEvent(lease.EventClaim, testLease(), t0))
+	select {
+	case <-changed:
+	default:
+		t.Error("recording did not wake followers")
+	}
+	evs, _, err := l.Events(lease.EventFilter{}, 10)
+	if err != nil || len(evs) != 1 || evs[0].Seq != 1 || evs[0].Node != "node01" {
+		t.Fatalf("events before any write = %+v, %v", evs, err)
+	}
+	l.Run()
+	l.Record(lease.WarnEvent(testLease(), "10m", t0.Add(50*time.Minute)))
+	l.Record(lease.EndEvent(testLease(), lease.EndExpired, "", t0.Add(time.Hour)))
+	eventually(t, "the writer to store the events", func() bool { last, _ := store.LastEventSeq(); return last == 3 })
+	eventually(t, "two notices (the warning and the end; not the claim)", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(notices) == 2
+	})
+	evs, _, _ = l.Events(lease.EventFilter{After: 1}, 10)
+	if len(evs) != 2 || evs[0].Kind != lease.EventWarn || evs[1].Kind != lease.EventEnd {
+		t.Errorf("after 1: %+v, want the warning then the end", evs)
+	}
+	l.Close()
+	l2 := New(Config{Node: "node01"}, Deps{Store: store})
+	l2.Open()
+	l2.Record(lease.LeaseEvent(lease.EventExtend, testLease(), t0))
+	if evs, _, _ := l2.Events(lease.EventFilter{After: 3}, 10); len(evs) != 1 || evs[0].Seq != 4 {
+		t.Errorf("a reopened log numbered %+v, want 4", evs)
+	}
+}
+
+// TestLogPrunesPastKeep: events older than Keep go at Open.
+func TestLogPrunesPastKeep(t *testing.T) {
+	store := NewMemStore(100)
+	old := lease.LeaseEvent(lease.EventClaim, testLease(), time.Now().Add(-20*24*time.Hour))
+	old.Seq = 1
+	fresh := lease.LeaseEvent(lease.EventClaim, testLease(), time.Now())
+	fresh.Seq = 2
+	store.AppendEvents([]lease.Event{old, fresh})
+	l := New(Config{Node: "node01", Keep: 14 * 24 * time.Hour}, Deps{Store: store})
+	l.Open()
+	evs, _, _ := l.Events(lease.EventFilter{}, 10)
+	if len(evs) != 1 || evs[0].Seq != 2 {
+		t.Errorf("after pruning at 14 days: %+v, want only the fresh event", evs)
+	}
+}
+
+// hook is a local HTTP server standing in for Slack or ntfy.
+type hook struct {
+	mu       sync.Mutex
+	bodies   []string
+	ctypes   []string
+	failures int // answer 500 this many times first
+	srv      *httptest.Server
+}
+
+func newHook(t *testing.T, failures int) *hook {
+	h := &hook{failures: failures}
+	h.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		if h.failures > 0 {
+			h.failures--
+			http.Error(w, "secret internal detail", http.StatusInternalServerError)
+			return
+		}
+		h.bodies = append(h.bodies, string(b))
+		h.ctypes = append(h.ctypes, r.Header.Get("Content-Type"))
+	}))
+	t.Cleanup(h.srv.Close)
+	return h
+}
+
+func (h *hook) got() []string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return append([]string(nil), h.bodies...)
+}
+
+func notice(text string) lease.Notice {
+	return lease.Notice{User: "alice", Kind: lease.EventWarn, Node: "node01", At: t0, Text: text}
+}
+
+func TestWebhookJSONAndText(t *testing.T) {
+	h := newHook(t, 0)
+	w := NewWebhooks(WebhookConfig{Backoff: []time.Duration{time.Millisecond}}, NewMemStore(10), nil)
+	t.Cleanup(w.Close)
+	if err := w.Set(lease.NotifySetting{User: "alice", URL: h.srv.URL + "/slack", Format: lease.WebhookJSON, SetAt: t0}); err != nil {
+		t.Fatal(err)
+	}
+	w.Deliver(notice("lease node01-7 ends in 10m"))
+	w.Deliver(lease.Notice{User: "bob", Kind: lease.EventWarn, Node: "node01", At: t0, Text: "bob has no webhook"})
+	eventually(t, "the JSON post", func() bool { return len(h.got()) == 1 })
+	var p Payload
+	if err := json.Unmarshal([]byte(h.got()[0]), &p); err != nil || p.Text != "dibs: lease node01-7 ends in 10m" || p.Content != p.Text {
+		t.Errorf("JSON body %q (%v): want text and content both the notice", h.got()[0], err)
+	}
+	if h.ctypes[0] != "application/json" {
+		t.Errorf("content type %q", h.ctypes[0])
+	}
+	w.Set(lease.NotifySetting{User: "alice", URL: h.srv.URL + "/ntfy", Format: lease.WebhookText, SetAt: t0})
+	w.Deliver(notice("your job node01-q3 failed"))
+	eventually(t, "the text post", func() bool { return len(h.got()) == 2 })
+	if h.got()[1] != "dibs: your job node01-q3 failed" || !strings.HasPrefix(h.ctypes[1], "text/plain") {
+		t.Errorf("text body %q, type %q", h.got()[1], h.ctypes[1])
+	}
+	if st := w.Status("alice"); st.LastOK.IsZero() || len(st.Failures) != 0 {
+		t.Errorf("status after two deliveries: %+v", st)
+	}
+}
+
+// TestWebhookRetriesThenReportsFailure: a server that fails twice gets the
+// notice on the third try; one that always fails leaves a failure the
+// person can read, without what the server said.
+func TestWebhookRetriesThenReportsFailure(t *testing.T) {
+	h := newHook(t, 2)
+	w := NewWebhooks(WebhookConfig{Backoff: []time.Duration{time.Millisecond, time.Millisecond, time.Millisecond}}, NewMemStore(10), nil)
+	t.Cleanup(w.Close)
+	w.Set(lease.NotifySetting{User: "alice", URL: h.srv.URL, Format: lease.WebhookJSON, SetAt: t0})
+	w.Deliver(notice("third time lucky"))
+	eventually(t, "delivery after two failures", func() bool { return len(h.got()) == 1 })
+
+	h2 := newHook(t, 100)
+	w.Set(lease.NotifySetting{User: "alice", URL: h2.srv.URL, Format: lease.WebhookJSON, SetAt: t0})
+	w.Deliver(notice("never lands"))
+	eventually(t, "the failure to be recorded", func() bool { return len(w.Status("alice").Failures) == 1 })
+	f := w.Status("alice").Failures[0]
+	if f.Attempts != 4 || f.Err != "answered HTTP 500" || f.Text != "never lands" {
+		t.Errorf("failure = %+v, want 4 tries, the status only", f)
+	}
+	if strings.Contains(f.Err, "secret") {
+		t.Errorf("the failure shows what the server said: %q", f.Err)
+	}
+}
+
+func TestWebhookTestAndRefusals(t *testing.T) {
+	w := NewWebhooks(WebhookConfig{}, NewMemStore(10), nil)
+	t.Cleanup(w.Close)
+	for _, bad := range []string{"ftp://x/y", "http://169.254.169.254/latest/meta-data", "http://u:p@example.com/", "not a url", "http://[fe80::1]/x"} {
+		if err := w.Set(lease.NotifySetting{User: "alice", URL: bad, Format: lease.WebhookJSON, SetAt: t0}); err == nil {
+			t.Errorf("accepted %q", bad)
+		}
+	}
+	// A redirect is not followed: the post fails with the status.
+	redir := httptest.NewServer(http.RedirectHandler("http://169.254.169.254/", http.StatusFound))
+	t.Cleanup(redir.Close)
+	w.Set(lease.NotifySetting{User: "alice", URL: redir.URL, Format: lease.WebhookJSON, SetAt: t0})
+	ok, err := w.Test(context.Background(), notice("test"))
+	if !ok || err == nil || err.Error() != "answered HTTP 302" {
+		t.Errorf("Test against a redirect = %v, %v; want a failure naming the 302", ok, err)
+	}
+	if ok, _ := w.Test(context.Background(), lease.Notice{User: "bob", Text: "x"}); ok {
+		t.Errorf("Test for someone without a webhook says it posted")
+	}
+	w.Clear("alice")
+	if st := w.Status("alice"); st.Setting != nil {
+		t.Errorf("cleared webhook still set: %+v", st)
+	}
+}

@@ -1,0 +1,335 @@
+// Package events is what a node records of what happens on it, and how the
+// people concerned hear of it: the event log (recorded in memory at once,
+// written to the store in batches by one writer, kept for a configured
+// time, read by filter and followed through a signal), the fan-out of a
+// person's notices to every node, and the webhooks people set for
+// themselves.
+//
+// Recording never waits for a disk or a network: the parts that record (the
+// node's single writer, the queue's origin) call Record under their own
+// locks, and the claim path pays for an append to a slice. The writing
+// costs no fsync of its own either: a store that can (lease.EventRider)
+// carries the events in the next transaction it makes anyway (a release's,
+// never a claim's); the log writes what is left itself after flushDelay, so
+// an event reaches the disk within that time.
+package events
+
+import (
+	"context"
+	"log/slog"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/dibs-gpu/dibs/agent/clock"
+	"github.com/dibs-gpu/dibs/agent/notify"
+	"github.com/dibs-gpu/dibs/lease"
+)
+
+// maxPending bounds the events held in memory while the store cannot take
+// them (a full disk): past it the oldest are dropped, with a warning.
+const maxPending = 10000
+
+// pruneEvery is how often old events are forgotten.
+const pruneEvery = time.Hour
+
+// flushDelay is how long events wait for a lease change's transaction to
+// carry them before the log writes them itself.
+const flushDelay = time.Second
+
+// Config is what the log is told.
+type Config struct {
+	Node string
+	// Keep is how long events are kept (default lease.DefaultEventKeep).
+	Keep time.Duration
+	Log  *slog.Logger
+}
+
+// Deps are what the log drives.
+type Deps struct {
+	// Store keeps the events; nil keeps them in memory (bounded).
+	Store lease.EventStore
+	Clock clock.Clock
+	// Notice is called (from the log's own goroutine, never the
+	// recorder's) with each event's notice, for the ones that have one.
+	Notice func(lease.Notice)
+}
+
+// Log is one node's event log. Safe for concurrent use.
+type Log struct {
+	cfg  Config
+	deps Deps
+
+	mu       sync.Mutex
+	seq      uint64
+	written  uint64        // highest sequence the store has
+	pending  []lease.Event // recorded, not yet handed to a writer, in order
+	inflight []lease.Event // handed to a writer, not yet known written
+	notices  []lease.Notice
+	wake     chan struct{}
+	riding   bool // the store carries events in its own transactions
+	armed    bool // the writer was woken for what is pending
+
+	changed notify.Signal
+
+	ctx    context.Context
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// New builds a log; Open loads where it left off, Run starts its writer.
+func New(cfg Config, deps Deps) *Log {
+	if cfg.Keep <= 0 {
+		cfg.Keep = lease.DefaultEventKeep
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.DiscardHandler)
+	}
+	if deps.Store == nil {
+		deps.Store = NewMemStore(maxPending)
+	}
+	if deps.Clock == nil {
+		deps.Clock = clock.Real()
+	}
+	return &Log{cfg: cfg, deps: deps, wake: make(chan struct{}, 1)}
+}
+
+// Open reads the last sequence written and forgets what is past keeping.
+func (l *Log) Open() error {
+	last, err := l.deps.Store.LastEventSeq()
+	if err != nil {
+		// A damaged log must not keep the node from serving leases: start
+		// numbering past anything a clock-ordered key could hold.
+		l.cfg.Log.Warn("event log: read the last event; numbering from the clock", "err", err)
+		last = uint64(l.deps.Clock.Now().UnixNano())
+	}
+	l.mu.Lock()
+	l.seq, l.written = last, last
+	l.mu.Unlock()
+	l.prune()
+	if r, ok := l.deps.Store.(lease.EventRider); ok {
+		r.RideEvents(l.take, l.settle)
+		l.riding = true
+	}
+	return nil
+}
+
+// take hands the waiting events to a writer.
+func (l *Log) take() []lease.Event {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	batch := l.pending
+	l.pending = nil
+	l.inflight = append(l.inflight, batch...)
+	return batch
+}
+
+// settle hears how a writer fared with a batch take handed it: written, they
+// are the store's; not, they wait again.
+func (l *Log) settle(batch []lease.Event, written bool) {
+	if len(batch) == 0 {
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	in := map[uint64]bool{}
+	for _, e := range batch {
+		in[e.Seq] = true
+	}
+	l.inflight = slices.DeleteFunc(l.inflight, func(e lease.Event) bool { return in[e.Seq] })
+	if written {
+		l.written = max(l.written, batch[len(batch)-1].Seq)
+		return
+	}
+	l.pending = append(slices.Clone(batch), l.pending...)
+	slices.SortFunc(l.pending, func(a, b lease.Event) int { return cmpSeq(a.Seq, b.Seq) })
+}
+
+func cmpSeq(a, b uint64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// Run starts the writer; Close stops it after writing what is pending.
+func (l *Log) Run() {
+	l.ctx, l.cancel = context.WithCancel(context.Background())
+	l.done = make(chan struct{})
+	go l.loop()
+}
+
+// Close writes what is pending and stops the writer.
+func (l *Log) Close() {
+	if l.cancel == nil {
+		return
+	}
+	l.cancel()
+	<-l.done
+	l.flush()
+}
+
+// Record adds an event: it gets this node's name, the time (when unset)
+// and the next sequence number, and is written to the store soon after.
+// It never blocks on the disk.
+func (l *Log) Record(e lease.Event) {
+	if e.Node == "" {
+		e.Node = l.cfg.Node
+	}
+	if e.At.IsZero() {
+		e.At = l.deps.Clock.Now().Round(0)
+	}
+	l.mu.Lock()
+	l.seq++
+	e.Seq = l.seq
+	l.pending = append(l.pending, e)
+	if len(l.pending) > maxPending {
+		l.cfg.Log.Warn("event log: the store has not taken events for a while; dropping the oldest", "dropped", len(l.pending)-maxPending)
+		l.pending = slices.Delete(l.pending, 0, len(l.pending)-maxPending)
+	}
+	notice := false
+	if n, ok := e.Notice(); ok && l.deps.Notice != nil {
+		l.notices = append(l.notices, n)
+		notice = true
+	}
+	// The writer wakes once per batch (it then waits for a transaction to
+	// carry the events), and at once for a notice: a claim's path wakes
+	// nobody else.
+	wake := notice || !l.armed
+	l.armed = true
+	l.mu.Unlock()
+	if wake {
+		select {
+		case l.wake <- struct{}{}:
+		default:
+		}
+	}
+	l.changed.Notify()
+}
+
+// Changes returns a channel closed at the next recorded event.
+func (l *Log) Changes() <-chan struct{} { return l.changed.Wait() }
+
+// Last is the sequence of the newest event recorded.
+func (l *Log) Last() uint64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.seq
+}
+
+// Events returns the events f matches, oldest first, at most limit; more
+// says whether there are others past them. Events recorded and not yet
+// written are included.
+func (l *Log) Events(f lease.EventFilter, limit int) ([]lease.Event, bool, error) {
+	l.mu.Lock()
+	written := l.written
+	pending := append(slices.Clone(l.inflight), l.pending...)
+	l.mu.Unlock()
+	slices.SortFunc(pending, func(a, b lease.Event) int { return cmpSeq(a.Seq, b.Seq) })
+	var out []lease.Event
+	more := false
+	if f.After < written {
+		var err error
+		if out, more, err = l.deps.Store.Events(f, limit); err != nil {
+			return nil, false, err
+		}
+	}
+	last := f.After
+	if len(out) > 0 {
+		last = out[len(out)-1].Seq
+	}
+	for i := range pending {
+		e := &pending[i]
+		if e.Seq <= last || !f.Match(e) {
+			continue
+		}
+		if more || len(out) >= limit {
+			more = true
+			break
+		}
+		out = append(out, *e)
+	}
+	return out, more, nil
+}
+
+func (l *Log) loop() {
+	defer close(l.done)
+	prune := l.deps.Clock.NewTicker(pruneEvery)
+	defer prune.Stop()
+	for {
+		select {
+		case <-l.ctx.Done():
+			return
+		case <-l.wake:
+			l.dispatch()
+			if l.riding {
+				l.await()
+			}
+			l.flush()
+		case <-prune.C():
+			l.prune()
+		}
+	}
+}
+
+// await gives a lease change's transaction flushDelay to carry the events
+// (a busy node writes no event on its own), handing on notices meanwhile.
+func (l *Log) await() {
+	timer := l.deps.Clock.After(flushDelay)
+	for {
+		select {
+		case <-l.ctx.Done():
+			return
+		case <-timer:
+			return
+		case <-l.wake:
+			l.dispatch()
+		}
+	}
+}
+
+// dispatch hands the notices of the events recorded on.
+func (l *Log) dispatch() {
+	l.mu.Lock()
+	notices := l.notices
+	l.notices = nil
+	l.mu.Unlock()
+	for _, n := range notices {
+		l.deps.Notice(n)
+	}
+}
+
+// flush writes the events no transaction has carried, in one of its own.
+func (l *Log) flush() {
+	l.dispatch()
+	l.mu.Lock()
+	l.armed = false
+	l.mu.Unlock()
+	batch := l.take()
+	if len(batch) == 0 {
+		return
+	}
+	err := l.deps.Store.AppendEvents(batch)
+	if err != nil {
+		l.cfg.Log.Warn("event log: save events", "events", len(batch), "err", err)
+	}
+	l.settle(batch, err == nil)
+}
+
+// prune forgets events older than Keep.
+func (l *Log) prune() {
+	before := l.deps.Clock.Now().Add(-l.cfg.Keep)
+	for {
+		n, err := l.deps.Store.PruneEvents(before, 5000)
+		if err != nil {
+			l.cfg.Log.Warn("event log: forget old events", "err", err)
+			return
+		}
+		if n < 5000 {
+			return
+		}
+	}
+}

@@ -1,0 +1,249 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"slices"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/dibs-gpu/dibs/api"
+	"github.com/dibs-gpu/dibs/launch"
+)
+
+func logsCmd(c *cli) *cobra.Command {
+	var rank int
+	var follow, raw bool
+	cmd := &cobra.Command{
+		Use:   "logs ID [--rank N] [-f]",
+		Short: "Show a run's output, kept after its session ends (every rank of a gang)",
+		Long: `Show what a run printed: a lease started with a command (dibs run -- CMD), or a
+queued request (every rank of its latest attempt, each under a header). The
+output is kept in ~/` + launch.LogDir + `/SESSION.log on the node that ran it,
+a file only you can read, capped at 8 MiB (the older 8 MiB in SESSION.log.1),
+and shown from any node. -f keeps printing what a running session adds.
+
+On a terminal, escape sequences that could change it (titles, the clipboard)
+are dropped and colours kept; --raw prints every byte.`,
+		Example: `  dibs logs node01-42
+  dibs logs node01-q3 --rank 1
+  dibs logs node02-7 -f`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			cl := c.client()
+			fctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+			srcs, err := cl.LogSources(fctx, args[0])
+			cancel()
+			if err != nil {
+				return err
+			}
+			if cmd.Flags().Changed("rank") {
+				i := slices.IndexFunc(srcs, func(s api.LogSource) bool { return s.Rank == rank })
+				if i < 0 {
+					return fmt.Errorf("%s has no rank %d: its ranks are %s", args[0], rank, ranks(srcs))
+				}
+				srcs = srcs[i : i+1]
+			}
+			if follow && len(srcs) > 1 {
+				return fmt.Errorf("%s has ranks %s: follow one with --rank N", args[0], ranks(srcs))
+			}
+			var out io.Writer = c.stdout
+			if !raw && isTerminal() {
+				out = &escapeFilter{w: c.stdout}
+			}
+			for _, s := range srcs {
+				if len(srcs) > 1 {
+					fmt.Fprintf(c.stdout, "==> rank %d on %s (%s, tmux %s) <==\n", s.Rank, safe(s.Node), safe(s.Lease), safe(s.Session))
+				}
+				st, err := printLog(ctx, cl, out, s)
+				if err != nil {
+					return err
+				}
+				if follow {
+					return followLog(ctx, cl, out, s, st, args[0])
+				}
+			}
+			return nil
+		},
+	}
+	cmd.Flags().IntVar(&rank, "rank", 0, "only this rank of a gang")
+	cmd.Flags().BoolVarP(&follow, "follow", "f", false, "keep printing what the running session adds (Ctrl-C ends)")
+	cmd.Flags().BoolVar(&raw, "raw", false, "print every byte, escape sequences and all")
+	return cmd
+}
+
+func ranks(srcs []api.LogSource) string {
+	s := ""
+	for i, x := range srcs {
+		if i > 0 {
+			s += ", "
+		}
+		s += strconv.Itoa(x.Rank)
+	}
+	return s
+}
+
+// logPos is where a reader of a log is: the current file's inode and how
+// far into it.
+type logPos struct {
+	inode  uint64
+	offset int64
+}
+
+// printLog prints the rotated part, then the current file, whole.
+func printLog(ctx context.Context, cl *api.Client, w io.Writer, s api.LogSource) (logPos, error) {
+	if _, err := copyPart(ctx, cl, w, s, ".1", 0); err != nil && !notFound(err) {
+		return logPos{}, err
+	}
+	pos, err := copyPart(ctx, cl, w, s, "", 0)
+	if notFound(err) {
+		return logPos{}, fmt.Errorf("no log of %s on %s: only runs started with a command keep one (a shell's session keeps none)", s.Lease, s.Node)
+	}
+	return pos, err
+}
+
+func notFound(err error) bool {
+	var ae *api.Error
+	return errors.As(err, &ae) && ae.Code == "not_found"
+}
+
+// copyPart copies one file of a log from off to its end, chunk by chunk.
+func copyPart(ctx context.Context, cl *api.Client, w io.Writer, s api.LogSource, part string, off int64) (logPos, error) {
+	var pos logPos
+	for {
+		cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		ch, err := cl.ReadLog(cctx, api.LogReadRequest{Node: s.Node, Session: s.Session, Part: part, Offset: off, Max: 128 << 10})
+		cancel()
+		if err != nil {
+			return pos, err
+		}
+		if pos.inode != 0 && ch.Inode != pos.inode {
+			off = 0 // rotated under us: the new file from its start
+		}
+		pos.inode = ch.Inode
+		if _, err := w.Write(ch.Data); err != nil {
+			return pos, err
+		}
+		off += int64(len(ch.Data))
+		pos.offset = off
+		if len(ch.Data) == 0 || off >= ch.Size {
+			return pos, nil
+		}
+	}
+}
+
+// followLog prints what a running session adds, reading twice a second (a
+// file has no change signal to wait on), until the session has ended and
+// everything it wrote is printed.
+func followLog(ctx context.Context, cl *api.Client, w io.Writer, s api.LogSource, pos logPos, id string) error {
+	tick := time.NewTicker(500 * time.Millisecond)
+	defer tick.Stop()
+	checks := 0
+	for running := s.Running; ; {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-tick.C:
+		}
+		cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		ch, err := cl.ReadLog(cctx, api.LogReadRequest{Node: s.Node, Session: s.Session, Offset: pos.offset, Max: 128 << 10})
+		cancel()
+		if err != nil {
+			return err
+		}
+		if ch.Inode != pos.inode || ch.Size < pos.offset {
+			pos = logPos{inode: ch.Inode}
+			continue
+		}
+		if len(ch.Data) > 0 {
+			w.Write(ch.Data)
+			pos.offset += int64(len(ch.Data))
+			continue
+		}
+		if !running {
+			return nil
+		}
+		if checks++; checks%4 == 0 {
+			cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			srcs, err := cl.LogSources(cctx, id)
+			cancel()
+			if err == nil {
+				running = slices.ContainsFunc(srcs, func(x api.LogSource) bool { return x.Session == s.Session && x.Node == s.Node && x.Running })
+			}
+		}
+	}
+}
+
+// escapeFilter passes a job's output to a terminal without the escape
+// sequences that act on the terminal itself rather than draw (OSC: titles,
+// the clipboard, hyperlinks; DCS, APC, PM, SOS), keeping colours and cursor
+// movement (CSI), which a job's progress bars need.
+type escapeFilter struct {
+	w     io.Writer
+	state int // 0 text, 1 after ESC, 2 inside a string sequence, 3 ESC inside one
+}
+
+func (f *escapeFilter) Write(p []byte) (int, error) {
+	out := make([]byte, 0, len(p))
+	for _, b := range p {
+		switch f.state {
+		case 0:
+			if b == 0x1b {
+				f.state = 1
+				continue
+			}
+			out = append(out, b)
+		case 1:
+			switch b {
+			case ']', 'P', '_', '^', 'X':
+				f.state = 2
+			default:
+				out = append(out, 0x1b, b)
+				f.state = 0
+			}
+		case 2:
+			switch b {
+			case 0x07:
+				f.state = 0
+			case 0x1b:
+				f.state = 3
+			}
+		case 3:
+			if b == '\\' {
+				f.state = 0
+			} else {
+				f.state = 2
+			}
+		}
+	}
+	if _, err := f.w.Write(out); err != nil {
+		return 0, err
+	}
+	return len(p), nil
+}
+
+// pipeLogCmd is what tmux's pipe-pane runs, as the user, to keep a job's
+// output (launch.PipeLog). Hidden: people never run it.
+func pipeLogCmd(c *cli) *cobra.Command {
+	return &cobra.Command{
+		Use:    "_pipe-log FILE MAX_BYTES",
+		Hidden: true,
+		Args:   cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			max, err := strconv.ParseInt(args[1], 10, 64)
+			if err != nil || max <= 0 {
+				return fmt.Errorf("bad size %q", args[1])
+			}
+			return launch.PipeLog(os.Stdin, args[0], max)
+		},
+	}
+}

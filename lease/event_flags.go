@@ -1,0 +1,83 @@
+package lease
+
+import (
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// RunExit says how a finished queued run's commands exited, from its ended
+// leases: "exit 0", or the worst exit status of its ranks; empty when no
+// rank recorded one (an interactive run).
+func (v ClusterView) RunExit(e QueueEntry) string {
+	key := e.Key()
+	worst, found := 0, false
+	for i := range v.Nodes {
+		for _, x := range v.Nodes[i].Ended {
+			if x.Entry != key || x.Reserved {
+				continue
+			}
+			if code, ok := x.Reason.ExitCode(); ok && (!found || code > worst) {
+				worst, found = code, true
+			}
+		}
+	}
+	if !found {
+		return ""
+	}
+	return "exit " + strconv.Itoa(worst)
+}
+
+// FlagEvents are the events a node's new judgements call for: a GPU newly
+// squatted (a process without the lease), a leased GPU newly idle. old and
+// cur are the judgements before and after; quietSince says since when each
+// GPU has been quiet.
+func FlagEvents(node string, old, cur map[int]Judgement, leases []Lease, quietSince map[int]time.Time, now time.Time) []Event {
+	holder := map[int]*Lease{}
+	for i := range leases {
+		if leases[i].ReservedUntil.IsZero() {
+			for _, g := range leases[i].GPUs {
+				holder[g] = &leases[i]
+			}
+		}
+	}
+	gpus := make([]int, 0, len(cur))
+	for g := range cur {
+		gpus = append(gpus, g)
+	}
+	slices.Sort(gpus)
+	var out []Event
+	for _, g := range gpus {
+		j, was := cur[g], old[g]
+		if j.Has(FlagSquatted) && !was.Has(FlagSquatted) && len(j.Squatters) > 0 {
+			p := j.Squatters[0]
+			who := p.User
+			if who == "" {
+				who = "uid " + strconv.Itoa(p.UID)
+			}
+			out = append(out, SquatterEvent(node, g, who, p.PID, clipCommand(p.Command), holder[g], now))
+		}
+		if l := holder[g]; l != nil && j.Has(FlagIdle) && !was.Has(FlagIdle) {
+			idle := time.Duration(0)
+			if t, ok := quietSince[g]; ok {
+				idle = now.Sub(t)
+			}
+			out = append(out, IdleEvent(*l, g, idle.Round(time.Minute), now))
+		}
+	}
+	return out
+}
+
+// clipCommand keeps a process's command short and to one line.
+func clipCommand(c string) string {
+	c = strings.Join(strings.Fields(c), " ")
+	if len(c) > 60 {
+		cut := 60
+		for cut > 0 && (c[cut]&0xC0) == 0x80 {
+			cut--
+		}
+		c = c[:cut] + "…"
+	}
+	return c
+}

@@ -1,0 +1,130 @@
+package lease_test
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/dibs-gpu/dibs/lease"
+)
+
+func TestEventNotices(t *testing.T) {
+	at := time.Date(2026, 3, 10, 16, 0, 0, 0, time.UTC)
+	l := lease.Lease{ID: "node01-7", Node: "node01", GPUs: []int{3}, User: "alice", UID: 1001, Kind: lease.KindBatch,
+		StartedAt: at.Add(-time.Hour), ExpiresAt: at.Add(10 * time.Minute), Session: "dibs-node01-7"}
+	queued := l
+	queued.Entry = "node01-q3#0"
+	q := lease.QueueEntry{ID: "node01-q3", Origin: "node01", User: "alice", Nodes: 2, GPUsPerNode: 4,
+		Job: &lease.Job{Command: []string{"python", "train.py"}}, Restarts: 1, MaxRestarts: 3}
+	tests := []struct {
+		name string
+		e    lease.Event
+		want string // "" for no notice
+	}{
+		{"own claim", lease.LeaseEvent(lease.EventClaim, l, at), ""},
+		{"own release", lease.EndEvent(l, lease.EndReleased, "", at), ""},
+		{"ten minutes left", lease.WarnEvent(l, "10m", at), "lease node01-7 ends in 10m"},
+		{"a minute left", lease.WarnEvent(l, "1m", at), "ends in 1m"},
+		{"expired", lease.EndEvent(l, lease.EndExpired, "", at), "your lease node01-7 ended at its time limit"},
+		{"ended by an admin", lease.EndEvent(l, lease.EndByAdmin, "root", at), "your lease node01-7 ended by admin root"},
+		{"a run failed", lease.EndEvent(l, lease.ExitReason(3), "", at), "your run in lease node01-7 failed (exit 3): `dibs logs node01-7`"},
+		{"a run finished", lease.EndEvent(l, lease.ExitReason(0), "", at), "your run in lease node01-7 finished (exit 0)"},
+		{"a shell left", lease.EndEvent(l, lease.EndSessionEnded, "", at), ""},
+		{"a queued run's lease: its origin tells", lease.EndEvent(queued, lease.ExitReason(1), "", at), ""},
+		{"queued run started", lease.EntryEvent(lease.EventStart, q, "", at), "your queued request node01-q3 started"},
+		{"job finished", lease.EntryEvent(lease.EventFinish, q, "exit 0", at), "your job node01-q3 finished (exit 0)"},
+		{"job failed", lease.EntryEvent(lease.EventFail, q, "lease node02-4 ended: exit-2", at), "your job node01-q3 failed: lease node02-4 ended: exit-2"},
+		{"job requeued", lease.EntryEvent(lease.EventRequeue, q, "node node02 is down", at), "your job node01-q3 failed (node node02 is down); back in the queue (restart 1 of 3)"},
+		{"own cancel", lease.EntryEvent(lease.EventCancel, q, "", at), ""},
+		{"squatter", lease.SquatterEvent("node01", 3, "dave", 6300, "python hack.py", &l, at), "dave's process 6300 (python hack.py) runs on your GPU 3 on node01"},
+		{"squatter on a free GPU tells nobody", lease.SquatterEvent("node01", 5, "dave", 6300, "python hack.py", nil, at), ""},
+		{"idle: the board shows it, a reclaim is told", lease.IdleEvent(l, 3, 30*time.Minute, at), ""},
+		{"idle reclaim", lease.PreemptEvent(l, lease.PreemptIdle, 5*time.Minute, at), "your GPU 3 on node01 has been idle and someone is waiting: lease node01-7 is reclaimed in 5m"},
+		{"agent join", lease.AgentEvent(lease.EventAgentJoin, "node01", "node02", "joined", at), ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			tt.e.Seq = 1
+			if err := tt.e.Validate(); err != nil {
+				t.Fatalf("Validate: %v (event %+v)", err, tt.e)
+			}
+			n, ok := tt.e.Notice()
+			switch {
+			case tt.want == "" && ok:
+				t.Errorf("Notice = %q, want none", n.Text)
+			case tt.want != "" && !ok:
+				t.Errorf("no notice, want one containing %q (event text %q)", tt.want, tt.e.Text)
+			case ok && !strings.Contains(n.Text, tt.want):
+				t.Errorf("Notice = %q, want it to contain %q", n.Text, tt.want)
+			case ok && n.User != "alice":
+				t.Errorf("notice for %q, want alice", n.User)
+			}
+			if ok {
+				if err := n.Validate(); err != nil {
+					t.Errorf("notice does not validate: %v", err)
+				}
+			}
+		})
+	}
+}
+
+func TestEventValidateRefuses(t *testing.T) {
+	at := time.Date(2026, 3, 10, 16, 0, 0, 0, time.UTC)
+	good := lease.Event{Seq: 1, Node: "node01", At: at, Kind: lease.EventClaim, User: "alice", Text: "alice claimed GPU 0"}
+	if err := good.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	for name, f := range map[string]func(*lease.Event){
+		"no sequence":      func(e *lease.Event) { e.Seq = 0 },
+		"unknown kind":     func(e *lease.Event) { e.Kind = "nope" },
+		"escape in text":   func(e *lease.Event) { e.Text = "hi \x1b]0;owned\x07" },
+		"two lines":        func(e *lease.Event) { e.Text = "a\nb" },
+		"bad user":         func(e *lease.Event) { e.User = "al ice" },
+		"bidi in text":     func(e *lease.Event) { e.Text = "abc\u202edef" },
+		"bad node":         func(e *lease.Event) { e.Node = "-x" },
+		"long text":        func(e *lease.Event) { e.Text = strings.Repeat("x", 600) },
+		"gpu out of range": func(e *lease.Event) { e.GPUs = []int{-1} },
+	} {
+		e := good
+		f(&e)
+		if err := e.Validate(); err == nil {
+			t.Errorf("%s: Validate accepted %+v", name, e)
+		}
+	}
+}
+
+func TestEventFilterAndOrder(t *testing.T) {
+	at := time.Date(2026, 3, 10, 16, 0, 0, 0, time.UTC)
+	evs := []lease.Event{
+		{Seq: 2, Node: "node02", At: at.Add(time.Second), User: "bob"},
+		{Seq: 7, Node: "node01", At: at.Add(time.Second), User: "alice"},
+		{Seq: 6, Node: "node01", At: at, User: "alice", By: "bob"},
+	}
+	lease.SortEvents(evs)
+	var got []uint64
+	for _, e := range evs {
+		got = append(got, e.Seq)
+	}
+	if want := []uint64{6, 7, 2}; !equalU(got, want) {
+		t.Errorf("order %v, want %v (time, then node, then sequence)", got, want)
+	}
+	f := lease.EventFilter{User: "bob"}
+	if !f.Match(&evs[0]) || f.Match(&evs[1]) || !f.Match(&evs[2]) {
+		t.Errorf("a user filter matches the events about them and the ones they did")
+	}
+	if (lease.EventFilter{After: 6}).Match(&evs[0]) || !(lease.EventFilter{Since: at.Add(time.Second)}).Match(&evs[1]) {
+		t.Errorf("After and Since filters wrong")
+	}
+}
+
+func equalU(a, b []uint64) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
