@@ -24,7 +24,7 @@ import (
 
 // Version is the protocol version; agents of another version do not join
 // each other's cluster (it travels in the gossip node meta).
-const Version = 5
+const Version = 6
 
 // MaxBody bounds an encoded request or reply; the gossip layer bounds the
 // message around it too.
