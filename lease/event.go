@@ -150,7 +150,7 @@ func LeaseEvent(kind EventKind, l Lease, at time.Time) Event {
 // a reason (by an admin when by is set).
 func EndEvent(l Lease, reason EndReason, by string, at time.Time) Event {
 	kind := EventEnd
-	if reason == EndReleased {
+	if reason == EndReleased || reason == EndUnbooked {
 		kind = EventRelease
 	}
 	e := LeaseEvent(kind, l, at)
@@ -294,6 +294,9 @@ func (e *Event) describe(l Lease) string {
 		}
 	case EventRelease:
 		s = fmt.Sprintf("%s released %s (%s)", l.User, l.ID, gpus)
+		if EndReason(e.Reason) == EndUnbooked {
+			s = fmt.Sprintf("%s withdrew booking %s (%s)", l.User, l.ID, gpus)
+		}
 	case EventEnd:
 		s = fmt.Sprintf("%s's lease %s (%s) ended %s", l.User, l.ID, gpus, e.endWords())
 	case EventExtend:
@@ -348,6 +351,12 @@ func (r EndReason) Words() string {
 		return "because the gang reservation was never committed"
 	case EndLost:
 		return "because its node went down"
+	case EndUnbooked:
+		return "when its booking was withdrawn"
+	case EndBookingLapsed:
+		return "because its booked time passed while its node could not start it"
+	case EndBooked:
+		return "because a booking of its GPUs began while it was past its end"
 	}
 	if why, ok := strings.CutPrefix(string(r), preemptPrefix); ok {
 		return "after its grace (reclaimed: " + why + ")"

@@ -14,6 +14,8 @@ func TestEventNotices(t *testing.T) {
 		StartedAt: at.Add(-time.Hour), ExpiresAt: at.Add(10 * time.Minute), Session: "dibs-node01-7"}
 	queued := l
 	queued.Entry = "node01-q3#0"
+	booked := l
+	booked.Booked, booked.StartedAt, booked.ExpiresAt = true, at.Add(time.Hour), at.Add(3*time.Hour)
 	q := lease.QueueEntry{ID: "node01-q3", Origin: "node01", User: "alice", Nodes: 2, GPUsPerNode: 4,
 		Job: &lease.Job{Command: []string{"python", "train.py"}}, Restarts: 1, MaxRestarts: 3}
 	tests := []struct {
@@ -41,6 +43,12 @@ func TestEventNotices(t *testing.T) {
 		{"idle: the board shows it, a reclaim is told", lease.IdleEvent(l, 3, 30*time.Minute, at), ""},
 		{"idle reclaim", lease.PreemptEvent(l, lease.PreemptIdle, 5*time.Minute, at), "your GPU 3 on node01 has been idle and someone is waiting: lease node01-7 is reclaimed in 5m"},
 		{"agent join", lease.AgentEvent(lease.EventAgentJoin, "node01", "node02", "joined", at), ""},
+		{"own booking", lease.BookingEvent(booked, at), ""},
+		{"own unbook", lease.EndEvent(booked, lease.EndUnbooked, "", at), ""},
+		{"a booking began", lease.BookingStartEvent(l, "", at), "your booking node01-7 has begun: GPU 3 on node01 until"},
+		{"a booking began, its command did not", lease.BookingStartEvent(l, "no such file\x1b[2J", at), "its command could not start (no such file"},
+		{"a booking lapsed", lease.EndEvent(booked, lease.EndBookingLapsed, "", at), "your lease node01-7 ended because its booked time passed"},
+		{"a lease past its end when a booking began", lease.EndEvent(l, lease.EndBooked, "", at), "your lease node01-7 ended because a booking of its GPUs began"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -42,7 +42,7 @@ func (n *Notice) Validate() error {
 
 // Notice says whom an event concerns and what to tell them, and false for
 // the events nobody needs to hear of: what they did themselves (a claim, a
-// release), the cluster's own comings and goings, a GPU going idle (the
+// release; but a booking that begins is told), the cluster's own comings and goings, a GPU going idle (the
 // board marks it; they hear when it is reclaimed), and the end of a queued
 // run's lease (its origin tells how the whole run ended, once).
 func (e *Event) Notice() (Notice, bool) {
@@ -53,6 +53,11 @@ func (e *Event) Notice() (Notice, bool) {
 	switch e.Kind {
 	case EventStart:
 		n.Text = fmt.Sprintf("your queued request %s started (`dibs ls` shows its GPUs)", e.Entry)
+	case EventClaim:
+		if e.Reason != ReasonBookingBegan {
+			return Notice{}, false // they claimed it themselves
+		}
+		n.Text = yours(e.Text, e.User)
 	case EventWarn, EventPreempt, EventReclaim, EventFinish, EventFail, EventRequeue, EventSquatter:
 		n.Text = yours(e.Text, e.User)
 	case EventCancel:

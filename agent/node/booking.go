@@ -2,7 +2,6 @@ package node
 
 import (
 	"context"
-	"fmt"
 	"time"
 
 	"github.com/dibs-gpu/dibs/launch"
@@ -41,6 +40,9 @@ func (n *Node) Book(c lease.Caller, req lease.BookRequest, requestID string) (le
 		}
 		err = n.saveLocked(b, now)
 	}
+	if err == nil {
+		n.deps.Events(lease.BookingEvent(b, now.Wall))
+	}
 	n.wmu.Unlock()
 	if err != nil {
 		return lease.Lease{}, err
@@ -76,12 +78,13 @@ func (x *bookingJob) start(ctx context.Context, b lease.Lease) {
 		n.log.Error("start booking", "booking", b.ID, "err", err)
 		return
 	}
+	// The leases ended here have their end events (EndBooked), whose
+	// notices tell their holders why.
 	for _, x := range in {
 		n.sess.killSession(ctx, x, true)
-		n.Notify(x.UID, fmt.Sprintf("lease %s was ended: it was past its end and %s's booking of its GPUs began", x.ID, b.User))
 	}
 	n.log.Info("booking started", "lease", l.ID, "user", l.User, "ended", len(in))
-	text := fmt.Sprintf("your booking %s has begun: GPU%s %s until %s", l.ID, plural(len(l.GPUs)), l.CUDAVisibleDevices(), l.ExpiresAt.Local().Format("15:04"))
+	failed := ""
 	if cur.Job != nil {
 		run := &Run{Name: l.Session, Command: cur.Job.Command, Dir: cur.Job.Dir}
 		u, err := n.sess.sessionUser(lease.Caller{UID: l.UID, User: l.User})
@@ -90,21 +93,16 @@ func (x *bookingJob) start(ctx context.Context, b lease.Lease) {
 		}
 		if err != nil {
 			n.log.Warn("start booked run", "lease", l.ID, "err", err)
-			n.Notify(l.UID, fmt.Sprintf("your booking %s began but its command could not start (%v); the lease stays, without a session", l.ID, err))
+			failed = err.Error()
 			n.update(l, func(x *lease.Lease) { x.Session = "" })
-		} else {
-			text += fmt.Sprintf(", running in tmux session %s", l.Session)
 		}
 	}
-	n.Notify(l.UID, text)
+	// Its event's notice tells the holder, in every session and by their
+	// webhook.
+	n.wmu.Lock()
+	n.deps.Events(lease.BookingStartEvent(l, failed, n.now().Wall))
+	n.wmu.Unlock()
 	n.deps.LeasesChanged()
-}
-
-func plural(n int) string {
-	if n == 1 {
-		return ""
-	}
-	return "s"
 }
 
 // step applies a booking's step of the clock.
@@ -114,8 +112,8 @@ func (x *bookingJob) step(ctx context.Context, d lease.Due, now time.Time) {
 	case lease.StepBookingStart:
 		x.start(ctx, d.Lease)
 	case lease.StepBookingLapsed:
+		// Its end event (EndBookingLapsed) tells the holder.
 		n.log.Warn("booking lapsed: its time passed while it could not start", "booking", d.Lease.ID, "user", d.Lease.User)
-		n.Notify(d.Lease.UID, fmt.Sprintf("your booking %s lapsed: its time (until %s) passed while its node could not start it", d.Lease.ID, d.Lease.ExpiresAt.Local().Format("Mon 15:04")))
 		n.end(d.Lease, lease.EndBookingLapsed, "")
 	}
 }
