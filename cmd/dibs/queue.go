@@ -164,7 +164,8 @@ func followSubmitted(cl *api.Client, sub api.Submitted) submitOutcome {
 			// and has already ended. The origin tells a failure on the
 			// board just after it drops the entry: wait a moment for it.
 			for _, n := range b.Notices {
-				if _, text, _ := strings.Cut(n, " "); strings.HasPrefix(text, sub.ID+" failed") {
+				// The notice of its failure event: "your job node01-q3 failed: …".
+				if _, text, _ := strings.Cut(n, " "); strings.Contains(text, " "+sub.ID+" failed") {
 					return submitOutcome{failed: text}
 				}
 			}
