@@ -2,6 +2,7 @@ package origin_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -19,7 +20,9 @@ var t0 = time.Date(2026, 11, 30, 9, 0, 0, 0, time.UTC)
 // stopped and, once that ends, the attempt fails and is requeued.
 func TestGangWithARankThatNeverStartedIsStopped(t *testing.T) {
 	clk := clock.NewFake(t0)
-	o := origin.New("n1", origin.Deps{Store: storetest.New(storetest.Options{}), Clock: clk})
+	var told []lease.Event
+	o := origin.New("n1", origin.Deps{Store: storetest.New(storetest.Options{}), Clock: clk,
+		Events: func(e lease.Event) { told = append(told, e) }})
 	e, err := o.Submit(lease.QueueEntry{User: "alice", UID: 1001, Nodes: 2, GPUsPerNode: 1, Duration: time.Hour, Kind: lease.KindBatch,
 		Requeue: true, MaxRestarts: 1, Job: &lease.Job{Command: []string{"train"}}})
 	if err != nil {
@@ -39,30 +42,38 @@ func TestGangWithARankThatNeverStartedIsStopped(t *testing.T) {
 	}
 	var stopped []string
 	stop := func(_ context.Context, l lease.Lease) error { stopped = append(stopped, l.ID); return nil }
-	var told []string
-	tell := func(_ int, s string) { told = append(told, s) }
 	const ttl = 30 * time.Second
 	for _, step := range []time.Duration{0, 10 * time.Second, 19 * time.Second} {
 		clk.Advance(step)
-		o.Reconcile(context.Background(), view(rank0), time.Minute, ttl, stop, tell)
+		o.Reconcile(context.Background(), view(rank0), time.Minute, ttl, stop, nil)
 		if len(stopped) > 0 {
 			t.Fatalf("rank 0 stopped after %s, before a reservation's lifetime (%s)", step, ttl)
 		}
 	}
 	clk.Advance(2 * time.Second)
-	o.Reconcile(context.Background(), view(rank0), time.Minute, ttl, stop, tell)
+	o.Reconcile(context.Background(), view(rank0), time.Minute, ttl, stop, nil)
 	if len(stopped) != 1 || stopped[0] != "n1-1" {
 		t.Fatalf("stopped %v once the rank was missing for %s, want n1-1", stopped, ttl)
 	}
 	// Rank 0 ends as stopped: the attempt failed and goes back in the queue.
 	n1 := lease.NodeView{Name: "n1", State: lease.NodeAlive, HasState: true,
 		Ended: []lease.EndedRun{{Entry: e.Key(), Lease: "n1-1", Reason: lease.PreemptedReason(lease.PreemptGang), At: clk.Now()}}}
-	o.Reconcile(context.Background(), lease.NewClusterView(n1, []lease.NodeView{n2}, clk.Now()), time.Minute, ttl, stop, tell)
+	o.Reconcile(context.Background(), lease.NewClusterView(n1, []lease.NodeView{n2}, clk.Now()), time.Minute, ttl, stop, nil)
 	got, ok := o.Get(e.ID)
 	if !ok || got.Running || got.Restarts != 1 {
 		t.Errorf("entry after the failed attempt: %+v (found %v), want requeued once", got, ok)
 	}
-	if len(told) == 0 {
-		t.Errorf("alice was not told her gang failed")
+	// The requeue is an event whose notice tells alice, everywhere.
+	var requeue *lease.Event
+	for i := range told {
+		if told[i].Kind == lease.EventRequeue {
+			requeue = &told[i]
+		}
+	}
+	if requeue == nil {
+		t.Fatalf("events %+v: want a requeue, whose notice tells alice", told)
+	}
+	if n, ok := requeue.Notice(); !ok || n.User != "alice" || !strings.Contains(n.Text, "back in the queue") {
+		t.Errorf("requeue notice %+v (%v), want one telling alice her gang is back in the queue", n, ok)
 	}
 }
