@@ -37,18 +37,26 @@ func (v *sessionsView) mine() []myLease {
 		at := map[string]int{} // lease id to its index in out
 		for gi := range n.GPUs {
 			g := &n.GPUs[gi]
-			if !v.common.mine(g.Lease) {
-				continue
+			// A whole GPU's lease, or the caller's part of a GPU held in
+			// parts (a MIG instance, a budget).
+			held := []*lease.Lease{g.Lease}
+			for k := range g.Shares {
+				held = append(held, &g.Shares[k])
 			}
-			i, ok := at[g.Lease.ID]
-			if !ok {
-				i = len(out)
-				at[g.Lease.ID] = i
-				out = append(out, myLease{l: g.Lease, node: n.Name, util: meanUtil(n, g.Lease)})
-			}
-			for _, f := range g.Flags {
-				if !slices.Contains(out[i].flags, f) {
-					out[i].flags = append(out[i].flags, f)
+			for _, l := range held {
+				if !v.common.mine(l) {
+					continue
+				}
+				i, ok := at[l.ID]
+				if !ok {
+					i = len(out)
+					at[l.ID] = i
+					out = append(out, myLease{l: l, node: n.Name, util: meanUtil(n, l)})
+				}
+				for _, f := range g.Flags {
+					if !slices.Contains(out[i].flags, f) {
+						out[i].flags = append(out[i].flags, f)
+					}
 				}
 			}
 		}

@@ -1,6 +1,7 @@
 package tui
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -98,5 +99,52 @@ func TestUnitCells(t *testing.T) {
 	}
 	if views[0].cells[0].kind != kindMine || sum.mine != 2 || sum.free != 3 {
 		t.Errorf("MIG cell kind %v, mine %d, free %d; want mine (alice holds an instance), 2 of alice's GPUs, 3 free whole GPUs", views[0].cells[0].kind, sum.mine, sum.free)
+	}
+}
+
+// On a GPU held in parts, e and x act on the caller's own part (alice's MIG
+// instance, her budget), whoever else holds one beside her.
+func TestKeysActOnYourPart(t *testing.T) {
+	tests := []struct {
+		gpu       int
+		key, want string
+	}{
+		{0, "x", "gpu-a-5"},
+		{0, "e", "gpu-a-5"},
+		{1, "x", "gpu-a-7"},
+		{1, "e", "gpu-a-7"},
+	}
+	for _, tc := range tests {
+		t.Run(fmt.Sprintf("%s on GPU %d", tc.key, tc.gpu), func(t *testing.T) {
+			h := newHarness(t, 160, 48, Options{})
+			h.send(BoardMsg(unitsBoard()))
+			h.moveTo("gpu-a", tc.gpu)
+			h.keys(tc.key)
+			switch {
+			case tc.key == "x" && (h.m.confirm == nil || h.m.confirm.id != tc.want):
+				t.Errorf("x opened %+v, want the release of %s", h.m.confirm, tc.want)
+			case tc.key == "e" && (h.m.form == nil || h.m.form.lease != tc.want):
+				t.Errorf("e opened %+v, want the extension of %s", h.m.form, tc.want)
+			}
+		})
+	}
+}
+
+// "My sessions" lists the caller's parts of GPUs too: a MIG instance and a
+// budget are leases of theirs like any other.
+func TestSessionsListYourParts(t *testing.T) {
+	h := newHarness(t, 160, 48, Options{})
+	h.send(BoardMsg(unitsBoard()))
+	h.keys("4")
+	s := h.screen()
+	for _, id := range []string{"gpu-a-5", "gpu-a-7"} {
+		if !strings.Contains(s, id) {
+			t.Errorf("my sessions lacks alice's %s:\n%s", id, s)
+		}
+	}
+	for _, id := range []string{"gpu-a-6", "gpu-a-8"} {
+		if strings.Contains(s, id) {
+			t.Errorf("my sessions lists bob's %s:\n%s", id, s)
+		}
 	}
 }
