@@ -235,7 +235,7 @@ func (s *Service) clusterEvents(ctx context.Context, who peer.Actor, f lease.Eve
 }
 
 // eventFilter reads `--since` and `--user`.
-func (b *Bound) eventFilter(req api.EventsRequest) (lease.EventFilter, error) {
+func eventFilter(b *Bound, req api.EventsRequest) (lease.EventFilter, error) {
 	since := 24 * time.Hour
 	if req.Since != "" {
 		d, err := lease.ParseDuration(req.Since)
@@ -252,17 +252,17 @@ func (b *Bound) eventFilter(req api.EventsRequest) (lease.EventFilter, error) {
 
 // Events is `dibs events`: what happened on every node, oldest first.
 func (b *Bound) Events(ctx context.Context, req api.EventsRequest) (api.EventList, error) {
-	f, err := b.eventFilter(req)
+	f, err := eventFilter(b, req)
 	if err != nil {
 		return api.EventList{}, err
 	}
-	list, _ := b.s.clusterEvents(ctx, peer.As(b.actorName()), f, b.s.liveNodes())
+	list, _ := b.s.clusterEvents(ctx, peer.As(actorName(b)), f, b.s.liveNodes())
 	return list, nil
 }
 
 // actorName is who the caller is to other nodes; a caller without a name
 // (a uid with no account) reads as the cluster.
-func (b *Bound) actorName() string {
+func actorName(b *Bound) string {
 	if lease.ValidUserName(b.c.User) {
 		return b.c.User
 	}
@@ -282,7 +282,7 @@ const followBackstop = 10 * time.Second
 // events, leases and queue, and every change gossip brings); it does not
 // poll.
 func (b *Bound) FollowEvents(ctx context.Context, req api.EventsRequest) (<-chan lease.Event, func() error, error) {
-	f, err := b.eventFilter(req)
+	f, err := eventFilter(b, req)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -293,7 +293,7 @@ func (b *Bound) FollowEvents(ctx context.Context, req api.EventsRequest) (<-chan
 		defer close(done)
 		defer close(ch)
 		s := b.s
-		who := peer.As(b.actorName())
+		who := peer.As(actorName(b))
 		list, cursors := s.clusterEvents(ctx, who, f, s.liveNodes())
 		send := func(evs []lease.Event) bool {
 			for _, e := range evs {
@@ -398,15 +398,15 @@ func (b *Bound) Notify(ctx context.Context, req api.NotifyRequest) (api.NotifySt
 	}
 	var test *api.NotifyTest
 	if req.Test {
-		test = b.testNotice(ctx, nodes)
+		test = testNotice(ctx, b, nodes)
 	}
-	st := b.notifyStatus(ctx, nodes)
+	st := notifyStatus(ctx, b, nodes)
 	st.Test = test
 	return st, nil
 }
 
 // testNotice sends a test notice through every node, as a real one goes.
-func (b *Bound) testNotice(ctx context.Context, nodes []string) *api.NotifyTest {
+func testNotice(ctx context.Context, b *Bound, nodes []string) *api.NotifyTest {
 	s := b.s
 	n := lease.Notice{User: b.c.User, Node: s.cfg.Node, At: s.deps.Clock.Now().Round(0), Test: true,
 		Text: "a test notice from `dibs notify --test` on " + s.cfg.Node + ": this is how dibs tells you"}
@@ -429,7 +429,7 @@ func (b *Bound) testNotice(ctx context.Context, nodes []string) *api.NotifyTest 
 }
 
 // notifyStatus asks every node for the caller's webhook.
-func (b *Bound) notifyStatus(ctx context.Context, nodes []string) api.NotifyStatus {
+func notifyStatus(ctx context.Context, b *Bound, nodes []string) api.NotifyStatus {
 	s := b.s
 	st := api.NotifyStatus{User: b.c.User}
 	for _, node := range nodes {
