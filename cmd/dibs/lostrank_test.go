@@ -150,13 +150,18 @@ func TestGangWhoseNodeDiesIsRequeued(t *testing.T) {
 		return true
 	})
 	t.Logf("gang requeued and running again %s after its node was killed", time.Since(killed).Round(100*time.Millisecond))
-	q, err := cl.Queue(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, e := range q.Entries {
-		if e.ID == sub.ID && (e.Restarts != 1 || !e.Running) {
-			t.Errorf("entry after the requeue: restarts %d running %v, want 1 and running", e.Restarts, e.Running)
+	// The origin marks the attempt running when the scheduler's Started
+	// message arrives, just after the ranks' leases show.
+	agenttest.Eventually(t, 5*time.Second, "the entry to show restart 1, running", func() bool {
+		q, err := cl.Queue(context.Background())
+		if err != nil {
+			return false
 		}
-	}
+		for _, e := range q.Entries {
+			if e.ID == sub.ID {
+				return e.Restarts == 1 && e.Running
+			}
+		}
+		return false
+	})
 }
