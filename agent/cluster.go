@@ -149,8 +149,16 @@ func (l *clusterLink) Peers() []lease.NodeView {
 		}
 		st := &p.NodeState
 		leases, bookings := lease.SplitBookings(st.Leases)
+		// Gossip times a member's absence on the system's monotonic clock;
+		// the view judges it against the agent's clock (lost ranks), so
+		// say when it went down on that clock: a wall-clock step must not
+		// make a node lost at once, or never.
+		since := p.DownSince
+		if !since.IsZero() {
+			since = l.a.deps.Clock.Now().Add(-time.Since(p.DownSince))
+		}
 		out = append(out, lease.NodeView{
-			Name: p.Name, State: p.State, Addr: p.Addr, HasState: p.HasState, Since: p.DownSince,
+			Name: p.Name, State: p.State, Addr: p.Addr, HasState: p.HasState, Since: since,
 			Version: st.Version, Snap: st.Snapshot, Leases: leases, Bookings: bookings, Idle: lease.IdleTrackerFrom(st.QuietSince),
 			Queue: st.Queue, Ended: st.Ended, Usage: st.Usage,
 		})
