@@ -134,6 +134,9 @@ func plural(n int) string {
 	return "s"
 }
 
+// counted is n and a noun that takes an s: "1 GPU", "2 GPUs".
+func counted(n int, noun string) string { return fmt.Sprintf("%d %s%s", n, noun, plural(n)) }
+
 func claimCmd(c *cli) *cobra.Command {
 	var f claimFlags
 	var q queueFlags
