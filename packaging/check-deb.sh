@@ -49,6 +49,7 @@ done <<'FILES'
 644 /usr/share/man/man1/dibs-claim.1.gz
 644 /usr/share/doc/dibs/LICENSE
 644 /usr/share/doc/dibs/examples/dibs.toml
+644 /usr/share/doc/dibs/operations.md
 FILES
 [ "$(stat -c '%a %U' /etc/dibs)" = "755 root" ] || fail "/etc/dibs is $(stat -c '%a %U' /etc/dibs), want 755 root"
 dpkg-query -W -f='${Conffiles}\n' dibs | grep -q '/etc/dibs/dibs.toml' || fail "/etc/dibs/dibs.toml is not a conffile"
