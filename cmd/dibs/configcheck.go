@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -10,6 +11,7 @@ import (
 	"os"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -39,6 +41,9 @@ agent will do with it: the node's name, the cluster, the ports to open.`,
 				return err
 			}
 			if err := checkClusterKey(path, fc.Cluster); err != nil {
+				return err
+			}
+			if err := checkJoinNames(path, fc.Cluster); err != nil {
 				return err
 			}
 			// The agent's own reading of the cluster and SSH settings, so the
@@ -100,6 +105,25 @@ func checkClusterKey(path string, cc config.ClusterConfig) error {
 		return fmt.Errorf("%s: cannot read the cluster key %s as uid %d: run `sudo dibs config check`, as the agent reads it as root", path, kf, me)
 	} else if err != nil {
 		return fmt.Errorf("%s: %w", path, err)
+	}
+	return nil
+}
+
+// checkJoinNames resolves every host name in [cluster] join, as the agent
+// will: a name this node cannot resolve never joins, and `dibs attach`
+// reaches other nodes by name too.
+func checkJoinNames(path string, cc config.ClusterConfig) error {
+	for _, j := range cc.Join {
+		host, _, err := config.SplitHostPort(j, 7946)
+		if err != nil || net.ParseIP(host) != nil {
+			continue // LoadFile has refused a malformed one
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		_, err = net.DefaultResolver.LookupHost(ctx, host)
+		cancel()
+		if err != nil {
+			return fmt.Errorf("%s: [cluster] join names %s, which does not resolve on this node: add it to DNS or to /etc/hosts on every node (or give its address)", path, host)
+		}
 	}
 	return nil
 }

@@ -75,6 +75,9 @@ func TestConfigCheckClusterKey(t *testing.T) {
 	os.WriteFile(bad, []byte("not a key\n"), 0o600)
 	wantErr("malformed key", conf("badkey.toml", "[cluster]\nkey_file = \""+bad+"\"\n"),
 		"read cluster key "+bad+": key is neither 32 raw bytes nor their base64 text (10 bytes given): make one with `dibs keygen`", nil)
+	unknown := conf("unknown.toml", "[cluster]\nkey_file = \""+key+"\"\njoin = [\"localhost\", \"no-such-node.invalid:7946\"]\n")
+	wantErr("a join name that does not resolve", unknown,
+		"[cluster] join names no-such-node.invalid, which does not resolve on this node: add it to DNS or to /etc/hosts on every node (or give its address)", nil)
 	if out, _, code := check(conf("alone.toml", "node_name = \"solo\"\n"), nil); code != 0 || !strings.Contains(out, "cluster    off: this agent runs alone") {
 		t.Errorf("check of a config without [cluster]: exit %d %q", code, out)
 	}
