@@ -7,7 +7,8 @@
 # It builds dibs as the release does (-trimpath, -s -w, cgo) unless DIBS
 # names a binary, starts an agent on 8 simulated GPUs on a socket of its
 # own, and times:
-#   dibs help                  no socket at all: process start-up alone
+#   dibs version               no socket at all: process start-up alone
+#   dibs help                  the same, and cobra's help template
 #   dibs ls                    one request
 #   dibs claim -g 1            one request with a bbolt commit (released untimed)
 #   dibs run -g 1 -- true      a claim and a tmux session (released untimed)
@@ -108,6 +109,7 @@ if [ -n "$base" ]; then
 else
 	printf '%-26s %8s %8s\n' "command (ms)" "median" "p90"
 fi
+bench "dibs version" "" dibs version
 bench "dibs help" "" dibs help
 bench "dibs ls" "" dibs ls
 bench "dibs claim -g 1" release_all dibs claim -g 1
@@ -124,3 +126,15 @@ else
 fi
 echo "package init of dibs help: $(inittrace "$dibs")"
 [ -z "$base" ] || echo "package init of BASE help: $(inittrace "$base")"
+# CPU time is steadier than wall time on a shared machine.
+if command -v perf >/dev/null && perf stat -e task-clock true >/dev/null 2>&1; then
+	cpu() {
+		perf stat -r "$runs" -e task-clock,page-faults "$@" 2>&1 >/dev/null |
+			awk '/task-clock/ {ms = $1} /page-faults/ {pf = $1} END {printf "%.2f ms CPU, %s page faults", ms, pf}'
+	}
+	echo "dibs ls, mean of $runs: $(cpu "$dibs" ls)"
+	[ -z "$base" ] || echo "BASE ls, mean of $runs: $(cpu "$base" ls)"
+	if command -v squeue >/dev/null && squeue -h >/dev/null 2>&1; then
+		echo "squeue, mean of $runs: $(cpu squeue)"
+	fi
+fi
