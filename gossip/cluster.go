@@ -319,7 +319,7 @@ func New(cfg Config, d Delegate) (*Cluster, error) {
 		c.cancel()
 		return nil, err
 	}
-	mc.Transport = newMeteredTransport(nt, &c.stats, cfg.testPacketLoss, cfg.Faults)
+	mc.Transport = newMeteredTransport(nt, &c.stats, cfg)
 	if mc.BindPort == 0 {
 		mc.BindPort = nt.GetAutoBindPort()
 	}
