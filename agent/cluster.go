@@ -60,7 +60,7 @@ func (a *Agent) joinCluster(s ClusterSettings) (*clusterLink, error) {
 		AdvertiseAddr: s.AdvertiseAddr, AdvertisePort: s.AdvertisePort, Join: s.Join,
 		ClusterName: s.Name, Key: s.Key, Insecure: s.Insecure,
 		BootID: randomID(), BootedAt: a.deps.Clock.Now(), Protocol: peer.Version, Faults: s.Faults,
-		Logf: func(f string, args ...any) { a.log.Warn("gossip: " + fmt.Sprintf(f, args...)) },
+		Logf: func(f string, args ...any) { a.log.Warn(fmt.Sprintf(f, args...)) },
 	}
 	if s.Fast {
 		cfg.RejoinInterval = time.Second
@@ -194,7 +194,7 @@ func (l *clusterLink) Status(now time.Time) ([]api.Member, api.GossipCounter) {
 	s := l.c.Stats()
 	return ms, api.GossipCounter{
 		MessagesIn: s.MessagesIn, MessagesOut: s.MessagesOut, BytesIn: s.BytesIn, BytesOut: s.BytesOut,
-		Dropped: s.Dropped, DecryptFailures: s.DecryptFailures,
+		Dropped: s.Dropped, DecryptFailures: s.DecryptFailures, LabelMismatches: s.LabelMismatches,
 		RemoteRequests: s.RemoteRequests, RemoteRequestErrs: s.RemoteRequestErrs,
 	}
 }

@@ -3,6 +3,7 @@ package peer
 import (
 	"context"
 	"encoding/json"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -67,6 +68,20 @@ func FuzzServe(f *testing.F) {
 			if strings.ContainsAny(msg, "\n\r") || len(msg) > 4096 || !utf8.ValidString(msg) {
 				t.Fatalf("a refusal that is not one short line: %q", msg)
 			}
+		}
+	})
+}
+
+// FuzzEnvKey: the byte check accepts exactly what the pattern it replaced
+// accepted.
+func FuzzEnvKey(f *testing.F) {
+	pattern := regexp.MustCompile(`^[A-Z_][A-Z0-9_]{0,63}$`)
+	for _, s := range []string{"MASTER_ADDR", "_X", "9LIVES", "a", "", strings.Repeat("A", 64), strings.Repeat("A", 65), "NODE_RANK\n"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		if envKey(s) != pattern.MatchString(s) {
+			t.Fatalf("envKey(%q) = %v, the pattern says %v", s, envKey(s), pattern.MatchString(s))
 		}
 	})
 }
