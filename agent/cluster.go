@@ -60,7 +60,7 @@ func (a *Agent) joinCluster(s ClusterSettings) (*clusterLink, error) {
 		AdvertiseAddr: s.AdvertiseAddr, AdvertisePort: s.AdvertisePort, Join: s.Join,
 		ClusterName: s.Name, Key: s.Key, Insecure: s.Insecure,
 		BootID: randomID(), BootedAt: a.deps.Clock.Now(), Protocol: peer.Version, Faults: s.Faults,
-		Logf: func(f string, args ...any) { a.log.Warn("gossip: " + fmt.Sprintf(f, args...)) },
+		Logf: func(f string, args ...any) { a.log.Warn(fmt.Sprintf(f, args...)) },
 	}
 	if s.Fast {
 		cfg.RejoinInterval = time.Second
@@ -149,8 +149,16 @@ func (l *clusterLink) Peers() []lease.NodeView {
 		}
 		st := &p.NodeState
 		leases, bookings := lease.SplitBookings(st.Leases)
+		// Gossip times a member's absence on the system's monotonic clock;
+		// the view judges it against the agent's clock (lost ranks), so
+		// say when it went down on that clock: a wall-clock step must not
+		// make a node lost at once, or never.
+		since := p.DownSince
+		if !since.IsZero() {
+			since = l.a.deps.Clock.Now().Add(-time.Since(p.DownSince))
+		}
 		out = append(out, lease.NodeView{
-			Name: p.Name, State: p.State, Addr: p.Addr, HasState: p.HasState, Since: p.DownSince,
+			Name: p.Name, State: p.State, Addr: p.Addr, HasState: p.HasState, Since: since,
 			Version: st.Version, Snap: st.Snapshot, Leases: leases, Bookings: bookings, Idle: lease.IdleTrackerFrom(st.QuietSince),
 			Queue: st.Queue, Ended: st.Ended, Usage: st.Usage,
 		})
@@ -186,7 +194,7 @@ func (l *clusterLink) Status(now time.Time) ([]api.Member, api.GossipCounter) {
 	s := l.c.Stats()
 	return ms, api.GossipCounter{
 		MessagesIn: s.MessagesIn, MessagesOut: s.MessagesOut, BytesIn: s.BytesIn, BytesOut: s.BytesOut,
-		Dropped: s.Dropped, DecryptFailures: s.DecryptFailures,
+		Dropped: s.Dropped, DecryptFailures: s.DecryptFailures, LabelMismatches: s.LabelMismatches,
 		RemoteRequests: s.RemoteRequests, RemoteRequestErrs: s.RemoteRequestErrs,
 	}
 }

@@ -1,6 +1,8 @@
 package api
 
 import (
+	"math/rand/v2"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -91,5 +93,42 @@ func TestQuoteArgv(t *testing.T) {
 	got := QuoteArgv(long)
 	if !strings.HasSuffix(got, "… (cut; 500 words in all)") || len(got) > maxQuoted+100 {
 		t.Errorf("long argv: %d bytes, ends %q", len(got), got[len(got)-40:])
+	}
+}
+
+// TestAttachPartsMatchTheirPatterns: the byte-by-byte checks accept exactly
+// what the patterns they replace accept, at and around every bound.
+func TestAttachPartsMatchTheirPatterns(t *testing.T) {
+	checks := []struct {
+		name    string
+		check   func(string) bool
+		pattern *regexp.Regexp
+		chars   string
+		max     int
+	}{
+		{"sessionTarget", sessionTarget, regexp.MustCompile(`^=[A-Za-z0-9_][A-Za-z0-9_-]{0,127}$`), "=aZ9_-./ :x", 129},
+		{"safePath", safePath, regexp.MustCompile(`^/[A-Za-z0-9_][A-Za-z0-9._/-]{0,999}$`), "/aZ9_-./ =:", 1001},
+		{"sshHost", sshHost, regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,252}$`), "aZ9_-. /=", 253},
+		{"plainWord", plainWord, regexp.MustCompile(`^[A-Za-z0-9_@%+=:,./-]+$`), "aZ9_@%+=:,./- '$\"\x1b", 300},
+	}
+	r := rand.New(rand.NewPCG(1, 2))
+	for _, c := range checks {
+		var words []string
+		for _, n := range []int{0, 1, 2, 3, c.max - 1, c.max, c.max + 1} {
+			for range 200 {
+				b := make([]byte, max(n, 0))
+				for i := range b {
+					b[i] = c.chars[r.IntN(len(c.chars))]
+				}
+				words = append(words, string(b))
+			}
+			// The all-valid word of each length, which random picks rarely make.
+			words = append(words, c.chars[:1]+strings.Repeat("a", max(n-1, 0)))
+		}
+		for _, w := range words {
+			if got, want := c.check(w), c.pattern.MatchString(w); got != want {
+				t.Errorf("%s(%q) = %v, the pattern says %v", c.name, w, got, want)
+			}
+		}
 	}
 }

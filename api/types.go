@@ -200,12 +200,15 @@ type Member struct {
 // GossipCounter counts gossip traffic so an operator can tell a healthy
 // cluster from one dropping messages or holding the wrong key.
 type GossipCounter struct {
-	MessagesIn        uint64 `json:"messages_in"`
-	MessagesOut       uint64 `json:"messages_out"`
-	BytesIn           uint64 `json:"bytes_in"`
-	BytesOut          uint64 `json:"bytes_out"`
-	Dropped           uint64 `json:"dropped"`
-	DecryptFailures   uint64 `json:"decrypt_failures"`
+	MessagesIn      uint64 `json:"messages_in"`
+	MessagesOut     uint64 `json:"messages_out"`
+	BytesIn         uint64 `json:"bytes_in"`
+	BytesOut        uint64 `json:"bytes_out"`
+	Dropped         uint64 `json:"dropped"`
+	DecryptFailures uint64 `json:"decrypt_failures"`
+	// LabelMismatches is the part of DecryptFailures that came from agents
+	// of another cluster name (the rest: another key, or not an agent).
+	LabelMismatches   uint64 `json:"label_mismatches,omitempty"`
 	RemoteRequests    uint64 `json:"remote_requests"`
 	RemoteRequestErrs uint64 `json:"remote_request_errors"`
 }

@@ -157,7 +157,7 @@ var (
 // How state travels:
 //
 //   - A node's state has two sections, each revised on its own: leases
-//     (with Extra) and telemetry (snapshot and usage). A section's revision
+//     (with the queue entries, ended runs and quiet GPUs) and telemetry (snapshot and usage). A section's revision
 //     grows when its content changes; (boot, revision) orders copies, so a
 //     newer copy replaces an older one however it arrived.
 //   - Publish(true) sends the lease section at once to every member
@@ -319,7 +319,7 @@ func New(cfg Config, d Delegate) (*Cluster, error) {
 		c.cancel()
 		return nil, err
 	}
-	mc.Transport = newMeteredTransport(nt, &c.stats, cfg.testPacketLoss, cfg.Faults)
+	mc.Transport = newMeteredTransport(nt, &c.stats, cfg)
 	if mc.BindPort == 0 {
 		mc.BindPort = nt.GetAutoBindPort()
 	}

@@ -58,7 +58,8 @@ func (t *meteredTransport) send(b []byte, addr string, write func([]byte) (time.
 	return at, err
 }
 
-// dial opens a stream to addr unless the faults refuse it.
+// dial opens a stream to addr unless the faults refuse it; the stream
+// reads another cluster's notice of its name (dialedConn).
 func (t *meteredTransport) dial(addr string, open func() (net.Conn, error)) (net.Conn, error) {
 	if t.faults != nil {
 		if err := t.faults.Stream(addr); err != nil {
@@ -69,5 +70,5 @@ func (t *meteredTransport) dial(addr string, open func() (net.Conn, error)) (net
 	if err != nil {
 		return nil, err
 	}
-	return &meteredConn{Conn: conn, stats: t.stats}, nil
+	return &dialedConn{Conn: &meteredConn{Conn: conn, stats: t.stats}, ours: t.label}, nil
 }

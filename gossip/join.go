@@ -43,7 +43,7 @@ func (x *joiner) joinOnce(peers []string, wait time.Duration) int {
 			defer wg.Done()
 			if _, err := ml.Join([]string{p}); err != nil {
 				if !c.closed() && c.Err() == nil {
-					c.cfg.Logf("gossip: join %s: %v", p, err)
+					c.cfg.Logf("gossip: join %s: %s", p, joinProblem(err))
 				}
 				return
 			}

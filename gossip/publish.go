@@ -24,7 +24,7 @@ type localSection struct {
 	madeAt  time.Time
 }
 
-// Publish says this node's state changed. Urgent changes (leases, Extra)
+// Publish says this node's state changed. Urgent changes (leases, queue)
 // are sent to every live member at once, plus gossip; the rest (telemetry)
 // goes at most every TelemetryInterval, and only if it changed. Publish only
 // signals the Cluster's publishing goroutine, which calls LocalState: it

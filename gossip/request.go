@@ -27,7 +27,8 @@ type pendingRequest struct {
 // over memberlist's reliable channel (a TCP stream, encrypted with the
 // cluster key) with a correlation id; the answer comes back the same way.
 // It waits until ctx is done or RequestTimeout passes, whichever is first,
-// and is never retried, since requests (claims) are not idempotent.
+// and is never retried here: whether a request may be sent again is its
+// sender's business (a claim carries a request id that makes it safe).
 //
 // Errors: ErrUnknownNode and ErrNodeDown at once, without sending;
 // ErrUnreachable when the request could not be delivered (not carried

@@ -1,6 +1,7 @@
 package gossip
 
 import (
+	"context"
 	"math/rand/v2"
 	"net"
 	"sync"
@@ -11,13 +12,18 @@ import (
 
 // meteredTransport wraps memberlist's NetTransport to count every byte and
 // packet memberlist moves (probes and push/pulls included, since that is the
-// traffic an operator pays for) and, in tests, to drop a fraction of
-// incoming UDP packets.
+// traffic an operator pays for), to tell a dialing agent of another cluster
+// so (see namecheck.go) and, in tests, to drop a fraction of incoming UDP
+// packets.
 type meteredTransport struct {
 	inner    memberlist.NodeAwareTransport
 	stats    *counters
 	loss     float64
 	faults   Faults
+	label    string        // this cluster's name
+	timeout  time.Duration // for reading an accepted stream's label
+	ctx      context.Context
+	cancel   context.CancelFunc
 	packetCh chan *memberlist.Packet
 	streamCh chan net.Conn
 	stop     chan struct{}
@@ -27,16 +33,19 @@ type meteredTransport struct {
 
 var _ memberlist.NodeAwareTransport = (*meteredTransport)(nil)
 
-func newMeteredTransport(inner memberlist.NodeAwareTransport, stats *counters, loss float64, faults Faults) *meteredTransport {
+func newMeteredTransport(inner memberlist.NodeAwareTransport, stats *counters, cfg Config) *meteredTransport {
 	t := &meteredTransport{
 		inner:    inner,
 		stats:    stats,
-		loss:     loss,
-		faults:   faults,
+		loss:     cfg.testPacketLoss,
+		label:    cfg.ClusterName,
+		timeout:  cfg.TCPTimeout,
+		faults:   cfg.Faults,
 		packetCh: make(chan *memberlist.Packet),
 		streamCh: make(chan net.Conn),
 		stop:     make(chan struct{}),
 	}
+	t.ctx, t.cancel = context.WithCancel(context.Background())
 	t.wg.Add(2)
 	go t.pumpPackets()
 	go t.pumpStreams()
@@ -68,12 +77,18 @@ func (t *meteredTransport) pumpStreams() {
 	for {
 		select {
 		case conn := <-t.inner.StreamCh():
-			select {
-			case t.streamCh <- &meteredConn{Conn: conn, stats: t.stats}:
-			case <-t.stop:
-				conn.Close()
-				return
-			}
+			// Reading the label waits for the dialer: one goroutine per
+			// stream, as memberlist has for each.
+			t.wg.Add(1)
+			go func() {
+				defer t.wg.Done()
+				sc := screen(t.ctx, &meteredConn{Conn: conn, stats: t.stats}, t.label, t.timeout)
+				select {
+				case t.streamCh <- sc:
+				case <-t.stop:
+					conn.Close()
+				}
+			}()
 		case <-t.stop:
 			return
 		}
@@ -108,7 +123,7 @@ func (t *meteredTransport) StreamCh() <-chan net.Conn { return t.streamCh }
 
 func (t *meteredTransport) Shutdown() error {
 	err := t.inner.Shutdown()
-	t.stopOnce.Do(func() { close(t.stop) })
+	t.stopOnce.Do(func() { close(t.stop); t.cancel() })
 	t.wg.Wait()
 	return err
 }

@@ -6,14 +6,30 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"syscall"
 )
 
-// termPattern admits the terminal names terminfo uses; anything else from
-// an SSH client falls back to defaultTerm.
-var termPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._+-]{0,63}$`)
+// termName admits the terminal names terminfo uses,
+// [A-Za-z0-9][A-Za-z0-9._+-]{0,63}; anything else from an SSH client falls
+// back to defaultTerm. (Checked byte by byte: as a regexp the bounded
+// repetition cost every dibs command 0.3 ms at start-up.)
+func termName(s string) bool {
+	if len(s) == 0 || len(s) > 64 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		ok := 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9'
+		if i > 0 {
+			ok = ok || strings.IndexByte("._+-", c) >= 0
+		}
+		if !ok {
+			return false
+		}
+	}
+	return true
+}
 
 const defaultTerm = "xterm-256color"
 
@@ -67,7 +83,7 @@ func (l *Launcher) TerminalCommand(u User, term string, argv []string) (*exec.Cm
 			return nil, err
 		}
 	}
-	if !termPattern.MatchString(term) {
+	if !termName(term) {
 		term = defaultTerm
 	}
 	env := clientEnv(u, "", l.tmpDir)

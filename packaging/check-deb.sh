@@ -49,6 +49,7 @@ done <<'FILES'
 644 /usr/share/man/man1/dibs-claim.1.gz
 644 /usr/share/doc/dibs/LICENSE
 644 /usr/share/doc/dibs/examples/dibs.toml
+644 /usr/share/doc/dibs/operations.md
 FILES
 [ "$(stat -c '%a %U' /etc/dibs)" = "755 root" ] || fail "/etc/dibs is $(stat -c '%a %U' /etc/dibs), want 755 root"
 dpkg-query -W -f='${Conffiles}\n' dibs | grep -q '/etc/dibs/dibs.toml' || fail "/etc/dibs/dibs.toml is not a conffile"
@@ -67,16 +68,25 @@ if command -v man >/dev/null; then
 fi
 bash -c 'source /usr/share/bash-completion/completions/dibs && complete -p dibs' | grep -q __start_dibs || fail "bash completion does not load"
 
-# The packaged config is valid, and without the key the agent refuses, says
-# how to make one, and exits 78 (which the unit does not restart on).
-dibs config check /etc/dibs/dibs.toml
+# Without the key, `dibs config check` and the agent refuse and say how to
+# make one; the agent exits 78 (which the unit does not restart on). With a
+# key the packaged config checks.
 if [ ! -e /etc/dibs/cluster.key ]; then
+	if dibs config check /etc/dibs/dibs.toml >"$tmp/check.out" 2>&1; then
+		fail "dibs config check passed without the cluster key: $(cat "$tmp/check.out")"
+	fi
+	grep -q "dibs keygen /etc/dibs/cluster.key" "$tmp/check.out" || fail "dibs config check without a key says: $(cat "$tmp/check.out")"
 	set +e
 	timeout 20 dibs agent --config /etc/dibs/dibs.toml --sim 1xL40S --data-dir "$tmp/data" --socket "$tmp/dibs.sock" 2>"$tmp/agent.err"
 	code=$?
 	set -e
 	[ "$code" = 78 ] && grep -q "dibs keygen /etc/dibs/cluster.key" "$tmp/agent.err" ||
 		fail "agent without a key: exit $code, $(cat "$tmp/agent.err"); want 78 and the keygen step"
+	dibs keygen /etc/dibs/cluster.key >/dev/null
+	dibs config check /etc/dibs/dibs.toml || fail "the packaged config with a key does not check"
+	rm -f /etc/dibs/cluster.key
+else
+	dibs config check /etc/dibs/dibs.toml
 fi
 
 # An upgrade (here: the same package again) keeps a locally edited config.

@@ -172,7 +172,7 @@ func (m *Model) headerLine(w int) string {
 		plain.WriteString("connecting to the agent…")
 	} else {
 		s := m.grid.sum
-		fmt.Fprintf(&plain, "%d %s · %d GPUs · %d free · you hold %d", s.nodes, plural(s.nodes, "node", "nodes"), s.gpus, s.free, s.mine)
+		fmt.Fprintf(&plain, "%d %s · %d %s · %d free · you hold %d", s.nodes, plural(s.nodes, "node", "nodes"), s.gpus, plural(s.gpus, "GPU", "GPUs"), s.free, s.mine)
 		if s.down > 0 {
 			fmt.Fprintf(&plain, " · %d down", s.down)
 		}

@@ -122,7 +122,7 @@ func (d *Directory) Caller(u launch.User) lease.Caller {
 }
 
 // CallerForUID is the identity of the process the kernel named. An uid
-// with no account is still itself (named "uid N"), never an admin.
+// with no account is still itself (named "uid1234" for uid 1234), never an admin.
 func (d *Directory) CallerForUID(uid int) lease.Caller {
 	u, err := d.ByUID(uid)
 	if err != nil {

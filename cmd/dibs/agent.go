@@ -232,24 +232,3 @@ func (c *cli) agentConfig(cmd *cobra.Command, f agentFlags) (agent.Config, agent
 	}
 	return cfg, agent.Deps{Probe: prober, Sessions: sessions, TryNVML: tryNVML}, nil
 }
-
-func configCmd(c *cli) *cobra.Command {
-	cmd := &cobra.Command{Use: "config", Short: "Work with the agent's config file"}
-	cmd.AddCommand(&cobra.Command{
-		Use:   "check [FILE]",
-		Short: "Validate a config file without starting anything",
-		Args:  cobra.MaximumNArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			path := config.DefaultConfigFile
-			if len(args) == 1 {
-				path = args[0]
-			}
-			if _, err := config.LoadFile(path); err != nil {
-				return err
-			}
-			fmt.Fprintf(c.stdout, "%s: ok\n", path)
-			return nil
-		},
-	})
-	return cmd
-}

@@ -166,6 +166,9 @@ func plural(n int) string {
 	return "s"
 }
 
+// counted is n and a noun that takes an s: "1 GPU", "2 GPUs".
+func counted(n int, noun string) string { return fmt.Sprintf("%d %s%s", n, noun, plural(n)) }
+
 func claimCmd(c *cli) *cobra.Command {
 	var f claimFlags
 	var q queueFlags
@@ -489,8 +492,12 @@ func printStatus(w io.Writer, s api.Status) {
 		fmt.Fprintf(w, "%-16s %-21s %-8s %8d %10s\n", safe(m.Name), safe(m.Addr), safe(m.State), m.StateVersion, heard)
 	}
 	g := s.Gossip
-	fmt.Fprintf(w, "\ngossip: %d msgs in (%s), %d out (%s), %d dropped, %d decrypt failures, %d remote requests (%d failed)\n",
-		g.MessagesIn, bytesStr(g.BytesIn), g.MessagesOut, bytesStr(g.BytesOut), g.Dropped, g.DecryptFailures, g.RemoteRequests, g.RemoteRequestErrs)
+	crypt := fmt.Sprintf("%d decrypt failures", g.DecryptFailures)
+	if g.LabelMismatches > 0 {
+		crypt += fmt.Sprintf(" (%d from another cluster name)", g.LabelMismatches)
+	}
+	fmt.Fprintf(w, "\ngossip: %d msgs in (%s), %d out (%s), %d dropped, %s, %d remote requests (%d failed)\n",
+		g.MessagesIn, bytesStr(g.BytesIn), g.MessagesOut, bytesStr(g.BytesOut), g.Dropped, crypt, g.RemoteRequests, g.RemoteRequestErrs)
 }
 
 func bytesStr(n uint64) string {

@@ -113,7 +113,8 @@ func keygenCmd(c *cli) *cobra.Command {
 		Use:   "keygen FILE",
 		Short: "Write a new cluster key (32 random bytes) for encrypting gossip",
 		Example: `  dibs keygen /etc/dibs/cluster.key
-  # copy it to every node (mode 0600), then: dibs agent --cluster-key-file /etc/dibs/cluster.key`,
+  # then to each other node, leaving no copy elsewhere:
+  ssh root@node02 'install -m 0600 /dev/stdin /etc/dibs/cluster.key' < /etc/dibs/cluster.key`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			path := args[0]
@@ -134,7 +135,11 @@ func keygenCmd(c *cli) *cobra.Command {
 			if err := os.Rename(tmp, path); err != nil {
 				return fmt.Errorf("write key: %w", err)
 			}
-			fmt.Fprintf(c.stdout, "wrote a new cluster key to %s (mode 0600); copy it to every node\n", path)
+			abs, err := filepath.Abs(path)
+			if err != nil {
+				abs = path
+			}
+			fmt.Fprintf(c.stdout, "wrote a new cluster key to %s (mode 0600); copy it to every other node with\n  ssh root@NODE 'install -m 0600 /dev/stdin %s' < %s\n", path, abs, abs)
 			return nil
 		},
 	}

@@ -174,7 +174,7 @@ func (c *cli) completeNodes(cmd *cobra.Command, args []string, toComplete string
 				free++
 			}
 		}
-		out = append(out, cobra.CompletionWithDesc(n.Name, fmt.Sprintf("%s, %d of %d GPUs free", n.State, free, len(n.GPUs))))
+		out = append(out, cobra.CompletionWithDesc(n.Name, fmt.Sprintf("%s, %d of %s free", n.State, free, counted(len(n.GPUs), "GPU"))))
 	}
 	return out, cobra.ShellCompDirectiveNoFileComp
 }

@@ -65,9 +65,9 @@ func printDoctor(w io.Writer, r api.DoctorReport) {
 	if r.Findings != nil {
 		gpus = r.Findings.GPUs
 	}
-	fmt.Fprintf(w, "dibs doctor at %s: %d nodes", safe(r.Self), len(r.Nodes))
+	fmt.Fprintf(w, "dibs doctor at %s: %s", safe(r.Self), counted(len(r.Nodes), "node"))
 	if gpus > 0 {
-		fmt.Fprintf(w, ", %d GPUs", gpus)
+		fmt.Fprintf(w, ", %s", counted(gpus, "GPU"))
 	}
 	fmt.Fprintf(w, "\n\nHealth\n")
 	for _, ch := range r.Checks {
@@ -88,7 +88,7 @@ func printDoctor(w io.Writer, r api.DoctorReport) {
 	row := func(name, format string, args ...any) {
 		fmt.Fprintf(w, "  %-14s %s\n", name, safe(fmt.Sprintf(format, args...)))
 	}
-	row("cluster", "%d GPUs on %d nodes", f.GPUs, f.Nodes)
+	row("cluster", "%s on %s", counted(f.GPUs, "GPU"), counted(f.Nodes, "node"))
 	weeks := make([]string, len(f.UsersPerWeek))
 	for i, x := range f.UsersPerWeek {
 		weeks[i] = fmt.Sprint(x.Users)

@@ -3,5 +3,5 @@
 package main
 
 // nvmlBuilt says whether nodeprobe's NVML backend is compiled in: it needs
-// cgo on Linux (nodeprobe/nvml_driver.go), else the agent uses nvidia-smi.
+// cgo on Linux (nodeprobe/nvml/driver.go), else the agent uses nvidia-smi.
 const nvmlBuilt = true

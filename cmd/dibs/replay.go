@@ -179,7 +179,7 @@ func doctorWindow(rep api.DoctorReport) time.Duration {
 // printReplay prints the policy table and what each line means.
 func printReplay(w io.Writer, out replayOutput) {
 	t := out.Trace
-	fmt.Fprintf(w, "replay of %s: %d requests on %d nodes, %d GPUs, %s to %s (%s)\n\n", safe(orDash(t.Name)), t.Requests, t.Nodes, t.GPUs,
+	fmt.Fprintf(w, "replay of %s: %s on %s, %s, %s to %s (%s)\n\n", safe(orDash(t.Name)), counted(t.Requests, "request"), counted(t.Nodes, "node"), counted(t.GPUs, "GPU"),
 		t.Start.UTC().Format("Mon Jan 2 15:04"), t.End.UTC().Format("Mon Jan 2 15:04"), lease.FormatDuration(t.End.Sub(t.Start)))
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "POLICY\tUTIL\tBUSY\tHELD IDLE\tFREE\tWAIT P50\tWAIT P95\tFAIRNESS\tSERVED\tNEVER STARTED\tALSO")

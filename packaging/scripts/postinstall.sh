@@ -23,8 +23,11 @@ if [ -z "$upgrade" ] && [ ! -e /etc/dibs/cluster.key ]; then
 	cat <<'MSG'
 dibs is installed; no agent runs yet. To start one on this node:
   1. once, on one node:  dibs keygen /etc/dibs/cluster.key
-     then copy /etc/dibs/cluster.key to every node (mode 0600)
-  2. edit /etc/dibs/dibs.toml ([cluster] join), then:  systemctl enable --now dibs
+     then to each other node:
+       ssh root@NODE 'install -m 0600 /dev/stdin /etc/dibs/cluster.key' < /etc/dibs/cluster.key
+  2. add join = ["node01", "node02", …] under [cluster] in /etc/dibs/dibs.toml
+  3. dibs config check && systemctl enable --now dibs
+Ports: 7946 TCP and UDP between the nodes. The whole guide: /usr/share/doc/dibs/operations.md
 MSG
 fi
 exit 0

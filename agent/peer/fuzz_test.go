@@ -1,0 +1,87 @@
+package peer
+
+import (
+	"context"
+	"encoding/json"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+	"unicode/utf8"
+)
+
+// accept registers e with a handler that accepts whatever passed the
+// decoder and Validate, and counts it.
+func accept[Req, Resp Message](m *Mux, e Endpoint[Req, Resp], n *int) {
+	Handle(m, e, func(context.Context, string, Actor, Req) (Resp, error) {
+		*n++
+		var zero Resp
+		return zero, nil
+	})
+}
+
+// FuzzServe feeds what another agent may send — any op, any body —
+// through the mux as the gossip transport hands it over: the envelope,
+// the version, the actor and every request type's strict decoder and
+// Validate. Nothing panics, and whatever does not reach a handler is
+// refused with a code and one bounded line of UTF-8.
+func FuzzServe(f *testing.F) {
+	ops := []string{"claim", "release", "extend", "start", "started", "preempt", "cancel", "usage", "refused", "place", "book", "health", "history"}
+	env := func(actor Actor, req any) []byte {
+		r, _ := json.Marshal(req)
+		b, _ := json.Marshal(envelope{V: Version, Actor: actor, Req: r})
+		return b
+	}
+	f.Add("claim", env(As("alice"), ClaimRequest{Count: 1, Duration: time.Hour}))
+	f.Add("release", env(As("alice"), ReleaseRequest{IDs: []string{"n1-1"}}))
+	f.Add("place", env(System, PlaceRequest{Key: "n1-q1#0", Placer: "n2/ab12"}))
+	f.Add("started", env(System, StartedRequest{Key: "n1-q1#0"}))
+	f.Add("preempt", env(System, PreemptRequest{Lease: "n1-1", Token: 1, Reason: "gang"}))
+	f.Add("claim", []byte(`{"v":5,"actor":{"user":"\u001b]0;x\u0007"},"req":{}}`))
+	f.Add("claim", []byte(`{"v":1,"actor":{"system":true},"req":{"count":1}}`))
+	f.Add("nope", []byte(`{}`))
+	f.Add("release", []byte(strings.Repeat("[", 4096)))
+	f.Fuzz(func(t *testing.T, op string, body []byte) {
+		m := NewMux("n1")
+		var handled int
+		accept(m, Claim, &handled)
+		accept(m, Release, &handled)
+		accept(m, Extend, &handled)
+		accept(m, Start, &handled)
+		accept(m, Started, &handled)
+		accept(m, Preempt, &handled)
+		accept(m, Cancel, &handled)
+		accept(m, Usage, &handled)
+		accept(m, Refused, &handled)
+		accept(m, Place, &handled)
+		accept(m, Book, &handled)
+		accept(m, Health, &handled)
+		accept(m, History, &handled)
+		if len(ops) > 0 && len(op) == 1 {
+			op = ops[int(op[0])%len(ops)] // short ops pick a real one
+		}
+		reply, code, msg := m.Serve(context.Background(), "n2", op, body)
+		if handled == 0 {
+			if reply != nil || code == "" || msg == "" {
+				t.Fatalf("a refused request answered reply %q, code %q, message %q", reply, code, msg)
+			}
+			if strings.ContainsAny(msg, "\n\r") || len(msg) > 4096 || !utf8.ValidString(msg) {
+				t.Fatalf("a refusal that is not one short line: %q", msg)
+			}
+		}
+	})
+}
+
+// FuzzEnvKey: the byte check accepts exactly what the pattern it replaced
+// accepted.
+func FuzzEnvKey(f *testing.F) {
+	pattern := regexp.MustCompile(`^[A-Z_][A-Z0-9_]{0,63}$`)
+	for _, s := range []string{"MASTER_ADDR", "_X", "9LIVES", "a", "", strings.Repeat("A", 64), strings.Repeat("A", 65), "NODE_RANK\n"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		if envKey(s) != pattern.MatchString(s) {
+			t.Fatalf("envKey(%q) = %v, the pattern says %v", s, envKey(s), pattern.MatchString(s))
+		}
+	})
+}

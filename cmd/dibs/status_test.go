@@ -1,0 +1,31 @@
+package main
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+
+	"github.com/dibs-gpu/dibs/api"
+)
+
+// TestStatusNamesClusterNameMismatches: `dibs status` says how many of the
+// refused messages came from agents of another cluster name, so a wrong
+// name does not read as a wrong key.
+func TestStatusNamesClusterNameMismatches(t *testing.T) {
+	s := api.Status{Node: "node01", Members: []api.Member{{Name: "node01", State: "alive"}}}
+	for _, tc := range []struct {
+		decrypt, label uint64
+		want           string
+	}{
+		{0, 0, ", 0 decrypt failures, "},
+		{5, 0, ", 5 decrypt failures, "},
+		{7, 4, ", 7 decrypt failures (4 from another cluster name), "},
+	} {
+		s.Gossip = api.GossipCounter{DecryptFailures: tc.decrypt, LabelMismatches: tc.label}
+		var b bytes.Buffer
+		printStatus(&b, s)
+		if !strings.Contains(b.String(), tc.want) {
+			t.Errorf("status with %d decrypt failures, %d of another name, lacks %q:\n%s", tc.decrypt, tc.label, tc.want, b.String())
+		}
+	}
+}
