@@ -123,25 +123,20 @@ func (h *harness) watchFalseDead(d time.Duration) {
 	}
 }
 
-// converge measures how long after a heal every agent's board shows every
-// node alive, with the leases its own agent holds. Leases keep changing
-// while it waits (clients go on), so a view agrees when it shows every
-// lease the owner held both at the heal and now, and none the owner held
-// at neither time.
+// converge measures how long after a heal every agent's board agrees with
+// the owners' own: every node alive, no lease its owner held throughout the
+// look missing, and no lease its owner had already ended still shown.
+// Clients go on while it looks, so a lease that began or ended during a
+// look is held against nobody.
 func (h *harness) converge(kind FaultKind) {
 	at := h.rec.now()
 	start := time.Now()
-	wait := 3 * ConvergeWithin
-	var atHeal map[string]map[string]bool
-	for time.Since(start) < wait {
-		if atHeal == nil {
-			atHeal = h.truth()
-		}
-		if atHeal != nil && h.agree(atHeal) {
+	for time.Since(start) < 3*ConvergeWithin {
+		if h.agree() {
 			h.rec.heal(Heal{Fault: kind, At: at, Took: time.Since(start), Converged: true})
 			return
 		}
-		time.Sleep(20 * time.Millisecond)
+		time.Sleep(100 * time.Millisecond)
 	}
 	h.rec.heal(Heal{Fault: kind, At: at, Took: time.Since(start), Converged: false})
 }
@@ -160,29 +155,43 @@ func (h *harness) truth() map[string]map[string]bool {
 	return out
 }
 
-func (h *harness) agree(atHeal map[string]map[string]bool) bool {
-	now := h.truth()
-	if now == nil {
+// agree looks once: the owners' truth, every agent's board, the owners'
+// truth again.
+func (h *harness) agree() bool {
+	began := h.rec.now()
+	before := h.truth()
+	if before == nil {
 		return false
 	}
+	views := map[string]api.Board{}
 	for _, v := range h.members {
 		b, ok := h.board(v)
 		if !ok {
 			return false
 		}
+		views[v.name] = b
+	}
+	after := h.truth()
+	if after == nil {
+		return false
+	}
+	for viewer, b := range views {
 		for _, o := range h.members {
 			if state(b, o.name) != api.NodeAlive {
 				return false
 			}
+			if o.name == viewer {
+				continue // an agent's own GPUs are the truth
+			}
 			view := leaseIDs(b, o.name)
-			for id := range atHeal[o.name] {
-				if now[o.name][id] && !view[id] {
-					return false
+			for id := range before[o.name] {
+				if after[o.name][id] && !view[id] {
+					return false // held all along, not shown
 				}
 			}
 			for id := range view {
-				if !atHeal[o.name][id] && !now[o.name][id] {
-					return false
+				if !before[o.name][id] && !after[o.name][id] && h.rec.endedBefore(o.name, id, began) {
+					return false // over before the look began, still shown
 				}
 			}
 		}

@@ -13,10 +13,13 @@ type recorder struct {
 	mu  sync.Mutex
 	h   History
 	seq map[string]int
+	// ended is when each node's lease (node/id) was ended, as its store
+	// wrote it.
+	ended map[string]int64
 }
 
 func newRecorder() *recorder {
-	return &recorder{start: time.Now(), seq: map[string]int{}}
+	return &recorder{start: time.Now(), seq: map[string]int{}, ended: map[string]int64{}}
 }
 
 // now is the time since the run started.
@@ -33,6 +36,9 @@ func (r *recorder) write(w Write) {
 	defer r.mu.Unlock()
 	r.seq[w.Node]++
 	w.Seq = r.seq[w.Node]
+	if w.Kind == WriteEnd {
+		r.ended[w.Node+"/"+w.Ledger.LeaseID] = w.Done
+	}
 	r.h.Writes = append(r.h.Writes, w)
 }
 
@@ -69,4 +75,12 @@ func (r *recorder) history() *History {
 	h := r.h
 	h.End = r.now()
 	return &h
+}
+
+// endedBefore reports whether node's store had ended lease id before t.
+func (r *recorder) endedBefore(node, id string, t int64) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	at, ok := r.ended[node+"/"+id]
+	return ok && at < t
 }
