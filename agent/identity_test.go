@@ -2,7 +2,9 @@ package agent_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"strings"
@@ -32,6 +34,7 @@ import (
 //
 // Every cell is asserted: "ok" or the refusal's code.
 func TestIdentityMatrix(t *testing.T) {
+	t.Parallel()
 	agenttest.RequireTmux(t)
 	adminGroup := launchtest.Group(t)
 	owner, other, admin := launchtest.User(t), launchtest.User(t), launchtest.User(t, adminGroup)
@@ -61,29 +64,67 @@ func TestIdentityMatrix(t *testing.T) {
 		{"root", 0, "root"}, {"ghost", ghostUID, "ghost"},
 	}
 	ownerB := n2.Agent.For(owner.UID)
-	// setup gives owner a fresh run (so it has a session) and a fresh
-	// queue entry on node02, and frees everything else.
-	setup := func(t *testing.T) (lease.Lease, string) {
+	// owned is what both nodes hold of their own: every lease and queue
+	// entry by id, as stored, so any change a cell made shows.
+	owned := func() map[string]string {
+		m := map[string]string{}
+		for _, n := range []*agenttest.Node{n1, n2} {
+			local := n.Agent.Service().View().Local()
+			for _, l := range local.Leases {
+				j, _ := json.Marshal(l)
+				m["lease "+l.ID] = string(j)
+			}
+			for _, e := range local.Queue {
+				j, _ := json.Marshal(e)
+				m["entry "+e.ID] = string(j)
+			}
+		}
+		return m
+	}
+	// clear withdraws, as root, every entry and then every lease that keep
+	// does not hold, until both nodes hold nothing else (a start may be in
+	// flight). It reports whether what keep holds is there unchanged.
+	clear := func(t *testing.T, keep map[string]string) bool {
 		t.Helper()
-		// Withdraw what waits first, so nothing starts on what is freed,
-		// then end every lease, until both nodes hold nothing (a start may
-		// be in flight).
-		agenttest.Eventually(t, 10*time.Second, "both nodes to hold nothing", func() bool {
-			empty := true
+		agenttest.Eventually(t, 10*time.Second, "both nodes to hold nothing but what the setup made", func() bool {
+			done := true
 			for _, n := range []*agenttest.Node{n1, n2} {
 				rootHere := n.Agent.Service().ForCaller(lease.Caller{UID: 0, User: "root", Admin: true})
-				v := n.Agent.Service().View()
-				for _, e := range v.Local().Queue {
-					rootHere.Cancel(context.Background(), e.ID)
-					empty = false
+				local := n.Agent.Service().View().Local()
+				// What waits first, so nothing starts on what is freed.
+				for _, e := range local.Queue {
+					if _, ok := keep["entry "+e.ID]; !ok {
+						rootHere.Cancel(context.Background(), e.ID)
+						done = false
+					}
 				}
-				for _, l := range v.Local().Leases {
-					rootHere.Release(context.Background(), api.ReleaseRequest{IDs: []string{l.ID}})
-					empty = false
+				for _, l := range local.Leases {
+					if _, ok := keep["lease "+l.ID]; !ok {
+						rootHere.Release(context.Background(), api.ReleaseRequest{IDs: []string{l.ID}})
+						done = false
+					}
 				}
 			}
-			return empty
+			return done
 		})
+		return maps.Equal(owned(), keep)
+	}
+	// last is what the latest setup made.
+	var last struct {
+		l     lease.Lease
+		entry string
+		made  map[string]string
+	}
+	// setup gives owner a run (so it has a session) and a queue entry on
+	// node02, and frees everything else. The run and the entry are fresh
+	// unless the last setup's are still there as it made them: then only
+	// what the cell added goes.
+	setup := func(t *testing.T) (lease.Lease, string) {
+		t.Helper()
+		if last.made != nil && clear(t, last.made) {
+			return last.l, last.entry
+		}
+		clear(t, nil)
 		r, err := ownerB.Claim(ctx(t), api.ClaimRequest{GPUs: []int{0}, Run: &api.RunSpec{Command: []string{"sleep", "600"}}})
 		if err != nil {
 			t.Fatalf("owner's run: %v", err)
@@ -102,6 +143,7 @@ func TestIdentityMatrix(t *testing.T) {
 			_, ok := v.FindLease(r.ID)
 			return ok
 		})
+		last.l, last.entry, last.made = l, s.ID, owned()
 		return l, s.ID
 	}
 
