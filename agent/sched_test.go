@@ -223,21 +223,30 @@ func TestSchedulerFailover(t *testing.T) {
 	})
 }
 
+// TestPreemptionForQuotaSignalsAndWaitsTheGrace runs on a fake clock: the
+// borrowed lease is signalled when light's request arrives and ends only
+// when the grace has run by the agent's clock.
 func TestPreemptionForQuotaSignalsAndWaitsTheGrace(t *testing.T) {
 	t.Parallel()
 	agenttest.RequireTmux(t)
 	p := lease.DefaultPolicy()
 	p.PreemptGrace = 1500 * time.Millisecond
 	sched := lease.SchedConfig{Quotas: map[string]int{"light": 2}}
-	n := agenttest.Start(t, agenttest.Options{Sim: "2xL40S", Policy: p, Sched: sched, Users: testUsers})
+	fake := clock.NewFake(time.Now())
+	n := agenttest.Start(t, agenttest.Options{Sim: "2xL40S", Policy: p, Sched: sched, Users: testUsers, Clock: fake})
 	dir := agenttest.PublicDir(t)
 	got := filepath.Join(dir, "usr1")
+	ready := filepath.Join(dir, "ready")
 	// I have no quota, so my run borrows both GPUs.
 	r, err := n.Client.Claim(ctx(t), api.ClaimRequest{Count: 2, Run: &api.RunSpec{
-		Command: []string{"sh", "-c", `trap 'date +%s.%N > ` + got + `' USR1; while :; do sleep 0.1; done`}}})
+		Command: []string{"sh", "-c", `trap 'echo usr1 > ` + got + `' USR1; touch ` + ready + `; while :; do sleep 0.1; done`}}})
 	if err != nil {
 		t.Fatal(err)
 	}
+	agenttest.Eventually(t, 5*time.Second, "my job to set its trap", func() bool {
+		_, err := os.Stat(ready)
+		return err == nil
+	})
 	b, _ := n.Client.Board(ctx(t))
 	if l := b.Nodes[0].GPUs[0].Lease; l == nil || !l.Borrowed {
 		t.Fatalf("my lease beyond quota = %+v, want borrowed", l)
@@ -247,22 +256,26 @@ func TestPreemptionForQuotaSignalsAndWaitsTheGrace(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The scheduler's pass on the arrival preempts at once; the clock
+	// stands still while the signal travels, so the grace cannot run out.
+	var preempted time.Time
 	agenttest.Eventually(t, 5*time.Second, "SIGUSR1 to reach my session", func() bool {
-		return !readTime(got).IsZero()
+		if l := leaseOn(n.Board(), "node01", 0); l != nil && l.ID == r.ID {
+			preempted = l.PreemptedAt
+		}
+		body, _ := os.ReadFile(got)
+		return strings.Contains(string(body), "usr1") && !preempted.IsZero()
 	})
-	signalled := readTime(got)
-	var ended time.Time
-	agenttest.Eventually(t, 6*time.Second, "light's request to start after the grace", func() bool {
+	agenttest.Tick(t, fake, 100*time.Millisecond, 5*time.Second, "light's request to start after the grace", func() bool {
 		for _, e := range n.Queue().Entries {
 			if e.ID == s.ID && e.Running {
-				ended = time.Now()
 				return true
 			}
 		}
 		return false
 	})
-	if d := ended.Sub(signalled); d < 1200*time.Millisecond {
-		t.Errorf("the borrower got %s between the signal and the end, want the 1.5s grace", d)
+	if d := fake.Now().Sub(preempted); d < p.PreemptGrace {
+		t.Errorf("the borrower got %s between the preemption and the end, want the 1.5s grace", d)
 	}
 	b, _ = n.Client.Board(ctx(t))
 	for _, g := range b.Nodes[0].GPUs {
