@@ -183,19 +183,26 @@ func TestClusterGracefulLeaveShownLeft(t *testing.T) {
 
 func TestClusterOutsidersStayOut(t *testing.T) {
 	t.Parallel()
-	nodes := agenttest.Cluster(t, agenttest.ClusterOptions{Specs: []string{"2xL40S", "2xL40S"}, Quiet: true})
-	seed := nodes[0].Agent.GossipAddr()
+	key := func(b byte) []byte { k := make([]byte, 32); k[0] = b; return k }
 	tests := []struct {
 		name string
-		cs   agent.ClusterSettings
+		// cs is the intruder's cluster settings against the cluster's key.
+		cs func(clusterKey []byte) agent.ClusterSettings
 	}{
-		{"wrong key", agent.ClusterSettings{BindAddr: "127.0.0.1", Name: "test", Key: make([]byte, 32), Join: []string{seed}, Fast: true}},
-		{"other cluster", agent.ClusterSettings{BindAddr: "127.0.0.1", Name: "other", Key: nodes[0].Opts.Cluster.Key, Join: []string{seed}, Fast: true}},
+		{"wrong key", func([]byte) agent.ClusterSettings {
+			return agent.ClusterSettings{BindAddr: "127.0.0.1", Name: "test", Key: key(99), Fast: true}
+		}},
+		{"other cluster", func(k []byte) agent.ClusterSettings {
+			return agent.ClusterSettings{BindAddr: "127.0.0.1", Name: "other", Key: k, Fast: true}
+		}},
 	}
-	refused := func() uint64 { return nodes[0].Agent.Service().Status().Gossip.DecryptFailures }
 	for i, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			cs := tc.cs
+			t.Parallel() // each knocks at a cluster of its own
+			nodes := agenttest.Cluster(t, agenttest.ClusterOptions{Specs: []string{"2xL40S", "2xL40S"}, Key: key(byte(i + 1)), Quiet: true})
+			refused := func() uint64 { return nodes[0].Agent.Service().Status().Gossip.DecryptFailures }
+			cs := tc.cs(nodes[0].Opts.Cluster.Key)
+			cs.Join = []string{nodes[0].Agent.GossipAddr()}
 			before := refused()
 			out := agenttest.Start(t, agenttest.Options{Name: fmt.Sprintf("intruder%d", i), Sim: "2xL40S", Cluster: &cs, Quiet: true})
 			// Every chance to get in: its join and its re-joins (one a
