@@ -87,6 +87,7 @@ func floorPlan() []room {
 			never: []string{"os/exec"}},
 		{pkg: "nodeprobe/probe", what: "Open: picks the backend",
 			may: []string{"nodeprobe", "nodeprobe/nvml", "nodeprobe/sim", "nodeprobe/smi"}},
+		{pkg: "internal/poll", what: "tests' waiting: a condition polled to a deadline, a window watched (tests only)"},
 		{pkg: "lease/termsafe", what: "the one sanitizer for text from outside; standard library only"},
 		{pkg: "lease", what: "the rules: pure functions over an injected clock, no I/O",
 			may: []string{"lease/termsafe", "nodeprobe"}, never: append(slices.Clone(pure), bbolt), notItself: noIO},

@@ -11,6 +11,7 @@ import (
 
 	"github.com/dibs-gpu/dibs/agent/agenttest"
 	"github.com/dibs-gpu/dibs/api"
+	"github.com/dibs-gpu/dibs/internal/poll"
 )
 
 // BenchmarkClaimRoundTrip measures one claim through the unix socket,
@@ -65,14 +66,24 @@ func reportPercentiles(b *testing.B, lat []time.Duration) {
 
 // waitFile polls for a file with a fine grain, for latency benchmarks.
 func waitFile(b *testing.B, path string, within time.Duration) {
-	deadline := time.Now().Add(within)
-	for time.Now().Before(deadline) {
-		if _, err := os.Stat(path); err == nil {
-			return
-		}
-		time.Sleep(500 * time.Microsecond)
+	b.Helper()
+	if !poll.WaitEvery(500*time.Microsecond, within, func() bool { _, err := os.Stat(path); return err == nil }) {
+		b.Fatalf("%s did not appear within %s", path, within)
 	}
-	b.Fatalf("%s did not appear within %s", path, within)
+}
+
+// waitQueued waits until the scheduler (node01) holds entry id, waiting:
+// the clock starts at the release, not while the submission travels.
+func waitQueued(b *testing.B, sched *agenttest.Node, id string) {
+	b.Helper()
+	agenttest.Eventually(b, 5*time.Second, "the scheduler to hold "+id, func() bool {
+		for _, e := range sched.Queue().Entries {
+			if e.ID == id {
+				return !e.Running
+			}
+		}
+		return false
+	})
 }
 
 // BenchmarkReleaseToQueuedRun measures, on a two-node cluster, the time from
@@ -94,10 +105,11 @@ func BenchmarkReleaseToQueuedRun(b *testing.B) {
 			b.Fatal(err)
 		}
 		mark := filepath.Join(dir, fmt.Sprintf("run%d", i))
-		if _, err := nodes[0].Client.Submit(ctx, api.SubmitRequest{Claim: api.ClaimRequest{Count: 1, Node: "node02", Run: &api.RunSpec{Command: []string{"touch", mark}}}}); err != nil {
+		s, err := nodes[0].Client.Submit(ctx, api.SubmitRequest{Claim: api.ClaimRequest{Count: 1, Node: "node02", Run: &api.RunSpec{Command: []string{"touch", mark}}}})
+		if err != nil {
 			b.Fatal(err)
 		}
-		time.Sleep(20 * time.Millisecond) // let the queue settle: nothing may start yet
+		waitQueued(b, nodes[0], s.ID)
 		t0 := time.Now()
 		if _, err := nodes[1].Client.Release(ctx, api.ReleaseRequest{IDs: []string{hold.ID}}); err != nil {
 			b.Fatal(err)
@@ -126,11 +138,12 @@ func BenchmarkReleaseToGang2x4(b *testing.B) {
 			b.Fatal(err)
 		}
 		prefix := filepath.Join(dir, fmt.Sprintf("gang%d-", i))
-		if _, err := nodes[2].Client.Submit(ctx, api.SubmitRequest{Nodes: 2, GPUsPerNode: 4, Model: "H100", Claim: api.ClaimRequest{Run: &api.RunSpec{
-			Command: []string{"sh", "-c", "touch " + prefix + "$NODE_RANK"}}}}); err != nil {
+		s, err := nodes[2].Client.Submit(ctx, api.SubmitRequest{Nodes: 2, GPUsPerNode: 4, Model: "H100", Claim: api.ClaimRequest{Run: &api.RunSpec{
+			Command: []string{"sh", "-c", "touch " + prefix + "$NODE_RANK"}}}})
+		if err != nil {
 			b.Fatal(err)
 		}
-		time.Sleep(20 * time.Millisecond)
+		waitQueued(b, nodes[0], s.ID)
 		t0 := time.Now()
 		if _, err := nodes[1].Client.Release(ctx, api.ReleaseRequest{IDs: []string{hold.ID}}); err != nil {
 			b.Fatal(err)

@@ -183,34 +183,50 @@ func TestClusterGracefulLeaveShownLeft(t *testing.T) {
 
 func TestClusterOutsidersStayOut(t *testing.T) {
 	t.Parallel()
-	nodes := agenttest.Cluster(t, agenttest.ClusterOptions{Specs: []string{"2xL40S", "2xL40S"}, Quiet: true})
-	seed := nodes[0].Agent.GossipAddr()
+	key := func(b byte) []byte { k := make([]byte, 32); k[0] = b; return k }
 	tests := []struct {
 		name string
-		cs   agent.ClusterSettings
+		// cs is the intruder's cluster settings against the cluster's key.
+		cs func(clusterKey []byte) agent.ClusterSettings
 	}{
-		{"wrong key", agent.ClusterSettings{BindAddr: "127.0.0.1", Name: "test", Key: make([]byte, 32), Join: []string{seed}, Fast: true}},
-		{"other cluster", agent.ClusterSettings{BindAddr: "127.0.0.1", Name: "other", Key: nodes[0].Opts.Cluster.Key, Join: []string{seed}, Fast: true}},
+		{"wrong key", func([]byte) agent.ClusterSettings {
+			return agent.ClusterSettings{BindAddr: "127.0.0.1", Name: "test", Key: key(99), Fast: true}
+		}},
+		{"other cluster", func(k []byte) agent.ClusterSettings {
+			return agent.ClusterSettings{BindAddr: "127.0.0.1", Name: "other", Key: k, Fast: true}
+		}},
 	}
 	for i, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			cs := tc.cs
+			t.Parallel() // each knocks at a cluster of its own
+			nodes := agenttest.Cluster(t, agenttest.ClusterOptions{Specs: []string{"2xL40S", "2xL40S"}, Key: key(byte(i + 1)), Quiet: true})
+			refused := func() uint64 { return nodes[0].Agent.Service().Status().Gossip.DecryptFailures }
+			cs := tc.cs(nodes[0].Opts.Cluster.Key)
+			cs.Join = []string{nodes[0].Agent.GossipAddr()}
+			before := refused()
 			out := agenttest.Start(t, agenttest.Options{Name: fmt.Sprintf("intruder%d", i), Sim: "2xL40S", Cluster: &cs, Quiet: true})
-			time.Sleep(2 * time.Second) // give it every chance to get in
-			b, _ := out.Client.Board(ctx(t))
-			if len(b.Nodes) != 1 {
-				t.Errorf("%s sees %d nodes, want only itself", out.Opts.Name, len(b.Nodes))
-			}
-			for _, n := range nodes {
-				b, _ := n.Client.Board(ctx(t))
-				if nodeState(b, out.Opts.Name) != "" {
-					t.Errorf("%s sees %s", n.Opts.Name, out.Opts.Name)
+			// Every chance to get in: its join and its re-joins (one a
+			// second) knock at node01, which counts each one it refuses.
+			// Until two were refused, nobody may see anybody across.
+			seen := func() string {
+				if b, _ := out.Client.Board(ctx(t)); len(b.Nodes) != 1 {
+					return fmt.Sprintf("%s sees %d nodes, want only itself", out.Opts.Name, len(b.Nodes))
 				}
-			}
-			if tc.name == "wrong key" {
-				if s := nodes[0].Agent.Service().Status(); s.Gossip.DecryptFailures == 0 {
-					t.Errorf("node01 counted no decrypt failures")
+				for _, n := range nodes {
+					if b, _ := n.Client.Board(ctx(t)); nodeState(b, out.Opts.Name) != "" {
+						return fmt.Sprintf("%s sees %s", n.Opts.Name, out.Opts.Name)
+					}
 				}
+				return ""
+			}
+			agenttest.Eventually(t, 10*time.Second, "node01 to refuse two of "+out.Opts.Name+"'s attempts", func() bool {
+				if why := seen(); why != "" {
+					t.Fatal(why)
+				}
+				return refused() >= before+2
+			})
+			if why := seen(); why != "" {
+				t.Error(why)
 			}
 		})
 	}

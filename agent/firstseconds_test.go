@@ -18,14 +18,18 @@ import (
 // all three, then claims on node02 from node01: node03 must show the lease
 // within a second, as it does in steady state — a node's first seconds in a
 // cluster are when people look at the board.
+//
+// The five trials are five clusters of their own (key, seed port, tmux
+// directory) and run at once.
 func TestLeaseChangeReachesEveryAgentInItsFirstSeconds(t *testing.T) {
 	t.Parallel()
-	for trial := range 5 {
+	seeds := freeLoopbackPorts(t, 5)
+	for trial, seed := range seeds {
 		t.Run(fmt.Sprint("trial", trial), func(t *testing.T) {
+			t.Parallel()
 			key := make([]byte, 32)
 			key[0] = byte(trial)
 			tmux := agenttest.TmuxDir(t)
-			seed := freeLoopbackPort(t)
 			var opts []agenttest.Options
 			for i, name := range []string{"node01", "node02", "node03"} {
 				cs := &agent.ClusterSettings{BindAddr: "127.0.0.1", Name: "f", Key: key}
@@ -61,10 +65,20 @@ func TestLeaseChangeReachesEveryAgentInItsFirstSeconds(t *testing.T) {
 	}
 }
 
-// freeLoopbackPort finds a port nobody listens on (TCP and UDP), for an
-// agent others must join before it is up.
-func freeLoopbackPort(t *testing.T) int {
-	for range 20 {
+// freeLoopbackPorts finds n distinct ports nobody listens on (TCP and
+// UDP), for agents others must join before they are up.
+func freeLoopbackPorts(t *testing.T, n int) []int {
+	var ports []int
+	var held []net.PacketConn
+	defer func() {
+		for _, u := range held {
+			u.Close()
+		}
+	}()
+	for range 20 * n {
+		if len(ports) == n {
+			return ports
+		}
 		l, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
 			t.Fatal(err)
@@ -73,10 +87,10 @@ func freeLoopbackPort(t *testing.T) int {
 		u, err := net.ListenPacket("udp", fmt.Sprintf("127.0.0.1:%d", port))
 		l.Close()
 		if err == nil {
-			u.Close()
-			return port
+			held = append(held, u) // held until all are found, so they differ
+			ports = append(ports, port)
 		}
 	}
-	t.Fatal("no free port")
-	return 0
+	t.Fatal("no free ports")
+	return nil
 }

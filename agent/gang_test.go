@@ -162,25 +162,29 @@ func TestSchedulerDeathMidGangLeavesNothingHeld(t *testing.T) {
 		t.Fatalf("fake reserve: %v %s", err, resp.ErrMsg)
 	}
 	fake.Shutdown()
+	var until time.Time
 	agenttest.Eventually(t, 2*time.Second, "the reservation to hold node02's GPUs on node01's board", func() bool {
 		b, _ := nodes[0].Client.Board(ctx(t))
-		return leaseOn(b, "node02", 0) != nil
+		if l := leaseOn(b, "node02", 0); l != nil {
+			until = l.ReservedUntil
+		}
+		return !until.IsZero()
 	})
 	// A real gang waits behind the orphaned reservation, then runs once it expires.
 	dir := agenttest.PublicDir(t)
 	_, err = nodes[0].Client.Submit(ctx(t), api.SubmitRequest{Nodes: 2, GPUsPerNode: 2, Claim: api.ClaimRequest{Duration: "1h", Run: &api.RunSpec{
-		Command: []string{"sh", "-c", "touch " + dir + "/ran$NODE_RANK; sleep 30"}}}})
+		Command: []string{"sh", "-c", "date +%s.%N > " + dir + "/ran$NODE_RANK; sleep 30"}}}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	t0 := time.Now()
 	agenttest.Eventually(t, 10*time.Second, "the orphaned reservation to expire and the gang to run", func() bool {
-		_, e0 := os.Stat(dir + "/ran0")
-		_, e1 := os.Stat(dir + "/ran1")
-		return e0 == nil && e1 == nil
+		return !readTime(dir+"/ran0").IsZero() && !readTime(dir+"/ran1").IsZero()
 	})
-	if d := time.Since(t0); d < time.Second {
-		t.Errorf("the gang ran %s after submission, before the orphaned reservation could have expired", d)
+	for _, rank := range []string{"ran0", "ran1"} {
+		if at := readTime(dir + "/" + rank); at.Before(until) {
+			t.Errorf("a rank of the gang started at %s, %s before the orphaned reservation expired",
+				at.Format("15:04:05.000"), until.Sub(at).Round(time.Millisecond))
+		}
 	}
 	for _, n := range nodes {
 		b, _ := n.Client.Board(ctx(t))

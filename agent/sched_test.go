@@ -3,11 +3,13 @@ package agent_test
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/dibs-gpu/dibs/agent/agenttest"
+	"github.com/dibs-gpu/dibs/agent/clock"
 	"github.com/dibs-gpu/dibs/api"
 	"github.com/dibs-gpu/dibs/lease"
 )
@@ -43,7 +45,21 @@ func TestQueueSameOrderEverywhereAndFairShare(t *testing.T) {
 		}
 		ids = append(ids, r.ID)
 	}
-	time.Sleep(300 * time.Millisecond) // some GPU-seconds to count
+	// Some GPU-seconds to count: every node's view holds heavy's usage.
+	for _, n := range nodes {
+		agenttest.Eventually(t, 5*time.Second, n.Opts.Name+" to count heavy's GPU-seconds", func() bool {
+			u, err := n.As(heavy).Usage(ctx(t), "1h")
+			if err != nil {
+				return false
+			}
+			for _, x := range u.Users {
+				if x.User == "heavy" {
+					return x.Decayed > 0
+				}
+			}
+			return false
+		})
+	}
 	// heavy submits first, at node02; light later, at node03.
 	h, err := nodes[1].As(heavy).Submit(ctx(t), api.SubmitRequest{Claim: api.ClaimRequest{Count: 1}})
 	if err != nil {
@@ -111,82 +127,65 @@ func TestBackfillStartsShortJobWithoutDelayingTheGang(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	agenttest.Eventually(t, 3*time.Second, "the short job to backfill", func() bool {
-		for _, e := range nodes[0].Queue().Entries {
-			if e.ID == short.ID {
+	running := func(n *agenttest.Node, id string) bool {
+		for _, e := range n.Queue().Entries {
+			if e.ID == id {
 				return e.Running
 			}
 		}
 		return false
-	})
-	time.Sleep(500 * time.Millisecond) // give the scheduler every chance to start the long one
-	for _, e := range nodes[1].Queue().Entries {
-		if e.ID == long.ID && e.Running {
-			t.Errorf("the 3h job started and would delay the gang")
-		}
-		if e.ID == g.ID && e.Running {
-			t.Errorf("the gang started early")
-		}
+	}
+	agenttest.Eventually(t, 3*time.Second, "the short job to backfill", func() bool { return running(nodes[0], short.ID) })
+	// Proof the scheduler weighed the long job with node02's GPU free: a
+	// second 30-minute job of light's, submitted at node02 after it (so
+	// behind it in light's order, and never seen without it), backfills on
+	// that GPU. Had the pass started the 3h job, no GPU would be left for it.
+	probe, err := nodes[1].As(light).Submit(ctx(t), api.SubmitRequest{Claim: api.ClaimRequest{Count: 1, Duration: "30m"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	agenttest.Eventually(t, 3*time.Second, "the second short job to backfill on node02", func() bool { return running(nodes[1], probe.ID) })
+	if running(nodes[1], long.ID) {
+		t.Errorf("the 3h job started and would delay the gang")
+	}
+	if running(nodes[1], g.ID) {
+		t.Errorf("the gang started early")
 	}
 }
 
+// TestCompetingGangsBothRunNeverPartially submits two 2-node gangs over
+// three nodes, where only one fits at a time: both must run, one after the
+// other (neither holding part of the cluster while waiting for the rest,
+// which would deadlock them), and each as a whole — its two ranks running
+// at the same time. Each rank proves the last the way a distributed job
+// does: it waits at a rendezvous for the other rank to have started. (The
+// nemesis checks partiality under faults, from every node's own record.)
 func TestCompetingGangsBothRunNeverPartially(t *testing.T) {
 	t.Parallel()
 	agenttest.RequireTmux(t)
 	nodes := agenttest.Cluster(t, agenttest.ClusterOptions{Specs: []string{"2xL40S", "2xL40S", "2xL40S"}, Quiet: true, Users: testUsers})
 	dir := agenttest.PublicDir(t)
-	// Two 2-node gangs over three nodes: only one fits at a time.
-	var gangs []string
+	var want []string
 	for i, n := range nodes[:2] {
-		s, err := n.Client.Submit(ctx(t), api.SubmitRequest{Nodes: 2, GPUsPerNode: 2, Claim: api.ClaimRequest{Duration: "1h", Run: &api.RunSpec{
-			Command: []string{"sh", "-c", "touch " + filepath.Join(dir, "g"+string(rune('a'+i))) + "$NODE_RANK; sleep 1.5"}}}})
-		if err != nil {
+		g := filepath.Join(dir, "g"+string(rune('a'+i)))
+		// Up to 10 s for the other rank; a rank alone never meets it.
+		rank := `touch ` + g + `$NODE_RANK; peer=` + g + `$((1-NODE_RANK)); i=0
+while [ ! -e $peer ] && [ $i -lt 200 ]; do sleep 0.05; i=$((i+1)); done
+[ -e $peer ] && touch ` + g + `$NODE_RANK.met`
+		if _, err := n.Client.Submit(ctx(t), api.SubmitRequest{Nodes: 2, GPUsPerNode: 2, Claim: api.ClaimRequest{Duration: "1h", Run: &api.RunSpec{
+			Command: []string{"sh", "-c", rank}}}}); err != nil {
 			t.Fatal(err)
 		}
-		gangs = append(gangs, s.ID)
+		want = append(want, g+"0.met", g+"1.met")
 	}
-	deadline := time.Now().Add(20 * time.Second)
-	for time.Now().Before(deadline) {
-		// Never a partial gang: each gang holds 0 or 2 nodes' GPUs.
-		b, _ := nodes[2].Client.Board(ctx(t))
-		per := map[string]int{}
-		for _, n := range b.Nodes {
-			for _, g := range n.GPUs {
-				if g.Lease != nil && g.Lease.Gang != "" && g.Lease.ReservedUntil.IsZero() {
-					per[g.Lease.Gang]++
-				}
+	agenttest.Eventually(t, 20*time.Second, "both gangs to run, each rank meeting the other", func() bool {
+		for _, f := range want {
+			if _, err := os.Stat(f); err != nil {
+				return false
 			}
 		}
-		for gang, held := range per {
-			if held != 4 {
-				// Ranks start within a second of each other; allow the window.
-				time.Sleep(200 * time.Millisecond)
-				b, _ = nodes[2].Client.Board(ctx(t))
-				again := 0
-				for _, n := range b.Nodes {
-					for _, g := range n.GPUs {
-						if g.Lease != nil && g.Lease.Gang == gang && g.Lease.ReservedUntil.IsZero() {
-							again++
-						}
-					}
-				}
-				if again != 4 && again != 0 {
-					t.Fatalf("gang %s holds %d GPUs, want 0 or 4", gang, again)
-				}
-			}
-		}
-		done := 0
-		for _, f := range []string{"ga0", "ga1", "gb0", "gb1"} {
-			if _, err := os.Stat(filepath.Join(dir, f)); err == nil {
-				done++
-			}
-		}
-		if done == 4 {
-			return
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	t.Fatalf("both gangs %v did not run within 20s", gangs)
+		return true
+	})
 }
 
 func TestSchedulerFailover(t *testing.T) {
@@ -224,21 +223,30 @@ func TestSchedulerFailover(t *testing.T) {
 	})
 }
 
+// TestPreemptionForQuotaSignalsAndWaitsTheGrace runs on a fake clock: the
+// borrowed lease is signalled when light's request arrives and ends only
+// when the grace has run by the agent's clock.
 func TestPreemptionForQuotaSignalsAndWaitsTheGrace(t *testing.T) {
 	t.Parallel()
 	agenttest.RequireTmux(t)
 	p := lease.DefaultPolicy()
 	p.PreemptGrace = 1500 * time.Millisecond
 	sched := lease.SchedConfig{Quotas: map[string]int{"light": 2}}
-	n := agenttest.Start(t, agenttest.Options{Sim: "2xL40S", Policy: p, Sched: sched, Users: testUsers})
+	fake := clock.NewFake(time.Now())
+	n := agenttest.Start(t, agenttest.Options{Sim: "2xL40S", Policy: p, Sched: sched, Users: testUsers, Clock: fake})
 	dir := agenttest.PublicDir(t)
 	got := filepath.Join(dir, "usr1")
+	ready := filepath.Join(dir, "ready")
 	// I have no quota, so my run borrows both GPUs.
 	r, err := n.Client.Claim(ctx(t), api.ClaimRequest{Count: 2, Run: &api.RunSpec{
-		Command: []string{"sh", "-c", `trap 'date +%s.%N > ` + got + `' USR1; while :; do sleep 0.1; done`}}})
+		Command: []string{"sh", "-c", `trap 'echo usr1 > ` + got + `' USR1; touch ` + ready + `; while :; do sleep 0.1; done`}}})
 	if err != nil {
 		t.Fatal(err)
 	}
+	agenttest.Eventually(t, 5*time.Second, "my job to set its trap", func() bool {
+		_, err := os.Stat(ready)
+		return err == nil
+	})
 	b, _ := n.Client.Board(ctx(t))
 	if l := b.Nodes[0].GPUs[0].Lease; l == nil || !l.Borrowed {
 		t.Fatalf("my lease beyond quota = %+v, want borrowed", l)
@@ -248,22 +256,26 @@ func TestPreemptionForQuotaSignalsAndWaitsTheGrace(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The scheduler's pass on the arrival preempts at once; the clock
+	// stands still while the signal travels, so the grace cannot run out.
+	var preempted time.Time
 	agenttest.Eventually(t, 5*time.Second, "SIGUSR1 to reach my session", func() bool {
-		return !readTime(got).IsZero()
+		if l := leaseOn(n.Board(), "node01", 0); l != nil && l.ID == r.ID {
+			preempted = l.PreemptedAt
+		}
+		body, _ := os.ReadFile(got)
+		return strings.Contains(string(body), "usr1") && !preempted.IsZero()
 	})
-	signalled := readTime(got)
-	var ended time.Time
-	agenttest.Eventually(t, 6*time.Second, "light's request to start after the grace", func() bool {
+	agenttest.Tick(t, fake, 100*time.Millisecond, 5*time.Second, "light's request to start after the grace", func() bool {
 		for _, e := range n.Queue().Entries {
 			if e.ID == s.ID && e.Running {
-				ended = time.Now()
 				return true
 			}
 		}
 		return false
 	})
-	if d := ended.Sub(signalled); d < 1200*time.Millisecond {
-		t.Errorf("the borrower got %s between the signal and the end, want the 1.5s grace", d)
+	if d := fake.Now().Sub(preempted); d < p.PreemptGrace {
+		t.Errorf("the borrower got %s between the preemption and the end, want the 1.5s grace", d)
 	}
 	b, _ = n.Client.Board(ctx(t))
 	for _, g := range b.Nodes[0].GPUs {
@@ -276,29 +288,42 @@ func TestPreemptionForQuotaSignalsAndWaitsTheGrace(t *testing.T) {
 	}
 }
 
+// TestIdleLeaseReclaimedWhenSomeoneWaits runs on a fake clock: the lease
+// sits idle past the threshold, the waiting request warns it and gets its
+// GPU after the grace, all by the agent's clock, in milliseconds.
 func TestIdleLeaseReclaimedWhenSomeoneWaits(t *testing.T) {
 	t.Parallel()
 	p := lease.DefaultPolicy()
 	p.PreemptGrace = time.Second
 	p.IdleAfter = 200 * time.Millisecond
 	sched := lease.SchedConfig{IdleReclaimAfter: 300 * time.Millisecond}
-	n := agenttest.Start(t, agenttest.Options{Sim: "1xL40S", Policy: p, Sched: sched, Users: testUsers})
+	fake := clock.NewFake(time.Now())
+	n := agenttest.Start(t, agenttest.Options{Sim: "1xL40S", Policy: p, Sched: sched, Users: testUsers, Clock: fake})
 	idle, err := n.As(heavy).Claim(ctx(t), api.ClaimRequest{Count: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(600 * time.Millisecond) // idle past the threshold: no process, no load
+	// Idle past the threshold: no process, no load, for 600ms of its clock.
+	from := fake.Now()
+	agenttest.Tick(t, fake, 100*time.Millisecond, 5*time.Second, "the lease to sit idle for 600ms", func() bool {
+		b := n.BoardAs(heavy)
+		return fake.Now().Sub(from) >= 600*time.Millisecond && slices.Contains(b.Nodes[0].GPUs[0].Flags, lease.FlagIdle)
+	})
 	s, err := n.As(light).Submit(ctx(t), api.SubmitRequest{Claim: api.ClaimRequest{Count: 1}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	agenttest.Eventually(t, 3*time.Second, "the idle lease to be warned", func() bool {
+	var warned time.Time
+	agenttest.Tick(t, fake, 100*time.Millisecond, 5*time.Second, "the idle lease to be warned", func() bool {
 		b := n.BoardAs(heavy)
 		l := b.Nodes[0].GPUs[0].Lease
+		if l != nil {
+			warned = l.PreemptedAt
+		}
 		return l != nil && l.ID == idle.ID && !l.PreemptedAt.IsZero() && l.PreemptReason == "idle" &&
 			len(b.Notices) > 0 && strings.Contains(b.Notices[0], "idle")
 	})
-	agenttest.Eventually(t, 4*time.Second, "the waiting request to get the reclaimed GPU", func() bool {
+	agenttest.Tick(t, fake, 100*time.Millisecond, 5*time.Second, "the waiting request to get the reclaimed GPU", func() bool {
 		for _, e := range n.Queue().Entries {
 			if e.ID == s.ID && e.Running {
 				return true
@@ -306,4 +331,7 @@ func TestIdleLeaseReclaimedWhenSomeoneWaits(t *testing.T) {
 		}
 		return false
 	})
+	if d := fake.Now().Sub(warned); d < time.Second {
+		t.Errorf("the idle lease was reclaimed %s after its warning, want the 1s grace", d)
+	}
 }

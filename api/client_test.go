@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dibs-gpu/dibs/internal/poll"
 	"github.com/dibs-gpu/dibs/launch"
 	"github.com/dibs-gpu/dibs/launch/launchtest"
 )
@@ -179,18 +180,6 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
-// eventually polls cond until it holds, failing the test after a deadline.
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 // publicDir is a root-owned directory every user may enter and none but root
 // may write, like /run.
 func publicDir(t *testing.T) string {
@@ -316,7 +305,7 @@ func TestRefusesSocketInAnotherUsersDirectory(t *testing.T) {
 	}
 	c.Write([]byte("x"))
 	defer c.Close()
-	eventually(t, "the fake agent to count a direct write", func() bool { conns, n := f.received(); return conns == 1 && n == 1 })
+	poll.Until(t, 10*time.Second, "the fake agent to count a direct write", func() bool { conns, n := f.received(); return conns == 1 && n == 1 })
 }
 
 // A socket in a good directory served by a process of another uid (a stale
@@ -329,7 +318,7 @@ func TestRefusesAgentRunByAnotherUser(t *testing.T) {
 	mkdir(t, dir, 0o755, mallory.UID)
 	sock := filepath.Join(dir, "dibs.sock")
 	out := startAs(t, mallory, bin, envFake+"="+sock)
-	eventually(t, "the fake agent to listen", func() bool { return strings.Contains(out.String(), "listening") })
+	poll.Until(t, 10*time.Second, "the fake agent to listen", func() bool { return strings.Contains(out.String(), "listening") })
 	// Now the directory is root's and private: only the server gives it away.
 	if err := os.Chown(dir, 0, 0); err != nil {
 		t.Fatal(err)
@@ -339,7 +328,7 @@ func TestRefusesAgentRunByAnotherUser(t *testing.T) {
 	}
 
 	allCallsRefused(t, NewClient(sock), fmt.Sprintf("it is served by uid %d (%s), not by root or you, so it could be posing as the dibs agent (nothing was sent)", mallory.UID, mallory.Name))
-	eventually(t, "the fake agent to see the 3 connections close", func() bool {
+	poll.Until(t, 10*time.Second, "the fake agent to see the 3 connections close", func() bool {
 		return strings.Count(out.String(), "closed after") >= 3
 	})
 	if got := regexp.MustCompile(`closed after [1-9]`).FindString(out.String()); got != "" {
@@ -358,7 +347,7 @@ func TestPersonalAgentServesItsOwnUser(t *testing.T) {
 	}
 	sock := filepath.Join(dir, "dibs.sock")
 	fake := startAs(t, alice, bin, envFake+"="+sock)
-	eventually(t, "alice's agent to listen", func() bool { return strings.Contains(fake.String(), "listening") })
+	poll.Until(t, 10*time.Second, "alice's agent to listen", func() bool { return strings.Contains(fake.String(), "listening") })
 
 	out, err := runAs(t, alice, bin, envClient+"="+sock)
 	if err != nil || strings.TrimSpace(out) != "ok: node fake" {

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dibs-gpu/dibs/internal/poll"
 	"github.com/dibs-gpu/dibs/lease"
 	"github.com/dibs-gpu/dibs/nodeprobe"
 	"github.com/dibs-gpu/dibs/nodeprobe/sim"
@@ -209,20 +210,17 @@ func waitConverged(t testing.TB, nodes []*tnode, timeout time.Duration) {
 	})
 }
 
-// waitFor polls cond until it holds or timeout passes.
+// waitFor polls cond until it holds or timeout passes, and then fails
+// with what cond last said was missing.
 func waitFor(t testing.TB, timeout time.Duration, cond func() (bool, string)) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
 	var why string
-	for {
+	if !poll.Wait(timeout, func() bool {
 		var ok bool
-		if ok, why = cond(); ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("after %v: %s", timeout, why)
-		}
-		time.Sleep(10 * time.Millisecond)
+		ok, why = cond()
+		return ok
+	}) {
+		t.Fatalf("after %v: %s", timeout, why)
 	}
 }
 

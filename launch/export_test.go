@@ -7,7 +7,6 @@ import "testing"
 // imports launch).
 var (
 	WorldDir   = worldDir
-	Eventually = eventually
 	WaitClosed = waitClosed
 )
 

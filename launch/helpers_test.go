@@ -11,6 +11,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/dibs-gpu/dibs/internal/poll"
 )
 
 // harness is a Launcher on a private TMUX_TMPDIR, so tests never touch the
@@ -118,23 +120,11 @@ func (h *harness) start(t *testing.T, s Spec) Session {
 	return sess
 }
 
-// eventually polls cond until it holds or the deadline passes.
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 // readLine waits until path holds a complete line and returns it, trimmed.
 func readLine(t *testing.T, path string) string {
 	t.Helper()
 	var got string
-	eventually(t, "a line in "+filepath.Base(path), func() bool {
+	poll.Until(t, 10*time.Second, "a line in "+filepath.Base(path), func() bool {
 		data, err := os.ReadFile(path)
 		if err != nil || !strings.HasSuffix(string(data), "\n") {
 			return false

@@ -13,6 +13,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/dibs-gpu/dibs/internal/poll"
 )
 
 func TestStartEnvListWatchKill(t *testing.T) {
@@ -183,7 +185,7 @@ func TestSignal(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			out := filepath.Join(dir, tc.name)
 			h.start(t, Spec{Name: tc.name, Command: append(tc.command, out)})
-			eventually(t, "the job to be ready", func() bool {
+			poll.Until(t, 10*time.Second, "the job to be ready", func() bool {
 				_, err := os.Stat(out + ".ready")
 				return err == nil
 			})
@@ -316,7 +318,7 @@ func TestMessage(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { stdin.Close(); cmd.Process.Kill(); cmd.Wait() })
-	eventually(t, "a client to attach", func() bool {
+	poll.Until(t, 10*time.Second, "a client to attach", func() bool {
 		out, _ := h.rawTmux(t, h.me, "list-clients", "-t", "=msg")
 		return strings.TrimSpace(out) != ""
 	})
@@ -324,7 +326,7 @@ func TestMessage(t *testing.T) {
 	if err := h.l.Message(ctx, h.me, "msg", text); err != nil {
 		t.Fatalf("Message with a client attached: %v", err)
 	}
-	eventually(t, "the message on the attached client's screen", func() bool {
+	poll.Until(t, 10*time.Second, "the message on the attached client's screen", func() bool {
 		data, _ := os.ReadFile(typescript)
 		return strings.Contains(string(data), text)
 	})

@@ -12,8 +12,10 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 	"unsafe"
 
+	"github.com/dibs-gpu/dibs/internal/poll"
 	"github.com/dibs-gpu/dibs/launch"
 	"github.com/dibs-gpu/dibs/launch/launchtest"
 )
@@ -83,7 +85,7 @@ func TestAttachTerminal(t *testing.T) {
 
 	// The client tmux lists for the session is ours, on our PTY.
 	var clients string
-	launch.Eventually(t, "the client to attach", func() bool {
+	poll.Until(t, 10*time.Second, "the client to attach", func() bool {
 		out, err := rawTmux(tmpDir, u, "list-clients", "-t", "=att", "-F", "#{client_pid} #{client_tty}")
 		clients = strings.TrimSpace(out)
 		return err == nil && clients != ""
@@ -98,7 +100,7 @@ func TestAttachTerminal(t *testing.T) {
 	if _, _, errno := syscall.Syscall(syscall.SYS_IOCTL, master.Fd(), syscall.TIOCSWINSZ, uintptr(unsafe.Pointer(&ws))); errno != 0 {
 		t.Fatalf("resize the PTY: %v", errno)
 	}
-	launch.Eventually(t, "the client to see the new size", func() bool {
+	poll.Until(t, 10*time.Second, "the client to see the new size", func() bool {
 		out, _ := rawTmux(tmpDir, u, "list-clients", "-t", "=att", "-F", "#{client_width}x#{client_height}")
 		return strings.TrimSpace(out) == "100x30"
 	})

@@ -9,7 +9,9 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/dibs-gpu/dibs/internal/poll"
 	"github.com/dibs-gpu/dibs/launch"
 	"github.com/dibs-gpu/dibs/launch/launchtest"
 )
@@ -64,7 +66,7 @@ func TestWorkingDirCheckedAsUser(t *testing.T) {
 		t.Fatalf("Start in the user's own directory: %v", err)
 	}
 	t.Cleanup(func() { l.Kill(context.Background(), victim, "wd-ok") })
-	launch.Eventually(t, "the job to write its directory", func() bool {
+	poll.Until(t, 10*time.Second, "the job to write its directory", func() bool {
 		data, err := os.ReadFile(out)
 		return err == nil && strings.TrimSpace(string(data)) == mine
 	})

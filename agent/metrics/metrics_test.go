@@ -96,6 +96,7 @@ func me(t *testing.T) string {
 }
 
 func TestScrapeShowsGPUsLeasesQueueAndLatency(t *testing.T) {
+	t.Parallel()
 	p := lease.DefaultPolicy()
 	p.IdleAfter = 300 * time.Millisecond
 	n := agenttest.Start(t, agenttest.Options{Sim: "4xH100-80GB", Policy: p, MetricsListen: "127.0.0.1:0", Quiet: true})
@@ -229,6 +230,7 @@ func TestScrapeShowsGPUsLeasesQueueAndLatency(t *testing.T) {
 }
 
 func TestClusterMetricsCountMembersAndGossip(t *testing.T) {
+	t.Parallel()
 	nodes := agenttest.Cluster(t, agenttest.ClusterOptions{Specs: []string{"1xL40S", "1xL40S"}, MetricsListen: "127.0.0.1:0", Quiet: true})
 	var fams map[string]*dto.MetricFamily
 	agenttest.Eventually(t, 10*time.Second, "gossip traffic counted", func() bool {

@@ -68,6 +68,7 @@ func publicCopy(t *testing.T) string {
 // others: connections over the per-uid cap are closed at once, and another
 // user's request still goes through.
 func TestPerUserConnectionCap(t *testing.T) {
+	t.Parallel()
 	other := launchtest.User(t)
 	n := limitedAgent(t, sockapi.Limits{PerUID: 4})
 	var held []net.Conn
@@ -94,7 +95,8 @@ func TestPerUserConnectionCap(t *testing.T) {
 	if closedByServer(held[0], 100*time.Millisecond) {
 		t.Error("a connection within the cap was closed")
 	}
-	out, err := launchtest.Run(t, other, []string{"DIBS_TEST_STATUS=" + n.Socket}, publicCopy(t), "-test.run=^$")
+	// (A -race client would wait a second at exit for late race reports.)
+	out, err := launchtest.Run(t, other, []string{"DIBS_TEST_STATUS=" + n.Socket, "GORACE=atexit_sleep_ms=0"}, publicCopy(t), "-test.run=^$")
 	if err != nil || !strings.Contains(out, "node node01") {
 		t.Errorf("another user's request while the first holds its cap: %v: %s", err, out)
 	}
@@ -110,6 +112,7 @@ func TestPerUserConnectionCap(t *testing.T) {
 // A request whose body comes a byte a second is cut off at the read
 // timeout, and an idle keep-alive connection is closed at the idle timeout.
 func TestSlowAndIdleConnectionsAreClosed(t *testing.T) {
+	t.Parallel()
 	n := limitedAgent(t, sockapi.Limits{ReadTimeout: 300 * time.Millisecond, IdleTimeout: 300 * time.Millisecond})
 	slow, err := net.Dial("unix", n.Socket)
 	if err != nil {

@@ -48,6 +48,7 @@ func dial(t *testing.T, addr, name string, signer gossh.Signer) (*gossh.Client, 
 // A connection that authenticated and then opens no session is closed at
 // the session deadline, instead of holding its place for ever.
 func TestAuthenticatedConnectionWithoutSessionIsClosed(t *testing.T) {
+	t.Parallel()
 	addr, signer, name := frontDoor(t, agent.SSHSettings{SessionDeadline: 300 * time.Millisecond})
 	c, err := dial(t, addr, name, signer)
 	if err != nil {
@@ -67,6 +68,7 @@ func TestAuthenticatedConnectionWithoutSessionIsClosed(t *testing.T) {
 // may read) costs the agent nothing: the login is refused and the agent
 // keeps serving.
 func TestHostileAuthorizedKeysIsRefusedAndTheAgentLives(t *testing.T) {
+	t.Parallel()
 	u := launchtest.User(t)
 	ssh := filepath.Join(u.Home, ".ssh")
 	os.MkdirAll(ssh, 0o700)

@@ -13,12 +13,14 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/dibs-gpu/dibs/agent/agenttest"
 	"github.com/dibs-gpu/dibs/api"
+	"github.com/dibs-gpu/dibs/internal/poll"
 )
 
 // dibsBin is the dibs binary built once for these tests, run the way a
@@ -343,10 +345,13 @@ func TestTwoUsersCannotTouchEachOthersLeases(t *testing.T) {
 func TestSIGKILLKeepsEveryAcknowledgedLease(t *testing.T) {
 	dir := agenttest.PublicDir(t)
 	p := startAgent(t, dir, "--sim", "16xH100-80GB")
-	cl := api.NewClient(p.socket)
+	// Without retries: a call cut off by the kill returns at once, instead
+	// of trying for api.RetryFor against a dead agent.
+	cl := api.NewClient(p.socket).WithoutRetry()
 
 	var mu sync.Mutex
 	acked := map[string]bool{}
+	var granted, released atomic.Int64
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	for w := 0; w < 4; w++ {
@@ -370,18 +375,29 @@ func TestSIGKILLKeepsEveryAcknowledgedLease(t *testing.T) {
 				mu.Lock()
 				acked[r.ID] = true
 				mu.Unlock()
+				granted.Add(1)
 				if i%2 == 1 {
 					if _, err := cl.Release(context.Background(), api.ReleaseRequest{IDs: []string{r.ID}}); err != nil {
-						return // unknown whether it was released
+						// The agent died with the release sent: it may or
+						// may not be gone, so it is no longer owed.
+						mu.Lock()
+						delete(acked, r.ID)
+						mu.Unlock()
+						return
 					}
 					mu.Lock()
 					delete(acked, r.ID)
 					mu.Unlock()
+					released.Add(1)
 				}
 			}
 		}()
 	}
-	time.Sleep(400 * time.Millisecond)
+	// Kill it once the stream is well under way: claims granted and
+	// released, the workers still going.
+	poll.Until(t, 10*time.Second, "claims granted and released before the kill", func() bool {
+		return granted.Load() >= 12 && released.Load() >= 4
+	})
 	p.kill9(t)
 	close(stop)
 	wg.Wait()

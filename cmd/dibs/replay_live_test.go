@@ -11,6 +11,7 @@ import (
 
 	"github.com/dibs-gpu/dibs/agent/agenttest"
 	"github.com/dibs-gpu/dibs/api"
+	"github.com/dibs-gpu/dibs/internal/poll"
 	"github.com/dibs-gpu/dibs/lease"
 	"github.com/dibs-gpu/dibs/lease/replay"
 )
@@ -102,7 +103,7 @@ func TestReplayMatchesTheLiveScheduler(t *testing.T) {
 		// Usage travels by gossip: the replay's cluster agrees at once, a
 		// live one within a telemetry interval. Let it agree before the
 		// next event, so fair-share ranks the queue on the same facts.
-		if !waitFor(10*time.Second, func() bool {
+		if !poll.Wait(10*time.Second, func() bool {
 			v := nodes[0].Agent.Service().View()
 			u := v.Usage()
 			for name := range ran {
@@ -146,7 +147,7 @@ func TestReplayMatchesTheLiveScheduler(t *testing.T) {
 			ran[reqs[id].User] = true
 		}
 		var got map[string]string
-		ok := waitFor(10*time.Second, func() bool {
+		ok := poll.Wait(10*time.Second, func() bool {
 			got = map[string]string{}
 			for id, e := range entry {
 				if ls := liveLeases(nodes[0], e); len(ls) > 0 {
@@ -195,18 +196,4 @@ func placement(ranks []lease.RankPlacement) string {
 	}
 	slices.Sort(parts)
 	return strings.Join(parts, " ")
-}
-
-// waitFor polls cond until it holds or the time is up.
-func waitFor(within time.Duration, cond func() bool) bool {
-	deadline := time.Now().Add(within)
-	for {
-		if cond() {
-			return true
-		}
-		if time.Now().After(deadline) {
-			return false
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 }

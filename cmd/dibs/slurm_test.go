@@ -20,6 +20,7 @@ import (
 	"github.com/dibs-gpu/dibs/agent"
 	"github.com/dibs-gpu/dibs/agent/agenttest"
 	"github.com/dibs-gpu/dibs/api"
+	"github.com/dibs-gpu/dibs/internal/poll"
 	"github.com/dibs-gpu/dibs/lease"
 	"github.com/dibs-gpu/dibs/nodeprobe"
 	simprobe "github.com/dibs-gpu/dibs/nodeprobe/sim"
@@ -168,7 +169,7 @@ func TestExportRunsUnderRealSLURM(t *testing.T) {
 	daemon(t, dir, bins["munged"], "-F", "--force", "--socket="+msock, "--key-file="+mkey,
 		"--log-file="+filepath.Join(dir, "log", "munged.log"), "--pid-file="+filepath.Join(dir, "munge", "munged.pid"),
 		"--seed-file="+filepath.Join(dir, "munge", "munged.seed"))
-	if !waitFor(10*time.Second, func() bool { _, err := os.Stat(msock); return err == nil }) {
+	if !poll.Wait(10*time.Second, func() bool { _, err := os.Stat(msock); return err == nil }) {
 		t.Fatalf("munged did not open %s:\n%s", msock, readLog(dir, "munged.out"))
 	}
 
@@ -187,7 +188,7 @@ func TestExportRunsUnderRealSLURM(t *testing.T) {
 		}
 		ctld := daemonEnv(t, dir, env, bins["slurmctld"], "-D", "-f", slurmConf)
 		d := daemonEnv(t, dir, env, bins["slurmd"], "-D", "-f", slurmConf, "-N", host)
-		idle := waitFor(20*time.Second, func() bool {
+		idle := poll.Wait(20*time.Second, func() bool {
 			o, _ := command(env, bins["sinfo"], "-h", "-N", "-o", "%N %t").Output()
 			return strings.Contains(string(o), host+" idle")
 		})
@@ -219,7 +220,7 @@ func TestExportRunsUnderRealSLURM(t *testing.T) {
 		t.Fatalf("sbatch: %v\n%s", err, o)
 	}
 	var got string
-	if !waitFor(30*time.Second, func() bool {
+	if !poll.Wait(30*time.Second, func() bool {
 		b, _ := os.ReadFile(out)
 		got = strings.TrimSpace(string(b))
 		return got != ""

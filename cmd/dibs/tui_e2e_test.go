@@ -15,6 +15,7 @@ import (
 
 	"github.com/dibs-gpu/dibs/agent/agenttest"
 	"github.com/dibs-gpu/dibs/api"
+	"github.com/dibs-gpu/dibs/internal/poll"
 )
 
 // pane is a real tmux pane running a command, read with capture-pane.
@@ -62,16 +63,10 @@ func (p *pane) typeText(text string) {
 func (p *pane) waitFor(within time.Duration, what string, cond func(screen string) bool) string {
 	p.t.Helper()
 	var s string
-	deadline := time.Now().Add(within)
-	for time.Now().Before(deadline) {
-		s = p.screen()
-		if cond(s) {
-			return s
-		}
-		time.Sleep(50 * time.Millisecond)
+	if !poll.Wait(within, func() bool { s = p.screen(); return cond(s) }) {
+		p.t.Fatalf("timed out waiting for %s; the screen:\n%s", what, s)
 	}
-	p.t.Fatalf("timed out waiting for %s; the screen:\n%s", what, s)
-	return ""
+	return s
 }
 
 func myLeases(t *testing.T, socket string) []string {
