@@ -159,7 +159,7 @@ func floorPlan() []room {
 			may:  slices.Concat(agents, []string{"api", "gossip", "launch", "lease", "lease/doctor", "lease/store", "lease/termsafe", "nodeprobe"}),
 			mods: []string{xsys}, never: []string{goNVML}},
 		room{pkg: "agent/agenttest", what: "real agents on loopback for any package's tests",
-			may: slices.Concat([]string{"agent"}, agents, []string{"api", "launch", "launch/launchtest", "lease",
+			may: slices.Concat([]string{"agent", "internal/poll"}, agents, []string{"api", "launch", "launch/launchtest", "lease",
 				"lease/store", "lease/termsafe", "nodeprobe", "nodeprobe/sim"}),
 			mods: []string{xsys}, never: []string{goNVML}},
 		room{pkg: "nemesis", what: "Jepsen-style proof: clients, faults and a checker over real agents (tests only)",

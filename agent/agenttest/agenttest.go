@@ -22,6 +22,7 @@ import (
 	"github.com/dibs-gpu/dibs/agent/core"
 	"github.com/dibs-gpu/dibs/agent/sockapi"
 	"github.com/dibs-gpu/dibs/api"
+	"github.com/dibs-gpu/dibs/internal/poll"
 	"github.com/dibs-gpu/dibs/launch"
 	"github.com/dibs-gpu/dibs/lease"
 	"github.com/dibs-gpu/dibs/nodeprobe/sim"
@@ -268,14 +269,7 @@ func (n *Node) Tmux(uid int, args ...string) (string, error) {
 // Eventually polls cond until it holds or the deadline passes.
 func Eventually(tb testing.TB, within time.Duration, what string, cond func() bool) {
 	tb.Helper()
-	deadline := time.Now().Add(within)
-	for time.Now().Before(deadline) {
-		if cond() {
-			return
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	tb.Fatalf("timed out after %s waiting for %s", within, what)
+	poll.Until(tb, within, what, cond)
 }
 
 // RequireTmux skips a test on a machine without tmux.
