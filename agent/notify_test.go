@@ -16,6 +16,7 @@ import (
 	"github.com/dibs-gpu/dibs/agent/agenttest"
 	"github.com/dibs-gpu/dibs/agent/clock"
 	"github.com/dibs-gpu/dibs/api"
+	"github.com/dibs-gpu/dibs/internal/poll"
 	"github.com/dibs-gpu/dibs/launch"
 	"github.com/dibs-gpu/dibs/launch/launchtest"
 	"github.com/dibs-gpu/dibs/lease"
@@ -136,12 +137,11 @@ func TestNoticesReachEverySessionTheBoardAndTheWebhook(t *testing.T) {
 	}
 	later := attachPane(t, n, u, "mine")
 	s := ""
-	deadline := time.Now().Add(5 * time.Second)
-	for s = later(); !strings.Contains(s, "dibs: mallory's process 777 (python steal.py) runs on your GPU 0"); s = later() {
-		if time.Now().After(deadline) {
-			t.Fatalf("the waiting notices did not show at the next attach:\n%s", s)
-		}
-		time.Sleep(20 * time.Millisecond)
+	if !poll.Wait(5*time.Second, func() bool {
+		s = later()
+		return strings.Contains(s, "dibs: mallory's process 777 (python steal.py) runs on your GPU 0")
+	}) {
+		t.Fatalf("the waiting notices did not show at the next attach:\n%s", s)
 	}
 }
 

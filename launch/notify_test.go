@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/dibs-gpu/dibs/internal/poll"
 )
 
 // outerPane attaches a real tmux client to one of h's sessions, inside a
@@ -31,13 +33,9 @@ func (h *harness) outerPane(t *testing.T, session string) func() string {
 
 func waitScreen(t *testing.T, screen func() string, what, want string) string {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
 	var s string
-	for time.Now().Before(deadline) {
-		if s = screen(); strings.Contains(s, want) {
-			return s
-		}
-		time.Sleep(20 * time.Millisecond)
+	if poll.Wait(5*time.Second, func() bool { s = screen(); return strings.Contains(s, want) }) {
+		return s
 	}
 	t.Fatalf("%s: %q never showed; the screen:\n%s", what, want, s)
 	return ""
@@ -98,15 +96,11 @@ func TestKeptLogOutlivesTheSession(t *testing.T) {
 		t.Fatal(err)
 	}
 	var c LogChunk
-	deadline := time.Now().Add(5 * time.Second)
-	for time.Now().Before(deadline) {
+	poll.Wait(5*time.Second, func() bool {
 		ok, _ := h.l.Exists(ctx, u, "job1")
 		c, _ = ReadLog(u, "job1", "", 0, 1<<20)
-		if !ok && strings.Contains(string(c.Data), "second line") {
-			break
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return !ok && strings.Contains(string(c.Data), "second line")
+	})
 	if !strings.Contains(string(c.Data), "first line") || !strings.Contains(string(c.Data), "second line") {
 		t.Fatalf("kept log = %q, want both lines", c.Data)
 	}

@@ -13,6 +13,7 @@ import (
 	tea "charm.land/bubbletea/v2"
 
 	"github.com/dibs-gpu/dibs/api"
+	"github.com/dibs-gpu/dibs/internal/poll"
 	"github.com/dibs-gpu/dibs/lease"
 )
 
@@ -59,10 +60,7 @@ func TestNoticeRingsTheBell(t *testing.T) {
 	b.GeneratedAt = fixedNow.Add(2 * time.Second)
 	b.Notices = []string{"16:01 hostile\x07\x1b]0;pwned\x07\u202e text", b.Notices[0]}
 	p.Send(BoardMsg(b))
-	deadline := time.Now().Add(5 * time.Second)
-	for len(alertRE.FindAllString(out.String(), -1)) < 2 && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-	}
+	poll.Wait(5*time.Second, func() bool { return len(alertRE.FindAllString(out.String(), -1)) >= 2 })
 	p.Quit()
 	<-done
 	alerts := alertRE.FindAllString(out.String(), -1)

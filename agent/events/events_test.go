@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dibs-gpu/dibs/internal/poll"
 	"github.com/dibs-gpu/dibs/lease"
 )
 
@@ -23,14 +24,7 @@ func testLease() lease.Lease {
 
 func eventually(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for time.Now().Before(deadline) {
-		if cond() {
-			return
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	t.Fatalf("timed out waiting for %s", what)
+	poll.Until(t, 5*time.Second, what, cond)
 }
 
 // TestLogRecordsReadsAndNotices: events are readable at once (before the
