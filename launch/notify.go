@@ -85,7 +85,7 @@ func (l *Launcher) Notify(ctx context.Context, u User, text string) (shown, late
 		return 0, 0, nil
 	}
 	if _, err := l.run(ctx, u, args...); err != nil {
-		if strings.Contains(err.Error(), "can't find client") || errors.Is(err, ErrNoSession) {
+		if strings.Contains(err.Error(), "can't find client") || strings.Contains(err.Error(), "no such session") || errors.Is(err, ErrNoSession) {
 			return shown, later, nil // one left meanwhile: best effort
 		}
 		return shown, later, fmt.Errorf("notify %s: %w", u.Name, err)

@@ -22,7 +22,13 @@ import (
 func TestPausedAgentLetsGoOfTheRankItLost(t *testing.T) {
 	agenttest.RequireTmux(t)
 	procs := startClusterProcs(t, 3, "[queue]\nlost_after = \"2s\"\npreempt_grace = \"1s\"\n[leases]\nsignal_grace = \"1s\"\n")
-	cl := api.NewClient(procs[0].socket)
+	// One client per agent: each keeps its connections, and an agent caps
+	// how many one user may hold.
+	clients := map[string]*api.Client{}
+	for _, p := range procs {
+		clients[p.name] = api.NewClient(p.socket)
+	}
+	cl := clients[procs[0].name]
 	out, errOut, code := dibs(t, procs[0].socket, nil, "run", "--nodes", "2", "--gpus-per-node", "2", "--requeue", "--max-restarts", "2", "--json", "--", "sleep", "600")
 	if code != 0 {
 		t.Fatalf("gang: %s", errOut)
@@ -77,13 +83,13 @@ func TestPausedAgentLetsGoOfTheRankItLost(t *testing.T) {
 	resumed := time.Now()
 	// The paused agent's own word first, then every board.
 	agenttest.Eventually(t, 10*time.Second, "the paused agent to end the rank it lost", func() bool {
-		_, held := ranks(api.NewClient(victim.socket), true)[victim.name]
+		_, held := ranks(clients[victim.name], true)[victim.name]
 		return !held
 	})
 	t.Logf("the paused agent let go of its lost rank %s after it went on", time.Since(resumed).Round(10*time.Millisecond))
 	agenttest.Eventually(t, 10*time.Second, "every board to show only the new attempt", func() bool {
 		for _, p := range procs {
-			now := ranks(api.NewClient(p.socket), true)
+			now := ranks(clients[p.name], true)
 			if len(now) != 2 {
 				return false
 			}
