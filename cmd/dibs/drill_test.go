@@ -159,7 +159,9 @@ func TestDurabilityDrill(t *testing.T) {
 	rng := rand.New(rand.NewPCG(7, 7))
 	start := time.Now()
 	for k := 0; k < kills; k++ {
-		time.Sleep(time.Duration(20+rng.IntN(100)) * time.Millisecond)
+		// Each life lasts 50–400 ms: long enough for the clients to claim
+		// and release in earnest, short enough that kills land anywhere.
+		time.Sleep(time.Duration(50+rng.IntN(350)) * time.Millisecond)
 		p.kill9(t)
 		p.start(t)
 		mu.Lock()
