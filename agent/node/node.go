@@ -260,13 +260,14 @@ func (n *Node) endLocked(l lease.Lease, reason lease.EndReason, by string, now l
 	if !n.table.Current(l.ID, l.Token) {
 		return nil
 	}
-	if err := n.deps.Store.End(l.ID, lease.Ended(l, now.Wall, string(reason), by)); err != nil {
+	ended := lease.Ended(l, now.Wall, string(reason), by)
+	if err := n.deps.Store.End(l.ID, ended); err != nil {
 		n.log.Error("end lease", "lease", l.ID, "reason", reason, "err", err)
 		return err
 	}
 	n.table.Remove(l.ID)
 	n.deps.Events(lease.EndEvent(l, reason, by, now.Wall))
-	n.usage.dirty.Store(true)
+	n.usage.ended(ended)
 	if l.Entry != "" {
 		n.ended = lease.RememberEnded(n.ended, lease.EndedRun{Entry: l.Entry, Lease: l.ID, Gang: l.Gang, Reason: reason, At: now.Wall.Round(0), Reserved: !l.ReservedUntil.IsZero()}, now.Wall)
 	}

@@ -13,7 +13,10 @@ import (
 const usageRefresh = 5 * time.Second
 
 // Usage is this node's GPU-seconds per user, from its ledger and its
-// running leases; it keeps the decayed figure off the claim path.
+// running leases; it keeps the decayed figure off the claim path. The
+// ledger is read from the disk once; leases that end later are added to
+// the copy in memory, so a claim after a release never reads the disk (it
+// read the whole ledger before, and claims slowed as the ledger grew).
 type Usage struct {
 	n      *Node
 	mu     sync.Mutex
@@ -21,6 +24,19 @@ type Usage struct {
 	ledger lease.Usage
 	cur    atomic.Pointer[lease.Usage]
 	dirty  atomic.Bool
+	// entries is the ledger since loadedFrom (nil until first read).
+	entries    []lease.LedgerEntry
+	loadedFrom time.Time
+}
+
+// ended adds a lease the store has just ended to the copy of the ledger.
+func (u *Usage) ended(e lease.LedgerEntry) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if u.entries != nil {
+		u.entries = append(u.entries, e)
+	}
+	u.dirty.Store(true)
 }
 
 // DecayedUsage is this node's GPU-seconds per user, decayed with halfLife:
@@ -49,12 +65,24 @@ func (u *Usage) ledgerUsage(now time.Time, halfLife time.Duration) lease.Usage {
 		return c.ledger
 	}
 	c.dirty.Store(false)
-	ledger, err := n.deps.Store.Ledger(now.Add(-8 * halfLife))
-	if err != nil {
-		n.log.Warn("usage: read the ledger", "err", err)
-		return c.ledger
+	from := now.Add(-8 * halfLife)
+	if c.entries == nil || from.Before(c.loadedFrom) {
+		ledger, err := n.deps.Store.Ledger(from)
+		if err != nil {
+			n.log.Warn("usage: read the ledger", "err", err)
+			return c.ledger
+		}
+		c.entries, c.loadedFrom = append(make([]lease.LedgerEntry, 0, len(ledger)+64), ledger...), from
 	}
-	c.ledger = lease.DecayedUsage(ledger, nil, now, halfLife)
+	// What ended before the window no longer counts: forget it.
+	keep := c.entries[:0]
+	for _, e := range c.entries {
+		if !e.End.Before(from) {
+			keep = append(keep, e)
+		}
+	}
+	c.entries = keep
+	c.ledger = lease.DecayedUsage(c.entries, nil, now, halfLife)
 	c.at = now
 	return c.ledger
 }
