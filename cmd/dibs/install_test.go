@@ -260,8 +260,16 @@ func TestInstallByTheGuide(t *testing.T) {
 	}
 	step("hosts")
 	// 1. The package, on every node.
+	// The .deb is copied into each node first: the checkout may lie under
+	// /tmp, which a node sees empty.
+	debBytes, err := os.ReadFile(deb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	inNode := "/var/cache/dibs-install/" + filepath.Base(deb)
 	for _, n := range nodes {
-		out := n.sh(nil, "apt-get install -y -q "+deb)
+		n.sh(debBytes, "mkdir -p /var/cache/dibs-install && cat > "+inNode)
+		out := n.sh(nil, "apt-get install -y -q "+inNode)
 		if !strings.Contains(out, "no agent runs yet") {
 			t.Errorf("%s: installing did not say that no agent runs yet:\n%s", n.name, out)
 		}
