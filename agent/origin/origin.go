@@ -183,6 +183,7 @@ func (o *Origin) Cancel(c lease.Caller, id string) error {
 		return err
 	}
 	delete(o.entries, id)
+	delete(o.placed, e.Key())
 	o.publishLocked()
 	ev := lease.EntryEvent(lease.EventCancel, e, "", o.deps.Clock.Now())
 	if c.UID != e.UID && lease.ValidUserName(c.User) {
@@ -256,6 +257,7 @@ func (o *Origin) MarkStarted(key string) (lease.QueueEntry, bool) {
 		return lease.QueueEntry{}, false
 	}
 	o.entries[e.ID] = e
+	delete(o.placed, key)
 	o.publishLocked()
 	o.deps.Events(lease.EntryEvent(lease.EventStart, e, "", o.deps.Clock.Now()))
 	o.mu.Unlock()
@@ -285,6 +287,7 @@ func (o *Origin) Refuse(key string) (lease.QueueEntry, bool) {
 		return lease.QueueEntry{}, false
 	}
 	delete(o.entries, e.ID)
+	delete(o.placed, e.Key())
 	o.publishLocked()
 	o.mu.Unlock()
 	o.deps.Log.Info("dropped a queued entry a node refused", "entry", e.ID)
@@ -317,8 +320,10 @@ func (o *Origin) Finish(e lease.QueueEntry, failed bool) (next lease.QueueEntry,
 	}
 	if requeued {
 		o.entries[e.ID] = next
+		delete(o.placed, e.Key())
 	} else {
 		delete(o.entries, e.ID)
+		delete(o.placed, e.Key())
 	}
 	o.publishLocked()
 	o.mu.Unlock()

@@ -264,49 +264,44 @@ func payload(schema int, bucket, k, v []byte) ([]byte, uint32, error) {
 }
 
 func readLeases(v view, schema int) ([]lease.Lease, error) {
-	var out []lease.Lease
-	var d digest
-	_, err := v.each(bucketLeases, func(k, val []byte) error {
-		j, sum, err := payload(schema, bucketLeases, k, val)
-		if err == nil {
-			var r leaseRecord
-			if err = json.Unmarshal(j, &r); err == nil && (r.ID != string(k) || len(r.GPUs) == 0) {
-				err = errors.New("record does not match its key")
-			}
-			out = append(out, r.lease())
-		}
-		if err != nil {
-			return fmt.Errorf("lease %q: %w", k, err)
-		}
-		d.add(sum)
-		return nil
+	return readRecords(v, schema, bucketLeases, "lease", func(k []byte, r *leaseRecord) (lease.Lease, bool) {
+		return r.lease(), r.ID == string(k) && len(r.GPUs) > 0
 	})
-	if err == nil {
-		err = checkDigest(v, schema, bucketLeases, d)
-	}
-	return out, err
 }
 
 func readEntries(v view, schema int) ([]lease.QueueEntry, error) {
-	var out []lease.QueueEntry
+	return readRecords(v, schema, bucketQueue, "queue entry", func(k []byte, r *entryRecord) (lease.QueueEntry, bool) {
+		return r.entry(), r.ID == string(k)
+	})
+}
+
+// readRecords decodes every record of a bucket whose records are JSON of
+// type R, checking each record's checksum and the bucket's digest; conv
+// turns a record into what the store returns and says whether it matches
+// its key.
+func readRecords[R, T any](v view, schema int, bucket []byte, what string, conv func(k []byte, r *R) (T, bool)) ([]T, error) {
+	var out []T
 	var d digest
-	_, err := v.each(bucketQueue, func(k, val []byte) error {
-		j, sum, err := payload(schema, bucketQueue, k, val)
+	_, err := v.each(bucket, func(k, val []byte) error {
+		j, sum, err := payload(schema, bucket, k, val)
 		if err == nil {
-			var r entryRecord
-			if err = json.Unmarshal(j, &r); err == nil && r.ID != string(k) {
-				err = errors.New("record does not match its key")
+			var r R
+			if err = json.Unmarshal(j, &r); err == nil {
+				t, ok := conv(k, &r)
+				if !ok {
+					err = errors.New("record does not match its key")
+				}
+				out = append(out, t)
 			}
-			out = append(out, r.entry())
 		}
 		if err != nil {
-			return fmt.Errorf("queue entry %q: %w", k, err)
+			return fmt.Errorf("%s %q: %w", what, k, err)
 		}
 		d.add(sum)
 		return nil
 	})
 	if err == nil {
-		err = checkDigest(v, schema, bucketQueue, d)
+		err = checkDigest(v, schema, bucket, d)
 	}
 	return out, err
 }
