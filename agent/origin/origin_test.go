@@ -77,3 +77,45 @@ func TestGangWithARankThatNeverStartedIsStopped(t *testing.T) {
 		t.Errorf("requeue notice %+v (%v), want one telling alice her gang is back in the queue", n, ok)
 	}
 }
+
+// TestOnlyOneSchedulerMayStartAnAttempt: the origin lets one placer start
+// an attempt; another is refused until a start could have shown
+// (lease.InFlightTimeout), even across the origin's restart; the first may
+// ask again; a running entry is placed by nobody.
+func TestOnlyOneSchedulerMayStartAnAttempt(t *testing.T) {
+	clk := clock.NewFake(t0)
+	disk := storetest.New(storetest.Options{})
+	o := origin.New("n1", origin.Deps{Store: disk, Clock: clk})
+	e, err := o.Submit(lease.QueueEntry{User: "alice", UID: 1001, Nodes: 1, GPUsPerNode: 1, Duration: time.Hour, Kind: lease.KindBatch})
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := e.Key()
+	if err := o.Place(key, "n1/a"); err != nil {
+		t.Fatalf("first placer refused: %v", err)
+	}
+	if err := o.Place(key, "n2/b"); lease.CodeOf(err) != lease.CodeConflict {
+		t.Fatalf("a second placer got %v, want a conflict", err)
+	}
+	if err := o.Place(key, "n1/a"); err != nil {
+		t.Fatalf("the same placer asking again was refused: %v", err)
+	}
+	// A restart keeps the placer: nobody else may start it yet.
+	again := origin.New("n1", origin.Deps{Store: disk.Crash(), Clock: clk})
+	if err := again.Open(); err != nil {
+		t.Fatal(err)
+	}
+	if err := again.Place(key, "n2/b"); lease.CodeOf(err) != lease.CodeConflict {
+		t.Fatalf("after a restart a second placer got %v, want a conflict", err)
+	}
+	clk.Advance(lease.InFlightTimeout + time.Second)
+	if err := again.Place(key, "n2/b"); err != nil {
+		t.Fatalf("once the first placer's start could have shown, another was refused: %v", err)
+	}
+	if _, ok := again.MarkStarted(key); !ok {
+		t.Fatal("not marked started")
+	}
+	if err := again.Place(key, "n3/c"); lease.CodeOf(err) != lease.CodeConflict {
+		t.Fatalf("placing a running entry got %v, want a conflict", err)
+	}
+}
