@@ -31,8 +31,8 @@ type Options struct {
 	Duration time.Duration
 	MinOps   int
 	// Faults are the kinds the nemesis picks from (default all), one at a
-	// time, each held Hold (default 1–6 s at random) and followed by a
-	// calm of Calm (default 1–3 s) in which convergence is measured.
+	// time, in rounds of every kind; each is held 1–9 s (by kind), healed,
+	// its convergence measured, then followed by a calm of 0.5–2 s.
 	Faults []FaultKind
 	// Seed makes the choices of clients and nemesis repeatable (the
 	// agents' own timing is not). Zero picks one and logs it.
@@ -42,8 +42,10 @@ type Options struct {
 }
 
 // AllFaults are every fault the nemesis knows.
-var AllFaults = []FaultKind{FaultKill, FaultPause, FaultPartition, FaultLoss, FaultDelay, FaultDuplicate,
-	FaultClockStep, FaultFsync, FaultDiskFull, FaultSlowDisk}
+func AllFaults() []FaultKind {
+	return []FaultKind{FaultKill, FaultPause, FaultPartition, FaultLoss, FaultDelay, FaultDuplicate,
+		FaultClockStep, FaultFsync, FaultDiskFull, FaultSlowDisk}
+}
 
 // ConvergeWithin is how soon after a heal every board must show the
 // owners' truth.
@@ -250,7 +252,7 @@ func startCluster(tb testing.TB, o Options) *harness {
 		o.Clients = 8
 	}
 	if len(o.Faults) == 0 {
-		o.Faults = AllFaults
+		o.Faults = AllFaults()
 	}
 	if o.Seed == 0 {
 		o.Seed = rand.Uint64()

@@ -76,7 +76,7 @@ func TestNemesis(t *testing.T) {
 			t.Logf("%d timing promises broken (above): reported, not failed without -nemesis.strict", timing)
 		}
 	}
-	for _, k := range AllFaults {
+	for _, k := range AllFaults() {
 		if r.FaultsByKind[k] == 0 {
 			t.Errorf("no %s fault was injected: run longer", k)
 		}
