@@ -131,7 +131,7 @@ func (l *clusterLink) Request(ctx context.Context, node, op string, body []byte)
 	case errors.Is(err, gossip.ErrNodeDown):
 		return nil, "", "", &lease.Error{Code: lease.CodeUnavailable, Msg: fmt.Sprintf("%s is down, so nobody can claim or release its GPUs until its agent is back", node)}
 	case errors.Is(err, gossip.ErrNoResponse), errors.Is(err, context.DeadlineExceeded):
-		return nil, "", "", &lease.Error{Code: lease.CodeUnavailable, Msg: fmt.Sprintf("%s did not answer in time; it may be unreachable from here. `dibs ls` shows what it last said (the request may or may not have been carried out)", node)}
+		return nil, "", "", &lease.Error{Code: lease.CodeNoAnswer, Msg: fmt.Sprintf("%s did not answer in time; it may be unreachable from here. `dibs ls` shows what it last said (the request may or may not have been carried out)", node)}
 	case err != nil:
 		return nil, "", "", &lease.Error{Code: lease.CodeUnavailable, Msg: fmt.Sprintf("cannot reach %s: %v", node, err)}
 	}

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"maps"
 	"slices"
 
 	"github.com/dibs-gpu/dibs/lease"
@@ -72,6 +73,7 @@ func cloneLease(l lease.Lease) lease.Lease {
 	if l.Job != nil {
 		j := *l.Job
 		j.Command = slices.Clone(j.Command)
+		j.Env = maps.Clone(j.Env)
 		l.Job = &j
 	}
 	return l

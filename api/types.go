@@ -110,6 +110,9 @@ type RunSpec struct {
 	Command []string `json:"command,omitempty"`
 	// Dir is the working directory; empty means the user's home.
 	Dir string `json:"dir,omitempty"`
+	// Env is what the caller's shell has of lease.CarriedEnv (PATH, the
+	// Python environment), for the command to find what it found there.
+	Env map[string]string `json:"env,omitempty"`
 }
 
 // ClaimResponse is a granted lease, as `dibs claim --json` prints it.

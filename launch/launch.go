@@ -244,11 +244,11 @@ func (l *Launcher) Start(ctx context.Context, s Spec) (Session, error) {
 	if err != nil {
 		return Session{}, fmt.Errorf("start session %s as %s: %w", s.Name, s.User.Name, err)
 	}
-	out, err := l.runLang(ctx, s.User, s.Env["LANG"], args...)
+	out, err := l.runWith(ctx, s.User, s.Env, args...)
 	if errors.Is(err, ErrNoSession) {
 		// new-session can only "miss" by reaching a server that was exiting
 		// as its last session ended; the next client starts a fresh one.
-		out, err = l.runLang(ctx, s.User, s.Env["LANG"], args...)
+		out, err = l.runWith(ctx, s.User, s.Env, args...)
 	}
 	if err != nil {
 		return Session{}, fmt.Errorf("start session %s as %s: %w", s.Name, s.User.Name, err)

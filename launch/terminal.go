@@ -86,7 +86,7 @@ func (l *Launcher) TerminalCommand(u User, term string, argv []string) (*exec.Cm
 	if !termName(term) {
 		term = defaultTerm
 	}
-	env := clientEnv(u, "", l.tmpDir)
+	env := clientEnv(u, nil, l.tmpDir)
 	for i, kv := range env {
 		if strings.HasPrefix(kv, "TERM=") {
 			env[i] = "TERM=" + term

@@ -16,12 +16,14 @@ import (
 // run executes one tmux client as u and returns its stdout. Errors from tmux
 // itself are *tmuxError, carrying the first line of its stderr.
 func (l *Launcher) run(ctx context.Context, u User, args ...string) ([]byte, error) {
-	return l.runLang(ctx, u, "", args...)
+	return l.runWith(ctx, u, nil, args...)
 }
 
-// runLang is run with the client's LANG chosen by the caller (Start passes the
-// session's, so a server it starts renders UTF-8 the way the job expects).
-func (l *Launcher) runLang(ctx context.Context, u User, lang string, args ...string) ([]byte, error) {
+// runWith is run with the client's LANG and PATH taken from session, a
+// session's variables (Start passes its Spec's): a server the client starts
+// then renders UTF-8 the way the job expects, and tmux gives a new pane the
+// PATH of the client that made it, not the session's.
+func (l *Launcher) runWith(ctx context.Context, u User, session map[string]string, args ...string) ([]byte, error) {
 	if l.tmuxErr != nil {
 		return nil, l.tmuxErr
 	}
@@ -30,7 +32,7 @@ func (l *Launcher) runLang(ctx context.Context, u User, lang string, args ...str
 		return nil, err
 	}
 	cmd := exec.CommandContext(ctx, l.tmux, args...)
-	cmd.Env = clientEnv(u, lang, l.tmpDir)
+	cmd.Env = clientEnv(u, session, l.tmpDir)
 	cmd.Dir = "/" // the server inherits it; never pin the agent's directory
 	// Credential only, and deliberately no Pdeathsig: the server this client
 	// may fork must outlive the agent, or an agent restart would end every job.
@@ -98,10 +100,16 @@ func (e *tmuxError) Unwrap() error { return e.kind }
 // clientEnv is the whole environment of a tmux client, built from scratch so
 // nothing of the agent's (root's) environment reaches the user. A server the
 // client starts takes it as its global environment; a running server ignores
-// it, which is why Start passes the session's variables with -e.
-func clientEnv(u User, lang, tmpDir string) []string {
+// it, which is why Start passes the session's variables with -e. LANG and
+// PATH come from session when it has them (the caller's PATH travels with a
+// run: the client runs as u, and tmux itself is the agent's absolute path).
+func clientEnv(u User, session map[string]string, tmpDir string) []string {
+	lang, path := session["LANG"], session["PATH"]
 	if lang == "" {
 		lang = "C.UTF-8"
+	}
+	if path == "" {
+		path = DefaultPath
 	}
 	shell := u.Shell
 	if shell == "" {
@@ -112,7 +120,7 @@ func clientEnv(u User, lang, tmpDir string) []string {
 		"USER=" + u.Name,
 		"LOGNAME=" + u.Name,
 		"SHELL=" + shell,
-		"PATH=" + DefaultPath,
+		"PATH=" + path,
 		"LANG=" + lang,
 		"TERM=xterm-256color",
 	}
@@ -176,7 +184,7 @@ func (l *Launcher) checkDir(ctx context.Context, u User, dir string) error {
 		return err
 	}
 	cmd := exec.CommandContext(ctx, l.tmux, "-V")
-	cmd.Env = clientEnv(u, "", l.tmpDir)
+	cmd.Env = clientEnv(u, nil, l.tmpDir)
 	cmd.Dir = dir
 	// A non-nil SysProcAttr also keeps os.StartProcess from stat'ing Dir in
 	// this process (as root) before the fork.

@@ -249,7 +249,7 @@ func (t *Table) PlanBooking(c Caller, req BookRequest, snap nodeprobe.Snapshot, 
 	l := t.newLease(c, Claim{Kind: req.Kind, Note: req.Note}, gpus, start, dur)
 	l.Booked = true
 	if req.Job != nil {
-		if err := CheckJob(req.Job.Command, req.Job.Dir, req.Job.Name); err != nil {
+		if err := req.Job.Check(); err != nil {
 			return Lease{}, err
 		}
 		j := *req.Job
@@ -352,7 +352,7 @@ func CheckBookingRequest(req BookRequest) error {
 		return Invalidf("bad model %s", quoteInput(termsafe.String(req.Model)))
 	}
 	if req.Job != nil {
-		return CheckJob(req.Job.Command, req.Job.Dir, req.Job.Name)
+		return req.Job.Check()
 	}
 	return nil
 }

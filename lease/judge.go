@@ -98,6 +98,15 @@ func (it *IdleTracker) QuietSince(gpu int) (time.Time, bool) {
 // MIG instance: to that instance's holder); a shared GPU's holder whose
 // processes use more than their budget is flagged over budget.
 func Judge(snap nodeprobe.Snapshot, leases []Lease, idle *IdleTracker, now time.Time, p Policy) map[int]Judgement {
+	return JudgeWithEnded(snap, leases, nil, idle, now, p)
+}
+
+// JudgeWithEnded is Judge on the node that ended the leases in ended (its
+// ledger entries, see WithinEndGrace): a process on a GPU of one of them
+// that ended within EndGrace of now, owned by its holder, is taken for that
+// lease's work still exiting and is not a squatter. Any other user's process
+// there is one at once, as in Judge.
+func JudgeWithEnded(snap nodeprobe.Snapshot, leases []Lease, ended []LedgerEntry, idle *IdleTracker, now time.Time, p Policy) map[int]Judgement {
 	uses := usesOfList(leases)
 	out := make(map[int]Judgement, len(snap.GPUs))
 	for gi := range snap.GPUs {
@@ -106,7 +115,7 @@ func Judge(snap nodeprobe.Snapshot, leases []Lease, idle *IdleTracker, now time.
 		u := uses[g.Index]
 		l := u.first()
 		for _, pr := range g.Processes {
-			if !u.holdsProcess(pr) {
+			if !u.holdsProcess(pr) && !exiting(ended, g.Index, pr, now) {
 				j.Squatters = append(j.Squatters, pr)
 			}
 		}
@@ -188,11 +197,14 @@ func overBudget(g *nodeprobe.GPU, u *use) []Overrun {
 
 // ownedBy reports whether a process belongs to the lease holder. The uid is
 // the truth; the name is used only when /proc could not give a uid.
-func ownedBy(pr nodeprobe.Process, l *Lease) bool {
+func ownedBy(pr nodeprobe.Process, l *Lease) bool { return ownedByUser(pr, l.UID, l.User) }
+
+// ownedByUser is ownedBy for a holder known by uid and name.
+func ownedByUser(pr nodeprobe.Process, uid int, user string) bool {
 	if pr.UID >= 0 {
-		return pr.UID == l.UID
+		return pr.UID == uid
 	}
-	return pr.User != "" && pr.User == l.User
+	return pr.User != "" && pr.User == user
 }
 
 // QuietSinceAll returns a copy of when each quiet GPU went quiet, so a node

@@ -145,13 +145,7 @@ func (l *Lease) EachString(f func(field string, p *string)) {
 	f("preempt_reason", &l.PreemptReason)
 	f("request_id", &l.RequestID)
 	f("mig", &l.MIG)
-	if l.Job != nil {
-		for i := range l.Job.Command {
-			f("command", &l.Job.Command[i])
-		}
-		f("dir", &l.Job.Dir)
-		f("name", &l.Job.Name)
-	}
+	l.Job.eachString(f)
 }
 
 // CheckText refuses a lease holding text no correct agent writes: every
@@ -259,6 +253,11 @@ const (
 	CodeNotFound    Code = "not_found"   // no such lease
 	CodeForbidden   Code = "forbidden"   // not yours
 	CodeUnavailable Code = "unavailable" // the agent cannot serve it now (disk full, node down)
+	// CodeNoAnswer: the agent asked another, which did not answer in time,
+	// so the request may or may not have been carried out there. A caller
+	// must not take it for a refusal: retry with the same request id, or
+	// look before acting again.
+	CodeNoAnswer Code = "no_answer"
 )
 
 // Error is a refusal a person should read: Msg says what was wrong and what to

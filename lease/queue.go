@@ -16,6 +16,9 @@ type Job struct {
 	Name    string   `json:"name,omitempty"`
 	// Torchrun wraps Command in torchrun with the gang's rendezvous.
 	Torchrun bool `json:"torchrun,omitempty"`
+	// Env is what the submitter's shell had of CarriedEnv (PATH, the
+	// Python environment), set in every rank's session.
+	Env map[string]string `json:"env,omitempty"`
 }
 
 // QueueEntry is one waiting request. Its source of truth is the agent it was
@@ -84,12 +87,26 @@ func (e *QueueEntry) EachString(f func(field string, p *string)) {
 	for i := range e.Tags {
 		f("tag", &e.Tags[i])
 	}
-	if e.Job != nil {
-		for i := range e.Job.Command {
-			f("command", &e.Job.Command[i])
+	e.Job.eachString(f)
+}
+
+// eachString is EachString for a job (none for a nil one); an environment
+// value is visited as "env" and may be replaced too.
+func (j *Job) eachString(f func(field string, p *string)) {
+	if j == nil {
+		return
+	}
+	for i := range j.Command {
+		f("command", &j.Command[i])
+	}
+	f("dir", &j.Dir)
+	f("name", &j.Name)
+	for k, v := range j.Env {
+		w := v
+		f("env", &w)
+		if w != v { // written only when replaced: checks share the map
+			j.Env[k] = w
 		}
-		f("dir", &e.Job.Dir)
-		f("name", &e.Job.Name)
 	}
 }
 

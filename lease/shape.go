@@ -134,7 +134,7 @@ func (l *Lease) validateParts() error {
 		return Invalidf("lease %s carries a job but is not a booking", l.ID)
 	}
 	if l.Job != nil {
-		if err := CheckJob(l.Job.Command, l.Job.Dir, l.Job.Name); err != nil {
+		if err := l.Job.Check(); err != nil {
 			return Invalidf("lease %s: %v", l.ID, err)
 		}
 	}
@@ -224,7 +224,7 @@ func (e *QueueEntry) Validate() error {
 		return Invalidf("queue entry %s: %v", e.ID, err)
 	}
 	if e.Job != nil {
-		if err := CheckJob(e.Job.Command, e.Job.Dir, e.Job.Name); err != nil {
+		if err := e.Job.Check(); err != nil {
 			return Invalidf("queue entry %s: %v", e.ID, err)
 		}
 	}

@@ -188,6 +188,10 @@ func (c *client) finish(op *Op, err error) {
 	switch {
 	case err == nil:
 		op.Outcome = OK
+	case errors.As(err, &ae) && lease.Code(ae.Code) == lease.CodeNoAnswer:
+		// The agent forwarded it and heard nothing back: it may have
+		// been done, as the message says.
+		op.Outcome, op.Code, op.Return, op.Err = Unknown, lease.CodeNoAnswer, Never, ae.Msg
 	case errors.As(err, &ae):
 		op.Outcome, op.Code, op.Err = Refused, lease.Code(ae.Code), ae.Msg
 	default:

@@ -62,6 +62,14 @@ func (n *network) partition(side, all []string) {
 	}
 }
 
+// oneWay stops what from sends to to, and nothing else: to's requests
+// reach from, from's answers are lost.
+func (n *network) oneWay(from, to string) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.apart[[2]string{from, to}] = true
+}
+
 // isolate cuts node off entirely (a paused process), or lets it back.
 func (n *network) isolate(node string, cut bool) {
 	n.mu.Lock()

@@ -93,10 +93,10 @@ func bookingOf(req api.BookRequest) (lease.BookRequest, error) {
 		Model: req.Model, Tags: req.Tags,
 	}
 	if req.Run != nil {
-		if err := checkRun(req.Run.Command, req.Run.Dir, req.Run.Name); err != nil {
+		if err := checkRun(req.Run.Command, req.Run.Dir, req.Run.Name, req.Run.Env); err != nil {
 			return lease.BookRequest{}, err
 		}
-		br.Job = &lease.Job{Command: req.Run.Command, Dir: req.Run.Dir, Name: req.Run.Name}
+		br.Job = &lease.Job{Command: req.Run.Command, Dir: req.Run.Dir, Name: req.Run.Name, Env: req.Run.Env}
 	}
 	if err := lease.CheckBookingRequest(br); err != nil {
 		return lease.BookRequest{}, err
@@ -170,7 +170,7 @@ func jobRun(j *lease.Job) *node.Run {
 	if j == nil {
 		return nil
 	}
-	return &node.Run{Name: j.Name, Command: j.Command, Dir: j.Dir}
+	return &node.Run{Name: j.Name, Command: j.Command, Dir: j.Dir, UserEnv: j.Env}
 }
 
 // Bookings is `dibs bookings`: every booking the cluster knows, soonest
@@ -213,7 +213,7 @@ func (s *Service) registerBookingOps() {
 		}
 		br := r.Booking()
 		if br.Job != nil {
-			if err := checkRun(br.Job.Command, br.Job.Dir, br.Job.Name); err != nil {
+			if err := checkRun(br.Job.Command, br.Job.Dir, br.Job.Name, br.Job.Env); err != nil {
 				return peer.LeaseReply{}, err
 			}
 		}

@@ -57,17 +57,20 @@ func claimOf(req api.ClaimRequest) (lease.Claim, *node.Run, error) {
 	if req.Run == nil {
 		return c, nil, nil
 	}
-	if err := checkRun(req.Run.Command, req.Run.Dir, req.Run.Name); err != nil {
+	if err := checkRun(req.Run.Command, req.Run.Dir, req.Run.Name, req.Run.Env); err != nil {
 		return lease.Claim{}, nil, err
 	}
 	// A run's exit status is recorded, so its end says how it went.
-	return c, &node.Run{Name: req.Run.Name, Command: req.Run.Command, Dir: req.Run.Dir, RecordExit: len(req.Run.Command) > 0}, nil
+	return c, &node.Run{Name: req.Run.Name, Command: req.Run.Command, Dir: req.Run.Dir, UserEnv: req.Run.Env, RecordExit: len(req.Run.Command) > 0}, nil
 }
 
 // checkRun is every check a session's spec gets before anything is
 // granted or queued.
-func checkRun(command []string, dir, name string) error {
+func checkRun(command []string, dir, name string, env map[string]string) error {
 	if err := lease.CheckJob(command, dir, name); err != nil {
+		return err
+	}
+	if err := lease.CheckEnv(env); err != nil {
 		return err
 	}
 	if name != "" {
@@ -153,7 +156,7 @@ func peerRun(r *node.Run) *peer.Run {
 	if r == nil {
 		return nil
 	}
-	return &peer.Run{Name: r.Name, Command: r.Command, Dir: r.Dir}
+	return &peer.Run{Name: r.Name, Command: r.Command, Dir: r.Dir, Env: r.UserEnv}
 }
 
 // awaitVisible waits (briefly) until a lease granted elsewhere shows in

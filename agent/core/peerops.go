@@ -26,10 +26,10 @@ func (s *Service) registerPeerOps() {
 			MIG: r.MIG, MemMiB: r.MemMiB, Model: r.Model, Tags: r.Tags}
 		var run *node.Run
 		if r.Run != nil {
-			if err := checkRun(r.Run.Command, r.Run.Dir, r.Run.Name); err != nil {
+			if err := checkRun(r.Run.Command, r.Run.Dir, r.Run.Name, r.Run.Env); err != nil {
 				return peer.LeaseReply{}, err
 			}
-			run = &node.Run{Name: r.Run.Name, Command: r.Run.Command, Dir: r.Run.Dir, RecordExit: len(r.Run.Command) > 0}
+			run = &node.Run{Name: r.Run.Name, Command: r.Run.Command, Dir: r.Run.Dir, UserEnv: r.Run.Env, RecordExit: len(r.Run.Command) > 0}
 		}
 		l, err := b.grantHere(ctx, s.View(), claim, run, r.RequestID)
 		return peer.LeaseReply{Lease: l}, err
@@ -137,10 +137,10 @@ func (b *Bound) startPart(ctx context.Context, r peer.StartRequest) (peer.StartR
 	var run *node.Run
 	if e.Job != nil {
 		name := lease.RankSessionName(e.Job.Name, e, r.Rank)
-		if err := checkRun(e.Job.Command, e.Job.Dir, name); err != nil {
+		if err := checkRun(e.Job.Command, e.Job.Dir, name, e.Job.Env); err != nil {
 			return peer.StartReply{}, err
 		}
-		run = &node.Run{Name: name, Command: e.Job.Command, Dir: e.Job.Dir, RecordExit: true}
+		run = &node.Run{Name: name, Command: e.Job.Command, Dir: e.Job.Dir, UserEnv: e.Job.Env, RecordExit: true}
 	}
 	switch r.Phase {
 	case peer.PhaseStart:

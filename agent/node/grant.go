@@ -16,6 +16,9 @@ type Run struct {
 	Name    string
 	Command []string
 	Dir     string
+	// UserEnv is the caller's carried environment (lease.CarriedEnv): set
+	// first, so the lease's own variables win over it.
+	UserEnv map[string]string
 	// Env is added to the lease's own variables (a gang's rendezvous).
 	Env map[string]string
 	// RecordExit asks the session to record its command's exit status, so a
@@ -172,9 +175,11 @@ func (x *sessionJob) startSession(ctx context.Context, l lease.Lease, u launch.U
 	if !n.Current(l.ID, l.Token) {
 		return fmt.Errorf("lease %s ended before its session could start", l.ID)
 	}
-	env := l.Env()
-	for k, v := range run.Env {
-		env[k] = v
+	env := map[string]string{}
+	for _, vars := range []map[string]string{run.UserEnv, l.Env(), run.Env} {
+		for k, v := range vars {
+			env[k] = v
+		}
 	}
 	spec := launch.Spec{Name: l.Session, User: u, Env: env, Command: run.Command, Dir: run.Dir, RecordExit: run.RecordExit && len(run.Command) > 0,
 		KeepLog: len(run.Command) > 0}

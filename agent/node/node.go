@@ -105,6 +105,10 @@ type Node struct {
 	ended   []lease.EndedRun
 	version uint64
 
+	// justEnded are the leases ended within lease.EndGrace, whose holders'
+	// processes may still be exiting: not squatters yet.
+	justEnded []lease.LedgerEntry
+
 	state   atomic.Pointer[State]
 	notices notices
 
@@ -195,6 +199,7 @@ func (n *Node) Open(ctx context.Context) error {
 	n.wmu.Lock()
 	n.table = lease.NewTable(n.cfg.Name, leases, last, now)
 	n.ended = endedRuns(recent, now.Wall)
+	n.justEnded = lease.WithinEndGrace(recent, now.Wall)
 	n.snap = snap
 	n.idle.Observe(snap, n.cfg.Policy)
 	n.publishLocked(now.Wall)
@@ -232,7 +237,7 @@ func (n *Node) State() *State { return n.state.Load() }
 // Callers hold wmu.
 func (n *Node) publishLocked(now time.Time) {
 	leases := n.table.List()
-	n.judged = lease.Judge(n.snap, leases, n.idle, now, n.cfg.Policy)
+	n.judged = lease.JudgeWithEnded(n.snap, leases, n.justEnded, n.idle, now, n.cfg.Policy)
 	n.version++
 	n.state.Store(&State{
 		Version: n.version, Snap: n.snap, Leases: leases, Bookings: n.table.Bookings(), Judged: n.judged,
@@ -268,6 +273,7 @@ func (n *Node) endLocked(l lease.Lease, reason lease.EndReason, by string, now l
 	n.table.Remove(l.ID)
 	n.deps.Events(lease.EndEvent(l, reason, by, now.Wall))
 	n.usage.ended(ended)
+	n.justEnded = lease.WithinEndGrace(append(n.justEnded, ended), now.Wall)
 	if l.Entry != "" {
 		n.ended = lease.RememberEnded(n.ended, lease.EndedRun{Entry: l.Entry, Lease: l.ID, Gang: l.Gang, Reason: reason, At: now.Wall.Round(0), Reserved: !l.ReservedUntil.IsZero()}, now.Wall)
 	}
@@ -344,7 +350,7 @@ func (n *Node) probeOnce() {
 	n.idle.Observe(snap, n.cfg.Policy)
 	visible := telemetryChanged(n.snap, snap)
 	n.snap = snap
-	if judged := lease.Judge(snap, n.table.List(), n.idle, now, n.cfg.Policy); visible || !sameJudgements(n.judged, judged) {
+	if judged := lease.JudgeWithEnded(snap, n.table.List(), n.justEnded, n.idle, now, n.cfg.Policy); visible || !sameJudgements(n.judged, judged) {
 		n.publishLocked(now)
 	}
 	n.wmu.Unlock()

@@ -52,7 +52,7 @@ func (r BookRequest) Booking() lease.BookRequest {
 		Note: r.Note, Model: r.Model, Tags: r.Tags,
 	}
 	if r.Run != nil {
-		b.Job = &lease.Job{Command: r.Run.Command, Dir: r.Run.Dir, Name: r.Run.Name}
+		b.Job = &lease.Job{Command: r.Run.Command, Dir: r.Run.Dir, Name: r.Run.Name, Env: r.Run.Env}
 	}
 	return b
 }

@@ -78,16 +78,20 @@ func (r RefusedRequest) Validate() error {
 
 // Run is the session a claim starts.
 type Run struct {
-	Name    string   `json:"name,omitempty"`
-	Command []string `json:"command,omitempty"`
-	Dir     string   `json:"dir,omitempty"`
+	Name    string            `json:"name,omitempty"`
+	Command []string          `json:"command,omitempty"`
+	Dir     string            `json:"dir,omitempty"`
+	Env     map[string]string `json:"env,omitempty"`
 }
 
 func (r *Run) validate() error {
 	if r == nil {
 		return nil
 	}
-	return lease.CheckJob(r.Command, r.Dir, r.Name)
+	if err := lease.CheckJob(r.Command, r.Dir, r.Name); err != nil {
+		return err
+	}
+	return lease.CheckEnv(r.Env)
 }
 
 // ClaimRequest is a claim made at another node for this one.

@@ -154,6 +154,13 @@ func (s *Scheduler) schedule(ctx context.Context, v lease.ClusterView) {
 					level = slog.LevelDebug // another scheduler starts it, or it started
 				}
 				s.deps.Log.Log(ctx, level, "start queued entry", "entry", st.Entry.ID, "err", err)
+				if lease.CodeOf(err) == lease.CodeNoAnswer {
+					// The node may have started it and only its answer was
+					// lost: keep the hold, so this attempt is not planned
+					// elsewhere until its lease shows, its origin moves on,
+					// or InFlightTimeout passes.
+					return
+				}
 				s.mu.Lock()
 				delete(s.inflight, key)
 				s.mu.Unlock()

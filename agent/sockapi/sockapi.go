@@ -356,6 +356,8 @@ func writeErr(w http.ResponseWriter, err error) {
 		status = http.StatusForbidden
 	case lease.CodeUnavailable:
 		status = http.StatusServiceUnavailable
+	case lease.CodeNoAnswer:
+		status = http.StatusGatewayTimeout
 	}
 	writeError(w, status, code, oneLine(err.Error()))
 }

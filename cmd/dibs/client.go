@@ -224,7 +224,7 @@ func runCmd(c *cli) *cobra.Command {
 	var f claimFlags
 	var q queueFlags
 	var name, dir string
-	var attach bool
+	var attach, cleanEnv bool
 	cmd := &cobra.Command{
 		Use:   "run [claim flags] [--name NAME] [--attach] -- CMD [ARGS...]",
 		Short: "Claim GPUs and start a tmux session on them; the lease ends when the session does",
@@ -243,6 +243,9 @@ func runCmd(c *cli) *cobra.Command {
 				wd, _ = os.Getwd()
 			}
 			req.Run = &api.RunSpec{Name: name, Command: args, Dir: wd}
+			if !cleanEnv {
+				req.Run.Env = lease.PickEnv(os.Environ())
+			}
 			ctx, cancel := reqCtx()
 			defer cancel()
 			cl := c.client()
@@ -285,6 +288,7 @@ func runCmd(c *cli) *cobra.Command {
 	cmd.Flags().StringVar(&name, "name", "", "tmux session name (default dibs-<lease id>)")
 	cmd.Flags().StringVar(&dir, "dir", "", "working directory (default: the current one)")
 	cmd.Flags().BoolVar(&attach, "attach", false, "attach to the session once it starts")
+	cmd.Flags().BoolVar(&cleanEnv, "clean-env", false, "start CMD with the node's default PATH, not yours (by default your PATH and Python environment travel: "+strings.Join(lease.CarriedEnv(), ", ")+")")
 	cmd.Flags().StringVar(&f.at, "at", "", `book the GPUs for later and start CMD then, e.g. "tomorrow 09:00" (needs --for)`)
 	q.add(cmd, true)
 	return cmd

@@ -28,11 +28,17 @@ import (
 // own) against socket.
 func dibsAs(t *testing.T, u launch.User, path, socket string, args ...string) (stdout, stderr string, code int) {
 	t.Helper()
+	return dibsAsWith(t, u, []string{"PATH=" + path}, socket, args...)
+}
+
+// dibsAsWith is dibsAs with env (PATH included) added to HOME, USER and LANG.
+func dibsAsWith(t *testing.T, u launch.User, env []string, socket string, args ...string) (stdout, stderr string, code int) {
+	t.Helper()
 	cmd := exec.Command(dibsBin, append([]string{"--socket", socket}, args...)...)
 	var o, e bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &o, &e
 	cmd.Dir = u.Home
-	cmd.Env = []string{"HOME=" + u.Home, "USER=" + u.Name, "PATH=" + path, "LANG=C.UTF-8"}
+	cmd.Env = append([]string{"HOME=" + u.Home, "USER=" + u.Name, "LANG=C.UTF-8"}, env...)
 	groups := make([]uint32, len(u.Groups))
 	for i, g := range u.Groups {
 		groups[i] = uint32(g)

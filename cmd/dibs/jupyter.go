@@ -126,7 +126,7 @@ func jupyter(c *cli, req api.ClaimRequest, port int, host string, asJSON bool) e
 	}
 	defer os.Remove(tokenFile)
 	wd, _ := os.Getwd()
-	req.Run = &api.RunSpec{Name: name, Dir: wd, Command: []string{"/bin/sh", "-c", jupyterCommand(app, tokenFile, port)}}
+	req.Run = &api.RunSpec{Name: name, Dir: wd, Command: []string{"/bin/sh", "-c", jupyterCommand(app, tokenFile, port)}, Env: lease.PickEnv(os.Environ())}
 	if req.Note == "" {
 		req.Note = "jupyter"
 	}

@@ -86,14 +86,14 @@ func jobToRecord(j *lease.Job) *jobRecord {
 	if j == nil {
 		return nil
 	}
-	return &jobRecord{Command: j.Command, Dir: j.Dir, Name: j.Name, Torchrun: j.Torchrun}
+	return &jobRecord{Command: j.Command, Dir: j.Dir, Name: j.Name, Torchrun: j.Torchrun, Env: j.Env}
 }
 
 func (r *jobRecord) job() *lease.Job {
 	if r == nil {
 		return nil
 	}
-	return &lease.Job{Command: r.Command, Dir: r.Dir, Name: r.Name, Torchrun: r.Torchrun}
+	return &lease.Job{Command: r.Command, Dir: r.Dir, Name: r.Name, Torchrun: r.Torchrun, Env: r.Env}
 }
 
 func (r *leaseRecord) lease() lease.Lease {
@@ -115,6 +115,8 @@ type jobRecord struct {
 	Dir      string   `json:"dir,omitempty"`
 	Name     string   `json:"name,omitempty"`
 	Torchrun bool     `json:"torchrun,omitempty"`
+	// Env is lease.Job.Env: the caller's PATH and Python environment.
+	Env map[string]string `json:"env,omitempty"`
 }
 
 // entryRecord is how a queue entry is stored (frozen, like leaseRecord).

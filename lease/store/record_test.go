@@ -31,6 +31,14 @@ func fill(t *testing.T, v reflect.Value, n *int) {
 		v.Set(reflect.MakeSlice(v.Type(), 2, 2))
 		fill(t, v.Index(0), n)
 		fill(t, v.Index(1), n)
+	case reflect.Map:
+		v.Set(reflect.MakeMap(v.Type()))
+		for range 2 {
+			k, e := reflect.New(v.Type().Key()).Elem(), reflect.New(v.Type().Elem()).Elem()
+			fill(t, k, n)
+			fill(t, e, n)
+			v.SetMapIndex(k, e)
+		}
 	case reflect.String:
 		v.SetString("s" + strings.Repeat("x", *n))
 	case reflect.Bool:

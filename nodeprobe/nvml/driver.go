@@ -24,6 +24,9 @@ type nvmlDriver struct {
 	// nvmlDeviceGetNvLinkRemoteDeviceType (R460+); calling a missing symbol
 	// through go-nvml aborts the process rather than returning an error.
 	hasRemoteType bool
+	// hasMemoryV2 says whether the driver exports nvmlDeviceGetMemoryInfo_v2,
+	// missing from old drivers in the same way.
+	hasMemoryV2 bool
 }
 
 // nvmlError is a failed NVML call. It keeps the return code for the prober's
@@ -79,7 +82,9 @@ func optional(op string, ret nvml.Return) (bool, error) {
 func (d *nvmlDriver) init() error {
 	switch ret := d.lib.Init(); ret {
 	case nvml.SUCCESS:
-		d.hasRemoteType = d.lib.Extensions().LookupSymbol("nvmlDeviceGetNvLinkRemoteDeviceType") == nil
+		ext := d.lib.Extensions()
+		d.hasRemoteType = ext.LookupSymbol("nvmlDeviceGetNvLinkRemoteDeviceType") == nil
+		d.hasMemoryV2 = ext.LookupSymbol("nvmlDeviceGetMemoryInfo_v2") == nil
 		return nil
 	case nvml.ERROR_LIBRARY_NOT_FOUND:
 		return fmt.Errorf("NVML: libnvidia-ml.so.1 not found")
@@ -168,9 +173,22 @@ func (d *nvmlDriver) busID(dev nvml.Device) (string, error) {
 	return cString(pci.BusId[:]), nil
 }
 
-// memoryMiB returns total and used device memory; ok is false when the
-// device does not say.
+// memoryMiB returns total and used device memory as nvidia-smi shows them;
+// ok is false when the device does not say. The v2 call reports the memory
+// the driver and firmware reserve apart from the memory in use, as
+// nvidia-smi does: an idle H200 is 0 MiB used, not the 615 MiB v1 counts.
+// v1 is read only where v2 is missing or unsupported (older drivers); its
+// used then includes the reserve.
 func (d *nvmlDriver) memoryMiB(dev nvml.Device) (total, used uint64, ok bool, err error) {
+	if d.hasMemoryV2 {
+		m, ret := dev.GetMemoryInfo_v2()
+		if ret != nvml.ERROR_NOT_SUPPORTED && ret != nvml.ERROR_FUNCTION_NOT_FOUND {
+			if ok, err := optional("memory", ret); !ok {
+				return 0, 0, false, err
+			}
+			return m.Total >> 20, m.Used >> 20, true, nil
+		}
+	}
 	m, ret := dev.GetMemoryInfo()
 	if ok, err := optional("memory", ret); !ok {
 		return 0, 0, false, err

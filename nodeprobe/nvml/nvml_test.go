@@ -32,13 +32,18 @@ const (
 )
 
 // stubServer fills in every device method the prober calls and the server
-// mocks leave unset (unset mock methods panic): utilisation, temperature,
-// power, processes, PCI bus id, PCIe topology (two sockets of four), no
-// NVLink, and no process names from NVML. Tests override single funcs after.
+// mocks leave unset (unset mock methods panic): memory v2 (what MemoryInfo
+// holds, nothing reserved), utilisation, temperature, power, processes, PCI
+// bus id, PCIe topology (two sockets of four), no NVLink, and no process
+// names from NVML. Tests override single funcs after.
 func stubServer(s *server.Server) *server.Server {
 	s.SystemGetProcessNameFunc = func(int) (string, nvml.Return) { return "", nvml.ERROR_NOT_FOUND }
 	for i, d := range s.Devices {
 		dev := d.(*server.Device)
+		dev.GetMemoryInfo_v2Func = func() (nvml.Memory_v2, nvml.Return) {
+			m := dev.MemoryInfo
+			return nvml.Memory_v2{Total: m.Total, Free: m.Free, Used: m.Used}, nvml.SUCCESS
+		}
 		dev.GetUtilizationRatesFunc = func() (nvml.Utilization, nvml.Return) {
 			return nvml.Utilization{Gpu: uint32(10 * i), Memory: 5}, nvml.SUCCESS
 		}
@@ -201,6 +206,7 @@ func TestNVMLUnknownFields(t *testing.T) {
 			d.GetEnforcedPowerLimitFunc = func() (uint32, nvml.Return) { return 0, r }
 		}, func(g nodeprobe.GPU) bool { return g.PowerLimitW == nil }},
 		{"memory", false, func(d *server.Device, r nvml.Return) {
+			d.GetMemoryInfo_v2Func = func() (nvml.Memory_v2, nvml.Return) { return nvml.Memory_v2{}, r }
 			d.GetMemoryInfoFunc = func() (nvml.Memory, nvml.Return) { return nvml.Memory{}, r }
 		}, func(g nodeprobe.GPU) bool { return g.MemoryUsedMiB == 0 }},
 		{"mig mode", false, func(d *server.Device, r nvml.Return) {
@@ -313,6 +319,94 @@ func TestNVMLUnknownFields(t *testing.T) {
 	}
 }
 
+// TestNVMLMemory: used memory is what nvidia-smi shows, the Used of NVML's
+// v2 call, which leaves out what the driver reserves (615 MiB on an idle
+// H200 under driver 580). v1, whose Used counts the reserve, is read only
+// where v2 is missing from the driver or unsupported; another v2 failure
+// leaves used unknown rather than mixing the two. A failed read keeps the
+// last total.
+func TestNVMLMemory(t *testing.T) {
+	const (
+		mib      = 1 << 20
+		totalMiB = 143771 // an H200's memory.total in nvidia-smi
+		reserved = 615
+	)
+	tests := []struct {
+		name    string
+		procMiB uint64 // what processes hold
+		noV2    bool   // the driver does not export nvmlDeviceGetMemoryInfo_v2
+		// what the calls return after a first good probe
+		v2Ret, v1Ret nvml.Return
+		wantUsed     uint64
+		wantV1       bool // v1 is asked
+		wantLost     bool
+		wantLogs     int
+	}{
+		{"idle, v2", 0, false, nvml.SUCCESS, nvml.SUCCESS, 0, false, false, 0},
+		{"busy, v2", 1024, false, nvml.SUCCESS, nvml.SUCCESS, 1024, false, false, 0},
+		{"v2 not exported", 1024, true, nvml.SUCCESS, nvml.SUCCESS, 1024 + reserved, true, false, 0},
+		{"v2 not supported", 1024, false, nvml.ERROR_NOT_SUPPORTED, nvml.SUCCESS, 1024 + reserved, true, false, 0},
+		{"v2 function not found", 1024, false, nvml.ERROR_FUNCTION_NOT_FOUND, nvml.SUCCESS, 1024 + reserved, true, false, 0},
+		{"v2 not exported, v1 fails", 1024, true, nvml.SUCCESS, nvml.ERROR_UNKNOWN, 0, true, false, 1},
+		{"both not supported", 1024, false, nvml.ERROR_NOT_SUPPORTED, nvml.ERROR_NOT_SUPPORTED, 0, true, false, 0},
+		{"v2 not supported, v1 fails", 1024, false, nvml.ERROR_NOT_SUPPORTED, nvml.ERROR_UNKNOWN, 0, true, false, 1},
+		{"v2 fails", 1024, false, nvml.ERROR_UNKNOWN, nvml.SUCCESS, 0, false, false, 1},
+		{"v2 gpu lost", 1024, false, nvml.ERROR_GPU_IS_LOST, nvml.SUCCESS, 0, false, true, 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := stubServer(dgxh200.New())
+			v2Ret, v1Ret := nvml.SUCCESS, nvml.SUCCESS
+			for _, d := range s.Devices {
+				dev := d.(*server.Device)
+				dev.GetMemoryInfoFunc = func() (nvml.Memory, nvml.Return) {
+					used := (reserved + tt.procMiB) * mib
+					return nvml.Memory{Total: totalMiB * mib, Free: totalMiB*mib - used, Used: used}, v1Ret
+				}
+				dev.GetMemoryInfo_v2Func = func() (nvml.Memory_v2, nvml.Return) {
+					return nvml.Memory_v2{
+						Total: totalMiB * mib, Reserved: reserved * mib,
+						Free: (totalMiB - reserved - tt.procMiB) * mib, Used: tt.procMiB * mib,
+					}, v2Ret
+				}
+				if tt.noV2 {
+					dev.GetMemoryInfo_v2Func = nil // panics if called
+				}
+			}
+			if tt.noV2 {
+				s.LookupSymbolFunc = func(sym string) error {
+					if sym == "nvmlDeviceGetMemoryInfo_v2" {
+						return errors.New("undefined symbol")
+					}
+					return nil
+				}
+			}
+			var logs []string
+			p := openMock(t, s, &logs)
+			snapshot(t, p)
+			v2Ret, v1Ret = tt.v2Ret, tt.v1Ret
+			dev := s.Devices[0].(*server.Device)
+			v1Before := len(dev.GetMemoryInfoCalls())
+			var g nodeprobe.GPU
+			for range 2 {
+				g = snapshot(t, p).GPUs[0]
+			}
+			if g.MemoryUsedMiB != tt.wantUsed || g.MemoryTotalMiB != totalMiB {
+				t.Errorf("memory %d/%d MiB, want %d/%d", g.MemoryUsedMiB, g.MemoryTotalMiB, tt.wantUsed, totalMiB)
+			}
+			if asked := len(dev.GetMemoryInfoCalls()) > v1Before; asked != tt.wantV1 {
+				t.Errorf("v1 asked: %v, want %v", asked, tt.wantV1)
+			}
+			if (g.Error != "") != tt.wantLost {
+				t.Errorf("gpu error %q, want one: %v", g.Error, tt.wantLost)
+			}
+			if len(logs) != tt.wantLogs*8 {
+				t.Errorf("logged %q over 2 probes of 8 gpus, want %d line(s) per gpu", logs, tt.wantLogs)
+			}
+		})
+	}
+}
+
 func TestNVMLStaticFailureKeepsGPU(t *testing.T) {
 	s := stubServer(dgxh100.New())
 	dev := s.Devices[2].(*server.Device)
@@ -413,6 +507,9 @@ func migDevice(uuid, name string, totalMiB, usedMiB uint64, attrs nvml.DeviceAtt
 		},
 		GetMemoryInfoFunc: func() (nvml.Memory, nvml.Return) {
 			return nvml.Memory{Total: totalMiB << 20, Used: usedMiB << 20}, nvml.SUCCESS
+		},
+		GetMemoryInfo_v2Func: func() (nvml.Memory_v2, nvml.Return) {
+			return nvml.Memory_v2{Total: totalMiB << 20, Used: usedMiB << 20}, nvml.SUCCESS
 		},
 		GetAttributesFunc:              func() (nvml.DeviceAttributes, nvml.Return) { return attrs, nvml.SUCCESS },
 		GetComputeRunningProcessesFunc: func() ([]nvml.ProcessInfo, nvml.Return) { return procs, nvml.SUCCESS },

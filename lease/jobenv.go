@@ -1,0 +1,90 @@
+package lease
+
+import (
+	"slices"
+	"strings"
+	"unicode/utf8"
+)
+
+// A run's command starts in a fresh environment on the node (its user's
+// home, the node's default PATH), not in the shell that typed `dibs run`.
+// Without more, `conda activate x; dibs run -- python train.py` would run
+// the system's python. So a run takes along the few variables that choose
+// which programs and libraries a command finds: the caller's PATH and the
+// ones a Python environment's activation sets. Nothing else travels (no
+// tokens, no terminal or ssh variables): the list is fixed, and every
+// agent refuses a name outside it.
+var carriedEnv = []string{
+	"PATH",
+	"LD_LIBRARY_PATH",
+	"PYTHONPATH",
+	"VIRTUAL_ENV",
+	"CONDA_PREFIX",
+	"CONDA_DEFAULT_ENV",
+	"CONDA_EXE",
+	"CONDA_PYTHON_EXE",
+	"CONDA_SHLVL",
+	"CUDA_HOME",
+}
+
+// MaxJobEnvSize bounds the bytes of a run's carried variables, names and
+// values together: a queued run's travel in gossip with its entry.
+const MaxJobEnvSize = 8 << 10
+
+// CarriedEnv returns the names of the variables a run takes along from
+// the caller's shell, in a fixed order.
+func CarriedEnv() []string { return slices.Clone(carriedEnv) }
+
+// PickEnv returns the carried variables present in environ (os.Environ's
+// form), empty ones left out.
+func PickEnv(environ []string) map[string]string {
+	out := map[string]string{}
+	for _, kv := range environ {
+		k, v, ok := strings.Cut(kv, "=")
+		if ok && v != "" && slices.Contains(carriedEnv, k) {
+			out[k] = v
+		}
+	}
+	if len(out) == 0 {
+		return nil
+	}
+	return out
+}
+
+// Check is CheckJob and CheckEnv: every bound a job is held to, wherever
+// it comes from.
+func (j *Job) Check() error {
+	if err := CheckJob(j.Command, j.Dir, j.Name); err != nil {
+		return err
+	}
+	return CheckEnv(j.Env)
+}
+
+// CheckEnv refuses a run's environment that holds a name outside
+// CarriedEnv, a value with a NUL byte, a newline or invalid UTF-8, or more
+// than MaxJobEnvSize bytes.
+func CheckEnv(env map[string]string) error {
+	size := 0
+	for k, v := range env {
+		if !slices.Contains(carriedEnv, k) {
+			return Invalidf("environment variable %s does not travel with a run (only %s do): set it in the command, e.g. env %s=... CMD", quoteInput(k), strings.Join(carriedEnv, ", "), quoteInput(k))
+		}
+		if strings.ContainsAny(v, "\x00\n\r") || !utf8.ValidString(v) {
+			return Invalidf("environment variable %s holds a NUL, a newline or invalid UTF-8", k)
+		}
+		size += len(k) + len(v)
+	}
+	if size > MaxJobEnvSize {
+		return Invalidf("your %s add up to %d bytes; at most %d travel with a run: shorten them, or run with --clean-env", strings.Join(sortedKeys(env), ", "), size, MaxJobEnvSize)
+	}
+	return nil
+}
+
+func sortedKeys(m map[string]string) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}
