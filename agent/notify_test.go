@@ -143,6 +143,16 @@ func TestNoticesReachEverySessionTheBoardAndTheWebhook(t *testing.T) {
 	}) {
 		t.Fatalf("the waiting notices did not show at the next attach:\n%s", s)
 	}
+
+	// Once the lease is gone, its warnings leave the board; the rest stay.
+	if _, err := me.Release(ctx(t), api.ReleaseRequest{IDs: []string{r.ID}}); err != nil {
+		t.Fatal(err)
+	}
+	b := n.BoardAs(lease.Caller{UID: u.UID, User: u.Name})
+	all := strings.Join(b.Notices, "\n")
+	if strings.Contains(all, r.ID+" ends in") || !strings.Contains(all, "steal.py") {
+		t.Errorf("the board's notices after the release: %q; want the squatter's, not the warnings about %s", b.Notices, r.ID)
+	}
 }
 
 // TestEventsAcrossTheCluster: what happened on each node is listed, in

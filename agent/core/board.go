@@ -13,7 +13,12 @@ import (
 // alive are marked unknown, never free.
 func (b *Bound) Board(context.Context) (api.Board, error) {
 	v := b.s.View()
-	out := api.Board{Self: b.s.cfg.Node, You: b.c, GeneratedAt: v.Now.Round(0), Notices: b.s.deps.Node.Notices(b.c.UID)}
+	live := map[string]bool{}
+	for _, l := range v.Leases() {
+		live[l.ID] = true
+	}
+	notices := b.s.deps.Node.Notices(b.c.UID, func(id string) bool { return live[id] })
+	out := api.Board{Self: b.s.cfg.Node, You: b.c, GeneratedAt: v.Now.Round(0), Notices: notices}
 	for i := range v.Nodes {
 		n := &v.Nodes[i]
 		bn := api.Node{Name: n.Name, State: n.State, Addr: n.Addr, Host: n.Snap.Host, TelemetryAt: n.Snap.TakenAt, Bookings: n.Bookings}

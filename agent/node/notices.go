@@ -15,6 +15,10 @@ const (
 type notice struct {
 	at   time.Time
 	text string
+	// lease, when set, is the lease the notice warns about: it stops
+	// showing once that lease has ended ("ends in 10m … extend keeps it"
+	// is wrong about a lease already released).
+	lease string
 }
 
 // notices are messages for people, per uid; they have their own lock
@@ -25,13 +29,19 @@ type notices struct {
 }
 
 // Notify queues a message for uid's board and `dibs ls`.
-func (n *Node) Notify(uid int, text string) {
+func (n *Node) Notify(uid int, text string) { n.notify(uid, "", text) }
+
+// NotifyUntilEnd is Notify for a warning about leaseID: Notices leaves it
+// out once that lease is gone.
+func (n *Node) NotifyUntilEnd(uid int, leaseID, text string) { n.notify(uid, leaseID, text) }
+
+func (n *Node) notify(uid int, leaseID, text string) {
 	now := n.deps.Clock.Now()
 	n.notices.mu.Lock()
 	if n.notices.byUID == nil {
 		n.notices.byUID = map[int][]notice{}
 	}
-	list := append(n.notices.byUID[uid], notice{at: now, text: text})
+	list := append(n.notices.byUID[uid], notice{at: now, text: text, lease: leaseID})
 	if len(list) > noticeMax {
 		list = list[len(list)-noticeMax:]
 	}
@@ -40,15 +50,17 @@ func (n *Node) Notify(uid int, text string) {
 	n.deps.Changed.Notify()
 }
 
-// Notices are uid's recent messages, newest first, each with its time.
-func (n *Node) Notices(uid int) []string {
+// Notices are uid's recent messages, newest first, each with its time;
+// live says whether a lease still exists (a warning about one that does not
+// is left out).
+func (n *Node) Notices(uid int, live func(leaseID string) bool) []string {
 	now := n.deps.Clock.Now()
 	n.notices.mu.Lock()
 	defer n.notices.mu.Unlock()
 	list := n.notices.byUID[uid]
 	var out []string
 	for i := len(list) - 1; i >= 0; i-- {
-		if now.Sub(list[i].at) < noticeKeep {
+		if now.Sub(list[i].at) < noticeKeep && (list[i].lease == "" || live(list[i].lease)) {
 			out = append(out, list[i].at.Local().Format("15:04")+" "+list[i].text)
 		}
 	}

@@ -20,13 +20,13 @@ import (
 // sees with what nvidia-smi prints. They run only when asked, on a machine
 // with a GPU: go test -c ./nodeprobe/nvml, then on that machine
 // ./nvml.test -test.v -test.run Hardware -nvml.hardware
-// (test/hardware/run.sh does this and more; docs/probe.md has the figures).
+// (scripts/gpu-check.sh does this and more; docs/probe.md says what it checks).
 var hardware = flag.Bool("nvml.hardware", false, "run the tests that need a real NVIDIA GPU and nvidia-smi")
 
 func needHardware(t testing.TB) {
 	t.Helper()
 	if !*hardware {
-		t.Skip("needs a real NVIDIA GPU: run with -nvml.hardware on a GPU machine (test/hardware/run.sh)")
+		t.Skip("needs a real NVIDIA GPU: run with -nvml.hardware on a GPU machine (scripts/gpu-check.sh)")
 	}
 }
 
