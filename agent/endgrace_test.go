@@ -9,6 +9,7 @@ import (
 	"github.com/dibs-gpu/dibs/agent/agenttest"
 	"github.com/dibs-gpu/dibs/agent/clock"
 	"github.com/dibs-gpu/dibs/api"
+	"github.com/dibs-gpu/dibs/internal/poll"
 	"github.com/dibs-gpu/dibs/lease"
 	"github.com/dibs-gpu/dibs/nodeprobe/sim"
 )
@@ -60,10 +61,7 @@ func TestReleasedWorkStillExitingIsNoSquatter(t *testing.T) {
 	// Probe after probe through most of the grace: no flag, no event.
 	for range 20 {
 		fake.Advance(time.Second)
-		time.Sleep(10 * time.Millisecond)
-		if squatted() {
-			t.Fatalf("GPU 0 flagged squatted within the grace")
-		}
+		poll.Never(t, 50*time.Millisecond, "GPU 0 flagged squatted within the grace", squatted)
 	}
 	if k := squatterEvents(); k != 0 {
 		t.Fatalf("%d squatter events within the grace, want none", k)
