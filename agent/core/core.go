@@ -224,7 +224,7 @@ func (s *Service) Status() api.Status {
 
 // TellUser notes text on uid's board and in their sessions on this node.
 func (s *Service) TellUser(uid int, text string) {
-	s.deps.Node.Notify(uid, text)
+	s.deps.Node.Notify(uid, "", text)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	s.deps.Node.TellUser(ctx, uid, text)

@@ -117,11 +117,11 @@ func (s *Service) record(e lease.Event) {
 func (s *Service) deliver(ctx context.Context, n lease.Notice) peer.NotifyReply {
 	var r peer.NotifyReply
 	if u, err := s.deps.Accounts.ByName(n.User); err == nil {
-		if n.Kind == lease.EventWarn && n.Lease != "" {
-			s.deps.Node.NotifyUntilEnd(u.UID, n.Lease, n.Text)
-		} else {
-			s.deps.Node.Notify(u.UID, n.Text)
+		about := ""
+		if n.Kind == lease.EventWarn {
+			about = n.Lease
 		}
+		s.deps.Node.Notify(u.UID, about, n.Text)
 		if s.deps.Tell != nil {
 			shown, later, err := s.deps.Tell(ctx, u, "dibs: "+n.Text)
 			if err != nil && !errors.Is(err, launch.ErrTmuxNotFound) {

@@ -28,14 +28,10 @@ type notices struct {
 	byUID map[int][]notice
 }
 
-// Notify queues a message for uid's board and `dibs ls`.
-func (n *Node) Notify(uid int, text string) { n.notify(uid, "", text) }
-
-// NotifyUntilEnd is Notify for a warning about leaseID: Notices leaves it
-// out once that lease is gone.
-func (n *Node) NotifyUntilEnd(uid int, leaseID, text string) { n.notify(uid, leaseID, text) }
-
-func (n *Node) notify(uid int, leaseID, text string) {
+// Notify queues a message for uid's board and `dibs ls`. A warning about a
+// lease names it (leaseID; empty for any other message), so Notices leaves
+// it out once that lease is gone.
+func (n *Node) Notify(uid int, leaseID, text string) {
 	now := n.deps.Clock.Now()
 	n.notices.mu.Lock()
 	if n.notices.byUID == nil {
