@@ -86,6 +86,19 @@ func (t *Table) Due(at Instant, p Policy) []Due {
 	return out
 }
 
+// StillDue reports whether the clock still calls for d in t at at. A node
+// reads what is due, then takes each step; a change in between that keeps
+// the token (an extend: a later end) must cancel a warning, a signal or an
+// end the old limit called for.
+func StillDue(t *Table, at Instant, p Policy, d Due) bool {
+	for _, x := range t.Due(at, p) {
+		if x.Step == d.Step && x.Lease.ID == d.Lease.ID && x.Lease.Token == d.Lease.Token {
+			return true
+		}
+	}
+	return false
+}
+
 // ended reports whether the lease's time is up at now by both the wall clock
 // (ExpiresAt) and the monotonic clock (end).
 func (e *entry) ended(now Instant) bool {

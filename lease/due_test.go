@@ -269,3 +269,40 @@ func TestGracesAndRestartsSurviveWallSteps(t *testing.T) {
 		t.Errorf("after a reboot with the clock a day ahead: Due = %v, want %v", got, want)
 	}
 }
+
+// TestStillDueAfterAnExtend: a node reads what is due, then takes each step;
+// an extend saved in between (same token, a later end) cancels the end and
+// the warnings the old limit called for, while an unchanged lease's steps
+// still stand. The final nemesis run caught a lease ended "expired" 3.6 s
+// before the limit its holder had just extended it to.
+func TestStillDueAfterAnExtend(t *testing.T) {
+	p := lease.DefaultPolicy()
+	p.EndAction = lease.ActionEnd
+	l := held(1, alice, []int{0}, t0, time.Hour)
+	other := held(2, alice, []int{1}, t0, time.Hour)
+	tab := table(l, other)
+	at := lease.At(t0.Add(time.Hour + time.Second))
+	due := tab.Due(at, p)
+	if len(due) != 2 || due[0].Step != lease.StepEnd || due[1].Step != lease.StepEnd {
+		t.Fatalf("Due past the limit = %v, want both ended", steps(due))
+	}
+	ext, err := tab.PlanExtend(alice, l.ID, time.Hour, lease.At(t0.Add(59*time.Minute)), p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tab.Put(ext, at)
+	for _, d := range due {
+		want := d.Lease.ID == other.ID
+		if got := lease.StillDue(tab, at, p, d); got != want {
+			t.Errorf("StillDue(%s %s) after %s was extended = %v, want %v", d.Lease.ID, d.Step, l.ID, got, want)
+		}
+	}
+	warn := lease.Due{Lease: l, Step: lease.StepWarn}
+	if lease.StillDue(tab, lease.At(t0.Add(55*time.Minute)), p, warn) {
+		t.Errorf("the ten-minute warning of the old limit is still due after the extend")
+	}
+	tab.Remove(other.ID)
+	if lease.StillDue(tab, at, p, due[1]) {
+		t.Errorf("a step of a lease no longer in the table is still due")
+	}
+}

@@ -94,7 +94,7 @@ func (x *bookingJob) start(ctx context.Context, b lease.Lease) {
 		if err != nil {
 			n.log.Warn("start booked run", "lease", l.ID, "err", err)
 			failed = err.Error()
-			n.update(l, func(x *lease.Lease) { x.Session = "" })
+			n.update(l, nil, func(x *lease.Lease) { x.Session = "" })
 		}
 	}
 	// Its event's notice tells the holder, in every session and by their

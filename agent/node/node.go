@@ -293,12 +293,14 @@ func (n *Node) end(l lease.Lease, reason lease.EndReason, by string) error {
 	return err
 }
 
-// update persists a change to a lease if its token is still current.
-func (n *Node) update(l lease.Lease, f func(*lease.Lease)) bool {
+// update persists a change to a lease if its token is still current and,
+// for a step the clock called for (due set), if the clock still calls for
+// it (lease.StillDue).
+func (n *Node) update(l lease.Lease, due *lease.Due, f func(*lease.Lease)) bool {
 	n.wmu.Lock()
 	defer n.wmu.Unlock()
 	cur, ok := n.table.Get(l.ID)
-	if !ok || cur.Token != l.Token {
+	if !ok || cur.Token != l.Token || due != nil && !lease.StillDue(n.table, n.now(), n.cfg.Policy, *due) {
 		return false
 	}
 	f(&cur)

@@ -129,8 +129,9 @@ func (n *Node) Preempt(id string, token uint64, why string, sig syscall.Signal) 
 }
 
 // Tick applies what the clock calls for: warnings, overdue notices, signals
-// and ends. Tokens are re-checked before acting, so a stale step never
-// touches a lease that has moved on.
+// and ends. Each step is re-checked under the lock before it acts (the
+// token, and lease.StillDue), so a stale step never touches a lease that has
+// moved on: one extended since Tick read the table keeps running.
 func (n *Node) Tick() {
 	n.wmu.Lock()
 	at := n.now()
@@ -152,21 +153,38 @@ func (n *Node) step(d lease.Due, now time.Time) {
 		n.deps.Events(lease.WarnEvent(l, why, now))
 		n.wmu.Unlock()
 	}
+	// endIfDue ends the lease if the clock still calls for d, checked and
+	// ended in one hold of the lock: a change that lands after Tick read
+	// the table (an extend, a gang's commit) keeps the lease.
+	endIfDue := func(reason lease.EndReason) bool {
+		n.wmu.Lock()
+		due := lease.StillDue(n.table, n.now(), n.cfg.Policy, d)
+		var err error
+		if due {
+			err = n.endLocked(l, reason, "", n.now())
+		}
+		n.wmu.Unlock()
+		if !due || err != nil {
+			return false
+		}
+		n.deps.LeasesChanged()
+		return true
+	}
 	switch d.Step {
 	case lease.StepWarn:
-		if n.update(l, func(x *lease.Lease) { x.Warned = true }) {
+		if n.update(l, &d, func(x *lease.Lease) { x.Warned = true }) {
 			warn(lease.FormatDuration(l.ExpiresAt.Sub(now).Round(time.Minute)))
 		}
 	case lease.StepWarnFinal:
-		if n.update(l, func(x *lease.Lease) { x.Warned, x.FinalWarned = true, true }) {
+		if n.update(l, &d, func(x *lease.Lease) { x.Warned, x.FinalWarned = true, true }) {
 			warn(lease.FormatDuration(max(l.ExpiresAt.Sub(now).Round(time.Second), time.Second)))
 		}
 	case lease.StepOverdue:
-		if n.update(l, func(x *lease.Lease) { x.OverdueNoticed = true }) {
+		if n.update(l, &d, func(x *lease.Lease) { x.OverdueNoticed = true }) {
 			warn("overdue")
 		}
 	case lease.StepSignal:
-		if !n.update(l, func(x *lease.Lease) { x.SignalledAt = now.Round(0) }) {
+		if !n.update(l, &d, func(x *lease.Lease) { x.SignalledAt = now.Round(0) }) {
 			return
 		}
 		warn("stopping")
@@ -176,16 +194,18 @@ func (n *Node) step(d lease.Due, now time.Time) {
 			}
 		}
 	case lease.StepReservationExpired:
-		n.log.Info("reservation expired uncommitted; its GPUs are free again", "lease", l.ID, "entry", l.Entry)
-		n.end(l, lease.EndReservationExpired, "")
+		if endIfDue(lease.EndReservationExpired) {
+			n.log.Info("reservation expired uncommitted; its GPUs are free again", "lease", l.ID, "entry", l.Entry)
+		}
 	case lease.StepPreemptEnd:
 		n.sess.killSession(ctx, l, true)
 		n.end(l, lease.PreemptedReason(l.PreemptReason), "")
 	case lease.StepBookingStart, lease.StepBookingLapsed:
 		n.book.step(ctx, d, now)
 	case lease.StepEnd:
-		n.sess.killSession(ctx, l, true)
-		n.log.Info("lease ended at its time limit", "lease", l.ID, "user", l.User)
-		n.end(l, lease.EndExpired, "")
+		if endIfDue(lease.EndExpired) {
+			n.log.Info("lease ended at its time limit", "lease", l.ID, "user", l.User)
+			n.sess.killSession(ctx, l, true)
+		}
 	}
 }
