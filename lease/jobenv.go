@@ -1,6 +1,7 @@
 package lease
 
 import (
+	"maps"
 	"slices"
 	"strings"
 	"unicode/utf8"
@@ -72,19 +73,15 @@ func CheckEnv(env map[string]string) error {
 		if strings.ContainsAny(v, "\x00\n\r") || !utf8.ValidString(v) {
 			return Invalidf("environment variable %s holds a NUL, a newline or invalid UTF-8", k)
 		}
+		// The same check every agent makes of an entry or a booking that
+		// gossip brings: what one agent accepts, no other may refuse.
+		if err := CheckText("environment variable "+k, v); err != nil {
+			return err
+		}
 		size += len(k) + len(v)
 	}
 	if size > MaxJobEnvSize {
-		return Invalidf("your %s add up to %d bytes; at most %d travel with a run: shorten them, or run with --clean-env", strings.Join(sortedKeys(env), ", "), size, MaxJobEnvSize)
+		return Invalidf("your %s add up to %d bytes; at most %d travel with a run: shorten them, or run with --clean-env", strings.Join(slices.Sorted(maps.Keys(env)), ", "), size, MaxJobEnvSize)
 	}
 	return nil
-}
-
-func sortedKeys(m map[string]string) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	return keys
 }

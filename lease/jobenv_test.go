@@ -31,6 +31,8 @@ func TestCheckEnv(t *testing.T) {
 		{"a newline", map[string]string{"PATH": "/bin\nX=1"}, "NUL, a newline or invalid UTF-8"},
 		{"a NUL", map[string]string{"PATH": "/bin\x00"}, "NUL"},
 		{"invalid UTF-8", map[string]string{"PATH": "/\xff"}, "invalid UTF-8"},
+		{"an escape sequence", map[string]string{"VIRTUAL_ENV": "/v\x1b]0;pwned\x07"}, "environment variable VIRTUAL_ENV holds"},
+		{"a bidi control", map[string]string{"PATH": "/bin:/\u202etmp"}, "environment variable PATH holds"},
 		{"too long", map[string]string{"PATH": strings.Repeat("/x", 5000)}, "at most 8192 travel with a run"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

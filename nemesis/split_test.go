@@ -24,14 +24,7 @@ func TestSplitSchedulersNeverStartAnEntryTwice(t *testing.T) {
 	h := startCluster(t, Options{Nodes: 3, GPUs: 1, Seed: 1})
 	c := func(i int) *api.Client { return h.members[i].client }
 	ctx := context.Background()
-	var held []api.ClaimResponse
-	for i := range h.members {
-		l, err := c(i).Claim(ctx, api.ClaimRequest{GPUs: []int{0}, Duration: "1h"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		held = append(held, l)
-	}
+	held := holdEveryGPU(t, h)
 	sub, err := c(1).Submit(ctx, api.SubmitRequest{Claim: api.ClaimRequest{Count: 1, Duration: "1h"}})
 	if err != nil {
 		t.Fatal(err)
@@ -101,14 +94,7 @@ func TestALostAnswerDoesNotStartAnEntryTwice(t *testing.T) {
 	h := startCluster(t, Options{Nodes: 3, GPUs: 1, Seed: 2})
 	c := func(i int) *api.Client { return h.members[i].client }
 	ctx := context.Background()
-	var held []api.ClaimResponse
-	for i := range h.members {
-		l, err := c(i).Claim(ctx, api.ClaimRequest{GPUs: []int{0}, Duration: "1h"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		held = append(held, l)
-	}
+	held := holdEveryGPU(t, h)
 	if _, err := c(1).Release(ctx, api.ReleaseRequest{IDs: []string{held[1].ID}}); err != nil {
 		t.Fatal(err)
 	}
@@ -157,6 +143,21 @@ func TestALostAnswerDoesNotStartAnEntryTwice(t *testing.T) {
 	if r2, r3 := runsOf(ctx, h, "node02"), runsOf(ctx, h, "node03"); len(r2) != 1 || len(r3) != 0 {
 		t.Errorf("after the heal %s runs as %v on node02 and %v on node03; want once, on node02", sub.ID, r2, r3)
 	}
+}
+
+// holdEveryGPU claims each member's GPU 0 for an hour, through its own
+// agent, so a queued request must wait for one to come free.
+func holdEveryGPU(t *testing.T, h *harness) []api.ClaimResponse {
+	t.Helper()
+	var held []api.ClaimResponse
+	for _, m := range h.members {
+		l, err := m.client.Claim(context.Background(), api.ClaimRequest{GPUs: []int{0}, Duration: "1h"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, l)
+	}
+	return held
 }
 
 // runsOf lists the queued runs node's agent says it holds.
