@@ -270,6 +270,11 @@ func (a *Agent) build(ctx context.Context) error {
 	a.changed = &notify.Signal{}
 	a.accounts = account.NewDirectory(a.cfg.NodeName, a.deps.Users, a.cfg.Policy.AdminGroup, c.Now)
 	a.peers = peer.NewMux(a.cfg.NodeName)
+	if a.cfg.Cluster != nil && a.cfg.Cluster.Protocol != 0 {
+		if err := a.peers.SpeakAtMost(a.cfg.Cluster.Protocol); err != nil {
+			return err
+		}
+	}
 	a.buildEvents()
 	a.node = node.New(node.Config{
 		Name: a.cfg.NodeName, Policy: a.cfg.Policy, ProbeInterval: a.cfg.ProbeInterval, SessionPoll: a.cfg.SessionPoll,

@@ -38,6 +38,10 @@ type ClusterSettings struct {
 	// the others: the nemesis tests' partitions, loss, delay and
 	// duplication. Nil in production.
 	Faults gossip.Faults
+	// Protocol, when set, pins this agent to agent protocols up to it
+	// (peer.Mux.SpeakAtMost): this release speaking as the previous one,
+	// for tests of a cluster one release apart. Zero in production.
+	Protocol int
 }
 
 // clusterLink connects the agent's parts to memberlist: it publishes this
@@ -59,13 +63,15 @@ func (a *Agent) joinCluster(s ClusterSettings) (*clusterLink, error) {
 		NodeName: a.cfg.NodeName, BindAddr: s.BindAddr, BindPort: s.BindPort,
 		AdvertiseAddr: s.AdvertiseAddr, AdvertisePort: s.AdvertisePort, Join: s.Join,
 		ClusterName: s.Name, Key: s.Key, Insecure: s.Insecure,
-		BootID: randomID(), BootedAt: a.deps.Clock.Now(), Protocol: peer.Version, Faults: s.Faults,
+		BootID: randomID(), BootedAt: a.deps.Clock.Now(), Faults: s.Faults,
 		Logf: func(f string, args ...any) { a.log.Warn(fmt.Sprintf(f, args...)) },
 	}
 	if s.Fast {
 		cfg.RejoinInterval = time.Second
 		cfg.TelemetryInterval = time.Second
 	}
+	lo, hi := a.peers.Protocols()
+	cfg.ProtocolMin, cfg.Protocol = uint8(lo), uint8(hi)
 	link := &clusterLink{a: a}
 	c, err := gossip.New(cfg, delegate{link})
 	if err != nil {
@@ -138,9 +144,17 @@ func (l *clusterLink) Request(ctx context.Context, node, op string, body []byte)
 	return resp.Body, resp.ErrCode, resp.ErrMsg, nil
 }
 
+// Protocols implements peer.Transport: what node's agent speaks, from its
+// gossip node meta.
+func (l *clusterLink) Protocols(node string) (lo, hi int, ok bool) {
+	a, b, ok := l.c.Protocols(node)
+	return int(a), int(b), ok
+}
+
 // Peers implements core.Cluster.
 func (l *clusterLink) Peers() []lease.NodeView {
 	peers := l.c.View()
+	protocols := l.c.MemberProtocols()
 	out := make([]lease.NodeView, 0, len(peers))
 	for _, p := range peers {
 		if p.Name == l.a.cfg.NodeName {
@@ -160,7 +174,7 @@ func (l *clusterLink) Peers() []lease.NodeView {
 		out = append(out, lease.NodeView{
 			Name: p.Name, State: p.State, Addr: p.Addr, HasState: p.HasState, Since: since,
 			Version: st.Version, Snap: st.Snapshot, Leases: leases, Bookings: bookings, Idle: lease.IdleTrackerFrom(st.QuietSince),
-			Queue: st.Queue, Ended: st.Ended, Usage: st.Usage,
+			Queue: st.Queue, Ended: st.Ended, Usage: st.Usage, Protocol: int(protocols[p.Name]),
 		})
 	}
 	return out

@@ -304,7 +304,7 @@ func New(cfg Config, d Delegate) (*Cluster, error) {
 	_, _ = rand.Read(seed[:])
 	c.nextID.Store(uint64(seed[0])<<56 | uint64(seed[1])<<48 | uint64(seed[2])<<40 | uint64(seed[3])<<32)
 	c.ctx, c.cancel = context.WithCancel(context.Background())
-	c.meta = nodeMeta{WireMin: minWireVersion, WireMax: wireVersion, BootedAt: c.bootedAt, BootID: c.bootID, Protocol: c.cfg.Protocol}.encode()
+	c.meta = nodeMeta{WireMin: minWireVersion, WireMax: wireVersion, BootedAt: c.bootedAt, BootID: c.bootID}.withProtocols(c.protocolRange()).encode()
 	c.numMembers.Store(1)
 	c.bcast = &memberlist.TransmitLimitedQueue{
 		NumNodes:       func() int { return int(c.numMembers.Load()) },

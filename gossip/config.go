@@ -70,6 +70,11 @@ type Config struct {
 	// version are refused at join with a message that says so, instead of
 	// failing request by request.
 	Protocol uint8
+	// ProtocolMin is the oldest request protocol this agent still speaks
+	// (the previous release's); zero means Protocol only. Meta carries the
+	// range, so an agent one release older or newer joins (rolling
+	// upgrades) and one further apart is refused.
+	ProtocolMin uint8
 
 	// Logf receives memberlist's warnings and errors and this package's own,
 	// one line each. Nil discards them. Lines about packets from the wrong

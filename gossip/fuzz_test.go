@@ -147,6 +147,8 @@ func FuzzDecodePushPull(f *testing.F) {
 func FuzzDecodeMeta(f *testing.F) {
 	f.Add(nodeMeta{WireMin: 1, WireMax: 1, BootedAt: time.Unix(0, 1740830400123456789), BootID: "0a1b2c3d4e5f6071"}.encode())
 	f.Add(nodeMeta{WireMin: 1, WireMax: 4, BootedAt: time.Unix(0, 0), BootID: "x"}.encode())
+	f.Add(nodeMeta{WireMin: 2, WireMax: 2, BootedAt: time.Unix(0, 0), BootID: "ab"}.withProtocols(6, 7).encode())
+	f.Add(v010Meta("0a1b2c3d"))
 	f.Add([]byte{})
 	f.Fuzz(func(t *testing.T, b []byte) {
 		m, err := decodeMeta(b)

@@ -388,24 +388,15 @@ func TestMessageSizes(t *testing.T) {
 }
 
 func TestMetaRoundTrip(t *testing.T) {
-	m := nodeMeta{WireMin: 1, WireMax: 3, BootedAt: time.Unix(0, 1740830400123456789), BootID: "abc123", Protocol: 7}
+	m := nodeMeta{WireMin: 1, WireMax: 3, BootedAt: time.Unix(0, 1740830400123456789), BootID: "abc123", Protocol: 7, ProtocolMax: 8}
 	got, err := decodeMeta(m.encode())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !got.BootedAt.Equal(m.BootedAt) || got.BootID != m.BootID || got.WireMin != 1 || got.WireMax != 3 || got.Protocol != 7 {
+	if got != (nodeMeta{WireMin: 1, WireMax: 3, BootedAt: got.BootedAt, BootID: "abc123", Protocol: 7, ProtocolMax: 8}) || !got.BootedAt.Equal(m.BootedAt) {
 		t.Errorf("got %+v, want %+v", got, m)
 	}
-	if err := got.compatible(7); err != nil {
-		t.Errorf("compatible: %v", err)
-	}
-	if err := got.compatible(8); err == nil || !strings.Contains(err.Error(), "agent protocol 7 and this agent 8") {
-		t.Errorf("an agent of another protocol: %v", err)
-	}
-	if err := (nodeMeta{WireMin: wireVersion + 1, WireMax: wireVersion + 2}).compatible(0); err == nil {
-		t.Errorf("a newer-only agent is compatible")
-	}
-	for _, b := range [][]byte{nil, []byte("serf"), append(m.encode()[:12], 200)} {
+	for _, b := range [][]byte{nil, []byte("serf"), append(m.encode()[:12], 200), append(m.encode()[:len(m.encode())-2], 8, 7)} {
 		if _, err := decodeMeta(b); err == nil {
 			t.Errorf("decodeMeta(%q) accepted", b)
 		}
@@ -413,6 +404,61 @@ func TestMetaRoundTrip(t *testing.T) {
 	// A later meta version may append fields.
 	if _, err := decodeMeta(append(m.encode(), 1, 2, 3)); err != nil {
 		t.Errorf("meta with trailing fields: %v", err)
+	}
+}
+
+// v010Meta is node meta as the first release (v0.1.0, e4e3039) writes it:
+// meta version 2, wire 2 to 2, agent protocol 6 and nothing after it.
+func v010Meta(bootID string) []byte {
+	b := []byte{metaMagic, 2, 2, 2, 0, 0, 0, 0, 0, 0, 0, 1, byte(len(bootID))}
+	b = append(b, bootID...)
+	return append(b, 6)
+}
+
+// v010Compatible is the first release's compatible, as it was: the wire
+// ranges overlap and the protocol byte equals its own (6).
+func v010Compatible(m nodeMeta) bool {
+	return m.WireMin <= 2 && m.WireMax >= 2 && m.Protocol == 6
+}
+
+func TestMetaVersionSkew(t *testing.T) {
+	old, err := decodeMeta(v010Meta("0a1b"))
+	if err != nil {
+		t.Fatalf("v0.1.0 meta: %v", err)
+	}
+	if old.Protocol != 6 || old.ProtocolMax != 6 {
+		t.Errorf("v0.1.0 meta reads as protocols %d to %d, want 6 to 6", old.Protocol, old.ProtocolMax)
+	}
+	for _, tt := range []struct {
+		name     string
+		them     nodeMeta
+		lo, hi   uint8
+		ok       bool
+		wantText string
+	}{
+		{"same release", nodeMeta{WireMin: 2, WireMax: 2, Protocol: 6, ProtocolMax: 7}, 6, 7, true, ""},
+		{"v0.1.0 beside this release", old, 6, 7, true, ""},
+		{"the next release beside this one", nodeMeta{WireMin: 2, WireMax: 3, Protocol: 7, ProtocolMax: 8}, 6, 7, true, ""},
+		{"two releases apart", nodeMeta{WireMin: 2, WireMax: 2, Protocol: 8, ProtocolMax: 9}, 6, 7, false, "agent protocols 8 to 9 and this agent 6 to 7: nodes may be at most one dibs release apart"},
+		{"v0.1.0 two releases behind", old, 7, 8, false, "agent protocols 6 and this agent 7 to 8"},
+		{"a newer-only wire", nodeMeta{WireMin: wireVersion + 1, WireMax: wireVersion + 2, Protocol: 7, ProtocolMax: 7}, 6, 7, false, "gossip wire versions"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			err := tt.them.compatible(tt.lo, tt.hi)
+			if (err == nil) != tt.ok || (err != nil && !strings.Contains(err.Error(), tt.wantText)) {
+				t.Errorf("compatible = %v, want ok=%v (%q)", err, tt.ok, tt.wantText)
+			}
+		})
+	}
+	// What this release writes, v0.1.0 reads as protocol 6: it lets it in.
+	mine, err := decodeMeta(nodeMeta{WireMin: minWireVersion, WireMax: wireVersion, BootID: "ab"}.withProtocols(6, 7).encode())
+	if err != nil {
+		t.Fatal(err)
+	}
+	asOld := mine
+	asOld.ProtocolMax = asOld.Protocol // v0.1.0 does not read the byte after the protocol
+	if !v010Compatible(asOld) {
+		t.Errorf("v0.1.0 would refuse this release's meta %+v", mine)
 	}
 }
 

@@ -9,37 +9,45 @@ import (
 )
 
 // nodeMeta is what an agent puts in memberlist's node meta: who it is (which
-// boot) and which wire versions it speaks. It travels in every alive message,
-// so it holds identity and version only; state travels in our own messages.
+// boot) and which versions it speaks. It travels in every alive message, so
+// it holds identity and versions only; state travels in our own messages.
 //
 //	[magic 'd'] [meta version] [wire min] [wire max] [booted at: int64 unix ns, big endian]
 //	[boot id length: 1 byte] [boot id] [agent protocol: 1 byte, version 2 on]
+//	[agent protocol max: 1 byte, version 3 on]
 //
 // A later meta version may append fields; readers of an earlier one ignore
-// them.
+// them. That is how version 3 stays readable by the first release (v0.1.0,
+// meta version 2): the byte that release reads as "the" agent protocol, and
+// requires to equal its own, is the oldest protocol this agent still
+// speaks, and the newest follows it, unread by that release.
 type nodeMeta struct {
 	WireMin  uint8
 	WireMax  uint8
 	BootedAt time.Time
 	BootID   string
-	// Protocol is the agents' request protocol (Config.Protocol); 0 when
+	// Protocol is the oldest agents' request protocol this agent speaks
+	// (Config.ProtocolMin, or Config.Protocol when that is unset); 0 when
 	// the meta is of version 1 or the agent set none.
 	Protocol uint8
+	// ProtocolMax is the newest it speaks (Config.Protocol); for a meta of
+	// version 2 it equals Protocol.
+	ProtocolMax uint8
 }
 
 const (
 	metaMagic   = 'd'
-	metaVersion = 2
+	metaVersion = 3
 	metaFixed   = 13
 )
 
 func (m nodeMeta) encode() []byte {
-	b := make([]byte, metaFixed, metaFixed+len(m.BootID)+1)
+	b := make([]byte, metaFixed, metaFixed+len(m.BootID)+2)
 	b[0], b[1], b[2], b[3] = metaMagic, metaVersion, m.WireMin, m.WireMax
 	binary.BigEndian.PutUint64(b[4:12], uint64(m.BootedAt.UnixNano()))
 	b[12] = byte(len(m.BootID))
 	b = append(b, m.BootID...)
-	return append(b, m.Protocol)
+	return append(b, m.Protocol, m.ProtocolMax)
 }
 
 // decodeMeta reads and validates node meta.
@@ -66,8 +74,16 @@ func decodeMeta(b []byte) (nodeMeta, error) {
 		return nodeMeta{}, wireErrorf("node meta is truncated")
 	}
 	m.BootID = string(b[metaFixed : metaFixed+n])
-	if b[1] >= 2 && len(b) > metaFixed+n {
-		m.Protocol = b[metaFixed+n]
+	rest := b[metaFixed+n:]
+	if b[1] >= 2 && len(rest) > 0 {
+		m.Protocol = rest[0]
+	}
+	m.ProtocolMax = m.Protocol
+	if b[1] >= 3 && len(rest) > 1 {
+		m.ProtocolMax = rest[1]
+		if m.ProtocolMax < m.Protocol {
+			return nodeMeta{}, wireErrorf("node meta has agent protocols %d to %d", m.Protocol, m.ProtocolMax)
+		}
 	}
 	if !validToken(m.BootID, maxBootID) {
 		return nodeMeta{}, wireErrorf("node meta has a bad boot id %q", trunc(m.BootID))
@@ -75,17 +91,76 @@ func decodeMeta(b []byte) (nodeMeta, error) {
 	return m, nil
 }
 
-// compatible says whether an agent with this meta and we can read each
-// other: the wire version ranges must overlap. (Today both write
-// wireVersion; the range is there so a later version can keep reading this
-// one during a rolling upgrade.)
-func (m nodeMeta) compatible(protocol uint8) error {
+// compatible says whether an agent with this meta and one speaking agent
+// protocols lo to hi can work together: their wire version ranges and
+// their protocol ranges must overlap. A release speaks its own protocol and
+// the one before it, so nodes one release apart overlap and a rolling
+// upgrade never splits the cluster; nodes two releases apart do not, and
+// are refused with what to do.
+func (m nodeMeta) compatible(lo, hi uint8) error {
 	if m.WireMin > wireVersion || m.WireMax < minWireVersion {
-		return fmt.Errorf("it speaks gossip wire versions %d to %d and this agent %d to %d: run the same dibs version on every node",
+		return fmt.Errorf("it speaks gossip wire versions %d to %d and this agent %d to %d: nodes may be at most one dibs release apart; upgrade the older one",
 			m.WireMin, m.WireMax, minWireVersion, wireVersion)
 	}
-	if m.Protocol != protocol {
-		return fmt.Errorf("it speaks agent protocol %d and this agent %d: run the same dibs version on every node", m.Protocol, protocol)
+	if m.Protocol > hi || m.ProtocolMax < lo {
+		return fmt.Errorf("it speaks agent protocols %s and this agent %s: nodes may be at most one dibs release apart; upgrade the older one",
+			protocolRange(m.Protocol, m.ProtocolMax), protocolRange(lo, hi))
 	}
 	return nil
+}
+
+func protocolRange(lo, hi uint8) string {
+	if lo == hi {
+		return fmt.Sprint(lo)
+	}
+	return fmt.Sprintf("%d to %d", lo, hi)
+}
+
+// protocolRange is the agent protocols this agent speaks, as its meta says.
+func (c *Cluster) protocolRange() (lo, hi uint8) {
+	lo, hi = c.cfg.ProtocolMin, c.cfg.Protocol
+	if lo == 0 || lo > hi {
+		lo = hi
+	}
+	return lo, hi
+}
+
+// Protocols says which agent protocols the agent now running on node
+// speaks, as its node meta says: ok is false when node is not a live
+// member (nothing can be sent to it then) or said nothing. For this node
+// it is this agent's own range. The peer protocol reads it before every
+// call, to speak the newest dialect both ends know.
+func (c *Cluster) Protocols(node string) (lo, hi uint8, ok bool) {
+	if node == c.cfg.NodeName {
+		lo, hi = c.protocolRange()
+		return lo, hi, true
+	}
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	r := c.peers[node]
+	if r == nil || !r.member || !r.hasMeta || r.meta.ProtocolMax == 0 {
+		return 0, 0, false
+	}
+	return r.meta.Protocol, r.meta.ProtocolMax, true
+}
+
+// MemberProtocols is the newest agent protocol of every live member, this
+// node included: what a feature gate reads to know whether every node has
+// a feature (the oldest live member decides).
+func (c *Cluster) MemberProtocols() map[string]uint8 {
+	_, hi := c.protocolRange()
+	out := map[string]uint8{c.cfg.NodeName: hi}
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	for name, r := range c.peers {
+		if r.member && r.hasMeta {
+			out[name] = r.meta.ProtocolMax
+		}
+	}
+	return out
+}
+
+func (m nodeMeta) withProtocols(lo, hi uint8) nodeMeta {
+	m.Protocol, m.ProtocolMax = lo, hi
+	return m
 }

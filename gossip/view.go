@@ -373,7 +373,7 @@ func (x *members) checkAlive(n *memberlist.Node) error {
 	c := x.c
 	meta, err := decodeMeta(n.Meta)
 	if err == nil {
-		err = meta.compatible(c.cfg.Protocol)
+		err = meta.compatible(c.protocolRange())
 	}
 	if err != nil {
 		c.stats.dropped.Add(1)

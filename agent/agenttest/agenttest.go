@@ -297,6 +297,10 @@ type ClusterOptions struct {
 	MetricsListen string
 	// Tags gives each node's pools, by index (nodes past its end have none).
 	Tags [][]string
+	// Protocols pins each node's agent protocol, by index (0, or nodes
+	// past its end: this release's own): a node at peer.MinVersion speaks
+	// as the previous release (agent.ClusterSettings.Protocol).
+	Protocols []int
 }
 
 // Cluster starts len(o.Specs) agents named node01, node02, … gossiping on
@@ -318,6 +322,9 @@ func Cluster(tb testing.TB, o ClusterOptions) []*Node {
 	seed := ""
 	for i, spec := range o.Specs {
 		cs := &agent.ClusterSettings{BindAddr: "127.0.0.1", Name: o.Name, Key: o.Key, Fast: true}
+		if i < len(o.Protocols) {
+			cs.Protocol = o.Protocols[i]
+		}
 		if seed != "" {
 			cs.Join = []string{seed}
 		}

@@ -143,6 +143,17 @@ func New(cfg Config, deps Deps) *Service {
 // SetCluster connects the service to the gossip cluster.
 func (s *Service) SetCluster(c Cluster) { s.cluster = c }
 
+// protocol is the newest agent protocol this agent speaks.
+func (s *Service) protocol() int {
+	_, hi := s.deps.Peers.Protocols()
+	return hi
+}
+
+// Require refuses f while a live node's agent is older than the release
+// that brought it (peer.Require): what a submit path calls before it
+// accepts a request that uses a feature new in this release.
+func (s *Service) Require(f peer.Feature) error { return peer.Require(s.View(), f) }
+
 // View is the cluster as this agent sees it now.
 func (s *Service) View() lease.ClusterView {
 	st := s.deps.Node.State()
@@ -150,7 +161,7 @@ func (s *Service) View() lease.ClusterView {
 		Name: s.cfg.Node, State: lease.NodeAlive, HasState: true, Version: st.Version,
 		Snap: st.Snap, Leases: st.Leases, Bookings: st.Bookings, Judged: st.Judged, Idle: lease.IdleTrackerFrom(st.QuietSince),
 		Queue: s.deps.Origin.Entries(), Ended: st.Ended, Usage: s.deps.Node.Usage().DecayedUsage(s.cfg.Sched.HalfLife),
-		Protocol: peer.Version, Software: s.cfg.Version,
+		Protocol: s.protocol(), Software: s.cfg.Version,
 	}
 	var peers []lease.NodeView
 	if s.cluster != nil {

@@ -56,7 +56,7 @@ func (s *Service) report(ctx context.Context, d DoctorDeps) doctor.Report {
 	}
 	st := s.deps.Node.State()
 	now := s.deps.Clock.Now()
-	r.Node, r.Version, r.Protocol, r.Wall = s.cfg.Node, s.cfg.Version, peer.Version, now.Round(0)
+	r.Node, r.Version, r.Protocol, r.Wall = s.cfg.Node, s.cfg.Version, s.protocol(), now.Round(0)
 	if r.Backend == "" {
 		r.Backend = string(st.Snap.Host.Backend)
 	}

@@ -41,17 +41,17 @@ func TestDoctorMessagesRoundTrip(t *testing.T) {
 		switch m.(type) {
 		case HistoryReply:
 			var x HistoryReply
-			if err2 = decode(b, &x); err2 == nil {
+			if err2 = decode(b, &x, false); err2 == nil {
 				err2 = x.Validate()
 			}
 		case HealthReply:
 			var x HealthReply
-			if err2 = decode(b, &x); err2 == nil {
+			if err2 = decode(b, &x, false); err2 == nil {
 				err2 = x.Validate()
 			}
 		case HistoryRequest:
 			var x HistoryRequest
-			if err2 = decode(b, &x); err2 == nil {
+			if err2 = decode(b, &x, false); err2 == nil {
 				err2 = x.Validate()
 			}
 		}
@@ -103,21 +103,21 @@ func FuzzDoctorReplies(f *testing.F) {
 	f.Add([]byte(`{"report":{"node":"n","squatted":[{"gpu":0,"users":["\u001b]0;pwn\u0007"]}]}}`))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		var h HistoryReply
-		if decode(b, &h) == nil && h.Validate() == nil {
+		if decode(b, &h, false) == nil && h.Validate() == nil {
 			again, err := json.Marshal(h)
 			if err != nil {
 				t.Fatalf("re-encode an accepted history: %v", err)
 			}
 			var h2 HistoryReply
-			if err := decode(again, &h2); err != nil || h2.Validate() != nil {
+			if err := decode(again, &h2, false); err != nil || h2.Validate() != nil {
 				t.Fatalf("an accepted history is refused after a round trip: %v", err)
 			}
 		}
 		var r HealthReply
-		if decode(b, &r) == nil && r.Validate() == nil {
+		if decode(b, &r, false) == nil && r.Validate() == nil {
 			again, _ := json.Marshal(r)
 			var r2 HealthReply
-			if err := decode(again, &r2); err != nil || r2.Validate() != nil {
+			if err := decode(again, &r2, false); err != nil || r2.Validate() != nil {
 				t.Fatalf("an accepted report is refused after a round trip: %v", err)
 			}
 		}

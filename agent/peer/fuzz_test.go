@@ -39,6 +39,8 @@ func FuzzServe(f *testing.F) {
 	f.Add("preempt", env(System, PreemptRequest{Lease: "n1-1", Token: 1, Reason: "gang"}))
 	f.Add("claim", []byte(`{"v":5,"actor":{"user":"\u001b]0;x\u0007"},"req":{}}`))
 	f.Add("claim", []byte(`{"v":1,"actor":{"system":true},"req":{"count":1}}`))
+	f.Add("claim", []byte(`{"v":6,"actor":{"user":"alice"},"req":{"count":1,"duration":3600000000000}}`))
+	f.Add("claim", []byte(`{"v":7,"actor":{"user":"alice"},"req":{"count":1,"priority":2},"trace":"x"}`))
 	f.Add("nope", []byte(`{}`))
 	f.Add("release", []byte(strings.Repeat("[", 4096)))
 	f.Fuzz(func(t *testing.T, op string, body []byte) {

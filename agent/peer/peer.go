@@ -11,6 +11,7 @@
 package peer
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -21,10 +22,6 @@ import (
 	"github.com/dibs-gpu/dibs/agent/node"
 	"github.com/dibs-gpu/dibs/lease"
 )
-
-// Version is the protocol version; agents of another version do not join
-// each other's cluster (it travels in the gossip node meta).
-const Version = 6
 
 // MaxBody bounds an encoded request or reply; the gossip layer bounds the
 // message around it too.
@@ -74,6 +71,9 @@ type Endpoint[Req, Resp Message] struct {
 // back its reply. A refusal comes back as code and msg, not as err.
 type Transport interface {
 	Request(ctx context.Context, node, op string, body []byte) (reply []byte, code lease.Code, msg string, err error)
+	// Protocols says which protocols the agent on node speaks (from its
+	// gossip node meta); ok is false when it is not known.
+	Protocols(node string) (lo, hi int, ok bool)
 }
 
 // handler serves one endpoint, from decoded or raw requests.
@@ -90,10 +90,63 @@ type Mux struct {
 	mu   sync.RWMutex
 	tr   Transport
 	h    map[string]handler
+	// hi is the newest protocol this agent speaks: Version, or less when
+	// it is pinned to the previous release's dialect (SpeakAtMost).
+	hi int
 }
 
 // NewMux makes the registry of the agent on node self.
-func NewMux(self string) *Mux { return &Mux{self: self, h: map[string]handler{}} }
+func NewMux(self string) *Mux { return &Mux{self: self, h: map[string]handler{}, hi: Version} }
+
+// SpeakAtMost pins this agent to protocols up to v, as an agent of the
+// release that brought v would speak: it advertises no newer one, writes
+// v's dialect to everyone and, for protocol 6, decodes as strictly as
+// v0.1.0 did. It exists so tests can run this release beside its own
+// previous-release dialect (the N-1 promise); call it before the cluster
+// starts. Production agents never call it.
+func (m *Mux) SpeakAtMost(v int) error {
+	if v < MinVersion || v > Version {
+		return fmt.Errorf("agent protocol %d: this agent speaks %d to %d", v, MinVersion, Version)
+	}
+	m.mu.Lock()
+	m.hi = v
+	m.mu.Unlock()
+	return nil
+}
+
+// Protocols is the range of protocols this agent speaks, for its gossip
+// node meta.
+func (m *Mux) Protocols() (lo, hi int) {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	return MinVersion, m.hi
+}
+
+// strict says whether decoding refuses unknown fields: only when pinned to
+// protocol 6, whose decoder (v0.1.0's) did.
+func (m *Mux) strict() bool {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	return m.hi < 7
+}
+
+// speak picks the protocol to write to node: the newest both speak.
+func (m *Mux) speak(tr Transport, node string) (int, error) {
+	m.mu.RLock()
+	hi := m.hi
+	m.mu.RUnlock()
+	lo, theirs, ok := tr.Protocols(node)
+	if !ok {
+		// Not known yet (or not a member, which the call itself will say):
+		// the oldest dialect is the one every agent it may be reads.
+		return MinVersion, nil
+	}
+	v := min(hi, theirs)
+	if v < max(lo, MinVersion) {
+		return 0, &lease.Error{Code: lease.CodeUnavailable, Msg: fmt.Sprintf("%s speaks agent protocols %d to %d and this agent %d to %d: nodes may be at most one dibs release apart; upgrade the older one", node, lo, theirs, MinVersion, hi)}
+	}
+	return v, nil
+}
 
 // SetTransport connects the mux to the cluster; without one, calls to other
 // nodes are refused.
@@ -124,7 +177,7 @@ func Handle[Req, Resp Message](m *Mux, e Endpoint[Req, Resp], f func(ctx context
 		},
 		remote: func(ctx context.Context, from string, who Actor, body []byte) ([]byte, error) {
 			var req Req
-			if err := decode(body, &req); err != nil {
+			if err := decode(body, &req, m.strict()); err != nil {
 				return nil, lease.Invalidf("malformed %s request from %s: %v", e.Name, from, err)
 			}
 			if err := req.Validate(); err != nil {
@@ -167,11 +220,18 @@ func Call[Req, Resp Message](ctx context.Context, m *Mux, node string, e Endpoin
 	if tr == nil {
 		return zero, &lease.Error{Code: lease.CodeNotFound, Msg: fmt.Sprintf("no node %s: this agent runs alone (start it with --join to form a cluster)", node)}
 	}
+	v, err := m.speak(tr, node)
+	if err != nil {
+		return zero, err
+	}
 	rb, err := json.Marshal(req)
 	if err != nil {
 		return zero, fmt.Errorf("encode %s request: %w", e.Name, err)
 	}
-	body, err := json.Marshal(envelope{V: Version, Actor: who, Req: rb})
+	if rb, err = downgrade(e.Name, false, v, rb); err != nil {
+		return zero, fmt.Errorf("%s to %s: %w", e.Name, node, err)
+	}
+	body, err := json.Marshal(envelope{V: v, Actor: who, Req: rb})
 	if err != nil {
 		return zero, err
 	}
@@ -189,7 +249,7 @@ func Call[Req, Resp Message](ctx context.Context, m *Mux, node string, e Endpoin
 		return zero, &lease.Error{Code: code, Msg: msg}
 	}
 	var resp Resp
-	if err := decode(reply, &resp); err != nil {
+	if err := decode(reply, &resp, m.strict()); err != nil {
 		return zero, fmt.Errorf("decode %s reply from %s: %w", e.Name, node, err)
 	}
 	if err := resp.Validate(); err != nil {
@@ -217,11 +277,11 @@ func (m *Mux) Serve(ctx context.Context, from, op string, body []byte) (reply []
 		return refuse(lease.Invalidf("unknown request %q from %s: is it running another dibs version?", truncate(op), from))
 	}
 	var env envelope
-	if err := decode(body, &env); err != nil {
+	if err := decode(body, &env, m.strict()); err != nil {
 		return refuse(lease.Invalidf("malformed %s request from %s: %v", op, from, err))
 	}
-	if env.V != Version {
-		return refuse(lease.Invalidf("%s speaks agent protocol %d and this agent %d: run the same dibs version on every node", from, env.V, Version))
+	if _, hi := m.Protocols(); env.V < MinVersion || env.V > hi {
+		return refuse(lease.Invalidf("%s speaks agent protocol %d and this agent %d to %d: nodes may be at most one dibs release apart; upgrade the older one", from, env.V, MinVersion, hi))
 	}
 	if err := env.Actor.validate(); err != nil {
 		return refuse(lease.Invalidf("%s request from %s: %v", op, from, err))
@@ -230,17 +290,25 @@ func (m *Mux) Serve(ctx context.Context, from, op string, body []byte) (reply []
 	if err != nil {
 		return refuse(err)
 	}
+	// The reply in the caller's dialect: a v0.1.0 caller refuses a field
+	// it does not know.
+	if out, err = downgrade(op, true, env.V, out); err != nil {
+		return refuse(err)
+	}
 	return out, "", ""
 }
 
-// decode reads one JSON value strictly: bounded, no unknown fields, nothing
-// after it.
-func decode(b []byte, v any) error {
+// decode reads one JSON value: bounded, nothing after it. Fields it does
+// not know are ignored (a newer agent's additions), unless strict, as
+// protocol 6 (v0.1.0) decoded.
+func decode(b []byte, v any, strict bool) error {
 	if len(b) > MaxBody {
 		return fmt.Errorf("%d bytes, over %d", len(b), MaxBody)
 	}
-	dec := json.NewDecoder(strings.NewReader(string(b)))
-	dec.DisallowUnknownFields()
+	dec := json.NewDecoder(bytes.NewReader(b))
+	if strict {
+		dec.DisallowUnknownFields()
+	}
 	if err := dec.Decode(v); err != nil {
 		return err
 	}

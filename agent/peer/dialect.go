@@ -1,0 +1,146 @@
+package peer
+
+import (
+	"bytes"
+	_ "embed"
+	"encoding/json"
+	"fmt"
+	"sync"
+
+	"github.com/dibs-gpu/dibs/lease"
+)
+
+// The compatibility rule (docs/architecture.md, "Versions"): an agent
+// speaks its own protocol (Version) and the previous release's
+// (MinVersion), so a node works beside nodes one release older or newer
+// and an upgrade rolls through a running cluster. Between two agents the
+// call is made in the newest protocol both speak, which each reads from
+// the other's gossip node meta.
+//
+//   - A newer agent speaks the older one's dialect to it: the envelope
+//     carries the older protocol number, and the request (or reply) is
+//     pruned to the fields that protocol's decoder knows
+//     (dialect_v6.json for protocol 6, generated from v0.1.0's own types),
+//     because v0.1.0 decodes strictly and refuses an unknown field.
+//   - From protocol 7 on, decoders ignore fields they do not know, and a
+//     field an older agent leaves out decodes as its zero value: every
+//     field added to a request or reply must mean "as before" when zero.
+//   - A feature whose meaning an older agent would miss (not a field it
+//     may ignore, but something it must do) is gated: Require refuses it,
+//     naming the node, until every live member speaks the protocol that
+//     brought it.
+const (
+	// Version is the newest protocol this agent speaks, and the one it
+	// writes to agents that speak it too.
+	Version = 7
+	// MinVersion is the oldest protocol this agent speaks: the previous
+	// release's (v0.1.0, protocol 6).
+	MinVersion = 6
+)
+
+// dialectV6 is the shape of every endpoint's request and reply in
+// protocol 6, generated from v0.1.0 (e4e3039) by
+// testdata/v0.1.0/gen.
+//
+//go:embed dialect_v6.json
+var dialectV6JSON []byte
+
+// shape is a JSON value's shape: an object's known fields, or the shape of
+// a list's (or a map's) elements; neither means any value, kept whole.
+type shape struct {
+	Fields map[string]*shape `json:"fields,omitempty"`
+	Elem   *shape            `json:"elem,omitempty"`
+}
+
+// dialect is the shapes of one protocol's endpoints.
+type dialect struct {
+	Protocol  int `json:"protocol"`
+	Endpoints map[string]struct {
+		Req  *shape `json:"req"`
+		Resp *shape `json:"resp"`
+	} `json:"endpoints"`
+}
+
+var loadV6 = sync.OnceValues(func() (*dialect, error) {
+	var d dialect
+	if err := json.Unmarshal(dialectV6JSON, &d); err != nil {
+		return nil, fmt.Errorf("peer: dialect_v6.json: %w", err)
+	}
+	if d.Protocol != 6 {
+		return nil, fmt.Errorf("peer: dialect_v6.json is of protocol %d", d.Protocol)
+	}
+	return &d, nil
+})
+
+// downgrade rewrites an encoded request (reply false) or reply of endpoint
+// op, written in this agent's protocol, into protocol v: what an agent of
+// v decodes without a complaint. A protocol this agent writes as is comes
+// back unchanged; an endpoint protocol v does not have is refused.
+func downgrade(op string, reply bool, v int, b []byte) ([]byte, error) {
+	if v >= Version {
+		return b, nil
+	}
+	if v != 6 {
+		return nil, fmt.Errorf("agent protocol %d is not one this agent speaks (%d to %d)", v, MinVersion, Version)
+	}
+	d, err := loadV6()
+	if err != nil {
+		return nil, err
+	}
+	e, ok := d.Endpoints[op]
+	if !ok {
+		return nil, &lease.Error{Code: lease.CodeUnavailable, Msg: fmt.Sprintf("%s is not known to agents of protocol %d (an older dibs): upgrade every node first", op, v)}
+	}
+	s := e.Req
+	if reply {
+		s = e.Resp
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.UseNumber()
+	var val any
+	if err := dec.Decode(&val); err != nil {
+		return nil, fmt.Errorf("downgrade %s to protocol %d: %w", op, v, err)
+	}
+	if !prune(val, s) {
+		return b, nil
+	}
+	out, err := json.Marshal(val)
+	if err != nil {
+		return nil, fmt.Errorf("downgrade %s to protocol %d: %w", op, v, err)
+	}
+	return out, nil
+}
+
+// prune removes, in place, every object field s does not know, at every
+// depth, and reports whether it removed any.
+func prune(v any, s *shape) bool {
+	if s == nil {
+		return false
+	}
+	changed := false
+	switch x := v.(type) {
+	case map[string]any:
+		if s.Fields != nil {
+			for k, fv := range x {
+				fs, ok := s.Fields[k]
+				if !ok {
+					delete(x, k)
+					changed = true
+					continue
+				}
+				changed = prune(fv, fs) || changed
+			}
+		} else if s.Elem != nil {
+			for _, fv := range x {
+				changed = prune(fv, s.Elem) || changed
+			}
+		}
+	case []any:
+		if s.Elem != nil {
+			for _, ev := range x {
+				changed = prune(ev, s.Elem) || changed
+			}
+		}
+	}
+	return changed
+}

@@ -1,0 +1,124 @@
+package agent_test
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/dibs-gpu/dibs/agent/agenttest"
+	"github.com/dibs-gpu/dibs/agent/peer"
+	"github.com/dibs-gpu/dibs/api"
+)
+
+// gangRanks is node -> lease id of each committed rank of entry id.
+func gangRanks(b api.Board, id string) map[string]string {
+	out := map[string]string{}
+	for _, n := range b.Nodes {
+		for _, g := range n.GPUs {
+			if l := g.Lease; l != nil && strings.HasPrefix(l.Entry, id+"#") && l.ReservedUntil.IsZero() {
+				out[n.Name] = l.ID
+			}
+		}
+	}
+	return out
+}
+
+// TestPreviousReleaseDialectWithGang is the N-1 promise from this release
+// on: agents of this release beside agents speaking the previous release's
+// protocol (peer.MinVersion, pinned with agent.ClusterSettings.Protocol, as
+// strict as v0.1.0 was) form one cluster; a gang placed by a new scheduler
+// runs across a new node and an old one; claims cross the versions both
+// ways; and a feature of this release is refused, naming the old node,
+// until the upgrade has rolled through every node. Upgrading a node the
+// gang does not run on leaves the gang as it was.
+func TestPreviousReleaseDialectWithGang(t *testing.T) {
+	t.Parallel()
+	agenttest.RequireTmux(t)
+	nodes := agenttest.Cluster(t, agenttest.ClusterOptions{Specs: []string{"3xL40S", "3xL40S", "3xL40S"}, Quiet: true,
+		Protocols: []int{0, peer.MinVersion, peer.MinVersion}})
+	feature := peer.Feature{Name: "a feature of this release (test)", Since: peer.Version}
+
+	// node03 is busy, so the gang lands on node01 (new) and node02 (old).
+	busy, err := nodes[2].Client.Claim(ctx(t), api.ClaimRequest{Node: "node03", Count: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	agenttest.Eventually(t, 3*time.Second, "node02 to see node03 busy", func() bool {
+		b, _ := nodes[1].Client.Board(ctx(t))
+		return leaseOn(b, "node03", 2) != nil
+	})
+	s, err := nodes[1].Client.Submit(ctx(t), api.SubmitRequest{Nodes: 2, GPUsPerNode: 2, Claim: api.ClaimRequest{Duration: "1h",
+		Run: &api.RunSpec{Command: []string{"sleep", "600"}}}})
+	if err != nil {
+		t.Fatalf("submit a gang at the old node: %v", err)
+	}
+	var ranks map[string]string
+	agenttest.Eventually(t, 15*time.Second, "the gang to run on node01 and node02, on every board", func() bool {
+		for _, n := range nodes {
+			b, _ := n.Client.Board(ctx(t))
+			got := gangRanks(b, s.ID)
+			if len(got) != 2 || got["node01"] == "" || got["node02"] == "" {
+				return false
+			}
+			ranks = got
+		}
+		return true
+	})
+
+	// Claims cross the versions both ways.
+	for _, c := range []struct{ at, on int }{{0, 1}, {1, 0}} {
+		r, err := nodes[c.at].Client.Claim(ctx(t), api.ClaimRequest{Node: nodes[c.on].Opts.Name, Count: 1})
+		if err != nil {
+			t.Fatalf("claim at %s on %s: %v", nodes[c.at].Opts.Name, nodes[c.on].Opts.Name, err)
+		}
+		if _, err := nodes[c.at].Client.Release(ctx(t), api.ReleaseRequest{IDs: []string{r.ID}}); err != nil {
+			t.Fatalf("release %s at %s: %v", r.ID, nodes[c.at].Opts.Name, err)
+		}
+	}
+
+	// The feature waits for the old nodes, on every node.
+	for _, n := range nodes {
+		err := n.Agent.Service().Require(feature)
+		if err == nil || !strings.Contains(err.Error(), "node02 runs an older dibs (protocol 6): upgrade it first") {
+			t.Errorf("Require at %s with node02 and node03 old: %v", n.Opts.Name, err)
+		}
+	}
+
+	// node03 is upgraded while the gang runs.
+	if _, err := nodes[2].Client.Release(ctx(t), api.ReleaseRequest{IDs: []string{busy.ID}}); err != nil {
+		t.Fatal(err)
+	}
+	nodes[2].Opts.Cluster.Protocol = 0
+	nodes[2].Restart()
+	agenttest.WaitConverged(t, nodes, 15*time.Second)
+	for _, n := range nodes {
+		b, _ := n.Client.Board(ctx(t))
+		if got := gangRanks(b, s.ID); got["node01"] != ranks["node01"] || got["node02"] != ranks["node02"] {
+			t.Errorf("%s shows the gang's ranks as %v after node03's upgrade, want %v", n.Opts.Name, got, ranks)
+		}
+	}
+	r, err := nodes[2].Client.Claim(ctx(t), api.ClaimRequest{Node: "node02", Count: 1})
+	if err != nil {
+		t.Fatalf("claim at the upgraded node03 on the old node02: %v", err)
+	}
+	nodes[2].Client.Release(ctx(t), api.ReleaseRequest{IDs: []string{r.ID}})
+	if err := nodes[2].Agent.Service().Require(feature); err == nil || !strings.Contains(err.Error(), "node02 runs an older dibs") {
+		t.Errorf("Require with node02 still old: %v", err)
+	}
+
+	// The last node is upgraded: the feature may be used everywhere.
+	if _, err := nodes[1].Client.Release(ctx(t), api.ReleaseRequest{IDs: []string{ranks["node01"], ranks["node02"]}}); err != nil {
+		t.Fatalf("release the gang's ranks at the old node: %v", err)
+	}
+	nodes[1].Opts.Cluster.Protocol = 0
+	nodes[1].Restart()
+	agenttest.WaitConverged(t, nodes, 15*time.Second)
+	agenttest.Eventually(t, 5*time.Second, "the feature to be allowed on every node", func() bool {
+		for _, n := range nodes {
+			if n.Agent.Service().Require(feature) != nil {
+				return false
+			}
+		}
+		return true
+	})
+}

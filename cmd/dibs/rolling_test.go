@@ -1,0 +1,391 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/dibs-gpu/dibs/agent/agenttest"
+	"github.com/dibs-gpu/dibs/api"
+)
+
+// firstRelease is v0.1.0, the first release: the commit, not the tag, since
+// tags may not travel with a clone.
+const firstRelease = "e4e3039"
+
+// buildRelease builds the dibs binary of an older commit from this clone's
+// history (git archive into a temporary directory, go build there without
+// cgo), or skips the test, saying why, when the commit is not in the clone.
+func buildRelease(t *testing.T, commit string) string {
+	t.Helper()
+	if _, err := exec.LookPath("git"); err != nil {
+		t.Skip("no git: cannot build the first release from history")
+	}
+	top, err := exec.Command("git", "rev-parse", "--show-toplevel").Output()
+	if err != nil {
+		t.Skipf("not in a git clone (%v): cannot build release %s from history", err, commit)
+	}
+	repo := strings.TrimSpace(string(top))
+	if err := exec.Command("git", "-C", repo, "cat-file", "-e", commit+"^{commit}").Run(); err != nil {
+		t.Skipf("commit %s (v0.1.0) is not in this clone (a shallow clone?): fetch the history to run the rolling-upgrade test", commit)
+	}
+	src := t.TempDir()
+	archive := exec.Command("git", "-C", repo, "archive", "--format=tar", commit)
+	untar := exec.Command("tar", "-x", "-C", src)
+	pipe, err := archive.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	untar.Stdin = pipe
+	var errb bytes.Buffer
+	archive.Stderr, untar.Stderr = &errb, &errb
+	if err := untar.Start(); err != nil {
+		t.Fatal(err)
+	}
+	if err := archive.Run(); err != nil {
+		t.Fatalf("git archive %s: %v: %s", commit, err, errb.String())
+	}
+	if err := untar.Wait(); err != nil {
+		t.Fatalf("untar %s: %v: %s", commit, err, errb.String())
+	}
+	bin := filepath.Join(t.TempDir(), "dibs-"+commit)
+	build := exec.Command("go", "build", "-o", bin, "./cmd/dibs")
+	build.Dir = src
+	build.Env = append(os.Environ(), "CGO_ENABLED=0", "GOFLAGS=-mod=mod")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("build %s: %v\n%s", commit, err, out)
+	}
+	os.Chmod(filepath.Dir(bin), 0o755)
+	return bin
+}
+
+// mixedNode is one agent process of a cluster whose nodes may run
+// different dibs binaries; bin is the one it runs now.
+type mixedNode struct {
+	name, socket, data string
+	port               int
+	mu                 sync.Mutex
+	bin                string
+	cmd                *exec.Cmd
+	log                *syncBuffer
+}
+
+func (n *mixedNode) binary() string {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.bin
+}
+
+// mixedCluster is agent processes on loopback, each joining all the others.
+type mixedCluster struct {
+	nodes []*mixedNode
+	key   string
+	conf  string
+}
+
+func startMixedCluster(t *testing.T, bins []string, config string) *mixedCluster {
+	t.Helper()
+	dir := agenttest.PublicDir(t)
+	c := &mixedCluster{key: filepath.Join(dir, "cluster.key"), conf: filepath.Join(dir, "dibs.toml")}
+	if _, e, code := dibs(t, filepath.Join(dir, "none.sock"), nil, "keygen", c.key); code != 0 {
+		t.Fatal(e)
+	}
+	os.WriteFile(c.conf, []byte(config), 0o644)
+	t.Setenv("TMUX_TMPDIR", agenttest.TmuxDir(t))
+	for i, bin := range bins {
+		name := fmt.Sprintf("node%02d", i+1)
+		n := &mixedNode{name: name, socket: filepath.Join(dir, name, "dibs.sock"), data: filepath.Join(dir, name, "data"), port: freePort(t), bin: bin}
+		os.MkdirAll(filepath.Dir(n.socket), 0o755)
+		c.nodes = append(c.nodes, n)
+	}
+	for _, n := range c.nodes {
+		c.start(t, n)
+	}
+	c.waitWhole(t, 30*time.Second)
+	return c
+}
+
+// start runs n's agent with its current binary.
+func (c *mixedCluster) start(t *testing.T, n *mixedNode) {
+	t.Helper()
+	var join []string
+	for _, o := range c.nodes {
+		if o != n {
+			join = append(join, fmt.Sprintf("127.0.0.1:%d", o.port))
+		}
+	}
+	args := []string{"agent", "--config", c.conf, "--node-name", n.name, "--sim", "4xL40S", "--data-dir", n.data,
+		"--socket", n.socket, "--bind", fmt.Sprintf("127.0.0.1:%d", n.port), "--cluster-key-file", c.key,
+		"--probe-interval", "200ms", "--join", strings.Join(join, ",")}
+	n.mu.Lock()
+	n.log = &syncBuffer{}
+	n.cmd = exec.Command(n.bin, args...)
+	n.cmd.Stdout, n.cmd.Stderr = n.log, n.log
+	n.cmd.Env = os.Environ()
+	err := n.cmd.Start()
+	cmd, log, bin := n.cmd, n.log, n.bin
+	n.mu.Unlock()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cmd.Process.Signal(syscall.SIGTERM)
+		cmd.Wait()
+		if t.Failed() {
+			t.Logf("%s (%s) log:\n%s", n.name, filepath.Base(bin), log)
+		}
+	})
+}
+
+// upgrade stops n's agent as systemctl restart does (SIGTERM) and starts
+// bin on the same data dir and address.
+func (c *mixedCluster) upgrade(t *testing.T, n *mixedNode, bin string) {
+	t.Helper()
+	n.mu.Lock()
+	cmd := n.cmd
+	n.mu.Unlock()
+	cmd.Process.Signal(syscall.SIGTERM)
+	cmd.Wait()
+	n.mu.Lock()
+	n.bin = bin
+	n.mu.Unlock()
+	c.start(t, n)
+}
+
+// waitWhole waits until `dibs status` on every node lists every node
+// alive, and its board shows every node's GPUs: one cluster, not two.
+func (c *mixedCluster) waitWhole(t *testing.T, within time.Duration) {
+	t.Helper()
+	agenttest.Eventually(t, within, "dibs status and dibs ls on every node to show every node alive", func() bool {
+		for _, n := range c.nodes {
+			out, _, code := dibsWith(t, n.binary(), n.socket, "status", "--json")
+			var st api.Status
+			if code != 0 || json.Unmarshal([]byte(out), &st) != nil {
+				return false
+			}
+			alive := 0
+			for _, m := range st.Members {
+				if m.State == api.NodeAlive {
+					alive++
+				}
+			}
+			if alive != len(c.nodes) {
+				return false
+			}
+			out, _, code = dibsWith(t, n.binary(), n.socket, "ls", "--json")
+			var b api.Board
+			if code != 0 || json.Unmarshal([]byte(out), &b) != nil {
+				return false
+			}
+			shown := 0
+			for _, bn := range b.Nodes {
+				if bn.State == api.NodeAlive && len(bn.GPUs) > 0 {
+					shown++
+				}
+			}
+			if shown != len(c.nodes) {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+// dibsWith runs the CLI binary bin against socket.
+func dibsWith(t *testing.T, bin, socket string, args ...string) (stdout, stderr string, code int) {
+	t.Helper()
+	cmd := exec.Command(bin, append([]string{"--socket", socket}, args...)...)
+	var o, e bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &o, &e
+	cmd.Dir = "/"
+	err := cmd.Run()
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Errorf("run %s %v: %v", bin, args, err)
+		code = -1
+	}
+	return o.String(), e.String(), code
+}
+
+// versionWords are what a refusal for a version reason says, in any
+// release: the protocol or wire numbers, a decoder's complaint about a
+// field or request it does not know.
+var versionWords = []string{"protocol", "version", "unknown field", "unknown request", "malformed", "wire"}
+
+// TestRollingUpgradeFromFirstRelease: three agents of the first release
+// (v0.1.0, built from git history) are upgraded to this build one by one
+// (SIGTERM, then the new binary on the same data), while clients on every
+// node claim and release GPUs on every node through whichever binary the
+// node runs. No claim is refused for a version reason, `dibs status` and
+// `dibs ls` on every node show every node after each step (never a split
+// cluster), claims cross the versions both ways, and a queued run submitted
+// at an old node and at a new one runs while the cluster is mixed.
+func TestRollingUpgradeFromFirstRelease(t *testing.T) {
+	agenttest.RequireTmux(t)
+	old := buildRelease(t, firstRelease)
+	c := startMixedCluster(t, []string{old, old, old}, "")
+
+	type outcome struct{ ok, refused, unreachable int }
+	var (
+		mu       sync.Mutex
+		crossed  = map[string]int{} // "old->new" and the like: granted claims
+		failures []string
+		others   []string // a few refusals for other reasons, for the log
+		counts   outcome
+		stop     = make(chan struct{})
+		wg       sync.WaitGroup
+	)
+	kind := func(bin string) string {
+		if bin == old {
+			return "v0.1.0"
+		}
+		return "this"
+	}
+	for w, n := range c.nodes {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(uint64(w), 19))
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				target := c.nodes[rng.IntN(len(c.nodes))]
+				from, to := n.binary(), target.binary()
+				out, errOut, code := dibsWith(t, from, n.socket, "claim", "-g", "1", "--node", target.name, "--for", "10m", "--json")
+				mu.Lock()
+				switch {
+				case code == 0:
+					counts.ok++
+					crossed[kind(from)+" -> "+kind(to)]++
+				case containsAny(errOut, versionWords):
+					failures = append(failures, fmt.Sprintf("claim at %s (%s) on %s (%s): %s", n.name, kind(from), target.name, kind(to), strings.TrimSpace(errOut)))
+				case strings.Contains(errOut, "agent") && (strings.Contains(errOut, "not running") || strings.Contains(errOut, "socket")):
+					counts.unreachable++ // its own agent is restarting
+				default:
+					counts.refused++ // a node restarting, no free GPU: not a version reason
+					if len(others) < 5 {
+						others = append(others, strings.TrimSpace(errOut))
+					}
+				}
+				mu.Unlock()
+				if code != 0 {
+					time.Sleep(50 * time.Millisecond)
+					continue
+				}
+				var r api.ClaimResponse
+				json.Unmarshal([]byte(out), &r)
+				time.Sleep(time.Duration(rng.IntN(200)) * time.Millisecond)
+				// The release goes to the node that granted it, through
+				// whatever binary this node runs now.
+				for range 20 {
+					_, errOut, code := dibsWith(t, n.binary(), n.socket, "release", r.ID)
+					if code == 0 {
+						break
+					}
+					if containsAny(errOut, versionWords) {
+						mu.Lock()
+						failures = append(failures, fmt.Sprintf("release of %s at %s: %s", r.ID, n.name, strings.TrimSpace(errOut)))
+						mu.Unlock()
+						break
+					}
+					time.Sleep(250 * time.Millisecond)
+				}
+			}
+		}()
+	}
+
+	queued := func(at *mixedNode) {
+		t.Helper()
+		out, errOut, code := dibsWith(t, at.binary(), at.socket, "run", "--queue", "-g", "1", "--for", "10m", "--json", "--", "sleep", "300")
+		if code != 0 {
+			t.Fatalf("queue a run at %s (%s): %s", at.name, kind(at.binary()), errOut)
+		}
+		var sub api.Submitted
+		json.Unmarshal([]byte(out), &sub)
+		if sub.ID == "" {
+			t.Fatalf("queue a run at %s: no entry id in %s", at.name, out)
+		}
+		// It runs (its lease is on some board), and every node's board
+		// shows that lease.
+		var lease string
+		agenttest.Eventually(t, 20*time.Second, "the run queued at "+at.name+" to run, shown on every board", func() bool {
+			lease = ""
+			for _, n := range c.nodes {
+				out, _, code := dibsWith(t, n.binary(), n.socket, "ls", "--json")
+				var b api.Board
+				if code != 0 || json.Unmarshal([]byte(out), &b) != nil {
+					return false
+				}
+				found := ""
+				for _, bn := range b.Nodes {
+					for _, g := range bn.GPUs {
+						if l := g.Lease; l != nil && strings.HasPrefix(l.Entry, sub.ID+"#") {
+							found = l.ID
+						}
+					}
+				}
+				if found == "" || (lease != "" && found != lease) {
+					return false
+				}
+				lease = found
+			}
+			return true
+		})
+		if _, errOut, code := dibsWith(t, at.binary(), at.socket, "release", lease); code != 0 {
+			t.Errorf("release the queued run's lease %s at %s: %s", lease, at.name, errOut)
+		}
+	}
+
+	time.Sleep(2 * time.Second) // claims among v0.1.0 agents alone
+	for i, n := range c.nodes {
+		c.upgrade(t, n, dibsBin)
+		c.waitWhole(t, 30*time.Second)
+		if i < len(c.nodes)-1 { // mixed: a queued run from an old node and from a new one
+			queued(c.nodes[len(c.nodes)-1])
+			queued(n)
+		}
+		time.Sleep(2 * time.Second) // claims while mixed
+	}
+	close(stop)
+	wg.Wait()
+
+	mu.Lock()
+	defer mu.Unlock()
+	t.Logf("claims granted %d, refused for other reasons %d, own agent restarting %d; granted by version %v", counts.ok, counts.refused, counts.unreachable, crossed)
+	for _, o := range others {
+		t.Logf("refused for another reason: %s", o)
+	}
+	for _, f := range failures {
+		t.Errorf("refused for a version reason: %s", f)
+	}
+	for _, want := range []string{"v0.1.0 -> this", "this -> v0.1.0", "this -> this", "v0.1.0 -> v0.1.0"} {
+		if crossed[want] == 0 {
+			t.Errorf("no claim made %s was granted", want)
+		}
+	}
+}
+
+func containsAny(s string, words []string) bool {
+	s = strings.ToLower(s)
+	for _, w := range words {
+		if strings.Contains(s, w) {
+			return true
+		}
+	}
+	return false
+}
