@@ -1,8 +1,11 @@
 package peer
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -250,5 +253,61 @@ func TestDowngradeKeepsWhatV6Knows(t *testing.T) {
 	var strict LeaseReply
 	if err := decode(out, &strict, true); err != nil || strict.Lease.ID != "n1-1" || !strict.Lease.ExpiresAt.Equal(sampleLease().ExpiresAt) {
 		t.Errorf("downgraded %s: %+v, %v", out, strict, err)
+	}
+}
+
+// replyCheck reads a reply of e as this release's Call does.
+func replyCheck[Req, Resp Message](e Endpoint[Req, Resp]) func([]byte) error {
+	return func(b []byte) error {
+		var r Resp
+		if err := decode(b, &r, false); err != nil {
+			return err
+		}
+		return r.Validate()
+	}
+}
+
+// TestFirstReleasePeerMessages: this release serves every request v0.1.0
+// sent and reads every reply it answered (gossip/testdata/wire/v0.1.0,
+// written by v0.1.0's own code), and this release's own kept messages too.
+func TestFirstReleasePeerMessages(t *testing.T) {
+	m := NewMux("node01")
+	var n int
+	for _, reg := range []func(){
+		func() { accept(m, Claim, &n) }, func() { accept(m, Release, &n) }, func() { accept(m, Extend, &n) },
+		func() { accept(m, Start, &n) }, func() { accept(m, Started, &n) }, func() { accept(m, Place, &n) },
+		func() { accept(m, Preempt, &n) }, func() { accept(m, Cancel, &n) }, func() { accept(m, Refused, &n) },
+		func() { accept(m, Usage, &n) },
+	} {
+		reg()
+	}
+	replies := map[string]func([]byte) error{
+		"claim": replyCheck(Claim), "release": replyCheck(Release), "extend": replyCheck(Extend), "start": replyCheck(Start),
+		"started": replyCheck(Started), "place": replyCheck(Place), "preempt": replyCheck(Preempt), "cancel": replyCheck(Cancel),
+		"refused": replyCheck(Refused), "usage": replyCheck(Usage),
+	}
+	for _, rel := range []string{"v0.1.0", "unreleased"} {
+		files, _ := filepath.Glob(filepath.Join("../../gossip/testdata/wire", rel, "peer-*.json"))
+		if len(files) != 20 {
+			t.Fatalf("%s: %d peer messages, want 20", rel, len(files))
+		}
+		for _, f := range files {
+			b, err := os.ReadFile(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b = bytes.TrimSuffix(b, []byte("\n"))
+			name := strings.TrimSuffix(strings.TrimPrefix(filepath.Base(f), "peer-"), ".json")
+			if op, ok := strings.CutSuffix(name, "-reply"); ok {
+				if err := replies[op](b); err != nil {
+					t.Errorf("%s %s reply: %v", rel, op, err)
+				}
+				continue
+			}
+			before := n
+			if _, code, msg := m.Serve(context.Background(), "node02", name, b); code != "" || n != before+1 {
+				t.Errorf("%s %s request refused: %s %s", rel, name, code, msg)
+			}
+		}
 	}
 }
