@@ -10,6 +10,7 @@ import (
 	"github.com/dibs-gpu/dibs/agent/agenttest"
 	"github.com/dibs-gpu/dibs/agent/clock"
 	"github.com/dibs-gpu/dibs/api"
+	"github.com/dibs-gpu/dibs/launch"
 	"github.com/dibs-gpu/dibs/launch/launchtest"
 	"github.com/dibs-gpu/dibs/lease"
 )
@@ -149,4 +150,51 @@ func TestBookedRunStartsOnlyAsItsAccount(t *testing.T) {
 		}
 	}
 	t.Errorf("events of %s:\n%s\nwant one ending it because its holder's account is gone", bk.ID, strings.Join(texts, "\n"))
+}
+
+// TestNoticesDoNotWaitForAnotherUsersTmux (issue 20, broken 3): mallory
+// mutes her tmux server and has a pile of notices coming to her; alice's
+// notice still reaches alice's tmux session at once, not after mallory's
+// deliveries have each timed out.
+func TestNoticesDoNotWaitForAnotherUsersTmux(t *testing.T) {
+	agenttest.RequireTmux(t)
+	mallory, alice := launchtest.User(t), launchtest.User(t)
+	n := agenttest.Start(t, agenttest.Options{Sim: "9xL40S"})
+	root := n.Agent.For(0)
+	var hers []string
+	for gpu := range 8 {
+		r, err := n.Agent.For(mallory.UID).Claim(ctx(t), api.ClaimRequest{GPUs: []int{gpu}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		hers = append(hers, r.ID)
+	}
+	mine, err := n.Agent.For(alice.UID).Claim(ctx(t), api.ClaimRequest{GPUs: []int{8}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n.Sessions.Start(ctx(t), launch.Spec{Name: "shell", User: mallory, Command: []string{"sleep", "600"}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n.Sessions.Start(ctx(t), launch.Spec{Name: "shell", User: alice, Command: []string{"sleep", "600"}}); err != nil {
+		t.Fatal(err)
+	}
+	launchtest.MuteTmux(t, n.Opts.TmuxTmpDir, mallory)
+	// An admin ends mallory's leases: eight notices to her muted server.
+	if _, err := root.Release(ctx(t), api.ReleaseRequest{IDs: hers}); err != nil {
+		t.Fatal(err)
+	}
+	began := time.Now()
+	if _, err := root.Release(ctx(t), api.ReleaseRequest{IDs: []string{mine.ID}}); err != nil {
+		t.Fatal(err)
+	}
+	agenttest.Eventually(t, 30*time.Second, "alice's notice in her tmux session", func() bool {
+		out, _ := n.Tmux(alice.UID, "show-options", "-t", "=shell:", "-qv", "@dibs-pending")
+		return strings.Contains(out, mine.ID)
+	})
+	took := time.Since(began)
+	t.Logf("alice's notice reached her tmux session %v after her lease ended, behind mallory's 8 to a muted server", took.Round(time.Millisecond))
+	if took > 2*time.Second {
+		t.Errorf("alice's notice took %v; want well under 2s (mallory's muted tmux server must delay only mallory's notices)", took.Round(time.Millisecond))
+	}
 }
