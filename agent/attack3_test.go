@@ -127,7 +127,10 @@ func TestBookedRunStartsOnlyAsItsAccount(t *testing.T) {
 	}
 	newcomer := launchtest.Replace(t, leaver)
 	fake.Advance(time.Hour)
-	agenttest.Tick(t, fake, 100*time.Millisecond, 10*time.Second, "the booking to end", func() bool {
+	agenttest.Tick(t, fake, 100*time.Millisecond, 10*time.Second, "the booking to end (or its command to run)", func() bool {
+		if _, err := os.Stat(out); err == nil {
+			return true
+		}
 		for _, e := range eventsOf(t, n, bk.ID) {
 			if e.Kind == lease.EventEnd || e.Kind == lease.EventRelease {
 				return true
@@ -197,4 +200,60 @@ func TestNoticesDoNotWaitForAnotherUsersTmux(t *testing.T) {
 	if took > 2*time.Second {
 		t.Errorf("alice's notice took %v; want well under 2s (mallory's muted tmux server must delay only mallory's notices)", took.Round(time.Millisecond))
 	}
+}
+
+// TestQueuedRunStartsOnlyAsItsAccount (issue 20, broken 5): a user whose
+// queued run already started once (so this node knows their name) queues
+// another, then leaves, and their uid goes to a newcomer within the
+// account cache's minute. When the GPU frees, the run starts as nobody:
+// the request fails with an event that says why, and the newcomer's
+// account runs nothing.
+func TestQueuedRunStartsOnlyAsItsAccount(t *testing.T) {
+	agenttest.RequireTmux(t)
+	leaver := launchtest.User(t)
+	n := agenttest.Start(t, agenttest.Options{Sim: "1xL40S"})
+	me := n.Agent.For(leaver.UID)
+	first, err := me.Submit(ctx(t), api.SubmitRequest{Claim: api.ClaimRequest{Count: 1, Run: &api.RunSpec{Command: []string{"true"}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	agenttest.Eventually(t, 10*time.Second, "the first run to start and end", func() bool {
+		return hasEntryEvent(t, n, first.ID, lease.EventFinish)
+	})
+	hold, err := n.Agent.For(0).Claim(ctx(t), api.ClaimRequest{GPUs: []int{0}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(worldWritable(t), "ran-as")
+	second, err := me.Submit(ctx(t), api.SubmitRequest{Claim: api.ClaimRequest{Count: 1, Run: &api.RunSpec{Command: []string{"sh", "-c", "id -un > " + out + "; sleep 60"}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	newcomer := launchtest.Replace(t, leaver)
+	if _, err := n.Agent.For(0).Release(ctx(t), api.ReleaseRequest{IDs: []string{hold.ID}}); err != nil {
+		t.Fatal(err)
+	}
+	agenttest.Eventually(t, 10*time.Second, "the second run to be refused (or to run)", func() bool {
+		_, ran := os.Stat(out)
+		return ran == nil || hasEntryEvent(t, n, second.ID, lease.EventFail)
+	})
+	time.Sleep(time.Second)
+	if b, err := os.ReadFile(out); err == nil {
+		t.Fatalf("the queued command of %s (uid %d) ran as %q, the account that has the uid now (%s)", leaver.Name, leaver.UID, strings.TrimSpace(string(b)), newcomer.Name)
+	}
+}
+
+// hasEntryEvent reports whether the node recorded an event of kind about
+// the queued request entry.
+func hasEntryEvent(t *testing.T, n *agenttest.Node, entry string, kind lease.EventKind) bool {
+	l, err := n.Agent.For(0).Events(ctx(t), api.EventsRequest{})
+	if err != nil {
+		return false
+	}
+	for _, e := range l.Events {
+		if e.Entry == entry && e.Kind == kind {
+			return true
+		}
+	}
+	return false
 }
