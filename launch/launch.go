@@ -51,6 +51,10 @@ var (
 	// as such. Its text does not say which, so it leaks nothing about
 	// places the user cannot see.
 	ErrWorkDir = errors.New("unusable working directory")
+	// ErrNoAnswer means the user's tmux server (or the directory check run
+	// as the user) did not answer within Options.CallTimeout: the session's
+	// fate is unknown, so callers keep what they hold and ask again later.
+	ErrNoAnswer = errors.New("the user's tmux server did not answer in time")
 )
 
 // DefaultPath is the PATH a session's tmux client starts with: the usual system
@@ -93,7 +97,18 @@ type Options struct {
 	PipeLog []string
 	// LogMax caps a kept log (default 8 MiB).
 	LogMax int64
+	// CallTimeout bounds every tmux client run as a user (default
+	// DefaultCallTimeout). The server it talks to is the user's: they can
+	// swap its socket for a listener that never answers, and nothing the
+	// root agent does may wait on that for long. A call that runs out is an
+	// error wrapping ErrNoAnswer, never "no such session".
+	CallTimeout time.Duration
 }
+
+// DefaultCallTimeout is how long one tmux client may take. A healthy server
+// answers in milliseconds; starting one (new-session on a loaded node) takes
+// well under a second.
+const DefaultCallTimeout = 10 * time.Second
 
 // Launcher runs tmux on behalf of users. It holds no mutable state after New,
 // so every method is safe to call from any goroutine at once; tmux serialises
@@ -109,6 +124,7 @@ type Launcher struct {
 	statusDir   string // Options.StatusDir, cleaned; "" when unset
 	pipeLog     []string
 	logMax      int64
+	callTimeout time.Duration
 }
 
 // New makes a Launcher. It does not fail: a missing tmux is reported, with what
@@ -145,6 +161,10 @@ func New(opts Options) *Launcher {
 	}
 	if l.logf == nil {
 		l.logf = func(string, ...any) {}
+	}
+	l.callTimeout = opts.CallTimeout
+	if l.callTimeout <= 0 {
+		l.callTimeout = DefaultCallTimeout
 	}
 	return l
 }

@@ -31,7 +31,9 @@ func (l *Launcher) runWith(ctx context.Context, u User, session map[string]strin
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.CommandContext(ctx, l.tmux, args...)
+	callCtx, cancel := context.WithTimeout(ctx, l.callTimeout)
+	defer cancel()
+	cmd := exec.CommandContext(callCtx, l.tmux, args...)
 	cmd.Env = clientEnv(u, session, l.tmpDir)
 	cmd.Dir = "/" // the server inherits it; never pin the agent's directory
 	// Credential only, and deliberately no Pdeathsig: the server this client
@@ -46,6 +48,9 @@ func (l *Launcher) runWith(ctx context.Context, u User, session map[string]strin
 	}
 	if ctx.Err() != nil {
 		return nil, fmt.Errorf("tmux %s: %w", args[0], ctx.Err())
+	}
+	if callCtx.Err() != nil {
+		return nil, fmt.Errorf("tmux %s as %s: no answer within %v: %w", args[0], u.Name, l.callTimeout, ErrNoAnswer)
 	}
 	var ee *exec.ExitError
 	if errors.As(err, &ee) {
@@ -183,7 +188,9 @@ func (l *Launcher) checkDir(ctx context.Context, u User, dir string) error {
 	if err != nil {
 		return err
 	}
-	cmd := exec.CommandContext(ctx, l.tmux, "-V")
+	callCtx, cancel := context.WithTimeout(ctx, l.callTimeout)
+	defer cancel()
+	cmd := exec.CommandContext(callCtx, l.tmux, "-V")
 	cmd.Env = clientEnv(u, nil, l.tmpDir)
 	cmd.Dir = dir
 	// A non-nil SysProcAttr also keeps os.StartProcess from stat'ing Dir in
@@ -196,6 +203,9 @@ func (l *Launcher) checkDir(ctx context.Context, u User, dir string) error {
 	}
 	if ctx.Err() != nil {
 		return fmt.Errorf("check working directory %s: %w", dir, ctx.Err())
+	}
+	if callCtx.Err() != nil {
+		return fmt.Errorf("check working directory %s as %s: no answer within %v: %w", dir, u.Name, l.callTimeout, ErrNoAnswer)
 	}
 	var errno syscall.Errno
 	if errors.As(err, &errno) {

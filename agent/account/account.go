@@ -141,3 +141,28 @@ func (d *Directory) CallerForName(name, from string) (lease.Caller, error) {
 	}
 	return d.Caller(u), nil
 }
+
+// Holder is the account a lease's session runs as: the account named name
+// whose uid is uid, both as this node resolved them when it accepted the
+// lease, booking or placement. It asks the account database afresh (no
+// cache), because it guards a process about to start: a user deleted and
+// their uid given to someone new must not have their booked or queued
+// command run as the newcomer, nor as a new account that took the name.
+// A mismatch is an error saying which, and that nothing was started.
+func (d *Directory) Holder(name string, uid int) (launch.User, error) {
+	if name == "" || uid < 0 {
+		return launch.User{}, &lease.Error{Code: lease.CodeForbidden, Msg: fmt.Sprintf("%s has no account on %s, so nothing runs as them there", lease.Caller{UID: uid, User: name}, d.node)}
+	}
+	u, err := d.users.LookupUser(name)
+	now := d.now()
+	d.mu.Lock()
+	d.byName[name] = cached{u: u, err: err, at: now}
+	d.mu.Unlock()
+	if err != nil {
+		return launch.User{}, &lease.Error{Code: lease.CodeForbidden, Msg: fmt.Sprintf("%s has no account on %s any more, so nothing was started as them (uid %d is not run as anyone else)", name, d.node, uid)}
+	}
+	if u.UID != uid {
+		return launch.User{}, &lease.Error{Code: lease.CodeForbidden, Msg: fmt.Sprintf("the account %s on %s now has uid %d, not uid %d as when this was accepted: the account was replaced, so nothing was started", name, d.node, u.UID, uid)}
+	}
+	return u, nil
+}

@@ -65,6 +65,9 @@ type Options struct {
 	// tests that plant a version skew or a node without tmux.
 	Version  string
 	TmuxPath string
+	// TmuxCallTimeout bounds each tmux call the agent makes as a user
+	// (launch.Options.CallTimeout; default launch's).
+	TmuxCallTimeout time.Duration
 	// Tags are the node's pools.
 	Tags []string
 }
@@ -177,7 +180,7 @@ func (n *Node) prepare(o Options) prepared {
 	if err := os.MkdirAll(sockDir, 0o755); err != nil {
 		tb.Fatal(err)
 	}
-	sessions := launch.New(launch.Options{TmuxPath: o.TmuxPath, TmuxTmpDir: o.TmuxTmpDir, StatusDir: statusDir, Logf: func(f string, args ...any) { log.Warn(fmt.Sprintf(f, args...)) }})
+	sessions := launch.New(launch.Options{TmuxPath: o.TmuxPath, TmuxTmpDir: o.TmuxTmpDir, StatusDir: statusDir, CallTimeout: o.TmuxCallTimeout, Logf: func(f string, args ...any) { log.Warn(fmt.Sprintf(f, args...)) }})
 	sock := filepath.Join(sockDir, "dibs.sock")
 	a, err := agent.New(agent.Config{
 		NodeName:      o.Name,

@@ -112,6 +112,9 @@ func (s *Service) record(e lease.Event) {
 	}
 }
 
+// tellTimeout bounds showing one notice in one user's tmux sessions.
+const tellTimeout = 2 * time.Second
+
 // deliver shows a notice on this node: on the person's boards here, in
 // their tmux sessions here, and by their webhook when this node keeps it.
 func (s *Service) deliver(ctx context.Context, n lease.Notice) peer.NotifyReply {
@@ -123,7 +126,10 @@ func (s *Service) deliver(ctx context.Context, n lease.Notice) peer.NotifyReply 
 		}
 		s.deps.Node.Notify(u.UID, about, n.Text)
 		if s.deps.Tell != nil {
-			shown, later, err := s.deps.Tell(ctx, u, "dibs: "+n.Text)
+			// The user's tmux server is theirs to break: a bounded wait.
+			tctx, cancel := context.WithTimeout(ctx, tellTimeout)
+			shown, later, err := s.deps.Tell(tctx, u, "dibs: "+n.Text)
+			cancel()
 			if err != nil && !errors.Is(err, launch.ErrTmuxNotFound) {
 				s.log.Warn("notice: tell the user's tmux sessions", "user", n.User, "err", err)
 			}

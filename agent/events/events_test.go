@@ -3,9 +3,11 @@ package events
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -202,5 +204,57 @@ func TestWebhookTestAndRefusals(t *testing.T) {
 	w.Clear("alice")
 	if st := w.Status("alice"); st.Setting != nil {
 		t.Errorf("cleared webhook still set: %+v", st)
+	}
+}
+
+// TestFanoutQueuesPerUser: one user whose deliveries hang (their tmux
+// server never answers) delays only their own notices; another user's
+// notice goes out at once; each user's notices keep their order; and one
+// user's queue is bounded.
+func TestFanoutQueuesPerUser(t *testing.T) {
+	var mu sync.Mutex
+	got := map[string][]string{}
+	send := func(ctx context.Context, node string, n lease.Notice) error {
+		if n.User == "mallory" {
+			<-ctx.Done() // a delivery that never finishes: the timeout ends it
+			return ctx.Err()
+		}
+		mu.Lock()
+		got[n.User] = append(got[n.User], n.Text)
+		mu.Unlock()
+		return nil
+	}
+	f := NewFanout(func() []string { return []string{"node01"} }, send, nil)
+	f.Run()
+	for i := range 10 {
+		f.Notice(lease.Notice{User: "mallory", Text: fmt.Sprint("to mallory ", i)})
+	}
+	began := time.Now()
+	for i := range 3 {
+		f.Notice(lease.Notice{User: "alice", Text: fmt.Sprint("to alice ", i)})
+	}
+	eventually(t, "alice's notices", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(got["alice"]) == 3
+	})
+	if took := time.Since(began); took > time.Second {
+		t.Errorf("alice's notices took %v behind mallory's hanging ones; want well under a second", took)
+	}
+	mu.Lock()
+	if want := []string{"to alice 0", "to alice 1", "to alice 2"}; !slices.Equal(got["alice"], want) {
+		t.Errorf("alice's notices arrived as %q, want %q", got["alice"], want)
+	}
+	mu.Unlock()
+
+	// A flood from one user is bounded: past maxPerUser waiting, dropped.
+	for i := range 2 * maxPerUser {
+		f.Notice(lease.Notice{User: "mallory", Text: fmt.Sprint("flood ", i)})
+	}
+	f.mu.Lock()
+	waiting := len(f.users["mallory"].pending)
+	f.mu.Unlock()
+	if waiting > maxPerUser {
+		t.Errorf("mallory has %d notices waiting; want at most %d", waiting, maxPerUser)
 	}
 }

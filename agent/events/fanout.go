@@ -12,64 +12,130 @@ import (
 // Fanout carries each notice from the node where its event happened to
 // every live node, whose agent shows it in the person's tmux sessions and
 // on their boards there, and posts it to their webhook if that node keeps
-// it. It runs on its own goroutine: an event's recorder never waits for the
-// network.
+// it. It runs on goroutines of its own: an event's recorder never waits for
+// the network.
+//
+// Delivery queues per user: each user with notices pending has a worker of
+// their own that sends them in order, one at a time. A user's tmux server
+// is theirs to break (a socket that never answers), and one notice's
+// delivery may take up to sendTimeout; queued per user, that slows only
+// their own notices, never anyone else's. Each user's queue is bounded
+// (maxPerUser), and so is the number of users waiting (maxUsers): past
+// either, a notice is dropped with a warning.
 type Fanout struct {
 	nodes func() []string
 	send  func(ctx context.Context, node string, n lease.Notice) error
 	log   *slog.Logger
 
-	q    chan lease.Notice
-	once sync.Once
-	stop chan struct{}
-	done chan struct{}
+	mu      sync.Mutex
+	users   map[string]*noticeQueue // users with notices pending or in flight
+	running bool                    // Run was called: workers may start
+	closed  bool                    // Close was called: no new notices
+	workers sync.WaitGroup
 }
 
-// sendTimeout bounds one node's delivery of one notice.
-const sendTimeout = 3 * time.Second
+// noticeQueue is one user's notices waiting to be sent, oldest first.
+type noticeQueue struct {
+	pending []lease.Notice
+	working bool // a worker sends them
+}
+
+const (
+	// sendTimeout bounds one node's delivery of one notice.
+	sendTimeout = 3 * time.Second
+	// maxPerUser bounds the notices one user may have waiting.
+	maxPerUser = 256
+	// maxUsers bounds how many users may have notices waiting at once.
+	maxUsers = 4096
+)
 
 // NewFanout sends each notice to nodes() with send; Run starts it.
 func NewFanout(nodes func() []string, send func(ctx context.Context, node string, n lease.Notice) error, log *slog.Logger) *Fanout {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Fanout{nodes: nodes, send: send, log: log, q: make(chan lease.Notice, 1024), stop: make(chan struct{}), done: make(chan struct{})}
+	return &Fanout{nodes: nodes, send: send, log: log, users: map[string]*noticeQueue{}}
 }
 
-// Notice queues n for every node; a full queue drops it, with a warning.
+// Notice queues n for every node, behind the notices of the same user
+// only; a full queue drops it, with a warning. It never blocks.
 func (f *Fanout) Notice(n lease.Notice) {
-	select {
-	case f.q <- n:
-	default:
-		f.log.Warn("notices: the queue is full; dropping one", "user", n.User, "kind", n.Kind)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.closed {
+		f.log.Warn("notices: stopping; dropping one", "user", n.User, "kind", n.Kind)
+		return
+	}
+	q := f.users[n.User]
+	if q == nil {
+		if len(f.users) >= maxUsers {
+			f.log.Warn("notices: too many users waiting; dropping one", "user", n.User, "kind", n.Kind)
+			return
+		}
+		q = &noticeQueue{}
+		f.users[n.User] = q
+	}
+	if len(q.pending) >= maxPerUser {
+		f.log.Warn("notices: this user's queue is full; dropping one", "user", n.User, "kind", n.Kind)
+		return
+	}
+	q.pending = append(q.pending, n)
+	f.startLocked(n.User, q)
+}
+
+// startLocked starts user's worker unless one runs or Run has not been
+// called yet. Callers hold mu.
+func (f *Fanout) startLocked(user string, q *noticeQueue) {
+	if !f.running || q.working || len(q.pending) == 0 {
+		return
+	}
+	q.working = true
+	f.workers.Add(1)
+	go f.work(user, q)
+}
+
+// Run starts the senders: the notices queued so far go out now.
+func (f *Fanout) Run() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.running = true
+	for user, q := range f.users {
+		f.startLocked(user, q)
 	}
 }
 
-// Run starts the sender.
-func (f *Fanout) Run() { go f.loop() }
-
-// Close stops the sender after the notices queued so far.
+// Close stops taking notices and returns once those queued so far are
+// sent (each send is bounded by sendTimeout).
 func (f *Fanout) Close() {
-	f.once.Do(func() { close(f.stop) })
-	<-f.done
+	f.mu.Lock()
+	f.closed = true
+	if !f.running {
+		f.running = true
+		for user, q := range f.users {
+			f.startLocked(user, q)
+		}
+	}
+	f.mu.Unlock()
+	f.workers.Wait()
 }
 
-func (f *Fanout) loop() {
-	defer close(f.done)
+// work sends user's notices in order until none is left, then forgets the
+// user.
+func (f *Fanout) work(user string, q *noticeQueue) {
+	defer f.workers.Done()
 	for {
-		select {
-		case n := <-f.q:
-			f.deliver(n)
-		case <-f.stop:
-			for {
-				select {
-				case n := <-f.q:
-					f.deliver(n)
-				default:
-					return
-				}
-			}
+		f.mu.Lock()
+		if len(q.pending) == 0 {
+			q.working = false
+			delete(f.users, user)
+			f.mu.Unlock()
+			return
 		}
+		n := q.pending[0]
+		q.pending[0] = lease.Notice{}
+		q.pending = q.pending[1:]
+		f.mu.Unlock()
+		f.deliver(n)
 	}
 }
 

@@ -57,6 +57,17 @@ func (n *Node) Book(c lease.Caller, req lease.BookRequest, requestID string) (le
 // starts under it.
 func (x *bookingJob) start(ctx context.Context, b lease.Lease) {
 	n := x.n
+	if b.Job != nil {
+		// The command runs only as the account the booking was accepted
+		// for: its name with the uid resolved then. An account deleted
+		// (its uid perhaps given to someone new) or replaced starts
+		// nothing, and the booking ends before it takes anyone's GPUs.
+		if _, err := x.n.sess.sessionUser(lease.Caller{UID: b.UID, User: b.User}); err != nil {
+			n.log.Warn("booked run not started: its holder's account is gone or was replaced; ending the booking", "booking", b.ID, "user", b.User, "uid", b.UID, "err", err)
+			n.end(b, lease.EndUserGone, "")
+			return
+		}
+	}
 	n.wmu.Lock()
 	now := n.now()
 	cur, ok := n.table.Get(b.ID)

@@ -137,7 +137,9 @@ func (n *Node) Commit(ctx context.Context, c lease.Caller, entry string, d time.
 		return lease.Lease{}, err
 	}
 	if run != nil {
-		u, err := n.sess.sessionUser(c)
+		// As the account the reservation was made for (its name and the
+		// uid resolved then), not whatever the name or uid means now.
+		u, err := n.sess.sessionUser(lease.Caller{UID: l.UID, User: l.User})
 		if err == nil {
 			err = n.sess.startSession(ctx, l, u, run)
 		}
@@ -150,8 +152,9 @@ func (n *Node) Commit(ctx context.Context, c lease.Caller, entry string, d time.
 	return l, nil
 }
 
-// sessionUser resolves who a session runs as, refusing when this agent
-// cannot start processes as them.
+// sessionUser resolves who a session runs as — the account of c's name,
+// only while it still has c's uid — refusing when this agent cannot start
+// processes as them.
 func (x *sessionJob) sessionUser(c lease.Caller) (launch.User, error) {
 	n := x.n
 	if c.UID < 0 {
@@ -162,11 +165,14 @@ func (x *sessionJob) sessionUser(c lease.Caller) (launch.User, error) {
 			return launch.User{}, err
 		}
 	}
-	u, err := n.deps.Accounts.ByUID(c.UID)
-	if err != nil {
-		return launch.User{}, &lease.Error{Code: lease.CodeForbidden, Msg: fmt.Sprintf("uid %d has no account on %s, so no session can run as it: ask whoever runs the node to create the account", c.UID, n.cfg.Name)}
-	}
-	return u, nil
+	return n.deps.Accounts.Holder(c.User, c.UID)
+}
+
+// holder is the account l's session runs as: the account of l's holder's
+// name with the uid resolved when l was granted or booked, or an error when
+// the account is gone or was replaced (account.Directory.Holder).
+func (x *sessionJob) holder(l lease.Lease) (launch.User, error) {
+	return x.n.deps.Accounts.Holder(l.User, l.UID)
 }
 
 // startSession starts the lease's tmux session as u and watches it.

@@ -175,9 +175,11 @@ func (n *Node) now() lease.Instant {
 	return lease.Instant{Wall: c.Now(), Mono: c.Mono(), Boot: c.Boot()}
 }
 
-// Open loads the table from the store, takes a first snapshot, re-adopts
-// the sessions that still run and ends the leases whose sessions are gone.
-// ctx bounds the first probe; the node's own work runs until Close.
+// Open loads the table from the store and takes a first snapshot. It asks
+// no user's tmux server anything: the sessions of the leases it loaded are
+// re-adopted by Run, once the agent serves (a user's server may not answer,
+// and nobody's claims wait on it). ctx bounds the first probe; the node's
+// own work runs until Close.
 func (n *Node) Open(ctx context.Context) error {
 	leases, last, err := n.deps.Store.Load()
 	if err != nil {
@@ -204,14 +206,15 @@ func (n *Node) Open(ctx context.Context) error {
 	n.idle.Observe(snap, n.cfg.Policy)
 	n.publishLocked(now.Wall)
 	n.wmu.Unlock()
-	n.sess.readopt(ctx)
 	return nil
 }
 
-// Run probes and applies the clock's steps until Close.
+// Run probes and applies the clock's steps until Close, and re-adopts the
+// sessions of the leases Open loaded, each on its own (sessions.go).
 func (n *Node) Run() {
 	n.wg.Add(1)
 	go n.loop()
+	n.sess.readopt()
 }
 
 // Close stops the loops and the session watchers. Sessions keep running; a

@@ -113,7 +113,7 @@ func (n *Node) Preempt(id string, token uint64, why string, sig syscall.Signal) 
 	}
 	n.log.Info("lease preempted", "lease", l.ID, "user", l.User, "why", why, "grace", lease.FormatDuration(n.cfg.Policy.PreemptGrace))
 	if l.Session != "" {
-		if u, err := n.deps.Accounts.ByUID(l.UID); err == nil {
+		if u, err := n.sess.holder(l); err == nil {
 			ctx, cancel := context.WithTimeout(n.ctx, 3*time.Second)
 			if sig == 0 {
 				sig = n.cfg.PreemptSignal
@@ -188,7 +188,7 @@ func (n *Node) step(d lease.Due, now time.Time) {
 			return
 		}
 		warn("stopping")
-		if u, err := n.deps.Accounts.ByUID(l.UID); err == nil {
+		if u, err := n.sess.holder(l); err == nil {
 			if err := n.deps.Sessions.Signal(ctx, u, l.Session, syscall.SIGTERM); err != nil {
 				n.log.Warn("SIGTERM at the end", "lease", l.ID, "err", err)
 			}

@@ -60,31 +60,26 @@ func (x *sessionJob) sessionEndReason(l lease.Lease, u launch.User) lease.EndRea
 	return lease.ExitReason(code)
 }
 
-// readopt runs at start: sessions still running are watched again, leases
-// whose session is gone end.
-func (x *sessionJob) readopt(ctx context.Context) {
+// readopt re-adopts, once the agent serves, the sessions of the leases it
+// loaded: each is watched again (launch's Watch asks the holder's tmux
+// server, every call bounded in time, and ends the lease only when the
+// server says the session is gone). A server that does not answer — a user
+// can swap their tmux socket for a listener that never does — keeps its
+// lease held and is asked again at every poll; it delays nobody else's
+// sessions, claims or start-up.
+func (x *sessionJob) readopt() {
 	n := x.n
 	for _, l := range n.State().Leases {
 		if l.Session == "" || !l.ReservedUntil.IsZero() {
 			continue
 		}
-		u, err := n.deps.Accounts.ByUID(l.UID)
+		u, err := x.holder(l)
 		if err != nil {
 			n.log.Warn("lease holder is gone; ending the lease", "lease", l.ID, "user", l.User, "uid", l.UID, "err", err)
 			n.end(l, lease.EndUserGone, "")
 			continue
 		}
-		ok, err := n.deps.Sessions.Exists(ctx, u, l.Session)
-		if err != nil {
-			n.log.Warn("cannot check session; keeping the lease", "lease", l.ID, "session", l.Session, "err", err)
-			ok = true
-		}
-		if !ok {
-			n.log.Info("session ended while the agent was down; ending the lease", "lease", l.ID, "session", l.Session)
-			n.end(l, n.sess.sessionEndReason(l, u), "")
-			continue
-		}
-		n.sess.watch(l, u)
+		x.watch(l, u)
 	}
 }
 
@@ -118,7 +113,7 @@ func (x *sessionJob) killSession(ctx context.Context, l lease.Lease, hard bool) 
 	if l.Session == "" {
 		return
 	}
-	u, err := n.deps.Accounts.ByUID(l.UID)
+	u, err := x.holder(l)
 	if err != nil {
 		return
 	}

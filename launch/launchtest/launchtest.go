@@ -7,10 +7,13 @@ package launchtest
 import (
 	"crypto/rand"
 	"encoding/hex"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 
@@ -95,4 +98,95 @@ func Run(tb testing.TB, u launch.User, extra []string, argv ...string) (string, 
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
 	out, err := cmd.CombinedOutput()
 	return string(out), err
+}
+
+// MuteTmux does to u's tmux server what a hostile user can do to their
+// own: it renames the server's socket (under tmpDir, TMUX_TMPDIR) aside and
+// puts in its place a listener, owned by u, that accepts every connection
+// and never answers, so every tmux client that asks the server anything
+// waits forever. The returned restore (also run at cleanup) closes the
+// listener and puts the real socket back. With no server running it mutes
+// the place one would be.
+func MuteTmux(tb testing.TB, tmpDir string, u launch.User) (restore func()) {
+	tb.Helper()
+	sock := launch.SocketPath(tmpDir, u.UID)
+	if err := os.MkdirAll(filepath.Dir(sock), 0o700); err != nil {
+		tb.Fatal(err)
+	}
+	os.Chown(filepath.Dir(sock), u.UID, u.GID)
+	real := sock + ".real"
+	moved := os.Rename(sock, real) == nil
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		tb.Fatalf("listen in place of %s: %v", sock, err)
+	}
+	if err := os.Chown(sock, u.UID, u.GID); err != nil {
+		tb.Fatal(err)
+	}
+	var mu sync.Mutex
+	var held []net.Conn
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			held = append(held, c) // never read, never answered
+			mu.Unlock()
+		}
+	}()
+	var once sync.Once
+	restore = func() {
+		once.Do(func() {
+			ln.Close()
+			mu.Lock()
+			for _, c := range held {
+				c.Close()
+			}
+			mu.Unlock()
+			os.Remove(sock)
+			if moved {
+				os.Rename(real, sock)
+			}
+		})
+	}
+	tb.Cleanup(restore)
+	return restore
+}
+
+// Replace does what an admin does when someone leaves and someone joins:
+// it deletes old's account (ending its processes) and creates a new
+// account, with a new name, that gets old's uid. It returns the newcomer,
+// deleted at cleanup.
+func Replace(tb testing.TB, old launch.User) launch.User {
+	tb.Helper()
+	needRoot(tb)
+	exec.Command("pkill", "-KILL", "-u", old.Name).Run()
+	if out, err := exec.Command("userdel", "--force", old.Name).CombinedOutput(); err != nil {
+		tb.Fatalf("userdel %s: %v: %s", old.Name, err, strings.TrimSpace(string(out)))
+	}
+	name := randomName("dibsn")
+	base, err := os.MkdirTemp("", "dibs-home-")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	os.Chmod(base, 0o755)
+	home := filepath.Join(base, name)
+	uid := strconv.Itoa(old.UID)
+	out, err := exec.Command("useradd", "--create-home", "--home-dir", home, "--shell", "/bin/sh", "--user-group", "--uid", uid, name).CombinedOutput()
+	if err != nil {
+		os.RemoveAll(base)
+		tb.Fatalf("useradd %s with uid %s: %v: %s", name, uid, err, strings.TrimSpace(string(out)))
+	}
+	tb.Cleanup(func() {
+		exec.Command("pkill", "-KILL", "-u", name).Run()
+		exec.Command("userdel", "--force", name).Run()
+		os.RemoveAll(base)
+	})
+	u, err := launch.LookupUser(name)
+	if err != nil {
+		tb.Fatalf("look up the new user %s: %v", name, err)
+	}
+	return u
 }
