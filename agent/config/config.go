@@ -213,6 +213,7 @@ type SSHConfig struct {
 	MaxSessions     int    `toml:"max_sessions"`
 	MaxPerUser      int    `toml:"max_per_user"`
 	MaxPerSource    int    `toml:"max_per_source"`
+	MaxPreAuth      int    `toml:"max_pre_auth"`
 }
 
 // Durations reads the front door's time limits.
@@ -232,7 +233,7 @@ func (s SSHConfig) Durations() (idle, deadline time.Duration, err error) {
 	for _, n := range []struct {
 		key string
 		v   int
-	}{{"ssh.max_sessions", s.MaxSessions}, {"ssh.max_per_user", s.MaxPerUser}, {"ssh.max_per_source", s.MaxPerSource}} {
+	}{{"ssh.max_sessions", s.MaxSessions}, {"ssh.max_per_user", s.MaxPerUser}, {"ssh.max_per_source", s.MaxPerSource}, {"ssh.max_pre_auth", s.MaxPreAuth}} {
 		if n.v < 0 {
 			return 0, 0, &ConfigError{Msg: fmt.Sprintf("%s: %d must not be negative", n.key, n.v)}
 		}

@@ -97,7 +97,7 @@ func (c *cli) applyClusterFlags(cmd *cobra.Command, f agentFlags, fc config.File
 			return err
 		}
 		cfg.SSH = &agent.SSHSettings{Listen: ssh.Listen, UsersFile: ssh.UsersFile, IdleTimeout: idle, SessionDeadline: deadline,
-			MaxSessions: ssh.MaxSessions, MaxPerUser: ssh.MaxPerUser, MaxPerSource: ssh.MaxPerSource}
+			MaxSessions: ssh.MaxSessions, MaxPerUser: ssh.MaxPerUser, MaxPerSource: ssh.MaxPerSource, MaxPreAuth: ssh.MaxPreAuth}
 	}
 	return nil
 }
