@@ -38,6 +38,9 @@ type ClusterSettings struct {
 	// the others: the nemesis tests' partitions, loss, delay and
 	// duplication. Nil in production.
 	Faults gossip.Faults
+	// MaxStreams and MaxStreamsPerSource cap the inbound gossip streams
+	// held open, in total and from one address (zero: gossip's defaults).
+	MaxStreams, MaxStreamsPerSource int
 }
 
 // clusterLink connects the agent's parts to memberlist: it publishes this
@@ -60,6 +63,7 @@ func (a *Agent) joinCluster(s ClusterSettings) (*clusterLink, error) {
 		AdvertiseAddr: s.AdvertiseAddr, AdvertisePort: s.AdvertisePort, Join: s.Join,
 		ClusterName: s.Name, Key: s.Key, Insecure: s.Insecure,
 		BootID: randomID(), BootedAt: a.deps.Clock.Now(), Protocol: peer.Version, Faults: s.Faults,
+		MaxInboundStreams: s.MaxStreams, MaxInboundStreamsPerSource: s.MaxStreamsPerSource,
 		Logf: func(f string, args ...any) { a.log.Warn(fmt.Sprintf(f, args...)) },
 	}
 	if s.Fast {

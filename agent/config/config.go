@@ -200,6 +200,11 @@ type ClusterConfig struct {
 	Name      string   `toml:"name"`
 	KeyFile   string   `toml:"key_file"`
 	Insecure  bool     `toml:"insecure"`
+	// MaxStreams and MaxStreamsPerSource cap the TCP streams other hosts
+	// hold open to the gossip port (gossip.Config's MaxInboundStreams
+	// and MaxInboundStreamsPerSource); zero keeps the defaults.
+	MaxStreams          int `toml:"max_streams"`
+	MaxStreamsPerSource int `toml:"max_streams_per_source"`
 }
 
 // SSHConfig is [ssh]: the SSH front door serving the board.
