@@ -16,6 +16,7 @@ import (
 
 	"github.com/BurntSushi/toml"
 
+	"github.com/dibs-gpu/dibs/agent/events"
 	"github.com/dibs-gpu/dibs/lease"
 )
 
@@ -91,6 +92,19 @@ func (fc FileConfig) PoolLimits() (lease.Pools, error) {
 // EventsSection is [events]: how long the node keeps what happened on it.
 type EventsSection struct {
 	Keep string `toml:"keep"`
+	// WebhookAllow, when set, lists the only destinations webhooks may
+	// reach: host names (".example.com" for a domain) and address
+	// prefixes; cloud metadata addresses stay refused.
+	WebhookAllow []string `toml:"webhook_allow"`
+}
+
+// Allowlist reads webhook_allow.
+func (e EventsSection) Allowlist() (events.Allowlist, error) {
+	a, err := events.ParseAllow(e.WebhookAllow)
+	if err != nil {
+		return a, &ConfigError{Msg: "events." + err.Error()}
+	}
+	return a, nil
 }
 
 // KeepFor reads keep (default 14 days).
@@ -384,6 +398,9 @@ func (fc FileConfig) check() error {
 		}
 	}
 	if _, err := fc.Events.KeepFor(); err != nil {
+		return err
+	}
+	if _, err := fc.Events.Allowlist(); err != nil {
 		return err
 	}
 	for _, a := range []struct{ key, v string }{{"cluster.bind", fc.Cluster.Bind}, {"cluster.advertise", fc.Cluster.Advertise}} {
