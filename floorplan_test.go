@@ -88,6 +88,7 @@ func floorPlan() []room {
 		{pkg: "nodeprobe/probe", what: "Open: picks the backend",
 			may: []string{"nodeprobe", "nodeprobe/nvml", "nodeprobe/sim", "nodeprobe/smi"}},
 		{pkg: "internal/poll", what: "tests' waiting: a condition polled to a deadline, a window watched (tests only)"},
+		{pkg: "internal/lograte", what: "refusal log lines rate-limited per source, with a count of those held back"},
 		{pkg: "lease/termsafe", what: "the one sanitizer for text from outside; standard library only"},
 		{pkg: "lease", what: "the rules: pure functions over an injected clock, no I/O",
 			may: []string{"lease/termsafe", "nodeprobe"}, never: append(slices.Clone(pure), bbolt), notItself: noIO},
@@ -106,7 +107,7 @@ func floorPlan() []room {
 		{pkg: "launch/launchtest", what: "throwaway accounts for tests",
 			may: []string{"launch"}},
 		{pkg: "gossip", what: "memberlist: node state out and in, requests between agents",
-			may: []string{"lease", "lease/termsafe", "nodeprobe"}, mods: []string{memberlist},
+			may: []string{"internal/lograte", "lease", "lease/termsafe", "nodeprobe"}, mods: []string{memberlist},
 			never: []string{charm, charmX, goNVML, "launch"}, notItself: []string{"net/http", "os/exec"}},
 		{pkg: "api", what: "local API types and Go client (HTTP+JSON over the unix socket)",
 			may: []string{"lease", "lease/doctor", "lease/termsafe", "nodeprobe"}, mods: []string{xsys},
@@ -140,10 +141,12 @@ func floorPlan() []room {
 		switch name {
 		case "clock", "notify": // the bottom: nothing of dibs below them
 			r.may = slices.Clone(agents)
-		case "core", "sockapi":
+		case "core":
 			r.may = append(r.may, "api")
+		case "sockapi":
+			r.may = append(r.may, "api", "internal/lograte")
 		case "sshd":
-			r.may = append(r.may, "api", "tui")
+			r.may = append(r.may, "api", "tui", "internal/lograte")
 			r.mods = append(r.mods, bubbletea, "charm.land/ssh", wish, xcrypto)
 		case "config":
 			r.mods = append(r.mods, "github.com/BurntSushi/toml")

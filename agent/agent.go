@@ -83,6 +83,9 @@ type Config struct {
 	// WebhookBackoff is the wait before each retry of a webhook post
 	// (default 2s, 10s, 30s, 2m).
 	WebhookBackoff []time.Duration
+	// WebhookAllow, when not empty, is the admin's list of the only
+	// destinations webhooks may reach.
+	WebhookAllow events.Allowlist
 }
 
 // Deps are the parts the agent drives; tests and the demo swap them.

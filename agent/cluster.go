@@ -42,6 +42,9 @@ type ClusterSettings struct {
 	// (peer.Mux.SpeakAtMost): this release speaking as the previous one,
 	// for tests of a cluster one release apart. Zero in production.
 	Protocol int
+	// MaxStreams and MaxStreamsPerSource cap the inbound gossip streams
+	// held open, in total and from one address (zero: gossip's defaults).
+	MaxStreams, MaxStreamsPerSource int
 }
 
 // clusterLink connects the agent's parts to memberlist: it publishes this
@@ -64,6 +67,7 @@ func (a *Agent) joinCluster(s ClusterSettings) (*clusterLink, error) {
 		AdvertiseAddr: s.AdvertiseAddr, AdvertisePort: s.AdvertisePort, Join: s.Join,
 		ClusterName: s.Name, Key: s.Key, Insecure: s.Insecure,
 		BootID: randomID(), BootedAt: a.deps.Clock.Now(), Faults: s.Faults,
+		MaxInboundStreams: s.MaxStreams, MaxInboundStreamsPerSource: s.MaxStreamsPerSource,
 		Logf: func(f string, args ...any) { a.log.Warn(fmt.Sprintf(f, args...)) },
 	}
 	if s.Fast {

@@ -23,7 +23,7 @@ func (a *Agent) buildEvents() {
 	a.events = events.New(events.Config{Node: a.cfg.NodeName, Keep: a.cfg.EventKeep, Log: a.log.With("part", "events")},
 		events.Deps{Store: es, Clock: a.deps.Clock, Notice: func(n lease.Notice) { a.fanout.Notice(n) }})
 	a.webhooks = events.NewWebhooks(events.WebhookConfig{Backoff: a.cfg.WebhookBackoff, UserAgent: "dibs/" + a.cfg.Version,
-		Log: a.log.With("part", "webhooks")}, es, a.deps.Clock)
+		Allow: a.cfg.WebhookAllow, Log: a.log.With("part", "webhooks")}, es, a.deps.Clock)
 }
 
 func (a *Agent) openEvents() error {

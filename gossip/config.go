@@ -117,6 +117,14 @@ type Config struct {
 	// at once; more are dropped (the requester times out). Zero means
 	// DefaultMaxConcurrentRequests.
 	MaxConcurrentRequests int
+	// MaxInboundStreams and MaxInboundStreamsPerSource cap the TCP streams
+	// other hosts hold open to this agent at once, in total and from one
+	// address; a stream over either cap is closed at accept, before
+	// memberlist reads it. A stream that sends nothing within TCPTimeout
+	// is closed too. Without them, idle connections from one host without
+	// the key took the agent to its file limit. Zero means the defaults.
+	MaxInboundStreams          int
+	MaxInboundStreamsPerSource int
 
 	// Faults, when set, decides the fate of everything this agent sends
 	// (the nemesis tests); nil in production.
@@ -175,6 +183,12 @@ const (
 	DefaultRejoinInterval        = 15 * time.Second
 	DefaultRequestTimeout        = 3 * time.Second
 	DefaultMaxConcurrentRequests = 64
+	// A peer's streams are short (a push/pull, one reliable message each,
+	// closed once read), so a few dozen at once from one address is far
+	// above what a healthy cluster uses, even with every agent of a test
+	// cluster on one loopback address.
+	DefaultMaxInboundStreams          = 512
+	DefaultMaxInboundStreamsPerSource = 64
 )
 
 // withDefaults validates c and fills in its defaults.
@@ -235,6 +249,8 @@ func (c Config) withDefaults() (Config, error) {
 	setDur(&c.RejoinInterval, DefaultRejoinInterval)
 	setDur(&c.RequestTimeout, DefaultRequestTimeout)
 	setInt(&c.MaxConcurrentRequests, DefaultMaxConcurrentRequests)
+	setInt(&c.MaxInboundStreams, DefaultMaxInboundStreams)
+	setInt(&c.MaxInboundStreamsPerSource, DefaultMaxInboundStreamsPerSource)
 	if c.ProbeTimeout >= c.ProbeInterval {
 		return c, fmt.Errorf("probe timeout %v must be shorter than the probe interval %v", c.ProbeTimeout, c.ProbeInterval)
 	}

@@ -17,6 +17,7 @@ type counters struct {
 	remoteRequests, remoteErrs  atomic.Uint64
 	requestsServed              atomic.Uint64
 	rejoins                     atomic.Uint64
+	streamsRefused              atomic.Uint64
 }
 
 // Stats counts what a Cluster sent and received, so an operator can tell a
@@ -54,6 +55,10 @@ type Stats struct {
 	RequestsServed uint64
 	// Rejoins counts join attempts after the first.
 	Rejoins uint64
+	// StreamsRefused counts inbound TCP streams closed unread: over
+	// MaxInboundStreams or MaxInboundStreamsPerSource, or silent for
+	// TCPTimeout after they opened.
+	StreamsRefused uint64
 }
 
 func (c *counters) snapshot() Stats {
@@ -70,6 +75,7 @@ func (c *counters) snapshot() Stats {
 		RemoteRequestErrs: c.remoteErrs.Load(),
 		RequestsServed:    c.requestsServed.Load(),
 		Rejoins:           c.rejoins.Load(),
+		StreamsRefused:    c.streamsRefused.Load(),
 	}
 }
 

@@ -109,8 +109,9 @@ func (c *screenedConn) Read(b []byte) (int, error) { return c.r.Read(b) }
 // cluster than ours, writes the notice. It waits at most timeout for the
 // header, or until ctx ends, and returns the stream for memberlist with
 // every byte it read still to be read. A stream that sends nothing in time
-// goes to memberlist as it is, which times it out and drops it.
-func screen(ctx context.Context, conn net.Conn, ours string, timeout time.Duration) net.Conn {
+// (or ends first) is not a peer's, and is reported not ok: memberlist's
+// dialer always speaks first.
+func screen(ctx context.Context, conn net.Conn, ours string, timeout time.Duration) (net.Conn, bool) {
 	r := bufio.NewReaderSize(conn, 2+255)
 	_ = conn.SetReadDeadline(time.Now().Add(timeout))
 	stop := context.AfterFunc(ctx, func() { _ = conn.SetReadDeadline(time.Now()) })
@@ -122,7 +123,10 @@ func screen(ctx context.Context, conn net.Conn, ours string, timeout time.Durati
 		_, _ = conn.Write(encodeNotice(ours))
 		_ = conn.SetWriteDeadline(time.Time{})
 	}
-	return &screenedConn{Conn: conn, r: r}
+	if err != nil && r.Buffered() == 0 {
+		return nil, false
+	}
+	return &screenedConn{Conn: conn, r: r}, true
 }
 
 // dialedConn is a stream this agent opened. The first read looks for a

@@ -16,6 +16,7 @@ import (
 
 	"github.com/BurntSushi/toml"
 
+	"github.com/dibs-gpu/dibs/agent/events"
 	"github.com/dibs-gpu/dibs/lease"
 )
 
@@ -91,6 +92,19 @@ func (fc FileConfig) PoolLimits() (lease.Pools, error) {
 // EventsSection is [events]: how long the node keeps what happened on it.
 type EventsSection struct {
 	Keep string `toml:"keep"`
+	// WebhookAllow, when set, lists the only destinations webhooks may
+	// reach: host names (".example.com" for a domain) and address
+	// prefixes; cloud metadata addresses stay refused.
+	WebhookAllow []string `toml:"webhook_allow"`
+}
+
+// Allowlist reads webhook_allow.
+func (e EventsSection) Allowlist() (events.Allowlist, error) {
+	a, err := events.ParseAllow(e.WebhookAllow)
+	if err != nil {
+		return a, &ConfigError{Msg: "events." + err.Error()}
+	}
+	return a, nil
 }
 
 // KeepFor reads keep (default 14 days).
@@ -200,6 +214,11 @@ type ClusterConfig struct {
 	Name      string   `toml:"name"`
 	KeyFile   string   `toml:"key_file"`
 	Insecure  bool     `toml:"insecure"`
+	// MaxStreams and MaxStreamsPerSource cap the TCP streams other hosts
+	// hold open to the gossip port (gossip.Config's MaxInboundStreams
+	// and MaxInboundStreamsPerSource); zero keeps the defaults.
+	MaxStreams          int `toml:"max_streams"`
+	MaxStreamsPerSource int `toml:"max_streams_per_source"`
 }
 
 // SSHConfig is [ssh]: the SSH front door serving the board.
@@ -213,6 +232,7 @@ type SSHConfig struct {
 	MaxSessions     int    `toml:"max_sessions"`
 	MaxPerUser      int    `toml:"max_per_user"`
 	MaxPerSource    int    `toml:"max_per_source"`
+	MaxPreAuth      int    `toml:"max_pre_auth"`
 }
 
 // Durations reads the front door's time limits.
@@ -232,7 +252,7 @@ func (s SSHConfig) Durations() (idle, deadline time.Duration, err error) {
 	for _, n := range []struct {
 		key string
 		v   int
-	}{{"ssh.max_sessions", s.MaxSessions}, {"ssh.max_per_user", s.MaxPerUser}, {"ssh.max_per_source", s.MaxPerSource}} {
+	}{{"ssh.max_sessions", s.MaxSessions}, {"ssh.max_per_user", s.MaxPerUser}, {"ssh.max_per_source", s.MaxPerSource}, {"ssh.max_pre_auth", s.MaxPreAuth}} {
 		if n.v < 0 {
 			return 0, 0, &ConfigError{Msg: fmt.Sprintf("%s: %d must not be negative", n.key, n.v)}
 		}
@@ -378,6 +398,9 @@ func (fc FileConfig) check() error {
 		}
 	}
 	if _, err := fc.Events.KeepFor(); err != nil {
+		return err
+	}
+	if _, err := fc.Events.Allowlist(); err != nil {
 		return err
 	}
 	for _, a := range []struct{ key, v string }{{"cluster.bind", fc.Cluster.Bind}, {"cluster.advertise", fc.Cluster.Advertise}} {

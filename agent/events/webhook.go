@@ -26,16 +26,25 @@ import (
 //   - only http and https, no user:password in the address;
 //   - the body is always the notice, in one of two fixed shapes;
 //   - no redirect is followed, and the answer is read at most 4 KiB and
-//     never shown: a person sees "answered HTTP 404", "timed out", "could
-//     not connect", not what the server said;
-//   - link-local, multicast and unspecified addresses are refused when
-//     dialled (after DNS, so a name cannot rebind to them): cloud metadata
-//     services (169.254.169.254) live there;
+//     never shown;
+//   - a failed try is one class to the person, "not delivered", reported
+//     when the try's time is up whatever happened (a closed port, an open
+//     one that is not HTTP, an HTTP server that said 404): the answers
+//     cannot tell ports apart, so a webhook is no port scanner (the agent's
+//     log keeps the detail for admins);
+//   - link-local, multicast and unspecified addresses and the clouds'
+//     metadata services (169.254.169.254, fd00:ec2::254, 100.100.100.200)
+//     are refused in every form they can be written in (IPv4-mapped,
+//     IPv4-compatible, NAT64, 6to4, Teredo) when dialled, after DNS, so a
+//     name cannot rebind to them;
+//   - an admin may allow only listed destinations ([events] webhook_allow:
+//     host names and address prefixes);
 //   - every try is bounded in time (5 s), and a person's notices are
 //     delivered one at a time.
 //
-// Loopback and private addresses are allowed: an ntfy server on the team's
-// network is the common case. docs/user-guide.md says so.
+// Loopback and private addresses are allowed unless an allowlist says
+// otherwise: an ntfy server on the team's network is the common case.
+// docs/user-guide.md says so.
 const (
 	webhookTimeout   = 5 * time.Second
 	maxWebhookAnswer = 4 << 10
@@ -53,7 +62,69 @@ type WebhookConfig struct {
 	Backoff []time.Duration
 	// UserAgent names the agent to the receiving server.
 	UserAgent string
-	Log       *slog.Logger
+	// Timeout bounds each try (default 5 s); a try that fails is reported
+	// when it is up, however early it failed.
+	Timeout time.Duration
+	// Allow, when not empty, lists the only destinations an admin lets
+	// webhooks reach: host names ("ntfy.example.com", or ".example.com"
+	// for a domain and its subdomains) and address prefixes ("10.0.0.0/8").
+	// Refused addresses stay refused. ParseAllow reads it.
+	Allow Allowlist
+	Log   *slog.Logger
+}
+
+// Allowlist is an admin's list of webhook destinations.
+type Allowlist struct {
+	Names    []string
+	Prefixes []netip.Prefix
+}
+
+// ParseAllow reads an allowlist's entries: address prefixes, addresses,
+// or host names (a leading dot: the domain and its subdomains).
+func ParseAllow(entries []string) (Allowlist, error) {
+	var a Allowlist
+	for _, e := range entries {
+		e = strings.ToLower(strings.TrimSpace(e))
+		if p, err := netip.ParsePrefix(e); err == nil {
+			a.Prefixes = append(a.Prefixes, p.Masked())
+			continue
+		}
+		if ip, err := netip.ParseAddr(e); err == nil {
+			a.Prefixes = append(a.Prefixes, netip.PrefixFrom(ip.Unmap(), ip.Unmap().BitLen()))
+			continue
+		}
+		name := strings.TrimPrefix(e, ".")
+		if name == "" || len(name) > 253 || strings.ContainsAny(name, "/:@ []") {
+			return Allowlist{}, fmt.Errorf("webhook_allow: %q is not a host name, an address or an address prefix (like 10.0.0.0/8)", e)
+		}
+		a.Names = append(a.Names, e)
+	}
+	return a, nil
+}
+
+// empty reports whether the allowlist allows everything not refused.
+func (a Allowlist) empty() bool { return len(a.Names) == 0 && len(a.Prefixes) == 0 }
+
+// nameAllowed reports whether host is listed by name.
+func (a Allowlist) nameAllowed(host string) bool {
+	host = strings.ToLower(strings.TrimSuffix(host, "."))
+	for _, n := range a.Names {
+		if host == n || strings.HasPrefix(n, ".") && (host == n[1:] || strings.HasSuffix(host, n)) {
+			return true
+		}
+	}
+	return false
+}
+
+// addrAllowed reports whether ip is in a listed prefix.
+func (a Allowlist) addrAllowed(ip netip.Addr) bool {
+	ip = ip.Unmap()
+	for _, p := range a.Prefixes {
+		if p.Contains(ip) {
+			return true
+		}
+	}
+	return false
 }
 
 // Webhooks posts people's notices to the addresses they set, from the node
@@ -107,18 +178,21 @@ func NewWebhooks(cfg WebhookConfig, store lease.EventStore, clk clock.Clock) *We
 	if cfg.UserAgent == "" {
 		cfg.UserAgent = "dibs"
 	}
+	if cfg.Timeout <= 0 {
+		cfg.Timeout = webhookTimeout
+	}
 	if clk == nil {
 		clk = clock.Real()
 	}
 	w := &Webhooks{cfg: cfg, store: store, clock: clk, settings: map[string]lease.NotifySetting{},
 		status: map[string]*delivery{}, queues: map[string]chan lease.Notice{}}
 	w.client = &http.Client{
-		Timeout: webhookTimeout,
+		Timeout: cfg.Timeout,
 		Transport: &http.Transport{
 			Proxy:                 nil,
-			DialContext:           (&net.Dialer{Timeout: webhookTimeout, Control: refuseSpecial}).DialContext,
-			TLSHandshakeTimeout:   webhookTimeout,
-			ResponseHeaderTimeout: webhookTimeout,
+			DialContext:           (&net.Dialer{Timeout: cfg.Timeout, ControlContext: w.checkDial}).DialContext,
+			TLSHandshakeTimeout:   cfg.Timeout,
+			ResponseHeaderTimeout: cfg.Timeout,
 			MaxIdleConns:          4,
 			IdleConnTimeout:       30 * time.Second,
 		},
@@ -163,10 +237,31 @@ func CheckURL(raw string) error {
 	if strings.ContainsAny(raw, " \t\r\n") {
 		return lease.Invalidf("the webhook address has spaces in it")
 	}
-	if ip, err := netip.ParseAddr(strings.Trim(u.Hostname(), "[]")); err == nil && special(ip) {
-		return lease.Invalidf("dibs does not post to %s: link-local, multicast and unspecified addresses (a cloud's metadata service) are refused", ip)
+	if ip, err := netip.ParseAddr(strings.Trim(u.Hostname(), "[]")); err == nil && refused(ip) {
+		return lease.Invalidf("dibs does not post to %s: link-local, multicast, unspecified and cloud metadata addresses are refused, in every form", ip)
 	}
 	return nil
+}
+
+// checkAllowed refuses, at the time a person sets it, an address the
+// admin's allowlist cannot let through.
+func (w *Webhooks) checkAllowed(raw string) error {
+	if w.cfg.Allow.empty() {
+		return nil
+	}
+	u, err := url.Parse(raw)
+	if err != nil {
+		return lease.Invalidf("not a usable webhook address")
+	}
+	host := u.Hostname()
+	if w.cfg.Allow.nameAllowed(host) {
+		return nil
+	}
+	ip, err := netip.ParseAddr(host)
+	if err == nil && w.cfg.Allow.addrAllowed(ip) || err != nil && len(w.cfg.Allow.Prefixes) > 0 {
+		return nil // a name is checked again where it resolves to
+	}
+	return lease.Invalidf("this node's admin allows webhooks only to listed destinations, and %s is not one: ask them, or use one of the team's", clip(host))
 }
 
 func clip(s string) string {
@@ -176,28 +271,100 @@ func clip(s string) string {
 	return s
 }
 
-func special(ip netip.Addr) bool {
-	ip = ip.Unmap()
-	return ip.IsLinkLocalUnicast() || ip.IsLinkLocalMulticast() || ip.IsInterfaceLocalMulticast() || ip.IsMulticast() || ip.IsUnspecified()
+// metadataAddrs are the clouds' instance metadata services outside the
+// link-local range (169.254.169.254 and ECS's 169.254.170.2 are inside
+// it): AWS over IPv6, and Alibaba Cloud.
+var metadataAddrs = []netip.Addr{
+	netip.MustParseAddr("fd00:ec2::254"),
+	netip.MustParseAddr("100.100.100.200"),
 }
 
-// refuseSpecial is the dialer's check of the address it is about to use.
-func refuseSpecial(network, address string, _ syscall.RawConn) error {
+// refused reports whether ip, or an IPv4 address written inside it, is one
+// webhooks never reach.
+func refused(ip netip.Addr) bool {
+	ip = ip.WithZone("").Unmap()
+	if v4, ok := embeddedV4(ip); ok && refused(v4) {
+		return true
+	}
+	if ip.IsLinkLocalUnicast() || ip.IsLinkLocalMulticast() || ip.IsInterfaceLocalMulticast() || ip.IsMulticast() || ip.IsUnspecified() {
+		return true
+	}
+	for _, m := range metadataAddrs {
+		if ip == m {
+			return true
+		}
+	}
+	return false
+}
+
+// Prefixes of IPv6 addresses that carry an IPv4 address a router or the
+// kernel may reach for them.
+var (
+	nat64       = netip.MustParsePrefix("64:ff9b::/96")   // RFC 6052
+	nat64Local  = netip.MustParsePrefix("64:ff9b:1::/48") // RFC 8215
+	v4Compat    = netip.MustParsePrefix("::/96")          // deprecated IPv4-compatible
+	sixToFour   = netip.MustParsePrefix("2002::/16")      // RFC 3056
+	teredo      = netip.MustParsePrefix("2001::/32")      // RFC 4380
+	v4Loopbacks = netip.MustParsePrefix("::/127")         // :: and ::1 are not IPv4
+)
+
+// embeddedV4 is the IPv4 address an IPv6 one carries, in the forms that
+// reach it: NAT64, IPv4-compatible, 6to4 and Teredo (its client, stored
+// inverted).
+func embeddedV4(ip netip.Addr) (netip.Addr, bool) {
+	if !ip.Is6() {
+		return netip.Addr{}, false
+	}
+	b := ip.As16()
+	switch {
+	case nat64.Contains(ip), nat64Local.Contains(ip), v4Compat.Contains(ip) && !v4Loopbacks.Contains(ip):
+		return netip.AddrFrom4([4]byte(b[12:16])), true
+	case sixToFour.Contains(ip):
+		return netip.AddrFrom4([4]byte(b[2:6])), true
+	case teredo.Contains(ip):
+		return netip.AddrFrom4([4]byte{^b[12], ^b[13], ^b[14], ^b[15]}), true
+	}
+	return netip.Addr{}, false
+}
+
+// allowedNameKey marks a dial for a host the admin's allowlist names.
+type allowedNameKey struct{}
+
+// checkDial is the dialer's check of the address it is about to use:
+// never a refused one and, under an allowlist, one it lists (unless the
+// host name was listed).
+func (w *Webhooks) checkDial(ctx context.Context, network, address string, _ syscall.RawConn) error {
 	host, _, err := net.SplitHostPort(address)
 	if err != nil {
 		return err
 	}
-	if ip, err := netip.ParseAddr(host); err == nil && special(ip) {
+	ip, err := netip.ParseAddr(host)
+	if err != nil {
 		return errRefusedAddr
+	}
+	if refused(ip) {
+		return errRefusedAddr
+	}
+	if !w.cfg.Allow.empty() && ctx.Value(allowedNameKey{}) == nil && !w.cfg.Allow.addrAllowed(ip) {
+		return errNotAllowed
 	}
 	return nil
 }
 
-var errRefusedAddr = errors.New("refused address")
+var (
+	errRefusedAddr = errors.New("refused address")
+	errNotAllowed  = errors.New("not on the admin's allowlist")
+	// errNotDelivered is every failed try that depends on what listens
+	// there, so the answers cannot tell ports apart.
+	errNotDelivered = errors.New("not delivered: no success answer within the time allowed")
+)
 
 // Set keeps s as its user's webhook here.
 func (w *Webhooks) Set(s lease.NotifySetting) error {
 	if err := CheckURL(s.URL); err != nil {
+		return err
+	}
+	if err := w.checkAllowed(s.URL); err != nil {
 		return err
 	}
 	if err := w.store.PutSetting(s); err != nil {
@@ -361,11 +528,40 @@ type Payload struct {
 	Content string `json:"content"`
 }
 
-// post makes one try. Its error is for the person: a class, never what the
-// server answered.
+// post makes one try. Its error is for the person: one class for whatever
+// depends on the port (never what the server answered), told when the
+// try's time is up; the detail goes to the log.
 func (w *Webhooks) post(ctx context.Context, s lease.NotifySetting, n lease.Notice) error {
 	if err := CheckURL(s.URL); err != nil {
 		return err
+	}
+	if err := w.checkAllowed(s.URL); err != nil {
+		return err
+	}
+	start := w.clock.Now()
+	err := w.try(ctx, s, n)
+	if err == nil || errors.Is(err, errRefusedAddr) || errors.Is(err, errNotAllowed) || errors.Is(err, errNoSuchHost) {
+		return err
+	}
+	w.cfg.Log.Info("webhook: a try failed", "user", n.User, "err", err)
+	if wait := w.cfg.Timeout - w.clock.Now().Sub(start); wait > 0 {
+		select {
+		case <-ctx.Done():
+		case <-w.clock.After(wait):
+		}
+	}
+	return errNotDelivered
+}
+
+// errNoSuchHost is a host name that does not resolve: the same for every
+// port, so it may be told.
+var errNoSuchHost = errors.New("its host name does not resolve")
+
+// try posts once and says exactly how it failed.
+func (w *Webhooks) try(ctx context.Context, s lease.NotifySetting, n lease.Notice) error {
+	u, _ := url.Parse(s.URL)
+	if u != nil && w.cfg.Allow.nameAllowed(u.Hostname()) {
+		ctx = context.WithValue(ctx, allowedNameKey{}, true)
 	}
 	text := "dibs: " + n.Text
 	var body []byte
@@ -376,7 +572,7 @@ func (w *Webhooks) post(ctx context.Context, s lease.NotifySetting, n lease.Noti
 	} else {
 		body = []byte(text)
 	}
-	ctx, cancel := context.WithTimeout(ctx, webhookTimeout)
+	ctx, cancel := context.WithTimeout(ctx, w.cfg.Timeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.URL, bytes.NewReader(body))
 	if err != nil {
@@ -392,15 +588,17 @@ func (w *Webhooks) post(ctx context.Context, s lease.NotifySetting, n lease.Noti
 		var ne net.Error
 		switch {
 		case errors.Is(err, errRefusedAddr):
-			return errors.New("the address resolves to a link-local, multicast or unspecified address, which dibs does not post to")
+			return fmt.Errorf("the address resolves to a link-local, multicast, unspecified or cloud metadata address, which dibs does not post to: %w", errRefusedAddr)
+		case errors.Is(err, errNotAllowed):
+			return fmt.Errorf("the address resolves to one this node's admin has not listed in webhook_allow: %w", errNotAllowed)
 		case errors.As(err, &ne) && ne.Timeout(), errors.Is(err, context.DeadlineExceeded):
-			return fmt.Errorf("timed out after %s", webhookTimeout)
+			return fmt.Errorf("timed out after %s", w.cfg.Timeout)
 		}
 		var dnsErr *net.DNSError
-		if errors.As(err, &dnsErr) {
-			return errors.New("its host name does not resolve")
+		if errors.As(err, &dnsErr) && dnsErr.IsNotFound {
+			return errNoSuchHost
 		}
-		return errors.New("could not connect")
+		return fmt.Errorf("could not connect: %w", err)
 	}
 	io.Copy(io.Discard, io.LimitReader(resp.Body, maxWebhookAnswer))
 	resp.Body.Close()

@@ -16,6 +16,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -26,6 +27,7 @@ import (
 	"github.com/dibs-gpu/dibs/agent/core"
 	"github.com/dibs-gpu/dibs/agent/node"
 	"github.com/dibs-gpu/dibs/api"
+	"github.com/dibs-gpu/dibs/internal/lograte"
 	"github.com/dibs-gpu/dibs/lease"
 )
 
@@ -129,7 +131,7 @@ func Listen(path string, svc *core.Service, limits Limits, obs Observer, log *sl
 		return nil, fmt.Errorf("chmod %s: %w", path, err)
 	}
 	s := &Server{svc: svc, path: path, limits: limits.withDefaults(), obs: obs, log: log, done: make(chan struct{})}
-	s.ln = &capListener{Listener: ul, perUID: s.limits.PerUID, open: map[int]int{}, log: log}
+	s.ln = &capListener{Listener: ul, perUID: s.limits.PerUID, open: map[int]int{}, log: log, refusals: lograte.New(0, 0, nil)}
 	s.http = &http.Server{
 		Handler:           s.Routes(),
 		ReadHeaderTimeout: 5 * time.Second,
@@ -392,15 +394,17 @@ func (s *Server) handleWatch(w http.ResponseWriter, r *http.Request) {
 }
 
 // capListener reads each connection's peer credentials at accept and
-// refuses a uid over its cap.
+// refuses a uid over its cap. Its refusals log one line per uid every few
+// seconds, with the count of those held back: a user reconnecting in a
+// loop cannot flood the agent's log.
 type capListener struct {
 	net.Listener
-	perUID int
-	log    *slog.Logger
+	perUID   int
+	log      *slog.Logger
+	refusals *lograte.Limiter
 
-	mu      sync.Mutex
-	open    map[int]int
-	refused map[int]time.Time
+	mu   sync.Mutex
+	open map[int]int
 }
 
 type peerConn struct {
@@ -424,20 +428,14 @@ func (l *capListener) Accept() (net.Conn, error) {
 		}
 		uid, err := peerUID(c)
 		if err != nil {
-			l.log.Warn("local API: cannot read the caller's credentials; closing", "err", err)
+			l.refusals.Log(l.log, slog.LevelWarn, "", "local API: cannot read the caller's credentials; closing", "err", err)
 			c.Close()
 			continue
 		}
 		l.mu.Lock()
-		if l.open[uid] >= l.perUID {
-			if l.refused == nil {
-				l.refused = map[int]time.Time{}
-			}
-			if time.Since(l.refused[uid]) > 10*time.Second {
-				l.refused[uid] = time.Now()
-				l.log.Warn("local API: refusing connections over the per-user cap", "uid", uid, "open", l.open[uid])
-			}
+		if open := l.open[uid]; open >= l.perUID {
 			l.mu.Unlock()
+			l.refusals.Log(l.log, slog.LevelWarn, strconv.Itoa(uid), "local API: refusing connections over the per-user cap", "uid", uid, "open", open)
 			c.Close()
 			continue
 		}

@@ -34,6 +34,7 @@ import (
 	"github.com/dibs-gpu/dibs/agent/clock"
 	"github.com/dibs-gpu/dibs/agent/core"
 	"github.com/dibs-gpu/dibs/api"
+	"github.com/dibs-gpu/dibs/internal/lograte"
 	"github.com/dibs-gpu/dibs/launch"
 	"github.com/dibs-gpu/dibs/lease"
 	"github.com/dibs-gpu/dibs/tui"
@@ -56,6 +57,12 @@ type Settings struct {
 	// opened a session yet (default 32): it bounds a flood from one host
 	// without letting one user behind a bastion lock out the others.
 	MaxPerSource int
+	// MaxPreAuth caps connections, from all sources together, that have
+	// not authenticated yet (default 128): a flood from many addresses
+	// (32 from each of 640) is refused at accept, before any handshake
+	// work, and cannot take the agent's file descriptors; a connection
+	// stops counting once its key is accepted.
+	MaxPreAuth int
 	// MaxPerUser caps the sessions one person may hold open (default 8).
 	MaxPerUser int
 	// SessionDeadline closes a connection that has authenticated but holds
@@ -72,6 +79,9 @@ func (s Settings) withDefaults() Settings {
 	}
 	if s.MaxPerSource <= 0 {
 		s.MaxPerSource = 32
+	}
+	if s.MaxPreAuth <= 0 {
+		s.MaxPreAuth = 128
 	}
 	if s.MaxPerUser <= 0 {
 		s.MaxPerUser = 8
@@ -113,9 +123,14 @@ type Server struct {
 	ln   net.Listener
 	done chan struct{}
 
+	// refusals keeps refusal lines to one per kind and source every few
+	// seconds, with a count of those held back.
+	refusals *lograte.Limiter
+
 	sessions atomic.Int64
 	mu       sync.Mutex
 	perIP    map[string]int
+	preAuth  int
 	perUser  map[string]int
 	conns    map[string]*trackedConn
 }
@@ -131,8 +146,12 @@ func Listen(cfg Settings, deps Deps) (*Server, error) {
 			return nil, err
 		}
 	}
+	if deps.Clock == nil {
+		deps.Clock = clock.Real()
+	}
 	s := &Server{cfg: cfg, deps: deps, log: deps.Log, done: make(chan struct{}),
-		perIP: map[string]int{}, perUser: map[string]int{}, conns: map[string]*trackedConn{}}
+		refusals: lograte.New(0, 0, deps.Clock.Now),
+		perIP:    map[string]int{}, perUser: map[string]int{}, conns: map[string]*trackedConn{}}
 	srv, err := wish.NewServer(
 		wish.WithAddress(cfg.Listen),
 		wish.WithHostKeyPath(cfg.HostKeyPath),
@@ -188,6 +207,9 @@ type trackedConn struct {
 	mu       sync.Mutex
 	sessions int
 	timer    *time.Timer
+	// preAuth: the connection still counts against MaxPreAuth (guarded by
+	// the Server's mu).
+	preAuth bool
 }
 
 func (c *trackedConn) Close() error {
@@ -195,26 +217,38 @@ func (c *trackedConn) Close() error {
 	return c.Conn.Close()
 }
 
-// admit caps connections per source address and arms the session
-// deadline; a refused connection is closed before the handshake.
+// admit caps connections per source address and, before authentication,
+// in total, and arms the session deadline; a refused connection is closed
+// before the handshake, and its log line is rate-limited per source.
 func (s *Server) admit(c net.Conn) net.Conn {
 	host, _, _ := net.SplitHostPort(c.RemoteAddr().String())
 	key := c.RemoteAddr().String()
 	s.mu.Lock()
 	if s.perIP[host] >= s.cfg.MaxPerSource {
 		s.mu.Unlock()
-		s.log.Warn("ssh: refused a connection: too many open from there", "from", host, "max", s.cfg.MaxPerSource)
+		s.refusals.Log(s.log, slog.LevelWarn, host, "ssh: refused a connection: too many open from there", "from", host, "max", s.cfg.MaxPerSource)
+		c.Close()
+		return nil
+	}
+	if s.preAuth >= s.cfg.MaxPreAuth {
+		s.mu.Unlock()
+		s.refusals.Log(s.log, slog.LevelWarn, host, "ssh: refused a connection: too many connections waiting to authenticate", "from", host, "max", s.cfg.MaxPreAuth)
 		c.Close()
 		return nil
 	}
 	s.perIP[host]++
-	tc := &trackedConn{Conn: c}
+	s.preAuth++
+	tc := &trackedConn{Conn: c, preAuth: true}
 	s.conns[key] = tc
 	s.mu.Unlock()
 	tc.done = func() {
 		s.mu.Lock()
 		if s.perIP[host]--; s.perIP[host] <= 0 {
 			delete(s.perIP, host)
+		}
+		if tc.preAuth {
+			tc.preAuth = false
+			s.preAuth--
 		}
 		delete(s.conns, key)
 		s.mu.Unlock()
@@ -224,7 +258,7 @@ func (s *Server) admit(c net.Conn) net.Conn {
 		}
 		tc.mu.Unlock()
 	}
-	tc.arm(s.cfg.HandshakeAndSession(), s.log)
+	s.arm(tc, s.cfg.HandshakeAndSession())
 	return tc
 }
 
@@ -233,7 +267,7 @@ func (s *Server) admit(c net.Conn) net.Conn {
 func (s Settings) HandshakeAndSession() time.Duration { return 10*time.Second + s.SessionDeadline }
 
 // arm closes the connection after d unless a session is open by then.
-func (c *trackedConn) arm(d time.Duration, log *slog.Logger) {
+func (s *Server) arm(c *trackedConn, d time.Duration) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.timer != nil {
@@ -244,10 +278,20 @@ func (c *trackedConn) arm(d time.Duration, log *slog.Logger) {
 		idle := c.sessions == 0
 		c.mu.Unlock()
 		if idle {
-			log.Info("ssh: closing a connection that holds no session", "from", c.RemoteAddr().String())
+			host, _, _ := net.SplitHostPort(c.RemoteAddr().String())
+			s.refusals.Log(s.log, slog.LevelInfo, host, "ssh: closing a connection that holds no session", "from", c.RemoteAddr().String())
 			c.Close()
 		}
 	})
+}
+
+// sourceOf is the host of a remote address, which refusals are counted by.
+func sourceOf(addr string) string {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return addr
+	}
+	return host
 }
 
 // sessionStarted and sessionEnded count a connection's sessions; when the
@@ -275,7 +319,7 @@ func (s *Server) sessionEnded(addr string) {
 	rearm := tc.sessions == 0
 	tc.mu.Unlock()
 	if rearm {
-		tc.arm(s.cfg.SessionDeadline, s.log)
+		s.arm(tc, s.cfg.SessionDeadline)
 	}
 }
 
@@ -288,7 +332,8 @@ func (s *Server) auth(ctx ssh.Context, key ssh.PublicKey) bool {
 	fp := gossh.FingerprintSHA256(key)
 	ok, why := s.keyAllowed(name, key)
 	if !ok {
-		s.log.Info("ssh: refused a key", "key", fp, "user", name, "from", from, "why", why)
+		host, _, _ := net.SplitHostPort(from)
+		s.refusals.Log(s.log, slog.LevelInfo, host, "ssh: refused a key", "key", fp, "user", name, "from", from, "why", why)
 		return false
 	}
 	perms := ctx.Permissions()
@@ -300,9 +345,13 @@ func (s *Server) auth(ctx ssh.Context, key ssh.PublicKey) bool {
 	// From here the connection has SessionDeadline to open a session.
 	s.mu.Lock()
 	tc := s.conns[from]
+	if tc != nil && tc.preAuth {
+		tc.preAuth = false
+		s.preAuth--
+	}
 	s.mu.Unlock()
 	if tc != nil {
-		tc.arm(s.cfg.SessionDeadline, s.log)
+		s.arm(tc, s.cfg.SessionDeadline)
 	}
 	return true
 }
@@ -346,7 +395,7 @@ func (s *Server) identity() wish.Middleware {
 			key := sess.PublicKey()
 			user := ext[extUser]
 			if key == nil || user == "" || user != sess.User() || ext[extKey] != gossh.FingerprintSHA256(key) {
-				s.log.Warn("ssh: refused a session: identity does not match the accepted key", "user", sess.User(), "from", from)
+				s.refusals.Log(s.log, slog.LevelWarn, sourceOf(from), "ssh: refused a session: identity does not match the accepted key", "user", sess.User(), "from", from)
 				wish.Fatalln(sess, "dibs: authentication mismatch")
 				return
 			}
@@ -354,7 +403,7 @@ func (s *Server) identity() wish.Middleware {
 			defer s.sessionEnded(from)
 			if n := s.sessions.Add(1); n > int64(s.cfg.MaxSessions) {
 				s.sessions.Add(-1)
-				s.log.Warn("ssh: refused a session: too many open", "user", user, "from", from, "max", s.cfg.MaxSessions)
+				s.refusals.Log(s.log, slog.LevelWarn, user, "ssh: refused a session: too many open", "user", user, "from", from, "max", s.cfg.MaxSessions)
 				wish.Fatalln(sess, "dibs: too many sessions open; try again later")
 				return
 			}
@@ -366,7 +415,7 @@ func (s *Server) identity() wish.Middleware {
 			}
 			s.mu.Unlock()
 			if over {
-				s.log.Warn("ssh: refused a session: too many open for this user", "user", user, "from", from, "max", s.cfg.MaxPerUser)
+				s.refusals.Log(s.log, slog.LevelWarn, user, "ssh: refused a session: too many open for this user", "user", user, "from", from, "max", s.cfg.MaxPerUser)
 				wish.Fatalln(sess, fmt.Sprintf("dibs: you have %d boards open already; close one first", s.cfg.MaxPerUser))
 				return
 			}

@@ -52,7 +52,11 @@ func (c *cli) applyClusterFlags(cmd *cobra.Command, f agentFlags, fc config.File
 	}
 	on := cc.Bind != "" || len(cc.Join) > 0 || cc.KeyFile != "" || cc.Name != "" || cc.Insecure || cc.Advertise != ""
 	if on {
-		s := agent.ClusterSettings{Join: cc.Join, Name: cc.Name, Insecure: cc.Insecure}
+		s := agent.ClusterSettings{Join: cc.Join, Name: cc.Name, Insecure: cc.Insecure,
+			MaxStreams: cc.MaxStreams, MaxStreamsPerSource: cc.MaxStreamsPerSource}
+		if cc.MaxStreams < 0 || cc.MaxStreamsPerSource < 0 {
+			return fmt.Errorf("cluster.max_streams and cluster.max_streams_per_source must not be negative")
+		}
 		if s.Name == "" {
 			s.Name = "dibs"
 		}
@@ -97,7 +101,7 @@ func (c *cli) applyClusterFlags(cmd *cobra.Command, f agentFlags, fc config.File
 			return err
 		}
 		cfg.SSH = &agent.SSHSettings{Listen: ssh.Listen, UsersFile: ssh.UsersFile, IdleTimeout: idle, SessionDeadline: deadline,
-			MaxSessions: ssh.MaxSessions, MaxPerUser: ssh.MaxPerUser, MaxPerSource: ssh.MaxPerSource}
+			MaxSessions: ssh.MaxSessions, MaxPerUser: ssh.MaxPerUser, MaxPerSource: ssh.MaxPerSource, MaxPreAuth: ssh.MaxPreAuth}
 	}
 	return nil
 }

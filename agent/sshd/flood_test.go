@@ -1,0 +1,217 @@
+package sshd_test
+
+import (
+	"context"
+	"crypto/ed25519"
+	"crypto/rand"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	gossh "golang.org/x/crypto/ssh"
+
+	"github.com/dibs-gpu/dibs/agent/clock"
+	"github.com/dibs-gpu/dibs/agent/sshd"
+	"github.com/dibs-gpu/dibs/internal/poll"
+)
+
+// lineCounter is a slog handler that keeps every line's message.
+type lineCounter struct {
+	mu    sync.Mutex
+	lines []string
+}
+
+func (c *lineCounter) Enabled(context.Context, slog.Level) bool { return true }
+func (c *lineCounter) Handle(_ context.Context, r slog.Record) error {
+	var b strings.Builder
+	b.WriteString(r.Message)
+	r.Attrs(func(a slog.Attr) bool {
+		fmt.Fprintf(&b, " %s=%v", a.Key, a.Value)
+		return true
+	})
+	c.mu.Lock()
+	c.lines = append(c.lines, b.String())
+	c.mu.Unlock()
+	return nil
+}
+func (c *lineCounter) WithAttrs([]slog.Attr) slog.Handler { return c }
+func (c *lineCounter) WithGroup(string) slog.Handler      { return c }
+
+// matching counts the lines that contain s.
+func (c *lineCounter) matching(s string) (n int, all []string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, l := range c.lines {
+		if strings.Contains(l, s) {
+			n++
+			all = append(all, l)
+		}
+	}
+	return n, all
+}
+
+// bareDoor starts only the SSH front door (no agent behind it: every
+// connection here is refused before a session), with a users file naming
+// one key for "alice", logging into the returned counter.
+func bareDoor(t *testing.T, s sshd.Settings) (*sshd.Server, *lineCounter) {
+	t.Helper()
+	dir := t.TempDir()
+	_, priv, _ := ed25519.GenerateKey(rand.Reader)
+	signer, _ := gossh.NewSignerFromKey(priv)
+	s.UsersFile = filepath.Join(dir, "users")
+	if err := os.WriteFile(s.UsersFile, []byte("alice "+string(gossh.MarshalAuthorizedKey(signer.PublicKey()))), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s.HostKeyPath = filepath.Join(dir, "host_key")
+	if s.Listen == "" {
+		s.Listen = "127.0.0.1:0"
+	}
+	lines := &lineCounter{}
+	srv, err := sshd.Listen(s, sshd.Deps{Clock: clock.Real(), Node: "node01", Log: slog.New(lines)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Close)
+	return srv, lines
+}
+
+// dialFrom opens a TCP connection to addr from the loopback address src.
+func dialFrom(src, addr string) (net.Conn, error) {
+	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(src)}, Timeout: 2 * time.Second}
+	return d.Dial("tcp", addr)
+}
+
+// admitted reports whether the front door kept a connection: it sends its
+// version banner to one it keeps and closes one it refuses.
+func admitted(c net.Conn) bool {
+	c.SetReadDeadline(time.Now().Add(3 * time.Second))
+	var b [64]byte
+	n, _ := c.Read(b[:])
+	return n > 0 && strings.HasPrefix(string(b[:n]), "SSH-")
+}
+
+// Broken 6 of the third round: with no key, one host held its pre-auth
+// slots and reconnected, or tried keys, for three seconds and wrote
+// thousands of log lines. Each kind of refusal from one source now logs
+// once per interval.
+func TestRefusalFloodLogsAFewLines(t *testing.T) {
+	tests := []struct {
+		name  string
+		line  string
+		flood func(t *testing.T, addr string, until time.Time) int
+	}{
+		{"reconnecting past the per-source cap", "too many open from there", func(t *testing.T, addr string, until time.Time) int {
+			var held []net.Conn
+			defer func() {
+				for _, c := range held {
+					c.Close()
+				}
+			}()
+			for range 4 {
+				c, err := dialFrom("127.0.0.1", addr)
+				if err != nil {
+					t.Fatal(err)
+				}
+				held = append(held, c)
+			}
+			n := 0
+			for time.Now().Before(until) {
+				c, err := dialFrom("127.0.0.1", addr)
+				if err != nil {
+					continue
+				}
+				c.SetReadDeadline(time.Now().Add(time.Second))
+				c.Read(make([]byte, 1))
+				c.Close()
+				n++
+			}
+			return n
+		}},
+		{"trying keys it does not have", "refused a key", func(t *testing.T, addr string, until time.Time) int {
+			_, priv, _ := ed25519.GenerateKey(rand.Reader)
+			signer, _ := gossh.NewSignerFromKey(priv)
+			n := 0
+			for time.Now().Before(until) {
+				c, err := gossh.Dial("tcp", addr, &gossh.ClientConfig{User: "alice", Auth: []gossh.AuthMethod{gossh.PublicKeys(signer)},
+					HostKeyCallback: gossh.InsecureIgnoreHostKey(), Timeout: 2 * time.Second})
+				if err == nil {
+					c.Close()
+					t.Fatal("a key not in the users file was accepted")
+				}
+				n++
+			}
+			return n
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			srv, lines := bareDoor(t, sshd.Settings{MaxPerSource: 4})
+			attempts := tt.flood(t, srv.Addr(), time.Now().Add(2*time.Second))
+			got, all := lines.matching(tt.line)
+			t.Logf("%d refusals, %d log lines", attempts, got)
+			if attempts < 20 {
+				t.Fatalf("only %d refusals in 2 s: the flood did not run", attempts)
+			}
+			if got > 2 {
+				t.Fatalf("%d refusals from one host wrote %d log lines %q, want at most 2", attempts, got, all[:min(len(all), 5)])
+			}
+		})
+	}
+}
+
+// Weak 6 of the third round: 32 connections from each of 640 addresses
+// took the agent to its file limit. Connections that have not
+// authenticated are capped in total, refused at accept, and a user can log
+// in again once the flood ends.
+func TestPreAuthConnectionsAreCappedInTotal(t *testing.T) {
+	srv, lines := bareDoor(t, sshd.Settings{MaxPerSource: 16, MaxPreAuth: 24})
+	var conns []net.Conn
+	defer func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	}()
+	kept := 0
+	for src := 2; src < 10; src++ { // 8 addresses, each under its own cap
+		for range 8 {
+			c, err := dialFrom(fmt.Sprintf("127.0.0.%d", src), srv.Addr())
+			if err != nil {
+				t.Fatal(err)
+			}
+			conns = append(conns, c)
+		}
+	}
+	for _, c := range conns {
+		if admitted(c) {
+			kept++
+		}
+	}
+	if kept > 24 {
+		t.Fatalf("the front door kept %d of %d unauthenticated connections, want at most 24", kept, len(conns))
+	}
+	if kept < 24 {
+		t.Fatalf("the front door kept only %d unauthenticated connections, want 24 (the cap)", kept)
+	}
+	if n, _ := lines.matching("waiting to authenticate"); n == 0 || n > 8 {
+		t.Fatalf("%d log lines for %d refusals from 8 hosts, want between 1 and 8", n, len(conns)-kept)
+	}
+	for _, c := range conns {
+		c.Close()
+	}
+	conns = nil
+	// The slots free as the flood's connections close.
+	poll.Until(t, 5*time.Second, "a new connection admitted after the flood closed", func() bool {
+		c, err := dialFrom("127.0.0.1", srv.Addr())
+		if err != nil {
+			return false
+		}
+		defer c.Close()
+		return admitted(c)
+	})
+}

@@ -1,0 +1,84 @@
+package gossip
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"sync"
+	"testing"
+	"time"
+)
+
+// closedBy reports when the agent closed c (a read returning EOF or a
+// reset), or the zero time if it held it until the deadline.
+func closedBy(c net.Conn, deadline time.Time) time.Time {
+	c.SetReadDeadline(deadline)
+	_, err := io.Copy(io.Discard, c)
+	if err != nil && errors.Is(err, os.ErrDeadlineExceeded) {
+		return time.Time{}
+	}
+	return time.Now()
+}
+
+// Weak 7 of the third round: idle TCP connections to the gossip port from
+// one host without the key took the agent to its file limit. Inbound
+// streams are capped per source and in total (the rest closed at accept),
+// a stream that sends nothing is closed after TCPTimeout, and the cluster
+// goes on working.
+func TestIdleStreamsAreCappedAndClosed(t *testing.T) {
+	const perSource, total, timeout = 8, 24, time.Second
+	nodes := startCluster(t, 2, func(c *Config) {
+		c.TCPTimeout = timeout
+		c.MaxInboundStreams = total
+		c.MaxInboundStreamsPerSource = perSource
+	})
+	target := nodes[0].LocalAddr()
+	start := time.Now()
+	var conns []net.Conn
+	for src := 2; src < 8; src++ { // six hosts, 12 connections each
+		d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(fmt.Sprintf("127.0.0.%d", src))}, Timeout: time.Second}
+		for range 12 {
+			c, err := d.Dial("tcp", target)
+			if err != nil {
+				t.Fatalf("dial %s: %v", target, err)
+			}
+			t.Cleanup(func() { c.Close() })
+			conns = append(conns, c)
+		}
+	}
+	closedAt := make([]time.Time, len(conns))
+	var wg sync.WaitGroup
+	for i, c := range conns {
+		wg.Go(func() { closedAt[i] = closedBy(c, start.Add(4*timeout)) })
+	}
+	wg.Wait()
+	early, late := 0, 0
+	for i, at := range closedAt {
+		switch {
+		case at.IsZero():
+			t.Errorf("connection %d (from %s) was held open for %v with nothing sent", i, conns[i].LocalAddr(), 4*timeout)
+		case at.Sub(start) < timeout/2:
+			early++
+		case at.Sub(start) > timeout+timeout/2:
+			late++
+		}
+	}
+	if want := len(conns) - total; early < want {
+		t.Errorf("%d of %d idle connections closed at once, want at least %d (over the caps of %d per host, %d in all)", early, len(conns), want, perSource, total)
+	}
+	if late > 0 {
+		t.Errorf("%d silent connections stayed open past %v, want every one closed after TCPTimeout (%v)", late, timeout+timeout/2, timeout)
+	}
+	if got := nodes[0].Stats().StreamsRefused; got < uint64(len(conns)) {
+		t.Errorf("StreamsRefused = %d, want %d (each of the flood's streams)", got, len(conns))
+	}
+	// The cluster still works: a change reaches the attacked node.
+	v := nodes[1].agent.setLeases("alice", "after the flood", 0)
+	nodes[1].Publish(true)
+	waitFor(t, 10*time.Second, func() (bool, string) {
+		p, ok := nodes[0].Peer(nodes[1].cfg.NodeName)
+		return ok && p.HasState && p.NodeState.Version >= v, fmt.Sprintf("node00 sees %+v", p.NodeState.Version)
+	})
+}
