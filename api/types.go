@@ -231,7 +231,10 @@ type SubmitRequest struct {
 	Requeue     bool         `json:"requeue,omitempty"`
 	MaxRestarts int          `json:"max_restarts,omitempty"`
 	Torchrun    bool         `json:"torchrun,omitempty"`
-	Model       string       `json:"model,omitempty"`
+	// PerGPU starts the command once per GPU, with RANK and LOCAL_RANK
+	// set (lease.Job.PerGPU).
+	PerGPU bool   `json:"per_gpu,omitempty"`
+	Model  string `json:"model,omitempty"`
 }
 
 // Submitted is a queued request's id and where it stands.

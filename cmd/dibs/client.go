@@ -252,12 +252,12 @@ func runCmd(c *cli) *cobra.Command {
 			if f.at != "" {
 				return bookRun(ctx, c, cl, &f, req)
 			}
-			if q.queue || q.nodes > 1 || q.torchrun {
+			if q.queue || q.nodes > 1 || q.torchrun || q.perGPU {
 				sreq, err := q.request(req)
 				if err != nil {
 					return err
 				}
-				if (q.nodes > 1 || q.torchrun) && len(args) == 0 {
+				if (q.nodes > 1 || q.torchrun || q.perGPU) && len(args) == 0 {
 					return errors.New("a gang runs a command on every node: dibs run --nodes N --gpus-per-node G -- CMD")
 				}
 				s, err := cl.Submit(ctx, sreq)
