@@ -288,13 +288,14 @@ func (c *cli) waitGranted(cl *api.Client, sub api.Submitted, asJSON bool, wait t
 			}
 			if ls := entryLeases(b, id); len(ls) > 0 {
 				r := grantOf(ls[0])
+				r.Here = ls[0].Node == b.Self
 				if asJSON {
 					return printJSON(c.stdout, r)
 				}
 				if lastPos > 0 {
 					fmt.Fprintln(c.stderr)
 				}
-				c.printGrant(r)
+				c.printClaimed(r)
 				return nil
 			}
 			qctx, cancel := context.WithTimeout(ctx, 5*time.Second)
