@@ -30,7 +30,7 @@ func readEnvFile(path string) map[string]string {
 	return m
 }
 
-const envDump = `env | grep -E '^(MASTER_ADDR|MASTER_PORT|WORLD_SIZE|NNODES|NODE_RANK|NPROC_PER_NODE|CUDA_VISIBLE_DEVICES|DIBS_GANG_ID|DIBS_HOSTS|DIBS_NODE)=' > `
+const envDump = `env | grep -E '^(MASTER_ADDR|MASTER_PORT|WORLD_SIZE|LOCAL_WORLD_SIZE|RANK|LOCAL_RANK|NNODES|NODE_RANK|NPROC_PER_NODE|CUDA_VISIBLE_DEVICES|DIBS_GANG_ID|DIBS_HOSTS|DIBS_NODE)=' > `
 
 func TestGangStartsEveryRankTogetherWithRendezvousEnv(t *testing.T) {
 	t.Parallel()
@@ -55,13 +55,15 @@ func TestGangStartsEveryRankTogetherWithRendezvousEnv(t *testing.T) {
 		r0, r1 = readEnvFile(dir+"/rank0"), readEnvFile(dir+"/rank1")
 		return len(r0) >= 9 && len(r1) >= 9 && !readTime(dir+"/t0").IsZero() && !readTime(dir+"/t1").IsZero()
 	})
-	for k, want := range map[string]string{"WORLD_SIZE": "4", "NNODES": "2", "NPROC_PER_NODE": "2"} {
+	// One process per node (no --per-gpu): env:// sees a world of 2 nodes,
+	// each its node's rank; NPROC_PER_NODE is there for a launcher.
+	for k, want := range map[string]string{"WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "1", "LOCAL_RANK": "0", "NNODES": "2", "NPROC_PER_NODE": "2"} {
 		if r0[k] != want || r1[k] != want {
 			t.Errorf("%s = %q / %q, want %s", k, r0[k], r1[k], want)
 		}
 	}
-	if r0["NODE_RANK"] != "0" || r1["NODE_RANK"] != "1" {
-		t.Errorf("NODE_RANK = %q / %q", r0["NODE_RANK"], r1["NODE_RANK"])
+	if r0["NODE_RANK"] != "0" || r1["NODE_RANK"] != "1" || r0["RANK"] != "0" || r1["RANK"] != "1" {
+		t.Errorf("NODE_RANK = %q / %q, RANK = %q / %q", r0["NODE_RANK"], r1["NODE_RANK"], r0["RANK"], r1["RANK"])
 	}
 	if r0["MASTER_ADDR"] != "127.0.0.1" || r0["MASTER_PORT"] == "" || r0["MASTER_PORT"] != r1["MASTER_PORT"] || r0["DIBS_GANG_ID"] != r1["DIBS_GANG_ID"] {
 		t.Errorf("rendezvous differs between ranks: %v / %v", r0, r1)
@@ -196,4 +198,82 @@ func TestSchedulerDeathMidGangLeavesNothingHeld(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestPerGPUStartsOneProcessPerGPU: --per-gpu starts the command once per
+// leased GPU, as srun --ntasks-per-node does, each copy with the env://
+// variables set for it and every GPU of its node's lease visible (so
+// LOCAL_RANK picks one), for a gang and for a single-node run.
+func TestPerGPUStartsOneProcessPerGPU(t *testing.T) {
+	t.Parallel()
+	agenttest.RequireTmux(t)
+	nodes := agenttest.Cluster(t, agenttest.ClusterOptions{Specs: []string{"2xL40S", "4xL40S"}, Quiet: true})
+	dir := agenttest.PublicDir(t)
+	dump := `env | grep -E '^(MASTER_ADDR|MASTER_PORT|WORLD_SIZE|LOCAL_WORLD_SIZE|RANK|LOCAL_RANK|NODE_RANK|CUDA_VISIBLE_DEVICES|DIBS_NODE)=' > `
+	for _, tc := range []struct {
+		name         string
+		nodes, gpus  int
+		prefix       string
+		wantMasterIP string
+	}{
+		{"gang", 2, 2, "g", "127.0.0.1"},
+		{"single node", 1, 2, "s", "127.0.0.1"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := nodes[1].Client.Submit(ctx(t), api.SubmitRequest{Nodes: tc.nodes, GPUsPerNode: tc.gpus, PerGPU: true, Claim: api.ClaimRequest{Duration: "1h", Run: &api.RunSpec{
+				Command: []string{"sh", "-c", dump + dir + "/" + tc.prefix + "$RANK.tmp && mv " + dir + "/" + tc.prefix + "$RANK.tmp " + dir + "/" + tc.prefix + "$RANK; sleep 60"}}}})
+			if err != nil {
+				t.Fatalf("submit: %v", err)
+			}
+			world := tc.nodes * tc.gpus
+			ranks := make([]map[string]string, world)
+			agenttest.Eventually(t, 15*time.Second, "every process to start", func() bool {
+				for r := range ranks {
+					if ranks[r] = readEnvFile(fmt.Sprintf("%s/%s%d", dir, tc.prefix, r)); len(ranks[r]) < 8 {
+						return false
+					}
+				}
+				return true
+			})
+			for r, env := range ranks {
+				node, local := r/tc.gpus, r%tc.gpus
+				want := map[string]string{"RANK": fmt.Sprint(r), "LOCAL_RANK": fmt.Sprint(local), "NODE_RANK": fmt.Sprint(node),
+					"WORLD_SIZE": fmt.Sprint(world), "LOCAL_WORLD_SIZE": fmt.Sprint(tc.gpus), "MASTER_ADDR": tc.wantMasterIP, "MASTER_PORT": ranks[0]["MASTER_PORT"]}
+				for k, v := range want {
+					if env[k] != v {
+						t.Errorf("rank %d: %s = %q, want %q", r, k, env[k], v)
+					}
+				}
+				if n := strings.Count(env["CUDA_VISIBLE_DEVICES"], ",") + 1; n != tc.gpus {
+					t.Errorf("rank %d sees CUDA_VISIBLE_DEVICES=%q, want all %d GPUs of its lease", r, env["CUDA_VISIBLE_DEVICES"], tc.gpus)
+				}
+				if first := ranks[node*tc.gpus]; env["CUDA_VISIBLE_DEVICES"] != first["CUDA_VISIBLE_DEVICES"] || env["DIBS_NODE"] != first["DIBS_NODE"] {
+					t.Errorf("rank %d and rank %d share a node but see %q / %q", r, node*tc.gpus, env["CUDA_VISIBLE_DEVICES"], first["CUDA_VISIBLE_DEVICES"])
+				}
+			}
+			if ranks[0]["MASTER_PORT"] == "" {
+				t.Error("no MASTER_PORT")
+			}
+		})
+	}
+}
+
+// TestPerGPUFailedProcessStopsItsSiblings: one process of a --per-gpu run
+// failing ends the others on its node, so the run fails (and, asked to,
+// goes back to the queue) instead of hanging on a dead peer.
+func TestPerGPUFailedProcessStopsItsSiblings(t *testing.T) {
+	t.Parallel()
+	agenttest.RequireTmux(t)
+	nodes := agenttest.Cluster(t, agenttest.ClusterOptions{Specs: []string{"2xL40S"}, Quiet: true})
+	dir := agenttest.PublicDir(t)
+	os.Chmod(dir, 0o777)
+	script := fmt.Sprintf(`echo start >> %[1]s/attempts.$RANK; if [ "$RANK" = 1 ] && [ ! -f %[1]s/failed ]; then touch %[1]s/failed; sleep 0.5; exit 3; fi; sleep 60`, dir)
+	if _, err := nodes[0].Client.Submit(ctx(t), api.SubmitRequest{Nodes: 1, GPUsPerNode: 2, PerGPU: true, Requeue: true, MaxRestarts: 1,
+		Claim: api.ClaimRequest{Duration: "1h", Run: &api.RunSpec{Command: []string{"sh", "-c", script}}}}); err != nil {
+		t.Fatal(err)
+	}
+	agenttest.Eventually(t, 20*time.Second, "the run to start again after its rank 1 failed", func() bool {
+		a0, _ := os.ReadFile(dir + "/attempts.0")
+		return strings.Count(string(a0), "start") == 2
+	})
 }

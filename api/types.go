@@ -100,6 +100,10 @@ type ClaimRequest struct {
 	Model string `json:"model,omitempty"`
 	// Tags restricts the claim to nodes in every one of these pools.
 	Tags []string `json:"tags,omitempty"`
+	// PreferHere, with no Node named, takes the GPUs on the node whose
+	// agent answers when they fit there, before looking elsewhere: a
+	// claim meant for the shell it is typed in (`eval "$(dibs claim)"`).
+	PreferHere bool `json:"prefer_here,omitempty"`
 }
 
 // RunSpec is the session to start under a new lease.
@@ -132,6 +136,10 @@ type ClaimResponse struct {
 	// Notice says what the person should know about the grant: a time
 	// limit cut short to end before a booking.
 	Notice string `json:"notice,omitempty"`
+	// Here is true when the lease is on the node whose agent answered:
+	// only then do its CUDA_VISIBLE_DEVICES mean anything in the caller's
+	// shell.
+	Here bool `json:"here,omitempty"`
 }
 
 // ReleaseRequest ends leases by id, or all of the caller's with All.
@@ -231,7 +239,10 @@ type SubmitRequest struct {
 	Requeue     bool         `json:"requeue,omitempty"`
 	MaxRestarts int          `json:"max_restarts,omitempty"`
 	Torchrun    bool         `json:"torchrun,omitempty"`
-	Model       string       `json:"model,omitempty"`
+	// PerGPU starts the command once per GPU, with RANK and LOCAL_RANK
+	// set (lease.Job.PerGPU).
+	PerGPU bool   `json:"per_gpu,omitempty"`
+	Model  string `json:"model,omitempty"`
 }
 
 // Submitted is a queued request's id and where it stands.

@@ -132,22 +132,35 @@ func TestRendezvousAndTorchrun(t *testing.T) {
 	e := lease.QueueEntry{ID: "n1-q3", Attempt: 1, Nodes: 2, GPUsPerNode: 4}
 	env := lease.RendezvousEnv(e, []string{"10.0.0.1", "10.0.0.2"}, 29500)
 	r1 := lease.RankEnv(env, 1)
-	want := map[string]string{"MASTER_ADDR": "10.0.0.1", "MASTER_PORT": "29500", "WORLD_SIZE": "8", "NNODES": "2", "NPROC_PER_NODE": "4",
-		"DIBS_GANG_ID": "n1-q3-1", "DIBS_HOSTS": "10.0.0.1,10.0.0.2", "NODE_RANK": "1"}
+	// One process per node: env:// sees a world of nodes, this one rank 1.
+	want := map[string]string{"MASTER_ADDR": "10.0.0.1", "MASTER_PORT": "29500", "WORLD_SIZE": "2", "NNODES": "2", "NPROC_PER_NODE": "4",
+		"DIBS_GANG_ID": "n1-q3-1", "DIBS_HOSTS": "10.0.0.1,10.0.0.2", "NODE_RANK": "1", "RANK": "1", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1"}
 	for k, v := range want {
 		if r1[k] != v {
 			t.Errorf("%s = %q, want %q", k, r1[k], v)
 		}
 	}
-	if _, ok := env["NODE_RANK"]; ok {
+	if _, ok := env["RANK"]; ok {
 		t.Error("RankEnv changed the gang's shared map")
 	}
-	got := strings.Join(lease.TorchrunCommand(e, r1, []string{"train.py", "--lr", "3e-4"}), " ")
-	if want := "torchrun --nnodes 2 --nproc-per-node 4 --rdzv-backend=c10d --rdzv-endpoint=10.0.0.1:29500 --rdzv-id=n1-q3-1 train.py --lr 3e-4"; got != want {
-		t.Errorf("torchrun = %q\nwant       %q", got, want)
+	const flags = "torchrun --nnodes=2 --nproc_per_node=4 --rdzv_backend=c10d --rdzv_endpoint=10.0.0.1:29500 --rdzv_id=n1-q3-1 --redirects=1 --tee=1 "
+	for _, tc := range []struct {
+		cmd  []string
+		want string
+	}{
+		{[]string{"train.py", "--lr", "3e-4"}, "train.py --lr 3e-4"},
+		{[]string{"python3", "train.py"}, "--no_python python3 train.py"},
+		{[]string{"/usr/bin/python3", "-m", "pkg.train"}, "--no_python /usr/bin/python3 -m pkg.train"},
+		{[]string{"python3.11", "-u", "t.py"}, "--no_python python3.11 -u t.py"},
+		{[]string{"python train.py | tee out"}, "--no_python /bin/sh -c python train.py | tee out"},
+		{[]string{"pythonic.py"}, "pythonic.py"},
+	} {
+		if got := strings.Join(lease.TorchrunCommand(e, r1, tc.cmd), " "); got != flags+tc.want {
+			t.Errorf("torchrun %q = %q\nwant %q", tc.cmd, got, flags+tc.want)
+		}
 	}
 	v6 := lease.RankEnv(lease.RendezvousEnv(e, []string{"fd00::1", "fd00::2"}, 1), 0)
-	if got := lease.TorchrunCommand(e, v6, nil)[6]; got != "--rdzv-endpoint=[fd00::1]:1" {
+	if got := lease.TorchrunCommand(e, v6, nil)[4]; got != "--rdzv_endpoint=[fd00::1]:1" {
 		t.Errorf("IPv6 endpoint = %q", got)
 	}
 }

@@ -16,6 +16,9 @@ type Job struct {
 	Name    string   `json:"name,omitempty"`
 	// Torchrun wraps Command in torchrun with the gang's rendezvous.
 	Torchrun bool `json:"torchrun,omitempty"`
+	// PerGPU starts Command once per GPU of each rank's lease, each copy
+	// with its own RANK and LOCAL_RANK (PerGPUCommand), as srun does.
+	PerGPU bool `json:"per_gpu,omitempty"`
 	// Env is what the submitter's shell had of CarriedEnv (PATH, the
 	// Python environment), set in every rank's session.
 	Env map[string]string `json:"env,omitempty"`
@@ -267,6 +270,9 @@ func (e *QueueEntry) Check(p Policy) error {
 	}
 	if e.Job != nil && e.Job.Torchrun && len(e.Job.Command) == 0 {
 		return Invalidf("--torchrun needs a command to wrap")
+	}
+	if e.Job != nil && e.Job.PerGPU && (e.Job.Torchrun || len(e.Job.Command) == 0) {
+		return Invalidf("--per-gpu starts one process per GPU itself: give it a command, and drop --torchrun (which does the same)")
 	}
 	if e.Kind == "" {
 		e.Kind = KindInteractive

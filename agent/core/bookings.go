@@ -43,6 +43,7 @@ func (s *Service) granted(l lease.Lease) api.ClaimResponse {
 	if l.ID == "" {
 		return r
 	}
+	r.Here = l.Node == s.cfg.Node
 	if b, ok := lease.CutBy(l, s.bookingsOf(l.Node)); ok {
 		r.Notice = fmt.Sprintf("the time limit ends at %s, when %s's booking %s of %s begins", l.ExpiresAt.Local().Format("Mon 15:04"), b.User, b.ID, gpuWord(b.GPUs))
 	}

@@ -110,7 +110,15 @@ func (b *Bound) Claim(ctx context.Context, req api.ClaimRequest) (api.ClaimRespo
 			target = prev
 		} else if len(claim.GPUs) == 0 && len(v.Nodes) > 1 {
 			want := lease.Want{Count: claim.Count, MIG: claim.MIG, MemMiB: claim.MemMiB, Model: claim.Model, Tags: claim.Tags}
-			if target, err = lease.ChooseNodeFor(v.Candidates(), want, s.cfg.Policy.Pools, b.c.User); err != nil {
+			cands := v.Candidates()
+			if here := localCandidate(cands); req.PreferHere && here != nil {
+				if _, err := lease.ChooseNodeFor(here, want, s.cfg.Policy.Pools, b.c.User); err != nil {
+					here = nil // it does not fit here: the best node anywhere
+				} else {
+					cands = here
+				}
+			}
+			if target, err = lease.ChooseNodeFor(cands, want, s.cfg.Policy.Pools, b.c.User); err != nil {
 				return api.ClaimResponse{}, err
 			}
 		}
@@ -130,6 +138,16 @@ func (b *Bound) Claim(ctx context.Context, req api.ClaimRequest) (api.ClaimRespo
 	}
 	s.awaitVisible(ctx, r.Lease.ID)
 	return s.granted(r.Lease), nil
+}
+
+// localCandidate is this node alone among cands, or nil when it is not one.
+func localCandidate(cands []lease.Candidate) []lease.Candidate {
+	for _, c := range cands {
+		if c.Local {
+			return []lease.Candidate{c}
+		}
+	}
+	return nil
 }
 
 // grantHere is a claim decided by this node's single writer.

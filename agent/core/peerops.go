@@ -144,6 +144,17 @@ func (b *Bound) startPart(ctx context.Context, r peer.StartRequest) (peer.StartR
 	}
 	switch r.Phase {
 	case peer.PhaseStart:
+		if run != nil && (e.Job.Torchrun || e.Job.PerGPU) {
+			// A single-node run with a launcher: its rendezvous is on
+			// this node (a gang's comes with its commit).
+			port, err := freePort("127.0.0.1")
+			if err != nil {
+				return peer.StartReply{}, fmt.Errorf("find a free port for the rendezvous: %w", err)
+			}
+			e.Nodes, e.GPUsPerNode = 1, len(r.GPUs)
+			run.Env = lease.RankEnv(lease.RendezvousEnv(e, []string{"127.0.0.1"}, port), 0)
+			run.Command = launchCommand(e, run.Env, run.Command)
+		}
 		l, err := s.deps.Node.Grant(ctx, b.c, node.Grant{Claim: claim, Run: run, Entry: e.Key(), Borrowed: r.Borrowed})
 		return peer.StartReply{Lease: l, Host: host}, err
 	case peer.PhaseReserve:
@@ -161,14 +172,24 @@ func (b *Bound) startPart(ctx context.Context, r peer.StartRequest) (peer.StartR
 	case peer.PhaseCommit:
 		if run != nil {
 			run.Env = r.Env
-			if e.Job.Torchrun {
-				run.Command = lease.TorchrunCommand(e, r.Env, run.Command)
-			}
+			run.Command = launchCommand(e, r.Env, run.Command)
 		}
 		l, err := s.deps.Node.Commit(ctx, b.c, e.Key(), e.Duration, run)
 		return peer.StartReply{Lease: l, Host: host}, err
 	}
 	return peer.StartReply{}, lease.Invalidf("unknown start phase %q", r.Phase)
+}
+
+// launchCommand is a rank's command under the launcher its job asked
+// for: torchrun, dibs's own one process per GPU, or none.
+func launchCommand(e lease.QueueEntry, env map[string]string, cmd []string) []string {
+	switch {
+	case e.Job.Torchrun:
+		return lease.TorchrunCommand(e, env, cmd)
+	case e.Job.PerGPU:
+		return lease.PerGPUCommand(cmd)
+	}
+	return cmd
 }
 
 // freePort asks the kernel for a port nobody listens on, for torchrun's

@@ -60,7 +60,7 @@ func (b *Bound) Submit(ctx context.Context, req api.SubmitRequest) (api.Submitte
 		if err := s.canRun(b.c); err != nil {
 			return api.Submitted{}, err
 		}
-		e.Job = &lease.Job{Command: run.Command, Dir: run.Dir, Name: run.Name, Torchrun: req.Torchrun, Env: run.UserEnv}
+		e.Job = &lease.Job{Command: run.Command, Dir: run.Dir, Name: run.Name, Torchrun: req.Torchrun, PerGPU: req.PerGPU, Env: run.UserEnv}
 	}
 	if err := e.Check(s.cfg.Policy); err != nil {
 		return api.Submitted{}, err

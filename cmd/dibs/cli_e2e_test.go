@@ -42,9 +42,10 @@ func TestCLIGpusIsACountAndIdsNamesGPUs(t *testing.T) {
 		stderr string // a regexp
 		never  string
 	}{
-		{"-g is a count", []string{"claim", "-g", "2"}, 0, "node01-1: GPUs 0,1 on node01", "^$", ""},
-		{"--gpus is the same count, and one GPU is singular", []string{"claim", "--gpus", "1"}, 0, "node01-2: GPU 2 on node01", "^$", ""},
-		{"--ids names GPUs", []string{"claim", "--ids", "3"}, 0, "node01-3: GPU 3 on node01", "^$", ""},
+		// stdout is a pipe: it holds only the shell line, the sentence is on stderr.
+		{"-g is a count", []string{"claim", "-g", "2"}, 0, "export CUDA_DEVICE_ORDER=PCI_BUS_ID CUDA_VISIBLE_DEVICES=0,1 DIBS_LEASE_ID=node01-1\n", "^node01-1: GPUs 0,1 on node01 until", ""},
+		{"--gpus is the same count, and one GPU is singular", []string{"claim", "--gpus", "1"}, 0, "export CUDA_DEVICE_ORDER=PCI_BUS_ID CUDA_VISIBLE_DEVICES=2 DIBS_LEASE_ID=node01-2\n", "^node01-2: GPU 2 on node01 until", ""},
+		{"--ids names GPUs", []string{"claim", "--ids", "3"}, 0, "export CUDA_DEVICE_ORDER=PCI_BUS_ID CUDA_VISIBLE_DEVICES=3 DIBS_LEASE_ID=node01-3\n", "^node01-3: GPU 3 on node01 until", ""},
 		{"indices given to -g say to use --ids", []string{"claim", "-g", "0,2"}, 1, "", regexp.QuoteMeta("dibs: -g/--gpus takes a count, as in srun --gpus 2; name particular GPUs with --ids 0,2"), ""},
 		{"bad --ids", []string{"claim", "--ids", "x"}, 1, "", regexp.QuoteMeta(`--ids "x": give GPU indices like 0,2`), ""},
 		{"nothing said", []string{"claim"}, 1, "", regexp.QuoteMeta("say how many GPUs (-g 2), which (--ids 0,2), a MIG instance (--mig 3g.40gb) or a memory budget (--mem 20G)"), ""},
@@ -58,7 +59,7 @@ func TestCLIGpusIsACountAndIdsNamesGPUs(t *testing.T) {
 			if code != tc.code {
 				t.Fatalf("exit %d, want %d; stdout %q stderr %q", code, tc.code, out, errOut)
 			}
-			if !strings.Contains(out, tc.stdout) || !regexp.MustCompile(tc.stderr).MatchString(errOut) {
+			if tc.code == 0 && out != tc.stdout || tc.code != 0 && out != "" || !regexp.MustCompile(tc.stderr).MatchString(errOut) {
 				t.Errorf("stdout %q stderr %q; want %q and /%s/", out, errOut, tc.stdout, tc.stderr)
 			}
 			if tc.never != "" && strings.Contains(out+errOut, tc.never) {
@@ -70,7 +71,7 @@ func TestCLIGpusIsACountAndIdsNamesGPUs(t *testing.T) {
 	// the help.
 	dibs(t, p.socket, nil, "release", "node01-3")
 	out, errOut, code := dibs(t, p.socket, nil, "claim", "--count", "1")
-	if code != 0 || !strings.Contains(out, "GPU 3") || !strings.Contains(errOut, "--count has been deprecated, use -g/--gpus N") {
+	if code != 0 || !strings.Contains(errOut, "GPU 3 on node01") || !strings.Contains(out, "CUDA_VISIBLE_DEVICES=3 ") || !strings.Contains(errOut, "--count has been deprecated, use -g/--gpus N") {
 		t.Errorf("claim --count 1: exit %d %q %q", code, out, errOut)
 	}
 	help, _, _ := dibs(t, p.socket, nil, "claim", "--help")
@@ -203,7 +204,7 @@ func TestCLIQueuedRequestThatStartsAtOnceSaysSo(t *testing.T) {
 	}
 	dibs(t, p.socket, nil, "release", "node01-2")
 	out, errOut, code = dibs(t, p.socket, nil, "claim", "--queue", "-g", "1")
-	if code != 0 || !strings.Contains(out, "node01-3: GPU 1 on node01") || strings.Contains(errOut, "waiting") {
+	if code != 0 || !strings.Contains(errOut, "node01-3: GPU 1 on node01") || out != "export CUDA_DEVICE_ORDER=PCI_BUS_ID CUDA_VISIBLE_DEVICES=1 DIBS_LEASE_ID=node01-3\n" || strings.Contains(errOut, "waiting") {
 		t.Errorf("claim --queue on a free node: exit %d, stdout %q, stderr %q (want the grant, no waiting line)", code, out, errOut)
 	}
 	// With nothing free it waits, and says so.

@@ -144,6 +144,12 @@ func (f *claimFlags) build(needCount bool) (api.ClaimRequest, error) {
 }
 
 func (c *cli) printGrant(r api.ClaimResponse) {
+	c.printGrantTo(c.stdout, r)
+	fmt.Fprintf(c.stdout, "export CUDA_DEVICE_ORDER=PCI_BUS_ID CUDA_VISIBLE_DEVICES=%s\n", safe(r.CUDAVisibleDevices))
+}
+
+// printGrantTo says what was granted, for a person to read.
+func (c *cli) printGrantTo(w io.Writer, r api.ClaimResponse) {
 	what := fmt.Sprintf("GPU%s %s", plural(len(r.GPUs)), safe(r.CUDAVisibleDevices))
 	switch {
 	case r.MIG != "" && len(r.GPUs) == 1:
@@ -151,12 +157,11 @@ func (c *cli) printGrant(r api.ClaimResponse) {
 	case r.MemMiB > 0 && len(r.GPUs) == 1:
 		what = fmt.Sprintf("%s of shared GPU %d", lease.FormatMem(r.MemMiB), r.GPUs[0])
 	}
-	fmt.Fprintf(c.stdout, "%s: %s on %s until %s (%s)\n", safe(r.ID), what, safe(r.Node),
+	fmt.Fprintf(w, "%s: %s on %s until %s (%s)\n", safe(r.ID), what, safe(r.Node),
 		r.ExpiresAt.Local().Format("Mon 15:04"), lease.FormatDuration(time.Until(r.ExpiresAt)))
 	if r.Notice != "" {
-		fmt.Fprintf(c.stdout, "note: %s\n", safe(r.Notice))
+		fmt.Fprintf(w, "note: %s\n", safe(r.Notice))
 	}
-	fmt.Fprintf(c.stdout, "export CUDA_DEVICE_ORDER=PCI_BUS_ID CUDA_VISIBLE_DEVICES=%s\n", safe(r.CUDAVisibleDevices))
 }
 
 func plural(n int) string {
@@ -187,6 +192,8 @@ func claimCmd(c *cli) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			// GPUs for the shell this is typed in: here, when they fit.
+			req.PreferHere = req.Node == ""
 			ctx, cancel := reqCtx()
 			defer cancel()
 			cl := c.client()
@@ -211,7 +218,7 @@ func claimCmd(c *cli) *cobra.Command {
 			if f.json {
 				return printJSON(c.stdout, r)
 			}
-			c.printGrant(r)
+			c.printClaimed(r)
 			return nil
 		},
 	}
@@ -252,12 +259,12 @@ func runCmd(c *cli) *cobra.Command {
 			if f.at != "" {
 				return bookRun(ctx, c, cl, &f, req)
 			}
-			if q.queue || q.nodes > 1 || q.torchrun {
+			if q.queue || q.nodes > 1 || q.torchrun || q.perGPU {
 				sreq, err := q.request(req)
 				if err != nil {
 					return err
 				}
-				if (q.nodes > 1 || q.torchrun) && len(args) == 0 {
+				if (q.nodes > 1 || q.torchrun || q.perGPU) && len(args) == 0 {
 					return errors.New("a gang runs a command on every node: dibs run --nodes N --gpus-per-node G -- CMD")
 				}
 				s, err := cl.Submit(ctx, sreq)

@@ -162,7 +162,7 @@ func sbatchJob(rec api.RunRecord) (slurm.Job, error) {
 		j.User, j.Nodes, j.GPUsPerNode, j.Model, j.Time, j.Kind, j.Note = e.User, e.Nodes, e.GPUsPerNode, e.Model, e.Duration, e.Kind, e.Note
 		j.Command = []string{}
 		if e.Job != nil {
-			j.Name, j.Command, j.Dir, j.Torchrun = e.Job.Name, e.Job.Command, e.Job.Dir, e.Job.Torchrun
+			j.Name, j.Command, j.Dir, j.Torchrun, j.PerGPU = e.Job.Name, e.Job.Command, e.Job.Dir, e.Job.Torchrun, e.Job.PerGPU
 		}
 	case len(rec.Lease) > 0:
 		l := rec.Lease[0]

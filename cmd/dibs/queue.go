@@ -26,6 +26,7 @@ type queueFlags struct {
 	requeue     bool
 	maxRestarts int
 	torchrun    bool
+	perGPU      bool
 	wait        time.Duration
 }
 
@@ -37,7 +38,8 @@ func (q *queueFlags) add(cmd *cobra.Command, run bool) {
 		fl.IntVar(&q.gpusPerNode, "gpus-per-node", 0, "GPUs on each node of a gang")
 		fl.BoolVar(&q.requeue, "requeue", false, "put it back in the queue if a rank fails or it is preempted")
 		fl.IntVar(&q.maxRestarts, "max-restarts", 0, "how often --requeue may restart it (default 3)")
-		fl.BoolVar(&q.torchrun, "torchrun", false, "wrap CMD in torchrun with the gang's c10d rendezvous")
+		fl.BoolVar(&q.torchrun, "torchrun", false, "wrap CMD in torchrun with the gang's c10d rendezvous (one process per GPU, started by torchrun)")
+		fl.BoolVar(&q.perGPU, "per-gpu", false, "start CMD once per GPU on every node, each with RANK, LOCAL_RANK, WORLD_SIZE set for env:// (as srun --ntasks-per-node does)")
 	} else {
 		fl.BoolVar(&q.queue, "queue", false, "if it does not fit now, wait in the queue until granted (like salloc); Ctrl-C withdraws")
 		fl.DurationVar(&q.wait, "wait", 0, "with --queue: give up after this long, withdrawing the request (e.g. 30m; default: wait until granted)")
@@ -45,7 +47,7 @@ func (q *queueFlags) add(cmd *cobra.Command, run bool) {
 }
 
 func (q *queueFlags) request(req api.ClaimRequest) (api.SubmitRequest, error) {
-	s := api.SubmitRequest{Claim: req, Nodes: q.nodes, GPUsPerNode: q.gpusPerNode, Requeue: q.requeue, MaxRestarts: q.maxRestarts, Torchrun: q.torchrun, Model: req.Model}
+	s := api.SubmitRequest{Claim: req, Nodes: q.nodes, GPUsPerNode: q.gpusPerNode, Requeue: q.requeue, MaxRestarts: q.maxRestarts, Torchrun: q.torchrun, PerGPU: q.perGPU, Model: req.Model}
 	if q.nodes > 1 && q.gpusPerNode <= 0 {
 		return s, errors.New("--nodes needs --gpus-per-node G")
 	}
@@ -55,7 +57,10 @@ func (q *queueFlags) request(req api.ClaimRequest) (api.SubmitRequest, error) {
 	if q.nodes <= 1 && q.gpusPerNode > 0 {
 		s.Claim.Count = q.gpusPerNode
 	}
-	if q.torchrun && q.nodes <= 1 {
+	if q.torchrun && q.perGPU {
+		return s, errors.New("give either --torchrun or --per-gpu: both start one process per GPU")
+	}
+	if (q.torchrun || q.perGPU) && q.nodes <= 1 {
 		s.Nodes, s.GPUsPerNode = 1, s.Claim.Count
 	}
 	return s, nil
@@ -283,13 +288,14 @@ func (c *cli) waitGranted(cl *api.Client, sub api.Submitted, asJSON bool, wait t
 			}
 			if ls := entryLeases(b, id); len(ls) > 0 {
 				r := grantOf(ls[0])
+				r.Here = ls[0].Node == b.Self
 				if asJSON {
 					return printJSON(c.stdout, r)
 				}
 				if lastPos > 0 {
 					fmt.Fprintln(c.stderr)
 				}
-				c.printGrant(r)
+				c.printClaimed(r)
 				return nil
 			}
 			qctx, cancel := context.WithTimeout(ctx, 5*time.Second)

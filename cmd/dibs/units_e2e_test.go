@@ -17,7 +17,7 @@ func TestCLIMIGSharedAndBookings(t *testing.T) {
 	dir := agenttest.PublicDir(t)
 	p := startAgent(t, dir, "--sim", "1xA100-80GB:mig=3g.40gb+2g.20gb+1g.10gb,2xA100-80GB")
 	out, errOut, code := dibs(t, p.socket, nil, "claim", "--mig", "3g.40gb", "--note", "eval")
-	if code != 0 || !strings.Contains(out, "MIG instance MIG-") || !strings.Contains(out, "CUDA_VISIBLE_DEVICES=MIG-") {
+	if code != 0 || !strings.Contains(errOut, "MIG instance MIG-") || !strings.Contains(out, "CUDA_VISIBLE_DEVICES=MIG-") {
 		t.Fatalf("claim --mig: exit %d\n%s%s", code, out, errOut)
 	}
 	out, errOut, code = dibs(t, p.socket, nil, "claim", "--mem", "20G", "--json")

@@ -31,7 +31,10 @@ type Job struct {
 	Command  []string
 	Dir      string
 	Torchrun bool
-	Note     string
+	// PerGPU runs one task per GPU (srun --ntasks-per-node=G), as dibs's
+	// --per-gpu does.
+	PerGPU bool
+	Note   string
 }
 
 // DefaultMasterPort is the rendezvous port a gang uses when the script's
@@ -70,7 +73,11 @@ func Sbatch(j Job) (string, error) {
 	}
 	w("#SBATCH --job-name=%s", sbatchValue(name))
 	w("#SBATCH --nodes=%d", j.Nodes)
-	w("#SBATCH --ntasks-per-node=1")
+	tasks := 1
+	if j.PerGPU {
+		tasks = j.GPUsPerNode
+	}
+	w("#SBATCH --ntasks-per-node=%d", tasks)
 	gpus := strconv.Itoa(j.GPUsPerNode)
 	if j.Model != "" {
 		gpus = Type(j.Model) + ":" + gpus
@@ -95,9 +102,11 @@ func Sbatch(j Job) (string, error) {
 		cmd = `"${SHELL:-/bin/bash}" -l`
 		w("# An interactive dibs session: as a batch job it runs your login shell; `salloc` suits it better.")
 	}
-	if j.Nodes == 1 {
+	torchrunCmd := shellCommand(lease.TorchrunProgram(j.Command))
+	if j.Nodes == 1 && !j.PerGPU {
 		if j.Torchrun {
-			w("exec torchrun --standalone --nproc-per-node=%d %s", j.GPUsPerNode, cmd)
+			w("# torchrun's flags in the spelling every torch version accepts; --redirects/--tee for Debian 12's torch 1.13.")
+			w("exec torchrun --standalone --nproc_per_node=%d --redirects=1 --tee=1 %s", j.GPUsPerNode, torchrunCmd)
 		} else {
 			w("exec %s", cmd)
 		}
@@ -108,13 +117,17 @@ func Sbatch(j Job) (string, error) {
 	w("MASTER_PORT=${MASTER_PORT:-%d}", DefaultMasterPort)
 	w("NNODES=$SLURM_NNODES")
 	w("NPROC_PER_NODE=%d", j.GPUsPerNode)
-	w("WORLD_SIZE=$((SLURM_NNODES * %d))", j.GPUsPerNode)
 	w("DIBS_GANG_ID=slurm-$SLURM_JOB_ID")
-	w("export MASTER_ADDR MASTER_PORT NNODES NPROC_PER_NODE WORLD_SIZE DIBS_GANG_ID")
-	if j.Torchrun {
-		w(`srun --ntasks-per-node=1 torchrun --nnodes="$SLURM_NNODES" --nproc-per-node=%d --rdzv-backend=c10d --rdzv-endpoint="$MASTER_ADDR:$MASTER_PORT" --rdzv-id="$SLURM_JOB_ID" %s`, j.GPUsPerNode, cmd)
-	} else {
-		w(`srun --ntasks-per-node=1 bash -c 'NODE_RANK=$SLURM_NODEID exec "$@"' rank %s`, cmd)
+	w("export MASTER_ADDR MASTER_PORT NNODES NPROC_PER_NODE DIBS_GANG_ID")
+	switch {
+	case j.Torchrun:
+		w(`srun --ntasks-per-node=1 torchrun --nnodes="$SLURM_NNODES" --nproc_per_node=%d --rdzv_backend=c10d --rdzv_endpoint="$MASTER_ADDR:$MASTER_PORT" --rdzv_id="$SLURM_JOB_ID" --redirects=1 --tee=1 %s`, j.GPUsPerNode, torchrunCmd)
+	case j.PerGPU:
+		w("# One task per GPU, with the env:// variables dibs's --per-gpu sets.")
+		w(`srun --ntasks-per-node=%d bash -c 'NODE_RANK=$SLURM_NODEID GROUP_RANK=$SLURM_NODEID RANK=$SLURM_PROCID LOCAL_RANK=$SLURM_LOCALID WORLD_SIZE=$SLURM_NTASKS LOCAL_WORLD_SIZE=%d exec "$@"' rank %s`, j.GPUsPerNode, j.GPUsPerNode, cmd)
+	default:
+		w("# One process per node: RANK is the node's, WORLD_SIZE the number of nodes.")
+		w(`srun --ntasks-per-node=1 bash -c 'NODE_RANK=$SLURM_NODEID RANK=$SLURM_NODEID LOCAL_RANK=0 WORLD_SIZE=$SLURM_NNODES LOCAL_WORLD_SIZE=1 exec "$@"' rank %s`, cmd)
 	}
 	return b.String(), nil
 }

@@ -170,6 +170,10 @@ func TestSbatchGolden(t *testing.T) {
 			Time: 48 * time.Hour, Command: []string{"train.py", "--config", "big.yaml"}, Torchrun: true}},
 		{"gang-plain", Job{ID: "node02-q4", State: "queued", User: "bo", Nodes: 2, GPUsPerNode: 4, Time: time.Hour,
 			Command: []string{"sh", "-c", "echo $NODE_RANK of $NNODES"}}},
+		{"gang-per-gpu", Job{ID: "node02-q5", State: "queued", User: "bo", Nodes: 2, GPUsPerNode: 4, Time: time.Hour,
+			Command: []string{"/usr/bin/python3", "ddp.py"}, PerGPU: true}},
+		{"single-torchrun", Job{ID: "node01-q8", State: "queued", User: "ana", Nodes: 1, GPUsPerNode: 2, Time: time.Hour,
+			Command: []string{"python3", "ddp.py", "--steps", "5"}, Torchrun: true}},
 		{"finished-unknown-command", Job{ID: "node01-42", State: "finished", User: "cy", Nodes: 1, GPUsPerNode: 1, Time: 2 * time.Hour}},
 	}
 	for _, tc := range tests {

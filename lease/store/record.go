@@ -86,14 +86,14 @@ func jobToRecord(j *lease.Job) *jobRecord {
 	if j == nil {
 		return nil
 	}
-	return &jobRecord{Command: j.Command, Dir: j.Dir, Name: j.Name, Torchrun: j.Torchrun, Env: j.Env}
+	return &jobRecord{Command: j.Command, Dir: j.Dir, Name: j.Name, Torchrun: j.Torchrun, PerGPU: j.PerGPU, Env: j.Env}
 }
 
 func (r *jobRecord) job() *lease.Job {
 	if r == nil {
 		return nil
 	}
-	return &lease.Job{Command: r.Command, Dir: r.Dir, Name: r.Name, Torchrun: r.Torchrun, Env: r.Env}
+	return &lease.Job{Command: r.Command, Dir: r.Dir, Name: r.Name, Torchrun: r.Torchrun, PerGPU: r.PerGPU, Env: r.Env}
 }
 
 func (r *leaseRecord) lease() lease.Lease {
@@ -115,6 +115,7 @@ type jobRecord struct {
 	Dir      string   `json:"dir,omitempty"`
 	Name     string   `json:"name,omitempty"`
 	Torchrun bool     `json:"torchrun,omitempty"`
+	PerGPU   bool     `json:"per_gpu,omitempty"`
 	// Env is lease.Job.Env: the caller's PATH and Python environment.
 	Env map[string]string `json:"env,omitempty"`
 }
