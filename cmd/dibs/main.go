@@ -47,10 +47,6 @@ func main() {
 // printJSON).
 func safe(s string) string { return termsafe.String(s) }
 
-// exitConfig is the status of an agent that cannot start with its config or
-// flags (sysexits' EX_CONFIG); the packaged unit does not restart on it.
-const exitConfig = 78
-
 // exitError carries a specific exit code out of a command.
 type exitError struct {
 	code int
@@ -66,13 +62,15 @@ func rootCmd(c *cli) *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		// --version prints what `dibs version` prints (see build.release).
-		Version: buildInfo().release(),
+		Version: buildInfo().Release(),
 	}
 	root.PersistentFlags().StringVar(&c.socket, "socket", "", "agent socket (default: $DIBS_SOCKET, then /run/dibs/dibs.sock, else your own agent's: $XDG_RUNTIME_DIR/dibs.sock, /run/user/UID/dibs.sock or ~/.local/state/dibs/dibs.sock); it must lie in a directory only root or you can write, and be served by root or you")
-	root.AddCommand(probeCmd(c), agentCmd(c), configCmd(c), lsCmd(c), claimCmd(c), runCmd(c),
-		releaseCmd(c), extendCmd(c), adoptCmd(c), attachCmd(c), whoCmd(c), statusCmd(c), keygenCmd(c),
-		tuiCmd(c), demoCmd(c), queueCmd(c), cancelCmd(c), usageCmd(c), versionCmd(c),
+	root.AddCommand(lsCmd(c), claimCmd(c), runCmd(c),
+		releaseCmd(c), extendCmd(c), adoptCmd(c), attachCmd(c), whoCmd(c), statusCmd(c),
+		tuiCmd(c), queueCmd(c), cancelCmd(c), usageCmd(c), versionCmd(c),
 		doctorCmd(c), replayCmd(c), exportCmd(c))
+	// agent, config, probe, keygen and demo are the daemon's: dibsd runs them.
+	root.AddCommand(c.daemonCmds()...)
 	root.AddCommand(bookCmd(c), bookingsCmd(c), unbookCmd(c))
 	root.AddCommand(eventsCmd(c), notifyCmd(c), logsCmd(c), jupyterCmd(c), pipeLogCmd(c))
 	root.AddCommand(c.extraCmds()...)
