@@ -57,8 +57,28 @@ func (e *exitError) Error() string { return e.msg }
 
 func rootCmd(c *cli) *cobra.Command {
 	root := &cobra.Command{
-		Use:           "dibs",
-		Short:         "Share GPUs without a scheduler and without Slack pings",
+		Use:   "dibs",
+		Short: "Share GPUs without a scheduler and without Slack pings",
+		Long: `dibs shares a few GPU servers among a small team without a scheduler. An
+agent on every node (dibsd agent, the dibs.service unit) holds advisory,
+time-limited leases ("dibs") on its GPUs and gossips them to the others;
+this client claims free GPUs, starts tmux sessions on them with the right
+CUDA_VISIBLE_DEVICES, queues what does not fit, and shows who holds what.
+On a terminal, dibs alone opens the live board.
+
+Common commands:
+  dibs ls                           every GPU: who holds it, for how long, what runs
+  dibs claim -g 2 --for 3h          claim two GPUs on this node for three hours
+  dibs run -g 1 -- python train.py  claim and start the command in a tmux session
+  dibs run --queue -g 8 -- ...      wait in the cluster's queue when it does not fit
+  dibs attach                       open your newest session
+  dibs release LEASE                end a lease (and its session)
+  dibs who, dibs queue, dibs usage  holders, the queue, GPU-hours per person
+  dibs doctor                       the cluster's health; when to move to SLURM
+
+The daemon's verbs (agent, demo, probe, keygen, config check) run dibsd, the
+daemon's binary, installed beside dibs. The guide for people:
+/usr/share/doc/dibs/user-guide.md; for the admin: operations.md beside it.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		// --version prints what `dibs version` prints (see build.release).
