@@ -185,11 +185,15 @@ func floorPlan() []room {
 		wish, "charm.land/ssh", goNVML, "agent", "gossip", "lease/store", "demo", "internal/daemoncmd"}
 	return append(plan,
 		room{pkg: "internal/buildinfo", what: "the release a binary says it is: linker stamps, else the toolchain's record"},
+		// The plan reads the default build, without the nvml tag: then
+		// nothing compiles NVML's header, so the README's `go run ./cmd/dibsd
+		// demo` and test command print no C compiler warnings. The release
+		// builds dibsd with -tags nvml.
 		room{pkg: "internal/daemoncmd", what: "dibsd's commands: agent, demo, probe, keygen, config check",
 			may:  append(all, "internal/buildinfo"),
-			mods: []string{"github.com/spf13/cobra", xsys}},
+			mods: []string{"github.com/spf13/cobra", xsys}, never: []string{goNVML}},
 		room{pkg: "cmd/dibsd", what: "the daemon's binary: dibsd agent (the dibs.service unit), demo, probe, keygen",
-			may: []string{"internal/daemoncmd"}},
+			may: []string{"internal/daemoncmd"}, never: []string{goNVML}},
 		room{pkg: "cmd/dibs", what: "the client: flags, tables, --json, the board; hands the daemon's verbs to dibsd",
 			may: []string{"api", "internal/buildinfo", "launch", "lease", "lease/doctor", "lease/replay", "lease/slurm",
 				"lease/termsafe", "nodeprobe", "tui"},
