@@ -173,17 +173,34 @@ func floorPlan() []room {
 				"nodeprobe", "nodeprobe/sim"}),
 			never: []string{goNVML}},
 	)
-	// The command may import everything except the test helpers (and
-	// internal packages, which Go keeps to their parent anyway).
+	// The daemon's commands may import everything except the test helpers
+	// (and nodeprobe's internal package, which Go keeps to nodeprobe).
 	var all []string
 	for _, r := range plan {
 		if !strings.HasSuffix(r.pkg, "test") && !strings.Contains(r.pkg, "internal/") && r.pkg != "nemesis" {
 			all = append(all, r.pkg)
 		}
 	}
+	// The client a person runs every minute links none of the daemon: no
+	// gossip, no store, no metrics, no SSH server, no NVML (issue 22: it
+	// starts like squeue). It hands the daemon's verbs to dibsd.
+	daemonParts := []string{memberlist, bbolt, "github.com/prometheus/", "google.golang.org/protobuf", sshPkg,
+		wish, "charm.land/ssh", goNVML, "agent", "gossip", "lease/store", "demo", "internal/daemoncmd"}
 	return append(plan,
-		room{pkg: "cmd/dibs", what: "the CLI: flags, tables, --json",
-			may: all, mods: []string{bubbletea, "github.com/spf13/cobra", xsys}},
+		room{pkg: "internal/buildinfo", what: "the release a binary says it is: linker stamps, else the toolchain's record"},
+		// The plan reads the default build, without the nvml tag: then
+		// nothing compiles NVML's header, so the README's `go run ./cmd/dibsd
+		// demo` and test command print no C compiler warnings. The release
+		// builds dibsd with -tags nvml.
+		room{pkg: "internal/daemoncmd", what: "dibsd's commands: agent, demo, probe, keygen, config check",
+			may:  append(all, "internal/buildinfo"),
+			mods: []string{"github.com/spf13/cobra", xsys}, never: []string{goNVML}},
+		room{pkg: "cmd/dibsd", what: "the daemon's binary: dibsd agent (the dibs.service unit), demo, probe, keygen",
+			may: []string{"internal/daemoncmd"}, never: []string{goNVML}},
+		room{pkg: "cmd/dibs", what: "the client: flags, tables, --json, the board; hands the daemon's verbs to dibsd",
+			may: []string{"api", "internal/buildinfo", "launch", "lease", "lease/doctor", "lease/replay", "lease/slurm",
+				"lease/termsafe", "nodeprobe", "tui"},
+			mods: []string{"github.com/spf13/cobra", xsys}, never: daemonParts},
 		room{pkg: ".", what: "this floor plan and the size limits (tests only)"},
 	)
 }

@@ -28,9 +28,17 @@ case "$first" in
 "dibs version $version (commit "*) ;;
 *) fail "dibs version says \"$first\", want \"dibs version $version (commit …\"" ;;
 esac
-dibs version | grep -q "GPUs through NVML" || fail "the amd64 binary was built without NVML: $(dibs version | tail -1)"
+[ "$(dibsd version | head -1)" = "d$first" ] || fail "dibsd version says \"$(dibsd version | head -1)\", want \"d$first\""
+dibsd version | grep -q "GPUs through NVML" || fail "the amd64 dibsd was built without NVML: $(dibsd version | tail -1)"
 [ "$(dibs version)" = "$(dibs --version)" ] || fail "dibs version and dibs --version differ"
 [ "$(command -v dibs)" = /usr/bin/dibs ] || fail "dibs is at $(command -v dibs), want /usr/bin/dibs"
+# The client is pure Go and links none of the daemon (issue 22).
+if command -v go >/dev/null; then
+	go version -m /usr/bin/dibs | grep -q 'CGO_ENABLED=0' || fail "/usr/bin/dibs was built with cgo"
+	if go version -m /usr/bin/dibs | grep -E 'memberlist|bbolt|prometheus|go-nvml|wish'; then
+		fail "/usr/bin/dibs links a daemon part (above)"
+	fi
+fi
 
 # The files the package promises, with their modes.
 while read -r mode path; do
@@ -39,6 +47,7 @@ while read -r mode path; do
 	[ "$got" = "$mode" ] || fail "$path has mode $got, want $mode"
 done <<'FILES'
 755 /usr/bin/dibs
+755 /usr/bin/dibsd
 644 /usr/lib/systemd/system/dibs.service
 644 /etc/dibs/dibs.toml
 644 /usr/share/bash-completion/completions/dibs
@@ -50,10 +59,11 @@ done <<'FILES'
 644 /usr/share/doc/dibs/LICENSE
 644 /usr/share/doc/dibs/examples/dibs.toml
 644 /usr/share/doc/dibs/operations.md
+644 /usr/share/doc/dibs/README.md
 FILES
 [ "$(stat -c '%a %U' /etc/dibs)" = "755 root" ] || fail "/etc/dibs is $(stat -c '%a %U' /etc/dibs), want 755 root"
 dpkg-query -W -f='${Conffiles}\n' dibs | grep -q '/etc/dibs/dibs.toml' || fail "/etc/dibs/dibs.toml is not a conffile"
-grep -q '^ExecStart=/usr/bin/dibs agent --config /etc/dibs/dibs.toml$' /usr/lib/systemd/system/dibs.service || fail "the unit does not run /usr/bin/dibs agent"
+grep -q '^ExecStart=/usr/bin/dibsd agent --config /etc/dibs/dibs.toml$' /usr/lib/systemd/system/dibs.service || fail "the unit does not run /usr/bin/dibsd agent"
 [ ! -e /etc/systemd/system/multi-user.target.wants/dibs.service ] || fail "installing enabled the agent"
 if command -v systemd-analyze >/dev/null; then
 	systemd-analyze verify /usr/lib/systemd/system/dibs.service || fail "systemd-analyze verify rejects the unit"
@@ -67,6 +77,21 @@ if command -v man >/dev/null; then
 	man -l /usr/share/man/man1/dibs-agent.1.gz 2>/dev/null | grep -q "cluster-key-file" || fail "man dibs-agent does not render the agent's flags"
 fi
 bash -c 'source /usr/share/bash-completion/completions/dibs && complete -p dibs' | grep -q __start_dibs || fail "bash completion does not load"
+dpkg-query -W -f='${Recommends}\n' dibs | grep -q bash-completion || fail "the package does not recommend bash-completion"
+man_dibs=$(zcat /usr/share/man/man1/dibs.1.gz)
+for want in "dibs claim" "dibs run" "dibs ls" "dibsd"; do
+	grep -qF -- "$want" <<<"$man_dibs" || fail "man dibs does not mention $want"
+done
+
+# Every relative link of the installed docs leads to a file the package
+# installed (the guide links its neighbours; README.md links docs/NAME.md).
+for page in /usr/share/doc/dibs/*.md; do
+	while read -r link; do
+		target=${link%%#*}
+		[ -n "$target" ] || continue
+		[ -e "$(dirname "$page")/$target" ] || fail "$page links $target, which the package does not install"
+	done < <(grep -o '](\([^)]*\))' "$page" | sed 's/^](//; s/)$//' | grep -v '^[a-z]*:' || true)
+done
 
 # Without the key, `dibs config check` and the agent refuse and say how to
 # make one; the agent exits 78 (which the unit does not restart on). With a
@@ -93,6 +118,28 @@ fi
 echo "# edited on this node" >>/etc/dibs/dibs.toml
 dpkg -i "$deb" >/dev/null
 tail -1 /etc/dibs/dibs.toml | grep -q "edited on this node" || fail "reinstalling replaced the edited /etc/dibs/dibs.toml"
+
+# Without systemd the scripts find an agent by its binary and say what they
+# do to it: an upgrade leaves it running (and says to restart it), a removal
+# stops it before its binary goes, a reinstall over the config files says
+# whether one runs. `dibs agent` hands over to dibsd in the same process.
+if [ ! -d /run/systemd/system ]; then
+	: >"$tmp/empty.toml"
+	dibs agent --config "$tmp/empty.toml" --sim 1xL40S --data-dir "$tmp/data2" --socket "$tmp/run.sock" >"$tmp/agent2.log" 2>&1 &
+	agent=$!
+	for _ in $(seq 100); do [ -S "$tmp/run.sock" ] && break; sleep 0.1; done
+	[ -S "$tmp/run.sock" ] || fail "dibs agent did not start: $(cat "$tmp/agent2.log")"
+	[ "$(readlink /proc/$agent/exe)" = /usr/bin/dibsd ] || fail "dibs agent runs $(readlink /proc/$agent/exe), want /usr/bin/dibsd in the same process"
+	dpkg -i "$deb" | tee "$tmp/upgrade.log"
+	grep -q "an agent runs (pid $agent)" "$tmp/upgrade.log" || fail "upgrading did not name the running agent"
+	kill -0 "$agent" 2>/dev/null || fail "upgrading without systemd stopped the agent"
+	dpkg -r dibs | tee "$tmp/remove.log"
+	grep -q "stopping the agent (pid $agent)" "$tmp/remove.log" || fail "removing did not say it stops the agent"
+	wait "$agent" || true
+	! kill -0 "$agent" 2>/dev/null || fail "removing left the agent running from the deleted binary"
+	dpkg -i "$deb" | tee "$tmp/reinstall.log"
+	grep -q "no agent running" "$tmp/reinstall.log" || fail "reinstalling over the config files did not say whether an agent runs"
+fi
 
 dpkg -P dibs >/dev/null
 [ ! -e /usr/bin/dibs ] && [ ! -e /etc/dibs/dibs.toml ] || fail "purge left /usr/bin/dibs or /etc/dibs/dibs.toml"

@@ -2,8 +2,8 @@
 # gpu-check.sh build | run OUTDIR: prove dibs on a real NVIDIA GPU.
 #
 # `build` (on any x86-64 Linux with Go): puts in hw/ what a GPU machine
-# without Go needs: dibs built as the release builds it (cgo, so NVML is
-# linked), the nodeprobe/nvml test binary, and tmux's Debian packages in
+# without Go needs: dibs and dibsd built as the release builds them (dibsd
+# with cgo and -tags nvml, so NVML is linked), the nodeprobe/nvml test binary, and tmux's Debian packages in
 # case that machine has no tmux.
 #
 # `run OUTDIR` (as root, on the GPU machine, from the repository root):
@@ -19,10 +19,11 @@ cd "$(dirname "$0")/.."
 build() {
 	set -e
 	mkdir -p hw/debs
+	CGO_ENABLED=0 go build -trimpath -o hw/dibs ./cmd/dibs
 	CGO_ENABLED=1 CGO_CFLAGS="-O2 -Wno-deprecated-declarations" \
-		go build -trimpath -o hw/dibs ./cmd/dibs
+		go build -trimpath -tags nvml -o hw/dibsd ./cmd/dibsd
 	CGO_ENABLED=1 CGO_CFLAGS="-O2 -Wno-deprecated-declarations" \
-		go test -c -o hw/nvml.test ./nodeprobe/nvml
+		go test -tags nvml -c -o hw/nvml.test ./nodeprobe/nvml
 	(cd hw/debs && apt-get download tmux libevent-core-2.1-7 libutempter0 >/dev/null)
 	cp scripts/gpu-check.sh hw/
 	ls -la hw hw/debs
@@ -38,6 +39,7 @@ run() {
 	# The binaries every user runs, where every user may read them.
 	mkdir -p /tmp/gpu-check-bin
 	install -m 755 "$hw/dibs" /tmp/gpu-check-bin/dibs
+	install -m 755 "$hw/dibsd" /tmp/gpu-check-bin/dibsd
 	step "machine"
 	uname -a
 	nvidia-smi

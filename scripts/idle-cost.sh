@@ -6,7 +6,7 @@ set -euo pipefail
 secs=${1:-60}
 dir=$(mktemp -d)
 trap 'kill "$pid" 2>/dev/null; wait "$pid" 2>/dev/null; rm -rf "$dir"' EXIT
-go build -o "$dir/dibs" ./cmd/dibs
+go build -o "$dir/" ./cmd/dibs ./cmd/dibsd
 "$dir/dibs" agent --sim 8xH100-80GB --node-name idle01 --data-dir "$dir/data" --socket "$dir/dibs.sock" 2>"$dir/log" &
 pid=$!
 sleep 3 # let it start and settle

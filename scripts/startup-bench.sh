@@ -1,12 +1,18 @@
 #!/usr/bin/env bash
 # startup-bench.sh [RUNS]: whole-process times of dibs commands, start to
 # exit, as a person at a shell feels them: the median and p90 of RUNS runs
-# each (default 100). Next to them, when this machine runs SLURM (slurmctld
-# answering `squeue`), squeue's and srun's.
+# each (default 100). When this machine runs SLURM (slurmctld answering
+# `squeue`; scripts/slurm-local.sh starts one), each dibs command is also
+# timed side by side with its SLURM counterpart, the two interleaved run for
+# run so a busy machine slows both alike, with the ratio of the medians:
+#   dibs version           / sinfo --version
+#   dibs ls                / squeue
+#   dibs claim -g 1        / salloc --gres=gpu:1 true
+#   dibs run -g 1 -- true  / srun --gres=gpu:1 true
 #
-# It builds dibs as the release does (-trimpath, -s -w, cgo) unless DIBS
-# names a binary, starts an agent on 8 simulated GPUs on a socket of its
-# own, and times:
+# It builds dibs and dibsd as the release does (-trimpath, -s -w; dibs pure
+# Go) unless DIBS names a client binary (with its dibsd beside it), starts
+# an agent on 8 simulated GPUs on a socket of its own, and times:
 #   dibs version               no socket at all: process start-up alone
 #   dibs help                  the same, and cobra's help template
 #   dibs ls                    one request
@@ -33,7 +39,8 @@ trap cleanup EXIT
 
 dibs=${DIBS:-}
 if [ -z "$dibs" ]; then
-	CGO_CFLAGS="${CGO_CFLAGS:--Wno-deprecated-declarations}" go build -trimpath -ldflags "-s -w" -o "$tmp/dibs" ./cmd/dibs
+	CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$tmp/dibs" ./cmd/dibs
+	go build -trimpath -ldflags "-s -w" -o "$tmp/dibsd" ./cmd/dibsd
 	dibs=$tmp/dibs
 fi
 base=${BASE:-}
@@ -108,6 +115,36 @@ if [ -n "$base" ]; then
 	printf '%-26s %8s %8s   %8s %8s\n' "command (ms)" "median" "p90" "median" "p90"
 else
 	printf '%-26s %8s %8s\n' "command (ms)" "median" "p90"
+fi
+# pair NAME AFTER DIBS-ARGS vs SLURM-CMD...: RUNS runs of the dibs command
+# and of the SLURM one, alternating which goes first, AFTER (untimed) after
+# each dibs run; prints both medians and p90s and the ratio of the medians.
+pair() {
+	local name=$1 after=$2 i dargs=() sargs=()
+	shift 2
+	while [ "$1" != vs ]; do dargs+=("$1"); shift; done
+	shift
+	sargs=("$@")
+	: >"$tmp/pd"
+	: >"$tmp/ps"
+	for ((i = 0; i < runs; i++)); do
+		if ((i % 2 == 0)); then into=$tmp/ps once "${sargs[@]}"; fi
+		into=$tmp/pd once "$dibs" "${dargs[@]}"
+		[ -z "$after" ] || $after
+		if ((i % 2 == 1)); then into=$tmp/ps once "${sargs[@]}"; fi
+	done
+	local d s
+	d=$(sort -n "$tmp/pd" | awk '{v[NR] = $1} END {print v[int(NR / 2) + 1]}')
+	s=$(sort -n "$tmp/ps" | awk '{v[NR] = $1} END {print v[int(NR / 2) + 1]}')
+	printf '%-24s %s   %-26s %s   %5.2fx\n' "$name" "$(stats "$tmp/pd")" "${sargs[*]}" "$(stats "$tmp/ps")" "$(awk -v d="$d" -v s="$s" 'BEGIN {print d / s}')"
+}
+if command -v squeue >/dev/null && squeue -h >/dev/null 2>&1 && srun -N1 --gres=gpu:1 true >/dev/null 2>&1; then
+	echo "side by side with SLURM, interleaved ($runs runs each; ms: median p90)"
+	pair "dibs version" "" version vs sinfo --version
+	pair "dibs ls" "" ls vs squeue
+	pair "dibs claim -g 1" release_all claim -g 1 vs salloc -N1 --gres=gpu:1 true
+	pair "dibs run -g 1 -- true" release_all run -g 1 -- true vs srun -N1 --gres=gpu:1 true
+	echo
 fi
 bench "dibs version" "" dibs version
 bench "dibs help" "" dibs help

@@ -6,7 +6,12 @@ import (
 	"testing"
 
 	"github.com/dibs-gpu/dibs/agent/agenttest"
+	"github.com/dibs-gpu/dibs/internal/daemoncmd"
 )
+
+// exitConfig is the status dibsd's agent exits with on a config it cannot
+// start with; `dibs agent` hands over to dibsd, so the client's caller sees it.
+const exitConfig = daemoncmd.ExitConfig
 
 // TestAgentConfigErrorsExit78 is what the packaged unit relies on: an agent
 // that cannot start with its config exits with EX_CONFIG (78), which

@@ -24,8 +24,9 @@ import (
 )
 
 // dibsBin is the dibs binary built once for these tests, run the way a
-// person runs it.
-var dibsBin string
+// person runs it; dibsdBin is the daemon's, built beside it as the package
+// installs them, so `dibs agent …` hands over to it.
+var dibsBin, dibsdBin string
 
 func TestMain(m *testing.M) {
 	dir, err := os.MkdirTemp("", "dibs-bin-")
@@ -33,11 +34,11 @@ func TestMain(m *testing.M) {
 		panic(err)
 	}
 	os.Chmod(dir, 0o755)
-	dibsBin = filepath.Join(dir, "dibs")
-	build := exec.Command("go", "build", "-o", dibsBin, ".")
+	dibsBin, dibsdBin = filepath.Join(dir, "dibs"), filepath.Join(dir, "dibsd")
+	build := exec.Command("go", "build", "-o", dir+"/", ".", "../dibsd")
 	build.Stderr = os.Stderr
 	if err := build.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "build dibs:", err)
+		fmt.Fprintln(os.Stderr, "build dibs and dibsd:", err)
 		os.Exit(1)
 	}
 	code := m.Run()

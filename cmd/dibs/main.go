@@ -47,10 +47,6 @@ func main() {
 // printJSON).
 func safe(s string) string { return termsafe.String(s) }
 
-// exitConfig is the status of an agent that cannot start with its config or
-// flags (sysexits' EX_CONFIG); the packaged unit does not restart on it.
-const exitConfig = 78
-
 // exitError carries a specific exit code out of a command.
 type exitError struct {
 	code int
@@ -61,18 +57,40 @@ func (e *exitError) Error() string { return e.msg }
 
 func rootCmd(c *cli) *cobra.Command {
 	root := &cobra.Command{
-		Use:           "dibs",
-		Short:         "Share GPUs without a scheduler and without Slack pings",
+		Use:   "dibs",
+		Short: "Share GPUs without a scheduler and without Slack pings",
+		Long: `dibs shares a few GPU servers among a small team without a scheduler. An
+agent on every node (dibsd agent, the dibs.service unit) holds advisory,
+time-limited leases ("dibs") on its GPUs and gossips them to the others;
+this client claims free GPUs, starts tmux sessions on them with the right
+CUDA_VISIBLE_DEVICES, queues what does not fit, and shows who holds what.
+On a terminal, dibs alone opens the live board.
+
+Common commands:
+  dibs ls                           every GPU: who holds it, for how long, what runs
+  dibs claim -g 2 --for 3h          claim two GPUs on this node for three hours
+  dibs run -g 1 -- python train.py  claim and start the command in a tmux session
+  dibs run --queue -g 8 -- ...      wait in the cluster's queue when it does not fit
+  dibs attach                       open your newest session
+  dibs release LEASE                end a lease (and its session)
+  dibs who, dibs queue, dibs usage  holders, the queue, GPU-hours per person
+  dibs doctor                       the cluster's health; when to move to SLURM
+
+The daemon's verbs (agent, demo, probe, keygen, config check) run dibsd, the
+daemon's binary, installed beside dibs. The guide for people:
+/usr/share/doc/dibs/user-guide.md; for the admin: operations.md beside it.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		// --version prints what `dibs version` prints (see build.release).
-		Version: buildInfo().release(),
+		Version: buildInfo().Release(),
 	}
 	root.PersistentFlags().StringVar(&c.socket, "socket", "", "agent socket (default: $DIBS_SOCKET, then /run/dibs/dibs.sock, else your own agent's: $XDG_RUNTIME_DIR/dibs.sock, /run/user/UID/dibs.sock or ~/.local/state/dibs/dibs.sock); it must lie in a directory only root or you can write, and be served by root or you")
-	root.AddCommand(probeCmd(c), agentCmd(c), configCmd(c), lsCmd(c), claimCmd(c), runCmd(c),
-		releaseCmd(c), extendCmd(c), adoptCmd(c), attachCmd(c), whoCmd(c), statusCmd(c), keygenCmd(c),
-		tuiCmd(c), demoCmd(c), queueCmd(c), cancelCmd(c), usageCmd(c), versionCmd(c),
+	root.AddCommand(lsCmd(c), claimCmd(c), runCmd(c),
+		releaseCmd(c), extendCmd(c), adoptCmd(c), attachCmd(c), whoCmd(c), statusCmd(c),
+		tuiCmd(c), queueCmd(c), cancelCmd(c), usageCmd(c), versionCmd(c),
 		doctorCmd(c), replayCmd(c), exportCmd(c))
+	// agent, config, probe, keygen and demo are the daemon's: dibsd runs them.
+	root.AddCommand(c.daemonCmds()...)
 	root.AddCommand(bookCmd(c), bookingsCmd(c), unbookCmd(c))
 	root.AddCommand(eventsCmd(c), notifyCmd(c), logsCmd(c), jupyterCmd(c), pipeLogCmd(c))
 	root.AddCommand(c.extraCmds()...)

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/dibs-gpu/dibs/agent/config"
+	"github.com/dibs-gpu/dibs/internal/daemoncmd"
 )
 
 // unitDirectives reads a systemd unit as its KEY=VALUE lines, without
@@ -39,10 +40,10 @@ func unitDirectives(t *testing.T, path string) []string {
 func TestPackagedUnit(t *testing.T) {
 	pkg := unitDirectives(t, "../../packaging/dibs.service")
 	for _, want := range []string{
-		"ExecStart=/usr/bin/dibs agent --config /etc/dibs/dibs.toml",
+		"ExecStart=/usr/bin/dibsd agent --config /etc/dibs/dibs.toml",
 		"KillMode=process",
 		"Restart=on-failure",
-		"RestartPreventExitStatus=" + strconv.Itoa(exitConfig),
+		"RestartPreventExitStatus=" + strconv.Itoa(daemoncmd.ExitConfig),
 		"RuntimeDirectory=dibs",
 		"RuntimeDirectoryMode=0755",
 		"RuntimeDirectoryPreserve=yes",
@@ -55,7 +56,7 @@ func TestPackagedUnit(t *testing.T) {
 	}
 	src := unitDirectives(t, "../../docs/examples/dibs.service")
 	for i := range src {
-		src[i] = strings.ReplaceAll(src[i], "/usr/local/bin/dibs", "/usr/bin/dibs")
+		src[i] = strings.ReplaceAll(src[i], "/usr/local/bin/dibsd", "/usr/bin/dibsd")
 	}
 	if !slices.Equal(pkg, src) {
 		t.Errorf("docs/examples/dibs.service differs from packaging/dibs.service beyond the binary's path:\n%q\n%q", src, pkg)

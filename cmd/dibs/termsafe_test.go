@@ -112,22 +112,6 @@ func TestPrintersEscapeOutsideText(t *testing.T) {
 	assertTerminalSafe(t, "status", b.String())
 
 	b.Reset()
-	snap := nodeprobe.Snapshot{Host: nodeprobe.Host{Name: hostileText, DriverVersion: hostileText, CUDAVersion: hostileText, Backend: nodeprobe.BackendSim},
-		GPUs: []nodeprobe.GPU{{Index: 0, Model: hostileText, Error: hostileText, UUID: hostileText,
-			MIGDevices: []nodeprobe.MIGDevice{{UUID: hostileText, Profile: hostileText}},
-			Processes:  []nodeprobe.Process{{PID: 1, User: hostileText, Command: pwned, Container: hostileText}}}}}
-	if err := writeProbeTable(&b, snap); err != nil {
-		t.Fatal(err)
-	}
-	assertTerminalSafe(t, "probe", b.String())
-	if !strings.Contains(b.String(), pwnedShown) {
-		t.Errorf("probe does not show the escaped command: %q", b.String())
-	}
-	if snap.GPUs[0].Processes[0].Command != pwned {
-		t.Error("writeProbeTable changed the snapshot it was given")
-	}
-
-	b.Reset()
 	if err := printJSON(&b, board); err != nil {
 		t.Fatal(err)
 	}

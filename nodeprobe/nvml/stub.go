@@ -1,4 +1,4 @@
-//go:build !(linux && cgo)
+//go:build !(linux && cgo && nvml)
 
 package nvml
 
@@ -9,9 +9,10 @@ import (
 	"github.com/dibs-gpu/dibs/nodeprobe"
 )
 
-// Open is unavailable in this build: NVML is reached through cgo, and
-// this binary was built without it (or not for Linux). probe.Open then
-// falls back to nvidia-smi.
+// Open is unavailable in this build: NVML is reached through cgo and is
+// built only with the nvml tag (the release's dibsd has both), so a plain
+// `go run ./cmd/dibsd demo` compiles no NVML header and prints no warning.
+// probe.Open then falls back to nvidia-smi.
 func Open(ctx context.Context, opts nodeprobe.Options) (nodeprobe.Probe, error) {
-	return nil, errors.New("NVML: not available in this build (built without cgo)")
+	return nil, errors.New("NVML: not available in this build (built without cgo or without -tags nvml)")
 }

@@ -1,7 +1,9 @@
-package main
+package daemoncmd
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"slices"
@@ -11,6 +13,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/dibs-gpu/dibs/lease/termsafe"
 	"github.com/dibs-gpu/dibs/nodeprobe"
 	"github.com/dibs-gpu/dibs/nodeprobe/probe"
 	"github.com/dibs-gpu/dibs/nodeprobe/sim"
@@ -195,4 +198,21 @@ func humanMiB(mib uint64) string {
 	default:
 		return strconv.FormatUint(mib, 10) + " MiB"
 	}
+}
+
+// safe makes text from outside (/proc, the driver, peers) safe to print;
+// see termsafe.String.
+func safe(s string) string { return termsafe.String(s) }
+
+// printJSON writes v indented, with every string escaped as the client's
+// --json output is (termsafe.JSON).
+func printJSON(w io.Writer, v any) error {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(v); err != nil {
+		return err
+	}
+	_, err := w.Write(termsafe.JSON(b.Bytes()))
+	return err
 }

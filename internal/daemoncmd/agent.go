@@ -1,4 +1,4 @@
-package main
+package daemoncmd
 
 import (
 	"context"
@@ -61,7 +61,7 @@ Without GPUs, try it on simulated ones:
 				// A distinct status, so systemd does not restart an agent
 				// that cannot start until someone edits a file
 				// (RestartPreventExitStatus in packaging/dibs.service).
-				return &exitError{code: exitConfig, msg: err.Error()}
+				return &exitError{code: ExitConfig, msg: err.Error()}
 			}
 			a, err := agent.New(cfg, deps)
 			if err != nil {
