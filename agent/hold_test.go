@@ -107,3 +107,28 @@ func TestPlacementHonoursPoolLimits(t *testing.T) {
 		t.Errorf("queue holds %d entries after refusals; want none", len(q.Entries))
 	}
 }
+
+// A claim beyond its holder's quota says it borrows, and the board keeps
+// the mark.
+func TestClaimSaysItBorrows(t *testing.T) {
+	t.Parallel()
+	n := agenttest.Start(t, agenttest.Options{Sim: "4xH100-80GB", Users: holdUsers, Quiet: true,
+		Sched: lease.SchedConfig{Quotas: map[string]int{"alice": 1}}})
+	within, err := n.As(holdAlice).Claim(ctx(t), api.ClaimRequest{Count: 1})
+	if err != nil || within.Borrowed || strings.Contains(within.Notice, "borrowed") {
+		t.Fatalf("alice's first GPU, within her quota of 1: %+v, %v; want it not borrowed", within, err)
+	}
+	r, err := n.As(holdAlice).Claim(ctx(t), api.ClaimRequest{Count: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !r.Borrowed || !strings.Contains(r.Notice, "this lease is borrowed: it takes you beyond your quota, so it may be preempted") {
+		t.Errorf("alice's second GPU, beyond her quota: borrowed %v, notice %q; want it marked and said", r.Borrowed, r.Notice)
+	}
+	b := n.Board()
+	for _, g := range b.Nodes[0].GPUs {
+		if g.Lease != nil && g.Lease.ID == r.ID && !g.Lease.Borrowed {
+			t.Errorf("the board's lease %s is not marked borrowed", r.ID)
+		}
+	}
+}

@@ -192,7 +192,7 @@ func claimResponse(l lease.Lease) api.ClaimResponse {
 	return api.ClaimResponse{
 		ID: l.ID, Node: l.Node, GPUs: l.GPUs, CUDAVisibleDevices: l.CUDAVisibleDevices(),
 		Token: l.Token, Kind: string(l.Kind), ExpiresAt: l.ExpiresAt, Session: l.Session,
-		MIG: l.MIG, MemMiB: l.MemMiB,
+		MIG: l.MIG, MemMiB: l.MemMiB, Borrowed: l.Borrowed,
 	}
 }
 
