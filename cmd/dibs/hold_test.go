@@ -58,4 +58,3 @@ func TestTablesMarkBorrowedAndKeepMIGUUIDs(t *testing.T) {
 }
 
 func whoRows(b api.Board) ([]lease.Lease, error) { return who(b, "") }
-
