@@ -133,8 +133,14 @@ type ClaimResponse struct {
 	// lease on a shared GPU.
 	MIG    string `json:"mig,omitempty"`
 	MemMiB uint64 `json:"mem_mib,omitempty"`
+	// Borrowed: the lease takes its holder beyond their quota, so it may be
+	// preempted when someone within theirs waits.
+	Borrowed bool `json:"borrowed,omitempty"`
+	// CutBy names the booking the time limit was cut short for: the lease
+	// cannot be extended past its start.
+	CutBy string `json:"cut_by,omitempty"`
 	// Notice says what the person should know about the grant: a time
-	// limit cut short to end before a booking.
+	// limit cut short to end before a booking, a lease that borrows.
 	Notice string `json:"notice,omitempty"`
 	// Here is true when the lease is on the node whose agent answered:
 	// only then do its CUDA_VISIBLE_DEVICES mean anything in the caller's

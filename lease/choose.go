@@ -19,37 +19,118 @@ type Want struct {
 	MemMiB uint64
 	Model  string
 	Tags   []string
+	// Duration is the time limit the person chose (0: the default, which a
+	// pool's MaxTime or a booking cuts instead of refusing), from Now.
+	Duration time.Duration
+	// Span is how long the lease would run: Duration, or the kind's
+	// default (0: unknown, so any booking ahead may cut it).
+	Span time.Duration
+	Now  time.Time
+	// Held is what the person holds in each pool with a MaxGPUs
+	// (ClusterView.PoolHeld); nil counts nothing.
+	Held map[string]int
+}
+
+// units is how many GPUs the claim counts against a pool's MaxGPUs.
+func (w Want) units() int {
+	if w.MIG != "" || w.MemMiB > 0 {
+		return 1
+	}
+	return w.Count
+}
+
+// fitsNow reports whether the node's hardware could take the claim now,
+// limits aside.
+func (w Want) fitsNow(c Candidate) bool {
+	switch {
+	case w.MIG != "":
+		return FreeMIG(c.Snap, c.Leases, w.MIG, w.Model) > 0
+	case w.MemMiB > 0:
+		_, ok := fitShared(c.Snap, usesOfList(c.Leases), w.MemMiB, func(g *nodeprobe.GPU) bool { return matchModel(g, w.Model) })
+		return ok
+	}
+	n := 0
+	for _, i := range FreeGPUs(c.Snap, c.Leases) {
+		if g := findGPU(c.Snap, i); g != nil && matchModel(g, w.Model) {
+			n++
+		}
+	}
+	return n >= w.Count
+}
+
+// unbooked is the candidate with the GPUs booked before the claim would end
+// counted as held (every booked GPU when its span is unknown).
+func (w Want) unbooked(c Candidate) Candidate {
+	for _, b := range c.Bookings {
+		if w.Span <= 0 || b.StartedAt.Before(w.Now.Add(w.Span+minBeforeBooking)) {
+			c.Leases = append(slices.Clip(c.Leases), b)
+		}
+	}
+	return c
 }
 
 // ChooseNodeFor picks the node for a claim with no node named, honouring
-// its model and pool: among the candidates with the tags asked for whose
-// pools are open to user, whole GPUs as ChooseNode places them (on the
-// GPUs of the model), a MIG instance on the node with the fewest free ones
-// of the profile left (pack), a budget on the node whose best GPU it fills
-// best; ties go to the node asked from, then the name. A refusal says what
-// the cluster has: the pools, the models, what is free.
+// its model and pools: among the candidates with the tags asked for whose
+// pools' limits allow it (Pools.Refuses: users, MaxTime against the time
+// asked, MaxGPUs against w.Held), whole GPUs as ChooseNode places them (on
+// the GPUs of the model; first where no booking cuts the claim short), a MIG
+// instance on the node with the fewest free ones of the profile left
+// (pack), a budget on the node whose best GPU it fills best; ties go to the
+// node asked from, then the name. A refusal is the closest fit's: a node
+// with room now whose pool refuses says why; otherwise what the cluster
+// has: the pools, the models, what is free.
 func ChooseNodeFor(cands []Candidate, w Want, pools Pools, user string) (string, error) {
 	if len(cands) == 0 {
 		return "", errorf(CodeUnavailable, "no node is up to take the claim: `dibs ls` shows the cluster")
 	}
 	var in []Candidate
-	denied := ""
+	var limited, closest error
 	for _, c := range cands {
 		if !HasTags(c.Snap.Host.Tags, w.Tags) {
 			continue
 		}
-		if why := pools.Denies(c.Snap.Host.Tags, user); why != "" {
-			denied = why
+		if err := pools.Refuses(c.Snap.Host.Tags, user, w.units(), w.Duration, w.Duration > 0, w.Held); err != nil {
+			// The closest fit is a node the hardware could take the claim
+			// on now, were it not for its pool's limit.
+			if limited == nil {
+				limited = err
+			}
+			if closest == nil && w.fitsNow(c) {
+				closest = err
+			}
 			continue
 		}
 		in = append(in, c)
 	}
 	switch {
-	case len(in) == 0 && denied != "":
-		return "", errorf(CodeForbidden, "%s: ask for another pool", denied)
+	case len(in) == 0 && closest != nil:
+		return "", closest
+	case len(in) == 0 && limited != nil:
+		return "", limited
 	case len(in) == 0:
 		return "", Invalidf("no node that is up is in pool %s (%s): ask for one of those", strings.Join(w.Tags, "+"), candTags(cands))
 	}
+	if w.MIG == "" && w.MemMiB == 0 {
+		// Whole GPUs go where no booking cuts the claim short, when a node
+		// has room so; otherwise where they fit now (the node's table then
+		// cuts the time or refuses, naming the booking).
+		unbooked := make([]Candidate, len(in))
+		for i, c := range in {
+			unbooked[i] = w.unbooked(c)
+		}
+		if node, err := chooseAmong(unbooked, w); err == nil {
+			return node, nil
+		}
+	}
+	node, err := chooseAmong(in, w)
+	if err != nil && closest != nil && CodeOf(err) == CodeConflict {
+		return "", errorf(CodeOf(closest), "%s (no other node has room now: %v)", closest.(*Error).Msg, err)
+	}
+	return node, err
+}
+
+// chooseAmong picks among nodes whose pools allow the claim.
+func chooseAmong(in []Candidate, w Want) (string, error) {
 	if w.Model != "" {
 		var models []string
 		found := false
@@ -161,18 +242,33 @@ func candTags(cands []Candidate) string {
 }
 
 // BookNode picks the node for a booking with no node named: among the
-// candidates with the tags whose pools are open to user, one where n GPUs
-// (of the model) are bookable over [start, end); the one with the fewest
-// left over (pack), then the node asked from, then the name.
+// candidates with the tags whose pools' limits allow it (Pools.Refuses: the
+// users, MaxTime against the booking's length, MaxGPUs against n), one where
+// n GPUs (of the model) are bookable over [start, end); the one with the
+// fewest left over (pack), then the node asked from, then the name. When
+// none can, the refusal is the closest fit's: a node with room whose pool
+// refuses says so.
 func BookNode(cands []Candidate, n int, model string, tags []string, pools Pools, user string, start, end time.Time) (string, error) {
 	best, bestLeft, bestLocal := "", 0, false
 	most, mostNode, inPool := 0, "", 0
+	var limited, closest error
 	for _, c := range cands {
-		if !HasTags(c.Snap.Host.Tags, tags) || pools.Denies(c.Snap.Host.Tags, user) != "" {
+		if !HasTags(c.Snap.Host.Tags, tags) {
+			continue
+		}
+		free, _ := Bookable(c.Snap, append(slices.Clone(c.Leases), c.Bookings...), model, start, end)
+		// A booking is held to the pools' limits as the lease it becomes
+		// will be (what the person will hold then is not known now).
+		if err := pools.Refuses(c.Snap.Host.Tags, user, n, end.Sub(start), true, nil); err != nil {
+			if limited == nil {
+				limited = err
+			}
+			if closest == nil && len(free) >= n {
+				closest = err
+			}
 			continue
 		}
 		inPool++
-		free, _ := Bookable(c.Snap, append(slices.Clone(c.Leases), c.Bookings...), model, start, end)
 		if len(free) > most {
 			most, mostNode = len(free), c.Node
 		}
@@ -187,6 +283,12 @@ func BookNode(cands []Candidate, n int, model string, tags []string, pools Pools
 	switch {
 	case best != "":
 		return best, nil
+	case inPool == 0 && closest != nil:
+		return "", closest
+	case inPool == 0 && limited != nil:
+		return "", limited
+	case closest != nil:
+		return "", errorf(CodeOf(closest), "%s (no other node can be booked %s)", closest.(*Error).Msg, bookingSpan(start, end))
 	case inPool == 0 && len(tags) > 0:
 		return "", Invalidf("no node that is up is in pool %s (%s): ask for one of those", strings.Join(tags, "+"), candTags(cands))
 	case inPool == 0:

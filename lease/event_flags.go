@@ -64,9 +64,11 @@ func FlagEvents(node string, old, cur map[int]Judgement, leases []Lease, quietSi
 			out = append(out, SquatterEvent(node, g, who, p.PID, clipCommand(p.Command), holder[g], now))
 		}
 		if l := holder[g]; l != nil && j.Has(FlagIdle) && !was.Has(FlagIdle) {
+			// Idle time counts from the lease's own start: the GPU's quiet
+			// time before it was claimed is not its holder's.
 			idle := time.Duration(0)
 			if t, ok := quietSince[g]; ok {
-				idle = now.Sub(t)
+				idle = now.Sub(later(t, l.StartedAt))
 			}
 			out = append(out, IdleEvent(*l, g, idle.Round(time.Minute), now))
 		}
@@ -85,4 +87,12 @@ func clipCommand(c string) string {
 		c = c[:cut] + "…"
 	}
 	return c
+}
+
+// later is the later of two times.
+func later(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
 }

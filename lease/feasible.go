@@ -16,7 +16,11 @@ import (
 // are down count (they may come back); GPUs count whatever their state.
 // model is matched as a case-insensitive substring of the GPUs' model, ""
 // meaning any; callers pass e.Model, which Schedule matches the same way.
-func CheckFeasible(e QueueEntry, nodes []SchedNode, model string) error {
+// A node whose pools' limits refuse the entry for good (Pools.Refuses with
+// nothing held: a pool not open to its user, a Duration over the pool's
+// MaxTime, more GPUs per node than its MaxGPUs) does not count; when no node
+// is left, the refusal is that limit's, naming the pool.
+func CheckFeasible(e QueueEntry, nodes []SchedNode, model string, pools Pools) error {
 	switch {
 	case e.GPUsPerNode < 1:
 		return Invalidf("say how many GPUs (-g N)")
@@ -35,8 +39,18 @@ func CheckFeasible(e QueueEntry, nodes []SchedNode, model string) error {
 	var models []string
 	largest, big, tagged, ofModel := 0, 0, 0, 0
 	pinned := -1
+	var limited, pinnedLimited error
 	for i := range nodes {
 		if !HasTags(nodes[i].Snap.Host.Tags, e.Tags) {
+			continue
+		}
+		if err := pools.Refuses(nodes[i].Snap.Host.Tags, e.User, e.GPUsPerNode, e.Duration, e.Duration > 0, nil); err != nil {
+			if limited == nil {
+				limited = err
+			}
+			if nodes[i].Name == e.Node {
+				pinnedLimited = err
+			}
 			continue
 		}
 		tagged++
@@ -62,6 +76,12 @@ func CheckFeasible(e QueueEntry, nodes []SchedNode, model string) error {
 		if nodes[i].Name == e.Node {
 			pinned = n
 		}
+	}
+	switch {
+	case pinnedLimited != nil:
+		return pinnedLimited
+	case limited != nil && tagged == 0:
+		return limited
 	}
 	if tagged == 0 {
 		return Invalidf("no node is in pool %s (%s): ask for one of those, or leave --pool out", strings.Join(e.Tags, "+"), clusterTags(nodes))

@@ -83,28 +83,78 @@ func (p Pools) Limit(tags []string, dur time.Duration, explicit bool) (time.Dura
 // that takes them over a pool's MaxGPUs, counting what they hold on every
 // node of the pool in the view.
 func (v ClusterView) PoolQuota(p Pools, tags []string, user string, n int) error {
-	for _, t := range p.poolsOf(tags) {
-		max := p[t].MaxGPUs
-		if max <= 0 {
-			continue
-		}
-		held := 0
-		for i := range v.Nodes {
-			nd := &v.Nodes[i]
-			if !slices.Contains(nd.Snap.Host.Tags, t) {
+	if why := p.quotaRefuses(tags, n, v.PoolHeld(p, user)); why != "" {
+		return errorf(CodeConflict, "%s", why)
+	}
+	return nil
+}
+
+// PoolHeld counts the GPUs user holds in each pool with a MaxGPUs, on every
+// node of the view (a MIG or shared lease counts as one; a gang's
+// reservation does not count yet): what Pools.Refuses reads.
+func (v ClusterView) PoolHeld(p Pools, user string) map[string]int {
+	held := map[string]int{}
+	for i := range v.Nodes {
+		nd := &v.Nodes[i]
+		for _, t := range p.poolsOf(nd.Snap.Host.Tags) {
+			if p[t].MaxGPUs <= 0 {
 				continue
 			}
 			for _, l := range nd.Leases {
 				if l.User == user && l.ReservedUntil.IsZero() {
-					held += len(l.GPUs)
+					held[t] += len(l.GPUs)
 				}
 			}
 		}
-		if held+n > max {
-			return errorf(CodeConflict, "pool %s allows %d GPUs per person and you hold %d there: release some, or ask outside the pool", t, max, held)
+	}
+	return held
+}
+
+// Refuses says why a lease of n GPUs for dur on a node with these tags
+// breaks one of its pools' limits for user, nil when none does: the pool is
+// not open to them, dur is over its MaxTime (only when the person chose dur:
+// a default is cut to the maximum), or n with what they hold there (held,
+// from ClusterView.PoolHeld) is over its MaxGPUs. Placement asks it of every
+// node before choosing one, so a pool's limit refuses a request only when no
+// other node could take it.
+func (p Pools) Refuses(tags []string, user string, n int, dur time.Duration, explicit bool, held map[string]int) error {
+	if why := p.Denies(tags, user); why != "" {
+		return errorf(CodeForbidden, "%s: ask for another pool", why)
+	}
+	if explicit {
+		if _, err := p.Limit(tags, dur, true); err != nil {
+			return err
 		}
 	}
+	if why := p.quotaRefuses(tags, n, held); why != "" {
+		return errorf(CodeConflict, "%s", why)
+	}
 	return nil
+}
+
+// quotaRefuses says why n more GPUs break a pool's MaxGPUs, given what the
+// person holds in each pool: "" when none does.
+func (p Pools) quotaRefuses(tags []string, n int, held map[string]int) string {
+	for _, t := range p.poolsOf(tags) {
+		max := p[t].MaxGPUs
+		if max <= 0 || held[t]+n <= max {
+			continue
+		}
+		h := held[t]
+		switch {
+		case h == 0:
+			return fmt.Sprintf("pool %s allows %s per person and %d were asked for: ask for at most %d there, or outside the pool", t, gpuCount(max), n, max)
+		case h >= max:
+			it := "it"
+			if h > 1 {
+				it = "one of them"
+			}
+			return fmt.Sprintf("pool %s allows %s per person and you hold %d there already: release %s (`dibs ls` shows its id), or ask outside the pool", t, gpuCount(max), h, it)
+		default:
+			return fmt.Sprintf("pool %s allows %s per person and you hold %d there: ask for at most %d more there, or outside the pool", t, gpuCount(max), h, max-h)
+		}
+	}
+	return ""
 }
 
 // CheckTags refuses tags no node could carry: each is a short word of

@@ -98,7 +98,7 @@ func TestScheduleMIGAndPools(t *testing.T) {
 	e.Tags = nil
 	p = lease.Schedule([]lease.QueueEntry{e}, []lease.SchedNode{a, b}, nil, t0, cfg)
 	checkList(t, "alice outside the closed pool", started(p), []string{"a-q1@b:[0]"})
-	if err := lease.CheckFeasible(lease.QueueEntry{Nodes: 1, GPUsPerNode: 1, Tags: []string{"a100"}}, []lease.SchedNode{a, b}, ""); err == nil ||
+	if err := lease.CheckFeasible(lease.QueueEntry{Nodes: 1, GPUsPerNode: 1, Tags: []string{"a100"}}, []lease.SchedNode{a, b}, "", nil); err == nil ||
 		err.Error() != "no node is in pool a100 (the pools are h100, l40s): ask for one of those, or leave --pool out" {
 		t.Errorf("feasibility of an unknown pool: %v", err)
 	}

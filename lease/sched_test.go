@@ -378,7 +378,7 @@ func TestCheckFeasible(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			err := lease.CheckFeasible(tt.e, nodes, tt.e.Model)
+			err := lease.CheckFeasible(tt.e, nodes, tt.e.Model, nil)
 			if tt.want == nil {
 				if err != nil {
 					t.Fatalf("CheckFeasible = %v, want it accepted", err)

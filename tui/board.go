@@ -109,10 +109,18 @@ func cellLabel(k kind, g *api.GPU) string {
 	case kindFree:
 		return labelFree
 	case kindMine:
+		if g.Lease != nil && g.Lease.Borrowed {
+			return labelMine + "~"
+		}
 		return labelMine
 	case kindMineIdle:
 		return labelMineIdle
 	case kindTheirs:
+		if g.Lease != nil && g.Lease.Borrowed {
+			// "~": borrowed beyond quota, may be preempted (the detail
+			// pane says so in words).
+			return holderName(g.Lease) + "~"
+		}
 		return holderName(g.Lease)
 	case kindIdle:
 		return labelIdle

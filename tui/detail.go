@@ -305,6 +305,9 @@ func (m detail) facts(n *api.Node, g *api.GPU) facts {
 		if l.Kind != "" && l.Kind != lease.KindInteractive {
 			f.lease += " (" + string(l.Kind) + ")"
 		}
+		if l.Borrowed {
+			f.lease += " · borrowed beyond quota: may be preempted"
+		}
 		f.holder = holderName(l)
 		if l.UID == you.UID {
 			f.holder = "★ you (" + f.holder + ")"

@@ -137,13 +137,23 @@ func stateWords(x myLease) string {
 			s = append(s, string(f))
 		}
 	}
-	switch {
-	case len(s) > 0:
-		return strings.Join(s, ",")
-	case !x.l.PreemptedAt.IsZero():
-		return "reclaimed"
+	flagged := len(s) > 0
+	if x.l.Borrowed {
+		s = append(s, "borrowed")
 	}
-	return "busy"
+	switch {
+	case !x.l.PreemptedAt.IsZero():
+		s = append(s, "reclaimed")
+	case flagged:
+	case x.util > 0:
+		s = append(s, "busy")
+	case x.util == 0:
+		// Not yet judged idle, but nothing runs: "busy" would mislead.
+		s = append(s, "quiet")
+	default:
+		s = append(s, "running")
+	}
+	return strings.Join(s, ",")
 }
 
 // meanUtil is the mean utilisation of the GPUs l holds on n, -1 when

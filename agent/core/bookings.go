@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 
 	"github.com/dibs-gpu/dibs/agent/node"
 	"github.com/dibs-gpu/dibs/agent/peer"
@@ -44,9 +45,15 @@ func (s *Service) granted(l lease.Lease) api.ClaimResponse {
 		return r
 	}
 	r.Here = l.Node == s.cfg.Node
+	var notes []string
 	if b, ok := lease.CutBy(l, s.bookingsOf(l.Node)); ok {
-		r.Notice = fmt.Sprintf("the time limit ends at %s, when %s's booking %s of %s begins", l.ExpiresAt.Local().Format("Mon 15:04"), b.User, b.ID, gpuWord(b.GPUs))
+		r.CutBy = b.ID
+		notes = append(notes, fmt.Sprintf("the time limit ends at %s, when %s's booking %s of %s begins: save your work by then, or claim other GPUs for longer (`dibs ls` shows which are free); `dibs extend` cannot move it past the booking", l.ExpiresAt.Local().Format("Mon 15:04"), b.User, b.ID, gpuWord(b.GPUs)))
 	}
+	if l.Borrowed {
+		notes = append(notes, "this lease is borrowed: it takes you beyond your quota, so it may be preempted (with a warning and a grace) when someone within theirs waits")
+	}
+	r.Notice = strings.Join(notes, "; ")
 	return r
 }
 

@@ -109,7 +109,12 @@ func (b *Bound) Claim(ctx context.Context, req api.ClaimRequest) (api.ClaimRespo
 			// A retry goes where the first try went, which dedupes it.
 			target = prev
 		} else if len(claim.GPUs) == 0 && len(v.Nodes) > 1 {
-			want := lease.Want{Count: claim.Count, MIG: claim.MIG, MemMiB: claim.MemMiB, Model: claim.Model, Tags: claim.Tags}
+			span := claim.Duration
+			if span == 0 {
+				span, _ = s.cfg.Policy.Limits(claim.Kind)
+			}
+			want := lease.Want{Count: claim.Count, MIG: claim.MIG, MemMiB: claim.MemMiB, Model: claim.Model, Tags: claim.Tags,
+				Duration: claim.Duration, Span: span, Now: s.deps.Clock.Now(), Held: v.PoolHeld(s.cfg.Policy.Pools, b.c.User)}
 			cands := v.Candidates()
 			if here := localCandidate(cands); req.PreferHere && here != nil {
 				if _, err := lease.ChooseNodeFor(here, want, s.cfg.Policy.Pools, b.c.User); err != nil {
@@ -205,7 +210,7 @@ func claimResponse(l lease.Lease) api.ClaimResponse {
 	return api.ClaimResponse{
 		ID: l.ID, Node: l.Node, GPUs: l.GPUs, CUDAVisibleDevices: l.CUDAVisibleDevices(),
 		Token: l.Token, Kind: string(l.Kind), ExpiresAt: l.ExpiresAt, Session: l.Session,
-		MIG: l.MIG, MemMiB: l.MemMiB,
+		MIG: l.MIG, MemMiB: l.MemMiB, Borrowed: l.Borrowed,
 	}
 }
 

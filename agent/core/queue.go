@@ -66,7 +66,7 @@ func (b *Bound) Submit(ctx context.Context, req api.SubmitRequest) (api.Submitte
 		return api.Submitted{}, err
 	}
 	v := s.View()
-	if err := lease.CheckFeasible(e, v.SchedNodes(), e.Model); err != nil {
+	if err := lease.CheckFeasible(e, v.SchedNodes(), e.Model, s.cfg.Sched.Pools); err != nil {
 		return api.Submitted{}, err
 	}
 	e, err = s.deps.Origin.Submit(e)

@@ -154,7 +154,16 @@ func jupyter(c *cli, req api.ClaimRequest, port int, host string, asJSON bool) e
 	fmt.Fprintf(c.stdout, "%s runs on %s in tmux session %s (lease %s: GPU%s %s until %s).\n", app.name, safe(r.Node), safe(r.Session),
 		safe(r.ID), plural(len(r.GPUs)), safe(r.CUDAVisibleDevices), r.ExpiresAt.Local().Format("Mon 15:04"))
 	fmt.Fprintf(c.stdout, "On your laptop, open the tunnel:\n  %s\nthen open:\n  %s\n", safe(res.SSH), res.URL)
-	fmt.Fprintf(c.stdout, "It stops when the lease ends (`dibs extend %s --for 2h` keeps it); `dibs release %s` stops it now.\n", safe(r.ID), safe(r.ID))
+	if r.CutBy != "" {
+		// A booking of its GPUs begins at the end: extending would fail.
+		fmt.Fprintf(c.stdout, "It stops at %s, cut short because booking %s of its GPUs begins then: save your work by then, or start it on other GPUs for longer; `dibs release %s` stops it now.\n",
+			r.ExpiresAt.Local().Format("Mon 15:04"), safe(r.CutBy), safe(r.ID))
+	} else {
+		fmt.Fprintf(c.stdout, "It stops when the lease ends (`dibs extend %s --for 2h` keeps it); `dibs release %s` stops it now.\n", safe(r.ID), safe(r.ID))
+	}
+	if r.Borrowed {
+		fmt.Fprintln(c.stdout, "note: the lease is borrowed (beyond your quota): it may be preempted when someone within theirs waits.")
+	}
 	return nil
 }
 

@@ -84,6 +84,9 @@ func printBoard(w io.Writer, b api.Board, now time.Time) {
 			for _, f := range g.Flags {
 				flags = append(flags, string(f))
 			}
+			if g.Lease != nil && g.Lease.Borrowed {
+				flags = append(flags, "borrowed")
+			}
 			fmt.Fprintf(w, "%-8s %3d %-16s %9s %4s  %-10s %6s  %s\n", clip(n.Name, 8), g.Index, clip(lsModel(g.Model), 16),
 				memStr(g.MemoryUsedMiB, g.MemoryTotalMiB), pct(g.UtilizationPct), clip(holder, 10), left, strings.Join(flags, ","))
 			printParts(w, n.State == api.NodeAlive, g, now)
@@ -111,7 +114,7 @@ func printBoard(w io.Writer, b api.Board, now time.Time) {
 		if sess == "" {
 			sess = "-"
 		}
-		fmt.Fprintf(w, "%-12s %-10s %-16s %-6s %-14s %s\n", clip(l.ID, 12), clip(l.User, 10), clip(leaseGPUs(l), 16), left, clip(sess, 14), clip(l.Note, 16))
+		fmt.Fprintf(w, "%-12s %-10s %-16s %-6s %-14s %s\n", clip(l.ID, 12), clip(l.User, 10), gpusCell(l, 16), left, clip(sess, 14), leaseNote(l, 16))
 	}
 }
 
@@ -129,7 +132,8 @@ func printParts(w io.Writer, alive bool, g api.GPU, now time.Time) {
 			}
 		}
 		sel := strconv.Itoa(g.Index) + ":" + strconv.Itoa(d.Index)
-		fmt.Fprintf(w, "%14s├ %-5s %-9s %6s  %-10s %6s  %s\n", "", clip(sel, 5), clip(d.Profile, 9), mib(d.MemoryTotalMiB), clip(who, 10), left, clip(d.UUID, 20))
+		// The UUID is what CUDA_VISIBLE_DEVICES takes: printed whole, last.
+		fmt.Fprintf(w, "%14s├ %-5s %-9s %6s  %-10s %6s  %s\n", "", clip(sel, 5), clip(d.Profile, 9), mib(d.MemoryTotalMiB), clip(who, 10), left, d.UUID)
 	}
 	if g.MIG == nodeprobe.MIGEnabled {
 		return
@@ -146,6 +150,29 @@ func timeLeft(l lease.Lease, now time.Time) string {
 		return "over"
 	}
 	return lease.FormatDuration(l.ExpiresAt.Sub(now))
+}
+
+// gpusCell is a table's GPUS cell for a lease: clipped to width, except a
+// MIG instance's UUID, which is printed whole (a cut UUID is of no use to
+// CUDA_VISIBLE_DEVICES); the row is then wider.
+func gpusCell(l lease.Lease, width int) string {
+	s := leaseGPUs(l)
+	if l.MIG != "" {
+		return fmt.Sprintf("%-*s", width, s)
+	}
+	return fmt.Sprintf("%-*s", width, clip(s, width))
+}
+
+// leaseNote is a table's NOTE cell: the note, after "borrowed" for a lease
+// beyond its holder's quota (it may be preempted).
+func leaseNote(l lease.Lease, width int) string {
+	if l.Borrowed {
+		if l.Note == "" {
+			return "borrowed"
+		}
+		return "borrowed; " + clip(l.Note, width)
+	}
+	return clip(l.Note, width)
 }
 
 // leaseGPUs says what a lease holds: node:0,1 or node:MIG-… or node:0 20G.
@@ -229,7 +256,7 @@ func printWho(w io.Writer, rows []lease.Lease, now time.Time) {
 	}
 	fmt.Fprintf(w, "%-10s %-14s %-14s %-7s %s\n", "USER", "LEASE", "GPUS", "LEFT", "NOTE")
 	for _, l := range rows {
-		fmt.Fprintf(w, "%-10s %-14s %-14s %-7s %s\n", clip(l.User, 10), l.ID, clip(l.Node+":"+l.CUDAVisibleDevices(), 14), timeLeft(l, now), clip(l.Note, 30))
+		fmt.Fprintf(w, "%-10s %-14s %-14s %-7s %s\n", clip(l.User, 10), l.ID, gpusCell(l, 14), timeLeft(l, now), leaseNote(l, 30))
 	}
 }
 

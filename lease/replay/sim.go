@@ -345,7 +345,7 @@ func (s *sim) entryOf(j *job) lease.QueueEntry {
 
 func (s *sim) enqueue(j *job) {
 	e := s.entryOf(j)
-	if err := lease.CheckFeasible(e, s.schedNodes(), e.Model); err != nil {
+	if err := lease.CheckFeasible(e, s.schedNodes(), e.Model, s.sched.Pools); err != nil {
 		j.gaveUp = true // refused at submission: it never runs
 		return
 	}
@@ -381,7 +381,7 @@ func (s *sim) claim(j *job) bool {
 func (s *sim) try(j *job) {
 	e := s.entryOf(j)
 	if j.tries == 0 {
-		if err := lease.CheckFeasible(e, s.schedNodes(), e.Model); err != nil {
+		if err := lease.CheckFeasible(e, s.schedNodes(), e.Model, s.sched.Pools); err != nil {
 			j.gaveUp = true
 			return
 		}

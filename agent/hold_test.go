@@ -1,0 +1,134 @@
+package agent_test
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/dibs-gpu/dibs/agent/agenttest"
+	"github.com/dibs-gpu/dibs/api"
+	"github.com/dibs-gpu/dibs/lease"
+)
+
+// The cluster of issue 23, as a team would run it: node01 with 4×H100
+// tagged h100; node02 with 2×L40S in pool l40s (max_gpus = 1, max_time =
+// 2h); node03 with an A100 split 3g.40gb+2g.20gb+1g.10gb and a whole A100,
+// in pool a100 open to alice and bob only. carol is outside pool a100.
+var (
+	holdUsers                     = agenttest.Users{"alice": 2301, "bob": 2302, "carol": 2303}
+	holdAlice, holdBob, holdCarol = lease.Caller{UID: 2301, User: "alice"}, lease.Caller{UID: 2302, User: "bob"}, lease.Caller{UID: 2303, User: "carol"}
+)
+
+func holdCluster(t *testing.T) []*agenttest.Node {
+	t.Helper()
+	policy := lease.DefaultPolicy()
+	policy.Pools = lease.Pools{
+		"l40s": {MaxGPUs: 1, MaxTime: 2 * time.Hour},
+		"a100": {Users: []string{"alice", "bob"}},
+	}
+	return agenttest.Cluster(t, agenttest.ClusterOptions{
+		Specs:  []string{"4xH100-80GB", "2xL40S", "1xA100-80GB:mig=3g.40gb+2g.20gb+1g.10gb,1xA100-80GB"},
+		Tags:   [][]string{{"h100"}, {"l40s"}, {"a100"}},
+		Policy: policy,
+		Users:  holdUsers,
+		Quiet:  true,
+	})
+}
+
+// Placement reads every pool's limits before it chooses a node: with four
+// free H100s, a claim the l40s pool would refuse lands on an H100, and only
+// a request no node can take is refused, with the closest fit's reason.
+func TestPlacementHonoursPoolLimits(t *testing.T) {
+	t.Parallel()
+	nodes := holdCluster(t)
+	n := nodes[0]
+	claim := func(c lease.Caller, req api.ClaimRequest) (api.ClaimResponse, error) {
+		t.Helper()
+		return n.As(c).Claim(ctx(t), req)
+	}
+	// -g 2: the L40S node is the fullest fit, but its pool allows 1.
+	r, err := claim(holdCarol, api.ClaimRequest{Count: 2})
+	if err != nil || r.Node != "node01" {
+		t.Fatalf("carol -g 2 with four free H100s: %+v, %v; want node01", r, err)
+	}
+	// Two -g 1: the first may take an L40S, the second goes elsewhere.
+	first, err := claim(holdCarol, api.ClaimRequest{Count: 1})
+	if err != nil {
+		t.Fatalf("carol's first -g 1: %v", err)
+	}
+	second, err := claim(holdCarol, api.ClaimRequest{Count: 1})
+	if err != nil {
+		t.Fatalf("carol's second -g 1 (first on %s): %v; want it placed outside the l40s pool", first.Node, err)
+	}
+	if first.Node == "node02" && second.Node == "node02" {
+		t.Errorf("both of carol's GPUs are on the l40s pool's node, over its max_gpus = 1")
+	}
+	// A 3h claim is over the l40s pool's 2h, so it goes to an H100.
+	if r, err := claim(holdBob, api.ClaimRequest{Count: 1, Duration: "3h"}); err != nil || r.Node == "node02" {
+		t.Errorf("bob -g 1 --for 3h: %+v, %v; want it outside the l40s pool (max_time 2h)", r, err)
+	}
+	// A booking of 3h tomorrow: refused by the l40s pool today.
+	bk, err := n.As(holdCarol).Book(ctx(t), api.BookRequest{Count: 1, Start: time.Now().Add(24 * time.Hour), Duration: "3h"})
+	if err != nil || bk.Node == "node02" {
+		t.Errorf("carol book -g 1 --for 3h tomorrow: %+v, %v; want it booked outside the l40s pool", bk, err)
+	}
+	// Asked in pool l40s itself, the pool's limits are the answer, in words
+	// that make sense.
+	_, err = claim(holdAlice, api.ClaimRequest{Count: 2, Tags: []string{"l40s"}})
+	if err == nil || !strings.Contains(err.Error(), "pool l40s allows 1 GPU per person and 2 were asked for: ask for at most 1 there") {
+		t.Errorf("alice -g 2 --pool l40s: %v; want the pool's limit of 1 GPU named", err)
+	}
+	if first.Node == "node02" || second.Node == "node02" {
+		_, err = claim(holdCarol, api.ClaimRequest{Count: 1, Tags: []string{"l40s"}})
+		if err == nil || !strings.Contains(err.Error(), "you hold 1 there already: release it") {
+			t.Errorf("carol -g 1 --pool l40s holding one there: %v; want her told she holds 1 already", err)
+		}
+	}
+	_, err = claim(holdAlice, api.ClaimRequest{Count: 1, Tags: []string{"l40s"}, Duration: "3h"})
+	if err == nil || !strings.Contains(err.Error(), "3h is over pool l40s's maximum of 2h") {
+		t.Errorf("alice -g 1 --pool l40s --for 3h: %v; want the pool's 2h named", err)
+	}
+	// The queue refuses at submit what pool limits make impossible.
+	_, err = n.As(holdAlice).Submit(ctx(t), api.SubmitRequest{Claim: api.ClaimRequest{Count: 2, Tags: []string{"l40s"}, Duration: "1h"}})
+	if err == nil || !strings.Contains(err.Error(), "pool l40s allows 1 GPU per person") {
+		t.Errorf("queue -g 2 --pool l40s: %v; want it refused at submit, naming the pool's limit", err)
+	}
+	// A queued run keeps its time limit (the default 4h here), so a pool
+	// with a shorter max_time can never start it: refused, saying what to ask.
+	_, err = n.As(holdAlice).Submit(ctx(t), api.SubmitRequest{Claim: api.ClaimRequest{Count: 1, Tags: []string{"l40s"}}})
+	if err == nil || !strings.Contains(err.Error(), "4h is over pool l40s's maximum of 2h: ask for less (--for 2h)") {
+		t.Errorf("queue -g 1 --pool l40s with the default 4h: %v; want it refused at submit, naming --for 2h", err)
+	}
+	_, err = n.As(holdCarol).Submit(ctx(t), api.SubmitRequest{Claim: api.ClaimRequest{Count: 1, Tags: []string{"a100"}}})
+	if err == nil || !strings.Contains(err.Error(), "pool a100 is open to alice, bob only") {
+		t.Errorf("carol queue --pool a100: %v; want it refused at submit", err)
+	}
+	if q := n.Queue(); len(q.Entries) != 0 {
+		t.Errorf("queue holds %d entries after refusals; want none", len(q.Entries))
+	}
+}
+
+// A claim beyond its holder's quota says it borrows, and the board keeps
+// the mark.
+func TestClaimSaysItBorrows(t *testing.T) {
+	t.Parallel()
+	n := agenttest.Start(t, agenttest.Options{Sim: "4xH100-80GB", Users: holdUsers, Quiet: true,
+		Sched: lease.SchedConfig{Quotas: map[string]int{"alice": 1}}})
+	within, err := n.As(holdAlice).Claim(ctx(t), api.ClaimRequest{Count: 1})
+	if err != nil || within.Borrowed || strings.Contains(within.Notice, "borrowed") {
+		t.Fatalf("alice's first GPU, within her quota of 1: %+v, %v; want it not borrowed", within, err)
+	}
+	r, err := n.As(holdAlice).Claim(ctx(t), api.ClaimRequest{Count: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !r.Borrowed || !strings.Contains(r.Notice, "this lease is borrowed: it takes you beyond your quota, so it may be preempted") {
+		t.Errorf("alice's second GPU, beyond her quota: borrowed %v, notice %q; want it marked and said", r.Borrowed, r.Notice)
+	}
+	b := n.Board()
+	for _, g := range b.Nodes[0].GPUs {
+		if g.Lease != nil && g.Lease.ID == r.ID && !g.Lease.Borrowed {
+			t.Errorf("the board's lease %s is not marked borrowed", r.ID)
+		}
+	}
+}

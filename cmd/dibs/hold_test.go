@@ -1,0 +1,60 @@
+package main
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/dibs-gpu/dibs/api"
+	"github.com/dibs-gpu/dibs/lease"
+	"github.com/dibs-gpu/dibs/nodeprobe"
+)
+
+// A borrowed lease (beyond its holder's quota, so it may be preempted) is
+// marked in `dibs ls` and `dibs who`, not only in --json; a MIG instance's
+// UUID is printed whole, as CUDA_VISIBLE_DEVICES takes it.
+func TestTablesMarkBorrowedAndKeepMIGUUIDs(t *testing.T) {
+	now := time.Date(2026, 3, 2, 9, 0, 0, 0, time.UTC)
+	const uuid = "MIG-eac955e4-841d-8f2a-9c3e-1d2b3c4d5e6f"
+	borrowed := lease.Lease{ID: "node01-7", Node: "node01", GPUs: []int{0}, User: "carol", Kind: lease.KindInteractive,
+		Note: "sweep", ExpiresAt: now.Add(time.Hour), Borrowed: true}
+	mig := lease.Lease{ID: "node03-2", Node: "node03", GPUs: []int{0}, User: "alice", Kind: lease.KindInteractive,
+		MIG: uuid, ExpiresAt: now.Add(2 * time.Hour)}
+	b := api.Board{Self: "node01", Nodes: []api.Node{
+		{Name: "node01", State: api.NodeAlive, GPUs: []api.GPU{{GPU: nodeprobe.GPU{Index: 0, Model: "NVIDIA H100 80GB HBM3"}, Lease: &borrowed}}},
+		{Name: "node03", State: api.NodeAlive, GPUs: []api.GPU{{
+			GPU: nodeprobe.GPU{Index: 0, Model: "NVIDIA A100-SXM4-80GB", MIG: nodeprobe.MIGEnabled,
+				MIGDevices: []nodeprobe.MIGDevice{{Index: 0, Profile: "3g.40gb", UUID: uuid, MemoryTotalMiB: 40 << 10}}},
+			Shares: []lease.Lease{mig}}}},
+	}}
+	var ls bytes.Buffer
+	printBoard(&ls, b, now)
+	var who bytes.Buffer
+	rows, err := whoRows(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	printWho(&who, rows, now)
+	tests := []struct {
+		table, out string
+		want       []string
+	}{
+		{"ls", ls.String(), []string{"borrowed; sweep", uuid}},
+		{"who", who.String(), []string{"borrowed; sweep", "node03:" + uuid}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.table, func(t *testing.T) {
+			for _, w := range tt.want {
+				if !strings.Contains(tt.out, w) {
+					t.Errorf("dibs %s does not show %q:\n%s", tt.table, w, tt.out)
+				}
+			}
+		})
+	}
+	if line := lineWith(ls.String(), "carol"); !strings.Contains(line, "borrowed") {
+		t.Errorf("the GPU line of a borrowed lease has no borrowed flag: %q", line)
+	}
+}
+
+func whoRows(b api.Board) ([]lease.Lease, error) { return who(b, "") }
