@@ -72,7 +72,7 @@ func rootCmd(c *cli) *cobra.Command {
 	root.AddCommand(probeCmd(c), agentCmd(c), configCmd(c), lsCmd(c), claimCmd(c), runCmd(c),
 		releaseCmd(c), extendCmd(c), adoptCmd(c), attachCmd(c), whoCmd(c), statusCmd(c), keygenCmd(c),
 		tuiCmd(c), demoCmd(c), queueCmd(c), cancelCmd(c), usageCmd(c), versionCmd(c),
-		doctorCmd(c), replayCmd(c), exportCmd(c))
+		doctorCmd(c), replayCmd(c), exportCmd(c), leaveCmd(c))
 	root.AddCommand(bookCmd(c), bookingsCmd(c), unbookCmd(c))
 	root.AddCommand(eventsCmd(c), notifyCmd(c), logsCmd(c), jupyterCmd(c), pipeLogCmd(c))
 	root.AddCommand(c.extraCmds()...)
