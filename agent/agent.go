@@ -12,9 +12,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sync"
 	"syscall"
 	"time"
 
@@ -103,6 +105,9 @@ type Deps struct {
 	// node fell back to nvidia-smi; nil skips that (the agent itself never
 	// links NVML: the command that builds it does).
 	TryNVML func(ctx context.Context) error
+	// Rand draws a number in [0, 1) for jitter (the spacing of a requeued
+	// run's retries); nil means math/rand/v2.
+	Rand func() float64
 }
 
 // Sessions is what the agent needs of launch.Launcher.
@@ -141,6 +146,9 @@ type Agent struct {
 	schedOK   chan struct{}
 	watchDone chan struct{}
 	stopped   bool
+	// leaveCh is closed by `dibs leave` (LeaveRequested).
+	leaveCh   chan struct{}
+	leaveOnce sync.Once
 }
 
 // New checks the configuration and builds an agent; Start runs it.
@@ -177,6 +185,9 @@ func New(cfg Config, deps Deps) (*Agent, error) {
 	if deps.Clock == nil {
 		deps.Clock = clock.Real()
 	}
+	if deps.Rand == nil {
+		deps.Rand = rand.Float64
+	}
 	if deps.Sessions == nil {
 		dir := cfg.StatusDir
 		if dir == "" && cfg.Socket != "" {
@@ -184,7 +195,7 @@ func New(cfg Config, deps Deps) (*Agent, error) {
 		}
 		deps.Sessions = launch.New(launch.Options{StatusDir: dir, Logf: logf(cfg.Log)})
 	}
-	return &Agent{cfg: cfg, deps: deps, log: cfg.Log}, nil
+	return &Agent{cfg: cfg, deps: deps, log: cfg.Log, leaveCh: make(chan struct{})}, nil
 }
 
 // logf adapts a logger for the parts that take printf-style lines.
@@ -258,7 +269,7 @@ func (a *Agent) Start(ctx context.Context) error {
 		return err
 	}
 	if err := a.serve(); err != nil {
-		a.shutdown(false)
+		a.shutdown(exitCrash)
 		return err
 	}
 	st := a.node.State()
@@ -284,19 +295,23 @@ func (a *Agent) build(ctx context.Context) error {
 		PreemptSignal: a.cfg.PreemptSignal, CanRunAs: canWrite, Tags: a.cfg.Tags, Log: a.log.With("part", "node"),
 	}, node.Deps{Store: a.store, Probe: a.deps.Probe, Sessions: a.deps.Sessions, Accounts: a.accounts, Clock: c,
 		Changed: a.changed, LeasesChanged: a.leasesChanged, Events: a.events.Record})
+	sc := a.cfg.Sched.WithDefaults()
 	a.origin = origin.New(a.cfg.NodeName, origin.Deps{Store: a.store, Clock: c, Changed: a.changed,
-		QueueChanged: a.queueChanged, Log: a.log.With("part", "queue"), Events: a.events.Record})
+		QueueChanged: a.queueChanged, Log: a.log.With("part", "queue"), Events: a.events.Record,
+		RetryDelay: func(restart int) time.Duration {
+			return lease.RequeueDelay(restart, sc.RequeueBackoff, sc.MaxRequeueBackoff, a.deps.Rand())
+		}})
 	a.svc = core.New(core.Config{
 		Node: a.cfg.NodeName, Policy: a.cfg.Policy, Sched: a.cfg.Sched, Version: a.cfg.Version,
 		DataDir: a.cfg.DataDir, Socket: a.cfg.Socket,
 	}, core.Deps{Node: a.node, Origin: a.origin, Peers: a.peers, Accounts: a.accounts, Clock: c, Changed: a.changed,
-		Kick: a.kick, Attach: a.deps.Sessions.AttachCommand, CanWrite: canWrite, Log: a.log,
+		Kick: a.kick, Leave: a.requestLeave, Attach: a.deps.Sessions.AttachCommand, CanWrite: canWrite, Log: a.log,
 		Events: a.events, Webhooks: a.webhooks, Tell: a.teller()})
 	a.fanout = events.NewFanout(nodes(a.svc), send(a.svc), a.log.With("part", "notices"))
 	a.sched = sched.New(a.cfg.NodeName, a.cfg.Sched, sched.Deps{
 		View: a.svc.View, Peers: a.peers, Clock: c, Log: a.log.With("part", "scheduler"), Instance: randomID(),
 		Reconcile: func(ctx context.Context, v lease.ClusterView) {
-			a.origin.Reconcile(ctx, v, a.cfg.Sched.LostAfter, a.cfg.Sched.WithDefaults().ReservationTTL, a.stopRank, a.svc.TellUser)
+			a.origin.Reconcile(ctx, v, sc.LostAfter, sc.ReservationTTL, a.stopRank, a.svc.TellUser)
 		},
 	})
 	a.doctor = a.newDoctor()
@@ -400,24 +415,48 @@ func (a *Agent) kick() {
 	}
 }
 
-// Stop ends the agent: a graceful cluster leave, the front doors closed, the
-// loops stopped, the store closed. Sessions keep running; a restarted agent
-// re-adopts them.
-func (a *Agent) Stop() error { return a.shutdown(true) }
+// Stop ends the agent as a restart does (SIGTERM: `systemctl restart` and
+// `stop`, an upgrade): it steps out of the cluster so the others see at
+// once that it is away, but does not leave, so they keep its leases, ranks
+// and gangs for the grace (queue.lost_after) and show it as restarting; the
+// front doors close, the loops stop, the store closes. Sessions keep
+// running; a restarted agent re-adopts them.
+func (a *Agent) Stop() error { return a.shutdown(exitRestart) }
 
-// Crash stops the agent without a graceful cluster leave, as a killed
-// process would: the other agents must notice it through failure detection.
-// Tests and fault drills use it.
-func (a *Agent) Crash() error { return a.shutdown(false) }
+// Leave ends the agent and takes its node out of the cluster for good (the
+// package's removal, an admin retiring the node: `dibs leave`): the others
+// show it as left and count its ranks lost at once, without waiting out the
+// grace. Sessions keep running, but nothing of the cluster waits for them.
+func (a *Agent) Leave() error { return a.shutdown(exitLeave) }
 
-func (a *Agent) shutdown(graceful bool) error {
+// Crash stops the agent without a word to the cluster, as a killed process
+// would: the other agents must notice it through failure detection. Tests
+// and fault drills use it.
+func (a *Agent) Crash() error { return a.shutdown(exitCrash) }
+
+// LeaveRequested is closed when someone asked this agent to leave the
+// cluster for good (`dibs leave`): whoever runs it then calls Leave.
+func (a *Agent) LeaveRequested() <-chan struct{} { return a.leaveCh }
+
+func (a *Agent) requestLeave() { a.leaveOnce.Do(func() { close(a.leaveCh) }) }
+
+// exitHow is how an agent ends: what it tells the cluster.
+type exitHow int
+
+const (
+	exitCrash   exitHow = iota // nothing
+	exitRestart                // away for a moment (memberlist's leave)
+	exitLeave                  // gone for good (dibs's leave notice too)
+)
+
+func (a *Agent) shutdown(how exitHow) error {
 	if a.stopped || a.node == nil {
 		return nil
 	}
 	a.stopped = true
-	a.stopEvents(graceful)
+	a.stopEvents(how)
 	if a.cluster != nil {
-		a.cluster.shutdown(graceful)
+		a.cluster.shutdown(how)
 	}
 	if a.ssh != nil {
 		a.ssh.Close()

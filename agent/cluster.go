@@ -171,9 +171,16 @@ func (l *clusterLink) Peers() []lease.NodeView {
 		// the view judges it against the agent's clock (lost ranks), so
 		// say when it went down on that clock: a wall-clock step must not
 		// make a node lost at once, or never.
+		//
+		// A node is silent since it was last heard, which for a crash is
+		// a suspicion timeout before memberlist declares it dead: the
+		// grace counts from then.
 		since := p.DownSince
+		if !since.IsZero() && !p.HeardAt.IsZero() && p.HeardAt.Before(since) {
+			since = p.HeardAt
+		}
 		if !since.IsZero() {
-			since = l.a.deps.Clock.Now().Add(-time.Since(p.DownSince))
+			since = l.a.deps.Clock.Now().Add(-time.Since(since))
 		}
 		out = append(out, lease.NodeView{
 			Name: p.Name, State: p.State, Addr: p.Addr, HasState: p.HasState, Since: since,
@@ -221,8 +228,13 @@ func (l *clusterLink) publish(urgent bool) { l.c.Publish(urgent) }
 
 func (l *clusterLink) addr() string { return l.c.LocalAddr() }
 
-func (l *clusterLink) shutdown(graceful bool) {
-	if graceful {
+func (l *clusterLink) shutdown(how exitHow) {
+	switch how {
+	case exitRestart:
+		if err := l.c.Restart(2 * time.Second); err != nil {
+			l.a.log.Warn("gossip: step out to restart", "err", err)
+		}
+	case exitLeave:
 		if err := l.c.Leave(2 * time.Second); err != nil {
 			l.a.log.Warn("gossip: leave", "err", err)
 		}

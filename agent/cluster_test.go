@@ -136,11 +136,13 @@ func TestClusterKilledAgentShownDeadAndItsGPUsUnknown(t *testing.T) {
 	})
 	start := time.Now()
 	nodes[2].Crash()
-	agenttest.Eventually(t, 10*time.Second, "node01 to show node03 dead", func() bool {
+	// Within the grace a killed agent is shown restarting (it may come
+	// straight back, its sessions still running), never alive.
+	agenttest.Eventually(t, 10*time.Second, "node01 to show node03 restarting", func() bool {
 		b, _ := nodes[0].Client.Board(ctx(t))
-		return nodeState(b, "node03") == api.NodeDead
+		return nodeState(b, "node03") == api.NodeRestarting
 	})
-	t.Logf("node03 shown dead %s after the crash", time.Since(start).Round(time.Millisecond))
+	t.Logf("node03 shown restarting %s after the crash", time.Since(start).Round(time.Millisecond))
 	b, _ := nodes[0].Client.Board(ctx(t))
 	for _, n := range b.Nodes {
 		if n.Name != "node03" {
@@ -171,13 +173,52 @@ func TestClusterKilledAgentShownDeadAndItsGPUsUnknown(t *testing.T) {
 	}
 }
 
+// Leaving for good is said explicitly (`dibs leave`); a stop (SIGTERM) is
+// a restart, shown as restarting, not left (TestClusterStopShownRestarting).
 func TestClusterGracefulLeaveShownLeft(t *testing.T) {
 	t.Parallel()
 	nodes := agenttest.Cluster(t, agenttest.ClusterOptions{Specs: []string{"2xL40S", "2xL40S"}, Quiet: true})
-	nodes[1].Stop()
+	nodes[1].Leave()
 	agenttest.Eventually(t, 5*time.Second, "node01 to show node02 left", func() bool {
 		b, _ := nodes[0].Client.Board(ctx(t))
 		return nodeState(b, "node02") == api.NodeLeft
+	})
+}
+
+// A stop is what SIGTERM does (systemctl restart and stop, an upgrade): the
+// others show the node as restarting for the grace, then as dead; its
+// status and the doctor say so too.
+func TestClusterStopShownRestarting(t *testing.T) {
+	t.Parallel()
+	nodes := agenttest.Cluster(t, agenttest.ClusterOptions{Specs: []string{"2xL40S", "2xL40S"}, Quiet: true,
+		Sched: lease.SchedConfig{LostAfter: 3 * time.Second}})
+	nodes[1].Stop()
+	agenttest.Eventually(t, 5*time.Second, "node01 to show node02 restarting", func() bool {
+		b, _ := nodes[0].Client.Board(ctx(t))
+		return nodeState(b, "node02") == api.NodeRestarting
+	})
+	st, err := nodes[0].Client.Status(ctx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range st.Members {
+		if m.Name == "node02" && m.State != api.NodeRestarting {
+			t.Errorf("status shows node02 %s, want restarting", m.State)
+		}
+	}
+	rep, err := nodes[0].Client.Doctor(ctx(t), api.DoctorRequest{SkipHistory: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, h := range rep.Nodes {
+		if h.Node == "node02" && (h.State != api.NodeRestarting || !strings.Contains(h.Error, "restarting")) {
+			t.Errorf("doctor shows node02 %s (%s), want restarting", h.State, h.Error)
+		}
+	}
+	// Past the grace it is down.
+	agenttest.Eventually(t, 8*time.Second, "node01 to show node02 dead past the grace", func() bool {
+		b, _ := nodes[0].Client.Board(ctx(t))
+		return nodeState(b, "node02") == api.NodeDead
 	})
 }
 

@@ -70,12 +70,15 @@ func (a *Agent) runEvents() {
 }
 
 // stopEvents records a graceful stop and ends the watcher.
-func (a *Agent) stopEvents(graceful bool) {
+func (a *Agent) stopEvents(how exitHow) {
 	if a.watchDone == nil {
 		return
 	}
-	if graceful {
-		a.events.Record(lease.AgentEvent(lease.EventAgentLeave, a.cfg.NodeName, a.cfg.NodeName, "stopped", a.deps.Clock.Now()))
+	switch how {
+	case exitRestart:
+		a.events.Record(lease.AgentEvent(lease.EventAgentLeave, a.cfg.NodeName, a.cfg.NodeName, "stopped (restarting: the others keep its work for the grace)", a.deps.Clock.Now()))
+	case exitLeave:
+		a.events.Record(lease.AgentEvent(lease.EventAgentLeave, a.cfg.NodeName, a.cfg.NodeName, "left the cluster for good", a.deps.Clock.Now()))
 	}
 	a.cancel()
 	<-a.watchDone
@@ -139,7 +142,7 @@ func (a *Agent) watchMembers(alive map[string]bool, primed bool) {
 		if now {
 			a.events.Record(lease.AgentEvent(lease.EventAgentJoin, a.cfg.NodeName, n.Name, "joined the cluster", a.deps.Clock.Now()))
 		} else {
-			a.events.Record(lease.AgentEvent(lease.EventAgentLeave, a.cfg.NodeName, n.Name, "is "+n.State+": its GPUs show as unknown", a.deps.Clock.Now()))
+			a.events.Record(lease.AgentEvent(lease.EventAgentLeave, a.cfg.NodeName, n.Name, "is "+n.Shown(v.Now, a.cfg.Sched.WithDefaults().LostAfter)+": its GPUs show as unknown", a.deps.Clock.Now()))
 		}
 	}
 }

@@ -339,6 +339,22 @@ func (c *Client) Cancel(ctx context.Context, id string) error {
 	return c.do(ctx, http.MethodPost, "/v1/queue/cancel", map[string]string{"id": id}, &struct{}{})
 }
 
+// EntryStatus reports where a request queued at this node stands, or how
+// it ended.
+func (c *Client) EntryStatus(ctx context.Context, id string) (EntryStatus, error) {
+	var s EntryStatus
+	err := c.do(ctx, http.MethodPost, "/v1/queue/entry", map[string]string{"id": id}, &s)
+	return s, err
+}
+
+// Leave takes the agent's node out of the cluster for good; the agent then
+// stops (root or an admin only).
+func (c *Client) Leave(ctx context.Context) (LeaveResponse, error) {
+	var r LeaveResponse
+	err := c.do(ctx, http.MethodPost, "/v1/leave", struct{}{}, &r)
+	return r, err
+}
+
 // Usage reports GPU-hours per user since window ago, and fair-share factors.
 func (c *Client) Usage(ctx context.Context, window string) (UsageReport, error) {
 	var u UsageReport

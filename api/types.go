@@ -18,6 +18,9 @@ const (
 	NodeSuspect = lease.NodeSuspect
 	NodeDead    = lease.NodeDead
 	NodeLeft    = lease.NodeLeft
+	// NodeRestarting: away within the grace (its agent restarting, or
+	// silent for less than queue.lost_after); its leases and gangs hold.
+	NodeRestarting = lease.NodeRestarting
 )
 
 // FlagUnknown marks a GPU whose node is not alive: its state cannot be known.
@@ -251,6 +254,16 @@ type SubmitRequest struct {
 	Model  string `json:"model,omitempty"`
 }
 
+// EntryStatus is where a queued request stands at its origin: waiting,
+// backing off before a retry (until RetryAt, and why), running, or how it
+// ended. Clients follow it rather than the words of a notice.
+type EntryStatus = lease.EntryStatus
+
+// LeaveResponse answers `dibs leave`: the node that left.
+type LeaveResponse struct {
+	Node string `json:"node"`
+}
+
 // Submitted is a queued request's id and where it stands.
 type Submitted struct {
 	ID       string `json:"id"`
@@ -290,6 +303,9 @@ type QueuedEntry struct {
 	Waiting  string    `json:"waiting,omitempty"`
 	Running  bool      `json:"running,omitempty"`
 	Restarts int       `json:"restarts,omitempty"`
+	// RetryAt is when a requeued run tries again: restarts are spaced, so
+	// it waits until then (Waiting says why).
+	RetryAt time.Time `json:"retry_at,omitzero"`
 	// Model, Tags and MemMiB are what it asks of the GPUs: a model, pools,
 	// a budget on a shared GPU.
 	Model  string   `json:"model,omitempty"`

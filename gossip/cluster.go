@@ -98,9 +98,11 @@ type Response struct {
 //     the last suspicion timeout and it has not answered since. Best
 //     effort: memberlist tells only the prober, so other agents may go from
 //     alive straight to dead.
-//   - dead: not a member (failed, partitioned away, or reaped), or never
-//     seen as one (known only from another agent's state).
-//   - left: not a member, and its agent said it was leaving (Leave).
+//   - dead: not a member (failed, partitioned away, reaped, or stepped
+//     out to restart: Restart), or never seen as one (known only from
+//     another agent's state).
+//   - left: not a member, and its agent said it was leaving for good
+//     (Leave).
 const (
 	StateAlive   = "alive"
 	StateSuspect = "suspect"
@@ -222,7 +224,12 @@ type Cluster struct {
 	runMu     sync.Mutex
 	stopping  bool // under runMu: no more tracked goroutines
 	closeOnce sync.Once
-	leaving   atomic.Bool
+	// startedAt is when New ran, on the monotonic clock: a refutation
+	// soon after is this boot correcting what the others held of the
+	// last one (a restart), not news (logSink).
+	startedAt time.Time
+	leaving   atomic.Bool // Leave or Restart called: publish no more
+	forGood   atomic.Bool // Leave called: tell the others it left
 	done      chan struct{}
 	shutErr   error
 
@@ -274,6 +281,7 @@ func New(cfg Config, d Delegate) (*Cluster, error) {
 	c := &Cluster{
 		cfg:       cfg,
 		d:         d,
+		startedAt: time.Now(),
 		bootID:    cfg.BootID,
 		bootedAt:  cfg.BootedAt,
 		peers:     make(map[string]*peerRec),
@@ -362,7 +370,7 @@ func New(cfg Config, d Delegate) (*Cluster, error) {
 
 	joined := 0
 	if len(cfg.Join) > 0 {
-		joined = c.join.joinOnce(c.join.missingPeers(), 2*time.Second+cfg.TCPTimeout)
+		joined = c.join.joinOnce(c.join.missingPeers(), 2*time.Second+cfg.TCPTimeout, true)
 		if err := c.Err(); err != nil {
 			_ = c.Shutdown()
 			return nil, err
@@ -431,10 +439,34 @@ func (c *Cluster) closed() bool {
 	}
 }
 
-// Leave tells the other agents this one is leaving, so they show it as
-// left rather than dead: a leave notice to every member directly and by
-// gossip, then memberlist's leave. It waits at most timeout (≤ 0 means 5
-// s). Call Shutdown afterwards.
+// Restart steps out of the cluster for a moment, as an agent does when it
+// restarts (an upgrade, an admin's `systemctl restart`): memberlist's leave,
+// so the others see at once that it is away, but no leave notice, so they
+// show it as dead — restarting, while within the grace — not as left, and
+// keep what it holds. It waits at most timeout (≤ 0 means 5 s). Call
+// Shutdown afterwards.
+func (c *Cluster) Restart(timeout time.Duration) error {
+	if timeout <= 0 {
+		timeout = 5 * time.Second
+	}
+	ml := c.list()
+	if ml == nil || c.closed() {
+		return ErrClosed
+	}
+	if c.leaving.Swap(true) {
+		return nil
+	}
+	if err := ml.Leave(timeout); err != nil {
+		return fmt.Errorf("step out of the cluster: %w", err)
+	}
+	c.changed()
+	return nil
+}
+
+// Leave tells the other agents this one is leaving for good, so they show
+// it as left rather than dead (or restarting): a leave notice to every
+// member directly and by gossip, then memberlist's leave. It waits at most
+// timeout (≤ 0 means 5 s). Call Shutdown afterwards.
 func (c *Cluster) Leave(timeout time.Duration) error {
 	if timeout <= 0 {
 		timeout = 5 * time.Second
@@ -443,6 +475,7 @@ func (c *Cluster) Leave(timeout time.Duration) error {
 	if ml == nil || c.closed() {
 		return ErrClosed
 	}
+	c.forGood.Store(true)
 	if c.leaving.Swap(true) {
 		return nil
 	}

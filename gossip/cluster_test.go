@@ -9,6 +9,7 @@ import (
 	"net"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -262,6 +263,54 @@ func TestLeaveShowsLeft(t *testing.T) {
 	})
 	if _, err := nodes[0].Request(context.Background(), "node02", Request{Op: "x"}); !errors.Is(err, ErrNodeDown) {
 		t.Errorf("request to a node that left: %v, want ErrNodeDown", err)
+	}
+}
+
+// A restart (SIGTERM) steps out without leaving: the others see the node
+// away (dead, shown as restarting above gossip), never left, and its boot
+// after the restart comes back with no warning in its log.
+func TestRestartStepsOutWithoutLeavingAndComesBackQuietly(t *testing.T) {
+	nodes := startCluster(t, 3, nil)
+	old := nodes[2]
+	if err := old.Restart(3 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if err := old.Shutdown(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 5*time.Second, func() (bool, string) {
+		for _, n := range nodes[:2] {
+			if p, _ := n.Peer("node02"); p.State != StateDead {
+				return false, fmt.Sprintf("%s sees node02 %s, want dead (away, not left)", n.cfg.NodeName, p.State)
+			}
+		}
+		return true, ""
+	})
+	cfg := old.cfg
+	cfg.BindPort = portOf(t, old.LocalAddr())
+	var mu sync.Mutex
+	var warnings []string
+	cfg.Logf = func(format string, args ...any) {
+		mu.Lock()
+		defer mu.Unlock()
+		warnings = append(warnings, fmt.Sprintf(format, args...))
+	}
+	back := startNode(t, cfg)
+	waitFor(t, 10*time.Second, func() (bool, string) {
+		for _, n := range nodes[:2] {
+			if p, _ := n.Peer("node02"); p.State != StateAlive || p.NodeState.BootID != back.BootID() {
+				return false, fmt.Sprintf("%s sees node02 %s boot %s", n.cfg.NodeName, p.State, p.NodeState.BootID)
+			}
+		}
+		return true, ""
+	})
+	// Gossip settles for a few rounds after the rejoin (push/pull carries
+	// the old boot's verdict, which memberlist refutes).
+	time.Sleep(2 * time.Second)
+	mu.Lock()
+	defer mu.Unlock()
+	if len(warnings) > 0 {
+		t.Errorf("a clean restart logged:\n%s", strings.Join(warnings, "\n"))
 	}
 }
 

@@ -28,8 +28,11 @@ func (x *joiner) memberNodes() []memberlist.Node {
 }
 
 // joinOnce joins the given peers in parallel and returns how many answered,
-// waiting at most wait.
-func (x *joiner) joinOnce(peers []string, wait time.Duration) int {
+// waiting at most wait. Failures are logged when loud: while this agent has
+// reached nobody yet (a wrong address, a firewall). Once it has, a peer it
+// cannot re-join is away — restarting, or down — which `dibs status` and
+// the board show; a restart of a peer must not fill the log with warnings.
+func (x *joiner) joinOnce(peers []string, wait time.Duration, loud bool) int {
 	c := x.c
 	ml := c.list()
 	if ml == nil || len(peers) == 0 {
@@ -42,7 +45,7 @@ func (x *joiner) joinOnce(peers []string, wait time.Duration) int {
 		go func() {
 			defer wg.Done()
 			if _, err := ml.Join([]string{p}); err != nil {
-				if !c.closed() && c.Err() == nil {
+				if loud && !c.closed() && c.Err() == nil {
 					c.cfg.Logf("gossip: join %s: %s", p, joinProblem(err))
 				}
 				return
@@ -87,7 +90,7 @@ func (x *joiner) joinLoop(up bool) {
 		}
 		if missing := c.join.missingPeers(); len(missing) > 0 {
 			c.stats.rejoins.Add(1)
-			if c.join.joinOnce(missing, c.cfg.TCPTimeout+time.Second) > 0 {
+			if c.join.joinOnce(missing, c.cfg.TCPTimeout+time.Second, !up) > 0 {
 				up = true
 			}
 			if c.closed() {

@@ -159,7 +159,7 @@ func (s *logSink) Write(p []byte) (int, error) {
 	if name, ok := suspectedIn(line); ok {
 		s.c.mem.markSuspect(name)
 	}
-	if strings.Contains(line, "[DEBUG]") {
+	if strings.Contains(line, "[DEBUG]") || s.restartNews(line) {
 		return len(p), nil
 	}
 	s.mu.Lock()
@@ -193,6 +193,20 @@ func (s *logSink) Write(p []byte) (int, error) {
 	}
 	s.c.cfg.Logf("gossip: %s", line)
 	return len(p), nil
+}
+
+// restartWindow is how long after start a refutation is the expected end
+// of a restart rather than a warning.
+const restartWindow = time.Minute
+
+// restartNews reports whether line is memberlist refuting a dead, left or
+// suspect verdict about this node soon after this agent started: the others
+// still held its last boot as gone (it stepped out to restart, or crashed),
+// and a refutation is how memberlist takes the node back. A clean restart
+// must log no warnings; later, a refutation means the others doubted a
+// running agent, and stays a warning.
+func (s *logSink) restartNews(line string) bool {
+	return strings.Contains(line, "Refuting a") && time.Since(s.c.startedAt) < restartWindow
 }
 
 // kindOf is a log line without its numbers, addresses and names after

@@ -108,7 +108,7 @@ func (c *Cluster) pushPullState() []byte {
 		}
 	}
 	c.pubMu.Unlock()
-	if c.leaving.Load() {
+	if c.forGood.Load() {
 		pp.Left = append(pp.Left, leaveMsg{Node: c.cfg.NodeName, BootID: c.bootID, BootedAt: c.bootedAt.UnixNano()})
 	}
 	c.mu.Lock()

@@ -505,7 +505,7 @@ func (r *peerRec) lastBoot() string {
 func (x *members) selfPeer() Peer {
 	c := x.c
 	state := StateAlive
-	if c.leaving.Load() {
+	if c.forGood.Load() {
 		state = StateLeft
 	}
 	return Peer{Name: c.cfg.NodeName, Addr: c.localAddr, State: state, HasState: true, NodeState: c.self, UpdatedAt: c.selfAt, HeardAt: c.selfAt}

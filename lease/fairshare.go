@@ -10,14 +10,16 @@ import (
 
 // Defaults of SchedConfig, SLURM multifactor style.
 const (
-	DefaultHalfLife         = 7 * 24 * time.Hour
-	DefaultWeightFairShare  = 1000
-	DefaultWeightAge        = 100
-	DefaultMaxAge           = 7 * 24 * time.Hour
-	DefaultIdleReclaimAfter = 30 * time.Minute
-	DefaultReservationTTL   = 30 * time.Second
-	DefaultPreemptGrace     = 2 * time.Minute
-	DefaultLostAfter        = 30 * time.Second
+	DefaultHalfLife          = 7 * 24 * time.Hour
+	DefaultWeightFairShare   = 1000
+	DefaultWeightAge         = 100
+	DefaultMaxAge            = 7 * 24 * time.Hour
+	DefaultIdleReclaimAfter  = 30 * time.Minute
+	DefaultReservationTTL    = 30 * time.Second
+	DefaultPreemptGrace      = 2 * time.Minute
+	DefaultLostAfter         = 5 * time.Minute
+	DefaultRequeueBackoff    = 10 * time.Second
+	DefaultMaxRequeueBackoff = 5 * time.Minute
 )
 
 // WithDefaults fills every unset setting. The two weights are filled only
@@ -44,6 +46,12 @@ func (c SchedConfig) WithDefaults() SchedConfig {
 	}
 	if c.LostAfter <= 0 {
 		c.LostAfter = DefaultLostAfter
+	}
+	if c.RequeueBackoff <= 0 {
+		c.RequeueBackoff = DefaultRequeueBackoff
+	}
+	if c.MaxRequeueBackoff <= 0 {
+		c.MaxRequeueBackoff = max(DefaultMaxRequeueBackoff, c.RequeueBackoff)
 	}
 	return c
 }

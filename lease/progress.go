@@ -95,7 +95,7 @@ func Hold(nodes []SchedNode, inflight []InFlight) {
 // hear that it runs.
 func (v ClusterView) Waiting(p Progress) (waiting, retell []QueueEntry) {
 	for _, e := range v.Entries() {
-		if e.Running {
+		if e.Running || e.Backoff(v.Now) {
 			continue
 		}
 		if o, ok := v.Node(e.Origin); !ok || !o.Alive() {
@@ -147,11 +147,14 @@ type RunVerdict struct {
 
 // JudgeRunning decides what the origin does about a running entry, from
 // what the cluster shows of its attempt: its live leases, how its ended
-// leases ended, and which of its nodes are down. A lease on a node that has
-// been down for lostAfter counts as lost: its rank failed, and the entry
-// finishes (and requeues, if it asked) without waiting for that node to
-// return.
-func (v ClusterView) JudgeRunning(e QueueEntry, lostAfter time.Duration) RunVerdict {
+// leases ended, and which of its nodes are away. An agent's restart is not
+// its node's death: the rank's session lives in tmux and outlives its
+// agent, so a lease on a node that is restarting or silent (suspect, dead,
+// not yet heard) still runs for the grace. Only a lease on a node that left
+// for good, or has been silent for grace, counts as lost: its rank failed,
+// and the entry finishes (and requeues, if it asked) without waiting for
+// that node to return.
+func (v ClusterView) JudgeRunning(e QueueEntry, grace time.Duration) RunVerdict {
 	key := e.Key()
 	interactive := e.Job == nil || len(e.Job.Command) == 0
 	var out RunVerdict
@@ -184,19 +187,19 @@ func (v ClusterView) JudgeRunning(e QueueEntry, lostAfter time.Duration) RunVerd
 			switch {
 			case n.Alive():
 				live = append(live, l)
-			case !n.Since.IsZero() && v.Now.Sub(n.Since) >= lostAfter:
+			case n.State == NodeLeft:
+				ended++
+				out.Failed, out.Why = true, fmt.Sprintf("node %s left the cluster: rank %d (lease %s) is lost", n.Name, l.Rank, l.ID)
+			case n.Lost(v.Now, grace):
 				ended++
 				out.Failed, out.Why = true, fmt.Sprintf("node %s has been down since %s: rank %d (lease %s) is lost", n.Name, n.Since.Local().Format("15:04:05"), l.Rank, l.ID)
 			default:
-				out.Failed, out.Why = true, fmt.Sprintf("node %s is down", n.Name)
-				if e.Nodes <= 1 {
-					// Its only lease may come back with its node.
-					return RunVerdict{Action: RunWait}
-				}
+				// Restarting, or silent within the grace: its rank
+				// holds, and comes back with its agent.
 			}
 		}
 	}
-	if len(live) > 0 || (ended == 0 && out.Failed) {
+	if len(live) > 0 {
 		if out.Failed && e.Nodes > 1 {
 			for _, l := range live {
 				if l.PreemptedAt.IsZero() {
@@ -223,7 +226,8 @@ func (v ClusterView) JudgeRunning(e QueueEntry, lostAfter time.Duration) RunVerd
 
 // AfterRun is the entry after its attempt ended: back in the queue for
 // another attempt when it failed and asked for it (requeue true), else
-// finished for good.
+// finished for good. A requeued entry waits until RetryAt (zero: at once;
+// see RequeueDelay), and carries why it failed.
 func (e QueueEntry) AfterRun(failed bool) (next QueueEntry, requeue bool) {
 	if !failed || !e.Requeue || e.Restarts >= e.MaxRestarts {
 		return e, false
@@ -234,6 +238,42 @@ func (e QueueEntry) AfterRun(failed bool) (next QueueEntry, requeue bool) {
 	e.Placer = ""
 	return e, true
 }
+
+// RequeueDelay is how long a run requeued for its restart'th time waits
+// before it may start again: base, doubled for every restart before it, at
+// most limit, then scaled by a jitter in [0.75, 1.25) drawn from rnd (a
+// number in [0, 1)), so gangs that failed together do not all retry in the
+// same second. A rank that cannot start no longer uses up every restart in
+// seconds.
+func RequeueDelay(restart int, base, limit time.Duration, rnd float64) time.Duration {
+	d := base
+	for i := 1; i < restart && d < limit; i++ {
+		d *= 2
+	}
+	d = min(d, limit)
+	return time.Duration(float64(d) * (0.75 + rnd/2))
+}
+
+// MaxRetryWhy bounds QueueEntry.RetryWhy, as it travels in every node's
+// gossiped state.
+const MaxRetryWhy = 200
+
+// ClipRetryWhy makes a failure's reason fit QueueEntry.RetryWhy: one line,
+// at most MaxRetryWhy bytes, cut on a rune boundary.
+func ClipRetryWhy(s string) string {
+	s = strings.Join(strings.Fields(s), " ")
+	if len(s) <= MaxRetryWhy {
+		return s
+	}
+	cut := MaxRetryWhy - len("…")
+	for cut > 0 && (s[cut]&0xC0) == 0x80 {
+		cut--
+	}
+	return s[:cut] + "…"
+}
+
+// Backoff reports whether a requeued entry still waits to retry at now.
+func (e *QueueEntry) Backoff(now time.Time) bool { return !e.RetryAt.IsZero() && now.Before(e.RetryAt) }
 
 // GangID names a gang after its entry's attempt; it reaches every rank as
 // DIBS_GANG_ID and torchrun's rendezvous id.
@@ -406,4 +446,46 @@ func (v ClusterView) Orphans(origin string, entries map[string]QueueEntry) []Lea
 		}
 	}
 	return out
+}
+
+// EntryState is where a queued run stands, as its origin says: what a
+// client follows (`dibs run --queue`), never the words of a notice.
+type EntryState string
+
+// The states of an entry.
+const (
+	EntryWaiting EntryState = "waiting"
+	// EntryBackoff: requeued after a failure, waiting until RetryAt.
+	EntryBackoff   EntryState = "backoff"
+	EntryRunning   EntryState = "running"
+	EntryFinished  EntryState = "finished"
+	EntryFailed    EntryState = "failed"
+	EntryCancelled EntryState = "cancelled"
+	// EntryUnknown: its origin has no record of it (it ended before the
+	// agent last started, or long ago; `dibs events` may say more).
+	EntryUnknown EntryState = "unknown"
+)
+
+// EntryStatus is one entry's state at its origin.
+type EntryStatus struct {
+	ID    string     `json:"id"`
+	State EntryState `json:"state"`
+	// Reason is why it failed, or why it waits to retry.
+	Reason string `json:"reason,omitempty"`
+	// RetryAt is when a requeued run tries again (EntryBackoff).
+	RetryAt     time.Time `json:"retry_at,omitzero"`
+	Restarts    int       `json:"restarts,omitempty"`
+	MaxRestarts int       `json:"max_restarts,omitempty"`
+}
+
+// Status is the state of an entry its origin still holds, at now.
+func (e *QueueEntry) Status(now time.Time) EntryStatus {
+	s := EntryStatus{ID: e.ID, State: EntryWaiting, Restarts: e.Restarts, MaxRestarts: e.MaxRestarts}
+	switch {
+	case e.Running:
+		s.State = EntryRunning
+	case e.Backoff(now):
+		s.State, s.Reason, s.RetryAt = EntryBackoff, e.RetryWhy, e.RetryAt
+	}
+	return s
 }

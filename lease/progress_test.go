@@ -32,6 +32,12 @@ func TestJudgeRunning(t *testing.T) {
 	down := func(name string, since time.Duration, ls ...lease.Lease) lease.NodeView {
 		return lease.NodeView{Name: name, State: lease.NodeDead, HasState: true, Since: now.Add(-since), Leases: ls}
 	}
+	suspect := func(name string, ls ...lease.Lease) lease.NodeView {
+		return lease.NodeView{Name: name, State: lease.NodeSuspect, HasState: true, Leases: ls}
+	}
+	left := func(name string, ls ...lease.Lease) lease.NodeView {
+		return lease.NodeView{Name: name, State: lease.NodeLeft, HasState: true, Since: now.Add(-time.Second), Leases: ls}
+	}
 	ended := func(n lease.NodeView, reason lease.EndReason) lease.NodeView {
 		n.Ended = append(n.Ended, lease.EndedRun{Entry: key, Lease: lease.LeaseID(n.Name, 9), Reason: reason, At: now})
 		return n
@@ -47,7 +53,14 @@ func TestJudgeRunning(t *testing.T) {
 	}{
 		{"both ranks run", gang, gangView(now, alive("n1", rank("n1", 1, 0, key)), alive("n2", rank("n2", 1, 1, key))), lease.RunWait, false, nil, ""},
 		{"a rank failed: stop the other", gang, gangView(now, alive("n1", rank("n1", 1, 0, key)), ended(alive("n2"), lease.ExitReason(1))), lease.RunStopRanks, true, []string{"n1-1"}, "exit-1"},
-		{"a rank's node just died: stop the survivor", gang, gangView(now, alive("n1", rank("n1", 1, 0, key)), down("n2", time.Second, rank("n2", 1, 1, key))), lease.RunStopRanks, true, []string{"n1-1"}, "n2 is down"},
+		// An agent's restart is not its node's death: within the grace
+		// the rank on it holds, and so does the gang.
+		{"a rank's node just went away (restarting): the gang holds", gang, gangView(now, alive("n1", rank("n1", 1, 0, key)), down("n2", time.Second, rank("n2", 1, 1, key))), lease.RunWait, false, nil, ""},
+		{"a rank's node away just under the grace: the gang holds", gang, gangView(now, alive("n1", rank("n1", 1, 0, key)), down("n2", lost-time.Second, rank("n2", 1, 1, key))), lease.RunWait, false, nil, ""},
+		{"a rank's node suspect: the gang holds", gang, gangView(now, alive("n1", rank("n1", 1, 0, key)), suspect("n2", rank("n2", 1, 1, key))), lease.RunWait, false, nil, ""},
+		{"a rank's node alive but not heard since this agent started: the gang holds", gang, gangView(now, alive("n1", rank("n1", 1, 0, key)), lease.NodeView{Name: "n2", State: lease.NodeAlive}), lease.RunWait, false, nil, ""},
+		{"a rank's node silent past the grace: stop the survivor", gang, gangView(now, alive("n1", rank("n1", 1, 0, key)), down("n2", lost, rank("n2", 1, 1, key))), lease.RunStopRanks, true, []string{"n1-1"}, "n2 has been down"},
+		{"a rank's node left for good: stop the survivor at once", gang, gangView(now, alive("n1", rank("n1", 1, 0, key)), left("n2", rank("n2", 1, 1, key))), lease.RunStopRanks, true, []string{"n1-1"}, "n2 left the cluster"},
 		{"survivor stopped, dead node not yet lost: done, failed", gang, gangView(now, ended(alive("n1"), lease.PreemptedReason("gang")), down("n2", time.Second, rank("n2", 1, 1, key))), lease.RunDone, true, nil, ""},
 		{"every rank on a dead node, not yet lost: wait", gang, gangView(now, alive("n1"), down("n2", time.Second, rank("n2", 1, 0, key), rank("n2", 2, 1, key))), lease.RunWait, false, nil, ""},
 		{"every rank on a node dead past the bound: done, failed", gang, gangView(now, alive("n1"), down("n2", lost, rank("n2", 1, 0, key), rank("n2", 2, 1, key))), lease.RunDone, true, nil, "lost"},
@@ -70,6 +83,101 @@ func TestJudgeRunning(t *testing.T) {
 					got.Action, got.Failed, stop, got.Why, tt.action, tt.failed, tt.stop, tt.whyHas)
 			}
 		})
+	}
+}
+
+func TestNodeShownRestartingWithinTheGrace(t *testing.T) {
+	const grace = 5 * time.Minute
+	now := t0.Add(time.Hour)
+	tests := []struct {
+		name string
+		n    lease.NodeView
+		want string
+		lost bool
+	}{
+		{"alive", lease.NodeView{Name: "n2", State: lease.NodeAlive, HasState: true}, lease.NodeAlive, false},
+		{"stepped out a second ago", lease.NodeView{Name: "n2", State: lease.NodeDead, HasState: true, Since: now.Add(-time.Second)}, lease.NodeRestarting, false},
+		{"silent just under the grace", lease.NodeView{Name: "n2", State: lease.NodeDead, HasState: true, Since: now.Add(-grace + time.Second)}, lease.NodeRestarting, false},
+		{"silent for the grace", lease.NodeView{Name: "n2", State: lease.NodeDead, HasState: true, Since: now.Add(-grace)}, lease.NodeDead, true},
+		{"left for good", lease.NodeView{Name: "n2", State: lease.NodeLeft, HasState: true, Since: now.Add(-time.Second)}, lease.NodeLeft, true},
+		{"suspect", lease.NodeView{Name: "n2", State: lease.NodeSuspect, HasState: true}, lease.NodeSuspect, false},
+		{"this node", lease.NodeView{Name: "n1", Self: true, State: lease.NodeAlive}, lease.NodeAlive, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := tt.n.Shown(now, grace); got != tt.want {
+				t.Errorf("Shown = %q, want %q", got, tt.want)
+			}
+			if got := tt.n.Lost(now, grace); got != tt.lost {
+				t.Errorf("Lost = %v, want %v", got, tt.lost)
+			}
+		})
+	}
+}
+
+func TestHeardWaitsForEveryLivePeersState(t *testing.T) {
+	self := lease.NodeView{Name: "n1"}
+	tests := []struct {
+		name  string
+		peers []lease.NodeView
+		want  bool
+	}{
+		{"alone", nil, true},
+		{"every live peer heard", []lease.NodeView{{Name: "n2", State: lease.NodeAlive, HasState: true}}, true},
+		{"a live peer not heard yet", []lease.NodeView{{Name: "n2", State: lease.NodeAlive}}, false},
+		{"a dead peer never heard does not hold it", []lease.NodeView{{Name: "n2", State: lease.NodeDead}}, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := lease.NewClusterView(self, tt.peers, t0).Heard(); got != tt.want {
+				t.Errorf("Heard = %v, want %v", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestRequeueDelayGrowsWithJitter(t *testing.T) {
+	const base, limit = 10 * time.Second, 5 * time.Minute
+	tests := []struct {
+		restart int
+		rnd     float64
+		want    time.Duration
+	}{
+		{1, 0.5, 10 * time.Second},
+		{2, 0.5, 20 * time.Second},
+		{3, 0.5, 40 * time.Second},
+		{1, 0, 7500 * time.Millisecond},
+		{1, 0.999999, 12499990 * time.Microsecond},
+		{6, 0.5, 5 * time.Minute},
+		{40, 0.5, 5 * time.Minute},
+	}
+	for _, tt := range tests {
+		got := lease.RequeueDelay(tt.restart, base, limit, tt.rnd)
+		if d := got - tt.want; d < -time.Millisecond || d > time.Millisecond {
+			t.Errorf("RequeueDelay(%d, rnd %v) = %s, want %s", tt.restart, tt.rnd, got, tt.want)
+		}
+	}
+}
+
+func TestWaitingSkipsARequeuedEntryUntilItsRetry(t *testing.T) {
+	e := lease.QueueEntry{ID: "n1-q1", Origin: "n1", Nodes: 1, GPUsPerNode: 1, Requeue: true, MaxRestarts: 3, Restarts: 1, Attempt: 1,
+		RetryAt: t0.Add(10 * time.Second), RetryWhy: "lease n2-1 ended: exit-1"}
+	for _, tt := range []struct {
+		at    time.Time
+		want  int
+		state lease.EntryState
+	}{
+		{t0, 0, lease.EntryBackoff},
+		{t0.Add(9 * time.Second), 0, lease.EntryBackoff},
+		{t0.Add(10 * time.Second), 1, lease.EntryWaiting},
+	} {
+		v := lease.NewClusterView(lease.NodeView{Name: "n1", Queue: []lease.QueueEntry{e}}, nil, tt.at)
+		if waiting, _ := v.Waiting(v.Progress()); len(waiting) != tt.want {
+			t.Errorf("at +%s: %d waiting, want %d", tt.at.Sub(t0), len(waiting), tt.want)
+		}
+		if st := e.Status(tt.at); st.State != tt.state {
+			t.Errorf("at +%s: status %+v, want state %s", tt.at.Sub(t0), st, tt.state)
+		}
 	}
 }
 

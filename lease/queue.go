@@ -71,6 +71,13 @@ type QueueEntry struct {
 	// restart does not let a second one in while the first may still be
 	// starting.
 	Placer string `json:"placer,omitempty"`
+	// RetryAt is when a requeued run may start again: restarts are spaced
+	// (RequeueDelay), so a rank that cannot start does not use up every
+	// restart in seconds. The scheduler leaves the entry until then.
+	RetryAt time.Time `json:"retry_at,omitzero"`
+	// RetryWhy is why the last attempt failed, shown while it waits to
+	// retry.
+	RetryWhy string `json:"retry_why,omitempty"`
 }
 
 // EachString calls f with the JSON name and the address of every string
@@ -87,6 +94,7 @@ func (e *QueueEntry) EachString(f func(field string, p *string)) {
 	f("model", &e.Model)
 	f("request_id", &e.RequestID)
 	f("placer", &e.Placer)
+	f("retry_why", &e.RetryWhy)
 	for i := range e.Tags {
 		f("tag", &e.Tags[i])
 	}
@@ -182,11 +190,20 @@ type SchedConfig struct {
 	// Pools are the pools' limits (the agent passes Policy.Pools): a node
 	// in a pool whose limits an entry breaks is not eligible for it.
 	Pools Pools
-	// LostAfter is how long a queued run's lease on a node that is down
-	// still counts as running: after it, the rank is lost, and its entry
-	// finishes as failed (and requeues, if it asked) without waiting for
-	// the node to return (default 30 s).
+	// LostAfter is the grace: how long a node that is restarting or
+	// silent keeps its leases, its gangs' ranks and their gangs. An
+	// agent's restart (an upgrade, a crash, an admin) leaves its sessions
+	// running, so within the grace nothing is ended for it; after it, the
+	// node's ranks are lost, and their entries finish as failed (and
+	// requeue, if they asked) without waiting for the node to return.
+	// The default, 5 minutes, is SLURM's SlurmdTimeout: long enough for a
+	// package upgrade on a slow node.
 	LostAfter time.Duration
+	// RequeueBackoff is the pause before a requeued run's first retry;
+	// each later retry waits twice as long as the one before, up to
+	// MaxRequeueBackoff, with jitter (default 10 s, at most 5 min).
+	RequeueBackoff    time.Duration
+	MaxRequeueBackoff time.Duration
 }
 
 // Borrows reports whether n more GPUs take user beyond their nominal quota,

@@ -29,8 +29,8 @@ const (
 	EndUserGone EndReason = "user-gone"
 	// EndReservationExpired: a gang reservation was never committed.
 	EndReservationExpired EndReason = "reservation-expired"
-	// EndLost: the lease's node went down and stayed down past
-	// LostAfter; its rank is counted lost.
+	// EndLost: the lease's node left for good, or stayed silent past the
+	// grace (SchedConfig.LostAfter); its rank is counted lost.
 	EndLost EndReason = "lost"
 	// EndUnbooked: a booking was withdrawn before it started.
 	EndUnbooked EndReason = "unbooked"

@@ -237,6 +237,9 @@ func (e *QueueEntry) Validate() error {
 	if e.RequestID != "" && !ValidRequestID(e.RequestID) {
 		return Invalidf("queue entry %s has a bad request id", e.ID)
 	}
+	if len(e.RetryWhy) > MaxRetryWhy {
+		return Invalidf("queue entry %s has a retry reason over %d bytes", e.ID, MaxRetryWhy)
+	}
 	if e.Placer != "" && !token(e.Placer, 2*MaxNameLen) {
 		return Invalidf("queue entry %s has a bad placer", e.ID)
 	}

@@ -15,6 +15,12 @@ const (
 	NodeSuspect = "suspect"
 	NodeDead    = "dead"
 	NodeLeft    = "left"
+	// NodeRestarting is how a node that is away but within the grace
+	// (SchedConfig.LostAfter) is shown: its agent is restarting, or has
+	// been silent for less than the grace, so its leases, ranks and gangs
+	// hold. It is never a membership state, only what people see
+	// (NodeView.Shown).
+	NodeRestarting = "restarting"
 )
 
 // NodeView is one node as one agent knows it: its own node from its live
@@ -47,6 +53,40 @@ type NodeView struct {
 // Alive reports whether the node is up and has said what it holds: the only
 // nodes whose GPUs can be placed on.
 func (n *NodeView) Alive() bool { return n.Self || n.State == NodeAlive && n.HasState }
+
+// Lost reports whether the node has been away for the whole grace: left
+// for good, or silent since Since for grace or longer. Its leases are then
+// counted lost; before that they hold, as an agent's restart leaves its
+// sessions running.
+func (n *NodeView) Lost(now time.Time, grace time.Duration) bool {
+	if n.Alive() {
+		return false
+	}
+	return n.State == NodeLeft || !n.Since.IsZero() && now.Sub(n.Since) >= grace
+}
+
+// Shown is the state people see for the node: NodeRestarting while it is
+// down but within the grace (its agent restarting, or silent for less than
+// grace), else its membership state.
+func (n *NodeView) Shown(now time.Time, grace time.Duration) string {
+	if n.Self || n.State != NodeDead || n.Lost(now, grace) {
+		return n.State
+	}
+	return NodeRestarting
+}
+
+// Heard reports whether this agent has heard the state of every node that
+// memberlist says is alive. An agent that has just started holds its
+// verdicts about others' ranks until then: a peer it has not heard yet
+// holds leases it cannot see.
+func (v ClusterView) Heard() bool {
+	for i := range v.Nodes {
+		if n := &v.Nodes[i]; n.State == NodeAlive && !n.HasState {
+			return false
+		}
+	}
+	return true
+}
 
 // ClusterView is the whole cluster as one agent sees it at one moment: built
 // once per pass (a claim's placement, a scheduling pass, a board) and read

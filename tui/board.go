@@ -169,6 +169,8 @@ type nodeView struct {
 // cluster, whatever the filter shows.
 type summary struct {
 	nodes, gpus, free, mine, down int
+	// restarting counts nodes away within the grace (not in down).
+	restarting int
 }
 
 // shortModel drops the vendor prefix every GPU carries.
@@ -205,7 +207,11 @@ func buildViews(b *api.Board, filter string, onlyMine bool) ([]nodeView, summary
 	for ni := range b.Nodes {
 		n := &b.Nodes[ni]
 		nv := nodeView{idx: ni, name: n.Name, state: n.State, model: nodeModel(n), tags: n.Host.Tags, cells: make([]cellView, len(n.GPUs))}
-		if n.State != api.NodeAlive {
+		switch n.State {
+		case api.NodeAlive:
+		case api.NodeRestarting:
+			sum.restarting++
+		default:
 			sum.down++
 		}
 		nodeMatch := filter == "" || strings.Contains(strings.ToLower(n.Name), filter) || strings.Contains(strings.ToLower(nv.model), filter)

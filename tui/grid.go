@@ -195,7 +195,8 @@ func (g *gridView) nodeHeader(v *nodeView, isCur bool, w int) (string, int) {
 	sp := st.stateAlive
 	switch v.state {
 	case "alive":
-	case "suspect":
+	case "suspect", "restarting":
+		// Away for a moment: its work holds for the grace.
 		sp = st.stateSuspect
 	default:
 		sp = st.stateDown

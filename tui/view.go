@@ -173,6 +173,9 @@ func (m *Model) headerLine(w int) string {
 	} else {
 		s := m.grid.sum
 		fmt.Fprintf(&plain, "%d %s · %d %s · %d free · you hold %d", s.nodes, plural(s.nodes, "node", "nodes"), s.gpus, plural(s.gpus, "GPU", "GPUs"), s.free, s.mine)
+		if s.restarting > 0 {
+			fmt.Fprintf(&plain, " · %d restarting", s.restarting)
+		}
 		if s.down > 0 {
 			fmt.Fprintf(&plain, " · %d down", s.down)
 		}

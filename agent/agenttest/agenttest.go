@@ -242,7 +242,22 @@ func StartTogether(tb testing.TB, opts ...Options) []*Node {
 	return nodes
 }
 
-// Stop stops the agent (idempotent). Its tmux sessions keep running.
+// Leave takes the node out of the cluster for good and stops its agent
+// (`dibs leave`); idempotent with Stop and Crash.
+func (n *Node) Leave() {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.stopped {
+		return
+	}
+	n.stopped = true
+	if err := n.Agent.Leave(); err != nil {
+		n.tb.Logf("leave %s: %v", n.Opts.Name, err)
+	}
+}
+
+// Stop stops the agent as SIGTERM does, a restart: the others keep its
+// work for the grace (idempotent). Its tmux sessions keep running.
 func (n *Node) Stop() {
 	n.mu.Lock()
 	defer n.mu.Unlock()

@@ -150,8 +150,12 @@ type QueueSection struct {
 	IdleReclaimAfter string             `toml:"idle_reclaim_after"`
 	ReservationTTL   string             `toml:"reservation_ttl"`
 	LostAfter        string             `toml:"lost_after"`
-	PreemptSignal    string             `toml:"preempt_signal"`
-	PreemptGrace     string             `toml:"preempt_grace"`
+	// RequeueBackoff and MaxRequeueBackoff space a requeued run's retries
+	// (first pause, and the most one may grow to).
+	RequeueBackoff    string `toml:"requeue_backoff"`
+	MaxRequeueBackoff string `toml:"max_requeue_backoff"`
+	PreemptSignal     string `toml:"preempt_signal"`
+	PreemptGrace      string `toml:"preempt_grace"`
 }
 
 // Sched applies [queue] over the defaults.
@@ -166,6 +170,8 @@ func (q QueueSection) Sched() (lease.SchedConfig, error) {
 		{"queue.idle_reclaim_after", q.IdleReclaimAfter, &c.IdleReclaimAfter},
 		{"queue.reservation_ttl", q.ReservationTTL, &c.ReservationTTL},
 		{"queue.lost_after", q.LostAfter, &c.LostAfter},
+		{"queue.requeue_backoff", q.RequeueBackoff, &c.RequeueBackoff},
+		{"queue.max_requeue_backoff", q.MaxRequeueBackoff, &c.MaxRequeueBackoff},
 	} {
 		if d.v == "" {
 			continue
@@ -175,6 +181,9 @@ func (q QueueSection) Sched() (lease.SchedConfig, error) {
 			return c, &ConfigError{Msg: d.key + ": " + err.Error()}
 		}
 		*d.dst = v
+	}
+	if c.RequeueBackoff > 0 && c.MaxRequeueBackoff > 0 && c.MaxRequeueBackoff < c.RequeueBackoff {
+		return c, &ConfigError{Msg: fmt.Sprintf("queue.max_requeue_backoff %s is shorter than queue.requeue_backoff %s: make it at least as long", q.MaxRequeueBackoff, q.RequeueBackoff)}
 	}
 	for u, s := range q.Shares {
 		if s <= 0 {

@@ -58,6 +58,10 @@ type Deps struct {
 	Changed  *notify.Signal
 	// Kick asks the scheduler for a pass.
 	Kick func()
+	// Leave asks the agent to leave the cluster for good and stop (`dibs
+	// leave`); it returns at once, the agent ends after the answer. Nil
+	// refuses.
+	Leave func()
 	// Attach builds the argv that attaches to a session.
 	Attach func(u launch.User, session string) []string
 	// CanWrite refuses changes for a uid this agent cannot act for (it does
@@ -229,8 +233,22 @@ func (s *Service) Status() api.Status {
 	}
 	if s.cluster != nil {
 		out.Members, out.Gossip = s.cluster.Status(s.deps.Clock.Now())
+		// A member away within the grace shows as restarting, as on the
+		// board: the view knows since when it is away.
+		v := s.View()
+		for i := range out.Members {
+			if n, ok := v.Node(out.Members[i].Name); ok {
+				out.Members[i].State = s.shown(n, v.Now)
+			}
+		}
 	}
 	return out
+}
+
+// shown is the state people see for a node: restarting while it is away
+// within the grace (lease.NodeView.Shown).
+func (s *Service) shown(n *lease.NodeView, now time.Time) string {
+	return n.Shown(now, s.cfg.Sched.WithDefaults().LostAfter)
 }
 
 // TellUser notes text on uid's board and in their sessions on this node.

@@ -266,11 +266,14 @@ func (b *Bound) Doctor(ctx context.Context, req api.DoctorRequest) (api.DoctorRe
 	for i := range v.Nodes {
 		n := &v.Nodes[i]
 		h := &rep.Nodes[i]
-		*h = doctor.NodeHealth{Node: n.Name, Self: n.Self, State: n.State, Since: n.Since}
+		*h = doctor.NodeHealth{Node: n.Name, Self: n.Self, State: s.shown(n, v.Now), Since: n.Since}
 		if n.Self {
 			h.State = lease.NodeAlive
 		} else if n.State == lease.NodeDead || n.State == lease.NodeLeft {
-			h.Error = fmt.Sprintf("%s is %s", n.Name, n.State)
+			h.Error = fmt.Sprintf("%s is %s", n.Name, h.State)
+			if h.State == lease.NodeRestarting {
+				h.Error += fmt.Sprintf(": its agent is away, and the others keep its work for the grace (%s; queue.lost_after)", lease.FormatDuration(s.cfg.Sched.WithDefaults().LostAfter))
+			}
 			continue
 		}
 		wg.Add(1)

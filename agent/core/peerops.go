@@ -94,8 +94,9 @@ func (s *Service) registerPeerOps() {
 		if !who.System {
 			return peer.Empty{}, &lease.Error{Code: lease.CodeForbidden, Msg: "only the scheduler reports a refused start"}
 		}
-		if e, ok := s.deps.Origin.Refuse(r.Key); ok {
-			s.record(lease.EntryEvent(lease.EventFail, e, fmt.Sprintf("%s refused it: %s", r.Node, r.Reason), s.deps.Clock.Now()))
+		why := fmt.Sprintf("%s refused it: %s", r.Node, r.Reason)
+		if e, ok := s.deps.Origin.Refuse(r.Key, why); ok {
+			s.record(lease.EntryEvent(lease.EventFail, e, why, s.deps.Clock.Now()))
 			s.deps.Kick()
 		}
 		return peer.Empty{}, nil

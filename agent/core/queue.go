@@ -113,16 +113,47 @@ func (b *Bound) Cancel(ctx context.Context, id string) error {
 	return nil
 }
 
+// EntryStatus is what became of one of this node's queued requests: the
+// state a client follows after it queued a run (`dibs run --queue`).
+// Another node's entry is asked of its origin.
+func (b *Bound) EntryStatus(ctx context.Context, id string) (api.EntryStatus, error) {
+	origin, ok := lease.OriginOfQueueID(id)
+	if !ok {
+		return api.EntryStatus{}, lease.Invalidf("%q is not a queue id: ids look like node01-q3 (`dibs queue` shows them)", id)
+	}
+	if origin != b.s.cfg.Node {
+		return api.EntryStatus{}, lease.Invalidf("%s was queued at %s, which keeps its state: run this on %s (`dibs queue` shows it from anywhere)", id, origin, origin)
+	}
+	return b.s.deps.Origin.Status(id, b.s.deps.Clock.Now()), nil
+}
+
+// Leave takes this node out of the cluster for good and stops its agent
+// (`dibs leave`, run by the package's removal): root or an admin only.
+func (b *Bound) Leave(context.Context) (api.LeaveResponse, error) {
+	if !b.c.Admin {
+		return api.LeaveResponse{}, &lease.Error{Code: lease.CodeForbidden, Msg: "only root or an admin can take a node out of the cluster: run `sudo dibs leave`"}
+	}
+	if b.s.deps.Leave == nil {
+		return api.LeaveResponse{}, lease.Invalidf("this agent cannot leave on request")
+	}
+	b.s.log.Info("leaving the cluster for good", "by", b.c.User)
+	b.s.deps.Leave()
+	return api.LeaveResponse{Node: b.s.cfg.Node}, nil
+}
+
 // Queue is `dibs queue`: the waiting requests in scheduling order, then the
 // running ones.
 func (b *Bound) Queue(context.Context) (api.Queue, error) {
 	s := b.s
 	v := s.View()
-	var waiting, orphaned, running []lease.QueueEntry
+	var waiting, orphaned, backoff, running []lease.QueueEntry
 	for _, e := range v.Entries() {
 		switch o, ok := v.Node(e.Origin); {
 		case e.Running:
 			running = append(running, e)
+		case e.Backoff(v.Now):
+			// Requeued after a failure: it waits out its pause first.
+			backoff = append(backoff, e)
 		case !ok || !o.Alive():
 			// Nothing starts while its origin, its source of truth, is
 			// away (lease.ClusterView.Waiting): say so, not an estimate.
@@ -135,6 +166,13 @@ func (b *Bound) Queue(context.Context) (api.Queue, error) {
 	q := api.Queue{Scheduler: v.Scheduler(), Entries: []api.QueuedEntry{}}
 	for _, r := range plan.Order {
 		q.Entries = append(q.Entries, queuedView(r.Entry, r.Priority, r.Position, r.EstStart, r.Waiting))
+	}
+	slices.SortFunc(backoff, func(x, y lease.QueueEntry) int { return x.RetryAt.Compare(y.RetryAt) })
+	for _, e := range backoff {
+		why := fmt.Sprintf("restart %d of %d, spaced after a failure: %s", e.Restarts, e.MaxRestarts, e.RetryWhy)
+		qv := queuedView(e, 0, len(q.Entries)+1, e.RetryAt, why)
+		qv.RetryAt = e.RetryAt
+		q.Entries = append(q.Entries, qv)
 	}
 	slices.SortFunc(orphaned, func(x, y lease.QueueEntry) int { return x.SubmittedAt.Compare(y.SubmittedAt) })
 	for _, e := range orphaned {

@@ -31,6 +31,10 @@ type Deps struct {
 	// Events records what happened to the entries (agent/events); nil
 	// records nothing. It must not block.
 	Events func(lease.Event)
+	// RetryDelay is how long a run requeued for its restart'th time waits
+	// before it may start again (lease.RequeueDelay with the queue's
+	// settings and injected jitter); nil retries at once.
+	RetryDelay func(restart int) time.Duration
 }
 
 // Origin is this node's queue entries. Writers queue on one mutex (the disk
@@ -49,6 +53,8 @@ type Origin struct {
 	// its ranks have been missing (RunVerdict.Missing); only Reconcile's
 	// goroutine touches it.
 	short map[string]time.Duration
+	// ended remembers how recent entries ended (Status).
+	ended outcomes
 
 	published atomic.Pointer[[]lease.QueueEntry]
 }
@@ -184,6 +190,7 @@ func (o *Origin) Cancel(c lease.Caller, id string) error {
 	}
 	delete(o.entries, id)
 	delete(o.placed, e.Key())
+	o.ended.note(lease.EntryStatus{ID: id, State: lease.EntryCancelled, Restarts: e.Restarts, MaxRestarts: e.MaxRestarts})
 	o.publishLocked()
 	ev := lease.EntryEvent(lease.EventCancel, e, "", o.deps.Clock.Now())
 	if c.UID != e.UID && lease.ValidUserName(c.User) {
@@ -266,9 +273,9 @@ func (o *Origin) MarkStarted(key string) (lease.QueueEntry, bool) {
 }
 
 // Refuse drops a waiting entry whose attempt a node refused for good (no
-// account there, a command it cannot run). ok is false when the attempt is
-// not this entry's waiting one.
-func (o *Origin) Refuse(key string) (lease.QueueEntry, bool) {
+// account there, a command it cannot run), remembering why (Status). ok is
+// false when the attempt is not this entry's waiting one.
+func (o *Origin) Refuse(key, why string) (lease.QueueEntry, bool) {
 	o.mu.Lock()
 	var e lease.QueueEntry
 	found := false
@@ -288,6 +295,7 @@ func (o *Origin) Refuse(key string) (lease.QueueEntry, bool) {
 	}
 	delete(o.entries, e.ID)
 	delete(o.placed, e.Key())
+	o.ended.note(lease.EntryStatus{ID: e.ID, State: lease.EntryFailed, Reason: lease.ClipRetryWhy(why), Restarts: e.Restarts, MaxRestarts: e.MaxRestarts})
 	o.publishLocked()
 	o.mu.Unlock()
 	o.deps.Log.Info("dropped a queued entry a node refused", "entry", e.ID)
@@ -299,7 +307,10 @@ func (o *Origin) Refuse(key string) (lease.QueueEntry, bool) {
 // when it failed and asked for that (requeued), else it is gone. ok is
 // false when the attempt was not this entry's running one (someone else
 // finished it first).
-func (o *Origin) Finish(e lease.QueueEntry, failed bool) (next lease.QueueEntry, requeued, ok bool) {
+//
+// A requeued entry waits before its next attempt (Deps.RetryDelay), and
+// carries why, so `dibs queue` can say why it waits and until when.
+func (o *Origin) Finish(e lease.QueueEntry, failed bool, why string) (next lease.QueueEntry, requeued, ok bool) {
 	o.mu.Lock()
 	cur, found := o.entries[e.ID]
 	if !found || cur.Key() != e.Key() || !cur.Running {
@@ -307,6 +318,12 @@ func (o *Origin) Finish(e lease.QueueEntry, failed bool) (next lease.QueueEntry,
 		return lease.QueueEntry{}, false, false
 	}
 	next, requeued = cur.AfterRun(failed)
+	if requeued && o.deps.RetryDelay != nil {
+		if d := o.deps.RetryDelay(next.Restarts); d > 0 {
+			next.RetryAt = o.deps.Clock.Now().Add(d).Round(0)
+		}
+		next.RetryWhy = lease.ClipRetryWhy(why)
+	}
 	var err error
 	if requeued {
 		err = o.deps.Store.PutEntry(next, o.seq)
@@ -324,6 +341,11 @@ func (o *Origin) Finish(e lease.QueueEntry, failed bool) (next lease.QueueEntry,
 	} else {
 		delete(o.entries, e.ID)
 		delete(o.placed, e.Key())
+		st := lease.EntryStatus{ID: e.ID, State: lease.EntryFinished, Restarts: cur.Restarts, MaxRestarts: cur.MaxRestarts}
+		if failed {
+			st.State, st.Reason = lease.EntryFailed, lease.ClipRetryWhy(why)
+		}
+		o.ended.note(st)
 	}
 	o.publishLocked()
 	o.mu.Unlock()
@@ -349,14 +371,22 @@ type Notifier func(uid int, text string)
 // that expired uncommitted) is failed once that has lasted missingAfter
 // (the reservations' lifetime): its other ranks are stopped, so no gang
 // runs partly for longer than a reservation lives.
-func (o *Origin) Reconcile(ctx context.Context, v lease.ClusterView, lostAfter, missingAfter time.Duration, stop Stopper, _ Notifier) {
+//
+// A node away (restarting, or silent) keeps its ranks for grace
+// (lease.ClusterView.JudgeRunning). Until this agent has heard the state of
+// every live peer (just started, or a peer just back), it holds every
+// verdict: a peer not yet heard holds ranks it cannot see.
+func (o *Origin) Reconcile(ctx context.Context, v lease.ClusterView, grace, missingAfter time.Duration, stop Stopper, _ Notifier) {
+	if !v.Heard() {
+		return
+	}
 	running := map[string]bool{}
 	for _, e := range o.Entries() {
 		if !e.Running {
 			continue
 		}
 		running[e.Key()] = true
-		verdict := v.JudgeRunning(e, lostAfter)
+		verdict := v.JudgeRunning(e, grace)
 		verdict = o.judgeMissing(e, verdict, missingAfter)
 		switch verdict.Action {
 		case lease.RunStopRanks:
@@ -367,11 +397,11 @@ func (o *Origin) Reconcile(ctx context.Context, v lease.ClusterView, lostAfter, 
 				}
 			}
 		case lease.RunDone:
-			next, requeued, ok := o.Finish(e, verdict.Failed)
+			next, requeued, ok := o.Finish(e, verdict.Failed, verdict.Why)
 			switch {
 			case !ok:
 			case requeued:
-				o.deps.Log.Info("requeued", "entry", e.ID, "why", verdict.Why, "restart", next.Restarts, "of", next.MaxRestarts)
+				o.deps.Log.Info("requeued", "entry", e.ID, "why", verdict.Why, "restart", next.Restarts, "of", next.MaxRestarts, "retry_at", next.RetryAt)
 				o.deps.Events(lease.EntryEvent(lease.EventRequeue, next, verdict.Why, o.deps.Clock.Now()))
 			case verdict.Failed:
 				o.deps.Log.Info("failed", "entry", e.ID, "why", verdict.Why)

@@ -119,3 +119,95 @@ func TestOnlyOneSchedulerMayStartAnAttempt(t *testing.T) {
 		t.Fatalf("placing a running entry got %v, want a conflict", err)
 	}
 }
+
+// TestRequeuedRunWaitsAndItsStatusSaysWhy: a failed attempt of a run that
+// asked for --requeue goes back in the queue with its retry spaced (the
+// delay grows with every restart, jitter injected), and the origin's
+// structured status says it backs off, why and until when; the last
+// failure, past --max-restarts, is a failed status with its reason.
+func TestRequeuedRunWaitsAndItsStatusSaysWhy(t *testing.T) {
+	clk := clock.NewFake(t0)
+	var asked []int
+	o := origin.New("n1", origin.Deps{Store: storetest.New(storetest.Options{}), Clock: clk,
+		RetryDelay: func(restart int) time.Duration {
+			asked = append(asked, restart)
+			return lease.RequeueDelay(restart, 10*time.Second, time.Minute, 0.5)
+		}})
+	e, err := o.Submit(lease.QueueEntry{User: "alice", UID: 1001, Nodes: 1, GPUsPerNode: 1, Duration: time.Hour, Kind: lease.KindBatch,
+		Requeue: true, MaxRestarts: 2, Job: &lease.Job{Command: []string{"train"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st := o.Status(e.ID, clk.Now()); st.State != lease.EntryWaiting {
+		t.Fatalf("status after submit = %+v, want waiting", st)
+	}
+	for i, want := range []time.Duration{10 * time.Second, 20 * time.Second} {
+		if _, ok := o.MarkStarted(e.Key()); !ok {
+			t.Fatalf("attempt %d not marked started", i)
+		}
+		if st := o.Status(e.ID, clk.Now()); st.State != lease.EntryRunning {
+			t.Fatalf("attempt %d: status %+v, want running", i, st)
+		}
+		cur, _ := o.Get(e.ID)
+		next, requeued, ok := o.Finish(cur, true, "lease n1-1 ended: exit-1")
+		if !ok || !requeued {
+			t.Fatalf("attempt %d: finish = requeued %v ok %v", i, requeued, ok)
+		}
+		if got := next.RetryAt.Sub(clk.Now()); got != want {
+			t.Errorf("restart %d waits %s, want %s", i+1, got, want)
+		}
+		st := o.Status(e.ID, clk.Now())
+		if st.State != lease.EntryBackoff || !st.RetryAt.Equal(next.RetryAt) || st.Reason != "lease n1-1 ended: exit-1" || st.Restarts != i+1 {
+			t.Errorf("status while it backs off = %+v", st)
+		}
+		clk.Advance(want)
+		if st := o.Status(e.ID, clk.Now()); st.State != lease.EntryWaiting {
+			t.Errorf("status once its retry is due = %+v, want waiting", st)
+		}
+		e = next
+	}
+	if len(asked) != 2 || asked[0] != 1 || asked[1] != 2 {
+		t.Errorf("delays asked for restarts %v, want [1 2]", asked)
+	}
+	o.MarkStarted(e.Key())
+	cur, _ := o.Get(e.ID)
+	if _, requeued, ok := o.Finish(cur, true, "node n2 left the cluster"); !ok || requeued {
+		t.Fatalf("third failure: requeued %v ok %v, want finished (max restarts 2)", requeued, ok)
+	}
+	if st := o.Status(e.ID, clk.Now()); st.State != lease.EntryFailed || st.Reason != "node n2 left the cluster" {
+		t.Errorf("status after the last failure = %+v, want failed with its reason", st)
+	}
+	if st := o.Status("n1-q99", clk.Now()); st.State != lease.EntryUnknown {
+		t.Errorf("status of an entry never seen = %+v, want unknown", st)
+	}
+}
+
+// TestReconcileHoldsUntilEveryLivePeerIsHeard: an origin that has just
+// started (a peer alive but its state not heard yet) judges nothing, so a
+// rank on that peer is not taken for missing or lost.
+func TestReconcileHoldsUntilEveryLivePeerIsHeard(t *testing.T) {
+	clk := clock.NewFake(t0)
+	o := origin.New("n1", origin.Deps{Store: storetest.New(storetest.Options{}), Clock: clk})
+	e, err := o.Submit(lease.QueueEntry{User: "alice", UID: 1001, Nodes: 2, GPUsPerNode: 1, Duration: time.Hour, Kind: lease.KindBatch,
+		Job: &lease.Job{Command: []string{"train"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	o.MarkStarted(e.Key())
+	rank0 := lease.Lease{ID: "n1-1", Node: "n1", GPUs: []int{0}, User: "alice", UID: 1001, Token: 1, Entry: e.Key(), Gang: "g", StartedAt: t0, ExpiresAt: t0.Add(time.Hour)}
+	// n2 ended its rank badly, but this origin has not heard n2 yet.
+	unheard := lease.NodeView{Name: "n2", State: lease.NodeAlive}
+	var stopped []string
+	stop := func(_ context.Context, l lease.Lease) error { stopped = append(stopped, l.ID); return nil }
+	for range 3 {
+		clk.Advance(time.Minute)
+		v := lease.NewClusterView(lease.NodeView{Name: "n1", Leases: []lease.Lease{rank0}}, []lease.NodeView{unheard}, clk.Now())
+		o.Reconcile(context.Background(), v, 5*time.Minute, 30*time.Second, stop, nil)
+	}
+	if len(stopped) > 0 {
+		t.Fatalf("stopped %v before n2 was heard", stopped)
+	}
+	if st := o.Status(e.ID, clk.Now()); st.State != lease.EntryRunning {
+		t.Fatalf("status = %+v, want running", st)
+	}
+}

@@ -223,6 +223,12 @@ func (s *Server) Routes() http.Handler {
 	handle("POST", "queue/cancel", post(s, func(b *core.Bound, ctx context.Context, r idRequest) (struct{}, error) {
 		return struct{}{}, b.Cancel(ctx, r.ID)
 	}))
+	handle("POST", "queue/entry", post(s, func(b *core.Bound, ctx context.Context, r idRequest) (api.EntryStatus, error) {
+		return b.EntryStatus(ctx, r.ID)
+	}))
+	handle("POST", "leave", post(s, func(b *core.Bound, ctx context.Context, _ struct{}) (api.LeaveResponse, error) {
+		return b.Leave(ctx)
+	}))
 	handle("POST", "attach", post(s, func(b *core.Bound, ctx context.Context, r idRequest) (api.AttachResponse, error) {
 		return b.Attach(ctx, r.ID)
 	}))

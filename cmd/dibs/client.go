@@ -488,7 +488,7 @@ func printStatus(w io.Writer, s api.Status) {
 		fmt.Fprintln(w, "single node (not in a cluster)")
 		return
 	}
-	fmt.Fprintf(w, "\n%-16s %-21s %-8s %8s %10s\n", "MEMBER", "ADDRESS", "STATE", "VERSION", "LAST HEARD")
+	fmt.Fprintf(w, "\n%-16s %-21s %-10s %8s %10s\n", "MEMBER", "ADDRESS", "STATE", "VERSION", "LAST HEARD")
 	for _, m := range s.Members {
 		// How long ago this agent heard from the member, not how old its GPU
 		// numbers are: a node sends those only when they change, so on a
@@ -500,7 +500,7 @@ func printStatus(w io.Writer, s api.Status) {
 		case m.SinceHeard > 0:
 			heard = lease.FormatDuration(m.SinceHeard) + " ago"
 		}
-		fmt.Fprintf(w, "%-16s %-21s %-8s %8d %10s\n", safe(m.Name), safe(m.Addr), safe(m.State), m.StateVersion, heard)
+		fmt.Fprintf(w, "%-16s %-21s %-10s %8d %10s\n", safe(m.Name), safe(m.Addr), safe(m.State), m.StateVersion, heard)
 	}
 	g := s.Gossip
 	crypt := fmt.Sprintf("%d decrypt failures", g.DecryptFailures)

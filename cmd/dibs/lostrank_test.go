@@ -98,7 +98,7 @@ func startClusterProcs(t *testing.T, n int, config string) []*clusterProc {
 // that may never return — and runs again on the nodes that are up.
 func TestGangWhoseNodeDiesIsRequeued(t *testing.T) {
 	agenttest.RequireTmux(t)
-	procs := startClusterProcs(t, 3, "[queue]\nlost_after = \"2s\"\npreempt_grace = \"1s\"\n[leases]\nsignal_grace = \"1s\"\n")
+	procs := startClusterProcs(t, 3, "[queue]\nlost_after = \"2s\"\npreempt_grace = \"1s\"\nrequeue_backoff = \"1s\"\n[leases]\nsignal_grace = \"1s\"\n")
 	sock := procs[0].socket
 	cl := api.NewClient(sock)
 	out, errOut, code := dibs(t, sock, nil, "run", "--nodes", "2", "--gpus-per-node", "2", "--requeue", "--max-restarts", "2", "--json", "--", "sleep", "600")

@@ -50,7 +50,11 @@ func printBoard(w io.Writer, b api.Board, now time.Time) {
 	var leases []lease.Lease
 	seen := map[string]bool{}
 	for _, n := range b.Nodes {
-		if n.State != api.NodeAlive {
+		switch n.State {
+		case api.NodeAlive:
+		case api.NodeRestarting:
+			fmt.Fprintf(w, "%-8s restarting: its agent is away, its leases and gangs hold for the grace (last heard %s ago)\n", clip(n.Name, 8), lease.FormatDuration(now.Sub(n.TelemetryAt)))
+		default:
 			fmt.Fprintf(w, "%-8s %s: GPUs unknown (last heard %s ago)\n", clip(n.Name, 8), n.State, lease.FormatDuration(now.Sub(n.TelemetryAt)))
 		}
 		if len(n.Host.Tags) > 0 {

@@ -88,7 +88,7 @@ daemon's binary, installed beside dibs. The guide for people:
 	root.AddCommand(lsCmd(c), claimCmd(c), runCmd(c),
 		releaseCmd(c), extendCmd(c), adoptCmd(c), attachCmd(c), whoCmd(c), statusCmd(c),
 		tuiCmd(c), queueCmd(c), cancelCmd(c), usageCmd(c), versionCmd(c),
-		doctorCmd(c), replayCmd(c), exportCmd(c))
+		doctorCmd(c), replayCmd(c), exportCmd(c), leaveCmd(c))
 	// agent, config, probe, keygen and demo are the daemon's: dibsd runs them.
 	root.AddCommand(c.daemonCmds()...)
 	root.AddCommand(bookCmd(c), bookingsCmd(c), unbookCmd(c))

@@ -166,13 +166,15 @@ func followSubmitted(cl *api.Client, sub api.Submitted) submitOutcome {
 		switch {
 		case e == nil:
 			// Gone from the queue this soon: it failed to start, or ran
-			// and has already ended. The origin tells a failure on the
-			// board just after it drops the entry: wait a moment for it.
-			for _, n := range b.Notices {
-				// The notice of its failure event: "your job node01-q3 failed: …".
-				if _, text, _ := strings.Cut(n, " "); strings.Contains(text, " "+sub.ID+" failed") {
-					return submitOutcome{failed: text}
-				}
+			// and has already ended. Its origin (this agent) says which.
+			st, err := cl.EntryStatus(ctx, sub.ID)
+			switch {
+			case err == nil && st.State == lease.EntryFailed:
+				return submitOutcome{failed: fmt.Sprintf("your job %s failed: %s", sub.ID, st.Reason)}
+			case err == nil && st.State == lease.EntryCancelled:
+				return submitOutcome{failed: fmt.Sprintf("%s was withdrawn before it started", sub.ID)}
+			case err == nil && st.State == lease.EntryFinished:
+				return submitOutcome{started: true}
 			}
 			if gone == nil {
 				gone = time.After(500 * time.Millisecond)

@@ -2,13 +2,18 @@ package main
 
 import (
 	"bytes"
+	"context"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/dibs-gpu/dibs/agent/agenttest"
+	"github.com/dibs-gpu/dibs/api"
+	"github.com/dibs-gpu/dibs/lease"
 )
 
 func TestCLIQueue(t *testing.T) {
@@ -94,4 +99,74 @@ func TestCLIQueue(t *testing.T) {
 	if code == 0 || !strings.Contains(errOut, "4") {
 		t.Errorf("impossible run --queue: exit %d %q", code, errOut)
 	}
+}
+
+// TestCLIQueuedRunThatFailsSaysWhyFromItsStatus: `dibs run --queue` learns
+// that its run failed from the entry's structured status at the agent (not
+// from a notice's words), prints the reason and exits non-zero; the status
+// stays readable through the API.
+func TestCLIQueuedRunThatFailsSaysWhyFromItsStatus(t *testing.T) {
+	dir := agenttest.PublicDir(t)
+	p := startAgent(t, dir, "--sim", "1xL40S")
+	_, errOut, code := dibs(t, p.socket, nil, "run", "--queue", "-g", "1", "--dir", "/nonexistent/dir", "--", "true")
+	st, err := api.NewClient(p.socket).EntryStatus(context.Background(), "node01-q1")
+	if err != nil || st.State != lease.EntryFailed || st.Reason == "" {
+		t.Fatalf("entry status = %+v, %v; want failed, with a reason", st, err)
+	}
+	if want := "your job node01-q1 failed: " + st.Reason; code == 0 || !strings.Contains(errOut, want) {
+		t.Errorf("run --queue in a missing directory: exit %d, stderr %q; want %q", code, errOut, want)
+	}
+}
+
+// TestCLIRequeuedAttemptsAreSpaced: a run that fails at once with
+// --requeue --max-restarts 2 does not use up its restarts in a second: each
+// retry waits (requeue_backoff 2 s, doubling, jitter within ±25 %), `dibs
+// queue` says why it waits and when it tries again, and the events show the
+// attempts spaced.
+func TestCLIRequeuedAttemptsAreSpaced(t *testing.T) {
+	agenttest.RequireTmux(t)
+	dir := agenttest.PublicDir(t)
+	t.Setenv("TMUX_TMPDIR", agenttest.TmuxDir(t))
+	conf := filepath.Join(dir, "dibs.toml")
+	os.WriteFile(conf, []byte("[queue]\nrequeue_backoff = \"2s\"\n"), 0o644)
+	p := startAgent(t, dir, "--sim", "1xL40S", "--config", conf)
+	if _, e, c := dibs(t, p.socket, nil, "run", "--queue", "-g", "1", "--requeue", "--max-restarts", "2", "--", "false"); c != 0 && !strings.Contains(e, "failed") {
+		t.Fatalf("run --queue: %s", e)
+	}
+	cl := api.NewClient(p.socket)
+	// While it backs off, the queue says why and when.
+	sawWait := false
+	agenttest.Eventually(t, 5*time.Second, "the queue to show the run waiting to retry", func() bool {
+		out, _, _ := dibs(t, p.socket, nil, "queue")
+		sawWait = strings.Contains(out, "restart 1 of 2, spaced after a failure") && strings.Contains(out, "exit-1") && strings.Contains(out, " in ")
+		return sawWait
+	})
+	st, err := cl.EntryStatus(context.Background(), "node01-q1")
+	if err != nil || st.State != lease.EntryBackoff || st.RetryAt.IsZero() || !strings.Contains(st.Reason, "exit-1") {
+		t.Errorf("status while it backs off = %+v, %v", st, err)
+	}
+	agenttest.Eventually(t, 20*time.Second, "the run to fail for good after 2 restarts", func() bool {
+		st, err := cl.EntryStatus(context.Background(), "node01-q1")
+		return err == nil && st.State == lease.EntryFailed
+	})
+	evs, err := cl.Events(context.Background(), api.EventsRequest{Since: "1h"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var starts []time.Time
+	for _, e := range evs.Events {
+		if e.Kind == lease.EventStart && strings.HasPrefix(e.Entry, "node01-q1") {
+			starts = append(starts, e.At)
+		}
+	}
+	if len(starts) != 3 {
+		t.Fatalf("%d attempts started, want 3: %+v", len(starts), evs.Events)
+	}
+	// Restart 1 waits 2 s × [0.75, 1.25), restart 2 twice that.
+	for i, least := range []time.Duration{1500 * time.Millisecond, 3 * time.Second} {
+		if gap := starts[i+1].Sub(starts[i]); gap < least {
+			t.Errorf("attempt %d started %s after attempt %d, want at least %s", i+2, gap, i+1, least)
+		}
+	}
+	t.Logf("attempts started at +0, +%s, +%s", starts[1].Sub(starts[0]).Round(10*time.Millisecond), starts[2].Sub(starts[0]).Round(10*time.Millisecond))
 }

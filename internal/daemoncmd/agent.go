@@ -72,9 +72,17 @@ Without GPUs, try it on simulated ones:
 			if err := a.Start(ctx); err != nil {
 				return err
 			}
-			<-ctx.Done()
-			cfg.Log.Info("stopping")
-			return a.Stop()
+			// SIGTERM (systemctl restart and stop, an upgrade) is a
+			// restart: the cluster keeps this node's work for the grace.
+			// Leaving for good is said with `dibs leave`.
+			select {
+			case <-ctx.Done():
+				cfg.Log.Info("stopping (restarting: the others keep this node's work for the grace; `dibs leave` leaves for good)")
+				return a.Stop()
+			case <-a.LeaveRequested():
+				cfg.Log.Info("leaving the cluster for good")
+				return a.Leave()
+			}
 		},
 	}
 	fl := cmd.Flags()

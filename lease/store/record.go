@@ -147,6 +147,10 @@ type entryRecord struct {
 	MemMiB uint64   `json:"mem_mib,omitempty"`
 	// Added with origin-arbitrated starts, optional.
 	Placer string `json:"placer,omitempty"`
+	// Added with spaced requeues, optional: a restart of the agent keeps
+	// a requeued run's pause.
+	RetryAt  time.Time `json:"retry_at,omitzero"`
+	RetryWhy string    `json:"retry_why,omitempty"`
 }
 
 func entryToRecord(e lease.QueueEntry) entryRecord {
@@ -156,6 +160,7 @@ func entryToRecord(e lease.QueueEntry) entryRecord {
 		Kind: string(e.Kind), Note: e.Note, Requeue: e.Requeue, MaxRestarts: e.MaxRestarts,
 		Restarts: e.Restarts, Attempt: e.Attempt, Running: e.Running, Model: e.Model,
 		RequestID: e.RequestID, Tags: e.Tags, MemMiB: e.MemMiB, Job: jobToRecord(e.Job), Placer: e.Placer,
+		RetryAt: e.RetryAt, RetryWhy: e.RetryWhy,
 	}
 	return r
 }
@@ -167,6 +172,7 @@ func (r *entryRecord) entry() lease.QueueEntry {
 		Kind: lease.Kind(r.Kind), Note: r.Note, Requeue: r.Requeue, MaxRestarts: r.MaxRestarts,
 		Restarts: r.Restarts, Attempt: r.Attempt, Running: r.Running, Model: r.Model,
 		RequestID: r.RequestID, Tags: r.Tags, MemMiB: r.MemMiB, Job: r.Job.job(), Placer: r.Placer,
+		RetryAt: r.RetryAt, RetryWhy: r.RetryWhy,
 	}
 	return e
 }
