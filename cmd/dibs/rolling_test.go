@@ -355,6 +355,11 @@ func TestRollingUpgradeFromFirstRelease(t *testing.T) {
 	for i, n := range c.nodes {
 		c.upgrade(t, n, dibsBin)
 		c.waitWhole(t, 30*time.Second)
+		// The upgraded node's `dibs status` names the members still old.
+		out, _, _ := dibsWith(t, dibsBin, n.socket, "status")
+		if mixed := strings.Contains(out, "mixed versions: "); mixed != (i < len(c.nodes)-1) {
+			t.Errorf("after upgrading %d of %d nodes, %s's status:\n%s", i+1, len(c.nodes), n.name, out)
+		}
 		if i < len(c.nodes)-1 { // mixed: a queued run from an old node and from a new one
 			queued(c.nodes[len(c.nodes)-1])
 			queued(n)
