@@ -206,8 +206,9 @@ func (l *clusterLink) SSHHost(node string) string { return node }
 // Status implements core.Cluster.
 func (l *clusterLink) Status(now time.Time) ([]api.Member, api.GossipCounter) {
 	var ms []api.Member
+	protocols := l.c.MemberProtocols()
 	for _, p := range l.c.View() {
-		m := api.Member{Name: p.Name, Addr: p.Addr, State: p.State, StateVersion: p.NodeState.Version}
+		m := api.Member{Name: p.Name, Addr: p.Addr, State: p.State, StateVersion: p.NodeState.Version, Protocol: int(protocols[p.Name])}
 		if p.HasState && !p.NodeState.Snapshot.TakenAt.IsZero() {
 			m.TelemetryAge = now.Sub(p.NodeState.Snapshot.TakenAt)
 		}

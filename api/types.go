@@ -204,6 +204,11 @@ type Member struct {
 	Addr         string `json:"addr"`
 	State        string `json:"state"`
 	StateVersion uint64 `json:"state_version"`
+	// Protocol is the newest agent protocol the member's agent speaks (0:
+	// not known): during a rolling upgrade it tells the upgraded nodes from
+	// the others, and a feature new in this release waits until every
+	// member has it.
+	Protocol int `json:"protocol,omitempty"`
 	// TelemetryAge is how long ago the GPU numbers held for the member were
 	// read. A node sends its numbers only when they change (and once a
 	// minute regardless), so on an alive node with steady GPUs this grows

@@ -65,10 +65,10 @@ type Config struct {
 	BootID   string
 	BootedAt time.Time
 
-	// Protocol is the version of the agents' own request protocol (carried
-	// inside requests). It travels in the node meta, so agents of another
-	// version are refused at join with a message that says so, instead of
-	// failing request by request.
+	// Protocol is the newest version of the agents' own request protocol
+	// this agent speaks (carried inside requests). It travels in the node
+	// meta, so agents too far apart are refused at join with a message
+	// that says so, instead of failing request by request.
 	Protocol uint8
 	// ProtocolMin is the oldest request protocol this agent still speaks
 	// (the previous release's); zero means Protocol only. Meta carries the

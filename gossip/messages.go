@@ -339,7 +339,7 @@ func (cd *codec) unframe(b []byte) (messageType, []byte, error) {
 		return t, nil, wireErrorf("unknown message type %d", b[0])
 	}
 	if v := b[1]; v < minWireVersion || v > wireVersion {
-		return t, nil, wireErrorf("%s message has wire version %d; this agent reads %d to %d: run the same dibs version on every node", t, v, minWireVersion, wireVersion)
+		return t, nil, wireErrorf("%s message has wire version %d; this agent reads %d to %d: nodes may be at most one dibs release apart", t, v, minWireVersion, wireVersion)
 	}
 	flags := b[2]
 	if flags&^knownFlags != 0 {

@@ -36,6 +36,10 @@ const (
 	// MinVersion is the oldest protocol this agent speaks: the previous
 	// release's (v0.1.0, protocol 6).
 	MinVersion = 6
+	// lenientSince is the first protocol whose decoders ignore fields they
+	// do not know: what is written to an agent of it or later needs no
+	// pruning. Only protocol 6 (v0.1.0) decoded strictly.
+	lenientSince = 7
 )
 
 // dialectV6 is the shape of every endpoint's request and reply in
@@ -77,7 +81,7 @@ var loadV6 = sync.OnceValues(func() (*dialect, error) {
 // v decodes without a complaint. A protocol this agent writes as is comes
 // back unchanged; an endpoint protocol v does not have is refused.
 func downgrade(op string, reply bool, v int, b []byte) ([]byte, error) {
-	if v >= Version {
+	if v >= lenientSince {
 		return b, nil
 	}
 	if v != 6 {

@@ -502,6 +502,7 @@ func printStatus(w io.Writer, s api.Status) {
 		}
 		fmt.Fprintf(w, "%-16s %-21s %-10s %8d %10s\n", safe(m.Name), safe(m.Addr), safe(m.State), m.StateVersion, heard)
 	}
+	printSkew(w, s.Members)
 	g := s.Gossip
 	crypt := fmt.Sprintf("%d decrypt failures", g.DecryptFailures)
 	if g.LabelMismatches > 0 {
@@ -519,4 +520,23 @@ func bytesStr(n uint64) string {
 		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
 	}
 	return fmt.Sprintf("%d B", n)
+}
+
+// printSkew says, during a rolling upgrade, which members run an older
+// dibs than the newest one here (docs/operations.md#version-skew): they
+// work together, but what the newer release brings waits for them.
+func printSkew(w io.Writer, ms []api.Member) {
+	newest := 0
+	for _, m := range ms {
+		newest = max(newest, m.Protocol)
+	}
+	var older []string
+	for _, m := range ms {
+		if m.Protocol > 0 && m.Protocol < newest {
+			older = append(older, fmt.Sprintf("%s (protocol %d)", safe(m.Name), m.Protocol))
+		}
+	}
+	if len(older) > 0 {
+		fmt.Fprintf(w, "mixed versions: %s run an older dibs than protocol %d; upgrade them to finish the roll\n", strings.Join(older, ", "), newest)
+	}
 }

@@ -29,3 +29,26 @@ func TestStatusNamesClusterNameMismatches(t *testing.T) {
 		}
 	}
 }
+
+// TestStatusNamesOlderMembers: during a rolling upgrade `dibs status` says
+// which members still run the older release, and nothing when all match.
+func TestStatusNamesOlderMembers(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		members []api.Member
+		want    string
+	}{
+		{"mixed", []api.Member{{Name: "node01", State: "alive", Protocol: 7}, {Name: "node02", State: "alive", Protocol: 6}, {Name: "node03", State: "dead"}},
+			"mixed versions: node02 (protocol 6) run an older dibs than protocol 7; upgrade them to finish the roll"},
+		{"all upgraded", []api.Member{{Name: "node01", State: "alive", Protocol: 7}, {Name: "node02", State: "alive", Protocol: 7}}, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var b bytes.Buffer
+			printStatus(&b, api.Status{Node: "node01", Members: tc.members})
+			got := strings.Contains(b.String(), "mixed versions")
+			if got != (tc.want != "") || (tc.want != "" && !strings.Contains(b.String(), tc.want)) {
+				t.Errorf("status:\n%s\nwant %q", b.String(), tc.want)
+			}
+		})
+	}
+}
