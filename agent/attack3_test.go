@@ -1,6 +1,7 @@
 package agent_test
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -256,4 +257,51 @@ func hasEntryEvent(t *testing.T, n *agenttest.Node, entry string, kind lease.Eve
 		}
 	}
 	return false
+}
+
+// TestNoAccountIsNotForwardedByName (issue 20, weak 8): a uid with no
+// account on node01 is shown as "uid40000"; on node02 an account happens
+// to have that name. node01 refuses, saying why, to act for the uid on
+// node02 (or to queue for it, since a queued run starts by name), and
+// node02 grants nothing to its account of that name.
+func TestNoAccountIsNotForwardedByName(t *testing.T) {
+	const orphan = 40000
+	nodes := agenttest.Cluster(t, agenttest.ClusterOptions{Specs: []string{"1xL40S", "1xL40S"}, Quiet: true,
+		Users: agenttest.Users{"uid40000": 30005}})
+	b := nodes[0].Agent.For(orphan)
+	soon := time.Now().Add(time.Hour)
+	for _, c := range []struct {
+		name string
+		call func() error
+	}{
+		{"claim on node02", func() error {
+			_, err := b.Claim(ctx(t), api.ClaimRequest{Node: "node02", Count: 1})
+			return err
+		}},
+		{"book on node02", func() error {
+			_, err := b.Book(ctx(t), api.BookRequest{Node: "node02", Count: 1, Start: soon, Duration: "1h"})
+			return err
+		}},
+		{"queue", func() error {
+			_, err := b.Submit(ctx(t), api.SubmitRequest{Claim: api.ClaimRequest{Count: 1}})
+			return err
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			err := c.call()
+			if lease.CodeOf(err) != lease.CodeForbidden || !strings.Contains(fmt.Sprint(err), "uid 40000 has no account on node01") {
+				t.Errorf("%s for a uid with no account: %v; want a refusal saying it has no account", c.name, err)
+			}
+		})
+	}
+	agenttest.WaitConverged(t, nodes, 5*time.Second)
+	bd := nodes[1].Board()
+	if l := leaseOn(bd, "node02", 0); l != nil {
+		t.Errorf("node02's GPU is held by %s (uid %d): a uid with no account acted there by the name %q", l.User, l.UID, "uid40000")
+	}
+	for _, nd := range bd.Nodes {
+		if len(nd.Bookings) > 0 {
+			t.Errorf("%s has bookings %+v; want none", nd.Name, nd.Bookings)
+		}
+	}
 }

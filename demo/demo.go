@@ -122,7 +122,8 @@ func Start(ctx context.Context, o Options) (*Demo, error) {
 			Cluster:       cl,
 			Log:           o.Log.With("node", ns.name),
 		}, agent.Deps{Probe: simProbe, Users: demoUsers{mates: d.mates},
-			Sessions: launch.New(launch.Options{TmuxTmpDir: o.TmuxTmpDir, StatusDir: filepath.Join(d.dir, "exit-"+ns.name)})})
+			Sessions: launch.New(launch.Options{TmuxTmpDir: o.TmuxTmpDir, StatusDir: filepath.Join(d.dir, "exit-"+ns.name),
+				StatusQuota: -1})}) // one person's demo in a temporary directory: no tmpfs to leave mounted
 		if err != nil {
 			d.Stop()
 			return nil, err

@@ -30,6 +30,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 	"unicode"
 )
@@ -97,6 +98,13 @@ type Options struct {
 	PipeLog []string
 	// LogMax caps a kept log (default 8 MiB).
 	LogMax int64
+	// StatusQuota caps each user's exit-status directory (default
+	// DefaultStatusQuota; negative: no cap). A root Launcher mounts a tmpfs
+	// of this size, owned by the user, on it: a job writes its status as
+	// its user, so the user could write anything there, and on its own
+	// tmpfs that fills only their own space — never the filesystem
+	// StatusDir lives on (/run) nor another user's.
+	StatusQuota int64
 	// CallTimeout bounds every tmux client run as a user (default
 	// DefaultCallTimeout). The server it talks to is the user's: they can
 	// swap its socket for a listener that never answers, and nothing the
@@ -105,13 +113,17 @@ type Options struct {
 	CallTimeout time.Duration
 }
 
+// DefaultStatusQuota is each user's exit-status space: 64 pending statuses
+// (a tmpfs keeps each small file in one 4 KiB page).
+const DefaultStatusQuota = 256 << 10
+
 // DefaultCallTimeout is how long one tmux client may take. A healthy server
 // answers in milliseconds; starting one (new-session on a loaded node) takes
 // well under a second.
 const DefaultCallTimeout = 10 * time.Second
 
-// Launcher runs tmux on behalf of users. It holds no mutable state after New,
-// so every method is safe to call from any goroutine at once; tmux serialises
+// Launcher runs tmux on behalf of users. It holds no mutable state after New
+// (but a once-only warning), so every method is safe to call from any goroutine at once; tmux serialises
 // the commands inside each user's server.
 type Launcher struct {
 	tmux        string // resolved absolute path, "" when tmuxErr is set
@@ -125,6 +137,8 @@ type Launcher struct {
 	pipeLog     []string
 	logMax      int64
 	callTimeout time.Duration
+	statusQuota int64
+	noCapOnce   sync.Once // says once that status directories cannot be capped
 }
 
 // New makes a Launcher. It does not fail: a missing tmux is reported, with what
@@ -161,6 +175,10 @@ func New(opts Options) *Launcher {
 	}
 	if l.logf == nil {
 		l.logf = func(string, ...any) {}
+	}
+	l.statusQuota = opts.StatusQuota
+	if l.statusQuota == 0 {
+		l.statusQuota = DefaultStatusQuota
 	}
 	l.callTimeout = opts.CallTimeout
 	if l.callTimeout <= 0 {

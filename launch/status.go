@@ -68,7 +68,11 @@ func (l *Launcher) prepareExitFile(u User, session string) (string, error) {
 	if err != nil {
 		return "", err
 	}
+	dir, err = l.capUserDir(root, strconv.Itoa(u.UID), dir, u)
 	defer syscall.Close(dir)
+	if err != nil {
+		return "", err
+	}
 	name := statusFileName(session)
 	if err := unlinkAt(dir, name); err != nil && !errors.Is(err, syscall.ENOENT) {
 		return "", fmt.Errorf("remove old exit status %s: %w", filepath.Join(l.statusDir, strconv.Itoa(u.UID), name), err)

@@ -12,3 +12,8 @@ func openStatusRoot(string, int, bool) (int, error)            { return -1, errS
 func openUserDir(int, string, User, int, bool) (int, error)    { return -1, errStatusUnsupported }
 func readStatusFile(int, string, string, User) ([]byte, error) { return nil, errStatusUnsupported }
 func unlinkAt(int, string) error                               { return errStatusUnsupported }
+
+func (l *Launcher) capUserDir(_ int, _ string, fd int, _ User) (int, error) { return fd, nil }
+
+// ReleaseStatusDir does nothing where no status tmpfs is mounted.
+func ReleaseStatusDir(string) error { return nil }

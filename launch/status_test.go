@@ -28,11 +28,17 @@ func statusRoot(t *testing.T) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { os.RemoveAll(base) })
+	exit := filepath.Join(base, "exit")
+	t.Cleanup(func() {
+		if err := launch.ReleaseStatusDir(exit); err != nil {
+			t.Error(err)
+		}
+		os.RemoveAll(base)
+	})
 	if err := os.Chmod(base, 0o711); err != nil {
 		t.Fatal(err)
 	}
-	return filepath.Join(base, "exit")
+	return exit
 }
 
 // me is the account this test runs as.
@@ -183,10 +189,11 @@ func TestExitStatusRefusesPlantedFiles(t *testing.T) {
 		{"symlink-to-dev-zero", func(t *testing.T, p string) { asUser(t, victim, `ln -s /dev/zero "$1"`, p) }, "symbolic link", true},
 		{"symlink-to-root-only-file", func(t *testing.T, p string) { asUser(t, victim, `ln -s "$2" "$1"`, p, secret) }, "symbolic link", true},
 		{"fifo", func(t *testing.T, p string) { asUser(t, victim, `mkfifo "$1"`, p) }, "not a regular file", true},
-		{"one-megabyte", func(t *testing.T, p string) {
-			// "0" and then a megabyte of blanks: a reader without a cap would
-			// trim it to a clean 0.
-			asUser(t, victim, `{ echo 0; head -c 1048576 /dev/zero | tr '\0' ' '; } > "$1"`, p)
+		{"sixty-four-kilobytes", func(t *testing.T, p string) {
+			// "0" and then 64 KiB of blanks (what fits in the user's capped
+			// status space): a reader without a cap would trim it to a
+			// clean 0.
+			asUser(t, victim, `{ echo 0; head -c 65536 /dev/zero | tr '\0' ' '; } > "$1"`, p)
 		}, "more than an exit status", true},
 		{"chowned-to-other", func(t *testing.T, p string) {
 			if err := os.WriteFile(p, []byte("0\n"), 0o644); err != nil {
@@ -198,7 +205,7 @@ func TestExitStatusRefusesPlantedFiles(t *testing.T) {
 		}, "belongs to uid " + strconv.Itoa(other.UID), true},
 		{"hard-link-to-other", func(t *testing.T, p string) {
 			if out, err := launchtest.Run(t, victim, nil, "ln", shared, p); err != nil {
-				t.Skipf("fs.protected_hardlinks forbids the link here (%s); the chowned case covers the rule", strings.TrimSpace(out))
+				t.Skipf("the link cannot be made here (%s: fs.protected_hardlinks, or the user's status directory is a filesystem of its own); the chowned case covers the rule", strings.TrimSpace(out))
 			}
 		}, "belongs to uid " + strconv.Itoa(other.UID), true},
 		{"directory", func(t *testing.T, p string) { asUser(t, victim, `mkdir "$1"`, p) }, "not a regular file", false},

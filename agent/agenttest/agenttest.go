@@ -116,7 +116,15 @@ func PublicDir(tb testing.TB) string {
 		tb.Fatal(err)
 	}
 	os.Chmod(dir, 0o755)
-	tb.Cleanup(func() { os.RemoveAll(dir) })
+	tb.Cleanup(func() {
+		// A root agent's exit-status directories (beside its socket) hold
+		// a tmpfs per user: unmount them, or nothing under them goes.
+		exits, _ := filepath.Glob(filepath.Join(dir, "*", "exit"))
+		for _, e := range append(exits, filepath.Join(dir, "exit")) {
+			launch.ReleaseStatusDir(e)
+		}
+		os.RemoveAll(dir)
+	})
 	return dir
 }
 

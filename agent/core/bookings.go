@@ -163,7 +163,11 @@ func (b *Bound) Book(ctx context.Context, req api.BookRequest) (lease.Lease, err
 	if target == s.cfg.Node {
 		return s.deps.Node.Book(b.c, br, req.RequestID)
 	}
-	r, err := peer.Call(ctx, s.deps.Peers, target, peer.Book, peer.As(b.c.User), peer.BookRequest{
+	who, err := b.actor(target)
+	if err != nil {
+		return lease.Lease{}, err
+	}
+	r, err := peer.Call(ctx, s.deps.Peers, target, peer.Book, who, peer.BookRequest{
 		Count: br.Count, GPUs: br.GPUs, Start: br.Start, Duration: br.Duration, Kind: br.Kind, Note: br.Note,
 		Model: br.Model, Tags: br.Tags, Run: peerRun(jobRun(br.Job)), RequestID: req.RequestID,
 	})

@@ -133,7 +133,11 @@ func (b *Bound) Claim(ctx context.Context, req api.ClaimRequest) (api.ClaimRespo
 		l, err := b.grantHere(ctx, v, claim, run, req.RequestID)
 		return s.granted(l), err
 	}
-	r, err := peer.Call(ctx, s.deps.Peers, target, peer.Claim, peer.As(b.c.User), peer.ClaimRequest{
+	who, err := b.actor(target)
+	if err != nil {
+		return api.ClaimResponse{}, err
+	}
+	r, err := peer.Call(ctx, s.deps.Peers, target, peer.Claim, who, peer.ClaimRequest{
 		Count: claim.Count, GPUs: claim.GPUs, Duration: claim.Duration, Note: claim.Note, Kind: claim.Kind,
 		Force: claim.Force, Run: peerRun(run), RequestID: req.RequestID,
 		MIG: claim.MIG, MemMiB: claim.MemMiB, Model: claim.Model, Tags: claim.Tags,
@@ -273,7 +277,11 @@ func (b *Bound) Release(ctx context.Context, req api.ReleaseRequest) (api.Releas
 		out.Released = append(out.Released, id)
 	}
 	for n, rids := range remote {
-		r, err := peer.Call(ctx, b.s.deps.Peers, n, peer.Release, peer.As(b.c.User), peer.ReleaseRequest{IDs: rids})
+		who, err := b.actor(n)
+		if err != nil {
+			return out, err
+		}
+		r, err := peer.Call(ctx, b.s.deps.Peers, n, peer.Release, who, peer.ReleaseRequest{IDs: rids})
 		out.Released = append(out.Released, r.Released...)
 		if err != nil {
 			return out, err
@@ -316,7 +324,11 @@ func (b *Bound) Extend(ctx context.Context, req api.ExtendRequest) (api.ClaimRes
 		l, err := b.s.deps.Node.Extend(b.c, req.ID, d)
 		return claimResponse(l), err
 	}
-	r, err := peer.Call(ctx, b.s.deps.Peers, n, peer.Extend, peer.As(b.c.User), peer.ExtendRequest{ID: req.ID, Duration: d})
+	who, err := b.actor(n)
+	if err != nil {
+		return api.ClaimResponse{}, err
+	}
+	r, err := peer.Call(ctx, b.s.deps.Peers, n, peer.Extend, who, peer.ExtendRequest{ID: req.ID, Duration: d})
 	return claimResponse(r.Lease), err
 }
 

@@ -368,7 +368,10 @@ func (b *Bound) Notify(ctx context.Context, req api.NotifyRequest) (api.NotifySt
 	if !lease.ValidUserName(b.c.User) {
 		return api.NotifyStatus{}, &lease.Error{Code: lease.CodeForbidden, Msg: "you have no account here, so cannot set notifications"}
 	}
-	who := peer.As(b.c.User)
+	who, err := b.actor("other nodes")
+	if err != nil {
+		return api.NotifyStatus{}, err
+	}
 	nodes := s.liveNodes()
 	switch {
 	case req.Off && req.Webhook != "":
@@ -541,7 +544,11 @@ func (b *Bound) ReadLog(ctx context.Context, req api.LogReadRequest) (api.LogChu
 	if req.Max <= 0 || req.Max > peer.MaxLogChunk {
 		req.Max = peer.MaxLogChunk
 	}
-	r, err := peer.Call(ctx, b.s.deps.Peers, req.Node, peer.Logs, peer.As(b.c.User), peer.LogsRequest{Session: req.Session, Part: req.Part, Offset: req.Offset, Max: req.Max})
+	who, err := b.actor(req.Node)
+	if err != nil {
+		return api.LogChunk{}, err
+	}
+	r, err := peer.Call(ctx, b.s.deps.Peers, req.Node, peer.Logs, who, peer.LogsRequest{Session: req.Session, Part: req.Part, Offset: req.Offset, Max: req.Max})
 	if err != nil {
 		return api.LogChunk{}, err
 	}

@@ -23,6 +23,9 @@ func (b *Bound) Submit(ctx context.Context, req api.SubmitRequest) (api.Submitte
 	if b.c.UID < 0 {
 		return api.Submitted{}, &lease.Error{Code: lease.CodeForbidden, Msg: "you have no account here, so cannot queue"}
 	}
+	if _, err := b.actor("the node it starts on"); err != nil {
+		return api.Submitted{}, err // a queued run starts by its holder's name
+	}
 	claim, run, err := claimOf(req.Claim)
 	if err != nil {
 		return api.Submitted{}, err
@@ -103,7 +106,11 @@ func (b *Bound) Cancel(ctx context.Context, id string) error {
 		return lease.Invalidf("%q is not a queue id: ids look like node01-q3 (`dibs queue` shows them)", id)
 	}
 	if origin != b.s.cfg.Node {
-		_, err := peer.Call(ctx, b.s.deps.Peers, origin, peer.Cancel, peer.As(b.c.User), peer.CancelRequest{ID: id})
+		who, err := b.actor(origin)
+		if err != nil {
+			return err
+		}
+		_, err = peer.Call(ctx, b.s.deps.Peers, origin, peer.Cancel, who, peer.CancelRequest{ID: id})
 		return err
 	}
 	if err := b.s.deps.Origin.Cancel(b.c, id); err != nil {

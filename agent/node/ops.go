@@ -188,24 +188,30 @@ func (n *Node) step(d lease.Due, now time.Time) {
 			return
 		}
 		warn("stopping")
-		if u, err := n.sess.holder(l); err == nil {
-			if err := n.deps.Sessions.Signal(ctx, u, l.Session, syscall.SIGTERM); err != nil {
-				n.log.Warn("SIGTERM at the end", "lease", l.ID, "err", err)
+		n.sess.background(func(ctx context.Context) {
+			if u, err := n.sess.holder(l); err == nil {
+				if err := n.deps.Sessions.Signal(ctx, u, l.Session, syscall.SIGTERM); err != nil {
+					n.log.Warn("SIGTERM at the end", "lease", l.ID, "err", err)
+				}
 			}
-		}
+		})
 	case lease.StepReservationExpired:
 		if endIfDue(lease.EndReservationExpired) {
 			n.log.Info("reservation expired uncommitted; its GPUs are free again", "lease", l.ID, "entry", l.Entry)
 		}
 	case lease.StepPreemptEnd:
-		n.sess.killSession(ctx, l, true)
-		n.end(l, lease.PreemptedReason(l.PreemptReason), "")
+		// Ended first, so the next tick does not find it due again while
+		// its session is being killed (the processes still exiting are
+		// within lease.EndGrace, not squatters).
+		if n.end(l, lease.PreemptedReason(l.PreemptReason), "") == nil {
+			n.sess.background(func(ctx context.Context) { n.sess.killSession(ctx, l, true) })
+		}
 	case lease.StepBookingStart, lease.StepBookingLapsed:
 		n.book.step(ctx, d, now)
 	case lease.StepEnd:
 		if endIfDue(lease.EndExpired) {
 			n.log.Info("lease ended at its time limit", "lease", l.ID, "user", l.User)
-			n.sess.killSession(ctx, l, true)
+			n.sess.background(func(ctx context.Context) { n.sess.killSession(ctx, l, true) })
 		}
 	}
 }

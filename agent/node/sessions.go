@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"time"
 
 	"github.com/dibs-gpu/dibs/launch"
 	"github.com/dibs-gpu/dibs/lease"
@@ -81,6 +82,26 @@ func (x *sessionJob) readopt() {
 		}
 		x.watch(l, u)
 	}
+}
+
+// userCallBound bounds what one step of the clock may spend in a user's
+// tmux server, off the node's loop.
+const userCallBound = 15 * time.Second
+
+// background runs f, a call into a user's tmux server or processes, on a
+// goroutine of its own with a bounded context, so the node's loop (every
+// other lease's warnings, ends and bookings) never waits on a server its
+// user may have made slow or mute. Only the node's loop calls it (so the
+// WaitGroup is never added to while Close waits on an empty one).
+func (x *sessionJob) background(f func(ctx context.Context)) {
+	n := x.n
+	n.wg.Add(1)
+	go func() {
+		defer n.wg.Done()
+		ctx, cancel := context.WithTimeout(n.ctx, userCallBound)
+		defer cancel()
+		f(ctx)
+	}()
 }
 
 // tell puts a message in one session's status line (best effort).
