@@ -277,7 +277,8 @@ func (a *Agent) build(ctx context.Context) error {
 	}, node.Deps{Store: a.store, Probe: a.deps.Probe, Sessions: a.deps.Sessions, Accounts: a.accounts, Clock: c,
 		Changed: a.changed, LeasesChanged: a.leasesChanged, Events: a.events.Record})
 	a.origin = origin.New(a.cfg.NodeName, origin.Deps{Store: a.store, Clock: c, Changed: a.changed,
-		QueueChanged: a.queueChanged, Log: a.log.With("part", "queue"), Events: a.events.Record})
+		QueueChanged: a.queueChanged, Log: a.log.With("part", "queue"), Events: a.events.Record,
+		MaxPerUser: a.cfg.Sched.MaxQueuedPerUser})
 	a.svc = core.New(core.Config{
 		Node: a.cfg.NodeName, Policy: a.cfg.Policy, Sched: a.cfg.Sched, Version: a.cfg.Version,
 		DataDir: a.cfg.DataDir, Socket: a.cfg.Socket,

@@ -18,6 +18,10 @@ const (
 	DefaultReservationTTL   = 30 * time.Second
 	DefaultPreemptGrace     = 2 * time.Minute
 	DefaultLostAfter        = 30 * time.Second
+	// DefaultMaxQueuedPerUser is more than a team of a few people queues
+	// on 4–32 GPUs, and few enough that one person's entries stay a small
+	// part of their origin's gossip.
+	DefaultMaxQueuedPerUser = 64
 )
 
 // WithDefaults fills every unset setting. The two weights are filled only
@@ -44,6 +48,9 @@ func (c SchedConfig) WithDefaults() SchedConfig {
 	}
 	if c.LostAfter <= 0 {
 		c.LostAfter = DefaultLostAfter
+	}
+	if c.MaxQueuedPerUser <= 0 {
+		c.MaxQueuedPerUser = DefaultMaxQueuedPerUser
 	}
 	return c
 }

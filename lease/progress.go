@@ -153,7 +153,7 @@ type RunVerdict struct {
 // return.
 func (v ClusterView) JudgeRunning(e QueueEntry, lostAfter time.Duration) RunVerdict {
 	key := e.Key()
-	interactive := e.Job == nil || len(e.Job.Command) == 0
+	interactive := !e.Job.RunsCommand()
 	var out RunVerdict
 	var live []Lease
 	ended := 0
