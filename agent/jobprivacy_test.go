@@ -198,7 +198,8 @@ func TestOnePersonsBookedCommandsCannotFreezeTheNodesGossip(t *testing.T) {
 // Weak 5 of issue 20: `dibs bookings --json` and /v1/run showed other
 // people's booked and queued commands (one with an API key), directories
 // and environments. They show only to the holder and admins, in every view
-// (bookings, queue, run, the board), at the origin and elsewhere.
+// (bookings, queue, run, the board the TUI and the SSH board draw, events),
+// at the origin and elsewhere.
 func TestOthersCommandsAreShownOnlyToTheirHolderAndAdmins(t *testing.T) {
 	t.Parallel()
 	nodes := agenttest.Cluster(t, agenttest.ClusterOptions{Specs: []string{"2xL40S", "2xL40S"}, Quiet: true, Users: attackUsers})
@@ -224,7 +225,8 @@ func TestOthersCommandsAreShownOnlyToTheirHolderAndAdmins(t *testing.T) {
 		qq, _ := b.Queue(ctx(t))
 		r1, _ := b.Run(ctx(t), q.ID)
 		board, _ := b.Board(ctx(t))
-		all = append(all, bs, qq, r1, board)
+		evs, _ := b.Events(ctx(t), api.EventsRequest{})
+		all = append(all, bs, qq, r1, board, evs)
 		out, _ := json.Marshal(all)
 		return string(out)
 	}
