@@ -127,15 +127,16 @@ func describeBooking(b *Lease, now time.Time) string {
 // bookedWhen prints a booking's time: "from Tue 09:00 to 12:00".
 func bookedWhen(b *Lease, now time.Time) string {
 	from := b.StartedAt.Local()
-	return fmt.Sprintf("from %s to %s", from.Format("Mon 15:04"), SpanEnd(b.StartedAt, b.ExpiresAt))
+	return fmt.Sprintf("from %s to %s", from.Format("Mon 15:04"), SpanEnd(from, b.ExpiresAt))
 }
 
 // SpanEnd prints the end of a span that starts at start so that it cannot
-// be misread: the time alone on the same day ("12:00"), with the weekday
-// within the next six days ("Tue 09:00"), with the date beyond ("Mon Jan 9
-// 16:13"; a week-long booking is not "16:13 to 16:13").
+// be misread, in start's time zone: the time alone on the same day
+// ("12:00"), with the weekday within the next six days ("Tue 09:00"), with
+// the date beyond ("Tue Dec 8 16:13"; a week-long booking is not "16:13 to
+// 16:13").
 func SpanEnd(start, end time.Time) string {
-	from, to := start.Local(), end.Local()
+	from, to := start, end.In(start.Location())
 	switch {
 	case to.YearDay() == from.YearDay() && to.Year() == from.Year():
 		return to.Format("15:04")

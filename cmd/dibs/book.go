@@ -141,7 +141,7 @@ func bookRun(ctx context.Context, c *cli, cl *api.Client, f *claimFlags, req api
 func printBooked(c *cli, b lease.Lease) {
 	fmt.Fprintf(c.stdout, "%s: GPU%s %s on %s booked %s to %s (in %s); `dibs unbook %s` withdraws it\n",
 		safe(b.ID), plural(len(b.GPUs)), safe(b.CUDAVisibleDevices()), safe(b.Node), b.StartedAt.Local().Format("Mon Jan 2 15:04"),
-		lease.SpanEnd(b.StartedAt, b.ExpiresAt), lease.FormatDuration(time.Until(b.StartedAt).Round(time.Minute)), safe(b.ID))
+		lease.SpanEnd(b.StartedAt.Local(), b.ExpiresAt), lease.FormatDuration(time.Until(b.StartedAt).Round(time.Minute)), safe(b.ID))
 }
 
 func bookingsCmd(c *cli) *cobra.Command {
