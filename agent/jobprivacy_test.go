@@ -256,3 +256,29 @@ func TestOthersCommandsAreShownOnlyToTheirHolderAndAdmins(t *testing.T) {
 		}
 	}
 }
+
+// A command too large to travel between agents as sent (control characters
+// take six bytes each) is refused at submit, with what to do, rather than
+// queued to fail at its start.
+func TestOversizedJobRefusedAtSubmit(t *testing.T) {
+	t.Parallel()
+	n := agenttest.Start(t, agenttest.Options{Sim: "1xL40S", Users: attackUsers})
+	run := &api.RunSpec{Command: []string{"echo", strings.Repeat("\x01", 30<<10)}}
+	for name, submit := range map[string]func() error{
+		"queue": func() error {
+			_, err := n.As(mallory).Submit(ctx(t), api.SubmitRequest{Claim: api.ClaimRequest{Count: 1, Run: run}})
+			return err
+		},
+		"book": func() error {
+			_, err := n.As(mallory).Book(ctx(t), api.BookRequest{Count: 1, Start: time.Now().Add(time.Hour), Duration: "1h", Run: run})
+			return err
+		},
+	} {
+		if err := submit(); lease.CodeOf(err) != lease.CodeInvalid || !strings.Contains(err.Error(), "put the command in a script") {
+			t.Errorf("%s: %v; want a refusal saying to put the command in a script", name, err)
+		}
+	}
+	if q := n.Queue(); len(q.Entries) != 0 {
+		t.Errorf("queue holds %d entries after the refusals", len(q.Entries))
+	}
+}
