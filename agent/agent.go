@@ -300,7 +300,8 @@ func (a *Agent) build(ctx context.Context) error {
 		QueueChanged: a.queueChanged, Log: a.log.With("part", "queue"), Events: a.events.Record,
 		RetryDelay: func(restart int) time.Duration {
 			return lease.RequeueDelay(restart, sc.RequeueBackoff, sc.MaxRequeueBackoff, a.deps.Rand())
-		}})
+		},
+		MaxPerUser: a.cfg.Sched.MaxQueuedPerUser})
 	a.svc = core.New(core.Config{
 		Node: a.cfg.NodeName, Policy: a.cfg.Policy, Sched: a.cfg.Sched, Version: a.cfg.Version,
 		DataDir: a.cfg.DataDir, Socket: a.cfg.Socket,

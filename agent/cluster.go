@@ -102,13 +102,25 @@ func (d delegate) LocalState() gossip.NodeState {
 	a := d.l.a
 	st := a.node.State()
 	// Bookings travel as leases (Booked set); Peers splits them off again.
+	// A job's command, directory and environment stay here (the origin
+	// hands them to the scheduler that places the entry; a booked run
+	// starts on this node): what every node holds of one person's work is
+	// bounded by the caps on entries and bookings, not by their commands.
 	leases := st.Leases
 	if len(st.Bookings) > 0 {
-		leases = append(slices.Clone(st.Leases), st.Bookings...)
+		leases = slices.Clone(st.Leases)
+		for _, b := range st.Bookings {
+			leases = append(leases, b.Published())
+		}
+	}
+	entries := a.origin.Entries()
+	queue := make([]lease.QueueEntry, len(entries))
+	for i, e := range entries {
+		queue[i] = e.Published()
 	}
 	return gossip.NodeState{
 		Node: a.cfg.NodeName, Version: st.Version, Snapshot: st.Snap, Leases: leases,
-		Queue: a.origin.Entries(), Ended: st.Ended, QuietSince: st.QuietSince,
+		Queue: queue, Ended: st.Ended, QuietSince: st.QuietSince,
 		Usage: a.node.Usage().PublishedUsage(),
 	}
 }

@@ -587,3 +587,54 @@ func TestSuspectSeenByEveryAgent(t *testing.T) {
 		t.Errorf("suspect seen by %d of 7 agents before dead (%v)", len(saw), saw)
 	}
 }
+
+// A queue too large for one section (issue 20's frozen node: thirty 60 KB
+// commands) no longer stops the node's leases from being published: the
+// flooding person's newest entries are left out until the section fits,
+// and everyone else's entries still travel.
+func TestOversizedQueueStillPublishesLeases(t *testing.T) {
+	nodes := startCluster(t, 2, nil)
+	src := nodes[0]
+	at := time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)
+	entry := func(seq int, user string, cmd int) lease.QueueEntry {
+		e := lease.QueueEntry{ID: lease.QueueID(src.cfg.NodeName, uint64(seq)), Origin: src.cfg.NodeName, User: user, UID: 1000,
+			SubmittedAt: at.Add(time.Duration(seq) * time.Second), Nodes: 1, GPUsPerNode: 1, Duration: time.Hour, Kind: lease.KindBatch}
+		if cmd > 0 {
+			e.Job = &lease.Job{Command: []string{"echo", strings.Repeat("x", cmd)}}
+		}
+		return e
+	}
+	src.agent.mu.Lock()
+	src.agent.state.Version++
+	src.agent.state.Queue = []lease.QueueEntry{entry(1, "carol", 0)}
+	for i := range 30 {
+		src.agent.state.Queue = append(src.agent.state.Queue, entry(2+i, "mallory", 60<<10))
+	}
+	src.agent.mu.Unlock()
+	src.agent.setLeases("carol", "after the flood", 3)
+	src.Publish(true)
+	waitFor(t, 5*time.Second, func() (bool, string) {
+		p, _ := nodes[1].Peer(src.cfg.NodeName)
+		if len(p.NodeState.Leases) != 1 || p.NodeState.Leases[0].Note != "after the flood" {
+			return false, fmt.Sprintf("node01 sees leases %v", p.NodeState.Leases)
+		}
+		return true, ""
+	})
+	p, _ := nodes[1].Peer(src.cfg.NodeName)
+	var carol, mallory int
+	var newest lease.QueueEntry
+	for _, e := range p.NodeState.Queue {
+		switch e.User {
+		case "carol":
+			carol++
+		case "mallory":
+			mallory++
+			if e.SubmittedAt.After(newest.SubmittedAt) {
+				newest = e
+			}
+		}
+	}
+	if carol != 1 || mallory == 0 || mallory >= 30 || newest.ID == lease.QueueID(src.cfg.NodeName, 31) {
+		t.Errorf("node01 sees carol's %d and mallory's %d entries (newest %s); want carol's one and mallory's oldest that fit", carol, mallory, newest.ID)
+	}
+}

@@ -112,9 +112,11 @@ func (x *publisher) refreshLocal(now time.Time, refresh bool) {
 	st.Node, st.BootID, st.BootedAt = c.cfg.NodeName, c.bootID, c.bootedAt
 	st.Leases, st.Queue, st.Ended = c.pub.sanitize(st.Leases, st.Queue, st.Ended)
 
+	ls := &leaseSection{Leases: st.Leases, Queue: st.Queue, Ended: st.Ended, QuietSince: st.QuietSince}
+	c.pub.fitQueue(ls)
+
 	c.pubMu.Lock()
 	defer c.pubMu.Unlock()
-	ls := &leaseSection{Leases: st.Leases, Queue: st.Queue, Ended: st.Ended, QuietSince: st.QuietSince}
 	c.pub.revise(secLeases, now, false, &stateMsg{Section: sectionLeases, Leases: ls, Version: st.Version}, ls)
 
 	ts := &telemetrySection{Snapshot: st.Snapshot, Usage: st.Usage}
@@ -178,6 +180,66 @@ func (x *publisher) sanitize(leases []lease.Lease, queue []lease.QueueEntry, end
 		}
 	}
 	return out, q, runs
+}
+
+// sectionSlack is room left in a state message for what surrounds the
+// lease section (node, boot, sequence).
+const sectionSlack = 4 << 10
+
+// fitQueue keeps the lease section within maxStateBytes whatever the queue
+// holds, so the leases (who holds which GPU) always reach the other nodes:
+// a section over the limit would not be sent at all, and every other node
+// would go on showing old holders. Entries are left out newest first from
+// whoever has the most, so one person's flood costs their own entries, not
+// anyone else's. The agent bounds each person's entries and strips their
+// commands (agent.delegate.LocalState); this is the floor under that.
+func (x *publisher) fitQueue(ls *leaseSection) {
+	c := x.c
+	if len(ls.Queue) == 0 {
+		return
+	}
+	b, err := json.Marshal(ls)
+	if err != nil || len(b) <= maxStateBytes-sectionSlack {
+		return
+	}
+	over := len(b) - (maxStateBytes - sectionSlack)
+	size := make([]int, len(ls.Queue))
+	byUser := map[string][]int{}
+	for i := range ls.Queue {
+		e, _ := json.Marshal(&ls.Queue[i])
+		size[i] = len(e) + 1
+		byUser[ls.Queue[i].User] = append(byUser[ls.Queue[i].User], i)
+	}
+	drop := make([]bool, len(ls.Queue))
+	dropped := 0
+	for over > 0 && dropped < len(ls.Queue) {
+		most := ""
+		for u, idx := range byUser {
+			if len(idx) > len(byUser[most]) || len(idx) == len(byUser[most]) && u < most {
+				most = u
+			}
+		}
+		idx := byUser[most]
+		newest := 0
+		for k, i := range idx {
+			if ls.Queue[i].SubmittedAt.After(ls.Queue[idx[newest]].SubmittedAt) {
+				newest = k
+			}
+		}
+		i := idx[newest]
+		byUser[most] = append(idx[:newest], idx[newest+1:]...)
+		drop[i] = true
+		dropped++
+		over -= size[i]
+	}
+	kept := make([]lease.QueueEntry, 0, len(ls.Queue)-dropped)
+	for i, e := range ls.Queue {
+		if !drop[i] {
+			kept = append(kept, e)
+		}
+	}
+	c.warnOnce("queue/fit", "gossip: this node's section would pass %d bytes: publishing %d of its %d queue entries (the others wait here until there is room)", maxStateBytes, len(kept), len(ls.Queue))
+	ls.Queue = kept
 }
 
 // revise makes m the new revision of section i if its content differs from

@@ -126,12 +126,24 @@ func describeBooking(b *Lease, now time.Time) string {
 
 // bookedWhen prints a booking's time: "from Tue 09:00 to 12:00".
 func bookedWhen(b *Lease, now time.Time) string {
-	from, to := b.StartedAt.Local(), b.ExpiresAt.Local()
-	end := to.Format("15:04")
-	if to.YearDay() != from.YearDay() || to.Year() != from.Year() {
-		end = to.Format("Mon 15:04")
+	from := b.StartedAt.Local()
+	return fmt.Sprintf("from %s to %s", from.Format("Mon 15:04"), SpanEnd(from, b.ExpiresAt))
+}
+
+// SpanEnd prints the end of a span that starts at start so that it cannot
+// be misread, in start's time zone: the time alone on the same day
+// ("12:00"), with the weekday within the next six days ("Tue 09:00"), with
+// the date beyond ("Tue Dec 8 16:13"; a week-long booking is not "16:13 to
+// 16:13").
+func SpanEnd(start, end time.Time) string {
+	from, to := start, end.In(start.Location())
+	switch {
+	case to.YearDay() == from.YearDay() && to.Year() == from.Year():
+		return to.Format("15:04")
+	case to.Sub(from) < 6*24*time.Hour:
+		return to.Format("Mon 15:04")
 	}
-	return fmt.Sprintf("from %s to %s", from.Format("Mon 15:04"), end)
+	return to.Format("Mon Jan 2 15:04")
 }
 
 // Bookable lists the GPUs of a node that a booking of [start, end) may
@@ -192,6 +204,9 @@ func (t *Table) PlanBooking(c Caller, req BookRequest, snap nodeprobe.Snapshot, 
 	if err != nil {
 		return Lease{}, err
 	}
+	if err := CheckBookingLength(p, dur); err != nil {
+		return Lease{}, err
+	}
 	if err := checkNote(req.Note); err != nil {
 		return Lease{}, err
 	}
@@ -220,6 +235,9 @@ func (t *Table) PlanBooking(c Caller, req BookRequest, snap nodeprobe.Snapshot, 
 	}
 	if err := CheckBookingQuota(p, c.User, mine, float64(n)*dur.Hours()); err != nil {
 		return Lease{}, err
+	}
+	if max := p.bookMaxCount(); len(mine) >= max {
+		return Lease{}, errorf(CodeConflict, "you hold %d bookings on %s, the most one person may: unbook some (dibs bookings lists them), or wait until they begin", len(mine), t.node)
 	}
 	free, why := Bookable(snap, all, req.Model, start, end)
 	var gpus []int
@@ -283,6 +301,14 @@ func checkBookingTime(start, now time.Time, p Policy) error {
 	return nil
 }
 
+// CheckBookingLength refuses a booking longer than Policy.BookMaxLength.
+func CheckBookingLength(p Policy, dur time.Duration) error {
+	if p.BookMaxLength > 0 && dur > p.BookMaxLength {
+		return Invalidf("a booking may last at most %s here; this one is %s: book a shorter time, and claim or queue when it begins for more", FormatDuration(p.BookMaxLength), FormatDuration(dur))
+	}
+	return nil
+}
+
 // CheckBookingQuota refuses a booking of hours GPU-hours when user's
 // bookings (not yet started) and it together pass Policy.BookMaxGPUHours.
 func CheckBookingQuota(p Policy, user string, bookings []Lease, hours float64) error {
@@ -306,6 +332,14 @@ func BookedHours(bookings []Lease, user string) float64 {
 		}
 	}
 	return h
+}
+
+// bookMaxCount is BookMaxCount, or its default when unset.
+func (p Policy) bookMaxCount() int {
+	if p.BookMaxCount > 0 {
+		return p.BookMaxCount
+	}
+	return DefaultBookMaxCount
 }
 
 func roundHours(h float64) float64 { return float64(int64(h*10+0.5)) / 10 }

@@ -151,3 +151,48 @@ func TestBookNode(t *testing.T) {
 	_, err = lease.BookNode([]lease.Candidate{a, b}, 3, "", nil, nil, "alice", t0.Add(2*time.Hour), t0.Add(3*time.Hour))
 	checkRefusal(t, err, lease.CodeConflict, "at most 2 can be booked together (on b)")
 }
+
+// Weak 1 of issue 20: on the default config one person could book every
+// GPU for weeks. The defaults cap one booking's length and a person's
+// booked GPU-hours, each refusal saying what to do.
+func TestBookingDefaultsProtectASharedCluster(t *testing.T) {
+	p := lease.DefaultPolicy()
+	for _, tt := range []struct {
+		name string
+		req  lease.BookRequest
+		code lease.Code
+		want []string
+	}{
+		{"a week", lease.BookRequest{Count: 1, Start: t0.Add(time.Hour), Duration: 7 * 24 * time.Hour}, lease.CodeInvalid,
+			[]string{"a booking may last at most 3d here; this one is 7d", "book a shorter time"}},
+		{"every GPU for three days", lease.BookRequest{Count: 4, Start: t0.Add(time.Hour), Duration: 3 * 24 * time.Hour}, lease.CodeConflict,
+			[]string{"one person may hold 96 GPU-hours of bookings; you hold 0 and this one is 288", "book less"}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := table().PlanBooking(carol, tt.req, islands(4), t0, p)
+			checkRefusal(t, err, tt.code, tt.want...)
+		})
+	}
+	// Within them, a booking of a day of four GPUs is fine.
+	if _, err := table().PlanBooking(carol, lease.BookRequest{Count: 4, Start: t0.Add(time.Hour), Duration: 24 * time.Hour}, islands(4), t0, p); err != nil {
+		t.Errorf("four GPUs for a day: %v", err)
+	}
+}
+
+// A span's end is printed so that it cannot be misread: a week-long
+// booking was shown as "16:13 to 16:13".
+func TestSpanEnd(t *testing.T) {
+	start := time.Date(2026, 12, 1, 16, 13, 0, 0, time.Local)
+	for _, tt := range []struct {
+		d    time.Duration
+		want string
+	}{
+		{2 * time.Hour, "18:13"},
+		{24 * time.Hour, "Wed 16:13"},
+		{7 * 24 * time.Hour, "Tue Dec 8 16:13"},
+	} {
+		if got := lease.SpanEnd(start, start.Add(tt.d)); got != tt.want {
+			t.Errorf("SpanEnd(+%s) = %q, want %q", tt.d, got, tt.want)
+		}
+	}
+}

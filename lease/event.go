@@ -207,7 +207,7 @@ func EntryEvent(kind EventKind, q QueueEntry, why string, at time.Time) Event {
 		size = fmt.Sprintf("%d nodes × %d GPUs", q.Nodes, q.GPUsPerNode)
 	}
 	what := "request"
-	if q.Job != nil && len(q.Job.Command) > 0 {
+	if q.Job.RunsCommand() {
 		what = "job"
 	}
 	switch kind {

@@ -20,6 +20,10 @@ const (
 	DefaultLostAfter         = 5 * time.Minute
 	DefaultRequeueBackoff    = 10 * time.Second
 	DefaultMaxRequeueBackoff = 5 * time.Minute
+	// DefaultMaxQueuedPerUser is more than a team of a few people queues
+	// on 4–32 GPUs, and few enough that one person's entries stay a small
+	// part of their origin's gossip.
+	DefaultMaxQueuedPerUser = 64
 )
 
 // WithDefaults fills every unset setting. The two weights are filled only
@@ -52,6 +56,9 @@ func (c SchedConfig) WithDefaults() SchedConfig {
 	}
 	if c.MaxRequeueBackoff <= 0 {
 		c.MaxRequeueBackoff = max(DefaultMaxRequeueBackoff, c.RequeueBackoff)
+	}
+	if c.MaxQueuedPerUser <= 0 {
+		c.MaxQueuedPerUser = DefaultMaxQueuedPerUser
 	}
 	return c
 }

@@ -1,6 +1,7 @@
 package lease
 
 import (
+	"encoding/json"
 	"maps"
 	"slices"
 	"strings"
@@ -29,7 +30,7 @@ var carriedEnv = []string{
 }
 
 // MaxJobEnvSize bounds the bytes of a run's carried variables, names and
-// values together: a queued run's travel in gossip with its entry.
+// values together: they travel with the run to the node that starts it.
 const MaxJobEnvSize = 8 << 10
 
 // CarriedEnv returns the names of the variables a run takes along from
@@ -58,7 +59,43 @@ func (j *Job) Check() error {
 	if err := CheckJob(j.Command, j.Dir, j.Name); err != nil {
 		return err
 	}
-	return CheckEnv(j.Env)
+	if err := CheckEnv(j.Env); err != nil {
+		return err
+	}
+	if j.Kept && j.Private() {
+		return Invalidf("a job marked kept carries its command, directory or environment")
+	}
+	return checkJobWire(j)
+}
+
+// MaxJobWireSize bounds a job as the agents send it (JSON, where a control
+// character takes six bytes): what travels from the origin to the
+// scheduler and on to the nodes that start it must fit one request
+// (agent/peer.MaxBody) with room for the rest.
+const MaxJobWireSize = 128 << 10
+
+// checkJobWire refuses a job whose encoding passes MaxJobWireSize. Only a
+// job that could (more than a sixth of the bound in raw bytes) is encoded
+// to find out.
+func checkJobWire(j *Job) error {
+	raw := 32 + len(j.Dir) + len(j.Name) // 32×6 covers the field names and braces
+	for _, a := range j.Command {
+		raw += len(a) + 3
+	}
+	for k, v := range j.Env {
+		raw += len(k) + len(v) + 6
+	}
+	if raw*6 <= MaxJobWireSize {
+		return nil
+	}
+	b, err := json.Marshal(j)
+	if err != nil {
+		return Invalidf("the command cannot be encoded: %v", err)
+	}
+	if len(b) > MaxJobWireSize {
+		return Invalidf("the command, its directory and environment take %d bytes as the agents send them (control characters and quotes count six); at most %d: put the command in a script and run that", len(b), MaxJobWireSize)
+	}
+	return nil
 }
 
 // CheckEnv refuses a run's environment that holds a name outside

@@ -46,3 +46,59 @@ func TestCheckEnv(t *testing.T) {
 		})
 	}
 }
+
+// A job is held to what one request between agents can carry (the origin
+// hands it to the scheduler, which hands it to the placed nodes), counted
+// as sent: a command of control characters takes six bytes a byte.
+func TestJobCheckBoundsTheJobAsSent(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		job  lease.Job
+		want string // "" means accepted
+	}{
+		{"a plain 60 KB command", lease.Job{Command: []string{"echo", strings.Repeat("x", 60<<10)}}, ""},
+		{"60 KB of quotes", lease.Job{Command: []string{"echo", strings.Repeat(`"`, 60<<10)}}, ""},
+		{"30 KB of control characters", lease.Job{Command: []string{"echo", strings.Repeat("\x01", 30<<10)}}, "as the agents send them"},
+		{"a kept copy with its command", lease.Job{Kept: true, Command: []string{"x"}}, "marked kept"},
+		{"a kept copy", lease.Job{Kept: true, Name: "train"}, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := tc.job.Check()
+			switch {
+			case tc.want == "" && err != nil:
+				t.Errorf("refused: %v", err)
+			case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+				t.Errorf("Check = %v, want an error saying %q", err, tc.want)
+			}
+		})
+	}
+}
+
+// What travels and shows of a job to others: its public part only.
+func TestJobPublicAndShownTo(t *testing.T) {
+	j := &lease.Job{Command: []string{"train.py", "--key=sk-1"}, Dir: "/srv/p", Name: "t", Torchrun: true, Env: map[string]string{"PATH": "/v"}}
+	e := lease.QueueEntry{User: "mallory", Job: j}
+	for _, tc := range []struct {
+		who  lease.Caller
+		full bool
+	}{
+		{lease.Caller{User: "mallory", UID: 7}, true},
+		{lease.Caller{User: "carol", UID: 8}, false},
+		{lease.Caller{User: "root", Admin: true}, true},
+		{lease.Caller{UID: 9}, false},
+	} {
+		got := e.ShownTo(tc.who).Job
+		if full := len(got.Command) > 0; full != tc.full || !got.RunsCommand() || got.Name != "t" || !got.Torchrun {
+			t.Errorf("%s sees %+v; want whole %v, and always its name, torchrun and that it runs a command", tc.who, got, tc.full)
+		}
+		if !tc.full && (got.Dir != "" || got.Env != nil || !got.Kept) {
+			t.Errorf("%s sees %+v; want no directory or environment", tc.who, got)
+		}
+	}
+	if p := e.Published(); p.Job == j || len(j.Command) == 0 {
+		t.Error("Published changed the entry's own job")
+	}
+	if (lease.QueueEntry{}).Published().Job != nil {
+		t.Error("a queued claim grew a job")
+	}
+}

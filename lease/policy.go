@@ -44,9 +44,29 @@ type Policy struct {
 	// BookAhead is how far ahead a booking may start (0: 30 days).
 	BookAhead time.Duration
 	// BookMaxGPUHours is how many GPU-hours one person may hold booked
-	// and not yet started, cluster-wide; 0 means no limit.
+	// and not yet started, cluster-wide (default DefaultBookMaxGPUHours);
+	// 0 means no limit.
 	BookMaxGPUHours float64
+	// BookMaxLength is the longest one booking may last (0: no limit
+	// beyond the kind's maximum; default DefaultBookMaxLength).
+	BookMaxLength time.Duration
+	// BookMaxCount is how many bookings not yet started one person may
+	// hold on this node (0: DefaultBookMaxCount). Every booking travels in
+	// the node's gossip, so the count bounds what one person adds to it.
+	BookMaxCount int
 }
+
+// Booking defaults that protect a shared cluster: without them one person
+// could book every GPU for weeks on a fresh install.
+const (
+	// DefaultBookMaxGPUHours is four GPUs for a day, or one for four.
+	DefaultBookMaxGPUHours = 96
+	// DefaultBookMaxLength is three days: a booking is a promise of the
+	// future, not a way to hold GPUs for a week ahead of everyone.
+	DefaultBookMaxLength = 3 * 24 * time.Hour
+	// DefaultBookMaxCount bounds one person's bookings on one node.
+	DefaultBookMaxCount = 16
+)
 
 // DefaultPolicy is what a node enforces with no configuration: 4 h interactive,
 // 24 h batch, a week at most, warned ten minutes before the end.
@@ -63,6 +83,9 @@ func DefaultPolicy() Policy {
 		IdleUtilPct:        5,
 		PreemptGrace:       120 * time.Second,
 		BookAhead:          30 * 24 * time.Hour,
+		BookMaxGPUHours:    DefaultBookMaxGPUHours,
+		BookMaxLength:      DefaultBookMaxLength,
+		BookMaxCount:       DefaultBookMaxCount,
 	}
 }
 
@@ -72,7 +95,8 @@ func DefaultPolicy() Policy {
 func (p Policy) IsZero() bool {
 	return p.DefaultInteractive == 0 && p.DefaultBatch == 0 && p.MaxInteractive == 0 && p.MaxBatch == 0 &&
 		p.WarnBefore == 0 && p.EndAction == "" && p.SignalGrace == 0 && p.IdleAfter == 0 && p.IdleUtilPct == 0 &&
-		p.AdminGroup == "" && p.PreemptGrace == 0 && len(p.Pools) == 0 && p.BookAhead == 0 && p.BookMaxGPUHours == 0
+		p.AdminGroup == "" && p.PreemptGrace == 0 && len(p.Pools) == 0 && p.BookAhead == 0 && p.BookMaxGPUHours == 0 &&
+		p.BookMaxLength == 0 && p.BookMaxCount == 0
 }
 
 // Validate reports the first setting that cannot work.
@@ -114,6 +138,12 @@ func (p Policy) Validate() error {
 	}
 	if p.BookMaxGPUHours < 0 {
 		return fmt.Errorf("book_max_gpu_hours %g is negative", p.BookMaxGPUHours)
+	}
+	if p.BookMaxLength < 0 {
+		return fmt.Errorf("book_max_length must be positive, got %s", p.BookMaxLength)
+	}
+	if p.BookMaxCount < 0 {
+		return fmt.Errorf("book_max_count %d is negative", p.BookMaxCount)
 	}
 	return nil
 }

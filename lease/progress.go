@@ -156,7 +156,7 @@ type RunVerdict struct {
 // that node to return.
 func (v ClusterView) JudgeRunning(e QueueEntry, grace time.Duration) RunVerdict {
 	key := e.Key()
-	interactive := e.Job == nil || len(e.Job.Command) == 0
+	interactive := !e.Job.RunsCommand()
 	var out RunVerdict
 	var live []Lease
 	ended := 0

@@ -22,6 +22,11 @@ type Job struct {
 	// Env is what the submitter's shell had of CarriedEnv (PATH, the
 	// Python environment), set in every rank's session.
 	Env map[string]string `json:"env,omitempty"`
+	// Kept marks a copy from which the command, directory and environment
+	// were left out (Job.Public): gossip and views for anyone but the
+	// holder. The job runs a command; its origin (or its booking's node)
+	// holds it.
+	Kept bool `json:"kept,omitempty"`
 }
 
 // QueueEntry is one waiting request. Its source of truth is the agent it was
@@ -204,6 +209,11 @@ type SchedConfig struct {
 	// MaxRequeueBackoff, with jitter (default 10 s, at most 5 min).
 	RequeueBackoff    time.Duration
 	MaxRequeueBackoff time.Duration
+	// MaxQueuedPerUser is how many entries (waiting or running) one person
+	// may have at one origin (default DefaultMaxQueuedPerUser). Every entry
+	// travels in its origin's gossip, so the cap bounds what one person
+	// adds to it. A task of a job array would count as one entry.
+	MaxQueuedPerUser int
 }
 
 // Borrows reports whether n more GPUs take user beyond their nominal quota,

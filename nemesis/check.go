@@ -291,4 +291,4 @@ func countsText[K comparable](m map[K]int, order []K) string {
 
 // interactive reports whether a queue entry's runs are interactive (no
 // command): their session ending is their normal end.
-func interactive(e lease.QueueEntry) bool { return e.Job == nil || len(e.Job.Command) == 0 }
+func interactive(e lease.QueueEntry) bool { return !e.Job.RunsCommand() }

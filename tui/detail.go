@@ -229,7 +229,7 @@ func (m detail) nodeFacts(n *api.Node, w int) []string {
 		if i == 0 {
 			label = "booked"
 		}
-		s := fmt.Sprintf("%s %s %s %s–%s", b.ID, holderName(&b), gpuList(b.GPUs), m.clock(b.StartedAt), b.ExpiresAt.In(m.now().Location()).Format("15:04"))
+		s := fmt.Sprintf("%s %s %s %s–%s", b.ID, holderName(&b), gpuList(b.GPUs), m.clock(b.StartedAt), lease.SpanEnd(b.StartedAt.In(m.now().Location()), b.ExpiresAt))
 		if b.Note != "" {
 			s += " · " + b.Note
 		}
@@ -340,7 +340,7 @@ func (m detail) facts(n *api.Node, g *api.GPU) facts {
 	m.partFacts(&f, g)
 	for i := range n.Bookings {
 		if b := &n.Bookings[i]; b.Holds(g.Index) {
-			f.booked = fmt.Sprintf("by %s %s–%s (%s): a claim ends before", holderName(b), m.clock(b.StartedAt), b.ExpiresAt.In(now.Location()).Format("15:04"), b.ID)
+			f.booked = fmt.Sprintf("by %s %s–%s (%s): a claim ends before", holderName(b), m.clock(b.StartedAt), lease.SpanEnd(b.StartedAt.In(now.Location()), b.ExpiresAt), b.ID)
 			break
 		}
 	}

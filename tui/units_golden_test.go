@@ -148,3 +148,17 @@ func TestSessionsListYourParts(t *testing.T) {
 		}
 	}
 }
+
+// A booking that ends on another day says which (issue 20: a week-long one
+// read "09:00–09:00").
+func TestMultiDayBookingShowsItsEndDay(t *testing.T) {
+	b := unitsBoard()
+	bk := &b.Nodes[0].Bookings[0]
+	bk.ExpiresAt = bk.StartedAt.Add(3 * 24 * time.Hour)
+	h := newHarness(t, 160, 48, Options{})
+	h.send(BoardMsg(b))
+	h.keys("l", "l")
+	if s := h.screen(); !strings.Contains(s, "Wed 09:00–Sat 09:00") {
+		t.Errorf("the booking's line does not say it ends on Saturday:\n%s", s)
+	}
+}

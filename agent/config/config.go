@@ -135,9 +135,13 @@ type LeaseSection struct {
 	IdleUtilPct        *int   `toml:"idle_util_pct"`
 	AdminGroup         string `toml:"admin_group"`
 	// BookAhead is how far ahead a booking may start ("30d");
-	// BookMaxGPUHours how many GPU-hours one person may hold booked.
+	// BookMaxGPUHours how many GPU-hours one person may hold booked (0:
+	// no limit); BookMaxLength the longest one booking may last;
+	// BookMaxCount how many bookings one person may hold on this node.
 	BookAhead       string   `toml:"book_ahead"`
 	BookMaxGPUHours *float64 `toml:"book_max_gpu_hours"`
+	BookMaxLength   string   `toml:"book_max_length"`
+	BookMaxCount    int      `toml:"book_max_count"`
 }
 
 // QueueSection is [queue]: fair-share, quotas, preemption.
@@ -156,6 +160,9 @@ type QueueSection struct {
 	MaxRequeueBackoff string `toml:"max_requeue_backoff"`
 	PreemptSignal     string `toml:"preempt_signal"`
 	PreemptGrace      string `toml:"preempt_grace"`
+	// MaxQueuedPerUser is how many requests one person may have queued
+	// or running at one node (default 64).
+	MaxQueuedPerUser int `toml:"max_queued_per_user"`
 }
 
 // Sched applies [queue] over the defaults.
@@ -195,6 +202,10 @@ func (q QueueSection) Sched() (lease.SchedConfig, error) {
 			return c, &ConfigError{Msg: fmt.Sprintf("queue.quotas: %s's quota %d is negative", u, n)}
 		}
 	}
+	if q.MaxQueuedPerUser < 0 {
+		return c, &ConfigError{Msg: fmt.Sprintf("queue.max_queued_per_user: %d is negative", q.MaxQueuedPerUser)}
+	}
+	c.MaxQueuedPerUser = q.MaxQueuedPerUser
 	return c.WithDefaults(), nil
 }
 
@@ -459,6 +470,7 @@ func (ls LeaseSection) Policy(base lease.Policy) (lease.Policy, error) {
 		{"leases.signal_grace", ls.SignalGrace, &p.SignalGrace},
 		{"leases.idle_after", ls.IdleAfter, &p.IdleAfter},
 		{"leases.book_ahead", ls.BookAhead, &p.BookAhead},
+		{"leases.book_max_length", ls.BookMaxLength, &p.BookMaxLength},
 	}
 	for _, d := range durs {
 		if d.v == "" {
@@ -481,6 +493,9 @@ func (ls LeaseSection) Policy(base lease.Policy) (lease.Policy, error) {
 	}
 	if ls.BookMaxGPUHours != nil {
 		p.BookMaxGPUHours = *ls.BookMaxGPUHours
+	}
+	if ls.BookMaxCount != 0 {
+		p.BookMaxCount = ls.BookMaxCount
 	}
 	if err := p.Validate(); err != nil {
 		key := "leases." + strings.SplitN(err.Error(), " ", 2)[0]

@@ -48,6 +48,9 @@ func TestConfigErrorsNameFileLineAndReason(t *testing.T) {
 		{"bad pool time", "[pools.h100]\nusers = [\"alice\"]\nmax_time = \"forever\"\n", ":3: pools.h100.max_time: cannot read duration"},
 		{"bad pool user", "[pools.h100]\nusers = [\"al ice\"]\n", ":2: pools.h100.users"},
 		{"bad book ahead", "[leases]\nbook_ahead = \"-1d\"\n", ":2: leases.book_ahead"},
+		{"bad book length", "[leases]\nbook_max_length = \"-1d\"\n", ":2: leases.book_max_length"},
+		{"negative book count", "[leases]\nbook_max_count = -1\n", ":2: leases.book_max_count"},
+		{"negative queue cap", "[queue]\nmax_queued_per_user = -3\n", ":2: queue.max_queued_per_user: -3 is negative"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -86,6 +89,8 @@ func TestTagsAndPools(t *testing.T) {
 [leases]
 book_ahead = "14d"
 book_max_gpu_hours = 48
+book_max_length = "1d"
+book_max_count = 4
 
 [pools.h100]
 max_time = "8h"
@@ -105,7 +110,8 @@ max_gpus = 4
 		t.Fatal(err)
 	}
 	h := pools["h100"]
-	if len(fc.Tags) != 2 || h.MaxTime != 8*time.Hour || h.MaxGPUs != 4 || len(h.Users) != 2 || p.BookAhead != 14*24*time.Hour || p.BookMaxGPUHours != 48 {
-		t.Errorf("read tags %v, pool %+v, book ahead %s, max %g", fc.Tags, h, p.BookAhead, p.BookMaxGPUHours)
+	if len(fc.Tags) != 2 || h.MaxTime != 8*time.Hour || h.MaxGPUs != 4 || len(h.Users) != 2 || p.BookAhead != 14*24*time.Hour || p.BookMaxGPUHours != 48 ||
+		p.BookMaxLength != 24*time.Hour || p.BookMaxCount != 4 {
+		t.Errorf("read tags %v, pool %+v, book ahead %s, max %g, longest %s, count %d", fc.Tags, h, p.BookAhead, p.BookMaxGPUHours, p.BookMaxLength, p.BookMaxCount)
 	}
 }

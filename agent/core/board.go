@@ -21,7 +21,11 @@ func (b *Bound) Board(context.Context) (api.Board, error) {
 	out := api.Board{Self: b.s.cfg.Node, You: b.c, GeneratedAt: v.Now.Round(0), Notices: notices}
 	for i := range v.Nodes {
 		n := &v.Nodes[i]
-		bn := api.Node{Name: n.Name, State: b.s.shown(n, v.Now), Addr: n.Addr, Host: n.Snap.Host, TelemetryAt: n.Snap.TakenAt, Bookings: n.Bookings}
+		bn := api.Node{Name: n.Name, State: b.s.shown(n, v.Now), Addr: n.Addr, Host: n.Snap.Host, TelemetryAt: n.Snap.TakenAt}
+		for _, l := range n.Bookings {
+			// A booked run's command only for its holder and admins.
+			bn.Bookings = append(bn.Bookings, l.ShownTo(b.c))
+		}
 		judged := n.Judged
 		if !n.Self {
 			judged = lease.Judge(n.Snap, n.Leases, n.Idle, v.Now, b.s.cfg.Policy)

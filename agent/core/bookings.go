@@ -145,6 +145,9 @@ func (b *Bound) Book(ctx context.Context, req api.BookRequest) (lease.Lease, err
 	if n == 0 {
 		n = len(br.GPUs)
 	}
+	if err := lease.CheckBookingLength(s.cfg.Policy, br.Duration); err != nil {
+		return lease.Lease{}, err
+	}
 	if err := lease.CheckBookingQuota(s.cfg.Policy, b.c.User, v.Bookings(), float64(n)*br.Duration.Hours()); err != nil {
 		return lease.Lease{}, err
 	}
@@ -186,11 +189,13 @@ func jobRun(j *lease.Job) *node.Run {
 }
 
 // Bookings is `dibs bookings`: every booking the cluster knows, soonest
-// first.
+// first; a booked run's command, directory and environment only for its
+// holder and admins.
 func (b *Bound) Bookings(context.Context) (api.Bookings, error) {
-	out := api.Bookings{Bookings: b.s.View().Bookings()}
-	if out.Bookings == nil {
-		out.Bookings = []lease.Lease{}
+	out := api.Bookings{Bookings: []lease.Lease{}}
+	for _, l := range b.s.View().Bookings() {
+		// Another person's booked run shows that it runs, not what.
+		out.Bookings = append(out.Bookings, l.ShownTo(b.c))
 	}
 	slices.SortFunc(out.Bookings, func(x, y lease.Lease) int {
 		return cmp.Or(x.StartedAt.Compare(y.StartedAt), cmp.Compare(x.ID, y.ID))

@@ -67,10 +67,8 @@ func claimOf(req api.ClaimRequest) (lease.Claim, *node.Run, error) {
 // checkRun is every check a session's spec gets before anything is
 // granted or queued.
 func checkRun(command []string, dir, name string, env map[string]string) error {
-	if err := lease.CheckJob(command, dir, name); err != nil {
-		return err
-	}
-	if err := lease.CheckEnv(env); err != nil {
+	// Every bound a job is held to, its size as the agents send it too.
+	if err := (&lease.Job{Command: command, Dir: dir, Name: name, Env: env}).Check(); err != nil {
 		return err
 	}
 	if name != "" {

@@ -376,6 +376,9 @@ func (b *Bound) Run(ctx context.Context, id string) (api.RunRecord, error) {
 			if e.ID != entryID {
 				continue
 			}
+			// The entry's command, directory and environment only for
+			// its holder and admins.
+			e = e.ShownTo(b.c)
 			rec.ID, rec.Entry, rec.State = e.ID, &e, api.RunQueued
 			if e.Running {
 				rec.State = api.RunRunning

@@ -73,9 +73,9 @@ func (s *Service) registerPeerOps() {
 		s.deps.Origin.MarkStarted(r.Key)
 		return peer.Empty{}, nil
 	})
-	peer.Handle(m, peer.Place, func(ctx context.Context, from string, who peer.Actor, r peer.PlaceRequest) (peer.Empty, error) {
+	peer.Handle(m, peer.Place, func(ctx context.Context, from string, who peer.Actor, r peer.PlaceRequest) (peer.PlaceReply, error) {
 		if !who.System {
-			return peer.Empty{}, &lease.Error{Code: lease.CodeForbidden, Msg: "only a scheduler places a queued entry"}
+			return peer.PlaceReply{}, &lease.Error{Code: lease.CodeForbidden, Msg: "only a scheduler places a queued entry"}
 		}
 		// A start this origin can see already (its Started message lost)
 		// is not placed again.
@@ -83,12 +83,13 @@ func (s *Service) registerPeerOps() {
 		if _, started := p.Started[r.Key]; started {
 			// Its start event's notice tells the submitter.
 			s.deps.Origin.MarkStarted(r.Key)
-			return peer.Empty{}, &lease.Error{Code: lease.CodeConflict, Msg: fmt.Sprintf("%s has started already", r.Key)}
+			return peer.PlaceReply{}, &lease.Error{Code: lease.CodeConflict, Msg: fmt.Sprintf("%s has started already", r.Key)}
 		}
 		if p.Reserving[r.Key] {
-			return peer.Empty{}, &lease.Error{Code: lease.CodeConflict, Msg: fmt.Sprintf("%s is being reserved", r.Key)}
+			return peer.PlaceReply{}, &lease.Error{Code: lease.CodeConflict, Msg: fmt.Sprintf("%s is being reserved", r.Key)}
 		}
-		return peer.Empty{}, s.deps.Origin.Place(r.Key, r.Placer)
+		job, err := s.deps.Origin.Place(r.Key, r.Placer)
+		return peer.PlaceReply{Job: job}, err
 	})
 	peer.Handle(m, peer.Refused, func(ctx context.Context, from string, who peer.Actor, r peer.RefusedRequest) (peer.Empty, error) {
 		if !who.System {
@@ -136,6 +137,11 @@ func (b *Bound) startPart(ctx context.Context, r peer.StartRequest) (peer.StartR
 	}
 	claim := lease.Claim{GPUs: r.GPUs, Duration: e.Duration, Kind: e.Kind, Note: e.Note, QueuedAt: e.SubmittedAt, MemMiB: e.MemMiB}
 	var run *node.Run
+	if e.Job != nil && e.Job.Kept {
+		// Gossip's copy: the scheduler did not get the command from the
+		// origin (which alone keeps it). Not this node's to guess.
+		return peer.StartReply{}, &lease.Error{Code: lease.CodeUnavailable, Msg: fmt.Sprintf("the start of %s came without its command, which its origin %s keeps: the scheduler asks the origin again", e.ID, e.Origin)}
+	}
 	if e.Job != nil {
 		name := lease.RankSessionName(e.Job.Name, e, r.Rank)
 		if err := checkRun(e.Job.Command, e.Job.Dir, name, e.Job.Env); err != nil {

@@ -172,30 +172,33 @@ func (b *Bound) Queue(context.Context) (api.Queue, error) {
 	plan := lease.Schedule(waiting, v.SchedNodes(), v.Usage(), v.Now, s.cfg.Sched)
 	q := api.Queue{Scheduler: v.Scheduler(), Entries: []api.QueuedEntry{}}
 	for _, r := range plan.Order {
-		q.Entries = append(q.Entries, queuedView(r.Entry, r.Priority, r.Position, r.EstStart, r.Waiting))
+		q.Entries = append(q.Entries, queuedView(b.c, r.Entry, r.Priority, r.Position, r.EstStart, r.Waiting))
 	}
 	slices.SortFunc(backoff, func(x, y lease.QueueEntry) int { return x.RetryAt.Compare(y.RetryAt) })
 	for _, e := range backoff {
 		why := fmt.Sprintf("restart %d of %d, spaced after a failure: %s", e.Restarts, e.MaxRestarts, e.RetryWhy)
-		qv := queuedView(e, 0, len(q.Entries)+1, e.RetryAt, why)
+		qv := queuedView(b.c, e, 0, len(q.Entries)+1, e.RetryAt, why)
 		qv.RetryAt = e.RetryAt
 		q.Entries = append(q.Entries, qv)
 	}
 	slices.SortFunc(orphaned, func(x, y lease.QueueEntry) int { return x.SubmittedAt.Compare(y.SubmittedAt) })
 	for _, e := range orphaned {
 		why := fmt.Sprintf("its origin %s is down: it waits until %s is back", e.Origin, e.Origin)
-		q.Entries = append(q.Entries, queuedView(e, 0, len(q.Entries)+1, time.Time{}, why))
+		q.Entries = append(q.Entries, queuedView(b.c, e, 0, len(q.Entries)+1, time.Time{}, why))
 	}
 	slices.SortFunc(running, func(x, y lease.QueueEntry) int { return strings.Compare(x.ID, y.ID) })
 	for _, e := range running {
-		qv := queuedView(e, 0, 0, time.Time{}, "")
+		qv := queuedView(b.c, e, 0, 0, time.Time{}, "")
 		qv.Running = true
 		q.Entries = append(q.Entries, qv)
 	}
 	return q, nil
 }
 
-func queuedView(e lease.QueueEntry, prio float64, pos int, est time.Time, why string) api.QueuedEntry {
+// queuedView is one entry as c sees it: its command only for its holder
+// and admins.
+func queuedView(c lease.Caller, e lease.QueueEntry, prio float64, pos int, est time.Time, why string) api.QueuedEntry {
+	e = e.ShownTo(c)
 	v := api.QueuedEntry{
 		ID: e.ID, Position: pos, User: e.User, Nodes: e.Nodes, GPUsPerNode: e.GPUsPerNode, Node: e.Node,
 		Kind: string(e.Kind), Duration: lease.FormatDuration(e.Duration), Note: e.Note, Priority: prio,

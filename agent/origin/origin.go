@@ -9,6 +9,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -35,6 +36,9 @@ type Deps struct {
 	// before it may start again (lease.RequeueDelay with the queue's
 	// settings and injected jitter); nil retries at once.
 	RetryDelay func(restart int) time.Duration
+	// MaxPerUser is how many entries one person may have here, waiting
+	// or running (lease.SchedConfig.MaxQueuedPerUser; 0: its default).
+	MaxPerUser int
 }
 
 // Origin is this node's queue entries. Writers queue on one mutex (the disk
@@ -72,6 +76,9 @@ func New(node string, deps Deps) *Origin {
 	}
 	if deps.Events == nil {
 		deps.Events = func(lease.Event) {}
+	}
+	if deps.MaxPerUser <= 0 {
+		deps.MaxPerUser = lease.DefaultMaxQueuedPerUser
 	}
 	o := &Origin{node: node, deps: deps, entries: map[string]lease.QueueEntry{}, placed: map[string]time.Duration{}, short: map[string]time.Duration{}}
 	o.publishLocked()
@@ -146,6 +153,11 @@ func (o *Origin) Submit(e lease.QueueEntry) (lease.QueueEntry, error) {
 			}
 		}
 	}
+	if n := o.countLocked(e.User); n >= o.deps.MaxPerUser {
+		o.mu.Unlock()
+		return lease.QueueEntry{}, &lease.Error{Code: lease.CodeConflict, Msg: fmt.Sprintf(
+			"you have %d requests queued or running from %s, the most one person may: cancel some (`dibs queue` shows them), or wait for them to finish", n, o.node)}
+	}
 	seq := o.seq + 1
 	e.Origin = o.node
 	e.ID = lease.QueueID(o.node, seq)
@@ -166,6 +178,17 @@ func (o *Origin) Submit(e lease.QueueEntry) (lease.QueueEntry, error) {
 	o.deps.Log.Info("queued", "entry", e.ID, "user", e.User, "nodes", e.Nodes, "gpus_per_node", e.GPUsPerNode)
 	o.deps.QueueChanged()
 	return e, nil
+}
+
+// countLocked is how many of this node's entries user has.
+func (o *Origin) countLocked(user string) int {
+	n := 0
+	for _, x := range o.entries {
+		if x.User == user {
+			n++
+		}
+	}
+	return n
 }
 
 // Cancel withdraws an entry that is not running, for its submitter or an
@@ -209,8 +232,21 @@ func (o *Origin) Cancel(c lease.Caller, id string) error {
 // ago — that one's start may still land — or it runs already. The same
 // placer may ask again (its first start failed). The placer is made durable
 // before the answer, so a restart of this agent does not let a second
-// scheduler in.
-func (o *Origin) Place(key, placer string) error {
+// scheduler in. The entry's job comes back whole (nil for a queued claim):
+// the origin alone keeps its command, directory and environment, and the
+// placer carries them to the nodes that start it.
+func (o *Origin) Place(key, placer string) (*lease.Job, error) {
+	job, err := o.place(key, placer)
+	if err != nil || job == nil {
+		return nil, err
+	}
+	j := *job
+	j.Command = slices.Clone(job.Command)
+	j.Env = maps.Clone(job.Env)
+	return &j, nil
+}
+
+func (o *Origin) place(key, placer string) (*lease.Job, error) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	var e lease.QueueEntry
@@ -223,22 +259,22 @@ func (o *Origin) Place(key, placer string) error {
 	now := o.deps.Clock.Mono()
 	switch {
 	case !found:
-		return &lease.Error{Code: lease.CodeNotFound, Msg: fmt.Sprintf("no queued attempt %s here", key)}
+		return nil, &lease.Error{Code: lease.CodeNotFound, Msg: fmt.Sprintf("no queued attempt %s here", key)}
 	case e.Running:
-		return &lease.Error{Code: lease.CodeConflict, Msg: fmt.Sprintf("%s runs already", key)}
+		return nil, &lease.Error{Code: lease.CodeConflict, Msg: fmt.Sprintf("%s runs already", key)}
 	case e.Placer != "" && e.Placer != placer && now < o.placed[key]:
-		return &lease.Error{Code: lease.CodeConflict, Msg: fmt.Sprintf("%s is being started by %s", key, e.Placer)}
+		return nil, &lease.Error{Code: lease.CodeConflict, Msg: fmt.Sprintf("%s is being started by %s", key, e.Placer)}
 	}
 	if e.Placer != placer {
 		e.Placer = placer
 		if err := o.deps.Store.PutEntry(e, o.seq); err != nil {
-			return err
+			return nil, err
 		}
 		o.entries[e.ID] = e
 		o.publishLocked()
 	}
 	o.placed[key] = now + lease.InFlightTimeout
-	return nil
+	return e.Job, nil
 }
 
 // MarkStarted records that an attempt of an entry runs. It reports the

@@ -28,7 +28,7 @@ func TestGangWithARankThatNeverStartedIsStopped(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := o.Place(e.Key(), "n1/a"); err != nil {
+	if _, err := o.Place(e.Key(), "n1/a"); err != nil {
 		t.Fatal(err)
 	}
 	if _, ok := o.MarkStarted(e.Key()); !ok {
@@ -91,13 +91,13 @@ func TestOnlyOneSchedulerMayStartAnAttempt(t *testing.T) {
 		t.Fatal(err)
 	}
 	key := e.Key()
-	if err := o.Place(key, "n1/a"); err != nil {
+	if _, err := o.Place(key, "n1/a"); err != nil {
 		t.Fatalf("first placer refused: %v", err)
 	}
-	if err := o.Place(key, "n2/b"); lease.CodeOf(err) != lease.CodeConflict {
+	if _, err := o.Place(key, "n2/b"); lease.CodeOf(err) != lease.CodeConflict {
 		t.Fatalf("a second placer got %v, want a conflict", err)
 	}
-	if err := o.Place(key, "n1/a"); err != nil {
+	if _, err := o.Place(key, "n1/a"); err != nil {
 		t.Fatalf("the same placer asking again was refused: %v", err)
 	}
 	// A restart keeps the placer: nobody else may start it yet.
@@ -105,17 +105,17 @@ func TestOnlyOneSchedulerMayStartAnAttempt(t *testing.T) {
 	if err := again.Open(); err != nil {
 		t.Fatal(err)
 	}
-	if err := again.Place(key, "n2/b"); lease.CodeOf(err) != lease.CodeConflict {
+	if _, err := again.Place(key, "n2/b"); lease.CodeOf(err) != lease.CodeConflict {
 		t.Fatalf("after a restart a second placer got %v, want a conflict", err)
 	}
 	clk.Advance(lease.InFlightTimeout + time.Second)
-	if err := again.Place(key, "n2/b"); err != nil {
+	if _, err := again.Place(key, "n2/b"); err != nil {
 		t.Fatalf("once the first placer's start could have shown, another was refused: %v", err)
 	}
 	if _, ok := again.MarkStarted(key); !ok {
 		t.Fatal("not marked started")
 	}
-	if err := again.Place(key, "n3/c"); lease.CodeOf(err) != lease.CodeConflict {
+	if _, err := again.Place(key, "n3/c"); lease.CodeOf(err) != lease.CodeConflict {
 		t.Fatalf("placing a running entry got %v, want a conflict", err)
 	}
 }

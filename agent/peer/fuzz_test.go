@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 	"unicode/utf8"
+
+	"github.com/dibs-gpu/dibs/lease"
 )
 
 // accept registers e with a handler that accepts whatever passed the
@@ -84,6 +86,43 @@ func FuzzEnvKey(f *testing.F) {
 	f.Fuzz(func(t *testing.T, s string) {
 		if envKey(s) != pattern.MatchString(s) {
 			t.Fatalf("envKey(%q) = %v, the pattern says %v", s, envKey(s), pattern.MatchString(s))
+		}
+	})
+}
+
+// FuzzPlaceReply feeds what an origin may answer a scheduler's place —
+// the job it keeps, whole — through the reply's strict decoder and
+// Validate: nothing panics, and a job that passes holds within the bounds
+// every job is held to.
+func FuzzPlaceReply(f *testing.F) {
+	for _, r := range []PlaceReply{
+		{},
+		{Job: &lease.Job{Command: []string{"python", "train.py"}, Dir: "/home/a", Env: map[string]string{"PATH": "/usr/bin"}}},
+		{Job: &lease.Job{Name: "sweep", Torchrun: true, Command: []string{"train.py"}}},
+		{Job: &lease.Job{Kept: true, Command: []string{"x"}}},
+		{Job: &lease.Job{Env: map[string]string{"AWS_SECRET_ACCESS_KEY": "x"}}},
+	} {
+		b, _ := json.Marshal(r)
+		f.Add(b)
+	}
+	f.Add([]byte(`{"job":{"command":["` + strings.Repeat(`\u0001`, 30000) + `"]}}`))
+	f.Add([]byte(`{"job":{"command":[""]},"extra":1}`))
+	f.Fuzz(func(t *testing.T, body []byte) {
+		var r PlaceReply
+		if err := decode(body, &r, false); err != nil {
+			return
+		}
+		if err := r.Validate(); err != nil {
+			return
+		}
+		if r.Job == nil {
+			return
+		}
+		if r.Job.Kept && r.Job.Private() {
+			t.Fatalf("a kept job with its command passed: %+v", r.Job)
+		}
+		if b, _ := json.Marshal(r.Job); len(b) > lease.MaxJobWireSize {
+			t.Fatalf("a job of %d bytes passed, over %d", len(b), lease.MaxJobWireSize)
 		}
 	})
 }

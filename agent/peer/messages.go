@@ -37,8 +37,24 @@ var (
 	// the origin is the single writer of its entries, so it alone decides
 	// who starts each, and two schedulers (either side of a partition, or
 	// a paused one that goes on) never start it twice.
-	Place = Endpoint[PlaceRequest, Empty]{Name: "place"}
+	Place = Endpoint[PlaceRequest, PlaceReply]{Name: "place"}
 )
+
+// PlaceReply lets the scheduler start the attempt, and hands it the
+// entry's job whole: its command, directory and environment stay with the
+// origin (gossip carries only Job.Public), so the scheduler carries them
+// in its start requests to the nodes that run it.
+type PlaceReply struct {
+	Job *lease.Job `json:"job,omitempty"`
+}
+
+// Validate implements Message.
+func (r PlaceReply) Validate() error {
+	if r.Job == nil {
+		return nil
+	}
+	return r.Job.Check()
+}
 
 // PlaceRequest asks to start an attempt (QueueEntry.Key) as Placer, the
 // asking scheduler's node/instance.

@@ -205,8 +205,14 @@ func (s *Scheduler) goTracked(ctx context.Context, f func(context.Context)) {
 func (s *Scheduler) start(ctx context.Context, st lease.Start) error {
 	e := st.Entry
 	who := peer.As(e.User)
-	if _, err := peer.Call(ctx, s.deps.Peers, e.Origin, peer.Place, peer.System, peer.PlaceRequest{Key: e.Key(), Placer: s.placer()}); err != nil {
+	placed, err := peer.Call(ctx, s.deps.Peers, e.Origin, peer.Place, peer.System, peer.PlaceRequest{Key: e.Key(), Placer: s.placer()})
+	if err != nil {
 		return fmt.Errorf("the origin did not let this scheduler start it: %w", err)
+	}
+	if placed.Job != nil {
+		// Gossip carries only the job's public part; the origin's answer
+		// is the job whole, carried on to the nodes that start it.
+		e.Job = placed.Job
 	}
 	if len(st.Ranks) == 1 && e.Nodes <= 1 {
 		r, err := peer.Call(ctx, s.deps.Peers, st.Ranks[0].Node, peer.Start, who,

@@ -141,7 +141,7 @@ func bookRun(ctx context.Context, c *cli, cl *api.Client, f *claimFlags, req api
 func printBooked(c *cli, b lease.Lease) {
 	fmt.Fprintf(c.stdout, "%s: GPU%s %s on %s booked %s to %s (in %s); `dibs unbook %s` withdraws it\n",
 		safe(b.ID), plural(len(b.GPUs)), safe(b.CUDAVisibleDevices()), safe(b.Node), b.StartedAt.Local().Format("Mon Jan 2 15:04"),
-		b.ExpiresAt.Local().Format("15:04"), lease.FormatDuration(time.Until(b.StartedAt).Round(time.Minute)), safe(b.ID))
+		lease.SpanEnd(b.StartedAt.Local(), b.ExpiresAt), lease.FormatDuration(time.Until(b.StartedAt).Round(time.Minute)), safe(b.ID))
 }
 
 func bookingsCmd(c *cli) *cobra.Command {
@@ -178,8 +178,12 @@ func printBookings(w io.Writer, bs []lease.Lease, now time.Time) {
 	fmt.Fprintf(w, "%-12s %-10s %-14s %-16s %-6s %-7s %s\n", "BOOKING", "USER", "GPUS", "FROM", "FOR", "IN", "NOTE")
 	for _, b := range bs {
 		note := b.Note
-		if b.Job != nil && len(b.Job.Command) > 0 {
+		switch {
+		case b.Job != nil && len(b.Job.Command) > 0:
 			note = strings.TrimSpace("runs " + strings.Join(b.Job.Command, " ") + "  " + note)
+		case b.Job.RunsCommand():
+			// Someone else's booked run: its command is theirs.
+			note = strings.TrimSpace("runs a command  " + note)
 		}
 		fmt.Fprintf(w, "%-12s %-10s %-14s %-16s %-6s %-7s %s\n", clip(safe(b.ID), 12), clip(safe(b.User), 10),
 			clip(safe(b.Node)+":"+safe(b.CUDAVisibleDevices()), 14), b.StartedAt.Local().Format("Mon Jan 2 15:04"),

@@ -163,6 +163,9 @@ func sbatchJob(rec api.RunRecord) (slurm.Job, error) {
 		j.Command = []string{}
 		if e.Job != nil {
 			j.Name, j.Command, j.Dir, j.Torchrun, j.PerGPU = e.Job.Name, e.Job.Command, e.Job.Dir, e.Job.Torchrun, e.Job.PerGPU
+			if e.Job.Kept {
+				j.Command = nil // another person's run: dibs shows its command only to them
+			}
 		}
 	case len(rec.Lease) > 0:
 		l := rec.Lease[0]

@@ -75,4 +75,16 @@ func TestCLIMIGSharedAndBookings(t *testing.T) {
 	if out, _, _ = dibs(t, p.socket, nil, "bookings"); !strings.Contains(out, "no bookings") {
 		t.Errorf("bookings after unbook:\n%s", out)
 	}
+	// Weak 1 of issue 20: a booking that ends on another day says which
+	// (a week's was printed "16:13 to 16:13"); a week is past the default
+	// longest booking.
+	out, errOut, code = dibs(t, p.socket, nil, "book", "-g", "1", "--at", "in 5h", "--for", "2d")
+	end := time.Now().Add(53 * time.Hour).Local().Format("Mon ")
+	if code != 0 || !strings.Contains(out, " to "+end) {
+		t.Errorf("book --for 2d: exit %d, want the end printed with its day %q\n%s%s", code, end, out, errOut)
+	}
+	_, errOut, code = dibs(t, p.socket, nil, "book", "-g", "1", "--at", "in 3d", "--for", "7d")
+	if code == 0 || !strings.Contains(errOut, "a booking may last at most 3d here") {
+		t.Errorf("book --for 7d: exit %d, %q; want the default longest booking", code, errOut)
+	}
 }

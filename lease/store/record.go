@@ -86,14 +86,14 @@ func jobToRecord(j *lease.Job) *jobRecord {
 	if j == nil {
 		return nil
 	}
-	return &jobRecord{Command: j.Command, Dir: j.Dir, Name: j.Name, Torchrun: j.Torchrun, PerGPU: j.PerGPU, Env: j.Env}
+	return &jobRecord{Command: j.Command, Dir: j.Dir, Name: j.Name, Torchrun: j.Torchrun, PerGPU: j.PerGPU, Env: j.Env, Kept: j.Kept}
 }
 
 func (r *jobRecord) job() *lease.Job {
 	if r == nil {
 		return nil
 	}
-	return &lease.Job{Command: r.Command, Dir: r.Dir, Name: r.Name, Torchrun: r.Torchrun, PerGPU: r.PerGPU, Env: r.Env}
+	return &lease.Job{Command: r.Command, Dir: r.Dir, Name: r.Name, Torchrun: r.Torchrun, PerGPU: r.PerGPU, Env: r.Env, Kept: r.Kept}
 }
 
 func (r *leaseRecord) lease() lease.Lease {
@@ -118,6 +118,9 @@ type jobRecord struct {
 	PerGPU   bool     `json:"per_gpu,omitempty"`
 	// Env is lease.Job.Env: the caller's PATH and Python environment.
 	Env map[string]string `json:"env,omitempty"`
+	// Kept is lease.Job.Kept. A node stores its own jobs whole, so it is
+	// false in every record written; kept so no field is lost.
+	Kept bool `json:"kept,omitempty"`
 }
 
 // entryRecord is how a queue entry is stored (frozen, like leaseRecord).

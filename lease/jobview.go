@@ -1,0 +1,70 @@
+package lease
+
+// What of a job travels and shows. A job's command, working directory and
+// carried environment are its holder's own: a command line may hold an API
+// key, a directory a project's name. They stay with the nodes that need
+// them (the origin of a queued run, which hands them to the scheduler that
+// places it; the node of a booked run, which starts it), and are shown only
+// to the holder and admins. Everyone else, and every other node's gossip,
+// gets the job's public part: its session name, whether it wraps torchrun,
+// and whether it runs a command at all (Kept).
+
+// Public is the part of j that travels in gossip and shows to people other
+// than its holder: the session name, Torchrun, and Kept in place of the
+// command, directory and environment. Nil for nil.
+func (j *Job) Public() *Job {
+	if j == nil {
+		return nil
+	}
+	return &Job{Name: j.Name, Torchrun: j.Torchrun, Kept: j.Kept || len(j.Command) > 0}
+}
+
+// Private reports whether j holds its command, directory or environment,
+// which Public leaves out.
+func (j *Job) Private() bool {
+	return j != nil && (len(j.Command) > 0 || j.Dir != "" || len(j.Env) > 0)
+}
+
+// RunsCommand reports whether the job runs a command (rather than opening
+// a shell), whether this copy holds the command or only Public's part.
+func (j *Job) RunsCommand() bool { return j != nil && (len(j.Command) > 0 || j.Kept) }
+
+// SeesJobOf reports whether c may see the command, directory and
+// environment of a job held by user: its holder (by name, the identity
+// that holds across nodes) and admins.
+func (c Caller) SeesJobOf(user string) bool { return c.Admin || c.User != "" && c.User == user }
+
+// Published is e as its origin gossips it: the job's public part only.
+func (e QueueEntry) Published() QueueEntry {
+	if e.Job.Private() {
+		e.Job = e.Job.Public()
+	}
+	return e
+}
+
+// Published is l as its node gossips it: a booked run's job reduced to its
+// public part.
+func (l Lease) Published() Lease {
+	if l.Job.Private() {
+		l.Job = l.Job.Public()
+	}
+	return l
+}
+
+// ShownTo is e as c may see it: whole for its holder and admins, the job's
+// public part for everyone else.
+func (e QueueEntry) ShownTo(c Caller) QueueEntry {
+	if c.SeesJobOf(e.User) {
+		return e
+	}
+	return e.Published()
+}
+
+// ShownTo is l as c may see it: whole for its holder and admins, a booked
+// run's public part for everyone else.
+func (l Lease) ShownTo(c Caller) Lease {
+	if c.SeesJobOf(l.User) {
+		return l
+	}
+	return l.Published()
+}
