@@ -83,6 +83,10 @@ type Config struct {
 	// WebhookBackoff is the wait before each retry of a webhook post
 	// (default 2s, 10s, 30s, 2m).
 	WebhookBackoff []time.Duration
+	// LedgerKeep is how long ended leases are kept one by one (default
+	// lease.DefaultLedgerKeep, 90 days); older ones are folded into a row
+	// per person and day.
+	LedgerKeep time.Duration
 	// WebhookAllow, when not empty, is the admin's list of the only
 	// destinations webhooks may reach.
 	WebhookAllow events.Allowlist
@@ -140,7 +144,9 @@ type Agent struct {
 	cancel    context.CancelFunc
 	schedOK   chan struct{}
 	watchDone chan struct{}
-	stopped   bool
+	// ledgerDone closes when keepLedger has returned.
+	ledgerDone chan struct{}
+	stopped    bool
 }
 
 // New checks the configuration and builds an agent; Start runs it.
@@ -363,6 +369,8 @@ func (a *Agent) serve() error {
 	}
 	a.node.Run()
 	a.doctor.start(a.ctx)
+	a.ledgerDone = make(chan struct{})
+	go a.keepLedger(a.ctx)
 	a.runEvents()
 	a.schedOK = make(chan struct{})
 	go func() {
@@ -428,6 +436,9 @@ func (a *Agent) shutdown(graceful bool) error {
 	}
 	if a.schedOK != nil {
 		<-a.schedOK
+	}
+	if a.ledgerDone != nil {
+		<-a.ledgerDone
 	}
 	a.doctor.stop()
 	a.node.Close()

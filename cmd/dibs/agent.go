@@ -194,6 +194,9 @@ func (c *cli) agentConfig(cmd *cobra.Command, f agentFlags) (agent.Config, agent
 	if cfg.WebhookAllow, err = fc.Events.Allowlist(); err != nil {
 		return cfg, agent.Deps{}, err
 	}
+	if cfg.LedgerKeep, err = fc.Events.LedgerKeepFor(); err != nil {
+		return cfg, agent.Deps{}, err
+	}
 	if err := lease.ValidNodeName(cfg.NodeName); err != nil {
 		return cfg, agent.Deps{}, fmt.Errorf("%w: set --node-name", err)
 	}
