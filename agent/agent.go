@@ -87,6 +87,9 @@ type Config struct {
 	// lease.DefaultLedgerKeep, 90 days); older ones are folded into a row
 	// per person and day.
 	LedgerKeep time.Duration
+	// EventsPerUserHour caps the events a person's own actions add to the
+	// log per hour (default events.DefaultPerUserHour).
+	EventsPerUserHour int
 	// WebhookAllow, when not empty, is the admin's list of the only
 	// destinations webhooks may reach.
 	WebhookAllow events.Allowlist

@@ -100,6 +100,9 @@ type EventsSection struct {
 	// 90 days, the least: doctor's longest window); older ones are folded
 	// into a row per person and day.
 	LedgerKeep string `toml:"ledger_keep"`
+	// PerUserHour caps the events one person's own actions add per hour
+	// (default 720); zero keeps the default.
+	PerUserHour int `toml:"per_user_hour"`
 }
 
 // LedgerKeepFor reads ledger_keep (default lease.DefaultLedgerKeep).
@@ -424,6 +427,9 @@ func (fc FileConfig) check() error {
 	}
 	if _, err := fc.Events.LedgerKeepFor(); err != nil {
 		return err
+	}
+	if fc.Events.PerUserHour < 0 {
+		return &ConfigError{Msg: fmt.Sprintf("events.per_user_hour: %d must not be negative", fc.Events.PerUserHour)}
 	}
 	for _, a := range []struct{ key, v string }{{"cluster.bind", fc.Cluster.Bind}, {"cluster.advertise", fc.Cluster.Advertise}} {
 		if a.v != "" {

@@ -190,6 +190,8 @@ func (c *cli) agentConfig(cmd *cobra.Command, f agentFlags) (agent.Config, agent
 		Version:       buildInfo().Version,
 		Tags:          fc.Tags,
 		EventKeep:     keep,
+
+		EventsPerUserHour: fc.Events.PerUserHour,
 	}
 	if cfg.WebhookAllow, err = fc.Events.Allowlist(); err != nil {
 		return cfg, agent.Deps{}, err
