@@ -85,6 +85,13 @@ type Config struct {
 	// WebhookBackoff is the wait before each retry of a webhook post
 	// (default 2s, 10s, 30s, 2m).
 	WebhookBackoff []time.Duration
+	// LedgerKeep is how long ended leases are kept one by one (default
+	// lease.DefaultLedgerKeep, 90 days); older ones are folded into a row
+	// per person and day.
+	LedgerKeep time.Duration
+	// EventsPerUserHour caps the events a person's own actions add to the
+	// log per hour (default events.DefaultPerUserHour).
+	EventsPerUserHour int
 	// WebhookAllow, when not empty, is the admin's list of the only
 	// destinations webhooks may reach.
 	WebhookAllow events.Allowlist
@@ -149,6 +156,8 @@ type Agent struct {
 	// leaveCh is closed by `dibs leave` (LeaveRequested).
 	leaveCh   chan struct{}
 	leaveOnce sync.Once
+	// ledgerDone closes when keepLedger has returned.
+	ledgerDone chan struct{}
 }
 
 // New checks the configuration and builds an agent; Start runs it.
@@ -384,6 +393,8 @@ func (a *Agent) serve() error {
 	}
 	a.node.Run()
 	a.doctor.start(a.ctx)
+	a.ledgerDone = make(chan struct{})
+	go a.keepLedger(a.ctx)
 	a.runEvents()
 	a.schedOK = make(chan struct{})
 	go func() {
@@ -473,6 +484,9 @@ func (a *Agent) shutdown(how exitHow) error {
 	}
 	if a.schedOK != nil {
 		<-a.schedOK
+	}
+	if a.ledgerDone != nil {
+		<-a.ledgerDone
 	}
 	a.doctor.stop()
 	a.node.Close()

@@ -20,7 +20,7 @@ func (a *Agent) buildEvents() {
 	if !ok {
 		es = events.NewMemStore(10000)
 	}
-	a.events = events.New(events.Config{Node: a.cfg.NodeName, Keep: a.cfg.EventKeep, Log: a.log.With("part", "events")},
+	a.events = events.New(events.Config{Node: a.cfg.NodeName, Keep: a.cfg.EventKeep, PerUserHour: a.cfg.EventsPerUserHour, Log: a.log.With("part", "events")},
 		events.Deps{Store: es, Clock: a.deps.Clock, Notice: func(n lease.Notice) { a.fanout.Notice(n) }})
 	a.webhooks = events.NewWebhooks(events.WebhookConfig{Backoff: a.cfg.WebhookBackoff, UserAgent: "dibs/" + a.cfg.Version,
 		Allow: a.cfg.WebhookAllow, Log: a.log.With("part", "webhooks")}, es, a.deps.Clock)

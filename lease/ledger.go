@@ -159,3 +159,69 @@ type EventStore interface {
 	// Settings are every user's settings kept here.
 	Settings() ([]NotifySetting, error)
 }
+
+// ReasonCompacted marks a ledger entry that stands for several ended leases
+// of one person on one day, folded together once they were older than the
+// ledger keeps leases one by one.
+const ReasonCompacted = "compacted"
+
+// DefaultLedgerKeep is how long a node keeps its ended leases one by one
+// unless configured: as long as `dibs doctor` can look back (90 days), and
+// past the eight fair-share half-lives that decayed usage reads. Older ones
+// are compacted into a row per person and day, so usage totals survive.
+const DefaultLedgerKeep = 90 * 24 * time.Hour
+
+// CompactLedger folds ended leases into one entry per person and UTC day
+// they ended: the GPU-seconds summed, from the first start to the last end,
+// under the id of the day's first lease, with Reason ReasonCompacted. What
+// `dibs usage` sums over whole days and what fair-share decays come out the
+// same; what one lease was (its GPUs, queue entry, gang) is gone. Days with
+// a single entry are left as they are. It returns the entries to write and,
+// by index into entries, those they replace.
+func CompactLedger(entries []LedgerEntry) (rows []LedgerEntry, replaced [][]int) {
+	type key struct {
+		user string
+		day  time.Time
+	}
+	groups := map[key][]int{}
+	var order []key
+	for i, e := range entries {
+		k := key{e.User, e.End.UTC().Truncate(24 * time.Hour)}
+		if groups[k] == nil {
+			order = append(order, k)
+		}
+		groups[k] = append(groups[k], i)
+	}
+	for _, k := range order {
+		idx := groups[k]
+		if len(idx) < 2 {
+			continue
+		}
+		first := entries[idx[0]]
+		row := LedgerEntry{LeaseID: first.LeaseID, Node: first.Node, User: first.User, UID: first.UID,
+			Start: first.Start, End: first.End, Reason: ReasonCompacted}
+		for _, i := range idx {
+			e := entries[i]
+			if e.Start.Before(row.Start) {
+				row.Start, row.LeaseID = e.Start, e.LeaseID
+			}
+			if e.End.After(row.End) {
+				row.End = e.End
+			}
+			row.GPUSeconds += e.GPUSeconds
+		}
+		rows = append(rows, row)
+		replaced = append(replaced, idx)
+	}
+	return rows, replaced
+}
+
+// LedgerCompactor is a Store that can fold its old ledger entries
+// (CompactLedger) in one transaction each time: lease/store's bbolt file.
+type LedgerCompactor interface {
+	// CompactLedger folds the entries that ended before t, at most max of
+	// them in one transaction (so a first pass over a long-neglected
+	// ledger does not hold the writer for long), and says how many
+	// entries went.
+	CompactLedger(before time.Time, max int) (folded int, err error)
+}

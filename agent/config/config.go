@@ -96,6 +96,28 @@ type EventsSection struct {
 	// reach: host names (".example.com" for a domain) and address
 	// prefixes; cloud metadata addresses stay refused.
 	WebhookAllow []string `toml:"webhook_allow"`
+	// LedgerKeep is how long ended leases are kept one by one (default
+	// 90 days, the least: doctor's longest window); older ones are folded
+	// into a row per person and day.
+	LedgerKeep string `toml:"ledger_keep"`
+	// PerUserHour caps the events one person's own actions add per hour
+	// (default 720); zero keeps the default.
+	PerUserHour int `toml:"per_user_hour"`
+}
+
+// LedgerKeepFor reads ledger_keep (default lease.DefaultLedgerKeep).
+func (e EventsSection) LedgerKeepFor() (time.Duration, error) {
+	if e.LedgerKeep == "" {
+		return lease.DefaultLedgerKeep, nil
+	}
+	d, err := lease.ParseDuration(e.LedgerKeep)
+	if err != nil {
+		return 0, &ConfigError{Msg: "events.ledger_keep: " + err.Error()}
+	}
+	if d < lease.DefaultLedgerKeep {
+		return 0, &ConfigError{Msg: fmt.Sprintf("events.ledger_keep: %s is less than %s, how far back dibs doctor looks: keep at least that", e.LedgerKeep, lease.FormatDuration(lease.DefaultLedgerKeep))}
+	}
+	return d, nil
 }
 
 // Allowlist reads webhook_allow.
@@ -422,6 +444,12 @@ func (fc FileConfig) check() error {
 	}
 	if _, err := fc.Events.Allowlist(); err != nil {
 		return err
+	}
+	if _, err := fc.Events.LedgerKeepFor(); err != nil {
+		return err
+	}
+	if fc.Events.PerUserHour < 0 {
+		return &ConfigError{Msg: fmt.Sprintf("events.per_user_hour: %d must not be negative", fc.Events.PerUserHour)}
 	}
 	for _, a := range []struct{ key, v string }{{"cluster.bind", fc.Cluster.Bind}, {"cluster.advertise", fc.Cluster.Advertise}} {
 		if a.v != "" {

@@ -176,28 +176,21 @@ func (s *Service) history(r peer.HistoryRequest, d DoctorDeps) (peer.HistoryRepl
 	}
 	switch r.Part {
 	case peer.HistoryLedger:
-		ledger, err := s.deps.Node.Usage().Ledger(r.Since)
-		if err != nil {
-			return out, err
-		}
-		slices.SortFunc(ledger, func(a, b lease.LedgerEntry) int {
-			if c := a.End.Compare(b.End); c != 0 {
-				return c
-			}
-			return cmp.Compare(a.LeaseID, b.LeaseID)
-		})
-		for _, e := range ledger {
-			if !r.AfterEnd.IsZero() && (e.End.Before(r.AfterEnd) || e.End.Equal(r.AfterEnd) && e.LeaseID <= r.AfterID) {
-				continue
-			}
+		// A page is a binary search into the ledger kept in memory, in
+		// end order, and the page itself: never the whole ledger again.
+		err := s.deps.Node.Usage().EachEnded(r.Since, r.AfterEnd, r.AfterID, func(e lease.LedgerEntry) bool {
 			if e.Validate() != nil {
-				continue // written by a broken agent: not worth a failed doctor
+				return true // written by a broken agent: not worth a failed doctor
 			}
 			if !fits(e) {
 				out.More = true
-				break
+				return false
 			}
 			out.Entries = append(out.Entries, e)
+			return true
+		})
+		if err != nil {
+			return out, err
 		}
 	case peer.HistorySamples:
 		if d.Samples == nil {
@@ -321,7 +314,14 @@ func (b *Bound) Doctor(ctx context.Context, req api.DoctorRequest) (api.DoctorRe
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			led, err1 := s.nodeHistory(ctx, n.Name, since, peer.HistoryLedger)
+			var led peer.HistoryReply
+			var err1 error
+			if n.Self {
+				// This node's own ledger is in memory here: no pages.
+				led.Entries, err1 = s.deps.Node.Usage().Ledger(since)
+			} else {
+				led, err1 = s.nodeHistory(ctx, n.Name, since, peer.HistoryLedger)
+			}
 			smp, err2 := s.nodeHistory(ctx, n.Name, since, peer.HistorySamples)
 			mu.Lock()
 			defer mu.Unlock()

@@ -16,6 +16,7 @@ package events
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"slices"
 	"sync"
@@ -37,12 +38,29 @@ const pruneEvery = time.Hour
 // carry them before the log writes them itself.
 const flushDelay = time.Second
 
+// DefaultPerUserHour is how many events one person's own actions (claims,
+// releases, extensions, submissions) may add to the log in an hour: one
+// every five seconds, far above a person's work and far below a
+// claim/release loop's hundred a second.
+const DefaultPerUserHour = 720
+
 // Config is what the log is told.
 type Config struct {
 	Node string
 	// Keep is how long events are kept (default lease.DefaultEventKeep).
 	Keep time.Duration
-	Log  *slog.Logger
+	// PerUserHour caps the events of a person's own actions kept per hour
+	// (default DefaultPerUserHour); past it they are counted, not kept,
+	// their notices still go out, and one warning says how many.
+	PerUserHour int
+	Log         *slog.Logger
+}
+
+// userBudget is one person's events in the current hour.
+type userBudget struct {
+	start   time.Time
+	kept    int
+	dropped int
 }
 
 // Deps are what the log drives.
@@ -71,6 +89,7 @@ type Log struct {
 	armed    bool // the writer was woken for what is pending
 
 	changed notify.Signal
+	budgets map[string]*userBudget
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -82,6 +101,9 @@ func New(cfg Config, deps Deps) *Log {
 	if cfg.Keep <= 0 {
 		cfg.Keep = lease.DefaultEventKeep
 	}
+	if cfg.PerUserHour <= 0 {
+		cfg.PerUserHour = DefaultPerUserHour
+	}
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
@@ -91,7 +113,7 @@ func New(cfg Config, deps Deps) *Log {
 	if deps.Clock == nil {
 		deps.Clock = clock.Real()
 	}
-	return &Log{cfg: cfg, deps: deps, wake: make(chan struct{}, 1)}
+	return &Log{cfg: cfg, deps: deps, wake: make(chan struct{}, 1), budgets: map[string]*userBudget{}}
 }
 
 // Open reads the last sequence written and forgets what is past keeping.
@@ -183,6 +205,16 @@ func (l *Log) Record(e lease.Event) {
 		e.At = l.deps.Clock.Now().Round(0)
 	}
 	l.mu.Lock()
+	if summary, keep := l.budgetLocked(e); !keep {
+		l.noticeLocked(e)
+		l.mu.Unlock()
+		return
+	} else if summary != nil {
+		l.seq++
+		summary.Seq = l.seq
+		l.pending = append(l.pending, *summary)
+		l.noticeLocked(*summary)
+	}
 	l.seq++
 	e.Seq = l.seq
 	l.pending = append(l.pending, e)
@@ -208,6 +240,61 @@ func (l *Log) Record(e lease.Event) {
 		}
 	}
 	l.changed.Notify()
+}
+
+// selfMade reports whether e is one a person makes by acting (and so can
+// make in a loop), as opposed to what happens to their work.
+func selfMade(e lease.Event) bool {
+	if e.User == "" || e.By != "" && e.By != e.User {
+		return false
+	}
+	switch e.Kind {
+	case lease.EventClaim:
+		return e.Reason != lease.ReasonBookingBegan
+	case lease.EventRelease, lease.EventExtend, lease.EventAdopt, lease.EventSubmit, lease.EventCancel:
+		return true
+	case lease.EventEnd:
+		return e.Reason == string(lease.EndSessionEnded)
+	}
+	return false
+}
+
+// budgetLocked decides whether e is kept under its person's hourly budget
+// and, when an hour in which some were not kept is over, makes the warning
+// that says how many. Call with mu held.
+func (l *Log) budgetLocked(e lease.Event) (summary *lease.Event, keep bool) {
+	if !selfMade(e) {
+		return nil, true
+	}
+	b := l.budgets[e.User]
+	if b == nil || e.At.Sub(b.start) >= time.Hour || e.At.Before(b.start) {
+		if b != nil && b.dropped > 0 {
+			summary = &lease.Event{Node: l.cfg.Node, At: e.At, Kind: lease.EventWarn, User: e.User, Reason: "events-not-kept",
+				Text: fmt.Sprintf("%d of %s's claims, releases and other actions on %s in the hour from %s were not kept in the event log: over %d an hour (events.per_user_hour)",
+					b.dropped, e.User, l.cfg.Node, b.start.UTC().Format("15:04"), l.cfg.PerUserHour)}
+		}
+		if len(l.budgets) > 10000 { // forget everyone rather than grow
+			clear(l.budgets)
+		}
+		b = &userBudget{start: e.At}
+		l.budgets[e.User] = b
+	}
+	if b.kept >= l.cfg.PerUserHour {
+		if b.dropped == 0 {
+			l.cfg.Log.Warn("event log: a person is over their events for the hour; counting the rest", "user", e.User, "max", l.cfg.PerUserHour)
+		}
+		b.dropped++
+		return summary, false
+	}
+	b.kept++
+	return summary, true
+}
+
+// noticeLocked queues e's notice, if it has one. Call with mu held.
+func (l *Log) noticeLocked(e lease.Event) {
+	if n, ok := e.Notice(); ok && l.deps.Notice != nil {
+		l.notices = append(l.notices, n)
+	}
 }
 
 // Changes returns a channel closed at the next recorded event.

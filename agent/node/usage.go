@@ -1,11 +1,14 @@
 package node
 
 import (
+	"cmp"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/dibs-gpu/dibs/lease"
+	"github.com/dibs-gpu/dibs/lease/doctor"
 )
 
 // usageRefresh is how often the ledger's decayed usage is recomputed at
@@ -13,10 +16,15 @@ import (
 const usageRefresh = 5 * time.Second
 
 // Usage is this node's GPU-seconds per user, from its ledger and its
-// running leases; it keeps the decayed figure off the claim path. The
-// ledger is read from the disk once; leases that end later are added to
-// the copy in memory, so a claim after a release never reads the disk (it
-// read the whole ledger before, and claims slowed as the ledger grew).
+// running leases, and the window of the ledger that `dibs usage`, `dibs
+// doctor` and fair-share read. The ledger is read from the disk once, at
+// the first question; leases that end later are added to the copy in
+// memory, kept in end order, and what falls out of the window is dropped.
+// So no question rereads history: a claim after a release, `dibs usage`
+// and a page of `dibs doctor`'s history cost a binary search and a pass
+// over the part asked for (they read the whole ledger from the disk each
+// time before, and slowed as it grew: 1.5 s for usage at 100,000 ended
+// leases).
 type Usage struct {
 	n      *Node
 	mu     sync.Mutex
@@ -24,9 +32,25 @@ type Usage struct {
 	ledger lease.Usage
 	cur    atomic.Pointer[lease.Usage]
 	dirty  atomic.Bool
-	// entries is the ledger since loadedFrom (nil until first read).
+	// entries is the ledger that ended at or after loadedFrom, ordered by
+	// end and lease id (nil until first read).
 	entries    []lease.LedgerEntry
 	loadedFrom time.Time
+}
+
+// historyWindow is how much of the ledger stays in memory: enough for
+// fair-share (eight half-lives, where a lease's weight is under 0.4 %),
+// and for doctor's longest window.
+func historyWindow(halfLife time.Duration) time.Duration {
+	return max(8*halfLife, doctor.Keep)
+}
+
+// byEnd orders ledger entries as the window keeps them.
+func byEnd(a, b lease.LedgerEntry) int {
+	if c := a.End.Compare(b.End); c != 0 {
+		return c
+	}
+	return cmp.Compare(a.LeaseID, b.LeaseID)
 }
 
 // ended adds a lease the store has just ended to the copy of the ledger.
@@ -34,14 +58,39 @@ func (u *Usage) ended(e lease.LedgerEntry) {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	if u.entries != nil {
-		u.entries = append(u.entries, e)
+		i, _ := slices.BinarySearchFunc(u.entries, e, byEnd)
+		u.entries = slices.Insert(u.entries, i, e)
 	}
 	u.dirty.Store(true)
 }
 
+// window makes sure the entries since from are in memory: read from the
+// disk the first time (or when asked for older ones than it holds), and
+// cut at the window's start. Call with mu held.
+func (u *Usage) window(from time.Time) error {
+	n := u.n
+	if u.entries != nil && !from.Before(u.loadedFrom) {
+		return nil
+	}
+	ledger, err := n.deps.Store.Ledger(from)
+	if err != nil {
+		return err
+	}
+	slices.SortFunc(ledger, byEnd)
+	u.entries, u.loadedFrom = slices.Grow(ledger, 64), from
+	return nil
+}
+
+// since is the part of the window that ended at or after t (shared with
+// the window: callers must not change it). Call with mu held.
+func (u *Usage) since(t time.Time) []lease.LedgerEntry {
+	i, _ := slices.BinarySearchFunc(u.entries, t, func(e lease.LedgerEntry, t time.Time) int { return e.End.Compare(t) })
+	return u.entries[i:]
+}
+
 // DecayedUsage is this node's GPU-seconds per user, decayed with halfLife:
-// the ledger's part is recomputed at most every few seconds (it reads the
-// disk) or when a lease ended; the running leases' part is always current.
+// the ledger's part is recomputed at most every few seconds or when a lease
+// ended; the running leases' part is always current.
 func (u *Usage) DecayedUsage(halfLife time.Duration) lease.Usage {
 	n := u.n
 	now := n.deps.Clock.Now()
@@ -58,33 +107,25 @@ func (u *Usage) DecayedUsage(halfLife time.Duration) lease.Usage {
 
 func (u *Usage) ledgerUsage(now time.Time, halfLife time.Duration) lease.Usage {
 	n := u.n
-	c := u
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.ledger != nil && now.Sub(c.at) < usageRefresh && now.Sub(c.at) >= 0 && !c.dirty.Load() {
-		return c.ledger
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if u.ledger != nil && now.Sub(u.at) < usageRefresh && now.Sub(u.at) >= 0 && !u.dirty.Load() {
+		return u.ledger
 	}
-	c.dirty.Store(false)
-	from := now.Add(-8 * halfLife)
-	if c.entries == nil || from.Before(c.loadedFrom) {
-		ledger, err := n.deps.Store.Ledger(from)
-		if err != nil {
-			n.log.Warn("usage: read the ledger", "err", err)
-			return c.ledger
-		}
-		c.entries, c.loadedFrom = append(make([]lease.LedgerEntry, 0, len(ledger)+64), ledger...), from
+	u.dirty.Store(false)
+	keep := now.Add(-historyWindow(halfLife))
+	if err := u.window(keep); err != nil {
+		n.log.Warn("usage: read the ledger", "err", err)
+		return u.ledger
 	}
-	// What ended before the window no longer counts: forget it.
-	keep := c.entries[:0]
-	for _, e := range c.entries {
-		if !e.End.Before(from) {
-			keep = append(keep, e)
-		}
+	// What ended before the window is of no use to anyone: forget it.
+	if old := len(u.entries) - len(u.since(keep)); old > 0 {
+		u.entries = slices.Delete(u.entries, 0, old)
+		u.loadedFrom = keep
 	}
-	c.entries = keep
-	c.ledger = lease.DecayedUsage(c.entries, nil, now, halfLife)
-	c.at = now
-	return c.ledger
+	u.ledger = lease.DecayedUsage(u.since(now.Add(-8*halfLife)), nil, now, halfLife)
+	u.at = now
+	return u.ledger
 }
 
 // PublishedUsage is the usage last computed, for gossip: it never reads the
@@ -100,15 +141,47 @@ func (u *Usage) PublishedUsage() map[string]float64 {
 // UsageSince is this node's raw GPU-seconds per user since then.
 func (u *Usage) UsageSince(since time.Time) (map[string]float64, error) {
 	n := u.n
-	ledger, err := n.deps.Store.Ledger(since)
-	if err != nil {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if err := u.window(since); err != nil {
 		return nil, err
 	}
-	return lease.WindowUsage(ledger, n.State().Leases, since, n.deps.Clock.Now()), nil
+	return lease.WindowUsage(u.since(since), n.State().Leases, since, n.deps.Clock.Now()), nil
 }
 
-// Ledger reads the ledger since then (for doctor and replay).
+// Ledger is the ledger since then (for doctor and replay), in end order.
 func (u *Usage) Ledger(since time.Time) ([]lease.LedgerEntry, error) {
-	n := u.n
-	return n.deps.Store.Ledger(since)
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if err := u.window(since); err != nil {
+		return nil, err
+	}
+	return slices.Clone(u.since(since)), nil
+}
+
+// EachEnded calls fn with the ledger's entries that ended at or after
+// since, in end order, starting after the entry (afterEnd, afterID) when
+// afterEnd is set, until fn says stop: one page of doctor's history costs
+// a binary search and the page. fn runs under the usage's lock and must
+// not call back into it.
+func (u *Usage) EachEnded(since, afterEnd time.Time, afterID string, fn func(lease.LedgerEntry) bool) error {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if err := u.window(since); err != nil {
+		return err
+	}
+	part := u.since(since)
+	if !afterEnd.IsZero() {
+		i, found := slices.BinarySearchFunc(part, lease.LedgerEntry{End: afterEnd, LeaseID: afterID}, byEnd)
+		if found {
+			i++
+		}
+		part = part[i:]
+	}
+	for _, e := range part {
+		if !fn(e) {
+			return nil
+		}
+	}
+	return nil
 }

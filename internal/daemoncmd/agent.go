@@ -198,8 +198,13 @@ func (c *cli) agentConfig(cmd *cobra.Command, f agentFlags) (agent.Config, agent
 		Version:       buildInfo().Version,
 		Tags:          fc.Tags,
 		EventKeep:     keep,
+
+		EventsPerUserHour: fc.Events.PerUserHour,
 	}
 	if cfg.WebhookAllow, err = fc.Events.Allowlist(); err != nil {
+		return cfg, agent.Deps{}, err
+	}
+	if cfg.LedgerKeep, err = fc.Events.LedgerKeepFor(); err != nil {
 		return cfg, agent.Deps{}, err
 	}
 	if err := lease.ValidNodeName(cfg.NodeName); err != nil {

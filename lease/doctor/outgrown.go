@@ -110,13 +110,37 @@ func Analyze(h History) Findings {
 		queued            time.Time
 		limit             time.Duration
 	}
-	var all []held
+	// Each lease once. A ledger in end order (as the agents send it) has
+	// a lease's copies side by side, so no set of 100,000 ids is built; a
+	// running lease is left out if the ledger has it.
+	all := make([]held, 0, len(h.Ledger)+len(h.Running))
+	inOrder := slices.IsSortedFunc(h.Ledger, func(a, b lease.LedgerEntry) int {
+		if c := a.End.Compare(b.End); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.LeaseID, b.LeaseID)
+	})
 	seen := map[string]bool{}
-	for _, e := range h.Ledger {
-		if seen[e.LeaseID] || e.End.Before(since) {
+	for _, l := range h.Running {
+		seen[l.ID] = false
+	}
+	for i, e := range h.Ledger {
+		if e.End.Before(since) {
 			continue
 		}
-		seen[e.LeaseID] = true
+		if inOrder {
+			if i > 0 && h.Ledger[i-1].LeaseID == e.LeaseID {
+				continue
+			}
+			if _, ok := seen[e.LeaseID]; ok {
+				seen[e.LeaseID] = true
+			}
+		} else {
+			if seen[e.LeaseID] {
+				continue
+			}
+			seen[e.LeaseID] = true
+		}
 		all = append(all, held{user: e.User, entry: e.Entry, gang: e.Gang, gpus: len(e.GPUs), start: e.Start, end: e.End, queued: e.QueuedAt, limit: e.Limit})
 		if why, ok := strings.CutPrefix(e.Reason, "preempted-"); ok {
 			f.Preemptions[why]++

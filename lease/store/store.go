@@ -2,6 +2,7 @@ package store
 
 import (
 	"encoding/binary"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -571,4 +572,53 @@ func mentions(err error, errnos ...syscall.Errno) bool {
 		}
 	}
 	return false
+}
+
+// CompactLedger implements lease.LedgerCompactor: the entries that ended
+// before t are folded by lease.CompactLedger, whole days at a time until
+// max entries went, in one transaction; each row takes the key of the
+// first entry it replaces, so the ledger stays in the order it was written.
+func (s *Bolt) CompactLedger(before time.Time, max int) (folded int, err error) {
+	err = s.update("compact the ledger", func(w *writer) error {
+		var keys [][]byte
+		var old []lease.LedgerEntry
+		c := w.tx.Bucket(bucketLedger).Cursor()
+		for k, val := c.First(); k != nil; k, val = c.Next() {
+			if len(k) != 8 {
+				return damage{fmt.Errorf("ledger key %x is not 8 bytes", k)}
+			}
+			j, _, err := payload(schemaVersion, bucketLedger, k, val)
+			if err != nil {
+				return damage{fmt.Errorf("ledger entry %x: %w", k, err)}
+			}
+			var r ledgerRecord
+			if err := json.Unmarshal(j, &r); err != nil {
+				return damage{fmt.Errorf("ledger entry %x: %w", k, err)}
+			}
+			if r.End.Before(before) {
+				keys, old = append(keys, clone(k)), append(old, r.entry())
+			}
+		}
+		rows, replaced := lease.CompactLedger(old)
+		for i, row := range rows {
+			if folded > 0 && folded+len(replaced[i]) > max {
+				break
+			}
+			b, err := body(ledgerToRecord(row))
+			if err != nil {
+				return fmt.Errorf("encode a compacted ledger row: %w", err)
+			}
+			for _, j := range replaced[i] {
+				if err := w.delete(bucketLedger, keys[j]); err != nil {
+					return err
+				}
+			}
+			if err := w.put(bucketLedger, keys[replaced[i][0]], b); err != nil {
+				return err
+			}
+			folded += len(replaced[i])
+		}
+		return nil
+	})
+	return folded, err
 }

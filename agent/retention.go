@@ -1,0 +1,60 @@
+package agent
+
+import (
+	"context"
+	"time"
+
+	"github.com/dibs-gpu/dibs/lease"
+)
+
+// ledgerCompactEvery is how often the ledger's old entries are folded.
+const ledgerCompactEvery = time.Hour
+
+// ledgerCompactBatch bounds the entries folded in one transaction, so a
+// first pass over a long-neglected ledger holds the writer only briefly.
+const ledgerCompactBatch = 20000
+
+// keepLedger folds the ledger's entries older than LedgerKeep into a row
+// per person and day (lease.CompactLedger), now and every hour, until ctx
+// ends: a claim/release loop cannot grow the ledger without bound, and
+// `dibs usage` and fair-share still count every GPU-second. A store that
+// cannot compact (a test's fake) is left as it is.
+func (a *Agent) keepLedger(ctx context.Context) {
+	defer close(a.ledgerDone)
+	lc, ok := a.store.(lease.LedgerCompactor)
+	if !ok {
+		return
+	}
+	keep := a.cfg.LedgerKeep
+	if keep <= 0 {
+		keep = lease.DefaultLedgerKeep
+	}
+	compact := func(now time.Time) {
+		total := 0
+		for range 100 {
+			n, err := lc.CompactLedger(now.Add(-keep), ledgerCompactBatch)
+			if err != nil {
+				a.log.Warn("ledger: compact the old entries", "err", err)
+				return
+			}
+			total += n
+			if n < ledgerCompactBatch || ctx.Err() != nil {
+				break
+			}
+		}
+		if total > 0 {
+			a.log.Info("ledger: folded old entries into a row per person and day", "entries", total, "older_than", lease.FormatDuration(keep))
+		}
+	}
+	compact(a.deps.Clock.Now())
+	t := a.deps.Clock.NewTicker(ledgerCompactEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case now := <-t.C():
+			compact(now)
+		}
+	}
+}
