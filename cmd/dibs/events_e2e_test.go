@@ -5,9 +5,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
-	"fmt"
-	"io"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -217,93 +214,6 @@ func leaseLive(b api.Board, id string) bool {
 		}
 	}
 	return false
-}
-
-// fakeJupyter writes a `jupyter` that does what `dibs jupyter` needs of
-// JupyterLab: serve on 127.0.0.1 at --port, with the token from
-// JUPYTER_TOKEN (served back at /token, so the test can check it).
-func fakeJupyter(t *testing.T) string {
-	t.Helper()
-	dir := agenttest.PublicDir(t)
-	script := `#!/bin/sh
-[ "$1" = lab ] || { echo "fake jupyter: want lab, got $1" >&2; exit 2; }
-port=
-for a in "$@"; do case "$a" in --port=*) port="${a#--port=}";; esac; done
-[ -n "$JUPYTER_TOKEN" ] || { echo "fake jupyter: no JUPYTER_TOKEN" >&2; exit 3; }
-d=$(mktemp -d)
-printf %s "$JUPYTER_TOKEN" > "$d/token"
-echo "fake jupyter serving on $port"
-exec /usr/bin/python3 -m http.server "$port" --bind 127.0.0.1 --directory "$d"
-`
-	if err := os.WriteFile(filepath.Join(dir, "jupyter"), []byte(script), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	return dir
-}
-
-func TestCLIJupyter(t *testing.T) {
-	agenttest.RequireTmux(t)
-	if _, err := os.Stat("/usr/bin/python3"); err != nil {
-		t.Skip("the fake jupyter serves with /usr/bin/python3, which this machine lacks")
-	}
-	u := launchtest.User(t)
-	n := agenttest.Start(t, agenttest.Options{Sim: "2xL40S", Quiet: true})
-	bin := fakeJupyter(t)
-
-	_, errOut, code := dibsAs(t, u, "/usr/bin:/bin", n.Socket, "jupyter", "-g", "1")
-	if code == 0 || !strings.Contains(errOut, "jupyter is not installed") || !strings.Contains(errOut, "pip install") {
-		t.Errorf("without jupyter: exit %d %q, want a clear refusal", code, errOut)
-	}
-
-	out, errOut, code := dibsAs(t, u, bin+":/usr/bin:/bin", n.Socket, "jupyter", "-g", "1", "--for", "2h", "--json")
-	var j jupyterResult
-	if code != 0 || json.Unmarshal([]byte(out), &j) != nil {
-		t.Fatalf("dibs jupyter: exit %d %q %q", code, out, errOut)
-	}
-	if want := fmt.Sprintf("ssh -N -L %d:127.0.0.1:%d node01", j.Port, j.Port); j.SSH != want {
-		t.Errorf("tunnel line %q, want %q", j.SSH, want)
-	}
-	if want := fmt.Sprintf("http://127.0.0.1:%d/lab?token=%s", j.Port, j.Token); j.URL != want || len(j.Token) < 32 {
-		t.Errorf("URL %q, want %q with a long token", j.URL, want)
-	}
-	resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/token", j.Port))
-	if err != nil {
-		t.Fatalf("the server the tunnel leads to: %v", err)
-	}
-	body, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if string(body) != j.Token {
-		t.Errorf("the server has token %q, dibs printed %q", body, j.Token)
-	}
-	if ps, _ := exec.Command("ps", "-eo", "args").Output(); strings.Contains(string(ps), j.Token) {
-		t.Errorf("the token shows in the process list")
-	}
-
-	// The lease ends when the server does.
-	pid, err := n.Tmux(u.UID, "list-panes", "-t", "="+j.Session+":", "-F", "#{pane_pid}")
-	if err != nil {
-		t.Fatalf("find the server: %v %s", err, pid)
-	}
-	var p int
-	fmt.Sscan(pid, &p)
-	syscall.Kill(p, syscall.SIGTERM)
-	agenttest.Eventually(t, 10*time.Second, "the lease to end with the server", func() bool { return !leaseLive(n.Board(), j.Lease) })
-
-	// And the server ends when the lease does.
-	out, errOut, code = dibsAs(t, u, bin+":/usr/bin:/bin", n.Socket, "jupyter")
-	if code != 0 || !strings.Contains(out, "On your laptop, open the tunnel:\n  ssh -N -L ") || !strings.Contains(out, "/lab?token=") {
-		t.Fatalf("dibs jupyter: exit %d\n%s\n%s", code, out, errOut)
-	}
-	id := strings.TrimSuffix(strings.Fields(out[strings.Index(out, "(lease ")+len("(lease "):])[0], ":")
-	port := out[strings.Index(out, "-L ")+3:]
-	port = port[:strings.IndexByte(port, ':')]
-	if _, errOut, code := dibsAs(t, u, "/usr/bin:/bin", n.Socket, "release", id); code != 0 {
-		t.Fatalf("release %s: %s", id, errOut)
-	}
-	agenttest.Eventually(t, 10*time.Second, "the server to stop with its lease", func() bool {
-		_, err := http.Get("http://127.0.0.1:" + port + "/token")
-		return err != nil
-	})
 }
 
 // TestCLIClaimQueueWaitGivesUp: --wait gives up, says so, withdraws.
