@@ -28,7 +28,7 @@ case "$first" in
 "dibs version $version (commit "*) ;;
 *) fail "dibs version says \"$first\", want \"dibs version $version (commit …\"" ;;
 esac
-[ "$(dibsd version | head -1)" = "d$first" ] || fail "dibsd version says \"$(dibsd version | head -1)\", want \"d$first\""
+[ "$(dibsd version | head -1)" = "dibsd ${first#dibs }" ] || fail "dibsd version says \"$(dibsd version | head -1)\", want \"dibsd ${first#dibs }\""
 dibsd version | grep -q "GPUs through NVML" || fail "the amd64 dibsd was built without NVML: $(dibsd version | tail -1)"
 [ "$(dibs version)" = "$(dibs --version)" ] || fail "dibs version and dibs --version differ"
 [ "$(command -v dibs)" = /usr/bin/dibs ] || fail "dibs is at $(command -v dibs), want /usr/bin/dibs"
