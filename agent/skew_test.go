@@ -1,7 +1,10 @@
 package agent_test
 
 import (
+	"context"
+	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -84,13 +87,56 @@ func TestPreviousReleaseDialectWithGang(t *testing.T) {
 		}
 	}
 
-	// node03 is upgraded while the gang runs.
+	// node03 is upgraded while the gang runs and clients at node01 (new)
+	// and node02 (old) claim and release on every node.
 	if _, err := nodes[2].Client.Release(ctx(t), api.ReleaseRequest{IDs: []string{busy.ID}}); err != nil {
 		t.Fatal(err)
+	}
+	var (
+		mu      sync.Mutex
+		granted int
+		refused []string
+		stop    = make(chan struct{})
+		wg      sync.WaitGroup
+	)
+	for _, at := range nodes[:2] {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				on := nodes[i%3].Opts.Name
+				r, err := at.Client.Claim(context.Background(), api.ClaimRequest{Node: on, Count: 1})
+				mu.Lock()
+				switch {
+				case err == nil:
+					granted++
+				case strings.Contains(err.Error(), "protocol") || strings.Contains(err.Error(), "unknown field") || strings.Contains(err.Error(), "malformed"):
+					refused = append(refused, fmt.Sprintf("claim at %s on %s: %v", at.Opts.Name, on, err))
+				}
+				mu.Unlock()
+				if err == nil {
+					at.Client.Release(context.Background(), api.ReleaseRequest{IDs: []string{r.ID}})
+				} else {
+					time.Sleep(20 * time.Millisecond)
+				}
+			}
+		}()
 	}
 	nodes[2].Opts.Cluster.Protocol = 0
 	nodes[2].Restart()
 	agenttest.WaitConverged(t, nodes, 15*time.Second)
+	time.Sleep(time.Second) // claims with node03 upgraded
+	close(stop)
+	wg.Wait()
+	t.Logf("%d claims granted at node01 and node02 while node03 was upgraded", granted)
+	if len(refused) > 0 || granted == 0 {
+		t.Errorf("%d claims granted while node03 was upgraded; refused for a version reason: %q", granted, refused)
+	}
 	for _, n := range nodes {
 		b, _ := n.Client.Board(ctx(t))
 		if got := gangRanks(b, s.ID); got["node01"] != ranks["node01"] || got["node02"] != ranks["node02"] {

@@ -24,8 +24,8 @@ func accept[Req, Resp Message](m *Mux, e Endpoint[Req, Resp], n *int) {
 
 // FuzzServe feeds what another agent may send — any op, any body —
 // through the mux as the gossip transport hands it over: the envelope,
-// the version, the actor and every request type's strict decoder and
-// Validate. Nothing panics, and whatever does not reach a handler is
+// the version (6 or 7), the actor and every request type's decoder
+// (bounded; unknown fields ignored, as from protocol 7 on) and Validate. Nothing panics, and whatever does not reach a handler is
 // refused with a code and one bounded line of UTF-8.
 func FuzzServe(f *testing.F) {
 	ops := []string{"claim", "release", "extend", "start", "started", "preempt", "cancel", "usage", "refused", "place", "book", "health", "history"}

@@ -127,7 +127,7 @@ func (m *Mux) Protocols() (lo, hi int) {
 func (m *Mux) strict() bool {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
-	return m.hi < 7
+	return m.hi < lenientSince
 }
 
 // speak picks the protocol to write to node: the newest both speak.
