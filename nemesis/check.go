@@ -35,11 +35,16 @@ const (
 	CheckConvergence = "convergence"
 	// CheckFalseDead: no live member was called dead under packet loss.
 	CheckFalseDead = "false-dead"
+	// CheckRestart: no running work is ended by a restart or kill of an
+	// agent that came back within the grace (SchedConfig.LostAfter): no
+	// gang rank is stopped or counted lost unless something else broke
+	// its gang.
+	CheckRestart = "restart-ended-work"
 )
 
 // allChecks lists every check in the order a report shows them.
 func allChecks() []string {
-	return []string{CheckGPU, CheckAckedLease, CheckTokens, CheckQueueLost, CheckRunTwice, CheckGang, CheckConvergence, CheckFalseDead}
+	return []string{CheckGPU, CheckAckedLease, CheckTokens, CheckQueueLost, CheckRunTwice, CheckGang, CheckRestart, CheckConvergence, CheckFalseDead}
 }
 
 // CheckOptions tunes Check; the zero value is what Check uses.
@@ -58,6 +63,10 @@ type CheckOptions struct {
 	// (default 10 s): failure detection, gossip, the scheduler's and the
 	// node's ticks.
 	GangSlack time.Duration
+	// RestartSlack is how much shorter than the grace an agent's absence
+	// may be and still count as past it (default 2 s): the failure
+	// detector and the re-join after it came back.
+	RestartSlack time.Duration
 	// PublishWithin is how soon after a durable write its node shows it
 	// to readers at the latest (default 250 ms). The node publishes at
 	// once, under the lock its next write takes, so this only bounds a
@@ -80,6 +89,9 @@ func (o CheckOptions) withDefaults() CheckOptions {
 	}
 	if o.GangSlack <= 0 {
 		o.GangSlack = 10 * time.Second
+	}
+	if o.RestartSlack <= 0 {
+		o.RestartSlack = 2 * time.Second
 	}
 	if o.PublishWithin <= 0 {
 		o.PublishWithin = 250 * time.Millisecond
@@ -169,6 +181,7 @@ func CheckWith(h *History, o CheckOptions) Report {
 	r.Violations = append(r.Violations, checkQueue(x)...)
 	r.Violations = append(r.Violations, checkRunTwice(x)...)
 	r.Violations = append(r.Violations, checkGangs(x, o)...)
+	r.Violations = append(r.Violations, checkRestartKeptWork(x, o)...)
 	r.Violations = append(r.Violations, checkHeals(h, o)...)
 	r.Violations = append(r.Violations, checkExpiry(h)...)
 	for i := range r.Violations {
@@ -237,7 +250,7 @@ func (r Report) String() string {
 			countsText(r.OpsByKind, []OpKind{OpClaim, OpRelease, OpExtend, OpRead, OpSubmit, OpCancel}),
 			countsText(r.OpsByOutcome, []Outcome{OK, Refused, Unknown}), r.Writes)
 	}
-	kinds := []FaultKind{FaultKill, FaultPause, FaultPartition, FaultLoss, FaultDelay, FaultDuplicate, FaultClockStep, FaultFsync, FaultDiskFull, FaultSlowDisk}
+	kinds := []FaultKind{FaultKill, FaultRestart, FaultPause, FaultPartition, FaultLoss, FaultDelay, FaultDuplicate, FaultClockStep, FaultFsync, FaultDiskFull, FaultSlowDisk}
 	fmt.Fprintf(&b, "faults: %d (%s)\n", r.Faults, countsText(r.FaultsByKind, kinds))
 	if r.Heals == 0 {
 		b.WriteString("heals: none measured\n")

@@ -178,6 +178,15 @@ func checkGangStop(x *index, a *gangAttempt, cfg lease.SchedConfig, slack time.D
 
 // firstBreak finds the first event that breaks a committed gang.
 func firstBreak(x *index, a *gangAttempt, lostAfter time.Duration) (gangEvent, bool) {
+	evs := gangBreaks(x, a, lostAfter)
+	if len(evs) == 0 {
+		return gangEvent{}, false
+	}
+	return slices.MinFunc(evs, func(p, q gangEvent) int { return cmp.Compare(p.at, q.at) }), true
+}
+
+// gangBreaks lists every event that breaks a committed gang.
+func gangBreaks(x *index, a *gangAttempt, lostAfter time.Duration) []gangEvent {
 	h := x.h
 	t0 := Never
 	var first *instance
@@ -189,7 +198,7 @@ func firstBreak(x *index, a *gangAttempt, lostAfter time.Duration) (gangEvent, b
 		}
 	}
 	if first == nil {
-		return gangEvent{}, false
+		return nil
 	}
 	var evs []gangEvent
 	for r := range a.nodes {
@@ -206,10 +215,7 @@ func firstBreak(x *index, a *gangAttempt, lostAfter time.Duration) (gangEvent, b
 				lines: []string{writeLine(h, first.commit)}})
 		}
 	}
-	if len(evs) == 0 {
-		return gangEvent{}, false
-	}
-	return slices.MinFunc(evs, func(p, q gangEvent) int { return cmp.Compare(p.at, q.at) }), true
+	return evs
 }
 
 // rankBreaks are the ways one rank's lease breaks its gang.
@@ -247,7 +253,7 @@ func rankBreaks(x *index, a *gangAttempt, in *instance, t0 int64, lostAfter time
 		if f.Start >= to || f.Healed <= from {
 			continue
 		}
-		cut := (f.Kind == FaultKill || f.Kind == FaultPause) && slices.Contains(f.Nodes, in.node)
+		cut := (f.Kind == FaultKill || f.Kind == FaultRestart || f.Kind == FaultPause) && slices.Contains(f.Nodes, in.node)
 		if f.Kind == FaultPartition && slices.Contains(f.Nodes, in.node) != slices.Contains(f.Nodes, a.origin) {
 			cut = true
 		}

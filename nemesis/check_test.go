@@ -277,6 +277,28 @@ func TestCheckQueueAndGangs(t *testing.T) {
 			b.end(r1.ID, r1.GPUs, lease.PreemptedReason(lease.PreemptGang), 310000, 310001)
 			return b.history(500000)
 		}},
+		{name: "a gang stopped though its node's agent restarted within the grace fails", fails: CheckRestart, names: []string{"restart n3", "preempted-gang"}, build: func(b *builder) *History {
+			r0, r1 := runningGang(b)
+			b.fault(FaultRestart, []string{"n3"}, 100000, 105000)
+			b.end(r0.ID, r0.GPUs, lease.PreemptedReason(lease.PreemptGang), 106000, 106001)
+			b.end(r1.ID, r1.GPUs, lease.PreemptedReason(lease.PreemptGang), 107000, 107001)
+			return b.history(500000)
+		}},
+		{name: "a gang that outlives its node's restart within the grace passes", build: func(b *builder) *History {
+			r0, r1 := runningGang(b)
+			b.fault(FaultRestart, []string{"n3"}, 100000, 105000)
+			b.fault(FaultKill, []string{"n2"}, 200000, 203000)
+			b.end(r0.ID, r0.GPUs, lease.ExitReason(0), 400000, 400001)
+			b.end(r1.ID, r1.GPUs, lease.ExitReason(0), 400000, 400001)
+			return b.history(500000)
+		}},
+		{name: "a gang whose node's agent stayed away past the grace may be stopped", build: func(b *builder) *History {
+			r0, r1 := runningGang(b)
+			b.fault(FaultRestart, []string{"n3"}, 100000, 300000)
+			b.end(r0.ID, r0.GPUs, lease.PreemptedReason(lease.PreemptGang), 150000, 150001)
+			b.end(r1.ID, r1.GPUs, lease.PreemptedReason(lease.PreemptGang), 310000, 310001)
+			return b.history(500000)
+		}},
 		{name: "a gang whose node died and never stops fails", fails: CheckGang, names: []string{"kill n3", "put n2-1"}, build: func(b *builder) *History {
 			runningGang(b)
 			b.fault(FaultKill, []string{"n3"}, 100000, 450000)

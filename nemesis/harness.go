@@ -43,7 +43,7 @@ type Options struct {
 
 // AllFaults are every fault the nemesis knows.
 func AllFaults() []FaultKind {
-	return []FaultKind{FaultKill, FaultPause, FaultPartition, FaultLoss, FaultDelay, FaultDuplicate,
+	return []FaultKind{FaultKill, FaultRestart, FaultPause, FaultPartition, FaultLoss, FaultDelay, FaultDuplicate,
 		FaultClockStep, FaultFsync, FaultDiskFull, FaultSlowDisk}
 }
 
@@ -151,6 +151,24 @@ func (h *harness) start() {
 		m.client = api.NewClient(nodes[i].Socket)
 	}
 	agenttest.WaitConverged(h.tb, nodes, 20*time.Second)
+}
+
+// restart stops m's agent as SIGTERM does (a restart: it steps out of the
+// cluster without leaving; its store is closed cleanly) and returns what
+// starts it again on what its store holds.
+func (h *harness) restart(m *member) func() {
+	m.node.Stop()
+	m.mu.Lock()
+	durable := m.store.Crash() // closed cleanly: everything written is there
+	m.mu.Unlock()
+	return func() {
+		m.mu.Lock()
+		m.boot++
+		m.store = &recordedStore{Store: durable, node: m.name, boot: m.boot, rec: h.rec, mono: m.clock.sys.Mono}
+		m.node.Opts.Store = m.store
+		m.mu.Unlock()
+		m.node.Restart()
+	}
 }
 
 // kill crashes m's agent (only what its store made durable survives) and

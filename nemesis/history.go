@@ -141,6 +141,11 @@ const (
 	// FaultKill: a node's agent dies at once (only what its store made
 	// durable survives) and starts again at Healed.
 	FaultKill FaultKind = "kill"
+	// FaultRestart: a node's agent is restarted gracefully, as SIGTERM
+	// does (systemctl restart, an upgrade): it steps out of the cluster
+	// without leaving, and starts again at Healed. The cluster keeps its
+	// work for the grace (SchedConfig.LostAfter).
+	FaultRestart FaultKind = "restart"
 	// FaultPause: a node stops (no network, no timers, no answers) for
 	// longer than the failure detector allows, then goes on.
 	FaultPause FaultKind = "pause"

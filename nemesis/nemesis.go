@@ -26,6 +26,11 @@ func (h *harness) fault(kind FaultKind) {
 	case FaultKill:
 		hold = h.between(time.Second, 8*time.Second)
 		heal = h.kill(m)
+	case FaultRestart:
+		// Mostly back within the grace (5 s), as a restart is; sometimes
+		// past it, as a slow upgrade may be.
+		hold = h.between(500*time.Millisecond, 7*time.Second)
+		heal = h.restart(m)
 	case FaultPause:
 		// Longer than the failure detector takes to call it dead.
 		hold = h.between(4*time.Second, 9*time.Second)
@@ -114,7 +119,7 @@ func (h *harness) watchFalseDead(d time.Duration) {
 				continue
 			}
 			for _, n := range b.Nodes {
-				if n.State == api.NodeDead || n.State == api.NodeLeft {
+				if n.State == api.NodeDead || n.State == api.NodeLeft || n.State == api.NodeRestarting {
 					h.rec.falseDead(Membership{At: h.rec.now(), Observer: v.name, Member: n.Name, State: n.State})
 				}
 			}

@@ -702,3 +702,25 @@ func TestGPUThatCannotBeReadShowsDown(t *testing.T) {
 		t.Errorf("a GPU the probe cannot read is classified %v, want down", got)
 	}
 }
+
+// TestBoardShowsARestartingNode: a node whose agent is restarting (within
+// the grace) is named so in its header and counted apart from the nodes
+// that are down in the summary; its GPUs stay unknown, never free.
+func TestBoardShowsARestartingNode(t *testing.T) {
+	h := newHarness(t, 120, 40, Options{})
+	b := testBoard()
+	b.Nodes[2].State = api.NodeRestarting
+	for i := range b.Nodes[2].GPUs {
+		b.Nodes[2].GPUs[i].Flags = append(b.Nodes[2].GPUs[i].Flags, api.FlagUnknown)
+	}
+	h.send(BoardMsg(b))
+	s := h.screen()
+	for _, want := range []string{"node03  restarting", "1 restarting", "1 down"} {
+		if !strings.Contains(s, want) {
+			t.Errorf("the board lacks %q:\n%s", want, s)
+		}
+	}
+	if strings.Contains(s, "2 down") {
+		t.Errorf("a restarting node is counted down:\n%s", s)
+	}
+}

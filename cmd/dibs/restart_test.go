@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -34,7 +35,7 @@ type restartProc struct {
 	logs         []*syncBuffer // one per start
 }
 
-func (p *restartProc) start(t *testing.T) {
+func (p *restartProc) start(t testing.TB) {
 	t.Helper()
 	log := &syncBuffer{}
 	cmd := exec.Command(dibsBin, p.args...)
@@ -75,12 +76,12 @@ func (p *restartProc) log() string {
 // startRestartCluster starts n agents on loopback, each configured to join
 // every other (as an installed cluster's [cluster] join lists them), and
 // waits until each sees all alive.
-func startRestartCluster(t *testing.T, n int, config string) []*restartProc {
+func startRestartCluster(t testing.TB, n int, config string) []*restartProc {
 	t.Helper()
 	dir := agenttest.PublicDir(t)
 	key := filepath.Join(dir, "cluster.key")
-	if _, e, c := dibs(t, filepath.Join(dir, "none.sock"), nil, "keygen", key); c != 0 {
-		t.Fatal(e)
+	if out, err := exec.Command(dibsBin, "keygen", key).CombinedOutput(); err != nil {
+		t.Fatalf("keygen: %v: %s", err, out)
 	}
 	conf := filepath.Join(dir, "dibs.toml")
 	os.WriteFile(conf, []byte(config), 0o644)
@@ -117,7 +118,7 @@ func startRestartCluster(t *testing.T, n int, config string) []*restartProc {
 
 // waitAllAlive waits until every agent answers and sees every node alive
 // with its GPUs.
-func waitAllAlive(t *testing.T, procs []*restartProc, within time.Duration) {
+func waitAllAlive(t testing.TB, procs []*restartProc, within time.Duration) {
 	t.Helper()
 	agenttest.Eventually(t, within, "every agent to answer and see every node alive", func() bool {
 		for _, p := range procs {
@@ -335,4 +336,74 @@ func TestGangOutlivesItsAgentsRestarts(t *testing.T) {
 	agenttest.Eventually(t, 10*time.Second, "the surviving rank's process to be stopped", func() bool {
 		return syscall.Kill(survivor.pid, 0) != nil
 	})
+}
+
+// BenchmarkAgentRestart times an agent's restart in a two-agent cluster,
+// real processes on loopback: SIGTERM (systemctl restart) or SIGKILL (a
+// crash) to the agent of node02, then `dibs agent` started again at once.
+// It reports, as medians over b.N restarts: stop-ms, from the signal until
+// the old process has exited; serve-ms, from the new process's start until
+// its socket answers; seen-ms, from the new process's start until node01's
+// board shows node02 alive again (SIGTERM only: after a SIGKILL node01 may
+// never have noticed it was away). Run it with
+//
+//	go test ./cmd/dibs -run '^$' -bench AgentRestart -benchtime 20x
+func BenchmarkAgentRestart(b *testing.B) {
+	for _, tc := range []struct {
+		name string
+		sig  syscall.Signal
+	}{{"sigterm", syscall.SIGTERM}, {"sigkill", syscall.SIGKILL}} {
+		sig := tc.sig
+		b.Run(tc.name, func(b *testing.B) {
+			b.Setenv("TMUX_TMPDIR", agenttest.TmuxDir(b))
+			procs := startRestartCluster(b, 2, "")
+			node01, node02 := api.NewClient(procs[0].socket), api.NewClient(procs[1].socket)
+			state := func() string {
+				bd, err := node01.Board(context.Background())
+				if err != nil {
+					return ""
+				}
+				for _, n := range bd.Nodes {
+					if n.Name == "node02" && len(n.GPUs) > 0 {
+						return n.State
+					}
+				}
+				return ""
+			}
+			var stops, serves, seens []time.Duration
+			b.ResetTimer()
+			for range b.N {
+				t0 := time.Now()
+				procs[1].stop(sig)
+				stops = append(stops, time.Since(t0))
+				if sig == syscall.SIGTERM {
+					agenttest.Eventually(b, 5*time.Second, "node01 to see node02 away", func() bool { return state() == api.NodeRestarting })
+				}
+				t1 := time.Now()
+				procs[1].start(b)
+				agenttest.Eventually(b, 10*time.Second, "node02's socket", func() bool {
+					_, err := node02.Status(context.Background())
+					return err == nil
+				})
+				serves = append(serves, time.Since(t1))
+				if sig == syscall.SIGTERM {
+					agenttest.Eventually(b, 10*time.Second, "node01 to see node02 back", func() bool { return state() == api.NodeAlive })
+					seens = append(seens, time.Since(t1))
+				}
+				b.StopTimer()
+				waitAllAlive(b, procs, 10*time.Second)
+				b.StartTimer()
+			}
+			b.StopTimer()
+			median := func(d []time.Duration) float64 {
+				slices.Sort(d)
+				return float64(d[len(d)/2].Microseconds()) / 1000
+			}
+			b.ReportMetric(median(stops), "stop-ms")
+			b.ReportMetric(median(serves), "serve-ms")
+			if len(seens) > 0 {
+				b.ReportMetric(median(seens), "seen-ms")
+			}
+		})
+	}
 }

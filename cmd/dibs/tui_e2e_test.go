@@ -137,7 +137,7 @@ func sshKey(t *testing.T, dir, name string) (priv, pub string) {
 	return priv, strings.TrimSpace(string(b))
 }
 
-func freePort(t *testing.T) int {
+func freePort(t testing.TB) int {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

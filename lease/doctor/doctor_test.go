@@ -226,6 +226,9 @@ func TestChecksFindEachFault(t *testing.T) {
 		{"agent down", func(ns []NodeHealth) {
 			ns[2] = NodeHealth{Node: "n3", State: lease.NodeDead, Since: t0.Add(-time.Hour)}
 		}, "agents", Fail, "n3 is dead since", "start its agent on n3"},
+		{"agent restarting", func(ns []NodeHealth) {
+			ns[2] = NodeHealth{Node: "n3", State: lease.NodeRestarting, Since: t0.Add(-time.Minute)}
+		}, "agents", Warn, "n3 is restarting since", "nothing, if it is being restarted or upgraded"},
 		{"agent mute", func(ns []NodeHealth) {
 			ns[2].Reached, ns[2].Report, ns[2].Error = false, nil, "n3 did not answer in time"
 		}, "agents", Fail, "n3 is a member but did not answer", "gossip port is open"},
