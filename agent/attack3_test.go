@@ -305,3 +305,35 @@ func TestNoAccountIsNotForwardedByName(t *testing.T) {
 		}
 	}
 }
+
+// TestMutedTmuxDoesNotDelayOthersLeaseEnds (issue 20, broken 2, the
+// serving path): mallory's leases end at their time limit while her tmux
+// server does not answer; alice's lease, due at the same moment, ends at
+// once instead of waiting behind the kills of mallory's sessions.
+func TestMutedTmuxDoesNotDelayOthersLeaseEnds(t *testing.T) {
+	agenttest.RequireTmux(t)
+	mallory, alice := launchtest.User(t), launchtest.User(t)
+	fake := clock.NewFake(time.Now())
+	n := agenttest.Start(t, agenttest.Options{Sim: "5xL40S", Policy: shortPolicy(lease.ActionEnd), Clock: fake})
+	for gpu := range 4 {
+		if _, err := n.Agent.For(mallory.UID).Claim(ctx(t), api.ClaimRequest{GPUs: []int{gpu}, Duration: "1h",
+			Run: &api.RunSpec{Command: []string{"sleep", "600"}}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mine, err := n.Agent.For(alice.UID).Claim(ctx(t), api.ClaimRequest{GPUs: []int{4}, Duration: "1h"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	launchtest.MuteTmux(t, n.Opts.TmuxTmpDir, mallory)
+	fake.Advance(time.Hour + time.Minute)
+	began := time.Now()
+	agenttest.Eventually(t, 30*time.Second, "alice's lease to end at its time", func() bool {
+		return leaseOn(n.Board(), "node01", 4) == nil
+	})
+	took := time.Since(began)
+	t.Logf("alice's lease %s ended %v after its time came, beside four of mallory's whose server is muted", mine.ID, took.Round(time.Millisecond))
+	if took > 2*time.Second {
+		t.Errorf("alice's lease took %v to end; want at once (mallory's muted tmux server must not hold up the node's loop)", took.Round(time.Millisecond))
+	}
+}

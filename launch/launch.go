@@ -12,9 +12,13 @@
 //
 // Every file the root agent touches for a user goes through here and is
 // opened so the user cannot swap it for a link, a FIFO or a device: exit
-// statuses are read relative to directories checked fd by fd, and a job's
-// working directory is checked by the kernel as the user, never stat'ed as
-// root.
+// statuses are read relative to directories checked fd by fd (each user's
+// a small tmpfs of its own, so no user can fill the agent's /run), and a
+// job's working directory is checked by the kernel as the user, never
+// stat'ed as root.
+//
+// Every tmux client run as a user is bounded in time (Options.CallTimeout):
+// the server is the user's, and they can make it never answer.
 //
 // launch imports only the standard library: it is I/O, no rules. What a session
 // means for a lease is the agent's business.
@@ -88,7 +92,8 @@ type Options struct {
 	// last element is made (mode 0711) when missing. Each user gets a
 	// subdirectory named by uid, mode 0700, owned by that user, so a job
 	// writes only its own user's statuses and the agent never reads a file
-	// another user could have planted. Empty: RecordExit is refused.
+	// another user could have planted; run as root, that subdirectory is a
+	// tmpfs of StatusQuota bytes of its own. Empty: RecordExit is refused.
 	StatusDir string
 	// PipeLog is the argv (without its last two arguments, the file and
 	// the cap in bytes) that keeps a session's output for Spec.KeepLog:

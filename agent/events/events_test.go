@@ -258,3 +258,23 @@ func TestFanoutQueuesPerUser(t *testing.T) {
 		t.Errorf("mallory has %d notices waiting; want at most %d", waiting, maxPerUser)
 	}
 }
+
+// TestFanoutCloseIsBounded: a stopping agent with notices still queued for
+// a user whose deliveries hang stops within closeWait and a send, not
+// after every queued notice has timed out in turn.
+func TestFanoutCloseIsBounded(t *testing.T) {
+	send := func(ctx context.Context, node string, n lease.Notice) error {
+		<-ctx.Done()
+		return ctx.Err()
+	}
+	f := NewFanout(func() []string { return []string{"node01"} }, send, nil)
+	f.Run()
+	for i := range 20 {
+		f.Notice(lease.Notice{User: "mallory", Text: fmt.Sprint("to mallory ", i)})
+	}
+	began := time.Now()
+	f.Close()
+	if took := time.Since(began); took > closeWait+2*time.Second {
+		t.Errorf("Close took %v with 20 hanging notices queued; want about %v", took, closeWait)
+	}
+}

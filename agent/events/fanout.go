@@ -32,6 +32,10 @@ type Fanout struct {
 	running bool                    // Run was called: workers may start
 	closed  bool                    // Close was called: no new notices
 	workers sync.WaitGroup
+	// ctx ends every send once Close has waited closeWait: a stopping
+	// agent does not wait on a user's mute tmux server for long.
+	ctx    context.Context
+	cancel context.CancelFunc
 }
 
 // noticeQueue is one user's notices waiting to be sent, oldest first.
@@ -47,6 +51,9 @@ const (
 	maxPerUser = 256
 	// maxUsers bounds how many users may have notices waiting at once.
 	maxUsers = 4096
+	// closeWait is how long Close lets the notices queued so far go out
+	// before it cuts the rest short.
+	closeWait = 5 * time.Second
 )
 
 // NewFanout sends each notice to nodes() with send; Run starts it.
@@ -54,7 +61,8 @@ func NewFanout(nodes func() []string, send func(ctx context.Context, node string
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Fanout{nodes: nodes, send: send, log: log, users: map[string]*noticeQueue{}}
+	ctx, cancel := context.WithCancel(context.Background())
+	return &Fanout{nodes: nodes, send: send, log: log, users: map[string]*noticeQueue{}, ctx: ctx, cancel: cancel}
 }
 
 // Notice queues n for every node, behind the notices of the same user
@@ -105,7 +113,8 @@ func (f *Fanout) Run() {
 }
 
 // Close stops taking notices and returns once those queued so far are
-// sent (each send is bounded by sendTimeout).
+// sent, or after closeWait, when the sends still going are cut short and
+// the notices still waiting dropped.
 func (f *Fanout) Close() {
 	f.mu.Lock()
 	f.closed = true
@@ -116,7 +125,19 @@ func (f *Fanout) Close() {
 		}
 	}
 	f.mu.Unlock()
-	f.workers.Wait()
+	done := make(chan struct{})
+	go func() {
+		f.workers.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(closeWait):
+		f.log.Warn("notices: stopping with notices still going out; dropping them")
+		f.cancel()
+		<-done
+	}
+	f.cancel()
 }
 
 // work sends user's notices in order until none is left, then forgets the
@@ -135,6 +156,9 @@ func (f *Fanout) work(user string, q *noticeQueue) {
 		q.pending[0] = lease.Notice{}
 		q.pending = q.pending[1:]
 		f.mu.Unlock()
+		if f.ctx.Err() != nil {
+			continue // Close cut the rest short
+		}
 		f.deliver(n)
 	}
 }
@@ -146,7 +170,7 @@ func (f *Fanout) deliver(n lease.Notice) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			ctx, cancel := context.WithTimeout(context.Background(), sendTimeout)
+			ctx, cancel := context.WithTimeout(f.ctx, sendTimeout)
 			defer cancel()
 			if err := f.send(ctx, node, n); err != nil {
 				f.log.Warn("notices: tell a node", "node", node, "user", n.User, "err", err)

@@ -89,31 +89,36 @@ func (x *bookingJob) start(ctx context.Context, b lease.Lease) {
 		n.log.Error("start booking", "booking", b.ID, "err", err)
 		return
 	}
-	// The leases ended here have their end events (EndBooked), whose
-	// notices tell their holders why.
-	for _, x := range in {
-		n.sess.killSession(ctx, x, true)
-	}
-	n.log.Info("booking started", "lease", l.ID, "user", l.User, "ended", len(in))
-	failed := ""
-	if cur.Job != nil {
-		run := &Run{Name: l.Session, Command: cur.Job.Command, Dir: cur.Job.Dir, UserEnv: cur.Job.Env}
-		u, err := n.sess.sessionUser(lease.Caller{UID: l.UID, User: l.User})
-		if err == nil {
-			err = n.sess.startSession(ctx, l, u, run)
+	// The rest asks users' tmux servers (the ended leases' holders', the
+	// booking's): off the node's loop, so none of them delays another
+	// lease's step.
+	n.sess.background(func(ctx context.Context) {
+		// The leases ended here have their end events (EndBooked), whose
+		// notices tell their holders why.
+		for _, x := range in {
+			n.sess.killSession(ctx, x, true)
 		}
-		if err != nil {
-			n.log.Warn("start booked run", "lease", l.ID, "err", err)
-			failed = err.Error()
-			n.update(l, nil, func(x *lease.Lease) { x.Session = "" })
+		n.log.Info("booking started", "lease", l.ID, "user", l.User, "ended", len(in))
+		failed := ""
+		if cur.Job != nil {
+			run := &Run{Name: l.Session, Command: cur.Job.Command, Dir: cur.Job.Dir, UserEnv: cur.Job.Env}
+			u, err := n.sess.sessionUser(lease.Caller{UID: l.UID, User: l.User})
+			if err == nil {
+				err = n.sess.startSession(ctx, l, u, run)
+			}
+			if err != nil {
+				n.log.Warn("start booked run", "lease", l.ID, "err", err)
+				failed = err.Error()
+				n.update(l, nil, func(x *lease.Lease) { x.Session = "" })
+			}
 		}
-	}
-	// Its event's notice tells the holder, in every session and by their
-	// webhook.
-	n.wmu.Lock()
-	n.deps.Events(lease.BookingStartEvent(l, failed, n.now().Wall))
-	n.wmu.Unlock()
-	n.deps.LeasesChanged()
+		// Its event's notice tells the holder, in every session and by their
+		// webhook.
+		n.wmu.Lock()
+		n.deps.Events(lease.BookingStartEvent(l, failed, n.now().Wall))
+		n.wmu.Unlock()
+		n.deps.LeasesChanged()
+	})
 }
 
 // step applies a booking's step of the clock.
