@@ -92,6 +92,9 @@ type Config struct {
 	// EventsPerUserHour caps the events a person's own actions add to the
 	// log per hour (default events.DefaultPerUserHour).
 	EventsPerUserHour int
+	// LedgerPerUserDay is how many ended leases of one person are kept one
+	// by one per day (default lease.DefaultLedgerPerUserDay).
+	LedgerPerUserDay int
 	// WebhookAllow, when not empty, is the admin's list of the only
 	// destinations webhooks may reach.
 	WebhookAllow events.Allowlist
@@ -302,6 +305,7 @@ func (a *Agent) build(ctx context.Context) error {
 	a.node = node.New(node.Config{
 		Name: a.cfg.NodeName, Policy: a.cfg.Policy, ProbeInterval: a.cfg.ProbeInterval, SessionPoll: a.cfg.SessionPoll,
 		PreemptSignal: a.cfg.PreemptSignal, CanRunAs: canWrite, Tags: a.cfg.Tags, Log: a.log.With("part", "node"),
+		LedgerPerUserDay: a.cfg.LedgerPerUserDay,
 	}, node.Deps{Store: a.store, Probe: a.deps.Probe, Sessions: a.deps.Sessions, Accounts: a.accounts, Clock: c,
 		Changed: a.changed, LeasesChanged: a.leasesChanged, Events: a.events.Record})
 	sc := a.cfg.Sched.WithDefaults()

@@ -225,3 +225,37 @@ type LedgerCompactor interface {
 	// entries went.
 	CompactLedger(before time.Time, max int) (folded int, err error)
 }
+
+// DefaultLedgerPerUserDay is how many ended leases of one person a node
+// keeps one by one in a UTC day unless configured: far above a person's
+// work (dozens), far below a claim/release loop's hundred a second. Past
+// it, the day's further leases of that person are folded as they end into
+// one row (FoldInto), so their GPU-seconds still count.
+const DefaultLedgerPerUserDay = 2000
+
+// FoldInto adds ended lease e to row, the compacted row of the same person
+// and day (or, when row is zero, starts one from e).
+func FoldInto(row, e LedgerEntry) LedgerEntry {
+	if row.LeaseID == "" {
+		return LedgerEntry{LeaseID: e.LeaseID, Node: e.Node, User: e.User, UID: e.UID,
+			Start: e.Start, End: e.End, GPUSeconds: e.GPUSeconds, Reason: ReasonCompacted}
+	}
+	if e.Start.Before(row.Start) {
+		row.Start = e.Start
+	}
+	if e.End.After(row.End) {
+		row.End = e.End
+	}
+	row.GPUSeconds += e.GPUSeconds
+	return row
+}
+
+// LedgerFolder is a Store that can end a lease by folding its ledger entry
+// into a compacted row it keeps (lease/store's bbolt file).
+type LedgerFolder interface {
+	// EndFolded deletes lease id and adds e to the compacted row at key
+	// row (0: a new row), in one transaction, and says where the row is.
+	// A row that is not a compacted row of e's person and day is left
+	// alone and a new one made.
+	EndFolded(id string, e LedgerEntry, row uint64) (uint64, error)
+}

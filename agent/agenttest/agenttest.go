@@ -70,6 +70,9 @@ type Options struct {
 	TmuxCallTimeout time.Duration
 	// Tags are the node's pools.
 	Tags []string
+	// LedgerPerUserDay is the agent's cap on a person's ledger rows a day
+	// (zero: the default).
+	LedgerPerUserDay int
 }
 
 // Node is a running agent and what a test needs to talk to it.
@@ -205,6 +208,8 @@ func (n *Node) prepare(o Options) prepared {
 		Version:       o.Version,
 		Log:           log,
 		Tags:          o.Tags,
+
+		LedgerPerUserDay: o.LedgerPerUserDay,
 	}, agent.Deps{Probe: probe, Sessions: sessions, Clock: o.Clock, Users: o.Users, Store: o.Store})
 	if err != nil {
 		tb.Fatalf("new agent %s: %v", o.Name, err)

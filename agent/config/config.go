@@ -103,6 +103,9 @@ type EventsSection struct {
 	// PerUserHour caps the events one person's own actions add per hour
 	// (default 720); zero keeps the default.
 	PerUserHour int `toml:"per_user_hour"`
+	// LedgerPerUserDay caps the ended leases of one person kept one by one
+	// per day (default 2000); past it they fold into one row a day.
+	LedgerPerUserDay int `toml:"ledger_per_user_day"`
 }
 
 // LedgerKeepFor reads ledger_keep (default lease.DefaultLedgerKeep).
@@ -450,6 +453,9 @@ func (fc FileConfig) check() error {
 	}
 	if fc.Events.PerUserHour < 0 {
 		return &ConfigError{Msg: fmt.Sprintf("events.per_user_hour: %d must not be negative", fc.Events.PerUserHour)}
+	}
+	if fc.Events.LedgerPerUserDay < 0 {
+		return &ConfigError{Msg: fmt.Sprintf("events.ledger_per_user_day: %d must not be negative", fc.Events.LedgerPerUserDay)}
 	}
 	for _, a := range []struct{ key, v string }{{"cluster.bind", fc.Cluster.Bind}, {"cluster.advertise", fc.Cluster.Advertise}} {
 		if a.v != "" {

@@ -39,6 +39,7 @@ func TestConfigErrorsNameFileLineAndReason(t *testing.T) {
 		{"bad node name", "node_name = \"no spaces\"\n", ":1: node_name"},
 		{"bad webhook allowlist", "[events]\nwebhook_allow = [\"http://x/\"]\n", "events.webhook_allow: \"http://x/\" is not a host name"},
 		{"short ledger keep", "[events]\nledger_keep = \"7d\"\n", "events.ledger_keep: 7d is less than 90d"},
+		{"negative ledger budget", "[events]\nledger_per_user_day = -5\n", "events.ledger_per_user_day: -5 must not be negative"},
 		{"negative event budget", "[events]\nper_user_hour = -1\n", "events.per_user_hour: -1 must not be negative"},
 		{"negative pre-auth cap", "[ssh]\nmax_pre_auth = -1\n", "ssh.max_pre_auth: -1 must not be negative"},
 		{"metrics without a port", "[metrics]\n\nlisten = \"127.0.0.1\"\n", `:3: metrics.listen: "127.0.0.1" is not HOST:PORT`},

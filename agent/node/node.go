@@ -54,7 +54,11 @@ type Config struct {
 	// Tags are the node's pools, stamped on every snapshot so they travel
 	// with the host facts.
 	Tags []string
-	Log  *slog.Logger
+	// LedgerPerUserDay is how many ended leases of one person are kept one
+	// by one in a UTC day (default lease.DefaultLedgerPerUserDay); past
+	// it their plain leases are folded into one row as they end.
+	LedgerPerUserDay int
+	Log              *slog.Logger
 }
 
 // Deps are the parts the node drives.
@@ -116,8 +120,10 @@ type Node struct {
 	watching map[string]context.CancelFunc
 
 	usage Usage
-	sess  sessionJob
-	book  bookingJob
+	// ledgerDay counts each person's ended leases today (under wmu).
+	ledgerDay map[string]*ledgerCount
+	sess      sessionJob
+	book      bookingJob
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -138,6 +144,9 @@ func New(cfg Config, deps Deps) *Node {
 	if cfg.PreemptSignal == 0 {
 		cfg.PreemptSignal = syscall.SIGUSR1
 	}
+	if cfg.LedgerPerUserDay <= 0 {
+		cfg.LedgerPerUserDay = lease.DefaultLedgerPerUserDay
+	}
 	if deps.Changed == nil {
 		deps.Changed = &notify.Signal{}
 	}
@@ -147,7 +156,8 @@ func New(cfg Config, deps Deps) *Node {
 	if deps.Events == nil {
 		deps.Events = func(lease.Event) {}
 	}
-	n := &Node{cfg: cfg, deps: deps, log: cfg.Log, idle: lease.NewIdleTracker(), watching: map[string]context.CancelFunc{}}
+	n := &Node{cfg: cfg, deps: deps, log: cfg.Log, idle: lease.NewIdleTracker(), watching: map[string]context.CancelFunc{},
+		ledgerDay: map[string]*ledgerCount{}}
 	n.usage.n, n.sess.n, n.book.n = n, n, n
 	return n
 }
@@ -269,7 +279,7 @@ func (n *Node) endLocked(l lease.Lease, reason lease.EndReason, by string, now l
 		return nil
 	}
 	ended := lease.Ended(l, now.Wall, string(reason), by)
-	if err := n.deps.Store.End(l.ID, ended); err != nil {
+	if err := n.storeEnd(ended); err != nil {
 		n.log.Error("end lease", "lease", l.ID, "reason", reason, "err", err)
 		return err
 	}

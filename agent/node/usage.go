@@ -185,3 +185,50 @@ func (u *Usage) EachEnded(since, afterEnd time.Time, afterID string, fn func(lea
 	}
 	return nil
 }
+
+// ledgerCount is one person's ended leases on one UTC day, and where the
+// day's folded row is once they went past the day's cap.
+type ledgerCount struct {
+	day time.Time
+	n   int
+	row uint64
+}
+
+// storeEnd ends a lease in the store with its ledger entry: one by one for
+// a person's first LedgerPerUserDay leases of the day; past that, a plain
+// lease (not a queued run's, a gang's or a reservation: those are read back
+// one by one) is folded into the day's one row, so a claim/release loop
+// adds a row a day instead of a row a lease while its GPU-seconds still
+// count. A store that cannot fold keeps every entry. Callers hold wmu.
+func (n *Node) storeEnd(e lease.LedgerEntry) error {
+	f, ok := n.deps.Store.(lease.LedgerFolder)
+	if !ok || e.Entry != "" || e.Gang != "" || e.Reserved || e.User == "" {
+		return n.deps.Store.End(e.LeaseID, e)
+	}
+	day := e.End.UTC().Truncate(24 * time.Hour)
+	c := n.ledgerDay[e.User]
+	if c == nil || !c.day.Equal(day) {
+		if len(n.ledgerDay) > 10000 {
+			clear(n.ledgerDay)
+		}
+		c = &ledgerCount{day: day}
+		n.ledgerDay[e.User] = c
+	}
+	if c.n < n.cfg.LedgerPerUserDay {
+		if err := n.deps.Store.End(e.LeaseID, e); err != nil {
+			return err
+		}
+		c.n++
+		return nil
+	}
+	row, err := f.EndFolded(e.LeaseID, e, c.row)
+	if err != nil {
+		return err
+	}
+	if c.row == 0 {
+		n.log.Warn("ledger: a person ended more leases today than are kept one by one; folding the rest of today's into one row",
+			"user", e.User, "max", n.cfg.LedgerPerUserDay)
+	}
+	c.row = row
+	return nil
+}

@@ -200,6 +200,7 @@ func (c *cli) agentConfig(cmd *cobra.Command, f agentFlags) (agent.Config, agent
 		EventKeep:     keep,
 
 		EventsPerUserHour: fc.Events.PerUserHour,
+		LedgerPerUserDay:  fc.Events.LedgerPerUserDay,
 	}
 	if cfg.WebhookAllow, err = fc.Events.Allowlist(); err != nil {
 		return cfg, agent.Deps{}, err

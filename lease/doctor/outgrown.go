@@ -109,6 +109,9 @@ func Analyze(h History) Findings {
 		start, end        time.Time
 		queued            time.Time
 		limit             time.Duration
+		// gpuSecs, for a compacted row (many leases folded into one),
+		// is what it holds: it names no GPUs.
+		gpuSecs float64
 	}
 	// Each lease once. A ledger in end order (as the agents send it) has
 	// a lease's copies side by side, so no set of 100,000 ids is built; a
@@ -141,7 +144,11 @@ func Analyze(h History) Findings {
 			}
 			seen[e.LeaseID] = true
 		}
-		all = append(all, held{user: e.User, entry: e.Entry, gang: e.Gang, gpus: len(e.GPUs), start: e.Start, end: e.End, queued: e.QueuedAt, limit: e.Limit})
+		x := held{user: e.User, entry: e.Entry, gang: e.Gang, gpus: len(e.GPUs), start: e.Start, end: e.End, queued: e.QueuedAt, limit: e.Limit}
+		if e.Reason == lease.ReasonCompacted {
+			x.gpuSecs = e.GPUSeconds
+		}
+		all = append(all, x)
 		if why, ok := strings.CutPrefix(e.Reason, "preempted-"); ok {
 			f.Preemptions[why]++
 		}
@@ -172,6 +179,12 @@ func Analyze(h History) Findings {
 			start = since
 		}
 		hrs := float64(x.gpus) * max(x.end.Sub(start), 0).Hours()
+		if x.gpuSecs > 0 {
+			hrs = x.gpuSecs / 3600
+			if span := x.end.Sub(x.start); span > 0 {
+				hrs *= max(x.end.Sub(start), 0).Hours() / span.Hours()
+			}
+		}
 		perUser[x.user] += hrs
 		f.HeldGPUHours += hrs
 		if x.gang != "" {

@@ -622,3 +622,49 @@ func (s *Bolt) CompactLedger(before time.Time, max int) (folded int, err error) 
 	})
 	return folded, err
 }
+
+// EndFolded implements lease.LedgerFolder.
+func (s *Bolt) EndFolded(id string, e lease.LedgerEntry, row uint64) (key uint64, err error) {
+	err = s.update("end lease "+id, func(w *writer) error {
+		if err := w.delete(bucketLeases, []byte(id)); err != nil {
+			return err
+		}
+		b := w.tx.Bucket(bucketLedger)
+		var folded lease.LedgerEntry
+		if row != 0 {
+			if val := b.Get(u64(row)); val != nil {
+				j, _, err := payload(schemaVersion, bucketLedger, u64(row), val)
+				if err != nil {
+					return damage{fmt.Errorf("ledger entry %x: %w", row, err)}
+				}
+				var r ledgerRecord
+				if err := json.Unmarshal(j, &r); err != nil {
+					return damage{fmt.Errorf("ledger entry %x: %w", row, err)}
+				}
+				old := r.entry()
+				if old.Reason == lease.ReasonCompacted && old.User == e.User &&
+					old.End.UTC().Truncate(24*time.Hour).Equal(e.End.UTC().Truncate(24*time.Hour)) {
+					folded, key = old, row
+				}
+			}
+		}
+		if key == 0 {
+			key = 1
+			if k, _ := b.Cursor().Last(); k != nil {
+				if len(k) != 8 {
+					return damage{fmt.Errorf("ledger key %x is not 8 bytes", k)}
+				}
+				key = binary.BigEndian.Uint64(k) + 1
+			}
+		}
+		body, err := body(ledgerToRecord(lease.FoldInto(folded, e)))
+		if err != nil {
+			return fmt.Errorf("encode ledger entry %s: %w", id, err)
+		}
+		return w.put(bucketLedger, u64(key), body)
+	})
+	if err != nil {
+		return 0, err
+	}
+	return key, nil
+}
