@@ -236,8 +236,11 @@ type SubmitRequest struct {
 	GPUsPerNode int          `json:"gpus_per_node,omitempty"`
 	Requeue     bool         `json:"requeue,omitempty"`
 	MaxRestarts int          `json:"max_restarts,omitempty"`
-	Torchrun    bool         `json:"torchrun,omitempty"`
-	Model       string       `json:"model,omitempty"`
+	// NoRequeue: a run preempted for someone else ends instead of going
+	// back in the queue.
+	NoRequeue bool   `json:"no_requeue,omitempty"`
+	Torchrun  bool   `json:"torchrun,omitempty"`
+	Model     string `json:"model,omitempty"`
 }
 
 // Submitted is a queued request's id and where it stands.

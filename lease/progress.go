@@ -133,6 +133,10 @@ type RunVerdict struct {
 	Action RunAction
 	Failed bool
 	Why    string
+	// Preempted: a lease of the attempt was preempted for someone else
+	// (quota or idle reclaim), so it goes back in the queue unless it was
+	// submitted with NoRequeue (QueueEntry.AfterPreempt).
+	Preempted bool
 	// Stop lists the live ranks to stop (RunStopRanks).
 	Stop []Lease
 	// Missing counts the ranks of a running gang that no lease accounts
@@ -170,6 +174,9 @@ func (v ClusterView) JudgeRunning(e QueueEntry, lostAfter time.Duration) RunVerd
 			committed++
 			if x.Reason.Failed(interactive) {
 				out.Failed, out.Why = true, fmt.Sprintf("lease %s ended: %s", x.Lease, x.Reason)
+			}
+			if x.Reason == PreemptedReason(PreemptQuota) || x.Reason == PreemptedReason(PreemptIdle) {
+				out.Preempted = true
 			}
 		}
 		for _, l := range n.Leases {
@@ -230,6 +237,19 @@ func (e QueueEntry) AfterRun(failed bool) (next QueueEntry, requeue bool) {
 	}
 	e.Running = false
 	e.Restarts++
+	e.Attempt++
+	e.Placer = ""
+	return e, true
+}
+
+// AfterPreempt is the entry after its attempt was preempted for someone
+// else: back in the queue unless it was submitted with NoRequeue. It is not
+// a restart (the run did not fail), so MaxRestarts does not bound it.
+func (e QueueEntry) AfterPreempt() (next QueueEntry, requeue bool) {
+	if e.NoRequeue {
+		return e, false
+	}
+	e.Running = false
 	e.Attempt++
 	e.Placer = ""
 	return e, true

@@ -296,17 +296,24 @@ func (o *Origin) Refuse(key string) (lease.QueueEntry, bool) {
 }
 
 // Finish ends an attempt: the entry goes back in the queue for another one
-// when it failed and asked for that (requeued), else it is gone. ok is
+// when it was preempted for someone else (unless submitted with
+// --no-requeue), or when it failed and asked for that (requeued), else it
+// is gone. ok is
 // false when the attempt was not this entry's running one (someone else
 // finished it first).
-func (o *Origin) Finish(e lease.QueueEntry, failed bool) (next lease.QueueEntry, requeued, ok bool) {
+func (o *Origin) Finish(e lease.QueueEntry, failed, preempted bool) (next lease.QueueEntry, requeued, ok bool) {
 	o.mu.Lock()
 	cur, found := o.entries[e.ID]
 	if !found || cur.Key() != e.Key() || !cur.Running {
 		o.mu.Unlock()
 		return lease.QueueEntry{}, false, false
 	}
-	next, requeued = cur.AfterRun(failed)
+	if preempted {
+		next, requeued = cur.AfterPreempt()
+	}
+	if !requeued {
+		next, requeued = cur.AfterRun(failed)
+	}
 	var err error
 	if requeued {
 		err = o.deps.Store.PutEntry(next, o.seq)
@@ -367,7 +374,7 @@ func (o *Origin) Reconcile(ctx context.Context, v lease.ClusterView, lostAfter, 
 				}
 			}
 		case lease.RunDone:
-			next, requeued, ok := o.Finish(e, verdict.Failed)
+			next, requeued, ok := o.Finish(e, verdict.Failed, verdict.Preempted)
 			switch {
 			case !ok:
 			case requeued:
