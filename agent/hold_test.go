@@ -247,3 +247,36 @@ func TestOverdueLeaseEndsWhenSomeoneWaits(t *testing.T) {
 		t.Errorf("bob was not told why his lease ended: %q", notices)
 	}
 }
+
+// `dibs cancel ID` ends a queued run whether it waits or runs, as scancel
+// does: a running one's session is stopped and its lease ends; it is not
+// requeued. Before, a running entry was refused ("release its leases
+// instead").
+func TestCancelEndsARunningQueuedRun(t *testing.T) {
+	t.Parallel()
+	agenttest.RequireTmux(t)
+	p := lease.DefaultPolicy()
+	p.PreemptGrace = time.Second
+	n := agenttest.Start(t, agenttest.Options{Sim: "2xL40S", Policy: p, Quiet: true})
+	s, err := n.Client.Submit(ctx(t), api.SubmitRequest{Claim: api.ClaimRequest{Count: 1,
+		Run: &api.RunSpec{Command: []string{"sleep", "600"}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	agenttest.Eventually(t, 10*time.Second, "the queued run to start", func() bool {
+		q := n.Queue()
+		return len(q.Entries) == 1 && q.Entries[0].Running
+	})
+	if err := n.Client.Cancel(ctx(t), s.ID); err != nil {
+		t.Fatalf("cancel of a running queued run: %v; want it ended, as scancel does", err)
+	}
+	agenttest.Eventually(t, 10*time.Second, "its lease to end and the queue to be empty", func() bool {
+		b := n.Board()
+		for _, g := range b.Nodes[0].GPUs {
+			if g.Lease != nil {
+				return false
+			}
+		}
+		return len(n.Queue().Entries) == 0
+	})
+}

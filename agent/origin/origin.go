@@ -162,8 +162,10 @@ func (o *Origin) Submit(e lease.QueueEntry) (lease.QueueEntry, error) {
 	return e, nil
 }
 
-// Cancel withdraws an entry that is not running, for its submitter or an
-// admin.
+// Cancel withdraws an entry, for its submitter or an admin, whether it
+// waits or runs (as scancel does): a running one's leases are then ranks
+// of an attempt that is over, which the next Reconcile stops (SIGTERM, and
+// the end after the preemption grace) — it is never requeued.
 func (o *Origin) Cancel(c lease.Caller, id string) error {
 	o.mu.Lock()
 	e, ok := o.entries[id]
@@ -174,9 +176,6 @@ func (o *Origin) Cancel(c lease.Caller, id string) error {
 	case e.UID != c.UID && !c.Admin:
 		o.mu.Unlock()
 		return &lease.Error{Code: lease.CodeForbidden, Msg: fmt.Sprintf("%s is %s's request; only they (or an admin) can cancel it", id, e.User)}
-	case e.Running:
-		o.mu.Unlock()
-		return lease.Invalidf("%s is already running: release its leases instead (`dibs ls` shows them)", id)
 	}
 	if err := o.deps.Store.DeleteEntry(id); err != nil {
 		o.mu.Unlock()
@@ -185,7 +184,11 @@ func (o *Origin) Cancel(c lease.Caller, id string) error {
 	delete(o.entries, id)
 	delete(o.placed, e.Key())
 	o.publishLocked()
-	ev := lease.EntryEvent(lease.EventCancel, e, "", o.deps.Clock.Now())
+	why := ""
+	if e.Running {
+		why = "its running leases are stopped (SIGTERM) and end after the grace"
+	}
+	ev := lease.EntryEvent(lease.EventCancel, e, why, o.deps.Clock.Now())
 	if c.UID != e.UID && lease.ValidUserName(c.User) {
 		ev.By, ev.Admin = c.User, c.Admin
 		ev.Text += " by " + c.User

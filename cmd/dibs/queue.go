@@ -385,7 +385,7 @@ func printQueue(w io.Writer, q api.Queue, now time.Time) {
 func cancelCmd(c *cli) *cobra.Command {
 	return &cobra.Command{
 		Use:               "cancel ID...",
-		Short:             "Withdraw queued requests",
+		Short:             "Withdraw queued requests; a running one is stopped (SIGTERM) and ends, as scancel does",
 		Args:              cobra.MinimumNArgs(1),
 		ValidArgsFunction: c.completeMyQueue,
 		RunE: func(cmd *cobra.Command, args []string) error {
