@@ -1,11 +1,14 @@
 package agent_test
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/dibs-gpu/dibs/agent/agenttest"
+	"github.com/dibs-gpu/dibs/agent/clock"
 	"github.com/dibs-gpu/dibs/api"
 	"github.com/dibs-gpu/dibs/lease"
 )
@@ -131,4 +134,149 @@ func TestClaimSaysItBorrows(t *testing.T) {
 			t.Errorf("the board's lease %s is not marked borrowed", r.ID)
 		}
 	}
+}
+
+// A queued run preempted for someone else goes back in the queue, as SLURM
+// requeues a preempted batch job; submitted with --no-requeue it ends.
+// Before, a preempted backfilled run without --requeue simply "failed".
+func TestPreemptedQueuedRunGoesBackInTheQueue(t *testing.T) {
+	t.Parallel()
+	agenttest.RequireTmux(t)
+	tests := []struct {
+		name      string
+		noRequeue bool
+		wantBack  bool
+	}{
+		{"default: back in the queue", false, true},
+		{"--no-requeue: ends", true, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			p := lease.DefaultPolicy()
+			p.PreemptGrace = time.Second
+			fake := clock.NewFake(time.Now())
+			n := agenttest.Start(t, agenttest.Options{Sim: "2xL40S", Policy: p, Users: testUsers, Clock: fake, Quiet: true,
+				Sched: lease.SchedConfig{Quotas: map[string]int{"light": 2}}})
+			// I have no quota: my queued run borrows both GPUs.
+			mine, err := n.Client.Submit(ctx(t), api.SubmitRequest{NoRequeue: tt.noRequeue, Claim: api.ClaimRequest{Count: 2,
+				Run: &api.RunSpec{Command: []string{"sleep", "600"}}}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			entry := func() (api.QueuedEntry, bool) {
+				for _, e := range n.Queue().Entries {
+					if e.ID == mine.ID {
+						return e, true
+					}
+				}
+				return api.QueuedEntry{}, false
+			}
+			agenttest.Eventually(t, 10*time.Second, "my queued run to start", func() bool {
+				e, ok := entry()
+				return ok && e.Running
+			})
+			// light, within quota, waits for both GPUs: mine is preempted.
+			theirs, err := n.As(light).Submit(ctx(t), api.SubmitRequest{Claim: api.ClaimRequest{Count: 2, Duration: "1h"}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			agenttest.Tick(t, fake, 100*time.Millisecond, 15*time.Second, "light's request to start after the grace", func() bool {
+				for _, e := range n.Queue().Entries {
+					if e.ID == theirs.ID && e.Running {
+						return true
+					}
+				}
+				return false
+			})
+			e, back := entry()
+			if back != tt.wantBack || back && e.Running {
+				t.Errorf("after its preemption my entry is in the queue: %v (running %v); want %v, waiting", back, e.Running, tt.wantBack)
+				if evs, err := n.Client.Events(ctx(t), api.EventsRequest{}); err == nil {
+					for _, ev := range evs.Events {
+						t.Logf("event %s %s %s: %s", ev.Kind, ev.Lease, ev.Reason, ev.Text)
+					}
+				}
+			}
+		})
+	}
+}
+
+// Under the default end_action "warn", a lease past its end keeps its GPU
+// only while nobody waits for it: once someone does, it is stopped with a
+// notice and ended after the grace, and the waiting request starts.
+func TestOverdueLeaseEndsWhenSomeoneWaits(t *testing.T) {
+	t.Parallel()
+	p := lease.DefaultPolicy()
+	p.PreemptGrace = time.Second
+	if p.EndAction != lease.ActionWarn {
+		t.Fatalf("the default end action is %q; this test is about warn", p.EndAction)
+	}
+	fake := clock.NewFake(time.Now())
+	// bob's job keeps the GPU busy: it is overdue, not idle.
+	load := filepath.Join(agenttest.PublicDir(t), "load.json")
+	if err := os.WriteFile(load, []byte(`{"gpus":{"0":{"utilization_pct":90,"memory_used_mib":1000,"processes":[{"pid":4242,"user":"bob","uid":2302,"command":"python","used_memory_mib":1000}]}}}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	n := agenttest.Start(t, agenttest.Options{Sim: "1xL40S", SimLoad: load, Policy: p, Users: holdUsers, Clock: fake, Quiet: true})
+	r, err := n.As(holdBob).Claim(ctx(t), api.ClaimRequest{GPUs: []int{0}, Duration: "1h", Force: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	agenttest.Tick(t, fake, time.Minute, 10*time.Second, "bob's lease to be overdue", func() bool {
+		return fake.Now().After(r.ExpiresAt.Add(5 * time.Minute))
+	})
+	// Nobody waits: warn keeps it.
+	if l := leaseOn(n.Board(), "node01", 0); l == nil || l.ID != r.ID {
+		t.Fatalf("bob's overdue lease is gone with nobody waiting: %+v", l)
+	}
+	s, err := n.As(holdAlice).Submit(ctx(t), api.SubmitRequest{Claim: api.ClaimRequest{Count: 1, Duration: "1h"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// (The simulated process stays on the GPU, so alice's request then
+	// waits for it; what matters here is that bob's lease ends.)
+	agenttest.Tick(t, fake, 100*time.Millisecond, 15*time.Second, "bob's overdue lease to end once alice waits", func() bool {
+		l := leaseOn(n.Board(), "node01", 0)
+		return l == nil || l.ID != r.ID
+	})
+	if q := n.Queue(); len(q.Entries) != 1 || q.Entries[0].ID != s.ID {
+		t.Errorf("queue %+v; want alice's request %s", q.Entries, s.ID)
+	}
+	if notices := strings.Join(n.BoardAs(holdBob).Notices, "\n"); !strings.Contains(notices, "is past its end and someone is waiting for its GPUs") {
+		t.Errorf("bob was not told why his lease ended: %q", notices)
+	}
+}
+
+// `dibs cancel ID` ends a queued run whether it waits or runs, as scancel
+// does: a running one's session is stopped and its lease ends; it is not
+// requeued. Before, a running entry was refused ("release its leases
+// instead").
+func TestCancelEndsARunningQueuedRun(t *testing.T) {
+	t.Parallel()
+	agenttest.RequireTmux(t)
+	p := lease.DefaultPolicy()
+	p.PreemptGrace = time.Second
+	n := agenttest.Start(t, agenttest.Options{Sim: "2xL40S", Policy: p, Quiet: true})
+	s, err := n.Client.Submit(ctx(t), api.SubmitRequest{Claim: api.ClaimRequest{Count: 1,
+		Run: &api.RunSpec{Command: []string{"sleep", "600"}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	agenttest.Eventually(t, 10*time.Second, "the queued run to start", func() bool {
+		q := n.Queue()
+		return len(q.Entries) == 1 && q.Entries[0].Running
+	})
+	if err := n.Client.Cancel(ctx(t), s.ID); err != nil {
+		t.Fatalf("cancel of a running queued run: %v; want it ended, as scancel does", err)
+	}
+	agenttest.Eventually(t, 10*time.Second, "its lease to end and the queue to be empty", func() bool {
+		b := n.Board()
+		for _, g := range b.Nodes[0].GPUs {
+			if g.Lease != nil {
+				return false
+			}
+		}
+		return len(n.Queue().Entries) == 0
+	})
 }

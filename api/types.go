@@ -252,7 +252,10 @@ type SubmitRequest struct {
 	GPUsPerNode int          `json:"gpus_per_node,omitempty"`
 	Requeue     bool         `json:"requeue,omitempty"`
 	MaxRestarts int          `json:"max_restarts,omitempty"`
-	Torchrun    bool         `json:"torchrun,omitempty"`
+	// NoRequeue: a run preempted for someone else ends instead of going
+	// back in the queue.
+	NoRequeue bool `json:"no_requeue,omitempty"`
+	Torchrun  bool `json:"torchrun,omitempty"`
 	// PerGPU starts the command once per GPU, with RANK and LOCAL_RANK
 	// set (lease.Job.PerGPU).
 	PerGPU bool   `json:"per_gpu,omitempty"`

@@ -189,6 +189,8 @@ func PreemptEvent(l Lease, why string, grace time.Duration, at time.Time) Event 
 		e.Text = fmt.Sprintf("lease %s (%s) borrows beyond %s's quota and someone within theirs is waiting: it ends in %s", l.ID, gpus, l.User, FormatDuration(grace))
 	case PreemptIdle:
 		e.Text = fmt.Sprintf("%s's %s has been idle and someone is waiting: lease %s is reclaimed in %s unless work starts", l.User, gpus, l.ID, FormatDuration(grace))
+	case PreemptOverdue:
+		e.Text = fmt.Sprintf("lease %s (%s) is past its end and someone is waiting for its GPUs: it is stopped and ends in %s; save your work now", l.ID, gpus, FormatDuration(grace))
 	default:
 		e.Text = fmt.Sprintf("lease %s (%s) is being stopped (%s): it ends in %s", l.ID, gpus, why, FormatDuration(grace))
 	}

@@ -133,6 +133,10 @@ type RunVerdict struct {
 	Action RunAction
 	Failed bool
 	Why    string
+	// Preempted: a lease of the attempt was preempted for someone else
+	// (quota or idle reclaim), so it goes back in the queue unless it was
+	// submitted with NoRequeue (QueueEntry.AfterPreempt).
+	Preempted bool
 	// Stop lists the live ranks to stop (RunStopRanks).
 	Stop []Lease
 	// Missing counts the ranks of a running gang that no lease accounts
@@ -173,6 +177,9 @@ func (v ClusterView) JudgeRunning(e QueueEntry, grace time.Duration) RunVerdict 
 			committed++
 			if x.Reason.Failed(interactive) {
 				out.Failed, out.Why = true, fmt.Sprintf("lease %s ended: %s", x.Lease, x.Reason)
+			}
+			if x.Reason == PreemptedReason(PreemptQuota) || x.Reason == PreemptedReason(PreemptIdle) {
+				out.Preempted = true
 			}
 		}
 		for _, l := range n.Leases {
@@ -274,6 +281,19 @@ func ClipRetryWhy(s string) string {
 
 // Backoff reports whether a requeued entry still waits to retry at now.
 func (e *QueueEntry) Backoff(now time.Time) bool { return !e.RetryAt.IsZero() && now.Before(e.RetryAt) }
+
+// AfterPreempt is the entry after its attempt was preempted for someone
+// else: back in the queue unless it was submitted with NoRequeue. It is not
+// a restart (the run did not fail), so MaxRestarts does not bound it.
+func (e QueueEntry) AfterPreempt() (next QueueEntry, requeue bool) {
+	if e.NoRequeue {
+		return e, false
+	}
+	e.Running = false
+	e.Attempt++
+	e.Placer = ""
+	return e, true
+}
 
 // GangID names a gang after its entry's attempt; it reaches every rank as
 // DIBS_GANG_ID and torchrun's rendezvous id.

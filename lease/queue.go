@@ -53,6 +53,11 @@ type QueueEntry struct {
 	Requeue     bool `json:"requeue,omitempty"`
 	MaxRestarts int  `json:"max_restarts,omitempty"`
 	Restarts    int  `json:"restarts,omitempty"`
+	// NoRequeue keeps a run preempted for someone else (quota, idle
+	// reclaim) out of the queue: it ends. Without it such a run goes back
+	// in line, as SLURM requeues a preempted batch job (JobRequeue=1), and
+	// that does not count as a restart.
+	NoRequeue bool `json:"no_requeue,omitempty"`
 	// Attempt grows on every requeue; with ID it names one placement, so a
 	// retried start is recognised and never granted twice.
 	Attempt int `json:"attempt,omitempty"`
@@ -328,6 +333,9 @@ func (e *QueueEntry) Check(p Policy) error {
 	}
 	if e.MemMiB > 0 && (e.Nodes > 1 || e.GPUsPerNode > 1) {
 		return Invalidf("a memory budget (--mem) is part of one GPU: drop -g and --nodes")
+	}
+	if e.Requeue && e.NoRequeue {
+		return Invalidf("--requeue and --no-requeue say opposite things: keep one")
 	}
 	if e.Requeue && e.MaxRestarts == 0 {
 		e.MaxRestarts = 3

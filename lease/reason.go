@@ -70,12 +70,27 @@ func (r EndReason) ExitCode() (int, bool) {
 // (a shell, no command) has no exit status, so its session ending is normal.
 func (r EndReason) Failed(interactive bool) bool {
 	switch r {
-	case EndReleased, EndExpired, EndBooked, ExitReason(0):
+	case EndReleased, EndExpired, EndBooked, ExitReason(0), PreemptedReason(PreemptOverdue):
+		// A lease ended past its time limit for someone waiting ended as
+		// one at its limit does.
 		return false
 	case EndSessionEnded:
 		return !interactive
 	}
 	return true
+}
+
+// RunEnd is how a queued run's lease ended, as its origin reads it: a run
+// preempted for someone else (quota, idle reclaim) that failed within the
+// grace — its command died of the signal, say — ended because it was
+// preempted, so it goes back in the queue (QueueEntry.AfterPreempt); one
+// that finished well finished.
+func (l Lease) RunEnd(reason EndReason) EndReason {
+	interactive := l.Session == ""
+	if l.PreemptedAt.IsZero() || (l.PreemptReason != PreemptQuota && l.PreemptReason != PreemptIdle) || !reason.Failed(interactive) {
+		return reason
+	}
+	return PreemptedReason(l.PreemptReason)
 }
 
 // EndedRun remembers, for a while, how a queued run's lease ended, so the

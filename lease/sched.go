@@ -12,10 +12,25 @@ const (
 	// PreemptIdle: the lease has been idle past SchedConfig.IdleReclaimAfter
 	// and someone waits for its GPUs.
 	PreemptIdle = "idle"
+	// PreemptOverdue: the lease is past its end (end_action "warn" keeps
+	// it while nobody waits) and someone waits for its GPUs: it is
+	// signalled (SIGTERM) and ended after the grace, as end_action
+	// "signal" would have done.
+	PreemptOverdue = "overdue"
 	// PreemptGang: another rank of its gang failed or was lost, so this
 	// rank is stopped too (all or nothing).
 	PreemptGang = "gang"
 )
+
+// Signal is the signal a reclaim sends the session: SIGTERM (15) for an
+// overdue lease, as end_action "signal" sends at the end; 0 (the
+// configured preemption signal) for the others.
+func (r Reclaim) Signal() int {
+	if r.Reason == PreemptOverdue {
+		return 15
+	}
+	return 0
+}
 
 // WaitingStarting is Ranked.Waiting for an entry whose start is under way
 // (its leases or reservations exist, the origin has not marked it running
@@ -61,7 +76,7 @@ type Start struct {
 // tell the holder, wait the preempt grace, end it.
 type Reclaim struct {
 	Lease  Lease  `json:"lease"`
-	Reason string `json:"reason"` // PreemptQuota or PreemptIdle
+	Reason string `json:"reason"` // PreemptQuota, PreemptIdle or PreemptOverdue
 	For    string `json:"for"`    // the entry id it is reclaimed for
 }
 

@@ -17,6 +17,7 @@ type reclaimGroup struct {
 	leases   []leaseAt
 	borrowed bool
 	idle     bool
+	overdue  bool  // every lease of it is past its end
 	pending  bool  // already being preempted
 	idleFrom int64 // latest time (ns from now, <= 0) any of it went idle
 	started  time.Time
@@ -51,12 +52,19 @@ func (s *scheduler) reclaim(e *QueueEntry, mm []uint64, plan *Plan) string {
 		if g.pending || g.user == e.User {
 			continue
 		}
-		if g.idle || within && g.borrowed {
+		if g.overdue || g.idle || within && g.borrowed {
 			cands = append(cands, g)
 		}
 	}
+	// Overdue leases go first (their time is up), then idle ones, then
+	// borrowed ones, the most recently started first.
 	slices.SortFunc(cands, func(a, b *reclaimGroup) int {
 		switch {
+		case a.overdue != b.overdue:
+			if a.overdue {
+				return -1
+			}
+			return 1
 		case a.idle != b.idle:
 			if a.idle {
 				return -1
@@ -103,7 +111,10 @@ func (s *scheduler) reclaim(e *QueueEntry, mm []uint64, plan *Plan) string {
 	reasons := ""
 	for _, g := range chosen {
 		why := PreemptQuota
-		if g.idle {
+		switch {
+		case g.overdue:
+			why = PreemptOverdue
+		case g.idle:
 			why = PreemptIdle
 		}
 		if !strings.Contains(reasons, why) {
@@ -168,7 +179,7 @@ func (s *scheduler) reclaimGroups() []reclaimGroup {
 			if !ok {
 				gi = len(groups)
 				at[key] = gi
-				groups = append(groups, reclaimGroup{key: key, user: l.User, idle: true, idleFrom: math.MinInt64})
+				groups = append(groups, reclaimGroup{key: key, user: l.User, idle: true, overdue: true, idleFrom: math.MinInt64})
 			}
 			g := &groups[gi]
 			la := leaseAt{node: i, l: l}
@@ -179,6 +190,7 @@ func (s *scheduler) reclaimGroups() []reclaimGroup {
 			}
 			g.leases = append(g.leases, la)
 			g.borrowed = g.borrowed || l.Borrowed
+			g.overdue = g.overdue && !l.ExpiresAt.After(s.now)
 			g.pending = g.pending || !l.PreemptedAt.IsZero()
 			if l.StartedAt.After(g.started) {
 				g.started = l.StartedAt

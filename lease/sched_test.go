@@ -474,8 +474,10 @@ func TestQuotaPreemption(t *testing.T) {
 		t.Errorf("EstStart = %v, want the end of the grace %v", w.EstStart, t0.Add(time.Minute))
 	}
 
-	// GPUs that come free within the grace anyway: nobody is preempted; a
-	// lease past its end may linger, so it does not count.
+	// GPUs that come free within the grace anyway: nobody is preempted. A
+	// lease past its end keeps its GPUs only while nobody waits: it is
+	// reclaimed first (issue 23; it used to linger while a borrowed lease
+	// was preempted instead).
 	dave := lease.Caller{UID: 1004, User: "dave"}
 	soon := cluster()
 	soon = append(soon, snode("gpu-03", 4, on(1, dave, gpus(0, 3), t0.Add(-time.Hour), t0.Add(time.Minute))))
@@ -483,7 +485,7 @@ func TestQuotaPreemption(t *testing.T) {
 	checkList(t, "a lease ends within the grace", reclaimed(p), nil)
 	soon[2].Leases[0].ExpiresAt = t0.Add(-time.Hour)
 	p = lease.Schedule([]lease.QueueEntry{bobWants}, soon, nil, t0, cfg)
-	checkList(t, "a lease past its end", reclaimed(p), []string{"gpu-02-1 quota for gpu-03-q1"})
+	checkList(t, "a lease past its end", reclaimed(p), []string{"gpu-03-1 overdue for gpu-03-q1"})
 
 	// Beyond quota: bob waits, nobody is preempted for him.
 	p = lease.Schedule([]lease.QueueEntry{ask("gpu-03-q1", bob, 1, 8, time.Hour, t0)}, cluster(), nil, t0, cfg)

@@ -50,7 +50,7 @@ func (b *Bound) Submit(ctx context.Context, req api.SubmitRequest) (api.Submitte
 		Origin: s.cfg.Node, User: b.c.User, UID: b.c.UID,
 		Nodes: req.Nodes, GPUsPerNode: req.GPUsPerNode, Node: req.Claim.Node,
 		Duration: claim.Duration, Kind: claim.Kind, Note: claim.Note,
-		Requeue: req.Requeue, MaxRestarts: req.MaxRestarts, Model: model, RequestID: req.Claim.RequestID,
+		Requeue: req.Requeue, MaxRestarts: req.MaxRestarts, NoRequeue: req.NoRequeue, Model: model, RequestID: req.Claim.RequestID,
 		Tags: claim.Tags, MemMiB: claim.MemMiB,
 	}
 	if e.Nodes <= 1 && e.GPUsPerNode == 0 {

@@ -278,6 +278,12 @@ func (n *Node) endLocked(l lease.Lease, reason lease.EndReason, by string, now l
 	if !n.table.Current(l.ID, l.Token) {
 		return nil
 	}
+	// The table's copy knows a preemption that the caller's (a session
+	// watcher's, from the start) may not: a queued run's origin reads it.
+	cur := l
+	if x, ok := n.table.Get(l.ID); ok {
+		cur = x
+	}
 	ended := lease.Ended(l, now.Wall, string(reason), by)
 	if err := n.storeEnd(ended); err != nil {
 		n.log.Error("end lease", "lease", l.ID, "reason", reason, "err", err)
@@ -288,7 +294,7 @@ func (n *Node) endLocked(l lease.Lease, reason lease.EndReason, by string, now l
 	n.usage.ended(ended)
 	n.justEnded = lease.WithinEndGrace(append(n.justEnded, ended), now.Wall)
 	if l.Entry != "" {
-		n.ended = lease.RememberEnded(n.ended, lease.EndedRun{Entry: l.Entry, Lease: l.ID, Gang: l.Gang, Reason: reason, At: now.Wall.Round(0), Reserved: !l.ReservedUntil.IsZero()}, now.Wall)
+		n.ended = lease.RememberEnded(n.ended, lease.EndedRun{Entry: l.Entry, Lease: l.ID, Gang: l.Gang, Reason: cur.RunEnd(reason), At: now.Wall.Round(0), Reserved: !l.ReservedUntil.IsZero()}, now.Wall)
 	}
 	n.sess.stopWatching(l.ID)
 	n.publishLocked(now.Wall)

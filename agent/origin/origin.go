@@ -191,8 +191,10 @@ func (o *Origin) countLocked(user string) int {
 	return n
 }
 
-// Cancel withdraws an entry that is not running, for its submitter or an
-// admin.
+// Cancel withdraws an entry, for its submitter or an admin, whether it
+// waits or runs (as scancel does): a running one's leases are then ranks
+// of an attempt that is over, which the next Reconcile stops (SIGTERM, and
+// the end after the preemption grace) — it is never requeued.
 func (o *Origin) Cancel(c lease.Caller, id string) error {
 	o.mu.Lock()
 	e, ok := o.entries[id]
@@ -203,9 +205,6 @@ func (o *Origin) Cancel(c lease.Caller, id string) error {
 	case e.UID != c.UID && !c.Admin:
 		o.mu.Unlock()
 		return &lease.Error{Code: lease.CodeForbidden, Msg: fmt.Sprintf("%s is %s's request; only they (or an admin) can cancel it", id, e.User)}
-	case e.Running:
-		o.mu.Unlock()
-		return lease.Invalidf("%s is already running: release its leases instead (`dibs ls` shows them)", id)
 	}
 	if err := o.deps.Store.DeleteEntry(id); err != nil {
 		o.mu.Unlock()
@@ -215,7 +214,11 @@ func (o *Origin) Cancel(c lease.Caller, id string) error {
 	delete(o.placed, e.Key())
 	o.ended.note(lease.EntryStatus{ID: id, State: lease.EntryCancelled, Restarts: e.Restarts, MaxRestarts: e.MaxRestarts})
 	o.publishLocked()
-	ev := lease.EntryEvent(lease.EventCancel, e, "", o.deps.Clock.Now())
+	why := ""
+	if e.Running {
+		why = "its running leases are stopped (SIGTERM) and end after the grace"
+	}
+	ev := lease.EntryEvent(lease.EventCancel, e, why, o.deps.Clock.Now())
 	if c.UID != e.UID && lease.ValidUserName(c.User) {
 		ev.By, ev.Admin = c.User, c.Admin
 		ev.Text += " by " + c.User
@@ -340,25 +343,33 @@ func (o *Origin) Refuse(key, why string) (lease.QueueEntry, bool) {
 }
 
 // Finish ends an attempt: the entry goes back in the queue for another one
-// when it failed and asked for that (requeued), else it is gone. ok is
+// when it was preempted for someone else (unless submitted with
+// --no-requeue), or when it failed and asked for that (requeued), else it
+// is gone. ok is
 // false when the attempt was not this entry's running one (someone else
 // finished it first).
 //
 // A requeued entry waits before its next attempt (Deps.RetryDelay), and
-// carries why, so `dibs queue` can say why it waits and until when.
-func (o *Origin) Finish(e lease.QueueEntry, failed bool, why string) (next lease.QueueEntry, requeued, ok bool) {
+// carries why, so `dibs queue` can say why it waits and until when; a run
+// preempted for someone else goes back at once.
+func (o *Origin) Finish(e lease.QueueEntry, failed, preempted bool, why string) (next lease.QueueEntry, requeued, ok bool) {
 	o.mu.Lock()
 	cur, found := o.entries[e.ID]
 	if !found || cur.Key() != e.Key() || !cur.Running {
 		o.mu.Unlock()
 		return lease.QueueEntry{}, false, false
 	}
-	next, requeued = cur.AfterRun(failed)
-	if requeued && o.deps.RetryDelay != nil {
-		if d := o.deps.RetryDelay(next.Restarts); d > 0 {
-			next.RetryAt = o.deps.Clock.Now().Add(d).Round(0)
+	if preempted {
+		next, requeued = cur.AfterPreempt()
+	}
+	if !requeued {
+		next, requeued = cur.AfterRun(failed)
+		if requeued && o.deps.RetryDelay != nil {
+			if d := o.deps.RetryDelay(next.Restarts); d > 0 {
+				next.RetryAt = o.deps.Clock.Now().Add(d).Round(0)
+			}
+			next.RetryWhy = lease.ClipRetryWhy(why)
 		}
-		next.RetryWhy = lease.ClipRetryWhy(why)
 	}
 	var err error
 	if requeued {
@@ -433,7 +444,7 @@ func (o *Origin) Reconcile(ctx context.Context, v lease.ClusterView, grace, miss
 				}
 			}
 		case lease.RunDone:
-			next, requeued, ok := o.Finish(e, verdict.Failed, verdict.Why)
+			next, requeued, ok := o.Finish(e, verdict.Failed, verdict.Preempted, verdict.Why)
 			switch {
 			case !ok:
 			case requeued:

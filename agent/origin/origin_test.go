@@ -149,7 +149,7 @@ func TestRequeuedRunWaitsAndItsStatusSaysWhy(t *testing.T) {
 			t.Fatalf("attempt %d: status %+v, want running", i, st)
 		}
 		cur, _ := o.Get(e.ID)
-		next, requeued, ok := o.Finish(cur, true, "lease n1-1 ended: exit-1")
+		next, requeued, ok := o.Finish(cur, true, false, "lease n1-1 ended: exit-1")
 		if !ok || !requeued {
 			t.Fatalf("attempt %d: finish = requeued %v ok %v", i, requeued, ok)
 		}
@@ -171,7 +171,7 @@ func TestRequeuedRunWaitsAndItsStatusSaysWhy(t *testing.T) {
 	}
 	o.MarkStarted(e.Key())
 	cur, _ := o.Get(e.ID)
-	if _, requeued, ok := o.Finish(cur, true, "node n2 left the cluster"); !ok || requeued {
+	if _, requeued, ok := o.Finish(cur, true, false, "node n2 left the cluster"); !ok || requeued {
 		t.Fatalf("third failure: requeued %v ok %v, want finished (max restarts 2)", requeued, ok)
 	}
 	if st := o.Status(e.ID, clk.Now()); st.State != lease.EntryFailed || st.Reason != "node n2 left the cluster" {

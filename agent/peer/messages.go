@@ -326,7 +326,7 @@ func (r PreemptRequest) Validate() error {
 		return err
 	}
 	switch r.Reason {
-	case lease.PreemptQuota, lease.PreemptIdle, lease.PreemptGang:
+	case lease.PreemptQuota, lease.PreemptIdle, lease.PreemptGang, lease.PreemptOverdue:
 	default:
 		return lease.Invalidf("unknown preemption reason %q", truncate(r.Reason))
 	}

@@ -179,7 +179,7 @@ func (s *Scheduler) schedule(ctx context.Context, v lease.ClusterView) {
 		s.deps.Log.Info("reclaiming", "lease", r.Lease.ID, "user", r.Lease.User, "why", r.Reason, "for", r.For)
 		s.goTracked(ctx, func(ctx context.Context) {
 			_, err := peer.Call(ctx, s.deps.Peers, r.Lease.Node, peer.Preempt, peer.System,
-				peer.PreemptRequest{Lease: r.Lease.ID, Token: r.Lease.Token, Reason: r.Reason})
+				peer.PreemptRequest{Lease: r.Lease.ID, Token: r.Lease.Token, Reason: r.Reason, Signal: r.Signal()})
 			if err != nil {
 				s.deps.Log.Warn("reclaim", "lease", r.Lease.ID, "err", err)
 			}

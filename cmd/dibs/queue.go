@@ -24,6 +24,7 @@ type queueFlags struct {
 	nodes       int
 	gpusPerNode int
 	requeue     bool
+	noRequeue   bool
 	maxRestarts int
 	torchrun    bool
 	perGPU      bool
@@ -36,7 +37,8 @@ func (q *queueFlags) add(cmd *cobra.Command, run bool) {
 		fl.BoolVar(&q.queue, "queue", false, "if it does not fit now, wait in the cluster's queue (returns at once with the entry id, like sbatch)")
 		fl.IntVar(&q.nodes, "nodes", 0, "run on N nodes at once, all or nothing (a gang); with --gpus-per-node")
 		fl.IntVar(&q.gpusPerNode, "gpus-per-node", 0, "GPUs on each node of a gang")
-		fl.BoolVar(&q.requeue, "requeue", false, "put it back in the queue if a rank fails or it is preempted")
+		fl.BoolVar(&q.requeue, "requeue", false, "put it back in the queue if a rank fails (a run preempted for someone else goes back anyway)")
+		fl.BoolVar(&q.noRequeue, "no-requeue", false, "end it, instead of putting it back in the queue, if it is preempted for someone else")
 		fl.IntVar(&q.maxRestarts, "max-restarts", 0, "how often --requeue may restart it (default 3)")
 		fl.BoolVar(&q.torchrun, "torchrun", false, "wrap CMD in torchrun with the gang's c10d rendezvous (one process per GPU, started by torchrun)")
 		fl.BoolVar(&q.perGPU, "per-gpu", false, "start CMD once per GPU on every node, each with RANK, LOCAL_RANK, WORLD_SIZE set for env:// (as srun --ntasks-per-node does)")
@@ -47,7 +49,7 @@ func (q *queueFlags) add(cmd *cobra.Command, run bool) {
 }
 
 func (q *queueFlags) request(req api.ClaimRequest) (api.SubmitRequest, error) {
-	s := api.SubmitRequest{Claim: req, Nodes: q.nodes, GPUsPerNode: q.gpusPerNode, Requeue: q.requeue, MaxRestarts: q.maxRestarts, Torchrun: q.torchrun, PerGPU: q.perGPU, Model: req.Model}
+	s := api.SubmitRequest{Claim: req, Nodes: q.nodes, GPUsPerNode: q.gpusPerNode, Requeue: q.requeue, NoRequeue: q.noRequeue, MaxRestarts: q.maxRestarts, Torchrun: q.torchrun, PerGPU: q.perGPU, Model: req.Model}
 	if q.nodes > 1 && q.gpusPerNode <= 0 {
 		return s, errors.New("--nodes needs --gpus-per-node G")
 	}
@@ -391,7 +393,7 @@ func printQueue(w io.Writer, q api.Queue, now time.Time) {
 func cancelCmd(c *cli) *cobra.Command {
 	return &cobra.Command{
 		Use:               "cancel ID...",
-		Short:             "Withdraw queued requests",
+		Short:             "Withdraw queued requests; a running one is stopped (SIGTERM) and ends, as scancel does",
 		Args:              cobra.MinimumNArgs(1),
 		ValidArgsFunction: c.completeMyQueue,
 		RunE: func(cmd *cobra.Command, args []string) error {

@@ -166,6 +166,7 @@ func TestDecide(t *testing.T) {
 			f.TopUser = "dee"
 			f.TopUserShare = 0.7
 		}, CallTune, []string{"[queue] quotas"}, ""},
+		{"one person a week", func(f *Findings) { f.UsersMaxWeek = 1 }, CallStay, nil, "at most 1 person a week"},
 		{"both halves of the rule of thumb", func(f *Findings) { f.GPUs = 16; f.UsersMaxWeek = 8 }, CallSLURM, nil, "8 people in one week"},
 		{"size and squatting", func(f *Findings) { f.GPUs = 24; f.SquattedShare = 0.06 }, CallSLURM, nil, "cgroups prevent it"},
 		{"small but oversubscribed and gang-bound", func(f *Findings) {
@@ -190,6 +191,39 @@ func TestDecide(t *testing.T) {
 			}
 			if tc.reason != "" && !strings.Contains(strings.Join(v.Reasons, "\n"), tc.reason) {
 				t.Errorf("reasons %q lack %q", v.Reasons, tc.reason)
+			}
+		})
+	}
+}
+
+// Advice never moves a setting the wrong way: a team whose idle reclaim is
+// already under the floor is not told to raise it (doctor suggested
+// idle_reclaim_after = "10m" to a team at 3m).
+func TestDecideNeverRaisesIdleReclaim(t *testing.T) {
+	f := Findings{GPUs: 8, Nodes: 1, Users: 4, UsersMaxWeek: 4, Leases: 100, BusyShare: 0.5, FreeShare: 0.4, HeldIdleShare: 0.1, Coverage: 1, Window: DefaultWindow,
+		WaitingIdleShare: 0.08, WaitingIdleGPUHours: 120}
+	tests := []struct {
+		name string
+		now  time.Duration
+		want string // "" when no idle_reclaim_after advice is due
+	}{
+		{"default 30m halves", 0, `"15m"`},
+		{"1h halves", time.Hour, `"30m"`},
+		{"15m stops at the floor", 15 * time.Minute, `"10m"`},
+		{"10m is at the floor", 10 * time.Minute, ""},
+		{"3m is under it", 3 * time.Minute, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			v := Decide(f, lease.DefaultPolicy(), lease.SchedConfig{IdleReclaimAfter: tt.now})
+			got := ""
+			for _, s := range v.Settings {
+				if s.Key == "[queue] idle_reclaim_after" {
+					got = s.Value
+				}
+			}
+			if got != tt.want {
+				t.Errorf("idle_reclaim_after advice %q, want %q", got, tt.want)
 			}
 		})
 	}

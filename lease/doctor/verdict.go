@@ -84,7 +84,7 @@ func Decide(f Findings, p lease.Policy, s lease.SchedConfig) Verdict {
 		size = append(size, fmt.Sprintf("%d GPUs (rule of thumb: a scheduler starts to pay around %d)", f.GPUs, ScaleGPUs))
 	}
 	if f.UsersMaxWeek >= ScaleUsers {
-		size = append(size, fmt.Sprintf("%d people in one week (rule of thumb: around %d)", f.UsersMaxWeek, ScaleUsers))
+		size = append(size, fmt.Sprintf("%s in one week (rule of thumb: around %d)", people(f.UsersMaxWeek), ScaleUsers))
 	}
 	if f.BusyShare >= BusyHigh && f.WaitP95 >= WaitHigh {
 		pressure = append(pressure, fmt.Sprintf("oversubscribed: GPUs busy %s of the time and queued work waits %s (p95) — over %s and %s; tuning moves work around, it does not add GPUs",
@@ -101,16 +101,24 @@ func Decide(f Findings, p lease.Policy, s lease.SchedConfig) Verdict {
 
 	// What a setting would fix.
 	if f.HeldIdleShare >= IdleHigh || f.WaitingIdleShare >= WaitingIdleHigh {
-		next := max(s.IdleReclaimAfter/2, 10*time.Minute)
-		v.Settings = append(v.Settings, Setting{Key: "[queue] idle_reclaim_after", Value: quote(lease.FormatDuration(next)),
-			Why: fmt.Sprintf("GPUs sat held but idle %s of the time, %s of it while work waited (%.0f GPU-hours)", pct(f.HeldIdleShare), pct(f.WaitingIdleShare), f.WaitingIdleGPUHours)})
+		// Advice only ever moves a setting the way that helps: halve the
+		// reclaim delay down to a floor, never raise it (a team at 3m is
+		// not told 10m).
+		cur := s.WithDefaults().IdleReclaimAfter
+		next := max(cur/2, 10*time.Minute)
+		if next < cur {
+			v.Settings = append(v.Settings, Setting{Key: "[queue] idle_reclaim_after", Value: quote(lease.FormatDuration(next)),
+				Why: fmt.Sprintf("GPUs sat held but idle %s of the time, %s of it while work waited (%.0f GPU-hours)", pct(f.HeldIdleShare), pct(f.WaitingIdleShare), f.WaitingIdleGPUHours)})
+		} else {
+			next = cur
+		}
 		if p.IdleAfter > next {
 			v.Settings = append(v.Settings, Setting{Key: "[leases] idle_after", Value: quote(lease.FormatDuration(next)), Why: "so the board flags those GPUs as soon as they can be reclaimed"})
 		}
 	}
 	if f.Leases > 0 && float64(f.Overdue)/float64(f.Leases) >= OverdueHigh && p.EndAction == lease.ActionWarn {
 		v.Settings = append(v.Settings, Setting{Key: "[leases] end_action", Value: quote(string(lease.ActionSignal)),
-			Why: fmt.Sprintf("%d of %d leases ended past their time limit; with warn nothing makes them end", f.Overdue, f.Leases)})
+			Why: fmt.Sprintf("%d of %d leases ended past their time limit; with warn they end only once someone waits for their GPUs", f.Overdue, f.Leases)})
 	}
 	if f.WaitP95 >= WaitSome && f.FreeShare >= FreeSome && p.DefaultBatch > 8*time.Hour {
 		v.Settings = append(v.Settings, Setting{Key: "[leases] default_batch", Value: quote("8h"),
@@ -148,7 +156,7 @@ func Decide(f Findings, p lease.Policy, s lease.SchedConfig) Verdict {
 		}
 	}
 	if len(v.Reasons) == 0 {
-		v.Reasons = append(v.Reasons, fmt.Sprintf("%d GPUs, at most %d people a week, busy %s, queue wait %s (p95): under every threshold", f.GPUs, f.UsersMaxWeek, pct(f.BusyShare), lease.FormatDuration(f.WaitP95)))
+		v.Reasons = append(v.Reasons, fmt.Sprintf("%d GPUs, at most %s a week, busy %s, queue wait %s (p95): under every threshold", f.GPUs, people(f.UsersMaxWeek), pct(f.BusyShare), lease.FormatDuration(f.WaitP95)))
 	}
 	if f.Coverage < MinCoverage {
 		v.Caveats = append(v.Caveats, fmt.Sprintf("the agents' samples cover %s of the window (%s): busy, idle and squatted figures are partial — they start when the agents run a dibs that samples, and stop while agents are down",
@@ -168,3 +176,11 @@ func Decide(f Findings, p lease.Policy, s lease.SchedConfig) Verdict {
 func pct(x float64) string { return fmt.Sprintf("%.0f%%", 100*x) }
 
 func quote(s string) string { return `"` + s + `"` }
+
+// people is "1 person" or "N people".
+func people(n int) string {
+	if n == 1 {
+		return "1 person"
+	}
+	return fmt.Sprintf("%d people", n)
+}

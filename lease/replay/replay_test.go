@@ -230,7 +230,8 @@ func TestReadRefusesWithTheLine(t *testing.T) {
 
 // TestWeekTellsThePoliciesApart holds the story docs/doctor.md tells of
 // the bundled week: without a tool, GPUs sit held and idle and people wait
-// hours; a batch scheduler cuts work at its limits; dibs does neither.
+// hours; a batch scheduler cuts work at its limits; dibs does neither
+// (it ends a run past its limit only when someone waits for its GPUs).
 func TestWeekTellsThePoliciesApart(t *testing.T) {
 	w := Week(1)
 	res := map[Policy]Result{}
@@ -248,8 +249,10 @@ func TestWeekTellsThePoliciesApart(t *testing.T) {
 	if !(s.WaitP95 > 3*d.WaitP95) {
 		t.Errorf("p95 wait: slack %s, dibs %s; want slack's several times dibs's", s.WaitP95, d.WaitP95)
 	}
-	if d.Killed != 0 || q.Killed == 0 || q.Served >= d.Served {
-		t.Errorf("killed at the limit: dibs %d, slurm %d (served %.3f vs %.3f); want only slurm to cut work", d.Killed, q.Killed, q.Served, d.Served)
+	// dibs cuts a run only when it is past its limit and someone waits for
+	// its GPUs (issue 23); a batch scheduler cuts every one at its limit.
+	if 10*d.Killed > q.Killed || q.Killed == 0 || q.Served >= d.Served {
+		t.Errorf("killed at the limit: dibs %d, slurm %d (served %.3f vs %.3f); want slurm to cut ten times the work dibs does", d.Killed, q.Killed, q.Served, d.Served)
 	}
 	if d.Reclaimed == 0 {
 		t.Errorf("dibs reclaimed no idle lease in a week of forgotten sessions")

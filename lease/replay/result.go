@@ -112,7 +112,7 @@ func (s *sim) result(t Trace, ws, we time.Time) Result {
 		if j.killed {
 			res.Killed++
 		}
-		if j.reclaimed {
+		if j.reclaimed && j.reclaimWhy == lease.PreemptIdle {
 			res.Reclaimed++
 		}
 		if j.forgot {

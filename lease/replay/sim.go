@@ -22,7 +22,7 @@ const (
 	// their GPUs are free, the rest queue; the queue is lease.Schedule's
 	// (fair-share, age, EASY backfill, gangs whole); idle leases are
 	// reclaimed when someone waits; a lease past its time limit follows the
-	// end action (warn: it stays).
+	// end action (warn: it stays while nobody waits for its GPUs).
 	PolicyDibs Policy = "dibs"
 	// PolicySlack is no tool at all: a person takes GPUs that are free, or
 	// tries again every few minutes until they give up; nothing ends a
@@ -137,8 +137,10 @@ type job struct {
 	leases    []*lease.Lease
 	killed    bool
 	reclaimed bool
-	forgot    bool
-	tries     int
+	// reclaimWhy is the reclaim's reason (lease.PreemptIdle, PreemptOverdue).
+	reclaimWhy string
+	forgot     bool
+	tries      int
 }
 
 type snode struct {
@@ -440,7 +442,7 @@ func (s *sim) pass() {
 			}
 		}
 		if end := s.now.Add(s.cfg.Lease.PreemptGrace); end.Before(j.endAt) {
-			j.reclaimed = true
+			j.reclaimed, j.reclaimWhy = true, rc.Reason
 			j.endAt = end
 			s.push(end, evEnd, j)
 		}
@@ -502,7 +504,7 @@ func (s *sim) finish(j *job) {
 	reason := lease.EndReleased
 	switch {
 	case j.reclaimed:
-		reason = lease.PreemptedReason(lease.PreemptIdle)
+		reason = lease.PreemptedReason(j.reclaimWhy)
 	case j.killed:
 		reason = lease.EndExpired
 	case j.r.Kind == lease.KindBatch:

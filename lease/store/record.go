@@ -138,6 +138,7 @@ type entryRecord struct {
 	Note        string     `json:"note,omitempty"`
 	Job         *jobRecord `json:"job,omitempty"`
 	Requeue     bool       `json:"requeue,omitempty"`
+	NoRequeue   bool       `json:"no_requeue,omitempty"`
 	MaxRestarts int        `json:"max_restarts,omitempty"`
 	Restarts    int        `json:"restarts,omitempty"`
 	Attempt     int        `json:"attempt,omitempty"`
@@ -160,7 +161,7 @@ func entryToRecord(e lease.QueueEntry) entryRecord {
 	r := entryRecord{
 		ID: e.ID, Origin: e.Origin, User: e.User, UID: e.UID, SubmittedAt: e.SubmittedAt,
 		Nodes: e.Nodes, GPUsPerNode: e.GPUsPerNode, Node: e.Node, Duration: int64(e.Duration),
-		Kind: string(e.Kind), Note: e.Note, Requeue: e.Requeue, MaxRestarts: e.MaxRestarts,
+		Kind: string(e.Kind), Note: e.Note, Requeue: e.Requeue, MaxRestarts: e.MaxRestarts, NoRequeue: e.NoRequeue,
 		Restarts: e.Restarts, Attempt: e.Attempt, Running: e.Running, Model: e.Model,
 		RequestID: e.RequestID, Tags: e.Tags, MemMiB: e.MemMiB, Job: jobToRecord(e.Job), Placer: e.Placer,
 		RetryAt: e.RetryAt, RetryWhy: e.RetryWhy,
@@ -172,7 +173,7 @@ func (r *entryRecord) entry() lease.QueueEntry {
 	e := lease.QueueEntry{
 		ID: r.ID, Origin: r.Origin, User: r.User, UID: r.UID, SubmittedAt: r.SubmittedAt,
 		Nodes: r.Nodes, GPUsPerNode: r.GPUsPerNode, Node: r.Node, Duration: time.Duration(r.Duration),
-		Kind: lease.Kind(r.Kind), Note: r.Note, Requeue: r.Requeue, MaxRestarts: r.MaxRestarts,
+		Kind: lease.Kind(r.Kind), Note: r.Note, Requeue: r.Requeue, MaxRestarts: r.MaxRestarts, NoRequeue: r.NoRequeue,
 		Restarts: r.Restarts, Attempt: r.Attempt, Running: r.Running, Model: r.Model,
 		RequestID: r.RequestID, Tags: r.Tags, MemMiB: r.MemMiB, Job: r.Job.job(), Placer: r.Placer,
 		RetryAt: r.RetryAt, RetryWhy: r.RetryWhy,
