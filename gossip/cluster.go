@@ -15,6 +15,7 @@ import (
 
 	"github.com/hashicorp/memberlist"
 
+	"github.com/dibs-gpu/dibs/internal/lograte"
 	"github.com/dibs-gpu/dibs/lease"
 	"github.com/dibs-gpu/dibs/nodeprobe"
 )
@@ -183,6 +184,7 @@ type Cluster struct {
 	d         Delegate
 	mlp       atomic.Pointer[memberlist.Memberlist]
 	stats     counters
+	refusals  *lograte.Limiter // lines of dropped messages, rate-limited per kind and sender
 	meta      []byte
 	bootID    string
 	bootedAt  time.Time
@@ -274,6 +276,7 @@ func New(cfg Config, d Delegate) (*Cluster, error) {
 	c := &Cluster{
 		cfg:       cfg,
 		d:         d,
+		refusals:  lograte.New(0, 0, nil),
 		bootID:    cfg.BootID,
 		bootedAt:  cfg.BootedAt,
 		peers:     make(map[string]*peerRec),
