@@ -30,7 +30,7 @@ func readEnvFile(path string) map[string]string {
 	return m
 }
 
-const envDump = `env | grep -E '^(MASTER_ADDR|MASTER_PORT|WORLD_SIZE|LOCAL_WORLD_SIZE|RANK|LOCAL_RANK|NNODES|NODE_RANK|NPROC_PER_NODE|CUDA_VISIBLE_DEVICES|DIBS_GANG_ID|DIBS_HOSTS|DIBS_NODE)=' > `
+const envDump = `env | grep -E '^(MASTER_ADDR|MASTER_PORT|WORLD_SIZE|LOCAL_WORLD_SIZE|RANK|LOCAL_RANK|NNODES|NODE_RANK|NPROC_PER_NODE|CUDA_VISIBLE_DEVICES|DIBS_GANG_ID|DIBS_HOSTS|DIBS_NODE|GLOO_SOCKET_IFNAME)=' > `
 
 func TestGangStartsEveryRankTogetherWithRendezvousEnv(t *testing.T) {
 	t.Parallel()
@@ -64,6 +64,11 @@ func TestGangStartsEveryRankTogetherWithRendezvousEnv(t *testing.T) {
 	}
 	if r0["NODE_RANK"] != "0" || r1["NODE_RANK"] != "1" || r0["RANK"] != "0" || r1["RANK"] != "1" {
 		t.Errorf("NODE_RANK = %q / %q, RANK = %q / %q", r0["NODE_RANK"], r1["NODE_RANK"], r0["RANK"], r1["RANK"])
+	}
+	// gloo is told the interface of the address the gang knows the node
+	// by (here loopback), not left to what the host name resolves to.
+	if r0["GLOO_SOCKET_IFNAME"] != "lo" || r1["GLOO_SOCKET_IFNAME"] != "lo" {
+		t.Errorf("GLOO_SOCKET_IFNAME = %q / %q, want lo", r0["GLOO_SOCKET_IFNAME"], r1["GLOO_SOCKET_IFNAME"])
 	}
 	if r0["MASTER_ADDR"] != "127.0.0.1" || r0["MASTER_PORT"] == "" || r0["MASTER_PORT"] != r1["MASTER_PORT"] || r0["DIBS_GANG_ID"] != r1["DIBS_GANG_ID"] {
 		t.Errorf("rendezvous differs between ranks: %v / %v", r0, r1)
