@@ -180,7 +180,7 @@ func floorPlan() []room {
 	}
 	return append(plan,
 		room{pkg: "cmd/dibs", what: "the CLI: flags, tables, --json",
-			may: all, mods: []string{bubbletea, "github.com/spf13/cobra", xsys}},
+			may: all, mods: []string{bubbletea, "github.com/spf13/cobra", "github.com/spf13/pflag", xsys}},
 		room{pkg: ".", what: "this floor plan and the size limits (tests only)"},
 	)
 }

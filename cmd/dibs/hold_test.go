@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -58,3 +59,32 @@ func TestTablesMarkBorrowedAndKeepMIGUUIDs(t *testing.T) {
 }
 
 func whoRows(b api.Board) ([]lease.Lease, error) { return who(b, "") }
+
+// Mistyped and contradictory flags are refused with one line that says
+// what to do, before anything reaches an agent.
+func TestFlagMistakesSayWhatToDo(t *testing.T) {
+	tests := []struct {
+		args []string
+		want string
+	}{
+		{[]string{"claim", "--gpu", "1"}, "unknown flag: --gpu: did you mean --gpus?"},
+		{[]string{"run", "--gpu", "1", "--", "true"}, "did you mean --gpus?"},
+		{[]string{"ls", "--jsn"}, "unknown flag: --jsn: did you mean --json?"},
+		{[]string{"claim", "--zzzzzz"}, "(`dibs claim --help` lists its flags)"},
+		{[]string{"claim", "-g", "2", "--ids", "0,1"}, "-g 2 and --ids 0,1 both say which GPUs: give -g N for any N free GPUs, or --ids for those GPUs, not both"},
+	}
+	for _, tt := range tests {
+		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
+			var out, errOut bytes.Buffer
+			c := &cli{stdout: &out, stderr: &errOut}
+			root := rootCmd(c)
+			root.SetArgs(append([]string{"--socket", filepath.Join(t.TempDir(), "none.sock")}, tt.args...))
+			root.SetOut(&out)
+			root.SetErr(&errOut)
+			err := root.Execute()
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("dibs %s: %v; want %q", strings.Join(tt.args, " "), err, tt.want)
+			}
+		})
+	}
+}

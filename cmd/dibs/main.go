@@ -68,6 +68,7 @@ func rootCmd(c *cli) *cobra.Command {
 		// --version prints what `dibs version` prints (see build.release).
 		Version: buildInfo().release(),
 	}
+	root.SetFlagErrorFunc(suggestFlag)
 	root.PersistentFlags().StringVar(&c.socket, "socket", "", "agent socket (default: $DIBS_SOCKET, then /run/dibs/dibs.sock, else your own agent's: $XDG_RUNTIME_DIR/dibs.sock, /run/user/UID/dibs.sock or ~/.local/state/dibs/dibs.sock); it must lie in a directory only root or you can write, and be served by root or you")
 	root.AddCommand(probeCmd(c), agentCmd(c), configCmd(c), lsCmd(c), claimCmd(c), runCmd(c),
 		releaseCmd(c), extendCmd(c), adoptCmd(c), attachCmd(c), whoCmd(c), statusCmd(c), keygenCmd(c),
