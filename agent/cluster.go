@@ -233,7 +233,7 @@ func (l *clusterLink) Status(now time.Time) ([]api.Member, api.GossipCounter) {
 	return ms, api.GossipCounter{
 		MessagesIn: s.MessagesIn, MessagesOut: s.MessagesOut, BytesIn: s.BytesIn, BytesOut: s.BytesOut,
 		Dropped: s.Dropped, DecryptFailures: s.DecryptFailures, LabelMismatches: s.LabelMismatches,
-		RemoteRequests: s.RemoteRequests, RemoteRequestErrs: s.RemoteRequestErrs,
+		RemoteRequests: s.RemoteRequests, RemoteRequestErrs: s.RemoteRequestErrs, StreamsRefused: s.StreamsRefused,
 	}
 }
 

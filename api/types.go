@@ -236,6 +236,10 @@ type GossipCounter struct {
 	LabelMismatches   uint64 `json:"label_mismatches,omitempty"`
 	RemoteRequests    uint64 `json:"remote_requests"`
 	RemoteRequestErrs uint64 `json:"remote_request_errors"`
+	// StreamsRefused counts inbound TCP streams closed unread: over the
+	// caps per address or in all, or silent too long (a flood of idle
+	// connections shows here).
+	StreamsRefused uint64 `json:"streams_refused,omitempty"`
 }
 
 // ErrorBody is what the agent sends with every non-2xx answer.

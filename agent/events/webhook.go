@@ -27,11 +27,13 @@ import (
 //   - the body is always the notice, in one of two fixed shapes;
 //   - no redirect is followed, and the answer is read at most 4 KiB and
 //     never shown;
-//   - a failed try is one class to the person, "not delivered", reported
-//     when the try's time is up whatever happened (a closed port, an open
-//     one that is not HTTP, an HTTP server that said 404): the answers
-//     cannot tell ports apart, so a webhook is no port scanner (the agent's
-//     log keeps the detail for admins);
+//   - a failed try is one class to the person, "not delivered", whatever
+//     happened (a closed port, an open one that is not HTTP, an HTTP server
+//     that said 404), and `dibs notify --test` says so when the try's time
+//     is up: neither the answer nor its timing tells ports apart, so a
+//     webhook is no port scanner (the agent's log keeps the detail for
+//     admins; a background delivery's failure is known only minutes later,
+//     after its retries);
 //   - link-local, multicast and unspecified addresses and the clouds'
 //     metadata services (169.254.169.254, fd00:ec2::254, 100.100.100.200)
 //     are refused in every form they can be written in (IPv4-mapped,
@@ -62,8 +64,8 @@ type WebhookConfig struct {
 	Backoff []time.Duration
 	// UserAgent names the agent to the receiving server.
 	UserAgent string
-	// Timeout bounds each try (default 5 s); a try that fails is reported
-	// when it is up, however early it failed.
+	// Timeout bounds each try (default 5 s); a test post that fails is
+	// reported when it is up, however early it failed.
 	Timeout time.Duration
 	// Allow, when not empty, lists the only destinations an admin lets
 	// webhooks reach: host names ("ntfy.example.com", or ".example.com"
@@ -510,7 +512,18 @@ func (w *Webhooks) Test(ctx context.Context, n lease.Notice) (ok bool, err error
 	if !ok {
 		return false, nil
 	}
+	start := w.clock.Now()
 	err = w.post(ctx, s, n)
+	if errors.Is(err, errNotDelivered) {
+		// Told when the try's time is up, however early it failed: the
+		// time it took must not tell a closed port from a silent one.
+		if wait := w.cfg.Timeout - w.clock.Now().Sub(start); wait > 0 {
+			select {
+			case <-ctx.Done():
+			case <-w.clock.After(wait):
+			}
+		}
+	}
 	w.mu.Lock()
 	if err == nil {
 		w.deliveryLocked(n.User).lastOK = w.clock.Now().Round(0)
@@ -529,8 +542,8 @@ type Payload struct {
 }
 
 // post makes one try. Its error is for the person: one class for whatever
-// depends on the port (never what the server answered), told when the
-// try's time is up; the detail goes to the log.
+// depends on the port (never what the server answered); the detail goes to
+// the log.
 func (w *Webhooks) post(ctx context.Context, s lease.NotifySetting, n lease.Notice) error {
 	if err := CheckURL(s.URL); err != nil {
 		return err
@@ -538,18 +551,11 @@ func (w *Webhooks) post(ctx context.Context, s lease.NotifySetting, n lease.Noti
 	if err := w.checkAllowed(s.URL); err != nil {
 		return err
 	}
-	start := w.clock.Now()
 	err := w.try(ctx, s, n)
 	if err == nil || errors.Is(err, errRefusedAddr) || errors.Is(err, errNotAllowed) || errors.Is(err, errNoSuchHost) {
 		return err
 	}
 	w.cfg.Log.Info("webhook: a try failed", "user", n.User, "err", err)
-	if wait := w.cfg.Timeout - w.clock.Now().Sub(start); wait > 0 {
-		select {
-		case <-ctx.Done():
-		case <-w.clock.After(wait):
-		}
-	}
 	return errNotDelivered
 }
 

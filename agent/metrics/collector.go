@@ -44,6 +44,7 @@ var (
 	descGossipCrypt  = desc("dibs_gossip_decrypt_failures_total", "Gossip packets that failed to decrypt: a node with another cluster key, or someone probing the port.")
 	descGossipReqs   = desc("dibs_gossip_remote_requests_total", "Requests this agent sent to other agents (claims, releases, starts on their nodes).")
 	descGossipReqErr = desc("dibs_gossip_remote_request_errors_total", "Requests to other agents that got no answer.")
+	descGossipRefuse = desc("dibs_gossip_streams_refused_total", "Inbound gossip TCP streams closed unread: over the caps per address or in all, or silent too long.")
 	descInfo         = desc("dibs_agent_info", "The agent: its node, version and GPU backend; always 1.", "node", "version", "backend")
 	descStart        = desc("dibs_agent_start_time_seconds", "When the agent started.")
 )
@@ -52,7 +53,7 @@ var allDescs = []*prometheus.Desc{
 	descGPUUtil, descGPUMemUsed, descGPUMemTotal, descGPUTemp, descGPUPower, descGPUPowerCap, descGPUProcs, descGPUUp,
 	descProbeTime, descLease, descLeaseLeft, descSquatted, descIdle, descQueue, descQueueOldest, descMembers,
 	descMemberHeard, descGossipMsgs, descGossipBytes, descGossipDrop, descGossipCrypt, descGossipReqs,
-	descGossipReqErr, descInfo, descStart,
+	descGossipReqErr, descGossipRefuse, descInfo, descStart,
 }
 
 // collector turns the agent's state into metrics at scrape time.
@@ -105,6 +106,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		counter(descGossipBytes, g.BytesOut, "out")
 		counter(descGossipDrop, g.Dropped)
 		counter(descGossipCrypt, g.DecryptFailures)
+		counter(descGossipRefuse, g.StreamsRefused)
 		counter(descGossipReqs, g.RemoteRequests)
 		counter(descGossipReqErr, g.RemoteRequestErrs)
 	}

@@ -278,8 +278,7 @@ func (s *Server) arm(c *trackedConn, d time.Duration) {
 		idle := c.sessions == 0
 		c.mu.Unlock()
 		if idle {
-			host, _, _ := net.SplitHostPort(c.RemoteAddr().String())
-			s.refusals.Log(s.log, slog.LevelInfo, host, "ssh: closing a connection that holds no session", "from", c.RemoteAddr().String())
+			s.refusals.Log(s.log, slog.LevelInfo, sourceOf(c.RemoteAddr().String()), "ssh: closing a connection that holds no session", "from", c.RemoteAddr().String())
 			c.Close()
 		}
 	})
@@ -332,8 +331,7 @@ func (s *Server) auth(ctx ssh.Context, key ssh.PublicKey) bool {
 	fp := gossh.FingerprintSHA256(key)
 	ok, why := s.keyAllowed(name, key)
 	if !ok {
-		host, _, _ := net.SplitHostPort(from)
-		s.refusals.Log(s.log, slog.LevelInfo, host, "ssh: refused a key", "key", fp, "user", name, "from", from, "why", why)
+		s.refusals.Log(s.log, slog.LevelInfo, sourceOf(from), "ssh: refused a key", "key", fp, "user", name, "from", from, "why", why)
 		return false
 	}
 	perms := ctx.Permissions()

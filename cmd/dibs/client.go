@@ -511,6 +511,9 @@ func printStatus(w io.Writer, s api.Status) {
 	if g.LabelMismatches > 0 {
 		crypt += fmt.Sprintf(" (%d from another cluster name)", g.LabelMismatches)
 	}
+	if g.StreamsRefused > 0 {
+		crypt += fmt.Sprintf(", %d streams refused (over a cap or silent)", g.StreamsRefused)
+	}
 	fmt.Fprintf(w, "\ngossip: %d msgs in (%s), %d out (%s), %d dropped, %s, %d remote requests (%d failed)\n",
 		g.MessagesIn, bytesStr(g.BytesIn), g.MessagesOut, bytesStr(g.BytesOut), g.Dropped, crypt, g.RemoteRequests, g.RemoteRequestErrs)
 }

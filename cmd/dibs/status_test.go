@@ -52,3 +52,24 @@ func TestStatusNamesOlderMembers(t *testing.T) {
 		})
 	}
 }
+
+// TestStatusShowsRefusedStreams: an idle-connection flood on the gossip
+// port shows in `dibs status` as streams refused.
+func TestStatusShowsRefusedStreams(t *testing.T) {
+	s := api.Status{Node: "node01", Members: []api.Member{{Name: "node01", State: "alive"}}}
+	for _, tc := range []struct {
+		refused uint64
+		want    string
+		absent  bool
+	}{
+		{0, "streams refused", true},
+		{48, ", 48 streams refused (over a cap or silent), ", false},
+	} {
+		s.Gossip = api.GossipCounter{StreamsRefused: tc.refused}
+		var b bytes.Buffer
+		printStatus(&b, s)
+		if got := strings.Contains(b.String(), tc.want); got == tc.absent {
+			t.Errorf("status with %d streams refused: contains %q = %v, want %v:\n%s", tc.refused, tc.want, got, !tc.absent, b.String())
+		}
+	}
+}
