@@ -34,9 +34,9 @@ type restartProc struct {
 	// each holds its connections open.
 	client *api.Client
 	args   []string
-	mu           sync.Mutex
-	cmd          *exec.Cmd
-	logs         []*syncBuffer // one per start
+	mu     sync.Mutex
+	cmd    *exec.Cmd
+	logs   []*syncBuffer // one per start
 }
 
 func (p *restartProc) start(t testing.TB) {
