@@ -124,7 +124,7 @@ func TestClusterRemoteRunStartsSessionOnOwner(t *testing.T) {
 	}
 }
 
-func TestClusterKilledAgentShownDeadAndItsGPUsUnknown(t *testing.T) {
+func TestClusterKilledAgentShownRestartingAndItsGPUsUnknown(t *testing.T) {
 	t.Parallel()
 	nodes := agenttest.Cluster(t, agenttest.ClusterOptions{Specs: []string{"2xL40S", "2xL40S", "2xL40S"}, Quiet: true})
 	if _, err := nodes[2].Client.Claim(ctx(t), api.ClaimRequest{Node: "node03", Count: 1, Note: "before the crash"}); err != nil {

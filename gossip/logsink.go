@@ -159,7 +159,7 @@ func (s *logSink) Write(p []byte) (int, error) {
 	if name, ok := suspectedIn(line); ok {
 		s.c.mem.markSuspect(name)
 	}
-	if strings.Contains(line, "[DEBUG]") || s.restartNews(line) {
+	if strings.Contains(line, "[DEBUG]") || s.restartNews(line) || s.closingNoise(line) {
 		return len(p), nil
 	}
 	s.mu.Lock()
@@ -207,6 +207,13 @@ const restartWindow = time.Minute
 // running agent, and stays a warning.
 func (s *logSink) restartNews(line string) bool {
 	return strings.Contains(line, "Refuting a") && time.Since(s.c.startedAt) < restartWindow
+}
+
+// closingNoise reports whether line is memberlist failing to send on the
+// socket this agent has just closed: its gossip and probe loops race the
+// shutdown of a stopping (restarting) agent, which must log no warnings.
+func (s *logSink) closingNoise(line string) bool {
+	return strings.Contains(line, "use of closed network connection") && (s.c.leaving.Load() || s.c.closed())
 }
 
 // kindOf is a log line without its numbers, addresses and names after

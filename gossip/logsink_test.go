@@ -76,3 +76,38 @@ func TestEmptyDatagramsAreLoggedRarely(t *testing.T) {
 		t.Errorf("2000 empty datagrams wrote %d log lines; want a few at most", n)
 	}
 }
+
+// A restart's expected memberlist lines — refuting the last boot's verdict
+// in the first minute, failing to send on the socket a stopping agent has
+// closed — are not warnings; the same words at other times are.
+func TestLogSinkKeepsARestartQuiet(t *testing.T) {
+	refute := "[WARN] memberlist: Refuting a dead message (from: node02)\n"
+	closed := "[ERR] memberlist: Failed to send gossip to 127.0.0.1:1: write udp 127.0.0.1:2->127.0.0.1:1: use of closed network connection\n"
+	tests := []struct {
+		name    string
+		started time.Duration // how long ago the Cluster started
+		leaving bool
+		line    string
+		logged  bool
+	}{
+		{"refutation just after start", time.Second, false, refute, false},
+		{"refutation of an alive message just after start", time.Second, false, "[WARN] memberlist: Refuting an alive message for 'node01'\n", false},
+		{"refutation long after start", 2 * time.Minute, false, refute, true},
+		{"send on a closed socket while stepping out", time.Hour, true, closed, false},
+		{"send on a closed socket while running", time.Hour, false, closed, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var got []string
+			c := &Cluster{peers: map[string]*peerRec{}, conflict: map[string]bool{}, changedCh: make(chan struct{}, 1),
+				stopCh: make(chan struct{}), startedAt: time.Now().Add(-tt.started)}
+			c.cfg.Logf = func(format string, args ...any) { got = append(got, format) }
+			c.leaving.Store(tt.leaving)
+			s := &logSink{c: c}
+			s.Write([]byte(tt.line))
+			if logged := len(got) > 0; logged != tt.logged {
+				t.Errorf("logged = %v (%q), want %v", logged, got, tt.logged)
+			}
+		})
+	}
+}

@@ -226,6 +226,10 @@ func EntryEvent(kind EventKind, q QueueEntry, why string, at time.Time) Event {
 		e.Text = fmt.Sprintf("%s's %s %s failed: %s", q.User, what, q.ID, why)
 	case EventRequeue:
 		e.Text = fmt.Sprintf("%s's %s %s failed (%s); back in the queue (restart %d of %d)", q.User, what, q.ID, why, q.Restarts, q.MaxRestarts)
+		if q.RetryAt.After(at) {
+			// Restarts are spaced: say when it tries again.
+			e.Text += fmt.Sprintf(", tries again in %s", FormatDuration(q.RetryAt.Sub(at)))
+		}
 	case EventCancel:
 		e.Text = fmt.Sprintf("%s's %s %s was withdrawn", q.User, what, q.ID)
 		if why != "" {

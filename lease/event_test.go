@@ -18,6 +18,8 @@ func TestEventNotices(t *testing.T) {
 	booked.Booked, booked.StartedAt, booked.ExpiresAt = true, at.Add(time.Hour), at.Add(3*time.Hour)
 	q := lease.QueueEntry{ID: "node01-q3", Origin: "node01", User: "alice", Nodes: 2, GPUsPerNode: 4,
 		Job: &lease.Job{Command: []string{"python", "train.py"}}, Restarts: 1, MaxRestarts: 3}
+	retrying := q
+	retrying.RetryAt = at.Add(20 * time.Second)
 	tests := []struct {
 		name string
 		e    lease.Event
@@ -37,6 +39,7 @@ func TestEventNotices(t *testing.T) {
 		{"job finished", lease.EntryEvent(lease.EventFinish, q, "exit 0", at), "your job node01-q3 finished (exit 0)"},
 		{"job failed", lease.EntryEvent(lease.EventFail, q, "lease node02-4 ended: exit-2", at), "your job node01-q3 failed: lease node02-4 ended: exit-2"},
 		{"job requeued", lease.EntryEvent(lease.EventRequeue, q, "node node02 is down", at), "your job node01-q3 failed (node node02 is down); back in the queue (restart 1 of 3)"},
+		{"job requeued, its retry spaced", lease.EntryEvent(lease.EventRequeue, retrying, "lease node02-4 ended: exit-2", at), "your job node01-q3 failed (lease node02-4 ended: exit-2); back in the queue (restart 1 of 3), tries again in 20s"},
 		{"own cancel", lease.EntryEvent(lease.EventCancel, q, "", at), ""},
 		{"squatter", lease.SquatterEvent("node01", 3, "dave", 6300, "python hack.py", &l, at), "dave's process 6300 (python hack.py) runs on your GPU 3 on node01"},
 		{"squatter on a free GPU tells nobody", lease.SquatterEvent("node01", 5, "dave", 6300, "python hack.py", nil, at), ""},

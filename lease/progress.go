@@ -163,7 +163,9 @@ func (v ClusterView) JudgeRunning(e QueueEntry, grace time.Duration) RunVerdict 
 	interactive := !e.Job.RunsCommand()
 	var out RunVerdict
 	var live []Lease
-	ended := 0
+	// held counts the ranks on nodes away within the grace: they run on,
+	// out of sight.
+	ended, held := 0, 0
 	// committed counts the gang's ranks that hold (or held) their GPUs as
 	// a run, on any node; reserving, whether a commit is still pending.
 	committed, reserving := 0, false
@@ -203,6 +205,7 @@ func (v ClusterView) JudgeRunning(e QueueEntry, grace time.Duration) RunVerdict 
 			default:
 				// Restarting, or silent within the grace: its rank
 				// holds, and comes back with its agent.
+				held++
 			}
 		}
 	}
@@ -224,8 +227,10 @@ func (v ClusterView) JudgeRunning(e QueueEntry, grace time.Duration) RunVerdict 
 		}
 		return wait
 	}
-	if ended == 0 {
-		return RunVerdict{Action: RunWait} // not seen ending yet (gossip may lag)
+	if ended == 0 || held > 0 && !out.Failed {
+		// Not seen ending yet (gossip may lag), or a rank still runs on
+		// a node that is away.
+		return RunVerdict{Action: RunWait}
 	}
 	out.Action = RunDone
 	return out

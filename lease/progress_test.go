@@ -59,6 +59,7 @@ func TestJudgeRunning(t *testing.T) {
 		{"a rank's node away just under the grace: the gang holds", gang, gangView(now, alive("n1", rank("n1", 1, 0, key)), down("n2", lost-time.Second, rank("n2", 1, 1, key))), lease.RunWait, false, nil, ""},
 		{"a rank's node suspect: the gang holds", gang, gangView(now, alive("n1", rank("n1", 1, 0, key)), suspect("n2", rank("n2", 1, 1, key))), lease.RunWait, false, nil, ""},
 		{"a rank's node alive but not heard since this agent started: the gang holds", gang, gangView(now, alive("n1", rank("n1", 1, 0, key)), lease.NodeView{Name: "n2", State: lease.NodeAlive}), lease.RunWait, false, nil, ""},
+		{"a rank finished well while the other's node restarts: wait for that one", gang, gangView(now, ended(alive("n1"), lease.ExitReason(0)), down("n2", time.Second, rank("n2", 1, 1, key))), lease.RunWait, false, nil, ""},
 		{"a rank's node silent past the grace: stop the survivor", gang, gangView(now, alive("n1", rank("n1", 1, 0, key)), down("n2", lost, rank("n2", 1, 1, key))), lease.RunStopRanks, true, []string{"n1-1"}, "n2 has been down"},
 		{"a rank's node left for good: stop the survivor at once", gang, gangView(now, alive("n1", rank("n1", 1, 0, key)), left("n2", rank("n2", 1, 1, key))), lease.RunStopRanks, true, []string{"n1-1"}, "n2 left the cluster"},
 		{"survivor stopped, dead node not yet lost: done, failed", gang, gangView(now, ended(alive("n1"), lease.PreemptedReason("gang")), down("n2", time.Second, rank("n2", 1, 1, key))), lease.RunDone, true, nil, ""},

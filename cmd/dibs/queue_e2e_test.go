@@ -154,10 +154,20 @@ func TestCLIRequeuedAttemptsAreSpaced(t *testing.T) {
 		t.Fatal(err)
 	}
 	var starts []time.Time
+	requeues := 0
 	for _, e := range evs.Events {
 		if e.Kind == lease.EventStart && strings.HasPrefix(e.Entry, "node01-q1") {
 			starts = append(starts, e.At)
 		}
+		if e.Kind == lease.EventRequeue {
+			requeues++
+			if !strings.Contains(e.Text, "tries again in") {
+				t.Errorf("the requeue event does not say when it tries again: %q", e.Text)
+			}
+		}
+	}
+	if requeues != 2 {
+		t.Errorf("%d requeue events, want 2", requeues)
 	}
 	if len(starts) != 3 {
 		t.Fatalf("%d attempts started, want 3: %+v", len(starts), evs.Events)

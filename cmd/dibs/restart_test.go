@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"os/user"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -29,10 +30,13 @@ const restartGrace = 6 * time.Second
 // again on the same data, socket and port.
 type restartProc struct {
 	name, socket string
-	args         []string
-	mu           sync.Mutex
-	cmd          *exec.Cmd
-	logs         []*syncBuffer // one per start
+	// client is the test's one client of this agent: one per test, as
+	// each holds its connections open.
+	client *api.Client
+	args   []string
+	mu     sync.Mutex
+	cmd    *exec.Cmd
+	logs   []*syncBuffer // one per start
 }
 
 func (p *restartProc) start(t testing.TB) {
@@ -94,6 +98,7 @@ func startRestartCluster(t testing.TB, n int, config string) []*restartProc {
 	for i := range n {
 		name := fmt.Sprintf("node%02d", i+1)
 		p := &restartProc{name: name, socket: filepath.Join(dir, name, "dibs.sock")}
+		p.client = api.NewClient(p.socket)
 		os.MkdirAll(filepath.Dir(p.socket), 0o755)
 		p.args = []string{"agent", "--config", conf, "--node-name", name, "--sim", "2xL40S", "--data-dir", filepath.Join(dir, name, "data"),
 			"--socket", p.socket, "--bind", fmt.Sprintf("127.0.0.1:%d", ports[i]), "--cluster-key-file", key, "--probe-interval", "200ms"}
@@ -122,7 +127,7 @@ func waitAllAlive(t testing.TB, procs []*restartProc, within time.Duration) {
 	t.Helper()
 	agenttest.Eventually(t, within, "every agent to answer and see every node alive", func() bool {
 		for _, p := range procs {
-			b, err := api.NewClient(p.socket).Board(context.Background())
+			b, err := p.client.Board(context.Background())
 			if err != nil {
 				return false
 			}
@@ -149,9 +154,9 @@ type gangRank struct {
 
 // gangRanks reads the entry's committed ranks from one agent's board, and
 // each rank's process from tmux.
-func gangRanks(t *testing.T, sock, entry string) map[string]gangRank {
+func gangRanks(t *testing.T, cl *api.Client, entry string) map[string]gangRank {
 	t.Helper()
-	b, err := api.NewClient(sock).Board(context.Background())
+	b, err := cl.Board(context.Background())
 	if err != nil {
 		return nil
 	}
@@ -213,7 +218,7 @@ func TestGangOutlivesItsAgentsRestarts(t *testing.T) {
 	json.Unmarshal([]byte(out), &sub)
 	var first map[string]gangRank
 	agenttest.Eventually(t, 15*time.Second, "both ranks to run", func() bool {
-		first = gangRanks(t, origin.socket, sub.ID)
+		first = gangRanks(t, origin.client, sub.ID)
 		if len(first) != 2 {
 			return false
 		}
@@ -228,7 +233,7 @@ func TestGangOutlivesItsAgentsRestarts(t *testing.T) {
 	// same live process.
 	check := func(when string) {
 		t.Helper()
-		now := gangRanks(t, origin.socket, sub.ID)
+		now := gangRanks(t, origin.client, sub.ID)
 		for id, r := range first {
 			if got, ok := now[id]; !ok || got.pid != r.pid {
 				t.Fatalf("%s: rank lease %s on %s (pid %d) is now %+v; the ranks are %+v", when, id, r.node, r.pid, got, now)
@@ -323,7 +328,7 @@ func TestGangOutlivesItsAgentsRestarts(t *testing.T) {
 	}
 	procs[1].stop(syscall.SIGKILL)
 	downAt := time.Now()
-	cl := api.NewClient(origin.socket)
+	cl := origin.client
 	agenttest.Eventually(t, restartGrace+5*time.Second, "the gang to fail once node02 is down past the grace", func() bool {
 		st, err := cl.EntryStatus(context.Background(), sub.ID)
 		return err == nil && st.State == lease.EntryFailed
@@ -357,7 +362,7 @@ func BenchmarkAgentRestart(b *testing.B) {
 		b.Run(tc.name, func(b *testing.B) {
 			b.Setenv("TMUX_TMPDIR", agenttest.TmuxDir(b))
 			procs := startRestartCluster(b, 2, "")
-			node01, node02 := api.NewClient(procs[0].socket), api.NewClient(procs[1].socket)
+			node01, node02 := procs[0].client, procs[1].client
 			state := func() string {
 				bd, err := node01.Board(context.Background())
 				if err != nil {
@@ -406,4 +411,52 @@ func BenchmarkAgentRestart(b *testing.B) {
 			}
 		})
 	}
+}
+
+// TestLeaveIsSaidExplicitly: a stop (SIGTERM) is a restart, shown as
+// restarting; `dibs leave` takes the node out for good: its agent exits 0,
+// the others show it left at once. Only root or an admin may say it.
+func TestLeaveIsSaidExplicitly(t *testing.T) {
+	procs := startRestartCluster(t, 2, "")
+	node01 := procs[0].client
+	shown := func() string {
+		b, err := node01.Board(context.Background())
+		if err != nil {
+			return ""
+		}
+		for _, n := range b.Nodes {
+			if n.Name == "node02" {
+				return n.State
+			}
+		}
+		return ""
+	}
+	if nobody, err := user.Lookup("nobody"); err == nil {
+		uid, _ := strconv.Atoi(nobody.Uid)
+		gid, _ := strconv.Atoi(nobody.Gid)
+		_, errOut, code := dibs(t, procs[1].socket, &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}, "leave")
+		if code == 0 || !strings.Contains(errOut, "only root or an admin") {
+			t.Errorf("dibs leave as nobody: exit %d, %q; want a refusal", code, errOut)
+		}
+	}
+	procs[1].stop(syscall.SIGTERM)
+	agenttest.Eventually(t, 5*time.Second, "node01 to show node02 restarting after a SIGTERM", func() bool { return shown() == api.NodeRestarting })
+	out, _, _ := dibs(t, procs[0].socket, nil, "ls")
+	if !strings.Contains(out, "node02   restarting: its agent is away, its leases and gangs hold for the grace") {
+		t.Errorf("dibs ls does not say node02 is restarting:\n%s", out)
+	}
+	procs[1].start(t)
+	waitAllAlive(t, procs, 10*time.Second)
+
+	out, errOut, code := dibs(t, procs[1].socket, nil, "leave")
+	if code != 0 || !strings.Contains(out, "node02 left the cluster for good") {
+		t.Fatalf("dibs leave: exit %d, %q %q", code, out, errOut)
+	}
+	procs[1].mu.Lock()
+	cmd := procs[1].cmd
+	procs[1].mu.Unlock()
+	if err := cmd.Wait(); err != nil {
+		t.Errorf("the agent that left exited with %v, want 0 (so systemd does not start it again)", err)
+	}
+	agenttest.Eventually(t, 5*time.Second, "node01 to show node02 left", func() bool { return shown() == api.NodeLeft })
 }
