@@ -109,15 +109,20 @@ type NotifyTest struct {
 type LogSource struct {
 	Node    string `json:"node"`
 	Session string `json:"session"`
-	Lease   string `json:"lease"`
-	Rank    int    `json:"rank"`
+	// Log names the run's kept log (lease.Lease.LogName); empty for a run
+	// from before logs had names of their own, whose log is its Session's.
+	Log   string `json:"log,omitempty"`
+	Lease string `json:"lease"`
+	Rank  int    `json:"rank"`
 	// Running says the session still runs (its log still grows).
 	Running bool `json:"running"`
 }
 
 // LogReadRequest reads part of one kept log.
 type LogReadRequest struct {
-	Node    string `json:"node"`
+	Node string `json:"node"`
+	// Session names the log to read: LogSource.Log, or its Session when
+	// that is empty.
 	Session string `json:"session"`
 	// Part is "" for the current file, ".1" for the one it rotated out.
 	Part   string `json:"part,omitempty"`

@@ -18,10 +18,11 @@ const DefaultLogMax = 8 << 20
 // LogDir is where a user's job logs live, below their home.
 const LogDir = ".local/state/dibs/logs"
 
-// LogName is the file a session's output is kept in, in LogDir. Session
-// names are unique per node (they carry the lease id, or a gang rank), so
-// nodes that share a home never write one file.
-func LogName(session string) string { return session + ".log" }
+// LogName is the file a run's output is kept in, in LogDir, named by
+// Spec.LogName (the agent's: the session and when the run started, unique
+// per node), so nodes that share a home, and runs that share a session
+// name, never write one file.
+func LogName(name string) string { return name + ".log" }
 
 // LogPath is where a session's output is kept for u.
 func LogPath(u User, session string) string {

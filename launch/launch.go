@@ -223,6 +223,10 @@ type Spec struct {
 	// byte) in a file the user owns, LogPath, capped at Options.LogMax,
 	// after the session ends: a job's output outlives its session.
 	KeepLog bool
+	// LogName names the kept log (LogPath(User, LogName)); empty means
+	// Name. The agent gives every run its own (lease.Lease.LogName), so two
+	// runs that share a session name never write one file.
+	LogName string
 }
 
 // Session is a started session.
@@ -397,7 +401,14 @@ func (l *Launcher) startArgs(s Spec, exitFile string) ([]string, error) {
 	}
 	args = append(args, ";", "set-option", "-w", "-t", "="+s.Name+":", "remain-on-exit", "off")
 	if s.KeepLog && len(s.Command) > 0 && s.User.Home != "" && filepath.IsAbs(s.User.Home) {
-		args = append(args, ";", "pipe-pane", "-t", "="+s.Name+":", escapeSemicolon(escapeFormat(l.pipeCommand(s.User, s.Name))))
+		logName := s.LogName
+		if logName == "" {
+			logName = s.Name
+		}
+		if err := CheckName(logName); err != nil {
+			return nil, fmt.Errorf("log name: %w", err)
+		}
+		args = append(args, ";", "pipe-pane", "-t", "="+s.Name+":", escapeSemicolon(escapeFormat(l.pipeCommand(s.User, logName))))
 	}
 	return args, nil
 }

@@ -70,7 +70,9 @@ type Event struct {
 	Entry   string `json:"entry,omitempty"`
 	Rank    int    `json:"rank,omitempty"`
 	Session string `json:"session,omitempty"`
-	GPUs    []int  `json:"gpus,omitempty"`
+	// Log names a claim's kept log (Lease.LogName), for dibs logs.
+	Log  string `json:"log,omitempty"`
+	GPUs []int  `json:"gpus,omitempty"`
 	// Reason says why (an end reason, a preemption's why, a warning's lead).
 	Reason string `json:"reason,omitempty"`
 	// Subject is the node an agent-join or agent-leave is about.
@@ -105,7 +107,7 @@ func (e *Event) Validate() error {
 			return Invalidf("event %d has a bad user %s", e.Seq, quoteInput(u))
 		}
 	}
-	for _, s := range []string{e.Lease, e.Entry, e.Session, e.Reason} {
+	for _, s := range []string{e.Lease, e.Entry, e.Session, e.Log, e.Reason} {
 		if s != "" && !token(s, 2*MaxNameLen) {
 			return Invalidf("event %d has a bad field %s", e.Seq, quoteInput(s))
 		}
@@ -141,6 +143,9 @@ func LeaseEvent(kind EventKind, l Lease, at time.Time) Event {
 	e := Event{
 		Node: l.Node, At: at.Round(0), Kind: kind, User: l.User, Lease: l.ID, Entry: l.Entry,
 		Rank: l.Rank, Session: l.Session, GPUs: slices.Clone(l.GPUs),
+	}
+	if kind == EventClaim && l.Session != "" && l.ReservedUntil.IsZero() {
+		e.Log = l.LogName()
 	}
 	e.Text = e.describe(l)
 	return e

@@ -256,6 +256,20 @@ func (l *Lease) DeviceEnv(snap nodeprobe.Snapshot) map[string]string {
 	return map[string]string{"DIBS_GPU_UUIDS": list, "NVIDIA_VISIBLE_DEVICES": list}
 }
 
+// LogName names the file the output of the run under the lease is kept
+// in: its session and the instant it started, so two runs that share a
+// session name never write one file (lease ids start again at 1 when a
+// node's state is new, and --name is the holder's choice). It is what
+// tmux keeps as a session name (launch.CheckName), at most 128 bytes.
+func (l *Lease) LogName() string {
+	suffix := "-" + strconv.FormatInt(l.StartedAt.UnixNano(), 36)
+	s := l.Session
+	if len(s)+len(suffix) > 128 {
+		s = s[:128-len(suffix)]
+	}
+	return s + suffix
+}
+
 // LeaseID names a lease after its node and fencing token: unique per node,
 // short enough to type, and it says where the lease lives.
 func LeaseID(node string, token uint64) string {

@@ -509,7 +509,7 @@ func (b *Bound) LogSources(ctx context.Context, id string) ([]api.LogSource, err
 			continue
 		}
 		attempt, _ := strconv.Atoi(a)
-		all = append(all, found{api.LogSource{Node: e.Node, Session: e.Session, Lease: e.Lease, Rank: e.Rank, Running: live[e.Lease]}, attempt})
+		all = append(all, found{api.LogSource{Node: e.Node, Session: e.Session, Log: e.Log, Lease: e.Lease, Rank: e.Rank, Running: live[e.Lease]}, attempt})
 		latest = max(latest, attempt)
 	}
 	var out []api.LogSource

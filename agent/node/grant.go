@@ -188,7 +188,7 @@ func (x *sessionJob) startSession(ctx context.Context, l lease.Lease, u launch.U
 		}
 	}
 	spec := launch.Spec{Name: l.Session, User: u, Env: env, Command: run.Command, Dir: run.Dir, RecordExit: run.RecordExit && len(run.Command) > 0,
-		KeepLog: len(run.Command) > 0}
+		KeepLog: len(run.Command) > 0, LogName: l.LogName()}
 	_, err := n.deps.Sessions.Start(ctx, spec)
 	if errors.Is(err, launch.ErrStatusDir) && l.Entry == "" {
 		// A plain run can do without its exit status; a queued one cannot.

@@ -260,6 +260,9 @@ func runCmd(c *cli) *cobra.Command {
 			defer cancel()
 			cl := c.client()
 			if f.at != "" {
+				if q.torchrun || q.perGPU {
+					return errors.New("--torchrun and --per-gpu do not go with --at: a booked run starts its command once; book the GPUs and start it with dibs run --per-gpu then")
+				}
 				return bookRun(ctx, c, cl, &f, req)
 			}
 			if q.queue || q.nodes > 1 || q.torchrun || q.perGPU {
@@ -267,8 +270,11 @@ func runCmd(c *cli) *cobra.Command {
 				if err != nil {
 					return err
 				}
-				if (q.nodes > 1 || q.torchrun || q.perGPU) && len(args) == 0 {
+				switch {
+				case q.nodes > 1 && len(args) == 0:
 					return errors.New("a gang runs a command on every node: dibs run --nodes N --gpus-per-node G -- CMD")
+				case (q.torchrun || q.perGPU) && len(args) == 0:
+					return errors.New("--torchrun and --per-gpu start a command once per GPU: give it, as in dibs run -g 2 --per-gpu -- python3 train.py")
 				}
 				s, err := cl.Submit(ctx, sreq)
 				if err != nil {

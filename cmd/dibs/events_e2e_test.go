@@ -262,7 +262,13 @@ func TestCLILogsThroughTheAgentBinary(t *testing.T) {
 		out, errOut, code = dibsAs(t, u, "/usr/bin:/bin", p.socket, "logs", r.ID)
 		return code == 0 && strings.Contains(out, "\n2999\r\n3000\r\ndone-counting")
 	})
-	st, err := os.Stat(filepath.Join(u.Home, launch.LogDir, launch.LogName(r.Session)))
+	// The file is named for the session and when the run started
+	// (lease.Lease.LogName), so runs that share a session name never mix.
+	files, _ := filepath.Glob(filepath.Join(u.Home, launch.LogDir, r.Session+"-*.log"))
+	if len(files) != 1 {
+		t.Fatalf("kept logs of %s: %v, want one", r.Session, files)
+	}
+	st, err := os.Stat(files[0])
 	if err != nil || st.Mode().Perm() != 0o600 || st.Sys().(*syscall.Stat_t).Uid != uint32(u.UID) {
 		t.Errorf("the kept log: %v %v, want a file of %s's, mode 0600", st, err, u.Name)
 	}

@@ -121,7 +121,7 @@ func copyPart(ctx context.Context, cl *api.Client, w io.Writer, s api.LogSource,
 	var pos logPos
 	for {
 		cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		ch, err := cl.ReadLog(cctx, api.LogReadRequest{Node: s.Node, Session: s.Session, Part: part, Offset: off, Max: 128 << 10})
+		ch, err := cl.ReadLog(cctx, api.LogReadRequest{Node: s.Node, Session: logName(s), Part: part, Offset: off, Max: 128 << 10})
 		cancel()
 		if err != nil {
 			return pos, err
@@ -155,7 +155,7 @@ func followLog(ctx context.Context, cl *api.Client, w io.Writer, s api.LogSource
 		case <-tick.C:
 		}
 		cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		ch, err := cl.ReadLog(cctx, api.LogReadRequest{Node: s.Node, Session: s.Session, Offset: pos.offset, Max: 128 << 10})
+		ch, err := cl.ReadLog(cctx, api.LogReadRequest{Node: s.Node, Session: logName(s), Offset: pos.offset, Max: 128 << 10})
 		cancel()
 		if err != nil {
 			return err
@@ -246,4 +246,13 @@ func pipeLogCmd(c *cli) *cobra.Command {
 			return launch.PipeLog(os.Stdin, args[0], max)
 		},
 	}
+}
+
+// logName names the file a source's output is kept in: its own name, or
+// its session's for a run from before logs had names of their own.
+func logName(s api.LogSource) string {
+	if s.Log != "" {
+		return s.Log
+	}
+	return s.Session
 }

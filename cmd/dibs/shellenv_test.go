@@ -94,3 +94,26 @@ func countLeases(b api.Board) int {
 	}
 	return len(seen)
 }
+
+// TestRunLaunchFlagsRefuseNonsense: --per-gpu and --torchrun each start one
+// process per GPU, so together they are refused with one line, as is
+// either without a command; nothing is claimed.
+func TestRunLaunchFlagsRefuseNonsense(t *testing.T) {
+	p := startAgent(t, agenttest.PublicDir(t), "--sim", "2xL40S")
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"run", "-g", "2", "--per-gpu", "--torchrun", "--", "python3", "t.py"}, "dibs: give either --torchrun or --per-gpu: both start one process per GPU\n"},
+		{[]string{"run", "-g", "2", "--per-gpu"}, "dibs: --torchrun and --per-gpu start a command once per GPU: give it, as in dibs run -g 2 --per-gpu -- python3 train.py\n"},
+	} {
+		out, errOut, code := dibs(t, p.socket, nil, tc.args...)
+		if code != 1 || out != "" || errOut != tc.want {
+			t.Errorf("dibs %s: exit %d, stdout %q, stderr %q; want exit 1 and %q", strings.Join(tc.args, " "), code, out, errOut, tc.want)
+		}
+	}
+	b, err := api.NewClient(p.socket).Board(context.Background())
+	if err != nil || countLeases(b) != 0 {
+		t.Errorf("leases after refused runs: %d (%v)", countLeases(b), err)
+	}
+}

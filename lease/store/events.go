@@ -90,6 +90,7 @@ type eventRecord struct {
 	Entry   string    `json:"entry,omitempty"`
 	Rank    int       `json:"rank,omitempty"`
 	Session string    `json:"session,omitempty"`
+	Log     string    `json:"log,omitempty"`
 	GPUs    []int     `json:"gpus,omitempty"`
 	Reason  string    `json:"reason,omitempty"`
 	Subject string    `json:"subject,omitempty"`
@@ -98,13 +99,13 @@ type eventRecord struct {
 
 func eventToRecord(e lease.Event) eventRecord {
 	return eventRecord{Seq: e.Seq, Node: e.Node, At: e.At, Kind: string(e.Kind), User: e.User, By: e.By, Admin: e.Admin,
-		Lease: e.Lease, Entry: e.Entry, Rank: e.Rank, Session: e.Session, GPUs: e.GPUs, Reason: e.Reason,
+		Lease: e.Lease, Entry: e.Entry, Rank: e.Rank, Session: e.Session, Log: e.Log, GPUs: e.GPUs, Reason: e.Reason,
 		Subject: e.Subject, Text: e.Text}
 }
 
 func (r *eventRecord) event() lease.Event {
 	return lease.Event{Seq: r.Seq, Node: r.Node, At: r.At, Kind: lease.EventKind(r.Kind), User: r.User, By: r.By,
-		Admin: r.Admin, Lease: r.Lease, Entry: r.Entry, Rank: r.Rank, Session: r.Session, GPUs: r.GPUs,
+		Admin: r.Admin, Lease: r.Lease, Entry: r.Entry, Rank: r.Rank, Session: r.Session, Log: r.Log, GPUs: r.GPUs,
 		Reason: r.Reason, Subject: r.Subject, Text: r.Text}
 }
 
