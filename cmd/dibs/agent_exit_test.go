@@ -1,6 +1,8 @@
 package main
 
 import (
+	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -38,6 +40,43 @@ func TestAgentConfigErrorsExit78(t *testing.T) {
 			out, errOut, code := dibs(t, filepath.Join(dir, "s"+string(rune('a'+i))+".sock"), nil, args...)
 			if code != exitConfig || !strings.Contains(errOut, tt.want) || strings.Count(errOut, "\n") != 1 {
 				t.Errorf("exit %d, stderr %q, stdout %q; want exit %d and one line containing %q", code, errOut, out, exitConfig, tt.want)
+			}
+		})
+	}
+}
+
+// TestDaemonVerbsRunDibsd: the daemon's verbs typed to the client run the
+// dibsd beside it, in the same process (so systemd's and a test's signals
+// reach the agent); with no dibsd beside it or on PATH, each says in one line
+// what to install, exits 1, and starts nothing.
+func TestDaemonVerbsRunDibsd(t *testing.T) {
+	out, errOut, code := dibs(t, "/nonexistent/dibs.sock", nil, "keygen", "--help")
+	if code != 0 || !strings.Contains(out, "dibsd keygen FILE") {
+		t.Errorf("dibs keygen --help beside dibsd: exit %d, stdout %q, stderr %q; want dibsd's own help", code, out, errOut)
+	}
+	alone := filepath.Join(t.TempDir(), "dibs")
+	b, err := os.ReadFile(dibsBin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(alone, b, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{{"agent", "--sim", "1xL40S"}, {"demo"}, {"probe"}, {"keygen", "k"}, {"config", "check"}} {
+		t.Run(args[0], func(t *testing.T) {
+			cmd := exec.Command(alone, args...)
+			cmd.Dir = t.TempDir()
+			cmd.Env = []string{"PATH=" + cmd.Dir, "HOME=" + cmd.Dir} // no dibsd anywhere
+			var o, e strings.Builder
+			cmd.Stdout, cmd.Stderr = &o, &e
+			err := cmd.Run()
+			code := cmd.ProcessState.ExitCode()
+			want := "dibs: this verb is the daemon's, and dibsd is neither beside this dibs (" + filepath.Join(filepath.Dir(alone), "dibsd") + ") nor on PATH"
+			if err == nil || code != 1 || !strings.HasPrefix(e.String(), want) || strings.Count(e.String(), "\n") != 1 || o.Len() != 0 {
+				t.Errorf("dibs %s without dibsd: exit %d, stdout %q, stderr %q; want exit 1 and one line starting %q", strings.Join(args, " "), code, o.String(), e.String(), want)
+			}
+			if _, err := os.Stat(filepath.Join(cmd.Dir, "k")); err == nil {
+				t.Error("keygen without dibsd wrote a key")
 			}
 		})
 	}

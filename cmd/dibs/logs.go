@@ -232,7 +232,9 @@ func (f *escapeFilter) Write(p []byte) (int, error) {
 }
 
 // pipeLogCmd is what tmux's pipe-pane runs, as the user, to keep a job's
-// output (launch.PipeLog). Hidden: people never run it.
+// output (launch.PipeLog). Hidden: people never run it. Agents now name
+// dibsd's own; the client keeps it for an agent of a release before dibsd,
+// which names /usr/bin/dibs until the package's upgrade restarts it.
 func pipeLogCmd(c *cli) *cobra.Command {
 	return &cobra.Command{
 		Use:    "_pipe-log FILE MAX_BYTES",

@@ -371,7 +371,7 @@ func Checks(nodes []NodeHealth, now time.Time) []Check {
 		case "nvml":
 		case "nvidia-smi":
 			ps = append(ps, Check{Status: Warn, Node: n.Node, Detail: fmt.Sprintf("%s reads its GPUs with nvidia-smi: %s", n.Node, orText(n.Report.BackendWhy, "NVML could not be loaded")),
-				Fix: fmt.Sprintf("install the driver's NVML (libnvidia-ml.so.1) on %s and use a dibs built with cgo; nvidia-smi is slower and has no topology", n.Node)})
+				Fix: fmt.Sprintf("install the driver's NVML (libnvidia-ml.so.1) on %s and use a dibsd built with NVML (the amd64 package's, or go build -tags nvml with cgo); nvidia-smi is slower and has no topology", n.Node)})
 		case "sim":
 			sims = append(sims, n.Node)
 			simWhy = orText(n.Report.BackendWhy, "--sim")
