@@ -59,6 +59,16 @@ type DoctorConfig struct {
 	IdleReclaimAfter   time.Duration      `json:"idle_reclaim_after_ns"`
 	Shares             map[string]float64 `json:"shares,omitempty"`
 	Quotas             map[string]int     `json:"quotas,omitempty"`
+	// Pools are the limits of the pools that have any, by tag: what
+	// `dibs export slurm` turns into partitions.
+	Pools map[string]PoolConfig `json:"pools,omitempty"`
+}
+
+// PoolConfig is one pool's limits (lease.PoolLimits) on the wire.
+type PoolConfig struct {
+	MaxTime time.Duration `json:"max_time_ns,omitempty"`
+	Users   []string      `json:"users,omitempty"`
+	MaxGPUs int           `json:"max_gpus,omitempty"`
 }
 
 // ConfigOf is the API's view of a policy and queue settings.
@@ -68,8 +78,19 @@ func ConfigOf(p lease.Policy, s lease.SchedConfig) DoctorConfig {
 		DefaultInteractive: p.DefaultInteractive, DefaultBatch: p.DefaultBatch, MaxInteractive: p.MaxInteractive, MaxBatch: p.MaxBatch,
 		EndAction: p.EndAction, SignalGrace: p.SignalGrace, IdleAfter: p.IdleAfter, IdleUtilPct: p.IdleUtilPct, PreemptGrace: p.PreemptGrace,
 		HalfLife: s.HalfLife, WeightFairShare: s.WeightFairShare, WeightAge: s.WeightAge, MaxAge: s.MaxAge, IdleReclaimAfter: s.IdleReclaimAfter,
-		Shares: s.Shares, Quotas: s.Quotas,
+		Shares: s.Shares, Quotas: s.Quotas, Pools: poolsOf(p.Pools),
 	}
+}
+
+func poolsOf(p lease.Pools) map[string]PoolConfig {
+	if len(p) == 0 {
+		return nil
+	}
+	out := make(map[string]PoolConfig, len(p))
+	for t, pl := range p {
+		out[t] = PoolConfig{MaxTime: pl.MaxTime, Users: pl.Users, MaxGPUs: pl.MaxGPUs}
+	}
+	return out
 }
 
 // Policy is the lease policy back (what the agent enforces; a report
@@ -79,8 +100,16 @@ func (c DoctorConfig) Policy() lease.Policy {
 		DefaultInteractive: c.DefaultInteractive, DefaultBatch: c.DefaultBatch, MaxInteractive: c.MaxInteractive, MaxBatch: c.MaxBatch,
 		EndAction: c.EndAction, SignalGrace: c.SignalGrace, IdleAfter: c.IdleAfter, IdleUtilPct: c.IdleUtilPct, PreemptGrace: c.PreemptGrace,
 	}
+	for t, pc := range c.Pools {
+		if p.Pools == nil {
+			p.Pools = lease.Pools{}
+		}
+		p.Pools[t] = lease.PoolLimits{MaxTime: pc.MaxTime, Users: pc.Users, MaxGPUs: pc.MaxGPUs}
+	}
 	if p.Validate() != nil {
-		return lease.DefaultPolicy()
+		d := lease.DefaultPolicy()
+		d.Pools = p.Pools
+		return d
 	}
 	return p
 }

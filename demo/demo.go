@@ -24,13 +24,23 @@ import (
 	"github.com/dibs-gpu/dibs/nodeprobe/sim"
 )
 
-// Nodes is the demo cluster: two big boxes and two smaller ones.
-var nodeSpecs = []struct{ name, spec string }{
-	{"node01", "8xRTX-PRO-6000"},
-	{"node02", "8xRTX-PRO-6000"},
-	{"node03", "4xRTX-5090"},
-	{"node04", "4xL40S"},
+// Nodes is the demo cluster: two big boxes and two smaller ones — node01
+// with, beside six RTX PRO 6000s, an A100 split into MIG instances and a
+// whole A100 that teammates share by memory budgets; node03 in pool
+// rtx5090 (its limits below).
+var nodeSpecs = []struct {
+	name, spec string
+	tags       []string
+}{
+	{"node01", "6xRTX-PRO-6000,1xA100-80GB:mig=3g.40gb+2g.20gb+1g.10gb,1xA100-80GB", nil},
+	{"node02", "8xRTX-PRO-6000", nil},
+	{"node03", "4xRTX-5090", []string{"rtx5090"}},
+	{"node04", "4xL40S", nil},
 }
+
+// demoPools are the demo's pool limits: what a pool looks like on the board
+// and in refusals.
+var demoPools = lease.Pools{"rtx5090": {MaxTime: 8 * time.Hour, MaxGPUs: 2}}
 
 // Options tune the demo; the zero value is what `dibs demo` runs.
 type Options struct {
@@ -97,6 +107,7 @@ func Start(ctx context.Context, o Options) (*Demo, error) {
 	}
 	policy := lease.DefaultPolicy()
 	policy.IdleAfter = 20 * time.Second
+	policy.Pools = demoPools
 	var seed string
 	for i, ns := range nodeSpecs {
 		simProbe, err := sim.New(sim.Options{Spec: ns.spec, HostName: ns.name})
@@ -119,6 +130,7 @@ func Start(ctx context.Context, o Options) (*Demo, error) {
 			Socket:        sock,
 			ProbeInterval: time.Second,
 			Policy:        policy,
+			Tags:          ns.tags,
 			Cluster:       cl,
 			Log:           o.Log.With("node", ns.name),
 		}, agent.Deps{Probe: simProbe, Users: demoUsers{mates: d.mates},

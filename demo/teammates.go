@@ -2,6 +2,7 @@ package demo
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/dibs-gpu/dibs/agent"
@@ -104,6 +105,11 @@ func (d *Demo) setScene(ctx context.Context) error {
 		{1, "node02", api.ClaimRequest{Count: 2, Duration: "3h", Note: "eval harness"}, false, ""},
 		{2, "node03", api.ClaimRequest{Count: 1, Duration: "8m", Note: "quick ablation"}, true, "python"},
 		{3, "node02", api.ClaimRequest{GPUs: []int{4, 5, 6, 7}, Duration: "20h", Kind: "batch", Note: "hparam sweep"}, true, "torchrun"},
+		// Parts of GPUs on node01: a MIG instance, and two memory budgets
+		// on the shared A100.
+		{1, "node01", api.ClaimRequest{MIG: "3g.40gb", Duration: "2h", Note: "notebook"}, false, ""},
+		{0, "node01", api.ClaimRequest{GPUs: []int{7}, Mem: "20G", Duration: "3h", Note: "serving"}, false, ""},
+		{2, "node01", api.ClaimRequest{GPUs: []int{7}, Mem: "30G", Duration: "1h", Note: "eval"}, false, ""},
 	}
 	for _, s := range scene {
 		if err := d.claimFor(ctx, d.mates[s.who], s.node, s.req, s.busy, s.cmd); err != nil {
@@ -111,6 +117,12 @@ func (d *Demo) setScene(ctx context.Context) error {
 		}
 	}
 	d.applyLoads()
+	// A booking: node02's GPUs 2 and 3 tomorrow morning, for a deadline.
+	tomorrow := time.Now().Add(24 * time.Hour)
+	at := time.Date(tomorrow.Year(), tomorrow.Month(), tomorrow.Day(), 9, 0, 0, 0, time.Local)
+	if _, err := d.mates[0].as(d.byName["node02"]).Book(ctx, api.BookRequest{Node: "node02", GPUs: []int{2, 3}, Start: at, Duration: "3h", Note: "paper deadline"}); err != nil {
+		return fmt.Errorf("the demo's booking: %w", err)
+	}
 	return nil
 }
 

@@ -170,14 +170,23 @@ func (m *Model) claimDone(msg claimDoneMsg) tea.Cmd {
 	if cvd == "" {
 		cvd = joinInts(r.GPUs)
 	}
+	// What the person must know of the grant comes after: a time cut
+	// short by a booking, a lease that borrows beyond their quota.
+	note := ""
+	switch {
+	case r.CutBy != "":
+		note = fmt.Sprintf(" · cut short: booking %s begins then", r.CutBy)
+	case r.Borrowed:
+		note = " · borrowed beyond your quota: may be preempted"
+	}
 	if msg.req.Run != nil {
 		sess := r.Session
 		if sess == "" {
 			sess = "its session"
 		}
-		m.setStatus(statusOK, fmt.Sprintf("started %s in tmux %s: %s until %s — a attaches", r.ID, sess, gpus, m.clock(r.ExpiresAt)))
+		m.setStatus(statusOK, fmt.Sprintf("started %s in tmux %s: %s until %s — a attaches%s", r.ID, sess, gpus, m.clock(r.ExpiresAt), note))
 	} else {
-		m.setStatus(statusOK, fmt.Sprintf("claimed %s: %s until %s — CUDA_VISIBLE_DEVICES=%s", r.ID, gpus, m.clock(r.ExpiresAt), cvd))
+		m.setStatus(statusOK, fmt.Sprintf("claimed %s: %s until %s — CUDA_VISIBLE_DEVICES=%s%s", r.ID, gpus, m.clock(r.ExpiresAt), cvd, note))
 	}
 	return m.refresh()
 }

@@ -185,6 +185,8 @@ type fakeBackend struct {
 	usage    api.UsageReport
 	events   api.EventList
 	cancels  []string
+	// claimed, when set, adjusts every claim's answer (a borrow, a cut).
+	claimed func(*api.ClaimResponse)
 }
 
 var _ Backend = (*fakeBackend)(nil)
@@ -222,6 +224,9 @@ func (f *fakeBackend) Claim(_ context.Context, req api.ClaimRequest) (api.ClaimR
 	r := api.ClaimResponse{ID: req.Node + "-50", Node: req.Node, GPUs: gpus, CUDAVisibleDevices: joinInts(gpus), Token: 50, ExpiresAt: fixedNow.Add(2*time.Hour + 40*time.Minute)}
 	if req.Run != nil {
 		r.Session = "dibs-" + r.ID
+	}
+	if f.claimed != nil {
+		f.claimed(&r)
 	}
 	return r, nil
 }

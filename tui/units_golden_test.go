@@ -64,8 +64,23 @@ func unitsBoard() api.Board {
 	return api.Board{Self: "gpu-a", You: lease.Caller{UID: uidAlice, User: "alice"}, GeneratedAt: fixedNow, Nodes: []api.Node{n, l}}
 }
 
+// borrowedBoard is unitsBoard with the L40S node's GPUs held beyond quota:
+// GPU 0 by bob, GPU 1 by alice (the caller), both borrowed.
+func borrowedBoard() api.Board {
+	b := unitsBoard()
+	n := &b.Nodes[1]
+	bobs := mkLease("gpu-b-3", "gpu-b", "bob", uidBob, []int{0}, 2*time.Hour)
+	bobs.Borrowed, bobs.Note = true, "sweep"
+	mine := mkLease("gpu-b-4", "gpu-b", "alice", uidAlice, []int{1}, time.Hour)
+	mine.Borrowed = true
+	n.GPUs[0].Lease, n.GPUs[1].Lease = bobs, mine
+	setUtil(&n.GPUs[0], 80)
+	setUtil(&n.GPUs[1], 40)
+	return b
+}
+
 // TestGoldenUnits renders MIG instances, a shared GPU with its budgets (one
-// over), pools and a booking.
+// over), pools, a booking and borrowed leases, at both sizes.
 func TestGoldenUnits(t *testing.T) {
 	tests := []struct {
 		name string
@@ -76,14 +91,34 @@ func TestGoldenUnits(t *testing.T) {
 		{"units_shared_160x48", 160, 48, []string{"l"}},
 		{"units_shared_80x24", 80, 24, []string{"l"}},
 		{"units_booked_160x48", 160, 48, []string{"l", "l"}},
+		{"units_mig_80x24", 80, 24, nil},
+		{"units_borrowed_160x48", 160, 48, []string{"j"}},
+		{"units_borrowed_80x24", 80, 24, []string{"j"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			h := newHarness(t, tc.w, tc.h, Options{})
-			h.send(BoardMsg(unitsBoard()))
+			b := unitsBoard()
+			if strings.HasPrefix(tc.name, "units_borrowed") {
+				b = borrowedBoard()
+			}
+			h.send(BoardMsg(b))
 			h.keys(tc.keys...)
 			requireGolden(t, tc.name, h.screen())
 		})
+	}
+}
+
+// A borrowed lease's cell says so: "bob~", "★mine~".
+func TestBorrowedCells(t *testing.T) {
+	b := borrowedBoard()
+	views, _ := buildViews(&b, "", false)
+	var got []string
+	for _, c := range views[1].cells {
+		got = append(got, c.label)
+	}
+	if strings.Join(got, "|") != "bob~|★mine~" {
+		t.Errorf("cells %q, want bob~ and ★mine~", got)
 	}
 }
 

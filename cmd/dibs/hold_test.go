@@ -44,7 +44,7 @@ func TestTablesMarkBorrowedAndKeepMIGUUIDs(t *testing.T) {
 		want       []string
 	}{
 		{"ls", ls.String(), []string{"borrowed; sweep", uuid}},
-		{"who", who.String(), []string{"borrowed; sweep", "node03:" + uuid}},
+		{"who", who.String(), []string{"borrowed; sweep", "node03:MIG", "└ " + uuid}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.table, func(t *testing.T) {
@@ -54,6 +54,13 @@ func TestTablesMarkBorrowedAndKeepMIGUUIDs(t *testing.T) {
 				}
 			}
 		})
+	}
+	for _, out := range []string{ls.String(), who.String()} {
+		for _, line := range strings.Split(out, "\n") {
+			if n := len([]rune(line)); n > 80 {
+				t.Errorf("line is %d columns, want ≤ 80: %q", n, line)
+			}
+		}
 	}
 	if line := lineWith(ls.String(), "carol"); !strings.Contains(line, "borrowed") {
 		t.Errorf("the GPU line of a borrowed lease has no borrowed flag: %q", line)

@@ -119,6 +119,7 @@ func printBoard(w io.Writer, b api.Board, now time.Time) {
 			sess = "-"
 		}
 		fmt.Fprintf(w, "%-12s %-10s %-16s %-6s %-14s %s\n", clip(l.ID, 12), clip(l.User, 10), gpusCell(l, 16), left, clip(sess, 14), leaseNote(l, 16))
+		printMIGUUID(w, l)
 	}
 }
 
@@ -136,8 +137,10 @@ func printParts(w io.Writer, alive bool, g api.GPU, now time.Time) {
 			}
 		}
 		sel := strconv.Itoa(g.Index) + ":" + strconv.Itoa(d.Index)
-		// The UUID is what CUDA_VISIBLE_DEVICES takes: printed whole, last.
-		fmt.Fprintf(w, "%14s├ %-5s %-9s %6s  %-10s %6s  %s\n", "", clip(sel, 5), clip(d.Profile, 9), mib(d.MemoryTotalMiB), clip(who, 10), left, d.UUID)
+		fmt.Fprintf(w, "%14s├ %-5s %-9s %6s  %-10s %6s\n", "", clip(sel, 5), clip(d.Profile, 9), mib(d.MemoryTotalMiB), clip(who, 10), left)
+		// The UUID is what CUDA_VISIBLE_DEVICES takes: printed whole, on
+		// its own line, so the table stays within 80 columns.
+		fmt.Fprintf(w, "%14s│   %s\n", "", d.UUID)
 	}
 	if g.MIG == nodeprobe.MIGEnabled {
 		return
@@ -156,15 +159,22 @@ func timeLeft(l lease.Lease, now time.Time) string {
 	return lease.FormatDuration(l.ExpiresAt.Sub(now))
 }
 
-// gpusCell is a table's GPUS cell for a lease: clipped to width, except a
-// MIG instance's UUID, which is printed whole (a cut UUID is of no use to
-// CUDA_VISIBLE_DEVICES); the row is then wider.
+// gpusCell is a table's GPUS cell for a lease, clipped to width: a MIG
+// instance is "node03:MIG", its UUID whole on the next line
+// (printMIGUUID) — a cut UUID is of no use to CUDA_VISIBLE_DEVICES.
 func gpusCell(l lease.Lease, width int) string {
 	s := leaseGPUs(l)
 	if l.MIG != "" {
-		return fmt.Sprintf("%-*s", width, s)
+		s = l.Node + ":MIG"
 	}
 	return fmt.Sprintf("%-*s", width, clip(s, width))
+}
+
+// printMIGUUID writes a MIG lease's instance UUID whole, under its row.
+func printMIGUUID(w io.Writer, l lease.Lease) {
+	if l.MIG != "" {
+		fmt.Fprintf(w, "%12s └ %s\n", "", l.MIG)
+	}
 }
 
 // leaseNote is a table's NOTE cell: the note, after "borrowed" for a lease
@@ -261,6 +271,7 @@ func printWho(w io.Writer, rows []lease.Lease, now time.Time) {
 	fmt.Fprintf(w, "%-10s %-14s %-14s %-7s %s\n", "USER", "LEASE", "GPUS", "LEFT", "NOTE")
 	for _, l := range rows {
 		fmt.Fprintf(w, "%-10s %-14s %-14s %-7s %s\n", clip(l.User, 10), l.ID, gpusCell(l, 14), timeLeft(l, now), leaseNote(l, 30))
+		printMIGUUID(w, l)
 	}
 }
 

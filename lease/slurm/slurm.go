@@ -111,6 +111,15 @@ func Export(c Cluster, o Options) (Files, error) {
 	w("#     the fair-share and age weights (%g, %g) and PriorityMaxAge=%s, as dibs ranks its queue", s.WeightFairShare, s.WeightAge, Time(s.MaxAge))
 	w("#   - the SIGTERM-to-SIGKILL grace at a time limit: KillWait=%d (dibs's signal_grace)", int(math.Ceil(p.SignalGrace.Seconds())))
 	w("#   - backfill: sched/backfill, as dibs backfills around the head of its queue (EASY)")
+	parts := partitions(nodes, p)
+	for _, pt := range parts {
+		w("#   - pool %s: PartitionName=%s on its nodes (%s), MaxTime=%s%s", pt.name, pt.name, strings.Join(pt.nodes, ","), Time(pt.maxTime), pt.why)
+	}
+	migNodes := migNodesOf(nodes)
+	if len(migNodes) > 0 {
+		w("#   - MIG layout: each instance is a typed GRES, gpu:<type>_<profile> (Gres=gpu:a100_3g.40gb:1 …);")
+		w("#     gres.conf lets NVML find their device files on %s (AutoDetect=nvml)", strings.Join(migNodes, ", "))
+	}
 	w("# Not carried over (see docs/slurm.md):")
 	w("#   - fair-share needs slurmdbd: until AccountingStorageType=accounting_storage/slurmdbd, every")
 	w("#     user's fair-share factor is the same; then add each user (sacctmgr add user NAME account=team)")
@@ -122,6 +131,14 @@ func Export(c Cluster, o Options) (Files, error) {
 	w("#   - end_action %s: SLURM always ends a job at its limit", p.EndAction)
 	w("#   - GPU cores (gres.conf Cores=): dibs does not know the GPUs' CPU affinity; add them, or use AutoDetect=nvml")
 	w("#   - leases held now: they keep running outside SLURM; drain a node (dibs release) before slurmd takes it")
+	for _, pt := range parts {
+		for _, line := range pt.notCarried {
+			w("#   - pool %s: %s", pt.name, line)
+		}
+	}
+	w("#   - shared GPUs with memory budgets (--mem): SLURM's nearest is gres/shard (GresTypes=gpu,shard),")
+	w("#     which shares a GPU by count, not memory; not set up")
+	w("#   - bookings (dibs book): make them reservations (scontrol create reservation … StartTime= Duration=)")
 	for _, n := range nodes {
 		if n.Down {
 			w("#   - %s was down when this was written: its line is what it last said", n.Name)
@@ -175,12 +192,22 @@ func Export(c Cluster, o Options) (Files, error) {
 		w("%s State=UNKNOWN", line)
 	}
 	w("PartitionName=gpu Nodes=ALL Default=YES MaxTime=%s DefaultTime=%s State=UP", Time(maxTime), Time(p.DefaultBatch))
+	for _, pt := range parts {
+		w("PartitionName=%s Nodes=%s MaxTime=%s DefaultTime=%s State=UP", pt.name, strings.Join(pt.nodes, ","), Time(pt.maxTime), Time(min(p.DefaultBatch, pt.maxTime)))
+	}
 
 	var g strings.Builder
 	fmt.Fprintf(&g, "# gres.conf written by `dibs export slurm`: each node's GPUs by type and device file.\n")
 	fmt.Fprintf(&g, "# File=%s/nvidia<N> takes N to be the GPU's index as nvidia-smi numbers it, which is its device\n", o.DevDir)
 	fmt.Fprintf(&g, "# minor on most machines (`nvidia-smi -q | grep Minor` says); AutoDetect=nvml finds both.\n")
 	for _, n := range nodes {
+		if slices.Contains(migNodes, n.Name) {
+			// A MIG instance's device files (/dev/nvidia-caps/…) are not
+			// known to dibs: NVML finds them, with the whole GPUs beside.
+			fmt.Fprintf(&g, "# %s has GPUs split into MIG instances (%s): NVML finds them and their device files.\n", n.Name, strings.Join(gresTypes(n.GPUs), ", "))
+			fmt.Fprintf(&g, "NodeName=%s AutoDetect=nvml\n", n.Name)
+			continue
+		}
 		for _, r := range gresRanges(n.GPUs) {
 			fmt.Fprintf(&g, "NodeName=%s Name=gpu Type=%s File=%s/nvidia%s\n", n.Name, r.typ, o.DevDir, r.spec)
 		}
@@ -298,22 +325,110 @@ func Type(model string) string {
 }
 
 // gresOf is a node's Gres= value: gpu:<type>:<n> per type, in index order
-// of the first GPU of each type.
+// of the first GPU of each type; a GPU split into MIG instances counts as
+// its instances, each typed <type>_<profile> (a100_3g.40gb), as SLURM's
+// NVML detection names them.
 func gresOf(gpus []nodeprobe.GPU) string {
-	var types []string
-	count := map[string]int{}
-	for _, g := range sortedGPUs(gpus) {
-		t := Type(g.Model)
-		if count[t] == 0 {
-			types = append(types, t)
-		}
-		count[t]++
-	}
+	types, count := gresCount(gpus)
 	parts := make([]string, len(types))
 	for i, t := range types {
 		parts[i] = fmt.Sprintf("gpu:%s:%d", t, count[t])
 	}
 	return strings.Join(parts, ",")
+}
+
+// gresCount counts a node's GPU units by GRES type, types in index order.
+func gresCount(gpus []nodeprobe.GPU) ([]string, map[string]int) {
+	var types []string
+	count := map[string]int{}
+	add := func(t string) {
+		if count[t] == 0 {
+			types = append(types, t)
+		}
+		count[t]++
+	}
+	for _, g := range sortedGPUs(gpus) {
+		if g.MIG == nodeprobe.MIGEnabled {
+			for _, d := range g.MIGDevices {
+				add(Type(g.Model) + "_" + strings.ToLower(d.Profile))
+			}
+			continue
+		}
+		add(Type(g.Model))
+	}
+	return types, count
+}
+
+// gresTypes lists a node's GRES types with their counts, for a comment.
+func gresTypes(gpus []nodeprobe.GPU) []string {
+	types, count := gresCount(gpus)
+	out := make([]string, len(types))
+	for i, t := range types {
+		out[i] = fmt.Sprintf("%s×%d", t, count[t])
+	}
+	return out
+}
+
+// migNodesOf names the nodes with a GPU split into MIG instances.
+func migNodesOf(nodes []Node) []string {
+	var out []string
+	for _, n := range nodes {
+		if slices.ContainsFunc(n.GPUs, func(g nodeprobe.GPU) bool { return g.MIG == nodeprobe.MIGEnabled }) {
+			out = append(out, n.Name)
+		}
+	}
+	return out
+}
+
+// partition is one of dibs's pools (a node tag) as a SLURM partition.
+type partition struct {
+	name    string
+	nodes   []string
+	maxTime time.Duration
+	// why says where MaxTime came from; notCarried lists the pool's limits
+	// a partition cannot hold, each with what to do.
+	why        string
+	notCarried []string
+}
+
+// partitions turns every pool (every tag a node carries) into a
+// partition of its nodes, with the pool's max_time; a pool's users and
+// max_gpus are listed as not carried, with the commands that would.
+func partitions(nodes []Node, p lease.Policy) []partition {
+	byTag := map[string][]string{}
+	var tags []string
+	for _, n := range nodes {
+		for _, t := range n.Host.Tags {
+			if lease.ValidNodeName(t) != nil || strings.EqualFold(t, "gpu") {
+				continue // not a partition name SLURM takes, or the default's
+			}
+			if _, ok := byTag[t]; !ok {
+				tags = append(tags, t)
+			}
+			if !slices.Contains(byTag[t], n.Name) {
+				byTag[t] = append(byTag[t], n.Name)
+			}
+		}
+	}
+	slices.Sort(tags)
+	maxTime := max(p.MaxInteractive, p.MaxBatch)
+	var out []partition
+	for _, t := range tags {
+		pt := partition{name: t, nodes: byTag[t], maxTime: maxTime, why: " (dibs's longest lease)"}
+		if pl, ok := p.Pools[t]; ok {
+			if pl.MaxTime > 0 {
+				pt.maxTime, pt.why = min(pl.MaxTime, maxTime), " (the pool's max_time)"
+			}
+			if len(pl.Users) > 0 {
+				pt.notCarried = append(pt.notCarried, fmt.Sprintf("open to %s only: a partition admits by group or account; make a group of them and add AllowGroups=GROUP to its line", strings.Join(pl.Users, ", ")))
+			}
+			if pl.MaxGPUs > 0 {
+				pt.notCarried = append(pt.notCarried, fmt.Sprintf("max_gpus %d per person: with slurmdbd, sacctmgr add qos %s MaxTRESPerUser=gres/gpu=%d, then QOS=%s on its line", pl.MaxGPUs, t, pl.MaxGPUs, t))
+			}
+		}
+		out = append(out, pt)
+	}
+	return out
 }
 
 type gresRange struct{ typ, spec string }

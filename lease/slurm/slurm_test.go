@@ -69,6 +69,7 @@ func TestExportGolden(t *testing.T) {
 	}{
 		{"team", team(), Options{}},
 		{"one-node", Cluster{Name: "dibs", Nodes: []Node{{Name: "box", Host: nodeprobe.Host{CPUs: 2, MemoryMiB: 24105}, GPUs: gpus("NVIDIA H100 80GB HBM3", 0, 1)}}}, Options{DevDir: "/tmp/fake/dev"}},
+		{"pools-mig", poolsAndMIG(), Options{}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -80,6 +81,50 @@ func TestExportGolden(t *testing.T) {
 			golden(t, tc.name+"-gres.conf", f.GresConf)
 			golden(t, tc.name+"-cgroup.conf", f.CgroupConf)
 		})
+	}
+}
+
+// poolsAndMIG is the cluster of issue 23: 4×H100 tagged h100; 2×L40S in
+// pool l40s (max_gpus 1, max_time 2h); an A100 split into three MIG
+// instances beside a whole A100, in pool a100 open to two users.
+func poolsAndMIG() Cluster {
+	a100 := gpus("NVIDIA A100-SXM4-80GB", 0, 1)
+	a100[0].MIG = nodeprobe.MIGEnabled
+	a100[0].MIGDevices = []nodeprobe.MIGDevice{{Index: 0, Profile: "3g.40gb"}, {Index: 1, Profile: "2g.20gb"}, {Index: 2, Profile: "1g.10gb"}}
+	p := lease.DefaultPolicy()
+	p.Pools = lease.Pools{"l40s": {MaxGPUs: 1, MaxTime: 2 * time.Hour}, "a100": {Users: []string{"alice", "bob"}}}
+	return Cluster{Name: "lab", Policy: p, Nodes: []Node{
+		{Name: "node01", Host: nodeprobe.Host{CPUs: 64, MemoryMiB: 512000, Tags: []string{"h100"}}, GPUs: gpus("NVIDIA H100 80GB HBM3", 0, 1, 2, 3)},
+		{Name: "node02", Host: nodeprobe.Host{CPUs: 32, MemoryMiB: 256000, Tags: []string{"l40s"}}, GPUs: gpus("NVIDIA L40S", 0, 1)},
+		{Name: "node03", Host: nodeprobe.Host{CPUs: 32, MemoryMiB: 256000, Tags: []string{"a100"}}, GPUs: a100},
+	}}
+}
+
+// The export carries pools to partitions and the MIG layout to typed GRES,
+// and lists plainly what a partition cannot hold (it dropped both without
+// a word).
+func TestExportCarriesPoolsAndMIG(t *testing.T) {
+	f, err := Export(poolsAndMIG(), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"PartitionName=l40s Nodes=node02 MaxTime=2:00:00 DefaultTime=2:00:00 State=UP\n",
+		"PartitionName=h100 Nodes=node01 MaxTime=7-00:00:00 DefaultTime=1-00:00:00 State=UP\n",
+		"PartitionName=a100 Nodes=node03 ",
+		"NodeName=node03 CPUs=32 RealMemory=250880 Gres=gpu:a100_3g.40gb:1,gpu:a100_2g.20gb:1,gpu:a100_1g.10gb:1,gpu:a100:1 State=UNKNOWN\n",
+		"pool a100: open to alice, bob only: a partition admits by group or account",
+		"pool l40s: max_gpus 1 per person: with slurmdbd, sacctmgr add qos l40s MaxTRESPerUser=gres/gpu=1",
+		"shared GPUs with memory budgets",
+	} {
+		if !strings.Contains(f.SlurmConf, want) {
+			t.Errorf("slurm.conf lacks %q", want)
+		}
+	}
+	for _, want := range []string{"NodeName=node03 AutoDetect=nvml\n", "NodeName=node02 Name=gpu Type=l40s File=/dev/nvidia[0-1]\n"} {
+		if !strings.Contains(f.GresConf, want) {
+			t.Errorf("gres.conf lacks %q", want)
+		}
 	}
 }
 
