@@ -48,6 +48,17 @@ func (x *sessionJob) stopWatching(id string) {
 	}
 }
 
+// stopAll stops every session watcher (the sessions keep running).
+func (x *sessionJob) stopAll() {
+	n := x.n
+	n.watchMu.Lock()
+	defer n.watchMu.Unlock()
+	for id, cancel := range n.watching {
+		cancel()
+		delete(n.watching, id)
+	}
+}
+
 // sessionEndReason reads how a queued run's command ended.
 func (x *sessionJob) sessionEndReason(l lease.Lease, u launch.User) lease.EndReason {
 	n := x.n
