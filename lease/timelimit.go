@@ -20,3 +20,15 @@ func checkDuration(d time.Duration, k Kind, p Policy) (time.Duration, error) {
 	}
 	return d, nil
 }
+
+// kindOrDefault is the kind a request asked for, interactive when it named
+// none, refused when it names no kind dibs knows.
+func kindOrDefault(k Kind) (Kind, error) {
+	if k == "" {
+		return KindInteractive, nil
+	}
+	if _, err := ParseKind(string(k)); err != nil {
+		return "", err
+	}
+	return k, nil
+}

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/dibs-gpu/dibs/agent/account"
+	"github.com/dibs-gpu/dibs/agent/agenttest"
 	"github.com/dibs-gpu/dibs/agent/clock"
 	"github.com/dibs-gpu/dibs/agent/node"
 	"github.com/dibs-gpu/dibs/launch"
@@ -449,24 +450,14 @@ func TestReservation(t *testing.T) {
 }
 
 // tmuxSessions is a real launcher on a private tmux directory whose
-// servers are killed at cleanup. The sessions run as the test's own user,
-// so the test needs tmux, not root.
+// servers are killed at cleanup (agenttest.TmuxDir). The sessions run as
+// the test's own user, so the test needs tmux, not root.
 func tmuxSessions(t *testing.T) *launch.Launcher {
 	t.Helper()
 	if _, err := exec.LookPath("tmux"); err != nil {
 		t.Skip("needs tmux: the node starts real sessions")
 	}
-	dir, err := os.MkdirTemp("", "dibs-node-tmux-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		socks, _ := filepath.Glob(filepath.Join(dir, "tmux-*", "*"))
-		for _, s := range socks {
-			exec.Command("tmux", "-S", s, "kill-server").Run()
-		}
-		os.RemoveAll(dir)
-	})
+	dir := agenttest.TmuxDir(t)
 	return launch.New(launch.Options{TmuxTmpDir: dir, StatusDir: filepath.Join(dir, "exit")})
 }
 

@@ -49,39 +49,33 @@ func (n *Node) CheckRelease(c lease.Caller, id string) error {
 
 // Extend moves the end of a lease c holds by d.
 func (n *Node) Extend(c lease.Caller, id string, d time.Duration) (lease.Lease, error) {
-	var l lease.Lease
-	err := n.locked(func() error {
-		now := n.now()
-		var err error
-		if l, err = n.table.PlanExtend(c, id, d, now, n.cfg.Policy); err != nil {
-			return err
-		}
-		if err := n.saveLocked(l, now); err != nil {
-			return err
-		}
-		n.deps.Events(lease.LeaseEvent(lease.EventExtend, l, now.Wall))
-		return nil
+	return n.change(lease.EventExtend, func(now lease.Instant) (lease.Lease, error) {
+		return n.table.PlanExtend(c, id, d, now, n.cfg.Policy)
 	})
-	if err != nil {
-		return lease.Lease{}, err
-	}
-	n.deps.LeasesChanged()
-	return l, nil
 }
 
 // Adopt takes a process c started without a lease into one.
 func (n *Node) Adopt(c lease.Caller, pid int, d time.Duration, note string) (lease.Lease, error) {
+	return n.change(lease.EventAdopt, func(now lease.Instant) (lease.Lease, error) {
+		return n.table.PlanAdopt(c, pid, d, note, n.snap, now.Wall, n.cfg.Policy)
+	})
+}
+
+// change is one lease's change that plan decides under the single
+// writer's lock: made durable, recorded as an event of kind, and then,
+// after the lock, told to the cluster.
+func (n *Node) change(kind lease.EventKind, plan func(now lease.Instant) (lease.Lease, error)) (lease.Lease, error) {
 	var l lease.Lease
 	err := n.locked(func() error {
 		now := n.now()
 		var err error
-		if l, err = n.table.PlanAdopt(c, pid, d, note, n.snap, now.Wall, n.cfg.Policy); err != nil {
+		if l, err = plan(now); err != nil {
 			return err
 		}
 		if err := n.saveLocked(l, now); err != nil {
 			return err
 		}
-		n.deps.Events(lease.LeaseEvent(lease.EventAdopt, l, now.Wall))
+		n.deps.Events(lease.LeaseEvent(kind, l, now.Wall))
 		return nil
 	})
 	if err != nil {
