@@ -200,7 +200,7 @@ func floorPlan() []room {
 		room{pkg: "cmd/dibs", what: "the client: flags, tables, --json, the board; hands the daemon's verbs to dibsd",
 			may: []string{"api", "internal/buildinfo", "launch", "lease", "lease/doctor", "lease/replay", "lease/slurm",
 				"lease/termsafe", "nodeprobe", "tui"},
-			mods: []string{"github.com/spf13/cobra", xsys}, never: daemonParts},
+			mods: []string{bubbletea, "github.com/spf13/cobra", "github.com/spf13/pflag", xsys}, never: daemonParts},
 		room{pkg: ".", what: "this floor plan and the size limits (tests only)"},
 	)
 }

@@ -1,10 +1,12 @@
 package agent_test
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -336,4 +338,46 @@ func TestMutedTmuxDoesNotDelayOthersLeaseEnds(t *testing.T) {
 	if took > 2*time.Second {
 		t.Errorf("alice's lease took %v to end; want at once (mallory's muted tmux server must not hold up the node's loop)", took.Round(time.Millisecond))
 	}
+}
+
+// downUsers is an account database that can stop answering (LDAP down)
+// without saying anyone is gone.
+type downUsers struct {
+	agenttest.Users
+	down *atomic.Bool
+}
+
+func (u downUsers) LookupUser(name string) (launch.User, error) {
+	if u.down.Load() {
+		return launch.User{}, errors.New("ldap: server unreachable")
+	}
+	return u.Users.LookupUser(name)
+}
+
+// TestHolderLookupDownKeepsTheLease: the account database does not answer
+// while the agent restarts. The check that a session runs as its holder's
+// account is not a verdict then: the lease stays held, and its session is
+// watched again once the database answers.
+func TestHolderLookupDownKeepsTheLease(t *testing.T) {
+	agenttest.RequireTmux(t)
+	down := &atomic.Bool{}
+	users := downUsers{Users: agenttest.Users{"heavy": 30001}, down: down}
+	n := agenttest.Start(t, agenttest.Options{Sim: "1xL40S", Users: users, SessionPoll: 50 * time.Millisecond})
+	r, err := n.As(heavy).Claim(ctx(t), api.ClaimRequest{GPUs: []int{0}, Run: &api.RunSpec{Command: []string{"sleep", "600"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	down.Store(true)
+	n.Restart()
+	time.Sleep(time.Second) // twice the retry interval
+	if l := leaseOn(n.Board(), "node01", 0); l == nil || l.ID != r.ID {
+		t.Fatalf("GPU 0 holds %+v while the account database is down; want %s kept", l, r.ID)
+	}
+	down.Store(false)
+	if out, err := n.Tmux(30001, "kill-session", "-t", "="+r.Session); err != nil {
+		t.Fatalf("end the session: %v %s", err, out)
+	}
+	agenttest.Eventually(t, 5*time.Second, "the lease to end with its session once the database answers", func() bool {
+		return leaseOn(n.Board(), "node01", 0) == nil
+	})
 }

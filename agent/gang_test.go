@@ -30,7 +30,7 @@ func readEnvFile(path string) map[string]string {
 	return m
 }
 
-const envDump = `env | grep -E '^(MASTER_ADDR|MASTER_PORT|WORLD_SIZE|LOCAL_WORLD_SIZE|RANK|LOCAL_RANK|NNODES|NODE_RANK|NPROC_PER_NODE|CUDA_VISIBLE_DEVICES|DIBS_GANG_ID|DIBS_HOSTS|DIBS_NODE)=' > `
+const envDump = `env | grep -E '^(MASTER_ADDR|MASTER_PORT|WORLD_SIZE|LOCAL_WORLD_SIZE|RANK|LOCAL_RANK|NNODES|NODE_RANK|NPROC_PER_NODE|CUDA_VISIBLE_DEVICES|DIBS_GANG_ID|DIBS_HOSTS|DIBS_NODE|GLOO_SOCKET_IFNAME)=' > `
 
 func TestGangStartsEveryRankTogetherWithRendezvousEnv(t *testing.T) {
 	t.Parallel()
@@ -64,6 +64,11 @@ func TestGangStartsEveryRankTogetherWithRendezvousEnv(t *testing.T) {
 	}
 	if r0["NODE_RANK"] != "0" || r1["NODE_RANK"] != "1" || r0["RANK"] != "0" || r1["RANK"] != "1" {
 		t.Errorf("NODE_RANK = %q / %q, RANK = %q / %q", r0["NODE_RANK"], r1["NODE_RANK"], r0["RANK"], r1["RANK"])
+	}
+	// gloo is told the interface of the address the gang knows the node
+	// by (here loopback), not left to what the host name resolves to.
+	if r0["GLOO_SOCKET_IFNAME"] != "lo" || r1["GLOO_SOCKET_IFNAME"] != "lo" {
+		t.Errorf("GLOO_SOCKET_IFNAME = %q / %q, want lo", r0["GLOO_SOCKET_IFNAME"], r1["GLOO_SOCKET_IFNAME"])
 	}
 	if r0["MASTER_ADDR"] != "127.0.0.1" || r0["MASTER_PORT"] == "" || r0["MASTER_PORT"] != r1["MASTER_PORT"] || r0["DIBS_GANG_ID"] != r1["DIBS_GANG_ID"] {
 		t.Errorf("rendezvous differs between ranks: %v / %v", r0, r1)
@@ -276,4 +281,38 @@ func TestPerGPUFailedProcessStopsItsSiblings(t *testing.T) {
 		a0, _ := os.ReadFile(dir + "/attempts.0")
 		return strings.Count(string(a0), "start") == 2
 	})
+}
+
+// TestRunNamesItsGPUsForContainers: a session's environment names the
+// lease's GPUs by UUID (DIBS_GPU_UUIDS, NVIDIA_VISIBLE_DEVICES), exactly
+// those of the lease, in its order, as `docker run --gpus device=…`, CDI
+// and apptainer take them: a container renumbers GPUs from 0, so
+// CUDA_VISIBLE_DEVICES=2,3 would name the wrong ones there.
+func TestRunNamesItsGPUsForContainers(t *testing.T) {
+	t.Parallel()
+	agenttest.RequireTmux(t)
+	nodes := agenttest.Cluster(t, agenttest.ClusterOptions{Specs: []string{"4xL40S"}, Quiet: true})
+	dir := agenttest.PublicDir(t)
+	if _, err := nodes[0].Client.Claim(ctx(t), api.ClaimRequest{GPUs: []int{0, 1}}); err != nil {
+		t.Fatal(err)
+	}
+	r, err := nodes[0].Client.Claim(ctx(t), api.ClaimRequest{Count: 2, Duration: "1h", Run: &api.RunSpec{
+		Command: []string{"sh", "-c", `env | grep -E '^(DIBS_GPU_UUIDS|NVIDIA_VISIBLE_DEVICES|CUDA_VISIBLE_DEVICES)=' > ` + dir + `/env.tmp && mv ` + dir + `/env.tmp ` + dir + `/env; sleep 60`}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var env map[string]string
+	agenttest.Eventually(t, 10*time.Second, "the run to start", func() bool {
+		env = readEnvFile(dir + "/env")
+		return len(env) == 3
+	})
+	b, _ := nodes[0].Client.Board(ctx(t))
+	var want []string
+	for _, i := range r.GPUs {
+		want = append(want, b.Nodes[0].GPUs[i].UUID)
+	}
+	if w := strings.Join(want, ","); env["DIBS_GPU_UUIDS"] != w || env["NVIDIA_VISIBLE_DEVICES"] != w || !strings.HasPrefix(w, "GPU-") {
+		t.Errorf("CUDA_VISIBLE_DEVICES=%s: DIBS_GPU_UUIDS=%q NVIDIA_VISIBLE_DEVICES=%q, want %q (the UUIDs of GPUs %v)",
+			env["CUDA_VISIBLE_DEVICES"], env["DIBS_GPU_UUIDS"], env["NVIDIA_VISIBLE_DEVICES"], w, r.GPUs)
+	}
 }

@@ -91,6 +91,13 @@ func TestPlacementHonoursPoolLimits(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "3h is over pool l40s's maximum of 2h") {
 		t.Errorf("alice -g 1 --pool l40s --for 3h: %v; want the pool's 2h named", err)
 	}
+	// A MIG instance no node has is refused, not "wait".
+	for _, sel := range []string{"7g.80gb", "0:9"} {
+		_, err = claim(holdAlice, api.ClaimRequest{MIG: sel})
+		if lease.CodeOf(err) != lease.CodeInvalid || !strings.Contains(err.Error(), "no node has a MIG instance "+sel+" (node03: 3g.40gb, 2g.20gb, 1g.10gb)") {
+			t.Errorf("--mig %s: %v (code %q); want it refused as invalid, naming what node03 has", sel, err, lease.CodeOf(err))
+		}
+	}
 	// The queue refuses at submit what pool limits make impossible.
 	_, err = n.As(holdAlice).Submit(ctx(t), api.SubmitRequest{Claim: api.ClaimRequest{Count: 2, Tags: []string{"l40s"}, Duration: "1h"}})
 	if err == nil || !strings.Contains(err.Error(), "pool l40s allows 1 GPU per person") {

@@ -134,6 +134,14 @@ func TestLedgerRowsPerUserDayAreCapped(t *testing.T) {
 	if got, want := before.Users[0].GPUHours, 40.0/60; got < want-0.01 || got > want+0.01 {
 		t.Errorf("usage says %.3f GPU-hours for 40 one-minute leases, want %.3f", got, want)
 	}
+	// The window in memory follows the disk (a loop must not grow the
+	// agent's memory either): doctor sees the ten leases and the one row.
+	d, err := n.Client.Doctor(ctx(t), api.DoctorRequest{})
+	if err != nil || d.Findings == nil || d.Findings.Leases != 11 {
+		t.Errorf("doctor before the restart: %+v (%v), want 11 leases (ten, and one row for thirty)", d.Findings, err)
+	} else if h := d.Findings.HeldGPUHours; h < 40.0/60-0.01 || h > 40.0/60+0.01 {
+		t.Errorf("doctor counts %.3f GPU-hours, want %.3f", h, 40.0/60)
+	}
 	n.Agent.Stop()
 	// The file holds the first ten leases and one row for the thirty after.
 	s, err := store.Open(dir)

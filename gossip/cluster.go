@@ -15,6 +15,7 @@ import (
 
 	"github.com/hashicorp/memberlist"
 
+	"github.com/dibs-gpu/dibs/internal/lograte"
 	"github.com/dibs-gpu/dibs/lease"
 	"github.com/dibs-gpu/dibs/nodeprobe"
 )
@@ -185,6 +186,7 @@ type Cluster struct {
 	d         Delegate
 	mlp       atomic.Pointer[memberlist.Memberlist]
 	stats     counters
+	refusals  *lograte.Limiter // lines of dropped messages, rate-limited per kind and sender
 	meta      []byte
 	bootID    string
 	bootedAt  time.Time
@@ -282,6 +284,7 @@ func New(cfg Config, d Delegate) (*Cluster, error) {
 		cfg:       cfg,
 		d:         d,
 		startedAt: time.Now(),
+		refusals:  lograte.New(0, 0, nil),
 		bootID:    cfg.BootID,
 		bootedAt:  cfg.BootedAt,
 		peers:     make(map[string]*peerRec),

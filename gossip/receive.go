@@ -2,6 +2,7 @@ package gossip
 
 import (
 	"encoding/json"
+	"fmt"
 	"hash/fnv"
 )
 
@@ -73,7 +74,7 @@ func (c *Cluster) handleMessage(b []byte) {
 	}
 	if err != nil {
 		c.stats.dropped.Add(1)
-		c.cfg.Logf("gossip: dropped a message: %v", err)
+		c.dropped("message", "", "gossip: dropped a message: %v", err)
 	}
 }
 
@@ -142,7 +143,7 @@ func (c *Cluster) mergePushPull(buf []byte) {
 	pp, states, err := c.codec.decodePushPull(buf)
 	if err != nil {
 		c.stats.dropped.Add(1)
-		c.cfg.Logf("gossip: dropped push/pull state: %v", err)
+		c.dropped("push/pull", "", "gossip: dropped push/pull state: %v", err)
 		return
 	}
 	for _, s := range states {
@@ -151,4 +152,20 @@ func (c *Cluster) mergePushPull(buf []byte) {
 	for i := range pp.Left {
 		c.mem.applyLeave(&pp.Left[i], nil)
 	}
+}
+
+// dropped logs a refused message of one kind from one sender (empty when
+// memberlist does not say who), at most once per kind and sender every few
+// seconds, saying how many were not logged: a peer in a loop cannot flood
+// the log.
+func (c *Cluster) dropped(kind, from, format string, args ...any) {
+	ok, n := c.refusals.Allow(kind, from)
+	if !ok {
+		return
+	}
+	line := fmt.Sprintf(format, args...)
+	if n > 0 {
+		line += fmt.Sprintf(" (and %d more not logged)", n)
+	}
+	c.cfg.Logf("%s", line)
 }

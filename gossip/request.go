@@ -152,7 +152,7 @@ func (x *requests) serve(m *requestMsg) {
 	case c.workers <- struct{}{}:
 	default:
 		c.stats.dropped.Add(1)
-		c.cfg.Logf("gossip: dropped request %s from %s: %d requests already running", m.Op, m.From, c.cfg.MaxConcurrentRequests)
+		c.dropped("request", m.From, "gossip: dropped request %s from %s: %d requests already running", m.Op, m.From, c.cfg.MaxConcurrentRequests)
 		return
 	}
 	if !c.req.goTracked(func() {

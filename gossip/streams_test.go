@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -81,4 +82,33 @@ func TestIdleStreamsAreCappedAndClosed(t *testing.T) {
 		p, ok := nodes[0].Peer(nodes[1].cfg.NodeName)
 		return ok && p.HasState && p.NodeState.Version >= v, fmt.Sprintf("node00 sees %+v", p.NodeState.Version)
 	})
+}
+
+// A peer that sends undecodable messages in a loop writes one log line per
+// interval, with the count, not one per message.
+func TestDroppedMessagesAreLoggedRarely(t *testing.T) {
+	var mu sync.Mutex
+	var lines []string
+	cfg := testConfig(t, "node00")
+	cfg.Logf = func(f string, args ...any) {
+		mu.Lock()
+		lines = append(lines, fmt.Sprintf(f, args...))
+		mu.Unlock()
+	}
+	n := startNode(t, cfg)
+	d := &delegate{n.Cluster}
+	for range 1000 {
+		d.NotifyMsg([]byte{0xEE, 1, 2, 3})
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	dropped := 0
+	for _, l := range lines {
+		if strings.Contains(l, "dropped a message") {
+			dropped++
+		}
+	}
+	if dropped != 1 || n.Stats().Dropped < 1000 {
+		t.Errorf("1000 undecodable messages: %d log lines, %d counted; want 1 line and every one counted", dropped, n.Stats().Dropped)
+	}
 }

@@ -142,7 +142,7 @@ func TestFirstReleaseDecodesThisRelease(t *testing.T) {
 	src := t.TempDir()
 	run(t, "", "sh", "-c", "git -C "+repo+" archive "+firstRelease+" | tar -x -C "+src)
 	os.MkdirAll(filepath.Join(src, "cmd/wiregen"), 0o755)
-	for _, f := range []string{"main.go", "gossip_glue.go", "gossip_none.go"} {
+	for _, f := range []string{"main.go", "gossip_glue.go", "gossip_none.go", "place_v010.go", "place_now.go"} {
 		b, _ := os.ReadFile(filepath.Join("testdata/wire/gen", f))
 		os.WriteFile(filepath.Join(src, "cmd/wiregen", f), b, 0o644)
 	}
@@ -151,7 +151,7 @@ func TestFirstReleaseDecodesThisRelease(t *testing.T) {
 	old := filepath.Join(t.TempDir(), "wiregen-v0.1.0")
 	// -trimpath keeps the build cache's entries independent of the
 	// temporary directory, so a second run compiles only what changed.
-	build := exec.Command("go", "build", "-trimpath", "-tags", "wiregen_gossip", "-o", old, "./cmd/wiregen")
+	build := exec.Command("go", "build", "-trimpath", "-tags", "wiregen_gossip,wiregen_v010", "-o", old, "./cmd/wiregen")
 	build.Dir = src
 	build.Env = append(os.Environ(), "CGO_ENABLED=0", "GOFLAGS=")
 	if out, err := build.CombinedOutput(); err != nil {

@@ -175,10 +175,13 @@ func chooseAmong(in []Candidate, w Want) (string, error) {
 
 func chooseMIG(cands []Candidate, w Want) (string, error) {
 	best, bestFree, bestLocal := "", 0, false
-	any := false
+	any, exists := false, false
 	for _, c := range cands {
 		if migProfiles(c.Snap) != "" {
 			any = true
+		}
+		if free, busy := findMIG(c.Snap, usesOfList(c.Leases), w.MIG, w.Model, false); len(free)+len(busy) > 0 {
+			exists = true
 		}
 		n := FreeMIG(c.Snap, c.Leases, w.MIG, w.Model)
 		if n == 0 {
@@ -200,6 +203,10 @@ func chooseMIG(cands []Candidate, w Want) (string, error) {
 		if p := migProfiles(c.Snap); p != "" {
 			have = append(have, c.Node+": "+p)
 		}
+	}
+	if !exists {
+		// Waiting would never help: refuse, saying what there is.
+		return "", Invalidf("no node has a MIG instance %s (%s): ask for one of those, by profile, MIG- UUID or GPU:INDEX (`dibs ls` lists them)", termsafe.String(w.MIG), strings.Join(have, "; "))
 	}
 	return "", errorf(CodeConflict, "no MIG instance %s is free on any node (%s): wait, or ask for another profile; `dibs ls` shows who holds them", termsafe.String(w.MIG), strings.Join(have, "; "))
 }

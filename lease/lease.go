@@ -14,6 +14,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/dibs-gpu/dibs/lease/termsafe"
+	"github.com/dibs-gpu/dibs/nodeprobe"
 )
 
 // Kind separates leases a person sits at from leases a job runs under; they
@@ -221,6 +222,38 @@ func (l *Lease) Env() map[string]string {
 		env["DIBS_MEM_BUDGET_MIB"] = strconv.FormatUint(l.MemMiB, 10)
 	}
 	return env
+}
+
+// DeviceEnv names the lease's GPUs the way container runtimes take them:
+// by UUID, which means the same GPU in every numbering (a container's
+// CUDA_VISIBLE_DEVICES counts from 0 again). DIBS_GPU_UUIDS is the list,
+// for `docker run --gpus "device=$DIBS_GPU_UUIDS"`, podman's CDI
+// (`--device nvidia.com/gpu=UUID`) and apptainer; NVIDIA_VISIBLE_DEVICES
+// holds the same, for the NVIDIA container runtime and `apptainer
+// --nvccli`. A MIG lease names its instance. Empty when a GPU's UUID is
+// unknown (snap lacks it): a partial list would hand a container too few.
+func (l *Lease) DeviceEnv(snap nodeprobe.Snapshot) map[string]string {
+	uuids := []string{l.MIG}
+	if l.MIG == "" {
+		uuids = uuids[:0]
+		for _, i := range l.GPUs {
+			u := ""
+			for _, g := range snap.GPUs {
+				if g.Index == i {
+					u = g.UUID
+				}
+			}
+			if u == "" || strings.ContainsAny(u, ", \t\n\"'") {
+				return nil
+			}
+			uuids = append(uuids, u)
+		}
+	}
+	if len(uuids) == 0 {
+		return nil
+	}
+	list := strings.Join(uuids, ",")
+	return map[string]string{"DIBS_GPU_UUIDS": list, "NVIDIA_VISIBLE_DEVICES": list}
 }
 
 // LeaseID names a lease after its node and fencing token: unique per node,

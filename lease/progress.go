@@ -341,13 +341,23 @@ func RankEnv(gang map[string]string, rank int) map[string]string {
 // for Debian 12's torch 1.13 on Python 3.11, whose torchrun fails before
 // it starts a worker without it; every torchrun accepts it, and the
 // workers' output still reaches the session (tee), prefixed with the rank.
+// dibs knows which rank's node hosts the rendezvous store (NODE_RANK 0's,
+// MASTER_ADDR), so it says so (is_host): torchrun's own guess compares
+// MASTER_ADDR with what the host name resolves to, which on Debian
+// (127.0.1.1 in /etc/hosts) never matches a node's address, and then no
+// rank hosts the store.
 func TorchrunCommand(e QueueEntry, env map[string]string, cmd []string) []string {
+	isHost := "0"
+	if env["NODE_RANK"] == "0" {
+		isHost = "1"
+	}
 	argv := []string{"torchrun",
 		"--nnodes=" + strconv.Itoa(e.Nodes),
 		"--nproc_per_node=" + strconv.Itoa(e.GPUsPerNode),
 		"--rdzv_backend=c10d",
 		"--rdzv_endpoint=" + joinHostPort(env["MASTER_ADDR"], env["MASTER_PORT"]),
 		"--rdzv_id=" + env["DIBS_GANG_ID"],
+		"--rdzv_conf=is_host=" + isHost,
 		"--redirects=1", "--tee=1",
 	}
 	return append(argv, TorchrunProgram(cmd)...)

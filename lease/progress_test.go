@@ -251,7 +251,7 @@ func TestRendezvousAndTorchrun(t *testing.T) {
 	if _, ok := env["RANK"]; ok {
 		t.Error("RankEnv changed the gang's shared map")
 	}
-	const flags = "torchrun --nnodes=2 --nproc_per_node=4 --rdzv_backend=c10d --rdzv_endpoint=10.0.0.1:29500 --rdzv_id=n1-q3-1 --redirects=1 --tee=1 "
+	const flags = "torchrun --nnodes=2 --nproc_per_node=4 --rdzv_backend=c10d --rdzv_endpoint=10.0.0.1:29500 --rdzv_id=n1-q3-1 --rdzv_conf=is_host=0 --redirects=1 --tee=1 "
 	for _, tc := range []struct {
 		cmd  []string
 		want string

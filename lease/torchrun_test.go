@@ -18,7 +18,7 @@ out = []
 for argv in json.loads(sys.argv[1]):
     a = get_args_parser().parse_args(argv)
     out.append({"nnodes": a.nnodes, "nproc_per_node": str(a.nproc_per_node), "rdzv_backend": a.rdzv_backend,
-        "rdzv_endpoint": a.rdzv_endpoint, "rdzv_id": a.rdzv_id, "redirects": a.redirects, "tee": a.tee,
+        "rdzv_endpoint": a.rdzv_endpoint, "rdzv_id": a.rdzv_id, "rdzv_conf": a.rdzv_conf, "redirects": a.redirects, "tee": a.tee,
         "no_python": a.no_python, "script": a.training_script, "args": a.training_script_args})
 print(json.dumps(out))
 `
@@ -30,6 +30,7 @@ type parsedTorchrun struct {
 	Backend   string   `json:"rdzv_backend"`
 	Endpoint  string   `json:"rdzv_endpoint"`
 	ID        string   `json:"rdzv_id"`
+	Conf      string   `json:"rdzv_conf"`
 	Redirects string   `json:"redirects"`
 	Tee       string   `json:"tee"`
 	NoPython  bool     `json:"no_python"`
@@ -73,7 +74,7 @@ func TestTorchrunArgvWithInstalledTorch(t *testing.T) {
 	}
 	for i, tc := range tests {
 		g := got[i]
-		if g.NNodes != "2" || g.NProc != "4" || g.Backend != "c10d" || g.Endpoint != "10.0.0.1:29500" || g.ID != "n1-q3-1" || g.Redirects != "1" || g.Tee != "1" {
+		if g.NNodes != "2" || g.NProc != "4" || g.Backend != "c10d" || g.Endpoint != "10.0.0.1:29500" || g.ID != "n1-q3-1" || g.Conf != "is_host=0" || g.Redirects != "1" || g.Tee != "1" {
 			t.Errorf("%q: torch read %+v", argvs[i], g)
 		}
 		if g.NoPython != tc.noPython || g.Script != tc.script || !slices.Equal(g.Args, tc.args) {

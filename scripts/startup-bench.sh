@@ -125,6 +125,12 @@ pair() {
 	while [ "$1" != vs ]; do dargs+=("$1"); shift; done
 	shift
 	sargs=("$@")
+	# Five untimed rounds first: page cache, the agent's first answers.
+	for ((i = 0; i < 5; i++)); do
+		"$dibs" "${dargs[@]}" >/dev/null 2>&1 || true
+		[ -z "$after" ] || $after
+		"${sargs[@]}" >/dev/null 2>&1 || true
+	done
 	: >"$tmp/pd"
 	: >"$tmp/ps"
 	for ((i = 0; i < runs; i++)); do

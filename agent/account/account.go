@@ -6,6 +6,7 @@
 package account
 
 import (
+	"errors"
 	"fmt"
 	"os/user"
 	"slices"
@@ -148,7 +149,9 @@ func (d *Directory) CallerForName(name, from string) (lease.Caller, error) {
 // cache), because it guards a process about to start: a user deleted and
 // their uid given to someone new must not have their booked or queued
 // command run as the newcomer, nor as a new account that took the name.
-// A mismatch is an error saying which, and that nothing was started.
+// A mismatch is an error saying which, and that nothing was started
+// (lease.CodeForbidden); an account database that does not answer is
+// lease.CodeUnavailable, to try again, not a verdict.
 func (d *Directory) Holder(name string, uid int) (launch.User, error) {
 	if name == "" || uid < 0 {
 		return launch.User{}, &lease.Error{Code: lease.CodeForbidden, Msg: fmt.Sprintf("%s has no account on %s, so nothing runs as them there", lease.Caller{UID: uid, User: name}, d.node)}
@@ -158,6 +161,11 @@ func (d *Directory) Holder(name string, uid int) (launch.User, error) {
 	d.mu.Lock()
 	d.byName[name] = cached{u: u, err: err, at: now}
 	d.mu.Unlock()
+	var unknown user.UnknownUserError
+	if err != nil && !errors.As(err, &unknown) {
+		// The account database did not answer (LDAP down): not a verdict.
+		return launch.User{}, &lease.Error{Code: lease.CodeUnavailable, Msg: fmt.Sprintf("cannot look up the account %s on %s now (%v): try again", name, d.node, err)}
+	}
 	if err != nil {
 		return launch.User{}, &lease.Error{Code: lease.CodeForbidden, Msg: fmt.Sprintf("%s has no account on %s any more, so nothing was started as them (uid %d is not run as anyone else)", name, d.node, uid)}
 	}

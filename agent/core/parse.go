@@ -30,6 +30,9 @@ func claimOf(req api.ClaimRequest) (lease.Claim, *node.Run, error) {
 	if err := lease.CheckGPUs(req.GPUs); err != nil {
 		return lease.Claim{}, nil, err
 	}
+	if req.Count > 0 && len(req.GPUs) > 0 {
+		return lease.Claim{}, nil, lease.Invalidf("a count (%d) and GPU indices (%v) both say which GPUs: give one, not both", req.Count, req.GPUs)
+	}
 	if req.RequestID != "" && !lease.ValidRequestID(req.RequestID) {
 		return lease.Claim{}, nil, lease.Invalidf("request id %q must be 8 to 64 letters, digits, '-' or '_'", req.RequestID)
 	}

@@ -178,13 +178,57 @@ func (b *Bound) startPart(ctx context.Context, r peer.StartRequest) (peer.StartR
 		return out, nil
 	case peer.PhaseCommit:
 		if run != nil {
-			run.Env = r.Env
+			run.Env = withGlooInterface(r.Env, host)
 			run.Command = launchCommand(e, r.Env, run.Command)
 		}
 		l, err := s.deps.Node.Commit(ctx, b.c, e.Key(), e.Duration, run)
 		return peer.StartReply{Lease: l, Host: host}, err
 	}
 	return peer.StartReply{}, lease.Invalidf("unknown start phase %q", r.Phase)
+}
+
+// withGlooInterface adds GLOO_SOCKET_IFNAME, the interface that holds
+// host (the address the gang knows this node by), to a rank's
+// environment. Without it gloo takes the address the host name resolves
+// to, which on Debian is 127.0.1.1 (/etc/hosts), and the other nodes'
+// ranks cannot reach it ("connect [127.0.0.1]…: Connection refused").
+// NCCL finds its interface by itself; this is for torch's CPU backend.
+func withGlooInterface(env map[string]string, host string) map[string]string {
+	ifname := interfaceOf(host)
+	if ifname == "" {
+		return env
+	}
+	out := make(map[string]string, len(env)+1)
+	for k, v := range env {
+		out[k] = v
+	}
+	out["GLOO_SOCKET_IFNAME"] = ifname
+	return out
+}
+
+// interfaceOf names the network interface that holds address host, or ""
+// when none does (a name, not an address; an address of another host).
+func interfaceOf(host string) string {
+	ip := net.ParseIP(host)
+	if ip == nil {
+		return ""
+	}
+	ifaces, err := net.Interfaces()
+	if err != nil {
+		return ""
+	}
+	for _, ifc := range ifaces {
+		addrs, err := ifc.Addrs()
+		if err != nil {
+			continue
+		}
+		for _, a := range addrs {
+			if n, ok := a.(*net.IPNet); ok && n.IP.Equal(ip) {
+				return ifc.Name
+			}
+		}
+	}
+	return ""
 }
 
 // launchCommand is a rank's command under the launcher its job asked

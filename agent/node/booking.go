@@ -71,6 +71,10 @@ func (x *bookingJob) start(ctx context.Context, b lease.Lease) {
 		// (its uid perhaps given to someone new) or replaced starts
 		// nothing, and the booking ends before it takes anyone's GPUs.
 		if _, err := x.n.sess.sessionUser(lease.Caller{UID: b.UID, User: b.User}); err != nil {
+			if lease.CodeOf(err) == lease.CodeUnavailable {
+				n.log.Warn("booked run waits: its holder's account cannot be looked up now; trying again at the next tick", "booking", b.ID, "user", b.User, "err", err)
+				return
+			}
 			n.log.Warn("booked run not started: its holder's account is gone or was replaced; ending the booking", "booking", b.ID, "user", b.User, "uid", b.UID, "err", err)
 			n.end(b, lease.EndUserGone, "")
 			return

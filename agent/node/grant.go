@@ -193,7 +193,7 @@ func (x *sessionJob) startSession(ctx context.Context, l lease.Lease, u launch.U
 		return fmt.Errorf("lease %s ended before its session could start", l.ID)
 	}
 	env := map[string]string{}
-	for _, vars := range []map[string]string{run.UserEnv, l.Env(), run.Env} {
+	for _, vars := range []map[string]string{run.UserEnv, l.Env(), l.DeviceEnv(n.State().Snap), run.Env} {
 		for k, v := range vars {
 			env[k] = v
 		}

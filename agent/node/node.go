@@ -286,7 +286,6 @@ func (n *Node) endLocked(l lease.Lease, reason lease.EndReason, by string, now l
 	}
 	n.table.Remove(l.ID)
 	n.deps.Events(lease.EndEvent(l, reason, by, now.Wall))
-	n.usage.ended(ended)
 	n.justEnded = lease.WithinEndGrace(append(n.justEnded, ended), now.Wall)
 	if l.Entry != "" {
 		n.ended = lease.RememberEnded(n.ended, lease.EndedRun{Entry: l.Entry, Lease: l.ID, Gang: l.Gang, Reason: cur.RunEnd(reason), At: now.Wall.Round(0), Reserved: !l.ReservedUntil.IsZero()}, now.Wall)

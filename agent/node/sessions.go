@@ -85,13 +85,37 @@ func (x *sessionJob) readopt() {
 		if l.Session == "" || !l.ReservedUntil.IsZero() {
 			continue
 		}
-		u, err := x.holder(l)
-		if err != nil {
-			n.log.Warn("lease holder is gone; ending the lease", "lease", l.ID, "user", l.User, "uid", l.UID, "err", err)
-			n.end(l, lease.EndUserGone, "")
-			continue
-		}
+		x.adopt(l)
+	}
+}
+
+// adopt watches l's session again as its holder. A holder whose account is
+// gone or was replaced ends the lease; an account database that does not
+// answer now is asked again a little later (the lease stays held).
+func (x *sessionJob) adopt(l lease.Lease) {
+	n := x.n
+	u, err := x.holder(l)
+	switch {
+	case err == nil:
 		x.watch(l, u)
+	case lease.CodeOf(err) == lease.CodeUnavailable:
+		n.log.Warn("cannot look up a lease's holder now; keeping the lease and asking again", "lease", l.ID, "user", l.User, "err", err)
+		n.wg.Add(1)
+		go func() {
+			defer n.wg.Done()
+			t := n.deps.Clock.NewTicker(n.cfg.SessionPoll * 10)
+			defer t.Stop()
+			select {
+			case <-n.ctx.Done():
+			case <-t.C():
+				if n.Current(l.ID, l.Token) {
+					x.adopt(l)
+				}
+			}
+		}()
+	default:
+		n.log.Warn("lease holder is gone; ending the lease", "lease", l.ID, "user", l.User, "uid", l.UID, "err", err)
+		n.end(l, lease.EndUserGone, "")
 	}
 }
 

@@ -192,6 +192,8 @@ type ledgerCount struct {
 	day time.Time
 	n   int
 	row uint64
+	// folded is the row as it is on the disk.
+	folded lease.LedgerEntry
 }
 
 // storeEnd ends a lease in the store with its ledger entry: one by one for
@@ -199,11 +201,17 @@ type ledgerCount struct {
 // lease (not a queued run's, a gang's or a reservation: those are read back
 // one by one) is folded into the day's one row, so a claim/release loop
 // adds a row a day instead of a row a lease while its GPU-seconds still
-// count. A store that cannot fold keeps every entry. Callers hold wmu.
+// count. A store that cannot fold keeps every entry. The ledger's window in
+// memory follows the disk: a folded lease changes the row there too, so a
+// loop cannot grow the agent's memory either. Callers hold wmu.
 func (n *Node) storeEnd(e lease.LedgerEntry) error {
 	f, ok := n.deps.Store.(lease.LedgerFolder)
 	if !ok || e.Entry != "" || e.Gang != "" || e.Reserved || e.User == "" {
-		return n.deps.Store.End(e.LeaseID, e)
+		if err := n.deps.Store.End(e.LeaseID, e); err != nil {
+			return err
+		}
+		n.usage.ended(e)
+		return nil
 	}
 	day := e.End.UTC().Truncate(24 * time.Hour)
 	c := n.ledgerDay[e.User]
@@ -219,6 +227,7 @@ func (n *Node) storeEnd(e lease.LedgerEntry) error {
 			return err
 		}
 		c.n++
+		n.usage.ended(e)
 		return nil
 	}
 	row, err := f.EndFolded(e.LeaseID, e, c.row)
@@ -229,6 +238,25 @@ func (n *Node) storeEnd(e lease.LedgerEntry) error {
 		n.log.Warn("ledger: a person ended more leases today than are kept one by one; folding the rest of today's into one row",
 			"user", e.User, "max", n.cfg.LedgerPerUserDay)
 	}
-	c.row = row
+	was := c.folded
+	c.row, c.folded = row, lease.FoldInto(c.folded, e)
+	n.usage.folded(was, c.folded)
 	return nil
+}
+
+// folded replaces the row was (zero: none yet) by row in the copy of the
+// ledger.
+func (u *Usage) folded(was, row lease.LedgerEntry) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if u.entries != nil {
+		if was.LeaseID != "" {
+			if i, ok := slices.BinarySearchFunc(u.entries, was, byEnd); ok {
+				u.entries = slices.Delete(u.entries, i, i+1)
+			}
+		}
+		i, _ := slices.BinarySearchFunc(u.entries, row, byEnd)
+		u.entries = slices.Insert(u.entries, i, row)
+	}
+	u.dirty.Store(true)
 }

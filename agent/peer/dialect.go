@@ -99,6 +99,12 @@ func downgrade(op string, reply bool, v int, b []byte) ([]byte, error) {
 	if reply {
 		s = e.Resp
 	}
+	if s == nil || (s.Fields == nil && s.Elem == nil) {
+		// A request or reply is always an object; one with no fields
+		// (peer.Empty in v0.1.0) is written as {} in dialect_v6.json, which
+		// elsewhere means "any value": here it means none of its fields.
+		s = &shape{Fields: map[string]*shape{}}
+	}
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.UseNumber()
 	var val any

@@ -100,7 +100,7 @@ func gpusFlagError(cmd *cobra.Command, err error) error {
 	if strings.Contains(err.Error(), `"-g, --gpus"`) || strings.Contains(err.Error(), `"--gpus"`) {
 		return fmt.Errorf("-g/--gpus takes a count, as in srun --gpus 2; name particular GPUs with --ids 0,2")
 	}
-	return err
+	return suggestFlag(cmd, err)
 }
 
 func (f *claimFlags) request() (api.ClaimRequest, error) { return f.build(true) }
@@ -117,6 +117,9 @@ func (f *claimFlags) build(needCount bool) (api.ClaimRequest, error) {
 			}
 			req.GPUs = append(req.GPUs, n)
 		}
+	}
+	if f.count > 0 && len(req.GPUs) > 0 {
+		return req, fmt.Errorf("-g %d and --ids %s both say which GPUs: give -g N for any N free GPUs, or --ids for those GPUs, not both", f.count, f.ids)
 	}
 	if needCount && f.count == 0 && len(req.GPUs) == 0 && f.mig == "" && f.mem == "" {
 		return req, errors.New("say how many GPUs (-g 2), which (--ids 0,2), a MIG instance (--mig 3g.40gb) or a memory budget (--mem 20G)")

@@ -36,7 +36,8 @@ new ones as they happen anywhere in the cluster.
 Kinds: ` + kindList(),
 		Example: `  dibs events --since 2h
   dibs events --user alice --follow
-  dibs events --since 7d --json | jq 'select(.kind == "end")'`,
+  dibs events --since 7d --json | jq '.events[] | select(.kind == "end")'
+  dibs events -f --json | jq 'select(.kind == "end")'     # --follow: one event a line`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if req.Since != "" {

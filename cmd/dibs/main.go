@@ -12,6 +12,8 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/dibs-gpu/dibs/api"
+	"github.com/dibs-gpu/dibs/lease"
 	"github.com/dibs-gpu/dibs/lease/termsafe"
 )
 
@@ -26,18 +28,61 @@ type cli struct {
 func main() {
 	c := &cli{stdout: os.Stdout, stderr: os.Stderr}
 	root := rootCmd(c)
-	if err := root.Execute(); err != nil {
-		var ee *exitError
-		if errors.As(err, &ee) {
-			if ee.msg != "" {
-				fmt.Fprintln(os.Stderr, "dibs: "+safe(ee.msg))
-			}
-			os.Exit(ee.code)
-		}
+	if cmd, err := root.ExecuteC(); err != nil {
+		os.Exit(reportError(os.Stderr, cmd, err))
+	}
+}
+
+// reportError prints a command's error on w — as one JSON object when the
+// command was given --json — and returns the exit status.
+func reportError(w io.Writer, cmd *cobra.Command, err error) int {
+	code := 1
+	var ee *exitError
+	if errors.As(err, &ee) {
+		code = ee.code
+	}
+	switch {
+	case askedJSON(cmd):
+		// A script asked for JSON: its errors are JSON too.
+		printJSONError(w, err)
+	case ee != nil && ee.msg == "":
+	default:
 		// An error may quote an agent's or a peer's message, which may
 		// quote a process name or a note: escape it like every other text.
-		fmt.Fprintln(os.Stderr, "dibs: "+safe(err.Error()))
-		os.Exit(1)
+		fmt.Fprintln(w, "dibs: "+safe(err.Error()))
+	}
+	return code
+}
+
+// askedJSON reports whether the command that failed was given --json.
+func askedJSON(cmd *cobra.Command) bool {
+	if cmd == nil {
+		return false
+	}
+	f := cmd.Flags().Lookup("json")
+	return f != nil && f.Changed && f.Value.String() == "true"
+}
+
+// jsonError is an error as `--json` prints it: the message and, when the
+// agent gave one, its code (invalid, conflict, forbidden, …; see
+// docs/api.md).
+type jsonError struct {
+	Error string `json:"error"`
+	Code  string `json:"code,omitempty"`
+}
+
+// printJSONError writes err as one JSON object on w.
+func printJSONError(w io.Writer, err error) {
+	je := jsonError{Error: err.Error(), Code: "error"}
+	var ae *api.Error
+	switch {
+	case errors.As(err, &ae) && ae.Code != "":
+		je.Code = ae.Code
+	case lease.CodeOf(err) != "":
+		je.Code = string(lease.CodeOf(err))
+	}
+	if perr := printJSON(w, je); perr != nil {
+		fmt.Fprintln(w, "dibs: "+safe(err.Error()))
 	}
 }
 
@@ -84,6 +129,7 @@ daemon's binary, installed beside dibs. The guide for people:
 		// --version prints what `dibs version` prints (see build.release).
 		Version: buildInfo().Release(),
 	}
+	root.SetFlagErrorFunc(suggestFlag)
 	root.PersistentFlags().StringVar(&c.socket, "socket", "", "agent socket (default: $DIBS_SOCKET, then /run/dibs/dibs.sock, else your own agent's: $XDG_RUNTIME_DIR/dibs.sock, /run/user/UID/dibs.sock or ~/.local/state/dibs/dibs.sock); it must lie in a directory only root or you can write, and be served by root or you")
 	root.AddCommand(lsCmd(c), claimCmd(c), runCmd(c),
 		releaseCmd(c), extendCmd(c), adoptCmd(c), attachCmd(c), whoCmd(c), statusCmd(c),

@@ -30,3 +30,26 @@ func TestAnalyzeCountsCompactedRows(t *testing.T) {
 		})
 	}
 }
+
+// weekNumber and weekStart agree with weekOf, the Monday of t's week.
+func TestWeekNumberAgreesWithWeekOf(t *testing.T) {
+	for _, tt := range []time.Time{
+		time.Date(2026, 3, 2, 0, 0, 0, 0, time.UTC), // a Monday
+		time.Date(2026, 3, 8, 23, 59, 59, 0, time.UTC),
+		time.Date(2026, 3, 9, 0, 0, 0, 0, time.UTC),
+		time.Date(2026, 12, 1, 12, 0, 0, 0, time.FixedZone("x", 11*3600)),
+		time.Date(1970, 1, 1, 0, 0, 0, 0, time.UTC),
+		time.Date(1969, 12, 28, 5, 0, 0, 0, time.UTC),
+	} {
+		if got, want := weekStart(weekNumber(tt)), weekOf(tt); !got.Equal(want) {
+			t.Errorf("week of %s: %s, want %s", tt, got, want)
+		}
+	}
+}
+
+// weekOf is the Monday of t's week, 00:00 UTC, by the calendar.
+func weekOf(t time.Time) time.Time {
+	d := t.UTC().Truncate(24 * time.Hour)
+	back := (int(d.Weekday()) + 6) % 7
+	return d.AddDate(0, 0, -back)
+}

@@ -165,15 +165,19 @@ func Analyze(h History) Findings {
 	}
 	f.Leases = len(all)
 
-	users := map[string]bool{}
-	weeks := map[time.Time]map[string]bool{}
+	// Who held GPUs in which week, by week number (cheaper keys than
+	// times: this loop runs once per lease of the window).
+	type weekUser struct {
+		week int64
+		user string
+	}
+	weekUsers := map[weekUser]struct{}{}
 	perUser := map[string]float64{}
 	var gangHours float64
 	for _, x := range all {
 		if x.user == "" {
 			continue
 		}
-		users[x.user] = true
 		start := x.start
 		if start.Before(since) {
 			start = since
@@ -190,17 +194,18 @@ func Analyze(h History) Findings {
 		if x.gang != "" {
 			gangHours += hrs
 		}
-		for w := weekOf(start); !w.After(x.end); w = w.AddDate(0, 0, 7) {
-			if weeks[w] == nil {
-				weeks[w] = map[string]bool{}
-			}
-			weeks[w][x.user] = true
+		for w, last := weekNumber(start), weekNumber(x.end); w <= last; w++ {
+			weekUsers[weekUser{w, x.user}] = struct{}{}
 		}
 	}
-	f.Users = len(users)
-	for _, w := range slices.SortedFunc(maps.Keys(weeks), func(a, b time.Time) int { return a.Compare(b) }) {
-		f.UsersPerWeek = append(f.UsersPerWeek, WeekUsers{Week: w, Users: len(weeks[w])})
-		f.UsersMaxWeek = max(f.UsersMaxWeek, len(weeks[w]))
+	f.Users = len(perUser)
+	weeks := map[int64]int{}
+	for k := range weekUsers {
+		weeks[k.week]++
+	}
+	for _, w := range slices.Sorted(maps.Keys(weeks)) {
+		f.UsersPerWeek = append(f.UsersPerWeek, WeekUsers{Week: weekStart(w), Users: weeks[w]})
+		f.UsersMaxWeek = max(f.UsersMaxWeek, weeks[w])
 	}
 	for _, u := range slices.Sorted(maps.Keys(perUser)) {
 		if perUser[u] > perUser[f.TopUser] || f.TopUser == "" {
@@ -308,12 +313,23 @@ func Analyze(h History) Findings {
 	return f
 }
 
-// weekOf is the Monday 00:00 UTC that starts t's week.
-func weekOf(t time.Time) time.Time {
-	d := t.UTC().Truncate(24 * time.Hour)
-	back := (int(d.Weekday()) + 6) % 7
-	return d.AddDate(0, 0, -back)
+// weekNumber counts weeks (Monday to Sunday, UTC) from the one holding
+// 1 January 1970, a Thursday: weekStart(weekNumber(t)) is the Monday of
+// t's week, 00:00 UTC.
+func weekNumber(t time.Time) int64 {
+	day := t.Unix() / 86400
+	if t.Unix() < 0 && t.Unix()%86400 != 0 {
+		day--
+	}
+	w := day + 3
+	if w < 0 {
+		return (w - 6) / 7
+	}
+	return w / 7
 }
+
+// weekStart is the Monday that starts week number w.
+func weekStart(w int64) time.Time { return time.Unix((w*7-3)*86400, 0).UTC() }
 
 // percentile is the nearest-rank p-quantile; 0 for none.
 func percentile(ds []time.Duration, p float64) time.Duration {

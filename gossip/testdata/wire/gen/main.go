@@ -6,10 +6,10 @@
 //
 //	git archive e4e3039 | tar -x -C /tmp/v010
 //	mkdir /tmp/v010/cmd/wiregen
-//	cp main.go gossip_glue.go /tmp/v010/cmd/wiregen/
+//	cp main.go gossip_glue.go place_v010.go /tmp/v010/cmd/wiregen/
 //	cp gossip/zz_wire.go /tmp/v010/gossip/
-//	(cd /tmp/v010 && go run -tags wiregen_gossip ./cmd/wiregen write DIR)
-//	(cd /tmp/v010 && go run -tags wiregen_gossip ./cmd/wiregen check FILE...)
+//	(cd /tmp/v010 && go run -tags wiregen_gossip,wiregen_v010 ./cmd/wiregen write DIR)
+//	(cd /tmp/v010 && go run -tags wiregen_gossip,wiregen_v010 ./cmd/wiregen check FILE...)
 //
 // Gossip messages are gossip-NAME.bin (the framed message, as sent);
 // peer requests peer-OP.json (the envelope, as sent to a protocol-6
@@ -117,7 +117,7 @@ func samples() []sample {
 	add(&out, peer.Start, peer.As("alice"), peer.StartRequest{Entry: e, Phase: peer.PhaseReserve, GPUs: []int{0, 1}, Gang: "node02-q3#0", Rank: 1},
 		peer.StartReply{Lease: l, Host: "127.0.0.1", Port: 29500})
 	add(&out, peer.Started, peer.System, peer.StartedRequest{Key: "node02-q3#0"}, peer.Empty{})
-	add(&out, peer.Place, peer.System, peer.PlaceRequest{Key: "node02-q3#0", Placer: "node01/ab12"}, peer.Empty{})
+	add(&out, peer.Place, peer.System, peer.PlaceRequest{Key: "node02-q3#0", Placer: "node01/ab12"}, placeReply(e.Job))
 	add(&out, peer.Preempt, peer.System, peer.PreemptRequest{Lease: "node01-7", Token: 7, Reason: lease.PreemptGang, Signal: 15}, peer.Empty{})
 	add(&out, peer.Cancel, peer.As("alice"), peer.CancelRequest{ID: "node02-q3"}, peer.Empty{})
 	add(&out, peer.Refused, peer.System, peer.RefusedRequest{Key: "node02-q3#0", Node: "node01", Reason: "no account alice on node01"}, peer.Empty{})
