@@ -64,7 +64,13 @@ func (r *rig) leasesChanged() int {
 // nil unless a test starts one (sessionRig).
 func newRig(t *testing.T, pol lease.Policy, sessions node.Sessions) *rig {
 	t.Helper()
-	r := &rig{store: storetest.New(storetest.Options{}), clk: clock.NewFake(t0)}
+	return newRigOn(t, pol, sessions, storetest.New(storetest.Options{}), clock.NewFake(t0))
+}
+
+// newRigOn opens the node over a store as it stands (one a crash left).
+func newRigOn(t *testing.T, pol lease.Policy, sessions node.Sessions, st *storetest.Store, clk *clock.Fake) *rig {
+	t.Helper()
+	r := &rig{store: st, clk: clk}
 	probe, err := sim.New(sim.Options{Spec: "4xH100-80GB", HostName: "node01", Now: r.clk.Now})
 	if err != nil {
 		t.Fatal(err)
@@ -557,4 +563,94 @@ func TestSessionFails(t *testing.T) {
 	if len(ledger) != 1 || ledger[0].Reason != string(lease.EndSessionFailed) {
 		t.Errorf("ledger %+v, want one row ended %s", ledger, lease.EndSessionFailed)
 	}
+}
+
+// TestCrash: what the node acknowledged is on disk before the caller hears
+// it, so a node killed and opened again over what the disk kept holds
+// every lease it granted and none it ended, and its fencing tokens go on
+// from the last one granted.
+func TestCrash(t *testing.T) {
+	r := newRig(t, lease.DefaultPolicy(), nil)
+	ctx := context.Background()
+	a, err := r.n.Grant(ctx, alice, node.Grant{Claim: lease.Claim{GPUs: []int{0}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := r.n.Grant(ctx, bob, node.Grant{Claim: lease.Claim{GPUs: []int{1, 2}}, RequestID: "bob-claim-1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.clk.Advance(time.Minute)
+	if err := r.n.Release(ctx, alice, a.ID); err != nil {
+		t.Fatal(err)
+	}
+	kept := r.store.Crash()
+	r.n.Close()
+
+	r2 := newRigOn(t, lease.DefaultPolicy(), nil, kept, r.clk)
+	got := r2.n.State().Leases
+	if len(got) != 1 || got[0].ID != b.ID || !slices.Equal(got[0].GPUs, []int{1, 2}) || got[0].User != "bob" {
+		t.Fatalf("after the crash the node holds %+v, want only %s (bob, GPUs 1,2)", got, b.ID)
+	}
+	again, err := r2.n.Grant(ctx, bob, node.Grant{Claim: lease.Claim{GPUs: []int{1, 2}}, RequestID: "bob-claim-1"})
+	if err != nil || again.ID != b.ID {
+		t.Errorf("bob's retried claim after the crash: %v %v, want %s again", again.ID, err, b.ID)
+	}
+	c, err := r2.n.Grant(ctx, alice, node.Grant{Claim: lease.Claim{Count: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Token != 3 || !slices.Equal(c.GPUs, []int{0}) {
+		t.Errorf("the next grant after the crash: token %d GPUs %v, want token 3 (after %d) on GPU 0", c.Token, c.GPUs, b.Token)
+	}
+	ledger, _ := kept.Ledger(t0)
+	if len(ledger) != 1 || ledger[0].LeaseID != a.ID || ledger[0].Reason != string(lease.EndReleased) {
+		t.Errorf("ledger after the crash %+v, want %s released", ledger, a.ID)
+	}
+}
+
+// TestPreempt: a preempted lease is told, keeps its GPUs for the grace,
+// and ends at the grace's end with the reason its origin reads; a stale
+// token is refused and a second preemption changes nothing.
+func TestPreempt(t *testing.T) {
+	pol := lease.DefaultPolicy()
+	r := newRig(t, pol, nil)
+	l, err := r.n.Grant(context.Background(), alice, node.Grant{Claim: lease.Claim{Count: 2}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.n.Preempt(l.ID, l.Token+1, lease.PreemptQuota, 0); code(err) != lease.CodeNotFound {
+		t.Errorf("preempt with a stale token: %v, want not found", err)
+	}
+	before := len(r.eventKinds())
+	for range 2 {
+		if err := r.n.Preempt(l.ID, l.Token, lease.PreemptQuota, 0); err != nil {
+			t.Fatalf("preempt: %v", err)
+		}
+	}
+	if got := r.eventKinds()[before:]; !slices.Equal(got, []lease.EventKind{lease.EventPreempt}) {
+		t.Errorf("events %v, want one preempt", got)
+	}
+	r.clk.Advance(pol.PreemptGrace - time.Second)
+	r.n.Tick()
+	if len(r.n.State().Leases) != 1 {
+		t.Fatalf("ended %v before its grace was over", pol.PreemptGrace-time.Second)
+	}
+	r.clk.Advance(time.Second)
+	r.n.Tick()
+	if len(r.n.State().Leases) != 0 || len(r.durable(t)) != 0 {
+		t.Fatalf("still held when the grace is over")
+	}
+	ledger, _ := r.store.Ledger(t0)
+	if want := lease.PreemptedReason(lease.PreemptQuota); len(ledger) != 1 || ledger[0].Reason != string(want) {
+		t.Errorf("ledger %+v, want one row ended %s", ledger, want)
+	}
+}
+
+func code(err error) lease.Code {
+	var le *lease.Error
+	if errors.As(err, &le) {
+		return le.Code
+	}
+	return ""
 }
