@@ -654,3 +654,54 @@ func code(err error) lease.Code {
 	}
 	return ""
 }
+
+// TestBooking: a booking holds its GPUs from its start, not before; at its
+// start (on the fake clock) it becomes a lease that ends at its booked end;
+// claims made meanwhile keep clear of it.
+func TestBooking(t *testing.T) {
+	r := newRig(t, lease.DefaultPolicy(), nil)
+	ctx := context.Background()
+	b, err := r.n.Book(alice, lease.BookRequest{Count: 2, Start: t0.Add(time.Hour), Duration: 2 * time.Hour}, "")
+	if err != nil {
+		t.Fatalf("book: %v", err)
+	}
+	if st := r.n.State(); len(st.Bookings) != 1 || len(st.Leases) != 0 || len(r.durable(t)) != 1 {
+		t.Fatalf("after booking: %d bookings, %d leases, %d on disk; want 1, 0, 1", len(st.Bookings), len(st.Leases), len(r.durable(t)))
+	}
+	_, err = r.n.Book(bob, lease.BookRequest{Count: 1, Start: t0.Add(-time.Hour), Duration: time.Hour}, "")
+	if want := "which is not in the future: claim now with dibs claim, or book a later time"; err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("a booking in the past: %v, want a refusal saying %q", err, want)
+	}
+	// Bob's four hours would run into alice's booking on her GPUs: he gets
+	// the others.
+	l, err := r.n.Grant(ctx, bob, node.Grant{Claim: lease.Claim{Count: 2, Duration: 4 * time.Hour}})
+	if err != nil {
+		t.Fatalf("claim beside the booking: %v", err)
+	}
+	if slices.ContainsFunc(l.GPUs, func(g int) bool { return slices.Contains(b.GPUs, g) }) {
+		t.Errorf("bob got %v, which alice booked (%v)", l.GPUs, b.GPUs)
+	}
+	_, err = r.n.Grant(ctx, bob, node.Grant{Claim: lease.Claim{Count: 1, Duration: 4 * time.Hour}})
+	for _, want := range []string{"GPUs 0,1 are booked by alice", "(booking node01-1): ask for a shorter time, fewer GPUs, or wait"} {
+		if err == nil || code(err) != lease.CodeConflict || !strings.Contains(err.Error(), want) {
+			t.Errorf("a claim over the booking: %v, want a conflict saying %q", err, want)
+		}
+	}
+	r.clk.Advance(time.Hour - time.Second)
+	r.n.Tick()
+	if len(r.n.State().Bookings) != 1 {
+		t.Fatal("the booking started before its time")
+	}
+	r.clk.Advance(time.Second)
+	r.n.Tick()
+	waitFor(t, "the booking to start", func() bool { return len(r.n.State().Leases) == 2 })
+	st := r.n.State()
+	if len(st.Bookings) != 0 {
+		t.Errorf("still booked after its start: %v", st.Bookings)
+	}
+	for _, x := range st.Leases {
+		if x.User == "alice" && (!slices.Equal(x.GPUs, b.GPUs) || !x.ExpiresAt.Equal(t0.Add(3*time.Hour))) {
+			t.Errorf("alice's lease %v until %v, want %v until %v", x.GPUs, x.ExpiresAt, b.GPUs, t0.Add(3*time.Hour))
+		}
+	}
+}
