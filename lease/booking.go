@@ -191,10 +191,8 @@ func unbookable(g *nodeprobe.GPU, leases []Lease, start, end time.Time) string {
 // PlanBooking decides a booking without changing the table: the booking to
 // persist, or a refusal that says why and what to do.
 func (t *Table) PlanBooking(c Caller, req BookRequest, snap nodeprobe.Snapshot, now time.Time, p Policy) (Lease, error) {
-	if req.Kind == "" {
-		req.Kind = KindInteractive
-	}
-	if _, err := ParseKind(string(req.Kind)); err != nil {
+	var err error
+	if req.Kind, err = kindOrDefault(req.Kind); err != nil {
 		return Lease{}, err
 	}
 	if req.Duration <= 0 {

@@ -2,7 +2,6 @@ package lease
 
 import (
 	"strings"
-	"time"
 	"unicode/utf8"
 
 	"github.com/dibs-gpu/dibs/lease/termsafe"
@@ -48,18 +47,4 @@ func clipNote(s string) string {
 		cut--
 	}
 	return s[:cut] + "…"
-}
-
-func checkDuration(d time.Duration, k Kind, p Policy) (time.Duration, error) {
-	def, max := p.Limits(k)
-	if d == 0 {
-		return def, nil
-	}
-	if d < 0 {
-		return 0, Invalidf("duration must be positive, got %s", FormatDuration(d))
-	}
-	if d > max {
-		return 0, Invalidf("%s is over the %s maximum of %s on this node: ask for less (--for %s)", FormatDuration(d), k, FormatDuration(max), FormatDuration(max))
-	}
-	return d, nil
 }

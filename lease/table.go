@@ -150,10 +150,8 @@ func (t *Table) Current(id string, token uint64) bool {
 // PlanClaim decides a claim without changing the table: the lease to persist,
 // or a refusal that says why and what to do.
 func (t *Table) PlanClaim(c Caller, req Claim, snap nodeprobe.Snapshot, now time.Time, p Policy) (Lease, error) {
-	if req.Kind == "" {
-		req.Kind = KindInteractive
-	}
-	if _, err := ParseKind(string(req.Kind)); err != nil {
+	var err error
+	if req.Kind, err = kindOrDefault(req.Kind); err != nil {
 		return Lease{}, err
 	}
 	dur, err := checkDuration(req.Duration, req.Kind, p)

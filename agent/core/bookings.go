@@ -15,28 +15,6 @@ import (
 
 // Bookings, MIG instances, shared GPUs and pools: the service's side.
 
-// checkWant reads the parts of a claim that ask for a MIG instance, a
-// budget, a model or pools, refusing what no node could hold.
-func checkWant(c *lease.Claim, mem string) error {
-	if mem != "" {
-		mib, err := lease.ParseMem(mem)
-		if err != nil {
-			return err
-		}
-		c.MemMiB = mib
-	}
-	if len(c.MIG) > lease.MaxNameLen || len(c.Model) > lease.MaxModelLen {
-		return lease.Invalidf("the MIG instance or model is too long")
-	}
-	if err := lease.CheckText("MIG instance", c.MIG); err != nil {
-		return err
-	}
-	if err := lease.CheckText("model", c.Model); err != nil {
-		return err
-	}
-	return lease.CheckTags(c.Tags)
-}
-
 // granted is a claim's answer: the lease, and a notice when its time limit
 // was cut to end before a booking.
 func (s *Service) granted(l lease.Lease) api.ClaimResponse {

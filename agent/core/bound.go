@@ -28,60 +28,6 @@ func (b *Bound) Caller() lease.Caller { return b.c }
 
 func (b *Bound) write() error { return b.readOnly }
 
-// claimOf parses a claim request once, for every path a claim takes.
-func claimOf(req api.ClaimRequest) (lease.Claim, *node.Run, error) {
-	kind, err := lease.ParseKind(req.Kind)
-	if err != nil {
-		return lease.Claim{}, nil, err
-	}
-	var d time.Duration
-	if req.Duration != "" {
-		if d, err = lease.ParseDuration(req.Duration); err != nil {
-			return lease.Claim{}, nil, err
-		}
-	}
-	if req.Count < 0 {
-		return lease.Claim{}, nil, lease.Invalidf("GPU count must be positive, got %d", req.Count)
-	}
-	if err := lease.CheckGPUs(req.GPUs); err != nil {
-		return lease.Claim{}, nil, err
-	}
-	if req.Count > 0 && len(req.GPUs) > 0 {
-		return lease.Claim{}, nil, lease.Invalidf("a count (%d) and GPU indices (%v) both say which GPUs: give one, not both", req.Count, req.GPUs)
-	}
-	if req.RequestID != "" && !lease.ValidRequestID(req.RequestID) {
-		return lease.Claim{}, nil, lease.Invalidf("request id %q must be 8 to 64 letters, digits, '-' or '_'", req.RequestID)
-	}
-	c := lease.Claim{Count: req.Count, GPUs: req.GPUs, Duration: d, Note: req.Note, Kind: kind, Force: req.Force,
-		MIG: req.MIG, Model: req.Model, Tags: req.Tags}
-	if err := checkWant(&c, req.Mem); err != nil {
-		return lease.Claim{}, nil, err
-	}
-	if req.Run == nil {
-		return c, nil, nil
-	}
-	if err := checkRun(req.Run.Command, req.Run.Dir, req.Run.Name, req.Run.Env); err != nil {
-		return lease.Claim{}, nil, err
-	}
-	// A run's exit status is recorded, so its end says how it went.
-	return c, &node.Run{Name: req.Run.Name, Command: req.Run.Command, Dir: req.Run.Dir, UserEnv: req.Run.Env, RecordExit: len(req.Run.Command) > 0}, nil
-}
-
-// checkRun is every check a session's spec gets before anything is
-// granted or queued.
-func checkRun(command []string, dir, name string, env map[string]string) error {
-	// Every bound a job is held to, its size as the agents send it too.
-	if err := (&lease.Job{Command: command, Dir: dir, Name: name, Env: env}).Check(); err != nil {
-		return err
-	}
-	if name != "" {
-		if err := launch.CheckName(name); err != nil {
-			return lease.Invalidf("%v", err)
-		}
-	}
-	return nil
-}
-
 // Claim grants GPUs: on the node named, or (none named, in a cluster) on
 // the best node that fits. A claim for another node's GPUs is a request to
 // that node's agent, which alone decides. A retried claim (same request

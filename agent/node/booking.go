@@ -23,14 +23,18 @@ func (n *Node) Book(c lease.Caller, req lease.BookRequest, requestID string) (le
 			}
 		}
 	}
-	n.wmu.Lock()
-	if l, ok := n.table.ByRequest(c.UID, requestID); ok {
-		n.wmu.Unlock()
-		return l, nil
-	}
-	now := n.now()
-	b, err := n.table.PlanBooking(c, req, n.snap, now.Wall, n.cfg.Policy)
-	if err == nil {
+	var b lease.Lease
+	fresh := false
+	err := n.locked(func() error {
+		if l, ok := n.table.ByRequest(c.UID, requestID); ok {
+			b = l
+			return nil
+		}
+		now := n.now()
+		var err error
+		if b, err = n.table.PlanBooking(c, req, n.snap, now.Wall, n.cfg.Policy); err != nil {
+			return err
+		}
 		b.RequestID = requestID
 		if b.Job != nil {
 			b.Session = b.Job.Name
@@ -38,14 +42,18 @@ func (n *Node) Book(c lease.Caller, req lease.BookRequest, requestID string) (le
 				b.Session = lease.SessionName(b.ID)
 			}
 		}
-		err = n.saveLocked(b, now)
-	}
-	if err == nil {
+		if err := n.saveLocked(b, now); err != nil {
+			return err
+		}
 		n.deps.Events(lease.BookingEvent(b, now.Wall))
-	}
-	n.wmu.Unlock()
+		fresh = true
+		return nil
+	})
 	if err != nil {
 		return lease.Lease{}, err
+	}
+	if !fresh {
+		return b, nil
 	}
 	n.log.Info("booked", "booking", b.ID, "user", b.User, "gpus", b.CUDAVisibleDevices(), "from", b.StartedAt, "until", b.ExpiresAt)
 	n.deps.LeasesChanged()
@@ -72,25 +80,36 @@ func (x *bookingJob) start(ctx context.Context, b lease.Lease) {
 			return
 		}
 	}
-	n.wmu.Lock()
-	now := n.now()
-	cur, ok := n.table.Get(b.ID)
-	if !ok || cur.Token != b.Token || !cur.Booked {
-		n.wmu.Unlock()
-		return
-	}
-	l, in, err := n.table.PlanBookingStart(b.ID, now.Wall)
-	for _, x := range in {
-		if err == nil {
-			err = n.endLocked(x, lease.EndBooked, "", now)
+	var cur, l lease.Lease
+	var in []lease.Lease
+	started := false
+	err := n.locked(func() error {
+		now := n.now()
+		var ok bool
+		cur, ok = n.table.Get(b.ID)
+		if !ok || cur.Token != b.Token || !cur.Booked {
+			return nil
 		}
-	}
-	if err == nil {
-		err = n.saveLocked(l, now)
-	}
-	n.wmu.Unlock()
+		var err error
+		if l, in, err = n.table.PlanBookingStart(b.ID, now.Wall); err != nil {
+			return err
+		}
+		for _, x := range in {
+			if err := n.endLocked(x, lease.EndBooked, "", now); err != nil {
+				return err
+			}
+		}
+		if err := n.saveLocked(l, now); err != nil {
+			return err
+		}
+		started = true
+		return nil
+	})
 	if err != nil {
 		n.log.Error("start booking", "booking", b.ID, "err", err)
+		return
+	}
+	if !started {
 		return
 	}
 	// The rest asks users' tmux servers (the ended leases' holders', the
@@ -118,9 +137,7 @@ func (x *bookingJob) start(ctx context.Context, b lease.Lease) {
 		}
 		// Its event's notice tells the holder, in every session and by their
 		// webhook.
-		n.wmu.Lock()
-		n.deps.Events(lease.BookingStartEvent(l, failed, n.now().Wall))
-		n.wmu.Unlock()
+		n.record(lease.BookingStartEvent(l, failed, n.now().Wall))
 		n.deps.LeasesChanged()
 	})
 }

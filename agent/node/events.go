@@ -18,3 +18,13 @@ func claimEvent(l lease.Lease, at time.Time) lease.Event {
 	}
 	return e
 }
+
+// record records an event that goes with no change to the table (a
+// warning; a booking's start, told once its run started or failed): under
+// the single writer's lock, so it takes its place among the changes'.
+func (n *Node) record(e lease.Event) {
+	n.locked(func() error {
+		n.deps.Events(e)
+		return nil
+	})
+}

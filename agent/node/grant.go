@@ -62,44 +62,9 @@ func (n *Node) Grant(ctx context.Context, c lease.Caller, g Grant) (lease.Lease,
 			}
 		}
 	}
-	n.wmu.Lock()
-	if l, ok := n.table.ByRequest(c.UID, g.RequestID); ok {
-		n.wmu.Unlock()
-		return l, nil
-	}
-	if g.Entry != "" {
-		if l, ok := n.table.ByEntry(g.Entry); ok {
-			n.wmu.Unlock()
-			return l, nil
-		}
-		if x, ok := lease.RanBefore(n.ended, g.Entry); ok {
-			n.wmu.Unlock()
-			return lease.Lease{}, &lease.Error{Code: lease.CodeConflict, Msg: fmt.Sprintf("%s already ran on %s (lease %s, %s)", g.Entry, n.cfg.Name, x.Lease, x.Reason)}
-		}
-	}
-	now := n.now()
-	l, err := n.table.PlanClaim(c, g.Claim, n.snap, now.Wall, n.cfg.Policy)
-	if err != nil {
-		n.wmu.Unlock()
-		return lease.Lease{}, err
-	}
-	l.Entry, l.Gang, l.Rank, l.Borrowed, l.RequestID = g.Entry, g.Gang, g.Rank, g.Borrowed, g.RequestID
-	if g.ReserveFor > 0 {
-		l.ReservedUntil = now.Wall.Round(0).Add(g.ReserveFor)
-	}
-	if g.Run != nil {
-		l.Session = g.Run.Name
-		if l.Session == "" {
-			l.Session = lease.SessionName(l.ID)
-		}
-	}
-	err = n.saveLocked(l, now)
-	if err == nil {
-		n.deps.Events(claimEvent(l, now.Wall))
-	}
-	n.wmu.Unlock()
-	if err != nil {
-		return lease.Lease{}, err
+	l, fresh, err := n.admit(c, g)
+	if err != nil || !fresh {
+		return l, err
 	}
 	if g.Run != nil && g.ReserveFor == 0 {
 		if err := n.sess.startSession(ctx, l, u, g.Run); err != nil {
@@ -111,30 +76,52 @@ func (n *Node) Grant(ctx context.Context, c lease.Caller, g Grant) (lease.Lease,
 	return l, nil
 }
 
+// admit is Grant's part under the single writer's lock: the lease a retry
+// already got (fresh false), or a new one planned, made durable and
+// recorded (fresh true). Its session, and telling the cluster, come after
+// the lock is released.
+func (n *Node) admit(c lease.Caller, g Grant) (l lease.Lease, fresh bool, err error) {
+	n.wmu.Lock()
+	defer n.wmu.Unlock()
+	if l, ok := n.table.ByRequest(c.UID, g.RequestID); ok {
+		return l, false, nil
+	}
+	if g.Entry != "" {
+		if l, ok := n.table.ByEntry(g.Entry); ok {
+			return l, false, nil
+		}
+		if x, ok := lease.RanBefore(n.ended, g.Entry); ok {
+			return lease.Lease{}, false, &lease.Error{Code: lease.CodeConflict, Msg: fmt.Sprintf("%s already ran on %s (lease %s, %s)", g.Entry, n.cfg.Name, x.Lease, x.Reason)}
+		}
+	}
+	now := n.now()
+	l, err = n.table.PlanClaim(c, g.Claim, n.snap, now.Wall, n.cfg.Policy)
+	if err != nil {
+		return lease.Lease{}, false, err
+	}
+	l.Entry, l.Gang, l.Rank, l.Borrowed, l.RequestID = g.Entry, g.Gang, g.Rank, g.Borrowed, g.RequestID
+	if g.ReserveFor > 0 {
+		l.ReservedUntil = now.Wall.Round(0).Add(g.ReserveFor)
+	}
+	if g.Run != nil {
+		l.Session = g.Run.Name
+		if l.Session == "" {
+			l.Session = lease.SessionName(l.ID)
+		}
+	}
+	if err := n.saveLocked(l, now); err != nil {
+		return lease.Lease{}, false, err
+	}
+	n.deps.Events(claimEvent(l, now.Wall))
+	return l, true, nil
+}
+
 // Commit turns a gang reservation into a lease from now and starts its
 // rank. Committing a lease that is already committed returns it.
 func (n *Node) Commit(ctx context.Context, c lease.Caller, entry string, d time.Duration, run *Run) (lease.Lease, error) {
-	n.wmu.Lock()
-	l, ok := n.table.ByEntry(entry)
-	if !ok {
-		n.wmu.Unlock()
-		return lease.Lease{}, &lease.Error{Code: lease.CodeConflict, Msg: fmt.Sprintf("the reservation for %s on %s is gone (expired?)", entry, n.cfg.Name)}
-	}
-	if l.ReservedUntil.IsZero() {
-		n.wmu.Unlock()
-		return l, nil
-	}
-	now := n.now()
-	l.ReservedUntil = time.Time{}
-	l.StartedAt = now.Wall.Round(0)
-	l.ExpiresAt = l.StartedAt.Add(d)
-	err := n.saveLocked(l, now)
-	if err == nil {
-		n.deps.Events(claimEvent(l, now.Wall))
-	}
-	n.wmu.Unlock()
-	if err != nil {
-		return lease.Lease{}, err
+	l, fresh, err := n.commitReservation(entry, d)
+	if err != nil || !fresh {
+		return l, err
 	}
 	if run != nil {
 		// As the account the reservation was made for (its name and the
@@ -150,6 +137,30 @@ func (n *Node) Commit(ctx context.Context, c lease.Caller, entry string, d time.
 	}
 	n.deps.LeasesChanged()
 	return l, nil
+}
+
+// commitReservation is Commit's part under the single writer's lock: the
+// lease already committed (fresh false), or the reservation made a lease
+// from now, durably (fresh true).
+func (n *Node) commitReservation(entry string, d time.Duration) (l lease.Lease, fresh bool, err error) {
+	n.wmu.Lock()
+	defer n.wmu.Unlock()
+	l, ok := n.table.ByEntry(entry)
+	if !ok {
+		return lease.Lease{}, false, &lease.Error{Code: lease.CodeConflict, Msg: fmt.Sprintf("the reservation for %s on %s is gone (expired?)", entry, n.cfg.Name)}
+	}
+	if l.ReservedUntil.IsZero() {
+		return l, false, nil
+	}
+	now := n.now()
+	l.ReservedUntil = time.Time{}
+	l.StartedAt = now.Wall.Round(0)
+	l.ExpiresAt = l.StartedAt.Add(d)
+	if err := n.saveLocked(l, now); err != nil {
+		return lease.Lease{}, false, err
+	}
+	n.deps.Events(claimEvent(l, now.Wall))
+	return l, true, nil
 }
 
 // sessionUser resolves who a session runs as — the account of c's name,

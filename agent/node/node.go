@@ -209,13 +209,13 @@ func (n *Node) Open(ctx context.Context) error {
 	snap.Host.Name, snap.Host.Tags = n.cfg.Name, n.cfg.Tags
 	n.ctx, n.cancel = context.WithCancel(context.Background())
 	n.wmu.Lock()
+	defer n.wmu.Unlock()
 	n.table = lease.NewTable(n.cfg.Name, leases, last, now)
 	n.ended = endedRuns(recent, now.Wall)
 	n.justEnded = lease.WithinEndGrace(recent, now.Wall)
 	n.snap = snap
 	n.idle.Observe(snap, n.cfg.Policy)
 	n.publishLocked(now.Wall)
-	n.wmu.Unlock()
 	return nil
 }
 
@@ -234,12 +234,7 @@ func (n *Node) Close() {
 		return
 	}
 	n.cancel()
-	n.watchMu.Lock()
-	for id, cancel := range n.watching {
-		cancel()
-		delete(n.watching, id)
-	}
-	n.watchMu.Unlock()
+	n.sess.stopAll()
 	n.wg.Wait()
 }
 
@@ -300,15 +295,25 @@ func (n *Node) endLocked(l lease.Lease, reason lease.EndReason, by string, now l
 	return nil
 }
 
+// locked runs f as the single writer: every change to the table and the
+// store happens inside one, and whatever f returns by, the lock is
+// released. What the change sets off outside the node (telling the
+// cluster, tmux, a person's notices) is done by the caller after f
+// returns, never under the lock. The events f records stay under it, so
+// their order is the table's.
+func (n *Node) locked(f func() error) error {
+	n.wmu.Lock()
+	defer n.wmu.Unlock()
+	return f()
+}
+
 // end ends a lease if its token is still current, then tells the cluster.
 func (n *Node) end(l lease.Lease, reason lease.EndReason, by string) error {
-	n.wmu.Lock()
-	err := n.endLocked(l, reason, by, n.now())
-	n.wmu.Unlock()
-	if err == nil {
-		n.deps.LeasesChanged()
+	if err := n.locked(func() error { return n.endLocked(l, reason, by, n.now()) }); err != nil {
+		return err
 	}
-	return err
+	n.deps.LeasesChanged()
+	return nil
 }
 
 // update persists a change to a lease if its token is still current and,
@@ -366,6 +371,7 @@ func (n *Node) probeOnce() {
 	}
 	snap.Host.Name, snap.Host.Tags = n.cfg.Name, n.cfg.Tags
 	n.wmu.Lock()
+	defer n.wmu.Unlock()
 	now := n.deps.Clock.Now()
 	n.idle.Observe(snap, n.cfg.Policy)
 	visible := telemetryChanged(n.snap, snap)
@@ -373,7 +379,6 @@ func (n *Node) probeOnce() {
 	if judged := lease.JudgeWithEnded(snap, n.table.List(), n.justEnded, n.idle, now, n.cfg.Policy); visible || !sameJudgements(n.judged, judged) {
 		n.publishLocked(now)
 	}
-	n.wmu.Unlock()
 }
 
 // telemetryChanged reports a difference a board would show.

@@ -32,18 +32,22 @@ type notices struct {
 // lease names it (leaseID; empty for any other message), so Notices leaves
 // it out once that lease is gone.
 func (n *Node) Notify(uid int, leaseID, text string) {
-	now := n.deps.Clock.Now()
-	n.notices.mu.Lock()
-	if n.notices.byUID == nil {
-		n.notices.byUID = map[int][]notice{}
+	n.notices.add(uid, notice{at: n.deps.Clock.Now(), text: text, lease: leaseID})
+	n.deps.Changed.Notify()
+}
+
+// add keeps x among uid's last noticeMax notices.
+func (ns *notices) add(uid int, x notice) {
+	ns.mu.Lock()
+	defer ns.mu.Unlock()
+	if ns.byUID == nil {
+		ns.byUID = map[int][]notice{}
 	}
-	list := append(n.notices.byUID[uid], notice{at: now, text: text, lease: leaseID})
+	list := append(ns.byUID[uid], x)
 	if len(list) > noticeMax {
 		list = list[len(list)-noticeMax:]
 	}
-	n.notices.byUID[uid] = list
-	n.notices.mu.Unlock()
-	n.deps.Changed.Notify()
+	ns.byUID[uid] = list
 }
 
 // Notices are uid's recent messages, newest first, each with its time;

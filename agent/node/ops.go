@@ -12,22 +12,22 @@ import (
 // Release ends lease id for c (its holder, or an admin: logged), killing its
 // session.
 func (n *Node) Release(ctx context.Context, c lease.Caller, id string) error {
-	n.wmu.Lock()
-	l, err := n.table.PlanRelease(c, id)
-	if err != nil {
-		n.wmu.Unlock()
-		return err
-	}
-	reason, by := lease.EndReleased, ""
-	if l.Booked {
-		reason = lease.EndUnbooked
-	}
-	if c.UID != l.UID {
-		reason, by = lease.EndByAdmin, c.String()
-		n.log.Warn("admin ended someone else's lease", "admin", c.User, "uid", c.UID, "holder", l.User, "lease", l.ID, "gpus", l.CUDAVisibleDevices())
-	}
-	err = n.endLocked(l, reason, by, n.now())
-	n.wmu.Unlock()
+	var l lease.Lease
+	err := n.locked(func() error {
+		var err error
+		if l, err = n.table.PlanRelease(c, id); err != nil {
+			return err
+		}
+		reason, by := lease.EndReleased, ""
+		if l.Booked {
+			reason = lease.EndUnbooked
+		}
+		if c.UID != l.UID {
+			reason, by = lease.EndByAdmin, c.String()
+			n.log.Warn("admin ended someone else's lease", "admin", c.User, "uid", c.UID, "holder", l.User, "lease", l.ID, "gpus", l.CUDAVisibleDevices())
+		}
+		return n.endLocked(l, reason, by, n.now())
+	})
 	if err != nil {
 		return err
 	}
@@ -49,35 +49,35 @@ func (n *Node) CheckRelease(c lease.Caller, id string) error {
 
 // Extend moves the end of a lease c holds by d.
 func (n *Node) Extend(c lease.Caller, id string, d time.Duration) (lease.Lease, error) {
-	n.wmu.Lock()
-	now := n.now()
-	l, err := n.table.PlanExtend(c, id, d, now, n.cfg.Policy)
-	if err == nil {
-		err = n.saveLocked(l, now)
-	}
-	if err == nil {
-		n.deps.Events(lease.LeaseEvent(lease.EventExtend, l, now.Wall))
-	}
-	n.wmu.Unlock()
-	if err != nil {
-		return lease.Lease{}, err
-	}
-	n.deps.LeasesChanged()
-	return l, nil
+	return n.change(lease.EventExtend, func(now lease.Instant) (lease.Lease, error) {
+		return n.table.PlanExtend(c, id, d, now, n.cfg.Policy)
+	})
 }
 
 // Adopt takes a process c started without a lease into one.
 func (n *Node) Adopt(c lease.Caller, pid int, d time.Duration, note string) (lease.Lease, error) {
-	n.wmu.Lock()
-	now := n.now()
-	l, err := n.table.PlanAdopt(c, pid, d, note, n.snap, now.Wall, n.cfg.Policy)
-	if err == nil {
-		err = n.saveLocked(l, now)
-	}
-	if err == nil {
-		n.deps.Events(lease.LeaseEvent(lease.EventAdopt, l, now.Wall))
-	}
-	n.wmu.Unlock()
+	return n.change(lease.EventAdopt, func(now lease.Instant) (lease.Lease, error) {
+		return n.table.PlanAdopt(c, pid, d, note, n.snap, now.Wall, n.cfg.Policy)
+	})
+}
+
+// change is one lease's change that plan decides under the single
+// writer's lock: made durable, recorded as an event of kind, and then,
+// after the lock, told to the cluster.
+func (n *Node) change(kind lease.EventKind, plan func(now lease.Instant) (lease.Lease, error)) (lease.Lease, error) {
+	var l lease.Lease
+	err := n.locked(func() error {
+		now := n.now()
+		var err error
+		if l, err = plan(now); err != nil {
+			return err
+		}
+		if err := n.saveLocked(l, now); err != nil {
+			return err
+		}
+		n.deps.Events(lease.LeaseEvent(kind, l, now.Wall))
+		return nil
+	})
 	if err != nil {
 		return lease.Lease{}, err
 	}
@@ -90,25 +90,28 @@ func (n *Node) Adopt(c lease.Caller, pid int, d time.Duration, note string) (lea
 // waiting entry (why is lease.PreemptQuota or PreemptIdle) or the stop of a
 // gang whose rank failed ("gang"). The token must still be the lease's.
 func (n *Node) Preempt(id string, token uint64, why string, sig syscall.Signal) error {
-	n.wmu.Lock()
-	l, ok := n.table.Get(id)
-	if !ok || l.Token != token {
-		n.wmu.Unlock()
-		return &lease.Error{Code: lease.CodeNotFound, Msg: fmt.Sprintf("no lease %s with token %d on %s", id, token, n.cfg.Name)}
-	}
-	if !l.PreemptedAt.IsZero() {
-		n.wmu.Unlock()
-		return nil
-	}
-	now := n.now()
-	l.PreemptedAt, l.PreemptReason = now.Wall.Round(0), why
-	err := n.saveLocked(l, now)
-	if err == nil {
+	var l lease.Lease
+	fresh := false
+	err := n.locked(func() error {
+		var ok bool
+		l, ok = n.table.Get(id)
+		if !ok || l.Token != token {
+			return &lease.Error{Code: lease.CodeNotFound, Msg: fmt.Sprintf("no lease %s with token %d on %s", id, token, n.cfg.Name)}
+		}
+		if !l.PreemptedAt.IsZero() {
+			return nil
+		}
+		now := n.now()
+		l.PreemptedAt, l.PreemptReason = now.Wall.Round(0), why
+		if err := n.saveLocked(l, now); err != nil {
+			return err
+		}
 		// The event's notice tells the holder, in every session.
 		n.deps.Events(lease.PreemptEvent(l, why, n.cfg.Policy.PreemptGrace, now.Wall))
-	}
-	n.wmu.Unlock()
-	if err != nil {
+		fresh = true
+		return nil
+	})
+	if err != nil || !fresh {
 		return err
 	}
 	n.log.Info("lease preempted", "lease", l.ID, "user", l.User, "why", why, "grace", lease.FormatDuration(n.cfg.Policy.PreemptGrace))
@@ -133,10 +136,13 @@ func (n *Node) Preempt(id string, token uint64, why string, sig syscall.Signal) 
 // token, and lease.StillDue), so a stale step never touches a lease that has
 // moved on: one extended since Tick read the table keeps running.
 func (n *Node) Tick() {
-	n.wmu.Lock()
-	at := n.now()
-	due := n.table.Due(at, n.cfg.Policy)
-	n.wmu.Unlock()
+	var at lease.Instant
+	var due []lease.Due
+	n.locked(func() error {
+		at = n.now()
+		due = n.table.Due(at, n.cfg.Policy)
+		return nil
+	})
 	for _, d := range due {
 		n.step(d, at.Wall)
 	}
@@ -148,22 +154,18 @@ func (n *Node) step(d lease.Due, now time.Time) {
 	defer cancel()
 	// Each warning is an event, whose notice reaches the holder on their
 	// boards, in every tmux session on every node and by their webhook.
-	warn := func(why string) {
-		n.wmu.Lock()
-		n.deps.Events(lease.WarnEvent(l, why, now))
-		n.wmu.Unlock()
-	}
+	warn := func(why string) { n.record(lease.WarnEvent(l, why, now)) }
 	// endIfDue ends the lease if the clock still calls for d, checked and
 	// ended in one hold of the lock: a change that lands after Tick read
 	// the table (an extend, a gang's commit) keeps the lease.
 	endIfDue := func(reason lease.EndReason) bool {
-		n.wmu.Lock()
-		due := lease.StillDue(n.table, n.now(), n.cfg.Policy, d)
-		var err error
-		if due {
-			err = n.endLocked(l, reason, "", n.now())
-		}
-		n.wmu.Unlock()
+		due := false
+		err := n.locked(func() error {
+			if due = lease.StillDue(n.table, n.now(), n.cfg.Policy, d); !due {
+				return nil
+			}
+			return n.endLocked(l, reason, "", n.now())
+		})
 		if !due || err != nil {
 			return false
 		}

@@ -14,12 +14,7 @@ import (
 func (x *sessionJob) watch(l lease.Lease, u launch.User) {
 	n := x.n
 	ctx, cancel := context.WithCancel(n.ctx)
-	n.watchMu.Lock()
-	if old := n.watching[l.ID]; old != nil {
-		old()
-	}
-	n.watching[l.ID] = cancel
-	n.watchMu.Unlock()
+	x.track(l.ID, cancel)
 	gone := n.deps.Sessions.Watch(ctx, u, l.Session, n.cfg.SessionPoll)
 	n.wg.Add(1)
 	go func() {
@@ -38,11 +33,34 @@ func (x *sessionJob) watch(l lease.Lease, u launch.User) {
 	}()
 }
 
+// track makes cancel the way to stop watching lease id's session,
+// stopping the watcher it replaces.
+func (x *sessionJob) track(id string, cancel context.CancelFunc) {
+	n := x.n
+	n.watchMu.Lock()
+	defer n.watchMu.Unlock()
+	if old := n.watching[id]; old != nil {
+		old()
+	}
+	n.watching[id] = cancel
+}
+
 func (x *sessionJob) stopWatching(id string) {
 	n := x.n
 	n.watchMu.Lock()
 	defer n.watchMu.Unlock()
 	if cancel := n.watching[id]; cancel != nil {
+		cancel()
+		delete(n.watching, id)
+	}
+}
+
+// stopAll stops every session watcher (the sessions keep running).
+func (x *sessionJob) stopAll() {
+	n := x.n
+	n.watchMu.Lock()
+	defer n.watchMu.Unlock()
+	for id, cancel := range n.watching {
 		cancel()
 		delete(n.watching, id)
 	}

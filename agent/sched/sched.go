@@ -110,22 +110,7 @@ func (s *Scheduler) schedule(ctx context.Context, v lease.ClusterView) {
 		entries[e.ID] = e
 	}
 	nodes := v.SchedNodes()
-	s.mu.Lock()
-	var held []lease.InFlight
-	for k, f := range s.inflight {
-		if f.Settled(progress, entries, now) {
-			delete(s.inflight, k)
-			continue
-		}
-		held = append(held, f)
-	}
-	for id, at := range s.reclaiming {
-		if now.Sub(at) > lease.InFlightTimeout {
-			delete(s.reclaiming, id)
-		}
-	}
-	s.mu.Unlock()
-	lease.Hold(nodes, held)
+	lease.Hold(nodes, s.settle(progress, entries, now))
 	waiting, retell := v.Waiting(progress)
 	for _, e := range retell {
 		// Started, but its origin has not heard (or the message was lost):
@@ -138,13 +123,7 @@ func (s *Scheduler) schedule(ctx context.Context, v lease.ClusterView) {
 	plan := lease.Schedule(waiting, nodes, v.Usage(), now, s.cfg)
 	for _, st := range plan.Start {
 		key := st.Entry.Key()
-		s.mu.Lock()
-		_, busy := s.inflight[key]
-		if !busy {
-			s.inflight[key] = lease.InFlight{Key: key, At: now, Ranks: st.Ranks, User: st.Entry.User, UID: st.Entry.UID}
-		}
-		s.mu.Unlock()
-		if busy {
+		if !s.hold(lease.InFlight{Key: key, At: now, Ranks: st.Ranks, User: st.Entry.User, UID: st.Entry.UID}) {
 			continue
 		}
 		s.goTracked(ctx, func(ctx context.Context) {
@@ -161,19 +140,13 @@ func (s *Scheduler) schedule(ctx context.Context, v lease.ClusterView) {
 					// or InFlightTimeout passes.
 					return
 				}
-				s.mu.Lock()
-				delete(s.inflight, key)
-				s.mu.Unlock()
+				s.release(key)
 				s.refused(ctx, st, err)
 			}
 		})
 	}
 	for _, r := range plan.Reclaim {
-		s.mu.Lock()
-		_, busy := s.reclaiming[r.Lease.ID]
-		s.reclaiming[r.Lease.ID] = now
-		s.mu.Unlock()
-		if busy || !r.Lease.PreemptedAt.IsZero() {
+		if s.reclaim(r.Lease.ID, now) || !r.Lease.PreemptedAt.IsZero() {
 			continue
 		}
 		s.deps.Log.Info("reclaiming", "lease", r.Lease.ID, "user", r.Lease.User, "why", r.Reason, "for", r.For)
@@ -185,6 +158,58 @@ func (s *Scheduler) schedule(ctx context.Context, v lease.ClusterView) {
 			}
 		})
 	}
+}
+
+// settle forgets the starts in flight that have settled (their leases
+// show, their origin moved on, or InFlightTimeout passed) and the
+// reclaims past it, and returns the starts still in flight, whose GPUs
+// the pass must not plan again.
+func (s *Scheduler) settle(p lease.Progress, entries map[string]lease.QueueEntry, now time.Time) []lease.InFlight {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var held []lease.InFlight
+	for k, f := range s.inflight {
+		if f.Settled(p, entries, now) {
+			delete(s.inflight, k)
+			continue
+		}
+		held = append(held, f)
+	}
+	for id, at := range s.reclaiming {
+		if now.Sub(at) > lease.InFlightTimeout {
+			delete(s.reclaiming, id)
+		}
+	}
+	return held
+}
+
+// hold marks a start in flight; false when it already is (another pass
+// sent it), so it is never sent twice.
+func (s *Scheduler) hold(f lease.InFlight) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, busy := s.inflight[f.Key]; busy {
+		return false
+	}
+	s.inflight[f.Key] = f
+	return true
+}
+
+// release forgets a start that was refused, so a later pass may plan it.
+func (s *Scheduler) release(key string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.inflight, key)
+}
+
+// reclaim notes that lease id is being reclaimed now and reports whether
+// it already was.
+func (s *Scheduler) reclaim(id string, now time.Time) (busy bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	_, busy = s.reclaiming[id]
+	s.reclaiming[id] = now
+	return busy
 }
 
 // goTracked runs f on its own goroutine with a deadline, tracked so Run

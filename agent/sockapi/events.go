@@ -59,19 +59,11 @@ func (s *Server) handleFollowEvents(w http.ResponseWriter, r *http.Request) {
 			if !ok {
 				return
 			}
-			rc.SetWriteDeadline(time.Now().Add(s.limits.WriteTimeout))
-			if err := enc.Encode(e); err != nil {
-				return
-			}
-			if err := rc.Flush(); err != nil {
+			if s.sendLine(rc, func() error { return enc.Encode(e) }) != nil {
 				return
 			}
 		case <-keepAlive.C:
-			rc.SetWriteDeadline(time.Now().Add(s.limits.WriteTimeout))
-			if _, err := w.Write([]byte("\n")); err != nil {
-				return
-			}
-			if err := rc.Flush(); err != nil {
+			if s.sendLine(rc, func() error { _, err := w.Write([]byte("\n")); return err }) != nil {
 				return
 			}
 		}

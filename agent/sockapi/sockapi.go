@@ -389,14 +389,21 @@ func (s *Server) handleWatch(w http.ResponseWriter, r *http.Request) {
 	boards, stop := b.Watch(ctx)
 	defer stop()
 	for board := range boards {
-		rc.SetWriteDeadline(time.Now().Add(s.limits.WriteTimeout))
-		if err := enc.Encode(board); err != nil {
-			return
-		}
-		if err := rc.Flush(); err != nil {
+		if s.sendLine(rc, func() error { return enc.Encode(board) }) != nil {
 			return
 		}
 	}
+}
+
+// sendLine writes one line of a stream (write) under its own write
+// deadline and flushes it, so the client sees it at once and a reader that
+// stops reading is cut off. An error means the client is gone.
+func (s *Server) sendLine(rc *http.ResponseController, write func() error) error {
+	rc.SetWriteDeadline(time.Now().Add(s.limits.WriteTimeout))
+	if err := write(); err != nil {
+		return err
+	}
+	return rc.Flush()
 }
 
 // capListener reads each connection's peer credentials at accept and

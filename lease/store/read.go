@@ -310,12 +310,40 @@ func readRecords[R, T any](v view, schema int, bucket []byte, what string, conv 
 // ledger's sum, without decoding the JSON: what Open does, fast for a
 // ledger of years.
 func checkLedger(v view, schema int) error {
+	return eachLedger(v, schema, nil)
+}
+
+// readLedger returns the entries that ended at or after since. It reads every
+// entry either way, to check them all against the ledger's sum.
+func readLedger(v view, schema int, since time.Time) ([]lease.LedgerEntry, error) {
+	var out []lease.LedgerEntry
+	err := eachLedger(v, schema, func(j []byte) error {
+		var r ledgerRecord
+		if err := json.Unmarshal(j, &r); err != nil {
+			return err
+		}
+		if !r.End.Before(since) {
+			out = append(out, r.entry())
+		}
+		return nil
+	})
+	return out, err
+}
+
+// eachLedger walks the ledger checking every record's key, checksum and
+// version, hands each record's JSON to f (nil: none is decoded), and
+// checks the ledger's sum at the end: the one walk Open's check and every
+// read share.
+func eachLedger(v view, schema int, f func(j []byte) error) error {
 	var d digest
 	_, err := v.each(bucketLedger, func(k, val []byte) error {
 		if len(k) != 8 {
 			return fmt.Errorf("ledger key %x is not 8 bytes", k)
 		}
-		_, sum, err := payload(schema, bucketLedger, k, val)
+		j, sum, err := payload(schema, bucketLedger, k, val)
+		if err == nil && f != nil {
+			err = f(j)
+		}
 		if err != nil {
 			return fmt.Errorf("ledger entry %x: %w", k, err)
 		}
@@ -326,34 +354,6 @@ func checkLedger(v view, schema int) error {
 		err = checkDigest(v, schema, bucketLedger, d)
 	}
 	return err
-}
-
-// readLedger returns the entries that ended at or after since. It reads every
-// entry either way, to check them all against the ledger's sum.
-func readLedger(v view, schema int, since time.Time) ([]lease.LedgerEntry, error) {
-	var out []lease.LedgerEntry
-	var d digest
-	_, err := v.each(bucketLedger, func(k, val []byte) error {
-		if len(k) != 8 {
-			return fmt.Errorf("ledger key %x is not 8 bytes", k)
-		}
-		j, sum, err := payload(schema, bucketLedger, k, val)
-		if err == nil {
-			var r ledgerRecord
-			if err = json.Unmarshal(j, &r); err == nil && !r.End.Before(since) {
-				out = append(out, r.entry())
-			}
-		}
-		if err != nil {
-			return fmt.Errorf("ledger entry %x: %w", k, err)
-		}
-		d.add(sum)
-		return nil
-	})
-	if err == nil {
-		err = checkDigest(v, schema, bucketLedger, d)
-	}
-	return out, err
 }
 
 // writer is one write transaction on a schema-2 file: every record it puts

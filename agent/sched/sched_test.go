@@ -1,0 +1,288 @@
+package sched_test
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/dibs-gpu/dibs/agent/clock"
+	"github.com/dibs-gpu/dibs/agent/peer"
+	"github.com/dibs-gpu/dibs/agent/sched"
+	"github.com/dibs-gpu/dibs/lease"
+	"github.com/dibs-gpu/dibs/nodeprobe/sim"
+)
+
+var t0 = time.Date(2026, 3, 2, 9, 0, 0, 0, time.UTC)
+
+// cluster is a few agents' peer muxes wired to one another in process: the
+// scheduler's calls go through the real envelope, encoding and checks of
+// the peer protocol, and every node's answer is recorded in arrival order.
+type cluster struct {
+	muxes map[string]*peer.Mux
+	// refuse maps "node phase" to the refusal that node answers.
+	refuse map[string]error
+
+	mu    sync.Mutex
+	calls []string
+	token uint64
+}
+
+// Request implements peer.Transport by serving on the named node's mux.
+func (c *cluster) Request(ctx context.Context, node, op string, body []byte) ([]byte, lease.Code, string, error) {
+	m, ok := c.muxes[node]
+	if !ok {
+		return nil, "", "", fmt.Errorf("no node %s", node)
+	}
+	reply, code, msg := m.Serve(ctx, "node01", op, body)
+	return reply, code, msg, nil
+}
+
+// Protocols implements peer.Transport: every node speaks this release.
+func (c *cluster) Protocols(string) (int, int, bool) { return peer.MinVersion, peer.Version, true }
+
+func (c *cluster) record(s string) {
+	c.mu.Lock()
+	c.calls = append(c.calls, s)
+	c.mu.Unlock()
+}
+
+func (c *cluster) seen() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return slices.Clone(c.calls)
+}
+
+func newCluster(names ...string) *cluster {
+	c := &cluster{muxes: map[string]*peer.Mux{}, refuse: map[string]error{}}
+	for _, name := range names {
+		m := peer.NewMux(name)
+		m.SetTransport(c)
+		peer.Handle(m, peer.Place, func(_ context.Context, _ string, _ peer.Actor, r peer.PlaceRequest) (peer.PlaceReply, error) {
+			c.record(fmt.Sprintf("%s place %s", name, r.Key))
+			return peer.PlaceReply{}, nil
+		})
+		peer.Handle(m, peer.Start, func(_ context.Context, _ string, who peer.Actor, r peer.StartRequest) (peer.StartReply, error) {
+			c.record(fmt.Sprintf("%s %s %s gpus %v rank %d as %s", name, r.Phase, r.Entry.Key(), r.GPUs, r.Rank, who.User))
+			if err := c.refuse[name+" "+string(r.Phase)]; err != nil {
+				return peer.StartReply{}, err
+			}
+			c.mu.Lock()
+			c.token++
+			tok := c.token
+			c.mu.Unlock()
+			return peer.StartReply{Host: name, Port: 29500, Lease: lease.Lease{
+				ID: fmt.Sprintf("%s-%d", name, tok), Node: name, User: r.Entry.User, UID: r.Entry.UID, GPUs: r.GPUs,
+				Token: tok, Entry: r.Entry.Key(), StartedAt: t0, ExpiresAt: t0.Add(r.Entry.Duration),
+			}}, nil
+		})
+		peer.Handle(m, peer.Started, func(_ context.Context, _ string, _ peer.Actor, r peer.StartedRequest) (peer.Empty, error) {
+			c.record(fmt.Sprintf("%s started %s", name, r.Key))
+			return peer.Empty{}, nil
+		})
+		peer.Handle(m, peer.Release, func(_ context.Context, _ string, who peer.Actor, r peer.ReleaseRequest) (peer.ReleaseReply, error) {
+			c.record(fmt.Sprintf("%s release %v as %s", name, r.IDs, who.User))
+			return peer.ReleaseReply{}, nil
+		})
+		peer.Handle(m, peer.Refused, func(_ context.Context, _ string, _ peer.Actor, r peer.RefusedRequest) (peer.Empty, error) {
+			c.record(fmt.Sprintf("%s refused %s on %s: %s", name, r.Key, r.Node, r.Reason))
+			return peer.Empty{}, nil
+		})
+		peer.Handle(m, peer.Preempt, func(_ context.Context, _ string, _ peer.Actor, r peer.PreemptRequest) (peer.Empty, error) {
+			c.record(fmt.Sprintf("%s preempt %s (%s)", name, r.Lease, r.Reason))
+			return peer.Empty{}, nil
+		})
+		c.muxes[name] = m
+	}
+	return c
+}
+
+// nodeView is an alive node of four simulated H100s.
+func nodeView(t *testing.T, name string) lease.NodeView {
+	t.Helper()
+	p, err := sim.New(sim.Options{Spec: "4xH100-80GB", HostName: name, Now: func() time.Time { return t0 }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	snap, err := p.Snapshot(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	snap.Host.Name = name
+	return lease.NodeView{Name: name, State: lease.NodeAlive, HasState: true, Snap: snap, Protocol: peer.Version}
+}
+
+func entry(id, user string, uid, nodes, gpus int, submitted time.Duration) lease.QueueEntry {
+	return lease.QueueEntry{ID: id, Origin: "node01", User: user, UID: uid, SubmittedAt: t0.Add(submitted),
+		Nodes: nodes, GPUsPerNode: gpus, Duration: time.Hour, Kind: lease.KindBatch}
+}
+
+// TestPass runs one scheduling pass over a cluster view and checks what
+// the scheduler asked of which node, in order: calls within one group may
+// come in any order (a gang's ranks are reserved at once), groups come one
+// after the other.
+func TestPass(t *testing.T) {
+	tests := []struct {
+		name  string
+		nodes []string
+		// held are leases already on the nodes.
+		held   map[string][]lease.Lease
+		queue  []lease.QueueEntry
+		usage  map[string]float64
+		refuse map[string]error
+		// passes is how many passes run (default 1); firstPass is how many
+		// calls every pass but the last makes by itself (default all).
+		passes, firstPass int
+		// down are nodes memberlist holds dead.
+		down []string
+		want [][]string
+	}{
+		{
+			name: "one waiting entry starts where it fits", nodes: []string{"node01"},
+			queue: []lease.QueueEntry{entry("node01-q1", "alice", 1001, 1, 2, 0)},
+			want: [][]string{
+				{"node01 place node01-q1#0"},
+				{"node01 start node01-q1#0 gpus [0 1] rank 0 as alice"},
+				{"node01 started node01-q1#0"},
+			},
+		},
+		{
+			name: "the lighter user goes first when only one fits", nodes: []string{"node01"},
+			queue: []lease.QueueEntry{entry("node01-q1", "alice", 1001, 1, 4, 0), entry("node01-q2", "bob", 1002, 1, 4, time.Minute)},
+			usage: map[string]float64{"alice": 500 * 3600},
+			want: [][]string{
+				{"node01 place node01-q2#0"},
+				{"node01 start node01-q2#0 gpus [0 1 2 3] rank 0 as bob"},
+				{"node01 started node01-q2#0"},
+			},
+		},
+		{
+			name: "nothing starts on GPUs someone holds", nodes: []string{"node01"},
+			held:  map[string][]lease.Lease{"node01": {{ID: "node01-7", Node: "node01", User: "carol", UID: 1003, GPUs: []int{0, 1, 2}, Token: 7, StartedAt: t0, ExpiresAt: t0.Add(time.Hour)}}},
+			queue: []lease.QueueEntry{entry("node01-q1", "alice", 1001, 1, 2, 0)},
+			want:  nil,
+		},
+		{
+			name: "a gang reserves every rank, then commits them together", nodes: []string{"node01", "node02"},
+			queue: []lease.QueueEntry{entry("node01-q1", "alice", 1001, 2, 4, 0)},
+			want: [][]string{
+				{"node01 place node01-q1#0"},
+				{"node01 reserve node01-q1#0 gpus [0 1 2 3] rank 0 as alice", "node02 reserve node01-q1#0 gpus [0 1 2 3] rank 1 as alice"},
+				{"node01 commit node01-q1#0 gpus [0 1 2 3] rank 0 as alice", "node02 commit node01-q1#0 gpus [0 1 2 3] rank 1 as alice"},
+				{"node01 started node01-q1#0"},
+			},
+		},
+		{
+			name: "a rank refused gives back the others and tells the origin why", nodes: []string{"node01", "node02"},
+			queue:  []lease.QueueEntry{entry("node01-q1", "alice", 1001, 2, 4, 0)},
+			refuse: map[string]error{"node02 reserve": &lease.Error{Code: lease.CodeForbidden, Msg: "alice has no account on node02, so no session can run as them there"}},
+			want: [][]string{
+				{"node01 place node01-q1#0"},
+				{"node01 reserve node01-q1#0 gpus [0 1 2 3] rank 0 as alice", "node02 reserve node01-q1#0 gpus [0 1 2 3] rank 1 as alice"},
+				{"node01 release [node01-1] as alice"},
+				{"node01 refused node01-q1#0 on node02: reserve rank on node02: alice has no account on node02, so no session can run as them there"},
+			},
+		},
+		{
+			name: "a start whose answer was lost is not tried again elsewhere", nodes: []string{"node01", "node02"},
+			queue:  []lease.QueueEntry{entry("node01-q1", "alice", 1001, 1, 4, 0)},
+			refuse: map[string]error{"node01 start": &lease.Error{Code: lease.CodeNoAnswer, Msg: "node01 did not answer in time"}},
+			passes: 3, firstPass: 2,
+			want: [][]string{
+				{"node01 place node01-q1#0"},
+				{"node01 start node01-q1#0 gpus [0 1 2 3] rank 0 as alice"},
+			},
+		},
+		{
+			name: "a start refused for now is tried again", nodes: []string{"node01"},
+			queue:  []lease.QueueEntry{entry("node01-q1", "alice", 1001, 1, 4, 0)},
+			refuse: map[string]error{"node01 start": &lease.Error{Code: lease.CodeConflict, Msg: "GPU 0 is held by carol"}},
+			passes: 2, firstPass: 2,
+			want: [][]string{
+				{"node01 place node01-q1#0"},
+				{"node01 start node01-q1#0 gpus [0 1 2 3] rank 0 as alice"},
+				{"node01 place node01-q1#0"},
+				{"node01 start node01-q1#0 gpus [0 1 2 3] rank 0 as alice"},
+			},
+		},
+		{
+			name: "no gang is placed on a node that is down", nodes: []string{"node01", "node02"},
+			queue: []lease.QueueEntry{entry("node01-q1", "alice", 1001, 2, 4, 0)},
+			down:  []string{"node02"},
+			want:  nil,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := newCluster(tt.nodes...)
+			for k, v := range tt.refuse {
+				c.refuse[k] = v
+			}
+			var views []lease.NodeView
+			for _, name := range tt.nodes {
+				nv := nodeView(t, name)
+				nv.Leases = tt.held[name]
+				if slices.Contains(tt.down, name) {
+					nv.State = lease.NodeDead
+				}
+				if name == "node01" {
+					nv.Queue, nv.Usage = tt.queue, tt.usage
+				}
+				views = append(views, nv)
+			}
+			clk := clock.NewFake(t0)
+			var passesRun atomic.Int32
+			view := func() lease.ClusterView {
+				passesRun.Add(1)
+				return lease.NewClusterView(views[0], views[1:], clk.Now())
+			}
+			s := sched.New("node01", lease.SchedConfig{}, sched.Deps{View: view, Peers: c.muxes["node01"], Clock: clk})
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan struct{})
+			go func() { s.Run(ctx); close(done) }()
+			var flat []string
+			for _, g := range tt.want {
+				flat = append(flat, g...)
+			}
+			passes := max(tt.passes, 1)
+			for p := range passes {
+				s.Kick()
+				// A pass has run (it read the view) and made the calls
+				// expected of it before the next is asked for.
+				target := len(flat)
+				if p < passes-1 && tt.firstPass > 0 {
+					target = tt.firstPass
+				}
+				deadline := time.Now().Add(5 * time.Second)
+				for (int(passesRun.Load()) <= p || len(c.seen()) < target) && time.Now().Before(deadline) {
+					time.Sleep(5 * time.Millisecond)
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+			// A pass that should do nothing is given time to do something
+			// wrong; one more pass must not start anything twice.
+			time.Sleep(50 * time.Millisecond)
+			cancel()
+			<-done
+			got := c.seen()
+			if len(got) != len(flat) {
+				t.Fatalf("calls:\n  %s\nwant:\n  %s", strings.Join(got, "\n  "), strings.Join(flat, "\n  "))
+			}
+			i := 0
+			for _, g := range tt.want {
+				part := slices.Clone(got[i : i+len(g)])
+				slices.Sort(part)
+				want := slices.Clone(g)
+				slices.Sort(want)
+				if !slices.Equal(part, want) {
+					t.Errorf("calls %d..%d:\n  %s\nwant (any order):\n  %s", i, i+len(g)-1, strings.Join(part, "\n  "), strings.Join(want, "\n  "))
+				}
+				i += len(g)
+			}
+		})
+	}
+}

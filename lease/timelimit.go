@@ -1,0 +1,34 @@
+package lease
+
+import "time"
+
+// checkDuration is the time limit a lease, booking or queued request of
+// kind k gets under policy p: the kind's default when none was asked for,
+// else d itself, refused when it is not positive or over the kind's
+// maximum. Every path that grants time calls it, so the words of the
+// refusal are the same wherever it is asked.
+func checkDuration(d time.Duration, k Kind, p Policy) (time.Duration, error) {
+	def, max := p.Limits(k)
+	if d == 0 {
+		return def, nil
+	}
+	if d < 0 {
+		return 0, Invalidf("duration must be positive, got %s", FormatDuration(d))
+	}
+	if d > max {
+		return 0, Invalidf("%s is over the %s maximum of %s on this node: ask for less (--for %s)", FormatDuration(d), k, FormatDuration(max), FormatDuration(max))
+	}
+	return d, nil
+}
+
+// kindOrDefault is the kind a request asked for, interactive when it named
+// none, refused when it names no kind dibs knows.
+func kindOrDefault(k Kind) (Kind, error) {
+	if k == "" {
+		return KindInteractive, nil
+	}
+	if _, err := ParseKind(string(k)); err != nil {
+		return "", err
+	}
+	return k, nil
+}
