@@ -363,6 +363,12 @@ func (a *Agent) serve() error {
 		a.cluster = cl
 		a.svc.SetCluster(cl)
 		a.peers.SetTransport(cl)
+		if len(a.cfg.Cluster.Join) > 0 {
+			// A restarted agent answers with the cluster, not alone:
+			// when every peer restarted with it, the first one up
+			// would otherwise show none of the others' work.
+			cl.awaitPeers(awaitPeers)
+		}
 	}
 	if a.cfg.Socket != "" {
 		var obs sockapi.Observer

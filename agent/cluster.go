@@ -239,6 +239,38 @@ func (l *clusterLink) Status(now time.Time) ([]api.Member, api.GossipCounter) {
 
 func (l *clusterLink) publish(urgent bool) { l.c.Publish(urgent) }
 
+// awaitPeers is how long a starting agent that joins others waits to hear
+// from one before it serves.
+const awaitPeers = 3 * time.Second
+
+// awaitPeers waits, at most within, until this agent has heard the state
+// of another agent and of every member that is alive. The initial join
+// brings the others' states at once when any of them is up; when none is
+// (they restart too), the first to come back is waited for, so the agent
+// does not open its doors showing an empty cluster. Real time: it waits on
+// the network.
+func (l *clusterLink) awaitPeers(within time.Duration) {
+	deadline := time.Now().Add(within)
+	for time.Now().Before(deadline) {
+		heard, all := 0, true
+		for _, p := range l.c.View() {
+			if p.Name == l.a.cfg.NodeName || p.State != gossip.StateAlive {
+				continue
+			}
+			if p.HasState {
+				heard++
+			} else {
+				all = false
+			}
+		}
+		if heard > 0 && all {
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	l.a.log.Info("serving before any other agent answered", "waited", within)
+}
+
 func (l *clusterLink) addr() string { return l.c.LocalAddr() }
 
 func (l *clusterLink) shutdown(how exitHow) {

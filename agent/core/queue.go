@@ -134,20 +134,6 @@ func (b *Bound) EntryStatus(ctx context.Context, id string) (api.EntryStatus, er
 	return b.s.deps.Origin.Status(id, b.s.deps.Clock.Now()), nil
 }
 
-// Leave takes this node out of the cluster for good and stops its agent
-// (`dibs leave`, run by the package's removal): root or an admin only.
-func (b *Bound) Leave(context.Context) (api.LeaveResponse, error) {
-	if !b.c.Admin {
-		return api.LeaveResponse{}, &lease.Error{Code: lease.CodeForbidden, Msg: "only root or an admin can take a node out of the cluster: run `sudo dibs leave`"}
-	}
-	if b.s.deps.Leave == nil {
-		return api.LeaveResponse{}, lease.Invalidf("this agent cannot leave on request")
-	}
-	b.s.log.Info("leaving the cluster for good", "by", b.c.User)
-	b.s.deps.Leave()
-	return api.LeaveResponse{Node: b.s.cfg.Node}, nil
-}
-
 // Queue is `dibs queue`: the waiting requests in scheduling order, then the
 // running ones.
 func (b *Bound) Queue(context.Context) (api.Queue, error) {
