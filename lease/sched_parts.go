@@ -208,14 +208,19 @@ func (s *scheduler) visitShared(e *QueueEntry, r *Ranked, plan *Plan) {
 	if g.freeAt < end {
 		g.freeAt, g.late = end, false
 	}
+	// Quotas count the share of the GPU the budget takes.
+	share := 1.0
+	if t := sn.total[bestB]; t > 0 {
+		share = min(float64(e.MemMiB)/float64(t), 1)
+	}
 	plan.Start = append(plan.Start, Start{
 		Entry: *e, Ranks: []RankPlacement{{Node: sn.name, GPUs: []int{g.index}}},
-		Borrowed: s.borrows(e.User, 1), Backfill: s.head != nil,
+		Borrowed: s.borrows(e.User, share), Backfill: s.head != nil,
 	})
-	s.userUsed[e.User]++
+	s.userUsed[e.User] += share
 	s.usePools(sn, e.User, 1)
 	if grp := s.cfg.UserGroups[e.User]; grp != "" {
-		s.groupUsed[grp]++
+		s.groupUsed[grp] += share
 	}
 	r.EstStart = s.now
 }
