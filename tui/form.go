@@ -245,7 +245,7 @@ func (f *form) view(st *styles, width int) (lines []string, curLine, curCol int)
 
 // leaseWhat says what a lease holds, in the board's words: "GPUs 2,3", a
 // MIG lease by its instance ("MIG 3g.40gb (0:1) of GPU 0"), a budget by its
-// size ("20 GiB of GPU 1"). b is the board that knows the instances.
+// size ("20.0 GiB of GPU 1"). b is the board that knows the instances.
 func leaseWhat(l *lease.Lease, b *api.Board) string {
 	switch {
 	case l.MIG != "" && len(l.GPUs) == 1:
