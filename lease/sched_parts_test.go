@@ -115,7 +115,7 @@ func TestSchedulePoolMaxGPUs(t *testing.T) {
 	e1.Origin, e2.Origin = "a", "a"
 	p := lease.Schedule([]lease.QueueEntry{e1, e2}, []lease.SchedNode{a, b}, nil, t0, cfg)
 	checkList(t, "starts within the pool's 2 GPUs per person", started(p), []string{"a-q1@a:[1]"})
-	if r := ranked(t, p, "a-q2"); r.Waiting != "no node that is up has 1 working GPU in pool h100 (pool limits keep it off a)" {
+	if r := ranked(t, p, "a-q2"); r.Waiting != "no node that is up has 1 working GPU in pool h100 (pool limits keep it off a: pool h100 allows 2 GPUs per person and alice holds 2 there)" {
 		t.Errorf("the second waits %q, want it to say why", r.Waiting)
 	}
 }
