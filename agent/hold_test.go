@@ -290,3 +290,33 @@ func TestCancelEndsARunningQueuedRun(t *testing.T) {
 		return len(n.Queue().Entries) == 0
 	})
 }
+
+// Quotas count the share of a GPU a part holds: with a quota of one GPU,
+// alice's two 20 GiB budgets on an 80 GiB GPU (half a GPU) and a MIG
+// instance of 3g.40gb (half of another) borrow nothing; a second whole GPU
+// does. Before, each part counted as a whole GPU, so her second budget
+// borrowed.
+func TestQuotasCountPartsFractionally(t *testing.T) {
+	t.Parallel()
+	n := agenttest.Start(t, agenttest.Options{Sim: "1xA100-80GB:mig=3g.40gb+2g.20gb+1g.10gb,2xA100-80GB", Users: holdUsers, Quiet: true,
+		Sched: lease.SchedConfig{Quotas: map[string]int{"alice": 1}}})
+	steps := []struct {
+		what     string
+		req      api.ClaimRequest
+		borrowed bool
+	}{
+		{"a 20 GiB budget", api.ClaimRequest{Mem: "20G", GPUs: []int{1}}, false},
+		{"a second 20 GiB budget", api.ClaimRequest{Mem: "20G", GPUs: []int{1}}, false},
+		{"a 3g.40gb MIG instance", api.ClaimRequest{MIG: "3g.40gb"}, false},
+		{"a whole GPU", api.ClaimRequest{Count: 1}, true},
+	}
+	for _, st := range steps {
+		r, err := n.As(holdAlice).Claim(ctx(t), st.req)
+		if err != nil {
+			t.Fatalf("%s: %v", st.what, err)
+		}
+		if r.Borrowed != st.borrowed {
+			t.Errorf("%s: borrowed %v, want %v (quotas count the share of a GPU a part holds)", st.what, r.Borrowed, st.borrowed)
+		}
+	}
+}

@@ -123,10 +123,14 @@ func ChooseNodeFor(cands []Candidate, w Want, pools Pools, user string) (string,
 		}
 	}
 	node, err := chooseAmong(in, w)
-	if err != nil && closest != nil && CodeOf(err) == CodeConflict {
+	switch {
+	case err == nil || closest == nil:
+		return node, err
+	case CodeOf(err) == CodeConflict:
 		return "", errorf(CodeOf(closest), "%s (no other node has room now: %v)", closest.(*Error).Msg, err)
 	}
-	return node, err
+	// No other node could ever take it: the closest fit's limit is the answer.
+	return "", closest
 }
 
 // chooseAmong picks among nodes whose pools allow the claim.

@@ -268,3 +268,49 @@ func TestPoolLimits(t *testing.T) {
 	}
 	checkRefusal(t, v.PoolQuota(p.Pools, snap.Host.Tags, "alice", 2), lease.CodeConflict, "pool h100 allows 2 GPUs per person and you hold 1 there")
 }
+
+// Placement reads the pools' limits before it chooses: a node whose pool
+// refuses the claim is passed over while another can take it, and when
+// none can, the refusal is the closest fit's (a node with room whose pool
+// refuses), in words that make sense.
+func TestChooseNodeForPoolLimits(t *testing.T) {
+	h100 := islands(4)
+	l40s := islands(2)
+	for i := range l40s.GPUs {
+		l40s.GPUs[i].Model = "NVIDIA L40S"
+	}
+	pools := lease.Pools{"l40s": {MaxGPUs: 1, MaxTime: 2 * time.Hour}}
+	busyH100 := cand("h1", h100, "h100")
+	for i := range 4 {
+		busyH100.Leases = append(busyH100.Leases, held(uint64(i+1), bob, []int{i}, t0, time.Hour))
+	}
+	for _, tt := range []struct {
+		name  string
+		cands []lease.Candidate
+		w     lease.Want
+		want  string
+		err   string
+	}{
+		{"-g 2 passes over the pool that allows 1", []lease.Candidate{cand("h1", h100, "h100"), cand("l1", l40s, "l40s")}, lease.Want{Count: 2}, "h1", ""},
+		{"-g 1 holding one in the pool goes elsewhere", []lease.Candidate{cand("h1", h100, "h100"), cand("l1", l40s, "l40s")}, lease.Want{Count: 1, Held: map[string]int{"l40s": 1}}, "h1", ""},
+		{"--for 3h passes over the pool's 2h", []lease.Candidate{cand("h1", h100, "h100"), cand("l1", l40s, "l40s")}, lease.Want{Count: 1, Duration: 3 * time.Hour}, "h1", ""},
+		{"-g 1 packs into the pool when it may", []lease.Candidate{cand("h1", h100, "h100"), cand("l1", l40s, "l40s")}, lease.Want{Count: 1}, "l1", ""},
+		{"H100s busy, pool full: the pool's limit, and what is elsewhere", []lease.Candidate{busyH100, cand("l1", l40s, "l40s")}, lease.Want{Count: 1, Held: map[string]int{"l40s": 1}}, "",
+			"pool l40s allows 1 GPU per person and you hold 1 there already: release it (`dibs ls` shows its id), or ask outside the pool (no other node has room now: "},
+		{"-g 2 only the pool could ever take", []lease.Candidate{cand("l1", l40s, "l40s")}, lease.Want{Count: 2}, "",
+			"pool l40s allows 1 GPU per person and 2 were asked for: ask for at most 1 there, or outside the pool"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := lease.ChooseNodeFor(tt.cands, tt.w, pools, "alice")
+			if tt.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.err) {
+					t.Errorf("got %q, %v; want a refusal saying %q", got, err, tt.err)
+				}
+				return
+			}
+			if err != nil || got != tt.want {
+				t.Errorf("got %q, %v; want %s", got, err, tt.want)
+			}
+		})
+	}
+}

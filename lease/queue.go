@@ -222,12 +222,15 @@ type SchedConfig struct {
 }
 
 // Borrows reports whether n more GPUs take user beyond their nominal quota,
-// given the GPUs they (userUsed) and their group (groupUsed) hold now. With
+// given the GPUs they (userUsed) and their group (groupUsed) hold now.
+// Quotas count GPUs fractionally: a MIG instance or a memory budget counts
+// the share of its GPU it holds (Lease.Weight), so a quota of 1 holds two
+// half-GPU budgets, and a third borrows. With
 // no quotas configured nobody borrows; with quotas configured, a user with
 // neither a user nor a group quota has a nominal quota of zero, so
 // everything they run is borrowed. The scheduler and a direct claim judge
 // by this one rule.
-func (c SchedConfig) Borrows(user string, n, userUsed, groupUsed int) bool {
+func (c SchedConfig) Borrows(user string, n, userUsed, groupUsed float64) bool {
 	if len(c.Quotas) == 0 && len(c.GroupQuotas) == 0 {
 		return false
 	}
@@ -240,11 +243,14 @@ func (c SchedConfig) Borrows(user string, n, userUsed, groupUsed int) bool {
 	if !hasU && !hasG {
 		return true
 	}
-	return hasU && userUsed+n > uq || hasG && groupUsed+n > gq
+	// A hair of slack: shares are sums of fractions.
+	const eps = 1e-9
+	return hasU && userUsed+n > float64(uq)+eps || hasG && groupUsed+n > float64(gq)+eps
 }
 
-// QuotaUse counts the GPUs user and user's group hold in leases, for Borrows.
-func (c SchedConfig) QuotaUse(user string, leases []Lease) (userUsed, groupUsed int) {
+// QuotaUse counts the GPUs user and user's group hold in leases, for
+// Borrows: whole GPUs, and the share of a GPU a part holds.
+func (c SchedConfig) QuotaUse(user string, leases []Lease) (userUsed, groupUsed float64) {
 	g := c.UserGroups[user]
 	for i := range leases {
 		l := &leases[i]
@@ -252,10 +258,10 @@ func (c SchedConfig) QuotaUse(user string, leases []Lease) (userUsed, groupUsed 
 			continue
 		}
 		if l.User == user {
-			userUsed += len(l.GPUs)
+			userUsed += l.Weight()
 		}
 		if g != "" && c.UserGroups[l.User] == g {
-			groupUsed += len(l.GPUs)
+			groupUsed += l.Weight()
 		}
 	}
 	return userUsed, groupUsed

@@ -208,14 +208,19 @@ func (s *scheduler) visitShared(e *QueueEntry, r *Ranked, plan *Plan) {
 	if g.freeAt < end {
 		g.freeAt, g.late = end, false
 	}
+	// Quotas count the share of the GPU the budget takes.
+	share := 1.0
+	if t := sn.total[bestB]; t > 0 {
+		share = min(float64(e.MemMiB)/float64(t), 1)
+	}
 	plan.Start = append(plan.Start, Start{
 		Entry: *e, Ranks: []RankPlacement{{Node: sn.name, GPUs: []int{g.index}}},
-		Borrowed: s.borrows(e.User, 1), Backfill: s.head != nil,
+		Borrowed: s.borrows(e.User, share), Backfill: s.head != nil,
 	})
-	s.userUsed[e.User]++
+	s.userUsed[e.User] += share
 	s.usePools(sn, e.User, 1)
 	if grp := s.cfg.UserGroups[e.User]; grp != "" {
-		s.groupUsed[grp]++
+		s.groupUsed[grp] += share
 	}
 	r.EstStart = s.now
 }
@@ -276,22 +281,46 @@ func (s *scheduler) sharedFreeAt(sn *snode, b int, room, need uint64) int64 {
 }
 
 // poolNote says which pools an entry is held to and which nodes their
-// limits keep it off, for the reason it waits: " in pool h100 (its limits
-// keep it off a)".
+// limits keep it off, and why, for the reason it waits: " in pool h100
+// (pool limits keep it off a: pool h100 allows 2 GPUs per person and alice
+// holds 2 there)".
 func (s *scheduler) poolNote(e *QueueEntry) string {
 	note := ""
 	if len(e.Tags) > 0 {
 		note = " in pool " + strings.Join(e.Tags, "+")
 	}
-	var off []string
+	var off, why []string
 	for i := range s.nodes {
 		sn := &s.nodes[i]
 		if sn.alive && len(sn.pools) > 0 && HasTags(sn.tags, e.Tags) && !s.allows(sn, e) {
 			off = append(off, sn.name)
+			if w := s.poolWhy(sn, e); w != "" && !slices.Contains(why, w) {
+				why = append(why, w)
+			}
 		}
 	}
 	if len(off) > 0 {
-		note += " (pool limits keep it off " + strings.Join(off, ", ") + ")"
+		note += " (pool limits keep it off " + strings.Join(off, ", ")
+		if len(why) > 0 {
+			note += ": " + strings.Join(why, "; ")
+		}
+		note += ")"
 	}
 	return note
+}
+
+// poolWhy says which of the node's pool limits the entry breaks.
+func (s *scheduler) poolWhy(sn *snode, e *QueueEntry) string {
+	for i := range sn.pools {
+		pl, name := &sn.pools[i], sn.poolNames[i]
+		switch {
+		case len(pl.Users) > 0 && !slices.Contains(pl.Users, e.User):
+			return fmt.Sprintf("pool %s is open to %s only", name, strings.Join(pl.Users, ", "))
+		case pl.MaxTime > 0 && e.Duration > pl.MaxTime:
+			return fmt.Sprintf("its %s is over pool %s's max_time of %s", FormatDuration(e.Duration), name, FormatDuration(pl.MaxTime))
+		case pl.MaxGPUs > 0 && s.poolUsed[poolKey(name, e.User)]+e.GPUsPerNode > pl.MaxGPUs:
+			return fmt.Sprintf("pool %s allows %s per person and %s holds %d there", name, gpuCount(pl.MaxGPUs), e.User, s.poolUsed[poolKey(name, e.User)])
+		}
+	}
+	return ""
 }

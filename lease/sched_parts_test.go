@@ -115,7 +115,38 @@ func TestSchedulePoolMaxGPUs(t *testing.T) {
 	e1.Origin, e2.Origin = "a", "a"
 	p := lease.Schedule([]lease.QueueEntry{e1, e2}, []lease.SchedNode{a, b}, nil, t0, cfg)
 	checkList(t, "starts within the pool's 2 GPUs per person", started(p), []string{"a-q1@a:[1]"})
-	if r := ranked(t, p, "a-q2"); r.Waiting != "no node that is up has 1 working GPU in pool h100 (pool limits keep it off a)" {
+	if r := ranked(t, p, "a-q2"); r.Waiting != "no node that is up has 1 working GPU in pool h100 (pool limits keep it off a: pool h100 allows 2 GPUs per person and alice holds 2 there)" {
 		t.Errorf("the second waits %q, want it to say why", r.Waiting)
+	}
+}
+
+// Quotas count the share of a GPU a budget holds: alice, with a quota of
+// one GPU and half a GPU in a running budget, starts a quarter-GPU budget
+// within her quota, and the pass counts it so (a whole GPU after it would
+// borrow). Before, every part counted as a whole GPU.
+func TestScheduleQuotasCountShares(t *testing.T) {
+	a := on(2, alice, []int{0}, t0, t0.Add(time.Hour))
+	a.MemMiB, a.Share = 40<<10, 0.5
+	n := snode("gpu-01", 2, a)
+	cfg := lease.SchedConfig{Quotas: map[string]int{"alice": 1}}
+	tests := []struct {
+		name     string
+		entry    lease.QueueEntry
+		borrowed bool
+	}{
+		{"a quarter-GPU budget beside half a GPU", sharedEntry("gpu-01-q1", alice, 20<<10, t0), false},
+		{"a whole GPU beside half a GPU", ask("gpu-01-q2", alice, 1, 1, time.Hour, t0), true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := lease.Schedule([]lease.QueueEntry{tt.entry}, []lease.SchedNode{n}, nil, t0, cfg)
+			if len(p.Start) != 1 || p.Start[0].Borrowed != tt.borrowed {
+				t.Fatalf("starts %+v; want one, borrowed %v", p.Start, tt.borrowed)
+			}
+		})
+	}
+	used, _ := cfg.QuotaUse("alice", []lease.Lease{a, a})
+	if used != 1 {
+		t.Errorf("two half-GPU budgets count %v GPUs, want 1", used)
 	}
 }

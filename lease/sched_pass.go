@@ -106,11 +106,14 @@ type scheduler struct {
 	byName     map[string]int
 	totalAvail int
 	quotas     bool
-	userUsed   map[string]int
-	groupUsed  map[string]int
-	starting   map[string]bool
-	places     map[placeKey]*placeResult
-	models     map[string][]uint64
+	// maxMem is the largest GPU memory of the pass's nodes (0: not looked
+	// yet), what a budget's share is counted against before it is placed.
+	maxMem    uint64
+	userUsed  map[string]float64
+	groupUsed map[string]float64
+	starting  map[string]bool
+	places    map[placeKey]*placeResult
+	models    map[string][]uint64
 	// poolUsed counts the GPUs each user holds in each pool with a
 	// MaxGPUs, by poolKey.
 	poolUsed map[string]int
@@ -129,8 +132,8 @@ func newScheduler(nodes []SchedNode, now time.Time, cfg SchedConfig) *scheduler 
 		nodes:     make([]snode, len(nodes)),
 		byName:    make(map[string]int, len(nodes)),
 		quotas:    len(cfg.Quotas) > 0 || len(cfg.GroupQuotas) > 0,
-		userUsed:  make(map[string]int),
-		groupUsed: make(map[string]int),
+		userUsed:  make(map[string]float64),
+		groupUsed: make(map[string]float64),
 		starting:  make(map[string]bool),
 		places:    make(map[placeKey]*placeResult),
 	}
@@ -181,10 +184,10 @@ func (s *scheduler) addNode(sn *snode, n *SchedNode, topos map[string]int, sig [
 		if l.Entry != "" {
 			s.starting[l.Entry] = true
 		}
-		s.userUsed[l.User] += len(l.GPUs)
+		s.userUsed[l.User] += l.Weight()
 		s.usePools(sn, l.User, len(l.GPUs))
 		if g := s.cfg.UserGroups[l.User]; g != "" {
-			s.groupUsed[g] += len(l.GPUs)
+			s.groupUsed[g] += l.Weight()
 		}
 		end, late := s.leaseEnd(l)
 		for _, idx := range l.GPUs {
@@ -286,7 +289,7 @@ func (s *scheduler) rank(entries []QueueEntry, usage Usage) []rankKey {
 			f = fs.factor(e.User)
 			factors[e.User] = f
 		}
-		keys = append(keys, rankKey{idx: i, prio: priority(e, f, s.now, s.cfg), borrow: s.borrows(e.User, e.GPUs())})
+		keys = append(keys, rankKey{idx: i, prio: priority(e, f, s.now, s.cfg), borrow: s.borrows(e.User, s.weight(e))})
 	}
 	slices.SortFunc(keys, func(a, b rankKey) int {
 		ea, eb := &entries[a.idx], &entries[b.idx]
@@ -315,6 +318,24 @@ func (s *scheduler) rank(entries []QueueEntry, usage Usage) []rankKey {
 
 // borrows reports whether n more GPUs would take user beyond quota, given
 // what this pass has counted so far.
-func (s *scheduler) borrows(user string, n int) bool {
+// weight is how much of the quota an entry would take: its GPUs, or for a
+// budget its share of the largest GPU it could land on (the least it can
+// count; where it starts, the start counts its share of that GPU).
+func (s *scheduler) weight(e *QueueEntry) float64 {
+	if e.MemMiB == 0 {
+		return float64(e.GPUs())
+	}
+	if s.maxMem == 0 {
+		s.maxMem = 1 // looked once per pass
+		for i := range s.nodes {
+			for _, g := range s.nodes[i].snap.GPUs {
+				s.maxMem = max(s.maxMem, g.MemoryTotalMiB)
+			}
+		}
+	}
+	return min(float64(e.MemMiB)/float64(s.maxMem), 1)
+}
+
+func (s *scheduler) borrows(user string, n float64) bool {
 	return s.quotas && s.cfg.Borrows(user, n, s.userUsed[user], s.groupUsed[s.cfg.UserGroups[user]])
 }

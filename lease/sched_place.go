@@ -258,7 +258,7 @@ func (s *scheduler) commit(e *QueueEntry, picks []pick) Start {
 	st := Start{
 		Entry:    *e,
 		Ranks:    make([]RankPlacement, len(picks)),
-		Borrowed: s.borrows(e.User, e.GPUs()),
+		Borrowed: s.borrows(e.User, float64(e.GPUs())),
 		Backfill: s.head != nil,
 	}
 	end := never
@@ -282,9 +282,9 @@ func (s *scheduler) commit(e *QueueEntry, picks []pick) Start {
 		}
 		s.totalAvail -= bits.OnesCount64(p.place.mask)
 	}
-	s.userUsed[e.User] += e.GPUs()
+	s.userUsed[e.User] += float64(e.GPUs())
 	if g := s.cfg.UserGroups[e.User]; g != "" {
-		s.groupUsed[g] += e.GPUs()
+		s.groupUsed[g] += float64(e.GPUs())
 	}
 	return st
 }

@@ -45,7 +45,7 @@ func (s *scheduler) reclaim(e *QueueEntry, mm []uint64, plan *Plan) string {
 	if pending > 0 && s.fits(e, mm, extra) {
 		return "next to start, once leases being reclaimed end"
 	}
-	within := s.quotas && !s.borrows(e.User, e.GPUs())
+	within := s.quotas && !s.borrows(e.User, s.weight(e))
 	var cands []*reclaimGroup
 	for gi := range groups {
 		g := &groups[gi]

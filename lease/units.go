@@ -357,3 +357,40 @@ func fitShared(snap nodeprobe.Snapshot, uses map[int]*use, mib uint64, ok func(g
 	}
 	return best, best >= 0
 }
+
+// ClaimWeight is how much of a quota a claim on a node with snap takes:
+// its GPUs, or for a part of one its share of the GPU — a MIG instance of
+// the profile asked for, a budget of the GPU named (or of the node's
+// largest) — so quotas count GPUs fractionally, as Lease.Weight does once
+// it is granted.
+func ClaimWeight(snap nodeprobe.Snapshot, c Claim) float64 {
+	switch {
+	case c.MIG != "":
+		for i := range snap.GPUs {
+			g := &snap.GPUs[i]
+			for _, d := range g.MIGDevices {
+				if (strings.EqualFold(d.Profile, c.MIG) || d.UUID == c.MIG) && g.MemoryTotalMiB > 0 {
+					return share(d.MemoryTotalMiB, g.MemoryTotalMiB)
+				}
+			}
+		}
+		return 1
+	case c.MemMiB > 0:
+		var total uint64
+		for i := range snap.GPUs {
+			g := &snap.GPUs[i]
+			if len(c.GPUs) == 1 && g.Index != c.GPUs[0] {
+				continue
+			}
+			total = max(total, g.MemoryTotalMiB)
+		}
+		if total == 0 {
+			return 1
+		}
+		return share(c.MemMiB, total)
+	}
+	if c.Count > 0 {
+		return float64(c.Count)
+	}
+	return float64(len(c.GPUs))
+}

@@ -233,7 +233,7 @@ func (v ClusterView) Usage() Usage {
 // Borrows reports whether n more GPUs take user beyond their quota, counting
 // what they (and their group) hold cluster-wide: the one rule for a direct
 // claim and a scheduled start.
-func (v ClusterView) Borrows(cfg SchedConfig, user string, n int) bool {
+func (v ClusterView) Borrows(cfg SchedConfig, user string, n float64) bool {
 	if len(cfg.Quotas) == 0 && len(cfg.GroupQuotas) == 0 {
 		return false
 	}

@@ -9,6 +9,7 @@ import (
 	tea "charm.land/bubbletea/v2"
 
 	"github.com/dibs-gpu/dibs/api"
+	"github.com/dibs-gpu/dibs/lease"
 )
 
 // This file is what the keys do at the root: the dialogs (a form, a
@@ -165,7 +166,7 @@ func (m *Model) claimDone(msg claimDoneMsg) tea.Cmd {
 	if len(r.GPUs) > 0 {
 		g.curName, g.curGPU = r.Node, r.GPUs[0]
 	}
-	gpus := gpuList(r.GPUs)
+	gpus := leaseWhat(&lease.Lease{Node: r.Node, GPUs: r.GPUs, MIG: r.MIG, MemMiB: r.MemMiB}, &m.board)
 	cvd := r.CUDAVisibleDevices
 	if cvd == "" {
 		cvd = joinInts(r.GPUs)

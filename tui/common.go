@@ -149,7 +149,7 @@ func (c *common) openExtend(l *lease.Lease) {
 	} else {
 		ends = "overdue by " + lease.FormatDuration(-left)
 	}
-	c.form = newExtendForm(c.st.input, l, ends)
+	c.form = newExtendForm(c.st.input, l, leaseWhat(l, &c.board), ends)
 }
 
 // openRelease asks before l is released.
@@ -159,7 +159,7 @@ func (c *common) openRelease(l *lease.Lease) {
 	if !c.mine(l) {
 		who = "held by " + holderName(l)
 	}
-	q.lines = append(q.lines, fmt.Sprintf("%s on %s, %s", gpuList(l.GPUs), l.Node, who))
+	q.lines = append(q.lines, fmt.Sprintf("%s on %s, %s", leaseWhat(l, &c.board), l.Node, who))
 	if l.Session != "" {
 		q.lines = append(q.lines, "its tmux session "+l.Session+" ends too")
 	}

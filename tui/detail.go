@@ -3,7 +3,6 @@ package tui
 import (
 	"fmt"
 	"slices"
-	"strconv"
 	"strings"
 
 	"github.com/dibs-gpu/dibs/api"
@@ -161,12 +160,7 @@ func (m detail) yourLeases(w int) []string {
 			if left <= 0 {
 				when = "overdue " + lease.FormatDuration(-left)
 			}
-			what := gpuList(l.GPUs)
-			if l.MIG != "" {
-				what = "MIG on GPU " + strconv.Itoa(l.GPUs[0])
-			} else if l.MemMiB > 0 {
-				what = gib(l.MemMiB) + " GiB of GPU " + strconv.Itoa(l.GPUs[0])
-			}
+			what := leaseWhat(l, &m.board)
 			s := fmt.Sprintf("%s  %s  %s", l.ID, what, when)
 			if u := meanUtil(n, l); u >= 0 {
 				s += fmt.Sprintf("  util %d%%", u)

@@ -95,10 +95,10 @@ func newClaimForm(st textinput.Styles, run bool, node string, gpus []int, picked
 
 // newExtendForm asks how much longer a lease should run; ends says when it
 // ends now, in the board's words.
-func newExtendForm(st textinput.Styles, l *lease.Lease, ends string) *form {
+func newExtendForm(st textinput.Styles, l *lease.Lease, what, ends string) *form {
 	f := &form{kind: formExtend, lease: l.ID, node: l.Node, keys: defaultFormKeyMap()}
 	f.title = "extend " + l.ID
-	f.intro = []string{fmt.Sprintf("%s on %s, held by %s; %s", gpuList(l.GPUs), l.Node, holderName(l), ends)}
+	f.intro = []string{fmt.Sprintf("%s on %s, held by %s; %s", what, l.Node, holderName(l), ends)}
 	f.add(st, "duration", "longer by", "1h", "30m, 2h, 1d", 8)
 	f.setFocus(0)
 	return f
@@ -241,6 +241,31 @@ func (f *form) view(st *styles, width int) (lines []string, curLine, curCol int)
 		lines = append(lines, truncate(b.String(), width))
 	}
 	return lines, curLine, curCol
+}
+
+// leaseWhat says what a lease holds, in the board's words: "GPUs 2,3", a
+// MIG lease by its instance ("MIG 3g.40gb (0:1) of GPU 0"), a budget by its
+// size ("20.0 GiB of GPU 1"). b is the board that knows the instances.
+func leaseWhat(l *lease.Lease, b *api.Board) string {
+	switch {
+	case l.MIG != "" && len(l.GPUs) == 1:
+		for _, n := range b.Nodes {
+			if n.Name != l.Node {
+				continue
+			}
+			for _, g := range n.GPUs {
+				for _, d := range g.MIGDevices {
+					if g.Index == l.GPUs[0] && d.UUID == l.MIG {
+						return fmt.Sprintf("MIG %s (%d:%d) of GPU %d", d.Profile, g.Index, d.Index, g.Index)
+					}
+				}
+			}
+		}
+		return "a MIG instance of GPU " + strconv.Itoa(l.GPUs[0])
+	case l.MemMiB > 0 && len(l.GPUs) == 1:
+		return gib(l.MemMiB) + " GiB of GPU " + strconv.Itoa(l.GPUs[0])
+	}
+	return gpuList(l.GPUs)
 }
 
 // gpuList says "GPU 3" or "GPUs 2,3".

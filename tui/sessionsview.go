@@ -122,7 +122,12 @@ func (v *sessionsView) lines(w, h int) []string {
 		if sess == "" {
 			sess = "(claim only)"
 		}
-		text := cols(widths, x.l.ID, x.node, joinInts(x.l.GPUs), util, left, sess, stateWords(x), x.l.Note)
+		gpus := joinInts(x.l.GPUs)
+		if x.l.MIG != "" || x.l.MemMiB > 0 {
+			// A part says which: "MIG 3g.40gb (0:1) of GPU 0", "20 GiB of GPU 1".
+			gpus = leaseWhat(x.l, &v.board)
+		}
+		text := cols(widths, x.l.ID, x.node, gpus, util, left, sess, stateWords(x), x.l.Note)
 		out = append(out, v.row(text, i == v.cur.cur, false, w))
 	}
 	hint := "a attaches · e extends · x releases — an idle GPU is reclaimed when someone waits"

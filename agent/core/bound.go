@@ -115,14 +115,16 @@ func (b *Bound) grantHere(ctx context.Context, v lease.ClusterView, claim lease.
 	if claim.MIG != "" || claim.MemMiB > 0 {
 		n = 1
 	}
+	weight := float64(n)
 	if self := v.Local(); self != nil {
 		if err := v.PoolQuota(b.s.cfg.Policy.Pools, self.Snap.Host.Tags, b.c.User, n); err != nil {
 			return lease.Lease{}, err
 		}
+		weight = lease.ClaimWeight(self.Snap, claim)
 	}
 	return b.s.deps.Node.Grant(ctx, b.c, node.Grant{
 		Claim: claim, Run: run, RequestID: requestID,
-		Borrowed: v.Borrows(b.s.cfg.Sched, b.c.User, n),
+		Borrowed: v.Borrows(b.s.cfg.Sched, b.c.User, weight),
 	})
 }
 
