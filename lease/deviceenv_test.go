@@ -40,3 +40,29 @@ func TestLogNameIsUniquePerRunAndATmuxName(t *testing.T) {
 		t.Errorf("a 128-byte session's log name is %d bytes, want 128", n)
 	}
 }
+
+// TestContainerProcessesOnTheBoard: what the user guide says of containers
+// on a leased GPU. A container's process that runs as the holder (rootless
+// podman, apptainer, docker run --user) is theirs; one that runs as root
+// (rootful docker's default) is flagged like anyone else's, container or
+// not.
+func TestContainerProcessesOnTheBoard(t *testing.T) {
+	now := time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)
+	l := lease.Lease{ID: "node01-1", Node: "node01", GPUs: []int{0}, User: "ana", UID: 1000, Token: 1,
+		Kind: lease.KindBatch, StartedAt: now.Add(-time.Hour), ExpiresAt: now.Add(time.Hour)}
+	for _, tc := range []struct {
+		name     string
+		p        nodeprobe.Process
+		squatted bool
+	}{
+		{"rootless podman: the holder's uid", nodeprobe.Process{PID: 10, UID: 1000, User: "ana", Command: "python", Container: "3f2a9c1b7d4e"}, false},
+		{"docker run --user the holder", nodeprobe.Process{PID: 11, UID: 1000, User: "ana", Command: "python", Container: "9a8b7c6d5e4f"}, false},
+		{"rootful docker: root", nodeprobe.Process{PID: 12, UID: 0, User: "root", Command: "python", Container: "9a8b7c6d5e4f"}, true},
+	} {
+		snap := nodeprobe.Snapshot{GPUs: []nodeprobe.GPU{{Index: 0, UUID: "GPU-a", Processes: []nodeprobe.Process{tc.p}}}}
+		j := lease.Judge(snap, []lease.Lease{l}, nil, now, lease.DefaultPolicy())[0]
+		if got := j.Has(lease.FlagSquatted); got != tc.squatted {
+			t.Errorf("%s: squatted = %v, want %v (%+v)", tc.name, got, tc.squatted, j)
+		}
+	}
+}

@@ -4,9 +4,12 @@ import (
 	"encoding/json"
 	"os/exec"
 	"slices"
+	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/dibs-gpu/dibs/lease"
+	"github.com/dibs-gpu/dibs/lease/slurm"
 )
 
 // torchParser reads argv (JSON) with the installed torch's own torchrun
@@ -79,6 +82,60 @@ func TestTorchrunArgvWithInstalledTorch(t *testing.T) {
 		}
 		if g.NoPython != tc.noPython || g.Script != tc.script || !slices.Equal(g.Args, tc.args) {
 			t.Errorf("%q: torch runs no_python=%v %q %q, want no_python=%v %q %q", argvs[i], g.NoPython, g.Script, g.Args, tc.noPython, tc.script, tc.args)
+		}
+	}
+}
+
+// TestSbatchTorchrunLineWithInstalledTorch: the torchrun line `dibs export
+// sbatch` writes, its words expanded by bash as the script would under
+// SLURM, reads right with the installed torch's parser.
+func TestSbatchTorchrunLineWithInstalledTorch(t *testing.T) {
+	if err := exec.Command("/usr/bin/python3", "-c", "import torch.distributed.run").Run(); err != nil {
+		t.Skipf("no torch for /usr/bin/python3 (apt-get install python3-torch): %v", err)
+	}
+	jobs := []slurm.Job{
+		{ID: "node02-q3", Nodes: 2, GPUsPerNode: 4, Torchrun: true, Command: []string{"python3", "ddp.py", "--steps", "5"}},
+		{ID: "node01-q8", Nodes: 1, GPUsPerNode: 2, Torchrun: true, Command: []string{"python3", "ddp.py", "--steps", "5"}},
+	}
+	var argvs [][]string
+	for _, j := range jobs {
+		script, err := slurm.Sbatch(j)
+		if err != nil {
+			t.Fatal(err)
+		}
+		line := ""
+		for _, l := range strings.Split(script, "\n") {
+			if _, rest, ok := strings.Cut(l, "torchrun "); ok && !strings.HasPrefix(l, "#") {
+				line = rest
+			}
+		}
+		if line == "" {
+			t.Fatalf("%s: no torchrun line in\n%s", j.ID, script)
+		}
+		// bash expands the words as the batch script would under SLURM.
+		expand := `MASTER_ADDR=10.0.0.1 MASTER_PORT=29500 SLURM_NNODES=2 SLURM_JOB_ID=77; eval "set -- ` + line + `"; printf '%s\0' "$@"`
+		words, err := exec.Command("bash", "-c", expand).Output()
+		if err != nil {
+			t.Fatalf("%s: expand %q: %v", j.ID, line, err)
+		}
+		argvs = append(argvs, strings.Split(strings.TrimSuffix(string(words), "\x00"), "\x00"))
+	}
+	in, _ := json.Marshal(argvs)
+	out, err := exec.Command("/usr/bin/python3", "-c", torchParser, string(in)).Output()
+	if err != nil {
+		t.Fatalf("torch's parser refused one of %q: %v", argvs, err)
+	}
+	var got []parsedTorchrun
+	if err := json.Unmarshal(out, &got); err != nil || len(got) != len(jobs) {
+		t.Fatalf("parser output %q: %v", out, err)
+	}
+	for i, j := range jobs {
+		g := got[i]
+		if g.NProc != strconv.Itoa(j.GPUsPerNode) || g.Redirects != "1" || g.Tee != "1" || !g.NoPython || g.Script != "python3" || !slices.Equal(g.Args, []string{"ddp.py", "--steps", "5"}) {
+			t.Errorf("%s: torch read %+v", j.ID, g)
+		}
+		if j.Nodes > 1 && (g.NNodes != "2" || g.Backend != "c10d" || g.Endpoint != "10.0.0.1:29500" || g.ID != "77") {
+			t.Errorf("%s: torch read the rendezvous as %+v", j.ID, g)
 		}
 	}
 }
