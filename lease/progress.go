@@ -95,7 +95,7 @@ func Hold(nodes []SchedNode, inflight []InFlight) {
 // hear that it runs.
 func (v ClusterView) Waiting(p Progress) (waiting, retell []QueueEntry) {
 	for _, e := range v.Entries() {
-		if e.Running || e.Backoff(v.Now) {
+		if e.Running || e.Backoff(v.Now) || e.Held() {
 			continue
 		}
 		if o, ok := v.Node(e.Origin); !ok || !o.Alive() {

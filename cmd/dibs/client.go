@@ -259,7 +259,7 @@ func runCmd(c *cli) *cobra.Command {
 			if f.at != "" {
 				return bookRun(ctx, c, cl, &f, req)
 			}
-			if q.queue || q.nodes > 1 || q.torchrun || q.perGPU {
+			if q.queue || q.nodes > 1 || q.torchrun || q.perGPU || q.sweep() {
 				sreq, err := q.request(req)
 				if err != nil {
 					return err
@@ -267,9 +267,15 @@ func runCmd(c *cli) *cobra.Command {
 				if (q.nodes > 1 || q.torchrun || q.perGPU) && len(args) == 0 {
 					return errors.New("a gang runs a command on every node: dibs run --nodes N --gpus-per-node G -- CMD")
 				}
+				if q.array != "" && len(args) == 0 {
+					return errors.New("an array runs a command once per task: dibs run --array 0-19%4 -g 1 -- CMD")
+				}
 				s, err := cl.Submit(ctx, sreq)
 				if err != nil {
 					return err
+				}
+				if q.sweep() {
+					return c.reportSweep(s, q, f.json)
 				}
 				return c.reportSubmitted(cl, s, f.json)
 			}
