@@ -112,6 +112,21 @@ func TestArrayThrottleHoldsAndEveryTaskRunsOnce(t *testing.T) {
 		t.Errorf("at most %d tasks ran at once; want 4 at most (and several: 9 GPUs were free)", m)
 	}
 	checkEveryTaskOnce(t, dir, s.ID, 20)
+	// Events: the array's start, each task's end, the array's end.
+	agenttest.Eventually(t, 5*time.Second, "the array's events", func() bool {
+		l, _ := nodes[0].Client.Events(ctx(t), api.EventsRequest{})
+		kinds := map[lease.EventKind]int{}
+		taskEnds := 0
+		for _, e := range l.Events {
+			if e.Entry == s.ID {
+				kinds[e.Kind]++
+			}
+			if arr, _, ok := lease.ArrayTaskOf(e.Entry); ok && arr == s.ID && e.Kind == lease.EventFinish {
+				taskEnds++
+			}
+		}
+		return kinds[lease.EventSubmit] == 1 && kinds[lease.EventStart] == 1 && kinds[lease.EventFinish] == 1 && taskEnds == 20
+	})
 	for id, n := range ledgerRuns(t, nodes, s.ID) {
 		if n != 1 {
 			t.Errorf("the ledger holds %d runs of %s, want 1", n, id)

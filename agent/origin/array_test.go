@@ -74,3 +74,31 @@ func TestArrayTasksAreMadeUpToTheThrottleAndSurviveARestart(t *testing.T) {
 		t.Fatalf("array state after a restart = %s, want waiting", st.State)
 	}
 }
+
+// TestArrayTasksCountAgainstTheCap: each task of an array counts as one
+// entry against MaxPerUser, made or not.
+func TestArrayTasksCountAgainstTheCap(t *testing.T) {
+	clk := clock.NewFake(t0)
+	o := origin.New("n1", origin.Deps{Store: storetest.New(storetest.Options{}), Clock: clk, MaxPerUser: 10})
+	submit := func(spec string) error {
+		e := lease.QueueEntry{User: "alice", UID: 1001, Nodes: 1, GPUsPerNode: 1, Duration: time.Hour, Kind: lease.KindBatch,
+			Job: &lease.Job{Command: []string{"train"}}}
+		if spec != "" {
+			e.Array, _ = lease.ParseArray(spec)
+		}
+		_, err := o.Submit(e)
+		return err
+	}
+	if err := submit("0-10%2"); err == nil {
+		t.Fatal("an array of 11 tasks was queued under a cap of 10")
+	}
+	if err := submit("0-8%2"); err != nil {
+		t.Fatalf("an array of 9 tasks under a cap of 10: %v", err)
+	}
+	if err := submit(""); err != nil {
+		t.Fatalf("a 10th entry: %v", err)
+	}
+	if err := submit(""); err == nil {
+		t.Fatal("an 11th entry was queued: the array's tasks were not counted")
+	}
+}
