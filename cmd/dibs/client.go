@@ -256,6 +256,9 @@ func runCmd(c *cli) *cobra.Command {
 			ctx, cancel := reqCtx()
 			defer cancel()
 			cl := c.client()
+			if f.at != "" && q.sweep() {
+				return errors.New("--array, --after and --after-any queue a run; a booking (--at) starts at its time: drop one")
+			}
 			if f.at != "" {
 				return bookRun(ctx, c, cl, &f, req)
 			}
