@@ -2,11 +2,14 @@ package main
 
 import (
 	"fmt"
+	"io"
+	"slices"
 	"strings"
 
 	"github.com/spf13/cobra"
 
 	"github.com/dibs-gpu/dibs/api"
+	"github.com/dibs-gpu/dibs/lease"
 )
 
 // addSweep adds run's flags for job arrays and dependencies.
@@ -51,4 +54,33 @@ func (c *cli) reportSweep(s api.Submitted, q queueFlags, asJSON bool) error {
 		fmt.Fprintf(c.stdout, "`dibs queue` shows it, `dibs cancel %s` withdraws it\n", id)
 	}
 	return nil
+}
+
+// printArrays says, under `dibs ls`'s leases, which tasks of each job
+// array hold them, compactly: array node01-q7[3-5] running (ana).
+func printArrays(w io.Writer, leases []lease.Lease) {
+	running := map[string][]int{}
+	users := map[string]string{}
+	var ids []string
+	for _, l := range leases {
+		entry, _, _ := strings.Cut(l.Entry, "#")
+		arr, idx, ok := lease.ArrayTaskOf(entry)
+		if !ok || !l.ReservedUntil.IsZero() {
+			continue
+		}
+		if _, seen := running[arr]; !seen {
+			ids = append(ids, arr)
+		}
+		if !slices.Contains(running[arr], idx) {
+			running[arr] = append(running[arr], idx)
+		}
+		users[arr] = l.User
+	}
+	slices.Sort(ids)
+	for i, id := range ids {
+		if i == 0 {
+			fmt.Fprintln(w)
+		}
+		fmt.Fprintf(w, "array %s[%s] running (%s)\n", safe(id), lease.FormatIndices(running[id]), safe(users[id]))
+	}
 }

@@ -30,6 +30,10 @@ func TestCLIArraysAndAfter(t *testing.T) {
 	if !strings.Contains(out, "node01-q1") || !strings.Contains(out, "waiting") || !strings.Contains(out, "waits for node01-q1 to succeed") {
 		t.Errorf("dibs queue:\n%s", out)
 	}
+	agenttest.Eventually(t, 10*time.Second, "dibs ls to show the array's running tasks", func() bool {
+		out, _, _ := dibs(t, p.socket, nil, "ls")
+		return strings.Contains(out, "array node01-q1[") && strings.Contains(out, "] running (")
+	})
 	agenttest.Eventually(t, 30*time.Second, "every task and then the run after them", func() bool {
 		m, _ := filepath.Glob(filepath.Join(dir, "out.*"))
 		_, err := os.Stat(filepath.Join(dir, "after"))
@@ -54,9 +58,10 @@ func TestCLIArraysAndAfter(t *testing.T) {
 		}
 	}
 	// A waiting array exports as an sbatch array.
-	if _, e, c := dibs(t, p.socket, nil, "claim", "-g", "2", "--for", "1h"); c != 0 {
-		t.Fatal(e)
-	}
+	agenttest.Eventually(t, 10*time.Second, "both GPUs to be claimed once the last run's lease ended", func() bool {
+		_, _, c := dibs(t, p.socket, nil, "claim", "-g", "2", "--for", "1h")
+		return c == 0
+	})
 	if _, e, c := dibs(t, p.socket, nil, "run", "--array", "0-19%4", "-g", "1", "--", "sh", "-c", "python train.py --seed $DIBS_ARRAY_INDEX"); c != 0 {
 		t.Fatal(e)
 	}
