@@ -62,8 +62,11 @@ func TestAfterStartsOnlyAfterSuccessAcrossOrigins(t *testing.T) {
 	if !tb.After(ta) {
 		t.Fatalf("b started at %s, before a ended at %s", tb, ta)
 	}
-	if d := tb.Sub(ta); d > 2*time.Second {
-		t.Errorf("b started %s after a succeeded; want within a second or two", d)
+	// How soon is BenchmarkAfterStart's figure (p50 0.14 s); here, under
+	// the race detector beside other tests, only a bound that means "not
+	// by a timer of minutes".
+	if d := tb.Sub(ta); d > 15*time.Second {
+		t.Errorf("b started %s after a succeeded; want within seconds", d)
 	}
 	t.Logf("b started %s after a ended", tb.Sub(ta))
 }

@@ -123,6 +123,31 @@ func (a *Array) Ended(index int) bool {
 	return false
 }
 
+// EndedSet is the set of indices that ended, for loops over many tasks.
+func (a *Array) EndedSet() map[int]bool {
+	out := map[int]bool{}
+	for _, s := range []string{a.Done, a.Failed, a.Cancelled} {
+		idx, _ := parseIndexSet(s)
+		for _, i := range idx {
+			out[i] = true
+		}
+	}
+	return out
+}
+
+// Unmade is how many tasks are not made yet and have not ended (cancelled
+// before they were made): what waits at the origin beyond the tasks made.
+func (a *Array) Unmade() int {
+	ended := a.EndedSet()
+	n := 0
+	for _, i := range a.Indices()[a.Next:] {
+		if !ended[i] {
+			n++
+		}
+	}
+	return n
+}
+
 // MarkEnded records how task index ended: done, failed or cancelled.
 func (a *Array) MarkEnded(index int, state EntryState) {
 	p := &a.Done

@@ -502,7 +502,7 @@ type EntryStatus struct {
 func (e *QueueEntry) Status(now time.Time) EntryStatus {
 	s := EntryStatus{ID: e.ID, State: EntryWaiting, Restarts: e.Restarts, MaxRestarts: e.MaxRestarts}
 	switch {
-	case e.Running:
+	case e.Running || e.Array != nil && e.Array.Started:
 		s.State = EntryRunning
 	case e.Backoff(now):
 		s.State, s.Reason, s.RetryAt = EntryBackoff, e.RetryWhy, e.RetryAt

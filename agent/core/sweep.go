@@ -121,7 +121,7 @@ func foldArrays(c lease.Caller, rows []api.QueuedEntry, held []lease.QueueEntry)
 		row := queuedView(c, p, 0, 0, time.Time{}, heldWhy(p))
 		if p.Array != nil {
 			done, failed, cancelled := p.Array.Counts()
-			row.Array = &api.ArrayView{Spec: p.Array.String(), Done: done, Failed: failed, Cancelled: cancelled, Waiting: unmadeTasks(p.Array)}
+			row.Array = &api.ArrayView{Spec: p.Array.String(), Done: done, Failed: failed, Cancelled: cancelled, Waiting: p.Array.Unmade()}
 		}
 		for _, d := range p.After {
 			row.After = append(row.After, d.String())
@@ -164,17 +164,6 @@ func foldArrays(c lease.Caller, rows []api.QueuedEntry, held []lease.QueueEntry)
 		}
 	}
 	return out
-}
-
-// unmadeTasks is how many of an array's tasks are not made yet.
-func unmadeTasks(a *lease.Array) int {
-	n := 0
-	for _, i := range a.Indices()[a.Next:] {
-		if !a.Ended(i) {
-			n++
-		}
-	}
-	return n
 }
 
 // heldWhy says what a held entry waits for.

@@ -99,7 +99,7 @@ func (o *Origin) setAfter(e lease.QueueEntry, keep []lease.Dep) {
 	}
 	o.entries[e.ID] = cur
 	if len(keep) == 0 && cur.Array != nil {
-		o.fillLocked(cur.ID)
+		o.fillLocked(cur.ID, true)
 	}
 	o.publishLocked()
 	o.mu.Unlock()

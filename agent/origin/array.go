@@ -25,19 +25,6 @@ func weight(e lease.QueueEntry) int {
 	return e.Array.Remaining()
 }
 
-// unmade is how many of an array's tasks are not made yet and not ended
-// (cancelled before they were made): what the parent stands for in the
-// per-user count, its made tasks counting as entries of their own.
-func unmade(a *lease.Array) int {
-	n := 0
-	for _, i := range a.Indices()[a.Next:] {
-		if !a.Ended(i) {
-			n++
-		}
-	}
-	return n
-}
-
 // cloneArray gives e its own copy of its array record before a change:
 // the published list shares the old one with readers.
 func cloneArray(e *lease.QueueEntry) {
@@ -90,7 +77,7 @@ func (o *Origin) repairArraysLocked() {
 // ends the arrays whose tasks all ended.
 func (o *Origin) fillArrays() {
 	o.mu.Lock()
-	changed := o.fillArraysLocked()
+	changed := o.fillArraysLocked(true)
 	if changed {
 		o.publishLocked()
 	}
@@ -101,8 +88,10 @@ func (o *Origin) fillArrays() {
 }
 
 // fillArraysLocked is fillArrays under o.mu; it reports whether anything
-// changed (the caller publishes).
-func (o *Origin) fillArraysLocked() bool {
+// changed (the caller publishes). With end false the arrays whose tasks
+// all ended are left for the next pass to end, so a task's end is
+// recorded before its array's.
+func (o *Origin) fillArraysLocked(end bool) bool {
 	var ids []string
 	for id, e := range o.entries {
 		if e.Array != nil && len(e.After) == 0 {
@@ -112,7 +101,7 @@ func (o *Origin) fillArraysLocked() bool {
 	slices.Sort(ids)
 	changed := false
 	for _, id := range ids {
-		if o.fillLocked(id) {
+		if o.fillLocked(id, end) {
 			changed = true
 		}
 	}
@@ -120,8 +109,9 @@ func (o *Origin) fillArraysLocked() bool {
 }
 
 // fillLocked makes array id's next tasks: while fewer than its throttle
-// wait or run (without one, while fewer than lease.ArrayWindow wait).
-func (o *Origin) fillLocked(id string) bool {
+// wait or run (without one, while fewer than lease.ArrayWindow wait); with
+// end, it ends the array once every task has.
+func (o *Origin) fillLocked(id string, end bool) bool {
 	p := o.entries[id]
 	tasks := o.tasksLocked(id)
 	live, waiting := len(tasks), 0
@@ -133,12 +123,16 @@ func (o *Origin) fillLocked(id string) bool {
 	idx := p.Array.Indices()
 	next := p.Array.Next
 	made := false
+	var ended map[int]bool
 	for next < len(idx) {
 		if p.Array.Throttle > 0 && live >= p.Array.Throttle || p.Array.Throttle == 0 && waiting >= lease.ArrayWindow {
 			break
 		}
 		i := idx[next]
-		if p.Array.Ended(i) { // cancelled before it was made
+		if ended == nil {
+			ended = p.Array.EndedSet()
+		}
+		if ended[i] { // cancelled before it was made
 			next++
 			continue
 		}
@@ -163,7 +157,7 @@ func (o *Origin) fillLocked(id string) bool {
 		o.entries[p.ID] = p
 		made = true
 	}
-	if next == len(idx) && live == 0 {
+	if end && next == len(idx) && live == 0 {
 		return o.endArrayLocked(p) || made
 	}
 	return made
@@ -286,7 +280,7 @@ func (o *Origin) cancelSweep(c lease.Caller, id string) (handled bool, err error
 		}
 		o.ended.note(lease.EntryStatus{ID: id, State: lease.EntryCancelled})
 		ev = lease.EntryEvent(lease.EventCancel, t, "", o.deps.Clock.Now())
-		o.fillLocked(pid)
+		o.fillLocked(pid, false)
 	} else {
 		// The parent first: a crash before its tasks are deleted leaves
 		// tasks without a parent, which Open deletes.

@@ -70,8 +70,8 @@ func TestArrayTasksAreMadeUpToTheThrottleAndSurviveARestart(t *testing.T) {
 	if p.Array == nil || p.Array.Next != 3 || p.Array.Done != "0" {
 		t.Fatalf("array after a restart = %+v, want 3 made, 0 done", p.Array)
 	}
-	if st := o2.Status(e.ID, clk.Now()); st.State != lease.EntryWaiting {
-		t.Fatalf("array state after a restart = %s, want waiting", st.State)
+	if st := o2.Status(e.ID, clk.Now()); st.State != lease.EntryRunning {
+		t.Fatalf("array state after a restart = %s, want running (a task started)", st.State)
 	}
 }
 

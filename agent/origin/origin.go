@@ -182,7 +182,7 @@ func (o *Origin) Submit(e lease.QueueEntry) (lease.QueueEntry, error) {
 	o.seq = seq
 	o.entries[e.ID] = e
 	if e.Array != nil && len(e.After) == 0 {
-		o.fillLocked(e.ID)
+		o.fillLocked(e.ID, true)
 	}
 	o.publishLocked()
 	o.deps.Events(lease.EntryEvent(lease.EventSubmit, e, "", o.deps.Clock.Now()))
@@ -199,7 +199,7 @@ func (o *Origin) countLocked(user string) int {
 		switch {
 		case x.User != user:
 		case x.Array != nil:
-			n += unmade(x.Array) // its made tasks count for themselves
+			n += x.Array.Unmade() // its made tasks count for themselves
 		default:
 			n++
 		}
@@ -363,7 +363,7 @@ func (o *Origin) Refuse(key, why string) (lease.QueueEntry, bool) {
 	delete(o.entries, e.ID)
 	delete(o.placed, e.Key())
 	o.ended.note(lease.EntryStatus{ID: e.ID, State: lease.EntryFailed, Reason: lease.ClipRetryWhy(why), Restarts: e.Restarts, MaxRestarts: e.MaxRestarts})
-	o.fillArraysLocked()
+	o.fillArraysLocked(false)
 	o.publishLocked()
 	o.mu.Unlock()
 	o.deps.Log.Info("dropped a queued entry a node refused", "entry", e.ID)
@@ -429,7 +429,7 @@ func (o *Origin) Finish(e lease.QueueEntry, failed, preempted bool, why string) 
 			st.State, st.Reason = lease.EntryFailed, lease.ClipRetryWhy(why)
 		}
 		o.ended.note(st)
-		o.fillArraysLocked()
+		o.fillArraysLocked(false)
 	}
 	o.publishLocked()
 	o.mu.Unlock()
