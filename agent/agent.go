@@ -314,7 +314,10 @@ func (a *Agent) build(ctx context.Context) error {
 		RetryDelay: func(restart int) time.Duration {
 			return lease.RequeueDelay(restart, sc.RequeueBackoff, sc.MaxRequeueBackoff, a.deps.Rand())
 		},
-		MaxPerUser: a.cfg.Sched.MaxQueuedPerUser})
+		MaxPerUser: a.cfg.Sched.MaxQueuedPerUser,
+		DepStatus: func(ctx context.Context, id string) (lease.EntryStatus, error) {
+			return a.svc.EntryState(ctx, id) // a.svc is built below, before any pass
+		}})
 	a.svc = core.New(core.Config{
 		Node: a.cfg.NodeName, Policy: a.cfg.Policy, Sched: a.cfg.Sched, Version: a.cfg.Version,
 		DataDir: a.cfg.DataDir, Socket: a.cfg.Socket,

@@ -5,6 +5,8 @@
 package api
 
 import (
+	"fmt"
+	"strings"
 	"time"
 
 	"github.com/dibs-gpu/dibs/lease"
@@ -264,6 +266,13 @@ type SubmitRequest struct {
 	// set (lease.Job.PerGPU).
 	PerGPU bool   `json:"per_gpu,omitempty"`
 	Model  string `json:"model,omitempty"`
+	// Array makes it a job array: "0-19%4" runs the request once per
+	// index, at most 4 at once (lease.ParseArray).
+	Array string `json:"array,omitempty"`
+	// After and AfterAny are entries it waits for: to succeed, or to end
+	// however (lease.Dep).
+	After    []string `json:"after,omitempty"`
+	AfterAny []string `json:"after_any,omitempty"`
 }
 
 // EntryStatus is where a queued request stands at its origin: waiting,
@@ -323,6 +332,42 @@ type QueuedEntry struct {
 	Model  string   `json:"model,omitempty"`
 	Tags   []string `json:"tags,omitempty"`
 	MemMiB uint64   `json:"mem_mib,omitempty"`
+	// Array is a job array's tasks at a glance; its tasks have no rows
+	// of their own.
+	Array *ArrayView `json:"array,omitempty"`
+	// After are the entries it still waits for (afterok:ID, afterany:ID).
+	After []string `json:"after,omitempty"`
+}
+
+// ArrayView is a job array's tasks at a glance, for `dibs queue`.
+type ArrayView struct {
+	// Spec is the array as --array took it (0-19%4).
+	Spec string `json:"spec"`
+	// RunningTasks are the indices running now.
+	RunningTasks []int `json:"running_tasks,omitempty"`
+	// Waiting, Done, Failed and Cancelled count the other tasks.
+	Waiting   int `json:"waiting"`
+	Done      int `json:"done"`
+	Failed    int `json:"failed,omitempty"`
+	Cancelled int `json:"cancelled,omitempty"`
+}
+
+// Summary is the array in one line: n1-q7[3-5] running, 12 waiting, 3 done.
+func (a ArrayView) Summary(id string) string {
+	var parts []string
+	if len(a.RunningTasks) > 0 {
+		parts = append(parts, id+"["+lease.FormatIndices(a.RunningTasks)+"] running")
+	} else {
+		parts = append(parts, id+" none running")
+	}
+	parts = append(parts, fmt.Sprintf("%d waiting", a.Waiting), fmt.Sprintf("%d done", a.Done))
+	if a.Failed > 0 {
+		parts = append(parts, fmt.Sprintf("%d failed", a.Failed))
+	}
+	if a.Cancelled > 0 {
+		parts = append(parts, fmt.Sprintf("%d cancelled", a.Cancelled))
+	}
+	return strings.Join(parts, ", ")
 }
 
 // UsageReport is `dibs usage`: GPU-hours per user over a window and each

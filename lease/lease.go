@@ -221,6 +221,9 @@ func (l *Lease) Env() map[string]string {
 	if l.MemMiB > 0 {
 		env["DIBS_MEM_BUDGET_MIB"] = strconv.FormatUint(l.MemMiB, 10)
 	}
+	for k, v := range ArrayEnv(l.Entry) {
+		env[k] = v
+	}
 	return env
 }
 

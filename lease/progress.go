@@ -95,7 +95,7 @@ func Hold(nodes []SchedNode, inflight []InFlight) {
 // hear that it runs.
 func (v ClusterView) Waiting(p Progress) (waiting, retell []QueueEntry) {
 	for _, e := range v.Entries() {
-		if e.Running || e.Backoff(v.Now) {
+		if e.Running || e.Backoff(v.Now) || e.Held() {
 			continue
 		}
 		if o, ok := v.Node(e.Origin); !ok || !o.Alive() {
@@ -517,7 +517,7 @@ type EntryStatus struct {
 func (e *QueueEntry) Status(now time.Time) EntryStatus {
 	s := EntryStatus{ID: e.ID, State: EntryWaiting, Restarts: e.Restarts, MaxRestarts: e.MaxRestarts}
 	switch {
-	case e.Running:
+	case e.Running || e.Array != nil && e.Array.Started:
 		s.State = EntryRunning
 	case e.Backoff(now):
 		s.State, s.Reason, s.RetryAt = EntryBackoff, e.RetryWhy, e.RetryAt

@@ -88,6 +88,13 @@ type QueueEntry struct {
 	// RetryWhy is why the last attempt failed, shown while it waits to
 	// retry.
 	RetryWhy string `json:"retry_why,omitempty"`
+	// Array makes the entry a job array (lease/array.go): its origin
+	// makes its tasks, which are scheduled; it is not.
+	Array *Array `json:"array,omitempty"`
+	// After are the entries it waits for (lease/after.go); its origin
+	// removes each once it ended as asked, and the scheduler leaves the
+	// entry until none is left.
+	After []Dep `json:"after,omitempty"`
 }
 
 // EachString calls f with the JSON name and the address of every string
@@ -276,6 +283,9 @@ func QueueID(origin string, seq uint64) string {
 // OriginOfQueueID returns the node a queue id belongs to, so a cancel can be
 // sent there.
 func OriginOfQueueID(id string) (string, bool) {
+	if arr, _, ok := ArrayTaskOf(id); ok {
+		id = arr // a task of an array: node01-q7/5
+	}
 	i := strings.LastIndex(id, "-q")
 	if i <= 0 || i+2 == len(id) {
 		return "", false

@@ -252,7 +252,7 @@ func (e *QueueEntry) Validate() error {
 	if e.MemMiB > MaxMemMiB || e.MemMiB > 0 && (e.Nodes != 1 || e.GPUsPerNode != 1) {
 		return Invalidf("queue entry %s asks for a memory budget out of range", e.ID)
 	}
-	return nil
+	return e.checkSweep()
 }
 
 // Validate checks an ended run's shape.

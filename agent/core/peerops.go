@@ -120,6 +120,7 @@ func (s *Service) registerPeerOps() {
 		return peer.Empty{}, nil
 	})
 	s.registerBookingOps()
+	s.registerSweepOps()
 	peer.Handle(m, peer.Usage, func(ctx context.Context, from string, who peer.Actor, r peer.UsageRequest) (peer.UsageReply, error) {
 		u, err := s.deps.Node.Usage().UsageSince(r.Since)
 		return peer.UsageReply{GPUSeconds: u}, err
@@ -143,7 +144,7 @@ func (b *Bound) startPart(ctx context.Context, r peer.StartRequest) (peer.StartR
 		return peer.StartReply{}, &lease.Error{Code: lease.CodeUnavailable, Msg: fmt.Sprintf("the start of %s came without its command, which its origin %s keeps: the scheduler asks the origin again", e.ID, e.Origin)}
 	}
 	if e.Job != nil {
-		name := lease.RankSessionName(e.Job.Name, e, r.Rank)
+		name := lease.RankSessionName(lease.TaskSessionName(e.Job.Name, e.ID), e, r.Rank)
 		if err := checkRun(e.Job.Command, e.Job.Dir, name, e.Job.Env); err != nil {
 			return peer.StartReply{}, err
 		}

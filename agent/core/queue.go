@@ -68,6 +68,9 @@ func (b *Bound) Submit(ctx context.Context, req api.SubmitRequest) (api.Submitte
 	if err := e.Check(s.cfg.Policy); err != nil {
 		return api.Submitted{}, err
 	}
+	if err := b.sweep(ctx, &e, req); err != nil {
+		return api.Submitted{}, err
+	}
 	v := s.View()
 	if err := lease.CheckFeasible(e, v.SchedNodes(), e.Model, s.cfg.Sched.Pools); err != nil {
 		return api.Submitted{}, err
@@ -139,9 +142,13 @@ func (b *Bound) EntryStatus(ctx context.Context, id string) (api.EntryStatus, er
 func (b *Bound) Queue(context.Context) (api.Queue, error) {
 	s := b.s
 	v := s.View()
-	var waiting, orphaned, backoff, running []lease.QueueEntry
+	var waiting, orphaned, backoff, running, held []lease.QueueEntry
 	for _, e := range v.Entries() {
 		switch o, ok := v.Node(e.Origin); {
+		case e.Held():
+			// An array (its tasks are scheduled) or a run waiting for
+			// others: foldArrays shows it.
+			held = append(held, e)
 		case e.Running:
 			running = append(running, e)
 		case e.Backoff(v.Now):
@@ -178,6 +185,7 @@ func (b *Bound) Queue(context.Context) (api.Queue, error) {
 		qv.Running = true
 		q.Entries = append(q.Entries, qv)
 	}
+	q.Entries = foldArrays(b.c, q.Entries, held)
 	return q, nil
 }
 

@@ -39,6 +39,10 @@ type Deps struct {
 	// MaxPerUser is how many entries one person may have here, waiting
 	// or running (lease.SchedConfig.MaxQueuedPerUser; 0: its default).
 	MaxPerUser int
+	// DepStatus asks another node where one of its entries stands, for
+	// a run here that waits for it (--after); nil: only this node's own
+	// entries can be waited for.
+	DepStatus func(ctx context.Context, id string) (lease.EntryStatus, error)
 }
 
 // Origin is this node's queue entries. Writers queue on one mutex (the disk
@@ -102,6 +106,7 @@ func (o *Origin) Open() error {
 		}
 	}
 	o.seq = seq
+	o.repairArraysLocked()
 	o.publishLocked()
 	return nil
 }
@@ -153,8 +158,12 @@ func (o *Origin) Submit(e lease.QueueEntry) (lease.QueueEntry, error) {
 			}
 		}
 	}
-	if n := o.countLocked(e.User); n >= o.deps.MaxPerUser {
+	if n := o.countLocked(e.User); n+weight(e) > o.deps.MaxPerUser {
 		o.mu.Unlock()
+		if e.Array != nil {
+			return lease.QueueEntry{}, &lease.Error{Code: lease.CodeConflict, Msg: fmt.Sprintf(
+				"you have %d requests queued or running from %s and this array adds %d (each task counts as one); at most %d: use fewer tasks, or wait for some to finish", n, o.node, weight(e), o.deps.MaxPerUser)}
+		}
 		return lease.QueueEntry{}, &lease.Error{Code: lease.CodeConflict, Msg: fmt.Sprintf(
 			"you have %d requests queued or running from %s, the most one person may: cancel some (`dibs queue` shows them), or wait for them to finish", n, o.node)}
 	}
@@ -172,6 +181,9 @@ func (o *Origin) Submit(e lease.QueueEntry) (lease.QueueEntry, error) {
 	}
 	o.seq = seq
 	o.entries[e.ID] = e
+	if e.Array != nil && len(e.After) == 0 {
+		o.fillLocked(e.ID, true)
+	}
 	o.publishLocked()
 	o.deps.Events(lease.EntryEvent(lease.EventSubmit, e, "", o.deps.Clock.Now()))
 	o.mu.Unlock()
@@ -184,7 +196,11 @@ func (o *Origin) Submit(e lease.QueueEntry) (lease.QueueEntry, error) {
 func (o *Origin) countLocked(user string) int {
 	n := 0
 	for _, x := range o.entries {
-		if x.User == user {
+		switch {
+		case x.User != user:
+		case x.Array != nil:
+			n += x.Array.Unmade() // its made tasks count for themselves
+		default:
 			n++
 		}
 	}
@@ -196,6 +212,9 @@ func (o *Origin) countLocked(user string) int {
 // of an attempt that is over, which the next Reconcile stops (SIGTERM, and
 // the end after the preemption grace) — it is never requeued.
 func (o *Origin) Cancel(c lease.Caller, id string) error {
+	if handled, err := o.cancelSweep(c, id); handled {
+		return err
+	}
 	o.mu.Lock()
 	e, ok := o.entries[id]
 	switch {
@@ -265,6 +284,10 @@ func (o *Origin) place(key, placer string) (*lease.Job, error) {
 		return nil, &lease.Error{Code: lease.CodeNotFound, Msg: fmt.Sprintf("no queued attempt %s here", key)}
 	case e.Running:
 		return nil, &lease.Error{Code: lease.CodeConflict, Msg: fmt.Sprintf("%s runs already", key)}
+	case e.Held():
+		// An array (its tasks start, not it) or a run whose dependencies
+		// have not ended: an older scheduler does not know either.
+		return nil, &lease.Error{Code: lease.CodeConflict, Msg: fmt.Sprintf("%s is an array or waits for other runs: it does not start itself", key)}
 	case e.Placer != "" && e.Placer != placer && now < o.placed[key]:
 		return nil, &lease.Error{Code: lease.CodeConflict, Msg: fmt.Sprintf("%s is being started by %s", key, e.Placer)}
 	}
@@ -304,6 +327,7 @@ func (o *Origin) MarkStarted(key string) (lease.QueueEntry, bool) {
 	}
 	o.entries[e.ID] = e
 	delete(o.placed, key)
+	o.taskStartedLocked(e)
 	o.publishLocked()
 	o.deps.Events(lease.EntryEvent(lease.EventStart, e, "", o.deps.Clock.Now()))
 	o.mu.Unlock()
@@ -327,7 +351,11 @@ func (o *Origin) Refuse(key, why string) (lease.QueueEntry, bool) {
 		o.mu.Unlock()
 		return lease.QueueEntry{}, false
 	}
-	if err := o.deps.Store.DeleteEntry(e.ID); err != nil {
+	err := o.taskEndedLocked(e, lease.EntryFailed)
+	if err == nil {
+		err = o.deps.Store.DeleteEntry(e.ID)
+	}
+	if err != nil {
 		o.mu.Unlock()
 		o.deps.Log.Error("drop a refused entry", "entry", e.ID, "err", err)
 		return lease.QueueEntry{}, false
@@ -335,6 +363,7 @@ func (o *Origin) Refuse(key, why string) (lease.QueueEntry, bool) {
 	delete(o.entries, e.ID)
 	delete(o.placed, e.Key())
 	o.ended.note(lease.EntryStatus{ID: e.ID, State: lease.EntryFailed, Reason: lease.ClipRetryWhy(why), Restarts: e.Restarts, MaxRestarts: e.MaxRestarts})
+	o.fillArraysLocked(false)
 	o.publishLocked()
 	o.mu.Unlock()
 	o.deps.Log.Info("dropped a queued entry a node refused", "entry", e.ID)
@@ -375,7 +404,14 @@ func (o *Origin) Finish(e lease.QueueEntry, failed, preempted bool, why string) 
 	if requeued {
 		err = o.deps.Store.PutEntry(next, o.seq)
 	} else {
-		err = o.deps.Store.DeleteEntry(e.ID)
+		state := lease.EntryFinished
+		if failed {
+			state = lease.EntryFailed
+		}
+		// A task's end is in its array before the task is gone.
+		if err = o.taskEndedLocked(cur, state); err == nil {
+			err = o.deps.Store.DeleteEntry(e.ID)
+		}
 	}
 	if err != nil {
 		o.mu.Unlock()
@@ -393,6 +429,7 @@ func (o *Origin) Finish(e lease.QueueEntry, failed, preempted bool, why string) 
 			st.State, st.Reason = lease.EntryFailed, lease.ClipRetryWhy(why)
 		}
 		o.ended.note(st)
+		o.fillArraysLocked(false)
 	}
 	o.publishLocked()
 	o.mu.Unlock()
@@ -424,6 +461,7 @@ type Notifier func(uid int, text string)
 // every live peer (just started, or a peer just back), it holds every
 // verdict: a peer not yet heard holds ranks it cannot see.
 func (o *Origin) Reconcile(ctx context.Context, v lease.ClusterView, grace, missingAfter time.Duration, stop Stopper, _ Notifier) {
+	o.fillArrays()
 	if !v.Heard() {
 		return
 	}
@@ -463,6 +501,7 @@ func (o *Origin) Reconcile(ctx context.Context, v lease.ClusterView, grace, miss
 			delete(o.short, key)
 		}
 	}
+	o.resolveAfter(ctx)
 	for _, l := range v.Orphans(o.node, o.ByID()) {
 		o.deps.Log.Info("stopping a rank of an attempt that is over", "lease", l.ID, "node", l.Node, "entry", l.Entry)
 		if err := stop(ctx, l); err != nil {

@@ -28,7 +28,7 @@ func accept[Req, Resp Message](m *Mux, e Endpoint[Req, Resp], n *int) {
 // (bounded; unknown fields ignored, as from protocol 7 on) and Validate. Nothing panics, and whatever does not reach a handler is
 // refused with a code and one bounded line of UTF-8.
 func FuzzServe(f *testing.F) {
-	ops := []string{"claim", "release", "extend", "start", "started", "preempt", "cancel", "usage", "refused", "place", "book", "health", "history"}
+	ops := []string{"claim", "release", "extend", "start", "started", "preempt", "cancel", "usage", "refused", "place", "book", "health", "history", "entry-status"}
 	env := func(actor Actor, req any) []byte {
 		r, _ := json.Marshal(req)
 		b, _ := json.Marshal(envelope{V: Version, Actor: actor, Req: r})
@@ -39,6 +39,8 @@ func FuzzServe(f *testing.F) {
 	f.Add("place", env(System, PlaceRequest{Key: "n1-q1#0", Placer: "n2/ab12"}))
 	f.Add("started", env(System, StartedRequest{Key: "n1-q1#0"}))
 	f.Add("preempt", env(System, PreemptRequest{Lease: "n1-1", Token: 1, Reason: "gang"}))
+	f.Add("entry-status", env(As("alice"), StatusRequest{ID: "n1-q3"}))
+	f.Add("cancel", env(As("alice"), CancelRequest{ID: "n1-q3/7"}))
 	f.Add("claim", []byte(`{"v":5,"actor":{"user":"\u001b]0;x\u0007"},"req":{}}`))
 	f.Add("claim", []byte(`{"v":1,"actor":{"system":true},"req":{"count":1}}`))
 	f.Add("claim", []byte(`{"v":6,"actor":{"user":"alice"},"req":{"count":1,"duration":3600000000000}}`))
@@ -61,6 +63,7 @@ func FuzzServe(f *testing.F) {
 		accept(m, Book, &handled)
 		accept(m, Health, &handled)
 		accept(m, History, &handled)
+		accept(m, Status, &handled)
 		if len(ops) > 0 && len(op) == 1 {
 			op = ops[int(op[0])%len(ops)] // short ops pick a real one
 		}

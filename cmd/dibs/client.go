@@ -259,13 +259,16 @@ func runCmd(c *cli) *cobra.Command {
 			ctx, cancel := reqCtx()
 			defer cancel()
 			cl := c.client()
+			if f.at != "" && q.sweep() {
+				return errors.New("--array, --after and --after-any queue a run; a booking (--at) starts at its time: drop one")
+			}
 			if f.at != "" {
 				if q.torchrun || q.perGPU {
 					return errors.New("--torchrun and --per-gpu do not go with --at: a booked run starts its command once; book the GPUs and start it with dibs run --per-gpu then")
 				}
 				return bookRun(ctx, c, cl, &f, req)
 			}
-			if q.queue || q.nodes > 1 || q.torchrun || q.perGPU {
+			if q.queue || q.nodes > 1 || q.torchrun || q.perGPU || q.sweep() {
 				sreq, err := q.request(req)
 				if err != nil {
 					return err
@@ -276,9 +279,15 @@ func runCmd(c *cli) *cobra.Command {
 				case (q.torchrun || q.perGPU) && len(args) == 0:
 					return errors.New("--torchrun and --per-gpu start a command once per GPU: give it, as in dibs run -g 2 --per-gpu -- python3 train.py")
 				}
+				if q.array != "" && len(args) == 0 {
+					return errors.New("an array runs a command once per task: dibs run --array 0-19%4 -g 1 -- CMD")
+				}
 				s, err := cl.Submit(ctx, sreq)
 				if err != nil {
 					return err
+				}
+				if q.sweep() {
+					return c.reportSweep(s, q, f.json)
 				}
 				return c.reportSubmitted(cl, s, f.json)
 			}

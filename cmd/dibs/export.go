@@ -161,6 +161,12 @@ func sbatchJob(rec api.RunRecord) (slurm.Job, error) {
 		e := rec.Entry
 		j.User, j.Nodes, j.GPUsPerNode, j.Model, j.Time, j.Kind, j.Note = e.User, e.Nodes, e.GPUsPerNode, e.Model, e.Duration, e.Kind, e.Note
 		j.Command = []string{}
+		if e.Array != nil {
+			j.Array = e.Array.String()
+		}
+		for _, d := range e.After {
+			j.After = append(j.After, d.String())
+		}
 		if e.Job != nil {
 			j.Name, j.Command, j.Dir, j.Torchrun, j.PerGPU = e.Job.Name, e.Job.Command, e.Job.Dir, e.Job.Torchrun, e.Job.PerGPU
 			if e.Job.Kept {

@@ -121,6 +121,7 @@ func printBoard(w io.Writer, b api.Board, now time.Time) {
 		fmt.Fprintf(w, "%-12s %-10s %-16s %-6s %-14s %s\n", clip(l.ID, 12), clip(l.User, 10), gpusCell(l, 16), left, clip(sess, 14), leaseNote(l, 16))
 		printMIGUUID(w, l)
 	}
+	printArrays(w, leases)
 }
 
 // printParts lists a GPU's parts under it: each MIG instance with its

@@ -29,6 +29,11 @@ type queueFlags struct {
 	torchrun    bool
 	perGPU      bool
 	wait        time.Duration
+	// array, after and afterAny make a job array and dependencies
+	// (sweep.go); any of them queues.
+	array    string
+	after    []string
+	afterAny []string
 }
 
 func (q *queueFlags) add(cmd *cobra.Command, run bool) {
@@ -42,6 +47,7 @@ func (q *queueFlags) add(cmd *cobra.Command, run bool) {
 		fl.IntVar(&q.maxRestarts, "max-restarts", 0, "how often --requeue may restart it (default 3)")
 		fl.BoolVar(&q.torchrun, "torchrun", false, "wrap CMD in torchrun with the gang's c10d rendezvous (one process per GPU, started by torchrun)")
 		fl.BoolVar(&q.perGPU, "per-gpu", false, "start CMD once per GPU on every node, each with RANK, LOCAL_RANK, WORLD_SIZE set for env:// (as srun --ntasks-per-node does)")
+		q.addSweep(cmd)
 	} else {
 		fl.BoolVar(&q.queue, "queue", false, "if it does not fit now, wait in the queue until granted (like salloc); Ctrl-C withdraws")
 		fl.DurationVar(&q.wait, "wait", 0, "with --queue: give up after this long, withdrawing the request (e.g. 30m; default: wait until granted)")
@@ -49,7 +55,8 @@ func (q *queueFlags) add(cmd *cobra.Command, run bool) {
 }
 
 func (q *queueFlags) request(req api.ClaimRequest) (api.SubmitRequest, error) {
-	s := api.SubmitRequest{Claim: req, Nodes: q.nodes, GPUsPerNode: q.gpusPerNode, Requeue: q.requeue, NoRequeue: q.noRequeue, MaxRestarts: q.maxRestarts, Torchrun: q.torchrun, PerGPU: q.perGPU, Model: req.Model}
+	s := api.SubmitRequest{Claim: req, Nodes: q.nodes, GPUsPerNode: q.gpusPerNode, Requeue: q.requeue, NoRequeue: q.noRequeue, MaxRestarts: q.maxRestarts, Torchrun: q.torchrun, PerGPU: q.perGPU, Model: req.Model,
+		Array: q.array, After: q.after, AfterAny: q.afterAny}
 	if q.nodes > 1 && q.gpusPerNode <= 0 {
 		return s, errors.New("--nodes needs --gpus-per-node G")
 	}
@@ -379,6 +386,9 @@ func printQueue(w io.Writer, q api.Queue, now time.Time) {
 			start = "now"
 		case !e.EstStart.IsZero():
 			start = "in " + lease.FormatDuration(e.EstStart.Sub(now))
+		}
+		if e.Array != nil {
+			why = safe(e.Array.Summary(e.ID)) // n1-q7[3-5] running, 12 waiting, 3 done
 		}
 		line := fmt.Sprintf("%-3s %-12s %-9s %-7s %-6s %8s %-11s", pos, clip(safe(e.ID), 12), clip(safe(e.User), 9), size, safe(e.Duration), prio, start)
 		if len([]rune(line))+1+len([]rune(why)) <= 80 {

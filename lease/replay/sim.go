@@ -141,6 +141,8 @@ type job struct {
 	reclaimWhy string
 	forgot     bool
 	tries      int
+	// arr is the array this job is a task of (nil: none).
+	arr *arrayRun
 }
 
 type snode struct {
@@ -237,6 +239,10 @@ func Run(t Trace, p Policy, cfg Config) (Result, error) {
 	slices.SortFunc(s.nodes, func(a, b *snode) int { return cmp.Compare(a.name, b.name) })
 	first := t.Nodes[0].Name
 	for _, r := range t.sortedRequests() {
+		if r.Array != "" {
+			s.addArray(r.normalized(cfg.Lease, first))
+			continue
+		}
 		j := &job{r: r.normalized(cfg.Lease, first)}
 		j.forgot = p == PolicySlack && s.roll(j.r.ID, 0) < cfg.ForgetShare
 		s.jobs = append(s.jobs, j)
@@ -349,6 +355,7 @@ func (s *sim) enqueue(j *job) {
 	e := s.entryOf(j)
 	if err := lease.CheckFeasible(e, s.schedNodes(), e.Model, s.sched.Pools); err != nil {
 		j.gaveUp = true // refused at submission: it never runs
+		s.taskOver(j)
 		return
 	}
 	j.queued = true
@@ -385,6 +392,7 @@ func (s *sim) try(j *job) {
 	if j.tries == 0 {
 		if err := lease.CheckFeasible(e, s.schedNodes(), e.Model, s.sched.Pools); err != nil {
 			j.gaveUp = true
+			s.taskOver(j)
 			return
 		}
 	}
@@ -405,6 +413,7 @@ func (s *sim) try(j *job) {
 		return
 	}
 	j.gaveUp = true
+	s.taskOver(j)
 }
 
 // pass is one scheduling pass over the queue.
@@ -521,6 +530,7 @@ func (s *sim) finish(j *job) {
 	}
 	s.active--
 	s.step(StepEnd, j)
+	s.taskOver(j)
 }
 
 func (n *snode) values() []lease.Lease {

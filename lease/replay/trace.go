@@ -62,6 +62,10 @@ type Request struct {
 	From string `json:"from,omitempty"`
 	// Model restricts it to GPUs of a model (substring).
 	Model string `json:"model,omitempty"`
+	// Array makes it a job array (`dibs run --array`, sbatch --array):
+	// "0-19%4" runs it once per index, as queued tasks ID/INDEX, at most 4
+	// waiting or running at once.
+	Array string `json:"array,omitempty"`
 }
 
 // NodeSpec is one node of the replayed cluster: a simulator spec
@@ -128,6 +132,7 @@ type wireRequest struct {
 	Via   string     `json:"via,omitempty"`
 	From  string     `json:"from,omitempty"`
 	Model string     `json:"model,omitempty"`
+	Array string     `json:"array,omitempty"`
 }
 
 // Bounds on a trace read from a file.
@@ -200,7 +205,7 @@ func errOr(err error, s string) string {
 }
 
 func (w wireRequest) request() (Request, error) {
-	r := Request{ID: w.ID, At: w.At, User: w.User, Nodes: w.Nodes, GPUs: w.GPUs, Kind: w.Kind, Via: w.Via, From: w.From, Model: w.Model}
+	r := Request{ID: w.ID, At: w.At, User: w.User, Nodes: w.Nodes, GPUs: w.GPUs, Kind: w.Kind, Via: w.Via, From: w.From, Model: w.Model, Array: w.Array}
 	for _, d := range []struct {
 		name string
 		s    string
@@ -231,7 +236,7 @@ func Write(w io.Writer, t Trace) error {
 		return err
 	}
 	for _, r := range t.Requests {
-		wr := wireRequest{ID: r.ID, At: r.At, User: r.User, Nodes: r.Nodes, GPUs: r.GPUs, Kind: r.Kind, Via: r.Via, From: r.From, Model: r.Model,
+		wr := wireRequest{ID: r.ID, At: r.At, User: r.User, Nodes: r.Nodes, GPUs: r.GPUs, Kind: r.Kind, Via: r.Via, From: r.From, Model: r.Model, Array: r.Array,
 			Work: exactDuration(r.Work)}
 		if r.Limit > 0 {
 			wr.Limit = exactDuration(r.Limit)
@@ -304,6 +309,14 @@ func (t *Trace) Check() error {
 			return fmt.Errorf("request %s: via %q is not %s or %s", r.ID, r.Via, ViaClaim, ViaQueue)
 		case r.From != "" && !names[r.From]:
 			return fmt.Errorf("request %s is asked at %s, which is not a node of the trace", r.ID, r.From)
+		}
+		if r.Array != "" {
+			if _, err := lease.ParseArray(r.Array); err != nil {
+				return fmt.Errorf("request %s: %v", r.ID, err)
+			}
+			if r.Via == ViaClaim {
+				return fmt.Errorf("request %s: an array is queued (via %q), not claimed", r.ID, ViaQueue)
+			}
 		}
 		if r.Kind != "" {
 			if _, err := lease.ParseKind(string(r.Kind)); err != nil {

@@ -35,6 +35,13 @@ type Job struct {
 	// --per-gpu does.
 	PerGPU bool
 	Note   string
+	// Array is a job array's tasks as --array takes them (0-19%4); each
+	// task gets DIBS_ARRAY_INDEX from SLURM_ARRAY_TASK_ID.
+	Array string
+	// After are the dibs runs it waits for (afterok:ID, afterany:ID):
+	// SLURM knows them by its own job ids, so the line is written
+	// commented out, for the person to fill in.
+	After []string
 }
 
 // DefaultMasterPort is the rendezvous port a gang uses when the script's
@@ -89,7 +96,18 @@ func Sbatch(j Job) (string, error) {
 	if j.Dir != "" {
 		w("#SBATCH --chdir=%s", sbatchValue(j.Dir))
 	}
+	if j.Array != "" {
+		w("#SBATCH --array=%s", sbatchValue(j.Array))
+	}
+	if len(j.After) > 0 {
+		w("# It waits for dibs runs; submit those first and put their SLURM job ids in place of the dibs ids, then drop one #:")
+		w("##SBATCH --dependency=%s", sbatchValue(strings.Join(j.After, ",")))
+	}
 	w("set -euo pipefail")
+	if j.Array != "" {
+		w("# Each task's index, as dibs gives it.")
+		w("export DIBS_ARRAY_INDEX=$SLURM_ARRAY_TASK_ID DIBS_ARRAY_ID=slurm-$SLURM_ARRAY_JOB_ID")
+	}
 	cmd := shellCommand(j.Command)
 	if j.Command == nil {
 		w("# dibs keeps no command for a finished run: put yours in place of these two lines")

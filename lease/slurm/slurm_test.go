@@ -220,6 +220,8 @@ func TestSbatchGolden(t *testing.T) {
 		{"single-torchrun", Job{ID: "node01-q8", State: "queued", User: "ana", Nodes: 1, GPUsPerNode: 2, Time: time.Hour,
 			Command: []string{"python3", "ddp.py", "--steps", "5"}, Torchrun: true}},
 		{"finished-unknown-command", Job{ID: "node01-42", State: "finished", User: "cy", Nodes: 1, GPUsPerNode: 1, Time: 2 * time.Hour}},
+		{"array-after", Job{ID: "node01-q9", State: "queued", User: "ana", Nodes: 1, GPUsPerNode: 1, Time: time.Hour, Array: "0-19%4",
+			After: []string{"afterok:node01-q7", "afterany:node02-q3"}, Command: []string{"sh", "-c", "python train.py --seed $DIBS_ARRAY_INDEX"}}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -155,6 +155,53 @@ type entryRecord struct {
 	// a requeued run's pause.
 	RetryAt  time.Time `json:"retry_at,omitzero"`
 	RetryWhy string    `json:"retry_why,omitempty"`
+	// Added with job arrays and dependencies, optional.
+	Array *arrayRecord `json:"array,omitempty"`
+	After []depRecord  `json:"after,omitempty"`
+}
+
+// arrayRecord is how a job array's parent keeps its tasks (frozen, like
+// leaseRecord).
+type arrayRecord struct {
+	Spec      string `json:"spec"`
+	Throttle  int    `json:"throttle,omitempty"`
+	Next      int    `json:"next,omitempty"`
+	Done      string `json:"done,omitempty"`
+	Failed    string `json:"failed,omitempty"`
+	Cancelled string `json:"cancelled,omitempty"`
+	Started   bool   `json:"started,omitempty"`
+}
+
+// depRecord is how a dependency is stored (frozen, like leaseRecord).
+type depRecord struct {
+	ID  string `json:"id"`
+	Any bool   `json:"any,omitempty"`
+}
+
+func sweepToRecord(e lease.QueueEntry) (*arrayRecord, []depRecord) {
+	var a *arrayRecord
+	if e.Array != nil {
+		a = &arrayRecord{Spec: e.Array.Spec, Throttle: e.Array.Throttle, Next: e.Array.Next, Done: e.Array.Done,
+			Failed: e.Array.Failed, Cancelled: e.Array.Cancelled, Started: e.Array.Started}
+	}
+	var d []depRecord
+	for _, x := range e.After {
+		d = append(d, depRecord{ID: x.ID, Any: x.Any})
+	}
+	return a, d
+}
+
+func (r *entryRecord) sweep() (*lease.Array, []lease.Dep) {
+	var a *lease.Array
+	if r.Array != nil {
+		a = &lease.Array{Spec: r.Array.Spec, Throttle: r.Array.Throttle, Next: r.Array.Next, Done: r.Array.Done,
+			Failed: r.Array.Failed, Cancelled: r.Array.Cancelled, Started: r.Array.Started}
+	}
+	var d []lease.Dep
+	for _, x := range r.After {
+		d = append(d, lease.Dep{ID: x.ID, Any: x.Any})
+	}
+	return a, d
 }
 
 func entryToRecord(e lease.QueueEntry) entryRecord {
@@ -166,6 +213,7 @@ func entryToRecord(e lease.QueueEntry) entryRecord {
 		RequestID: e.RequestID, Tags: e.Tags, MemMiB: e.MemMiB, Job: jobToRecord(e.Job), Placer: e.Placer,
 		RetryAt: e.RetryAt, RetryWhy: e.RetryWhy,
 	}
+	r.Array, r.After = sweepToRecord(e)
 	return r
 }
 
@@ -178,6 +226,7 @@ func (r *entryRecord) entry() lease.QueueEntry {
 		RequestID: r.RequestID, Tags: r.Tags, MemMiB: r.MemMiB, Job: r.Job.job(), Placer: r.Placer,
 		RetryAt: r.RetryAt, RetryWhy: r.RetryWhy,
 	}
+	e.Array, e.After = r.sweep()
 	return e
 }
 

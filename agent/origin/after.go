@@ -1,0 +1,132 @@
+package origin
+
+import (
+	"context"
+	"fmt"
+	"slices"
+
+	"github.com/dibs-gpu/dibs/lease"
+)
+
+// Dependencies (`--after ID`, `--after-any ID`; lease/after.go) at the
+// origin of the run that waits. On every pass the origin asks where each
+// dependency stands (its own record, or the dependency's origin through
+// Deps.DepStatus) and removes, durably, each that ended as asked; the run
+// is scheduled once none is left. A run whose dependency failed (for
+// --after) is ended, with an event naming the dependency. A dependency
+// whose origin cannot be reached is asked again on the next pass.
+
+// depStatus is where dependency id stands.
+func (o *Origin) depStatus(ctx context.Context, id string) (lease.EntryStatus, error) {
+	if origin, _ := lease.OriginOfQueueID(id); origin == o.node {
+		return o.Status(id, o.deps.Clock.Now()), nil
+	}
+	if o.deps.DepStatus == nil {
+		return lease.EntryStatus{}, fmt.Errorf("no way to ask another node about %s", id)
+	}
+	return o.deps.DepStatus(ctx, id)
+}
+
+// resolveAfter settles what it can of the dependencies of this node's
+// waiting entries.
+func (o *Origin) resolveAfter(ctx context.Context) {
+	cache := map[string]lease.EntryStatus{}
+	for _, e := range o.Entries() {
+		if len(e.After) == 0 {
+			continue
+		}
+		var keep []lease.Dep
+		broken := ""
+		for _, d := range e.After {
+			st, ok := cache[d.ID]
+			if !ok {
+				s, err := o.depStatus(ctx, d.ID)
+				if err != nil {
+					o.deps.Log.Debug("cannot ask where a dependency stands", "entry", e.ID, "after", d.ID, "err", err)
+					keep = append(keep, d)
+					continue
+				}
+				st, cache[d.ID] = s, s
+			}
+			switch lease.DepFor(d, st) {
+			case lease.DepWait:
+				keep = append(keep, d)
+			case lease.DepBroken:
+				broken = depBrokenWhy(d, st)
+			}
+			if broken != "" {
+				break
+			}
+		}
+		switch {
+		case broken != "":
+			o.dropAfter(e, broken)
+		case len(keep) < len(e.After):
+			o.setAfter(e, keep)
+		}
+	}
+}
+
+// depBrokenWhy says why a run will not start after d.
+func depBrokenWhy(d lease.Dep, st lease.EntryStatus) string {
+	switch st.State {
+	case lease.EntryFailed:
+		why := "its dependency " + d.ID + " failed"
+		if st.Reason != "" {
+			why += " (" + st.Reason + ")"
+		}
+		return why
+	case lease.EntryCancelled:
+		return "its dependency " + d.ID + " was cancelled"
+	}
+	return "its dependency " + d.ID + " ended too long ago for its origin to say how"
+}
+
+// setAfter writes e with the dependencies still to wait for; with none
+// left it may be scheduled (an array starts making its tasks).
+func (o *Origin) setAfter(e lease.QueueEntry, keep []lease.Dep) {
+	o.mu.Lock()
+	cur, ok := o.entries[e.ID]
+	if !ok || !slices.Equal(cur.After, e.After) {
+		o.mu.Unlock()
+		return
+	}
+	cur.After = keep
+	if err := o.deps.Store.PutEntry(cur, o.seq); err != nil {
+		o.mu.Unlock()
+		o.deps.Log.Error("record a dependency met", "entry", e.ID, "err", err)
+		return
+	}
+	o.entries[e.ID] = cur
+	if len(keep) == 0 && cur.Array != nil {
+		o.fillLocked(cur.ID, true)
+	}
+	o.publishLocked()
+	o.mu.Unlock()
+	if len(keep) == 0 {
+		o.deps.Log.Info("dependencies met", "entry", e.ID)
+	}
+	o.deps.QueueChanged()
+}
+
+// dropAfter ends a waiting entry whose dependency did not end as asked.
+func (o *Origin) dropAfter(e lease.QueueEntry, why string) {
+	o.mu.Lock()
+	cur, ok := o.entries[e.ID]
+	if !ok || !slices.Equal(cur.After, e.After) {
+		o.mu.Unlock()
+		return
+	}
+	if err := o.deps.Store.DeleteEntry(e.ID); err != nil {
+		o.mu.Unlock()
+		o.deps.Log.Error("end a run whose dependency failed", "entry", e.ID, "err", err)
+		return
+	}
+	delete(o.entries, e.ID)
+	o.ended.note(lease.EntryStatus{ID: e.ID, State: lease.EntryFailed, Reason: lease.ClipRetryWhy(why)})
+	o.deps.Events(lease.EntryEvent(lease.EventFail, cur, why, o.deps.Clock.Now()))
+	o.publishLocked()
+	o.mu.Unlock()
+	o.deps.Log.Info("not starting: a dependency did not succeed", "entry", e.ID, "why", why)
+	o.deps.QueueChanged()
+}

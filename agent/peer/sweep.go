@@ -1,0 +1,44 @@
+package peer
+
+import "github.com/dibs-gpu/dibs/lease"
+
+// Sweeps is the feature gate for job arrays (`--array`) and dependencies
+// (`--after`): an older agent would schedule an array's parent as one run,
+// and a dependent run before its dependency ended, so neither may be
+// submitted while a live node speaks an older protocol.
+var Sweeps = Feature{Name: "job arrays and dependencies (--array, --after)", Since: 7}
+
+// Status asks an entry's origin where the entry stands: a run waiting on
+// it (`--after ID`) starts, or is ended, by the answer. The origin is the
+// single writer of its entries and remembers how recent ones ended.
+var Status = Endpoint[StatusRequest, StatusReply]{Name: "entry-status"}
+
+// StatusRequest names the entry asked about.
+type StatusRequest struct {
+	ID string `json:"id"`
+}
+
+// Validate implements Message.
+func (r StatusRequest) Validate() error { return CancelRequest(r).Validate() }
+
+// StatusReply is the entry's state at its origin.
+type StatusReply struct {
+	Status lease.EntryStatus `json:"status"`
+}
+
+// Validate implements Message.
+func (r StatusReply) Validate() error {
+	s := r.Status
+	if _, ok := lease.OriginOfQueueID(s.ID); !ok || len(s.ID) > 2*lease.MaxNameLen {
+		return lease.Invalidf("a status for a bad entry id")
+	}
+	switch s.State {
+	case lease.EntryWaiting, lease.EntryBackoff, lease.EntryRunning, lease.EntryFinished, lease.EntryFailed, lease.EntryCancelled, lease.EntryUnknown:
+	default:
+		return lease.Invalidf("unknown entry state %q", truncate(string(s.State)))
+	}
+	if len(s.Reason) > lease.MaxRetryWhy || lease.CheckText("reason", s.Reason) != nil {
+		return lease.Invalidf("a bad status reason")
+	}
+	return nil
+}
