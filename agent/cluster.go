@@ -115,8 +115,13 @@ func (d delegate) LocalState() gossip.NodeState {
 	}
 	entries := a.origin.Entries()
 	queue := make([]lease.QueueEntry, len(entries))
+	whole := d.l.olderScheduler()
 	for i, e := range entries {
-		queue[i] = e.Published()
+		if whole {
+			queue[i] = e
+		} else {
+			queue[i] = e.Published()
+		}
 	}
 	return gossip.NodeState{
 		Node: a.cfg.NodeName, Version: st.Version, Snapshot: st.Snap, Leases: leases,
@@ -165,6 +170,24 @@ func (l *clusterLink) Request(ctx context.Context, node, op string, body []byte)
 func (l *clusterLink) Protocols(node string) (lo, hi int, ok bool) {
 	a, b, ok := l.c.Protocols(node)
 	return int(a), int(b), ok
+}
+
+// olderScheduler reports whether a member speaks agent protocol 6
+// (v0.1.0) at most. Such a scheduler takes a queued run's job from its
+// origin's gossip, not from the answer to place, so while one is in the
+// cluster (an upgrade rolling through) this origin publishes its jobs
+// whole, as v0.1.0 did; the section's size floor still bounds what one
+// person adds to it.
+func (l *clusterLink) olderScheduler() bool {
+	if l == nil || l.c == nil {
+		return false
+	}
+	for _, hi := range l.c.MemberProtocols() {
+		if hi != 0 && int(hi) < peer.PlaceCarriesJobSince {
+			return true
+		}
+	}
+	return false
 }
 
 // Peers implements core.Cluster.

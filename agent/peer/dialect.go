@@ -40,6 +40,10 @@ const (
 	// do not know: what is written to an agent of it or later needs no
 	// pruning. Only protocol 6 (v0.1.0) decoded strictly.
 	lenientSince = 7
+	// PlaceCarriesJobSince is the first protocol whose schedulers take a
+	// queued run's job from the origin's answer to place; before it (v0.1.0)
+	// they took it from the origin's gossip.
+	PlaceCarriesJobSince = 7
 )
 
 // dialectV6 is the shape of every endpoint's request and reply in
