@@ -74,6 +74,9 @@ func bookingOf(req api.BookRequest) (lease.BookRequest, error) {
 	if req.RequestID != "" && !lease.ValidRequestID(req.RequestID) {
 		return lease.BookRequest{}, lease.Invalidf("request id %q must be 8 to 64 letters, digits, '-' or '_'", req.RequestID)
 	}
+	if req.Count > 0 && len(req.GPUs) > 0 {
+		return lease.BookRequest{}, lease.Invalidf("a count (%d) and GPU indices (%v) both say which GPUs: give one, not both", req.Count, req.GPUs)
+	}
 	br := lease.BookRequest{
 		Count: req.Count, GPUs: req.GPUs, Start: req.Start, Duration: d, Kind: kind, Note: req.Note,
 		Model: req.Model, Tags: req.Tags,

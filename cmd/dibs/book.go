@@ -94,6 +94,9 @@ func (f *bookFlags) request(now time.Time) (api.BookRequest, error) {
 	if f.count == 0 && len(req.GPUs) == 0 {
 		return req, errors.New("say how many GPUs to book (-g 4) or which (--ids 0,2)")
 	}
+	if f.count > 0 && len(req.GPUs) > 0 {
+		return req, fmt.Errorf("-g %d and --ids %s both say which GPUs: give -g N for any N, or --ids for those GPUs, not both", f.count, f.ids)
+	}
 	if f.at == "" {
 		return req, errors.New(`say when the booking starts: --at "tomorrow 09:00"`)
 	}

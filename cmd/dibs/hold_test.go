@@ -81,6 +81,8 @@ func TestFlagMistakesSayWhatToDo(t *testing.T) {
 		{[]string{"ls", "--jsn"}, "unknown flag: --jsn: did you mean --json?"},
 		{[]string{"claim", "--zzzzzz"}, "(`dibs claim --help` lists its flags)"},
 		{[]string{"claim", "-g", "2", "--ids", "0,1"}, "-g 2 and --ids 0,1 both say which GPUs: give -g N for any N free GPUs, or --ids for those GPUs, not both"},
+		{[]string{"book", "-g", "2", "--ids", "0,1", "--at", "tomorrow 09:00", "--for", "1h"}, "-g 2 and --ids 0,1 both say which GPUs"},
+		{[]string{"book", "--gpu", "2"}, "did you mean --gpus?"},
 	}
 	for _, tt := range tests {
 		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
