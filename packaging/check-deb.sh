@@ -56,6 +56,8 @@ done <<'FILES'
 644 /usr/share/man/man1/dibs.1.gz
 644 /usr/share/man/man1/dibs-agent.1.gz
 644 /usr/share/man/man1/dibs-claim.1.gz
+644 /usr/share/man/man1/dibsd.1.gz
+644 /usr/share/man/man1/dibsd-agent.1.gz
 644 /usr/share/doc/dibs/LICENSE
 644 /usr/share/doc/dibs/examples/dibs.toml
 644 /usr/share/doc/dibs/operations.md

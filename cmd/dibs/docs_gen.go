@@ -13,6 +13,8 @@ import (
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/cobra/doc"
+
+	"github.com/dibs-gpu/dibs/internal/daemoncmd"
 )
 
 // extraCmds adds the hidden gen-docs command to builds tagged gendocs. The
@@ -37,7 +39,7 @@ func (c *cli) extraCmds() []*cobra.Command {
 			if ver == "" {
 				ver = buildInfo().Version
 			}
-			return genDocs(cmd.Root(), args[0], ver, when)
+			return genDocs(cmd.Root(), daemoncmd.Root(c.stdout, c.stderr), args[0], ver, when)
 		},
 	}
 	cmd.Flags().StringVar(&ver, "version", "", "release the pages name (default: this binary's)")
@@ -45,11 +47,12 @@ func (c *cli) extraCmds() []*cobra.Command {
 	return []*cobra.Command{cmd}
 }
 
-// genDocs writes DIR/man/dibs*.1.gz, one page per command, and
+// genDocs writes DIR/man/dibs*.1.gz, one page per command of the client
+// (root) and of the daemon's binary (daemon: dibsd*.1.gz), and
 // DIR/completions/{dibs.bash,_dibs,dibs.fish}, replacing what those two
-// folders held. Output depends only on the
-// command tree, ver and when, so two releases of one commit are identical.
-func genDocs(root *cobra.Command, dir, ver string, when time.Time) error {
+// folders held. Output depends only on the command trees, ver and when, so
+// two releases of one commit are identical.
+func genDocs(root, daemon *cobra.Command, dir, ver string, when time.Time) error {
 	manDir, compDir := filepath.Join(dir, "man"), filepath.Join(dir, "completions")
 	for _, d := range []string{manDir, compDir} {
 		// Start empty, so a command removed since the last run leaves no page.
@@ -60,6 +63,36 @@ func genDocs(root *cobra.Command, dir, ver string, when time.Time) error {
 			return fmt.Errorf("gen-docs: %w", err)
 		}
 	}
+	// dibsd's own pages (man dibsd, dibsd-agent, …) beside the client's:
+	// the unit runs dibsd agent.
+	for _, r := range []*cobra.Command{root, daemon} {
+		if err := genMan(r, manDir, ver, when); err != nil {
+			return err
+		}
+	}
+	comps := []struct {
+		file string
+		gen  func(*bytes.Buffer) error
+	}{
+		{"dibs.bash", func(b *bytes.Buffer) error { return root.GenBashCompletionV2(b, true) }},
+		{"_dibs", func(b *bytes.Buffer) error { return root.GenZshCompletion(b) }},
+		{"dibs.fish", func(b *bytes.Buffer) error { return root.GenFishCompletion(b, true) }},
+	}
+	for _, cp := range comps {
+		var b bytes.Buffer
+		if err := cp.gen(&b); err != nil {
+			return fmt.Errorf("gen-docs: %s: %w", cp.file, err)
+		}
+		if err := os.WriteFile(filepath.Join(compDir, cp.file), b.Bytes(), 0o644); err != nil {
+			return fmt.Errorf("gen-docs: %w", err)
+		}
+	}
+	return nil
+}
+
+// genMan writes manDir/NAME.1.gz for root and each visible command below it,
+// named by the command path (dibs-claim.1.gz, dibsd-agent.1.gz).
+func genMan(root *cobra.Command, manDir, ver string, when time.Time) error {
 	header := &doc.GenManHeader{Title: "DIBS", Section: "1", Source: "dibs " + ver, Manual: "dibs manual", Date: &when}
 	var walk func(*cobra.Command) error
 	walk = func(cmd *cobra.Command) error {
@@ -86,27 +119,7 @@ func genDocs(root *cobra.Command, dir, ver string, when time.Time) error {
 		}
 		return nil
 	}
-	if err := walk(root); err != nil {
-		return err
-	}
-	comps := []struct {
-		file string
-		gen  func(*bytes.Buffer) error
-	}{
-		{"dibs.bash", func(b *bytes.Buffer) error { return root.GenBashCompletionV2(b, true) }},
-		{"_dibs", func(b *bytes.Buffer) error { return root.GenZshCompletion(b) }},
-		{"dibs.fish", func(b *bytes.Buffer) error { return root.GenFishCompletion(b, true) }},
-	}
-	for _, cp := range comps {
-		var b bytes.Buffer
-		if err := cp.gen(&b); err != nil {
-			return fmt.Errorf("gen-docs: %s: %w", cp.file, err)
-		}
-		if err := os.WriteFile(filepath.Join(compDir, cp.file), b.Bytes(), 0o644); err != nil {
-			return fmt.Errorf("gen-docs: %w", err)
-		}
-	}
-	return nil
+	return walk(root)
 }
 
 // writeGzip compresses with no name and no time in the header (Debian's rule

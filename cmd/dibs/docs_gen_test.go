@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/dibs-gpu/dibs/internal/daemoncmd"
 )
 
 // TestGenDocs checks what a package ships: one man page per visible command
@@ -21,7 +23,7 @@ func TestGenDocs(t *testing.T) {
 	dir := t.TempDir()
 	c := &cli{stdout: io.Discard, stderr: io.Discard}
 	when := time.Date(2026, 3, 10, 16, 0, 0, 0, time.UTC)
-	if err := genDocs(rootCmd(c), dir, "9.8.7", when); err != nil {
+	if err := genDocs(rootCmd(c), daemoncmd.Root(io.Discard, io.Discard), dir, "9.8.7", when); err != nil {
 		t.Fatal(err)
 	}
 	page := func(name string) string {
@@ -53,8 +55,16 @@ func TestGenDocs(t *testing.T) {
 	if agent := page("dibs-agent.1.gz"); !strings.Contains(agent, `\fB--cluster-key-file\fP`) {
 		t.Errorf("dibs-agent.1 does not document --cluster-key-file:\n%s", agent)
 	}
-	for _, name := range []string{"dibs-config-check.1.gz", "dibs-version.1.gz", "dibs-run.1.gz"} {
+	for _, name := range []string{"dibs-config-check.1.gz", "dibs-version.1.gz", "dibs-run.1.gz", "dibsd.1.gz", "dibsd-version.1.gz"} {
 		page(name)
+	}
+	// dibsd's pages: the unit runs dibsd agent, and `man dibsd-agent`
+	// documents the same flags as `man dibs-agent`.
+	if agent := page("dibsd-agent.1.gz"); !strings.Contains(agent, `\fB--cluster-key-file\fP`) {
+		t.Errorf("dibsd-agent.1 does not document --cluster-key-file:\n%s", agent)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "man", "dibsd-_pipe-log.1.gz")); err == nil {
+		t.Error("dibsd's hidden _pipe-log got a man page")
 	}
 	if _, err := os.Stat(filepath.Join(dir, "man", "dibs-gen-docs.1.gz")); err == nil {
 		t.Error("the hidden gen-docs command got a man page")

@@ -48,24 +48,8 @@ func (e *exitError) Error() string { return e.msg }
 // file), prefixed "dibs:" as the client's are: to a person it is one
 // product, whichever binary spoke.
 func Main(args []string, stdout, stderr io.Writer) int {
-	c := &cli{stdout: stdout, stderr: stderr}
-	root := &cobra.Command{
-		Use:   "dibsd",
-		Short: "The dibs daemon: the node agent, the demo, the GPU probe and the cluster key",
-		Long: `dibsd is the daemon's binary. The dibs package runs "dibsd agent" as the
-dibs.service unit on every GPU node; people run the client, dibs, which
-hands "dibs agent", "dibs demo", "dibs probe", "dibs keygen" and
-"dibs config check" to this binary.`,
-		SilenceUsage:  true,
-		SilenceErrors: true,
-		Version:       buildInfo().Release(),
-	}
+	root := Root(stdout, stderr)
 	root.SetArgs(args)
-	root.SetOut(stdout)
-	root.SetErr(stderr)
-	root.PersistentFlags().StringVar(&c.socket, "socket", "", "the agent's socket (default: $DIBS_SOCKET, then /run/dibs/dibs.sock as root, else your own: $XDG_RUNTIME_DIR/dibs.sock, /run/user/UID/dibs.sock or ~/.local/state/dibs/dibs.sock)")
-	root.AddCommand(c.commands()...)
-	root.AddCommand(versionCmd(c), pipeLogCmd())
 	err := root.Execute()
 	if err == nil {
 		return 0
@@ -79,6 +63,29 @@ hands "dibs agent", "dibs demo", "dibs probe", "dibs keygen" and
 	}
 	fmt.Fprintln(stderr, "dibs: "+termsafe.String(err.Error()))
 	return 1
+}
+
+// Root is dibsd's command tree, for Main and for the release's man pages
+// (`man dibsd`, `man dibsd-agent`, written by the client's gen-docs).
+func Root(stdout, stderr io.Writer) *cobra.Command {
+	c := &cli{stdout: stdout, stderr: stderr}
+	root := &cobra.Command{
+		Use:   "dibsd",
+		Short: "The dibs daemon: the node agent, the demo, the GPU probe and the cluster key",
+		Long: `dibsd is the daemon's binary. The dibs package runs "dibsd agent" as the
+dibs.service unit on every GPU node; people run the client, dibs, which
+hands "dibs agent", "dibs demo", "dibs probe", "dibs keygen" and
+"dibs config check" to this binary.`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		Version:       buildInfo().Release(),
+	}
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	root.PersistentFlags().StringVar(&c.socket, "socket", "", "the agent's socket (default: $DIBS_SOCKET, then /run/dibs/dibs.sock as root, else your own: $XDG_RUNTIME_DIR/dibs.sock, /run/user/UID/dibs.sock or ~/.local/state/dibs/dibs.sock)")
+	root.AddCommand(c.commands()...)
+	root.AddCommand(versionCmd(c), pipeLogCmd())
+	return root
 }
 
 // Commands are the daemon's verbs as the client names them (agent, config,
