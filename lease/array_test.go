@@ -216,3 +216,28 @@ func BenchmarkScheduleArrays100x100(b *testing.B) {
 	}
 	b.ReportMetric(float64(len(p.Start)), "starts")
 }
+
+// FuzzParseArray: any --array value is either refused or read into at
+// most MaxArrayTasks indices whose canonical spec reads back the same.
+func FuzzParseArray(f *testing.F) {
+	for _, s := range []string{"0-19%4", "1,3,5-9", "0-999", "7", "", "9-3", "0-1000", "1,,2", "%3", "0-3%", "99999", "-1", "0-99999%1000"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		a, err := lease.ParseArray(s)
+		if err != nil {
+			if strings.ContainsAny(err.Error(), "\n\r") {
+				t.Fatalf("a refusal on two lines: %q", err)
+			}
+			return
+		}
+		idx := a.Indices()
+		if len(idx) == 0 || len(idx) > lease.MaxArrayTasks || a.Check() != nil {
+			t.Fatalf("ParseArray(%q) = %+v with %d tasks", s, a, len(idx))
+		}
+		b, err := lease.ParseArray(a.String())
+		if err != nil || b.Spec != a.Spec || b.Throttle != a.Throttle {
+			t.Fatalf("%q → %q does not read back: %+v, %v", s, a.String(), b, err)
+		}
+	})
+}

@@ -327,9 +327,13 @@ func (o *Origin) MarkStarted(key string) (lease.QueueEntry, bool) {
 	}
 	o.entries[e.ID] = e
 	delete(o.placed, key)
-	o.taskStartedLocked(e)
+	if _, _, task := lease.ArrayTaskOf(e.ID); task {
+		// One notice for the array's start, not one per task.
+		o.taskStartedLocked(e)
+	} else {
+		o.deps.Events(lease.EntryEvent(lease.EventStart, e, "", o.deps.Clock.Now()))
+	}
 	o.publishLocked()
-	o.deps.Events(lease.EntryEvent(lease.EventStart, e, "", o.deps.Clock.Now()))
 	o.mu.Unlock()
 	o.deps.QueueChanged()
 	return e, true
