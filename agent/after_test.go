@@ -210,3 +210,41 @@ func BenchmarkAfterStart(b *testing.B) {
 	b.StopTimer()
 	reportPercentiles(b, lat)
 }
+
+// TestAfterADependencyWhoseOriginRestarted: a run finished, then its
+// origin restarted (its in-memory record of ended entries gone); a run
+// --after it is still accepted and starts, from the event log on disk,
+// and one --after-any too.
+func TestAfterADependencyWhoseOriginRestarted(t *testing.T) {
+	t.Parallel()
+	agenttest.RequireTmux(t)
+	// node02 restarts: node01 (which the others joined) stays.
+	nodes := agenttest.Cluster(t, agenttest.ClusterOptions{Specs: []string{"1xL40S", "1xL40S", "1xL40S"}, Quiet: true})
+	dir := agenttest.PublicDir(t)
+	a, err := nodes[1].Client.Submit(ctx(t), queued(stamp(dir, "a", "", "0")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	agenttest.Eventually(t, 20*time.Second, "a to finish", func() bool {
+		st, _ := nodes[1].Client.EntryStatus(ctx(t), a.ID)
+		return st.State == lease.EntryFinished
+	})
+	nodes[1].Restart()
+	for _, n := range nodes[1:] { // the dependency's own origin, and another
+		r := queued(stamp(dir, "b-"+n.Opts.Name, "", "0"))
+		r.After = []string{a.ID}
+		var err error
+		agenttest.Eventually(t, 30*time.Second, "a submit --after "+a.ID+" at "+n.Opts.Name, func() bool {
+			_, err = n.Client.Submit(ctx(t), r)
+			// Until the restarted origin is heard again it cannot be
+			// asked; what must never come is "not a queued run".
+			return err == nil || strings.Contains(err.Error(), "not a queued run")
+		})
+		if err != nil {
+			t.Fatalf("--after %s at %s once its origin restarted: %v", a.ID, n.Opts.Name, err)
+		}
+	}
+	agenttest.Eventually(t, 20*time.Second, "both runs after a to start", func() bool {
+		return !readTime(dir+"/b-node02").IsZero() && !readTime(dir+"/b-node03").IsZero()
+	})
+}

@@ -134,6 +134,9 @@ func (v *queueView) lines(w, h int) []string {
 		case !e.EstStart.IsZero():
 			start = "in " + lease.FormatDuration(e.EstStart.Sub(now))
 		}
+		if e.Array != nil {
+			why = e.Array.Summary(e.ID) // a job array: node01-q7[3-5] running, 12 waiting, 3 done
+		}
 		text := cols(widths, pos, e.ID, e.User, sz, e.Duration, start)
 		mine := e.User == v.board.You.User
 		if wide {

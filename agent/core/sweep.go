@@ -84,7 +84,7 @@ func (s *Service) EntryState(ctx context.Context, id string) (lease.EntryStatus,
 		return lease.EntryStatus{}, lease.Invalidf("%q is not a queue id", id)
 	}
 	if origin == s.cfg.Node {
-		return s.deps.Origin.Status(id, s.deps.Clock.Now()), nil
+		return s.entryStatus(id), nil
 	}
 	cctx, cancel := context.WithTimeout(ctx, depLookup)
 	defer cancel()
@@ -98,6 +98,49 @@ func (s *Service) EntryState(ctx context.Context, id string) (lease.EntryStatus,
 	return r.Status, nil
 }
 
+// endedLookback is how far back the event log is read for how an entry
+// ended that the origin no longer remembers.
+const endedLookback = 14 * 24 * time.Hour
+
+// entryStatus is where one of this node's entries stands: the origin's
+// record, or, for one it no longer remembers (it ended before this agent
+// last started, or among more than the origin keeps), the last word of the
+// event log, which is on disk: so a run waiting for it (--after) is not
+// ended for the restart of its dependency's origin.
+func (s *Service) entryStatus(id string) lease.EntryStatus {
+	now := s.deps.Clock.Now()
+	st := s.deps.Origin.Status(id, now)
+	if st.State != lease.EntryUnknown || s.deps.Events == nil {
+		return st
+	}
+	f := lease.EventFilter{Since: now.Add(-endedLookback)}
+	for {
+		evs, more, err := s.deps.Events.Events(f, 4096)
+		if err != nil {
+			s.log.Warn("read the event log for an entry's end", "entry", id, "err", err)
+			return st
+		}
+		for i := range evs {
+			e := &evs[i]
+			if e.Entry != id {
+				continue
+			}
+			switch e.Kind {
+			case lease.EventFinish:
+				st = lease.EntryStatus{ID: id, State: lease.EntryFinished}
+			case lease.EventFail:
+				st = lease.EntryStatus{ID: id, State: lease.EntryFailed, Reason: lease.ClipRetryWhy(e.Reason)}
+			case lease.EventCancel:
+				st = lease.EntryStatus{ID: id, State: lease.EntryCancelled}
+			}
+		}
+		if !more || len(evs) == 0 {
+			return st
+		}
+		f.After = evs[len(evs)-1].Seq
+	}
+}
+
 // registerSweepOps serves other origins asking where one of this node's
 // entries stands (a run of theirs waits for it). Only states travel, never
 // commands, so any actor may ask.
@@ -106,7 +149,7 @@ func (s *Service) registerSweepOps() {
 		if origin, _ := lease.OriginOfQueueID(r.ID); origin != s.cfg.Node {
 			return peer.StatusReply{}, lease.Invalidf("%s is not %s's entry", r.ID, s.cfg.Node)
 		}
-		return peer.StatusReply{Status: s.deps.Origin.Status(r.ID, s.deps.Clock.Now())}, nil
+		return peer.StatusReply{Status: s.entryStatus(r.ID)}, nil
 	})
 }
 

@@ -16,15 +16,17 @@ import (
 // --after) is ended, with an event naming the dependency. A dependency
 // whose origin cannot be reached is asked again on the next pass.
 
-// depStatus is where dependency id stands.
+// depStatus is where dependency id stands: Deps.DepStatus (which also
+// reads this node's event log for an entry the origin no longer
+// remembers), else this origin's own record.
 func (o *Origin) depStatus(ctx context.Context, id string) (lease.EntryStatus, error) {
+	if o.deps.DepStatus != nil {
+		return o.deps.DepStatus(ctx, id)
+	}
 	if origin, _ := lease.OriginOfQueueID(id); origin == o.node {
 		return o.Status(id, o.deps.Clock.Now()), nil
 	}
-	if o.deps.DepStatus == nil {
-		return lease.EntryStatus{}, fmt.Errorf("no way to ask another node about %s", id)
-	}
-	return o.deps.DepStatus(ctx, id)
+	return lease.EntryStatus{}, fmt.Errorf("no way to ask another node about %s", id)
 }
 
 // resolveAfter settles what it can of the dependencies of this node's

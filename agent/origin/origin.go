@@ -39,9 +39,9 @@ type Deps struct {
 	// MaxPerUser is how many entries one person may have here, waiting
 	// or running (lease.SchedConfig.MaxQueuedPerUser; 0: its default).
 	MaxPerUser int
-	// DepStatus asks another node where one of its entries stands, for
-	// a run here that waits for it (--after); nil: only this node's own
-	// entries can be waited for.
+	// DepStatus says where an entry stands (this node's, or another's,
+	// asked of its origin), for a run here that waits for it (--after);
+	// nil: only this node's own entries, from its in-memory record.
 	DepStatus func(ctx context.Context, id string) (lease.EntryStatus, error)
 }
 
