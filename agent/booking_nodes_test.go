@@ -204,3 +204,47 @@ func TestBookingAcrossNodesNeedsEveryNodeUpgraded(t *testing.T) {
 		t.Errorf("a booking of the protocol-6 node alone: %v", err)
 	}
 }
+
+// A retry of a booking across nodes (the client resends its request id
+// when the agent restarted under it) makes only the parts the first
+// attempt did not, and a retry of a whole booking makes none.
+func TestBookingAcrossNodesRetryMakesMissingParts(t *testing.T) {
+	t.Parallel()
+	nodes := agenttest.Cluster(t, agenttest.ClusterOptions{Specs: []string{"2xH100-80GB", "2xH100-80GB", "2xH100-80GB"}, Users: mbookUsers, Quiet: true})
+	req := api.BookRequest{Nodes: 3, Count: 2, Start: time.Now().Add(2 * time.Hour), Duration: "3h", RequestID: "retry-across-1"}
+	bk, err := nodes[0].As(mbob).Book(ctx(t), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	whole := func(want int) func() bool {
+		return func() bool {
+			parts := partsOf(t, nodes[0])
+			n := 0
+			for _, ps := range parts {
+				for _, p := range ps {
+					if p.Group == bk.ID {
+						n++
+					}
+				}
+			}
+			return n == want && len(parts) == want
+		}
+	}
+	agenttest.Eventually(t, 5*time.Second, "node01 to see 3 parts", whole(3))
+	// As if the first attempt had stopped before node02's part.
+	part := partsOf(t, nodes[0])["node02"][0]
+	if _, err := nodes[0].As(mbob).Release(ctx(t), api.ReleaseRequest{IDs: []string{part.ID}}); err != nil {
+		t.Fatal(err)
+	}
+	agenttest.Eventually(t, 5*time.Second, "node01 to see 2 parts", whole(2))
+	for i := range 2 {
+		again, err := nodes[0].As(mbob).Book(ctx(t), req)
+		if err != nil || again.ID != bk.ID {
+			t.Fatalf("retry %d: %+v, %v; want the first part %s", i, again, err, bk.ID)
+		}
+		agenttest.Eventually(t, 5*time.Second, "the retry to make node02's part again, and nothing more", whole(3))
+		if ps := partsOf(t, nodes[0])["node02"]; len(ps) != 1 || ps[0].ID == part.ID {
+			t.Errorf("retry %d: node02 holds %+v; want one new part", i, ps)
+		}
+	}
+}

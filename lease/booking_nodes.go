@@ -13,15 +13,16 @@ import (
 const MaxBookingNodes = 64
 
 // BookNodes chooses nodes for a booking of per GPUs on each of nodes
-// distinct nodes over [start, end): each part is placed as BookNode places
+// distinct nodes over [start, end) (one node when the rest of a booking
+// across nodes is booked already): each part is placed as BookNode places
 // a booking of one node (pools, their limits, what is held or booked
 // then), so the nodes chosen are ones that can each take their part. The
 // names come back sorted; the first part's id will name the whole. When
 // fewer nodes can take a part than asked for, the refusal says how many
 // can and why the next one cannot.
 func BookNodes(cands []Candidate, nodes, per int, model string, tags []string, pools Pools, user string, start, end time.Time) ([]string, error) {
-	if nodes < 2 || nodes > MaxBookingNodes {
-		return nil, Invalidf("a booking across nodes spans 2 to %d nodes, not %d", MaxBookingNodes, nodes)
+	if nodes < 1 || nodes > MaxBookingNodes {
+		return nil, Invalidf("a booking spans 1 to %d nodes, not %d", MaxBookingNodes, nodes)
 	}
 	if len(cands) < nodes {
 		return nil, errorf(CodeConflict, "asked to book %d nodes but only %d %s up: book fewer nodes (`dibs ls` shows the cluster)", nodes, len(cands), isAre(len(cands)))

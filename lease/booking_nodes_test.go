@@ -36,7 +36,8 @@ func TestBookNodes(t *testing.T) {
 		{name: "too few can take a part", cands: []lease.Candidate{a, booked, c}, nodes: 2, n: 3, code: lease.CodeConflict,
 			wantWords: []string{"asked to book 3 GPUs on each of 2 nodes", "only 1 node can take a part (a)", "on the others:"}},
 		{name: "none can", cands: []lease.Candidate{b, c}, nodes: 2, n: 4, code: lease.CodeConflict, wantWords: []string{"at most 2 can be booked together"}},
-		{name: "one node is not across nodes", cands: []lease.Candidate{a, b}, nodes: 1, n: 1, code: lease.CodeInvalid, wantWords: []string{"2 to 64 nodes"}},
+		{name: "one node: the rest of a booking", cands: []lease.Candidate{a, b}, nodes: 1, n: 2, want: []string{"b"}},
+		{name: "no nodes", cands: []lease.Candidate{a, b}, nodes: 0, n: 1, code: lease.CodeInvalid, wantWords: []string{"1 to 64 nodes"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got, err := lease.BookNodes(tc.cands, tc.nodes, tc.n, "", tc.tags, pools, "alice", from, to)

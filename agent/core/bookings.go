@@ -141,12 +141,17 @@ func (b *Bound) Book(ctx context.Context, req api.BookRequest) (lease.Lease, err
 		for _, l := range append(v.Bookings(), v.Leases()...) {
 			// A retried booking across nodes answers with its first part.
 			if l.RequestID == req.RequestID && l.User == b.c.User && (l.Group == "" || l.Group == l.ID) {
+				if req.Nodes > 1 && l.Booked && l.Group == l.ID {
+					// The first attempt may have been cut short (its
+					// agent restarted): make the parts it did not.
+					return b.bookAcross(ctx, req, br, v, &l)
+				}
 				return l, nil
 			}
 		}
 	}
 	if req.Nodes > 1 {
-		return b.bookAcross(ctx, req, br, v)
+		return b.bookAcross(ctx, req, br, v, nil)
 	}
 	n := br.Count
 	if n == 0 {
@@ -207,8 +212,11 @@ func (b *Bound) bookOn(ctx context.Context, node string, br lease.BookRequest, r
 // is booked linked to it, and if any node refuses, the parts made are
 // withdrawn and the refusal says which node and why. Each part is an
 // ordinary booking of its node, so claims, the queue and backfill there
-// honour it as any other.
-func (b *Bound) bookAcross(ctx context.Context, req api.BookRequest, br lease.BookRequest, v lease.ClusterView) (lease.Lease, error) {
+// honour it as any other. first, when set, is the first part of an
+// earlier attempt of the same request (a retry after this agent
+// restarted): its parts are kept and only the missing ones are made, all
+// or nothing as before.
+func (b *Bound) bookAcross(ctx context.Context, req api.BookRequest, br lease.BookRequest, v lease.ClusterView, first *lease.Lease) (lease.Lease, error) {
 	s := b.s
 	switch {
 	case br.Job != nil:
@@ -225,34 +233,52 @@ func (b *Bound) bookAcross(ctx context.Context, req api.BookRequest, br lease.Bo
 	if err := s.Require(peer.MultiNodeBooking); err != nil {
 		return lease.Lease{}, err
 	}
+	var made []string
+	cands := v.Candidates()
+	if first != nil {
+		for _, l := range v.Bookings() {
+			if l.Group == first.ID {
+				made = append(made, l.ID)
+				cands = slices.DeleteFunc(cands, func(c lease.Candidate) bool { return c.Node == l.Node })
+			}
+		}
+		if len(made) >= req.Nodes {
+			return *first, nil
+		}
+	}
+	need := req.Nodes - len(made)
 	if err := lease.CheckBookingLength(s.cfg.Policy, br.Duration); err != nil {
 		return lease.Lease{}, err
 	}
-	if err := lease.CheckBookingQuota(s.cfg.Policy, b.c.User, v.Bookings(), float64(req.Nodes*br.Count)*br.Duration.Hours()); err != nil {
+	if err := lease.CheckBookingQuota(s.cfg.Policy, b.c.User, v.Bookings(), float64(need*br.Count)*br.Duration.Hours()); err != nil {
+		b.withdraw(ctx, made)
 		return lease.Lease{}, err
 	}
-	nodes, err := lease.BookNodes(v.Candidates(), req.Nodes, br.Count, br.Model, br.Tags, s.cfg.Policy.Pools, b.c.User, br.Start, br.Start.Add(br.Duration))
+	nodes, err := lease.BookNodes(cands, need, br.Count, br.Model, br.Tags, s.cfg.Policy.Pools, b.c.User, br.Start, br.Start.Add(br.Duration))
 	if err != nil {
+		b.withdraw(ctx, made)
 		return lease.Lease{}, err
 	}
-	var made []string
-	var first lease.Lease
-	for i, node := range nodes {
+	var head lease.Lease
+	if first != nil {
+		head = *first
+	}
+	for _, node := range nodes {
 		part := br
-		part.Lead, part.Group = i == 0, first.ID
+		part.Lead, part.Group = head.ID == "", head.ID
 		l, err := b.bookOn(ctx, node, part, req.RequestID)
 		if err != nil {
 			b.withdraw(ctx, made)
 			return lease.Lease{}, &lease.Error{Code: lease.CodeOf(err), Msg: fmt.Sprintf(
-				"%s refused its part of the booking across %s, so nothing was booked: %s", node, strings.Join(nodes, ", "), errWords(err))}
+				"%s refused its part of the booking across %d nodes, so nothing was booked: %s", node, req.Nodes, errWords(err))}
 		}
 		made = append(made, l.ID)
-		if i == 0 {
-			first = l
+		if head.ID == "" {
+			head = l
 		}
 	}
 	s.awaitBookings(ctx, made)
-	return first, nil
+	return head, nil
 }
 
 // withdraw releases the parts of a booking across nodes that were made
