@@ -67,6 +67,12 @@ func TestCLIBookAcrossNodes(t *testing.T) {
 		}
 	}
 
+	// Tab after unbook offers the booking once, by the id that names it.
+	out, errOut, code = dibs(t, sock, nil, "__complete", "unbook", "")
+	if code != 0 || strings.Count(out, "node") == 0 || !strings.Contains(out, id+"\tGPUs 0,1 on node01 and the booking's other nodes from ") ||
+		strings.Count(out, "\t") != 1 {
+		t.Errorf("__complete unbook: exit %d; want %s alone, offered for the whole booking\n%s%s", code, id, out, errOut)
+	}
 	if out, errOut, code = dibs(t, nodes[2].Socket, nil, "unbook", id); code != 0 || !strings.Contains(out, "unbooked "+id) {
 		t.Fatalf("unbook %s: exit %d %s%s", id, code, out, errOut)
 	}
