@@ -248,3 +248,35 @@ func TestBookingAcrossNodesRetryMakesMissingParts(t *testing.T) {
 		}
 	}
 }
+
+// Unbooking while one node of the booking is down withdraws every part it
+// can reach, names the node whose part is left, and the same command
+// withdraws that part once the node is back.
+func TestUnbookAcrossNodesWithANodeDown(t *testing.T) {
+	t.Parallel()
+	nodes := agenttest.Cluster(t, agenttest.ClusterOptions{Specs: []string{"2xH100-80GB", "2xH100-80GB", "2xH100-80GB"}, Users: mbookUsers, Quiet: true})
+	bk, err := nodes[0].As(mbob).Book(ctx(t), api.BookRequest{Nodes: 3, Count: 1, Start: time.Now().Add(2 * time.Hour), Duration: "1h"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	agenttest.Eventually(t, 5*time.Second, "node01 to see 3 parts", func() bool { return len(partsOf(t, nodes[0])) == 3 })
+	nodes[2].Stop()
+	err = nodes[0].As(mbob).Unbook(ctx(t), bk.ID)
+	if err == nil || !strings.Contains(err.Error(), "withdrew 2 of the 3 parts of booking "+bk.ID+"; the part is left on node03") ||
+		!strings.Contains(err.Error(), "run dibs unbook "+bk.ID+" again when node03 answers") {
+		t.Fatalf("unbook with node03 down: %v; want node03's part named as left", err)
+	}
+	agenttest.Eventually(t, 5*time.Second, "node01 to see only node03's part", func() bool {
+		parts := partsOf(t, nodes[0])
+		return len(parts) == 1 && len(parts["node03"]) == 1
+	})
+	nodes[2].Restart()
+	agenttest.WaitConverged(t, nodes, 15*time.Second)
+	agenttest.Eventually(t, 5*time.Second, "node01 to see node03's part again", func() bool { return len(partsOf(t, nodes[0])["node03"]) == 1 })
+	if err := nodes[0].As(mbob).Unbook(ctx(t), bk.ID); err != nil {
+		t.Fatalf("unbook %s again with node03 back: %v", bk.ID, err)
+	}
+	for _, n := range nodes {
+		agenttest.Eventually(t, 5*time.Second, n.Opts.Name+" to see no part left", func() bool { return len(partsOf(t, n)) == 0 })
+	}
+}

@@ -320,6 +320,13 @@ func (s *Service) awaitBookings(ctx context.Context, ids []string) {
 	}
 }
 
+func partsLeft(n int) string {
+	if n == 1 {
+		return "the part is left"
+	}
+	return "the parts are left"
+}
+
 // errWords is a refusal's words without a code's prefix.
 func errWords(err error) string {
 	if e := (*lease.Error)(nil); errors.As(err, &e) {
@@ -352,7 +359,8 @@ func (b *Bound) Bookings(context.Context) (api.Bookings, error) {
 
 // Unbook withdraws a booking before it starts: its holder (or an admin), at
 // the node that holds it. A booking across nodes is withdrawn whole, by the
-// id of any of its parts.
+// id of any of its parts; a part whose node does not answer is named, and
+// the same command withdraws it later (the id still names what is left).
 func (b *Bound) Unbook(ctx context.Context, id string) error {
 	if _, ok := lease.NodeOfID(id); !ok {
 		return lease.Invalidf("%q is not a booking id: ids look like node01-42 (`dibs bookings` shows them)", id)
@@ -362,21 +370,42 @@ func (b *Bound) Unbook(ctx context.Context, id string) error {
 		return lease.Invalidf("%s is a lease now, not a booking (it has begun): end it with dibs release %s", id, id)
 	}
 	bookings := v.Bookings()
-	i := slices.IndexFunc(bookings, func(l lease.Lease) bool { return l.ID == id })
-	if i < 0 {
-		return &lease.Error{Code: lease.CodeNotFound, Msg: fmt.Sprintf("no booking %s: `dibs bookings` shows them", id)}
-	}
-	ids := []string{id}
-	if g := bookings[i].Group; g != "" {
-		ids = ids[:0]
-		for _, l := range bookings {
-			if l.Group == g {
-				ids = append(ids, l.ID)
-			}
+	group := ""
+	for _, l := range bookings {
+		if l.ID == id || l.Group == id {
+			group = cmp.Or(l.Group, l.ID)
+			break
 		}
 	}
-	_, err := b.Release(ctx, api.ReleaseRequest{IDs: ids})
-	return err
+	var ids []string
+	for _, l := range bookings {
+		if l.ID == id || group != "" && l.Group == group {
+			ids = append(ids, l.ID)
+		}
+	}
+	switch len(ids) {
+	case 0:
+		return &lease.Error{Code: lease.CodeNotFound, Msg: fmt.Sprintf("no booking %s: `dibs bookings` shows them", id)}
+	case 1:
+		_, err := b.Release(ctx, api.ReleaseRequest{IDs: ids})
+		return err
+	}
+	// Part by part, so a node that does not answer keeps only its own.
+	var left []string
+	var first error
+	for _, pid := range ids {
+		if _, err := b.Release(ctx, api.ReleaseRequest{IDs: []string{pid}}); err != nil {
+			n, _ := lease.NodeOfID(pid)
+			left = append(left, n)
+			first = cmp.Or(first, err)
+		}
+	}
+	if first != nil {
+		return &lease.Error{Code: lease.CodeOf(first), Msg: fmt.Sprintf(
+			"withdrew %d of the %d parts of booking %s; %s on %s: %s: run dibs unbook %s again when %s answers",
+			len(ids)-len(left), len(ids), group, partsLeft(len(left)), strings.Join(left, ", "), errWords(first), group, strings.Join(left, ", "))}
+	}
+	return nil
 }
 
 // registerBookingOps serves bookings made at other nodes for this one.
