@@ -90,6 +90,20 @@ func TestBookingAcrossNodes(t *testing.T) {
 		return false
 	})
 
+	// Backfill: a 1h run ends before the booking, so it starts now.
+	short, err := nodes[0].As(mbookAlice).Submit(ctx(t), api.SubmitRequest{Claim: api.ClaimRequest{Count: 1, Duration: "1h"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	agenttest.Eventually(t, 5*time.Second, "the 1h run to start before the booking", func() bool {
+		for _, e := range nodes[0].Queue().Entries {
+			if e.ID == short.ID {
+				return e.Running
+			}
+		}
+		return false
+	})
+
 	// Unbook from another node, by the whole's id.
 	if err := nodes[2].As(mbob).Unbook(ctx(t), bk.ID); err != nil {
 		t.Fatal(err)
@@ -109,6 +123,7 @@ func TestBookingAcrossNodesAllOrNothing(t *testing.T) {
 	t.Parallel()
 	policy := lease.DefaultPolicy()
 	policy.BookMaxCount = 1
+	policy.BookMaxGPUHours = 20
 	nodes := agenttest.Cluster(t, agenttest.ClusterOptions{Specs: []string{"2xH100-80GB", "2xH100-80GB", "2xH100-80GB"}, Users: mbookUsers, Policy: policy, Quiet: true})
 	start := time.Now().Add(2 * time.Hour)
 	own, err := nodes[0].As(mbob).Book(ctx(t), api.BookRequest{Node: "node03", Count: 1, Start: start.Add(6 * time.Hour), Duration: "1h"})
@@ -117,6 +132,11 @@ func TestBookingAcrossNodesAllOrNothing(t *testing.T) {
 	}
 	agenttest.Eventually(t, 5*time.Second, "node01 to see bob's booking on node03", func() bool { return len(partsOf(t, nodes[0])["node03"]) == 1 })
 
+	// The booked GPU-hours count every part: 3 × 2 GPUs × 4h is 24, past 20.
+	_, err = nodes[0].As(mbob).Book(ctx(t), api.BookRequest{Nodes: 3, Count: 2, Start: start, Duration: "4h"})
+	if lease.CodeOf(err) != lease.CodeConflict || !strings.Contains(err.Error(), "one person may hold 20 GPU-hours of bookings; you hold 1 and this one is 24") {
+		t.Errorf("a booking across nodes past the GPU-hours cap: %v", err)
+	}
 	_, err = nodes[0].As(mbob).Book(ctx(t), api.BookRequest{Nodes: 3, Count: 2, Start: start, Duration: "3h"})
 	if lease.CodeOf(err) != lease.CodeConflict || !strings.Contains(err.Error(), "node03 refused its part") || !strings.Contains(err.Error(), "nothing was booked") {
 		t.Fatalf("a booking across three nodes that node03 refuses: %v; want a conflict naming node03 and saying nothing was booked", err)
