@@ -82,4 +82,9 @@ func TestCLIBookAcrossNodes(t *testing.T) {
 			return strings.Contains(out, "no bookings")
 		})
 	}
+	// --nodes 1 is a booking of one node, as -g is.
+	out, errOut, code = dibs(t, sock, nil, "book", "--nodes", "1", "--gpus-per-node", "2", "--at", "in 5h", "--for", "1h")
+	if code != 0 || !strings.Contains(out, ": GPUs 0,1 on node0") || strings.Contains(out, "each of") {
+		t.Errorf("book --nodes 1 --gpus-per-node 2: exit %d; want a booking of one node\n%s%s", code, out, errOut)
+	}
 }
