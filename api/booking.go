@@ -26,6 +26,10 @@ type BookRequest struct {
 	Tags      []string `json:"tags,omitempty"`
 	Run       *RunSpec `json:"run,omitempty"`
 	RequestID string   `json:"request_id,omitempty"`
+	// Nodes, when more than one, books Count GPUs on each of that many
+	// nodes, all or nothing (`dibs book --nodes N --gpus-per-node M`):
+	// the answer is the first part, whose id names the whole booking.
+	Nodes int `json:"nodes,omitempty"`
 }
 
 // Bookings is `dibs bookings`: every booking in the cluster not started

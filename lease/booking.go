@@ -41,6 +41,11 @@ type BookRequest struct {
 	Tags  []string
 	// Job, when set, is started under the lease at Start (`dibs run --at`).
 	Job *Job
+	// Group is the id of the multi-node booking this is a part of (its
+	// first part's); Lead marks that first part, whose own id becomes the
+	// group's. Both unset for a booking of one node.
+	Group string
+	Lead  bool
 }
 
 // Bookings lists the table's bookings, soonest first.
@@ -264,6 +269,10 @@ func (t *Table) PlanBooking(c Caller, req BookRequest, snap nodeprobe.Snapshot, 
 	}
 	l := t.newLease(c, Claim{Kind: req.Kind, Note: req.Note}, gpus, start, dur)
 	l.Booked = true
+	l.Group = req.Group
+	if req.Lead {
+		l.Group = l.ID
+	}
 	if req.Job != nil {
 		if err := req.Job.Check(); err != nil {
 			return Lease{}, err
@@ -382,6 +391,11 @@ func CheckBookingRequest(req BookRequest) error {
 	}
 	if err := CheckText("model", req.Model); err != nil || len(req.Model) > MaxModelLen {
 		return Invalidf("bad model %s", quoteInput(termsafe.String(req.Model)))
+	}
+	if req.Group != "" {
+		if n, ok := NodeOfID(req.Group); !ok || ValidNodeName(n) != nil || req.Lead {
+			return Invalidf("bad booking group %s", quoteInput(termsafe.String(req.Group)))
+		}
 	}
 	if req.Job != nil {
 		return req.Job.Check()

@@ -122,6 +122,11 @@ type Lease struct {
 	// reads leases sees it (Table.List, State.Leases and NodeView.Leases
 	// leave bookings out).
 	Booked bool `json:"booked,omitempty"`
+	// Group is the id of the multi-node booking this booking (or the
+	// lease it became) is a part of: its first part's id, which names
+	// the whole (`dibs unbook` withdraws every part). Empty for a booking
+	// of one node; older agents ignore it.
+	Group string `json:"group,omitempty"`
 	// Job is the command a booking made with `dibs run --at` starts when
 	// it turns into a lease.
 	Job *Job `json:"job,omitempty"`
@@ -143,6 +148,7 @@ func (l *Lease) EachString(f func(field string, p *string)) {
 	f("session", &l.Session)
 	f("entry", &l.Entry)
 	f("gang", &l.Gang)
+	f("group", &l.Group)
 	f("preempt_reason", &l.PreemptReason)
 	f("request_id", &l.RequestID)
 	f("mig", &l.MIG)

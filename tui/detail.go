@@ -224,6 +224,12 @@ func (m detail) nodeFacts(n *api.Node, w int) []string {
 			label = "booked"
 		}
 		s := fmt.Sprintf("%s %s %s %s–%s", b.ID, holderName(&b), gpuList(b.GPUs), m.clock(b.StartedAt), lease.SpanEnd(b.StartedAt.In(m.now().Location()), b.ExpiresAt))
+		switch {
+		case b.Group == b.ID:
+			s += " · across nodes"
+		case b.Group != "":
+			s += " · part of " + b.Group
+		}
 		if b.Note != "" {
 			s += " · " + b.Note
 		}

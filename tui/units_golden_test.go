@@ -197,3 +197,21 @@ func TestMultiDayBookingShowsItsEndDay(t *testing.T) {
 		t.Errorf("the booking's line does not say it ends on Saturday:\n%s", s)
 	}
 }
+
+// A part of a booking across nodes says which booking it belongs to, and
+// the first part says it spans nodes (issue 23).
+func TestBookingAcrossNodesShowsItsGroup(t *testing.T) {
+	for _, tc := range []struct{ group, want string }{
+		{"gpu-a-9", "gpu-a-9 bob GPU 2 Wed 09:00–12:00 · across nodes"},
+		{"gpu-z-4", "gpu-a-9 bob GPU 2 Wed 09:00–12:00 · part of gpu-z-4"},
+	} {
+		b := unitsBoard()
+		b.Nodes[0].Bookings[0].Group = tc.group
+		h := newHarness(t, 160, 48, Options{})
+		h.send(BoardMsg(b))
+		h.keys("l", "l")
+		if s := h.screen(); !strings.Contains(s, tc.want) {
+			t.Errorf("group %s: no %q in\n%s", tc.group, tc.want, s)
+		}
+	}
+}

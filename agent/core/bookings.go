@@ -3,9 +3,11 @@ package core
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/dibs-gpu/dibs/agent/node"
 	"github.com/dibs-gpu/dibs/agent/peer"
@@ -97,9 +99,10 @@ func bookingOf(req api.BookRequest) (lease.BookRequest, error) {
 }
 
 // Book books GPUs ahead: on the node named, or on the node of the pools
-// asked for where they fit best. The node that owns the GPUs decides and
-// keeps the booking; how much one person may book is counted cluster-wide
-// here first.
+// asked for where they fit best; with Nodes > 1, on that many nodes at
+// once (bookAcross). The node that owns the GPUs decides and keeps the
+// booking; how much one person may book is counted cluster-wide here
+// first.
 func (b *Bound) Book(ctx context.Context, req api.BookRequest) (lease.Lease, error) {
 	if err := b.write(); err != nil {
 		return lease.Lease{}, err
@@ -117,10 +120,19 @@ func (b *Bound) Book(ctx context.Context, req api.BookRequest) (lease.Lease, err
 	v := s.View()
 	if req.RequestID != "" {
 		for _, l := range append(v.Bookings(), v.Leases()...) {
-			if l.RequestID == req.RequestID && l.User == b.c.User {
+			// A retried booking across nodes answers with its first part.
+			if l.RequestID == req.RequestID && l.User == b.c.User && (l.Group == "" || l.Group == l.ID) {
+				if req.Nodes > 1 && l.Booked && l.Group == l.ID {
+					// The first attempt may have been cut short (its
+					// agent restarted): make the parts it did not.
+					return b.bookAcross(ctx, req, br, v, &l)
+				}
 				return l, nil
 			}
 		}
+	}
+	if req.Nodes > 1 {
+		return b.bookAcross(ctx, req, br, v, nil)
 	}
 	n := br.Count
 	if n == 0 {
@@ -144,22 +156,164 @@ func (b *Bound) Book(ctx context.Context, req api.BookRequest) (lease.Lease, err
 	} else {
 		target = s.cfg.Node
 	}
-	if target == s.cfg.Node {
-		return s.deps.Node.Book(b.c, br, req.RequestID)
-	}
-	who, err := b.actor(target)
+	l, err := b.bookOn(ctx, target, br, req.RequestID)
 	if err != nil {
 		return lease.Lease{}, err
 	}
-	r, err := peer.Call(ctx, s.deps.Peers, target, peer.Book, who, peer.BookRequest{
+	if target != s.cfg.Node {
+		s.awaitVisible(ctx, l.ID)
+	}
+	return l, nil
+}
+
+// bookOn has node book br: this node's own Node, or another's agent.
+func (b *Bound) bookOn(ctx context.Context, node string, br lease.BookRequest, requestID string) (lease.Lease, error) {
+	s := b.s
+	if node == s.cfg.Node {
+		return s.deps.Node.Book(b.c, br, requestID)
+	}
+	who, err := b.actor(node)
+	if err != nil {
+		return lease.Lease{}, err
+	}
+	r, err := peer.Call(ctx, s.deps.Peers, node, peer.Book, who, peer.BookRequest{
 		Count: br.Count, GPUs: br.GPUs, Start: br.Start, Duration: br.Duration, Kind: br.Kind, Note: br.Note,
-		Model: br.Model, Tags: br.Tags, Run: peerRun(jobRun(br.Job)), RequestID: req.RequestID,
+		Model: br.Model, Tags: br.Tags, Run: peerRun(jobRun(br.Job)), RequestID: requestID,
+		Group: br.Group, Lead: br.Lead,
 	})
 	if err != nil {
 		return lease.Lease{}, err
 	}
-	s.awaitVisible(ctx, r.Lease.ID)
 	return r.Lease, nil
+}
+
+// bookAcross books br.Count GPUs on each of req.Nodes nodes, all or
+// nothing, as a gang reserves: the nodes are chosen so that each can take
+// its part, the first part is booked and names the whole, each other part
+// is booked linked to it, and if any node refuses, the parts made are
+// withdrawn and the refusal says which node and why. Each part is an
+// ordinary booking of its node, so claims, the queue and backfill there
+// honour it as any other. first, when set, is the first part of an
+// earlier attempt of the same request (a retry after this agent
+// restarted): its parts are kept and only the missing ones are made, all
+// or nothing as before.
+func (b *Bound) bookAcross(ctx context.Context, req api.BookRequest, br lease.BookRequest, v lease.ClusterView, first *lease.Lease) (lease.Lease, error) {
+	s := b.s
+	switch {
+	case br.Job != nil:
+		return lease.Lease{}, lease.Invalidf("a booked run starts on one node: book the nodes with dibs book --nodes %d --gpus-per-node %d, and start the ranks with dibs run when it begins", req.Nodes, br.Count)
+	case len(br.GPUs) > 0:
+		return lease.Lease{}, lease.Invalidf("--ids names GPUs of one node: with --nodes give --gpus-per-node M")
+	case req.Node != "":
+		return lease.Lease{}, lease.Invalidf("--node books one node: drop it, and dibs picks %d nodes that can take the booking", req.Nodes)
+	case br.Count <= 0:
+		return lease.Lease{}, lease.Invalidf("say how many GPUs to book on each node: --gpus-per-node M")
+	case req.Nodes > lease.MaxBookingNodes:
+		return lease.Lease{}, lease.Invalidf("a booking may span at most %d nodes, not %d", lease.MaxBookingNodes, req.Nodes)
+	}
+	if err := s.Require(peer.MultiNodeBooking); err != nil {
+		return lease.Lease{}, err
+	}
+	var made []string
+	cands := v.Candidates()
+	if first != nil {
+		for _, l := range v.Bookings() {
+			if l.Group == first.ID {
+				made = append(made, l.ID)
+				cands = slices.DeleteFunc(cands, func(c lease.Candidate) bool { return c.Node == l.Node })
+			}
+		}
+		if len(made) >= req.Nodes {
+			return *first, nil
+		}
+	}
+	need := req.Nodes - len(made)
+	if err := lease.CheckBookingLength(s.cfg.Policy, br.Duration); err != nil {
+		return lease.Lease{}, err
+	}
+	if err := lease.CheckBookingQuota(s.cfg.Policy, b.c.User, v.Bookings(), float64(need*br.Count)*br.Duration.Hours()); err != nil {
+		b.withdraw(ctx, made)
+		return lease.Lease{}, err
+	}
+	nodes, err := lease.BookNodes(cands, need, br.Count, br.Model, br.Tags, s.cfg.Policy.Pools, b.c.User, br.Start, br.Start.Add(br.Duration))
+	if err != nil {
+		b.withdraw(ctx, made)
+		return lease.Lease{}, err
+	}
+	var head lease.Lease
+	if first != nil {
+		head = *first
+	}
+	for _, node := range nodes {
+		part := br
+		part.Lead, part.Group = head.ID == "", head.ID
+		l, err := b.bookOn(ctx, node, part, req.RequestID)
+		if err != nil {
+			b.withdraw(ctx, made)
+			return lease.Lease{}, &lease.Error{Code: lease.CodeOf(err), Msg: fmt.Sprintf(
+				"%s refused its part of the booking across %d nodes, so nothing was booked: %s", node, req.Nodes, errWords(err))}
+		}
+		made = append(made, l.ID)
+		if head.ID == "" {
+			head = l
+		}
+	}
+	s.awaitBookings(ctx, made)
+	return head, nil
+}
+
+// withdraw releases the parts of a booking across nodes that were made
+// before another node refused. It runs even when the caller's context is
+// done, for a short while: a part left behind would hold GPUs for nothing.
+func (b *Bound) withdraw(ctx context.Context, ids []string) {
+	if len(ids) == 0 {
+		return
+	}
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if _, err := b.Release(wctx, api.ReleaseRequest{IDs: ids}); err != nil {
+		b.s.log.Warn("withdraw the parts of a refused booking across nodes", "bookings", ids, "err", err)
+	}
+}
+
+// awaitBookings waits, a second at most, until this agent's view shows
+// every booking of ids, so `dibs bookings` right after shows the whole.
+func (s *Service) awaitBookings(ctx context.Context, ids []string) {
+	deadline := s.deps.Clock.After(time.Second)
+	for {
+		changed := s.Changes()
+		seen := 0
+		for _, l := range s.View().Bookings() {
+			if slices.Contains(ids, l.ID) {
+				seen++
+			}
+		}
+		if seen >= len(ids) {
+			return
+		}
+		select {
+		case <-changed:
+		case <-deadline:
+			return
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+func partsLeft(n int) string {
+	if n == 1 {
+		return "the part is left"
+	}
+	return "the parts are left"
+}
+
+// errWords is a refusal's words without a code's prefix.
+func errWords(err error) string {
+	if e := (*lease.Error)(nil); errors.As(err, &e) {
+		return e.Msg
+	}
+	return err.Error()
 }
 
 func jobRun(j *lease.Job) *node.Run {
@@ -185,7 +339,9 @@ func (b *Bound) Bookings(context.Context) (api.Bookings, error) {
 }
 
 // Unbook withdraws a booking before it starts: its holder (or an admin), at
-// the node that holds it.
+// the node that holds it. A booking across nodes is withdrawn whole, by the
+// id of any of its parts; a part whose node does not answer is named, and
+// the same command withdraws it later (the id still names what is left).
 func (b *Bound) Unbook(ctx context.Context, id string) error {
 	if _, ok := lease.NodeOfID(id); !ok {
 		return lease.Invalidf("%q is not a booking id: ids look like node01-42 (`dibs bookings` shows them)", id)
@@ -194,12 +350,43 @@ func (b *Bound) Unbook(ctx context.Context, id string) error {
 	if _, ok := v.FindLease(id); ok {
 		return lease.Invalidf("%s is a lease now, not a booking (it has begun): end it with dibs release %s", id, id)
 	}
-	found := slices.ContainsFunc(v.Bookings(), func(l lease.Lease) bool { return l.ID == id })
-	if !found {
-		return &lease.Error{Code: lease.CodeNotFound, Msg: fmt.Sprintf("no booking %s: `dibs bookings` shows them", id)}
+	bookings := v.Bookings()
+	group := ""
+	for _, l := range bookings {
+		if l.ID == id || l.Group == id {
+			group = cmp.Or(l.Group, l.ID)
+			break
+		}
 	}
-	_, err := b.Release(ctx, api.ReleaseRequest{IDs: []string{id}})
-	return err
+	var ids []string
+	for _, l := range bookings {
+		if l.ID == id || group != "" && l.Group == group {
+			ids = append(ids, l.ID)
+		}
+	}
+	switch len(ids) {
+	case 0:
+		return &lease.Error{Code: lease.CodeNotFound, Msg: fmt.Sprintf("no booking %s: `dibs bookings` shows them", id)}
+	case 1:
+		_, err := b.Release(ctx, api.ReleaseRequest{IDs: ids})
+		return err
+	}
+	// Part by part, so a node that does not answer keeps only its own.
+	var left []string
+	var first error
+	for _, pid := range ids {
+		if _, err := b.Release(ctx, api.ReleaseRequest{IDs: []string{pid}}); err != nil {
+			n, _ := lease.NodeOfID(pid)
+			left = append(left, n)
+			first = cmp.Or(first, err)
+		}
+	}
+	if first != nil {
+		return &lease.Error{Code: lease.CodeOf(first), Msg: fmt.Sprintf(
+			"withdrew %d of the %d parts of booking %s; %s on %s: %s: run dibs unbook %s again when %s answers",
+			len(ids)-len(left), len(ids), group, partsLeft(len(left)), strings.Join(left, ", "), errWords(first), group, strings.Join(left, ", "))}
+	}
+	return nil
 }
 
 // registerBookingOps serves bookings made at other nodes for this one.

@@ -12,6 +12,12 @@ import (
 var (
 	// Book asks a node to book its GPUs ahead for a user.
 	Book = Endpoint[BookRequest, LeaseReply]{Name: "book"}
+
+	// MultiNodeBooking is a booking made of parts on several nodes
+	// (`dibs book --nodes N`): an older agent would drop the field that
+	// links a part to the whole, so `dibs unbook` there would withdraw
+	// only one part.
+	MultiNodeBooking = Feature{Name: "a booking across nodes (dibs book --nodes)", Since: 7}
 )
 
 // BookRequest is a booking made at another node for this one.
@@ -26,6 +32,10 @@ type BookRequest struct {
 	Tags      []string      `json:"tags,omitempty"`
 	Run       *Run          `json:"run,omitempty"`
 	RequestID string        `json:"request_id,omitempty"`
+	// Group links a part of a multi-node booking to its first part;
+	// Lead marks the first part. Protocol 7 on (MultiNodeBooking).
+	Group string `json:"group,omitempty"`
+	Lead  bool   `json:"lead,omitempty"`
 }
 
 // Validate implements Message.
@@ -49,7 +59,7 @@ func (r BookRequest) Validate() error {
 func (r BookRequest) Booking() lease.BookRequest {
 	b := lease.BookRequest{
 		Count: r.Count, GPUs: r.GPUs, Start: r.Start, Duration: r.Duration, Kind: r.Kind,
-		Note: r.Note, Model: r.Model, Tags: r.Tags,
+		Note: r.Note, Model: r.Model, Tags: r.Tags, Group: r.Group, Lead: r.Lead,
 	}
 	if r.Run != nil {
 		b.Job = &lease.Job{Command: r.Run.Command, Dir: r.Run.Dir, Name: r.Run.Name, Env: r.Run.Env}

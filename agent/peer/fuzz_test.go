@@ -45,6 +45,9 @@ func FuzzServe(f *testing.F) {
 	f.Add("claim", []byte(`{"v":1,"actor":{"system":true},"req":{"count":1}}`))
 	f.Add("claim", []byte(`{"v":6,"actor":{"user":"alice"},"req":{"count":1,"duration":3600000000000}}`))
 	f.Add("claim", []byte(`{"v":7,"actor":{"user":"alice"},"req":{"count":1,"priority":2},"trace":"x"}`))
+	f.Add("book", env(As("bob"), BookRequest{Count: 2, Start: time.Unix(1_900_000_000, 0), Duration: time.Hour, Lead: true}))
+	f.Add("book", env(As("bob"), BookRequest{Count: 2, Start: time.Unix(1_900_000_000, 0), Duration: time.Hour, Group: "node01-7"}))
+	f.Add("book", []byte(`{"v":7,"actor":{"user":"bob"},"req":{"count":1,"start":"2030-01-01T00:00:00Z","duration":3600000000000,"group":"node01-7","lead":true}}`))
 	f.Add("nope", []byte(`{}`))
 	f.Add("release", []byte(strings.Repeat("[", 4096)))
 	f.Fuzz(func(t *testing.T, op string, body []byte) {

@@ -27,6 +27,10 @@ type bookFlags struct {
 	note  string
 	kind  string
 	json  bool
+
+	// nodes and perNode book across nodes: perNode GPUs on each of nodes.
+	nodes   int
+	perNode int
 }
 
 // bookCmd is `dibs book`. The booking commands are functions of the cli,
@@ -34,11 +38,12 @@ type bookFlags struct {
 func bookCmd(c *cli) *cobra.Command {
 	var f bookFlags
 	cmd := &cobra.Command{
-		Use:               "book -g N --at TIME --for DUR",
+		Use:               "book (-g N | --nodes N --gpus-per-node M) --at TIME --for DUR",
 		ValidArgsFunction: cobra.NoFileCompletions,
 		Short:             "Book GPUs ahead: they are yours from TIME for DUR (dibs run --at also starts a command then)",
 		Example: `  dibs book -g 4 --at "tomorrow 09:00" --for 3h --note "deadline run"
   dibs book -g 2 --pool h100 --at "fri 14:00" --for 90m
+  dibs book --nodes 3 --gpus-per-node 4 --at "sat 08:00" --for 6h   # all three nodes or none
   dibs book --ids 0,1 --node gpu-02 --at "2026-06-03 09:00" --for 1d`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -55,12 +60,17 @@ func bookCmd(c *cli) *cobra.Command {
 			if f.json {
 				return printJSON(c.stdout, b)
 			}
+			if req.Nodes > 1 {
+				return printBookedAcross(ctx, c, b)
+			}
 			printBooked(c, b)
 			return nil
 		},
 	}
 	fl := cmd.Flags()
 	fl.IntVarP(&f.count, "gpus", "g", 0, "how many GPUs (as in srun --gpus); dibs picks ones that are free then and sit close together")
+	fl.IntVar(&f.nodes, "nodes", 0, "book on N nodes at once, all or nothing (as a gang reserves); with --gpus-per-node")
+	fl.IntVar(&f.perNode, "gpus-per-node", 0, "GPUs to book on each node (with --nodes)")
 	fl.StringVar(&f.ids, "ids", "", "exactly these GPU `IDS`, e.g. 0,2 (as nvidia-smi -i numbers them)")
 	fl.StringVar(&f.node, "node", "", "book on this node (default: the best node that has them free then)")
 	fl.StringSliceVar(&f.pools, "pool", nil, "only nodes in this pool (a node tag)")
@@ -75,6 +85,8 @@ func bookCmd(c *cli) *cobra.Command {
 	cmd.RegisterFlagCompletionFunc("node", c.completeNodes)
 	cmd.RegisterFlagCompletionFunc("gpus", cobra.NoFileCompletions)
 	cmd.RegisterFlagCompletionFunc("ids", cobra.NoFileCompletions)
+	cmd.RegisterFlagCompletionFunc("nodes", cobra.NoFileCompletions)
+	cmd.RegisterFlagCompletionFunc("gpus-per-node", cobra.NoFileCompletions)
 	cmd.SetFlagErrorFunc(gpusFlagError)
 	return cmd
 }
@@ -91,7 +103,22 @@ func (f *bookFlags) request(now time.Time) (api.BookRequest, error) {
 			req.GPUs = append(req.GPUs, n)
 		}
 	}
-	if f.count == 0 && len(req.GPUs) == 0 {
+	switch {
+	case f.nodes < 0 || f.perNode < 0:
+		return req, errors.New("--nodes and --gpus-per-node take a positive count")
+	case f.nodes > 1 && f.perNode == 0:
+		return req, errors.New("--nodes needs --gpus-per-node M: how many GPUs on each node")
+	case f.perNode > 0 && (f.count > 0 || len(req.GPUs) > 0):
+		return req, errors.New("give either -g N (or --ids) for one node, or --nodes N --gpus-per-node M across nodes")
+	case f.nodes > 1 && f.node != "":
+		return req, errors.New("--node books one node: drop it, and dibs picks --nodes N nodes that can take the booking")
+	case f.perNode > 0:
+		req.Count = f.perNode
+		if f.nodes > 1 {
+			req.Nodes = f.nodes
+		}
+	}
+	if req.Count == 0 && len(req.GPUs) == 0 {
 		return req, errors.New("say how many GPUs to book (-g 4) or which (--ids 0,2)")
 	}
 	if f.count > 0 && len(req.GPUs) > 0 {
@@ -141,6 +168,25 @@ func bookRun(ctx context.Context, c *cli, cl *api.Client, f *claimFlags, req api
 	return nil
 }
 
+// printBookedAcross reports a booking across nodes: the first part's id
+// names the whole, and the parts come from `dibs bookings`.
+func printBookedAcross(ctx context.Context, c *cli, first lease.Lease) error {
+	bs, err := c.client().Bookings(ctx)
+	if err != nil {
+		return err
+	}
+	var nodes []string
+	for _, b := range bs.Bookings {
+		if b.Group == first.ID {
+			nodes = append(nodes, safe(b.Node)+":"+safe(b.CUDAVisibleDevices()))
+		}
+	}
+	fmt.Fprintf(c.stdout, "%s: %d GPU%s on each of %d nodes (%s) booked %s to %s (in %s); `dibs unbook %s` withdraws every part\n",
+		safe(first.ID), len(first.GPUs), plural(len(first.GPUs)), len(nodes), strings.Join(nodes, " "), first.StartedAt.Local().Format("Mon Jan 2 15:04"),
+		lease.SpanEnd(first.StartedAt.Local(), first.ExpiresAt), lease.FormatDuration(time.Until(first.StartedAt).Round(time.Minute)), safe(first.ID))
+	return nil
+}
+
 func printBooked(c *cli, b lease.Lease) {
 	fmt.Fprintf(c.stdout, "%s: GPU%s %s on %s booked %s to %s (in %s); `dibs unbook %s` withdraws it\n",
 		safe(b.ID), plural(len(b.GPUs)), safe(b.CUDAVisibleDevices()), safe(b.Node), b.StartedAt.Local().Format("Mon Jan 2 15:04"),
@@ -172,15 +218,36 @@ func bookingsCmd(c *cli) *cobra.Command {
 	return cmd
 }
 
-// printBookings prints bookings as `dibs bookings` shows them.
+// printBookings prints bookings as `dibs bookings` shows them: a booking
+// across nodes is one line, named by its first part's id, with its nodes.
 func printBookings(w io.Writer, bs []lease.Lease, now time.Time) {
 	if len(bs) == 0 {
 		fmt.Fprintln(w, "no bookings: `dibs book -g N --at TIME --for DUR` makes one")
 		return
 	}
+	parts := map[string][]lease.Lease{}
+	for _, b := range bs {
+		if b.Group != "" {
+			parts[b.Group] = append(parts[b.Group], b)
+		}
+	}
 	fmt.Fprintf(w, "%-12s %-10s %-14s %-16s %-6s %-7s %s\n", "BOOKING", "USER", "GPUS", "FROM", "FOR", "IN", "NOTE")
 	for _, b := range bs {
-		note := b.Note
+		id, gpus, note := b.ID, safe(b.Node)+":"+safe(b.CUDAVisibleDevices()), b.Note
+		if b.Group != "" {
+			ps := parts[b.Group]
+			if ps == nil {
+				continue // printed with its first part
+			}
+			delete(parts, b.Group)
+			var nodes []string
+			for _, p := range ps {
+				nodes = append(nodes, safe(p.Node))
+			}
+			id = b.Group
+			gpus = fmt.Sprintf("%d nodes × %d", len(ps), len(b.GPUs))
+			note = strings.TrimSpace("on " + strings.Join(nodes, ",") + "  " + note)
+		}
 		switch {
 		case b.Job != nil && len(b.Job.Command) > 0:
 			note = strings.TrimSpace("runs " + strings.Join(b.Job.Command, " ") + "  " + note)
@@ -188,9 +255,14 @@ func printBookings(w io.Writer, bs []lease.Lease, now time.Time) {
 			// Someone else's booked run: its command is theirs.
 			note = strings.TrimSpace("runs a command  " + note)
 		}
-		fmt.Fprintf(w, "%-12s %-10s %-14s %-16s %-6s %-7s %s\n", clip(safe(b.ID), 12), clip(safe(b.User), 10),
-			clip(safe(b.Node)+":"+safe(b.CUDAVisibleDevices()), 14), b.StartedAt.Local().Format("Mon Jan 2 15:04"),
-			lease.FormatDuration(b.ExpiresAt.Sub(b.StartedAt)), lease.FormatDuration(b.StartedAt.Sub(now).Round(time.Minute)), clip(safe(note), 30))
+		width := 30
+		if b.Group != "" {
+			// A booking's nodes are never cut: they say where it is.
+			width = max(width, len(note))
+		}
+		fmt.Fprintf(w, "%-12s %-10s %-14s %-16s %-6s %-7s %s\n", clip(safe(id), 12), clip(safe(b.User), 10),
+			clip(gpus, 14), b.StartedAt.Local().Format("Mon Jan 2 15:04"),
+			lease.FormatDuration(b.ExpiresAt.Sub(b.StartedAt)), lease.FormatDuration(b.StartedAt.Sub(now).Round(time.Minute)), clip(safe(note), width))
 	}
 }
 
@@ -198,7 +270,7 @@ func unbookCmd(c *cli) *cobra.Command {
 	return &cobra.Command{
 		Use:               "unbook BOOKING...",
 		ValidArgsFunction: c.completeMyBookings,
-		Short:             "Withdraw bookings that have not started",
+		Short:             "Withdraw bookings that have not started (a booking across nodes: every part)",
 		Args:              cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx, cancel := reqCtx()

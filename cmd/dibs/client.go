@@ -266,6 +266,9 @@ func runCmd(c *cli) *cobra.Command {
 				if q.torchrun || q.perGPU {
 					return errors.New("--torchrun and --per-gpu do not go with --at: a booked run starts its command once; book the GPUs and start it with dibs run --per-gpu then")
 				}
+				if q.nodes > 1 {
+					return errors.New("--at with --nodes: a booked run starts on one node; book the nodes with dibs book --nodes N --gpus-per-node G --at TIME --for DUR, and start the gang with dibs run when it begins")
+				}
 				return bookRun(ctx, c, cl, &f, req)
 			}
 			if q.queue || q.nodes > 1 || q.torchrun || q.perGPU || q.sweep() {

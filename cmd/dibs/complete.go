@@ -91,7 +91,14 @@ func (c *cli) completeMyBookings(cmd *cobra.Command, args []string, toComplete s
 			if bk.User != b.You.User || slices.Contains(args, bk.ID) || !strings.HasPrefix(bk.ID, toComplete) {
 				continue
 			}
-			desc := fmt.Sprintf("GPU%s %s on %s from %s for %s", plural(len(bk.GPUs)), bk.CUDAVisibleDevices(), bk.Node,
+			if bk.Group != "" && bk.Group != bk.ID {
+				continue // a booking across nodes is offered once, by its first part's id
+			}
+			where := bk.Node
+			if bk.Group != "" {
+				where += " and the booking's other nodes"
+			}
+			desc := fmt.Sprintf("GPU%s %s on %s from %s for %s", plural(len(bk.GPUs)), bk.CUDAVisibleDevices(), where,
 				bk.StartedAt.Local().Format("Mon Jan 2 15:04"), lease.FormatDuration(bk.ExpiresAt.Sub(bk.StartedAt)))
 			if bk.Note != "" {
 				desc += ": " + bk.Note

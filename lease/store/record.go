@@ -67,6 +67,8 @@ type leaseRecord struct {
 	Job    *jobRecord `json:"job,omitempty"`
 	// Added with the events (issue 14), optional.
 	FinalWarned bool `json:"final_warned,omitempty"`
+	// Added with bookings across nodes (issue 23), optional.
+	Group string `json:"group,omitempty"`
 }
 
 func leaseToRecord(l lease.Lease) leaseRecord {
@@ -79,6 +81,7 @@ func leaseToRecord(l lease.Lease) leaseRecord {
 		PreemptReason: l.PreemptReason, SignalledAt: l.SignalledAt,
 		RequestID: l.RequestID, Mono: l.Mono, QueuedAt: l.QueuedAt, FinalWarned: l.FinalWarned,
 		MIG: l.MIG, MemMiB: l.MemMiB, Share: l.Share, Booked: l.Booked, Job: jobToRecord(l.Job),
+		Group: l.Group,
 	}
 }
 
@@ -106,6 +109,7 @@ func (r *leaseRecord) lease() lease.Lease {
 		PreemptReason: r.PreemptReason, SignalledAt: r.SignalledAt,
 		RequestID: r.RequestID, Mono: r.Mono, QueuedAt: r.QueuedAt, FinalWarned: r.FinalWarned,
 		MIG: r.MIG, MemMiB: r.MemMiB, Share: r.Share, Booked: r.Booked, Job: r.Job.job(),
+		Group: r.Group,
 	}
 }
 
