@@ -296,7 +296,6 @@ func (b *Bound) Doctor(ctx context.Context, req api.DoctorRequest) (api.DoctorRe
 
 	hist := doctor.History{Now: v.Now, Window: window, Buckets: map[string][]doctor.Bucket{}}
 	since := v.Now.Add(-window)
-	var mu sync.Mutex
 	for i := range v.Nodes {
 		n := &v.Nodes[i]
 		hist.Nodes++
@@ -309,17 +308,34 @@ func (b *Bound) Doctor(ctx context.Context, req api.DoctorRequest) (api.DoctorRe
 		}
 		if !n.Alive() {
 			hist.Missing = append(hist.Missing, n.Name)
+		}
+	}
+	var mu sync.Mutex
+	for i := range v.Nodes {
+		n := &v.Nodes[i]
+		if !n.Alive() {
 			continue
+		}
+		running := make([]string, 0, len(n.Leases))
+		for _, l := range n.Leases {
+			running = append(running, l.ID)
 		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			var led peer.HistoryReply
+			var tally *doctor.Tally
 			var err1 error
-			if n.Self {
-				// This node's own ledger is in memory here: no pages.
+			switch {
+			case n.Self && !req.Ledger:
+				// This node's ledger is counted in memory here: its
+				// totals, not its leases.
+				var t doctor.Tally
+				t, err1 = s.deps.Node.Usage().DoctorTally(since, running)
+				tally = &t
+			case n.Self:
 				led.Entries, err1 = s.deps.Node.Usage().Ledger(since)
-			} else {
+			default:
 				led, err1 = s.nodeHistory(ctx, n.Name, since, peer.HistoryLedger)
 			}
 			smp, err2 := s.nodeHistory(ctx, n.Name, since, peer.HistorySamples)
@@ -327,6 +343,9 @@ func (b *Bound) Doctor(ctx context.Context, req api.DoctorRequest) (api.DoctorRe
 			defer mu.Unlock()
 			if err1 != nil || err2 != nil {
 				hist.Missing = append(hist.Missing, n.Name)
+			}
+			if tally != nil && err1 == nil {
+				hist.Tallies = append(hist.Tallies, *tally)
 			}
 			hist.Ledger = append(hist.Ledger, led.Entries...)
 			hist.Buckets[n.Name] = smp.Buckets
