@@ -43,6 +43,48 @@ func (s *Service) EnableDoctor(d DoctorDeps) {
 	peer.Handle(s.deps.Peers, peer.History, func(ctx context.Context, from string, who peer.Actor, r peer.HistoryRequest) (peer.HistoryReply, error) {
 		return s.history(r, d)
 	})
+	peer.Handle(s.deps.Peers, peer.DoctorTally, func(ctx context.Context, from string, who peer.Actor, r peer.TallyRequest) (peer.TallyReply, error) {
+		t, err := s.deps.Node.Usage().DoctorTally(r.Since, r.Running)
+		if err != nil {
+			return peer.TallyReply{}, err
+		}
+		if err := t.Validate(); err != nil {
+			// Too many people or weeks for a bounded reply: the caller
+			// reads this node's ledger page by page instead.
+			return peer.TallyReply{}, &lease.Error{Code: lease.CodeUnavailable, Msg: fmt.Sprintf("this node's tally does not fit a reply (%v): read its history", err)}
+		}
+		return peer.TallyPage(t, r.Page), nil
+	})
+}
+
+// nodeTally reads a node's ledger since a time as doctor's totals, page
+// by page. An agent that does not know the endpoint (protocol 6, or a
+// protocol 7 build before it) refuses it, and is read as before: its
+// ledger's entries, page by page, for Analyze to tally.
+func (s *Service) nodeTally(ctx context.Context, node string, protocol int, since time.Time, running []string) (*doctor.Tally, []lease.LedgerEntry, error) {
+	if protocol != 0 && protocol < 7 {
+		led, err := s.nodeHistory(ctx, node, since, peer.HistoryLedger)
+		return nil, led.Entries, err
+	}
+	var all doctor.Tally
+	req := peer.TallyRequest{Since: since, Running: running}
+	for ; req.Page < 1000; req.Page++ {
+		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		r, err := peer.Call(cctx, s.deps.Peers, node, peer.DoctorTally, peer.System, req)
+		cancel()
+		if err != nil {
+			if req.Page == 0 && lease.CodeOf(err) != "" {
+				led, err := s.nodeHistory(ctx, node, since, peer.HistoryLedger)
+				return nil, led.Entries, err
+			}
+			return nil, nil, err
+		}
+		all.Add(r.Tally)
+		if !r.More {
+			return &all, nil, nil
+		}
+	}
+	return nil, nil, fmt.Errorf("%s's tally did not end after 1000 pages", node)
 }
 
 // staleSessions bounds how many users' tmux servers a report lists.
@@ -335,8 +377,11 @@ func (b *Bound) Doctor(ctx context.Context, req api.DoctorRequest) (api.DoctorRe
 				tally = &t
 			case n.Self:
 				led.Entries, err1 = s.deps.Node.Usage().Ledger(since)
-			default:
+			case req.Ledger:
 				led, err1 = s.nodeHistory(ctx, n.Name, since, peer.HistoryLedger)
+			default:
+				// Another node's totals cross, not its leases.
+				tally, led.Entries, err1 = s.nodeTally(ctx, n.Name, n.Protocol, since, running)
 			}
 			smp, err2 := s.nodeHistory(ctx, n.Name, since, peer.HistorySamples)
 			mu.Lock()

@@ -28,7 +28,7 @@ func accept[Req, Resp Message](m *Mux, e Endpoint[Req, Resp], n *int) {
 // (bounded; unknown fields ignored, as from protocol 7 on) and Validate. Nothing panics, and whatever does not reach a handler is
 // refused with a code and one bounded line of UTF-8.
 func FuzzServe(f *testing.F) {
-	ops := []string{"claim", "release", "extend", "start", "started", "preempt", "cancel", "usage", "refused", "place", "book", "health", "history"}
+	ops := []string{"claim", "release", "extend", "start", "started", "preempt", "cancel", "usage", "refused", "place", "book", "health", "history", "doctor-tally"}
 	env := func(actor Actor, req any) []byte {
 		r, _ := json.Marshal(req)
 		b, _ := json.Marshal(envelope{V: Version, Actor: actor, Req: r})
@@ -43,6 +43,7 @@ func FuzzServe(f *testing.F) {
 	f.Add("claim", []byte(`{"v":1,"actor":{"system":true},"req":{"count":1}}`))
 	f.Add("claim", []byte(`{"v":6,"actor":{"user":"alice"},"req":{"count":1,"duration":3600000000000}}`))
 	f.Add("claim", []byte(`{"v":7,"actor":{"user":"alice"},"req":{"count":1,"priority":2},"trace":"x"}`))
+	f.Add("doctor-tally", env(System, TallyRequest{Since: time.Now(), Running: []string{"n1-1"}, Page: 1}))
 	f.Add("nope", []byte(`{}`))
 	f.Add("release", []byte(strings.Repeat("[", 4096)))
 	f.Fuzz(func(t *testing.T, op string, body []byte) {
@@ -61,6 +62,7 @@ func FuzzServe(f *testing.F) {
 		accept(m, Book, &handled)
 		accept(m, Health, &handled)
 		accept(m, History, &handled)
+		accept(m, DoctorTally, &handled)
 		if len(ops) > 0 && len(op) == 1 {
 			op = ops[int(op[0])%len(ops)] // short ops pick a real one
 		}

@@ -2,7 +2,9 @@ package doctor
 
 import (
 	"cmp"
+	"fmt"
 	"maps"
+	"math"
 	"slices"
 	"strings"
 	"time"
@@ -413,3 +415,69 @@ func (f *Findings) figures(t Tally, h History, since time.Time) {
 	f.WaitP50, f.WaitP95, f.WaitMax = percentile(waits, 0.5), percentile(waits, 0.95), percentile(waits, 1)
 	f.GangWaitP50, f.GangWaitMax = percentile(gangWaits, 0.5), percentile(gangWaits, 1)
 }
+
+// Bounds on a tally from another agent. A node whose tally is larger
+// (hundreds of people, or more waits than a page) sends it in pages, or
+// its ledger as before.
+const (
+	// MaxTallyNames bounds the people, reasons and running leases named.
+	MaxTallyNames = 1024
+	// MaxTallyWeeks bounds the weeks named (Keep is 13 weeks).
+	MaxTallyWeeks = 64
+	// MaxTallyItems bounds the waits and gang ranks of one tally.
+	MaxTallyItems = 8000
+)
+
+// Validate bounds a tally from another agent: sizes, names, numbers.
+func (t *Tally) Validate() error {
+	if t.Leases < 0 || t.Overdue < 0 || !finite(t.GangHours) {
+		return fmt.Errorf("a tally has a negative count")
+	}
+	if len(t.Preemptions) > MaxTallyNames || len(t.UserHours) > MaxTallyNames || len(t.Ended) > MaxTallyNames || len(t.WeekUsers) > MaxTallyWeeks {
+		return fmt.Errorf("a tally names too much")
+	}
+	if len(t.Waits)+len(t.GangRanks) > MaxTallyItems {
+		return fmt.Errorf("a tally holds %d waits and gang ranks, over %d", len(t.Waits)+len(t.GangRanks), MaxTallyItems)
+	}
+	for why, n := range t.Preemptions {
+		if n < 0 || len(why) > lease.MaxNameLen || lease.CheckText("reason", why) != nil {
+			return fmt.Errorf("a tally has a bad preemption reason")
+		}
+	}
+	for u, h := range t.UserHours {
+		if !lease.ValidUserName(u) || !finite(h) {
+			return fmt.Errorf("a tally has a bad user or GPU-hours")
+		}
+	}
+	names := 0
+	for w, users := range t.WeekUsers {
+		names += len(users)
+		if names > MaxTallyNames || !lease.ValidSince(weekStart(w)) {
+			return fmt.Errorf("a tally has a bad week")
+		}
+		for _, u := range users {
+			if !lease.ValidUserName(u) {
+				return fmt.Errorf("a tally has a bad user")
+			}
+		}
+	}
+	for _, w := range t.Waits {
+		if w < 0 || w > 100*365*24*time.Hour {
+			return fmt.Errorf("a tally has a wait out of range")
+		}
+	}
+	for _, r := range t.GangRanks {
+		if len(r.Entry) > 2*lease.MaxNameLen || lease.CheckText("entry", r.Entry) != nil || r.Entry == "" || !lease.ValidSince(r.Queued) || !lease.ValidSince(r.Start) {
+			return fmt.Errorf("a tally has a bad gang rank")
+		}
+	}
+	for _, id := range t.Ended {
+		if _, ok := lease.NodeOfID(id); !ok || len(id) > 2*lease.MaxNameLen {
+			return fmt.Errorf("a tally names a bad lease")
+		}
+	}
+	return nil
+}
+
+// finite is a non-negative, finite number of hours.
+func finite(h float64) bool { return h >= 0 && !math.IsInf(h, 0) && !math.IsNaN(h) }
