@@ -1,6 +1,7 @@
 package agent_test
 
 import (
+	"context"
 	"fmt"
 	"math"
 	"reflect"
@@ -84,4 +85,42 @@ func figures(f doctor.Findings) doctor.Findings {
 	return doctor.Findings{Users: f.Users, UsersPerWeek: f.UsersPerWeek, UsersMaxWeek: f.UsersMaxWeek, Leases: f.Leases, HeldGPUHours: f.HeldGPUHours,
 		TopUser: f.TopUser, TopUserShare: f.TopUserShare, Queued: f.Queued, WaitP50: f.WaitP50, WaitP95: f.WaitP95, WaitMax: f.WaitMax,
 		Gangs: f.Gangs, GangWaitP50: f.GangWaitP50, GangWaitMax: f.GangWaitMax, GangGPUShare: f.GangGPUShare, Preemptions: f.Preemptions, Overdue: f.Overdue}
+}
+
+// BenchmarkHistoryPeer measures `dibs doctor` (its 30-day figures
+// included) asked at a node whose peer holds 100,000 ended leases: the
+// peer's history crosses the cluster as totals (issue 23; before, 156
+// pages of raw entries).
+func BenchmarkHistoryPeer(b *testing.B) {
+	const ended = 100_000
+	now := time.Now()
+	key := make([]byte, 32)
+	var nodes []*agenttest.Node
+	seed := ""
+	for i, n := range []int{0, ended} {
+		name := fmt.Sprintf("node%02d", i+1)
+		cs := &agent.ClusterSettings{BindAddr: "127.0.0.1", Name: "bench", Key: key, Fast: true}
+		if seed != "" {
+			cs.Join = []string{seed}
+		}
+		node := agenttest.Start(b, agenttest.Options{Name: name, Sim: "2xL40S", Quiet: true, Store: busyLedger(b, name, n, now), Cluster: cs, ProbeInterval: time.Second})
+		if seed == "" {
+			seed = node.Agent.GossipAddr()
+		}
+		nodes = append(nodes, node)
+	}
+	agenttest.WaitConverged(b, nodes, 30*time.Second)
+	lat := make([]time.Duration, 0, b.N)
+	for b.Loop() {
+		t0 := time.Now()
+		r, err := nodes[0].Client.Doctor(context.Background(), api.DoctorRequest{})
+		if err == nil && (r.Findings == nil || r.Findings.Leases < ended*99/100 || len(r.Findings.Missing) > 0) {
+			err = fmt.Errorf("doctor counted %+v", r.Findings)
+		}
+		if err != nil {
+			b.Fatal(err)
+		}
+		lat = append(lat, time.Since(t0))
+	}
+	reportPercentiles(b, lat)
 }

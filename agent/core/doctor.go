@@ -163,9 +163,11 @@ func (s *Service) sessionFacts(ctx context.Context, d DoctorDeps, leases []lease
 			held[l.User+"\x00"+l.Session] = true
 		}
 	}
-	if ledger, err := s.deps.Node.Usage().Ledger(now.Add(-7 * 24 * time.Hour)); err == nil {
-		for _, e := range ledger {
-			users[e.User] = true
+	// Who held a lease here in the week: the totals name them, without a
+	// copy of the week's ledger.
+	if t, err := s.deps.Node.Usage().DoctorTally(now.Add(-7*24*time.Hour), nil); err == nil {
+		for u := range t.UserHours {
+			users[u] = true
 		}
 	}
 	names := slices.Sorted(func(yield func(string) bool) {

@@ -416,28 +416,23 @@ func (f *Findings) figures(t Tally, h History, since time.Time) {
 	f.GangWaitP50, f.GangWaitMax = percentile(gangWaits, 0.5), percentile(gangWaits, 1)
 }
 
-// Bounds on a tally from another agent. A node whose tally is larger
-// (hundreds of people, or more waits than a page) sends it in pages, or
-// its ledger as before.
+// Bounds on a tally from another agent (its waits and gang ranks cross in
+// pages, bounded by agent/peer). A node whose tally names more sends its
+// ledger as before.
 const (
 	// MaxTallyNames bounds the people, reasons and running leases named.
 	MaxTallyNames = 1024
 	// MaxTallyWeeks bounds the weeks named (Keep is 13 weeks).
 	MaxTallyWeeks = 64
-	// MaxTallyItems bounds the waits and gang ranks of one tally.
-	MaxTallyItems = 8000
 )
 
-// Validate bounds a tally from another agent: sizes, names, numbers.
+// Validate bounds a tally from another agent: names, weeks, numbers.
 func (t *Tally) Validate() error {
 	if t.Leases < 0 || t.Overdue < 0 || !finite(t.GangHours) {
 		return fmt.Errorf("a tally has a negative count")
 	}
 	if len(t.Preemptions) > MaxTallyNames || len(t.UserHours) > MaxTallyNames || len(t.Ended) > MaxTallyNames || len(t.WeekUsers) > MaxTallyWeeks {
 		return fmt.Errorf("a tally names too much")
-	}
-	if len(t.Waits)+len(t.GangRanks) > MaxTallyItems {
-		return fmt.Errorf("a tally holds %d waits and gang ranks, over %d", len(t.Waits)+len(t.GangRanks), MaxTallyItems)
 	}
 	for why, n := range t.Preemptions {
 		if n < 0 || len(why) > lease.MaxNameLen || lease.CheckText("reason", why) != nil {
