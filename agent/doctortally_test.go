@@ -51,6 +51,17 @@ func TestDoctorTotalsCrossNodesAndFallBackForProtocol6(t *testing.T) {
 		nodes = append(nodes, n)
 	}
 	agenttest.WaitConverged(t, nodes, 20*time.Second)
+	// node02 answers with its totals; node03, of the previous release,
+	// does not know them (doctor then reads its pages).
+	since := now.Add(-30 * 24 * time.Hour)
+	r, err := peer.Call(ctx(t), nodes[0].Agent.Peers(), "node02", peer.DoctorTally, peer.System, peer.TallyRequest{Since: since})
+	if err != nil || r.Tally.Leases < 3400 || len(r.Tally.Waits) < 340 || len(r.Tally.GangRanks) != 1 || r.More {
+		t.Errorf("node02's tally: %d leases, %d waits, %v gang ranks, more %v, err %v; want 3501, 350, 1 rank, no more",
+			r.Tally.Leases, len(r.Tally.Waits), r.Tally.GangRanks, r.More, err)
+	}
+	if _, err := peer.Call(ctx(t), nodes[0].Agent.Peers(), "node03", peer.DoctorTally, peer.System, peer.TallyRequest{Since: since}); err == nil {
+		t.Error("node03, at protocol 6, answered a tally it cannot know")
+	}
 	for _, window := range []string{"30d", "7d", "36h"} {
 		fast, err := nodes[0].Client.Doctor(ctx(t), api.DoctorRequest{Window: window})
 		if err != nil {
