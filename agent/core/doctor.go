@@ -43,6 +43,48 @@ func (s *Service) EnableDoctor(d DoctorDeps) {
 	peer.Handle(s.deps.Peers, peer.History, func(ctx context.Context, from string, who peer.Actor, r peer.HistoryRequest) (peer.HistoryReply, error) {
 		return s.history(r, d)
 	})
+	peer.Handle(s.deps.Peers, peer.DoctorTally, func(ctx context.Context, from string, who peer.Actor, r peer.TallyRequest) (peer.TallyReply, error) {
+		t, err := s.deps.Node.Usage().DoctorTally(r.Since, r.Running)
+		if err != nil {
+			return peer.TallyReply{}, err
+		}
+		if err := t.Validate(); err != nil {
+			// Too many people or weeks for a bounded reply: the caller
+			// reads this node's ledger page by page instead.
+			return peer.TallyReply{}, &lease.Error{Code: lease.CodeUnavailable, Msg: fmt.Sprintf("this node's tally does not fit a reply (%v): read its history", err)}
+		}
+		return peer.TallyPage(t, r.Page), nil
+	})
+}
+
+// nodeTally reads a node's ledger since a time as doctor's totals, page
+// by page. An agent that does not know the endpoint (protocol 6, or a
+// protocol 7 build before it) refuses it, and is read as before: its
+// ledger's entries, page by page, for Analyze to tally.
+func (s *Service) nodeTally(ctx context.Context, node string, protocol int, since time.Time, running []string) (*doctor.Tally, []lease.LedgerEntry, error) {
+	if protocol != 0 && protocol < 7 {
+		led, err := s.nodeHistory(ctx, node, since, peer.HistoryLedger)
+		return nil, led.Entries, err
+	}
+	var all doctor.Tally
+	req := peer.TallyRequest{Since: since, Running: running}
+	for ; req.Page < 1000; req.Page++ {
+		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		r, err := peer.Call(cctx, s.deps.Peers, node, peer.DoctorTally, peer.System, req)
+		cancel()
+		if err != nil {
+			if req.Page == 0 && lease.CodeOf(err) != "" {
+				led, err := s.nodeHistory(ctx, node, since, peer.HistoryLedger)
+				return nil, led.Entries, err
+			}
+			return nil, nil, err
+		}
+		all.Add(r.Tally)
+		if !r.More {
+			return &all, nil, nil
+		}
+	}
+	return nil, nil, fmt.Errorf("%s's tally did not end after 1000 pages", node)
 }
 
 // staleSessions bounds how many users' tmux servers a report lists.
@@ -121,9 +163,11 @@ func (s *Service) sessionFacts(ctx context.Context, d DoctorDeps, leases []lease
 			held[l.User+"\x00"+l.Session] = true
 		}
 	}
-	if ledger, err := s.deps.Node.Usage().Ledger(now.Add(-7 * 24 * time.Hour)); err == nil {
-		for _, e := range ledger {
-			users[e.User] = true
+	// Who held a lease here in the week: the totals name them, without a
+	// copy of the week's ledger.
+	if t, err := s.deps.Node.Usage().DoctorTally(now.Add(-7*24*time.Hour), nil); err == nil {
+		for u := range t.UserHours {
+			users[u] = true
 		}
 	}
 	names := slices.Sorted(func(yield func(string) bool) {
@@ -296,7 +340,6 @@ func (b *Bound) Doctor(ctx context.Context, req api.DoctorRequest) (api.DoctorRe
 
 	hist := doctor.History{Now: v.Now, Window: window, Buckets: map[string][]doctor.Bucket{}}
 	since := v.Now.Add(-window)
-	var mu sync.Mutex
 	for i := range v.Nodes {
 		n := &v.Nodes[i]
 		hist.Nodes++
@@ -309,24 +352,47 @@ func (b *Bound) Doctor(ctx context.Context, req api.DoctorRequest) (api.DoctorRe
 		}
 		if !n.Alive() {
 			hist.Missing = append(hist.Missing, n.Name)
+		}
+	}
+	var mu sync.Mutex
+	for i := range v.Nodes {
+		n := &v.Nodes[i]
+		if !n.Alive() {
 			continue
+		}
+		running := make([]string, 0, len(n.Leases))
+		for _, l := range n.Leases {
+			running = append(running, l.ID)
 		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			var led peer.HistoryReply
+			var tally *doctor.Tally
 			var err1 error
-			if n.Self {
-				// This node's own ledger is in memory here: no pages.
+			switch {
+			case n.Self && !req.Ledger:
+				// This node's ledger is counted in memory here: its
+				// totals, not its leases.
+				var t doctor.Tally
+				t, err1 = s.deps.Node.Usage().DoctorTally(since, running)
+				tally = &t
+			case n.Self:
 				led.Entries, err1 = s.deps.Node.Usage().Ledger(since)
-			} else {
+			case req.Ledger:
 				led, err1 = s.nodeHistory(ctx, n.Name, since, peer.HistoryLedger)
+			default:
+				// Another node's totals cross, not its leases.
+				tally, led.Entries, err1 = s.nodeTally(ctx, n.Name, n.Protocol, since, running)
 			}
 			smp, err2 := s.nodeHistory(ctx, n.Name, since, peer.HistorySamples)
 			mu.Lock()
 			defer mu.Unlock()
 			if err1 != nil || err2 != nil {
 				hist.Missing = append(hist.Missing, n.Name)
+			}
+			if tally != nil && err1 == nil {
+				hist.Tallies = append(hist.Tallies, *tally)
 			}
 			hist.Ledger = append(hist.Ledger, led.Entries...)
 			hist.Buckets[n.Name] = smp.Buckets

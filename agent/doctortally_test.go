@@ -1,0 +1,137 @@
+package agent_test
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"reflect"
+	"testing"
+	"time"
+
+	"github.com/dibs-gpu/dibs/agent"
+	"github.com/dibs-gpu/dibs/agent/agenttest"
+	"github.com/dibs-gpu/dibs/agent/peer"
+	"github.com/dibs-gpu/dibs/api"
+	"github.com/dibs-gpu/dibs/lease"
+	"github.com/dibs-gpu/dibs/lease/doctor"
+)
+
+// Issue 23: another node's history crossed as pages of raw entries (156
+// pages for 100,000 ended leases). `dibs doctor` now asks each node for
+// its running totals, and a node of the previous release (protocol 6),
+// which does not know them, for its pages as before: the figures are the
+// ones every node's raw ledger gives (`--ledger`, which reads the pages).
+func TestDoctorTotalsCrossNodesAndFallBackForProtocol6(t *testing.T) {
+	t.Parallel()
+	now := time.Now()
+	key := make([]byte, 32)
+	for i := range key {
+		key[i] = byte(i*5 + 1)
+	}
+	var nodes []*agenttest.Node
+	seed := ""
+	for i, protocol := range []int{0, 0, peer.MinVersion} {
+		name := fmt.Sprintf("node%02d", i+1)
+		disk := busyLedger(t, name, 3000+500*i, now)
+		// A gang that ran on every node: each node holds one rank.
+		g := lease.Lease{ID: lease.LeaseID(name, 90000), Node: name, GPUs: []int{0}, User: "user1", UID: 2001, Token: 90000, Kind: lease.KindBatch,
+			StartedAt: now.Add(-3*time.Hour + time.Duration(i)*time.Minute), ExpiresAt: now, Entry: "node01-q90000#0", Gang: "node01-q90000", Rank: i,
+			QueuedAt: now.Add(-4 * time.Hour)}
+		if err := disk.End(g.ID, lease.Ended(g, now.Add(-time.Hour), "released", "")); err != nil {
+			t.Fatal(err)
+		}
+		cs := &agent.ClusterSettings{BindAddr: "127.0.0.1", Name: "tally", Key: key, Fast: true, Protocol: protocol}
+		if seed != "" {
+			cs.Join = []string{seed}
+		}
+		n := agenttest.Start(t, agenttest.Options{Name: name, Sim: "2xL40S", Quiet: true, Store: disk, Cluster: cs})
+		if seed == "" {
+			seed = n.Agent.GossipAddr()
+		}
+		nodes = append(nodes, n)
+	}
+	agenttest.WaitConverged(t, nodes, 20*time.Second)
+	// node02 answers with its totals; node03, of the previous release,
+	// does not know them (doctor then reads its pages).
+	since := now.Add(-30 * 24 * time.Hour)
+	r, err := peer.Call(ctx(t), nodes[0].Agent.Peers(), "node02", peer.DoctorTally, peer.System, peer.TallyRequest{Since: since})
+	if err != nil || r.Tally.Leases < 3400 || len(r.Tally.Waits) < 340 || len(r.Tally.GangRanks) != 1 || r.More {
+		t.Errorf("node02's tally: %d leases, %d waits, %v gang ranks, more %v, err %v; want 3501, 350, 1 rank, no more",
+			r.Tally.Leases, len(r.Tally.Waits), r.Tally.GangRanks, r.More, err)
+	}
+	if _, err := peer.Call(ctx(t), nodes[0].Agent.Peers(), "node03", peer.DoctorTally, peer.System, peer.TallyRequest{Since: since}); err == nil {
+		t.Error("node03, at protocol 6, answered a tally it cannot know")
+	}
+	for _, window := range []string{"30d", "7d", "36h"} {
+		fast, err := nodes[0].Client.Doctor(ctx(t), api.DoctorRequest{Window: window})
+		if err != nil {
+			t.Fatal(err)
+		}
+		raw, err := nodes[0].Client.Doctor(ctx(t), api.DoctorRequest{Window: window, Ledger: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fast.Findings == nil || raw.Findings == nil || len(fast.Findings.Missing) > 0 || len(raw.Findings.Missing) > 0 {
+			t.Fatalf("window %s: findings %+v and %+v: a node's history was not read", window, fast.Findings, raw.Findings)
+		}
+		if window == "30d" && (fast.Findings.Leases != 3000+3500+4000+3 || fast.Findings.Gangs != 1) {
+			t.Errorf("window 30d: %d leases and %d gangs, want %d and 1", fast.Findings.Leases, fast.Findings.Gangs, 3000+3500+4000+3)
+		}
+		f, r := *fast.Findings, *raw.Findings
+		// The two calls' windows start a few milliseconds apart: the
+		// GPU-hours cut at the start may differ by that much.
+		if math.Abs(f.HeldGPUHours-r.HeldGPUHours) > 1e-5*r.HeldGPUHours || math.Abs(f.TopUserShare-r.TopUserShare) > 1e-5 {
+			t.Errorf("window %s: %.6f GPU-hours (top share %.9f) from totals, %.6f (%.9f) from the ledger", window, f.HeldGPUHours, f.TopUserShare, r.HeldGPUHours, r.TopUserShare)
+		}
+		f.HeldGPUHours, f.TopUserShare, f.GangGPUShare = r.HeldGPUHours, r.TopUserShare, r.GangGPUShare
+		if !reflect.DeepEqual(figures(f), figures(r)) {
+			t.Errorf("window %s: from totals\n%+v\nfrom the ledger\n%+v", window, figures(f), figures(r))
+		}
+	}
+}
+
+// figures are a finding's ledger figures (the samples' shares move with
+// every probe).
+func figures(f doctor.Findings) doctor.Findings {
+	return doctor.Findings{Users: f.Users, UsersPerWeek: f.UsersPerWeek, UsersMaxWeek: f.UsersMaxWeek, Leases: f.Leases, HeldGPUHours: f.HeldGPUHours,
+		TopUser: f.TopUser, TopUserShare: f.TopUserShare, Queued: f.Queued, WaitP50: f.WaitP50, WaitP95: f.WaitP95, WaitMax: f.WaitMax,
+		Gangs: f.Gangs, GangWaitP50: f.GangWaitP50, GangWaitMax: f.GangWaitMax, GangGPUShare: f.GangGPUShare, Preemptions: f.Preemptions, Overdue: f.Overdue}
+}
+
+// BenchmarkHistoryPeer measures `dibs doctor` (its 30-day figures
+// included) asked at a node whose peer holds 100,000 ended leases: the
+// peer's history crosses the cluster as totals (issue 23; before, 156
+// pages of raw entries).
+func BenchmarkHistoryPeer(b *testing.B) {
+	const ended = 100_000
+	now := time.Now()
+	key := make([]byte, 32)
+	var nodes []*agenttest.Node
+	seed := ""
+	for i, n := range []int{0, ended} {
+		name := fmt.Sprintf("node%02d", i+1)
+		cs := &agent.ClusterSettings{BindAddr: "127.0.0.1", Name: "bench", Key: key, Fast: true}
+		if seed != "" {
+			cs.Join = []string{seed}
+		}
+		node := agenttest.Start(b, agenttest.Options{Name: name, Sim: "2xL40S", Quiet: true, Store: busyLedger(b, name, n, now), Cluster: cs, ProbeInterval: time.Second})
+		if seed == "" {
+			seed = node.Agent.GossipAddr()
+		}
+		nodes = append(nodes, node)
+	}
+	agenttest.WaitConverged(b, nodes, 30*time.Second)
+	lat := make([]time.Duration, 0, b.N)
+	for b.Loop() {
+		t0 := time.Now()
+		r, err := nodes[0].Client.Doctor(context.Background(), api.DoctorRequest{})
+		if err == nil && (r.Findings == nil || r.Findings.Leases < ended*99/100 || len(r.Findings.Missing) > 0) {
+			err = fmt.Errorf("doctor counted %+v", r.Findings)
+		}
+		if err != nil {
+			b.Fatal(err)
+		}
+		lat = append(lat, time.Since(t0))
+	}
+	reportPercentiles(b, lat)
+}

@@ -1,0 +1,85 @@
+package peer
+
+import (
+	"time"
+
+	"github.com/dibs-gpu/dibs/lease"
+	"github.com/dibs-gpu/dibs/lease/doctor"
+)
+
+// DoctorTally asks a node for its ledger since a time as doctor's running
+// totals (doctor.Tally), a reply of bounded size, where History sends
+// every ended lease page by page (156 pages for 100,000). Agents before it
+// (protocol 6, and protocol 7 builds without it) refuse it: the caller
+// then reads their History as before.
+var DoctorTally = Endpoint[TallyRequest, TallyReply]{Name: "doctor-tally"}
+
+// Bounds on one tally page: with a page's people and weeks (doctor's
+// MaxTallyNames) it stays under MaxBody.
+const (
+	TallyWaitsPerPage = 4000
+	TallyRanksPerPage = 200
+)
+
+// TallyRequest asks for page Page of a node's tally since Since. Running
+// names the node's leases the caller sees running: the reply says which
+// of them the ledger already has. Page 0 carries the counts and the first
+// waits and gang ranks; later pages only further waits and ranks.
+type TallyRequest struct {
+	Since   time.Time `json:"since"`
+	Running []string  `json:"running,omitempty"`
+	Page    int       `json:"page,omitempty"`
+}
+
+// Validate implements Message.
+func (r TallyRequest) Validate() error {
+	if !lease.ValidSince(r.Since) {
+		return lease.Invalidf("bad time")
+	}
+	if r.Page < 0 || r.Page > 1000 {
+		return lease.Invalidf("tally page %d out of range", r.Page)
+	}
+	if len(r.Running) > doctor.MaxTallyNames {
+		return lease.Invalidf("%d running leases, over %d", len(r.Running), doctor.MaxTallyNames)
+	}
+	for _, id := range r.Running {
+		if _, ok := lease.NodeOfID(id); !ok || len(id) > 2*lease.MaxNameLen {
+			return lease.Invalidf("%q is not a lease id", truncate(id))
+		}
+	}
+	return nil
+}
+
+// TallyReply is one page of a node's tally; More says another follows.
+type TallyReply struct {
+	Tally doctor.Tally `json:"tally"`
+	More  bool         `json:"more,omitempty"`
+}
+
+// Validate implements Message.
+func (r TallyReply) Validate() error {
+	if len(r.Tally.Waits) > TallyWaitsPerPage || len(r.Tally.GangRanks) > TallyRanksPerPage {
+		return lease.Invalidf("a tally page of %d waits and %d gang ranks, over %d and %d", len(r.Tally.Waits), len(r.Tally.GangRanks), TallyWaitsPerPage, TallyRanksPerPage)
+	}
+	if err := r.Tally.Validate(); err != nil {
+		return lease.Invalidf("%v", err)
+	}
+	return nil
+}
+
+// TallyPage is page p of t, as DoctorTally sends it: the counts on page
+// 0, and each page's share of the waits and gang ranks.
+func TallyPage(t doctor.Tally, p int) TallyReply {
+	page := func(n, per int) (from, to int) {
+		from = min(p*per, n)
+		return from, min(from+per, n)
+	}
+	wf, wt := page(len(t.Waits), TallyWaitsPerPage)
+	rf, rt := page(len(t.GangRanks), TallyRanksPerPage)
+	out := doctor.Tally{Waits: t.Waits[wf:wt], GangRanks: t.GangRanks[rf:rt]}
+	if p == 0 {
+		out.Leases, out.Preemptions, out.Overdue = t.Leases, t.Preemptions, t.Overdue
+		out.UserHours, out.GangHours, out.WeekUsers, out.Ended = t.UserHours, t.GangHours, t.WeekUsers, t.Ended
+	}
+	return TallyReply{Tally: out, More: wt < len(t.Waits) || rt < len(t.GangRanks)}
+}
