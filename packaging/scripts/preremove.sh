@@ -12,11 +12,15 @@ remove | 0) ;;
 *) exit 0 ;;
 esac
 
-# LEAVE-FOR-GOOD: the one line that tells the cluster this node leaves for
-# good (not restarting), so peers end its ranks at once instead of after the
-# grace. Replace `true` with the agent's explicit leave command once it has
-# one (issue 19's restart work names it); the rest of the script stays.
-leave_for_good() { true; }
+# Removal is leaving for good (an upgrade is not: it only restarts the
+# agent, which its peers wait out for the grace): `dibs leave` tells the
+# cluster, so peers end this node's ranks at once instead of after the
+# grace, and the agent exits 0. It fails when no agent answers, which is
+# fine here.
+leave_for_good() {
+	echo "dibs: this node leaves the cluster for good (dibs leave): peers end its gangs' ranks now"
+	/usr/bin/dibs leave >/dev/null 2>&1
+}
 
 agent_pids() {
 	for d in /proc/[0-9]*; do
