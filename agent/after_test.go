@@ -248,3 +248,35 @@ func TestAfterADependencyWhoseOriginRestarted(t *testing.T) {
 		return !readTime(dir+"/b-node02").IsZero() && !readTime(dir+"/b-node03").IsZero()
 	})
 }
+
+// TestAfterAGangNeedsEveryRankToSucceed: a gang one of whose ranks exits 3
+// failed, so a run --after it is ended naming it, and one --after-any runs.
+func TestAfterAGangNeedsEveryRankToSucceed(t *testing.T) {
+	t.Parallel()
+	agenttest.RequireTmux(t)
+	nodes := agenttest.Cluster(t, agenttest.ClusterOptions{Specs: []string{"1xL40S", "1xL40S", "1xL40S"}, Quiet: true})
+	dir := agenttest.PublicDir(t)
+	g, err := nodes[0].Client.Submit(ctx(t), api.SubmitRequest{Nodes: 2, GPUsPerNode: 1, Claim: api.ClaimRequest{Duration: "1h",
+		Run: &api.RunSpec{Command: []string{"sh", "-c", `sleep 1; [ "$NODE_RANK" = 1 ] && exit 3; exit 0`}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ok := queued(stamp(dir, "ok", "", "0"))
+	ok.After = []string{g.ID}
+	bOK, err := nodes[2].Client.Submit(ctx(t), ok)
+	if err != nil {
+		t.Fatal(err)
+	}
+	anyReq := queued(stamp(dir, "any", "", "0"))
+	anyReq.AfterAny = []string{g.ID}
+	if _, err := nodes[2].Client.Submit(ctx(t), anyReq); err != nil {
+		t.Fatal(err)
+	}
+	agenttest.Eventually(t, 30*time.Second, "--after-any to run and --after to be ended", func() bool {
+		st, _ := nodes[2].Client.EntryStatus(ctx(t), bOK.ID)
+		return !readTime(dir+"/any").IsZero() && st.State == lease.EntryFailed && strings.Contains(st.Reason, g.ID)
+	})
+	if _, err := os.Stat(dir + "/ok"); err == nil {
+		t.Error("the run --after a gang with a failed rank ran")
+	}
+}
