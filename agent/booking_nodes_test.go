@@ -104,6 +104,14 @@ func TestBookingAcrossNodes(t *testing.T) {
 		return false
 	})
 
+	// Only its holder (or an admin) withdraws it: alice's try leaves every part.
+	if err := nodes[0].As(mbookAlice).Unbook(ctx(t), bk.ID); lease.CodeOf(err) != lease.CodeForbidden || strings.Contains(err.Error(), "withdrew") {
+		t.Errorf("alice unbooking bob's booking: %v; want a plain refusal", err)
+	}
+	if parts := partsOf(t, nodes[0]); len(parts) != 3 {
+		t.Errorf("after alice's try, parts on %d nodes, want 3", len(parts))
+	}
+
 	// Unbook from another node, by the whole's id.
 	if err := nodes[2].As(mbob).Unbook(ctx(t), bk.ID); err != nil {
 		t.Fatal(err)

@@ -381,7 +381,10 @@ func (b *Bound) Unbook(ctx context.Context, id string) error {
 			first = cmp.Or(first, err)
 		}
 	}
-	if first != nil {
+	switch {
+	case len(left) == len(ids):
+		return first // nothing withdrawn: the refusal says why (not the holder, say)
+	case first != nil:
 		return &lease.Error{Code: lease.CodeOf(first), Msg: fmt.Sprintf(
 			"withdrew %d of the %d parts of booking %s; %s on %s: %s: run dibs unbook %s again when %s answers",
 			len(ids)-len(left), len(ids), group, partsLeft(len(left)), strings.Join(left, ", "), errWords(first), group, strings.Join(left, ", "))}

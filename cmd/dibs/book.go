@@ -233,7 +233,7 @@ func printBookings(w io.Writer, bs []lease.Lease, now time.Time) {
 	}
 	fmt.Fprintf(w, "%-12s %-10s %-14s %-16s %-6s %-7s %s\n", "BOOKING", "USER", "GPUS", "FROM", "FOR", "IN", "NOTE")
 	for _, b := range bs {
-		id, gpus, note := b.ID, safe(b.Node)+":"+safe(b.CUDAVisibleDevices()), b.Note
+		id, gpus, note, width := b.ID, safe(b.Node)+":"+safe(b.CUDAVisibleDevices()), b.Note, 30
 		if b.Group != "" {
 			ps := parts[b.Group]
 			if ps == nil {
@@ -246,7 +246,10 @@ func printBookings(w io.Writer, bs []lease.Lease, now time.Time) {
 			}
 			id = b.Group
 			gpus = fmt.Sprintf("%d nodes × %d", len(ps), len(b.GPUs))
-			note = strings.TrimSpace("on " + strings.Join(nodes, ",") + "  " + note)
+			where := "on " + strings.Join(nodes, ",")
+			note = strings.TrimSpace(where + "  " + note)
+			// A booking's nodes are never cut: they say where it is.
+			width += len(where) + 2
 		}
 		switch {
 		case b.Job != nil && len(b.Job.Command) > 0:
@@ -254,11 +257,6 @@ func printBookings(w io.Writer, bs []lease.Lease, now time.Time) {
 		case b.Job.RunsCommand():
 			// Someone else's booked run: its command is theirs.
 			note = strings.TrimSpace("runs a command  " + note)
-		}
-		width := 30
-		if b.Group != "" {
-			// A booking's nodes are never cut: they say where it is.
-			width = max(width, len(note))
 		}
 		fmt.Fprintf(w, "%-12s %-10s %-14s %-16s %-6s %-7s %s\n", clip(safe(id), 12), clip(safe(b.User), 10),
 			clip(gpus, 14), b.StartedAt.Local().Format("Mon Jan 2 15:04"),
