@@ -10,6 +10,7 @@ import (
 
 	"github.com/dibs-gpu/dibs/agent"
 	"github.com/dibs-gpu/dibs/agent/agenttest"
+	"github.com/dibs-gpu/dibs/agent/clock"
 	"github.com/dibs-gpu/dibs/agent/peer"
 	"github.com/dibs-gpu/dibs/api"
 	"github.com/dibs-gpu/dibs/lease"
@@ -134,4 +135,64 @@ func BenchmarkHistoryPeer(b *testing.B) {
 		lat = append(lat, time.Since(t0))
 	}
 	reportPercentiles(b, lat)
+}
+
+// The totals follow the ledger as it changes between two doctor calls:
+// leases end (one across a midnight), and past ledger_per_user_day a
+// person's leases fold into the day's row. Each call's figures are the
+// ones a walk over the ledger gives (`--ledger`).
+func TestDoctorTotalsFollowEndedAndFoldedLeases(t *testing.T) {
+	t.Parallel()
+	clk := clock.NewFake(time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC))
+	n := agenttest.Start(t, agenttest.Options{Name: "node01", Sim: "2xL40S", Quiet: true, Clock: clk, LedgerPerUserDay: 3})
+	check := func(step string, wantLeases int) {
+		t.Helper()
+		fast, err := n.Client.Doctor(ctx(t), api.DoctorRequest{Window: "7d"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		raw, err := n.Client.Doctor(ctx(t), api.DoctorRequest{Window: "7d", Ledger: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		f, r := *fast.Findings, *raw.Findings
+		if math.Abs(f.HeldGPUHours-r.HeldGPUHours) > 1e-9 {
+			t.Errorf("%s: %.6f GPU-hours from totals, %.6f from the ledger", step, f.HeldGPUHours, r.HeldGPUHours)
+		}
+		f.HeldGPUHours, f.TopUserShare, f.GangGPUShare = r.HeldGPUHours, r.TopUserShare, r.GangGPUShare
+		if !reflect.DeepEqual(figures(f), figures(r)) {
+			t.Errorf("%s: from totals\n%+v\nfrom the ledger\n%+v", step, figures(f), figures(r))
+		}
+		if f.Leases != wantLeases {
+			t.Errorf("%s: doctor counts %d leases, want %d", step, f.Leases, wantLeases)
+		}
+	}
+	hold := func(d time.Duration) {
+		t.Helper()
+		l, err := n.Client.Claim(ctx(t), api.ClaimRequest{Count: 1, Duration: "4h"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		clk.Advance(d)
+		if _, err := n.Client.Release(ctx(t), api.ReleaseRequest{IDs: []string{l.ID}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	check("an empty ledger", 0)
+	hold(time.Hour)
+	check("one lease", 1)
+	// 10:00 to 23:30: three more, the last two folded into one row.
+	for _, want := range []int{2, 3, 4} {
+		hold(20 * time.Minute)
+		check("a lease ended", want)
+	}
+	clk.Advance(12 * time.Hour)
+	hold(time.Hour) // across midnight: it ends on 2 December
+	check("a lease across midnight", 5)
+	// Two more one by one, then a new row, then a lease folded into it
+	// (the day keeps as many rows: only the fold says it changed).
+	for _, want := range []int{6, 7, 8, 8} {
+		hold(10 * time.Minute)
+		check("a lease ended on 2 December", want)
+	}
 }

@@ -24,7 +24,9 @@ const (
 // TallyRequest asks for page Page of a node's tally since Since. Running
 // names the node's leases the caller sees running: the reply says which
 // of them the ledger already has. Page 0 carries the counts and the first
-// waits and gang ranks; later pages only further waits and ranks.
+// waits and gang ranks; later pages only further waits and ranks. Each
+// page is cut from a fresh tally: a lease that ends between two pages may
+// shift a wait across them (as asking a moment later would).
 type TallyRequest struct {
 	Since   time.Time `json:"since"`
 	Running []string  `json:"running,omitempty"`
