@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/dibs-gpu/dibs/agent/agenttest"
+	"github.com/dibs-gpu/dibs/agent/clock"
 	"github.com/dibs-gpu/dibs/api"
 	"github.com/dibs-gpu/dibs/lease"
 )
@@ -139,4 +140,66 @@ func TestQueuedMIGStartsWhenInstanceFrees(t *testing.T) {
 		l := entryLease(nodes[1], big.ID)
 		return l != nil && l.MIG == inst["3g.40gb"] && l.User == "bob"
 	})
+}
+
+// A queued MIG or budget request reclaims part of a GPU as a queued
+// whole-GPU request reclaims a GPU: an idle lease (after IdleReclaimAfter)
+// or, for someone within quota, a borrowed one; the holder is told why and
+// keeps it for the grace, then the waiting request gets the part.
+func TestQueuedPartsReclaim(t *testing.T) {
+	t.Parallel()
+	idle := lease.SchedConfig{IdleReclaimAfter: 300 * time.Millisecond}
+	quota := lease.SchedConfig{IdleReclaimAfter: time.Hour, Quotas: map[string]int{"light": 1}}
+	const mig, h100 = "1xA100-80GB:mig=3g.40gb+2g.20gb+1g.10gb", "1xH100-80GB"
+	for _, tt := range []struct {
+		name      string
+		sim       string
+		sched     lease.SchedConfig
+		hold, ask api.ClaimRequest
+		reason    string
+	}{
+		{"mig idle", mig, idle, api.ClaimRequest{MIG: "3g.40gb"}, api.ClaimRequest{MIG: "3g.40gb"}, lease.PreemptIdle},
+		{"mig quota", mig, quota, api.ClaimRequest{MIG: "3g.40gb"}, api.ClaimRequest{MIG: "3g.40gb"}, lease.PreemptQuota},
+		{"budget idle", h100, idle, api.ClaimRequest{Mem: "50G"}, api.ClaimRequest{Mem: "40G"}, lease.PreemptIdle},
+		{"budget quota", h100, quota, api.ClaimRequest{Mem: "50G"}, api.ClaimRequest{Mem: "40G"}, lease.PreemptQuota},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			p := lease.DefaultPolicy()
+			p.PreemptGrace = time.Second
+			p.IdleAfter = 200 * time.Millisecond
+			fake := clock.NewFake(time.Now())
+			n := agenttest.Start(t, agenttest.Options{Sim: tt.sim, Policy: p, Sched: tt.sched, Users: testUsers, Clock: fake})
+			held, err := n.As(heavy).Claim(ctx(t), tt.hold)
+			if err != nil {
+				t.Fatal(err)
+			}
+			from := fake.Now()
+			agenttest.Tick(t, fake, 100*time.Millisecond, 5*time.Second, "the lease to sit idle for 600ms", func() bool {
+				return fake.Now().Sub(from) >= 600*time.Millisecond
+			})
+			s, err := n.As(light).Submit(ctx(t), api.SubmitRequest{Claim: tt.ask})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var warned time.Time
+			agenttest.Tick(t, fake, 100*time.Millisecond, 5*time.Second, "the lease to be warned ("+tt.reason+")", func() bool {
+				b := n.BoardAs(heavy)
+				for _, l := range b.Nodes[0].GPUs[0].Shares {
+					if l.ID == held.ID && !l.PreemptedAt.IsZero() {
+						warned = l.PreemptedAt
+						return l.PreemptReason == tt.reason && len(b.Notices) > 0 && strings.Contains(strings.Join(b.Notices, "\n"), tt.reason)
+					}
+				}
+				return false
+			})
+			agenttest.Tick(t, fake, 100*time.Millisecond, 5*time.Second, "the waiting request to get the reclaimed part", func() bool {
+				l := entryLease(n, s.ID)
+				return l != nil && l.User == "light" && l.MIG == held.MIG && (tt.ask.Mem == "" || l.MemMiB == 40<<10)
+			})
+			if d := fake.Now().Sub(warned); d < time.Second {
+				t.Errorf("the lease was reclaimed %s after its warning, want the 1s grace", d)
+			}
+		})
+	}
 }

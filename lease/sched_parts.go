@@ -30,11 +30,12 @@ import (
 // other budgets and the processes of nobody holding it) and that it fills
 // best, then on its origin, then by name; on a GPU the head keeps
 // (protected) only when it ends by the head's shadow time, and on a booked
-// GPU only when it ends before the booking. It never becomes the head and
-// reclaims nothing; what waits gets an estimate from the ends of the leases
-// on the GPUs that could take it. A whole-GPU entry does not start on a GPU
-// a shared run of this pass took, and MIG or shared leases are never
-// reclaimed (ending one frees no whole GPU).
+// GPU only when it ends before the booking. It never becomes the head; what
+// waits gets an estimate from the ends of the leases on the GPUs that could
+// take it, and reclaims budgets on one GPU (reclaimShared) as the head
+// reclaims whole GPUs. A whole-GPU entry does not start on a GPU a shared
+// run of this pass took, and a whole-GPU head never reclaims MIG or shared
+// leases (ending one frees no whole GPU).
 
 // addBookings records a node's booked windows by GPU bit, and returns the
 // GPUs whose booking has begun.
@@ -213,6 +214,9 @@ func (s *scheduler) visitShared(e *QueueEntry, r *Ranked, plan *Plan) {
 		at := s.estimateShared(e, mm)
 		s.setEst(r, at)
 		r.Waiting = fmt.Sprintf("needs %s on one GPU, at most %s free on any", FormatMem(e.MemMiB), FormatMem(most))
+		if why := s.reclaimShared(e, mm, plan); why != "" {
+			r.Waiting = why
+		}
 		return
 	}
 	sn := &s.nodes[bestN]

@@ -69,6 +69,9 @@ type snode struct {
 	// migTaken the instances starts of this pass took, by UUID.
 	migUses  map[int]*use
 	migTaken map[string]bool
+	// spoken is, per GPU bit, the memory being reclaimed there that an
+	// entry of this pass waits for (nil until one does).
+	spoken []uint64
 }
 
 // window is a booked time, in nanoseconds from now.
@@ -122,6 +125,9 @@ type scheduler struct {
 	// MaxGPUs, by poolKey: whole GPUs, and the share of a GPU a MIG
 	// instance or a budget holds.
 	poolUsed map[poolKey]float64
+
+	// reclaimed are the budgets this pass asked to reclaim.
+	reclaimed map[*Lease]bool
 
 	// The head: the first entry that waits, with its shadow time.
 	head   *QueueEntry
