@@ -327,11 +327,12 @@ type QueuedEntry struct {
 	// RetryAt is when a requeued run tries again: restarts are spaced, so
 	// it waits until then (Waiting says why).
 	RetryAt time.Time `json:"retry_at,omitzero"`
-	// Model, Tags and MemMiB are what it asks of the GPUs: a model, pools,
-	// a budget on a shared GPU.
+	// Model, Tags, MemMiB and MIG are what it asks of the GPUs: a model,
+	// pools, a budget on a shared GPU, a MIG instance.
 	Model  string   `json:"model,omitempty"`
 	Tags   []string `json:"tags,omitempty"`
 	MemMiB uint64   `json:"mem_mib,omitempty"`
+	MIG    string   `json:"mig,omitempty"`
 	// Array is a job array's tasks at a glance; its tasks have no rows
 	// of their own.
 	Array *ArrayView `json:"array,omitempty"`

@@ -59,6 +59,10 @@ func CheckFeasible(e QueueEntry, nodes []SchedNode, model string, pools Pools) e
 			// A GPU split into MIG instances is never a whole GPU; a
 			// budget needs a GPU with that much memory.
 			fits := g.MIG != nodeprobe.MIGEnabled && g.MemoryTotalMiB >= e.MemMiB
+			if e.MIG != "" {
+				// A MIG request needs an instance it names.
+				fits = hasMIG(&g, e.MIG)
+			}
 			if want == "" || strings.Contains(strings.ToLower(g.Model), want) {
 				ofModel++
 				if fits {
@@ -88,6 +92,18 @@ func CheckFeasible(e QueueEntry, nodes []SchedNode, model string, pools Pools) e
 	}
 	if e.MemMiB > 0 && largest == 0 && ofModel > 0 {
 		return Invalidf("no GPU%s in the cluster has %s to share: ask for less", of, FormatMem(e.MemMiB))
+	}
+	if e.MIG != "" && largest == 0 && (want == "" || ofModel > 0) {
+		have := ""
+		for i := range nodes {
+			if p := migProfiles(nodes[i].Snap); p != "" {
+				have += fmt.Sprintf("; %s has %s", nodes[i].Name, p)
+			}
+		}
+		if have == "" {
+			return Invalidf("no node%s has a GPU split into MIG instances: ask for whole GPUs (-g N) or a budget (--mem)", poolOf(e.Tags))
+		}
+		return Invalidf("no node%s has a MIG instance %s (%s): ask for one of those, by profile, MIG- UUID or GPU:INDEX (`dibs ls` lists them)", poolOf(e.Tags), termsafe.String(e.MIG), strings.TrimPrefix(have, "; "))
 	}
 	if want != "" && ofModel == 0 {
 		slices.Sort(models)
@@ -132,4 +148,13 @@ func clusterTags(nodes []SchedNode) string {
 	}
 	slices.Sort(tags)
 	return "the pools are " + strings.Join(tags, ", ")
+}
+
+// poolOf names the pool a request is held to, for a refusal: " in pool
+// a100", or "" for none.
+func poolOf(tags []string) string {
+	if len(tags) == 0 {
+		return ""
+	}
+	return " in pool " + strings.Join(tags, "+")
 }

@@ -71,6 +71,10 @@ type QueueEntry struct {
 	// MemMiB asks for a memory budget on a shared GPU instead of whole
 	// GPUs (one node, GPUsPerNode 1).
 	MemMiB uint64 `json:"mem_mib,omitempty"`
+	// MIG asks for one MIG instance instead of whole GPUs (one node,
+	// GPUsPerNode 1): a profile (3g.40gb), a MIG- UUID or GPU:INDEX, as
+	// `dibs claim --mig` takes.
+	MIG string `json:"mig,omitempty"`
 	// RequestID is the client's id for the submission, so a retried submit
 	// whose answer was lost finds this entry instead of queueing another.
 	RequestID string `json:"request_id,omitempty"`
@@ -112,6 +116,7 @@ func (e *QueueEntry) EachString(f func(field string, p *string)) {
 	f("request_id", &e.RequestID)
 	f("placer", &e.Placer)
 	f("retry_why", &e.RetryWhy)
+	f("mig", &e.MIG)
 	for i := range e.Tags {
 		f("tag", &e.Tags[i])
 	}
@@ -349,6 +354,20 @@ func (e *QueueEntry) Check(p Policy) error {
 	}
 	if e.MemMiB > 0 && (e.Nodes > 1 || e.GPUsPerNode > 1) {
 		return Invalidf("a memory budget (--mem) is part of one GPU: drop -g and --nodes")
+	}
+	if e.MIG != "" {
+		switch {
+		case e.MemMiB > 0:
+			return Invalidf("ask for a MIG instance (--mig) or a memory budget (--mem), not both")
+		case e.Nodes > 1 || e.GPUsPerNode > 1:
+			return Invalidf("a MIG instance is part of one GPU, so it cannot be a gang or take -g N: drop -g and --nodes (queue one run per instance), or ask for whole GPUs")
+		}
+		if err := CheckText("MIG instance", e.MIG); err != nil {
+			return err
+		}
+		if len(e.MIG) > MaxNameLen {
+			return Invalidf("--mig %s is too long: name a profile (3g.40gb), a MIG- UUID or GPU:INDEX", quoteInput(e.MIG))
+		}
 	}
 	if e.Requeue && e.NoRequeue {
 		return Invalidf("--requeue and --no-requeue say opposite things: keep one")

@@ -3,8 +3,10 @@ package lease
 import (
 	"cmp"
 	"fmt"
+	"math"
 	"math/bits"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -28,11 +30,12 @@ import (
 // other budgets and the processes of nobody holding it) and that it fills
 // best, then on its origin, then by name; on a GPU the head keeps
 // (protected) only when it ends by the head's shadow time, and on a booked
-// GPU only when it ends before the booking. It never becomes the head and
-// reclaims nothing; what waits gets an estimate from the ends of the leases
-// on the GPUs that could take it. A whole-GPU entry does not start on a GPU
-// a shared run of this pass took, and MIG or shared leases are never
-// reclaimed (ending one frees no whole GPU).
+// GPU only when it ends before the booking. It never becomes the head; what
+// waits gets an estimate from the ends of the leases on the GPUs that could
+// take it, and reclaims budgets on one GPU (reclaimShared) as the head
+// reclaims whole GPUs. A whole-GPU entry does not start on a GPU a shared
+// run of this pass took, and a whole-GPU head never reclaims MIG or shared
+// leases (ending one frees no whole GPU).
 
 // addBookings records a node's booked windows by GPU bit, and returns the
 // GPUs whose booking has begun.
@@ -106,23 +109,42 @@ func (s *scheduler) allows(sn *snode, e *QueueEntry) bool {
 	for i := range sn.pools {
 		pl := &sn.pools[i]
 		if len(pl.Users) > 0 && !slices.Contains(pl.Users, e.User) || pl.MaxTime > 0 && e.Duration > pl.MaxTime ||
-			pl.MaxGPUs > 0 && s.poolUsed[poolKey(sn.poolNames[i], e.User)]+e.GPUsPerNode > pl.MaxGPUs {
+			pl.MaxGPUs > 0 && s.poolUsed[poolKey{sn.poolNames[i], e.User}]+s.poolWeight(sn, e) > float64(pl.MaxGPUs)+shareSlack {
 			return false
 		}
 	}
 	return true
 }
 
-func poolKey(pool, user string) string { return pool + "\x00" + user }
+// shareSlack is a hair of slack for sums of fractions of GPUs.
+const shareSlack = 1e-9
 
-// usePools counts n GPUs for user in the node's pools that limit them.
-func (s *scheduler) usePools(sn *snode, user string, n int) {
+// poolWeight is how much of a pool's MaxGPUs the entry takes on the node:
+// its GPUs, or the share of a GPU its MIG instance or budget holds (a
+// budget counted against the largest GPU, the least it can take).
+func (s *scheduler) poolWeight(sn *snode, e *QueueEntry) float64 {
+	switch {
+	case e.MIG != "":
+		return migShare(sn, e.MIG)
+	case e.MemMiB > 0:
+		return s.weight(e)
+	}
+	return float64(e.GPUsPerNode)
+}
+
+// poolKey names one person's use of one pool (a struct, so a lookup
+// allocates nothing).
+type poolKey struct{ pool, user string }
+
+// usePools counts n GPUs (a fraction for part of one) for user in the
+// node's pools that limit them.
+func (s *scheduler) usePools(sn *snode, user string, n float64) {
 	for i := range sn.pools {
 		if sn.pools[i].MaxGPUs > 0 {
 			if s.poolUsed == nil {
-				s.poolUsed = make(map[string]int)
+				s.poolUsed = make(map[poolKey]float64)
 			}
-			s.poolUsed[poolKey(sn.poolNames[i], user)] += n
+			s.poolUsed[poolKey{sn.poolNames[i], user}] += n
 		}
 	}
 }
@@ -192,6 +214,9 @@ func (s *scheduler) visitShared(e *QueueEntry, r *Ranked, plan *Plan) {
 		at := s.estimateShared(e, mm)
 		s.setEst(r, at)
 		r.Waiting = fmt.Sprintf("needs %s on one GPU, at most %s free on any", FormatMem(e.MemMiB), FormatMem(most))
+		if why := s.reclaimShared(e, mm, plan); why != "" {
+			r.Waiting = why
+		}
 		return
 	}
 	sn := &s.nodes[bestN]
@@ -218,7 +243,7 @@ func (s *scheduler) visitShared(e *QueueEntry, r *Ranked, plan *Plan) {
 		Borrowed: s.borrows(e.User, share), Backfill: s.head != nil,
 	})
 	s.userUsed[e.User] += share
-	s.usePools(sn, e.User, 1)
+	s.usePools(sn, e.User, share)
 	if grp := s.cfg.UserGroups[e.User]; grp != "" {
 		s.groupUsed[grp] += share
 	}
@@ -290,10 +315,15 @@ func (s *scheduler) poolNote(e *QueueEntry) string {
 		note = " in pool " + strings.Join(e.Tags, "+")
 	}
 	var off, why []string
+	var asked [][]string // the pool sets already asked why, by node
 	for i := range s.nodes {
 		sn := &s.nodes[i]
 		if sn.alive && len(sn.pools) > 0 && HasTags(sn.tags, e.Tags) && !s.allows(sn, e) {
 			off = append(off, sn.name)
+			if slices.ContainsFunc(asked, func(p []string) bool { return slices.Equal(p, sn.poolNames) }) {
+				continue // nodes of the same pools break the same limit
+			}
+			asked = append(asked, sn.poolNames)
 			if w := s.poolWhy(sn, e); w != "" && !slices.Contains(why, w) {
 				why = append(why, w)
 			}
@@ -318,9 +348,15 @@ func (s *scheduler) poolWhy(sn *snode, e *QueueEntry) string {
 			return fmt.Sprintf("pool %s is open to %s only", name, strings.Join(pl.Users, ", "))
 		case pl.MaxTime > 0 && e.Duration > pl.MaxTime:
 			return fmt.Sprintf("its %s is over pool %s's max_time of %s", FormatDuration(e.Duration), name, FormatDuration(pl.MaxTime))
-		case pl.MaxGPUs > 0 && s.poolUsed[poolKey(name, e.User)]+e.GPUsPerNode > pl.MaxGPUs:
-			return fmt.Sprintf("pool %s allows %s per person and %s holds %d there", name, gpuCount(pl.MaxGPUs), e.User, s.poolUsed[poolKey(name, e.User)])
+		case pl.MaxGPUs > 0 && s.poolUsed[poolKey{name, e.User}]+s.poolWeight(sn, e) > float64(pl.MaxGPUs)+shareSlack:
+			return fmt.Sprintf("pool %s allows %s per person and %s holds %s there", name, gpuCount(pl.MaxGPUs), e.User, formatGPUs(s.poolUsed[poolKey{name, e.User}]))
 		}
 	}
 	return ""
+}
+
+// formatGPUs writes a count of GPUs that may hold fractions: "2", "1.5",
+// "0.38".
+func formatGPUs(n float64) string {
+	return strconv.FormatFloat(math.Round(n*100)/100, 'f', -1, 64)
 }

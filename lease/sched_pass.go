@@ -65,6 +65,13 @@ type snode struct {
 	// total its memory; filled with room.
 	held  [][]*Lease
 	total []uint64
+	// migUses is who holds each GPU (nil until a MIG entry asks), and
+	// migTaken the instances starts of this pass took, by UUID.
+	migUses  map[int]*use
+	migTaken map[string]bool
+	// spoken is, per GPU bit, the memory being reclaimed there that an
+	// entry of this pass waits for (nil until one does).
+	spoken []uint64
 }
 
 // window is a booked time, in nanoseconds from now.
@@ -115,8 +122,12 @@ type scheduler struct {
 	places    map[placeKey]*placeResult
 	models    map[string][]uint64
 	// poolUsed counts the GPUs each user holds in each pool with a
-	// MaxGPUs, by poolKey.
-	poolUsed map[string]int
+	// MaxGPUs, by poolKey: whole GPUs, and the share of a GPU a MIG
+	// instance or a budget holds.
+	poolUsed map[poolKey]float64
+
+	// reclaimed are the budgets this pass asked to reclaim.
+	reclaimed map[*Lease]bool
 
 	// The head: the first entry that waits, with its shadow time.
 	head   *QueueEntry
@@ -185,7 +196,7 @@ func (s *scheduler) addNode(sn *snode, n *SchedNode, topos map[string]int, sig [
 			s.starting[l.Entry] = true
 		}
 		s.userUsed[l.User] += l.Weight()
-		s.usePools(sn, l.User, len(l.GPUs))
+		s.usePools(sn, l.User, l.Weight())
 		if g := s.cfg.UserGroups[l.User]; g != "" {
 			s.groupUsed[g] += l.Weight()
 		}

@@ -17,6 +17,10 @@ func (s *scheduler) visit(e *QueueEntry, r *Ranked, plan *Plan) {
 		r.EstStart, r.Waiting = s.now, WaitingStarting
 		return
 	}
+	if e.MIG != "" {
+		s.visitMIG(e, r, plan)
+		return
+	}
 	if why := s.unservable(e); why != "" {
 		r.Waiting = why
 		return
@@ -270,7 +274,7 @@ func (s *scheduler) commit(e *QueueEntry, picks []pick) Start {
 		st.Ranks[k] = RankPlacement{Node: sn.name, GPUs: slices.Clone(p.place.gpus)}
 		sn.avail &^= p.place.mask
 		sn.taken |= p.place.mask
-		s.usePools(sn, e.User, len(p.place.gpus))
+		s.usePools(sn, e.User, float64(len(p.place.gpus)))
 		if sn.room != nil {
 			for m := p.place.mask; m != 0; m &= m - 1 {
 				sn.room[bits.TrailingZeros64(m)] = 0

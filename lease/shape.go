@@ -252,6 +252,9 @@ func (e *QueueEntry) Validate() error {
 	if e.MemMiB > MaxMemMiB || e.MemMiB > 0 && (e.Nodes != 1 || e.GPUsPerNode != 1) {
 		return Invalidf("queue entry %s asks for a memory budget out of range", e.ID)
 	}
+	if e.MIG != "" && (!token(e.MIG, MaxNameLen) || e.MemMiB > 0 || e.Nodes != 1 || e.GPUsPerNode != 1) {
+		return Invalidf("queue entry %s asks for a bad MIG instance", e.ID)
+	}
 	return e.checkSweep()
 }
 

@@ -394,3 +394,26 @@ func ClaimWeight(snap nodeprobe.Snapshot, c Claim) float64 {
 	}
 	return float64(len(c.GPUs))
 }
+
+// hasMIG reports whether GPU g has a MIG instance sel names (a profile, a
+// MIG- UUID or GPU:INDEX), free or not.
+func hasMIG(g *nodeprobe.GPU, sel string) bool {
+	if g.MIG != nodeprobe.MIGEnabled {
+		return false
+	}
+	for k := range g.MIGDevices {
+		if migNamed(g, &g.MIGDevices[k], sel) {
+			return true
+		}
+	}
+	return false
+}
+
+// migNamed reports whether sel (a profile, a MIG- UUID or GPU:INDEX) names
+// instance d of GPU g.
+func migNamed(g *nodeprobe.GPU, d *nodeprobe.MIGDevice, sel string) bool {
+	if gi, ii, byIndex := parseMIGIndex(sel); byIndex {
+		return g.Index == gi && d.Index == ii
+	}
+	return strings.EqualFold(d.Profile, sel) || d.UUID == sel
+}

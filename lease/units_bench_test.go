@@ -72,7 +72,16 @@ func BenchmarkSchedule1000x32Units(b *testing.B) {
 		n := snode(fmt.Sprintf("gpu-%02d", i), 8, leases...)
 		n.Idle = lease.IdleTrackerFrom(map[int]time.Time{0: t0.Add(-time.Hour), 1: t0.Add(-time.Hour)})
 		if i%4 == 0 {
-			n.Snap.GPUs[7].MIG = nodeprobe.MIGEnabled
+			g := &n.Snap.GPUs[7]
+			g.MIG = nodeprobe.MIGEnabled
+			for k, p := range []string{"3g.40gb", "2g.20gb", "1g.10gb"} {
+				g.MIGDevices = append(g.MIGDevices, nodeprobe.MIGDevice{Index: k, UUID: fmt.Sprintf("MIG-%02d-%d", i, k), Profile: p, MemoryTotalMiB: uint64(40>>k) << 10})
+			}
+			if i%8 == 0 {
+				l := on(30, users[i%len(users)], []int{7}, t0.Add(-time.Hour), t0.Add(time.Duration(15+i)*time.Minute))
+				l.MIG, l.Share = g.MIGDevices[0].UUID, 0.5
+				n.Leases = append(n.Leases, l)
+			}
 		}
 		if i%2 == 0 {
 			n.Snap.Host.Tags = []string{"h100"}
@@ -93,6 +102,8 @@ func BenchmarkSchedule1000x32Units(b *testing.B) {
 		switch {
 		case i%10 == 1:
 			e.Nodes, e.GPUsPerNode, e.MemMiB = 1, 1, uint64(8+i%24)<<10
+		case i%10 == 3:
+			e.Nodes, e.GPUsPerNode, e.MIG = 1, 1, []string{"3g.40gb", "2g.20gb", "1g.10gb"}[i%3]
 		case i%7 == 2:
 			e.Tags = []string{"h100"}
 		}
@@ -100,7 +111,7 @@ func BenchmarkSchedule1000x32Units(b *testing.B) {
 	}
 	usage := lease.Usage{"alice": 1e6, "bob": 5e5, "carol": 2e5, "dave": 1e5, "erin": 1e4}
 	cfg := lease.SchedConfig{Quotas: map[string]int{"alice": 64, "bob": 32, "carol": 32, "dave": 32, "erin": 32, "frank": 32},
-		Pools: lease.Pools{"h100": {MaxTime: 8 * time.Hour}}}
+		Pools: lease.Pools{"h100": {MaxTime: 8 * time.Hour, MaxGPUs: 24}}}
 	b.ReportAllocs()
 	b.ResetTimer()
 	var p lease.Plan
@@ -108,15 +119,19 @@ func BenchmarkSchedule1000x32Units(b *testing.B) {
 		p = lease.Schedule(entries, nodes, usage, t0, cfg)
 	}
 	b.StopTimer()
-	shared := 0
+	shared, mig := 0, 0
 	for _, s := range p.Start {
 		if s.Entry.MemMiB > 0 {
 			shared++
 		}
+		if s.Entry.MIG != "" {
+			mig++
+		}
 	}
-	if len(p.Order) != len(entries) || len(p.Start) == 0 || shared == 0 {
-		b.Fatalf("plan: %d ranked, %d started, %d of them shared", len(p.Order), len(p.Start), shared)
+	if len(p.Order) != len(entries) || len(p.Start) == 0 || shared == 0 || mig == 0 {
+		b.Fatalf("plan: %d ranked, %d started, %d of them shared, %d MIG", len(p.Order), len(p.Start), shared, mig)
 	}
 	b.ReportMetric(float64(len(p.Start)), "starts")
 	b.ReportMetric(float64(shared), "shared-starts")
+	b.ReportMetric(float64(mig), "mig-starts")
 }

@@ -137,6 +137,11 @@ func (b *Bound) startPart(ctx context.Context, r peer.StartRequest) (peer.StartR
 		host = s.cluster.Host()
 	}
 	claim := lease.Claim{GPUs: r.GPUs, Duration: e.Duration, Kind: e.Kind, Note: e.Note, QueuedAt: e.SubmittedAt, MemMiB: e.MemMiB}
+	if e.MIG != "" {
+		// The node takes a free instance the entry names (the scheduler
+		// saw one there); the instance names its GPU.
+		claim.GPUs, claim.MIG, claim.Model = nil, e.MIG, e.Model
+	}
 	var run *node.Run
 	if e.Job != nil && e.Job.Kept {
 		// Gossip's copy: the scheduler did not get the command from the

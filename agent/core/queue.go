@@ -33,9 +33,6 @@ func (b *Bound) Submit(ctx context.Context, req api.SubmitRequest) (api.Submitte
 	if len(claim.GPUs) > 0 {
 		return api.Submitted{}, lease.Invalidf("a queued request asks for a number of GPUs (-g N), not named ones")
 	}
-	if claim.MIG != "" {
-		return api.Submitted{}, lease.Invalidf("a MIG instance cannot be queued: claim it when one is free (`dibs ls` shows them), or queue a budget on a shared GPU (--mem)")
-	}
 	model := req.Model
 	if model == "" {
 		model = claim.Model
@@ -51,12 +48,12 @@ func (b *Bound) Submit(ctx context.Context, req api.SubmitRequest) (api.Submitte
 		Nodes: req.Nodes, GPUsPerNode: req.GPUsPerNode, Node: req.Claim.Node,
 		Duration: claim.Duration, Kind: claim.Kind, Note: claim.Note,
 		Requeue: req.Requeue, MaxRestarts: req.MaxRestarts, NoRequeue: req.NoRequeue, Model: model, RequestID: req.Claim.RequestID,
-		Tags: claim.Tags, MemMiB: claim.MemMiB,
+		Tags: claim.Tags, MemMiB: claim.MemMiB, MIG: claim.MIG,
 	}
 	if e.Nodes <= 1 && e.GPUsPerNode == 0 {
 		e.GPUsPerNode = claim.Count
 	}
-	if e.MemMiB > 0 && e.GPUsPerNode == 0 && e.Nodes <= 1 {
+	if (e.MemMiB > 0 || e.MIG != "") && e.GPUsPerNode == 0 && e.Nodes <= 1 {
 		e.GPUsPerNode = 1
 	}
 	if run != nil {
@@ -197,7 +194,7 @@ func queuedView(c lease.Caller, e lease.QueueEntry, prio float64, pos int, est t
 		ID: e.ID, Position: pos, User: e.User, Nodes: e.Nodes, GPUsPerNode: e.GPUsPerNode, Node: e.Node,
 		Kind: string(e.Kind), Duration: lease.FormatDuration(e.Duration), Note: e.Note, Priority: prio,
 		SubmittedAt: e.SubmittedAt, EstStart: est, Waiting: why, Restarts: e.Restarts,
-		Model: e.Model, Tags: e.Tags, MemMiB: e.MemMiB,
+		Model: e.Model, Tags: e.Tags, MemMiB: e.MemMiB, MIG: e.MIG,
 	}
 	if e.Job != nil {
 		v.Command = e.Job.Command

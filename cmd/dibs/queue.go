@@ -379,6 +379,9 @@ func printQueue(w io.Writer, q api.Queue, now time.Time) {
 		if e.MemMiB > 0 {
 			size = mib(e.MemMiB) // a budget on a shared GPU
 		}
+		if e.MIG != "" {
+			size = clip(safe(e.MIG), 7) // a MIG instance
+		}
 		switch {
 		case e.Running:
 			pos, prio, start, why = "-", "-", "running", ""
