@@ -156,6 +156,8 @@ type cellView struct {
 	// bar NVML cannot give per instance.
 	mig string
 	sub string
+	// profile is the instance's profile alone, for cells too narrow for sub.
+	profile string
 }
 
 // migCells is one cell per MIG instance of g: its holder (★mine, the
@@ -165,7 +167,7 @@ func migCells(g *api.GPU, you lease.Caller) []cellView {
 	cells := make([]cellView, 0, len(g.MIGDevices))
 	for _, d := range g.MIGDevices {
 		c := cellView{gpu: g.Index, mig: d.UUID, util: -1, kind: kindFree, label: labelFree,
-			sub: fmt.Sprintf("%d:%d %s", g.Index, d.Index, d.Profile)}
+			sub: fmt.Sprintf("%d:%d %s", g.Index, d.Index, d.Profile), profile: d.Profile}
 		held := false
 		for i := range g.Shares {
 			l := &g.Shares[i]

@@ -271,7 +271,13 @@ func (g *gridView) writeTelemetry(b *strings.Builder, c *cellView, inner int) {
 	}
 	b.WriteByte(' ')
 	if c.sub != "" {
-		st.dim.write(b, padRight(ansi.Truncate(c.sub, inner, "…"), inner))
+		// "6:1 2g.20gb", or "2g.20gb" in a narrow cell (the detail pane's
+		// title names the GPU).
+		sub := c.sub
+		if ansi.StringWidth(sub) > inner {
+			sub = ansi.Truncate(c.profile, inner, "…")
+		}
+		st.dim.write(b, padRight(sub, inner))
 		b.WriteByte(' ')
 		return
 	}

@@ -243,3 +243,15 @@ func TestMultiDayBookingShowsItsEndDay(t *testing.T) {
 		t.Errorf("the booking's line does not say it ends on Saturday:\n%s", s)
 	}
 }
+
+// A MIG cell too narrow for "0:0 3g.40gb" still names its profile, whole.
+func TestNarrowMIGCellsNameTheirProfile(t *testing.T) {
+	h := newHarness(t, 60, 24, Options{})
+	h.send(BoardMsg(unitsBoard()))
+	s := h.screen()
+	for _, want := range []string{"3g.40gb", "2g.20gb", "1g.10gb"} {
+		if !strings.Contains(s, want) {
+			t.Errorf("a 60-column board does not name the instance %s:\n%s", want, s)
+		}
+	}
+}
