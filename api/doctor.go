@@ -145,6 +145,11 @@ type RunRecord struct {
 	Entry *lease.QueueEntry   `json:"entry,omitempty"`
 	Lease []lease.Lease       `json:"leases,omitempty"`
 	Ended []lease.LedgerEntry `json:"ended,omitempty"`
+	// Job is the command a run that is not (or no longer) a queue entry
+	// was started with, as its node kept it: only for its holder and
+	// admins, and nil when the node kept none (a bare claim, a run older
+	// than the node's bounds or its last restart).
+	Job *lease.Job `json:"job,omitempty"`
 }
 
 // Run looks a run up by its queue id (node01-q7) or lease id (node01-42).

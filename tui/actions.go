@@ -164,7 +164,7 @@ func (m *Model) claimDone(msg claimDoneMsg) tea.Cmd {
 		g.sel, g.selNode = nil, ""
 	}
 	if len(r.GPUs) > 0 {
-		g.curName, g.curGPU = r.Node, r.GPUs[0]
+		g.curName, g.curGPU, g.curMIG = r.Node, r.GPUs[0], r.MIG
 	}
 	gpus := leaseWhat(&lease.Lease{Node: r.Node, GPUs: r.GPUs, MIG: r.MIG, MemMiB: r.MemMiB}, &m.board)
 	cvd := r.CUDAVisibleDevices

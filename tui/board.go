@@ -151,6 +151,46 @@ type cellView struct {
 	util    int // -1 when unknown
 	faded   bool
 	leaseID string
+	// mig is the UUID of the MIG instance the cell shows ("" for a whole
+	// GPU); sub, its second line ("0:1 2g.20gb"), replaces the utilisation
+	// bar NVML cannot give per instance.
+	mig string
+	sub string
+	// profile is the instance's profile alone, for cells too narrow for sub.
+	profile string
+}
+
+// migCells is one cell per MIG instance of g: its holder (★mine, the
+// holder's name, ·free, or !squat for work on a free instance) over its
+// GPU:INDEX and profile.
+func migCells(g *api.GPU, you lease.Caller) []cellView {
+	cells := make([]cellView, 0, len(g.MIGDevices))
+	for _, d := range g.MIGDevices {
+		c := cellView{gpu: g.Index, mig: d.UUID, util: -1, kind: kindFree, label: labelFree,
+			sub: fmt.Sprintf("%d:%d %s", g.Index, d.Index, d.Profile), profile: d.Profile}
+		held := false
+		for i := range g.Shares {
+			l := &g.Shares[i]
+			if l.MIG != d.UUID {
+				continue
+			}
+			held, c.leaseID = true, l.ID
+			if l.UID == you.UID {
+				c.kind, c.label = kindMine, labelMine
+			} else {
+				c.kind, c.label = kindTheirs, holderName(l)
+			}
+			if l.Borrowed {
+				c.label += "~"
+			}
+		}
+		if !held && slices.ContainsFunc(g.Processes, func(p nodeprobe.Process) bool { return p.MIGDevice == d.UUID }) {
+			c.kind, c.label = kindSquat, labelSquat
+		}
+		c.labelW = ansi.StringWidth(c.label)
+		cells = append(cells, c)
+	}
+	return cells
 }
 
 // nodeView is one node block of the grid.
@@ -160,9 +200,14 @@ type nodeView struct {
 	state string
 	model string
 	// tags are the node's pools.
-	tags  []string
-	free  int
+	tags []string
+	free int
+	// gpus counts the node's GPUs; cells may be more (one per MIG instance).
+	gpus  int
 	cells []cellView
+	// split is set when a GPU shows as its MIG instances: the columns then
+	// no longer number GPUs, so the ruler leaves them unnumbered.
+	split bool
 }
 
 // summary is the cluster line of the header; it always counts the whole
@@ -206,7 +251,7 @@ func buildViews(b *api.Board, filter string, onlyMine bool) ([]nodeView, summary
 	views := make([]nodeView, 0, len(b.Nodes))
 	for ni := range b.Nodes {
 		n := &b.Nodes[ni]
-		nv := nodeView{idx: ni, name: n.Name, state: n.State, model: nodeModel(n), tags: n.Host.Tags, cells: make([]cellView, len(n.GPUs))}
+		nv := nodeView{idx: ni, name: n.Name, state: n.State, model: nodeModel(n), tags: n.Host.Tags, gpus: len(n.GPUs), cells: make([]cellView, 0, len(n.GPUs))}
 		switch n.State {
 		case api.NodeAlive:
 		case api.NodeRestarting:
@@ -229,6 +274,18 @@ func buildViews(b *api.Board, filter string, onlyMine bool) ([]nodeView, summary
 				sum.mine++
 				anyMine = true
 			}
+			userMatch := filter != "" && gpuUserMatches(g, filter)
+			anyCell = anyCell || userMatch
+			faded := (onlyMine && !mine) || (filter != "" && !nodeMatch && !userMatch)
+			if g.MIG == nodeprobe.MIGEnabled && len(g.MIGDevices) > 0 && k != kindDown {
+				// A split GPU is one cell per instance, so each holder shows.
+				for _, c := range migCells(g, b.You) {
+					c.faded = faded
+					nv.cells = append(nv.cells, c)
+				}
+				nv.split = true
+				continue
+			}
 			label := cellLabel(k, g)
 			c := cellView{gpu: g.Index, kind: k, label: label, labelW: ansi.StringWidth(label), util: -1}
 			if g.UtilizationPct != nil {
@@ -237,10 +294,8 @@ func buildViews(b *api.Board, filter string, onlyMine bool) ([]nodeView, summary
 			if g.Lease != nil {
 				c.leaseID = g.Lease.ID
 			}
-			userMatch := filter != "" && gpuUserMatches(g, filter)
-			anyCell = anyCell || userMatch
-			c.faded = (onlyMine && !mine) || (filter != "" && !nodeMatch && !userMatch)
-			nv.cells[gi] = c
+			c.faded = faded
+			nv.cells = append(nv.cells, c)
 		}
 		if onlyMine && !anyMine {
 			continue

@@ -20,18 +20,26 @@ func (g *gridView) detailLines(w, maxH int) []string {
 		return nil
 	}
 	sel := gp != nil && g.isSelected(n.Name, gp.Index)
-	return detail{g.common}.lines(n, gp, sel, w, maxH)
+	part := ""
+	if v := &g.views[g.curNode]; g.curCol < len(v.cells) {
+		part = v.cells[g.curCol].sub
+	}
+	return detail{g.common}.lines(n, gp, part, sel, w, maxH)
 }
 
-// lines describes g on n. Wide panes (beside the grid) get one labelled
+// lines describes g on n; part names the MIG instance under the cursor
+// ("0:1 2g.20gb"), if any. Wide panes (beside the grid) get one labelled
 // fact per line; the pane under the grid at 80 columns packs the same facts
 // into fewer lines.
-func (m detail) lines(n *api.Node, g *api.GPU, selected bool, w, maxH int) []string {
+func (m detail) lines(n *api.Node, g *api.GPU, part string, selected bool, w, maxH int) []string {
 	st := m.st
 	if g == nil {
 		return []string{m.titleRule(n.Name, w), " " + st.dim.render("this node reports no GPUs")}
 	}
 	title := fmt.Sprintf("%s · GPU %d", n.Name, g.Index)
+	if part != "" {
+		title = fmt.Sprintf("%s · MIG %s of GPU %d", n.Name, part, g.Index)
+	}
 	if selected {
 		title += " · selected"
 	}

@@ -437,7 +437,11 @@ func (h *harness) moveTo(node string, gpu int) {
 		h.keys("j")
 	}
 	h.keys(slices.Repeat([]string{"h"}, 16)...)
-	for i := 0; i < gpu; i++ {
+	// A split GPU takes a cell per MIG instance: step to the GPU's first.
+	for i := 0; i < 40; i++ {
+		if _, g := h.cursor(); g >= gpu {
+			break
+		}
 		h.keys("l")
 	}
 	if n, g := h.cursor(); n != node || g != gpu {

@@ -2,6 +2,7 @@ package tui
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -162,7 +163,8 @@ func (g *gridView) ruler(l gridLayout, w int) (string, int) {
 	st := g.st
 	var b strings.Builder
 	b.WriteByte(' ')
-	for c := 0; c < l.perRow; c++ {
+	split := slices.ContainsFunc(g.views, func(v nodeView) bool { return v.split })
+	for c := 0; c < l.perRow && !split; c++ {
 		b.WriteString(padRight(" "+strconv.Itoa(c), l.cw))
 	}
 	r := truncate(strings.TrimRight(b.String(), " "), w)
@@ -203,15 +205,15 @@ func (g *gridView) nodeHeader(v *nodeView, isCur bool, w int) (string, int) {
 	}
 	sp.write(&b, v.state)
 	used += 2 + ansi.StringWidth(v.state)
-	model := fmt.Sprintf("  %s ×%d  ", v.model, len(v.cells))
+	model := fmt.Sprintf("  %s ×%d  ", v.model, v.gpus)
 	if len(v.tags) > 0 {
-		model = fmt.Sprintf("  %s ×%d  [%s]  ", v.model, len(v.cells), strings.Join(v.tags, " "))
+		model = fmt.Sprintf("  %s ×%d  [%s]  ", v.model, v.gpus, strings.Join(v.tags, " "))
 	}
 	st.dim.write(&b, model)
 	used += ansi.StringWidth(model)
 	var free string
 	if v.state == "alive" {
-		free = fmt.Sprintf("%d/%d free", v.free, len(v.cells))
+		free = fmt.Sprintf("%d/%d free", v.free, v.gpus)
 	} else {
 		free = "GPUs unknown"
 	}
@@ -268,6 +270,17 @@ func (g *gridView) writeTelemetry(b *strings.Builder, c *cellView, inner int) {
 		return
 	}
 	b.WriteByte(' ')
+	if c.sub != "" {
+		// "6:1 2g.20gb", or "2g.20gb" in a narrow cell (the detail pane's
+		// title names the GPU).
+		sub := c.sub
+		if ansi.StringWidth(sub) > inner {
+			sub = ansi.Truncate(c.profile, inner, "…")
+		}
+		st.dim.write(b, padRight(sub, inner))
+		b.WriteByte(' ')
+		return
+	}
 	if c.util < 0 {
 		st.dim.write(b, padRight("  n/a", inner))
 		b.WriteByte(' ')

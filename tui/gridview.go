@@ -3,6 +3,7 @@ package tui
 import (
 	"fmt"
 	"slices"
+	"strings"
 
 	"charm.land/bubbles/v2/key"
 	tea "charm.land/bubbletea/v2"
@@ -23,7 +24,8 @@ type gridView struct {
 	curNode, curCol int    // into views and views[curNode].cells
 	curName         string // the cursor's identity, kept across boards
 	curGPU          int
-	top             int // first node block drawn
+	curMIG          string // the MIG instance's UUID when the cursor is on one
+	top             int    // first node block drawn
 
 	selNode string
 	sel     []int // GPU indices on selNode, sorted
@@ -71,13 +73,13 @@ func (g *gridView) update(msg tea.KeyPressMsg) tea.Cmd {
 		g.openClaim(true)
 	case key.Matches(msg, k.Extend):
 		if n, gp, l := g.cursorLease(); gp != nil && l == nil {
-			g.setStatus(statusErr, fmt.Sprintf("GPU %d on %s has no lease to extend", gp.Index, n.Name))
+			g.setStatus(statusErr, g.noLease(n, gp, "extend"))
 		} else if l != nil {
 			g.openExtend(l)
 		}
 	case key.Matches(msg, k.Release):
 		if n, gp, l := g.cursorLease(); gp != nil && l == nil {
-			g.setStatus(statusErr, fmt.Sprintf("GPU %d on %s has no lease to release", gp.Index, n.Name))
+			g.setStatus(statusErr, g.noLease(n, gp, "release"))
 		} else if l != nil {
 			g.openRelease(l)
 		}
@@ -113,7 +115,10 @@ func (g *gridView) rebuild() {
 	}
 	g.curNode = ni
 	cells := g.views[ni].cells
-	ci := slices.IndexFunc(cells, func(c cellView) bool { return c.gpu == g.curGPU })
+	ci := slices.IndexFunc(cells, func(c cellView) bool { return c.gpu == g.curGPU && c.mig == g.curMIG })
+	if ci < 0 {
+		ci = slices.IndexFunc(cells, func(c cellView) bool { return c.gpu == g.curGPU })
+	}
 	if ci < 0 {
 		ci = min(g.curCol, max(len(cells)-1, 0))
 	}
@@ -128,7 +133,7 @@ func (g *gridView) syncCursor() {
 	v := &g.views[g.curNode]
 	g.curName = v.name
 	if g.curCol < len(v.cells) {
-		g.curGPU = v.cells[g.curCol].gpu
+		g.curGPU, g.curMIG = v.cells[g.curCol].gpu, v.cells[g.curCol].mig
 	}
 }
 
@@ -153,11 +158,20 @@ func (g *gridView) cursorGPU() (*api.Node, *api.GPU) {
 	return n, nil
 }
 
-// cursorLease returns the lease on the GPU under the cursor; on a GPU held
-// in parts (MIG instances, budgets), the caller's part, else the first.
+// cursorLease returns the lease on the GPU under the cursor: on a MIG
+// instance's cell, that instance's lease (nil while it is free); on a GPU
+// held in budgets, the caller's budget, else the first.
 func (g *gridView) cursorLease() (*api.Node, *api.GPU, *lease.Lease) {
 	n, gp := g.cursorGPU()
 	if gp == nil {
+		return n, gp, nil
+	}
+	if v := &g.views[g.curNode]; g.curCol < len(v.cells) && v.cells[g.curCol].mig != "" {
+		for i := range gp.Shares {
+			if gp.Shares[i].MIG == v.cells[g.curCol].mig {
+				return n, gp, &gp.Shares[i]
+			}
+		}
 		return n, gp, nil
 	}
 	if gp.Lease == nil && len(gp.Shares) > 0 {
@@ -169,6 +183,16 @@ func (g *gridView) cursorLease() (*api.Node, *api.GPU, *lease.Lease) {
 		return n, gp, &gp.Shares[0]
 	}
 	return n, gp, gp.Lease
+}
+
+// noLease says why there is nothing to act on under the cursor: a free MIG
+// instance (and how to claim it), or a GPU without a lease.
+func (g *gridView) noLease(n *api.Node, gp *api.GPU, verb string) string {
+	if v := &g.views[g.curNode]; g.curCol < len(v.cells) && v.cells[g.curCol].mig != "" {
+		c := &v.cells[g.curCol]
+		return fmt.Sprintf("MIG %s on %s is free: nothing to %s — claim it with dibs claim --node %s --mig %s", c.sub, n.Name, verb, n.Name, strings.Fields(c.sub)[0])
+	}
+	return fmt.Sprintf("GPU %d on %s has no lease to %s", gp.Index, n.Name, verb)
 }
 
 func (g *gridView) moveNode(d int) {

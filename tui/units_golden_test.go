@@ -2,6 +2,7 @@ package tui
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -88,9 +89,11 @@ func TestGoldenUnits(t *testing.T) {
 		keys []string
 	}{
 		{"units_mig_160x48", 160, 48, nil},
-		{"units_shared_160x48", 160, 48, []string{"l"}},
-		{"units_shared_80x24", 80, 24, []string{"l"}},
-		{"units_booked_160x48", 160, 48, []string{"l", "l"}},
+		// GPU 0 takes three cells (its MIG instances): GPU 1 is the fourth.
+		{"units_shared_160x48", 160, 48, []string{"l", "l", "l"}},
+		{"units_shared_80x24", 80, 24, []string{"l", "l", "l"}},
+		{"units_booked_160x48", 160, 48, []string{"l", "l", "l", "l"}},
+		{"units_mig_theirs_80x24", 80, 24, []string{"l"}},
 		{"units_mig_80x24", 80, 24, nil},
 		{"units_borrowed_160x48", 160, 48, []string{"j"}},
 		{"units_borrowed_80x24", 80, 24, []string{"j"}},
@@ -129,11 +132,54 @@ func TestUnitCells(t *testing.T) {
 	for _, c := range views[0].cells {
 		got = append(got, c.label)
 	}
-	if strings.Join(got, "|") != "MIG 2/3|!budget|·free" {
-		t.Errorf("cells %q, want MIG 2/3, !budget, ·free", got)
+	// The split GPU 0 is a cell per MIG instance: alice's, bob's, a free one.
+	if strings.Join(got, "|") != "★mine|bob|·free|!budget|·free" {
+		t.Errorf("cells %q, want ★mine, bob, ·free (GPU 0's instances), !budget, ·free", got)
 	}
-	if views[0].cells[0].kind != kindMine || sum.mine != 2 || sum.free != 3 {
-		t.Errorf("MIG cell kind %v, mine %d, free %d; want mine (alice holds an instance), 2 of alice's GPUs, 3 free whole GPUs", views[0].cells[0].kind, sum.mine, sum.free)
+	var subs []string
+	for _, c := range views[0].cells[:3] {
+		subs = append(subs, c.sub)
+	}
+	if strings.Join(subs, "|") != "0:0 3g.40gb|0:1 2g.20gb|0:2 1g.10gb" {
+		t.Errorf("MIG cells name %q, want each instance's GPU:INDEX and profile", subs)
+	}
+	if views[0].cells[0].kind != kindMine || views[0].cells[1].kind != kindTheirs || views[0].cells[2].kind != kindFree {
+		t.Errorf("MIG cell kinds %v %v %v, want mine, theirs, free", views[0].cells[0].kind, views[0].cells[1].kind, views[0].cells[2].kind)
+	}
+	if views[0].gpus != 3 || sum.gpus != 5 || sum.mine != 2 || sum.free != 3 {
+		t.Errorf("node gpus %d, cluster gpus %d, mine %d, free %d; want 3 GPUs on gpu-a (not 5 cells), 5 in all, 2 of alice's GPUs, 3 free whole GPUs", views[0].gpus, sum.gpus, sum.mine, sum.free)
+	}
+}
+
+// On a split GPU each instance's cell is its own: x and e act on the
+// instance under the cursor, and a free instance has nothing to release.
+func TestMIGCellsActOnTheirInstance(t *testing.T) {
+	tests := []struct {
+		col       int
+		key, want string
+	}{
+		{0, "x", "gpu-a-5"},
+		{1, "x", "gpu-a-6"},
+		{1, "e", "gpu-a-6"},
+		{2, "x", ""},
+	}
+	for _, tc := range tests {
+		t.Run(fmt.Sprintf("%s on cell %d", tc.key, tc.col), func(t *testing.T) {
+			h := newHarness(t, 160, 48, Options{})
+			h.send(BoardMsg(unitsBoard()))
+			h.moveTo("gpu-a", 0)
+			h.keys(slices.Repeat([]string{"l"}, tc.col)...)
+			h.keys(tc.key)
+			switch {
+			case tc.want == "" && (h.m.confirm != nil || !strings.Contains(h.screen(), "MIG 0:2 1g.10gb on gpu-a is free")):
+				t.Errorf("x on a free instance opened %+v, want the status to say it is free:\n%s", h.m.confirm, h.screen())
+			case tc.want == "":
+			case tc.key == "x" && (h.m.confirm == nil || h.m.confirm.id != tc.want):
+				t.Errorf("x opened %+v, want the release of %s", h.m.confirm, tc.want)
+			case tc.key == "e" && (h.m.form == nil || h.m.form.lease != tc.want):
+				t.Errorf("e opened %+v, want the extension of %s", h.m.form, tc.want)
+			}
+		})
 	}
 }
 
@@ -192,7 +238,7 @@ func TestMultiDayBookingShowsItsEndDay(t *testing.T) {
 	bk.ExpiresAt = bk.StartedAt.Add(3 * 24 * time.Hour)
 	h := newHarness(t, 160, 48, Options{})
 	h.send(BoardMsg(b))
-	h.keys("l", "l")
+	h.keys("l", "l", "l", "l")
 	if s := h.screen(); !strings.Contains(s, "Wed 09:00–Sat 09:00") {
 		t.Errorf("the booking's line does not say it ends on Saturday:\n%s", s)
 	}
@@ -212,6 +258,18 @@ func TestBookingAcrossNodesShowsItsGroup(t *testing.T) {
 		h.keys("l", "l")
 		if s := h.screen(); !strings.Contains(s, tc.want) {
 			t.Errorf("group %s: no %q in\n%s", tc.group, tc.want, s)
+		}
+	}
+}
+
+// A MIG cell too narrow for "0:0 3g.40gb" still names its profile, whole.
+func TestNarrowMIGCellsNameTheirProfile(t *testing.T) {
+	h := newHarness(t, 60, 24, Options{})
+	h.send(BoardMsg(unitsBoard()))
+	s := h.screen()
+	for _, want := range []string{"3g.40gb", "2g.20gb", "1g.10gb"} {
+		if !strings.Contains(s, want) {
+			t.Errorf("a 60-column board does not name the instance %s:\n%s", want, s)
 		}
 	}
 }

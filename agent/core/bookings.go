@@ -320,7 +320,7 @@ func jobRun(j *lease.Job) *node.Run {
 	if j == nil {
 		return nil
 	}
-	return &node.Run{Name: j.Name, Command: j.Command, Dir: j.Dir, UserEnv: j.Env}
+	return &node.Run{Name: j.Name, Command: j.Command, Dir: j.Dir, UserEnv: j.Env, Job: j}
 }
 
 // Bookings is `dibs bookings`: every booking the cluster knows, soonest

@@ -236,6 +236,10 @@ func (s *Service) history(r peer.HistoryRequest, d DoctorDeps) (peer.HistoryRepl
 		if err != nil {
 			return out, err
 		}
+	case peer.HistoryRun:
+		if kr, ok := s.deps.Node.KeptRun(r.AfterID); ok {
+			out.Run, out.RunUser = &kr.Job, kr.User
+		}
 	case peer.HistorySamples:
 		if d.Samples == nil {
 			return out, nil
@@ -432,6 +436,7 @@ func (b *Bound) Run(ctx context.Context, id string) (api.RunRecord, error) {
 		if l, ok := v.FindLease(id); ok && l.ReservedUntil.IsZero() {
 			rec.State, rec.Lease = api.RunRunning, []lease.Lease{l}
 			if l.Entry == "" {
+				rec.Job = b.keptJob(ctx, l.Node, l.ID, l.User)
 				return rec, nil
 			}
 			entryID, _, _ = strings.Cut(l.Entry, "#")
@@ -494,5 +499,24 @@ func (b *Bound) Run(ctx context.Context, id string) (api.RunRecord, error) {
 	}
 	slices.SortFunc(rec.Ended, func(a, b lease.LedgerEntry) int { return cmp.Compare(a.Rank, b.Rank) })
 	rec.State = api.RunFinished
+	// Its command, as the node of its first rank kept it.
+	first := rec.Ended[0]
+	rec.Job = b.keptJob(ctx, first.Node, first.LeaseID, first.User)
 	return rec, nil
+}
+
+// keptJob asks node for the command lease leaseID's session was started
+// with (node.Node.KeptRun), for its holder and admins only: nil for anyone
+// else, when the node kept none, or when it cannot be asked.
+func (b *Bound) keptJob(ctx context.Context, node, leaseID, user string) *lease.Job {
+	if !b.c.SeesJobOf(user) {
+		return nil
+	}
+	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	r, err := peer.Call(cctx, b.s.deps.Peers, node, peer.History, peer.System, peer.HistoryRequest{Part: peer.HistoryRun, AfterID: leaseID})
+	if err != nil || r.Run == nil || r.RunUser != user {
+		return nil
+	}
+	return r.Run
 }

@@ -48,7 +48,8 @@ func claimOf(req api.ClaimRequest) (lease.Claim, *node.Run, error) {
 		return lease.Claim{}, nil, err
 	}
 	// A run's exit status is recorded, so its end says how it went.
-	return c, &node.Run{Name: req.Run.Name, Command: req.Run.Command, Dir: req.Run.Dir, UserEnv: req.Run.Env, RecordExit: len(req.Run.Command) > 0}, nil
+	return c, &node.Run{Name: req.Run.Name, Command: req.Run.Command, Dir: req.Run.Dir, UserEnv: req.Run.Env, RecordExit: len(req.Run.Command) > 0,
+		Job: &lease.Job{Command: req.Run.Command, Dir: req.Run.Dir, Name: req.Run.Name}}, nil
 }
 
 // checkRun is every check a session's spec gets before anything is

@@ -29,7 +29,8 @@ func (s *Service) registerPeerOps() {
 			if err := checkRun(r.Run.Command, r.Run.Dir, r.Run.Name, r.Run.Env); err != nil {
 				return peer.LeaseReply{}, err
 			}
-			run = &node.Run{Name: r.Run.Name, Command: r.Run.Command, Dir: r.Run.Dir, UserEnv: r.Run.Env, RecordExit: len(r.Run.Command) > 0}
+			run = &node.Run{Name: r.Run.Name, Command: r.Run.Command, Dir: r.Run.Dir, UserEnv: r.Run.Env, RecordExit: len(r.Run.Command) > 0,
+				Job: &lease.Job{Command: r.Run.Command, Dir: r.Run.Dir, Name: r.Run.Name}}
 		}
 		l, err := b.grantHere(ctx, s.View(), claim, run, r.RequestID)
 		return peer.LeaseReply{Lease: l}, err
@@ -153,7 +154,8 @@ func (b *Bound) startPart(ctx context.Context, r peer.StartRequest) (peer.StartR
 		if err := checkRun(e.Job.Command, e.Job.Dir, name, e.Job.Env); err != nil {
 			return peer.StartReply{}, err
 		}
-		run = &node.Run{Name: name, Command: e.Job.Command, Dir: e.Job.Dir, UserEnv: e.Job.Env, RecordExit: true}
+		run = &node.Run{Name: name, Command: e.Job.Command, Dir: e.Job.Dir, UserEnv: e.Job.Env, RecordExit: true,
+			Job: &lease.Job{Command: e.Job.Command, Dir: e.Job.Dir, Name: e.Job.Name, Torchrun: e.Job.Torchrun, PerGPU: e.Job.PerGPU}}
 	}
 	switch r.Phase {
 	case peer.PhaseStart:

@@ -124,7 +124,7 @@ func (x *bookingJob) start(ctx context.Context, b lease.Lease) {
 		n.log.Info("booking started", "lease", l.ID, "user", l.User, "ended", len(in))
 		failed := ""
 		if cur.Job != nil {
-			run := &Run{Name: l.Session, Command: cur.Job.Command, Dir: cur.Job.Dir, UserEnv: cur.Job.Env}
+			run := &Run{Name: l.Session, Command: cur.Job.Command, Dir: cur.Job.Dir, UserEnv: cur.Job.Env, Job: cur.Job}
 			u, err := n.sess.sessionUser(lease.Caller{UID: l.UID, User: l.User})
 			if err == nil {
 				err = n.sess.startSession(ctx, l, u, run)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/dibs-gpu/dibs/launch"
@@ -24,6 +25,10 @@ type Run struct {
 	// RecordExit asks the session to record its command's exit status, so a
 	// queued run's origin can tell a failed run from a finished one.
 	RecordExit bool
+	// Job is the run as it was asked for (before any launcher wraps
+	// Command), kept once its session starts so `dibs export sbatch` can
+	// write its script after it ends (Node.KeptRun); nil keeps nothing.
+	Job *lease.Job
 }
 
 // Grant is every way GPUs on this node are handed out: a claim, a run, a
@@ -219,6 +224,11 @@ func (x *sessionJob) startSession(ctx context.Context, l lease.Lease, u launch.U
 			return lease.Invalidf("you already have a tmux session named %s: pick another --name", l.Session)
 		}
 		return fmt.Errorf("start session for lease %s: %w", l.ID, err)
+	}
+	if run.Job != nil && len(run.Job.Command) > 0 {
+		j := *run.Job
+		j.Command, j.Env = slices.Clone(j.Command), nil
+		n.kept.keep(KeptRun{Lease: l.ID, User: l.User, Job: j, At: n.deps.Clock.Now()})
 	}
 	n.sess.watch(l, u)
 	return nil

@@ -123,7 +123,9 @@ type Node struct {
 	// ledgerDay counts each person's ended leases today (under wmu).
 	ledgerDay map[string]*ledgerCount
 	sess      sessionJob
-	book      bookingJob
+	// kept are the commands runs were started with, for export sbatch.
+	kept keptRuns
+	book bookingJob
 
 	ctx    context.Context
 	cancel context.CancelFunc

@@ -79,6 +79,10 @@ func TestDoctorMessagesRefuse(t *testing.T) {
 		{"bidi in a version", func() Message { h := goodHealth(); h.Report.Version = "v1\u202e"; return h }(), "report of node01"},
 		{"unknown part", HistoryRequest{Part: "secrets"}, "unknown history part"},
 		{"bad cursor", HistoryRequest{Part: HistoryLedger, AfterID: "../x"}, "is not a lease id"},
+		{"run without its lease", HistoryRequest{Part: HistoryRun}, "names its lease id"},
+		{"kept run without a holder", HistoryReply{Run: &lease.Job{Command: []string{"python", "train.py"}}}, "without its command or holder"},
+		{"kept run marked kept", HistoryReply{Run: &lease.Job{Kept: true}, RunUser: "alice"}, "without its command or holder"},
+		{"kept run with a NUL", HistoryReply{Run: &lease.Job{Command: []string{"py\x00"}}, RunUser: "alice"}, "a kept run"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -94,7 +98,8 @@ func TestDoctorMessagesRefuse(t *testing.T) {
 // through the decoder and Validate: nothing panics, and what is
 // accepted is accepted again after a round trip.
 func FuzzDoctorReplies(f *testing.F) {
-	for _, m := range []any{goodHistory(), goodHealth(), HistoryReply{}, HealthReply{}} {
+	kept := HistoryReply{Run: &lease.Job{Command: []string{"python", "train.py"}, Dir: "/srv/proj", Torchrun: true}, RunUser: "alice"}
+	for _, m := range []any{goodHistory(), goodHealth(), HistoryReply{}, HealthReply{}, kept} {
 		b, _ := json.Marshal(m)
 		f.Add(b)
 	}

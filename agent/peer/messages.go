@@ -422,6 +422,11 @@ func (r HealthReply) Validate() error {
 const (
 	HistoryLedger  = "ledger"
 	HistorySamples = "samples"
+	// HistoryRun asks for the command a run's session was started with
+	// (the lease id in AfterID), kept past its end for `dibs export
+	// sbatch`. The asking agent shows it only to the run's holder and
+	// admins.
+	HistoryRun = "run"
 )
 
 // HistoryPageBytes bounds the items of one history reply, well under
@@ -446,8 +451,11 @@ type HistoryRequest struct {
 
 // Validate implements Message.
 func (r HistoryRequest) Validate() error {
-	if r.Part != HistoryLedger && r.Part != HistorySamples {
+	if r.Part != HistoryLedger && r.Part != HistorySamples && r.Part != HistoryRun {
 		return lease.Invalidf("unknown history part %q", truncate(r.Part))
+	}
+	if r.Part == HistoryRun && r.AfterID == "" {
+		return lease.Invalidf("a run's history names its lease id")
 	}
 	if !lease.ValidSince(r.Since) || !lease.ValidSince(r.AfterEnd) || !lease.ValidSince(r.AfterHour) {
 		return lease.Invalidf("bad time")
@@ -465,6 +473,10 @@ type HistoryReply struct {
 	Entries []lease.LedgerEntry `json:"entries,omitempty"`
 	Buckets []doctor.Bucket     `json:"buckets,omitempty"`
 	More    bool                `json:"more,omitempty"`
+	// Run is the kept command of the run asked for (HistoryRun), nil when
+	// the node kept none; RunUser is its holder.
+	Run     *lease.Job `json:"run,omitempty"`
+	RunUser string     `json:"run_user,omitempty"`
 }
 
 // Validate implements Message.
@@ -480,6 +492,14 @@ func (r HistoryReply) Validate() error {
 	for i := range r.Buckets {
 		if err := r.Buckets[i].Validate(); err != nil {
 			return lease.Invalidf("%v", err)
+		}
+	}
+	if r.Run != nil {
+		if err := r.Run.Check(); err != nil {
+			return lease.Invalidf("a kept run: %v", err)
+		}
+		if r.Run.Kept || !lease.ValidUserName(r.RunUser) {
+			return lease.Invalidf("a kept run without its command or holder")
 		}
 	}
 	return nil

@@ -106,8 +106,10 @@ func exportSbatchCmd(c *cli) *cobra.Command {
 		Short: "Turn a queued, running or finished dibs run (gangs too) into an sbatch script",
 		Long: `Turn a dibs run — a queue id (node01-q7) or a lease id (node01-42), queued, running or
 finished, gangs included — into an sbatch script: --nodes, --gpus-per-node, --time and
-the command, a gang's ranks through srun with the rendezvous SLURM provides. dibs keeps
-the command of queued and running entries only: for any other run give it after --.`,
+the command, a gang's ranks through srun with the rendezvous SLURM provides. The
+command is yours (and admins') to see: queued entries keep theirs, and each node keeps
+the commands of the runs it started — the newest 64 per person, 64 KiB at most, until
+its agent restarts. For a run without one (a bare claim) give it after --.`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			id := args[0]
@@ -181,6 +183,10 @@ func sbatchJob(rec api.RunRecord) (slurm.Job, error) {
 		j.User, j.Nodes, j.GPUsPerNode, j.Time, j.Kind = e.User, len(rec.Ended), len(e.GPUs), e.Limit, e.Kind
 	default:
 		return j, fmt.Errorf("the agent said nothing of %s", rec.ID)
+	}
+	if rec.Entry == nil && rec.Job != nil && len(rec.Job.Command) > 0 {
+		// The command its node kept (for its holder and admins).
+		j.Name, j.Command, j.Dir, j.Torchrun, j.PerGPU = rec.Job.Name, rec.Job.Command, rec.Job.Dir, rec.Job.Torchrun, rec.Job.PerGPU
 	}
 	if j.Kind == "" {
 		j.Kind = lease.KindInteractive

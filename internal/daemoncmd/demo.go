@@ -22,9 +22,11 @@ func demoCmd(c *cli) *cobra.Command {
 		Use:   "demo",
 		Short: "Run a simulated four-node cluster with teammates in this process and open the board",
 		Long: `Start four dibs agents in this process, gossiping over loopback with a fresh
-key: node01 and node02 with 8 × RTX PRO 6000 Blackwell, node03 with 4 × RTX 5090,
-node04 with 4 × L40S. Simulated teammates claim, run and release; one GPU has a
-squatter; one lease is about to expire. What you claim and run is real: tmux
+key: node01 with 6 × RTX PRO 6000 Blackwell, an A100 split into MIG instances and
+an A100 shared by memory budgets; node02 with 8 × RTX PRO 6000; node03 with
+4 × RTX 5090 in pool rtx5090; node04 with 4 × L40S. Simulated teammates claim,
+run and release; one GPU has a squatter; one lease is about to expire; two of
+node02's GPUs are booked for tomorrow morning. What you claim and run is real: tmux
 sessions on this machine with the right CUDA_VISIBLE_DEVICES. Quitting stops
 the cluster and ends the demo's sessions.`,
 		Args: cobra.NoArgs,

@@ -26,8 +26,9 @@ type Job struct {
 	Model string
 	Time  time.Duration
 	Kind  lease.Kind
-	// Command is nil when dibs did not keep it (a finished run): the
-	// script then stops with a line saying where to put it.
+	// Command is nil when dibs did not keep it (a bare claim, a run its
+	// node no longer keeps, another person's run): the script then stops
+	// with a line saying where to put it.
 	Command  []string
 	Dir      string
 	Torchrun bool
@@ -110,7 +111,7 @@ func Sbatch(j Job) (string, error) {
 	}
 	cmd := shellCommand(j.Command)
 	if j.Command == nil {
-		w("# dibs keeps no command for a finished run: put yours in place of these two lines")
+		w("# dibs kept no command for this run (a bare claim, or one its node no longer keeps): put yours in place of these two lines")
 		w("# (or export it again with the command: dibs export sbatch %s -- CMD ...).", shellWord(j.ID))
 		w("echo 'dibs export sbatch: the command of %s was not recorded; edit this script' >&2", shellWord(j.ID))
 		w("exit 1")
