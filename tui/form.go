@@ -2,6 +2,7 @@ package tui
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -39,6 +40,7 @@ type form struct {
 	intro  []string // lines under the title: what the form will do
 	node   string
 	gpus   []int  // selected GPUs; empty means "count" decides
+	mig    string // a MIG instance by GPU:INDEX ("0:2"): the claim is that instance
 	lease  string // extend: the lease id
 	fields []field
 	focus  int
@@ -88,6 +90,24 @@ func newClaimForm(st textinput.Styles, run bool, node string, gpus []int, picked
 	}
 	f.add(st, "duration", "duration", "", "30m, 4h, 2d; empty: default", 8)
 	f.add(st, "note", "note", "", "what it is for", 40)
+	f.keys.multi = len(f.fields) > 1
+	f.setFocus(0)
+	return f
+}
+
+// newMIGClaimForm is the claim (or run) form for the free MIG instance
+// under the cursor: that instance (--mig GPU:INDEX), named with its profile
+// ("0:2 1g.10gb").
+func newMIGClaimForm(st textinput.Styles, run bool, node, instance string) *form {
+	f := newClaimForm(st, run, node, nil, true)
+	f.fields = slices.DeleteFunc(f.fields, func(x field) bool { return x.name == "count" })
+	f.mig = strings.Fields(instance)[0]
+	verb := "claim"
+	if run {
+		verb = "run"
+	}
+	f.title = fmt.Sprintf("%s on %s: MIG %s", verb, node, instance)
+	f.intro[0] = "the MIG instance under the cursor (--mig " + f.mig + ")"
 	f.keys.multi = len(f.fields) > 1
 	f.setFocus(0)
 	return f
@@ -168,7 +188,9 @@ func (f *form) paste(msg tea.PasteMsg) {
 // words what to fix.
 func (f *form) claimRequest() (api.ClaimRequest, error) {
 	req := api.ClaimRequest{Node: f.node, Note: f.value("note")}
-	if len(f.gpus) > 0 {
+	if f.mig != "" {
+		req.MIG = f.mig
+	} else if len(f.gpus) > 0 {
 		req.GPUs = append([]int(nil), f.gpus...)
 	} else {
 		n, err := strconv.Atoi(f.value("count"))

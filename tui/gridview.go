@@ -287,6 +287,12 @@ func (g *gridView) openClaim(run bool) {
 		return
 	case gp != nil && gp.Free(n.State):
 		gpus, picked = []int{gp.Index}, true
+	default:
+		if v := &g.views[g.curNode]; g.curCol < len(v.cells) && v.cells[g.curCol].mig != "" && v.cells[g.curCol].kind == kindFree {
+			g.closeHelp()
+			g.form = newMIGClaimForm(g.st.input, run, node, v.cells[g.curCol].sub)
+			return
+		}
 	}
 	g.closeHelp()
 	g.form = newClaimForm(g.st.input, run, node, gpus, picked)

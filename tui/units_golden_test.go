@@ -273,3 +273,21 @@ func TestNarrowMIGCellsNameTheirProfile(t *testing.T) {
 		}
 	}
 }
+
+// c on a free MIG instance claims that instance (--mig GPU:INDEX), not a
+// count of GPUs on the node.
+func TestClaimOnAFreeMIGInstance(t *testing.T) {
+	h := newHarness(t, 160, 48, Options{})
+	h.send(BoardMsg(unitsBoard()))
+	h.moveTo("gpu-a", 0)
+	h.keys("l", "l", "c")
+	if h.m.form == nil || h.m.form.title != "claim on gpu-a: MIG 0:2 1g.10gb" {
+		t.Fatalf("c on the free instance 0:2 opened %+v", h.m.form)
+	}
+	h.keys("enter")
+	h.be.mu.Lock()
+	defer h.be.mu.Unlock()
+	if len(h.be.claims) != 1 || h.be.claims[0].MIG != "0:2" || h.be.claims[0].Count != 0 || len(h.be.claims[0].GPUs) != 0 || h.be.claims[0].Node != "gpu-a" {
+		t.Errorf("claims %+v, want one of MIG 0:2 on gpu-a", h.be.claims)
+	}
+}

@@ -60,12 +60,17 @@ func TestCLIExportSbatchOfFinishedRuns(t *testing.T) {
 		}
 	}
 
-	// Another person learns the run's shape, not its command.
+	// Another person learns the run's shape, not its command; an admin
+	// gets it.
 	other := n.As(lease.Caller{User: "mallory", UID: 4242})
+	admin := n.As(lease.Caller{User: "ops", UID: 4343, Admin: true})
 	for _, id := range []string{run.ID, sub.ID} {
 		rec, err := other.Run(ctx, id)
 		if err != nil || rec.Job != nil {
 			t.Errorf("mallory's look at %s: job %+v, err %v; want no command", id, rec.Job, err)
+		}
+		if rec, err := admin.Run(ctx, id); err != nil || rec.Job == nil || len(rec.Job.Command) == 0 {
+			t.Errorf("an admin's look at %s: job %+v, err %v; want its command", id, rec.Job, err)
 		}
 	}
 }
