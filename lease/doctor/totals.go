@@ -177,7 +177,8 @@ func (t *Tally) walk(ledger []lease.LedgerEntry, from, to int, since time.Time, 
 // than they ended (cut at the window's start) or belong to a gang, are
 // read one by one. A day is recounted when a lease ending in it is added
 // or folded (Changed), on the next call; the first call counts every day
-// once. Totals holds no ledger: the caller passes its own, in end order,
+// once (agent/node.Usage makes that call when it reads the ledger from
+// the disk). Totals holds no ledger: the caller passes its own, in end order,
 // to Tally, and serialises calls (agent/node.Usage keeps it under its
 // lock).
 type Totals struct {
@@ -222,9 +223,6 @@ func (c *Totals) Changed(end time.Time) {
 		d.dirty = true
 	}
 }
-
-// Reset forgets every day's count (the ledger was reread or cut).
-func (c *Totals) Reset() { clear(c.days) }
 
 // Tally is TallyLedger(ledger, since, running), from the days' totals:
 // ledger must be the ledger this count follows, in end order, holding
