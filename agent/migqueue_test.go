@@ -132,6 +132,12 @@ func TestQueuedMIGStartsWhenInstanceFrees(t *testing.T) {
 		return strings.Contains(waitingFor(t, nodes[1], whole.ID), "pool a100 allows 1 GPU per person and alice holds 0.74 there")
 	})
 
+	// A direct claim counts the same: the pool refuses alice a whole GPU.
+	_, err = nodes[0].As(holdAlice).Claim(ctx(t), api.ClaimRequest{Count: 1, Tags: []string{"a100"}})
+	if lease.CodeOf(err) != lease.CodeConflict || !strings.Contains(err.Error(), "pool a100 allows 1 GPU per person and you hold 0.74 there: ask for at most 0.26 more there") {
+		t.Errorf("alice's direct -g 1 in pool a100 holding two instances: %v, want the pool's limit counting their shares", err)
+	}
+
 	// alice lets her 3g.40gb go: bob's queued one starts on it.
 	if _, err := nodes[0].As(holdAlice).Release(ctx(t), api.ReleaseRequest{IDs: []string{held.ID}}); err != nil {
 		t.Fatal(err)

@@ -28,15 +28,14 @@ type Want struct {
 	Now  time.Time
 	// Held is what the person holds in each pool with a MaxGPUs
 	// (ClusterView.PoolHeld); nil counts nothing.
-	Held map[string]int
+	Held map[string]float64
 }
 
-// units is how many GPUs the claim counts against a pool's MaxGPUs.
-func (w Want) units() int {
-	if w.MIG != "" || w.MemMiB > 0 {
-		return 1
-	}
-	return w.Count
+// weight is how many GPUs the claim counts against a pool's MaxGPUs on a
+// node with snap: its GPUs, or the share of a GPU a MIG instance or budget
+// holds there.
+func (w Want) weight(snap nodeprobe.Snapshot) float64 {
+	return ClaimWeight(snap, Claim{Count: w.Count, MIG: w.MIG, MemMiB: w.MemMiB})
 }
 
 // fitsNow reports whether the node's hardware could take the claim now,
@@ -89,7 +88,7 @@ func ChooseNodeFor(cands []Candidate, w Want, pools Pools, user string) (string,
 		if !HasTags(c.Snap.Host.Tags, w.Tags) {
 			continue
 		}
-		if err := pools.Refuses(c.Snap.Host.Tags, user, w.units(), w.Duration, w.Duration > 0, w.Held); err != nil {
+		if err := pools.Refuses(c.Snap.Host.Tags, user, w.weight(c.Snap), w.Duration, w.Duration > 0, w.Held); err != nil {
 			// The closest fit is a node the hardware could take the claim
 			// on now, were it not for its pool's limit.
 			if limited == nil {
@@ -270,7 +269,7 @@ func BookNode(cands []Candidate, n int, model string, tags []string, pools Pools
 		free, _ := Bookable(c.Snap, append(slices.Clone(c.Leases), c.Bookings...), model, start, end)
 		// A booking is held to the pools' limits as the lease it becomes
 		// will be (what the person will hold then is not known now).
-		if err := pools.Refuses(c.Snap.Host.Tags, user, n, end.Sub(start), true, nil); err != nil {
+		if err := pools.Refuses(c.Snap.Host.Tags, user, float64(n), end.Sub(start), true, nil); err != nil {
 			if limited == nil {
 				limited = err
 			}

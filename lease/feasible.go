@@ -44,7 +44,7 @@ func CheckFeasible(e QueueEntry, nodes []SchedNode, model string, pools Pools) e
 		if !HasTags(nodes[i].Snap.Host.Tags, e.Tags) {
 			continue
 		}
-		if err := pools.Refuses(nodes[i].Snap.Host.Tags, e.User, e.GPUsPerNode, e.Duration, e.Duration > 0, nil); err != nil {
+		if err := pools.Refuses(nodes[i].Snap.Host.Tags, e.User, float64(e.GPUsPerNode), e.Duration, e.Duration > 0, nil); err != nil {
 			if limited == nil {
 				limited = err
 			}

@@ -292,10 +292,10 @@ func TestChooseNodeForPoolLimits(t *testing.T) {
 		err   string
 	}{
 		{"-g 2 passes over the pool that allows 1", []lease.Candidate{cand("h1", h100, "h100"), cand("l1", l40s, "l40s")}, lease.Want{Count: 2}, "h1", ""},
-		{"-g 1 holding one in the pool goes elsewhere", []lease.Candidate{cand("h1", h100, "h100"), cand("l1", l40s, "l40s")}, lease.Want{Count: 1, Held: map[string]int{"l40s": 1}}, "h1", ""},
+		{"-g 1 holding one in the pool goes elsewhere", []lease.Candidate{cand("h1", h100, "h100"), cand("l1", l40s, "l40s")}, lease.Want{Count: 1, Held: map[string]float64{"l40s": 1}}, "h1", ""},
 		{"--for 3h passes over the pool's 2h", []lease.Candidate{cand("h1", h100, "h100"), cand("l1", l40s, "l40s")}, lease.Want{Count: 1, Duration: 3 * time.Hour}, "h1", ""},
 		{"-g 1 packs into the pool when it may", []lease.Candidate{cand("h1", h100, "h100"), cand("l1", l40s, "l40s")}, lease.Want{Count: 1}, "l1", ""},
-		{"H100s busy, pool full: the pool's limit, and what is elsewhere", []lease.Candidate{busyH100, cand("l1", l40s, "l40s")}, lease.Want{Count: 1, Held: map[string]int{"l40s": 1}}, "",
+		{"H100s busy, pool full: the pool's limit, and what is elsewhere", []lease.Candidate{busyH100, cand("l1", l40s, "l40s")}, lease.Want{Count: 1, Held: map[string]float64{"l40s": 1}}, "",
 			"pool l40s allows 1 GPU per person and you hold 1 there already: release it (`dibs ls` shows its id), or ask outside the pool (no other node has room now: "},
 		{"-g 2 only the pool could ever take", []lease.Candidate{cand("l1", l40s, "l40s")}, lease.Want{Count: 2}, "",
 			"pool l40s allows 1 GPU per person and 2 were asked for: ask for at most 1 there, or outside the pool"},

@@ -23,7 +23,8 @@ type PoolLimits struct {
 	// Users may use the pool's nodes; empty means everyone.
 	Users []string
 	// MaxGPUs is how many GPUs one person may hold in the pool at once
-	// (a MIG or shared lease counts as one); 0 means no limit.
+	// (a MIG or shared lease counts the share of its GPU it holds, as
+	// quotas do); 0 means no limit.
 	MaxGPUs int
 }
 
@@ -79,10 +80,11 @@ func (p Pools) Limit(tags []string, dur time.Duration, explicit bool) (time.Dura
 	return dur, nil
 }
 
-// PoolQuota refuses n more GPUs for user on a node with these tags when
-// that takes them over a pool's MaxGPUs, counting what they hold on every
-// node of the pool in the view.
-func (v ClusterView) PoolQuota(p Pools, tags []string, user string, n int) error {
+// PoolQuota refuses n more GPUs (a fraction for a MIG instance or a
+// budget: ClaimWeight) for user on a node with these tags when that takes
+// them over a pool's MaxGPUs, counting what they hold on every node of the
+// pool in the view.
+func (v ClusterView) PoolQuota(p Pools, tags []string, user string, n float64) error {
 	if why := p.quotaRefuses(tags, n, v.PoolHeld(p, user)); why != "" {
 		return errorf(CodeConflict, "%s", why)
 	}
@@ -90,10 +92,11 @@ func (v ClusterView) PoolQuota(p Pools, tags []string, user string, n int) error
 }
 
 // PoolHeld counts the GPUs user holds in each pool with a MaxGPUs, on every
-// node of the view (a MIG or shared lease counts as one; a gang's
-// reservation does not count yet): what Pools.Refuses reads.
-func (v ClusterView) PoolHeld(p Pools, user string) map[string]int {
-	held := map[string]int{}
+// node of the view (a MIG or shared lease counts the share of its GPU it
+// holds, Lease.Weight; a gang's reservation does not count yet): what
+// Pools.Refuses reads.
+func (v ClusterView) PoolHeld(p Pools, user string) map[string]float64 {
+	held := map[string]float64{}
 	for i := range v.Nodes {
 		nd := &v.Nodes[i]
 		for _, t := range p.poolsOf(nd.Snap.Host.Tags) {
@@ -102,7 +105,7 @@ func (v ClusterView) PoolHeld(p Pools, user string) map[string]int {
 			}
 			for _, l := range nd.Leases {
 				if l.User == user && l.ReservedUntil.IsZero() {
-					held[t] += len(l.GPUs)
+					held[t] += l.Weight()
 				}
 			}
 		}
@@ -110,14 +113,14 @@ func (v ClusterView) PoolHeld(p Pools, user string) map[string]int {
 	return held
 }
 
-// Refuses says why a lease of n GPUs for dur on a node with these tags
-// breaks one of its pools' limits for user, nil when none does: the pool is
-// not open to them, dur is over its MaxTime (only when the person chose dur:
-// a default is cut to the maximum), or n with what they hold there (held,
-// from ClusterView.PoolHeld) is over its MaxGPUs. Placement asks it of every
-// node before choosing one, so a pool's limit refuses a request only when no
-// other node could take it.
-func (p Pools) Refuses(tags []string, user string, n int, dur time.Duration, explicit bool, held map[string]int) error {
+// Refuses says why a lease of n GPUs (a fraction for part of one) for dur
+// on a node with these tags breaks one of its pools' limits for user, nil
+// when none does: the pool is not open to them, dur is over its MaxTime
+// (only when the person chose dur: a default is cut to the maximum), or n
+// with what they hold there (held, from ClusterView.PoolHeld) is over its
+// MaxGPUs. Placement asks it of every node before choosing one, so a
+// pool's limit refuses a request only when no other node could take it.
+func (p Pools) Refuses(tags []string, user string, n float64, dur time.Duration, explicit bool, held map[string]float64) error {
 	if why := p.Denies(tags, user); why != "" {
 		return errorf(CodeForbidden, "%s: ask for another pool", why)
 	}
@@ -133,25 +136,26 @@ func (p Pools) Refuses(tags []string, user string, n int, dur time.Duration, exp
 }
 
 // quotaRefuses says why n more GPUs break a pool's MaxGPUs, given what the
-// person holds in each pool: "" when none does.
-func (p Pools) quotaRefuses(tags []string, n int, held map[string]int) string {
+// person holds in each pool: "" when none does. Parts of GPUs count their
+// share, so the sums are fractions: a hair of slack (shareSlack).
+func (p Pools) quotaRefuses(tags []string, n float64, held map[string]float64) string {
 	for _, t := range p.poolsOf(tags) {
 		max := p[t].MaxGPUs
-		if max <= 0 || held[t]+n <= max {
+		if max <= 0 || held[t]+n <= float64(max)+shareSlack {
 			continue
 		}
 		h := held[t]
 		switch {
-		case h == 0:
-			return fmt.Sprintf("pool %s allows %s per person and %d were asked for: ask for at most %d there, or outside the pool", t, gpuCount(max), n, max)
-		case h >= max:
+		case h < shareSlack:
+			return fmt.Sprintf("pool %s allows %s per person and %s were asked for: ask for at most %d there, or outside the pool", t, gpuCount(max), formatGPUs(n), max)
+		case h >= float64(max)-shareSlack:
 			it := "it"
 			if h > 1 {
 				it = "one of them"
 			}
-			return fmt.Sprintf("pool %s allows %s per person and you hold %d there already: release %s (`dibs ls` shows its id), or ask outside the pool", t, gpuCount(max), h, it)
+			return fmt.Sprintf("pool %s allows %s per person and you hold %s there already: release %s (`dibs ls` shows its id), or ask outside the pool", t, gpuCount(max), formatGPUs(h), it)
 		default:
-			return fmt.Sprintf("pool %s allows %s per person and you hold %d there: ask for at most %d more there, or outside the pool", t, gpuCount(max), h, max-h)
+			return fmt.Sprintf("pool %s allows %s per person and you hold %s there: ask for at most %s more there, or outside the pool", t, gpuCount(max), formatGPUs(h), formatGPUs(float64(max)-h))
 		}
 	}
 	return ""

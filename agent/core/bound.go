@@ -117,10 +117,10 @@ func (b *Bound) grantHere(ctx context.Context, v lease.ClusterView, claim lease.
 	}
 	weight := float64(n)
 	if self := v.Local(); self != nil {
-		if err := v.PoolQuota(b.s.cfg.Policy.Pools, self.Snap.Host.Tags, b.c.User, n); err != nil {
+		weight = lease.ClaimWeight(self.Snap, claim) // pools and quotas count a part's share
+		if err := v.PoolQuota(b.s.cfg.Policy.Pools, self.Snap.Host.Tags, b.c.User, weight); err != nil {
 			return lease.Lease{}, err
 		}
-		weight = lease.ClaimWeight(self.Snap, claim)
 	}
 	return b.s.deps.Node.Grant(ctx, b.c, node.Grant{
 		Claim: claim, Run: run, RequestID: requestID,
