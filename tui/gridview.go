@@ -250,6 +250,10 @@ func (g *gridView) toggleSelect() {
 		g.setStatus(statusInfo, selectionText(g.selNode, g.sel))
 		return
 	}
+	if v := &g.views[g.curNode]; g.curCol < len(v.cells) && v.cells[g.curCol].mig != "" {
+		g.setStatus(statusErr, fmt.Sprintf("MIG %s is an instance, claimed one at a time: c claims a free one, space selects whole GPUs", v.cells[g.curCol].sub))
+		return
+	}
 	if !gp.Free(n.State) {
 		g.setStatus(statusErr, fmt.Sprintf("GPU %d on %s is not free: only free GPUs can be selected", gp.Index, n.Name))
 		return

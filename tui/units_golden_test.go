@@ -280,7 +280,11 @@ func TestClaimOnAFreeMIGInstance(t *testing.T) {
 	h := newHarness(t, 160, 48, Options{})
 	h.send(BoardMsg(unitsBoard()))
 	h.moveTo("gpu-a", 0)
-	h.keys("l", "l", "c")
+	h.keys("l", "l", "space")
+	if !strings.Contains(h.m.status, "MIG 0:2 1g.10gb is an instance") || len(h.m.grid.sel) != 0 {
+		t.Errorf("space on a MIG instance: status %q, selection %v; want it refused with c suggested", h.m.status, h.m.grid.sel)
+	}
+	h.keys("c")
 	if h.m.form == nil || h.m.form.title != "claim on gpu-a: MIG 0:2 1g.10gb" {
 		t.Fatalf("c on the free instance 0:2 opened %+v", h.m.form)
 	}
