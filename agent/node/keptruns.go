@@ -51,6 +51,9 @@ type keptRuns struct {
 	mu     sync.Mutex
 	byUser map[string][]KeptRun
 	path   string
+	// saveMu makes saves one at a time: two sessions starting together
+	// would otherwise write the same temporary file.
+	saveMu sync.Mutex
 }
 
 // keep adds r, dropping the person's oldest runs past the bounds; a run
@@ -82,6 +85,8 @@ func (k *keptRuns) save() error {
 	if k.path == "" {
 		return nil
 	}
+	k.saveMu.Lock()
+	defer k.saveMu.Unlock()
 	k.mu.Lock()
 	var all []KeptRun
 	for _, runs := range k.byUser {
