@@ -305,7 +305,7 @@ func (a *Agent) build(ctx context.Context) error {
 	a.node = node.New(node.Config{
 		Name: a.cfg.NodeName, Policy: a.cfg.Policy, ProbeInterval: a.cfg.ProbeInterval, SessionPoll: a.cfg.SessionPoll,
 		PreemptSignal: a.cfg.PreemptSignal, CanRunAs: canWrite, Tags: a.cfg.Tags, Log: a.log.With("part", "node"),
-		LedgerPerUserDay: a.cfg.LedgerPerUserDay,
+		LedgerPerUserDay: a.cfg.LedgerPerUserDay, KeptRunsFile: keptRunsFile(a.cfg.DataDir),
 	}, node.Deps{Store: a.store, Probe: a.deps.Probe, Sessions: a.deps.Sessions, Accounts: a.accounts, Clock: c,
 		Changed: a.changed, LeasesChanged: a.leasesChanged, Events: a.events.Record})
 	sc := a.cfg.Sched.WithDefaults()
@@ -512,3 +512,13 @@ func (a *Agent) shutdown(how exitHow) error {
 // Peers is the agent's end of the protocol between agents, for tests that
 // speak to other nodes as a peer holding the cluster key would.
 func (a *Agent) Peers() *peer.Mux { return a.peers }
+
+// keptRunsFile is where a node saves the commands of the runs it started,
+// for `dibs export sbatch` after they end: beside the store, or nowhere
+// when the agent has no data dir (a store given in tests).
+func keptRunsFile(dataDir string) string {
+	if dataDir == "" {
+		return ""
+	}
+	return filepath.Join(dataDir, "kept-runs.json")
+}

@@ -229,6 +229,9 @@ func (x *sessionJob) startSession(ctx context.Context, l lease.Lease, u launch.U
 		j := *run.Job
 		j.Command, j.Env = slices.Clone(j.Command), nil
 		n.kept.keep(KeptRun{Lease: l.ID, User: l.User, Job: j, At: n.deps.Clock.Now()})
+		if err := n.kept.save(); err != nil {
+			n.log.Warn("cannot save the runs kept for export sbatch", "err", err)
+		}
 	}
 	n.sess.watch(l, u)
 	return nil

@@ -1,6 +1,11 @@
 package node
 
 import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
 	"slices"
 	"sync"
 	"time"
@@ -35,11 +40,20 @@ func (r *KeptRun) size() int {
 	return n
 }
 
-// keptRuns holds the kept runs of this node in memory, per person, within
-// the bounds above. An agent restart forgets them.
+// MaxKeptRunsFile bounds the file the kept runs are saved in: one read at
+// start, refused past it.
+const MaxKeptRunsFile = 16 << 20
+
+// keptRuns holds the kept runs of this node, per person, within the bounds
+// above, and saves them whole in path (when set) after each change, so an
+// agent restart keeps them.
 type keptRuns struct {
 	mu     sync.Mutex
 	byUser map[string][]KeptRun
+	path   string
+	// saveMu makes saves one at a time: two sessions starting together
+	// would otherwise write the same temporary file.
+	saveMu sync.Mutex
 }
 
 // keep adds r, dropping the person's oldest runs past the bounds; a run
@@ -64,6 +78,88 @@ func (k *keptRuns) keep(r KeptRun) {
 		runs = runs[1:]
 	}
 	k.byUser[r.User] = slices.Clip(runs)
+}
+
+// save writes every kept run to k.path (a new file renamed over the old).
+func (k *keptRuns) save() error {
+	if k.path == "" {
+		return nil
+	}
+	k.saveMu.Lock()
+	defer k.saveMu.Unlock()
+	k.mu.Lock()
+	var all []KeptRun
+	for _, runs := range k.byUser {
+		all = append(all, runs...)
+	}
+	k.mu.Unlock()
+	slices.SortFunc(all, func(a, b KeptRun) int { return a.At.Compare(b.At) })
+	b, err := json.Marshal(all)
+	if err != nil {
+		return fmt.Errorf("encode the kept runs: %w", err)
+	}
+	tmp := k.path + ".new"
+	if err := os.WriteFile(tmp, b, 0o600); err != nil {
+		return fmt.Errorf("save the kept runs: %w", err)
+	}
+	if err := os.Rename(tmp, k.path); err != nil {
+		return fmt.Errorf("save the kept runs: %w", err)
+	}
+	return nil
+}
+
+// load reads the runs saved in k.path, if any, oldest first, each held to
+// the bounds again.
+func (k *keptRuns) load() error {
+	if k.path == "" {
+		return nil
+	}
+	f, err := os.Open(k.path)
+	if os.IsNotExist(err) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("read the kept runs: %w", err)
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, MaxKeptRunsFile+1))
+	if err != nil {
+		return fmt.Errorf("read %s: %w", filepath.Base(k.path), err)
+	}
+	runs, err := decodeKeptRuns(b)
+	if err != nil {
+		return fmt.Errorf("read %s: %w", k.path, err)
+	}
+	for _, r := range runs {
+		k.keep(r)
+	}
+	return nil
+}
+
+// decodeKeptRuns decodes a saved file of kept runs: at most
+// MaxKeptRunsFile bytes, each run's lease id, holder and job checked as a
+// job from another agent is.
+func decodeKeptRuns(b []byte) ([]KeptRun, error) {
+	if len(b) > MaxKeptRunsFile {
+		return nil, fmt.Errorf("over %d bytes", MaxKeptRunsFile)
+	}
+	var runs []KeptRun
+	if err := json.Unmarshal(b, &runs); err != nil {
+		return nil, fmt.Errorf("decode: %w", err)
+	}
+	for i := range runs {
+		r := &runs[i]
+		if _, ok := lease.NodeOfID(r.Lease); !ok || len(r.Lease) > 2*lease.MaxNameLen {
+			return nil, fmt.Errorf("run %d has a bad lease id", i)
+		}
+		if !lease.ValidUserName(r.User) {
+			return nil, fmt.Errorf("run %s has a bad holder", r.Lease)
+		}
+		if err := r.Job.Check(); err != nil || r.Job.Kept || len(r.Job.Command) == 0 {
+			return nil, fmt.Errorf("run %s has a bad command: %v", r.Lease, err)
+		}
+	}
+	return runs, nil
 }
 
 func (k *keptRuns) find(leaseID string) (KeptRun, bool) {

@@ -50,3 +50,47 @@ func TestKeptRunsBounds(t *testing.T) {
 		})
 	}
 }
+
+// Saved runs come back after a restart, each held to the bounds again.
+func TestKeptRunsSaveAndLoad(t *testing.T) {
+	path := t.TempDir() + "/kept-runs.json"
+	k := keptRuns{path: path}
+	for i := range MaxKeptRunsPerUser + 3 {
+		k.keep(KeptRun{Lease: fmt.Sprintf("node01-%d", i), User: "alice", Job: lease.Job{Command: []string{"python", "train.py"}, Dir: "/srv", Torchrun: true}})
+	}
+	if err := k.save(); err != nil {
+		t.Fatal(err)
+	}
+	again := keptRuns{path: path}
+	if err := again.load(); err != nil {
+		t.Fatal(err)
+	}
+	r, ok := again.find(fmt.Sprintf("node01-%d", MaxKeptRunsPerUser+2))
+	if !ok || r.Job.Dir != "/srv" || !r.Job.Torchrun || len(again.byUser["alice"]) != MaxKeptRunsPerUser {
+		t.Errorf("after a reload: %+v %v, %d runs; want the newest %d with their jobs", r, ok, len(again.byUser["alice"]), MaxKeptRunsPerUser)
+	}
+	if _, ok := again.find("node01-0"); ok {
+		t.Errorf("the oldest run came back past the bound")
+	}
+}
+
+// FuzzKeptRunsFile feeds the saved file's decoder: nothing panics, and what
+// it accepts holds only runs with a lease id, a holder and a checked job.
+func FuzzKeptRunsFile(f *testing.F) {
+	f.Add([]byte(`[{"Lease":"node01-7","User":"alice","Job":{"command":["python","train.py"],"dir":"/srv"},"At":"2026-03-02T09:00:00Z"}]`))
+	f.Add([]byte(`[{"Lease":"node01-7","User":"alice","Job":{"command":["py\u0000"]}}]`))
+	f.Add([]byte(`[{"Lease":"../x","User":"alice","Job":{"command":["python"]}}]`))
+	f.Add([]byte(`[{"Lease":"node01-7","User":"al ice","Job":{"kept":true}}]`))
+	f.Add([]byte(`null`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		runs, err := decodeKeptRuns(b)
+		if err != nil {
+			return
+		}
+		for _, r := range runs {
+			if !lease.ValidUserName(r.User) || len(r.Job.Command) == 0 || r.Job.Check() != nil {
+				t.Fatalf("accepted a bad run %+v", r)
+			}
+		}
+	})
+}

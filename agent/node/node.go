@@ -54,6 +54,9 @@ type Config struct {
 	// Tags are the node's pools, stamped on every snapshot so they travel
 	// with the host facts.
 	Tags []string
+	// KeptRunsFile is where the commands kept for `dibs export sbatch` of
+	// finished runs are saved (Node.KeptRun); empty keeps them in memory.
+	KeptRunsFile string
 	// LedgerPerUserDay is how many ended leases of one person are kept one
 	// by one in a UTC day (default lease.DefaultLedgerPerUserDay); past
 	// it their plain leases are folded into one row as they end.
@@ -161,6 +164,11 @@ func New(cfg Config, deps Deps) *Node {
 	n := &Node{cfg: cfg, deps: deps, log: cfg.Log, idle: lease.NewIdleTracker(), watching: map[string]context.CancelFunc{},
 		ledgerDay: map[string]*ledgerCount{}}
 	n.usage.n, n.sess.n, n.book.n = n, n, n
+	n.kept.path = cfg.KeptRunsFile
+	if err := n.kept.load(); err != nil {
+		// Only `dibs export sbatch` of finished runs misses them.
+		n.log.Warn("the runs kept for export sbatch are lost", "err", err)
+	}
 	return n
 }
 

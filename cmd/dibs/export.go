@@ -108,8 +108,8 @@ func exportSbatchCmd(c *cli) *cobra.Command {
 finished, gangs included — into an sbatch script: --nodes, --gpus-per-node, --time and
 the command, a gang's ranks through srun with the rendezvous SLURM provides. The
 command is yours (and admins') to see: queued entries keep theirs, and each node keeps
-the commands of the runs it started — the newest 64 per person, 64 KiB at most, until
-its agent restarts. For a run without one (a bare claim) give it after --.`,
+the commands of the runs it started — the newest 64 per person, 64 KiB at most. For a
+run without one (a bare claim) give it after --.`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			id := args[0]

@@ -73,6 +73,13 @@ func TestCLIExportSbatchOfFinishedRuns(t *testing.T) {
 			t.Errorf("an admin's look at %s: job %+v, err %v; want its command", id, rec.Job, err)
 		}
 	}
+
+	// The node keeps them across a restart of its agent.
+	n.Restart()
+	out, errOut, code := dibs(t, n.Socket, nil, "export", "sbatch", run.ID)
+	if code != 0 || !strings.Contains(out, `exec sh -c 'true # it'\''s done'`) {
+		t.Errorf("export sbatch %s after a restart: exit %d %s, the command missing:\n%s", run.ID, code, errOut, out)
+	}
 }
 
 // A finished gang's script carries its command, kept by the node its first
