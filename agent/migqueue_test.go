@@ -7,6 +7,7 @@ import (
 
 	"github.com/dibs-gpu/dibs/agent/agenttest"
 	"github.com/dibs-gpu/dibs/agent/clock"
+	"github.com/dibs-gpu/dibs/agent/peer"
 	"github.com/dibs-gpu/dibs/api"
 	"github.com/dibs-gpu/dibs/lease"
 )
@@ -207,5 +208,20 @@ func TestQueuedPartsReclaim(t *testing.T) {
 				t.Errorf("the lease was reclaimed %s after its warning, want the 1s grace", d)
 			}
 		})
+	}
+}
+
+// An older agent would read a queued MIG request as one whole GPU, so none
+// is queued while one is live.
+func TestQueuedMIGWaitsForEveryNodeToUpgrade(t *testing.T) {
+	t.Parallel()
+	nodes := agenttest.Cluster(t, agenttest.ClusterOptions{Specs: []string{"1xA100-80GB:mig=3g.40gb+2g.20gb+1g.10gb", "1xL40S"}, Quiet: true,
+		Protocols: []int{0, peer.MinVersion}})
+	_, err := nodes[0].Client.Submit(ctx(t), api.SubmitRequest{Claim: api.ClaimRequest{MIG: "3g.40gb", Duration: "1h"}})
+	if err == nil || !strings.Contains(err.Error(), "node02 runs an older dibs") {
+		t.Fatalf("a queued MIG instance with an older node live: %v, want a refusal naming node02", err)
+	}
+	if q, _ := nodes[0].Client.Queue(ctx(t)); len(q.Entries) != 0 {
+		t.Errorf("the refused request left %d entries", len(q.Entries))
 	}
 }
