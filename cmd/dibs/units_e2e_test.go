@@ -88,3 +88,37 @@ func TestCLIMIGSharedAndBookings(t *testing.T) {
 		t.Errorf("book --for 7d: exit %d, %q; want the default longest booking", code, errOut)
 	}
 }
+
+// `dibs run --queue --mig` waits for a held instance, `dibs queue` shows
+// what it asks for and why it waits, and it starts on the instance when its
+// holder releases it; a profile nobody has is refused at submit.
+func TestCLIQueuedMIG(t *testing.T) {
+	agenttest.RequireTmux(t)
+	dir := agenttest.PublicDir(t)
+	p := startAgent(t, dir, "--sim", "1xA100-80GB:mig=3g.40gb+2g.20gb+1g.10gb")
+	if _, errOut, code := dibs(t, p.socket, nil, "claim", "--mig", "3g.40gb"); code != 0 {
+		t.Fatalf("claim --mig: %s", errOut)
+	}
+	_, errOut, code := dibs(t, p.socket, nil, "run", "--queue", "--mig", "7g.80gb", "--", "true")
+	if code == 0 || !strings.Contains(errOut, "no node has a MIG instance 7g.80gb (node01 has 3g.40gb, 2g.20gb, 1g.10gb)") {
+		t.Errorf("run --queue --mig 7g.80gb: exit %d %q; want a refusal naming what there is", code, errOut)
+	}
+	out, errOut, code := dibs(t, p.socket, nil, "run", "--queue", "--mig", "3g.40gb", "--for", "1h", "--", "sleep", "600")
+	if code != 0 || !strings.Contains(out, "queued node01-q1") {
+		t.Fatalf("run --queue --mig 3g.40gb: exit %d %q %q", code, out, errOut)
+	}
+	out, _, _ = dibs(t, p.socket, nil, "queue")
+	for _, want := range []string{"node01-q1", "3g.40gb", "needs a MIG instance 3g.40gb, none free"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("queue does not show %q:\n%s", want, out)
+		}
+	}
+	if _, errOut, code = dibs(t, p.socket, nil, "release", "node01-1"); code != 0 {
+		t.Fatalf("release: %s", errOut)
+	}
+	agenttest.Eventually(t, 10*time.Second, "the queued run to start on the 3g.40gb instance", func() bool {
+		out, _, _ := dibs(t, p.socket, nil, "queue", "--json")
+		var q api.Queue
+		return json.Unmarshal([]byte(out), &q) == nil && len(q.Entries) == 1 && q.Entries[0].Running && q.Entries[0].MIG == "3g.40gb"
+	})
+}
