@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"strings"
 	"testing"
@@ -8,6 +9,7 @@ import (
 
 	"github.com/dibs-gpu/dibs/agent/agenttest"
 	"github.com/dibs-gpu/dibs/api"
+	"github.com/dibs-gpu/dibs/lease"
 )
 
 // The CLI claims a MIG instance and a budget on a shared GPU, books GPUs
@@ -103,7 +105,7 @@ func TestCLIQueuedMIG(t *testing.T) {
 	if code == 0 || !strings.Contains(errOut, "no node has a MIG instance 7g.80gb (node01 has 3g.40gb, 2g.20gb, 1g.10gb)") {
 		t.Errorf("run --queue --mig 7g.80gb: exit %d %q; want a refusal naming what there is", code, errOut)
 	}
-	out, errOut, code := dibs(t, p.socket, nil, "run", "--queue", "--mig", "3g.40gb", "--for", "1h", "--", "sleep", "600")
+	out, errOut, code := dibs(t, p.socket, nil, "run", "--queue", "--mig", "3g.40gb", "--for", "1h", "--name", "queued-mig-e2e", "--", "sleep", "2")
 	if code != 0 || !strings.Contains(out, "queued node01-q1") {
 		t.Fatalf("run --queue --mig 3g.40gb: exit %d %q %q", code, out, errOut)
 	}
@@ -116,9 +118,23 @@ func TestCLIQueuedMIG(t *testing.T) {
 	if _, errOut, code = dibs(t, p.socket, nil, "release", "node01-1"); code != 0 {
 		t.Fatalf("release: %s", errOut)
 	}
+	// It runs (or ran: it sleeps 2s) on the instance, the session named as
+	// asked (a fixed name, apart from other tests' sessions).
+	cl := api.NewClient(p.socket)
 	agenttest.Eventually(t, 10*time.Second, "the queued run to start on the 3g.40gb instance", func() bool {
-		out, _, _ := dibs(t, p.socket, nil, "queue", "--json")
-		var q api.Queue
-		return json.Unmarshal([]byte(out), &q) == nil && len(q.Entries) == 1 && q.Entries[0].Running && q.Entries[0].MIG == "3g.40gb"
+		st, err := cl.EntryStatus(context.Background(), "node01-q1")
+		if err != nil || st.State == lease.EntryFailed {
+			t.Fatalf("entry status %+v, %v", st, err)
+		}
+		b, err := cl.Board(context.Background())
+		if err != nil {
+			return false
+		}
+		for _, l := range b.Nodes[0].GPUs[0].Shares {
+			if strings.HasPrefix(l.Entry, "node01-q1#") {
+				return l.MIG == b.Nodes[0].GPUs[0].MIGDevices[0].UUID
+			}
+		}
+		return st.State == lease.EntryFinished
 	})
 }
