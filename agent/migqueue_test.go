@@ -152,7 +152,8 @@ func TestQueuedMIGStartsWhenInstanceFrees(t *testing.T) {
 // A queued MIG or budget request reclaims part of a GPU as a queued
 // whole-GPU request reclaims a GPU: an idle lease (after IdleReclaimAfter)
 // or, for someone within quota, a borrowed one; the holder is told why and
-// keeps it for the grace, then the waiting request gets the part.
+// keeps it for the grace, then the waiting request gets the part. A queued
+// whole-GPU request reclaims the budgets on a shared GPU the same way.
 func TestQueuedPartsReclaim(t *testing.T) {
 	t.Parallel()
 	idle := lease.SchedConfig{IdleReclaimAfter: 300 * time.Millisecond}
@@ -169,6 +170,8 @@ func TestQueuedPartsReclaim(t *testing.T) {
 		{"mig quota", mig, quota, api.ClaimRequest{MIG: "3g.40gb"}, api.ClaimRequest{MIG: "3g.40gb"}, lease.PreemptQuota},
 		{"budget idle", h100, idle, api.ClaimRequest{Mem: "50G"}, api.ClaimRequest{Mem: "40G"}, lease.PreemptIdle},
 		{"budget quota", h100, quota, api.ClaimRequest{Mem: "50G"}, api.ClaimRequest{Mem: "40G"}, lease.PreemptQuota},
+		{"budgets for a whole GPU, idle", h100, idle, api.ClaimRequest{Mem: "20G"}, api.ClaimRequest{Count: 1}, lease.PreemptIdle},
+		{"budgets for a whole GPU, quota", h100, quota, api.ClaimRequest{Mem: "20G"}, api.ClaimRequest{Count: 1}, lease.PreemptQuota},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()

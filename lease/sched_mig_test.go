@@ -133,3 +133,44 @@ func TestScheduleMIG(t *testing.T) {
 		})
 	}
 }
+
+// A whole-GPU head reclaims the budgets on a shared GPU together, by the
+// rules for whole leases: every one reclaimable, none of its own user's.
+func TestScheduleHeadReclaimsBudgets(t *testing.T) {
+	budget := func(token uint64, c lease.Caller, borrowed bool) lease.Lease {
+		l := on(token, c, []int{0}, t0.Add(-2*time.Hour), t0.Add(3*time.Hour))
+		l.MemMiB, l.Share, l.Borrowed = 20<<10, 0.25, borrowed
+		return l
+	}
+	for _, tt := range []struct {
+		name     string
+		leases   []lease.Lease
+		idle     bool
+		cfg      lease.SchedConfig
+		reclaims string
+		waiting  string
+	}{
+		{"idle budgets of two people", []lease.Lease{budget(1, bob, false), budget(2, carol, false)}, true, lease.SchedConfig{},
+			"[gpu-01-1:idle gpu-01-2:idle]", "next to start: reclaiming 1 GPU (idle)"},
+		{"one of them the waiting user's", []lease.Lease{budget(1, bob, false), budget(2, alice, false)}, true, lease.SchedConfig{}, "[]", "next to start: 1 GPU"},
+		{"all borrowed, for someone within quota", []lease.Lease{budget(1, bob, true), budget(2, carol, true)}, false, lease.SchedConfig{Quotas: map[string]int{"alice": 1}},
+			"[gpu-01-1:quota gpu-01-2:quota]", "next to start: reclaiming 1 GPU (quota)"},
+		{"one not borrowed", []lease.Lease{budget(1, bob, true), budget(2, carol, false)}, false, lease.SchedConfig{Quotas: map[string]int{"alice": 1}}, "[]", "next to start: 1 GPU"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			n := snode("gpu-01", 1, tt.leases...)
+			n.Snap.GPUs[0].MemoryTotalMiB = 80 << 10
+			if tt.idle {
+				n.Idle = lease.IdleTrackerFrom(map[int]time.Time{0: t0.Add(-2 * time.Hour)})
+			}
+			p := lease.Schedule([]lease.QueueEntry{ask("q1", alice, 1, 1, time.Hour, t0)}, []lease.SchedNode{n}, nil, t0, tt.cfg)
+			var reclaims []string
+			for _, r := range p.Reclaim {
+				reclaims = append(reclaims, r.Lease.ID+":"+r.Reason)
+			}
+			if fmt.Sprint(reclaims) != tt.reclaims || len(p.Start) != 0 || !strings.HasPrefix(p.Order[0].Waiting, tt.waiting) {
+				t.Errorf("reclaims %v, %d starts, waiting %q; want %s, none, %q", reclaims, len(p.Start), p.Order[0].Waiting, tt.reclaims, tt.waiting)
+			}
+		})
+	}
+}
