@@ -7,6 +7,7 @@ import (
 
 	"github.com/dibs-gpu/dibs/agent/agenttest"
 	"github.com/dibs-gpu/dibs/agent/clock"
+	"github.com/dibs-gpu/dibs/agent/peer"
 	"github.com/dibs-gpu/dibs/api"
 	"github.com/dibs-gpu/dibs/lease"
 )
@@ -151,7 +152,8 @@ func TestQueuedMIGStartsWhenInstanceFrees(t *testing.T) {
 // A queued MIG or budget request reclaims part of a GPU as a queued
 // whole-GPU request reclaims a GPU: an idle lease (after IdleReclaimAfter)
 // or, for someone within quota, a borrowed one; the holder is told why and
-// keeps it for the grace, then the waiting request gets the part.
+// keeps it for the grace, then the waiting request gets the part. A queued
+// whole-GPU request reclaims the budgets on a shared GPU the same way.
 func TestQueuedPartsReclaim(t *testing.T) {
 	t.Parallel()
 	idle := lease.SchedConfig{IdleReclaimAfter: 300 * time.Millisecond}
@@ -168,6 +170,8 @@ func TestQueuedPartsReclaim(t *testing.T) {
 		{"mig quota", mig, quota, api.ClaimRequest{MIG: "3g.40gb"}, api.ClaimRequest{MIG: "3g.40gb"}, lease.PreemptQuota},
 		{"budget idle", h100, idle, api.ClaimRequest{Mem: "50G"}, api.ClaimRequest{Mem: "40G"}, lease.PreemptIdle},
 		{"budget quota", h100, quota, api.ClaimRequest{Mem: "50G"}, api.ClaimRequest{Mem: "40G"}, lease.PreemptQuota},
+		{"budgets for a whole GPU, idle", h100, idle, api.ClaimRequest{Mem: "20G"}, api.ClaimRequest{Count: 1}, lease.PreemptIdle},
+		{"budgets for a whole GPU, quota", h100, quota, api.ClaimRequest{Mem: "20G"}, api.ClaimRequest{Count: 1}, lease.PreemptQuota},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
@@ -207,5 +211,20 @@ func TestQueuedPartsReclaim(t *testing.T) {
 				t.Errorf("the lease was reclaimed %s after its warning, want the 1s grace", d)
 			}
 		})
+	}
+}
+
+// An older agent would read a queued MIG request as one whole GPU, so none
+// is queued while one is live.
+func TestQueuedMIGWaitsForEveryNodeToUpgrade(t *testing.T) {
+	t.Parallel()
+	nodes := agenttest.Cluster(t, agenttest.ClusterOptions{Specs: []string{"1xA100-80GB:mig=3g.40gb+2g.20gb+1g.10gb", "1xL40S"}, Quiet: true,
+		Protocols: []int{0, peer.MinVersion}})
+	_, err := nodes[0].Client.Submit(ctx(t), api.SubmitRequest{Claim: api.ClaimRequest{MIG: "3g.40gb", Duration: "1h"}})
+	if err == nil || !strings.Contains(err.Error(), "node02 runs an older dibs") {
+		t.Fatalf("a queued MIG instance with an older node live: %v, want a refusal naming node02", err)
+	}
+	if q, _ := nodes[0].Client.Queue(ctx(t)); len(q.Entries) != 0 {
+		t.Errorf("the refused request left %d entries", len(q.Entries))
 	}
 }

@@ -138,6 +138,10 @@ type Plan struct {
 // first). The chosen set is irreducible: no lease in it could be spared. A
 // gang is reclaimed whole. A waiting user's own idle leases are never
 // reclaimed for them: they can end those themselves.
+// The budgets on one shared GPU are reclaimed together, as one lease (all
+// reclaimable, none the head's user's); MIG leases never are for the head.
+// A waiting MIG or budget entry, which is never the head, reclaims a part
+// of a GPU by the same rules (sched_mig.go).
 //
 // EstStart. List scheduling on each GPU's expected free time: lease ends
 // (a lease past its end or already preempted is expected to go within a

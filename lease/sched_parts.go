@@ -34,8 +34,8 @@ import (
 // waits gets an estimate from the ends of the leases on the GPUs that could
 // take it, and reclaims budgets on one GPU (reclaimShared) as the head
 // reclaims whole GPUs. A whole-GPU entry does not start on a GPU a shared
-// run of this pass took, and a whole-GPU head never reclaims MIG or shared
-// leases (ending one frees no whole GPU).
+// run of this pass took; a whole-GPU head reclaims the budgets on a GPU
+// only all together (sched_reclaim.go), and MIG leases never.
 
 // addBookings records a node's booked windows by GPU bit, and returns the
 // GPUs whose booking has begun.

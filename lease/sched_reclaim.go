@@ -21,6 +21,9 @@ type reclaimGroup struct {
 	pending  bool  // already being preempted
 	idleFrom int64 // latest time (ns from now, <= 0) any of it went idle
 	started  time.Time
+	// shared: the budgets on one shared GPU, ended together to free it;
+	// others: they are not all user's.
+	shared, others bool
 }
 
 type leaseAt struct {
@@ -49,7 +52,7 @@ func (s *scheduler) reclaim(e *QueueEntry, mm []uint64, plan *Plan) string {
 	var cands []*reclaimGroup
 	for gi := range groups {
 		g := &groups[gi]
-		if g.pending || g.user == e.User {
+		if g.pending || g.user == e.User || g.others && slices.ContainsFunc(g.leases, func(la leaseAt) bool { return la.l.User == e.User }) {
 			continue
 		}
 		if g.overdue || g.idle || within && g.borrowed {
@@ -123,9 +126,14 @@ func (s *scheduler) reclaim(e *QueueEntry, mm []uint64, plan *Plan) string {
 			}
 			reasons += why
 		}
+		if g.shared {
+			n++ // the budgets on one GPU
+		}
 		for _, la := range g.leases {
 			plan.Reclaim = append(plan.Reclaim, Reclaim{Lease: *la.l, Reason: why, For: e.ID})
-			n += len(la.l.GPUs)
+			if !g.shared {
+				n += len(la.l.GPUs)
+			}
 			sn := &s.nodes[la.node]
 			for m := la.mask; m != 0; m &= m - 1 {
 				if gp := &sn.gpus[bits.TrailingZeros64(m)]; gp.freeAt > soon || gp.late {
@@ -166,22 +174,29 @@ func (s *scheduler) reclaimGroups() []reclaimGroup {
 	for i := range s.nodes {
 		sn := &s.nodes[i]
 		for _, l := range sn.leases {
-			// Reclaiming one MIG or shared lease frees no whole GPU:
-			// parts are never reclaimed.
-			if !l.ReservedUntil.IsZero() || l.Partial() {
+			// Reclaiming one MIG lease frees no whole GPU (a split GPU
+			// never is one); the budgets on a shared GPU end together,
+			// as one group, which frees it.
+			if !l.ReservedUntil.IsZero() || l.MIG != "" {
 				continue
 			}
 			key := sn.name + "/" + l.ID
-			if l.Gang != "" {
+			switch {
+			case l.Gang != "":
 				key = "gang/" + l.Gang
+			case l.MemMiB > 0 && len(l.GPUs) == 1:
+				key = fmt.Sprintf("shared/%s/%d", sn.name, l.GPUs[0])
 			}
 			gi, ok := at[key]
 			if !ok {
 				gi = len(groups)
 				at[key] = gi
-				groups = append(groups, reclaimGroup{key: key, user: l.User, idle: true, overdue: true, idleFrom: math.MinInt64})
+				groups = append(groups, reclaimGroup{key: key, user: l.User, idle: true, overdue: true, idleFrom: math.MinInt64, shared: l.MemMiB > 0})
 			}
 			g := &groups[gi]
+			if g.user != l.User {
+				g.others = true // budgets of several people on one GPU
+			}
 			la := leaseAt{node: i, l: l}
 			for _, idx := range l.GPUs {
 				if b := sn.bit(idx); b >= 0 {
@@ -189,9 +204,20 @@ func (s *scheduler) reclaimGroups() []reclaimGroup {
 				}
 			}
 			g.leases = append(g.leases, la)
-			g.borrowed = g.borrowed || l.Borrowed
+			if g.shared && len(g.leases) > 1 {
+				// Budgets are reclaimed for quota only when every one of
+				// them is borrowed.
+				g.borrowed = g.borrowed && l.Borrowed
+			} else {
+				g.borrowed = g.borrowed || l.Borrowed
+			}
 			g.overdue = g.overdue && !l.ExpiresAt.After(s.now)
-			g.pending = g.pending || !l.PreemptedAt.IsZero()
+			if g.shared {
+				// The GPU frees only once every budget on it ends.
+				g.pending = (len(g.leases) == 1 || g.pending) && !l.PreemptedAt.IsZero()
+			} else {
+				g.pending = g.pending || !l.PreemptedAt.IsZero()
+			}
 			if l.StartedAt.After(g.started) {
 				g.started = l.StartedAt
 			}

@@ -33,6 +33,11 @@ func (b *Bound) Submit(ctx context.Context, req api.SubmitRequest) (api.Submitte
 	if len(claim.GPUs) > 0 {
 		return api.Submitted{}, lease.Invalidf("a queued request asks for a number of GPUs (-g N), not named ones")
 	}
+	if claim.MIG != "" {
+		if err := b.s.Require(peer.QueuedMIG); err != nil {
+			return api.Submitted{}, err
+		}
+	}
 	model := req.Model
 	if model == "" {
 		model = claim.Model

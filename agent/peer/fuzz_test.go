@@ -41,6 +41,8 @@ func FuzzServe(f *testing.F) {
 	f.Add("preempt", env(System, PreemptRequest{Lease: "n1-1", Token: 1, Reason: "gang"}))
 	f.Add("entry-status", env(As("alice"), StatusRequest{ID: "n1-q3"}))
 	f.Add("cancel", env(As("alice"), CancelRequest{ID: "n1-q3/7"}))
+	f.Add("start", env(System, StartRequest{Phase: PhaseStart, GPUs: []int{0}, Entry: lease.QueueEntry{
+		ID: "n1-q4", Origin: "n1", User: "alice", Nodes: 1, GPUsPerNode: 1, Kind: lease.KindBatch, MIG: "3g.40gb"}}))
 	f.Add("claim", []byte(`{"v":5,"actor":{"user":"\u001b]0;x\u0007"},"req":{}}`))
 	f.Add("claim", []byte(`{"v":1,"actor":{"system":true},"req":{"count":1}}`))
 	f.Add("claim", []byte(`{"v":6,"actor":{"user":"alice"},"req":{"count":1,"duration":3600000000000}}`))

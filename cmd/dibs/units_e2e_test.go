@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"strings"
 	"testing"
@@ -8,6 +9,7 @@ import (
 
 	"github.com/dibs-gpu/dibs/agent/agenttest"
 	"github.com/dibs-gpu/dibs/api"
+	"github.com/dibs-gpu/dibs/lease"
 )
 
 // The CLI claims a MIG instance and a budget on a shared GPU, books GPUs
@@ -87,4 +89,52 @@ func TestCLIMIGSharedAndBookings(t *testing.T) {
 	if code == 0 || !strings.Contains(errOut, "a booking may last at most 3d here") {
 		t.Errorf("book --for 7d: exit %d, %q; want the default longest booking", code, errOut)
 	}
+}
+
+// `dibs run --queue --mig` waits for a held instance, `dibs queue` shows
+// what it asks for and why it waits, and it starts on the instance when its
+// holder releases it; a profile nobody has is refused at submit.
+func TestCLIQueuedMIG(t *testing.T) {
+	agenttest.RequireTmux(t)
+	dir := agenttest.PublicDir(t)
+	p := startAgent(t, dir, "--sim", "1xA100-80GB:mig=3g.40gb+2g.20gb+1g.10gb")
+	if _, errOut, code := dibs(t, p.socket, nil, "claim", "--mig", "3g.40gb"); code != 0 {
+		t.Fatalf("claim --mig: %s", errOut)
+	}
+	_, errOut, code := dibs(t, p.socket, nil, "run", "--queue", "--mig", "7g.80gb", "--", "true")
+	if code == 0 || !strings.Contains(errOut, "no node has a MIG instance 7g.80gb (node01 has 3g.40gb, 2g.20gb, 1g.10gb)") {
+		t.Errorf("run --queue --mig 7g.80gb: exit %d %q; want a refusal naming what there is", code, errOut)
+	}
+	out, errOut, code := dibs(t, p.socket, nil, "run", "--queue", "--mig", "3g.40gb", "--for", "1h", "--name", "queued-mig-e2e", "--", "sleep", "2")
+	if code != 0 || !strings.Contains(out, "queued node01-q1") {
+		t.Fatalf("run --queue --mig 3g.40gb: exit %d %q %q", code, out, errOut)
+	}
+	out, _, _ = dibs(t, p.socket, nil, "queue")
+	for _, want := range []string{"node01-q1", "3g.40gb", "needs a MIG instance 3g.40gb, none free"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("queue does not show %q:\n%s", want, out)
+		}
+	}
+	if _, errOut, code = dibs(t, p.socket, nil, "release", "node01-1"); code != 0 {
+		t.Fatalf("release: %s", errOut)
+	}
+	// It runs (or ran: it sleeps 2s) on the instance, the session named as
+	// asked (a fixed name, apart from other tests' sessions).
+	cl := api.NewClient(p.socket)
+	agenttest.Eventually(t, 10*time.Second, "the queued run to start on the 3g.40gb instance", func() bool {
+		st, err := cl.EntryStatus(context.Background(), "node01-q1")
+		if err != nil || st.State == lease.EntryFailed {
+			t.Fatalf("entry status %+v, %v", st, err)
+		}
+		b, err := cl.Board(context.Background())
+		if err != nil {
+			return false
+		}
+		for _, l := range b.Nodes[0].GPUs[0].Shares {
+			if strings.HasPrefix(l.Entry, "node01-q1#") {
+				return l.MIG == b.Nodes[0].GPUs[0].MIGDevices[0].UUID
+			}
+		}
+		return st.State == lease.EntryFinished
+	})
 }
