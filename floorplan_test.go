@@ -70,7 +70,7 @@ func floorPlan() []room {
 	// HTTP, no processes, and no I/O of their own.
 	pure := []string{memberlist, goNVML, charm, charmX, sshPkg, "net/http", "os/exec"}
 	noIO := []string{"os", "os/exec", "os/signal", "syscall", "net", "io/fs", "log", "path/filepath"}
-	base := []string{"lease", "lease/doctor", "lease/termsafe", "nodeprobe", "launch"}
+	base := []string{"lease", "internal/doctor", "internal/termsafe", "nodeprobe", "launch"}
 
 	plan := []room{
 		{pkg: "nodeprobe", what: "GPU snapshot types (Snapshot, GPU, Process, Probe, Options); no I/O",
@@ -89,31 +89,31 @@ func floorPlan() []room {
 			may: []string{"nodeprobe", "nodeprobe/nvml", "nodeprobe/sim", "nodeprobe/smi"}},
 		{pkg: "internal/poll", what: "tests' waiting: a condition polled to a deadline, a window watched (tests only)"},
 		{pkg: "internal/lograte", what: "refusal log lines rate-limited per source, with a count of those held back"},
-		{pkg: "lease/termsafe", what: "the one sanitizer for text from outside; standard library only"},
+		{pkg: "internal/termsafe", what: "the one sanitizer for text from outside; standard library only"},
 		{pkg: "lease", what: "the rules: pure functions over an injected clock, no I/O",
-			may: []string{"lease/termsafe", "nodeprobe"}, never: append(slices.Clone(pure), bbolt), notItself: noIO},
+			may: []string{"internal/termsafe", "nodeprobe"}, never: append(slices.Clone(pure), bbolt), notItself: noIO},
 		{pkg: "lease/store", what: "bbolt store behind lease.Store",
 			may: []string{"lease"}, mods: []string{bbolt}, never: pure},
 		{pkg: "lease/store/storetest", what: "a fault-injecting fake lease.Store for tests",
 			may: []string{"lease", "lease/store"}, never: pure},
-		{pkg: "lease/doctor", what: "doctor's checks, figures and verdict: pure arithmetic",
+		{pkg: "internal/doctor", what: "doctor's checks, figures and verdict: pure arithmetic",
 			may: []string{"lease", "nodeprobe"}, never: append(slices.Clone(pure), bbolt), notItself: noIO},
-		{pkg: "lease/slurm", what: "slurm.conf, gres.conf and sbatch scripts from what dibs knows: pure text",
+		{pkg: "internal/slurm", what: "slurm.conf, gres.conf and sbatch scripts from what dibs knows: pure text",
 			may: []string{"lease", "nodeprobe"}, never: append(slices.Clone(pure), bbolt), notItself: noIO},
-		{pkg: "lease/replay", what: "the what-if simulator: dibs's own rules on simulated time",
+		{pkg: "internal/replay", what: "the what-if simulator: dibs's own rules on simulated time",
 			may: []string{"lease", "nodeprobe", "nodeprobe/sim"}, never: append(slices.Clone(pure), bbolt), notItself: noIO},
 		{pkg: "launch", what: "tmux sessions as a user; standard library only",
 			mods: []string{xsys}, never: []string{memberlist, goNVML, charm, charmX}},
 		{pkg: "launch/launchtest", what: "throwaway accounts for tests",
 			may: []string{"launch"}},
 		{pkg: "gossip", what: "memberlist: node state out and in, requests between agents",
-			may: []string{"internal/lograte", "lease", "lease/termsafe", "nodeprobe"}, mods: []string{memberlist},
+			may: []string{"internal/lograte", "lease", "internal/termsafe", "nodeprobe"}, mods: []string{memberlist},
 			never: []string{charm, charmX, goNVML, "launch"}, notItself: []string{"net/http", "os/exec"}},
 		{pkg: "api", what: "local API types and Go client (HTTP+JSON over the unix socket)",
-			may: []string{"lease", "lease/doctor", "lease/termsafe", "nodeprobe"}, mods: []string{xsys},
+			may: []string{"lease", "internal/doctor", "internal/termsafe", "nodeprobe"}, mods: []string{xsys},
 			never: []string{charm, charmX, memberlist, goNVML}},
 		{pkg: "tui", what: "bubbletea v2 board over api",
-			may:  []string{"api", "lease", "lease/termsafe", "nodeprobe"},
+			may:  []string{"api", "lease", "internal/termsafe", "nodeprobe"},
 			mods: []string{"charm.land/bubbles/v2", bubbletea, "charm.land/lipgloss/v2", "github.com/charmbracelet/x/ansi"},
 			never: []string{memberlist, goNVML, bbolt, wish, sshPkg, "github.com/charmbracelet/bubbletea",
 				"agent", "gossip", "launch", "lease/store"}},
@@ -159,17 +159,17 @@ func floorPlan() []room {
 	}
 	plan = append(plan,
 		room{pkg: "agent", what: "the daemon: composition of the rooms above",
-			may:  slices.Concat(agents, []string{"api", "gossip", "launch", "lease", "lease/doctor", "lease/store", "lease/termsafe", "nodeprobe"}),
+			may:  slices.Concat(agents, []string{"api", "gossip", "launch", "lease", "internal/doctor", "lease/store", "internal/termsafe", "nodeprobe"}),
 			mods: []string{xsys}, never: []string{goNVML}},
 		room{pkg: "agent/agenttest", what: "real agents on loopback for any package's tests",
 			may: slices.Concat([]string{"agent", "internal/poll"}, agents, []string{"api", "launch", "launch/launchtest", "lease",
-				"lease/store", "lease/termsafe", "nodeprobe", "nodeprobe/sim"}),
+				"lease/store", "internal/termsafe", "nodeprobe", "nodeprobe/sim"}),
 			mods: []string{xsys}, never: []string{goNVML}},
 		room{pkg: "nemesis", what: "Jepsen-style proof: clients, faults and a checker over real agents (tests only)",
 			may:  slices.Concat([]string{"agent", "agent/agenttest"}, agents, []string{"api", "gossip", "lease", "lease/store/storetest"}),
 			mods: []string{"github.com/anishathalye/porcupine"}, never: []string{goNVML}},
 		room{pkg: "demo", what: "four simulated agents and teammates in one process",
-			may: slices.Concat([]string{"agent"}, agents, []string{"api", "launch", "lease", "lease/termsafe",
+			may: slices.Concat([]string{"agent"}, agents, []string{"api", "launch", "lease", "internal/termsafe",
 				"nodeprobe", "nodeprobe/sim"}),
 			never: []string{goNVML}},
 	)
@@ -177,7 +177,7 @@ func floorPlan() []room {
 	// (and nodeprobe's internal package, which Go keeps to nodeprobe).
 	var all []string
 	for _, r := range plan {
-		if !strings.HasSuffix(r.pkg, "test") && !strings.Contains(r.pkg, "internal/") && r.pkg != "nemesis" {
+		if !strings.HasSuffix(r.pkg, "test") && !strings.Contains(r.pkg, "/internal/") && r.pkg != "internal/poll" && r.pkg != "nemesis" {
 			all = append(all, r.pkg)
 		}
 	}
@@ -198,8 +198,8 @@ func floorPlan() []room {
 		room{pkg: "cmd/dibsd", what: "the daemon's binary: dibsd agent (the dibs.service unit), demo, probe, keygen",
 			may: []string{"internal/daemoncmd"}, never: []string{goNVML}},
 		room{pkg: "cmd/dibs", what: "the client: flags, tables, --json, the board; hands the daemon's verbs to dibsd",
-			may: []string{"api", "internal/buildinfo", "launch", "lease", "lease/doctor", "lease/replay", "lease/slurm",
-				"lease/termsafe", "nodeprobe", "tui"},
+			may: []string{"api", "internal/buildinfo", "launch", "lease", "internal/doctor", "internal/replay", "internal/slurm",
+				"internal/termsafe", "nodeprobe", "tui"},
 			mods: []string{bubbletea, "github.com/spf13/cobra", "github.com/spf13/pflag", xsys}, never: daemonParts},
 		room{pkg: ".", what: "this floor plan and the size limits (tests only)"},
 	)

@@ -5,8 +5,8 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/dibs-gpu/dibs/internal/doctor"
 	"github.com/dibs-gpu/dibs/lease"
-	"github.com/dibs-gpu/dibs/lease/doctor"
 )
 
 // DoctorRequest asks for `dibs doctor`: the health checks and, unless

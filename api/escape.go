@@ -4,8 +4,8 @@ import (
 	"maps"
 	"slices"
 
+	"github.com/dibs-gpu/dibs/internal/termsafe"
 	"github.com/dibs-gpu/dibs/lease"
-	"github.com/dibs-gpu/dibs/lease/termsafe"
 )
 
 // Escaped returns b with every string made safe for a terminal

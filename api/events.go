@@ -10,8 +10,8 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/dibs-gpu/dibs/internal/termsafe"
 	"github.com/dibs-gpu/dibs/lease"
-	"github.com/dibs-gpu/dibs/lease/termsafe"
 )
 
 // EventsRequest selects events cluster-wide (`dibs events`).

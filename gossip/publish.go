@@ -5,8 +5,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/dibs-gpu/dibs/internal/termsafe"
 	"github.com/dibs-gpu/dibs/lease"
-	"github.com/dibs-gpu/dibs/lease/termsafe"
 	"github.com/hashicorp/memberlist"
 )
 

@@ -4,8 +4,8 @@ import (
 	"fmt"
 	"math"
 
+	"github.com/dibs-gpu/dibs/internal/termsafe"
 	"github.com/dibs-gpu/dibs/lease"
-	"github.com/dibs-gpu/dibs/lease/termsafe"
 )
 
 // validNodeName reports whether s may name a node: a host name, in short

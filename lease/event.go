@@ -3,7 +3,7 @@ package lease
 import (
 	"fmt"
 
-	"github.com/dibs-gpu/dibs/lease/termsafe"
+	"github.com/dibs-gpu/dibs/internal/termsafe"
 	"slices"
 	"strconv"
 	"strings"

@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/dibs-gpu/dibs/lease/termsafe"
+	"github.com/dibs-gpu/dibs/internal/termsafe"
 )
 
 // Claim events of bookings: a booking made is a claim event with Reason

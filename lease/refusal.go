@@ -7,7 +7,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/dibs-gpu/dibs/lease/termsafe"
+	"github.com/dibs-gpu/dibs/internal/termsafe"
 	"github.com/dibs-gpu/dibs/nodeprobe"
 )
 

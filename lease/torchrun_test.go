@@ -8,8 +8,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/dibs-gpu/dibs/internal/slurm"
 	"github.com/dibs-gpu/dibs/lease"
-	"github.com/dibs-gpu/dibs/lease/slurm"
 )
 
 // torchParser reads argv (JSON) with the installed torch's own torchrun

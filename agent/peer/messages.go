@@ -6,8 +6,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/dibs-gpu/dibs/internal/doctor"
 	"github.com/dibs-gpu/dibs/lease"
-	"github.com/dibs-gpu/dibs/lease/doctor"
 )
 
 // The endpoints. A new one is added here, with its types below, and

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dibs-gpu/dibs/lease/doctor"
+	"github.com/dibs-gpu/dibs/internal/doctor"
 )
 
 func goodTally(waits, ranks int) doctor.Tally {

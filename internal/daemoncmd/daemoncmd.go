@@ -18,8 +18,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/dibs-gpu/dibs/internal/buildinfo"
+	"github.com/dibs-gpu/dibs/internal/termsafe"
 	"github.com/dibs-gpu/dibs/launch"
-	"github.com/dibs-gpu/dibs/lease/termsafe"
 )
 
 // ExitConfig is the status of an agent that cannot start with its config or

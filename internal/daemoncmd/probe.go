@@ -13,7 +13,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/dibs-gpu/dibs/lease/termsafe"
+	"github.com/dibs-gpu/dibs/internal/termsafe"
 	"github.com/dibs-gpu/dibs/nodeprobe"
 	"github.com/dibs-gpu/dibs/nodeprobe/probe"
 	"github.com/dibs-gpu/dibs/nodeprobe/sim"
