@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/dibs-gpu/dibs/api"
+	"github.com/dibs-gpu/dibs/internal/columns"
 	"github.com/dibs-gpu/dibs/lease"
 )
 
@@ -258,9 +259,9 @@ func printBookings(w io.Writer, bs []lease.Lease, now time.Time) {
 			// Someone else's booked run: its command is theirs.
 			note = strings.TrimSpace("runs a command  " + note)
 		}
-		fmt.Fprintf(w, "%-12s %-10s %-14s %-16s %-6s %-7s %s\n", clip(safe(id), 12), clip(safe(b.User), 10),
-			clip(gpus, 14), b.StartedAt.Local().Format("Mon Jan 2 15:04"),
-			lease.FormatDuration(b.ExpiresAt.Sub(b.StartedAt)), lease.FormatDuration(b.StartedAt.Sub(now).Round(time.Minute)), clip(safe(note), width))
+		fmt.Fprintf(w, "%-12s %-10s %-14s %-16s %-6s %-7s %s\n", columns.Clip(safe(id), 12), columns.Clip(safe(b.User), 10),
+			columns.Clip(gpus, 14), b.StartedAt.Local().Format("Mon Jan 2 15:04"),
+			lease.FormatDuration(b.ExpiresAt.Sub(b.StartedAt)), lease.FormatDuration(b.StartedAt.Sub(now).Round(time.Minute)), columns.Clip(safe(note), width))
 	}
 }
 

@@ -1,9 +1,7 @@
 package main
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -34,16 +32,7 @@ func reqCtx() (context.Context, context.CancelFunc) {
 // said (decoding gives back every byte), but control, bidi and invisible
 // characters are written as \u escapes, so the JSON is safe on a terminal
 // too (encoding/json escapes ESC and U+2028 itself, not DEL, C1 or bidi).
-func printJSON(w io.Writer, v any) error {
-	var b bytes.Buffer
-	enc := json.NewEncoder(&b)
-	enc.SetIndent("", "  ")
-	if err := enc.Encode(v); err != nil {
-		return err
-	}
-	_, err := w.Write(termsafe.JSON(b.Bytes()))
-	return err
-}
+func printJSON(w io.Writer, v any) error { return termsafe.WriteJSON(w, v) }
 
 // claimFlags are shared by claim and run. As in SLURM (`srun --gpus 2`),
 // -g/--gpus is a count; particular GPUs are named with --ids, as

@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/dibs-gpu/dibs/api"
+	"github.com/dibs-gpu/dibs/internal/columns"
 	"github.com/dibs-gpu/dibs/internal/doctor"
 	"github.com/dibs-gpu/dibs/lease"
 )
@@ -93,7 +94,7 @@ func printDoctor(w io.Writer, r api.DoctorReport) {
 	for i, x := range f.UsersPerWeek {
 		weeks[i] = fmt.Sprint(x.Users)
 	}
-	row("people", "%d in the window; per week %s (most %d)", f.Users, orDash(strings.Join(weeks, ", ")), f.UsersMaxWeek)
+	row("people", "%d in the window; per week %s (most %d)", f.Users, columns.OrDash(strings.Join(weeks, ", ")), f.UsersMaxWeek)
 	top := ""
 	if f.TopUser != "" {
 		top = fmt.Sprintf(", most by %s (%s)", f.TopUser, share(f.TopUserShare))
@@ -109,12 +110,12 @@ func printDoctor(w io.Writer, r api.DoctorReport) {
 	for _, k := range slices.Sorted(maps.Keys(f.Preemptions)) {
 		pre = append(pre, fmt.Sprintf("%s %d", k, f.Preemptions[k]))
 	}
-	row("preemptions", "%s; %d leases ended past their limit", orDash(strings.Join(pre, ", ")), f.Overdue)
+	row("preemptions", "%s; %d leases ended past their limit", columns.OrDash(strings.Join(pre, ", ")), f.Overdue)
 	if len(f.Missing) > 0 {
 		row("left out", "%s (no answer)", strings.Join(f.Missing, ", "))
 	}
 	call := map[string]string{doctor.CallStay: "STAY WITH DIBS", doctor.CallTune: "TUNE DIBS", doctor.CallSLURM: "MOVE TO SLURM"}[v.Call]
-	fmt.Fprintf(w, "\nVerdict: %s — %s\n", orDash(call), safe(v.Summary))
+	fmt.Fprintf(w, "\nVerdict: %s — %s\n", columns.OrDash(call), safe(v.Summary))
 	for _, x := range v.Reasons {
 		fmt.Fprintf(w, "  - %s\n", safe(x))
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/dibs-gpu/dibs/api"
+	"github.com/dibs-gpu/dibs/internal/columns"
 	"github.com/dibs-gpu/dibs/internal/termsafe"
 	"github.com/dibs-gpu/dibs/lease"
 )
@@ -111,7 +112,7 @@ func followEvents(c *cli, req api.EventsRequest, asJSON bool) error {
 // happened. The events are escaped already.
 func printEvents(w io.Writer, evs []lease.Event) {
 	for _, e := range evs {
-		fmt.Fprintf(w, "%s  %-8s %-13s %s\n", e.At.Local().Format("Jan 02 15:04:05"), clip(e.Node, 8), e.Kind, e.Text)
+		fmt.Fprintf(w, "%s  %-8s %-13s %s\n", e.At.Local().Format("Jan 02 15:04:05"), columns.Clip(e.Node, 8), e.Kind, e.Text)
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/dibs-gpu/dibs/api"
+	"github.com/dibs-gpu/dibs/internal/columns"
 	"github.com/dibs-gpu/dibs/lease"
 	"github.com/dibs-gpu/dibs/nodeprobe"
 )
@@ -53,12 +54,12 @@ func printBoard(w io.Writer, b api.Board, now time.Time) {
 		switch n.State {
 		case api.NodeAlive:
 		case api.NodeRestarting:
-			fmt.Fprintf(w, "%-8s restarting: its agent is away, its leases and gangs hold for the grace (last heard %s ago)\n", clip(n.Name, 8), lease.FormatDuration(now.Sub(n.TelemetryAt)))
+			fmt.Fprintf(w, "%-8s restarting: its agent is away, its leases and gangs hold for the grace (last heard %s ago)\n", columns.Clip(n.Name, 8), lease.FormatDuration(now.Sub(n.TelemetryAt)))
 		default:
-			fmt.Fprintf(w, "%-8s %s: GPUs unknown (last heard %s ago)\n", clip(n.Name, 8), n.State, lease.FormatDuration(now.Sub(n.TelemetryAt)))
+			fmt.Fprintf(w, "%-8s %s: GPUs unknown (last heard %s ago)\n", columns.Clip(n.Name, 8), n.State, lease.FormatDuration(now.Sub(n.TelemetryAt)))
 		}
 		if len(n.Host.Tags) > 0 {
-			fmt.Fprintf(w, "%-8s pools: %s\n", clip(n.Name, 8), clip(strings.Join(n.Host.Tags, ", "), 60))
+			fmt.Fprintf(w, "%-8s pools: %s\n", columns.Clip(n.Name, 8), columns.Clip(strings.Join(n.Host.Tags, ", "), 60))
 		}
 		for _, g := range n.GPUs {
 			holder, left := "-", ""
@@ -91,8 +92,8 @@ func printBoard(w io.Writer, b api.Board, now time.Time) {
 			if g.Lease != nil && g.Lease.Borrowed {
 				flags = append(flags, "borrowed")
 			}
-			fmt.Fprintf(w, "%-8s %3d %-16s %9s %4s  %-10s %6s  %s\n", clip(n.Name, 8), g.Index, clip(lsModel(g.Model), 16),
-				memStr(g.MemoryUsedMiB, g.MemoryTotalMiB), pct(g.UtilizationPct), clip(holder, 10), left, strings.Join(flags, ","))
+			fmt.Fprintf(w, "%-8s %3d %-16s %9s %4s  %-10s %6s  %s\n", columns.Clip(n.Name, 8), g.Index, columns.Clip(lsModel(g.Model), 16),
+				memStr(g.MemoryUsedMiB, g.MemoryTotalMiB), pct(g.UtilizationPct), columns.Clip(holder, 10), left, strings.Join(flags, ","))
 			printParts(w, n.State == api.NodeAlive, g, now)
 			for _, p := range g.Processes {
 				who := p.User
@@ -103,7 +104,7 @@ func printBoard(w io.Writer, b api.Board, now time.Time) {
 				if p.Container != "" {
 					extra = " container " + p.Container
 				}
-				fmt.Fprintf(w, "%14s└ pid %d %s %s %s%s\n", "", p.PID, clip(who, 12), clip(p.Command, 20), mib(p.UsedMemoryMiB), extra)
+				fmt.Fprintf(w, "%14s└ pid %d %s %s %s%s\n", "", p.PID, columns.Clip(who, 12), columns.Clip(p.Command, 20), mib(p.UsedMemoryMiB), extra)
 			}
 		}
 	}
@@ -118,7 +119,7 @@ func printBoard(w io.Writer, b api.Board, now time.Time) {
 		if sess == "" {
 			sess = "-"
 		}
-		fmt.Fprintf(w, "%-12s %-10s %-16s %-6s %-14s %s\n", clip(l.ID, 12), clip(l.User, 10), gpusCell(l, 16), left, clip(sess, 14), leaseNote(l, 16))
+		fmt.Fprintf(w, "%-12s %-10s %-16s %-6s %-14s %s\n", columns.Clip(l.ID, 12), columns.Clip(l.User, 10), gpusCell(l, 16), left, columns.Clip(sess, 14), leaseNote(l, 16))
 		printMIGUUID(w, l)
 	}
 	printArrays(w, leases)
@@ -138,7 +139,7 @@ func printParts(w io.Writer, alive bool, g api.GPU, now time.Time) {
 			}
 		}
 		sel := strconv.Itoa(g.Index) + ":" + strconv.Itoa(d.Index)
-		fmt.Fprintf(w, "%14s├ %-5s %-9s %6s  %-10s %6s\n", "", clip(sel, 5), clip(d.Profile, 9), mib(d.MemoryTotalMiB), clip(who, 10), left)
+		fmt.Fprintf(w, "%14s├ %-5s %-9s %6s  %-10s %6s\n", "", columns.Clip(sel, 5), columns.Clip(d.Profile, 9), mib(d.MemoryTotalMiB), columns.Clip(who, 10), left)
 		// The UUID is what CUDA_VISIBLE_DEVICES takes: printed whole, on
 		// its own line, so the table stays within 80 columns.
 		fmt.Fprintf(w, "%14s│   %s\n", "", d.UUID)
@@ -147,7 +148,7 @@ func printParts(w io.Writer, alive bool, g api.GPU, now time.Time) {
 		return
 	}
 	for _, l := range g.Shares {
-		fmt.Fprintf(w, "%14s├ %-15s %6s  %-10s %6s\n", "", "budget", mib(l.MemMiB), clip(l.User, 10), timeLeft(l, now))
+		fmt.Fprintf(w, "%14s├ %-15s %6s  %-10s %6s\n", "", "budget", mib(l.MemMiB), columns.Clip(l.User, 10), timeLeft(l, now))
 	}
 }
 
@@ -168,7 +169,7 @@ func gpusCell(l lease.Lease, width int) string {
 	if l.MIG != "" {
 		s = l.Node + ":MIG"
 	}
-	return fmt.Sprintf("%-*s", width, clip(s, width))
+	return fmt.Sprintf("%-*s", width, columns.Clip(s, width))
 }
 
 // printMIGUUID writes a MIG lease's instance UUID whole, under its row.
@@ -185,9 +186,9 @@ func leaseNote(l lease.Lease, width int) string {
 		if l.Note == "" {
 			return "borrowed"
 		}
-		return "borrowed; " + clip(l.Note, width)
+		return "borrowed; " + columns.Clip(l.Note, width)
 	}
-	return clip(l.Note, width)
+	return columns.Clip(l.Note, width)
 }
 
 // leaseGPUs says what a lease holds: node:0,1 or node:MIG-… or node:0 20G.
@@ -271,7 +272,7 @@ func printWho(w io.Writer, rows []lease.Lease, now time.Time) {
 	}
 	fmt.Fprintf(w, "%-10s %-14s %-14s %-7s %s\n", "USER", "LEASE", "GPUS", "LEFT", "NOTE")
 	for _, l := range rows {
-		fmt.Fprintf(w, "%-10s %-14s %-14s %-7s %s\n", clip(l.User, 10), l.ID, gpusCell(l, 14), timeLeft(l, now), leaseNote(l, 30))
+		fmt.Fprintf(w, "%-10s %-14s %-14s %-7s %s\n", columns.Clip(l.User, 10), l.ID, gpusCell(l, 14), timeLeft(l, now), leaseNote(l, 30))
 		printMIGUUID(w, l)
 	}
 }

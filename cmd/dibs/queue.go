@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/dibs-gpu/dibs/api"
+	"github.com/dibs-gpu/dibs/internal/columns"
 	"github.com/dibs-gpu/dibs/lease"
 )
 
@@ -380,7 +381,7 @@ func printQueue(w io.Writer, q api.Queue, now time.Time) {
 			size = mib(e.MemMiB) // a budget on a shared GPU
 		}
 		if e.MIG != "" {
-			size = clip(safe(e.MIG), 7) // a MIG instance
+			size = columns.Clip(safe(e.MIG), 7) // a MIG instance
 		}
 		switch {
 		case e.Running:
@@ -393,11 +394,11 @@ func printQueue(w io.Writer, q api.Queue, now time.Time) {
 		if e.Array != nil {
 			why = safe(e.Array.Summary(e.ID)) // n1-q7[3-5] running, 12 waiting, 3 done
 		}
-		line := fmt.Sprintf("%-3s %-12s %-9s %-7s %-6s %8s %-11s", pos, clip(safe(e.ID), 12), clip(safe(e.User), 9), size, safe(e.Duration), prio, start)
+		line := fmt.Sprintf("%-3s %-12s %-9s %-7s %-6s %8s %-11s", pos, columns.Clip(safe(e.ID), 12), columns.Clip(safe(e.User), 9), size, safe(e.Duration), prio, start)
 		if len([]rune(line))+1+len([]rune(why)) <= 80 {
 			fmt.Fprintf(w, "%s %s\n", line, why)
 		} else {
-			fmt.Fprintf(w, "%s\n    %s\n", line, clip(why, 76))
+			fmt.Fprintf(w, "%s\n    %s\n", line, columns.Clip(why, 76))
 		}
 	}
 	fmt.Fprintf(w, "\nscheduler: %s\n", safe(q.Scheduler))
@@ -459,7 +460,7 @@ func printUsage(w io.Writer, u api.UsageReport) {
 	fmt.Fprintf(w, "since %s\n", u.Since.Local().Format("Mon Jan 2 15:04"))
 	fmt.Fprintf(w, "%-12s %10s %12s %6s %10s %8s\n", "USER", "GPU-HOURS", "DECAYED", "SHARE", "FAIRSHARE", "RUNNING")
 	for _, x := range u.Users {
-		fmt.Fprintf(w, "%-12s %10.1f %12.1f %6.1f %10.3f %8d\n", clip(safe(x.User), 12), x.GPUHours, x.Decayed, x.Share, x.FairShare, x.RunningGPU)
+		fmt.Fprintf(w, "%-12s %10.1f %12.1f %6.1f %10.3f %8d\n", columns.Clip(safe(x.User), 12), x.GPUHours, x.Decayed, x.Share, x.FairShare, x.RunningGPU)
 	}
 	if len(u.Missing) > 0 {
 		missing := make([]string, len(u.Missing))

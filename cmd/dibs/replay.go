@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/dibs-gpu/dibs/api"
+	"github.com/dibs-gpu/dibs/internal/columns"
 	"github.com/dibs-gpu/dibs/internal/replay"
 	"github.com/dibs-gpu/dibs/lease"
 	"github.com/dibs-gpu/dibs/nodeprobe"
@@ -179,7 +180,7 @@ func doctorWindow(rep api.DoctorReport) time.Duration {
 // printReplay prints the policy table and what each line means.
 func printReplay(w io.Writer, out replayOutput) {
 	t := out.Trace
-	fmt.Fprintf(w, "replay of %s: %s on %s, %s, %s to %s (%s)\n\n", safe(orDash(t.Name)), counted(t.Requests, "request"), counted(t.Nodes, "node"), counted(t.GPUs, "GPU"),
+	fmt.Fprintf(w, "replay of %s: %s on %s, %s, %s to %s (%s)\n\n", safe(columns.OrDash(t.Name)), counted(t.Requests, "request"), counted(t.Nodes, "node"), counted(t.GPUs, "GPU"),
 		t.Start.UTC().Format("Mon Jan 2 15:04"), t.End.UTC().Format("Mon Jan 2 15:04"), lease.FormatDuration(t.End.Sub(t.Start)))
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "POLICY\tUTIL\tBUSY\tHELD IDLE\tFREE\tWAIT P50\tWAIT P95\tFAIRNESS\tSERVED\tNEVER STARTED\tALSO")
@@ -195,7 +196,7 @@ func printReplay(w io.Writer, out replayOutput) {
 			also = append(also, fmt.Sprintf("%d forgot to say they were done", r.Forgot))
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%.0f\t%.0f\t%.0f\t%s\t%s\t%.2f\t%s\t%d\t%s\n", r.Policy, share(r.Utilisation), r.BusyGPUHours, r.HeldIdleGPUHours, r.FreeGPUHours,
-			dur(r.WaitP50.Round(time.Minute)), dur(r.WaitP95.Round(time.Minute)), r.Fairness, share(r.Served), r.NeverStarted, orDash(strings.Join(also, ", ")))
+			dur(r.WaitP50.Round(time.Minute)), dur(r.WaitP95.Round(time.Minute)), r.Fairness, share(r.Served), r.NeverStarted, columns.OrDash(strings.Join(also, ", ")))
 	}
 	tw.Flush()
 	fmt.Fprintf(w, "\nBUSY, HELD IDLE and FREE are GPU-hours of the window; WAIT from asking to starting (work that never\n"+

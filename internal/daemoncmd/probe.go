@@ -1,9 +1,7 @@
 package daemoncmd
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"slices"
@@ -13,6 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/dibs-gpu/dibs/internal/columns"
 	"github.com/dibs-gpu/dibs/internal/termsafe"
 	"github.com/dibs-gpu/dibs/nodeprobe"
 	"github.com/dibs-gpu/dibs/nodeprobe/probe"
@@ -89,21 +88,21 @@ func writeProbeTable(w io.Writer, s nodeprobe.Snapshot) error {
 	s.EachString(func(_ string, p *string) { *p = safe(*p) })
 	var b strings.Builder
 	h := s.Host
-	fmt.Fprintf(&b, "%s  via %s  at %s\n", clip(h.Name, 40), h.Backend, s.TakenAt.UTC().Format(time.RFC3339))
+	fmt.Fprintf(&b, "%s  via %s  at %s\n", columns.Clip(h.Name, 40), h.Backend, s.TakenAt.UTC().Format(time.RFC3339))
 	fmt.Fprintf(&b, "%d CPUs  %s RAM  driver %s  CUDA %s\n\n",
-		h.CPUs, humanMiB(h.MemoryMiB), orDash(h.DriverVersion), orDash(h.CUDAVersion))
+		h.CPUs, humanMiB(h.MemoryMiB), columns.OrDash(h.DriverVersion), columns.OrDash(h.CUDAVersion))
 
 	fmt.Fprintf(&b, "%3s  %-28s  %15s  %4s  %4s  %9s  %3s\n", "GPU", "MODEL", "MEMORY MiB", "UTIL", "TEMP", "POWER W", "MIG")
 	for _, g := range s.GPUs {
 		mem := fmt.Sprintf("%d/%d", g.MemoryUsedMiB, g.MemoryTotalMiB)
 		power := optFloat(g.PowerDrawW) + "/" + optFloat(g.PowerLimitW)
 		fmt.Fprintf(&b, "%3d  %-28s  %15s  %4s  %4s  %9s  %3s\n",
-			g.Index, clip(shortModel(g.Model), 28), mem, optInt(g.UtilizationPct, "%"), optInt(g.TemperatureC, "C"), power, migShort(g.MIG))
+			g.Index, columns.Clip(shortModel(g.Model), 28), mem, optInt(g.UtilizationPct, "%"), optInt(g.TemperatureC, "C"), power, migShort(g.MIG))
 		for _, m := range g.MIGDevices {
-			fmt.Fprintf(&b, "     MIG %-2d %-10s  %-40s  %d/%d\n", m.Index, clip(m.Profile, 10), clip(m.UUID, 40), m.MemoryUsedMiB, m.MemoryTotalMiB)
+			fmt.Fprintf(&b, "     MIG %-2d %-10s  %-40s  %d/%d\n", m.Index, columns.Clip(m.Profile, 10), columns.Clip(m.UUID, 40), m.MemoryUsedMiB, m.MemoryTotalMiB)
 		}
 		if g.Error != "" {
-			fmt.Fprintf(&b, "     error: %s\n", clip(g.Error, 68))
+			fmt.Fprintf(&b, "     error: %s\n", columns.Clip(g.Error, 68))
 		}
 	}
 
@@ -119,7 +118,7 @@ func writeProbeTable(w io.Writer, s nodeprobe.Snapshot) error {
 		for _, g := range s.GPUs {
 			for _, p := range g.Processes {
 				fmt.Fprintf(&b, "%3d  %8d  %-12s  %-16s  %10d  %s\n",
-					g.Index, p.PID, clip(procUser(p), 12), clip(orDash(p.Command), 16), p.UsedMemoryMiB, orDash(p.Container))
+					g.Index, p.PID, columns.Clip(procUser(p), 12), columns.Clip(columns.OrDash(p.Command), 16), p.UsedMemoryMiB, columns.OrDash(p.Container))
 			}
 		}
 	}
@@ -172,23 +171,6 @@ func optFloat(v *float64) string {
 	return strconv.FormatFloat(*v, 'f', 0, 64)
 }
 
-func orDash(s string) string {
-	if s == "" {
-		return "-"
-	}
-	return s
-}
-
-// clip shortens s to n runes, marking the cut with "~" so a truncated name
-// is not mistaken for a whole one.
-func clip(s string, n int) string {
-	r := []rune(s)
-	if len(r) <= n {
-		return s
-	}
-	return string(r[:n-1]) + "~"
-}
-
 func humanMiB(mib uint64) string {
 	switch {
 	case mib >= 1<<20:
@@ -206,13 +188,4 @@ func safe(s string) string { return termsafe.String(s) }
 
 // printJSON writes v indented, with every string escaped as the client's
 // --json output is (termsafe.JSON).
-func printJSON(w io.Writer, v any) error {
-	var b bytes.Buffer
-	enc := json.NewEncoder(&b)
-	enc.SetIndent("", "  ")
-	if err := enc.Encode(v); err != nil {
-		return err
-	}
-	_, err := w.Write(termsafe.JSON(b.Bytes()))
-	return err
-}
+func printJSON(w io.Writer, v any) error { return termsafe.WriteJSON(w, v) }

@@ -13,7 +13,10 @@
 package termsafe
 
 import (
+	"bytes"
+	"encoding/json"
 	"fmt"
+	"io"
 	"strings"
 	"unicode"
 	"unicode/utf8"
@@ -309,4 +312,18 @@ func appendJSONEscape(b []byte, r rune) []byte {
 		return u4(u4(b, 0xd800+(r>>10)), 0xdc00+(r&0x3ff))
 	}
 	return u4(b, r)
+}
+
+// WriteJSON writes v to w as indented JSON with every string escaped as JSON
+// escapes it: what dibs and dibsd print with --json for scripts, the same
+// values, safe on a terminal too.
+func WriteJSON(w io.Writer, v any) error {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(v); err != nil {
+		return err
+	}
+	_, err := w.Write(JSON(b.Bytes()))
+	return err
 }
