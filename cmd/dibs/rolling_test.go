@@ -47,16 +47,18 @@ func buildRelease(t *testing.T, commit string) string {
 		t.Fatal(err)
 	}
 	untar.Stdin = pipe
-	var errb bytes.Buffer
-	archive.Stderr, untar.Stderr = &errb, &errb
+	// One buffer each: exec copies each process's stderr in a goroutine of
+	// its own, and a shared bytes.Buffer would be written by both at once.
+	var archiveErr, untarErr bytes.Buffer
+	archive.Stderr, untar.Stderr = &archiveErr, &untarErr
 	if err := untar.Start(); err != nil {
 		t.Fatal(err)
 	}
 	if err := archive.Run(); err != nil {
-		t.Fatalf("git archive %s: %v: %s", commit, err, errb.String())
+		t.Fatalf("git archive %s: %v: %s", commit, err, archiveErr.String())
 	}
 	if err := untar.Wait(); err != nil {
-		t.Fatalf("untar %s: %v: %s", commit, err, errb.String())
+		t.Fatalf("untar %s: %v: %s", commit, err, untarErr.String())
 	}
 	bin := filepath.Join(t.TempDir(), "dibs-"+commit)
 	// -trimpath keeps the build cache's entries independent of the

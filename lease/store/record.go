@@ -162,6 +162,9 @@ type entryRecord struct {
 	// Added with job arrays and dependencies, optional.
 	Array *arrayRecord `json:"array,omitempty"`
 	After []depRecord  `json:"after,omitempty"`
+	// Added with queued MIG instances, optional: without it a queued MIG
+	// request would come back from a restart as one for whole GPUs.
+	MIG string `json:"mig,omitempty"`
 }
 
 // arrayRecord is how a job array's parent keeps its tasks (frozen, like
@@ -215,7 +218,7 @@ func entryToRecord(e lease.QueueEntry) entryRecord {
 		Kind: string(e.Kind), Note: e.Note, Requeue: e.Requeue, MaxRestarts: e.MaxRestarts, NoRequeue: e.NoRequeue,
 		Restarts: e.Restarts, Attempt: e.Attempt, Running: e.Running, Model: e.Model,
 		RequestID: e.RequestID, Tags: e.Tags, MemMiB: e.MemMiB, Job: jobToRecord(e.Job), Placer: e.Placer,
-		RetryAt: e.RetryAt, RetryWhy: e.RetryWhy,
+		RetryAt: e.RetryAt, RetryWhy: e.RetryWhy, MIG: e.MIG,
 	}
 	r.Array, r.After = sweepToRecord(e)
 	return r
@@ -228,7 +231,7 @@ func (r *entryRecord) entry() lease.QueueEntry {
 		Kind: lease.Kind(r.Kind), Note: r.Note, Requeue: r.Requeue, MaxRestarts: r.MaxRestarts, NoRequeue: r.NoRequeue,
 		Restarts: r.Restarts, Attempt: r.Attempt, Running: r.Running, Model: r.Model,
 		RequestID: r.RequestID, Tags: r.Tags, MemMiB: r.MemMiB, Job: r.Job.job(), Placer: r.Placer,
-		RetryAt: r.RetryAt, RetryWhy: r.RetryWhy,
+		RetryAt: r.RetryAt, RetryWhy: r.RetryWhy, MIG: r.MIG,
 	}
 	e.Array, e.After = r.sweep()
 	return e
