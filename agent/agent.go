@@ -17,6 +17,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -143,9 +144,12 @@ type Agent struct {
 	webhooks *events.Webhooks
 	fanout   *events.Fanout
 	svc      *core.Service
-	cluster  *clusterLink
-	sock     *sockapi.Server
-	ssh      *sshd.Server
+	// cluster is set once serve has joined: memberlist serves peers'
+	// requests (which reach leasesChanged) from the moment it starts, so it
+	// is read and written atomically.
+	cluster atomic.Pointer[clusterLink]
+	sock    *sockapi.Server
+	ssh     *sshd.Server
 	// metrics is nil unless Config.MetricsListen is set.
 	metrics    *metrics.Metrics
 	metricsSrv *metrics.Server
@@ -231,10 +235,11 @@ func (a *Agent) For(uid int) *core.Bound { return a.svc.ForUID(uid) }
 // GossipAddr is the HOST:PORT this agent gossips on, empty when it runs
 // alone. Other agents join it there.
 func (a *Agent) GossipAddr() string {
-	if a.cluster == nil {
+	cl := a.cluster.Load()
+	if cl == nil {
 		return ""
 	}
-	return a.cluster.addr()
+	return cl.addr()
 }
 
 // MetricsAddr is where /metrics is served (HOST:PORT), empty when off.
@@ -363,7 +368,7 @@ func (a *Agent) serve() error {
 		if err != nil {
 			return err
 		}
-		a.cluster = cl
+		a.cluster.Store(cl)
 		a.svc.SetCluster(cl)
 		a.peers.SetTransport(cl)
 		if len(a.cfg.Cluster.Join) > 0 {
@@ -419,8 +424,8 @@ func (a *Agent) serve() error {
 
 // leasesChanged tells the cluster at once and asks the scheduler to look.
 func (a *Agent) leasesChanged() {
-	if a.cluster != nil {
-		a.cluster.publish(true)
+	if cl := a.cluster.Load(); cl != nil {
+		cl.publish(true)
 	}
 	a.kick()
 }
@@ -480,8 +485,8 @@ func (a *Agent) shutdown(how exitHow) error {
 	}
 	a.stopped = true
 	a.stopEvents(how)
-	if a.cluster != nil {
-		a.cluster.shutdown(how)
+	if cl := a.cluster.Load(); cl != nil {
+		cl.shutdown(how)
 	}
 	if a.ssh != nil {
 		a.ssh.Close()

@@ -178,11 +178,17 @@ func (l *clusterLink) Protocols(node string) (lo, hi int, ok bool) {
 // cluster (an upgrade rolling through) this origin publishes its jobs
 // whole, as v0.1.0 did; the section's size floor still bounds what one
 // person adds to it.
+//
+// memberlist may ask for LocalState before gossip.New has returned and
+// l.c is set: the agent's atomic pointer to the link is stored only after,
+// so reading the cluster through it is safe, and before it nothing has
+// joined yet.
 func (l *clusterLink) olderScheduler() bool {
-	if l == nil || l.c == nil {
+	cl := l.a.cluster.Load()
+	if cl == nil {
 		return false
 	}
-	for _, hi := range l.c.MemberProtocols() {
+	for _, hi := range cl.c.MemberProtocols() {
 		if hi != 0 && int(hi) < peer.PlaceCarriesJobSince {
 			return true
 		}

@@ -215,8 +215,8 @@ func (d *doctorParts) facts(ctx context.Context) doctor.Report {
 			sum := sha256.Sum256(cs.Key)
 			r.Cluster.KeyID = hex.EncodeToString(sum[:4])
 		}
-		if a.cluster != nil {
-			r.Cluster.DecryptFailures = a.cluster.c.Stats().DecryptFailures
+		if cl := a.cluster.Load(); cl != nil {
+			r.Cluster.DecryptFailures = cl.c.Stats().DecryptFailures
 		}
 	}
 	r.SSHAddr = a.SSHAddr()

@@ -111,7 +111,7 @@ func (a *Agent) watchEvents() {
 			}
 			version, judged = st.Version, st.Judged
 		}
-		if a.cluster != nil {
+		if a.cluster.Load() != nil {
 			a.watchMembers(members, primed)
 			primed = true
 		}
