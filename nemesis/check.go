@@ -40,11 +40,23 @@ const (
 	// gang rank is stopped or counted lost unless something else broke
 	// its gang.
 	CheckRestart = "restart-ended-work"
+	// CheckArrayTwice: no attempt of a job array's task runs twice.
+	CheckArrayTwice = "array-task-twice"
+	// CheckArrayLost: an acknowledged job array not cancelled is still
+	// queued at its origin at the end, or every one of its tasks ran.
+	CheckArrayLost = "array-task-lost"
+	// CheckArrayThrottle: never more than an array's throttle of its
+	// tasks hold leases at once.
+	CheckArrayThrottle = "array-throttle"
+	// CheckDependency: a run waiting for others (--after, --after-any)
+	// starts only after every part of each ended, and for --after only if
+	// it ran and was not cancelled.
+	CheckDependency = "dependency-order"
 )
 
 // allChecks lists every check in the order a report shows them.
 func allChecks() []string {
-	return []string{CheckGPU, CheckAckedLease, CheckTokens, CheckQueueLost, CheckRunTwice, CheckGang, CheckRestart, CheckConvergence, CheckFalseDead}
+	return []string{CheckGPU, CheckAckedLease, CheckTokens, CheckQueueLost, CheckRunTwice, CheckArrayTwice, CheckArrayLost, CheckArrayThrottle, CheckDependency, CheckGang, CheckRestart, CheckConvergence, CheckFalseDead}
 }
 
 // CheckOptions tunes Check; the zero value is what Check uses.
@@ -180,6 +192,8 @@ func CheckWith(h *History, o CheckOptions) Report {
 	r.Violations = append(r.Violations, checkTokens(x)...)
 	r.Violations = append(r.Violations, checkQueue(x)...)
 	r.Violations = append(r.Violations, checkRunTwice(x)...)
+	r.Violations = append(r.Violations, checkArrays(x)...)
+	r.Violations = append(r.Violations, checkDependencies(x)...)
 	r.Violations = append(r.Violations, checkGangs(x, o)...)
 	r.Violations = append(r.Violations, checkRestartKeptWork(x, o)...)
 	r.Violations = append(r.Violations, checkHeals(h, o)...)

@@ -56,12 +56,23 @@ func checkQueue(x *index) []Violation {
 	for _, in := range x.all {
 		if l, ok := grantOf(h, in); ok && l.Entry != "" {
 			ran[entryOf(l.Entry)] = true
+			ran[parentOf(entryOf(l.Entry))] = true // an array ran when a task did
 		}
 	}
 	cancelled := map[string]int{}
 	for i := range h.Ops {
 		if o := &h.Ops[i]; o.Kind == OpCancel && o.Outcome != Refused {
 			cancelled[o.EntryID] = i
+		}
+	}
+	// A task of a cancelled array is cancelled with it.
+	for id := range x.entryWrites {
+		if p := parentOf(id); p != id {
+			if i, ok := cancelled[p]; ok {
+				if _, own := cancelled[id]; !own {
+					cancelled[id] = i
+				}
+			}
 		}
 	}
 	ids := make([]string, 0, len(x.entryWrites))
@@ -116,7 +127,7 @@ func entryFate(x *index, id string, acked map[string]int, ran map[string]bool, c
 		}
 	}
 	_, wasCancelled := cancelled[id]
-	if deleted && !ran[id] && !wasCancelled {
+	if deleted && !ran[id] && !wasCancelled && !waitsToSucceed(x, id) {
 		return Violation{Check: CheckQueueLost, Subject: "entry " + id,
 			What:    fmt.Sprintf("%s (%s) was deleted though no lease ever ran it and no client cancelled it (only a node refusing it for good may drop it: see that agent's log)", id, who),
 			History: hist()}, true
@@ -175,6 +186,9 @@ func checkRunTwice(x *index) []Violation {
 					what += fmt.Sprintf(" after %s ran (it ended %s)", a.id, h.Writes[a.end].Ledger.Reason)
 				}
 				v := Violation{Check: CheckRunTwice, Subject: "entry " + k.entry, What: what}
+				if p := parentOf(entryOf(k.entry)); p != entryOf(k.entry) {
+					v.Check, v.Subject = CheckArrayTwice, "array task "+entryOf(k.entry)
+				}
 				v.History = append(v.History, writeLine(h, a.puts[0]))
 				if a.commit >= 0 && a.commit != a.puts[0] {
 					v.History = append(v.History, writeLine(h, a.commit))
@@ -189,4 +203,16 @@ func checkRunTwice(x *index) []Violation {
 		}
 	}
 	return out
+}
+
+// waitsToSucceed reports whether an entry (or the array it is a task of)
+// waits for another to succeed (--after): its origin ends it unrun when
+// that one did not.
+func waitsToSucceed(x *index, id string) bool {
+	for _, e := range []string{id, parentOf(id)} {
+		if q, ok := firstEntry(x, e); ok && slices.ContainsFunc(q.After, func(d lease.Dep) bool { return !d.Any }) {
+			return true
+		}
+	}
+	return false
 }

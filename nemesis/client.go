@@ -23,6 +23,9 @@ type client struct {
 	// queued its queue entries not yet cancelled.
 	held   []lease.Lease
 	queued []string
+	// submitted are the last entries this client was told it queued
+	// (cancelled or not): what a dependent run may wait for.
+	submitted []string
 }
 
 // opWeights say how often a client does what.
@@ -170,7 +173,23 @@ func (c *client) submit(ctx context.Context, cl *api.Client, op *Op) {
 		req.MaxRestarts = 1
 	} else {
 		req.Claim.Count = 1
+		switch r := c.rng.IntN(8); {
+		case r == 0:
+			// A small job array of short runs, throttled.
+			req.Array = fmt.Sprintf("0-%d%%%d", 1+c.rng.IntN(3), 1+c.rng.IntN(2))
+			req.Claim.Run = &api.RunSpec{Command: []string{"sleep", "1"}}
+		case r == 1 && len(c.submitted) > 0:
+			// A run that waits for one this client submitted earlier.
+			dep := []string{c.submitted[c.rng.IntN(len(c.submitted))]}
+			if c.rng.IntN(2) == 0 {
+				req.After = dep
+			} else {
+				req.AfterAny = dep
+			}
+			req.Claim.Run = &api.RunSpec{Command: []string{"sleep", "1"}}
+		}
 	}
+	op.Array, op.After, op.AfterAny = req.Array, req.After, req.AfterAny
 	op.Nodes, op.RequestID, op.Node = max(req.Nodes, 1), req.Claim.RequestID, op.Via
 	op.Call = c.h.rec.now()
 	s, err := cl.Submit(ctx, req)
@@ -178,6 +197,10 @@ func (c *client) submit(ctx context.Context, cl *api.Client, op *Op) {
 	if err == nil {
 		op.EntryID = s.ID
 		c.queued = append(c.queued, s.ID)
+		c.submitted = append(c.submitted, s.ID)
+		if len(c.submitted) > 4 {
+			c.submitted = c.submitted[1:]
+		}
 	}
 }
 

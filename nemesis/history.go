@@ -82,6 +82,10 @@ type Op struct {
 	// Nodes is how many nodes a submit asked for (2 or more: a gang).
 	EntryID string
 	Nodes   int
+	// Array is a submit's job array ("0-3%2"); After and AfterAny the
+	// entries it waits for (to succeed, or to end).
+	Array           string
+	After, AfterAny []string
 	// Holders is what a read saw: GPU index → lease id, "" for free, for
 	// every GPU of Node.
 	Holders map[int]string
