@@ -51,6 +51,9 @@ type Scheduler struct {
 	mu         sync.Mutex
 	inflight   map[string]lease.InFlight
 	reclaiming map[string]time.Time
+	// holding is whether the last pass held for a live peer not yet
+	// heard: the hold is logged once, not on every pass.
+	holding bool
 
 	wg sync.WaitGroup
 }
@@ -102,7 +105,16 @@ func (s *Scheduler) Pass(ctx context.Context) {
 }
 
 // schedule carries out one pass of the rules over the cluster's queue.
+//
+// Until this agent has heard the state of every live peer (it has just
+// started, or a peer is just back), the pass holds: no start, no retell,
+// no reclaim. A peer not yet heard may run an entry this view shows
+// waiting, or hold GPUs and usage the view cannot see; the origin's pass
+// holds its verdicts for the same reason (origin.Reconcile).
 func (s *Scheduler) schedule(ctx context.Context, v lease.ClusterView) {
+	if !s.heard(v) {
+		return
+	}
 	now := s.deps.Clock.Now()
 	progress := v.Progress()
 	entries := map[string]lease.QueueEntry{}
@@ -158,6 +170,26 @@ func (s *Scheduler) schedule(ctx context.Context, v lease.ClusterView) {
 			}
 		})
 	}
+}
+
+// heard reports whether v has every live peer's state, logging (once per
+// hold, at debug) the peers the pass waits for.
+func (s *Scheduler) heard(v lease.ClusterView) bool {
+	heard := v.Heard()
+	s.mu.Lock()
+	first := !heard && !s.holding
+	s.holding = !heard
+	s.mu.Unlock()
+	if first {
+		var waiting []string
+		for _, n := range v.Nodes {
+			if n.State == lease.NodeAlive && !n.HasState {
+				waiting = append(waiting, n.Name)
+			}
+		}
+		s.deps.Log.Debug("scheduler holds until every live peer's state is heard", "waiting_for", strings.Join(waiting, ","))
+	}
+	return heard
 }
 
 // settle forgets the starts in flight that have settled (their leases

@@ -3,6 +3,8 @@ package sched_test
 import (
 	"context"
 	"fmt"
+	"io"
+	"log/slog"
 	"slices"
 	"strings"
 	"sync"
@@ -282,6 +284,103 @@ func TestPass(t *testing.T) {
 					t.Errorf("calls %d..%d:\n  %s\nwant (any order):\n  %s", i, i+len(g)-1, strings.Join(part, "\n  "), strings.Join(want, "\n  "))
 				}
 				i += len(g)
+			}
+		})
+	}
+}
+
+// syncWriter lets the scheduler's goroutines log into one buffer.
+type syncWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (s *syncWriter) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.w.Write(p)
+}
+
+// passAndWait runs one pass and waits for every call it sent: Run on a
+// context already ended returns at once, after waiting for the starts and
+// reclaims the pass left in flight.
+func passAndWait(s *sched.Scheduler) {
+	s.Pass(context.Background())
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	s.Run(ctx)
+}
+
+// TestSchedulerHoldsUntilEveryLivePeerIsHeard: a scheduler that has not
+// heard a live peer's state yet (it has just started, or the peer is just
+// back) starts nothing, retells nothing and reclaims nothing, however
+// many passes run: that peer may run the entry the view shows waiting, or
+// hold usage the view cannot see. Once the peer is heard, the same pass
+// does what it holds back.
+func TestSchedulerHoldsUntilEveryLivePeerIsHeard(t *testing.T) {
+	overdue := lease.Lease{ID: "node01-7", Node: "node01", User: "carol", UID: 1003, GPUs: []int{0, 1, 2, 3}, Token: 7,
+		StartedAt: t0.Add(-2 * time.Hour), ExpiresAt: t0.Add(-time.Hour)}
+	busy := lease.Lease{ID: "node02-3", Node: "node02", User: "dave", UID: 1004, GPUs: []int{0, 1, 2, 3}, Token: 3,
+		StartedAt: t0, ExpiresAt: t0.Add(time.Hour)}
+	// node02 runs node01-q1 already: a scheduler that restarted before
+	// its origin heard the start sees the entry waiting.
+	runs := lease.Lease{ID: "node02-4", Node: "node02", User: "alice", UID: 1001, GPUs: []int{0, 1}, Token: 4,
+		Entry: "node01-q1#0", StartedAt: t0, ExpiresAt: t0.Add(time.Hour)}
+	tests := []struct {
+		name string
+		// held are leases on node01 and on node02 (once heard).
+		held map[string][]lease.Lease
+		// queue is node01's.
+		queue []lease.QueueEntry
+		want  []string
+	}{
+		{
+			name:  "a waiting entry starts only once the peer is heard",
+			queue: []lease.QueueEntry{entry("node01-q1", "alice", 1001, 1, 2, 0)},
+			want:  []string{"node01 place node01-q1#0", "node01 start node01-q1#0 gpus [0 1] rank 0 as alice", "node01 started node01-q1#0"},
+		},
+		{
+			name:  "an overdue lease is reclaimed only once the peer is heard",
+			held:  map[string][]lease.Lease{"node01": {overdue}, "node02": {busy}},
+			queue: []lease.QueueEntry{entry("node01-q1", "alice", 1001, 1, 4, 0)},
+			want:  []string{"node01 preempt node01-7 (overdue)"},
+		},
+		{
+			name:  "an entry the peer not yet heard runs is told again, never started twice",
+			held:  map[string][]lease.Lease{"node02": {runs}},
+			queue: []lease.QueueEntry{entry("node01-q1", "alice", 1001, 1, 2, 0)},
+			want:  []string{"node01 started node01-q1#0"},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := newCluster("node01", "node02")
+			clk := clock.NewFake(t0)
+			self := nodeView(t, "node01")
+			self.Leases, self.Queue = tt.held["node01"], tt.queue
+			peerHeard := nodeView(t, "node02")
+			peerHeard.Leases = tt.held["node02"]
+			// memberlist says node02 is alive; its state has not come.
+			unheard := lease.NodeView{Name: "node02", State: lease.NodeAlive, Protocol: peer.Version}
+			peerView := unheard
+			view := func() lease.ClusterView { return lease.NewClusterView(self, []lease.NodeView{peerView}, clk.Now()) }
+			var logged strings.Builder
+			log := slog.New(slog.NewTextHandler(&syncWriter{w: &logged}, &slog.HandlerOptions{Level: slog.LevelDebug}))
+			s := sched.New("node01", lease.SchedConfig{}, sched.Deps{View: view, Peers: c.muxes["node01"], Clock: clk, Log: log})
+			for range 3 {
+				passAndWait(s)
+				clk.Advance(sched.Tick)
+			}
+			if got := c.seen(); len(got) > 0 {
+				t.Fatalf("before node02 was heard the scheduler asked:\n  %s\nwant nothing", strings.Join(got, "\n  "))
+			}
+			if n := strings.Count(logged.String(), "scheduler holds"); n != 1 || !strings.Contains(logged.String(), "waiting_for=node02") {
+				t.Errorf("the hold was logged %d times over 3 passes, want once naming node02:\n%s", n, logged.String())
+			}
+			peerView = peerHeard
+			passAndWait(s)
+			if got := c.seen(); !slices.Equal(got, tt.want) {
+				t.Fatalf("once node02 was heard the scheduler asked:\n  %s\nwant:\n  %s", strings.Join(got, "\n  "), strings.Join(tt.want, "\n  "))
 			}
 		})
 	}
