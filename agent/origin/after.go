@@ -87,48 +87,70 @@ func depBrokenWhy(d lease.Dep, st lease.EntryStatus) string {
 // setAfter writes e with the dependencies still to wait for; with none
 // left it may be scheduled (an array starts making its tasks).
 func (o *Origin) setAfter(e lease.QueueEntry, keep []lease.Dep) {
-	o.mu.Lock()
-	cur, ok := o.entries[e.ID]
-	if !ok || !slices.Equal(cur.After, e.After) {
-		o.mu.Unlock()
-		return
-	}
-	cur.After = keep
-	if err := o.deps.Store.PutEntry(cur, o.seq); err != nil {
-		o.mu.Unlock()
+	set, err := o.keepAfter(e, keep)
+	if err != nil {
 		o.deps.Log.Error("record a dependency met", "entry", e.ID, "err", err)
 		return
 	}
-	o.entries[e.ID] = cur
-	if len(keep) == 0 && cur.Array != nil {
-		o.fillLocked(cur.ID, true)
+	if !set {
+		return
 	}
-	o.publishLocked()
-	o.mu.Unlock()
 	if len(keep) == 0 {
 		o.deps.Log.Info("dependencies met", "entry", e.ID)
 	}
 	o.deps.QueueChanged()
 }
 
-// dropAfter ends a waiting entry whose dependency did not end as asked.
-func (o *Origin) dropAfter(e lease.QueueEntry, why string) {
+// keepAfter is setAfter under the lock: set is false when e changed
+// meanwhile (its dependencies are another pass's to settle).
+func (o *Origin) keepAfter(e lease.QueueEntry, keep []lease.Dep) (set bool, _ error) {
 	o.mu.Lock()
+	defer o.mu.Unlock()
 	cur, ok := o.entries[e.ID]
 	if !ok || !slices.Equal(cur.After, e.After) {
-		o.mu.Unlock()
-		return
+		return false, nil
 	}
-	if err := o.deps.Store.DeleteEntry(e.ID); err != nil {
-		o.mu.Unlock()
+	cur.After = keep
+	if err := o.deps.Store.PutEntry(cur, o.seq); err != nil {
+		return false, err
+	}
+	o.entries[e.ID] = cur
+	if len(keep) == 0 && cur.Array != nil {
+		o.fillLocked(cur.ID, true)
+	}
+	o.publishLocked()
+	return true, nil
+}
+
+// dropAfter ends a waiting entry whose dependency did not end as asked.
+func (o *Origin) dropAfter(e lease.QueueEntry, why string) {
+	dropped, err := o.endAfter(e, why)
+	if err != nil {
 		o.deps.Log.Error("end a run whose dependency failed", "entry", e.ID, "err", err)
 		return
+	}
+	if !dropped {
+		return
+	}
+	o.deps.Log.Info("not starting: a dependency did not succeed", "entry", e.ID, "why", why)
+	o.deps.QueueChanged()
+}
+
+// endAfter is dropAfter under the lock: dropped is false when e changed
+// meanwhile.
+func (o *Origin) endAfter(e lease.QueueEntry, why string) (dropped bool, _ error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	cur, ok := o.entries[e.ID]
+	if !ok || !slices.Equal(cur.After, e.After) {
+		return false, nil
+	}
+	if err := o.deps.Store.DeleteEntry(e.ID); err != nil {
+		return false, err
 	}
 	delete(o.entries, e.ID)
 	o.ended.note(lease.EntryStatus{ID: e.ID, State: lease.EntryFailed, Reason: lease.ClipRetryWhy(why)})
 	o.deps.Events(lease.EntryEvent(lease.EventFail, cur, why, o.deps.Clock.Now()))
 	o.publishLocked()
-	o.mu.Unlock()
-	o.deps.Log.Info("not starting: a dependency did not succeed", "entry", e.ID, "why", why)
-	o.deps.QueueChanged()
+	return true, nil
 }

@@ -76,15 +76,20 @@ func (o *Origin) repairArraysLocked() {
 // fillArrays makes the next tasks of every array that may have more, and
 // ends the arrays whose tasks all ended.
 func (o *Origin) fillArrays() {
+	if o.fill() {
+		o.deps.QueueChanged()
+	}
+}
+
+// fill is fillArrays under the lock; it reports whether anything changed.
+func (o *Origin) fill() bool {
 	o.mu.Lock()
+	defer o.mu.Unlock()
 	changed := o.fillArraysLocked(true)
 	if changed {
 		o.publishLocked()
 	}
-	o.mu.Unlock()
-	if changed {
-		o.deps.QueueChanged()
-	}
+	return changed
 }
 
 // fillArraysLocked is fillArrays under o.mu; it reports whether anything
@@ -234,11 +239,11 @@ func (o *Origin) taskStartedLocked(t lease.QueueEntry) {
 	o.deps.Events(lease.EntryEvent(lease.EventStart, p, "", o.deps.Clock.Now()))
 }
 
-// cancelSweep cancels a whole array (its waiting and running tasks, as
-// scancel does) or one task of it, made or not. handled is false for an
-// id that is neither: Cancel goes on as for any entry.
-func (o *Origin) cancelSweep(c lease.Caller, id string) (handled bool, err error) {
-	o.mu.Lock()
+// cancelArrayLocked cancels a whole array (its waiting and running tasks,
+// as scancel does) or one task of it, made or not. handled is false for an
+// id that is neither: Cancel goes on as for any entry. o.mu is held
+// (Origin.withdraw).
+func (o *Origin) cancelArrayLocked(c lease.Caller, id string) (handled bool, err error) {
 	arr, idx, isTask := lease.ArrayTaskOf(id)
 	pid := id
 	if isTask {
@@ -246,31 +251,25 @@ func (o *Origin) cancelSweep(c lease.Caller, id string) (handled bool, err error
 	}
 	p, ok := o.entries[pid]
 	if !ok || p.Array == nil {
-		o.mu.Unlock()
 		return false, nil
 	}
 	if p.UID != c.UID && !c.Admin {
-		o.mu.Unlock()
 		return true, &lease.Error{Code: lease.CodeForbidden, Msg: fmt.Sprintf("%s is %s's array; only they (or an admin) can cancel it", pid, p.User)}
 	}
 	var ev lease.Event
 	if isTask {
 		if !slices.Contains(p.Array.Indices(), idx) {
-			o.mu.Unlock()
 			return true, &lease.Error{Code: lease.CodeNotFound, Msg: fmt.Sprintf("array %s has no task %d (its tasks: %s)", pid, idx, p.Array.Spec)}
 		}
 		if p.Array.Ended(idx) {
-			o.mu.Unlock()
 			return true, &lease.Error{Code: lease.CodeNotFound, Msg: fmt.Sprintf("task %s has ended already", id)}
 		}
 		t, made := o.entries[id]
 		if err := o.taskEndedLocked(lease.QueueEntry{ID: id}, lease.EntryCancelled); err != nil {
-			o.mu.Unlock()
 			return true, err
 		}
 		if made {
 			if err := o.deps.Store.DeleteEntry(id); err != nil {
-				o.mu.Unlock()
 				return true, err // Open drops it: its parent says it ended
 			}
 			delete(o.entries, id)
@@ -285,7 +284,6 @@ func (o *Origin) cancelSweep(c lease.Caller, id string) (handled bool, err error
 		// The parent first: a crash before its tasks are deleted leaves
 		// tasks without a parent, which Open deletes.
 		if err := o.deps.Store.DeleteEntry(pid); err != nil {
-			o.mu.Unlock()
 			return true, err
 		}
 		delete(o.entries, pid)
@@ -313,8 +311,5 @@ func (o *Origin) cancelSweep(c lease.Caller, id string) (handled bool, err error
 	}
 	o.deps.Events(ev)
 	o.publishLocked()
-	o.mu.Unlock()
-	o.deps.Log.Info("cancelled", "entry", id, "by", c.User)
-	o.deps.QueueChanged()
 	return true, nil
 }

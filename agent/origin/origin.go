@@ -47,6 +47,15 @@ type Deps struct {
 
 // Origin is this node's queue entries. Writers queue on one mutex (the disk
 // write happens under it); readers take the published list without a lock.
+//
+// The mutex is taken in one place per change, a small method that holds it
+// by defer whatever it returns by (admit, withdraw, place, markRunning,
+// drop, settle, keepAfter, endAfter, fill; Open and Status read under it):
+// the store, the entries and the published list move together inside it. The events it records stay under
+// it (recording never blocks), so their order is the store's, as in
+// agent/node. Whatever a change sets off outside the origin — telling the
+// cluster and the scheduler (Deps.QueueChanged), stopping ranks, asking
+// other origins — its exported caller does after the lock is released.
 type Origin struct {
 	node string
 	deps Deps
@@ -149,22 +158,34 @@ func (o *Origin) publishLocked() {
 // A submission retried with the same request id (its answer was lost)
 // gets the entry the first one made.
 func (o *Origin) Submit(e lease.QueueEntry) (lease.QueueEntry, error) {
+	e, fresh, err := o.admit(e)
+	if err != nil || !fresh {
+		return e, err
+	}
+	o.deps.Log.Info("queued", "entry", e.ID, "user", e.User, "nodes", e.Nodes, "gpus_per_node", e.GPUsPerNode)
+	o.deps.QueueChanged()
+	return e, nil
+}
+
+// admit is Submit under the lock: the entry made durable and published,
+// its submission recorded. fresh is false for a retried request id, which
+// gets the entry its first try made.
+func (o *Origin) admit(e lease.QueueEntry) (_ lease.QueueEntry, fresh bool, _ error) {
 	o.mu.Lock()
+	defer o.mu.Unlock()
 	if e.RequestID != "" {
 		for _, x := range o.entries {
 			if x.UID == e.UID && x.RequestID == e.RequestID {
-				o.mu.Unlock()
-				return x, nil
+				return x, false, nil
 			}
 		}
 	}
 	if n := o.countLocked(e.User); n+weight(e) > o.deps.MaxPerUser {
-		o.mu.Unlock()
 		if e.Array != nil {
-			return lease.QueueEntry{}, &lease.Error{Code: lease.CodeConflict, Msg: fmt.Sprintf(
+			return lease.QueueEntry{}, false, &lease.Error{Code: lease.CodeConflict, Msg: fmt.Sprintf(
 				"you have %d requests queued or running from %s and this array adds %d (each task counts as one); at most %d: use fewer tasks, or wait for some to finish", n, o.node, weight(e), o.deps.MaxPerUser)}
 		}
-		return lease.QueueEntry{}, &lease.Error{Code: lease.CodeConflict, Msg: fmt.Sprintf(
+		return lease.QueueEntry{}, false, &lease.Error{Code: lease.CodeConflict, Msg: fmt.Sprintf(
 			"you have %d requests queued or running from %s, the most one person may: cancel some (`dibs queue` shows them), or wait for them to finish", n, o.node)}
 	}
 	seq := o.seq + 1
@@ -172,12 +193,10 @@ func (o *Origin) Submit(e lease.QueueEntry) (lease.QueueEntry, error) {
 	e.ID = lease.QueueID(o.node, seq)
 	e.SubmittedAt = o.deps.Clock.Now().Round(0)
 	if err := e.Validate(); err != nil {
-		o.mu.Unlock()
-		return lease.QueueEntry{}, err
+		return lease.QueueEntry{}, false, err
 	}
 	if err := o.deps.Store.PutEntry(e, seq); err != nil {
-		o.mu.Unlock()
-		return lease.QueueEntry{}, err
+		return lease.QueueEntry{}, false, err
 	}
 	o.seq = seq
 	o.entries[e.ID] = e
@@ -186,10 +205,7 @@ func (o *Origin) Submit(e lease.QueueEntry) (lease.QueueEntry, error) {
 	}
 	o.publishLocked()
 	o.deps.Events(lease.EntryEvent(lease.EventSubmit, e, "", o.deps.Clock.Now()))
-	o.mu.Unlock()
-	o.deps.Log.Info("queued", "entry", e.ID, "user", e.User, "nodes", e.Nodes, "gpus_per_node", e.GPUsPerNode)
-	o.deps.QueueChanged()
-	return e, nil
+	return e, true, nil
 }
 
 // countLocked is how many of this node's entries user has.
@@ -212,21 +228,31 @@ func (o *Origin) countLocked(user string) int {
 // of an attempt that is over, which the next Reconcile stops (SIGTERM, and
 // the end after the preemption grace) — it is never requeued.
 func (o *Origin) Cancel(c lease.Caller, id string) error {
-	if handled, err := o.cancelSweep(c, id); handled {
+	if err := o.withdraw(c, id); err != nil {
 		return err
 	}
+	o.deps.Log.Info("cancelled", "entry", id, "by", c.User)
+	o.deps.QueueChanged()
+	return nil
+}
+
+// withdraw is Cancel under the lock: an array or one of its tasks
+// (cancelArrayLocked), else one entry, deleted durably, remembered as
+// cancelled and recorded.
+func (o *Origin) withdraw(c lease.Caller, id string) error {
 	o.mu.Lock()
+	defer o.mu.Unlock()
+	if handled, err := o.cancelArrayLocked(c, id); handled {
+		return err
+	}
 	e, ok := o.entries[id]
 	switch {
 	case !ok:
-		o.mu.Unlock()
 		return &lease.Error{Code: lease.CodeNotFound, Msg: fmt.Sprintf("no queued request %s: `dibs queue` shows them", id)}
 	case e.UID != c.UID && !c.Admin:
-		o.mu.Unlock()
 		return &lease.Error{Code: lease.CodeForbidden, Msg: fmt.Sprintf("%s is %s's request; only they (or an admin) can cancel it", id, e.User)}
 	}
 	if err := o.deps.Store.DeleteEntry(id); err != nil {
-		o.mu.Unlock()
 		return err
 	}
 	delete(o.entries, id)
@@ -243,9 +269,6 @@ func (o *Origin) Cancel(c lease.Caller, id string) error {
 		ev.Text += " by " + c.User
 	}
 	o.deps.Events(ev)
-	o.mu.Unlock()
-	o.deps.Log.Info("cancelled", "entry", id, "by", c.User)
-	o.deps.QueueChanged()
 	return nil
 }
 
@@ -307,8 +330,23 @@ func (o *Origin) place(key, placer string) (*lease.Job, error) {
 // entry when this call marked it (false when unknown, another attempt, or
 // already marked).
 func (o *Origin) MarkStarted(key string) (lease.QueueEntry, bool) {
+	e, marked, err := o.markRunning(key)
+	if err != nil {
+		o.deps.Log.Error("mark running", "entry", e.ID, "err", err)
+		return lease.QueueEntry{}, false
+	}
+	if !marked {
+		return lease.QueueEntry{}, false
+	}
+	o.deps.QueueChanged()
+	return e, true
+}
+
+// markRunning is MarkStarted under the lock. On a store error e names the
+// entry it could not mark.
+func (o *Origin) markRunning(key string) (e lease.QueueEntry, marked bool, _ error) {
 	o.mu.Lock()
-	var e lease.QueueEntry
+	defer o.mu.Unlock()
 	found := false
 	for _, x := range o.entries {
 		if x.Key() == key {
@@ -316,14 +354,11 @@ func (o *Origin) MarkStarted(key string) (lease.QueueEntry, bool) {
 		}
 	}
 	if !found || e.Running {
-		o.mu.Unlock()
-		return lease.QueueEntry{}, false
+		return lease.QueueEntry{}, false, nil
 	}
 	e.Running = true
 	if err := o.deps.Store.PutEntry(e, o.seq); err != nil {
-		o.mu.Unlock()
-		o.deps.Log.Error("mark running", "entry", e.ID, "err", err)
-		return lease.QueueEntry{}, false
+		return e, false, err
 	}
 	o.entries[e.ID] = e
 	delete(o.placed, key)
@@ -334,17 +369,31 @@ func (o *Origin) MarkStarted(key string) (lease.QueueEntry, bool) {
 		o.deps.Events(lease.EntryEvent(lease.EventStart, e, "", o.deps.Clock.Now()))
 	}
 	o.publishLocked()
-	o.mu.Unlock()
-	o.deps.QueueChanged()
-	return e, true
+	return e, true, nil
 }
 
 // Refuse drops a waiting entry whose attempt a node refused for good (no
 // account there, a command it cannot run), remembering why (Status). ok is
 // false when the attempt is not this entry's waiting one.
 func (o *Origin) Refuse(key, why string) (lease.QueueEntry, bool) {
+	e, dropped, err := o.drop(key, why)
+	if err != nil {
+		o.deps.Log.Error("drop a refused entry", "entry", e.ID, "err", err)
+		return lease.QueueEntry{}, false
+	}
+	if !dropped {
+		return lease.QueueEntry{}, false
+	}
+	o.deps.Log.Info("dropped a queued entry a node refused", "entry", e.ID)
+	o.deps.QueueChanged()
+	return e, true
+}
+
+// drop is Refuse under the lock. On a store error e names the entry it
+// could not drop.
+func (o *Origin) drop(key, why string) (e lease.QueueEntry, dropped bool, _ error) {
 	o.mu.Lock()
-	var e lease.QueueEntry
+	defer o.mu.Unlock()
 	found := false
 	for _, x := range o.entries {
 		if x.Key() == key && !x.Running {
@@ -352,27 +401,21 @@ func (o *Origin) Refuse(key, why string) (lease.QueueEntry, bool) {
 		}
 	}
 	if !found {
-		o.mu.Unlock()
-		return lease.QueueEntry{}, false
+		return lease.QueueEntry{}, false, nil
 	}
 	err := o.taskEndedLocked(e, lease.EntryFailed)
 	if err == nil {
 		err = o.deps.Store.DeleteEntry(e.ID)
 	}
 	if err != nil {
-		o.mu.Unlock()
-		o.deps.Log.Error("drop a refused entry", "entry", e.ID, "err", err)
-		return lease.QueueEntry{}, false
+		return e, false, err
 	}
 	delete(o.entries, e.ID)
 	delete(o.placed, e.Key())
 	o.ended.note(lease.EntryStatus{ID: e.ID, State: lease.EntryFailed, Reason: lease.ClipRetryWhy(why), Restarts: e.Restarts, MaxRestarts: e.MaxRestarts})
 	o.fillArraysLocked(false)
 	o.publishLocked()
-	o.mu.Unlock()
-	o.deps.Log.Info("dropped a queued entry a node refused", "entry", e.ID)
-	o.deps.QueueChanged()
-	return e, true
+	return e, true, nil
 }
 
 // Finish ends an attempt: the entry goes back in the queue for another one
@@ -386,11 +429,24 @@ func (o *Origin) Refuse(key, why string) (lease.QueueEntry, bool) {
 // carries why, so `dibs queue` can say why it waits and until when; a run
 // preempted for someone else goes back at once.
 func (o *Origin) Finish(e lease.QueueEntry, failed, preempted bool, why string) (next lease.QueueEntry, requeued, ok bool) {
+	next, requeued, ok, err := o.settle(e, failed, preempted, why)
+	if err != nil {
+		o.deps.Log.Error("finish queued entry", "entry", e.ID, "err", err)
+		return lease.QueueEntry{}, false, false
+	}
+	if ok {
+		o.deps.QueueChanged()
+	}
+	return next, requeued, ok
+}
+
+// settle is Finish under the lock.
+func (o *Origin) settle(e lease.QueueEntry, failed, preempted bool, why string) (next lease.QueueEntry, requeued, ok bool, _ error) {
 	o.mu.Lock()
+	defer o.mu.Unlock()
 	cur, found := o.entries[e.ID]
 	if !found || cur.Key() != e.Key() || !cur.Running {
-		o.mu.Unlock()
-		return lease.QueueEntry{}, false, false
+		return lease.QueueEntry{}, false, false, nil
 	}
 	if preempted {
 		next, requeued = cur.AfterPreempt()
@@ -418,9 +474,7 @@ func (o *Origin) Finish(e lease.QueueEntry, failed, preempted bool, why string) 
 		}
 	}
 	if err != nil {
-		o.mu.Unlock()
-		o.deps.Log.Error("finish queued entry", "entry", e.ID, "err", err)
-		return lease.QueueEntry{}, false, false
+		return lease.QueueEntry{}, false, false, err
 	}
 	if requeued {
 		o.entries[e.ID] = next
@@ -436,9 +490,7 @@ func (o *Origin) Finish(e lease.QueueEntry, failed, preempted bool, why string) 
 		o.fillArraysLocked(false)
 	}
 	o.publishLocked()
-	o.mu.Unlock()
-	o.deps.QueueChanged()
-	return next, requeued, true
+	return next, requeued, true, nil
 }
 
 // Stopper stops one rank of a gang (a lease on some node).
