@@ -1,11 +1,12 @@
 package gossip
 
-// This file is copied into a release's gossip package (by
-// TestFirstReleaseDecodesThisRelease, and by hand to make the fixtures of
-// that release) and also lives, identical, in this release's tests
+// This file is copied, as gossip/zz_wire.go, into a release's gossip
+// package (by TestFirstReleaseDecodesThisRelease, and by hand to make the
+// fixtures of that release), and is this release's own in its tests
 // (wire_fixture_test.go): one message of every type, encoded by the
-// release's own code, and that release's decoder. It uses only what every
-// release since v0.1.0 has.
+// release's own code, and that release's decoder. One copy, so both
+// releases encode the same messages. It uses only what every release
+// since v0.1.0 has, and nothing of the tests.
 
 import (
 	"encoding/json"

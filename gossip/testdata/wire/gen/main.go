@@ -7,7 +7,7 @@
 //	git archive e4e3039 | tar -x -C /tmp/v010
 //	mkdir /tmp/v010/cmd/wiregen
 //	cp main.go gossip_glue.go place_v010.go /tmp/v010/cmd/wiregen/
-//	cp gossip/zz_wire.go /tmp/v010/gossip/
+//	cp ../../../wire_samples_test.go /tmp/v010/gossip/zz_wire.go
 //	(cd /tmp/v010 && go run -tags wiregen_gossip,wiregen_v010 ./cmd/wiregen write DIR)
 //	(cd /tmp/v010 && go run -tags wiregen_gossip,wiregen_v010 ./cmd/wiregen check FILE...)
 //
