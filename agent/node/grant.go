@@ -73,7 +73,7 @@ func (n *Node) Grant(ctx context.Context, c lease.Caller, g Grant) (lease.Lease,
 	}
 	if g.Run != nil && g.ReserveFor == 0 {
 		if err := n.sess.startSession(ctx, l, u, g.Run); err != nil {
-			n.end(l, lease.EndSessionFailed, "")
+			n.sess.failedStart(ctx, l, u)
 			return lease.Lease{}, err
 		}
 	}
@@ -132,11 +132,12 @@ func (n *Node) Commit(ctx context.Context, c lease.Caller, entry string, d time.
 		// As the account the reservation was made for (its name and the
 		// uid resolved then), not whatever the name or uid means now.
 		u, err := n.sess.sessionUser(lease.Caller{UID: l.UID, User: l.User})
-		if err == nil {
-			err = n.sess.startSession(ctx, l, u, run)
-		}
 		if err != nil {
 			n.end(l, lease.EndSessionFailed, "")
+			return lease.Lease{}, err
+		}
+		if err := n.sess.startSession(ctx, l, u, run); err != nil {
+			n.sess.failedStart(ctx, l, u)
 			return lease.Lease{}, err
 		}
 	}

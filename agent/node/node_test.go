@@ -3,6 +3,7 @@ package node_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -562,6 +563,67 @@ func TestSessionFails(t *testing.T) {
 	ledger, _ := r.store.Ledger(t0)
 	if len(ledger) != 1 || ledger[0].Reason != string(lease.EndSessionFailed) {
 		t.Errorf("ledger %+v, want one row ended %s", ledger, lease.EndSessionFailed)
+	}
+}
+
+// cutOffStart is a real launcher whose Start is cut off as the agent's
+// stop cuts off a start in flight: the grant's context ends and Start
+// returns its error — after tmux made the session (made) or before.
+type cutOffStart struct {
+	*launch.Launcher
+	made   bool
+	cancel context.CancelFunc
+}
+
+func (c *cutOffStart) Start(ctx context.Context, s launch.Spec) (launch.Session, error) {
+	if c.made {
+		if _, err := c.Launcher.Start(context.WithoutCancel(ctx), s); err != nil {
+			return launch.Session{}, err
+		}
+	}
+	c.cancel()
+	return launch.Session{}, fmt.Errorf("start session %s: %w", s.Name, ctx.Err())
+}
+
+// TestSessionStartCutOff: a start cut off before it answered (the agent
+// stopping, the caller gone) may have left a session running, so its lease
+// is kept, durable, and watched as a re-adopted one is: it runs on while
+// the session does, and ends as soon as tmux says the session is not there
+// (as a run that ended, never as one that failed to start while it runs).
+func TestSessionStartCutOff(t *testing.T) {
+	for _, made := range []bool{true, false} {
+		t.Run(fmt.Sprintf("made %v", made), func(t *testing.T) {
+			sess := &cutOffStart{Launcher: tmuxSessions(t), made: made}
+			r := newRig(t, lease.DefaultPolicy(), sess)
+			c, u := me(t)
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			sess.cancel = cancel
+			_, err := r.n.Grant(ctx, c, node.Grant{Claim: lease.Claim{Count: 1}, Entry: "node02-q1#0", Run: &node.Run{Command: []string{"sleep", "300"}}})
+			if !errors.Is(err, context.Canceled) {
+				t.Fatalf("a start cut off answered %v, want its cancellation", err)
+			}
+			kept := r.durable(t)
+			if len(kept) != 1 || kept[0].Entry != "node02-q1#0" {
+				t.Fatalf("durable leases after a start cut off: %+v, want its lease kept", kept)
+			}
+			l := kept[0]
+			if made {
+				// Several polls: the watched session keeps its lease.
+				time.Sleep(10 * 20 * time.Millisecond)
+				if got := r.n.State().Leases; len(got) != 1 || got[0].ID != l.ID {
+					t.Fatalf("leases while the session runs: %+v, want %s", got, l.ID)
+				}
+				if err := sess.Kill(context.Background(), u, l.Session); err != nil {
+					t.Fatal(err)
+				}
+			}
+			waitFor(t, "the lease to end with its session", func() bool { return len(r.n.State().Leases) == 0 })
+			ledger, _ := r.store.Ledger(t0)
+			if len(ledger) != 1 || ledger[0].Reason != string(lease.EndSessionEnded) {
+				t.Errorf("ledger %+v, want one row ended %s", ledger, lease.EndSessionEnded)
+			}
+		})
 	}
 }
 

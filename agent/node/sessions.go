@@ -33,6 +33,28 @@ func (x *sessionJob) watch(l lease.Lease, u launch.User) {
 	}()
 }
 
+// failedStart ends a lease whose session did not start — unless the start
+// was cut off (its context ended: the agent is stopping, or the caller
+// gave up) while tmux may already have made the session, which then runs
+// with no one waiting for its answer. Such a lease is kept and watched as
+// a re-adopted one is: it ends when tmux says the session is not there
+// (as a failed run, for a queued one), and if the agent stops first, the
+// restarted agent re-adopts the session from the durable lease, so a
+// queued attempt that runs is seen running and never started twice.
+func (x *sessionJob) failedStart(ctx context.Context, l lease.Lease, u launch.User) {
+	n := x.n
+	if ctx.Err() == nil {
+		n.end(l, lease.EndSessionFailed, "")
+		return
+	}
+	if !n.Current(l.ID, l.Token) {
+		return
+	}
+	n.log.Info("a session's start was cut off; keeping its lease until tmux says whether the session runs", "lease", l.ID, "session", l.Session, "err", ctx.Err())
+	x.watch(l, u)
+	n.deps.LeasesChanged()
+}
+
 // track makes cancel the way to stop watching lease id's session,
 // stopping the watcher it replaces.
 func (x *sessionJob) track(id string, cancel context.CancelFunc) {
