@@ -176,11 +176,7 @@ func (s *Scheduler) schedule(ctx context.Context, v lease.ClusterView) {
 // hold, at debug) the peers the pass waits for.
 func (s *Scheduler) heard(v lease.ClusterView) bool {
 	heard := v.Heard()
-	s.mu.Lock()
-	first := !heard && !s.holding
-	s.holding = !heard
-	s.mu.Unlock()
-	if first {
+	if s.holdBegins(!heard) {
 		var waiting []string
 		for _, n := range v.Nodes {
 			if n.State == lease.NodeAlive && !n.HasState {
@@ -190,6 +186,16 @@ func (s *Scheduler) heard(v lease.ClusterView) bool {
 		s.deps.Log.Debug("scheduler holds until every live peer's state is heard", "waiting_for", strings.Join(waiting, ","))
 	}
 	return heard
+}
+
+// holdBegins records whether this pass holds, and reports whether a hold
+// begins with it (the last pass did not hold).
+func (s *Scheduler) holdBegins(hold bool) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	begins := hold && !s.holding
+	s.holding = hold
+	return begins
 }
 
 // settle forgets the starts in flight that have settled (their leases
