@@ -409,3 +409,43 @@ func TestReconcileJudgesOnceEveryLivePeerIsHeard(t *testing.T) {
 		t.Errorf("events %v, want the last a failure", got)
 	}
 }
+
+// TestArrayTaskWhoseWriteFailedIsMadeOnTheNextPass: when the disk refuses
+// the write of an array's next task (the one made as another ends), the
+// task is not made — not shown, not counted — and the origin's next pass
+// makes it; a restart then finds the same tasks, none lost or made twice.
+func TestArrayTaskWhoseWriteFailedIsMadeOnTheNextPass(t *testing.T) {
+	r := newRig(t, origin.Deps{})
+	a := batch("alice", 1001)
+	a.Array, _ = lease.ParseArray("0-2%1")
+	e, err := r.o.Submit(a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := tasksOf(r.o, e.ID); !slices.Equal(got, []string{"n1-q1/0"}) {
+		t.Fatalf("tasks at submit = %v, want task 0", got)
+	}
+	task := e.Task(0)
+	run, ok := r.o.MarkStarted(task.Key())
+	if !ok {
+		t.Fatal("task 0 not marked started")
+	}
+	// Task 0's end is two writes (its parent, its deletion); task 1's
+	// write is the third.
+	r.disk.FailNext(storetest.NoFault, 2)
+	r.disk.FailNext(storetest.SyncError, 1)
+	if _, _, ok := r.o.Finish(run, false, false, ""); !ok {
+		t.Fatal("task 0 not finished")
+	}
+	if got := tasksOf(r.o, e.ID); len(got) != 0 {
+		t.Fatalf("tasks after task 1's write failed = %v, want none", got)
+	}
+	r.o.Reconcile(context.Background(), lease.NewClusterView(lease.NodeView{Name: "n1"}, nil, r.clk.Now()), time.Minute, time.Minute,
+		func(context.Context, lease.Lease) error { return nil }, nil)
+	if got := tasksOf(r.o, e.ID); !slices.Equal(got, []string{"n1-q1/1"}) {
+		t.Fatalf("tasks after the next pass = %v, want task 1", got)
+	}
+	if got := tasksOf(r.restart(t), e.ID); !slices.Equal(got, []string{"n1-q1/1"}) {
+		t.Errorf("tasks after a restart = %v, want task 1", got)
+	}
+}
