@@ -51,11 +51,12 @@ type Deps struct {
 // The mutex is taken in one place per change, a small method that holds it
 // by defer whatever it returns by (admit, withdraw, place, markRunning,
 // drop, settle, keepAfter, endAfter, fill; Open and Status read under it):
-// the store, the entries and the published list move together inside it. The events it records stay under
-// it (recording never blocks), so their order is the store's, as in
-// agent/node. Whatever a change sets off outside the origin — telling the
-// cluster and the scheduler (Deps.QueueChanged), stopping ranks, asking
-// other origins — its exported caller does after the lock is released.
+// the store, the entries and the published list move together inside it.
+// The events it records stay under it (recording never blocks), so their
+// order is the store's, as in agent/node. Whatever a change sets off
+// outside the origin — telling the cluster and the scheduler
+// (Deps.QueueChanged), stopping ranks, asking other origins — its exported
+// caller does after the lock is released.
 type Origin struct {
 	node string
 	deps Deps
