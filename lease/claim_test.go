@@ -2,6 +2,7 @@ package lease_test
 
 import (
 	"encoding/json"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -116,5 +117,32 @@ func TestClaimJSONNames(t *testing.T) {
 	}
 	if b, _ := json.Marshal(lease.Claim{}); string(b) != "{}" {
 		t.Errorf("an empty claim encodes as %s; want {}", b)
+	}
+}
+
+// TestClaimWant: placement reads the claim as it is, with the span the
+// placing node's policy gives it, or the time asked for when that policy
+// would refuse it (the granting node's may not).
+func TestClaimWant(t *testing.T) {
+	p := lease.DefaultPolicy()
+	held := map[string]float64{"east": 1}
+	tests := []struct {
+		name     string
+		claim    lease.Claim
+		wantSpan time.Duration
+	}{
+		{name: "no time: the kind's default", claim: lease.Claim{Count: 2, Kind: lease.KindBatch, Model: "H100", Tags: []string{"east"}}, wantSpan: p.DefaultBatch},
+		{name: "a time asked for", claim: lease.Claim{MIG: "3g.40gb", Duration: time.Hour}, wantSpan: time.Hour},
+		{name: "over this policy's maximum: as asked", claim: lease.Claim{MemMiB: 1 << 10, Duration: p.MaxInteractive + time.Hour}, wantSpan: p.MaxInteractive + time.Hour},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			w := tt.claim.Want(p, t0, held)
+			c := tt.claim
+			if w.Span != tt.wantSpan || w.Duration != c.Duration || w.Count != c.Count || w.MIG != c.MIG || w.MemMiB != c.MemMiB ||
+				w.Model != c.Model || !slices.Equal(w.Tags, c.Tags) || !w.Now.Equal(t0) || w.Held["east"] != 1 {
+				t.Errorf("Want = %+v; want the claim's count, MIG, budget, model, tags and duration, span %s, now %v, held %v", w, tt.wantSpan, t0, held)
+			}
+		})
 	}
 }

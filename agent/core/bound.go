@@ -56,14 +56,7 @@ func (b *Bound) Claim(ctx context.Context, req api.ClaimRequest) (api.ClaimRespo
 			// A retry goes where the first try went, which dedupes it.
 			target = prev
 		} else if len(claim.GPUs) == 0 && len(v.Nodes) > 1 {
-			// The time it would hold the GPUs, under this node's policy
-			// (the granting node applies its own).
-			_, span, err := claim.Limit(s.cfg.Policy)
-			if err != nil {
-				span = claim.Duration
-			}
-			want := lease.Want{Count: claim.Count, MIG: claim.MIG, MemMiB: claim.MemMiB, Model: claim.Model, Tags: claim.Tags,
-				Duration: claim.Duration, Span: span, Now: s.deps.Clock.Now(), Held: v.PoolHeld(s.cfg.Policy.Pools, b.c.User)}
+			want := claim.Want(s.cfg.Policy, s.deps.Clock.Now(), v.PoolHeld(s.cfg.Policy.Pools, b.c.User))
 			cands := v.Candidates()
 			if here := localCandidate(cands); req.PreferHere && here != nil {
 				if _, err := lease.ChooseNodeFor(here, want, s.cfg.Policy.Pools, b.c.User); err != nil {
