@@ -9,6 +9,11 @@ import "time"
 // JSON names are the protocol's and must stay as v0.1.0 decodes them.
 // Validate is every bound a claim is held to before any node plans it; the
 // node's own rules (Table.PlanClaim) decide the rest.
+//
+// A field added here travels between agents: it takes omitempty and must
+// mean "as before" when zero (an older agent leaves it out), and an agent
+// of protocol 6 never sees it (agent/peer prunes to dialect_v6.json); a
+// field that must not travel takes `json:"-"`, as QueuedAt does.
 type Claim struct {
 	// Count GPUs chosen by dibs, or exactly GPUs; one of the two.
 	Count int   `json:"count,omitempty"`
