@@ -2,6 +2,7 @@ package core_test
 
 import (
 	"context"
+	"encoding/json"
 	"slices"
 	"strings"
 	"sync"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"github.com/dibs-gpu/dibs/agent/clock"
+	"github.com/dibs-gpu/dibs/agent/peer"
 	"github.com/dibs-gpu/dibs/api"
 	"github.com/dibs-gpu/dibs/launch"
 	"github.com/dibs-gpu/dibs/lease"
@@ -158,6 +160,44 @@ func TestClaimArrivesWhole(t *testing.T) {
 			tt.check(t, ls[0], c["node02"].node.State().Snap, s)
 			if tt.req.Run == nil && s != nil {
 				t.Errorf("a claim without a run started session %q", s.Name)
+			}
+		})
+	}
+}
+
+// TestClaimFromTheNetworkIsCheckedByItsOwner: what another agent sends is
+// checked again where it lands — its bounds as it is decoded, the session
+// name by the launcher's rule — so a claim no edge here would have made
+// grants nothing.
+func TestClaimFromTheNetworkIsCheckedByItsOwner(t *testing.T) {
+	tests := []struct {
+		name  string
+		claim lease.Claim
+		want  string
+	}{
+		{name: "a session name tmux would rewrite", claim: lease.Claim{Count: 1, Run: &lease.RunSpec{Name: "a:b", Command: []string{"true"}}},
+			want: "invalid session name"},
+		{name: "a count and indices", claim: lease.Claim{Count: 1, GPUs: []int{0}}, want: "both say which GPUs"},
+		{name: "a note with an escape", claim: lease.Claim{Count: 1, Note: "\x1b]0;x\x07"}, want: "note holds"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			sess := &started{}
+			c := newClusterOf(t, clock.NewFake(t0), map[string]users{
+				"node01": accounts(1000, "alice"),
+				"node02": accounts(2000, "alice"),
+			}, clusterOptions{sessions: sess})
+			// As node01's agent would send it, past node01's own checks.
+			body, _ := json.Marshal(map[string]any{"v": peer.Version, "actor": peer.As("alice"), "req": tt.claim})
+			_, code, msg := c["node02"].mux.Serve(context.Background(), "node01", peer.Claim.Name, body)
+			if code != lease.CodeInvalid || !strings.Contains(msg, tt.want) {
+				t.Fatalf("node02 answered %q %q; want an invalid refusal saying %q", code, msg, tt.want)
+			}
+			if n := len(c["node02"].node.State().Leases); n != 0 {
+				t.Errorf("after the refusal node02 holds %d leases", n)
+			}
+			if _, ok := sess.last(); ok {
+				t.Errorf("node02 started a session for a refused claim")
 			}
 		})
 	}
