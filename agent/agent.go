@@ -313,7 +313,7 @@ func (a *Agent) build(ctx context.Context) error {
 		LedgerPerUserDay: a.cfg.LedgerPerUserDay, KeptRunsFile: keptRunsFile(a.cfg.DataDir),
 	}, node.Deps{Store: a.store, Probe: a.deps.Probe, Sessions: a.deps.Sessions, Accounts: a.accounts, Clock: c,
 		Changed: a.changed, LeasesChanged: a.leasesChanged, Events: a.events.Record})
-	sc := a.cfg.Sched.WithDefaults()
+	sc := a.cfg.Sched // defaulted once, in New
 	a.origin = origin.New(a.cfg.NodeName, origin.Deps{Store: a.store, Clock: c, Changed: a.changed,
 		QueueChanged: a.queueChanged, Log: a.log.With("part", "queue"), Events: a.events.Record,
 		RetryDelay: func(restart int) time.Duration {

@@ -142,7 +142,7 @@ func (a *Agent) watchMembers(alive map[string]bool, primed bool) {
 		if now {
 			a.events.Record(lease.AgentEvent(lease.EventAgentJoin, a.cfg.NodeName, n.Name, "joined the cluster", a.deps.Clock.Now()))
 		} else {
-			a.events.Record(lease.AgentEvent(lease.EventAgentLeave, a.cfg.NodeName, n.Name, "is "+n.Shown(v.Now, a.cfg.Sched.WithDefaults().LostAfter)+": its GPUs show as unknown", a.deps.Clock.Now()))
+			a.events.Record(lease.AgentEvent(lease.EventAgentLeave, a.cfg.NodeName, n.Name, "is "+n.Shown(v.Now, a.cfg.Sched.LostAfter)+": its GPUs show as unknown", a.deps.Clock.Now()))
 		}
 	}
 }

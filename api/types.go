@@ -111,18 +111,10 @@ type ClaimRequest struct {
 	PreferHere bool `json:"prefer_here,omitempty"`
 }
 
-// RunSpec is the session to start under a new lease.
-type RunSpec struct {
-	// Name of the tmux session; empty means one derived from the lease id.
-	Name string `json:"name,omitempty"`
-	// Command to run; empty means the user's login shell.
-	Command []string `json:"command,omitempty"`
-	// Dir is the working directory; empty means the user's home.
-	Dir string `json:"dir,omitempty"`
-	// Env is what the caller's shell has of lease.CarriedEnv (PATH, the
-	// Python environment), for the command to find what it found there.
-	Env map[string]string `json:"env,omitempty"`
-}
+// RunSpec is the session to start under a new lease: the one run spec
+// (lease.RunSpec), which the agent carries as is to the node that starts
+// it.
+type RunSpec = lease.RunSpec
 
 // ClaimResponse is a granted lease, as `dibs claim --json` prints it.
 type ClaimResponse struct {

@@ -31,6 +31,19 @@ type Want struct {
 	Held map[string]float64
 }
 
+// Want is what placing c across nodes reads of it, at now, for a person
+// who holds held in the pools: the span is c's time limit under p, the
+// placing node's policy (Limit), or the duration asked for when p refuses
+// it (the granting node's policy decides, and may differ).
+func (c Claim) Want(p Policy, now time.Time, held map[string]float64) Want {
+	_, span, err := c.Limit(p)
+	if err != nil {
+		span = c.Duration
+	}
+	return Want{Count: c.Count, MIG: c.MIG, MemMiB: c.MemMiB, Model: c.Model, Tags: c.Tags,
+		Duration: c.Duration, Span: span, Now: now, Held: held}
+}
+
 // weight is how many GPUs the claim counts against a pool's MaxGPUs on a
 // node with snap: its GPUs, or the share of a GPU a MIG instance or budget
 // holds there.

@@ -11,32 +11,6 @@ import (
 // MaxNoteLen bounds a lease note so it fits the board and the gossip wire.
 const MaxNoteLen = 200
 
-// Claim is what a person asks for on one node.
-type Claim struct {
-	// Count GPUs chosen by dibs, or exactly GPUs; one of the two.
-	Count int
-	GPUs  []int
-	// Duration is the time limit; zero means the kind's default.
-	Duration time.Duration
-	Note     string
-	Kind     Kind
-	// Force allows naming GPUs that have someone's process on them but no lease.
-	Force bool
-	// QueuedAt is when the queue entry this claim starts was submitted
-	// (zero for a direct claim); it becomes Lease.QueuedAt.
-	QueuedAt time.Time
-	// MIG asks for one MIG instance instead of GPUs: by profile (3g.40gb),
-	// UUID (MIG-…) or GPU:INDEX (0:1).
-	MIG string
-	// MemMiB asks for a memory budget on a shared GPU instead of GPUs
-	// (with GPUs naming at most the one GPU to share).
-	MemMiB uint64
-	// Model restricts the claim to GPUs whose model contains it (any case).
-	Model string
-	// Tags restricts the claim to a node carrying every one (a pool).
-	Tags []string
-}
-
 // Table is one node's lease table: the leases this agent alone grants, renews
 // and ends (single writer per GPU), and the fencing-token counter. Plan methods
 // never mutate; the agent persists what they return and then calls Put or
@@ -150,12 +124,9 @@ func (t *Table) Current(id string, token uint64) bool {
 // PlanClaim decides a claim without changing the table: the lease to persist,
 // or a refusal that says why and what to do.
 func (t *Table) PlanClaim(c Caller, req Claim, snap nodeprobe.Snapshot, now time.Time, p Policy) (Lease, error) {
+	var dur time.Duration
 	var err error
-	if req.Kind, err = kindOrDefault(req.Kind); err != nil {
-		return Lease{}, err
-	}
-	dur, err := checkDuration(req.Duration, req.Kind, p)
-	if err != nil {
+	if req.Kind, dur, err = req.Limit(p); err != nil {
 		return Lease{}, err
 	}
 	if err := checkNote(req.Note); err != nil {

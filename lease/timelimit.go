@@ -32,3 +32,20 @@ func kindOrDefault(k Kind) (Kind, error) {
 	}
 	return k, nil
 }
+
+// Limit is the kind and the time limit claim c gets under policy p: the
+// one place a claim's defaults are applied (no kind is interactive, no
+// duration is the kind's default), refused when the kind is unknown or the
+// time is over the kind's maximum. The node that grants the claim applies
+// it (Table.PlanClaim); the node that places it reads the span from it.
+func (c Claim) Limit(p Policy) (Kind, time.Duration, error) {
+	k, err := kindOrDefault(c.Kind)
+	if err != nil {
+		return "", 0, err
+	}
+	d, err := checkDuration(c.Duration, k, p)
+	if err != nil {
+		return "", 0, err
+	}
+	return k, d, nil
+}

@@ -9,7 +9,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/dibs-gpu/dibs/agent/node"
 	"github.com/dibs-gpu/dibs/agent/peer"
 	"github.com/dibs-gpu/dibs/api"
 	"github.com/dibs-gpu/dibs/lease"
@@ -84,10 +83,10 @@ func bookingOf(req api.BookRequest) (lease.BookRequest, error) {
 		Model: req.Model, Tags: req.Tags,
 	}
 	if req.Run != nil {
-		if err := checkRun(req.Run.Command, req.Run.Dir, req.Run.Name, req.Run.Env); err != nil {
+		if err := checkRun(req.Run); err != nil {
 			return lease.BookRequest{}, err
 		}
-		br.Job = &lease.Job{Command: req.Run.Command, Dir: req.Run.Dir, Name: req.Run.Name, Env: req.Run.Env}
+		br.Job = req.Run.Job()
 	}
 	if err := lease.CheckBookingRequest(br); err != nil {
 		return lease.BookRequest{}, err
@@ -178,7 +177,7 @@ func (b *Bound) bookOn(ctx context.Context, node string, br lease.BookRequest, r
 	}
 	r, err := peer.Call(ctx, s.deps.Peers, node, peer.Book, who, peer.BookRequest{
 		Count: br.Count, GPUs: br.GPUs, Start: br.Start, Duration: br.Duration, Kind: br.Kind, Note: br.Note,
-		Model: br.Model, Tags: br.Tags, Run: peerRun(jobRun(br.Job)), RequestID: requestID,
+		Model: br.Model, Tags: br.Tags, Run: runSpecOf(br.Job), RequestID: requestID,
 		Group: br.Group, Lead: br.Lead,
 	})
 	if err != nil {
@@ -316,11 +315,12 @@ func errWords(err error) string {
 	return err.Error()
 }
 
-func jobRun(j *lease.Job) *node.Run {
+// runSpecOf is a booked job as the run spec a booking request carries.
+func runSpecOf(j *lease.Job) *lease.RunSpec {
 	if j == nil {
 		return nil
 	}
-	return &node.Run{Name: j.Name, Command: j.Command, Dir: j.Dir, UserEnv: j.Env, Job: j}
+	return &lease.RunSpec{Name: j.Name, Command: j.Command, Dir: j.Dir, Env: j.Env}
 }
 
 // Bookings is `dibs bookings`: every booking the cluster knows, soonest
@@ -399,12 +399,12 @@ func (s *Service) registerBookingOps() {
 		if err != nil {
 			return peer.LeaseReply{}, err
 		}
-		br := r.Booking()
-		if br.Job != nil {
-			if err := checkRun(br.Job.Command, br.Job.Dir, br.Job.Name, br.Job.Env); err != nil {
-				return peer.LeaseReply{}, err
-			}
+		// Its bounds were checked as it was decoded
+		// (BookRequest.Validate), its session name here.
+		if err := checkSession(r.Run); err != nil {
+			return peer.LeaseReply{}, err
 		}
+		br := r.Booking()
 		l, err := s.deps.Node.Book(b.c, br, r.RequestID)
 		return peer.LeaseReply{Lease: l}, err
 	})

@@ -36,15 +36,15 @@ func (b *Bound) Claim(ctx context.Context, req api.ClaimRequest) (api.ClaimRespo
 	if err := b.write(); err != nil {
 		return api.ClaimResponse{}, err
 	}
-	claim, run, err := claimOf(req)
+	claim, err := claimOf(req)
 	if err != nil {
 		return api.ClaimResponse{}, err
 	}
 	s := b.s
 	v := s.View()
-	if req.RequestID != "" {
+	if claim.RequestID != "" {
 		for _, l := range v.Leases() {
-			if l.RequestID == req.RequestID && l.User == b.c.User {
+			if l.RequestID == claim.RequestID && l.User == b.c.User {
 				return claimResponse(l), nil
 			}
 		}
@@ -52,16 +52,11 @@ func (b *Bound) Claim(ctx context.Context, req api.ClaimRequest) (api.ClaimRespo
 	target := req.Node
 	if target == "" {
 		target = s.cfg.Node
-		if prev, ok := s.placed.get(b.c.User, req.RequestID); ok {
+		if prev, ok := s.placed.get(b.c.User, claim.RequestID); ok {
 			// A retry goes where the first try went, which dedupes it.
 			target = prev
 		} else if len(claim.GPUs) == 0 && len(v.Nodes) > 1 {
-			span := claim.Duration
-			if span == 0 {
-				span, _ = s.cfg.Policy.Limits(claim.Kind)
-			}
-			want := lease.Want{Count: claim.Count, MIG: claim.MIG, MemMiB: claim.MemMiB, Model: claim.Model, Tags: claim.Tags,
-				Duration: claim.Duration, Span: span, Now: s.deps.Clock.Now(), Held: v.PoolHeld(s.cfg.Policy.Pools, b.c.User)}
+			want := claim.Want(s.cfg.Policy, s.deps.Clock.Now(), v.PoolHeld(s.cfg.Policy.Pools, b.c.User))
 			cands := v.Candidates()
 			if here := localCandidate(cands); req.PreferHere && here != nil {
 				if _, err := lease.ChooseNodeFor(here, want, s.cfg.Policy.Pools, b.c.User); err != nil {
@@ -74,21 +69,18 @@ func (b *Bound) Claim(ctx context.Context, req api.ClaimRequest) (api.ClaimRespo
 				return api.ClaimResponse{}, err
 			}
 		}
-		s.placed.put(b.c.User, req.RequestID, target, s.deps.Clock.Now())
+		s.placed.put(b.c.User, claim.RequestID, target, s.deps.Clock.Now())
 	}
 	if target == s.cfg.Node {
-		l, err := b.grantHere(ctx, v, claim, run, req.RequestID)
+		l, err := b.grantHere(ctx, v, claim)
 		return s.granted(l), err
 	}
 	who, err := b.actor(target)
 	if err != nil {
 		return api.ClaimResponse{}, err
 	}
-	r, err := peer.Call(ctx, s.deps.Peers, target, peer.Claim, who, peer.ClaimRequest{
-		Count: claim.Count, GPUs: claim.GPUs, Duration: claim.Duration, Note: claim.Note, Kind: claim.Kind,
-		Force: claim.Force, Run: peerRun(run), RequestID: req.RequestID,
-		MIG: claim.MIG, MemMiB: claim.MemMiB, Model: claim.Model, Tags: claim.Tags,
-	})
+	// The claim made at the edge is the request, as is.
+	r, err := peer.Call(ctx, s.deps.Peers, target, peer.Claim, who, claim)
 	if err != nil {
 		return api.ClaimResponse{}, err
 	}
@@ -107,7 +99,7 @@ func localCandidate(cands []lease.Candidate) []lease.Candidate {
 }
 
 // grantHere is a claim decided by this node's single writer.
-func (b *Bound) grantHere(ctx context.Context, v lease.ClusterView, claim lease.Claim, run *node.Run, requestID string) (lease.Lease, error) {
+func (b *Bound) grantHere(ctx context.Context, v lease.ClusterView, claim lease.Claim) (lease.Lease, error) {
 	n := claim.Count
 	if n == 0 {
 		n = len(claim.GPUs)
@@ -122,17 +114,7 @@ func (b *Bound) grantHere(ctx context.Context, v lease.ClusterView, claim lease.
 			return lease.Lease{}, err
 		}
 	}
-	return b.s.deps.Node.Grant(ctx, b.c, node.Grant{
-		Claim: claim, Run: run, RequestID: requestID,
-		Borrowed: v.Borrows(b.s.cfg.Sched, b.c.User, weight),
-	})
-}
-
-func peerRun(r *node.Run) *peer.Run {
-	if r == nil {
-		return nil
-	}
-	return &peer.Run{Name: r.Name, Command: r.Command, Dir: r.Dir, Env: r.UserEnv}
+	return b.s.deps.Node.Grant(ctx, b.c, node.Grant{Claim: claim, Borrowed: v.Borrows(b.s.cfg.Sched, b.c.User, weight)})
 }
 
 // awaitVisible waits (briefly) until a lease granted elsewhere shows in

@@ -248,7 +248,7 @@ func (s *Service) Status() api.Status {
 // shown is the state people see for a node: restarting while it is away
 // within the grace (lease.NodeView.Shown).
 func (s *Service) shown(n *lease.NodeView, now time.Time) string {
-	return n.Shown(now, s.cfg.Sched.WithDefaults().LostAfter)
+	return n.Shown(now, s.cfg.Sched.LostAfter) // defaulted once, in New
 }
 
 // TellUser notes text on uid's board and in their sessions on this node.

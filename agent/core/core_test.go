@@ -112,9 +112,28 @@ func (f *fabric) Status(time.Time) ([]api.Member, api.GossipCounter) {
 // with the given account databases, joined when there are several.
 func newCluster(t *testing.T, clk *clock.Fake, dbs map[string]users) map[string]*agent {
 	t.Helper()
+	return newClusterOf(t, clk, dbs, clusterOptions{})
+}
+
+// clusterOptions are what a test may change of newCluster's agents.
+type clusterOptions struct {
+	// specs is a node's simulated GPUs (sim.Options.Spec) where not four
+	// H100s.
+	specs map[string]string
+	// sessions starts every node's tmux sessions; nil starts none.
+	sessions node.Sessions
+}
+
+// newClusterOf is newCluster with opts.
+func newClusterOf(t *testing.T, clk *clock.Fake, dbs map[string]users, opts clusterOptions) map[string]*agent {
+	t.Helper()
 	agents := map[string]*agent{}
 	for name, db := range dbs {
-		probe, err := sim.New(sim.Options{Spec: "4xH100-80GB", HostName: name, Now: clk.Now})
+		spec := opts.specs[name]
+		if spec == "" {
+			spec = "4xH100-80GB"
+		}
+		probe, err := sim.New(sim.Options{Spec: spec, HostName: name, Now: clk.Now})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -122,7 +141,7 @@ func newCluster(t *testing.T, clk *clock.Fake, dbs map[string]users) map[string]
 		dir := account.NewDirectory(name, db, "", clk.Now)
 		changed := &notify.Signal{}
 		a.node = node.New(node.Config{Name: name, Policy: lease.DefaultPolicy()}, node.Deps{
-			Store: a.store, Probe: probe, Accounts: dir, Clock: clk, Changed: changed})
+			Store: a.store, Probe: probe, Accounts: dir, Clock: clk, Changed: changed, Sessions: opts.sessions})
 		if err := a.node.Open(context.Background()); err != nil {
 			t.Fatal(err)
 		}

@@ -313,7 +313,7 @@ func (b *Bound) Doctor(ctx context.Context, req api.DoctorRequest) (api.DoctorRe
 		} else if n.State == lease.NodeDead || n.State == lease.NodeLeft {
 			h.Error = fmt.Sprintf("%s is %s", n.Name, h.State)
 			if h.State == lease.NodeRestarting {
-				h.Error += fmt.Sprintf(": its agent is away, and the others keep its work for the grace (%s; queue.lost_after)", lease.FormatDuration(s.cfg.Sched.WithDefaults().LostAfter))
+				h.Error += fmt.Sprintf(": its agent is away, and the others keep its work for the grace (%s; queue.lost_after)", lease.FormatDuration(s.cfg.Sched.LostAfter))
 			}
 			continue
 		}

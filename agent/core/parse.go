@@ -1,9 +1,6 @@
 package core
 
 import (
-	"time"
-
-	"github.com/dibs-gpu/dibs/agent/node"
 	"github.com/dibs-gpu/dibs/api"
 	"github.com/dibs-gpu/dibs/launch"
 	"github.com/dibs-gpu/dibs/lease"
@@ -12,79 +9,66 @@ import (
 // A request's words read once, at the edge: what a claim, a run or a
 // booking asks for, checked before anything is granted or queued.
 
-// claimOf parses a claim request once, for every path a claim takes.
-func claimOf(req api.ClaimRequest) (lease.Claim, *node.Run, error) {
-	kind, err := lease.ParseKind(req.Kind)
-	if err != nil {
-		return lease.Claim{}, nil, err
+// claimOf makes the one typed claim of a request, at the edge, and checks
+// it once (checkClaim): from here it is carried as is, to this node's
+// single writer or in the claim request to the node that owns the GPUs.
+// The kind is read as a word (none is interactive); the time limit is
+// left as asked, zero when none was: the granting node applies its
+// policy's default (lease.Claim.Limit).
+func claimOf(req api.ClaimRequest) (lease.Claim, error) {
+	c := lease.Claim{Count: req.Count, GPUs: req.GPUs, Note: req.Note, Force: req.Force, Run: req.Run,
+		RequestID: req.RequestID, MIG: req.MIG, Model: req.Model, Tags: req.Tags}
+	var err error
+	if c.Kind, err = lease.ParseKind(req.Kind); err != nil {
+		return lease.Claim{}, err
 	}
-	var d time.Duration
 	if req.Duration != "" {
-		if d, err = lease.ParseDuration(req.Duration); err != nil {
-			return lease.Claim{}, nil, err
+		if c.Duration, err = lease.ParseDuration(req.Duration); err != nil {
+			return lease.Claim{}, err
 		}
 	}
-	if req.Count < 0 {
-		return lease.Claim{}, nil, lease.Invalidf("GPU count must be positive, got %d", req.Count)
+	if req.Mem != "" {
+		if c.MemMiB, err = lease.ParseMem(req.Mem); err != nil {
+			return lease.Claim{}, err
+		}
 	}
-	if err := lease.CheckGPUs(req.GPUs); err != nil {
-		return lease.Claim{}, nil, err
+	if err := checkClaim(c); err != nil {
+		return lease.Claim{}, err
 	}
-	if req.Count > 0 && len(req.GPUs) > 0 {
-		return lease.Claim{}, nil, lease.Invalidf("a count (%d) and GPU indices (%v) both say which GPUs: give one, not both", req.Count, req.GPUs)
-	}
-	if req.RequestID != "" && !lease.ValidRequestID(req.RequestID) {
-		return lease.Claim{}, nil, lease.Invalidf("request id %q must be 8 to 64 letters, digits, '-' or '_'", req.RequestID)
-	}
-	c := lease.Claim{Count: req.Count, GPUs: req.GPUs, Duration: d, Note: req.Note, Kind: kind, Force: req.Force,
-		MIG: req.MIG, Model: req.Model, Tags: req.Tags}
-	if err := checkWant(&c, req.Mem); err != nil {
-		return lease.Claim{}, nil, err
-	}
-	if req.Run == nil {
-		return c, nil, nil
-	}
-	if err := checkRun(req.Run.Command, req.Run.Dir, req.Run.Name, req.Run.Env); err != nil {
-		return lease.Claim{}, nil, err
-	}
-	// A run's exit status is recorded, so its end says how it went.
-	return c, &node.Run{Name: req.Run.Name, Command: req.Run.Command, Dir: req.Run.Dir, UserEnv: req.Run.Env, RecordExit: len(req.Run.Command) > 0,
-		Job: &lease.Job{Command: req.Run.Command, Dir: req.Run.Dir, Name: req.Run.Name}}, nil
+	return c, nil
 }
 
-// checkRun is every check a session's spec gets before anything is
-// granted or queued.
-func checkRun(command []string, dir, name string, env map[string]string) error {
-	// Every bound a job is held to, its size as the agents send it too.
-	if err := (&lease.Job{Command: command, Dir: dir, Name: name, Env: env}).Check(); err != nil {
+// checkClaim is every check a claim gets before a node plans it: its
+// bounds (lease.Claim.Validate) and a session name tmux keeps as given.
+// The edge runs it on the claim it made; the owning node runs the session
+// name's part on a claim the network brought (agent/peer has validated
+// the rest).
+func checkClaim(c lease.Claim) error {
+	if err := c.Validate(); err != nil {
 		return err
 	}
-	if name != "" {
-		if err := launch.CheckName(name); err != nil {
-			return lease.Invalidf("%v", err)
-		}
+	return checkSession(c.Run)
+}
+
+// checkSession refuses a run whose session name tmux would rewrite (a
+// mangled name breaks every later lookup by it): the launcher's rule,
+// beside the run's bounds (lease.RunSpec.Check).
+func checkSession(r *lease.RunSpec) error {
+	if r == nil || r.Name == "" {
+		return nil
+	}
+	if err := launch.CheckName(r.Name); err != nil {
+		return lease.Invalidf("%v", err)
 	}
 	return nil
 }
 
-// checkWant reads the parts of a claim that ask for a MIG instance, a
-// budget, a model or pools, refusing what no node could hold.
-func checkWant(c *lease.Claim, mem string) error {
-	if mem != "" {
-		mib, err := lease.ParseMem(mem)
-		if err != nil {
-			return err
-		}
-		c.MemMiB = mib
-	}
-	if len(c.MIG) > lease.MaxNameLen || len(c.Model) > lease.MaxModelLen {
-		return lease.Invalidf("the MIG instance or model is too long")
-	}
-	if err := lease.CheckText("MIG instance", c.MIG); err != nil {
+// checkRun is every check a session's spec gets before anything is
+// granted or queued: its bounds, its size as the agents send it, and its
+// session name.
+func checkRun(r *lease.RunSpec) error {
+	if err := r.Check(); err != nil {
 		return err
 	}
-	if err := lease.CheckText("model", c.Model); err != nil {
-		return err
-	}
-	return lease.CheckTags(c.Tags)
+	return checkSession(r)
 }

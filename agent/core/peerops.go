@@ -22,17 +22,12 @@ func (s *Service) registerPeerOps() {
 		if err != nil {
 			return peer.LeaseReply{}, err
 		}
-		claim := lease.Claim{Count: r.Count, GPUs: r.GPUs, Duration: r.Duration, Note: r.Note, Kind: r.Kind, Force: r.Force,
-			MIG: r.MIG, MemMiB: r.MemMiB, Model: r.Model, Tags: r.Tags}
-		var run *node.Run
-		if r.Run != nil {
-			if err := checkRun(r.Run.Command, r.Run.Dir, r.Run.Name, r.Run.Env); err != nil {
-				return peer.LeaseReply{}, err
-			}
-			run = &node.Run{Name: r.Run.Name, Command: r.Run.Command, Dir: r.Run.Dir, UserEnv: r.Run.Env, RecordExit: len(r.Run.Command) > 0,
-				Job: &lease.Job{Command: r.Run.Command, Dir: r.Run.Dir, Name: r.Run.Name}}
+		// The claim as the requester made it; its bounds were checked as
+		// it was decoded (ClaimRequest.Validate), its session name here.
+		if err := checkSession(r.Run); err != nil {
+			return peer.LeaseReply{}, err
 		}
-		l, err := b.grantHere(ctx, s.View(), claim, run, r.RequestID)
+		l, err := b.grantHere(ctx, s.View(), r)
 		return peer.LeaseReply{Lease: l}, err
 	})
 	peer.Handle(m, peer.Release, func(ctx context.Context, from string, who peer.Actor, r peer.ReleaseRequest) (peer.ReleaseReply, error) {
@@ -150,12 +145,17 @@ func (b *Bound) startPart(ctx context.Context, r peer.StartRequest) (peer.StartR
 		return peer.StartReply{}, &lease.Error{Code: lease.CodeUnavailable, Msg: fmt.Sprintf("the start of %s came without its command, which its origin %s keeps: the scheduler asks the origin again", e.ID, e.Origin)}
 	}
 	if e.Job != nil {
-		name := lease.RankSessionName(lease.TaskSessionName(e.Job.Name, e.ID), e, r.Rank)
-		if err := checkRun(e.Job.Command, e.Job.Dir, name, e.Job.Env); err != nil {
+		spec := &lease.RunSpec{Name: lease.RankSessionName(lease.TaskSessionName(e.Job.Name, e.ID), e, r.Rank),
+			Command: e.Job.Command, Dir: e.Job.Dir, Env: e.Job.Env}
+		if err := checkRun(spec); err != nil {
 			return peer.StartReply{}, err
 		}
-		run = &node.Run{Name: name, Command: e.Job.Command, Dir: e.Job.Dir, UserEnv: e.Job.Env, RecordExit: true,
-			Job: &lease.Job{Command: e.Job.Command, Dir: e.Job.Dir, Name: e.Job.Name, Torchrun: e.Job.Torchrun, PerGPU: e.Job.PerGPU}}
+		claim.Run = spec
+		// The queue's part: every rank records its exit, and the job kept
+		// for export is the one submitted (its launcher named).
+		run = node.RunOf(spec)
+		run.RecordExit = true
+		run.Job = &lease.Job{Command: e.Job.Command, Dir: e.Job.Dir, Name: e.Job.Name, Torchrun: e.Job.Torchrun, PerGPU: e.Job.PerGPU}
 	}
 	switch r.Phase {
 	case peer.PhaseStart:

@@ -26,7 +26,7 @@ func (b *Bound) Submit(ctx context.Context, req api.SubmitRequest) (api.Submitte
 	if _, err := b.actor("the node it starts on"); err != nil {
 		return api.Submitted{}, err // a queued run starts by its holder's name
 	}
-	claim, run, err := claimOf(req.Claim)
+	claim, err := claimOf(req.Claim)
 	if err != nil {
 		return api.Submitted{}, err
 	}
@@ -61,11 +61,12 @@ func (b *Bound) Submit(ctx context.Context, req api.SubmitRequest) (api.Submitte
 	if (e.MemMiB > 0 || e.MIG != "") && e.GPUsPerNode == 0 && e.Nodes <= 1 {
 		e.GPUsPerNode = 1
 	}
-	if run != nil {
+	if claim.Run != nil {
 		if err := s.canRun(b.c); err != nil {
 			return api.Submitted{}, err
 		}
-		e.Job = &lease.Job{Command: run.Command, Dir: run.Dir, Name: run.Name, Torchrun: req.Torchrun, PerGPU: req.PerGPU, Env: run.UserEnv}
+		e.Job = claim.Run.Job()
+		e.Job.Torchrun, e.Job.PerGPU = req.Torchrun, req.PerGPU
 	}
 	if err := e.Check(s.cfg.Policy); err != nil {
 		return api.Submitted{}, err

@@ -4,7 +4,6 @@ import (
 	"context"
 	"time"
 
-	"github.com/dibs-gpu/dibs/launch"
 	"github.com/dibs-gpu/dibs/lease"
 )
 
@@ -16,11 +15,6 @@ func (n *Node) Book(c lease.Caller, req lease.BookRequest, requestID string) (le
 	if req.Job != nil {
 		if _, err := n.sess.sessionUser(c); err != nil {
 			return lease.Lease{}, err
-		}
-		if req.Job.Name != "" {
-			if err := launch.CheckName(req.Job.Name); err != nil {
-				return lease.Lease{}, lease.Invalidf("%v", err)
-			}
 		}
 	}
 	var b lease.Lease
@@ -124,7 +118,10 @@ func (x *bookingJob) start(ctx context.Context, b lease.Lease) {
 		n.log.Info("booking started", "lease", l.ID, "user", l.User, "ended", len(in))
 		failed := ""
 		if cur.Job != nil {
-			run := &Run{Name: l.Session, Command: cur.Job.Command, Dir: cur.Job.Dir, UserEnv: cur.Job.Env, Job: cur.Job}
+			run := RunOf(&lease.RunSpec{Name: l.Session, Command: cur.Job.Command, Dir: cur.Job.Dir, Env: cur.Job.Env})
+			// As a booked run always started: its end is its session's,
+			// and the job kept for export is the one booked.
+			run.RecordExit, run.Job = false, cur.Job
 			u, err := n.sess.sessionUser(lease.Caller{UID: l.UID, User: l.User})
 			if err == nil {
 				err = n.sess.startSession(ctx, l, u, run)

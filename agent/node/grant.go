@@ -11,7 +11,10 @@ import (
 	"github.com/dibs-gpu/dibs/lease"
 )
 
-// Run is the session a grant starts on its GPUs.
+// Run is how the node starts a grant's session: the run spec it was asked
+// for, and what the queue adds to it (a rendezvous, a launcher, the job
+// kept for export). RunOf makes one from a spec; a queued start adds its
+// part to what RunOf made.
 type Run struct {
 	// Name of the tmux session; empty means one derived from the lease id.
 	Name    string
@@ -31,15 +34,28 @@ type Run struct {
 	Job *lease.Job
 }
 
+// RunOf is the session a run spec asks for, nil for none: the one place a
+// spec becomes what the node starts. Its command's exit status is
+// recorded, so the run's end says how it went.
+func RunOf(spec *lease.RunSpec) *Run {
+	if spec == nil {
+		return nil
+	}
+	return &Run{Name: spec.Name, Command: spec.Command, Dir: spec.Dir, UserEnv: spec.Env, RecordExit: len(spec.Command) > 0,
+		Job: &lease.Job{Command: spec.Command, Dir: spec.Dir, Name: spec.Name}}
+}
+
 // Grant is every way GPUs on this node are handed out: a claim, a run, a
 // queued start, a gang reservation.
 type Grant struct {
+	// Claim is what was asked for, as the edge made it; its RequestID
+	// makes a retried claim idempotent, and its Run is the session to
+	// start.
 	Claim lease.Claim
-	// Run, when set, starts a session on the new lease (not for a
-	// reservation: Commit starts it).
+	// Run, when set, is how a queued start launches the claim's session
+	// (RunOf and the queue's part); nil starts Claim.Run as asked. No
+	// session starts for a reservation: Commit starts it.
 	Run *Run
-	// RequestID makes a retried claim idempotent.
-	RequestID string
 	// Entry is the queued attempt (QueueEntry.Key) the lease serves.
 	Entry    string
 	Gang     string
@@ -55,16 +71,14 @@ type Grant struct {
 // start of the same queued attempt gets what the first one got; an attempt
 // that already ran here never runs again.
 func (n *Node) Grant(ctx context.Context, c lease.Caller, g Grant) (lease.Lease, error) {
+	if g.Run == nil {
+		g.Run = RunOf(g.Claim.Run)
+	}
 	var u launch.User
 	if g.Run != nil {
 		var err error
 		if u, err = n.sess.sessionUser(c); err != nil {
 			return lease.Lease{}, err
-		}
-		if g.Run.Name != "" {
-			if err := launch.CheckName(g.Run.Name); err != nil {
-				return lease.Lease{}, lease.Invalidf("%v", err)
-			}
 		}
 	}
 	l, fresh, err := n.admit(c, g)
@@ -88,7 +102,7 @@ func (n *Node) Grant(ctx context.Context, c lease.Caller, g Grant) (lease.Lease,
 func (n *Node) admit(c lease.Caller, g Grant) (l lease.Lease, fresh bool, err error) {
 	n.wmu.Lock()
 	defer n.wmu.Unlock()
-	if l, ok := n.table.ByRequest(c.UID, g.RequestID); ok {
+	if l, ok := n.table.ByRequest(c.UID, g.Claim.RequestID); ok {
 		return l, false, nil
 	}
 	if g.Entry != "" {
@@ -104,7 +118,7 @@ func (n *Node) admit(c lease.Caller, g Grant) (l lease.Lease, fresh bool, err er
 	if err != nil {
 		return lease.Lease{}, false, err
 	}
-	l.Entry, l.Gang, l.Rank, l.Borrowed, l.RequestID = g.Entry, g.Gang, g.Rank, g.Borrowed, g.RequestID
+	l.Entry, l.Gang, l.Rank, l.Borrowed, l.RequestID = g.Entry, g.Gang, g.Rank, g.Borrowed, g.Claim.RequestID
 	if g.ReserveFor > 0 {
 		l.ReservedUntil = now.Wall.Round(0).Add(g.ReserveFor)
 	}

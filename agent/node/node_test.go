@@ -177,14 +177,14 @@ func TestGrant(t *testing.T) {
 		},
 		{
 			name:   "a retried request gets the first answer",
-			before: []claim{{alice, node.Grant{Claim: lease.Claim{Count: 1}, RequestID: "r1"}}},
-			claim:  claim{alice, node.Grant{Claim: lease.Claim{Count: 1}, RequestID: "r1"}},
+			before: []claim{{alice, node.Grant{Claim: lease.Claim{Count: 1, RequestID: "r1"}}}},
+			claim:  claim{alice, node.Grant{Claim: lease.Claim{Count: 1, RequestID: "r1"}}},
 			want:   []int{0}, wantToken: 1, wantHeld: [][]int{{0}}, retry: true,
 		},
 		{
 			name:   "the same request id from someone else is a new claim",
-			before: []claim{{alice, node.Grant{Claim: lease.Claim{Count: 1}, RequestID: "r1"}}},
-			claim:  claim{bob, node.Grant{Claim: lease.Claim{Count: 1}, RequestID: "r1"}},
+			before: []claim{{alice, node.Grant{Claim: lease.Claim{Count: 1, RequestID: "r1"}}}},
+			claim:  claim{bob, node.Grant{Claim: lease.Claim{Count: 1, RequestID: "r1"}}},
 			want:   []int{1}, wantToken: 2, wantHeld: [][]int{{0}, {1}},
 		},
 		{
@@ -638,7 +638,7 @@ func TestCrash(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := r.n.Grant(ctx, bob, node.Grant{Claim: lease.Claim{GPUs: []int{1, 2}}, RequestID: "bob-claim-1"})
+	b, err := r.n.Grant(ctx, bob, node.Grant{Claim: lease.Claim{GPUs: []int{1, 2}, RequestID: "bob-claim-1"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -654,7 +654,7 @@ func TestCrash(t *testing.T) {
 	if len(got) != 1 || got[0].ID != b.ID || !slices.Equal(got[0].GPUs, []int{1, 2}) || got[0].User != "bob" {
 		t.Fatalf("after the crash the node holds %+v, want only %s (bob, GPUs 1,2)", got, b.ID)
 	}
-	again, err := r2.n.Grant(ctx, bob, node.Grant{Claim: lease.Claim{GPUs: []int{1, 2}}, RequestID: "bob-claim-1"})
+	again, err := r2.n.Grant(ctx, bob, node.Grant{Claim: lease.Claim{GPUs: []int{1, 2}, RequestID: "bob-claim-1"}})
 	if err != nil || again.ID != b.ID {
 		t.Errorf("bob's retried claim after the crash: %v %v, want %s again", again.ID, err, b.ID)
 	}

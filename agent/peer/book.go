@@ -52,7 +52,7 @@ func (r BookRequest) Validate() error {
 	if r.RequestID != "" && !lease.ValidRequestID(r.RequestID) {
 		return lease.Invalidf("bad request id")
 	}
-	return r.Run.validate()
+	return r.Run.Check()
 }
 
 // Booking is the request as the lease rules read it.
@@ -62,22 +62,7 @@ func (r BookRequest) Booking() lease.BookRequest {
 		Note: r.Note, Model: r.Model, Tags: r.Tags, Group: r.Group, Lead: r.Lead,
 	}
 	if r.Run != nil {
-		b.Job = &lease.Job{Command: r.Run.Command, Dir: r.Run.Dir, Name: r.Run.Name, Env: r.Run.Env}
+		b.Job = r.Run.Job()
 	}
 	return b
-}
-
-// checkWant bounds the parts of a claim that ask for a MIG instance, a
-// budget, a model or pools.
-func checkWant(mig string, mem uint64, model string, tags []string) error {
-	if len(mig) > lease.MaxNameLen || len(model) > lease.MaxModelLen || mem > lease.MaxMemMiB {
-		return lease.Invalidf("MIG instance, model or memory budget out of range")
-	}
-	if err := lease.CheckText("MIG instance", mig); err != nil {
-		return err
-	}
-	if err := lease.CheckText("model", model); err != nil {
-		return err
-	}
-	return lease.CheckTags(tags)
 }

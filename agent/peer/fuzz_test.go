@@ -35,6 +35,10 @@ func FuzzServe(f *testing.F) {
 		return b
 	}
 	f.Add("claim", env(As("alice"), ClaimRequest{Count: 1, Duration: time.Hour}))
+	f.Add("claim", env(As("alice"), ClaimRequest{GPUs: []int{1}, MemMiB: 20 << 10, Model: "H100", Tags: []string{"east"}, Kind: lease.KindBatch,
+		Note: "eval", RequestID: "req-0123456789", Run: &Run{Name: "train-7", Command: []string{"python", "train.py"}, Dir: "/home/alice",
+			Env: map[string]string{"PATH": "/usr/bin"}}}))
+	f.Add("claim", env(As("alice"), ClaimRequest{MIG: "3g.40gb", Duration: time.Hour}))
 	f.Add("release", env(As("alice"), ReleaseRequest{IDs: []string{"n1-1"}}))
 	f.Add("place", env(System, PlaceRequest{Key: "n1-q1#0", Placer: "n2/ab12"}))
 	f.Add("started", env(System, StartedRequest{Key: "n1-q1#0"}))

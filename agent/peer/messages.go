@@ -92,67 +92,15 @@ func (r RefusedRequest) Validate() error {
 	return lease.CheckText("reason", r.Reason)
 }
 
-// Run is the session a claim starts.
-type Run struct {
-	Name    string            `json:"name,omitempty"`
-	Command []string          `json:"command,omitempty"`
-	Dir     string            `json:"dir,omitempty"`
-	Env     map[string]string `json:"env,omitempty"`
-}
+// Run is the session a claim or a booking starts: the run spec made at
+// the edge, carried as is (lease.RunSpec).
+type Run = lease.RunSpec
 
-func (r *Run) validate() error {
-	if r == nil {
-		return nil
-	}
-	if err := lease.CheckJob(r.Command, r.Dir, r.Name); err != nil {
-		return err
-	}
-	return lease.CheckEnv(r.Env)
-}
-
-// ClaimRequest is a claim made at another node for this one.
-type ClaimRequest struct {
-	Count     int           `json:"count,omitempty"`
-	GPUs      []int         `json:"gpus,omitempty"`
-	Duration  time.Duration `json:"duration,omitempty"`
-	Note      string        `json:"note,omitempty"`
-	Kind      lease.Kind    `json:"kind,omitempty"`
-	Force     bool          `json:"force,omitempty"`
-	Run       *Run          `json:"run,omitempty"`
-	RequestID string        `json:"request_id,omitempty"`
-	// A MIG instance, a shared-GPU budget, a model and pools, as in
-	// lease.Claim.
-	MIG    string   `json:"mig,omitempty"`
-	MemMiB uint64   `json:"mem_mib,omitempty"`
-	Model  string   `json:"model,omitempty"`
-	Tags   []string `json:"tags,omitempty"`
-}
-
-// Validate implements Message.
-func (r ClaimRequest) Validate() error {
-	if err := checkWant(r.MIG, r.MemMiB, r.Model, r.Tags); err != nil {
-		return err
-	}
-	if r.Count < 0 || r.Count > lease.MaxGPUsPerNode {
-		return lease.Invalidf("GPU count %d is out of range", r.Count)
-	}
-	if err := lease.CheckGPUs(r.GPUs); err != nil {
-		return err
-	}
-	if r.Duration < 0 || r.Duration > lease.MaxDuration {
-		return lease.Invalidf("time limit out of range")
-	}
-	if _, err := lease.ParseKind(string(r.Kind)); err != nil {
-		return err
-	}
-	if err := lease.CheckNote(r.Note); err != nil {
-		return err
-	}
-	if r.RequestID != "" && !lease.ValidRequestID(r.RequestID) {
-		return lease.Invalidf("bad request id")
-	}
-	return r.Run.validate()
-}
+// ClaimRequest is a claim made at another node for this one: the claim
+// the requesting agent made at its edge, sent as is. Its JSON is
+// lease.Claim's, whose names are v0.1.0's (dialect_v6.json), and its
+// Validate (lease.Claim.Validate) is run again on what arrives.
+type ClaimRequest = lease.Claim
 
 // LeaseReply is a granted or changed lease.
 type LeaseReply struct {

@@ -1,0 +1,129 @@
+package lease
+
+import "time"
+
+// Claim is what a person asks for on one node, made once at the edge (the
+// agent's socket handler reads the words of a request into it) and carried
+// as is to the node that grants it: the agents send it to each other as the
+// claim endpoint's request (agent/peer.ClaimRequest is this type), so its
+// JSON names are the protocol's and must stay as v0.1.0 decodes them.
+// Validate is every bound a claim is held to before any node plans it; the
+// node's own rules (Table.PlanClaim) decide the rest.
+//
+// A field added here travels between agents: it takes omitempty and must
+// mean "as before" when zero (an older agent leaves it out), and an agent
+// of protocol 6 never sees it (agent/peer prunes to dialect_v6.json); a
+// field that must not travel takes `json:"-"`, as QueuedAt does.
+type Claim struct {
+	// Count GPUs chosen by dibs, or exactly GPUs; one of the two.
+	Count int   `json:"count,omitempty"`
+	GPUs  []int `json:"gpus,omitempty"`
+	// Duration is the time limit; zero means the kind's default (Limit).
+	Duration time.Duration `json:"duration,omitempty"`
+	Note     string        `json:"note,omitempty"`
+	// Kind is interactive or batch; empty means interactive (Limit).
+	Kind Kind `json:"kind,omitempty"`
+	// Force allows naming GPUs that have someone's process on them but no lease.
+	Force bool `json:"force,omitempty"`
+	// Run, when set, is the tmux session to start on the new lease.
+	Run *RunSpec `json:"run,omitempty"`
+	// RequestID names the claim so a retry (same id, same caller) gets
+	// the lease the first try made instead of more GPUs.
+	RequestID string `json:"request_id,omitempty"`
+	// QueuedAt is when the queue entry this claim starts was submitted
+	// (zero for a direct claim); it becomes Lease.QueuedAt. It never
+	// travels: a queued start carries its entry.
+	QueuedAt time.Time `json:"-"`
+	// MIG asks for one MIG instance instead of GPUs: by profile (3g.40gb),
+	// UUID (MIG-…) or GPU:INDEX (0:1).
+	MIG string `json:"mig,omitempty"`
+	// MemMiB asks for a memory budget on a shared GPU instead of GPUs
+	// (with GPUs naming at most the one GPU to share).
+	MemMiB uint64 `json:"mem_mib,omitempty"`
+	// Model restricts the claim to GPUs whose model contains it (any case).
+	Model string `json:"model,omitempty"`
+	// Tags restricts the claim to a node carrying every one (a pool).
+	Tags []string `json:"tags,omitempty"`
+}
+
+// RunSpec is the session a claim (or a booking) starts on its GPUs, as the
+// person asked for it: the one shape of a run from the local API
+// (api.RunSpec) through the agents' protocol (agent/peer.Run) to the node
+// that starts it. Its JSON names are both wires'.
+type RunSpec struct {
+	// Name of the tmux session; empty means one derived from the lease id.
+	Name string `json:"name,omitempty"`
+	// Command to run; empty means the user's login shell.
+	Command []string `json:"command,omitempty"`
+	// Dir is the working directory; empty means the user's home.
+	Dir string `json:"dir,omitempty"`
+	// Env is what the caller's shell has of CarriedEnv (PATH, the Python
+	// environment), for the command to find what it found there.
+	Env map[string]string `json:"env,omitempty"`
+}
+
+// Validate refuses a claim no node could grant as asked, with words for
+// the person who asked: the edge runs it on the claim it made, and the
+// owning node again on the claim the network brought (agent/peer runs it
+// on every request it decodes).
+func (c Claim) Validate() error {
+	if c.Count < 0 {
+		return Invalidf("GPU count must be positive, got %d", c.Count)
+	}
+	if c.Count > MaxGPUsPerNode {
+		return Invalidf("GPU count %d is out of range: a node has at most %d", c.Count, MaxGPUsPerNode)
+	}
+	if err := CheckGPUs(c.GPUs); err != nil {
+		return err
+	}
+	if c.Count > 0 && len(c.GPUs) > 0 {
+		return Invalidf("a count (%d) and GPU indices (%v) both say which GPUs: give one, not both", c.Count, c.GPUs)
+	}
+	if c.Duration < 0 || c.Duration > MaxDuration {
+		return Invalidf("time limit %s is out of range", FormatDuration(c.Duration))
+	}
+	if _, err := ParseKind(string(c.Kind)); err != nil {
+		return err
+	}
+	if err := checkNote(c.Note); err != nil {
+		return err
+	}
+	if c.RequestID != "" && !ValidRequestID(c.RequestID) {
+		return Invalidf("request id %s must be 8 to 64 letters, digits, '-' or '_'", quoteInput(c.RequestID))
+	}
+	if err := c.checkWant(); err != nil {
+		return err
+	}
+	return c.Run.Check()
+}
+
+// checkWant bounds the parts of a claim that ask for a MIG instance, a
+// memory budget, a model or pools.
+func (c Claim) checkWant() error {
+	if len(c.MIG) > MaxNameLen || len(c.Model) > MaxModelLen || c.MemMiB > MaxMemMiB {
+		return Invalidf("the MIG instance, model or memory budget is too long or too large")
+	}
+	if err := CheckText("MIG instance", c.MIG); err != nil {
+		return err
+	}
+	if err := CheckText("model", c.Model); err != nil {
+		return err
+	}
+	return CheckTags(c.Tags)
+}
+
+// Check is every bound a run spec is held to, its size as the agents send
+// it too; nil (no run) passes. Whether tmux keeps its name as given is the
+// launcher's rule (launch.CheckName), checked by the agent beside it.
+func (r *RunSpec) Check() error {
+	if r == nil {
+		return nil
+	}
+	return r.Job().Check()
+}
+
+// Job is the run as a job: what a booking keeps and `dibs export sbatch`
+// writes back.
+func (r *RunSpec) Job() *Job {
+	return &Job{Command: r.Command, Dir: r.Dir, Name: r.Name, Env: r.Env}
+}
