@@ -99,6 +99,9 @@ func TestPreviousReleaseDialectWithGang(t *testing.T) {
 		stop    = make(chan struct{})
 		wg      sync.WaitGroup
 	)
+	// The names are read once: node03's restart below replaces its Opts
+	// while the clients run.
+	names := []string{nodes[0].Opts.Name, nodes[1].Opts.Name, nodes[2].Opts.Name}
 	for _, at := range nodes[:2] {
 		wg.Add(1)
 		go func() {
@@ -109,7 +112,7 @@ func TestPreviousReleaseDialectWithGang(t *testing.T) {
 					return
 				default:
 				}
-				on := nodes[i%3].Opts.Name
+				on := names[i%3]
 				r, err := at.Client.Claim(context.Background(), api.ClaimRequest{Node: on, Count: 1})
 				mu.Lock()
 				switch {

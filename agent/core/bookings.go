@@ -42,8 +42,8 @@ func (s *Service) bookingsOf(node string) []lease.Lease {
 	if node == s.cfg.Node {
 		return s.deps.Node.State().Bookings
 	}
-	if s.cluster != nil {
-		for _, p := range s.cluster.Peers() {
+	if cl := s.link(); cl != nil {
+		for _, p := range cl.Peers() {
 			if p.Name == node {
 				return p.Bookings
 			}

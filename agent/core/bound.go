@@ -319,8 +319,8 @@ func (b *Bound) Attach(ctx context.Context, id string) (api.AttachResponse, erro
 		return api.AttachResponse{Lease: *found, Local: true, Command: b.s.deps.Attach(u, found.Session)}, nil
 	}
 	host := found.Node
-	if b.s.cluster != nil {
-		host = b.s.cluster.SSHHost(found.Node)
+	if cl := b.s.link(); cl != nil {
+		host = cl.SSHHost(found.Node)
 	}
 	argv := append([]string{"ssh", "-t", host}, b.s.deps.Attach(u, found.Session)...)
 	return api.AttachResponse{Lease: *found, Local: false, Command: argv}, nil

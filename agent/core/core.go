@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/dibs-gpu/dibs/agent/account"
@@ -82,8 +83,10 @@ type Service struct {
 	deps      Deps
 	log       *slog.Logger
 	startedAt time.Time
-	cluster   Cluster
-	placed    placements
+	// cluster is set once the agent has joined; peer requests may be
+	// served (and read it) while the join is still under way.
+	cluster atomic.Pointer[Cluster]
+	placed  placements
 }
 
 // placements remembers, for a while, where a claim with a request id was
@@ -144,8 +147,18 @@ func New(cfg Config, deps Deps) *Service {
 	return s
 }
 
-// SetCluster connects the service to the gossip cluster.
-func (s *Service) SetCluster(c Cluster) { s.cluster = c }
+// SetCluster connects the service to the gossip cluster. Memberlist
+// delivers peers' requests from the moment it joins, before the agent gets
+// here, so the link is published atomically.
+func (s *Service) SetCluster(c Cluster) { s.cluster.Store(&c) }
+
+// link is the gossip cluster, nil until SetCluster (and on a lone node).
+func (s *Service) link() Cluster {
+	if c := s.cluster.Load(); c != nil {
+		return *c
+	}
+	return nil
+}
 
 // protocol is the newest agent protocol this agent speaks.
 func (s *Service) protocol() int {
@@ -168,8 +181,8 @@ func (s *Service) View() lease.ClusterView {
 		Protocol: s.protocol(), Software: s.cfg.Version,
 	}
 	var peers []lease.NodeView
-	if s.cluster != nil {
-		peers = s.cluster.Peers()
+	if cl := s.link(); cl != nil {
+		peers = cl.Peers()
 	}
 	return lease.NewClusterView(self, peers, s.deps.Clock.Now())
 }
@@ -231,8 +244,8 @@ func (s *Service) Status() api.Status {
 		Backend: string(st.Snap.Host.Backend), DataDir: s.cfg.DataDir, Socket: s.cfg.Socket,
 		Leases: len(st.Leases), LastToken: st.LastToken,
 	}
-	if s.cluster != nil {
-		out.Members, out.Gossip = s.cluster.Status(s.deps.Clock.Now())
+	if cl := s.link(); cl != nil {
+		out.Members, out.Gossip = cl.Status(s.deps.Clock.Now())
 		// A member away within the grace shows as restarting, as on the
 		// board: the view knows since when it is away.
 		v := s.View()

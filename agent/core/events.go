@@ -176,8 +176,8 @@ func (s *Service) Fanout() (nodes func() []string, send func(ctx context.Context
 // change.
 func (s *Service) membership() lease.ClusterView {
 	var peers []lease.NodeView
-	if s.cluster != nil {
-		peers = s.cluster.Peers()
+	if cl := s.link(); cl != nil {
+		peers = cl.Peers()
 	}
 	return lease.NewClusterView(lease.NodeView{Name: s.cfg.Node}, peers, s.deps.Clock.Now())
 }

@@ -129,8 +129,8 @@ func (b *Bound) startPart(ctx context.Context, r peer.StartRequest) (peer.StartR
 	s := b.s
 	e := r.Entry
 	host := s.cfg.Node
-	if s.cluster != nil {
-		host = s.cluster.Host()
+	if cl := s.link(); cl != nil {
+		host = cl.Host()
 	}
 	claim := lease.Claim{GPUs: r.GPUs, Duration: e.Duration, Kind: e.Kind, Note: e.Note, QueuedAt: e.SubmittedAt, MemMiB: e.MemMiB}
 	if e.MIG != "" {
