@@ -396,7 +396,9 @@ that container on your lease's GPUs count as yours, on every node's board
 and in dibs ls, until the lease ends. ID is what docker ps (or podman ps)
 prints. Run it on the node the container runs on. It is refused, and
 nothing changes, when no process of the container runs on this node's GPUs
-or when one runs on a GPU you do not hold.`,
+or when one runs on a GPU you do not hold. A container started from the
+lease's session with -e DIBS_LEASE_ID needs no adopt: its root processes on
+the lease's GPUs are yours from the start.`,
 		Example: `  dibs adopt 4242
   dibs adopt --container "$(docker ps -q --latest)"`,
 		Args: cobra.MaximumNArgs(1),
