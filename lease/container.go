@@ -64,6 +64,12 @@ func (l *Lease) ownsContainerProcess(pr nodeprobe.Process) bool {
 	return slices.Contains(l.Containers, pr.Container) || pr.LeaseID != "" && pr.LeaseID == l.ID
 }
 
+// Owns reports whether pr, a process on one of l's GPUs, is the holder's
+// as Judge counts it: by uid (by name when /proc gave none), or root's
+// process in a container l adopted or started with l's DIBS_LEASE_ID. Front
+// ends mark a process "not the holder" by it, so they agree with the flags.
+func (l *Lease) Owns(pr nodeprobe.Process) bool { return ownedBy(pr, l) }
+
 // callerLease is the lease of uid that covers pr's place on the GPU: the
 // whole GPU, the MIG instance NVML places it on, or a part of the GPU; nil
 // when uid holds none of them.
