@@ -238,6 +238,13 @@ func (c *Client) Adopt(ctx context.Context, req AdoptRequest) (ClaimResponse, er
 	return r, err
 }
 
+// AdoptContainer records a container on the caller's leased GPUs as theirs.
+func (c *Client) AdoptContainer(ctx context.Context, req AdoptContainerRequest) (AdoptContainerResponse, error) {
+	var r AdoptContainerResponse
+	err := c.do(ctx, http.MethodPost, "/v1/adopt/container", req, &r)
+	return r, err
+}
+
 // Attach says how to attach to a lease's session; an empty id means the
 // caller's most recent lease with a session. The command it returns has
 // passed CheckAttachCommand, so a caller may run it.

@@ -70,6 +70,7 @@ func (b *Board) eachString(f func(field string, p *string)) {
 // cloneLease copies the slices and pointers of l that EachString reaches.
 func cloneLease(l lease.Lease) lease.Lease {
 	l.GPUs = slices.Clone(l.GPUs)
+	l.Containers = slices.Clone(l.Containers)
 	if l.Job != nil {
 		j := *l.Job
 		j.Command = slices.Clone(j.Command)

@@ -24,7 +24,7 @@ func fullBoard() Board {
 				Processes:  make([]nodeprobe.Process, 2),
 			},
 			Flags: []lease.Flag{"f"},
-			Lease: &lease.Lease{GPUs: []int{0}},
+			Lease: &lease.Lease{GPUs: []int{0}, Containers: make([]string, 1)},
 		}, {}}}, {}},
 	}
 	fill(reflect.ValueOf(&b).Elem())

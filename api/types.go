@@ -169,6 +169,21 @@ type AdoptRequest struct {
 	Note     string `json:"note,omitempty"`
 }
 
+// AdoptContainerRequest says a container on the caller's leased GPUs is
+// theirs (`dibs adopt --container`): a rootful runtime runs its processes as
+// root, which the board would otherwise flag as not the holder's. Container
+// is its id as `docker ps` prints it (12 hex digits) or the full id.
+type AdoptContainerRequest struct {
+	Container string `json:"container"`
+}
+
+// AdoptContainerResponse names the container's short id and the caller's
+// leases that adopted it, as saved.
+type AdoptContainerResponse struct {
+	Container string        `json:"container"`
+	Leases    []lease.Lease `json:"leases"`
+}
+
 // AttachResponse says how to reach a lease's session.
 type AttachResponse struct {
 	Lease lease.Lease `json:"lease"`

@@ -123,6 +123,10 @@ func TestLeaseFieldsSurviveTheWire(t *testing.T) {
 		case reflect.Float64:
 			f.SetFloat(float64(i+1) / 64)
 		case reflect.Slice:
+			if f.Type().Elem().Kind() == reflect.String {
+				f.Set(reflect.ValueOf([]string{"x" + v.Type().Field(i).Name}))
+				continue
+			}
 			f.Set(reflect.ValueOf([]int{i}))
 		case reflect.Pointer:
 			if v.Type().Field(i).Name == "Mono" {
@@ -148,6 +152,7 @@ func TestLeaseFieldsSurviveTheWire(t *testing.T) {
 	// Values the lease's shape check accepts, every field still set: a
 	// lease holds a MIG instance or a budget, so one of each.
 	l.Kind, l.MIG = lease.KindBatch, ""
+	l.Containers = []string{"3f2a9c1b7d4e"}
 	mig := l
 	mig.ID, mig.MIG, mig.MemMiB = "n1-2", "MIG-x", 0
 	m := &stateMsg{Node: "n1", BootID: "b", BootedAt: 1, Seq: 1, Section: sectionLeases, Leases: &leaseSection{Leases: []lease.Lease{l, mig}}}
@@ -212,6 +217,12 @@ func TestDecodeRefuses(t *testing.T) {
 		{"bad user name", state(func(m *stateMsg) { m.Leases.Leases[0].User = "-rf" }), "bad user"},
 		{"bad MIG instance", state(func(m *stateMsg) { m.Leases.Leases[0].MIG = "GPU-0" }), "bad MIG instance"},
 		{"share of a whole GPU", state(func(m *stateMsg) { m.Leases.Leases[0].Share = 0.5 }), "share 0.5"},
+		{"too many containers", state(func(m *stateMsg) {
+			for i := range lease.MaxContainers + 1 {
+				m.Leases.Leases[0].Containers = append(m.Leases.Leases[0].Containers, fmt.Sprintf("%012x", i))
+			}
+		}), fmt.Sprintf("%d adopted containers, over %d", lease.MaxContainers+1, lease.MaxContainers)},
+		{"a container that is no id", state(func(m *stateMsg) { m.Leases.Leases[0].Containers = []string{"trainer"} }), "not a short container id"},
 		{"bad telemetry gpu", state(func(m *stateMsg) {
 			m.Section, m.Leases = sectionTelemetry, nil
 			m.Telemetry = &telemetrySection{Snapshot: nodeprobe.Snapshot{GPUs: []nodeprobe.GPU{{Index: 2000}}}}

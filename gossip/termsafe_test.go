@@ -51,6 +51,7 @@ func hostileMessages(t testing.TB) map[string][]byte {
 		"note-escape": mustEncode(t, msgState, leases(hostileCmd, "alice", "s")),
 		"user":        mustEncode(t, msgState, leases("n", "al\x1bice", "s")),
 		"session":     mustEncode(t, msgState, leases("n", "alice", "s\u200b")),
+		"container":   mustEncode(t, msgState, withContainers(leases("n", "alice", "s"), "3f2a9c1b7d4e\u202e")),
 		"tags": mustEncode(t, msgState, &stateMsg{Node: "gpu-node-01", BootID: "b1", BootedAt: 1, Seq: 3, Section: sectionTelemetry,
 			Telemetry: &telemetrySection{Snapshot: nodeprobe.Snapshot{Host: nodeprobe.Host{Tags: []string{"h100", "nv\u202elink"}}}}}),
 		"usage": mustEncode(t, msgState, &stateMsg{Node: "n1", BootID: "b", BootedAt: 1, Seq: 1, Section: sectionTelemetry, Telemetry: &telemetrySection{Usage: map[string]float64{"bob\u2066": 1}}}),
@@ -65,12 +66,18 @@ func hostileMessages(t testing.TB) map[string][]byte {
 	return out
 }
 
+// withContainers gives m's first lease the adopted containers ids.
+func withContainers(m *stateMsg, ids ...string) *stateMsg {
+	m.Leases.Leases[0].Containers = ids
+	return m
+}
+
 // TestHostileTextFromPeers: text a peer forwards as it found it arrives
 // escaped, so the node stays visible; text a correct agent checks where it
 // is made is refused with the message.
 func TestHostileTextFromPeers(t *testing.T) {
 	msgs := hostileMessages(t)
-	for _, name := range []string{"note", "note-escape", "user", "session", "usage", "queue"} {
+	for _, name := range []string{"note", "note-escape", "user", "session", "container", "usage", "queue"} {
 		t.Run("refuses "+name, func(t *testing.T) {
 			_, err := decodeMessage(msgs[name])
 			if err == nil {

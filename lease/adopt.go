@@ -42,6 +42,9 @@ func (t *Table) PlanAdopt(c Caller, pid int, d time.Duration, note string, snap 
 		return Lease{}, errorf(CodeNotFound, "pid %d is not on any GPU of %s: `dibs ls` lists the processes it sees", pid, t.node)
 	}
 	if owner.UID != c.UID && !c.Admin {
+		if owner.Container != "" && runsAsRoot(*owner) {
+			return Lease{}, errorf(CodeForbidden, "pid %d is root's, in container %s: if that container is yours and runs on your leased GPUs, `dibs adopt --container %s` makes its processes yours", pid, termsafe.String(owner.Container), termsafe.String(owner.Container))
+		}
 		return Lease{}, errorf(CodeForbidden, "pid %d belongs to %s, not you: only its owner can adopt it", pid, ownerName(*owner))
 	}
 	if len(migs) > 1 || len(migs) == 1 && (len(gpus) > 1 || mig == nil) {

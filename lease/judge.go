@@ -196,8 +196,11 @@ func overBudget(g *nodeprobe.GPU, u *use) []Overrun {
 }
 
 // ownedBy reports whether a process belongs to the lease holder. The uid is
-// the truth; the name is used only when /proc could not give a uid.
-func ownedBy(pr nodeprobe.Process, l *Lease) bool { return ownedByUser(pr, l.UID, l.User) }
+// the truth; the name is used only when /proc could not give a uid. Root's
+// processes in a container the lease adopted count as the holder's too.
+func ownedBy(pr nodeprobe.Process, l *Lease) bool {
+	return ownedByUser(pr, l.UID, l.User) || l.ownsContainerProcess(pr)
+}
 
 // ownedByUser is ownedBy for a holder known by uid and name.
 func ownedByUser(pr nodeprobe.Process, uid int, user string) bool {

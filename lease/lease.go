@@ -130,6 +130,12 @@ type Lease struct {
 	// Job is the command a booking made with `dibs run --at` starts when
 	// it turns into a lease.
 	Job *Job `json:"job,omitempty"`
+	// Containers are the short ids of the containers the holder adopted
+	// (`dibs adopt --container`): a rootful runtime runs a container's
+	// processes as root, and root's processes of these containers on this
+	// lease's GPUs count as the holder's, not as squatters. At most
+	// MaxContainers; older agents ignore the field.
+	Containers []string `json:"containers,omitempty"`
 	// Mono is kept by the store only: the lease's limits on the monotonic
 	// clock of the boot that wrote them (see Table.Stamp). Nil elsewhere.
 	Mono *MonoLimits `json:"mono,omitempty"`
@@ -152,6 +158,9 @@ func (l *Lease) EachString(f func(field string, p *string)) {
 	f("preempt_reason", &l.PreemptReason)
 	f("request_id", &l.RequestID)
 	f("mig", &l.MIG)
+	for i := range l.Containers {
+		f("container", &l.Containers[i])
+	}
 	l.Job.eachString(f)
 }
 

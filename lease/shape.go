@@ -133,6 +133,9 @@ func (l *Lease) validateParts() error {
 	case l.Job != nil && !l.Booked:
 		return Invalidf("lease %s carries a job but is not a booking", l.ID)
 	}
+	if err := CheckContainers(l.Containers); err != nil {
+		return Invalidf("lease %s: %v", l.ID, err)
+	}
 	if l.Job != nil {
 		if err := l.Job.Check(); err != nil {
 			return Invalidf("lease %s: %v", l.ID, err)

@@ -169,6 +169,11 @@ type Process struct {
 	// Container is the short id of the Docker/Podman/containerd container the
 	// process runs in, empty when it runs on the host.
 	Container string `json:"container,omitempty"`
+	// LeaseID is the DIBS_LEASE_ID in the environment of a root-owned
+	// process in a container (`docker run -e DIBS_LEASE_ID`), which ties a
+	// rootful container's process to the lease its session ran under;
+	// empty for every other process (only root's are read).
+	LeaseID string `json:"lease_id,omitempty"`
 	// MIGDevice is the UUID of the MIG device the process runs on, if any.
 	MIGDevice string `json:"mig_device,omitempty"`
 }
@@ -215,6 +220,7 @@ func (g *GPU) EachString(f func(field string, p *string)) {
 		f("process.user", &p.User)
 		f("process.command", &p.Command)
 		f("process.container", &p.Container)
+		f("process.lease_id", &p.LeaseID)
 		f("process.mig_device", &p.MIGDevice)
 	}
 	f("error", &g.Error)

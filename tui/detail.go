@@ -397,16 +397,11 @@ func idleHeld(n *api.Node, l *lease.Lease) bool {
 	return false
 }
 
-// squatter says whether a process has no business on a GPU held by l: the
-// uid decides, the name only when /proc gave no uid (as lease.Judge does).
+// squatter says whether a process has no business on a GPU held by l, as
+// lease.Judge decides: the uid (the name only when /proc gave no uid), or
+// root's process in a container the lease adopted.
 func squatter(p nodeprobe.Process, l *lease.Lease) bool {
-	if l == nil {
-		return true
-	}
-	if p.UID >= 0 {
-		return p.UID != l.UID
-	}
-	return p.User == "" || p.User != l.User
+	return l == nil || !l.Owns(p)
 }
 
 func gib(mib uint64) string {

@@ -282,6 +282,24 @@ func (b *Bound) Adopt(ctx context.Context, req api.AdoptRequest) (api.ClaimRespo
 	return claimResponse(l), err
 }
 
+// AdoptContainer records a container whose processes run on the caller's
+// leased GPUs on this node as the caller's. The container runs here, so
+// this node's agent, the single writer of its leases, decides.
+func (b *Bound) AdoptContainer(ctx context.Context, req api.AdoptContainerRequest) (api.AdoptContainerResponse, error) {
+	if err := b.write(); err != nil {
+		return api.AdoptContainerResponse{}, err
+	}
+	id, err := lease.ParseContainerID(req.Container)
+	if err != nil {
+		return api.AdoptContainerResponse{}, err
+	}
+	ls, err := b.s.deps.Node.AdoptContainer(b.c, id)
+	if err != nil {
+		return api.AdoptContainerResponse{}, err
+	}
+	return api.AdoptContainerResponse{Container: id, Leases: ls}, nil
+}
+
 // Attach says how the caller reaches a lease's session: tmux attach here,
 // or ssh to the node that runs it. An empty id picks the caller's newest
 // session.

@@ -61,6 +61,35 @@ func (n *Node) Adopt(c lease.Caller, pid int, d time.Duration, note string) (lea
 	})
 }
 
+// AdoptContainer records container id on the leases of c whose GPUs its
+// processes run on (lease.Table.PlanAdoptContainer), durably, so root's
+// processes of a rootful container count as c's on every board. It returns
+// the leases as saved.
+func (n *Node) AdoptContainer(c lease.Caller, id string) ([]lease.Lease, error) {
+	var out []lease.Lease
+	err := n.locked(func() error {
+		now := n.now()
+		var err error
+		if out, err = n.table.PlanAdoptContainer(c, id, n.snap); err != nil {
+			return err
+		}
+		for _, l := range out {
+			if err := n.saveLocked(l, now); err != nil {
+				return fmt.Errorf("adopt container on lease %s: %w", l.ID, err)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	for _, l := range out {
+		n.log.Info("container adopted", "user", c.User, "uid", c.UID, "lease", l.ID, "containers", l.Containers)
+	}
+	n.deps.LeasesChanged()
+	return out, nil
+}
+
 // change is one lease's change that plan decides under the single
 // writer's lock: made durable, recorded as an event of kind, and then,
 // after the lock, told to the cluster.

@@ -31,6 +31,9 @@ func FuzzLocalAPI(f *testing.F) {
 		{"/v1/release", `{"all":true}`},
 		{"/v1/extend", `{"id":"node01-1","duration":"1h"}`},
 		{"/v1/adopt", `{"pid":1}`},
+		{"/v1/adopt/container", `{"container":"3f2a9c1b7d4e"}`},
+		{"/v1/adopt/container", `{"container":"3F2A9C1B7D4E0000000000000000000000000000000000000000000000000000"}`},
+		{"/v1/adopt/container", `{"container":"\u001b[2J"}`},
 		{"/v1/attach", `{"id":""}`},
 		{"/v1/queue/submit", `{"claim":{"count":1,"run":{"name":"a:b","command":["true"]}}}`},
 		{"/v1/queue/cancel", `{"id":"node01-q1"}`},
@@ -44,7 +47,7 @@ func FuzzLocalAPI(f *testing.F) {
 	}
 	n := agenttest.Start(f, agenttest.Options{Sim: "4xH100-80GB", Quiet: true})
 	h := sockapi.Handler(n.Agent.Service())
-	paths := map[string]bool{"/v1/claim": true, "/v1/release": true, "/v1/extend": true, "/v1/adopt": true, "/v1/attach": true,
+	paths := map[string]bool{"/v1/claim": true, "/v1/release": true, "/v1/extend": true, "/v1/adopt": true, "/v1/adopt/container": true, "/v1/attach": true,
 		"/v1/queue/submit": true, "/v1/queue/cancel": true, "/v1/usage": true}
 	f.Fuzz(func(t *testing.T, path string, body []byte) {
 		if !paths[path] {

@@ -219,6 +219,7 @@ func (s *Server) Routes() http.Handler {
 	handle("POST", "release", post(s, (*core.Bound).Release))
 	handle("POST", "extend", post(s, (*core.Bound).Extend))
 	handle("POST", "adopt", post(s, (*core.Bound).Adopt))
+	handle("POST", "adopt/container", post(s, (*core.Bound).AdoptContainer))
 	handle("POST", "queue/submit", post(s, (*core.Bound).Submit))
 	handle("POST", "queue/cancel", post(s, func(b *core.Bound, ctx context.Context, r idRequest) (struct{}, error) {
 		return struct{}{}, b.Cancel(ctx, r.ID)

@@ -381,13 +381,37 @@ func extendCmd(c *cli) *cobra.Command {
 }
 
 func adoptCmd(c *cli) *cobra.Command {
-	var dur, note string
+	var dur, note, container string
 	var asJSON bool
 	cmd := &cobra.Command{
-		Use:   "adopt PID",
-		Short: "Take a run you started without a lease into one",
-		Args:  cobra.ExactArgs(1),
+		Use:   "adopt [PID | --container ID]",
+		Short: "Take a run you started without a lease into one, or a container on your GPUs onto your lease",
+		Long: `dibs adopt PID takes a process you started on a GPU without a lease into
+a new lease on the GPUs it uses.
+
+dibs adopt --container ID says a container on your leased GPUs is yours. A
+rootful runtime (docker's default) runs a container's processes as root, so
+the board flags them as not the holder's; once adopted, root's processes of
+that container on your lease's GPUs count as yours, on every node's board
+and in dibs ls, until the lease ends. ID is what docker ps (or podman ps)
+prints. Run it on the node the container runs on. It is refused, and
+nothing changes, when no process of the container runs on this node's GPUs
+or when one runs on a GPU you do not hold. A container started from the
+lease's session with -e DIBS_LEASE_ID needs no adopt: its root processes on
+the lease's GPUs are yours from the start.`,
+		Example: `  dibs adopt 4242
+  dibs adopt --container "$(docker ps -q --latest)"`,
+		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if container != "" {
+				if len(args) > 0 || dur != "" || note != "" {
+					return fmt.Errorf("--container adopts onto the lease you hold: give no PID, --for or --note with it")
+				}
+				return c.adoptContainer(container, asJSON)
+			}
+			if len(args) == 0 {
+				return fmt.Errorf("adopt what? give a PID (dibs adopt 4242) or a container (dibs adopt --container ID)")
+			}
 			pid, err := strconv.Atoi(args[0])
 			if err != nil || pid <= 0 {
 				return fmt.Errorf("%q is not a process id", args[0])
@@ -412,8 +436,31 @@ func adoptCmd(c *cli) *cobra.Command {
 	}
 	cmd.Flags().StringVar(&dur, "for", "", "time limit (default 4h)")
 	cmd.Flags().StringVar(&note, "note", "", "what it is for")
+	cmd.Flags().StringVar(&container, "container", "", "a container on your leased GPUs whose root processes are yours (its id from docker ps)")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	return cmd
+}
+
+// adoptContainer asks this node's agent to record container id on the
+// caller's leases, and says which.
+func (c *cli) adoptContainer(id string, asJSON bool) error {
+	if _, err := lease.ParseContainerID(id); err != nil {
+		return err
+	}
+	ctx, cancel := reqCtx()
+	defer cancel()
+	r, err := c.client().AdoptContainer(ctx, api.AdoptContainerRequest{Container: id})
+	if err != nil {
+		return err
+	}
+	if asJSON {
+		return printJSON(c.stdout, r)
+	}
+	for _, l := range r.Leases {
+		fmt.Fprintf(c.stdout, "container %s is yours: its root processes on GPU%s %s of %s count under lease %s\n",
+			safe(r.Container), plural(len(l.GPUs)), safe(l.CUDAVisibleDevices()), safe(l.Node), safe(l.ID))
+	}
+	return nil
 }
 
 func attachCmd(c *cli) *cobra.Command {

@@ -121,6 +121,7 @@ func printBoard(w io.Writer, b api.Board, now time.Time) {
 		}
 		fmt.Fprintf(w, "%-12s %-10s %-16s %-6s %-14s %s\n", columns.Clip(l.ID, 12), columns.Clip(l.User, 10), gpusCell(l, 16), left, columns.Clip(sess, 14), leaseNote(l, 16))
 		printMIGUUID(w, l)
+		printContainers(w, l)
 	}
 	printArrays(w, leases)
 }
@@ -176,6 +177,15 @@ func gpusCell(l lease.Lease, width int) string {
 func printMIGUUID(w io.Writer, l lease.Lease) {
 	if l.MIG != "" {
 		fmt.Fprintf(w, "%12s └ %s\n", "", l.MIG)
+	}
+}
+
+// printContainers lists under a lease the containers its holder adopted
+// (dibs adopt --container): root's processes in them on its GPUs are the
+// holder's, which is why the board does not flag them.
+func printContainers(w io.Writer, l lease.Lease) {
+	for _, c := range l.Containers {
+		fmt.Fprintf(w, "%12s └ container %s (adopted)\n", "", c)
 	}
 }
 

@@ -69,6 +69,8 @@ type leaseRecord struct {
 	FinalWarned bool `json:"final_warned,omitempty"`
 	// Added with bookings across nodes (issue 23), optional.
 	Group string `json:"group,omitempty"`
+	// Added with adopted containers (issue 21), optional.
+	Containers []string `json:"containers,omitempty"`
 }
 
 func leaseToRecord(l lease.Lease) leaseRecord {
@@ -81,7 +83,7 @@ func leaseToRecord(l lease.Lease) leaseRecord {
 		PreemptReason: l.PreemptReason, SignalledAt: l.SignalledAt,
 		RequestID: l.RequestID, Mono: l.Mono, QueuedAt: l.QueuedAt, FinalWarned: l.FinalWarned,
 		MIG: l.MIG, MemMiB: l.MemMiB, Share: l.Share, Booked: l.Booked, Job: jobToRecord(l.Job),
-		Group: l.Group,
+		Group: l.Group, Containers: l.Containers,
 	}
 }
 
@@ -109,7 +111,7 @@ func (r *leaseRecord) lease() lease.Lease {
 		PreemptReason: r.PreemptReason, SignalledAt: r.SignalledAt,
 		RequestID: r.RequestID, Mono: r.Mono, QueuedAt: r.QueuedAt, FinalWarned: r.FinalWarned,
 		MIG: r.MIG, MemMiB: r.MemMiB, Share: r.Share, Booked: r.Booked, Job: r.Job.job(),
-		Group: r.Group,
+		Group: r.Group, Containers: r.Containers,
 	}
 }
 

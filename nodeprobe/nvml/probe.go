@@ -352,6 +352,7 @@ func (p *nvmlProbe) appendProcesses(dst []nodeprobe.Process, ps []procInfo, mig 
 			Command:       o.Command,
 			UsedMemoryMiB: pi.usedMiB,
 			Container:     o.Container,
+			LeaseID:       o.LeaseID,
 			MIGDevice:     mig,
 		})
 	}

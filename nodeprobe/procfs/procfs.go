@@ -19,6 +19,9 @@ type Reader struct {
 	// buf is reused for every small procfs file, so a probe does not allocate
 	// per file read.
 	buf [8192]byte
+	// env holds a root container process's environment, which can be
+	// longer than the other files (an image's ENV lines).
+	env [32 << 10]byte
 }
 
 // NewReader reads the procfs mounted at root (normally /proc) and names
@@ -33,6 +36,12 @@ type Owner struct {
 	User      string
 	Command   string
 	Container string
+	// LeaseID is the DIBS_LEASE_ID in the environment of a root-owned
+	// process in a container, empty for any other process: a rootful
+	// runtime runs a container's processes as root, and this ties them to
+	// the lease whose session started the container (docker run -e
+	// DIBS_LEASE_ID). Other users' environments are not read.
+	LeaseID string
 }
 
 // Attribute reads what /proc knows about pid. A process that has vanished (or
@@ -55,7 +64,42 @@ func (r *Reader) Attribute(pid int, fallbackCmd string) Owner {
 	if b, err := r.read(filepath.Join(dir, "cgroup")); err == nil {
 		o.Container = containerID(b)
 	}
+	if o.UID == 0 && o.Container != "" {
+		n, _ := readSmall(filepath.Join(dir, "environ"), r.env[:])
+		o.LeaseID = leaseFromEnviron(r.env[:n])
+	}
 	return o
+}
+
+// leaseFromEnviron returns the value of DIBS_LEASE_ID in a NUL-separated
+// /proc/PID/environ, empty when it is missing or is not a plausible lease
+// id (printable ASCII, no spaces, at most 128 bytes): the process chose it.
+// An environment longer than the buffer is cut; a variable cut short is
+// not read.
+func leaseFromEnviron(env []byte) string {
+	const key = "DIBS_LEASE_ID="
+	for len(env) > 0 {
+		i := bytes.IndexByte(env, 0)
+		if i < 0 {
+			return "" // the last variable is cut short, or the file had no NUL
+		}
+		kv := env[:i]
+		env = env[i+1:]
+		if !bytes.HasPrefix(kv, []byte(key)) {
+			continue
+		}
+		v := kv[len(key):]
+		if len(v) == 0 || len(v) > 128 {
+			return ""
+		}
+		for _, c := range v {
+			if c <= ' ' || c >= 0x7f {
+				return ""
+			}
+		}
+		return string(v)
+	}
+	return ""
 }
 
 // read returns the start of a small procfs file in the shared buffer; the

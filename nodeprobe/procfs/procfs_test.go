@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -83,7 +84,9 @@ func TestAttributeFakeProc(t *testing.T) {
 		{"host process", 4242, "", Owner{UID: 1001, User: "alice", Command: "python3"}},
 		{"docker", 4243, "", Owner{UID: 1001, User: "alice", Command: "python3", Container: hexID1[:12]}},
 		{"kubernetes, uid without account", 5151, "", Owner{UID: 1002, User: "", Command: "python", Container: hexID2[:12]}},
-		{"podman as root", 7001, "", Owner{UID: 0, User: "root", Command: "python", Container: "aabbccddeeff"}},
+		{"podman as root, started with -e DIBS_LEASE_ID", 7001, "", Owner{UID: 0, User: "root", Command: "python", Container: "aabbccddeeff", LeaseID: "node01-7"}},
+		{"a user's container: its environment is not read", 4243, "", Owner{UID: 1001, User: "alice", Command: "python3", Container: hexID1[:12]}},
+		{"root on the host: its environment is not read", 7013, "", Owner{UID: 0, User: "root", Command: "python"}},
 		{"vanished pid keeps the fallback name", 99999, "python3.11", Owner{UID: -1, Command: "python3.11"}},
 		{"vanished pid without a name", 99998, "", Owner{UID: -1}},
 	}
@@ -97,6 +100,27 @@ func TestAttributeFakeProc(t *testing.T) {
 	// 1001 was looked up once although two processes belong to it.
 	if lookups != 3 {
 		t.Errorf("user lookups = %d, want 3 (1001, 1002, 0 once each)", lookups)
+	}
+}
+
+func TestLeaseFromEnviron(t *testing.T) {
+	for _, tc := range []struct {
+		name, env, want string
+	}{
+		{"among others", "PATH=/bin\x00DIBS_LEASE_ID=node01-7\x00HOME=/root\x00", "node01-7"},
+		{"the last one", "PATH=/bin\x00DIBS_LEASE_ID=n2-14\x00", "n2-14"},
+		{"absent", "PATH=/bin\x00DIBS_LEASE_IDX=node01-7\x00", ""},
+		{"only the id variable, not the token", "DIBS_LEASE_TOKEN=7\x00", ""},
+		{"empty", "DIBS_LEASE_ID=\x00", ""},
+		{"cut short by the buffer", "PATH=/bin\x00DIBS_LEASE_ID=node01-7", ""},
+		{"an escape", "DIBS_LEASE_ID=node01-7\x1b[2J\x00", ""},
+		{"a space", "DIBS_LEASE_ID=node01 7\x00", ""},
+		{"too long", "DIBS_LEASE_ID=" + strings.Repeat("x", 129) + "\x00", ""},
+		{"no environment", "", ""},
+	} {
+		if got := leaseFromEnviron([]byte(tc.env)); got != tc.want {
+			t.Errorf("%s: leaseFromEnviron(%q) = %q, want %q", tc.name, tc.env, got, tc.want)
+		}
 	}
 }
 

@@ -48,6 +48,9 @@ type LoadProcess struct {
 	Command       string `json:"command,omitempty"`
 	UsedMemoryMiB uint64 `json:"used_memory_mib"`
 	Container     string `json:"container,omitempty"`
+	// LeaseID is the DIBS_LEASE_ID the process's environment carries, as
+	// /proc shows it for a root-owned process in a container.
+	LeaseID string `json:"lease_id,omitempty"`
 	// MIG is the index of the MIG instance the process runs on; every
 	// process of a GPU split into MIG instances names one, as NVML
 	// attributes each process to its instance.
@@ -193,12 +196,12 @@ func (s *Sim) resolve(p LoadProcess) (nodeprobe.Process, error) {
 	if p.PID <= 0 {
 		return nodeprobe.Process{}, fmt.Errorf("pid %d must be positive", p.PID)
 	}
-	for _, f := range []string{p.User, p.Command, p.Container} {
+	for _, f := range []string{p.User, p.Command, p.Container, p.LeaseID} {
 		if len(f) > maxLoadStrLen {
 			return nodeprobe.Process{}, fmt.Errorf("pid %d: a string is longer than %d bytes", p.PID, maxLoadStrLen)
 		}
 	}
-	pr := nodeprobe.Process{PID: p.PID, UID: -1, User: p.User, Command: p.Command, UsedMemoryMiB: p.UsedMemoryMiB, Container: p.Container}
+	pr := nodeprobe.Process{PID: p.PID, UID: -1, User: p.User, Command: p.Command, UsedMemoryMiB: p.UsedMemoryMiB, Container: p.Container, LeaseID: p.LeaseID}
 	switch {
 	case p.UID != nil:
 		if *p.UID < -1 {

@@ -123,6 +123,7 @@ func (p *smiProbe) Snapshot(ctx context.Context) (nodeprobe.Snapshot, error) {
 			Command:       o.Command,
 			UsedMemoryMiB: a.usedMiB,
 			Container:     o.Container,
+			LeaseID:       o.LeaseID,
 		})
 	}
 

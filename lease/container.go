@@ -1,0 +1,153 @@
+package lease
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/dibs-gpu/dibs/nodeprobe"
+)
+
+// ContainerIDLen is the length of the short container id dibs records and
+// shows (`docker ps`'s, and what nodeprobe reads from a process's cgroup).
+const ContainerIDLen = 12
+
+// MaxContainers is how many containers one lease may adopt: enough for a
+// holder who restarts a container a few times, small enough that a lease
+// stays a small gossip message.
+const MaxContainers = 8
+
+// ParseContainerID turns a container id as a person types it (the short id
+// `docker ps` prints, or the full one `docker run -d` prints) into the short
+// id the board shows; names are not ids, as the agent cannot ask the runtime.
+func ParseContainerID(s string) (string, error) {
+	id := strings.ToLower(strings.TrimSpace(s))
+	if len(id) < ContainerIDLen || len(id) > 64 || strings.Trim(id, "0123456789abcdef") != "" {
+		return "", Invalidf("%s is not a container id: give the id `docker ps` (or `podman ps`) prints, 12 to 64 hex digits, not the container's name", quoteInput(s))
+	}
+	return id[:ContainerIDLen], nil
+}
+
+// CheckContainers refuses a lease's adopted containers that no agent
+// records: too many, not short ids, or one twice.
+func CheckContainers(ids []string) error {
+	if len(ids) > MaxContainers {
+		return fmt.Errorf("%d adopted containers, over %d", len(ids), MaxContainers)
+	}
+	for i, id := range ids {
+		if short, err := ParseContainerID(id); err != nil || short != id {
+			return fmt.Errorf("adopted container %s is not a short container id", quoteInput(id))
+		}
+		if slices.Contains(ids[:i], id) {
+			return fmt.Errorf("adopted container %s appears twice", id)
+		}
+	}
+	return nil
+}
+
+// runsAsRoot reports whether a process runs as root, the way a rootful
+// container runtime starts a container's processes.
+func runsAsRoot(pr nodeprobe.Process) bool { return ownedByUser(pr, 0, "root") }
+
+// ownsContainerProcess reports whether pr, a process on one of l's GPUs,
+// counts as l's holder's because it is root's process in a container the
+// holder adopted, or one started with the lease's DIBS_LEASE_ID in its
+// environment. Only root's: a container's processes that run as some other
+// user are that user's (and rootless podman's already run as the holder),
+// so a container id cannot turn someone else's process into the holder's.
+// Only on l's GPUs: Judge asks it only of the leases on the process's GPU.
+func (l *Lease) ownsContainerProcess(pr nodeprobe.Process) bool {
+	if pr.Container == "" || !runsAsRoot(pr) {
+		return false
+	}
+	return slices.Contains(l.Containers, pr.Container) || pr.LeaseID != "" && pr.LeaseID == l.ID
+}
+
+// Owns reports whether pr, a process on one of l's GPUs, is the holder's
+// as Judge counts it: by uid (by name when /proc gave none), or root's
+// process in a container l adopted or started with l's DIBS_LEASE_ID. Front
+// ends mark a process "not the holder" by it, so they agree with the flags.
+func (l *Lease) Owns(pr nodeprobe.Process) bool { return ownedBy(pr, l) }
+
+// callerLease is the lease of uid that covers pr's place on the GPU: the
+// whole GPU, the MIG instance NVML places it on, or a part of the GPU; nil
+// when uid holds none of them.
+func (u *use) callerLease(pr nodeprobe.Process, uid int) *Lease {
+	switch {
+	case u == nil:
+		return nil
+	case u.whole != nil:
+		if u.whole.UID == uid {
+			return u.whole
+		}
+		return nil
+	case pr.MIGDevice != "":
+		if l := u.mig(pr.MIGDevice); l != nil && l.UID == uid {
+			return l
+		}
+		return nil
+	}
+	for _, l := range u.parts {
+		if l.UID == uid {
+			return l
+		}
+	}
+	return nil
+}
+
+// PlanAdoptContainer records that container id is c's: every lease of c
+// whose GPUs its processes run on adopts it, so root's processes of the
+// container there count as c's. It refuses, changing nothing, a container
+// with no process on this node's GPUs and one with a process on a GPU c
+// does not hold (adopting it would hide a squat on someone else's GPU).
+// Adopting a container a lease already has is no change. The leases come
+// back changed, by id, for the caller to save; the table is not touched.
+func (t *Table) PlanAdoptContainer(c Caller, id string, snap nodeprobe.Snapshot) ([]Lease, error) {
+	short, err := ParseContainerID(id)
+	if err != nil {
+		return nil, err
+	}
+	uses := t.uses()
+	var mine []*Lease
+	for gi := range snap.GPUs {
+		g := &snap.GPUs[gi]
+		for _, pr := range g.Processes {
+			if pr.Container != short {
+				continue
+			}
+			u := uses[g.Index]
+			l := u.callerLease(pr, c.UID)
+			if l == nil {
+				who := "not leased"
+				if h := u.first(); h != nil {
+					who = "held by " + h.User
+				}
+				return nil, errorf(CodeForbidden, "container %s runs pid %d on GPU %d (%s), which you do not hold: only a container whose processes all run on your leased GPUs can be adopted", short, pr.PID, g.Index, who)
+			}
+			if !l.ReservedUntil.IsZero() {
+				return nil, errorf(CodeConflict, "container %s runs on GPU %d of gang reservation %s, not yet a lease: adopt it once the gang has started", short, g.Index, l.ID)
+			}
+			if !slices.Contains(mine, l) {
+				mine = append(mine, l)
+			}
+		}
+	}
+	if len(mine) == 0 {
+		return nil, errorf(CodeNotFound, "no process of container %s runs on a GPU of %s: `dibs ls` shows each GPU process's container; adopt on the node it runs on", short, t.node)
+	}
+	out := make([]Lease, 0, len(mine))
+	for _, l := range mine {
+		nl := *l
+		nl.Mono = nil
+		if !slices.Contains(l.Containers, short) {
+			if len(l.Containers) >= MaxContainers {
+				return nil, Invalidf("lease %s has adopted %d containers already, the most it may: start a new lease for more", l.ID, MaxContainers)
+			}
+			nl.Containers = append(slices.Clone(l.Containers), short)
+		}
+		out = append(out, nl)
+	}
+	slices.SortFunc(out, func(a, b Lease) int { return cmp.Compare(a.ID, b.ID) })
+	return out, nil
+}
