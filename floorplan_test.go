@@ -70,7 +70,7 @@ func floorPlan() []room {
 	// HTTP, no processes, and no I/O of their own.
 	pure := []string{memberlist, goNVML, charm, charmX, sshPkg, "net/http", "os/exec"}
 	noIO := []string{"os", "os/exec", "os/signal", "syscall", "net", "io/fs", "log", "path/filepath"}
-	base := []string{"lease", "internal/doctor", "internal/termsafe", "nodeprobe", "launch"}
+	base := []string{"lease", "event", "internal/doctor", "internal/termsafe", "nodeprobe", "launch"}
 
 	plan := []room{
 		{pkg: "nodeprobe", what: "GPU snapshot types (Snapshot, GPU, Process, Probe, Options); no I/O",
@@ -93,8 +93,10 @@ func floorPlan() []room {
 		{pkg: "internal/columns", what: "a table cell's two rules for both binaries: empty as \"-\", cut with \"~\""},
 		{pkg: "lease", what: "the rules: pure functions over an injected clock, no I/O",
 			may: []string{"internal/termsafe", "nodeprobe"}, never: append(slices.Clone(pure), bbolt), notItself: noIO},
+		{pkg: "event", what: "what happened: event kinds and their words, notices, notification settings; no I/O",
+			may: []string{"lease", "internal/termsafe"}, never: append(slices.Clone(pure), bbolt), notItself: noIO},
 		{pkg: "lease/store", what: "bbolt store behind lease.Store",
-			may: []string{"lease"}, mods: []string{bbolt}, never: pure},
+			may: []string{"lease", "event"}, mods: []string{bbolt}, never: pure},
 		{pkg: "lease/store/storetest", what: "a fault-injecting fake lease.Store for tests",
 			may: []string{"lease", "lease/store"}, never: pure},
 		{pkg: "internal/doctor", what: "doctor's checks, figures and verdict: pure arithmetic",
@@ -111,10 +113,10 @@ func floorPlan() []room {
 			may: []string{"internal/lograte", "lease", "internal/termsafe", "nodeprobe"}, mods: []string{memberlist},
 			never: []string{charm, charmX, goNVML, "launch"}, notItself: []string{"net/http", "os/exec"}},
 		{pkg: "api", what: "local API types and Go client (HTTP+JSON over the unix socket)",
-			may: []string{"lease", "internal/doctor", "internal/termsafe", "nodeprobe"}, mods: []string{xsys},
+			may: []string{"lease", "event", "internal/doctor", "internal/termsafe", "nodeprobe"}, mods: []string{xsys},
 			never: []string{charm, charmX, memberlist, goNVML}},
 		{pkg: "tui", what: "bubbletea v2 board over api",
-			may:  []string{"api", "lease", "internal/termsafe", "nodeprobe"},
+			may:  []string{"api", "lease", "event", "internal/termsafe", "nodeprobe"},
 			mods: []string{"charm.land/bubbles/v2", bubbletea, "charm.land/lipgloss/v2", "github.com/charmbracelet/x/ansi"},
 			never: []string{memberlist, goNVML, bbolt, wish, sshPkg, "github.com/charmbracelet/bubbletea",
 				"agent", "gossip", "launch", "lease/store"}},
@@ -160,7 +162,7 @@ func floorPlan() []room {
 	}
 	plan = append(plan,
 		room{pkg: "agent", what: "the daemon: composition of the rooms above",
-			may:  slices.Concat(agents, []string{"api", "gossip", "launch", "lease", "internal/doctor", "lease/store", "internal/termsafe", "nodeprobe"}),
+			may:  slices.Concat(agents, []string{"api", "gossip", "launch", "lease", "event", "internal/doctor", "lease/store", "internal/termsafe", "nodeprobe"}),
 			mods: []string{xsys}, never: []string{goNVML}},
 		room{pkg: "agent/agenttest", what: "real agents on loopback for any package's tests",
 			may: slices.Concat([]string{"agent", "internal/poll"}, agents, []string{"api", "launch", "launch/launchtest", "lease",
@@ -199,7 +201,7 @@ func floorPlan() []room {
 		room{pkg: "cmd/dibsd", what: "the daemon's binary: dibsd agent (the dibs.service unit), demo, probe, keygen",
 			may: []string{"internal/daemoncmd"}, never: []string{goNVML}},
 		room{pkg: "cmd/dibs", what: "the client: flags, tables, --json, the board; hands the daemon's verbs to dibsd",
-			may: []string{"api", "internal/buildinfo", "internal/columns", "launch", "lease", "internal/doctor", "internal/replay", "internal/slurm",
+			may: []string{"api", "internal/buildinfo", "internal/columns", "launch", "lease", "event", "internal/doctor", "internal/replay", "internal/slurm",
 				"internal/termsafe", "nodeprobe", "tui"},
 			mods: []string{bubbletea, "github.com/spf13/cobra", "github.com/spf13/pflag", xsys}, never: daemonParts},
 		room{pkg: ".", what: "this floor plan and the size limits (tests only)"},

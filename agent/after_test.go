@@ -12,6 +12,7 @@ import (
 	"github.com/dibs-gpu/dibs/agent/agenttest"
 	"github.com/dibs-gpu/dibs/agent/peer"
 	"github.com/dibs-gpu/dibs/api"
+	"github.com/dibs-gpu/dibs/event"
 	"github.com/dibs-gpu/dibs/lease"
 )
 
@@ -105,7 +106,7 @@ func TestAfterFailedDependencyEndsTheRunWithANotice(t *testing.T) {
 	agenttest.Eventually(t, 5*time.Second, "the notice naming the dependency", func() bool {
 		l, _ := nodes[1].Client.Events(ctx(t), api.EventsRequest{})
 		for _, e := range l.Events {
-			if e.Kind == lease.EventFail && e.Entry == bOK.ID && strings.Contains(e.Text, a.ID) {
+			if e.Kind == event.EventFail && e.Entry == bOK.ID && strings.Contains(e.Text, a.ID) {
 				return true
 			}
 		}

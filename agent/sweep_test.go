@@ -11,6 +11,7 @@ import (
 
 	"github.com/dibs-gpu/dibs/agent/agenttest"
 	"github.com/dibs-gpu/dibs/api"
+	"github.com/dibs-gpu/dibs/event"
 	"github.com/dibs-gpu/dibs/lease"
 	"github.com/dibs-gpu/dibs/lease/store"
 )
@@ -77,7 +78,7 @@ func ledgerRuns(t *testing.T, nodes []*agenttest.Node, id string) map[string]int
 		}
 		for _, e := range led {
 			entry, _, _ := strings.Cut(e.Entry, "#")
-			if arr, _, ok := lease.ArrayTaskOf(entry); ok && arr == id && e.Reason != lease.ReasonReserved {
+			if arr, _, ok := lease.ArrayTaskOf(entry); ok && arr == id && e.Reason != event.ReasonReserved {
 				runs[entry]++
 			}
 		}
@@ -115,17 +116,17 @@ func TestArrayThrottleHoldsAndEveryTaskRunsOnce(t *testing.T) {
 	// Events: the array's start, each task's end, the array's end.
 	agenttest.Eventually(t, 5*time.Second, "the array's events", func() bool {
 		l, _ := nodes[0].Client.Events(ctx(t), api.EventsRequest{})
-		kinds := map[lease.EventKind]int{}
+		kinds := map[event.EventKind]int{}
 		taskEnds := 0
 		for _, e := range l.Events {
 			if e.Entry == s.ID {
 				kinds[e.Kind]++
 			}
-			if arr, _, ok := lease.ArrayTaskOf(e.Entry); ok && arr == s.ID && e.Kind == lease.EventFinish {
+			if arr, _, ok := lease.ArrayTaskOf(e.Entry); ok && arr == s.ID && e.Kind == event.EventFinish {
 				taskEnds++
 			}
 		}
-		return kinds[lease.EventSubmit] == 1 && kinds[lease.EventStart] == 1 && kinds[lease.EventFinish] == 1 && taskEnds == 20
+		return kinds[event.EventSubmit] == 1 && kinds[event.EventStart] == 1 && kinds[event.EventFinish] == 1 && taskEnds == 20
 	})
 	for id, n := range ledgerRuns(t, nodes, s.ID) {
 		if n != 1 {

@@ -63,10 +63,10 @@ func ParseAfter(ids []string, any bool) ([]Dep, error) {
 		for id := range strings.SplitSeq(arg, ",") {
 			id = strings.TrimSpace(id)
 			if _, ok := OriginOfQueueID(id); !ok {
-				return nil, Invalidf("--after %s is not a queue id: ids look like node01-q3 (`dibs queue` shows them)", quoteInput(id))
+				return nil, Invalidf("--after %s is not a queue id: ids look like node01-q3 (`dibs queue` shows them)", QuoteInput(id))
 			}
 			if _, _, task := ArrayTaskOf(id); task {
-				return nil, Invalidf("--after %s names one task of an array: wait for the whole array (its id without /N)", quoteInput(id))
+				return nil, Invalidf("--after %s names one task of an array: wait for the whole array (its id without /N)", QuoteInput(id))
 			}
 			out = append(out, Dep{ID: id, Any: any})
 		}

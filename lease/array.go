@@ -64,16 +64,16 @@ func ParseArray(s string) (*Array, error) {
 	if hasThr {
 		n, err := strconv.Atoi(thr)
 		if err != nil || n < 1 || n > MaxArrayTasks {
-			return nil, Invalidf("--array %s: the throttle after %% must be a whole number from 1 to %d", quoteInput(s), MaxArrayTasks)
+			return nil, Invalidf("--array %s: the throttle after %% must be a whole number from 1 to %d", QuoteInput(s), MaxArrayTasks)
 		}
 		a.Throttle = n
 	}
 	idx, err := parseIndexSet(list)
 	if err != nil {
-		return nil, Invalidf("--array %s: %v (e.g. 0-19%%4, or 1,3,5-9)", quoteInput(s), err)
+		return nil, Invalidf("--array %s: %v (e.g. 0-19%%4, or 1,3,5-9)", QuoteInput(s), err)
 	}
 	if len(idx) == 0 {
-		return nil, Invalidf("--array %s names no task (e.g. 0-19%%4)", quoteInput(s))
+		return nil, Invalidf("--array %s names no task (e.g. 0-19%%4)", QuoteInput(s))
 	}
 	a.Spec = formatIndexSet(idx)
 	return a, nil
@@ -288,7 +288,7 @@ func parseIndexSet(s string) ([]int, error) {
 func indexOf(s string) (int, error) {
 	n, err := strconv.Atoi(s)
 	if err != nil || n < 0 || n > MaxArrayIndex || strings.HasPrefix(s, "+") {
-		return 0, fmt.Errorf("%s is not an index from 0 to %d", quoteInput(s), MaxArrayIndex)
+		return 0, fmt.Errorf("%s is not an index from 0 to %d", QuoteInput(s), MaxArrayIndex)
 	}
 	return n, nil
 }

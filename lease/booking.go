@@ -390,11 +390,11 @@ func CheckBookingRequest(req BookRequest) error {
 		return err
 	}
 	if err := CheckText("model", req.Model); err != nil || len(req.Model) > MaxModelLen {
-		return Invalidf("bad model %s", quoteInput(termsafe.String(req.Model)))
+		return Invalidf("bad model %s", QuoteInput(termsafe.String(req.Model)))
 	}
 	if req.Group != "" {
 		if n, ok := NodeOfID(req.Group); !ok || ValidNodeName(n) != nil || req.Lead {
-			return Invalidf("bad booking group %s", quoteInput(termsafe.String(req.Group)))
+			return Invalidf("bad booking group %s", QuoteInput(termsafe.String(req.Group)))
 		}
 	}
 	if req.Job != nil {

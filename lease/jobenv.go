@@ -105,7 +105,7 @@ func CheckEnv(env map[string]string) error {
 	size := 0
 	for k, v := range env {
 		if !slices.Contains(carriedEnv, k) {
-			return Invalidf("environment variable %s does not travel with a run (only %s do): set it in the command, e.g. env %s=... CMD", quoteInput(k), strings.Join(carriedEnv, ", "), quoteInput(k))
+			return Invalidf("environment variable %s does not travel with a run (only %s do): set it in the command, e.g. env %s=... CMD", QuoteInput(k), strings.Join(carriedEnv, ", "), QuoteInput(k))
 		}
 		if strings.ContainsAny(v, "\x00\n\r") || !utf8.ValidString(v) {
 			return Invalidf("environment variable %s holds a NUL, a newline or invalid UTF-8", k)

@@ -388,7 +388,7 @@ func ParseDuration(s string) (time.Duration, error) {
 	if in == "" {
 		return 0, Invalidf("empty duration: write it like 30m, 4h or 2d")
 	}
-	bad := Invalidf("cannot read duration %s: write it like 30m, 4h or 2d", quoteInput(in))
+	bad := Invalidf("cannot read duration %s: write it like 30m, 4h or 2d", QuoteInput(in))
 	rest := in
 	var days time.Duration
 	if i := strings.IndexByte(rest, 'd'); i > 0 {
@@ -411,7 +411,7 @@ func ParseDuration(s string) (time.Duration, error) {
 		}
 	}
 	if d > 0 && d > MaxDuration-days {
-		return 0, Invalidf("duration %s is longer than %s: ask for less", quoteInput(in), FormatDuration(MaxDuration))
+		return 0, Invalidf("duration %s is longer than %s: ask for less", QuoteInput(in), FormatDuration(MaxDuration))
 	}
 	d += days
 	if d <= 0 {
@@ -420,9 +420,10 @@ func ParseDuration(s string) (time.Duration, error) {
 	return d, nil
 }
 
-// quoteInput quotes what a person (or a program) sent for an error message,
-// cut short: the input may come from the network and be of any length.
-func quoteInput(s string) string {
+// QuoteInput quotes what a person (or a program) sent for an error message,
+// cut short: the input may come from the network and be of any length. The
+// queue and the events quote their input the same way.
+func QuoteInput(s string) string {
 	const max = 32
 	if len(s) <= max {
 		return strconv.Quote(s)

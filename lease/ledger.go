@@ -85,17 +85,17 @@ type Store interface {
 // another agent answering `dibs doctor`): the same bounds as the lease it
 // was, times in a sane range, GPU-seconds a finite non-negative number.
 func (e *LedgerEntry) Validate() error {
-	if !token(e.LeaseID, 2*MaxNameLen) {
-		return Invalidf("a ledger entry has a bad lease id %s", quoteInput(e.LeaseID))
+	if !ValidToken(e.LeaseID, 2*MaxNameLen) {
+		return Invalidf("a ledger entry has a bad lease id %s", QuoteInput(e.LeaseID))
 	}
 	if node, ok := NodeOfID(e.LeaseID); !ok || node != e.Node {
-		return Invalidf("ledger entry %s does not belong to node %s", quoteInput(e.LeaseID), quoteInput(e.Node))
+		return Invalidf("ledger entry %s does not belong to node %s", QuoteInput(e.LeaseID), QuoteInput(e.Node))
 	}
 	if e.User != "" && !ValidUserName(e.User) {
-		return Invalidf("ledger entry %s has a bad user %s", e.LeaseID, quoteInput(e.User))
+		return Invalidf("ledger entry %s has a bad user %s", e.LeaseID, QuoteInput(e.User))
 	}
 	if e.By != "" && !ValidUserName(e.By) {
-		return Invalidf("ledger entry %s has a bad ender %s", e.LeaseID, quoteInput(e.By))
+		return Invalidf("ledger entry %s has a bad ender %s", e.LeaseID, QuoteInput(e.By))
 	}
 	if err := checkGPUs(e.GPUs, false); err != nil {
 		return Invalidf("ledger entry %s: %v", e.LeaseID, err)
@@ -120,44 +120,11 @@ func (e *LedgerEntry) Validate() error {
 		}
 	}
 	for _, s := range []string{e.Reason, e.Entry, e.Gang} {
-		if s != "" && !token(s, 2*MaxNameLen) {
-			return Invalidf("ledger entry %s has a bad field %s", e.LeaseID, quoteInput(s))
+		if s != "" && !ValidToken(s, 2*MaxNameLen) {
+			return Invalidf("ledger entry %s has a bad field %s", e.LeaseID, QuoteInput(s))
 		}
 	}
 	return nil
-}
-
-// EventRider is a store that writes events in the transactions it makes
-// anyway: a lease change's fsync carries the events recorded since the
-// last one, so keeping the log costs a claim no fsync of its own. take
-// hands over the events waiting; done says whether they were written (if
-// not, they wait for the next transaction).
-type EventRider interface {
-	RideEvents(take func() []Event, done func(evs []Event, written bool))
-}
-
-// EventStore keeps a node's event log and its users' notification
-// settings, durable like the rest (lease/store's bbolt file has both; a
-// Store without them gets an in-memory log in the agent). Implementations
-// are safe for concurrent use.
-type EventStore interface {
-	// AppendEvents writes events, each with its sequence set, in one
-	// transaction.
-	AppendEvents(evs []Event) error
-	// Events returns the events f matches, oldest first, at most limit;
-	// more reports that others matched past the limit.
-	Events(f EventFilter, limit int) (evs []Event, more bool, err error)
-	// LastEventSeq is the highest sequence written, 0 for none.
-	LastEventSeq() (uint64, error)
-	// PruneEvents forgets at most max events from before t, oldest first,
-	// and says how many it forgot.
-	PruneEvents(before time.Time, max int) (int, error)
-	// PutSetting keeps a user's notification setting (replacing theirs).
-	PutSetting(s NotifySetting) error
-	// DeleteSetting forgets a user's setting; forgetting none is no error.
-	DeleteSetting(user string) error
-	// Settings are every user's settings kept here.
-	Settings() ([]NotifySetting, error)
 }
 
 // ReasonCompacted marks a ledger entry that stands for several ended leases

@@ -169,7 +169,7 @@ func CheckTags(tags []string) error {
 	}
 	for _, t := range tags {
 		if err := ValidNodeName(t); err != nil {
-			return Invalidf("pool or tag %s must be 1 to 63 letters, digits, '-', '_' or '.'", quoteInput(t))
+			return Invalidf("pool or tag %s must be 1 to 63 letters, digits, '-', '_' or '.'", QuoteInput(t))
 		}
 	}
 	return nil

@@ -524,3 +524,30 @@ func (e *QueueEntry) Status(now time.Time) EntryStatus {
 	}
 	return s
 }
+
+// RunExit says how a finished queued run ended, from its ended leases:
+// "exit 0", or the worst exit status of its ranks; when no rank recorded
+// one (an interactive run), why its leases ended if that was not its
+// holder's doing (its time limit, a booking of its GPUs); else empty.
+func (v ClusterView) RunExit(e QueueEntry) string {
+	key := e.Key()
+	worst, found := 0, false
+	why := ""
+	for i := range v.Nodes {
+		for _, x := range v.Nodes[i].Ended {
+			if x.Entry != key || x.Reserved {
+				continue
+			}
+			if code, ok := x.Reason.ExitCode(); ok && (!found || code > worst) {
+				worst, found = code, true
+			}
+			if x.Reason == EndExpired || x.Reason == EndBooked {
+				why = "ended " + x.Reason.Words()
+			}
+		}
+	}
+	if !found {
+		return why
+	}
+	return "exit " + strconv.Itoa(worst)
+}

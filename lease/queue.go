@@ -366,7 +366,7 @@ func (e *QueueEntry) Check(p Policy) error {
 			return err
 		}
 		if len(e.MIG) > MaxNameLen {
-			return Invalidf("--mig %s is too long: name a profile (3g.40gb), a MIG- UUID or GPU:INDEX", quoteInput(e.MIG))
+			return Invalidf("--mig %s is too long: name a profile (3g.40gb), a MIG- UUID or GPU:INDEX", QuoteInput(e.MIG))
 		}
 	}
 	if e.Requeue && e.NoRequeue {

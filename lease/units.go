@@ -186,7 +186,7 @@ func share(part, total uint64) float64 {
 // figures do). It returns MiB.
 func ParseMem(s string) (uint64, error) {
 	in := strings.TrimSpace(s)
-	bad := Invalidf("cannot read memory size %s: write it like 20G or 512M", quoteInput(in))
+	bad := Invalidf("cannot read memory size %s: write it like 20G or 512M", QuoteInput(in))
 	if in == "" {
 		return 0, bad
 	}
@@ -209,10 +209,10 @@ func ParseMem(s string) (uint64, error) {
 	}
 	mib := v * mult
 	if mib < 1 {
-		return 0, Invalidf("memory size %s is less than 1 MiB: ask for more, like 20G", quoteInput(in))
+		return 0, Invalidf("memory size %s is less than 1 MiB: ask for more, like 20G", QuoteInput(in))
 	}
 	if mib > MaxMemMiB {
-		return 0, Invalidf("memory size %s is larger than any GPU", quoteInput(in))
+		return 0, Invalidf("memory size %s is larger than any GPU", QuoteInput(in))
 	}
 	return uint64(math.Round(mib)), nil
 }

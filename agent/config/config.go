@@ -17,6 +17,7 @@ import (
 	"github.com/BurntSushi/toml"
 
 	"github.com/dibs-gpu/dibs/agent/events"
+	"github.com/dibs-gpu/dibs/event"
 	"github.com/dibs-gpu/dibs/lease"
 )
 
@@ -135,7 +136,7 @@ func (e EventsSection) Allowlist() (events.Allowlist, error) {
 // KeepFor reads keep (default 14 days).
 func (e EventsSection) KeepFor() (time.Duration, error) {
 	if e.Keep == "" {
-		return lease.DefaultEventKeep, nil
+		return event.DefaultEventKeep, nil
 	}
 	d, err := lease.ParseDuration(e.Keep)
 	if err != nil {

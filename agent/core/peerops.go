@@ -8,6 +8,7 @@ import (
 
 	"github.com/dibs-gpu/dibs/agent/node"
 	"github.com/dibs-gpu/dibs/agent/peer"
+	"github.com/dibs-gpu/dibs/event"
 	"github.com/dibs-gpu/dibs/lease"
 )
 
@@ -98,7 +99,7 @@ func (s *Service) registerPeerOps() {
 		}
 		why := fmt.Sprintf("%s refused it: %s", r.Node, r.Reason)
 		if e, ok := s.deps.Origin.Refuse(r.Key, why); ok {
-			s.record(lease.EntryEvent(lease.EventFail, e, why, s.deps.Clock.Now()))
+			s.record(event.EntryEvent(event.EventFail, e, why, s.deps.Clock.Now()))
 			s.deps.Kick()
 		}
 		return peer.Empty{}, nil

@@ -9,6 +9,7 @@ import (
 
 	"github.com/dibs-gpu/dibs/agent/peer"
 	"github.com/dibs-gpu/dibs/api"
+	"github.com/dibs-gpu/dibs/event"
 	"github.com/dibs-gpu/dibs/lease"
 )
 
@@ -113,7 +114,7 @@ func (s *Service) entryStatus(id string) lease.EntryStatus {
 	if st.State != lease.EntryUnknown || s.deps.Events == nil {
 		return st
 	}
-	f := lease.EventFilter{Since: now.Add(-endedLookback)}
+	f := event.EventFilter{Since: now.Add(-endedLookback)}
 	for {
 		evs, more, err := s.deps.Events.Events(f, 4096)
 		if err != nil {
@@ -126,11 +127,11 @@ func (s *Service) entryStatus(id string) lease.EntryStatus {
 				continue
 			}
 			switch e.Kind {
-			case lease.EventFinish:
+			case event.EventFinish:
 				st = lease.EntryStatus{ID: id, State: lease.EntryFinished}
-			case lease.EventFail:
+			case event.EventFail:
 				st = lease.EntryStatus{ID: id, State: lease.EntryFailed, Reason: lease.ClipRetryWhy(e.Reason)}
-			case lease.EventCancel:
+			case event.EventCancel:
 				st = lease.EntryStatus{ID: id, State: lease.EntryCancelled}
 			}
 		}

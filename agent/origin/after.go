@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/dibs-gpu/dibs/event"
 	"github.com/dibs-gpu/dibs/lease"
 )
 
@@ -126,7 +127,7 @@ func (o *Origin) dropAfter(e lease.QueueEntry, why string) {
 	}
 	delete(o.entries, e.ID)
 	o.ended.note(lease.EntryStatus{ID: e.ID, State: lease.EntryFailed, Reason: lease.ClipRetryWhy(why)})
-	o.deps.Events(lease.EntryEvent(lease.EventFail, cur, why, o.deps.Clock.Now()))
+	o.deps.Events(event.EntryEvent(event.EventFail, cur, why, o.deps.Clock.Now()))
 	o.publishLocked()
 	o.mu.Unlock()
 	o.deps.Log.Info("not starting: a dependency did not succeed", "entry", e.ID, "why", why)

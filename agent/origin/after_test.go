@@ -8,6 +8,7 @@ import (
 
 	"github.com/dibs-gpu/dibs/agent/clock"
 	"github.com/dibs-gpu/dibs/agent/origin"
+	"github.com/dibs-gpu/dibs/event"
 	"github.com/dibs-gpu/dibs/lease"
 	"github.com/dibs-gpu/dibs/lease/store/storetest"
 )
@@ -20,8 +21,8 @@ func TestAfterIsSettledDurably(t *testing.T) {
 	clk := clock.NewFake(t0)
 	disk := storetest.New(storetest.Options{})
 	remote := map[string]lease.EntryState{"n2-q1": lease.EntryRunning, "n2-q2": lease.EntryRunning}
-	var told []lease.Event
-	deps := origin.Deps{Store: disk, Clock: clk, Events: func(e lease.Event) { told = append(told, e) },
+	var told []event.Event
+	deps := origin.Deps{Store: disk, Clock: clk, Events: func(e event.Event) { told = append(told, e) },
 		DepStatus: func(_ context.Context, id string) (lease.EntryStatus, error) {
 			return lease.EntryStatus{ID: id, State: remote[id]}, nil
 		}}
@@ -59,7 +60,7 @@ func TestAfterIsSettledDurably(t *testing.T) {
 	if st := o.Status(failRun.ID, clk.Now()); st.State != lease.EntryFailed || !strings.Contains(st.Reason, "its dependency n2-q2 failed") {
 		t.Errorf("status of %s = %+v, want failed naming n2-q2", failRun.ID, st)
 	}
-	if n := len(told); n == 0 || told[n-1].Kind != lease.EventFail || !strings.Contains(told[n-1].Text, "n2-q2") {
+	if n := len(told); n == 0 || told[n-1].Kind != event.EventFail || !strings.Contains(told[n-1].Text, "n2-q2") {
 		t.Errorf("last event %+v, want a failure naming n2-q2", told[len(told)-1])
 	}
 	// A restart keeps what was settled.

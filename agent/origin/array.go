@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/dibs-gpu/dibs/event"
 	"github.com/dibs-gpu/dibs/lease"
 )
 
@@ -184,11 +185,11 @@ func (o *Origin) endArrayLocked(p lease.QueueEntry) bool {
 	}
 	st.Reason = lease.ClipRetryWhy(why)
 	o.ended.note(st)
-	kind := lease.EventFinish
+	kind := event.EventFinish
 	if st.State != lease.EntryFinished {
-		kind = lease.EventFail
+		kind = event.EventFail
 	}
-	o.deps.Events(lease.EntryEvent(kind, p, why, o.deps.Clock.Now()))
+	o.deps.Events(event.EntryEvent(kind, p, why, o.deps.Clock.Now()))
 	o.deps.Log.Info("array ended", "entry", p.ID, "done", done, "failed", failed, "cancelled", cancelled)
 	return true
 }
@@ -231,7 +232,7 @@ func (o *Origin) taskStartedLocked(t lease.QueueEntry) {
 		return
 	}
 	o.entries[p.ID] = p
-	o.deps.Events(lease.EntryEvent(lease.EventStart, p, "", o.deps.Clock.Now()))
+	o.deps.Events(event.EntryEvent(event.EventStart, p, "", o.deps.Clock.Now()))
 }
 
 // cancelSweep cancels a whole array (its waiting and running tasks, as
@@ -253,7 +254,7 @@ func (o *Origin) cancelSweep(c lease.Caller, id string) (handled bool, err error
 		o.mu.Unlock()
 		return true, &lease.Error{Code: lease.CodeForbidden, Msg: fmt.Sprintf("%s is %s's array; only they (or an admin) can cancel it", pid, p.User)}
 	}
-	var ev lease.Event
+	var ev event.Event
 	if isTask {
 		if !slices.Contains(p.Array.Indices(), idx) {
 			o.mu.Unlock()
@@ -279,7 +280,7 @@ func (o *Origin) cancelSweep(c lease.Caller, id string) (handled bool, err error
 			t = p.Task(idx)
 		}
 		o.ended.note(lease.EntryStatus{ID: id, State: lease.EntryCancelled})
-		ev = lease.EntryEvent(lease.EventCancel, t, "", o.deps.Clock.Now())
+		ev = event.EntryEvent(event.EventCancel, t, "", o.deps.Clock.Now())
 		o.fillLocked(pid, false)
 	} else {
 		// The parent first: a crash before its tasks are deleted leaves
@@ -305,7 +306,7 @@ func (o *Origin) cancelSweep(c lease.Caller, id string) (handled bool, err error
 		if running > 0 {
 			why = fmt.Sprintf("its %d running tasks are stopped (SIGTERM) and end after the grace", running)
 		}
-		ev = lease.EntryEvent(lease.EventCancel, p, why, o.deps.Clock.Now())
+		ev = event.EntryEvent(event.EventCancel, p, why, o.deps.Clock.Now())
 	}
 	if c.UID != p.UID && lease.ValidUserName(c.User) {
 		ev.By, ev.Admin = c.User, c.Admin

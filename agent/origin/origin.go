@@ -17,6 +17,7 @@ import (
 
 	"github.com/dibs-gpu/dibs/agent/clock"
 	"github.com/dibs-gpu/dibs/agent/notify"
+	"github.com/dibs-gpu/dibs/event"
 	"github.com/dibs-gpu/dibs/lease"
 )
 
@@ -31,7 +32,7 @@ type Deps struct {
 	Log          *slog.Logger
 	// Events records what happened to the entries (agent/events); nil
 	// records nothing. It must not block.
-	Events func(lease.Event)
+	Events func(event.Event)
 	// RetryDelay is how long a run requeued for its restart'th time waits
 	// before it may start again (lease.RequeueDelay with the queue's
 	// settings and injected jitter); nil retries at once.
@@ -79,7 +80,7 @@ func New(node string, deps Deps) *Origin {
 		deps.QueueChanged = func() {}
 	}
 	if deps.Events == nil {
-		deps.Events = func(lease.Event) {}
+		deps.Events = func(event.Event) {}
 	}
 	if deps.MaxPerUser <= 0 {
 		deps.MaxPerUser = lease.DefaultMaxQueuedPerUser
@@ -185,7 +186,7 @@ func (o *Origin) Submit(e lease.QueueEntry) (lease.QueueEntry, error) {
 		o.fillLocked(e.ID, true)
 	}
 	o.publishLocked()
-	o.deps.Events(lease.EntryEvent(lease.EventSubmit, e, "", o.deps.Clock.Now()))
+	o.deps.Events(event.EntryEvent(event.EventSubmit, e, "", o.deps.Clock.Now()))
 	o.mu.Unlock()
 	o.deps.Log.Info("queued", "entry", e.ID, "user", e.User, "nodes", e.Nodes, "gpus_per_node", e.GPUsPerNode)
 	o.deps.QueueChanged()
@@ -237,7 +238,7 @@ func (o *Origin) Cancel(c lease.Caller, id string) error {
 	if e.Running {
 		why = "its running leases are stopped (SIGTERM) and end after the grace"
 	}
-	ev := lease.EntryEvent(lease.EventCancel, e, why, o.deps.Clock.Now())
+	ev := event.EntryEvent(event.EventCancel, e, why, o.deps.Clock.Now())
 	if c.UID != e.UID && lease.ValidUserName(c.User) {
 		ev.By, ev.Admin = c.User, c.Admin
 		ev.Text += " by " + c.User
@@ -331,7 +332,7 @@ func (o *Origin) MarkStarted(key string) (lease.QueueEntry, bool) {
 		// One notice for the array's start, not one per task.
 		o.taskStartedLocked(e)
 	} else {
-		o.deps.Events(lease.EntryEvent(lease.EventStart, e, "", o.deps.Clock.Now()))
+		o.deps.Events(event.EntryEvent(event.EventStart, e, "", o.deps.Clock.Now()))
 	}
 	o.publishLocked()
 	o.mu.Unlock()
@@ -491,12 +492,12 @@ func (o *Origin) Reconcile(ctx context.Context, v lease.ClusterView, grace, miss
 			case !ok:
 			case requeued:
 				o.deps.Log.Info("requeued", "entry", e.ID, "why", verdict.Why, "restart", next.Restarts, "of", next.MaxRestarts, "retry_at", next.RetryAt)
-				o.deps.Events(lease.EntryEvent(lease.EventRequeue, next, verdict.Why, o.deps.Clock.Now()))
+				o.deps.Events(event.EntryEvent(event.EventRequeue, next, verdict.Why, o.deps.Clock.Now()))
 			case verdict.Failed:
 				o.deps.Log.Info("failed", "entry", e.ID, "why", verdict.Why)
-				o.deps.Events(lease.EntryEvent(lease.EventFail, e, verdict.Why, o.deps.Clock.Now()))
+				o.deps.Events(event.EntryEvent(event.EventFail, e, verdict.Why, o.deps.Clock.Now()))
 			default:
-				o.deps.Events(lease.EntryEvent(lease.EventFinish, e, v.RunExit(e), o.deps.Clock.Now()))
+				o.deps.Events(event.EntryEvent(event.EventFinish, e, v.RunExit(e), o.deps.Clock.Now()))
 			}
 		}
 	}

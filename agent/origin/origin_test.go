@@ -8,6 +8,7 @@ import (
 
 	"github.com/dibs-gpu/dibs/agent/clock"
 	"github.com/dibs-gpu/dibs/agent/origin"
+	"github.com/dibs-gpu/dibs/event"
 	"github.com/dibs-gpu/dibs/lease"
 	"github.com/dibs-gpu/dibs/lease/store/storetest"
 )
@@ -20,9 +21,9 @@ var t0 = time.Date(2026, 11, 30, 9, 0, 0, 0, time.UTC)
 // stopped and, once that ends, the attempt fails and is requeued.
 func TestGangWithARankThatNeverStartedIsStopped(t *testing.T) {
 	clk := clock.NewFake(t0)
-	var told []lease.Event
+	var told []event.Event
 	o := origin.New("n1", origin.Deps{Store: storetest.New(storetest.Options{}), Clock: clk,
-		Events: func(e lease.Event) { told = append(told, e) }})
+		Events: func(e event.Event) { told = append(told, e) }})
 	e, err := o.Submit(lease.QueueEntry{User: "alice", UID: 1001, Nodes: 2, GPUsPerNode: 1, Duration: time.Hour, Kind: lease.KindBatch,
 		Requeue: true, MaxRestarts: 1, Job: &lease.Job{Command: []string{"train"}}})
 	if err != nil {
@@ -64,9 +65,9 @@ func TestGangWithARankThatNeverStartedIsStopped(t *testing.T) {
 		t.Errorf("entry after the failed attempt: %+v (found %v), want requeued once", got, ok)
 	}
 	// The requeue is an event whose notice tells alice, everywhere.
-	var requeue *lease.Event
+	var requeue *event.Event
 	for i := range told {
-		if told[i].Kind == lease.EventRequeue {
+		if told[i].Kind == event.EventRequeue {
 			requeue = &told[i]
 		}
 	}

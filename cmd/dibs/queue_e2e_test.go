@@ -13,6 +13,7 @@ import (
 
 	"github.com/dibs-gpu/dibs/agent/agenttest"
 	"github.com/dibs-gpu/dibs/api"
+	"github.com/dibs-gpu/dibs/event"
 	"github.com/dibs-gpu/dibs/lease"
 )
 
@@ -156,10 +157,10 @@ func TestCLIRequeuedAttemptsAreSpaced(t *testing.T) {
 	var starts []time.Time
 	requeues := 0
 	for _, e := range evs.Events {
-		if e.Kind == lease.EventStart && strings.HasPrefix(e.Entry, "node01-q1") {
+		if e.Kind == event.EventStart && strings.HasPrefix(e.Entry, "node01-q1") {
 			starts = append(starts, e.At)
 		}
-		if e.Kind == lease.EventRequeue {
+		if e.Kind == event.EventRequeue {
 			requeues++
 			if !strings.Contains(e.Text, "tries again in") {
 				t.Errorf("the requeue event does not say when it tries again: %q", e.Text)

@@ -10,7 +10,7 @@ import (
 
 	"go.etcd.io/bbolt"
 
-	"github.com/dibs-gpu/dibs/lease"
+	"github.com/dibs-gpu/dibs/event"
 )
 
 // The event log and the notification settings (issue 14) live in two more
@@ -33,25 +33,25 @@ var (
 func optionalBuckets() []string { return []string{string(bucketEvents), string(bucketNotify)} }
 
 var (
-	_ lease.EventStore = (*Bolt)(nil)
-	_ lease.EventRider = (*Bolt)(nil)
+	_ event.EventStore = (*Bolt)(nil)
+	_ event.EventRider = (*Bolt)(nil)
 )
 
 // rider hands the store the events to carry in its transactions.
 type rider struct {
-	take func() []lease.Event
-	done func([]lease.Event, bool)
+	take func() []event.Event
+	done func([]event.Event, bool)
 }
 
-// RideEvents implements lease.EventRider.
-func (s *Bolt) RideEvents(take func() []lease.Event, done func([]lease.Event, bool)) {
+// RideEvents implements event.EventRider.
+func (s *Bolt) RideEvents(take func() []event.Event, done func([]event.Event, bool)) {
 	s.rider.Store(&rider{take: take, done: done})
 }
 
 // ride writes events into the transaction the store makes anyway. It is
 // best effort: a lease change never fails for its events, which then wait
 // for the next transaction (false).
-func (w *writer) ride(evs []lease.Event) bool {
+func (w *writer) ride(evs []event.Event) bool {
 	b, err := w.tx.CreateBucketIfNotExists(bucketEvents)
 	if err != nil {
 		return false
@@ -97,14 +97,14 @@ type eventRecord struct {
 	Text    string    `json:"text"`
 }
 
-func eventToRecord(e lease.Event) eventRecord {
+func eventToRecord(e event.Event) eventRecord {
 	return eventRecord{Seq: e.Seq, Node: e.Node, At: e.At, Kind: string(e.Kind), User: e.User, By: e.By, Admin: e.Admin,
 		Lease: e.Lease, Entry: e.Entry, Rank: e.Rank, Session: e.Session, Log: e.Log, GPUs: e.GPUs, Reason: e.Reason,
 		Subject: e.Subject, Text: e.Text}
 }
 
-func (r *eventRecord) event() lease.Event {
-	return lease.Event{Seq: r.Seq, Node: r.Node, At: r.At, Kind: lease.EventKind(r.Kind), User: r.User, By: r.By,
+func (r *eventRecord) event() event.Event {
+	return event.Event{Seq: r.Seq, Node: r.Node, At: r.At, Kind: event.EventKind(r.Kind), User: r.User, By: r.By,
 		Admin: r.Admin, Lease: r.Lease, Entry: r.Entry, Rank: r.Rank, Session: r.Session, Log: r.Log, GPUs: r.GPUs,
 		Reason: r.Reason, Subject: r.Subject, Text: r.Text}
 }
@@ -117,8 +117,8 @@ type settingRecord struct {
 	SetAt  time.Time `json:"set_at"`
 }
 
-// AppendEvents implements lease.EventStore: the events, in one transaction.
-func (s *Bolt) AppendEvents(evs []lease.Event) error {
+// AppendEvents implements event.EventStore: the events, in one transaction.
+func (s *Bolt) AppendEvents(evs []event.Event) error {
 	if len(evs) == 0 {
 		return nil
 	}
@@ -146,17 +146,17 @@ func (s *Bolt) AppendEvents(evs []lease.Event) error {
 	})
 }
 
-// LastEventSeq implements lease.EventStore.
+// LastEventSeq implements event.EventStore.
 func (s *Bolt) LastEventSeq() (last uint64, err error) {
 	err = s.read(func(v view, schema int) error {
-		return eachEvent(v, schema, 0, true, func(e lease.Event) bool { last = e.Seq; return false })
+		return eachEvent(v, schema, 0, true, func(e event.Event) bool { last = e.Seq; return false })
 	})
 	return last, err
 }
 
-// Events implements lease.EventStore: the events f matches, oldest first,
+// Events implements event.EventStore: the events f matches, oldest first,
 // at most limit of them; more says whether others matched past it.
-func (s *Bolt) Events(f lease.EventFilter, limit int) (out []lease.Event, more bool, err error) {
+func (s *Bolt) Events(f event.EventFilter, limit int) (out []event.Event, more bool, err error) {
 	err = s.read(func(v view, schema int) error {
 		from := f.After + 1
 		if f.After == 0 && !f.Since.IsZero() {
@@ -164,7 +164,7 @@ func (s *Bolt) Events(f lease.EventFilter, limit int) (out []lease.Event, more b
 			// (less a minute: a stepped clock may have written a few out
 			// of order), then read forward from there.
 			from = 1
-			eachEvent(v, schema, 0, true, func(e lease.Event) bool {
+			eachEvent(v, schema, 0, true, func(e event.Event) bool {
 				if e.At.Before(f.Since.Add(-time.Minute)) {
 					from = e.Seq + 1
 					return false
@@ -172,7 +172,7 @@ func (s *Bolt) Events(f lease.EventFilter, limit int) (out []lease.Event, more b
 				return true
 			})
 		}
-		return eachEvent(v, schema, from, false, func(e lease.Event) bool {
+		return eachEvent(v, schema, from, false, func(e event.Event) bool {
 			if !f.Match(&e) {
 				return true
 			}
@@ -193,7 +193,7 @@ func (s *Bolt) Events(f lease.EventFilter, limit int) (out []lease.Event, more b
 // eachEvent calls fn for the events from sequence from on (or, backwards,
 // from the newest), until fn returns false. A damaged record stops it with
 // the damage named.
-func eachEvent(v view, schema int, from uint64, backwards bool, fn func(lease.Event) bool) error {
+func eachEvent(v view, schema int, from uint64, backwards bool, fn func(event.Event) bool) error {
 	tv, ok := v.(txView)
 	if !ok {
 		return errors.New("events are read from a transaction")
@@ -228,22 +228,22 @@ func step(c *bbolt.Cursor, backwards bool) ([]byte, []byte) {
 	return c.Next()
 }
 
-func decodeEvent(schema int, k, val []byte) (lease.Event, error) {
+func decodeEvent(schema int, k, val []byte) (event.Event, error) {
 	if len(k) != 8 {
-		return lease.Event{}, fmt.Errorf("event key %x is not 8 bytes", k)
+		return event.Event{}, fmt.Errorf("event key %x is not 8 bytes", k)
 	}
 	j, _, err := payload(schema, bucketEvents, k, val)
 	if err != nil {
-		return lease.Event{}, fmt.Errorf("event %d: %w", binary.BigEndian.Uint64(k), err)
+		return event.Event{}, fmt.Errorf("event %d: %w", binary.BigEndian.Uint64(k), err)
 	}
 	var r eventRecord
 	if err := json.Unmarshal(j, &r); err != nil || r.Seq != binary.BigEndian.Uint64(k) {
-		return lease.Event{}, fmt.Errorf("event %d: record does not match its key", binary.BigEndian.Uint64(k))
+		return event.Event{}, fmt.Errorf("event %d: record does not match its key", binary.BigEndian.Uint64(k))
 	}
 	return r.event(), nil
 }
 
-// PruneEvents implements lease.EventStore: the events before t go, oldest
+// PruneEvents implements event.EventStore: the events before t go, oldest
 // first, at most max of them in one transaction (so a first prune of a
 // long-neglected log does not hold the writer for long); it returns how
 // many went.
@@ -276,8 +276,8 @@ func (s *Bolt) PruneEvents(before time.Time, max int) (n int, err error) {
 	return n, err
 }
 
-// PutSetting implements lease.EventStore.
-func (s *Bolt) PutSetting(st lease.NotifySetting) error {
+// PutSetting implements event.EventStore.
+func (s *Bolt) PutSetting(st event.NotifySetting) error {
 	if err := st.Validate(); err != nil {
 		return fmt.Errorf("save the notification setting of %s: %w", st.User, err)
 	}
@@ -293,7 +293,7 @@ func (s *Bolt) PutSetting(st lease.NotifySetting) error {
 	})
 }
 
-// DeleteSetting implements lease.EventStore.
+// DeleteSetting implements event.EventStore.
 func (s *Bolt) DeleteSetting(user string) error {
 	return s.update("forget the notification setting of "+user, func(w *writer) error {
 		if w.tx.Bucket(bucketNotify) == nil {
@@ -303,8 +303,8 @@ func (s *Bolt) DeleteSetting(user string) error {
 	})
 }
 
-// Settings implements lease.EventStore.
-func (s *Bolt) Settings() (out []lease.NotifySetting, err error) {
+// Settings implements event.EventStore.
+func (s *Bolt) Settings() (out []event.NotifySetting, err error) {
 	err = s.read(func(v view, schema int) error {
 		_, err := v.each(bucketNotify, func(k, val []byte) error {
 			j, _, err := payload(schema, bucketNotify, k, val)
@@ -315,7 +315,7 @@ func (s *Bolt) Settings() (out []lease.NotifySetting, err error) {
 			if err := json.Unmarshal(j, &r); err != nil || !bytes.Equal([]byte(r.User), k) {
 				return fmt.Errorf("notification setting %q: record does not match its key", k)
 			}
-			out = append(out, lease.NotifySetting{User: r.User, URL: r.URL, Format: r.Format, SetAt: r.SetAt})
+			out = append(out, event.NotifySetting{User: r.User, URL: r.URL, Format: r.Format, SetAt: r.SetAt})
 			return nil
 		})
 		return err

@@ -9,14 +9,14 @@ import (
 
 	"go.etcd.io/bbolt"
 
-	"github.com/dibs-gpu/dibs/lease"
+	"github.com/dibs-gpu/dibs/event"
 	"github.com/dibs-gpu/dibs/lease/store"
 )
 
-func mkEvent(seq uint64, at time.Time, user string) lease.Event {
+func mkEvent(seq uint64, at time.Time, user string) event.Event {
 	l := mkLease(seq, 0)
 	l.User = user
-	e := lease.LeaseEvent(lease.EventClaim, l, at)
+	e := event.LeaseEvent(event.EventClaim, l, at)
 	e.Seq = seq
 	return e
 }
@@ -27,7 +27,7 @@ func TestEventsRoundTripFilterPrune(t *testing.T) {
 	if last, err := s.LastEventSeq(); err != nil || last != 0 {
 		t.Fatalf("a new store's last event = %d, %v; want 0", last, err)
 	}
-	var evs []lease.Event
+	var evs []event.Event
 	for i := uint64(1); i <= 10; i++ {
 		user := "alice"
 		if i%2 == 0 {
@@ -44,16 +44,16 @@ func TestEventsRoundTripFilterPrune(t *testing.T) {
 	if last, _ := s.LastEventSeq(); last != 10 {
 		t.Errorf("last event = %d, want 10", last)
 	}
-	got, more, err := s.Events(lease.EventFilter{}, 3)
+	got, more, err := s.Events(event.EventFilter{}, 3)
 	if err != nil || !more || len(got) != 3 || got[0].Seq != 1 || got[2].Seq != 3 {
 		t.Errorf("first 3 events = %v (more %v, err %v); want 1..3 and more", seqs(got), more, err)
 	}
 	sameJSON(t, got[0], evs[0])
-	got, _, _ = s.Events(lease.EventFilter{After: 7}, 100)
+	got, _, _ = s.Events(event.EventFilter{After: 7}, 100)
 	if want := []uint64{8, 9, 10}; !equalSeqs(got, want) {
 		t.Errorf("after 7: %v, want %v", seqs(got), want)
 	}
-	got, _, _ = s.Events(lease.EventFilter{Since: t0.Add(8 * time.Hour), User: "bob"}, 100)
+	got, _, _ = s.Events(event.EventFilter{Since: t0.Add(8 * time.Hour), User: "bob"}, 100)
 	if want := []uint64{8, 10}; !equalSeqs(got, want) {
 		t.Errorf("bob's since 8h: %v, want %v", seqs(got), want)
 	}
@@ -64,7 +64,7 @@ func TestEventsRoundTripFilterPrune(t *testing.T) {
 	if n, err := s.PruneEvents(t0.Add(3*time.Hour+time.Minute), 100); err != nil || n != 3 {
 		t.Errorf("prune before 3h01 forgot %d (%v), want 3", n, err)
 	}
-	got, _, _ = s.Events(lease.EventFilter{}, 100)
+	got, _, _ = s.Events(event.EventFilter{}, 100)
 	if len(got) != 7 || got[0].Seq != 4 {
 		t.Errorf("after pruning: %v, want 4..10", seqs(got))
 	}
@@ -78,11 +78,11 @@ func TestEventsRoundTripFilterPrune(t *testing.T) {
 func TestNotifySettings(t *testing.T) {
 	dir := t.TempDir()
 	s := open(t, dir)
-	st := lease.NotifySetting{User: "alice", URL: "https://hooks.example.com/x", Format: lease.WebhookJSON, SetAt: t0}
+	st := event.NotifySetting{User: "alice", URL: "https://hooks.example.com/x", Format: event.WebhookJSON, SetAt: t0}
 	if err := s.PutSetting(st); err != nil {
 		t.Fatal(err)
 	}
-	st2 := lease.NotifySetting{User: "bob", URL: "https://ntfy.sh/bob", Format: lease.WebhookText, SetAt: t0}
+	st2 := event.NotifySetting{User: "bob", URL: "https://ntfy.sh/bob", Format: event.WebhookText, SetAt: t0}
 	if err := s.PutSetting(st2); err != nil {
 		t.Fatal(err)
 	}
@@ -102,7 +102,7 @@ func TestNotifySettings(t *testing.T) {
 	if err != nil || len(got) != 1 || got[0].URL != st.URL {
 		t.Fatalf("settings after reopening = %+v, %v; want alice's second", got, err)
 	}
-	if err := s.PutSetting(lease.NotifySetting{User: "alice", URL: "has space", Format: "json", SetAt: t0}); err == nil {
+	if err := s.PutSetting(event.NotifySetting{User: "alice", URL: "has space", Format: "json", SetAt: t0}); err == nil {
 		t.Errorf("a webhook with a space was kept")
 	}
 }
@@ -114,7 +114,7 @@ func TestEventDamageWarnsAndIsNamed(t *testing.T) {
 	dir := t.TempDir()
 	s := open(t, dir)
 	put(t, s, mkLease(1, 0))
-	if err := s.AppendEvents([]lease.Event{mkEvent(1, t0, "alice"), mkEvent(2, t0, "alice")}); err != nil {
+	if err := s.AppendEvents([]event.Event{mkEvent(1, t0, "alice"), mkEvent(2, t0, "alice")}); err != nil {
 		t.Fatal(err)
 	}
 	s.Close()
@@ -137,7 +137,7 @@ func TestEventDamageWarnsAndIsNamed(t *testing.T) {
 	if ls, _ := load(t, s); len(ls) != 1 {
 		t.Errorf("leases after event damage: %d, want 1", len(ls))
 	}
-	if _, _, err := s.Events(lease.EventFilter{}, 10); err == nil || !strings.Contains(err.Error(), "event 2") {
+	if _, _, err := s.Events(event.EventFilter{}, 10); err == nil || !strings.Contains(err.Error(), "event 2") {
 		t.Errorf("reading a damaged log: %v, want the damage named", err)
 	}
 }
@@ -158,7 +158,7 @@ func TestOlderFileGainsEventBuckets(t *testing.T) {
 	})
 	db.Close()
 	s = open(t, dir)
-	if err := s.AppendEvents([]lease.Event{mkEvent(1, t0, "alice")}); err != nil {
+	if err := s.AppendEvents([]event.Event{mkEvent(1, t0, "alice")}); err != nil {
 		t.Fatal(err)
 	}
 	s.Close()
@@ -168,7 +168,7 @@ func TestOlderFileGainsEventBuckets(t *testing.T) {
 	}
 }
 
-func seqs(evs []lease.Event) []uint64 {
+func seqs(evs []event.Event) []uint64 {
 	var out []uint64
 	for _, e := range evs {
 		out = append(out, e.Seq)
@@ -176,7 +176,7 @@ func seqs(evs []lease.Event) []uint64 {
 	return out
 }
 
-func equalSeqs(evs []lease.Event, want []uint64) bool {
+func equalSeqs(evs []event.Event, want []uint64) bool {
 	got := seqs(evs)
 	if len(got) != len(want) {
 		return false
@@ -194,11 +194,11 @@ func equalSeqs(evs []lease.Event, want []uint64) bool {
 func TestEventsRideLeaseWrites(t *testing.T) {
 	dir := t.TempDir()
 	s := open(t, dir)
-	waiting := []lease.Event{mkEvent(1, t0, "alice"), mkEvent(2, t0, "alice")}
-	var written []lease.Event
+	waiting := []event.Event{mkEvent(1, t0, "alice"), mkEvent(2, t0, "alice")}
+	var written []event.Event
 	var ok bool
-	s.RideEvents(func() []lease.Event { w := waiting; waiting = nil; return w },
-		func(evs []lease.Event, wr bool) { written, ok = evs, wr })
+	s.RideEvents(func() []event.Event { w := waiting; waiting = nil; return w },
+		func(evs []event.Event, wr bool) { written, ok = evs, wr })
 	put(t, s, mkLease(1, 0))
 	if written != nil {
 		t.Fatalf("a new lease's transaction carried %d events: a claim must wait for nothing else", len(written))
@@ -209,7 +209,7 @@ func TestEventsRideLeaseWrites(t *testing.T) {
 	if !ok || len(written) != 2 {
 		t.Fatalf("after a lease update: done(%d events, %v), want the 2 waiting, written", len(written), ok)
 	}
-	if evs, _, err := s.Events(lease.EventFilter{}, 10); err != nil || len(evs) != 2 {
+	if evs, _, err := s.Events(event.EventFilter{}, 10); err != nil || len(evs) != 2 {
 		t.Errorf("events in the store: %d (%v), want 2", len(evs), err)
 	}
 	s.Close()
@@ -237,9 +237,9 @@ func BenchmarkPutCarryingEvents(b *testing.B) {
 			}
 			defer s.Close()
 			var seq uint64
-			var waiting []lease.Event
+			var waiting []event.Event
 			if carry {
-				s.RideEvents(func() []lease.Event { w := waiting; waiting = nil; return w }, func([]lease.Event, bool) {})
+				s.RideEvents(func() []event.Event { w := waiting; waiting = nil; return w }, func([]event.Event, bool) {})
 			}
 			b.ResetTimer()
 			l := mkLease(1, 0)
@@ -253,7 +253,7 @@ func BenchmarkPutCarryingEvents(b *testing.B) {
 				l.Warned = i%2 == 0
 				if carry {
 					seq++
-					waiting = []lease.Event{mkEvent(seq, t0, "alice")}
+					waiting = []event.Event{mkEvent(seq, t0, "alice")}
 				}
 				if err := s.Put(l); err != nil {
 					b.Fatal(err)

@@ -17,6 +17,7 @@ import (
 	"go.etcd.io/bbolt"
 	berrors "go.etcd.io/bbolt/errors"
 
+	"github.com/dibs-gpu/dibs/event"
 	"github.com/dibs-gpu/dibs/lease"
 )
 
@@ -363,7 +364,7 @@ func (s *Bolt) update(op string, fn func(w *writer) error) error {
 // claim's transaction carries nothing but the claim, so the event log adds
 // nothing to what a claim waits for.
 func (s *Bolt) updateRiding(op string, ride bool, fn func(w *writer) error) error {
-	var riding []lease.Event
+	var riding []event.Event
 	var carried bool
 	r := s.rider.Load()
 	err := s.db.Update(func(tx *bbolt.Tx) error {

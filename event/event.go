@@ -1,13 +1,21 @@
-package lease
+// Package event holds what dibs records as having happened, with no I/O:
+// the kinds of event and how each is worded, the notice a person gets from
+// one, their notification settings, which events a node's judgements call
+// for, and the interface of the store that keeps them. It lies above the
+// lease rules and the queue (an event names a lease or a queue entry) and
+// below the agent; agent/events keeps the log itself (storage, fan-out to
+// every node, webhooks) and is the only part that does I/O with events.
+package event
 
 import (
 	"fmt"
-
-	"github.com/dibs-gpu/dibs/internal/termsafe"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/dibs-gpu/dibs/internal/termsafe"
+	"github.com/dibs-gpu/dibs/lease"
 )
 
 // EventKind names what happened. Every part of dibs spells a kind from
@@ -89,42 +97,40 @@ const (
 	// DefaultEventKeep is how long a node keeps its events unless
 	// configured ([events] keep).
 	DefaultEventKeep = 14 * 24 * time.Hour
-	// FinalWarnBefore is when the last warning before a lease's end comes.
-	FinalWarnBefore = time.Minute
 )
 
 // Validate checks an event's shape: what the store reads back and what a
 // peer sends is checked the same way.
 func (e *Event) Validate() error {
-	if e.Seq == 0 || ValidNodeName(e.Node) != nil || !ValidSince(e.At) || e.At.IsZero() {
-		return Invalidf("an event has a bad sequence, node or time")
+	if e.Seq == 0 || lease.ValidNodeName(e.Node) != nil || !lease.ValidSince(e.At) || e.At.IsZero() {
+		return lease.Invalidf("an event has a bad sequence, node or time")
 	}
 	if !slices.Contains(EventKinds(), e.Kind) {
-		return Invalidf("event %d has an unknown kind %s", e.Seq, quoteInput(string(e.Kind)))
+		return lease.Invalidf("event %d has an unknown kind %s", e.Seq, lease.QuoteInput(string(e.Kind)))
 	}
 	for _, u := range []string{e.User, e.By} {
-		if u != "" && !ValidUserName(u) && u != ByCluster {
-			return Invalidf("event %d has a bad user %s", e.Seq, quoteInput(u))
+		if u != "" && !lease.ValidUserName(u) && u != ByCluster {
+			return lease.Invalidf("event %d has a bad user %s", e.Seq, lease.QuoteInput(u))
 		}
 	}
 	for _, s := range []string{e.Lease, e.Entry, e.Session, e.Log, e.Reason} {
-		if s != "" && !token(s, 2*MaxNameLen) {
-			return Invalidf("event %d has a bad field %s", e.Seq, quoteInput(s))
+		if s != "" && !lease.ValidToken(s, 2*lease.MaxNameLen) {
+			return lease.Invalidf("event %d has a bad field %s", e.Seq, lease.QuoteInput(s))
 		}
 	}
-	if e.Subject != "" && ValidNodeName(e.Subject) != nil {
-		return Invalidf("event %d has a bad subject", e.Seq)
+	if e.Subject != "" && lease.ValidNodeName(e.Subject) != nil {
+		return lease.Invalidf("event %d has a bad subject", e.Seq)
 	}
-	if e.Rank < 0 || e.Rank >= MaxGangNodes {
-		return Invalidf("event %d has a rank out of range", e.Seq)
+	if e.Rank < 0 || e.Rank >= lease.MaxGangNodes {
+		return lease.Invalidf("event %d has a rank out of range", e.Seq)
 	}
-	if err := checkGPUs(e.GPUs, false); err != nil {
-		return Invalidf("event %d: %v", e.Seq, err)
+	if err := lease.CheckGPUs(e.GPUs); err != nil {
+		return lease.Invalidf("event %d: %v", e.Seq, err)
 	}
 	if len(e.Text) > maxEventText || strings.ContainsAny(e.Text, "\n\r") {
-		return Invalidf("event %d: its text is over %d bytes or not one line", e.Seq, maxEventText)
+		return lease.Invalidf("event %d: its text is over %d bytes or not one line", e.Seq, maxEventText)
 	}
-	return CheckText("event text", e.Text)
+	return lease.CheckText("event text", e.Text)
 }
 
 // ReasonReserved marks the claim event of a gang reservation (its commit
@@ -139,7 +145,7 @@ const (
 const ByCluster = "dibs"
 
 // LeaseEvent is an event about lease l.
-func LeaseEvent(kind EventKind, l Lease, at time.Time) Event {
+func LeaseEvent(kind EventKind, l lease.Lease, at time.Time) Event {
 	e := Event{
 		Node: l.Node, At: at.Round(0), Kind: kind, User: l.User, Lease: l.ID, Entry: l.Entry,
 		Rank: l.Rank, Session: l.Session, GPUs: slices.Clone(l.GPUs),
@@ -153,16 +159,16 @@ func LeaseEvent(kind EventKind, l Lease, at time.Time) Event {
 
 // EndEvent is the end of lease l: a release by its holder, or an end with
 // a reason (by an admin when by is set).
-func EndEvent(l Lease, reason EndReason, by string, at time.Time) Event {
+func EndEvent(l lease.Lease, reason lease.EndReason, by string, at time.Time) Event {
 	kind := EventEnd
-	if reason == EndReleased || reason == EndUnbooked {
+	if reason == lease.EndReleased || reason == lease.EndUnbooked {
 		kind = EventRelease
 	}
 	e := LeaseEvent(kind, l, at)
 	e.Reason = string(reason)
 	if by != "" && by != l.User {
-		e.Admin = reason == EndByAdmin
-		if ValidUserName(by) {
+		e.Admin = reason == lease.EndByAdmin
+		if lease.ValidUserName(by) {
 			e.By = by // a caller known only by uid stays out of By (a name)
 		}
 	}
@@ -172,7 +178,7 @@ func EndEvent(l Lease, reason EndReason, by string, at time.Time) Event {
 
 // WarnEvent tells the holder of l the end is near ("10m", "1m"), past
 // ("overdue"), or here ("stopping").
-func WarnEvent(l Lease, why string, at time.Time) Event {
+func WarnEvent(l lease.Lease, why string, at time.Time) Event {
 	e := LeaseEvent(EventWarn, l, at)
 	e.Reason = why
 	e.Text = e.describe(l)
@@ -181,30 +187,30 @@ func WarnEvent(l Lease, why string, at time.Time) Event {
 
 // PreemptEvent is a lease told to stop for why (PreemptQuota, PreemptIdle,
 // PreemptGang), ending after grace.
-func PreemptEvent(l Lease, why string, grace time.Duration, at time.Time) Event {
+func PreemptEvent(l lease.Lease, why string, grace time.Duration, at time.Time) Event {
 	kind := EventPreempt
-	if why == PreemptIdle {
+	if why == lease.PreemptIdle {
 		kind = EventReclaim
 	}
 	e := LeaseEvent(kind, l, at)
 	e.Reason, e.By = why, ByCluster
 	gpus := gpuWords(l.GPUs) + " on " + l.Node
 	switch why {
-	case PreemptQuota:
-		e.Text = fmt.Sprintf("lease %s (%s) borrows beyond %s's quota and someone within theirs is waiting: it ends in %s", l.ID, gpus, l.User, FormatDuration(grace))
-	case PreemptIdle:
-		e.Text = fmt.Sprintf("%s's %s has been idle and someone is waiting: lease %s is reclaimed in %s unless work starts", l.User, gpus, l.ID, FormatDuration(grace))
-	case PreemptOverdue:
-		e.Text = fmt.Sprintf("lease %s (%s) is past its end and someone is waiting for its GPUs: it is stopped and ends in %s; save your work now", l.ID, gpus, FormatDuration(grace))
+	case lease.PreemptQuota:
+		e.Text = fmt.Sprintf("lease %s (%s) borrows beyond %s's quota and someone within theirs is waiting: it ends in %s", l.ID, gpus, l.User, lease.FormatDuration(grace))
+	case lease.PreemptIdle:
+		e.Text = fmt.Sprintf("%s's %s has been idle and someone is waiting: lease %s is reclaimed in %s unless work starts", l.User, gpus, l.ID, lease.FormatDuration(grace))
+	case lease.PreemptOverdue:
+		e.Text = fmt.Sprintf("lease %s (%s) is past its end and someone is waiting for its GPUs: it is stopped and ends in %s; save your work now", l.ID, gpus, lease.FormatDuration(grace))
 	default:
-		e.Text = fmt.Sprintf("lease %s (%s) is being stopped (%s): it ends in %s", l.ID, gpus, why, FormatDuration(grace))
+		e.Text = fmt.Sprintf("lease %s (%s) is being stopped (%s): it ends in %s", l.ID, gpus, why, lease.FormatDuration(grace))
 	}
 	return e
 }
 
 // EntryEvent is an event about queue entry q (Reason says why, for a
 // failure or a requeue).
-func EntryEvent(kind EventKind, q QueueEntry, why string, at time.Time) Event {
+func EntryEvent(kind EventKind, q lease.QueueEntry, why string, at time.Time) Event {
 	e := Event{Node: q.Origin, At: at.Round(0), Kind: kind, User: q.User, Entry: q.ID, Reason: reasonToken(why)}
 	size := strconv.Itoa(q.GPUsPerNode) + " GPU"
 	if q.GPUsPerNode != 1 {
@@ -233,7 +239,7 @@ func EntryEvent(kind EventKind, q QueueEntry, why string, at time.Time) Event {
 		e.Text = fmt.Sprintf("%s's %s %s failed (%s); back in the queue (restart %d of %d)", q.User, what, q.ID, why, q.Restarts, q.MaxRestarts)
 		if q.RetryAt.After(at) {
 			// Restarts are spaced: say when it tries again.
-			e.Text += fmt.Sprintf(", tries again in %s", FormatDuration(q.RetryAt.Sub(at)))
+			e.Text += fmt.Sprintf(", tries again in %s", lease.FormatDuration(q.RetryAt.Sub(at)))
 		}
 	case EventCancel:
 		e.Text = fmt.Sprintf("%s's %s %s was withdrawn", q.User, what, q.ID)
@@ -247,7 +253,7 @@ func EntryEvent(kind EventKind, q QueueEntry, why string, at time.Time) Event {
 
 // reasonToken keeps a free-text why out of Reason (a token) but in Text.
 func reasonToken(why string) string {
-	if token(why, 2*MaxNameLen) {
+	if lease.ValidToken(why, 2*lease.MaxNameLen) {
 		return why
 	}
 	return ""
@@ -255,7 +261,7 @@ func reasonToken(why string) string {
 
 // SquatterEvent is a process found on GPU gpu of node without its lease
 // (held is the lease there, if any).
-func SquatterEvent(node string, gpu int, who string, pid int, command string, held *Lease, at time.Time) Event {
+func SquatterEvent(node string, gpu int, who string, pid int, command string, held *lease.Lease, at time.Time) Event {
 	e := Event{Node: node, At: at.Round(0), Kind: EventSquatter, GPUs: []int{gpu}, Reason: reasonToken(who)}
 	// The name and the command come from /proc: whatever a process calls
 	// itself, escaped before it reaches a log or a terminal.
@@ -271,10 +277,10 @@ func SquatterEvent(node string, gpu int, who string, pid int, command string, he
 }
 
 // IdleEvent is a leased GPU that went idle.
-func IdleEvent(l Lease, gpu int, idleFor time.Duration, at time.Time) Event {
+func IdleEvent(l lease.Lease, gpu int, idleFor time.Duration, at time.Time) Event {
 	e := LeaseEvent(EventIdle, l, at)
 	e.GPUs = []int{gpu}
-	e.Text = fmt.Sprintf("%s's GPU %d on %s (lease %s) has been idle for %s: release it if done, or it may be reclaimed when someone waits", l.User, gpu, l.Node, l.ID, FormatDuration(idleFor))
+	e.Text = fmt.Sprintf("%s's GPU %d on %s (lease %s) has been idle for %s: release it if done, or it may be reclaimed when someone waits", l.User, gpu, l.Node, l.ID, lease.FormatDuration(idleFor))
 	return e
 }
 
@@ -291,7 +297,7 @@ func AgentEvent(kind EventKind, node, subject, why string, at time.Time) Event {
 }
 
 // describe is the line a person reads for a lease event.
-func (e *Event) describe(l Lease) string {
+func (e *Event) describe(l lease.Lease) string {
 	gpus := gpuWords(l.GPUs) + " on " + l.Node
 	var s string
 	switch e.Kind {
@@ -305,7 +311,7 @@ func (e *Event) describe(l Lease) string {
 		}
 	case EventRelease:
 		s = fmt.Sprintf("%s released %s (%s)", l.User, l.ID, gpus)
-		if EndReason(e.Reason) == EndUnbooked {
+		if lease.EndReason(e.Reason) == lease.EndUnbooked {
 			s = fmt.Sprintf("%s withdrew booking %s (%s)", l.User, l.ID, gpus)
 		}
 	case EventEnd:
@@ -331,48 +337,10 @@ func (e *Event) describe(l Lease) string {
 
 // endWords says why the lease of an end event ended, naming the admin.
 func (e *Event) endWords() string {
-	if EndReason(e.Reason) == EndByAdmin && e.By != "" {
+	if lease.EndReason(e.Reason) == lease.EndByAdmin && e.By != "" {
 		return "by admin " + e.By
 	}
-	return EndReason(e.Reason).Words()
-}
-
-// Words says why a lease ended, for people, as what follows "ended".
-func (r EndReason) Words() string {
-	if code, ok := r.ExitCode(); ok {
-		if code == 0 {
-			return "when its command finished (exit 0)"
-		}
-		return fmt.Sprintf("when its command failed (exit %d)", code)
-	}
-	switch r {
-	case EndReleased:
-		return "by its holder"
-	case EndByAdmin:
-		return "by an admin"
-	case EndExpired:
-		return "at its time limit"
-	case EndSessionEnded:
-		return "when its session ended"
-	case EndSessionFailed:
-		return "because its session could not start"
-	case EndUserGone:
-		return "because its holder's account is gone"
-	case EndReservationExpired:
-		return "because the gang reservation was never committed"
-	case EndLost:
-		return "because its node went down"
-	case EndUnbooked:
-		return "when its booking was withdrawn"
-	case EndBookingLapsed:
-		return "because its booked time passed while its node could not start it"
-	case EndBooked:
-		return "because a booking of its GPUs began while it was past its end"
-	}
-	if why, ok := strings.CutPrefix(string(r), preemptPrefix); ok {
-		return "after its grace (reclaimed: " + why + ")"
-	}
-	return "(" + string(r) + ")"
+	return lease.EndReason(e.Reason).Words()
 }
 
 func gpuWords(gpus []int) string {

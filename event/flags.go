@@ -1,45 +1,20 @@
-package lease
+package event
 
 import (
 	"slices"
 	"strconv"
 	"strings"
 	"time"
-)
 
-// RunExit says how a finished queued run ended, from its ended leases:
-// "exit 0", or the worst exit status of its ranks; when no rank recorded
-// one (an interactive run), why its leases ended if that was not its
-// holder's doing (its time limit, a booking of its GPUs); else empty.
-func (v ClusterView) RunExit(e QueueEntry) string {
-	key := e.Key()
-	worst, found := 0, false
-	why := ""
-	for i := range v.Nodes {
-		for _, x := range v.Nodes[i].Ended {
-			if x.Entry != key || x.Reserved {
-				continue
-			}
-			if code, ok := x.Reason.ExitCode(); ok && (!found || code > worst) {
-				worst, found = code, true
-			}
-			if x.Reason == EndExpired || x.Reason == EndBooked {
-				why = "ended " + x.Reason.Words()
-			}
-		}
-	}
-	if !found {
-		return why
-	}
-	return "exit " + strconv.Itoa(worst)
-}
+	"github.com/dibs-gpu/dibs/lease"
+)
 
 // FlagEvents are the events a node's new judgements call for: a GPU newly
 // squatted (a process without the lease), a leased GPU newly idle. old and
 // cur are the judgements before and after; quietSince says since when each
 // GPU has been quiet.
-func FlagEvents(node string, old, cur map[int]Judgement, leases []Lease, quietSince map[int]time.Time, now time.Time) []Event {
-	holder := map[int]*Lease{}
+func FlagEvents(node string, old, cur map[int]lease.Judgement, leases []lease.Lease, quietSince map[int]time.Time, now time.Time) []Event {
+	holder := map[int]*lease.Lease{}
 	for i := range leases {
 		if leases[i].ReservedUntil.IsZero() {
 			for _, g := range leases[i].GPUs {
@@ -55,7 +30,7 @@ func FlagEvents(node string, old, cur map[int]Judgement, leases []Lease, quietSi
 	var out []Event
 	for _, g := range gpus {
 		j, was := cur[g], old[g]
-		if j.Has(FlagSquatted) && !was.Has(FlagSquatted) && len(j.Squatters) > 0 {
+		if j.Has(lease.FlagSquatted) && !was.Has(lease.FlagSquatted) && len(j.Squatters) > 0 {
 			p := j.Squatters[0]
 			who := p.User
 			if who == "" {
@@ -63,7 +38,7 @@ func FlagEvents(node string, old, cur map[int]Judgement, leases []Lease, quietSi
 			}
 			out = append(out, SquatterEvent(node, g, who, p.PID, clipCommand(p.Command), holder[g], now))
 		}
-		if l := holder[g]; l != nil && j.Has(FlagIdle) && !was.Has(FlagIdle) {
+		if l := holder[g]; l != nil && j.Has(lease.FlagIdle) && !was.Has(lease.FlagIdle) {
 			// Idle time counts from the lease's own start: the GPU's quiet
 			// time before it was claimed is not its holder's.
 			idle := time.Duration(0)

@@ -1,10 +1,12 @@
-package lease
+package event
 
 import (
 	"fmt"
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/dibs-gpu/dibs/lease"
 )
 
 // Notice is what a person is told about an event that concerns them: on
@@ -23,21 +25,21 @@ type Notice struct {
 
 // Validate checks a notice's shape.
 func (n *Notice) Validate() error {
-	if !ValidUserName(n.User) || ValidNodeName(n.Node) != nil || !ValidSince(n.At) {
-		return Invalidf("a notice has a bad user, node or time")
+	if !lease.ValidUserName(n.User) || lease.ValidNodeName(n.Node) != nil || !lease.ValidSince(n.At) {
+		return lease.Invalidf("a notice has a bad user, node or time")
 	}
 	if !n.Test && !slices.Contains(EventKinds(), n.Kind) {
-		return Invalidf("a notice has an unknown kind")
+		return lease.Invalidf("a notice has an unknown kind")
 	}
 	for _, s := range []string{n.Lease, n.Entry} {
-		if s != "" && !token(s, 2*MaxNameLen) {
-			return Invalidf("a notice has a bad field %s", quoteInput(s))
+		if s != "" && !lease.ValidToken(s, 2*lease.MaxNameLen) {
+			return lease.Invalidf("a notice has a bad field %s", lease.QuoteInput(s))
 		}
 	}
 	if n.Text == "" || len(n.Text) > maxEventText || strings.ContainsAny(n.Text, "\n\r") {
-		return Invalidf("a notice's text is empty, over %d bytes or not one line", maxEventText)
+		return lease.Invalidf("a notice's text is empty, over %d bytes or not one line", maxEventText)
 	}
-	return CheckText("notice", n.Text)
+	return lease.CheckText("notice", n.Text)
 }
 
 // Notice says whom an event concerns and what to tell them, and false for
@@ -69,10 +71,10 @@ func (e *Event) Notice() (Notice, bool) {
 		if e.Entry != "" {
 			return Notice{}, false // the origin's finish, fail or requeue says it once
 		}
-		switch r := EndReason(e.Reason); {
-		case r == EndSessionEnded:
+		switch r := lease.EndReason(e.Reason); {
+		case r == lease.EndSessionEnded:
 			return Notice{}, false // they left their shell themselves
-		case strings.HasPrefix(e.Reason, exitPrefix):
+		case strings.HasPrefix(e.Reason, lease.ExitPrefix):
 			code, _ := r.ExitCode()
 			if code == 0 {
 				n.Text = fmt.Sprintf("your run in lease %s finished (exit 0)", e.Lease)
@@ -117,14 +119,14 @@ const MaxWebhookURL = 2048
 // Validate checks a setting's shape (the address itself is checked where
 // it is used, by the agent).
 func (s *NotifySetting) Validate() error {
-	if !ValidUserName(s.User) || !ValidSince(s.SetAt) {
-		return Invalidf("a notification setting has a bad user or time")
+	if !lease.ValidUserName(s.User) || !lease.ValidSince(s.SetAt) {
+		return lease.Invalidf("a notification setting has a bad user or time")
 	}
 	if s.Format != WebhookJSON && s.Format != WebhookText {
-		return Invalidf("webhook format %s: use json or text", quoteInput(s.Format))
+		return lease.Invalidf("webhook format %s: use json or text", lease.QuoteInput(s.Format))
 	}
-	if s.URL == "" || len(s.URL) > MaxWebhookURL || !token(s.URL, MaxWebhookURL) {
-		return Invalidf("a webhook address must be one word of at most %d printable characters", MaxWebhookURL)
+	if s.URL == "" || len(s.URL) > MaxWebhookURL || !lease.ValidToken(s.URL, MaxWebhookURL) {
+		return lease.Invalidf("a webhook address must be one word of at most %d printable characters", MaxWebhookURL)
 	}
 	return nil
 }

@@ -1,10 +1,11 @@
-package lease
+package event
 
 import (
 	"fmt"
 	"time"
 
 	"github.com/dibs-gpu/dibs/internal/termsafe"
+	"github.com/dibs-gpu/dibs/lease"
 )
 
 // Claim events of bookings: a booking made is a claim event with Reason
@@ -18,7 +19,7 @@ const (
 )
 
 // BookingEvent is booking b made.
-func BookingEvent(b Lease, at time.Time) Event {
+func BookingEvent(b lease.Lease, at time.Time) Event {
 	e := LeaseEvent(EventClaim, b, at)
 	e.Reason = ReasonBooking
 	e.Text = clipText(fmt.Sprintf("%s booked %s on %s as %s for %s–%s", b.User, gpuWords(b.GPUs), b.Node, b.ID,
@@ -29,7 +30,7 @@ func BookingEvent(b Lease, at time.Time) Event {
 // BookingStartEvent is booking l begun: it is now its holder's lease.
 // failed, when set, says why its command could not start (the lease stays,
 // without a session).
-func BookingStartEvent(l Lease, failed string, at time.Time) Event {
+func BookingStartEvent(l lease.Lease, failed string, at time.Time) Event {
 	e := LeaseEvent(EventClaim, l, at)
 	e.Reason = ReasonBookingBegan
 	s := fmt.Sprintf("%s's booking %s has begun: %s on %s until %s", l.User, l.ID, gpuWords(l.GPUs), l.Node, l.ExpiresAt.Local().Format("15:04 MST"))
