@@ -14,6 +14,7 @@ import (
 	"github.com/dibs-gpu/dibs/event"
 	"github.com/dibs-gpu/dibs/lease"
 	"github.com/dibs-gpu/dibs/lease/store"
+	"github.com/dibs-gpu/dibs/queue"
 )
 
 // arrayScript is a task that says it is live while it runs (a file per
@@ -106,7 +107,7 @@ func TestArrayThrottleHoldsAndEveryTaskRunsOnce(t *testing.T) {
 	})
 	agenttest.Eventually(t, 90*time.Second, "the array to finish", func() bool {
 		st, _ := nodes[1].Client.EntryStatus(ctx(t), s.ID)
-		return st.State == lease.EntryFinished
+		return st.State == queue.EntryFinished
 	})
 	t.Logf("at most %d tasks ran at once", most.Load())
 	if m := most.Load(); m > 4 || m < 2 {
@@ -161,7 +162,7 @@ func TestArrayOriginRestartLosesAndDuplicatesNoTask(t *testing.T) {
 	nodes[1].Restart() // the array's origin, mid-array
 	agenttest.Eventually(t, 90*time.Second, "the array to finish after its origin restarted", func() bool {
 		st, _ := nodes[1].Client.EntryStatus(ctx(t), s.ID)
-		return st.State == lease.EntryFinished
+		return st.State == queue.EntryFinished
 	})
 	if m := most.Load(); m > 3 {
 		t.Errorf("%d tasks ran at once; the throttle is 3", m)
@@ -228,7 +229,7 @@ func TestArrayCancelOneTaskAndTheWhole(t *testing.T) {
 		t.Error("cancelled task 9 ran")
 	}
 	st, _ := nodes[0].Client.EntryStatus(ctx(t), s.ID)
-	if st.State != lease.EntryCancelled {
+	if st.State != queue.EntryCancelled {
 		t.Errorf("the array's state = %s, want cancelled", st.State)
 	}
 }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/dibs-gpu/dibs/internal/termsafe"
 	"github.com/dibs-gpu/dibs/lease"
+	"github.com/dibs-gpu/dibs/queue"
 )
 
 // EventKind names what happened. Every part of dibs spells a kind from
@@ -210,7 +211,7 @@ func PreemptEvent(l lease.Lease, why string, grace time.Duration, at time.Time) 
 
 // EntryEvent is an event about queue entry q (Reason says why, for a
 // failure or a requeue).
-func EntryEvent(kind EventKind, q lease.QueueEntry, why string, at time.Time) Event {
+func EntryEvent(kind EventKind, q queue.QueueEntry, why string, at time.Time) Event {
 	e := Event{Node: q.Origin, At: at.Round(0), Kind: kind, User: q.User, Entry: q.ID, Reason: reasonToken(why)}
 	size := strconv.Itoa(q.GPUsPerNode) + " GPU"
 	if q.GPUsPerNode != 1 {

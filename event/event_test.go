@@ -7,6 +7,7 @@ import (
 
 	"github.com/dibs-gpu/dibs/event"
 	"github.com/dibs-gpu/dibs/lease"
+	"github.com/dibs-gpu/dibs/queue"
 )
 
 func TestEventNotices(t *testing.T) {
@@ -17,7 +18,7 @@ func TestEventNotices(t *testing.T) {
 	queued.Entry = "node01-q3#0"
 	booked := l
 	booked.Booked, booked.StartedAt, booked.ExpiresAt = true, at.Add(time.Hour), at.Add(3*time.Hour)
-	q := lease.QueueEntry{ID: "node01-q3", Origin: "node01", User: "alice", Nodes: 2, GPUsPerNode: 4,
+	q := queue.QueueEntry{ID: "node01-q3", Origin: "node01", User: "alice", Nodes: 2, GPUsPerNode: 4,
 		Job: &lease.Job{Command: []string{"python", "train.py"}}, Restarts: 1, MaxRestarts: 3}
 	retrying := q
 	retrying.RetryAt = at.Add(20 * time.Second)

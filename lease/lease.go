@@ -152,7 +152,7 @@ func (l *Lease) EachString(f func(field string, p *string)) {
 	f("preempt_reason", &l.PreemptReason)
 	f("request_id", &l.RequestID)
 	f("mig", &l.MIG)
-	l.Job.eachString(f)
+	l.Job.EachString(f)
 }
 
 // CheckText refuses a lease holding text no correct agent writes: every
@@ -162,24 +162,26 @@ func (l *Lease) EachString(f func(field string, p *string)) {
 func (l *Lease) CheckText() error {
 	// A booked run's command and directory are its holder's own argv and
 	// path and may hold anything (as a queue entry's may).
-	c := textChecker{skip: []string{"command", "dir"}}
-	l.EachString(c.check)
-	return c.err
+	c := TextChecker{Skip: []string{"command", "dir"}}
+	l.EachString(c.Check)
+	return c.Err
 }
 
-// textChecker keeps the first field that fails termsafe.Check, skipping
-// the fields in skip.
-type textChecker struct {
-	skip []string
-	err  error
+// TextChecker keeps the first field that fails termsafe.Check (in Err),
+// skipping the fields in Skip. A lease and a queue entry check their text
+// with it.
+type TextChecker struct {
+	Skip []string
+	Err  error
 }
 
-func (c *textChecker) check(field string, p *string) {
-	if c.err != nil || slices.Contains(c.skip, field) {
+// Check is the visitor EachString calls: it checks one field's text.
+func (c *TextChecker) Check(field string, p *string) {
+	if c.Err != nil || slices.Contains(c.Skip, field) {
 		return
 	}
 	if e := termsafe.Check(*p); e != nil {
-		c.err = fmt.Errorf("its %s holds %w", field, e)
+		c.Err = fmt.Errorf("its %s holds %w", field, e)
 	}
 }
 

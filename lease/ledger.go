@@ -71,13 +71,6 @@ type Store interface {
 	End(id string, e LedgerEntry) error
 	// Ledger returns the entries that ended at or after since.
 	Ledger(since time.Time) ([]LedgerEntry, error)
-	// PutEntry writes a queue entry submitted here and raises the queue
-	// sequence to seq, in one transaction.
-	PutEntry(e QueueEntry, seq uint64) error
-	// DeleteEntry forgets a queue entry (started for good, or cancelled).
-	DeleteEntry(id string) error
-	// Entries returns this node's queue entries and the highest sequence used.
-	Entries() ([]QueueEntry, uint64, error)
 	Close() error
 }
 

@@ -162,3 +162,21 @@ func (r EndReason) Words() string {
 	}
 	return "(" + string(r) + ")"
 }
+
+// Why a lease is reclaimed (Reclaim.Reason, Lease.PreemptReason).
+const (
+	// PreemptQuota: the lease is borrowed and someone within their quota
+	// waits for its GPUs.
+	PreemptQuota = "quota"
+	// PreemptIdle: the lease has been idle past SchedConfig.IdleReclaimAfter
+	// and someone waits for its GPUs.
+	PreemptIdle = "idle"
+	// PreemptOverdue: the lease is past its end (end_action "warn" keeps
+	// it while nobody waits) and someone waits for its GPUs: it is
+	// signalled (SIGTERM) and ended after the grace, as end_action
+	// "signal" would have done.
+	PreemptOverdue = "overdue"
+	// PreemptGang: another rank of its gang failed or was lost, so this
+	// rank is stopped too (all or nothing).
+	PreemptGang = "gang"
+)

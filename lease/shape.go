@@ -198,67 +198,6 @@ func CheckJob(command []string, dir, name string) error {
 	return nil
 }
 
-// Validate checks a queue entry's shape wherever it comes from: the same
-// bounds as a direct request (names, sizes, notes), so an entry another
-// agent gossips cannot hold what a person could not submit.
-func (e *QueueEntry) Validate() error {
-	origin, ok := OriginOfQueueID(e.ID)
-	if !ok || origin != e.Origin {
-		return Invalidf("queue entry %s does not belong to node %s", QuoteInput(e.ID), QuoteInput(e.Origin))
-	}
-	if !ValidUserName(e.User) {
-		return Invalidf("queue entry %s has a bad user %s", e.ID, QuoteInput(e.User))
-	}
-	if e.Nodes < 1 || e.Nodes > MaxGangNodes || e.GPUsPerNode < 1 || e.GPUsPerNode > MaxGPUsPerNode {
-		return Invalidf("queue entry %s asks for %d×%d GPUs", e.ID, e.Nodes, e.GPUsPerNode)
-	}
-	if e.Node != "" && ValidNodeName(e.Node) != nil {
-		return Invalidf("queue entry %s is pinned to a bad node name", e.ID)
-	}
-	if e.Duration < 0 || e.Duration > MaxDuration {
-		return Invalidf("queue entry %s has a time limit out of range", e.ID)
-	}
-	if _, err := ParseKind(string(e.Kind)); err != nil {
-		return Invalidf("queue entry %s: %v", e.ID, err)
-	}
-	if err := CheckNote(e.Note); err != nil {
-		return Invalidf("queue entry %s: %v", e.ID, err)
-	}
-	if e.Job != nil {
-		if err := e.Job.Check(); err != nil {
-			return Invalidf("queue entry %s: %v", e.ID, err)
-		}
-	}
-	if e.Restarts < 0 || e.MaxRestarts < 0 || e.MaxRestarts > MaxRestarts || e.Attempt < 0 {
-		return Invalidf("queue entry %s has restart counts out of range", e.ID)
-	}
-	if err := e.CheckText(); err != nil {
-		return Invalidf("queue entry %s: %v", e.ID, err)
-	}
-	if e.RequestID != "" && !ValidRequestID(e.RequestID) {
-		return Invalidf("queue entry %s has a bad request id", e.ID)
-	}
-	if len(e.RetryWhy) > MaxRetryWhy {
-		return Invalidf("queue entry %s has a retry reason over %d bytes", e.ID, MaxRetryWhy)
-	}
-	if e.Placer != "" && !ValidToken(e.Placer, 2*MaxNameLen) {
-		return Invalidf("queue entry %s has a bad placer", e.ID)
-	}
-	if len(e.Model) > MaxModelLen || strings.ContainsFunc(e.Model, func(r rune) bool { return r < ' ' || r == 0x7f }) {
-		return Invalidf("queue entry %s has a bad model filter", e.ID)
-	}
-	if err := CheckTags(e.Tags); err != nil {
-		return Invalidf("queue entry %s: %v", e.ID, err)
-	}
-	if e.MemMiB > MaxMemMiB || e.MemMiB > 0 && (e.Nodes != 1 || e.GPUsPerNode != 1) {
-		return Invalidf("queue entry %s asks for a memory budget out of range", e.ID)
-	}
-	if e.MIG != "" && (!ValidToken(e.MIG, MaxNameLen) || e.MemMiB > 0 || e.Nodes != 1 || e.GPUsPerNode != 1) {
-		return Invalidf("queue entry %s asks for a bad MIG instance", e.ID)
-	}
-	return e.checkSweep()
-}
-
 // Validate checks an ended run's shape.
 func (x *EndedRun) Validate() error {
 	if !ValidToken(x.Entry, 2*MaxNameLen) || !ValidToken(x.Lease, 2*MaxNameLen) || !ValidToken(string(x.Reason), MaxNameLen) {

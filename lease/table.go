@@ -154,7 +154,7 @@ func (t *Table) PlanClaim(c Caller, req Claim, snap nodeprobe.Snapshot, now time
 	if req.Kind, err = kindOrDefault(req.Kind); err != nil {
 		return Lease{}, err
 	}
-	dur, err := checkDuration(req.Duration, req.Kind, p)
+	dur, err := CheckDuration(req.Duration, req.Kind, p)
 	if err != nil {
 		return Lease{}, err
 	}
@@ -174,7 +174,7 @@ func (t *Table) PlanClaim(c Caller, req Claim, snap nodeprobe.Snapshot, now time
 	var gpus []int
 	switch {
 	case len(req.GPUs) > 0 && req.Count > 0 && req.Count != len(req.GPUs):
-		return Lease{}, Invalidf("asked for %s but named %d: give either -g N or --ids", gpuCount(req.Count), len(req.GPUs))
+		return Lease{}, Invalidf("asked for %s but named %d: give either -g N or --ids", GPUCount(req.Count), len(req.GPUs))
 	case len(req.GPUs) > 0:
 		gpus, err = checkNamed(c, req, snap, uses, now, t.node)
 	case req.Count > 0:

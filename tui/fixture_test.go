@@ -15,6 +15,7 @@ import (
 	"github.com/dibs-gpu/dibs/event"
 	"github.com/dibs-gpu/dibs/lease"
 	"github.com/dibs-gpu/dibs/nodeprobe"
+	"github.com/dibs-gpu/dibs/queue"
 )
 
 // fixedNow is the clock of every test: golden files must not move.
@@ -485,7 +486,7 @@ func testEvents() api.EventList {
 	l.Session = "dibs-node01-42"
 	bob := *mkLease("node01-43", "node01", "bob", uidBob, []int{3}, 3*time.Hour)
 	old := *mkLease("node01-39", "node01", "bob", uidBob, []int{6}, -time.Hour)
-	q := lease.QueueEntry{ID: "node01-q3", Origin: "node01", User: "alice", Nodes: 1, GPUsPerNode: 2}
+	q := queue.QueueEntry{ID: "node01-q3", Origin: "node01", User: "alice", Nodes: 1, GPUsPerNode: 2}
 	evs := []event.Event{
 		event.AgentEvent(event.EventAgentLeave, "node01", "node04", "is dead: its GPUs show as unknown", fixedNow.Add(-7*time.Minute)),
 		event.LeaseEvent(event.EventClaim, l, fixedNow.Add(-2*time.Hour)),

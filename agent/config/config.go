@@ -19,6 +19,7 @@ import (
 	"github.com/dibs-gpu/dibs/agent/events"
 	"github.com/dibs-gpu/dibs/event"
 	"github.com/dibs-gpu/dibs/lease"
+	"github.com/dibs-gpu/dibs/queue"
 )
 
 // DefaultConfigFile is where the agent looks for its config when none is named.
@@ -192,8 +193,8 @@ type QueueSection struct {
 }
 
 // Sched applies [queue] over the defaults.
-func (q QueueSection) Sched() (lease.SchedConfig, error) {
-	c := lease.SchedConfig{Shares: q.Shares, Quotas: q.Quotas, GroupQuotas: q.GroupQuotas, UserGroups: q.UserGroups}
+func (q QueueSection) Sched() (queue.SchedConfig, error) {
+	c := queue.SchedConfig{Shares: q.Shares, Quotas: q.Quotas, GroupQuotas: q.GroupQuotas, UserGroups: q.UserGroups}
 	for _, d := range []struct {
 		key string
 		v   string

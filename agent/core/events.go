@@ -17,6 +17,7 @@ import (
 	"github.com/dibs-gpu/dibs/event"
 	"github.com/dibs-gpu/dibs/launch"
 	"github.com/dibs-gpu/dibs/lease"
+	"github.com/dibs-gpu/dibs/queue"
 )
 
 // This file is the service's part of issue 14: the cluster's events, a
@@ -175,16 +176,16 @@ func (s *Service) Fanout() (nodes func() []string, send func(ctx context.Context
 // membership is the cluster's nodes and their states, without the rest of
 // View (usage reads the ledger): what the events' paths ask on every
 // change.
-func (s *Service) membership() lease.ClusterView {
-	var peers []lease.NodeView
+func (s *Service) membership() queue.ClusterView {
+	var peers []queue.NodeView
 	if s.cluster != nil {
 		peers = s.cluster.Peers()
 	}
-	return lease.NewClusterView(lease.NodeView{Name: s.cfg.Node}, peers, s.deps.Clock.Now())
+	return queue.NewClusterView(queue.NodeView{Name: s.cfg.Node}, peers, s.deps.Clock.Now())
 }
 
 // Membership is the cluster's nodes and their states, cheaply.
-func (s *Service) Membership() lease.ClusterView { return s.membership() }
+func (s *Service) Membership() queue.ClusterView { return s.membership() }
 
 // liveNodes names the nodes that can answer now.
 func (s *Service) liveNodes() []string {

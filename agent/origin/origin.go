@@ -19,11 +19,12 @@ import (
 	"github.com/dibs-gpu/dibs/agent/notify"
 	"github.com/dibs-gpu/dibs/event"
 	"github.com/dibs-gpu/dibs/lease"
+	"github.com/dibs-gpu/dibs/queue"
 )
 
 // Deps are what the origin drives and reads.
 type Deps struct {
-	Store   lease.Store
+	Store   queue.Store
 	Clock   clock.Clock
 	Changed *notify.Signal
 	// QueueChanged is called (without locks held) after the entries
@@ -34,16 +35,16 @@ type Deps struct {
 	// records nothing. It must not block.
 	Events func(event.Event)
 	// RetryDelay is how long a run requeued for its restart'th time waits
-	// before it may start again (lease.RequeueDelay with the queue's
+	// before it may start again (queue.RequeueDelay with the queue's
 	// settings and injected jitter); nil retries at once.
 	RetryDelay func(restart int) time.Duration
 	// MaxPerUser is how many entries one person may have here, waiting
-	// or running (lease.SchedConfig.MaxQueuedPerUser; 0: its default).
+	// or running (queue.SchedConfig.MaxQueuedPerUser; 0: its default).
 	MaxPerUser int
 	// DepStatus says where an entry stands (this node's, or another's,
 	// asked of its origin), for a run here that waits for it (--after);
 	// nil: only this node's own entries, from its in-memory record.
-	DepStatus func(ctx context.Context, id string) (lease.EntryStatus, error)
+	DepStatus func(ctx context.Context, id string) (queue.EntryStatus, error)
 }
 
 // Origin is this node's queue entries. Writers queue on one mutex (the disk
@@ -53,7 +54,7 @@ type Origin struct {
 	deps Deps
 
 	mu      sync.Mutex
-	entries map[string]lease.QueueEntry
+	entries map[string]queue.QueueEntry
 	seq     uint64
 	// placed is, per attempt key, until when (on the monotonic clock) its
 	// placer alone may start it.
@@ -65,7 +66,7 @@ type Origin struct {
 	// ended remembers how recent entries ended (Status).
 	ended outcomes
 
-	published atomic.Pointer[[]lease.QueueEntry]
+	published atomic.Pointer[[]queue.QueueEntry]
 }
 
 // New makes the origin of node's entries; Open loads them.
@@ -83,9 +84,9 @@ func New(node string, deps Deps) *Origin {
 		deps.Events = func(event.Event) {}
 	}
 	if deps.MaxPerUser <= 0 {
-		deps.MaxPerUser = lease.DefaultMaxQueuedPerUser
+		deps.MaxPerUser = queue.DefaultMaxQueuedPerUser
 	}
-	o := &Origin{node: node, deps: deps, entries: map[string]lease.QueueEntry{}, placed: map[string]time.Duration{}, short: map[string]time.Duration{}}
+	o := &Origin{node: node, deps: deps, entries: map[string]queue.QueueEntry{}, placed: map[string]time.Duration{}, short: map[string]time.Duration{}}
 	o.publishLocked()
 	return o
 }
@@ -103,7 +104,7 @@ func (o *Origin) Open() error {
 		if e.Placer != "" && !e.Running {
 			// Its placer may be starting it still: nobody else may
 			// until a start could have shown.
-			o.placed[e.Key()] = o.deps.Clock.Mono() + lease.InFlightTimeout
+			o.placed[e.Key()] = o.deps.Clock.Mono() + queue.InFlightTimeout
 		}
 	}
 	o.seq = seq
@@ -113,21 +114,21 @@ func (o *Origin) Open() error {
 }
 
 // Entries are this node's entries, ordered by id, as last published.
-func (o *Origin) Entries() []lease.QueueEntry { return *o.published.Load() }
+func (o *Origin) Entries() []queue.QueueEntry { return *o.published.Load() }
 
 // Get returns one of this node's entries.
-func (o *Origin) Get(id string) (lease.QueueEntry, bool) {
+func (o *Origin) Get(id string) (queue.QueueEntry, bool) {
 	for _, e := range o.Entries() {
 		if e.ID == id {
 			return e, true
 		}
 	}
-	return lease.QueueEntry{}, false
+	return queue.QueueEntry{}, false
 }
 
 // ByID indexes the published entries.
-func (o *Origin) ByID() map[string]lease.QueueEntry {
-	out := map[string]lease.QueueEntry{}
+func (o *Origin) ByID() map[string]queue.QueueEntry {
+	out := map[string]queue.QueueEntry{}
 	for _, e := range o.Entries() {
 		out[e.ID] = e
 	}
@@ -135,11 +136,11 @@ func (o *Origin) ByID() map[string]lease.QueueEntry {
 }
 
 func (o *Origin) publishLocked() {
-	list := make([]lease.QueueEntry, 0, len(o.entries))
+	list := make([]queue.QueueEntry, 0, len(o.entries))
 	for _, e := range o.entries {
 		list = append(list, e)
 	}
-	slices.SortFunc(list, func(a, b lease.QueueEntry) int { return cmp.Compare(a.ID, b.ID) })
+	slices.SortFunc(list, func(a, b queue.QueueEntry) int { return cmp.Compare(a.ID, b.ID) })
 	o.published.Store(&list)
 	o.deps.Changed.Notify()
 }
@@ -149,7 +150,7 @@ func (o *Origin) publishLocked() {
 //
 // A submission retried with the same request id (its answer was lost)
 // gets the entry the first one made.
-func (o *Origin) Submit(e lease.QueueEntry) (lease.QueueEntry, error) {
+func (o *Origin) Submit(e queue.QueueEntry) (queue.QueueEntry, error) {
 	o.mu.Lock()
 	if e.RequestID != "" {
 		for _, x := range o.entries {
@@ -162,23 +163,23 @@ func (o *Origin) Submit(e lease.QueueEntry) (lease.QueueEntry, error) {
 	if n := o.countLocked(e.User); n+weight(e) > o.deps.MaxPerUser {
 		o.mu.Unlock()
 		if e.Array != nil {
-			return lease.QueueEntry{}, &lease.Error{Code: lease.CodeConflict, Msg: fmt.Sprintf(
+			return queue.QueueEntry{}, &lease.Error{Code: lease.CodeConflict, Msg: fmt.Sprintf(
 				"you have %d requests queued or running from %s and this array adds %d (each task counts as one); at most %d: use fewer tasks, or wait for some to finish", n, o.node, weight(e), o.deps.MaxPerUser)}
 		}
-		return lease.QueueEntry{}, &lease.Error{Code: lease.CodeConflict, Msg: fmt.Sprintf(
+		return queue.QueueEntry{}, &lease.Error{Code: lease.CodeConflict, Msg: fmt.Sprintf(
 			"you have %d requests queued or running from %s, the most one person may: cancel some (`dibs queue` shows them), or wait for them to finish", n, o.node)}
 	}
 	seq := o.seq + 1
 	e.Origin = o.node
-	e.ID = lease.QueueID(o.node, seq)
+	e.ID = queue.QueueID(o.node, seq)
 	e.SubmittedAt = o.deps.Clock.Now().Round(0)
 	if err := e.Validate(); err != nil {
 		o.mu.Unlock()
-		return lease.QueueEntry{}, err
+		return queue.QueueEntry{}, err
 	}
 	if err := o.deps.Store.PutEntry(e, seq); err != nil {
 		o.mu.Unlock()
-		return lease.QueueEntry{}, err
+		return queue.QueueEntry{}, err
 	}
 	o.seq = seq
 	o.entries[e.ID] = e
@@ -232,7 +233,7 @@ func (o *Origin) Cancel(c lease.Caller, id string) error {
 	}
 	delete(o.entries, id)
 	delete(o.placed, e.Key())
-	o.ended.note(lease.EntryStatus{ID: id, State: lease.EntryCancelled, Restarts: e.Restarts, MaxRestarts: e.MaxRestarts})
+	o.ended.note(queue.EntryStatus{ID: id, State: queue.EntryCancelled, Restarts: e.Restarts, MaxRestarts: e.MaxRestarts})
 	o.publishLocked()
 	why := ""
 	if e.Running {
@@ -251,7 +252,7 @@ func (o *Origin) Cancel(c lease.Caller, id string) error {
 }
 
 // Place lets placer (a scheduler: node/instance) start the attempt key,
-// unless another placer was let start it less than lease.InFlightTimeout
+// unless another placer was let start it less than queue.InFlightTimeout
 // ago — that one's start may still land — or it runs already. The same
 // placer may ask again (its first start failed). The placer is made durable
 // before the answer, so a restart of this agent does not let a second
@@ -272,7 +273,7 @@ func (o *Origin) Place(key, placer string) (*lease.Job, error) {
 func (o *Origin) place(key, placer string) (*lease.Job, error) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	var e lease.QueueEntry
+	var e queue.QueueEntry
 	found := false
 	for _, x := range o.entries {
 		if x.Key() == key {
@@ -300,16 +301,16 @@ func (o *Origin) place(key, placer string) (*lease.Job, error) {
 		o.entries[e.ID] = e
 		o.publishLocked()
 	}
-	o.placed[key] = now + lease.InFlightTimeout
+	o.placed[key] = now + queue.InFlightTimeout
 	return e.Job, nil
 }
 
 // MarkStarted records that an attempt of an entry runs. It reports the
 // entry when this call marked it (false when unknown, another attempt, or
 // already marked).
-func (o *Origin) MarkStarted(key string) (lease.QueueEntry, bool) {
+func (o *Origin) MarkStarted(key string) (queue.QueueEntry, bool) {
 	o.mu.Lock()
-	var e lease.QueueEntry
+	var e queue.QueueEntry
 	found := false
 	for _, x := range o.entries {
 		if x.Key() == key {
@@ -318,13 +319,13 @@ func (o *Origin) MarkStarted(key string) (lease.QueueEntry, bool) {
 	}
 	if !found || e.Running {
 		o.mu.Unlock()
-		return lease.QueueEntry{}, false
+		return queue.QueueEntry{}, false
 	}
 	e.Running = true
 	if err := o.deps.Store.PutEntry(e, o.seq); err != nil {
 		o.mu.Unlock()
 		o.deps.Log.Error("mark running", "entry", e.ID, "err", err)
-		return lease.QueueEntry{}, false
+		return queue.QueueEntry{}, false
 	}
 	o.entries[e.ID] = e
 	delete(o.placed, key)
@@ -343,9 +344,9 @@ func (o *Origin) MarkStarted(key string) (lease.QueueEntry, bool) {
 // Refuse drops a waiting entry whose attempt a node refused for good (no
 // account there, a command it cannot run), remembering why (Status). ok is
 // false when the attempt is not this entry's waiting one.
-func (o *Origin) Refuse(key, why string) (lease.QueueEntry, bool) {
+func (o *Origin) Refuse(key, why string) (queue.QueueEntry, bool) {
 	o.mu.Lock()
-	var e lease.QueueEntry
+	var e queue.QueueEntry
 	found := false
 	for _, x := range o.entries {
 		if x.Key() == key && !x.Running {
@@ -354,20 +355,20 @@ func (o *Origin) Refuse(key, why string) (lease.QueueEntry, bool) {
 	}
 	if !found {
 		o.mu.Unlock()
-		return lease.QueueEntry{}, false
+		return queue.QueueEntry{}, false
 	}
-	err := o.taskEndedLocked(e, lease.EntryFailed)
+	err := o.taskEndedLocked(e, queue.EntryFailed)
 	if err == nil {
 		err = o.deps.Store.DeleteEntry(e.ID)
 	}
 	if err != nil {
 		o.mu.Unlock()
 		o.deps.Log.Error("drop a refused entry", "entry", e.ID, "err", err)
-		return lease.QueueEntry{}, false
+		return queue.QueueEntry{}, false
 	}
 	delete(o.entries, e.ID)
 	delete(o.placed, e.Key())
-	o.ended.note(lease.EntryStatus{ID: e.ID, State: lease.EntryFailed, Reason: lease.ClipRetryWhy(why), Restarts: e.Restarts, MaxRestarts: e.MaxRestarts})
+	o.ended.note(queue.EntryStatus{ID: e.ID, State: queue.EntryFailed, Reason: queue.ClipRetryWhy(why), Restarts: e.Restarts, MaxRestarts: e.MaxRestarts})
 	o.fillArraysLocked(false)
 	o.publishLocked()
 	o.mu.Unlock()
@@ -386,12 +387,12 @@ func (o *Origin) Refuse(key, why string) (lease.QueueEntry, bool) {
 // A requeued entry waits before its next attempt (Deps.RetryDelay), and
 // carries why, so `dibs queue` can say why it waits and until when; a run
 // preempted for someone else goes back at once.
-func (o *Origin) Finish(e lease.QueueEntry, failed, preempted bool, why string) (next lease.QueueEntry, requeued, ok bool) {
+func (o *Origin) Finish(e queue.QueueEntry, failed, preempted bool, why string) (next queue.QueueEntry, requeued, ok bool) {
 	o.mu.Lock()
 	cur, found := o.entries[e.ID]
 	if !found || cur.Key() != e.Key() || !cur.Running {
 		o.mu.Unlock()
-		return lease.QueueEntry{}, false, false
+		return queue.QueueEntry{}, false, false
 	}
 	if preempted {
 		next, requeued = cur.AfterPreempt()
@@ -402,16 +403,16 @@ func (o *Origin) Finish(e lease.QueueEntry, failed, preempted bool, why string) 
 			if d := o.deps.RetryDelay(next.Restarts); d > 0 {
 				next.RetryAt = o.deps.Clock.Now().Add(d).Round(0)
 			}
-			next.RetryWhy = lease.ClipRetryWhy(why)
+			next.RetryWhy = queue.ClipRetryWhy(why)
 		}
 	}
 	var err error
 	if requeued {
 		err = o.deps.Store.PutEntry(next, o.seq)
 	} else {
-		state := lease.EntryFinished
+		state := queue.EntryFinished
 		if failed {
-			state = lease.EntryFailed
+			state = queue.EntryFailed
 		}
 		// A task's end is in its array before the task is gone.
 		if err = o.taskEndedLocked(cur, state); err == nil {
@@ -421,7 +422,7 @@ func (o *Origin) Finish(e lease.QueueEntry, failed, preempted bool, why string) 
 	if err != nil {
 		o.mu.Unlock()
 		o.deps.Log.Error("finish queued entry", "entry", e.ID, "err", err)
-		return lease.QueueEntry{}, false, false
+		return queue.QueueEntry{}, false, false
 	}
 	if requeued {
 		o.entries[e.ID] = next
@@ -429,9 +430,9 @@ func (o *Origin) Finish(e lease.QueueEntry, failed, preempted bool, why string) 
 	} else {
 		delete(o.entries, e.ID)
 		delete(o.placed, e.Key())
-		st := lease.EntryStatus{ID: e.ID, State: lease.EntryFinished, Restarts: cur.Restarts, MaxRestarts: cur.MaxRestarts}
+		st := queue.EntryStatus{ID: e.ID, State: queue.EntryFinished, Restarts: cur.Restarts, MaxRestarts: cur.MaxRestarts}
 		if failed {
-			st.State, st.Reason = lease.EntryFailed, lease.ClipRetryWhy(why)
+			st.State, st.Reason = queue.EntryFailed, queue.ClipRetryWhy(why)
 		}
 		o.ended.note(st)
 		o.fillArraysLocked(false)
@@ -462,10 +463,10 @@ type Notifier func(uid int, text string)
 // runs partly for longer than a reservation lives.
 //
 // A node away (restarting, or silent) keeps its ranks for grace
-// (lease.ClusterView.JudgeRunning). Until this agent has heard the state of
+// (queue.ClusterView.JudgeRunning). Until this agent has heard the state of
 // every live peer (just started, or a peer just back), it holds every
 // verdict: a peer not yet heard holds ranks it cannot see.
-func (o *Origin) Reconcile(ctx context.Context, v lease.ClusterView, grace, missingAfter time.Duration, stop Stopper, _ Notifier) {
+func (o *Origin) Reconcile(ctx context.Context, v queue.ClusterView, grace, missingAfter time.Duration, stop Stopper, _ Notifier) {
 	o.fillArrays()
 	if !v.Heard() {
 		return
@@ -479,14 +480,14 @@ func (o *Origin) Reconcile(ctx context.Context, v lease.ClusterView, grace, miss
 		verdict := v.JudgeRunning(e, grace)
 		verdict = o.judgeMissing(e, verdict, missingAfter)
 		switch verdict.Action {
-		case lease.RunStopRanks:
+		case queue.RunStopRanks:
 			for _, l := range verdict.Stop {
 				o.deps.Log.Info("stopping a gang rank", "entry", e.ID, "why", verdict.Why, "rank", l.Rank, "lease", l.ID, "node", l.Node)
 				if err := stop(ctx, l); err != nil {
 					o.deps.Log.Warn("stop gang rank", "lease", l.ID, "node", l.Node, "err", err)
 				}
 			}
-		case lease.RunDone:
+		case queue.RunDone:
 			next, requeued, ok := o.Finish(e, verdict.Failed, verdict.Preempted, verdict.Why)
 			switch {
 			case !ok:
@@ -517,7 +518,7 @@ func (o *Origin) Reconcile(ctx context.Context, v lease.ClusterView, grace, miss
 
 // judgeMissing turns a gang's missing ranks into a failure once they have
 // been missing for missingAfter on this node's monotonic clock.
-func (o *Origin) judgeMissing(e lease.QueueEntry, v lease.RunVerdict, missingAfter time.Duration) lease.RunVerdict {
+func (o *Origin) judgeMissing(e queue.QueueEntry, v queue.RunVerdict, missingAfter time.Duration) queue.RunVerdict {
 	key := e.Key()
 	if v.Missing == 0 {
 		delete(o.short, key)
@@ -532,7 +533,7 @@ func (o *Origin) judgeMissing(e lease.QueueEntry, v lease.RunVerdict, missingAft
 	if now-since < missingAfter {
 		return v
 	}
-	out := lease.RunVerdict{Action: lease.RunStopRanks, Failed: true,
+	out := queue.RunVerdict{Action: queue.RunStopRanks, Failed: true,
 		Why: fmt.Sprintf("%d of its %d ranks never started", v.Missing, e.Nodes)}
 	for _, l := range v.Live {
 		if l.PreemptedAt.IsZero() {

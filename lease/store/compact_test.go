@@ -7,6 +7,7 @@ import (
 
 	"github.com/dibs-gpu/dibs/lease"
 	"github.com/dibs-gpu/dibs/lease/store"
+	"github.com/dibs-gpu/dibs/queue"
 )
 
 // Weak 3 of the third round: the ledger was never pruned, so a
@@ -63,7 +64,7 @@ func TestCompactLedgerKeepsUsage(t *testing.T) {
 	}
 	for _, w := range []time.Duration{7 * 24 * time.Hour, 30 * 24 * time.Hour, 100 * 24 * time.Hour, 200 * 24 * time.Hour} {
 		from := now.Add(-w).Truncate(24 * time.Hour)
-		got, want := lease.WindowUsage(after, nil, from, now), lease.WindowUsage(before, nil, from, now)
+		got, want := queue.WindowUsage(after, nil, from, now), queue.WindowUsage(before, nil, from, now)
 		for _, u := range []string{"alice", "bob"} {
 			if math.Abs(got[u]-want[u]) > 1 {
 				t.Errorf("usage of %s since %s: %.0f GPU-s after compacting, %.0f before", u, from.Format(time.DateOnly), got[u], want[u])
@@ -71,7 +72,7 @@ func TestCompactLedgerKeepsUsage(t *testing.T) {
 		}
 	}
 	half := 7 * 24 * time.Hour
-	got, want := lease.DecayedUsage(after, nil, now, half), lease.DecayedUsage(before, nil, now, half)
+	got, want := queue.DecayedUsage(after, nil, now, half), queue.DecayedUsage(before, nil, now, half)
 	for _, u := range []string{"alice", "bob"} {
 		if math.Abs(got[u]-want[u]) > want[u]*1e-3 {
 			t.Errorf("decayed usage of %s: %.1f after compacting, %.1f before", u, got[u], want[u])

@@ -17,6 +17,7 @@ import (
 
 	"github.com/dibs-gpu/dibs/lease"
 	"github.com/dibs-gpu/dibs/lease/store"
+	"github.com/dibs-gpu/dibs/queue"
 )
 
 var (
@@ -29,7 +30,7 @@ var (
 type state struct {
 	Leases    []lease.Lease
 	LastToken uint64
-	Entries   []lease.QueueEntry
+	Entries   []queue.QueueEntry
 	QueueSeq  uint64
 	Ledger    []lease.LedgerEntry
 }
@@ -126,7 +127,7 @@ func drillStore(t *testing.T, dir string) {
 	ls[10].Warned, ls[11].ExpiresAt = true, ls[11].ExpiresAt.Add(time.Hour)
 	put(t, s, ls[10], ls[11])
 	for i := 1; i <= 4; i++ {
-		e := lease.QueueEntry{ID: fmt.Sprintf("gpu-01-q%d", i), Origin: "gpu-01", User: "bob", UID: 1002, SubmittedAt: t0,
+		e := queue.QueueEntry{ID: fmt.Sprintf("gpu-01-q%d", i), Origin: "gpu-01", User: "bob", UID: 1002, SubmittedAt: t0,
 			Nodes: 1, GPUsPerNode: i, Duration: time.Hour, Kind: lease.KindBatch}
 		if i == 2 {
 			e.Job = &lease.Job{Command: []string{"python", "train.py"}, Dir: "/home/bob"}

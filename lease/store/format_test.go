@@ -15,6 +15,7 @@ import (
 
 	"github.com/dibs-gpu/dibs/lease"
 	"github.com/dibs-gpu/dibs/lease/store"
+	"github.com/dibs-gpu/dibs/queue"
 )
 
 // schema1 is what testdata/schema1.db holds, as the schema-1 dibs read it
@@ -22,7 +23,7 @@ import (
 type schema1 struct {
 	Leases    []lease.Lease       `json:"leases"`
 	LastToken uint64              `json:"last_token"`
-	Entries   []lease.QueueEntry  `json:"entries"`
+	Entries   []queue.QueueEntry  `json:"entries"`
 	QueueSeq  uint64              `json:"queue_seq"`
 	Ledger    []lease.LedgerEntry `json:"ledger"`
 }

@@ -12,6 +12,7 @@ import (
 	"go.etcd.io/bbolt"
 
 	"github.com/dibs-gpu/dibs/lease"
+	"github.com/dibs-gpu/dibs/queue"
 )
 
 // view is what the record readers need of one snapshot of the file: a bbolt
@@ -269,8 +270,8 @@ func readLeases(v view, schema int) ([]lease.Lease, error) {
 	})
 }
 
-func readEntries(v view, schema int) ([]lease.QueueEntry, error) {
-	return readRecords(v, schema, bucketQueue, "queue entry", func(k []byte, r *entryRecord) (lease.QueueEntry, bool) {
+func readEntries(v view, schema int) ([]queue.QueueEntry, error) {
+	return readRecords(v, schema, bucketQueue, "queue entry", func(k []byte, r *entryRecord) (queue.QueueEntry, bool) {
 		return r.entry(), r.ID == string(k)
 	})
 }

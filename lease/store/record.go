@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/dibs-gpu/dibs/lease"
+	"github.com/dibs-gpu/dibs/queue"
 )
 
 // recordVersion is the first byte of every lease, queue and ledger body in a
@@ -185,7 +186,7 @@ type depRecord struct {
 	Any bool   `json:"any,omitempty"`
 }
 
-func sweepToRecord(e lease.QueueEntry) (*arrayRecord, []depRecord) {
+func sweepToRecord(e queue.QueueEntry) (*arrayRecord, []depRecord) {
 	var a *arrayRecord
 	if e.Array != nil {
 		a = &arrayRecord{Spec: e.Array.Spec, Throttle: e.Array.Throttle, Next: e.Array.Next, Done: e.Array.Done,
@@ -198,20 +199,20 @@ func sweepToRecord(e lease.QueueEntry) (*arrayRecord, []depRecord) {
 	return a, d
 }
 
-func (r *entryRecord) sweep() (*lease.Array, []lease.Dep) {
-	var a *lease.Array
+func (r *entryRecord) sweep() (*queue.Array, []queue.Dep) {
+	var a *queue.Array
 	if r.Array != nil {
-		a = &lease.Array{Spec: r.Array.Spec, Throttle: r.Array.Throttle, Next: r.Array.Next, Done: r.Array.Done,
+		a = &queue.Array{Spec: r.Array.Spec, Throttle: r.Array.Throttle, Next: r.Array.Next, Done: r.Array.Done,
 			Failed: r.Array.Failed, Cancelled: r.Array.Cancelled, Started: r.Array.Started}
 	}
-	var d []lease.Dep
+	var d []queue.Dep
 	for _, x := range r.After {
-		d = append(d, lease.Dep{ID: x.ID, Any: x.Any})
+		d = append(d, queue.Dep{ID: x.ID, Any: x.Any})
 	}
 	return a, d
 }
 
-func entryToRecord(e lease.QueueEntry) entryRecord {
+func entryToRecord(e queue.QueueEntry) entryRecord {
 	r := entryRecord{
 		ID: e.ID, Origin: e.Origin, User: e.User, UID: e.UID, SubmittedAt: e.SubmittedAt,
 		Nodes: e.Nodes, GPUsPerNode: e.GPUsPerNode, Node: e.Node, Duration: int64(e.Duration),
@@ -224,8 +225,8 @@ func entryToRecord(e lease.QueueEntry) entryRecord {
 	return r
 }
 
-func (r *entryRecord) entry() lease.QueueEntry {
-	e := lease.QueueEntry{
+func (r *entryRecord) entry() queue.QueueEntry {
+	e := queue.QueueEntry{
 		ID: r.ID, Origin: r.Origin, User: r.User, UID: r.UID, SubmittedAt: r.SubmittedAt,
 		Nodes: r.Nodes, GPUsPerNode: r.GPUsPerNode, Node: r.Node, Duration: time.Duration(r.Duration),
 		Kind: lease.Kind(r.Kind), Note: r.Note, Requeue: r.Requeue, MaxRestarts: r.MaxRestarts, NoRequeue: r.NoRequeue,

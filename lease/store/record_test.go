@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/dibs-gpu/dibs/lease"
+	"github.com/dibs-gpu/dibs/queue"
 )
 
 // fill sets every field of v, recursively, to a value of its own that is not
@@ -54,13 +55,13 @@ func fill(t *testing.T, v reflect.Value, n *int) {
 	}
 }
 
-// Every field of lease.Lease, lease.QueueEntry and lease.LedgerEntry survives
+// Every field of lease.Lease, queue.QueueEntry and lease.LedgerEntry survives
 // the stored shape. A field added to one of them fails here until the record
 // type stores it too.
 func TestRecordsKeepEveryField(t *testing.T) {
 	var n int
 	var l lease.Lease
-	var e lease.QueueEntry
+	var e queue.QueueEntry
 	var g lease.LedgerEntry
 	fill(t, reflect.ValueOf(&l).Elem(), &n)
 	fill(t, reflect.ValueOf(&e).Elem(), &n)

@@ -19,6 +19,7 @@ import (
 
 	"github.com/dibs-gpu/dibs/event"
 	"github.com/dibs-gpu/dibs/lease"
+	"github.com/dibs-gpu/dibs/queue"
 )
 
 var (
@@ -41,7 +42,7 @@ const FileName = "dibs.db"
 // second agent can say whom to stop.
 const pidFileName = "agent.pid"
 
-// Bolt is a lease.Store on one bbolt file.
+// Bolt is a queue.Store (leases, the ledger and queue entries) on one bbolt file.
 type Bolt struct {
 	db       *bbolt.DB
 	path     string
@@ -50,7 +51,7 @@ type Bolt struct {
 	rider    atomic.Pointer[rider]
 }
 
-var _ lease.Store = (*Bolt)(nil)
+var _ queue.Store = (*Bolt)(nil)
 
 // DamagedError is a store that failed its checks: a record whose checksum
 // fails, a bucket that does not add up, a page bbolt cannot trust. Starting
@@ -489,7 +490,7 @@ func (s *Bolt) Ledger(since time.Time) (out []lease.LedgerEntry, err error) {
 }
 
 // PutEntry implements lease.Store.
-func (s *Bolt) PutEntry(e lease.QueueEntry, seq uint64) error {
+func (s *Bolt) PutEntry(e queue.QueueEntry, seq uint64) error {
 	op := "save queue entry " + e.ID
 	if e.ID == "" {
 		return fmt.Errorf("%s: a queue entry needs an id", op)
@@ -520,7 +521,7 @@ func (s *Bolt) DeleteEntry(id string) error {
 }
 
 // Entries implements lease.Store.
-func (s *Bolt) Entries() (entries []lease.QueueEntry, lastSeq uint64, err error) {
+func (s *Bolt) Entries() (entries []queue.QueueEntry, lastSeq uint64, err error) {
 	err = s.read(func(v view, schema int) error {
 		if lastSeq, err = readU64(v, schema, keyQueueSeq, "queue sequence"); err != nil {
 			return err

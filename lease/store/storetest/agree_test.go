@@ -8,6 +8,7 @@ import (
 	"github.com/dibs-gpu/dibs/lease"
 	"github.com/dibs-gpu/dibs/lease/store"
 	"github.com/dibs-gpu/dibs/lease/store/storetest"
+	"github.com/dibs-gpu/dibs/queue"
 )
 
 // The fake answers every step of one sequence as the bbolt store does: the
@@ -33,28 +34,28 @@ func TestAgreesWithBolt(t *testing.T) {
 	now.StartedAt, now.ExpiresAt = time.Now(), time.Now().Add(time.Hour) // monotonic readings, local zone
 	steps := []struct {
 		name string
-		do   func(s lease.Store) error
+		do   func(s queue.Store) error
 	}{
-		{"grant", func(s lease.Store) error { return s.Put(mkLease(5, 0, 1)) }},
-		{"grant an older token late", func(s lease.Store) error { return s.Put(mkLease(3, 2)) }},
-		{"change a lease", func(s lease.Store) error { return s.Put(changed) }},
-		{"a lease with no GPUs", func(s lease.Store) error { return s.Put(mkLease(6)) }},
-		{"a lease with no id", func(s lease.Store) error { return s.Put(lease.Lease{GPUs: []int{0}}) }},
-		{"queue", func(s lease.Store) error { return s.PutEntry(mkEntry(1), 1) }},
-		{"queue a job", func(s lease.Store) error { return s.PutEntry(withJob, 3) }},
-		{"change an entry, lower sequence", func(s lease.Store) error { return s.PutEntry(running, 2) }},
-		{"an entry with no id", func(s lease.Store) error { return s.PutEntry(lease.QueueEntry{}, 9) }},
-		{"end", func(s lease.Store) error {
+		{"grant", func(s queue.Store) error { return s.Put(mkLease(5, 0, 1)) }},
+		{"grant an older token late", func(s queue.Store) error { return s.Put(mkLease(3, 2)) }},
+		{"change a lease", func(s queue.Store) error { return s.Put(changed) }},
+		{"a lease with no GPUs", func(s queue.Store) error { return s.Put(mkLease(6)) }},
+		{"a lease with no id", func(s queue.Store) error { return s.Put(lease.Lease{GPUs: []int{0}}) }},
+		{"queue", func(s queue.Store) error { return s.PutEntry(mkEntry(1), 1) }},
+		{"queue a job", func(s queue.Store) error { return s.PutEntry(withJob, 3) }},
+		{"change an entry, lower sequence", func(s queue.Store) error { return s.PutEntry(running, 2) }},
+		{"an entry with no id", func(s queue.Store) error { return s.PutEntry(queue.QueueEntry{}, 9) }},
+		{"end", func(s queue.Store) error {
 			return s.End("gpu-01-3", lease.Ended(mkLease(3, 2), t0.Add(time.Hour), "released", ""))
 		}},
-		{"end a lease it does not hold", func(s lease.Store) error {
+		{"end a lease it does not hold", func(s queue.Store) error {
 			return s.End("gpu-01-77", lease.Ended(mkLease(77, 4), t0.Add(3*time.Hour), "admin", "root"))
 		}},
-		{"remove an entry", func(s lease.Store) error { return s.DeleteEntry("gpu-01-q2") }},
-		{"remove an entry it does not hold", func(s lease.Store) error { return s.DeleteEntry("gpu-01-q9") }},
-		{"restart", func(s lease.Store) error { return nil }}, // handled below
-		{"grant with a live clock", func(s lease.Store) error { return s.Put(now) }},
-		{"end after the restart", func(s lease.Store) error {
+		{"remove an entry", func(s queue.Store) error { return s.DeleteEntry("gpu-01-q2") }},
+		{"remove an entry it does not hold", func(s queue.Store) error { return s.DeleteEntry("gpu-01-q9") }},
+		{"restart", func(s queue.Store) error { return nil }}, // handled below
+		{"grant with a live clock", func(s queue.Store) error { return s.Put(now) }},
+		{"end after the restart", func(s queue.Store) error {
 			return s.End(changed.ID, lease.Ended(changed, t0.Add(2*time.Hour), "expired", ""))
 		}},
 	}

@@ -1,4 +1,4 @@
-// Package storetest is an in-memory lease.Store for tests of the packages
+// Package storetest is an in-memory queue.Store for tests of the packages
 // above the store, with the disk's ways of failing on demand: an fsync that
 // fails, a full disk, a slow disk, and a crash that keeps only what was
 // durably written. It answers as the bbolt store does (same order, same
@@ -18,6 +18,7 @@ import (
 
 	"github.com/dibs-gpu/dibs/lease"
 	"github.com/dibs-gpu/dibs/lease/store"
+	"github.com/dibs-gpu/dibs/queue"
 )
 
 // Fault is a way a write to the disk goes wrong.
@@ -65,7 +66,7 @@ type Options struct {
 // that crashed does not go on writing.
 var ErrCrashed = errors.New("the store crashed (storetest): use the store Crash returned")
 
-// Store is an in-memory lease.Store with injectable faults. Safe for
+// Store is an in-memory queue.Store with injectable faults. Safe for
 // concurrent use: writes are serialised as bbolt's are (one writer, readers
 // alongside), and a write becomes visible and durable at once, when it
 // returns nil.
@@ -87,14 +88,14 @@ type Store struct {
 	crashed bool
 }
 
-var _ lease.Store = (*Store)(nil)
+var _ queue.Store = (*Store)(nil)
 
 // data is what the file would hold.
 type data struct {
 	leases    map[string]lease.Lease
 	lastToken uint64
 	ledger    []lease.LedgerEntry
-	entries   map[string]lease.QueueEntry
+	entries   map[string]queue.QueueEntry
 	queueSeq  uint64
 }
 
@@ -124,7 +125,7 @@ func New(opts Options) *Store {
 	if opts.SyncErr == nil {
 		opts.SyncErr = syscall.EIO
 	}
-	return &Store{opts: opts, data: data{leases: map[string]lease.Lease{}, entries: map[string]lease.QueueEntry{}}}
+	return &Store{opts: opts, data: data{leases: map[string]lease.Lease{}, entries: map[string]queue.QueueEntry{}}}
 }
 
 // Path is the file the fake stands for, as the bbolt store's Path.
@@ -322,7 +323,7 @@ func (s *Store) Ledger(since time.Time) ([]lease.LedgerEntry, error) {
 }
 
 // PutEntry implements lease.Store.
-func (s *Store) PutEntry(e lease.QueueEntry, seq uint64) error {
+func (s *Store) PutEntry(e queue.QueueEntry, seq uint64) error {
 	op := "save queue entry " + e.ID
 	if e.ID == "" {
 		return fmt.Errorf("%s: a queue entry needs an id", op)
@@ -342,8 +343,8 @@ func (s *Store) DeleteEntry(id string) error {
 }
 
 // Entries implements lease.Store.
-func (s *Store) Entries() ([]lease.QueueEntry, uint64, error) {
-	var out []lease.QueueEntry
+func (s *Store) Entries() ([]queue.QueueEntry, uint64, error) {
+	var out []queue.QueueEntry
 	var seq uint64
 	err := s.read(func(d *data) {
 		for _, id := range sortedKeys(d.entries) {

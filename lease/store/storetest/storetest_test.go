@@ -12,6 +12,7 @@ import (
 
 	"github.com/dibs-gpu/dibs/lease"
 	"github.com/dibs-gpu/dibs/lease/store/storetest"
+	"github.com/dibs-gpu/dibs/queue"
 )
 
 var t0 = time.Date(2026, 3, 2, 9, 0, 0, 0, time.UTC)
@@ -24,15 +25,15 @@ func mkLease(token uint64, gpus ...int) lease.Lease {
 	}
 }
 
-func mkEntry(n int) lease.QueueEntry {
-	return lease.QueueEntry{
+func mkEntry(n int) queue.QueueEntry {
+	return queue.QueueEntry{
 		ID: fmt.Sprintf("gpu-01-q%d", n), Origin: "gpu-01", User: "bob", UID: 1002, SubmittedAt: t0.Add(time.Duration(n) * time.Minute),
 		Nodes: 1, GPUsPerNode: n, Duration: time.Hour, Kind: lease.KindBatch,
 	}
 }
 
 // snapshot is everything a store gives back, as JSON.
-func snapshot(t *testing.T, s lease.Store) string {
+func snapshot(t *testing.T, s queue.Store) string {
 	t.Helper()
 	ls, last, err := s.Load()
 	if err != nil {
@@ -49,7 +50,7 @@ func snapshot(t *testing.T, s lease.Store) string {
 	b, _ := json.Marshal(struct {
 		Leases    []lease.Lease
 		LastToken uint64
-		Entries   []lease.QueueEntry
+		Entries   []queue.QueueEntry
 		QueueSeq  uint64
 		Ledger    []lease.LedgerEntry
 	}{ls, last, es, seq, led})
@@ -74,14 +75,14 @@ func seeded(t *testing.T, opts storetest.Options) *storetest.Store {
 // ops are the writes, each with a change it would make to seeded's data.
 var ops = []struct {
 	name string
-	do   func(s lease.Store) error
+	do   func(s queue.Store) error
 }{
-	{"Put", func(s lease.Store) error { return s.Put(mkLease(3, 2)) }},
-	{"End", func(s lease.Store) error {
+	{"Put", func(s queue.Store) error { return s.Put(mkLease(3, 2)) }},
+	{"End", func(s queue.Store) error {
 		return s.End("gpu-01-2", lease.Ended(mkLease(2, 1), t0.Add(2*time.Hour), "released", ""))
 	}},
-	{"PutEntry", func(s lease.Store) error { return s.PutEntry(mkEntry(2), 2) }},
-	{"DeleteEntry", func(s lease.Store) error { return s.DeleteEntry("gpu-01-q1") }},
+	{"PutEntry", func(s queue.Store) error { return s.PutEntry(mkEntry(2), 2) }},
+	{"DeleteEntry", func(s queue.Store) error { return s.DeleteEntry("gpu-01-q1") }},
 }
 
 // Each fault fails each kind of write the way the disk would, leaves the

@@ -1,4 +1,4 @@
-package lease_test
+package queue_test
 
 import (
 	"math"
@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/dibs-gpu/dibs/lease"
+	"github.com/dibs-gpu/dibs/queue"
 )
 
 func near(a, b float64) bool { return math.Abs(a-b) <= 1e-9*math.Max(1, math.Abs(b)) }
@@ -14,22 +15,22 @@ func TestFairShareFactor(t *testing.T) {
 	tests := []struct {
 		name   string
 		user   string
-		usage  lease.Usage
+		usage  queue.Usage
 		shares map[string]float64
 		want   float64
 	}{
 		{"nobody used anything", "alice", nil, nil, 1},
-		{"no usage of her own", "alice", lease.Usage{"bob": 3600}, nil, 1},
-		{"used exactly her share", "alice", lease.Usage{"alice": 100, "bob": 100}, nil, 0.5},
-		{"used everything of two", "alice", lease.Usage{"alice": 100, "bob": 0}, nil, 0.25},
-		{"a light user", "bob", lease.Usage{"alice": 300, "bob": 100}, nil, math.Exp2(-0.5)},
-		{"a double share halves the bite", "alice", lease.Usage{"alice": 100, "bob": 100}, map[string]float64{"alice": 3}, math.Exp2(-0.5 / 0.75)},
-		{"a configured user with no usage counts in the shares", "alice", lease.Usage{"alice": 100}, map[string]float64{"carol": 1}, 0.25},
+		{"no usage of her own", "alice", queue.Usage{"bob": 3600}, nil, 1},
+		{"used exactly her share", "alice", queue.Usage{"alice": 100, "bob": 100}, nil, 0.5},
+		{"used everything of two", "alice", queue.Usage{"alice": 100, "bob": 0}, nil, 0.25},
+		{"a light user", "bob", queue.Usage{"alice": 300, "bob": 100}, nil, math.Exp2(-0.5)},
+		{"a double share halves the bite", "alice", queue.Usage{"alice": 100, "bob": 100}, map[string]float64{"alice": 3}, math.Exp2(-0.5 / 0.75)},
+		{"a configured user with no usage counts in the shares", "alice", queue.Usage{"alice": 100}, map[string]float64{"carol": 1}, 0.25},
 		{"zero share runs on age alone", "alice", nil, map[string]float64{"alice": 0}, 0},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got := lease.FairShareFactor(tt.user, tt.usage, lease.SchedConfig{Shares: tt.shares})
+			got := queue.FairShareFactor(tt.user, tt.usage, queue.SchedConfig{Shares: tt.shares})
 			if !near(got, tt.want) {
 				t.Errorf("FairShareFactor(%s) = %v, want %v", tt.user, got, tt.want)
 			}
@@ -48,18 +49,18 @@ func TestDecayedUsage(t *testing.T) {
 		ledger []lease.LedgerEntry
 		active []lease.Lease
 		now    time.Time
-		want   lease.Usage
+		want   queue.Usage
 	}{
-		{"just ended", []lease.LedgerEntry{tenHours}, nil, t0, lease.Usage{"alice": 36000}},
-		{"one half-life halves it", []lease.LedgerEntry{tenHours}, nil, t0.Add(hl), lease.Usage{"alice": 18000}},
-		{"two half-lives quarter it", []lease.LedgerEntry{tenHours}, nil, t0.Add(2 * hl), lease.Usage{"alice": 9000}},
-		{"a running lease counts its GPU-seconds so far", nil, []lease.Lease{running}, t0, lease.Usage{"bob": 2 * 3600}},
-		{"a reservation is not use", nil, []lease.Lease{reservation}, t0, lease.Usage{}},
-		{"ended and still listed counts once", []lease.LedgerEntry{{LeaseID: running.ID, User: "bob", End: t0, GPUSeconds: 100}}, []lease.Lease{running}, t0, lease.Usage{"bob": 100}},
+		{"just ended", []lease.LedgerEntry{tenHours}, nil, t0, queue.Usage{"alice": 36000}},
+		{"one half-life halves it", []lease.LedgerEntry{tenHours}, nil, t0.Add(hl), queue.Usage{"alice": 18000}},
+		{"two half-lives quarter it", []lease.LedgerEntry{tenHours}, nil, t0.Add(2 * hl), queue.Usage{"alice": 9000}},
+		{"a running lease counts its GPU-seconds so far", nil, []lease.Lease{running}, t0, queue.Usage{"bob": 2 * 3600}},
+		{"a reservation is not use", nil, []lease.Lease{reservation}, t0, queue.Usage{}},
+		{"ended and still listed counts once", []lease.LedgerEntry{{LeaseID: running.ID, User: "bob", End: t0, GPUSeconds: 100}}, []lease.Lease{running}, t0, queue.Usage{"bob": 100}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got := lease.DecayedUsage(tt.ledger, tt.active, tt.now, hl)
+			got := queue.DecayedUsage(tt.ledger, tt.active, tt.now, hl)
 			if len(got) != len(tt.want) {
 				t.Fatalf("usage = %v, want %v", got, tt.want)
 			}
@@ -73,12 +74,12 @@ func TestDecayedUsage(t *testing.T) {
 }
 
 func TestPriority(t *testing.T) {
-	cfg := lease.SchedConfig{}
-	e := lease.QueueEntry{ID: "n-q1", User: "alice", SubmittedAt: t0, Nodes: 1, GPUsPerNode: 1}
-	usage := lease.Usage{"alice": 3600, "bob": 3600}
-	p0 := lease.Priority(e, usage, t0, cfg)
-	p1 := lease.Priority(e, usage, t0.Add(day), cfg)
-	pMax := lease.Priority(e, usage, t0.Add(30*day), cfg)
+	cfg := queue.SchedConfig{}
+	e := queue.QueueEntry{ID: "n-q1", User: "alice", SubmittedAt: t0, Nodes: 1, GPUsPerNode: 1}
+	usage := queue.Usage{"alice": 3600, "bob": 3600}
+	p0 := queue.Priority(e, usage, t0, cfg)
+	p1 := queue.Priority(e, usage, t0.Add(day), cfg)
+	pMax := queue.Priority(e, usage, t0.Add(30*day), cfg)
 	if want := 1000 * 0.5; !near(p0, want) {
 		t.Errorf("priority at submission = %v, want %v (fair-share only)", p0, want)
 	}
@@ -88,19 +89,19 @@ func TestPriority(t *testing.T) {
 	if want := 1000*0.5 + 100.0; !near(pMax, want) {
 		t.Errorf("priority after a month = %v, want %v (age capped at MaxAge)", pMax, want)
 	}
-	if got := lease.Priority(e, usage, t0, lease.SchedConfig{WeightAge: 1}); got != 0 {
+	if got := queue.Priority(e, usage, t0, queue.SchedConfig{WeightAge: 1}); got != 0 {
 		t.Errorf("with only the age weight set, fair-share weight is off: priority = %v, want 0", got)
 	}
 }
 
 func TestWithDefaults(t *testing.T) {
-	c := lease.SchedConfig{}.WithDefaults()
+	c := queue.SchedConfig{}.WithDefaults()
 	if c.HalfLife != 7*day || c.MaxAge != 7*day || c.IdleReclaimAfter != 30*time.Minute ||
 		c.ReservationTTL != 30*time.Second || c.PreemptGrace != 2*time.Minute ||
 		c.WeightFairShare != 1000 || c.WeightAge != 100 {
 		t.Errorf("defaults = %+v", c)
 	}
-	kept := lease.SchedConfig{HalfLife: time.Hour, WeightFairShare: 5}.WithDefaults()
+	kept := queue.SchedConfig{HalfLife: time.Hour, WeightFairShare: 5}.WithDefaults()
 	if kept.HalfLife != time.Hour || kept.WeightFairShare != 5 || kept.WeightAge != 0 {
 		t.Errorf("set values were not kept: %+v", kept)
 	}
@@ -114,8 +115,8 @@ func TestWindowUsage(t *testing.T) {
 		{LeaseID: "gpu-01-2", User: "bob", Start: t0.Add(-30 * time.Hour), End: t0.Add(-20 * time.Hour), GPUSeconds: 3600},
 	}
 	active := []lease.Lease{held(3, bob, []int{0, 1, 2}, t0.Add(-time.Hour), 4*time.Hour)}
-	got := lease.WindowUsage(ledger, active, t0.Add(-8*time.Hour), t0)
-	want := lease.Usage{"alice": 2 * 2 * 3600, "bob": 3 * 3600}
+	got := queue.WindowUsage(ledger, active, t0.Add(-8*time.Hour), t0)
+	want := queue.Usage{"alice": 2 * 2 * 3600, "bob": 3 * 3600}
 	for u, w := range want {
 		if !near(got[u], w) {
 			t.Errorf("usage[%s] = %v, want %v", u, got[u], w)

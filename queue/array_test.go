@@ -1,4 +1,4 @@
-package lease_test
+package queue_test
 
 import (
 	"fmt"
@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/dibs-gpu/dibs/lease"
+	"github.com/dibs-gpu/dibs/queue"
 )
 
 func TestParseArray(t *testing.T) {
@@ -33,7 +34,7 @@ func TestParseArray(t *testing.T) {
 		{in: "0-3%4%5", err: "throttle"},
 	} {
 		t.Run(tc.in, func(t *testing.T) {
-			a, err := lease.ParseArray(tc.in)
+			a, err := queue.ParseArray(tc.in)
 			if tc.err != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.err) {
 					t.Fatalf("ParseArray(%q) = %v, %v; want an error saying %q", tc.in, a, err, tc.err)
@@ -53,37 +54,13 @@ func TestParseArray(t *testing.T) {
 	}
 }
 
-func TestArrayTaskOf(t *testing.T) {
-	for _, tc := range []struct {
-		id, arr string
-		idx     int
-		ok      bool
-	}{
-		{"node01-q7/5", "node01-q7", 5, true},
-		{"node01-q7/0", "node01-q7", 0, true},
-		{"node01-q7", "", 0, false},
-		{"node01-q7/", "", 0, false},
-		{"node01-q7/05", "", 0, false},
-		{"node01-q7/-1", "", 0, false},
-		{"/3", "", 0, false},
-	} {
-		arr, idx, ok := lease.ArrayTaskOf(tc.id)
-		if arr != tc.arr || idx != tc.idx || ok != tc.ok {
-			t.Errorf("ArrayTaskOf(%q) = %q, %d, %v; want %q, %d, %v", tc.id, arr, idx, ok, tc.arr, tc.idx, tc.ok)
-		}
-	}
-	if o, ok := lease.OriginOfQueueID("node01-q7/5"); !ok || o != "node01" {
-		t.Errorf("OriginOfQueueID of a task = %q, %v; want node01", o, ok)
-	}
-}
-
 func TestArrayMarkEnded(t *testing.T) {
-	a, _ := lease.ParseArray("0-9%2")
+	a, _ := queue.ParseArray("0-9%2")
 	for _, i := range []int{0, 1, 2, 4} {
-		a.MarkEnded(i, lease.EntryFinished)
+		a.MarkEnded(i, queue.EntryFinished)
 	}
-	a.MarkEnded(3, lease.EntryFailed)
-	a.MarkEnded(9, lease.EntryCancelled)
+	a.MarkEnded(3, queue.EntryFailed)
+	a.MarkEnded(9, queue.EntryCancelled)
 	if a.Done != "0-2,4" || a.Failed != "3" || a.Cancelled != "9" {
 		t.Fatalf("got done %q failed %q cancelled %q", a.Done, a.Failed, a.Cancelled)
 	}
@@ -105,7 +82,7 @@ func TestArrayEnvAndTask(t *testing.T) {
 	}
 	p := ask("node01-q7", alice, 1, 1, time.Hour, t0)
 	p.Origin = "node01"
-	p.Array, _ = lease.ParseArray("0-3%2")
+	p.Array, _ = queue.ParseArray("0-3%2")
 	p.Job = &lease.Job{Command: []string{"sh", "-c", "echo $DIBS_ARRAY_INDEX"}}
 	task := p.Task(3)
 	if task.ID != "node01-q7/3" || task.Array != nil || task.Held() || !p.Held() {
@@ -121,7 +98,7 @@ func TestArrayEnvAndTask(t *testing.T) {
 	if err := p.Validate(); err != nil {
 		t.Fatalf("an array does not validate: %v", err)
 	}
-	if got := lease.TaskSessionName("train", "node01-q7/3"); got != "train-3" {
+	if got := queue.TaskSessionName("train", "node01-q7/3"); got != "train-3" {
 		t.Fatalf("session name %q", got)
 	}
 }
@@ -129,50 +106,50 @@ func TestArrayEnvAndTask(t *testing.T) {
 func TestDepFor(t *testing.T) {
 	for _, tc := range []struct {
 		any   bool
-		state lease.EntryState
-		want  lease.DepVerdict
+		state queue.EntryState
+		want  queue.DepVerdict
 	}{
-		{false, lease.EntryWaiting, lease.DepWait},
-		{false, lease.EntryRunning, lease.DepWait},
-		{false, lease.EntryBackoff, lease.DepWait},
-		{false, lease.EntryFinished, lease.DepMet},
-		{false, lease.EntryFailed, lease.DepBroken},
-		{false, lease.EntryCancelled, lease.DepBroken},
-		{false, lease.EntryUnknown, lease.DepBroken},
-		{true, lease.EntryFailed, lease.DepMet},
-		{true, lease.EntryCancelled, lease.DepMet},
-		{true, lease.EntryFinished, lease.DepMet},
-		{true, lease.EntryRunning, lease.DepWait},
+		{false, queue.EntryWaiting, queue.DepWait},
+		{false, queue.EntryRunning, queue.DepWait},
+		{false, queue.EntryBackoff, queue.DepWait},
+		{false, queue.EntryFinished, queue.DepMet},
+		{false, queue.EntryFailed, queue.DepBroken},
+		{false, queue.EntryCancelled, queue.DepBroken},
+		{false, queue.EntryUnknown, queue.DepBroken},
+		{true, queue.EntryFailed, queue.DepMet},
+		{true, queue.EntryCancelled, queue.DepMet},
+		{true, queue.EntryFinished, queue.DepMet},
+		{true, queue.EntryRunning, queue.DepWait},
 	} {
-		if got := lease.DepFor(lease.Dep{ID: "n1-q1", Any: tc.any}, lease.EntryStatus{State: tc.state}); got != tc.want {
+		if got := queue.DepFor(queue.Dep{ID: "n1-q1", Any: tc.any}, queue.EntryStatus{State: tc.state}); got != tc.want {
 			t.Errorf("any=%v %s: got %v, want %v", tc.any, tc.state, got, tc.want)
 		}
 	}
-	if _, err := lease.ParseAfter([]string{"n1-q3/2"}, false); err == nil {
+	if _, err := queue.ParseAfter([]string{"n1-q3/2"}, false); err == nil {
 		t.Error("--after a single task was accepted")
 	}
-	if _, err := lease.ParseAfter([]string{"bogus"}, false); err == nil {
+	if _, err := queue.ParseAfter([]string{"bogus"}, false); err == nil {
 		t.Error("--after a bad id was accepted")
 	}
-	d, err := lease.ParseAfter([]string{"n1-q3,n2-q4", "n1-q5"}, true)
+	d, err := queue.ParseAfter([]string{"n1-q3,n2-q4", "n1-q5"}, true)
 	if err != nil || len(d) != 3 || !d[2].Any || d[1].String() != "afterany:n2-q4" {
 		t.Errorf("ParseAfter = %v, %v", d, err)
 	}
 }
 
 // arraysQueue is 100 arrays of 100 tasks (no throttle, so each has
-// lease.ArrayWindow tasks made) as the scheduler finds them: the parents,
+// queue.ArrayWindow tasks made) as the scheduler finds them: the parents,
 // which it skips, and the tasks made.
-func arraysQueue(users []lease.Caller) []lease.QueueEntry {
-	var out []lease.QueueEntry
+func arraysQueue(users []lease.Caller) []queue.QueueEntry {
+	var out []queue.QueueEntry
 	for i := range 100 {
 		c := users[i%len(users)]
 		p := ask(fmt.Sprintf("gpu-%02d-q%d", i%32, i), c, 1, []int{1, 2, 1, 4}[i%4], time.Duration(10+i%240)*time.Minute, t0.Add(-time.Duration(i)*time.Minute))
 		p.Job = &lease.Job{Command: []string{"python", "train.py"}}
-		p.Array, _ = lease.ParseArray("0-99")
-		p.Array.Next = lease.ArrayWindow
+		p.Array, _ = queue.ParseArray("0-99")
+		p.Array.Next = queue.ArrayWindow
 		out = append(out, p)
-		for k := range lease.ArrayWindow {
+		for k := range queue.ArrayWindow {
 			out = append(out, p.Task(k))
 		}
 	}
@@ -195,12 +172,12 @@ func BenchmarkScheduleArrays100x100(b *testing.B) {
 		nodes = append(nodes, snode(fmt.Sprintf("gpu-%02d", i), 8, leases...))
 	}
 	all := arraysQueue(users)
-	usage := lease.Usage{"alice": 1e6, "bob": 5e5, "carol": 2e5, "dave": 1e5, "erin": 1e4}
-	cfg := lease.SchedConfig{Quotas: map[string]int{"alice": 64, "bob": 32, "carol": 32, "dave": 32, "erin": 32, "frank": 32}}
+	usage := queue.Usage{"alice": 1e6, "bob": 5e5, "carol": 2e5, "dave": 1e5, "erin": 1e4}
+	cfg := queue.SchedConfig{Quotas: map[string]int{"alice": 64, "bob": 32, "carol": 32, "dave": 32, "erin": 32, "frank": 32}}
 	b.ReportAllocs()
 	b.ResetTimer()
-	var p lease.Plan
-	var waiting []lease.QueueEntry
+	var p queue.Plan
+	var waiting []queue.QueueEntry
 	for b.Loop() {
 		waiting = waiting[:0]
 		for i := range all {
@@ -208,10 +185,10 @@ func BenchmarkScheduleArrays100x100(b *testing.B) {
 				waiting = append(waiting, all[i])
 			}
 		}
-		p = lease.Schedule(waiting, nodes, usage, t0, cfg)
+		p = queue.Schedule(waiting, nodes, usage, t0, cfg)
 	}
 	b.StopTimer()
-	if len(p.Order) != 100*lease.ArrayWindow || len(p.Start) == 0 || slices.ContainsFunc(p.Start, func(s lease.Start) bool { return s.Entry.Array != nil }) {
+	if len(p.Order) != 100*queue.ArrayWindow || len(p.Start) == 0 || slices.ContainsFunc(p.Start, func(s queue.Start) bool { return s.Entry.Array != nil }) {
 		b.Fatalf("plan: %d ranked, %d started", len(p.Order), len(p.Start))
 	}
 	b.ReportMetric(float64(len(p.Start)), "starts")
@@ -224,7 +201,7 @@ func FuzzParseArray(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
-		a, err := lease.ParseArray(s)
+		a, err := queue.ParseArray(s)
 		if err != nil {
 			if strings.ContainsAny(err.Error(), "\n\r") {
 				t.Fatalf("a refusal on two lines: %q", err)
@@ -232,10 +209,10 @@ func FuzzParseArray(f *testing.F) {
 			return
 		}
 		idx := a.Indices()
-		if len(idx) == 0 || len(idx) > lease.MaxArrayTasks || a.Check() != nil {
+		if len(idx) == 0 || len(idx) > queue.MaxArrayTasks || a.Check() != nil {
 			t.Fatalf("ParseArray(%q) = %+v with %d tasks", s, a, len(idx))
 		}
-		b, err := lease.ParseArray(a.String())
+		b, err := queue.ParseArray(a.String())
 		if err != nil || b.Spec != a.Spec || b.Throttle != a.Throttle {
 			t.Fatalf("%q → %q does not read back: %+v, %v", s, a.String(), b, err)
 		}

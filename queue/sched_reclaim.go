@@ -1,4 +1,4 @@
-package lease
+package queue
 
 import (
 	"cmp"
@@ -8,6 +8,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/dibs-gpu/dibs/lease"
 )
 
 // reclaimGroup is what ends together: one lease, or every rank of a gang.
@@ -28,7 +30,7 @@ type reclaimGroup struct {
 
 type leaseAt struct {
 	node int
-	l    *Lease
+	l    *lease.Lease
 	mask uint64
 }
 
@@ -113,12 +115,12 @@ func (s *scheduler) reclaim(e *QueueEntry, mm []uint64, plan *Plan) string {
 	n := 0
 	reasons := ""
 	for _, g := range chosen {
-		why := PreemptQuota
+		why := lease.PreemptQuota
 		switch {
 		case g.overdue:
-			why = PreemptOverdue
+			why = lease.PreemptOverdue
 		case g.idle:
-			why = PreemptIdle
+			why = lease.PreemptIdle
 		}
 		if !strings.Contains(reasons, why) {
 			if reasons != "" {
@@ -142,7 +144,7 @@ func (s *scheduler) reclaim(e *QueueEntry, mm []uint64, plan *Plan) string {
 			}
 		}
 	}
-	return fmt.Sprintf("next to start: reclaiming %s (%s) for it", gpuCount(n), reasons)
+	return fmt.Sprintf("next to start: reclaiming %s (%s) for it", lease.GPUCount(n), reasons)
 }
 
 func (s *scheduler) addGroup(extra []uint64, g *reclaimGroup) {
@@ -242,7 +244,7 @@ func (s *scheduler) reclaimGroups() []reclaimGroup {
 // idleFrom reports whether every GPU of the lease has been quiet for at least
 // IdleReclaimAfter, counting from its start at the earliest, and since when
 // (ns from now).
-func (s *scheduler) idleFrom(sn *snode, l *Lease) (int64, bool) {
+func (s *scheduler) idleFrom(sn *snode, l *lease.Lease) (int64, bool) {
 	if sn.idle == nil || len(l.GPUs) == 0 {
 		return 0, false
 	}

@@ -1,33 +1,21 @@
-package lease
+// Package queue holds the rules of queued work, with no I/O: a queue entry
+// and its checks, the fair-share priority, the scheduling pass that places
+// waiting entries (gangs all or nothing, backfill, MIG and shared GPUs,
+// pools, bookings) and plans reclaims, job arrays, dependencies, a gang's
+// progress and verdicts, requeue and its backoff, and the cluster view they
+// read. It is scheduling apart from the rules of one lease, which it uses
+// (package lease: a queue entry becomes leases; lease does not know the
+// queue). The agent runs it: agent/origin keeps the entries submitted at a
+// node, agent/sched runs a pass on the scheduling agent.
+package queue
 
 import (
 	"strconv"
 	"strings"
 	"time"
 
-	"github.com/dibs-gpu/dibs/nodeprobe"
+	"github.com/dibs-gpu/dibs/lease"
 )
-
-// Job is what a queued run starts when its turn comes. A queued claim
-// (`dibs claim --queue`) has none.
-type Job struct {
-	Command []string `json:"command,omitempty"`
-	Dir     string   `json:"dir,omitempty"`
-	Name    string   `json:"name,omitempty"`
-	// Torchrun wraps Command in torchrun with the gang's rendezvous.
-	Torchrun bool `json:"torchrun,omitempty"`
-	// PerGPU starts Command once per GPU of each rank's lease, each copy
-	// with its own RANK and LOCAL_RANK (PerGPUCommand), as srun does.
-	PerGPU bool `json:"per_gpu,omitempty"`
-	// Env is what the submitter's shell had of CarriedEnv (PATH, the
-	// Python environment), set in every rank's session.
-	Env map[string]string `json:"env,omitempty"`
-	// Kept marks a copy from which the command, directory and environment
-	// were left out (Job.Public): gossip and views for anyone but the
-	// holder. The job runs a command; its origin (or its booking's node)
-	// holds it.
-	Kept bool `json:"kept,omitempty"`
-}
 
 // QueueEntry is one waiting request. Its source of truth is the agent it was
 // submitted to (Origin), which persists it; every other agent knows it from
@@ -44,10 +32,10 @@ type QueueEntry struct {
 	// Node pins a single-node request to one node; empty means anywhere.
 	Node     string        `json:"node,omitempty"`
 	Duration time.Duration `json:"duration"`
-	Kind     Kind          `json:"kind"`
+	Kind     lease.Kind    `json:"kind"`
 	Note     string        `json:"note,omitempty"`
 	// Job is nil for a queued claim.
-	Job *Job `json:"job,omitempty"`
+	Job *lease.Job `json:"job,omitempty"`
 	// Requeue puts a gang whose rank failed (or a preempted run) back in
 	// the queue, at most MaxRestarts times; Restarts counts them.
 	Requeue     bool `json:"requeue,omitempty"`
@@ -92,10 +80,10 @@ type QueueEntry struct {
 	// RetryWhy is why the last attempt failed, shown while it waits to
 	// retry.
 	RetryWhy string `json:"retry_why,omitempty"`
-	// Array makes the entry a job array (lease/array.go): its origin
+	// Array makes the entry a job array (queue/array.go): its origin
 	// makes its tasks, which are scheduled; it is not.
 	Array *Array `json:"array,omitempty"`
-	// After are the entries it waits for (lease/after.go); its origin
+	// After are the entries it waits for (queue/after.go); its origin
 	// removes each once it ended as asked, and the scheduler leaves the
 	// entry until none is left.
 	After []Dep `json:"after,omitempty"`
@@ -120,27 +108,7 @@ func (e *QueueEntry) EachString(f func(field string, p *string)) {
 	for i := range e.Tags {
 		f("tag", &e.Tags[i])
 	}
-	e.Job.eachString(f)
-}
-
-// eachString is EachString for a job (none for a nil one); an environment
-// value is visited as "env" and may be replaced too.
-func (j *Job) eachString(f func(field string, p *string)) {
-	if j == nil {
-		return
-	}
-	for i := range j.Command {
-		f("command", &j.Command[i])
-	}
-	f("dir", &j.Dir)
-	f("name", &j.Name)
-	for k, v := range j.Env {
-		w := v
-		f("env", &w)
-		if w != v { // written only when replaced: checks share the map
-			j.Env[k] = w
-		}
-	}
+	e.Job.EachString(f)
 }
 
 // CheckText refuses an entry holding text no correct agent accepts: a
@@ -150,9 +118,9 @@ func (j *Job) eachString(f func(field string, p *string)) {
 // peer). The job's command and directory are the submitter's own argv and
 // path and may hold anything; front ends escape them when they print them.
 func (e *QueueEntry) CheckText() error {
-	c := textChecker{skip: []string{"command", "dir"}}
-	e.EachString(c.check)
-	return c.err
+	c := lease.TextChecker{Skip: []string{"command", "dir"}}
+	e.EachString(c.Check)
+	return c.Err
 }
 
 // Key names one attempt of an entry; the leases started for it carry it in
@@ -161,20 +129,6 @@ func (e *QueueEntry) Key() string { return e.ID + "#" + strconv.Itoa(e.Attempt) 
 
 // GPUs is the total the entry asks for.
 func (e *QueueEntry) GPUs() int { return e.Nodes * e.GPUsPerNode }
-
-// SchedNode is one node as the scheduler sees it.
-type SchedNode struct {
-	Name  string
-	Alive bool
-	Snap  nodeprobe.Snapshot
-	// Leases are the node's leases, reservations included.
-	Leases []Lease
-	// Idle is the node's idle history (nil: none known).
-	Idle *IdleTracker
-	// Bookings are the node's bookings not started yet: GPUs the queue
-	// may use only for runs that end before them.
-	Bookings []Lease
-}
 
 // Usage is each user's GPU-seconds, decayed with the half-life.
 type Usage map[string]float64
@@ -211,7 +165,7 @@ type SchedConfig struct {
 	PreemptGrace time.Duration
 	// Pools are the pools' limits (the agent passes Policy.Pools): a node
 	// in a pool whose limits an entry breaks is not eligible for it.
-	Pools Pools
+	Pools lease.Pools
 	// LostAfter is the grace: how long a node that is restarting or
 	// silent keeps its leases, its gangs' ranks and their gangs. An
 	// agent's restart (an upgrade, a crash, an admin) leaves its sessions
@@ -262,7 +216,7 @@ func (c SchedConfig) Borrows(user string, n, userUsed, groupUsed float64) bool {
 
 // QuotaUse counts the GPUs user and user's group hold in leases, for
 // Borrows: whole GPUs, and the share of a GPU a part holds.
-func (c SchedConfig) QuotaUse(user string, leases []Lease) (userUsed, groupUsed float64) {
+func (c SchedConfig) QuotaUse(user string, leases []lease.Lease) (userUsed, groupUsed float64) {
 	g := c.UserGroups[user]
 	for i := range leases {
 		l := &leases[i]
@@ -288,7 +242,7 @@ func QueueID(origin string, seq uint64) string {
 // OriginOfQueueID returns the node a queue id belongs to, so a cancel can be
 // sent there.
 func OriginOfQueueID(id string) (string, bool) {
-	if arr, _, ok := ArrayTaskOf(id); ok {
+	if arr, _, ok := lease.ArrayTaskOf(id); ok {
 		id = arr // a task of an array: node01-q7/5
 	}
 	i := strings.LastIndex(id, "-q")
@@ -307,76 +261,76 @@ func OriginOfQueueID(id string) (string, bool) {
 // positive or over the kind's maximum, a note that is not one short line of
 // plain text, a model, node or session name with control or invisible
 // characters, a restart count out of range.
-func (e *QueueEntry) Check(p Policy) error {
+func (e *QueueEntry) Check(p lease.Policy) error {
 	if e.Nodes <= 1 {
 		e.Nodes = 1
 	} else {
 		if e.Node != "" {
-			return Invalidf("a multi-node request cannot be pinned to one node")
+			return lease.Invalidf("a multi-node request cannot be pinned to one node")
 		}
 		if e.Job == nil {
-			return Invalidf("a multi-node request runs a command on every node: use dibs run --nodes N --gpus-per-node G -- CMD")
+			return lease.Invalidf("a multi-node request runs a command on every node: use dibs run --nodes N --gpus-per-node G -- CMD")
 		}
 	}
 	if e.GPUsPerNode <= 0 {
-		return Invalidf("say how many GPUs: -g N (or --nodes N --gpus-per-node G)")
+		return lease.Invalidf("say how many GPUs: -g N (or --nodes N --gpus-per-node G)")
 	}
 	if e.Job != nil && e.Job.Torchrun && len(e.Job.Command) == 0 {
-		return Invalidf("--torchrun needs a command to wrap")
+		return lease.Invalidf("--torchrun needs a command to wrap")
 	}
 	if e.Job != nil && e.Job.PerGPU && (e.Job.Torchrun || len(e.Job.Command) == 0) {
-		return Invalidf("--per-gpu starts one process per GPU itself: give it a command, and drop --torchrun (which does the same)")
+		return lease.Invalidf("--per-gpu starts one process per GPU itself: give it a command, and drop --torchrun (which does the same)")
 	}
 	if e.Kind == "" {
-		e.Kind = KindInteractive
+		e.Kind = lease.KindInteractive
 	}
-	d, err := checkDuration(e.Duration, e.Kind, p)
+	d, err := lease.CheckDuration(e.Duration, e.Kind, p)
 	if err != nil {
 		return err
 	}
 	e.Duration = d
-	if err := checkNote(e.Note); err != nil {
+	if err := lease.CheckNote(e.Note); err != nil {
 		return err
 	}
-	if err := CheckText("model", e.Model); err != nil {
+	if err := lease.CheckText("model", e.Model); err != nil {
 		return err
 	}
-	if err := CheckText("node name", e.Node); err != nil {
+	if err := lease.CheckText("node name", e.Node); err != nil {
 		return err
 	}
 	if e.Job != nil {
-		if err := CheckText("session name", e.Job.Name); err != nil {
+		if err := lease.CheckText("session name", e.Job.Name); err != nil {
 			return err
 		}
 	}
-	if err := CheckTags(e.Tags); err != nil {
+	if err := lease.CheckTags(e.Tags); err != nil {
 		return err
 	}
 	if e.MemMiB > 0 && (e.Nodes > 1 || e.GPUsPerNode > 1) {
-		return Invalidf("a memory budget (--mem) is part of one GPU: drop -g and --nodes")
+		return lease.Invalidf("a memory budget (--mem) is part of one GPU: drop -g and --nodes")
 	}
 	if e.MIG != "" {
 		switch {
 		case e.MemMiB > 0:
-			return Invalidf("ask for a MIG instance (--mig) or a memory budget (--mem), not both")
+			return lease.Invalidf("ask for a MIG instance (--mig) or a memory budget (--mem), not both")
 		case e.Nodes > 1 || e.GPUsPerNode > 1:
-			return Invalidf("a MIG instance is part of one GPU, so it cannot be a gang or take -g N: drop -g and --nodes (queue one run per instance), or ask for whole GPUs")
+			return lease.Invalidf("a MIG instance is part of one GPU, so it cannot be a gang or take -g N: drop -g and --nodes (queue one run per instance), or ask for whole GPUs")
 		}
-		if err := CheckText("MIG instance", e.MIG); err != nil {
+		if err := lease.CheckText("MIG instance", e.MIG); err != nil {
 			return err
 		}
-		if len(e.MIG) > MaxNameLen {
-			return Invalidf("--mig %s is too long: name a profile (3g.40gb), a MIG- UUID or GPU:INDEX", QuoteInput(e.MIG))
+		if len(e.MIG) > lease.MaxNameLen {
+			return lease.Invalidf("--mig %s is too long: name a profile (3g.40gb), a MIG- UUID or GPU:INDEX", lease.QuoteInput(e.MIG))
 		}
 	}
 	if e.Requeue && e.NoRequeue {
-		return Invalidf("--requeue and --no-requeue say opposite things: keep one")
+		return lease.Invalidf("--requeue and --no-requeue say opposite things: keep one")
 	}
 	if e.Requeue && e.MaxRestarts == 0 {
 		e.MaxRestarts = 3
 	}
 	if e.MaxRestarts < 0 || e.MaxRestarts > 100 {
-		return Invalidf("--max-restarts must be between 0 and 100")
+		return lease.Invalidf("--max-restarts must be between 0 and 100")
 	}
 	return nil
 }

@@ -1,4 +1,4 @@
-package lease
+package queue
 
 import (
 	"fmt"
@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/dibs-gpu/dibs/lease"
 )
 
 // A job array (`dibs run --array 0-19%4`) is one queue entry, the parent,
@@ -24,8 +26,6 @@ const (
 	// MaxArrayTasks bounds the tasks of one array (SLURM's MaxArraySize is
 	// 1001 by default).
 	MaxArrayTasks = 1000
-	// MaxArrayIndex bounds an index.
-	MaxArrayIndex = 99999
 	// ArrayWindow is how many tasks of an array without a throttle wait
 	// made at once: enough to fill a small cluster in one pass, few enough
 	// that a pass over a hundred arrays stays short.
@@ -57,23 +57,23 @@ type Array struct {
 // the array with its canonical spec, or an error saying what is wrong.
 func ParseArray(s string) (*Array, error) {
 	if len(s) > maxArraySpec {
-		return nil, Invalidf("--array is %d characters; at most %d", len(s), maxArraySpec)
+		return nil, lease.Invalidf("--array is %d characters; at most %d", len(s), maxArraySpec)
 	}
 	list, thr, hasThr := strings.Cut(s, "%")
 	a := &Array{}
 	if hasThr {
 		n, err := strconv.Atoi(thr)
 		if err != nil || n < 1 || n > MaxArrayTasks {
-			return nil, Invalidf("--array %s: the throttle after %% must be a whole number from 1 to %d", QuoteInput(s), MaxArrayTasks)
+			return nil, lease.Invalidf("--array %s: the throttle after %% must be a whole number from 1 to %d", lease.QuoteInput(s), MaxArrayTasks)
 		}
 		a.Throttle = n
 	}
 	idx, err := parseIndexSet(list)
 	if err != nil {
-		return nil, Invalidf("--array %s: %v (e.g. 0-19%%4, or 1,3,5-9)", QuoteInput(s), err)
+		return nil, lease.Invalidf("--array %s: %v (e.g. 0-19%%4, or 1,3,5-9)", lease.QuoteInput(s), err)
 	}
 	if len(idx) == 0 {
-		return nil, Invalidf("--array %s names no task (e.g. 0-19%%4)", QuoteInput(s))
+		return nil, lease.Invalidf("--array %s names no task (e.g. 0-19%%4)", lease.QuoteInput(s))
 	}
 	a.Spec = formatIndexSet(idx)
 	return a, nil
@@ -97,17 +97,17 @@ func (a *Array) Indices() []int {
 func (a *Array) Check() error {
 	idx, err := parseIndexSet(a.Spec)
 	if err != nil || len(idx) == 0 || len(a.Spec) > maxArraySpec {
-		return Invalidf("a bad array spec")
+		return lease.Invalidf("a bad array spec")
 	}
 	if a.Throttle < 0 || a.Throttle > MaxArrayTasks || a.Next < 0 || a.Next > len(idx) {
-		return Invalidf("array counts out of range")
+		return lease.Invalidf("array counts out of range")
 	}
 	for _, s := range []string{a.Done, a.Failed, a.Cancelled} {
 		if len(s) > maxArraySpec*4 {
-			return Invalidf("an array's task list is too long")
+			return lease.Invalidf("an array's task list is too long")
 		}
 		if _, err := parseIndexSet(s); err != nil {
-			return Invalidf("a bad array task list")
+			return lease.Invalidf("a bad array task list")
 		}
 	}
 	return nil
@@ -182,38 +182,11 @@ func (a *Array) Remaining() int {
 // ArrayTaskID names task index of array id: node01-q7/5.
 func ArrayTaskID(id string, index int) string { return id + "/" + strconv.Itoa(index) }
 
-// ArrayTaskOf splits a task's id (node01-q7/5) into its array's id and its
-// index; ok is false for any other id.
-func ArrayTaskOf(id string) (array string, index int, ok bool) {
-	i := strings.LastIndexByte(id, '/')
-	if i <= 0 || i == len(id)-1 {
-		return "", 0, false
-	}
-	n, err := strconv.Atoi(id[i+1:])
-	if err != nil || n < 0 || n > MaxArrayIndex || strconv.Itoa(n) != id[i+1:] {
-		return "", 0, false
-	}
-	return id[:i], n, true
-}
-
-// ArrayEnv is what a task's session is told of its array: DIBS_ARRAY_ID
-// and DIBS_ARRAY_INDEX (SLURM's SLURM_ARRAY_JOB_ID and
-// SLURM_ARRAY_TASK_ID), from the entry key a lease carries; nil for a
-// lease of no task.
-func ArrayEnv(entryKey string) map[string]string {
-	id, _, _ := strings.Cut(entryKey, "#")
-	arr, idx, ok := ArrayTaskOf(id)
-	if !ok {
-		return nil
-	}
-	return map[string]string{"DIBS_ARRAY_ID": arr, "DIBS_ARRAY_INDEX": strconv.Itoa(idx)}
-}
-
 // TaskSessionName keeps the tasks of an array that the submitter named
 // apart: each task's session is the name and its index (train-5), as two
 // tasks may run for one person on one node.
 func TaskSessionName(name, id string) string {
-	if _, idx, ok := ArrayTaskOf(id); ok && name != "" {
+	if _, idx, ok := lease.ArrayTaskOf(id); ok && name != "" {
 		return name + "-" + strconv.Itoa(idx)
 	}
 	return name
@@ -287,8 +260,8 @@ func parseIndexSet(s string) ([]int, error) {
 
 func indexOf(s string) (int, error) {
 	n, err := strconv.Atoi(s)
-	if err != nil || n < 0 || n > MaxArrayIndex || strings.HasPrefix(s, "+") {
-		return 0, fmt.Errorf("%s is not an index from 0 to %d", QuoteInput(s), MaxArrayIndex)
+	if err != nil || n < 0 || n > lease.MaxArrayIndex || strings.HasPrefix(s, "+") {
+		return 0, fmt.Errorf("%s is not an index from 0 to %d", lease.QuoteInput(s), lease.MaxArrayIndex)
 	}
 	return n, nil
 }

@@ -1,10 +1,12 @@
-package lease
+package queue
 
 import (
 	"fmt"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/dibs-gpu/dibs/lease"
 )
 
 // Progress is what the cluster shows of every queued attempt: where each
@@ -75,12 +77,12 @@ func (f InFlight) Settled(p Progress, entries map[string]QueueEntry, now time.Ti
 
 // Hold adds placeholder leases for in-flight starts to the nodes they were
 // sent to.
-func Hold(nodes []SchedNode, inflight []InFlight) {
+func Hold(nodes []lease.SchedNode, inflight []InFlight) {
 	for _, f := range inflight {
 		for _, rk := range f.Ranks {
 			for i := range nodes {
 				if nodes[i].Name == rk.Node {
-					nodes[i].Leases = append(nodes[i].Leases, Lease{ID: "inflight-" + f.Key, Node: rk.Node, GPUs: rk.GPUs,
+					nodes[i].Leases = append(nodes[i].Leases, lease.Lease{ID: "inflight-" + f.Key, Node: rk.Node, GPUs: rk.GPUs,
 						User: f.User, UID: f.UID, Entry: f.Key, StartedAt: f.At, ExpiresAt: f.At.Add(time.Hour), ReservedUntil: f.At.Add(InFlightTimeout)})
 				}
 			}
@@ -138,7 +140,7 @@ type RunVerdict struct {
 	// submitted with NoRequeue (QueueEntry.AfterPreempt).
 	Preempted bool
 	// Stop lists the live ranks to stop (RunStopRanks).
-	Stop []Lease
+	Stop []lease.Lease
 	// Missing counts the ranks of a running gang that no lease accounts
 	// for — not committed, not ended, no reservation pending — so its other
 	// ranks run without them (a commit that never arrived, a reservation
@@ -146,7 +148,7 @@ type RunVerdict struct {
 	// has been so for a reservation's lifetime (origin.Reconcile); the
 	// verdict stays RunWait, with Live the ranks that run.
 	Missing int
-	Live    []Lease
+	Live    []lease.Lease
 }
 
 // JudgeRunning decides what the origin does about a running entry, from
@@ -162,7 +164,7 @@ func (v ClusterView) JudgeRunning(e QueueEntry, grace time.Duration) RunVerdict 
 	key := e.Key()
 	interactive := !e.Job.RunsCommand()
 	var out RunVerdict
-	var live []Lease
+	var live []lease.Lease
 	// held counts the ranks on nodes away within the grace: they run on,
 	// out of sight.
 	ended, held := 0, 0
@@ -180,7 +182,7 @@ func (v ClusterView) JudgeRunning(e QueueEntry, grace time.Duration) RunVerdict 
 			if x.Reason.Failed(interactive) {
 				out.Failed, out.Why = true, fmt.Sprintf("lease %s ended: %s", x.Lease, x.Reason)
 			}
-			if x.Reason == PreemptedReason(PreemptQuota) || x.Reason == PreemptedReason(PreemptIdle) {
+			if x.Reason == lease.PreemptedReason(lease.PreemptQuota) || x.Reason == lease.PreemptedReason(lease.PreemptIdle) {
 				out.Preempted = true
 			}
 		}
@@ -449,19 +451,13 @@ func RankSessionName(name string, e QueueEntry, rank int) string {
 	return name + "-" + strconv.Itoa(rank)
 }
 
-// SessionName is the tmux session a run under lease id gets when its holder
-// names none.
-func SessionName(id string) string {
-	return "dibs-" + strings.NewReplacer(".", "_", ":", "_").Replace(id)
-}
-
 // Orphans lists the committed leases started for origin's entries whose
 // attempt is over: the entry is gone (finished or cancelled) or has moved on
 // to another attempt. They appear when a rank's node comes back after its
 // gang was given up; the origin stops them, so no rank of a past attempt
 // keeps running.
-func (v ClusterView) Orphans(origin string, entries map[string]QueueEntry) []Lease {
-	var out []Lease
+func (v ClusterView) Orphans(origin string, entries map[string]QueueEntry) []lease.Lease {
+	var out []lease.Lease
 	for i := range v.Nodes {
 		n := &v.Nodes[i]
 		if !n.Alive() {
@@ -541,7 +537,7 @@ func (v ClusterView) RunExit(e QueueEntry) string {
 			if code, ok := x.Reason.ExitCode(); ok && (!found || code > worst) {
 				worst, found = code, true
 			}
-			if x.Reason == EndExpired || x.Reason == EndBooked {
+			if x.Reason == lease.EndExpired || x.Reason == lease.EndBooked {
 				why = "ended " + x.Reason.Words()
 			}
 		}

@@ -1,4 +1,4 @@
-package lease
+package queue
 
 import (
 	"cmp"
@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/dibs-gpu/dibs/internal/termsafe"
+	"github.com/dibs-gpu/dibs/lease"
 	"github.com/dibs-gpu/dibs/nodeprobe"
 )
 
@@ -38,19 +39,19 @@ import (
 func (sn *snode) migFree(e *QueueEntry, f func(g *nodeprobe.GPU, d *nodeprobe.MIGDevice) bool) {
 	for i := range sn.snap.GPUs {
 		g := &sn.snap.GPUs[i]
-		if g.MIG != nodeprobe.MIGEnabled || g.Error != "" || !matchModel(g, e.Model) {
+		if g.MIG != nodeprobe.MIGEnabled || g.Error != "" || !lease.MatchModel(g, e.Model) {
 			continue
 		}
 		if sn.migUses == nil {
-			sn.migUses = usesOf(sn.leases)
+			sn.migUses = lease.UsesOf(sn.leases)
 		}
 		u := sn.migUses[g.Index]
-		if u != nil && u.whole != nil {
+		if u != nil && u.Whole != nil {
 			continue
 		}
 		for k := range g.MIGDevices {
 			d := &g.MIGDevices[k]
-			if !migNamed(g, d, e.MIG) || u.mig(d.UUID) != nil || sn.migTaken[d.UUID] || migBusy(g, d.UUID) != nil {
+			if !lease.MIGNamed(g, d, e.MIG) || u.MIG(d.UUID) != nil || sn.migTaken[d.UUID] || lease.MIGBusy(g, d.UUID) != nil {
 				continue
 			}
 			if !f(g, d) {
@@ -70,8 +71,8 @@ func migShare(sn *snode, sel string) float64 {
 			continue
 		}
 		for k := range g.MIGDevices {
-			if d := &g.MIGDevices[k]; migNamed(g, d, sel) {
-				return share(d.MemoryTotalMiB, g.MemoryTotalMiB)
+			if d := &g.MIGDevices[k]; lease.MIGNamed(g, d, sel) {
+				return lease.Share(d.MemoryTotalMiB, g.MemoryTotalMiB)
 			}
 		}
 	}
@@ -95,7 +96,7 @@ func (s *scheduler) visitMIG(e *QueueEntry, r *Ranked, plan *Plan) {
 		}
 		if !up {
 			for k := range sn.snap.GPUs {
-				if g := &sn.snap.GPUs[k]; hasMIG(g, e.MIG) && matchModel(g, e.Model) {
+				if g := &sn.snap.GPUs[k]; lease.HasMIG(g, e.MIG) && lease.MatchModel(g, e.Model) {
 					up = true
 					break
 				}
@@ -139,7 +140,7 @@ func (s *scheduler) visitMIG(e *QueueEntry, r *Ranked, plan *Plan) {
 		sn.migTaken = make(map[string]bool)
 	}
 	sn.migTaken[bestD.UUID] = true
-	w := share(bestD.MemoryTotalMiB, bestG.MemoryTotalMiB)
+	w := lease.Share(bestD.MemoryTotalMiB, bestG.MemoryTotalMiB)
 	plan.Start = append(plan.Start, Start{
 		Entry: *e, Ranks: []RankPlacement{{Node: sn.name, GPUs: []int{bestG.Index}}},
 		Borrowed: s.borrows(e.User, w), Backfill: s.head != nil,
@@ -163,25 +164,25 @@ func (s *scheduler) estimateMIG(e *QueueEntry) int64 {
 			continue
 		}
 		if sn.migUses == nil {
-			sn.migUses = usesOf(sn.leases)
+			sn.migUses = lease.UsesOf(sn.leases)
 		}
 		for k := range sn.snap.GPUs {
 			g := &sn.snap.GPUs[k]
-			if !hasMIG(g, e.MIG) || !matchModel(g, e.Model) {
+			if !lease.HasMIG(g, e.MIG) || !lease.MatchModel(g, e.Model) {
 				continue
 			}
 			u := sn.migUses[g.Index]
 			if u == nil {
 				continue
 			}
-			if u.whole != nil {
-				end, _ := s.leaseEnd(u.whole)
+			if u.Whole != nil {
+				end, _ := s.leaseEnd(u.Whole)
 				best = min(best, end)
 				continue
 			}
 			for k := range g.MIGDevices {
-				if d := &g.MIGDevices[k]; migNamed(g, d, e.MIG) {
-					l := u.mig(d.UUID)
+				if d := &g.MIGDevices[k]; lease.MIGNamed(g, d, e.MIG) {
+					l := u.MIG(d.UUID)
 					if l == nil {
 						continue
 					}
@@ -201,7 +202,7 @@ func (s *scheduler) estimateMIG(e *QueueEntry) int64 {
 func (s *scheduler) reclaimMIG(e *QueueEntry, plan *Plan) string {
 	within := s.quotas && !s.borrows(e.User, s.weight(e))
 	soon := int64(s.cfg.PreemptGrace)
-	var best *Lease
+	var best *lease.Lease
 	bestN, bestRank, bestIdle := -1, 0, int64(0)
 	for i := range s.nodes {
 		sn := &s.nodes[i]
@@ -209,18 +210,18 @@ func (s *scheduler) reclaimMIG(e *QueueEntry, plan *Plan) string {
 			continue
 		}
 		if sn.migUses == nil {
-			sn.migUses = usesOf(sn.leases)
+			sn.migUses = lease.UsesOf(sn.leases)
 		}
 		for k := range sn.snap.GPUs {
 			g := &sn.snap.GPUs[k]
-			if !hasMIG(g, e.MIG) || g.Error != "" || !matchModel(g, e.Model) {
+			if !lease.HasMIG(g, e.MIG) || g.Error != "" || !lease.MatchModel(g, e.Model) {
 				continue
 			}
 			u := sn.migUses[g.Index]
 			for d := range g.MIGDevices {
 				inst := &g.MIGDevices[d]
-				l := u.mig(inst.UUID)
-				if l == nil || !migNamed(g, inst, e.MIG) || sn.migTaken[inst.UUID] {
+				l := u.MIG(inst.UUID)
+				if l == nil || !lease.MIGNamed(g, inst, e.MIG) || sn.migTaken[inst.UUID] {
 					continue
 				}
 				if !l.PreemptedAt.IsZero() {
@@ -259,12 +260,12 @@ func (s *scheduler) reclaimMIG(e *QueueEntry, plan *Plan) string {
 	if best == nil {
 		return ""
 	}
-	why := PreemptQuota
+	why := lease.PreemptQuota
 	switch bestRank {
 	case 3:
-		why = PreemptOverdue
+		why = lease.PreemptOverdue
 	case 2:
-		why = PreemptIdle
+		why = lease.PreemptIdle
 	}
 	sn := &s.nodes[bestN]
 	if sn.migTaken == nil {
@@ -287,7 +288,7 @@ func (s *scheduler) reclaimShared(e *QueueEntry, mm []uint64, plan *Plan) string
 	within := s.quotas && !s.borrows(e.User, s.weight(e))
 	soon := int64(s.cfg.PreemptGrace)
 	type cand struct {
-		l    *Lease
+		l    *lease.Lease
 		rank int
 		from int64
 	}
@@ -303,7 +304,7 @@ func (s *scheduler) reclaimShared(e *QueueEntry, mm []uint64, plan *Plan) string
 		room := s.sharedRooms(sn)
 		for m := el &^ sn.bookedWithin(e.Duration); m != 0; m &= m - 1 {
 			b := bits.TrailingZeros64(m)
-			if sn.total[b] < e.MemMiB || slices.ContainsFunc(sn.held[b], func(l *Lease) bool { return !l.Partial() || l.MIG != "" }) {
+			if sn.total[b] < e.MemMiB || slices.ContainsFunc(sn.held[b], func(l *lease.Lease) bool { return !l.Partial() || l.MIG != "" }) {
 				continue // held whole, or split: no budget fits there
 			}
 			have := room[b]
@@ -337,7 +338,7 @@ func (s *scheduler) reclaimShared(e *QueueEntry, mm []uint64, plan *Plan) string
 			}
 			if have >= e.MemMiB {
 				s.speak(sn, b, e.MemMiB)
-				return fmt.Sprintf("next to start: %s on GPU %d of %s, once the budgets being reclaimed end", FormatMem(e.MemMiB), sn.gpus[b].index, sn.name)
+				return fmt.Sprintf("next to start: %s on GPU %d of %s, once the budgets being reclaimed end", lease.FormatMem(e.MemMiB), sn.gpus[b].index, sn.name)
 			}
 			slices.SortFunc(cands, func(a, b cand) int {
 				switch {
@@ -365,16 +366,16 @@ func (s *scheduler) reclaimShared(e *QueueEntry, mm []uint64, plan *Plan) string
 	}
 	sn := &s.nodes[bestN]
 	if s.reclaimed == nil {
-		s.reclaimed = make(map[*Lease]bool)
+		s.reclaimed = make(map[*lease.Lease]bool)
 	}
 	reasons := ""
 	for _, c := range best {
-		why := PreemptQuota
+		why := lease.PreemptQuota
 		switch c.rank {
 		case 3:
-			why = PreemptOverdue
+			why = lease.PreemptOverdue
 		case 2:
-			why = PreemptIdle
+			why = lease.PreemptIdle
 		}
 		if !strings.Contains(reasons, why) {
 			if reasons != "" {

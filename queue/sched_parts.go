@@ -1,14 +1,14 @@
-package lease
+package queue
 
 import (
 	"cmp"
 	"fmt"
-	"math"
 	"math/bits"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
+
+	"github.com/dibs-gpu/dibs/lease"
 )
 
 // The scheduler's rules for bookings, pools and shared GPUs.
@@ -39,7 +39,7 @@ import (
 
 // addBookings records a node's booked windows by GPU bit, and returns the
 // GPUs whose booking has begun.
-func (s *scheduler) addBookings(sn *snode, bookings []Lease) uint64 {
+func (s *scheduler) addBookings(sn *snode, bookings []lease.Lease) uint64 {
 	var begun uint64
 	for i := range bookings {
 		b := &bookings[i]
@@ -50,7 +50,7 @@ func (s *scheduler) addBookings(sn *snode, bookings []Lease) uint64 {
 		// A run must end a little before the booking (minBeforeBooking),
 		// as a direct claim must: the start reaches the node a moment
 		// after this pass.
-		start := max(b.StartedAt.Sub(s.now)-minBeforeBooking, 0)
+		start := max(b.StartedAt.Sub(s.now)-lease.MinBeforeBooking, 0)
 		for _, idx := range b.GPUs {
 			bit := sn.bit(idx)
 			if bit < 0 {
@@ -103,21 +103,18 @@ func (sn *snode) fit(b int, at, d int64) int64 {
 // allows reports whether the entry may run on the node: its tags, and the
 // limits of the node's pools.
 func (s *scheduler) allows(sn *snode, e *QueueEntry) bool {
-	if len(e.Tags) > 0 && !HasTags(sn.tags, e.Tags) {
+	if len(e.Tags) > 0 && !lease.HasTags(sn.tags, e.Tags) {
 		return false
 	}
 	for i := range sn.pools {
 		pl := &sn.pools[i]
 		if len(pl.Users) > 0 && !slices.Contains(pl.Users, e.User) || pl.MaxTime > 0 && e.Duration > pl.MaxTime ||
-			pl.MaxGPUs > 0 && s.poolUsed[poolKey{sn.poolNames[i], e.User}]+s.poolWeight(sn, e) > float64(pl.MaxGPUs)+shareSlack {
+			pl.MaxGPUs > 0 && s.poolUsed[poolKey{sn.poolNames[i], e.User}]+s.poolWeight(sn, e) > float64(pl.MaxGPUs)+lease.ShareSlack {
 			return false
 		}
 	}
 	return true
 }
-
-// shareSlack is a hair of slack for sums of fractions of GPUs.
-const shareSlack = 1e-9
 
 // poolWeight is how much of a pool's MaxGPUs the entry takes on the node:
 // its GPUs, or the share of a GPU its MIG instance or budget holds (a
@@ -156,11 +153,11 @@ func (s *scheduler) sharedRooms(sn *snode) []uint64 {
 	}
 	sn.room = make([]uint64, len(sn.gpus))
 	sn.total = make([]uint64, len(sn.gpus))
-	sn.held = make([][]*Lease, len(sn.gpus))
-	uses := usesOf(sn.leases)
+	sn.held = make([][]*lease.Lease, len(sn.gpus))
+	uses := lease.UsesOf(sn.leases)
 	for b := range sn.gpus {
-		if g := findGPU(*sn.snap, sn.gpus[b].index); g != nil {
-			sn.room[b], sn.total[b] = sharedRoom(g, uses[g.Index]), g.MemoryTotalMiB
+		if g := lease.FindGPU(*sn.snap, sn.gpus[b].index); g != nil {
+			sn.room[b], sn.total[b] = lease.SharedRoom(g, uses[g.Index]), g.MemoryTotalMiB
 		}
 	}
 	for _, l := range sn.leases {
@@ -171,7 +168,7 @@ func (s *scheduler) sharedRooms(sn *snode) []uint64 {
 		}
 	}
 	for b := range sn.held {
-		slices.SortFunc(sn.held[b], func(x, y *Lease) int { return x.ExpiresAt.Compare(y.ExpiresAt) })
+		slices.SortFunc(sn.held[b], func(x, y *lease.Lease) int { return x.ExpiresAt.Compare(y.ExpiresAt) })
 	}
 	// A whole-GPU run started earlier in this pass took its GPU.
 	for m := sn.taken; m != 0; m &= m - 1 {
@@ -213,7 +210,7 @@ func (s *scheduler) visitShared(e *QueueEntry, r *Ranked, plan *Plan) {
 	if bestN < 0 {
 		at := s.estimateShared(e, mm)
 		s.setEst(r, at)
-		r.Waiting = fmt.Sprintf("needs %s on one GPU, at most %s free on any", FormatMem(e.MemMiB), FormatMem(most))
+		r.Waiting = fmt.Sprintf("needs %s on one GPU, at most %s free on any", lease.FormatMem(e.MemMiB), lease.FormatMem(most))
 		if why := s.reclaimShared(e, mm, plan); why != "" {
 			r.Waiting = why
 		}
@@ -288,7 +285,7 @@ func (s *scheduler) sharedFreeAt(sn *snode, b int, room, need uint64) int64 {
 	if len(ends) == 0 {
 		return sn.gpus[b].freeAt // a start of this pass, or work outside dibs
 	}
-	if slices.ContainsFunc(ends, func(l *Lease) bool { return !l.Partial() }) {
+	if slices.ContainsFunc(ends, func(l *lease.Lease) bool { return !l.Partial() }) {
 		at := int64(0)
 		for _, l := range ends {
 			end, _ := s.leaseEnd(l)
@@ -318,7 +315,7 @@ func (s *scheduler) poolNote(e *QueueEntry) string {
 	var asked [][]string // the pool sets already asked why, by node
 	for i := range s.nodes {
 		sn := &s.nodes[i]
-		if sn.alive && len(sn.pools) > 0 && HasTags(sn.tags, e.Tags) && !s.allows(sn, e) {
+		if sn.alive && len(sn.pools) > 0 && lease.HasTags(sn.tags, e.Tags) && !s.allows(sn, e) {
 			off = append(off, sn.name)
 			if slices.ContainsFunc(asked, func(p []string) bool { return slices.Equal(p, sn.poolNames) }) {
 				continue // nodes of the same pools break the same limit
@@ -347,16 +344,10 @@ func (s *scheduler) poolWhy(sn *snode, e *QueueEntry) string {
 		case len(pl.Users) > 0 && !slices.Contains(pl.Users, e.User):
 			return fmt.Sprintf("pool %s is open to %s only", name, strings.Join(pl.Users, ", "))
 		case pl.MaxTime > 0 && e.Duration > pl.MaxTime:
-			return fmt.Sprintf("its %s is over pool %s's max_time of %s", FormatDuration(e.Duration), name, FormatDuration(pl.MaxTime))
-		case pl.MaxGPUs > 0 && s.poolUsed[poolKey{name, e.User}]+s.poolWeight(sn, e) > float64(pl.MaxGPUs)+shareSlack:
-			return fmt.Sprintf("pool %s allows %s per person and %s holds %s there", name, gpuCount(pl.MaxGPUs), e.User, formatGPUs(s.poolUsed[poolKey{name, e.User}]))
+			return fmt.Sprintf("its %s is over pool %s's max_time of %s", lease.FormatDuration(e.Duration), name, lease.FormatDuration(pl.MaxTime))
+		case pl.MaxGPUs > 0 && s.poolUsed[poolKey{name, e.User}]+s.poolWeight(sn, e) > float64(pl.MaxGPUs)+lease.ShareSlack:
+			return fmt.Sprintf("pool %s allows %s per person and %s holds %s there", name, lease.GPUCount(pl.MaxGPUs), e.User, lease.FormatGPUs(s.poolUsed[poolKey{name, e.User}]))
 		}
 	}
 	return ""
-}
-
-// formatGPUs writes a count of GPUs that may hold fractions: "2", "1.5",
-// "0.38".
-func formatGPUs(n float64) string {
-	return strconv.FormatFloat(math.Round(n*100)/100, 'f', -1, 64)
 }

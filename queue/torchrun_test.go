@@ -1,4 +1,4 @@
-package lease_test
+package queue_test
 
 import (
 	"encoding/json"
@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	"github.com/dibs-gpu/dibs/internal/slurm"
-	"github.com/dibs-gpu/dibs/lease"
+	"github.com/dibs-gpu/dibs/queue"
 )
 
 // torchParser reads argv (JSON) with the installed torch's own torchrun
@@ -49,8 +49,8 @@ func TestTorchrunArgvWithInstalledTorch(t *testing.T) {
 	if err := exec.Command("/usr/bin/python3", "-c", "import torch.distributed.run").Run(); err != nil {
 		t.Skipf("no torch for /usr/bin/python3 (apt-get install python3-torch): %v", err)
 	}
-	e := lease.QueueEntry{ID: "n1-q3", Attempt: 1, Nodes: 2, GPUsPerNode: 4}
-	env := lease.RankEnv(lease.RendezvousEnv(e, []string{"10.0.0.1", "10.0.0.2"}, 29500), 1)
+	e := queue.QueueEntry{ID: "n1-q3", Attempt: 1, Nodes: 2, GPUsPerNode: 4}
+	env := queue.RankEnv(queue.RendezvousEnv(e, []string{"10.0.0.1", "10.0.0.2"}, 29500), 1)
 	tests := []struct {
 		cmd      []string
 		noPython bool
@@ -64,7 +64,7 @@ func TestTorchrunArgvWithInstalledTorch(t *testing.T) {
 	}
 	var argvs [][]string
 	for _, tc := range tests {
-		argvs = append(argvs, lease.TorchrunCommand(e, env, tc.cmd)[1:])
+		argvs = append(argvs, queue.TorchrunCommand(e, env, tc.cmd)[1:])
 	}
 	in, _ := json.Marshal(argvs)
 	out, err := exec.Command("/usr/bin/python3", "-c", torchParser, string(in)).Output()

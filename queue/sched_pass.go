@@ -1,4 +1,4 @@
-package lease
+package queue
 
 import (
 	"cmp"
@@ -7,6 +7,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/dibs-gpu/dibs/lease"
 	"github.com/dibs-gpu/dibs/nodeprobe"
 )
 
@@ -37,14 +38,14 @@ type sgpu struct {
 type snode struct {
 	name  string
 	snap  *nodeprobe.Snapshot
-	idle  *IdleTracker
+	idle  *lease.IdleTracker
 	alive bool
 	gpus  []sgpu
 	// usable: no error (on an alive node); avail: free now and not taken
 	// by a start of this pass; protect: free GPUs kept for the head.
 	usable, avail, protect uint64
 	// leases are the node's live leases (expired reservations dropped).
-	leases []*Lease
+	leases []*lease.Lease
 	// topo names the node's topology: nodes with the same topo place alike.
 	topo int
 	// tags are the node's pools.
@@ -59,15 +60,15 @@ type snode struct {
 	taken uint64
 	// pools are the limits of the pools the node is in, poolNames their
 	// tags.
-	pools     []PoolLimits
+	pools     []lease.PoolLimits
 	poolNames []string
 	// held are, per GPU bit, the leases on it soonest-ending first, and
 	// total its memory; filled with room.
-	held  [][]*Lease
+	held  [][]*lease.Lease
 	total []uint64
 	// migUses is who holds each GPU (nil until a MIG entry asks), and
 	// migTaken the instances starts of this pass took, by UUID.
-	migUses  map[int]*use
+	migUses  map[int]*lease.Use
 	migTaken map[string]bool
 	// spoken is, per GPU bit, the memory being reclaimed there that an
 	// entry of this pass waits for (nil until one does).
@@ -127,7 +128,7 @@ type scheduler struct {
 	poolUsed map[poolKey]float64
 
 	// reclaimed are the budgets this pass asked to reclaim.
-	reclaimed map[*Lease]bool
+	reclaimed map[*lease.Lease]bool
 
 	// The head: the first entry that waits, with its shadow time.
 	head   *QueueEntry
@@ -136,7 +137,7 @@ type scheduler struct {
 	picks []pick // scratch
 }
 
-func newScheduler(nodes []SchedNode, now time.Time, cfg SchedConfig) *scheduler {
+func newScheduler(nodes []lease.SchedNode, now time.Time, cfg SchedConfig) *scheduler {
 	s := &scheduler{
 		now:       now,
 		cfg:       cfg,
@@ -163,10 +164,10 @@ func newScheduler(nodes []SchedNode, now time.Time, cfg SchedConfig) *scheduler 
 }
 
 // addNode builds a node's pass state from its snapshot and leases.
-func (s *scheduler) addNode(sn *snode, n *SchedNode, topos map[string]int, sig []byte) []byte {
+func (s *scheduler) addNode(sn *snode, n *lease.SchedNode, topos map[string]int, sig []byte) []byte {
 	sn.name, sn.snap, sn.idle, sn.alive = n.Name, &n.Snap, n.Idle, n.Alive
 	sn.tags = n.Snap.Host.Tags
-	for _, t := range s.cfg.Pools.poolsOf(sn.tags) {
+	for _, t := range s.cfg.Pools.PoolsOf(sn.tags) {
 		sn.pools, sn.poolNames = append(sn.pools, s.cfg.Pools[t]), append(sn.poolNames, t)
 	}
 	if !n.Alive {
@@ -266,7 +267,7 @@ func (sn *snode) bit(index int) int {
 
 // leaseEnd is when a lease is expected to give its GPUs back, from now, and
 // whether that is a guess because its time is already up.
-func (s *scheduler) leaseEnd(l *Lease) (int64, bool) {
+func (s *scheduler) leaseEnd(l *lease.Lease) (int64, bool) {
 	end := l.ExpiresAt
 	if l.ReservedUntil.After(end) {
 		end = l.ReservedUntil

@@ -1,4 +1,4 @@
-package lease_test
+package queue_test
 
 import (
 	"testing"
@@ -6,6 +6,7 @@ import (
 
 	"github.com/dibs-gpu/dibs/lease"
 	"github.com/dibs-gpu/dibs/nodeprobe"
+	"github.com/dibs-gpu/dibs/queue"
 )
 
 // booked is a booking of c on gpus from start until end on node name.
@@ -20,11 +21,11 @@ func booked(name string, token uint64, c lease.Caller, gpus []int, start, end ti
 func TestScheduleAroundBooking(t *testing.T) {
 	n := snode("gpu-01", 4)
 	n.Bookings = []lease.Lease{booked("gpu-01", 9, carol, gpus(0, 3), t0.Add(2*time.Hour), t0.Add(5*time.Hour))}
-	entries := []lease.QueueEntry{
+	entries := []queue.QueueEntry{
 		ask("gpu-01-q1", alice, 1, 2, 4*time.Hour, t0),
 		ask("gpu-01-q2", bob, 1, 2, time.Hour, t0.Add(time.Minute)),
 	}
-	p := lease.Schedule(entries, []lease.SchedNode{n}, nil, t0, lease.SchedConfig{})
+	p := queue.Schedule(entries, []lease.SchedNode{n}, nil, t0, queue.SchedConfig{})
 	// The 4h run is the head: it keeps GPUs 0,1 for when the booking ends.
 	checkList(t, "starts", started(p), []string{"gpu-01-q2@gpu-01:[2 3] backfill"})
 	if r := ranked(t, p, "gpu-01-q1"); !r.EstStart.Equal(t0.Add(5 * time.Hour)) {
@@ -32,11 +33,11 @@ func TestScheduleAroundBooking(t *testing.T) {
 	}
 	// A booking on two GPUs leaves the others to anyone.
 	n.Bookings = []lease.Lease{booked("gpu-01", 9, carol, gpus(0, 1), t0.Add(2*time.Hour), t0.Add(5*time.Hour))}
-	p = lease.Schedule(entries[:1], []lease.SchedNode{n}, nil, t0, lease.SchedConfig{})
+	p = queue.Schedule(entries[:1], []lease.SchedNode{n}, nil, t0, queue.SchedConfig{})
 	checkList(t, "starts beside a booking", started(p), []string{"gpu-01-q1@gpu-01:[2 3]"})
 	// A booking whose time has come holds its GPUs until it ends.
 	n.Bookings = []lease.Lease{booked("gpu-01", 9, carol, gpus(0, 3), t0.Add(-time.Minute), t0.Add(time.Hour))}
-	p = lease.Schedule(entries[1:], []lease.SchedNode{n}, nil, t0, lease.SchedConfig{})
+	p = queue.Schedule(entries[1:], []lease.SchedNode{n}, nil, t0, queue.SchedConfig{})
 	checkList(t, "starts while a booking runs", started(p), nil)
 	if r := ranked(t, p, "gpu-01-q2"); !r.EstStart.Equal(t0.Add(time.Hour)) {
 		t.Errorf("estimated start %s, want the booking's end", r.EstStart)
@@ -44,7 +45,7 @@ func TestScheduleAroundBooking(t *testing.T) {
 }
 
 // sharedEntry is c's queued request for a budget of mib.
-func sharedEntry(id string, c lease.Caller, mib uint64, at time.Time) lease.QueueEntry {
+func sharedEntry(id string, c lease.Caller, mib uint64, at time.Time) queue.QueueEntry {
 	e := ask(id, c, 1, 1, time.Hour, at)
 	e.MemMiB = mib
 	return e
@@ -52,13 +53,13 @@ func sharedEntry(id string, c lease.Caller, mib uint64, at time.Time) lease.Queu
 
 func TestScheduleShared(t *testing.T) {
 	n := snode("gpu-01", 2, on(1, carol, []int{1}, t0, t0.Add(2*time.Hour)))
-	entries := []lease.QueueEntry{
+	entries := []queue.QueueEntry{
 		sharedEntry("gpu-01-q1", alice, 40<<10, t0),
 		sharedEntry("gpu-01-q2", bob, 30<<10, t0.Add(time.Second)),
 		sharedEntry("gpu-01-q3", alice, 20<<10, t0.Add(2*time.Second)),
 		ask("gpu-01-q4", bob, 1, 1, time.Hour, t0.Add(3*time.Second)),
 	}
-	p := lease.Schedule(entries, []lease.SchedNode{n}, nil, t0, lease.SchedConfig{})
+	p := queue.Schedule(entries, []lease.SchedNode{n}, nil, t0, queue.SchedConfig{})
 	// The two first budgets pack on GPU 0; the third does not fit beside
 	// them (81559 MiB), nor does the whole-GPU run: GPU 1 is carol's.
 	checkList(t, "starts", started(p), []string{"gpu-01-q1@gpu-01:[0]", "gpu-01-q2@gpu-01:[0]"})
@@ -70,9 +71,9 @@ func TestScheduleShared(t *testing.T) {
 	a := on(2, alice, []int{0}, t0, t0.Add(time.Hour))
 	a.MemMiB, a.Share = 40<<10, 0.5
 	n = snode("gpu-01", 2, on(1, carol, []int{1}, t0, t0.Add(2*time.Hour)), a)
-	p = lease.Schedule(entries[1:2], []lease.SchedNode{n}, nil, t0, lease.SchedConfig{})
+	p = queue.Schedule(entries[1:2], []lease.SchedNode{n}, nil, t0, queue.SchedConfig{})
 	checkList(t, "beside a running budget", started(p), []string{"gpu-01-q2@gpu-01:[0]"})
-	p = lease.Schedule(entries[3:], []lease.SchedNode{n}, nil, t0, lease.SchedConfig{})
+	p = queue.Schedule(entries[3:], []lease.SchedNode{n}, nil, t0, queue.SchedConfig{})
 	checkList(t, "a whole GPU never takes a shared one", started(p), nil)
 }
 
@@ -85,20 +86,20 @@ func TestScheduleMIGAndPools(t *testing.T) {
 	b.Snap.Host.Tags = []string{"l40s"}
 	e := ask("a-q1", alice, 1, 2, time.Hour, t0)
 	e.Origin = "a"
-	p := lease.Schedule([]lease.QueueEntry{e}, []lease.SchedNode{a, b}, nil, t0, lease.SchedConfig{})
+	p := queue.Schedule([]queue.QueueEntry{e}, []lease.SchedNode{a, b}, nil, t0, queue.SchedConfig{})
 	checkList(t, "2 GPUs where one is MIG", started(p), []string{"a-q1@b:[0 1]"})
 	e.GPUsPerNode, e.Tags = 1, []string{"h100"}
-	p = lease.Schedule([]lease.QueueEntry{e}, []lease.SchedNode{a, b}, nil, t0, lease.SchedConfig{})
+	p = queue.Schedule([]queue.QueueEntry{e}, []lease.SchedNode{a, b}, nil, t0, queue.SchedConfig{})
 	checkList(t, "--pool h100", started(p), []string{"a-q1@a:[1]"})
-	cfg := lease.SchedConfig{Pools: lease.Pools{"h100": {Users: []string{"bob"}}}}
-	p = lease.Schedule([]lease.QueueEntry{e}, []lease.SchedNode{a, b}, nil, t0, cfg)
+	cfg := queue.SchedConfig{Pools: lease.Pools{"h100": {Users: []string{"bob"}}}}
+	p = queue.Schedule([]queue.QueueEntry{e}, []lease.SchedNode{a, b}, nil, t0, cfg)
 	if len(p.Start) != 0 || p.Order[0].Waiting == "" {
 		t.Errorf("a pool closed to alice: starts %v, waiting %q; want it to wait, saying why", started(p), p.Order[0].Waiting)
 	}
 	e.Tags = nil
-	p = lease.Schedule([]lease.QueueEntry{e}, []lease.SchedNode{a, b}, nil, t0, cfg)
+	p = queue.Schedule([]queue.QueueEntry{e}, []lease.SchedNode{a, b}, nil, t0, cfg)
 	checkList(t, "alice outside the closed pool", started(p), []string{"a-q1@b:[0]"})
-	if err := lease.CheckFeasible(lease.QueueEntry{Nodes: 1, GPUsPerNode: 1, Tags: []string{"a100"}}, []lease.SchedNode{a, b}, "", nil); err == nil ||
+	if err := queue.CheckFeasible(queue.QueueEntry{Nodes: 1, GPUsPerNode: 1, Tags: []string{"a100"}}, []lease.SchedNode{a, b}, "", nil); err == nil ||
 		err.Error() != "no node is in pool a100 (the pools are h100, l40s): ask for one of those, or leave --pool out" {
 		t.Errorf("feasibility of an unknown pool: %v", err)
 	}
@@ -109,11 +110,11 @@ func TestSchedulePoolMaxGPUs(t *testing.T) {
 	a := snode("a", 4, on(1, alice, []int{0}, t0, t0.Add(time.Hour)))
 	a.Snap.Host.Tags = []string{"h100"}
 	b := snode("b", 4)
-	cfg := lease.SchedConfig{Pools: lease.Pools{"h100": {MaxGPUs: 2}}}
+	cfg := queue.SchedConfig{Pools: lease.Pools{"h100": {MaxGPUs: 2}}}
 	e1, e2 := ask("a-q1", alice, 1, 1, time.Hour, t0), ask("a-q2", alice, 1, 1, time.Hour, t0.Add(time.Second))
 	e1.Tags, e2.Tags = []string{"h100"}, []string{"h100"}
 	e1.Origin, e2.Origin = "a", "a"
-	p := lease.Schedule([]lease.QueueEntry{e1, e2}, []lease.SchedNode{a, b}, nil, t0, cfg)
+	p := queue.Schedule([]queue.QueueEntry{e1, e2}, []lease.SchedNode{a, b}, nil, t0, cfg)
 	checkList(t, "starts within the pool's 2 GPUs per person", started(p), []string{"a-q1@a:[1]"})
 	if r := ranked(t, p, "a-q2"); r.Waiting != "no node that is up has 1 working GPU in pool h100 (pool limits keep it off a: pool h100 allows 2 GPUs per person and alice holds 2 there)" {
 		t.Errorf("the second waits %q, want it to say why", r.Waiting)
@@ -128,10 +129,10 @@ func TestScheduleQuotasCountShares(t *testing.T) {
 	a := on(2, alice, []int{0}, t0, t0.Add(time.Hour))
 	a.MemMiB, a.Share = 40<<10, 0.5
 	n := snode("gpu-01", 2, a)
-	cfg := lease.SchedConfig{Quotas: map[string]int{"alice": 1}}
+	cfg := queue.SchedConfig{Quotas: map[string]int{"alice": 1}}
 	tests := []struct {
 		name     string
-		entry    lease.QueueEntry
+		entry    queue.QueueEntry
 		borrowed bool
 	}{
 		{"a quarter-GPU budget beside half a GPU", sharedEntry("gpu-01-q1", alice, 20<<10, t0), false},
@@ -139,7 +140,7 @@ func TestScheduleQuotasCountShares(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			p := lease.Schedule([]lease.QueueEntry{tt.entry}, []lease.SchedNode{n}, nil, t0, cfg)
+			p := queue.Schedule([]queue.QueueEntry{tt.entry}, []lease.SchedNode{n}, nil, t0, cfg)
 			if len(p.Start) != 1 || p.Start[0].Borrowed != tt.borrowed {
 				t.Fatalf("starts %+v; want one, borrowed %v", p.Start, tt.borrowed)
 			}

@@ -1,4 +1,4 @@
-package lease_test
+package queue_test
 
 import (
 	"fmt"
@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/dibs-gpu/dibs/lease"
+	"github.com/dibs-gpu/dibs/queue"
 )
 
 var carol = lease.Caller{UID: 1003, User: "carol"}
@@ -33,8 +34,8 @@ func on(token uint64, c lease.Caller, gpus []int, start, end time.Time) lease.Le
 }
 
 // ask is a queue entry of c for nodes × g GPUs for dur, submitted at.
-func ask(id string, c lease.Caller, nodes, g int, dur time.Duration, at time.Time) lease.QueueEntry {
-	return lease.QueueEntry{ID: id, Origin: "gpu-01", User: c.User, UID: c.UID, SubmittedAt: at, Nodes: nodes, GPUsPerNode: g, Duration: dur, Kind: lease.KindBatch}
+func ask(id string, c lease.Caller, nodes, g int, dur time.Duration, at time.Time) queue.QueueEntry {
+	return queue.QueueEntry{ID: id, Origin: "gpu-01", User: c.User, UID: c.UID, SubmittedAt: at, Nodes: nodes, GPUsPerNode: g, Duration: dur, Kind: lease.KindBatch}
 }
 
 func gpus(from, to int) []int {
@@ -46,7 +47,7 @@ func gpus(from, to int) []int {
 }
 
 // started names the plan's starts as "id@node:gpus+node:gpus".
-func started(p lease.Plan) []string {
+func started(p queue.Plan) []string {
 	var out []string
 	for _, s := range p.Start {
 		var ranks []string
@@ -65,7 +66,7 @@ func started(p lease.Plan) []string {
 	return out
 }
 
-func order(p lease.Plan) []string {
+func order(p queue.Plan) []string {
 	var out []string
 	for _, r := range p.Order {
 		out = append(out, r.Entry.ID)
@@ -73,7 +74,7 @@ func order(p lease.Plan) []string {
 	return out
 }
 
-func ranked(t *testing.T, p lease.Plan, id string) lease.Ranked {
+func ranked(t *testing.T, p queue.Plan, id string) queue.Ranked {
 	t.Helper()
 	for _, r := range p.Order {
 		if r.Entry.ID == id {
@@ -81,10 +82,10 @@ func ranked(t *testing.T, p lease.Plan, id string) lease.Ranked {
 		}
 	}
 	t.Fatalf("entry %s is not in the order %v", id, order(p))
-	return lease.Ranked{}
+	return queue.Ranked{}
 }
 
-func reclaimed(p lease.Plan) []string {
+func reclaimed(p queue.Plan) []string {
 	var out []string
 	for _, r := range p.Reclaim {
 		out = append(out, r.Lease.ID+" "+r.Reason+" for "+r.For)
@@ -102,14 +103,14 @@ func checkList(t *testing.T, what string, got, want []string) {
 func TestScheduleOrder(t *testing.T) {
 	full := snode("gpu-01", 8, on(1, carol, gpus(0, 7), t0, t0.Add(time.Hour)))
 	// alice used 100 GPU-hours this week, bob one.
-	usage := lease.Usage{"alice": 100 * 3600, "bob": 3600}
-	entries := []lease.QueueEntry{
+	usage := queue.Usage{"alice": 100 * 3600, "bob": 3600}
+	entries := []queue.QueueEntry{
 		ask("gpu-01-q1", alice, 1, 1, time.Hour, t0.Add(-3*time.Hour)),
 		ask("gpu-01-q2", bob, 1, 1, time.Hour, t0.Add(-time.Hour)),
 		ask("gpu-01-q3", alice, 1, 1, time.Hour, t0.Add(-2*time.Hour)),
 		ask("gpu-01-q4", bob, 1, 1, time.Hour, t0.Add(-time.Hour)), // ties q2 but for the id
 	}
-	p := lease.Schedule(entries, []lease.SchedNode{full}, usage, t0, lease.SchedConfig{})
+	p := queue.Schedule(entries, []lease.SchedNode{full}, usage, t0, queue.SchedConfig{})
 	checkList(t, "order: the light user first although later, then by submit time, then id",
 		order(p), []string{"gpu-01-q2", "gpu-01-q4", "gpu-01-q1", "gpu-01-q3"})
 	for i, r := range p.Order {
@@ -126,7 +127,7 @@ func TestScheduleOrder(t *testing.T) {
 	later := t0.Add(7 * day)
 	fresh := ask("gpu-01-q9", bob, 1, 1, time.Hour, later)
 	old := entries[0]
-	p = lease.Schedule([]lease.QueueEntry{fresh, old}, []lease.SchedNode{full}, lease.Usage{"alice": 3600, "bob": 3000}, later, lease.SchedConfig{})
+	p = queue.Schedule([]queue.QueueEntry{fresh, old}, []lease.SchedNode{full}, queue.Usage{"alice": 3600, "bob": 3000}, later, queue.SchedConfig{})
 	checkList(t, "order after a week of waiting", order(p), []string{"gpu-01-q1", "gpu-01-q9"})
 }
 
@@ -134,12 +135,12 @@ func TestScheduleSameWhateverTheInputOrder(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	for round := range 20 {
 		nodes, entries, usage := randomCluster(rng)
-		want := lease.Schedule(entries, nodes, usage, t0, lease.SchedConfig{Quotas: map[string]int{"alice": 8, "bob": 4}})
+		want := queue.Schedule(entries, nodes, usage, t0, queue.SchedConfig{Quotas: map[string]int{"alice": 8, "bob": 4}})
 		for range 3 {
 			e2, n2 := slices.Clone(entries), slices.Clone(nodes)
 			rng.Shuffle(len(e2), func(i, j int) { e2[i], e2[j] = e2[j], e2[i] })
 			rng.Shuffle(len(n2), func(i, j int) { n2[i], n2[j] = n2[j], n2[i] })
-			got := lease.Schedule(e2, n2, usage, t0, lease.SchedConfig{Quotas: map[string]int{"alice": 8, "bob": 4}})
+			got := queue.Schedule(e2, n2, usage, t0, queue.SchedConfig{Quotas: map[string]int{"alice": 8, "bob": 4}})
 			if !reflect.DeepEqual(got, want) {
 				t.Fatalf("round %d: shuffled inputs give another plan:\n got %v %v\nwant %v %v", round, order(got), started(got), order(want), started(want))
 			}
@@ -156,7 +157,7 @@ func TestBackfill(t *testing.T) {
 	head := ask("gpu-01-q1", alice, 1, 8, 4*time.Hour, t0.Add(-time.Hour))
 	tests := []struct {
 		name    string
-		next    lease.QueueEntry
+		next    queue.QueueEntry
 		started []string
 	}{
 		{"short enough to end before the head can start", ask("gpu-01-q2", bob, 1, 4, time.Hour, t0), []string{"gpu-01-q2@gpu-01:[4 5 6 7] backfill"}},
@@ -166,7 +167,7 @@ func TestBackfill(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			p := lease.Schedule([]lease.QueueEntry{head, tt.next}, nodes, nil, t0, lease.SchedConfig{})
+			p := queue.Schedule([]queue.QueueEntry{head, tt.next}, nodes, nil, t0, queue.SchedConfig{})
 			checkList(t, "starts", started(p), tt.started)
 			h := ranked(t, p, head.ID)
 			if want := t0.Add(2 * time.Hour); !h.EstStart.Equal(want) {
@@ -187,7 +188,7 @@ func TestGangAllOrNothing(t *testing.T) {
 	}
 	tests := []struct {
 		name    string
-		e       lease.QueueEntry
+		e       queue.QueueEntry
 		started []string
 	}{
 		{"2×4 fits on the two whole nodes", ask("gpu-01-q1", alice, 2, 4, time.Hour, t0), []string{"gpu-01-q1@gpu-01:[0 1 2 3]+gpu-02:[0 1 2 3]"}},
@@ -196,7 +197,7 @@ func TestGangAllOrNothing(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			p := lease.Schedule([]lease.QueueEntry{tt.e}, nodes, nil, t0, lease.SchedConfig{})
+			p := queue.Schedule([]queue.QueueEntry{tt.e}, nodes, nil, t0, queue.SchedConfig{})
 			checkList(t, "starts", started(p), tt.started)
 		})
 	}
@@ -204,7 +205,7 @@ func TestGangAllOrNothing(t *testing.T) {
 
 // commit turns a plan's starts into leases on the nodes, as the agents do once
 // every reservation of a gang holds.
-func commit(nodes []lease.SchedNode, p lease.Plan, now time.Time, token *uint64) {
+func commit(nodes []lease.SchedNode, p queue.Plan, now time.Time, token *uint64) {
 	for _, s := range p.Start {
 		for rank, r := range s.Ranks {
 			for i := range nodes {
@@ -227,9 +228,9 @@ func TestCompetingGangs(t *testing.T) {
 	nodes := []lease.SchedNode{snode("gpu-01", 4), snode("gpu-02", 4), snode("gpu-03", 4)}
 	g1 := ask("gpu-01-q1", alice, 2, 4, time.Hour, t0.Add(-time.Minute))
 	g2 := ask("gpu-02-q1", bob, 2, 4, time.Hour, t0)
-	queue := []lease.QueueEntry{g1, g2}
+	entries := []queue.QueueEntry{g1, g2}
 
-	p := lease.Schedule(queue, nodes, nil, t0, lease.SchedConfig{})
+	p := queue.Schedule(entries, nodes, nil, t0, queue.SchedConfig{})
 	checkList(t, "pass 1 starts", started(p), []string{"gpu-01-q1@gpu-01:[0 1 2 3]+gpu-02:[0 1 2 3]"})
 	if w := ranked(t, p, g2.ID); !w.EstStart.Equal(t0.Add(time.Hour)) {
 		t.Errorf("second gang EstStart = %v, want %v (when the first ends)", w.EstStart, t0.Add(time.Hour))
@@ -245,7 +246,7 @@ func TestCompetingGangs(t *testing.T) {
 		}
 	}
 	now := t0.Add(10 * time.Second)
-	p = lease.Schedule(queue, nodes, nil, now, lease.SchedConfig{})
+	p = queue.Schedule(entries, nodes, nil, now, queue.SchedConfig{})
 	checkList(t, "pass 2 starts", started(p), nil)
 	if w := ranked(t, p, g1.ID).Waiting; w != "starting" {
 		t.Errorf("first gang waiting = %q, want starting", w)
@@ -254,7 +255,7 @@ func TestCompetingGangs(t *testing.T) {
 	// The reservations were never committed and expired: the first gang is
 	// planned again, whole, the second still waits whole.
 	now = t0.Add(time.Minute)
-	p = lease.Schedule(queue, nodes, nil, now, lease.SchedConfig{})
+	p = queue.Schedule(entries, nodes, nil, now, queue.SchedConfig{})
 	checkList(t, "pass 3 starts", started(p), []string{"gpu-01-q1@gpu-01:[0 1 2 3]+gpu-02:[0 1 2 3]"})
 
 	// Committed this time; the first gang runs and leaves the queue.
@@ -262,8 +263,8 @@ func TestCompetingGangs(t *testing.T) {
 		nodes[i].Leases = nil
 	}
 	commit(nodes, p, now, &token)
-	queue[0].Running = true
-	p = lease.Schedule(queue, nodes, nil, now.Add(time.Minute), lease.SchedConfig{})
+	entries[0].Running = true
+	p = queue.Schedule(entries, nodes, nil, now.Add(time.Minute), queue.SchedConfig{})
 	checkList(t, "pass 4 starts", started(p), nil)
 	checkList(t, "pass 4 order", order(p), []string{g2.ID})
 
@@ -271,7 +272,7 @@ func TestCompetingGangs(t *testing.T) {
 	for i := range nodes {
 		nodes[i].Leases = nil
 	}
-	p = lease.Schedule(queue[1:], nodes, nil, now.Add(time.Hour), lease.SchedConfig{})
+	p = queue.Schedule(entries[1:], nodes, nil, now.Add(time.Hour), queue.SchedConfig{})
 	checkList(t, "pass 5 starts", started(p), []string{"gpu-02-q1@gpu-01:[0 1 2 3]+gpu-02:[0 1 2 3]"})
 }
 
@@ -305,7 +306,7 @@ func TestScheduleFreeGPUs(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			p := lease.Schedule([]lease.QueueEntry{e}, tt.nodes, nil, t0, lease.SchedConfig{})
+			p := queue.Schedule([]queue.QueueEntry{e}, tt.nodes, nil, t0, queue.SchedConfig{})
 			checkList(t, "starts", started(p), tt.started)
 			e := ranked(t, p, e.ID)
 			if tt.waiting == "" && e.Waiting != "" || !strings.Contains(e.Waiting, tt.waiting) {
@@ -325,13 +326,13 @@ func TestScheduleEstStart(t *testing.T) {
 	gone := snode("gpu-03", 4)
 	gone.Alive = false
 	nodes = append(nodes, gone)
-	entries := []lease.QueueEntry{
+	entries := []queue.QueueEntry{
 		ask("gpu-01-q1", alice, 1, 2, 30*time.Minute, t0.Add(-4*time.Minute)),
 		ask("gpu-01-q2", alice, 1, 2, 2*time.Hour, t0.Add(-3*time.Minute)),
 		ask("gpu-01-q3", alice, 1, 4, time.Hour, t0.Add(-2*time.Minute)),
 		ask("gpu-01-q4", alice, 3, 4, time.Hour, t0.Add(-time.Minute)),
 	}
-	p := lease.Schedule(entries, nodes, nil, t0, lease.SchedConfig{})
+	p := queue.Schedule(entries, nodes, nil, t0, queue.SchedConfig{})
 	want := map[string]time.Time{
 		// bob's lease is past its end: it is expected to go any moment.
 		"gpu-01-q1": t0.Add(time.Minute),
@@ -356,29 +357,29 @@ func TestCheckFeasible(t *testing.T) {
 	down := snode("gpu-02", 8)
 	down.Alive = false
 	nodes := []lease.SchedNode{snode("gpu-01", 8), down, a100}
-	with := func(e lease.QueueEntry, f func(*lease.QueueEntry)) lease.QueueEntry { f(&e); return e }
+	with := func(e queue.QueueEntry, f func(*queue.QueueEntry)) queue.QueueEntry { f(&e); return e }
 	e := ask("gpu-01-q1", alice, 1, 4, time.Hour, t0)
 	tests := []struct {
 		name string
-		e    lease.QueueEntry
+		e    queue.QueueEntry
 		want []string // nil: feasible
 	}{
 		{"fits", e, nil},
-		{"fits only on a node that is down now", with(e, func(e *lease.QueueEntry) { e.Nodes, e.GPUsPerNode = 2, 8 }), nil},
-		{"more GPUs per node than any node has", with(e, func(e *lease.QueueEntry) { e.GPUsPerNode = 9 }), []string{"no node has 9 GPUs", "the largest has 8"}},
-		{"more nodes than the cluster has", with(e, func(e *lease.QueueEntry) { e.Nodes = 4; e.GPUsPerNode = 1 }), []string{"the cluster has 3 nodes", "asked for 4"}},
-		{"more big nodes than there are", with(e, func(e *lease.QueueEntry) { e.Nodes = 3 }), []string{"only 2 of the 3 nodes have 4 GPUs"}},
-		{"a model no node has", with(e, func(e *lease.QueueEntry) { e.Model = "b200" }), []string{`no node has a GPU matching "b200"`, "NVIDIA A100-SXM4-40GB, NVIDIA H100 80GB HBM3"}},
-		{"a model matched without case", with(e, func(e *lease.QueueEntry) { e.Model = "a100"; e.GPUsPerNode = 2 }), nil},
-		{"too many of a model", with(e, func(e *lease.QueueEntry) { e.Model = "A100" }), []string{`no node has 4 GPUs matching "A100"`, "the largest has 2"}},
-		{"pinned to an unknown node", with(e, func(e *lease.QueueEntry) { e.Node = "gpu-09" }), []string{`no node named "gpu-09"`}},
-		{"pinned to a small node", with(e, func(e *lease.QueueEntry) { e.Node = "gpu-03" }), []string{"gpu-03 has only 2 GPUs", "asked for 4"}},
-		{"a pinned gang", with(e, func(e *lease.QueueEntry) { e.Node, e.Nodes = "gpu-01", 2 }), []string{"cannot be pinned"}},
-		{"no GPUs", with(e, func(e *lease.QueueEntry) { e.GPUsPerNode = 0 }), []string{"how many GPUs"}},
+		{"fits only on a node that is down now", with(e, func(e *queue.QueueEntry) { e.Nodes, e.GPUsPerNode = 2, 8 }), nil},
+		{"more GPUs per node than any node has", with(e, func(e *queue.QueueEntry) { e.GPUsPerNode = 9 }), []string{"no node has 9 GPUs", "the largest has 8"}},
+		{"more nodes than the cluster has", with(e, func(e *queue.QueueEntry) { e.Nodes = 4; e.GPUsPerNode = 1 }), []string{"the cluster has 3 nodes", "asked for 4"}},
+		{"more big nodes than there are", with(e, func(e *queue.QueueEntry) { e.Nodes = 3 }), []string{"only 2 of the 3 nodes have 4 GPUs"}},
+		{"a model no node has", with(e, func(e *queue.QueueEntry) { e.Model = "b200" }), []string{`no node has a GPU matching "b200"`, "NVIDIA A100-SXM4-40GB, NVIDIA H100 80GB HBM3"}},
+		{"a model matched without case", with(e, func(e *queue.QueueEntry) { e.Model = "a100"; e.GPUsPerNode = 2 }), nil},
+		{"too many of a model", with(e, func(e *queue.QueueEntry) { e.Model = "A100" }), []string{`no node has 4 GPUs matching "A100"`, "the largest has 2"}},
+		{"pinned to an unknown node", with(e, func(e *queue.QueueEntry) { e.Node = "gpu-09" }), []string{`no node named "gpu-09"`}},
+		{"pinned to a small node", with(e, func(e *queue.QueueEntry) { e.Node = "gpu-03" }), []string{"gpu-03 has only 2 GPUs", "asked for 4"}},
+		{"a pinned gang", with(e, func(e *queue.QueueEntry) { e.Node, e.Nodes = "gpu-01", 2 }), []string{"cannot be pinned"}},
+		{"no GPUs", with(e, func(e *queue.QueueEntry) { e.GPUsPerNode = 0 }), []string{"how many GPUs"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			err := lease.CheckFeasible(tt.e, nodes, tt.e.Model, nil)
+			err := queue.CheckFeasible(tt.e, nodes, tt.e.Model, nil)
 			if tt.want == nil {
 				if err != nil {
 					t.Fatalf("CheckFeasible = %v, want it accepted", err)
@@ -400,34 +401,34 @@ func TestScheduleModelAndPin(t *testing.T) {
 	pinned, model := e, e
 	pinned.Node, model.Model = "gpu-01", "h100"
 	for name, tt := range map[string]struct {
-		e    lease.QueueEntry
+		e    queue.QueueEntry
 		want string
 	}{
 		"packs onto the smallest fit": {e, "gpu-01-q1@gpu-02:[0 1]"},
 		"pinned":                      {pinned, "gpu-01-q1@gpu-01:[0 1]"},
 		"model":                       {model, "gpu-01-q1@gpu-02:[0 1]"},
 	} {
-		p := lease.Schedule([]lease.QueueEntry{tt.e}, nodes, nil, t0, lease.SchedConfig{})
+		p := queue.Schedule([]queue.QueueEntry{tt.e}, nodes, nil, t0, queue.SchedConfig{})
 		checkList(t, name, started(p), []string{tt.want})
 	}
 	model.GPUsPerNode = 4
-	p := lease.Schedule([]lease.QueueEntry{model}, nodes, nil, t0, lease.SchedConfig{})
+	p := queue.Schedule([]queue.QueueEntry{model}, nodes, nil, t0, queue.SchedConfig{})
 	checkList(t, "4 H100s skip the 4 A100s", started(p), []string{"gpu-01-q1@gpu-01:[0 1 2 3]"})
 }
 
 func TestQuotaBorrowing(t *testing.T) {
 	nodes := []lease.SchedNode{snode("gpu-01", 8, on(1, alice, gpus(0, 3), t0.Add(-time.Hour), t0.Add(time.Hour)))}
-	cfg := lease.SchedConfig{
+	cfg := queue.SchedConfig{
 		Quotas:      map[string]int{"alice": 4, "bob": 2},
 		GroupQuotas: map[string]int{"vision": 1},
 		UserGroups:  map[string]string{"carol": "vision"},
 	}
-	entries := []lease.QueueEntry{
+	entries := []queue.QueueEntry{
 		ask("gpu-01-q1", alice, 1, 1, time.Hour, t0.Add(-3*time.Minute)),
 		ask("gpu-01-q2", bob, 1, 2, time.Hour, t0.Add(-2*time.Minute)),
 		ask("gpu-01-q3", carol, 1, 1, time.Hour, t0.Add(-time.Minute)),
 	}
-	p := lease.Schedule(entries, nodes, nil, t0, cfg)
+	p := queue.Schedule(entries, nodes, nil, t0, cfg)
 	checkList(t, "within-quota requests first, borrowers after", order(p), []string{"gpu-01-q2", "gpu-01-q3", "gpu-01-q1"})
 	checkList(t, "starts", started(p), []string{
 		"gpu-01-q2@gpu-01:[4 5]",
@@ -435,15 +436,15 @@ func TestQuotaBorrowing(t *testing.T) {
 		"gpu-01-q1@gpu-01:[7] borrowed",
 	})
 	unlisted := ask("gpu-01-q4", lease.Caller{User: "dave"}, 1, 1, time.Hour, t0)
-	p = lease.Schedule([]lease.QueueEntry{unlisted}, nodes, nil, t0, cfg)
+	p = queue.Schedule([]queue.QueueEntry{unlisted}, nodes, nil, t0, cfg)
 	checkList(t, "a user with no quota borrows", started(p), []string{"gpu-01-q4@gpu-01:[4] borrowed"})
-	p = lease.Schedule([]lease.QueueEntry{unlisted}, nodes, nil, t0, lease.SchedConfig{})
+	p = queue.Schedule([]queue.QueueEntry{unlisted}, nodes, nil, t0, queue.SchedConfig{})
 	checkList(t, "with no quotas nobody borrows", started(p), []string{"gpu-01-q4@gpu-01:[4]"})
 }
 
 func TestQuotaPreemption(t *testing.T) {
 	borrowed := func(l lease.Lease) lease.Lease { l.Borrowed = true; return l }
-	cfg := lease.SchedConfig{Quotas: map[string]int{"alice": 4, "bob": 4, "carol": 4}}
+	cfg := queue.SchedConfig{Quotas: map[string]int{"alice": 4, "bob": 4, "carol": 4}}
 	cluster := func(extra ...lease.Lease) []lease.SchedNode {
 		return []lease.SchedNode{
 			snode("gpu-01", 8,
@@ -453,22 +454,22 @@ func TestQuotaPreemption(t *testing.T) {
 		}
 	}
 	bobWants := ask("gpu-03-q1", bob, 1, 4, time.Hour, t0)
-	p := lease.Schedule([]lease.QueueEntry{bobWants}, cluster(), nil, t0, cfg)
+	p := queue.Schedule([]queue.QueueEntry{bobWants}, cluster(), nil, t0, cfg)
 	checkList(t, "the most recently started borrowed lease of someone else, only", reclaimed(p), []string{"gpu-02-1 quota for gpu-03-q1"})
 	if w := ranked(t, p, bobWants.ID); !strings.Contains(w.Waiting, "reclaiming 4 GPUs (quota)") || !w.EstStart.Equal(t0.Add(2*time.Minute)) {
 		t.Errorf("bob's request: waiting %q, EstStart %v; want it to say it reclaims, starting after the grace", w.Waiting, w.EstStart)
 	}
 
 	bobGang := ask("gpu-03-q1", bob, 2, 4, time.Hour, t0)
-	cfg8 := lease.SchedConfig{Quotas: map[string]int{"alice": 4, "bob": 8, "carol": 4}}
-	p = lease.Schedule([]lease.QueueEntry{bobGang}, cluster(), nil, t0, cfg8)
+	cfg8 := queue.SchedConfig{Quotas: map[string]int{"alice": 4, "bob": 8, "carol": 4}}
+	p = queue.Schedule([]queue.QueueEntry{bobGang}, cluster(), nil, t0, cfg8)
 	checkList(t, "a gang needs both", reclaimed(p), []string{"gpu-02-1 quota for gpu-03-q1", "gpu-01-2 quota for gpu-03-q1"})
 
 	// Already being preempted: no more reclaims pile up.
 	nodes := cluster()
 	nodes[1].Leases[0].PreemptedAt = t0.Add(-time.Minute)
 	nodes[1].Leases[0].PreemptReason = lease.PreemptQuota
-	p = lease.Schedule([]lease.QueueEntry{bobWants}, nodes, nil, t0, cfg)
+	p = queue.Schedule([]queue.QueueEntry{bobWants}, nodes, nil, t0, cfg)
 	checkList(t, "while a reclaim is under way", reclaimed(p), nil)
 	if w := ranked(t, p, bobWants.ID); !w.EstStart.Equal(t0.Add(time.Minute)) {
 		t.Errorf("EstStart = %v, want the end of the grace %v", w.EstStart, t0.Add(time.Minute))
@@ -481,21 +482,21 @@ func TestQuotaPreemption(t *testing.T) {
 	dave := lease.Caller{UID: 1004, User: "dave"}
 	soon := cluster()
 	soon = append(soon, snode("gpu-03", 4, on(1, dave, gpus(0, 3), t0.Add(-time.Hour), t0.Add(time.Minute))))
-	p = lease.Schedule([]lease.QueueEntry{bobWants}, soon, nil, t0, cfg)
+	p = queue.Schedule([]queue.QueueEntry{bobWants}, soon, nil, t0, cfg)
 	checkList(t, "a lease ends within the grace", reclaimed(p), nil)
 	soon[2].Leases[0].ExpiresAt = t0.Add(-time.Hour)
-	p = lease.Schedule([]lease.QueueEntry{bobWants}, soon, nil, t0, cfg)
+	p = queue.Schedule([]queue.QueueEntry{bobWants}, soon, nil, t0, cfg)
 	checkList(t, "a lease past its end", reclaimed(p), []string{"gpu-03-1 overdue for gpu-03-q1"})
 
 	// Beyond quota: bob waits, nobody is preempted for him.
-	p = lease.Schedule([]lease.QueueEntry{ask("gpu-03-q1", bob, 1, 8, time.Hour, t0)}, cluster(), nil, t0, cfg)
+	p = queue.Schedule([]queue.QueueEntry{ask("gpu-03-q1", bob, 1, 8, time.Hour, t0)}, cluster(), nil, t0, cfg)
 	checkList(t, "bob beyond quota", reclaimed(p), nil)
 	// No quotas: nobody is preempted.
-	p = lease.Schedule([]lease.QueueEntry{bobWants}, cluster(), nil, t0, lease.SchedConfig{})
+	p = queue.Schedule([]queue.QueueEntry{bobWants}, cluster(), nil, t0, queue.SchedConfig{})
 	checkList(t, "no quotas", reclaimed(p), nil)
 	// Carol within quota (her borrowed lease aside) is not served by her own lease.
-	p = lease.Schedule([]lease.QueueEntry{ask("gpu-03-q2", carol, 1, 4, time.Hour, t0)}, cluster(),
-		nil, t0, lease.SchedConfig{Quotas: map[string]int{"alice": 4, "carol": 8}})
+	p = queue.Schedule([]queue.QueueEntry{ask("gpu-03-q2", carol, 1, 4, time.Hour, t0)}, cluster(),
+		nil, t0, queue.SchedConfig{Quotas: map[string]int{"alice": 4, "carol": 8}})
 	checkList(t, "never her own lease", reclaimed(p), []string{"gpu-01-2 quota for gpu-03-q2"})
 }
 
@@ -514,7 +515,7 @@ func TestIdleReclaim(t *testing.T) {
 	n.Idle = lease.IdleTrackerFrom(quiet)
 	for _, tt := range []struct {
 		name string
-		e    lease.QueueEntry
+		e    queue.QueueEntry
 		want []string
 	}{
 		{"only what is needed, idle past the threshold", ask("gpu-01-q1", alice, 1, 2, time.Hour, t0), []string{"gpu-01-1 idle for gpu-01-q1"}},
@@ -522,14 +523,14 @@ func TestIdleReclaim(t *testing.T) {
 		{"not for the holder herself", ask("gpu-01-q1", carol, 1, 2, time.Hour, t0), nil},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			p := lease.Schedule([]lease.QueueEntry{tt.e}, []lease.SchedNode{n}, nil, t0, lease.SchedConfig{})
+			p := queue.Schedule([]queue.QueueEntry{tt.e}, []lease.SchedNode{n}, nil, t0, queue.SchedConfig{})
 			checkList(t, "reclaims", reclaimed(p), tt.want)
 		})
 	}
 }
 
 // randomCluster builds a seeded random cluster and queue.
-func randomCluster(rng *rand.Rand) ([]lease.SchedNode, []lease.QueueEntry, lease.Usage) {
+func randomCluster(rng *rand.Rand) ([]lease.SchedNode, []queue.QueueEntry, queue.Usage) {
 	users := []lease.Caller{alice, bob, carol}
 	var nodes []lease.SchedNode
 	for i := range 1 + rng.IntN(6) {
@@ -567,7 +568,7 @@ func randomCluster(rng *rand.Rand) ([]lease.SchedNode, []lease.QueueEntry, lease
 		n.Idle = lease.IdleTrackerFrom(idle)
 		nodes = append(nodes, n)
 	}
-	var entries []lease.QueueEntry
+	var entries []queue.QueueEntry
 	for i := range rng.IntN(25) {
 		c := users[rng.IntN(3)]
 		nn := 1
@@ -580,7 +581,7 @@ func randomCluster(rng *rand.Rand) ([]lease.SchedNode, []lease.QueueEntry, lease
 		}
 		entries = append(entries, e)
 	}
-	usage := lease.Usage{"alice": float64(rng.IntN(100000)), "bob": float64(rng.IntN(100000))}
+	usage := queue.Usage{"alice": float64(rng.IntN(100000)), "bob": float64(rng.IntN(100000))}
 	return nodes, entries, usage
 }
 
@@ -588,11 +589,11 @@ func TestSchedulePlanIsSound(t *testing.T) {
 	rng := rand.New(rand.NewPCG(7, 11))
 	for round := range 500 {
 		nodes, entries, usage := randomCluster(rng)
-		cfg := lease.SchedConfig{}
+		cfg := queue.SchedConfig{}
 		if round%2 == 0 {
 			cfg.Quotas = map[string]int{"alice": 4, "bob": 8, "carol": 2}
 		}
-		p := lease.Schedule(entries, nodes, usage, t0, cfg)
+		p := queue.Schedule(entries, nodes, usage, t0, cfg)
 		fail := func(format string, args ...any) {
 			t.Helper()
 			t.Fatalf("round %d: "+format+"\nplan starts %v\nreclaims %v", append([]any{round}, append(args, started(p), reclaimed(p))...)...)

@@ -1,4 +1,4 @@
-package lease
+package queue
 
 import (
 	"cmp"
@@ -6,6 +6,8 @@ import (
 	"math"
 	"slices"
 	"time"
+
+	"github.com/dibs-gpu/dibs/lease"
 )
 
 // Defaults of SchedConfig, SLURM multifactor style.
@@ -74,7 +76,7 @@ func (c SchedConfig) WithDefaults() SchedConfig {
 // Sums are kept in integer milli-GPU-seconds so the result does not depend
 // on the order of the inputs: every agent computes the same usage, and with
 // it the same queue order.
-func DecayedUsage(ledger []LedgerEntry, active []Lease, now time.Time, halfLife time.Duration) Usage {
+func DecayedUsage(ledger []lease.LedgerEntry, active []lease.Lease, now time.Time, halfLife time.Duration) Usage {
 	running := make(map[string]bool, len(active))
 	for i := range active {
 		running[active[i].ID] = false
@@ -109,7 +111,7 @@ func DecayedUsage(ledger []LedgerEntry, active []Lease, now time.Time, halfLife 
 // WindowUsage is each user's raw GPU-seconds within [from, now], what
 // `dibs usage` shows beside the fair-share factor: ended leases (ledger) and
 // running ones, each clipped to the window, counted once as in DecayedUsage.
-func WindowUsage(ledger []LedgerEntry, active []Lease, from, now time.Time) Usage {
+func WindowUsage(ledger []lease.LedgerEntry, active []lease.Lease, from, now time.Time) Usage {
 	overlap := func(start, end time.Time) float64 {
 		if start.Before(from) {
 			start = from

@@ -1,4 +1,4 @@
-package lease_test
+package queue_test
 
 import (
 	"fmt"
@@ -8,6 +8,7 @@ import (
 
 	"github.com/dibs-gpu/dibs/lease"
 	"github.com/dibs-gpu/dibs/nodeprobe"
+	"github.com/dibs-gpu/dibs/queue"
 )
 
 // splitNode is a node whose GPU 0 is split 3g.40gb+2g.20gb+1g.10gb (of 80
@@ -34,7 +35,7 @@ func splitNode(name string, leases ...lease.Lease) lease.SchedNode {
 	return n
 }
 
-func askMIG(id string, c lease.Caller, sel string, at time.Time) lease.QueueEntry {
+func askMIG(id string, c lease.Caller, sel string, at time.Time) queue.QueueEntry {
 	e := ask(id, c, 1, 1, time.Hour, at)
 	e.MIG = sel
 	return e
@@ -52,8 +53,8 @@ func TestScheduleMIG(t *testing.T) {
 	for _, tt := range []struct {
 		name    string
 		nodes   []lease.SchedNode
-		entries []lease.QueueEntry
-		cfg     lease.SchedConfig
+		entries []queue.QueueEntry
+		cfg     queue.SchedConfig
 		// starts are "entry@instance UUID", reclaims "lease:reason"; waiting
 		// the start of each waiting entry's reason.
 		starts, reclaims []string
@@ -62,21 +63,21 @@ func TestScheduleMIG(t *testing.T) {
 		{
 			name:    "a free instance starts, a held one waits, the whole GPU is not its",
 			nodes:   []lease.SchedNode{splitNode("gpu-01", onMIG(1, bob, "3g.40gb", t0.Add(-time.Hour), t0.Add(time.Hour)))},
-			entries: []lease.QueueEntry{askMIG("q1", alice, "3g.40gb", t0), askMIG("q2", alice, "1g.10gb", t0.Add(time.Second)), ask("q3", carol, 1, 1, time.Hour, t0.Add(2*time.Second))},
+			entries: []queue.QueueEntry{askMIG("q1", alice, "3g.40gb", t0), askMIG("q2", alice, "1g.10gb", t0.Add(time.Second)), ask("q3", carol, 1, 1, time.Hour, t0.Add(2*time.Second))},
 			starts:  []string{"q2@MIG-gpu-01-2", "q3@gpu-01/1"},
 			waiting: map[string]string{"q1": "needs a MIG instance 3g.40gb, none free"},
 		},
 		{
 			name:    "two for one instance: the first gets it",
 			nodes:   []lease.SchedNode{splitNode("gpu-01")},
-			entries: []lease.QueueEntry{askMIG("q1", alice, "2g.20gb", t0), askMIG("q2", bob, "0:1", t0.Add(time.Second))},
+			entries: []queue.QueueEntry{askMIG("q1", alice, "2g.20gb", t0), askMIG("q2", bob, "0:1", t0.Add(time.Second))},
 			starts:  []string{"q1@MIG-gpu-01-1"},
 			waiting: map[string]string{"q2": "needs a MIG instance 0:1, none free"},
 		},
 		{
 			name:     "an idle instance is reclaimed once, for the first that waits",
 			nodes:    []lease.SchedNode{withIdle(splitNode("gpu-01", onMIG(1, bob, "3g.40gb", t0.Add(-2*time.Hour), t0.Add(3*time.Hour))))},
-			entries:  []lease.QueueEntry{askMIG("q1", alice, "3g.40gb", t0), askMIG("q2", carol, "3g.40gb", t0.Add(time.Second))},
+			entries:  []queue.QueueEntry{askMIG("q1", alice, "3g.40gb", t0), askMIG("q2", carol, "3g.40gb", t0.Add(time.Second))},
 			reclaims: []string{"gpu-01-1:idle"},
 			waiting:  map[string]string{"q1": "next to start: reclaiming a MIG instance 3g.40gb (idle)", "q2": "needs a MIG instance 3g.40gb, none free"},
 		},
@@ -87,8 +88,8 @@ func TestScheduleMIG(t *testing.T) {
 				l.Borrowed = true
 				return l
 			}())},
-			entries:  []lease.QueueEntry{askMIG("q1", carol, "3g.40gb", t0), askMIG("q2", alice, "3g.40gb", t0.Add(time.Second))},
-			cfg:      lease.SchedConfig{Quotas: map[string]int{"alice": 1}},
+			entries:  []queue.QueueEntry{askMIG("q1", carol, "3g.40gb", t0), askMIG("q2", alice, "3g.40gb", t0.Add(time.Second))},
+			cfg:      queue.SchedConfig{Quotas: map[string]int{"alice": 1}},
 			reclaims: []string{"gpu-01-1:quota"},
 			waiting:  map[string]string{"q1": "needs a MIG instance 3g.40gb, none free", "q2": "next to start: reclaiming a MIG instance 3g.40gb (quota)"},
 		},
@@ -99,14 +100,14 @@ func TestScheduleMIG(t *testing.T) {
 				n.Snap.Host.Tags = []string{"a100"}
 				return n
 			}()},
-			entries: []lease.QueueEntry{askMIG("q1", alice, "2g.20gb", t0), ask("q2", alice, 1, 1, time.Hour, t0.Add(time.Second))},
-			cfg:     lease.SchedConfig{Pools: lease.Pools{"a100": {MaxGPUs: 1}}},
+			entries: []queue.QueueEntry{askMIG("q1", alice, "2g.20gb", t0), ask("q2", alice, 1, 1, time.Hour, t0.Add(time.Second))},
+			cfg:     queue.SchedConfig{Pools: lease.Pools{"a100": {MaxGPUs: 1}}},
 			starts:  []string{"q1@MIG-gpu-01-1"},
 			waiting: map[string]string{"q2": "no node that is up has 1 working GPU (pool limits keep it off gpu-01: pool a100 allows 1 GPU per person and alice holds 0.75 there)"},
 		},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			p := lease.Schedule(tt.entries, tt.nodes, nil, t0, tt.cfg)
+			p := queue.Schedule(tt.entries, tt.nodes, nil, t0, tt.cfg)
 			var starts, reclaims []string
 			for _, s := range p.Start {
 				what := s.Ranks[0].Node + "/" + fmt.Sprint(s.Ranks[0].GPUs[0])
@@ -146,16 +147,16 @@ func TestScheduleHeadReclaimsBudgets(t *testing.T) {
 		name     string
 		leases   []lease.Lease
 		idle     bool
-		cfg      lease.SchedConfig
+		cfg      queue.SchedConfig
 		reclaims string
 		waiting  string
 	}{
-		{"idle budgets of two people", []lease.Lease{budget(1, bob, false), budget(2, carol, false)}, true, lease.SchedConfig{},
+		{"idle budgets of two people", []lease.Lease{budget(1, bob, false), budget(2, carol, false)}, true, queue.SchedConfig{},
 			"[gpu-01-1:idle gpu-01-2:idle]", "next to start: reclaiming 1 GPU (idle)"},
-		{"one of them the waiting user's", []lease.Lease{budget(1, bob, false), budget(2, alice, false)}, true, lease.SchedConfig{}, "[]", "next to start: 1 GPU"},
-		{"all borrowed, for someone within quota", []lease.Lease{budget(1, bob, true), budget(2, carol, true)}, false, lease.SchedConfig{Quotas: map[string]int{"alice": 1}},
+		{"one of them the waiting user's", []lease.Lease{budget(1, bob, false), budget(2, alice, false)}, true, queue.SchedConfig{}, "[]", "next to start: 1 GPU"},
+		{"all borrowed, for someone within quota", []lease.Lease{budget(1, bob, true), budget(2, carol, true)}, false, queue.SchedConfig{Quotas: map[string]int{"alice": 1}},
 			"[gpu-01-1:quota gpu-01-2:quota]", "next to start: reclaiming 1 GPU (quota)"},
-		{"one not borrowed", []lease.Lease{budget(1, bob, true), budget(2, carol, false)}, false, lease.SchedConfig{Quotas: map[string]int{"alice": 1}}, "[]", "next to start: 1 GPU"},
+		{"one not borrowed", []lease.Lease{budget(1, bob, true), budget(2, carol, false)}, false, queue.SchedConfig{Quotas: map[string]int{"alice": 1}}, "[]", "next to start: 1 GPU"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			n := snode("gpu-01", 1, tt.leases...)
@@ -163,7 +164,7 @@ func TestScheduleHeadReclaimsBudgets(t *testing.T) {
 			if tt.idle {
 				n.Idle = lease.IdleTrackerFrom(map[int]time.Time{0: t0.Add(-2 * time.Hour)})
 			}
-			p := lease.Schedule([]lease.QueueEntry{ask("q1", alice, 1, 1, time.Hour, t0)}, []lease.SchedNode{n}, nil, t0, tt.cfg)
+			p := queue.Schedule([]queue.QueueEntry{ask("q1", alice, 1, 1, time.Hour, t0)}, []lease.SchedNode{n}, nil, t0, tt.cfg)
 			var reclaims []string
 			for _, r := range p.Reclaim {
 				reclaims = append(reclaims, r.Lease.ID+":"+r.Reason)

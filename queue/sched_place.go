@@ -1,4 +1,4 @@
-package lease
+package queue
 
 import (
 	"cmp"
@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/dibs-gpu/dibs/lease"
 	"github.com/dibs-gpu/dibs/nodeprobe"
 )
 
@@ -89,7 +90,7 @@ func (s *scheduler) unservable(e *QueueEntry) string {
 	case e.Nodes > 1 && e.Node != "":
 		return "a multi-node request cannot be pinned to one node"
 	case e.GPUsPerNode > maxNodeGPUs:
-		return fmt.Sprintf("no node offers %s", gpuCount(e.GPUsPerNode))
+		return fmt.Sprintf("no node offers %s", lease.GPUCount(e.GPUsPerNode))
 	}
 	if e.Node != "" {
 		i, ok := s.byName[e.Node]
@@ -117,11 +118,11 @@ func (s *scheduler) unservable(e *QueueEntry) string {
 	of += s.poolNote(e)
 	if e.Nodes == 1 {
 		if e.Node != "" {
-			return fmt.Sprintf("%s has fewer than %d working %s%s", e.Node, e.GPUsPerNode, gpuWord(e.GPUsPerNode), of)
+			return fmt.Sprintf("%s has fewer than %d working %s%s", e.Node, e.GPUsPerNode, lease.GPUWord(e.GPUsPerNode), of)
 		}
-		return fmt.Sprintf("no node that is up has %d working %s%s", e.GPUsPerNode, gpuWord(e.GPUsPerNode), of)
+		return fmt.Sprintf("no node that is up has %d working %s%s", e.GPUsPerNode, lease.GPUWord(e.GPUsPerNode), of)
 	}
-	return fmt.Sprintf("needs %d nodes with %d working %s%s; %d are up", e.Nodes, e.GPUsPerNode, gpuWord(e.GPUsPerNode), of, fit)
+	return fmt.Sprintf("needs %d nodes with %d working %s%s; %d are up", e.Nodes, e.GPUsPerNode, lease.GPUWord(e.GPUsPerNode), of, fit)
 }
 
 // needs describes what the entry waits for, with what is free now.
@@ -131,7 +132,7 @@ func (s *scheduler) needs(e *QueueEntry, mm []uint64) string {
 		for i := range s.nodes {
 			most = max(most, bits.OnesCount64(s.nodes[i].avail&s.eligible(i, e, mm)))
 		}
-		return fmt.Sprintf("%s on one node, at most %d free together", gpuCount(e.GPUsPerNode), most)
+		return fmt.Sprintf("%s on one node, at most %d free together", lease.GPUCount(e.GPUsPerNode), most)
 	}
 	have := 0
 	for i := range s.nodes {
@@ -139,7 +140,7 @@ func (s *scheduler) needs(e *QueueEntry, mm []uint64) string {
 			have++
 		}
 	}
-	return fmt.Sprintf("%d nodes with %d free %s each, %d have them", e.Nodes, e.GPUsPerNode, gpuWord(e.GPUsPerNode), have)
+	return fmt.Sprintf("%d nodes with %d free %s each, %d have them", e.Nodes, e.GPUsPerNode, lease.GPUWord(e.GPUsPerNode), have)
 }
 
 // modelMask returns, per node, the GPUs matching model; nil for any model.
@@ -248,11 +249,11 @@ func (s *scheduler) placeOn(i int, free uint64, n int) *placeResult {
 	for m := free; m != 0; m &= m - 1 {
 		idx = append(idx, sn.gpus[bits.TrailingZeros64(m)].index)
 	}
-	r := &placeResult{gpus: Place(*sn.snap, idx, n)}
+	r := &placeResult{gpus: lease.Place(*sn.snap, idx, n)}
 	for _, x := range r.gpus {
 		r.mask |= 1 << sn.bit(x)
 	}
-	r.spread = spread(*sn.snap, r.gpus)
+	r.spread = lease.Spread(*sn.snap, r.gpus)
 	s.places[key] = r
 	return r
 }

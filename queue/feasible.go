@@ -1,4 +1,4 @@
-package lease
+package queue
 
 import (
 	"fmt"
@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/dibs-gpu/dibs/internal/termsafe"
+	"github.com/dibs-gpu/dibs/lease"
 	"github.com/dibs-gpu/dibs/nodeprobe"
 )
 
@@ -20,16 +21,16 @@ import (
 // nothing held: a pool not open to its user, a Duration over the pool's
 // MaxTime, more GPUs per node than its MaxGPUs) does not count; when no node
 // is left, the refusal is that limit's, naming the pool.
-func CheckFeasible(e QueueEntry, nodes []SchedNode, model string, pools Pools) error {
+func CheckFeasible(e QueueEntry, nodes []lease.SchedNode, model string, pools lease.Pools) error {
 	switch {
 	case e.GPUsPerNode < 1:
-		return Invalidf("say how many GPUs (-g N)")
+		return lease.Invalidf("say how many GPUs (-g N)")
 	case e.Nodes < 1:
-		return Invalidf("ask for at least one node")
+		return lease.Invalidf("ask for at least one node")
 	case e.Nodes > 1 && e.Node != "":
-		return Invalidf("a request for %d nodes cannot be pinned to %s: drop the node, or ask for one node", e.Nodes, e.Node)
+		return lease.Invalidf("a request for %d nodes cannot be pinned to %s: drop the node, or ask for one node", e.Nodes, e.Node)
 	case len(nodes) == 0:
-		return errorf(CodeUnavailable, "no node is known yet: `dibs ls` shows the cluster")
+		return &lease.Error{Code: lease.CodeUnavailable, Msg: "no node is known yet: `dibs ls` shows the cluster"}
 	}
 	want := strings.ToLower(model)
 	of := ""
@@ -41,7 +42,7 @@ func CheckFeasible(e QueueEntry, nodes []SchedNode, model string, pools Pools) e
 	pinned := -1
 	var limited, pinnedLimited error
 	for i := range nodes {
-		if !HasTags(nodes[i].Snap.Host.Tags, e.Tags) {
+		if !lease.HasTags(nodes[i].Snap.Host.Tags, e.Tags) {
 			continue
 		}
 		if err := pools.Refuses(nodes[i].Snap.Host.Tags, e.User, float64(e.GPUsPerNode), e.Duration, e.Duration > 0, nil); err != nil {
@@ -61,7 +62,7 @@ func CheckFeasible(e QueueEntry, nodes []SchedNode, model string, pools Pools) e
 			fits := g.MIG != nodeprobe.MIGEnabled && g.MemoryTotalMiB >= e.MemMiB
 			if e.MIG != "" {
 				// A MIG request needs an instance it names.
-				fits = hasMIG(&g, e.MIG)
+				fits = lease.HasMIG(&g, e.MIG)
 			}
 			if want == "" || strings.Contains(strings.ToLower(g.Model), want) {
 				ofModel++
@@ -88,66 +89,49 @@ func CheckFeasible(e QueueEntry, nodes []SchedNode, model string, pools Pools) e
 		return limited
 	}
 	if tagged == 0 {
-		return Invalidf("no node is in pool %s (%s): ask for one of those, or leave --pool out", strings.Join(e.Tags, "+"), clusterTags(nodes))
+		return lease.Invalidf("no node is in pool %s (%s): ask for one of those, or leave --pool out", strings.Join(e.Tags, "+"), lease.ClusterTags(nodes))
 	}
 	if e.MemMiB > 0 && largest == 0 && ofModel > 0 {
-		return Invalidf("no GPU%s in the cluster has %s to share: ask for less", of, FormatMem(e.MemMiB))
+		return lease.Invalidf("no GPU%s in the cluster has %s to share: ask for less", of, lease.FormatMem(e.MemMiB))
 	}
 	if e.MIG != "" && largest == 0 && (want == "" || ofModel > 0) {
 		have := ""
 		for i := range nodes {
-			if p := migProfiles(nodes[i].Snap); p != "" {
+			if p := lease.MIGProfiles(nodes[i].Snap); p != "" {
 				have += fmt.Sprintf("; %s has %s", nodes[i].Name, p)
 			}
 		}
 		if have == "" {
-			return Invalidf("no node%s has a GPU split into MIG instances: ask for whole GPUs (-g N) or a budget (--mem)", poolOf(e.Tags))
+			return lease.Invalidf("no node%s has a GPU split into MIG instances: ask for whole GPUs (-g N) or a budget (--mem)", poolOf(e.Tags))
 		}
-		return Invalidf("no node%s has a MIG instance %s (%s): ask for one of those, by profile, MIG- UUID or GPU:INDEX (`dibs ls` lists them)", poolOf(e.Tags), termsafe.String(e.MIG), strings.TrimPrefix(have, "; "))
+		return lease.Invalidf("no node%s has a MIG instance %s (%s): ask for one of those, by profile, MIG- UUID or GPU:INDEX (`dibs ls` lists them)", poolOf(e.Tags), termsafe.String(e.MIG), strings.TrimPrefix(have, "; "))
 	}
 	if want != "" && ofModel == 0 {
 		slices.Sort(models)
-		return Invalidf("no node has a GPU%s (the cluster has %s): ask for one of those, or leave the model out", of, strings.Join(models, ", "))
+		return lease.Invalidf("no node has a GPU%s (the cluster has %s): ask for one of those, or leave the model out", of, strings.Join(models, ", "))
 	}
 	if e.Node != "" {
 		if pinned < 0 {
-			if slices.ContainsFunc(nodes, func(n SchedNode) bool { return n.Name == e.Node }) {
-				return Invalidf("%s is not in pool %s: drop --node, or the pool", e.Node, strings.Join(e.Tags, "+"))
+			if slices.ContainsFunc(nodes, func(n lease.SchedNode) bool { return n.Name == e.Node }) {
+				return lease.Invalidf("%s is not in pool %s: drop --node, or the pool", e.Node, strings.Join(e.Tags, "+"))
 			}
-			return Invalidf("no node named %q in the cluster: `dibs ls` shows the nodes", e.Node)
+			return lease.Invalidf("no node named %q in the cluster: `dibs ls` shows the nodes", e.Node)
 		}
 		if pinned < e.GPUsPerNode {
-			return Invalidf("%s has only %s%s; asked for %d: ask for at most %d, or for another node", e.Node, gpuCount(pinned), of, e.GPUsPerNode, pinned)
+			return lease.Invalidf("%s has only %s%s; asked for %d: ask for at most %d, or for another node", e.Node, lease.GPUCount(pinned), of, e.GPUsPerNode, pinned)
 		}
 		return nil
 	}
 	if e.GPUsPerNode > largest {
-		return Invalidf("no node has %s%s (the largest has %d): ask for fewer, or for several nodes", gpuCount(e.GPUsPerNode), of, largest)
+		return lease.Invalidf("no node has %s%s (the largest has %d): ask for fewer, or for several nodes", lease.GPUCount(e.GPUsPerNode), of, largest)
 	}
 	if e.Nodes > big {
 		if big == len(nodes) {
-			return Invalidf("the cluster has %d nodes; asked for %d: ask for at most %d", len(nodes), e.Nodes, big)
+			return lease.Invalidf("the cluster has %d nodes; asked for %d: ask for at most %d", len(nodes), e.Nodes, big)
 		}
-		return Invalidf("only %d of the %d nodes have %s%s; asked for %d nodes × %d: ask for fewer nodes, or fewer GPUs per node", big, len(nodes), gpuCount(e.GPUsPerNode), of, e.Nodes, e.GPUsPerNode)
+		return lease.Invalidf("only %d of the %d nodes have %s%s; asked for %d nodes × %d: ask for fewer nodes, or fewer GPUs per node", big, len(nodes), lease.GPUCount(e.GPUsPerNode), of, e.Nodes, e.GPUsPerNode)
 	}
 	return nil
-}
-
-// clusterTags lists the pools of the cluster, for a message.
-func clusterTags(nodes []SchedNode) string {
-	var tags []string
-	for i := range nodes {
-		for _, t := range nodes[i].Snap.Host.Tags {
-			if !slices.Contains(tags, t) {
-				tags = append(tags, t)
-			}
-		}
-	}
-	if len(tags) == 0 {
-		return "no node has a pool"
-	}
-	slices.Sort(tags)
-	return "the pools are " + strings.Join(tags, ", ")
 }
 
 // poolOf names the pool a request is held to, for a refusal: " in pool

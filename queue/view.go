@@ -1,10 +1,11 @@
-package lease
+package queue
 
 import (
 	"cmp"
 	"slices"
 	"time"
 
+	"github.com/dibs-gpu/dibs/lease"
 	"github.com/dibs-gpu/dibs/nodeprobe"
 )
 
@@ -38,13 +39,13 @@ type NodeView struct {
 	Since   time.Time
 	Version uint64
 	Snap    nodeprobe.Snapshot
-	Leases  []Lease
+	Leases  []lease.Lease
 	// Bookings are the node's bookings not started yet (never in Leases).
-	Bookings []Lease
-	Judged   map[int]Judgement
-	Idle     *IdleTracker
+	Bookings []lease.Lease
+	Judged   map[int]lease.Judgement
+	Idle     *lease.IdleTracker
 	Queue    []QueueEntry
-	Ended    []EndedRun
+	Ended    []lease.EndedRun
 	Usage    map[string]float64
 	Protocol int
 	Software string
@@ -141,8 +142,8 @@ func (v ClusterView) Local() *NodeView {
 }
 
 // Leases lists every lease the view knows, node by node.
-func (v ClusterView) Leases() []Lease {
-	var out []Lease
+func (v ClusterView) Leases() []lease.Lease {
+	var out []lease.Lease
 	for i := range v.Nodes {
 		out = append(out, v.Nodes[i].Leases...)
 	}
@@ -150,8 +151,8 @@ func (v ClusterView) Leases() []Lease {
 }
 
 // Bookings lists every booking the view knows, node by node.
-func (v ClusterView) Bookings() []Lease {
-	var out []Lease
+func (v ClusterView) Bookings() []lease.Lease {
+	var out []lease.Lease
 	for i := range v.Nodes {
 		out = append(out, v.Nodes[i].Bookings...)
 	}
@@ -159,21 +160,21 @@ func (v ClusterView) Bookings() []Lease {
 }
 
 // FindLease returns the lease with id, wherever it lives.
-func (v ClusterView) FindLease(id string) (Lease, bool) {
-	node, ok := NodeOfID(id)
+func (v ClusterView) FindLease(id string) (lease.Lease, bool) {
+	node, ok := lease.NodeOfID(id)
 	if !ok {
-		return Lease{}, false
+		return lease.Lease{}, false
 	}
 	n, ok := v.Node(node)
 	if !ok {
-		return Lease{}, false
+		return lease.Lease{}, false
 	}
 	for _, l := range n.Leases {
 		if l.ID == id {
 			return l, true
 		}
 	}
-	return Lease{}, false
+	return lease.Lease{}, false
 }
 
 // Entries is the cluster's queue: every node's own entries.
@@ -198,22 +199,22 @@ func (v ClusterView) Scheduler() string {
 }
 
 // SchedNodes is the cluster as the scheduler's rules read it.
-func (v ClusterView) SchedNodes() []SchedNode {
-	out := make([]SchedNode, 0, len(v.Nodes))
+func (v ClusterView) SchedNodes() []lease.SchedNode {
+	out := make([]lease.SchedNode, 0, len(v.Nodes))
 	for i := range v.Nodes {
 		n := &v.Nodes[i]
-		out = append(out, SchedNode{Name: n.Name, Alive: n.Alive(), Snap: n.Snap, Leases: n.Leases, Idle: n.Idle, Bookings: n.Bookings})
+		out = append(out, lease.SchedNode{Name: n.Name, Alive: n.Alive(), Snap: n.Snap, Leases: n.Leases, Idle: n.Idle, Bookings: n.Bookings})
 	}
 	return out
 }
 
 // Candidates are the live nodes a claim with no node named may land on.
-func (v ClusterView) Candidates() []Candidate {
-	var out []Candidate
+func (v ClusterView) Candidates() []lease.Candidate {
+	var out []lease.Candidate
 	for i := range v.Nodes {
 		n := &v.Nodes[i]
 		if n.Alive() {
-			out = append(out, Candidate{Node: n.Name, Snap: n.Snap, Leases: n.Leases, Bookings: n.Bookings, Local: n.Self})
+			out = append(out, lease.Candidate{Node: n.Name, Snap: n.Snap, Leases: n.Leases, Bookings: n.Bookings, Local: n.Self})
 		}
 	}
 	return out

@@ -1,32 +1,16 @@
-package lease
+package queue
 
 import (
 	"time"
-)
 
-// Why a lease is reclaimed (Reclaim.Reason, Lease.PreemptReason).
-const (
-	// PreemptQuota: the lease is borrowed and someone within their quota
-	// waits for its GPUs.
-	PreemptQuota = "quota"
-	// PreemptIdle: the lease has been idle past SchedConfig.IdleReclaimAfter
-	// and someone waits for its GPUs.
-	PreemptIdle = "idle"
-	// PreemptOverdue: the lease is past its end (end_action "warn" keeps
-	// it while nobody waits) and someone waits for its GPUs: it is
-	// signalled (SIGTERM) and ended after the grace, as end_action
-	// "signal" would have done.
-	PreemptOverdue = "overdue"
-	// PreemptGang: another rank of its gang failed or was lost, so this
-	// rank is stopped too (all or nothing).
-	PreemptGang = "gang"
+	"github.com/dibs-gpu/dibs/lease"
 )
 
 // Signal is the signal a reclaim sends the session: SIGTERM (15) for an
 // overdue lease, as end_action "signal" sends at the end; 0 (the
 // configured preemption signal) for the others.
 func (r Reclaim) Signal() int {
-	if r.Reason == PreemptOverdue {
+	if r.Reason == lease.PreemptOverdue {
 		return 15
 	}
 	return 0
@@ -75,9 +59,9 @@ type Start struct {
 // Reclaim asks the agent to end a lease cooperatively for a waiting entry:
 // tell the holder, wait the preempt grace, end it.
 type Reclaim struct {
-	Lease  Lease  `json:"lease"`
-	Reason string `json:"reason"` // PreemptQuota, PreemptIdle or PreemptOverdue
-	For    string `json:"for"`    // the entry id it is reclaimed for
+	Lease  lease.Lease `json:"lease"`
+	Reason string      `json:"reason"` // PreemptQuota, PreemptIdle or PreemptOverdue
+	For    string      `json:"for"`    // the entry id it is reclaimed for
 }
 
 // Plan is what one scheduling pass decides.
@@ -150,7 +134,7 @@ type Plan struct {
 // the estimate. An entry with no Duration is taken to hold its GPUs for good:
 // it never backfills onto protected GPUs, and what waits for its GPUs has no
 // estimate.
-func Schedule(entries []QueueEntry, nodes []SchedNode, usage Usage, now time.Time, cfg SchedConfig) Plan {
+func Schedule(entries []QueueEntry, nodes []lease.SchedNode, usage Usage, now time.Time, cfg SchedConfig) Plan {
 	cfg = cfg.WithDefaults()
 	s := newScheduler(nodes, now, cfg)
 	order := s.rank(entries, usage)
