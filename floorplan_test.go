@@ -99,10 +99,10 @@ func floorPlan() []room {
 			may: []string{"lease", "internal/termsafe", "nodeprobe"}, never: append(slices.Clone(pure), bbolt, "event"), notItself: noIO},
 		{pkg: "event", what: "what happened: event kinds and their words, notices, notification settings; no I/O",
 			may: []string{"lease", "queue", "internal/termsafe"}, never: append(slices.Clone(pure), bbolt), notItself: noIO},
-		{pkg: "lease/store", what: "bbolt store behind queue.Store and event.EventStore",
+		{pkg: "store", what: "bbolt store behind queue.Store and event.EventStore",
 			may: []string{"lease", "queue", "event"}, mods: []string{bbolt}, never: pure},
-		{pkg: "lease/store/storetest", what: "a fault-injecting fake queue.Store for tests",
-			may: []string{"lease", "queue", "lease/store"}, never: pure},
+		{pkg: "store/storetest", what: "a fault-injecting fake queue.Store for tests",
+			may: []string{"lease", "queue", "store"}, never: pure},
 		{pkg: "internal/doctor", what: "doctor's checks, figures and verdict: pure arithmetic",
 			may: []string{"lease", "queue", "nodeprobe"}, never: append(slices.Clone(pure), bbolt), notItself: noIO},
 		{pkg: "internal/slurm", what: "slurm.conf, gres.conf and sbatch scripts from what dibs knows: pure text",
@@ -123,7 +123,7 @@ func floorPlan() []room {
 			may:  []string{"api", "lease", "event", "internal/termsafe", "nodeprobe"},
 			mods: []string{"charm.land/bubbles/v2", bubbletea, "charm.land/lipgloss/v2", "github.com/charmbracelet/x/ansi"},
 			never: []string{memberlist, goNVML, bbolt, wish, sshPkg, "github.com/charmbracelet/bubbletea",
-				"agent", "gossip", "launch", "lease/store"}},
+				"agent", "gossip", "launch", "store"}},
 	}
 
 	agentWhat := map[string]string{
@@ -166,14 +166,14 @@ func floorPlan() []room {
 	}
 	plan = append(plan,
 		room{pkg: "agent", what: "the daemon: composition of the rooms above",
-			may:  slices.Concat(agents, []string{"api", "gossip", "launch", "lease", "queue", "event", "internal/doctor", "lease/store", "internal/termsafe", "nodeprobe"}),
+			may:  slices.Concat(agents, []string{"api", "gossip", "launch", "lease", "queue", "event", "internal/doctor", "store", "internal/termsafe", "nodeprobe"}),
 			mods: []string{xsys}, never: []string{goNVML}},
 		room{pkg: "agent/agenttest", what: "real agents on loopback for any package's tests",
 			may: slices.Concat([]string{"agent", "internal/poll"}, agents, []string{"api", "launch", "launch/launchtest", "lease", "queue",
-				"lease/store", "internal/termsafe", "nodeprobe", "nodeprobe/sim"}),
+				"store", "internal/termsafe", "nodeprobe", "nodeprobe/sim"}),
 			mods: []string{xsys}, never: []string{goNVML}},
 		room{pkg: "nemesis", what: "Jepsen-style proof: clients, faults and a checker over real agents (tests only)",
-			may:  slices.Concat([]string{"agent", "agent/agenttest"}, agents, []string{"api", "gossip", "lease", "queue", "lease/store/storetest"}),
+			may:  slices.Concat([]string{"agent", "agent/agenttest"}, agents, []string{"api", "gossip", "lease", "queue", "store/storetest"}),
 			mods: []string{"github.com/anishathalye/porcupine"}, never: []string{goNVML}},
 		room{pkg: "demo", what: "four simulated agents and teammates in one process",
 			may: slices.Concat([]string{"agent"}, agents, []string{"api", "launch", "lease", "internal/termsafe",
@@ -192,7 +192,7 @@ func floorPlan() []room {
 	// gossip, no store, no metrics, no SSH server, no NVML (issue 22: it
 	// starts like squeue). It hands the daemon's verbs to dibsd.
 	daemonParts := []string{memberlist, bbolt, "github.com/prometheus/", "google.golang.org/protobuf", sshPkg,
-		wish, "charm.land/ssh", goNVML, "agent", "gossip", "lease/store", "demo", "internal/daemoncmd"}
+		wish, "charm.land/ssh", goNVML, "agent", "gossip", "store", "demo", "internal/daemoncmd"}
 	return append(plan,
 		room{pkg: "internal/buildinfo", what: "the release a binary says it is: linker stamps, else the toolchain's record"},
 		// The plan reads the default build, without the nvml tag: then

@@ -35,9 +35,9 @@ import (
 	"github.com/dibs-gpu/dibs/agent/sshd"
 	"github.com/dibs-gpu/dibs/launch"
 	"github.com/dibs-gpu/dibs/lease"
-	"github.com/dibs-gpu/dibs/lease/store"
 	"github.com/dibs-gpu/dibs/nodeprobe"
 	"github.com/dibs-gpu/dibs/queue"
+	"github.com/dibs-gpu/dibs/store"
 )
 
 // DevVersion is what an agent built without a stamped version reports.

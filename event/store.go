@@ -12,7 +12,7 @@ type EventRider interface {
 }
 
 // EventStore keeps a node's event log and its users' notification
-// settings, durable like the rest (lease/store's bbolt file has both; a
+// settings, durable like the rest (store's bbolt file has both; a
 // Store without them gets an in-memory log in the agent). Implementations
 // are safe for concurrent use.
 type EventStore interface {

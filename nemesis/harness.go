@@ -17,8 +17,8 @@ import (
 	"github.com/dibs-gpu/dibs/agent/clock"
 	"github.com/dibs-gpu/dibs/api"
 	"github.com/dibs-gpu/dibs/lease"
-	"github.com/dibs-gpu/dibs/lease/store/storetest"
 	"github.com/dibs-gpu/dibs/queue"
+	"github.com/dibs-gpu/dibs/store/storetest"
 )
 
 // Options describe a run.

@@ -4,8 +4,8 @@ import (
 	"time"
 
 	"github.com/dibs-gpu/dibs/lease"
-	"github.com/dibs-gpu/dibs/lease/store/storetest"
 	"github.com/dibs-gpu/dibs/queue"
+	"github.com/dibs-gpu/dibs/store/storetest"
 )
 
 // recordedStore is a node's fake disk with every durable write written

@@ -19,9 +19,9 @@ import (
 	"github.com/dibs-gpu/dibs/api"
 	"github.com/dibs-gpu/dibs/launch"
 	"github.com/dibs-gpu/dibs/lease"
-	"github.com/dibs-gpu/dibs/lease/store/storetest"
 	"github.com/dibs-gpu/dibs/nodeprobe/sim"
 	"github.com/dibs-gpu/dibs/queue"
+	"github.com/dibs-gpu/dibs/store/storetest"
 )
 
 var t0 = time.Date(2026, 3, 2, 9, 0, 0, 0, time.UTC)

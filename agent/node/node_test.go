@@ -19,8 +19,8 @@ import (
 	"github.com/dibs-gpu/dibs/event"
 	"github.com/dibs-gpu/dibs/launch"
 	"github.com/dibs-gpu/dibs/lease"
-	"github.com/dibs-gpu/dibs/lease/store/storetest"
 	"github.com/dibs-gpu/dibs/nodeprobe/sim"
+	"github.com/dibs-gpu/dibs/store/storetest"
 )
 
 // t0 is the fake clock's start: a fixed instant, so every expiry below

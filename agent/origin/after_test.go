@@ -10,8 +10,8 @@ import (
 	"github.com/dibs-gpu/dibs/agent/origin"
 	"github.com/dibs-gpu/dibs/event"
 	"github.com/dibs-gpu/dibs/lease"
-	"github.com/dibs-gpu/dibs/lease/store/storetest"
 	"github.com/dibs-gpu/dibs/queue"
+	"github.com/dibs-gpu/dibs/store/storetest"
 )
 
 // TestAfterIsSettledDurably: a run waiting for another origin's entry

@@ -6,9 +6,9 @@ import (
 	"time"
 
 	"github.com/dibs-gpu/dibs/lease"
-	"github.com/dibs-gpu/dibs/lease/store"
-	"github.com/dibs-gpu/dibs/lease/store/storetest"
 	"github.com/dibs-gpu/dibs/queue"
+	"github.com/dibs-gpu/dibs/store"
+	"github.com/dibs-gpu/dibs/store/storetest"
 )
 
 // The fake answers every step of one sequence as the bbolt store does: the

@@ -10,7 +10,7 @@ import (
 	"testing"
 
 	"github.com/dibs-gpu/dibs/lease"
-	"github.com/dibs-gpu/dibs/lease/store"
+	"github.com/dibs-gpu/dibs/store"
 )
 
 // schema1OnTinyDisk puts testdata/schema1.db on a small tmpfs of its own,

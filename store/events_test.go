@@ -10,7 +10,7 @@ import (
 	"go.etcd.io/bbolt"
 
 	"github.com/dibs-gpu/dibs/event"
-	"github.com/dibs-gpu/dibs/lease/store"
+	"github.com/dibs-gpu/dibs/store"
 )
 
 func mkEvent(seq uint64, at time.Time, user string) event.Event {

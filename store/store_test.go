@@ -14,7 +14,7 @@ import (
 	"go.etcd.io/bbolt"
 
 	"github.com/dibs-gpu/dibs/lease"
-	"github.com/dibs-gpu/dibs/lease/store"
+	"github.com/dibs-gpu/dibs/store"
 )
 
 var t0 = time.Date(2026, 3, 2, 9, 0, 0, 0, time.UTC)

@@ -6,8 +6,8 @@ import (
 	"time"
 
 	"github.com/dibs-gpu/dibs/lease"
-	"github.com/dibs-gpu/dibs/lease/store"
 	"github.com/dibs-gpu/dibs/queue"
+	"github.com/dibs-gpu/dibs/store"
 )
 
 // Weak 3 of the third round: the ledger was never pruned, so a

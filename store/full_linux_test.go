@@ -11,7 +11,7 @@ import (
 	"testing"
 
 	"github.com/dibs-gpu/dibs/lease"
-	"github.com/dibs-gpu/dibs/lease/store"
+	"github.com/dibs-gpu/dibs/store"
 )
 
 // tinyDisk mounts a small tmpfs for the test and unmounts it afterwards. It

@@ -16,8 +16,8 @@ import (
 	"go.etcd.io/bbolt"
 
 	"github.com/dibs-gpu/dibs/lease"
-	"github.com/dibs-gpu/dibs/lease/store"
 	"github.com/dibs-gpu/dibs/queue"
+	"github.com/dibs-gpu/dibs/store"
 )
 
 var (

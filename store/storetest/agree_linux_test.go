@@ -11,8 +11,8 @@ import (
 	"testing"
 
 	"github.com/dibs-gpu/dibs/lease"
-	"github.com/dibs-gpu/dibs/lease/store"
-	"github.com/dibs-gpu/dibs/lease/store/storetest"
+	"github.com/dibs-gpu/dibs/store"
+	"github.com/dibs-gpu/dibs/store/storetest"
 )
 
 // The fake's full disk refuses in the bbolt store's words on a disk that is

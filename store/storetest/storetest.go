@@ -17,8 +17,8 @@ import (
 	"time"
 
 	"github.com/dibs-gpu/dibs/lease"
-	"github.com/dibs-gpu/dibs/lease/store"
 	"github.com/dibs-gpu/dibs/queue"
+	"github.com/dibs-gpu/dibs/store"
 )
 
 // Fault is a way a write to the disk goes wrong.

@@ -14,8 +14,8 @@ import (
 	"go.etcd.io/bbolt"
 
 	"github.com/dibs-gpu/dibs/lease"
-	"github.com/dibs-gpu/dibs/lease/store"
 	"github.com/dibs-gpu/dibs/queue"
+	"github.com/dibs-gpu/dibs/store"
 )
 
 // schema1 is what testdata/schema1.db holds, as the schema-1 dibs read it
