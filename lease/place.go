@@ -2,7 +2,6 @@ package lease
 
 import (
 	"slices"
-	"strings"
 
 	"github.com/dibs-gpu/dibs/nodeprobe"
 )
@@ -188,21 +187,4 @@ type SchedNode struct {
 	// Bookings are the node's bookings not started yet: GPUs the queue
 	// may use only for runs that end before them.
 	Bookings []Lease
-}
-
-// ClusterTags lists the pools of the cluster, for a message.
-func ClusterTags(nodes []SchedNode) string {
-	var tags []string
-	for i := range nodes {
-		for _, t := range nodes[i].Snap.Host.Tags {
-			if !slices.Contains(tags, t) {
-				tags = append(tags, t)
-			}
-		}
-	}
-	if len(tags) == 0 {
-		return "no node has a pool"
-	}
-	slices.Sort(tags)
-	return "the pools are " + strings.Join(tags, ", ")
 }

@@ -144,3 +144,20 @@ func CheckTags(tags []string) error {
 
 // ShareSlack is a hair of slack for sums of fractions of GPUs.
 const ShareSlack = 1e-9
+
+// ClusterTags lists the pools of the cluster, for a message.
+func ClusterTags(nodes []SchedNode) string {
+	var tags []string
+	for i := range nodes {
+		for _, t := range nodes[i].Snap.Host.Tags {
+			if !slices.Contains(tags, t) {
+				tags = append(tags, t)
+			}
+		}
+	}
+	if len(tags) == 0 {
+		return "no node has a pool"
+	}
+	slices.Sort(tags)
+	return "the pools are " + strings.Join(tags, ", ")
+}
