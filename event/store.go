@@ -12,8 +12,8 @@ type EventRider interface {
 }
 
 // EventStore keeps a node's event log and its users' notification
-// settings, durable like the rest (store's bbolt file has both; a
-// Store without them gets an in-memory log in the agent). Implementations
+// settings, durable like the rest (package store's bbolt file has both; a
+// store without them gets an in-memory log in the agent). Implementations
 // are safe for concurrent use.
 type EventStore interface {
 	// AppendEvents writes events, each with its sequence set, in one

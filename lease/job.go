@@ -11,7 +11,7 @@ type Job struct {
 	// Torchrun wraps Command in torchrun with the gang's rendezvous.
 	Torchrun bool `json:"torchrun,omitempty"`
 	// PerGPU starts Command once per GPU of each rank's lease, each copy
-	// with its own RANK and LOCAL_RANK (PerGPUCommand), as srun does.
+	// with its own RANK and LOCAL_RANK (queue.PerGPUCommand), as srun does.
 	PerGPU bool `json:"per_gpu,omitempty"`
 	// Env is what the submitter's shell had of CarriedEnv (PATH, the
 	// Python environment), set in every rank's session.
@@ -23,8 +23,9 @@ type Job struct {
 	Kept bool `json:"kept,omitempty"`
 }
 
-// EachString is EachString for a job (none for a nil one); an environment
-// value is visited as "env" and may be replaced too.
+// EachString visits every string of a job (none for a nil one), for
+// Lease.EachString and queue.QueueEntry.EachString; an environment value
+// is visited as "env" and may be replaced too.
 func (j *Job) EachString(f func(field string, p *string)) {
 	if j == nil {
 		return

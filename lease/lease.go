@@ -1,7 +1,10 @@
-// Package lease holds the rules of dibs with no I/O: what a lease is, who may
-// claim, extend or end one, which GPUs a claim gets, when a lease is due for
-// its warning or its end, and which GPUs are idle or squatted. The agent owns
-// the clock, the store and the goroutines; this package only decides.
+// Package lease holds the rules of a lease, with no I/O: what a lease is, who
+// may claim, extend or end one, which GPUs (or which part of one) a claim
+// gets, bookings, when a lease is due for its warning or its end, and which
+// GPUs are idle or squatted. The rules of queued work (package queue) and
+// of events (package event) are built on these; this package knows neither.
+// The agent owns the clock, the store and the goroutines; this package only
+// decides.
 package lease
 
 import (

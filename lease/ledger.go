@@ -59,8 +59,8 @@ func Ended(l Lease, end time.Time, reason, by string) LedgerEntry {
 // show it. An *Error with CodeUnavailable means the disk cannot take writes
 // now (full, read-only) while reads still work; any other error is the disk
 // failing or the file damaged. Implementations are safe for concurrent use.
-// store is the bbolt one; store/storetest is an in-memory one
-// with injectable faults, for tests.
+// queue.Store adds the queue entries; package store is the bbolt one,
+// store/storetest an in-memory one with injectable faults, for tests.
 type Store interface {
 	// Load returns every lease and the highest token ever granted.
 	Load() (leases []Lease, lastToken uint64, err error)
@@ -177,7 +177,7 @@ func CompactLedger(entries []LedgerEntry) (rows []LedgerEntry, replaced [][]int)
 }
 
 // LedgerCompactor is a Store that can fold its old ledger entries
-// (CompactLedger) in one transaction each time: store's bbolt file.
+// (CompactLedger) in one transaction each time: package store's bbolt file.
 type LedgerCompactor interface {
 	// CompactLedger folds the entries that ended before t, at most max of
 	// them in one transaction (so a first pass over a long-neglected
@@ -211,7 +211,7 @@ func FoldInto(row, e LedgerEntry) LedgerEntry {
 }
 
 // LedgerFolder is a Store that can end a lease by folding its ledger entry
-// into a compacted row it keeps (store's bbolt file).
+// into a compacted row it keeps (package store's bbolt file).
 type LedgerFolder interface {
 	// EndFolded deletes lease id and adds e to the compacted row at key
 	// row (0: a new row), in one transaction, and says where the row is.

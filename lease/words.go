@@ -1,5 +1,8 @@
 package lease
 
+// Words a person reads about GPUs and time, shared by the refusals, the
+// pools and the queue's messages.
+
 import (
 	"math"
 	"strconv"
