@@ -70,7 +70,7 @@ func floorPlan() []room {
 	// HTTP, no processes, and no I/O of their own.
 	pure := []string{memberlist, goNVML, charm, charmX, sshPkg, "net/http", "os/exec"}
 	noIO := []string{"os", "os/exec", "os/signal", "syscall", "net", "io/fs", "log", "path/filepath"}
-	base := []string{"lease", "internal/doctor", "internal/termsafe", "nodeprobe", "launch"}
+	base := []string{"lease", "queue", "event", "internal/doctor", "internal/termsafe", "nodeprobe", "launch"}
 
 	plan := []room{
 		{pkg: "nodeprobe", what: "GPU snapshot types (Snapshot, GPU, Process, Probe, Options); no I/O",
@@ -91,33 +91,39 @@ func floorPlan() []room {
 		{pkg: "internal/lograte", what: "refusal log lines rate-limited per source, with a count of those held back"},
 		{pkg: "internal/termsafe", what: "the one sanitizer for text from outside; standard library only"},
 		{pkg: "internal/columns", what: "a table cell's two rules for both binaries: empty as \"-\", cut with \"~\""},
-		{pkg: "lease", what: "the rules: pure functions over an injected clock, no I/O",
-			may: []string{"internal/termsafe", "nodeprobe"}, never: append(slices.Clone(pure), bbolt), notItself: noIO},
-		{pkg: "lease/store", what: "bbolt store behind lease.Store",
-			may: []string{"lease"}, mods: []string{bbolt}, never: pure},
-		{pkg: "lease/store/storetest", what: "a fault-injecting fake lease.Store for tests",
-			may: []string{"lease", "lease/store"}, never: pure},
+		// The rules of a lease know nothing of the queue or of events,
+		// which are built on them.
+		{pkg: "lease", what: "the rules of a lease: pure functions over an injected clock, no I/O",
+			may: []string{"internal/termsafe", "nodeprobe"}, never: append(slices.Clone(pure), bbolt, "queue", "event"), notItself: noIO},
+		{pkg: "queue", what: "the rules of queued work: entries, fair-share, the scheduling pass, gangs, arrays, dependencies; no I/O",
+			may: []string{"lease", "internal/termsafe", "nodeprobe"}, never: append(slices.Clone(pure), bbolt, "event"), notItself: noIO},
+		{pkg: "event", what: "what happened: event kinds and their words, notices, notification settings; no I/O",
+			may: []string{"lease", "queue", "internal/termsafe"}, never: append(slices.Clone(pure), bbolt), notItself: noIO},
+		{pkg: "store", what: "bbolt store behind queue.Store and event.EventStore",
+			may: []string{"lease", "queue", "event"}, mods: []string{bbolt}, never: pure},
+		{pkg: "store/storetest", what: "a fault-injecting fake queue.Store for tests",
+			may: []string{"lease", "queue", "store"}, never: pure},
 		{pkg: "internal/doctor", what: "doctor's checks, figures and verdict: pure arithmetic",
-			may: []string{"lease", "nodeprobe"}, never: append(slices.Clone(pure), bbolt), notItself: noIO},
+			may: []string{"lease", "queue", "nodeprobe"}, never: append(slices.Clone(pure), bbolt), notItself: noIO},
 		{pkg: "internal/slurm", what: "slurm.conf, gres.conf and sbatch scripts from what dibs knows: pure text",
-			may: []string{"lease", "nodeprobe"}, never: append(slices.Clone(pure), bbolt), notItself: noIO},
+			may: []string{"lease", "queue", "nodeprobe"}, never: append(slices.Clone(pure), bbolt), notItself: noIO},
 		{pkg: "internal/replay", what: "the what-if simulator: dibs's own rules on simulated time",
-			may: []string{"lease", "nodeprobe", "nodeprobe/sim"}, never: append(slices.Clone(pure), bbolt), notItself: noIO},
+			may: []string{"lease", "queue", "nodeprobe", "nodeprobe/sim"}, never: append(slices.Clone(pure), bbolt), notItself: noIO},
 		{pkg: "launch", what: "tmux sessions as a user; standard library only",
 			mods: []string{xsys}, never: []string{memberlist, goNVML, charm, charmX}},
 		{pkg: "launch/launchtest", what: "throwaway accounts for tests",
 			may: []string{"launch"}},
 		{pkg: "gossip", what: "memberlist: node state out and in, requests between agents",
-			may: []string{"internal/lograte", "lease", "internal/termsafe", "nodeprobe"}, mods: []string{memberlist},
+			may: []string{"internal/lograte", "lease", "queue", "internal/termsafe", "nodeprobe"}, mods: []string{memberlist},
 			never: []string{charm, charmX, goNVML, "launch"}, notItself: []string{"net/http", "os/exec"}},
 		{pkg: "api", what: "local API types and Go client (HTTP+JSON over the unix socket)",
-			may: []string{"lease", "internal/doctor", "internal/termsafe", "nodeprobe"}, mods: []string{xsys},
+			may: []string{"lease", "queue", "event", "internal/doctor", "internal/termsafe", "nodeprobe"}, mods: []string{xsys},
 			never: []string{charm, charmX, memberlist, goNVML}},
 		{pkg: "tui", what: "bubbletea v2 board over api",
-			may:  []string{"api", "lease", "internal/termsafe", "nodeprobe"},
+			may:  []string{"api", "lease", "event", "internal/termsafe", "nodeprobe"},
 			mods: []string{"charm.land/bubbles/v2", bubbletea, "charm.land/lipgloss/v2", "github.com/charmbracelet/x/ansi"},
 			never: []string{memberlist, goNVML, bbolt, wish, sshPkg, "github.com/charmbracelet/bubbletea",
-				"agent", "gossip", "launch", "lease/store"}},
+				"agent", "gossip", "launch", "store"}},
 	}
 
 	agentWhat := map[string]string{
@@ -160,14 +166,14 @@ func floorPlan() []room {
 	}
 	plan = append(plan,
 		room{pkg: "agent", what: "the daemon: composition of the rooms above",
-			may:  slices.Concat(agents, []string{"api", "gossip", "launch", "lease", "internal/doctor", "lease/store", "internal/termsafe", "nodeprobe"}),
+			may:  slices.Concat(agents, []string{"api", "gossip", "launch", "lease", "queue", "event", "internal/doctor", "store", "internal/termsafe", "nodeprobe"}),
 			mods: []string{xsys}, never: []string{goNVML}},
 		room{pkg: "agent/agenttest", what: "real agents on loopback for any package's tests",
-			may: slices.Concat([]string{"agent", "internal/poll"}, agents, []string{"api", "launch", "launch/launchtest", "lease",
-				"lease/store", "internal/termsafe", "nodeprobe", "nodeprobe/sim"}),
+			may: slices.Concat([]string{"agent", "internal/poll"}, agents, []string{"api", "launch", "launch/launchtest", "lease", "queue",
+				"store", "internal/termsafe", "nodeprobe", "nodeprobe/sim"}),
 			mods: []string{xsys}, never: []string{goNVML}},
 		room{pkg: "nemesis", what: "Jepsen-style proof: clients, faults and a checker over real agents (tests only)",
-			may:  slices.Concat([]string{"agent", "agent/agenttest"}, agents, []string{"api", "gossip", "lease", "lease/store/storetest"}),
+			may:  slices.Concat([]string{"agent", "agent/agenttest"}, agents, []string{"api", "gossip", "lease", "queue", "store/storetest"}),
 			mods: []string{"github.com/anishathalye/porcupine"}, never: []string{goNVML}},
 		room{pkg: "demo", what: "four simulated agents and teammates in one process",
 			may: slices.Concat([]string{"agent"}, agents, []string{"api", "launch", "lease", "internal/termsafe",
@@ -186,7 +192,7 @@ func floorPlan() []room {
 	// gossip, no store, no metrics, no SSH server, no NVML (issue 22: it
 	// starts like squeue). It hands the daemon's verbs to dibsd.
 	daemonParts := []string{memberlist, bbolt, "github.com/prometheus/", "google.golang.org/protobuf", sshPkg,
-		wish, "charm.land/ssh", goNVML, "agent", "gossip", "lease/store", "demo", "internal/daemoncmd"}
+		wish, "charm.land/ssh", goNVML, "agent", "gossip", "store", "demo", "internal/daemoncmd"}
 	return append(plan,
 		room{pkg: "internal/buildinfo", what: "the release a binary says it is: linker stamps, else the toolchain's record"},
 		// The plan reads the default build, without the nvml tag: then
@@ -199,7 +205,7 @@ func floorPlan() []room {
 		room{pkg: "cmd/dibsd", what: "the daemon's binary: dibsd agent (the dibs.service unit), demo, probe, keygen",
 			may: []string{"internal/daemoncmd"}, never: []string{goNVML}},
 		room{pkg: "cmd/dibs", what: "the client: flags, tables, --json, the board; hands the daemon's verbs to dibsd",
-			may: []string{"api", "internal/buildinfo", "internal/columns", "launch", "lease", "internal/doctor", "internal/replay", "internal/slurm",
+			may: []string{"api", "internal/buildinfo", "internal/columns", "launch", "lease", "queue", "event", "internal/doctor", "internal/replay", "internal/slurm",
 				"internal/termsafe", "nodeprobe", "tui"},
 			mods: []string{bubbletea, "github.com/spf13/cobra", "github.com/spf13/pflag", xsys}, never: daemonParts},
 		room{pkg: ".", what: "this floor plan and the size limits (tests only)"},

@@ -12,7 +12,8 @@ import (
 	"github.com/dibs-gpu/dibs/agent/agenttest"
 	"github.com/dibs-gpu/dibs/agent/peer"
 	"github.com/dibs-gpu/dibs/api"
-	"github.com/dibs-gpu/dibs/lease"
+	"github.com/dibs-gpu/dibs/event"
+	"github.com/dibs-gpu/dibs/queue"
 )
 
 // stamp is a command that writes the time to dir/name, then exits code.
@@ -93,7 +94,7 @@ func TestAfterFailedDependencyEndsTheRunWithANotice(t *testing.T) {
 	}
 	agenttest.Eventually(t, 30*time.Second, "--after-any to run and --after to be ended", func() bool {
 		st, _ := nodes[1].Client.EntryStatus(ctx(t), bOK.ID)
-		return !readTime(dir+"/any").IsZero() && st.State == lease.EntryFailed
+		return !readTime(dir+"/any").IsZero() && st.State == queue.EntryFailed
 	})
 	st, _ := nodes[1].Client.EntryStatus(ctx(t), bOK.ID)
 	if !strings.Contains(st.Reason, "its dependency "+a.ID+" failed") {
@@ -105,7 +106,7 @@ func TestAfterFailedDependencyEndsTheRunWithANotice(t *testing.T) {
 	agenttest.Eventually(t, 5*time.Second, "the notice naming the dependency", func() bool {
 		l, _ := nodes[1].Client.Events(ctx(t), api.EventsRequest{})
 		for _, e := range l.Events {
-			if e.Kind == lease.EventFail && e.Entry == bOK.ID && strings.Contains(e.Text, a.ID) {
+			if e.Kind == event.EventFail && e.Entry == bOK.ID && strings.Contains(e.Text, a.ID) {
 				return true
 			}
 		}
@@ -227,7 +228,7 @@ func TestAfterADependencyWhoseOriginRestarted(t *testing.T) {
 	}
 	agenttest.Eventually(t, 20*time.Second, "a to finish", func() bool {
 		st, _ := nodes[1].Client.EntryStatus(ctx(t), a.ID)
-		return st.State == lease.EntryFinished
+		return st.State == queue.EntryFinished
 	})
 	nodes[1].Restart()
 	for _, n := range nodes[1:] { // the dependency's own origin, and another
@@ -274,7 +275,7 @@ func TestAfterAGangNeedsEveryRankToSucceed(t *testing.T) {
 	}
 	agenttest.Eventually(t, 30*time.Second, "--after-any to run and --after to be ended", func() bool {
 		st, _ := nodes[2].Client.EntryStatus(ctx(t), bOK.ID)
-		return !readTime(dir+"/any").IsZero() && st.State == lease.EntryFailed && strings.Contains(st.Reason, g.ID)
+		return !readTime(dir+"/any").IsZero() && st.State == queue.EntryFailed && strings.Contains(st.Reason, g.ID)
 	})
 	if _, err := os.Stat(dir + "/ok"); err == nil {
 		t.Error("the run --after a gang with a failed rank ran")

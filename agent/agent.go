@@ -35,8 +35,9 @@ import (
 	"github.com/dibs-gpu/dibs/agent/sshd"
 	"github.com/dibs-gpu/dibs/launch"
 	"github.com/dibs-gpu/dibs/lease"
-	"github.com/dibs-gpu/dibs/lease/store"
 	"github.com/dibs-gpu/dibs/nodeprobe"
+	"github.com/dibs-gpu/dibs/queue"
+	"github.com/dibs-gpu/dibs/store"
 )
 
 // DevVersion is what an agent built without a stamped version reports.
@@ -62,7 +63,7 @@ type Config struct {
 	// SSH, when set, serves the board over SSH.
 	SSH *SSHSettings
 	// Sched is the queue's policy: fair-share, quotas, reclaim.
-	Sched lease.SchedConfig
+	Sched queue.SchedConfig
 	// PreemptSignal tells a borrowed or idle lease's session to checkpoint
 	// (default SIGUSR1); the lease ends Policy.PreemptGrace later.
 	PreemptSignal syscall.Signal
@@ -111,7 +112,7 @@ type Deps struct {
 	// Clock is the time; nil means the system clock.
 	Clock clock.Clock
 	// Store keeps leases; nil means the bbolt store in DataDir.
-	Store lease.Store
+	Store queue.Store
 	// TryNVML opens NVML and closes it again, so the doctor can say why a
 	// node fell back to nvidia-smi; nil skips that (the agent itself never
 	// links NVML: the command that builds it does).
@@ -133,7 +134,7 @@ type Agent struct {
 	deps Deps
 	log  *slog.Logger
 
-	store    lease.Store
+	store    queue.Store
 	changed  *notify.Signal
 	accounts *account.Directory
 	node     *node.Node
@@ -317,10 +318,10 @@ func (a *Agent) build(ctx context.Context) error {
 	a.origin = origin.New(a.cfg.NodeName, origin.Deps{Store: a.store, Clock: c, Changed: a.changed,
 		QueueChanged: a.queueChanged, Log: a.log.With("part", "queue"), Events: a.events.Record,
 		RetryDelay: func(restart int) time.Duration {
-			return lease.RequeueDelay(restart, sc.RequeueBackoff, sc.MaxRequeueBackoff, a.deps.Rand())
+			return queue.RequeueDelay(restart, sc.RequeueBackoff, sc.MaxRequeueBackoff, a.deps.Rand())
 		},
 		MaxPerUser: a.cfg.Sched.MaxQueuedPerUser,
-		DepStatus: func(ctx context.Context, id string) (lease.EntryStatus, error) {
+		DepStatus: func(ctx context.Context, id string) (queue.EntryStatus, error) {
 			return a.svc.EntryState(ctx, id) // a.svc is built below, before any pass
 		}})
 	a.svc = core.New(core.Config{
@@ -332,7 +333,7 @@ func (a *Agent) build(ctx context.Context) error {
 	a.fanout = events.NewFanout(nodes(a.svc), send(a.svc), a.log.With("part", "notices"))
 	a.sched = sched.New(a.cfg.NodeName, a.cfg.Sched, sched.Deps{
 		View: a.svc.View, Peers: a.peers, Clock: c, Log: a.log.With("part", "scheduler"), Instance: randomID(),
-		Reconcile: func(ctx context.Context, v lease.ClusterView) {
+		Reconcile: func(ctx context.Context, v queue.ClusterView) {
 			a.origin.Reconcile(ctx, v, sc.LostAfter, sc.ReservationTTL, a.stopRank, a.svc.TellUser)
 		},
 	})

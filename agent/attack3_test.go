@@ -13,6 +13,7 @@ import (
 	"github.com/dibs-gpu/dibs/agent/agenttest"
 	"github.com/dibs-gpu/dibs/agent/clock"
 	"github.com/dibs-gpu/dibs/api"
+	"github.com/dibs-gpu/dibs/event"
 	"github.com/dibs-gpu/dibs/launch"
 	"github.com/dibs-gpu/dibs/launch/launchtest"
 	"github.com/dibs-gpu/dibs/lease"
@@ -98,13 +99,13 @@ func worldWritable(t *testing.T) string {
 }
 
 // eventsOf lists the node's events about one lease.
-func eventsOf(t *testing.T, n *agenttest.Node, id string) []lease.Event {
+func eventsOf(t *testing.T, n *agenttest.Node, id string) []event.Event {
 	t.Helper()
 	l, err := n.Agent.For(0).Events(ctx(t), api.EventsRequest{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	var out []lease.Event
+	var out []event.Event
 	for _, e := range l.Events {
 		if e.Lease == id {
 			out = append(out, e)
@@ -135,7 +136,7 @@ func TestBookedRunStartsOnlyAsItsAccount(t *testing.T) {
 			return true
 		}
 		for _, e := range eventsOf(t, n, bk.ID) {
-			if e.Kind == lease.EventEnd || e.Kind == lease.EventRelease {
+			if e.Kind == event.EventEnd || e.Kind == event.EventRelease {
 				return true
 			}
 		}
@@ -221,7 +222,7 @@ func TestQueuedRunStartsOnlyAsItsAccount(t *testing.T) {
 		t.Fatal(err)
 	}
 	agenttest.Eventually(t, 10*time.Second, "the first run to start and end", func() bool {
-		return hasEntryEvent(t, n, first.ID, lease.EventFinish)
+		return hasEntryEvent(t, n, first.ID, event.EventFinish)
 	})
 	hold, err := n.Agent.For(0).Claim(ctx(t), api.ClaimRequest{GPUs: []int{0}})
 	if err != nil {
@@ -238,7 +239,7 @@ func TestQueuedRunStartsOnlyAsItsAccount(t *testing.T) {
 	}
 	agenttest.Eventually(t, 10*time.Second, "the second run to be refused (or to run)", func() bool {
 		_, ran := os.Stat(out)
-		return ran == nil || hasEntryEvent(t, n, second.ID, lease.EventFail)
+		return ran == nil || hasEntryEvent(t, n, second.ID, event.EventFail)
 	})
 	time.Sleep(time.Second)
 	if b, err := os.ReadFile(out); err == nil {
@@ -248,7 +249,7 @@ func TestQueuedRunStartsOnlyAsItsAccount(t *testing.T) {
 
 // hasEntryEvent reports whether the node recorded an event of kind about
 // the queued request entry.
-func hasEntryEvent(t *testing.T, n *agenttest.Node, entry string, kind lease.EventKind) bool {
+func hasEntryEvent(t *testing.T, n *agenttest.Node, entry string, kind event.EventKind) bool {
 	l, err := n.Agent.For(0).Events(ctx(t), api.EventsRequest{})
 	if err != nil {
 		return false

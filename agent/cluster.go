@@ -14,6 +14,7 @@ import (
 	"github.com/dibs-gpu/dibs/api"
 	"github.com/dibs-gpu/dibs/gossip"
 	"github.com/dibs-gpu/dibs/lease"
+	"github.com/dibs-gpu/dibs/queue"
 )
 
 // ClusterSettings configure gossip with the other agents.
@@ -114,7 +115,7 @@ func (d delegate) LocalState() gossip.NodeState {
 		}
 	}
 	entries := a.origin.Entries()
-	queue := make([]lease.QueueEntry, len(entries))
+	queue := make([]queue.QueueEntry, len(entries))
 	whole := d.l.olderScheduler()
 	for i, e := range entries {
 		if whole {
@@ -197,13 +198,13 @@ func (l *clusterLink) olderScheduler() bool {
 }
 
 // Peers implements core.Cluster.
-func (l *clusterLink) Peers() []lease.NodeView {
+func (l *clusterLink) Peers() []queue.NodeView {
 	peers := l.c.View()
 	protocols := l.c.MemberProtocols()
-	out := make([]lease.NodeView, 0, len(peers))
+	out := make([]queue.NodeView, 0, len(peers))
 	for _, p := range peers {
 		if p.Name == l.a.cfg.NodeName {
-			out = append(out, lease.NodeView{Name: p.Name, Addr: p.Addr})
+			out = append(out, queue.NodeView{Name: p.Name, Addr: p.Addr})
 			continue
 		}
 		st := &p.NodeState
@@ -223,7 +224,7 @@ func (l *clusterLink) Peers() []lease.NodeView {
 		if !since.IsZero() {
 			since = l.a.deps.Clock.Now().Add(-time.Since(since))
 		}
-		out = append(out, lease.NodeView{
+		out = append(out, queue.NodeView{
 			Name: p.Name, State: p.State, Addr: p.Addr, HasState: p.HasState, Since: since,
 			Version: st.Version, Snap: st.Snapshot, Leases: leases, Bookings: bookings, Idle: lease.IdleTrackerFrom(st.QuietSince),
 			Queue: st.Queue, Ended: st.Ended, Usage: st.Usage, Protocol: int(protocols[p.Name]),

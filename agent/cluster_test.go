@@ -14,6 +14,7 @@ import (
 	"github.com/dibs-gpu/dibs/agent/agenttest"
 	"github.com/dibs-gpu/dibs/api"
 	"github.com/dibs-gpu/dibs/lease"
+	"github.com/dibs-gpu/dibs/queue"
 )
 
 func nodeState(b api.Board, name string) string {
@@ -191,7 +192,7 @@ func TestClusterGracefulLeaveShownLeft(t *testing.T) {
 func TestClusterStopShownRestarting(t *testing.T) {
 	t.Parallel()
 	nodes := agenttest.Cluster(t, agenttest.ClusterOptions{Specs: []string{"2xL40S", "2xL40S"}, Quiet: true,
-		Sched: lease.SchedConfig{LostAfter: 3 * time.Second}})
+		Sched: queue.SchedConfig{LostAfter: 3 * time.Second}})
 	nodes[1].Stop()
 	agenttest.Eventually(t, 5*time.Second, "node01 to show node02 restarting", func() bool {
 		b, _ := nodes[0].Client.Board(ctx(t))

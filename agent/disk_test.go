@@ -8,7 +8,7 @@ import (
 	"github.com/dibs-gpu/dibs/agent/agenttest"
 	"github.com/dibs-gpu/dibs/api"
 	"github.com/dibs-gpu/dibs/lease"
-	"github.com/dibs-gpu/dibs/lease/store/storetest"
+	"github.com/dibs-gpu/dibs/store/storetest"
 )
 
 // TestDiskFailuresRefuseClearlyAndLoseNothing: while the disk fails its

@@ -9,6 +9,7 @@ import (
 	"github.com/dibs-gpu/dibs/agent/agenttest"
 	"github.com/dibs-gpu/dibs/agent/clock"
 	"github.com/dibs-gpu/dibs/api"
+	"github.com/dibs-gpu/dibs/event"
 	"github.com/dibs-gpu/dibs/internal/poll"
 	"github.com/dibs-gpu/dibs/lease"
 	"github.com/dibs-gpu/dibs/nodeprobe/sim"
@@ -52,7 +53,7 @@ func TestReleasedWorkStillExitingIsNoSquatter(t *testing.T) {
 		}
 		k := 0
 		for _, e := range l.Events {
-			if e.Kind == lease.EventSquatter {
+			if e.Kind == event.EventSquatter {
 				k++
 			}
 		}

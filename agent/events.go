@@ -5,8 +5,8 @@ import (
 
 	"github.com/dibs-gpu/dibs/agent/core"
 	"github.com/dibs-gpu/dibs/agent/events"
+	"github.com/dibs-gpu/dibs/event"
 	"github.com/dibs-gpu/dibs/launch"
-	"github.com/dibs-gpu/dibs/lease"
 )
 
 // The events of issue 14, composed: the log (in the lease store when it
@@ -16,12 +16,12 @@ import (
 
 // buildEvents makes the log and the webhooks over the store.
 func (a *Agent) buildEvents() {
-	es, ok := a.store.(lease.EventStore)
+	es, ok := a.store.(event.EventStore)
 	if !ok {
 		es = events.NewMemStore(10000)
 	}
 	a.events = events.New(events.Config{Node: a.cfg.NodeName, Keep: a.cfg.EventKeep, PerUserHour: a.cfg.EventsPerUserHour, Log: a.log.With("part", "events")},
-		events.Deps{Store: es, Clock: a.deps.Clock, Notice: func(n lease.Notice) { a.fanout.Notice(n) }})
+		events.Deps{Store: es, Clock: a.deps.Clock, Notice: func(n event.Notice) { a.fanout.Notice(n) }})
 	a.webhooks = events.NewWebhooks(events.WebhookConfig{Backoff: a.cfg.WebhookBackoff, UserAgent: "dibs/" + a.cfg.Version,
 		Allow: a.cfg.WebhookAllow, Log: a.log.With("part", "webhooks")}, es, a.deps.Clock)
 }
@@ -54,7 +54,7 @@ func nodes(s *core.Service) func() []string {
 	return n
 }
 
-func send(s *core.Service) func(ctx context.Context, node string, n lease.Notice) error {
+func send(s *core.Service) func(ctx context.Context, node string, n event.Notice) error {
 	_, f := s.Fanout()
 	return f
 }
@@ -64,7 +64,7 @@ func send(s *core.Service) func(ctx context.Context, node string, n lease.Notice
 func (a *Agent) runEvents() {
 	a.events.Run()
 	a.fanout.Run()
-	a.events.Record(lease.AgentEvent(lease.EventAgentJoin, a.cfg.NodeName, a.cfg.NodeName, "started (dibs "+a.cfg.Version+")", a.deps.Clock.Now()))
+	a.events.Record(event.AgentEvent(event.EventAgentJoin, a.cfg.NodeName, a.cfg.NodeName, "started (dibs "+a.cfg.Version+")", a.deps.Clock.Now()))
 	a.watchDone = make(chan struct{})
 	go a.watchEvents()
 }
@@ -76,9 +76,9 @@ func (a *Agent) stopEvents(how exitHow) {
 	}
 	switch how {
 	case exitRestart:
-		a.events.Record(lease.AgentEvent(lease.EventAgentLeave, a.cfg.NodeName, a.cfg.NodeName, "stopped (restarting: the others keep its work for the grace)", a.deps.Clock.Now()))
+		a.events.Record(event.AgentEvent(event.EventAgentLeave, a.cfg.NodeName, a.cfg.NodeName, "stopped (restarting: the others keep its work for the grace)", a.deps.Clock.Now()))
 	case exitLeave:
-		a.events.Record(lease.AgentEvent(lease.EventAgentLeave, a.cfg.NodeName, a.cfg.NodeName, "left the cluster for good", a.deps.Clock.Now()))
+		a.events.Record(event.AgentEvent(event.EventAgentLeave, a.cfg.NodeName, a.cfg.NodeName, "left the cluster for good", a.deps.Clock.Now()))
 	}
 	a.cancel()
 	<-a.watchDone
@@ -106,7 +106,7 @@ func (a *Agent) watchEvents() {
 	for {
 		changed := a.changed.Wait()
 		if st = a.node.State(); st.Version != version {
-			for _, e := range lease.FlagEvents(a.cfg.NodeName, judged, st.Judged, st.Leases, st.QuietSince, a.deps.Clock.Now()) {
+			for _, e := range event.FlagEvents(a.cfg.NodeName, judged, st.Judged, st.Leases, st.QuietSince, a.deps.Clock.Now()) {
 				a.events.Record(e)
 			}
 			version, judged = st.Version, st.Judged
@@ -140,9 +140,9 @@ func (a *Agent) watchMembers(alive map[string]bool, primed bool) {
 			continue
 		}
 		if now {
-			a.events.Record(lease.AgentEvent(lease.EventAgentJoin, a.cfg.NodeName, n.Name, "joined the cluster", a.deps.Clock.Now()))
+			a.events.Record(event.AgentEvent(event.EventAgentJoin, a.cfg.NodeName, n.Name, "joined the cluster", a.deps.Clock.Now()))
 		} else {
-			a.events.Record(lease.AgentEvent(lease.EventAgentLeave, a.cfg.NodeName, n.Name, "is "+n.Shown(v.Now, a.cfg.Sched.LostAfter)+": its GPUs show as unknown", a.deps.Clock.Now()))
+			a.events.Record(event.AgentEvent(event.EventAgentLeave, a.cfg.NodeName, n.Name, "is "+n.Shown(v.Now, a.cfg.Sched.LostAfter)+": its GPUs show as unknown", a.deps.Clock.Now()))
 		}
 	}
 }

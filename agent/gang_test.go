@@ -14,6 +14,7 @@ import (
 	"github.com/dibs-gpu/dibs/api"
 	"github.com/dibs-gpu/dibs/gossip"
 	"github.com/dibs-gpu/dibs/lease"
+	"github.com/dibs-gpu/dibs/queue"
 )
 
 func readEnvFile(path string) map[string]string {
@@ -150,7 +151,7 @@ func (fakeScheduler) ClusterChanged() {}
 func TestSchedulerDeathMidGangLeavesNothingHeld(t *testing.T) {
 	t.Parallel()
 	agenttest.RequireTmux(t)
-	sched := lease.SchedConfig{ReservationTTL: 2 * time.Second}
+	sched := queue.SchedConfig{ReservationTTL: 2 * time.Second}
 	nodes := agenttest.Cluster(t, agenttest.ClusterOptions{Specs: []string{"2xL40S", "2xL40S"}, Sched: sched, Quiet: true})
 	// A scheduler reserves a rank on node02 and dies before the commit.
 	fake, err := gossip.New(gossip.Config{NodeName: "node00", BindAddr: "127.0.0.1", ClusterName: "test", Key: nodes[0].Opts.Cluster.Key,
@@ -158,7 +159,7 @@ func TestSchedulerDeathMidGangLeavesNothingHeld(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	entry := lease.QueueEntry{ID: "node01-q99", Origin: "node01", User: nodes[0].Me().Caller().User, UID: os.Getuid(),
+	entry := queue.QueueEntry{ID: "node01-q99", Origin: "node01", User: nodes[0].Me().Caller().User, UID: os.Getuid(),
 		Nodes: 2, GPUsPerNode: 2, Duration: time.Hour, Kind: lease.KindBatch}
 	req, _ := json.Marshal(peer.StartRequest{Entry: entry, Phase: peer.PhaseReserve, GPUs: []int{0, 1}, Gang: "g", Rank: 1})
 	body, _ := json.Marshal(map[string]any{"v": peer.Version, "actor": peer.As(entry.User), "req": json.RawMessage(req)})

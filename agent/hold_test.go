@@ -11,6 +11,7 @@ import (
 	"github.com/dibs-gpu/dibs/agent/clock"
 	"github.com/dibs-gpu/dibs/api"
 	"github.com/dibs-gpu/dibs/lease"
+	"github.com/dibs-gpu/dibs/queue"
 )
 
 // The cluster of issue 23, as a team would run it: node01 with 4×H100
@@ -126,7 +127,7 @@ func TestPlacementHonoursPoolLimits(t *testing.T) {
 func TestClaimSaysItBorrows(t *testing.T) {
 	t.Parallel()
 	n := agenttest.Start(t, agenttest.Options{Sim: "4xH100-80GB", Users: holdUsers, Quiet: true,
-		Sched: lease.SchedConfig{Quotas: map[string]int{"alice": 1}}})
+		Sched: queue.SchedConfig{Quotas: map[string]int{"alice": 1}}})
 	within, err := n.As(holdAlice).Claim(ctx(t), api.ClaimRequest{Count: 1})
 	if err != nil || within.Borrowed || strings.Contains(within.Notice, "borrowed") {
 		t.Fatalf("alice's first GPU, within her quota of 1: %+v, %v; want it not borrowed", within, err)
@@ -167,7 +168,7 @@ func TestPreemptedQueuedRunGoesBackInTheQueue(t *testing.T) {
 			p.PreemptGrace = time.Second
 			fake := clock.NewFake(time.Now())
 			n := agenttest.Start(t, agenttest.Options{Sim: "2xL40S", Policy: p, Users: testUsers, Clock: fake, Quiet: true,
-				Sched: lease.SchedConfig{Quotas: map[string]int{"light": 2}}})
+				Sched: queue.SchedConfig{Quotas: map[string]int{"light": 2}}})
 			// I have no quota: my queued run borrows both GPUs.
 			mine, err := n.Client.Submit(ctx(t), api.SubmitRequest{NoRequeue: tt.noRequeue, Claim: api.ClaimRequest{Count: 2,
 				Run: &api.RunSpec{Command: []string{"sleep", "600"}}}})
@@ -299,7 +300,7 @@ func TestCancelEndsARunningQueuedRun(t *testing.T) {
 func TestQuotasCountPartsFractionally(t *testing.T) {
 	t.Parallel()
 	n := agenttest.Start(t, agenttest.Options{Sim: "1xA100-80GB:mig=3g.40gb+2g.20gb+1g.10gb,2xA100-80GB", Users: holdUsers, Quiet: true,
-		Sched: lease.SchedConfig{Quotas: map[string]int{"alice": 1}}})
+		Sched: queue.SchedConfig{Quotas: map[string]int{"alice": 1}}})
 	steps := []struct {
 		what     string
 		req      api.ClaimRequest

@@ -11,6 +11,7 @@ import (
 	"github.com/dibs-gpu/dibs/agent/agenttest"
 	"github.com/dibs-gpu/dibs/api"
 	"github.com/dibs-gpu/dibs/lease"
+	"github.com/dibs-gpu/dibs/queue"
 )
 
 // Made-up teammates every node of these tests knows: mallory queues and
@@ -131,7 +132,7 @@ func TestQueueAndBookingCapsPerPerson(t *testing.T) {
 	t.Parallel()
 	p := lease.DefaultPolicy()
 	p.BookMaxCount = 2
-	n := agenttest.Start(t, agenttest.Options{Sim: "2xL40S", Users: attackUsers, Policy: p, Sched: lease.SchedConfig{MaxQueuedPerUser: 3}})
+	n := agenttest.Start(t, agenttest.Options{Sim: "2xL40S", Users: attackUsers, Policy: p, Sched: queue.SchedConfig{MaxQueuedPerUser: 3}})
 	if _, err := n.As(carol).Claim(ctx(t), api.ClaimRequest{Count: 2, Duration: "1h"}); err != nil {
 		t.Fatal(err)
 	}

@@ -10,12 +10,13 @@ import (
 	"github.com/dibs-gpu/dibs/agent/peer"
 	"github.com/dibs-gpu/dibs/api"
 	"github.com/dibs-gpu/dibs/lease"
+	"github.com/dibs-gpu/dibs/queue"
 )
 
 // migQueueCluster is node01 with an A100 split 3g.40gb+2g.20gb+1g.10gb and
 // a whole A100, in pool a100 (max_gpus = 1), and node02 with an L4 outside
 // any pool, where the requests are queued.
-func migQueueCluster(t *testing.T, sched lease.SchedConfig) []*agenttest.Node {
+func migQueueCluster(t *testing.T, sched queue.SchedConfig) []*agenttest.Node {
 	t.Helper()
 	policy := lease.DefaultPolicy()
 	policy.Pools = lease.Pools{"a100": {MaxGPUs: 1}}
@@ -69,7 +70,7 @@ func waitingFor(t *testing.T, n *agenttest.Node, id string) string {
 // pool's max_gpus counts the share of the GPU an instance holds.
 func TestQueuedMIGStartsWhenInstanceFrees(t *testing.T) {
 	t.Parallel()
-	nodes := migQueueCluster(t, lease.SchedConfig{})
+	nodes := migQueueCluster(t, queue.SchedConfig{})
 	inst := map[string]string{}
 	for _, d := range nodes[0].Board().Nodes[0].GPUs[0].MIGDevices {
 		inst[d.Profile] = d.UUID
@@ -156,13 +157,13 @@ func TestQueuedMIGStartsWhenInstanceFrees(t *testing.T) {
 // whole-GPU request reclaims the budgets on a shared GPU the same way.
 func TestQueuedPartsReclaim(t *testing.T) {
 	t.Parallel()
-	idle := lease.SchedConfig{IdleReclaimAfter: 300 * time.Millisecond}
-	quota := lease.SchedConfig{IdleReclaimAfter: time.Hour, Quotas: map[string]int{"light": 1}}
+	idle := queue.SchedConfig{IdleReclaimAfter: 300 * time.Millisecond}
+	quota := queue.SchedConfig{IdleReclaimAfter: time.Hour, Quotas: map[string]int{"light": 1}}
 	const mig, h100 = "1xA100-80GB:mig=3g.40gb+2g.20gb+1g.10gb", "1xH100-80GB"
 	for _, tt := range []struct {
 		name      string
 		sim       string
-		sched     lease.SchedConfig
+		sched     queue.SchedConfig
 		hold, ask api.ClaimRequest
 		reason    string
 	}{

@@ -16,6 +16,7 @@ import (
 	"github.com/dibs-gpu/dibs/agent/agenttest"
 	"github.com/dibs-gpu/dibs/agent/clock"
 	"github.com/dibs-gpu/dibs/api"
+	"github.com/dibs-gpu/dibs/event"
 	"github.com/dibs-gpu/dibs/internal/poll"
 	"github.com/dibs-gpu/dibs/launch"
 	"github.com/dibs-gpu/dibs/launch/launchtest"
@@ -210,7 +211,7 @@ func TestAnAgentGoingAway(t *testing.T) {
 	agenttest.Eventually(t, 15*time.Second, "node01 to record node02 leaving", func() bool {
 		l, _ := nodes[0].As(light).Events(ctx(t), api.EventsRequest{})
 		for _, e := range l.Events {
-			if e.Kind == lease.EventAgentLeave && e.Subject == "node02" && e.Node == "node01" {
+			if e.Kind == event.EventAgentLeave && e.Subject == "node02" && e.Node == "node01" {
 				return true
 			}
 		}

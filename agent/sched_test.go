@@ -12,6 +12,7 @@ import (
 	"github.com/dibs-gpu/dibs/agent/clock"
 	"github.com/dibs-gpu/dibs/api"
 	"github.com/dibs-gpu/dibs/lease"
+	"github.com/dibs-gpu/dibs/queue"
 )
 
 // Simulated colleagues: the agent's in-process API with their identity, as
@@ -231,7 +232,7 @@ func TestPreemptionForQuotaSignalsAndWaitsTheGrace(t *testing.T) {
 	agenttest.RequireTmux(t)
 	p := lease.DefaultPolicy()
 	p.PreemptGrace = 1500 * time.Millisecond
-	sched := lease.SchedConfig{Quotas: map[string]int{"light": 2}}
+	sched := queue.SchedConfig{Quotas: map[string]int{"light": 2}}
 	fake := clock.NewFake(time.Now())
 	n := agenttest.Start(t, agenttest.Options{Sim: "2xL40S", Policy: p, Sched: sched, Users: testUsers, Clock: fake})
 	dir := agenttest.PublicDir(t)
@@ -296,7 +297,7 @@ func TestIdleLeaseReclaimedWhenSomeoneWaits(t *testing.T) {
 	p := lease.DefaultPolicy()
 	p.PreemptGrace = time.Second
 	p.IdleAfter = 200 * time.Millisecond
-	sched := lease.SchedConfig{IdleReclaimAfter: 300 * time.Millisecond}
+	sched := queue.SchedConfig{IdleReclaimAfter: 300 * time.Millisecond}
 	fake := clock.NewFake(time.Now())
 	n := agenttest.Start(t, agenttest.Options{Sim: "1xL40S", Policy: p, Sched: sched, Users: testUsers, Clock: fake})
 	idle, err := n.As(heavy).Claim(ctx(t), api.ClaimRequest{Count: 1})

@@ -10,7 +10,7 @@ import (
 
 	"github.com/dibs-gpu/dibs/agent/agenttest"
 	"github.com/dibs-gpu/dibs/api"
-	"github.com/dibs-gpu/dibs/lease"
+	"github.com/dibs-gpu/dibs/queue"
 )
 
 // TestQueuedStartCutOffByAStopRunsOnce: the agent is stopped (SIGTERM's
@@ -73,7 +73,7 @@ exec "` + tmux + `" "$@"
 				t.Fatal(err)
 			}
 			n := agenttest.Start(t, agenttest.Options{Sim: "1xL40S", TmuxPath: slow,
-				Sched: lease.SchedConfig{RequeueBackoff: 100 * time.Millisecond, MaxRequeueBackoff: 100 * time.Millisecond}})
+				Sched: queue.SchedConfig{RequeueBackoff: 100 * time.Millisecond, MaxRequeueBackoff: 100 * time.Millisecond}})
 			s, err := n.Client.Submit(ctx(t), api.SubmitRequest{Requeue: true, MaxRestarts: 3, Claim: api.ClaimRequest{Count: 1, Duration: "30m",
 				Run: &api.RunSpec{Command: []string{"sh", "-c", "echo $DIBS_LEASE_ID >> " + runs + "; exec sleep 300"}}}})
 			if err != nil {
@@ -93,7 +93,7 @@ exec "` + tmux + `" "$@"
 			})
 			// Requeues are due at once: give a second start every chance
 			// to happen (scheduler passes, a start in flight timing out).
-			deadline := time.Now().Add(lease.InFlightTimeout + 3*time.Second)
+			deadline := time.Now().Add(queue.InFlightTimeout + 3*time.Second)
 			for time.Now().Before(deadline) {
 				time.Sleep(500 * time.Millisecond)
 				q, err := n.Client.Queue(ctx(t))

@@ -11,8 +11,10 @@ import (
 
 	"github.com/dibs-gpu/dibs/agent/agenttest"
 	"github.com/dibs-gpu/dibs/api"
+	"github.com/dibs-gpu/dibs/event"
 	"github.com/dibs-gpu/dibs/lease"
-	"github.com/dibs-gpu/dibs/lease/store"
+	"github.com/dibs-gpu/dibs/queue"
+	"github.com/dibs-gpu/dibs/store"
 )
 
 // arrayScript is a task that says it is live while it runs (a file per
@@ -77,7 +79,7 @@ func ledgerRuns(t *testing.T, nodes []*agenttest.Node, id string) map[string]int
 		}
 		for _, e := range led {
 			entry, _, _ := strings.Cut(e.Entry, "#")
-			if arr, _, ok := lease.ArrayTaskOf(entry); ok && arr == id && e.Reason != lease.ReasonReserved {
+			if arr, _, ok := lease.ArrayTaskOf(entry); ok && arr == id && e.Reason != event.ReasonReserved {
 				runs[entry]++
 			}
 		}
@@ -105,7 +107,7 @@ func TestArrayThrottleHoldsAndEveryTaskRunsOnce(t *testing.T) {
 	})
 	agenttest.Eventually(t, 90*time.Second, "the array to finish", func() bool {
 		st, _ := nodes[1].Client.EntryStatus(ctx(t), s.ID)
-		return st.State == lease.EntryFinished
+		return st.State == queue.EntryFinished
 	})
 	t.Logf("at most %d tasks ran at once", most.Load())
 	if m := most.Load(); m > 4 || m < 2 {
@@ -115,17 +117,17 @@ func TestArrayThrottleHoldsAndEveryTaskRunsOnce(t *testing.T) {
 	// Events: the array's start, each task's end, the array's end.
 	agenttest.Eventually(t, 5*time.Second, "the array's events", func() bool {
 		l, _ := nodes[0].Client.Events(ctx(t), api.EventsRequest{})
-		kinds := map[lease.EventKind]int{}
+		kinds := map[event.EventKind]int{}
 		taskEnds := 0
 		for _, e := range l.Events {
 			if e.Entry == s.ID {
 				kinds[e.Kind]++
 			}
-			if arr, _, ok := lease.ArrayTaskOf(e.Entry); ok && arr == s.ID && e.Kind == lease.EventFinish {
+			if arr, _, ok := lease.ArrayTaskOf(e.Entry); ok && arr == s.ID && e.Kind == event.EventFinish {
 				taskEnds++
 			}
 		}
-		return kinds[lease.EventSubmit] == 1 && kinds[lease.EventStart] == 1 && kinds[lease.EventFinish] == 1 && taskEnds == 20
+		return kinds[event.EventSubmit] == 1 && kinds[event.EventStart] == 1 && kinds[event.EventFinish] == 1 && taskEnds == 20
 	})
 	for id, n := range ledgerRuns(t, nodes, s.ID) {
 		if n != 1 {
@@ -160,7 +162,7 @@ func TestArrayOriginRestartLosesAndDuplicatesNoTask(t *testing.T) {
 	nodes[1].Restart() // the array's origin, mid-array
 	agenttest.Eventually(t, 90*time.Second, "the array to finish after its origin restarted", func() bool {
 		st, _ := nodes[1].Client.EntryStatus(ctx(t), s.ID)
-		return st.State == lease.EntryFinished
+		return st.State == queue.EntryFinished
 	})
 	if m := most.Load(); m > 3 {
 		t.Errorf("%d tasks ran at once; the throttle is 3", m)
@@ -227,7 +229,7 @@ func TestArrayCancelOneTaskAndTheWhole(t *testing.T) {
 		t.Error("cancelled task 9 ran")
 	}
 	st, _ := nodes[0].Client.EntryStatus(ctx(t), s.ID)
-	if st.State != lease.EntryCancelled {
+	if st.State != queue.EntryCancelled {
 		t.Errorf("the array's state = %s, want cancelled", st.State)
 	}
 }

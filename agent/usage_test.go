@@ -9,8 +9,9 @@ import (
 	"github.com/dibs-gpu/dibs/agent/clock"
 	"github.com/dibs-gpu/dibs/api"
 	"github.com/dibs-gpu/dibs/lease"
-	"github.com/dibs-gpu/dibs/lease/store"
-	"github.com/dibs-gpu/dibs/lease/store/storetest"
+	"github.com/dibs-gpu/dibs/queue"
+	"github.com/dibs-gpu/dibs/store"
+	"github.com/dibs-gpu/dibs/store/storetest"
 )
 
 // countingStore counts reads of the whole ledger.
@@ -52,12 +53,12 @@ func TestClaimsAfterReleasesDoNotReadTheLedger(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	half := lease.SchedConfig{}.WithDefaults().HalfLife
+	half := queue.SchedConfig{}.WithDefaults().HalfLife
 	ledger, err := disk.Store.Ledger(time.Now().Add(-8 * half))
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := lease.DecayedUsage(ledger, nil, clk.Now(), half)
+	want := queue.DecayedUsage(ledger, nil, clk.Now(), half)
 	if len(want) == 0 || len(rep.Users) == 0 {
 		t.Fatal("no usage: the test proved nothing")
 	}
@@ -96,7 +97,7 @@ func TestUsageAndDoctorDoNotRereadTheLedger(t *testing.T) {
 		t.Errorf("five usage and five doctor calls read the whole ledger %d times, want once (twice at most)", reads)
 	}
 	ledger, _ := disk.Store.Ledger(now.Add(-10 * 24 * time.Hour))
-	want := lease.WindowUsage(ledger, nil, rep.Since, time.Now())
+	want := queue.WindowUsage(ledger, nil, rep.Since, time.Now())
 	for _, u := range rep.Users {
 		if d := u.GPUHours*3600 - want[u.User]; d > 1 || d < -1 {
 			t.Errorf("dibs usage says %s used %.1f GPU-s in 10 days, a fresh read of the ledger gives %.1f", u.User, u.GPUHours*3600, want[u.User])

@@ -7,6 +7,7 @@ import (
 
 	"github.com/dibs-gpu/dibs/internal/doctor"
 	"github.com/dibs-gpu/dibs/lease"
+	"github.com/dibs-gpu/dibs/queue"
 )
 
 // DoctorRequest asks for `dibs doctor`: the health checks and, unless
@@ -72,7 +73,7 @@ type PoolConfig struct {
 }
 
 // ConfigOf is the API's view of a policy and queue settings.
-func ConfigOf(p lease.Policy, s lease.SchedConfig) DoctorConfig {
+func ConfigOf(p lease.Policy, s queue.SchedConfig) DoctorConfig {
 	s = s.WithDefaults()
 	return DoctorConfig{
 		DefaultInteractive: p.DefaultInteractive, DefaultBatch: p.DefaultBatch, MaxInteractive: p.MaxInteractive, MaxBatch: p.MaxBatch,
@@ -115,8 +116,8 @@ func (c DoctorConfig) Policy() lease.Policy {
 }
 
 // Sched is the queue settings back.
-func (c DoctorConfig) Sched() lease.SchedConfig {
-	return lease.SchedConfig{
+func (c DoctorConfig) Sched() queue.SchedConfig {
+	return queue.SchedConfig{
 		HalfLife: c.HalfLife, WeightFairShare: c.WeightFairShare, WeightAge: c.WeightAge, MaxAge: c.MaxAge,
 		IdleReclaimAfter: c.IdleReclaimAfter, PreemptGrace: c.PreemptGrace, Shares: c.Shares, Quotas: c.Quotas,
 	}.WithDefaults()
@@ -142,7 +143,7 @@ const (
 type RunRecord struct {
 	ID    string              `json:"id"`
 	State string              `json:"state"`
-	Entry *lease.QueueEntry   `json:"entry,omitempty"`
+	Entry *queue.QueueEntry   `json:"entry,omitempty"`
 	Lease []lease.Lease       `json:"leases,omitempty"`
 	Ended []lease.LedgerEntry `json:"ended,omitempty"`
 	// Job is the command a run that is not (or no longer) a queue entry

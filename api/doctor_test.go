@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/dibs-gpu/dibs/lease"
+	"github.com/dibs-gpu/dibs/queue"
 )
 
 // A pool's limits reach `dibs export slurm` through the doctor report's
@@ -13,7 +14,7 @@ import (
 func TestDoctorConfigCarriesPools(t *testing.T) {
 	p := lease.DefaultPolicy()
 	p.Pools = lease.Pools{"l40s": {MaxGPUs: 1, MaxTime: 2 * time.Hour}, "a100": {Users: []string{"alice", "bob"}}}
-	b, err := json.Marshal(ConfigOf(p, lease.SchedConfig{}))
+	b, err := json.Marshal(ConfigOf(p, queue.SchedConfig{}))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,8 +10,8 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/dibs-gpu/dibs/event"
 	"github.com/dibs-gpu/dibs/internal/termsafe"
-	"github.com/dibs-gpu/dibs/lease"
 )
 
 // EventsRequest selects events cluster-wide (`dibs events`).
@@ -27,7 +27,7 @@ type EventsRequest struct {
 // EventList is what `dibs events` prints: every node's events, oldest
 // first.
 type EventList struct {
-	Events []lease.Event `json:"events"`
+	Events []event.Event `json:"events"`
 	// Missing lists the nodes that did not answer: their events are not in
 	// the list.
 	Missing []string `json:"missing,omitempty"`
@@ -39,7 +39,7 @@ type EventList struct {
 // terminal.
 func (l EventList) Escaped() EventList {
 	out := l
-	out.Events = make([]lease.Event, len(l.Events))
+	out.Events = make([]event.Event, len(l.Events))
 	for i, e := range l.Events {
 		out.Events[i] = EscapedEvent(e)
 	}
@@ -47,7 +47,7 @@ func (l EventList) Escaped() EventList {
 }
 
 // EscapedEvent is e with its texts made safe for a terminal.
-func EscapedEvent(e lease.Event) lease.Event {
+func EscapedEvent(e event.Event) event.Event {
 	for _, p := range []*string{&e.Node, &e.User, &e.By, &e.Lease, &e.Entry, &e.Session, &e.Reason, &e.Subject, &e.Text} {
 		*p = termsafe.String(*p)
 	}
@@ -70,7 +70,7 @@ type NotifyRequest struct {
 type NotifyStatus struct {
 	User string `json:"user"`
 	// Webhook is the caller's webhook, Node the node that keeps it.
-	Webhook *lease.NotifySetting `json:"webhook,omitempty"`
+	Webhook *event.NotifySetting `json:"webhook,omitempty"`
 	Node    string               `json:"node,omitempty"`
 	// Also lists other nodes that keep a webhook of the caller's (set while
 	// this one was away): each posts too.
@@ -148,9 +148,9 @@ func (c *Client) Events(ctx context.Context, req EventsRequest) (EventList, erro
 // one as it happens anywhere in the cluster. The channel closes when ctx
 // ends or the stream breaks; the error func then says why (nil after ctx
 // ended).
-func (c *Client) FollowEvents(ctx context.Context, req EventsRequest) (<-chan lease.Event, func() error) {
+func (c *Client) FollowEvents(ctx context.Context, req EventsRequest) (<-chan event.Event, func() error) {
 	req.Follow = true
-	ch := make(chan lease.Event, 64)
+	ch := make(chan event.Event, 64)
 	var werr error
 	done := make(chan struct{})
 	go func() {
@@ -181,7 +181,7 @@ func (c *Client) FollowEvents(ctx context.Context, req EventsRequest) (<-chan le
 			if len(sc.Bytes()) == 0 {
 				continue // the agent's keep-alive
 			}
-			var e lease.Event
+			var e event.Event
 			if err := json.Unmarshal(sc.Bytes(), &e); err != nil {
 				werr = fmt.Errorf("decode event stream: %w", err)
 				return

@@ -11,18 +11,19 @@ import (
 
 	"github.com/dibs-gpu/dibs/lease"
 	"github.com/dibs-gpu/dibs/nodeprobe"
+	"github.com/dibs-gpu/dibs/queue"
 )
 
 // Node states as the board shows them. Only a node that is alive has GPUs
 // that can be free; the others' GPUs show as unknown, never as free.
 const (
-	NodeAlive   = lease.NodeAlive
-	NodeSuspect = lease.NodeSuspect
-	NodeDead    = lease.NodeDead
-	NodeLeft    = lease.NodeLeft
+	NodeAlive   = queue.NodeAlive
+	NodeSuspect = queue.NodeSuspect
+	NodeDead    = queue.NodeDead
+	NodeLeft    = queue.NodeLeft
 	// NodeRestarting: away within the grace (its agent restarting, or
 	// silent for less than queue.lost_after); its leases and gangs hold.
-	NodeRestarting = lease.NodeRestarting
+	NodeRestarting = queue.NodeRestarting
 )
 
 // FlagUnknown marks a GPU whose node is not alive: its state cannot be known.
@@ -274,10 +275,10 @@ type SubmitRequest struct {
 	PerGPU bool   `json:"per_gpu,omitempty"`
 	Model  string `json:"model,omitempty"`
 	// Array makes it a job array: "0-19%4" runs the request once per
-	// index, at most 4 at once (lease.ParseArray).
+	// index, at most 4 at once (queue.ParseArray).
 	Array string `json:"array,omitempty"`
 	// After and AfterAny are entries it waits for: to succeed, or to end
-	// however (lease.Dep).
+	// however (queue.Dep).
 	After    []string `json:"after,omitempty"`
 	AfterAny []string `json:"after_any,omitempty"`
 }
@@ -285,7 +286,7 @@ type SubmitRequest struct {
 // EntryStatus is where a queued request stands at its origin: waiting,
 // backing off before a retry (until RetryAt, and why), running, or how it
 // ended. Clients follow it rather than the words of a notice.
-type EntryStatus = lease.EntryStatus
+type EntryStatus = queue.EntryStatus
 
 // LeaveResponse answers `dibs leave`: the node that left.
 type LeaveResponse struct {
@@ -364,7 +365,7 @@ type ArrayView struct {
 func (a ArrayView) Summary(id string) string {
 	var parts []string
 	if len(a.RunningTasks) > 0 {
-		parts = append(parts, id+"["+lease.FormatIndices(a.RunningTasks)+"] running")
+		parts = append(parts, id+"["+queue.FormatIndices(a.RunningTasks)+"] running")
 	} else {
 		parts = append(parts, id+" none running")
 	}

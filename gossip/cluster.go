@@ -18,6 +18,7 @@ import (
 	"github.com/dibs-gpu/dibs/internal/lograte"
 	"github.com/dibs-gpu/dibs/lease"
 	"github.com/dibs-gpu/dibs/nodeprobe"
+	"github.com/dibs-gpu/dibs/queue"
 )
 
 // NodeState is what one agent publishes about its node.
@@ -42,7 +43,7 @@ type NodeState struct {
 	// QuietSince is when each quiet GPU went quiet, so every board judges
 	// idleness with the owner's history. They travel with the leases
 	// (urgently) and are validated like them.
-	Queue      []lease.QueueEntry
+	Queue      []queue.QueueEntry
 	Ended      []lease.EndedRun
 	QuietSince map[int]time.Time
 }

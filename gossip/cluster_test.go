@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/dibs-gpu/dibs/lease"
+	"github.com/dibs-gpu/dibs/queue"
 )
 
 func TestStatePublishedIsVisibleEverywhere(t *testing.T) {
@@ -596,8 +597,8 @@ func TestOversizedQueueStillPublishesLeases(t *testing.T) {
 	nodes := startCluster(t, 2, nil)
 	src := nodes[0]
 	at := time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)
-	entry := func(seq int, user string, cmd int) lease.QueueEntry {
-		e := lease.QueueEntry{ID: lease.QueueID(src.cfg.NodeName, uint64(seq)), Origin: src.cfg.NodeName, User: user, UID: 1000,
+	entry := func(seq int, user string, cmd int) queue.QueueEntry {
+		e := queue.QueueEntry{ID: queue.QueueID(src.cfg.NodeName, uint64(seq)), Origin: src.cfg.NodeName, User: user, UID: 1000,
 			SubmittedAt: at.Add(time.Duration(seq) * time.Second), Nodes: 1, GPUsPerNode: 1, Duration: time.Hour, Kind: lease.KindBatch}
 		if cmd > 0 {
 			e.Job = &lease.Job{Command: []string{"echo", strings.Repeat("x", cmd)}}
@@ -606,7 +607,7 @@ func TestOversizedQueueStillPublishesLeases(t *testing.T) {
 	}
 	src.agent.mu.Lock()
 	src.agent.state.Version++
-	src.agent.state.Queue = []lease.QueueEntry{entry(1, "carol", 0)}
+	src.agent.state.Queue = []queue.QueueEntry{entry(1, "carol", 0)}
 	for i := range 30 {
 		src.agent.state.Queue = append(src.agent.state.Queue, entry(2+i, "mallory", 60<<10))
 	}
@@ -622,7 +623,7 @@ func TestOversizedQueueStillPublishesLeases(t *testing.T) {
 	})
 	p, _ := nodes[1].Peer(src.cfg.NodeName)
 	var carol, mallory int
-	var newest lease.QueueEntry
+	var newest queue.QueueEntry
 	for _, e := range p.NodeState.Queue {
 		switch e.User {
 		case "carol":
@@ -634,7 +635,7 @@ func TestOversizedQueueStillPublishesLeases(t *testing.T) {
 			}
 		}
 	}
-	if carol != 1 || mallory == 0 || mallory >= 30 || newest.ID == lease.QueueID(src.cfg.NodeName, 31) {
+	if carol != 1 || mallory == 0 || mallory >= 30 || newest.ID == queue.QueueID(src.cfg.NodeName, 31) {
 		t.Errorf("node01 sees carol's %d and mallory's %d entries (newest %s); want carol's one and mallory's oldest that fit", carol, mallory, newest.ID)
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/dibs-gpu/dibs/internal/termsafe"
 	"github.com/dibs-gpu/dibs/lease"
 	"github.com/dibs-gpu/dibs/nodeprobe"
+	"github.com/dibs-gpu/dibs/queue"
 )
 
 // The wire format, in the manner of serf's messages.go: every message is
@@ -154,7 +155,7 @@ type stateMsg struct {
 // leaseSection is the urgent part of a node's state.
 type leaseSection struct {
 	Leases     []lease.Lease      `json:"leases"`
-	Queue      []lease.QueueEntry `json:"queue,omitempty"`
+	Queue      []queue.QueueEntry `json:"queue,omitempty"`
 	Ended      []lease.EndedRun   `json:"ended,omitempty"`
 	QuietSince map[int]time.Time  `json:"quiet_since,omitempty"`
 }

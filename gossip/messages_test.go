@@ -15,6 +15,7 @@ import (
 
 	"github.com/dibs-gpu/dibs/lease"
 	"github.com/dibs-gpu/dibs/nodeprobe"
+	"github.com/dibs-gpu/dibs/queue"
 )
 
 // sampleMessages are real encoded messages of every type, for round-trip
@@ -30,7 +31,7 @@ func sampleMessages(t testing.TB) map[string][]byte {
 	}
 	msgs := map[string]any{
 		"leases": &stateMsg{Node: "gpu-node-01", BootID: "0a1b2c3d4e5f6071", BootedAt: 1740830400000000000, Seq: 3, Version: 17,
-			Section: sectionLeases, Leases: &leaseSection{Leases: leases, Queue: []lease.QueueEntry{testEntry("gpu-node-01", 1, "sweep")},
+			Section: sectionLeases, Leases: &leaseSection{Leases: leases, Queue: []queue.QueueEntry{testEntry("gpu-node-01", 1, "sweep")},
 				Ended: []lease.EndedRun{{Entry: "gpu-node-01-q0#0", Lease: "gpu-node-01-39", Reason: lease.ExitReason(0), At: time.Unix(1740830400, 0)}}, QuietSince: map[int]time.Time{3: time.Unix(1740830000, 0)}}},
 		"no-leases": &stateMsg{Node: "n1", BootID: "b", BootedAt: 1, Seq: 1, Section: sectionLeases, Leases: &leaseSection{Leases: []lease.Lease{}}},
 		"partial": trimNotes(&stateMsg{Node: "gpu-node-01", BootID: "0a1b2c3d4e5f6071", BootedAt: 1740830400000000000, Seq: 4, Version: 18,
@@ -533,7 +534,7 @@ func TestValidNodeName(t *testing.T) {
 }
 
 // testEntry is a queue entry submitted at node.
-func testEntry(node string, seq uint64, note string) lease.QueueEntry {
-	return lease.QueueEntry{ID: lease.QueueID(node, seq), Origin: node, User: "alice", UID: 1001, SubmittedAt: time.Unix(1740830400, 0),
+func testEntry(node string, seq uint64, note string) queue.QueueEntry {
+	return queue.QueueEntry{ID: queue.QueueID(node, seq), Origin: node, User: "alice", UID: 1001, SubmittedAt: time.Unix(1740830400, 0),
 		Nodes: 1, GPUsPerNode: 2, Duration: time.Hour, Kind: lease.KindBatch, Note: note, Job: &lease.Job{Command: []string{"python", "train.py"}, Dir: "/home/alice"}}
 }

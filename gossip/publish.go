@@ -7,6 +7,7 @@ import (
 
 	"github.com/dibs-gpu/dibs/internal/termsafe"
 	"github.com/dibs-gpu/dibs/lease"
+	"github.com/dibs-gpu/dibs/queue"
 	"github.com/hashicorp/memberlist"
 )
 
@@ -134,7 +135,7 @@ func (x *publisher) refreshLocal(now time.Time, refresh bool) {
 // every lease of this node from being published: text the other agents
 // would refuse is escaped, anything else they would refuse is left out,
 // each with a warning.
-func (x *publisher) sanitize(leases []lease.Lease, queue []lease.QueueEntry, ended []lease.EndedRun) ([]lease.Lease, []lease.QueueEntry, []lease.EndedRun) {
+func (x *publisher) sanitize(leases []lease.Lease, entries []queue.QueueEntry, ended []lease.EndedRun) ([]lease.Lease, []queue.QueueEntry, []lease.EndedRun) {
 	c := x.c
 	out := make([]lease.Lease, 0, len(leases))
 	seen := make(map[string]bool, len(leases))
@@ -160,8 +161,8 @@ func (x *publisher) sanitize(leases []lease.Lease, queue []lease.QueueEntry, end
 			break
 		}
 	}
-	q := make([]lease.QueueEntry, 0, len(queue))
-	for _, e := range queue {
+	q := make([]queue.QueueEntry, 0, len(entries))
+	for _, e := range entries {
 		if err := validateEntry(c.cfg.NodeName, &e); err != nil {
 			c.warnOnce("entry/"+err.Error(), "gossip: not publishing a queue entry: %v", err)
 			continue
@@ -232,7 +233,7 @@ func (x *publisher) fitQueue(ls *leaseSection) {
 		dropped++
 		over -= size[i]
 	}
-	kept := make([]lease.QueueEntry, 0, len(ls.Queue)-dropped)
+	kept := make([]queue.QueueEntry, 0, len(ls.Queue)-dropped)
 	for i, e := range ls.Queue {
 		if !drop[i] {
 			kept = append(kept, e)

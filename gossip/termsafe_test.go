@@ -11,6 +11,7 @@ import (
 	"github.com/dibs-gpu/dibs/internal/termsafe"
 	"github.com/dibs-gpu/dibs/lease"
 	"github.com/dibs-gpu/dibs/nodeprobe"
+	"github.com/dibs-gpu/dibs/queue"
 )
 
 // hostileCmd is the process name that retitled and cleared an admin's
@@ -56,7 +57,7 @@ func hostileMessages(t testing.TB) map[string][]byte {
 			Telemetry: &telemetrySection{Snapshot: nodeprobe.Snapshot{Host: nodeprobe.Host{Tags: []string{"h100", "nv\u202elink"}}}}}),
 		"usage": mustEncode(t, msgState, &stateMsg{Node: "n1", BootID: "b", BootedAt: 1, Seq: 1, Section: sectionTelemetry, Telemetry: &telemetrySection{Usage: map[string]float64{"bob\u2066": 1}}}),
 		"queue": mustEncode(t, msgState, &stateMsg{Node: "gpu-node-01", BootID: "b1", BootedAt: 1, Seq: 2, Section: sectionLeases,
-			Leases: &leaseSection{Leases: []lease.Lease{}, Queue: []lease.QueueEntry{testEntry("gpu-node-01", 1, "run \u202etxt.exe")}}}),
+			Leases: &leaseSection{Leases: []lease.Lease{}, Queue: []queue.QueueEntry{testEntry("gpu-node-01", 1, "run \u202etxt.exe")}}}),
 		"response":      mustEncode(t, msgResponse, &responseMsg{ID: 1, From: "n1", ErrCode: lease.CodeConflict, ErrMsg: "GPU 3 has " + hostileCmd + " on it"}),
 		"response-bidi": mustEncode(t, msgResponse, &responseMsg{ID: 2, From: "n1", ErrCode: lease.CodeConflict, ErrMsg: "held by \u202eecila"}),
 	}

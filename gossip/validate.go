@@ -6,6 +6,7 @@ import (
 
 	"github.com/dibs-gpu/dibs/internal/termsafe"
 	"github.com/dibs-gpu/dibs/lease"
+	"github.com/dibs-gpu/dibs/queue"
 )
 
 // validNodeName reports whether s may name a node: a host name, in short
@@ -100,7 +101,7 @@ func (s *leaseSection) validate(node string) error {
 
 // validateEntry checks one queue entry of node's state: it must be node's
 // own, and hold only what a person could have submitted.
-func validateEntry(node string, e *lease.QueueEntry) error {
+func validateEntry(node string, e *queue.QueueEntry) error {
 	if e.Origin != node {
 		return wireErrorf("state of %s: queue entry %s belongs to %q", node, trunc(e.ID), trunc(e.Origin))
 	}

@@ -22,13 +22,17 @@ func WireSamples() (map[string][]byte, error) {
 	t0 := time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)
 	l := lease.Lease{ID: "node01-7", Node: "node01", GPUs: []int{0, 1}, User: "alice", UID: 1001, Token: 7,
 		Kind: lease.KindBatch, Note: "ablation sweep", StartedAt: t0, ExpiresAt: t0.Add(4 * time.Hour), Session: "dibs-node01-7"}
-	e := lease.QueueEntry{ID: "node01-q3", Origin: "node01", User: "bob", UID: 1002, SubmittedAt: t0,
-		Nodes: 2, GPUsPerNode: 2, Duration: time.Hour, Kind: lease.KindBatch, Note: "gang",
-		Job: &lease.Job{Command: []string{"python", "train.py"}, Dir: "/home/bob"}}
+	// The entry is filled in place, by field: its type was lease.QueueEntry
+	// in v0.1.0 and is queue.QueueEntry since, and this file builds in both.
+	sec := &leaseSection{Leases: []lease.Lease{l}, QuietSince: map[int]time.Time{2: t0}}
+	e := oneSample(&sec.Queue)
+	e.ID, e.Origin, e.User, e.UID, e.SubmittedAt = "node01-q3", "node01", "bob", 1002, t0
+	e.Nodes, e.GPUsPerNode, e.Duration, e.Kind, e.Note = 2, 2, time.Hour, lease.KindBatch, "gang"
+	e.Job = &lease.Job{Command: []string{"python", "train.py"}, Dir: "/home/bob"}
 	snap := nodeprobe.Snapshot{TakenAt: t0, Host: nodeprobe.Host{Name: "node01", CPUs: 64, MemoryMiB: 512000, Backend: "sim"},
 		GPUs: []nodeprobe.GPU{{Index: 0, UUID: "GPU-00000000-0000-0000-0000-000000000000", Model: "NVIDIA L40S", MemoryTotalMiB: 46068}}}
 	leases := stateMsg{Node: "node01", BootID: "0a1b2c3d4e5f6071", BootedAt: t0.UnixNano(), Seq: 3, Version: 9, Section: sectionLeases,
-		Leases: &leaseSection{Leases: []lease.Lease{l}, Queue: []lease.QueueEntry{e}, QuietSince: map[int]time.Time{2: t0}}}
+		Leases: sec}
 	tel := stateMsg{Node: "node01", BootID: "0a1b2c3d4e5f6071", BootedAt: t0.UnixNano(), Seq: 4, Version: 9, Section: sectionTelemetry,
 		Telemetry: &telemetrySection{Snapshot: snap, Usage: map[string]float64{"alice": 3600}}}
 	raw, err := json.Marshal(leases)
@@ -83,4 +87,11 @@ func WireDecode(b []byte) (string, error) {
 		return fmt.Sprintf("suspect %s by %s", d.Suspect.Node, d.Suspect.By), nil
 	}
 	return "", fmt.Errorf("decoded nothing")
+}
+
+// oneSample makes *s hold one zero element and returns it, so a sample is
+// filled without naming its type.
+func oneSample[T any](s *[]T) *T {
+	*s = make([]T, 1)
+	return &(*s)[0]
 }

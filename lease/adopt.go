@@ -55,9 +55,9 @@ func (t *Table) PlanAdopt(c Caller, pid int, d time.Duration, note string, snap 
 		u := uses[g]
 		l := u.first()
 		if mig != nil {
-			l = u.mig(mig.UUID)
+			l = u.MIG(mig.UUID)
 			if l == nil && u != nil {
-				l = u.whole
+				l = u.Whole
 			}
 		}
 		if l != nil {
@@ -67,7 +67,7 @@ func (t *Table) PlanAdopt(c Caller, pid int, d time.Duration, note string, snap 
 			return Lease{}, errorf(CodeConflict, "GPU %d is held by %s (lease %s): pid %d runs on someone else's GPU", g, l.User, l.ID, pid)
 		}
 	}
-	dur, err := checkDuration(d, KindInteractive, p)
+	dur, err := CheckDuration(d, KindInteractive, p)
 	if err != nil {
 		return Lease{}, err
 	}
@@ -85,7 +85,7 @@ func (t *Table) PlanAdopt(c Caller, pid int, d time.Duration, note string, snap 
 		Note: note, StartedAt: now.Round(0), ExpiresAt: now.Round(0).Add(dur),
 	}
 	if mig != nil {
-		l.MIG, l.Share = mig.UUID, share(mig.MemoryTotalMiB, migGPU.MemoryTotalMiB)
+		l.MIG, l.Share = mig.UUID, Share(mig.MemoryTotalMiB, migGPU.MemoryTotalMiB)
 	}
 	return l, nil
 }

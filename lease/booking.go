@@ -22,9 +22,9 @@ import (
 // lease (Booked cleared), ending any lease on its GPUs that is past its own
 // end by then.
 
-// minBeforeBooking is the least time a claim may have before a booking on
+// MinBeforeBooking is the least time a claim may have before a booking on
 // its GPUs: a GPU booked from sooner than this counts as taken.
-const minBeforeBooking = time.Minute
+const MinBeforeBooking = time.Minute
 
 // BookRequest is what a person books.
 type BookRequest struct {
@@ -107,7 +107,7 @@ func (t *Table) fitBookings(gpus []int, now time.Time, dur time.Duration, explic
 		return dur, nil
 	}
 	room := b.StartedAt.Round(0).Sub(now.Round(0))
-	if room < minBeforeBooking {
+	if room < MinBeforeBooking {
 		return 0, errorf(CodeConflict, "%s: pick other GPUs, or wait until it ends at %s", describeBooking(b, now), b.ExpiresAt.Local().Format("Mon 15:04"))
 	}
 	if explicit {
@@ -159,7 +159,7 @@ func SpanEnd(start, end time.Time) string {
 func Bookable(snap nodeprobe.Snapshot, leases []Lease, model string, start, end time.Time) (free []int, why []string) {
 	for i := range snap.GPUs {
 		g := &snap.GPUs[i]
-		if !matchModel(g, model) {
+		if !MatchModel(g, model) {
 			continue
 		}
 		if r := unbookable(g, leases, start, end); r != "" {
@@ -203,7 +203,7 @@ func (t *Table) PlanBooking(c Caller, req BookRequest, snap nodeprobe.Snapshot, 
 	if req.Duration <= 0 {
 		return Lease{}, Invalidf("say how long the booking is: --for 3h")
 	}
-	dur, err := checkDuration(req.Duration, req.Kind, p)
+	dur, err := CheckDuration(req.Duration, req.Kind, p)
 	if err != nil {
 		return Lease{}, err
 	}
@@ -246,10 +246,10 @@ func (t *Table) PlanBooking(c Caller, req BookRequest, snap nodeprobe.Snapshot, 
 	var gpus []int
 	switch {
 	case len(req.GPUs) > 0 && req.Count > 0 && req.Count != len(req.GPUs):
-		return Lease{}, Invalidf("asked for %s but named %d: give either -g N or --ids", gpuCount(req.Count), len(req.GPUs))
+		return Lease{}, Invalidf("asked for %s but named %d: give either -g N or --ids", GPUCount(req.Count), len(req.GPUs))
 	case len(req.GPUs) > 0:
 		for _, g := range req.GPUs {
-			gpu := findGPU(snap, g)
+			gpu := FindGPU(snap, g)
 			if gpu == nil {
 				return Lease{}, Invalidf("no GPU %d on %s: it has GPUs %s", g, t.node, indexRange(snap))
 			}
@@ -390,11 +390,11 @@ func CheckBookingRequest(req BookRequest) error {
 		return err
 	}
 	if err := CheckText("model", req.Model); err != nil || len(req.Model) > MaxModelLen {
-		return Invalidf("bad model %s", quoteInput(termsafe.String(req.Model)))
+		return Invalidf("bad model %s", QuoteInput(termsafe.String(req.Model)))
 	}
 	if req.Group != "" {
 		if n, ok := NodeOfID(req.Group); !ok || ValidNodeName(n) != nil || req.Lead {
-			return Invalidf("bad booking group %s", quoteInput(termsafe.String(req.Group)))
+			return Invalidf("bad booking group %s", QuoteInput(termsafe.String(req.Group)))
 		}
 	}
 	if req.Job != nil {

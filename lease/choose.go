@@ -58,12 +58,12 @@ func (w Want) fitsNow(c Candidate) bool {
 	case w.MIG != "":
 		return FreeMIG(c.Snap, c.Leases, w.MIG, w.Model) > 0
 	case w.MemMiB > 0:
-		_, ok := fitShared(c.Snap, usesOfList(c.Leases), w.MemMiB, func(g *nodeprobe.GPU) bool { return matchModel(g, w.Model) })
+		_, ok := fitShared(c.Snap, usesOfList(c.Leases), w.MemMiB, func(g *nodeprobe.GPU) bool { return MatchModel(g, w.Model) })
 		return ok
 	}
 	n := 0
 	for _, i := range FreeGPUs(c.Snap, c.Leases) {
-		if g := findGPU(c.Snap, i); g != nil && matchModel(g, w.Model) {
+		if g := FindGPU(c.Snap, i); g != nil && MatchModel(g, w.Model) {
 			n++
 		}
 	}
@@ -74,7 +74,7 @@ func (w Want) fitsNow(c Candidate) bool {
 // counted as held (every booked GPU when its span is unknown).
 func (w Want) unbooked(c Candidate) Candidate {
 	for _, b := range c.Bookings {
-		if w.Span <= 0 || b.StartedAt.Before(w.Now.Add(w.Span+minBeforeBooking)) {
+		if w.Span <= 0 || b.StartedAt.Before(w.Now.Add(w.Span+MinBeforeBooking)) {
 			c.Leases = append(slices.Clip(c.Leases), b)
 		}
 	}
@@ -153,7 +153,7 @@ func chooseAmong(in []Candidate, w Want) (string, error) {
 		for _, c := range in {
 			for i := range c.Snap.GPUs {
 				g := &c.Snap.GPUs[i]
-				found = found || matchModel(g, w.Model)
+				found = found || MatchModel(g, w.Model)
 				if m := termsafe.String(g.Model); !slices.Contains(models, m) {
 					models = append(models, m)
 				}
@@ -177,7 +177,7 @@ func chooseAmong(in []Candidate, w Want) (string, error) {
 	of := make([]Candidate, len(in))
 	for i, c := range in {
 		of[i] = c
-		of[i].Snap.GPUs = slices.DeleteFunc(slices.Clone(c.Snap.GPUs), func(g nodeprobe.GPU) bool { return !matchModel(&g, w.Model) })
+		of[i].Snap.GPUs = slices.DeleteFunc(slices.Clone(c.Snap.GPUs), func(g nodeprobe.GPU) bool { return !MatchModel(&g, w.Model) })
 	}
 	node, err := ChooseNode(of, w.Count)
 	if err != nil {
@@ -193,7 +193,7 @@ func chooseMIG(cands []Candidate, w Want) (string, error) {
 	best, bestFree, bestLocal := "", 0, false
 	any, exists := false, false
 	for _, c := range cands {
-		if migProfiles(c.Snap) != "" {
+		if MIGProfiles(c.Snap) != "" {
 			any = true
 		}
 		if free, busy := findMIG(c.Snap, usesOfList(c.Leases), w.MIG, w.Model, false); len(free)+len(busy) > 0 {
@@ -216,7 +216,7 @@ func chooseMIG(cands []Candidate, w Want) (string, error) {
 	}
 	var have []string
 	for _, c := range cands {
-		if p := migProfiles(c.Snap); p != "" {
+		if p := MIGProfiles(c.Snap); p != "" {
 			have = append(have, c.Node+": "+p)
 		}
 	}
@@ -236,11 +236,11 @@ func chooseShared(cands []Candidate, w Want) (string, error) {
 			most, mostNode = room, c.Node
 		}
 		uses := usesOfList(c.Leases)
-		gi, ok := fitShared(c.Snap, uses, w.MemMiB, func(g *nodeprobe.GPU) bool { return matchModel(g, w.Model) })
+		gi, ok := fitShared(c.Snap, uses, w.MemMiB, func(g *nodeprobe.GPU) bool { return MatchModel(g, w.Model) })
 		if !ok {
 			continue
 		}
-		left := sharedRoom(findGPU(c.Snap, gi), uses[gi]) - w.MemMiB
+		left := SharedRoom(FindGPU(c.Snap, gi), uses[gi]) - w.MemMiB
 		better := best == "" || left < bestLeft || left == bestLeft && (c.Local && !bestLocal || c.Local == bestLocal && c.Node < best)
 		if better {
 			best, bestLeft, bestLocal = c.Node, left, c.Local
@@ -261,7 +261,7 @@ func candTags(cands []Candidate) string {
 	for i, c := range cands {
 		nodes[i] = SchedNode{Snap: c.Snap}
 	}
-	return clusterTags(nodes)
+	return ClusterTags(nodes)
 }
 
 // BookNode picks the node for a booking with no node named: among the

@@ -89,7 +89,7 @@ func (c Claim) Validate() error {
 		return err
 	}
 	if c.RequestID != "" && !ValidRequestID(c.RequestID) {
-		return Invalidf("request id %s must be 8 to 64 letters, digits, '-' or '_'", quoteInput(c.RequestID))
+		return Invalidf("request id %s must be 8 to 64 letters, digits, '-' or '_'", QuoteInput(c.RequestID))
 	}
 	if err := c.checkWant(); err != nil {
 		return err

@@ -24,7 +24,7 @@ const MaxContainers = 8
 func ParseContainerID(s string) (string, error) {
 	id := strings.ToLower(strings.TrimSpace(s))
 	if len(id) < ContainerIDLen || len(id) > 64 || strings.Trim(id, "0123456789abcdef") != "" {
-		return "", Invalidf("%s is not a container id: give the id `docker ps` (or `podman ps`) prints, 12 to 64 hex digits, not the container's name", quoteInput(s))
+		return "", Invalidf("%s is not a container id: give the id `docker ps` (or `podman ps`) prints, 12 to 64 hex digits, not the container's name", QuoteInput(s))
 	}
 	return id[:ContainerIDLen], nil
 }
@@ -37,7 +37,7 @@ func CheckContainers(ids []string) error {
 	}
 	for i, id := range ids {
 		if short, err := ParseContainerID(id); err != nil || short != id {
-			return fmt.Errorf("adopted container %s is not a short container id", quoteInput(id))
+			return fmt.Errorf("adopted container %s is not a short container id", QuoteInput(id))
 		}
 		if slices.Contains(ids[:i], id) {
 			return fmt.Errorf("adopted container %s appears twice", id)
@@ -73,17 +73,17 @@ func (l *Lease) Owns(pr nodeprobe.Process) bool { return ownedBy(pr, l) }
 // callerLease is the lease of uid that covers pr's place on the GPU: the
 // whole GPU, the MIG instance NVML places it on, or a part of the GPU; nil
 // when uid holds none of them.
-func (u *use) callerLease(pr nodeprobe.Process, uid int) *Lease {
+func (u *Use) callerLease(pr nodeprobe.Process, uid int) *Lease {
 	switch {
 	case u == nil:
 		return nil
-	case u.whole != nil:
-		if u.whole.UID == uid {
-			return u.whole
+	case u.Whole != nil:
+		if u.Whole.UID == uid {
+			return u.Whole
 		}
 		return nil
 	case pr.MIGDevice != "":
-		if l := u.mig(pr.MIGDevice); l != nil && l.UID == uid {
+		if l := u.MIG(pr.MIGDevice); l != nil && l.UID == uid {
 			return l
 		}
 		return nil

@@ -1,5 +1,10 @@
 package lease
 
+import "time"
+
+// FinalWarnBefore is when the last warning before a lease's end comes.
+const FinalWarnBefore = time.Minute
+
 // Step is one thing the agent must do for a lease because of the time.
 type Step string
 

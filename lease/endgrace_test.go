@@ -80,37 +80,6 @@ func TestJudgeEndGraceLeavesLiveLeases(t *testing.T) {
 	}
 }
 
-// No squatter event while the ended lease's work exits; one once the grace
-// is over and the process is still there.
-func TestFlagEventsEndGrace(t *testing.T) {
-	p := lease.DefaultPolicy()
-	end := t0.Add(time.Hour)
-	l := held(1, alice, []int{0}, t0, 4*time.Hour)
-	ended := []lease.LedgerEntry{lease.Ended(l, end, string(lease.EndReleased), "")}
-	snap := withProc(islands(2), 0, proc(733, alice, "python3"))
-	before := lease.JudgeWithEnded(snap, []lease.Lease{l}, nil, nil, end.Add(-time.Second), p)
-	tests := []struct {
-		name  string
-		now   time.Time
-		kinds []lease.EventKind
-	}{
-		{"within the grace", end.Add(time.Second), nil},
-		{"grace over", end.Add(lease.EndGrace), []lease.EventKind{lease.EventSquatter}},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			cur := lease.JudgeWithEnded(snap, nil, ended, nil, tt.now, p)
-			var got []lease.EventKind
-			for _, e := range lease.FlagEvents(node, before, cur, nil, nil, tt.now) {
-				got = append(got, e.Kind)
-			}
-			if !slices.Equal(got, tt.kinds) {
-				t.Errorf("events = %v, want %v", got, tt.kinds)
-			}
-		})
-	}
-}
-
 func TestWithinEndGrace(t *testing.T) {
 	now := t0.Add(time.Hour)
 	at := func(id uint64, end time.Time) lease.LedgerEntry {

@@ -42,13 +42,13 @@ func FreeGPUs(snap nodeprobe.Snapshot, leases []Lease) []int {
 // no booking needs within dur if there are enough (a claim with its own
 // time limit takes only those), else among every free one, the time limit
 // then cut to end before the first booking (fitBookings).
-func (t *Table) pickFree(c Caller, req Claim, snap nodeprobe.Snapshot, uses map[int]*use, now time.Time, dur time.Duration) ([]int, error) {
+func (t *Table) pickFree(c Caller, req Claim, snap nodeprobe.Snapshot, uses map[int]*Use, now time.Time, dur time.Duration) ([]int, error) {
 	n, node := req.Count, t.node
 	var free, clear []int
 	of := 0
 	for i := range snap.GPUs {
 		g := &snap.GPUs[i]
-		if !matchModel(g, req.Model) {
+		if !MatchModel(g, req.Model) {
 			continue
 		}
 		of++
@@ -59,7 +59,7 @@ func (t *Table) pickFree(c Caller, req Claim, snap nodeprobe.Snapshot, uses map[
 		case b == nil:
 			clear = append(clear, g.Index)
 			free = append(free, g.Index)
-		case b.StartedAt.Sub(now) >= minBeforeBooking:
+		case b.StartedAt.Sub(now) >= MinBeforeBooking:
 			free = append(free, g.Index)
 		}
 	}
@@ -68,7 +68,7 @@ func (t *Table) pickFree(c Caller, req Claim, snap nodeprobe.Snapshot, uses map[
 		in = " " + termsafe.String(req.Model)
 	}
 	if n > of {
-		return nil, Invalidf("%s has only %d%s %s; asked for %d: ask for at most %d, or for several nodes", node, of, in, gpuWord(of), n, of)
+		return nil, Invalidf("%s has only %d%s %s; asked for %d: ask for at most %d, or for several nodes", node, of, in, GPUWord(of), n, of)
 	}
 	if len(clear) >= n {
 		return Place(snap, clear, n), nil
@@ -78,7 +78,7 @@ func (t *Table) pickFree(c Caller, req Claim, snap nodeprobe.Snapshot, uses map[
 	}
 	if len(free) >= n {
 		b := t.firstBooking(free, now, now.Add(dur), "")
-		return nil, errorf(CodeConflict, "asked for %s for %s but only %d are free that long on %s: %s: ask for a shorter time, fewer GPUs, or wait", gpuCount(n), FormatDuration(dur), len(clear), node, describeBooking(b, now))
+		return nil, errorf(CodeConflict, "asked for %s for %s but only %d are free that long on %s: %s: ask for a shorter time, fewer GPUs, or wait", GPUCount(n), FormatDuration(dur), len(clear), node, describeBooking(b, now))
 	}
 	busy, othersHold := describeBusy(c, snap, uses, now)
 	out := "wait for them, or ask the holders"
@@ -88,5 +88,5 @@ func (t *Table) pickFree(c Caller, req Claim, snap nodeprobe.Snapshot, uses map[
 	if len(free) > 0 {
 		out = fmt.Sprintf("ask for %d or fewer, wait, or ask the holders", len(free))
 	}
-	return nil, errorf(CodeConflict, "asked for %d%s %s but only %d free on %s: %s; %s", n, in, gpuWord(n), len(free), node, busy, out)
+	return nil, errorf(CodeConflict, "asked for %d%s %s but only %d free on %s: %s; %s", n, in, GPUWord(n), len(free), node, busy, out)
 }

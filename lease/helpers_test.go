@@ -118,3 +118,5 @@ func checkRefusal(t *testing.T, err error, code lease.Code, want ...string) {
 		}
 	}
 }
+
+var carol = lease.Caller{UID: 1003, User: "carol"}

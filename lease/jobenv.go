@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"maps"
 	"slices"
+	"strconv"
 	"strings"
 	"unicode/utf8"
 )
@@ -105,7 +106,7 @@ func CheckEnv(env map[string]string) error {
 	size := 0
 	for k, v := range env {
 		if !slices.Contains(carriedEnv, k) {
-			return Invalidf("environment variable %s does not travel with a run (only %s do): set it in the command, e.g. env %s=... CMD", quoteInput(k), strings.Join(carriedEnv, ", "), quoteInput(k))
+			return Invalidf("environment variable %s does not travel with a run (only %s do): set it in the command, e.g. env %s=... CMD", QuoteInput(k), strings.Join(carriedEnv, ", "), QuoteInput(k))
 		}
 		if strings.ContainsAny(v, "\x00\n\r") || !utf8.ValidString(v) {
 			return Invalidf("environment variable %s holds a NUL, a newline or invalid UTF-8", k)
@@ -121,4 +122,34 @@ func CheckEnv(env map[string]string) error {
 		return Invalidf("your %s add up to %d bytes; at most %d travel with a run: shorten them, or run with --clean-env", strings.Join(slices.Sorted(maps.Keys(env)), ", "), size, MaxJobEnvSize)
 	}
 	return nil
+}
+
+// MaxArrayIndex bounds an index of a job array's task.
+const MaxArrayIndex = 99999
+
+// ArrayTaskOf splits a task's id (node01-q7/5) into its array's id and its
+// index; ok is false for any other id.
+func ArrayTaskOf(id string) (array string, index int, ok bool) {
+	i := strings.LastIndexByte(id, '/')
+	if i <= 0 || i == len(id)-1 {
+		return "", 0, false
+	}
+	n, err := strconv.Atoi(id[i+1:])
+	if err != nil || n < 0 || n > MaxArrayIndex || strconv.Itoa(n) != id[i+1:] {
+		return "", 0, false
+	}
+	return id[:i], n, true
+}
+
+// ArrayEnv is what a task's session is told of its array: DIBS_ARRAY_ID
+// and DIBS_ARRAY_INDEX (SLURM's SLURM_ARRAY_JOB_ID and
+// SLURM_ARRAY_TASK_ID), from the entry key a lease carries; nil for a
+// lease of no task.
+func ArrayEnv(entryKey string) map[string]string {
+	id, _, _ := strings.Cut(entryKey, "#")
+	arr, idx, ok := ArrayTaskOf(id)
+	if !ok {
+		return nil
+	}
+	return map[string]string{"DIBS_ARRAY_ID": arr, "DIBS_ARRAY_INDEX": strconv.Itoa(idx)}
 }

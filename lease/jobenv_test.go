@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/dibs-gpu/dibs/lease"
+	"github.com/dibs-gpu/dibs/queue"
 )
 
 func TestPickEnvTakesOnlyTheCarriedVariables(t *testing.T) {
@@ -77,7 +78,7 @@ func TestJobCheckBoundsTheJobAsSent(t *testing.T) {
 // What travels and shows of a job to others: its public part only.
 func TestJobPublicAndShownTo(t *testing.T) {
 	j := &lease.Job{Command: []string{"train.py", "--key=sk-1"}, Dir: "/srv/p", Name: "t", Torchrun: true, Env: map[string]string{"PATH": "/v"}}
-	e := lease.QueueEntry{User: "mallory", Job: j}
+	e := queue.QueueEntry{User: "mallory", Job: j}
 	for _, tc := range []struct {
 		who  lease.Caller
 		full bool
@@ -98,7 +99,31 @@ func TestJobPublicAndShownTo(t *testing.T) {
 	if p := e.Published(); p.Job == j || len(j.Command) == 0 {
 		t.Error("Published changed the entry's own job")
 	}
-	if (lease.QueueEntry{}).Published().Job != nil {
+	if (queue.QueueEntry{}).Published().Job != nil {
 		t.Error("a queued claim grew a job")
+	}
+}
+
+func TestArrayTaskOf(t *testing.T) {
+	for _, tc := range []struct {
+		id, arr string
+		idx     int
+		ok      bool
+	}{
+		{"node01-q7/5", "node01-q7", 5, true},
+		{"node01-q7/0", "node01-q7", 0, true},
+		{"node01-q7", "", 0, false},
+		{"node01-q7/", "", 0, false},
+		{"node01-q7/05", "", 0, false},
+		{"node01-q7/-1", "", 0, false},
+		{"/3", "", 0, false},
+	} {
+		arr, idx, ok := lease.ArrayTaskOf(tc.id)
+		if arr != tc.arr || idx != tc.idx || ok != tc.ok {
+			t.Errorf("ArrayTaskOf(%q) = %q, %d, %v; want %q, %d, %v", tc.id, arr, idx, ok, tc.arr, tc.idx, tc.ok)
+		}
+	}
+	if o, ok := queue.OriginOfQueueID("node01-q7/5"); !ok || o != "node01" {
+		t.Errorf("OriginOfQueueID of a task = %q, %v; want node01", o, ok)
 	}
 }

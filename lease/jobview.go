@@ -34,14 +34,6 @@ func (j *Job) RunsCommand() bool { return j != nil && (len(j.Command) > 0 || j.K
 // that holds across nodes) and admins.
 func (c Caller) SeesJobOf(user string) bool { return c.Admin || c.User != "" && c.User == user }
 
-// Published is e as its origin gossips it: the job's public part only.
-func (e QueueEntry) Published() QueueEntry {
-	if e.Job.Private() {
-		e.Job = e.Job.Public()
-	}
-	return e
-}
-
 // Published is l as its node gossips it: a booked run's job reduced to its
 // public part.
 func (l Lease) Published() Lease {
@@ -49,15 +41,6 @@ func (l Lease) Published() Lease {
 		l.Job = l.Job.Public()
 	}
 	return l
-}
-
-// ShownTo is e as c may see it: whole for its holder and admins, the job's
-// public part for everyone else.
-func (e QueueEntry) ShownTo(c Caller) QueueEntry {
-	if c.SeesJobOf(e.User) {
-		return e
-	}
-	return e.Published()
 }
 
 // ShownTo is l as c may see it: whole for its holder and admins, a booked

@@ -156,10 +156,10 @@ func JudgeWithEnded(snap nodeprobe.Snapshot, leases []Lease, ended []LedgerEntry
 }
 
 // soonestEnd is when the first lease on a GPU (or on one of its parts) ends.
-func soonestEnd(u *use) time.Time {
+func soonestEnd(u *Use) time.Time {
 	var end time.Time
-	if u.whole != nil {
-		end = u.whole.ExpiresAt
+	if u.Whole != nil {
+		end = u.Whole.ExpiresAt
 	}
 	for _, l := range u.parts {
 		if end.IsZero() || l.ExpiresAt.Before(end) {
@@ -171,7 +171,7 @@ func soonestEnd(u *use) time.Time {
 
 // overBudget lists the shared holders of g whose processes use more memory
 // than their budgets on it.
-func overBudget(g *nodeprobe.GPU, u *use) []Overrun {
+func overBudget(g *nodeprobe.GPU, u *Use) []Overrun {
 	var out []Overrun
 	for i, l := range u.parts {
 		if l.MemMiB == 0 || slices.ContainsFunc(u.parts[:i], func(x *Lease) bool { return x.MemMiB > 0 && x.UID == l.UID }) {

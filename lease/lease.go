@@ -1,7 +1,10 @@
-// Package lease holds the rules of dibs with no I/O: what a lease is, who may
-// claim, extend or end one, which GPUs a claim gets, when a lease is due for
-// its warning or its end, and which GPUs are idle or squatted. The agent owns
-// the clock, the store and the goroutines; this package only decides.
+// Package lease holds the rules of a lease, with no I/O: what a lease is, who
+// may claim, extend or end one, which GPUs (or which part of one) a claim
+// gets, bookings, when a lease is due for its warning or its end, and which
+// GPUs are idle or squatted. The rules of queued work (package queue) and
+// of events (package event) are built on these; this package knows neither.
+// The agent owns the clock, the store and the goroutines; this package only
+// decides.
 package lease
 
 import (
@@ -161,7 +164,7 @@ func (l *Lease) EachString(f func(field string, p *string)) {
 	for i := range l.Containers {
 		f("container", &l.Containers[i])
 	}
-	l.Job.eachString(f)
+	l.Job.EachString(f)
 }
 
 // CheckText refuses a lease holding text no correct agent writes: every
@@ -171,24 +174,26 @@ func (l *Lease) EachString(f func(field string, p *string)) {
 func (l *Lease) CheckText() error {
 	// A booked run's command and directory are its holder's own argv and
 	// path and may hold anything (as a queue entry's may).
-	c := textChecker{skip: []string{"command", "dir"}}
-	l.EachString(c.check)
-	return c.err
+	c := TextChecker{Skip: []string{"command", "dir"}}
+	l.EachString(c.Check)
+	return c.Err
 }
 
-// textChecker keeps the first field that fails termsafe.Check, skipping
-// the fields in skip.
-type textChecker struct {
-	skip []string
-	err  error
+// TextChecker keeps the first field that fails termsafe.Check (in Err),
+// skipping the fields in Skip. A lease and a queue entry check their text
+// with it.
+type TextChecker struct {
+	Skip []string
+	Err  error
 }
 
-func (c *textChecker) check(field string, p *string) {
-	if c.err != nil || slices.Contains(c.skip, field) {
+// Check is the visitor EachString calls: it checks one field's text.
+func (c *TextChecker) Check(field string, p *string) {
+	if c.Err != nil || slices.Contains(c.Skip, field) {
 		return
 	}
 	if e := termsafe.Check(*p); e != nil {
-		c.err = fmt.Errorf("its %s holds %w", field, e)
+		c.Err = fmt.Errorf("its %s holds %w", field, e)
 	}
 }
 
@@ -397,7 +402,7 @@ func ParseDuration(s string) (time.Duration, error) {
 	if in == "" {
 		return 0, Invalidf("empty duration: write it like 30m, 4h or 2d")
 	}
-	bad := Invalidf("cannot read duration %s: write it like 30m, 4h or 2d", quoteInput(in))
+	bad := Invalidf("cannot read duration %s: write it like 30m, 4h or 2d", QuoteInput(in))
 	rest := in
 	var days time.Duration
 	if i := strings.IndexByte(rest, 'd'); i > 0 {
@@ -420,7 +425,7 @@ func ParseDuration(s string) (time.Duration, error) {
 		}
 	}
 	if d > 0 && d > MaxDuration-days {
-		return 0, Invalidf("duration %s is longer than %s: ask for less", quoteInput(in), FormatDuration(MaxDuration))
+		return 0, Invalidf("duration %s is longer than %s: ask for less", QuoteInput(in), FormatDuration(MaxDuration))
 	}
 	d += days
 	if d <= 0 {
@@ -429,9 +434,10 @@ func ParseDuration(s string) (time.Duration, error) {
 	return d, nil
 }
 
-// quoteInput quotes what a person (or a program) sent for an error message,
-// cut short: the input may come from the network and be of any length.
-func quoteInput(s string) string {
+// QuoteInput quotes what a person (or a program) sent for an error message,
+// cut short: the input may come from the network and be of any length. The
+// queue and the events quote their input the same way.
+func QuoteInput(s string) string {
 	const max = 32
 	if len(s) <= max {
 		return strconv.Quote(s)

@@ -59,8 +59,8 @@ func Ended(l Lease, end time.Time, reason, by string) LedgerEntry {
 // show it. An *Error with CodeUnavailable means the disk cannot take writes
 // now (full, read-only) while reads still work; any other error is the disk
 // failing or the file damaged. Implementations are safe for concurrent use.
-// lease/store is the bbolt one; lease/store/storetest is an in-memory one
-// with injectable faults, for tests.
+// queue.Store adds the queue entries; package store is the bbolt one,
+// store/storetest an in-memory one with injectable faults, for tests.
 type Store interface {
 	// Load returns every lease and the highest token ever granted.
 	Load() (leases []Lease, lastToken uint64, err error)
@@ -71,13 +71,6 @@ type Store interface {
 	End(id string, e LedgerEntry) error
 	// Ledger returns the entries that ended at or after since.
 	Ledger(since time.Time) ([]LedgerEntry, error)
-	// PutEntry writes a queue entry submitted here and raises the queue
-	// sequence to seq, in one transaction.
-	PutEntry(e QueueEntry, seq uint64) error
-	// DeleteEntry forgets a queue entry (started for good, or cancelled).
-	DeleteEntry(id string) error
-	// Entries returns this node's queue entries and the highest sequence used.
-	Entries() ([]QueueEntry, uint64, error)
 	Close() error
 }
 
@@ -85,17 +78,17 @@ type Store interface {
 // another agent answering `dibs doctor`): the same bounds as the lease it
 // was, times in a sane range, GPU-seconds a finite non-negative number.
 func (e *LedgerEntry) Validate() error {
-	if !token(e.LeaseID, 2*MaxNameLen) {
-		return Invalidf("a ledger entry has a bad lease id %s", quoteInput(e.LeaseID))
+	if !ValidToken(e.LeaseID, 2*MaxNameLen) {
+		return Invalidf("a ledger entry has a bad lease id %s", QuoteInput(e.LeaseID))
 	}
 	if node, ok := NodeOfID(e.LeaseID); !ok || node != e.Node {
-		return Invalidf("ledger entry %s does not belong to node %s", quoteInput(e.LeaseID), quoteInput(e.Node))
+		return Invalidf("ledger entry %s does not belong to node %s", QuoteInput(e.LeaseID), QuoteInput(e.Node))
 	}
 	if e.User != "" && !ValidUserName(e.User) {
-		return Invalidf("ledger entry %s has a bad user %s", e.LeaseID, quoteInput(e.User))
+		return Invalidf("ledger entry %s has a bad user %s", e.LeaseID, QuoteInput(e.User))
 	}
 	if e.By != "" && !ValidUserName(e.By) {
-		return Invalidf("ledger entry %s has a bad ender %s", e.LeaseID, quoteInput(e.By))
+		return Invalidf("ledger entry %s has a bad ender %s", e.LeaseID, QuoteInput(e.By))
 	}
 	if err := checkGPUs(e.GPUs, false); err != nil {
 		return Invalidf("ledger entry %s: %v", e.LeaseID, err)
@@ -120,44 +113,11 @@ func (e *LedgerEntry) Validate() error {
 		}
 	}
 	for _, s := range []string{e.Reason, e.Entry, e.Gang} {
-		if s != "" && !token(s, 2*MaxNameLen) {
-			return Invalidf("ledger entry %s has a bad field %s", e.LeaseID, quoteInput(s))
+		if s != "" && !ValidToken(s, 2*MaxNameLen) {
+			return Invalidf("ledger entry %s has a bad field %s", e.LeaseID, QuoteInput(s))
 		}
 	}
 	return nil
-}
-
-// EventRider is a store that writes events in the transactions it makes
-// anyway: a lease change's fsync carries the events recorded since the
-// last one, so keeping the log costs a claim no fsync of its own. take
-// hands over the events waiting; done says whether they were written (if
-// not, they wait for the next transaction).
-type EventRider interface {
-	RideEvents(take func() []Event, done func(evs []Event, written bool))
-}
-
-// EventStore keeps a node's event log and its users' notification
-// settings, durable like the rest (lease/store's bbolt file has both; a
-// Store without them gets an in-memory log in the agent). Implementations
-// are safe for concurrent use.
-type EventStore interface {
-	// AppendEvents writes events, each with its sequence set, in one
-	// transaction.
-	AppendEvents(evs []Event) error
-	// Events returns the events f matches, oldest first, at most limit;
-	// more reports that others matched past the limit.
-	Events(f EventFilter, limit int) (evs []Event, more bool, err error)
-	// LastEventSeq is the highest sequence written, 0 for none.
-	LastEventSeq() (uint64, error)
-	// PruneEvents forgets at most max events from before t, oldest first,
-	// and says how many it forgot.
-	PruneEvents(before time.Time, max int) (int, error)
-	// PutSetting keeps a user's notification setting (replacing theirs).
-	PutSetting(s NotifySetting) error
-	// DeleteSetting forgets a user's setting; forgetting none is no error.
-	DeleteSetting(user string) error
-	// Settings are every user's settings kept here.
-	Settings() ([]NotifySetting, error)
 }
 
 // ReasonCompacted marks a ledger entry that stands for several ended leases
@@ -217,7 +177,7 @@ func CompactLedger(entries []LedgerEntry) (rows []LedgerEntry, replaced [][]int)
 }
 
 // LedgerCompactor is a Store that can fold its old ledger entries
-// (CompactLedger) in one transaction each time: lease/store's bbolt file.
+// (CompactLedger) in one transaction each time: package store's bbolt file.
 type LedgerCompactor interface {
 	// CompactLedger folds the entries that ended before t, at most max of
 	// them in one transaction (so a first pass over a long-neglected
@@ -251,7 +211,7 @@ func FoldInto(row, e LedgerEntry) LedgerEntry {
 }
 
 // LedgerFolder is a Store that can end a lease by folding its ledger entry
-// into a compacted row it keeps (lease/store's bbolt file).
+// into a compacted row it keeps (package store's bbolt file).
 type LedgerFolder interface {
 	// EndFolded deletes lease id and adds e to the compacted row at key
 	// row (0: a new row), in one transaction, and says where the row is.

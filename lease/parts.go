@@ -25,7 +25,7 @@ func (t *Table) checkWhere(c Caller, req Claim, snap nodeprobe.Snapshot, dur tim
 	if err != nil {
 		return 0, err
 	}
-	if req.Model != "" && !slices.ContainsFunc(snap.GPUs, func(g nodeprobe.GPU) bool { return matchModel(&g, req.Model) }) {
+	if req.Model != "" && !slices.ContainsFunc(snap.GPUs, func(g nodeprobe.GPU) bool { return MatchModel(&g, req.Model) }) {
 		return 0, Invalidf("%s has no %s GPU (it has %s): ask for one of those, or another node", t.node, termsafe.String(req.Model), nodeModels(snap))
 	}
 	return dur, nil
@@ -70,14 +70,14 @@ func (t *Table) planPart(c Caller, req Claim, snap nodeprobe.Snapshot, now time.
 		}
 		ch := free[0]
 		l = t.newLease(c, req, []int{ch.gpu.Index}, now, dur)
-		l.MIG, l.Share = ch.inst.UUID, share(ch.inst.MemoryTotalMiB, ch.gpu.MemoryTotalMiB)
+		l.MIG, l.Share = ch.inst.UUID, Share(ch.inst.MemoryTotalMiB, ch.gpu.MemoryTotalMiB)
 	} else {
 		g, err := t.pickShared(req, snap, uses, now, dur)
 		if err != nil {
 			return Lease{}, err
 		}
 		l = t.newLease(c, req, []int{g.Index}, now, dur)
-		l.MemMiB, l.Share = req.MemMiB, share(req.MemMiB, g.MemoryTotalMiB)
+		l.MemMiB, l.Share = req.MemMiB, Share(req.MemMiB, g.MemoryTotalMiB)
 	}
 	d, err := t.fitBookings(l.GPUs, now, dur, req.Duration > 0)
 	if err != nil {
@@ -89,7 +89,7 @@ func (t *Table) planPart(c Caller, req Claim, snap nodeprobe.Snapshot, now time.
 
 // noMIG says why no MIG instance fits a claim, and what there is.
 func (t *Table) noMIG(req Claim, snap nodeprobe.Snapshot, busy []string) error {
-	have := migProfiles(snap)
+	have := MIGProfiles(snap)
 	switch {
 	case have == "":
 		return Invalidf("%s has no GPU split into MIG instances: claim whole GPUs (-g N), or another node", t.node)
@@ -100,26 +100,26 @@ func (t *Table) noMIG(req Claim, snap nodeprobe.Snapshot, busy []string) error {
 }
 
 // pickShared finds the GPU a budget fits on now, or says what is free.
-func (t *Table) pickShared(req Claim, snap nodeprobe.Snapshot, uses map[int]*use, now time.Time, dur time.Duration) (*nodeprobe.GPU, error) {
+func (t *Table) pickShared(req Claim, snap nodeprobe.Snapshot, uses map[int]*Use, now time.Time, dur time.Duration) (*nodeprobe.GPU, error) {
 	ok := func(g *nodeprobe.GPU) bool {
-		if len(req.GPUs) == 1 && g.Index != req.GPUs[0] || !matchModel(g, req.Model) {
+		if len(req.GPUs) == 1 && g.Index != req.GPUs[0] || !MatchModel(g, req.Model) {
 			return false
 		}
 		b := t.firstBooking([]int{g.Index}, now, now.Add(dur), "")
-		return b == nil || req.Duration == 0 && b.StartedAt.Sub(now) >= minBeforeBooking
+		return b == nil || req.Duration == 0 && b.StartedAt.Sub(now) >= MinBeforeBooking
 	}
 	if gi, found := fitShared(snap, uses, req.MemMiB, ok); found {
-		return findGPU(snap, gi), nil
+		return FindGPU(snap, gi), nil
 	}
 	if len(req.GPUs) == 1 {
-		g := findGPU(snap, req.GPUs[0])
+		g := FindGPU(snap, req.GPUs[0])
 		switch {
 		case g == nil:
 			return nil, Invalidf("no GPU %d on %s: it has GPUs %s", req.GPUs[0], t.node, indexRange(snap))
 		case g.MIG == nodeprobe.MIGEnabled:
-			return nil, errorf(CodeConflict, "GPU %d on %s is split into MIG instances: claim one with --mig PROFILE (%s)", g.Index, t.node, migProfiles(snap))
-		case uses[g.Index] != nil && uses[g.Index].whole != nil:
-			l := uses[g.Index].whole
+			return nil, errorf(CodeConflict, "GPU %d on %s is split into MIG instances: claim one with --mig PROFILE (%s)", g.Index, t.node, MIGProfiles(snap))
+		case uses[g.Index] != nil && uses[g.Index].Whole != nil:
+			l := uses[g.Index].Whole
 			return nil, errorf(CodeConflict, "GPU %d is held whole by %s %s (lease %s): it cannot be shared until they release it", g.Index, l.User, timeLeft(l.ExpiresAt, now), l.ID)
 		}
 		return nil, errorf(CodeConflict, "asked for %s on GPU %d of %s but %s: ask for less, another GPU, or wait", FormatMem(req.MemMiB), g.Index, t.node, roomOf(g, uses[g.Index]))
@@ -128,7 +128,7 @@ func (t *Table) pickShared(req Claim, snap nodeprobe.Snapshot, uses map[int]*use
 	for i := range snap.GPUs {
 		g := &snap.GPUs[i]
 		if ok(g) {
-			if r := sharedRoom(g, uses[g.Index]); at < 0 || r > best {
+			if r := SharedRoom(g, uses[g.Index]); at < 0 || r > best {
 				best, at = r, g.Index
 			}
 		}
@@ -136,13 +136,13 @@ func (t *Table) pickShared(req Claim, snap nodeprobe.Snapshot, uses map[int]*use
 	if at < 0 || best == 0 {
 		return nil, errorf(CodeConflict, "asked for %s on a shared GPU but no GPU of %s has memory to share: every one is held whole, split into MIG instances or full: wait, or ask the holders", FormatMem(req.MemMiB), t.node)
 	}
-	return nil, errorf(CodeConflict, "asked for %s on a shared GPU but at most %s is free on one GPU of %s (GPU %d: %s): ask for %s or less, or wait", FormatMem(req.MemMiB), FormatMem(best), t.node, at, roomOf(findGPU(snap, at), uses[at]), FormatMem(best))
+	return nil, errorf(CodeConflict, "asked for %s on a shared GPU but at most %s is free on one GPU of %s (GPU %d: %s): ask for %s or less, or wait", FormatMem(req.MemMiB), FormatMem(best), t.node, at, roomOf(FindGPU(snap, at), uses[at]), FormatMem(best))
 }
 
 // roomOf says where a GPU's memory goes: "12 GiB of its 80 GiB is free;
 // alice and bob hold budgets of 60 GiB, 8 GiB is used outside dibs".
-func roomOf(g *nodeprobe.GPU, u *use) string {
-	s := fmt.Sprintf("%s of its %s is free", FormatMem(sharedRoom(g, u)), FormatMem(g.MemoryTotalMiB))
+func roomOf(g *nodeprobe.GPU, u *Use) string {
+	s := fmt.Sprintf("%s of its %s is free", FormatMem(SharedRoom(g, u)), FormatMem(g.MemoryTotalMiB))
 	if u != nil && len(u.parts) > 0 {
 		s += fmt.Sprintf("; %s budgets of %s", partHolders(u), FormatMem(u.budget))
 	}

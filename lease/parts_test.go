@@ -8,6 +8,7 @@ import (
 
 	"github.com/dibs-gpu/dibs/lease"
 	"github.com/dibs-gpu/dibs/nodeprobe"
+	"github.com/dibs-gpu/dibs/queue"
 )
 
 // migNode is an A100 node: GPU 0 split into 3g.40gb, 2g.20gb and 1g.10gb
@@ -158,7 +159,7 @@ func TestSharedUsageWeight(t *testing.T) {
 	if e.GPUSeconds != 3600 {
 		t.Errorf("4h at a quarter of a GPU = %g GPU-seconds, want 3600", e.GPUSeconds)
 	}
-	u := lease.DecayedUsage(nil, []lease.Lease{l}, t0.Add(4*time.Hour), 0)
+	u := queue.DecayedUsage(nil, []lease.Lease{l}, t0.Add(4*time.Hour), 0)
 	if u["alice"] != 3600 {
 		t.Errorf("running usage %g, want 3600", u["alice"])
 	}
@@ -262,7 +263,7 @@ func TestPoolLimits(t *testing.T) {
 	checkRefusal(t, err, lease.CodeInvalid, "gpu-01 is not in pool l40s (its pools: h100)")
 
 	p.Pools["h100"] = lease.PoolLimits{MaxGPUs: 2}
-	v := lease.NewClusterView(lease.NodeView{Name: node, Snap: snap, Leases: []lease.Lease{held(1, alice, []int{0}, t0, time.Hour)}}, nil, t0)
+	v := queue.NewClusterView(queue.NodeView{Name: node, Snap: snap, Leases: []lease.Lease{held(1, alice, []int{0}, t0, time.Hour)}}, nil, t0)
 	if err := v.PoolQuota(p.Pools, snap.Host.Tags, "alice", 1); err != nil {
 		t.Errorf("a second GPU within a quota of 2: %v", err)
 	}

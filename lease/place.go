@@ -115,7 +115,7 @@ func ChooseNode(cands []Candidate, n int) (string, error) {
 		return "", Invalidf("say how many GPUs (-g N)")
 	}
 	if len(cands) == 0 {
-		return "", errorf(CodeUnavailable, "no node is up to take a claim for %s: `dibs ls` shows the cluster", gpuCount(n))
+		return "", errorf(CodeUnavailable, "no node is up to take a claim for %s: `dibs ls` shows the cluster", GPUCount(n))
 	}
 	best, bestLeft, bestDist, bestLocal := "", 0, 0, false
 	most, mostNode, biggest := 0, "", 0
@@ -131,7 +131,7 @@ func ChooseNode(cands []Candidate, n int) (string, error) {
 			continue
 		}
 		pick := Place(c.Snap, free, n)
-		dist := spread(c.Snap, pick)
+		dist := Spread(c.Snap, pick)
 		left := len(free) - n
 		better := best == "" || left < bestLeft || (left == bestLeft && dist < bestDist)
 		if !better && left == bestLeft && dist == bestDist {
@@ -145,16 +145,16 @@ func ChooseNode(cands []Candidate, n int) (string, error) {
 		return best, nil
 	}
 	if n > biggest {
-		return "", Invalidf("no node has %s (the largest has %d): ask for fewer, or for several nodes", gpuCount(n), biggest)
+		return "", Invalidf("no node has %s (the largest has %d): ask for fewer, or for several nodes", GPUCount(n), biggest)
 	}
 	if mostNode == "" {
-		return "", errorf(CodeConflict, "asked for %s but no GPU is free anywhere: `dibs ls` shows who holds them", gpuCount(n))
+		return "", errorf(CodeConflict, "asked for %s but no GPU is free anywhere: `dibs ls` shows who holds them", GPUCount(n))
 	}
-	return "", errorf(CodeConflict, "asked for %s on one node but at most %d are free together (on %s): `dibs ls` shows who holds the rest", gpuCount(n), most, mostNode)
+	return "", errorf(CodeConflict, "asked for %s on one node but at most %d are free together (on %s): `dibs ls` shows who holds the rest", GPUCount(n), most, mostNode)
 }
 
-// spread is the largest distance between any two GPUs of a set.
-func spread(snap nodeprobe.Snapshot, set []int) int {
+// Spread is the largest distance between any two GPUs of a set.
+func Spread(snap nodeprobe.Snapshot, set []int) int {
 	mx := 0
 	for i := range set {
 		var g *nodeprobe.GPU
@@ -173,4 +173,18 @@ func spread(snap nodeprobe.Snapshot, set []int) int {
 		}
 	}
 	return mx
+}
+
+// SchedNode is one node as the scheduler sees it.
+type SchedNode struct {
+	Name  string
+	Alive bool
+	Snap  nodeprobe.Snapshot
+	// Leases are the node's leases, reservations included.
+	Leases []Lease
+	// Idle is the node's idle history (nil: none known).
+	Idle *IdleTracker
+	// Bookings are the node's bookings not started yet: GPUs the queue
+	// may use only for runs that end before them.
+	Bookings []Lease
 }

@@ -31,8 +31,8 @@ type PoolLimits struct {
 // Pools are the limits of the pools that have any, by tag.
 type Pools map[string]PoolLimits
 
-// poolsOf lists the tags of a node that have limits, sorted.
-func (p Pools) poolsOf(tags []string) []string {
+// PoolsOf lists the tags of a node that have limits, sorted.
+func (p Pools) PoolsOf(tags []string) []string {
 	var out []string
 	for _, t := range tags {
 		if _, ok := p[t]; ok && !slices.Contains(out, t) {
@@ -49,7 +49,7 @@ func (p Policy) PoolDenies(tags []string, user string) string { return p.Pools.D
 
 // Denies is Policy.PoolDenies.
 func (p Pools) Denies(tags []string, user string) string {
-	for _, t := range p.poolsOf(tags) {
+	for _, t := range p.PoolsOf(tags) {
 		pl := p[t]
 		if len(pl.Users) > 0 && !slices.Contains(pl.Users, user) {
 			return fmt.Sprintf("pool %s is open to %s only", t, strings.Join(pl.Users, ", "))
@@ -67,7 +67,7 @@ func (p Policy) PoolLimit(tags []string, dur time.Duration, explicit bool) (time
 
 // Limit is Policy.PoolLimit.
 func (p Pools) Limit(tags []string, dur time.Duration, explicit bool) (time.Duration, error) {
-	for _, t := range p.poolsOf(tags) {
+	for _, t := range p.PoolsOf(tags) {
 		max := p[t].MaxTime
 		if max <= 0 || dur <= max {
 			continue
@@ -78,39 +78,6 @@ func (p Pools) Limit(tags []string, dur time.Duration, explicit bool) (time.Dura
 		dur = max
 	}
 	return dur, nil
-}
-
-// PoolQuota refuses n more GPUs (a fraction for a MIG instance or a
-// budget: ClaimWeight) for user on a node with these tags when that takes
-// them over a pool's MaxGPUs, counting what they hold on every node of the
-// pool in the view.
-func (v ClusterView) PoolQuota(p Pools, tags []string, user string, n float64) error {
-	if why := p.quotaRefuses(tags, n, v.PoolHeld(p, user)); why != "" {
-		return errorf(CodeConflict, "%s", why)
-	}
-	return nil
-}
-
-// PoolHeld counts the GPUs user holds in each pool with a MaxGPUs, on every
-// node of the view (a MIG or shared lease counts the share of its GPU it
-// holds, Lease.Weight; a gang's reservation does not count yet): what
-// Pools.Refuses reads.
-func (v ClusterView) PoolHeld(p Pools, user string) map[string]float64 {
-	held := map[string]float64{}
-	for i := range v.Nodes {
-		nd := &v.Nodes[i]
-		for _, t := range p.poolsOf(nd.Snap.Host.Tags) {
-			if p[t].MaxGPUs <= 0 {
-				continue
-			}
-			for _, l := range nd.Leases {
-				if l.User == user && l.ReservedUntil.IsZero() {
-					held[t] += l.Weight()
-				}
-			}
-		}
-	}
-	return held
 }
 
 // Refuses says why a lease of n GPUs (a fraction for part of one) for dur
@@ -129,33 +96,33 @@ func (p Pools) Refuses(tags []string, user string, n float64, dur time.Duration,
 			return err
 		}
 	}
-	if why := p.quotaRefuses(tags, n, held); why != "" {
+	if why := p.QuotaRefuses(tags, n, held); why != "" {
 		return errorf(CodeConflict, "%s", why)
 	}
 	return nil
 }
 
-// quotaRefuses says why n more GPUs break a pool's MaxGPUs, given what the
+// QuotaRefuses says why n more GPUs break a pool's MaxGPUs, given what the
 // person holds in each pool: "" when none does. Parts of GPUs count their
 // share, so the sums are fractions: a hair of slack (shareSlack).
-func (p Pools) quotaRefuses(tags []string, n float64, held map[string]float64) string {
-	for _, t := range p.poolsOf(tags) {
+func (p Pools) QuotaRefuses(tags []string, n float64, held map[string]float64) string {
+	for _, t := range p.PoolsOf(tags) {
 		max := p[t].MaxGPUs
-		if max <= 0 || held[t]+n <= float64(max)+shareSlack {
+		if max <= 0 || held[t]+n <= float64(max)+ShareSlack {
 			continue
 		}
 		h := held[t]
 		switch {
-		case h < shareSlack:
-			return fmt.Sprintf("pool %s allows %s per person and %s were asked for: ask for at most %d there, or outside the pool", t, gpuCount(max), formatGPUs(n), max)
-		case h >= float64(max)-shareSlack:
+		case h < ShareSlack:
+			return fmt.Sprintf("pool %s allows %s per person and %s were asked for: ask for at most %d there, or outside the pool", t, GPUCount(max), FormatGPUs(n), max)
+		case h >= float64(max)-ShareSlack:
 			it := "it"
 			if h > 1 {
 				it = "one of them"
 			}
-			return fmt.Sprintf("pool %s allows %s per person and you hold %s there already: release %s (`dibs ls` shows its id), or ask outside the pool", t, gpuCount(max), formatGPUs(h), it)
+			return fmt.Sprintf("pool %s allows %s per person and you hold %s there already: release %s (`dibs ls` shows its id), or ask outside the pool", t, GPUCount(max), FormatGPUs(h), it)
 		default:
-			return fmt.Sprintf("pool %s allows %s per person and you hold %s there: ask for at most %s more there, or outside the pool", t, gpuCount(max), formatGPUs(h), formatGPUs(float64(max)-h))
+			return fmt.Sprintf("pool %s allows %s per person and you hold %s there: ask for at most %s more there, or outside the pool", t, GPUCount(max), FormatGPUs(h), FormatGPUs(float64(max)-h))
 		}
 	}
 	return ""
@@ -169,8 +136,28 @@ func CheckTags(tags []string) error {
 	}
 	for _, t := range tags {
 		if err := ValidNodeName(t); err != nil {
-			return Invalidf("pool or tag %s must be 1 to 63 letters, digits, '-', '_' or '.'", quoteInput(t))
+			return Invalidf("pool or tag %s must be 1 to 63 letters, digits, '-', '_' or '.'", QuoteInput(t))
 		}
 	}
 	return nil
+}
+
+// ShareSlack is a hair of slack for sums of fractions of GPUs.
+const ShareSlack = 1e-9
+
+// ClusterTags lists the pools of the cluster, for a message.
+func ClusterTags(nodes []SchedNode) string {
+	var tags []string
+	for i := range nodes {
+		for _, t := range nodes[i].Snap.Host.Tags {
+			if !slices.Contains(tags, t) {
+				tags = append(tags, t)
+			}
+		}
+	}
+	if len(tags) == 0 {
+		return "no node has a pool"
+	}
+	slices.Sort(tags)
+	return "the pools are " + strings.Join(tags, ", ")
 }

@@ -1,6 +1,7 @@
 package lease
 
 import (
+	"fmt"
 	"strconv"
 	"strings"
 	"time"
@@ -42,13 +43,14 @@ const (
 	EndBooked EndReason = "booked"
 )
 
-const (
-	exitPrefix    = "exit-"
-	preemptPrefix = "preempted-"
-)
+// ExitPrefix begins the reason of a run whose command exited (ExitReason);
+// a notice tells such an end from the others by it.
+const ExitPrefix = "exit-"
+
+const preemptPrefix = "preempted-"
 
 // ExitReason is the end of a run whose command exited with code.
-func ExitReason(code int) EndReason { return EndReason(exitPrefix + strconv.Itoa(code)) }
+func ExitReason(code int) EndReason { return EndReason(ExitPrefix + strconv.Itoa(code)) }
 
 // PreemptedReason is the end of a lease reclaimed for why (PreemptQuota,
 // PreemptIdle, or "gang" when the other ranks of its gang stopped).
@@ -56,7 +58,7 @@ func PreemptedReason(why string) EndReason { return EndReason(preemptPrefix + wh
 
 // ExitCode returns the exit status an ExitReason carries.
 func (r EndReason) ExitCode() (int, bool) {
-	s, ok := strings.CutPrefix(string(r), exitPrefix)
+	s, ok := strings.CutPrefix(string(r), ExitPrefix)
 	if !ok {
 		return 0, false
 	}
@@ -122,3 +124,59 @@ func RememberEnded(runs []EndedRun, run EndedRun, now time.Time) []EndedRun {
 	}
 	return append(out, run)
 }
+
+// Words says why a lease ended, for people, as what follows "ended".
+func (r EndReason) Words() string {
+	if code, ok := r.ExitCode(); ok {
+		if code == 0 {
+			return "when its command finished (exit 0)"
+		}
+		return fmt.Sprintf("when its command failed (exit %d)", code)
+	}
+	switch r {
+	case EndReleased:
+		return "by its holder"
+	case EndByAdmin:
+		return "by an admin"
+	case EndExpired:
+		return "at its time limit"
+	case EndSessionEnded:
+		return "when its session ended"
+	case EndSessionFailed:
+		return "because its session could not start"
+	case EndUserGone:
+		return "because its holder's account is gone"
+	case EndReservationExpired:
+		return "because the gang reservation was never committed"
+	case EndLost:
+		return "because its node went down"
+	case EndUnbooked:
+		return "when its booking was withdrawn"
+	case EndBookingLapsed:
+		return "because its booked time passed while its node could not start it"
+	case EndBooked:
+		return "because a booking of its GPUs began while it was past its end"
+	}
+	if why, ok := strings.CutPrefix(string(r), preemptPrefix); ok {
+		return "after its grace (reclaimed: " + why + ")"
+	}
+	return "(" + string(r) + ")"
+}
+
+// Why a lease is reclaimed (Reclaim.Reason, Lease.PreemptReason).
+const (
+	// PreemptQuota: the lease is borrowed and someone within their quota
+	// waits for its GPUs.
+	PreemptQuota = "quota"
+	// PreemptIdle: the lease has been idle past SchedConfig.IdleReclaimAfter
+	// and someone waits for its GPUs.
+	PreemptIdle = "idle"
+	// PreemptOverdue: the lease is past its end (end_action "warn" keeps
+	// it while nobody waits) and someone waits for its GPUs: it is
+	// signalled (SIGTERM) and ended after the grace, as end_action
+	// "signal" would have done.
+	PreemptOverdue = "overdue"
+	// PreemptGang: another rank of its gang failed or was lost, so this
+	// rank is stopped too (all or nothing).
+	PreemptGang = "gang"
+)

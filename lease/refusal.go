@@ -11,7 +11,7 @@ import (
 	"github.com/dibs-gpu/dibs/nodeprobe"
 )
 
-func checkNamed(c Caller, req Claim, snap nodeprobe.Snapshot, uses map[int]*use, now time.Time, node string) ([]int, error) {
+func checkNamed(c Caller, req Claim, snap nodeprobe.Snapshot, uses map[int]*Use, now time.Time, node string) ([]int, error) {
 	seen := make(map[int]bool)
 	gpus := make([]int, 0, len(req.GPUs))
 	for _, g := range req.GPUs {
@@ -19,7 +19,7 @@ func checkNamed(c Caller, req Claim, snap nodeprobe.Snapshot, uses map[int]*use,
 			return nil, Invalidf("GPU %d named twice", g)
 		}
 		seen[g] = true
-		gpu := findGPU(snap, g)
+		gpu := FindGPU(snap, g)
 		if gpu == nil {
 			return nil, Invalidf("no GPU %d on %s: it has GPUs %s", g, node, indexRange(snap))
 		}
@@ -27,7 +27,7 @@ func checkNamed(c Caller, req Claim, snap nodeprobe.Snapshot, uses map[int]*use,
 		if gpu.Error != "" {
 			return nil, errorf(CodeUnavailable, "GPU %d on %s is down (%s): pick another GPU", g, node, termsafe.String(gpu.Error))
 		}
-		if !matchModel(gpu, req.Model) {
+		if !MatchModel(gpu, req.Model) {
 			return nil, Invalidf("GPU %d on %s is an %s, not a %s: pick another GPU, or leave --model out", g, node, termsafe.String(gpu.Model), termsafe.String(req.Model))
 		}
 		u := uses[g]
@@ -38,7 +38,7 @@ func checkNamed(c Caller, req Claim, snap nodeprobe.Snapshot, uses map[int]*use,
 			return nil, errorf(CodeConflict, "GPU %d is held by %s %s (lease %s, until %s): pick another GPU, or ask %s", g, l.User, timeLeft(l.ExpiresAt, now), l.ID, l.ExpiresAt.Local().Format("Mon 15:04"), l.User)
 		}
 		if gpu.MIG == nodeprobe.MIGEnabled {
-			return nil, errorf(CodeConflict, "GPU %d on %s is split into MIG instances (%s): claim one with --mig PROFILE", g, node, migProfiles(snap))
+			return nil, errorf(CodeConflict, "GPU %d on %s is split into MIG instances (%s): claim one with --mig PROFILE", g, node, MIGProfiles(snap))
 		}
 		if u != nil && len(u.parts) > 0 {
 			return nil, errorf(CodeConflict, "GPU %d is shared: %s budgets of %s of its %s: ask for a budget beside them with --mem, or pick another GPU", g, partHolders(u), FormatMem(u.budget), FormatMem(gpu.MemoryTotalMiB))
@@ -55,7 +55,7 @@ func checkNamed(c Caller, req Claim, snap nodeprobe.Snapshot, uses map[int]*use,
 
 // partHolders names the holders of a GPU's parts with the verb: "alice
 // holds", "alice and bob hold".
-func partHolders(u *use) string {
+func partHolders(u *Use) string {
 	var names []string
 	for _, l := range u.parts {
 		if !slices.Contains(names, l.User) {
@@ -66,15 +66,6 @@ func partHolders(u *use) string {
 		return names[0] + " holds"
 	}
 	return strings.Join(names[:len(names)-1], ", ") + " and " + names[len(names)-1] + " hold"
-}
-
-func findGPU(snap nodeprobe.Snapshot, index int) *nodeprobe.GPU {
-	for i := range snap.GPUs {
-		if snap.GPUs[i].Index == index {
-			return &snap.GPUs[i]
-		}
-	}
-	return nil
 }
 
 // indexRange lists a node's GPU indices: 0-7 when they run without a gap,
@@ -109,7 +100,7 @@ func ownerName(pr nodeprobe.Process) string {
 // describeBusy says who holds the GPUs that are not free, and until when, so
 // a refusal tells the person whom to ask; what c holds is said as "you
 // hold". othersHold is false when nobody but c holds or runs anything there.
-func describeBusy(c Caller, snap nodeprobe.Snapshot, uses map[int]*use, now time.Time) (busy string, othersHold bool) {
+func describeBusy(c Caller, snap nodeprobe.Snapshot, uses map[int]*Use, now time.Time) (busy string, othersHold bool) {
 	type hold struct {
 		who   string
 		gpus  []int
@@ -176,35 +167,4 @@ func describeBusy(c Caller, snap nodeprobe.Snapshot, uses map[int]*use, now time
 		parts = append(parts, s)
 	}
 	return strings.Join(parts, "; "), othersHold
-}
-
-// gpuCount is n GPUs in words a person reads: "1 GPU", "2 GPUs".
-func gpuCount(n int) string { return strconv.Itoa(n) + " " + gpuWord(n) }
-
-// gpuWord is "GPU" or "GPUs", as n asks.
-func gpuWord(n int) string {
-	if n == 1 {
-		return "GPU"
-	}
-	return "GPUs"
-}
-
-// timeLeft says how long a lease still runs, or how long it is overdue (end
-// action warn keeps it held past its end).
-func timeLeft(end, now time.Time) string {
-	if left := end.Sub(now); left > 0 {
-		return "for " + FormatDuration(left) + " more"
-	}
-	return FormatDuration(now.Sub(end)) + " past its end"
-}
-
-func gpuList(g []int) string {
-	if len(g) == 1 {
-		return "GPU " + strconv.Itoa(g[0])
-	}
-	s := make([]string, len(g))
-	for i, x := range g {
-		s[i] = strconv.Itoa(x)
-	}
-	return "GPUs " + strings.Join(s, ",")
 }

@@ -32,14 +32,14 @@ const (
 // them, not starting with '-' or '.'.
 func ValidNodeName(s string) error {
 	if s == "" || len(s) > 63 {
-		return fmt.Errorf("node name %q must be 1 to 63 characters", quoteInput(s))
+		return fmt.Errorf("node name %q must be 1 to 63 characters", QuoteInput(s))
 	}
 	if s[0] == '-' || s[0] == '.' {
-		return fmt.Errorf("node name %s must not start with '-' or '.'", quoteInput(s))
+		return fmt.Errorf("node name %s must not start with '-' or '.'", QuoteInput(s))
 	}
 	for _, r := range s {
 		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_' || r == '.') {
-			return fmt.Errorf("node name %s may hold only letters, digits, '-', '_' and '.'", quoteInput(s))
+			return fmt.Errorf("node name %s may hold only letters, digits, '-', '_' and '.'", QuoteInput(s))
 		}
 	}
 	return nil
@@ -64,8 +64,9 @@ func ValidUserName(s string) bool {
 	return true
 }
 
-// token reports whether s is a short printable ASCII word without spaces.
-func token(s string, max int) bool {
+// ValidToken reports whether s is a short printable ASCII word without
+// spaces: the shape of an id, a reason or a URL wherever one is checked.
+func ValidToken(s string, max int) bool {
 	if s == "" || len(s) > max {
 		return false
 	}
@@ -80,29 +81,29 @@ func token(s string, max int) bool {
 // Validate checks a lease's shape (not the rules: who may hold it is the
 // table's business): ids, GPUs, names, sizes, the note.
 func (l *Lease) Validate() error {
-	if !token(l.ID, 2*MaxNameLen) {
-		return Invalidf("a lease has a bad id %s", quoteInput(l.ID))
+	if !ValidToken(l.ID, 2*MaxNameLen) {
+		return Invalidf("a lease has a bad id %s", QuoteInput(l.ID))
 	}
 	if node, ok := NodeOfID(l.ID); !ok || node != l.Node {
-		return Invalidf("lease %s does not belong to node %s", quoteInput(l.ID), quoteInput(l.Node))
+		return Invalidf("lease %s does not belong to node %s", QuoteInput(l.ID), QuoteInput(l.Node))
 	}
 	if err := checkGPUs(l.GPUs, true); err != nil {
 		return Invalidf("lease %s: %v", l.ID, err)
 	}
 	if !ValidUserName(l.User) && l.User != "" {
-		return Invalidf("lease %s has a bad user %s", l.ID, quoteInput(l.User))
+		return Invalidf("lease %s has a bad user %s", l.ID, QuoteInput(l.User))
 	}
 	if l.Kind != "" {
 		if _, err := ParseKind(string(l.Kind)); err != nil {
 			return Invalidf("lease %s: %v", l.ID, err)
 		}
 	}
-	if l.Session != "" && !token(l.Session, MaxNameLen) {
-		return Invalidf("lease %s has a bad session name %s", l.ID, quoteInput(l.Session))
+	if l.Session != "" && !ValidToken(l.Session, MaxNameLen) {
+		return Invalidf("lease %s has a bad session name %s", l.ID, QuoteInput(l.Session))
 	}
 	for _, s := range []string{l.Entry, l.Gang, l.PreemptReason, l.RequestID} {
-		if s != "" && !token(s, 2*MaxNameLen) {
-			return Invalidf("lease %s has a bad field %s", l.ID, quoteInput(s))
+		if s != "" && !ValidToken(s, 2*MaxNameLen) {
+			return Invalidf("lease %s has a bad field %s", l.ID, QuoteInput(s))
 		}
 	}
 	if err := CheckNote(l.Note); err != nil {
@@ -118,8 +119,8 @@ func (l *Lease) Validate() error {
 // MIG or shared lease is on exactly one GPU and counts for a share of it,
 // and only a booking carries a job.
 func (l *Lease) validateParts() error {
-	if l.MIG != "" && (!token(l.MIG, MaxNameLen) || !strings.HasPrefix(l.MIG, "MIG-")) {
-		return Invalidf("lease %s names a bad MIG instance %s", l.ID, quoteInput(l.MIG))
+	if l.MIG != "" && (!ValidToken(l.MIG, MaxNameLen) || !strings.HasPrefix(l.MIG, "MIG-")) {
+		return Invalidf("lease %s names a bad MIG instance %s", l.ID, QuoteInput(l.MIG))
 	}
 	switch {
 	case l.MIG != "" && l.MemMiB > 0:
@@ -192,81 +193,20 @@ func CheckJob(command []string, dir, name string) error {
 		return Invalidf("the command is empty")
 	}
 	if dir != "" && (len(dir) > MaxPathLen || !strings.HasPrefix(dir, "/") || strings.IndexByte(dir, 0) >= 0) {
-		return Invalidf("working directory %s must be an absolute path", quoteInput(dir))
+		return Invalidf("working directory %s must be an absolute path", QuoteInput(dir))
 	}
-	if name != "" && !token(name, MaxNameLen) {
-		return Invalidf("session name %s must be one word of at most %d characters", quoteInput(name), MaxNameLen)
+	if name != "" && !ValidToken(name, MaxNameLen) {
+		return Invalidf("session name %s must be one word of at most %d characters", QuoteInput(name), MaxNameLen)
 	}
 	return nil
 }
 
-// Validate checks a queue entry's shape wherever it comes from: the same
-// bounds as a direct request (names, sizes, notes), so an entry another
-// agent gossips cannot hold what a person could not submit.
-func (e *QueueEntry) Validate() error {
-	origin, ok := OriginOfQueueID(e.ID)
-	if !ok || origin != e.Origin {
-		return Invalidf("queue entry %s does not belong to node %s", quoteInput(e.ID), quoteInput(e.Origin))
-	}
-	if !ValidUserName(e.User) {
-		return Invalidf("queue entry %s has a bad user %s", e.ID, quoteInput(e.User))
-	}
-	if e.Nodes < 1 || e.Nodes > MaxGangNodes || e.GPUsPerNode < 1 || e.GPUsPerNode > MaxGPUsPerNode {
-		return Invalidf("queue entry %s asks for %d×%d GPUs", e.ID, e.Nodes, e.GPUsPerNode)
-	}
-	if e.Node != "" && ValidNodeName(e.Node) != nil {
-		return Invalidf("queue entry %s is pinned to a bad node name", e.ID)
-	}
-	if e.Duration < 0 || e.Duration > MaxDuration {
-		return Invalidf("queue entry %s has a time limit out of range", e.ID)
-	}
-	if _, err := ParseKind(string(e.Kind)); err != nil {
-		return Invalidf("queue entry %s: %v", e.ID, err)
-	}
-	if err := CheckNote(e.Note); err != nil {
-		return Invalidf("queue entry %s: %v", e.ID, err)
-	}
-	if e.Job != nil {
-		if err := e.Job.Check(); err != nil {
-			return Invalidf("queue entry %s: %v", e.ID, err)
-		}
-	}
-	if e.Restarts < 0 || e.MaxRestarts < 0 || e.MaxRestarts > MaxRestarts || e.Attempt < 0 {
-		return Invalidf("queue entry %s has restart counts out of range", e.ID)
-	}
-	if err := e.CheckText(); err != nil {
-		return Invalidf("queue entry %s: %v", e.ID, err)
-	}
-	if e.RequestID != "" && !ValidRequestID(e.RequestID) {
-		return Invalidf("queue entry %s has a bad request id", e.ID)
-	}
-	if len(e.RetryWhy) > MaxRetryWhy {
-		return Invalidf("queue entry %s has a retry reason over %d bytes", e.ID, MaxRetryWhy)
-	}
-	if e.Placer != "" && !token(e.Placer, 2*MaxNameLen) {
-		return Invalidf("queue entry %s has a bad placer", e.ID)
-	}
-	if len(e.Model) > MaxModelLen || strings.ContainsFunc(e.Model, func(r rune) bool { return r < ' ' || r == 0x7f }) {
-		return Invalidf("queue entry %s has a bad model filter", e.ID)
-	}
-	if err := CheckTags(e.Tags); err != nil {
-		return Invalidf("queue entry %s: %v", e.ID, err)
-	}
-	if e.MemMiB > MaxMemMiB || e.MemMiB > 0 && (e.Nodes != 1 || e.GPUsPerNode != 1) {
-		return Invalidf("queue entry %s asks for a memory budget out of range", e.ID)
-	}
-	if e.MIG != "" && (!token(e.MIG, MaxNameLen) || e.MemMiB > 0 || e.Nodes != 1 || e.GPUsPerNode != 1) {
-		return Invalidf("queue entry %s asks for a bad MIG instance", e.ID)
-	}
-	return e.checkSweep()
-}
-
 // Validate checks an ended run's shape.
 func (x *EndedRun) Validate() error {
-	if !token(x.Entry, 2*MaxNameLen) || !token(x.Lease, 2*MaxNameLen) || !token(string(x.Reason), MaxNameLen) {
+	if !ValidToken(x.Entry, 2*MaxNameLen) || !ValidToken(x.Lease, 2*MaxNameLen) || !ValidToken(string(x.Reason), MaxNameLen) {
 		return Invalidf("an ended run has a bad entry, lease or reason")
 	}
-	if x.Gang != "" && !token(x.Gang, 2*MaxNameLen) {
+	if x.Gang != "" && !ValidToken(x.Gang, 2*MaxNameLen) {
 		return Invalidf("ended run %s has a bad gang", x.Lease)
 	}
 	return nil

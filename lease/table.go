@@ -145,7 +145,7 @@ func (t *Table) PlanClaim(c Caller, req Claim, snap nodeprobe.Snapshot, now time
 	var gpus []int
 	switch {
 	case len(req.GPUs) > 0 && req.Count > 0 && req.Count != len(req.GPUs):
-		return Lease{}, Invalidf("asked for %s but named %d: give either -g N or --ids", gpuCount(req.Count), len(req.GPUs))
+		return Lease{}, Invalidf("asked for %s but named %d: give either -g N or --ids", GPUCount(req.Count), len(req.GPUs))
 	case len(req.GPUs) > 0:
 		gpus, err = checkNamed(c, req, snap, uses, now, t.node)
 	case req.Count > 0:

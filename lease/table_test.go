@@ -11,6 +11,7 @@ import (
 
 	"github.com/dibs-gpu/dibs/lease"
 	"github.com/dibs-gpu/dibs/nodeprobe"
+	"github.com/dibs-gpu/dibs/queue"
 )
 
 func TestPlanClaim(t *testing.T) {
@@ -527,7 +528,7 @@ func TestEachStringCoversEveryField(t *testing.T) {
 	if seen != n {
 		t.Errorf("Lease.EachString visits %d of its %d string fields", seen, n)
 	}
-	e := lease.QueueEntry{Job: &lease.Job{Command: []string{"a", "b"}}}
+	e := queue.QueueEntry{Job: &lease.Job{Command: []string{"a", "b"}}}
 	n = fillStrings(reflect.ValueOf(&e).Elem())
 	seen = 0
 	e.EachString(func(_ string, p *string) {
@@ -585,7 +586,7 @@ func TestCheckText(t *testing.T) {
 	if err := bad.CheckText(); err == nil || !strings.Contains(err.Error(), "its note holds U+2066") {
 		t.Errorf("CheckText = %v, want it to name the note", err)
 	}
-	e := lease.QueueEntry{ID: "n1-q1", Origin: "n1", User: "bob", Job: &lease.Job{Command: []string{"python", "-c", "import os\nprint(1)"}, Dir: "/home/bob"}}
+	e := queue.QueueEntry{ID: "n1-q1", Origin: "n1", User: "bob", Job: &lease.Job{Command: []string{"python", "-c", "import os\nprint(1)"}, Dir: "/home/bob"}}
 	if err := e.CheckText(); err != nil {
 		t.Errorf("entry with a multi-line command refused: %v", err)
 	}

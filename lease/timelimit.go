@@ -2,12 +2,12 @@ package lease
 
 import "time"
 
-// checkDuration is the time limit a lease, booking or queued request of
+// CheckDuration is the time limit a lease, booking or queued request of
 // kind k gets under policy p: the kind's default when none was asked for,
 // else d itself, refused when it is not positive or over the kind's
 // maximum. Every path that grants time calls it, so the words of the
 // refusal are the same wherever it is asked.
-func checkDuration(d time.Duration, k Kind, p Policy) (time.Duration, error) {
+func CheckDuration(d time.Duration, k Kind, p Policy) (time.Duration, error) {
 	def, max := p.Limits(k)
 	if d == 0 {
 		return def, nil
@@ -43,7 +43,7 @@ func (c Claim) Limit(p Policy) (Kind, time.Duration, error) {
 	if err != nil {
 		return "", 0, err
 	}
-	d, err := checkDuration(c.Duration, k, p)
+	d, err := CheckDuration(c.Duration, k, p)
 	if err != nil {
 		return "", 0, err
 	}

@@ -16,10 +16,12 @@ import (
 // (Lease.MemMiB). The rules for parts live here: who holds what on a GPU,
 // how much room a shared GPU has left, which MIG instance a claim gets.
 
-// use is who holds one GPU now: a whole-GPU lease, or the MIG and shared
-// leases on its parts (never both, by the rules below).
-type use struct {
-	whole *Lease
+// Use is who holds one GPU now: a whole-GPU lease, or the MIG and shared
+// leases on its parts (never both, by the rules below). The scheduler reads
+// it too, to place MIG and shared runs.
+type Use struct {
+	// Whole is the lease holding the whole GPU, nil when none.
+	Whole *Lease
 	parts []*Lease
 	// budget is the shared leases' budgets together.
 	budget uint64
@@ -27,12 +29,12 @@ type use struct {
 
 // first is the lease a message names for the GPU: the whole-GPU lease, or
 // the oldest part.
-func (u *use) first() *Lease {
+func (u *Use) first() *Lease {
 	if u == nil {
 		return nil
 	}
-	if u.whole != nil {
-		return u.whole
+	if u.Whole != nil {
+		return u.Whole
 	}
 	if len(u.parts) > 0 {
 		return u.parts[0]
@@ -40,8 +42,8 @@ func (u *use) first() *Lease {
 	return nil
 }
 
-// mig returns the lease holding MIG instance uuid, nil when none.
-func (u *use) mig(uuid string) *Lease {
+// MIG returns the lease holding MIG instance uuid, nil when none.
+func (u *Use) MIG(uuid string) *Lease {
 	if u == nil {
 		return nil
 	}
@@ -53,10 +55,10 @@ func (u *use) mig(uuid string) *Lease {
 	return nil
 }
 
-// usesOf maps GPU index to who holds it, from leases that hold now
+// UsesOf maps GPU index to who holds it, from leases that hold now
 // (bookings are left out: they hold nothing yet). Parts are in grant order.
-func usesOf(leases []*Lease) map[int]*use {
-	m := make(map[int]*use)
+func UsesOf(leases []*Lease) map[int]*Use {
+	m := make(map[int]*Use)
 	for _, l := range leases {
 		if l.Booked {
 			continue
@@ -64,11 +66,11 @@ func usesOf(leases []*Lease) map[int]*use {
 		for _, g := range l.GPUs {
 			u := m[g]
 			if u == nil {
-				u = &use{}
+				u = &Use{}
 				m[g] = u
 			}
 			if !l.Partial() {
-				u.whole = l
+				u.Whole = l
 				continue
 			}
 			u.parts = append(u.parts, l)
@@ -82,35 +84,35 @@ func usesOf(leases []*Lease) map[int]*use {
 }
 
 // usesOfList is usesOf for a slice of leases.
-func usesOfList(leases []Lease) map[int]*use {
+func usesOfList(leases []Lease) map[int]*Use {
 	ps := make([]*Lease, len(leases))
 	for i := range leases {
 		ps[i] = &leases[i]
 	}
-	return usesOf(ps)
+	return UsesOf(ps)
 }
 
 // uses is usesOf for the table's leases.
-func (t *Table) uses() map[int]*use {
+func (t *Table) uses() map[int]*Use {
 	ps := make([]*Lease, 0, len(t.leases))
 	for _, e := range t.leases {
 		ps = append(ps, &e.Lease)
 	}
-	return usesOf(ps)
+	return UsesOf(ps)
 }
 
 // holdsProcess reports whether a process on a GPU belongs to one of the
 // leases on it: a process NVML places on a MIG instance to the holder of
 // that instance, any other to the holder of the GPU or of one of its parts.
-func (u *use) holdsProcess(pr nodeprobe.Process) bool {
+func (u *Use) holdsProcess(pr nodeprobe.Process) bool {
 	if u == nil {
 		return false
 	}
-	if u.whole != nil && ownedBy(pr, u.whole) {
+	if u.Whole != nil && ownedBy(pr, u.Whole) {
 		return true
 	}
 	if pr.MIGDevice != "" {
-		if l := u.mig(pr.MIGDevice); l != nil {
+		if l := u.MIG(pr.MIGDevice); l != nil {
 			return ownedBy(pr, l)
 		}
 		return false
@@ -128,11 +130,11 @@ func (u *use) holdsProcess(pr nodeprobe.Process) bool {
 // it is down; otherwise its memory less the shared leases' budgets and the
 // memory that processes of nobody holding it use (a hand-started server),
 // and never more than the memory free right now (a holder over budget).
-func sharedRoom(g *nodeprobe.GPU, u *use) uint64 {
+func SharedRoom(g *nodeprobe.GPU, u *Use) uint64 {
 	if g.Error != "" || g.MIG == nodeprobe.MIGEnabled || g.MemoryTotalMiB == 0 {
 		return 0
 	}
-	if u != nil && u.whole != nil {
+	if u != nil && u.Whole != nil {
 		return 0
 	}
 	var outside uint64
@@ -156,9 +158,9 @@ func sub(a, b uint64) uint64 {
 	return a - b
 }
 
-// matchModel reports whether a GPU's model contains want, ignoring case; ""
+// MatchModel reports whether a GPU's model contains want, ignoring case; ""
 // matches every GPU (the rule queued requests have always used).
-func matchModel(g *nodeprobe.GPU, want string) bool {
+func MatchModel(g *nodeprobe.GPU, want string) bool {
 	return want == "" || strings.Contains(strings.ToLower(g.Model), strings.ToLower(want))
 }
 
@@ -172,9 +174,9 @@ func HasTags(have, want []string) bool {
 	return true
 }
 
-// share is the part of a GPU of total MiB that part MiB counts for, kept
+// Share is the part of a GPU of total MiB that part MiB counts for, kept
 // within (0, 1].
-func share(part, total uint64) float64 {
+func Share(part, total uint64) float64 {
 	if total == 0 || part >= total {
 		return 1
 	}
@@ -186,7 +188,7 @@ func share(part, total uint64) float64 {
 // figures do). It returns MiB.
 func ParseMem(s string) (uint64, error) {
 	in := strings.TrimSpace(s)
-	bad := Invalidf("cannot read memory size %s: write it like 20G or 512M", quoteInput(in))
+	bad := Invalidf("cannot read memory size %s: write it like 20G or 512M", QuoteInput(in))
 	if in == "" {
 		return 0, bad
 	}
@@ -209,10 +211,10 @@ func ParseMem(s string) (uint64, error) {
 	}
 	mib := v * mult
 	if mib < 1 {
-		return 0, Invalidf("memory size %s is less than 1 MiB: ask for more, like 20G", quoteInput(in))
+		return 0, Invalidf("memory size %s is less than 1 MiB: ask for more, like 20G", QuoteInput(in))
 	}
 	if mib > MaxMemMiB {
-		return 0, Invalidf("memory size %s is larger than any GPU", quoteInput(in))
+		return 0, Invalidf("memory size %s is larger than any GPU", QuoteInput(in))
 	}
 	return uint64(math.Round(mib)), nil
 }
@@ -238,11 +240,11 @@ type migChoice struct {
 // a UUID (MIG-…) or GPU:INDEX (0:1). Instances held, with an unleased
 // process on them (unless force), on a GPU that is down or of another model
 // are not free; busy says why the named ones are not.
-func findMIG(snap nodeprobe.Snapshot, uses map[int]*use, sel, model string, force bool) (free []migChoice, busy []string) {
+func findMIG(snap nodeprobe.Snapshot, uses map[int]*Use, sel, model string, force bool) (free []migChoice, busy []string) {
 	gi, ii, byIndex := parseMIGIndex(sel)
 	for i := range snap.GPUs {
 		g := &snap.GPUs[i]
-		if g.MIG != nodeprobe.MIGEnabled || !matchModel(g, model) {
+		if g.MIG != nodeprobe.MIGEnabled || !MatchModel(g, model) {
 			continue
 		}
 		u := uses[g.Index]
@@ -258,13 +260,13 @@ func findMIG(snap nodeprobe.Snapshot, uses map[int]*use, sel, model string, forc
 			switch {
 			case g.Error != "":
 				busy = append(busy, where+" is down")
-			case u.mig(d.UUID) != nil:
-				l := u.mig(d.UUID)
+			case u.MIG(d.UUID) != nil:
+				l := u.MIG(d.UUID)
 				busy = append(busy, fmt.Sprintf("%s is held by %s (lease %s)", where, l.User, l.ID))
-			case u != nil && u.whole != nil:
-				busy = append(busy, fmt.Sprintf("%s is in %s's lease %s of the whole GPU", where, u.whole.User, u.whole.ID))
-			case !force && migBusy(g, d.UUID) != nil:
-				pr := migBusy(g, d.UUID)
+			case u != nil && u.Whole != nil:
+				busy = append(busy, fmt.Sprintf("%s is in %s's lease %s of the whole GPU", where, u.Whole.User, u.Whole.ID))
+			case !force && MIGBusy(g, d.UUID) != nil:
+				pr := MIGBusy(g, d.UUID)
 				busy = append(busy, fmt.Sprintf("%s has %s's process %d on it but no lease", where, ownerName(*pr), pr.PID))
 			default:
 				free = append(free, migChoice{gpu: g, inst: d})
@@ -274,8 +276,8 @@ func findMIG(snap nodeprobe.Snapshot, uses map[int]*use, sel, model string, forc
 	return free, busy
 }
 
-// migBusy returns a process running on MIG instance uuid, nil when none.
-func migBusy(g *nodeprobe.GPU, uuid string) *nodeprobe.Process {
+// MIGBusy returns a process running on MIG instance uuid, nil when none.
+func MIGBusy(g *nodeprobe.GPU, uuid string) *nodeprobe.Process {
 	for i := range g.Processes {
 		if g.Processes[i].MIGDevice == uuid {
 			return &g.Processes[i]
@@ -295,9 +297,9 @@ func parseMIGIndex(sel string) (gpu, inst int, ok bool) {
 	return g, i, err1 == nil && err2 == nil && g >= 0 && i >= 0
 }
 
-// migProfiles lists the node's MIG profiles ("3g.40gb, 1g.10gb"), for a
+// MIGProfiles lists the node's MIG profiles ("3g.40gb, 1g.10gb"), for a
 // refusal that says what there is.
-func migProfiles(snap nodeprobe.Snapshot) string {
+func MIGProfiles(snap nodeprobe.Snapshot) string {
 	var ps []string
 	for i := range snap.GPUs {
 		for _, d := range snap.GPUs[i].MIGDevices {
@@ -323,10 +325,10 @@ func BestSharedRoom(snap nodeprobe.Snapshot, leases []Lease, model string) (uint
 	best, at := uint64(0), -1
 	for i := range snap.GPUs {
 		g := &snap.GPUs[i]
-		if !matchModel(g, model) {
+		if !MatchModel(g, model) {
 			continue
 		}
-		if r := sharedRoom(g, uses[g.Index]); r > best {
+		if r := SharedRoom(g, uses[g.Index]); r > best {
 			best, at = r, g.Index
 		}
 	}
@@ -336,7 +338,7 @@ func BestSharedRoom(snap nodeprobe.Snapshot, leases []Lease, model string) (uint
 // fitShared picks the GPU for a shared lease of mib: among those with room
 // (and ok), the one it fills best (least room left), so large budgets still
 // find a GPU; ties go to a GPU already shared, then the lowest index.
-func fitShared(snap nodeprobe.Snapshot, uses map[int]*use, mib uint64, ok func(g *nodeprobe.GPU) bool) (int, bool) {
+func fitShared(snap nodeprobe.Snapshot, uses map[int]*Use, mib uint64, ok func(g *nodeprobe.GPU) bool) (int, bool) {
 	best, bestLeft, bestShared := -1, uint64(0), false
 	for i := range snap.GPUs {
 		g := &snap.GPUs[i]
@@ -344,7 +346,7 @@ func fitShared(snap nodeprobe.Snapshot, uses map[int]*use, mib uint64, ok func(g
 			continue
 		}
 		u := uses[g.Index]
-		room := sharedRoom(g, u)
+		room := SharedRoom(g, u)
 		if room < mib {
 			continue
 		}
@@ -370,7 +372,7 @@ func ClaimWeight(snap nodeprobe.Snapshot, c Claim) float64 {
 			g := &snap.GPUs[i]
 			for _, d := range g.MIGDevices {
 				if (strings.EqualFold(d.Profile, c.MIG) || d.UUID == c.MIG) && g.MemoryTotalMiB > 0 {
-					return share(d.MemoryTotalMiB, g.MemoryTotalMiB)
+					return Share(d.MemoryTotalMiB, g.MemoryTotalMiB)
 				}
 			}
 		}
@@ -387,7 +389,7 @@ func ClaimWeight(snap nodeprobe.Snapshot, c Claim) float64 {
 		if total == 0 {
 			return 1
 		}
-		return share(c.MemMiB, total)
+		return Share(c.MemMiB, total)
 	}
 	if c.Count > 0 {
 		return float64(c.Count)
@@ -395,25 +397,35 @@ func ClaimWeight(snap nodeprobe.Snapshot, c Claim) float64 {
 	return float64(len(c.GPUs))
 }
 
-// hasMIG reports whether GPU g has a MIG instance sel names (a profile, a
+// HasMIG reports whether GPU g has a MIG instance sel names (a profile, a
 // MIG- UUID or GPU:INDEX), free or not.
-func hasMIG(g *nodeprobe.GPU, sel string) bool {
+func HasMIG(g *nodeprobe.GPU, sel string) bool {
 	if g.MIG != nodeprobe.MIGEnabled {
 		return false
 	}
 	for k := range g.MIGDevices {
-		if migNamed(g, &g.MIGDevices[k], sel) {
+		if MIGNamed(g, &g.MIGDevices[k], sel) {
 			return true
 		}
 	}
 	return false
 }
 
-// migNamed reports whether sel (a profile, a MIG- UUID or GPU:INDEX) names
+// MIGNamed reports whether sel (a profile, a MIG- UUID or GPU:INDEX) names
 // instance d of GPU g.
-func migNamed(g *nodeprobe.GPU, d *nodeprobe.MIGDevice, sel string) bool {
+func MIGNamed(g *nodeprobe.GPU, d *nodeprobe.MIGDevice, sel string) bool {
 	if gi, ii, byIndex := parseMIGIndex(sel); byIndex {
 		return g.Index == gi && d.Index == ii
 	}
 	return strings.EqualFold(d.Profile, sel) || d.UUID == sel
+}
+
+// FindGPU returns the GPU of snap with this index, nil when it has none.
+func FindGPU(snap nodeprobe.Snapshot, index int) *nodeprobe.GPU {
+	for i := range snap.GPUs {
+		if snap.GPUs[i].Index == index {
+			return &snap.GPUs[i]
+		}
+	}
+	return nil
 }

@@ -17,7 +17,7 @@ import (
 // Words are case-insensitive. It is pure: now is passed in.
 func ParseWhen(s string, now time.Time) (time.Time, error) {
 	in := strings.ToLower(strings.Join(strings.Fields(s), " "))
-	bad := Invalidf(`cannot read the time %s: write it like "tomorrow 09:00", "mon 14:30", "2025-06-03 09:00" or "in 2h"`, quoteInput(strings.TrimSpace(s)))
+	bad := Invalidf(`cannot read the time %s: write it like "tomorrow 09:00", "mon 14:30", "2025-06-03 09:00" or "in 2h"`, QuoteInput(strings.TrimSpace(s)))
 	if in == "" {
 		return time.Time{}, bad
 	}

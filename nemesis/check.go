@@ -7,7 +7,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/dibs-gpu/dibs/lease"
+	"github.com/dibs-gpu/dibs/queue"
 )
 
 // The checks, as Violation.Check names them.
@@ -318,4 +318,4 @@ func countsText[K comparable](m map[K]int, order []K) string {
 
 // interactive reports whether a queue entry's runs are interactive (no
 // command): their session ending is their normal end.
-func interactive(e lease.QueueEntry) bool { return !e.Job.RunsCommand() }
+func interactive(e queue.QueueEntry) bool { return !e.Job.RunsCommand() }

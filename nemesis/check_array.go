@@ -6,6 +6,7 @@ import (
 	"slices"
 
 	"github.com/dibs-gpu/dibs/lease"
+	"github.com/dibs-gpu/dibs/queue"
 )
 
 // parentOf is the job array a queue entry id is a task of, or the id
@@ -18,13 +19,13 @@ func parentOf(id string) string {
 }
 
 // firstEntry is the entry as its origin first wrote it.
-func firstEntry(x *index, id string) (lease.QueueEntry, bool) {
+func firstEntry(x *index, id string) (queue.QueueEntry, bool) {
 	for _, w := range x.entryWrites[id] {
 		if x.h.Writes[w].Kind == WritePutEntry {
 			return x.h.Writes[w].Entry, true
 		}
 	}
-	return lease.QueueEntry{}, false
+	return queue.QueueEntry{}, false
 }
 
 // held is when a lease surely held its GPUs: from its grant's return to
@@ -83,12 +84,12 @@ func checkArrays(x *index) []Violation {
 			continue
 		}
 		id := o.EntryID
-		arr, err := lease.ParseArray(o.Array)
+		arr, err := queue.ParseArray(o.Array)
 		if err != nil {
 			continue
 		}
 		origin := o.Node
-		if n, ok := lease.OriginOfQueueID(id); ok {
+		if n, ok := queue.OriginOfQueueID(id); ok {
 			origin = n
 		}
 		if final, read := h.FinalEntries[origin]; read && !cancelled[id] && !slices.Contains(final, id) {
@@ -209,7 +210,7 @@ func checkDependencies(x *index) []Violation {
 }
 
 // depBroken judges one dependency of a run that started at started.
-func depBroken(x *index, id string, d lease.Dep, started int64, first *instance, parts []*instance, cancelledAt, tried map[string]int) (Violation, bool) {
+func depBroken(x *index, id string, d queue.Dep, started int64, first *instance, parts []*instance, cancelledAt, tried map[string]int) (Violation, bool) {
 	h := x.h
 	v := Violation{Check: CheckDependency, Subject: "entry " + id}
 	// A cancel ends a run at once for those waiting on it (docs/queue.md),

@@ -5,12 +5,13 @@ import (
 	"testing"
 
 	"github.com/dibs-gpu/dibs/lease"
+	"github.com/dibs-gpu/dibs/queue"
 )
 
 // arrayParent is a job array "0-2%1" submitted at n1.
-func arrayParent() lease.QueueEntry {
-	return lease.QueueEntry{ID: "n1-q1", Origin: "n1", Nodes: 1, GPUsPerNode: 1, Job: &lease.Job{Command: []string{"sleep", "1"}},
-		Array: &lease.Array{Spec: "0-2", Throttle: 1}}
+func arrayParent() queue.QueueEntry {
+	return queue.QueueEntry{ID: "n1-q1", Origin: "n1", Nodes: 1, GPUsPerNode: 1, Job: &lease.Job{Command: []string{"sleep", "1"}},
+		Array: &queue.Array{Spec: "0-2", Throttle: 1}}
 }
 
 // array submits arrayParent and runs the tasks listed on n2, one after
@@ -21,7 +22,7 @@ func array(b *builder, at float64, overlap, end bool, tasks ...int) {
 	b.op(Op{Client: 0, Kind: OpSubmit, Node: "n1", Nodes: 1, EntryID: p.ID, Array: "0-2%1", Outcome: OK}, 0, 2)
 	b.entry(p, 1, 1.1)
 	for k, i := range tasks {
-		t := lease.QueueEntry{ID: lease.ArrayTaskID(p.ID, i), Origin: "n1", Nodes: 1, GPUsPerNode: 1, Job: p.Job}
+		t := queue.QueueEntry{ID: queue.ArrayTaskID(p.ID, i), Origin: "n1", Nodes: 1, GPUsPerNode: 1, Job: p.Job}
 		start := at + float64(k)*200
 		if overlap {
 			start = at + float64(k)*50
@@ -52,7 +53,7 @@ func TestCheckArrays(t *testing.T) {
 			// `dibs queue` lists an array as one row: its running task
 			// (made, never deleted) is not in the final read by its own id.
 			array(b, 10, false, false)
-			t := lease.QueueEntry{ID: lease.ArrayTaskID("n1-q1", 0), Origin: "n1", Nodes: 1, GPUsPerNode: 1}
+			t := queue.QueueEntry{ID: queue.ArrayTaskID("n1-q1", 0), Origin: "n1", Nodes: 1, GPUsPerNode: 1}
 			b.entry(t, 2800, 2801)
 			b.h.FinalEntries = map[string][]string{"n1": {"n1-q1"}}
 			return b.history(3000)
@@ -81,8 +82,8 @@ func TestCheckArrays(t *testing.T) {
 // dependent queues n1-q2 waiting for n1-q1 (any: --after-any) and runs
 // n1-q1 on n2 from 10 to 110 ms and n1-q2 on n3 from start ms.
 func dependent(b *builder, any bool, start float64) {
-	x := lease.QueueEntry{ID: "n1-q1", Origin: "n1", Nodes: 1, GPUsPerNode: 1, Job: &lease.Job{Command: []string{"sleep", "1"}}}
-	y := lease.QueueEntry{ID: "n1-q2", Origin: "n1", Nodes: 1, GPUsPerNode: 1, Job: x.Job, After: []lease.Dep{{ID: x.ID, Any: any}}}
+	x := queue.QueueEntry{ID: "n1-q1", Origin: "n1", Nodes: 1, GPUsPerNode: 1, Job: &lease.Job{Command: []string{"sleep", "1"}}}
+	y := queue.QueueEntry{ID: "n1-q2", Origin: "n1", Nodes: 1, GPUsPerNode: 1, Job: x.Job, After: []queue.Dep{{ID: x.ID, Any: any}}}
 	b.entry(x, 0, 1)
 	b.entry(y, 2, 3)
 	b.put(lease.Lease{Node: "n2", Token: 1, GPUs: []int{0}, Entry: x.Key()}, 10, 11)
@@ -110,8 +111,8 @@ func TestCheckDependencies(t *testing.T) {
 			return b.history(3000)
 		}},
 		{name: "a run ended unrun when the one it waited for was cancelled passes", build: func(b *builder) *History {
-			x := lease.QueueEntry{ID: "n1-q1", Origin: "n1", Nodes: 1, GPUsPerNode: 1}
-			y := lease.QueueEntry{ID: "n1-q2", Origin: "n1", Nodes: 1, GPUsPerNode: 1, After: []lease.Dep{{ID: x.ID}}}
+			x := queue.QueueEntry{ID: "n1-q1", Origin: "n1", Nodes: 1, GPUsPerNode: 1}
+			y := queue.QueueEntry{ID: "n1-q2", Origin: "n1", Nodes: 1, GPUsPerNode: 1, After: []queue.Dep{{ID: x.ID}}}
 			b.entry(x, 0, 1)
 			b.entry(y, 2, 3)
 			b.op(Op{Client: 0, Kind: OpCancel, Node: "n1", EntryID: x.ID, Outcome: OK}, 50, 60)

@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/dibs-gpu/dibs/lease"
+	"github.com/dibs-gpu/dibs/queue"
 )
 
 // at is a history time from milliseconds since the start.
@@ -19,7 +20,7 @@ type builder struct {
 func newBuilder() *builder {
 	return &builder{seq: map[string]int{}, h: History{
 		GPUs:  map[string]int{"n1": 2, "n2": 2, "n3": 2},
-		Sched: lease.SchedConfig{ReservationTTL: 30 * time.Second, LostAfter: 30 * time.Second, PreemptGrace: 10 * time.Second},
+		Sched: queue.SchedConfig{ReservationTTL: 30 * time.Second, LostAfter: 30 * time.Second, PreemptGrace: 10 * time.Second},
 	}}
 }
 
@@ -93,7 +94,7 @@ func (b *builder) fault(kind FaultKind, nodes []string, start, healed float64) {
 }
 
 // entry writes queue entry e at its origin.
-func (b *builder) entry(e lease.QueueEntry, start, done float64) int {
+func (b *builder) entry(e queue.QueueEntry, start, done float64) int {
 	return b.write(Write{Node: e.Origin, Kind: WritePutEntry, Entry: e}, start, done)
 }
 

@@ -7,13 +7,14 @@ import (
 	"time"
 
 	"github.com/dibs-gpu/dibs/lease"
+	"github.com/dibs-gpu/dibs/queue"
 )
 
 // gangAttempt is one attempt of a gang: its entry (as its origin last
 // wrote it) and the leases granted for each rank.
 type gangAttempt struct {
 	key    string
-	entry  lease.QueueEntry
+	entry  queue.QueueEntry
 	known  bool // the entry's write was found
 	entryW int  // that write, -1 when not found
 	origin string
@@ -44,7 +45,7 @@ func gangAttempts(x *index) []*gangAttempt {
 		if a == nil {
 			a = &gangAttempt{key: l.Entry, entryW: -1, ranks: map[int][]*instance{}}
 			id := entryOf(l.Entry)
-			a.origin, _ = lease.OriginOfQueueID(id)
+			a.origin, _ = queue.OriginOfQueueID(id)
 			for _, w := range x.entryWrites[id] {
 				if e := &h.Writes[w].Entry; h.Writes[w].Kind == WritePutEntry && e.Key() == l.Entry {
 					a.entry, a.known, a.entryW, a.origin = *e, true, w, e.Origin
@@ -139,7 +140,7 @@ func checkReservations(x *index, a *gangAttempt, bound time.Duration) []Violatio
 
 // checkGangStop checks that once the attempt broke, every rank alive then
 // ended in time.
-func checkGangStop(x *index, a *gangAttempt, cfg lease.SchedConfig, slack time.Duration) (Violation, bool) {
+func checkGangStop(x *index, a *gangAttempt, cfg queue.SchedConfig, slack time.Duration) (Violation, bool) {
 	h := x.h
 	ev, ok := firstBreak(x, a, cfg.LostAfter+slack)
 	if !ok {

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/dibs-gpu/dibs/lease"
+	"github.com/dibs-gpu/dibs/queue"
 )
 
 // entryOf is the queue entry id an attempt key (QueueEntry.Key) names.
@@ -41,7 +42,7 @@ func checkQueue(x *index) []Violation {
 		}
 		acked[o.EntryID] = i
 		origin := o.Node
-		if n, ok := lease.OriginOfQueueID(o.EntryID); ok {
+		if n, ok := queue.OriginOfQueueID(o.EntryID); ok {
 			origin = n
 		}
 		if !slices.ContainsFunc(x.entryWrites[o.EntryID], func(w int) bool {
@@ -216,7 +217,7 @@ func checkRunTwice(x *index) []Violation {
 // that one did not.
 func waitsToSucceed(x *index, id string) bool {
 	for _, e := range []string{id, parentOf(id)} {
-		if q, ok := firstEntry(x, e); ok && slices.ContainsFunc(q.After, func(d lease.Dep) bool { return !d.Any }) {
+		if q, ok := firstEntry(x, e); ok && slices.ContainsFunc(q.After, func(d queue.Dep) bool { return !d.Any }) {
 			return true
 		}
 	}

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/dibs-gpu/dibs/lease"
+	"github.com/dibs-gpu/dibs/queue"
 )
 
 // checkCase is one hand-made history and what the checker must say of it.
@@ -199,8 +200,8 @@ func TestCheckAckedLeases(t *testing.T) {
 }
 
 // gangEntry is a 2-node gang entry submitted at n1.
-func gangEntry() lease.QueueEntry {
-	return lease.QueueEntry{ID: "n1-q2", Origin: "n1", Nodes: 2, GPUsPerNode: 1, Job: &lease.Job{Command: []string{"train"}}}
+func gangEntry() queue.QueueEntry {
+	return queue.QueueEntry{ID: "n1-q2", Origin: "n1", Nodes: 2, GPUsPerNode: 1, Job: &lease.Job{Command: []string{"train"}}}
 }
 
 // runningGang reserves and commits both ranks of gangEntry on n2 and n3.
@@ -218,7 +219,7 @@ func runningGang(b *builder) (r0, r1 lease.Lease) {
 func TestCheckQueueAndGangs(t *testing.T) {
 	runCases(t, []checkCase{
 		{name: "an entry run twice fails", fails: CheckRunTwice, names: []string{"put n2-1", "put n3-1", "exit-0"}, build: func(b *builder) *History {
-			e := lease.QueueEntry{ID: "n1-q1", Origin: "n1", Nodes: 1, GPUsPerNode: 1}
+			e := queue.QueueEntry{ID: "n1-q1", Origin: "n1", Nodes: 1, GPUsPerNode: 1}
 			b.entry(e, 0, 1)
 			b.put(lease.Lease{Node: "n2", Token: 1, GPUs: []int{0}, Entry: e.Key()}, 10, 11)
 			b.end("n2-1", []int{0}, lease.ExitReason(0), 100, 101)
@@ -226,7 +227,7 @@ func TestCheckQueueAndGangs(t *testing.T) {
 			return b.history(300)
 		}},
 		{name: "a requeued entry runs again under its next attempt", build: func(b *builder) *History {
-			e := lease.QueueEntry{ID: "n1-q1", Origin: "n1", Nodes: 1, GPUsPerNode: 1, Requeue: true, MaxRestarts: 1}
+			e := queue.QueueEntry{ID: "n1-q1", Origin: "n1", Nodes: 1, GPUsPerNode: 1, Requeue: true, MaxRestarts: 1}
 			b.entry(e, 0, 1)
 			b.put(lease.Lease{Node: "n2", Token: 1, GPUs: []int{0}, Entry: e.Key()}, 10, 11)
 			b.end("n2-1", []int{0}, lease.ExitReason(1), 100, 101)
@@ -333,22 +334,22 @@ func TestCheckQueueAndGangs(t *testing.T) {
 			return b.history(100)
 		}},
 		{name: "an entry gone at the end though never deleted fails", fails: CheckQueueLost, names: []string{"put entry n1-q1"}, build: func(b *builder) *History {
-			b.entry(lease.QueueEntry{ID: "n1-q1", Origin: "n1", Nodes: 1, GPUsPerNode: 1}, 4, 5)
+			b.entry(queue.QueueEntry{ID: "n1-q1", Origin: "n1", Nodes: 1, GPUsPerNode: 1}, 4, 5)
 			b.op(Op{Client: 0, Kind: OpSubmit, Node: "n1", Nodes: 1, EntryID: "n1-q1", Outcome: OK}, 0, 10)
 			b.h.FinalEntries = map[string][]string{"n1": {}}
 			return b.history(100)
 		}},
 		{name: "entries waiting or cancelled pass", build: func(b *builder) *History {
-			b.entry(lease.QueueEntry{ID: "n1-q1", Origin: "n1", Nodes: 1, GPUsPerNode: 1}, 4, 5)
+			b.entry(queue.QueueEntry{ID: "n1-q1", Origin: "n1", Nodes: 1, GPUsPerNode: 1}, 4, 5)
 			b.op(Op{Client: 0, Kind: OpSubmit, Node: "n1", Nodes: 1, EntryID: "n1-q1", Outcome: OK}, 0, 10)
-			b.entry(lease.QueueEntry{ID: "n1-q2", Origin: "n1", Nodes: 1, GPUsPerNode: 1}, 14, 15)
+			b.entry(queue.QueueEntry{ID: "n1-q2", Origin: "n1", Nodes: 1, GPUsPerNode: 1}, 14, 15)
 			b.op(Op{Client: 0, Kind: OpCancel, Node: "n1", EntryID: "n1-q2", Outcome: OK}, 20, 30)
 			b.deleteEntry("n1", "n1-q2", 24, 25)
 			b.h.FinalEntries = map[string][]string{"n1": {"n1-q1"}}
 			return b.history(100)
 		}},
 		{name: "an entry dropped though it never ran nor was cancelled fails", fails: CheckQueueLost, names: []string{"delete entry n1-q1"}, build: func(b *builder) *History {
-			b.entry(lease.QueueEntry{ID: "n1-q1", Origin: "n1", Nodes: 1, GPUsPerNode: 1}, 4, 5)
+			b.entry(queue.QueueEntry{ID: "n1-q1", Origin: "n1", Nodes: 1, GPUsPerNode: 1}, 4, 5)
 			b.deleteEntry("n1", "n1-q1", 24, 25)
 			return b.history(100)
 		}},

@@ -17,7 +17,8 @@ import (
 	"github.com/dibs-gpu/dibs/agent/clock"
 	"github.com/dibs-gpu/dibs/api"
 	"github.com/dibs-gpu/dibs/lease"
-	"github.com/dibs-gpu/dibs/lease/store/storetest"
+	"github.com/dibs-gpu/dibs/queue"
+	"github.com/dibs-gpu/dibs/store/storetest"
 )
 
 // Options describe a run.
@@ -72,7 +73,7 @@ type harness struct {
 	rng     *rand.Rand
 	members []*member
 	opsDone atomic.Int64
-	sched   lease.SchedConfig
+	sched   queue.SchedConfig
 }
 
 // Run starts the cluster, lets clients and nemesis loose on it for
@@ -277,7 +278,7 @@ func startCluster(tb testing.TB, o Options) *harness {
 	}
 	tb.Logf("nemesis: seed %d (rerun with -nemesis.seed %d)", o.Seed, o.Seed)
 	h := &harness{tb: tb, opts: o, rec: newRecorder(), net: newNetwork(o.Seed), rng: rand.New(rand.NewPCG(o.Seed, 1))}
-	h.sched = lease.SchedConfig{ReservationTTL: 5 * time.Second, LostAfter: 5 * time.Second, PreemptGrace: lease.DefaultPolicy().PreemptGrace}
+	h.sched = queue.SchedConfig{ReservationTTL: 5 * time.Second, LostAfter: 5 * time.Second, PreemptGrace: lease.DefaultPolicy().PreemptGrace}
 	h.rec.h.Sched = h.sched.WithDefaults()
 	h.rec.h.GPUs = map[string]int{}
 	h.start()

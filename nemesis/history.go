@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/dibs-gpu/dibs/lease"
+	"github.com/dibs-gpu/dibs/queue"
 )
 
 // Never is the return time of an operation whose outcome the client never
@@ -133,7 +134,7 @@ type Write struct {
 	Ledger lease.LedgerEntry
 	// Entry is the queue entry put (WritePutEntry); EntryID the one deleted
 	// (WriteDeleteEntry).
-	Entry   lease.QueueEntry
+	Entry   queue.QueueEntry
 	EntryID string
 }
 
@@ -207,7 +208,7 @@ type History struct {
 	GPUs map[string]int
 	// Sched is the queue policy the agents ran (ReservationTTL and
 	// LostAfter bound how long a gang may be partial).
-	Sched lease.SchedConfig
+	Sched queue.SchedConfig
 	// Ops are the clients' operations, Writes every node's durable writes,
 	// Faults what the nemesis did, Heals how fast boards converged after
 	// each, FalseDead the members called dead under packet loss alone.

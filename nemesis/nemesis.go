@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/dibs-gpu/dibs/api"
-	"github.com/dibs-gpu/dibs/lease/store/storetest"
+	"github.com/dibs-gpu/dibs/store/storetest"
 )
 
 // between is a random duration in [lo, hi].

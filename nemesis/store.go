@@ -4,7 +4,8 @@ import (
 	"time"
 
 	"github.com/dibs-gpu/dibs/lease"
-	"github.com/dibs-gpu/dibs/lease/store/storetest"
+	"github.com/dibs-gpu/dibs/queue"
+	"github.com/dibs-gpu/dibs/store/storetest"
 )
 
 // recordedStore is a node's fake disk with every durable write written
@@ -20,7 +21,7 @@ type recordedStore struct {
 	mono func() time.Duration
 }
 
-var _ lease.Store = (*recordedStore)(nil)
+var _ queue.Store = (*recordedStore)(nil)
 
 func (s *recordedStore) write(w Write, do func() error) error {
 	w.Node, w.Boot = s.node, s.boot
@@ -44,7 +45,7 @@ func (s *recordedStore) End(id string, e lease.LedgerEntry) error {
 }
 
 // PutEntry implements lease.Store.
-func (s *recordedStore) PutEntry(e lease.QueueEntry, seq uint64) error {
+func (s *recordedStore) PutEntry(e queue.QueueEntry, seq uint64) error {
 	return s.write(Write{Kind: WritePutEntry, Entry: e}, func() error { return s.Store.PutEntry(e, seq) })
 }
 

@@ -9,7 +9,7 @@ import (
 	tea "charm.land/bubbletea/v2"
 
 	"github.com/dibs-gpu/dibs/api"
-	"github.com/dibs-gpu/dibs/lease"
+	"github.com/dibs-gpu/dibs/event"
 )
 
 // eventsView is what happened on every node in the last day, newest at the
@@ -110,7 +110,7 @@ func (v *eventsView) lines(w, h int) []string {
 	for i := from; i < to; i++ {
 		e := evs[i]
 		text := cols([]int{8, 8, 13}, e.At.In(v.now().Location()).Format("15:04:05"), e.Node, string(e.Kind), e.Text)
-		out = append(out, v.row(text, i == v.cur.cur, e.User == v.board.You.User && e.Kind != lease.EventAgentJoin, w))
+		out = append(out, v.row(text, i == v.cur.cur, e.User == v.board.You.User && e.Kind != event.EventAgentJoin, w))
 	}
 	if foot != "" {
 		out = append(out, " "+v.st.dim.render(truncate(foot, w-1)))

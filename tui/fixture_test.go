@@ -12,8 +12,10 @@ import (
 	tea "charm.land/bubbletea/v2"
 	"github.com/charmbracelet/x/ansi"
 	"github.com/dibs-gpu/dibs/api"
+	"github.com/dibs-gpu/dibs/event"
 	"github.com/dibs-gpu/dibs/lease"
 	"github.com/dibs-gpu/dibs/nodeprobe"
+	"github.com/dibs-gpu/dibs/queue"
 )
 
 // fixedNow is the clock of every test: golden files must not move.
@@ -284,7 +286,7 @@ func (f *fakeBackend) Events(_ context.Context, req api.EventsRequest) (api.Even
 	if req.User == "" {
 		return f.events, f.err
 	}
-	out := api.EventList{Events: []lease.Event{}}
+	out := api.EventList{Events: []event.Event{}}
 	for _, e := range f.events.Events {
 		if e.User == req.User || e.By == req.User {
 			out.Events = append(out.Events, e)
@@ -484,18 +486,18 @@ func testEvents() api.EventList {
 	l.Session = "dibs-node01-42"
 	bob := *mkLease("node01-43", "node01", "bob", uidBob, []int{3}, 3*time.Hour)
 	old := *mkLease("node01-39", "node01", "bob", uidBob, []int{6}, -time.Hour)
-	q := lease.QueueEntry{ID: "node01-q3", Origin: "node01", User: "alice", Nodes: 1, GPUsPerNode: 2}
-	evs := []lease.Event{
-		lease.AgentEvent(lease.EventAgentLeave, "node01", "node04", "is dead: its GPUs show as unknown", fixedNow.Add(-7*time.Minute)),
-		lease.LeaseEvent(lease.EventClaim, l, fixedNow.Add(-2*time.Hour)),
-		lease.LeaseEvent(lease.EventClaim, bob, fixedNow.Add(-90*time.Minute)),
-		lease.EndEvent(old, lease.EndExpired, "", fixedNow.Add(-60*time.Minute)),
-		lease.SquatterEvent("node01", 5, "dave", 6300, "python hack.py", nil, fixedNow.Add(-45*time.Minute)),
-		lease.EntryEvent(lease.EventSubmit, q, "", fixedNow.Add(-20*time.Minute)),
-		lease.WarnEvent(bob, "10m", fixedNow.Add(-12*time.Minute)),
-		lease.LeaseEvent(lease.EventExtend, bob, fixedNow.Add(-10*time.Minute)),
+	q := queue.QueueEntry{ID: "node01-q3", Origin: "node01", User: "alice", Nodes: 1, GPUsPerNode: 2}
+	evs := []event.Event{
+		event.AgentEvent(event.EventAgentLeave, "node01", "node04", "is dead: its GPUs show as unknown", fixedNow.Add(-7*time.Minute)),
+		event.LeaseEvent(event.EventClaim, l, fixedNow.Add(-2*time.Hour)),
+		event.LeaseEvent(event.EventClaim, bob, fixedNow.Add(-90*time.Minute)),
+		event.EndEvent(old, lease.EndExpired, "", fixedNow.Add(-60*time.Minute)),
+		event.SquatterEvent("node01", 5, "dave", 6300, "python hack.py", nil, fixedNow.Add(-45*time.Minute)),
+		event.EntryEvent(event.EventSubmit, q, "", fixedNow.Add(-20*time.Minute)),
+		event.WarnEvent(bob, "10m", fixedNow.Add(-12*time.Minute)),
+		event.LeaseEvent(event.EventExtend, bob, fixedNow.Add(-10*time.Minute)),
 	}
-	lease.SortEvents(evs)
+	event.SortEvents(evs)
 	for i := range evs {
 		evs[i].Seq = uint64(i + 1)
 	}

@@ -13,8 +13,8 @@ import (
 	tea "charm.land/bubbletea/v2"
 
 	"github.com/dibs-gpu/dibs/api"
+	"github.com/dibs-gpu/dibs/event"
 	"github.com/dibs-gpu/dibs/internal/poll"
-	"github.com/dibs-gpu/dibs/lease"
 )
 
 // lockedBuffer is the program's output, written by its renderer while the
@@ -189,7 +189,7 @@ func TestViews(t *testing.T) {
 		h := newHarness(t, 80, 24, Options{})
 		h.keys("5")
 		h.be.mu.Lock()
-		h.be.events.Events = append(h.be.events.Events, lease.Event{Seq: 99, Node: "node02", At: fixedNow, Kind: lease.EventClaim, User: "erin", Text: "erin claimed something new"})
+		h.be.events.Events = append(h.be.events.Events, event.Event{Seq: 99, Node: "node02", At: fixedNow, Kind: event.EventClaim, User: "erin", Text: "erin claimed something new"})
 		h.be.mu.Unlock()
 		h.m.events.state.at = fixedNow.Add(-time.Minute) // what it has is old
 		b := testBoard()

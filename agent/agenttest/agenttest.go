@@ -26,6 +26,7 @@ import (
 	"github.com/dibs-gpu/dibs/launch"
 	"github.com/dibs-gpu/dibs/lease"
 	"github.com/dibs-gpu/dibs/nodeprobe/sim"
+	"github.com/dibs-gpu/dibs/queue"
 )
 
 // Options describe one agent to start. Zero values give a 4-GPU node with the
@@ -36,7 +37,7 @@ type Options struct {
 	SimLoad string
 	Policy  lease.Policy
 	// Sched is the queue's policy.
-	Sched lease.SchedConfig
+	Sched queue.SchedConfig
 	// DataDir reuses a data dir (to restart an agent); empty makes a new one.
 	DataDir string
 	// TmuxTmpDir shares one private tmux directory between agents; empty
@@ -53,7 +54,7 @@ type Options struct {
 	// Store replaces the bbolt store in DataDir (a storetest fake whose
 	// disk fails on demand). To restart a node after a crash, put the
 	// store its Crash returned here first.
-	Store lease.Store
+	Store queue.Store
 	// Limits bound the socket.
 	Limits sockapi.Limits
 	// Quiet drops the agent's log lines instead of sending them to t.Log.
@@ -320,7 +321,7 @@ type ClusterOptions struct {
 	Name string
 	// Policy and Sched apply to every node.
 	Policy lease.Policy
-	Sched  lease.SchedConfig
+	Sched  queue.SchedConfig
 	// Users are made-up accounts every node knows.
 	Users Users
 	Quiet bool

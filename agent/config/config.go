@@ -17,7 +17,9 @@ import (
 	"github.com/BurntSushi/toml"
 
 	"github.com/dibs-gpu/dibs/agent/events"
+	"github.com/dibs-gpu/dibs/event"
 	"github.com/dibs-gpu/dibs/lease"
+	"github.com/dibs-gpu/dibs/queue"
 )
 
 // DefaultConfigFile is where the agent looks for its config when none is named.
@@ -135,7 +137,7 @@ func (e EventsSection) Allowlist() (events.Allowlist, error) {
 // KeepFor reads keep (default 14 days).
 func (e EventsSection) KeepFor() (time.Duration, error) {
 	if e.Keep == "" {
-		return lease.DefaultEventKeep, nil
+		return event.DefaultEventKeep, nil
 	}
 	d, err := lease.ParseDuration(e.Keep)
 	if err != nil {
@@ -191,8 +193,8 @@ type QueueSection struct {
 }
 
 // Sched applies [queue] over the defaults.
-func (q QueueSection) Sched() (lease.SchedConfig, error) {
-	c := lease.SchedConfig{Shares: q.Shares, Quotas: q.Quotas, GroupQuotas: q.GroupQuotas, UserGroups: q.UserGroups}
+func (q QueueSection) Sched() (queue.SchedConfig, error) {
+	c := queue.SchedConfig{Shares: q.Shares, Quotas: q.Quotas, GroupQuotas: q.GroupQuotas, UserGroups: q.UserGroups}
 	for _, d := range []struct {
 		key string
 		v   string

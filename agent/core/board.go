@@ -6,6 +6,7 @@ import (
 	"github.com/dibs-gpu/dibs/api"
 	"github.com/dibs-gpu/dibs/lease"
 	"github.com/dibs-gpu/dibs/nodeprobe"
+	"github.com/dibs-gpu/dibs/queue"
 )
 
 // Board is the cluster as the caller sees it: this node from its live
@@ -31,7 +32,7 @@ func (b *Bound) Board(context.Context) (api.Board, error) {
 			judged = lease.Judge(n.Snap, n.Leases, n.Idle, v.Now, b.s.cfg.Policy)
 		}
 		bn.GPUs = gpusFor(n.Snap, n.Leases, judged)
-		if !n.Self && n.State != lease.NodeAlive {
+		if !n.Self && n.State != queue.NodeAlive {
 			for j := range bn.GPUs {
 				bn.GPUs[j].Flags = append(bn.GPUs[j].Flags, api.FlagUnknown)
 			}

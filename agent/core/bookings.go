@@ -12,6 +12,7 @@ import (
 	"github.com/dibs-gpu/dibs/agent/peer"
 	"github.com/dibs-gpu/dibs/api"
 	"github.com/dibs-gpu/dibs/lease"
+	"github.com/dibs-gpu/dibs/queue"
 )
 
 // Bookings, MIG instances, shared GPUs and pools: the service's side.
@@ -196,7 +197,7 @@ func (b *Bound) bookOn(ctx context.Context, node string, br lease.BookRequest, r
 // earlier attempt of the same request (a retry after this agent
 // restarted): its parts are kept and only the missing ones are made, all
 // or nothing as before.
-func (b *Bound) bookAcross(ctx context.Context, req api.BookRequest, br lease.BookRequest, v lease.ClusterView, first *lease.Lease) (lease.Lease, error) {
+func (b *Bound) bookAcross(ctx context.Context, req api.BookRequest, br lease.BookRequest, v queue.ClusterView, first *lease.Lease) (lease.Lease, error) {
 	s := b.s
 	switch {
 	case br.Job != nil:

@@ -11,6 +11,7 @@ import (
 	"github.com/dibs-gpu/dibs/api"
 	"github.com/dibs-gpu/dibs/launch"
 	"github.com/dibs-gpu/dibs/lease"
+	"github.com/dibs-gpu/dibs/queue"
 )
 
 // Bound is the service as one caller may use it: what every front door
@@ -99,7 +100,7 @@ func localCandidate(cands []lease.Candidate) []lease.Candidate {
 }
 
 // grantHere is a claim decided by this node's single writer.
-func (b *Bound) grantHere(ctx context.Context, v lease.ClusterView, claim lease.Claim) (lease.Lease, error) {
+func (b *Bound) grantHere(ctx context.Context, v queue.ClusterView, claim lease.Claim) (lease.Lease, error) {
 	n := claim.Count
 	if n == 0 {
 		n = len(claim.GPUs)

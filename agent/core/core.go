@@ -24,13 +24,14 @@ import (
 	"github.com/dibs-gpu/dibs/api"
 	"github.com/dibs-gpu/dibs/launch"
 	"github.com/dibs-gpu/dibs/lease"
+	"github.com/dibs-gpu/dibs/queue"
 )
 
 // Config is what the service is told.
 type Config struct {
 	Node    string
 	Policy  lease.Policy
-	Sched   lease.SchedConfig
+	Sched   queue.SchedConfig
 	Version string
 	DataDir string
 	Socket  string
@@ -40,7 +41,7 @@ type Config struct {
 // has none (nil).
 type Cluster interface {
 	// Peers are the other nodes as gossip last heard of them.
-	Peers() []lease.NodeView
+	Peers() []queue.NodeView
 	// Host is this node's address as the others reach it (a gang's
 	// MASTER_ADDR).
 	Host() string
@@ -172,19 +173,19 @@ func (s *Service) protocol() int {
 func (s *Service) Require(f peer.Feature) error { return peer.Require(s.View(), f) }
 
 // View is the cluster as this agent sees it now.
-func (s *Service) View() lease.ClusterView {
+func (s *Service) View() queue.ClusterView {
 	st := s.deps.Node.State()
-	self := lease.NodeView{
-		Name: s.cfg.Node, State: lease.NodeAlive, HasState: true, Version: st.Version,
+	self := queue.NodeView{
+		Name: s.cfg.Node, State: queue.NodeAlive, HasState: true, Version: st.Version,
 		Snap: st.Snap, Leases: st.Leases, Bookings: st.Bookings, Judged: st.Judged, Idle: lease.IdleTrackerFrom(st.QuietSince),
 		Queue: s.deps.Origin.Entries(), Ended: st.Ended, Usage: s.deps.Node.Usage().DecayedUsage(s.cfg.Sched.HalfLife),
 		Protocol: s.protocol(), Software: s.cfg.Version,
 	}
-	var peers []lease.NodeView
+	var peers []queue.NodeView
 	if cl := s.link(); cl != nil {
 		peers = cl.Peers()
 	}
-	return lease.NewClusterView(self, peers, s.deps.Clock.Now())
+	return queue.NewClusterView(self, peers, s.deps.Clock.Now())
 }
 
 // Changes returns a channel closed at the next change anywhere.
@@ -259,8 +260,8 @@ func (s *Service) Status() api.Status {
 }
 
 // shown is the state people see for a node: restarting while it is away
-// within the grace (lease.NodeView.Shown).
-func (s *Service) shown(n *lease.NodeView, now time.Time) string {
+// within the grace (queue.NodeView.Shown).
+func (s *Service) shown(n *queue.NodeView, now time.Time) string {
 	return n.Shown(now, s.cfg.Sched.LostAfter) // defaulted once, in New
 }
 

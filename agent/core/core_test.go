@@ -19,8 +19,9 @@ import (
 	"github.com/dibs-gpu/dibs/api"
 	"github.com/dibs-gpu/dibs/launch"
 	"github.com/dibs-gpu/dibs/lease"
-	"github.com/dibs-gpu/dibs/lease/store/storetest"
 	"github.com/dibs-gpu/dibs/nodeprobe/sim"
+	"github.com/dibs-gpu/dibs/queue"
+	"github.com/dibs-gpu/dibs/store/storetest"
 )
 
 var t0 = time.Date(2026, 3, 2, 9, 0, 0, 0, time.UTC)
@@ -68,9 +69,9 @@ type agent struct {
 }
 
 // selfView is what gossip would carry of a's node.
-func (a *agent) selfView() lease.NodeView {
+func (a *agent) selfView() queue.NodeView {
 	st := a.node.State()
-	return lease.NodeView{Name: a.name, State: lease.NodeAlive, HasState: true, Version: st.Version, Snap: st.Snap,
+	return queue.NodeView{Name: a.name, State: queue.NodeAlive, HasState: true, Version: st.Version, Snap: st.Snap,
 		Leases: st.Leases, Bookings: st.Bookings, Judged: st.Judged, Queue: a.origin.Entries(), Ended: st.Ended, Protocol: peer.Version}
 }
 
@@ -92,8 +93,8 @@ func (f *fabric) Request(ctx context.Context, node, op string, body []byte) ([]b
 
 func (f *fabric) Protocols(string) (int, int, bool) { return peer.MinVersion, peer.Version, true }
 
-func (f *fabric) Peers() []lease.NodeView {
-	var out []lease.NodeView
+func (f *fabric) Peers() []queue.NodeView {
+	var out []queue.NodeView
 	for name, a := range f.agents {
 		if name != f.self {
 			out = append(out, a.selfView())

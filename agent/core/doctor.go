@@ -15,6 +15,7 @@ import (
 	"github.com/dibs-gpu/dibs/internal/doctor"
 	"github.com/dibs-gpu/dibs/launch"
 	"github.com/dibs-gpu/dibs/lease"
+	"github.com/dibs-gpu/dibs/queue"
 )
 
 // DoctorDeps are what the doctor's endpoints read beyond the service's own
@@ -309,10 +310,10 @@ func (b *Bound) Doctor(ctx context.Context, req api.DoctorRequest) (api.DoctorRe
 		h := &rep.Nodes[i]
 		*h = doctor.NodeHealth{Node: n.Name, Self: n.Self, State: s.shown(n, v.Now), Since: n.Since}
 		if n.Self {
-			h.State = lease.NodeAlive
-		} else if n.State == lease.NodeDead || n.State == lease.NodeLeft {
+			h.State = queue.NodeAlive
+		} else if n.State == queue.NodeDead || n.State == queue.NodeLeft {
 			h.Error = fmt.Sprintf("%s is %s", n.Name, h.State)
-			if h.State == lease.NodeRestarting {
+			if h.State == queue.NodeRestarting {
 				h.Error += fmt.Sprintf(": its agent is away, and the others keep its work for the grace (%s; queue.lost_after)", lease.FormatDuration(s.cfg.Sched.LostAfter))
 			}
 			continue
@@ -427,7 +428,7 @@ func (b *Bound) Run(ctx context.Context, id string) (api.RunRecord, error) {
 	v := s.View()
 	rec := api.RunRecord{ID: id}
 	entryID := ""
-	if _, ok := lease.OriginOfQueueID(id); ok {
+	if _, ok := queue.OriginOfQueueID(id); ok {
 		entryID = id
 	} else {
 		if _, ok := lease.NodeOfID(id); !ok {

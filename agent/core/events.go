@@ -14,8 +14,10 @@ import (
 	"github.com/dibs-gpu/dibs/agent/events"
 	"github.com/dibs-gpu/dibs/agent/peer"
 	"github.com/dibs-gpu/dibs/api"
+	"github.com/dibs-gpu/dibs/event"
 	"github.com/dibs-gpu/dibs/launch"
 	"github.com/dibs-gpu/dibs/lease"
+	"github.com/dibs-gpu/dibs/queue"
 )
 
 // This file is the service's part of issue 14: the cluster's events, a
@@ -37,7 +39,7 @@ func (s *Service) registerEventOps() {
 		}
 		limit := r.Limit
 		if limit == 0 {
-			limit = lease.MaxEventsPerReply
+			limit = event.MaxEventsPerReply
 		}
 		last := s.deps.Events.Last()
 		evs, more, err := s.deps.Events.Events(r.Filter, limit)
@@ -45,7 +47,7 @@ func (s *Service) registerEventOps() {
 			return peer.EventsReply{}, &lease.Error{Code: lease.CodeUnavailable, Msg: fmt.Sprintf("%s cannot read its event log: %v", s.cfg.Node, err)}
 		}
 		// One event the others would refuse must not hide the rest.
-		ok := make([]lease.Event, 0, len(evs))
+		ok := make([]event.Event, 0, len(evs))
 		for _, e := range evs {
 			if err := e.Validate(); err != nil {
 				s.log.Warn("event log: an event fails its checks; not sent", "seq", e.Seq, "err", err)
@@ -72,7 +74,7 @@ func (s *Service) registerEventOps() {
 		if r.Clear {
 			return peer.Empty{}, s.deps.Webhooks.Clear(b.c.User)
 		}
-		return peer.Empty{}, s.deps.Webhooks.Set(lease.NotifySetting{User: b.c.User, URL: r.URL, Format: r.Format, SetAt: r.SetAt})
+		return peer.Empty{}, s.deps.Webhooks.Set(event.NotifySetting{User: b.c.User, URL: r.URL, Format: r.Format, SetAt: r.SetAt})
 	})
 	peer.Handle(m, peer.NotifyStatus, func(ctx context.Context, from string, who peer.Actor, _ peer.Empty) (peer.NotifyStatusReply, error) {
 		if who.System || s.deps.Webhooks == nil {
@@ -106,7 +108,7 @@ func (s *Service) registerEventOps() {
 }
 
 // record adds an event to this node's log, when it keeps one.
-func (s *Service) record(e lease.Event) {
+func (s *Service) record(e event.Event) {
 	if s.deps.Events != nil {
 		s.deps.Events.Record(e)
 	}
@@ -117,11 +119,11 @@ const tellTimeout = 2 * time.Second
 
 // deliver shows a notice on this node: on the person's boards here, in
 // their tmux sessions here, and by their webhook when this node keeps it.
-func (s *Service) deliver(ctx context.Context, n lease.Notice) peer.NotifyReply {
+func (s *Service) deliver(ctx context.Context, n event.Notice) peer.NotifyReply {
 	var r peer.NotifyReply
 	if u, err := s.deps.Accounts.ByName(n.User); err == nil {
 		about := ""
-		if n.Kind == lease.EventWarn {
+		if n.Kind == event.EventWarn {
 			about = n.Lease
 		}
 		s.deps.Node.Notify(u.UID, about, n.Text)
@@ -153,7 +155,7 @@ func (s *Service) deliver(ctx context.Context, n lease.Notice) peer.NotifyReply 
 
 // Fanout is how the node where an event happened reaches every node with
 // its notice: the live nodes' names and a send to one of them.
-func (s *Service) Fanout() (nodes func() []string, send func(ctx context.Context, node string, n lease.Notice) error) {
+func (s *Service) Fanout() (nodes func() []string, send func(ctx context.Context, node string, n event.Notice) error) {
 	nodes = func() []string {
 		v := s.membership()
 		var out []string
@@ -164,7 +166,7 @@ func (s *Service) Fanout() (nodes func() []string, send func(ctx context.Context
 		}
 		return out
 	}
-	send = func(ctx context.Context, node string, n lease.Notice) error {
+	send = func(ctx context.Context, node string, n event.Notice) error {
 		_, err := peer.Call(ctx, s.deps.Peers, node, peer.Notify, peer.System, peer.NotifyRequest{Notice: n})
 		return err
 	}
@@ -174,16 +176,16 @@ func (s *Service) Fanout() (nodes func() []string, send func(ctx context.Context
 // membership is the cluster's nodes and their states, without the rest of
 // View (usage reads the ledger): what the events' paths ask on every
 // change.
-func (s *Service) membership() lease.ClusterView {
-	var peers []lease.NodeView
+func (s *Service) membership() queue.ClusterView {
+	var peers []queue.NodeView
 	if cl := s.link(); cl != nil {
 		peers = cl.Peers()
 	}
-	return lease.NewClusterView(lease.NodeView{Name: s.cfg.Node}, peers, s.deps.Clock.Now())
+	return queue.NewClusterView(queue.NodeView{Name: s.cfg.Node}, peers, s.deps.Clock.Now())
 }
 
 // Membership is the cluster's nodes and their states, cheaply.
-func (s *Service) Membership() lease.ClusterView { return s.membership() }
+func (s *Service) Membership() queue.ClusterView { return s.membership() }
 
 // liveNodes names the nodes that can answer now.
 func (s *Service) liveNodes() []string {
@@ -193,7 +195,7 @@ func (s *Service) liveNodes() []string {
 
 // nodeEvents reads one node's events that f matches, page by page, up to
 // maxEventsListed; last is the node's newest sequence when asked.
-func (s *Service) nodeEvents(ctx context.Context, node string, who peer.Actor, f lease.EventFilter) (evs []lease.Event, last uint64, truncated bool, err error) {
+func (s *Service) nodeEvents(ctx context.Context, node string, who peer.Actor, f event.EventFilter) (evs []event.Event, last uint64, truncated bool, err error) {
 	for {
 		cctx, cancel := context.WithTimeout(ctx, eventCallTimeout)
 		r, err := peer.Call(cctx, s.deps.Peers, node, peer.Events, who, peer.EventsRequest{Filter: f})
@@ -217,11 +219,11 @@ func (s *Service) nodeEvents(ctx context.Context, node string, who peer.Actor, f
 }
 
 // clusterEvents reads f from every live node at once.
-func (s *Service) clusterEvents(ctx context.Context, who peer.Actor, f lease.EventFilter, nodes []string) (list api.EventList, last map[string]uint64) {
+func (s *Service) clusterEvents(ctx context.Context, who peer.Actor, f event.EventFilter, nodes []string) (list api.EventList, last map[string]uint64) {
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	last = map[string]uint64{}
-	list.Events = []lease.Event{}
+	list.Events = []event.Event{}
 	for _, n := range nodes {
 		wg.Add(1)
 		go func() {
@@ -240,24 +242,24 @@ func (s *Service) clusterEvents(ctx context.Context, who peer.Actor, f lease.Eve
 	}
 	wg.Wait()
 	slices.Sort(list.Missing)
-	lease.SortEvents(list.Events)
+	event.SortEvents(list.Events)
 	return list, last
 }
 
 // eventFilter reads `--since` and `--user`.
-func eventFilter(b *Bound, req api.EventsRequest) (lease.EventFilter, error) {
+func eventFilter(b *Bound, req api.EventsRequest) (event.EventFilter, error) {
 	since := 24 * time.Hour
 	if req.Since != "" {
 		d, err := lease.ParseDuration(req.Since)
 		if err != nil {
-			return lease.EventFilter{}, err
+			return event.EventFilter{}, err
 		}
 		since = d
 	}
 	if req.User != "" && !lease.ValidUserName(req.User) {
-		return lease.EventFilter{}, lease.Invalidf("%q is not a user name", req.User)
+		return event.EventFilter{}, lease.Invalidf("%q is not a user name", req.User)
 	}
-	return lease.EventFilter{Since: b.s.deps.Clock.Now().Add(-since), User: req.User}, nil
+	return event.EventFilter{Since: b.s.deps.Clock.Now().Add(-since), User: req.User}, nil
 }
 
 // Events is `dibs events`: what happened on every node, oldest first.
@@ -291,12 +293,12 @@ const followBackstop = 10 * time.Second
 // each new one anywhere, as it happens. It wakes on changes (this node's
 // events, leases and queue, and every change gossip brings); it does not
 // poll.
-func (b *Bound) FollowEvents(ctx context.Context, req api.EventsRequest) (<-chan lease.Event, func() error, error) {
+func (b *Bound) FollowEvents(ctx context.Context, req api.EventsRequest) (<-chan event.Event, func() error, error) {
 	f, err := eventFilter(b, req)
 	if err != nil {
 		return nil, nil, err
 	}
-	ch := make(chan lease.Event, 64)
+	ch := make(chan event.Event, 64)
 	done := make(chan struct{})
 	var ferr error
 	go func() {
@@ -305,7 +307,7 @@ func (b *Bound) FollowEvents(ctx context.Context, req api.EventsRequest) (<-chan
 		s := b.s
 		who := peer.As(actorName(b))
 		list, cursors := s.clusterEvents(ctx, who, f, s.liveNodes())
-		send := func(evs []lease.Event) bool {
+		send := func(evs []event.Event) bool {
 			for _, e := range evs {
 				select {
 				case ch <- e:
@@ -331,7 +333,7 @@ func (b *Bound) FollowEvents(ctx context.Context, req api.EventsRequest) (<-chan
 			case <-local:
 			case <-s.deps.Clock.After(followBackstop):
 			}
-			var fresh []lease.Event
+			var fresh []event.Event
 			for _, n := range s.liveNodes() {
 				nf := f
 				if c, ok := cursors[n]; ok {
@@ -344,7 +346,7 @@ func (b *Bound) FollowEvents(ctx context.Context, req api.EventsRequest) (<-chan
 				fresh = append(fresh, evs...)
 				cursors[n] = max(cursors[n], last)
 			}
-			lease.SortEvents(fresh)
+			event.SortEvents(fresh)
 			if !send(fresh) {
 				return
 			}
@@ -389,11 +391,11 @@ func (b *Bound) Notify(ctx context.Context, req api.NotifyRequest) (api.NotifySt
 		format := req.Format
 		switch format {
 		case "":
-			format = lease.WebhookJSON
+			format = event.WebhookJSON
 			if strings.Contains(strings.ToLower(req.Webhook), "ntfy") {
-				format = lease.WebhookText
+				format = event.WebhookText
 			}
-		case lease.WebhookJSON, lease.WebhookText:
+		case event.WebhookJSON, event.WebhookText:
 		default:
 			return api.NotifyStatus{}, lease.Invalidf("--format %q: use json (Slack, Discord, Mattermost) or text (ntfy)", req.Format)
 		}
@@ -421,7 +423,7 @@ func (b *Bound) Notify(ctx context.Context, req api.NotifyRequest) (api.NotifySt
 // testNotice sends a test notice through every node, as a real one goes.
 func testNotice(ctx context.Context, b *Bound, nodes []string) *api.NotifyTest {
 	s := b.s
-	n := lease.Notice{User: b.c.User, Node: s.cfg.Node, At: s.deps.Clock.Now().Round(0), Test: true,
+	n := event.Notice{User: b.c.User, Node: s.cfg.Node, At: s.deps.Clock.Now().Round(0), Test: true,
 		Text: "a test notice from `dibs notify --test` on " + s.cfg.Node + ": this is how dibs tells you"}
 	out := &api.NotifyTest{}
 	for _, node := range nodes {
@@ -487,7 +489,7 @@ func (b *Bound) LogSources(ctx context.Context, id string) ([]api.LogSource, err
 	if n, ok := lease.NodeOfID(id); ok && slices.Contains(nodes, n) {
 		nodes = []string{n}
 	}
-	f := lease.EventFilter{User: b.c.User}
+	f := event.EventFilter{User: b.c.User}
 	list, _ := s.clusterEvents(ctx, peer.As(b.c.User), f, nodes)
 	v := s.View()
 	live := map[string]bool{}
@@ -501,11 +503,11 @@ func (b *Bound) LogSources(ctx context.Context, id string) ([]api.LogSource, err
 	var all []found
 	latest := 0
 	for _, e := range list.Events {
-		if e.Kind != lease.EventClaim || e.Session == "" || e.User != b.c.User {
+		if e.Kind != event.EventClaim || e.Session == "" || e.User != b.c.User {
 			continue
 		}
 		entry, a, _ := strings.Cut(e.Entry, "#")
-		if (e.Lease != id && e.Session != id && entry != id) || e.Reason == lease.ReasonReserved {
+		if (e.Lease != id && e.Session != id && entry != id) || e.Reason == event.ReasonReserved {
 			continue
 		}
 		attempt, _ := strconv.Atoi(a)

@@ -8,7 +8,9 @@ import (
 
 	"github.com/dibs-gpu/dibs/agent/node"
 	"github.com/dibs-gpu/dibs/agent/peer"
+	"github.com/dibs-gpu/dibs/event"
 	"github.com/dibs-gpu/dibs/lease"
+	"github.com/dibs-gpu/dibs/queue"
 )
 
 // registerPeerOps serves the protocol: what other agents (and this one's
@@ -93,7 +95,7 @@ func (s *Service) registerPeerOps() {
 		}
 		why := fmt.Sprintf("%s refused it: %s", r.Node, r.Reason)
 		if e, ok := s.deps.Origin.Refuse(r.Key, why); ok {
-			s.record(lease.EntryEvent(lease.EventFail, e, why, s.deps.Clock.Now()))
+			s.record(event.EntryEvent(event.EventFail, e, why, s.deps.Clock.Now()))
 			s.deps.Kick()
 		}
 		return peer.Empty{}, nil
@@ -145,7 +147,7 @@ func (b *Bound) startPart(ctx context.Context, r peer.StartRequest) (peer.StartR
 		return peer.StartReply{}, &lease.Error{Code: lease.CodeUnavailable, Msg: fmt.Sprintf("the start of %s came without its command, which its origin %s keeps: the scheduler asks the origin again", e.ID, e.Origin)}
 	}
 	if e.Job != nil {
-		spec := &lease.RunSpec{Name: lease.RankSessionName(lease.TaskSessionName(e.Job.Name, e.ID), e, r.Rank),
+		spec := &lease.RunSpec{Name: queue.RankSessionName(queue.TaskSessionName(e.Job.Name, e.ID), e, r.Rank),
 			Command: e.Job.Command, Dir: e.Job.Dir, Env: e.Job.Env}
 		if err := checkRun(spec); err != nil {
 			return peer.StartReply{}, err
@@ -167,7 +169,7 @@ func (b *Bound) startPart(ctx context.Context, r peer.StartRequest) (peer.StartR
 				return peer.StartReply{}, fmt.Errorf("find a free port for the rendezvous: %w", err)
 			}
 			e.Nodes, e.GPUsPerNode = 1, len(r.GPUs)
-			run.Env = lease.RankEnv(lease.RendezvousEnv(e, []string{"127.0.0.1"}, port), 0)
+			run.Env = queue.RankEnv(queue.RendezvousEnv(e, []string{"127.0.0.1"}, port), 0)
 			run.Command = launchCommand(e, run.Env, run.Command)
 		}
 		l, err := s.deps.Node.Grant(ctx, b.c, node.Grant{Claim: claim, Run: run, Entry: e.Key(), Borrowed: r.Borrowed})
@@ -241,12 +243,12 @@ func interfaceOf(host string) string {
 
 // launchCommand is a rank's command under the launcher its job asked
 // for: torchrun, dibs's own one process per GPU, or none.
-func launchCommand(e lease.QueueEntry, env map[string]string, cmd []string) []string {
+func launchCommand(e queue.QueueEntry, env map[string]string, cmd []string) []string {
 	switch {
 	case e.Job.Torchrun:
-		return lease.TorchrunCommand(e, env, cmd)
+		return queue.TorchrunCommand(e, env, cmd)
 	case e.Job.PerGPU:
-		return lease.PerGPUCommand(cmd)
+		return queue.PerGPUCommand(cmd)
 	}
 	return cmd
 }

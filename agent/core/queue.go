@@ -11,6 +11,7 @@ import (
 	"github.com/dibs-gpu/dibs/agent/peer"
 	"github.com/dibs-gpu/dibs/api"
 	"github.com/dibs-gpu/dibs/lease"
+	"github.com/dibs-gpu/dibs/queue"
 )
 
 // Submit queues a request at this agent, its source of truth. It gets every
@@ -48,7 +49,7 @@ func (b *Bound) Submit(ctx context.Context, req api.SubmitRequest) (api.Submitte
 		}
 	}
 	s := b.s
-	e := lease.QueueEntry{
+	e := queue.QueueEntry{
 		Origin: s.cfg.Node, User: b.c.User, UID: b.c.UID,
 		Nodes: req.Nodes, GPUsPerNode: req.GPUsPerNode, Node: req.Claim.Node,
 		Duration: claim.Duration, Kind: claim.Kind, Note: claim.Note,
@@ -75,7 +76,7 @@ func (b *Bound) Submit(ctx context.Context, req api.SubmitRequest) (api.Submitte
 		return api.Submitted{}, err
 	}
 	v := s.View()
-	if err := lease.CheckFeasible(e, v.SchedNodes(), e.Model, s.cfg.Sched.Pools); err != nil {
+	if err := queue.CheckFeasible(e, v.SchedNodes(), e.Model, s.cfg.Sched.Pools); err != nil {
 		return api.Submitted{}, err
 	}
 	e, err = s.deps.Origin.Submit(e)
@@ -107,7 +108,7 @@ func (b *Bound) Cancel(ctx context.Context, id string) error {
 	if err := b.write(); err != nil {
 		return err
 	}
-	origin, ok := lease.OriginOfQueueID(id)
+	origin, ok := queue.OriginOfQueueID(id)
 	if !ok {
 		return lease.Invalidf("%q is not a queue id: ids look like node01-q3 (`dibs queue` shows them)", id)
 	}
@@ -130,7 +131,7 @@ func (b *Bound) Cancel(ctx context.Context, id string) error {
 // state a client follows after it queued a run (`dibs run --queue`).
 // Another node's entry is asked of its origin.
 func (b *Bound) EntryStatus(ctx context.Context, id string) (api.EntryStatus, error) {
-	origin, ok := lease.OriginOfQueueID(id)
+	origin, ok := queue.OriginOfQueueID(id)
 	if !ok {
 		return api.EntryStatus{}, lease.Invalidf("%q is not a queue id: ids look like node01-q3 (`dibs queue` shows them)", id)
 	}
@@ -145,7 +146,7 @@ func (b *Bound) EntryStatus(ctx context.Context, id string) (api.EntryStatus, er
 func (b *Bound) Queue(context.Context) (api.Queue, error) {
 	s := b.s
 	v := s.View()
-	var waiting, orphaned, backoff, running, held []lease.QueueEntry
+	var waiting, orphaned, backoff, running, held []queue.QueueEntry
 	for _, e := range v.Entries() {
 		switch o, ok := v.Node(e.Origin); {
 		case e.Held():
@@ -159,30 +160,30 @@ func (b *Bound) Queue(context.Context) (api.Queue, error) {
 			backoff = append(backoff, e)
 		case !ok || !o.Alive():
 			// Nothing starts while its origin, its source of truth, is
-			// away (lease.ClusterView.Waiting): say so, not an estimate.
+			// away (queue.ClusterView.Waiting): say so, not an estimate.
 			orphaned = append(orphaned, e)
 		default:
 			waiting = append(waiting, e)
 		}
 	}
-	plan := lease.Schedule(waiting, v.SchedNodes(), v.Usage(), v.Now, s.cfg.Sched)
+	plan := queue.Schedule(waiting, v.SchedNodes(), v.Usage(), v.Now, s.cfg.Sched)
 	q := api.Queue{Scheduler: v.Scheduler(), Entries: []api.QueuedEntry{}}
 	for _, r := range plan.Order {
 		q.Entries = append(q.Entries, queuedView(b.c, r.Entry, r.Priority, r.Position, r.EstStart, r.Waiting))
 	}
-	slices.SortFunc(backoff, func(x, y lease.QueueEntry) int { return x.RetryAt.Compare(y.RetryAt) })
+	slices.SortFunc(backoff, func(x, y queue.QueueEntry) int { return x.RetryAt.Compare(y.RetryAt) })
 	for _, e := range backoff {
 		why := fmt.Sprintf("restart %d of %d, spaced after a failure: %s", e.Restarts, e.MaxRestarts, e.RetryWhy)
 		qv := queuedView(b.c, e, 0, len(q.Entries)+1, e.RetryAt, why)
 		qv.RetryAt = e.RetryAt
 		q.Entries = append(q.Entries, qv)
 	}
-	slices.SortFunc(orphaned, func(x, y lease.QueueEntry) int { return x.SubmittedAt.Compare(y.SubmittedAt) })
+	slices.SortFunc(orphaned, func(x, y queue.QueueEntry) int { return x.SubmittedAt.Compare(y.SubmittedAt) })
 	for _, e := range orphaned {
 		why := fmt.Sprintf("its origin %s is down: it waits until %s is back", e.Origin, e.Origin)
 		q.Entries = append(q.Entries, queuedView(b.c, e, 0, len(q.Entries)+1, time.Time{}, why))
 	}
-	slices.SortFunc(running, func(x, y lease.QueueEntry) int { return strings.Compare(x.ID, y.ID) })
+	slices.SortFunc(running, func(x, y queue.QueueEntry) int { return strings.Compare(x.ID, y.ID) })
 	for _, e := range running {
 		qv := queuedView(b.c, e, 0, 0, time.Time{}, "")
 		qv.Running = true
@@ -194,7 +195,7 @@ func (b *Bound) Queue(context.Context) (api.Queue, error) {
 
 // queuedView is one entry as c sees it: its command only for its holder
 // and admins.
-func queuedView(c lease.Caller, e lease.QueueEntry, prio float64, pos int, est time.Time, why string) api.QueuedEntry {
+func queuedView(c lease.Caller, e queue.QueueEntry, prio float64, pos int, est time.Time, why string) api.QueuedEntry {
 	e = e.ShownTo(c)
 	v := api.QueuedEntry{
 		ID: e.ID, Position: pos, User: e.User, Nodes: e.Nodes, GPUsPerNode: e.GPUsPerNode, Node: e.Node,
@@ -270,7 +271,7 @@ func (b *Bound) Usage(ctx context.Context, window string) (api.UsageReport, erro
 		}
 		rep.Users = append(rep.Users, api.UserUsage{
 			User: u, GPUHours: raw[u] / 3600, Decayed: decayed[u] / 3600, Share: share,
-			FairShare: lease.FairShareFactor(u, decayed, s.cfg.Sched), RunningGPU: running[u], Quota: s.cfg.Sched.Quotas[u],
+			FairShare: queue.FairShareFactor(u, decayed, s.cfg.Sched), RunningGPU: running[u], Quota: s.cfg.Sched.Quotas[u],
 		})
 	}
 	slices.SortFunc(rep.Users, func(x, y api.UserUsage) int {

@@ -9,7 +9,9 @@ import (
 
 	"github.com/dibs-gpu/dibs/agent/peer"
 	"github.com/dibs-gpu/dibs/api"
+	"github.com/dibs-gpu/dibs/event"
 	"github.com/dibs-gpu/dibs/lease"
+	"github.com/dibs-gpu/dibs/queue"
 )
 
 // depLookup bounds how long a submit (or the origin's pass) waits for
@@ -23,7 +25,7 @@ const depLookup = 2 * time.Second
 // while a node of the cluster runs an older dibs (peer.Sweeps). A cycle
 // cannot form: a dependency must exist when the run waiting on it is
 // submitted, and the new entry's id is given only after.
-func (b *Bound) sweep(ctx context.Context, e *lease.QueueEntry, req api.SubmitRequest) error {
+func (b *Bound) sweep(ctx context.Context, e *queue.QueueEntry, req api.SubmitRequest) error {
 	if req.Array == "" && len(req.After) == 0 && len(req.AfterAny) == 0 {
 		return nil
 	}
@@ -34,23 +36,23 @@ func (b *Bound) sweep(ctx context.Context, e *lease.QueueEntry, req api.SubmitRe
 		if !e.Job.RunsCommand() {
 			return lease.Invalidf("an array runs a command once per task: dibs run --array %s -- CMD", req.Array)
 		}
-		a, err := lease.ParseArray(req.Array)
+		a, err := queue.ParseArray(req.Array)
 		if err != nil {
 			return err
 		}
 		e.Array = a
 	}
-	ok, err := lease.ParseAfter(req.After, false)
+	ok, err := queue.ParseAfter(req.After, false)
 	if err != nil {
 		return err
 	}
-	anyDeps, err := lease.ParseAfter(req.AfterAny, true)
+	anyDeps, err := queue.ParseAfter(req.AfterAny, true)
 	if err != nil {
 		return err
 	}
 	deps := append(ok, anyDeps...)
-	if len(deps) > lease.MaxAfter {
-		return lease.Invalidf("a run may wait for at most %d others; it names %d", lease.MaxAfter, len(deps))
+	if len(deps) > queue.MaxAfter {
+		return lease.Invalidf("a run may wait for at most %d others; it names %d", queue.MaxAfter, len(deps))
 	}
 	seen := map[string]bool{}
 	for _, d := range deps {
@@ -60,15 +62,15 @@ func (b *Bound) sweep(ctx context.Context, e *lease.QueueEntry, req api.SubmitRe
 		seen[d.ID] = true
 		st, err := b.s.EntryState(ctx, d.ID)
 		if err != nil {
-			origin, _ := lease.OriginOfQueueID(d.ID)
+			origin, _ := queue.OriginOfQueueID(d.ID)
 			return &lease.Error{Code: lease.CodeUnavailable, Msg: fmt.Sprintf("cannot ask %s where %s stands (%v): a run cannot wait for what nobody can vouch for; try again when %s is back", origin, d.ID, err, origin)}
 		}
 		switch {
-		case st.State == lease.EntryUnknown:
+		case st.State == queue.EntryUnknown:
 			return lease.Invalidf("%s is not a queued run that dibs knows of (unknown, or ended too long ago): `dibs queue` shows the ids", d.ID)
-		case lease.DepFor(d, st) == lease.DepBroken:
+		case queue.DepFor(d, st) == queue.DepBroken:
 			return lease.Invalidf("%s %s, so a run after it would never start: use --after-any %s to run anyway", d.ID, st.State, d.ID)
-		case lease.DepFor(d, st) == lease.DepMet:
+		case queue.DepFor(d, st) == queue.DepMet:
 			continue // ended as asked already
 		}
 		e.After = append(e.After, d)
@@ -78,10 +80,10 @@ func (b *Bound) sweep(ctx context.Context, e *lease.QueueEntry, req api.SubmitRe
 
 // EntryState is where entry id stands at its origin: this node's own
 // record, or the origin's answer.
-func (s *Service) EntryState(ctx context.Context, id string) (lease.EntryStatus, error) {
-	origin, ok := lease.OriginOfQueueID(id)
+func (s *Service) EntryState(ctx context.Context, id string) (queue.EntryStatus, error) {
+	origin, ok := queue.OriginOfQueueID(id)
 	if !ok {
-		return lease.EntryStatus{}, lease.Invalidf("%q is not a queue id", id)
+		return queue.EntryStatus{}, lease.Invalidf("%q is not a queue id", id)
 	}
 	if origin == s.cfg.Node {
 		return s.entryStatus(id), nil
@@ -90,10 +92,10 @@ func (s *Service) EntryState(ctx context.Context, id string) (lease.EntryStatus,
 	defer cancel()
 	r, err := peer.Call(cctx, s.deps.Peers, origin, peer.Status, peer.System, peer.StatusRequest{ID: id})
 	if err != nil {
-		return lease.EntryStatus{}, err
+		return queue.EntryStatus{}, err
 	}
 	if r.Status.ID != id {
-		return lease.EntryStatus{}, fmt.Errorf("%s answered for %s, not %s", origin, r.Status.ID, id)
+		return queue.EntryStatus{}, fmt.Errorf("%s answered for %s, not %s", origin, r.Status.ID, id)
 	}
 	return r.Status, nil
 }
@@ -107,13 +109,13 @@ const endedLookback = 14 * 24 * time.Hour
 // last started, or among more than the origin keeps), the last word of the
 // event log, which is on disk: so a run waiting for it (--after) is not
 // ended for the restart of its dependency's origin.
-func (s *Service) entryStatus(id string) lease.EntryStatus {
+func (s *Service) entryStatus(id string) queue.EntryStatus {
 	now := s.deps.Clock.Now()
 	st := s.deps.Origin.Status(id, now)
-	if st.State != lease.EntryUnknown || s.deps.Events == nil {
+	if st.State != queue.EntryUnknown || s.deps.Events == nil {
 		return st
 	}
-	f := lease.EventFilter{Since: now.Add(-endedLookback)}
+	f := event.EventFilter{Since: now.Add(-endedLookback)}
 	for {
 		evs, more, err := s.deps.Events.Events(f, 4096)
 		if err != nil {
@@ -126,12 +128,12 @@ func (s *Service) entryStatus(id string) lease.EntryStatus {
 				continue
 			}
 			switch e.Kind {
-			case lease.EventFinish:
-				st = lease.EntryStatus{ID: id, State: lease.EntryFinished}
-			case lease.EventFail:
-				st = lease.EntryStatus{ID: id, State: lease.EntryFailed, Reason: lease.ClipRetryWhy(e.Reason)}
-			case lease.EventCancel:
-				st = lease.EntryStatus{ID: id, State: lease.EntryCancelled}
+			case event.EventFinish:
+				st = queue.EntryStatus{ID: id, State: queue.EntryFinished}
+			case event.EventFail:
+				st = queue.EntryStatus{ID: id, State: queue.EntryFailed, Reason: queue.ClipRetryWhy(e.Reason)}
+			case event.EventCancel:
+				st = queue.EntryStatus{ID: id, State: queue.EntryCancelled}
 			}
 		}
 		if !more || len(evs) == 0 {
@@ -146,7 +148,7 @@ func (s *Service) entryStatus(id string) lease.EntryStatus {
 // commands, so any actor may ask.
 func (s *Service) registerSweepOps() {
 	peer.Handle(s.deps.Peers, peer.Status, func(ctx context.Context, from string, who peer.Actor, r peer.StatusRequest) (peer.StatusReply, error) {
-		if origin, _ := lease.OriginOfQueueID(r.ID); origin != s.cfg.Node {
+		if origin, _ := queue.OriginOfQueueID(r.ID); origin != s.cfg.Node {
 			return peer.StatusReply{}, lease.Invalidf("%s is not %s's entry", r.ID, s.cfg.Node)
 		}
 		return peer.StatusReply{Status: s.entryStatus(r.ID)}, nil
@@ -157,7 +159,7 @@ func (s *Service) registerSweepOps() {
 // array (`dibs queue` shows n1-q7[3-5] running, 12 waiting, 3 done): where
 // its first task stood, or after the rest when none is made. Rows of runs
 // that wait for others say for which.
-func foldArrays(c lease.Caller, rows []api.QueuedEntry, held []lease.QueueEntry) []api.QueuedEntry {
+func foldArrays(c lease.Caller, rows []api.QueuedEntry, held []queue.QueueEntry) []api.QueuedEntry {
 	arrays := map[string]*api.QueuedEntry{}
 	var order []*api.QueuedEntry
 	for _, p := range held {
@@ -210,7 +212,7 @@ func foldArrays(c lease.Caller, rows []api.QueuedEntry, held []lease.QueueEntry)
 }
 
 // heldWhy says what a held entry waits for.
-func heldWhy(e lease.QueueEntry) string {
+func heldWhy(e queue.QueueEntry) string {
 	if len(e.After) == 0 {
 		return ""
 	}

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dibs-gpu/dibs/event"
 	"github.com/dibs-gpu/dibs/internal/poll"
 	"github.com/dibs-gpu/dibs/lease"
 )
@@ -35,8 +36,8 @@ func eventually(t *testing.T, what string, cond func() bool) {
 func TestLogRecordsReadsAndNotices(t *testing.T) {
 	store := NewMemStore(100)
 	var mu sync.Mutex
-	var notices []lease.Notice
-	l := New(Config{Node: "node01"}, Deps{Store: store, Notice: func(n lease.Notice) {
+	var notices []event.Notice
+	l := New(Config{Node: "node01"}, Deps{Store: store, Notice: func(n event.Notice) {
 		mu.Lock()
 		notices = append(notices, n)
 		mu.Unlock()
@@ -45,34 +46,34 @@ func TestLogRecordsReadsAndNotices(t *testing.T) {
 		t.Fatal(err)
 	}
 	changed := l.Changes()
-	l.Record(lease.LeaseEvent(lease.EventClaim, testLease(), t0))
+	l.Record(event.LeaseEvent(event.EventClaim, testLease(), t0))
 	select {
 	case <-changed:
 	default:
 		t.Error("recording did not wake followers")
 	}
-	evs, _, err := l.Events(lease.EventFilter{}, 10)
+	evs, _, err := l.Events(event.EventFilter{}, 10)
 	if err != nil || len(evs) != 1 || evs[0].Seq != 1 || evs[0].Node != "node01" {
 		t.Fatalf("events before any write = %+v, %v", evs, err)
 	}
 	l.Run()
-	l.Record(lease.WarnEvent(testLease(), "10m", t0.Add(50*time.Minute)))
-	l.Record(lease.EndEvent(testLease(), lease.EndExpired, "", t0.Add(time.Hour)))
+	l.Record(event.WarnEvent(testLease(), "10m", t0.Add(50*time.Minute)))
+	l.Record(event.EndEvent(testLease(), lease.EndExpired, "", t0.Add(time.Hour)))
 	eventually(t, "the writer to store the events", func() bool { last, _ := store.LastEventSeq(); return last == 3 })
 	eventually(t, "two notices (the warning and the end; not the claim)", func() bool {
 		mu.Lock()
 		defer mu.Unlock()
 		return len(notices) == 2
 	})
-	evs, _, _ = l.Events(lease.EventFilter{After: 1}, 10)
-	if len(evs) != 2 || evs[0].Kind != lease.EventWarn || evs[1].Kind != lease.EventEnd {
+	evs, _, _ = l.Events(event.EventFilter{After: 1}, 10)
+	if len(evs) != 2 || evs[0].Kind != event.EventWarn || evs[1].Kind != event.EventEnd {
 		t.Errorf("after 1: %+v, want the warning then the end", evs)
 	}
 	l.Close()
 	l2 := New(Config{Node: "node01"}, Deps{Store: store})
 	l2.Open()
-	l2.Record(lease.LeaseEvent(lease.EventExtend, testLease(), t0))
-	if evs, _, _ := l2.Events(lease.EventFilter{After: 3}, 10); len(evs) != 1 || evs[0].Seq != 4 {
+	l2.Record(event.LeaseEvent(event.EventExtend, testLease(), t0))
+	if evs, _, _ := l2.Events(event.EventFilter{After: 3}, 10); len(evs) != 1 || evs[0].Seq != 4 {
 		t.Errorf("a reopened log numbered %+v, want 4", evs)
 	}
 }
@@ -80,14 +81,14 @@ func TestLogRecordsReadsAndNotices(t *testing.T) {
 // TestLogPrunesPastKeep: events older than Keep go at Open.
 func TestLogPrunesPastKeep(t *testing.T) {
 	store := NewMemStore(100)
-	old := lease.LeaseEvent(lease.EventClaim, testLease(), time.Now().Add(-20*24*time.Hour))
+	old := event.LeaseEvent(event.EventClaim, testLease(), time.Now().Add(-20*24*time.Hour))
 	old.Seq = 1
-	fresh := lease.LeaseEvent(lease.EventClaim, testLease(), time.Now())
+	fresh := event.LeaseEvent(event.EventClaim, testLease(), time.Now())
 	fresh.Seq = 2
-	store.AppendEvents([]lease.Event{old, fresh})
+	store.AppendEvents([]event.Event{old, fresh})
 	l := New(Config{Node: "node01", Keep: 14 * 24 * time.Hour}, Deps{Store: store})
 	l.Open()
-	evs, _, _ := l.Events(lease.EventFilter{}, 10)
+	evs, _, _ := l.Events(event.EventFilter{}, 10)
 	if len(evs) != 1 || evs[0].Seq != 2 {
 		t.Errorf("after pruning at 14 days: %+v, want only the fresh event", evs)
 	}
@@ -126,19 +127,19 @@ func (h *hook) got() []string {
 	return append([]string(nil), h.bodies...)
 }
 
-func notice(text string) lease.Notice {
-	return lease.Notice{User: "alice", Kind: lease.EventWarn, Node: "node01", At: t0, Text: text}
+func notice(text string) event.Notice {
+	return event.Notice{User: "alice", Kind: event.EventWarn, Node: "node01", At: t0, Text: text}
 }
 
 func TestWebhookJSONAndText(t *testing.T) {
 	h := newHook(t, 0)
 	w := NewWebhooks(WebhookConfig{Backoff: []time.Duration{time.Millisecond}}, NewMemStore(10), nil)
 	t.Cleanup(w.Close)
-	if err := w.Set(lease.NotifySetting{User: "alice", URL: h.srv.URL + "/slack", Format: lease.WebhookJSON, SetAt: t0}); err != nil {
+	if err := w.Set(event.NotifySetting{User: "alice", URL: h.srv.URL + "/slack", Format: event.WebhookJSON, SetAt: t0}); err != nil {
 		t.Fatal(err)
 	}
 	w.Deliver(notice("lease node01-7 ends in 10m"))
-	w.Deliver(lease.Notice{User: "bob", Kind: lease.EventWarn, Node: "node01", At: t0, Text: "bob has no webhook"})
+	w.Deliver(event.Notice{User: "bob", Kind: event.EventWarn, Node: "node01", At: t0, Text: "bob has no webhook"})
 	eventually(t, "the JSON post", func() bool { return len(h.got()) == 1 })
 	var p Payload
 	if err := json.Unmarshal([]byte(h.got()[0]), &p); err != nil || p.Text != "dibs: lease node01-7 ends in 10m" || p.Content != p.Text {
@@ -147,7 +148,7 @@ func TestWebhookJSONAndText(t *testing.T) {
 	if h.ctypes[0] != "application/json" {
 		t.Errorf("content type %q", h.ctypes[0])
 	}
-	w.Set(lease.NotifySetting{User: "alice", URL: h.srv.URL + "/ntfy", Format: lease.WebhookText, SetAt: t0})
+	w.Set(event.NotifySetting{User: "alice", URL: h.srv.URL + "/ntfy", Format: event.WebhookText, SetAt: t0})
 	w.Deliver(notice("your job node01-q3 failed"))
 	eventually(t, "the text post", func() bool { return len(h.got()) == 2 })
 	if h.got()[1] != "dibs: your job node01-q3 failed" || !strings.HasPrefix(h.ctypes[1], "text/plain") {
@@ -165,12 +166,12 @@ func TestWebhookRetriesThenReportsFailure(t *testing.T) {
 	h := newHook(t, 2)
 	w := NewWebhooks(WebhookConfig{Backoff: []time.Duration{time.Millisecond, time.Millisecond, time.Millisecond}, Timeout: 100 * time.Millisecond}, NewMemStore(10), nil)
 	t.Cleanup(w.Close)
-	w.Set(lease.NotifySetting{User: "alice", URL: h.srv.URL, Format: lease.WebhookJSON, SetAt: t0})
+	w.Set(event.NotifySetting{User: "alice", URL: h.srv.URL, Format: event.WebhookJSON, SetAt: t0})
 	w.Deliver(notice("third time lucky"))
 	eventually(t, "delivery after two failures", func() bool { return len(h.got()) == 1 })
 
 	h2 := newHook(t, 100)
-	w.Set(lease.NotifySetting{User: "alice", URL: h2.srv.URL, Format: lease.WebhookJSON, SetAt: t0})
+	w.Set(event.NotifySetting{User: "alice", URL: h2.srv.URL, Format: event.WebhookJSON, SetAt: t0})
 	w.Deliver(notice("never lands"))
 	eventually(t, "the failure to be recorded", func() bool { return len(w.Status("alice").Failures) == 1 })
 	f := w.Status("alice").Failures[0]
@@ -186,19 +187,19 @@ func TestWebhookTestAndRefusals(t *testing.T) {
 	w := NewWebhooks(WebhookConfig{Timeout: 100 * time.Millisecond}, NewMemStore(10), nil)
 	t.Cleanup(w.Close)
 	for _, bad := range []string{"ftp://x/y", "http://169.254.169.254/latest/meta-data", "http://u:p@example.com/", "not a url", "http://[fe80::1]/x"} {
-		if err := w.Set(lease.NotifySetting{User: "alice", URL: bad, Format: lease.WebhookJSON, SetAt: t0}); err == nil {
+		if err := w.Set(event.NotifySetting{User: "alice", URL: bad, Format: event.WebhookJSON, SetAt: t0}); err == nil {
 			t.Errorf("accepted %q", bad)
 		}
 	}
 	// A redirect is not followed: the post fails.
 	redir := httptest.NewServer(http.RedirectHandler("http://169.254.169.254/", http.StatusFound))
 	t.Cleanup(redir.Close)
-	w.Set(lease.NotifySetting{User: "alice", URL: redir.URL, Format: lease.WebhookJSON, SetAt: t0})
+	w.Set(event.NotifySetting{User: "alice", URL: redir.URL, Format: event.WebhookJSON, SetAt: t0})
 	ok, err := w.Test(context.Background(), notice("test"))
 	if !ok || err == nil || err.Error() != errNotDelivered.Error() {
 		t.Errorf("Test against a redirect = %v, %v; want a failure", ok, err)
 	}
-	if ok, _ := w.Test(context.Background(), lease.Notice{User: "bob", Text: "x"}); ok {
+	if ok, _ := w.Test(context.Background(), event.Notice{User: "bob", Text: "x"}); ok {
 		t.Errorf("Test for someone without a webhook says it posted")
 	}
 	w.Clear("alice")
@@ -214,7 +215,7 @@ func TestWebhookTestAndRefusals(t *testing.T) {
 func TestFanoutQueuesPerUser(t *testing.T) {
 	var mu sync.Mutex
 	got := map[string][]string{}
-	send := func(ctx context.Context, node string, n lease.Notice) error {
+	send := func(ctx context.Context, node string, n event.Notice) error {
 		if n.User == "mallory" {
 			<-ctx.Done() // a delivery that never finishes: the timeout ends it
 			return ctx.Err()
@@ -227,11 +228,11 @@ func TestFanoutQueuesPerUser(t *testing.T) {
 	f := NewFanout(func() []string { return []string{"node01"} }, send, nil)
 	f.Run()
 	for i := range 10 {
-		f.Notice(lease.Notice{User: "mallory", Text: fmt.Sprint("to mallory ", i)})
+		f.Notice(event.Notice{User: "mallory", Text: fmt.Sprint("to mallory ", i)})
 	}
 	began := time.Now()
 	for i := range 3 {
-		f.Notice(lease.Notice{User: "alice", Text: fmt.Sprint("to alice ", i)})
+		f.Notice(event.Notice{User: "alice", Text: fmt.Sprint("to alice ", i)})
 	}
 	eventually(t, "alice's notices", func() bool {
 		mu.Lock()
@@ -249,7 +250,7 @@ func TestFanoutQueuesPerUser(t *testing.T) {
 
 	// A flood from one user is bounded: past maxPerUser waiting, dropped.
 	for i := range 2 * maxPerUser {
-		f.Notice(lease.Notice{User: "mallory", Text: fmt.Sprint("flood ", i)})
+		f.Notice(event.Notice{User: "mallory", Text: fmt.Sprint("flood ", i)})
 	}
 	f.mu.Lock()
 	waiting := len(f.users["mallory"].pending)
@@ -263,14 +264,14 @@ func TestFanoutQueuesPerUser(t *testing.T) {
 // a user whose deliveries hang stops within closeWait and a send, not
 // after every queued notice has timed out in turn.
 func TestFanoutCloseIsBounded(t *testing.T) {
-	send := func(ctx context.Context, node string, n lease.Notice) error {
+	send := func(ctx context.Context, node string, n event.Notice) error {
 		<-ctx.Done()
 		return ctx.Err()
 	}
 	f := NewFanout(func() []string { return []string{"node01"} }, send, nil)
 	f.Run()
 	for i := range 20 {
-		f.Notice(lease.Notice{User: "mallory", Text: fmt.Sprint("to mallory ", i)})
+		f.Notice(event.Notice{User: "mallory", Text: fmt.Sprint("to mallory ", i)})
 	}
 	began := time.Now()
 	f.Close()

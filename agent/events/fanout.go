@@ -6,7 +6,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/dibs-gpu/dibs/lease"
+	"github.com/dibs-gpu/dibs/event"
 )
 
 // Fanout carries each notice from the node where its event happened to
@@ -24,7 +24,7 @@ import (
 // either, a notice is dropped with a warning.
 type Fanout struct {
 	nodes func() []string
-	send  func(ctx context.Context, node string, n lease.Notice) error
+	send  func(ctx context.Context, node string, n event.Notice) error
 	log   *slog.Logger
 
 	mu      sync.Mutex
@@ -40,7 +40,7 @@ type Fanout struct {
 
 // noticeQueue is one user's notices waiting to be sent, oldest first.
 type noticeQueue struct {
-	pending []lease.Notice
+	pending []event.Notice
 	working bool // a worker sends them
 }
 
@@ -57,7 +57,7 @@ const (
 )
 
 // NewFanout sends each notice to nodes() with send; Run starts it.
-func NewFanout(nodes func() []string, send func(ctx context.Context, node string, n lease.Notice) error, log *slog.Logger) *Fanout {
+func NewFanout(nodes func() []string, send func(ctx context.Context, node string, n event.Notice) error, log *slog.Logger) *Fanout {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
@@ -67,7 +67,7 @@ func NewFanout(nodes func() []string, send func(ctx context.Context, node string
 
 // Notice queues n for every node, behind the notices of the same user
 // only; a full queue drops it, with a warning. It never blocks.
-func (f *Fanout) Notice(n lease.Notice) {
+func (f *Fanout) Notice(n event.Notice) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.closed {
@@ -153,7 +153,7 @@ func (f *Fanout) work(user string, q *noticeQueue) {
 			return
 		}
 		n := q.pending[0]
-		q.pending[0] = lease.Notice{}
+		q.pending[0] = event.Notice{}
 		q.pending = q.pending[1:]
 		f.mu.Unlock()
 		if f.ctx.Err() != nil {
@@ -164,7 +164,7 @@ func (f *Fanout) work(user string, q *noticeQueue) {
 }
 
 // deliver sends n to every node at once and waits for them all.
-func (f *Fanout) deliver(n lease.Notice) {
+func (f *Fanout) deliver(n event.Notice) {
 	var wg sync.WaitGroup
 	for _, node := range f.nodes() {
 		wg.Add(1)

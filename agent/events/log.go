@@ -8,7 +8,7 @@
 // Recording never waits for a disk or a network: the parts that record (the
 // node's single writer, the queue's origin) call Record under their own
 // locks, and the claim path pays for an append to a slice. The writing
-// costs no fsync of its own either: a store that can (lease.EventRider)
+// costs no fsync of its own either: a store that can (event.EventRider)
 // carries the events in the next transaction it makes anyway (a release's,
 // never a claim's); the log writes what is left itself after flushDelay, so
 // an event reaches the disk within that time.
@@ -24,6 +24,7 @@ import (
 
 	"github.com/dibs-gpu/dibs/agent/clock"
 	"github.com/dibs-gpu/dibs/agent/notify"
+	"github.com/dibs-gpu/dibs/event"
 	"github.com/dibs-gpu/dibs/lease"
 )
 
@@ -47,7 +48,7 @@ const DefaultPerUserHour = 720
 // Config is what the log is told.
 type Config struct {
 	Node string
-	// Keep is how long events are kept (default lease.DefaultEventKeep).
+	// Keep is how long events are kept (default event.DefaultEventKeep).
 	Keep time.Duration
 	// PerUserHour caps the events of a person's own actions kept per hour
 	// (default DefaultPerUserHour); past it they are counted, not kept,
@@ -66,11 +67,11 @@ type userBudget struct {
 // Deps are what the log drives.
 type Deps struct {
 	// Store keeps the events; nil keeps them in memory (bounded).
-	Store lease.EventStore
+	Store event.EventStore
 	Clock clock.Clock
 	// Notice is called (from the log's own goroutine, never the
 	// recorder's) with each event's notice, for the ones that have one.
-	Notice func(lease.Notice)
+	Notice func(event.Notice)
 }
 
 // Log is one node's event log. Safe for concurrent use.
@@ -81,9 +82,9 @@ type Log struct {
 	mu       sync.Mutex
 	seq      uint64
 	written  uint64        // highest sequence the store has
-	pending  []lease.Event // recorded, not yet handed to a writer, in order
-	inflight []lease.Event // handed to a writer, not yet known written
-	notices  []lease.Notice
+	pending  []event.Event // recorded, not yet handed to a writer, in order
+	inflight []event.Event // handed to a writer, not yet known written
+	notices  []event.Notice
 	wake     chan struct{}
 	riding   bool // the store carries events in its own transactions
 	armed    bool // the writer was woken for what is pending
@@ -99,7 +100,7 @@ type Log struct {
 // New builds a log; Open loads where it left off, Run starts its writer.
 func New(cfg Config, deps Deps) *Log {
 	if cfg.Keep <= 0 {
-		cfg.Keep = lease.DefaultEventKeep
+		cfg.Keep = event.DefaultEventKeep
 	}
 	if cfg.PerUserHour <= 0 {
 		cfg.PerUserHour = DefaultPerUserHour
@@ -129,7 +130,7 @@ func (l *Log) Open() error {
 	l.seq, l.written = last, last
 	l.mu.Unlock()
 	l.prune()
-	if r, ok := l.deps.Store.(lease.EventRider); ok {
+	if r, ok := l.deps.Store.(event.EventRider); ok {
 		r.RideEvents(l.take, l.settle)
 		l.riding = true
 	}
@@ -137,7 +138,7 @@ func (l *Log) Open() error {
 }
 
 // take hands the waiting events to a writer.
-func (l *Log) take() []lease.Event {
+func (l *Log) take() []event.Event {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	batch := l.pending
@@ -148,7 +149,7 @@ func (l *Log) take() []lease.Event {
 
 // settle hears how a writer fared with a batch take handed it: written, they
 // are the store's; not, they wait again.
-func (l *Log) settle(batch []lease.Event, written bool) {
+func (l *Log) settle(batch []event.Event, written bool) {
 	if len(batch) == 0 {
 		return
 	}
@@ -158,13 +159,13 @@ func (l *Log) settle(batch []lease.Event, written bool) {
 	for _, e := range batch {
 		in[e.Seq] = true
 	}
-	l.inflight = slices.DeleteFunc(l.inflight, func(e lease.Event) bool { return in[e.Seq] })
+	l.inflight = slices.DeleteFunc(l.inflight, func(e event.Event) bool { return in[e.Seq] })
 	if written {
 		l.written = max(l.written, batch[len(batch)-1].Seq)
 		return
 	}
 	l.pending = append(slices.Clone(batch), l.pending...)
-	slices.SortFunc(l.pending, func(a, b lease.Event) int { return cmpSeq(a.Seq, b.Seq) })
+	slices.SortFunc(l.pending, func(a, b event.Event) int { return cmpSeq(a.Seq, b.Seq) })
 }
 
 func cmpSeq(a, b uint64) int {
@@ -197,7 +198,7 @@ func (l *Log) Close() {
 // Record adds an event: it gets this node's name, the time (when unset)
 // and the next sequence number, and is written to the store soon after.
 // It never blocks on the disk.
-func (l *Log) Record(e lease.Event) {
+func (l *Log) Record(e event.Event) {
 	if e.Node == "" {
 		e.Node = l.cfg.Node
 	}
@@ -244,16 +245,16 @@ func (l *Log) Record(e lease.Event) {
 
 // selfMade reports whether e is one a person makes by acting (and so can
 // make in a loop), as opposed to what happens to their work.
-func selfMade(e lease.Event) bool {
+func selfMade(e event.Event) bool {
 	if e.User == "" || e.By != "" && e.By != e.User {
 		return false
 	}
 	switch e.Kind {
-	case lease.EventClaim:
-		return e.Reason != lease.ReasonBookingBegan
-	case lease.EventRelease, lease.EventExtend, lease.EventAdopt, lease.EventSubmit, lease.EventCancel:
+	case event.EventClaim:
+		return e.Reason != event.ReasonBookingBegan
+	case event.EventRelease, event.EventExtend, event.EventAdopt, event.EventSubmit, event.EventCancel:
 		return true
-	case lease.EventEnd:
+	case event.EventEnd:
 		return e.Reason == string(lease.EndSessionEnded)
 	}
 	return false
@@ -262,14 +263,14 @@ func selfMade(e lease.Event) bool {
 // budgetLocked decides whether e is kept under its person's hourly budget
 // and, when an hour in which some were not kept is over, makes the warning
 // that says how many. Call with mu held.
-func (l *Log) budgetLocked(e lease.Event) (summary *lease.Event, keep bool) {
+func (l *Log) budgetLocked(e event.Event) (summary *event.Event, keep bool) {
 	if !selfMade(e) {
 		return nil, true
 	}
 	b := l.budgets[e.User]
 	if b == nil || e.At.Sub(b.start) >= time.Hour || e.At.Before(b.start) {
 		if b != nil && b.dropped > 0 {
-			summary = &lease.Event{Node: l.cfg.Node, At: e.At, Kind: lease.EventWarn, User: e.User, Reason: "events-not-kept",
+			summary = &event.Event{Node: l.cfg.Node, At: e.At, Kind: event.EventWarn, User: e.User, Reason: "events-not-kept",
 				Text: fmt.Sprintf("%d of %s's claims, releases and other actions on %s in the hour from %s were not kept in the event log: over %d an hour (events.per_user_hour)",
 					b.dropped, e.User, l.cfg.Node, b.start.UTC().Format("15:04"), l.cfg.PerUserHour)}
 		}
@@ -291,7 +292,7 @@ func (l *Log) budgetLocked(e lease.Event) (summary *lease.Event, keep bool) {
 }
 
 // noticeLocked queues e's notice, if it has one. Call with mu held.
-func (l *Log) noticeLocked(e lease.Event) {
+func (l *Log) noticeLocked(e event.Event) {
 	if n, ok := e.Notice(); ok && l.deps.Notice != nil {
 		l.notices = append(l.notices, n)
 	}
@@ -310,13 +311,13 @@ func (l *Log) Last() uint64 {
 // Events returns the events f matches, oldest first, at most limit; more
 // says whether there are others past them. Events recorded and not yet
 // written are included.
-func (l *Log) Events(f lease.EventFilter, limit int) ([]lease.Event, bool, error) {
+func (l *Log) Events(f event.EventFilter, limit int) ([]event.Event, bool, error) {
 	l.mu.Lock()
 	written := l.written
 	pending := append(slices.Clone(l.inflight), l.pending...)
 	l.mu.Unlock()
-	slices.SortFunc(pending, func(a, b lease.Event) int { return cmpSeq(a.Seq, b.Seq) })
-	var out []lease.Event
+	slices.SortFunc(pending, func(a, b event.Event) int { return cmpSeq(a.Seq, b.Seq) })
+	var out []event.Event
 	more := false
 	if f.After < written {
 		var err error

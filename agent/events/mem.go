@@ -5,28 +5,28 @@ import (
 	"sync"
 	"time"
 
-	"github.com/dibs-gpu/dibs/lease"
+	"github.com/dibs-gpu/dibs/event"
 )
 
-// MemStore is a lease.EventStore in memory, bounded to its newest events:
+// MemStore is a event.EventStore in memory, bounded to its newest events:
 // what an agent whose lease store keeps no events (a test's fake store)
 // uses, and what tests of this package read.
 type MemStore struct {
 	mu       sync.Mutex
 	max      int
-	evs      []lease.Event
-	settings map[string]lease.NotifySetting
+	evs      []event.Event
+	settings map[string]event.NotifySetting
 }
 
-var _ lease.EventStore = (*MemStore)(nil)
+var _ event.EventStore = (*MemStore)(nil)
 
 // NewMemStore keeps at most max events.
 func NewMemStore(max int) *MemStore {
-	return &MemStore{max: max, settings: map[string]lease.NotifySetting{}}
+	return &MemStore{max: max, settings: map[string]event.NotifySetting{}}
 }
 
-// AppendEvents implements lease.EventStore.
-func (m *MemStore) AppendEvents(evs []lease.Event) error {
+// AppendEvents implements event.EventStore.
+func (m *MemStore) AppendEvents(evs []event.Event) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.evs = append(m.evs, evs...)
@@ -36,11 +36,11 @@ func (m *MemStore) AppendEvents(evs []lease.Event) error {
 	return nil
 }
 
-// Events implements lease.EventStore.
-func (m *MemStore) Events(f lease.EventFilter, limit int) ([]lease.Event, bool, error) {
+// Events implements event.EventStore.
+func (m *MemStore) Events(f event.EventFilter, limit int) ([]event.Event, bool, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	var out []lease.Event
+	var out []event.Event
 	for i := range m.evs {
 		if !f.Match(&m.evs[i]) {
 			continue
@@ -53,7 +53,7 @@ func (m *MemStore) Events(f lease.EventFilter, limit int) ([]lease.Event, bool, 
 	return out, false, nil
 }
 
-// LastEventSeq implements lease.EventStore.
+// LastEventSeq implements event.EventStore.
 func (m *MemStore) LastEventSeq() (uint64, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -63,7 +63,7 @@ func (m *MemStore) LastEventSeq() (uint64, error) {
 	return m.evs[len(m.evs)-1].Seq, nil
 }
 
-// PruneEvents implements lease.EventStore.
+// PruneEvents implements event.EventStore.
 func (m *MemStore) PruneEvents(before time.Time, max int) (int, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -75,8 +75,8 @@ func (m *MemStore) PruneEvents(before time.Time, max int) (int, error) {
 	return n, nil
 }
 
-// PutSetting implements lease.EventStore.
-func (m *MemStore) PutSetting(s lease.NotifySetting) error {
+// PutSetting implements event.EventStore.
+func (m *MemStore) PutSetting(s event.NotifySetting) error {
 	if err := s.Validate(); err != nil {
 		return err
 	}
@@ -86,7 +86,7 @@ func (m *MemStore) PutSetting(s lease.NotifySetting) error {
 	return nil
 }
 
-// DeleteSetting implements lease.EventStore.
+// DeleteSetting implements event.EventStore.
 func (m *MemStore) DeleteSetting(user string) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -94,11 +94,11 @@ func (m *MemStore) DeleteSetting(user string) error {
 	return nil
 }
 
-// Settings implements lease.EventStore.
-func (m *MemStore) Settings() ([]lease.NotifySetting, error) {
+// Settings implements event.EventStore.
+func (m *MemStore) Settings() ([]event.NotifySetting, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	out := make([]lease.NotifySetting, 0, len(m.settings))
+	out := make([]event.NotifySetting, 0, len(m.settings))
 	for _, s := range m.settings {
 		out = append(out, s)
 	}

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/dibs-gpu/dibs/agent/clock"
+	"github.com/dibs-gpu/dibs/event"
 	"github.com/dibs-gpu/dibs/lease"
 )
 
@@ -133,14 +134,14 @@ func (a Allowlist) addrAllowed(ip netip.Addr) bool {
 // that keeps their setting. Safe for concurrent use.
 type Webhooks struct {
 	cfg    WebhookConfig
-	store  lease.EventStore
+	store  event.EventStore
 	clock  clock.Clock
 	client *http.Client
 
 	mu       sync.Mutex
-	settings map[string]lease.NotifySetting
+	settings map[string]event.NotifySetting
 	status   map[string]*delivery
-	queues   map[string]chan lease.Notice
+	queues   map[string]chan event.Notice
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -163,14 +164,14 @@ type Failure struct {
 
 // Status is a person's webhook as this node keeps it.
 type Status struct {
-	Setting  *lease.NotifySetting `json:"setting,omitempty"`
+	Setting  *event.NotifySetting `json:"setting,omitempty"`
 	LastOK   time.Time            `json:"last_ok,omitzero"`
 	Failures []Failure            `json:"failures,omitempty"`
 	Pending  int                  `json:"pending,omitempty"`
 }
 
 // NewWebhooks builds the webhooks over store; Open loads the settings.
-func NewWebhooks(cfg WebhookConfig, store lease.EventStore, clk clock.Clock) *Webhooks {
+func NewWebhooks(cfg WebhookConfig, store event.EventStore, clk clock.Clock) *Webhooks {
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
@@ -186,8 +187,8 @@ func NewWebhooks(cfg WebhookConfig, store lease.EventStore, clk clock.Clock) *We
 	if clk == nil {
 		clk = clock.Real()
 	}
-	w := &Webhooks{cfg: cfg, store: store, clock: clk, settings: map[string]lease.NotifySetting{},
-		status: map[string]*delivery{}, queues: map[string]chan lease.Notice{}}
+	w := &Webhooks{cfg: cfg, store: store, clock: clk, settings: map[string]event.NotifySetting{},
+		status: map[string]*delivery{}, queues: map[string]chan event.Notice{}}
 	w.client = &http.Client{
 		Timeout: cfg.Timeout,
 		Transport: &http.Transport{
@@ -226,8 +227,8 @@ func (w *Webhooks) Close() {
 
 // CheckURL refuses an address the agent will not post to, saying why.
 func CheckURL(raw string) error {
-	if len(raw) > lease.MaxWebhookURL {
-		return lease.Invalidf("the webhook address is over %d characters", lease.MaxWebhookURL)
+	if len(raw) > event.MaxWebhookURL {
+		return lease.Invalidf("the webhook address is over %d characters", event.MaxWebhookURL)
 	}
 	u, err := url.Parse(raw)
 	if err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
@@ -362,7 +363,7 @@ var (
 )
 
 // Set keeps s as its user's webhook here.
-func (w *Webhooks) Set(s lease.NotifySetting) error {
+func (w *Webhooks) Set(s event.NotifySetting) error {
 	if err := CheckURL(s.URL); err != nil {
 		return err
 	}
@@ -420,7 +421,7 @@ func (w *Webhooks) Status(user string) Status {
 // Deliver posts n to its user's webhook, if this node keeps one, in the
 // background: a person's notices go one at a time, each tried again with
 // backoff until it lands or the tries run out (then it is a Failure).
-func (w *Webhooks) Deliver(n lease.Notice) {
+func (w *Webhooks) Deliver(n event.Notice) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if _, ok := w.settings[n.User]; !ok || w.ctx.Err() != nil {
@@ -428,7 +429,7 @@ func (w *Webhooks) Deliver(n lease.Notice) {
 	}
 	q := w.queues[n.User]
 	if q == nil {
-		q = make(chan lease.Notice, userQueue)
+		q = make(chan event.Notice, userQueue)
 		w.queues[n.User] = q
 		w.wg.Add(1)
 		go w.worker(n.User, q)
@@ -441,7 +442,7 @@ func (w *Webhooks) Deliver(n lease.Notice) {
 }
 
 // worker delivers one user's notices until the queue is empty.
-func (w *Webhooks) worker(user string, q chan lease.Notice) {
+func (w *Webhooks) worker(user string, q chan event.Notice) {
 	defer w.wg.Done()
 	for {
 		w.mu.Lock()
@@ -455,7 +456,7 @@ func (w *Webhooks) worker(user string, q chan lease.Notice) {
 	}
 }
 
-func (w *Webhooks) retry(n lease.Notice) {
+func (w *Webhooks) retry(n event.Notice) {
 	attempts := 0
 	for i := 0; ; i++ {
 		w.mu.Lock()
@@ -495,7 +496,7 @@ func (w *Webhooks) deliveryLocked(user string) *delivery {
 	return d
 }
 
-func (w *Webhooks) failLocked(user string, n lease.Notice, err error, attempts int) {
+func (w *Webhooks) failLocked(user string, n event.Notice, err error, attempts int) {
 	d := w.deliveryLocked(user)
 	d.failures = append(d.failures, Failure{At: w.clock.Now().Round(0), Text: n.Text, Err: err.Error(), Attempts: attempts})
 	if len(d.failures) > maxFailures {
@@ -505,7 +506,7 @@ func (w *Webhooks) failLocked(user string, n lease.Notice, err error, attempts i
 
 // Test posts n to user's webhook now, once, and says how it went; ok is
 // false when this node keeps no webhook for them.
-func (w *Webhooks) Test(ctx context.Context, n lease.Notice) (ok bool, err error) {
+func (w *Webhooks) Test(ctx context.Context, n event.Notice) (ok bool, err error) {
 	w.mu.Lock()
 	s, ok := w.settings[n.User]
 	w.mu.Unlock()
@@ -544,7 +545,7 @@ type Payload struct {
 // post makes one try. Its error is for the person: one class for whatever
 // depends on the port (never what the server answered); the detail goes to
 // the log.
-func (w *Webhooks) post(ctx context.Context, s lease.NotifySetting, n lease.Notice) error {
+func (w *Webhooks) post(ctx context.Context, s event.NotifySetting, n event.Notice) error {
 	if err := CheckURL(s.URL); err != nil {
 		return err
 	}
@@ -564,7 +565,7 @@ func (w *Webhooks) post(ctx context.Context, s lease.NotifySetting, n lease.Noti
 var errNoSuchHost = errors.New("its host name does not resolve")
 
 // try posts once and says exactly how it failed.
-func (w *Webhooks) try(ctx context.Context, s lease.NotifySetting, n lease.Notice) error {
+func (w *Webhooks) try(ctx context.Context, s event.NotifySetting, n event.Notice) error {
 	u, _ := url.Parse(s.URL)
 	if u != nil && w.cfg.Allow.nameAllowed(u.Hostname()) {
 		ctx = context.WithValue(ctx, allowedNameKey{}, true)
@@ -572,7 +573,7 @@ func (w *Webhooks) try(ctx context.Context, s lease.NotifySetting, n lease.Notic
 	text := "dibs: " + n.Text
 	var body []byte
 	ctype := "text/plain; charset=utf-8"
-	if s.Format == lease.WebhookJSON {
+	if s.Format == event.WebhookJSON {
 		body, _ = json.Marshal(Payload{Text: text, Content: text})
 		ctype = "application/json"
 	} else {
@@ -586,7 +587,7 @@ func (w *Webhooks) try(ctx context.Context, s lease.NotifySetting, n lease.Notic
 	}
 	req.Header.Set("Content-Type", ctype)
 	req.Header.Set("User-Agent", w.cfg.UserAgent)
-	if s.Format == lease.WebhookText {
+	if s.Format == event.WebhookText {
 		req.Header.Set("Title", "dibs") // ntfy's notification title
 	}
 	resp, err := w.client.Do(req)

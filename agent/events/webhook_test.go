@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dibs-gpu/dibs/lease"
+	"github.com/dibs-gpu/dibs/event"
 )
 
 // Weak 4 of the third round: webhooks reached AWS's metadata service over
@@ -40,7 +40,7 @@ func TestWebhookRefusesMetadataInEveryForm(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			ip := netip.MustParseAddr(tt.addr)
 			url := "http://" + netip.AddrPortFrom(ip, 80).String() + "/latest/meta-data"
-			if err := w.Set(lease.NotifySetting{User: "alice", URL: url, Format: lease.WebhookJSON, SetAt: t0}); err == nil {
+			if err := w.Set(event.NotifySetting{User: "alice", URL: url, Format: event.WebhookJSON, SetAt: t0}); err == nil {
 				t.Errorf("set %s: accepted", url)
 			}
 			if err := w.checkDial(context.Background(), "tcp", net.JoinHostPort(tt.addr, "80"), nil); err != errRefusedAddr {
@@ -84,7 +84,7 @@ func TestWebhookFailuresDoNotTellPortsApart(t *testing.T) {
 	t.Cleanup(w.Close)
 	var answers []string
 	for _, addr := range []string{closedAddr, silent.Addr().String(), strings.TrimPrefix(notFound.URL, "http://")} {
-		if err := w.Set(lease.NotifySetting{User: "alice", URL: "http://" + addr + "/", Format: lease.WebhookJSON, SetAt: t0}); err != nil {
+		if err := w.Set(event.NotifySetting{User: "alice", URL: "http://" + addr + "/", Format: event.WebhookJSON, SetAt: t0}); err != nil {
 			t.Fatal(err)
 		}
 		start := time.Now()
@@ -135,7 +135,7 @@ func TestWebhookAllowlist(t *testing.T) {
 			w := NewWebhooks(WebhookConfig{Timeout: 200 * time.Millisecond, Allow: allow}, NewMemStore(10), nil)
 			t.Cleanup(w.Close)
 			before := len(h.got())
-			err = w.Set(lease.NotifySetting{User: "alice", URL: tt.url, Format: lease.WebhookJSON, SetAt: t0})
+			err = w.Set(event.NotifySetting{User: "alice", URL: tt.url, Format: event.WebhookJSON, SetAt: t0})
 			if tt.setErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tt.setErr) {
 					t.Fatalf("set %s: got %v, want %q", tt.url, err, tt.setErr)

@@ -7,6 +7,7 @@ import (
 
 	"github.com/dibs-gpu/dibs/lease"
 	"github.com/dibs-gpu/dibs/nodeprobe"
+	"github.com/dibs-gpu/dibs/queue"
 )
 
 // gpuLabels are dcgm-exporter's labels (gpu, UUID, pci_bus_id, device,
@@ -89,7 +90,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		c.queue(n, v, gauge)
 	}
 	if len(st.Members) > 0 {
-		states := map[string]int{lease.NodeAlive: 0, lease.NodeSuspect: 0, lease.NodeDead: 0, lease.NodeLeft: 0}
+		states := map[string]int{queue.NodeAlive: 0, queue.NodeSuspect: 0, queue.NodeDead: 0, queue.NodeLeft: 0}
 		for _, m := range st.Members {
 			states[m.State]++
 			if m.Name != v.Self && m.SinceHeard > 0 {
@@ -115,7 +116,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 type gaugeFunc func(d *prometheus.Desc, val float64, labels ...string)
 
 // gpus is the hardware, as dcgm-exporter would show it.
-func (c *collector) gpus(n *lease.NodeView, gauge gaugeFunc) {
+func (c *collector) gpus(n *queue.NodeView, gauge gaugeFunc) {
 	snap := n.Snap
 	if !snap.TakenAt.IsZero() {
 		gauge(descProbeTime, float64(snap.TakenAt.UnixNano())/1e9, n.Name)
@@ -156,7 +157,7 @@ func mib(v uint64) float64 { return float64(v) * (1 << 20) }
 
 // leases says who holds each GPU of this node and how, and what the rules
 // judge of it (squatted, idle), as the board shows them.
-func (c *collector) leases(n *lease.NodeView, v lease.ClusterView, gauge gaugeFunc) {
+func (c *collector) leases(n *queue.NodeView, v queue.ClusterView, gauge gaugeFunc) {
 	holder := map[int]*lease.Lease{}
 	for i := range n.Leases {
 		for _, g := range n.Leases[i].GPUs {
@@ -178,7 +179,7 @@ func (c *collector) leases(n *lease.NodeView, v lease.ClusterView, gauge gaugeFu
 }
 
 // gpuState is a GPU's one state for dibs_gpu_lease, and the user it names.
-func gpuState(g *nodeprobe.GPU, l *lease.Lease, v lease.ClusterView) (user, state string) {
+func gpuState(g *nodeprobe.GPU, l *lease.Lease, v queue.ClusterView) (user, state string) {
 	switch {
 	case l != nil && !l.ReservedUntil.IsZero():
 		return l.User, StateReserved
@@ -205,7 +206,7 @@ func b2f(b bool) float64 {
 
 // queue counts the entries submitted here: this agent is their source of
 // truth, so summing every agent's counts gives the cluster's queue once.
-func (c *collector) queue(n *lease.NodeView, v lease.ClusterView, gauge gaugeFunc) {
+func (c *collector) queue(n *queue.NodeView, v queue.ClusterView, gauge gaugeFunc) {
 	waiting, running := 0, 0
 	var oldest float64
 	for i := range n.Queue {

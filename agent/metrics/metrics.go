@@ -26,7 +26,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/dibs-gpu/dibs/api"
-	"github.com/dibs-gpu/dibs/lease"
+	"github.com/dibs-gpu/dibs/queue"
 )
 
 // Source is what the collector reads at scrape time; core.Service is one.
@@ -35,7 +35,7 @@ import (
 type Source interface {
 	// View is the cluster as the agent sees it now; its Local node holds
 	// this node's snapshot, leases, judgements and queue entries.
-	View() lease.ClusterView
+	View() queue.ClusterView
 	// Status is the agent's own summary: version, backend, start time,
 	// gossip members and counters.
 	Status() api.Status
@@ -128,7 +128,7 @@ func (m *Metrics) ObserveRequest(endpoint string, code int, d time.Duration) {
 // them: an entry seen running for the first time has just started, and its
 // wait since submission is observed (first attempts only: a requeued
 // entry keeps its first submit time). Safe to call from any goroutine.
-func (m *Metrics) QueueChanged(entries []lease.QueueEntry) {
+func (m *Metrics) QueueChanged(entries []queue.QueueEntry) {
 	now := m.now()
 	m.mu.Lock()
 	defer m.mu.Unlock()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/dibs-gpu/dibs/event"
 	"github.com/dibs-gpu/dibs/lease"
 )
 
@@ -39,7 +40,7 @@ func (n *Node) Book(c lease.Caller, req lease.BookRequest, requestID string) (le
 		if err := n.saveLocked(b, now); err != nil {
 			return err
 		}
-		n.deps.Events(lease.BookingEvent(b, now.Wall))
+		n.deps.Events(event.BookingEvent(b, now.Wall))
 		fresh = true
 		return nil
 	})
@@ -134,7 +135,7 @@ func (x *bookingJob) start(ctx context.Context, b lease.Lease) {
 		}
 		// Its event's notice tells the holder, in every session and by their
 		// webhook.
-		n.record(lease.BookingStartEvent(l, failed, n.now().Wall))
+		n.record(event.BookingStartEvent(l, failed, n.now().Wall))
 		n.deps.LeasesChanged()
 	})
 }

@@ -3,18 +3,19 @@ package node
 import (
 	"time"
 
+	"github.com/dibs-gpu/dibs/event"
 	"github.com/dibs-gpu/dibs/lease"
 )
 
 // claimEvent is the event of a lease granted, reserved (a gang's rank, not
 // yet running) or committed.
-func claimEvent(l lease.Lease, at time.Time) lease.Event {
-	e := lease.LeaseEvent(lease.EventClaim, l, at)
+func claimEvent(l lease.Lease, at time.Time) event.Event {
+	e := event.LeaseEvent(event.EventClaim, l, at)
 	switch {
 	case !l.ReservedUntil.IsZero():
-		e.Reason = lease.ReasonReserved
+		e.Reason = event.ReasonReserved
 	case l.Gang != "":
-		e.Reason = lease.ReasonCommitted
+		e.Reason = event.ReasonCommitted
 	}
 	return e
 }
@@ -22,7 +23,7 @@ func claimEvent(l lease.Lease, at time.Time) lease.Event {
 // record records an event that goes with no change to the table (a
 // warning; a booking's start, told once its run started or failed): under
 // the single writer's lock, so it takes its place among the changes'.
-func (n *Node) record(e lease.Event) {
+func (n *Node) record(e event.Event) {
 	n.locked(func() error {
 		n.deps.Events(e)
 		return nil

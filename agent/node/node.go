@@ -19,6 +19,7 @@ import (
 	"github.com/dibs-gpu/dibs/agent/account"
 	"github.com/dibs-gpu/dibs/agent/clock"
 	"github.com/dibs-gpu/dibs/agent/notify"
+	"github.com/dibs-gpu/dibs/event"
 	"github.com/dibs-gpu/dibs/launch"
 	"github.com/dibs-gpu/dibs/lease"
 	"github.com/dibs-gpu/dibs/nodeprobe"
@@ -78,7 +79,7 @@ type Deps struct {
 	LeasesChanged func()
 	// Events records what happened (agent/events); nil records nothing.
 	// It is called with wmu held and must not block.
-	Events func(lease.Event)
+	Events func(event.Event)
 }
 
 // State is the node as readers see it. It is published whole after every
@@ -159,7 +160,7 @@ func New(cfg Config, deps Deps) *Node {
 		deps.LeasesChanged = func() {}
 	}
 	if deps.Events == nil {
-		deps.Events = func(lease.Event) {}
+		deps.Events = func(event.Event) {}
 	}
 	n := &Node{cfg: cfg, deps: deps, log: cfg.Log, idle: lease.NewIdleTracker(), watching: map[string]context.CancelFunc{},
 		ledgerDay: map[string]*ledgerCount{}}
@@ -295,7 +296,7 @@ func (n *Node) endLocked(l lease.Lease, reason lease.EndReason, by string, now l
 		return err
 	}
 	n.table.Remove(l.ID)
-	n.deps.Events(lease.EndEvent(l, reason, by, now.Wall))
+	n.deps.Events(event.EndEvent(l, reason, by, now.Wall))
 	n.justEnded = lease.WithinEndGrace(append(n.justEnded, ended), now.Wall)
 	if l.Entry != "" {
 		n.ended = lease.RememberEnded(n.ended, lease.EndedRun{Entry: l.Entry, Lease: l.ID, Gang: l.Gang, Reason: cur.RunEnd(reason), At: now.Wall.Round(0), Reserved: !l.ReservedUntil.IsZero()}, now.Wall)

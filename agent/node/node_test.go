@@ -17,10 +17,11 @@ import (
 	"github.com/dibs-gpu/dibs/agent/agenttest"
 	"github.com/dibs-gpu/dibs/agent/clock"
 	"github.com/dibs-gpu/dibs/agent/node"
+	"github.com/dibs-gpu/dibs/event"
 	"github.com/dibs-gpu/dibs/launch"
 	"github.com/dibs-gpu/dibs/lease"
-	"github.com/dibs-gpu/dibs/lease/store/storetest"
 	"github.com/dibs-gpu/dibs/nodeprobe/sim"
+	"github.com/dibs-gpu/dibs/store/storetest"
 )
 
 // t0 is the fake clock's start: a fixed instant, so every expiry below
@@ -41,14 +42,14 @@ type rig struct {
 	clk   *clock.Fake
 
 	mu      sync.Mutex
-	events  []lease.Event
+	events  []event.Event
 	changed int
 }
 
-func (r *rig) eventKinds() []lease.EventKind {
+func (r *rig) eventKinds() []event.EventKind {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	var out []lease.EventKind
+	var out []event.EventKind
 	for _, e := range r.events {
 		out = append(out, e.Kind)
 	}
@@ -84,7 +85,7 @@ func newRigOn(t *testing.T, pol lease.Policy, sessions node.Sessions, st *storet
 			r.changed++
 			r.mu.Unlock()
 		},
-		Events: func(e lease.Event) {
+		Events: func(e event.Event) {
 			r.mu.Lock()
 			r.events = append(r.events, e)
 			r.mu.Unlock()
@@ -690,7 +691,7 @@ func TestPreempt(t *testing.T) {
 			t.Fatalf("preempt: %v", err)
 		}
 	}
-	if got := r.eventKinds()[before:]; !slices.Equal(got, []lease.EventKind{lease.EventPreempt}) {
+	if got := r.eventKinds()[before:]; !slices.Equal(got, []event.EventKind{event.EventPreempt}) {
 		t.Errorf("events %v, want one preempt", got)
 	}
 	r.clk.Advance(pol.PreemptGrace - time.Second)

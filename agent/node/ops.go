@@ -6,6 +6,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/dibs-gpu/dibs/event"
 	"github.com/dibs-gpu/dibs/lease"
 )
 
@@ -49,14 +50,14 @@ func (n *Node) CheckRelease(c lease.Caller, id string) error {
 
 // Extend moves the end of a lease c holds by d.
 func (n *Node) Extend(c lease.Caller, id string, d time.Duration) (lease.Lease, error) {
-	return n.change(lease.EventExtend, func(now lease.Instant) (lease.Lease, error) {
+	return n.change(event.EventExtend, func(now lease.Instant) (lease.Lease, error) {
 		return n.table.PlanExtend(c, id, d, now, n.cfg.Policy)
 	})
 }
 
 // Adopt takes a process c started without a lease into one.
 func (n *Node) Adopt(c lease.Caller, pid int, d time.Duration, note string) (lease.Lease, error) {
-	return n.change(lease.EventAdopt, func(now lease.Instant) (lease.Lease, error) {
+	return n.change(event.EventAdopt, func(now lease.Instant) (lease.Lease, error) {
 		return n.table.PlanAdopt(c, pid, d, note, n.snap, now.Wall, n.cfg.Policy)
 	})
 }
@@ -93,7 +94,7 @@ func (n *Node) AdoptContainer(c lease.Caller, id string) ([]lease.Lease, error) 
 // change is one lease's change that plan decides under the single
 // writer's lock: made durable, recorded as an event of kind, and then,
 // after the lock, told to the cluster.
-func (n *Node) change(kind lease.EventKind, plan func(now lease.Instant) (lease.Lease, error)) (lease.Lease, error) {
+func (n *Node) change(kind event.EventKind, plan func(now lease.Instant) (lease.Lease, error)) (lease.Lease, error) {
 	var l lease.Lease
 	err := n.locked(func() error {
 		now := n.now()
@@ -104,7 +105,7 @@ func (n *Node) change(kind lease.EventKind, plan func(now lease.Instant) (lease.
 		if err := n.saveLocked(l, now); err != nil {
 			return err
 		}
-		n.deps.Events(lease.LeaseEvent(kind, l, now.Wall))
+		n.deps.Events(event.LeaseEvent(kind, l, now.Wall))
 		return nil
 	})
 	if err != nil {
@@ -136,7 +137,7 @@ func (n *Node) Preempt(id string, token uint64, why string, sig syscall.Signal) 
 			return err
 		}
 		// The event's notice tells the holder, in every session.
-		n.deps.Events(lease.PreemptEvent(l, why, n.cfg.Policy.PreemptGrace, now.Wall))
+		n.deps.Events(event.PreemptEvent(l, why, n.cfg.Policy.PreemptGrace, now.Wall))
 		fresh = true
 		return nil
 	})
@@ -183,7 +184,7 @@ func (n *Node) step(d lease.Due, now time.Time) {
 	defer cancel()
 	// Each warning is an event, whose notice reaches the holder on their
 	// boards, in every tmux session on every node and by their webhook.
-	warn := func(why string) { n.record(lease.WarnEvent(l, why, now)) }
+	warn := func(why string) { n.record(event.WarnEvent(l, why, now)) }
 	// endIfDue ends the lease if the clock still calls for d, checked and
 	// ended in one hold of the lock: a change that lands after Tick read
 	// the table (an extend, a gang's commit) keeps the lease.

@@ -9,6 +9,7 @@ import (
 
 	"github.com/dibs-gpu/dibs/internal/doctor"
 	"github.com/dibs-gpu/dibs/lease"
+	"github.com/dibs-gpu/dibs/queue"
 )
 
 // usageRefresh is how often the ledger's decayed usage is recomputed at
@@ -29,8 +30,8 @@ type Usage struct {
 	n      *Node
 	mu     sync.Mutex
 	at     time.Time
-	ledger lease.Usage
-	cur    atomic.Pointer[lease.Usage]
+	ledger queue.Usage
+	cur    atomic.Pointer[queue.Usage]
 	dirty  atomic.Bool
 	// entries is the ledger that ended at or after loadedFrom, ordered by
 	// end and lease id (nil until first read).
@@ -101,21 +102,21 @@ func (u *Usage) since(t time.Time) []lease.LedgerEntry {
 // DecayedUsage is this node's GPU-seconds per user, decayed with halfLife:
 // the ledger's part is recomputed at most every few seconds or when a lease
 // ended; the running leases' part is always current.
-func (u *Usage) DecayedUsage(halfLife time.Duration) lease.Usage {
+func (u *Usage) DecayedUsage(halfLife time.Duration) queue.Usage {
 	n := u.n
 	now := n.deps.Clock.Now()
-	sum := lease.Usage{}
+	sum := queue.Usage{}
 	for k, v := range u.ledgerUsage(now, halfLife) {
 		sum[k] += v
 	}
-	for k, v := range lease.DecayedUsage(nil, n.State().Leases, now, halfLife) {
+	for k, v := range queue.DecayedUsage(nil, n.State().Leases, now, halfLife) {
 		sum[k] += v
 	}
 	u.cur.Store(&sum)
 	return sum
 }
 
-func (u *Usage) ledgerUsage(now time.Time, halfLife time.Duration) lease.Usage {
+func (u *Usage) ledgerUsage(now time.Time, halfLife time.Duration) queue.Usage {
 	n := u.n
 	u.mu.Lock()
 	defer u.mu.Unlock()
@@ -133,7 +134,7 @@ func (u *Usage) ledgerUsage(now time.Time, halfLife time.Duration) lease.Usage {
 		u.entries = slices.Delete(u.entries, 0, old)
 		u.loadedFrom = keep
 	}
-	u.ledger = lease.DecayedUsage(u.since(now.Add(-8*halfLife)), nil, now, halfLife)
+	u.ledger = queue.DecayedUsage(u.since(now.Add(-8*halfLife)), nil, now, halfLife)
 	u.at = now
 	return u.ledger
 }
@@ -156,7 +157,7 @@ func (u *Usage) UsageSince(since time.Time) (map[string]float64, error) {
 	if err := u.window(since); err != nil {
 		return nil, err
 	}
-	return lease.WindowUsage(u.since(since), n.State().Leases, since, n.deps.Clock.Now()), nil
+	return queue.WindowUsage(u.since(since), n.State().Leases, since, n.deps.Clock.Now()), nil
 }
 
 // Ledger is the ledger since then (for doctor and replay), in end order.

@@ -5,7 +5,8 @@ import (
 	"fmt"
 	"slices"
 
-	"github.com/dibs-gpu/dibs/lease"
+	"github.com/dibs-gpu/dibs/event"
+	"github.com/dibs-gpu/dibs/queue"
 )
 
 // Dependencies (`--after ID`, `--after-any ID`; lease/after.go) at the
@@ -19,25 +20,25 @@ import (
 // depStatus is where dependency id stands: Deps.DepStatus (which also
 // reads this node's event log for an entry the origin no longer
 // remembers), else this origin's own record.
-func (o *Origin) depStatus(ctx context.Context, id string) (lease.EntryStatus, error) {
+func (o *Origin) depStatus(ctx context.Context, id string) (queue.EntryStatus, error) {
 	if o.deps.DepStatus != nil {
 		return o.deps.DepStatus(ctx, id)
 	}
-	if origin, _ := lease.OriginOfQueueID(id); origin == o.node {
+	if origin, _ := queue.OriginOfQueueID(id); origin == o.node {
 		return o.Status(id, o.deps.Clock.Now()), nil
 	}
-	return lease.EntryStatus{}, fmt.Errorf("no way to ask another node about %s", id)
+	return queue.EntryStatus{}, fmt.Errorf("no way to ask another node about %s", id)
 }
 
 // resolveAfter settles what it can of the dependencies of this node's
 // waiting entries.
 func (o *Origin) resolveAfter(ctx context.Context) {
-	cache := map[string]lease.EntryStatus{}
+	cache := map[string]queue.EntryStatus{}
 	for _, e := range o.Entries() {
 		if len(e.After) == 0 {
 			continue
 		}
-		var keep []lease.Dep
+		var keep []queue.Dep
 		broken := ""
 		for _, d := range e.After {
 			st, ok := cache[d.ID]
@@ -50,10 +51,10 @@ func (o *Origin) resolveAfter(ctx context.Context) {
 				}
 				st, cache[d.ID] = s, s
 			}
-			switch lease.DepFor(d, st) {
-			case lease.DepWait:
+			switch queue.DepFor(d, st) {
+			case queue.DepWait:
 				keep = append(keep, d)
-			case lease.DepBroken:
+			case queue.DepBroken:
 				broken = depBrokenWhy(d, st)
 			}
 			if broken != "" {
@@ -70,15 +71,15 @@ func (o *Origin) resolveAfter(ctx context.Context) {
 }
 
 // depBrokenWhy says why a run will not start after d.
-func depBrokenWhy(d lease.Dep, st lease.EntryStatus) string {
+func depBrokenWhy(d queue.Dep, st queue.EntryStatus) string {
 	switch st.State {
-	case lease.EntryFailed:
+	case queue.EntryFailed:
 		why := "its dependency " + d.ID + " failed"
 		if st.Reason != "" {
 			why += " (" + st.Reason + ")"
 		}
 		return why
-	case lease.EntryCancelled:
+	case queue.EntryCancelled:
 		return "its dependency " + d.ID + " was cancelled"
 	}
 	return "its dependency " + d.ID + " ended too long ago for its origin to say how"
@@ -86,7 +87,7 @@ func depBrokenWhy(d lease.Dep, st lease.EntryStatus) string {
 
 // setAfter writes e with the dependencies still to wait for; with none
 // left it may be scheduled (an array starts making its tasks).
-func (o *Origin) setAfter(e lease.QueueEntry, keep []lease.Dep) {
+func (o *Origin) setAfter(e queue.QueueEntry, keep []queue.Dep) {
 	set, err := o.keepAfter(e, keep)
 	if err != nil {
 		o.deps.Log.Error("record a dependency met", "entry", e.ID, "err", err)
@@ -103,7 +104,7 @@ func (o *Origin) setAfter(e lease.QueueEntry, keep []lease.Dep) {
 
 // keepAfter is setAfter under the lock: set is false when e changed
 // meanwhile (its dependencies are another pass's to settle).
-func (o *Origin) keepAfter(e lease.QueueEntry, keep []lease.Dep) (set bool, _ error) {
+func (o *Origin) keepAfter(e queue.QueueEntry, keep []queue.Dep) (set bool, _ error) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	cur, ok := o.entries[e.ID]
@@ -123,7 +124,7 @@ func (o *Origin) keepAfter(e lease.QueueEntry, keep []lease.Dep) (set bool, _ er
 }
 
 // dropAfter ends a waiting entry whose dependency did not end as asked.
-func (o *Origin) dropAfter(e lease.QueueEntry, why string) {
+func (o *Origin) dropAfter(e queue.QueueEntry, why string) {
 	dropped, err := o.endAfter(e, why)
 	if err != nil {
 		o.deps.Log.Error("end a run whose dependency failed", "entry", e.ID, "err", err)
@@ -138,7 +139,7 @@ func (o *Origin) dropAfter(e lease.QueueEntry, why string) {
 
 // endAfter is dropAfter under the lock: dropped is false when e changed
 // meanwhile.
-func (o *Origin) endAfter(e lease.QueueEntry, why string) (dropped bool, _ error) {
+func (o *Origin) endAfter(e queue.QueueEntry, why string) (dropped bool, _ error) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	cur, ok := o.entries[e.ID]
@@ -149,8 +150,8 @@ func (o *Origin) endAfter(e lease.QueueEntry, why string) (dropped bool, _ error
 		return false, err
 	}
 	delete(o.entries, e.ID)
-	o.ended.note(lease.EntryStatus{ID: e.ID, State: lease.EntryFailed, Reason: lease.ClipRetryWhy(why)})
-	o.deps.Events(lease.EntryEvent(lease.EventFail, cur, why, o.deps.Clock.Now()))
+	o.ended.note(queue.EntryStatus{ID: e.ID, State: queue.EntryFailed, Reason: queue.ClipRetryWhy(why)})
+	o.deps.Events(event.EntryEvent(event.EventFail, cur, why, o.deps.Clock.Now()))
 	o.publishLocked()
 	return true, nil
 }

@@ -8,8 +8,10 @@ import (
 
 	"github.com/dibs-gpu/dibs/agent/clock"
 	"github.com/dibs-gpu/dibs/agent/origin"
+	"github.com/dibs-gpu/dibs/event"
 	"github.com/dibs-gpu/dibs/lease"
-	"github.com/dibs-gpu/dibs/lease/store/storetest"
+	"github.com/dibs-gpu/dibs/queue"
+	"github.com/dibs-gpu/dibs/store/storetest"
 )
 
 // TestAfterIsSettledDurably: a run waiting for another origin's entry
@@ -19,33 +21,33 @@ import (
 func TestAfterIsSettledDurably(t *testing.T) {
 	clk := clock.NewFake(t0)
 	disk := storetest.New(storetest.Options{})
-	remote := map[string]lease.EntryState{"n2-q1": lease.EntryRunning, "n2-q2": lease.EntryRunning}
-	var told []lease.Event
-	deps := origin.Deps{Store: disk, Clock: clk, Events: func(e lease.Event) { told = append(told, e) },
-		DepStatus: func(_ context.Context, id string) (lease.EntryStatus, error) {
-			return lease.EntryStatus{ID: id, State: remote[id]}, nil
+	remote := map[string]queue.EntryState{"n2-q1": queue.EntryRunning, "n2-q2": queue.EntryRunning}
+	var told []event.Event
+	deps := origin.Deps{Store: disk, Clock: clk, Events: func(e event.Event) { told = append(told, e) },
+		DepStatus: func(_ context.Context, id string) (queue.EntryStatus, error) {
+			return queue.EntryStatus{ID: id, State: remote[id]}, nil
 		}}
 	o := origin.New("n1", deps)
-	submit := func(after ...lease.Dep) lease.QueueEntry {
-		e, err := o.Submit(lease.QueueEntry{User: "alice", UID: 1001, Nodes: 1, GPUsPerNode: 1, Duration: time.Hour, Kind: lease.KindBatch,
+	submit := func(after ...queue.Dep) queue.QueueEntry {
+		e, err := o.Submit(queue.QueueEntry{User: "alice", UID: 1001, Nodes: 1, GPUsPerNode: 1, Duration: time.Hour, Kind: lease.KindBatch,
 			Job: &lease.Job{Command: []string{"eval"}}, After: after})
 		if err != nil {
 			t.Fatal(err)
 		}
 		return e
 	}
-	okRun := submit(lease.Dep{ID: "n2-q1"})
-	failRun := submit(lease.Dep{ID: "n2-q2"})
-	anyRun := submit(lease.Dep{ID: "n2-q2", Any: true})
-	view := lease.NewClusterView(lease.NodeView{Name: "n1", State: lease.NodeAlive, HasState: true}, nil, clk.Now())
+	okRun := submit(queue.Dep{ID: "n2-q1"})
+	failRun := submit(queue.Dep{ID: "n2-q2"})
+	anyRun := submit(queue.Dep{ID: "n2-q2", Any: true})
+	view := queue.NewClusterView(queue.NodeView{Name: "n1", State: queue.NodeAlive, HasState: true}, nil, clk.Now())
 	pass := func() { o.Reconcile(context.Background(), view, time.Minute, 30*time.Second, nil, nil) }
 	pass()
-	for _, e := range []lease.QueueEntry{okRun, failRun, anyRun} {
+	for _, e := range []queue.QueueEntry{okRun, failRun, anyRun} {
 		if got, _ := o.Get(e.ID); !got.Held() {
 			t.Fatalf("%s was let go while its dependency runs", e.ID)
 		}
 	}
-	remote["n2-q1"], remote["n2-q2"] = lease.EntryFinished, lease.EntryFailed
+	remote["n2-q1"], remote["n2-q2"] = queue.EntryFinished, queue.EntryFailed
 	pass()
 	if got, ok := o.Get(okRun.ID); !ok || got.Held() {
 		t.Errorf("%s still held after its dependency finished", okRun.ID)
@@ -56,10 +58,10 @@ func TestAfterIsSettledDurably(t *testing.T) {
 	if _, ok := o.Get(failRun.ID); ok {
 		t.Fatalf("%s still queued after its dependency failed", failRun.ID)
 	}
-	if st := o.Status(failRun.ID, clk.Now()); st.State != lease.EntryFailed || !strings.Contains(st.Reason, "its dependency n2-q2 failed") {
+	if st := o.Status(failRun.ID, clk.Now()); st.State != queue.EntryFailed || !strings.Contains(st.Reason, "its dependency n2-q2 failed") {
 		t.Errorf("status of %s = %+v, want failed naming n2-q2", failRun.ID, st)
 	}
-	if n := len(told); n == 0 || told[n-1].Kind != lease.EventFail || !strings.Contains(told[n-1].Text, "n2-q2") {
+	if n := len(told); n == 0 || told[n-1].Kind != event.EventFail || !strings.Contains(told[n-1].Text, "n2-q2") {
 		t.Errorf("last event %+v, want a failure naming n2-q2", told[len(told)-1])
 	}
 	// A restart keeps what was settled.

@@ -4,7 +4,9 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/dibs-gpu/dibs/event"
 	"github.com/dibs-gpu/dibs/lease"
+	"github.com/dibs-gpu/dibs/queue"
 )
 
 // Job arrays (lease/array.go) at their origin. The parent entry is the
@@ -18,7 +20,7 @@ import (
 
 // weight is how many entries e counts as against the per-user cap: each
 // task of an array one, made or not.
-func weight(e lease.QueueEntry) int {
+func weight(e queue.QueueEntry) int {
 	if e.Array == nil {
 		return 1
 	}
@@ -27,14 +29,14 @@ func weight(e lease.QueueEntry) int {
 
 // cloneArray gives e its own copy of its array record before a change:
 // the published list shares the old one with readers.
-func cloneArray(e *lease.QueueEntry) {
+func cloneArray(e *queue.QueueEntry) {
 	a := *e.Array
 	e.Array = &a
 }
 
 // tasksLocked are the made tasks of array id that are still entries.
-func (o *Origin) tasksLocked(id string) []lease.QueueEntry {
-	var out []lease.QueueEntry
+func (o *Origin) tasksLocked(id string) []queue.QueueEntry {
+	var out []queue.QueueEntry
 	for _, x := range o.entries {
 		if arr, _, ok := lease.ArrayTaskOf(x.ID); ok && arr == id {
 			out = append(out, x)
@@ -114,7 +116,7 @@ func (o *Origin) fillArraysLocked(end bool) bool {
 }
 
 // fillLocked makes array id's next tasks: while fewer than its throttle
-// wait or run (without one, while fewer than lease.ArrayWindow wait); with
+// wait or run (without one, while fewer than queue.ArrayWindow wait); with
 // end, it ends the array once every task has.
 func (o *Origin) fillLocked(id string, end bool) bool {
 	p := o.entries[id]
@@ -130,7 +132,7 @@ func (o *Origin) fillLocked(id string, end bool) bool {
 	made := false
 	var ended map[int]bool
 	for next < len(idx) {
-		if p.Array.Throttle > 0 && live >= p.Array.Throttle || p.Array.Throttle == 0 && waiting >= lease.ArrayWindow {
+		if p.Array.Throttle > 0 && live >= p.Array.Throttle || p.Array.Throttle == 0 && waiting >= queue.ArrayWindow {
 			break
 		}
 		i := idx[next]
@@ -170,37 +172,37 @@ func (o *Origin) fillLocked(id string, end bool) bool {
 
 // endArrayLocked deletes an array whose tasks all ended, remembers how it
 // ended (Status) and records it: finished when every task exited 0.
-func (o *Origin) endArrayLocked(p lease.QueueEntry) bool {
+func (o *Origin) endArrayLocked(p queue.QueueEntry) bool {
 	if err := o.deps.Store.DeleteEntry(p.ID); err != nil {
 		o.deps.Log.Error("end an array", "entry", p.ID, "err", err)
 		return false
 	}
 	delete(o.entries, p.ID)
 	done, failed, cancelled := p.Array.Counts()
-	st := lease.EntryStatus{ID: p.ID, State: lease.EntryFinished}
+	st := queue.EntryStatus{ID: p.ID, State: queue.EntryFinished}
 	why := fmt.Sprintf("%d tasks exited 0", done)
 	switch {
 	case failed > 0:
-		st.State = lease.EntryFailed
+		st.State = queue.EntryFailed
 		why = fmt.Sprintf("tasks %s of %s failed (%d of %d done)", p.Array.Failed, p.Array.Spec, done, done+failed+cancelled)
 	case cancelled > 0:
-		st.State = lease.EntryCancelled
+		st.State = queue.EntryCancelled
 		why = fmt.Sprintf("tasks %s were cancelled (%d done)", p.Array.Cancelled, done)
 	}
-	st.Reason = lease.ClipRetryWhy(why)
+	st.Reason = queue.ClipRetryWhy(why)
 	o.ended.note(st)
-	kind := lease.EventFinish
-	if st.State != lease.EntryFinished {
-		kind = lease.EventFail
+	kind := event.EventFinish
+	if st.State != queue.EntryFinished {
+		kind = event.EventFail
 	}
-	o.deps.Events(lease.EntryEvent(kind, p, why, o.deps.Clock.Now()))
+	o.deps.Events(event.EntryEvent(kind, p, why, o.deps.Clock.Now()))
 	o.deps.Log.Info("array ended", "entry", p.ID, "done", done, "failed", failed, "cancelled", cancelled)
 	return true
 }
 
 // taskEndedLocked records in its array's parent how task t ended, before
 // t is deleted. Not a task, or its array is gone (cancelled): nothing.
-func (o *Origin) taskEndedLocked(t lease.QueueEntry, state lease.EntryState) error {
+func (o *Origin) taskEndedLocked(t queue.QueueEntry, state queue.EntryState) error {
 	arr, idx, ok := lease.ArrayTaskOf(t.ID)
 	if !ok {
 		return nil
@@ -220,7 +222,7 @@ func (o *Origin) taskEndedLocked(t lease.QueueEntry, state lease.EntryState) err
 
 // taskStartedLocked marks an array started when its first task starts,
 // and records the array's start.
-func (o *Origin) taskStartedLocked(t lease.QueueEntry) {
+func (o *Origin) taskStartedLocked(t queue.QueueEntry) {
 	arr, _, ok := lease.ArrayTaskOf(t.ID)
 	if !ok {
 		return
@@ -236,7 +238,7 @@ func (o *Origin) taskStartedLocked(t lease.QueueEntry) {
 		return
 	}
 	o.entries[p.ID] = p
-	o.deps.Events(lease.EntryEvent(lease.EventStart, p, "", o.deps.Clock.Now()))
+	o.deps.Events(event.EntryEvent(event.EventStart, p, "", o.deps.Clock.Now()))
 }
 
 // cancelArrayLocked cancels a whole array (its waiting and running tasks,
@@ -256,7 +258,7 @@ func (o *Origin) cancelArrayLocked(c lease.Caller, id string) (handled bool, err
 	if p.UID != c.UID && !c.Admin {
 		return true, &lease.Error{Code: lease.CodeForbidden, Msg: fmt.Sprintf("%s is %s's array; only they (or an admin) can cancel it", pid, p.User)}
 	}
-	var ev lease.Event
+	var ev event.Event
 	if isTask {
 		if !slices.Contains(p.Array.Indices(), idx) {
 			return true, &lease.Error{Code: lease.CodeNotFound, Msg: fmt.Sprintf("array %s has no task %d (its tasks: %s)", pid, idx, p.Array.Spec)}
@@ -265,7 +267,7 @@ func (o *Origin) cancelArrayLocked(c lease.Caller, id string) (handled bool, err
 			return true, &lease.Error{Code: lease.CodeNotFound, Msg: fmt.Sprintf("task %s has ended already", id)}
 		}
 		t, made := o.entries[id]
-		if err := o.taskEndedLocked(lease.QueueEntry{ID: id}, lease.EntryCancelled); err != nil {
+		if err := o.taskEndedLocked(queue.QueueEntry{ID: id}, queue.EntryCancelled); err != nil {
 			return true, err
 		}
 		if made {
@@ -277,8 +279,8 @@ func (o *Origin) cancelArrayLocked(c lease.Caller, id string) (handled bool, err
 		} else {
 			t = p.Task(idx)
 		}
-		o.ended.note(lease.EntryStatus{ID: id, State: lease.EntryCancelled})
-		ev = lease.EntryEvent(lease.EventCancel, t, "", o.deps.Clock.Now())
+		o.ended.note(queue.EntryStatus{ID: id, State: queue.EntryCancelled})
+		ev = event.EntryEvent(event.EventCancel, t, "", o.deps.Clock.Now())
 		o.fillLocked(pid, false)
 	} else {
 		// The parent first: a crash before its tasks are deleted leaves
@@ -298,12 +300,12 @@ func (o *Origin) cancelArrayLocked(c lease.Caller, id string) (handled bool, err
 			delete(o.entries, t.ID)
 			delete(o.placed, t.Key())
 		}
-		o.ended.note(lease.EntryStatus{ID: pid, State: lease.EntryCancelled})
+		o.ended.note(queue.EntryStatus{ID: pid, State: queue.EntryCancelled})
 		why := ""
 		if running > 0 {
 			why = fmt.Sprintf("its %d running tasks are stopped (SIGTERM) and end after the grace", running)
 		}
-		ev = lease.EntryEvent(lease.EventCancel, p, why, o.deps.Clock.Now())
+		ev = event.EntryEvent(event.EventCancel, p, why, o.deps.Clock.Now())
 	}
 	if c.UID != p.UID && lease.ValidUserName(c.User) {
 		ev.By, ev.Admin = c.User, c.Admin

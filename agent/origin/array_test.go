@@ -8,7 +8,8 @@ import (
 	"github.com/dibs-gpu/dibs/agent/clock"
 	"github.com/dibs-gpu/dibs/agent/origin"
 	"github.com/dibs-gpu/dibs/lease"
-	"github.com/dibs-gpu/dibs/lease/store/storetest"
+	"github.com/dibs-gpu/dibs/queue"
+	"github.com/dibs-gpu/dibs/store/storetest"
 )
 
 // tasksOf are the made tasks of array id among o's entries.
@@ -31,8 +32,8 @@ func TestArrayTasksAreMadeUpToTheThrottleAndSurviveARestart(t *testing.T) {
 	clk := clock.NewFake(t0)
 	disk := storetest.New(storetest.Options{})
 	o := origin.New("n1", origin.Deps{Store: disk, Clock: clk})
-	arr, _ := lease.ParseArray("0-5%2")
-	e, err := o.Submit(lease.QueueEntry{User: "alice", UID: 1001, Nodes: 1, GPUsPerNode: 1, Duration: time.Hour, Kind: lease.KindBatch,
+	arr, _ := queue.ParseArray("0-5%2")
+	e, err := o.Submit(queue.QueueEntry{User: "alice", UID: 1001, Nodes: 1, GPUsPerNode: 1, Duration: time.Hour, Kind: lease.KindBatch,
 		Job: &lease.Job{Command: []string{"train"}}, Array: arr})
 	if err != nil {
 		t.Fatal(err)
@@ -70,7 +71,7 @@ func TestArrayTasksAreMadeUpToTheThrottleAndSurviveARestart(t *testing.T) {
 	if p.Array == nil || p.Array.Next != 3 || p.Array.Done != "0" {
 		t.Fatalf("array after a restart = %+v, want 3 made, 0 done", p.Array)
 	}
-	if st := o2.Status(e.ID, clk.Now()); st.State != lease.EntryRunning {
+	if st := o2.Status(e.ID, clk.Now()); st.State != queue.EntryRunning {
 		t.Fatalf("array state after a restart = %s, want running (a task started)", st.State)
 	}
 }
@@ -81,10 +82,10 @@ func TestArrayTasksCountAgainstTheCap(t *testing.T) {
 	clk := clock.NewFake(t0)
 	o := origin.New("n1", origin.Deps{Store: storetest.New(storetest.Options{}), Clock: clk, MaxPerUser: 10})
 	submit := func(spec string) error {
-		e := lease.QueueEntry{User: "alice", UID: 1001, Nodes: 1, GPUsPerNode: 1, Duration: time.Hour, Kind: lease.KindBatch,
+		e := queue.QueueEntry{User: "alice", UID: 1001, Nodes: 1, GPUsPerNode: 1, Duration: time.Hour, Kind: lease.KindBatch,
 			Job: &lease.Job{Command: []string{"train"}}}
 		if spec != "" {
-			e.Array, _ = lease.ParseArray(spec)
+			e.Array, _ = queue.ParseArray(spec)
 		}
 		_, err := o.Submit(e)
 		return err

@@ -17,12 +17,14 @@ import (
 
 	"github.com/dibs-gpu/dibs/agent/clock"
 	"github.com/dibs-gpu/dibs/agent/notify"
+	"github.com/dibs-gpu/dibs/event"
 	"github.com/dibs-gpu/dibs/lease"
+	"github.com/dibs-gpu/dibs/queue"
 )
 
 // Deps are what the origin drives and reads.
 type Deps struct {
-	Store   lease.Store
+	Store   queue.Store
 	Clock   clock.Clock
 	Changed *notify.Signal
 	// QueueChanged is called (without locks held) after the entries
@@ -31,18 +33,18 @@ type Deps struct {
 	Log          *slog.Logger
 	// Events records what happened to the entries (agent/events); nil
 	// records nothing. It must not block.
-	Events func(lease.Event)
+	Events func(event.Event)
 	// RetryDelay is how long a run requeued for its restart'th time waits
-	// before it may start again (lease.RequeueDelay with the queue's
+	// before it may start again (queue.RequeueDelay with the queue's
 	// settings and injected jitter); nil retries at once.
 	RetryDelay func(restart int) time.Duration
 	// MaxPerUser is how many entries one person may have here, waiting
-	// or running (lease.SchedConfig.MaxQueuedPerUser; 0: its default).
+	// or running (queue.SchedConfig.MaxQueuedPerUser; 0: its default).
 	MaxPerUser int
 	// DepStatus says where an entry stands (this node's, or another's,
 	// asked of its origin), for a run here that waits for it (--after);
 	// nil: only this node's own entries, from its in-memory record.
-	DepStatus func(ctx context.Context, id string) (lease.EntryStatus, error)
+	DepStatus func(ctx context.Context, id string) (queue.EntryStatus, error)
 }
 
 // Origin is this node's queue entries. Writers queue on one mutex (the disk
@@ -62,7 +64,7 @@ type Origin struct {
 	deps Deps
 
 	mu      sync.Mutex
-	entries map[string]lease.QueueEntry
+	entries map[string]queue.QueueEntry
 	seq     uint64
 	// placed is, per attempt key, until when (on the monotonic clock) its
 	// placer alone may start it.
@@ -74,7 +76,7 @@ type Origin struct {
 	// ended remembers how recent entries ended (Status).
 	ended outcomes
 
-	published atomic.Pointer[[]lease.QueueEntry]
+	published atomic.Pointer[[]queue.QueueEntry]
 }
 
 // New makes the origin of node's entries; Open loads them.
@@ -89,12 +91,12 @@ func New(node string, deps Deps) *Origin {
 		deps.QueueChanged = func() {}
 	}
 	if deps.Events == nil {
-		deps.Events = func(lease.Event) {}
+		deps.Events = func(event.Event) {}
 	}
 	if deps.MaxPerUser <= 0 {
-		deps.MaxPerUser = lease.DefaultMaxQueuedPerUser
+		deps.MaxPerUser = queue.DefaultMaxQueuedPerUser
 	}
-	o := &Origin{node: node, deps: deps, entries: map[string]lease.QueueEntry{}, placed: map[string]time.Duration{}, short: map[string]time.Duration{}}
+	o := &Origin{node: node, deps: deps, entries: map[string]queue.QueueEntry{}, placed: map[string]time.Duration{}, short: map[string]time.Duration{}}
 	o.publishLocked()
 	return o
 }
@@ -112,7 +114,7 @@ func (o *Origin) Open() error {
 		if e.Placer != "" && !e.Running {
 			// Its placer may be starting it still: nobody else may
 			// until a start could have shown.
-			o.placed[e.Key()] = o.deps.Clock.Mono() + lease.InFlightTimeout
+			o.placed[e.Key()] = o.deps.Clock.Mono() + queue.InFlightTimeout
 		}
 	}
 	o.seq = seq
@@ -122,21 +124,21 @@ func (o *Origin) Open() error {
 }
 
 // Entries are this node's entries, ordered by id, as last published.
-func (o *Origin) Entries() []lease.QueueEntry { return *o.published.Load() }
+func (o *Origin) Entries() []queue.QueueEntry { return *o.published.Load() }
 
 // Get returns one of this node's entries.
-func (o *Origin) Get(id string) (lease.QueueEntry, bool) {
+func (o *Origin) Get(id string) (queue.QueueEntry, bool) {
 	for _, e := range o.Entries() {
 		if e.ID == id {
 			return e, true
 		}
 	}
-	return lease.QueueEntry{}, false
+	return queue.QueueEntry{}, false
 }
 
 // ByID indexes the published entries.
-func (o *Origin) ByID() map[string]lease.QueueEntry {
-	out := map[string]lease.QueueEntry{}
+func (o *Origin) ByID() map[string]queue.QueueEntry {
+	out := map[string]queue.QueueEntry{}
 	for _, e := range o.Entries() {
 		out[e.ID] = e
 	}
@@ -144,11 +146,11 @@ func (o *Origin) ByID() map[string]lease.QueueEntry {
 }
 
 func (o *Origin) publishLocked() {
-	list := make([]lease.QueueEntry, 0, len(o.entries))
+	list := make([]queue.QueueEntry, 0, len(o.entries))
 	for _, e := range o.entries {
 		list = append(list, e)
 	}
-	slices.SortFunc(list, func(a, b lease.QueueEntry) int { return cmp.Compare(a.ID, b.ID) })
+	slices.SortFunc(list, func(a, b queue.QueueEntry) int { return cmp.Compare(a.ID, b.ID) })
 	o.published.Store(&list)
 	o.deps.Changed.Notify()
 }
@@ -158,7 +160,7 @@ func (o *Origin) publishLocked() {
 //
 // A submission retried with the same request id (its answer was lost)
 // gets the entry the first one made.
-func (o *Origin) Submit(e lease.QueueEntry) (lease.QueueEntry, error) {
+func (o *Origin) Submit(e queue.QueueEntry) (queue.QueueEntry, error) {
 	e, fresh, err := o.admit(e)
 	if err != nil || !fresh {
 		return e, err
@@ -171,7 +173,7 @@ func (o *Origin) Submit(e lease.QueueEntry) (lease.QueueEntry, error) {
 // admit is Submit under the lock: the entry made durable and published,
 // its submission recorded. fresh is false for a retried request id, which
 // gets the entry its first try made.
-func (o *Origin) admit(e lease.QueueEntry) (_ lease.QueueEntry, fresh bool, _ error) {
+func (o *Origin) admit(e queue.QueueEntry) (_ queue.QueueEntry, fresh bool, _ error) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if e.RequestID != "" {
@@ -183,21 +185,21 @@ func (o *Origin) admit(e lease.QueueEntry) (_ lease.QueueEntry, fresh bool, _ er
 	}
 	if n := o.countLocked(e.User); n+weight(e) > o.deps.MaxPerUser {
 		if e.Array != nil {
-			return lease.QueueEntry{}, false, &lease.Error{Code: lease.CodeConflict, Msg: fmt.Sprintf(
+			return queue.QueueEntry{}, false, &lease.Error{Code: lease.CodeConflict, Msg: fmt.Sprintf(
 				"you have %d requests queued or running from %s and this array adds %d (each task counts as one); at most %d: use fewer tasks, or wait for some to finish", n, o.node, weight(e), o.deps.MaxPerUser)}
 		}
-		return lease.QueueEntry{}, false, &lease.Error{Code: lease.CodeConflict, Msg: fmt.Sprintf(
+		return queue.QueueEntry{}, false, &lease.Error{Code: lease.CodeConflict, Msg: fmt.Sprintf(
 			"you have %d requests queued or running from %s, the most one person may: cancel some (`dibs queue` shows them), or wait for them to finish", n, o.node)}
 	}
 	seq := o.seq + 1
 	e.Origin = o.node
-	e.ID = lease.QueueID(o.node, seq)
+	e.ID = queue.QueueID(o.node, seq)
 	e.SubmittedAt = o.deps.Clock.Now().Round(0)
 	if err := e.Validate(); err != nil {
-		return lease.QueueEntry{}, false, err
+		return queue.QueueEntry{}, false, err
 	}
 	if err := o.deps.Store.PutEntry(e, seq); err != nil {
-		return lease.QueueEntry{}, false, err
+		return queue.QueueEntry{}, false, err
 	}
 	o.seq = seq
 	o.entries[e.ID] = e
@@ -205,7 +207,7 @@ func (o *Origin) admit(e lease.QueueEntry) (_ lease.QueueEntry, fresh bool, _ er
 		o.fillLocked(e.ID, true)
 	}
 	o.publishLocked()
-	o.deps.Events(lease.EntryEvent(lease.EventSubmit, e, "", o.deps.Clock.Now()))
+	o.deps.Events(event.EntryEvent(event.EventSubmit, e, "", o.deps.Clock.Now()))
 	return e, true, nil
 }
 
@@ -258,13 +260,13 @@ func (o *Origin) withdraw(c lease.Caller, id string) error {
 	}
 	delete(o.entries, id)
 	delete(o.placed, e.Key())
-	o.ended.note(lease.EntryStatus{ID: id, State: lease.EntryCancelled, Restarts: e.Restarts, MaxRestarts: e.MaxRestarts})
+	o.ended.note(queue.EntryStatus{ID: id, State: queue.EntryCancelled, Restarts: e.Restarts, MaxRestarts: e.MaxRestarts})
 	o.publishLocked()
 	why := ""
 	if e.Running {
 		why = "its running leases are stopped (SIGTERM) and end after the grace"
 	}
-	ev := lease.EntryEvent(lease.EventCancel, e, why, o.deps.Clock.Now())
+	ev := event.EntryEvent(event.EventCancel, e, why, o.deps.Clock.Now())
 	if c.UID != e.UID && lease.ValidUserName(c.User) {
 		ev.By, ev.Admin = c.User, c.Admin
 		ev.Text += " by " + c.User
@@ -274,7 +276,7 @@ func (o *Origin) withdraw(c lease.Caller, id string) error {
 }
 
 // Place lets placer (a scheduler: node/instance) start the attempt key,
-// unless another placer was let start it less than lease.InFlightTimeout
+// unless another placer was let start it less than queue.InFlightTimeout
 // ago — that one's start may still land — or it runs already. The same
 // placer may ask again (its first start failed). The placer is made durable
 // before the answer, so a restart of this agent does not let a second
@@ -295,7 +297,7 @@ func (o *Origin) Place(key, placer string) (*lease.Job, error) {
 func (o *Origin) place(key, placer string) (*lease.Job, error) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	var e lease.QueueEntry
+	var e queue.QueueEntry
 	found := false
 	for _, x := range o.entries {
 		if x.Key() == key {
@@ -323,21 +325,21 @@ func (o *Origin) place(key, placer string) (*lease.Job, error) {
 		o.entries[e.ID] = e
 		o.publishLocked()
 	}
-	o.placed[key] = now + lease.InFlightTimeout
+	o.placed[key] = now + queue.InFlightTimeout
 	return e.Job, nil
 }
 
 // MarkStarted records that an attempt of an entry runs. It reports the
 // entry when this call marked it (false when unknown, another attempt, or
 // already marked).
-func (o *Origin) MarkStarted(key string) (lease.QueueEntry, bool) {
+func (o *Origin) MarkStarted(key string) (queue.QueueEntry, bool) {
 	e, marked, err := o.markRunning(key)
 	if err != nil {
 		o.deps.Log.Error("mark running", "entry", e.ID, "err", err)
-		return lease.QueueEntry{}, false
+		return queue.QueueEntry{}, false
 	}
 	if !marked {
-		return lease.QueueEntry{}, false
+		return queue.QueueEntry{}, false
 	}
 	o.deps.QueueChanged()
 	return e, true
@@ -345,7 +347,7 @@ func (o *Origin) MarkStarted(key string) (lease.QueueEntry, bool) {
 
 // markRunning is MarkStarted under the lock. On a store error e names the
 // entry it could not mark.
-func (o *Origin) markRunning(key string) (e lease.QueueEntry, marked bool, _ error) {
+func (o *Origin) markRunning(key string) (e queue.QueueEntry, marked bool, _ error) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	found := false
@@ -355,7 +357,7 @@ func (o *Origin) markRunning(key string) (e lease.QueueEntry, marked bool, _ err
 		}
 	}
 	if !found || e.Running {
-		return lease.QueueEntry{}, false, nil
+		return queue.QueueEntry{}, false, nil
 	}
 	e.Running = true
 	if err := o.deps.Store.PutEntry(e, o.seq); err != nil {
@@ -367,7 +369,7 @@ func (o *Origin) markRunning(key string) (e lease.QueueEntry, marked bool, _ err
 		// One notice for the array's start, not one per task.
 		o.taskStartedLocked(e)
 	} else {
-		o.deps.Events(lease.EntryEvent(lease.EventStart, e, "", o.deps.Clock.Now()))
+		o.deps.Events(event.EntryEvent(event.EventStart, e, "", o.deps.Clock.Now()))
 	}
 	o.publishLocked()
 	return e, true, nil
@@ -376,14 +378,14 @@ func (o *Origin) markRunning(key string) (e lease.QueueEntry, marked bool, _ err
 // Refuse drops a waiting entry whose attempt a node refused for good (no
 // account there, a command it cannot run), remembering why (Status). ok is
 // false when the attempt is not this entry's waiting one.
-func (o *Origin) Refuse(key, why string) (lease.QueueEntry, bool) {
+func (o *Origin) Refuse(key, why string) (queue.QueueEntry, bool) {
 	e, dropped, err := o.drop(key, why)
 	if err != nil {
 		o.deps.Log.Error("drop a refused entry", "entry", e.ID, "err", err)
-		return lease.QueueEntry{}, false
+		return queue.QueueEntry{}, false
 	}
 	if !dropped {
-		return lease.QueueEntry{}, false
+		return queue.QueueEntry{}, false
 	}
 	o.deps.Log.Info("dropped a queued entry a node refused", "entry", e.ID)
 	o.deps.QueueChanged()
@@ -392,7 +394,7 @@ func (o *Origin) Refuse(key, why string) (lease.QueueEntry, bool) {
 
 // drop is Refuse under the lock. On a store error e names the entry it
 // could not drop.
-func (o *Origin) drop(key, why string) (e lease.QueueEntry, dropped bool, _ error) {
+func (o *Origin) drop(key, why string) (e queue.QueueEntry, dropped bool, _ error) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	found := false
@@ -402,9 +404,9 @@ func (o *Origin) drop(key, why string) (e lease.QueueEntry, dropped bool, _ erro
 		}
 	}
 	if !found {
-		return lease.QueueEntry{}, false, nil
+		return queue.QueueEntry{}, false, nil
 	}
-	err := o.taskEndedLocked(e, lease.EntryFailed)
+	err := o.taskEndedLocked(e, queue.EntryFailed)
 	if err == nil {
 		err = o.deps.Store.DeleteEntry(e.ID)
 	}
@@ -413,7 +415,7 @@ func (o *Origin) drop(key, why string) (e lease.QueueEntry, dropped bool, _ erro
 	}
 	delete(o.entries, e.ID)
 	delete(o.placed, e.Key())
-	o.ended.note(lease.EntryStatus{ID: e.ID, State: lease.EntryFailed, Reason: lease.ClipRetryWhy(why), Restarts: e.Restarts, MaxRestarts: e.MaxRestarts})
+	o.ended.note(queue.EntryStatus{ID: e.ID, State: queue.EntryFailed, Reason: queue.ClipRetryWhy(why), Restarts: e.Restarts, MaxRestarts: e.MaxRestarts})
 	o.fillArraysLocked(false)
 	o.publishLocked()
 	return e, true, nil
@@ -429,11 +431,11 @@ func (o *Origin) drop(key, why string) (e lease.QueueEntry, dropped bool, _ erro
 // A requeued entry waits before its next attempt (Deps.RetryDelay), and
 // carries why, so `dibs queue` can say why it waits and until when; a run
 // preempted for someone else goes back at once.
-func (o *Origin) Finish(e lease.QueueEntry, failed, preempted bool, why string) (next lease.QueueEntry, requeued, ok bool) {
+func (o *Origin) Finish(e queue.QueueEntry, failed, preempted bool, why string) (next queue.QueueEntry, requeued, ok bool) {
 	next, requeued, ok, err := o.settle(e, failed, preempted, why)
 	if err != nil {
 		o.deps.Log.Error("finish queued entry", "entry", e.ID, "err", err)
-		return lease.QueueEntry{}, false, false
+		return queue.QueueEntry{}, false, false
 	}
 	if ok {
 		o.deps.QueueChanged()
@@ -442,12 +444,12 @@ func (o *Origin) Finish(e lease.QueueEntry, failed, preempted bool, why string) 
 }
 
 // settle is Finish under the lock.
-func (o *Origin) settle(e lease.QueueEntry, failed, preempted bool, why string) (next lease.QueueEntry, requeued, ok bool, _ error) {
+func (o *Origin) settle(e queue.QueueEntry, failed, preempted bool, why string) (next queue.QueueEntry, requeued, ok bool, _ error) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	cur, found := o.entries[e.ID]
 	if !found || cur.Key() != e.Key() || !cur.Running {
-		return lease.QueueEntry{}, false, false, nil
+		return queue.QueueEntry{}, false, false, nil
 	}
 	if preempted {
 		next, requeued = cur.AfterPreempt()
@@ -458,16 +460,16 @@ func (o *Origin) settle(e lease.QueueEntry, failed, preempted bool, why string) 
 			if d := o.deps.RetryDelay(next.Restarts); d > 0 {
 				next.RetryAt = o.deps.Clock.Now().Add(d).Round(0)
 			}
-			next.RetryWhy = lease.ClipRetryWhy(why)
+			next.RetryWhy = queue.ClipRetryWhy(why)
 		}
 	}
 	var err error
 	if requeued {
 		err = o.deps.Store.PutEntry(next, o.seq)
 	} else {
-		state := lease.EntryFinished
+		state := queue.EntryFinished
 		if failed {
-			state = lease.EntryFailed
+			state = queue.EntryFailed
 		}
 		// A task's end is in its array before the task is gone.
 		if err = o.taskEndedLocked(cur, state); err == nil {
@@ -475,7 +477,7 @@ func (o *Origin) settle(e lease.QueueEntry, failed, preempted bool, why string) 
 		}
 	}
 	if err != nil {
-		return lease.QueueEntry{}, false, false, err
+		return queue.QueueEntry{}, false, false, err
 	}
 	if requeued {
 		o.entries[e.ID] = next
@@ -483,9 +485,9 @@ func (o *Origin) settle(e lease.QueueEntry, failed, preempted bool, why string) 
 	} else {
 		delete(o.entries, e.ID)
 		delete(o.placed, e.Key())
-		st := lease.EntryStatus{ID: e.ID, State: lease.EntryFinished, Restarts: cur.Restarts, MaxRestarts: cur.MaxRestarts}
+		st := queue.EntryStatus{ID: e.ID, State: queue.EntryFinished, Restarts: cur.Restarts, MaxRestarts: cur.MaxRestarts}
 		if failed {
-			st.State, st.Reason = lease.EntryFailed, lease.ClipRetryWhy(why)
+			st.State, st.Reason = queue.EntryFailed, queue.ClipRetryWhy(why)
 		}
 		o.ended.note(st)
 		o.fillArraysLocked(false)
@@ -514,10 +516,10 @@ type Notifier func(uid int, text string)
 // runs partly for longer than a reservation lives.
 //
 // A node away (restarting, or silent) keeps its ranks for grace
-// (lease.ClusterView.JudgeRunning). Until this agent has heard the state of
+// (queue.ClusterView.JudgeRunning). Until this agent has heard the state of
 // every live peer (just started, or a peer just back), it holds every
 // verdict: a peer not yet heard holds ranks it cannot see.
-func (o *Origin) Reconcile(ctx context.Context, v lease.ClusterView, grace, missingAfter time.Duration, stop Stopper, _ Notifier) {
+func (o *Origin) Reconcile(ctx context.Context, v queue.ClusterView, grace, missingAfter time.Duration, stop Stopper, _ Notifier) {
 	o.fillArrays()
 	if !v.Heard() {
 		return
@@ -531,25 +533,25 @@ func (o *Origin) Reconcile(ctx context.Context, v lease.ClusterView, grace, miss
 		verdict := v.JudgeRunning(e, grace)
 		verdict = o.judgeMissing(e, verdict, missingAfter)
 		switch verdict.Action {
-		case lease.RunStopRanks:
+		case queue.RunStopRanks:
 			for _, l := range verdict.Stop {
 				o.deps.Log.Info("stopping a gang rank", "entry", e.ID, "why", verdict.Why, "rank", l.Rank, "lease", l.ID, "node", l.Node)
 				if err := stop(ctx, l); err != nil {
 					o.deps.Log.Warn("stop gang rank", "lease", l.ID, "node", l.Node, "err", err)
 				}
 			}
-		case lease.RunDone:
+		case queue.RunDone:
 			next, requeued, ok := o.Finish(e, verdict.Failed, verdict.Preempted, verdict.Why)
 			switch {
 			case !ok:
 			case requeued:
 				o.deps.Log.Info("requeued", "entry", e.ID, "why", verdict.Why, "restart", next.Restarts, "of", next.MaxRestarts, "retry_at", next.RetryAt)
-				o.deps.Events(lease.EntryEvent(lease.EventRequeue, next, verdict.Why, o.deps.Clock.Now()))
+				o.deps.Events(event.EntryEvent(event.EventRequeue, next, verdict.Why, o.deps.Clock.Now()))
 			case verdict.Failed:
 				o.deps.Log.Info("failed", "entry", e.ID, "why", verdict.Why)
-				o.deps.Events(lease.EntryEvent(lease.EventFail, e, verdict.Why, o.deps.Clock.Now()))
+				o.deps.Events(event.EntryEvent(event.EventFail, e, verdict.Why, o.deps.Clock.Now()))
 			default:
-				o.deps.Events(lease.EntryEvent(lease.EventFinish, e, v.RunExit(e), o.deps.Clock.Now()))
+				o.deps.Events(event.EntryEvent(event.EventFinish, e, v.RunExit(e), o.deps.Clock.Now()))
 			}
 		}
 	}
@@ -569,7 +571,7 @@ func (o *Origin) Reconcile(ctx context.Context, v lease.ClusterView, grace, miss
 
 // judgeMissing turns a gang's missing ranks into a failure once they have
 // been missing for missingAfter on this node's monotonic clock.
-func (o *Origin) judgeMissing(e lease.QueueEntry, v lease.RunVerdict, missingAfter time.Duration) lease.RunVerdict {
+func (o *Origin) judgeMissing(e queue.QueueEntry, v queue.RunVerdict, missingAfter time.Duration) queue.RunVerdict {
 	key := e.Key()
 	if v.Missing == 0 {
 		delete(o.short, key)
@@ -584,7 +586,7 @@ func (o *Origin) judgeMissing(e lease.QueueEntry, v lease.RunVerdict, missingAft
 	if now-since < missingAfter {
 		return v
 	}
-	out := lease.RunVerdict{Action: lease.RunStopRanks, Failed: true,
+	out := queue.RunVerdict{Action: queue.RunStopRanks, Failed: true,
 		Why: fmt.Sprintf("%d of its %d ranks never started", v.Missing, e.Nodes)}
 	for _, l := range v.Live {
 		if l.PreemptedAt.IsZero() {

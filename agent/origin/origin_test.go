@@ -8,8 +8,10 @@ import (
 
 	"github.com/dibs-gpu/dibs/agent/clock"
 	"github.com/dibs-gpu/dibs/agent/origin"
+	"github.com/dibs-gpu/dibs/event"
 	"github.com/dibs-gpu/dibs/lease"
-	"github.com/dibs-gpu/dibs/lease/store/storetest"
+	"github.com/dibs-gpu/dibs/queue"
+	"github.com/dibs-gpu/dibs/store/storetest"
 )
 
 var t0 = time.Date(2026, 11, 30, 9, 0, 0, 0, time.UTC)
@@ -20,10 +22,10 @@ var t0 = time.Date(2026, 11, 30, 9, 0, 0, 0, time.UTC)
 // stopped and, once that ends, the attempt fails and is requeued.
 func TestGangWithARankThatNeverStartedIsStopped(t *testing.T) {
 	clk := clock.NewFake(t0)
-	var told []lease.Event
+	var told []event.Event
 	o := origin.New("n1", origin.Deps{Store: storetest.New(storetest.Options{}), Clock: clk,
-		Events: func(e lease.Event) { told = append(told, e) }})
-	e, err := o.Submit(lease.QueueEntry{User: "alice", UID: 1001, Nodes: 2, GPUsPerNode: 1, Duration: time.Hour, Kind: lease.KindBatch,
+		Events: func(e event.Event) { told = append(told, e) }})
+	e, err := o.Submit(queue.QueueEntry{User: "alice", UID: 1001, Nodes: 2, GPUsPerNode: 1, Duration: time.Hour, Kind: lease.KindBatch,
 		Requeue: true, MaxRestarts: 1, Job: &lease.Job{Command: []string{"train"}}})
 	if err != nil {
 		t.Fatal(err)
@@ -35,10 +37,10 @@ func TestGangWithARankThatNeverStartedIsStopped(t *testing.T) {
 		t.Fatal("not marked started")
 	}
 	rank0 := lease.Lease{ID: "n1-1", Node: "n1", GPUs: []int{0}, User: "alice", UID: 1001, Token: 1, Entry: e.Key(), Gang: "g", StartedAt: t0, ExpiresAt: t0.Add(time.Hour)}
-	n2 := lease.NodeView{Name: "n2", State: lease.NodeAlive, HasState: true,
+	n2 := queue.NodeView{Name: "n2", State: queue.NodeAlive, HasState: true,
 		Ended: []lease.EndedRun{{Entry: e.Key(), Lease: "n2-1", Reason: lease.EndReservationExpired, At: t0, Reserved: true}}}
-	view := func(ls ...lease.Lease) lease.ClusterView {
-		return lease.NewClusterView(lease.NodeView{Name: "n1", State: lease.NodeAlive, HasState: true, Leases: ls}, []lease.NodeView{n2}, clk.Now())
+	view := func(ls ...lease.Lease) queue.ClusterView {
+		return queue.NewClusterView(queue.NodeView{Name: "n1", State: queue.NodeAlive, HasState: true, Leases: ls}, []queue.NodeView{n2}, clk.Now())
 	}
 	var stopped []string
 	stop := func(_ context.Context, l lease.Lease) error { stopped = append(stopped, l.ID); return nil }
@@ -56,17 +58,17 @@ func TestGangWithARankThatNeverStartedIsStopped(t *testing.T) {
 		t.Fatalf("stopped %v once the rank was missing for %s, want n1-1", stopped, ttl)
 	}
 	// Rank 0 ends as stopped: the attempt failed and goes back in the queue.
-	n1 := lease.NodeView{Name: "n1", State: lease.NodeAlive, HasState: true,
+	n1 := queue.NodeView{Name: "n1", State: queue.NodeAlive, HasState: true,
 		Ended: []lease.EndedRun{{Entry: e.Key(), Lease: "n1-1", Reason: lease.PreemptedReason(lease.PreemptGang), At: clk.Now()}}}
-	o.Reconcile(context.Background(), lease.NewClusterView(n1, []lease.NodeView{n2}, clk.Now()), time.Minute, ttl, stop, nil)
+	o.Reconcile(context.Background(), queue.NewClusterView(n1, []queue.NodeView{n2}, clk.Now()), time.Minute, ttl, stop, nil)
 	got, ok := o.Get(e.ID)
 	if !ok || got.Running || got.Restarts != 1 {
 		t.Errorf("entry after the failed attempt: %+v (found %v), want requeued once", got, ok)
 	}
 	// The requeue is an event whose notice tells alice, everywhere.
-	var requeue *lease.Event
+	var requeue *event.Event
 	for i := range told {
-		if told[i].Kind == lease.EventRequeue {
+		if told[i].Kind == event.EventRequeue {
 			requeue = &told[i]
 		}
 	}
@@ -80,13 +82,13 @@ func TestGangWithARankThatNeverStartedIsStopped(t *testing.T) {
 
 // TestOnlyOneSchedulerMayStartAnAttempt: the origin lets one placer start
 // an attempt; another is refused until a start could have shown
-// (lease.InFlightTimeout), even across the origin's restart; the first may
+// (queue.InFlightTimeout), even across the origin's restart; the first may
 // ask again; a running entry is placed by nobody.
 func TestOnlyOneSchedulerMayStartAnAttempt(t *testing.T) {
 	clk := clock.NewFake(t0)
 	disk := storetest.New(storetest.Options{})
 	o := origin.New("n1", origin.Deps{Store: disk, Clock: clk})
-	e, err := o.Submit(lease.QueueEntry{User: "alice", UID: 1001, Nodes: 1, GPUsPerNode: 1, Duration: time.Hour, Kind: lease.KindBatch})
+	e, err := o.Submit(queue.QueueEntry{User: "alice", UID: 1001, Nodes: 1, GPUsPerNode: 1, Duration: time.Hour, Kind: lease.KindBatch})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -108,7 +110,7 @@ func TestOnlyOneSchedulerMayStartAnAttempt(t *testing.T) {
 	if _, err := again.Place(key, "n2/b"); lease.CodeOf(err) != lease.CodeConflict {
 		t.Fatalf("after a restart a second placer got %v, want a conflict", err)
 	}
-	clk.Advance(lease.InFlightTimeout + time.Second)
+	clk.Advance(queue.InFlightTimeout + time.Second)
 	if _, err := again.Place(key, "n2/b"); err != nil {
 		t.Fatalf("once the first placer's start could have shown, another was refused: %v", err)
 	}
@@ -131,21 +133,21 @@ func TestRequeuedRunWaitsAndItsStatusSaysWhy(t *testing.T) {
 	o := origin.New("n1", origin.Deps{Store: storetest.New(storetest.Options{}), Clock: clk,
 		RetryDelay: func(restart int) time.Duration {
 			asked = append(asked, restart)
-			return lease.RequeueDelay(restart, 10*time.Second, time.Minute, 0.5)
+			return queue.RequeueDelay(restart, 10*time.Second, time.Minute, 0.5)
 		}})
-	e, err := o.Submit(lease.QueueEntry{User: "alice", UID: 1001, Nodes: 1, GPUsPerNode: 1, Duration: time.Hour, Kind: lease.KindBatch,
+	e, err := o.Submit(queue.QueueEntry{User: "alice", UID: 1001, Nodes: 1, GPUsPerNode: 1, Duration: time.Hour, Kind: lease.KindBatch,
 		Requeue: true, MaxRestarts: 2, Job: &lease.Job{Command: []string{"train"}}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st := o.Status(e.ID, clk.Now()); st.State != lease.EntryWaiting {
+	if st := o.Status(e.ID, clk.Now()); st.State != queue.EntryWaiting {
 		t.Fatalf("status after submit = %+v, want waiting", st)
 	}
 	for i, want := range []time.Duration{10 * time.Second, 20 * time.Second} {
 		if _, ok := o.MarkStarted(e.Key()); !ok {
 			t.Fatalf("attempt %d not marked started", i)
 		}
-		if st := o.Status(e.ID, clk.Now()); st.State != lease.EntryRunning {
+		if st := o.Status(e.ID, clk.Now()); st.State != queue.EntryRunning {
 			t.Fatalf("attempt %d: status %+v, want running", i, st)
 		}
 		cur, _ := o.Get(e.ID)
@@ -157,11 +159,11 @@ func TestRequeuedRunWaitsAndItsStatusSaysWhy(t *testing.T) {
 			t.Errorf("restart %d waits %s, want %s", i+1, got, want)
 		}
 		st := o.Status(e.ID, clk.Now())
-		if st.State != lease.EntryBackoff || !st.RetryAt.Equal(next.RetryAt) || st.Reason != "lease n1-1 ended: exit-1" || st.Restarts != i+1 {
+		if st.State != queue.EntryBackoff || !st.RetryAt.Equal(next.RetryAt) || st.Reason != "lease n1-1 ended: exit-1" || st.Restarts != i+1 {
 			t.Errorf("status while it backs off = %+v", st)
 		}
 		clk.Advance(want)
-		if st := o.Status(e.ID, clk.Now()); st.State != lease.EntryWaiting {
+		if st := o.Status(e.ID, clk.Now()); st.State != queue.EntryWaiting {
 			t.Errorf("status once its retry is due = %+v, want waiting", st)
 		}
 		e = next
@@ -174,10 +176,10 @@ func TestRequeuedRunWaitsAndItsStatusSaysWhy(t *testing.T) {
 	if _, requeued, ok := o.Finish(cur, true, false, "node n2 left the cluster"); !ok || requeued {
 		t.Fatalf("third failure: requeued %v ok %v, want finished (max restarts 2)", requeued, ok)
 	}
-	if st := o.Status(e.ID, clk.Now()); st.State != lease.EntryFailed || st.Reason != "node n2 left the cluster" {
+	if st := o.Status(e.ID, clk.Now()); st.State != queue.EntryFailed || st.Reason != "node n2 left the cluster" {
 		t.Errorf("status after the last failure = %+v, want failed with its reason", st)
 	}
-	if st := o.Status("n1-q99", clk.Now()); st.State != lease.EntryUnknown {
+	if st := o.Status("n1-q99", clk.Now()); st.State != queue.EntryUnknown {
 		t.Errorf("status of an entry never seen = %+v, want unknown", st)
 	}
 }
@@ -188,7 +190,7 @@ func TestRequeuedRunWaitsAndItsStatusSaysWhy(t *testing.T) {
 func TestReconcileHoldsUntilEveryLivePeerIsHeard(t *testing.T) {
 	clk := clock.NewFake(t0)
 	o := origin.New("n1", origin.Deps{Store: storetest.New(storetest.Options{}), Clock: clk})
-	e, err := o.Submit(lease.QueueEntry{User: "alice", UID: 1001, Nodes: 2, GPUsPerNode: 1, Duration: time.Hour, Kind: lease.KindBatch,
+	e, err := o.Submit(queue.QueueEntry{User: "alice", UID: 1001, Nodes: 2, GPUsPerNode: 1, Duration: time.Hour, Kind: lease.KindBatch,
 		Job: &lease.Job{Command: []string{"train"}}})
 	if err != nil {
 		t.Fatal(err)
@@ -196,18 +198,18 @@ func TestReconcileHoldsUntilEveryLivePeerIsHeard(t *testing.T) {
 	o.MarkStarted(e.Key())
 	rank0 := lease.Lease{ID: "n1-1", Node: "n1", GPUs: []int{0}, User: "alice", UID: 1001, Token: 1, Entry: e.Key(), Gang: "g", StartedAt: t0, ExpiresAt: t0.Add(time.Hour)}
 	// n2 ended its rank badly, but this origin has not heard n2 yet.
-	unheard := lease.NodeView{Name: "n2", State: lease.NodeAlive}
+	unheard := queue.NodeView{Name: "n2", State: queue.NodeAlive}
 	var stopped []string
 	stop := func(_ context.Context, l lease.Lease) error { stopped = append(stopped, l.ID); return nil }
 	for range 3 {
 		clk.Advance(time.Minute)
-		v := lease.NewClusterView(lease.NodeView{Name: "n1", Leases: []lease.Lease{rank0}}, []lease.NodeView{unheard}, clk.Now())
+		v := queue.NewClusterView(queue.NodeView{Name: "n1", Leases: []lease.Lease{rank0}}, []queue.NodeView{unheard}, clk.Now())
 		o.Reconcile(context.Background(), v, 5*time.Minute, 30*time.Second, stop, nil)
 	}
 	if len(stopped) > 0 {
 		t.Fatalf("stopped %v before n2 was heard", stopped)
 	}
-	if st := o.Status(e.ID, clk.Now()); st.State != lease.EntryRunning {
+	if st := o.Status(e.ID, clk.Now()); st.State != queue.EntryRunning {
 		t.Fatalf("status = %+v, want running", st)
 	}
 }

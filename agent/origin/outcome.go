@@ -3,7 +3,7 @@ package origin
 import (
 	"time"
 
-	"github.com/dibs-gpu/dibs/lease"
+	"github.com/dibs-gpu/dibs/queue"
 )
 
 // maxOutcomes bounds the outcomes an origin remembers: enough for every
@@ -14,14 +14,14 @@ const maxOutcomes = 512
 // client that follows a run it queued (`dibs run --queue`) reads a state,
 // never the words of a notice. Oldest forgotten first.
 type outcomes struct {
-	byID  map[string]lease.EntryStatus
+	byID  map[string]queue.EntryStatus
 	order []string
 }
 
 // note records how entry id ended. o.mu is held.
-func (x *outcomes) note(s lease.EntryStatus) {
+func (x *outcomes) note(s queue.EntryStatus) {
 	if x.byID == nil {
-		x.byID = map[string]lease.EntryStatus{}
+		x.byID = map[string]queue.EntryStatus{}
 	}
 	if _, seen := x.byID[s.ID]; !seen {
 		x.order = append(x.order, s.ID)
@@ -35,8 +35,8 @@ func (x *outcomes) note(s lease.EntryStatus) {
 
 // Status is what became of one of this node's entries: waiting (and, when
 // requeued, until when and why), running, or how it ended. An entry that
-// ended before this agent started, or too long ago, is lease.EntryUnknown.
-func (o *Origin) Status(id string, now time.Time) lease.EntryStatus {
+// ended before this agent started, or too long ago, is queue.EntryUnknown.
+func (o *Origin) Status(id string, now time.Time) queue.EntryStatus {
 	if e, ok := o.Get(id); ok {
 		return e.Status(now)
 	}
@@ -45,5 +45,5 @@ func (o *Origin) Status(id string, now time.Time) lease.EntryStatus {
 	if s, ok := o.ended.byID[id]; ok {
 		return s
 	}
-	return lease.EntryStatus{ID: id, State: lease.EntryUnknown}
+	return queue.EntryStatus{ID: id, State: queue.EntryUnknown}
 }

@@ -9,8 +9,10 @@ import (
 
 	"github.com/dibs-gpu/dibs/agent/clock"
 	"github.com/dibs-gpu/dibs/agent/origin"
+	"github.com/dibs-gpu/dibs/event"
 	"github.com/dibs-gpu/dibs/lease"
-	"github.com/dibs-gpu/dibs/lease/store/storetest"
+	"github.com/dibs-gpu/dibs/queue"
+	"github.com/dibs-gpu/dibs/store/storetest"
 )
 
 // rig is one origin on a fake disk and a fake clock, recording what it
@@ -19,7 +21,7 @@ type rig struct {
 	o       *origin.Origin
 	disk    *storetest.Store
 	clk     *clock.Fake
-	events  []lease.Event
+	events  []event.Event
 	changed int
 }
 
@@ -27,7 +29,7 @@ func newRig(t *testing.T, deps origin.Deps) *rig {
 	t.Helper()
 	r := &rig{disk: storetest.New(storetest.Options{}), clk: clock.NewFake(t0)}
 	deps.Store, deps.Clock = r.disk, r.clk
-	deps.Events = func(e lease.Event) { r.events = append(r.events, e) }
+	deps.Events = func(e event.Event) { r.events = append(r.events, e) }
 	deps.QueueChanged = func() { r.changed++ }
 	r.o = origin.New("n1", deps)
 	return r
@@ -44,15 +46,15 @@ func (r *rig) restart(t *testing.T) *origin.Origin {
 	return o
 }
 
-func (r *rig) kinds() []lease.EventKind {
-	var out []lease.EventKind
+func (r *rig) kinds() []event.EventKind {
+	var out []event.EventKind
 	for _, e := range r.events {
 		out = append(out, e.Kind)
 	}
 	return out
 }
 
-func ids(es []lease.QueueEntry) []string {
+func ids(es []queue.QueueEntry) []string {
 	var out []string
 	for _, e := range es {
 		out = append(out, e.ID)
@@ -60,8 +62,8 @@ func ids(es []lease.QueueEntry) []string {
 	return out
 }
 
-func batch(user string, uid int) lease.QueueEntry {
-	return lease.QueueEntry{User: user, UID: uid, Nodes: 1, GPUsPerNode: 1, Duration: time.Hour, Kind: lease.KindBatch,
+func batch(user string, uid int) queue.QueueEntry {
+	return queue.QueueEntry{User: user, UID: uid, Nodes: 1, GPUsPerNode: 1, Duration: time.Hour, Kind: lease.KindBatch,
 		Job: &lease.Job{Command: []string{"train"}}}
 }
 
@@ -90,12 +92,12 @@ func TestWritersCallOutWithTheLockReleased(t *testing.T) {
 	// Status of an id it never made takes the origin's lock.
 	read := func() { o.Status("n1-q999", clk.Now()); reads++ }
 	o = origin.New("n1", origin.Deps{Store: storetest.New(storetest.Options{}), Clock: clk, QueueChanged: read,
-		DepStatus: func(_ context.Context, id string) (lease.EntryStatus, error) {
+		DepStatus: func(_ context.Context, id string) (queue.EntryStatus, error) {
 			read()
-			return lease.EntryStatus{ID: id, State: lease.EntryFinished}, nil
+			return queue.EntryStatus{ID: id, State: queue.EntryFinished}, nil
 		}})
 	stop := func(context.Context, lease.Lease) error { read(); return nil }
-	var plain, arr, dep, gang lease.QueueEntry
+	var plain, arr, dep, gang queue.QueueEntry
 	steps := []struct {
 		name string
 		f    func() error
@@ -103,13 +105,13 @@ func TestWritersCallOutWithTheLockReleased(t *testing.T) {
 		{"submit", func() (err error) { plain, err = o.Submit(batch("alice", 1001)); return }},
 		{"submit an array", func() (err error) {
 			a := batch("alice", 1001)
-			a.Array, _ = lease.ParseArray("0-3%1")
+			a.Array, _ = queue.ParseArray("0-3%1")
 			arr, err = o.Submit(a)
 			return
 		}},
 		{"submit a dependent run", func() (err error) {
 			d := batch("alice", 1001)
-			d.After = []lease.Dep{{ID: "n2-q1"}}
+			d.After = []queue.Dep{{ID: "n2-q1"}}
 			dep, err = o.Submit(d)
 			return
 		}},
@@ -120,7 +122,7 @@ func TestWritersCallOutWithTheLockReleased(t *testing.T) {
 		{"cancel a task", func() error { return o.Cancel(lease.Caller{UID: 1001, User: "alice"}, arr.ID+"/2") }},
 		{"cancel the array", func() error { return o.Cancel(lease.Caller{UID: 1001, User: "alice"}, arr.ID) }},
 		{"reconcile: a dependency met", func() error {
-			o.Reconcile(context.Background(), lease.NewClusterView(lease.NodeView{Name: "n1"}, nil, clk.Now()), time.Minute, time.Minute, stop, nil)
+			o.Reconcile(context.Background(), queue.NewClusterView(queue.NodeView{Name: "n1"}, nil, clk.Now()), time.Minute, time.Minute, stop, nil)
 			if got, _ := o.Get(dep.ID); len(got.After) != 0 {
 				t.Errorf("dependency of %s not met: %+v", dep.ID, got.After)
 			}
@@ -134,10 +136,10 @@ func TestWritersCallOutWithTheLockReleased(t *testing.T) {
 			}
 			o.MarkStarted(gang.Key())
 			rank0 := lease.Lease{ID: "n1-1", Node: "n1", GPUs: []int{0}, User: "alice", UID: 1001, Token: 1, Entry: gang.Key(), Gang: "g", StartedAt: t0, ExpiresAt: t0.Add(time.Hour)}
-			n2 := lease.NodeView{Name: "n2", State: lease.NodeAlive, HasState: true,
+			n2 := queue.NodeView{Name: "n2", State: queue.NodeAlive, HasState: true,
 				Ended: []lease.EndedRun{{Entry: gang.Key(), Lease: "n2-1", Reason: lease.ExitReason(1), At: clk.Now()}}}
 			before := reads
-			o.Reconcile(context.Background(), lease.NewClusterView(lease.NodeView{Name: "n1", Leases: []lease.Lease{rank0}}, []lease.NodeView{n2}, clk.Now()), time.Minute, time.Minute, stop, nil)
+			o.Reconcile(context.Background(), queue.NewClusterView(queue.NodeView{Name: "n1", Leases: []lease.Lease{rank0}}, []queue.NodeView{n2}, clk.Now()), time.Minute, time.Minute, stop, nil)
 			if reads == before {
 				t.Error("the gang's rank 0 was not stopped after rank 1 failed")
 			}
@@ -169,17 +171,17 @@ func TestAFailedWriteChangesNothing(t *testing.T) {
 		// running marks the entry started before the write that fails.
 		running bool
 		// do makes the change; it reports whether the origin made it.
-		do func(o *origin.Origin, e lease.QueueEntry) bool
+		do func(o *origin.Origin, e queue.QueueEntry) bool
 	}{
-		{"cancel", false, func(o *origin.Origin, e lease.QueueEntry) bool { return o.Cancel(alice, e.ID) == nil }},
-		{"place", false, func(o *origin.Origin, e lease.QueueEntry) bool { _, err := o.Place(e.Key(), "n2/x"); return err == nil }},
-		{"mark started", false, func(o *origin.Origin, e lease.QueueEntry) bool { _, ok := o.MarkStarted(e.Key()); return ok }},
-		{"refuse", false, func(o *origin.Origin, e lease.QueueEntry) bool {
+		{"cancel", false, func(o *origin.Origin, e queue.QueueEntry) bool { return o.Cancel(alice, e.ID) == nil }},
+		{"place", false, func(o *origin.Origin, e queue.QueueEntry) bool { _, err := o.Place(e.Key(), "n2/x"); return err == nil }},
+		{"mark started", false, func(o *origin.Origin, e queue.QueueEntry) bool { _, ok := o.MarkStarted(e.Key()); return ok }},
+		{"refuse", false, func(o *origin.Origin, e queue.QueueEntry) bool {
 			_, ok := o.Refuse(e.Key(), "no account on n2")
 			return ok
 		}},
-		{"finish", true, func(o *origin.Origin, e lease.QueueEntry) bool { _, _, ok := o.Finish(e, false, false, ""); return ok }},
-		{"requeue", true, func(o *origin.Origin, e lease.QueueEntry) bool {
+		{"finish", true, func(o *origin.Origin, e queue.QueueEntry) bool { _, _, ok := o.Finish(e, false, false, ""); return ok }},
+		{"requeue", true, func(o *origin.Origin, e queue.QueueEntry) bool {
 			_, _, ok := o.Finish(e, true, false, "exit 1")
 			return ok
 		}},
@@ -202,7 +204,7 @@ func TestAFailedWriteChangesNothing(t *testing.T) {
 			if tt.do(r.o, e) {
 				t.Fatal("the change was made though the disk refused it")
 			}
-			if got := r.o.Entries(); !slices.EqualFunc(got, before, func(a, b lease.QueueEntry) bool {
+			if got := r.o.Entries(); !slices.EqualFunc(got, before, func(a, b queue.QueueEntry) bool {
 				return a.Key() == b.Key() && a.Running == b.Running && a.Placer == b.Placer
 			}) {
 				t.Errorf("entries after a refused write: %+v, want %+v", got, before)
@@ -221,7 +223,7 @@ func TestAFailedWriteChangesNothing(t *testing.T) {
 			}
 			// What was acknowledged is what a restart finds.
 			want := r.o.Entries()
-			if got := r.restart(t).Entries(); !slices.EqualFunc(got, want, func(a, b lease.QueueEntry) bool { return a.Key() == b.Key() && a.Running == b.Running }) {
+			if got := r.restart(t).Entries(); !slices.EqualFunc(got, want, func(a, b queue.QueueEntry) bool { return a.Key() == b.Key() && a.Running == b.Running }) {
 				t.Errorf("after a restart: %v, want %v", ids(got), ids(want))
 			}
 		})
@@ -247,7 +249,7 @@ func TestSubmit(t *testing.T) {
 	if err != nil || again.ID != e.ID {
 		t.Fatalf("a retry got %s, %v; want %s again", again.ID, err, e.ID)
 	}
-	if got := r.kinds(); !slices.Equal(got, []lease.EventKind{lease.EventSubmit}) || r.changed != 1 {
+	if got := r.kinds(); !slices.Equal(got, []event.EventKind{event.EventSubmit}) || r.changed != 1 {
 		t.Errorf("a submission and its retry recorded %v and told the cluster %d times, want one submit, once", got, r.changed)
 	}
 	bob := batch("bob", 1002)
@@ -318,11 +320,11 @@ func TestCancel(t *testing.T) {
 				}
 				return
 			}
-			if st := o.Status(e.ID, r.clk.Now()); st.State != lease.EntryCancelled {
+			if st := o.Status(e.ID, r.clk.Now()); st.State != queue.EntryCancelled {
 				t.Errorf("status after cancel = %+v, want cancelled", st)
 			}
 			last := r.events[len(r.events)-1]
-			if last.Kind != lease.EventCancel || !strings.Contains(last.Text, tt.text) {
+			if last.Kind != event.EventCancel || !strings.Contains(last.Text, tt.text) {
 				t.Errorf("last event %s %q, want a cancel saying %q", last.Kind, last.Text, tt.text)
 			}
 			if got := r.restart(t).Entries(); len(got) != 0 {
@@ -386,26 +388,26 @@ func TestReconcileJudgesOnceEveryLivePeerIsHeard(t *testing.T) {
 	failed := lease.EndedRun{Entry: e.Key(), Lease: "n2-1", Gang: "g", Reason: lease.ExitReason(1), At: t0}
 	var stopped []string
 	stop := func(_ context.Context, l lease.Lease) error { stopped = append(stopped, l.ID); return nil }
-	pass := func(n2 lease.NodeView, self ...lease.Lease) {
-		r.o.Reconcile(context.Background(), lease.NewClusterView(lease.NodeView{Name: "n1", Leases: self}, []lease.NodeView{n2}, r.clk.Now()), 5*time.Minute, time.Minute, stop, nil)
+	pass := func(n2 queue.NodeView, self ...lease.Lease) {
+		r.o.Reconcile(context.Background(), queue.NewClusterView(queue.NodeView{Name: "n1", Leases: self}, []queue.NodeView{n2}, r.clk.Now()), 5*time.Minute, time.Minute, stop, nil)
 	}
-	pass(lease.NodeView{Name: "n2", State: lease.NodeAlive}, rank0)
+	pass(queue.NodeView{Name: "n2", State: queue.NodeAlive}, rank0)
 	if len(stopped) > 0 {
 		t.Fatalf("stopped %v before n2 was heard", stopped)
 	}
-	heard := lease.NodeView{Name: "n2", State: lease.NodeAlive, HasState: true, Ended: []lease.EndedRun{failed}}
+	heard := queue.NodeView{Name: "n2", State: queue.NodeAlive, HasState: true, Ended: []lease.EndedRun{failed}}
 	pass(heard, rank0)
 	if !slices.Equal(stopped, []string{"n1-1"}) {
 		t.Fatalf("once n2 was heard, stopped %v; want rank 0 (n1-1)", stopped)
 	}
-	if st := r.o.Status(e.ID, r.clk.Now()); st.State != lease.EntryRunning {
+	if st := r.o.Status(e.ID, r.clk.Now()); st.State != queue.EntryRunning {
 		t.Errorf("status while rank 0 stops = %+v, want running", st)
 	}
 	pass(heard)
-	if st := r.o.Status(e.ID, r.clk.Now()); st.State != lease.EntryFailed {
+	if st := r.o.Status(e.ID, r.clk.Now()); st.State != queue.EntryFailed {
 		t.Errorf("status once every rank ended = %+v, want failed", st)
 	}
-	if got := r.kinds(); got[len(got)-1] != lease.EventFail {
+	if got := r.kinds(); got[len(got)-1] != event.EventFail {
 		t.Errorf("events %v, want the last a failure", got)
 	}
 }
@@ -417,7 +419,7 @@ func TestReconcileJudgesOnceEveryLivePeerIsHeard(t *testing.T) {
 func TestArrayTaskWhoseWriteFailedIsMadeOnTheNextPass(t *testing.T) {
 	r := newRig(t, origin.Deps{})
 	a := batch("alice", 1001)
-	a.Array, _ = lease.ParseArray("0-2%1")
+	a.Array, _ = queue.ParseArray("0-2%1")
 	e, err := r.o.Submit(a)
 	if err != nil {
 		t.Fatal(err)
@@ -440,7 +442,7 @@ func TestArrayTaskWhoseWriteFailedIsMadeOnTheNextPass(t *testing.T) {
 	if got := tasksOf(r.o, e.ID); len(got) != 0 {
 		t.Fatalf("tasks after task 1's write failed = %v, want none", got)
 	}
-	r.o.Reconcile(context.Background(), lease.NewClusterView(lease.NodeView{Name: "n1"}, nil, r.clk.Now()), time.Minute, time.Minute,
+	r.o.Reconcile(context.Background(), queue.NewClusterView(queue.NodeView{Name: "n1"}, nil, r.clk.Now()), time.Minute, time.Minute,
 		func(context.Context, lease.Lease) error { return nil }, nil)
 	if got := tasksOf(r.o, e.ID); !slices.Equal(got, []string{"n1-q1/1"}) {
 		t.Fatalf("tasks after the next pass = %v, want task 1", got)

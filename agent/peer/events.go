@@ -3,6 +3,7 @@ package peer
 import (
 	"time"
 
+	"github.com/dibs-gpu/dibs/event"
 	"github.com/dibs-gpu/dibs/launch"
 	"github.com/dibs-gpu/dibs/lease"
 )
@@ -26,13 +27,13 @@ var (
 
 // EventsRequest selects events.
 type EventsRequest struct {
-	Filter lease.EventFilter `json:"filter"`
+	Filter event.EventFilter `json:"filter"`
 	Limit  int               `json:"limit,omitempty"`
 }
 
 // Validate implements Message.
 func (r EventsRequest) Validate() error {
-	if !lease.ValidSince(r.Filter.Since) || r.Limit < 0 || r.Limit > lease.MaxEventsPerReply {
+	if !lease.ValidSince(r.Filter.Since) || r.Limit < 0 || r.Limit > event.MaxEventsPerReply {
 		return lease.Invalidf("bad events request")
 	}
 	if r.Filter.User != "" && !lease.ValidUserName(r.Filter.User) {
@@ -44,7 +45,7 @@ func (r EventsRequest) Validate() error {
 // EventsReply is a node's events, oldest first; More says there are others
 // past them (ask again after the last).
 type EventsReply struct {
-	Events []lease.Event `json:"events"`
+	Events []event.Event `json:"events"`
 	More   bool          `json:"more,omitempty"`
 	// Last is the node's newest sequence when it answered: a follower asks
 	// for what comes after it.
@@ -53,8 +54,8 @@ type EventsReply struct {
 
 // Validate implements Message.
 func (r EventsReply) Validate() error {
-	if len(r.Events) > lease.MaxEventsPerReply {
-		return lease.Invalidf("%d events, over %d", len(r.Events), lease.MaxEventsPerReply)
+	if len(r.Events) > event.MaxEventsPerReply {
+		return lease.Invalidf("%d events, over %d", len(r.Events), event.MaxEventsPerReply)
 	}
 	for i := range r.Events {
 		if err := r.Events[i].Validate(); err != nil {
@@ -66,7 +67,7 @@ func (r EventsReply) Validate() error {
 
 // NotifyRequest is a notice to show.
 type NotifyRequest struct {
-	Notice lease.Notice `json:"notice"`
+	Notice event.Notice `json:"notice"`
 }
 
 // Validate implements Message.
@@ -105,13 +106,13 @@ func (r NotifySetRequest) Validate() error {
 	if r.Clear {
 		return nil
 	}
-	s := lease.NotifySetting{User: "x", URL: r.URL, Format: r.Format, SetAt: r.SetAt}
+	s := event.NotifySetting{User: "x", URL: r.URL, Format: r.Format, SetAt: r.SetAt}
 	return s.Validate()
 }
 
 // NotifyStatusReply is the acting user's webhook on one node.
 type NotifyStatusReply struct {
-	Setting  *lease.NotifySetting `json:"setting,omitempty"`
+	Setting  *event.NotifySetting `json:"setting,omitempty"`
 	LastOK   time.Time            `json:"last_ok,omitzero"`
 	Failures []WebhookFailure     `json:"failures,omitempty"`
 	Pending  int                  `json:"pending,omitempty"`

@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/dibs-gpu/dibs/lease"
+	"github.com/dibs-gpu/dibs/queue"
 )
 
 // Feature is something a release brought that an older agent would get
@@ -23,10 +24,10 @@ type Feature struct {
 // every node, and never half-used across a mixed cluster. Nodes that are
 // down do not hold it back (nothing is placed there), nor do nodes whose
 // protocol gossip has not told yet.
-func Require(v lease.ClusterView, f Feature) error {
+func Require(v queue.ClusterView, f Feature) error {
 	for i := range v.Nodes {
 		n := &v.Nodes[i]
-		if !n.Self && n.State != lease.NodeAlive && n.State != lease.NodeSuspect {
+		if !n.Self && n.State != queue.NodeAlive && n.State != queue.NodeSuspect {
 			continue
 		}
 		if n.Protocol != 0 && n.Protocol < f.Since {

@@ -10,6 +10,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/dibs-gpu/dibs/lease"
+	"github.com/dibs-gpu/dibs/queue"
 )
 
 // accept registers e with a handler that accepts whatever passed the
@@ -45,7 +46,7 @@ func FuzzServe(f *testing.F) {
 	f.Add("preempt", env(System, PreemptRequest{Lease: "n1-1", Token: 1, Reason: "gang"}))
 	f.Add("entry-status", env(As("alice"), StatusRequest{ID: "n1-q3"}))
 	f.Add("cancel", env(As("alice"), CancelRequest{ID: "n1-q3/7"}))
-	f.Add("start", env(System, StartRequest{Phase: PhaseStart, GPUs: []int{0}, Entry: lease.QueueEntry{
+	f.Add("start", env(System, StartRequest{Phase: PhaseStart, GPUs: []int{0}, Entry: queue.QueueEntry{
 		ID: "n1-q4", Origin: "n1", User: "alice", Nodes: 1, GPUsPerNode: 1, Kind: lease.KindBatch, MIG: "3g.40gb"}}))
 	f.Add("claim", []byte(`{"v":5,"actor":{"user":"\u001b]0;x\u0007"},"req":{}}`))
 	f.Add("claim", []byte(`{"v":1,"actor":{"system":true},"req":{"count":1}}`))

@@ -8,6 +8,7 @@ import (
 
 	"github.com/dibs-gpu/dibs/internal/doctor"
 	"github.com/dibs-gpu/dibs/lease"
+	"github.com/dibs-gpu/dibs/queue"
 )
 
 // The endpoints. A new one is added here, with its types below, and
@@ -171,7 +172,7 @@ const (
 // StartRequest asks a node to start (or reserve, or commit) its part of a
 // queued attempt.
 type StartRequest struct {
-	Entry    lease.QueueEntry  `json:"entry"`
+	Entry    queue.QueueEntry  `json:"entry"`
 	Phase    Phase             `json:"phase"`
 	GPUs     []int             `json:"gpus"`
 	Borrowed bool              `json:"borrowed,omitempty"`
@@ -293,7 +294,7 @@ type CancelRequest struct {
 
 // Validate implements Message.
 func (r CancelRequest) Validate() error {
-	if _, ok := lease.OriginOfQueueID(r.ID); !ok || len(r.ID) > 2*lease.MaxNameLen {
+	if _, ok := queue.OriginOfQueueID(r.ID); !ok || len(r.ID) > 2*lease.MaxNameLen {
 		return lease.Invalidf("%q is not a queue id", truncate(r.ID))
 	}
 	return nil

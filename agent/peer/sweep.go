@@ -1,6 +1,9 @@
 package peer
 
-import "github.com/dibs-gpu/dibs/lease"
+import (
+	"github.com/dibs-gpu/dibs/lease"
+	"github.com/dibs-gpu/dibs/queue"
+)
 
 // Sweeps is the feature gate for job arrays (`--array`) and dependencies
 // (`--after`): an older agent would schedule an array's parent as one run,
@@ -23,21 +26,21 @@ func (r StatusRequest) Validate() error { return CancelRequest(r).Validate() }
 
 // StatusReply is the entry's state at its origin.
 type StatusReply struct {
-	Status lease.EntryStatus `json:"status"`
+	Status queue.EntryStatus `json:"status"`
 }
 
 // Validate implements Message.
 func (r StatusReply) Validate() error {
 	s := r.Status
-	if _, ok := lease.OriginOfQueueID(s.ID); !ok || len(s.ID) > 2*lease.MaxNameLen {
+	if _, ok := queue.OriginOfQueueID(s.ID); !ok || len(s.ID) > 2*lease.MaxNameLen {
 		return lease.Invalidf("a status for a bad entry id")
 	}
 	switch s.State {
-	case lease.EntryWaiting, lease.EntryBackoff, lease.EntryRunning, lease.EntryFinished, lease.EntryFailed, lease.EntryCancelled, lease.EntryUnknown:
+	case queue.EntryWaiting, queue.EntryBackoff, queue.EntryRunning, queue.EntryFinished, queue.EntryFailed, queue.EntryCancelled, queue.EntryUnknown:
 	default:
 		return lease.Invalidf("unknown entry state %q", truncate(string(s.State)))
 	}
-	if len(s.Reason) > lease.MaxRetryWhy || lease.CheckText("reason", s.Reason) != nil {
+	if len(s.Reason) > queue.MaxRetryWhy || lease.CheckText("reason", s.Reason) != nil {
 		return lease.Invalidf("a bad status reason")
 	}
 	return nil

@@ -1,6 +1,6 @@
 // Package sched runs the cluster's scheduler on the agent that is its
 // scheduler (the lowest-named live member): each pass reads the cluster
-// view, asks lease.Schedule what to start and reclaim, and carries it out
+// view, asks queue.Schedule what to start and reclaim, and carries it out
 // over the peer protocol — a single-node start at once, a gang by reserving
 // every rank and committing only when all hold. Every agent also runs its
 // origin's pass (finish, requeue, stop ranks) from the same loop.
@@ -19,17 +19,18 @@ import (
 	"github.com/dibs-gpu/dibs/agent/peer"
 	"github.com/dibs-gpu/dibs/internal/termsafe"
 	"github.com/dibs-gpu/dibs/lease"
+	"github.com/dibs-gpu/dibs/queue"
 )
 
 // Deps are what the scheduler reads and drives.
 type Deps struct {
 	// View is the cluster now (this node's usage fresh).
-	View  func() lease.ClusterView
+	View  func() queue.ClusterView
 	Peers *peer.Mux
 	Clock clock.Clock
 	// Reconcile is this node's origin pass, run before every scheduling
 	// pass on every agent.
-	Reconcile func(ctx context.Context, v lease.ClusterView)
+	Reconcile func(ctx context.Context, v queue.ClusterView)
 	// Instance tells this run of the agent from its earlier ones (its boot
 	// id): with the node's name it names this scheduler to the origins
 	// that let it start their entries.
@@ -44,12 +45,12 @@ const Tick = 2 * time.Second
 // Scheduler is one agent's scheduling loop.
 type Scheduler struct {
 	self string
-	cfg  lease.SchedConfig
+	cfg  queue.SchedConfig
 	deps Deps
 	kick chan struct{}
 
 	mu         sync.Mutex
-	inflight   map[string]lease.InFlight
+	inflight   map[string]queue.InFlight
 	reclaiming map[string]time.Time
 	// holding is whether the last pass held for a live peer not yet
 	// heard: the hold is logged once, not on every pass.
@@ -59,12 +60,12 @@ type Scheduler struct {
 }
 
 // New makes the scheduler of the agent on node self.
-func New(self string, cfg lease.SchedConfig, deps Deps) *Scheduler {
+func New(self string, cfg queue.SchedConfig, deps Deps) *Scheduler {
 	if deps.Log == nil {
 		deps.Log = slog.New(slog.DiscardHandler)
 	}
 	return &Scheduler{self: self, cfg: cfg.WithDefaults(), deps: deps, kick: make(chan struct{}, 1),
-		inflight: map[string]lease.InFlight{}, reclaiming: map[string]time.Time{}}
+		inflight: map[string]queue.InFlight{}, reclaiming: map[string]time.Time{}}
 }
 
 // Kick asks for a pass soon; it never blocks.
@@ -111,18 +112,18 @@ func (s *Scheduler) Pass(ctx context.Context) {
 // no reclaim. A peer not yet heard may run an entry this view shows
 // waiting, or hold GPUs and usage the view cannot see; the origin's pass
 // holds its verdicts for the same reason (origin.Reconcile).
-func (s *Scheduler) schedule(ctx context.Context, v lease.ClusterView) {
+func (s *Scheduler) schedule(ctx context.Context, v queue.ClusterView) {
 	if !s.heard(v) {
 		return
 	}
 	now := s.deps.Clock.Now()
 	progress := v.Progress()
-	entries := map[string]lease.QueueEntry{}
+	entries := map[string]queue.QueueEntry{}
 	for _, e := range v.Entries() {
 		entries[e.ID] = e
 	}
 	nodes := v.SchedNodes()
-	lease.Hold(nodes, s.settle(progress, entries, now))
+	queue.Hold(nodes, s.settle(progress, entries, now))
 	waiting, retell := v.Waiting(progress)
 	for _, e := range retell {
 		// Started, but its origin has not heard (or the message was lost):
@@ -132,10 +133,10 @@ func (s *Scheduler) schedule(ctx context.Context, v lease.ClusterView) {
 	if len(waiting) == 0 {
 		return
 	}
-	plan := lease.Schedule(waiting, nodes, v.Usage(), now, s.cfg)
+	plan := queue.Schedule(waiting, nodes, v.Usage(), now, s.cfg)
 	for _, st := range plan.Start {
 		key := st.Entry.Key()
-		if !s.hold(lease.InFlight{Key: key, At: now, Ranks: st.Ranks, User: st.Entry.User, UID: st.Entry.UID}) {
+		if !s.hold(queue.InFlight{Key: key, At: now, Ranks: st.Ranks, User: st.Entry.User, UID: st.Entry.UID}) {
 			continue
 		}
 		s.goTracked(ctx, func(ctx context.Context) {
@@ -174,12 +175,12 @@ func (s *Scheduler) schedule(ctx context.Context, v lease.ClusterView) {
 
 // heard reports whether v has every live peer's state, logging (once per
 // hold, at debug) the peers the pass waits for.
-func (s *Scheduler) heard(v lease.ClusterView) bool {
+func (s *Scheduler) heard(v queue.ClusterView) bool {
 	heard := v.Heard()
 	if s.holdBegins(!heard) {
 		var waiting []string
 		for _, n := range v.Nodes {
-			if n.State == lease.NodeAlive && !n.HasState {
+			if n.State == queue.NodeAlive && !n.HasState {
 				waiting = append(waiting, n.Name)
 			}
 		}
@@ -202,10 +203,10 @@ func (s *Scheduler) holdBegins(hold bool) bool {
 // show, their origin moved on, or InFlightTimeout passed) and the
 // reclaims past it, and returns the starts still in flight, whose GPUs
 // the pass must not plan again.
-func (s *Scheduler) settle(p lease.Progress, entries map[string]lease.QueueEntry, now time.Time) []lease.InFlight {
+func (s *Scheduler) settle(p queue.Progress, entries map[string]queue.QueueEntry, now time.Time) []queue.InFlight {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	var held []lease.InFlight
+	var held []queue.InFlight
 	for k, f := range s.inflight {
 		if f.Settled(p, entries, now) {
 			delete(s.inflight, k)
@@ -214,7 +215,7 @@ func (s *Scheduler) settle(p lease.Progress, entries map[string]lease.QueueEntry
 		held = append(held, f)
 	}
 	for id, at := range s.reclaiming {
-		if now.Sub(at) > lease.InFlightTimeout {
+		if now.Sub(at) > queue.InFlightTimeout {
 			delete(s.reclaiming, id)
 		}
 	}
@@ -223,7 +224,7 @@ func (s *Scheduler) settle(p lease.Progress, entries map[string]lease.QueueEntry
 
 // hold marks a start in flight; false when it already is (another pass
 // sent it), so it is never sent twice.
-func (s *Scheduler) hold(f lease.InFlight) bool {
+func (s *Scheduler) hold(f queue.InFlight) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if _, busy := s.inflight[f.Key]; busy {
@@ -265,7 +266,7 @@ func (s *Scheduler) goTracked(ctx context.Context, f func(context.Context)) {
 // start starts one planned entry: at once on one node; for a gang, reserve
 // every rank, then commit all of them together. The entry's origin must let
 // this scheduler start it first.
-func (s *Scheduler) start(ctx context.Context, st lease.Start) error {
+func (s *Scheduler) start(ctx context.Context, st queue.Start) error {
 	e := st.Entry
 	who := peer.As(e.User)
 	placed, err := peer.Call(ctx, s.deps.Peers, e.Origin, peer.Place, peer.System, peer.PlaceRequest{Key: e.Key(), Placer: s.placer()})
@@ -287,8 +288,8 @@ func (s *Scheduler) start(ctx context.Context, st lease.Start) error {
 		s.notifyStarted(ctx, e)
 		return nil
 	}
-	gang := lease.GangID(e)
-	replies, errs := s.eachRank(ctx, st, func(i int, rk lease.RankPlacement) (peer.StartReply, error) {
+	gang := queue.GangID(e)
+	replies, errs := s.eachRank(ctx, st, func(i int, rk queue.RankPlacement) (peer.StartReply, error) {
 		return peer.Call(ctx, s.deps.Peers, rk.Node, peer.Start, who,
 			peer.StartRequest{Entry: e, Phase: peer.PhaseReserve, GPUs: rk.GPUs, Borrowed: st.Borrowed, Gang: gang, Rank: i})
 	})
@@ -310,10 +311,10 @@ func (s *Scheduler) start(ctx context.Context, st lease.Start) error {
 	for i, r := range replies {
 		hosts[i] = r.Host
 	}
-	env := lease.RendezvousEnv(e, hosts, replies[0].Port)
-	_, errs = s.eachRank(ctx, st, func(i int, rk lease.RankPlacement) (peer.StartReply, error) {
+	env := queue.RendezvousEnv(e, hosts, replies[0].Port)
+	_, errs = s.eachRank(ctx, st, func(i int, rk queue.RankPlacement) (peer.StartReply, error) {
 		return peer.Call(ctx, s.deps.Peers, rk.Node, peer.Start, who,
-			peer.StartRequest{Entry: e, Phase: peer.PhaseCommit, GPUs: rk.GPUs, Gang: gang, Rank: i, Env: lease.RankEnv(env, i)})
+			peer.StartRequest{Entry: e, Phase: peer.PhaseCommit, GPUs: rk.GPUs, Gang: gang, Rank: i, Env: queue.RankEnv(env, i)})
 	})
 	for i, err := range errs {
 		if err != nil {
@@ -335,7 +336,7 @@ func (s *Scheduler) placer() string {
 }
 
 // eachRank calls f for every rank at once and waits for all.
-func (s *Scheduler) eachRank(ctx context.Context, st lease.Start, f func(int, lease.RankPlacement) (peer.StartReply, error)) ([]peer.StartReply, []error) {
+func (s *Scheduler) eachRank(ctx context.Context, st queue.Start, f func(int, queue.RankPlacement) (peer.StartReply, error)) ([]peer.StartReply, []error) {
 	replies := make([]peer.StartReply, len(st.Ranks))
 	errs := make([]error, len(st.Ranks))
 	var wg sync.WaitGroup
@@ -353,7 +354,7 @@ func (s *Scheduler) eachRank(ctx context.Context, st lease.Start, f func(int, le
 // refused tells the origin when a start failed for good: the node refused
 // the user or the job (forbidden, invalid), which no retry can change, so
 // the entry must not wait at the head of the queue forever.
-func (s *Scheduler) refused(ctx context.Context, st lease.Start, err error) {
+func (s *Scheduler) refused(ctx context.Context, st queue.Start, err error) {
 	code := lease.CodeOf(err)
 	if code != lease.CodeForbidden && code != lease.CodeInvalid {
 		return
@@ -381,7 +382,7 @@ func (e *rankError) Unwrap() error { return e.err }
 func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }
 
 // notifyStarted tells the entry's origin that it runs.
-func (s *Scheduler) notifyStarted(ctx context.Context, e lease.QueueEntry) {
+func (s *Scheduler) notifyStarted(ctx context.Context, e queue.QueueEntry) {
 	if _, err := peer.Call(ctx, s.deps.Peers, e.Origin, peer.Started, peer.System, peer.StartedRequest{Key: e.Key()}); err != nil {
 		s.deps.Log.Warn("tell the origin an entry started", "entry", e.ID, "origin", e.Origin, "err", err)
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/dibs-gpu/dibs/agent/sched"
 	"github.com/dibs-gpu/dibs/lease"
 	"github.com/dibs-gpu/dibs/nodeprobe/sim"
+	"github.com/dibs-gpu/dibs/queue"
 )
 
 var t0 = time.Date(2026, 3, 2, 9, 0, 0, 0, time.UTC)
@@ -104,7 +105,7 @@ func newCluster(names ...string) *cluster {
 }
 
 // nodeView is an alive node of four simulated H100s.
-func nodeView(t *testing.T, name string) lease.NodeView {
+func nodeView(t *testing.T, name string) queue.NodeView {
 	t.Helper()
 	p, err := sim.New(sim.Options{Spec: "4xH100-80GB", HostName: name, Now: func() time.Time { return t0 }})
 	if err != nil {
@@ -115,11 +116,11 @@ func nodeView(t *testing.T, name string) lease.NodeView {
 		t.Fatal(err)
 	}
 	snap.Host.Name = name
-	return lease.NodeView{Name: name, State: lease.NodeAlive, HasState: true, Snap: snap, Protocol: peer.Version}
+	return queue.NodeView{Name: name, State: queue.NodeAlive, HasState: true, Snap: snap, Protocol: peer.Version}
 }
 
-func entry(id, user string, uid, nodes, gpus int, submitted time.Duration) lease.QueueEntry {
-	return lease.QueueEntry{ID: id, Origin: "node01", User: user, UID: uid, SubmittedAt: t0.Add(submitted),
+func entry(id, user string, uid, nodes, gpus int, submitted time.Duration) queue.QueueEntry {
+	return queue.QueueEntry{ID: id, Origin: "node01", User: user, UID: uid, SubmittedAt: t0.Add(submitted),
 		Nodes: nodes, GPUsPerNode: gpus, Duration: time.Hour, Kind: lease.KindBatch}
 }
 
@@ -133,7 +134,7 @@ func TestPass(t *testing.T) {
 		nodes []string
 		// held are leases already on the nodes.
 		held   map[string][]lease.Lease
-		queue  []lease.QueueEntry
+		queue  []queue.QueueEntry
 		usage  map[string]float64
 		refuse map[string]error
 		// passes is how many passes run (default 1); firstPass is how many
@@ -145,7 +146,7 @@ func TestPass(t *testing.T) {
 	}{
 		{
 			name: "one waiting entry starts where it fits", nodes: []string{"node01"},
-			queue: []lease.QueueEntry{entry("node01-q1", "alice", 1001, 1, 2, 0)},
+			queue: []queue.QueueEntry{entry("node01-q1", "alice", 1001, 1, 2, 0)},
 			want: [][]string{
 				{"node01 place node01-q1#0"},
 				{"node01 start node01-q1#0 gpus [0 1] rank 0 as alice"},
@@ -154,7 +155,7 @@ func TestPass(t *testing.T) {
 		},
 		{
 			name: "the lighter user goes first when only one fits", nodes: []string{"node01"},
-			queue: []lease.QueueEntry{entry("node01-q1", "alice", 1001, 1, 4, 0), entry("node01-q2", "bob", 1002, 1, 4, time.Minute)},
+			queue: []queue.QueueEntry{entry("node01-q1", "alice", 1001, 1, 4, 0), entry("node01-q2", "bob", 1002, 1, 4, time.Minute)},
 			usage: map[string]float64{"alice": 500 * 3600},
 			want: [][]string{
 				{"node01 place node01-q2#0"},
@@ -165,12 +166,12 @@ func TestPass(t *testing.T) {
 		{
 			name: "nothing starts on GPUs someone holds", nodes: []string{"node01"},
 			held:  map[string][]lease.Lease{"node01": {{ID: "node01-7", Node: "node01", User: "carol", UID: 1003, GPUs: []int{0, 1, 2}, Token: 7, StartedAt: t0, ExpiresAt: t0.Add(time.Hour)}}},
-			queue: []lease.QueueEntry{entry("node01-q1", "alice", 1001, 1, 2, 0)},
+			queue: []queue.QueueEntry{entry("node01-q1", "alice", 1001, 1, 2, 0)},
 			want:  nil,
 		},
 		{
 			name: "a gang reserves every rank, then commits them together", nodes: []string{"node01", "node02"},
-			queue: []lease.QueueEntry{entry("node01-q1", "alice", 1001, 2, 4, 0)},
+			queue: []queue.QueueEntry{entry("node01-q1", "alice", 1001, 2, 4, 0)},
 			want: [][]string{
 				{"node01 place node01-q1#0"},
 				{"node01 reserve node01-q1#0 gpus [0 1 2 3] rank 0 as alice", "node02 reserve node01-q1#0 gpus [0 1 2 3] rank 1 as alice"},
@@ -180,7 +181,7 @@ func TestPass(t *testing.T) {
 		},
 		{
 			name: "a rank refused gives back the others and tells the origin why", nodes: []string{"node01", "node02"},
-			queue:  []lease.QueueEntry{entry("node01-q1", "alice", 1001, 2, 4, 0)},
+			queue:  []queue.QueueEntry{entry("node01-q1", "alice", 1001, 2, 4, 0)},
 			refuse: map[string]error{"node02 reserve": &lease.Error{Code: lease.CodeForbidden, Msg: "alice has no account on node02, so no session can run as them there"}},
 			want: [][]string{
 				{"node01 place node01-q1#0"},
@@ -191,7 +192,7 @@ func TestPass(t *testing.T) {
 		},
 		{
 			name: "a start whose answer was lost is not tried again elsewhere", nodes: []string{"node01", "node02"},
-			queue:  []lease.QueueEntry{entry("node01-q1", "alice", 1001, 1, 4, 0)},
+			queue:  []queue.QueueEntry{entry("node01-q1", "alice", 1001, 1, 4, 0)},
 			refuse: map[string]error{"node01 start": &lease.Error{Code: lease.CodeNoAnswer, Msg: "node01 did not answer in time"}},
 			passes: 3, firstPass: 2,
 			want: [][]string{
@@ -201,7 +202,7 @@ func TestPass(t *testing.T) {
 		},
 		{
 			name: "a start refused for now is tried again", nodes: []string{"node01"},
-			queue:  []lease.QueueEntry{entry("node01-q1", "alice", 1001, 1, 4, 0)},
+			queue:  []queue.QueueEntry{entry("node01-q1", "alice", 1001, 1, 4, 0)},
 			refuse: map[string]error{"node01 start": &lease.Error{Code: lease.CodeConflict, Msg: "GPU 0 is held by carol"}},
 			passes: 2, firstPass: 2,
 			want: [][]string{
@@ -213,7 +214,7 @@ func TestPass(t *testing.T) {
 		},
 		{
 			name: "no gang is placed on a node that is down", nodes: []string{"node01", "node02"},
-			queue: []lease.QueueEntry{entry("node01-q1", "alice", 1001, 2, 4, 0)},
+			queue: []queue.QueueEntry{entry("node01-q1", "alice", 1001, 2, 4, 0)},
 			down:  []string{"node02"},
 			want:  nil,
 		},
@@ -224,12 +225,12 @@ func TestPass(t *testing.T) {
 			for k, v := range tt.refuse {
 				c.refuse[k] = v
 			}
-			var views []lease.NodeView
+			var views []queue.NodeView
 			for _, name := range tt.nodes {
 				nv := nodeView(t, name)
 				nv.Leases = tt.held[name]
 				if slices.Contains(tt.down, name) {
-					nv.State = lease.NodeDead
+					nv.State = queue.NodeDead
 				}
 				if name == "node01" {
 					nv.Queue, nv.Usage = tt.queue, tt.usage
@@ -238,11 +239,11 @@ func TestPass(t *testing.T) {
 			}
 			clk := clock.NewFake(t0)
 			var passesRun atomic.Int32
-			view := func() lease.ClusterView {
+			view := func() queue.ClusterView {
 				passesRun.Add(1)
-				return lease.NewClusterView(views[0], views[1:], clk.Now())
+				return queue.NewClusterView(views[0], views[1:], clk.Now())
 			}
-			s := sched.New("node01", lease.SchedConfig{}, sched.Deps{View: view, Peers: c.muxes["node01"], Clock: clk})
+			s := sched.New("node01", queue.SchedConfig{}, sched.Deps{View: view, Peers: c.muxes["node01"], Clock: clk})
 			ctx, cancel := context.WithCancel(context.Background())
 			done := make(chan struct{})
 			go func() { s.Run(ctx); close(done) }()
@@ -331,24 +332,24 @@ func TestSchedulerHoldsUntilEveryLivePeerIsHeard(t *testing.T) {
 		// held are leases on node01 and on node02 (once heard).
 		held map[string][]lease.Lease
 		// queue is node01's.
-		queue []lease.QueueEntry
+		queue []queue.QueueEntry
 		want  []string
 	}{
 		{
 			name:  "a waiting entry starts only once the peer is heard",
-			queue: []lease.QueueEntry{entry("node01-q1", "alice", 1001, 1, 2, 0)},
+			queue: []queue.QueueEntry{entry("node01-q1", "alice", 1001, 1, 2, 0)},
 			want:  []string{"node01 place node01-q1#0", "node01 start node01-q1#0 gpus [0 1] rank 0 as alice", "node01 started node01-q1#0"},
 		},
 		{
 			name:  "an overdue lease is reclaimed only once the peer is heard",
 			held:  map[string][]lease.Lease{"node01": {overdue}, "node02": {busy}},
-			queue: []lease.QueueEntry{entry("node01-q1", "alice", 1001, 1, 4, 0)},
+			queue: []queue.QueueEntry{entry("node01-q1", "alice", 1001, 1, 4, 0)},
 			want:  []string{"node01 preempt node01-7 (overdue)"},
 		},
 		{
 			name:  "an entry the peer not yet heard runs is told again, never started twice",
 			held:  map[string][]lease.Lease{"node02": {runs}},
-			queue: []lease.QueueEntry{entry("node01-q1", "alice", 1001, 1, 2, 0)},
+			queue: []queue.QueueEntry{entry("node01-q1", "alice", 1001, 1, 2, 0)},
 			want:  []string{"node01 started node01-q1#0"},
 		},
 	}
@@ -361,12 +362,12 @@ func TestSchedulerHoldsUntilEveryLivePeerIsHeard(t *testing.T) {
 			peerHeard := nodeView(t, "node02")
 			peerHeard.Leases = tt.held["node02"]
 			// memberlist says node02 is alive; its state has not come.
-			unheard := lease.NodeView{Name: "node02", State: lease.NodeAlive, Protocol: peer.Version}
+			unheard := queue.NodeView{Name: "node02", State: queue.NodeAlive, Protocol: peer.Version}
 			peerView := unheard
-			view := func() lease.ClusterView { return lease.NewClusterView(self, []lease.NodeView{peerView}, clk.Now()) }
+			view := func() queue.ClusterView { return queue.NewClusterView(self, []queue.NodeView{peerView}, clk.Now()) }
 			var logged strings.Builder
 			log := slog.New(slog.NewTextHandler(&syncWriter{w: &logged}, &slog.HandlerOptions{Level: slog.LevelDebug}))
-			s := sched.New("node01", lease.SchedConfig{}, sched.Deps{View: view, Peers: c.muxes["node01"], Clock: clk, Log: log})
+			s := sched.New("node01", queue.SchedConfig{}, sched.Deps{View: view, Peers: c.muxes["node01"], Clock: clk, Log: log})
 			for range 3 {
 				passAndWait(s)
 				clk.Advance(sched.Tick)

@@ -21,6 +21,7 @@ import (
 	"github.com/dibs-gpu/dibs/internal/doctor"
 	"github.com/dibs-gpu/dibs/lease"
 	simprobe "github.com/dibs-gpu/dibs/nodeprobe/sim"
+	"github.com/dibs-gpu/dibs/queue"
 )
 
 // TestDoctorOnAThreeAgentCluster runs `dibs doctor` against a healthy
@@ -93,7 +94,7 @@ func TestDoctorOnAThreeAgentCluster(t *testing.T) {
 		t.Errorf("findings: %d GPUs, %d leases, %d users, %d queued; want 10, 3 (two ended, one held), 1, 1",
 			rep.Findings.GPUs, rep.Findings.Leases, rep.Findings.Users, rep.Findings.Queued)
 	}
-	if rep.Config.DefaultInteractive != 4*time.Hour || rep.Config.HalfLife != lease.DefaultHalfLife {
+	if rep.Config.DefaultInteractive != 4*time.Hour || rep.Config.HalfLife != queue.DefaultHalfLife {
 		t.Errorf("config in the report: %+v", rep.Config)
 	}
 }
@@ -201,7 +202,7 @@ type memStore struct {
 	leases map[string]lease.Lease
 	ledger []lease.LedgerEntry
 	last   uint64
-	queue  map[string]lease.QueueEntry
+	queue  map[string]queue.QueueEntry
 	seq    uint64
 }
 
@@ -234,7 +235,7 @@ func (m *memStore) Ledger(since time.Time) ([]lease.LedgerEntry, error) {
 	}
 	return out, nil
 }
-func (m *memStore) PutEntry(e lease.QueueEntry, seq uint64) error {
+func (m *memStore) PutEntry(e queue.QueueEntry, seq uint64) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.queue[e.ID], m.seq = e, max(m.seq, seq)
@@ -246,7 +247,7 @@ func (m *memStore) DeleteEntry(id string) error {
 	delete(m.queue, id)
 	return nil
 }
-func (m *memStore) Entries() ([]lease.QueueEntry, uint64, error) {
+func (m *memStore) Entries() ([]queue.QueueEntry, uint64, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return slices.Collect(maps.Values(m.queue)), m.seq, nil
@@ -257,7 +258,7 @@ func (m *memStore) Close() error { return nil }
 // comes across whole, page by page, and the figures count every lease.
 func TestDoctorReadsALongLedgerInPages(t *testing.T) {
 	now := time.Now()
-	st := &memStore{leases: map[string]lease.Lease{}, queue: map[string]lease.QueueEntry{}}
+	st := &memStore{leases: map[string]lease.Lease{}, queue: map[string]queue.QueueEntry{}}
 	const n = 1500
 	for i := 0; i < n; i++ {
 		start := now.Add(-time.Duration(n-i) * 10 * time.Minute)

@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/dibs-gpu/dibs/api"
+	"github.com/dibs-gpu/dibs/event"
 	"github.com/dibs-gpu/dibs/internal/columns"
 	"github.com/dibs-gpu/dibs/internal/termsafe"
 	"github.com/dibs-gpu/dibs/lease"
@@ -80,7 +81,7 @@ Kinds: ` + kindList(),
 
 func kindList() string {
 	var ks []string
-	for _, k := range lease.EventKinds() {
+	for _, k := range event.EventKinds() {
 		ks = append(ks, string(k))
 	}
 	return strings.Join(ks, ", ")
@@ -100,7 +101,7 @@ func followEvents(c *cli, req api.EventsRequest, asJSON bool) error {
 			c.stdout.Write(append(termsafe.JSON(b), '\n'))
 			continue
 		}
-		printEvents(c.stdout, []lease.Event{api.EscapedEvent(e)})
+		printEvents(c.stdout, []event.Event{api.EscapedEvent(e)})
 	}
 	if err := errf(); err != nil && ctx.Err() == nil {
 		return err
@@ -110,7 +111,7 @@ func followEvents(c *cli, req api.EventsRequest, asJSON bool) error {
 
 // printEvents prints events one per line: when, where, what kind, what
 // happened. The events are escaped already.
-func printEvents(w io.Writer, evs []lease.Event) {
+func printEvents(w io.Writer, evs []event.Event) {
 	for _, e := range evs {
 		fmt.Fprintf(w, "%s  %-8s %-13s %s\n", e.At.Local().Format("Jan 02 15:04:05"), columns.Clip(e.Node, 8), e.Kind, e.Text)
 	}

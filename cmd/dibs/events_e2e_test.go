@@ -16,6 +16,7 @@ import (
 
 	"github.com/dibs-gpu/dibs/agent/agenttest"
 	"github.com/dibs-gpu/dibs/api"
+	"github.com/dibs-gpu/dibs/event"
 	"github.com/dibs-gpu/dibs/launch"
 	"github.com/dibs-gpu/dibs/launch/launchtest"
 	"github.com/dibs-gpu/dibs/lease"
@@ -92,7 +93,7 @@ func TestCLIEventsFromAnotherNode(t *testing.T) {
 		got = got[:0]
 		for _, e := range l.Events {
 			what := e.Lease
-			if e.Kind != lease.EventClaim && e.Kind != lease.EventExtend && e.Kind != lease.EventRelease {
+			if e.Kind != event.EventClaim && e.Kind != event.EventExtend && e.Kind != event.EventRelease {
 				what = e.Entry
 			}
 			got = append(got, e.Node+" "+string(e.Kind)+" "+what)
@@ -134,8 +135,8 @@ func TestCLIEventsFromAnotherNode(t *testing.T) {
 				if !ok {
 					t.Fatal("the follow stream ended")
 				}
-				var e lease.Event
-				if json.Unmarshal([]byte(l), &e) == nil && e.Kind == lease.EventClaim && e.Lease == claim.ID {
+				var e event.Event
+				if json.Unmarshal([]byte(l), &e) == nil && e.Kind == event.EventClaim && e.Lease == claim.ID {
 					return
 				}
 			case <-deadline:

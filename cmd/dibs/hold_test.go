@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/dibs-gpu/dibs/api"
+	"github.com/dibs-gpu/dibs/event"
 	"github.com/dibs-gpu/dibs/lease"
 	"github.com/dibs-gpu/dibs/nodeprobe"
 )
@@ -109,9 +110,9 @@ func TestEventsJSONExampleWorks(t *testing.T) {
 		t.Skip("jq is not installed, so the example cannot be run")
 	}
 	at := time.Date(2026, 3, 10, 15, 0, 0, 0, time.UTC)
-	l := api.EventList{Events: []lease.Event{
-		{Node: "node01", At: at, Kind: lease.EventClaim, User: "alice", Text: "alice claimed GPU 1"},
-		{Node: "node01", At: at, Kind: lease.EventEnd, User: "bob", Text: "bob's lease ended at its time limit"},
+	l := api.EventList{Events: []event.Event{
+		{Node: "node01", At: at, Kind: event.EventClaim, User: "alice", Text: "alice claimed GPU 1"},
+		{Node: "node01", At: at, Kind: event.EventEnd, User: "bob", Text: "bob's lease ended at its time limit"},
 	}}
 	var js bytes.Buffer
 	if err := printJSON(&js, l); err != nil {

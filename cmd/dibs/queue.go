@@ -17,6 +17,7 @@ import (
 	"github.com/dibs-gpu/dibs/api"
 	"github.com/dibs-gpu/dibs/internal/columns"
 	"github.com/dibs-gpu/dibs/lease"
+	"github.com/dibs-gpu/dibs/queue"
 )
 
 // queueFlags are what run and claim add to queue instead of failing.
@@ -179,11 +180,11 @@ func followSubmitted(cl *api.Client, sub api.Submitted) submitOutcome {
 			// and has already ended. Its origin (this agent) says which.
 			st, err := cl.EntryStatus(ctx, sub.ID)
 			switch {
-			case err == nil && st.State == lease.EntryFailed:
+			case err == nil && st.State == queue.EntryFailed:
 				return submitOutcome{failed: fmt.Sprintf("your job %s failed: %s", sub.ID, st.Reason)}
-			case err == nil && st.State == lease.EntryCancelled:
+			case err == nil && st.State == queue.EntryCancelled:
 				return submitOutcome{failed: fmt.Sprintf("%s was withdrawn before it started", sub.ID)}
-			case err == nil && st.State == lease.EntryFinished:
+			case err == nil && st.State == queue.EntryFinished:
 				return submitOutcome{started: true}
 			}
 			if gone == nil {
@@ -194,7 +195,7 @@ func followSubmitted(cl *api.Client, sub api.Submitted) submitOutcome {
 		case e.Running:
 			// The board came before the start, the queue after: the
 			// next board shows the leases.
-		case e.Waiting != "" && e.Waiting != lease.WaitingStarting:
+		case e.Waiting != "" && e.Waiting != queue.WaitingStarting:
 			return submitOutcome{entry: e, total: waitingCount(q)}
 		default:
 			out.entry, out.total = e, waitingCount(q)
@@ -313,7 +314,7 @@ func (c *cli) waitGranted(cl *api.Client, sub api.Submitted, asJSON bool, wait t
 			qctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 			q, err := cl.Queue(qctx)
 			cancel()
-			if e := queueEntry(q, id); err == nil && e != nil && !e.Running && e.Position != lastPos && (e.Waiting != "" && e.Waiting != lease.WaitingStarting || lastPos > 0) {
+			if e := queueEntry(q, id); err == nil && e != nil && !e.Running && e.Position != lastPos && (e.Waiting != "" && e.Waiting != queue.WaitingStarting || lastPos > 0) {
 				say(e.Position, waitingCount(q), e.EstStart)
 			}
 		}

@@ -13,7 +13,8 @@ import (
 
 	"github.com/dibs-gpu/dibs/agent/agenttest"
 	"github.com/dibs-gpu/dibs/api"
-	"github.com/dibs-gpu/dibs/lease"
+	"github.com/dibs-gpu/dibs/event"
+	"github.com/dibs-gpu/dibs/queue"
 )
 
 func TestCLIQueue(t *testing.T) {
@@ -110,7 +111,7 @@ func TestCLIQueuedRunThatFailsSaysWhyFromItsStatus(t *testing.T) {
 	p := startAgent(t, dir, "--sim", "1xL40S")
 	_, errOut, code := dibs(t, p.socket, nil, "run", "--queue", "-g", "1", "--dir", "/nonexistent/dir", "--", "true")
 	st, err := api.NewClient(p.socket).EntryStatus(context.Background(), "node01-q1")
-	if err != nil || st.State != lease.EntryFailed || st.Reason == "" {
+	if err != nil || st.State != queue.EntryFailed || st.Reason == "" {
 		t.Fatalf("entry status = %+v, %v; want failed, with a reason", st, err)
 	}
 	if want := "your job node01-q1 failed: " + st.Reason; code == 0 || !strings.Contains(errOut, want) {
@@ -142,12 +143,12 @@ func TestCLIRequeuedAttemptsAreSpaced(t *testing.T) {
 		return sawWait
 	})
 	st, err := cl.EntryStatus(context.Background(), "node01-q1")
-	if err != nil || st.State != lease.EntryBackoff || st.RetryAt.IsZero() || !strings.Contains(st.Reason, "exit-1") {
+	if err != nil || st.State != queue.EntryBackoff || st.RetryAt.IsZero() || !strings.Contains(st.Reason, "exit-1") {
 		t.Errorf("status while it backs off = %+v, %v", st, err)
 	}
 	agenttest.Eventually(t, 20*time.Second, "the run to fail for good after 2 restarts", func() bool {
 		st, err := cl.EntryStatus(context.Background(), "node01-q1")
-		return err == nil && st.State == lease.EntryFailed
+		return err == nil && st.State == queue.EntryFailed
 	})
 	evs, err := cl.Events(context.Background(), api.EventsRequest{Since: "1h"})
 	if err != nil {
@@ -156,10 +157,10 @@ func TestCLIRequeuedAttemptsAreSpaced(t *testing.T) {
 	var starts []time.Time
 	requeues := 0
 	for _, e := range evs.Events {
-		if e.Kind == lease.EventStart && strings.HasPrefix(e.Entry, "node01-q1") {
+		if e.Kind == event.EventStart && strings.HasPrefix(e.Entry, "node01-q1") {
 			starts = append(starts, e.At)
 		}
-		if e.Kind == lease.EventRequeue {
+		if e.Kind == event.EventRequeue {
 			requeues++
 			if !strings.Contains(e.Text, "tries again in") {
 				t.Errorf("the requeue event does not say when it tries again: %q", e.Text)

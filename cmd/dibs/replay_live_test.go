@@ -14,6 +14,7 @@ import (
 	"github.com/dibs-gpu/dibs/internal/poll"
 	"github.com/dibs-gpu/dibs/internal/replay"
 	"github.com/dibs-gpu/dibs/lease"
+	"github.com/dibs-gpu/dibs/queue"
 )
 
 // liveTrace is a small story on two nodes of two GPUs, one event a
@@ -179,15 +180,15 @@ func liveLeases(n *agenttest.Node, entryID string) []lease.Lease {
 }
 
 func livePlacement(ls []lease.Lease) string {
-	ranks := make([]lease.RankPlacement, len(ls))
+	ranks := make([]queue.RankPlacement, len(ls))
 	for i, l := range ls {
-		ranks[i] = lease.RankPlacement{Node: l.Node, GPUs: l.GPUs}
+		ranks[i] = queue.RankPlacement{Node: l.Node, GPUs: l.GPUs}
 	}
 	return placement(ranks)
 }
 
 // placement writes ranks as "node01[0 1] node02[0]", by node.
-func placement(ranks []lease.RankPlacement) string {
+func placement(ranks []queue.RankPlacement) string {
 	parts := make([]string, len(ranks))
 	for i, r := range ranks {
 		g := slices.Clone(r.GPUs)

@@ -19,7 +19,7 @@ import (
 	"github.com/dibs-gpu/dibs/agent/agenttest"
 	"github.com/dibs-gpu/dibs/api"
 	"github.com/dibs-gpu/dibs/launch"
-	"github.com/dibs-gpu/dibs/lease"
+	"github.com/dibs-gpu/dibs/queue"
 )
 
 // restartGrace is the grace (queue.lost_after) of the restart tests: long
@@ -331,7 +331,7 @@ func TestGangOutlivesItsAgentsRestarts(t *testing.T) {
 	cl := origin.client
 	agenttest.Eventually(t, restartGrace+5*time.Second, "the gang to fail once node02 is down past the grace", func() bool {
 		st, err := cl.EntryStatus(context.Background(), sub.ID)
-		return err == nil && st.State == lease.EntryFailed
+		return err == nil && st.State == queue.EntryFailed
 	})
 	t.Logf("gang failed %s after node02 went down for good (grace %s)", time.Since(downAt).Round(10*time.Millisecond), restartGrace)
 	st, _ := cl.EntryStatus(context.Background(), sub.ID)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/dibs-gpu/dibs/api"
 	"github.com/dibs-gpu/dibs/lease"
+	"github.com/dibs-gpu/dibs/queue"
 )
 
 // addSweep adds run's flags for job arrays and dependencies.
@@ -81,6 +82,6 @@ func printArrays(w io.Writer, leases []lease.Lease) {
 		if i == 0 {
 			fmt.Fprintln(w)
 		}
-		fmt.Fprintf(w, "array %s[%s] running (%s)\n", safe(id), lease.FormatIndices(running[id]), safe(users[id]))
+		fmt.Fprintf(w, "array %s[%s] running (%s)\n", safe(id), queue.FormatIndices(running[id]), safe(users[id]))
 	}
 }

@@ -9,7 +9,7 @@ import (
 
 	"github.com/dibs-gpu/dibs/agent/agenttest"
 	"github.com/dibs-gpu/dibs/api"
-	"github.com/dibs-gpu/dibs/lease"
+	"github.com/dibs-gpu/dibs/queue"
 )
 
 // The CLI claims a MIG instance and a budget on a shared GPU, books GPUs
@@ -123,7 +123,7 @@ func TestCLIQueuedMIG(t *testing.T) {
 	cl := api.NewClient(p.socket)
 	agenttest.Eventually(t, 10*time.Second, "the queued run to start on the 3g.40gb instance", func() bool {
 		st, err := cl.EntryStatus(context.Background(), "node01-q1")
-		if err != nil || st.State == lease.EntryFailed {
+		if err != nil || st.State == queue.EntryFailed {
 			t.Fatalf("entry status %+v, %v", st, err)
 		}
 		b, err := cl.Board(context.Background())
@@ -135,6 +135,6 @@ func TestCLIQueuedMIG(t *testing.T) {
 				return l.MIG == b.Nodes[0].GPUs[0].MIGDevices[0].UUID
 			}
 		}
-		return st.State == lease.EntryFinished
+		return st.State == queue.EntryFinished
 	})
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/dibs-gpu/dibs/lease"
 	"github.com/dibs-gpu/dibs/nodeprobe"
+	"github.com/dibs-gpu/dibs/queue"
 )
 
 var t0 = time.Date(2026, 3, 2, 9, 0, 0, 0, time.UTC) // a Monday
@@ -107,7 +108,7 @@ func history() History {
 	return History{
 		Now: now, Window: 30 * 24 * time.Hour, Nodes: 2, GPUs: 16, Ledger: ledger, Buckets: buckets,
 		Running: []lease.Lease{{ID: "n2-9", Node: "n2", User: "bo", GPUs: []int{5, 6}, StartedAt: now.Add(-time.Hour), Entry: "n2-q4#0", QueuedAt: now.Add(-3 * time.Hour)}},
-		Waiting: []lease.QueueEntry{{ID: "n2-q5", User: "ana", Nodes: 1, GPUsPerNode: 8, SubmittedAt: now.Add(-5 * time.Hour)}},
+		Waiting: []queue.QueueEntry{{ID: "n2-q5", User: "ana", Nodes: 1, GPUsPerNode: 8, SubmittedAt: now.Add(-5 * time.Hour)}},
 	}
 }
 
@@ -178,7 +179,7 @@ func TestDecide(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			f := base
 			tc.change(&f)
-			v := Decide(f, lease.DefaultPolicy(), lease.SchedConfig{})
+			v := Decide(f, lease.DefaultPolicy(), queue.SchedConfig{})
 			if v.Call != tc.call {
 				t.Errorf("call %s, want %s: %+v", v.Call, tc.call, v)
 			}
@@ -215,7 +216,7 @@ func TestDecideNeverRaisesIdleReclaim(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			v := Decide(f, lease.DefaultPolicy(), lease.SchedConfig{IdleReclaimAfter: tt.now})
+			v := Decide(f, lease.DefaultPolicy(), queue.SchedConfig{IdleReclaimAfter: tt.now})
 			got := ""
 			for _, s := range v.Settings {
 				if s.Key == "[queue] idle_reclaim_after" {
@@ -230,7 +231,7 @@ func TestDecideNeverRaisesIdleReclaim(t *testing.T) {
 }
 
 func TestDecideCaveats(t *testing.T) {
-	v := Decide(Findings{Window: 3 * 24 * time.Hour, Leases: 3, Coverage: 0.1, Missing: []string{"n3"}}, lease.DefaultPolicy(), lease.SchedConfig{})
+	v := Decide(Findings{Window: 3 * 24 * time.Hour, Leases: 3, Coverage: 0.1, Missing: []string{"n3"}}, lease.DefaultPolicy(), queue.SchedConfig{})
 	all := strings.Join(v.Caveats, "\n")
 	for _, want := range []string{"cover 10% of the window", "under a week", "no history from [n3]"} {
 		if !strings.Contains(all, want) {
@@ -240,7 +241,7 @@ func TestDecideCaveats(t *testing.T) {
 }
 
 func healthy(name string) NodeHealth {
-	return NodeHealth{Node: name, State: lease.NodeAlive, Reached: true, RTT: time.Millisecond, Report: &Report{
+	return NodeHealth{Node: name, State: queue.NodeAlive, Reached: true, RTT: time.Millisecond, Report: &Report{
 		Node: name, Version: "v1", Protocol: 2, Wall: t0, Cluster: ClusterFacts{Name: "lab", Encrypted: true, KeyID: "k1", GossipAddr: "10.0.0.1:7946"},
 		Tmux: "/usr/bin/tmux", Backend: "nvml", DataDir: "/var/lib/dibs", DiskFree: 50 << 30, DiskTotal: 100 << 30,
 	}}
@@ -258,10 +259,10 @@ func TestChecksFindEachFault(t *testing.T) {
 		fix    string
 	}{
 		{"agent down", func(ns []NodeHealth) {
-			ns[2] = NodeHealth{Node: "n3", State: lease.NodeDead, Since: t0.Add(-time.Hour)}
+			ns[2] = NodeHealth{Node: "n3", State: queue.NodeDead, Since: t0.Add(-time.Hour)}
 		}, "agents", Fail, "n3 is dead since", "start its agent on n3"},
 		{"agent restarting", func(ns []NodeHealth) {
-			ns[2] = NodeHealth{Node: "n3", State: lease.NodeRestarting, Since: t0.Add(-time.Minute)}
+			ns[2] = NodeHealth{Node: "n3", State: queue.NodeRestarting, Since: t0.Add(-time.Minute)}
 		}, "agents", Warn, "n3 is restarting since", "nothing, if it is being restarted or upgraded"},
 		{"agent mute", func(ns []NodeHealth) {
 			ns[2].Reached, ns[2].Report, ns[2].Error = false, nil, "n3 did not answer in time"

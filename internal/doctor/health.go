@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/dibs-gpu/dibs/lease"
+	"github.com/dibs-gpu/dibs/queue"
 )
 
 // Report is what one agent says of itself when `dibs doctor` asks.
@@ -208,14 +209,14 @@ func Checks(nodes []NodeHealth, now time.Time) []Check {
 	for _, n := range nodes {
 		switch {
 		case n.Reached:
-		case n.State == lease.NodeRestarting:
+		case n.State == queue.NodeRestarting:
 			since := ""
 			if !n.Since.IsZero() {
 				since = " since " + n.Since.Local().Format("15:04:05")
 			}
 			ps = append(ps, Check{Status: Warn, Node: n.Node, Detail: fmt.Sprintf("%s is restarting%s: its agent is away, and the others keep its leases and gangs for the grace (queue.lost_after)", n.Node, since),
 				Fix: fmt.Sprintf("nothing, if it is being restarted or upgraded; else start its agent on %s (`sudo systemctl start dibs`) before the grace runs out", n.Node)})
-		case n.State != lease.NodeAlive && n.State != "":
+		case n.State != queue.NodeAlive && n.State != "":
 			since := ""
 			if !n.Since.IsZero() {
 				since = " since " + n.Since.Local().Format("Jan 2 15:04")

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/dibs-gpu/dibs/lease"
+	"github.com/dibs-gpu/dibs/queue"
 )
 
 // DefaultWindow is how far back "have we outgrown dibs?" looks.
@@ -25,7 +26,7 @@ type History struct {
 	// leases held now; Waiting the queue's entries that have not started.
 	Ledger  []lease.LedgerEntry
 	Running []lease.Lease
-	Waiting []lease.QueueEntry
+	Waiting []queue.QueueEntry
 	// Buckets are each node's samples, by node.
 	Buckets map[string][]Bucket
 	// Tallies are nodes' ledgers as running totals (Totals) over the

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/dibs-gpu/dibs/lease"
+	"github.com/dibs-gpu/dibs/queue"
 )
 
 // randomHistory is a node's ledger of n ended leases over the 40 days
@@ -67,7 +68,7 @@ func randomHistory(r *rand.Rand, now time.Time, n int) History {
 		}
 		h.Running = append(h.Running, l)
 	}
-	h.Waiting = []lease.QueueEntry{{ID: "n1-q9999", SubmittedAt: now.Add(-90 * time.Minute), Nodes: 2}, {ID: "n1-q9998", SubmittedAt: now.Add(-time.Minute)}}
+	h.Waiting = []queue.QueueEntry{{ID: "n1-q9999", SubmittedAt: now.Add(-90 * time.Minute), Nodes: 2}, {ID: "n1-q9998", SubmittedAt: now.Add(-time.Minute)}}
 	return h
 }
 

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/dibs-gpu/dibs/lease"
+	"github.com/dibs-gpu/dibs/queue"
 )
 
 // The thresholds of the verdict. docs/doctor.md says where each comes from
@@ -76,7 +77,7 @@ type Verdict struct {
 // halves of the rule of thumb, or past one with pressure that tuning
 // cannot relieve, or under two such pressures at any size; else tune dibs
 // when a setting would fix what the figures show; else stay.
-func Decide(f Findings, p lease.Policy, s lease.SchedConfig) Verdict {
+func Decide(f Findings, p lease.Policy, s queue.SchedConfig) Verdict {
 	s = s.WithDefaults()
 	var v Verdict
 	var size, pressure []string

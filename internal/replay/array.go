@@ -1,6 +1,8 @@
 package replay
 
-import "github.com/dibs-gpu/dibs/lease"
+import (
+	"github.com/dibs-gpu/dibs/queue"
+)
 
 // arrayRun is a job array during a replay: its tasks are submitted as its
 // throttle lets them, as the array's origin makes them in dibs (and as
@@ -15,14 +17,14 @@ type arrayRun struct {
 // own (ID/INDEX) waiting from the array's submit time; as many as its
 // throttle lets are submitted when the array is, the others as tasks end.
 func (s *sim) addArray(r Request) {
-	a, err := lease.ParseArray(r.Array)
+	a, err := queue.ParseArray(r.Array)
 	if err != nil {
 		return // Check refused it already
 	}
 	ar := &arrayRun{throttle: a.Throttle}
 	for _, idx := range a.Indices() {
 		tr := r
-		tr.ID, tr.Array, tr.Via = lease.ArrayTaskID(r.ID, idx), "", ViaQueue
+		tr.ID, tr.Array, tr.Via = queue.ArrayTaskID(r.ID, idx), "", ViaQueue
 		j := &job{r: tr, arr: ar}
 		j.forgot = s.p == PolicySlack && s.roll(tr.ID, 0) < s.cfg.ForgetShare
 		s.jobs = append(s.jobs, j)

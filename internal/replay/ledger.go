@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/dibs-gpu/dibs/lease"
+	"github.com/dibs-gpu/dibs/queue"
 )
 
 // FromLedger rebuilds the requests a cluster served from its ledgers (every
@@ -74,7 +75,7 @@ func FromLedger(nodes []NodeSpec, ledger []lease.LedgerEntry, running []lease.Le
 		if e.Entry != "" {
 			r.ID = strings.ReplaceAll(e.Entry, "#", "-")
 			r.Via = ViaQueue
-			if o, ok := lease.OriginOfQueueID(strings.SplitN(e.Entry, "#", 2)[0]); ok && slices.ContainsFunc(nodes, func(n NodeSpec) bool { return n.Name == o }) {
+			if o, ok := queue.OriginOfQueueID(strings.SplitN(e.Entry, "#", 2)[0]); ok && slices.ContainsFunc(nodes, func(n NodeSpec) bool { return n.Name == o }) {
 				r.From = o
 			}
 		}

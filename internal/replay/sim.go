@@ -11,6 +11,7 @@ import (
 
 	"github.com/dibs-gpu/dibs/lease"
 	"github.com/dibs-gpu/dibs/nodeprobe"
+	"github.com/dibs-gpu/dibs/queue"
 )
 
 // Policy names a way for a team to share its GPUs.
@@ -19,7 +20,7 @@ type Policy string
 // The policies a replay compares.
 const (
 	// PolicyDibs is dibs as configured: direct claims start at once when
-	// their GPUs are free, the rest queue; the queue is lease.Schedule's
+	// their GPUs are free, the rest queue; the queue is queue.Schedule's
 	// (fair-share, age, EASY backfill, gangs whole); idle leases are
 	// reclaimed when someone waits; a lease past its time limit follows the
 	// end action (warn: it stays while nobody waits for its GPUs).
@@ -30,7 +31,7 @@ const (
 	PolicySlack Policy = "slack"
 	// PolicySLURM is a batch scheduler: everything queues (salloc for a
 	// session), ordered by fair-share and age with EASY backfill — the same
-	// lease.Schedule — but a job ends at its time limit, work or not, and
+	// queue.Schedule — but a job ends at its time limit, work or not, and
 	// nothing idle is taken back before it.
 	PolicySLURM Policy = "slurm"
 )
@@ -54,7 +55,7 @@ type Config struct {
 	// limits and the end action.
 	Lease lease.Policy
 	// Sched is dibs's queue policy (fair-share, idle reclaim, quotas).
-	Sched lease.SchedConfig
+	Sched queue.SchedConfig
 	// RetryEvery is how often a Slack user looks again for free GPUs, on
 	// average (default 10 min); each try waits RetryEvery × (1 ± a draw of
 	// up to RetryJitter) (default 0.5; below zero: exactly RetryEvery).
@@ -109,7 +110,7 @@ type Step struct {
 	At      time.Time             `json:"at"`
 	Kind    string                `json:"kind"` // StepSubmit, StepStart or StepEnd
 	Request string                `json:"request"`
-	Ranks   []lease.RankPlacement `json:"ranks,omitempty"`
+	Ranks   []queue.RankPlacement `json:"ranks,omitempty"`
 }
 
 // Step kinds.
@@ -122,7 +123,7 @@ const (
 // job is one request during a replay.
 type job struct {
 	r       Request
-	entry   lease.QueueEntry
+	entry   queue.QueueEntry
 	queued  bool
 	started bool
 	ended   bool
@@ -133,7 +134,7 @@ type job struct {
 	// did.
 	endAt     time.Time
 	end       time.Time
-	ranks     []lease.RankPlacement
+	ranks     []queue.RankPlacement
 	leases    []*lease.Lease
 	killed    bool
 	reclaimed bool
@@ -191,7 +192,7 @@ func (e *events) Pop() any {
 type sim struct {
 	p       Policy
 	cfg     Config
-	sched   lease.SchedConfig
+	sched   queue.SchedConfig
 	now     time.Time
 	horizon time.Time
 	nodes   []*snode
@@ -335,13 +336,13 @@ func (s *sim) step(kind string, j *job) {
 
 // entry is the queue entry of a request, as `dibs run --queue` would
 // submit it at its origin.
-func (s *sim) entryOf(j *job) lease.QueueEntry {
+func (s *sim) entryOf(j *job) queue.QueueEntry {
 	if j.entry.ID != "" {
 		return j.entry
 	}
 	s.queueN[j.r.From]++
-	e := lease.QueueEntry{
-		ID: lease.QueueID(j.r.From, s.queueN[j.r.From]), Origin: j.r.From, User: j.r.User, SubmittedAt: j.r.At,
+	e := queue.QueueEntry{
+		ID: queue.QueueID(j.r.From, s.queueN[j.r.From]), Origin: j.r.From, User: j.r.User, SubmittedAt: j.r.At,
 		Nodes: j.r.Nodes, GPUsPerNode: j.r.GPUs, Duration: j.r.Limit, Kind: j.r.Kind, Model: j.r.Model,
 	}
 	if j.r.Kind == lease.KindBatch || j.r.Nodes > 1 {
@@ -353,7 +354,7 @@ func (s *sim) entryOf(j *job) lease.QueueEntry {
 
 func (s *sim) enqueue(j *job) {
 	e := s.entryOf(j)
-	if err := lease.CheckFeasible(e, s.schedNodes(), e.Model, s.sched.Pools); err != nil {
+	if err := queue.CheckFeasible(e, s.schedNodes(), e.Model, s.sched.Pools); err != nil {
 		j.gaveUp = true // refused at submission: it never runs
 		s.taskOver(j)
 		return
@@ -381,7 +382,7 @@ func (s *sim) claim(j *job) bool {
 	if len(gpus) != j.r.GPUs {
 		return false
 	}
-	s.begin(j, []lease.RankPlacement{{Node: name, GPUs: gpus}})
+	s.begin(j, []queue.RankPlacement{{Node: name, GPUs: gpus}})
 	return true
 }
 
@@ -390,7 +391,7 @@ func (s *sim) claim(j *job) bool {
 func (s *sim) try(j *job) {
 	e := s.entryOf(j)
 	if j.tries == 0 {
-		if err := lease.CheckFeasible(e, s.schedNodes(), e.Model, s.sched.Pools); err != nil {
+		if err := queue.CheckFeasible(e, s.schedNodes(), e.Model, s.sched.Pools); err != nil {
 			j.gaveUp = true
 			s.taskOver(j)
 			return
@@ -399,7 +400,7 @@ func (s *sim) try(j *job) {
 	j.tries++
 	cfg := s.sched
 	cfg.IdleReclaimAfter = lease.MaxDuration
-	plan := lease.Schedule([]lease.QueueEntry{e}, s.schedNodes(), nil, s.now, cfg)
+	plan := queue.Schedule([]queue.QueueEntry{e}, s.schedNodes(), nil, s.now, cfg)
 	if len(plan.Start) == 1 {
 		s.begin(j, plan.Start[0].Ranks)
 		return
@@ -419,12 +420,12 @@ func (s *sim) try(j *job) {
 // pass is one scheduling pass over the queue.
 func (s *sim) pass() {
 	nodes := s.schedNodes()
-	entries := make([]lease.QueueEntry, len(s.waiting))
+	entries := make([]queue.QueueEntry, len(s.waiting))
 	for i, j := range s.waiting {
 		entries[i] = j.entry
 	}
-	usage := lease.DecayedUsage(s.ledger, s.activeLeases(), s.now, s.sched.HalfLife)
-	plan := lease.Schedule(entries, nodes, usage, s.now, s.sched)
+	usage := queue.DecayedUsage(s.ledger, s.activeLeases(), s.now, s.sched.HalfLife)
+	plan := queue.Schedule(entries, nodes, usage, s.now, s.sched)
 	started := map[string]bool{}
 	for _, st := range plan.Start {
 		for _, j := range s.waiting {
@@ -459,12 +460,12 @@ func (s *sim) pass() {
 }
 
 // begin starts a job on its placement.
-func (s *sim) begin(j *job, ranks []lease.RankPlacement) {
+func (s *sim) begin(j *job, ranks []queue.RankPlacement) {
 	j.started, j.start, j.ranks = true, s.now, ranks
 	j.workEnd = s.now.Add(j.r.Work)
 	gang := ""
 	if j.r.Nodes > 1 {
-		gang = lease.GangID(j.entry)
+		gang = queue.GangID(j.entry)
 	}
 	for rank, rp := range ranks {
 		n := s.byName[rp.Node]

@@ -2,7 +2,7 @@
 // trace of GPU requests under several ways of sharing the GPUs — dibs as
 // it is, Slack (no queue: people retry and forget), and a SLURM-like batch
 // queue — and reports what each costs the team. It uses dibs's own rules
-// (lease.Schedule, lease.ChooseNode, lease.Place, lease.DecayedUsage), not
+// (queue.Schedule, lease.ChooseNode, lease.Place, queue.DecayedUsage), not
 // a copy of them, so a change to the rules changes the replay. It is pure:
 // the simulated time is the only clock, and the same trace and seed give
 // the same figures.
@@ -22,6 +22,7 @@ import (
 	"github.com/dibs-gpu/dibs/lease"
 	"github.com/dibs-gpu/dibs/nodeprobe"
 	simprobe "github.com/dibs-gpu/dibs/nodeprobe/sim"
+	"github.com/dibs-gpu/dibs/queue"
 )
 
 // How a request enters dibs.
@@ -311,7 +312,7 @@ func (t *Trace) Check() error {
 			return fmt.Errorf("request %s is asked at %s, which is not a node of the trace", r.ID, r.From)
 		}
 		if r.Array != "" {
-			if _, err := lease.ParseArray(r.Array); err != nil {
+			if _, err := queue.ParseArray(r.Array); err != nil {
 				return fmt.Errorf("request %s: %v", r.ID, err)
 			}
 			if r.Via == ViaClaim {

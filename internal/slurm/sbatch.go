@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/dibs-gpu/dibs/lease"
+	"github.com/dibs-gpu/dibs/queue"
 )
 
 // Job is a dibs run as an sbatch script needs it: its shape, its time
@@ -121,7 +122,7 @@ func Sbatch(j Job) (string, error) {
 		cmd = `"${SHELL:-/bin/bash}" -l`
 		w("# An interactive dibs session: as a batch job it runs your login shell; `salloc` suits it better.")
 	}
-	torchrunCmd := shellCommand(lease.TorchrunProgram(j.Command))
+	torchrunCmd := shellCommand(queue.TorchrunProgram(j.Command))
 	if j.Nodes == 1 && !j.PerGPU {
 		if j.Torchrun {
 			w("# torchrun's flags in the spelling every torch version accepts; --redirects/--tee for Debian 12's torch 1.13.")

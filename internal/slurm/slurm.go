@@ -18,6 +18,7 @@ import (
 
 	"github.com/dibs-gpu/dibs/lease"
 	"github.com/dibs-gpu/dibs/nodeprobe"
+	"github.com/dibs-gpu/dibs/queue"
 )
 
 // Node is one node as the export reads it.
@@ -42,7 +43,7 @@ type Cluster struct {
 	Controller string
 	Nodes      []Node
 	Policy     lease.Policy
-	Sched      lease.SchedConfig
+	Sched      queue.SchedConfig
 	// Version is the dibs version that wrote the files, for the header.
 	Version string
 }
@@ -224,7 +225,7 @@ func Export(c Cluster, o Options) (Files, error) {
 
 // shareLines are the sacctmgr commands that carry dibs's shares and
 // quotas into slurmdbd, as comment lines.
-func shareLines(cluster string, s lease.SchedConfig) []string {
+func shareLines(cluster string, s queue.SchedConfig) []string {
 	users := map[string]bool{}
 	for u := range s.Shares {
 		users[u] = true

@@ -10,6 +10,7 @@ import (
 
 	"github.com/dibs-gpu/dibs/lease"
 	"github.com/dibs-gpu/dibs/nodeprobe"
+	"github.com/dibs-gpu/dibs/queue"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files")
@@ -57,7 +58,7 @@ func team() Cluster {
 			{Name: "old04", Down: true, Host: nodeprobe.Host{CPUs: 16, MemoryMiB: 64000}, GPUs: gpus("Tesla V100-SXM2-32GB", 0, 1)},
 		},
 		Policy: p,
-		Sched:  lease.SchedConfig{HalfLife: 14 * 24 * time.Hour, Shares: map[string]float64{"ana": 2, "bo": 1}, Quotas: map[string]int{"bo": 4}},
+		Sched:  queue.SchedConfig{HalfLife: 14 * 24 * time.Hour, Shares: map[string]float64{"ana": 2, "bo": 1}, Quotas: map[string]int{"bo": 4}},
 	}
 }
 

@@ -105,16 +105,20 @@ func samples() []sample {
 	t0 := time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)
 	l := lease.Lease{ID: "node01-7", Node: "node01", GPUs: []int{0, 1}, User: "alice", UID: 1001, Token: 7,
 		Kind: lease.KindBatch, Note: "ablation sweep", StartedAt: t0, ExpiresAt: t0.Add(4 * time.Hour), Session: "dibs-node01-7"}
-	e := lease.QueueEntry{ID: "node02-q3", Origin: "node02", User: "alice", UID: 1001, SubmittedAt: t0,
-		Nodes: 2, GPUsPerNode: 2, Duration: time.Hour, Kind: lease.KindBatch, Note: "gang",
-		Job: &lease.Job{Command: []string{"python", "train.py"}, Dir: "/home/alice"}}
+	// The entry is filled in place, by field: its type was lease.QueueEntry
+	// in v0.1.0 and is queue.QueueEntry since, and this file builds in both.
+	start := peer.StartRequest{Phase: peer.PhaseReserve, GPUs: []int{0, 1}, Gang: "node02-q3#0", Rank: 1}
+	e := &start.Entry
+	e.ID, e.Origin, e.User, e.UID, e.SubmittedAt = "node02-q3", "node02", "alice", 1001, t0
+	e.Nodes, e.GPUsPerNode, e.Duration, e.Kind, e.Note = 2, 2, time.Hour, lease.KindBatch, "gang"
+	e.Job = &lease.Job{Command: []string{"python", "train.py"}, Dir: "/home/alice"}
 	var out []sample
 	add(&out, peer.Claim, peer.As("alice"), peer.ClaimRequest{Count: 2, Duration: 4 * time.Hour, Note: "ablation sweep", Kind: lease.KindBatch,
 		Run: &peer.Run{Command: []string{"python", "train.py"}, Dir: "/home/alice", Env: map[string]string{"PATH": "/usr/bin"}}, RequestID: "req-0123456789"},
 		peer.LeaseReply{Lease: l})
 	add(&out, peer.Release, peer.As("alice"), peer.ReleaseRequest{IDs: []string{"node01-7"}}, peer.ReleaseReply{Released: []string{"node01-7"}})
 	add(&out, peer.Extend, peer.As("alice"), peer.ExtendRequest{ID: "node01-7", Duration: time.Hour}, peer.LeaseReply{Lease: l})
-	add(&out, peer.Start, peer.As("alice"), peer.StartRequest{Entry: e, Phase: peer.PhaseReserve, GPUs: []int{0, 1}, Gang: "node02-q3#0", Rank: 1},
+	add(&out, peer.Start, peer.As("alice"), start,
 		peer.StartReply{Lease: l, Host: "127.0.0.1", Port: 29500})
 	add(&out, peer.Started, peer.System, peer.StartedRequest{Key: "node02-q3#0"}, peer.Empty{})
 	add(&out, peer.Place, peer.System, peer.PlaceRequest{Key: "node02-q3#0", Placer: "node01/ab12"}, placeReply(e.Job))

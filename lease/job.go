@@ -1,0 +1,51 @@
+package lease
+
+import "strings"
+
+// Job is what a queued run starts when its turn comes. A queued claim
+// (`dibs claim --queue`) has none.
+type Job struct {
+	Command []string `json:"command,omitempty"`
+	Dir     string   `json:"dir,omitempty"`
+	Name    string   `json:"name,omitempty"`
+	// Torchrun wraps Command in torchrun with the gang's rendezvous.
+	Torchrun bool `json:"torchrun,omitempty"`
+	// PerGPU starts Command once per GPU of each rank's lease, each copy
+	// with its own RANK and LOCAL_RANK (queue.PerGPUCommand), as srun does.
+	PerGPU bool `json:"per_gpu,omitempty"`
+	// Env is what the submitter's shell had of CarriedEnv (PATH, the
+	// Python environment), set in every rank's session.
+	Env map[string]string `json:"env,omitempty"`
+	// Kept marks a copy from which the command, directory and environment
+	// were left out (Job.Public): gossip and views for anyone but the
+	// holder. The job runs a command; its origin (or its booking's node)
+	// holds it.
+	Kept bool `json:"kept,omitempty"`
+}
+
+// EachString visits every string of a job (none for a nil one), for
+// Lease.EachString and queue.QueueEntry.EachString; an environment value
+// is visited as "env" and may be replaced too.
+func (j *Job) EachString(f func(field string, p *string)) {
+	if j == nil {
+		return
+	}
+	for i := range j.Command {
+		f("command", &j.Command[i])
+	}
+	f("dir", &j.Dir)
+	f("name", &j.Name)
+	for k, v := range j.Env {
+		w := v
+		f("env", &w)
+		if w != v { // written only when replaced: checks share the map
+			j.Env[k] = w
+		}
+	}
+}
+
+// SessionName is the tmux session a run under lease id gets when its holder
+// names none.
+func SessionName(id string) string {
+	return "dibs-" + strings.NewReplacer(".", "_", ":", "_").Replace(id)
+}

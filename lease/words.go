@@ -1,0 +1,48 @@
+package lease
+
+// Words a person reads about GPUs and time, shared by the refusals, the
+// pools and the queue's messages.
+
+import (
+	"math"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// FormatGPUs writes a count of GPUs that may hold fractions: "2", "1.5",
+// "0.38".
+func FormatGPUs(n float64) string {
+	return strconv.FormatFloat(math.Round(n*100)/100, 'f', -1, 64)
+}
+
+// GPUCount is n GPUs in words a person reads: "1 GPU", "2 GPUs".
+func GPUCount(n int) string { return strconv.Itoa(n) + " " + GPUWord(n) }
+
+// GPUWord is "GPU" or "GPUs", as n asks.
+func GPUWord(n int) string {
+	if n == 1 {
+		return "GPU"
+	}
+	return "GPUs"
+}
+
+func gpuList(g []int) string {
+	if len(g) == 1 {
+		return "GPU " + strconv.Itoa(g[0])
+	}
+	s := make([]string, len(g))
+	for i, x := range g {
+		s[i] = strconv.Itoa(x)
+	}
+	return "GPUs " + strings.Join(s, ",")
+}
+
+// timeLeft says how long a lease still runs, or how long it is overdue (end
+// action warn keeps it held past its end).
+func timeLeft(end, now time.Time) string {
+	if left := end.Sub(now); left > 0 {
+		return "for " + FormatDuration(left) + " more"
+	}
+	return FormatDuration(now.Sub(end)) + " past its end"
+}

@@ -1,0 +1,144 @@
+package queue
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/dibs-gpu/dibs/internal/termsafe"
+	"github.com/dibs-gpu/dibs/lease"
+	"github.com/dibs-gpu/dibs/nodeprobe"
+)
+
+// CheckFeasible refuses, at submission, a request no node set of the cluster
+// could ever serve, naming the limit, so it is not queued forever: more GPUs
+// per node than any node has, more nodes than the cluster has, a model no
+// node has, a pinned node that does not exist or is too small. Nodes that
+// are down count (they may come back); GPUs count whatever their state.
+// model is matched as a case-insensitive substring of the GPUs' model, ""
+// meaning any; callers pass e.Model, which Schedule matches the same way.
+// A node whose pools' limits refuse the entry for good (Pools.Refuses with
+// nothing held: a pool not open to its user, a Duration over the pool's
+// MaxTime, more GPUs per node than its MaxGPUs) does not count; when no node
+// is left, the refusal is that limit's, naming the pool.
+func CheckFeasible(e QueueEntry, nodes []lease.SchedNode, model string, pools lease.Pools) error {
+	switch {
+	case e.GPUsPerNode < 1:
+		return lease.Invalidf("say how many GPUs (-g N)")
+	case e.Nodes < 1:
+		return lease.Invalidf("ask for at least one node")
+	case e.Nodes > 1 && e.Node != "":
+		return lease.Invalidf("a request for %d nodes cannot be pinned to %s: drop the node, or ask for one node", e.Nodes, e.Node)
+	case len(nodes) == 0:
+		return &lease.Error{Code: lease.CodeUnavailable, Msg: "no node is known yet: `dibs ls` shows the cluster"}
+	}
+	want := strings.ToLower(model)
+	of := ""
+	if model != "" {
+		of = fmt.Sprintf(" matching %q", model)
+	}
+	var models []string
+	largest, big, tagged, ofModel := 0, 0, 0, 0
+	pinned := -1
+	var limited, pinnedLimited error
+	for i := range nodes {
+		if !lease.HasTags(nodes[i].Snap.Host.Tags, e.Tags) {
+			continue
+		}
+		if err := pools.Refuses(nodes[i].Snap.Host.Tags, e.User, float64(e.GPUsPerNode), e.Duration, e.Duration > 0, nil); err != nil {
+			if limited == nil {
+				limited = err
+			}
+			if nodes[i].Name == e.Node {
+				pinnedLimited = err
+			}
+			continue
+		}
+		tagged++
+		n := 0
+		for _, g := range nodes[i].Snap.GPUs {
+			// A GPU split into MIG instances is never a whole GPU; a
+			// budget needs a GPU with that much memory.
+			fits := g.MIG != nodeprobe.MIGEnabled && g.MemoryTotalMiB >= e.MemMiB
+			if e.MIG != "" {
+				// A MIG request needs an instance it names.
+				fits = lease.HasMIG(&g, e.MIG)
+			}
+			if want == "" || strings.Contains(strings.ToLower(g.Model), want) {
+				ofModel++
+				if fits {
+					n++
+				}
+			}
+			if m := termsafe.String(g.Model); m != "" && !slices.Contains(models, m) {
+				models = append(models, m)
+			}
+		}
+		largest = max(largest, n)
+		if n >= e.GPUsPerNode {
+			big++
+		}
+		if nodes[i].Name == e.Node {
+			pinned = n
+		}
+	}
+	switch {
+	case pinnedLimited != nil:
+		return pinnedLimited
+	case limited != nil && tagged == 0:
+		return limited
+	}
+	if tagged == 0 {
+		return lease.Invalidf("no node is in pool %s (%s): ask for one of those, or leave --pool out", strings.Join(e.Tags, "+"), lease.ClusterTags(nodes))
+	}
+	if e.MemMiB > 0 && largest == 0 && ofModel > 0 {
+		return lease.Invalidf("no GPU%s in the cluster has %s to share: ask for less", of, lease.FormatMem(e.MemMiB))
+	}
+	if e.MIG != "" && largest == 0 && (want == "" || ofModel > 0) {
+		have := ""
+		for i := range nodes {
+			if p := lease.MIGProfiles(nodes[i].Snap); p != "" {
+				have += fmt.Sprintf("; %s has %s", nodes[i].Name, p)
+			}
+		}
+		if have == "" {
+			return lease.Invalidf("no node%s has a GPU split into MIG instances: ask for whole GPUs (-g N) or a budget (--mem)", poolOf(e.Tags))
+		}
+		return lease.Invalidf("no node%s has a MIG instance %s (%s): ask for one of those, by profile, MIG- UUID or GPU:INDEX (`dibs ls` lists them)", poolOf(e.Tags), termsafe.String(e.MIG), strings.TrimPrefix(have, "; "))
+	}
+	if want != "" && ofModel == 0 {
+		slices.Sort(models)
+		return lease.Invalidf("no node has a GPU%s (the cluster has %s): ask for one of those, or leave the model out", of, strings.Join(models, ", "))
+	}
+	if e.Node != "" {
+		if pinned < 0 {
+			if slices.ContainsFunc(nodes, func(n lease.SchedNode) bool { return n.Name == e.Node }) {
+				return lease.Invalidf("%s is not in pool %s: drop --node, or the pool", e.Node, strings.Join(e.Tags, "+"))
+			}
+			return lease.Invalidf("no node named %q in the cluster: `dibs ls` shows the nodes", e.Node)
+		}
+		if pinned < e.GPUsPerNode {
+			return lease.Invalidf("%s has only %s%s; asked for %d: ask for at most %d, or for another node", e.Node, lease.GPUCount(pinned), of, e.GPUsPerNode, pinned)
+		}
+		return nil
+	}
+	if e.GPUsPerNode > largest {
+		return lease.Invalidf("no node has %s%s (the largest has %d): ask for fewer, or for several nodes", lease.GPUCount(e.GPUsPerNode), of, largest)
+	}
+	if e.Nodes > big {
+		if big == len(nodes) {
+			return lease.Invalidf("the cluster has %d nodes; asked for %d: ask for at most %d", len(nodes), e.Nodes, big)
+		}
+		return lease.Invalidf("only %d of the %d nodes have %s%s; asked for %d nodes × %d: ask for fewer nodes, or fewer GPUs per node", big, len(nodes), lease.GPUCount(e.GPUsPerNode), of, e.Nodes, e.GPUsPerNode)
+	}
+	return nil
+}
+
+// poolOf names the pool a request is held to, for a refusal: " in pool
+// a100", or "" for none.
+func poolOf(tags []string) string {
+	if len(tags) == 0 {
+		return ""
+	}
+	return " in pool " + strings.Join(tags, "+")
+}
