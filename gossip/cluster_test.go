@@ -180,6 +180,51 @@ func TestRequestTimesOut(t *testing.T) {
 	}
 }
 
+// A request the other agent carried out, whose answer this side stops
+// waiting for because its own gossip shuts down (the agent restarts), may
+// have been carried out: ErrNoResponse, never a bare ErrClosed, which the
+// agent reports as a refusal. The long nemesis run found a cancel relayed
+// through node01 carried out by the origin while node01 restarted, and
+// told to the client as "cannot reach node03" (not done).
+func TestRequestCutByShutdownMayHaveBeenCarriedOut(t *testing.T) {
+	nodes := startCluster(t, 2, func(c *Config) { c.RequestTimeout = 10 * time.Second })
+	carried := make(chan struct{})
+	release := make(chan struct{})
+	t.Cleanup(func() { close(release) })
+	nodes[1].agent.mu.Lock()
+	nodes[1].agent.handler = func(ctx context.Context, from string, req Request) Response {
+		close(carried) // done; the answer is still to come
+		<-release
+		return Response{}
+	}
+	nodes[1].agent.mu.Unlock()
+	errc := make(chan error, 1)
+	go func() {
+		_, err := nodes[0].Request(context.Background(), "node01", Request{Op: "cancel"})
+		errc <- err
+	}()
+	select {
+	case <-carried:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the request never reached node01")
+	}
+	if err := nodes[0].Shutdown(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-errc:
+		if !errors.Is(err, ErrNoResponse) || !errors.Is(err, ErrClosed) {
+			t.Errorf("err = %v, want ErrNoResponse (it may have been carried out) and ErrClosed", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Request still waits after its Cluster shut down")
+	}
+	// Shut down before sending: not sent, so not carried out.
+	if _, err := nodes[0].Request(context.Background(), "node01", Request{Op: "cancel"}); !errors.Is(err, ErrClosed) || errors.Is(err, ErrNoResponse) {
+		t.Errorf("after shutdown err = %v, want ErrClosed alone", err)
+	}
+}
+
 func TestRequestUnknownNode(t *testing.T) {
 	nodes := startCluster(t, 2, nil)
 	start := time.Now()

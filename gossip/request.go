@@ -33,7 +33,9 @@ type pendingRequest struct {
 // Errors: ErrUnknownNode and ErrNodeDown at once, without sending;
 // ErrUnreachable when the request could not be delivered (not carried
 // out); ErrNoResponse or ctx's error when it was sent but no answer came
-// (perhaps carried out: look at the node's state); ErrClosed. A refusal by
+// (perhaps carried out: look at the node's state) — also when this Cluster
+// shuts down while the answer is awaited (then wrapping ErrClosed too);
+// ErrClosed alone when it was shut down before sending. A refusal by
 // the other agent is a Response with ErrCode set, not an error. A request
 // to this node itself is handed to HandleRequest directly.
 func (c *Cluster) Request(ctx context.Context, node string, req Request) (Response, error) {
@@ -121,7 +123,10 @@ func (x *requests) request(ctx context.Context, node string, req Request) (Respo
 		case <-ctx.Done():
 			return Response{}, fmt.Errorf("%w: waiting for the response: %w", ErrNoResponse, ctx.Err())
 		case <-c.stopCh:
-			return Response{}, ErrClosed
+			// The request may have reached the node and been carried out;
+			// only its answer is lost with this side's shutdown, so it is
+			// not a refusal.
+			return Response{}, fmt.Errorf("%w: this node's gossip shut down while waiting for the response, so the request may or may not have been carried out: %w", ErrNoResponse, ErrClosed)
 		}
 	}
 }

@@ -215,13 +215,18 @@ func depBroken(x *index, id string, d queue.Dep, started int64, first *instance,
 	v := Violation{Check: CheckDependency, Subject: "entry " + id}
 	// A cancel ends a run at once for those waiting on it (docs/queue.md),
 	// while its sessions still get the preemption grace to stop: a part
-	// still running then is not a part that had yet to end.
+	// still running then is not a part that had yet to end — nor is one
+	// whose start was in flight then (its origin had let a scheduler start
+	// that attempt before the cancel), which lands after the cancel and is
+	// stopped the same way.
 	cancelledBefore := false
+	var cancelCall int64
 	if c, ok := tried[d.ID]; ok && h.Ops[c].Call < started {
-		cancelledBefore = true
+		cancelledBefore, cancelCall = true, h.Ops[c].Call
 	}
 	for _, p := range parts {
-		if (p.end < 0 || h.Writes[p.end].Start >= started) && !(cancelledBefore && h.Writes[p.puts[0]].Done < h.Ops[tried[d.ID]].Call) {
+		before := cancelledBefore && (h.Writes[p.puts[0]].Done < cancelCall || placedBefore(x, p, cancelCall))
+		if (p.end < 0 || h.Writes[p.end].Start >= started) && !before {
 			v.What = fmt.Sprintf("%s (%s) started at %s ms before %s of %s ended", id, d, ms(started), p.id, d.ID)
 			v.History = []string{writeLine(h, p.puts[0])}
 			if p.end >= 0 {
@@ -255,4 +260,21 @@ func depBroken(x *index, id string, d queue.Dep, started int64, first *instance,
 		return v, true
 	}
 	return Violation{}, false
+}
+
+// placedBefore reports whether the attempt p is a part of was let start
+// (its origin durably wrote a placer for that attempt) before at: a start
+// already in flight then.
+func placedBefore(x *index, p *instance, at int64) bool {
+	l, ok := grantOf(x.h, p)
+	if !ok {
+		return false
+	}
+	for _, i := range x.entryWrites[entryOf(l.Entry)] {
+		w := &x.h.Writes[i]
+		if w.Kind == WritePutEntry && w.Entry.Placer != "" && w.Entry.Key() == l.Entry && w.Done < at {
+			return true
+		}
+	}
+	return false
 }

@@ -91,6 +91,24 @@ func dependent(b *builder, any bool, start float64) {
 	b.put(lease.Lease{Node: "n3", Token: 1, GPUs: []int{0}, Entry: y.Key()}, start, start+1)
 }
 
+// placed writes n1-q1's attempt 0 let start (a placer written) at ms.
+func placed(b *builder, ms float64) {
+	x := queue.QueueEntry{ID: "n1-q1", Origin: "n1", Nodes: 1, GPUsPerNode: 1, Job: &lease.Job{Command: []string{"sleep", "1"}}, Placer: "n2/boot"}
+	b.entry(x, ms, ms+1)
+}
+
+// dependentLate is dependent with n1-q1's lease put at 65 ms (after a
+// cancel at 50–60) and ended at 110, and n1-q2 started at start.
+func dependentLate(b *builder, any bool, start float64) {
+	x := queue.QueueEntry{ID: "n1-q1", Origin: "n1", Nodes: 1, GPUsPerNode: 1, Job: &lease.Job{Command: []string{"sleep", "1"}}}
+	y := queue.QueueEntry{ID: "n1-q2", Origin: "n1", Nodes: 1, GPUsPerNode: 1, Job: x.Job, After: []queue.Dep{{ID: x.ID, Any: any}}}
+	b.entry(x, 0, 1)
+	b.entry(y, 2, 3)
+	b.put(lease.Lease{Node: "n2", Token: 1, GPUs: []int{0}, Entry: x.Key()}, 65, 66)
+	b.end("n2-1", []int{0}, lease.ExitReason(143), 110, 111)
+	b.put(lease.Lease{Node: "n3", Token: 1, GPUs: []int{0}, Entry: y.Key()}, start, start+1)
+}
+
 func TestCheckDependencies(t *testing.T) {
 	for _, any := range []bool{false, true} {
 		runCases(t, []checkCase{
@@ -128,6 +146,28 @@ func TestCheckDependencies(t *testing.T) {
 		{name: "a run after one cancelled, in its grace still, fails", fails: CheckDependency, names: []string{"cancel", "put n3-1"}, build: func(b *builder) *History {
 			b.op(Op{Client: 0, Kind: OpCancel, Node: "n1", EntryID: "n1-q1", Outcome: OK}, 50, 60)
 			dependent(b, false, 80)
+			return b.history(3000)
+		}},
+		// The long run's seed 899324063038558145: node02-q166 (a gang) was
+		// placed, its scheduler paused; the cancel came as it went on, and
+		// the ranks it reserved and committed after the cancel were stopped
+		// 1.2 s later, after node03-q157 (--after-any) had started.
+		{name: "a run after-any one cancelled while its start was in flight passes", build: func(b *builder) *History {
+			placed(b, 30)
+			b.op(Op{Client: 0, Kind: OpCancel, Node: "n1", EntryID: "n1-q1", Outcome: OK}, 50, 60)
+			dependentLate(b, true, 80)
+			return b.history(3000)
+		}},
+		{name: "a run after-any one cancelled, placed only after the cancel, fails", fails: CheckDependency, names: []string{"put n2-1", "put n3-1"}, build: func(b *builder) *History {
+			b.op(Op{Client: 0, Kind: OpCancel, Node: "n1", EntryID: "n1-q1", Outcome: OK}, 50, 60)
+			placed(b, 55)
+			dependentLate(b, true, 80)
+			return b.history(3000)
+		}},
+		{name: "a run after one cancelled while its start was in flight fails", fails: CheckDependency, names: []string{"cancel", "put n3-1"}, build: func(b *builder) *History {
+			placed(b, 30)
+			b.op(Op{Client: 0, Kind: OpCancel, Node: "n1", EntryID: "n1-q1", Outcome: OK}, 50, 60)
+			dependentLate(b, false, 80)
 			return b.history(3000)
 		}},
 		{name: "a run after-any one cancelled while it ran passes", build: func(b *builder) *History {

@@ -123,7 +123,8 @@ type Write struct {
 	Boot int
 	Kind WriteKind
 	// Start and Done bound the write (Start before the store was called,
-	// Done after it returned); Mono is the system's monotonic clock
+	// Done after it returned), in nanoseconds since the run started, as an
+	// Op's times; Mono is the system's monotonic clock
 	// (CLOCK_BOOTTIME, what lease.MonoLimits count on) at Done.
 	Start, Done int64
 	Mono        time.Duration
@@ -176,7 +177,9 @@ type Fault struct {
 	Kind FaultKind
 	// Nodes are the nodes it struck (for a partition, one side; empty for
 	// a fault on the whole network).
-	Nodes  []string
+	Nodes []string
+	// Start and Healed are when it struck and when it was healed, in
+	// nanoseconds since the run started (as every time in a History).
 	Start  int64
 	Healed int64
 	Detail string
@@ -187,8 +190,9 @@ type Fault struct {
 // agent had them.
 type Heal struct {
 	Fault FaultKind
-	At    int64
-	Took  time.Duration
+	// At is when the fault healed (nanoseconds since the run started).
+	At   int64
+	Took time.Duration
 	// Converged is false when it took longer than the harness waited.
 	Converged bool
 }

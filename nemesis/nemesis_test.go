@@ -16,6 +16,7 @@ var (
 	nodes    = flag.Int("nemesis.nodes", 3, "how many agents")
 	report   = flag.String("nemesis.report", "", "also write the report to this file")
 	dump     = flag.String("nemesis.history", "", "write the whole history to this file as JSON, for a closer look")
+	replay   = flag.String("nemesis.replay", "", "TestNemesisReplay checks the history in this file (written by -nemesis.history) again, with this checker")
 	strict   = flag.Bool("nemesis.strict", false, "fail on the timing promises too (every heal within 5 s, no false dead); without it they are reported, and only safety fails the test")
 )
 
@@ -79,6 +80,32 @@ func TestNemesis(t *testing.T) {
 	for _, k := range AllFaults() {
 		if r.FaultsByKind[k] == 0 {
 			t.Errorf("no %s fault was injected: run longer", k)
+		}
+	}
+}
+
+// TestNemesisReplay checks a history a run saved (-nemesis.history) again,
+// with the checker as it is now: how a finding is told from a checker's
+// mistake once the checker changed, without the hours of the run.
+//
+//	go test ./nemesis -run TestNemesisReplay -v -args -nemesis.replay /tmp/nemesis.json
+func TestNemesisReplay(t *testing.T) {
+	if *replay == "" {
+		t.Skip("no -nemesis.replay FILE to check")
+	}
+	b, err := os.ReadFile(*replay)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var h History
+	if err := json.Unmarshal(b, &h); err != nil {
+		t.Fatalf("read the history in %s: %v", *replay, err)
+	}
+	r := Check(&h)
+	t.Logf("history of %s checked again:\n%s", *replay, r)
+	for _, v := range r.Violations {
+		if v.Check != CheckConvergence && v.Check != CheckFalseDead {
+			t.Errorf("safety violation: [%s] %s", v.Check, v.What)
 		}
 	}
 }

@@ -47,10 +47,14 @@ func (v ClusterView) Progress() Progress {
 
 // InFlight is a start the scheduler has sent and not yet seen in the
 // cluster's state. Until it shows, its GPUs count as taken, so no other
-// entry is planned onto them.
+// entry is planned onto them, and the attempt is not planned again.
 type InFlight struct {
-	Key   string
-	At    time.Time
+	Key string
+	// Mono is the scheduler's monotonic clock (clock.Clock.Mono) when the
+	// start was sent. Its age is never judged on the wall clock: a wall
+	// clock stepped forward (NTP, an administrator) would end the hold at
+	// once and let the scheduler start the same attempt a second time.
+	Mono  time.Duration
 	Ranks []RankPlacement
 	User  string
 	UID   int
@@ -62,9 +66,10 @@ const InFlightTimeout = 15 * time.Second
 
 // Settled reports whether the scheduler is done with an in-flight start:
 // its lease shows, its origin says it runs, its entry is gone or moved on to
-// another attempt, or it is stale.
-func (f InFlight) Settled(p Progress, entries map[string]QueueEntry, now time.Time) bool {
-	if now.Sub(f.At) > InFlightTimeout {
+// another attempt, or it is stale — InFlightTimeout has passed on the
+// monotonic clock, mono being that clock now.
+func (f InFlight) Settled(p Progress, entries map[string]QueueEntry, mono time.Duration) bool {
+	if mono-f.Mono > InFlightTimeout {
 		return true
 	}
 	if _, seen := p.Started[f.Key]; seen {
@@ -76,14 +81,16 @@ func (f InFlight) Settled(p Progress, entries map[string]QueueEntry, now time.Ti
 }
 
 // Hold adds placeholder leases for in-flight starts to the nodes they were
-// sent to.
-func Hold(nodes []lease.SchedNode, inflight []InFlight) {
+// sent to. The placeholders are dated from now, the pass's wall clock, so
+// a step of that clock neither frees their GPUs nor holds them longer:
+// they last exactly as long as the starts stay in flight.
+func Hold(nodes []lease.SchedNode, inflight []InFlight, now time.Time) {
 	for _, f := range inflight {
 		for _, rk := range f.Ranks {
 			for i := range nodes {
 				if nodes[i].Name == rk.Node {
 					nodes[i].Leases = append(nodes[i].Leases, lease.Lease{ID: "inflight-" + f.Key, Node: rk.Node, GPUs: rk.GPUs,
-						User: f.User, UID: f.UID, Entry: f.Key, StartedAt: f.At, ExpiresAt: f.At.Add(time.Hour), ReservedUntil: f.At.Add(InFlightTimeout)})
+						User: f.User, UID: f.UID, Entry: f.Key, StartedAt: now, ExpiresAt: now.Add(time.Hour), ReservedUntil: now.Add(InFlightTimeout)})
 				}
 			}
 		}

@@ -49,9 +49,10 @@ type Scheduler struct {
 	deps Deps
 	kick chan struct{}
 
-	mu         sync.Mutex
-	inflight   map[string]queue.InFlight
-	reclaiming map[string]time.Time
+	mu       sync.Mutex
+	inflight map[string]queue.InFlight
+	// reclaiming is when (Clock.Mono) each lease's reclaim was sent.
+	reclaiming map[string]time.Duration
 	// holding is whether the last pass held for a live peer not yet
 	// heard: the hold is logged once, not on every pass.
 	holding bool
@@ -65,7 +66,7 @@ func New(self string, cfg queue.SchedConfig, deps Deps) *Scheduler {
 		deps.Log = slog.New(slog.DiscardHandler)
 	}
 	return &Scheduler{self: self, cfg: cfg.WithDefaults(), deps: deps, kick: make(chan struct{}, 1),
-		inflight: map[string]queue.InFlight{}, reclaiming: map[string]time.Time{}}
+		inflight: map[string]queue.InFlight{}, reclaiming: map[string]time.Duration{}}
 }
 
 // Kick asks for a pass soon; it never blocks.
@@ -116,14 +117,16 @@ func (s *Scheduler) schedule(ctx context.Context, v queue.ClusterView) {
 	if !s.heard(v) {
 		return
 	}
-	now := s.deps.Clock.Now()
+	// now dates the plan (entries' waits, leases' ends); mono times this
+	// scheduler's own holds, which a step of the wall clock must not end.
+	now, mono := s.deps.Clock.Now(), s.deps.Clock.Mono()
 	progress := v.Progress()
 	entries := map[string]queue.QueueEntry{}
 	for _, e := range v.Entries() {
 		entries[e.ID] = e
 	}
 	nodes := v.SchedNodes()
-	queue.Hold(nodes, s.settle(progress, entries, now))
+	queue.Hold(nodes, s.settle(progress, entries, mono), now)
 	waiting, retell := v.Waiting(progress)
 	for _, e := range retell {
 		// Started, but its origin has not heard (or the message was lost):
@@ -136,7 +139,7 @@ func (s *Scheduler) schedule(ctx context.Context, v queue.ClusterView) {
 	plan := queue.Schedule(waiting, nodes, v.Usage(), now, s.cfg)
 	for _, st := range plan.Start {
 		key := st.Entry.Key()
-		if !s.hold(queue.InFlight{Key: key, At: now, Ranks: st.Ranks, User: st.Entry.User, UID: st.Entry.UID}) {
+		if !s.hold(queue.InFlight{Key: key, Mono: mono, Ranks: st.Ranks, User: st.Entry.User, UID: st.Entry.UID}) {
 			continue
 		}
 		s.goTracked(ctx, func(ctx context.Context) {
@@ -159,7 +162,7 @@ func (s *Scheduler) schedule(ctx context.Context, v queue.ClusterView) {
 		})
 	}
 	for _, r := range plan.Reclaim {
-		if s.reclaim(r.Lease.ID, now) || !r.Lease.PreemptedAt.IsZero() {
+		if s.reclaim(r.Lease.ID, mono) || !r.Lease.PreemptedAt.IsZero() {
 			continue
 		}
 		s.deps.Log.Info("reclaiming", "lease", r.Lease.ID, "user", r.Lease.User, "why", r.Reason, "for", r.For)
@@ -202,20 +205,20 @@ func (s *Scheduler) holdBegins(hold bool) bool {
 // settle forgets the starts in flight that have settled (their leases
 // show, their origin moved on, or InFlightTimeout passed) and the
 // reclaims past it, and returns the starts still in flight, whose GPUs
-// the pass must not plan again.
-func (s *Scheduler) settle(p queue.Progress, entries map[string]queue.QueueEntry, now time.Time) []queue.InFlight {
+// the pass must not plan again. mono is the monotonic clock now.
+func (s *Scheduler) settle(p queue.Progress, entries map[string]queue.QueueEntry, mono time.Duration) []queue.InFlight {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var held []queue.InFlight
 	for k, f := range s.inflight {
-		if f.Settled(p, entries, now) {
+		if f.Settled(p, entries, mono) {
 			delete(s.inflight, k)
 			continue
 		}
 		held = append(held, f)
 	}
 	for id, at := range s.reclaiming {
-		if now.Sub(at) > queue.InFlightTimeout {
+		if mono-at > queue.InFlightTimeout {
 			delete(s.reclaiming, id)
 		}
 	}
@@ -241,13 +244,13 @@ func (s *Scheduler) release(key string) {
 	delete(s.inflight, key)
 }
 
-// reclaim notes that lease id is being reclaimed now and reports whether
-// it already was.
-func (s *Scheduler) reclaim(id string, now time.Time) (busy bool) {
+// reclaim notes that lease id is being reclaimed now (mono, the monotonic
+// clock) and reports whether it already was.
+func (s *Scheduler) reclaim(id string, mono time.Duration) (busy bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	_, busy = s.reclaiming[id]
-	s.reclaiming[id] = now
+	s.reclaiming[id] = mono
 	return busy
 }
 

@@ -386,3 +386,49 @@ func TestSchedulerHoldsUntilEveryLivePeerIsHeard(t *testing.T) {
 		})
 	}
 }
+
+// TestInFlightStartOutlivesAWallClockStep: a start the scheduler has sent
+// holds its attempt until the attempt shows in the cluster's state; while
+// it does not (gossip is slow, or the answer was lost), passes must not
+// start it again. The hold is timed on the monotonic clock: the long
+// nemesis run (seed 899324063038558145) found node01-q405#0 started on
+// node02 and then again on node01, 137 ms apart, when node01's wall clock
+// was stepped back by 1h52m as the start went out and put right before the
+// next pass — the old hold, timed on the wall clock, read 1h52m gone and
+// let go.
+func TestInFlightStartOutlivesAWallClockStep(t *testing.T) {
+	start := []string{"node01 place node01-q1#0", "node01 start node01-q1#0 gpus [0 1] rank 0 as alice", "node01 started node01-q1#0"}
+	tests := []struct {
+		name string
+		// between moves the clock between the first pass and the second.
+		between func(c *clock.Fake)
+		want    []string
+	}{
+		{"the wall clock steps forward", func(c *clock.Fake) { c.StepWall(2 * time.Hour) }, start},
+		{"the wall clock steps back", func(c *clock.Fake) { c.StepWall(-2 * time.Hour) }, start},
+		{"a few seconds pass", func(c *clock.Fake) { c.Advance(3 * time.Second) }, start},
+		{
+			"the start stays unseen past InFlightTimeout: the hold lapses and it is planned again",
+			func(c *clock.Fake) { c.Advance(queue.InFlightTimeout + time.Second) },
+			append(slices.Clone(start), start...),
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := newCluster("node01")
+			clk := clock.NewFake(t0)
+			self := nodeView(t, "node01")
+			// The view never shows the start: its lease and the origin's
+			// "running" have not come back yet.
+			self.Queue = []queue.QueueEntry{entry("node01-q1", "alice", 1001, 1, 2, 0)}
+			view := func() queue.ClusterView { return queue.NewClusterView(self, nil, clk.Now()) }
+			s := sched.New("node01", queue.SchedConfig{}, sched.Deps{View: view, Peers: c.muxes["node01"], Clock: clk})
+			passAndWait(s)
+			tt.between(clk)
+			passAndWait(s)
+			if got := c.seen(); !slices.Equal(got, tt.want) {
+				t.Fatalf("the scheduler asked:\n  %s\nwant:\n  %s", strings.Join(got, "\n  "), strings.Join(tt.want, "\n  "))
+			}
+		})
+	}
+}
