@@ -158,6 +158,9 @@ func (l *clusterLink) Request(ctx context.Context, node, op string, body []byte)
 		return nil, "", "", &lease.Error{Code: lease.CodeNotFound, Msg: fmt.Sprintf("no node %s in this cluster: `dibs ls` shows the nodes", node)}
 	case errors.Is(err, gossip.ErrNodeDown):
 		return nil, "", "", &lease.Error{Code: lease.CodeUnavailable, Msg: fmt.Sprintf("%s is down, so nobody can claim or release its GPUs until its agent is back", node)}
+	case errors.Is(err, gossip.ErrNoResponse) && errors.Is(err, gossip.ErrClosed):
+		// Sent, then this agent stopped (a restart) before the answer came.
+		return nil, "", "", &lease.Error{Code: lease.CodeNoAnswer, Msg: fmt.Sprintf("this agent restarted before %s answered: the request may or may not have been carried out; `dibs ls` shows what it did", node)}
 	case errors.Is(err, gossip.ErrNoResponse), errors.Is(err, context.DeadlineExceeded):
 		return nil, "", "", &lease.Error{Code: lease.CodeNoAnswer, Msg: fmt.Sprintf("%s did not answer in time; it may be unreachable from here. `dibs ls` shows what it last said (the request may or may not have been carried out)", node)}
 	case err != nil:
