@@ -110,9 +110,12 @@ func floorPlan() []room {
 		{pkg: "gossip", what: "memberlist: node state out and in, requests between agents",
 			may: []string{"internal/lograte", "lease", "internal/termsafe", "nodeprobe"}, mods: []string{memberlist},
 			never: []string{charm, charmX, goNVML, "launch"}, notItself: []string{"net/http", "os/exec"}},
+		// The client speaks its few HTTP/1.1 requests by hand (api/transport.go):
+		// net/http brings crypto/tls, x509 and HTTP/2 into every dibs command
+		// (issue 22). The agent's server side, in agent/sockapi, keeps net/http.
 		{pkg: "api", what: "local API types and Go client (HTTP+JSON over the unix socket)",
 			may: []string{"lease", "internal/doctor", "internal/termsafe", "nodeprobe"}, mods: []string{xsys},
-			never: []string{charm, charmX, memberlist, goNVML}},
+			never: []string{charm, charmX, memberlist, goNVML, "net/http", "crypto/tls"}},
 		{pkg: "tui", what: "bubbletea v2 board over api",
 			may:  []string{"api", "lease", "internal/termsafe", "nodeprobe"},
 			mods: []string{"charm.land/bubbles/v2", bubbletea, "charm.land/lipgloss/v2", "github.com/charmbracelet/x/ansi"},
@@ -201,7 +204,10 @@ func floorPlan() []room {
 		room{pkg: "cmd/dibs", what: "the client: flags, tables, --json, the board; hands the daemon's verbs to dibsd",
 			may: []string{"api", "internal/buildinfo", "internal/columns", "launch", "lease", "internal/doctor", "internal/replay", "internal/slurm",
 				"internal/termsafe", "nodeprobe", "tui"},
-			mods: []string{bubbletea, "github.com/spf13/cobra", "github.com/spf13/pflag", xsys}, never: daemonParts},
+			mods: []string{bubbletea, "github.com/spf13/cobra", "github.com/spf13/pflag", xsys},
+			// Nor net/http and crypto/tls: its requests are plain HTTP/1.1 on
+			// a unix socket, written by hand (api/transport.go).
+			never: append(slices.Clone(daemonParts), "net/http", "crypto/tls")},
 		room{pkg: ".", what: "this floor plan and the size limits (tests only)"},
 	)
 }
