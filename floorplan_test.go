@@ -196,18 +196,20 @@ func floorPlan() []room {
 		// nothing compiles NVML's header, so the README's `go run ./cmd/dibsd
 		// demo` and test command print no C compiler warnings. The release
 		// builds dibsd with -tags nvml.
-		room{pkg: "internal/daemoncmd", what: "dibsd's commands: agent, demo, probe, keygen, config check",
+		room{pkg: "internal/daemoncmd", what: "dibsd's commands: agent, demo, probe, keygen, config check, the board",
 			may:  append(all, "internal/buildinfo"),
 			mods: []string{"github.com/spf13/cobra", xsys}, never: []string{goNVML}},
 		room{pkg: "cmd/dibsd", what: "the daemon's binary: dibsd agent (the dibs.service unit), demo, probe, keygen",
 			may: []string{"internal/daemoncmd"}, never: []string{goNVML}},
-		room{pkg: "cmd/dibs", what: "the client: flags, tables, --json, the board; hands the daemon's verbs to dibsd",
+		room{pkg: "cmd/dibs", what: "the client: flags, tables, --json; hands the board and the daemon's verbs to dibsd",
 			may: []string{"api", "internal/buildinfo", "internal/columns", "launch", "lease", "internal/doctor", "internal/replay", "internal/slurm",
-				"internal/termsafe", "nodeprobe", "tui"},
-			mods: []string{bubbletea, "github.com/spf13/cobra", "github.com/spf13/pflag", xsys},
+				"internal/termsafe", "nodeprobe"},
+			mods: []string{"github.com/spf13/cobra", "github.com/spf13/pflag", xsys},
 			// Nor net/http and crypto/tls: its requests are plain HTTP/1.1 on
-			// a unix socket, written by hand (api/transport.go).
-			never: append(slices.Clone(daemonParts), "net/http", "crypto/tls")},
+			// a unix socket, written by hand (api/transport.go). Nor the
+			// board's libraries, whose inits ran for every command: dibs
+			// hands the board to dibsd (internal/daemoncmd/board.go).
+			never: append(slices.Clone(daemonParts), "net/http", "crypto/tls", "tui", charm, charmX)},
 		room{pkg: ".", what: "this floor plan and the size limits (tests only)"},
 	)
 }
