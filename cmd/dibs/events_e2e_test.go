@@ -240,7 +240,8 @@ func TestCLIClaimQueueWaitGivesUp(t *testing.T) {
 }
 
 // TestCLILogsThroughTheAgentBinary: an agent process keeps a run's output
-// through its own `_pipe-log` (the newest output, in a file the user owns).
+// through `_pipe-log` (the newest output, in a file the user owns): the
+// client's, beside the agent's binary as the package installs them.
 func TestCLILogsThroughTheAgentBinary(t *testing.T) {
 	agenttest.RequireTmux(t)
 	u := launchtest.User(t)
