@@ -28,7 +28,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -288,27 +287,15 @@ func validEnvKey(k string) bool {
 // If ctx ends during the call the session may or may not exist; Exists or
 // List tells. Safe for concurrent use.
 func (l *Launcher) Start(ctx context.Context, s Spec) (Session, error) {
-	args, dir, err := l.prepareStart(ctx, s)
+	args, err := l.prepareStart(ctx, s)
 	if err != nil {
 		return Session{}, fmt.Errorf("start session %s as %s: %w", s.Name, s.User.Name, err)
 	}
-	// The tmux client starts in the working directory, entered as the
-	// user: that chdir is the directory check, in the same fork and exec
-	// (a separate `tmux -V` there cost every run a process).
-	out, err := l.runIn(ctx, s.User, s.Env, dir, args...)
+	out, err := l.runWith(ctx, s.User, s.Env, args...)
 	if errors.Is(err, ErrNoSession) {
 		// new-session can only "miss" by reaching a server that was exiting
 		// as its last session ended; the next client starts a fresh one.
-		out, err = l.runIn(ctx, s.User, s.Env, dir, args...)
-	}
-	if errors.Is(err, errNotStarted) {
-		// Say which: the directory (checkDir's one message, which tells
-		// nothing about places the user cannot see), or tmux itself.
-		if derr := l.checkDir(ctx, s.User, dir); derr != nil {
-			err = derr
-		} else if errors.Is(err, fs.ErrNotExist) {
-			err = ErrTmuxNotFound
-		}
+		out, err = l.runWith(ctx, s.User, s.Env, args...)
 	}
 	if err != nil {
 		return Session{}, fmt.Errorf("start session %s as %s: %w", s.Name, s.User.Name, err)
@@ -322,37 +309,34 @@ func (l *Launcher) Start(ctx context.Context, s Spec) (Session, error) {
 }
 
 // prepareStart checks s, then does what Start needs before tmux: the
-// exit-status file made ready when s asks for one. It returns the tmux
-// arguments and the directory to start the tmux client in: s.Dir, which
-// Start's client enters as the user (the check that it may), or without
-// one the user's home when they can enter it, else "/".
-func (l *Launcher) prepareStart(ctx context.Context, s Spec) ([]string, string, error) {
+// working directory checked as the user, and the exit-status file made ready
+// when s asks for one. It returns the tmux arguments.
+func (l *Launcher) prepareStart(ctx context.Context, s Spec) ([]string, error) {
 	if _, err := l.startArgs(s, ""); err != nil {
-		return nil, "", err
+		return nil, err
 	}
 	if l.tmuxErr != nil {
-		return nil, "", l.tmuxErr
+		return nil, l.tmuxErr
 	}
 	if _, err := credentialFor(l.euid, s.User); err != nil {
-		return nil, "", err
+		return nil, err
 	}
-	if s.Dir == "" && s.User.Home != "" && filepath.IsAbs(s.User.Home) && l.checkDir(ctx, s.User, s.User.Home) == nil {
+	if s.Dir != "" {
+		if err := l.checkDir(ctx, s.User, s.Dir); err != nil {
+			return nil, err
+		}
+	} else if s.User.Home != "" && filepath.IsAbs(s.User.Home) && l.checkDir(ctx, s.User, s.User.Home) == nil {
 		s.Dir = s.User.Home
 	}
 	exitFile := ""
 	if s.RecordExit && len(s.Command) > 0 {
 		f, err := l.prepareExitFile(s.User, s.Name)
 		if err != nil {
-			return nil, "", fmt.Errorf("record exit status: %w", err)
+			return nil, fmt.Errorf("record exit status: %w", err)
 		}
 		exitFile = f
 	}
-	args, err := l.startArgs(s, exitFile)
-	dir := s.Dir
-	if dir == "" {
-		dir = "/"
-	}
-	return args, dir, err
+	return l.startArgs(s, exitFile)
 }
 
 // startArgs builds the single tmux command line for Start: new-session with

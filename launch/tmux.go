@@ -24,19 +24,6 @@ func (l *Launcher) run(ctx context.Context, u User, args ...string) ([]byte, err
 // then renders UTF-8 the way the job expects, and tmux gives a new pane the
 // PATH of the client that made it, not the session's.
 func (l *Launcher) runWith(ctx context.Context, u User, session map[string]string, args ...string) ([]byte, error) {
-	return l.runIn(ctx, u, session, "/", args...)
-}
-
-// errNotStarted marks a tmux client that never ran: its fork or exec
-// failed, which with a working directory given to runIn is most often the
-// user's chdir into it.
-var errNotStarted = errors.New("tmux did not start")
-
-// runIn is runWith with the client started in dir, entered as u (the
-// child changes to u's credentials before its chdir), so a client that
-// starts at all proves u can enter dir. A client that could not start
-// returns an error wrapping errNotStarted and the errno.
-func (l *Launcher) runIn(ctx context.Context, u User, session map[string]string, dir string, args ...string) ([]byte, error) {
 	if l.tmuxErr != nil {
 		return nil, l.tmuxErr
 	}
@@ -48,9 +35,7 @@ func (l *Launcher) runIn(ctx context.Context, u User, session map[string]string,
 	defer cancel()
 	cmd := exec.CommandContext(callCtx, l.tmux, args...)
 	cmd.Env = clientEnv(u, session, l.tmpDir)
-	// A server this client starts inherits dir: "/", or the run's own
-	// directory (as when the user starts tmux there); never the agent's.
-	cmd.Dir = dir
+	cmd.Dir = "/" // the server inherits it; never pin the agent's directory
 	// Credential only, and deliberately no Pdeathsig: the server this client
 	// may fork must outlive the agent, or an agent restart would end every job.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
@@ -70,9 +55,6 @@ func (l *Launcher) runIn(ctx context.Context, u User, session map[string]string,
 	var ee *exec.ExitError
 	if errors.As(err, &ee) {
 		return nil, newTmuxError(args[0], stderr.String())
-	}
-	if dir != "/" && cmd.Process == nil {
-		return nil, fmt.Errorf("run tmux %s as %s in %s: %w: %w", args[0], u.Name, dir, errNotStarted, err)
 	}
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, ErrTmuxNotFound
