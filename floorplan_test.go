@@ -116,9 +116,12 @@ func floorPlan() []room {
 		{pkg: "gossip", what: "memberlist: node state out and in, requests between agents",
 			may: []string{"internal/lograte", "lease", "queue", "internal/termsafe", "nodeprobe"}, mods: []string{memberlist},
 			never: []string{charm, charmX, goNVML, "launch"}, notItself: []string{"net/http", "os/exec"}},
+		// The client speaks its few HTTP/1.1 requests by hand (api/transport.go):
+		// net/http brings crypto/tls, x509 and HTTP/2 into every dibs command
+		// (issue 22). The agent's server side, in agent/sockapi, keeps net/http.
 		{pkg: "api", what: "local API types and Go client (HTTP+JSON over the unix socket)",
 			may: []string{"lease", "queue", "event", "internal/doctor", "internal/termsafe", "nodeprobe"}, mods: []string{xsys},
-			never: []string{charm, charmX, memberlist, goNVML}},
+			never: []string{charm, charmX, memberlist, goNVML, "net/http", "crypto/tls"}},
 		{pkg: "tui", what: "bubbletea v2 board over api",
 			may:  []string{"api", "lease", "event", "internal/termsafe", "nodeprobe"},
 			mods: []string{"charm.land/bubbles/v2", bubbletea, "charm.land/lipgloss/v2", "github.com/charmbracelet/x/ansi"},
@@ -199,15 +202,20 @@ func floorPlan() []room {
 		// nothing compiles NVML's header, so the README's `go run ./cmd/dibsd
 		// demo` and test command print no C compiler warnings. The release
 		// builds dibsd with -tags nvml.
-		room{pkg: "internal/daemoncmd", what: "dibsd's commands: agent, demo, probe, keygen, config check",
+		room{pkg: "internal/daemoncmd", what: "dibsd's commands: agent, demo, probe, keygen, config check, the board",
 			may:  append(all, "internal/buildinfo"),
 			mods: []string{"github.com/spf13/cobra", xsys}, never: []string{goNVML}},
 		room{pkg: "cmd/dibsd", what: "the daemon's binary: dibsd agent (the dibs.service unit), demo, probe, keygen",
 			may: []string{"internal/daemoncmd"}, never: []string{goNVML}},
-		room{pkg: "cmd/dibs", what: "the client: flags, tables, --json, the board; hands the daemon's verbs to dibsd",
+		room{pkg: "cmd/dibs", what: "the client: flags, tables, --json; hands the board and the daemon's verbs to dibsd",
 			may: []string{"api", "internal/buildinfo", "internal/columns", "launch", "lease", "queue", "event", "internal/doctor", "internal/replay", "internal/slurm",
-				"internal/termsafe", "nodeprobe", "tui"},
-			mods: []string{bubbletea, "github.com/spf13/cobra", "github.com/spf13/pflag", xsys}, never: daemonParts},
+				"internal/termsafe", "nodeprobe"},
+			mods: []string{"github.com/spf13/cobra", "github.com/spf13/pflag", xsys},
+			// Nor net/http and crypto/tls: its requests are plain HTTP/1.1 on
+			// a unix socket, written by hand (api/transport.go). Nor the
+			// board's libraries, whose inits ran for every command: dibs
+			// hands the board to dibsd (internal/daemoncmd/board.go).
+			never: append(slices.Clone(daemonParts), "net/http", "crypto/tls", "tui", charm, charmX)},
 		room{pkg: ".", what: "this floor plan and the size limits (tests only)"},
 	)
 }

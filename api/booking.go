@@ -2,7 +2,6 @@ package api
 
 import (
 	"context"
-	"net/http"
 	"time"
 
 	"github.com/dibs-gpu/dibs/lease"
@@ -45,20 +44,20 @@ func (c *Client) Book(ctx context.Context, req BookRequest) (lease.Lease, error)
 		req.RequestID = NewRequestID()
 	}
 	var out lease.Lease
-	err := c.retry(ctx, func() error { return c.do(ctx, http.MethodPost, "/v1/book", req, &out) })
+	err := c.retry(ctx, func() error { return c.do(ctx, "POST", "/v1/book", req, &out) })
 	return out, err
 }
 
 // Bookings lists the cluster's bookings.
 func (c *Client) Bookings(ctx context.Context) (Bookings, error) {
 	var out Bookings
-	err := c.do(ctx, http.MethodGet, "/v1/bookings", nil, &out)
+	err := c.do(ctx, "GET", "/v1/bookings", nil, &out)
 	return out, err
 }
 
 // Unbook withdraws a booking before it starts.
 func (c *Client) Unbook(ctx context.Context, id string) error {
-	return c.do(ctx, http.MethodPost, "/v1/unbook", struct {
+	return c.do(ctx, "POST", "/v1/unbook", struct {
 		ID string `json:"id"`
 	}{id}, nil)
 }

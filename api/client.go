@@ -2,7 +2,6 @@ package api
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -11,7 +10,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"net/http"
 	"os"
 	"strings"
 	"syscall"
@@ -34,7 +32,6 @@ func (e *Error) Error() string { return e.Msg }
 // Client talks to one agent over its unix socket. It is safe for concurrent use.
 type Client struct {
 	socket  string
-	hc      *http.Client
 	noRetry bool
 }
 
@@ -48,16 +45,9 @@ func (c *Client) WithoutRetry() *Client {
 
 // NewClient returns a client for the agent at socket. Nothing is dialled yet.
 // Every connection (each request and the /v1/watch stream) is made by
-// dialAgent, which sends nothing to an impostor.
+// dialAgent, which sends nothing to an impostor (transport.go).
 func NewClient(socket string) *Client {
-	tr := &http.Transport{
-		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-			return dialAgent(ctx, socket)
-		},
-		MaxIdleConns:      4,
-		DisableKeepAlives: false,
-	}
-	return &Client{socket: socket, hc: &http.Client{Transport: tr}}
+	return &Client{socket: socket}
 }
 
 // dialAgent connects to the agent at socket only if it is the agent: the
@@ -96,38 +86,31 @@ func dialAgent(ctx context.Context, socket string) (net.Conn, error) {
 func (c *Client) Socket() string { return c.socket }
 
 func (c *Client) do(ctx context.Context, method, path string, in, out any) error {
-	var body io.Reader
+	var body []byte
 	if in != nil {
 		b, err := json.Marshal(in)
 		if err != nil {
 			return fmt.Errorf("encode request: %w", err)
 		}
-		body = bytes.NewReader(b)
+		body = b
 	}
-	req, err := http.NewRequestWithContext(ctx, method, "http://dibs"+path, body)
-	if err != nil {
-		return err
-	}
-	if in != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	resp, err := c.hc.Do(req)
+	resp, err := c.roundTrip(ctx, method, path, body)
 	if err != nil {
 		return c.dialError(err)
 	}
-	defer resp.Body.Close()
+	defer resp.close()
 	return decodeResponse(resp, out)
 }
 
-func decodeResponse(resp *http.Response, out any) error {
-	lr := io.LimitReader(resp.Body, MaxBody+1)
-	if resp.StatusCode/100 != 2 {
+func decodeResponse(resp *response, out any) error {
+	lr := io.LimitReader(resp.body, MaxBody+1)
+	if resp.status/100 != 2 {
 		var eb ErrorBody
 		b, _ := io.ReadAll(lr)
 		if json.Unmarshal(b, &eb) != nil || eb.Error == "" {
-			eb.Error = fmt.Sprintf("agent answered %s: %s", resp.Status, strings.TrimSpace(string(b)))
+			eb.Error = fmt.Sprintf("agent answered %s: %s", resp.statusText, strings.TrimSpace(string(b)))
 		}
-		return &Error{Status: resp.StatusCode, Code: string(eb.Code), Msg: eb.Error}
+		return &Error{Status: resp.status, Code: string(eb.Code), Msg: eb.Error}
 	}
 	if out == nil {
 		return nil
@@ -165,7 +148,7 @@ func (c *Client) dialError(err error) error {
 // Board returns the whole cluster as the agent sees it.
 func (c *Client) Board(ctx context.Context) (Board, error) {
 	var b Board
-	err := c.do(ctx, http.MethodGet, "/v1/board", nil, &b)
+	err := c.do(ctx, "GET", "/v1/board", nil, &b)
 	return b, err
 }
 
@@ -180,7 +163,7 @@ func (c *Client) Claim(ctx context.Context, req ClaimRequest) (ClaimResponse, er
 		req.RequestID = NewRequestID()
 	}
 	var r ClaimResponse
-	err := c.retry(ctx, func() error { return c.do(ctx, http.MethodPost, "/v1/claim", req, &r) })
+	err := c.retry(ctx, func() error { return c.do(ctx, "POST", "/v1/claim", req, &r) })
 	return r, err
 }
 
@@ -220,28 +203,28 @@ func (c *Client) retry(ctx context.Context, f func() error) error {
 // Release ends leases.
 func (c *Client) Release(ctx context.Context, req ReleaseRequest) (ReleaseResponse, error) {
 	var r ReleaseResponse
-	err := c.do(ctx, http.MethodPost, "/v1/release", req, &r)
+	err := c.do(ctx, "POST", "/v1/release", req, &r)
 	return r, err
 }
 
 // Extend moves a lease's end.
 func (c *Client) Extend(ctx context.Context, req ExtendRequest) (ClaimResponse, error) {
 	var r ClaimResponse
-	err := c.do(ctx, http.MethodPost, "/v1/extend", req, &r)
+	err := c.do(ctx, "POST", "/v1/extend", req, &r)
 	return r, err
 }
 
 // Adopt takes a running process into a lease.
 func (c *Client) Adopt(ctx context.Context, req AdoptRequest) (ClaimResponse, error) {
 	var r ClaimResponse
-	err := c.do(ctx, http.MethodPost, "/v1/adopt", req, &r)
+	err := c.do(ctx, "POST", "/v1/adopt", req, &r)
 	return r, err
 }
 
 // AdoptContainer records a container on the caller's leased GPUs as theirs.
 func (c *Client) AdoptContainer(ctx context.Context, req AdoptContainerRequest) (AdoptContainerResponse, error) {
 	var r AdoptContainerResponse
-	err := c.do(ctx, http.MethodPost, "/v1/adopt/container", req, &r)
+	err := c.do(ctx, "POST", "/v1/adopt/container", req, &r)
 	return r, err
 }
 
@@ -250,7 +233,7 @@ func (c *Client) AdoptContainer(ctx context.Context, req AdoptContainerRequest) 
 // passed CheckAttachCommand, so a caller may run it.
 func (c *Client) Attach(ctx context.Context, id string) (AttachResponse, error) {
 	var r AttachResponse
-	if err := c.do(ctx, http.MethodPost, "/v1/attach", map[string]string{"id": id}, &r); err != nil {
+	if err := c.do(ctx, "POST", "/v1/attach", map[string]string{"id": id}, &r); err != nil {
 		return r, err
 	}
 	if err := CheckAttachCommand(r.Command); err != nil {
@@ -262,7 +245,7 @@ func (c *Client) Attach(ctx context.Context, id string) (AttachResponse, error) 
 // Status returns the agent's view of itself and the cluster.
 func (c *Client) Status(ctx context.Context) (Status, error) {
 	var s Status
-	err := c.do(ctx, http.MethodGet, "/v1/status", nil, &s)
+	err := c.do(ctx, "GET", "/v1/status", nil, &s)
 	return s, err
 }
 
@@ -276,24 +259,19 @@ func (c *Client) Watch(ctx context.Context) (<-chan Board, func() error) {
 	go func() {
 		defer close(done)
 		defer close(ch)
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://dibs/v1/watch", nil)
-		if err != nil {
-			werr = err
-			return
-		}
-		resp, err := c.hc.Do(req)
+		resp, err := c.roundTrip(ctx, "GET", "/v1/watch", nil)
 		if err != nil {
 			if ctx.Err() == nil {
 				werr = c.dialError(err)
 			}
 			return
 		}
-		defer resp.Body.Close()
-		if resp.StatusCode != http.StatusOK {
+		defer resp.close()
+		if resp.status != 200 {
 			werr = decodeResponse(resp, nil)
 			return
 		}
-		sc := bufio.NewScanner(resp.Body)
+		sc := bufio.NewScanner(resp.body)
 		sc.Buffer(make([]byte, 64<<10), MaxBody)
 		for sc.Scan() {
 			var b Board
@@ -330,27 +308,27 @@ func (c *Client) Submit(ctx context.Context, req SubmitRequest) (Submitted, erro
 		req.Claim.RequestID = NewRequestID()
 	}
 	var r Submitted
-	err := c.retry(ctx, func() error { return c.do(ctx, http.MethodPost, "/v1/queue/submit", req, &r) })
+	err := c.retry(ctx, func() error { return c.do(ctx, "POST", "/v1/queue/submit", req, &r) })
 	return r, err
 }
 
 // Queue lists every waiting request in the cluster.
 func (c *Client) Queue(ctx context.Context) (Queue, error) {
 	var q Queue
-	err := c.do(ctx, http.MethodGet, "/v1/queue", nil, &q)
+	err := c.do(ctx, "GET", "/v1/queue", nil, &q)
 	return q, err
 }
 
 // Cancel withdraws a queued request.
 func (c *Client) Cancel(ctx context.Context, id string) error {
-	return c.do(ctx, http.MethodPost, "/v1/queue/cancel", map[string]string{"id": id}, &struct{}{})
+	return c.do(ctx, "POST", "/v1/queue/cancel", map[string]string{"id": id}, &struct{}{})
 }
 
 // EntryStatus reports where a request queued at this node stands, or how
 // it ended.
 func (c *Client) EntryStatus(ctx context.Context, id string) (EntryStatus, error) {
 	var s EntryStatus
-	err := c.do(ctx, http.MethodPost, "/v1/queue/entry", map[string]string{"id": id}, &s)
+	err := c.do(ctx, "POST", "/v1/queue/entry", map[string]string{"id": id}, &s)
 	return s, err
 }
 
@@ -358,13 +336,13 @@ func (c *Client) EntryStatus(ctx context.Context, id string) (EntryStatus, error
 // stops (root or an admin only).
 func (c *Client) Leave(ctx context.Context) (LeaveResponse, error) {
 	var r LeaveResponse
-	err := c.do(ctx, http.MethodPost, "/v1/leave", struct{}{}, &r)
+	err := c.do(ctx, "POST", "/v1/leave", struct{}{}, &r)
 	return r, err
 }
 
 // Usage reports GPU-hours per user since window ago, and fair-share factors.
 func (c *Client) Usage(ctx context.Context, window string) (UsageReport, error) {
 	var u UsageReport
-	err := c.do(ctx, http.MethodPost, "/v1/usage", map[string]string{"window": window}, &u)
+	err := c.do(ctx, "POST", "/v1/usage", map[string]string{"window": window}, &u)
 	return u, err
 }

@@ -2,7 +2,6 @@ package api
 
 import (
 	"context"
-	"net/http"
 	"time"
 
 	"github.com/dibs-gpu/dibs/internal/doctor"
@@ -126,7 +125,7 @@ func (c DoctorConfig) Sched() queue.SchedConfig {
 // Doctor asks the agent for `dibs doctor`.
 func (c *Client) Doctor(ctx context.Context, req DoctorRequest) (DoctorReport, error) {
 	var r DoctorReport
-	err := c.do(ctx, http.MethodPost, "/v1/doctor", req, &r)
+	err := c.do(ctx, "POST", "/v1/doctor", req, &r)
 	return r, err
 }
 
@@ -156,6 +155,6 @@ type RunRecord struct {
 // Run looks a run up by its queue id (node01-q7) or lease id (node01-42).
 func (c *Client) Run(ctx context.Context, id string) (RunRecord, error) {
 	var r RunRecord
-	err := c.do(ctx, http.MethodPost, "/v1/run", map[string]string{"id": id}, &r)
+	err := c.do(ctx, "POST", "/v1/run", map[string]string{"id": id}, &r)
 	return r, err
 }

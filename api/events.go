@@ -2,12 +2,10 @@ package api
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net/http"
 	"time"
 
 	"github.com/dibs-gpu/dibs/event"
@@ -140,7 +138,7 @@ type LogChunk struct {
 // Events lists the cluster's events.
 func (c *Client) Events(ctx context.Context, req EventsRequest) (EventList, error) {
 	var l EventList
-	err := c.do(ctx, http.MethodPost, "/v1/events", req, &l)
+	err := c.do(ctx, "POST", "/v1/events", req, &l)
 	return l, err
 }
 
@@ -157,25 +155,19 @@ func (c *Client) FollowEvents(ctx context.Context, req EventsRequest) (<-chan ev
 		defer close(done)
 		defer close(ch)
 		body, _ := json.Marshal(req)
-		hr, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://dibs/v1/events/follow", bytesReader(body))
-		if err != nil {
-			werr = err
-			return
-		}
-		hr.Header.Set("Content-Type", "application/json")
-		resp, err := c.hc.Do(hr)
+		resp, err := c.roundTrip(ctx, "POST", "/v1/events/follow", body)
 		if err != nil {
 			if ctx.Err() == nil {
 				werr = c.dialError(err)
 			}
 			return
 		}
-		defer resp.Body.Close()
-		if resp.StatusCode != http.StatusOK {
+		defer resp.close()
+		if resp.status != 200 {
 			werr = decodeResponse(resp, nil)
 			return
 		}
-		sc := bufio.NewScanner(resp.Body)
+		sc := bufio.NewScanner(resp.body)
 		sc.Buffer(make([]byte, 64<<10), 1<<20)
 		for sc.Scan() {
 			if len(sc.Bytes()) == 0 {
@@ -204,7 +196,7 @@ func (c *Client) FollowEvents(ctx context.Context, req EventsRequest) (<-chan ev
 // Notify changes, tests or reports the caller's notifications.
 func (c *Client) Notify(ctx context.Context, req NotifyRequest) (NotifyStatus, error) {
 	var s NotifyStatus
-	err := c.do(ctx, http.MethodPost, "/v1/notify", req, &s)
+	err := c.do(ctx, "POST", "/v1/notify", req, &s)
 	return s, err
 }
 
@@ -212,15 +204,13 @@ func (c *Client) Notify(ctx context.Context, req NotifyRequest) (NotifyStatus, e
 // name of the caller's.
 func (c *Client) LogSources(ctx context.Context, id string) ([]LogSource, error) {
 	var s []LogSource
-	err := c.do(ctx, http.MethodPost, "/v1/logs/find", map[string]string{"id": id}, &s)
+	err := c.do(ctx, "POST", "/v1/logs/find", map[string]string{"id": id}, &s)
 	return s, err
 }
 
 // ReadLog reads part of one of the caller's kept logs, on any node.
 func (c *Client) ReadLog(ctx context.Context, req LogReadRequest) (LogChunk, error) {
 	var ch LogChunk
-	err := c.do(ctx, http.MethodPost, "/v1/logs/read", req, &ch)
+	err := c.do(ctx, "POST", "/v1/logs/read", req, &ch)
 	return ch, err
 }
-
-func bytesReader(b []byte) *bytes.Reader { return bytes.NewReader(b) }

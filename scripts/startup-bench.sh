@@ -108,7 +108,7 @@ inittrace() {
 }
 
 echo "$(nproc) cores, $(uname -r), load $(cut -d' ' -f1-3 /proc/loadavg), $runs runs each"
-echo "dibs: $(stat -c %s "$dibs") bytes, $("$dibs" version | head -1)"
+echo "dibs: $(stat -c %s "$dibs") bytes, $("$dibs" version | head -1), $(go version -m "$dibs" 2>/dev/null | grep -c '^[[:space:]]*dep') modules"
 if [ -n "$base" ]; then
 	echo "BASE: $(stat -c %s "$base") bytes, $("$base" version | head -1)"
 	printf '%-26s %17s   %17s\n' "" "BASE" "dibs"
@@ -180,5 +180,10 @@ if command -v perf >/dev/null && perf stat -e task-clock true >/dev/null 2>&1; t
 	[ -z "$base" ] || echo "BASE ls, mean of $runs: $(cpu "$base" ls)"
 	if command -v squeue >/dev/null && squeue -h >/dev/null 2>&1; then
 		echo "squeue, mean of $runs: $(cpu squeue)"
+	fi
+	echo "dibs version, mean of $runs: $(cpu "$dibs" version)"
+	[ -z "$base" ] || echo "BASE version, mean of $runs: $(cpu "$base" version)"
+	if command -v sinfo >/dev/null && sinfo --version >/dev/null 2>&1; then
+		echo "sinfo --version, mean of $runs: $(cpu sinfo --version)"
 	fi
 fi

@@ -81,3 +81,38 @@ func TestDaemonVerbsRunDibsd(t *testing.T) {
 		})
 	}
 }
+
+// TestBoardWithoutDibsd: the board runs in dibsd (so its libraries are not
+// loaded by every dibs command); a dibs with no dibsd beside it or on PATH
+// says so in one line and exits 1 — after checking the agent, so a missing
+// agent is still reported as that.
+func TestBoardWithoutDibsd(t *testing.T) {
+	a := startAgent(t, agenttest.PublicDir(t), "--sim", "1xL40S")
+	alone := filepath.Join(t.TempDir(), "dibs")
+	b, err := os.ReadFile(dibsBin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(alone, b, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		name, socket, want string
+	}{
+		{"no dibsd", a.socket, "dibs: the board runs in dibsd, and dibsd is neither beside this dibs (" + filepath.Join(filepath.Dir(alone), "dibsd") + ") nor on PATH"},
+		{"no agent", "/nonexistent/dibs.sock", "dibs: no dibs agent at /nonexistent/dibs.sock"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			cmd := exec.Command(alone, "--socket", tt.socket, "tui")
+			cmd.Dir = t.TempDir()
+			cmd.Env = []string{"PATH=" + cmd.Dir, "HOME=" + cmd.Dir}
+			var o, e strings.Builder
+			cmd.Stdout, cmd.Stderr = &o, &e
+			err := cmd.Run()
+			code := cmd.ProcessState.ExitCode()
+			if err == nil || code != 1 || !strings.HasPrefix(e.String(), tt.want) || strings.Count(e.String(), "\n") != 1 || o.Len() != 0 {
+				t.Errorf("dibs tui: exit %d, stdout %q, stderr %q; want exit 1 and one line starting %q", code, o.String(), e.String(), tt.want)
+			}
+		})
+	}
+}

@@ -3,9 +3,13 @@
 package main
 
 import (
+	"os"
+
 	"github.com/spf13/cobra"
 
+	"github.com/dibs-gpu/dibs/api"
 	"github.com/dibs-gpu/dibs/internal/daemoncmd"
+	"github.com/dibs-gpu/dibs/tui"
 )
 
 // daemonCmds, in the build that writes the packages' man pages and
@@ -14,4 +18,10 @@ import (
 // dibsd instead (daemon_shim.go) and links none of it.
 func (c *cli) daemonCmds() []*cobra.Command {
 	return daemoncmd.Commands(c.stdout, c.stderr)
+}
+
+// runBoard, in the docs build (which links dibsd's commands anyway), opens
+// the board in this process; the installed client hands it to dibsd.
+func runBoard(cl *api.Client) error {
+	return tui.RunLocal(cl, os.Getenv("NO_COLOR") != "")
 }

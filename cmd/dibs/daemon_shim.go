@@ -11,6 +11,8 @@ import (
 	"syscall"
 
 	"github.com/spf13/cobra"
+
+	"github.com/dibs-gpu/dibs/api"
 )
 
 // daemonVerbs lists the verbs the daemon's binary, dibsd, carries: they link
@@ -38,19 +40,27 @@ func (c *cli) daemonCmds() []*cobra.Command {
 			Short:              v.short,
 			DisableFlagParsing: true,
 			RunE: func(cmd *cobra.Command, _ []string) error {
-				return execDaemon(os.Args[1:])
+				return execDaemon("this verb is the daemon's", os.Args[1:])
 			},
 		})
 	}
 	return cmds
 }
 
+// runBoard opens the board on this terminal over cl's socket: dibsd runs
+// it (`dibsd tui`), so the board's libraries load only when a board opens,
+// not for every `dibs ls` (internal/daemoncmd/board.go says why).
+func runBoard(cl *api.Client) error {
+	return execDaemon("the board runs in dibsd", []string{"tui", "--socket", cl.Socket()})
+}
+
 // execDaemon replaces this process with dibsd and args, so the daemon keeps
 // this process's id, signals (systemd's, a test's SIGTERM) and terminal.
 // dibsd is looked for beside this binary first (the package installs both
 // in /usr/bin; a build puts them in one directory), then on PATH.
-func execDaemon(args []string) error {
-	path, err := findDaemon()
+// why leads the one line said when there is no dibsd.
+func execDaemon(why string, args []string) error {
+	path, err := findDaemon(why)
 	if err != nil {
 		return err
 	}
@@ -58,8 +68,8 @@ func execDaemon(args []string) error {
 	return fmt.Errorf("run %s: %w", path, err)
 }
 
-// findDaemon names the dibsd to run, or says how to get one.
-func findDaemon() (string, error) {
+// findDaemon names the dibsd to run, or says how to get one, after why.
+func findDaemon(why string) (string, error) {
 	var beside string
 	if exe, err := os.Executable(); err == nil {
 		beside = filepath.Join(filepath.Dir(exe), "dibsd")
@@ -72,5 +82,5 @@ func findDaemon() (string, error) {
 	} else if errors.Is(err, exec.ErrDot) {
 		return "", fmt.Errorf("dibsd is only in the current directory, which PATH names relatively: run it as ./dibsd, or put it beside %s", beside)
 	}
-	return "", fmt.Errorf("this verb is the daemon's, and dibsd is neither beside this dibs (%s) nor on PATH: install the dibs package, or build it with `go build -o %s ./cmd/dibsd`", beside, filepath.Dir(beside))
+	return "", fmt.Errorf("%s, and dibsd is neither beside this dibs (%s) nor on PATH: install the dibs package, or build it with `go build -o %s ./cmd/dibsd`", why, beside, filepath.Dir(beside))
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/dibs-gpu/dibs/agent/agenttest"
 	"github.com/dibs-gpu/dibs/api"
 	"github.com/dibs-gpu/dibs/event"
+	"github.com/dibs-gpu/dibs/internal/poll"
 	"github.com/dibs-gpu/dibs/launch"
 	"github.com/dibs-gpu/dibs/launch/launchtest"
 	"github.com/dibs-gpu/dibs/lease"
@@ -164,8 +165,13 @@ func TestCLILogsOfARunAndAGang(t *testing.T) {
 		t.Fatalf("run: exit %d %s %s", code, out, errOut)
 	}
 	agenttest.Eventually(t, 10*time.Second, "the run to end", func() bool { return !leaseLive(nodes[0].Board(), r.ID) })
-	out, errOut, code = as("logs", r.ID)
-	if code != 0 || !strings.Contains(out, "hello-from-the-job") {
+	// The output reaches the file through tmux's pipe just after the lease
+	// ends (as in TestCLILogsThroughTheAgentBinary): a client that asks at
+	// once may be there first.
+	if !poll.Wait(5*time.Second, func() bool {
+		out, errOut, code = as("logs", r.ID)
+		return code == 0 && strings.Contains(out, "hello-from-the-job")
+	}) {
 		t.Errorf("dibs logs %s: exit %d %q %q", r.ID, code, out, errOut)
 	}
 	agenttest.Eventually(t, 5*time.Second, "the holder to hear the run failed", func() bool {
@@ -241,7 +247,8 @@ func TestCLIClaimQueueWaitGivesUp(t *testing.T) {
 }
 
 // TestCLILogsThroughTheAgentBinary: an agent process keeps a run's output
-// through its own `_pipe-log` (the newest output, in a file the user owns).
+// through `_pipe-log` (the newest output, in a file the user owns): the
+// client's, beside the agent's binary as the package installs them.
 func TestCLILogsThroughTheAgentBinary(t *testing.T) {
 	agenttest.RequireTmux(t)
 	u := launchtest.User(t)

@@ -1,13 +1,14 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -260,26 +261,32 @@ func ownSocket(path string) bool {
 }
 
 // answersWithToken asks the server on sock for its status with token: 200
-// means it is the server started with that token.
+// means it is the server started with that token. It speaks the one
+// request by hand rather than link net/http into every dibs command
+// (docs/benchmarks.md); the token is hex (randomHex), so it cannot break
+// the header.
 func answersWithToken(ctx context.Context, sock, token string) bool {
-	client := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{
-		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-			var d net.Dialer
-			return d.DialContext(ctx, "unix", sock)
-		},
-	}}
-	defer client.CloseIdleConnections()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://127.0.0.1/api/status", nil)
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	var d net.Dialer
+	conn, err := d.DialContext(ctx, "unix", sock)
 	if err != nil {
 		return false
 	}
-	req.Header.Set("Authorization", "token "+token)
-	resp, err := client.Do(req)
+	defer conn.Close()
+	deadline, _ := ctx.Deadline()
+	conn.SetDeadline(deadline)
+	req := "GET /api/status HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: token " + token + "\r\nConnection: close\r\n\r\n"
+	if _, err := io.WriteString(conn, req); err != nil {
+		return false
+	}
+	// The status line is all that is read: "HTTP/1.1 200 OK".
+	line, err := bufio.NewReaderSize(io.LimitReader(conn, 512), 512).ReadString('\n')
 	if err != nil {
 		return false
 	}
-	resp.Body.Close()
-	return resp.StatusCode == http.StatusOK
+	proto, rest, _ := strings.Cut(line, " ")
+	return strings.HasPrefix(proto, "HTTP/1.") && strings.HasPrefix(rest, "200 ")
 }
 
 // waitServing waits until the server answers with the token on its

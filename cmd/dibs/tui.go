@@ -7,9 +7,6 @@ import (
 
 	"github.com/spf13/cobra"
 	"golang.org/x/sys/unix"
-
-	"github.com/dibs-gpu/dibs/api"
-	"github.com/dibs-gpu/dibs/tui"
 )
 
 func tuiCmd(c *cli) *cobra.Command {
@@ -21,17 +18,13 @@ func tuiCmd(c *cli) *cobra.Command {
 			cl := c.client()
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()
+			// Say what is wrong here, in one line, before handing over.
 			if _, err := cl.Board(ctx); err != nil {
 				return err
 			}
 			return runBoard(cl)
 		},
 	}
-}
-
-// runBoard opens the board on this terminal over an agent's socket.
-func runBoard(cl *api.Client) error {
-	return tui.RunLocal(cl, os.Getenv("NO_COLOR") != "")
 }
 
 func isTerminal() bool {

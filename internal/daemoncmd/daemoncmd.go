@@ -84,7 +84,7 @@ hands "dibs agent", "dibs demo", "dibs probe", "dibs keygen" and
 	root.SetErr(stderr)
 	root.PersistentFlags().StringVar(&c.socket, "socket", "", "the agent's socket (default: $DIBS_SOCKET, then /run/dibs/dibs.sock as root, else your own: $XDG_RUNTIME_DIR/dibs.sock, /run/user/UID/dibs.sock or ~/.local/state/dibs/dibs.sock)")
 	root.AddCommand(c.commands()...)
-	root.AddCommand(versionCmd(c), pipeLogCmd())
+	root.AddCommand(versionCmd(c), pipeLogCmd(), boardCmd(c))
 	return root
 }
 
