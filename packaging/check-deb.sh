@@ -38,6 +38,10 @@ if command -v go >/dev/null; then
 	if go version -m /usr/bin/dibs | grep -E 'memberlist|bbolt|prometheus|go-nvml|wish'; then
 		fail "/usr/bin/dibs links a daemon part (above)"
 	fi
+	# Nor the board's libraries: dibs hands the board to dibsd tui.
+	if go version -m /usr/bin/dibs | grep -E 'charm\.land/|charmbracelet'; then
+		fail "/usr/bin/dibs links the board's libraries (above)"
+	fi
 fi
 
 # The files the package promises, with their modes.
