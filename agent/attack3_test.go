@@ -297,7 +297,7 @@ func TestNoAccountIsNotForwardedByName(t *testing.T) {
 			}
 		})
 	}
-	agenttest.WaitConverged(t, nodes, 5*time.Second)
+	agenttest.WaitConverged(t, nodes, 30*time.Second)
 	bd := nodes[1].Board()
 	if l := leaseOn(bd, "node02", 0); l != nil {
 		t.Errorf("node02's GPU is held by %s (uid %d): a uid with no account acted there by the name %q", l.User, l.UID, "uid40000")

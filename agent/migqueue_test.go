@@ -186,7 +186,7 @@ func TestQueuedPartsReclaim(t *testing.T) {
 				t.Fatal(err)
 			}
 			from := fake.Now()
-			agenttest.Tick(t, fake, 100*time.Millisecond, 5*time.Second, "the lease to sit idle for 600ms", func() bool {
+			agenttest.Tick(t, fake, 100*time.Millisecond, 15*time.Second, "the lease to sit idle for 600ms", func() bool {
 				return fake.Now().Sub(from) >= 600*time.Millisecond
 			})
 			s, err := n.As(light).Submit(ctx(t), api.SubmitRequest{Claim: tt.ask})
@@ -194,17 +194,24 @@ func TestQueuedPartsReclaim(t *testing.T) {
 				t.Fatal(err)
 			}
 			var warned time.Time
-			agenttest.Tick(t, fake, 100*time.Millisecond, 5*time.Second, "the lease to be warned ("+tt.reason+")", func() bool {
+			preempted := func(withNotice bool) bool {
 				b := n.BoardAs(heavy)
 				for _, l := range b.Nodes[0].GPUs[0].Shares {
 					if l.ID == held.ID && !l.PreemptedAt.IsZero() {
 						warned = l.PreemptedAt
-						return l.PreemptReason == tt.reason && len(b.Notices) > 0 && strings.Contains(strings.Join(b.Notices, "\n"), tt.reason)
+						return l.PreemptReason == tt.reason && (!withNotice || len(b.Notices) > 0 && strings.Contains(strings.Join(b.Notices, "\n"), tt.reason))
 					}
 				}
 				return false
-			})
-			agenttest.Tick(t, fake, 100*time.Millisecond, 5*time.Second, "the waiting request to get the reclaimed part", func() bool {
+			}
+			agenttest.Tick(t, fake, 100*time.Millisecond, 15*time.Second, "the lease to be preempted ("+tt.reason+")", func() bool { return preempted(false) })
+			// The notice reaches the board through the event log's writer
+			// a moment after the preemption (real time, not the clock's):
+			// wait for it with the clock held, or on a loaded machine the
+			// 1 s grace runs out and the lease is gone from the board
+			// before its notice arrives.
+			agenttest.Eventually(t, 15*time.Second, "the lease to be warned ("+tt.reason+")", func() bool { return preempted(true) })
+			agenttest.Tick(t, fake, 100*time.Millisecond, 15*time.Second, "the waiting request to get the reclaimed part", func() bool {
 				l := entryLease(n, s.ID)
 				return l != nil && l.User == "light" && l.MIG == held.MIG && (tt.ask.Mem == "" || l.MemMiB == 40<<10)
 			})

@@ -99,23 +99,28 @@ func TestNoticesReachEverySessionTheBoardAndTheWebhook(t *testing.T) {
 		t.Fatal(err)
 	}
 	attached := attachPane(t, n, u, r.Session)
-	agenttest.Eventually(t, 5*time.Second, "a client attached to the run's session", func() bool {
+	agenttest.Eventually(t, 15*time.Second, "a client attached to the run's session", func() bool {
 		out, _ := n.Tmux(u.UID, "ls")
 		return strings.Contains(out, r.Session+": 1 windows") && strings.Contains(out, "(attached)")
 	})
 
 	fake.Advance(50 * time.Minute)
 	warned := r.ID + " ends in 10m"
-	agenttest.Tick(t, fake, 50*time.Millisecond, 5*time.Second, "the ten-minute warning at the webhook", func() bool { return sink.has(warned) })
-	agenttest.Eventually(t, 5*time.Second, "the warning in the attached client's status line", func() bool {
+	agenttest.Tick(t, fake, 10*time.Millisecond, 15*time.Second, "the ten-minute warning at the webhook", func() bool { return sink.has(warned) })
+	agenttest.Eventually(t, 15*time.Second, "the warning in the attached client's status line", func() bool {
 		return strings.Contains(attached(), "dibs: lease "+warned)
 	})
 	if b := n.BoardAs(lease.Caller{UID: u.UID, User: u.Name}); len(b.Notices) == 0 || !strings.Contains(strings.Join(b.Notices, "\n"), warned) {
 		t.Errorf("the board's notices %v lack the warning", b.Notices)
 	}
 
-	fake.Advance(9 * time.Minute)
-	agenttest.Tick(t, fake, 50*time.Millisecond, 5*time.Second, "the one-minute warning at the webhook", func() bool {
+	// The last warning says how long is left to the second, as the node's
+	// sweep reads the clock: the clock is put exactly a minute before the
+	// end (however far the tick above moved it while a loaded machine
+	// delivered) and held there, so the warning reads "1m" and not the
+	// "59s" or "58s" of a clock that kept moving.
+	fake.Advance(r.ExpiresAt.Sub(fake.Now()) - time.Minute)
+	agenttest.Eventually(t, 20*time.Second, "the one-minute warning at the webhook", func() bool {
 		return sink.has(r.ID + " ends in 1m")
 	})
 
@@ -124,13 +129,19 @@ func TestNoticesReachEverySessionTheBoardAndTheWebhook(t *testing.T) {
 	if err := n.Probe.SetLoad(sim.Load{GPUs: map[int]sim.GPULoad{0: {UtilizationPct: 50, Processes: []sim.LoadProcess{{PID: 777, User: "mallory", UID: &other, Command: "python steal.py", UsedMemoryMiB: 100}}}}}); err != nil {
 		t.Fatal(err)
 	}
-	agenttest.Tick(t, fake, 50*time.Millisecond, 5*time.Second, "the squatter at the webhook", func() bool {
+	agenttest.Tick(t, fake, 50*time.Millisecond, 15*time.Second, "the squatter at the webhook", func() bool {
 		return sink.has("runs on your GPU 0 on node01")
 	})
 
 	// The session nobody was attached to shows them at its next attach,
 	// newest first; the option holds all three.
-	pending, _ := n.Tmux(u.UID, "show-options", "-t", "=mine:", "-qv", "@dibs-pending")
+	// The webhook and the session are told apart: the option may be set
+	// a moment after the webhook heard of the squatter.
+	var pending string
+	poll.Wait(15*time.Second, func() bool {
+		pending, _ = n.Tmux(u.UID, "show-options", "-t", "=mine:", "-qv", "@dibs-pending")
+		return strings.Contains(pending, "steal.py") && strings.Contains(pending, "ends in 1m") && strings.Contains(pending, "ends in 10m")
+	})
 	for _, want := range []string{"steal.py", "ends in 1m", "ends in 10m"} {
 		if !strings.Contains(pending, want) {
 			t.Errorf("the detached session's waiting notices lack %q: %q", want, pending)
@@ -138,7 +149,7 @@ func TestNoticesReachEverySessionTheBoardAndTheWebhook(t *testing.T) {
 	}
 	later := attachPane(t, n, u, "mine")
 	s := ""
-	if !poll.Wait(5*time.Second, func() bool {
+	if !poll.Wait(15*time.Second, func() bool {
 		s = later()
 		return strings.Contains(s, "dibs: mallory's process 777 (python steal.py) runs on your GPU 0")
 	}) {

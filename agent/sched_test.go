@@ -11,6 +11,7 @@ import (
 	"github.com/dibs-gpu/dibs/agent/agenttest"
 	"github.com/dibs-gpu/dibs/agent/clock"
 	"github.com/dibs-gpu/dibs/api"
+	"github.com/dibs-gpu/dibs/internal/poll"
 	"github.com/dibs-gpu/dibs/lease"
 	"github.com/dibs-gpu/dibs/queue"
 )
@@ -48,7 +49,7 @@ func TestQueueSameOrderEverywhereAndFairShare(t *testing.T) {
 	}
 	// Some GPU-seconds to count: every node's view holds heavy's usage.
 	for _, n := range nodes {
-		agenttest.Eventually(t, 5*time.Second, n.Opts.Name+" to count heavy's GPU-seconds", func() bool {
+		agenttest.Eventually(t, 15*time.Second, n.Opts.Name+" to count heavy's GPU-seconds", func() bool {
 			u, err := n.As(heavy).Usage(ctx(t), "1h")
 			if err != nil {
 				return false
@@ -73,7 +74,7 @@ func TestQueueSameOrderEverywhereAndFairShare(t *testing.T) {
 	want := []string{l.ID, h.ID}
 	for _, n := range nodes {
 		n := n
-		agenttest.Eventually(t, 3*time.Second, n.Opts.Name+" to order light before heavy", func() bool {
+		agenttest.Eventually(t, 15*time.Second, n.Opts.Name+" to order light before heavy", func() bool {
 			got := queueIDs(n.Queue())
 			return strings.Join(got, ",") == strings.Join(want, ",")
 		})
@@ -82,7 +83,7 @@ func TestQueueSameOrderEverywhereAndFairShare(t *testing.T) {
 	if _, err := nodes[0].As(heavy).Release(ctx(t), api.ReleaseRequest{IDs: []string{ids[0]}}); err != nil {
 		t.Fatal(err)
 	}
-	agenttest.Eventually(t, 3*time.Second, "light's request to start first", func() bool {
+	agenttest.Eventually(t, 15*time.Second, "light's request to start first", func() bool {
 		for _, e := range nodes[1].Queue().Entries {
 			if e.ID == l.ID && e.Running {
 				return true
@@ -136,7 +137,7 @@ func TestBackfillStartsShortJobWithoutDelayingTheGang(t *testing.T) {
 		}
 		return false
 	}
-	agenttest.Eventually(t, 3*time.Second, "the short job to backfill", func() bool { return running(nodes[0], short.ID) })
+	agenttest.Eventually(t, 15*time.Second, "the short job to backfill", func() bool { return running(nodes[0], short.ID) })
 	// Proof the scheduler weighed the long job with node02's GPU free: a
 	// second 30-minute job of light's, submitted at node02 after it (so
 	// behind it in light's order, and never seen without it), backfills on
@@ -145,7 +146,7 @@ func TestBackfillStartsShortJobWithoutDelayingTheGang(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	agenttest.Eventually(t, 3*time.Second, "the second short job to backfill on node02", func() bool { return running(nodes[1], probe.ID) })
+	agenttest.Eventually(t, 15*time.Second, "the second short job to backfill on node02", func() bool { return running(nodes[1], probe.ID) })
 	if running(nodes[1], long.ID) {
 		t.Errorf("the 3h job started and would delay the gang")
 	}
@@ -205,16 +206,23 @@ func TestSchedulerFailover(t *testing.T) {
 		t.Fatal(err)
 	}
 	nodes[0].Crash()
-	agenttest.Eventually(t, 10*time.Second, "node02 to take over scheduling", func() bool {
+	agenttest.Eventually(t, 30*time.Second, "node02 to take over scheduling", func() bool {
 		return nodes[2].Queue().Scheduler == "node02"
 	})
-	if ids := queueIDs(nodes[1].Queue()); len(ids) != 1 || ids[0] != s.ID {
+	// node03 submitted the entry and node03 saw node02 take over: node02
+	// itself may hear of the entry by gossip a moment later.
+	var ids []string
+	poll.Wait(15*time.Second, func() bool {
+		ids = queueIDs(nodes[1].Queue())
+		return len(ids) == 1 && ids[0] == s.ID
+	})
+	if len(ids) != 1 || ids[0] != s.ID {
 		t.Fatalf("queue after the scheduler died = %v, want %s kept", ids, s.ID)
 	}
 	if _, err := nodes[1].As(heavy).Release(ctx(t), api.ReleaseRequest{IDs: []string{r.ID}}); err != nil {
 		t.Fatal(err)
 	}
-	agenttest.Eventually(t, 3*time.Second, "the new scheduler to start the entry", func() bool {
+	agenttest.Eventually(t, 15*time.Second, "the new scheduler to start the entry", func() bool {
 		for _, e := range nodes[2].Queue().Entries {
 			if e.ID == s.ID {
 				return e.Running

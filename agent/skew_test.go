@@ -46,7 +46,7 @@ func TestPreviousReleaseDialectWithGang(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	agenttest.Eventually(t, 3*time.Second, "node02 to see node03 busy", func() bool {
+	agenttest.Eventually(t, 15*time.Second, "node02 to see node03 busy", func() bool {
 		b, _ := nodes[1].Client.Board(ctx(t))
 		return leaseOn(b, "node03", 2) != nil
 	})
@@ -56,7 +56,7 @@ func TestPreviousReleaseDialectWithGang(t *testing.T) {
 		t.Fatalf("submit a gang at the old node: %v", err)
 	}
 	var ranks map[string]string
-	agenttest.Eventually(t, 15*time.Second, "the gang to run on node01 and node02, on every board", func() bool {
+	agenttest.Eventually(t, 45*time.Second, "the gang to run on node01 and node02, on every board", func() bool {
 		for _, n := range nodes {
 			b, _ := n.Client.Board(ctx(t))
 			got := gangRanks(b, s.ID)
@@ -132,7 +132,7 @@ func TestPreviousReleaseDialectWithGang(t *testing.T) {
 	}
 	nodes[2].Opts.Cluster.Protocol = 0
 	nodes[2].Restart()
-	agenttest.WaitConverged(t, nodes, 15*time.Second)
+	agenttest.WaitConverged(t, nodes, 45*time.Second)
 	time.Sleep(time.Second) // claims with node03 upgraded
 	close(stop)
 	wg.Wait()
@@ -161,8 +161,8 @@ func TestPreviousReleaseDialectWithGang(t *testing.T) {
 	}
 	nodes[1].Opts.Cluster.Protocol = 0
 	nodes[1].Restart()
-	agenttest.WaitConverged(t, nodes, 15*time.Second)
-	agenttest.Eventually(t, 5*time.Second, "the feature to be allowed on every node", func() bool {
+	agenttest.WaitConverged(t, nodes, 45*time.Second)
+	agenttest.Eventually(t, 15*time.Second, "the feature to be allowed on every node", func() bool {
 		for _, n := range nodes {
 			if n.Agent.Service().Require(feature) != nil {
 				return false

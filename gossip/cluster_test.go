@@ -617,18 +617,39 @@ func TestSuspectSeenByEveryAgent(t *testing.T) {
 	if err := victim.Shutdown(); err != nil {
 		t.Fatal(err)
 	}
+	// Each agent's view is read when it changes (ClusterChanged), not only
+	// by the poll below (from the moment node07 stopped, so an earlier
+	// flap counts for nothing): on a loaded machine a poller can sleep through
+	// the second or so a node is suspect, and miss what the agent showed.
+	var mu sync.Mutex
 	saw := map[string]bool{}
-	waitFor(t, 15*time.Second, func() (bool, string) {
+	look := func(n *tnode) {
+		if p, _ := n.Peer("node07"); p.State == StateSuspect {
+			mu.Lock()
+			saw[n.cfg.NodeName] = true
+			mu.Unlock()
+		}
+	}
+	for _, n := range nodes[:7] {
+		f := func() { look(n) }
+		n.agent.onChange.Store(&f)
+	}
+	t.Cleanup(func() {
+		for _, n := range nodes[:7] {
+			n.agent.onChange.Store(nil)
+		}
+	})
+	waitFor(t, 30*time.Second, func() (bool, string) {
 		dead := true
 		for _, n := range nodes[:7] {
+			look(n)
 			p, _ := n.Peer("node07")
-			if p.State == StateSuspect {
-				saw[n.cfg.NodeName] = true
-			}
 			dead = dead && p.State == StateDead
 		}
 		return dead, "node07 is not dead everywhere"
 	})
+	mu.Lock()
+	defer mu.Unlock()
 	if len(saw) != 7 {
 		t.Errorf("suspect seen by %d of 7 agents before dead (%v)", len(saw), saw)
 	}

@@ -184,7 +184,7 @@ func startCluster(t testing.TB, n int, tune func(*Config)) []*tnode {
 		}
 		nodes = append(nodes, nd)
 	}
-	waitConverged(t, nodes, 30*time.Second)
+	waitConverged(t, nodes, 60*time.Second)
 	return nodes
 }
 

@@ -374,7 +374,10 @@ func Cluster(tb testing.TB, o ClusterOptions) []*Node {
 		}
 		nodes = append(nodes, n)
 	}
-	WaitConverged(tb, nodes, 15*time.Second)
+	// Agents started one after another on a loaded 2-core machine under
+	// -race (go test runs packages, and t.Parallel tests, side by side)
+	// can take many probe rounds to see each other alive at once.
+	WaitConverged(tb, nodes, 45*time.Second)
 	return nodes
 }
 

@@ -70,8 +70,31 @@ func TestCLIEventsFromAnotherNode(t *testing.T) {
 	var remote, queued api.ClaimResponse
 	json.Unmarshal([]byte(run("claim", "--node", "node02", "-g", "1", "--for", "1h", "--json")), &remote)
 	run("extend", remote.ID, "--for", "30m")
+	// The origin records queue-start and queue-finish when its loop next
+	// sees the run's lease made or gone, a moment after the claim or the
+	// release returns; events are listed oldest first, so wait for each
+	// (as a user watching `dibs events` would) before the next action, or
+	// under load that action is genuinely older than the record.
+	recorded := func(kind event.EventKind, entry string) {
+		t.Helper()
+		agenttest.Eventually(t, 20*time.Second, "node01 to record "+string(kind)+" of "+entry, func() bool {
+			out, _, code := dibs(t, n1, nil, "events", "--json")
+			var l api.EventList
+			if code != 0 || json.Unmarshal([]byte(out), &l) != nil {
+				return false
+			}
+			for _, e := range l.Events {
+				if e.Kind == kind && e.Entry == entry {
+					return true
+				}
+			}
+			return false
+		})
+	}
 	json.Unmarshal([]byte(run("claim", "--queue", "--node", "node01", "-g", "1", "--json")), &queued)
+	recorded(event.EventStart, "node01-q1")
 	run("release", queued.ID)
+	recorded(event.EventFinish, "node01-q1")
 	run("release", remote.ID)
 
 	me := os.Getenv("USER")
@@ -85,7 +108,7 @@ func TestCLIEventsFromAnotherNode(t *testing.T) {
 		"node02 release " + remote.ID,
 	}
 	var got []string
-	agenttest.Eventually(t, 10*time.Second, "node02 to list the scenario", func() bool {
+	agenttest.Eventually(t, 30*time.Second, "node02 to list the scenario", func() bool {
 		out, _, code := dibs(t, n2, nil, "events", "--json", "--user", me)
 		var l api.EventList
 		if code != 0 || json.Unmarshal([]byte(out), &l) != nil {
@@ -164,17 +187,17 @@ func TestCLILogsOfARunAndAGang(t *testing.T) {
 	if code != 0 || json.Unmarshal([]byte(out), &r) != nil {
 		t.Fatalf("run: exit %d %s %s", code, out, errOut)
 	}
-	agenttest.Eventually(t, 10*time.Second, "the run to end", func() bool { return !leaseLive(nodes[0].Board(), r.ID) })
+	agenttest.Eventually(t, 30*time.Second, "the run to end", func() bool { return !leaseLive(nodes[0].Board(), r.ID) })
 	// The output reaches the file through tmux's pipe just after the lease
 	// ends (as in TestCLILogsThroughTheAgentBinary): a client that asks at
 	// once may be there first.
-	if !poll.Wait(5*time.Second, func() bool {
+	if !poll.Wait(15*time.Second, func() bool {
 		out, errOut, code = as("logs", r.ID)
 		return code == 0 && strings.Contains(out, "hello-from-the-job")
 	}) {
 		t.Errorf("dibs logs %s: exit %d %q %q", r.ID, code, out, errOut)
 	}
-	agenttest.Eventually(t, 5*time.Second, "the holder to hear the run failed", func() bool {
+	agenttest.Eventually(t, 15*time.Second, "the holder to hear the run failed", func() bool {
 		b := nodes[1].BoardAs(lease.Caller{UID: u.UID, User: u.Name})
 		return strings.Contains(strings.Join(b.Notices, "\n"), "failed (exit 3)")
 	})
@@ -188,12 +211,23 @@ func TestCLILogsOfARunAndAGang(t *testing.T) {
 	if id == "" {
 		t.Fatalf("gang: no queue id in %q", out)
 	}
-	agenttest.Eventually(t, 20*time.Second, "the gang to run and finish", func() bool {
+	agenttest.Eventually(t, 60*time.Second, "the gang to run and finish", func() bool {
 		q := nodes[0].Queue()
 		return len(q.Entries) == 0 && !leaseLive(nodes[0].Board(), "")
 	})
-	out, errOut, code = as("logs", id)
-	for _, want := range []string{"==> rank 0 on node0", "rank-0-of-2", "==> rank 1 on node0", "rank-1-of-2"} {
+	// Each rank's output reaches its file through tmux's pipe just after
+	// its lease ends, as the run's did above: wait for both.
+	ranks := []string{"==> rank 0 on node0", "rank-0-of-2", "==> rank 1 on node0", "rank-1-of-2"}
+	poll.Wait(15*time.Second, func() bool {
+		out, errOut, code = as("logs", id)
+		for _, want := range ranks {
+			if !strings.Contains(out, want) {
+				return false
+			}
+		}
+		return code == 0
+	})
+	for _, want := range ranks {
 		if !strings.Contains(out, want) {
 			t.Errorf("dibs logs %s lacks %q: exit %d\n%s\n%s", id, want, code, out, errOut)
 		}

@@ -68,7 +68,7 @@ func TestClaimLandingElsewherePrintsNoExport(t *testing.T) {
 	if _, err := nodes[0].Client.Claim(context.Background(), api.ClaimRequest{Node: "node01", Count: 1}); err != nil {
 		t.Fatal(err)
 	}
-	agenttest.WaitConverged(t, nodes, 5*time.Second)
+	agenttest.WaitConverged(t, nodes, 30*time.Second)
 	out, errOut, code := dibs(t, nodes[0].Socket, nil, "claim", "-g", "1")
 	if code != 0 {
 		t.Fatalf("claim: exit %d %q", code, errOut)
