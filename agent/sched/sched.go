@@ -149,11 +149,14 @@ func (s *Scheduler) schedule(ctx context.Context, v queue.ClusterView) {
 					level = slog.LevelDebug // another scheduler starts it, or it started
 				}
 				s.deps.Log.Log(ctx, level, "start queued entry", "entry", st.Entry.ID, "err", err)
-				if lease.CodeOf(err) == lease.CodeNoAnswer {
+				if lease.CodeOf(err) == lease.CodeNoAnswer && !errors.As(err, new(*placeError)) {
 					// The node may have started it and only its answer was
 					// lost: keep the hold, so this attempt is not planned
 					// elsewhere until its lease shows, its origin moves on,
-					// or InFlightTimeout passes.
+					// or InFlightTimeout passes. An origin that did not
+					// answer Place was sent nothing to start: the next
+					// pass asks it again (a restarting origin is back in
+					// moments, not after InFlightTimeout).
 					return
 				}
 				s.release(key)
@@ -274,7 +277,7 @@ func (s *Scheduler) start(ctx context.Context, st queue.Start) error {
 	who := peer.As(e.User)
 	placed, err := peer.Call(ctx, s.deps.Peers, e.Origin, peer.Place, peer.System, peer.PlaceRequest{Key: e.Key(), Placer: s.placer()})
 	if err != nil {
-		return fmt.Errorf("the origin did not let this scheduler start it: %w", err)
+		return &placeError{err: err}
 	}
 	if placed.Job != nil {
 		// Gossip carries only the job's public part; the origin's answer
@@ -372,6 +375,16 @@ func (s *Scheduler) refused(ctx context.Context, st queue.Start, err error) {
 		s.deps.Log.Warn("tell the origin a start was refused", "entry", st.Entry.ID, "err", err)
 	}
 }
+
+// placeError is the origin's refusal (or silence) when asked to let this
+// scheduler start an attempt: no node was asked to start anything, so a
+// lost answer holds nothing in flight.
+type placeError struct{ err error }
+
+func (e *placeError) Error() string {
+	return fmt.Sprintf("the origin did not let this scheduler start it: %v", e.err)
+}
+func (e *placeError) Unwrap() error { return e.err }
 
 // rankError is a gang rank's refusal, naming its node.
 type rankError struct {

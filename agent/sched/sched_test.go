@@ -67,7 +67,7 @@ func newCluster(names ...string) *cluster {
 		m.SetTransport(c)
 		peer.Handle(m, peer.Place, func(_ context.Context, _ string, _ peer.Actor, r peer.PlaceRequest) (peer.PlaceReply, error) {
 			c.record(fmt.Sprintf("%s place %s", name, r.Key))
-			return peer.PlaceReply{}, nil
+			return peer.PlaceReply{}, c.refuse[name+" place"]
 		})
 		peer.Handle(m, peer.Start, func(_ context.Context, _ string, who peer.Actor, r peer.StartRequest) (peer.StartReply, error) {
 			c.record(fmt.Sprintf("%s %s %s gpus %v rank %d as %s", name, r.Phase, r.Entry.Key(), r.GPUs, r.Rank, who.User))
@@ -198,6 +198,18 @@ func TestPass(t *testing.T) {
 			want: [][]string{
 				{"node01 place node01-q1#0"},
 				{"node01 start node01-q1#0 gpus [0 1 2 3] rank 0 as alice"},
+			},
+		},
+		{
+			// A restarting origin: nothing was sent to a node, so nothing
+			// is held in flight and the next pass asks again.
+			name: "an origin that did not answer a place is asked again", nodes: []string{"node01"},
+			queue:  []queue.QueueEntry{entry("node01-q1", "alice", 1001, 1, 4, 0)},
+			refuse: map[string]error{"node01 place": &lease.Error{Code: lease.CodeNoAnswer, Msg: "node01 did not answer in time"}},
+			passes: 2, firstPass: 1,
+			want: [][]string{
+				{"node01 place node01-q1#0"},
+				{"node01 place node01-q1#0"},
 			},
 		},
 		{
