@@ -130,7 +130,17 @@ func Analyze(h History) Findings {
 	}
 	f.figures(t, h, since)
 
-	// Samples.
+	f.sampled(h, since)
+	return f
+}
+
+// weekNumber counts weeks (Monday to Sunday, UTC) from the one holding
+// 1 January 1970, a Thursday: weekStart(weekNumber(t)) is the Monday of
+// t's week, 00:00 UTC.
+// sampled fills the figures the agents' hourly samples give: how the
+// GPU-hours since were spent (busy, held idle, free, squatted), how much of
+// the window the samples cover, and how long work waited while GPUs idled.
+func (f *Findings) sampled(h History, since time.Time) {
 	var busy, idle, free, squat, waitIdleGPU int64
 	perHour := map[time.Time]*struct{ secs, waiting, waitingIdle int64 }{}
 	var longest int64
@@ -177,12 +187,8 @@ func Analyze(h History) Findings {
 		f.WaitingShare = float64(waiting) / float64(hourSecs)
 		f.WaitingIdleShare = float64(waitingIdle) / float64(hourSecs)
 	}
-	return f
 }
 
-// weekNumber counts weeks (Monday to Sunday, UTC) from the one holding
-// 1 January 1970, a Thursday: weekStart(weekNumber(t)) is the Monday of
-// t's week, 00:00 UTC.
 func weekNumber(t time.Time) int64 {
 	day := t.Unix() / 86400
 	if t.Unix() < 0 && t.Unix()%86400 != 0 {

@@ -181,52 +181,6 @@ func analyzeWalk(h History) Findings {
 	f.WaitP50, f.WaitP95, f.WaitMax = percentile(waits, 0.5), percentile(waits, 0.95), percentile(waits, 1)
 	f.GangWaitP50, f.GangWaitMax = percentile(gangWaits, 0.5), percentile(gangWaits, 1)
 
-	// Samples.
-	var busy, idle, free, squat, waitIdleGPU int64
-	perHour := map[time.Time]*struct{ secs, waiting, waitingIdle int64 }{}
-	var longest int64
-	for _, node := range slices.Sorted(maps.Keys(h.Buckets)) {
-		var secs int64
-		for _, b := range h.Buckets[node] {
-			if !b.Hour.Add(time.Hour).After(since) {
-				continue
-			}
-			secs += b.Seconds
-			busy += b.BusySec
-			idle += b.IdleSec
-			free += b.FreeSec
-			squat += b.SquattedSec
-			waitIdleGPU += b.WaitingIdleGPUSec
-			p := perHour[b.Hour]
-			if p == nil {
-				p = &struct{ secs, waiting, waitingIdle int64 }{}
-				perHour[b.Hour] = p
-			}
-			p.secs = max(p.secs, b.Seconds)
-			p.waiting = max(p.waiting, b.WaitingSec)
-			p.waitingIdle = max(p.waitingIdle, b.WaitingIdleSec)
-		}
-		longest = max(longest, secs)
-	}
-	var hourSecs, waiting, waitingIdle int64
-	for _, p := range perHour {
-		hourSecs += p.secs
-		waiting += p.waiting
-		waitingIdle += p.waitingIdle
-	}
-	f.Sampled = time.Duration(longest) * time.Second
-	f.Coverage = min(f.Sampled.Seconds()/h.Window.Seconds(), 1)
-	if total := busy + idle + free; total > 0 {
-		f.BusyShare = float64(busy) / float64(total)
-		f.HeldIdleShare = float64(idle) / float64(total)
-		f.FreeShare = float64(free) / float64(total)
-		f.SquattedShare = float64(squat) / float64(total)
-	}
-	f.SquattedGPUHours = float64(squat) / 3600
-	f.WaitingIdleGPUHours = float64(waitIdleGPU) / 3600
-	if hourSecs > 0 {
-		f.WaitingShare = float64(waiting) / float64(hourSecs)
-		f.WaitingIdleShare = float64(waitingIdle) / float64(hourSecs)
-	}
+	f.sampled(h, since)
 	return f
 }
