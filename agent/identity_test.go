@@ -44,7 +44,11 @@ func TestIdentityMatrix(t *testing.T) {
 	p.AdminGroup = adminGroup
 	dir := agenttest.PublicDir(t)
 	load := filepath.Join(dir, "load.json")
-	os.WriteFile(load, []byte(fmt.Sprintf(`{"gpus":{"3":{"utilization_pct":40,"processes":[{"pid":31337,"user":%q,"uid":%d,"command":"python","used_memory_mib":100}]}}}`, owner.Name, owner.UID)), 0o644)
+	// GPU 3: the owner's process with no lease (adopt); GPU 0, where the
+	// owner's run holds a lease: root's process in a rootful container
+	// (adopt-container).
+	os.WriteFile(load, []byte(fmt.Sprintf(`{"gpus":{"3":{"utilization_pct":40,"processes":[{"pid":31337,"user":%q,"uid":%d,"command":"python","used_memory_mib":100}]},`+
+		`"0":{"processes":[{"pid":31338,"user":"root","uid":0,"command":"python","used_memory_mib":100,"container":%q}]}}}`, owner.Name, owner.UID, identityContainer)), 0o644)
 
 	actors := []identityActor{
 		{"owner", owner.UID, owner.Name}, {"other", other.UID, other.Name}, {"admin", admin.UID, admin.Name},
@@ -73,6 +77,10 @@ func TestIdentityMatrix(t *testing.T) {
 		}},
 		{"adopt", func(t *testing.T, b *core.Bound, _ lease.Lease, _ string) error {
 			_, err := b.Adopt(ctx(t), api.AdoptRequest{PID: 31337})
+			return err
+		}},
+		{"adopt-container", func(t *testing.T, b *core.Bound, _ lease.Lease, _ string) error {
+			_, err := b.AdoptContainer(ctx(t), api.AdoptContainerRequest{Container: identityContainer})
 			return err
 		}},
 		{"run", func(t *testing.T, b *core.Bound, _ lease.Lease, _ string) error {
@@ -128,6 +136,17 @@ func TestIdentityMatrix(t *testing.T) {
 			return forbidden
 		case "attach":
 			if who == "owner" || who == "admin" || who == "root" {
+				return ok
+			}
+			return forbidden
+		case "adopt-container":
+			// Only the holder of the lease whose GPU the container runs on,
+			// on the node it runs on: an admin's rights end no one's claim
+			// to their own GPUs.
+			if path == "forwarded" {
+				return notFound // node01 runs no such container
+			}
+			if who == "owner" {
 				return ok
 			}
 			return forbidden
@@ -219,6 +238,10 @@ func TestIdentityMatrix(t *testing.T) {
 		})
 	})
 }
+
+// identityContainer is the rootful container whose root process runs on
+// the owner's leased GPU of node02.
+const identityContainer = "3f2a9c1b7d4e"
 
 // ghostUID is an account only node01 knows ("ghost").
 const ghostUID = 4242
@@ -332,7 +355,8 @@ func (w *identityPair) setup(t *testing.T) (lease.Lease, string) {
 		return w.last.l, w.last.entry
 	}
 	w.clear(t, nil)
-	r, err := w.owner.Claim(ctx(t), api.ClaimRequest{GPUs: []int{0}, Run: &api.RunSpec{Command: []string{"sleep", "600"}}})
+	// Force: root's container process (the load's) is already on GPU 0.
+	r, err := w.owner.Claim(ctx(t), api.ClaimRequest{GPUs: []int{0}, Force: true, Run: &api.RunSpec{Command: []string{"sleep", "600"}}})
 	if err != nil {
 		t.Fatalf("owner's run: %v", err)
 	}
