@@ -19,3 +19,18 @@ func NewTestLauncher(tb testing.TB, statusDir string) (*Launcher, string) {
 	h.l = New(Options{TmuxTmpDir: h.tmpDir, StatusDir: statusDir, Logf: safeLogf(tb)})
 	return h.l, h.tmpDir
 }
+
+// CheckDirBoth is the working-directory check as u, made both ways: on a
+// thread of its own and in a child process. The two must agree.
+func (l *Launcher) CheckDirBoth(tb testing.TB, u User, dir string) (thread, child error) {
+	tb.Helper()
+	cred, err := credentialFor(l.euid, u)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	thread, asked := enterOnThread(tb.Context(), u, dir)
+	if !asked {
+		tb.Skipf("no per-thread check on this platform: %v", thread)
+	}
+	return thread, l.enterInChild(tb.Context(), u, cred, dir)
+}

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"runtime"
 	"strings"
 	"syscall"
 )
@@ -122,36 +121,4 @@ func openat(dir int, name string, flags int) (int, error) {
 			return fd, err
 		}
 	}
-}
-
-// asUserFS runs f on a thread whose file-system identity is u's (when this
-// process is root and u is someone else), so the kernel checks every open
-// as it would for u. The thread is restored before it is given back; if it
-// cannot be, it is thrown away with its goroutine.
-func asUserFS(u User, f func() error) error {
-	if os.Geteuid() != 0 || u.UID == 0 {
-		return f()
-	}
-	if u.UID < 0 || u.GID < 0 {
-		return fmt.Errorf("user %q has no valid uid/gid", u.Name)
-	}
-	errc := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		setfs := func(uid, gid int) {
-			syscall.RawSyscall(syscall.SYS_SETFSGID, uintptr(gid), 0, 0)
-			syscall.RawSyscall(syscall.SYS_SETFSUID, uintptr(uid), 0, 0)
-		}
-		setfs(u.UID, u.GID)
-		err := f()
-		setfs(0, 0)
-		// setfsuid returns the previous value: asking again tells whether
-		// the thread is root's once more.
-		prev, _, _ := syscall.RawSyscall(syscall.SYS_SETFSUID, 0, 0, 0)
-		if prev == 0 {
-			runtime.UnlockOSThread()
-		}
-		errc <- err
-	}()
-	return <-errc
 }

@@ -6,8 +6,11 @@ import (
 	"context"
 	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -70,4 +73,78 @@ func TestWorkingDirCheckedAsUser(t *testing.T) {
 		data, err := os.ReadFile(out)
 		return err == nil && strings.TrimSpace(string(data)) == mine
 	})
+}
+
+// TestWorkingDirCheckKeepsTheAgentAsItWas: the check takes the user's
+// identity on a thread of its own; the agent's working directory and every
+// thread it goes on with stay root's, and the check answers as the user
+// would with the user's groups, the same as a process of theirs.
+func TestWorkingDirCheckKeepsTheAgentAsItWas(t *testing.T) {
+	group := launchtest.Group(t)
+	member := launchtest.User(t, group) // skips unless root
+	outsider := launchtest.User(t)
+	l, _ := launch.NewTestLauncher(t, "")
+	wd, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := launch.WorldDir(t)
+	shared := filepath.Join(base, "shared") // root:group 0750
+	mkdir(t, shared, 0o750)
+	if out, err := exec.Command("chgrp", group, shared).CombinedOutput(); err != nil {
+		t.Fatalf("chgrp: %v: %s", err, out)
+	}
+	locked := filepath.Join(base, "locked") // root's 0700
+	mkdir(t, locked, 0o700)
+
+	cases := []struct {
+		who   launch.User
+		dir   string
+		enter bool
+	}{
+		{member, shared, true},
+		{outsider, shared, false},
+		{member, locked, false},
+		{member, filepath.Join(base, "missing"), false},
+		{outsider, base, true},
+	}
+	var wg sync.WaitGroup
+	for round := 0; round < 20; round++ { // many threads, at once
+		for _, c := range cases {
+			wg.Go(func() {
+				thread, child := l.CheckDirBoth(t, c.who, c.dir)
+				if (thread == nil) != c.enter || (child == nil) != c.enter {
+					t.Errorf("%s entering %s: on a thread %v, in a process %v; want entered=%v", c.who.Name, c.dir, thread, child, c.enter)
+				}
+			})
+		}
+	}
+	wg.Wait()
+	if now, err := os.Getwd(); err != nil || now != wd {
+		t.Errorf("the agent's working directory is %q (%v) after the checks; want %q", now, err, wd)
+	}
+	// Every thread of the process is root's again, groups and all: the
+	// file-system ids went back (or the thread went with its goroutine).
+	poll.Until(t, 5*time.Second, "every thread of the process to be root's", func() bool {
+		tasks, _ := filepath.Glob("/proc/self/task/*/status")
+		for _, f := range tasks {
+			data, err := os.ReadFile(f)
+			if err != nil {
+				continue // the thread ended while we looked
+			}
+			for _, line := range strings.Split(string(data), "\n") {
+				k, v, _ := strings.Cut(line, ":")
+				if (k == "Uid" || k == "Gid") && strings.Join(strings.Fields(v), " ") != "0 0 0 0" ||
+					k == "Groups" && strings.Contains(" "+v+" ", " "+strconv.Itoa(member.GID)+" ") {
+					t.Logf("%s: %s", f, line)
+					return false
+				}
+			}
+		}
+		return true
+	})
+	// And the agent still acts as root: it reads what only root may.
+	if _, err := os.ReadDir(locked); err != nil {
+		t.Errorf("the agent cannot read its own 0700 directory after the checks: %v", err)
+	}
 }
