@@ -6,8 +6,10 @@ import "github.com/dibs-gpu/dibs/lease"
 // node's agent (it alone grants them); it is withdrawn with Release, like a
 // lease.
 var (
-	// Book asks a node to book its GPUs ahead for a user.
-	Book = Endpoint[BookRequest, LeaseReply]{Name: "book"}
+	// Book asks a node to book its GPUs ahead for a user: the booking the
+	// asking agent's edge made and validated (core.bookingOf), or a part
+	// of it across nodes.
+	Book = Endpoint[BookRequest, LeaseReply]{Name: "book", MadeAtEdge: true}
 
 	// MultiNodeBooking is a booking made of parts on several nodes
 	// (`dibs book --nodes N`): an older agent would drop the field that
