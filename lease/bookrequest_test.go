@@ -2,6 +2,7 @@ package lease_test
 
 import (
 	"encoding/json"
+	"maps"
 	"slices"
 	"strings"
 	"testing"
@@ -108,7 +109,7 @@ func TestBookRequestJSONNames(t *testing.T) {
 }
 
 // TestBookingKeepsItsRun: the run a booking carries is the job the
-// booking keeps, as asked, for the node to start at its time.
+// booking keeps, as asked, and the run the node starts at its time.
 func TestBookingKeepsItsRun(t *testing.T) {
 	run := &lease.RunSpec{Name: "train", Command: []string{"python", "train.py"}, Dir: "/home/bob", Env: map[string]string{"PATH": "/usr/bin"}}
 	b, err := table().PlanBooking(bob, lease.BookRequest{Count: 1, Start: t0.Add(time.Hour), Duration: time.Hour, Run: run}, islands(2), t0, lease.DefaultPolicy())
@@ -117,6 +118,9 @@ func TestBookingKeepsItsRun(t *testing.T) {
 	}
 	if b.Job == nil || b.Job.Name != "train" || !slices.Equal(b.Job.Command, run.Command) || b.Job.Dir != run.Dir || b.Job.Env["PATH"] != "/usr/bin" {
 		t.Fatalf("the booking keeps job %+v; want %+v", b.Job, run)
+	}
+	if got := b.Job.Spec("dibs-node01-1"); got.Name != "dibs-node01-1" || !slices.Equal(got.Command, run.Command) || got.Dir != run.Dir || !maps.Equal(got.Env, run.Env) {
+		t.Errorf("the booked job starts as %+v; want %+v in session dibs-node01-1", got, run)
 	}
 	b, err = table().PlanBooking(bob, lease.BookRequest{Count: 1, Start: t0.Add(time.Hour), Duration: time.Hour}, islands(2), t0, lease.DefaultPolicy())
 	if err != nil || b.Job != nil {

@@ -120,7 +120,7 @@ func (x *bookingJob) start(ctx context.Context, b lease.Lease) {
 		n.log.Info("booking started", "lease", l.ID, "user", l.User, "ended", len(in))
 		failed := ""
 		if cur.Job != nil {
-			run := RunOf(&lease.RunSpec{Name: l.Session, Command: cur.Job.Command, Dir: cur.Job.Dir, Env: cur.Job.Env})
+			run := RunOf(cur.Job.Spec(l.Session))
 			// As a booked run always started: its end is its session's,
 			// and the job kept for export is the one booked.
 			run.RecordExit, run.Job = false, cur.Job
