@@ -26,26 +26,87 @@ import (
 // its GPUs: a GPU booked from sooner than this counts as taken.
 const MinBeforeBooking = time.Minute
 
-// BookRequest is what a person books.
+// BookRequest is what a person books, made once at the edge (the agent's
+// socket handler reads the words of an api.BookRequest into it) and carried
+// as is to the node that grants it: the agents send it to each other as the
+// book endpoint's request (agent/peer.BookRequest is this type), so its
+// JSON names are the protocol's and must stay as v0.1.0 decodes them
+// (Group and Lead came with protocol 7). Validate is every bound a booking
+// is held to before any node plans it; the node's own rules
+// (Table.PlanBooking) decide the rest.
+//
+// A field added here travels between agents, as one added to Claim does:
+// omitempty, meaning "as before" when zero, pruned for protocol 6
+// (dialect_v6.json). Start and Duration are always written: v0.1.0 wrote
+// them so.
 type BookRequest struct {
 	// Count GPUs chosen by dibs, or exactly GPUs; one of the two.
-	Count int
-	GPUs  []int
+	Count int   `json:"count,omitempty"`
+	GPUs  []int `json:"gpus,omitempty"`
 	// Start and Duration are the booked time; both are required.
-	Start    time.Time
-	Duration time.Duration
-	Kind     Kind
-	Note     string
+	Start    time.Time     `json:"start"`
+	Duration time.Duration `json:"duration"`
+	// Kind is interactive or batch; empty means interactive.
+	Kind Kind   `json:"kind,omitempty"`
+	Note string `json:"note,omitempty"`
 	// Model and Tags restrict the GPUs and the node, as for a claim.
-	Model string
-	Tags  []string
-	// Job, when set, is started under the lease at Start (`dibs run --at`).
-	Job *Job
+	Model string   `json:"model,omitempty"`
+	Tags  []string `json:"tags,omitempty"`
+	// Run, when set, is started under the lease at Start (`dibs run
+	// --at`); the booking keeps it as its Job.
+	Run *RunSpec `json:"run,omitempty"`
+	// RequestID names the booking so a retry (same id, same caller) gets
+	// the booking the first try made instead of another.
+	RequestID string `json:"request_id,omitempty"`
 	// Group is the id of the multi-node booking this is a part of (its
 	// first part's); Lead marks that first part, whose own id becomes the
-	// group's. Both unset for a booking of one node.
-	Group string
-	Lead  bool
+	// group's. Both unset for a booking of one node. Protocol 7 on.
+	Group string `json:"group,omitempty"`
+	Lead  bool   `json:"lead,omitempty"`
+}
+
+// Validate refuses a booking no node could grant as asked, with words for
+// the person who asked: the edge runs it on the booking it made, and the
+// owning node again on the booking the network brought (agent/peer runs it
+// on every request it decodes). Whether tmux keeps a run's session name as
+// given is the launcher's rule, checked by the agent beside it.
+func (r BookRequest) Validate() error {
+	if _, err := ParseKind(string(r.Kind)); err != nil {
+		return err
+	}
+	if r.RequestID != "" && !ValidRequestID(r.RequestID) {
+		return Invalidf("request id %s must be 8 to 64 letters, digits, '-' or '_'", QuoteInput(r.RequestID))
+	}
+	if r.Count > 0 && len(r.GPUs) > 0 {
+		return Invalidf("a count (%d) and GPU indices (%v) both say which GPUs: give one, not both", r.Count, r.GPUs)
+	}
+	if err := r.Run.Check(); err != nil {
+		return err
+	}
+	if r.Count < 0 || r.Count > MaxGPUsPerNode {
+		return Invalidf("GPU count %d is out of range", r.Count)
+	}
+	if err := CheckGPUs(r.GPUs); err != nil {
+		return err
+	}
+	if r.Duration < 0 || r.Duration > MaxDuration || !ValidSince(r.Start) {
+		return Invalidf("booking time out of range")
+	}
+	if err := CheckTags(r.Tags); err != nil {
+		return err
+	}
+	if len(r.Model) > MaxModelLen {
+		return Invalidf("model %s is longer than %d bytes: give a part of the name, like H100", QuoteInput(r.Model), MaxModelLen)
+	}
+	if err := CheckText("model", r.Model); err != nil {
+		return err
+	}
+	if r.Group != "" {
+		if n, ok := NodeOfID(r.Group); !ok || ValidNodeName(n) != nil || r.Lead {
+			return Invalidf("bad booking group %s", QuoteInput(termsafe.String(r.Group)))
+		}
+	}
+	return checkNote(r.Note)
 }
 
 // Bookings lists the table's bookings, soonest first.
@@ -273,12 +334,12 @@ func (t *Table) PlanBooking(c Caller, req BookRequest, snap nodeprobe.Snapshot, 
 	if req.Lead {
 		l.Group = l.ID
 	}
-	if req.Job != nil {
-		if err := req.Job.Check(); err != nil {
+	if req.Run != nil {
+		j := req.Run.Job()
+		if err := j.Check(); err != nil {
 			return Lease{}, err
 		}
-		j := *req.Job
-		l.Job = &j
+		l.Job = j
 	}
 	return l, nil
 }
@@ -372,35 +433,6 @@ func (t *Table) PlanBookingStart(id string, now time.Time) (Lease, []Lease, erro
 		}
 	}
 	return l, in, nil
-}
-
-// CheckBookingRequest bounds what a booking request may hold, wherever it
-// comes from.
-func CheckBookingRequest(req BookRequest) error {
-	if req.Count < 0 || req.Count > MaxGPUsPerNode {
-		return Invalidf("GPU count %d is out of range", req.Count)
-	}
-	if err := CheckGPUs(req.GPUs); err != nil {
-		return err
-	}
-	if req.Duration < 0 || req.Duration > MaxDuration || !ValidSince(req.Start) {
-		return Invalidf("booking time out of range")
-	}
-	if err := CheckTags(req.Tags); err != nil {
-		return err
-	}
-	if err := CheckText("model", req.Model); err != nil || len(req.Model) > MaxModelLen {
-		return Invalidf("bad model %s", QuoteInput(termsafe.String(req.Model)))
-	}
-	if req.Group != "" {
-		if n, ok := NodeOfID(req.Group); !ok || ValidNodeName(n) != nil || req.Lead {
-			return Invalidf("bad booking group %s", QuoteInput(termsafe.String(req.Group)))
-		}
-	}
-	if req.Job != nil {
-		return req.Job.Check()
-	}
-	return nil
 }
 
 // CutBy returns the booking a lease's time limit was cut to end before: a

@@ -74,8 +74,8 @@ func TestBookingGroup(t *testing.T) {
 	} {
 		r := base
 		r.Group, r.Lead = tc.group, tc.lead
-		if err := lease.CheckBookingRequest(r); (err == nil) != tc.ok {
-			t.Errorf("%s: CheckBookingRequest = %v, want ok %v", tc.name, err, tc.ok)
+		if err := r.Validate(); (err == nil) != tc.ok {
+			t.Errorf("%s: Validate = %v, want ok %v", tc.name, err, tc.ok)
 		}
 	}
 	tb := table()

@@ -44,6 +44,12 @@ func (j *Job) EachString(f func(field string, p *string)) {
 	}
 }
 
+// Spec is a booked job as the run that starts it in session name: the
+// inverse of RunSpec.Job, for the node that starts a booking at its time.
+func (j *Job) Spec(name string) *RunSpec {
+	return &RunSpec{Name: name, Command: j.Command, Dir: j.Dir, Env: j.Env}
+}
+
 // SessionName is the tmux session a run under lease id gets when its holder
 // names none.
 func SessionName(id string) string {

@@ -60,39 +60,28 @@ func gpuWord(gpus []int) string {
 	return fmt.Sprintf("GPUs %v", gpus)
 }
 
-// bookingOf parses a booking request once, for every path it takes.
+// bookingOf makes the one typed booking of a request, at the edge, and
+// checks it once (lease.BookRequest.Validate, and a session name tmux
+// keeps as given): from here it is carried as is, to this node's single
+// writer or in the book request to the node that owns the GPUs, every part
+// of a booking across nodes the same but for its group.
 func bookingOf(req api.BookRequest) (lease.BookRequest, error) {
-	kind, err := lease.ParseKind(req.Kind)
-	if err != nil {
+	br := lease.BookRequest{Count: req.Count, GPUs: req.GPUs, Start: req.Start, Note: req.Note,
+		Model: req.Model, Tags: req.Tags, Run: req.Run, RequestID: req.RequestID}
+	var err error
+	if br.Kind, err = lease.ParseKind(req.Kind); err != nil {
 		return lease.BookRequest{}, err
 	}
 	if req.Duration == "" {
 		return lease.BookRequest{}, lease.Invalidf("say how long the booking is: --for 3h")
 	}
-	d, err := lease.ParseDuration(req.Duration)
-	if err != nil {
+	if br.Duration, err = lease.ParseDuration(req.Duration); err != nil {
 		return lease.BookRequest{}, err
 	}
-	if req.RequestID != "" && !lease.ValidRequestID(req.RequestID) {
-		return lease.BookRequest{}, lease.Invalidf("request id %q must be 8 to 64 letters, digits, '-' or '_'", req.RequestID)
-	}
-	if req.Count > 0 && len(req.GPUs) > 0 {
-		return lease.BookRequest{}, lease.Invalidf("a count (%d) and GPU indices (%v) both say which GPUs: give one, not both", req.Count, req.GPUs)
-	}
-	br := lease.BookRequest{
-		Count: req.Count, GPUs: req.GPUs, Start: req.Start, Duration: d, Kind: kind, Note: req.Note,
-		Model: req.Model, Tags: req.Tags,
-	}
-	if req.Run != nil {
-		if err := checkRun(req.Run); err != nil {
-			return lease.BookRequest{}, err
-		}
-		br.Job = req.Run.Job()
-	}
-	if err := lease.CheckBookingRequest(br); err != nil {
+	if err := br.Validate(); err != nil {
 		return lease.BookRequest{}, err
 	}
-	if err := lease.CheckNote(br.Note); err != nil {
+	if err := checkSession(br.Run); err != nil {
 		return lease.BookRequest{}, err
 	}
 	return br, nil
@@ -111,17 +100,17 @@ func (b *Bound) Book(ctx context.Context, req api.BookRequest) (lease.Lease, err
 	if err != nil {
 		return lease.Lease{}, err
 	}
-	if br.Job != nil {
+	if br.Run != nil {
 		if err := b.s.canRun(b.c); err != nil {
 			return lease.Lease{}, err
 		}
 	}
 	s := b.s
 	v := s.View()
-	if req.RequestID != "" {
+	if br.RequestID != "" {
 		for _, l := range append(v.Bookings(), v.Leases()...) {
 			// A retried booking across nodes answers with its first part.
-			if l.RequestID == req.RequestID && l.User == b.c.User && (l.Group == "" || l.Group == l.ID) {
+			if l.RequestID == br.RequestID && l.User == b.c.User && (l.Group == "" || l.Group == l.ID) {
 				if req.Nodes > 1 && l.Booked && l.Group == l.ID {
 					// The first attempt may have been cut short (its
 					// agent restarted): make the parts it did not.
@@ -156,31 +145,30 @@ func (b *Bound) Book(ctx context.Context, req api.BookRequest) (lease.Lease, err
 	} else {
 		target = s.cfg.Node
 	}
-	l, err := b.bookOn(ctx, target, br, req.RequestID)
+	l, err := b.bookOn(ctx, target, br)
 	if err != nil {
 		return lease.Lease{}, err
 	}
 	if target != s.cfg.Node {
-		s.awaitVisible(ctx, l.ID)
+		// A booking is not a lease: wait for it among the bookings, or
+		// the wait lasts its whole second.
+		s.awaitBookings(ctx, []string{l.ID})
 	}
 	return l, nil
 }
 
-// bookOn has node book br: this node's own Node, or another's agent.
-func (b *Bound) bookOn(ctx context.Context, node string, br lease.BookRequest, requestID string) (lease.Lease, error) {
+// bookOn has node book br, as the edge made it: this node's own Node, or
+// another's agent.
+func (b *Bound) bookOn(ctx context.Context, node string, br lease.BookRequest) (lease.Lease, error) {
 	s := b.s
 	if node == s.cfg.Node {
-		return s.deps.Node.Book(b.c, br, requestID)
+		return s.deps.Node.Book(b.c, br)
 	}
 	who, err := b.actor(node)
 	if err != nil {
 		return lease.Lease{}, err
 	}
-	r, err := peer.Call(ctx, s.deps.Peers, node, peer.Book, who, peer.BookRequest{
-		Count: br.Count, GPUs: br.GPUs, Start: br.Start, Duration: br.Duration, Kind: br.Kind, Note: br.Note,
-		Model: br.Model, Tags: br.Tags, Run: runSpecOf(br.Job), RequestID: requestID,
-		Group: br.Group, Lead: br.Lead,
-	})
+	r, err := peer.Call(ctx, s.deps.Peers, node, peer.Book, who, br)
 	if err != nil {
 		return lease.Lease{}, err
 	}
@@ -200,7 +188,7 @@ func (b *Bound) bookOn(ctx context.Context, node string, br lease.BookRequest, r
 func (b *Bound) bookAcross(ctx context.Context, req api.BookRequest, br lease.BookRequest, v queue.ClusterView, first *lease.Lease) (lease.Lease, error) {
 	s := b.s
 	switch {
-	case br.Job != nil:
+	case br.Run != nil:
 		return lease.Lease{}, lease.Invalidf("a booked run starts on one node: book the nodes with dibs book --nodes %d --gpus-per-node %d, and start the ranks with dibs run when it begins", req.Nodes, br.Count)
 	case len(br.GPUs) > 0:
 		return lease.Lease{}, lease.Invalidf("--ids names GPUs of one node: with --nodes give --gpus-per-node M")
@@ -247,7 +235,7 @@ func (b *Bound) bookAcross(ctx context.Context, req api.BookRequest, br lease.Bo
 	for _, node := range nodes {
 		part := br
 		part.Lead, part.Group = head.ID == "", head.ID
-		l, err := b.bookOn(ctx, node, part, req.RequestID)
+		l, err := b.bookOn(ctx, node, part)
 		if err != nil {
 			b.withdraw(ctx, made)
 			return lease.Lease{}, &lease.Error{Code: lease.CodeOf(err), Msg: fmt.Sprintf(
@@ -314,14 +302,6 @@ func errWords(err error) string {
 		return e.Msg
 	}
 	return err.Error()
-}
-
-// runSpecOf is a booked job as the run spec a booking request carries.
-func runSpecOf(j *lease.Job) *lease.RunSpec {
-	if j == nil {
-		return nil
-	}
-	return &lease.RunSpec{Name: j.Name, Command: j.Command, Dir: j.Dir, Env: j.Env}
 }
 
 // Bookings is `dibs bookings`: every booking the cluster knows, soonest
@@ -401,12 +381,11 @@ func (s *Service) registerBookingOps() {
 			return peer.LeaseReply{}, err
 		}
 		// Its bounds were checked as it was decoded
-		// (BookRequest.Validate), its session name here.
+		// (lease.BookRequest.Validate), its session name here.
 		if err := checkSession(r.Run); err != nil {
 			return peer.LeaseReply{}, err
 		}
-		br := r.Booking()
-		l, err := s.deps.Node.Book(b.c, br, r.RequestID)
+		l, err := s.deps.Node.Book(b.c, r)
 		return peer.LeaseReply{Lease: l}, err
 	})
 }

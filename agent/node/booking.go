@@ -9,11 +9,12 @@ import (
 )
 
 // Book plans, persists and acknowledges a booking of this node's GPUs for
-// c. A retried request (same RequestID, same caller) gets the booking the
-// first one made. A booking with a job (`dibs run --at`) is refused now if
-// no session could be started as c at its time.
-func (n *Node) Book(c lease.Caller, req lease.BookRequest, requestID string) (lease.Lease, error) {
-	if req.Job != nil {
+// c, as the edge made it (and validated it: lease.BookRequest.Validate). A
+// retried request (same RequestID, same caller) gets the booking the first
+// one made. A booking with a run (`dibs run --at`) is refused now if no
+// session could be started as c at its time.
+func (n *Node) Book(c lease.Caller, req lease.BookRequest) (lease.Lease, error) {
+	if req.Run != nil {
 		if _, err := n.sess.sessionUser(c); err != nil {
 			return lease.Lease{}, err
 		}
@@ -21,7 +22,7 @@ func (n *Node) Book(c lease.Caller, req lease.BookRequest, requestID string) (le
 	var b lease.Lease
 	fresh := false
 	err := n.locked(func() error {
-		if l, ok := n.table.ByRequest(c.UID, requestID); ok {
+		if l, ok := n.table.ByRequest(c.UID, req.RequestID); ok {
 			b = l
 			return nil
 		}
@@ -30,7 +31,7 @@ func (n *Node) Book(c lease.Caller, req lease.BookRequest, requestID string) (le
 		if b, err = n.table.PlanBooking(c, req, n.snap, now.Wall, n.cfg.Policy); err != nil {
 			return err
 		}
-		b.RequestID = requestID
+		b.RequestID = req.RequestID
 		if b.Job != nil {
 			b.Session = b.Job.Name
 			if b.Session == "" {
@@ -119,7 +120,7 @@ func (x *bookingJob) start(ctx context.Context, b lease.Lease) {
 		n.log.Info("booking started", "lease", l.ID, "user", l.User, "ended", len(in))
 		failed := ""
 		if cur.Job != nil {
-			run := RunOf(&lease.RunSpec{Name: l.Session, Command: cur.Job.Command, Dir: cur.Job.Dir, Env: cur.Job.Env})
+			run := RunOf(cur.Job.Spec(l.Session))
 			// As a booked run always started: its end is its session's,
 			// and the job kept for export is the one booked.
 			run.RecordExit, run.Job = false, cur.Job

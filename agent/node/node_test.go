@@ -724,14 +724,14 @@ func code(err error) lease.Code {
 func TestBooking(t *testing.T) {
 	r := newRig(t, lease.DefaultPolicy(), nil)
 	ctx := context.Background()
-	b, err := r.n.Book(alice, lease.BookRequest{Count: 2, Start: t0.Add(time.Hour), Duration: 2 * time.Hour}, "")
+	b, err := r.n.Book(alice, lease.BookRequest{Count: 2, Start: t0.Add(time.Hour), Duration: 2 * time.Hour})
 	if err != nil {
 		t.Fatalf("book: %v", err)
 	}
 	if st := r.n.State(); len(st.Bookings) != 1 || len(st.Leases) != 0 || len(r.durable(t)) != 1 {
 		t.Fatalf("after booking: %d bookings, %d leases, %d on disk; want 1, 0, 1", len(st.Bookings), len(st.Leases), len(r.durable(t)))
 	}
-	_, err = r.n.Book(bob, lease.BookRequest{Count: 1, Start: t0.Add(-time.Hour), Duration: time.Hour}, "")
+	_, err = r.n.Book(bob, lease.BookRequest{Count: 1, Start: t0.Add(-time.Hour), Duration: time.Hour})
 	if want := "which is not in the future: claim now with dibs claim, or book a later time"; err == nil || !strings.Contains(err.Error(), want) {
 		t.Errorf("a booking in the past: %v, want a refusal saying %q", err, want)
 	}

@@ -14,8 +14,9 @@ import (
 // The endpoints. A new one is added here, with its types below, and
 // registered once (agent/core).
 var (
-	// Claim asks a node for GPUs (and a session on them) for a user.
-	Claim = Endpoint[ClaimRequest, LeaseReply]{Name: "claim"}
+	// Claim asks a node for GPUs (and a session on them) for a user: the
+	// claim the asking agent's edge made and validated (core.claimOf).
+	Claim = Endpoint[ClaimRequest, LeaseReply]{Name: "claim", MadeAtEdge: true}
 	// Release ends leases on the node that holds them.
 	Release = Endpoint[ReleaseRequest, ReleaseReply]{Name: "release"}
 	// Extend moves a lease's end.
