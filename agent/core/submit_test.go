@@ -2,12 +2,15 @@ package core_test
 
 import (
 	"context"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/dibs-gpu/dibs/agent/clock"
+	"github.com/dibs-gpu/dibs/agent/peer"
 	"github.com/dibs-gpu/dibs/api"
+	"github.com/dibs-gpu/dibs/lease"
 	"github.com/dibs-gpu/dibs/queue"
 )
 
@@ -105,6 +108,63 @@ func TestSubmitAnswer(t *testing.T) {
 			}
 			if len(q.Entries) != got.Waiting || pos[got.ID] != got.Position || pos[older.ID] != 1 {
 				t.Errorf("dibs queue shows %v (%d rows), the answer said %s at %d of %d after %s", pos, len(q.Entries), got.ID, got.Position, got.Waiting, older.ID)
+			}
+		})
+	}
+}
+
+// TestStartRankSession: a queued start's session is named for its task
+// and rank on the node that starts it (the name is made there, from the
+// submitted one), and a name that tmux would not keep as made, here one
+// grown past its bound by the rank's suffix, is refused there, before
+// anything is held; the job's other bounds came checked with the request.
+func TestStartRankSession(t *testing.T) {
+	long := strings.Repeat("t", 127) // the bound is 128: "-1" passes it
+	tests := []struct {
+		name     string
+		id       string
+		job      string
+		nodes    int
+		rank     int
+		wantName string
+		wantErr  string
+	}{
+		{name: "a gang's rank", id: "node01-q1", job: "train", nodes: 2, rank: 1, wantName: "train-1"},
+		{name: "an array's task", id: "node01-q1/4", job: "sweep", nodes: 1, wantName: "sweep-4"},
+		{name: "one node, as submitted", id: "node01-q1", job: "eval", nodes: 1, wantName: "eval"},
+		{name: "a rank's name past the bound", id: "node01-q1", job: long, nodes: 2, rank: 1, wantErr: "invalid session name"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			clk := clock.NewFake(t0)
+			sessions := &started{}
+			c := newClusterOf(t, clk, map[string]users{
+				"node01": accounts(1000, "alice"),
+				"node02": accounts(2000, "alice"),
+			}, clusterOptions{sessions: sessions})
+			e := queue.QueueEntry{ID: tt.id, Origin: "node01", User: "alice", UID: 1000, Nodes: tt.nodes, GPUsPerNode: 1,
+				Duration: time.Hour, Kind: lease.KindBatch, SubmittedAt: t0,
+				Job: &lease.Job{Name: tt.job, Command: []string{"python", "train.py"}}}
+			phase := peer.PhaseStart
+			if tt.nodes > 1 {
+				phase = peer.PhaseReserve
+			}
+			r, err := peer.Call(context.Background(), c["node01"].mux, "node02", peer.Start, peer.As("alice"),
+				peer.StartRequest{Entry: e, Phase: phase, GPUs: []int{0}, Gang: "g1", Rank: tt.rank})
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("start: %v, want a refusal saying %q", err, tt.wantErr)
+				}
+				if v := c["node02"].svc.View(); len(v.Leases()) != 0 {
+					t.Errorf("node02 holds %v after refusing the start, want nothing", v.Leases())
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("start: %v", err)
+			}
+			if r.Lease.Session != tt.wantName {
+				t.Errorf("the lease's session is %q, want %q", r.Lease.Session, tt.wantName)
 			}
 		})
 	}
