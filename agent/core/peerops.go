@@ -149,7 +149,13 @@ func (b *Bound) startPart(ctx context.Context, r peer.StartRequest) (peer.StartR
 	if e.Job != nil {
 		spec := &lease.RunSpec{Name: queue.RankSessionName(queue.TaskSessionName(e.Job.Name, e.ID), e, r.Rank),
 			Command: e.Job.Command, Dir: e.Job.Dir, Env: e.Job.Env}
-		if err := checkRun(spec); err != nil {
+		// The job's bounds came checked with the request (peer runs
+		// StartRequest.Validate, the entry's Validate, on every start it
+		// sends and every one it decodes); the session's name is the
+		// task's and rank's, made here, so the launcher's rule (which
+		// bounds its length too) is checked here, as for a claim from a
+		// peer.
+		if err := checkSession(spec); err != nil {
 			return peer.StartReply{}, err
 		}
 		claim.Run = spec

@@ -17,6 +17,12 @@ import (
 // Submit queues a request at this agent, its source of truth. It gets every
 // check a direct request gets, now, so nothing that can never start waits
 // in the queue (or blocks it).
+//
+// It reads the cluster once: the one view its checks use (the features
+// every live node speaks, peer.Require; what could ever fit,
+// queue.CheckFeasible) is the one its answer's position is computed on,
+// with this node's entries read again after the origin has written the
+// new one (answerOf).
 func (b *Bound) Submit(ctx context.Context, req api.SubmitRequest) (api.Submitted, error) {
 	if err := b.write(); err != nil {
 		return api.Submitted{}, err
@@ -34,8 +40,10 @@ func (b *Bound) Submit(ctx context.Context, req api.SubmitRequest) (api.Submitte
 	if len(claim.GPUs) > 0 {
 		return api.Submitted{}, lease.Invalidf("a queued request asks for a number of GPUs (-g N), not named ones")
 	}
+	s := b.s
+	v := s.View()
 	if claim.MIG != "" {
-		if err := b.s.Require(peer.QueuedMIG); err != nil {
+		if err := peer.Require(v, peer.QueuedMIG); err != nil {
 			return api.Submitted{}, err
 		}
 	}
@@ -48,7 +56,6 @@ func (b *Bound) Submit(ctx context.Context, req api.SubmitRequest) (api.Submitte
 			return api.Submitted{}, lease.Invalidf("%v", err)
 		}
 	}
-	s := b.s
 	e := queue.QueueEntry{
 		Origin: s.cfg.Node, User: b.c.User, UID: b.c.UID,
 		Nodes: req.Nodes, GPUsPerNode: req.GPUsPerNode, Node: req.Claim.Node,
@@ -72,10 +79,9 @@ func (b *Bound) Submit(ctx context.Context, req api.SubmitRequest) (api.Submitte
 	if err := e.Check(s.cfg.Policy); err != nil {
 		return api.Submitted{}, err
 	}
-	if err := b.sweep(ctx, &e, req); err != nil {
+	if err := b.sweep(ctx, v, &e, req); err != nil {
 		return api.Submitted{}, err
 	}
-	v := s.View()
 	if err := queue.CheckFeasible(e, v.SchedNodes(), e.Model, s.cfg.Sched.Pools); err != nil {
 		return api.Submitted{}, err
 	}
@@ -84,14 +90,28 @@ func (b *Bound) Submit(ctx context.Context, req api.SubmitRequest) (api.Submitte
 		return api.Submitted{}, err
 	}
 	s.deps.Kick()
-	q, _ := b.Queue(ctx)
-	out := api.Submitted{ID: e.ID, Waiting: len(q.Entries)}
+	return b.answerOf(v, e.ID), nil
+}
+
+// answerOf is the answer to the submit of entry id: where it stands in
+// the queue as `dibs queue` shows it (Bound.queueOf), and how many rows
+// that has. v is the view the submit was checked on, read before the
+// origin wrote the entry; this node's part of it is brought up to date
+// with the origin's entries now (the new one, an array's first tasks,
+// which Origin.Submit made with it, or, for a retry, the entry the first
+// try made), and its time with the clock. The other nodes' parts are as
+// the submit's checks read them.
+func (b *Bound) answerOf(v queue.ClusterView, id string) api.Submitted {
+	v.Local().Queue = b.s.deps.Origin.Entries()
+	v.Now = b.s.deps.Clock.Now()
+	q := b.queueOf(v)
+	out := api.Submitted{ID: id, Waiting: len(q.Entries)}
 	for _, x := range q.Entries {
-		if x.ID == e.ID {
+		if x.ID == id {
 			out.Position = x.Position
 		}
 	}
-	return out, nil
+	return out
 }
 
 // canRun refuses a run for a caller this agent cannot start sessions as.
@@ -144,8 +164,12 @@ func (b *Bound) EntryStatus(ctx context.Context, id string) (api.EntryStatus, er
 // Queue is `dibs queue`: the waiting requests in scheduling order, then the
 // running ones.
 func (b *Bound) Queue(context.Context) (api.Queue, error) {
+	return b.queueOf(b.s.View()), nil
+}
+
+// queueOf is the queue as view v shows it to b's caller.
+func (b *Bound) queueOf(v queue.ClusterView) api.Queue {
 	s := b.s
-	v := s.View()
 	var waiting, orphaned, backoff, running, held []queue.QueueEntry
 	for _, e := range v.Entries() {
 		switch o, ok := v.Node(e.Origin); {
@@ -190,7 +214,7 @@ func (b *Bound) Queue(context.Context) (api.Queue, error) {
 		q.Entries = append(q.Entries, qv)
 	}
 	q.Entries = foldArrays(b.c, q.Entries, held)
-	return q, nil
+	return q
 }
 
 // queuedView is one entry as c sees it: its command only for its holder

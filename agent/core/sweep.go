@@ -24,12 +24,13 @@ const depLookup = 2 * time.Second
 // cannot be reached, one that already failed (for --after), and either
 // while a node of the cluster runs an older dibs (peer.Sweeps). A cycle
 // cannot form: a dependency must exist when the run waiting on it is
-// submitted, and the new entry's id is given only after.
-func (b *Bound) sweep(ctx context.Context, e *queue.QueueEntry, req api.SubmitRequest) error {
+// submitted, and the new entry's id is given only after. v is the
+// submit's view of the cluster, whose nodes' protocols say which speak it.
+func (b *Bound) sweep(ctx context.Context, v queue.ClusterView, e *queue.QueueEntry, req api.SubmitRequest) error {
 	if req.Array == "" && len(req.After) == 0 && len(req.AfterAny) == 0 {
 		return nil
 	}
-	if err := b.s.Require(peer.Sweeps); err != nil {
+	if err := peer.Require(v, peer.Sweeps); err != nil {
 		return err
 	}
 	if req.Array != "" {
