@@ -1,6 +1,9 @@
 package lease
 
-import "strings"
+import (
+	"slices"
+	"strings"
+)
 
 // Job is what a queued run starts when its turn comes. A queued claim
 // (`dibs claim --queue`) has none.
@@ -48,6 +51,17 @@ func (j *Job) EachString(f func(field string, p *string)) {
 // inverse of RunSpec.Job, for the node that starts a booking at its time.
 func (j *Job) Spec(name string) *RunSpec {
 	return &RunSpec{Name: name, Command: j.Command, Dir: j.Dir, Env: j.Env}
+}
+
+// ForExport is the job as a node keeps it once its session starts, for
+// `dibs export sbatch` to write back after it ends: the command (a copy),
+// directory, name and launcher as asked, without the carried environment,
+// which the node does not keep. Nil for nil.
+func (j *Job) ForExport() *Job {
+	if j == nil {
+		return nil
+	}
+	return &Job{Command: slices.Clone(j.Command), Dir: j.Dir, Name: j.Name, Torchrun: j.Torchrun, PerGPU: j.PerGPU}
 }
 
 // SessionName is the tmux session a run under lease id gets when its holder

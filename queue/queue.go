@@ -255,10 +255,11 @@ func OriginOfQueueID(id string) (string, bool) {
 	return id[:i], true
 }
 
-// Check fills a new entry's defaults from the node's policy and refuses what
-// can never be queued, with the reason and the way out: no size, a gang
-// pinned to one node or without a command, a time limit that is not
-// positive or over the kind's maximum, a note that is not one short line of
+// Check fills a new entry's defaults from the node's policy (its kind and
+// time limit as its claim's, lease.Claim.Limit) and refuses what can never
+// be queued, with the reason and the way out: no size, a gang pinned to one
+// node or without a command, a time limit that is not positive or over the
+// kind's maximum, a note that is not one short line of
 // plain text, a model, node or session name with control or invisible
 // characters, a restart count out of range.
 func (e *QueueEntry) Check(p lease.Policy) error {
@@ -281,14 +282,11 @@ func (e *QueueEntry) Check(p lease.Policy) error {
 	if e.Job != nil && e.Job.PerGPU && (e.Job.Torchrun || len(e.Job.Command) == 0) {
 		return lease.Invalidf("--per-gpu starts one process per GPU itself: give it a command, and drop --torchrun (which does the same)")
 	}
-	if e.Kind == "" {
-		e.Kind = lease.KindInteractive
-	}
-	d, err := lease.CheckDuration(e.Duration, e.Kind, p)
+	k, d, err := e.claim().Limit(p)
 	if err != nil {
 		return err
 	}
-	e.Duration = d
+	e.Kind, e.Duration = k, d
 	if err := lease.CheckNote(e.Note); err != nil {
 		return err
 	}

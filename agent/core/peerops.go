@@ -134,36 +134,24 @@ func (b *Bound) startPart(ctx context.Context, r peer.StartRequest) (peer.StartR
 	if cl := s.link(); cl != nil {
 		host = cl.Host()
 	}
-	claim := lease.Claim{GPUs: r.GPUs, Duration: e.Duration, Kind: e.Kind, Note: e.Note, QueuedAt: e.SubmittedAt, MemMiB: e.MemMiB}
-	if e.MIG != "" {
-		// The node takes a free instance the entry names (the scheduler
-		// saw one there); the instance names its GPU.
-		claim.GPUs, claim.MIG, claim.Model = nil, e.MIG, e.Model
+	claim, err := e.RankClaim(r.GPUs, r.Rank)
+	if err != nil {
+		return peer.StartReply{}, err
 	}
-	var run *node.Run
-	if e.Job != nil && e.Job.Kept {
-		// Gossip's copy: the scheduler did not get the command from the
-		// origin (which alone keeps it). Not this node's to guess.
-		return peer.StartReply{}, &lease.Error{Code: lease.CodeUnavailable, Msg: fmt.Sprintf("the start of %s came without its command, which its origin %s keeps: the scheduler asks the origin again", e.ID, e.Origin)}
+	// The job's bounds came checked with the request (peer runs
+	// StartRequest.Validate, the entry's Validate, on every start it sends
+	// and every one it decodes); the session's name is the task's and
+	// rank's, made by RankClaim, so the launcher's rule (which bounds its
+	// length too) is checked here, as for a claim from a peer.
+	if err := checkSession(claim.Run); err != nil {
+		return peer.StartReply{}, err
 	}
-	if e.Job != nil {
-		spec := &lease.RunSpec{Name: queue.RankSessionName(queue.TaskSessionName(e.Job.Name, e.ID), e, r.Rank),
-			Command: e.Job.Command, Dir: e.Job.Dir, Env: e.Job.Env}
-		// The job's bounds came checked with the request (peer runs
-		// StartRequest.Validate, the entry's Validate, on every start it
-		// sends and every one it decodes); the session's name is the
-		// task's and rank's, made here, so the launcher's rule (which
-		// bounds its length too) is checked here, as for a claim from a
-		// peer.
-		if err := checkSession(spec); err != nil {
-			return peer.StartReply{}, err
-		}
-		claim.Run = spec
+	run := node.RunOf(claim.Run)
+	if run != nil {
 		// The queue's part: every rank records its exit, and the job kept
 		// for export is the one submitted (its launcher named).
-		run = node.RunOf(spec)
 		run.RecordExit = true
-		run.Job = &lease.Job{Command: e.Job.Command, Dir: e.Job.Dir, Name: e.Job.Name, Torchrun: e.Job.Torchrun, PerGPU: e.Job.PerGPU}
+		run.Job = e.Job.ForExport()
 	}
 	switch r.Phase {
 	case peer.PhaseStart:

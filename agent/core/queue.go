@@ -37,44 +37,30 @@ func (b *Bound) Submit(ctx context.Context, req api.SubmitRequest) (api.Submitte
 	if err != nil {
 		return api.Submitted{}, err
 	}
-	if len(claim.GPUs) > 0 {
-		return api.Submitted{}, lease.Invalidf("a queued request asks for a number of GPUs (-g N), not named ones")
-	}
 	s := b.s
+	e, err := queue.NewEntry(s.cfg.Node, b.c, claim, queue.Ask{
+		Nodes: req.Nodes, GPUsPerNode: req.GPUsPerNode, Node: req.Claim.Node, Model: req.Model,
+		Requeue: req.Requeue, MaxRestarts: req.MaxRestarts, NoRequeue: req.NoRequeue,
+		Torchrun: req.Torchrun, PerGPU: req.PerGPU,
+	})
+	if err != nil {
+		return api.Submitted{}, err
+	}
 	v := s.View()
-	if claim.MIG != "" {
+	if e.MIG != "" {
 		if err := peer.Require(v, peer.QueuedMIG); err != nil {
 			return api.Submitted{}, err
 		}
 	}
-	model := req.Model
-	if model == "" {
-		model = claim.Model
-	}
-	if req.Claim.Node != "" {
-		if err := lease.ValidNodeName(req.Claim.Node); err != nil {
+	if e.Node != "" {
+		if err := lease.ValidNodeName(e.Node); err != nil {
 			return api.Submitted{}, lease.Invalidf("%v", err)
 		}
 	}
-	e := queue.QueueEntry{
-		Origin: s.cfg.Node, User: b.c.User, UID: b.c.UID,
-		Nodes: req.Nodes, GPUsPerNode: req.GPUsPerNode, Node: req.Claim.Node,
-		Duration: claim.Duration, Kind: claim.Kind, Note: claim.Note,
-		Requeue: req.Requeue, MaxRestarts: req.MaxRestarts, NoRequeue: req.NoRequeue, Model: model, RequestID: req.Claim.RequestID,
-		Tags: claim.Tags, MemMiB: claim.MemMiB, MIG: claim.MIG,
-	}
-	if e.Nodes <= 1 && e.GPUsPerNode == 0 {
-		e.GPUsPerNode = claim.Count
-	}
-	if (e.MemMiB > 0 || e.MIG != "") && e.GPUsPerNode == 0 && e.Nodes <= 1 {
-		e.GPUsPerNode = 1
-	}
-	if claim.Run != nil {
+	if e.Job != nil {
 		if err := s.canRun(b.c); err != nil {
 			return api.Submitted{}, err
 		}
-		e.Job = claim.Run.Job()
-		e.Job.Torchrun, e.Job.PerGPU = req.Torchrun, req.PerGPU
 	}
 	if err := e.Check(s.cfg.Policy); err != nil {
 		return api.Submitted{}, err
