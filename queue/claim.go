@@ -19,7 +19,9 @@ import (
 
 // Ask is what a submit adds to the claim it queues: the gang's shape,
 // where it may run, its launcher, and what becomes of a failed or
-// preempted run. It is api.SubmitRequest's part beside the claim.
+// preempted run: the part of api.SubmitRequest beside the claim that the
+// entry keeps as it is (an array and dependencies are parsed apart, by
+// agent/core's sweep).
 type Ask struct {
 	// Nodes × GPUsPerNode GPUs. On one node, zero GPUsPerNode takes the
 	// claim's count (one for a MIG instance or a memory budget).
