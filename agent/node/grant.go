@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"time"
 
 	"github.com/dibs-gpu/dibs/launch"
@@ -42,7 +41,7 @@ func RunOf(spec *lease.RunSpec) *Run {
 		return nil
 	}
 	return &Run{Name: spec.Name, Command: spec.Command, Dir: spec.Dir, UserEnv: spec.Env, RecordExit: len(spec.Command) > 0,
-		Job: &lease.Job{Command: spec.Command, Dir: spec.Dir, Name: spec.Name}}
+		Job: spec.Job().ForExport()}
 }
 
 // Grant is every way GPUs on this node are handed out: a claim, a run, a
@@ -241,9 +240,7 @@ func (x *sessionJob) startSession(ctx context.Context, l lease.Lease, u launch.U
 		return fmt.Errorf("start session for lease %s: %w", l.ID, err)
 	}
 	if run.Job != nil && len(run.Job.Command) > 0 {
-		j := *run.Job
-		j.Command, j.Env = slices.Clone(j.Command), nil
-		n.kept.keep(KeptRun{Lease: l.ID, User: l.User, Job: j, At: n.deps.Clock.Now()})
+		n.kept.keep(KeptRun{Lease: l.ID, User: l.User, Job: *run.Job.ForExport(), At: n.deps.Clock.Now()})
 		if err := n.kept.save(); err != nil {
 			n.log.Warn("cannot save the runs kept for export sbatch", "err", err)
 		}
