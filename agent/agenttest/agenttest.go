@@ -333,6 +333,9 @@ type ClusterOptions struct {
 	// past its end: this release's own): a node at peer.MinVersion speaks
 	// as the previous release (agent.ClusterSettings.Protocol).
 	Protocols []int
+	// RequestTimeout is how long an agent waits for another's answer
+	// (agent.ClusterSettings.RequestTimeout; zero: gossip's 3 s).
+	RequestTimeout time.Duration
 }
 
 // Cluster starts len(o.Specs) agents named node01, node02, … gossiping on
@@ -353,7 +356,7 @@ func Cluster(tb testing.TB, o ClusterOptions) []*Node {
 	var nodes []*Node
 	seed := ""
 	for i, spec := range o.Specs {
-		cs := &agent.ClusterSettings{BindAddr: "127.0.0.1", Name: o.Name, Key: o.Key, Fast: true}
+		cs := &agent.ClusterSettings{BindAddr: "127.0.0.1", Name: o.Name, Key: o.Key, Fast: true, RequestTimeout: o.RequestTimeout}
 		if i < len(o.Protocols) {
 			cs.Protocol = o.Protocols[i]
 		}
