@@ -160,8 +160,21 @@ func TestArrayOriginRestartLosesAndDuplicatesNoTask(t *testing.T) {
 		return len(m) >= 4
 	})
 	nodes[1].Restart() // the array's origin, mid-array
+	// An array that ends otherwise (a task failed) never finishes: say so
+	// at once, with why; a wait that runs out says what it saw last.
+	var st queue.EntryStatus
+	var q api.Queue
+	defer func() {
+		if t.Failed() {
+			t.Logf("the array's status last: %+v; the origin's queue: %+v", st, q.Entries)
+		}
+	}()
 	agenttest.Eventually(t, 90*time.Second, "the array to finish after its origin restarted", func() bool {
-		st, _ := nodes[1].Client.EntryStatus(ctx(t), s.ID)
+		st, _ = nodes[1].Client.EntryStatus(ctx(t), s.ID)
+		q, _ = nodes[1].Client.Queue(ctx(t))
+		if st.State == queue.EntryFailed || st.State == queue.EntryCancelled {
+			t.Fatalf("the array ended %s after its origin restarted (%s), want finished", st.State, st.Reason)
+		}
 		return st.State == queue.EntryFinished
 	})
 	if m := most.Load(); m > 3 {
