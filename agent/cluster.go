@@ -46,6 +46,10 @@ type ClusterSettings struct {
 	// MaxStreams and MaxStreamsPerSource cap the inbound gossip streams
 	// held open, in total and from one address (zero: gossip's defaults).
 	MaxStreams, MaxStreamsPerSource int
+	// RequestTimeout bounds how long this agent waits for another's answer
+	// (zero: gossip's default, 3 s): longer for tests that run many agents
+	// on one loaded machine, where an answer can take seconds.
+	RequestTimeout time.Duration
 }
 
 // clusterLink connects the agent's parts to memberlist: it publishes this
@@ -68,7 +72,7 @@ func (a *Agent) joinCluster(s ClusterSettings) (*clusterLink, error) {
 		AdvertiseAddr: s.AdvertiseAddr, AdvertisePort: s.AdvertisePort, Join: s.Join,
 		ClusterName: s.Name, Key: s.Key, Insecure: s.Insecure,
 		BootID: randomID(), BootedAt: a.deps.Clock.Now(), Faults: s.Faults,
-		MaxInboundStreams: s.MaxStreams, MaxInboundStreamsPerSource: s.MaxStreamsPerSource,
+		MaxInboundStreams: s.MaxStreams, MaxInboundStreamsPerSource: s.MaxStreamsPerSource, RequestTimeout: s.RequestTimeout,
 		Logf: func(f string, args ...any) { a.log.Warn(fmt.Sprintf(f, args...)) },
 	}
 	if s.Fast {
@@ -145,13 +149,10 @@ func (d delegate) HandleRequest(ctx context.Context, from string, req gossip.Req
 	return gossip.Response{Body: body, ErrCode: code, ErrMsg: msg}
 }
 
-// Request implements peer.Transport.
+// Request implements peer.Transport. Gossip bounds the wait by its
+// RequestTimeout (ClusterSettings.RequestTimeout) or ctx, whichever ends
+// first.
 func (l *clusterLink) Request(ctx context.Context, node, op string, body []byte) ([]byte, lease.Code, string, error) {
-	if _, ok := ctx.Deadline(); !ok {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, 3*time.Second)
-		defer cancel()
-	}
 	resp, err := l.c.Request(ctx, node, gossip.Request{Op: op, Body: body})
 	switch {
 	case errors.Is(err, gossip.ErrUnknownNode):

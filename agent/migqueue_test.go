@@ -1,6 +1,7 @@
 package agent_test
 
 import (
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -185,9 +186,17 @@ func TestQueuedPartsReclaim(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			// The lease sits idle: the board flags it (quiet for IdleAfter,
+			// 200ms, when the agent last judged it), and the clock moves on
+			// past IdleReclaimAfter (300ms) from there, so the pass Submit
+			// kicks finds it idle long enough to reclaim.
 			from := fake.Now()
+			var flagged time.Time
 			agenttest.Tick(t, fake, 100*time.Millisecond, 15*time.Second, "the lease to sit idle for 600ms", func() bool {
-				return fake.Now().Sub(from) >= 600*time.Millisecond
+				if flagged.IsZero() && slices.Contains(n.BoardAs(heavy).Nodes[0].GPUs[0].Flags, lease.FlagIdle) {
+					flagged = fake.Now()
+				}
+				return !flagged.IsZero() && fake.Now().Sub(flagged) >= 200*time.Millisecond && fake.Now().Sub(from) >= 600*time.Millisecond
 			})
 			s, err := n.As(light).Submit(ctx(t), api.SubmitRequest{Claim: tt.ask})
 			if err != nil {
@@ -204,12 +213,15 @@ func TestQueuedPartsReclaim(t *testing.T) {
 				}
 				return false
 			}
-			agenttest.Tick(t, fake, 100*time.Millisecond, 15*time.Second, "the lease to be preempted ("+tt.reason+")", func() bool { return preempted(false) })
-			// The notice reaches the board through the event log's writer
-			// a moment after the preemption (real time, not the clock's):
-			// wait for it with the clock held, or on a loaded machine the
-			// 1 s grace runs out and the lease is gone from the board
-			// before its notice arrives.
+			// The preemption is stamped with the clock's time before it is
+			// written and shown (a write that takes real time on a loaded
+			// machine): wait for it with the clock held, or the clock runs
+			// through the whole 1 s grace during the write and the lease
+			// ends before the board ever shows it preempted. The notice
+			// reaches the board through the event log's writer a moment
+			// after the preemption (real time too): held for the same
+			// reason.
+			agenttest.Eventually(t, 15*time.Second, "the lease to be preempted ("+tt.reason+")", func() bool { return preempted(false) })
 			agenttest.Eventually(t, 15*time.Second, "the lease to be warned ("+tt.reason+")", func() bool { return preempted(true) })
 			agenttest.Tick(t, fake, 100*time.Millisecond, 15*time.Second, "the waiting request to get the reclaimed part", func() bool {
 				l := entryLease(n, s.ID)

@@ -3,6 +3,7 @@ package agent_test
 import (
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync/atomic"
@@ -160,8 +161,21 @@ func TestArrayOriginRestartLosesAndDuplicatesNoTask(t *testing.T) {
 		return len(m) >= 4
 	})
 	nodes[1].Restart() // the array's origin, mid-array
+	// An array that ends otherwise (a task failed) never finishes: say so
+	// at once, with why; a wait that runs out says what it saw last.
+	var st queue.EntryStatus
+	var q api.Queue
+	defer func() {
+		if t.Failed() {
+			t.Logf("the array's status last: %+v; the origin's queue: %+v", st, q.Entries)
+		}
+	}()
 	agenttest.Eventually(t, 90*time.Second, "the array to finish after its origin restarted", func() bool {
-		st, _ := nodes[1].Client.EntryStatus(ctx(t), s.ID)
+		st, _ = nodes[1].Client.EntryStatus(ctx(t), s.ID)
+		q, _ = nodes[1].Client.Queue(ctx(t))
+		if st.State == queue.EntryFailed || st.State == queue.EntryCancelled {
+			t.Fatalf("the array ended %s after its origin restarted (%s), want finished", st.State, st.Reason)
+		}
 		return st.State == queue.EntryFinished
 	})
 	if m := most.Load(); m > 3 {
@@ -176,6 +190,47 @@ func TestArrayOriginRestartLosesAndDuplicatesNoTask(t *testing.T) {
 		if n != 1 {
 			t.Errorf("the ledger holds %d runs of %s, want 1", n, id)
 		}
+	}
+}
+
+// TestQueuedRunStartsOnANodeWhoseTmuxIsSlow: a queued run started on
+// another node whose tmux takes longer to make the session than the
+// scheduler waits for an answer (gossip's 3 s; a loaded node) runs, once,
+// and finishes. The start was cut off with the request, so the run failed
+// ("session-ended"), and an array with such a task ended failed.
+func TestQueuedRunStartsOnANodeWhoseTmuxIsSlow(t *testing.T) {
+	t.Parallel()
+	agenttest.RequireTmux(t)
+	tmux, err := exec.LookPath("tmux")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := agenttest.PublicDir(t)
+	slow := filepath.Join(dir, "slow-tmux")
+	script := fmt.Sprintf("#!/bin/sh\nfor a in \"$@\"; do [ \"$a\" = new-session ] && sleep 4; done\nexec %s \"$@\"\n", tmux)
+	if err := os.WriteFile(slow, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	nodes := agenttest.Cluster(t, agenttest.ClusterOptions{Specs: []string{"2xL40S", "2xL40S"}, Quiet: true, TmuxPaths: []string{"", slow}})
+	// node01's GPUs are held, so the run starts on node02.
+	if _, err := nodes[0].Client.Claim(ctx(t), api.ClaimRequest{Node: "node01", Count: 2, Duration: "1h"}); err != nil {
+		t.Fatal(err)
+	}
+	s, err := nodes[0].Client.Submit(ctx(t), api.SubmitRequest{Claim: api.ClaimRequest{Count: 1, Duration: "1h",
+		Run: &api.RunSpec{Command: []string{"sh", "-c", "echo ran >> " + filepath.Join(dir, "ran")}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var st queue.EntryStatus
+	agenttest.Eventually(t, 60*time.Second, "the run to end", func() bool {
+		st, _ = nodes[0].Client.EntryStatus(ctx(t), s.ID)
+		return st.State == queue.EntryFinished || st.State == queue.EntryFailed || st.State == queue.EntryCancelled
+	})
+	if st.State != queue.EntryFinished {
+		t.Errorf("the run on the node with a slow tmux ended %s (%s), want finished", st.State, st.Reason)
+	}
+	if b, err := os.ReadFile(filepath.Join(dir, "ran")); err != nil || string(b) != "ran\n" {
+		t.Errorf("the run's record: %q, %v; want it ran once", b, err)
 	}
 }
 

@@ -333,6 +333,12 @@ type ClusterOptions struct {
 	// past its end: this release's own): a node at peer.MinVersion speaks
 	// as the previous release (agent.ClusterSettings.Protocol).
 	Protocols []int
+	// RequestTimeout is how long an agent waits for another's answer
+	// (agent.ClusterSettings.RequestTimeout; zero: gossip's 3 s).
+	RequestTimeout time.Duration
+	// TmuxPaths gives each node's tmux, by index (empty, or nodes past
+	// its end: tmux in PATH).
+	TmuxPaths []string
 }
 
 // Cluster starts len(o.Specs) agents named node01, node02, … gossiping on
@@ -353,7 +359,7 @@ func Cluster(tb testing.TB, o ClusterOptions) []*Node {
 	var nodes []*Node
 	seed := ""
 	for i, spec := range o.Specs {
-		cs := &agent.ClusterSettings{BindAddr: "127.0.0.1", Name: o.Name, Key: o.Key, Fast: true}
+		cs := &agent.ClusterSettings{BindAddr: "127.0.0.1", Name: o.Name, Key: o.Key, Fast: true, RequestTimeout: o.RequestTimeout}
 		if i < len(o.Protocols) {
 			cs.Protocol = o.Protocols[i]
 		}
@@ -368,7 +374,11 @@ func Cluster(tb testing.TB, o ClusterOptions) []*Node {
 		if i < len(o.Tags) {
 			tags = o.Tags[i]
 		}
-		n := Start(tb, Options{Name: fmt.Sprintf("node%02d", i+1), Sim: spec, Policy: o.Policy, Sched: o.Sched, Cluster: cs, TmuxTmpDir: tmux, Quiet: o.Quiet, Users: users, MetricsListen: o.MetricsListen, Tags: tags})
+		tmuxPath := ""
+		if i < len(o.TmuxPaths) {
+			tmuxPath = o.TmuxPaths[i]
+		}
+		n := Start(tb, Options{Name: fmt.Sprintf("node%02d", i+1), Sim: spec, Policy: o.Policy, Sched: o.Sched, Cluster: cs, TmuxTmpDir: tmux, Quiet: o.Quiet, Users: users, MetricsListen: o.MetricsListen, Tags: tags, TmuxPath: tmuxPath})
 		if seed == "" {
 			seed = n.Agent.GossipAddr()
 		}

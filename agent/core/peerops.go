@@ -2,6 +2,7 @@ package core
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"syscall"
@@ -29,6 +30,8 @@ func (s *Service) registerPeerOps() {
 		if err := checkSession(r.Run); err != nil {
 			return peer.LeaseReply{}, err
 		}
+		ctx, done := sessionContext(ctx)
+		defer done()
 		l, err := b.grantHere(ctx, s.View(), r)
 		return peer.LeaseReply{Lease: l}, err
 	})
@@ -61,6 +64,8 @@ func (s *Service) registerPeerOps() {
 		if err != nil {
 			return peer.StartReply{}, err
 		}
+		ctx, done := sessionContext(ctx)
+		defer done()
 		return b.startPart(ctx, r)
 	})
 	peer.Handle(m, peer.Started, func(ctx context.Context, from string, who peer.Actor, r peer.StartedRequest) (peer.Empty, error) {
@@ -123,6 +128,24 @@ func (s *Service) registerPeerOps() {
 		u, err := s.deps.Node.Usage().UsageSince(r.Since)
 		return peer.UsageReply{GPUSeconds: u}, err
 	})
+}
+
+// sessionContext is a peer request's context for granting, and starting
+// the session of, what it asks: cancelled with the request (this agent
+// stopping), but without its deadline. That deadline is the requester's
+// patience (gossip's 3 s), shorter than a loaded node's tmux may take to
+// make a session; cut off then, a start that was only slow would fail
+// the run. The launcher bounds each tmux call itself
+// (launch.Options.CallTimeout); a requester that gave up hears nothing
+// and sees the lease in the node's state.
+func sessionContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	out, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	stop := context.AfterFunc(ctx, func() {
+		if !errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			cancel()
+		}
+	})
+	return out, func() { stop(); cancel() }
 }
 
 // startPart starts, reserves or commits this node's part of a queued
