@@ -39,15 +39,15 @@ func asUserFS(u User, f func() error) error {
 			return
 		}
 		setfs := func(uid, gid int) {
-			syscall.RawSyscall(syscall.SYS_SETFSGID, uintptr(gid), 0, 0)
-			syscall.RawSyscall(syscall.SYS_SETFSUID, uintptr(uid), 0, 0)
+			syscall.RawSyscall(sysSetfsgid, uintptr(gid), 0, 0)
+			syscall.RawSyscall(sysSetfsuid, uintptr(uid), 0, 0)
 		}
 		setfs(u.UID, u.GID)
 		err = f()
 		setfs(0, 0)
 		// setfsuid returns the previous value: asking again tells whether
 		// the thread is root's once more.
-		prev, _, _ := syscall.RawSyscall(syscall.SYS_SETFSUID, 0, 0, 0)
+		prev, _, _ := syscall.RawSyscall(sysSetfsuid, 0, 0, 0)
 		if prev == 0 && setThreadGroups(own) == nil {
 			runtime.UnlockOSThread()
 		}
@@ -58,12 +58,12 @@ func asUserFS(u User, f func() error) error {
 
 // threadGroups is the calling thread's supplementary groups.
 func threadGroups() ([]uint32, error) {
-	n, _, errno := syscall.RawSyscall(syscall.SYS_GETGROUPS, 0, 0, 0)
+	n, _, errno := syscall.RawSyscall(sysGetgroups, 0, 0, 0)
 	if errno != 0 {
 		return nil, fmt.Errorf("get groups: %w", errno)
 	}
 	groups := make([]uint32, n+1)
-	n, _, errno = syscall.RawSyscall(syscall.SYS_GETGROUPS, uintptr(len(groups)), uintptr(unsafe.Pointer(&groups[0])), 0)
+	n, _, errno = syscall.RawSyscall(sysGetgroups, uintptr(len(groups)), uintptr(unsafe.Pointer(&groups[0])), 0)
 	if errno != 0 {
 		return nil, fmt.Errorf("get groups: %w", errno)
 	}
@@ -82,7 +82,7 @@ func setThreadGroups[T int | uint32](groups []T) error {
 	if len(list) > 0 {
 		p = uintptr(unsafe.Pointer(&list[0]))
 	}
-	if _, _, errno := syscall.RawSyscall(syscall.SYS_SETGROUPS, uintptr(len(list)), p, 0); errno != 0 {
+	if _, _, errno := syscall.RawSyscall(sysSetgroups, uintptr(len(list)), p, 0); errno != 0 {
 		return fmt.Errorf("set groups: %w", errno)
 	}
 	return nil
