@@ -10,9 +10,9 @@ import (
 )
 
 // checkDir reports whether u can enter dir, asking the kernel as u: the
-// answer is the one a chdir of u's would get: asked on a thread with u's
-// file-system identity (enterOnThread) or, where that cannot be had, by a
-// child process running as u (enterInChild). Root never stats the path
+// answer is the one a chdir of u's would get, asked on a thread with u's
+// file-system identity (enterOnThread) and, where that cannot be had or
+// it says no, by a child process running as u (enterInChild). Root never stats the path
 // itself, and a directory that is missing, is not a directory, or lies where
 // u may not go gets the same one message, so the answer tells u nothing
 // about places u cannot see.
@@ -24,7 +24,12 @@ func (l *Launcher) checkDir(ctx context.Context, u User, dir string) error {
 	callCtx, cancel := context.WithTimeout(ctx, l.callTimeout)
 	defer cancel()
 	err, asked := enterOnThread(callCtx, u, dir)
-	if !asked {
+	if !asked || err != nil && callCtx.Err() == nil {
+		// A refusal is asked again of a process that is u through and
+		// through: a few file systems judge by the effective uid, which
+		// the thread keeps (a FUSE mount of u's own, without allow_other,
+		// lets in only its owner's processes). A refusal is rare; a fork
+		// then costs nothing a person notices.
 		err = l.enterInChild(callCtx, u, cred, dir)
 	}
 	if err == nil {

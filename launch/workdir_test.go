@@ -5,6 +5,7 @@ package launch_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -88,6 +89,19 @@ func TestWorkingDirCheckKeepsTheAgentAsItWas(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	capEff := func(status string) string {
+		for _, line := range strings.Split(status, "\n") {
+			if k, v, _ := strings.Cut(line, ":"); k == "CapEff" {
+				return strings.TrimSpace(v)
+			}
+		}
+		return ""
+	}
+	status, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rootCaps := capEff(string(status))
 	base := launch.WorldDir(t)
 	shared := filepath.Join(base, "shared") // root:group 0750
 	mkdir(t, shared, 0o750)
@@ -96,6 +110,18 @@ func TestWorkingDirCheckKeepsTheAgentAsItWas(t *testing.T) {
 	}
 	locked := filepath.Join(base, "locked") // root's 0700
 	mkdir(t, locked, 0o700)
+	inner := filepath.Join(locked, "inner") // 0755, behind it
+	mkdir(t, inner, 0o755)
+	// A process of root's working in inner: /proc/PID/cwd leads there past
+	// locked, for whoever may look into root's processes (root, by its
+	// capabilities), and for nobody else.
+	sleeper := exec.Command("sleep", "60")
+	sleeper.Dir = inner
+	if err := sleeper.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sleeper.Process.Kill(); sleeper.Wait() })
+	throughProc := fmt.Sprintf("/proc/%d/cwd", sleeper.Process.Pid)
 
 	cases := []struct {
 		who   launch.User
@@ -107,6 +133,8 @@ func TestWorkingDirCheckKeepsTheAgentAsItWas(t *testing.T) {
 		{member, locked, false},
 		{member, filepath.Join(base, "missing"), false},
 		{outsider, base, true},
+		{outsider, throughProc, false},
+		{member, throughProc + "/", false},
 	}
 	var wg sync.WaitGroup
 	for round := 0; round < 20; round++ { // many threads, at once
@@ -123,8 +151,9 @@ func TestWorkingDirCheckKeepsTheAgentAsItWas(t *testing.T) {
 	if now, err := os.Getwd(); err != nil || now != wd {
 		t.Errorf("the agent's working directory is %q (%v) after the checks; want %q", now, err, wd)
 	}
-	// Every thread of the process is root's again, groups and all: the
-	// file-system ids went back (or the thread went with its goroutine).
+	// Every thread of the process is root's again, groups and
+	// capabilities and all: the file-system ids went back (or the thread
+	// went with its goroutine).
 	poll.Until(t, 5*time.Second, "every thread of the process to be root's", func() bool {
 		tasks, _ := filepath.Glob("/proc/self/task/*/status")
 		for _, f := range tasks {
@@ -135,7 +164,8 @@ func TestWorkingDirCheckKeepsTheAgentAsItWas(t *testing.T) {
 			for _, line := range strings.Split(string(data), "\n") {
 				k, v, _ := strings.Cut(line, ":")
 				if (k == "Uid" || k == "Gid") && strings.Join(strings.Fields(v), " ") != "0 0 0 0" ||
-					k == "Groups" && strings.Contains(" "+v+" ", " "+strconv.Itoa(member.GID)+" ") {
+					k == "Groups" && strings.Contains(" "+v+" ", " "+strconv.Itoa(member.GID)+" ") ||
+					k == "CapEff" && strings.TrimSpace(v) != rootCaps {
 					t.Logf("%s: %s", f, line)
 					return false
 				}
