@@ -28,7 +28,7 @@ func (l *Launcher) CheckDirBoth(tb testing.TB, u User, dir string) (thread, chil
 	if err != nil {
 		tb.Fatal(err)
 	}
-	thread, asked := enterOnThread(tb.Context(), u, dir)
+	thread, asked := enterOnThread(tb.Context(), u, dir, func() {})
 	if !asked {
 		tb.Skipf("no per-thread check on this platform: %v", thread)
 	}

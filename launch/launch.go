@@ -128,7 +128,7 @@ const DefaultStatusQuota = 256 << 10
 const DefaultCallTimeout = 10 * time.Second
 
 // Launcher runs tmux on behalf of users. It holds no mutable state after New
-// (but a once-only warning), so every method is safe to call from any goroutine at once; tmux serialises
+// (but a once-only warning and the slots of its directory checks), so every method is safe to call from any goroutine at once; tmux serialises
 // the commands inside each user's server.
 type Launcher struct {
 	tmux        string // resolved absolute path, "" when tmuxErr is set
@@ -144,7 +144,17 @@ type Launcher struct {
 	callTimeout time.Duration
 	statusQuota int64
 	noCapOnce   sync.Once // says once that status directories cannot be capped
+	// dirThreads holds a slot for each working-directory check on a
+	// thread of the agent's (checkDir) until its system call returns: a
+	// file system that never answers keeps its thread, which cannot be
+	// killed, so at most cap(dirThreads) can be stuck; past that, checks
+	// go to a child process, which can.
+	dirThreads chan struct{}
 }
+
+// maxDirThreads bounds the agent threads a file system that never answers
+// can hold in working-directory checks (Launcher.dirThreads).
+const maxDirThreads = 4
 
 // New makes a Launcher. It does not fail: a missing tmux is reported, with what
 // to install, by each call that needs it, so an agent without tmux can still
@@ -156,6 +166,7 @@ func New(opts Options) *Launcher {
 		logf:        opts.Logf,
 		euid:        os.Geteuid(),
 		attachTmux:  "tmux",
+		dirThreads:  make(chan struct{}, maxDirThreads),
 	}
 	if opts.StatusDir != "" {
 		l.statusDir = filepath.Clean(opts.StatusDir)

@@ -496,6 +496,43 @@ func TestCheckDir(t *testing.T) {
 	}
 }
 
+// TestCheckDirThreadsAreBounded: a check stuck in a file system that never
+// answers keeps its thread; once every slot is held, checks go to a child
+// process (which a timeout can kill) and still answer, so no user can pile
+// up the agent's threads. A check that returned gives its slot back.
+func TestCheckDirThreadsAreBounded(t *testing.T) {
+	h := newHarness(t)
+	dir := t.TempDir()
+	// With tmux unusable, only a check on a thread can answer: the child
+	// reports tmux's error.
+	noChild := errors.New("the child process was asked")
+	h.l.tmuxErr = noChild
+	for i := range 3 * maxDirThreads {
+		if err := h.l.checkDir(t.Context(), h.me, dir); err != nil {
+			if errors.Is(err, noChild) && i == 0 {
+				t.Skipf("no per-thread check here: %v", err)
+			}
+			t.Fatalf("checkDir(%s) on a thread = %v, want nil", dir, err)
+		}
+	}
+	if n := len(h.l.dirThreads); n != 0 {
+		t.Fatalf("%d slots held after every check returned, want 0", n)
+	}
+	for range maxDirThreads { // as if that many were stuck
+		h.l.dirThreads <- struct{}{}
+	}
+	if err := h.l.checkDir(t.Context(), h.me, dir); !errors.Is(err, noChild) {
+		t.Errorf("checkDir with every slot held = %v, want the child asked", err)
+	}
+	h.l.tmuxErr = nil
+	if err := h.l.checkDir(t.Context(), h.me, dir); err != nil {
+		t.Errorf("checkDir by a child with every slot held = %v, want nil", err)
+	}
+	if err := h.l.checkDir(t.Context(), h.me, filepath.Join(dir, "missing")); !errors.Is(err, ErrWorkDir) {
+		t.Errorf("checkDir of a missing directory by a child = %v, want ErrWorkDir", err)
+	}
+}
+
 func TestAttachCommand(t *testing.T) {
 	u := User{Name: "alice", UID: 1000}
 	tests := []struct {

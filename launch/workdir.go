@@ -12,7 +12,9 @@ import (
 // checkDir reports whether u can enter dir, asking the kernel as u: the
 // answer is the one a chdir of u's would get, asked on a thread with u's
 // file-system identity (enterOnThread) and, where that cannot be had or
-// it says no, by a child process running as u (enterInChild). Root never stats the path
+// it says no, by a child process running as u (enterInChild). A thread
+// stuck in a file system that does not answer keeps its slot of
+// l.dirThreads until the call returns. Root never stats the path
 // itself, and a directory that is missing, is not a directory, or lies where
 // u may not go gets the same one message, so the answer tells u nothing
 // about places u cannot see.
@@ -23,7 +25,15 @@ func (l *Launcher) checkDir(ctx context.Context, u User, dir string) error {
 	}
 	callCtx, cancel := context.WithTimeout(ctx, l.callTimeout)
 	defer cancel()
-	err, asked := enterOnThread(callCtx, u, dir)
+	var asked bool
+	select {
+	case l.dirThreads <- struct{}{}:
+		err, asked = enterOnThread(callCtx, u, dir, func() { <-l.dirThreads })
+	default:
+		// Every slot is held by a check whose file system has not
+		// answered: this one goes to a child, which a timeout can kill,
+		// so a user cannot pile up the agent's threads.
+	}
 	if !asked || err != nil && callCtx.Err() == nil {
 		// A refusal is asked again of a process that is u through and
 		// through: a few file systems judge by the effective uid, which

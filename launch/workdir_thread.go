@@ -28,14 +28,17 @@ const (
 // asked is false where the kernel lacks faccessat2 (before 5.8) or a
 // filter refuses it: the caller then asks a child process. A check still
 // blocked when ctx ends (a hung network file system) is left to finish on
-// its thread and answered with ctx's error.
-func enterOnThread(ctx context.Context, u User, dir string) (err error, asked bool) {
+// its thread and answered with ctx's error; release runs when the call
+// has returned, whenever that is.
+func enterOnThread(ctx context.Context, u User, dir string, release func()) (err error, asked bool) {
 	path, err := syscall.BytePtrFromString(dir + "/")
 	if err != nil {
+		release()
 		return err, true
 	}
 	done := make(chan error, 1)
 	go func() {
+		defer release()
 		done <- asUserFS(u, func() error {
 			cwd := atFDCWD
 			_, _, errno := syscall.Syscall6(sysFaccessat2, uintptr(cwd), uintptr(unsafe.Pointer(path)), 1 /* X_OK */, atEAccess, 0, 0)
