@@ -438,10 +438,11 @@ func TestStartArgs(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := []string{
-		"new-session", "-d", "-P", "-F", "#{pane_pid}", "-s", "dibs-n1-7", "-c", "/",
+		"new-session", "-d", "-s", "dibs-n1-7", "-c", "/",
 		"-e", "CUDA_VISIBLE_DEVICES=0,1", "-e", `DIBS_B=x\;`,
 		"--", "python", "-c", `print(1)\;`,
 		";", "set-option", "-w", "-t", "=dibs-n1-7:", "remain-on-exit", "off",
+		";", "display-message", "-p", "-t", "=dibs-n1-7:", "#{pane_pid}",
 	}
 	if !slices.Equal(got, want) {
 		t.Errorf("startArgs =\n%q\nwant\n%q", got, want)
@@ -452,9 +453,9 @@ func TestStartArgs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want = slices.Concat(want[:14], []string{
+	want = slices.Concat(want[:11], []string{
 		"/bin/sh", "-c", `f=$1; shift; "$@"; s=$?; printf '%s\n' "$s" >"$f"; exit "$s"`, "dibs-job", "/run/dibs/exit/1000/dibs-n1-7.exit",
-	}, want[14:])
+	}, want[11:])
 	if !slices.Equal(got, want) {
 		t.Errorf("startArgs with an exit file =\n%q\nwant\n%q", got, want)
 	}
