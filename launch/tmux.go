@@ -39,14 +39,16 @@ func (l *Launcher) run(ctx context.Context, u User, args ...string) ([]byte, err
 	return nil, l.clientError(ctx, callCtx.Err() != nil, u, args[0], err, stderr.String())
 }
 
-// maxAnswer bounds the line answerOf waits for: a pane's pid.
+// maxAnswer bounds what answerOf reads before its answer: a pane's pid,
+// after whatever a hook of the user's tmux.conf prints.
 const maxAnswer = 4 << 10
 
-// answerOf runs the tmux client for args, whose last command prints one
-// line, and returns that line as soon as tmux writes it. tmux writes a
-// client's output only after it has run the client's whole command list,
-// and runs none of a list's commands after one fails, so the line is the
-// answer that every command ran. The client's own exit is no part of that
+// answerOf runs the tmux client for args, whose last command prints a
+// number (a pane's pid), and returns that line as soon as tmux writes it;
+// lines before it (a hook of the user's tmux.conf may print) are skipped.
+// tmux writes a client's output only after it has run the client's whole
+// command list, and runs none of a list's commands after one fails, so the
+// number is the answer that every command ran. The client's own exit is no part of that
 // answer: it is reaped in the background (killed at the call timeout), so
 // the caller waits for what the user waits for and not for the client's
 // teardown. Until the line, the client is the caller's: ctx's end or the
@@ -90,7 +92,14 @@ func (l *Launcher) answerOf(ctx context.Context, u User, session map[string]stri
 			kill()
 		}
 	})
-	line, err := bufio.NewReader(io.LimitReader(stdout, maxAnswer)).ReadBytes('\n')
+	out := bufio.NewReader(io.LimitReader(stdout, maxAnswer))
+	var line []byte
+	for {
+		line, err = out.ReadBytes('\n')
+		if err != nil || isNumber(bytes.TrimSpace(line)) {
+			break
+		}
+	}
 	if err == nil {
 		answered.Store(true)
 		stop()
@@ -255,4 +264,14 @@ func (e otherUserError) Is(target error) bool { return target == fs.ErrPermissio
 // root's groups by mistake.
 func Credential(u User) (*syscall.Credential, error) {
 	return credentialFor(os.Geteuid(), u)
+}
+
+// isNumber reports whether b is a non-empty run of decimal digits.
+func isNumber(b []byte) bool {
+	for _, c := range b {
+		if c < '0' || c > '9' {
+			return false
+		}
+	}
+	return len(b) > 0
 }
