@@ -293,20 +293,22 @@ func validEnvKey(k string) bool {
 }
 
 // Start creates the detached session s in its user's tmux server (starting the
-// server if needed) in one tmux invocation, and returns once tmux has spawned
-// the command. A name already in use is an error wrapping ErrSessionExists.
-// If ctx ends during the call the session may or may not exist; Exists or
-// List tells. Safe for concurrent use.
+// server if needed) in one tmux invocation, and returns as soon as tmux says
+// it ran the whole command list (answerOf): the session is made, its window
+// set to end with the command, and its output piped to the log. A name
+// already in use is an error wrapping ErrSessionExists. If ctx ends during
+// the call the session may or may not exist; Exists or List tells. Safe for
+// concurrent use.
 func (l *Launcher) Start(ctx context.Context, s Spec) (Session, error) {
 	args, err := l.prepareStart(ctx, s)
 	if err != nil {
 		return Session{}, fmt.Errorf("start session %s as %s: %w", s.Name, s.User.Name, err)
 	}
-	out, err := l.runWith(ctx, s.User, s.Env, args...)
+	out, err := l.answerOf(ctx, s.User, s.Env, args...)
 	if errors.Is(err, ErrNoSession) {
 		// new-session can only "miss" by reaching a server that was exiting
 		// as its last session ended; the next client starts a fresh one.
-		out, err = l.runWith(ctx, s.User, s.Env, args...)
+		out, err = l.answerOf(ctx, s.User, s.Env, args...)
 	}
 	if err != nil {
 		return Session{}, fmt.Errorf("start session %s as %s: %w", s.Name, s.User.Name, err)
@@ -353,10 +355,13 @@ func (l *Launcher) prepareStart(ctx context.Context, s Spec) ([]string, error) {
 // startArgs builds the single tmux command line for Start: new-session with
 // every variable as -e (a running server ignores the client's environment),
 // then remain-on-exit off on the job's window so the session (and the lease)
-// ends when the command does, whatever the user's tmux.conf says. tmux runs
-// both before it handles any child exit, so even `true` cannot race it. With
-// exitFile set the command runs under exitWrapper. It touches no file: the
-// working directory is checkDir's business, done as the user.
+// ends when the command does, whatever the user's tmux.conf says, then
+// pipe-pane to the log, and last the pane's pid, printed: tmux runs none of
+// a list's commands after one fails, so the pid is the answer that all ran.
+// tmux runs the whole list before it handles any child exit, so even `true`
+// cannot race it. With exitFile set the command runs under exitWrapper. It
+// touches no file: the working directory is checkDir's business, done as
+// the user.
 func (l *Launcher) startArgs(s Spec, exitFile string) ([]string, error) {
 	if err := CheckName(s.Name); err != nil {
 		return nil, err
@@ -373,7 +378,7 @@ func (l *Launcher) startArgs(s Spec, exitFile string) ([]string, error) {
 		return nil, &kindError{msg: "working directory contains a NUL byte", kind: ErrWorkDir}
 	}
 	args := []string{
-		"new-session", "-d", "-P", "-F", "#{pane_pid}",
+		"new-session", "-d",
 		"-s", s.Name,
 		"-c", escapeFormat(dir), // -c is format-expanded
 	}
@@ -421,6 +426,7 @@ func (l *Launcher) startArgs(s Spec, exitFile string) ([]string, error) {
 		}
 		args = append(args, ";", "pipe-pane", "-t", "="+s.Name+":", escapeSemicolon(escapeFormat(l.pipeCommand(s.User, logName))))
 	}
+	args = append(args, ";", "display-message", "-p", "-t", "="+s.Name+":", "#{pane_pid}")
 	return args, nil
 }
 
@@ -491,8 +497,8 @@ func (l *Launcher) Message(ctx context.Context, u User, name, text string) error
 }
 
 // Watch returns a channel that is closed once the session is gone, by polling
-// `tmux has-session` as the user every interval (default 1s); it checks once
-// at the start. The channel is also closed when ctx is done: check ctx.Err() to
+// `tmux has-session` as the user every interval (default 1s), the first
+// time one interval after the call. The channel is also closed when ctx is done: check ctx.Err() to
 // tell the two apart. A poll that fails (as opposed to "no such session") is
 // logged and retried, never taken as the end of the job. Each call owns one
 // goroutine, which ends with the channel.
@@ -507,6 +513,14 @@ func (l *Launcher) Watch(ctx context.Context, u User, name string, interval time
 		defer t.Stop()
 		var lastErr string
 		for {
+			// The first look waits one interval too: the caller has just
+			// made the session or found it listed, and a tmux client now
+			// would only take CPU from what comes next (the run's answer).
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
 			ok, err := l.Exists(ctx, u, name)
 			if ctx.Err() != nil {
 				return
@@ -517,11 +531,6 @@ func (l *Launcher) Watch(ctx context.Context, u User, name string, interval time
 			if err != nil && err.Error() != lastErr {
 				lastErr = err.Error()
 				l.logf("watch session %s of %s: %v (retrying every %v)", name, u.Name, err, interval)
-			}
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
 			}
 		}
 	}()

@@ -156,6 +156,39 @@ func TestWatchStopsWithContext(t *testing.T) {
 	}
 }
 
+// TestWatchFirstLooksAfterOneInterval: Watch starts no tmux client until
+// one interval has passed — its caller has just made the session or found
+// it listed, and is answering someone — then sees the end as before.
+func TestWatchFirstLooksAfterOneInterval(t *testing.T) {
+	requireTmux(t)
+	tmux, err := exec.LookPath("tmux")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := worldDir(t)
+	calls := filepath.Join(dir, "calls")
+	counting := filepath.Join(dir, "tmux")
+	if err := os.WriteFile(counting, []byte("#!/bin/sh\necho \"$1\" >> "+calls+"\nexec \""+tmux+"\" \"$@\"\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	h := newHarness(t)
+	h.l = New(Options{TmuxPath: counting, TmuxTmpDir: h.tmpDir, Logf: safeLogf(t)})
+	h.start(t, Spec{Name: "short", Command: []string{"sleep", "1"}})
+	if err := os.Remove(calls); err != nil {
+		t.Fatal(err)
+	}
+	began := time.Now()
+	gone := h.l.Watch(t.Context(), h.me, "short", 600*time.Millisecond)
+	time.Sleep(300 * time.Millisecond)
+	if b, err := os.ReadFile(calls); err == nil && time.Since(began) < 600*time.Millisecond {
+		t.Errorf("Watch ran tmux (%q) before one interval had passed", b)
+	}
+	waitClosed(t, "Watch after the one-second command ends", gone)
+	if b, _ := os.ReadFile(calls); !strings.Contains(string(b), "has-session") {
+		t.Errorf("tmux calls after the start: %q, want has-session", b)
+	}
+}
+
 func TestSignal(t *testing.T) {
 	h := newHarness(t)
 	ctx := t.Context()
@@ -438,10 +471,11 @@ func TestStartArgs(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := []string{
-		"new-session", "-d", "-P", "-F", "#{pane_pid}", "-s", "dibs-n1-7", "-c", "/",
+		"new-session", "-d", "-s", "dibs-n1-7", "-c", "/",
 		"-e", "CUDA_VISIBLE_DEVICES=0,1", "-e", `DIBS_B=x\;`,
 		"--", "python", "-c", `print(1)\;`,
 		";", "set-option", "-w", "-t", "=dibs-n1-7:", "remain-on-exit", "off",
+		";", "display-message", "-p", "-t", "=dibs-n1-7:", "#{pane_pid}",
 	}
 	if !slices.Equal(got, want) {
 		t.Errorf("startArgs =\n%q\nwant\n%q", got, want)
@@ -452,9 +486,9 @@ func TestStartArgs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want = slices.Concat(want[:14], []string{
+	want = slices.Concat(want[:11], []string{
 		"/bin/sh", "-c", `f=$1; shift; "$@"; s=$?; printf '%s\n' "$s" >"$f"; exit "$s"`, "dibs-job", "/run/dibs/exit/1000/dibs-n1-7.exit",
-	}, want[14:])
+	}, want[11:])
 	if !slices.Equal(got, want) {
 		t.Errorf("startArgs with an exit file =\n%q\nwant\n%q", got, want)
 	}
@@ -613,4 +647,64 @@ func BenchmarkStartSession(b *testing.B) {
 			}
 		}
 	})
+}
+
+// TestStartAnswersWhenTmuxPrintsThePane: Start returns as soon as tmux has
+// printed the new pane's pid, the last command of its list — with the
+// session made, its window set to end with the command and its output piped
+// to the log — and not when the tmux client exits; lines a hook of the
+// user's tmux.conf prints before the pid are not taken for it.
+func TestStartAnswersWhenTmuxPrintsThePane(t *testing.T) {
+	requireTmux(t)
+	tmux, err := exec.LookPath("tmux")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A new-session client that lingers 5 s after it answered, holding its
+	// output open.
+	lingering := filepath.Join(worldDir(t), "tmux")
+	script := "#!/bin/sh\n\"" + tmux + "\" \"$@\"\ns=$?\ncase \" $* \" in *\" new-session \"*) exec sleep 5;; esac\nexit $s\n"
+	if err := os.WriteFile(lingering, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name     string
+		tmuxPath string
+		// hook, when set, is a hook the user's server has before the start.
+		hook string
+	}{
+		{name: "a client that lingers after its answer", tmuxPath: lingering},
+		{name: "a hook that prints first", hook: "display-message -p 'hello from a hook'"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h := newHarness(t)
+			h.l = New(Options{TmuxPath: tt.tmuxPath, TmuxTmpDir: h.tmpDir, Logf: safeLogf(t)})
+			if tt.hook != "" {
+				if out, err := h.rawTmux(t, h.me, "new-session", "-d", "-s", "mine", ";", "set-hook", "-g", "after-new-session", tt.hook); err != nil {
+					t.Fatalf("set up the user's server: %v %s", err, out)
+				}
+			}
+			home := worldDir(t)
+			me := h.me
+			me.Home = home
+			began := time.Now()
+			sess, err := h.l.Start(t.Context(), Spec{Name: "job", User: me, Command: []string{"sleep", "30"}, KeepLog: true})
+			took := time.Since(began)
+			if err != nil {
+				t.Fatalf("Start: %v", err)
+			}
+			t.Cleanup(func() { h.l.Kill(context.Background(), me, "job") })
+			if took > 3*time.Second {
+				t.Errorf("Start took %v: it waited for the client to exit, not for its answer", took)
+			}
+			out, err := h.rawTmux(t, me, "display-message", "-p", "-t", "=job:", "#{pane_pid} #{pane_pipe} #{remain-on-exit}")
+			if err != nil {
+				t.Fatalf("tmux display: %v %s", err, out)
+			}
+			if want := strconv.Itoa(sess.PanePID) + " 1 off"; strings.TrimSpace(out) != want {
+				t.Errorf("the session's pane pid, pipe and remain-on-exit = %q, want %q (Start's PanePID, piped, off)", strings.TrimSpace(out), want)
+			}
+		})
+	}
 }

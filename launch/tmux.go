@@ -1,14 +1,17 @@
 package launch
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"os/exec"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 )
@@ -16,14 +19,6 @@ import (
 // run executes one tmux client as u and returns its stdout. Errors from tmux
 // itself are *tmuxError, carrying the first line of its stderr.
 func (l *Launcher) run(ctx context.Context, u User, args ...string) ([]byte, error) {
-	return l.runWith(ctx, u, nil, args...)
-}
-
-// runWith is run with the client's LANG and PATH taken from session, a
-// session's variables (Start passes its Spec's): a server the client starts
-// then renders UTF-8 the way the job expects, and tmux gives a new pane the
-// PATH of the client that made it, not the session's.
-func (l *Launcher) runWith(ctx context.Context, u User, session map[string]string, args ...string) ([]byte, error) {
 	if l.tmuxErr != nil {
 		return nil, l.tmuxErr
 	}
@@ -34,32 +29,129 @@ func (l *Launcher) runWith(ctx context.Context, u User, session map[string]strin
 	callCtx, cancel := context.WithTimeout(ctx, l.callTimeout)
 	defer cancel()
 	cmd := exec.CommandContext(callCtx, l.tmux, args...)
+	l.asClient(cmd, cred, u, nil)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err = cmd.Run()
+	if err == nil {
+		return stdout.Bytes(), nil
+	}
+	return nil, l.clientError(ctx, callCtx.Err() != nil, u, args[0], err, stderr.String())
+}
+
+// maxAnswer bounds what answerOf reads before its answer: a pane's pid,
+// after whatever a hook of the user's tmux.conf prints.
+const maxAnswer = 4 << 10
+
+// answerOf runs the tmux client for args, whose last command prints a
+// number (a pane's pid), and returns that line as soon as tmux writes it;
+// lines before it (a hook of the user's tmux.conf may print) are skipped.
+// tmux writes a client's output only after it has run the client's whole
+// command list, and runs none of a list's commands after one fails, so the
+// number is the answer that every command ran. The client's own exit is no part of that
+// answer: it is reaped in the background (killed at the call timeout), so
+// the caller waits for what the user waits for and not for the client's
+// teardown. Until the line, the client is the caller's: ctx's end or the
+// call timeout kills it, and with no line its failure is returned as run
+// returns it. The client's LANG and PATH come from session, a session's
+// variables (Start passes its Spec's): a server the client starts then
+// renders UTF-8 the way the job expects, and tmux gives a new pane the
+// PATH of the client that made it.
+func (l *Launcher) answerOf(ctx context.Context, u User, session map[string]string, args ...string) ([]byte, error) {
+	if l.tmuxErr != nil {
+		return nil, l.tmuxErr
+	}
+	cred, err := credentialFor(l.euid, u)
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(l.tmux, args...)
+	l.asClient(cmd, cred, u, session)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, fmt.Errorf("run tmux %s as %s: %w", args[0], u.Name, err)
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, l.clientError(ctx, false, u, args[0], err, "")
+	}
+	// kill ends the client and stops the read of its output, which a child
+	// of its own (a wrapper's) may hold open.
+	kill := func() {
+		cmd.Process.Kill()
+		stdout.Close()
+	}
+	var answered, timedOut atomic.Bool
+	timeout := time.AfterFunc(l.callTimeout, func() {
+		timedOut.Store(true)
+		kill()
+	})
+	stop := context.AfterFunc(ctx, func() {
+		if !answered.Load() {
+			kill()
+		}
+	})
+	out := bufio.NewReader(io.LimitReader(stdout, maxAnswer))
+	var line []byte
+	for {
+		line, err = out.ReadBytes('\n')
+		if err != nil || isNumber(bytes.TrimSpace(line)) {
+			break
+		}
+	}
+	if err == nil {
+		answered.Store(true)
+		stop()
+		go func() {
+			io.Copy(io.Discard, stdout)
+			err := cmd.Wait()
+			timeout.Stop()
+			if err != nil {
+				l.logf("tmux %s as %s answered, then: %v", args[0], u.Name, l.clientError(context.Background(), timedOut.Load(), u, args[0], err, stderr.String()))
+			}
+		}()
+		return line, nil
+	}
+	io.Copy(io.Discard, stdout)
+	err = cmd.Wait()
+	timeout.Stop()
+	stop()
+	if err == nil {
+		return line, nil
+	}
+	return nil, l.clientError(ctx, timedOut.Load(), u, args[0], err, stderr.String())
+}
+
+// asClient makes cmd a tmux client as u: the environment clientEnv builds
+// from session, the credential cred, started in /.
+func (l *Launcher) asClient(cmd *exec.Cmd, cred *syscall.Credential, u User, session map[string]string) {
 	cmd.Env = clientEnv(u, session, l.tmpDir)
 	cmd.Dir = "/" // the server inherits it; never pin the agent's directory
 	// Credential only, and deliberately no Pdeathsig: the server this client
 	// may fork must outlive the agent, or an agent restart would end every job.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	cmd.WaitDelay = time.Second
-	err = cmd.Run()
-	if err == nil {
-		return stdout.Bytes(), nil
-	}
+}
+
+// clientError is what a tmux client's failure err means to its caller:
+// ctx's end, no answer within the call timeout (ErrNoAnswer), tmux's own
+// words (*tmuxError, from stderr), or no tmux at all (ErrTmuxNotFound).
+func (l *Launcher) clientError(ctx context.Context, timedOut bool, u User, cmd string, err error, stderr string) error {
 	if ctx.Err() != nil {
-		return nil, fmt.Errorf("tmux %s: %w", args[0], ctx.Err())
+		return fmt.Errorf("tmux %s: %w", cmd, ctx.Err())
 	}
-	if callCtx.Err() != nil {
-		return nil, fmt.Errorf("tmux %s as %s: no answer within %v: %w", args[0], u.Name, l.callTimeout, ErrNoAnswer)
+	if timedOut {
+		return fmt.Errorf("tmux %s as %s: no answer within %v: %w", cmd, u.Name, l.callTimeout, ErrNoAnswer)
 	}
 	var ee *exec.ExitError
 	if errors.As(err, &ee) {
-		return nil, newTmuxError(args[0], stderr.String())
+		return newTmuxError(cmd, stderr)
 	}
 	if errors.Is(err, fs.ErrNotExist) {
-		return nil, ErrTmuxNotFound
+		return ErrTmuxNotFound
 	}
-	return nil, fmt.Errorf("run tmux %s as %s: %w", args[0], u.Name, err)
+	return fmt.Errorf("run tmux %s as %s: %w", cmd, u.Name, err)
 }
 
 // tmuxError is a tmux command that ran and failed.
@@ -172,4 +264,14 @@ func (e otherUserError) Is(target error) bool { return target == fs.ErrPermissio
 // root's groups by mistake.
 func Credential(u User) (*syscall.Credential, error) {
 	return credentialFor(os.Geteuid(), u)
+}
+
+// isNumber reports whether b is a non-empty run of decimal digits.
+func isNumber(b []byte) bool {
+	for _, c := range b {
+		if c < '0' || c > '9' {
+			return false
+		}
+	}
+	return len(b) > 0
 }

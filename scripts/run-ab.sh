@@ -14,12 +14,19 @@ set -euo pipefail
 [ $# -ge 2 ] || { echo "usage: $0 OLD_DIR NEW_DIR [RUNS]"; exit 2; }
 runs=${3:-100}
 tmp=$(mktemp -d)
+# The agent keeps the runs' exit status in exit/ beside its socket, where
+# each user's wrapper must reach it, as in /run/dibs: mktemp's 0700 would
+# make every run fall back to starting without it (and log a warning),
+# which is not the path a real install takes.
+chmod 0755 "$tmp"
 pids=()
 cleanup() {
 	for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
 	for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
 	for n in old new; do
 		[ ! -d "$tmp/$n/tmux" ] || TMUX_TMPDIR=$tmp/$n/tmux tmux kill-server 2>/dev/null || true
+		# An agent run as root caps each user's exit directory with a tmpfs.
+		for m in "$tmp/$n"/exit/*; do ! mountpoint -q "$m" || umount "$m" || true; done
 	done
 	rm -rf "$tmp"
 }

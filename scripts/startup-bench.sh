@@ -28,11 +28,18 @@ runs=${1:-100}
 cd "$(dirname "$0")/.."
 
 tmp=$(mktemp -d)
+# The agent keeps the runs' exit status in exit/ beside its socket, where
+# each user's wrapper must reach it, as in /run/dibs: mktemp's 0700 would
+# make every run fall back to starting without it (and log a warning),
+# which is not the path a real install takes.
+chmod 0755 "$tmp"
 agent_pid=
 cleanup() {
 	[ -z "$agent_pid" ] || kill "$agent_pid" 2>/dev/null || true
 	[ -z "$agent_pid" ] || wait "$agent_pid" 2>/dev/null || true
 	[ ! -d "$tmp/tmux" ] || TMUX_TMPDIR=$tmp/tmux tmux kill-server 2>/dev/null || true
+	# An agent run as root caps each user's exit directory with a tmpfs.
+	for m in "$tmp"/exit/*; do ! mountpoint -q "$m" || umount "$m" || true; done
 	rm -rf "$tmp"
 }
 trap cleanup EXIT

@@ -241,9 +241,15 @@ func (x *sessionJob) startSession(ctx context.Context, l lease.Lease, u launch.U
 	}
 	if run.Job != nil && len(run.Job.Command) > 0 {
 		n.kept.keep(KeptRun{Lease: l.ID, User: l.User, Job: *run.Job.ForExport(), At: n.deps.Clock.Now()})
-		if err := n.kept.save(); err != nil {
-			n.log.Warn("cannot save the runs kept for export sbatch", "err", err)
-		}
+		// The file is for export sbatch after a restart, not part of the
+		// run's answer, which does not wait for it (Close does).
+		n.wg.Add(1)
+		go func() {
+			defer n.wg.Done()
+			if err := n.kept.save(); err != nil {
+				n.log.Warn("cannot save the runs kept for export sbatch", "err", err)
+			}
+		}()
 	}
 	n.sess.watch(l, u)
 	return nil

@@ -81,6 +81,8 @@ func (k *keptRuns) keep(r KeptRun) {
 }
 
 // save writes every kept run to k.path (a new file renamed over the old).
+// Saves run one at a time and each reads the runs once it is their turn,
+// so the last save to write holds every run kept before it began.
 func (k *keptRuns) save() error {
 	if k.path == "" {
 		return nil
