@@ -496,12 +496,12 @@ func (l *Launcher) Message(ctx context.Context, u User, name, text string) error
 	return wrapf(err, "message session %s of %s", name, u.Name)
 }
 
-// Watch returns a channel that is closed once the session is gone, by polling
-// `tmux has-session` as the user every interval (default 1s), the first
-// time one interval after the call. The channel is also closed when ctx is done: check ctx.Err() to
-// tell the two apart. A poll that fails (as opposed to "no such session") is
-// logged and retried, never taken as the end of the job. Each call owns one
-// goroutine, which ends with the channel.
+// Watch returns a channel that is closed once the session is gone, by
+// polling `tmux has-session` as the user every interval (default 1s), the
+// first time one interval after the call. The channel is also closed when
+// ctx is done: check ctx.Err() to tell the two apart. A poll that fails (as
+// opposed to "no such session") is logged and retried, never taken as the
+// end of the job. Each call owns one goroutine, which ends with the channel.
 func (l *Launcher) Watch(ctx context.Context, u User, name string, interval time.Duration) <-chan struct{} {
 	if interval <= 0 {
 		interval = time.Second

@@ -43,20 +43,20 @@ func (l *Launcher) run(ctx context.Context, u User, args ...string) ([]byte, err
 // after whatever a hook of the user's tmux.conf prints.
 const maxAnswer = 4 << 10
 
-// answerOf runs the tmux client for args, whose last command prints a
-// number (a pane's pid), and returns that line as soon as tmux writes it;
-// lines before it (a hook of the user's tmux.conf may print) are skipped.
-// tmux writes a client's output only after it has run the client's whole
-// command list, and runs none of a list's commands after one fails, so the
-// number is the answer that every command ran. The client's own exit is no part of that
-// answer: it is reaped in the background (killed at the call timeout), so
-// the caller waits for what the user waits for and not for the client's
+// answerOf runs the tmux client for args, whose last command prints a number
+// (a pane's pid), and returns that line as soon as tmux writes it; lines
+// before it (a hook of the user's tmux.conf may print) are skipped. tmux
+// writes a client's output only after it has run the client's whole command
+// list, and runs none of a list's commands after one fails, so the number is
+// the answer that every command ran. The client's own exit is no part of
+// that answer: it is reaped in the background (killed at the call timeout),
+// so the caller waits for what the user waits for and not for the client's
 // teardown. Until the line, the client is the caller's: ctx's end or the
 // call timeout kills it, and with no line its failure is returned as run
 // returns it. The client's LANG and PATH come from session, a session's
 // variables (Start passes its Spec's): a server the client starts then
-// renders UTF-8 the way the job expects, and tmux gives a new pane the
-// PATH of the client that made it.
+// renders UTF-8 the way the job expects, and tmux gives a new pane the PATH
+// of the client that made it.
 func (l *Launcher) answerOf(ctx context.Context, u User, session map[string]string, args ...string) ([]byte, error) {
 	if l.tmuxErr != nil {
 		return nil, l.tmuxErr
