@@ -287,7 +287,9 @@ func (x *members) memberDown(n *memberlist.Node) {
 	}
 	r.member = false
 	r.suspectUntil = time.Time{}
-	r.pending = [numSections]*heldSection{}
+	// r.pending is kept: a restarted node's state often arrives before
+	// memberlist has taken its old boot down and brought the new one up,
+	// and memberUp applies it only once memberlist reports that very boot.
 	c.mu.Unlock()
 	c.changed()
 	select {
