@@ -126,6 +126,11 @@ type Deps struct {
 type Sessions interface {
 	node.Sessions
 	TerminalCommand(u launch.User, term string, argv []string) (*exec.Cmd, error)
+	// ReadUserFile and ReadLog read what users keep in their homes, as
+	// them: authorized_keys for the SSH front door, runs' output for
+	// `dibs logs`.
+	ReadUserFile(ctx context.Context, u launch.User, rel string, max int64) ([]byte, error)
+	ReadLog(ctx context.Context, u launch.User, session, part string, off int64, n int) (launch.LogChunk, error)
 }
 
 // Agent is one node's daemon.
@@ -329,7 +334,7 @@ func (a *Agent) build(ctx context.Context) error {
 		DataDir: a.cfg.DataDir, Socket: a.cfg.Socket,
 	}, core.Deps{Node: a.node, Origin: a.origin, Peers: a.peers, Accounts: a.accounts, Clock: c, Changed: a.changed,
 		Kick: a.kick, Leave: a.requestLeave, Attach: a.deps.Sessions.AttachCommand, CanWrite: canWrite, Log: a.log,
-		Events: a.events, Webhooks: a.webhooks, Tell: a.teller()})
+		Events: a.events, Webhooks: a.webhooks, Tell: a.teller(), ReadLog: a.deps.Sessions.ReadLog})
 	a.fanout = events.NewFanout(nodes(a.svc), send(a.svc), a.log.With("part", "notices"))
 	a.sched = sched.New(a.cfg.NodeName, a.cfg.Sched, sched.Deps{
 		View: a.svc.View, Peers: a.peers, Clock: c, Log: a.log.With("part", "scheduler"), Instance: randomID(),
@@ -404,7 +409,7 @@ func (a *Agent) serve() error {
 			s.HostKeyPath = filepath.Join(a.cfg.DataDir, "ssh_host_ed25519_key")
 		}
 		srv, err := sshd.Listen(s, sshd.Deps{Service: a.svc, Accounts: a.accounts, Clock: a.deps.Clock, Node: a.cfg.NodeName,
-			Terminal: a.deps.Sessions.TerminalCommand, Log: a.log.With("part", "ssh")})
+			Terminal: a.deps.Sessions.TerminalCommand, ReadUserFile: a.deps.Sessions.ReadUserFile, Log: a.log.With("part", "ssh")})
 		if err != nil {
 			return err
 		}

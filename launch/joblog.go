@@ -1,6 +1,7 @@
 package launch
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -59,8 +60,9 @@ type LogChunk struct {
 // ReadLog reads up to n bytes at off of u's log of session: part "" is the
 // current file, ".1" the one it rotated out. It reads as ReadUserFile
 // does: as the user, no link followed below the home, a regular file owned
-// by u that nobody else can write. A missing log wraps fs.ErrNotExist.
-func ReadLog(u User, session, part string, off int64, n int) (LogChunk, error) {
+// by u that nobody else can write, waiting for a file system that does not
+// answer within readAsUser's bounds. A missing log wraps fs.ErrNotExist.
+func (l *Launcher) ReadLog(ctx context.Context, u User, session, part string, off int64, n int) (LogChunk, error) {
 	if err := CheckName(session); err != nil {
 		return LogChunk{}, err
 	}
@@ -68,20 +70,26 @@ func ReadLog(u User, session, part string, off int64, n int) (LogChunk, error) {
 		return LogChunk{}, errors.New("a log part is \"\" or \".1\"")
 	}
 	var out LogChunk
-	err := openUnderHome(u, LogDir+"/"+LogName(session)+part, -1, func(f *os.File, st *syscall.Stat_t) error {
-		out.Size, out.Inode = st.Size, st.Ino
-		if off < 0 || off > st.Size {
-			off = st.Size
-		}
-		buf := make([]byte, min(int64(n), st.Size-off))
-		k, err := f.ReadAt(buf, off)
-		if err != nil && !errors.Is(err, io.EOF) {
-			return fmt.Errorf("read %s: %w", LogPath(u, session)+part, err)
-		}
-		out.Data = buf[:k]
-		return nil
+	rel := LogDir + "/" + LogName(session) + part
+	err := l.readAsUser(ctx, u, rel, func() error {
+		return openUnderHome(u, rel, -1, func(f *os.File, st *syscall.Stat_t) error {
+			out.Size, out.Inode = st.Size, st.Ino
+			if off < 0 || off > st.Size {
+				off = st.Size
+			}
+			buf := make([]byte, min(int64(n), st.Size-off))
+			k, err := f.ReadAt(buf, off)
+			if err != nil && !errors.Is(err, io.EOF) {
+				return fmt.Errorf("read %s: %w", LogPath(u, session)+part, err)
+			}
+			out.Data = buf[:k]
+			return nil
+		})
 	})
-	return out, err
+	if err != nil {
+		return LogChunk{}, err
+	}
+	return out, nil
 }
 
 // PipeLog copies r (a pane's output, from tmux's pipe-pane) to file until

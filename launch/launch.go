@@ -127,9 +127,11 @@ const DefaultStatusQuota = 256 << 10
 // well under a second.
 const DefaultCallTimeout = 10 * time.Second
 
-// Launcher runs tmux on behalf of users. It holds no mutable state after New
-// (but a once-only warning and the slots of its directory checks), so every method is safe to call from any goroutine at once; tmux serialises
-// the commands inside each user's server.
+// Launcher runs tmux on behalf of users, and reads what they keep in their
+// homes for the agent. It holds no mutable state after New (but a once-only
+// warning and the slots of its directory checks and file reads), so every
+// method is safe to call from any goroutine at once; tmux serialises the
+// commands inside each user's server.
 type Launcher struct {
 	tmux        string // resolved absolute path, "" when tmuxErr is set
 	tmuxErr     error
@@ -150,6 +152,9 @@ type Launcher struct {
 	// killed, so at most cap(dirThreads) can be stuck; past that, checks
 	// go to a child process, which can.
 	dirThreads chan struct{}
+	// reads holds the reads of users' files still on their threads
+	// (readAsUser).
+	reads userReads
 }
 
 // maxDirThreads bounds the agent threads a file system that never answers

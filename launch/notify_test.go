@@ -98,7 +98,7 @@ func TestKeptLogOutlivesTheSession(t *testing.T) {
 	var c LogChunk
 	poll.Wait(5*time.Second, func() bool {
 		ok, _ := h.l.Exists(ctx, u, "job1")
-		c, _ = ReadLog(u, "job1", "", 0, 1<<20)
+		c, _ = h.l.ReadLog(ctx, u, "job1", "", 0, 1<<20)
 		return !ok && strings.Contains(string(c.Data), "second line")
 	})
 	if !strings.Contains(string(c.Data), "first line") || !strings.Contains(string(c.Data), "second line") {
@@ -108,7 +108,7 @@ func TestKeptLogOutlivesTheSession(t *testing.T) {
 	if err != nil || st.Mode().Perm()&0o077 != 0 {
 		t.Errorf("log file %v (%v): want it private to the user", st, err)
 	}
-	part, _ := ReadLog(u, "job1", "", 6, 4)
+	part, _ := h.l.ReadLog(ctx, u, "job1", "", 6, 4)
 	if string(part.Data) != "line" || part.Size != c.Size {
 		t.Errorf("ReadLog at 6, 4 bytes = %q (size %d), want %q", part.Data, part.Size, "line")
 	}
@@ -142,7 +142,7 @@ func TestReadLogRefusesALink(t *testing.T) {
 	os.Symlink("/etc/shadow", filepath.Join(dir, "x.log"))
 	me, _ := LookupUID(os.Geteuid())
 	me.Home = home
-	if _, err := ReadLog(me, "x", "", 0, 100); err == nil {
+	if _, err := New(Options{}).ReadLog(t.Context(), me, "x", "", 0, 100); err == nil {
 		t.Errorf("ReadLog followed a link")
 	}
 }

@@ -1,6 +1,7 @@
 package launch
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -20,20 +21,24 @@ var ErrUnsafeFile = errors.New("unsafe file")
 // what the user could not read), every component below the home opened
 // without following links, the file a regular file owned by u or root that
 // nobody else can write, read through a cap of max bytes. A missing file is
-// an error wrapping fs.ErrNotExist; anything unsafe wraps ErrUnsafeFile.
-// Every such file the agent reads goes through here.
-func ReadUserFile(u User, rel string, max int64) ([]byte, error) {
+// an error wrapping fs.ErrNotExist; anything unsafe wraps ErrUnsafeFile. A
+// file system that does not answer is waited for until ctx ends or the
+// call timeout passes, within readAsUser's bounds. Every such file the
+// agent reads goes through here or ReadLog.
+func (l *Launcher) ReadUserFile(ctx context.Context, u User, rel string, max int64) ([]byte, error) {
 	var data []byte
-	err := openUnderHome(u, rel, max, func(f *os.File, _ *syscall.Stat_t) error {
-		var err error
-		data, err = io.ReadAll(io.LimitReader(f, max+1))
-		if err != nil {
-			return fmt.Errorf("read %s: %w", f.Name(), err)
-		}
-		if int64(len(data)) > max {
-			return fmt.Errorf("%s is over %d bytes: %w", f.Name(), max, ErrUnsafeFile)
-		}
-		return nil
+	err := l.readAsUser(ctx, u, rel, func() error {
+		return openUnderHome(u, rel, max, func(f *os.File, _ *syscall.Stat_t) error {
+			var err error
+			data, err = io.ReadAll(io.LimitReader(f, max+1))
+			if err != nil {
+				return fmt.Errorf("read %s: %w", f.Name(), err)
+			}
+			if int64(len(data)) > max {
+				return fmt.Errorf("%s is over %d bytes: %w", f.Name(), max, ErrUnsafeFile)
+			}
+			return nil
+		})
 	})
 	if err != nil {
 		return nil, err

@@ -56,7 +56,7 @@ func TestReadUserFileRefusesWhatAUserCanPlant(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			plant(t, tt.plant)
 			start := time.Now()
-			data, err := launch.ReadUserFile(u, ".ssh/authorized_keys", 64<<10)
+			data, err := launch.New(launch.Options{}).ReadUserFile(t.Context(), u, ".ssh/authorized_keys", 64<<10)
 			if time.Since(start) > 2*time.Second {
 				t.Fatalf("took %v", time.Since(start))
 			}

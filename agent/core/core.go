@@ -76,6 +76,9 @@ type Deps struct {
 	Events   *events.Log
 	Webhooks *events.Webhooks
 	Tell     func(ctx context.Context, u launch.User, text string) (shown, later int, err error)
+	// ReadLog reads a run's kept output as the user
+	// (launch.Launcher.ReadLog); nil keeps no logs to read.
+	ReadLog func(ctx context.Context, u launch.User, session, part string, off int64, n int) (launch.LogChunk, error)
 }
 
 // Service is the daemon's operations.

@@ -96,7 +96,10 @@ func (s *Service) registerEventOps() {
 		if err != nil {
 			return peer.LogsReply{}, &lease.Error{Code: lease.CodeNotFound, Msg: fmt.Sprintf("%s has no account on %s, so keeps no logs there", b.c.User, s.cfg.Node)}
 		}
-		c, err := launch.ReadLog(u, r.Session, r.Part, r.Offset, r.Max)
+		if s.deps.ReadLog == nil {
+			return peer.LogsReply{}, &lease.Error{Code: lease.CodeUnavailable, Msg: fmt.Sprintf("%s reads no logs", s.cfg.Node)}
+		}
+		c, err := s.deps.ReadLog(ctx, u, r.Session, r.Part, r.Offset, r.Max)
 		switch {
 		case errors.Is(err, fs.ErrNotExist):
 			return peer.LogsReply{}, &lease.Error{Code: lease.CodeNotFound, Msg: fmt.Sprintf("no log of %s on %s: only runs started with a command keep one (in ~/%s)", r.Session, s.cfg.Node, launch.LogDir)}

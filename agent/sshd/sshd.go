@@ -102,7 +102,10 @@ type Deps struct {
 	// Terminal makes the command that attaches as a user on a PTY
 	// (launch.Launcher.TerminalCommand).
 	Terminal func(u launch.User, term string, argv []string) (*exec.Cmd, error)
-	Log      *slog.Logger
+	// ReadUserFile reads a user's authorized_keys as them
+	// (launch.Launcher.ReadUserFile).
+	ReadUserFile func(ctx context.Context, u launch.User, rel string, max int64) ([]byte, error)
+	Log          *slog.Logger
 }
 
 // Permission extensions that carry the identity fixed at key acceptance.
@@ -148,6 +151,9 @@ func Listen(cfg Settings, deps Deps) (*Server, error) {
 	}
 	if deps.Clock == nil {
 		deps.Clock = clock.Real()
+	}
+	if deps.ReadUserFile == nil {
+		deps.ReadUserFile = launch.New(launch.Options{}).ReadUserFile
 	}
 	s := &Server{cfg: cfg, deps: deps, log: deps.Log, done: make(chan struct{}),
 		refusals: lograte.New(0, 0, deps.Clock.Now),
@@ -370,7 +376,7 @@ func (s *Server) keyAllowed(name string, key ssh.PublicKey) (bool, string) {
 		if err != nil {
 			return false, "no such user"
 		}
-		if keys, err = readAuthorizedKeys(u); err != nil {
+		if keys, err = s.readAuthorizedKeys(u); err != nil {
 			return false, err.Error()
 		}
 	}
@@ -516,11 +522,12 @@ func (p *ptyExec) Run() error {
 }
 
 // readAuthorizedKeys parses a user's authorized_keys, read as launch reads
-// every file a user controls (no links, theirs, size-capped). Options are
-// ignored, except that a key restricted with a command= is not accepted,
-// since the board would bypass that command.
-func readAuthorizedKeys(u launch.User) ([]gossh.PublicKey, error) {
-	data, err := launch.ReadUserFile(u, ".ssh/authorized_keys", maxKeysFile)
+// every file a user controls (no links, theirs, size-capped; a home whose
+// file system does not answer is given up on). Options are ignored, except
+// that a key restricted with a command= is not accepted, since the board
+// would bypass that command.
+func (s *Server) readAuthorizedKeys(u launch.User) ([]gossh.PublicKey, error) {
+	data, err := s.deps.ReadUserFile(context.Background(), u, ".ssh/authorized_keys", maxKeysFile)
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
 			return nil, fmt.Errorf("no %s", filepath.Join(u.Home, ".ssh", "authorized_keys"))
