@@ -18,7 +18,6 @@ import (
 func TestUserReadsAreBounded(t *testing.T) {
 	l := New(Options{CallTimeout: 50 * time.Millisecond})
 	hung := make(chan struct{})
-	defer close(hung)
 	hang := func() error { <-hung; return nil }
 	answered := func() error { return nil }
 	user := func(uid int) User { return User{Name: "u" + string(rune('a'+uid%26)), UID: uid, GID: uid} }
@@ -51,9 +50,7 @@ func TestUserReadsAreBounded(t *testing.T) {
 	}
 
 	// The file systems answer: every place comes back.
-	for range maxUserReadsAll {
-		hung <- struct{}{}
-	}
+	close(hung)
 	deadline := time.Now().Add(5 * time.Second)
 	for l.readsHeld() > 0 && time.Now().Before(deadline) {
 		time.Sleep(time.Millisecond)
@@ -68,9 +65,11 @@ func TestUserReadsAreBounded(t *testing.T) {
 	if err, _ := read(1, func() error { return want }); !errors.Is(err, want) {
 		t.Errorf("a read's own error = %v, want %v", err, want)
 	}
+	block := make(chan struct{})
+	defer close(block)
 	cancelled, cancel := context.WithCancel(ctx)
 	cancel()
-	if err := l.readAsUser(cancelled, user(1), "x", hang); !errors.Is(err, context.Canceled) {
+	if err := l.readAsUser(cancelled, user(1), "x", func() error { <-block; return nil }); !errors.Is(err, context.Canceled) {
 		t.Errorf("a read for a caller that gave up = %v, want context.Canceled", err)
 	}
 }
