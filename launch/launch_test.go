@@ -708,3 +708,35 @@ func TestStartAnswersWhenTmuxPrintsThePane(t *testing.T) {
 		})
 	}
 }
+
+// TestClientOutputIsCapped: whatever answers on a user's tmux socket
+// decides what the agent's tmux client prints; the agent keeps at most
+// maxClientOutput of it, refusing an answer over that rather than reading
+// part of it, and the first maxClientErrors of its errors.
+func TestClientOutputIsCapped(t *testing.T) {
+	requireTmux(t)
+	dir := worldDir(t)
+	tests := []struct {
+		name, script, want string
+	}{
+		{"an endless answer", "head -c 3000000 /dev/zero | tr '\\0' 's'; echo", "printed more than 1048576 bytes"},
+		{"endless errors", "yes 'lost on the moon' | head -c 3000000 >&2; exit 1", "tmux list-sessions: lost on the moon"},
+	}
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			loud := filepath.Join(dir, "tmux"+strconv.Itoa(i))
+			if err := os.WriteFile(loud, []byte("#!/bin/sh\n"+tt.script+"\n"), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			l := New(Options{TmuxPath: loud, TmuxTmpDir: dir})
+			me, err := LookupUID(os.Geteuid())
+			if err != nil {
+				t.Fatal(err)
+			}
+			names, err := l.List(t.Context(), me)
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("List = %d names, %v; want an error saying %q", len(names), err, tt.want)
+			}
+		})
+	}
+}

@@ -30,14 +30,49 @@ func (l *Launcher) run(ctx context.Context, u User, args ...string) ([]byte, err
 	defer cancel()
 	cmd := exec.CommandContext(callCtx, l.tmux, args...)
 	l.asClient(cmd, cred, u, nil)
-	var stdout, stderr bytes.Buffer
+	stdout, stderr := headBuffer{max: maxClientOutput}, headBuffer{max: maxClientErrors}
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	err = cmd.Run()
+	if err == nil && stdout.over {
+		return nil, fmt.Errorf("tmux %s as %s printed more than %d bytes: not read", args[0], u.Name, maxClientOutput)
+	}
 	if err == nil {
 		return stdout.Bytes(), nil
 	}
 	return nil, l.clientError(ctx, callCtx.Err() != nil, u, args[0], err, stderr.String())
 }
+
+// Bounds on what the agent keeps of a tmux client's output: the user's
+// server, or whatever answers on their socket, decides what it prints.
+const (
+	maxClientOutput = 1 << 20 // every session of a user, a name of up to 128 bytes each, many times over
+	maxClientErrors = 4 << 10 // of which the first line is read
+)
+
+// headBuffer keeps the first max bytes written to it and drops the rest,
+// noting that it did, so a client's output cannot fill the agent's memory.
+// The buffer is a field, not embedded: an embedded bytes.Buffer would give
+// it ReadFrom, which io.Copy (and so os/exec) calls instead of Write.
+type headBuffer struct {
+	buf  bytes.Buffer
+	max  int
+	over bool
+}
+
+func (b *headBuffer) Write(p []byte) (int, error) {
+	room := max(b.max-b.buf.Len(), 0)
+	if len(p) > room {
+		b.over = true
+	}
+	b.buf.Write(p[:min(len(p), room)])
+	return len(p), nil
+}
+
+// Bytes is what was kept.
+func (b *headBuffer) Bytes() []byte { return b.buf.Bytes() }
+
+// String is what was kept, as text.
+func (b *headBuffer) String() string { return b.buf.String() }
 
 // maxAnswer bounds what answerOf reads before its answer: a pane's pid,
 // after whatever a hook of the user's tmux.conf prints.
@@ -67,7 +102,7 @@ func (l *Launcher) answerOf(ctx context.Context, u User, session map[string]stri
 	}
 	cmd := exec.Command(l.tmux, args...)
 	l.asClient(cmd, cred, u, session)
-	var stderr bytes.Buffer
+	stderr := headBuffer{max: maxClientErrors}
 	cmd.Stderr = &stderr
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {

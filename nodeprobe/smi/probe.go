@@ -200,18 +200,20 @@ func firstLine(b []byte) string {
 
 // cappedBuffer keeps at most max bytes and drops the rest, so a runaway
 // child cannot fill memory; the parsers reject output over their limit.
+// The buffer is a field, not embedded: an embedded bytes.Buffer would give
+// it ReadFrom, which io.Copy (and so os/exec) calls instead of Write, and
+// the cap would hold nothing back.
 type cappedBuffer struct {
-	bytes.Buffer
+	buf bytes.Buffer
 	max int
 }
 
 func (c *cappedBuffer) Write(p []byte) (int, error) {
-	if room := c.max - c.Len(); room > 0 {
-		if len(p) > room {
-			c.Buffer.Write(p[:room])
-		} else {
-			c.Buffer.Write(p)
-		}
+	if room := c.max - c.buf.Len(); room > 0 {
+		c.buf.Write(p[:min(len(p), room)])
 	}
 	return len(p), nil
 }
+
+// Bytes is what was kept.
+func (c *cappedBuffer) Bytes() []byte { return c.buf.Bytes() }

@@ -185,6 +185,11 @@ func TestSMIProbeOpenErrors(t *testing.T) {
 }
 
 func TestRunCommand(t *testing.T) {
+	// A runaway program's output is cut at the parsers' limit plus one
+	// byte, which they refuse, however much it prints.
+	if out, err := runCommand(context.Background(), "sh", "-c", "head -c 5000000 /dev/zero"); err != nil || len(out) != maxSMIOutput+1 {
+		t.Errorf("runCommand of 5 MB = %d bytes, %v; want %d (the limit and one)", len(out), err, maxSMIOutput+1)
+	}
 	out, err := runCommand(context.Background(), "sh", "-c", "echo hello")
 	if err != nil || string(out) != "hello\n" {
 		t.Errorf("runCommand(echo) = %q, %v; want \"hello\\n\", nil", out, err)
