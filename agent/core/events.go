@@ -535,7 +535,8 @@ func (b *Bound) LogSources(ctx context.Context, id string) ([]api.LogSource, err
 	// The runs each node keeps, asked of all at once.
 	var mu sync.Mutex
 	var wg sync.WaitGroup
-	var unasked []string // nodes that could not say: their event log speaks for them
+	var unasked []string // nodes too old to say: their event log speaks for them
+	var missing []string // nodes that did not answer
 	for _, n := range nodes {
 		wg.Add(1)
 		go func() {
@@ -545,8 +546,13 @@ func (b *Bound) LogSources(ctx context.Context, id string) ([]api.LogSource, err
 			cancel()
 			mu.Lock()
 			defer mu.Unlock()
-			if err != nil {
+			var refused *lease.Error
+			switch {
+			case errors.As(err, &refused):
 				unasked = append(unasked, n)
+				return
+			case err != nil:
+				missing = append(missing, n)
 				return
 			}
 			for _, k := range r.Runs {
@@ -556,12 +562,11 @@ func (b *Bound) LogSources(ctx context.Context, id string) ([]api.LogSource, err
 	}
 	wg.Wait()
 	if len(all) == 0 {
-		unasked = nodes
+		unasked = slices.DeleteFunc(slices.Clone(nodes), func(n string) bool { return slices.Contains(missing, n) })
 	}
-	var missing []string
 	if len(unasked) > 0 {
 		list, _ := s.clusterEvents(ctx, peer.As(b.c.User), event.EventFilter{User: b.c.User}, unasked)
-		missing = list.Missing
+		missing = append(missing, list.Missing...)
 		for _, e := range list.Events {
 			if e.Kind != event.EventClaim || e.Session == "" || e.User != b.c.User || e.Reason == event.ReasonReserved {
 				continue
@@ -600,6 +605,7 @@ func (b *Bound) LogSources(ctx context.Context, id string) ([]api.LogSource, err
 	if len(out) == 0 {
 		msg := fmt.Sprintf("no run of yours named %s: give a lease id (node01-42), a queued request (node01-q3) or a session name (`dibs ls` shows the running ones, `dibs events --user %s` older ones)", id, b.c.User)
 		if len(missing) > 0 {
+			slices.Sort(missing)
 			msg += "; " + strings.Join(missing, ", ") + " did not answer"
 		}
 		return nil, &lease.Error{Code: lease.CodeNotFound, Msg: msg}
