@@ -92,8 +92,8 @@ func TrustedBinary(path string, uid int) (string, error) {
 				return "", &fs.PathError{Op: "lstat", Path: filepath.Join(next, filepath.Join(rest...)), Err: syscall.ENOTDIR}
 			}
 			perm := uint32(st.Mode) & 0o7777
-			if perm&0o022 != 0 {
-				return "", fmt.Errorf("%w: %s may be written by others than its owner (mode %04o)", ErrUntrustedBinary, next, perm)
+			if othersWrite(&st) {
+				return "", fmt.Errorf("%w: %s may be written by others than its owner (mode %04o, group %d)", ErrUntrustedBinary, next, perm, st.Gid)
 			}
 			if perm&0o111 == 0 {
 				return "", fmt.Errorf("%w: %s is not executable (mode %04o)", ErrUntrustedBinary, next, perm)
@@ -125,10 +125,16 @@ func checkStep(dir string, uid int, isDir bool) error {
 		return fmt.Errorf("%w: %s is a directory, not a program", ErrUntrustedBinary, dir)
 	}
 	perm := uint32(st.Mode) & 0o7777
-	if perm&0o022 != 0 && perm&syscall.S_ISVTX == 0 {
-		return fmt.Errorf("%w: the directory %s may be written by others than its owner and is not sticky (mode %04o), so anyone may swap what it holds", ErrUntrustedBinary, dir, perm)
+	if othersWrite(&st) && perm&syscall.S_ISVTX == 0 {
+		return fmt.Errorf("%w: the directory %s may be written by others than its owner and is not sticky (mode %04o, group %d), so they may swap what it holds", ErrUntrustedBinary, dir, perm, st.Gid)
 	}
 	return nil
+}
+
+// othersWrite reports whether someone other than the owner (and root) may
+// write st: anyone, or a group other than root's (gid 0, as sudo allows).
+func othersWrite(st *syscall.Stat_t) bool {
+	return st.Mode&0o002 != 0 || st.Mode&0o020 != 0 && st.Gid != 0
 }
 
 // checkOwner refuses a step owned by someone other than root and uid.

@@ -75,6 +75,9 @@ func TestTrustedBinary(t *testing.T) {
 	prog(filepath.Join(open, "dibsd"), 0o755)
 	prog(filepath.Join(safe, "writable"), 0o755)
 	os.Chmod(filepath.Join(safe, "writable"), 0o775)
+	os.Chown(filepath.Join(safe, "writable"), 0, mallory.GID) // her group may write it
+	prog(filepath.Join(safe, "rootgroup"), 0o755)
+	os.Chmod(filepath.Join(safe, "rootgroup"), 0o775) // root's group may write it, as sudo allows
 	prog(filepath.Join(safe, "plain"), 0o644)
 	os.Symlink(filepath.Join(safe, "dibsd"), filepath.Join(safe, "link"))
 	os.Symlink("../"+filepath.Base(safe)+"/dibsd", filepath.Join(safe, "rel"))
@@ -97,7 +100,8 @@ func TestTrustedBinary(t *testing.T) {
 		{"another user's link to /bin/bash", filepath.Join(sticky, "dibs"), "", "owned by uid", false},
 		{"root's program in another user's directory", filepath.Join(sticky, "bin", "dibsd"), "", "owned by uid", false},
 		{"a directory anyone may write, not sticky", filepath.Join(open, "dibsd"), "", "not sticky", false},
-		{"a program its group may write", filepath.Join(safe, "writable"), "", "written by others", false},
+		{"a program another group may write", filepath.Join(safe, "writable"), "", "written by others", false},
+		{"a program root's group may write", filepath.Join(safe, "rootgroup"), filepath.Join(safe, "rootgroup"), "", false},
 		{"not executable", filepath.Join(safe, "plain"), "", "not executable", false},
 		{"a directory", safe, "", "not a program", false},
 		{"nothing there", filepath.Join(safe, "nothing"), "", "", true},
