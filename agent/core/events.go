@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/dibs-gpu/dibs/agent/events"
+	"github.com/dibs-gpu/dibs/agent/node"
 	"github.com/dibs-gpu/dibs/agent/peer"
 	"github.com/dibs-gpu/dibs/api"
 	"github.com/dibs-gpu/dibs/event"
@@ -84,6 +85,19 @@ func (s *Service) registerEventOps() {
 		out := peer.NotifyStatusReply{Setting: st.Setting, LastOK: st.LastOK, Pending: st.Pending}
 		for _, f := range st.Failures {
 			out.Failures = append(out.Failures, peer.WebhookFailure{At: f.At, Text: f.Text, Err: f.Err, Attempts: f.Attempts})
+		}
+		return out, nil
+	})
+	peer.Handle(m, peer.LogRuns, func(ctx context.Context, from string, who peer.Actor, r peer.LogRunsRequest) (peer.LogRunsReply, error) {
+		b, err := s.forPeer(from, who)
+		if err != nil {
+			return peer.LogRunsReply{}, err
+		}
+		var out peer.LogRunsReply
+		for _, k := range s.deps.Node.RunsNamed(b.c.User, r.Name) {
+			if k.Session != "" { // a run an older agent kept names no session
+				out.Runs = append(out.Runs, peer.LogRun{Lease: k.Lease, Session: k.Session, Log: k.Log, Entry: k.Entry, Rank: k.Rank, At: k.At})
+			}
 		}
 		return out, nil
 	})
@@ -478,45 +492,106 @@ func notifyStatus(ctx context.Context, b *Bound, nodes []string) api.NotifyStatu
 }
 
 // LogSources finds the kept logs of id: a lease, a queued request (every
-// rank of its latest attempt) or a session name, the caller's own. The
-// event log says which session ran where.
+// rank of its latest attempt) or a session name, the caller's own, the
+// newest run of that name on each node. Each run is found by its own
+// record: a live lease in the cluster's view (durable before its run was
+// answered, so an agent killed at once still has it), an ended one in the
+// runs its node keeps (node.KeptRun, the newest MaxKeptRunsPerUser per
+// person). The event log, which stops keeping a person's events past
+// their hourly cap, is read only for nodes too old to answer and when
+// neither record knows the name (a run older than the kept ones).
 func (b *Bound) LogSources(ctx context.Context, id string) ([]api.LogSource, error) {
 	s := b.s
 	if !lease.ValidUserName(b.c.User) {
 		return nil, &lease.Error{Code: lease.CodeForbidden, Msg: "you have no account here, so have no logs"}
 	}
-	if id == "" || len(id) > 2*lease.MaxNameLen {
+	if id == "" || len(id) > 2*lease.MaxNameLen || !lease.ValidToken(id, 2*lease.MaxNameLen) {
 		return nil, lease.Invalidf("name the run: a lease id (node01-42), a queued request (node01-q3) or a session name")
 	}
 	nodes := s.liveNodes()
 	if n, ok := lease.NodeOfID(id); ok && slices.Contains(nodes, n) {
 		nodes = []string{n}
 	}
-	f := event.EventFilter{User: b.c.User}
-	list, _ := s.clusterEvents(ctx, peer.As(b.c.User), f, nodes)
-	v := s.View()
-	live := map[string]bool{}
-	for _, l := range v.Leases() {
-		live[l.ID] = true
-	}
 	type found struct {
 		src     api.LogSource
 		attempt int
+		at      time.Time
+	}
+	attemptOf := func(entry string) int {
+		_, a, _ := strings.Cut(entry, "#")
+		n, _ := strconv.Atoi(a)
+		return n
 	}
 	var all []found
-	latest := 0
-	for _, e := range list.Events {
-		if e.Kind != event.EventClaim || e.Session == "" || e.User != b.c.User {
+	live := map[string]bool{}
+	for _, l := range s.View().Leases() {
+		live[l.ID] = true
+		k := node.KeptRun{Lease: l.ID, Session: l.Session, Entry: l.Entry}
+		if l.User != b.c.User || l.Session == "" || !l.ReservedUntil.IsZero() || !k.Named(id) {
 			continue
 		}
-		entry, a, _ := strings.Cut(e.Entry, "#")
-		if (e.Lease != id && e.Session != id && entry != id) || e.Reason == event.ReasonReserved {
-			continue
-		}
-		attempt, _ := strconv.Atoi(a)
-		all = append(all, found{api.LogSource{Node: e.Node, Session: e.Session, Log: e.Log, Lease: e.Lease, Rank: e.Rank, Running: live[e.Lease]}, attempt})
-		latest = max(latest, attempt)
+		all = append(all, found{api.LogSource{Node: l.Node, Session: l.Session, Log: l.LogName(), Lease: l.ID, Rank: l.Rank, Running: true}, attemptOf(l.Entry), l.StartedAt})
 	}
+	// The runs each node keeps, asked of all at once.
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	var unasked []string // nodes too old to say: their event log speaks for them
+	var missing []string // nodes that did not answer
+	for _, n := range nodes {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			cctx, cancel := context.WithTimeout(ctx, eventCallTimeout)
+			r, err := peer.Call(cctx, s.deps.Peers, n, peer.LogRuns, peer.As(b.c.User), peer.LogRunsRequest{Name: id})
+			cancel()
+			mu.Lock()
+			defer mu.Unlock()
+			var refused *lease.Error
+			switch {
+			case errors.As(err, &refused):
+				unasked = append(unasked, n)
+				return
+			case err != nil:
+				missing = append(missing, n)
+				return
+			}
+			for _, k := range r.Runs {
+				all = append(all, found{api.LogSource{Node: n, Session: k.Session, Log: k.Log, Lease: k.Lease, Rank: k.Rank, Running: live[k.Lease]}, attemptOf(k.Entry), k.At})
+			}
+		}()
+	}
+	wg.Wait()
+	if len(all) == 0 {
+		unasked = slices.DeleteFunc(slices.Clone(nodes), func(n string) bool { return slices.Contains(missing, n) })
+	}
+	if len(unasked) > 0 {
+		list, _ := s.clusterEvents(ctx, peer.As(b.c.User), event.EventFilter{User: b.c.User}, unasked)
+		missing = append(missing, list.Missing...)
+		for _, e := range list.Events {
+			if e.Kind != event.EventClaim || e.Session == "" || e.User != b.c.User || e.Reason == event.ReasonReserved {
+				continue
+			}
+			if k := (node.KeptRun{Lease: e.Lease, Session: e.Session, Entry: e.Entry}); !k.Named(id) {
+				continue
+			}
+			all = append(all, found{api.LogSource{Node: e.Node, Session: e.Session, Log: e.Log, Lease: e.Lease, Rank: e.Rank, Running: live[e.Lease]}, attemptOf(e.Entry), e.At})
+		}
+	}
+	latest := 0
+	for _, f := range all {
+		latest = max(latest, f.attempt)
+	}
+	// The newest run of the name on each node: a live one, else the last
+	// started.
+	slices.SortStableFunc(all, func(x, y found) int {
+		if x.src.Running != y.src.Running {
+			if x.src.Running {
+				return -1
+			}
+			return 1
+		}
+		return y.at.Compare(x.at)
+	})
 	var out []api.LogSource
 	seen := map[string]bool{}
 	for _, f := range all {
@@ -528,9 +603,10 @@ func (b *Bound) LogSources(ctx context.Context, id string) ([]api.LogSource, err
 	}
 	slices.SortFunc(out, func(x, y api.LogSource) int { return x.Rank - y.Rank })
 	if len(out) == 0 {
-		msg := fmt.Sprintf("no run of yours named %s in the event log: give a lease id (node01-42), a queued request (node01-q3) or a session name (`dibs events --user %s` lists them)", id, b.c.User)
-		if len(list.Missing) > 0 {
-			msg += "; " + strings.Join(list.Missing, ", ") + " did not answer"
+		msg := fmt.Sprintf("no run of yours named %s: give a lease id (node01-42), a queued request (node01-q3) or a session name (`dibs ls` shows the running ones, `dibs events --user %s` older ones)", id, b.c.User)
+		if len(missing) > 0 {
+			slices.Sort(missing)
+			msg += "; " + strings.Join(missing, ", ") + " did not answer"
 		}
 		return nil, &lease.Error{Code: lease.CodeNotFound, Msg: msg}
 	}

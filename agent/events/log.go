@@ -39,9 +39,10 @@ const pruneEvery = time.Hour
 // carry them before the log writes them itself.
 const flushDelay = time.Second
 
-// DefaultPerUserHour is how many events one person's own actions (claims,
-// releases, extensions, submissions) may add to the log in an hour: one
-// every five seconds, far above a person's work and far below a
+// DefaultPerUserHour is how many events one person's doings (claims,
+// releases, extensions, submissions, and what they lead to: sessions'
+// ends, warnings, queue starts and finishes) may add to a node's log in an
+// hour: one every five seconds, far above a person's work and far below a
 // claim/release loop's hundred a second.
 const DefaultPerUserHour = 720
 
@@ -50,9 +51,11 @@ type Config struct {
 	Node string
 	// Keep is how long events are kept (default event.DefaultEventKeep).
 	Keep time.Duration
-	// PerUserHour caps the events of a person's own actions kept per hour
-	// (default DefaultPerUserHour); past it they are counted, not kept,
-	// their notices still go out, and one warning says how many.
+	// PerUserHour caps the events of a person's doings kept per hour
+	// (default DefaultPerUserHour; chargedTo says whose an event is); past
+	// it they are counted, not kept, their notices still go out, one
+	// warning says the cap was reached and another, after the hour, how
+	// many were not kept.
 	PerUserHour int
 	Log         *slog.Logger
 }
@@ -197,7 +200,8 @@ func (l *Log) Close() {
 
 // Record adds an event: it gets this node's name, the time (when unset)
 // and the next sequence number, and is written to the store soon after.
-// It never blocks on the disk.
+// It never blocks on the disk. An event over its person's hourly budget
+// is counted, not kept, and its notice still goes out (budgetLocked).
 func (l *Log) Record(e event.Event) {
 	if e.Node == "" {
 		e.Node = l.cfg.Node
@@ -206,33 +210,32 @@ func (l *Log) Record(e event.Event) {
 		e.At = l.deps.Clock.Now().Round(0)
 	}
 	l.mu.Lock()
-	if summary, keep := l.budgetLocked(e); !keep {
-		l.noticeLocked(e)
-		l.mu.Unlock()
-		return
-	} else if summary != nil {
-		l.seq++
-		summary.Seq = l.seq
-		l.pending = append(l.pending, *summary)
-		l.noticeLocked(*summary)
+	summary, keep := l.budgetLocked(e)
+	var add []event.Event
+	if summary != nil {
+		add = append(add, *summary)
 	}
-	l.seq++
-	e.Seq = l.seq
-	l.pending = append(l.pending, e)
+	notice := false
+	if keep {
+		add = append(add, e)
+	} else {
+		notice = l.noticeLocked(e)
+	}
+	for _, e := range add {
+		l.seq++
+		e.Seq = l.seq
+		l.pending = append(l.pending, e)
+		notice = l.noticeLocked(e) || notice
+	}
 	if len(l.pending) > maxPending {
 		l.cfg.Log.Warn("event log: the store has not taken events for a while; dropping the oldest", "dropped", len(l.pending)-maxPending)
 		l.pending = slices.Delete(l.pending, 0, len(l.pending)-maxPending)
 	}
-	notice := false
-	if n, ok := e.Notice(); ok && l.deps.Notice != nil {
-		l.notices = append(l.notices, n)
-		notice = true
-	}
 	// The writer wakes once per batch (it then waits for a transaction to
 	// carry the events), and at once for a notice: a claim's path wakes
 	// nobody else.
-	wake := notice || !l.armed
-	l.armed = true
+	wake := notice || (len(add) > 0 && !l.armed)
+	l.armed = l.armed || len(add) > 0
 	l.mu.Unlock()
 	if wake {
 		select {
@@ -240,49 +243,64 @@ func (l *Log) Record(e event.Event) {
 		default:
 		}
 	}
-	l.changed.Notify()
+	if len(add) > 0 {
+		l.changed.Notify()
+	}
 }
 
-// selfMade reports whether e is one a person makes by acting (and so can
-// make in a loop), as opposed to what happens to their work.
-func selfMade(e event.Event) bool {
-	if e.User == "" || e.By != "" && e.By != e.User {
-		return false
+// chargedTo names the person whose hourly budget e counts against: the
+// person whose doing it is, or whose lease, run or request it is about.
+// Everything a person's actions lead to counts, not only the actions: a
+// `dibs run -- true` loop makes a claim, a session's end and a "1m" warning
+// per run, an array a submission, a start and a finish per element, and
+// capping the first of each alone left the rest (11 events a second) free.
+// An admin's action on someone's lease is the admin's doing; a process
+// on a GPU without its lease is its owner's (Reason), not the holder's,
+// so a squatter cannot spend the budget of the person it squats on. The
+// cluster's own events (agents joining and leaving) are nobody's.
+func chargedTo(e event.Event) string {
+	if e.By != "" && e.By != e.User && e.By != event.ByCluster && lease.ValidUserName(e.By) {
+		return e.By
 	}
-	switch e.Kind {
-	case event.EventClaim:
-		return e.Reason != event.ReasonBookingBegan
-	case event.EventRelease, event.EventExtend, event.EventAdopt, event.EventSubmit, event.EventCancel:
-		return true
-	case event.EventEnd:
-		return e.Reason == string(lease.EndSessionEnded)
+	if e.Kind == event.EventSquatter {
+		if lease.ValidUserName(e.Reason) {
+			return e.Reason
+		}
+		return ""
 	}
-	return false
+	return e.User
 }
 
-// budgetLocked decides whether e is kept under its person's hourly budget
-// and, when an hour in which some were not kept is over, makes the warning
-// that says how many. Call with mu held.
+// budgetLocked decides whether e is kept under its person's hourly budget.
+// When it is the first not kept this hour, summary is the warning that
+// says so (kept, and a notice to the person); when an hour in which some
+// were not kept is over, summary is the warning that says how many. A
+// person thus keeps at most PerUserHour events and two warnings an hour
+// on each node. Call with mu held.
 func (l *Log) budgetLocked(e event.Event) (summary *event.Event, keep bool) {
-	if !selfMade(e) {
+	who := chargedTo(e)
+	if who == "" {
 		return nil, true
 	}
-	b := l.budgets[e.User]
+	b := l.budgets[who]
 	if b == nil || e.At.Sub(b.start) >= time.Hour || e.At.Before(b.start) {
 		if b != nil && b.dropped > 0 {
-			summary = &event.Event{Node: l.cfg.Node, At: e.At, Kind: event.EventWarn, User: e.User, Reason: "events-not-kept",
-				Text: fmt.Sprintf("%d of %s's claims, releases and other actions on %s in the hour from %s were not kept in the event log: over %d an hour (events.per_user_hour)",
-					b.dropped, e.User, l.cfg.Node, b.start.UTC().Format("15:04"), l.cfg.PerUserHour)}
+			summary = &event.Event{Node: l.cfg.Node, At: e.At, Kind: event.EventWarn, User: who, Reason: "events-not-kept",
+				Text: fmt.Sprintf("%d events of %s's runs, leases and requests on %s in the hour from %s were not kept in the event log: over %d an hour (events.per_user_hour)",
+					b.dropped, who, l.cfg.Node, b.start.UTC().Format("15:04"), l.cfg.PerUserHour)}
 		}
 		if len(l.budgets) > 10000 { // forget everyone rather than grow
 			clear(l.budgets)
 		}
 		b = &userBudget{start: e.At}
-		l.budgets[e.User] = b
+		l.budgets[who] = b
 	}
 	if b.kept >= l.cfg.PerUserHour {
 		if b.dropped == 0 {
-			l.cfg.Log.Warn("event log: a person is over their events for the hour; counting the rest", "user", e.User, "max", l.cfg.PerUserHour)
+			l.cfg.Log.Warn("event log: a person is over their events for the hour; counting the rest", "user", who, "max", l.cfg.PerUserHour)
+			summary = &event.Event{Node: l.cfg.Node, At: e.At, Kind: event.EventWarn, User: who, Reason: "events-not-kept",
+				Text: fmt.Sprintf("%s's runs, leases and requests made %d events on %s in the hour from %s (events.per_user_hour): until %s the rest are counted, not kept; notices still go out, and dibs logs finds runs by their own record",
+					who, l.cfg.PerUserHour, l.cfg.Node, b.start.UTC().Format("15:04"), b.start.Add(time.Hour).UTC().Format("15:04"))}
 		}
 		b.dropped++
 		return summary, false
@@ -291,11 +309,15 @@ func (l *Log) budgetLocked(e event.Event) (summary *event.Event, keep bool) {
 	return summary, true
 }
 
-// noticeLocked queues e's notice, if it has one. Call with mu held.
-func (l *Log) noticeLocked(e event.Event) {
-	if n, ok := e.Notice(); ok && l.deps.Notice != nil {
+// noticeLocked queues e's notice, if it has one, and says whether it did.
+// Call with mu held.
+func (l *Log) noticeLocked(e event.Event) bool {
+	n, ok := e.Notice()
+	if ok && l.deps.Notice != nil {
 		l.notices = append(l.notices, n)
+		return true
 	}
+	return false
 }
 
 // Changes returns a channel closed at the next recorded event.

@@ -240,7 +240,8 @@ func (x *sessionJob) startSession(ctx context.Context, l lease.Lease, u launch.U
 		return fmt.Errorf("start session for lease %s: %w", l.ID, err)
 	}
 	if run.Job != nil && len(run.Job.Command) > 0 {
-		n.kept.keep(KeptRun{Lease: l.ID, User: l.User, Job: *run.Job.ForExport(), At: n.deps.Clock.Now()})
+		n.kept.keep(KeptRun{Lease: l.ID, User: l.User, Job: *run.Job.ForExport(), At: n.deps.Clock.Now(),
+			Session: l.Session, Log: l.LogName(), Entry: l.Entry, Rank: l.Rank})
 		// The file is for export sbatch after a restart, not part of the
 		// run's answer, which does not wait for it (Close does).
 		n.wg.Add(1)

@@ -7,9 +7,11 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
+	"github.com/dibs-gpu/dibs/launch"
 	"github.com/dibs-gpu/dibs/lease"
 )
 
@@ -30,10 +32,27 @@ type KeptRun struct {
 	User  string
 	Job   lease.Job
 	At    time.Time
+	// Session, Log, Entry and Rank are where the run's output is kept
+	// (its tmux session; its log, lease.Lease.LogName) and which queued
+	// request (with its attempt) and rank it was, so `dibs logs` finds the
+	// run by its own record, not through the event log, which stops
+	// keeping a person's events past their hourly cap. Empty in a file an
+	// older agent saved.
+	Session string `json:",omitempty"`
+	Log     string `json:",omitempty"`
+	Entry   string `json:",omitempty"`
+	Rank    int    `json:",omitempty"`
+}
+
+// Named reports whether name is the run's: its lease id, its session's
+// name, or its queued request's id (without the attempt).
+func (r *KeptRun) Named(name string) bool {
+	entry, _, _ := strings.Cut(r.Entry, "#")
+	return r.Lease == name || r.Session != "" && r.Session == name || entry != "" && entry == name
 }
 
 func (r *KeptRun) size() int {
-	n := len(r.Job.Dir) + len(r.Job.Name)
+	n := len(r.Job.Dir) + len(r.Job.Name) + len(r.Session) + len(r.Log) + len(r.Entry)
 	for _, a := range r.Job.Command {
 		n += len(a) + 1
 	}
@@ -160,6 +179,14 @@ func decodeKeptRuns(b []byte) ([]KeptRun, error) {
 		if err := r.Job.Check(); err != nil || r.Job.Kept || len(r.Job.Command) == 0 {
 			return nil, fmt.Errorf("run %s has a bad command: %v", r.Lease, err)
 		}
+		for _, name := range []string{r.Session, r.Log} {
+			if name != "" && launch.CheckName(name) != nil {
+				return nil, fmt.Errorf("run %s has a bad session or log name", r.Lease)
+			}
+		}
+		if r.Entry != "" && !lease.ValidToken(r.Entry, 2*lease.MaxNameLen) || r.Rank < 0 {
+			return nil, fmt.Errorf("run %s has a bad queued request or rank", r.Lease)
+		}
 	}
 	return runs, nil
 }
@@ -175,6 +202,21 @@ func (k *keptRuns) find(leaseID string) (KeptRun, bool) {
 		}
 	}
 	return KeptRun{}, false
+}
+
+// RunsNamed returns user's runs this node keeps that name names (KeptRun.Named),
+// oldest first: the newest MaxKeptRunsPerUser, running or ended, across
+// agent restarts when they were saved.
+func (n *Node) RunsNamed(user, name string) []KeptRun {
+	n.kept.mu.Lock()
+	defer n.kept.mu.Unlock()
+	var out []KeptRun
+	for _, r := range n.kept.byUser[user] {
+		if r.Named(name) {
+			out = append(out, r)
+		}
+	}
+	return out
 }
 
 // KeptRun returns the command lease leaseID's session was started with,

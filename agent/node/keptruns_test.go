@@ -94,3 +94,36 @@ func FuzzKeptRunsFile(f *testing.F) {
 		}
 	})
 }
+
+// A kept run says where its output is (session, log, queued request,
+// rank), across a save and a load, and is found by any of its names:
+// `dibs logs` reads these, not the event log (weak 6 of the fourth round).
+func TestKeptRunsNamed(t *testing.T) {
+	path := t.TempDir() + "/kept-runs.json"
+	k := keptRuns{path: path}
+	job := lease.Job{Command: []string{"python", "train.py"}}
+	k.keep(KeptRun{Lease: "node01-7", User: "alice", Job: job, Session: "train", Log: "train-abc", Entry: "node02-q3#1", Rank: 1})
+	k.keep(KeptRun{Lease: "node01-8", User: "bob", Job: job, Session: "train", Log: "train-abd"})
+	if err := k.save(); err != nil {
+		t.Fatal(err)
+	}
+	n := &Node{}
+	n.kept.path = path
+	if err := n.kept.load(); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"node01-7", "train", "node02-q3"} {
+		got := n.RunsNamed("alice", name)
+		if len(got) != 1 || got[0].Log != "train-abc" || got[0].Rank != 1 || got[0].Entry != "node02-q3#1" {
+			t.Errorf("alice's runs named %s: %+v, want node01-7 with its log, request and rank", name, got)
+		}
+	}
+	for _, name := range []string{"node01-8", "node02-q3#1", "node02", "tra"} {
+		if got := n.RunsNamed("alice", name); len(got) != 0 {
+			t.Errorf("alice's runs named %s: %+v, want none", name, got)
+		}
+	}
+	if _, err := decodeKeptRuns([]byte(`[{"Lease":"node01-7","User":"alice","Job":{"command":["python"]},"Log":"../../etc/x"}]`)); err == nil {
+		t.Error("a saved run whose log is a path was accepted")
+	}
+}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -9,6 +10,7 @@ import (
 
 	"github.com/dibs-gpu/dibs/agent/agenttest"
 	"github.com/dibs-gpu/dibs/internal/daemoncmd"
+	"github.com/dibs-gpu/dibs/launch/launchtest"
 )
 
 // exitConfig is the status dibsd's agent exits with on a config it cannot
@@ -114,5 +116,66 @@ func TestBoardWithoutDibsd(t *testing.T) {
 				t.Errorf("dibs tui: exit %d, stdout %q, stderr %q; want exit 1 and one line starting %q", code, o.String(), e.String(), tt.want)
 			}
 		})
+	}
+}
+
+// Weak 5 of the fourth round: root running a dibs from a directory others
+// may write (a build in a sticky /tmp) ran whatever dibsd sat beside it:
+// another user's, as root. It is refused in one line that says what to
+// do, and nothing of theirs runs; root's own dibsd there still runs.
+func TestDaemonVerbsRefuseAnotherUsersDibsd(t *testing.T) {
+	mallory := launchtest.User(t)
+	base, err := os.MkdirTemp("", "dibs-sticky-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(base) })
+	os.Chmod(base, 0o755)
+	sticky := filepath.Join(base, "tmp")
+	if err := os.Mkdir(sticky, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	os.Chmod(sticky, 0o777|os.ModeSticky)
+	b, err := os.ReadFile(dibsBin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	client := filepath.Join(sticky, "dibs")
+	if err := os.WriteFile(client, b, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	marks := filepath.Join(base, "marks") // where her dibsd, were it run, leaves its mark
+	os.Mkdir(marks, 0o755)
+	os.Chmod(marks, 0o777)
+	ran := filepath.Join(marks, "ran")
+	plant := fmt.Sprintf("printf '#!/bin/sh\\ntouch %s\\n' > %s/dibsd && chmod 755 %s/dibsd", ran, sticky, sticky)
+	if out, err := launchtest.Run(t, mallory, nil, "/bin/sh", "-c", plant); err != nil {
+		t.Fatalf("as %s: %v: %s", mallory.Name, err, out)
+	}
+	for _, args := range [][]string{{"keygen", filepath.Join(base, "k")}, {"probe"}} {
+		cmd := exec.Command(client, args...)
+		cmd.Dir = base
+		var o, e strings.Builder
+		cmd.Stdout, cmd.Stderr = &o, &e
+		cmd.Run()
+		want := "dibs: not running dibsd: untrusted binary: " + filepath.Join(sticky, "dibsd") + fmt.Sprintf(" is owned by uid %d, not by root", mallory.UID)
+		if code := cmd.ProcessState.ExitCode(); code != 1 || !strings.HasPrefix(e.String(), want) || strings.Count(e.String(), "\n") != 1 || !strings.Contains(e.String(), "install dibs and dibsd where only root") {
+			t.Errorf("root's dibs %s beside %s's dibsd in a sticky dir: exit %d, stderr %q; want exit 1 and one line starting %q that says where to install", strings.Join(args, " "), mallory.Name, code, e.String(), want)
+		}
+		if _, err := os.Stat(ran); err == nil {
+			t.Fatalf("root's dibs %s ran %s's dibsd", strings.Join(args, " "), mallory.Name)
+		}
+	}
+	// Root's own dibsd in the same directory runs.
+	os.Remove(filepath.Join(sticky, "dibsd"))
+	d, err := os.ReadFile(dibsdBin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(sticky, "dibsd"), d, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command(client, "keygen", "--help").CombinedOutput(); err != nil || !strings.Contains(string(out), "dibsd keygen FILE") {
+		t.Errorf("root's dibs beside root's dibsd in a sticky dir: %v, %q; want dibsd's help", err, out)
 	}
 }

@@ -5,6 +5,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/dibs-gpu/dibs/api"
+	"github.com/dibs-gpu/dibs/launch"
 )
 
 // daemonVerbs lists the verbs the daemon's binary, dibsd, carries: they link
@@ -59,6 +61,12 @@ func runBoard(cl *api.Client) error {
 // dibsd is looked for beside this binary first (the package installs both
 // in /usr/bin; a build puts them in one directory), then on PATH.
 // why leads the one line said when there is no dibsd.
+//
+// The path is run as findDaemon checked it, not through a descriptor
+// opened at the check: Go has no execveat, and /proc/self/fd/N would need
+// /proc. Nothing is lost by that: the check (launch.TrustedBinary) passes
+// only a path that nobody but root and this user can change, so there is
+// no one else to race it.
 func execDaemon(why string, args []string) error {
 	path, err := findDaemon(why)
 	if err != nil {
@@ -69,18 +77,43 @@ func execDaemon(why string, args []string) error {
 }
 
 // findDaemon names the dibsd to run, or says how to get one, after why.
+// A dibsd that someone other than root and this user owns, may write or
+// may swap (it, a link or a directory on its way) is refused, not passed
+// over: root running a dibs from a directory others can write (a build in
+// /tmp) would otherwise run as root whatever dibsd another user planted
+// beside it.
 func findDaemon(why string) (string, error) {
+	uid := os.Geteuid()
 	var beside string
 	if exe, err := os.Executable(); err == nil {
 		beside = filepath.Join(filepath.Dir(exe), "dibsd")
-		if fi, err := os.Stat(beside); err == nil && fi.Mode().IsRegular() && fi.Mode()&0o111 != 0 {
-			return beside, nil
+		p, err := launch.TrustedBinary(beside, uid)
+		if err == nil {
+			return p, nil
+		}
+		if !errors.Is(err, fs.ErrNotExist) {
+			return "", untrustedDaemon(err)
 		}
 	}
-	if p, err := exec.LookPath("dibsd"); err == nil {
-		return p, nil
-	} else if errors.Is(err, exec.ErrDot) {
+	p, err := exec.LookPath("dibsd")
+	if errors.Is(err, exec.ErrDot) {
 		return "", fmt.Errorf("dibsd is only in the current directory, which PATH names relatively: run it as ./dibsd, or put it beside %s", beside)
 	}
+	if err == nil {
+		if p, err = filepath.Abs(p); err == nil {
+			if p, err = launch.TrustedBinary(p, uid); err == nil {
+				return p, nil
+			}
+		}
+		if !errors.Is(err, fs.ErrNotExist) {
+			return "", untrustedDaemon(err)
+		}
+	}
 	return "", fmt.Errorf("%s, and dibsd is neither beside this dibs (%s) nor on PATH: install the dibs package, or build it with `go build -o %s ./cmd/dibsd`", why, beside, filepath.Dir(beside))
+}
+
+// untrustedDaemon is the one line that refuses a dibsd found where
+// another user could have put it, saying what to do.
+func untrustedDaemon(err error) error {
+	return fmt.Errorf("not running dibsd: %v; a dibsd another user can replace would run as you: install dibs and dibsd where only root (or you) can write, such as /usr/local/bin, owned by root or you and mode 0755", err)
 }
