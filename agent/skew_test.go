@@ -259,3 +259,37 @@ func TestPreviousReleaseLeaveIsARestart(t *testing.T) {
 		t.Errorf("node01 records node02's leave as %q, want it left for good", text)
 	}
 }
+
+// TestPreviousReleaseLeaveWaitsOutTheGrace is the cost of taking a v0.1.0
+// agent's leave as a restart: a v0.1.0 node that really went for good holds
+// its gangs for the grace, like a crashed one — and no longer: past it the
+// gang fails, naming the node.
+func TestPreviousReleaseLeaveWaitsOutTheGrace(t *testing.T) {
+	t.Parallel()
+	agenttest.RequireTmux(t)
+	const grace = 3 * time.Second
+	nodes := agenttest.Cluster(t, agenttest.ClusterOptions{Specs: []string{"1xL40S", "1xL40S"}, Quiet: true,
+		Protocols: []int{0, peer.MinVersion}, Sched: queue.SchedConfig{LostAfter: grace}})
+	s, err := nodes[0].Client.Submit(ctx(t), api.SubmitRequest{Nodes: 2, GPUsPerNode: 1, Claim: api.ClaimRequest{Duration: "1h",
+		Run: &api.RunSpec{Command: []string{"sleep", "600"}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	agenttest.Eventually(t, 45*time.Second, "the gang to run on node01 and node02", func() bool {
+		b, _ := nodes[0].Client.Board(ctx(t))
+		return len(gangRanks(b, s.ID)) == 2
+	})
+	nodes[1].Leave()
+	left := time.Now()
+	agenttest.Eventually(t, grace+15*time.Second, "the gang to fail once the old node02 has been away past the grace", func() bool {
+		st, err := nodes[0].Client.EntryStatus(ctx(t), s.ID)
+		return err == nil && st.State == queue.EntryFailed
+	})
+	if took := time.Since(left); took < grace {
+		t.Errorf("the gang failed %s after the v0.1.0 node02 left, within the grace (%s)", took, grace)
+	}
+	st, _ := nodes[0].Client.EntryStatus(ctx(t), s.ID)
+	if !strings.Contains(st.Reason, "node node02 has been down since") {
+		t.Errorf("the gang failed with %q, want it lost past the grace on node02", st.Reason)
+	}
+}
