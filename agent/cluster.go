@@ -205,6 +205,7 @@ func (l *clusterLink) olderScheduler() bool {
 func (l *clusterLink) Peers() []queue.NodeView {
 	peers := l.c.View()
 	protocols := l.c.MemberProtocols()
+	last := l.c.LastProtocols()
 	out := make([]queue.NodeView, 0, len(peers))
 	for _, p := range peers {
 		if p.Name == l.a.cfg.NodeName {
@@ -229,12 +230,27 @@ func (l *clusterLink) Peers() []queue.NodeView {
 			since = l.a.deps.Clock.Now().Add(-time.Since(since))
 		}
 		out = append(out, queue.NodeView{
-			Name: p.Name, State: p.State, Addr: p.Addr, HasState: p.HasState, Since: since,
+			Name: p.Name, State: memberState(p, last), Addr: p.Addr, HasState: p.HasState, Since: since,
 			Version: st.Version, Snap: st.Snapshot, Leases: leases, Bookings: bookings, Idle: lease.IdleTrackerFrom(st.QuietSince),
 			Queue: st.Queue, Ended: st.Ended, Usage: st.Usage, Protocol: int(protocols[p.Name]),
 		})
 	}
 	return out
+}
+
+// memberState is a peer's membership state as this agent judges it: as
+// gossip says, except that a leave notice from an agent that sent one on
+// every stop (v0.1.0, protocol 6: peer.LeaveIsForGood) is a restart — the
+// node is down, and its leases, ranks and gangs hold for the grace — so a
+// rolling upgrade from v0.1.0 ends no gang with a rank on the node being
+// swapped. The cost: such a node removed for good holds its gangs until
+// the grace has passed, as a crashed one does. last is each peer's newest
+// protocol as its last node meta said (gossip.Cluster.LastProtocols).
+func memberState(p gossip.Peer, last map[string]uint8) string {
+	if p.State == gossip.StateLeft && !peer.LeaveIsForGood(int(last[p.Name])) {
+		return gossip.StateDead
+	}
+	return p.State
 }
 
 // Host implements core.Cluster: the address the others reach this node at.
@@ -252,9 +268,9 @@ func (l *clusterLink) SSHHost(node string) string { return node }
 // Status implements core.Cluster.
 func (l *clusterLink) Status(now time.Time) ([]api.Member, api.GossipCounter) {
 	var ms []api.Member
-	protocols := l.c.MemberProtocols()
+	protocols, last := l.c.MemberProtocols(), l.c.LastProtocols()
 	for _, p := range l.c.View() {
-		m := api.Member{Name: p.Name, Addr: p.Addr, State: p.State, StateVersion: p.NodeState.Version, Protocol: int(protocols[p.Name])}
+		m := api.Member{Name: p.Name, Addr: p.Addr, State: memberState(p, last), StateVersion: p.NodeState.Version, Protocol: int(protocols[p.Name])}
 		if p.HasState && !p.NodeState.Snapshot.TakenAt.IsZero() {
 			m.TelemetryAge = now.Sub(p.NodeState.Snapshot.TakenAt)
 		}

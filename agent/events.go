@@ -142,7 +142,7 @@ func (a *Agent) watchMembers(alive map[string]bool, primed bool) {
 		if now {
 			a.events.Record(event.AgentEvent(event.EventAgentJoin, a.cfg.NodeName, n.Name, "joined the cluster", a.deps.Clock.Now()))
 		} else {
-			a.events.Record(event.AgentEvent(event.EventAgentLeave, a.cfg.NodeName, n.Name, "is "+n.Shown(v.Now, a.cfg.Sched.LostAfter)+": its GPUs show as unknown", a.deps.Clock.Now()))
+			a.events.Record(event.AgentAwayEvent(a.cfg.NodeName, n.Name, n.Shown(v.Now, a.cfg.Sched.LostAfter), a.deps.Clock.Now()))
 		}
 	}
 }

@@ -10,7 +10,10 @@ import (
 
 	"github.com/dibs-gpu/dibs/agent/agenttest"
 	"github.com/dibs-gpu/dibs/agent/peer"
+	"github.com/dibs-gpu/dibs/agent/sched"
 	"github.com/dibs-gpu/dibs/api"
+	"github.com/dibs-gpu/dibs/event"
+	"github.com/dibs-gpu/dibs/queue"
 )
 
 // gangRanks is node -> lease id of each committed rank of entry id.
@@ -170,4 +173,123 @@ func TestPreviousReleaseDialectWithGang(t *testing.T) {
 		}
 		return true
 	})
+}
+
+// TestPreviousReleaseLeaveIsARestart: v0.1.0 (protocol 6) sent the leave
+// notice on every stop, an upgrade's SIGTERM included, so a rolling upgrade
+// ended every gang with a rank on the node being swapped. An agent of this
+// release takes a protocol-6 node's leave as a restart: the node shows
+// restarting, its gang rank holds for the grace, and the event says
+// "restarting", never "is left". The same node upgraded to this release
+// and told to leave for good (`dibs leave`) fails the gang at once.
+func TestPreviousReleaseLeaveIsARestart(t *testing.T) {
+	t.Parallel()
+	agenttest.RequireTmux(t)
+	nodes := agenttest.Cluster(t, agenttest.ClusterOptions{Specs: []string{"1xL40S", "1xL40S"}, Quiet: true,
+		Protocols: []int{0, peer.MinVersion}, Sched: queue.SchedConfig{LostAfter: 2 * time.Minute}})
+	s, err := nodes[0].Client.Submit(ctx(t), api.SubmitRequest{Nodes: 2, GPUsPerNode: 1, Claim: api.ClaimRequest{Duration: "1h",
+		Run: &api.RunSpec{Command: []string{"sleep", "600"}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ranks map[string]string
+	agenttest.Eventually(t, 45*time.Second, "the gang to run on node01 and node02", func() bool {
+		b, _ := nodes[0].Client.Board(ctx(t))
+		ranks = gangRanks(b, s.ID)
+		return len(ranks) == 2
+	})
+	running := func() (bool, string) {
+		st, err := nodes[0].Client.EntryStatus(ctx(t), s.ID)
+		return err == nil && st.State == queue.EntryRunning, fmt.Sprintf("%+v %v", st, err)
+	}
+	events := func() []string {
+		l, _ := nodes[0].Client.Events(ctx(t), api.EventsRequest{})
+		var out []string
+		for _, e := range l.Events {
+			if e.Kind == event.EventAgentLeave && e.Subject == "node02" && e.Node == "node01" {
+				out = append(out, e.Text)
+			}
+		}
+		return out
+	}
+
+	// node02 stops as v0.1.0 did: with the leave notice.
+	nodes[1].Leave()
+	agenttest.Eventually(t, 10*time.Second, "node01 to show the old node02 restarting", func() bool {
+		b, _ := nodes[0].Client.Board(ctx(t))
+		return nodeState(b, "node02") == api.NodeRestarting
+	})
+	// An absence: the origin judges its running gangs on every pass
+	// (sched.Tick, and at once on a membership change); two passes and
+	// more go by without it giving the gang up.
+	for end := time.Now().Add(2*sched.Tick + time.Second); time.Now().Before(end); time.Sleep(200 * time.Millisecond) {
+		if ok, st := running(); !ok {
+			t.Fatalf("the gang stopped running when the v0.1.0 node02 stopped (its leave is a restart): %s", st)
+		}
+	}
+	agenttest.Eventually(t, 10*time.Second, "node01 to record node02 restarting", func() bool { return len(events()) > 0 })
+	for _, text := range events() {
+		if !strings.Contains(text, "the agent on node02 is restarting") {
+			t.Errorf("node01 records node02's stop as %q, want it restarting", text)
+		}
+	}
+
+	// It comes back, upgraded: the same ranks run.
+	nodes[1].Opts.Cluster.Protocol = 0
+	nodes[1].Restart()
+	agenttest.WaitConverged(t, nodes, 45*time.Second)
+	b, _ := nodes[0].Client.Board(ctx(t))
+	if got := gangRanks(b, s.ID); got["node01"] != ranks["node01"] || got["node02"] != ranks["node02"] {
+		t.Errorf("after node02's upgrade the gang's ranks are %v, want %v", got, ranks)
+	}
+	if ok, st := running(); !ok {
+		t.Fatalf("the gang is not running after node02's upgrade: %s", st)
+	}
+
+	// This release's node leaving for good fails the gang at once, not
+	// after the grace (2 minutes).
+	seen := len(events())
+	nodes[1].Leave()
+	agenttest.Eventually(t, 15*time.Second, "the gang to fail at once when node02 leaves for good", func() bool {
+		st, err := nodes[0].Client.EntryStatus(ctx(t), s.ID)
+		return err == nil && st.State == queue.EntryFailed && strings.Contains(st.Reason, "node02 left the cluster")
+	})
+	agenttest.Eventually(t, 10*time.Second, "node01 to record node02 leaving for good", func() bool { return len(events()) > seen })
+	if text := events()[seen]; !strings.Contains(text, "the agent on node02 left the cluster for good") {
+		t.Errorf("node01 records node02's leave as %q, want it left for good", text)
+	}
+}
+
+// TestPreviousReleaseLeaveWaitsOutTheGrace is the cost of taking a v0.1.0
+// agent's leave as a restart: a v0.1.0 node that really went for good holds
+// its gangs for the grace, like a crashed one — and no longer: past it the
+// gang fails, naming the node.
+func TestPreviousReleaseLeaveWaitsOutTheGrace(t *testing.T) {
+	t.Parallel()
+	agenttest.RequireTmux(t)
+	const grace = 3 * time.Second
+	nodes := agenttest.Cluster(t, agenttest.ClusterOptions{Specs: []string{"1xL40S", "1xL40S"}, Quiet: true,
+		Protocols: []int{0, peer.MinVersion}, Sched: queue.SchedConfig{LostAfter: grace}})
+	s, err := nodes[0].Client.Submit(ctx(t), api.SubmitRequest{Nodes: 2, GPUsPerNode: 1, Claim: api.ClaimRequest{Duration: "1h",
+		Run: &api.RunSpec{Command: []string{"sleep", "600"}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	agenttest.Eventually(t, 45*time.Second, "the gang to run on node01 and node02", func() bool {
+		b, _ := nodes[0].Client.Board(ctx(t))
+		return len(gangRanks(b, s.ID)) == 2
+	})
+	nodes[1].Leave()
+	left := time.Now()
+	agenttest.Eventually(t, grace+15*time.Second, "the gang to fail once the old node02 has been away past the grace", func() bool {
+		st, err := nodes[0].Client.EntryStatus(ctx(t), s.ID)
+		return err == nil && st.State == queue.EntryFailed
+	})
+	if took := time.Since(left); took < grace {
+		t.Errorf("the gang failed %s after the v0.1.0 node02 left, within the grace (%s)", took, grace)
+	}
+	st, _ := nodes[0].Client.EntryStatus(ctx(t), s.ID)
+	if !strings.Contains(st.Reason, "node node02 has been down since") {
+		t.Errorf("the gang failed with %q, want it lost past the grace on node02", st.Reason)
+	}
 }

@@ -288,13 +288,29 @@ func IdleEvent(l lease.Lease, gpu int, idleFor time.Duration, at time.Time) Even
 // AgentEvent is an agent joining or leaving, seen from node.
 func AgentEvent(kind EventKind, node, subject, why string, at time.Time) Event {
 	e := Event{Node: node, At: at.Round(0), Kind: kind, Subject: subject, By: ByCluster}
-	if kind == EventAgentJoin {
-		e.Text = fmt.Sprintf("the agent on %s %s", subject, why)
-	} else {
-		e.Text = fmt.Sprintf("the agent on %s %s", subject, why)
-	}
-	e.Text = clipText(e.Text)
+	e.Text = clipText(fmt.Sprintf("the agent on %s %s", subject, why))
 	return e
+}
+
+// AgentAwayEvent is another node's agent gone away, seen from node, said
+// in words for the state people are shown it in (queue.NodeView.Shown):
+// restarting, left for good, suspect or dead — never "is left".
+func AgentAwayEvent(node, subject, shown string, at time.Time) Event {
+	return AgentEvent(EventAgentLeave, node, subject, awayWords(shown), at)
+}
+
+// awayWords is what an away node's state means for the work on it.
+func awayWords(shown string) string {
+	switch shown {
+	case queue.NodeRestarting:
+		return "is restarting: its leases and gang ranks hold for the grace, its GPUs show as unknown"
+	case queue.NodeLeft:
+		return "left the cluster for good: its gang ranks are lost, its GPUs show as unknown"
+	case queue.NodeSuspect:
+		return "is not answering (suspect): its GPUs show as unknown"
+	default:
+		return "is down past the grace: its gang ranks are lost, its GPUs show as unknown"
+	}
 }
 
 // describe is the line a person reads for a lease event.

@@ -141,3 +141,25 @@ func equalU(a, b []uint64) bool {
 	}
 	return true
 }
+
+// TestAgentAwayWords: an agent gone away is recorded in words for the state
+// people see it in, saying what becomes of the work there — never "the
+// agent on node02 is left".
+func TestAgentAwayWords(t *testing.T) {
+	at := time.Date(2026, 3, 10, 16, 0, 0, 0, time.UTC)
+	for _, tt := range []struct{ shown, want string }{
+		{queue.NodeRestarting, "the agent on node02 is restarting: its leases and gang ranks hold for the grace"},
+		{queue.NodeLeft, "the agent on node02 left the cluster for good: its gang ranks are lost"},
+		{queue.NodeSuspect, "the agent on node02 is not answering (suspect)"},
+		{queue.NodeDead, "the agent on node02 is down past the grace: its gang ranks are lost"},
+	} {
+		e := event.AgentAwayEvent("node01", "node02", tt.shown, at)
+		if e.Kind != event.EventAgentLeave || !strings.HasPrefix(e.Text, tt.want) || !strings.HasSuffix(e.Text, "its GPUs show as unknown") {
+			t.Errorf("node02 shown %s: %s %q, want %s %q… its GPUs show as unknown", tt.shown, e.Kind, e.Text, event.EventAgentLeave, tt.want)
+		}
+		e.Seq = 1
+		if err := e.Validate(); err != nil {
+			t.Errorf("node02 shown %s: %v", tt.shown, err)
+		}
+	}
+}

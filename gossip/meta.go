@@ -160,6 +160,23 @@ func (c *Cluster) MemberProtocols() map[string]uint8 {
 	return out
 }
 
+// LastProtocols is the newest agent protocol of every other node whose
+// node meta this agent has seen, as its latest boot's meta said, member or
+// not: what a judgement about a node that has gone reads (a leave notice
+// meant a restart before protocol 7). MemberProtocols, not this, is what a
+// feature gate reads.
+func (c *Cluster) LastProtocols() map[string]uint8 {
+	out := map[string]uint8{}
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	for name, r := range c.peers {
+		if r.hasMeta && r.meta.ProtocolMax != 0 {
+			out[name] = r.meta.ProtocolMax
+		}
+	}
+	return out
+}
+
 func (m nodeMeta) withProtocols(lo, hi uint8) nodeMeta {
 	m.Protocol, m.ProtocolMax = lo, hi
 	return m

@@ -44,7 +44,25 @@ const (
 	// queued run's job from the origin's answer to place; before it (v0.1.0)
 	// they took it from the origin's gossip.
 	PlaceCarriesJobSince = 7
+	// LeavesOnlyForGoodSince is the first protocol whose agents send the
+	// leave notice only when they leave for good (`dibs leave`, the
+	// package's removal); a stop (SIGTERM: a restart, an upgrade) says
+	// nothing and is held for the grace. Before it (v0.1.0) every stop sent
+	// the notice, so one from such an agent is taken as a restart too
+	// (LeaveIsForGood): its gangs' ranks are held for the grace, not lost.
+	LeavesOnlyForGoodSince = 7
 )
+
+// LeaveIsForGood reports whether a leave notice from an agent that spoke
+// protocol (its newest, as its node meta last said; 0 when never heard)
+// means the node left for good. Only from LeavesOnlyForGoodSince on does
+// it: a v0.1.0 agent sends one on every stop, an upgrade's included, and
+// taking that for good would end the gangs with a rank on a node being
+// upgraded. An unknown protocol keeps the notice's word, since there is no
+// boot to wait for.
+func LeaveIsForGood(protocol int) bool {
+	return protocol == 0 || protocol >= LeavesOnlyForGoodSince
+}
 
 // dialectV6 is the shape of every endpoint's request and reply in
 // protocol 6, generated from v0.1.0 (e4e3039) by

@@ -160,14 +160,7 @@ func gangRanks(t *testing.T, cl *api.Client, entry string) map[string]gangRank {
 	if err != nil {
 		return nil
 	}
-	panes := map[string]int{}
-	out, _ := exec.Command("tmux", "-S", launch.SocketPath(os.Getenv("TMUX_TMPDIR"), os.Getuid()), "list-panes", "-a", "-F", "#{session_name} #{pane_pid}").Output()
-	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
-		name, pid, ok := strings.Cut(line, " ")
-		if n, err := strconv.Atoi(pid); ok && err == nil {
-			panes[name] = n
-		}
-	}
+	panes := panePIDs()
 	ranks := map[string]gangRank{}
 	for _, n := range b.Nodes {
 		for _, g := range n.GPUs {
@@ -177,6 +170,20 @@ func gangRanks(t *testing.T, cl *api.Client, entry string) map[string]gangRank {
 		}
 	}
 	return ranks
+}
+
+// panePIDs is session name -> its pane's process, from the test's own tmux
+// server (TMUX_TMPDIR), where every agent of a test cluster starts runs.
+func panePIDs() map[string]int {
+	panes := map[string]int{}
+	out, _ := exec.Command("tmux", "-S", launch.SocketPath(os.Getenv("TMUX_TMPDIR"), os.Getuid()), "list-panes", "-a", "-F", "#{session_name} #{pane_pid}").Output()
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		name, pid, ok := strings.Cut(line, " ")
+		if n, err := strconv.Atoi(pid); ok && err == nil {
+			panes[name] = n
+		}
+	}
+	return panes
 }
 
 // queueSaysRunning reports what one agent's `dibs queue --json` says of

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -390,6 +391,240 @@ func TestRollingUpgradeFromFirstRelease(t *testing.T) {
 			t.Errorf("no claim made %s was granted", want)
 		}
 	}
+}
+
+// rollingGang is a 2-node gang of a counting loop, submitted at origin,
+// that a test follows while the cluster's agents are swapped one by one:
+// its ranks (lease, session, process) as they were once it ran, and the
+// directory each rank counts into.
+type rollingGang struct {
+	c      *mixedCluster
+	origin *mixedNode
+	id     string
+	ranks  map[string]gangRank // by lease id
+	dir    string
+}
+
+// startRollingGang fills busy's four GPUs (a claim made there), so the gang
+// runs on the other two nodes, and submits at origin `dibs run --nodes 2`
+// of a loop that appends 1, 2, 3… to dir/rank-NODE_RANK ten times a
+// second, through the binary origin runs.
+func startRollingGang(t *testing.T, c *mixedCluster, origin, busy *mixedNode) *rollingGang {
+	t.Helper()
+	if _, errOut, code := dibsWith(t, busy.binary(), busy.socket, "claim", "-g", "4", "--node", busy.name, "--for", "1h", "--json"); code != 0 {
+		t.Fatalf("fill %s: %s", busy.name, errOut)
+	}
+	g := &rollingGang{c: c, origin: origin, dir: t.TempDir()}
+	loop := fmt.Sprintf(`i=0; while :; do i=$((i+1)); echo $i >> %s/rank-$NODE_RANK; sleep 0.1; done`, g.dir)
+	out, errOut, code := dibsWith(t, origin.binary(), origin.socket, "run", "--nodes", "2", "--gpus-per-node", "1", "--for", "1h", "--json", "--", "sh", "-c", loop)
+	if code != 0 {
+		t.Fatalf("dibs run --nodes 2 at %s: %s", origin.name, errOut)
+	}
+	var sub api.Submitted
+	if json.Unmarshal([]byte(out), &sub); sub.ID == "" {
+		t.Fatalf("dibs run --nodes 2 at %s: no entry id in %q", origin.name, out)
+	}
+	g.id = sub.ID
+	agenttest.Eventually(t, 45*time.Second, "both ranks of "+g.id+" to run and count", func() bool {
+		g.ranks = g.ranksOn(t, origin)
+		if len(g.ranks) != 2 {
+			return false
+		}
+		for _, r := range g.ranks {
+			if r.pid == 0 || r.node == busy.name {
+				return false
+			}
+		}
+		n0, _ := g.counted(0)
+		n1, _ := g.counted(1)
+		return n0 > 0 && n1 > 0
+	})
+	return g
+}
+
+// ranksOn is the gang's committed ranks as n's board shows them (through
+// the binary n runs), each with its session's process; nil when n does not
+// answer.
+func (g *rollingGang) ranksOn(t *testing.T, n *mixedNode) map[string]gangRank {
+	t.Helper()
+	out, _, code := dibsWith(t, n.binary(), n.socket, "ls", "--json")
+	var b api.Board
+	if code != 0 || json.Unmarshal([]byte(out), &b) != nil {
+		return nil
+	}
+	panes := panePIDs()
+	ranks := map[string]gangRank{}
+	for _, bn := range b.Nodes {
+		for _, gpu := range bn.GPUs {
+			if l := gpu.Lease; l != nil && strings.HasPrefix(l.Entry, g.id+"#") && l.ReservedUntil.IsZero() {
+				ranks[l.ID] = gangRank{node: bn.Name, lease: l.ID, session: l.Session, pid: panes[l.Session]}
+			}
+		}
+	}
+	return ranks
+}
+
+// counted is how far rank's loop has counted, or why its output is not
+// one run's: a line that is not the next number (the loop started again,
+// or two wrote at once).
+func (g *rollingGang) counted(rank int) (int, string) {
+	b, err := os.ReadFile(filepath.Join(g.dir, fmt.Sprintf("rank-%d", rank)))
+	if err != nil {
+		return 0, ""
+	}
+	lines := strings.Split(strings.TrimSuffix(string(b), "\n"), "\n")
+	for i, l := range lines {
+		if l != strconv.Itoa(i+1) {
+			return i, fmt.Sprintf("rank %d's output has %q where %d was next: its run did not go on uninterrupted", rank, l, i+1)
+		}
+	}
+	return len(lines), ""
+}
+
+// running reports whether the origin's `dibs queue` shows the gang
+// running; answered is false when its agent did not answer.
+func (g *rollingGang) running(t *testing.T) (answered, running bool) {
+	t.Helper()
+	out, _, code := dibsWith(t, g.origin.binary(), g.origin.socket, "queue", "--json")
+	var q api.Queue
+	if code != 0 || json.Unmarshal([]byte(out), &q) != nil {
+		return false, false
+	}
+	for _, e := range q.Entries {
+		if e.ID == g.id {
+			return true, e.Running
+		}
+	}
+	return true, false
+}
+
+// watch checks, until the returned stop is called, what must hold while an
+// agent is swapped: every agent that answers lists the rank leases of its
+// own node, the origin (when it answers) shows the gang running, and every
+// rank's process lives. stop returns the first breach seen, or "".
+func (g *rollingGang) watch(t *testing.T, what string) (stop func() string) {
+	t.Helper()
+	done, result := make(chan struct{}), make(chan string, 1)
+	go func() {
+		breach := func() string {
+			for _, r := range g.ranks {
+				if err := syscall.Kill(r.pid, 0); err != nil {
+					return fmt.Sprintf("rank lease %s's process %d on %s ended", r.lease, r.pid, r.node)
+				}
+			}
+			if answered, running := g.running(t); answered && !running {
+				return fmt.Sprintf("%s's `dibs queue` shows %s not running", g.origin.name, g.id)
+			}
+			for _, n := range g.c.nodes {
+				now := g.ranksOn(t, n)
+				if now == nil {
+					continue // its agent is being swapped
+				}
+				for id, r := range g.ranks {
+					if r.node == n.name && now[id].lease != id {
+						return fmt.Sprintf("%s's own board no longer holds its rank lease %s", n.name, id)
+					}
+				}
+			}
+			return ""
+		}
+		for {
+			if b := breach(); b != "" {
+				result <- what + ": " + b
+				return
+			}
+			select {
+			case <-done:
+				result <- ""
+				return
+			case <-time.After(100 * time.Millisecond):
+			}
+		}
+	}()
+	return func() string {
+		close(done)
+		return <-result
+	}
+}
+
+// swap replaces n's agent with bin (SIGTERM, then bin on the same data, as
+// an upgrade does), waits until the cluster is whole again and the gang's
+// origin has judged it a few times, and fails the test unless the gang
+// held throughout: the same leases and processes on every board, its
+// output going on.
+func (g *rollingGang) swap(t *testing.T, n *mixedNode, bin, what string) {
+	t.Helper()
+	before := map[int]int{}
+	for rank := range 2 {
+		before[rank], _ = g.counted(rank)
+	}
+	stop := g.watch(t, what)
+	g.c.upgrade(t, n, bin)
+	g.c.waitWhole(t, 45*time.Second)
+	// An absence: the origin judges its running gangs every 2 s (the
+	// scheduler's tick) and at once on a membership change; give it
+	// two passes and more to give the gang up, as the old code did.
+	time.Sleep(5 * time.Second)
+	if b := stop(); b != "" {
+		t.Fatal(b)
+	}
+	for _, on := range g.c.nodes {
+		if now := g.ranksOn(t, on); len(now) != len(g.ranks) {
+			t.Fatalf("%s: %s's board shows the gang's ranks as %+v, want %+v", what, on.name, now, g.ranks)
+		} else {
+			for id, r := range g.ranks {
+				if now[id] != r {
+					t.Fatalf("%s: %s's board shows rank lease %s as %+v, want %+v", what, on.name, id, now[id], r)
+				}
+			}
+		}
+	}
+	for rank := range 2 {
+		n, why := g.counted(rank)
+		if why != "" {
+			t.Fatalf("%s: %s", what, why)
+		}
+		if n <= before[rank] {
+			t.Fatalf("%s: rank %d counted to %d before and %d after: its run stalled", what, rank, before[rank], n)
+		}
+	}
+	t.Logf("%s: the gang held (%s)", what, g.id)
+}
+
+// TestRollingUpgradeFromFirstReleaseKeepsAGang: three agents of v0.1.0
+// (built from git history) run a 2-node gang, submitted at node01, on
+// node01 and node02 (node03's GPUs are held). They are upgraded one by
+// one in the documented order (docs/operations.md, "Upgrading": the node
+// where the running gangs were submitted first, then the others): the same
+// rank leases and processes before and after every step and on every
+// board, both leases held by their own nodes throughout, the origin showing
+// the gang running whenever it answers, and each rank's output counting on
+// with no restart. v0.1.0 sent a leave notice on every stop, and the
+// upgraded origin took node02's for good and ended the gang.
+func TestRollingUpgradeFromFirstReleaseKeepsAGang(t *testing.T) {
+	agenttest.RequireTmux(t)
+	old := buildRelease(t, firstRelease)
+	c := startMixedCluster(t, []string{old, old, old}, "[queue]\nlost_after = \"2m\"\n")
+	node01, node02, node03 := c.nodes[0], c.nodes[1], c.nodes[2]
+	g := startRollingGang(t, c, node01, node03)
+	g.swap(t, node01, dibsBin, "node01 (the gang's origin, running a rank) upgraded")
+	g.swap(t, node02, dibsBin, "node02 (the other rank's node) upgraded")
+	g.swap(t, node03, dibsBin, "node03 (no rank) upgraded")
+}
+
+// TestGangKeepsItsRanksWhateverTheOrderFromThisRelease: from this release
+// on an agent's stop (SIGTERM: a restart, an upgrade) is not a leave, so a
+// cluster of this release is rolled in any order — here the order the
+// first hop must avoid: each rank's node before the gang's origin — and a
+// running gang keeps its ranks, leases and output throughout.
+func TestGangKeepsItsRanksWhateverTheOrderFromThisRelease(t *testing.T) {
+	agenttest.RequireTmux(t)
+	c := startMixedCluster(t, []string{dibsBin, dibsBin, dibsBin}, "[queue]\nlost_after = \"2m\"\n")
+	node01, node02, node03 := c.nodes[0], c.nodes[1], c.nodes[2]
+	g := startRollingGang(t, c, node01, node01)
+	g.swap(t, node02, dibsBin, "node02 (a rank's node) restarted")
+	g.swap(t, node03, dibsBin, "node03 (the other rank's node) restarted")
+	g.swap(t, node01, dibsBin, "node01 (the gang's origin) restarted")
 }
 
 // missingModules says a build failed for want of modules it could not
