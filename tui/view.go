@@ -311,8 +311,10 @@ func (m *Model) fitKeys(bs []key.Binding, w int) string {
 			head = append(head, b)
 		}
 	}
-	more := key.NewBinding(key.WithKeys("…"), key.WithHelp("…", "more")) // never matched: a mark, not a key
-	m.help.SetWidth(0) // no cut of its own: the line is fitted here
+	// A mark, not a key: never matched.
+	more := key.NewBinding(key.WithKeys("…"), key.WithHelp("…", "more"))
+	// No cut of the bubble's own: the line is fitted here.
+	m.help.SetWidth(0)
 	defer m.help.SetWidth(max(w-1, 1))
 	for i := len(head); ; i-- {
 		show := slices.Clone(head[:i])

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io/fs"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -500,35 +499,41 @@ func (b *Bound) LogSources(ctx context.Context, id string) ([]api.LogSource, err
 		live[l.ID] = true
 	}
 	type found struct {
-		src     api.LogSource
-		attempt int
+		src api.LogSource
+		m   runMatch
 	}
 	var all []found
-	latest := 0
+	latest := map[string]int{} // each request's (each array task's) latest attempt
 	for _, e := range list.Events {
-		if e.Kind != event.EventClaim || e.Session == "" || e.User != b.c.User {
+		if e.Kind != event.EventClaim || e.Session == "" || e.User != b.c.User || e.Reason == event.ReasonReserved {
 			continue
 		}
-		entry, a, _ := strings.Cut(e.Entry, "#")
-		if (e.Lease != id && e.Session != id && entry != id) || e.Reason == event.ReasonReserved {
+		m, ok := runNamed(id, e.Lease, e.Session, e.Entry)
+		if !ok {
 			continue
 		}
-		attempt, _ := strconv.Atoi(a)
-		all = append(all, found{api.LogSource{Node: e.Node, Session: e.Session, Log: e.Log, Lease: e.Lease, Rank: e.Rank, Running: live[e.Lease]}, attempt})
-		latest = max(latest, attempt)
+		all = append(all, found{api.LogSource{Node: e.Node, Session: e.Session, Log: e.Log, Lease: e.Lease, Rank: e.Rank, Running: live[e.Lease], Task: m.Task}, m})
+		latest[m.Entry] = max(latest[m.Entry], m.Attempt)
 	}
 	var out []api.LogSource
 	seen := map[string]bool{}
 	for _, f := range all {
-		if f.attempt != latest || seen[f.src.Node+"/"+f.src.Session] {
+		if f.m.Attempt != latest[f.m.Entry] || seen[f.src.Node+"/"+f.src.Session] {
 			continue
 		}
 		seen[f.src.Node+"/"+f.src.Session] = true
 		out = append(out, f.src)
 	}
-	slices.SortFunc(out, func(x, y api.LogSource) int { return x.Rank - y.Rank })
+	slices.SortFunc(out, func(x, y api.LogSource) int {
+		_, i, _ := lease.ArrayTaskOf(x.Task)
+		_, j, _ := lease.ArrayTaskOf(y.Task)
+		if i != j {
+			return i - j
+		}
+		return x.Rank - y.Rank
+	})
 	if len(out) == 0 {
-		msg := fmt.Sprintf("no run of yours named %s in the event log: give a lease id (node01-42), a queued request (node01-q3) or a session name (`dibs events --user %s` lists them)", id, b.c.User)
+		msg := fmt.Sprintf("no run of yours named %s in the event log: give a lease id (node01-42), a queued request or array (node01-q3; one task: node01-q3/5) or a session name (`dibs events --user %s` lists them)", id, b.c.User)
 		if len(list.Missing) > 0 {
 			msg += "; " + strings.Join(list.Missing, ", ") + " did not answer"
 		}
