@@ -114,6 +114,9 @@ type LogSource struct {
 	Rank  int    `json:"rank"`
 	// Running says the session still runs (its log still grows).
 	Running bool `json:"running"`
+	// Task is the array task (node01-q3/5) the run is, when the name
+	// asked for was its array's: `dibs logs ARRAY` shows every task.
+	Task string `json:"task,omitempty"`
 }
 
 // LogReadRequest reads part of one kept log.

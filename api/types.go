@@ -143,7 +143,7 @@ type ClaimResponse struct {
 	// Here is true when the lease is on the node whose agent answered:
 	// only then do its CUDA_VISIBLE_DEVICES mean anything in the caller's
 	// shell.
-	Here bool `json:"here,omitempty"`
+	Here bool `json:"here"`
 }
 
 // ReleaseRequest ends leases by id, or all of the caller's with All.
@@ -390,11 +390,17 @@ type UsageReport struct {
 
 // UserUsage is one user's line in `dibs usage`.
 type UserUsage struct {
-	User       string  `json:"user"`
-	GPUHours   float64 `json:"gpu_hours"`
-	Decayed    float64 `json:"decayed_gpu_hours"`
-	Share      float64 `json:"share"`
-	FairShare  float64 `json:"fair_share"`
-	RunningGPU int     `json:"running_gpus"`
-	Quota      int     `json:"quota,omitempty"`
+	User      string  `json:"user"`
+	GPUHours  float64 `json:"gpu_hours"`
+	Decayed   float64 `json:"decayed_gpu_hours"`
+	Share     float64 `json:"share"`
+	FairShare float64 `json:"fair_share"`
+	// RunningGPU counts the GPUs of the user's running leases, a GPU
+	// held in part (a MIG instance, a budget) as one: kept for scripts.
+	RunningGPU int `json:"running_gpus"`
+	// Running is what those leases count for, as quotas and pools count
+	// them: a whole GPU 1, a MIG instance or a budget its share of its
+	// GPU. The usage view and `dibs usage` show it.
+	Running float64 `json:"running"`
+	Quota   int     `json:"quota,omitempty"`
 }

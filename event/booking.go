@@ -33,7 +33,7 @@ func BookingEvent(b lease.Lease, at time.Time) Event {
 func BookingStartEvent(l lease.Lease, failed string, at time.Time) Event {
 	e := LeaseEvent(EventClaim, l, at)
 	e.Reason = ReasonBookingBegan
-	s := fmt.Sprintf("%s's booking %s has begun: %s on %s until %s", l.User, l.ID, gpuWords(l.GPUs), l.Node, l.ExpiresAt.Local().Format("15:04 MST"))
+	s := fmt.Sprintf("%s's booking %s has begun: %s on %s until %s", l.User, l.ID, unitWords(l), l.Node, l.ExpiresAt.Local().Format("15:04 MST"))
 	switch {
 	case failed != "":
 		// The error may quote a command or a path: escaped.

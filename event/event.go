@@ -195,7 +195,7 @@ func PreemptEvent(l lease.Lease, why string, grace time.Duration, at time.Time) 
 	}
 	e := LeaseEvent(kind, l, at)
 	e.Reason, e.By = why, ByCluster
-	gpus := gpuWords(l.GPUs) + " on " + l.Node
+	gpus := unitWords(l) + " on " + l.Node
 	switch why {
 	case lease.PreemptQuota:
 		e.Text = fmt.Sprintf("lease %s (%s) borrows beyond %s's quota and someone within theirs is waiting: it ends in %s", l.ID, gpus, l.User, lease.FormatDuration(grace))
@@ -213,13 +213,7 @@ func PreemptEvent(l lease.Lease, why string, grace time.Duration, at time.Time) 
 // failure or a requeue).
 func EntryEvent(kind EventKind, q queue.QueueEntry, why string, at time.Time) Event {
 	e := Event{Node: q.Origin, At: at.Round(0), Kind: kind, User: q.User, Entry: q.ID, Reason: reasonToken(why)}
-	size := strconv.Itoa(q.GPUsPerNode) + " GPU"
-	if q.GPUsPerNode != 1 {
-		size += "s"
-	}
-	if q.Nodes > 1 {
-		size = fmt.Sprintf("%d nodes × %d GPUs", q.Nodes, q.GPUsPerNode)
-	}
+	size := entrySize(q)
 	what := "request"
 	if q.Job.RunsCommand() {
 		what = "job"
@@ -315,7 +309,7 @@ func awayWords(shown string) string {
 
 // describe is the line a person reads for a lease event.
 func (e *Event) describe(l lease.Lease) string {
-	gpus := gpuWords(l.GPUs) + " on " + l.Node
+	gpus := unitWords(l) + " on " + l.Node
 	var s string
 	switch e.Kind {
 	case EventClaim:
@@ -358,6 +352,34 @@ func (e *Event) endWords() string {
 		return "by admin " + e.By
 	}
 	return lease.EndReason(e.Reason).Words()
+}
+
+// unitWords names what a lease holds: its GPUs, or its part of one (a MIG
+// instance, a memory budget). A MIG lease's events said "GPU 0", and its
+// queued start "(1 GPU)", as if it held the whole GPU.
+func unitWords(l lease.Lease) string {
+	switch {
+	case l.MIG != "" && len(l.GPUs) == 1:
+		return "a MIG instance of GPU " + strconv.Itoa(l.GPUs[0])
+	case l.MemMiB > 0 && len(l.GPUs) == 1:
+		return lease.FormatMem(l.MemMiB) + " of GPU " + strconv.Itoa(l.GPUs[0])
+	}
+	return gpuWords(l.GPUs)
+}
+
+// entrySize is what a queued request asks for, as its events say it.
+func entrySize(q queue.QueueEntry) string {
+	switch {
+	case q.MIG != "":
+		return "a MIG instance " + q.MIG
+	case q.MemMiB > 0:
+		return lease.FormatMem(q.MemMiB) + " of a GPU"
+	case q.Nodes > 1:
+		return fmt.Sprintf("%d nodes × %d GPUs", q.Nodes, q.GPUsPerNode)
+	case q.GPUsPerNode == 1:
+		return "1 GPU"
+	}
+	return strconv.Itoa(q.GPUsPerNode) + " GPUs"
 }
 
 func gpuWords(gpus []int) string {

@@ -45,7 +45,7 @@ func FlagEvents(node string, old, cur map[int]lease.Judgement, leases []lease.Le
 			if t, ok := quietSince[g]; ok {
 				idle = now.Sub(later(t, l.StartedAt))
 			}
-			out = append(out, IdleEvent(*l, g, idle.Round(time.Minute), now))
+			out = append(out, IdleEvent(*l, g, lease.ToMinute(idle), now))
 		}
 	}
 	return out

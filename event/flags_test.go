@@ -71,3 +71,31 @@ func TestFlagEventsEndGrace(t *testing.T) {
 		})
 	}
 }
+
+// TestIdleNoticeUnderAMinute: with a short idle_after (the demo's 20 s), the
+// notice says how long in seconds; it said "idle for 0s", the 20 s rounded
+// to minutes (issue 30).
+func TestIdleNoticeUnderAMinute(t *testing.T) {
+	p := lease.DefaultPolicy()
+	p.IdleAfter = 20 * time.Second
+	claimed := time.Date(2026, 3, 10, 14, 24, 17, 0, time.UTC)
+	now := claimed.Add(20 * time.Second)
+	l := held(1, alice, []int{0}, claimed, 4*time.Hour)
+	quiet := map[int]time.Time{0: claimed}
+	idle := lease.IdleTrackerFrom(quiet)
+	snap := islands(2)
+	before := lease.Judge(snap, []lease.Lease{l}, idle, claimed, p)
+	cur := lease.Judge(snap, []lease.Lease{l}, idle, now, p)
+	evs := event.FlagEvents(node, before, cur, []lease.Lease{l}, quiet, now)
+	if len(evs) != 1 || !strings.Contains(evs[0].Text, "has been idle for 20s") {
+		t.Fatalf("events %+v; want one idle notice saying it has been idle for 20s", evs)
+	}
+	for _, tc := range []struct {
+		d    time.Duration
+		want string
+	}{{20 * time.Second, "20s"}, {59 * time.Second, "59s"}, {89 * time.Second, "1m"}, {90 * time.Second, "2m"}, {-20 * time.Second, "-20s"}} {
+		if got := lease.FormatDuration(lease.ToMinute(tc.d)); got != tc.want {
+			t.Errorf("FormatDuration(ToMinute(%s)) = %q, want %q", tc.d, got, tc.want)
+		}
+	}
+}

@@ -390,6 +390,16 @@ func FormatDuration(d time.Duration) string {
 	return s
 }
 
+// ToMinute rounds d to the minute for a sentence that needs no seconds,
+// but not below one: under a minute it keeps its seconds, so 20 s of idle
+// reads "20s", not the "0s" a plain Round(time.Minute) made of it.
+func ToMinute(d time.Duration) time.Duration {
+	if d > -time.Minute && d < time.Minute {
+		return d.Round(time.Second)
+	}
+	return d.Round(time.Minute)
+}
+
 // MaxDuration is the longest time limit ParseDuration accepts, ten years: far
 // over any policy maximum, and short enough that every duration it accepts
 // prints (FormatDuration) in a form it accepts again.

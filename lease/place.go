@@ -120,9 +120,7 @@ func ChooseNode(cands []Candidate, n int) (string, error) {
 	best, bestLeft, bestDist, bestLocal := "", 0, 0, false
 	most, mostNode, biggest := 0, "", 0
 	for _, c := range cands {
-		if len(c.Snap.GPUs) > biggest {
-			biggest = len(c.Snap.GPUs)
-		}
+		biggest = max(biggest, WholeGPUs(c.Snap))
 		free := FreeGPUs(c.Snap, c.Leases)
 		if len(free) > most {
 			most, mostNode = len(free), c.Node
@@ -151,6 +149,20 @@ func ChooseNode(cands []Candidate, n int) (string, error) {
 		return "", errorf(CodeConflict, "asked for %s but no GPU is free anywhere: `dibs ls` shows who holds them", GPUCount(n))
 	}
 	return "", errorf(CodeConflict, "asked for %s on one node but at most %d are free together (on %s): `dibs ls` shows who holds the rest", GPUCount(n), most, mostNode)
+}
+
+// WholeGPUs is how many of a node's GPUs can be claimed whole: not those
+// split into MIG instances, which are claimed by instance. A claim's
+// refusal here and a queued request's (queue.CheckFeasible) both count
+// so, and name the same largest node: one said 8 where the other said 6.
+func WholeGPUs(snap nodeprobe.Snapshot) int {
+	n := 0
+	for i := range snap.GPUs {
+		if snap.GPUs[i].MIG != nodeprobe.MIGEnabled {
+			n++
+		}
+	}
+	return n
 }
 
 // Spread is the largest distance between any two GPUs of a set.

@@ -175,6 +175,10 @@ func (v ClusterView) JudgeRunning(e QueueEntry, grace time.Duration) RunVerdict 
 	// held counts the ranks on nodes away within the grace: they run on,
 	// out of sight.
 	ended, held := 0, 0
+	// lost says which node's loss failed the attempt: the cause, where an
+	// ended lease's failure may be only its effect (the other ranks are
+	// stopped for it, and end with the signal's exit status).
+	lost := ""
 	// committed counts the gang's ranks that hold (or held) their GPUs as
 	// a run, on any node; reserving, whether a commit is still pending.
 	committed, reserving := 0, false
@@ -207,16 +211,25 @@ func (v ClusterView) JudgeRunning(e QueueEntry, grace time.Duration) RunVerdict 
 				live = append(live, l)
 			case n.State == NodeLeft:
 				ended++
-				out.Failed, out.Why = true, fmt.Sprintf("node %s left the cluster: rank %d (lease %s) is lost", n.Name, l.Rank, l.ID)
+				out.Failed = true
+				if lost == "" {
+					lost = fmt.Sprintf("node %s left the cluster: rank %d (lease %s) is lost", n.Name, l.Rank, l.ID)
+				}
 			case n.Lost(v.Now, grace):
 				ended++
-				out.Failed, out.Why = true, fmt.Sprintf("node %s has been down since %s: rank %d (lease %s) is lost", n.Name, n.Since.Local().Format("15:04:05"), l.Rank, l.ID)
+				out.Failed = true
+				if lost == "" {
+					lost = fmt.Sprintf("node %s has been silent since %s, past the %s grace: rank %d (lease %s) is lost", n.Name, n.Since.Local().Format("15:04:05"), lease.FormatDuration(grace), l.Rank, l.ID)
+				}
 			default:
 				// Restarting, or silent within the grace: its rank
 				// holds, and comes back with its agent.
 				held++
 			}
 		}
+	}
+	if lost != "" {
+		out.Why = lost
 	}
 	if len(live) > 0 {
 		if out.Failed && e.Nodes > 1 {

@@ -61,13 +61,17 @@ func TestJudgeRunning(t *testing.T) {
 		{"a rank's node suspect: the gang holds", gang, gangView(now, alive("n1", rank("n1", 1, 0, key)), suspect("n2", rank("n2", 1, 1, key))), queue.RunWait, false, nil, ""},
 		{"a rank's node alive but not heard since this agent started: the gang holds", gang, gangView(now, alive("n1", rank("n1", 1, 0, key)), queue.NodeView{Name: "n2", State: queue.NodeAlive}), queue.RunWait, false, nil, ""},
 		{"a rank finished well while the other's node restarts: wait for that one", gang, gangView(now, ended(alive("n1"), lease.ExitReason(0)), down("n2", time.Second, rank("n2", 1, 1, key))), queue.RunWait, false, nil, ""},
-		{"a rank's node silent past the grace: stop the survivor", gang, gangView(now, alive("n1", rank("n1", 1, 0, key)), down("n2", lost, rank("n2", 1, 1, key))), queue.RunStopRanks, true, []string{"n1-1"}, "n2 has been down"},
+		{"a rank's node silent past the grace: stop the survivor", gang, gangView(now, alive("n1", rank("n1", 1, 0, key)), down("n2", lost, rank("n2", 1, 1, key))), queue.RunStopRanks, true, []string{"n1-1"}, "n2 has been silent since"},
 		{"a rank's node left for good: stop the survivor at once", gang, gangView(now, alive("n1", rank("n1", 1, 0, key)), left("n2", rank("n2", 1, 1, key))), queue.RunStopRanks, true, []string{"n1-1"}, "n2 left the cluster"},
 		{"survivor stopped, dead node not yet lost: done, failed", gang, gangView(now, ended(alive("n1"), lease.PreemptedReason("gang")), down("n2", time.Second, rank("n2", 1, 1, key))), queue.RunDone, true, nil, ""},
 		{"every rank on a dead node, not yet lost: wait", gang, gangView(now, alive("n1"), down("n2", time.Second, rank("n2", 1, 0, key), rank("n2", 2, 1, key))), queue.RunWait, false, nil, ""},
 		{"every rank on a node dead past the bound: done, failed", gang, gangView(now, alive("n1"), down("n2", lost, rank("n2", 1, 0, key), rank("n2", 2, 1, key))), queue.RunDone, true, nil, "lost"},
 		{"single run on a node just down: its lease may come back", single, gangView(now, alive("n1"), down("n2", time.Second, rank("n2", 1, 0, key))), queue.RunWait, false, nil, ""},
 		{"single run on a node down past the bound: lost", single, gangView(now, alive("n1"), down("n2", time.Minute, rank("n2", 1, 0, key))), queue.RunDone, true, nil, "lost"},
+		// Issue 30: the survivor, stopped for the lost rank, ends with
+		// SIGTERM's status; the requeue names the lost node, not that.
+		{"survivor stopped for a node lost past the grace: the node is the cause", gang, gangView(now, alive("n0"), down("n1", lost, rank("n1", 1, 1, key)), ended(alive("n2"), lease.ExitReason(143))), queue.RunDone, true, nil, "node n1 has been silent since " + now.Add(-lost).Local().Format("15:04:05") + ", past the 30s grace: rank 1 (lease n1-1) is lost"},
+		{"survivor stopped for a node that left: the node is the cause", gang, gangView(now, alive("n0"), left("n1", rank("n1", 1, 1, key)), ended(alive("n2"), lease.ExitReason(143))), queue.RunDone, true, nil, "node n1 left the cluster"},
 		{"finished: exit 0 on both", gang, gangView(now, ended(alive("n1"), lease.ExitReason(0)), ended(alive("n2"), lease.ExitReason(0))), queue.RunDone, false, nil, ""},
 		{"not seen ending yet", gang, gangView(now, alive("n1"), alive("n2")), queue.RunWait, false, nil, ""},
 		{"interactive shell left: not a failure", queue.QueueEntry{ID: "n1-q1", Origin: "n1", Nodes: 1, GPUsPerNode: 1, Running: true}, gangView(now, ended(alive("n1"), lease.EndSessionEnded), alive("n2")), queue.RunDone, false, nil, ""},

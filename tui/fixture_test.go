@@ -473,10 +473,10 @@ func testQueue() api.Queue {
 // testUsage is the usage of the golden files.
 func testUsage() api.UsageReport {
 	return api.UsageReport{Since: fixedNow.Add(-7 * 24 * time.Hour), Users: []api.UserUsage{
-		{User: "erin", GPUHours: 96, Decayed: 81.5, Share: 1, FairShare: 0.12, RunningGPU: 4, Quota: 8},
-		{User: "bob", GPUHours: 40.2, Decayed: 30.1, Share: 1, FairShare: 0.45, RunningGPU: 3},
-		{User: "alice", GPUHours: 12.5, Decayed: 10.2, Share: 2, FairShare: 0.87, RunningGPU: 2, Quota: 8},
-		{User: "carol", GPUHours: 3.1, Decayed: 1.4, Share: 1, FairShare: 0.95, RunningGPU: 1},
+		{User: "erin", GPUHours: 96, Decayed: 81.5, Share: 1, FairShare: 0.12, RunningGPU: 4, Running: 4, Quota: 8},
+		{User: "bob", GPUHours: 40.2, Decayed: 30.1, Share: 1, FairShare: 0.45, RunningGPU: 3, Running: 3},
+		{User: "alice", GPUHours: 12.5, Decayed: 10.2, Share: 2, FairShare: 0.87, RunningGPU: 2, Running: 2, Quota: 8},
+		{User: "carol", GPUHours: 3.1, Decayed: 1.4, Share: 1, FairShare: 0.95, RunningGPU: 1, Running: 0.43},
 	}}
 }
 

@@ -88,11 +88,25 @@ func newClaimForm(st textinput.Styles, run bool, node string, gpus []int, picked
 		f.intro = append(f.intro, "and starts a tmux session there with CUDA_VISIBLE_DEVICES set")
 		f.add(st, "command", "command", "", "empty: a login shell", 60)
 	}
-	f.add(st, "duration", "duration", "", "30m, 4h, 2d; empty: default", 8)
 	f.add(st, "note", "note", "", "what it is for", 40)
+	f.add(st, "duration", "duration", "", "30m, 4h, 2d; empty: default", 8)
 	f.keys.multi = len(f.fields) > 1
-	f.setFocus(0)
+	f.focusFirstWords()
 	return f
+}
+
+// focusFirstWords opens a claim form on what a person types first: the
+// count when the form asks for one, else a run's command, else the note
+// (the duration has a default, and comes last). It opened on the
+// duration, so a note typed at once landed there.
+func (f *form) focusFirstWords() {
+	for _, name := range []string{"count", "command", "note"} {
+		if i := slices.IndexFunc(f.fields, func(x field) bool { return x.name == name }); i >= 0 {
+			f.setFocus(i)
+			return
+		}
+	}
+	f.setFocus(0)
 }
 
 // newMIGClaimForm is the claim (or run) form for the free MIG instance
@@ -109,7 +123,7 @@ func newMIGClaimForm(st textinput.Styles, run bool, node, instance string) *form
 	f.title = fmt.Sprintf("%s on %s: MIG %s", verb, node, instance)
 	f.intro[0] = "the MIG instance under the cursor (--mig " + f.mig + ")"
 	f.keys.multi = len(f.fields) > 1
-	f.setFocus(0)
+	f.focusFirstWords()
 	return f
 }
 

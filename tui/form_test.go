@@ -1,8 +1,10 @@
 package tui
 
 import (
+	"strings"
 	"testing"
 
+	"github.com/dibs-gpu/dibs/api"
 	"github.com/dibs-gpu/dibs/lease"
 )
 
@@ -25,6 +27,41 @@ func TestLeaseWhatNamesTheInstance(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			if got := leaseWhat(&tt.l, &b); got != tt.want {
 				t.Errorf("leaseWhat = %q, want %q", got, tt.want)
+			}
+		})
+	}
+}
+
+// TestClaimFormOpensOnWhatIsTypedFirst: the claim form opens on the note
+// and the run form on the command, so words typed at once land there (the
+// form opened on the duration: issue 30); the duration keeps its default.
+func TestClaimFormOpensOnWhatIsTypedFirst(t *testing.T) {
+	for _, tc := range []struct {
+		name, key, text string
+		got             func(api.ClaimRequest) string
+	}{
+		{"claim", "c", "ablation sweep", func(r api.ClaimRequest) string { return r.Note }},
+		{"run", "r", "python3 train.py", func(r api.ClaimRequest) string {
+			if r.Run == nil {
+				return ""
+			}
+			return strings.Join(r.Run.Command, " ")
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t, 80, 24, Options{})
+			h.keys(tc.key)
+			h.typeText(tc.text)
+			h.keys("enter")
+			if len(h.be.claims) != 1 {
+				t.Fatalf("%d claims sent, want 1 (screen:\n%s)", len(h.be.claims), h.screen())
+			}
+			r := h.be.claims[0]
+			if got := tc.got(r); got != tc.text {
+				t.Errorf("typed %q at once: it went to the request as %q (duration %q), want it in the first words field", tc.text, got, r.Duration)
+			}
+			if r.Duration != "" {
+				t.Errorf("duration %q, want the default (empty)", r.Duration)
 			}
 		})
 	}

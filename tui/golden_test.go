@@ -68,6 +68,9 @@ func TestGolden(t *testing.T) {
 	}{
 		{"board_80x24", 80, 24, testBoard(), nil},
 		{"board_160x48", 160, 48, testBoard(), nil},
+		// Issue 30: the key line keeps `? help • q quit` at these widths.
+		{"board_100x30", 100, 30, testBoard(), nil},
+		{"board_120x30", 120, 30, testBoard(), nil},
 		{"mine_80x24", 80, 24, testBoard(), []string{"l"}},
 		{"mine_160x48", 160, 48, testBoard(), []string{"l"}},
 		{"squatted_160x48", 160, 48, testBoard(), []string{"l", "l", "l", "l", "l"}},

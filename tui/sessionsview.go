@@ -131,7 +131,21 @@ func (v *sessionsView) lines(w, h int) []string {
 		out = append(out, v.row(text, i == v.cur.cur, false, w))
 	}
 	hint := "a attaches · e extends · x releases — an idle GPU is reclaimed when someone waits"
-	return append(out, " "+v.st.dim.render(truncate(hint, w-1)))
+	out = append(out, " "+v.st.dim.render(truncate(hint, w-1)))
+	return append(out, " "+v.st.dim.render(truncate(sessionStates, w-1)))
+}
+
+// sessionStates says what the STATE column's words mean, under the list
+// and in the `?` help: "quiet" was explained nowhere.
+const sessionStates = "busy: in use · quiet: 0% now, not yet idle · idle: quiet too long, reclaimable"
+
+// sessionStatesHelp is the longer legend of the STATE column, for `?`.
+var sessionStatesHelp = []string{
+	"STATE  busy      its GPUs are in use (utilisation above 0%)",
+	"       quiet     nothing runs on them now, not yet for the idle time (idle_after)",
+	"       idle      quiet for the idle time: may be reclaimed when someone waits",
+	"       running   its GPUs' utilisation is not known",
+	"       also      squatted, overdue, expiring, borrowed, reclaimed: as on the board",
 }
 
 // stateWords says what the board's flags say about a lease of the caller's.

@@ -1,6 +1,7 @@
 package tui
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -30,5 +31,21 @@ func TestSessionStateWords(t *testing.T) {
 				t.Errorf("stateWords = %q, want %q", got, tt.want)
 			}
 		})
+	}
+}
+
+// TestSessionStatesExplained: the sessions view says what its STATE words
+// mean — under the list, and at length under `?` — where "quiet" was
+// explained nowhere (issue 30).
+func TestSessionStatesExplained(t *testing.T) {
+	h := newHarness(t, 80, 24, Options{})
+	h.send(BoardMsg(mineIdleBoard()))
+	h.keys("4")
+	if s := h.screen(); !strings.Contains(s, "quiet: 0% now, not yet idle") {
+		t.Errorf("the sessions view does not say what quiet means:\n%s", s)
+	}
+	h.keys("?")
+	if s := h.screen(); !strings.Contains(s, "quiet     nothing runs on them now, not yet for the idle time") {
+		t.Errorf("`?` in the sessions view does not explain quiet:\n%s", s)
 	}
 }

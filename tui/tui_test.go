@@ -134,7 +134,7 @@ func TestKeys(t *testing.T) {
 		},
 		{
 			name: "c claims the selected GPUs", keys: []string{"space", "l", "l", "l", "l", "l", "l", "l", "space", "c"},
-			text: "2h\tllama eval", then: []string{"enter"},
+			text: "llama eval\t2h", then: []string{"enter"},
 			check: []check{
 				claims(api.ClaimRequest{Node: "node01", GPUs: []int{0, 7}, Duration: "2h", Note: "llama eval"}),
 				statusHas("claimed node01-50: GPUs 0,7 until 18:40 — CUDA_VISIBLE_DEVICES=0,7"),
@@ -178,7 +178,7 @@ func TestKeys(t *testing.T) {
 			check: []check{claims(), statusHas("GPUs must be a whole number"), formOpen(true)},
 		},
 		{
-			name: "c refuses a duration it cannot read", keys: []string{"c"}, text: "soon", then: []string{"enter"},
+			name: "c refuses a duration it cannot read", keys: []string{"c", "tab"}, text: "soon", then: []string{"enter"},
 			check: []check{claims(), formOpen(true), func(t *testing.T, h *harness) {
 				if h.m.statusKind != statusErr {
 					t.Errorf("status kind = %v, want error (status %q)", h.m.statusKind, h.m.status)
@@ -196,14 +196,14 @@ func TestKeys(t *testing.T) {
 		{
 			name: "shift+tab goes back a field", at: [2]any{"node01", 1}, keys: []string{"c", "tab", "tab", "shift+tab"},
 			check: []check{func(t *testing.T, h *harness) {
-				if h.m.form == nil || h.m.form.fields[h.m.form.focus].name != "duration" {
-					t.Errorf("focus is not on duration")
+				if h.m.form == nil || h.m.form.fields[h.m.form.focus].name != "note" {
+					t.Errorf("focus is not on note")
 				}
 			}},
 		},
 		{
 			name: "r runs a command in a new session", at: [2]any{"node02", 4}, keys: []string{"r", "tab"},
-			text: "python train.py | tee log", then: []string{"tab"},
+			text: "python train.py | tee log", then: []string{"tab", "tab"},
 			check: []check{
 				func(t *testing.T, h *harness) {
 					h.typeText("4h")

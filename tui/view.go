@@ -2,6 +2,7 @@ package tui
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 
 	"charm.land/bubbles/v2/help"
@@ -294,8 +295,38 @@ func (m *Model) renderFooter(w int) string {
 		}
 		return truncate(" "+m.help.ShortHelpView(fk.ShortHelp()), w)
 	}
-	// The help bubble overflows when even its "…" would not fit; cut it here.
-	return truncate(" "+m.help.ShortHelpView(m.viewKeys().ShortHelp()), w)
+	return m.fitKeys(m.viewKeys().ShortHelp(), w)
+}
+
+// fitKeys is the footer of bs in w columns. The help and quit keys stay
+// whatever the width — a footer that cuts `? help` off hides the way to
+// every other key, and it needed 137 columns whole — and the others are
+// dropped from the end, a "…" saying some were, until the line fits.
+func (m *Model) fitKeys(bs []key.Binding, w int) string {
+	var head, tail []key.Binding
+	for _, b := range bs {
+		if k := b.Help().Key; k == m.keys.Help.Help().Key || k == m.keys.Quit.Help().Key {
+			tail = append(tail, b)
+		} else {
+			head = append(head, b)
+		}
+	}
+	// A mark, not a key: never matched.
+	more := key.NewBinding(key.WithKeys("…"), key.WithHelp("…", "more"))
+	// No cut of the bubble's own: the line is fitted here.
+	m.help.SetWidth(0)
+	defer m.help.SetWidth(max(w-1, 1))
+	for i := len(head); ; i-- {
+		show := slices.Clone(head[:i])
+		if i < len(head) {
+			show = append(show, more)
+		}
+		s := " " + strings.TrimRight(m.help.ShortHelpView(append(show, tail...)), " ")
+		if ansi.StringWidth(s) <= w || i == 0 {
+			// Narrower than even help and quit: cut, as the bubble would.
+			return truncate(s, w)
+		}
+	}
 }
 
 // viewKeys is what works in the open view, for the footer and the help.
@@ -343,6 +374,12 @@ func (m *Model) helpLines(w int) []string {
 		lines = append(lines, truncate(" "+l, w))
 	}
 	st := m.st
+	if m.view == viewSessions {
+		for _, l := range sessionStatesHelp {
+			lines = append(lines, truncate(" "+l, w))
+		}
+		return lines
+	}
 	legend := []string{
 		" " + st.cell[kindFree].render(labelFree) + " nobody holds it  " + st.cell[kindMine].render(labelMine) + " yours  " + st.cell[kindTheirs].render("user") + " held by them",
 		" " + st.cell[kindIdle].render(labelIdle) + " held, unused (" + st.cell[kindMineIdle].render(labelMineIdle) + " yours)  " + st.cell[kindSquat].render(labelSquat) + " used without the lease",

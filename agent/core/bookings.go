@@ -20,11 +20,10 @@ import (
 // granted is a claim's answer: the lease, and a notice when its time limit
 // was cut to end before a booking.
 func (s *Service) granted(l lease.Lease) api.ClaimResponse {
-	r := claimResponse(l)
+	r := s.leaseResponse(l)
 	if l.ID == "" {
 		return r
 	}
-	r.Here = l.Node == s.cfg.Node
 	var notes []string
 	if b, ok := lease.CutBy(l, s.bookingsOf(l.Node)); ok {
 		r.CutBy = b.ID

@@ -3,6 +3,7 @@ package core
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -46,7 +47,7 @@ func (b *Bound) Claim(ctx context.Context, req api.ClaimRequest) (api.ClaimRespo
 	if claim.RequestID != "" {
 		for _, l := range v.Leases() {
 			if l.RequestID == claim.RequestID && l.User == b.c.User {
-				return claimResponse(l), nil
+				return s.granted(l), nil
 			}
 		}
 	}
@@ -139,14 +140,16 @@ func (s *Service) awaitVisible(ctx context.Context, id string) {
 	}
 }
 
-func claimResponse(l lease.Lease) api.ClaimResponse {
+// leaseResponse is a lease as the local API answers it, Here set when it
+// is on this node (a claim's answer adds its notices: granted).
+func (s *Service) leaseResponse(l lease.Lease) api.ClaimResponse {
 	if l.ID == "" {
 		return api.ClaimResponse{}
 	}
 	return api.ClaimResponse{
 		ID: l.ID, Node: l.Node, GPUs: l.GPUs, CUDAVisibleDevices: l.CUDAVisibleDevices(),
 		Token: l.Token, Kind: string(l.Kind), ExpiresAt: l.ExpiresAt, Session: l.Session,
-		MIG: l.MIG, MemMiB: l.MemMiB, Borrowed: l.Borrowed,
+		MIG: l.MIG, MemMiB: l.MemMiB, Borrowed: l.Borrowed, Here: l.Node == s.cfg.Node,
 	}
 }
 
@@ -254,14 +257,14 @@ func (b *Bound) Extend(ctx context.Context, req api.ExtendRequest) (api.ClaimRes
 	}
 	if n == b.s.cfg.Node {
 		l, err := b.s.deps.Node.Extend(b.c, req.ID, d)
-		return claimResponse(l), err
+		return b.s.leaseResponse(l), err
 	}
 	who, err := b.actor(n)
 	if err != nil {
 		return api.ClaimResponse{}, err
 	}
 	r, err := peer.Call(ctx, b.s.deps.Peers, n, peer.Extend, who, peer.ExtendRequest{ID: req.ID, Duration: d})
-	return claimResponse(r.Lease), err
+	return b.s.leaseResponse(r.Lease), err
 }
 
 // Adopt takes a process the caller started without a lease into one.
@@ -280,7 +283,7 @@ func (b *Bound) Adopt(ctx context.Context, req api.AdoptRequest) (api.ClaimRespo
 		return api.ClaimResponse{}, lease.Invalidf("%d is not a process id", req.PID)
 	}
 	l, err := b.s.deps.Node.Adopt(b.c, req.PID, d, req.Note)
-	return claimResponse(l), err
+	return b.s.leaseResponse(l), err
 }
 
 // AdoptContainer records a container whose processes run on the caller's
@@ -303,10 +306,13 @@ func (b *Bound) AdoptContainer(ctx context.Context, req api.AdoptContainerReques
 
 // Attach says how the caller reaches a lease's session: tmux attach here,
 // or ssh to the node that runs it. An empty id picks the caller's newest
-// session.
+// session; otherwise id is any name `dibs logs` takes (node.MatchRun): a lease
+// id, a session name, a queued request (the rank on this node, else rank
+// 0) or an array (when one task of it runs).
 func (b *Bound) Attach(ctx context.Context, id string) (api.AttachResponse, error) {
 	v := b.s.View()
 	var found *lease.Lease
+	var named []lease.Lease
 	for _, l := range v.Leases() {
 		if !b.mine(l) && !b.c.Admin {
 			if l.ID == id {
@@ -321,12 +327,22 @@ func (b *Bound) Attach(ctx context.Context, id string) (api.AttachResponse, erro
 			found = &l
 			break
 		}
+		if _, ok := node.MatchRun(id, l.ID, l.Session, l.Entry); ok && l.Session != "" && l.ReservedUntil.IsZero() {
+			named = append(named, l)
+		}
+	}
+	if found == nil && len(named) > 0 {
+		pick, err := b.pickSession(id, named)
+		if err != nil {
+			return api.AttachResponse{}, err
+		}
+		found = &pick
 	}
 	switch {
 	case found == nil && id == "":
 		return api.AttachResponse{}, &lease.Error{Code: lease.CodeNotFound, Msg: "you have no lease with a session: start one with `dibs run -g 1`"}
 	case found == nil:
-		return api.AttachResponse{}, &lease.Error{Code: lease.CodeNotFound, Msg: fmt.Sprintf("no lease %s: `dibs ls` shows the live ones", id)}
+		return api.AttachResponse{}, &lease.Error{Code: lease.CodeNotFound, Msg: fmt.Sprintf("no live run of yours named %s: give a lease id (node01-42), a session name or a queued request (`dibs ls` shows the live ones)", id)}
 	case found.Session == "":
 		return api.AttachResponse{}, lease.Invalidf("lease %s has no session (it was claimed, not run): use `dibs run` to get one", found.ID)
 	}
@@ -343,6 +359,40 @@ func (b *Bound) Attach(ctx context.Context, id string) (api.AttachResponse, erro
 	}
 	argv := append([]string{"ssh", "-t", host}, b.s.deps.Attach(u, found.Session)...)
 	return api.AttachResponse{Lease: *found, Local: false, Command: argv}, nil
+}
+
+// pickSession chooses among the live sessions that answer to name: one
+// request's ranks (a gang) are one run, so its rank on this node, else its
+// lowest rank; sessions of several requests (an array's tasks, a --name
+// used twice) are for the person to pick from, listed in one line.
+func (b *Bound) pickSession(name string, ls []lease.Lease) (lease.Lease, error) {
+	slices.SortFunc(ls, func(x, y lease.Lease) int {
+		if c := strings.Compare(x.Entry, y.Entry); c != 0 {
+			return c
+		}
+		return x.Rank - y.Rank
+	})
+	one := slices.IndexFunc(ls, func(l lease.Lease) bool { return l.Entry == "" || l.Entry != ls[0].Entry }) < 0
+	if !one && len(ls) > 1 {
+		var opts []string
+		for _, l := range ls {
+			o := l.ID
+			if task, _, _ := strings.Cut(l.Entry, "#"); task != "" && task != name {
+				o += " (" + task + ")"
+			}
+			opts = append(opts, o)
+		}
+		if len(opts) > 8 {
+			opts = append(opts[:8:8], "…")
+		}
+		return lease.Lease{}, lease.Invalidf("%d of your sessions answer to %s: attach to one by its lease id: %s", len(ls), name, strings.Join(opts, ", "))
+	}
+	for _, l := range ls {
+		if l.Node == b.s.cfg.Node {
+			return l, nil
+		}
+	}
+	return ls[0], nil
 }
 
 // Status is the agent's view of itself and the cluster.

@@ -152,7 +152,8 @@ func newClusterOf(t *testing.T, clk *clock.Fake, dbs map[string]users, opts clus
 			t.Fatal(err)
 		}
 		a.svc = core.New(core.Config{Node: name, Policy: lease.DefaultPolicy()}, core.Deps{
-			Node: a.node, Origin: a.origin, Peers: a.mux, Accounts: dir, Clock: clk, Changed: changed})
+			Node: a.node, Origin: a.origin, Peers: a.mux, Accounts: dir, Clock: clk, Changed: changed,
+			Attach: func(_ launch.User, session string) []string { return []string{"tmux", "attach", "-t", session} }})
 		agents[name] = a
 	}
 	if len(agents) > 1 {

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io/fs"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -492,7 +491,8 @@ func notifyStatus(ctx context.Context, b *Bound, nodes []string) api.NotifyStatu
 }
 
 // LogSources finds the kept logs of id: a lease, a queued request (every
-// rank of its latest attempt) or a session name, the caller's own, the
+// rank of its latest attempt), an array (every task's) or a session name
+// (node.MatchRun), the caller's own, the
 // newest run of that name on each node. Each run is found by its own
 // record: a live lease in the cluster's view (durable before its run was
 // answered, so an agent killed at once still has it), an ended one in the
@@ -513,24 +513,26 @@ func (b *Bound) LogSources(ctx context.Context, id string) ([]api.LogSource, err
 		nodes = []string{n}
 	}
 	type found struct {
-		src     api.LogSource
-		attempt int
-		at      time.Time
-	}
-	attemptOf := func(entry string) int {
-		_, a, _ := strings.Cut(entry, "#")
-		n, _ := strconv.Atoi(a)
-		return n
+		src api.LogSource
+		m   node.RunMatch
+		at  time.Time
 	}
 	var all []found
+	add := func(src api.LogSource, entry string, at time.Time) {
+		m, ok := node.MatchRun(id, src.Lease, src.Session, entry)
+		if !ok {
+			return
+		}
+		src.Task = m.Task
+		all = append(all, found{src, m, at})
+	}
 	live := map[string]bool{}
 	for _, l := range s.View().Leases() {
 		live[l.ID] = true
-		k := node.KeptRun{Lease: l.ID, Session: l.Session, Entry: l.Entry}
-		if l.User != b.c.User || l.Session == "" || !l.ReservedUntil.IsZero() || !k.Named(id) {
+		if l.User != b.c.User || l.Session == "" || !l.ReservedUntil.IsZero() {
 			continue
 		}
-		all = append(all, found{api.LogSource{Node: l.Node, Session: l.Session, Log: l.LogName(), Lease: l.ID, Rank: l.Rank, Running: true}, attemptOf(l.Entry), l.StartedAt})
+		add(api.LogSource{Node: l.Node, Session: l.Session, Log: l.LogName(), Lease: l.ID, Rank: l.Rank, Running: true}, l.Entry, l.StartedAt)
 	}
 	// The runs each node keeps, asked of all at once.
 	var mu sync.Mutex
@@ -556,7 +558,7 @@ func (b *Bound) LogSources(ctx context.Context, id string) ([]api.LogSource, err
 				return
 			}
 			for _, k := range r.Runs {
-				all = append(all, found{api.LogSource{Node: n, Session: k.Session, Log: k.Log, Lease: k.Lease, Rank: k.Rank, Running: live[k.Lease]}, attemptOf(k.Entry), k.At})
+				add(api.LogSource{Node: n, Session: k.Session, Log: k.Log, Lease: k.Lease, Rank: k.Rank, Running: live[k.Lease]}, k.Entry, k.At)
 			}
 		}()
 	}
@@ -571,15 +573,12 @@ func (b *Bound) LogSources(ctx context.Context, id string) ([]api.LogSource, err
 			if e.Kind != event.EventClaim || e.Session == "" || e.User != b.c.User || e.Reason == event.ReasonReserved {
 				continue
 			}
-			if k := (node.KeptRun{Lease: e.Lease, Session: e.Session, Entry: e.Entry}); !k.Named(id) {
-				continue
-			}
-			all = append(all, found{api.LogSource{Node: e.Node, Session: e.Session, Log: e.Log, Lease: e.Lease, Rank: e.Rank, Running: live[e.Lease]}, attemptOf(e.Entry), e.At})
+			add(api.LogSource{Node: e.Node, Session: e.Session, Log: e.Log, Lease: e.Lease, Rank: e.Rank, Running: live[e.Lease]}, e.Entry, e.At)
 		}
 	}
-	latest := 0
+	latest := map[string]int{} // each request's (each array task's) latest attempt
 	for _, f := range all {
-		latest = max(latest, f.attempt)
+		latest[f.m.Entry] = max(latest[f.m.Entry], f.m.Attempt)
 	}
 	// The newest run of the name on each node: a live one, else the last
 	// started.
@@ -595,15 +594,22 @@ func (b *Bound) LogSources(ctx context.Context, id string) ([]api.LogSource, err
 	var out []api.LogSource
 	seen := map[string]bool{}
 	for _, f := range all {
-		if f.attempt != latest || seen[f.src.Node+"/"+f.src.Session] {
+		if f.m.Attempt != latest[f.m.Entry] || seen[f.src.Node+"/"+f.src.Session] {
 			continue
 		}
 		seen[f.src.Node+"/"+f.src.Session] = true
 		out = append(out, f.src)
 	}
-	slices.SortFunc(out, func(x, y api.LogSource) int { return x.Rank - y.Rank })
+	slices.SortFunc(out, func(x, y api.LogSource) int {
+		_, i, _ := lease.ArrayTaskOf(x.Task)
+		_, j, _ := lease.ArrayTaskOf(y.Task)
+		if i != j {
+			return i - j
+		}
+		return x.Rank - y.Rank
+	})
 	if len(out) == 0 {
-		msg := fmt.Sprintf("no run of yours named %s: give a lease id (node01-42), a queued request (node01-q3) or a session name (`dibs ls` shows the running ones, `dibs events --user %s` older ones)", id, b.c.User)
+		msg := fmt.Sprintf("no run of yours named %s: give a lease id (node01-42), a queued request or array (node01-q3; one task: node01-q3/5) or a session name (`dibs ls` shows the running ones, `dibs events --user %s` older ones)", id, b.c.User)
 		if len(missing) > 0 {
 			slices.Sort(missing)
 			msg += "; " + strings.Join(missing, ", ") + " did not answer"

@@ -260,9 +260,12 @@ func (b *Bound) Usage(ctx context.Context, window string) (api.UsageReport, erro
 	}
 	decayed := v.Usage()
 	running := map[string]int{}
+	// What quotas count: a MIG instance or a budget its share of the GPU.
+	held := map[string]float64{}
 	for _, l := range v.Leases() {
 		if l.ReservedUntil.IsZero() {
 			running[l.User] += len(l.GPUs)
+			held[l.User] += l.Weight()
 		}
 	}
 	users := map[string]bool{}
@@ -281,7 +284,7 @@ func (b *Bound) Usage(ctx context.Context, window string) (api.UsageReport, erro
 		}
 		rep.Users = append(rep.Users, api.UserUsage{
 			User: u, GPUHours: raw[u] / 3600, Decayed: decayed[u] / 3600, Share: share,
-			FairShare: queue.FairShareFactor(u, decayed, s.cfg.Sched), RunningGPU: running[u], Quota: s.cfg.Sched.Quotas[u],
+			FairShare: queue.FairShareFactor(u, decayed, s.cfg.Sched), RunningGPU: running[u], Running: held[u], Quota: s.cfg.Sched.Quotas[u],
 		})
 	}
 	slices.SortFunc(rep.Users, func(x, y api.UserUsage) int {

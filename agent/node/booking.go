@@ -126,7 +126,7 @@ func (x *bookingJob) start(ctx context.Context, b lease.Lease) {
 			run.RecordExit, run.Job = false, cur.Job
 			u, err := n.sess.sessionUser(lease.Caller{UID: l.UID, User: l.User})
 			if err == nil {
-				err = n.sess.startSession(ctx, l, u, run)
+				l, err = n.sess.startSession(ctx, l, u, run)
 			}
 			if err != nil {
 				n.log.Warn("start booked run", "lease", l.ID, "err", err)

@@ -85,7 +85,7 @@ func (n *Node) Grant(ctx context.Context, c lease.Caller, g Grant) (lease.Lease,
 		return l, err
 	}
 	if g.Run != nil && g.ReserveFor == 0 {
-		if err := n.sess.startSession(ctx, l, u, g.Run); err != nil {
+		if l, err = n.sess.startSession(ctx, l, u, g.Run); err != nil {
 			n.sess.failedStart(ctx, l, u)
 			return lease.Lease{}, err
 		}
@@ -149,7 +149,7 @@ func (n *Node) Commit(ctx context.Context, c lease.Caller, entry string, d time.
 			n.end(l, lease.EndSessionFailed, "")
 			return lease.Lease{}, err
 		}
-		if err := n.sess.startSession(ctx, l, u, run); err != nil {
+		if l, err = n.sess.startSession(ctx, l, u, run); err != nil {
 			n.sess.failedStart(ctx, l, u)
 			return lease.Lease{}, err
 		}
@@ -205,11 +205,24 @@ func (x *sessionJob) holder(l lease.Lease) (launch.User, error) {
 	return x.n.deps.Accounts.Holder(l.User, l.UID)
 }
 
-// startSession starts the lease's tmux session as u and watches it.
-func (x *sessionJob) startSession(ctx context.Context, l lease.Lease, u launch.User, run *Run) error {
+// sessionRenames bounds how many other names startSession tries for a
+// session whose name dibs chose, when the user's tmux server has sessions
+// of those names already.
+const sessionRenames = 8
+
+// startSession starts the lease's tmux session as u and watches it, and
+// returns the lease as it now is: a session whose name dibs chose
+// (lease.SessionName) may have been given another. That name can be taken
+// by a session of this node's earlier state — a wiped data dir starts
+// lease ids from 1 again while the old runs go on — and the person never
+// picked it, so it is not theirs to change: the session becomes
+// dibs-NODE-ID-2 (-3, …), recorded on the lease, and its log keeps the
+// name its claim event gave it. A name given with --name that is taken is
+// refused, for the person to pick another.
+func (x *sessionJob) startSession(ctx context.Context, l lease.Lease, u launch.User, run *Run) (lease.Lease, error) {
 	n := x.n
 	if !n.Current(l.ID, l.Token) {
-		return fmt.Errorf("lease %s ended before its session could start", l.ID)
+		return l, fmt.Errorf("lease %s ended before its session could start", l.ID)
 	}
 	env := map[string]string{}
 	for _, vars := range []map[string]string{run.UserEnv, l.Env(), l.DeviceEnv(n.State().Snap), run.Env} {
@@ -226,18 +239,31 @@ func (x *sessionJob) startSession(ctx context.Context, l lease.Lease, u launch.U
 		spec.RecordExit = false
 		_, err = n.deps.Sessions.Start(ctx, spec)
 	}
+	chosen := lease.SessionName(l.ID)
+	dibsChose := l.Session == chosen
+	for i := 2; dibsChose && errors.Is(err, launch.ErrSessionExists) && i <= sessionRenames+1; i++ {
+		name := fmt.Sprintf("%s-%d", chosen, i)
+		n.log.Warn("a tmux session has the name dibs chose for a run (left by this node's earlier state?); taking another", "lease", l.ID, "taken", spec.Name, "name", name)
+		if !n.update(l, nil, func(x *lease.Lease) { x.Session = name }) {
+			return l, fmt.Errorf("lease %s ended before its session could start", l.ID)
+		}
+		l.Session, spec.Name = name, name
+		_, err = n.deps.Sessions.Start(ctx, spec)
+	}
 	if err != nil {
 		switch {
 		case errors.Is(err, launch.ErrWorkDir):
-			return lease.Invalidf("%v", err)
+			return l, lease.Invalidf("%v", err)
 		case errors.Is(err, launch.ErrStatusDir):
-			return &lease.Error{Code: lease.CodeUnavailable, Msg: err.Error()}
+			return l, &lease.Error{Code: lease.CodeUnavailable, Msg: err.Error()}
 		case errors.Is(err, launch.ErrTmuxNotFound):
-			return &lease.Error{Code: lease.CodeUnavailable, Msg: launch.ErrTmuxNotFound.Error()}
+			return l, &lease.Error{Code: lease.CodeUnavailable, Msg: launch.ErrTmuxNotFound.Error()}
+		case errors.Is(err, launch.ErrSessionExists) && !dibsChose:
+			return l, lease.Invalidf("you already have a tmux session named %s: pick another --name", l.Session)
 		case errors.Is(err, launch.ErrSessionExists):
-			return lease.Invalidf("you already have a tmux session named %s: pick another --name", l.Session)
+			return l, &lease.Error{Code: lease.CodeUnavailable, Msg: fmt.Sprintf("tmux sessions %s to %s-%d all exist already, left by an earlier run of this node's agent (its data dir was replaced?): end those you no longer need (tmux ls)", chosen, chosen, sessionRenames+1)}
 		}
-		return fmt.Errorf("start session for lease %s: %w", l.ID, err)
+		return l, fmt.Errorf("start session for lease %s: %w", l.ID, err)
 	}
 	if run.Job != nil && len(run.Job.Command) > 0 {
 		n.kept.keep(KeptRun{Lease: l.ID, User: l.User, Job: *run.Job.ForExport(), At: n.deps.Clock.Now(),
@@ -253,5 +279,5 @@ func (x *sessionJob) startSession(ctx context.Context, l lease.Lease, u launch.U
 		}()
 	}
 	n.sess.watch(l, u)
-	return nil
+	return l, nil
 }

@@ -7,7 +7,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
@@ -44,11 +43,12 @@ type KeptRun struct {
 	Rank    int    `json:",omitempty"`
 }
 
-// Named reports whether name is the run's: its lease id, its session's
-// name, or its queued request's id (without the attempt).
+// Named reports whether name is the run's (MatchRun): its lease id, its
+// session's name, its queued request's id (without the attempt) or its
+// array's.
 func (r *KeptRun) Named(name string) bool {
-	entry, _, _ := strings.Cut(r.Entry, "#")
-	return r.Lease == name || r.Session != "" && r.Session == name || entry != "" && entry == name
+	_, ok := MatchRun(name, r.Lease, r.Session, r.Entry)
+	return ok
 }
 
 func (r *KeptRun) size() int {

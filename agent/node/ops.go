@@ -205,7 +205,7 @@ func (n *Node) step(d lease.Due, now time.Time) {
 	switch d.Step {
 	case lease.StepWarn:
 		if n.update(l, &d, func(x *lease.Lease) { x.Warned = true }) {
-			warn(lease.FormatDuration(l.ExpiresAt.Sub(now).Round(time.Minute)))
+			warn(lease.FormatDuration(lease.ToMinute(l.ExpiresAt.Sub(now))))
 		}
 	case lease.StepWarnFinal:
 		if n.update(l, &d, func(x *lease.Lease) { x.Warned, x.FinalWarned = true, true }) {

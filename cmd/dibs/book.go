@@ -184,14 +184,14 @@ func printBookedAcross(ctx context.Context, c *cli, first lease.Lease) error {
 	}
 	fmt.Fprintf(c.stdout, "%s: %d GPU%s on each of %d nodes (%s) booked %s to %s (in %s); `dibs unbook %s` withdraws every part\n",
 		safe(first.ID), len(first.GPUs), plural(len(first.GPUs)), len(nodes), strings.Join(nodes, " "), first.StartedAt.Local().Format("Mon Jan 2 15:04"),
-		lease.SpanEnd(first.StartedAt.Local(), first.ExpiresAt), lease.FormatDuration(time.Until(first.StartedAt).Round(time.Minute)), safe(first.ID))
+		lease.SpanEnd(first.StartedAt.Local(), first.ExpiresAt), lease.FormatDuration(lease.ToMinute(time.Until(first.StartedAt))), safe(first.ID))
 	return nil
 }
 
 func printBooked(c *cli, b lease.Lease) {
 	fmt.Fprintf(c.stdout, "%s: GPU%s %s on %s booked %s to %s (in %s); `dibs unbook %s` withdraws it\n",
 		safe(b.ID), plural(len(b.GPUs)), safe(b.CUDAVisibleDevices()), safe(b.Node), b.StartedAt.Local().Format("Mon Jan 2 15:04"),
-		lease.SpanEnd(b.StartedAt.Local(), b.ExpiresAt), lease.FormatDuration(time.Until(b.StartedAt).Round(time.Minute)), safe(b.ID))
+		lease.SpanEnd(b.StartedAt.Local(), b.ExpiresAt), lease.FormatDuration(lease.ToMinute(time.Until(b.StartedAt))), safe(b.ID))
 }
 
 func bookingsCmd(c *cli) *cobra.Command {
@@ -261,7 +261,7 @@ func printBookings(w io.Writer, bs []lease.Lease, now time.Time) {
 		}
 		fmt.Fprintf(w, "%-12s %-10s %-14s %-16s %-6s %-7s %s\n", columns.Clip(safe(id), 12), columns.Clip(safe(b.User), 10),
 			columns.Clip(gpus, 14), b.StartedAt.Local().Format("Mon Jan 2 15:04"),
-			lease.FormatDuration(b.ExpiresAt.Sub(b.StartedAt)), lease.FormatDuration(b.StartedAt.Sub(now).Round(time.Minute)), columns.Clip(safe(note), width))
+			lease.FormatDuration(b.ExpiresAt.Sub(b.StartedAt)), lease.FormatDuration(lease.ToMinute(b.StartedAt.Sub(now))), columns.Clip(safe(note), width))
 	}
 }
 

@@ -323,14 +323,14 @@ func TestStatusShowsWhenEachMemberWasLastHeard(t *testing.T) {
 		return false
 	})
 	out, _, code := dibs(t, sock, nil, "status")
-	m := regexp.MustCompile(`(?m)^node02\s+\S+\s+alive\s+\d+\s+(\d+)s ago$`).FindStringSubmatch(out)
+	m := regexp.MustCompile(`(?m)^node02\s+\S+\s+alive\s+\S+\s+\d+\s+(\d+)s ago$`).FindStringSubmatch(out)
 	if code != 0 || m == nil {
 		t.Fatalf("status does not say when node02 was last heard, in seconds:\n%s", out)
 	}
 	if n, _ := strconv.Atoi(m[1]); n > 2 {
 		t.Errorf("node02 last heard %ss ago, want within a probe round (≤ 2s):\n%s", m[1], out)
 	}
-	if !regexp.MustCompile(`(?m)^node01\s+\S+\s+alive\s+\d+\s+-$`).MatchString(out) {
+	if !regexp.MustCompile(`(?m)^node01\s+\S+\s+alive\s+\S+\s+\d+\s+-$`).MatchString(out) {
 		t.Errorf("status's own line should show - for last heard:\n%s", out)
 	}
 }

@@ -135,9 +135,15 @@ func (f *claimFlags) build(needCount bool) (api.ClaimRequest, error) {
 	return req, nil
 }
 
+// printGrant says what was granted and, for a lease without a session
+// whose GPUs are on this node, the line that puts them into this shell. A
+// run's session has its CUDA_VISIBLE_DEVICES already, and another node's
+// GPU numbers would name this node's GPUs here (printClaimed says so).
 func (c *cli) printGrant(r api.ClaimResponse) {
 	c.printGrantTo(c.stdout, r)
-	fmt.Fprintf(c.stdout, "export CUDA_DEVICE_ORDER=PCI_BUS_ID CUDA_VISIBLE_DEVICES=%s\n", safe(r.CUDAVisibleDevices))
+	if r.Session == "" && r.Here {
+		fmt.Fprintln(c.stdout, exportLine(r))
+	}
 }
 
 // printGrantTo says what was granted, for a person to read.
@@ -465,8 +471,8 @@ func (c *cli) adoptContainer(id string, asJSON bool) error {
 
 func attachCmd(c *cli) *cobra.Command {
 	return &cobra.Command{
-		Use:               "attach [LEASE]",
-		Short:             "Attach to a lease's tmux session (your newest one by default)",
+		Use:               "attach [LEASE | SESSION | REQUEST]",
+		Short:             "Attach to a run's tmux session, named as dibs logs takes it (your newest one by default)",
 		Args:              cobra.MaximumNArgs(1),
 		ValidArgsFunction: c.completeMyLeases(true, 1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -518,8 +524,17 @@ func statusCmd(c *cli) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:               "status",
 		ValidArgsFunction: cobra.NoFileCompletions,
-		Short:             "Show this agent's view of the cluster: members, versions, gossip counters",
-		Args:              cobra.NoArgs,
+		Short:             "Show this agent's view of the cluster: members, their agent protocols, gossip counters",
+		Long: `Show this agent's view of the cluster. The first line names this node's
+dibs release. Then one line per member: its state (alive, suspect, dead,
+restarting, left), PROTOCOL, the agent protocol it speaks (each dibs
+release that changes what agents exchange raises it, so during a rolling
+upgrade it tells upgraded nodes from the others; - when not yet known), SEQ,
+the sequence number of its gossiped state (it grows with every change the
+member publishes; a number that stops growing here while it grows on the
+member means gossip is not getting through), and when this agent last
+heard from it. Another node's dibs release: ` + "`ssh NODE dibs status | head -1`" + `.`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, cancel := reqCtx()
 			defer cancel()
@@ -545,7 +560,7 @@ func printStatus(w io.Writer, s api.Status) {
 		fmt.Fprintln(w, "single node (not in a cluster)")
 		return
 	}
-	fmt.Fprintf(w, "\n%-16s %-21s %-10s %8s %10s\n", "MEMBER", "ADDRESS", "STATE", "VERSION", "LAST HEARD")
+	fmt.Fprintf(w, "\n%-16s %-21s %-10s %8s %8s %10s\n", "MEMBER", "ADDRESS", "STATE", "PROTOCOL", "SEQ", "LAST HEARD")
 	for _, m := range s.Members {
 		// How long ago this agent heard from the member, not how old its GPU
 		// numbers are: a node sends those only when they change, so on a
@@ -557,7 +572,11 @@ func printStatus(w io.Writer, s api.Status) {
 		case m.SinceHeard > 0:
 			heard = lease.FormatDuration(m.SinceHeard) + " ago"
 		}
-		fmt.Fprintf(w, "%-16s %-21s %-10s %8d %10s\n", safe(m.Name), safe(m.Addr), safe(m.State), m.StateVersion, heard)
+		proto := "-"
+		if m.Protocol > 0 {
+			proto = strconv.Itoa(m.Protocol)
+		}
+		fmt.Fprintf(w, "%-16s %-21s %-10s %8s %8d %10s\n", safe(m.Name), safe(m.Addr), safe(m.State), proto, m.StateVersion, heard)
 	}
 	printSkew(w, s.Members)
 	g := s.Gossip

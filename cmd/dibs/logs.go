@@ -9,6 +9,7 @@ import (
 	"os/signal"
 	"slices"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -25,7 +26,9 @@ func logsCmd(c *cli) *cobra.Command {
 		Use:   "logs ID [--rank N] [-f]",
 		Short: "Show a run's output, kept after its session ends (every rank of a gang)",
 		Long: `Show what a run printed: a lease started with a command (dibs run -- CMD), or a
-queued request (every rank of its latest attempt, each under a header). The
+queued request (every rank of its latest attempt, each under a header), or
+an array (every task's latest attempt, each under a header naming the task;
+one task alone is ARRAY/N), or a tmux session's name. The
 output is kept in ~/` + launch.LogDir + `/SESSION.log on the node that ran it,
 a file only you can read, capped at 8 MiB (the older 8 MiB in SESSION.log.1),
 and shown from any node. -f keeps printing what a running session adds.
@@ -34,6 +37,7 @@ On a terminal, escape sequences that could change it (titles, the clipboard)
 are dropped and colours kept; --raw prints every byte.`,
 		Example: `  dibs logs node01-42
   dibs logs node01-q3 --rank 1
+  dibs logs node01-q7        # every task of an array; node01-q7/3 is one
   dibs logs node02-7 -f`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -45,6 +49,13 @@ are dropped and colours kept; --raw prints every byte.`,
 			cancel()
 			if err != nil {
 				return err
+			}
+			if tasks := arrayTasks(srcs); len(tasks) > 1 && (follow || cmd.Flags().Changed("rank")) {
+				shown := tasks
+				if len(shown) > 8 {
+					shown = append(shown[:8:8], "…")
+				}
+				return fmt.Errorf("%s is an array of %d tasks with logs: name one (%s), as in dibs logs %s", args[0], len(tasks), strings.Join(shown, " "), tasks[0])
 			}
 			if cmd.Flags().Changed("rank") {
 				i := slices.IndexFunc(srcs, func(s api.LogSource) bool { return s.Rank == rank })
@@ -61,7 +72,12 @@ are dropped and colours kept; --raw prints every byte.`,
 				out = &escapeFilter{w: c.stdout}
 			}
 			for _, s := range srcs {
-				if len(srcs) > 1 {
+				switch {
+				case s.Task != "" && s.Rank > 0:
+					fmt.Fprintf(c.stdout, "==> task %s rank %d on %s (%s, tmux %s) <==\n", safe(s.Task), s.Rank, safe(s.Node), safe(s.Lease), safe(s.Session))
+				case s.Task != "":
+					fmt.Fprintf(c.stdout, "==> task %s on %s (%s, tmux %s) <==\n", safe(s.Task), safe(s.Node), safe(s.Lease), safe(s.Session))
+				case len(srcs) > 1:
 					fmt.Fprintf(c.stdout, "==> rank %d on %s (%s, tmux %s) <==\n", s.Rank, safe(s.Node), safe(s.Lease), safe(s.Session))
 				}
 				st, err := printLog(ctx, cl, out, s)
@@ -79,6 +95,18 @@ are dropped and colours kept; --raw prints every byte.`,
 	cmd.Flags().BoolVarP(&follow, "follow", "f", false, "keep printing what the running session adds (Ctrl-C ends)")
 	cmd.Flags().BoolVar(&raw, "raw", false, "print every byte, escape sequences and all")
 	return cmd
+}
+
+// arrayTasks lists the array tasks among srcs, once each, in order; none
+// when the name given was not an array's.
+func arrayTasks(srcs []api.LogSource) []string {
+	var out []string
+	for _, s := range srcs {
+		if s.Task != "" && !slices.Contains(out, safe(s.Task)) {
+			out = append(out, safe(s.Task))
+		}
+	}
+	return out
 }
 
 func ranks(srcs []api.LogSource) string {

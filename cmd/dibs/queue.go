@@ -105,8 +105,11 @@ func entryLeases(b api.Board, id string) []lease.Lease {
 	return out
 }
 
-func grantOf(l lease.Lease) api.ClaimResponse {
-	return api.ClaimResponse{ID: l.ID, Node: l.Node, GPUs: l.GPUs, CUDAVisibleDevices: l.CUDAVisibleDevices(), Token: l.Token, Kind: string(l.Kind), ExpiresAt: l.ExpiresAt, Session: l.Session, MIG: l.MIG, MemMiB: l.MemMiB}
+// grantOf is a lease from the board as a claim's answer; self is the node
+// whose agent drew the board (the answer's Here).
+func grantOf(l lease.Lease, self string) api.ClaimResponse {
+	return api.ClaimResponse{ID: l.ID, Node: l.Node, GPUs: l.GPUs, CUDAVisibleDevices: l.CUDAVisibleDevices(), Token: l.Token, Kind: string(l.Kind), ExpiresAt: l.ExpiresAt, Session: l.Session, MIG: l.MIG, MemMiB: l.MemMiB,
+		Borrowed: l.Borrowed, Here: l.Node == self}
 }
 
 // queueEntry finds id in the queue; nil when it is not there.
@@ -136,6 +139,8 @@ type submitOutcome struct {
 	// it has already ended).
 	started bool
 	leases  []lease.Lease
+	// self is the node whose agent answered.
+	self string
 	// failed says why it could not start, when it failed at once.
 	failed string
 	// entry is where it waits, when it does.
@@ -191,7 +196,7 @@ func followSubmitted(cl *api.Client, sub api.Submitted) submitOutcome {
 				gone = time.After(500 * time.Millisecond)
 			}
 		case e.Running && len(ls) > 0:
-			return submitOutcome{started: true, leases: ls}
+			return submitOutcome{started: true, leases: ls, self: b.Self}
 		case e.Running:
 			// The board came before the start, the queue after: the
 			// next board shows the leases.
@@ -221,7 +226,7 @@ func (c *cli) reportSubmitted(cl *api.Client, sub api.Submitted, asJSON bool) er
 			r.Position, r.Waiting = o.entry.Position, o.total
 		}
 		for _, l := range o.leases {
-			r.Leases = append(r.Leases, grantOf(l))
+			r.Leases = append(r.Leases, grantOf(l, o.self))
 		}
 		return printJSON(c.stdout, r)
 	}
@@ -232,7 +237,7 @@ func (c *cli) reportSubmitted(cl *api.Client, sub api.Submitted, asJSON bool) er
 	case o.started:
 		fmt.Fprintf(c.stdout, "started %s at once (it did not have to wait)\n", id)
 		for _, l := range o.leases {
-			c.printGrant(grantOf(l))
+			c.printGrant(grantOf(l, o.self))
 			if l.Session != "" {
 				fmt.Fprintf(c.stdout, "session %s started on %s: `dibs attach %s` to see it\n", safe(l.Session), safe(l.Node), safe(l.ID))
 			}
@@ -300,8 +305,7 @@ func (c *cli) waitGranted(cl *api.Client, sub api.Submitted, asJSON bool, wait t
 				return fmt.Errorf("waiting for %s: %w", id, errf())
 			}
 			if ls := entryLeases(b, id); len(ls) > 0 {
-				r := grantOf(ls[0])
-				r.Here = ls[0].Node == b.Self
+				r := grantOf(ls[0], b.Self)
 				if asJSON {
 					return printJSON(c.stdout, r)
 				}
@@ -461,7 +465,7 @@ func printUsage(w io.Writer, u api.UsageReport) {
 	fmt.Fprintf(w, "since %s\n", u.Since.Local().Format("Mon Jan 2 15:04"))
 	fmt.Fprintf(w, "%-12s %10s %12s %6s %10s %8s\n", "USER", "GPU-HOURS", "DECAYED", "SHARE", "FAIRSHARE", "RUNNING")
 	for _, x := range u.Users {
-		fmt.Fprintf(w, "%-12s %10.1f %12.1f %6.1f %10.3f %8d\n", columns.Clip(safe(x.User), 12), x.GPUHours, x.Decayed, x.Share, x.FairShare, x.RunningGPU)
+		fmt.Fprintf(w, "%-12s %10.1f %12.1f %6.1f %10.3f %8s\n", columns.Clip(safe(x.User), 12), x.GPUHours, x.Decayed, x.Share, x.FairShare, lease.FormatGPUs(x.Running))
 	}
 	if len(u.Missing) > 0 {
 		missing := make([]string, len(u.Missing))

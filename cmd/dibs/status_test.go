@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"slices"
 	"strings"
 	"testing"
 
@@ -71,5 +72,45 @@ func TestStatusShowsRefusedStreams(t *testing.T) {
 		if got := strings.Contains(b.String(), tc.want); got == tc.absent {
 			t.Errorf("status with %d streams refused: contains %q = %v, want %v:\n%s", tc.refused, tc.want, got, !tc.absent, b.String())
 		}
+	}
+}
+
+// TestStatusColumnsSayWhatTheyHold: the members table names the gossip
+// sequence number SEQ and shows each member's agent protocol, so nobody
+// reads the counter as the dibs release (issue 30: the column was VERSION,
+// and the upgrade loop in operations.md read it so).
+func TestStatusColumnsSayWhatTheyHold(t *testing.T) {
+	var b bytes.Buffer
+	printStatus(&b, api.Status{Node: "node01", Version: "0.2.0", Members: []api.Member{
+		{Name: "node01", Addr: "10.0.0.1:7946", State: "alive", StateVersion: 4213, Protocol: 7},
+		{Name: "node02", Addr: "10.0.0.2:7946", State: "alive", StateVersion: 88},
+	}})
+	out := b.String()
+	if strings.Contains(out, "VERSION") {
+		t.Errorf("status still has a VERSION column:\n%s", out)
+	}
+	lines := strings.Split(out, "\n")
+	var head, one, two string
+	for _, l := range lines {
+		switch {
+		case strings.HasPrefix(l, "MEMBER"):
+			head = l
+		case strings.HasPrefix(l, "node01 "):
+			one = l
+		case strings.HasPrefix(l, "node02 "):
+			two = l
+		}
+	}
+	if f := strings.Fields(head); !slices.Equal(f, []string{"MEMBER", "ADDRESS", "STATE", "PROTOCOL", "SEQ", "LAST", "HEARD"}) {
+		t.Errorf("header %q, want MEMBER ADDRESS STATE PROTOCOL SEQ LAST HEARD", head)
+	}
+	if f := strings.Fields(one); len(f) < 5 || f[3] != "7" || f[4] != "4213" {
+		t.Errorf("node01's row %q, want protocol 7 and seq 4213", one)
+	}
+	if f := strings.Fields(two); len(f) < 5 || f[3] != "-" || f[4] != "88" {
+		t.Errorf("node02's row %q, want protocol - (not known) and seq 88", two)
+	}
+	if !strings.HasPrefix(out, "node node01  dibs 0.2.0 ") {
+		t.Errorf("first line %q does not name this node's dibs release", lines[0])
 	}
 }

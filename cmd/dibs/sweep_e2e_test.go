@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -42,6 +43,20 @@ func TestCLIArraysAndAfter(t *testing.T) {
 	out, errOut, code = dibs(t, p.socket, nil, "logs", "node01-q1/2")
 	if code != 0 || !strings.Contains(out, "task 2 of node01-q1") {
 		t.Errorf("dibs logs node01-q1/2: exit %d %q %q", code, out, errOut)
+	}
+	// The array's id shows every task, each under its header (issue 30:
+	// "no run of yours named node01-q1"); -f asks for one of them.
+	out, errOut, code = dibs(t, p.socket, nil, "logs", "node01-q1")
+	for i := range 4 {
+		head := fmt.Sprintf("==> task node01-q1/%d on node01 (", i)
+		if code != 0 || !strings.Contains(out, head) || !strings.Contains(out, fmt.Sprintf("task %d of node01-q1", i)) ||
+			i > 0 && strings.Index(out, head) < strings.Index(out, fmt.Sprintf("==> task node01-q1/%d ", i-1)) {
+			t.Errorf("dibs logs node01-q1: exit %d %q %q; want task %d's output under %q, in task order", code, out, errOut, i, head)
+		}
+	}
+	if _, errOut, code = dibs(t, p.socket, nil, "logs", "node01-q1", "-f"); code == 0 ||
+		errOut != "dibs: node01-q1 is an array of 4 tasks with logs: name one (node01-q1/0 node01-q1/1 node01-q1/2 node01-q1/3), as in dibs logs node01-q1/0\n" {
+		t.Errorf("dibs logs node01-q1 -f: exit %d %q; want the tasks to pick from", code, errOut)
 	}
 	for _, tc := range []struct {
 		args []string
