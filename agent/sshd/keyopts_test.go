@@ -2,8 +2,8 @@ package sshd_test
 
 import (
 	"bytes"
-	"log/slog"
 	"fmt"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
