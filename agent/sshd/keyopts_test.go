@@ -93,6 +93,10 @@ func sshBoard(t *testing.T, addr, src, user, priv string) (out string, board boo
 	var buf syncBuf
 	cmd.Stdout, cmd.Stderr = &buf, &buf
 	cmd.Env = append(os.Environ(), "TERM=xterm-256color")
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -111,6 +115,17 @@ func sshBoard(t *testing.T, addr, src, user, priv string) (out string, board boo
 			t.Fatalf("ssh neither showed the board nor exited in 20 s: %q", buf.String())
 		case <-tick.C:
 			if strings.Contains(buf.String(), "2 GPUs") {
+				// Quit the board as a person does (a killed client races
+				// the PTY's close against the board's reader, in the
+				// libraries, under -race).
+				for range 20 {
+					stdin.Write([]byte("q"))
+					select {
+					case <-exited:
+						return buf.String(), true
+					case <-time.After(time.Second):
+					}
+				}
 				cmd.Process.Kill()
 				<-exited
 				return buf.String(), true

@@ -23,6 +23,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	tea "charm.land/bubbletea/v2"
@@ -262,6 +263,8 @@ type trackedConn struct {
 	// heard is set once the peer has sent anything (its version line):
 	// eviction takes a silent connection before one that is talking.
 	heard atomic.Bool
+	// raw reaches the socket, to see bytes the server has not read yet.
+	raw syscall.RawConn
 	// preAuth: the connection is in the Server's pending list; user: the
 	// person it authenticated as (both guarded by the Server's mu).
 	preAuth bool
@@ -274,6 +277,24 @@ func (c *trackedConn) Read(p []byte) (int, error) {
 		c.heard.Store(true)
 	}
 	return n, err
+}
+
+// talking reports whether the peer has sent anything: read by the
+// server already, or waiting in the socket (the server's goroutine may not
+// have run yet, while a flood of new connections is being admitted).
+func (c *trackedConn) talking() bool {
+	if c.heard.Load() {
+		return true
+	}
+	if c.raw == nil {
+		return false
+	}
+	n := 0
+	c.raw.Control(func(fd uintptr) { n = pendingBytes(fd) })
+	if n > 0 {
+		c.heard.Store(true)
+	}
+	return n > 0
 }
 
 func (c *trackedConn) Close() error {
@@ -295,6 +316,9 @@ func (s *Server) admit(c net.Conn) net.Conn {
 	host := sourceOf(c.RemoteAddr().String())
 	key := c.RemoteAddr().String()
 	tc := &trackedConn{Conn: c, host: host, preAuth: true}
+	if sc, ok := c.(syscall.Conn); ok {
+		tc.raw, _ = sc.SyscallConn()
+	}
 	tc.done = func() { s.forget(tc, key) }
 	var victim *trackedConn
 	var why string
@@ -329,7 +353,7 @@ func (s *Server) admit(c net.Conn) net.Conn {
 // oldest that has sent nothing, else the oldest.
 func evictionPick(list []*trackedConn) *trackedConn {
 	for _, c := range list {
-		if !c.heard.Load() {
+		if !c.talking() {
 			return c
 		}
 	}
@@ -352,8 +376,8 @@ func (s *Server) heaviestPick() *trackedConn {
 		case best == nil, len(list) > bestN:
 		case len(list) < bestN:
 			continue
-		case best.heard.Load() && !c.heard.Load():
-		case c.heard.Load() == best.heard.Load() && c.seq < best.seq:
+		case best.talking() && !c.talking():
+		case c.talking() == best.talking() && c.seq < best.seq:
 		default:
 			continue
 		}
