@@ -512,6 +512,7 @@ func (s *Server) arm(c *trackedConn, d time.Duration) {
 		c.timer.Stop()
 	}
 	c.timer = time.AfterFunc(d, func() {
+		defer s.recoverPanic("closing a connection past its deadline", c, nil)
 		c.mu.Lock()
 		idle := c.sessions == 0
 		c.mu.Unlock()
