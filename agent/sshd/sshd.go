@@ -58,17 +58,19 @@ type Settings struct {
 	MaxSessions int
 	// MaxPerSource caps the connections from one IP address that have
 	// not authenticated yet (default 32). A new connection past it closes
-	// that address's oldest unauthenticated one (one that has sent nothing
-	// first) instead of being refused, so a flood from one host bounds
-	// what it holds without locking out a person behind the same address.
+	// one of that address's unauthenticated ones instead of being refused
+	// (the one that has sent the fewest bytes, the oldest of those), so a
+	// flood from one host bounds what it holds without locking out a
+	// person behind the same address who is already logging in.
 	MaxPerSource int
 	// MaxPreAuth caps the connections, from all sources together, that
 	// have not authenticated yet (default 128): past it a new connection
-	// closes the oldest unauthenticated one of the address that holds the
-	// most (one that has sent nothing first), so strangers from fewer than
-	// MaxPreAuth addresses cannot keep a newcomer from another address
-	// out, and the agent's file descriptors stay bounded. A connection
-	// stops counting once its key is proven (signed), never before.
+	// closes one of the address that holds the most (the one that has
+	// sent the fewest bytes, then the oldest), so strangers from fewer
+	// than MaxPreAuth addresses cannot keep a newcomer from another
+	// address out, and the agent's file descriptors stay bounded. A
+	// connection stops counting once its key is proven (signed), never
+	// before.
 	MaxPreAuth int
 	// MaxPerUser caps the sessions one person may hold open (default 8);
 	// twice as many authenticated connections are allowed per person.
@@ -260,9 +262,10 @@ type trackedConn struct {
 	mu       sync.Mutex
 	sessions int
 	timer    *time.Timer
-	// heard is set once the peer has sent anything (its version line):
-	// eviction takes a silent connection before one that is talking.
-	heard atomic.Bool
+	// recvd counts the bytes the server has read from the peer: with
+	// those still in the socket, how far it has gone in the protocol.
+	// Eviction takes the connection that has gone least far.
+	recvd atomic.Int64
 	// raw reaches the socket, to see bytes the server has not read yet.
 	raw syscall.RawConn
 	// preAuth: the connection is in the Server's pending list; user: the
@@ -273,28 +276,22 @@ type trackedConn struct {
 
 func (c *trackedConn) Read(p []byte) (int, error) {
 	n, err := c.Conn.Read(p)
-	if n > 0 && !c.heard.Load() {
-		c.heard.Store(true)
-	}
+	c.recvd.Add(int64(n))
 	return n, err
 }
 
-// talking reports whether the peer has sent anything: read by the
-// server already, or waiting in the socket (the server's goroutine may not
-// have run yet, while a flood of new connections is being admitted).
-func (c *trackedConn) talking() bool {
-	if c.heard.Load() {
-		return true
+// progress is how many bytes the peer has sent: read by the server, or
+// waiting in the socket (the server's goroutine may not have run yet,
+// while a flood of new connections is being admitted). A client logging
+// in has sent its version line and key exchange (a kilobyte or more)
+// within a round trip; a connection held open to take a slot has sent
+// nothing, or a line.
+func (c *trackedConn) progress() int64 {
+	n := c.recvd.Load()
+	if c.raw != nil {
+		c.raw.Control(func(fd uintptr) { n += int64(pendingBytes(fd)) })
 	}
-	if c.raw == nil {
-		return false
-	}
-	n := 0
-	c.raw.Control(func(fd uintptr) { n = pendingBytes(fd) })
-	if n > 0 {
-		c.heard.Store(true)
-	}
-	return n > 0
+	return n
 }
 
 func (c *trackedConn) Close() error {
@@ -305,8 +302,8 @@ func (c *trackedConn) Close() error {
 // admit keeps every new connection, arms its pre-auth deadline and, when
 // its source (MaxPerSource) or everyone together (MaxPreAuth) already
 // holds as many unauthenticated connections as allowed, closes one of
-// those instead: its source's oldest, or the oldest of the source holding
-// the most, taking a connection that has sent nothing before one that has.
+// those instead: of its source's, or of those of the source holding the
+// most, the one that has sent the fewest bytes (the oldest of those).
 // No proof comes before authentication, so this is fairness, not
 // exclusion: a stranger holding connections cannot refuse a newcomer, only
 // make older unauthenticated ones give way. Evictions are logged at most
@@ -327,7 +324,8 @@ func (s *Server) admit(c net.Conn) net.Conn {
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		if list := s.pending[host]; len(list) >= s.cfg.MaxPerSource {
-			victim, why, max = evictionPick(list), "too many open from there", s.cfg.MaxPerSource
+			victim, _ = evictionPick(list)
+			why, max = "too many open from there", s.cfg.MaxPerSource
 		} else if s.preAuth >= s.cfg.MaxPreAuth {
 			victim, why, max = s.heaviestPick(), "too many connections waiting to authenticate", s.cfg.MaxPreAuth
 		}
@@ -341,7 +339,7 @@ func (s *Server) admit(c net.Conn) net.Conn {
 		s.conns[key] = tc
 	}()
 	if victim != nil {
-		s.refusals.Log(s.log, slog.LevelWarn, victim.host, "ssh: closed the oldest unauthenticated connection: "+why,
+		s.refusals.Log(s.log, slog.LevelWarn, victim.host, "ssh: closed an unauthenticated connection to make room: "+why,
 			"from", victim.RemoteAddr().String(), "for", key, "max", max)
 		victim.Close()
 	}
@@ -350,38 +348,41 @@ func (s *Server) admit(c net.Conn) net.Conn {
 }
 
 // evictionPick is the connection of list (oldest first) to close: the
-// oldest that has sent nothing, else the oldest.
-func evictionPick(list []*trackedConn) *trackedConn {
+// one that has sent the fewest bytes, the oldest of those; and that count.
+func evictionPick(list []*trackedConn) (*trackedConn, int64) {
+	var best *trackedConn
+	var least int64
 	for _, c := range list {
-		if !c.talking() {
-			return c
+		if p := c.progress(); best == nil || p < least {
+			best, least = c, p
 		}
 	}
-	return list[0]
+	return best, least
 }
 
 // heaviestPick is the unauthenticated connection to close when all the
 // pre-auth slots are taken: from the source holding the most, the one
-// evictionPick takes; between sources holding as many, a silent one
-// before one that talks, then the oldest. s.mu is held.
+// evictionPick takes; between sources holding as many, the one that has
+// sent the fewest bytes, then the oldest. s.mu is held.
 func (s *Server) heaviestPick() *trackedConn {
 	var best *trackedConn
-	bestN := 0
+	var bestN int
+	var bestP int64
 	for _, list := range s.pending {
 		if len(list) == 0 {
 			continue
 		}
-		c := evictionPick(list)
+		c, p := evictionPick(list)
 		switch {
 		case best == nil, len(list) > bestN:
 		case len(list) < bestN:
 			continue
-		case best.talking() && !c.talking():
-		case c.talking() == best.talking() && c.seq < best.seq:
+		case p < bestP:
+		case p == bestP && c.seq < best.seq:
 		default:
 			continue
 		}
-		best, bestN = c, len(list)
+		best, bestN, bestP = c, len(list), p
 	}
 	return best
 }
