@@ -15,12 +15,15 @@ import (
 	"io/fs"
 	"log/slog"
 	"net"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime/debug"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	tea "charm.land/bubbletea/v2"
@@ -53,21 +56,31 @@ type Settings struct {
 	IdleTimeout time.Duration
 	// MaxSessions caps open sessions in total (default 64).
 	MaxSessions int
-	// MaxPerSource caps connections from one IP address that have not
-	// opened a session yet (default 32): it bounds a flood from one host
-	// without letting one user behind a bastion lock out the others.
+	// MaxPerSource caps the connections from one IP address that have
+	// not authenticated yet (default 32). A new connection past it closes
+	// one of that address's unauthenticated ones instead of being refused
+	// (the one that has sent the fewest bytes, the oldest of those), so a
+	// flood from one host bounds what it holds without locking out a
+	// person behind the same address who is already logging in.
 	MaxPerSource int
-	// MaxPreAuth caps connections, from all sources together, that have
-	// not authenticated yet (default 128): a flood from many addresses
-	// (32 from each of 640) is refused at accept, before any handshake
-	// work, and cannot take the agent's file descriptors; a connection
-	// stops counting once its key is accepted.
+	// MaxPreAuth caps the connections, from all sources together, that
+	// have not authenticated yet (default 128): past it a new connection
+	// closes one of the address that holds the most (the one that has
+	// sent the fewest bytes, then the oldest), so strangers from fewer
+	// than MaxPreAuth addresses cannot keep a newcomer from another
+	// address out, and the agent's file descriptors stay bounded. A
+	// connection stops counting once its key is proven (signed), never
+	// before.
 	MaxPreAuth int
-	// MaxPerUser caps the sessions one person may hold open (default 8).
+	// MaxPerUser caps the sessions one person may hold open (default 8);
+	// twice as many authenticated connections are allowed per person.
 	MaxPerUser int
 	// SessionDeadline closes a connection that has authenticated but holds
 	// no session for this long (default 10 s).
 	SessionDeadline time.Duration
+	// PreAuthDeadline closes a connection that has not authenticated
+	// this long after it was accepted (default 10 s).
+	PreAuthDeadline time.Duration
 }
 
 func (s Settings) withDefaults() Settings {
@@ -89,6 +102,9 @@ func (s Settings) withDefaults() Settings {
 	if s.SessionDeadline <= 0 {
 		s.SessionDeadline = 10 * time.Second
 	}
+	if s.PreAuthDeadline <= 0 {
+		s.PreAuthDeadline = 10 * time.Second
+	}
 	return s
 }
 
@@ -106,12 +122,23 @@ type Deps struct {
 	// (launch.Launcher.ReadUserFile).
 	ReadUserFile func(ctx context.Context, u launch.User, rel string, max int64) ([]byte, error)
 	Log          *slog.Logger
+
+	// hook, when set (by tests, through export_test.go), is called at the
+	// start of each callback of the front door with its name: a panic
+	// there stands for a bug in that callback.
+	hook func(where string)
 }
 
 // Permission extensions that carry the identity fixed at key acceptance.
 const (
 	extUser = "dibs-user"
 	extKey  = "dibs-key"
+	// extNoTerminal carries why the accepted key may have no terminal
+	// (no-pty, restrict): every session it opens is refused with it.
+	extNoTerminal = "dibs-no-terminal"
+	// extNoTouch is the extension x/crypto/ssh reads to waive a security
+	// key's user-presence check (the key's no-touch-required option).
+	extNoTouch = "no-touch-required"
 )
 
 // maxKeysFile bounds an authorized_keys or users file.
@@ -132,10 +159,15 @@ type Server struct {
 
 	sessions atomic.Int64
 	mu       sync.Mutex
-	perIP    map[string]int
-	preAuth  int
-	perUser  map[string]int
-	conns    map[string]*trackedConn
+	// pending holds each source's unauthenticated connections, oldest
+	// first; preAuth counts them all.
+	pending map[string][]*trackedConn
+	preAuth int
+	perUser map[string]int
+	// authed counts each person's authenticated connections.
+	authed map[string]int
+	conns  map[string]*trackedConn
+	seq    uint64
 }
 
 // Listen starts the front door.
@@ -157,15 +189,29 @@ func Listen(cfg Settings, deps Deps) (*Server, error) {
 	}
 	s := &Server{cfg: cfg, deps: deps, log: deps.Log, done: make(chan struct{}),
 		refusals: lograte.New(0, 0, deps.Clock.Now),
-		perIP:    map[string]int{}, perUser: map[string]int{}, conns: map[string]*trackedConn{}}
+		pending:  map[string][]*trackedConn{}, perUser: map[string]int{}, authed: map[string]int{}, conns: map[string]*trackedConn{}}
 	srv, err := wish.NewServer(
 		wish.WithAddress(cfg.Listen),
 		wish.WithHostKeyPath(cfg.HostKeyPath),
 		wish.WithPublicKeyAuth(s.auth),
 		ssh.AllocatePty(),
 		func(srv *ssh.Server) error {
-			srv.HandshakeTimeout = 10 * time.Second
-			srv.ConnCallback = func(ctx ssh.Context, c net.Conn) net.Conn { return s.admit(c) }
+			srv.HandshakeTimeout = cfg.PreAuthDeadline
+			srv.ConnCallback = func(ctx ssh.Context, c net.Conn) (kept net.Conn) {
+				defer s.recoverPanic("accepting a connection", c, func() {
+					kept = nil
+					s.mu.Lock()
+					tc := s.conns[c.RemoteAddr().String()]
+					s.mu.Unlock()
+					if tc != nil {
+						tc.Close()
+					}
+				})
+				return s.admit(c)
+			}
+			srv.ServerConfigCallback = func(ssh.Context) *gossh.ServerConfig {
+				return &gossh.ServerConfig{AuthLogCallback: s.authenticated}
+			}
 			return nil
 		},
 		wish.WithMiddleware(
@@ -204,18 +250,48 @@ func (s *Server) Close() {
 	<-s.done
 }
 
-// trackedConn is one TCP connection: counted against its source until it
-// closes, and closed if it holds no session past the deadline.
+// trackedConn is one TCP connection: counted against its source while it
+// has not authenticated, against its person once it has, and closed if it
+// holds no session past its deadline.
 type trackedConn struct {
 	net.Conn
+	host     string
+	seq      uint64
 	once     sync.Once
 	done     func()
 	mu       sync.Mutex
 	sessions int
 	timer    *time.Timer
-	// preAuth: the connection still counts against MaxPreAuth (guarded by
-	// the Server's mu).
+	// recvd counts the bytes the server has read from the peer: with
+	// those still in the socket, how far it has gone in the protocol.
+	// Eviction takes the connection that has gone least far.
+	recvd atomic.Int64
+	// raw reaches the socket, to see bytes the server has not read yet.
+	raw syscall.RawConn
+	// preAuth: the connection is in the Server's pending list; user: the
+	// person it authenticated as (both guarded by the Server's mu).
 	preAuth bool
+	user    string
+}
+
+func (c *trackedConn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	c.recvd.Add(int64(n))
+	return n, err
+}
+
+// progress is how many bytes the peer has sent: read by the server, or
+// waiting in the socket (the server's goroutine may not have run yet,
+// while a flood of new connections is being admitted). A client logging
+// in has sent its version line and key exchange (a kilobyte or more)
+// within a round trip; a connection held open to take a slot has sent
+// nothing, or a line.
+func (c *trackedConn) progress() int64 {
+	n := c.recvd.Load()
+	if c.raw != nil {
+		c.raw.Control(func(fd uintptr) { n += int64(pendingBytes(fd)) })
+	}
+	return n
 }
 
 func (c *trackedConn) Close() error {
@@ -223,54 +299,211 @@ func (c *trackedConn) Close() error {
 	return c.Conn.Close()
 }
 
-// admit caps connections per source address and, before authentication,
-// in total, and arms the session deadline; a refused connection is closed
-// before the handshake, and its log line is rate-limited per source.
+// admit keeps every new connection, arms its pre-auth deadline and, when
+// its source (MaxPerSource) or everyone together (MaxPreAuth) already
+// holds as many unauthenticated connections as allowed, closes one of
+// those instead: of its source's, or of those of the source holding the
+// most, the one that has sent the fewest bytes (the oldest of those).
+// No proof comes before authentication, so this is fairness, not
+// exclusion: a stranger holding connections cannot refuse a newcomer, only
+// make older unauthenticated ones give way. Evictions are logged at most
+// once per source every few seconds.
 func (s *Server) admit(c net.Conn) net.Conn {
-	host, _, _ := net.SplitHostPort(c.RemoteAddr().String())
+	s.hook("admit")
+	host := sourceOf(c.RemoteAddr().String())
 	key := c.RemoteAddr().String()
-	s.mu.Lock()
-	if s.perIP[host] >= s.cfg.MaxPerSource {
-		s.mu.Unlock()
-		s.refusals.Log(s.log, slog.LevelWarn, host, "ssh: refused a connection: too many open from there", "from", host, "max", s.cfg.MaxPerSource)
-		c.Close()
-		return nil
+	tc := &trackedConn{Conn: c, host: host, preAuth: true}
+	if sc, ok := c.(syscall.Conn); ok {
+		tc.raw, _ = sc.SyscallConn()
 	}
-	if s.preAuth >= s.cfg.MaxPreAuth {
-		s.mu.Unlock()
-		s.refusals.Log(s.log, slog.LevelWarn, host, "ssh: refused a connection: too many connections waiting to authenticate", "from", host, "max", s.cfg.MaxPreAuth)
-		c.Close()
-		return nil
-	}
-	s.perIP[host]++
-	s.preAuth++
-	tc := &trackedConn{Conn: c, preAuth: true}
-	s.conns[key] = tc
-	s.mu.Unlock()
-	tc.done = func() {
+	tc.done = func() { s.forget(tc, key) }
+	var victim *trackedConn
+	var why string
+	var max int
+	func() {
 		s.mu.Lock()
-		if s.perIP[host]--; s.perIP[host] <= 0 {
-			delete(s.perIP, host)
+		defer s.mu.Unlock()
+		if list := s.pending[host]; len(list) >= s.cfg.MaxPerSource {
+			victim, _ = evictionPick(list)
+			why, max = "too many open from there", s.cfg.MaxPerSource
+		} else if s.preAuth >= s.cfg.MaxPreAuth {
+			victim, why, max = s.heaviestPick(), "too many connections waiting to authenticate", s.cfg.MaxPreAuth
 		}
-		if tc.preAuth {
-			tc.preAuth = false
-			s.preAuth--
+		if victim != nil {
+			s.unpendLocked(victim)
 		}
-		delete(s.conns, key)
-		s.mu.Unlock()
-		tc.mu.Lock()
-		if tc.timer != nil {
-			tc.timer.Stop()
-		}
-		tc.mu.Unlock()
+		s.seq++
+		tc.seq = s.seq
+		s.pending[host] = append(s.pending[host], tc)
+		s.preAuth++
+		s.conns[key] = tc
+	}()
+	if victim != nil {
+		s.refusals.Log(s.log, slog.LevelWarn, victim.host, "ssh: closed an unauthenticated connection to make room: "+why,
+			"from", victim.RemoteAddr().String(), "for", key, "max", max)
+		victim.Close()
 	}
 	s.arm(tc, s.cfg.HandshakeAndSession())
 	return tc
 }
 
+// evictionPick is the connection of list (oldest first) to close: the
+// one that has sent the fewest bytes, the oldest of those; and that count.
+func evictionPick(list []*trackedConn) (*trackedConn, int64) {
+	var best *trackedConn
+	var least int64
+	for _, c := range list {
+		if p := c.progress(); best == nil || p < least {
+			best, least = c, p
+		}
+	}
+	return best, least
+}
+
+// heaviestPick is the unauthenticated connection to close when all the
+// pre-auth slots are taken: from the source holding the most, the one
+// evictionPick takes; between sources holding as many, the one that has
+// sent the fewest bytes, then the oldest. s.mu is held.
+func (s *Server) heaviestPick() *trackedConn {
+	var best *trackedConn
+	var bestN int
+	var bestP int64
+	for _, list := range s.pending {
+		if len(list) == 0 {
+			continue
+		}
+		c, p := evictionPick(list)
+		switch {
+		case best == nil, len(list) > bestN:
+		case len(list) < bestN:
+			continue
+		case p < bestP:
+		case p == bestP && c.seq < best.seq:
+		default:
+			continue
+		}
+		best, bestN, bestP = c, len(list), p
+	}
+	return best
+}
+
+// unpendLocked takes c off its source's pending list; s.mu is held.
+func (s *Server) unpendLocked(c *trackedConn) {
+	if !c.preAuth {
+		return
+	}
+	c.preAuth = false
+	s.preAuth--
+	list := s.pending[c.host]
+	for i, o := range list {
+		if o == c {
+			list = append(list[:i:i], list[i+1:]...)
+			break
+		}
+	}
+	if len(list) == 0 {
+		delete(s.pending, c.host)
+	} else {
+		s.pending[c.host] = list
+	}
+}
+
+// forget drops a closed connection from every count.
+func (s *Server) forget(c *trackedConn, key string) {
+	s.mu.Lock()
+	s.unpendLocked(c)
+	if c.user != "" {
+		if s.authed[c.user]--; s.authed[c.user] <= 0 {
+			delete(s.authed, c.user)
+		}
+		c.user = ""
+	}
+	if s.conns[key] == c {
+		delete(s.conns, key)
+	}
+	s.mu.Unlock()
+	c.mu.Lock()
+	if c.timer != nil {
+		c.timer.Stop()
+	}
+	c.mu.Unlock()
+}
+
+// authenticated is x/crypto/ssh's AuthLogCallback: called after each
+// authentication attempt, with a nil error once a key is proven (a
+// signature checked, not a mere query with a public key, which anyone
+// may know). Only then does the connection leave the pre-auth slots,
+// count against its person, and get SessionDeadline to open a session.
+func (s *Server) authenticated(meta gossh.ConnMetadata, method string, err error) {
+	from := meta.RemoteAddr().String()
+	var tc *trackedConn
+	defer s.recoverPanic("authenticating", nil, func() {
+		if tc != nil {
+			tc.Close()
+		}
+	})
+	s.mu.Lock()
+	tc = s.conns[from]
+	s.mu.Unlock()
+	if err != nil || tc == nil {
+		return
+	}
+	s.hook("authenticated")
+	user := meta.User()
+	limit := 2 * s.cfg.MaxPerUser
+	s.mu.Lock()
+	over := s.authed[user] >= limit
+	if !over && tc.user == "" {
+		s.unpendLocked(tc)
+		tc.user = user
+		s.authed[user]++
+	}
+	s.mu.Unlock()
+	if over {
+		s.refusals.Log(s.log, slog.LevelWarn, user, "ssh: closed an authenticated connection: too many open for this user", "user", user, "from", from, "max", limit)
+		tc.Close()
+		return
+	}
+	s.arm(tc, s.cfg.SessionDeadline)
+}
+
+// recoverPanic, deferred at the top of each of the front door's
+// callbacks, turns a panic there into a log line with its stack and the
+// end of that one connection (refuse runs, and closes c when set): the
+// agent and every other connection keep going.
+func (s *Server) recoverPanic(where string, c net.Conn, refuse func()) {
+	r := recover()
+	if r == nil {
+		return
+	}
+	from := "unknown"
+	if c != nil && c.RemoteAddr() != nil {
+		from = c.RemoteAddr().String()
+	}
+	s.log.Error("ssh: panic "+where+"; that connection is refused", "from", from, "panic", fmt.Sprint(r), "stack", string(debug.Stack()))
+	defer func() {
+		if r := recover(); r != nil {
+			s.log.Error("ssh: panic while refusing after a panic "+where, "from", from, "panic", fmt.Sprint(r))
+		}
+	}()
+	if refuse != nil {
+		refuse()
+	}
+	if c != nil {
+		c.Close()
+	}
+}
+
+// hook calls the test hook, if any.
+func (s *Server) hook(where string) {
+	if s.deps.hook != nil {
+		s.deps.hook(where)
+	}
+}
+
 // HandshakeAndSession is how long a new connection may take to
 // authenticate and open its first session.
-func (s Settings) HandshakeAndSession() time.Duration { return 10*time.Second + s.SessionDeadline }
+func (s Settings) HandshakeAndSession() time.Duration { return s.PreAuthDeadline + s.SessionDeadline }
 
 // arm closes the connection after d unless a session is open by then.
 func (s *Server) arm(c *trackedConn, d time.Duration) {
@@ -280,6 +513,7 @@ func (s *Server) arm(c *trackedConn, d time.Duration) {
 		c.timer.Stop()
 	}
 	c.timer = time.AfterFunc(d, func() {
+		defer s.recoverPanic("closing a connection past its deadline", c, nil)
 		c.mu.Lock()
 		idle := c.sessions == 0
 		c.mu.Unlock()
@@ -329,14 +563,31 @@ func (s *Server) sessionEnded(addr string) {
 }
 
 // auth accepts a key only if it is in the SSH user's own authorized_keys
-// (or the users file), and fixes the identity in the connection's
-// permissions at that moment.
-func (s *Server) auth(ctx ssh.Context, key ssh.PublicKey) bool {
-	name := ctx.User()
+// (or the users file) on a line whose options let it be used from here
+// and now, and fixes the identity in the connection's permissions at that
+// moment. It may be asked about a key the client has not proven yet (a
+// query); the connection leaves the pre-auth slots only once it is proven
+// (authenticated).
+func (s *Server) auth(ctx ssh.Context, key ssh.PublicKey) (ok bool) {
 	from := ctx.RemoteAddr().String()
+	defer s.recoverPanic("checking a key", nil, func() {
+		ok = false
+		s.mu.Lock()
+		tc := s.conns[from]
+		s.mu.Unlock()
+		if tc != nil {
+			tc.Close()
+		}
+	})
+	s.hook("auth")
+	name := ctx.User()
 	fp := gossh.FingerprintSHA256(key)
-	ok, why := s.keyAllowed(name, key)
-	if !ok {
+	ip := netip.Addr{}
+	if ap, err := netip.ParseAddrPort(from); err == nil {
+		ip = ap.Addr().Unmap()
+	}
+	line, why := s.keyAllowed(name, key, ip)
+	if line == nil {
 		s.refusals.Log(s.log, slog.LevelInfo, sourceOf(from), "ssh: refused a key", "key", fp, "user", name, "from", from, "why", why)
 		return false
 	}
@@ -346,46 +597,51 @@ func (s *Server) auth(ctx ssh.Context, key ssh.PublicKey) bool {
 	}
 	perms.Extensions[extUser] = name
 	perms.Extensions[extKey] = fp
-	// From here the connection has SessionDeadline to open a session.
-	s.mu.Lock()
-	tc := s.conns[from]
-	if tc != nil && tc.preAuth {
-		tc.preAuth = false
-		s.preAuth--
+	if line.opts.noPTY {
+		perms.Extensions[extNoTerminal] = line.opts.noPTYBy
 	}
-	s.mu.Unlock()
-	if tc != nil {
-		s.arm(tc, s.cfg.SessionDeadline)
+	if line.opts.noTouch {
+		perms.Extensions[extNoTouch] = ""
 	}
 	return true
 }
 
-func (s *Server) keyAllowed(name string, key ssh.PublicKey) (bool, string) {
+// keyAllowed finds the first line listing key for the user whose options
+// permit it from ip now, as sshd does; without one, it says why the last
+// listing refused it.
+func (s *Server) keyAllowed(name string, key ssh.PublicKey, ip netip.Addr) (*authorizedKey, string) {
 	if !lease.ValidUserName(name) {
-		return false, "bad user name"
+		return nil, "bad user name"
 	}
-	var keys []gossh.PublicKey
+	var keys []authorizedKey
 	if s.cfg.UsersFile != "" {
 		users, err := readUsersFile(s.cfg.UsersFile)
 		if err != nil {
-			return false, err.Error()
+			return nil, err.Error()
 		}
 		keys = users[name]
 	} else {
 		u, err := s.deps.Accounts.ByName(name)
 		if err != nil {
-			return false, "no such user"
+			return nil, "no such user"
 		}
 		if keys, err = s.readAuthorizedKeys(u); err != nil {
-			return false, err.Error()
+			return nil, err.Error()
 		}
 	}
-	for _, k := range keys {
-		if ssh.KeysEqual(k, key) {
-			return true, ""
+	why := "key not authorized for this user"
+	now := s.deps.Clock.Now()
+	for i := range keys {
+		if !ssh.KeysEqual(keys[i].key, key) {
+			continue
 		}
+		if w := keys[i].opts.permits(ip, now); w != "" {
+			why = w
+			continue
+		}
+		return &keys[i], ""
 	}
-	return false, "key not authorized for this user"
+	return nil, why
 }
 
 // identity re-checks, for every session, that the key the session was
@@ -398,9 +654,19 @@ func (s *Server) identity() wish.Middleware {
 			ext := sess.Permissions().Extensions
 			key := sess.PublicKey()
 			user := ext[extUser]
+			defer s.recoverPanic("serving a session", nil, func() {
+				wish.Fatalln(sess, "dibs: the board failed to start (an internal error, logged on the node); try again or tell the node's admin")
+				sess.Close()
+			})
+			s.hook("session")
 			if key == nil || user == "" || user != sess.User() || ext[extKey] != gossh.FingerprintSHA256(key) {
 				s.refusals.Log(s.log, slog.LevelWarn, sourceOf(from), "ssh: refused a session: identity does not match the accepted key", "user", sess.User(), "from", from)
 				wish.Fatalln(sess, "dibs: authentication mismatch")
+				return
+			}
+			if by, ok := ext[extNoTerminal]; ok {
+				s.refusals.Log(s.log, slog.LevelWarn, user, "ssh: refused a session: the key allows no terminal", "user", user, "from", from, "option", by, "key", ext[extKey])
+				wish.Fatalln(sess, fmt.Sprintf("dibs: this key is marked %s in authorized_keys, which allows no terminal, and the board is one; use a key without it (or add pty after restrict)", by))
 				return
 			}
 			s.sessionStarted(from)
@@ -437,8 +703,10 @@ func (s *Server) identity() wish.Middleware {
 	}
 }
 
-// program builds the board for one SSH session, as the key's user.
+// program builds the board for one SSH session, as the key's user. A
+// panic here is recovered by identity, which wraps the whole chain.
 func (s *Server) program(sess ssh.Session) *tea.Program {
+	s.hook("program")
 	name := sess.Permissions().Extensions[extUser]
 	u, uerr := s.deps.Accounts.ByName(name)
 	if uerr != nil && s.cfg.UsersFile == "" {
@@ -478,6 +746,7 @@ func (s *Server) program(sess ssh.Session) *tea.Program {
 	}))
 	p := tea.NewProgram(m, opts...)
 	go func() {
+		defer s.recoverPanic("watching a session's idle time", nil, func() { sess.Close() })
 		t := s.deps.Clock.NewTicker(s.cfg.IdleTimeout / 10)
 		defer t.Stop()
 		for {
@@ -523,10 +792,10 @@ func (p *ptyExec) Run() error {
 
 // readAuthorizedKeys parses a user's authorized_keys, read as launch reads
 // every file a user controls (no links, theirs, size-capped; a home whose
-// file system does not answer is given up on). Options are ignored, except
-// that a key restricted with a command= is not accepted, since the board
-// would bypass that command.
-func (s *Server) readAuthorizedKeys(u launch.User) ([]gossh.PublicKey, error) {
+// file system does not answer is given up on), with each line's options.
+// A line whose options are malformed is kept but refuses its key, as sshd
+// skips it.
+func (s *Server) readAuthorizedKeys(u launch.User) ([]authorizedKey, error) {
 	data, err := s.deps.ReadUserFile(context.Background(), u, ".ssh/authorized_keys", maxKeysFile)
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
@@ -534,29 +803,26 @@ func (s *Server) readAuthorizedKeys(u launch.User) ([]gossh.PublicKey, error) {
 		}
 		return nil, err
 	}
-	var keys []gossh.PublicKey
+	var keys []authorizedKey
 	for len(data) > 0 {
-		k, _, opts, rest, err := gossh.ParseAuthorizedKey(data)
+		k, _, raw, rest, err := gossh.ParseAuthorizedKey(data)
 		if err != nil {
 			break
 		}
-		restricted := false
-		for _, o := range opts {
-			if strings.HasPrefix(o, "command=") {
-				restricted = true
-			}
+		opts, err := parseKeyOptions(raw, time.Local)
+		if err != nil {
+			opts.bad = fmt.Sprintf("%s: %v", filepath.Join(u.Home, ".ssh", "authorized_keys"), err)
 		}
-		if !restricted {
-			keys = append(keys, k)
-		}
+		keys = append(keys, authorizedKey{key: k, opts: opts})
 		data = rest
 	}
 	return keys, nil
 }
 
-// readUsersFile reads "USER KEYTYPE KEY [comment]" lines from the file the
-// operator configured (size-capped, no links).
-func readUsersFile(path string) (map[string][]gossh.PublicKey, error) {
+// readUsersFile reads "USER [OPTIONS] KEYTYPE KEY [comment]" lines from
+// the file the operator configured (size-capped, no links); the options
+// are authorized_keys's, and a malformed one is an error naming its line.
+func readUsersFile(path string) (map[string][]authorizedKey, error) {
 	f, err := os.OpenFile(path, os.O_RDONLY|syscallNoFollow, 0)
 	if err != nil {
 		return nil, fmt.Errorf("ssh users file: %w", err)
@@ -572,7 +838,7 @@ func readUsersFile(path string) (map[string][]gossh.PublicKey, error) {
 	if len(data) > maxKeysFile {
 		return nil, fmt.Errorf("ssh users file %s is over %d bytes", path, maxKeysFile)
 	}
-	users := make(map[string][]gossh.PublicKey)
+	users := make(map[string][]authorizedKey)
 	sc := bufio.NewScanner(bytes.NewReader(data))
 	for n := 1; sc.Scan(); n++ {
 		line := strings.TrimSpace(sc.Text())
@@ -581,13 +847,17 @@ func readUsersFile(path string) (map[string][]gossh.PublicKey, error) {
 		}
 		name, key, ok := strings.Cut(line, " ")
 		if !ok || !lease.ValidUserName(name) {
-			return nil, fmt.Errorf("%s:%d: want USER KEYTYPE KEY", path, n)
+			return nil, fmt.Errorf("%s:%d: want USER [OPTIONS] KEYTYPE KEY", path, n)
 		}
-		k, _, _, _, err := gossh.ParseAuthorizedKey([]byte(strings.TrimSpace(key)))
+		k, _, raw, _, err := gossh.ParseAuthorizedKey([]byte(strings.TrimSpace(key)))
 		if err != nil {
 			return nil, fmt.Errorf("%s:%d: %v", path, n, err)
 		}
-		users[name] = append(users[name], k)
+		opts, err := parseKeyOptions(raw, time.Local)
+		if err != nil {
+			return nil, fmt.Errorf("%s:%d: %v", path, n, err)
+		}
+		users[name] = append(users[name], authorizedKey{key: k, opts: opts})
 	}
 	return users, sc.Err()
 }
