@@ -221,7 +221,8 @@ type Spec struct {
 	User User
 	// Env is added to the session's environment (and to windows created in it
 	// later): CUDA_VISIBLE_DEVICES, CUDA_DEVICE_ORDER, DIBS_*, MASTER_ADDR...
-	// Keys must be shell identifiers.
+	// Keys must be shell identifiers. With a StatusDir, no value appears on
+	// any process's command line (prepareStart).
 	Env map[string]string
 	// Command is what the session runs; the session ends when it exits. Empty
 	// means the user's default tmux shell, as a login shell. With exactly one

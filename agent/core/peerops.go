@@ -270,8 +270,14 @@ func launchRank(e queue.QueueEntry, env map[string]string, cmd []string) (map[st
 	return env, cmd
 }
 
-// freePort asks the kernel for a port nobody listens on, for torchrun's
-// rendezvous on rank 0.
+// freePort asks the kernel for a port nobody listens on, for the
+// rendezvous on rank 0 (torchrun's, or the env:// store of the job's own
+// rank 0). The port is free only when asked: the job binds it a second or
+// two later, after its imports, and torch 1.13 takes no bound socket. So it
+// goes only into the ranks' environments (queue.TorchrunEnv for torchrun;
+// launch passes a session's variables in a file only its user can read),
+// never on a command line other users can read, where one of them could
+// read it and bind it first (issue 31); docs/security.md says what remains.
 func freePort(host string) (int, error) {
 	l, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
 	if err != nil {
