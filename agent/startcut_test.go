@@ -26,8 +26,8 @@ import (
 //
 // The window is held open by a tmux that (makes the session and then)
 // does not answer — the agent's stop kills it, as it kills any tmux client
-// it is waiting for — for the first `new-session` only; every other call
-// is tmux's own.
+// it is waiting for — for the first start only (its `source-file` of the
+// start's command list, or `new-session`); every other call is tmux's own.
 func TestQueuedStartCutOffByAStopRunsOnce(t *testing.T) {
 	t.Parallel()
 	agenttest.RequireTmux(t)
@@ -60,7 +60,7 @@ func TestQueuedStartCutOffByAStopRunsOnce(t *testing.T) {
 			}
 			script := `#!/bin/sh
 case " $* " in
-*" new-session "*)
+*" new-session "*|*" source-file "*)
 	if rm "` + gate + `" 2>/dev/null; then
 		` + makeIt + `
 		: > "` + cut + `"

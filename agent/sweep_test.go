@@ -207,7 +207,7 @@ func TestQueuedRunStartsOnANodeWhoseTmuxIsSlow(t *testing.T) {
 	}
 	dir := agenttest.PublicDir(t)
 	slow := filepath.Join(dir, "slow-tmux")
-	script := fmt.Sprintf("#!/bin/sh\nfor a in \"$@\"; do [ \"$a\" = new-session ] && sleep 4; done\nexec %s \"$@\"\n", tmux)
+	script := fmt.Sprintf("#!/bin/sh\nfor a in \"$@\"; do case \"$a\" in new-session|source-file) sleep 4;; esac; done\nexec %s \"$@\"\n", tmux)
 	if err := os.WriteFile(slow, []byte(script), 0o755); err != nil {
 		t.Fatal(err)
 	}

@@ -55,7 +55,11 @@ func newHarness(tb testing.TB) *harness {
 		tb.Fatal(err)
 	}
 	dir := worldDir(tb)
-	h := &harness{l: New(Options{TmuxTmpDir: dir, Logf: safeLogf(tb)}), tmpDir: dir, me: me}
+	// A status directory, as the agent always has: sessions then get their
+	// variables through a command file, never on tmux's argv.
+	status := filepath.Join(dir, "exit")
+	tb.Cleanup(func() { ReleaseStatusDir(status) }) // runs before worldDir's RemoveAll
+	h := &harness{l: New(Options{TmuxTmpDir: dir, StatusDir: status, Logf: safeLogf(tb)}), tmpDir: dir, me: me}
 	tb.Cleanup(h.killServers) // runs before worldDir's RemoveAll
 	return h
 }

@@ -37,6 +37,7 @@ import (
 	"sync"
 	"time"
 	"unicode"
+	"unicode/utf8"
 )
 
 // Errors callers act on. Every error that reaches them from this package is
@@ -61,6 +62,10 @@ var (
 	// fate is unknown, so callers keep what they hold and ask again later.
 	ErrNoAnswer = errors.New("the user's tmux server did not answer in time")
 )
+
+// errNoStartFile: this platform has no checked place for a start's command
+// file (status_other.go), so Start passes the list on tmux's argv.
+var errNoStartFile = errors.New("no command file for tmux on this platform")
 
 // DefaultPath is the PATH a session's tmux client starts with: the usual system
 // directories and nothing inherited from the agent.
@@ -216,7 +221,8 @@ type Spec struct {
 	User User
 	// Env is added to the session's environment (and to windows created in it
 	// later): CUDA_VISIBLE_DEVICES, CUDA_DEVICE_ORDER, DIBS_*, MASTER_ADDR...
-	// Keys must be shell identifiers.
+	// Keys must be shell identifiers. With a StatusDir, no value appears on
+	// any process's command line (prepareStart).
 	Env map[string]string
 	// Command is what the session runs; the session ends when it exits. Empty
 	// means the user's default tmux shell, as a login shell. With exactly one
@@ -305,10 +311,11 @@ func validEnvKey(k string) bool {
 // the call the session may or may not exist; Exists or List tells. Safe for
 // concurrent use.
 func (l *Launcher) Start(ctx context.Context, s Spec) (Session, error) {
-	args, err := l.prepareStart(ctx, s)
+	args, done, err := l.prepareStart(ctx, s)
 	if err != nil {
 		return Session{}, fmt.Errorf("start session %s as %s: %w", s.Name, s.User.Name, err)
 	}
+	defer done()
 	out, err := l.answerOf(ctx, s.User, s.Env, args...)
 	if errors.Is(err, ErrNoSession) {
 		// new-session can only "miss" by reaching a server that was exiting
@@ -327,21 +334,34 @@ func (l *Launcher) Start(ctx context.Context, s Spec) (Session, error) {
 }
 
 // prepareStart checks s, then does what Start needs before tmux: the
-// working directory checked as the user, and the exit-status file made ready
-// when s asks for one. It returns the tmux arguments.
-func (l *Launcher) prepareStart(ctx context.Context, s Spec) ([]string, error) {
-	if _, err := l.startArgs(s, ""); err != nil {
-		return nil, err
+// working directory checked as the user, the exit-status file made ready
+// when s asks for one, and the command list written where only the user
+// can read it. It returns the tmux arguments and what to call once tmux
+// has answered (it removes that file).
+//
+// The list holds the session's environment (DIBS_LEASE_TOKEN, a gang's
+// MASTER_PORT, the caller's carried variables) and the job's command line.
+// On tmux's own argv every user on the node could read them while the
+// client runs (ps, /proc/PID/cmdline): another user could bind a rank's
+// rendezvous port before the job did (issue 31). So, with a StatusDir, the
+// list goes in a command file of the user's, mode 0600, that tmux reads
+// (`source-file`), and the argv names only that file; the same single
+// round trip, and tmux sets the variables exactly as -e on its argv did
+// (later windows of the session get them too).
+func (l *Launcher) prepareStart(ctx context.Context, s Spec) ([]string, func(), error) {
+	nothing := func() {}
+	if _, err := l.startCommands(s, ""); err != nil {
+		return nil, nothing, err
 	}
 	if l.tmuxErr != nil {
-		return nil, l.tmuxErr
+		return nil, nothing, l.tmuxErr
 	}
 	if _, err := credentialFor(l.euid, s.User); err != nil {
-		return nil, err
+		return nil, nothing, err
 	}
 	if s.Dir != "" {
 		if err := l.checkDir(ctx, s.User, s.Dir); err != nil {
-			return nil, err
+			return nil, nothing, err
 		}
 	} else if s.User.Home != "" && filepath.IsAbs(s.User.Home) && l.checkDir(ctx, s.User, s.User.Home) == nil {
 		s.Dir = s.User.Home
@@ -350,24 +370,44 @@ func (l *Launcher) prepareStart(ctx context.Context, s Spec) ([]string, error) {
 	if s.RecordExit && len(s.Command) > 0 {
 		f, err := l.prepareExitFile(s.User, s.Name)
 		if err != nil {
-			return nil, fmt.Errorf("record exit status: %w", err)
+			return nil, nothing, fmt.Errorf("record exit status: %w", err)
 		}
 		exitFile = f
 	}
-	return l.startArgs(s, exitFile)
+	if l.statusDir == "" {
+		args, err := l.startArgs(s, exitFile)
+		return args, nothing, err
+	}
+	cmds, err := l.startCommands(s, exitFile)
+	if err != nil {
+		return nil, nothing, err
+	}
+	path, done, err := l.writeStartFile(s.User, startScript(cmds))
+	if errors.Is(err, errNoStartFile) {
+		args, err := l.startArgs(s, exitFile)
+		return args, nothing, err
+	}
+	if err != nil {
+		return nil, nothing, fmt.Errorf("pass the session's environment: %w", err)
+	}
+	// source-file starts no server; start-server does, and is a no-op
+	// for a running one.
+	return []string{"start-server", ";", "source-file", path}, done, nil
 }
 
-// startArgs builds the single tmux command line for Start: new-session with
-// every variable as -e (a running server ignores the client's environment),
-// then remain-on-exit off on the job's window so the session (and the lease)
-// ends when the command does, whatever the user's tmux.conf says, then
-// pipe-pane to the log, and last the pane's pid, printed: tmux runs none of
-// a list's commands after one fails, so the pid is the answer that all ran.
-// tmux runs the whole list before it handles any child exit, so even `true`
-// cannot race it. With exitFile set the command runs under exitWrapper. It
-// touches no file: the working directory is checkDir's business, done as
-// the user.
-func (l *Launcher) startArgs(s Spec, exitFile string) ([]string, error) {
+// startCommands builds the single tmux command list for Start: new-session
+// with every variable as -e (a running server ignores the client's
+// environment), then remain-on-exit off on the job's window so the session
+// (and the lease) ends when the command does, whatever the user's
+// tmux.conf says, then pipe-pane to the log, and last the pane's pid,
+// printed: tmux runs none of a list's commands after one fails, so the pid
+// is the answer that all ran. tmux runs the whole list before it handles
+// any child exit, so even `true` cannot race it. With exitFile set the
+// command runs under exitWrapper. It touches no file: the working directory
+// is checkDir's business, done as the user. Each element is one command's
+// words, unescaped: startArgs writes them for tmux's argv, startScript for
+// a command file.
+func (l *Launcher) startCommands(s Spec, exitFile string) ([][]string, error) {
 	if err := CheckName(s.Name); err != nil {
 		return nil, err
 	}
@@ -382,7 +422,7 @@ func (l *Launcher) startArgs(s Spec, exitFile string) ([]string, error) {
 	} else if strings.IndexByte(dir, 0) >= 0 {
 		return nil, &kindError{msg: "working directory contains a NUL byte", kind: ErrWorkDir}
 	}
-	args := []string{
+	newSession := []string{
 		"new-session", "-d",
 		"-s", s.Name,
 		"-c", escapeFormat(dir), // -c is format-expanded
@@ -399,7 +439,7 @@ func (l *Launcher) startArgs(s Spec, exitFile string) ([]string, error) {
 	}
 	slices.Sort(keys)
 	for _, k := range keys {
-		args = append(args, "-e", k+"="+s.Env[k])
+		newSession = append(newSession, "-e", k+"="+s.Env[k])
 	}
 	if len(s.Command) > 0 {
 		if s.Command[0] == "" {
@@ -414,13 +454,10 @@ func (l *Launcher) startArgs(s Spec, exitFile string) ([]string, error) {
 		if exitFile != "" {
 			cmd = exitWrapper(exitFile, cmd)
 		}
-		args = append(args, "--")
-		args = append(args, cmd...)
+		newSession = append(newSession, "--")
+		newSession = append(newSession, cmd...)
 	}
-	for i := range args {
-		args[i] = escapeSemicolon(args[i])
-	}
-	args = append(args, ";", "set-option", "-w", "-t", "="+s.Name+":", "remain-on-exit", "off")
+	cmds := [][]string{newSession, {"set-option", "-w", "-t", "=" + s.Name + ":", "remain-on-exit", "off"}}
 	if s.KeepLog && len(s.Command) > 0 && s.User.Home != "" && filepath.IsAbs(s.User.Home) {
 		logName := s.LogName
 		if logName == "" {
@@ -429,10 +466,95 @@ func (l *Launcher) startArgs(s Spec, exitFile string) ([]string, error) {
 		if err := CheckName(logName); err != nil {
 			return nil, fmt.Errorf("log name: %w", err)
 		}
-		args = append(args, ";", "pipe-pane", "-t", "="+s.Name+":", escapeSemicolon(escapeFormat(l.pipeCommand(s.User, logName))))
+		cmds = append(cmds, []string{"pipe-pane", "-t", "=" + s.Name + ":", escapeFormat(l.pipeCommand(s.User, logName))})
 	}
-	args = append(args, ";", "display-message", "-p", "-t", "="+s.Name+":", "#{pane_pid}")
+	cmds = append(cmds, []string{"display-message", "-p", "-t", "=" + s.Name + ":", "#{pane_pid}"})
+	return cmds, nil
+}
+
+// startArgs is Start's command list as tmux's own argv: commands joined by
+// ";", and a word that ends in ';' escaped so tmux does not split it. Every
+// user on the node can read a process's argv (ps, /proc/PID/cmdline), so
+// Start passes this only from a Launcher with no StatusDir (tests, a
+// personal agent without a socket); the agent's own start passes the list
+// in a command file instead (startScript, writeStartFile).
+func (l *Launcher) startArgs(s Spec, exitFile string) ([]string, error) {
+	cmds, err := l.startCommands(s, exitFile)
+	if err != nil {
+		return nil, err
+	}
+	var args []string
+	for i, c := range cmds {
+		if i > 0 {
+			args = append(args, ";")
+		}
+		for _, a := range c {
+			args = append(args, escapeSemicolon(a))
+		}
+	}
 	return args, nil
+}
+
+// startScript writes a command list as one line of a tmux command file,
+// for `source-file`: every word quoted (configQuote), commands joined by
+// " ; ". One line, so tmux runs it as one list: none of its commands after
+// one that fails.
+func startScript(cmds [][]string) string {
+	var b strings.Builder
+	for i, c := range cmds {
+		if i > 0 {
+			b.WriteString(" ; ")
+		}
+		for j, a := range c {
+			if j > 0 {
+				b.WriteByte(' ')
+			}
+			b.WriteString(configQuote(a))
+		}
+	}
+	b.WriteByte('\n')
+	return b.String()
+}
+
+// configQuote quotes s as one word of tmux's command language: single
+// quotes, inside which tmux expands nothing ($HOME, ~, #, ;, braces and
+// backslashes stay as they are), around printable ASCII and whole UTF-8
+// characters; every other byte (a single quote, a newline or another
+// control character, a byte that is not part of valid UTF-8, on which
+// tmux's parser fails) is written between double quotes as an octal
+// escape ("\047"), and the parts make one word, as in sh.
+func configQuote(s string) string {
+	var b strings.Builder
+	open := false
+	quote := func(want bool) {
+		if open != want {
+			b.WriteByte('\'')
+			open = want
+		}
+	}
+	for i := 0; i < len(s); {
+		c := s[i]
+		if c >= 0x20 && c < 0x7f && c != '\'' {
+			quote(true)
+			b.WriteByte(c)
+			i++
+			continue
+		}
+		if r, n := utf8.DecodeRuneInString(s[i:]); c >= 0x80 && r != utf8.RuneError && unicode.IsPrint(r) {
+			quote(true)
+			b.WriteString(s[i : i+n])
+			i += n
+			continue
+		}
+		quote(false)
+		fmt.Fprintf(&b, `"\%03o"`, c)
+		i++
+	}
+	if b.Len() == 0 {
+		return "''"
+	}
+	quote(false)
+	return b.String()
 }
 
 // Exists reports whether the user's tmux server has the session. A missing

@@ -493,6 +493,19 @@ func TestStartArgs(t *testing.T) {
 		t.Errorf("startArgs with an exit file =\n%q\nwant\n%q", got, want)
 	}
 
+	// The same list as a command file's line (what Start passes with a
+	// StatusDir): every word single-quoted, what cannot stand inside
+	// single quotes as an octal escape, ';' inside quotes left alone.
+	cmds, err := l.startCommands(Spec{Name: "dibs-n1-7", User: u, Env: map[string]string{"DIBS_B": "x;'y\n"}, Command: []string{"echo", "it's", ""}}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantLine := `'new-session' '-d' '-s' 'dibs-n1-7' '-c' '/' '-e' 'DIBS_B=x;'"\047"'y'"\012" '--' 'echo' 'it'"\047"'s' '' ; ` +
+		`'set-option' '-w' '-t' '=dibs-n1-7:' 'remain-on-exit' 'off' ; 'display-message' '-p' '-t' '=dibs-n1-7:' '#{pane_pid}'` + "\n"
+	if got := startScript(cmds); got != wantLine {
+		t.Errorf("startScript =\n%s\nwant\n%s", got, wantLine)
+	}
+
 	bad := []struct {
 		name string
 		spec Spec
@@ -621,6 +634,9 @@ func TestEscapeSemicolon(t *testing.T) {
 // BenchmarkStartSession measures what `dibs run -- cmd` costs in launch: one
 // Start, plus the Kill that ends it. "warm" is the usual case, the user's
 // server already running; "cold" starts a server every time.
+// "warm-start-only-argv" is the start as it was before issue 31, its
+// command list on tmux's argv (a Launcher without a StatusDir), against
+// "warm-start-only", the list in a command file.
 func BenchmarkStartSession(b *testing.B) {
 	h := newHarness(b)
 	ctx := b.Context()
@@ -640,13 +656,18 @@ func BenchmarkStartSession(b *testing.B) {
 		b.Fatal(err)
 	}
 	b.Run("warm", bench)
-	b.Run("warm-start-only", func(b *testing.B) {
-		for i := 0; b.Loop(); i++ {
-			if _, err := h.l.Start(ctx, Spec{Name: "short-" + strconv.Itoa(i), User: h.me, Command: []string{"true"}}); err != nil {
-				b.Fatal(err)
+	env := map[string]string{"CUDA_VISIBLE_DEVICES": "0", "DIBS_LEASE_TOKEN": "7", "MASTER_PORT": "29500", "PATH": DefaultPath}
+	startOnly := func(l *Launcher, prefix string) func(b *testing.B) {
+		return func(b *testing.B) {
+			for i := 0; b.Loop(); i++ {
+				if _, err := l.Start(ctx, Spec{Name: prefix + strconv.Itoa(i), User: h.me, Env: env, Command: []string{"true"}}); err != nil {
+					b.Fatal(err)
+				}
 			}
 		}
-	})
+	}
+	b.Run("warm-start-only", startOnly(h.l, "short-"))
+	b.Run("warm-start-only-argv", startOnly(New(Options{TmuxTmpDir: h.tmpDir, Logf: safeLogf(b)}), "argv-"))
 }
 
 // TestStartAnswersWhenTmuxPrintsThePane: Start returns as soon as tmux has

@@ -1,8 +1,11 @@
 package launch
 
 import (
+	"crypto/rand"
+	"encoding/hex"
 	"fmt"
 	"io/fs"
+	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -261,3 +264,48 @@ func checkStatusFile(st *syscall.Stat_t, path string, u User) error {
 
 // unlinkAt removes the entry name in dir, never what a link points to.
 func unlinkAt(dir int, name string) error { return syscall.Unlinkat(dir, name) }
+
+// writeStartFile writes script, a tmux command list holding a session's
+// environment, to a new file in the status directory (root's, mode 0711,
+// checked from / by openStatusRoot, so nobody else can create, swap or list
+// its entries), under a random name, made with O_CREAT|O_EXCL|O_NOFOLLOW,
+// mode 0600 and given to u: only u, whose tmux reads it, and root can read
+// it. It returns the file's path and what removes it, to call once tmux
+// has answered.
+func (l *Launcher) writeStartFile(u User, script string) (string, func(), error) {
+	if strings.ContainsAny(l.statusDir, "*?[\\") {
+		// tmux's source-file globs its path.
+		return "", nil, refusef("exit-status directory %s holds a glob character (*?[\\): move it to a plain path such as /run/dibs/exit", l.statusDir)
+	}
+	root, err := openStatusRoot(l.statusDir, l.euid, true)
+	if err != nil {
+		return "", nil, err
+	}
+	var rnd [12]byte
+	rand.Read(rnd[:])
+	name := ".start-" + hex.EncodeToString(rnd[:])
+	fd, err := syscall.Openat(root, name, syscall.O_WRONLY|syscall.O_CREAT|syscall.O_EXCL|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0o600)
+	if err != nil {
+		syscall.Close(root)
+		return "", nil, fmt.Errorf("create %s: %w", filepath.Join(l.statusDir, name), err)
+	}
+	done := func() {
+		syscall.Unlinkat(root, name)
+		syscall.Close(root)
+	}
+	f := os.NewFile(uintptr(fd), filepath.Join(l.statusDir, name))
+	if l.euid == 0 && u.UID != 0 {
+		err = f.Chown(u.UID, u.GID)
+	}
+	if err == nil {
+		_, err = f.WriteString(script)
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		done()
+		return "", nil, fmt.Errorf("write %s: %w", f.Name(), err)
+	}
+	return f.Name(), done, nil
+}

@@ -100,16 +100,22 @@ func (l *Launcher) answerOf(ctx context.Context, u User, session map[string]stri
 	if err != nil {
 		return nil, err
 	}
+	name := args[0]
+	if name == "start-server" {
+		// A start's list from its command file (prepareStart): its
+		// errors are new-session's, and are told as such.
+		name = "new-session"
+	}
 	cmd := exec.Command(l.tmux, args...)
 	l.asClient(cmd, cred, u, session)
 	stderr := headBuffer{max: maxClientErrors}
 	cmd.Stderr = &stderr
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
-		return nil, fmt.Errorf("run tmux %s as %s: %w", args[0], u.Name, err)
+		return nil, fmt.Errorf("run tmux %s as %s: %w", name, u.Name, err)
 	}
 	if err := cmd.Start(); err != nil {
-		return nil, l.clientError(ctx, false, u, args[0], err, "")
+		return nil, l.clientError(ctx, false, u, name, err, "")
 	}
 	// kill ends the client and stops the read of its output, which a child
 	// of its own (a wrapper's) may hold open.
@@ -143,7 +149,7 @@ func (l *Launcher) answerOf(ctx context.Context, u User, session map[string]stri
 			err := cmd.Wait()
 			timeout.Stop()
 			if err != nil {
-				l.logf("tmux %s as %s answered, then: %v", args[0], u.Name, l.clientError(context.Background(), timedOut.Load(), u, args[0], err, stderr.String()))
+				l.logf("tmux %s as %s answered, then: %v", name, u.Name, l.clientError(context.Background(), timedOut.Load(), u, name, err, stderr.String()))
 			}
 		}()
 		return line, nil
@@ -155,7 +161,7 @@ func (l *Launcher) answerOf(ctx context.Context, u User, session map[string]stri
 	if err == nil {
 		return line, nil
 	}
-	return nil, l.clientError(ctx, timedOut.Load(), u, args[0], err, stderr.String())
+	return nil, l.clientError(ctx, timedOut.Load(), u, name, err, stderr.String())
 }
 
 // asClient makes cmd a tmux client as u: the environment clientEnv builds

@@ -257,7 +257,9 @@ func TestRendezvousAndTorchrun(t *testing.T) {
 	if _, ok := env["RANK"]; ok {
 		t.Error("RankEnv changed the gang's shared map")
 	}
-	const flags = "torchrun --nnodes=2 --nproc_per_node=4 --rdzv_backend=c10d --rdzv_endpoint=10.0.0.1:29500 --rdzv_id=n1-q3-1 --rdzv_conf=is_host=0 --redirects=1 --tee=1 "
+	// The endpoint is not on the command line, which every user can read
+	// (issue 31): torchrun reads it from PET_RDZV_ENDPOINT.
+	const flags = "torchrun --nnodes=2 --nproc_per_node=4 --rdzv_backend=c10d --rdzv_id=n1-q3-1 --rdzv_conf=is_host=0 --redirects=1 --tee=1 "
 	for _, tc := range []struct {
 		cmd  []string
 		want string
@@ -273,8 +275,14 @@ func TestRendezvousAndTorchrun(t *testing.T) {
 			t.Errorf("torchrun %q = %q\nwant %q", tc.cmd, got, flags+tc.want)
 		}
 	}
+	if got := queue.TorchrunEnv(r1)["PET_RDZV_ENDPOINT"]; got != "10.0.0.1:29500" {
+		t.Errorf("PET_RDZV_ENDPOINT = %q, want 10.0.0.1:29500", got)
+	}
+	if _, ok := r1["PET_RDZV_ENDPOINT"]; ok {
+		t.Error("TorchrunEnv changed the rank's map")
+	}
 	v6 := queue.RankEnv(queue.RendezvousEnv(e, []string{"fd00::1", "fd00::2"}, 1), 0)
-	if got := queue.TorchrunCommand(e, v6, nil)[4]; got != "--rdzv_endpoint=[fd00::1]:1" {
+	if got := queue.TorchrunEnv(v6)["PET_RDZV_ENDPOINT"]; got != "[fd00::1]:1" {
 		t.Errorf("IPv6 endpoint = %q", got)
 	}
 }

@@ -59,6 +59,12 @@ func RankEnv(gang map[string]string, rank int) map[string]string {
 // MASTER_ADDR with what the host name resolves to, which on Debian
 // (127.0.1.1 in /etc/hosts) never matches a node's address, and then no
 // rank hosts the store.
+//
+// The rendezvous endpoint is not among the flags: it travels in the
+// rank's environment (TorchrunEnv), which no other user can read, where a
+// command line is everyone's (ps): another user who read the port there
+// could bind it before torchrun did, and torch's TCPStore has no
+// authentication (issue 31).
 func TorchrunCommand(e QueueEntry, env map[string]string, cmd []string) []string {
 	isHost := "0"
 	if env["NODE_RANK"] == "0" {
@@ -68,12 +74,24 @@ func TorchrunCommand(e QueueEntry, env map[string]string, cmd []string) []string
 		"--nnodes=" + strconv.Itoa(e.Nodes),
 		"--nproc_per_node=" + strconv.Itoa(e.GPUsPerNode),
 		"--rdzv_backend=c10d",
-		"--rdzv_endpoint=" + joinHostPort(env["MASTER_ADDR"], env["MASTER_PORT"]),
 		"--rdzv_id=" + env["DIBS_GANG_ID"],
 		"--rdzv_conf=is_host=" + isHost,
 		"--redirects=1", "--tee=1",
 	}
 	return append(argv, TorchrunProgram(cmd)...)
+}
+
+// TorchrunEnv is a rank's environment for TorchrunCommand: env (not
+// changed) plus PET_RDZV_ENDPOINT, MASTER_ADDR:MASTER_PORT, which every
+// torchrun since torch 1.9 reads for --rdzv_endpoint when the flag is
+// absent (PET_ and the flag's name).
+func TorchrunEnv(env map[string]string) map[string]string {
+	out := make(map[string]string, len(env)+1)
+	for k, v := range env {
+		out[k] = v
+	}
+	out["PET_RDZV_ENDPOINT"] = joinHostPort(env["MASTER_ADDR"], env["MASTER_PORT"])
+	return out
 }
 
 // TorchrunProgram is what follows torchrun's own flags for cmd: cmd

@@ -43,8 +43,10 @@ type parsedTorchrun struct {
 
 // TestTorchrunArgvWithInstalledTorch hands the argv dibs builds to the
 // installed torch's torchrun parser (torch 1.13 on Debian 12 knows only the
-// underscore spellings; dibs once wrote --nproc-per-node, which it refuses)
-// and checks it reads the rendezvous and the program as meant.
+// underscore spellings; dibs once wrote --nproc-per-node, which it refuses),
+// in the environment dibs gives the rank (the endpoint as
+// PET_RDZV_ENDPOINT, off the command line), and checks it reads the
+// rendezvous and the program as meant.
 func TestTorchrunArgvWithInstalledTorch(t *testing.T) {
 	if err := exec.Command("/usr/bin/python3", "-c", "import torch.distributed.run").Run(); err != nil {
 		t.Skipf("no torch for /usr/bin/python3 (apt-get install python3-torch): %v", err)
@@ -67,7 +69,11 @@ func TestTorchrunArgvWithInstalledTorch(t *testing.T) {
 		argvs = append(argvs, queue.TorchrunCommand(e, env, tc.cmd)[1:])
 	}
 	in, _ := json.Marshal(argvs)
-	out, err := exec.Command("/usr/bin/python3", "-c", torchParser, string(in)).Output()
+	parse := exec.Command("/usr/bin/python3", "-c", torchParser, string(in))
+	for k, v := range queue.TorchrunEnv(env) {
+		parse.Env = append(parse.Env, k+"="+v)
+	}
+	out, err := parse.Output()
 	if err != nil {
 		t.Fatalf("torch's parser refused one of %q: %v", argvs, err)
 	}

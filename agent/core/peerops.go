@@ -186,8 +186,7 @@ func (b *Bound) startPart(ctx context.Context, r peer.StartRequest) (peer.StartR
 				return peer.StartReply{}, fmt.Errorf("find a free port for the rendezvous: %w", err)
 			}
 			e.Nodes, e.GPUsPerNode = 1, len(r.GPUs)
-			run.Env = queue.RankEnv(queue.RendezvousEnv(e, []string{"127.0.0.1"}, port), 0)
-			run.Command = launchCommand(e, run.Env, run.Command)
+			run.Env, run.Command = launchRank(e, queue.RankEnv(queue.RendezvousEnv(e, []string{"127.0.0.1"}, port), 0), run.Command)
 		}
 		l, err := s.deps.Node.Grant(ctx, b.c, node.Grant{Claim: claim, Run: run, Entry: e.Key(), Borrowed: r.Borrowed})
 		return peer.StartReply{Lease: l, Host: host}, err
@@ -205,8 +204,7 @@ func (b *Bound) startPart(ctx context.Context, r peer.StartRequest) (peer.StartR
 		return out, nil
 	case peer.PhaseCommit:
 		if run != nil {
-			run.Env = withGlooInterface(r.Env, host)
-			run.Command = launchCommand(e, r.Env, run.Command)
+			run.Env, run.Command = launchRank(e, withGlooInterface(r.Env, host), run.Command)
 		}
 		l, err := s.deps.Node.Commit(ctx, b.c, e.Key(), e.Duration, run)
 		return peer.StartReply{Lease: l, Host: host}, err
@@ -258,20 +256,28 @@ func interfaceOf(host string) string {
 	return ""
 }
 
-// launchCommand is a rank's command under the launcher its job asked
-// for: torchrun, dibs's own one process per GPU, or none.
-func launchCommand(e queue.QueueEntry, env map[string]string, cmd []string) []string {
+// launchRank is a rank's environment and command under the launcher its
+// job asked for: torchrun (its rendezvous endpoint in the environment,
+// never on its command line: queue.TorchrunEnv), dibs's own one process
+// per GPU, or none.
+func launchRank(e queue.QueueEntry, env map[string]string, cmd []string) (map[string]string, []string) {
 	switch {
 	case e.Job.Torchrun:
-		return queue.TorchrunCommand(e, env, cmd)
+		return queue.TorchrunEnv(env), queue.TorchrunCommand(e, env, cmd)
 	case e.Job.PerGPU:
-		return queue.PerGPUCommand(cmd)
+		return env, queue.PerGPUCommand(cmd)
 	}
-	return cmd
+	return env, cmd
 }
 
-// freePort asks the kernel for a port nobody listens on, for torchrun's
-// rendezvous on rank 0.
+// freePort asks the kernel for a port nobody listens on, for the
+// rendezvous on rank 0 (torchrun's, or the env:// store of the job's own
+// rank 0). The port is free only when asked: the job binds it a second or
+// two later, after its imports, and torch 1.13 takes no bound socket. So it
+// goes only into the ranks' environments (queue.TorchrunEnv for torchrun;
+// launch passes a session's variables in a file only its user can read),
+// never on a command line other users can read, where one of them could
+// read it and bind it first (issue 31); docs/security.md says what remains.
 func freePort(host string) (int, error) {
 	l, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
 	if err != nil {
