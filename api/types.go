@@ -329,8 +329,16 @@ type QueuedEntry struct {
 	// EstStart is when it should start given current leases' ends; absent
 	// when unknown.
 	EstStart time.Time `json:"est_start,omitzero"`
-	Waiting  string    `json:"waiting,omitempty"`
-	Running  bool      `json:"running,omitempty"`
+	// Waiting is Reason's words.
+	Waiting string `json:"waiting,omitempty"`
+	// Reason is why it waits, as a code clients can act on and words: the
+	// cause on the node where it would start soonest. Absent when it
+	// starts now or runs.
+	Reason *queue.Reason `json:"reason,omitempty"`
+	// NodeReasons are why it does not start on each node now (a whole-GPU
+	// request's; `dibs queue -v` lists them).
+	NodeReasons []queue.Reason `json:"node_reasons,omitempty"`
+	Running     bool           `json:"running,omitempty"`
 	Restarts int       `json:"restarts,omitempty"`
 	// RetryAt is when a requeued run tries again: restarts are spaced, so
 	// it waits until then (Waiting says why).

@@ -185,6 +185,10 @@ type SchedConfig struct {
 	// travels in its origin's gossip, so the cap bounds what one person
 	// adds to it. A task of a job array would count as one entry.
 	MaxQueuedPerUser int
+	// Explain makes a pass give every waiting entry every node's reason
+	// (Ranked.Nodes), for `dibs queue` to show; the scheduler's own
+	// passes leave it off (it costs a look at every node per entry).
+	Explain bool
 }
 
 // Borrows reports whether n more GPUs take user beyond their nominal quota,

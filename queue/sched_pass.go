@@ -31,6 +31,11 @@ type sgpu struct {
 	// late: freeAt is a guess for a lease past its end (or past its
 	// preemption grace), which may in fact linger.
 	late bool
+	// by says what holds it until freeAt: hold is the lease, who the
+	// entry of this pass ahead of the one asking (waitreason.go).
+	by   cause
+	hold *lease.Lease
+	who  string
 }
 
 // snode is one node during a pass. GPU bit i is gpus[i]; gpus are sorted by
@@ -135,6 +140,9 @@ type scheduler struct {
 	headAt int64
 
 	picks []pick // scratch
+
+	// ranks are the entries' ranks by id, for the reasons entries wait.
+	ranks map[string]rankKey
 }
 
 func newScheduler(nodes []lease.SchedNode, now time.Time, cfg SchedConfig) *scheduler {
@@ -210,6 +218,7 @@ func (s *scheduler) addNode(sn *snode, n *lease.SchedNode, topos map[string]int,
 			g := &sn.gpus[b]
 			if held&(1<<b) == 0 || end > g.freeAt {
 				g.freeAt, g.late = end, late
+				g.by, g.hold = causeLease, l
 			}
 			held |= 1 << b
 		}
@@ -225,12 +234,13 @@ func (s *scheduler) addNode(sn *snode, n *lease.SchedNode, topos map[string]int,
 			// Its booking has begun: held until the booking ends.
 			sn.usable |= 1 << b
 			sg.freeAt = max(sg.freeAt, sn.books[b][0].end)
+			sg.by = causeBooking
 		case held&(1<<b) != 0:
 			sn.usable |= 1 << b
 		case len(g.Processes) > 0:
 			// Used outside dibs: nobody can say when it comes free.
 			sn.usable |= 1 << b
-			sg.freeAt = never
+			sg.freeAt, sg.by = never, causeSquat
 		default:
 			sn.usable |= 1 << b
 			sn.avail |= 1 << b

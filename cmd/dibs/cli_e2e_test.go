@@ -24,6 +24,7 @@ import (
 	"github.com/dibs-gpu/dibs/agent/agenttest"
 	"github.com/dibs-gpu/dibs/api"
 	"github.com/dibs-gpu/dibs/lease"
+	"github.com/dibs-gpu/dibs/queue"
 )
 
 // The CLI as a SLURM user expects it: -g/--gpus is a count (srun --gpus),
@@ -163,8 +164,21 @@ func TestCLIQueueJSONMatchesTable(t *testing.T) {
 	if err := json.Unmarshal([]byte(js), &q); err != nil || len(q.Entries) != 2 {
 		t.Fatalf("queue --json: %v\n%s", err, js)
 	}
-	if !strings.Contains(table, "next to start: 1 GPU on one node, at most 0 free together") {
-		t.Errorf("queue does not say why the first waits, in the singular:\n%s", table)
+	// Why each waits, named: the first for the lease on the GPU, the
+	// second for the first; the words whole into a pipe (never cut with
+	// ~), the codes in the JSON, every node's reason with -v.
+	if !regexp.MustCompile(`next to start: GPU 0 of \S+ is held by root's lease \S+ for 1h more\n`).MatchString(table) ||
+		!regexp.MustCompile(`GPU 0 of \S+ goes first to \S+-q1, submitted before it at the same priority\n`).MatchString(table) || strings.Contains(table, "~") {
+		t.Errorf("queue does not say why each waits, whole:\n%s", table)
+	}
+	if r := q.Entries[0].Reason; r == nil || r.Code != queue.WaitHeld || len(q.Entries[0].NodeReasons) != 1 {
+		t.Errorf("queue --json: the first's reason %+v, node reasons %+v; want held, one node's", r, q.Entries[0].NodeReasons)
+	}
+	if r := q.Entries[1].Reason; r == nil || r.Code != queue.WaitOrder {
+		t.Errorf("queue --json: the second's reason %+v, want order", r)
+	}
+	if v, _, _ := dibs(t, p.socket, nil, "queue", "-v"); !regexp.MustCompile(`(?m)^      \S+ order: GPU 0 of`).MatchString(v) {
+		t.Errorf("queue -v lists no node's reason:\n%s", v)
 	}
 	for _, e := range q.Entries {
 		m := regexp.MustCompile(`(?m)^(\S+)\s+` + regexp.QuoteMeta(e.ID) + `\s+root\s+1\s+4h\s+(\S+)\s`).FindStringSubmatch(table)

@@ -1,0 +1,292 @@
+package queue
+
+import (
+	"fmt"
+	"math/bits"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/dibs-gpu/dibs/internal/termsafe"
+	"github.com/dibs-gpu/dibs/lease"
+)
+
+// WaitCode names why a queued entry waits, for clients to act on: the
+// words beside it (Reason.Words) are for people and may change.
+type WaitCode string
+
+// Why entries wait. The scheduler gives one per entry (the cause on the
+// node where it would start soonest) and, when asked (SchedConfig.Explain),
+// one per node.
+const (
+	// WaitStarting: its start is under way.
+	WaitStarting WaitCode = "starting"
+	// WaitFits: on this node it would start now (a node's reason only: a
+	// gang waits for its other nodes).
+	WaitFits WaitCode = "fits"
+	// WaitHeld: the GPUs it needs are held by leases until their end.
+	WaitHeld WaitCode = "held"
+	// WaitSquat: a GPU it needs is in use outside dibs (a process with no
+	// lease): nobody can say when it comes free.
+	WaitSquat WaitCode = "squat"
+	// WaitBooking: a booking holds a GPU it needs, or begins before its
+	// time limit would end.
+	WaitBooking WaitCode = "booking"
+	// WaitFairShare: the GPUs go first to an entry ranked higher (fair
+	// share and age).
+	WaitFairShare WaitCode = "fairshare"
+	// WaitOrder: the GPUs go first to an entry of the same rank submitted
+	// earlier.
+	WaitOrder WaitCode = "order"
+	// WaitQuota: it would take its user (or group) beyond quota, so the
+	// entries within quota go first.
+	WaitQuota WaitCode = "quota"
+	// WaitReclaim: leases are being reclaimed for it.
+	WaitReclaim WaitCode = "reclaim"
+	// WaitPool: a pool it asked for, or a pool's limits, keep it off.
+	WaitPool WaitCode = "pool"
+	// WaitMIG: no MIG instance it asks for there (none, or none free).
+	WaitMIG WaitCode = "mig"
+	// WaitBudget: no GPU there has the memory its budget asks for free.
+	WaitBudget WaitCode = "budget"
+	// WaitShape: there are not enough working GPUs (of its model) there,
+	// or not enough nodes, for what it asks even when all are free.
+	WaitShape WaitCode = "shape"
+	// WaitDown: the node is down.
+	WaitDown WaitCode = "down"
+	// WaitNodes: its --node, --nodelist or --exclude keep it off.
+	WaitNodes WaitCode = "nodes"
+	// WaitDependency: it waits for other runs (--after).
+	WaitDependency WaitCode = "dependency"
+	// WaitRetry: a requeued run waits out its pause before it retries.
+	WaitRetry WaitCode = "retry"
+	// WaitOrigin: its origin, which keeps it, is down.
+	WaitOrigin WaitCode = "origin"
+)
+
+// Reason is why an entry waits, as state: a code, the node it is about
+// (empty when it is about no one node) and words for people.
+type Reason struct {
+	Code  WaitCode `json:"code"`
+	Node  string   `json:"node,omitempty"`
+	Words string   `json:"words"`
+}
+
+// cause is what holds a GPU in a pass, for the reason an entry waits.
+type cause uint8
+
+const (
+	causeNone    cause = iota // free, or not known
+	causeLease                // a lease (hold)
+	causeSquat                // processes with no lease
+	causeBooking              // a booking that has begun
+	causeAhead                // an entry ahead of it in this pass (who)
+)
+
+// wait sets the entry's reason and its words.
+func (r *Ranked) wait(code WaitCode, node, words string) {
+	r.Reason = Reason{Code: code, Node: node, Words: words}
+	r.Waiting = words
+}
+
+// gpuCause records why GPU bit b of sn is taken from now until at.
+func (sn *snode) gpuCause(b int, c cause, hold *lease.Lease, who string) {
+	g := &sn.gpus[b]
+	g.by, g.hold, g.who = c, hold, who
+}
+
+// nodeReason says why entry e (whole GPUs, e.GPUsPerNode of them) does not
+// start on node i now: what keeps it off, or the GPU it would wait for
+// last there and what holds it.
+func (s *scheduler) nodeReason(i int, e *QueueEntry, mm []uint64, mine rankKey) Reason {
+	sn := &s.nodes[i]
+	r := Reason{Node: sn.name}
+	if c, w := s.offNode(sn, e); c != "" {
+		r.Code, r.Words = c, w
+		return r
+	}
+	g := e.GPUsPerNode
+	el := s.eligible(i, e, mm)
+	if n := bits.OnesCount64(el); n < g {
+		r.Code = WaitShape
+		of := ""
+		if e.Model != "" {
+			of = fmt.Sprintf(" matching %q", e.Model)
+		}
+		r.Words = fmt.Sprintf("%s has %d working %s%s (split into MIG instances or with errors do not count), it asks for %d", sn.name, n, lease.GPUWord(n), of, g)
+		return r
+	}
+	type slot struct {
+		at     int64
+		b      int
+		booked bool
+	}
+	slots := make([]slot, 0, bits.OnesCount64(el))
+	for m := el; m != 0; m &= m - 1 {
+		b := bits.TrailingZeros64(m)
+		at := sn.gpus[b].freeAt
+		x := slot{at: at, b: b}
+		if sn.books != nil {
+			x.at = sn.fit(b, at, int64(e.Duration))
+			x.booked = x.at != at
+		}
+		slots = append(slots, x)
+	}
+	slices.SortStableFunc(slots, func(a, b slot) int {
+		switch {
+		case a.at < b.at:
+			return -1
+		case a.at > b.at:
+			return 1
+		}
+		return 0
+	})
+	last := slots[g-1]
+	if last.at == 0 && !last.booked {
+		// Free now: the head keeps it when the entry runs past its shadow.
+		for _, x := range slots[:g] {
+			if sn.protect&(1<<x.b) != 0 && s.head != nil && s.head != e {
+				return s.aheadReason(sn, x.b, s.head.ID, mine)
+			}
+		}
+		r.Code, r.Words = WaitFits, fmt.Sprintf("%s has %s free for it now", sn.name, lease.GPUCount(g))
+		return r
+	}
+	gp := &sn.gpus[last.b]
+	switch {
+	case last.booked:
+		r.Code = WaitBooking
+		r.Words = fmt.Sprintf("GPU %d of %s is booked before its %s would end", gp.index, sn.name, lease.FormatDuration(e.Duration))
+		if e.Duration <= 0 {
+			r.Words = fmt.Sprintf("GPU %d of %s is booked, and it asks for no time limit", gp.index, sn.name)
+		}
+	case gp.by == causeSquat:
+		r.Code = WaitSquat
+		r.Words = fmt.Sprintf("GPU %d of %s is in use outside dibs (a process with no lease): nobody can say when it comes free", gp.index, sn.name)
+	case gp.by == causeBooking:
+		r.Code = WaitBooking
+		r.Words = fmt.Sprintf("GPU %d of %s is in a booking that has begun", gp.index, sn.name)
+	case gp.by == causeAhead:
+		return s.aheadReason(sn, last.b, gp.who, mine)
+	case gp.by == causeLease && gp.hold != nil:
+		r.Code = WaitHeld
+		l := gp.hold
+		switch {
+		case gp.freeAt == never:
+			r.Words = fmt.Sprintf("GPU %d of %s is held by %s's lease %s, with no end", gp.index, sn.name, termsafe.String(l.User), l.ID)
+		case gp.late:
+			r.Words = fmt.Sprintf("GPU %d of %s is held by %s's lease %s, past its end", gp.index, sn.name, termsafe.String(l.User), l.ID)
+		default:
+			r.Words = fmt.Sprintf("GPU %d of %s is held by %s's lease %s for %s more", gp.index, sn.name, termsafe.String(l.User), l.ID, lease.FormatDuration(roundUpMinute(gp.freeAt)))
+		}
+	default:
+		r.Code = WaitHeld
+		r.Words = fmt.Sprintf("GPU %d of %s is held", gp.index, sn.name)
+	}
+	return r
+}
+
+// aheadReason says that GPU bit b of sn goes first to entry who, which is
+// ranked ahead of the waiting one (mine): by quota, fair share or order.
+func (s *scheduler) aheadReason(sn *snode, b int, who string, mine rankKey) Reason {
+	r := Reason{Node: sn.name}
+	idx := sn.gpus[b].index
+	them, ok := s.ranks[who]
+	switch {
+	case ok && mine.borrow && !them.borrow:
+		r.Code = WaitQuota
+		r.Words = fmt.Sprintf("it would borrow beyond its quota, so %s (within quota) gets GPU %d of %s first", who, idx, sn.name)
+	case ok && them.prio > mine.prio+0.5:
+		r.Code = WaitFairShare
+		r.Words = fmt.Sprintf("GPU %d of %s goes first to %s, ranked higher by fair share and age (priority %.0f, this %.0f)", idx, sn.name, who, them.prio, mine.prio)
+	default:
+		r.Code = WaitOrder
+		r.Words = fmt.Sprintf("GPU %d of %s goes first to %s, submitted before it at the same priority", idx, sn.name, who)
+	}
+	return r
+}
+
+// offNode says what keeps the entry off node sn for good (its pins, pools,
+// the node being down); "" when nothing does.
+func (s *scheduler) offNode(sn *snode, e *QueueEntry) (WaitCode, string) {
+	switch {
+	case !sn.alive:
+		return WaitDown, sn.name + " is down"
+	case e.Node != "" && e.Node != sn.name:
+		return WaitNodes, fmt.Sprintf("it is pinned to %s", e.Node)
+	case len(e.Tags) > 0 && !lease.HasTags(sn.tags, e.Tags):
+		return WaitPool, fmt.Sprintf("%s is not in pool %s", sn.name, termsafe.String(strings.Join(e.Tags, "+")))
+	case !s.allows(sn, e):
+		w := s.poolWhy(sn, e)
+		if w == "" {
+			w = "its pool limits"
+		}
+		return WaitPool, fmt.Sprintf("%s is kept from it: %s", sn.name, w)
+	}
+	return "", ""
+}
+
+// explainWhole gives a waiting whole-GPU entry its reason: the one of the
+// node it would start on soonest (the last of a gang's nodes to be ready),
+// or, with no estimate, of the first node it could ever use; with
+// cfg.Explain, every node's. picks are the estimate's.
+func (s *scheduler) explainWhole(e *QueueEntry, mm []uint64, r *Ranked, picks []pick, prefix string) {
+	mine := s.ranks[e.ID]
+	node := -1
+	var at int64 = -1
+	for _, p := range picks {
+		if p.at > at {
+			node, at = p.node, p.at
+		}
+	}
+	var main Reason
+	if node >= 0 {
+		main = s.nodeReason(node, e, mm, mine)
+	}
+	if s.cfg.Explain || node < 0 {
+		r.Nodes = make([]Reason, 0, len(s.nodes))
+		for i := range s.nodes {
+			nr := s.nodeReason(i, e, mm, mine)
+			r.Nodes = append(r.Nodes, nr)
+			if node < 0 && (main.Code == "" || rankOff(main.Code) > rankOff(nr.Code)) {
+				main = nr
+			}
+		}
+		if !s.cfg.Explain {
+			r.Nodes = nil
+		}
+	}
+	if main.Code == WaitFits && e.Nodes > 1 {
+		main.Code, main.Words = WaitShape, fmt.Sprintf("it needs %d nodes with %s free together", e.Nodes, lease.GPUCount(e.GPUsPerNode))
+	}
+	if main.Code == "" {
+		main = Reason{Code: WaitShape, Words: "no node can take it"}
+	}
+	r.wait(main.Code, main.Node, prefix+main.Words)
+}
+
+// rankOff orders node reasons by how near they are to a start, for the
+// node whose reason stands for an entry with no estimate: what waits for
+// GPUs before what can never use a node.
+func rankOff(c WaitCode) int {
+	switch c {
+	case WaitFits, WaitHeld, WaitFairShare, WaitOrder, WaitQuota:
+		return 0
+	case WaitSquat, WaitBooking:
+		return 1
+	case WaitShape, WaitMIG, WaitBudget:
+		return 2
+	case WaitPool:
+		return 3
+	case WaitNodes:
+		return 4
+	}
+	return 5
+}
+
+// roundUpMinute is d (nanoseconds) rounded up to the minute, as a
+// duration: "for 50m more", never "for 0s more".
+func roundUpMinute(d int64) time.Duration {
+	m := int64(time.Minute)
+	return time.Duration((d + m - 1) / m * m)
+}
