@@ -339,7 +339,7 @@ type QueuedEntry struct {
 	// request's; `dibs queue -v` lists them).
 	NodeReasons []queue.Reason `json:"node_reasons,omitempty"`
 	Running     bool           `json:"running,omitempty"`
-	Restarts int       `json:"restarts,omitempty"`
+	Restarts    int            `json:"restarts,omitempty"`
 	// RetryAt is when a requeued run tries again: restarts are spaced, so
 	// it waits until then (Waiting says why).
 	RetryAt time.Time `json:"retry_at,omitzero"`
