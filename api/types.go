@@ -110,6 +110,10 @@ type ClaimRequest struct {
 	// agent answers when they fit there, before looking elsewhere: a
 	// claim meant for the shell it is typed in (`eval "$(dibs claim)"`).
 	PreferHere bool `json:"prefer_here,omitempty"`
+	// NodeChoice is --nodelist and --exclude (JSON nodelist, exclude):
+	// the nodes it may run on, and those it must not. Node is a nodelist
+	// of one; the two are not given together.
+	lease.NodeChoice
 }
 
 // RunSpec is the session to start under a new lease: the one run spec

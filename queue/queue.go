@@ -30,7 +30,13 @@ type QueueEntry struct {
 	Nodes       int `json:"nodes"`
 	GPUsPerNode int `json:"gpus_per_node"`
 	// Node pins a single-node request to one node; empty means anywhere.
-	Node     string        `json:"node,omitempty"`
+	Node string `json:"node,omitempty"`
+	// NodeChoice is its --nodelist and --exclude (JSON nodelist, exclude):
+	// the nodes it may run on and those it must not (MayRunOn). An entry
+	// with one is submitted only once every live node speaks the protocol
+	// that brought it (agent/peer.NodeLists): an older scheduler would
+	// ignore it. A nodelist of one on a single-node entry is its Node.
+	lease.NodeChoice
 	Duration time.Duration `json:"duration"`
 	Kind     lease.Kind    `json:"kind"`
 	Note     string        `json:"note,omitempty"`
@@ -108,7 +114,19 @@ func (e *QueueEntry) EachString(f func(field string, p *string)) {
 	for i := range e.Tags {
 		f("tag", &e.Tags[i])
 	}
+	for i := range e.Only {
+		f("nodelist", &e.Only[i])
+	}
+	for i := range e.Exclude {
+		f("exclude", &e.Exclude[i])
+	}
 	e.Job.EachString(f)
+}
+
+// MayRunOn reports whether the entry may run on node: its Node pin and
+// its NodeChoice.
+func (e *QueueEntry) MayRunOn(node string) bool {
+	return (e.Node == "" || e.Node == node) && e.NodeChoice.Allows(node)
 }
 
 // CheckText refuses an entry holding text no correct agent accepts: a

@@ -98,7 +98,7 @@ func (s *scheduler) visitMIG(e *QueueEntry, r *Ranked, plan *Plan) {
 	up, kept := false, false
 	for i := range s.nodes {
 		sn := &s.nodes[i]
-		if !sn.alive || e.Node != "" && e.Node != sn.name || bestN >= 0 && sn.name != e.Origin {
+		if !sn.alive || !e.MayRunOn(sn.name) || bestN >= 0 && sn.name != e.Origin {
 			continue
 		}
 		if !sn.hasMIG(e) {
@@ -171,7 +171,7 @@ func (s *scheduler) estimateMIG(e *QueueEntry) int64 {
 	best := never
 	for i := range s.nodes {
 		sn := &s.nodes[i]
-		if !sn.alive || e.Node != "" && e.Node != sn.name || !s.allows(sn, e) {
+		if !sn.alive || !e.MayRunOn(sn.name) || !s.allows(sn, e) {
 			continue
 		}
 		if sn.migUses == nil {
@@ -217,7 +217,7 @@ func (s *scheduler) reclaimMIG(e *QueueEntry, plan *Plan) string {
 	bestN, bestRank, bestIdle := -1, 0, int64(0)
 	for i := range s.nodes {
 		sn := &s.nodes[i]
-		if !sn.alive || e.Node != "" && e.Node != sn.name || !s.allows(sn, e) {
+		if !sn.alive || !e.MayRunOn(sn.name) || !s.allows(sn, e) {
 			continue
 		}
 		if sn.migUses == nil {

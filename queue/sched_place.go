@@ -167,7 +167,7 @@ func (s *scheduler) modelMask(model string) []uint64 {
 // eligible is the set of the node's working GPUs the entry may ever use.
 func (s *scheduler) eligible(i int, e *QueueEntry, mm []uint64) uint64 {
 	sn := &s.nodes[i]
-	if !sn.alive || e.Node != "" && e.Node != sn.name || !s.allows(sn, e) {
+	if !sn.alive || !e.MayRunOn(sn.name) || !s.allows(sn, e) {
 		return 0
 	}
 	if mm != nil {

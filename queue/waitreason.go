@@ -214,6 +214,8 @@ func (s *scheduler) offNode(sn *snode, e *QueueEntry) (WaitCode, string) {
 		return WaitDown, sn.name + " is down"
 	case e.Node != "" && e.Node != sn.name:
 		return WaitNodes, fmt.Sprintf("it is pinned to %s", e.Node)
+	case !e.NodeChoice.Allows(sn.name):
+		return WaitNodes, fmt.Sprintf("its --nodelist/--exclude keep it off %s (%s)", sn.name, e.NodeChoice)
 	case len(e.Tags) > 0 && !lease.HasTags(sn.tags, e.Tags):
 		return WaitPool, fmt.Sprintf("%s is not in pool %s", sn.name, termsafe.String(strings.Join(e.Tags, "+")))
 	case !s.allows(sn, e):

@@ -52,6 +52,11 @@ func (b *Bound) Submit(ctx context.Context, req api.SubmitRequest) (api.Submitte
 			return api.Submitted{}, err
 		}
 	}
+	if !e.NodeChoice.IsZero() {
+		if err := peer.Require(v, peer.NodeLists); err != nil {
+			return api.Submitted{}, err
+		}
+	}
 	if e.Node != "" {
 		if err := lease.ValidNodeName(e.Node); err != nil {
 			return api.Submitted{}, lease.Invalidf("%v", err)
