@@ -177,6 +177,10 @@ func sbatchJob(rec api.RunRecord) (slurm.Job, error) {
 		if e.Array != nil {
 			j.Array = e.Array.String()
 		}
+		j.Nodelist, j.Exclude = e.Only, e.Exclude
+		if e.Node != "" {
+			j.Nodelist = []string{e.Node}
+		}
 		for _, d := range e.After {
 			j.After = append(j.After, d.String())
 		}

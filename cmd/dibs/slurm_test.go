@@ -123,14 +123,15 @@ func TestExportRunsUnderRealSLURM(t *testing.T) {
 
 	// A queued run: both GPUs are held, so it waits, and dibs still has
 	// its command to export. It asks for the node's pool, which becomes
-	// the partition export slurm writes for it.
+	// the partition export slurm writes for it, and for the node by name,
+	// which becomes --nodelist.
 	ctx := context.Background()
 	me := a.For(os.Getuid())
 	if _, err := me.Claim(ctx, api.ClaimRequest{Count: 2, Duration: "1h"}); err != nil {
 		t.Fatal(err)
 	}
 	out := filepath.Join(dir, "job", "cuda.txt")
-	sub, err := me.Submit(ctx, api.SubmitRequest{Claim: api.ClaimRequest{Count: 2, Duration: "10m", Kind: "batch", Tags: []string{"train"},
+	sub, err := me.Submit(ctx, api.SubmitRequest{Claim: api.ClaimRequest{Count: 2, Duration: "10m", Kind: "batch", Tags: []string{"train"}, Node: host,
 		Run: &api.RunSpec{Command: []string{"sh", "-c", "echo CUDA_VISIBLE_DEVICES=$CUDA_VISIBLE_DEVICES partition=$SLURM_JOB_PARTITION > " + out}}}})
 	if err != nil {
 		t.Fatal(err)
@@ -141,7 +142,7 @@ func TestExportRunsUnderRealSLURM(t *testing.T) {
 		t.Fatalf("dibs export slurm: exit %d\n%s%s", code, o, e)
 	}
 	script, e, code := dibs(t, sock, nil, "export", "sbatch", sub.ID)
-	if code != 0 || !strings.Contains(script, "#SBATCH --gpus-per-node=2") || !strings.Contains(script, "#SBATCH --partition=train\n") {
+	if code != 0 || !strings.Contains(script, "#SBATCH --gpus-per-node=2") || !strings.Contains(script, "#SBATCH --partition=train\n") || !strings.Contains(script, "#SBATCH --nodelist="+host+"\n") {
 		t.Fatalf("dibs export sbatch %s: exit %d\n%s%s", sub.ID, code, script, e)
 	}
 	scriptPath := filepath.Join(dir, "job", "run.sbatch")

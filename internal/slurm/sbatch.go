@@ -40,7 +40,12 @@ type Job struct {
 	// is a partition of `dibs export slurm` (PartitionOf). One becomes
 	// --partition; a job names one partition, so several are a comment.
 	Pools []string
-	Time  time.Duration
+	// Nodelist and Exclude are where it may run (its --node, --nodelist
+	// and --exclude). SLURM's --exclude is dibs's; SLURM's --nodelist names
+	// nodes a job must include, so it is written only when it names as
+	// many nodes as the job takes (the same in both), else as a comment.
+	Nodelist, Exclude []string
+	Time              time.Duration
 	Kind  lease.Kind
 	// Command is nil when dibs did not keep it (a bare claim, a run its
 	// node no longer keeps, another person's run): the script then stops
@@ -140,6 +145,16 @@ func Sbatch(j Job) (string, error) {
 	}
 	if len(left) > 0 {
 		w("# It was kept to pools whose names SLURM cannot take as partitions (%s): `dibs export slurm` left them out.", oneLine(strings.Join(left, ", ")))
+	}
+	switch {
+	case len(j.Nodelist) == j.Nodes:
+		w("#SBATCH --nodelist=%s", sbatchValue(strings.Join(j.Nodelist, ",")))
+	case len(j.Nodelist) > 0:
+		w("# dibs let it run on any %d of %s; SLURM's --nodelist names nodes a job must include: keep %d of them.", j.Nodes, oneLine(strings.Join(j.Nodelist, ",")), j.Nodes)
+		w("##SBATCH --nodelist=%s", sbatchValue(strings.Join(j.Nodelist, ",")))
+	}
+	if len(j.Exclude) > 0 {
+		w("#SBATCH --exclude=%s", sbatchValue(strings.Join(j.Exclude, ",")))
 	}
 	if j.Time > 0 {
 		w("#SBATCH --time=%s", Time(j.Time))

@@ -234,6 +234,10 @@ func TestSbatchGolden(t *testing.T) {
 			Pools: []string{"l40s"}, Command: []string{"python", "train.py"}}},
 		{"pools-many", Job{ID: "nb-q5", State: "queued", User: "bo", Nodes: 1, GPUsPerNode: 1, Time: time.Hour,
 			Pools: []string{"l40s", "fast", "bad name"}, Command: []string{"python", "train.py"}}},
+		{"nodes", Job{ID: "na-q6", State: "queued", User: "bo", Nodes: 2, GPUsPerNode: 1, Time: time.Hour,
+			Nodelist: []string{"na", "nb", "nc"}, Exclude: []string{"nd"}, Command: []string{"python", "train.py"}}},
+		{"node", Job{ID: "na-q7", State: "queued", User: "bo", Nodes: 1, GPUsPerNode: 1, Time: time.Hour,
+			Nodelist: []string{"nc"}, Command: []string{"python", "train.py"}}},
 		{"budget", Job{ID: "nc-7", State: "running", User: "cy", Nodes: 1, GPUsPerNode: 1, Time: 2 * time.Hour,
 			MemMiB: 10 * 1024, Pools: []string{"a100"}, Command: []string{"jupyter", "lab"}}},
 	}
