@@ -47,8 +47,9 @@ type snode struct {
 	alive bool
 	gpus  []sgpu
 	// usable: no error (on an alive node); avail: free now and not taken
-	// by a start of this pass; protect: free GPUs kept for the head.
-	usable, avail, protect uint64
+	// by a start of this pass; protect: free GPUs kept for the head;
+	// shadow: every GPU the head is estimated to start on.
+	usable, avail, protect, shadow uint64
 	// leases are the node's live leases (expired reservations dropped).
 	leases []*lease.Lease
 	// topo names the node's topology: nodes with the same topo place alike.

@@ -64,6 +64,7 @@ func (s *scheduler) visit(e *QueueEntry, r *Ranked, plan *Plan) {
 			for _, p := range picks {
 				sn := &s.nodes[p.node]
 				sn.protect |= p.mask & sn.avail
+				sn.shadow |= p.mask
 			}
 		}
 		if r.Waiting == "" {
@@ -77,8 +78,12 @@ func (s *scheduler) visit(e *QueueEntry, r *Ranked, plan *Plan) {
 		s.setEst(r, at)
 		return
 	}
+	on, why := s.reclaimOverdue(e, mm, plan)
 	at, picks := s.estimate(e, mm, false)
 	s.explainWhole(e, mm, r, picks, "")
+	if why != "" {
+		r.wait(WaitReclaim, on, why)
+	}
 	s.book(e, at, picks)
 	s.setEst(r, at)
 }
