@@ -46,7 +46,7 @@ type Job struct {
 	// many nodes as the job takes (the same in both), else as a comment.
 	Nodelist, Exclude []string
 	Time              time.Duration
-	Kind  lease.Kind
+	Kind              lease.Kind
 	// Command is nil when dibs did not keep it (a bare claim, a run its
 	// node no longer keeps, another person's run): the script then stops
 	// with a line saying where to put it.
