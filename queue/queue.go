@@ -126,7 +126,10 @@ func (e *QueueEntry) EachString(f func(field string, p *string)) {
 // MayRunOn reports whether the entry may run on node: its Node pin and
 // its NodeChoice.
 func (e *QueueEntry) MayRunOn(node string) bool {
-	return (e.Node == "" || e.Node == node) && e.NodeChoice.Allows(node)
+	if e.Node != "" && e.Node != node {
+		return false
+	}
+	return len(e.Only) == 0 && len(e.Exclude) == 0 || e.NodeChoice.Allows(node)
 }
 
 // CheckText refuses an entry holding text no correct agent accepts: a
@@ -207,6 +210,10 @@ type SchedConfig struct {
 	// (Ranked.Nodes), for `dibs queue` to show; the scheduler's own
 	// passes leave it off (it costs a look at every node per entry).
 	Explain bool
+	// Terse makes a pass give a whole-GPU entry's reason as its code and
+	// node alone, without words: the scheduler's own passes show no one
+	// their reasons, and the words are most of a reason's cost.
+	Terse bool
 }
 
 // Borrows reports whether n more GPUs take user beyond their nominal quota,

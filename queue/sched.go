@@ -145,15 +145,12 @@ func Schedule(entries []QueueEntry, nodes []lease.SchedNode, usage Usage, now ti
 	cfg = cfg.WithDefaults()
 	s := newScheduler(nodes, now, cfg)
 	order := s.rank(entries, usage)
-	s.ranks = make(map[string]rankKey, len(order))
-	for _, k := range order {
-		s.ranks[entries[k.idx].ID] = k
-	}
 	plan := Plan{Order: make([]Ranked, len(order))}
 	for i, k := range order {
 		e := &entries[k.idx]
 		r := &plan.Order[i]
 		r.Entry, r.Priority, r.Position = *e, k.prio, i+1
+		s.cur = k
 		s.visit(e, r, &plan)
 	}
 	return plan

@@ -48,7 +48,7 @@ func (s *scheduler) visit(e *QueueEntry, r *Ranked, plan *Plan) {
 		}
 	}
 	if s.head == nil {
-		s.head = e
+		s.head, s.headRank = e, s.cur
 		// Reclaim only what could serve it sooner than GPUs whose leases
 		// end within the grace anyway.
 		if soon, _ := s.estimate(e, mm, true); soon > int64(s.cfg.PreemptGrace) {
@@ -284,7 +284,7 @@ func (s *scheduler) commit(e *QueueEntry, picks []pick) Start {
 		for m := p.place.mask; m != 0; m &= m - 1 {
 			g := &sn.gpus[bits.TrailingZeros64(m)]
 			g.freeAt, g.late = end, false
-			g.by, g.who = causeAhead, e.ID
+			g.by, g.who, g.whoRank = causeAhead, e.ID, s.cur
 		}
 		s.totalAvail -= bits.OnesCount64(p.place.mask)
 	}
@@ -386,7 +386,7 @@ func (s *scheduler) book(e *QueueEntry, at int64, picks []pick) {
 		for m := p.mask; m != 0; m &= m - 1 {
 			g := &sn.gpus[bits.TrailingZeros64(m)]
 			g.freeAt, g.late = end, false
-			g.by, g.who = causeAhead, e.ID
+			g.by, g.who, g.whoRank = causeAhead, e.ID, s.cur
 		}
 	}
 }

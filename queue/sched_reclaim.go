@@ -284,6 +284,9 @@ func (s *scheduler) reclaimOverdue(e *QueueEntry, mm []uint64, plan *Plan) (stri
 	fitsShadow := s.head != nil && e.Duration > 0 && int64(e.Duration) <= s.headAt
 	for i := range s.nodes {
 		sn := &s.nodes[i]
+		if sn.overdue == 0 {
+			continue
+		}
 		el := s.eligible(i, e, mm) &^ sn.bookedWithin(e.Duration)
 		if bits.OnesCount64(el) < g {
 			continue

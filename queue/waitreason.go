@@ -3,7 +3,6 @@ package queue
 import (
 	"fmt"
 	"math/bits"
-	"slices"
 	"strings"
 	"time"
 
@@ -98,10 +97,19 @@ func (sn *snode) gpuCause(b int, c cause, hold *lease.Lease, who string) {
 // nodeReason says why entry e (whole GPUs, e.GPUsPerNode of them) does not
 // start on node i now: what keeps it off, or the GPU it would wait for
 // last there and what holds it.
-func (s *scheduler) nodeReason(i int, e *QueueEntry, mm []uint64, mine rankKey) Reason {
+//
+// Without words only the code is found (a pass that has to pick one node
+// of many asks each for its code, then one for the words: the words are
+// most of the cost, and the scheduler's own passes run often).
+func (s *scheduler) nodeReason(i int, e *QueueEntry, mm []uint64, mine rankKey, words bool) Reason {
 	sn := &s.nodes[i]
 	r := Reason{Node: sn.name}
-	if c, w := s.offNode(sn, e); c != "" {
+	if !words {
+		if c := s.offCode(sn, e); c != "" {
+			r.Code = c
+			return r
+		}
+	} else if c, w := s.offNode(sn, e); c != "" {
 		r.Code, r.Words = c, w
 		return r
 	}
@@ -109,6 +117,9 @@ func (s *scheduler) nodeReason(i int, e *QueueEntry, mm []uint64, mine rankKey) 
 	el := s.eligible(i, e, mm)
 	if n := bits.OnesCount64(el); n < g {
 		r.Code = WaitShape
+		if !words {
+			return r
+		}
 		of := ""
 		if e.Model != "" {
 			of = fmt.Sprintf(" matching %q", e.Model)
@@ -121,7 +132,8 @@ func (s *scheduler) nodeReason(i int, e *QueueEntry, mm []uint64, mine rankKey) 
 		b      int
 		booked bool
 	}
-	slots := make([]slot, 0, bits.OnesCount64(el))
+	var buf [maxNodeGPUs]slot
+	slots := buf[:0]
 	for m := el; m != 0; m &= m - 1 {
 		b := bits.TrailingZeros64(m)
 		at := sn.gpus[b].freeAt
@@ -132,27 +144,45 @@ func (s *scheduler) nodeReason(i int, e *QueueEntry, mm []uint64, mine rankKey) 
 		}
 		slots = append(slots, x)
 	}
-	slices.SortStableFunc(slots, func(a, b slot) int {
-		switch {
-		case a.at < b.at:
-			return -1
-		case a.at > b.at:
-			return 1
+	// Partial selection sort of the g earliest, ties by index, as
+	// estimate does.
+	for x := 0; x < g; x++ {
+		m := x
+		for y := x + 1; y < len(slots); y++ {
+			if slots[y].at < slots[m].at {
+				m = y
+			}
 		}
-		return 0
-	})
+		slots[x], slots[m] = slots[m], slots[x]
+	}
 	last := slots[g-1]
 	if last.at == 0 && !last.booked {
 		// Free now: the head keeps it when the entry runs past its shadow.
 		for _, x := range slots[:g] {
 			if sn.protect&(1<<x.b) != 0 && s.head != nil && s.head != e {
-				return s.aheadReason(sn, x.b, s.head.ID, mine)
+				return s.aheadReason(sn, x.b, s.head.ID, s.headRank, mine, words)
 			}
 		}
-		r.Code, r.Words = WaitFits, fmt.Sprintf("%s has %s free for it now", sn.name, lease.GPUCount(g))
+		r.Code = WaitFits
+		if words {
+			r.Words = fmt.Sprintf("%s has %s free for it now", sn.name, lease.GPUCount(g))
+		}
 		return r
 	}
 	gp := &sn.gpus[last.b]
+	if !words {
+		switch {
+		case last.booked, gp.by == causeBooking:
+			r.Code = WaitBooking
+		case gp.by == causeSquat:
+			r.Code = WaitSquat
+		case gp.by == causeAhead:
+			return s.aheadReason(sn, last.b, gp.who, gp.whoRank, mine, false)
+		default:
+			r.Code = WaitHeld
+		}
+		return r
+	}
 	switch {
 	case last.booked:
 		r.Code = WaitBooking
@@ -167,7 +197,7 @@ func (s *scheduler) nodeReason(i int, e *QueueEntry, mm []uint64, mine rankKey) 
 		r.Code = WaitBooking
 		r.Words = fmt.Sprintf("GPU %d of %s is in a booking that has begun", gp.index, sn.name)
 	case gp.by == causeAhead:
-		return s.aheadReason(sn, last.b, gp.who, mine)
+		return s.aheadReason(sn, last.b, gp.who, gp.whoRank, mine, true)
 	case gp.by == causeLease && gp.hold != nil:
 		r.Code = WaitHeld
 		l := gp.hold
@@ -188,15 +218,25 @@ func (s *scheduler) nodeReason(i int, e *QueueEntry, mm []uint64, mine rankKey) 
 
 // aheadReason says that GPU bit b of sn goes first to entry who, which is
 // ranked ahead of the waiting one (mine): by quota, fair share or order.
-func (s *scheduler) aheadReason(sn *snode, b int, who string, mine rankKey) Reason {
+func (s *scheduler) aheadReason(sn *snode, b int, who string, them, mine rankKey, words bool) Reason {
 	r := Reason{Node: sn.name}
 	idx := sn.gpus[b].index
-	them, ok := s.ranks[who]
+	if !words {
+		switch {
+		case mine.borrow && !them.borrow:
+			r.Code = WaitQuota
+		case them.prio > mine.prio+0.5:
+			r.Code = WaitFairShare
+		default:
+			r.Code = WaitOrder
+		}
+		return r
+	}
 	switch {
-	case ok && mine.borrow && !them.borrow:
+	case mine.borrow && !them.borrow:
 		r.Code = WaitQuota
 		r.Words = fmt.Sprintf("it would borrow beyond its quota, so %s (within quota) gets GPU %d of %s first", who, idx, sn.name)
-	case ok && them.prio > mine.prio+0.5:
+	case them.prio > mine.prio+0.5:
 		r.Code = WaitFairShare
 		r.Words = fmt.Sprintf("GPU %d of %s goes first to %s, ranked higher by fair share and age (priority %.0f, this %.0f)", idx, sn.name, who, them.prio, mine.prio)
 	default:
@@ -204,6 +244,19 @@ func (s *scheduler) aheadReason(sn *snode, b int, who string, mine rankKey) Reas
 		r.Words = fmt.Sprintf("GPU %d of %s goes first to %s, submitted before it at the same priority", idx, sn.name, who)
 	}
 	return r
+}
+
+// offCode is offNode's code alone.
+func (s *scheduler) offCode(sn *snode, e *QueueEntry) WaitCode {
+	switch {
+	case !sn.alive:
+		return WaitDown
+	case !e.MayRunOn(sn.name):
+		return WaitNodes
+	case len(e.Tags) > 0 && !lease.HasTags(sn.tags, e.Tags), !s.allows(sn, e):
+		return WaitPool
+	}
+	return ""
 }
 
 // offNode says what keeps the entry off node sn for good (its pins, pools,
@@ -233,7 +286,7 @@ func (s *scheduler) offNode(sn *snode, e *QueueEntry) (WaitCode, string) {
 // or, with no estimate, of the first node it could ever use; with
 // cfg.Explain, every node's. picks are the estimate's.
 func (s *scheduler) explainWhole(e *QueueEntry, mm []uint64, r *Ranked, picks []pick, prefix string) {
-	mine := s.ranks[e.ID]
+	mine := s.cur
 	node := -1
 	var at int64 = -1
 	for _, p := range picks {
@@ -242,27 +295,34 @@ func (s *scheduler) explainWhole(e *QueueEntry, mm []uint64, r *Ranked, picks []
 		}
 	}
 	var main Reason
-	if node >= 0 {
-		main = s.nodeReason(node, e, mm, mine)
-	}
-	if s.cfg.Explain || node < 0 {
+	if s.cfg.Explain {
 		r.Nodes = make([]Reason, 0, len(s.nodes))
 		for i := range s.nodes {
-			nr := s.nodeReason(i, e, mm, mine)
-			r.Nodes = append(r.Nodes, nr)
-			if node < 0 && (main.Code == "" || rankOff(main.Code) > rankOff(nr.Code)) {
-				main = nr
+			r.Nodes = append(r.Nodes, s.nodeReason(i, e, mm, mine, true))
+		}
+	}
+	if node < 0 {
+		// No estimate: the node nearest a start stands for it.
+		best := -1
+		for i := range s.nodes {
+			if c := s.nodeReason(i, e, mm, mine, false).Code; best < 0 || rankOff(c) < rankOff(main.Code) {
+				best, main.Code = i, c
 			}
 		}
-		if !s.cfg.Explain {
-			r.Nodes = nil
-		}
+		node = best
+	}
+	if node >= 0 {
+		main = s.nodeReason(node, e, mm, mine, !s.cfg.Terse)
 	}
 	if main.Code == WaitFits && e.Nodes > 1 {
 		main.Code, main.Words = WaitShape, fmt.Sprintf("it needs %d nodes with %s free together", e.Nodes, lease.GPUCount(e.GPUsPerNode))
 	}
 	if main.Code == "" {
 		main = Reason{Code: WaitShape, Words: "no node can take it"}
+	}
+	if s.cfg.Terse {
+		r.wait(main.Code, main.Node, "")
+		return
 	}
 	r.wait(main.Code, main.Node, prefix+main.Words)
 }

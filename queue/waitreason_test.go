@@ -109,3 +109,18 @@ func TestWaitReasonMIGOnANodeWithoutMIG(t *testing.T) {
 		t.Errorf("waits for %+v; want the MIG instance on na, not nb's pool", r.Reason)
 	}
 }
+
+// TestWaitReasonTerse: the scheduler's own passes get the code without
+// words, and the same plan.
+func TestWaitReasonTerse(t *testing.T) {
+	n := snode("gpu-01", 2, on(1, carol, []int{0, 1}, t0, t0.Add(time.Hour)))
+	es := []queue.QueueEntry{ask("gpu-01-q1", alice, 1, 2, time.Hour, t0), ask("gpu-01-q2", bob, 1, 2, time.Hour, t0.Add(time.Second))}
+	full := queue.Schedule(es, []lease.SchedNode{n}, nil, t0, queue.SchedConfig{})
+	terse := queue.Schedule(es, []lease.SchedNode{n}, nil, t0, queue.SchedConfig{Terse: true})
+	for i := range full.Order {
+		f, tr := full.Order[i], terse.Order[i]
+		if f.Reason.Code != tr.Reason.Code || f.Reason.Node != tr.Reason.Node || tr.Reason.Words != "" || !f.EstStart.Equal(tr.EstStart) {
+			t.Errorf("%s: terse %+v, full %+v", f.Entry.ID, tr.Reason, f.Reason)
+		}
+	}
+}
