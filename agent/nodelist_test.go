@@ -2,6 +2,7 @@ package agent_test
 
 import (
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -47,14 +48,18 @@ func TestNodelistAndExclude(t *testing.T) {
 	if ranks["node02"] != "" {
 		t.Errorf("the gang with --exclude node02 runs on %v", ranks)
 	}
+	if q, _ := at.Queue(ctx(t)); len(q.Entries) != 1 || !slices.Equal(q.Entries[0].Exclude, []string{"node02"}) {
+		t.Errorf("dibs queue shows %+v; want the running gang with its --exclude", q.Entries)
+	}
 	ids := []string{}
 	for _, id := range ranks {
 		ids = append(ids, id)
 	}
 	at.Release(ctx(t), api.ReleaseRequest{IDs: ids})
 
-	// A booking kept off two of the three nodes.
-	b, err := at.Book(ctx(t), api.BookRequest{Count: 1, Start: time.Now().Add(time.Hour).Round(time.Minute), Duration: "1h",
+	// A booking kept off two of the three nodes (after the gang's hour,
+	// which may still show while its release goes round).
+	b, err := at.Book(ctx(t), api.BookRequest{Count: 1, Start: time.Now().Add(3 * time.Hour).Round(time.Minute), Duration: "1h",
 		NodeChoice: lease.NodeChoice{Exclude: []string{"node01", "node02"}}})
 	if err != nil || b.Node != "node03" {
 		t.Fatalf("book --exclude node01,node02: %+v, %v; want node03", b, err)
@@ -101,10 +106,19 @@ func TestNodelistWaitsForEveryNodeToUpgrade(t *testing.T) {
 	if q, _ := at.Queue(ctx(t)); len(q.Entries) != 0 {
 		t.Errorf("the refused request left %d entries", len(q.Entries))
 	}
+	// node01 is held, so the pinned request waits, and shows its pin.
+	held, err := at.Claim(ctx(t), api.ClaimRequest{Node: "node02", Count: 1, Duration: "1h"})
+	if err != nil {
+		t.Fatal(err)
+	}
 	s, err := at.Submit(ctx(t), api.SubmitRequest{Claim: api.ClaimRequest{Count: 1, Duration: "1h", NodeChoice: lease.NodeChoice{Only: []string{"node02"}}}})
 	if err != nil {
 		t.Fatalf("a queued --nodelist of one with an older node live: %v, want it queued as --node", err)
 	}
+	if q, _ := at.Queue(ctx(t)); len(q.Entries) != 1 || q.Entries[0].Node != "node02" || q.Entries[0].Reason == nil || q.Entries[0].Reason.Node != "node02" {
+		t.Errorf("the queue shows %+v; want the request pinned to node02, waiting there", q.Entries)
+	}
+	at.Release(ctx(t), api.ReleaseRequest{IDs: []string{held.ID}})
 	agenttest.Eventually(t, 15*time.Second, "the pinned claim to start on node02", func() bool {
 		return entryLease(nodes[0], s.ID) != nil && entryLease(nodes[0], s.ID).Node == "node02"
 	})

@@ -353,6 +353,8 @@ type QueuedEntry struct {
 	Tags   []string `json:"tags,omitempty"`
 	MemMiB uint64   `json:"mem_mib,omitempty"`
 	MIG    string   `json:"mig,omitempty"`
+	// NodeChoice is its --nodelist and --exclude.
+	lease.NodeChoice
 	// Array is a job array's tasks at a glance; its tasks have no rows
 	// of their own.
 	Array *ArrayView `json:"array,omitempty"`

@@ -123,6 +123,9 @@ func (b *Bound) Book(ctx context.Context, req api.BookRequest) (lease.Lease, err
 			}
 		}
 	}
+	if err := knownNodes(v, br.Where); err != nil {
+		return lease.Lease{}, err
+	}
 	if req.Nodes > 1 {
 		return b.bookAcross(ctx, req, br, v, nil)
 	}

@@ -50,6 +50,9 @@ func (b *Bound) Claim(ctx context.Context, req api.ClaimRequest) (api.ClaimRespo
 			}
 		}
 	}
+	if err := knownNodes(v, claim.Where); err != nil {
+		return api.ClaimResponse{}, err
+	}
 	target := req.Node
 	if target == "" {
 		target = s.cfg.Node

@@ -4,6 +4,7 @@ import (
 	"github.com/dibs-gpu/dibs/api"
 	"github.com/dibs-gpu/dibs/launch"
 	"github.com/dibs-gpu/dibs/lease"
+	"github.com/dibs-gpu/dibs/queue"
 )
 
 // A request's words read once, at the edge: what a claim, a run or a
@@ -90,21 +91,26 @@ func whereOf(node string, nc lease.NodeChoice) (lease.NodeChoice, error) {
 	return nc, nil
 }
 
+// knownNodes refuses --nodelist or --exclude naming a node the cluster
+// (as v shows it) does not have: a typo would narrow or widen the request
+// in silence.
+func knownNodes(v queue.ClusterView, where lease.NodeChoice) error {
+	if where.IsZero() {
+		return nil
+	}
+	known := make([]string, len(v.Nodes))
+	for i := range v.Nodes {
+		known[i] = v.Nodes[i].Name
+	}
+	return where.Unknown(known)
+}
+
 // pickAllowed is the node a request without --node goes to, chosen by
 // choose among the candidates its --nodelist/--exclude allow (all when it
 // has neither), or the refusal when they allow none.
 func pickAllowed(where lease.NodeChoice, cands []lease.Candidate, choose func([]lease.Candidate) (string, error)) (string, error) {
-	if !where.IsZero() {
-		known := make([]string, len(cands))
-		for i, c := range cands {
-			known[i] = c.Node
-		}
-		if err := where.Unknown(known); err != nil {
-			return "", err
-		}
-		if cands = where.Filter(cands); len(cands) == 0 {
-			return "", where.NoNodeLeft(1, 0)
-		}
+	if cands = where.Filter(cands); len(cands) == 0 {
+		return "", where.NoNodeLeft(1, 0)
 	}
 	return choose(cands)
 }

@@ -226,7 +226,7 @@ func queuedView(c lease.Caller, e queue.QueueEntry, prio float64, pos int, est t
 		ID: e.ID, Position: pos, User: e.User, Nodes: e.Nodes, GPUsPerNode: e.GPUsPerNode, Node: e.Node,
 		Kind: string(e.Kind), Duration: lease.FormatDuration(e.Duration), Note: e.Note, Priority: prio,
 		SubmittedAt: e.SubmittedAt, EstStart: est, Waiting: why, Restarts: e.Restarts,
-		Model: e.Model, Tags: e.Tags, MemMiB: e.MemMiB, MIG: e.MIG,
+		Model: e.Model, Tags: e.Tags, MemMiB: e.MemMiB, MIG: e.MIG, NodeChoice: e.NodeChoice,
 	}
 	if e.Job != nil {
 		v.Command = e.Job.Command

@@ -397,3 +397,30 @@ func TestAgentMetricsListen(t *testing.T) {
 		t.Errorf("agent --metrics-listen localhost: exit %d %q", c, e)
 	}
 }
+
+// TestCLINodelistFlags: claim and run take --nodelist/-w and --exclude/-x,
+// SLURM's words; the agent refuses what they leave nowhere to go.
+func TestCLINodelistFlags(t *testing.T) {
+	dir := agenttest.PublicDir(t)
+	p := startAgent(t, dir, "--sim", "1xL40S")
+	if _, e, c := dibs(t, p.socket, nil, "claim", "-g", "1", "-w", "elsewhere"); c == 0 || !strings.Contains(e, "no node named elsewhere in the cluster") {
+		t.Errorf("claim -w elsewhere: exit %d, %q; want a refusal naming the node", c, e)
+	}
+	if _, e, c := dibs(t, p.socket, nil, "book", "-g", "1", "-x", "elsewhere", "--at", "in 2h", "--for", "1h"); c == 0 || !strings.Contains(e, "no node named elsewhere in the cluster") {
+		t.Errorf("book -x elsewhere: exit %d, %q; want a refusal naming the node", c, e)
+	}
+	if _, e, c := dibs(t, p.socket, nil, "run", "--queue", "-g", "1", "--node", "a", "--nodelist", "b", "--", "true"); c == 0 || !strings.Contains(e, "--node a and --nodelist both say where") {
+		t.Errorf("run --node a --nodelist b: exit %d, %q", c, e)
+	}
+	self, _, _ := dibs(t, p.socket, nil, "status", "--json")
+	var st struct{ Node string }
+	if err := json.Unmarshal([]byte(self), &st); err != nil || st.Node == "" {
+		t.Fatalf("status --json: %v %q", err, self)
+	}
+	if _, e, c := dibs(t, p.socket, nil, "claim", "-g", "1", "-x", st.Node); c == 0 || !strings.Contains(e, "its --nodelist/--exclude keep it off "+st.Node) {
+		t.Errorf("claim -x %s on the only node: exit %d, %q", st.Node, c, e)
+	}
+	if out, e, c := dibs(t, p.socket, nil, "claim", "-g", "1", "-w", st.Node, "--for", "1h"); c != 0 {
+		t.Errorf("claim -w %s: exit %d, %q %q; want granted", st.Node, c, out, e)
+	}
+}
