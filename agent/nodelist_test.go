@@ -20,6 +20,7 @@ import (
 func TestNodelistAndExclude(t *testing.T) {
 	t.Parallel()
 	nodes := agenttest.Cluster(t, agenttest.ClusterOptions{Specs: []string{"2xL40S", "2xL40S", "2xL40S"}, Quiet: true})
+	agenttest.WaitConverged(t, nodes, 30*time.Second) // a node not seen yet is refused as unknown
 	at := nodes[0].Client
 
 	// A claim typed on node01 that may not run there.
@@ -98,6 +99,7 @@ func TestNodelistWaitsForEveryNodeToUpgrade(t *testing.T) {
 	t.Parallel()
 	nodes := agenttest.Cluster(t, agenttest.ClusterOptions{Specs: []string{"1xL40S", "1xL40S"}, Quiet: true,
 		Protocols: []int{0, peer.MinVersion}})
+	agenttest.WaitConverged(t, nodes, 30*time.Second)
 	at := nodes[0].Client
 	_, err := at.Submit(ctx(t), api.SubmitRequest{Claim: api.ClaimRequest{Count: 1, Duration: "1h", NodeChoice: lease.NodeChoice{Exclude: []string{"node01"}}}})
 	if err == nil || !strings.Contains(err.Error(), "node02 runs an older dibs") || !strings.Contains(err.Error(), "--nodelist or --exclude") {
