@@ -311,6 +311,12 @@ type Queue struct {
 	Entries   []QueuedEntry `json:"entries"`
 }
 
+// WaitsForOthers reports whether the entry is not in line yet: it waits
+// for other runs (--after), so it has no position.
+func (e *QueuedEntry) WaitsForOthers() bool {
+	return !e.Running && e.Position == 0 && e.Reason != nil && e.Reason.Code == queue.WaitDependency
+}
+
 // QueuedEntry is one request in `dibs queue`.
 type QueuedEntry struct {
 	ID string `json:"id"`

@@ -394,7 +394,7 @@ func printQueueWith(w io.Writer, q api.Queue, now time.Time, verbose bool) {
 		switch {
 		case e.Running:
 			pos, prio, start, why = "-", "-", "running", ""
-		case e.Position == 0 && e.Reason != nil && e.Reason.Code == queue.WaitDependency:
+		case e.WaitsForOthers():
 			pos = "dep" // not in line: it waits for other runs first
 		case e.Position == 0:
 			pos = "-"
