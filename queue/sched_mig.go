@@ -92,6 +92,9 @@ func migShare(sn *snode, sel string) float64 {
 
 // visitMIG decides an entry that asks for a MIG instance.
 func (s *scheduler) visitMIG(e *QueueEntry, r *Ranked, plan *Plan) {
+	if s.cfg.Explain {
+		s.explainParts(e, r)
+	}
 	bestN := -1
 	var bestG *nodeprobe.GPU
 	var bestD *nodeprobe.MIGDevice

@@ -179,6 +179,9 @@ func (s *scheduler) sharedRooms(sn *snode) []uint64 {
 
 // visitShared decides an entry that asks for a memory budget.
 func (s *scheduler) visitShared(e *QueueEntry, r *Ranked, plan *Plan) {
+	if s.cfg.Explain {
+		s.explainParts(e, r)
+	}
 	mm := s.modelMask(e.Model)
 	canProtected := s.head != nil && e.Duration > 0 && int64(e.Duration) <= s.headAt
 	bestN, bestB, bestLeft := -1, -1, uint64(0)

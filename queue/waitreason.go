@@ -8,6 +8,7 @@ import (
 
 	"github.com/dibs-gpu/dibs/internal/termsafe"
 	"github.com/dibs-gpu/dibs/lease"
+	"github.com/dibs-gpu/dibs/nodeprobe"
 )
 
 // WaitCode names why a queued entry waits, for clients to act on: the
@@ -351,4 +352,49 @@ func rankOff(c WaitCode) int {
 func roundUpMinute(d int64) time.Duration {
 	m := int64(time.Minute)
 	return time.Duration((d + m - 1) / m * m)
+}
+
+// explainParts gives an entry for a MIG instance or a memory budget every
+// node's reason (SchedConfig.Explain), before its visit takes anything:
+// what keeps it off the node, no instance it names there, every such
+// instance held, no GPU there with room for its budget; or that one is
+// free there now.
+func (s *scheduler) explainParts(e *QueueEntry, r *Ranked) {
+	r.Nodes = make([]Reason, 0, len(s.nodes))
+	mm := s.modelMask(e.Model)
+	for i := range s.nodes {
+		sn := &s.nodes[i]
+		nr := Reason{Node: sn.name}
+		if sn.alive && e.MayRunOn(sn.name) && e.MIG != "" && !sn.hasMIG(e) {
+			// No instance it names: what else would keep it off does not matter.
+			nr.Code, nr.Words = WaitMIG, fmt.Sprintf("%s has no MIG instance %s", sn.name, termsafe.String(e.MIG))
+			r.Nodes = append(r.Nodes, nr)
+			continue
+		}
+		if c, w := s.offNode(sn, e); c != "" {
+			nr.Code, nr.Words = c, w
+			r.Nodes = append(r.Nodes, nr)
+			continue
+		}
+		switch {
+		case e.MIG != "":
+			free := false
+			sn.migFree(e, func(*nodeprobe.GPU, *nodeprobe.MIGDevice) bool { free = true; return false })
+			nr.Code, nr.Words = WaitMIG, fmt.Sprintf("every MIG instance %s of %s is held", termsafe.String(e.MIG), sn.name)
+			if free {
+				nr.Code, nr.Words = WaitFits, fmt.Sprintf("%s has a MIG instance %s free", sn.name, termsafe.String(e.MIG))
+			}
+		default:
+			most := uint64(0)
+			room := s.sharedRooms(sn)
+			for m := s.eligible(i, e, mm); m != 0; m &= m - 1 {
+				most = max(most, room[bits.TrailingZeros64(m)])
+			}
+			nr.Code, nr.Words = WaitBudget, fmt.Sprintf("%s has at most %s free on one GPU, it asks for %s", sn.name, lease.FormatMem(most), lease.FormatMem(e.MemMiB))
+			if most >= e.MemMiB {
+				nr.Code, nr.Words = WaitFits, fmt.Sprintf("%s has %s free on one GPU", sn.name, lease.FormatMem(most))
+			}
+		}
+		r.Nodes = append(r.Nodes, nr)
+	}
 }

@@ -108,6 +108,18 @@ func TestWaitReasonMIGOnANodeWithoutMIG(t *testing.T) {
 	if strings.Contains(r.Waiting, "nb") || r.Reason.Code != queue.WaitMIG {
 		t.Errorf("waits for %+v; want the MIG instance on na, not nb's pool", r.Reason)
 	}
+	cfg.Explain = true
+	p = queue.Schedule([]queue.QueueEntry{e}, []lease.SchedNode{na, nb}, nil, t0, cfg)
+	r = ranked(t, p, "na-q1")
+	want := map[string]string{"na": "every MIG instance 3g.40gb of na is held", "nb": "nb has no MIG instance 3g.40gb"}
+	if len(r.Nodes) != 2 {
+		t.Fatalf("node reasons %+v, want na's and nb's", r.Nodes)
+	}
+	for _, nr := range r.Nodes {
+		if !strings.Contains(nr.Words, want[nr.Node]) {
+			t.Errorf("%s: %+v, want it to say %q", nr.Node, nr, want[nr.Node])
+		}
+	}
 }
 
 // TestWaitReasonTerse: the scheduler's own passes get the code without
