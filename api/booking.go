@@ -29,6 +29,8 @@ type BookRequest struct {
 	// nodes, all or nothing (`dibs book --nodes N --gpus-per-node M`):
 	// the answer is the first part, whose id names the whole booking.
 	Nodes int `json:"nodes,omitempty"`
+	// NodeChoice is --nodelist and --exclude, as a claim's.
+	lease.NodeChoice
 }
 
 // Bookings is `dibs bookings`: every booking in the cluster not started

@@ -110,6 +110,10 @@ type ClaimRequest struct {
 	// agent answers when they fit there, before looking elsewhere: a
 	// claim meant for the shell it is typed in (`eval "$(dibs claim)"`).
 	PreferHere bool `json:"prefer_here,omitempty"`
+	// NodeChoice is --nodelist and --exclude (JSON nodelist, exclude):
+	// the nodes it may run on, and those it must not. Node is a nodelist
+	// of one; the two are not given together.
+	lease.NodeChoice
 }
 
 // RunSpec is the session to start under a new lease: the one run spec
@@ -307,6 +311,12 @@ type Queue struct {
 	Entries   []QueuedEntry `json:"entries"`
 }
 
+// WaitsForOthers reports whether the entry is not in line yet: it waits
+// for other runs (--after), so it has no position.
+func (e *QueuedEntry) WaitsForOthers() bool {
+	return !e.Running && e.Position == 0 && e.Reason != nil && e.Reason.Code == queue.WaitDependency
+}
+
 // QueuedEntry is one request in `dibs queue`.
 type QueuedEntry struct {
 	ID string `json:"id"`
@@ -329,9 +339,17 @@ type QueuedEntry struct {
 	// EstStart is when it should start given current leases' ends; absent
 	// when unknown.
 	EstStart time.Time `json:"est_start,omitzero"`
-	Waiting  string    `json:"waiting,omitempty"`
-	Running  bool      `json:"running,omitempty"`
-	Restarts int       `json:"restarts,omitempty"`
+	// Waiting is Reason's words.
+	Waiting string `json:"waiting,omitempty"`
+	// Reason is why it waits, as a code clients can act on and words: the
+	// cause on the node where it would start soonest. Absent when it
+	// starts now or runs.
+	Reason *queue.Reason `json:"reason,omitempty"`
+	// NodeReasons are why it does not start on each node now (a whole-GPU
+	// request's; `dibs queue -v` lists them).
+	NodeReasons []queue.Reason `json:"node_reasons,omitempty"`
+	Running     bool           `json:"running,omitempty"`
+	Restarts    int            `json:"restarts,omitempty"`
 	// RetryAt is when a requeued run tries again: restarts are spaced, so
 	// it waits until then (Waiting says why).
 	RetryAt time.Time `json:"retry_at,omitzero"`
@@ -341,6 +359,8 @@ type QueuedEntry struct {
 	Tags   []string `json:"tags,omitempty"`
 	MemMiB uint64   `json:"mem_mib,omitempty"`
 	MIG    string   `json:"mig,omitempty"`
+	// NodeChoice is its --nodelist and --exclude.
+	lease.NodeChoice
 	// Array is a job array's tasks at a glance; its tasks have no rows
 	// of their own.
 	Array *ArrayView `json:"array,omitempty"`

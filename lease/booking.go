@@ -63,6 +63,9 @@ type BookRequest struct {
 	// group's. Both unset for a booking of one node. Protocol 7 on.
 	Group string `json:"group,omitempty"`
 	Lead  bool   `json:"lead,omitempty"`
+	// Where is the --nodelist and --exclude it was made with; it never
+	// travels (the edge picks the nodes).
+	Where NodeChoice `json:"-"`
 }
 
 // Validate refuses a booking no node could grant as asked, with words for
@@ -79,6 +82,9 @@ func (r BookRequest) Validate() error {
 	}
 	if r.Count > 0 && len(r.GPUs) > 0 {
 		return Invalidf("a count (%d) and GPU indices (%v) both say which GPUs: give one, not both", r.Count, r.GPUs)
+	}
+	if err := r.Where.Check(); err != nil {
+		return err
 	}
 	if err := r.Run.Check(); err != nil {
 		return err

@@ -44,6 +44,10 @@ type Claim struct {
 	Model string `json:"model,omitempty"`
 	// Tags restricts the claim to a node carrying every one (a pool).
 	Tags []string `json:"tags,omitempty"`
+	// Where is the --nodelist and --exclude it was made with. It never
+	// travels: the edge picks the node a claim goes to (or a queued
+	// entry carries its own, QueueEntry.NodeChoice).
+	Where NodeChoice `json:"-"`
 }
 
 // RunSpec is the session a claim (or a booking) starts on its GPUs, as the
@@ -92,6 +96,9 @@ func (c Claim) Validate() error {
 		return Invalidf("request id %s must be 8 to 64 letters, digits, '-' or '_'", QuoteInput(c.RequestID))
 	}
 	if err := c.checkWant(); err != nil {
+		return err
+	}
+	if err := c.Where.Check(); err != nil {
 		return err
 	}
 	return c.Run.Check()

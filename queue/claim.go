@@ -55,7 +55,11 @@ func NewEntry(origin string, who lease.Caller, c lease.Claim, a Ask) (QueueEntry
 		Duration: c.Duration, Kind: c.Kind, Note: c.Note,
 		Requeue: a.Requeue, MaxRestarts: a.MaxRestarts, NoRequeue: a.NoRequeue,
 		Model: cmp.Or(a.Model, c.Model), Tags: c.Tags, MemMiB: c.MemMiB, MIG: c.MIG,
-		RequestID: c.RequestID,
+		RequestID: c.RequestID, NodeChoice: c.Where,
+	}
+	if e.Nodes <= 1 && e.Node == "" && len(e.Only) == 1 {
+		// A nodelist of one is a pin, which every scheduler honours.
+		e.Node, e.Only = e.Only[0], nil
 	}
 	if e.Nodes <= 1 && e.GPUsPerNode == 0 {
 		e.GPUsPerNode = c.Count

@@ -32,6 +32,25 @@ func CheckFeasible(e QueueEntry, nodes []lease.SchedNode, model string, pools le
 	case len(nodes) == 0:
 		return &lease.Error{Code: lease.CodeUnavailable, Msg: "no node is known yet: `dibs ls` shows the cluster"}
 	}
+	if !e.NodeChoice.IsZero() {
+		// Only the nodes its --nodelist/--exclude leave count, and every
+		// name in them must be a node's.
+		known := make([]string, len(nodes))
+		var left []lease.SchedNode
+		for i := range nodes {
+			known[i] = nodes[i].Name
+			if e.NodeChoice.Allows(nodes[i].Name) {
+				left = append(left, nodes[i])
+			}
+		}
+		if err := e.NodeChoice.Unknown(known); err != nil {
+			return err
+		}
+		if len(left) < e.Nodes || len(left) == 0 {
+			return e.NodeChoice.NoNodeLeft(e.Nodes, len(left))
+		}
+		nodes = left
+	}
 	want := strings.ToLower(model)
 	of := ""
 	if model != "" {

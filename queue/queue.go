@@ -30,7 +30,13 @@ type QueueEntry struct {
 	Nodes       int `json:"nodes"`
 	GPUsPerNode int `json:"gpus_per_node"`
 	// Node pins a single-node request to one node; empty means anywhere.
-	Node     string        `json:"node,omitempty"`
+	Node string `json:"node,omitempty"`
+	// NodeChoice is its --nodelist and --exclude (JSON nodelist, exclude):
+	// the nodes it may run on and those it must not (MayRunOn). An entry
+	// with one is submitted only once every live node speaks the protocol
+	// that brought it (agent/peer.NodeLists): an older scheduler would
+	// ignore it. A nodelist of one on a single-node entry is its Node.
+	lease.NodeChoice
 	Duration time.Duration `json:"duration"`
 	Kind     lease.Kind    `json:"kind"`
 	Note     string        `json:"note,omitempty"`
@@ -108,7 +114,22 @@ func (e *QueueEntry) EachString(f func(field string, p *string)) {
 	for i := range e.Tags {
 		f("tag", &e.Tags[i])
 	}
+	for i := range e.Only {
+		f("nodelist", &e.Only[i])
+	}
+	for i := range e.Exclude {
+		f("exclude", &e.Exclude[i])
+	}
 	e.Job.EachString(f)
+}
+
+// MayRunOn reports whether the entry may run on node: its Node pin and
+// its NodeChoice.
+func (e *QueueEntry) MayRunOn(node string) bool {
+	if e.Node != "" && e.Node != node {
+		return false
+	}
+	return len(e.Only) == 0 && len(e.Exclude) == 0 || e.NodeChoice.Allows(node)
 }
 
 // CheckText refuses an entry holding text no correct agent accepts: a
@@ -185,6 +206,14 @@ type SchedConfig struct {
 	// travels in its origin's gossip, so the cap bounds what one person
 	// adds to it. A task of a job array would count as one entry.
 	MaxQueuedPerUser int
+	// Explain makes a pass give every waiting entry every node's reason
+	// (Ranked.Nodes), for `dibs queue` to show; the scheduler's own
+	// passes leave it off (it costs a look at every node per entry).
+	Explain bool
+	// Terse makes a pass give a whole-GPU entry's reason as its code and
+	// node alone, without words: the scheduler's own passes show no one
+	// their reasons, and the words are most of a reason's cost.
+	Terse bool
 }
 
 // Borrows reports whether n more GPUs take user beyond their nominal quota,

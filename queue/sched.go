@@ -32,7 +32,14 @@ type Ranked struct {
 	// dibs, or it cannot run on the nodes that are up).
 	EstStart time.Time `json:"est_start,omitzero"`
 	// Waiting says in one line why it waits; empty when it starts now.
+	// It is Reason's words.
 	Waiting string `json:"waiting,omitempty"`
+	// Reason is why it waits, as a code and words: the cause on the node
+	// where it would start soonest. Zero when it starts now.
+	Reason Reason `json:"reason,omitzero"`
+	// Nodes are every node's reason, with SchedConfig.Explain (dibs queue
+	// -v and --json): why it does not start there now.
+	Nodes []Reason `json:"nodes,omitempty"`
 }
 
 // RankPlacement is where one rank of a start runs.
@@ -143,6 +150,7 @@ func Schedule(entries []QueueEntry, nodes []lease.SchedNode, usage Usage, now ti
 		e := &entries[k.idx]
 		r := &plan.Order[i]
 		r.Entry, r.Priority, r.Position = *e, k.prio, i+1
+		s.cur = k
 		s.visit(e, r, &plan)
 	}
 	return plan

@@ -38,7 +38,9 @@ func BenchmarkSchedule1000x32(b *testing.B) {
 		entries[i] = ask(fmt.Sprintf("gpu-%02d-q%d", i%32, i), c, nn, g, time.Duration(10+i%240)*time.Minute, t0.Add(-time.Duration(i)*time.Minute))
 	}
 	usage := queue.Usage{"alice": 1e6, "bob": 5e5, "carol": 2e5, "dave": 1e5, "erin": 1e4}
-	cfg := queue.SchedConfig{Quotas: map[string]int{"alice": 64, "bob": 32, "carol": 32, "dave": 32, "erin": 32, "frank": 32}}
+	// Terse, as the scheduler runs its passes (dibs queue's own pass has
+	// the words, and every node's reasons with Explain).
+	cfg := queue.SchedConfig{Quotas: map[string]int{"alice": 64, "bob": 32, "carol": 32, "dave": 32, "erin": 32, "frank": 32}, Terse: true}
 	b.ReportAllocs()
 	b.ResetTimer()
 	var p queue.Plan
@@ -116,7 +118,7 @@ func BenchmarkSchedule1000x32Units(b *testing.B) {
 	}
 	usage := queue.Usage{"alice": 1e6, "bob": 5e5, "carol": 2e5, "dave": 1e5, "erin": 1e4}
 	cfg := queue.SchedConfig{Quotas: map[string]int{"alice": 64, "bob": 32, "carol": 32, "dave": 32, "erin": 32, "frank": 32},
-		Pools: lease.Pools{"h100": {MaxTime: 8 * time.Hour, MaxGPUs: 24}}}
+		Pools: lease.Pools{"h100": {MaxTime: 8 * time.Hour, MaxGPUs: 24}}, Terse: true}
 	b.ReportAllocs()
 	b.ResetTimer()
 	var p queue.Plan

@@ -61,6 +61,17 @@ func (sn *snode) migFree(e *QueueEntry, f func(g *nodeprobe.GPU, d *nodeprobe.MI
 	}
 }
 
+// hasMIG reports whether the node has a MIG instance the entry's selector
+// names on a GPU of its model (held or not).
+func (sn *snode) hasMIG(e *QueueEntry) bool {
+	for k := range sn.snap.GPUs {
+		if g := &sn.snap.GPUs[k]; lease.HasMIG(g, e.MIG) && lease.MatchModel(g, e.Model) {
+			return true
+		}
+	}
+	return false
+}
+
 // migShare is the share of its GPU the first instance sel names on the
 // node holds: what a MIG entry counts for in quotas and pools there (1
 // when the node has none).
@@ -81,27 +92,26 @@ func migShare(sn *snode, sel string) float64 {
 
 // visitMIG decides an entry that asks for a MIG instance.
 func (s *scheduler) visitMIG(e *QueueEntry, r *Ranked, plan *Plan) {
+	if s.cfg.Explain {
+		s.explainParts(e, r)
+	}
 	bestN := -1
 	var bestG *nodeprobe.GPU
 	var bestD *nodeprobe.MIGDevice
 	up, kept := false, false
 	for i := range s.nodes {
 		sn := &s.nodes[i]
-		if !sn.alive || e.Node != "" && e.Node != sn.name || bestN >= 0 && sn.name != e.Origin {
+		if !sn.alive || !e.MayRunOn(sn.name) || bestN >= 0 && sn.name != e.Origin {
 			continue
+		}
+		if !sn.hasMIG(e) {
+			continue // no instance it asks for: what else keeps it off does not matter
 		}
 		if !s.allows(sn, e) {
 			kept = kept || len(sn.pools) > 0
 			continue
 		}
-		if !up {
-			for k := range sn.snap.GPUs {
-				if g := &sn.snap.GPUs[k]; lease.HasMIG(g, e.MIG) && lease.MatchModel(g, e.Model) {
-					up = true
-					break
-				}
-			}
-		}
+		up = true
 		var booked uint64
 		if sn.books != nil {
 			booked = sn.bookedWithin(e.Duration)
@@ -120,18 +130,22 @@ func (s *scheduler) visitMIG(e *QueueEntry, r *Ranked, plan *Plan) {
 	if bestN < 0 {
 		note := ""
 		if kept {
-			note = s.poolNote(e) // only then is it worth its time
+			note, _ = s.poolNote(e) // only then is it worth its time
 		} else if len(e.Tags) > 0 {
 			note = " in pool " + strings.Join(e.Tags, "+")
 		}
 		if !up {
-			r.Waiting = fmt.Sprintf("no node that is up has a MIG instance %s%s", termsafe.String(e.MIG), note)
+			if kept {
+				r.wait(WaitPool, e.Node, fmt.Sprintf("needs a MIG instance %s%s", termsafe.String(e.MIG), note))
+				return
+			}
+			r.wait(WaitMIG, e.Node, fmt.Sprintf("no node that is up has a MIG instance %s%s", termsafe.String(e.MIG), note))
 			return
 		}
 		s.setEst(r, s.estimateMIG(e))
-		r.Waiting = fmt.Sprintf("needs a MIG instance %s, none free%s", termsafe.String(e.MIG), note)
+		r.wait(WaitMIG, e.Node, fmt.Sprintf("needs a MIG instance %s, none free%s", termsafe.String(e.MIG), note))
 		if why := s.reclaimMIG(e, plan); why != "" {
-			r.Waiting = why
+			r.wait(WaitReclaim, "", why)
 		}
 		return
 	}
@@ -160,7 +174,7 @@ func (s *scheduler) estimateMIG(e *QueueEntry) int64 {
 	best := never
 	for i := range s.nodes {
 		sn := &s.nodes[i]
-		if !sn.alive || e.Node != "" && e.Node != sn.name || !s.allows(sn, e) {
+		if !sn.alive || !e.MayRunOn(sn.name) || !s.allows(sn, e) {
 			continue
 		}
 		if sn.migUses == nil {
@@ -206,7 +220,7 @@ func (s *scheduler) reclaimMIG(e *QueueEntry, plan *Plan) string {
 	bestN, bestRank, bestIdle := -1, 0, int64(0)
 	for i := range s.nodes {
 		sn := &s.nodes[i]
-		if !sn.alive || e.Node != "" && e.Node != sn.name || !s.allows(sn, e) {
+		if !sn.alive || !e.MayRunOn(sn.name) || !s.allows(sn, e) {
 			continue
 		}
 		if sn.migUses == nil {

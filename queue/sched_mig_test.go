@@ -153,10 +153,10 @@ func TestScheduleHeadReclaimsBudgets(t *testing.T) {
 	}{
 		{"idle budgets of two people", []lease.Lease{budget(1, bob, false), budget(2, carol, false)}, true, queue.SchedConfig{},
 			"[gpu-01-1:idle gpu-01-2:idle]", "next to start: reclaiming 1 GPU (idle)"},
-		{"one of them the waiting user's", []lease.Lease{budget(1, bob, false), budget(2, alice, false)}, true, queue.SchedConfig{}, "[]", "next to start: 1 GPU"},
+		{"one of them the waiting user's", []lease.Lease{budget(1, bob, false), budget(2, alice, false)}, true, queue.SchedConfig{}, "[]", "next to start: GPU 0 of gpu-01 is held by"},
 		{"all borrowed, for someone within quota", []lease.Lease{budget(1, bob, true), budget(2, carol, true)}, false, queue.SchedConfig{Quotas: map[string]int{"alice": 1}},
 			"[gpu-01-1:quota gpu-01-2:quota]", "next to start: reclaiming 1 GPU (quota)"},
-		{"one not borrowed", []lease.Lease{budget(1, bob, true), budget(2, carol, false)}, false, queue.SchedConfig{Quotas: map[string]int{"alice": 1}}, "[]", "next to start: 1 GPU"},
+		{"one not borrowed", []lease.Lease{budget(1, bob, true), budget(2, carol, false)}, false, queue.SchedConfig{Quotas: map[string]int{"alice": 1}}, "[]", "next to start: GPU 0 of gpu-01 is held by"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			n := snode("gpu-01", 1, tt.leases...)

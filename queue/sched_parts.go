@@ -179,6 +179,9 @@ func (s *scheduler) sharedRooms(sn *snode) []uint64 {
 
 // visitShared decides an entry that asks for a memory budget.
 func (s *scheduler) visitShared(e *QueueEntry, r *Ranked, plan *Plan) {
+	if s.cfg.Explain {
+		s.explainParts(e, r)
+	}
 	mm := s.modelMask(e.Model)
 	canProtected := s.head != nil && e.Duration > 0 && int64(e.Duration) <= s.headAt
 	bestN, bestB, bestLeft := -1, -1, uint64(0)
@@ -210,9 +213,9 @@ func (s *scheduler) visitShared(e *QueueEntry, r *Ranked, plan *Plan) {
 	if bestN < 0 {
 		at := s.estimateShared(e, mm)
 		s.setEst(r, at)
-		r.Waiting = fmt.Sprintf("needs %s on one GPU, at most %s free on any", lease.FormatMem(e.MemMiB), lease.FormatMem(most))
+		r.wait(WaitBudget, "", fmt.Sprintf("needs %s on one GPU, at most %s free on any", lease.FormatMem(e.MemMiB), lease.FormatMem(most)))
 		if why := s.reclaimShared(e, mm, plan); why != "" {
-			r.Waiting = why
+			r.wait(WaitReclaim, "", why)
 		}
 		return
 	}
@@ -305,8 +308,8 @@ func (s *scheduler) sharedFreeAt(sn *snode, b int, room, need uint64) int64 {
 // poolNote says which pools an entry is held to and which nodes their
 // limits keep it off, and why, for the reason it waits: " in pool h100
 // (pool limits keep it off a: pool h100 allows 2 GPUs per person and alice
-// holds 2 there)".
-func (s *scheduler) poolNote(e *QueueEntry) string {
+// holds 2 there)", and whether pool limits keep it off a node.
+func (s *scheduler) poolNote(e *QueueEntry) (string, bool) {
 	note := ""
 	if len(e.Tags) > 0 {
 		note = " in pool " + strings.Join(e.Tags, "+")
@@ -315,7 +318,7 @@ func (s *scheduler) poolNote(e *QueueEntry) string {
 	var asked [][]string // the pool sets already asked why, by node
 	for i := range s.nodes {
 		sn := &s.nodes[i]
-		if sn.alive && len(sn.pools) > 0 && lease.HasTags(sn.tags, e.Tags) && !s.allows(sn, e) {
+		if sn.alive && len(sn.pools) > 0 && lease.HasTags(sn.tags, e.Tags) && !s.allows(sn, e) && (e.MIG == "" || sn.hasMIG(e)) {
 			off = append(off, sn.name)
 			if slices.ContainsFunc(asked, func(p []string) bool { return slices.Equal(p, sn.poolNames) }) {
 				continue // nodes of the same pools break the same limit
@@ -333,7 +336,7 @@ func (s *scheduler) poolNote(e *QueueEntry) string {
 		}
 		note += ")"
 	}
-	return note
+	return note, len(off) > 0
 }
 
 // poolWhy says which of the node's pool limits the entry breaks.

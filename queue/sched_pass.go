@@ -31,6 +31,13 @@ type sgpu struct {
 	// late: freeAt is a guess for a lease past its end (or past its
 	// preemption grace), which may in fact linger.
 	late bool
+	// by says what holds it until freeAt: hold is the lease, who (and
+	// whoRank) the entry of this pass ahead of the one asking
+	// (waitreason.go).
+	by      cause
+	hold    *lease.Lease
+	who     string
+	whoRank rankKey
 }
 
 // snode is one node during a pass. GPU bit i is gpus[i]; gpus are sorted by
@@ -42,8 +49,12 @@ type snode struct {
 	alive bool
 	gpus  []sgpu
 	// usable: no error (on an alive node); avail: free now and not taken
-	// by a start of this pass; protect: free GPUs kept for the head.
-	usable, avail, protect uint64
+	// by a start of this pass; protect: free GPUs kept for the head;
+	// shadow: every GPU the head is estimated to start on.
+	usable, avail, protect, shadow uint64
+	// overdue counts its leases past their end not being reclaimed
+	// (reclaimOverdue looks only where there are some).
+	overdue int
 	// leases are the node's live leases (expired reservations dropped).
 	leases []*lease.Lease
 	// topo names the node's topology: nodes with the same topo place alike.
@@ -131,10 +142,15 @@ type scheduler struct {
 	reclaimed map[*lease.Lease]bool
 
 	// The head: the first entry that waits, with its shadow time.
-	head   *QueueEntry
-	headAt int64
+	head     *QueueEntry
+	headAt   int64
+	headRank rankKey
 
 	picks []pick // scratch
+
+	// cur is the rank of the entry being visited, which its starts and
+	// estimates leave on the GPUs they take (sgpu.whoRank).
+	cur rankKey
 }
 
 func newScheduler(nodes []lease.SchedNode, now time.Time, cfg SchedConfig) *scheduler {
@@ -202,6 +218,9 @@ func (s *scheduler) addNode(sn *snode, n *lease.SchedNode, topos map[string]int,
 			s.groupUsed[g] += l.Weight()
 		}
 		end, late := s.leaseEnd(l)
+		if late && l.PreemptedAt.IsZero() {
+			sn.overdue++
+		}
 		for _, idx := range l.GPUs {
 			b := sn.bit(idx)
 			if b < 0 {
@@ -210,6 +229,7 @@ func (s *scheduler) addNode(sn *snode, n *lease.SchedNode, topos map[string]int,
 			g := &sn.gpus[b]
 			if held&(1<<b) == 0 || end > g.freeAt {
 				g.freeAt, g.late = end, late
+				g.by, g.hold = causeLease, l
 			}
 			held |= 1 << b
 		}
@@ -225,12 +245,13 @@ func (s *scheduler) addNode(sn *snode, n *lease.SchedNode, topos map[string]int,
 			// Its booking has begun: held until the booking ends.
 			sn.usable |= 1 << b
 			sg.freeAt = max(sg.freeAt, sn.books[b][0].end)
+			sg.by = causeBooking
 		case held&(1<<b) != 0:
 			sn.usable |= 1 << b
 		case len(g.Processes) > 0:
 			// Used outside dibs: nobody can say when it comes free.
 			sn.usable |= 1 << b
-			sg.freeAt = never
+			sg.freeAt, sg.by = never, causeSquat
 		default:
 			sn.usable |= 1 << b
 			sn.avail |= 1 << b

@@ -15,15 +15,20 @@ import (
 // visit decides one entry.
 func (s *scheduler) visit(e *QueueEntry, r *Ranked, plan *Plan) {
 	if s.starting[e.Key()] {
-		r.EstStart, r.Waiting = s.now, WaitingStarting
+		r.EstStart = s.now
+		r.wait(WaitStarting, "", WaitingStarting)
 		return
 	}
 	if e.MIG != "" {
 		s.visitMIG(e, r, plan)
 		return
 	}
-	if why := s.unservable(e); why != "" {
-		r.Waiting = why
+	if code, why := s.unservable(e); why != "" {
+		r.wait(code, e.Node, why)
+		if s.cfg.Explain && code != WaitNodes {
+			s.explainWhole(e, s.modelMask(e.Model), r, nil, "")
+			r.wait(code, e.Node, why)
+		}
 		return
 	}
 	if e.MemMiB > 0 {
@@ -43,11 +48,13 @@ func (s *scheduler) visit(e *QueueEntry, r *Ranked, plan *Plan) {
 		}
 	}
 	if s.head == nil {
-		s.head = e
+		s.head, s.headRank = e, s.cur
 		// Reclaim only what could serve it sooner than GPUs whose leases
 		// end within the grace anyway.
 		if soon, _ := s.estimate(e, mm, true); soon > int64(s.cfg.PreemptGrace) {
-			r.Waiting = s.reclaim(e, mm, plan)
+			if why := s.reclaim(e, mm, plan); why != "" {
+				r.wait(WaitReclaim, "", why)
+			}
 		}
 		at, picks := s.estimate(e, mm, false)
 		if at == never {
@@ -57,22 +64,28 @@ func (s *scheduler) visit(e *QueueEntry, r *Ranked, plan *Plan) {
 			for _, p := range picks {
 				sn := &s.nodes[p.node]
 				sn.protect |= p.mask & sn.avail
+				sn.shadow |= p.mask
 			}
+		}
+		if r.Waiting == "" {
+			s.explainWhole(e, mm, r, picks, "next to start: ")
+		} else if s.cfg.Explain {
+			rc := r.Reason
+			s.explainWhole(e, mm, r, picks, "")
+			r.wait(rc.Code, rc.Node, rc.Words)
 		}
 		s.book(e, at, picks)
 		s.setEst(r, at)
-		if r.Waiting == "" {
-			r.Waiting = "next to start: " + s.needs(e, mm)
-			if at == never {
-				r.Waiting = "next to start, no estimate (its GPUs are held with no known end): " + s.needs(e, mm)
-			}
-		}
 		return
 	}
+	on, why := s.reclaimOverdue(e, mm, plan)
 	at, picks := s.estimate(e, mm, false)
+	s.explainWhole(e, mm, r, picks, "")
+	if why != "" {
+		r.wait(WaitReclaim, on, why)
+	}
 	s.book(e, at, picks)
 	s.setEst(r, at)
-	r.Waiting = "waiting behind higher-priority requests"
 }
 
 func (s *scheduler) setEst(r *Ranked, at int64) {
@@ -82,23 +95,23 @@ func (s *scheduler) setEst(r *Ranked, at int64) {
 }
 
 // unservable says why an entry cannot run on the nodes that are up, even
-// with every GPU free; "" when it can.
-func (s *scheduler) unservable(e *QueueEntry) string {
+// with every GPU free, and its code; "" when it can.
+func (s *scheduler) unservable(e *QueueEntry) (WaitCode, string) {
 	switch {
 	case e.Nodes < 1 || e.GPUsPerNode < 1:
-		return "asks for no GPUs"
+		return WaitShape, "asks for no GPUs"
 	case e.Nodes > 1 && e.Node != "":
-		return "a multi-node request cannot be pinned to one node"
+		return WaitNodes, "a multi-node request cannot be pinned to one node"
 	case e.GPUsPerNode > maxNodeGPUs:
-		return fmt.Sprintf("no node offers %s", lease.GPUCount(e.GPUsPerNode))
+		return WaitShape, fmt.Sprintf("no node offers %s", lease.GPUCount(e.GPUsPerNode))
 	}
 	if e.Node != "" {
 		i, ok := s.byName[e.Node]
 		if !ok {
-			return fmt.Sprintf("node %s is not in the cluster", e.Node)
+			return WaitNodes, fmt.Sprintf("node %s is not in the cluster", e.Node)
 		}
 		if !s.nodes[i].alive {
-			return fmt.Sprintf("node %s is down", e.Node)
+			return WaitDown, fmt.Sprintf("node %s is down", e.Node)
 		}
 	}
 	mm := s.modelMask(e.Model)
@@ -109,38 +122,25 @@ func (s *scheduler) unservable(e *QueueEntry) string {
 		}
 	}
 	if fit >= e.Nodes {
-		return ""
+		return "", ""
 	}
 	of := ""
 	if e.Model != "" {
 		of = fmt.Sprintf(" matching %q", e.Model)
 	}
-	of += s.poolNote(e)
+	pools, kept := s.poolNote(e)
+	code := WaitShape
+	if kept {
+		code = WaitPool
+	}
+	of += pools
 	if e.Nodes == 1 {
 		if e.Node != "" {
-			return fmt.Sprintf("%s has fewer than %d working %s%s", e.Node, e.GPUsPerNode, lease.GPUWord(e.GPUsPerNode), of)
+			return code, fmt.Sprintf("%s has fewer than %d working %s%s", e.Node, e.GPUsPerNode, lease.GPUWord(e.GPUsPerNode), of)
 		}
-		return fmt.Sprintf("no node that is up has %d working %s%s", e.GPUsPerNode, lease.GPUWord(e.GPUsPerNode), of)
+		return code, fmt.Sprintf("no node that is up has %d working %s%s", e.GPUsPerNode, lease.GPUWord(e.GPUsPerNode), of)
 	}
-	return fmt.Sprintf("needs %d nodes with %d working %s%s; %d are up", e.Nodes, e.GPUsPerNode, lease.GPUWord(e.GPUsPerNode), of, fit)
-}
-
-// needs describes what the entry waits for, with what is free now.
-func (s *scheduler) needs(e *QueueEntry, mm []uint64) string {
-	if e.Nodes == 1 {
-		most := 0
-		for i := range s.nodes {
-			most = max(most, bits.OnesCount64(s.nodes[i].avail&s.eligible(i, e, mm)))
-		}
-		return fmt.Sprintf("%s on one node, at most %d free together", lease.GPUCount(e.GPUsPerNode), most)
-	}
-	have := 0
-	for i := range s.nodes {
-		if bits.OnesCount64(s.nodes[i].avail&s.eligible(i, e, mm)) >= e.GPUsPerNode {
-			have++
-		}
-	}
-	return fmt.Sprintf("%d nodes with %d free %s each, %d have them", e.Nodes, e.GPUsPerNode, lease.GPUWord(e.GPUsPerNode), have)
+	return code, fmt.Sprintf("needs %d nodes with %d working %s%s; %d are up", e.Nodes, e.GPUsPerNode, lease.GPUWord(e.GPUsPerNode), of, fit)
 }
 
 // modelMask returns, per node, the GPUs matching model; nil for any model.
@@ -172,7 +172,7 @@ func (s *scheduler) modelMask(model string) []uint64 {
 // eligible is the set of the node's working GPUs the entry may ever use.
 func (s *scheduler) eligible(i int, e *QueueEntry, mm []uint64) uint64 {
 	sn := &s.nodes[i]
-	if !sn.alive || e.Node != "" && e.Node != sn.name || !s.allows(sn, e) {
+	if !sn.alive || !e.MayRunOn(sn.name) || !s.allows(sn, e) {
 		return 0
 	}
 	if mm != nil {
@@ -284,6 +284,7 @@ func (s *scheduler) commit(e *QueueEntry, picks []pick) Start {
 		for m := p.place.mask; m != 0; m &= m - 1 {
 			g := &sn.gpus[bits.TrailingZeros64(m)]
 			g.freeAt, g.late = end, false
+			g.by, g.who, g.whoRank = causeAhead, e.ID, s.cur
 		}
 		s.totalAvail -= bits.OnesCount64(p.place.mask)
 	}
@@ -385,6 +386,7 @@ func (s *scheduler) book(e *QueueEntry, at int64, picks []pick) {
 		for m := p.mask; m != 0; m &= m - 1 {
 			g := &sn.gpus[bits.TrailingZeros64(m)]
 			g.freeAt, g.late = end, false
+			g.by, g.who, g.whoRank = causeAhead, e.ID, s.cur
 		}
 	}
 }

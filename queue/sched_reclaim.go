@@ -263,3 +263,95 @@ func (s *scheduler) idleFrom(sn *snode, l *lease.Lease) (int64, bool) {
 	}
 	return int64(from.Sub(s.now)), true
 }
+
+// reclaimOverdue reclaims, for a single-node entry behind the head that
+// cannot start now, the leases of other users past their end (end action
+// warn lets them linger) that hold GPUs it could start on at once: the
+// head's reclaim (reclaim) serves the head alone, and a head that cannot
+// start even with them ended reclaims nothing, so a request needing
+// exactly such a GPU waited behind the head's estimated run there. Only
+// GPUs the head is not estimated to start on count, unless the entry ends
+// before the head could start (as backfill onto the head's GPUs may);
+// never a gang's rank, a lease already being reclaimed, a part of a GPU,
+// or a GPU booked within its time. The GPUs are then expected free after
+// the grace, for this entry (later entries estimate behind it). It
+// returns the node and the words; "" when it reclaims nothing.
+func (s *scheduler) reclaimOverdue(e *QueueEntry, mm []uint64, plan *Plan) (string, string) {
+	if e.Nodes != 1 {
+		return "", ""
+	}
+	g := e.GPUsPerNode
+	fitsShadow := s.head != nil && e.Duration > 0 && int64(e.Duration) <= s.headAt
+	for i := range s.nodes {
+		sn := &s.nodes[i]
+		if sn.overdue == 0 {
+			continue
+		}
+		el := s.eligible(i, e, mm) &^ sn.bookedWithin(e.Duration)
+		if bits.OnesCount64(el) < g {
+			continue
+		}
+		free := sn.avail & el
+		if !fitsShadow {
+			free &^= sn.protect
+		}
+		have := bits.OnesCount64(free)
+		var chosen []*lease.Lease
+		var mask uint64
+		for m := el &^ free; m != 0 && have < g; m &= m - 1 {
+			b := bits.TrailingZeros64(m)
+			l := s.overdueHold(sn, b, e, plan)
+			if l == nil || slices.Contains(chosen, l) || sn.shadow&(1<<b) != 0 && !fitsShadow {
+				continue
+			}
+			// The whole lease ends: each of its GPUs must be one the
+			// entry may take.
+			var lm uint64
+			ok := true
+			for _, idx := range l.GPUs {
+				lb := sn.bit(idx)
+				if lb < 0 || s.overdueHold(sn, lb, e, plan) != l || sn.shadow&(1<<lb) != 0 && !fitsShadow {
+					ok = false
+					break
+				}
+				lm |= 1 << lb
+			}
+			if !ok {
+				continue
+			}
+			chosen = append(chosen, l)
+			mask |= lm
+			have += bits.OnesCount64(lm & el)
+		}
+		if have < g {
+			continue
+		}
+		soon := int64(s.cfg.PreemptGrace)
+		n := 0
+		for _, l := range chosen {
+			plan.Reclaim = append(plan.Reclaim, Reclaim{Lease: *l, Reason: lease.PreemptOverdue, For: e.ID})
+			n += len(l.GPUs)
+		}
+		for m := mask; m != 0; m &= m - 1 {
+			gp := &sn.gpus[bits.TrailingZeros64(m)]
+			gp.freeAt, gp.late = soon, false
+		}
+		return sn.name, fmt.Sprintf("reclaiming %s past its end on %s for it", lease.GPUCount(n), sn.name)
+	}
+	return "", ""
+}
+
+// overdueHold is the lease holding GPU bit b of sn when it is one
+// reclaimOverdue may end for e: another user's, whole GPUs, not a gang's
+// rank, past its end and not being reclaimed already (before this pass,
+// or in it); nil otherwise. An entry ahead may have been estimated onto
+// the GPU (its by says so): the lease holds it all the same.
+func (s *scheduler) overdueHold(sn *snode, b int, e *QueueEntry, plan *Plan) *lease.Lease {
+	l := sn.gpus[b].hold
+	if l == nil || l.User == e.User || l.Gang != "" || l.Partial() || !l.PreemptedAt.IsZero() ||
+		l.ExpiresAt.IsZero() || l.ExpiresAt.After(s.now) || !l.ReservedUntil.IsZero() ||
+		slices.ContainsFunc(plan.Reclaim, func(r Reclaim) bool { return r.Lease.ID == l.ID }) {
+		return nil
+	}
+	return l
+}

@@ -301,7 +301,7 @@ func TestScheduleFreeGPUs(t *testing.T) {
 		{"a live reservation holds its GPUs", []lease.SchedNode{snode("gpu-01", 4, reservation)}, nil, "next to start"},
 		{"an expired reservation holds nothing", []lease.SchedNode{snode("gpu-01", 4, expired)}, []string{"gpu-01-q1@gpu-01:[0 1 2 3]"}, ""},
 		{"a lease past its end still holds", []lease.SchedNode{snode("gpu-01", 4, overdue)}, nil, "next to start"},
-		{"a GPU used outside dibs is not free", []lease.SchedNode{squatted}, nil, "no estimate"},
+		{"a GPU used outside dibs is not free", []lease.SchedNode{squatted}, nil, "in use outside dibs"},
 		{"a GPU with an error is not free", []lease.SchedNode{broken}, nil, "no node that is up has 4 working GPUs"},
 	}
 	for _, tt := range tests {

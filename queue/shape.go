@@ -58,6 +58,9 @@ func (e *QueueEntry) Validate() error {
 	if err := lease.CheckTags(e.Tags); err != nil {
 		return lease.Invalidf("queue entry %s: %v", e.ID, err)
 	}
+	if err := e.NodeChoice.Check(); err != nil {
+		return lease.Invalidf("queue entry %s: %v", e.ID, err)
+	}
 	if e.MemMiB > lease.MaxMemMiB || e.MemMiB > 0 && (e.Nodes != 1 || e.GPUsPerNode != 1) {
 		return lease.Invalidf("queue entry %s asks for a memory budget out of range", e.ID)
 	}

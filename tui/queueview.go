@@ -129,6 +129,10 @@ func (v *queueView) lines(w, h int) []string {
 		switch {
 		case e.Running:
 			pos, start, why = "-", "running", "runs (its leases are on the board)"
+		case e.WaitsForOthers():
+			pos = "dep" // not in line: it waits for other runs first
+		case e.Position == 0:
+			pos = "-"
 		case !e.EstStart.IsZero() && !e.EstStart.After(now):
 			start = "now"
 		case !e.EstStart.IsZero():

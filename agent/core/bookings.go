@@ -68,6 +68,9 @@ func bookingOf(req api.BookRequest) (lease.BookRequest, error) {
 	br := lease.BookRequest{Count: req.Count, GPUs: req.GPUs, Start: req.Start, Note: req.Note,
 		Model: req.Model, Tags: req.Tags, Run: req.Run, RequestID: req.RequestID}
 	var err error
+	if br.Where, err = whereOf(req.Node, req.NodeChoice); err != nil {
+		return lease.BookRequest{}, err
+	}
 	if br.Kind, err = lease.ParseKind(req.Kind); err != nil {
 		return lease.BookRequest{}, err
 	}
@@ -119,6 +122,9 @@ func (b *Bound) Book(ctx context.Context, req api.BookRequest) (lease.Lease, err
 			}
 		}
 	}
+	if err := knownNodes(v, br.Where); err != nil {
+		return lease.Lease{}, err
+	}
 	if req.Nodes > 1 {
 		return b.bookAcross(ctx, req, br, v, nil)
 	}
@@ -138,11 +144,17 @@ func (b *Bound) Book(ctx context.Context, req api.BookRequest) (lease.Lease, err
 			return lease.Lease{}, lease.Invalidf("%v", err)
 		}
 	} else if len(br.GPUs) == 0 && len(v.Nodes) > 1 {
-		if target, err = lease.BookNode(v.Candidates(), n, br.Model, br.Tags, s.cfg.Policy.Pools, b.c.User, br.Start, br.Start.Add(br.Duration)); err != nil {
+		target, err = pickAllowed(br.Where, v.Candidates(), func(cands []lease.Candidate) (string, error) {
+			return lease.BookNode(cands, n, br.Model, br.Tags, s.cfg.Policy.Pools, b.c.User, br.Start, br.Start.Add(br.Duration))
+		})
+		if err != nil {
 			return lease.Lease{}, err
 		}
 	} else {
 		target = s.cfg.Node
+	}
+	if !br.Where.Allows(target) {
+		return lease.Lease{}, lease.Invalidf("its --nodelist/--exclude keep it off %s (%s), the node it would be booked on: name GPUs on a node they allow, or change them", target, br.Where)
 	}
 	l, err := b.bookOn(ctx, target, br)
 	if err != nil {
@@ -221,6 +233,12 @@ func (b *Bound) bookAcross(ctx context.Context, req api.BookRequest, br lease.Bo
 	if err := lease.CheckBookingQuota(s.cfg.Policy, b.c.User, v.Bookings(), float64(need*br.Count)*br.Duration.Hours()); err != nil {
 		b.withdraw(ctx, made)
 		return lease.Lease{}, err
+	}
+	if !br.Where.IsZero() {
+		if cands = br.Where.Filter(cands); len(cands) < need {
+			b.withdraw(ctx, made)
+			return lease.Lease{}, br.Where.NoNodeLeft(req.Nodes, len(cands)+len(made))
+		}
 	}
 	nodes, err := lease.BookNodes(cands, need, br.Count, br.Model, br.Tags, s.cfg.Policy.Pools, b.c.User, br.Start, br.Start.Add(br.Duration))
 	if err != nil {

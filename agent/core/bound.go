@@ -51,6 +51,9 @@ func (b *Bound) Claim(ctx context.Context, req api.ClaimRequest) (api.ClaimRespo
 			}
 		}
 	}
+	if err := knownNodes(v, claim.Where); err != nil {
+		return api.ClaimResponse{}, err
+	}
 	target := req.Node
 	if target == "" {
 		target = s.cfg.Node
@@ -59,19 +62,22 @@ func (b *Bound) Claim(ctx context.Context, req api.ClaimRequest) (api.ClaimRespo
 			target = prev
 		} else if len(claim.GPUs) == 0 && len(v.Nodes) > 1 {
 			want := claim.Want(s.cfg.Policy, s.deps.Clock.Now(), v.PoolHeld(s.cfg.Policy.Pools, b.c.User))
-			cands := v.Candidates()
-			if here := localCandidate(cands); req.PreferHere && here != nil {
-				if _, err := lease.ChooseNodeFor(here, want, s.cfg.Policy.Pools, b.c.User); err != nil {
-					here = nil // it does not fit here: the best node anywhere
-				} else {
-					cands = here
+			target, err = pickAllowed(claim.Where, v.Candidates(), func(cands []lease.Candidate) (string, error) {
+				if here := localCandidate(cands); req.PreferHere && here != nil {
+					if _, err := lease.ChooseNodeFor(here, want, s.cfg.Policy.Pools, b.c.User); err == nil {
+						cands = here
+					} // else it does not fit here: the best node anywhere
 				}
-			}
-			if target, err = lease.ChooseNodeFor(cands, want, s.cfg.Policy.Pools, b.c.User); err != nil {
+				return lease.ChooseNodeFor(cands, want, s.cfg.Policy.Pools, b.c.User)
+			})
+			if err != nil {
 				return api.ClaimResponse{}, err
 			}
 		}
 		s.placed.put(b.c.User, claim.RequestID, target, s.deps.Clock.Now())
+	}
+	if !claim.Where.Allows(target) {
+		return api.ClaimResponse{}, lease.Invalidf("its --nodelist/--exclude keep it off %s (%s), the node it would be granted on: name GPUs on a node they allow, or change them", target, claim.Where)
 	}
 	if target == s.cfg.Node {
 		l, err := b.grantHere(ctx, v, claim)

@@ -4,6 +4,7 @@ import (
 	"github.com/dibs-gpu/dibs/api"
 	"github.com/dibs-gpu/dibs/launch"
 	"github.com/dibs-gpu/dibs/lease"
+	"github.com/dibs-gpu/dibs/queue"
 )
 
 // A request's words read once, at the edge: what a claim, a run or a
@@ -19,6 +20,9 @@ func claimOf(req api.ClaimRequest) (lease.Claim, error) {
 	c := lease.Claim{Count: req.Count, GPUs: req.GPUs, Note: req.Note, Force: req.Force, Run: req.Run,
 		RequestID: req.RequestID, MIG: req.MIG, Model: req.Model, Tags: req.Tags}
 	var err error
+	if c.Where, err = whereOf(req.Node, req.NodeChoice); err != nil {
+		return lease.Claim{}, err
+	}
 	if c.Kind, err = lease.ParseKind(req.Kind); err != nil {
 		return lease.Claim{}, err
 	}
@@ -71,4 +75,42 @@ func checkRun(r *lease.RunSpec) error {
 		return err
 	}
 	return checkSession(r)
+}
+
+// whereOf is the --nodelist and --exclude of a request that may also name
+// one --node (a nodelist of one): the two are not given together, and a
+// node named is not excluded. The lists' own bounds are
+// lease.NodeChoice.Check's, which the claim's Validate runs.
+func whereOf(node string, nc lease.NodeChoice) (lease.NodeChoice, error) {
+	switch {
+	case node != "" && len(nc.Only) > 0:
+		return nc, lease.Invalidf("--node %s and --nodelist both say where: --node X is --nodelist X, give one", node)
+	case node != "" && !nc.Allows(node):
+		return nc, lease.Invalidf("--node %s is in --exclude: drop it from one", node)
+	}
+	return nc, nil
+}
+
+// knownNodes refuses --nodelist or --exclude naming a node the cluster
+// (as v shows it) does not have: a typo would narrow or widen the request
+// in silence.
+func knownNodes(v queue.ClusterView, where lease.NodeChoice) error {
+	if where.IsZero() {
+		return nil
+	}
+	known := make([]string, len(v.Nodes))
+	for i := range v.Nodes {
+		known[i] = v.Nodes[i].Name
+	}
+	return where.Unknown(known)
+}
+
+// pickAllowed is the node a request without --node goes to, chosen by
+// choose among the candidates its --nodelist/--exclude allow (all when it
+// has neither), or the refusal when they allow none.
+func pickAllowed(where lease.NodeChoice, cands []lease.Candidate, choose func([]lease.Candidate) (string, error)) (string, error) {
+	if cands = where.Filter(cands); len(cands) == 0 {
+		return "", where.NoNodeLeft(1, 0)
+	}
+	return choose(cands)
 }

@@ -52,6 +52,11 @@ func (b *Bound) Submit(ctx context.Context, req api.SubmitRequest) (api.Submitte
 			return api.Submitted{}, err
 		}
 	}
+	if !e.NodeChoice.IsZero() {
+		if err := peer.Require(v, peer.NodeLists); err != nil {
+			return api.Submitted{}, err
+		}
+	}
 	if e.Node != "" {
 		if err := lease.ValidNodeName(e.Node); err != nil {
 			return api.Submitted{}, lease.Invalidf("%v", err)
@@ -176,22 +181,32 @@ func (b *Bound) queueOf(v queue.ClusterView) api.Queue {
 			waiting = append(waiting, e)
 		}
 	}
-	plan := queue.Schedule(waiting, v.SchedNodes(), v.Usage(), v.Now, s.cfg.Sched)
+	cfg := s.cfg.Sched
+	cfg.Explain = true // every node's reason, for `dibs queue -v` and --json
+	plan := queue.Schedule(waiting, v.SchedNodes(), v.Usage(), v.Now, cfg)
 	q := api.Queue{Scheduler: v.Scheduler(), Entries: []api.QueuedEntry{}}
 	for _, r := range plan.Order {
-		q.Entries = append(q.Entries, queuedView(b.c, r.Entry, r.Priority, r.Position, r.EstStart, r.Waiting))
+		qv := queuedView(b.c, r.Entry, r.Priority, r.Position, r.EstStart, r.Waiting)
+		if r.Reason.Code != "" {
+			qv.Reason = &r.Reason
+		}
+		qv.NodeReasons = r.Nodes
+		q.Entries = append(q.Entries, qv)
 	}
 	slices.SortFunc(backoff, func(x, y queue.QueueEntry) int { return x.RetryAt.Compare(y.RetryAt) })
 	for _, e := range backoff {
 		why := fmt.Sprintf("restart %d of %d, spaced after a failure: %s", e.Restarts, e.MaxRestarts, e.RetryWhy)
 		qv := queuedView(b.c, e, 0, len(q.Entries)+1, e.RetryAt, why)
 		qv.RetryAt = e.RetryAt
+		qv.Reason = &queue.Reason{Code: queue.WaitRetry, Words: why}
 		q.Entries = append(q.Entries, qv)
 	}
 	slices.SortFunc(orphaned, func(x, y queue.QueueEntry) int { return x.SubmittedAt.Compare(y.SubmittedAt) })
 	for _, e := range orphaned {
 		why := fmt.Sprintf("its origin %s is down: it waits until %s is back", e.Origin, e.Origin)
-		q.Entries = append(q.Entries, queuedView(b.c, e, 0, len(q.Entries)+1, time.Time{}, why))
+		qv := queuedView(b.c, e, 0, len(q.Entries)+1, time.Time{}, why)
+		qv.Reason = &queue.Reason{Code: queue.WaitOrigin, Node: e.Origin, Words: why}
+		q.Entries = append(q.Entries, qv)
 	}
 	slices.SortFunc(running, func(x, y queue.QueueEntry) int { return strings.Compare(x.ID, y.ID) })
 	for _, e := range running {
@@ -211,7 +226,7 @@ func queuedView(c lease.Caller, e queue.QueueEntry, prio float64, pos int, est t
 		ID: e.ID, Position: pos, User: e.User, Nodes: e.Nodes, GPUsPerNode: e.GPUsPerNode, Node: e.Node,
 		Kind: string(e.Kind), Duration: lease.FormatDuration(e.Duration), Note: e.Note, Priority: prio,
 		SubmittedAt: e.SubmittedAt, EstStart: est, Waiting: why, Restarts: e.Restarts,
-		Model: e.Model, Tags: e.Tags, MemMiB: e.MemMiB, MIG: e.MIG,
+		Model: e.Model, Tags: e.Tags, MemMiB: e.MemMiB, MIG: e.MIG, NodeChoice: e.NodeChoice,
 	}
 	if e.Job != nil {
 		v.Command = e.Job.Command

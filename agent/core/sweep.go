@@ -165,6 +165,9 @@ func foldArrays(c lease.Caller, rows []api.QueuedEntry, held []queue.QueueEntry)
 	var order []*api.QueuedEntry
 	for _, p := range held {
 		row := queuedView(c, p, 0, 0, time.Time{}, heldWhy(p))
+		if row.Waiting != "" {
+			row.Reason = &queue.Reason{Code: queue.WaitDependency, Words: row.Waiting}
+		}
 		if p.Array != nil {
 			done, failed, cancelled := p.Array.Counts()
 			row.Array = &api.ArrayView{Spec: p.Array.String(), Done: done, Failed: failed, Cancelled: cancelled, Waiting: p.Array.Unmade()}
@@ -192,6 +195,7 @@ func foldArrays(c lease.Caller, rows []api.QueuedEntry, held []queue.QueueEntry)
 			p.Array.Waiting++
 			if p.Position == 0 || r.Position > 0 && r.Position < p.Position {
 				p.Position, p.Priority, p.EstStart, p.Waiting = r.Position, r.Priority, r.EstStart, r.Waiting
+				p.Reason, p.NodeReasons = r.Reason, r.NodeReasons
 			}
 		}
 		if _, ok := slot[arr]; !ok {

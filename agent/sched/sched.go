@@ -136,7 +136,9 @@ func (s *Scheduler) schedule(ctx context.Context, v queue.ClusterView) {
 	if len(waiting) == 0 {
 		return
 	}
-	plan := queue.Schedule(waiting, nodes, v.Usage(), now, s.cfg)
+	cfg := s.cfg
+	cfg.Terse = true // nobody reads this pass's reasons: `dibs queue` makes its own
+	plan := queue.Schedule(waiting, nodes, v.Usage(), now, cfg)
 	for _, st := range plan.Start {
 		key := st.Entry.Key()
 		if !s.hold(queue.InFlight{Key: key, Mono: mono, Ranks: st.Ranks, User: st.Entry.User, UID: st.Entry.UID}) {

@@ -32,6 +32,8 @@ type bookFlags struct {
 	// nodes and perNode book across nodes: perNode GPUs on each of nodes.
 	nodes   int
 	perNode int
+	// where is --nodelist and --exclude, which the agent checks.
+	where lease.NodeChoice
 }
 
 // bookCmd is `dibs book`. The booking commands are functions of the cli,
@@ -73,7 +75,9 @@ func bookCmd(c *cli) *cobra.Command {
 	fl.IntVar(&f.nodes, "nodes", 0, "book on N nodes at once, all or nothing (as a gang reserves); with --gpus-per-node")
 	fl.IntVar(&f.perNode, "gpus-per-node", 0, "GPUs to book on each node (with --nodes)")
 	fl.StringVar(&f.ids, "ids", "", "exactly these GPU `IDS`, e.g. 0,2 (as nvidia-smi -i numbers them)")
-	fl.StringVar(&f.node, "node", "", "book on this node (default: the best node that has them free then)")
+	fl.StringVar(&f.node, "node", "", "book on this node (default: the best node that has them free then); a --nodelist of one")
+	fl.StringSliceVarP(&f.where.Only, "nodelist", "w", nil, "only these nodes, e.g. na,nb (SLURM's -w)")
+	fl.StringSliceVarP(&f.where.Exclude, "exclude", "x", nil, "never these nodes, e.g. nc (SLURM's -x)")
 	fl.StringSliceVar(&f.pools, "pool", nil, "only nodes in this pool (a node tag)")
 	fl.StringSliceVar(&f.pools, "tag", nil, "only nodes with this tag (the same as --pool)")
 	fl.StringVar(&f.model, "model", "", "only GPUs whose model contains this, e.g. H100")
@@ -84,6 +88,8 @@ func bookCmd(c *cli) *cobra.Command {
 	fl.BoolVar(&f.json, "json", false, "print JSON")
 	cmd.RegisterFlagCompletionFunc("kind", cobra.FixedCompletions([]string{"interactive\ta person at a shell (default limit 4h)", "batch\ta run nobody watches (default limit 24h)"}, cobra.ShellCompDirectiveNoFileComp))
 	cmd.RegisterFlagCompletionFunc("node", c.completeNodes)
+	cmd.RegisterFlagCompletionFunc("nodelist", c.completeNodes)
+	cmd.RegisterFlagCompletionFunc("exclude", c.completeNodes)
 	cmd.RegisterFlagCompletionFunc("gpus", cobra.NoFileCompletions)
 	cmd.RegisterFlagCompletionFunc("ids", cobra.NoFileCompletions)
 	cmd.RegisterFlagCompletionFunc("nodes", cobra.NoFileCompletions)
@@ -94,7 +100,7 @@ func bookCmd(c *cli) *cobra.Command {
 
 // request checks the flags and reads --at in the local time zone.
 func (f *bookFlags) request(now time.Time) (api.BookRequest, error) {
-	req := api.BookRequest{Node: f.node, Count: f.count, Duration: f.dur, Kind: f.kind, Note: f.note, Model: f.model, Tags: f.pools}
+	req := api.BookRequest{Node: f.node, Count: f.count, Duration: f.dur, Kind: f.kind, Note: f.note, Model: f.model, Tags: f.pools, NodeChoice: f.where}
 	if f.ids != "" {
 		for _, s := range strings.Split(f.ids, ",") {
 			n, err := strconv.Atoi(strings.TrimSpace(s))
@@ -156,7 +162,7 @@ func bookRun(ctx context.Context, c *cli, cl *api.Client, f *claimFlags, req api
 	}
 	b, err := cl.Book(ctx, api.BookRequest{
 		Node: req.Node, Count: req.Count, GPUs: req.GPUs, Start: at, Duration: req.Duration, Kind: req.Kind,
-		Note: req.Note, Model: req.Model, Tags: req.Tags, Run: req.Run,
+		Note: req.Note, Model: req.Model, Tags: req.Tags, Run: req.Run, NodeChoice: req.NodeChoice,
 	})
 	if err != nil {
 		return err

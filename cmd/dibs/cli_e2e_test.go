@@ -24,6 +24,7 @@ import (
 	"github.com/dibs-gpu/dibs/agent/agenttest"
 	"github.com/dibs-gpu/dibs/api"
 	"github.com/dibs-gpu/dibs/lease"
+	"github.com/dibs-gpu/dibs/queue"
 )
 
 // The CLI as a SLURM user expects it: -g/--gpus is a count (srun --gpus),
@@ -163,8 +164,21 @@ func TestCLIQueueJSONMatchesTable(t *testing.T) {
 	if err := json.Unmarshal([]byte(js), &q); err != nil || len(q.Entries) != 2 {
 		t.Fatalf("queue --json: %v\n%s", err, js)
 	}
-	if !strings.Contains(table, "next to start: 1 GPU on one node, at most 0 free together") {
-		t.Errorf("queue does not say why the first waits, in the singular:\n%s", table)
+	// Why each waits, named: the first for the lease on the GPU, the
+	// second for the first; the words whole into a pipe (never cut with
+	// ~), the codes in the JSON, every node's reason with -v.
+	if !regexp.MustCompile(`next to start: GPU 0 of \S+ is held by root's lease \S+ for 1h more\n`).MatchString(table) ||
+		!regexp.MustCompile(`GPU 0 of \S+ goes first to \S+-q1, submitted before it at the same priority\n`).MatchString(table) || strings.Contains(table, "~") {
+		t.Errorf("queue does not say why each waits, whole:\n%s", table)
+	}
+	if r := q.Entries[0].Reason; r == nil || r.Code != queue.WaitHeld || len(q.Entries[0].NodeReasons) != 1 {
+		t.Errorf("queue --json: the first's reason %+v, node reasons %+v; want held, one node's", r, q.Entries[0].NodeReasons)
+	}
+	if r := q.Entries[1].Reason; r == nil || r.Code != queue.WaitOrder {
+		t.Errorf("queue --json: the second's reason %+v, want order", r)
+	}
+	if v, _, _ := dibs(t, p.socket, nil, "queue", "-v"); !regexp.MustCompile(`(?m)^      \S+ order: GPU 0 of`).MatchString(v) {
+		t.Errorf("queue -v lists no node's reason:\n%s", v)
 	}
 	for _, e := range q.Entries {
 		m := regexp.MustCompile(`(?m)^(\S+)\s+` + regexp.QuoteMeta(e.ID) + `\s+root\s+1\s+4h\s+(\S+)\s`).FindStringSubmatch(table)
@@ -381,5 +395,32 @@ func TestAgentMetricsListen(t *testing.T) {
 	}
 	if _, e, c := dibs(t, p.socket, nil, "agent", "--metrics-listen", "localhost", "--sim", "1xL40S", "--data-dir", filepath.Join(dir, "x")); c == 0 || !strings.Contains(e, `--metrics-listen: "localhost" is not HOST:PORT`) {
 		t.Errorf("agent --metrics-listen localhost: exit %d %q", c, e)
+	}
+}
+
+// TestCLINodelistFlags: claim and run take --nodelist/-w and --exclude/-x,
+// SLURM's words; the agent refuses what they leave nowhere to go.
+func TestCLINodelistFlags(t *testing.T) {
+	dir := agenttest.PublicDir(t)
+	p := startAgent(t, dir, "--sim", "1xL40S")
+	if _, e, c := dibs(t, p.socket, nil, "claim", "-g", "1", "-w", "elsewhere"); c == 0 || !strings.Contains(e, "no node named elsewhere in the cluster") {
+		t.Errorf("claim -w elsewhere: exit %d, %q; want a refusal naming the node", c, e)
+	}
+	if _, e, c := dibs(t, p.socket, nil, "book", "-g", "1", "-x", "elsewhere", "--at", "in 2h", "--for", "1h"); c == 0 || !strings.Contains(e, "no node named elsewhere in the cluster") {
+		t.Errorf("book -x elsewhere: exit %d, %q; want a refusal naming the node", c, e)
+	}
+	if _, e, c := dibs(t, p.socket, nil, "run", "--queue", "-g", "1", "--node", "a", "--nodelist", "b", "--", "true"); c == 0 || !strings.Contains(e, "--node a and --nodelist both say where") {
+		t.Errorf("run --node a --nodelist b: exit %d, %q", c, e)
+	}
+	self, _, _ := dibs(t, p.socket, nil, "status", "--json")
+	var st struct{ Node string }
+	if err := json.Unmarshal([]byte(self), &st); err != nil || st.Node == "" {
+		t.Fatalf("status --json: %v %q", err, self)
+	}
+	if _, e, c := dibs(t, p.socket, nil, "claim", "-g", "1", "-x", st.Node); c == 0 || !strings.Contains(e, "its --nodelist/--exclude keep it off "+st.Node) {
+		t.Errorf("claim -x %s on the only node: exit %d, %q", st.Node, c, e)
+	}
+	if out, e, c := dibs(t, p.socket, nil, "claim", "-g", "1", "-w", st.Node, "--for", "1h"); c != 0 {
+		t.Errorf("claim -w %s: exit %d, %q %q; want granted", st.Node, c, out, e)
 	}
 }

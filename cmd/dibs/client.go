@@ -54,6 +54,8 @@ type claimFlags struct {
 	pools []string
 	// at books the run for later (dibs run --at).
 	at string
+	// where is --nodelist and --exclude, which the agent checks.
+	where lease.NodeChoice
 }
 
 func (f *claimFlags) add(c *cli, cmd *cobra.Command) {
@@ -68,7 +70,9 @@ func (f *claimFlags) add(c *cli, cmd *cobra.Command) {
 	fl.StringVar(&f.dur, "for", "", "time limit, e.g. 90m, 4h, 2d (default 4h interactive, 24h batch)")
 	fl.StringVar(&f.note, "note", "", "what it is for; shown on the board")
 	fl.StringVar(&f.kind, "kind", "interactive", "interactive or batch")
-	fl.StringVar(&f.node, "node", "", "claim on this node (default: this node alone, or the best node in a cluster)")
+	fl.StringVar(&f.node, "node", "", "claim on this node (default: this node alone, or the best node in a cluster); a --nodelist of one")
+	fl.StringSliceVarP(&f.where.Only, "nodelist", "w", nil, "only these nodes, e.g. na,nb (SLURM's -w; a gang takes its nodes among them)")
+	fl.StringSliceVarP(&f.where.Exclude, "exclude", "x", nil, "never these nodes, e.g. nc (SLURM's -x)")
 	fl.BoolVar(&f.force, "force", false, "claim named GPUs even though someone's unleased process runs there")
 	fl.BoolVar(&f.json, "json", false, "print JSON")
 	fl.StringVar(&f.mig, "mig", "", "one MIG instance instead of GPUs: a profile (3g.40gb), its MIG- UUID, or GPU:INDEX")
@@ -78,6 +82,8 @@ func (f *claimFlags) add(c *cli, cmd *cobra.Command) {
 	fl.StringSliceVar(&f.pools, "tag", nil, "only nodes with this tag (the same as --pool; repeat for several)")
 	cmd.RegisterFlagCompletionFunc("kind", cobra.FixedCompletions([]string{"interactive\ta person at a shell (default limit 4h)", "batch\ta run nobody watches (default limit 24h)"}, cobra.ShellCompDirectiveNoFileComp))
 	cmd.RegisterFlagCompletionFunc("node", c.completeNodes)
+	cmd.RegisterFlagCompletionFunc("nodelist", c.completeNodes)
+	cmd.RegisterFlagCompletionFunc("exclude", c.completeNodes)
 	cmd.RegisterFlagCompletionFunc("gpus", cobra.NoFileCompletions)
 	cmd.RegisterFlagCompletionFunc("ids", cobra.NoFileCompletions)
 	cmd.SetFlagErrorFunc(gpusFlagError)
@@ -97,7 +103,7 @@ func (f *claimFlags) request() (api.ClaimRequest, error) { return f.build(true) 
 // build makes the request; needCount says -g or --ids must be given.
 func (f *claimFlags) build(needCount bool) (api.ClaimRequest, error) {
 	req := api.ClaimRequest{Node: f.node, Count: f.count, Duration: f.dur, Note: f.note, Kind: f.kind, Force: f.force,
-		MIG: f.mig, Mem: f.mem, Model: f.model, Tags: f.pools}
+		MIG: f.mig, Mem: f.mem, Model: f.model, Tags: f.pools, NodeChoice: f.where}
 	if f.ids != "" {
 		for _, s := range strings.Split(f.ids, ",") {
 			n, err := strconv.Atoi(strings.TrimSpace(s))

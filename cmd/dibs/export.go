@@ -5,6 +5,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -124,13 +125,23 @@ run without one (a bare claim) give it after --.`,
 			}
 			ctx, cancel := reqCtx()
 			defer cancel()
-			rec, err := c.client().Run(ctx, id)
+			cl := c.client()
+			rec, err := cl.Run(ctx, id)
 			if err != nil {
 				return err
 			}
 			job, err := sbatchJob(rec)
 			if err != nil {
 				return err
+			}
+			if rec.Entry != nil && (rec.Entry.MIG != "" || rec.Entry.MemMiB > 0 || len(rec.Entry.Tags) > 0) || len(rec.Lease) > 0 {
+				// What of a GPU it held and where: the board knows the
+				// GPUs' models and the nodes' pools.
+				b, err := cl.Board(ctx)
+				if err != nil {
+					return err
+				}
+				sbatchUnit(&job, rec, b)
 			}
 			if command != nil {
 				job.Command = command
@@ -166,6 +177,10 @@ func sbatchJob(rec api.RunRecord) (slurm.Job, error) {
 		if e.Array != nil {
 			j.Array = e.Array.String()
 		}
+		j.Nodelist, j.Exclude = e.Only, e.Exclude
+		if e.Node != "" {
+			j.Nodelist = []string{e.Node}
+		}
 		for _, d := range e.After {
 			j.After = append(j.After, d.String())
 		}
@@ -192,4 +207,73 @@ func sbatchJob(rec api.RunRecord) (slurm.Job, error) {
 		j.Kind = lease.KindInteractive
 	}
 	return j, nil
+}
+
+// sbatchUnit adds what of a GPU the run held and where it was kept, so the
+// script asks SLURM for the same: a MIG instance as the typed GRES `dibs
+// export slurm` writes (its profile and its GPU's model, from the lease's
+// GPU or the board's instances of the profile asked for), a memory budget,
+// and the pools it asked for (the pools of the node a lease ran on, when
+// dibs knows the run only by its lease). A finished run's ledger keeps
+// none of these.
+func sbatchUnit(j *slurm.Job, rec api.RunRecord, b api.Board) {
+	if len(rec.Lease) > 0 {
+		l := rec.Lease[0]
+		j.MemMiB = l.MemMiB
+		for _, n := range b.Nodes {
+			if n.Name != l.Node {
+				continue
+			}
+			j.Pools = n.Host.Tags
+			for _, g := range n.GPUs {
+				if l.MIG == "" || len(l.GPUs) == 0 || g.Index != l.GPUs[0] {
+					continue
+				}
+				for _, d := range g.MIGDevices {
+					if d.UUID == l.MIG {
+						j.MIG, j.MIGModel = d.Profile, g.Model
+					}
+				}
+			}
+		}
+	}
+	e := rec.Entry
+	if e == nil {
+		return
+	}
+	j.MemMiB, j.Pools = e.MemMiB, e.Tags
+	if e.MIG == "" || j.MIG != "" {
+		return
+	}
+	// The instance it asks for: a profile, a UUID or GPU:INDEX, matched
+	// against the instances the nodes it may run on have.
+	models := map[string]string{} // gres type → a model
+	for _, n := range b.Nodes {
+		if e.Node != "" && n.Name != e.Node {
+			continue
+		}
+		for _, g := range n.GPUs {
+			if e.Model != "" && !strings.Contains(strings.ToLower(g.Model), strings.ToLower(e.Model)) {
+				continue
+			}
+			for _, d := range g.MIGDevices {
+				if strings.EqualFold(d.Profile, e.MIG) || d.UUID == e.MIG || fmt.Sprintf("%d:%d", g.Index, d.Index) == e.MIG {
+					j.MIG = d.Profile
+					models[slurm.MIGType(g.Model, d.Profile)] = g.Model
+				}
+			}
+		}
+	}
+	switch {
+	case len(models) == 1:
+		for _, m := range models {
+			j.MIGModel = m
+		}
+	case j.MIG == "" && !strings.HasPrefix(e.MIG, "MIG-") && !strings.Contains(e.MIG, ":"):
+		j.MIG, j.MIGModel = e.MIG, e.Model // a profile no node has now
+	case j.MIG == "":
+		j.MIG = e.MIG
+	}
+	// Several GPU models have the profile: with no model asked, SLURM
+	// must be told which; the script says so (MIGModel empty).
 }

@@ -326,7 +326,7 @@ func (c *cli) waitGranted(cl *api.Client, sub api.Submitted, asJSON bool, wait t
 }
 
 func queueCmd(c *cli) *cobra.Command {
-	var asJSON bool
+	var asJSON, verbose bool
 	cmd := &cobra.Command{
 		Use:               "queue",
 		ValidArgsFunction: cobra.NoFileCompletions,
@@ -343,11 +343,12 @@ func queueCmd(c *cli) *cobra.Command {
 			if asJSON {
 				return printJSON(c.stdout, q)
 			}
-			printQueue(c.stdout, q, time.Now())
+			printQueueWith(c.stdout, q, time.Now(), verbose)
 			return nil
 		},
 	}
-	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON (with every node's reason, node_reasons)")
+	cmd.Flags().BoolVarP(&verbose, "verbose", "v", false, "under each waiting request, why it does not start on each node")
 	return cmd
 }
 
@@ -368,9 +369,15 @@ func shownQueue(q api.Queue) api.Queue {
 	return out
 }
 
-// printQueue prints the queue as `dibs queue` shows it. Users, notes and
-// the scheduler's reasons come from every node: all are escaped.
-func printQueue(w io.Writer, q api.Queue, now time.Time) {
+// printQueue prints the queue as `dibs queue` shows it.
+func printQueue(w io.Writer, q api.Queue, now time.Time) { printQueueWith(w, q, now, false) }
+
+// printQueueWith prints the queue, with verbose every node's reason under
+// each entry. Users, notes and the scheduler's reasons come from every
+// node: all are escaped. A reason is cut to the width of a terminal only
+// when w is one: into a pipe or a file it is whole.
+func printQueueWith(w io.Writer, q api.Queue, now time.Time, verbose bool) {
+	cut := writerIsTerminal(w)
 	if len(q.Entries) == 0 {
 		fmt.Fprintln(w, "the queue is empty")
 		return
@@ -391,6 +398,10 @@ func printQueue(w io.Writer, q api.Queue, now time.Time) {
 		switch {
 		case e.Running:
 			pos, prio, start, why = "-", "-", "running", ""
+		case e.WaitsForOthers():
+			pos = "dep" // not in line: it waits for other runs first
+		case e.Position == 0:
+			pos = "-"
 		case !e.EstStart.IsZero() && !e.EstStart.After(now):
 			start = "now"
 		case !e.EstStart.IsZero():
@@ -400,10 +411,22 @@ func printQueue(w io.Writer, q api.Queue, now time.Time) {
 			why = safe(e.Array.Summary(e.ID)) // n1-q7[3-5] running, 12 waiting, 3 done
 		}
 		line := fmt.Sprintf("%-3s %-12s %-9s %-7s %-6s %8s %-11s", pos, columns.Clip(safe(e.ID), 12), columns.Clip(safe(e.User), 9), size, safe(e.Duration), prio, start)
-		if len([]rune(line))+1+len([]rune(why)) <= 80 {
+		switch {
+		case len([]rune(line))+1+len([]rune(why)) <= 80:
 			fmt.Fprintf(w, "%s %s\n", line, why)
-		} else {
+		case cut:
 			fmt.Fprintf(w, "%s\n    %s\n", line, columns.Clip(why, 76))
+		default:
+			fmt.Fprintf(w, "%s\n    %s\n", line, why)
+		}
+		if verbose && !e.Running {
+			for _, r := range e.NodeReasons {
+				nl := fmt.Sprintf("      %s %s: %s", safe(r.Node), r.Code, safe(r.Words))
+				if cut {
+					nl = columns.Clip(nl, 80)
+				}
+				fmt.Fprintln(w, nl)
+			}
 		}
 	}
 	fmt.Fprintf(w, "\nscheduler: %s\n", safe(q.Scheduler))

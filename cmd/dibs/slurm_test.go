@@ -109,7 +109,7 @@ func TestExportRunsUnderRealSLURM(t *testing.T) {
 	rand.Read(key)
 	sock := filepath.Join(dir, "run", "dibs.sock")
 	a, err := agent.New(agent.Config{
-		NodeName: host, DataDir: filepath.Join(dir, "data"), Socket: sock, ProbeInterval: 100 * time.Millisecond,
+		NodeName: host, DataDir: filepath.Join(dir, "data"), Socket: sock, ProbeInterval: 100 * time.Millisecond, Tags: []string{"train"},
 		Cluster: &agent.ClusterSettings{BindAddr: "127.0.0.1", Name: "dibs-slurm-test", Key: key, Fast: true},
 		Log:     agenttest.Logger(t, host, true),
 	}, agent.Deps{Probe: hostProbe{Sim: sim, cpus: runtime.NumCPU(), mib: memTotalMiB(t)}})
@@ -122,15 +122,17 @@ func TestExportRunsUnderRealSLURM(t *testing.T) {
 	t.Cleanup(func() { a.Stop() })
 
 	// A queued run: both GPUs are held, so it waits, and dibs still has
-	// its command to export.
+	// its command to export. It asks for the node's pool, which becomes
+	// the partition export slurm writes for it, and for the node by name,
+	// which becomes --nodelist.
 	ctx := context.Background()
 	me := a.For(os.Getuid())
 	if _, err := me.Claim(ctx, api.ClaimRequest{Count: 2, Duration: "1h"}); err != nil {
 		t.Fatal(err)
 	}
 	out := filepath.Join(dir, "job", "cuda.txt")
-	sub, err := me.Submit(ctx, api.SubmitRequest{Claim: api.ClaimRequest{Count: 2, Duration: "10m", Kind: "batch",
-		Run: &api.RunSpec{Command: []string{"sh", "-c", "echo CUDA_VISIBLE_DEVICES=$CUDA_VISIBLE_DEVICES > " + out}}}})
+	sub, err := me.Submit(ctx, api.SubmitRequest{Claim: api.ClaimRequest{Count: 2, Duration: "10m", Kind: "batch", Tags: []string{"train"}, Node: host,
+		Run: &api.RunSpec{Command: []string{"sh", "-c", "echo CUDA_VISIBLE_DEVICES=$CUDA_VISIBLE_DEVICES partition=$SLURM_JOB_PARTITION > " + out}}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -140,7 +142,7 @@ func TestExportRunsUnderRealSLURM(t *testing.T) {
 		t.Fatalf("dibs export slurm: exit %d\n%s%s", code, o, e)
 	}
 	script, e, code := dibs(t, sock, nil, "export", "sbatch", sub.ID)
-	if code != 0 || !strings.Contains(script, "#SBATCH --gpus-per-node=2") {
+	if code != 0 || !strings.Contains(script, "#SBATCH --gpus-per-node=2") || !strings.Contains(script, "#SBATCH --partition=train\n") || !strings.Contains(script, "#SBATCH --nodelist="+host+"\n") {
 		t.Fatalf("dibs export sbatch %s: exit %d\n%s%s", sub.ID, code, script, e)
 	}
 	scriptPath := filepath.Join(dir, "job", "run.sbatch")
@@ -152,7 +154,7 @@ func TestExportRunsUnderRealSLURM(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"SlurmctldHost=" + host + "(127.0.0.1)", "NodeName=" + host + " NodeAddr=127.0.0.1 CPUs=" + strconv.Itoa(runtime.NumCPU()), "Gres=gpu:h100:2"} {
+	for _, want := range []string{"SlurmctldHost=" + host + "(127.0.0.1)", "NodeName=" + host + " NodeAddr=127.0.0.1 CPUs=" + strconv.Itoa(runtime.NumCPU()), "Gres=gpu:h100:2", "PartitionName=train Nodes=" + host} {
 		if !strings.Contains(string(exported), want) {
 			t.Fatalf("exported slurm.conf lacks %q:\n%s", want, exported)
 		}
@@ -228,8 +230,8 @@ func TestExportRunsUnderRealSLURM(t *testing.T) {
 		q, _ := command(env, bins["scontrol"], "show", "job").CombinedOutput()
 		t.Fatalf("the job did not run: %s\n%s\n%s", o, q, readLog(dir, "slurmd.log"))
 	}
-	if !regexp.MustCompile(`^CUDA_VISIBLE_DEVICES=0,1$`).MatchString(got) {
-		t.Errorf("the job saw %q, want CUDA_VISIBLE_DEVICES=0,1 (both fake GPUs, from gres.conf)", got)
+	if !regexp.MustCompile(`^CUDA_VISIBLE_DEVICES=0,1 partition=train$`).MatchString(got) {
+		t.Errorf("the job saw %q, want CUDA_VISIBLE_DEVICES=0,1 (both fake GPUs, from gres.conf) in partition train (its dibs pool)", got)
 	}
 }
 

@@ -2,6 +2,7 @@ package slurm
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -25,8 +26,27 @@ type Job struct {
 	// Model restricts the GPUs to a type (the entry's --model), written as
 	// --gpus-per-node=<type>:<n>.
 	Model string
-	Time  time.Duration
-	Kind  lease.Kind
+	// MIG is the profile (3g.40gb) of the one MIG instance the run holds,
+	// and MIGModel the model of the GPU it is on: the script asks for the
+	// typed GRES `dibs export slurm` writes for it (MIGType). Without the
+	// model the type cannot be named, and the script says so.
+	MIG, MIGModel string
+	// MemMiB is the memory budget the run had on a shared GPU. SLURM has
+	// no such budget (gres/shard shares a GPU by count, and `dibs export
+	// slurm` sets up none), so the script asks for a whole GPU and says so.
+	MemMiB uint64
+	// Pools are the pools the run was kept to (its --pool) or, for a run
+	// dibs knows only by its lease, the pools of the node it ran on; each
+	// is a partition of `dibs export slurm` (PartitionOf). One becomes
+	// --partition; a job names one partition, so several are a comment.
+	Pools []string
+	// Nodelist and Exclude are where it may run (its --node, --nodelist
+	// and --exclude). SLURM's --exclude is dibs's; SLURM's --nodelist names
+	// nodes a job must include, so it is written only when it names as
+	// many nodes as the job takes (the same in both), else as a comment.
+	Nodelist, Exclude []string
+	Time              time.Duration
+	Kind              lease.Kind
 	// Command is nil when dibs did not keep it (a bare claim, a run its
 	// node no longer keeps, another person's run): the script then stops
 	// with a line saying where to put it.
@@ -88,10 +108,54 @@ func Sbatch(j Job) (string, error) {
 	}
 	w("#SBATCH --ntasks-per-node=%d", tasks)
 	gpus := strconv.Itoa(j.GPUsPerNode)
-	if j.Model != "" {
+	switch {
+	case j.MIG != "" && j.MIGModel != "":
+		gpus = MIGType(j.MIGModel, j.MIG) + ":1"
+	case j.MIG != "":
+		w("# dibs ran it on a MIG instance (%s) of a GPU whose model it no longer knows: put the GRES type", oneLine(j.MIG))
+		w("# slurm.conf's Gres= gives that instance (gpu:<type>_%s) in place of this whole GPU.", oneLine(strings.ToLower(j.MIG)))
+		gpus = "1"
+	case j.Model != "":
 		gpus = Type(j.Model) + ":" + gpus
 	}
+	if j.MemMiB > 0 {
+		w("# dibs ran it with a %s memory budget on a shared GPU. SLURM has no memory budget on a GPU, and", memSize(j.MemMiB))
+		w("# `dibs export slurm` sets up no gres/shard (which shares by count): this asks for a whole GPU.")
+		gpus = "1"
+	}
 	w("#SBATCH --gpus-per-node=%s", gpus)
+	var parts []string
+	for _, p := range j.Pools {
+		if name, ok := PartitionOf(p); ok && !slices.Contains(parts, name) {
+			parts = append(parts, name)
+		}
+	}
+	switch {
+	case len(parts) == 1:
+		w("#SBATCH --partition=%s", parts[0])
+	case len(parts) > 1:
+		w("# dibs kept it to nodes in every one of the pools %s; a job names one partition: keep the one that fits.", strings.Join(parts, ", "))
+		w("##SBATCH --partition=%s", parts[0])
+	}
+	var left []string
+	for _, p := range j.Pools {
+		if _, ok := PartitionOf(p); !ok {
+			left = append(left, p)
+		}
+	}
+	if len(left) > 0 {
+		w("# It was kept to pools whose names SLURM cannot take as partitions (%s): `dibs export slurm` left them out.", oneLine(strings.Join(left, ", ")))
+	}
+	switch {
+	case len(j.Nodelist) == j.Nodes:
+		w("#SBATCH --nodelist=%s", sbatchValue(strings.Join(j.Nodelist, ",")))
+	case len(j.Nodelist) > 0:
+		w("# dibs let it run on any %d of %s; SLURM's --nodelist names nodes a job must include: keep %d of them.", j.Nodes, oneLine(strings.Join(j.Nodelist, ",")), j.Nodes)
+		w("##SBATCH --nodelist=%s", sbatchValue(strings.Join(j.Nodelist, ",")))
+	}
+	if len(j.Exclude) > 0 {
+		w("#SBATCH --exclude=%s", sbatchValue(strings.Join(j.Exclude, ",")))
+	}
 	if j.Time > 0 {
 		w("#SBATCH --time=%s", Time(j.Time))
 	}
@@ -190,4 +254,12 @@ func oneLine(s string) string {
 		}
 		return r
 	}, s)
+}
+
+// memSize writes a memory budget as dibs reads one (--mem 10G, 512M).
+func memSize(mib uint64) string {
+	if mib >= 1024 && mib%1024 == 0 {
+		return strconv.FormatUint(mib/1024, 10) + "G"
+	}
+	return strconv.FormatUint(mib, 10) + "M"
 }

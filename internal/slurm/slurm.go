@@ -325,6 +325,27 @@ func Type(model string) string {
 	return b.String()
 }
 
+// MIGType is the GRES type of a MIG instance of profile on a GPU of model:
+// <type>_<profile> (a100_3g.40gb), as SLURM's NVML detection names it. The
+// one home of that name: slurm.conf's Gres= counts instances by it, and an
+// sbatch script for a MIG run asks for one by it.
+func MIGType(model, profile string) string {
+	return Type(model) + "_" + strings.ToLower(profile)
+}
+
+// PartitionOf is the partition `dibs export slurm` writes for pool tag,
+// and whether it writes one: a tag SLURM cannot take as a partition name is
+// left out, and "gpu" is the default partition every node is in.
+func PartitionOf(tag string) (string, bool) {
+	if lease.ValidNodeName(tag) != nil {
+		return "", false
+	}
+	if strings.EqualFold(tag, "gpu") {
+		return "gpu", true
+	}
+	return tag, true
+}
+
 // gresOf is a node's Gres= value: gpu:<type>:<n> per type, in index order
 // of the first GPU of each type; a GPU split into MIG instances counts as
 // its instances, each typed <type>_<profile> (a100_3g.40gb), as SLURM's
@@ -351,7 +372,7 @@ func gresCount(gpus []nodeprobe.GPU) ([]string, map[string]int) {
 	for _, g := range sortedGPUs(gpus) {
 		if g.MIG == nodeprobe.MIGEnabled {
 			for _, d := range g.MIGDevices {
-				add(Type(g.Model) + "_" + strings.ToLower(d.Profile))
+				add(MIGType(g.Model, d.Profile))
 			}
 			continue
 		}
@@ -400,7 +421,7 @@ func partitions(nodes []Node, p lease.Policy) []partition {
 	var tags []string
 	for _, n := range nodes {
 		for _, t := range n.Host.Tags {
-			if lease.ValidNodeName(t) != nil || strings.EqualFold(t, "gpu") {
+			if name, ok := PartitionOf(t); !ok || name == "gpu" {
 				continue // not a partition name SLURM takes, or the default's
 			}
 			if _, ok := byTag[t]; !ok {

@@ -223,6 +223,23 @@ func TestSbatchGolden(t *testing.T) {
 		{"finished-unknown-command", Job{ID: "node01-42", State: "finished", User: "cy", Nodes: 1, GPUsPerNode: 1, Time: 2 * time.Hour}},
 		{"array-after", Job{ID: "node01-q9", State: "queued", User: "ana", Nodes: 1, GPUsPerNode: 1, Time: time.Hour, Array: "0-19%4",
 			After: []string{"afterok:node01-q7", "afterany:node02-q3"}, Command: []string{"sh", "-c", "python train.py --seed $DIBS_ARRAY_INDEX"}}},
+		// What made a run fit goes with it: a MIG instance as the typed
+		// GRES slurm.conf counts, its pool as a partition, a budget as a
+		// whole GPU with the words that say what was lost.
+		{"mig", Job{ID: "na-q2", State: "queued", User: "ana", Nodes: 1, GPUsPerNode: 1, Time: time.Hour,
+			MIG: "3g.40gb", MIGModel: "NVIDIA H100 80GB HBM3", Command: []string{"python", "infer.py"}}},
+		{"mig-unknown-model", Job{ID: "na-q3", State: "queued", User: "ana", Nodes: 1, GPUsPerNode: 1, Time: time.Hour,
+			MIG: "3g.40gb", Command: []string{"python", "infer.py"}}},
+		{"pool", Job{ID: "nb-q4", State: "queued", User: "bo", Nodes: 1, GPUsPerNode: 2, Time: time.Hour,
+			Pools: []string{"l40s"}, Command: []string{"python", "train.py"}}},
+		{"pools-many", Job{ID: "nb-q5", State: "queued", User: "bo", Nodes: 1, GPUsPerNode: 1, Time: time.Hour,
+			Pools: []string{"l40s", "fast", "bad name"}, Command: []string{"python", "train.py"}}},
+		{"nodes", Job{ID: "na-q6", State: "queued", User: "bo", Nodes: 2, GPUsPerNode: 1, Time: time.Hour,
+			Nodelist: []string{"na", "nb", "nc"}, Exclude: []string{"nd"}, Command: []string{"python", "train.py"}}},
+		{"node", Job{ID: "na-q7", State: "queued", User: "bo", Nodes: 1, GPUsPerNode: 1, Time: time.Hour,
+			Nodelist: []string{"nc"}, Command: []string{"python", "train.py"}}},
+		{"budget", Job{ID: "nc-7", State: "running", User: "cy", Nodes: 1, GPUsPerNode: 1, Time: 2 * time.Hour,
+			MemMiB: 10 * 1024, Pools: []string{"a100"}, Command: []string{"jupyter", "lab"}}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -232,6 +249,24 @@ func TestSbatchGolden(t *testing.T) {
 			}
 			golden(t, "sbatch-"+tc.name, s)
 		})
+	}
+}
+
+// TestMIGTypeIsTheGresName holds the one name of a MIG instance's GRES
+// type: what slurm.conf's Gres= counts is what an sbatch script asks for.
+func TestMIGTypeIsTheGresName(t *testing.T) {
+	g := gpus("NVIDIA H100 80GB HBM3", 0)
+	g[0].MIG = nodeprobe.MIGEnabled
+	g[0].MIGDevices = []nodeprobe.MIGDevice{{Index: 0, Profile: "3g.40gb"}}
+	if got, want := gresOf(g), "gpu:"+MIGType("NVIDIA H100 80GB HBM3", "3g.40gb")+":1"; got != want {
+		t.Fatalf("gresOf = %q, want %q", got, want)
+	}
+	s, err := Sbatch(Job{ID: "na-q2", Nodes: 1, GPUsPerNode: 1, MIG: "3G.40GB", MIGModel: "NVIDIA H100 80GB HBM3", Command: []string{"true"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "#SBATCH --gpus-per-node=h100_3g.40gb:1\n"; !strings.Contains(s, want) {
+		t.Fatalf("the script lacks %q:\n%s", want, s)
 	}
 }
 
