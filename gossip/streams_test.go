@@ -1,6 +1,7 @@
 package gossip
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -110,5 +111,65 @@ func TestDroppedMessagesAreLoggedRarely(t *testing.T) {
 	}
 	if dropped != 1 || n.Stats().Dropped < 1000 {
 		t.Errorf("1000 undecodable messages: %d log lines, %d counted; want 1 line and every one counted", dropped, n.Stats().Dropped)
+	}
+}
+
+// flood holds n idle connections to target from each of the loopback
+// addresses 127.0.0.1 … 127.0.0.<hosts>, the first being the members' own,
+// re-dialling each one the agent closes, until the test ends. It returns
+// once every connection has been dialled once.
+func flood(t *testing.T, target string, hosts, n int) {
+	t.Helper()
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	t.Cleanup(func() { close(stop); wg.Wait() })
+	var dialed sync.WaitGroup
+	for h := 1; h <= hosts; h++ {
+		d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(fmt.Sprintf("127.0.0.%d", h))}, Timeout: time.Second}
+		for range n {
+			dialed.Add(1)
+			wg.Go(func() {
+				first := true
+				for {
+					c, err := d.Dial("tcp", target)
+					if first {
+						dialed.Done()
+						first = false
+					}
+					if err == nil {
+						go func() { <-stop; c.Close() }()
+						_, _ = io.Copy(io.Discard, c) // until the agent closes it
+						c.Close()
+					}
+					select {
+					case <-stop:
+						return
+					case <-time.After(10 * time.Millisecond): // a stranger re-dials at once; this keeps the test's own CPU use sane
+					}
+				}
+			})
+		}
+	}
+	dialed.Wait()
+}
+
+// Finding 4 of the fourth round: 64 idle connections from each of 8
+// loopback addresses (the 512 cap), re-dialled as they are closed, made the
+// agent refuse its real peer's streams. A stream must now prove it holds
+// the key (its first frame decrypts) to keep its slot; unproven ones are
+// pushed out to make room, so every request of the peer gets through.
+func TestStrangersDoNotCrowdOutMembers(t *testing.T) {
+	nodes := startCluster(t, 2, nil)
+	flood(t, nodes[0].LocalAddr(), 8, 64)
+	for i := range 20 {
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		_, err := nodes[1].Request(ctx, nodes[0].cfg.NodeName, Request{Op: "ping"})
+		cancel()
+		if err != nil {
+			t.Fatalf("request %d of 20 from node01 to node00 while strangers hold 512 connections: %v", i+1, err)
+		}
+	}
+	if got := nodes[0].Stats().StreamsRefused; got == 0 {
+		t.Errorf("StreamsRefused = 0 under a flood of 512 connections, want the strangers' streams counted")
 	}
 }
