@@ -21,13 +21,12 @@ import (
 // per source address) while keeping room for members (see admit), and, in
 // tests, to drop a fraction of incoming UDP packets.
 type meteredTransport struct {
-	inner   memberlist.NodeAwareTransport
-	stats   *counters
-	loss    float64
-	faults  Faults
-	label   string        // this cluster's name
-	keys    [][]byte      // the cluster key, to check a stream's first frame; nil when insecure
-	timeout time.Duration // for reading an accepted stream's label
+	inner  memberlist.NodeAwareTransport
+	stats  *counters
+	loss   float64
+	faults Faults
+	label  string   // this cluster's name
+	keys   [][]byte // the cluster key, to check a stream's first frame; nil when insecure
 	// budget is how long an accepted stream has to send its label and
 	// first frame before it is closed; see admit.
 	budget   time.Duration
@@ -56,7 +55,6 @@ func newMeteredTransport(inner memberlist.NodeAwareTransport, stats *counters, c
 		stats:    stats,
 		loss:     cfg.testPacketLoss,
 		label:    cfg.ClusterName,
-		timeout:  cfg.TCPTimeout,
 		budget:   min(cfg.TCPTimeout, proofBudget),
 		faults:   cfg.Faults,
 		packetCh: make(chan *memberlist.Packet),
