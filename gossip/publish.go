@@ -28,6 +28,9 @@ type localSection struct {
 	// node's name (see refute.go).
 	refute bool
 	floor  uint64
+	// norm is json as another agent's copy reads back (normalSection),
+	// made when first needed.
+	norm []byte
 }
 
 // Publish says this node's state changed. Urgent changes (leases, queue)

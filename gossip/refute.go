@@ -164,24 +164,47 @@ func (x *members) refuteState(m *stateMsg) {
 	i := sectionIndex(m.Section)
 	c.pubMu.Lock()
 	ls := &c.local[i]
-	forged := ls.msg != nil && (m.Seq > ls.msg.Seq || m.Seq == ls.msg.Seq && !m.Partial && !sameSection(m, ls.json))
+	if ls.msg == nil {
+		c.pubMu.Unlock()
+		return
+	}
+	own, js, norm := ls.msg.Seq, ls.json, ls.norm
 	c.pubMu.Unlock()
+	forged := m.Seq > own
+	if m.Seq == own && !m.Partial {
+		// Push/pull brings this node's own section back every round; the
+		// comparison runs off pubMu (a section may be a megabyte), and
+		// this node's side of it once per revision.
+		if norm == nil {
+			norm = normalSection(js)
+			c.pubMu.Lock()
+			if ls.msg != nil && ls.msg.Seq == own {
+				ls.norm = norm
+			}
+			c.pubMu.Unlock()
+		}
+		b, err := json.Marshal(m)
+		forged = norm != nil && err == nil && !bytes.Equal(norm, b)
+	}
 	if forged {
 		c.dropped("refute", m.Section, "gossip: another agent published this node's %s (sequence %d); publishing this node's own above it", m.Section, m.Seq)
 		c.pub.refute(i, m.Seq)
 	}
 }
 
-// sameSection reports whether m has the content of the section this agent
-// published as js, both read through the same decoder.
-func sameSection(m *stateMsg, js []byte) bool {
+// normalSection is this agent's section js as another agent's copy of it
+// reads once decoded and encoded again, to compare the two; nil if it does
+// not decode.
+func normalSection(js []byte) []byte {
 	own, err := decodeStateJSON(js)
 	if err != nil {
-		return false
+		return nil
 	}
-	a, err1 := json.Marshal(own)
-	b, err2 := json.Marshal(m)
-	return err1 == nil && err2 == nil && bytes.Equal(a, b)
+	b, err := json.Marshal(own)
+	if err != nil {
+		return nil
+	}
+	return b
 }
 
 // refuteLeave publishes this node's lease section again, above m, when m
