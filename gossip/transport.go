@@ -7,6 +7,7 @@ import (
 	"net"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/memberlist"
@@ -114,8 +115,11 @@ func (t *meteredTransport) pumpStreams() {
 				sc, ok := screen(t.ctx, &meteredConn{Conn: conn, stats: t.stats}, t.label, t.budget)
 				if !ok {
 					// The dialer always speaks first; silence is not a peer.
-					t.stats.streamsRefused.Add(1)
-					t.refused(conn.source, "sent nothing for "+t.budget.String())
+					// (One closed to make room was counted then.)
+					if !conn.evicted.Load() {
+						t.stats.streamsRefused.Add(1)
+						t.refused(conn.source, "sent nothing for "+t.budget.String())
+					}
 					conn.Close()
 					return
 				}
@@ -233,6 +237,7 @@ func (t *meteredTransport) admit(c net.Conn) (*countedConn, bool) {
 		// so the slot is still free when the loop comes round.
 		t.stats.streamsRefused.Add(1)
 		t.refused(evict.source, "not proven to hold the key while the slots were full ("+why+")")
+		evict.evicted.Store(true)
 		evict.Close()
 	}
 	t.stats.streamsRefused.Add(1)
@@ -278,6 +283,8 @@ type countedConn struct {
 	source string
 	t      *meteredTransport
 	once   sync.Once
+	// evicted: closed to make room for another stream (see admit).
+	evicted atomic.Bool
 }
 
 func (c *countedConn) Close() error {
