@@ -1,7 +1,10 @@
 package gossip
 
 import (
+	"bytes"
 	"context"
+	"crypto/aes"
+	"crypto/cipher"
 	"errors"
 	"fmt"
 	"io"
@@ -171,5 +174,55 @@ func TestStrangersDoNotCrowdOutMembers(t *testing.T) {
 	}
 	if got := nodes[0].Stats().StreamsRefused; got == 0 {
 		t.Errorf("StreamsRefused = 0 under a flood of 512 connections, want the strangers' streams counted")
+	}
+}
+
+// provesKey accepts a first frame only a key holder can make: memberlist's
+// encrypted frame, under the cluster key, with this cluster's label as its
+// authenticated data; whatever it read is still there for memberlist.
+func TestProvesKey(t *testing.T) {
+	label := "test"
+	frame := func(key []byte, ad string, body []byte) []byte {
+		n := 1 + 12 + len(body) + 16
+		head := []byte{encryptFrame, byte(n >> 24), byte(n >> 16), byte(n >> 8), byte(n)}
+		block, _ := aes.NewCipher(key)
+		gcm, _ := cipher.NewGCM(block)
+		nonce := make([]byte, 12)
+		sealed := gcm.Seal(nil, nonce, body, append(append([]byte(nil), head...), ad...))
+		return append(append(append(head, 1), nonce...), sealed...)
+	}
+	hdr := append([]byte{labelMsg, byte(len(label))}, label...)
+	other := []byte("fedcba9876543210fedcba9876543210")
+	big := make([]byte, maxProofFrame)
+	cases := []struct {
+		name string
+		send []byte
+		want bool
+	}{
+		{"a member's frame", append(hdr, frame(testKey, label, []byte("hello"))...), true},
+		{"another key", append(hdr, frame(other, label, []byte("hello"))...), false},
+		{"another label sealed in", append(hdr, frame(testKey, "other", []byte("hello"))...), false},
+		{"not encrypted", append(hdr, 8, 0, 0, 0, 5, 1, 2, 3, 4, 5), false},
+		{"larger than checked", append(hdr, frame(testKey, label, big)...), false},
+		{"cut short", append(hdr, frame(testKey, label, []byte("hello"))[:20]...), false},
+		{"no label", frame(testKey, label, []byte("hello")), false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			a, b := net.Pipe()
+			defer a.Close()
+			go func() { b.Write(tc.send); b.Close() }()
+			sc, ok := screen(context.Background(), a, label, time.Second)
+			if !ok {
+				t.Fatal("screen: not ok")
+			}
+			if got := provesKey(sc, [][]byte{testKey}, label, time.Second); got != tc.want {
+				t.Errorf("provesKey = %v, want %v", got, tc.want)
+			}
+			rest, _ := io.ReadAll(sc)
+			if !bytes.Equal(rest, tc.send) {
+				t.Errorf("memberlist would read %d bytes, want the %d sent", len(rest), len(tc.send))
+			}
+		})
 	}
 }
