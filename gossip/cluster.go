@@ -484,7 +484,7 @@ func (c *Cluster) Leave(timeout time.Duration) error {
 		return nil
 	}
 	deadline := time.Now().Add(timeout)
-	msg, err := c.codec.encode(msgLeave, &leaveMsg{Node: c.cfg.NodeName, BootID: c.bootID, BootedAt: c.bootedAt.UnixNano()})
+	msg, err := c.codec.encode(msgLeave, &leaveMsg{Node: c.cfg.NodeName, BootID: c.bootID, BootedAt: c.bootedAt.UnixNano(), Seq: c.pub.lastSeq(secLeases)})
 	if err != nil {
 		return fmt.Errorf("leave cluster: %w", err)
 	}

@@ -119,10 +119,13 @@ type Config struct {
 	MaxConcurrentRequests int
 	// MaxInboundStreams and MaxInboundStreamsPerSource cap the TCP streams
 	// other hosts hold open to this agent at once, in total and from one
-	// address; a stream over either cap is closed at accept, before
-	// memberlist reads it. A stream that sends nothing within TCPTimeout
-	// is closed too. Without them, idle connections from one host without
-	// the key took the agent to its file limit. Zero means the defaults.
+	// address. At a cap, the oldest stream under it that has not proven it
+	// holds the key is closed to make room; a new stream is closed at
+	// accept, before memberlist reads it, only when every slot holds a
+	// proven one (see transport.go). A stream that sends nothing within
+	// 2 s (or TCPTimeout, if shorter) is closed too. Without them, idle
+	// connections from one host without the key took the agent to its file
+	// limit. Zero means the defaults.
 	MaxInboundStreams          int
 	MaxInboundStreamsPerSource int
 

@@ -135,8 +135,10 @@ const (
 )
 
 // stateMsg is one section of one node's state. (BootedAt, BootID, Seq)
-// orders sections of the same kind: Seq grows by one each time the
-// section's content changes within a boot.
+// orders sections of the same kind: Seq grows each time the section's
+// content changes within a boot, to at least the boot's age in milliseconds
+// (agents before 0.2 count 1, 2, 3…; both only ever grow), and may not run
+// further ahead of that age than maxSeqLead (refute.go).
 type stateMsg struct {
 	Node     string `json:"n"`
 	BootID   string `json:"b"`
@@ -172,6 +174,10 @@ type leaveMsg struct {
 	Node     string `json:"n"`
 	BootID   string `json:"b"`
 	BootedAt int64  `json:"t"`
+	// Seq is the sequence of the node's last lease section: a lease section
+	// of the boot with a higher one says the node did not leave (a forged
+	// leave, refuted; see refute.go). Zero from agents before it was added.
+	Seq uint64 `json:"s,omitempty"`
 }
 
 // requestMsg asks the agent of another node to act. Reply is the
@@ -483,6 +489,10 @@ type suspectMsg struct {
 	Node   string `json:"n"`
 	BootID string `json:"b"`
 	By     string `json:"by"`
+	// At is when the probe failed (unix nanoseconds; zero from v0.1.0),
+	// so that two suspicions of one boot by one agent are two messages:
+	// agents drop copies of a message already handled (refute.go).
+	At int64 `json:"at,omitempty"`
 }
 
 func decodeSuspect(b []byte) (*suspectMsg, error) { return (*codec)(nil).decodeSuspect(b) }

@@ -341,7 +341,7 @@ func TestMessageSizes(t *testing.T) {
 		for g := range 8 {
 			ls = append(ls, testLease(node, uint64(1_000_000+g), longUser, randomNote(r, noteLen), g))
 		}
-		return &stateMsg{Node: node, BootID: "0123456789abcdef", BootedAt: time.Now().UnixNano(), Seq: 1 << 20, Version: 1 << 30,
+		return &stateMsg{Node: node, BootID: "0123456789abcdef", BootedAt: time.Now().UnixNano(), Seq: 1 << 35, Version: 1 << 30, // a year-old boot's sequence (milliseconds)
 			Section: sectionLeases, Leases: &leaseSection{Leases: ls}}
 	}
 

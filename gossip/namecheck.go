@@ -4,7 +4,11 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/aes"
+	"crypto/cipher"
+	"encoding/binary"
 	"fmt"
+	"io"
 	"net"
 	"strconv"
 	"strings"
@@ -97,10 +101,18 @@ func streamLabel(r *bufio.Reader) (string, error) {
 }
 
 // screenedConn is an accepted stream whose first bytes were read to find
-// its label; reads return them again before the rest.
+// its label (and perhaps its first frame); reads return them again before
+// the rest.
 type screenedConn struct {
 	net.Conn
-	r *bufio.Reader
+	r io.Reader
+	// label is what the stream's label header says; hasLabel is false when
+	// the first byte was not one.
+	label    string
+	hasLabel bool
+	// br is the reader the label was peeked from, while nothing past it
+	// has been read.
+	br *bufio.Reader
 }
 
 func (c *screenedConn) Read(b []byte) (int, error) { return c.r.Read(b) }
@@ -111,7 +123,7 @@ func (c *screenedConn) Read(b []byte) (int, error) { return c.r.Read(b) }
 // every byte it read still to be read. A stream that sends nothing in time
 // (or ends first) is not a peer's, and is reported not ok: memberlist's
 // dialer always speaks first.
-func screen(ctx context.Context, conn net.Conn, ours string, timeout time.Duration) (net.Conn, bool) {
+func screen(ctx context.Context, conn net.Conn, ours string, timeout time.Duration) (*screenedConn, bool) {
 	r := bufio.NewReaderSize(conn, 2+255)
 	_ = conn.SetReadDeadline(time.Now().Add(timeout))
 	stop := context.AfterFunc(ctx, func() { _ = conn.SetReadDeadline(time.Now()) })
@@ -126,7 +138,62 @@ func screen(ctx context.Context, conn net.Conn, ours string, timeout time.Durati
 	if err != nil && r.Buffered() == 0 {
 		return nil, false
 	}
-	return &screenedConn{Conn: conn, r: r}, true
+	return &screenedConn{Conn: conn, r: r, br: r, label: label, hasLabel: err == nil && label != ""}, true
+}
+
+// encryptFrame is memberlist's type byte for an encrypted frame (net.go's
+// encryptMsg): [10] [length: uint32] [version, nonce, ciphertext, tag],
+// with the type, length and label as additional data.
+const encryptFrame = 10
+
+// provesKey reads a labelled stream's first frame, waiting at most timeout,
+// and reports whether it decrypts with one of keys and this cluster's label
+// as its additional data: only an agent holding the key can send one.
+// Whatever it read stays in c for memberlist. A frame larger than
+// maxProofFrame is not read (reported false), nor is anything when keys is
+// empty (insecure: nothing to prove).
+func provesKey(c *screenedConn, keys [][]byte, label string, timeout time.Duration) bool {
+	if len(keys) == 0 || !c.hasLabel || c.label != label || c.br == nil {
+		return false
+	}
+	hl := 2 + len(label)
+	_ = c.Conn.SetReadDeadline(time.Now().Add(timeout))
+	defer func() { _ = c.Conn.SetReadDeadline(time.Time{}) }()
+	head, err := c.br.Peek(hl + 5)
+	if err != nil || head[hl] != encryptFrame {
+		return false
+	}
+	n := int(binary.BigEndian.Uint32(head[hl+1:]))
+	if n > maxProofFrame || n < 1+12+16 {
+		return false
+	}
+	buf := make([]byte, hl+5+n)
+	got, err := io.ReadFull(c.br, buf)
+	buf = buf[:got]
+	c.r, c.br = io.MultiReader(bytes.NewReader(buf), c.br), nil
+	if err != nil {
+		return false
+	}
+	frame := buf[hl:]
+	ad := append(append([]byte(nil), frame[:5]...), label...)
+	body := frame[5:]
+	if body[0] > 1 { // memberlist's encryption versions are 0 and 1
+		return false
+	}
+	for _, k := range keys {
+		block, err := aes.NewCipher(k)
+		if err != nil {
+			continue
+		}
+		gcm, err := cipher.NewGCM(block)
+		if err != nil {
+			continue
+		}
+		if _, err := gcm.Open(nil, body[1:13], body[13:], ad); err == nil {
+			return true
+		}
+	}
+	return false
 }
 
 // dialedConn is a stream this agent opened. The first read looks for a

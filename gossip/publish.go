@@ -23,6 +23,14 @@ type localSection struct {
 	json    []byte // msg as push/pull carries it
 	sentSeq uint64
 	madeAt  time.Time
+	// refute asks for a new revision even if the content is the same, with
+	// a sequence above floor: another agent published this section in this
+	// node's name (see refute.go).
+	refute bool
+	floor  uint64
+	// norm is json as another agent's copy reads back (normalSection),
+	// made when first needed.
+	norm []byte
 }
 
 // Publish says this node's state changed. Urgent changes (leases, queue)
@@ -76,6 +84,9 @@ func (x *publisher) publish(now time.Time, telemetry bool) {
 	if c.leaving.Load() || c.closed() {
 		return
 	}
+	c.pubMu.Lock()
+	telemetry = telemetry || c.local[secTelemetry].refute
+	c.pubMu.Unlock()
 	c.pub.refreshLocal(now, telemetry)
 	c.pubMu.Lock()
 	ls, ts := &c.local[secLeases], &c.local[secTelemetry]
@@ -253,14 +264,16 @@ func (x *publisher) revise(i int, now time.Time, force bool, m *stateMsg, conten
 		c.cfg.Logf("gossip: encode this node's %s: %v", m.Section, err)
 		return
 	}
-	if !force && ls.msg != nil && string(b) == string(ls.content) {
+	if !force && !ls.refute && ls.msg != nil && string(b) == string(ls.content) {
+		return
+	}
+	if ls.msg != nil && c.leaving.Load() {
+		// Leave has read the last sequence for its notice (lastSeq, under
+		// pubMu): a later revision would refute the node's own leave.
 		return
 	}
 	m.Node, m.BootID, m.BootedAt = c.cfg.NodeName, c.bootID, c.bootedAt.UnixNano()
-	m.Seq = 1
-	if ls.msg != nil {
-		m.Seq = ls.msg.Seq + 1
-	}
+	m.Seq = c.pub.nextSeq(ls)
 	if err := m.validate(); err != nil {
 		// The agent handed us something no other agent would accept;
 		// sending it would only get it dropped everywhere.

@@ -52,6 +52,14 @@ func (c *Cluster) handleMessage(b []byte) {
 	case msgLeave:
 		var m *leaveMsg
 		if m, err = c.codec.decodeLeave(b); err == nil {
+			if m.Node != c.cfg.NodeName && c.seenBefore(b) {
+				// A copy gossiped again after a forged leave was refuted
+				// would otherwise stand again (one of v0.1.0's form, without
+				// a sequence, stands at what is held when it arrives). The
+				// node named refutes every copy.
+				c.stats.duplicates.Add(1)
+				return
+			}
 			c.mem.applyLeave(m, b)
 		}
 	case msgRequest:
@@ -67,7 +75,11 @@ func (c *Cluster) handleMessage(b []byte) {
 	case msgSuspect:
 		var m *suspectMsg
 		if m, err = c.codec.decodeSuspect(b); err == nil {
-			c.mem.applySuspect(m)
+			if m.Node != c.cfg.NodeName && c.seenBefore(b) {
+				c.stats.duplicates.Add(1) // as for a leave
+				return
+			}
+			c.mem.applySuspect(m, b)
 		}
 	default:
 		err = wireErrorf("unexpected message type %d outside push/pull", b[0])
@@ -78,10 +90,10 @@ func (c *Cluster) handleMessage(b []byte) {
 	}
 }
 
-// seenBefore reports whether this exact state message was handled before,
-// and remembers it. Gossip copies are relayed byte for byte, so this catches
-// nearly every duplicate; the set is cleared when it grows large, which only
-// costs a few decodes.
+// seenBefore reports whether this exact state, leave or suspect message was
+// handled before, and remembers it. Gossip copies are relayed byte for
+// byte, so this catches nearly every duplicate; the set is cleared when it
+// grows large, which only costs a few decodes.
 func (c *Cluster) seenBefore(b []byte) bool {
 	h := fnv.New64a()
 	h.Write(b)
@@ -110,7 +122,7 @@ func (c *Cluster) pushPullState() []byte {
 	}
 	c.pubMu.Unlock()
 	if c.forGood.Load() {
-		pp.Left = append(pp.Left, leaveMsg{Node: c.cfg.NodeName, BootID: c.bootID, BootedAt: c.bootedAt.UnixNano()})
+		pp.Left = append(pp.Left, leaveMsg{Node: c.cfg.NodeName, BootID: c.bootID, BootedAt: c.bootedAt.UnixNano(), Seq: c.pub.lastSeq(secLeases)})
 	}
 	c.mu.Lock()
 	for _, r := range c.peers {
@@ -124,7 +136,7 @@ func (c *Cluster) pushPullState() []byte {
 			pp.States = append(pp.States, h.json)
 		}
 		if r.leftBoot != "" {
-			pp.Left = append(pp.Left, leaveMsg{Node: r.name, BootID: r.leftBoot, BootedAt: r.leftBootedAt})
+			pp.Left = append(pp.Left, leaveMsg{Node: r.name, BootID: r.leftBoot, BootedAt: r.leftBootedAt, Seq: r.leftSeq})
 		}
 	}
 	c.mu.Unlock()

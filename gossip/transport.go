@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net"
+	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/memberlist"
@@ -17,16 +19,18 @@ import (
 // packet memberlist moves (probes and push/pulls included, since that is the
 // traffic an operator pays for), to tell a dialing agent of another cluster
 // so (see namecheck.go), to cap the inbound streams held open (in total and
-// per source address, closing those over a cap at accept and those that
-// send nothing in time) and, in tests, to drop a fraction of incoming UDP
-// packets.
+// per source address) while keeping room for members (see admit), and, in
+// tests, to drop a fraction of incoming UDP packets.
 type meteredTransport struct {
-	inner    memberlist.NodeAwareTransport
-	stats    *counters
-	loss     float64
-	faults   Faults
-	label    string        // this cluster's name
-	timeout  time.Duration // for reading an accepted stream's label
+	inner  memberlist.NodeAwareTransport
+	stats  *counters
+	loss   float64
+	faults Faults
+	label  string   // this cluster's name
+	keys   [][]byte // the cluster key, to check a stream's first frame; nil when insecure
+	// budget is how long an accepted stream has to send its label and
+	// first frame before it is closed; see admit.
+	budget   time.Duration
 	ctx      context.Context
 	cancel   context.CancelFunc
 	packetCh chan *memberlist.Packet
@@ -41,6 +45,7 @@ type meteredTransport struct {
 	mu                       sync.Mutex
 	open                     int            // inbound streams not yet closed
 	openFrom                 map[string]int // the same, by source address
+	unproven                 []*countedConn // open streams not yet proven, oldest first
 }
 
 var _ memberlist.NodeAwareTransport = (*meteredTransport)(nil)
@@ -51,7 +56,7 @@ func newMeteredTransport(inner memberlist.NodeAwareTransport, stats *counters, c
 		stats:    stats,
 		loss:     cfg.testPacketLoss,
 		label:    cfg.ClusterName,
-		timeout:  cfg.TCPTimeout,
+		budget:   min(cfg.TCPTimeout, proofBudget),
 		faults:   cfg.Faults,
 		packetCh: make(chan *memberlist.Packet),
 		streamCh: make(chan net.Conn),
@@ -62,6 +67,9 @@ func newMeteredTransport(inner memberlist.NodeAwareTransport, stats *counters, c
 		logf:         cfg.Logf,
 		refusals:     lograte.New(0, 0, nil),
 		openFrom:     map[string]int{},
+	}
+	if !cfg.Insecure {
+		t.keys = [][]byte{cfg.Key}
 	}
 	t.ctx, t.cancel = context.WithCancel(context.Background())
 	t.wg.Add(2)
@@ -99,18 +107,24 @@ func (t *meteredTransport) pumpStreams() {
 			if !ok {
 				continue
 			}
-			// Reading the label waits for the dialer: one goroutine per
-			// stream, as memberlist has for each.
+			// Reading the label and the first frame waits for the dialer:
+			// one goroutine per stream, as memberlist has for each.
 			t.wg.Add(1)
 			go func() {
 				defer t.wg.Done()
-				sc, ok := screen(t.ctx, &meteredConn{Conn: conn, stats: t.stats}, t.label, t.timeout)
+				sc, ok := screen(t.ctx, &meteredConn{Conn: conn, stats: t.stats}, t.label, t.budget)
 				if !ok {
 					// The dialer always speaks first; silence is not a peer.
-					t.stats.streamsRefused.Add(1)
-					t.refused(conn.source, "sent nothing for "+t.timeout.String())
+					// (One closed to make room was counted then.)
+					if !conn.evicted.Load() {
+						t.stats.streamsRefused.Add(1)
+						t.refused(conn.source, "sent nothing for "+t.budget.String())
+					}
 					conn.Close()
 					return
+				}
+				if sc.label == t.label && provesKey(sc, t.keys, t.label, t.budget) {
+					t.prove(conn)
 				}
 				select {
 				case t.streamCh <- sc:
@@ -157,32 +171,98 @@ func (t *meteredTransport) Shutdown() error {
 	return err
 }
 
-// admit counts an accepted stream against the caps, or closes it at once
-// when it is over one.
+// Keeping room for members. The caps (MaxInboundStreams in all,
+// MaxInboundStreamsPerSource from one address) bound what strangers can make
+// the agent hold, but a cap that refuses the newest stream lets whoever
+// fills it first shut the members out — and the likely stranger is a user on
+// a member node, connecting from that member's own address, so room per
+// address does not help. So a stream earns its slot: it is proven once its
+// first frame decrypts with the cluster key and carries this cluster's
+// label (what only a member can send; provesKey), and until then it is
+// unproven. Unproven streams have budget (at most proofBudget) to send their
+// label and first frame, and when a cap is reached the oldest unproven
+// stream under it is closed to make room, instead of the new one being
+// refused. A member's stream is proven within a round trip of connecting
+// (memberlist writes the whole first message at once), so however many
+// strangers connect, from however many addresses, they only push one
+// another out; a new stream is refused only when every slot under the cap
+// holds a proven one.
+
+// proofBudget is how long an unproven stream may take to send its label and
+// first frame. A member sends both at once, so on any LAN they arrive within
+// milliseconds; a push/pull of several megabytes over a slow link is the
+// longest (and it is only pushed out by a flood, never refused).
+const proofBudget = 2 * time.Second
+
+// maxProofFrame is the largest first frame read to check it before
+// memberlist reads it: requests, answers, pings and the push/pull of a
+// small cluster are far below it. A larger frame is handed on unproven
+// (memberlist still reads and checks it); the bound keeps what strangers
+// can make the agent buffer to MaxInboundStreams × 64 KiB.
+const maxProofFrame = 64 << 10
+
+// admit counts an accepted stream against the caps. Over a cap it makes room
+// by closing the oldest unproven stream under that cap; only when there is
+// none is the new stream closed at once.
 func (t *meteredTransport) admit(c net.Conn) (*countedConn, bool) {
 	src := c.RemoteAddr().String()
 	if host, _, err := net.SplitHostPort(src); err == nil {
 		src = host
 	}
-	t.mu.Lock()
-	why := ""
-	switch {
-	case t.openFrom[src] >= t.maxPerSource:
-		why = fmt.Sprintf("%d streams already open from there", t.openFrom[src])
-	case t.open >= t.maxStreams:
-		why = fmt.Sprintf("%d streams already open", t.open)
-	default:
-		t.open++
-		t.openFrom[src]++
-	}
-	t.mu.Unlock()
-	if why != "" {
+	cc := &countedConn{Conn: c, source: src, t: t}
+	for range 2 {
+		t.mu.Lock()
+		var evict *countedConn
+		why := ""
+		switch {
+		case t.openFrom[src] >= t.maxPerSource:
+			why = fmt.Sprintf("%d streams already open from there", t.openFrom[src])
+			evict = t.oldestUnproven(src)
+		case t.open >= t.maxStreams:
+			why = fmt.Sprintf("%d streams already open", t.open)
+			evict = t.oldestUnproven("")
+		default:
+			t.open++
+			t.openFrom[src]++
+			t.unproven = append(t.unproven, cc)
+		}
+		t.mu.Unlock()
+		if why == "" {
+			return cc, true
+		}
+		if evict == nil {
+			break
+		}
+		// Close frees its slot; pumpStreams is the only caller of admit,
+		// so the slot is still free when the loop comes round.
 		t.stats.streamsRefused.Add(1)
-		t.refused(src, why)
-		c.Close()
-		return nil, false
+		t.refused(evict.source, "not proven to hold the key while the slots were full ("+why+")")
+		evict.evicted.Store(true)
+		evict.Close()
 	}
-	return &countedConn{Conn: c, source: src, t: t}, true
+	t.stats.streamsRefused.Add(1)
+	t.refused(src, "every slot holds a stream proven to come from a member")
+	c.Close()
+	return nil, false
+}
+
+// oldestUnproven is the unproven stream open longest, from src if it is
+// not empty. t.mu is held.
+func (t *meteredTransport) oldestUnproven(src string) *countedConn {
+	for _, c := range t.unproven {
+		if src == "" || c.source == src {
+			return c
+		}
+	}
+	return nil
+}
+
+// prove marks c as a member's stream: it is no longer pushed out to make
+// room.
+func (t *meteredTransport) prove(c *countedConn) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.unproven = slices.DeleteFunc(t.unproven, func(u *countedConn) bool { return u == c })
 }
 
 // refused logs a refused stream, at most once per source every few seconds.
@@ -203,11 +283,14 @@ type countedConn struct {
 	source string
 	t      *meteredTransport
 	once   sync.Once
+	// evicted: closed to make room for another stream (see admit).
+	evicted atomic.Bool
 }
 
 func (c *countedConn) Close() error {
 	c.once.Do(func() {
 		c.t.mu.Lock()
+		c.t.unproven = slices.DeleteFunc(c.t.unproven, func(u *countedConn) bool { return u == c })
 		c.t.open--
 		if c.t.openFrom[c.source]--; c.t.openFrom[c.source] <= 0 {
 			delete(c.t.openFrom, c.source)

@@ -35,14 +35,22 @@ type peerRec struct {
 	seen    bool
 	hasMeta bool
 	meta    nodeMeta
-	// suspectUntil is set when this agent's prober failed to reach it.
+	// suspectUntil is set when this agent's prober failed to reach it, or
+	// another agent said its probe did (suspectHeard); a suspicion heard stands
+	// only until a lease section of the node newer than suspectSeq arrives
+	// (the node refutes it; see refute.go).
 	suspectUntil time.Time
+	suspectHeard bool
+	suspectSeq   uint64
 	// downSince is when it stopped being a member (or was first heard of
 	// without being one); zero while it is a member.
 	downSince time.Time
 
+	// leftBoot is the boot that said it left; the leave stands only while
+	// no lease section of that boot newer than leftSeq has arrived.
 	leftBoot     string
 	leftBootedAt int64
+	leftSeq      uint64
 
 	held [numSections]*heldSection
 	// pending holds sections of a boot newer than the one memberlist
@@ -118,8 +126,10 @@ func (x *members) applyState(m *stateMsg, wire []byte, relay bool) {
 	c := x.c
 	if m.Node == c.cfg.NodeName {
 		// This agent is the authority on its own node; copies of its state
-		// (this boot's or an earlier one's) coming back are ignored.
+		// (this boot's or an earlier one's) coming back are ignored, and
+		// one it did not write is refuted.
 		c.stats.duplicates.Add(1)
+		c.mem.refuteState(m)
 		return
 	}
 	c.mu.Lock()
@@ -129,6 +139,7 @@ func (x *members) applyState(m *stateMsg, wire []byte, relay bool) {
 	if !applied {
 		return
 	}
+	c.mem.echo(m, wire)
 	if relay && m.Section == sectionLeases {
 		if b := c.pub.gossipCopy(m, wire); b != nil {
 			c.pub.queueGossip(gossipName(sectionLeases, m.Node), b)
@@ -142,6 +153,9 @@ func (x *members) applyLocked(r *peerRec, h *heldSection) bool {
 	c := x.c
 	m := h.msg
 	i := sectionIndex(m.Section)
+	if !c.mem.checkSeq(r, m.Section+" section", m.BootID, m.BootedAt, m.Seq) {
+		return false
+	}
 	if r.member && r.hasMeta && m.BootID != r.meta.BootID && m.BootedAt > r.meta.BootedAt.UnixNano() {
 		// A boot newer than the one memberlist reports: the node restarted
 		// and its alive message has not reached us yet, or another agent is
@@ -164,8 +178,26 @@ func (x *members) applyLocked(r *peerRec, h *heldSection) bool {
 	r.held[i] = h
 	r.updatedAt = time.Now()
 	r.heardAt = r.updatedAt
+	if i == secLeases {
+		// A newer lease section of the boot refutes a leave or a suspicion
+		// heard of it before (refute.go).
+		if r.leftBoot == m.BootID && m.Seq > r.leftSeq {
+			r.leftBoot, r.leftBootedAt, r.leftSeq = "", 0, 0
+		}
+		if r.suspectHeard && m.BootID == r.currentBoot() && m.Seq > r.suspectSeq {
+			r.suspectUntil, r.suspectHeard = time.Time{}, false
+		}
+	}
 	r.rebuild()
 	return true
+}
+
+// leaseSeq is the sequence of the lease section held for boot, 0 if none.
+func (r *peerRec) leaseSeq(boot string) uint64 {
+	if h := r.held[secLeases]; h != nil && h.msg.BootID == boot {
+		return h.msg.Seq
+	}
+	return 0
 }
 
 // rebuild assembles r.state from its sections.
@@ -203,13 +235,31 @@ func (r *peerRec) rebuild() {
 func (x *members) applyLeave(m *leaveMsg, wire []byte) {
 	c := x.c
 	if m.Node == c.cfg.NodeName {
+		c.mem.refuteLeave(m)
 		return
 	}
 	c.mu.Lock()
 	r := c.mem.peerLocked(m.Node)
-	if r.leftBoot == m.BootID {
+	if r.leftBoot == m.BootID && m.Seq <= r.leftSeq {
 		c.mu.Unlock()
 		c.stats.duplicates.Add(1)
+		return
+	}
+	if m.Seq > 0 && !c.mem.checkSeq(r, "leave", m.BootID, m.BootedAt, m.Seq) {
+		c.mu.Unlock()
+		return
+	}
+	seq := m.Seq
+	if seq == 0 {
+		// An agent of v0.1.0 does not say its last sequence: the leave
+		// stands until a newer section than the one held now.
+		seq = r.leaseSeq(m.BootID)
+	}
+	if r.leaseSeq(m.BootID) > seq {
+		// The node published after it said it left: a forged leave,
+		// already refuted.
+		c.mu.Unlock()
+		c.stats.dropped.Add(1)
 		return
 	}
 	if cur := r.currentBoot(); cur != "" && cur != m.BootID && m.BootedAt < r.meta.BootedAt.UnixNano() {
@@ -218,7 +268,7 @@ func (x *members) applyLeave(m *leaveMsg, wire []byte) {
 		c.stats.dropped.Add(1)
 		return
 	}
-	r.leftBoot, r.leftBootedAt = m.BootID, m.BootedAt
+	r.leftBoot, r.leftBootedAt, r.leftSeq = m.BootID, m.BootedAt, seq
 	c.mu.Unlock()
 	if wire != nil {
 		c.pub.queueGossip(gossipName("leave", m.Node), wire)
@@ -286,7 +336,7 @@ func (x *members) memberDown(n *memberlist.Node) {
 		r.downSince = time.Now()
 	}
 	r.member = false
-	r.suspectUntil = time.Time{}
+	r.suspectUntil, r.suspectHeard = time.Time{}, false
 	// r.pending is kept: a restarted node's state often arrives before
 	// memberlist has taken its old boot down and brought the new one up,
 	// and memberUp applies it only once memberlist reports that very boot.
@@ -311,6 +361,7 @@ func (x *members) markSuspect(name string) {
 	boot := ""
 	if ok {
 		r.suspectUntil = time.Now().Add(2 * x.suspicionTimeout())
+		r.suspectHeard = false
 		boot = r.meta.BootID
 	}
 	c.mu.Unlock()
@@ -319,7 +370,7 @@ func (x *members) markSuspect(name string) {
 	}
 	c.changed()
 	if boot != "" {
-		if b, err := c.codec.encode(msgSuspect, &suspectMsg{Node: name, BootID: boot, By: c.cfg.NodeName}); err == nil {
+		if b, err := c.codec.encode(msgSuspect, &suspectMsg{Node: name, BootID: boot, By: c.cfg.NodeName, At: time.Now().UnixNano()}); err == nil {
 			c.pub.fanout(b)
 			c.pub.queueGossip("suspect/"+name, b)
 		}
@@ -333,20 +384,30 @@ func (x *members) suspicionTimeout() time.Duration {
 }
 
 // applySuspect marks a node suspect because another agent's probe of it
-// failed. This agent's own next probe of it clears the mark if it answers.
-func (x *members) applySuspect(m *suspectMsg) {
+// failed. This agent's own next probe of it clears the mark if it answers,
+// as does a newer lease section of it (the node refutes it). A mark that
+// is new is gossiped on (wire), so that the node hears of every copy that
+// marked an agent, however late it came (refute.go).
+func (x *members) applySuspect(m *suspectMsg, wire []byte) {
 	c := x.c
 	if m.Node == c.cfg.NodeName {
-		return // memberlist refutes for us
+		// memberlist refutes its own suspicion of this node; this one is
+		// refuted with a newer lease section.
+		c.mem.refuteSuspect(m)
+		return
 	}
 	c.mu.Lock()
 	r := c.peers[m.Node]
 	ok := r != nil && r.member && r.hasMeta && r.meta.BootID == m.BootID && r.suspectUntil.IsZero()
 	if ok {
 		r.suspectUntil = time.Now().Add(2 * x.suspicionTimeout())
+		r.suspectHeard, r.suspectSeq = true, r.leaseSeq(m.BootID)
 	}
 	c.mu.Unlock()
 	if ok {
+		if wire != nil {
+			c.pub.queueGossip("suspect/"+m.Node, wire)
+		}
 		c.changed()
 	}
 }
@@ -361,7 +422,7 @@ func (x *members) clearSuspect(name string) {
 	}
 	was := r != nil && !r.suspectUntil.IsZero()
 	if was {
-		r.suspectUntil = time.Time{}
+		r.suspectUntil, r.suspectHeard = time.Time{}, false
 	}
 	c.mu.Unlock()
 	if was {
