@@ -4,6 +4,7 @@ import (
 	"context"
 	"net"
 	"net/http"
+	"os"
 	"os/user"
 	"strings"
 	"testing"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/dibs-gpu/dibs/agent"
 	"github.com/dibs-gpu/dibs/agent/agenttest"
+	"github.com/dibs-gpu/dibs/agent/metrics"
 	"github.com/dibs-gpu/dibs/api"
 	"github.com/dibs-gpu/dibs/lease"
 	"github.com/dibs-gpu/dibs/nodeprobe/sim"
@@ -292,5 +294,52 @@ func TestMetricsListenErrorSaysWhat(t *testing.T) {
 	}
 	if !strings.Contains(err.Error(), "metrics: listen on "+ln.Addr().String()) || !strings.Contains(err.Error(), "--metrics-listen") {
 		t.Errorf("start with a taken metrics port: %v", err)
+	}
+}
+
+// openFDs counts this process's open file descriptors: the agent runs in
+// the test's process, so its sockets are among them.
+func openFDs(t *testing.T) int {
+	t.Helper()
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Skipf("no /proc/self/fd to count descriptors in: %v", err)
+	}
+	return len(ents)
+}
+
+// TestStrangersHoldingTheMetricsPortAreBounded: a stranger who opens many
+// idle connections to the metrics port (and reopens them as the header
+// timeout closes them) holds at most metrics.MaxConns of the root agent's
+// file descriptors, and a scrape still answers while they are held.
+func TestStrangersHoldingTheMetricsPortAreBounded(t *testing.T) {
+	n := agenttest.Start(t, agenttest.Options{Sim: "1xL40S", MetricsListen: "127.0.0.1:0", Quiet: true})
+	addr := n.Agent.MetricsAddr()
+	before := openFDs(t)
+	const strangers = 4 * metrics.MaxConns
+	var held []net.Conn
+	t.Cleanup(func() {
+		for _, c := range held {
+			c.Close()
+		}
+	})
+	for range strangers {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatalf("dial the metrics port: %v", err)
+		}
+		held = append(held, c)
+	}
+	// The listener accepts in order, so a scrape that answers comes after
+	// every stranger's connection was taken.
+	if fams := scrape(t, addr); len(fams) == 0 {
+		t.Fatal("a scrape during the flood answered nothing")
+	}
+	// Each connection the stranger holds is one descriptor on its side
+	// (and the scrape's kept-alive one two); the agent's side is what the
+	// bound is for. Measured at once: the header timeout (5 s) would close
+	// the idle ones by itself later.
+	if got := openFDs(t) - before - len(held); got > metrics.MaxConns+8 {
+		t.Errorf("the agent holds %d descriptors for %d idle stranger connections, want at most about %d", got, strangers, metrics.MaxConns)
 	}
 }

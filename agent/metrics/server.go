@@ -14,7 +14,7 @@ import (
 // chose. It is off unless asked for: the metrics name the people holding
 // GPUs (docs/operations.md says so).
 type Server struct {
-	ln   net.Listener
+	ln   *boundedListener
 	http *http.Server
 	done chan struct{}
 }
@@ -25,10 +25,11 @@ func Listen(addr string, m *Metrics, log *slog.Logger) (*Server, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	ln, err := net.Listen("tcp", addr)
+	tcp, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("metrics: listen on %s: %w (choose another --metrics-listen or [metrics] listen)", addr, err)
 	}
+	ln := newBoundedListener(tcp, MaxConns)
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", m.Handler(log))
 	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, _ *http.Request) {
