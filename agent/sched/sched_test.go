@@ -15,6 +15,7 @@ import (
 	"github.com/dibs-gpu/dibs/agent/clock"
 	"github.com/dibs-gpu/dibs/agent/peer"
 	"github.com/dibs-gpu/dibs/agent/sched"
+	"github.com/dibs-gpu/dibs/internal/poll"
 	"github.com/dibs-gpu/dibs/lease"
 	"github.com/dibs-gpu/dibs/nodeprobe/sim"
 	"github.com/dibs-gpu/dibs/queue"
@@ -272,15 +273,13 @@ func TestPass(t *testing.T) {
 				if p < passes-1 && tt.firstPass > 0 {
 					target = tt.firstPass
 				}
-				deadline := time.Now().Add(5 * time.Second)
-				for (int(passesRun.Load()) <= p || len(c.seen()) < target) && time.Now().Before(deadline) {
-					time.Sleep(5 * time.Millisecond)
-				}
-				time.Sleep(20 * time.Millisecond)
+				poll.Wait(5*time.Second, func() bool { return int(passesRun.Load()) > p && len(c.seen()) >= target })
+				time.Sleep(20 * time.Millisecond) // a settling window: the pass takes in its starts' answers on goroutines the test cannot see
 			}
-			// A pass that should do nothing is given time to do something
-			// wrong; one more pass must not start anything twice.
-			time.Sleep(50 * time.Millisecond)
+			// An absence: a pass that should do nothing is given time to
+			// do something wrong; one more pass must not start anything
+			// twice. The check below says what was called.
+			poll.Wait(50*time.Millisecond, func() bool { return len(c.seen()) > len(flat) })
 			cancel()
 			<-done
 			got := c.seen()
