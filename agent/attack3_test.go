@@ -148,7 +148,7 @@ func TestBookedRunStartsOnlyAsItsAccount(t *testing.T) {
 		return false
 	})
 	// An absence: a command started anyway would write within the window.
-	poll.Wait(time.Second, func() bool { _, err := os.Stat(out); return err == nil })
+	poll.Wait(time.Second, func() bool { b, err := os.ReadFile(out); return err == nil && len(b) > 0 })
 	if b, err := os.ReadFile(out); err == nil {
 		t.Fatalf("the booked command of %s (uid %d) ran as %q, the account that has the uid now (%s)", leaver.Name, leaver.UID, strings.TrimSpace(string(b)), newcomer.Name)
 	}
@@ -248,7 +248,7 @@ func TestQueuedRunStartsOnlyAsItsAccount(t *testing.T) {
 		return ran == nil || hasEntryEvent(t, n, second.ID, event.EventFail)
 	})
 	// An absence: a command started anyway would write within the window.
-	poll.Wait(time.Second, func() bool { _, err := os.Stat(out); return err == nil })
+	poll.Wait(time.Second, func() bool { b, err := os.ReadFile(out); return err == nil && len(b) > 0 })
 	if b, err := os.ReadFile(out); err == nil {
 		t.Fatalf("the queued command of %s (uid %d) ran as %q, the account that has the uid now (%s)", leaver.Name, leaver.UID, strings.TrimSpace(string(b)), newcomer.Name)
 	}
