@@ -14,6 +14,7 @@ import (
 	"github.com/dibs-gpu/dibs/agent/clock"
 	"github.com/dibs-gpu/dibs/api"
 	"github.com/dibs-gpu/dibs/event"
+	"github.com/dibs-gpu/dibs/internal/poll"
 	"github.com/dibs-gpu/dibs/launch"
 	"github.com/dibs-gpu/dibs/launch/launchtest"
 	"github.com/dibs-gpu/dibs/lease"
@@ -72,9 +73,13 @@ func TestMutedTmuxDoesNotKeepTheAgentFromServing(t *testing.T) {
 	agenttest.Eventually(t, 5*time.Second, "alice's lease to end (its session ended while the agent was down)", func() bool {
 		return leaseOn(n.Board(), "node01", 1) == nil
 	})
-	// Several unanswered checks later the lease is still held.
-	time.Sleep(2 * time.Second)
-	if l := leaseOn(n.Board(), "node01", 0); l == nil || l.ID != held.ID {
+	// Several unanswered checks later the lease is still held: an
+	// absence, watched for the whole window.
+	var l *lease.Lease
+	if poll.Wait(2*time.Second, func() bool {
+		l = leaseOn(n.Board(), "node01", 0)
+		return l == nil || l.ID != held.ID
+	}) {
 		t.Fatalf("GPU 0 holds %+v after its server stayed silent; want %s kept (no answer is not \"gone\")", l, held.ID)
 	}
 	// The server answers again: the session is still watched, and its end
@@ -142,7 +147,8 @@ func TestBookedRunStartsOnlyAsItsAccount(t *testing.T) {
 		}
 		return false
 	})
-	time.Sleep(time.Second) // a command started anyway would have written by now
+	// An absence: a command started anyway would write within the window.
+	poll.Wait(time.Second, func() bool { b, err := os.ReadFile(out); return err == nil && len(b) > 0 })
 	if b, err := os.ReadFile(out); err == nil {
 		t.Fatalf("the booked command of %s (uid %d) ran as %q, the account that has the uid now (%s)", leaver.Name, leaver.UID, strings.TrimSpace(string(b)), newcomer.Name)
 	}
@@ -241,7 +247,8 @@ func TestQueuedRunStartsOnlyAsItsAccount(t *testing.T) {
 		_, ran := os.Stat(out)
 		return ran == nil || hasEntryEvent(t, n, second.ID, event.EventFail)
 	})
-	time.Sleep(time.Second)
+	// An absence: a command started anyway would write within the window.
+	poll.Wait(time.Second, func() bool { b, err := os.ReadFile(out); return err == nil && len(b) > 0 })
 	if b, err := os.ReadFile(out); err == nil {
 		t.Fatalf("the queued command of %s (uid %d) ran as %q, the account that has the uid now (%s)", leaver.Name, leaver.UID, strings.TrimSpace(string(b)), newcomer.Name)
 	}
@@ -370,8 +377,12 @@ func TestHolderLookupDownKeepsTheLease(t *testing.T) {
 	}
 	down.Store(true)
 	n.Restart()
-	time.Sleep(time.Second) // twice the retry interval
-	if l := leaseOn(n.Board(), "node01", 0); l == nil || l.ID != r.ID {
+	// An absence over twice the retry interval: the lease stays held.
+	var l *lease.Lease
+	if poll.Wait(time.Second, func() bool {
+		l = leaseOn(n.Board(), "node01", 0)
+		return l == nil || l.ID != r.ID
+	}) {
 		t.Fatalf("GPU 0 holds %+v while the account database is down; want %s kept", l, r.ID)
 	}
 	down.Store(false)

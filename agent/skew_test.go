@@ -13,6 +13,7 @@ import (
 	"github.com/dibs-gpu/dibs/agent/sched"
 	"github.com/dibs-gpu/dibs/api"
 	"github.com/dibs-gpu/dibs/event"
+	"github.com/dibs-gpu/dibs/internal/poll"
 	"github.com/dibs-gpu/dibs/queue"
 )
 
@@ -128,7 +129,7 @@ func TestPreviousReleaseDialectWithGang(t *testing.T) {
 				if err == nil {
 					at.Client.Release(context.Background(), api.ReleaseRequest{IDs: []string{r.ID}})
 				} else {
-					time.Sleep(20 * time.Millisecond)
+					time.Sleep(20 * time.Millisecond) // load pacing: a refused client tries again soon, not in a spin on shared cores
 				}
 			}
 		}()
@@ -136,7 +137,7 @@ func TestPreviousReleaseDialectWithGang(t *testing.T) {
 	nodes[2].Opts.Cluster.Protocol = 0
 	nodes[2].Restart()
 	agenttest.WaitConverged(t, nodes, 45*time.Second)
-	time.Sleep(time.Second) // claims with node03 upgraded
+	time.Sleep(time.Second) // load window: claims with node03 upgraded
 	close(stop)
 	wg.Wait()
 	t.Logf("%d claims granted at node01 and node02 while node03 was upgraded", granted)
@@ -222,10 +223,13 @@ func TestPreviousReleaseLeaveIsARestart(t *testing.T) {
 	// An absence: the origin judges its running gangs on every pass
 	// (sched.Tick, and at once on a membership change); two passes and
 	// more go by without it giving the gang up.
-	for end := time.Now().Add(2*sched.Tick + time.Second); time.Now().Before(end); time.Sleep(200 * time.Millisecond) {
-		if ok, st := running(); !ok {
-			t.Fatalf("the gang stopped running when the v0.1.0 node02 stopped (its leave is a restart): %s", st)
-		}
+	var st string
+	if poll.WaitEvery(200*time.Millisecond, 2*sched.Tick+time.Second, func() bool {
+		var ok bool
+		ok, st = running()
+		return !ok
+	}) {
+		t.Fatalf("the gang stopped running when the v0.1.0 node02 stopped (its leave is a restart): %s", st)
 	}
 	agenttest.Eventually(t, 10*time.Second, "node01 to record node02 restarting", func() bool { return len(events()) > 0 })
 	for _, text := range events() {

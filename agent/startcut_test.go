@@ -10,6 +10,7 @@ import (
 
 	"github.com/dibs-gpu/dibs/agent/agenttest"
 	"github.com/dibs-gpu/dibs/api"
+	"github.com/dibs-gpu/dibs/internal/poll"
 	"github.com/dibs-gpu/dibs/queue"
 )
 
@@ -96,16 +97,16 @@ exec "` + tmux + `" "$@"
 			})
 			// Requeues are due at once: give a second start every chance
 			// to happen (scheduler passes, a start in flight timing out).
-			deadline := time.Now().Add(queue.InFlightTimeout + 3*time.Second)
-			for time.Now().Before(deadline) {
-				time.Sleep(500 * time.Millisecond)
-				q, err := n.Client.Queue(ctx(t))
-				if err != nil {
+			// An absence, watched for the whole window.
+			var q api.Queue
+			if poll.WaitEvery(500*time.Millisecond, queue.InFlightTimeout+3*time.Second, func() bool {
+				var err error
+				if q, err = n.Client.Queue(ctx(t)); err != nil {
 					t.Fatal(err)
 				}
-				if len(q.Entries) != 1 || !q.Entries[0].Running || q.Entries[0].Restarts != tt.restarts {
-					t.Fatalf("queue after the restart = %+v, want %s running, requeued %d times", q.Entries, s.ID, tt.restarts)
-				}
+				return len(q.Entries) != 1 || !q.Entries[0].Running || q.Entries[0].Restarts != tt.restarts
+			}) {
+				t.Fatalf("queue after the restart = %+v, want %s running, requeued %d times", q.Entries, s.ID, tt.restarts)
 			}
 			b, err := os.ReadFile(runs)
 			if err != nil {

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dibs-gpu/dibs/internal/poll"
 	"github.com/dibs-gpu/dibs/lease"
 	"github.com/dibs-gpu/dibs/queue"
 )
@@ -350,9 +351,14 @@ func TestRestartStepsOutWithoutLeavingAndComesBackQuietly(t *testing.T) {
 		}
 		return true, ""
 	})
-	// Gossip settles for a few rounds after the rejoin (push/pull carries
-	// the old boot's verdict, which memberlist refutes).
-	time.Sleep(2 * time.Second)
+	// An absence: gossip settles for a few rounds after the rejoin
+	// (push/pull carries the old boot's verdict, which memberlist
+	// refutes), and none of them may log a warning.
+	poll.Wait(2*time.Second, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(warnings) > 0
+	})
 	mu.Lock()
 	defer mu.Unlock()
 	if len(warnings) > 0 {

@@ -179,7 +179,8 @@ func TestWatchFirstLooksAfterOneInterval(t *testing.T) {
 	}
 	began := time.Now()
 	gone := h.l.Watch(t.Context(), h.me, "short", 600*time.Millisecond)
-	time.Sleep(300 * time.Millisecond)
+	// An absence: no tmux call within the first half of the interval.
+	poll.Wait(300*time.Millisecond, func() bool { b, err := os.ReadFile(calls); return err == nil && len(b) > 0 })
 	if b, err := os.ReadFile(calls); err == nil && time.Since(began) < 600*time.Millisecond {
 		t.Errorf("Watch ran tmux (%q) before one interval had passed", b)
 	}

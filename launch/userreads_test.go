@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/dibs-gpu/dibs/internal/poll"
 )
 
 // TestUserReadsAreBounded: a read of a user's files whose file system never
@@ -51,10 +53,7 @@ func TestUserReadsAreBounded(t *testing.T) {
 
 	// The file systems answer: every place comes back.
 	close(hung)
-	deadline := time.Now().Add(5 * time.Second)
-	for l.readsHeld() > 0 && time.Now().Before(deadline) {
-		time.Sleep(time.Millisecond)
-	}
+	poll.WaitEvery(time.Millisecond, 5*time.Second, func() bool { return l.readsHeld() == 0 })
 	if n := l.readsHeld(); n != 0 {
 		t.Fatalf("%d places held after every read answered, want 0", n)
 	}

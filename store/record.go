@@ -23,8 +23,10 @@ const sumSize = 4
 
 // castagnoli is CRC-32C: it finds every single-bit and every burst error of up
 // to 32 bits, and disks, ext4 and iSCSI use it for the same job. The table is
-// made at first use, not at start: every dibs command links this package,
-// and making it costs 0.2 ms that only the agent needs.
+// made at first use, not at start: every dibsd command (probe, keygen, config
+// check, the board) links this package through the agent, and making it costs
+// 0.2 ms that only the agent needs. (The dibs client links no store: see
+// floorplan_test.go.)
 var castagnoli = sync.OnceValue(func() *crc32.Table { return crc32.MakeTable(crc32.Castagnoli) })
 
 // leaseRecord is how a lease is stored. Its JSON is frozen: schema-1 files hold

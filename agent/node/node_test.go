@@ -18,6 +18,7 @@ import (
 	"github.com/dibs-gpu/dibs/agent/clock"
 	"github.com/dibs-gpu/dibs/agent/node"
 	"github.com/dibs-gpu/dibs/event"
+	"github.com/dibs-gpu/dibs/internal/poll"
 	"github.com/dibs-gpu/dibs/launch"
 	"github.com/dibs-gpu/dibs/lease"
 	"github.com/dibs-gpu/dibs/nodeprobe/sim"
@@ -483,13 +484,7 @@ func me(t *testing.T) (lease.Caller, launch.User) {
 // is seen by a watcher polling tmux in real time.
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	poll.Until(t, 5*time.Second, what, cond)
 }
 
 // TestSessions: a run's tmux session carries the lease's GPUs, a release
@@ -610,9 +605,13 @@ func TestSessionStartCutOff(t *testing.T) {
 			}
 			l := kept[0]
 			if made {
-				// Several polls: the watched session keeps its lease.
-				time.Sleep(10 * 20 * time.Millisecond)
-				if got := r.n.State().Leases; len(got) != 1 || got[0].ID != l.ID {
+				// Several polls: the watched session keeps its lease
+				// throughout (an absence, watched for 20 poll periods).
+				var got []lease.Lease
+				if poll.Wait(10*20*time.Millisecond, func() bool {
+					got = r.n.State().Leases
+					return len(got) != 1 || got[0].ID != l.ID
+				}) {
 					t.Fatalf("leases while the session runs: %+v, want %s", got, l.ID)
 				}
 				if err := sess.Kill(context.Background(), u, l.Session); err != nil {

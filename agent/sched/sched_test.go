@@ -8,8 +8,8 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/dibs-gpu/dibs/agent/clock"
@@ -137,9 +137,8 @@ func TestPass(t *testing.T) {
 		queue  []queue.QueueEntry
 		usage  map[string]float64
 		refuse map[string]error
-		// passes is how many passes run (default 1); firstPass is how many
-		// calls every pass but the last makes by itself (default all).
-		passes, firstPass int
+		// passes is how many passes run (default 1).
+		passes int
 		// down are nodes memberlist holds dead.
 		down []string
 		want [][]string
@@ -194,7 +193,7 @@ func TestPass(t *testing.T) {
 			name: "a start whose answer was lost is not tried again elsewhere", nodes: []string{"node01", "node02"},
 			queue:  []queue.QueueEntry{entry("node01-q1", "alice", 1001, 1, 4, 0)},
 			refuse: map[string]error{"node01 start": &lease.Error{Code: lease.CodeNoAnswer, Msg: "node01 did not answer in time"}},
-			passes: 3, firstPass: 2,
+			passes: 3,
 			want: [][]string{
 				{"node01 place node01-q1#0"},
 				{"node01 start node01-q1#0 gpus [0 1 2 3] rank 0 as alice"},
@@ -206,7 +205,7 @@ func TestPass(t *testing.T) {
 			name: "an origin that did not answer a place is asked again", nodes: []string{"node01"},
 			queue:  []queue.QueueEntry{entry("node01-q1", "alice", 1001, 1, 4, 0)},
 			refuse: map[string]error{"node01 place": &lease.Error{Code: lease.CodeNoAnswer, Msg: "node01 did not answer in time"}},
-			passes: 2, firstPass: 1,
+			passes: 2,
 			want: [][]string{
 				{"node01 place node01-q1#0"},
 				{"node01 place node01-q1#0"},
@@ -216,7 +215,7 @@ func TestPass(t *testing.T) {
 			name: "a start refused for now is tried again", nodes: []string{"node01"},
 			queue:  []queue.QueueEntry{entry("node01-q1", "alice", 1001, 1, 4, 0)},
 			refuse: map[string]error{"node01 start": &lease.Error{Code: lease.CodeConflict, Msg: "GPU 0 is held by carol"}},
-			passes: 2, firstPass: 2,
+			passes: 2,
 			want: [][]string{
 				{"node01 place node01-q1#0"},
 				{"node01 start node01-q1#0 gpus [0 1 2 3] rank 0 as alice"},
@@ -233,71 +232,62 @@ func TestPass(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			c := newCluster(tt.nodes...)
-			for k, v := range tt.refuse {
-				c.refuse[k] = v
-			}
-			var views []queue.NodeView
-			for _, name := range tt.nodes {
-				nv := nodeView(t, name)
-				nv.Leases = tt.held[name]
-				if slices.Contains(tt.down, name) {
-					nv.State = queue.NodeDead
+			// In a bubble, synctest.Wait returns once the pass has run and
+			// every start it sent has been answered and taken in.
+			synctest.Test(t, func(t *testing.T) {
+				c := newCluster(tt.nodes...)
+				for k, v := range tt.refuse {
+					c.refuse[k] = v
 				}
-				if name == "node01" {
-					nv.Queue, nv.Usage = tt.queue, tt.usage
+				var views []queue.NodeView
+				for _, name := range tt.nodes {
+					nv := nodeView(t, name)
+					nv.Leases = tt.held[name]
+					if slices.Contains(tt.down, name) {
+						nv.State = queue.NodeDead
+					}
+					if name == "node01" {
+						nv.Queue, nv.Usage = tt.queue, tt.usage
+					}
+					views = append(views, nv)
 				}
-				views = append(views, nv)
-			}
-			clk := clock.NewFake(t0)
-			var passesRun atomic.Int32
-			view := func() queue.ClusterView {
-				passesRun.Add(1)
-				return queue.NewClusterView(views[0], views[1:], clk.Now())
-			}
-			s := sched.New("node01", queue.SchedConfig{}, sched.Deps{View: view, Peers: c.muxes["node01"], Clock: clk})
-			ctx, cancel := context.WithCancel(context.Background())
-			done := make(chan struct{})
-			go func() { s.Run(ctx); close(done) }()
-			var flat []string
-			for _, g := range tt.want {
-				flat = append(flat, g...)
-			}
-			passes := max(tt.passes, 1)
-			for p := range passes {
-				s.Kick()
-				// A pass has run (it read the view) and made the calls
-				// expected of it before the next is asked for.
-				target := len(flat)
-				if p < passes-1 && tt.firstPass > 0 {
-					target = tt.firstPass
+				clk := clock.NewFake(t0)
+				view := func() queue.ClusterView {
+					return queue.NewClusterView(views[0], views[1:], clk.Now())
 				}
-				deadline := time.Now().Add(5 * time.Second)
-				for (int(passesRun.Load()) <= p || len(c.seen()) < target) && time.Now().Before(deadline) {
-					time.Sleep(5 * time.Millisecond)
+				s := sched.New("node01", queue.SchedConfig{}, sched.Deps{View: view, Peers: c.muxes["node01"], Clock: clk})
+				ctx, cancel := context.WithCancel(context.Background())
+				done := make(chan struct{})
+				go func() { s.Run(ctx); close(done) }()
+				var flat []string
+				for _, g := range tt.want {
+					flat = append(flat, g...)
 				}
-				time.Sleep(20 * time.Millisecond)
-			}
-			// A pass that should do nothing is given time to do something
-			// wrong; one more pass must not start anything twice.
-			time.Sleep(50 * time.Millisecond)
-			cancel()
-			<-done
-			got := c.seen()
-			if len(got) != len(flat) {
-				t.Fatalf("calls:\n  %s\nwant:\n  %s", strings.Join(got, "\n  "), strings.Join(flat, "\n  "))
-			}
-			i := 0
-			for _, g := range tt.want {
-				part := slices.Clone(got[i : i+len(g)])
-				slices.Sort(part)
-				want := slices.Clone(g)
-				slices.Sort(want)
-				if !slices.Equal(part, want) {
-					t.Errorf("calls %d..%d:\n  %s\nwant (any order):\n  %s", i, i+len(g)-1, strings.Join(part, "\n  "), strings.Join(want, "\n  "))
+				for range max(tt.passes, 1) {
+					s.Kick()
+					// The pass has run and made its calls, and its starts'
+					// answers are taken in, before the next is asked for;
+					// nothing more can happen until the next kick.
+					synctest.Wait()
 				}
-				i += len(g)
-			}
+				cancel()
+				<-done
+				got := c.seen()
+				if len(got) != len(flat) {
+					t.Fatalf("calls:\n  %s\nwant:\n  %s", strings.Join(got, "\n  "), strings.Join(flat, "\n  "))
+				}
+				i := 0
+				for _, g := range tt.want {
+					part := slices.Clone(got[i : i+len(g)])
+					slices.Sort(part)
+					want := slices.Clone(g)
+					slices.Sort(want)
+					if !slices.Equal(part, want) {
+						t.Errorf("calls %d..%d:\n  %s\nwant (any order):\n  %s", i, i+len(g)-1, strings.Join(part, "\n  "), strings.Join(want, "\n  "))
+					}
+					i += len(g)
+				}
+			})
 		})
 	}
 }

@@ -285,7 +285,7 @@ func flood(t *testing.T, addr string, sources []string, perAddr int, hello strin
 					}
 					c, err := dialFrom(src, addr)
 					if err != nil {
-						time.Sleep(10 * time.Millisecond) // the door is busy: try again soon, as an attacker would
+						time.Sleep(10 * time.Millisecond) // load pacing: the door is busy; try again soon, as an attacker would
 						continue
 					}
 					opened.Add(1)
@@ -300,7 +300,7 @@ func flood(t *testing.T, addr string, sources []string, perAddr int, hello strin
 					case <-stop:
 					}
 					c.Close()
-					time.Sleep(50 * time.Millisecond) // then open another, as the attack did
+					time.Sleep(50 * time.Millisecond) // load pacing: then open another, at the attack's rate
 				}
 			}()
 		}

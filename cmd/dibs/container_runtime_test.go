@@ -14,6 +14,7 @@ import (
 
 	"github.com/dibs-gpu/dibs/agent/agenttest"
 	"github.com/dibs-gpu/dibs/api"
+	"github.com/dibs-gpu/dibs/internal/poll"
 	"github.com/dibs-gpu/dibs/lease"
 	"github.com/dibs-gpu/dibs/nodeprobe"
 	"github.com/dibs-gpu/dibs/nodeprobe/procfs"
@@ -154,18 +155,23 @@ func rootfulDocker(t *testing.T) (ctrRuntime, string) {
 			<-exited
 		}
 	})
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+	gone := false
+	answered := poll.WaitEvery(200*time.Millisecond, 30*time.Second, func() bool {
 		if r.cmd("info").Run() == nil {
-			break
+			return true
 		}
 		select {
 		case <-exited:
-			t.Skipf("dockerd exited: %s", lastLine([]byte(log.String())))
+			gone = true
 		default:
 		}
-		if time.Now().After(deadline) {
-			t.Skipf("dockerd did not answer within 30s: %s", lastLine([]byte(log.String())))
-		}
+		return gone
+	})
+	if gone {
+		t.Skipf("dockerd exited: %s", lastLine([]byte(log.String())))
+	}
+	if !answered {
+		t.Skipf("dockerd did not answer within 30s: %s", lastLine([]byte(log.String())))
 	}
 	image := testImage(t, r)
 	if out, err := r.cmd(append(append([]string{"run", "--rm"}, runLimits...), image, "/bin/sh", "-c", "true")...).CombinedOutput(); err != nil {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/dibs-gpu/dibs/agent/agenttest"
 	"github.com/dibs-gpu/dibs/api"
+	"github.com/dibs-gpu/dibs/internal/poll"
 )
 
 // requireTorch skips unless Debian's python3-torch is installed for
@@ -160,12 +161,9 @@ func TestDDPGangOnNamespaceNodes(t *testing.T) {
 				}
 				return true
 			}
-			for !finished() {
-				if time.Since(start) > 2*time.Minute {
-					logs, _, _ := dibs(t, socks[0], nil, "logs", sub.ID)
-					t.Fatalf("the gang did not finish in 2 minutes; its output:\n%s", logs)
-				}
-				time.Sleep(200 * time.Millisecond)
+			if !poll.WaitEvery(200*time.Millisecond, 2*time.Minute-time.Since(start), finished) {
+				logs, _, _ := dibs(t, socks[0], nil, "logs", sub.ID)
+				t.Fatalf("the gang did not finish in 2 minutes; its output:\n%s", logs)
 			}
 			took := time.Since(start)
 			results := map[int]ddpResult{}

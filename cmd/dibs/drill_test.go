@@ -100,7 +100,7 @@ func TestDurabilityDrill(t *testing.T) {
 					if errors.As(err, &ae) || attempt > 400 {
 						break
 					}
-					time.Sleep(10 * time.Millisecond)
+					time.Sleep(10 * time.Millisecond) // load pacing: the agent is down or its answer lost; the client tries again soon, as a real one would
 				}
 				if err != nil {
 					// Refused (the node is full): give back our oldest lease.
@@ -161,7 +161,7 @@ func TestDurabilityDrill(t *testing.T) {
 	for k := 0; k < kills; k++ {
 		// Each life lasts 50–400 ms: long enough for the clients to claim
 		// and release in earnest, short enough that kills land anywhere.
-		time.Sleep(time.Duration(50+rng.IntN(350)) * time.Millisecond)
+		time.Sleep(time.Duration(50+rng.IntN(350)) * time.Millisecond) // load window: the agent lives a random real while under the clients' load
 		p.kill9(t)
 		p.start(t)
 		mu.Lock()

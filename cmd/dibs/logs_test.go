@@ -37,11 +37,10 @@ func TestLogsOfRunsThatShareAnIDNeverMix(t *testing.T) {
 			return err == nil && !leaseLive(b, "")
 		})
 		// The last output reaches the file a moment after the lease ends.
-		for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
-			if out, errOut, code = dibsAs(t, u, "/usr/bin:/bin", p.socket, "logs", "node01-1"); strings.Contains(out, word) {
-				break
-			}
-		}
+		poll.WaitEvery(100*time.Millisecond, 5*time.Second, func() bool {
+			out, errOut, code = dibsAs(t, u, "/usr/bin:/bin", p.socket, "logs", "node01-1")
+			return strings.Contains(out, word)
+		})
 		if code != 0 || strings.TrimSpace(out) != word {
 			t.Errorf("dibs logs node01-1 after the %s: exit %d, %q (stderr %q), want %q alone", word, code, out, errOut, word)
 		}

@@ -256,6 +256,8 @@ func TestGangOutlivesItsAgentsRestarts(t *testing.T) {
 		bad := make(chan string, 1)
 		go func() {
 			defer close(bad)
+			tick := time.NewTicker(100 * time.Millisecond)
+			defer tick.Stop()
 			for {
 				select {
 				case <-stopWatching:
@@ -268,7 +270,11 @@ func TestGangOutlivesItsAgentsRestarts(t *testing.T) {
 						return
 					}
 				}
-				time.Sleep(100 * time.Millisecond)
+				select {
+				case <-stopWatching:
+					return
+				case <-tick.C:
+				}
 			}
 		}()
 		return bad

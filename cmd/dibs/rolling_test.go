@@ -18,6 +18,7 @@ import (
 
 	"github.com/dibs-gpu/dibs/agent/agenttest"
 	"github.com/dibs-gpu/dibs/api"
+	"github.com/dibs-gpu/dibs/internal/poll"
 )
 
 // firstRelease is v0.1.0, the first release: the commit, not the tag, since
@@ -292,27 +293,27 @@ func TestRollingUpgradeFromFirstRelease(t *testing.T) {
 				}
 				mu.Unlock()
 				if code != 0 {
-					time.Sleep(50 * time.Millisecond)
+					time.Sleep(50 * time.Millisecond) // load pacing: a refused client tries again soon, not in a spin on shared cores
 					continue
 				}
 				var r api.ClaimResponse
 				json.Unmarshal([]byte(out), &r)
-				time.Sleep(time.Duration(rng.IntN(200)) * time.Millisecond)
+				time.Sleep(time.Duration(rng.IntN(200)) * time.Millisecond) // load window: the lease is held a random real while before its release
 				// The release goes to the node that granted it, through
 				// whatever binary this node runs now.
-				for range 20 {
+				poll.WaitEvery(250*time.Millisecond, 10*time.Second, func() bool {
 					_, errOut, code := dibsWith(t, n.binary(), n.socket, "release", r.ID)
 					if code == 0 {
-						break
+						return true
 					}
 					if containsAny(errOut, versionWords) {
 						mu.Lock()
 						failures = append(failures, fmt.Sprintf("release of %s at %s: %s", r.ID, n.name, strings.TrimSpace(errOut)))
 						mu.Unlock()
-						break
+						return true
 					}
-					time.Sleep(250 * time.Millisecond)
-				}
+					return false
+				})
 			}
 		}()
 	}
@@ -359,7 +360,7 @@ func TestRollingUpgradeFromFirstRelease(t *testing.T) {
 		}
 	}
 
-	time.Sleep(2 * time.Second) // claims among v0.1.0 agents alone
+	time.Sleep(2 * time.Second) // load window: claims among v0.1.0 agents alone
 	for i, n := range c.nodes {
 		c.upgrade(t, n, dibsBin)
 		c.waitWhole(t, 30*time.Second)
@@ -372,7 +373,7 @@ func TestRollingUpgradeFromFirstRelease(t *testing.T) {
 			queued(c.nodes[len(c.nodes)-1])
 			queued(n)
 		}
-		time.Sleep(2 * time.Second) // claims while mixed
+		time.Sleep(2 * time.Second) // load window: claims while mixed
 	}
 	close(stop)
 	wg.Wait()
@@ -564,7 +565,7 @@ func (g *rollingGang) swap(t *testing.T, n *mixedNode, bin, what string) {
 	// An absence: the origin judges its running gangs every 2 s (the
 	// scheduler's tick) and at once on a membership change; give it
 	// two passes and more to give the gang up, as the old code did.
-	time.Sleep(5 * time.Second)
+	time.Sleep(5 * time.Second) // absence window: the watcher checks the gang all along; two passes and more must not give it up
 	if b := stop(); b != "" {
 		t.Fatal(b)
 	}
