@@ -88,6 +88,7 @@ func floorPlan() []room {
 		{pkg: "nodeprobe/probe", what: "Open: picks the backend",
 			may: []string{"nodeprobe", "nodeprobe/nvml", "nodeprobe/sim", "nodeprobe/smi"}},
 		{pkg: "internal/poll", what: "tests' waiting: a condition polled to a deadline, a window watched (tests only)"},
+		{pkg: "internal/prereq", what: "tests' prerequisites: a skip on a developer's machine, a failure under CI=true (tests only)"},
 		{pkg: "internal/lograte", what: "refusal log lines rate-limited per source, with a count of those held back"},
 		{pkg: "internal/termsafe", what: "the one sanitizer for text from outside; standard library only"},
 		{pkg: "internal/columns", what: "a table cell's two rules for both binaries: empty as \"-\", cut with \"~\""},

@@ -16,6 +16,7 @@ import (
 
 	"github.com/dibs-gpu/dibs/agent/agenttest"
 	"github.com/dibs-gpu/dibs/internal/poll"
+	"github.com/dibs-gpu/dibs/internal/prereq"
 )
 
 // The install test follows docs/operations.md on three fresh "nodes" and
@@ -107,7 +108,7 @@ exec sleep infinity
 	case ok := <-ready:
 		if !ok {
 			cmd.Wait()
-			t.Skipf("cannot make a node with its own mounts here (overlayfs, tmpfs in a mount namespace): %s", strings.TrimSpace(stderr.String()))
+			prereq.Missing(t, "cannot make a node with its own mounts here (overlayfs, tmpfs in a mount namespace): %s", strings.TrimSpace(stderr.String()))
 		}
 	case <-time.After(30 * time.Second):
 		t.Fatalf("node %s not ready after 30 s: %s", name, stderr.String())
@@ -208,18 +209,18 @@ func configLines(conf string) int {
 func TestInstallByTheGuide(t *testing.T) {
 	deb := os.Getenv(installDebEnv)
 	if deb == "" {
-		t.Skip(installDebEnv + " is unset: .ci/run sets it to the snapshot release's amd64 .deb; by hand, as root: DIBS_DEB=$PWD/dist/dibs_…_amd64.deb go test -run TestInstallByTheGuide ./cmd/dibs")
+		prereq.Missing(t, installDebEnv+" is unset: .ci/run sets it to the snapshot release's amd64 .deb; by hand, as root: DIBS_DEB=$PWD/dist/dibs_…_amd64.deb go test -run TestInstallByTheGuide ./cmd/dibs")
 	}
 	if os.Geteuid() != 0 {
-		t.Skip("needs root: it makes network and mount namespaces and installs the package into them")
+		prereq.Missing(t, "needs root: it makes network and mount namespaces and installs the package into them")
 	}
 	for _, tool := range []string{"ip", "unshare", "nsenter", "apt-get", "dpkg"} {
 		if _, err := exec.LookPath(tool); err != nil {
-			t.Skipf("needs %s", tool)
+			prereq.Missing(t, "needs %s", tool)
 		}
 	}
 	if _, err := os.Stat("/usr/share/bash-completion/bash_completion"); err != nil {
-		t.Skip("needs bash-completion installed here (apt-get install bash-completion): the package recommends it, and the nodes, which see this machine's /usr, have no network to fetch it")
+		prereq.Missing(t, "needs bash-completion installed here (apt-get install bash-completion): the package recommends it, and the nodes, which see this machine's /usr, have no network to fetch it")
 	}
 	if !filepath.IsAbs(deb) {
 		t.Fatalf("%s=%s: give an absolute path (the test runs in cmd/dibs)", installDebEnv, deb)
