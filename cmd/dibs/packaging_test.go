@@ -3,6 +3,8 @@ package main
 import (
 	"bufio"
 	"os"
+	"reflect"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -72,5 +74,70 @@ func TestPackagedConfig(t *testing.T) {
 	}
 	if fc.Cluster.KeyFile != "/etc/dibs/cluster.key" {
 		t.Errorf("packaged config's [cluster] key_file = %q, want /etc/dibs/cluster.key", fc.Cluster.KeyFile)
+	}
+}
+
+// configKeys lists every key the agent's config file reads, as
+// docs/operations.md's table names them: section ("" at the top, "pools.NAME"
+// for a map of tables) and key.
+func configKeys(t reflect.Type, section string) [][2]string {
+	var out [][2]string
+	for i := range t.NumField() {
+		f := t.Field(i)
+		name, _, _ := strings.Cut(f.Tag.Get("toml"), ",")
+		if name == "" || name == "-" {
+			continue
+		}
+		ft := f.Type
+		switch {
+		case ft.Kind() == reflect.Struct:
+			out = append(out, configKeys(ft, name)...)
+		case ft.Kind() == reflect.Map && ft.Elem().Kind() == reflect.Struct:
+			out = append(out, configKeys(ft.Elem(), name+".NAME")...)
+		default:
+			out = append(out, [2]string{section, name})
+		}
+	}
+	return out
+}
+
+// TestOperationsListsEveryConfigKey: the install guide's key table names
+// every key the config file takes (it once lacked sim, which a GPU-less
+// node needs to start at all, and lost_after, requeue_backoff,
+// max_requeue_backoff and signal_grace).
+func TestOperationsListsEveryConfigKey(t *testing.T) {
+	raw, err := os.ReadFile("../../docs/operations.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, sec, ok := strings.Cut(string(raw), "\n## The config file\n")
+	if !ok {
+		t.Fatal("docs/operations.md has no \"## The config file\" section")
+	}
+	sec, _, _ = strings.Cut(sec, "\n## ")
+	sectionRe := regexp.MustCompile(`\[([a-zA-Z_.]+)\]`)
+	have := map[[2]string]bool{}
+	for _, line := range strings.Split(sec, "\n") {
+		if !strings.HasPrefix(line, "| `") {
+			continue
+		}
+		cell := strings.Split(line, "|")[1]
+		section := ""
+		if m := sectionRe.FindStringSubmatch(cell); m != nil {
+			section = m[1]
+			cell = strings.Replace(cell, m[0], "`", 1)
+		}
+		for _, w := range strings.FieldsFunc(cell, func(r rune) bool { return r == '`' || r == ',' || r == '/' || r == ' ' }) {
+			have[[2]string{section, w}] = true
+		}
+	}
+	for _, k := range configKeys(reflect.TypeOf(config.FileConfig{}), "") {
+		if !have[k] {
+			name := k[1]
+			if k[0] != "" {
+				name = "[" + k[0] + "] " + k[1]
+			}
+			t.Errorf("docs/operations.md's config table lacks %s", name)
+		}
 	}
 }
