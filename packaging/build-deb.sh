@@ -61,7 +61,7 @@ echo "build-deb.sh: dibs $version (commit ${commit:0:12}) for ${arches[*]}"
 
 # Man pages and shell completions from the cobra commands, into the
 # git-ignored packaging/gen/. The gendocs tag adds the hidden generator; the
-# shipped binary has neither it nor cobra/doc.
+# shipped binary has neither it nor md2man.
 CGO_ENABLED=0 go run -tags gendocs ./cmd/dibs gen-docs packaging/gen --version "$version" --date "$date"
 
 ldflags="-s -w -X github.com/dibs-gpu/dibs/internal/buildinfo.version=$version -X github.com/dibs-gpu/dibs/internal/buildinfo.commit=$commit -X github.com/dibs-gpu/dibs/internal/buildinfo.date=$date"
