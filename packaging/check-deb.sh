@@ -152,7 +152,7 @@ if [ ! -d /run/systemd/system ]; then
 	for _ in $(seq 100); do [ "$(readlink /proc/$board/exe)" = /usr/bin/dibsd ] && break; sleep 0.1; done
 	[ "$(readlink /proc/$board/exe)" = /usr/bin/dibsd ] || fail "the board (pid $board) runs $(readlink /proc/$board/exe), want /usr/bin/dibsd"
 	# A run, so the agent mounts its exit-status tmpfs for root.
-	dibs run --name check-deb -- true >/dev/null || fail "dibs run failed"
+	dibs run -g 1 --name check-deb -- true >/dev/null || fail "dibs run failed"
 	grep -q ' /run/dibs/exit/0 .* - tmpfs dibs-exit ' /proc/self/mountinfo || fail "no exit-status tmpfs at /run/dibs/exit/0 after a dibs run"
 	dpkg -i "$deb" | tee "$tmp/upgrade.log"
 	grep -q "an agent runs (pid $agent," "$tmp/upgrade.log" || fail "upgrading did not name the running agent (alone)"

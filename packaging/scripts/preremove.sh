@@ -74,7 +74,7 @@ stop_agent() {
 if [ -d /run/systemd/system ]; then
 	if systemctl is-active --quiet dibs.service || systemctl is-enabled --quiet dibs.service 2>/dev/null; then
 		leave_for_good || true
-		echo "dibs: stopping and disabling the agent (dibs.service); running sessions keep running, but their leases end with it"
+		echo "dibs: stopping and disabling the agent (dibs.service); running sessions keep running, but nothing holds their GPUs any more (the others show this node left, its GPUs unknown)"
 		systemctl disable --now dibs.service || true
 	fi
 fi
@@ -89,7 +89,7 @@ if [ -n "$pids" ]; then
 	else
 		where="no systemd here"
 	fi
-	echo "dibs: $where; stopping the agent (pid ${pids% }) before its binary goes; running sessions keep running, but their leases end with it"
+	echo "dibs: $where; stopping the agent (pid ${pids% }) before its binary goes; running sessions keep running, but nothing holds their GPUs any more (the others show this node left, its GPUs unknown)"
 	stop_agent "${pids% }"
 fi
 exit 0
