@@ -52,12 +52,9 @@ agent_pids() {
 }
 # --- end agent_pids ---
 
-# stop_agent PIDS ends the agent (only the processes named) and waits up to
-# 10 s for it to go. SIGTERM, the agent's "restarting": after `dibs leave`
-# it has usually gone already.
-stop_agent() {
-	# shellcheck disable=SC2086 # one word per pid
-	kill -TERM $1 2>/dev/null || true
+# gone PIDS waits up to 10 s for those processes to end; false if some
+# still run ($left names them).
+gone() {
 	i=0
 	while [ $i -lt 20 ]; do
 		left=
@@ -68,7 +65,20 @@ stop_agent() {
 		sleep 0.5
 		i=$((i + 1))
 	done
-	echo "dibs: the agent (pid${left}) did not stop in 10 s; stop it yourself"
+	return 1
+}
+
+# stop_agent PIDS ends the agent (only the processes named). After `dibs
+# leave` it is leaving and stops by itself: it gets 10 s for that (on a
+# loaded node the leave's broadcast takes seconds), since a SIGTERM before
+# it is done means "restarting", and the others would wait out the grace
+# instead of taking the node as left. Then SIGTERM, and 10 s more.
+stop_agent() {
+	gone "$1" && return 0
+	# shellcheck disable=SC2086 # one word per pid
+	kill -TERM $left 2>/dev/null || true
+	gone "$left" && return 0
+	echo "dibs: the agent (pid${left}) did not stop in 20 s; stop it yourself"
 }
 
 if [ -d /run/systemd/system ]; then
