@@ -503,8 +503,11 @@ func removeAndPurge(t *testing.T, n, other *guideNode, deb string) {
 	// fails.
 	n = &guideNode{t: t, name: n.name, holder: n.holder, agent: n.agent}
 	other = &guideNode{t: t, name: other.name, holder: other.holder, agent: other.agent}
-	// A user of n's own (in n's /etc and /tmp, nothing of this machine's).
-	n.sh(nil, "useradd -m -d /tmp/home-alice -s /bin/sh alice")
+	// A user of n's own (in n's /etc and /tmp, nothing of this machine's),
+	// with a uid no test on this machine hands out: the node shares this
+	// machine's processes, and a test's cleanup that kills a throwaway
+	// account's processes by uid (pkill -u) would end hers.
+	n.sh(nil, fmt.Sprintf("useradd -m -d /tmp/home-alice -s /bin/sh -u %d alice", 61000+os.Getpid()%2000))
 	uid := strings.TrimSpace(n.sh(nil, "id -u alice"))
 	as := func(line string) string {
 		return n.sh(nil, "runuser -u alice -- env HOME=/tmp/home-alice USER=alice LOGNAME=alice SHELL=/bin/sh sh -c '"+line+"'")
