@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/dibs-gpu/dibs/internal/prereq"
 	"github.com/dibs-gpu/dibs/launch"
 	"github.com/dibs-gpu/dibs/launch/launchtest"
 )
@@ -124,7 +125,7 @@ func TestCheckSocket(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			if tc.needRoot != "" && me != 0 {
-				t.Skipf("needs root: %s", tc.needRoot)
+				prereq.Missing(t, "needs root: %s", tc.needRoot)
 			}
 			base := t.TempDir()
 			sock, caller := tc.setup(t, base)

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/dibs-gpu/dibs/internal/poll"
+	"github.com/dibs-gpu/dibs/internal/prereq"
 )
 
 // harness is a Launcher on a private TMUX_TMPDIR, so tests never touch the
@@ -27,7 +28,7 @@ type harness struct {
 func requireTmux(tb testing.TB) {
 	tb.Helper()
 	if _, err := exec.LookPath("tmux"); err != nil {
-		tb.Skip("tmux is not installed; these tests drive a real tmux server")
+		prereq.Missing(tb, "tmux is not installed; these tests drive a real tmux server")
 	}
 }
 

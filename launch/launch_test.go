@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/dibs-gpu/dibs/internal/poll"
+	"github.com/dibs-gpu/dibs/internal/prereq"
 )
 
 func TestStartEnvListWatchKill(t *testing.T) {
@@ -265,11 +266,11 @@ func TestCleanEnvironment(t *testing.T) {
 
 func TestStartAsOtherUser(t *testing.T) {
 	if os.Geteuid() != 0 {
-		t.Skip("needs root: only root can start a session as another user")
+		prereq.Missing(t, "needs root: only root can start a session as another user")
 	}
 	nobody, err := LookupUser("nobody")
 	if err != nil {
-		t.Skipf("no user nobody to run as: %v", err)
+		prereq.Missing(t, "no user nobody to run as: %v", err)
 	}
 	h := newHarness(t)
 	ctx := t.Context()
@@ -338,7 +339,7 @@ func TestMessage(t *testing.T) {
 	// With a client attached (script(1) gives it a terminal and records what
 	// it draws), the text must show up literally.
 	if _, err := exec.LookPath("script"); err != nil {
-		t.Skip("script(1) is not installed; cannot attach a client")
+		prereq.Missing(t, "script(1) is not installed; cannot attach a client")
 	}
 	typescript := filepath.Join(t.TempDir(), "typescript")
 	attach := h.l.AttachCommand(h.me, "msg")

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dibs-gpu/dibs/internal/prereq"
 	"github.com/dibs-gpu/dibs/launch"
 	"github.com/dibs-gpu/dibs/launch/launchtest"
 )
@@ -318,7 +319,7 @@ func TestStatusDirRefused(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			if tc.rootOnly && !root {
-				t.Skip("needs root: makes another user's directory")
+				prereq.Missing(t, "needs root: makes another user's directory")
 			}
 			l, _ := launch.NewTestLauncher(t, tc.setup(t))
 			u := me(t)

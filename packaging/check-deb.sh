@@ -1,13 +1,19 @@
 #!/usr/bin/env bash
 # check-deb.sh DIST: install DIST's amd64 .deb on this (Debian, root) machine,
 # check what a person would find, then purge it. .ci/run calls it after
-# `goreleaser release --snapshot`. Works with or without systemd running.
+# packaging/build-deb.sh. Works with or without systemd running.
 set -euo pipefail
 dist=${1:-dist}
 debs=("$dist"/dibs_*_amd64.deb)
-[ -f "${debs[0]}" ] || { echo "check-deb: no amd64 .deb in $dist: run goreleaser release --snapshot --clean first"; exit 1; }
+[ -f "${debs[0]}" ] || { echo "check-deb: no amd64 .deb in $dist: run packaging/build-deb.sh first"; exit 1; }
+((${#debs[@]} == 1)) || { echo "check-deb: ${#debs[@]} amd64 .debs in $dist (${debs[*]}): which one? packaging/build-deb.sh leaves one"; exit 1; }
 deb=${debs[0]}
-version=$(sed -n 's/.*"version":"\([^"]*\)".*/\1/p' "$dist/metadata.json")
+version=$(dpkg-deb -f "$deb" Version)
+# The guide's install line names the file by this pattern.
+case "$(basename "$deb")" in
+"dibs_${version}_amd64.deb") ;;
+*) echo "check-deb: $deb is not named dibs_${version}_amd64.deb, as the guide says"; exit 1 ;;
+esac
 fail() { echo "check-deb: $*"; exit 1; }
 tmp=$(mktemp -d)
 trap 'dpkg -P dibs >/dev/null 2>&1 || true; rm -rf "$tmp"' EXIT
@@ -125,28 +131,47 @@ echo "# edited on this node" >>/etc/dibs/dibs.toml
 dpkg -i "$deb" >/dev/null
 tail -1 /etc/dibs/dibs.toml | grep -q "edited on this node" || fail "reinstalling replaced the edited /etc/dibs/dibs.toml"
 
-# Without systemd the scripts find an agent by its binary and say what they
-# do to it: an upgrade leaves it running (and says to restart it), a removal
-# stops it before its binary goes, a reinstall over the config files says
-# whether one runs. `dibs agent` hands over to dibsd in the same process.
+# Without systemd the scripts find the agent by the socket it listens on
+# and say what they do to it: an upgrade leaves it running (and says to
+# restart it), a removal stops it before its binary goes, a reinstall over
+# the config files says whether one runs. A person's board runs the same
+# binary (`dibsd tui`) and must survive all of it (issue 30). `dibs agent`
+# hands over to dibsd in the same process.
 if [ ! -d /run/systemd/system ]; then
 	: >"$tmp/empty.toml"
-	dibs agent --config "$tmp/empty.toml" --sim 1xL40S --data-dir "$tmp/data2" --socket "$tmp/run.sock" >"$tmp/agent2.log" 2>&1 &
+	install -d -m 0755 /run/dibs
+	dibs agent --config "$tmp/empty.toml" --sim 1xL40S --data-dir "$tmp/data2" --socket /run/dibs/dibs.sock >"$tmp/agent2.log" 2>&1 &
 	agent=$!
-	for _ in $(seq 100); do [ -S "$tmp/run.sock" ] && break; sleep 0.1; done
-	[ -S "$tmp/run.sock" ] || fail "dibs agent did not start: $(cat "$tmp/agent2.log")"
+	for _ in $(seq 100); do [ -S /run/dibs/dibs.sock ] && dibs ls >/dev/null 2>&1 && break; sleep 0.1; done
+	dibs ls >/dev/null 2>&1 || fail "dibs agent did not start: $(cat "$tmp/agent2.log")"
 	[ "$(readlink /proc/$agent/exe)" = /usr/bin/dibsd ] || fail "dibs agent runs $(readlink /proc/$agent/exe), want /usr/bin/dibsd in the same process"
+	# A board, in a tmux server of its own.
+	tmux -L dibs-check-deb new-session -d -x 100 -y 30 'dibsd tui'
+	trap 'tmux -L dibs-check-deb kill-server 2>/dev/null || true; dpkg -P dibs >/dev/null 2>&1 || true; rm -rf "$tmp"' EXIT
+	board=$(tmux -L dibs-check-deb list-panes -F '#{pane_pid}')
+	for _ in $(seq 100); do [ "$(readlink /proc/$board/exe)" = /usr/bin/dibsd ] && break; sleep 0.1; done
+	[ "$(readlink /proc/$board/exe)" = /usr/bin/dibsd ] || fail "the board (pid $board) runs $(readlink /proc/$board/exe), want /usr/bin/dibsd"
+	# A run, so the agent mounts its exit-status tmpfs for root.
+	dibs run -g 1 --name check-deb -- true >/dev/null || fail "dibs run failed"
+	grep -q ' /run/dibs/exit/0 .* - tmpfs dibs-exit ' /proc/self/mountinfo || fail "no exit-status tmpfs at /run/dibs/exit/0 after a dibs run"
 	dpkg -i "$deb" | tee "$tmp/upgrade.log"
-	grep -q "an agent runs (pid $agent)" "$tmp/upgrade.log" || fail "upgrading did not name the running agent"
+	grep -q "an agent runs (pid $agent," "$tmp/upgrade.log" || fail "upgrading did not name the running agent (alone)"
 	kill -0 "$agent" 2>/dev/null || fail "upgrading without systemd stopped the agent"
 	dpkg -r dibs | tee "$tmp/remove.log"
-	grep -q "stopping the agent (pid $agent)" "$tmp/remove.log" || fail "removing did not say it stops the agent"
+	grep -q "stopping the agent (pid $agent)" "$tmp/remove.log" || fail "removing did not say it stops the agent (alone)"
 	wait "$agent" || true
 	! kill -0 "$agent" 2>/dev/null || fail "removing left the agent running from the deleted binary"
+	kill -0 "$board" 2>/dev/null || fail "removing the package ended a board (pid $board): only the agent may be stopped"
+	tmux -L dibs-check-deb kill-server
 	dpkg -i "$deb" | tee "$tmp/reinstall.log"
 	grep -q "no agent running" "$tmp/reinstall.log" || fail "reinstalling over the config files did not say whether an agent runs"
+	grep -q "systemctl" "$tmp/reinstall.log" && fail "without systemd, installing advised systemctl"
 fi
 
-dpkg -P dibs >/dev/null
+# Purge succeeds after a dibs run (the agent's exit-status tmpfs mounts
+# under /run/dibs/exit), and unmounts them.
+dpkg -P dibs >/dev/null || fail "dpkg -P dibs failed"
 [ ! -e /usr/bin/dibs ] && [ ! -e /etc/dibs/dibs.toml ] || fail "purge left /usr/bin/dibs or /etc/dibs/dibs.toml"
+[ ! -e /run/dibs ] && [ ! -e /var/lib/dibs ] || fail "purge left /run/dibs or /var/lib/dibs"
+! grep -q ' /run/dibs/exit/[^ ]* .* - tmpfs dibs-exit ' /proc/self/mountinfo || fail "purge left an exit-status tmpfs mounted: $(grep ' - tmpfs dibs-exit ' /proc/self/mountinfo)"
 echo "check-deb: dibs $version deb installs, runs, keeps its config and purges cleanly"

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/dibs-gpu/dibs/internal/prereq"
 	"github.com/dibs-gpu/dibs/internal/slurm"
 	"github.com/dibs-gpu/dibs/queue"
 )
@@ -49,7 +50,7 @@ type parsedTorchrun struct {
 // rendezvous and the program as meant.
 func TestTorchrunArgvWithInstalledTorch(t *testing.T) {
 	if err := exec.Command("/usr/bin/python3", "-c", "import torch.distributed.run").Run(); err != nil {
-		t.Skipf("no torch for /usr/bin/python3 (apt-get install python3-torch): %v", err)
+		prereq.Missing(t, "no torch for /usr/bin/python3 (apt-get install python3-torch): %v", err)
 	}
 	e := queue.QueueEntry{ID: "n1-q3", Attempt: 1, Nodes: 2, GPUsPerNode: 4}
 	env := queue.RankEnv(queue.RendezvousEnv(e, []string{"10.0.0.1", "10.0.0.2"}, 29500), 1)
@@ -97,7 +98,7 @@ func TestTorchrunArgvWithInstalledTorch(t *testing.T) {
 // SLURM, reads right with the installed torch's parser.
 func TestSbatchTorchrunLineWithInstalledTorch(t *testing.T) {
 	if err := exec.Command("/usr/bin/python3", "-c", "import torch.distributed.run").Run(); err != nil {
-		t.Skipf("no torch for /usr/bin/python3 (apt-get install python3-torch): %v", err)
+		prereq.Missing(t, "no torch for /usr/bin/python3 (apt-get install python3-torch): %v", err)
 	}
 	jobs := []slurm.Job{
 		{ID: "node02-q3", Nodes: 2, GPUsPerNode: 4, Torchrun: true, Command: []string{"python3", "ddp.py", "--steps", "5"}},

@@ -10,6 +10,7 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/dibs-gpu/dibs/internal/prereq"
 	"github.com/dibs-gpu/dibs/lease"
 	"github.com/dibs-gpu/dibs/store"
 )
@@ -20,11 +21,11 @@ import (
 func tinyDisk(t *testing.T, size string) string {
 	t.Helper()
 	if os.Geteuid() != 0 {
-		t.Skip("filling a disk needs a tmpfs of its own, and mounting one needs root")
+		prereq.Missing(t, "filling a disk needs a tmpfs of its own, and mounting one needs root")
 	}
 	dir := t.TempDir()
 	if err := syscall.Mount("tmpfs", dir, "tmpfs", 0, "size="+size+",mode=0700"); err != nil {
-		t.Skipf("cannot mount a tmpfs to fill (%v): run as root with CAP_SYS_ADMIN", err)
+		prereq.Missing(t, "cannot mount a tmpfs to fill (%v): run as root with CAP_SYS_ADMIN", err)
 	}
 	t.Cleanup(func() {
 		if err := syscall.Unmount(dir, 0); err != nil {

@@ -23,6 +23,7 @@ import (
 	"github.com/dibs-gpu/dibs/agent/sockapi"
 	"github.com/dibs-gpu/dibs/api"
 	"github.com/dibs-gpu/dibs/internal/poll"
+	"github.com/dibs-gpu/dibs/internal/prereq"
 	"github.com/dibs-gpu/dibs/launch"
 	"github.com/dibs-gpu/dibs/lease"
 	"github.com/dibs-gpu/dibs/nodeprobe/sim"
@@ -304,11 +305,12 @@ func Eventually(tb testing.TB, within time.Duration, what string, cond func() bo
 	poll.Until(tb, within, what, cond)
 }
 
-// RequireTmux skips a test on a machine without tmux.
+// RequireTmux skips a test on a machine without tmux (fails it under CI,
+// whose .ci/run installs tmux: prereq.Missing).
 func RequireTmux(tb testing.TB) {
 	tb.Helper()
 	if _, err := exec.LookPath("tmux"); err != nil {
-		tb.Skip("tmux is not installed: these tests start real tmux sessions (apt-get install tmux)")
+		prereq.Missing(tb, "tmux is not installed: these tests start real tmux sessions (apt-get install tmux)")
 	}
 }
 

@@ -25,6 +25,11 @@ import (
 // DefaultConfigFile is where the agent looks for its config when none is named.
 const DefaultConfigFile = "/etc/dibs/dibs.toml"
 
+// KeysDoc is where a config error sends the reader for the keys: the
+// installed guide's table and example (what a node has; the source tree's
+// docs/ is not there).
+const KeysDoc = "/usr/share/doc/dibs/operations.md, \"The config file\"; each with its default: /usr/share/doc/dibs/examples/dibs.toml"
+
 // FileConfig is the TOML config file. Every key is optional; flags override it.
 // Durations are strings like "30m" or "4h" or "7d".
 type FileConfig struct {
@@ -367,7 +372,7 @@ func LoadFile(path string) (FileConfig, error) {
 	}
 	if und := md.Undecoded(); len(und) > 0 {
 		k := und[0]
-		return fc, &ConfigError{File: path, Line: findKeyLine(data, k), Msg: fmt.Sprintf("unknown key %q (see docs/operations.md for the keys dibs reads)", k.String())}
+		return fc, &ConfigError{File: path, Line: findKeyLine(data, k), Msg: fmt.Sprintf("unknown key %q (the keys dibs reads: %s)", k.String(), KeysDoc)}
 	}
 	if err := fc.check(); err != nil {
 		var ce *ConfigError

@@ -29,6 +29,8 @@ func TestConfigErrorsNameFileLineAndReason(t *testing.T) {
 		name, body, want string
 	}{
 		{"unknown top key", "node_name = \"a\"\nprobe_intervall = \"1s\"\n", ":2: unknown key \"probe_intervall\""},
+		// The installed guide, not the source tree's docs/ (issue 30).
+		{"unknown key names the installed guide", "probe_intervall = \"1s\"\n", "(the keys dibs reads: /usr/share/doc/dibs/operations.md"},
 		{"unknown section key", "[leases]\ndefault_interactive = \"1h\"\nmax_fun = \"2h\"\n", ":3: unknown key \"leases.max_fun\""},
 		{"bad duration", "[leases]\n\nwarn_before = \"soon\"\n", ":3: leases.warn_before: cannot read duration"},
 		{"default over max", "[leases]\ndefault_batch = \"9d\"\n", "default_batch 9d is longer than max_batch"},

@@ -19,6 +19,7 @@ import (
 	"github.com/dibs-gpu/dibs/agent/node"
 	"github.com/dibs-gpu/dibs/event"
 	"github.com/dibs-gpu/dibs/internal/poll"
+	"github.com/dibs-gpu/dibs/internal/prereq"
 	"github.com/dibs-gpu/dibs/launch"
 	"github.com/dibs-gpu/dibs/lease"
 	"github.com/dibs-gpu/dibs/nodeprobe/sim"
@@ -464,7 +465,7 @@ func TestReservation(t *testing.T) {
 func tmuxSessions(t *testing.T) *launch.Launcher {
 	t.Helper()
 	if _, err := exec.LookPath("tmux"); err != nil {
-		t.Skip("needs tmux: the node starts real sessions")
+		prereq.Missing(t, "needs tmux: the node starts real sessions")
 	}
 	dir := agenttest.TmuxDir(t)
 	return launch.New(launch.Options{TmuxTmpDir: dir, StatusDir: filepath.Join(dir, "exit")})

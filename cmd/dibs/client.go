@@ -185,7 +185,28 @@ func claimCmd(c *cli) *cobra.Command {
 		Use:               "claim",
 		ValidArgsFunction: cobra.NoFileCompletions,
 		Short:             "Claim GPUs (an advisory lease with a time limit)",
+		Long: `Claim GPUs: an advisory lease, held by the agents, that the board and
+dibs ls show as yours until it ends (--for, or dibs release).
+
+What to claim: -g N asks for a number of GPUs and lets dibs pick free ones
+that sit close together (as srun --gpus does); --ids 0,2 names exactly
+those GPUs, numbered as nvidia-smi -i numbers them, and fails if one is
+taken. --mig and --mem claim part of a GPU instead. Without --node the
+GPUs are on this node when they fit here, else on the best node of the
+cluster.
+
+Output: one line saying what was granted, and, when the GPUs are on this
+node, the shell line that puts them into a shell:
+  export CUDA_DEVICE_ORDER=PCI_BUS_ID CUDA_VISIBLE_DEVICES=0,1 DIBS_LEASE_ID=…
+When standard output is not a terminal the first line goes to standard
+error, so eval "$(dibs claim -g 1)" sets the variables in the shell it is
+typed in. With --json it prints the grant as JSON (docs/api.md).
+
+Exit status: 0 when granted; 1 when refused or on an error (the reason, on
+standard error, says what to do); with --queue, 124 when --wait ran out
+(the request is withdrawn) and 130 when Ctrl-C withdrew it.`,
 		Example: `  dibs claim -g 2 --for 3h --note "ablation sweep"
+  eval "$(dibs claim -g 1)"              # the GPU into this shell
   dibs claim --ids 4,5 --kind batch
   dibs claim --mig 3g.40gb                 # one MIG instance
   dibs claim --mem 20G --for 2h            # 20 GiB on a shared GPU

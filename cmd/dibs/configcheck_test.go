@@ -81,6 +81,17 @@ func TestConfigCheckClusterKey(t *testing.T) {
 	if out, _, code := check(conf("alone.toml", "node_name = \"solo\"\n"), nil); code != 0 || !strings.Contains(out, "cluster    off: this agent runs alone") {
 		t.Errorf("check of a config without [cluster]: exit %d %q", code, out)
 	}
+	// A loopback bind or join checks (one node can run so) but warns: no
+	// other node can reach it, so no cluster forms (issue 30).
+	loop := conf("loopback.toml", "[cluster]\nkey_file = \""+key+"\"\nbind = \"127.0.0.1\"\njoin = [\"127.0.0.1\"]\n")
+	if out, e, code := check(loop, nil); code != 0 || !strings.Contains(out, loop+": ok\n") ||
+		!strings.Contains(e, "dibs: warning: "+loop+": [cluster] bind = \"127.0.0.1\" is a loopback address, which no other node can reach") ||
+		!strings.Contains(e, "dibs: warning: "+loop+": [cluster] join lists \"127.0.0.1\", a loopback address") {
+		t.Errorf("check of a loopback config: exit %d, stdout %q, stderr %q; want ok and a warning for bind and for join", code, out, e)
+	}
+	if _, e, _ := check(smallest, nil); e != "" {
+		t.Errorf("check of a good config warns: %q", e)
+	}
 
 	if os.Geteuid() != 0 {
 		t.Log("not root: the key's owner and reading it as another user are not checked")

@@ -15,6 +15,7 @@ import (
 	"github.com/dibs-gpu/dibs/agent/agenttest"
 	"github.com/dibs-gpu/dibs/api"
 	"github.com/dibs-gpu/dibs/internal/poll"
+	"github.com/dibs-gpu/dibs/internal/prereq"
 	"github.com/dibs-gpu/dibs/lease"
 	"github.com/dibs-gpu/dibs/nodeprobe"
 	"github.com/dibs-gpu/dibs/nodeprobe/procfs"
@@ -87,7 +88,7 @@ func testImage(t *testing.T, r ctrRuntime) string {
 func needRoot(t *testing.T) {
 	t.Helper()
 	if os.Getuid() != 0 {
-		t.Skip("needs root: a rootful runtime runs a container's processes as root, which is what this test is about")
+		prereq.Missing(t, "needs root: a rootful runtime runs a container's processes as root, which is what this test is about")
 	}
 }
 
@@ -98,7 +99,7 @@ func rootfulPodman(t *testing.T) (ctrRuntime, string) {
 	needRoot(t)
 	podman, err := exec.LookPath("podman")
 	if err != nil {
-		t.Skip("podman is not installed (apt-get install podman runc)")
+		prereq.Missing(t, "podman is not installed (apt-get install podman runc)")
 	}
 	image := testImage(t, ctrRuntime{argv: []string{podman}})
 	var tried []string
@@ -122,11 +123,11 @@ func rootfulDocker(t *testing.T) (ctrRuntime, string) {
 	needRoot(t)
 	docker, err := exec.LookPath("docker")
 	if err != nil {
-		t.Skip("docker is not installed (apt-get install docker.io)")
+		prereq.Missing(t, "docker is not installed (apt-get install docker.io)")
 	}
 	dockerd, err := exec.LookPath("dockerd")
 	if err != nil {
-		t.Skip("dockerd is not installed (apt-get install docker.io)")
+		prereq.Missing(t, "dockerd is not installed (apt-get install docker.io)")
 	}
 	dir, err := os.MkdirTemp("", "dibs-dockerd-")
 	if err != nil {

@@ -15,6 +15,7 @@ import (
 	"github.com/dibs-gpu/dibs/agent/agenttest"
 	"github.com/dibs-gpu/dibs/api"
 	"github.com/dibs-gpu/dibs/internal/poll"
+	"github.com/dibs-gpu/dibs/internal/prereq"
 )
 
 // requireTorch skips unless Debian's python3-torch is installed for
@@ -23,10 +24,10 @@ import (
 func requireTorch(t *testing.T) {
 	t.Helper()
 	if err := exec.Command("/usr/bin/python3", "-c", "import torch.distributed").Run(); err != nil {
-		t.Skipf("needs torch for /usr/bin/python3 (apt-get install python3-torch): %v", err)
+		prereq.Missing(t, "needs torch for /usr/bin/python3 (apt-get install python3-torch): %v", err)
 	}
 	if _, err := exec.LookPath("torchrun"); err != nil {
-		t.Skip("needs torchrun (apt-get install python3-torch)")
+		prereq.Missing(t, "needs torchrun (apt-get install python3-torch)")
 	}
 }
 

@@ -69,6 +69,31 @@ func TestGenDocs(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(dir, "man", "dibs-gen-docs.1.gz")); err == nil {
 		t.Error("the hidden gen-docs command got a man page")
 	}
+	// man dibs-claim (issue 30): no DESCRIPTION that repeats the NAME
+	// line, no cobra raw defaults (--for="", --force[=false], --gpus=0),
+	// and what a person asks the page: -g against --ids, eval, the
+	// output, the exit status.
+	claim := page("dibs-claim.1.gz")
+	if strings.Count(claim, "Claim GPUs (an advisory lease with a time limit)") != 1 {
+		t.Errorf("dibs-claim.1 repeats its title:\n%s", claim)
+	}
+	for _, raw := range []string{`=""`, `[=false]`, `=0\n`, `=[]`, `=0s`} {
+		if strings.Contains(claim, raw) {
+			t.Errorf("dibs-claim.1 shows cobra's raw default %q:\n%s", raw, claim)
+		}
+	}
+	for _, want := range []string{"--ids 0,2", `eval "$(dibs claim -g 1)"`, "Output:", "Exit status:", "124", `(default interactive)`} {
+		if !strings.Contains(claim, want) {
+			t.Errorf("dibs-claim.1 lacks %q:\n%s", want, claim)
+		}
+	}
+	// PowerShell completion is neither shipped nor documented: no page.
+	if _, err := os.Stat(filepath.Join(dir, "man", "dibs-completion-powershell.1.gz")); err == nil {
+		t.Error("dibs completion powershell got a man page: the package ships no PowerShell completion")
+	}
+	if strings.Contains(page("dibs-completion.1.gz"), "powershell") {
+		t.Error("man dibs-completion names powershell")
+	}
 	for file, want := range map[string]string{"dibs.bash": "__start_dibs", "_dibs": "#compdef dibs", "dibs.fish": "complete -c dibs"} {
 		b, err := os.ReadFile(filepath.Join(dir, "completions", file))
 		if err != nil {

@@ -21,6 +21,7 @@ import (
 	"github.com/dibs-gpu/dibs/agent/agenttest"
 	"github.com/dibs-gpu/dibs/api"
 	"github.com/dibs-gpu/dibs/internal/poll"
+	"github.com/dibs-gpu/dibs/internal/prereq"
 )
 
 // dibsBin is the dibs binary built once for these tests, run the way a
@@ -291,11 +292,11 @@ func TestCLIRunStartsTmuxSession(t *testing.T) {
 // the client says.
 func TestTwoUsersCannotTouchEachOthersLeases(t *testing.T) {
 	if os.Geteuid() != 0 {
-		t.Skip("needs root: the test runs a second client as the user nobody")
+		prereq.Missing(t, "needs root: the test runs a second client as the user nobody")
 	}
 	nobody, err := user.Lookup("nobody")
 	if err != nil {
-		t.Skip("no user nobody on this machine")
+		prereq.Missing(t, "no user nobody on this machine")
 	}
 	uid, _ := strconv.Atoi(nobody.Uid)
 	gid, _ := strconv.Atoi(nobody.Gid)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/dibs-gpu/dibs/api"
 	"github.com/dibs-gpu/dibs/event"
+	"github.com/dibs-gpu/dibs/internal/prereq"
 	"github.com/dibs-gpu/dibs/lease"
 	"github.com/dibs-gpu/dibs/nodeprobe"
 )
@@ -107,7 +108,7 @@ func TestFlagMistakesSayWhatToDo(t *testing.T) {
 func TestEventsJSONExampleWorks(t *testing.T) {
 	jq, err := exec.LookPath("jq")
 	if err != nil {
-		t.Skip("jq is not installed, so the example cannot be run")
+		prereq.Missing(t, "jq is not installed, so the example cannot be run")
 	}
 	at := time.Date(2026, 3, 10, 15, 0, 0, 0, time.UTC)
 	l := api.EventList{Events: []event.Event{

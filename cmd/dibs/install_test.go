@@ -16,6 +16,7 @@ import (
 
 	"github.com/dibs-gpu/dibs/agent/agenttest"
 	"github.com/dibs-gpu/dibs/internal/poll"
+	"github.com/dibs-gpu/dibs/internal/prereq"
 )
 
 // The install test follows docs/operations.md on three fresh "nodes" and
@@ -107,7 +108,7 @@ exec sleep infinity
 	case ok := <-ready:
 		if !ok {
 			cmd.Wait()
-			t.Skipf("cannot make a node with its own mounts here (overlayfs, tmpfs in a mount namespace): %s", strings.TrimSpace(stderr.String()))
+			prereq.Missing(t, "cannot make a node with its own mounts here (overlayfs, tmpfs in a mount namespace): %s", strings.TrimSpace(stderr.String()))
 		}
 	case <-time.After(30 * time.Second):
 		t.Fatalf("node %s not ready after 30 s: %s", name, stderr.String())
@@ -208,18 +209,18 @@ func configLines(conf string) int {
 func TestInstallByTheGuide(t *testing.T) {
 	deb := os.Getenv(installDebEnv)
 	if deb == "" {
-		t.Skip(installDebEnv + " is unset: .ci/run sets it to the snapshot release's amd64 .deb; by hand, as root: DIBS_DEB=$PWD/dist/dibs_…_amd64.deb go test -run TestInstallByTheGuide ./cmd/dibs")
+		prereq.Missing(t, installDebEnv+" is unset: .ci/run sets it to the snapshot release's amd64 .deb; by hand, as root: DIBS_DEB=$PWD/dist/dibs_…_amd64.deb go test -run TestInstallByTheGuide ./cmd/dibs")
 	}
 	if os.Geteuid() != 0 {
-		t.Skip("needs root: it makes network and mount namespaces and installs the package into them")
+		prereq.Missing(t, "needs root: it makes network and mount namespaces and installs the package into them")
 	}
 	for _, tool := range []string{"ip", "unshare", "nsenter", "apt-get", "dpkg"} {
 		if _, err := exec.LookPath(tool); err != nil {
-			t.Skipf("needs %s", tool)
+			prereq.Missing(t, "needs %s", tool)
 		}
 	}
 	if _, err := os.Stat("/usr/share/bash-completion/bash_completion"); err != nil {
-		t.Skip("needs bash-completion installed here (apt-get install bash-completion): the package recommends it, and the nodes, which see this machine's /usr, have no network to fetch it")
+		prereq.Missing(t, "needs bash-completion installed here (apt-get install bash-completion): the package recommends it, and the nodes, which see this machine's /usr, have no network to fetch it")
 	}
 	if !filepath.IsAbs(deb) {
 		t.Fatalf("%s=%s: give an absolute path (the test runs in cmd/dibs)", installDebEnv, deb)
@@ -236,7 +237,7 @@ func TestInstallByTheGuide(t *testing.T) {
 	// The guide says the commands this test runs (the key is piped here
 	// where the guide pipes it through ssh).
 	const keyCopy = "install -m 0600 /dev/stdin /etc/dibs/cluster.key"
-	for _, step := range []string{"apt install ./dibs_", "dibs keygen /etc/dibs/cluster.key", keyCopy,
+	for _, step := range []string{"packaging/build-deb.sh", "dibs keygen /etc/dibs/cluster.key", keyCopy,
 		"/etc/hosts", "dibs config check", "systemctl enable --now dibs", "dibs ls"} {
 		if !strings.Contains(guide, step) {
 			t.Errorf("docs/operations.md does not say %q, which the install test does", step)
@@ -267,17 +268,19 @@ func TestInstallByTheGuide(t *testing.T) {
 		n.sh([]byte(hosts.String()), "cat >> /etc/hosts")
 	}
 	step("hosts")
-	// 1. The package, on every node.
+	// 1. The package, on every node, with the guide's own apt line, run
+	// in a directory holding dist/ as packaging/build-deb.sh leaves it.
 	// The .deb is copied into each node first: the checkout may lie under
 	// /tmp, which a node sees empty.
 	debBytes, err := os.ReadFile(deb)
 	if err != nil {
 		t.Fatal(err)
 	}
-	inNode := "/var/cache/dibs-install/" + filepath.Base(deb)
+	aptLine := guideAptLine(t, guide)
+	inNode := "/var/cache/dibs-install/dist/" + filepath.Base(deb)
 	for _, n := range nodes {
-		n.sh(debBytes, "mkdir -p /var/cache/dibs-install && cat > "+inNode)
-		out := n.sh(nil, "apt-get install -y -q "+inNode)
+		n.sh(debBytes, "mkdir -p /var/cache/dibs-install/dist && cat > "+inNode)
+		out := n.sh(nil, "cd /var/cache/dibs-install && "+strings.Replace(aptLine, "apt install ", "apt-get install -y -q ", 1))
 		if !strings.Contains(out, "no agent runs yet") {
 			t.Errorf("%s: installing did not say that no agent runs yet:\n%s", n.name, out)
 		}
@@ -343,6 +346,14 @@ func TestInstallByTheGuide(t *testing.T) {
 	}
 	t.Run("upgrade each node in turn under a running gang", func(t *testing.T) {
 		upgradeUnderGang(t, nodes, deb)
+	})
+	// Hook for the rolling upgrade from the previous release (v0.1.0,
+	// e4e3039, built from its commit): upgrade node by node, in the
+	// documented order, under a running 2-node gang, keeping its rank
+	// PIDs, both leases and its output. Added by the upgrade work, here,
+	// before the removal below takes node03 out of the cluster.
+	t.Run("remove with a board and a run open, then purge", func(t *testing.T) {
+		removeAndPurge(t, nodes[2], nodes[0], inNode)
 	})
 	lines := configLines(conf)
 	if lines > 5 {
@@ -460,4 +471,156 @@ func nextVersionDeb(t *testing.T, deb string) string {
 		t.Fatalf("dpkg-deb -b: %v\n%s", err, out)
 	}
 	return next
+}
+
+// guideAptLine is the guide's Debian install line (`apt install ./…deb`),
+// which must name the file packaging/build-deb.sh makes: it once said
+// ./dibs_0.2.0_amd64.deb, which no build made, and apt answered
+// "Unsupported file".
+func guideAptLine(t *testing.T, guide string) string {
+	t.Helper()
+	m := regexp.MustCompile(`(?m)^(apt install \./\S+\.deb)`).FindStringSubmatch(guide)
+	if m == nil {
+		t.Fatal("docs/operations.md has no `apt install ./….deb` line")
+	}
+	if !strings.HasPrefix(m[1], "apt install ./dist/dibs_") || !strings.HasSuffix(m[1], "_amd64.deb") {
+		t.Errorf("the guide installs %q: want the file packaging/build-deb.sh makes, ./dist/dibs_…_amd64.deb", m[1])
+	}
+	return m[1]
+}
+
+// removeAndPurge reinstalls the package (deb, a path in n) on n while a
+// user's board and a user's run are open there, then removes it, then
+// purges it, as docs/operations.md says
+// both go: the agent (and only the agent) stops and leaves the cluster, so
+// other's dibs status shows n left; the board and the run's session keep
+// running; purge succeeds after the run mounted its exit-status tmpfs,
+// unmounts it and leaves nothing but the cluster key; the run, ending
+// after the purge, records its exit status nowhere and makes nothing under
+// /run again.
+func removeAndPurge(t *testing.T, n, other *guideNode, deb string) {
+	// The nodes, failing this subtest (not their parent) when a command
+	// fails.
+	n = &guideNode{t: t, name: n.name, holder: n.holder, agent: n.agent}
+	other = &guideNode{t: t, name: other.name, holder: other.holder, agent: other.agent}
+	// A user of n's own (in n's /etc and /tmp, nothing of this machine's),
+	// with a uid no test on this machine hands out: the node shares this
+	// machine's processes, and a test's cleanup that kills a throwaway
+	// account's processes by uid (pkill -u) would end hers.
+	n.sh(nil, fmt.Sprintf("useradd -m -d /tmp/home-alice -s /bin/sh -u %d alice", 61000+os.Getpid()%2000))
+	uid := strings.TrimSpace(n.sh(nil, "id -u alice"))
+	as := func(line string) string {
+		return n.sh(nil, "runuser -u alice -- env HOME=/tmp/home-alice USER=alice LOGNAME=alice SHELL=/bin/sh sh -c '"+line+"'")
+	}
+	t.Cleanup(func() { n.command("runuser", "-u", "alice", "--", "tmux", "kill-server").Run() })
+	// Her run waits for a file, then exits 7.
+	as(`dibs run -g 1 --name waits -- sh -c "while [ ! -e /tmp/home-alice/go ]; do sleep 0.2; done; exit 7"`)
+	// Her board, in a tmux session of her own: `dibs` hands over to
+	// dibsd tui in the same process.
+	// remain-on-exit keeps what a board that ended said, for the failure.
+	as(`tmux new-session -d -s board -x 100 -y 30 && tmux set-option -t board remain-on-exit on && tmux respawn-pane -k -t board "exec dibs"`)
+	panes := func() map[string]string {
+		out, _ := n.command("runuser", "-u", "alice", "--", "tmux", "list-panes", "-a", "-F", "#{session_name} #{pane_pid}").Output()
+		got := map[string]string{}
+		for _, l := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+			if name, pid, ok := strings.Cut(l, " "); ok {
+				got[name] = pid
+			}
+		}
+		return got
+	}
+	exe := func(pid string) string { e, _ := os.Readlink("/proc/" + pid + "/exe"); return e }
+	var p map[string]string
+	if !poll.Wait(30*time.Second, func() bool {
+		p = panes()
+		return p["waits"] != "" && p["board"] != "" && exe(p["board"]) == "/usr/bin/dibsd"
+	}) {
+		board, _ := n.command("runuser", "-u", "alice", "--", "tmux", "capture-pane", "-p", "-t", "board").CombinedOutput()
+		ps, _ := n.command("sh", "-c", "ls -la /tmp/tmux-*; ps -o pid,ppid,user,args -u alice").CombinedOutput()
+		t.Fatalf("%s: alice's run and board are not both up after 30 s: panes %v, the board runs %q and shows:\n%s\n%s", n.name, p, exe(p["board"]), board, ps)
+	}
+	exitMount := " /run/dibs/exit/" + uid + " "
+	if mi := n.sh(nil, "cat /proc/self/mountinfo"); !strings.Contains(mi, exitMount) {
+		t.Fatalf("no exit-status tmpfs at /run/dibs/exit/%s after alice's dibs run:\n%s", uid, mi)
+	}
+	agent := fmt.Sprint(n.agent.Process.Pid)
+
+	// A reinstall (the upgrade path of the scripts) names the agent, and
+	// only the agent: never her board, which runs the same binary.
+	out := n.sh(nil, "dpkg -i "+deb)
+	if !strings.Contains(out, "an agent runs (pid "+agent+", serving /run/dibs/dibs.sock)") {
+		t.Errorf("%s: reinstalling did not name the agent (pid %s) alone:\n%s", n.name, agent, out)
+	}
+
+	// apt-get remove: the agent, and only the agent.
+	out = n.sh(nil, "apt-get remove -y -q dibs")
+	if !strings.Contains(out, "stopping the agent (pid "+agent+")") {
+		t.Errorf("%s: removing did not say it stops the agent (pid %s) alone:\n%s", n.name, agent, out)
+	}
+	if strings.Contains(out, p["board"]) {
+		t.Errorf("%s: removing named alice's board (pid %s) among agents:\n%s", n.name, p["board"], out)
+	}
+	stopped := make(chan struct{})
+	go func() { n.agent.Wait(); close(stopped) }()
+	select {
+	case <-stopped:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("%s: the agent (pid %s) still runs 30 s after apt-get remove", n.name, agent)
+	}
+	if err := syscall.Kill(atoi(t, p["board"]), 0); err != nil {
+		board, _ := n.command("runuser", "-u", "alice", "--", "tmux", "display-message", "-p", "-t", "board", "dead #{pane_dead} status #{pane_dead_status} signal #{pane_dead_signal}", ";", "capture-pane", "-p", "-t", "board").CombinedOutput()
+		t.Errorf("%s: removing the package ended alice's board (pid %s): %v; its pane:\n%s", n.name, p["board"], err, board)
+	}
+	if got := panes(); got["waits"] != p["waits"] || got["board"] != p["board"] {
+		t.Errorf("%s: alice's sessions after the removal are %v, before %v: they must keep running", n.name, got, p)
+	}
+	// Her lease ends with the agent as docs/operations.md says: the node
+	// left the cluster for good, the others show it so, its GPUs unknown
+	// (nobody can claim them from elsewhere), and nothing holds them.
+	agenttest.Eventually(t, 30*time.Second, other.name+"'s dibs status to show "+n.name+" left", func() bool {
+		b, err := other.command("dibs", "status").Output()
+		return err == nil && regexp.MustCompile(`(?m)^`+n.name+`\s+\S+\s+left\s`).Match(b)
+	})
+	if b, _ := other.command("dibs", "ls").CombinedOutput(); !regexp.MustCompile(`(?m)^` + n.name + `\s+left: GPUs unknown`).Match(b) {
+		t.Errorf("%s's dibs ls does not show %s left, its GPUs unknown:\n%s", other.name, n.name, b)
+	}
+
+	// apt-get purge, with her run still going: rc 0 (n.sh fails on any
+	// other), nothing mounted, nothing left but the cluster key.
+	out = n.sh(nil, "apt-get purge -y -q dibs")
+	if mi := n.sh(nil, "cat /proc/self/mountinfo"); strings.Contains(mi, " - tmpfs dibs-exit ") {
+		t.Errorf("%s: purge left an exit-status tmpfs mounted:\n%s\npurge said:\n%s", n.name, mi, out)
+	}
+	if left := n.sh(nil, "ls -d /run/dibs /var/lib/dibs /usr/bin/dibs /usr/bin/dibsd /usr/share/doc/dibs 2>/dev/null; find /etc/dibs"); left != "/etc/dibs\n/etc/dibs/cluster.key\n" {
+		t.Errorf("%s: after purge there is\n%s\nwant only /etc/dibs/cluster.key (the package did not install it)", n.name, left)
+	}
+	if st := n.sh(nil, "dpkg-query -W -f='${db:Status-Status}' dibs 2>/dev/null || true"); st != "not-installed" && st != "" {
+		t.Errorf("%s: dpkg says dibs is %q after purge, want not-installed", n.name, st)
+	}
+	if got := panes(); got["waits"] != p["waits"] || got["board"] != p["board"] {
+		t.Errorf("%s: alice's sessions after the purge are %v, before %v", n.name, got, p)
+	}
+	// The run ends after the purge: its exit status has nowhere to go (the
+	// tmpfs and /run/dibs are gone) and nothing is made again.
+	as("touch /tmp/home-alice/go")
+	agenttest.Eventually(t, 30*time.Second, "alice's run to end after the purge", func() bool {
+		_, ok := panes()["waits"]
+		return !ok
+	})
+	if left := n.sh(nil, "ls -d /run/dibs 2>/dev/null || true"); left != "" {
+		t.Errorf("%s: the run's end after the purge made %s again", n.name, left)
+	}
+	if err := syscall.Kill(atoi(t, p["board"]), 0); err != nil {
+		t.Errorf("%s: alice's board (pid %s) did not outlive the purge: %v", n.name, p["board"], err)
+	}
+}
+
+// atoi reads a pid the test printed.
+func atoi(t *testing.T, s string) int {
+	t.Helper()
+	var n int
+	if _, err := fmt.Sscan(s, &n); err != nil {
+		t.Fatalf("%q is not a pid: %v", s, err)
+	}
+	return n
 }

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/dibs-gpu/dibs/agent/agenttest"
+	"github.com/dibs-gpu/dibs/internal/prereq"
 	"github.com/dibs-gpu/dibs/launch"
 	"github.com/dibs-gpu/dibs/launch/launchtest"
 )
@@ -50,7 +51,7 @@ func viaSocketGet(t *testing.T, sock, path string) (int, string) {
 func requireNotebook(t *testing.T) {
 	t.Helper()
 	if _, err := os.Stat("/usr/bin/jupyter-notebook"); err != nil {
-		t.Skip("needs Debian's jupyter-notebook (apt-get install jupyter-notebook)")
+		prereq.Missing(t, "needs Debian's jupyter-notebook (apt-get install jupyter-notebook)")
 	}
 }
 

@@ -140,6 +140,17 @@ daemon's binary, installed beside dibs. The guide for people:
 	root.AddCommand(bookCmd(c), bookingsCmd(c), unbookCmd(c))
 	root.AddCommand(eventsCmd(c), notifyCmd(c), logsCmd(c), jupyterCmd(c), pipeLogCmd(c))
 	root.AddCommand(c.extraCmds()...)
+	// Completion for the shells the package ships it for (bash, zsh, fish):
+	// cobra's default command also offers PowerShell, which no Linux
+	// package installs or documents, so it is dropped (its man page too).
+	root.InitDefaultCompletionCmd()
+	if comp, _, err := root.Find([]string{"completion"}); err == nil && comp != root {
+		for _, sub := range comp.Commands() {
+			if sub.Name() == "powershell" {
+				comp.RemoveCommand(sub)
+			}
+		}
+	}
 	// `dibs` alone on a terminal opens the board; elsewhere it prints help.
 	root.RunE = func(cmd *cobra.Command, args []string) error {
 		if len(args) > 0 {

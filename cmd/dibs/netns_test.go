@@ -12,6 +12,7 @@ import (
 
 	"github.com/dibs-gpu/dibs/agent/agenttest"
 	"github.com/dibs-gpu/dibs/api"
+	"github.com/dibs-gpu/dibs/internal/prereq"
 )
 
 // netLab is a set of network namespaces joined by a bridge in a hub
@@ -34,15 +35,15 @@ func run(t *testing.T, args ...string) {
 func newNetLab(t *testing.T, n int) *netLab {
 	t.Helper()
 	if os.Geteuid() != 0 {
-		t.Skip("needs root: the partition test builds network namespaces with ip netns and veth")
+		prereq.Missing(t, "needs root: the partition test builds network namespaces with ip netns and veth")
 	}
 	if _, err := exec.LookPath("ip"); err != nil {
-		t.Skip("needs iproute2 (ip) for network namespaces")
+		prereq.Missing(t, "needs iproute2 (ip) for network namespaces")
 	}
 	tag := fmt.Sprintf("%d", os.Getpid()%100000)
 	lab := &netLab{t: t, hub: "dibshub" + tag}
 	if out, err := exec.Command("ip", "netns", "add", lab.hub).CombinedOutput(); err != nil {
-		t.Skipf("cannot create network namespaces here (%v: %s)", err, strings.TrimSpace(string(out)))
+		prereq.Missing(t, "cannot create network namespaces here (%v: %s)", err, strings.TrimSpace(string(out)))
 	}
 	t.Cleanup(lab.remove)
 	run(t, "ip", "-n", lab.hub, "link", "add", "br0", "type", "bridge")

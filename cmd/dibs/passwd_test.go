@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/dibs-gpu/dibs/agent/agenttest"
+	"github.com/dibs-gpu/dibs/internal/prereq"
 )
 
 // TestSameUIDDifferentPeopleAcrossNodes: two agents whose nodes have
@@ -22,13 +23,13 @@ import (
 // as carol; dave's admin rights on node01 count for nothing on node02.
 func TestSameUIDDifferentPeopleAcrossNodes(t *testing.T) {
 	if os.Geteuid() != 0 {
-		t.Skip("needs root: runs the agents in mount namespaces with their own /etc/passwd")
+		prereq.Missing(t, "needs root: runs the agents in mount namespaces with their own /etc/passwd")
 	}
 	if _, err := exec.LookPath("unshare"); err != nil {
-		t.Skip("needs unshare (util-linux) for mount namespaces")
+		prereq.Missing(t, "needs unshare (util-linux) for mount namespaces")
 	}
 	if out, err := exec.Command("unshare", "--mount", "true").CombinedOutput(); err != nil {
-		t.Skipf("cannot make mount namespaces here: %v: %s", err, out)
+		prereq.Missing(t, "cannot make mount namespaces here: %v: %s", err, out)
 	}
 	dir := agenttest.PublicDir(t)
 	passwd, _ := os.ReadFile("/etc/passwd")

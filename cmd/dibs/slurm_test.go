@@ -24,6 +24,8 @@ import (
 	"github.com/dibs-gpu/dibs/lease"
 	"github.com/dibs-gpu/dibs/nodeprobe"
 	simprobe "github.com/dibs-gpu/dibs/nodeprobe/sim"
+
+	"github.com/dibs-gpu/dibs/internal/prereq"
 )
 
 // hostProbe is the simulator with this machine's real CPUs and memory, so
@@ -67,14 +69,14 @@ func memTotalMiB(t *testing.T) uint64 {
 // them); elsewhere it skips, saying which is missing.
 func TestExportRunsUnderRealSLURM(t *testing.T) {
 	if os.Geteuid() != 0 {
-		t.Skip("needs root: it starts munged, slurmctld and slurmd and makes device nodes with mknod")
+		prereq.Missing(t, "needs root: it starts munged, slurmctld and slurmd and makes device nodes with mknod")
 	}
 	bins := map[string]string{}
 	for _, b := range []string{"munged", "slurmctld", "slurmd", "sbatch", "sinfo", "scontrol"} {
 		p, err := exec.LookPath(b)
 		if err != nil {
 			if p, err = exec.LookPath("/usr/sbin/" + b); err != nil {
-				t.Skipf("%s is not on PATH: install slurmctld, slurmd, slurm-client and munge to run this test", b)
+				prereq.Missing(t, "%s is not on PATH: install slurmctld, slurmd, slurm-client and munge to run this test", b)
 			}
 		}
 		bins[b] = p
@@ -96,7 +98,7 @@ func TestExportRunsUnderRealSLURM(t *testing.T) {
 	for i := 0; i < 2; i++ {
 		path := filepath.Join(dir, "dev", "nvidia"+strconv.Itoa(i))
 		if err := unix.Mknod(path, unix.S_IFCHR|0o666, int(unix.Mkdev(195, uint32(i)))); err != nil {
-			t.Skipf("cannot make a fake GPU device node (mknod %s): %v", path, err)
+			prereq.Missing(t, "cannot make a fake GPU device node (mknod %s): %v", path, err)
 		}
 	}
 

@@ -16,6 +16,7 @@ import (
 	"github.com/dibs-gpu/dibs/agent/agenttest"
 	"github.com/dibs-gpu/dibs/api"
 	"github.com/dibs-gpu/dibs/internal/poll"
+	"github.com/dibs-gpu/dibs/internal/prereq"
 )
 
 // pane is a real tmux pane running a command, read with capture-pane.
@@ -127,7 +128,7 @@ func TestDemoBoardClaimWithKeystrokes(t *testing.T) {
 func sshKey(t *testing.T, dir, name string) (priv, pub string) {
 	t.Helper()
 	if _, err := exec.LookPath("ssh-keygen"); err != nil {
-		t.Skip("needs the OpenSSH client (ssh, ssh-keygen)")
+		prereq.Missing(t, "needs the OpenSSH client (ssh, ssh-keygen)")
 	}
 	priv = filepath.Join(dir, name)
 	if out, err := exec.Command("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", priv).CombinedOutput(); err != nil {
@@ -156,7 +157,7 @@ func sshArgs(key string, port int, extra ...string) []string {
 // client and claims a GPU; the lease belongs to the key's user.
 func TestSSHBoardClaimsAsTheKeysUser(t *testing.T) {
 	if _, err := exec.LookPath("ssh"); err != nil {
-		t.Skip("needs the OpenSSH client")
+		prereq.Missing(t, "needs the OpenSSH client")
 	}
 	me, _ := user.Current()
 	dir := agenttest.PublicDir(t)
@@ -209,7 +210,7 @@ func TestSSHBoardClaimsAsTheKeysUser(t *testing.T) {
 // any session, and the refusal is logged.
 func TestSSHUnknownKeyGetsNothing(t *testing.T) {
 	if _, err := exec.LookPath("ssh"); err != nil {
-		t.Skip("needs the OpenSSH client")
+		prereq.Missing(t, "needs the OpenSSH client")
 	}
 	me, _ := user.Current()
 	dir := agenttest.PublicDir(t)

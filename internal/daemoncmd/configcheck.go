@@ -55,6 +55,13 @@ agent will do with it: the node's name, the cluster, the ports to open.`,
 			}
 			fmt.Fprintf(c.stdout, "%s: ok\n", path)
 			printConfigSummary(c.stdout, fc, cfg)
+			self := fc.NodeName
+			if self == "" {
+				self, _ = os.Hostname()
+			}
+			for _, w := range loopbackWarnings(fc, self, lookupHost) {
+				fmt.Fprintf(c.stderr, "dibs: warning: %s: %s\n", path, w)
+			}
 			return nil
 		},
 	})
@@ -176,4 +183,67 @@ func orAll(host string) string {
 		return "every address"
 	}
 	return host
+}
+
+// lookupHost resolves a join name as the agent will, within 3 s.
+func lookupHost(host string) ([]string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	return net.DefaultResolver.LookupHost(ctx, host)
+}
+
+// loopbackWarnings says which of a clustered config's addresses are
+// loopback ones, which no other node can reach, so no cluster forms: a
+// bind or advertise of 127.0.0.1, ::1 or localhost, and a join entry that
+// is or resolves only to loopback (as a host name does through Debian's
+// "127.0.1.1 HOST" line in /etc/hosts) and is not self, this node's own
+// name (join lists it too, and it may well resolve to loopback here). The
+// config is valid (one node alone can run so), hence warnings, not errors.
+// resolve looks names up.
+func loopbackWarnings(fc config.FileConfig, self string, resolve func(string) ([]string, error)) []string {
+	cc := fc.Cluster
+	if !clusterOn(cc) {
+		return nil
+	}
+	loopback := func(host string) bool {
+		if strings.EqualFold(host, "localhost") {
+			return true
+		}
+		ip := net.ParseIP(host)
+		return ip != nil && ip.IsLoopback()
+	}
+	var out []string
+	for _, a := range []struct{ key, v string }{{"bind", cc.Bind}, {"advertise", cc.Advertise}} {
+		if a.v == "" {
+			continue
+		}
+		if host, _, err := config.SplitHostPort(a.v, 7946); err == nil && loopback(host) {
+			out = append(out, fmt.Sprintf("[cluster] %s = %q is a loopback address, which no other node can reach: this node cannot form a cluster with them (set it to an address the other nodes reach, or leave %s out)", a.key, a.v, a.key))
+		}
+	}
+	for _, j := range cc.Join {
+		host, _, err := config.SplitHostPort(j, 7946)
+		if err != nil {
+			continue
+		}
+		if loopback(host) {
+			out = append(out, fmt.Sprintf("[cluster] join lists %q, a loopback address: it reaches only this node, never another, so it forms no cluster (list the other nodes' names or addresses)", j))
+			continue
+		}
+		if net.ParseIP(host) != nil || strings.EqualFold(host, self) {
+			continue
+		}
+		addrs, err := resolve(host)
+		if err != nil || len(addrs) == 0 {
+			continue // checkJoinNames has refused a name that does not resolve
+		}
+		all := true
+		for _, a := range addrs {
+			all = all && loopback(a)
+		}
+		if all {
+			out = append(out, fmt.Sprintf("[cluster] join lists %s, which resolves here only to loopback (%s): if it is another node, this node never reaches it, so no cluster forms (fix DNS or /etc/hosts: a \"127.0.1.1 %s\" line belongs only on %s itself)", host, strings.Join(addrs, " "), host, host))
+		}
+	}
+	return out
 }

@@ -17,6 +17,7 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/dibs-gpu/dibs/internal/prereq"
 	"github.com/dibs-gpu/dibs/launch"
 )
 
@@ -71,10 +72,10 @@ func Group(tb testing.TB) string {
 func needRoot(tb testing.TB) {
 	tb.Helper()
 	if os.Geteuid() != 0 {
-		tb.Skip("needs root: creates real user accounts and groups with useradd")
+		prereq.Missing(tb, "needs root: creates real user accounts and groups with useradd")
 	}
 	if _, err := exec.LookPath("useradd"); err != nil {
-		tb.Skip("needs useradd (Debian package passwd) to create a user account")
+		prereq.Missing(tb, "needs useradd (Debian package passwd) to create a user account")
 	}
 }
 

@@ -53,7 +53,7 @@ func Open(ctx context.Context, opts nodeprobe.Options) (nodeprobe.Probe, error) 
 	if smiErr == nil {
 		return p, nil
 	}
-	return nil, fmt.Errorf("no GPU backend: %v; %v — to try dibs without GPUs run with --sim 8xH100-80GB", nvmlErr, smiErr)
+	return nil, fmt.Errorf("no GPU backend: %v; %v — to try dibs without GPUs run with --sim 8xH100-80GB, or set sim = \"8xH100-80GB\" at the top of the config file (/etc/dibs/dibs.toml)", nvmlErr, smiErr)
 }
 
 // openSim builds the simulator from the shared options.

@@ -102,7 +102,7 @@ func TestOpenAutoWithoutBackends(t *testing.T) {
 		t.Skip("this host has NVML; the no-backend message cannot be shown here")
 	}
 	msg := err.Error()
-	for _, want := range []string{"no GPU backend: NVML: ", "; nvidia-smi: not in PATH", "--sim 8xH100-80GB"} {
+	for _, want := range []string{"no GPU backend: NVML: ", "; nvidia-smi: not in PATH", "--sim 8xH100-80GB", `sim = "8xH100-80GB"`} {
 		if !strings.Contains(msg, want) {
 			t.Errorf("error %q lacks %q", msg, want)
 		}

@@ -10,6 +10,7 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/dibs-gpu/dibs/internal/prereq"
 	"github.com/dibs-gpu/dibs/lease"
 	"github.com/dibs-gpu/dibs/store"
 	"github.com/dibs-gpu/dibs/store/storetest"
@@ -19,11 +20,11 @@ import (
 // really full.
 func TestDiskFullAgreesWithBolt(t *testing.T) {
 	if os.Geteuid() != 0 {
-		t.Skip("filling a disk needs a tmpfs of its own, and mounting one needs root")
+		prereq.Missing(t, "filling a disk needs a tmpfs of its own, and mounting one needs root")
 	}
 	disk := t.TempDir()
 	if err := syscall.Mount("tmpfs", disk, "tmpfs", 0, "size=1m,mode=0700"); err != nil {
-		t.Skipf("cannot mount a tmpfs to fill (%v): run as root with CAP_SYS_ADMIN", err)
+		prereq.Missing(t, "cannot mount a tmpfs to fill (%v): run as root with CAP_SYS_ADMIN", err)
 	}
 	t.Cleanup(func() { syscall.Unmount(disk, 0) })
 	dir := filepath.Join(disk, "data")
