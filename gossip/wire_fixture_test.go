@@ -8,6 +8,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/dibs-gpu/dibs/internal/prereq"
 )
 
 var updateWire = flag.Bool("update-wire", false, "rewrite testdata/wire/unreleased from this release's encoders")
@@ -115,11 +117,11 @@ func TestFirstReleaseDecodesThisRelease(t *testing.T) {
 	}
 	top, err := exec.Command("git", "rev-parse", "--show-toplevel").Output()
 	if err != nil {
-		t.Skipf("not in a git clone (%v): cannot build v0.1.0 from history", err)
+		prereq.Missing(t, "not in a git clone (%v): cannot build v0.1.0 from history", err)
 	}
 	repo := strings.TrimSpace(string(top))
 	if exec.Command("git", "-C", repo, "cat-file", "-e", firstRelease+"^{commit}").Run() != nil {
-		t.Skipf("commit %s (v0.1.0) is not in this clone (a shallow clone?): fetch the history to run this test", firstRelease)
+		prereq.Missing(t, "commit %s (v0.1.0) is not in this clone (a shallow clone?): fetch the history to run this test", firstRelease)
 	}
 	src := t.TempDir()
 	run(t, "", "sh", "-c", "git -C "+repo+" archive "+firstRelease+" | tar -x -C "+src)
@@ -144,7 +146,7 @@ func TestFirstReleaseDecodesThisRelease(t *testing.T) {
 	if out, err := build.CombinedOutput(); err != nil {
 		for _, offline := range []string{"module lookup disabled", "missing go.sum entry", "dial tcp", "no required module provides"} {
 			if strings.Contains(string(out), offline) {
-				t.Skipf("cannot build v0.1.0 here: its modules are not in the module cache and cannot be fetched:\n%s", out)
+				prereq.Missing(t, "cannot build v0.1.0 here: its modules are not in the module cache and cannot be fetched:\n%s", out)
 			}
 		}
 		t.Fatalf("build v0.1.0's decoders: %v\n%s", err, out)

@@ -16,6 +16,7 @@ import (
 	"github.com/dibs-gpu/dibs/agent/agenttest"
 	"github.com/dibs-gpu/dibs/agent/clock"
 	"github.com/dibs-gpu/dibs/agent/sshd"
+	"github.com/dibs-gpu/dibs/internal/prereq"
 	"github.com/dibs-gpu/dibs/launch"
 	"github.com/dibs-gpu/dibs/launch/launchtest"
 )
@@ -65,9 +66,7 @@ func boardDoor(t *testing.T, s sshd.Settings, deps func(*sshd.Deps)) (*sshd.Serv
 // path and the public key's line.
 func opensshKey(t *testing.T) (priv, pub string) {
 	t.Helper()
-	if _, err := exec.LookPath("ssh"); err != nil {
-		t.Skip("needs the OpenSSH client")
-	}
+	prereq.Command(t, "ssh", "apt-get install openssh-client")
 	priv = filepath.Join(t.TempDir(), "id_ed25519")
 	if out, err := exec.Command("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", priv).CombinedOutput(); err != nil {
 		t.Fatalf("ssh-keygen: %v: %s", err, out)

@@ -19,6 +19,7 @@ import (
 	"github.com/dibs-gpu/dibs/agent/agenttest"
 	"github.com/dibs-gpu/dibs/api"
 	"github.com/dibs-gpu/dibs/internal/poll"
+	"github.com/dibs-gpu/dibs/internal/prereq"
 )
 
 // firstRelease is v0.1.0, the first release: the commit, not the tag, since
@@ -27,19 +28,20 @@ const firstRelease = "e4e3039"
 
 // buildRelease builds the dibs binary of an older commit from this clone's
 // history (git archive into a temporary directory, go build there without
-// cgo), or skips the test, saying why, when the commit is not in the clone.
+// cgo), or ends the test (prereq.Missing: a skip, a failure under CI, whose
+// clone has the history) when the commit is not in the clone.
 func buildRelease(t *testing.T, commit string) string {
 	t.Helper()
 	if _, err := exec.LookPath("git"); err != nil {
-		t.Skip("no git: cannot build the first release from history")
+		prereq.Missing(t, "no git: cannot build the first release from history")
 	}
 	top, err := exec.Command("git", "rev-parse", "--show-toplevel").Output()
 	if err != nil {
-		t.Skipf("not in a git clone (%v): cannot build release %s from history", err, commit)
+		prereq.Missing(t, "not in a git clone (%v): cannot build release %s from history", err, commit)
 	}
 	repo := strings.TrimSpace(string(top))
 	if err := exec.Command("git", "-C", repo, "cat-file", "-e", commit+"^{commit}").Run(); err != nil {
-		t.Skipf("commit %s (v0.1.0) is not in this clone (a shallow clone?): fetch the history to run the rolling-upgrade test", commit)
+		prereq.Missing(t, "commit %s (v0.1.0) is not in this clone (a shallow clone?): fetch the history to run the rolling-upgrade test", commit)
 	}
 	src := t.TempDir()
 	archive := exec.Command("git", "-C", repo, "archive", "--format=tar", commit)
@@ -70,7 +72,7 @@ func buildRelease(t *testing.T, commit string) string {
 	build.Env = append(os.Environ(), "CGO_ENABLED=0", "GOFLAGS=")
 	if out, err := build.CombinedOutput(); err != nil {
 		if missingModules(string(out)) {
-			t.Skipf("cannot build %s here: its modules are not in the module cache and cannot be fetched:\n%s", commit, out)
+			prereq.Missing(t, "cannot build %s here: its modules are not in the module cache and cannot be fetched:\n%s", commit, out)
 		}
 		t.Fatalf("build %s: %v\n%s", commit, err, out)
 	}
