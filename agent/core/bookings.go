@@ -141,7 +141,7 @@ func (b *Bound) Book(ctx context.Context, req api.BookRequest) (lease.Lease, err
 	target := req.Node
 	if target != "" {
 		if err := lease.ValidNodeName(target); err != nil {
-			return lease.Lease{}, lease.Invalidf("%v", err)
+			return lease.Lease{}, lease.Wrap(lease.CodeInvalid, err)
 		}
 	} else if len(br.GPUs) == 0 && len(v.Nodes) > 1 {
 		target, err = pickAllowed(br.Where, v.Candidates(), func(cands []lease.Candidate) (string, error) {

@@ -626,7 +626,7 @@ func (b *Bound) ReadLog(ctx context.Context, req api.LogReadRequest) (api.LogChu
 		return api.LogChunk{}, &lease.Error{Code: lease.CodeForbidden, Msg: "you have no account here, so have no logs"}
 	}
 	if err := lease.ValidNodeName(req.Node); err != nil {
-		return api.LogChunk{}, lease.Invalidf("%v", err)
+		return api.LogChunk{}, lease.Wrap(lease.CodeInvalid, err)
 	}
 	if req.Max <= 0 || req.Max > peer.MaxLogChunk {
 		req.Max = peer.MaxLogChunk
