@@ -284,26 +284,15 @@ func (b *Bound) withdraw(ctx context.Context, ids []string) {
 // awaitBookings waits, a second at most, until this agent's view shows
 // every booking of ids, so `dibs bookings` right after shows the whole.
 func (s *Service) awaitBookings(ctx context.Context, ids []string) {
-	deadline := s.deps.Clock.After(time.Second)
-	for {
-		changed := s.Changes()
+	s.awaitView(ctx, func(v queue.ClusterView) bool {
 		seen := 0
-		for _, l := range s.View().Bookings() {
+		for _, l := range v.Bookings() {
 			if slices.Contains(ids, l.ID) {
 				seen++
 			}
 		}
-		if seen >= len(ids) {
-			return
-		}
-		select {
-		case <-changed:
-		case <-deadline:
-			return
-		case <-ctx.Done():
-			return
-		}
-	}
+		return seen >= len(ids)
+	})
 }
 
 func partsLeft(n int) string {
