@@ -415,6 +415,3 @@ func (b *Bound) pickSession(name string, ls []lease.Lease) (lease.Lease, error) 
 
 // Status is the agent's view of itself and the cluster.
 func (b *Bound) Status(context.Context) (api.Status, error) { return b.s.Status(), nil }
-
-// oneLine folds a message onto one line.
-func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }

@@ -159,7 +159,7 @@ func (s *Service) deliver(ctx context.Context, n event.Notice) peer.NotifyReply 
 			ok, err := s.deps.Webhooks.Test(ctx, n)
 			r.Webhook = ok
 			if err != nil {
-				r.WebhookErr = oneLine(err.Error())
+				r.WebhookErr = lease.OneLine(err.Error())
 			}
 		} else {
 			r.Webhook = s.deps.Webhooks.Status(n.User).Setting != nil

@@ -16,7 +16,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strings"
 	"sync"
 
 	"github.com/dibs-gpu/dibs/agent/node"
@@ -284,7 +283,7 @@ func (m *Mux) Serve(ctx context.Context, from, op string, body []byte) (reply []
 		if c == "" {
 			c = lease.CodeUnavailable
 		}
-		return nil, c, oneLine(err.Error())
+		return nil, c, lease.OneLine(err.Error())
 	}
 	m.mu.RLock()
 	h, ok := m.h[op]
@@ -333,8 +332,6 @@ func decode(b []byte, v any, strict bool) error {
 	}
 	return nil
 }
-
-func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }
 
 func truncate(s string) string {
 	if len(s) > 40 {
