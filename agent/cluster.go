@@ -165,7 +165,7 @@ func (l *clusterLink) Request(ctx context.Context, node, op string, body []byte)
 	case errors.Is(err, gossip.ErrNoResponse), errors.Is(err, context.DeadlineExceeded):
 		return nil, "", "", &lease.Error{Code: lease.CodeNoAnswer, Msg: fmt.Sprintf("%s did not answer in time; it may be unreachable from here. `dibs ls` shows what it last said (the request may or may not have been carried out)", node)}
 	case err != nil:
-		return nil, "", "", &lease.Error{Code: lease.CodeUnavailable, Msg: fmt.Sprintf("cannot reach %s: %v", node, err)}
+		return nil, "", "", lease.Wrapf(lease.CodeUnavailable, err, "cannot reach %s: %v", node, err)
 	}
 	return resp.Body, resp.ErrCode, resp.ErrMsg, nil
 }

@@ -126,7 +126,7 @@ func (e *Event) Validate() error {
 		return lease.Invalidf("event %d has a rank out of range", e.Seq)
 	}
 	if err := lease.CheckGPUs(e.GPUs); err != nil {
-		return lease.Invalidf("event %d: %v", e.Seq, err)
+		return lease.Wrapf(lease.CodeInvalid, err, "event %d: %v", e.Seq, err)
 	}
 	if len(e.Text) > maxEventText || strings.ContainsAny(e.Text, "\n\r") {
 		return lease.Invalidf("event %d: its text is over %d bytes or not one line", e.Seq, maxEventText)

@@ -80,8 +80,8 @@ func (r BookRequest) Validate() error {
 	if r.RequestID != "" && !ValidRequestID(r.RequestID) {
 		return Invalidf("request id %s must be 8 to 64 letters, digits, '-' or '_'", QuoteInput(r.RequestID))
 	}
-	if r.Count > 0 && len(r.GPUs) > 0 {
-		return Invalidf("a count (%d) and GPU indices (%v) both say which GPUs: give one, not both", r.Count, r.GPUs)
+	if err := CheckCountOrIDs(r.Count, r.GPUs); err != nil {
+		return err
 	}
 	if err := r.Where.Check(); err != nil {
 		return err
@@ -311,9 +311,10 @@ func (t *Table) PlanBooking(c Caller, req BookRequest, snap nodeprobe.Snapshot, 
 	}
 	free, why := Bookable(snap, all, req.Model, start, end)
 	var gpus []int
+	if err := countDisagrees(req.Count, req.GPUs); err != nil {
+		return Lease{}, err
+	}
 	switch {
-	case len(req.GPUs) > 0 && req.Count > 0 && req.Count != len(req.GPUs):
-		return Lease{}, Invalidf("asked for %s but named %d: give either -g N or --ids", GPUCount(req.Count), len(req.GPUs))
 	case len(req.GPUs) > 0:
 		for _, g := range req.GPUs {
 			gpu := FindGPU(snap, g)

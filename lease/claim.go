@@ -80,8 +80,8 @@ func (c Claim) Validate() error {
 	if err := CheckGPUs(c.GPUs); err != nil {
 		return err
 	}
-	if c.Count > 0 && len(c.GPUs) > 0 {
-		return Invalidf("a count (%d) and GPU indices (%v) both say which GPUs: give one, not both", c.Count, c.GPUs)
+	if err := CheckCountOrIDs(c.Count, c.GPUs); err != nil {
+		return err
 	}
 	if c.Duration < 0 || c.Duration > MaxDuration {
 		return Invalidf("time limit %s is out of range", FormatDuration(c.Duration))
@@ -133,4 +133,24 @@ func (r *RunSpec) Check() error {
 // writes back.
 func (r *RunSpec) Job() *Job {
 	return &Job{Command: r.Command, Dir: r.Dir, Name: r.Name, Env: r.Env}
+}
+
+// CheckCountOrIDs refuses a request that both counts GPUs and names them:
+// the two say which GPUs in two ways, and dibs does not guess which was
+// meant. Claims and bookings share it, so the rule and its words live once.
+func CheckCountOrIDs(count int, gpus []int) error {
+	if count > 0 && len(gpus) > 0 {
+		return Invalidf("a count (%d) and GPU indices (%v) both say which GPUs: give one, not both", count, gpus)
+	}
+	return nil
+}
+
+// countDisagrees is the planners' (Table.Plan, Table.Book) looser form of
+// CheckCountOrIDs, for a request that skipped Validate: a count that matches
+// the GPUs named beside it says the same thing twice and passes.
+func countDisagrees(count int, gpus []int) error {
+	if len(gpus) > 0 && count > 0 && count != len(gpus) {
+		return Invalidf("asked for %s but named %d: give either -g N or --ids", GPUCount(count), len(gpus))
+	}
+	return nil
 }

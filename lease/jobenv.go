@@ -91,7 +91,7 @@ func checkJobWire(j *Job) error {
 	}
 	b, err := json.Marshal(j)
 	if err != nil {
-		return Invalidf("the command cannot be encoded: %v", err)
+		return Wrapf(CodeInvalid, err, "the command cannot be encoded: %v", err)
 	}
 	if len(b) > MaxJobWireSize {
 		return Invalidf("the command, its directory and environment take %d bytes as the agents send them (control characters and quotes count six); at most %d: put the command in a script and run that", len(b), MaxJobWireSize)

@@ -331,17 +331,37 @@ const (
 )
 
 // Error is a refusal a person should read: Msg says what was wrong and what to
-// do about it.
+// do about it. Only Code and Msg travel: the cause is this process's own, kept
+// so that errors.Is and errors.As still find what went wrong underneath.
 type Error struct {
 	Code Code
 	Msg  string
+
+	cause error // never serialised: unexported, and peers rebuild Code and Msg alone
 }
 
 func (e *Error) Error() string { return e.Msg }
 
+// Unwrap returns the error the refusal was built from (by Wrap or Wrapf), or
+// nil, so a refusal does not hide its cause from errors.Is and errors.As.
+func (e *Error) Unwrap() error { return e.cause }
+
 // Invalidf builds a CodeInvalid refusal.
 func Invalidf(format string, args ...any) error {
 	return &Error{Code: CodeInvalid, Msg: fmt.Sprintf(format, args...)}
+}
+
+// Wrap turns err into a refusal of code whose message is err's own, keeping
+// err as its cause: use it where an error is already fit for a person to read.
+func Wrap(code Code, err error) error {
+	return &Error{Code: code, Msg: err.Error(), cause: err}
+}
+
+// Wrapf builds a refusal of code with the message format says and keeps cause
+// as what it unwraps to, so the refusal's words are the caller's and the
+// chain underneath survives (errors.Is(refusal, cause) holds).
+func Wrapf(code Code, cause error, format string, args ...any) error {
+	return &Error{Code: code, Msg: fmt.Sprintf(format, args...), cause: cause}
 }
 
 func errorf(code Code, format string, args ...any) error {

@@ -91,7 +91,7 @@ func (e *LedgerEntry) Validate() error {
 		return Invalidf("ledger entry %s has a bad ender %s", e.LeaseID, QuoteInput(e.By))
 	}
 	if err := checkGPUs(e.GPUs, false); err != nil {
-		return Invalidf("ledger entry %s: %v", e.LeaseID, err)
+		return Wrapf(CodeInvalid, err, "ledger entry %s: %v", e.LeaseID, err)
 	}
 	for _, t := range []time.Time{e.Start, e.End, e.QueuedAt} {
 		if !ValidSince(t) {
@@ -109,7 +109,7 @@ func (e *LedgerEntry) Validate() error {
 	}
 	if e.Kind != "" {
 		if _, err := ParseKind(string(e.Kind)); err != nil {
-			return Invalidf("ledger entry %s: %v", e.LeaseID, err)
+			return Wrapf(CodeInvalid, err, "ledger entry %s: %v", e.LeaseID, err)
 		}
 	}
 	for _, s := range []string{e.Reason, e.Entry, e.Gang} {

@@ -43,7 +43,7 @@ func (n NodeChoice) Check() error {
 		}
 		for i, name := range l.names {
 			if err := ValidNodeName(name); err != nil {
-				return Invalidf("%s: %v", l.flag, err)
+				return Wrapf(CodeInvalid, err, "%s: %v", l.flag, err)
 			}
 			if slices.Contains(l.names[:i], name) {
 				return Invalidf("%s names %s twice", l.flag, name)

@@ -88,14 +88,14 @@ func (l *Lease) Validate() error {
 		return Invalidf("lease %s does not belong to node %s", QuoteInput(l.ID), QuoteInput(l.Node))
 	}
 	if err := checkGPUs(l.GPUs, true); err != nil {
-		return Invalidf("lease %s: %v", l.ID, err)
+		return Wrapf(CodeInvalid, err, "lease %s: %v", l.ID, err)
 	}
 	if !ValidUserName(l.User) && l.User != "" {
 		return Invalidf("lease %s has a bad user %s", l.ID, QuoteInput(l.User))
 	}
 	if l.Kind != "" {
 		if _, err := ParseKind(string(l.Kind)); err != nil {
-			return Invalidf("lease %s: %v", l.ID, err)
+			return Wrapf(CodeInvalid, err, "lease %s: %v", l.ID, err)
 		}
 	}
 	if l.Session != "" && !ValidToken(l.Session, MaxNameLen) {
@@ -107,10 +107,10 @@ func (l *Lease) Validate() error {
 		}
 	}
 	if err := CheckNote(l.Note); err != nil {
-		return Invalidf("lease %s: %v", l.ID, err)
+		return Wrapf(CodeInvalid, err, "lease %s: %v", l.ID, err)
 	}
 	if err := l.CheckText(); err != nil {
-		return Invalidf("lease %s: %v", l.ID, err)
+		return Wrapf(CodeInvalid, err, "lease %s: %v", l.ID, err)
 	}
 	return l.validateParts()
 }
@@ -135,11 +135,11 @@ func (l *Lease) validateParts() error {
 		return Invalidf("lease %s carries a job but is not a booking", l.ID)
 	}
 	if err := CheckContainers(l.Containers); err != nil {
-		return Invalidf("lease %s: %v", l.ID, err)
+		return Wrapf(CodeInvalid, err, "lease %s: %v", l.ID, err)
 	}
 	if l.Job != nil {
 		if err := l.Job.Check(); err != nil {
-			return Invalidf("lease %s: %v", l.ID, err)
+			return Wrapf(CodeInvalid, err, "lease %s: %v", l.ID, err)
 		}
 	}
 	return nil
@@ -169,7 +169,7 @@ func checkGPUs(gpus []int, need bool) error {
 // one.
 func CheckGPUs(gpus []int) error {
 	if err := checkGPUs(gpus, false); err != nil {
-		return Invalidf("%v", err)
+		return Wrap(CodeInvalid, err)
 	}
 	return nil
 }

@@ -143,9 +143,10 @@ func (t *Table) PlanClaim(c Caller, req Claim, snap nodeprobe.Snapshot, now time
 	}
 	uses := t.uses()
 	var gpus []int
+	if err := countDisagrees(req.Count, req.GPUs); err != nil {
+		return Lease{}, err
+	}
 	switch {
-	case len(req.GPUs) > 0 && req.Count > 0 && req.Count != len(req.GPUs):
-		return Lease{}, Invalidf("asked for %s but named %d: give either -g N or --ids", GPUCount(req.Count), len(req.GPUs))
 	case len(req.GPUs) > 0:
 		gpus, err = checkNamed(c, req, snap, uses, now, t.node)
 	case req.Count > 0:

@@ -46,3 +46,9 @@ func timeLeft(end, now time.Time) string {
 	}
 	return FormatDuration(now.Sub(end)) + " past its end"
 }
+
+// OneLine folds text from outside (an error, a peer's message, a probe's
+// output) onto one line: every run of white space, newlines included,
+// becomes one space. A log line or a one-line answer stays one line. It is
+// the one copy for every room above lease.
+func OneLine(s string) string { return strings.Join(strings.Fields(s), " ") }

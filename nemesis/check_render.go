@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/dibs-gpu/dibs/lease"
 )
 
 // ms writes a history time as milliseconds since the run started, the unit
@@ -56,7 +58,7 @@ func opLine(h *History, i int) string {
 	case o.Outcome == Refused:
 		fmt.Fprintf(&b, " (%s)", o.Code)
 	case o.Outcome == Unknown && o.Err != "":
-		fmt.Fprintf(&b, " (%s)", oneLineText(o.Err))
+		fmt.Fprintf(&b, " (%s)", lease.OneLine(o.Err))
 	case o.Outcome != OK:
 	case o.Kind == OpClaim && o.Lease != nil:
 		fmt.Fprintf(&b, " %s token %d GPUs %v", o.Lease.ID, o.Lease.Token, o.Lease.GPUs)
@@ -139,13 +141,10 @@ func faultLine(f *Fault) string {
 		fmt.Fprintf(&b, " %s", strings.Join(f.Nodes, ","))
 	}
 	if f.Detail != "" {
-		fmt.Fprintf(&b, " (%s)", oneLineText(f.Detail))
+		fmt.Fprintf(&b, " (%s)", lease.OneLine(f.Detail))
 	}
 	return b.String()
 }
-
-// oneLineText folds text from outside (an error) onto one line.
-func oneLineText(s string) string { return strings.Join(strings.Fields(s), " ") }
 
 // byTime orders history lines by the time they start with (lines without
 // one keep their place before the others), so a violation reads in order.

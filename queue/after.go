@@ -86,7 +86,7 @@ func (e *QueueEntry) checkSweep() error {
 			return lease.Invalidf("queue entry %s is a task and an array", e.ID)
 		}
 		if err := e.Array.Check(); err != nil {
-			return lease.Invalidf("queue entry %s: %v", e.ID, err)
+			return lease.Wrapf(lease.CodeInvalid, err, "queue entry %s: %v", e.ID, err)
 		}
 	}
 	if len(e.After) > MaxAfter {

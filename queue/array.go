@@ -70,7 +70,7 @@ func ParseArray(s string) (*Array, error) {
 	}
 	idx, err := parseIndexSet(list)
 	if err != nil {
-		return nil, lease.Invalidf("--array %s: %v (e.g. 0-19%%4, or 1,3,5-9)", lease.QuoteInput(s), err)
+		return nil, lease.Wrapf(lease.CodeInvalid, err, "--array %s: %v (e.g. 0-19%%4, or 1,3,5-9)", lease.QuoteInput(s), err)
 	}
 	if len(idx) == 0 {
 		return nil, lease.Invalidf("--array %s names no task (e.g. 0-19%%4)", lease.QuoteInput(s))

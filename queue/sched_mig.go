@@ -159,11 +159,7 @@ func (s *scheduler) visitMIG(e *QueueEntry, r *Ranked, plan *Plan) {
 		Entry: *e, Ranks: []RankPlacement{{Node: sn.name, GPUs: []int{bestG.Index}}},
 		Borrowed: s.borrows(e.User, w), Backfill: s.head != nil,
 	})
-	s.userUsed[e.User] += w
-	s.usePools(sn, e.User, w)
-	if grp := s.cfg.UserGroups[e.User]; grp != "" {
-		s.groupUsed[grp] += w
-	}
+	s.charge(sn, e.User, w)
 	r.EstStart = s.now
 }
 

@@ -133,9 +133,15 @@ func (s *scheduler) poolWeight(sn *snode, e *QueueEntry) float64 {
 // allocates nothing).
 type poolKey struct{ pool, user string }
 
-// usePools counts n GPUs (a fraction for part of one) for user in the
-// node's pools that limit them.
-func (s *scheduler) usePools(sn *snode, user string, n float64) {
+// charge counts n GPUs (a fraction for part of one) that user holds or
+// starts on sn against every quota they fall under: the user's own, their
+// group's, and each capped pool of sn. It is the one place a start or a held
+// lease is charged, so a new quota dimension is added here once.
+func (s *scheduler) charge(sn *snode, user string, n float64) {
+	s.userUsed[user] += n
+	if g := s.cfg.UserGroups[user]; g != "" {
+		s.groupUsed[g] += n
+	}
 	for i := range sn.pools {
 		if sn.pools[i].MaxGPUs > 0 {
 			if s.poolUsed == nil {
@@ -242,11 +248,7 @@ func (s *scheduler) visitShared(e *QueueEntry, r *Ranked, plan *Plan) {
 		Entry: *e, Ranks: []RankPlacement{{Node: sn.name, GPUs: []int{g.index}}},
 		Borrowed: s.borrows(e.User, share), Backfill: s.head != nil,
 	})
-	s.userUsed[e.User] += share
-	s.usePools(sn, e.User, share)
-	if grp := s.cfg.UserGroups[e.User]; grp != "" {
-		s.groupUsed[grp] += share
-	}
+	s.charge(sn, e.User, share)
 	r.EstStart = s.now
 }
 

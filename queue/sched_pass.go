@@ -212,11 +212,7 @@ func (s *scheduler) addNode(sn *snode, n *lease.SchedNode, topos map[string]int,
 		if l.Entry != "" {
 			s.starting[l.Entry] = true
 		}
-		s.userUsed[l.User] += l.Weight()
-		s.usePools(sn, l.User, l.Weight())
-		if g := s.cfg.UserGroups[l.User]; g != "" {
-			s.groupUsed[g] += l.Weight()
-		}
+		s.charge(sn, l.User, l.Weight())
 		end, late := s.leaseEnd(l)
 		if late && l.PreemptedAt.IsZero() {
 			sn.overdue++

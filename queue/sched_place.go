@@ -275,7 +275,7 @@ func (s *scheduler) commit(e *QueueEntry, picks []pick) Start {
 		st.Ranks[k] = RankPlacement{Node: sn.name, GPUs: slices.Clone(p.place.gpus)}
 		sn.avail &^= p.place.mask
 		sn.taken |= p.place.mask
-		s.usePools(sn, e.User, float64(len(p.place.gpus)))
+		s.charge(sn, e.User, float64(len(p.place.gpus)))
 		if sn.room != nil {
 			for m := p.place.mask; m != 0; m &= m - 1 {
 				sn.room[bits.TrailingZeros64(m)] = 0
@@ -287,10 +287,6 @@ func (s *scheduler) commit(e *QueueEntry, picks []pick) Start {
 			g.by, g.who, g.whoRank = causeAhead, e.ID, s.cur
 		}
 		s.totalAvail -= bits.OnesCount64(p.place.mask)
-	}
-	s.userUsed[e.User] += float64(e.GPUs())
-	if g := s.cfg.UserGroups[e.User]; g != "" {
-		s.groupUsed[g] += float64(e.GPUs())
 	}
 	return st
 }

@@ -27,21 +27,21 @@ func (e *QueueEntry) Validate() error {
 		return lease.Invalidf("queue entry %s has a time limit out of range", e.ID)
 	}
 	if _, err := lease.ParseKind(string(e.Kind)); err != nil {
-		return lease.Invalidf("queue entry %s: %v", e.ID, err)
+		return lease.Wrapf(lease.CodeInvalid, err, "queue entry %s: %v", e.ID, err)
 	}
 	if err := lease.CheckNote(e.Note); err != nil {
-		return lease.Invalidf("queue entry %s: %v", e.ID, err)
+		return lease.Wrapf(lease.CodeInvalid, err, "queue entry %s: %v", e.ID, err)
 	}
 	if e.Job != nil {
 		if err := e.Job.Check(); err != nil {
-			return lease.Invalidf("queue entry %s: %v", e.ID, err)
+			return lease.Wrapf(lease.CodeInvalid, err, "queue entry %s: %v", e.ID, err)
 		}
 	}
 	if e.Restarts < 0 || e.MaxRestarts < 0 || e.MaxRestarts > lease.MaxRestarts || e.Attempt < 0 {
 		return lease.Invalidf("queue entry %s has restart counts out of range", e.ID)
 	}
 	if err := e.CheckText(); err != nil {
-		return lease.Invalidf("queue entry %s: %v", e.ID, err)
+		return lease.Wrapf(lease.CodeInvalid, err, "queue entry %s: %v", e.ID, err)
 	}
 	if e.RequestID != "" && !lease.ValidRequestID(e.RequestID) {
 		return lease.Invalidf("queue entry %s has a bad request id", e.ID)
@@ -56,10 +56,10 @@ func (e *QueueEntry) Validate() error {
 		return lease.Invalidf("queue entry %s has a bad model filter", e.ID)
 	}
 	if err := lease.CheckTags(e.Tags); err != nil {
-		return lease.Invalidf("queue entry %s: %v", e.ID, err)
+		return lease.Wrapf(lease.CodeInvalid, err, "queue entry %s: %v", e.ID, err)
 	}
 	if err := e.NodeChoice.Check(); err != nil {
-		return lease.Invalidf("queue entry %s: %v", e.ID, err)
+		return lease.Wrapf(lease.CodeInvalid, err, "queue entry %s: %v", e.ID, err)
 	}
 	if e.MemMiB > lease.MaxMemMiB || e.MemMiB > 0 && (e.Nodes != 1 || e.GPUsPerNode != 1) {
 		return lease.Invalidf("queue entry %s asks for a memory budget out of range", e.ID)

@@ -164,7 +164,7 @@ func (d *Directory) Holder(name string, uid int) (launch.User, error) {
 	var unknown user.UnknownUserError
 	if err != nil && !errors.As(err, &unknown) {
 		// The account database did not answer (LDAP down): not a verdict.
-		return launch.User{}, &lease.Error{Code: lease.CodeUnavailable, Msg: fmt.Sprintf("cannot look up the account %s on %s now (%v): try again", name, d.node, err)}
+		return launch.User{}, lease.Wrapf(lease.CodeUnavailable, err, "cannot look up the account %s on %s now (%v): try again", name, d.node, err)
 	}
 	if err != nil {
 		return launch.User{}, &lease.Error{Code: lease.CodeForbidden, Msg: fmt.Sprintf("%s has no account on %s any more, so nothing was started as them (uid %d is not run as anyone else)", name, d.node, uid)}

@@ -141,7 +141,7 @@ func (b *Bound) Book(ctx context.Context, req api.BookRequest) (lease.Lease, err
 	target := req.Node
 	if target != "" {
 		if err := lease.ValidNodeName(target); err != nil {
-			return lease.Lease{}, lease.Invalidf("%v", err)
+			return lease.Lease{}, lease.Wrap(lease.CodeInvalid, err)
 		}
 	} else if len(br.GPUs) == 0 && len(v.Nodes) > 1 {
 		target, err = pickAllowed(br.Where, v.Candidates(), func(cands []lease.Candidate) (string, error) {
@@ -284,26 +284,15 @@ func (b *Bound) withdraw(ctx context.Context, ids []string) {
 // awaitBookings waits, a second at most, until this agent's view shows
 // every booking of ids, so `dibs bookings` right after shows the whole.
 func (s *Service) awaitBookings(ctx context.Context, ids []string) {
-	deadline := s.deps.Clock.After(time.Second)
-	for {
-		changed := s.Changes()
+	s.awaitView(ctx, func(v queue.ClusterView) bool {
 		seen := 0
-		for _, l := range s.View().Bookings() {
+		for _, l := range v.Bookings() {
 			if slices.Contains(ids, l.ID) {
 				seen++
 			}
 		}
-		if seen >= len(ids) {
-			return
-		}
-		select {
-		case <-changed:
-		case <-deadline:
-			return
-		case <-ctx.Done():
-			return
-		}
-	}
+		return seen >= len(ids)
+	})
 }
 
 func partsLeft(n int) string {

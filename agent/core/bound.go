@@ -127,13 +127,25 @@ func (b *Bound) grantHere(ctx context.Context, v queue.ClusterView, claim lease.
 
 // awaitVisible waits (briefly) until a lease granted elsewhere shows in
 // this agent's view, so the person's next command here sees what they just
-// got. It wakes on changes; it does not poll.
+// got.
 func (s *Service) awaitVisible(ctx context.Context, id string) {
+	s.awaitView(ctx, func(v queue.ClusterView) bool {
+		_, ok := v.FindLease(id)
+		return ok
+	})
+}
+
+// awaitView waits, a second at most, until this agent's view satisfies
+// shows: what another agent granted reaches this one by gossip, and an
+// answer should not run ahead of the next command's view. It gives up
+// quietly at the deadline or when ctx ends (the grant stands either way).
+// It wakes on changes; it does not poll. Every wait for a grant to become
+// visible goes through here.
+func (s *Service) awaitView(ctx context.Context, shows func(queue.ClusterView) bool) {
 	deadline := s.deps.Clock.After(time.Second)
 	for {
 		changed := s.Changes()
-		v := s.View()
-		if _, ok := v.FindLease(id); ok {
+		if shows(s.View()) {
 			return
 		}
 		select {
@@ -403,6 +415,3 @@ func (b *Bound) pickSession(name string, ls []lease.Lease) (lease.Lease, error) 
 
 // Status is the agent's view of itself and the cluster.
 func (b *Bound) Status(context.Context) (api.Status, error) { return b.s.Status(), nil }
-
-// oneLine folds a message onto one line.
-func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }

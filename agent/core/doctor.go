@@ -327,7 +327,7 @@ func (b *Bound) Doctor(ctx context.Context, req api.DoctorRequest) (api.DoctorRe
 			r, err := peer.Call(cctx, s.deps.Peers, n.Name, peer.Health, peer.System, peer.HealthRequest{})
 			t1 := s.deps.Clock.Now()
 			if err != nil {
-				h.Error = oneLine(err.Error())
+				h.Error = lease.OneLine(err.Error())
 				return
 			}
 			h.Reached, h.Report, h.RTT = true, &r.Report, t1.Sub(t0)

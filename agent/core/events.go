@@ -159,7 +159,7 @@ func (s *Service) deliver(ctx context.Context, n event.Notice) peer.NotifyReply 
 			ok, err := s.deps.Webhooks.Test(ctx, n)
 			r.Webhook = ok
 			if err != nil {
-				r.WebhookErr = oneLine(err.Error())
+				r.WebhookErr = lease.OneLine(err.Error())
 			}
 		} else {
 			r.Webhook = s.deps.Webhooks.Status(n.User).Setting != nil
@@ -626,7 +626,7 @@ func (b *Bound) ReadLog(ctx context.Context, req api.LogReadRequest) (api.LogChu
 		return api.LogChunk{}, &lease.Error{Code: lease.CodeForbidden, Msg: "you have no account here, so have no logs"}
 	}
 	if err := lease.ValidNodeName(req.Node); err != nil {
-		return api.LogChunk{}, lease.Invalidf("%v", err)
+		return api.LogChunk{}, lease.Wrap(lease.CodeInvalid, err)
 	}
 	if req.Max <= 0 || req.Max > peer.MaxLogChunk {
 		req.Max = peer.MaxLogChunk

@@ -62,7 +62,7 @@ func checkSession(r *lease.RunSpec) error {
 		return nil
 	}
 	if err := launch.CheckName(r.Name); err != nil {
-		return lease.Invalidf("%v", err)
+		return lease.Wrap(lease.CodeInvalid, err)
 	}
 	return nil
 }

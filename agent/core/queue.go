@@ -59,7 +59,7 @@ func (b *Bound) Submit(ctx context.Context, req api.SubmitRequest) (api.Submitte
 	}
 	if e.Node != "" {
 		if err := lease.ValidNodeName(e.Node); err != nil {
-			return api.Submitted{}, lease.Invalidf("%v", err)
+			return api.Submitted{}, lease.Wrap(lease.CodeInvalid, err)
 		}
 	}
 	if e.Job != nil {

@@ -116,15 +116,7 @@ func (f *Fanout) Run() {
 // sent, or after closeWait, when the sends still going are cut short and
 // the notices still waiting dropped.
 func (f *Fanout) Close() {
-	f.mu.Lock()
-	f.closed = true
-	if !f.running {
-		f.running = true
-		for user, q := range f.users {
-			f.startLocked(user, q)
-		}
-	}
-	f.mu.Unlock()
+	f.stopTaking()
 	done := make(chan struct{})
 	go func() {
 		f.workers.Wait()
@@ -145,22 +137,45 @@ func (f *Fanout) Close() {
 func (f *Fanout) work(user string, q *noticeQueue) {
 	defer f.workers.Done()
 	for {
-		f.mu.Lock()
-		if len(q.pending) == 0 {
-			q.working = false
-			delete(f.users, user)
-			f.mu.Unlock()
+		n, ok := f.next(user, q)
+		if !ok {
 			return
 		}
-		n := q.pending[0]
-		q.pending[0] = event.Notice{}
-		q.pending = q.pending[1:]
-		f.mu.Unlock()
 		if f.ctx.Err() != nil {
 			continue // Close cut the rest short
 		}
 		f.deliver(n)
 	}
+}
+
+// stopTaking marks the fanout closed and, if it never ran, starts a worker
+// for each user whose notices wait, so Close has them sent.
+func (f *Fanout) stopTaking() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.closed = true
+	if !f.running {
+		f.running = true
+		for user, q := range f.users {
+			f.startLocked(user, q)
+		}
+	}
+}
+
+// next takes user's oldest waiting notice off q; false when none is left,
+// and then the user is forgotten (a later notice starts a new worker).
+func (f *Fanout) next(user string, q *noticeQueue) (event.Notice, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if len(q.pending) == 0 {
+		q.working = false
+		delete(f.users, user)
+		return event.Notice{}, false
+	}
+	n := q.pending[0]
+	q.pending[0] = event.Notice{}
+	q.pending = q.pending[1:]
+	return n, true
 }
 
 // deliver sends n to every node at once and waits for them all.

@@ -129,9 +129,7 @@ func (l *Log) Open() error {
 		l.cfg.Log.Warn("event log: read the last event; numbering from the clock", "err", err)
 		last = uint64(l.deps.Clock.Now().UnixNano())
 	}
-	l.mu.Lock()
-	l.seq, l.written = last, last
-	l.mu.Unlock()
+	l.startAt(last)
 	l.prune()
 	if r, ok := l.deps.Store.(event.EventRider); ok {
 		r.RideEvents(l.take, l.settle)
@@ -209,41 +207,20 @@ func (l *Log) Record(e event.Event) {
 	if e.At.IsZero() {
 		e.At = l.deps.Clock.Now().Round(0)
 	}
-	l.mu.Lock()
-	summary, keep := l.budgetLocked(e)
-	var add []event.Event
-	if summary != nil {
-		add = append(add, *summary)
+	r := l.enqueue(e)
+	if r.over != "" {
+		l.cfg.Log.Warn("event log: a person is over their events for the hour; counting the rest", "user", r.over, "max", l.cfg.PerUserHour)
 	}
-	notice := false
-	if keep {
-		add = append(add, e)
-	} else {
-		notice = l.noticeLocked(e)
+	if r.dropped > 0 {
+		l.cfg.Log.Warn("event log: the store has not taken events for a while; dropping the oldest", "dropped", r.dropped)
 	}
-	for _, e := range add {
-		l.seq++
-		e.Seq = l.seq
-		l.pending = append(l.pending, e)
-		notice = l.noticeLocked(e) || notice
-	}
-	if len(l.pending) > maxPending {
-		l.cfg.Log.Warn("event log: the store has not taken events for a while; dropping the oldest", "dropped", len(l.pending)-maxPending)
-		l.pending = slices.Delete(l.pending, 0, len(l.pending)-maxPending)
-	}
-	// The writer wakes once per batch (it then waits for a transaction to
-	// carry the events), and at once for a notice: a claim's path wakes
-	// nobody else.
-	wake := notice || (len(add) > 0 && !l.armed)
-	l.armed = l.armed || len(add) > 0
-	l.mu.Unlock()
-	if wake {
+	if r.wake {
 		select {
 		case l.wake <- struct{}{}:
 		default:
 		}
 	}
-	if len(add) > 0 {
+	if r.added {
 		l.changed.Notify()
 	}
 }
@@ -276,11 +253,13 @@ func chargedTo(e event.Event) string {
 // says so (kept, and a notice to the person); when an hour in which some
 // were not kept is over, summary is the warning that says how many. A
 // person thus keeps at most PerUserHour events and two warnings an hour
-// on each node. Call with mu held.
-func (l *Log) budgetLocked(e event.Event) (summary *event.Event, keep bool) {
+// on each node. over names the person when e is the first over their
+// budget this hour, for the caller to log once mu is released. Call with mu
+// held.
+func (l *Log) budgetLocked(e event.Event) (summary *event.Event, keep bool, over string) {
 	who := chargedTo(e)
 	if who == "" {
-		return nil, true
+		return nil, true, ""
 	}
 	b := l.budgets[who]
 	if b == nil || e.At.Sub(b.start) >= time.Hour || e.At.Before(b.start) {
@@ -297,16 +276,16 @@ func (l *Log) budgetLocked(e event.Event) (summary *event.Event, keep bool) {
 	}
 	if b.kept >= l.cfg.PerUserHour {
 		if b.dropped == 0 {
-			l.cfg.Log.Warn("event log: a person is over their events for the hour; counting the rest", "user", who, "max", l.cfg.PerUserHour)
+			over = who
 			summary = &event.Event{Node: l.cfg.Node, At: e.At, Kind: event.EventWarn, User: who, Reason: "events-not-kept",
 				Text: fmt.Sprintf("%s's runs, leases and requests made %d events on %s in the hour from %s (events.per_user_hour): until %s the rest are counted, not kept; notices still go out, and dibs logs finds runs by their own record",
 					who, l.cfg.PerUserHour, l.cfg.Node, b.start.UTC().Format("15:04"), b.start.Add(time.Hour).UTC().Format("15:04"))}
 		}
 		b.dropped++
-		return summary, false
+		return summary, false, over
 	}
 	b.kept++
-	return summary, true
+	return summary, true, ""
 }
 
 // noticeLocked queues e's notice, if it has one, and says whether it did.
@@ -330,14 +309,65 @@ func (l *Log) Last() uint64 {
 	return l.seq
 }
 
+// startAt numbers events on from last, the newest the store holds.
+func (l *Log) startAt(last uint64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.seq, l.written = last, last
+}
+
+// enqueued is what recording one event did, for Record to act on once the
+// lock is released: added, some event was queued (e may only be counted);
+// wake, the writer should be woken; dropped, how many of the oldest queued
+// events were let go because the store has not taken them; over, the person
+// who just went over their hourly budget, if any.
+type enqueued struct {
+	added, wake bool
+	dropped     int
+	over        string
+}
+
+// enqueue numbers e (and the summary its budget may add) and queues them for
+// the writer, under the lock and with no I/O.
+func (l *Log) enqueue(e event.Event) (r enqueued) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	summary, keep, over := l.budgetLocked(e)
+	r.over = over
+	var add []event.Event
+	if summary != nil {
+		add = append(add, *summary)
+	}
+	notice := false
+	if keep {
+		add = append(add, e)
+	} else {
+		notice = l.noticeLocked(e)
+	}
+	for _, e := range add {
+		l.seq++
+		e.Seq = l.seq
+		l.pending = append(l.pending, e)
+		notice = l.noticeLocked(e) || notice
+	}
+	if len(l.pending) > maxPending {
+		r.dropped = len(l.pending) - maxPending
+		l.pending = slices.Delete(l.pending, 0, r.dropped)
+	}
+	// The writer wakes once per batch (it then waits for a transaction to
+	// carry the events), and at once for a notice: a claim's path wakes
+	// nobody else.
+	r.added = len(add) > 0
+	r.wake = notice || (r.added && !l.armed)
+	l.armed = l.armed || r.added
+	return r
+}
+
 // Events returns the events f matches, oldest first, at most limit; more
 // says whether there are others past them. Events recorded and not yet
 // written are included.
 func (l *Log) Events(f event.EventFilter, limit int) ([]event.Event, bool, error) {
-	l.mu.Lock()
-	written := l.written
-	pending := append(slices.Clone(l.inflight), l.pending...)
-	l.mu.Unlock()
+	written, pending := l.unwritten()
 	slices.SortFunc(pending, func(a, b event.Event) int { return cmpSeq(a.Seq, b.Seq) })
 	var out []event.Event
 	more := false
@@ -401,13 +431,33 @@ func (l *Log) await() {
 	}
 }
 
-// dispatch hands the notices of the events recorded on.
-func (l *Log) dispatch() {
+// unwritten is the newest sequence the store holds and a copy of the events
+// recorded past it (those a transaction carries now and those waiting).
+func (l *Log) unwritten() (written uint64, pending []event.Event) {
 	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.written, append(slices.Clone(l.inflight), l.pending...)
+}
+
+// takeNotices hands over the notices recorded so far, leaving none.
+func (l *Log) takeNotices() []event.Notice {
+	l.mu.Lock()
+	defer l.mu.Unlock()
 	notices := l.notices
 	l.notices = nil
-	l.mu.Unlock()
-	for _, n := range notices {
+	return notices
+}
+
+// disarm lets the next recorded event wake the writer again.
+func (l *Log) disarm() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.armed = false
+}
+
+// dispatch hands the notices of the events recorded on.
+func (l *Log) dispatch() {
+	for _, n := range l.takeNotices() {
 		l.deps.Notice(n)
 	}
 }
@@ -415,9 +465,7 @@ func (l *Log) dispatch() {
 // flush writes the events no transaction has carried, in one of its own.
 func (l *Log) flush() {
 	l.dispatch()
-	l.mu.Lock()
-	l.armed = false
-	l.mu.Unlock()
+	l.disarm()
 	batch := l.take()
 	if len(batch) == 0 {
 		return

@@ -373,29 +373,46 @@ func (w *Webhooks) Set(s event.NotifySetting) error {
 	if err := w.store.PutSetting(s); err != nil {
 		return err
 	}
-	w.mu.Lock()
-	w.settings[s.User] = s
-	delete(w.status, s.User)
-	w.mu.Unlock()
+	w.keep(s)
 	return nil
 }
 
 // Clear forgets user's webhook here.
 func (w *Webhooks) Clear(user string) error {
-	w.mu.Lock()
-	_, had := w.settings[user]
-	w.mu.Unlock()
-	if !had {
+	if _, had := w.setting(user); !had {
 		return nil
 	}
 	if err := w.store.DeleteSetting(user); err != nil {
 		return err
 	}
+	w.forget(user)
+	return nil
+}
+
+// setting is user's webhook here, if this node keeps one.
+func (w *Webhooks) setting(user string) (event.NotifySetting, bool) {
 	w.mu.Lock()
+	defer w.mu.Unlock()
+	s, ok := w.settings[user]
+	return s, ok
+}
+
+// keep holds s as its user's webhook here, with a clean delivery record
+// (the store has it already).
+func (w *Webhooks) keep(s event.NotifySetting) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.settings[s.User] = s
+	delete(w.status, s.User)
+}
+
+// forget drops user's webhook and its delivery record (the store has
+// dropped it already).
+func (w *Webhooks) forget(user string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
 	delete(w.settings, user)
 	delete(w.status, user)
-	w.mu.Unlock()
-	return nil
 }
 
 // Status is user's webhook and how its deliveries went, as kept here.
@@ -444,39 +461,38 @@ func (w *Webhooks) Deliver(n event.Notice) {
 // worker delivers one user's notices until the queue is empty.
 func (w *Webhooks) worker(user string, q chan event.Notice) {
 	defer w.wg.Done()
-	for {
-		w.mu.Lock()
-		if len(q) == 0 {
-			delete(w.queues, user)
-			w.mu.Unlock()
-			return
-		}
-		w.mu.Unlock()
+	for !w.drained(user, q) {
 		w.retry(<-q)
 	}
+}
+
+// drained reports whether user's queue q is empty, and then forgets it (a
+// later notice starts a new worker); Deliver adds to q under the same lock.
+func (w *Webhooks) drained(user string, q chan event.Notice) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if len(q) > 0 {
+		return false
+	}
+	delete(w.queues, user)
+	return true
 }
 
 func (w *Webhooks) retry(n event.Notice) {
 	attempts := 0
 	for i := 0; ; i++ {
-		w.mu.Lock()
-		s, ok := w.settings[n.User]
-		w.mu.Unlock()
+		s, ok := w.setting(n.User)
 		if !ok {
 			return // they turned it off meanwhile
 		}
 		attempts++
 		err := w.post(w.ctx, s, n)
 		if err == nil {
-			w.mu.Lock()
-			w.deliveryLocked(n.User).lastOK = w.clock.Now().Round(0)
-			w.mu.Unlock()
+			w.outcome(n, nil, attempts)
 			return
 		}
 		if i >= len(w.cfg.Backoff) || w.ctx.Err() != nil {
-			w.mu.Lock()
-			w.failLocked(n.User, n, err, attempts)
-			w.mu.Unlock()
+			w.outcome(n, err, attempts)
 			w.cfg.Log.Warn("webhook: gave up on a notice", "user", n.User, "attempts", attempts, "err", err)
 			return
 		}
@@ -507,9 +523,7 @@ func (w *Webhooks) failLocked(user string, n event.Notice, err error, attempts i
 // Test posts n to user's webhook now, once, and says how it went; ok is
 // false when this node keeps no webhook for them.
 func (w *Webhooks) Test(ctx context.Context, n event.Notice) (ok bool, err error) {
-	w.mu.Lock()
-	s, ok := w.settings[n.User]
-	w.mu.Unlock()
+	s, ok := w.setting(n.User)
 	if !ok {
 		return false, nil
 	}
@@ -525,14 +539,20 @@ func (w *Webhooks) Test(ctx context.Context, n event.Notice) (ok bool, err error
 			}
 		}
 	}
+	w.outcome(n, err, 1)
+	return true, err
+}
+
+// outcome records how delivering n went after attempts tries: a success
+// (err nil) as the user's last good delivery, else a Failure.
+func (w *Webhooks) outcome(n event.Notice, err error, attempts int) {
 	w.mu.Lock()
+	defer w.mu.Unlock()
 	if err == nil {
 		w.deliveryLocked(n.User).lastOK = w.clock.Now().Round(0)
-	} else {
-		w.failLocked(n.User, n, err, 1)
+		return
 	}
-	w.mu.Unlock()
-	return true, err
+	w.failLocked(n.User, n, err, attempts)
 }
 
 // Payload is the JSON body: "text" is what Slack and Mattermost read,

@@ -15,5 +15,5 @@ func ExplainDiskFailure(err error) error {
 	if err == nil || lease.CodeOf(err) != "" || !errors.Is(err, syscall.EIO) {
 		return err
 	}
-	return &lease.Error{Code: lease.CodeUnavailable, Msg: err.Error() + ": the agent's disk failed to save it, so nothing changed; try again, and if it keeps failing check the disk (dmesg) and run `dibs doctor`"}
+	return lease.Wrapf(lease.CodeUnavailable, err, "%v: the agent's disk failed to save it, so nothing changed; try again, and if it keeps failing check the disk (dmesg) and run `dibs doctor`", err)
 }

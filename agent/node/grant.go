@@ -253,9 +253,9 @@ func (x *sessionJob) startSession(ctx context.Context, l lease.Lease, u launch.U
 	if err != nil {
 		switch {
 		case errors.Is(err, launch.ErrWorkDir):
-			return l, lease.Invalidf("%v", err)
+			return l, lease.Wrap(lease.CodeInvalid, err)
 		case errors.Is(err, launch.ErrStatusDir):
-			return l, &lease.Error{Code: lease.CodeUnavailable, Msg: err.Error()}
+			return l, lease.Wrap(lease.CodeUnavailable, err)
 		case errors.Is(err, launch.ErrTmuxNotFound):
 			return l, &lease.Error{Code: lease.CodeUnavailable, Msg: launch.ErrTmuxNotFound.Error()}
 		case errors.Is(err, launch.ErrSessionExists) && !dibsChose:

@@ -363,7 +363,7 @@ type HealthReply struct {
 // Validate implements Message.
 func (r HealthReply) Validate() error {
 	if err := r.Report.Validate(); err != nil {
-		return lease.Invalidf("%v", err)
+		return lease.Wrap(lease.CodeInvalid, err)
 	}
 	return nil
 }
@@ -441,12 +441,12 @@ func (r HistoryReply) Validate() error {
 	}
 	for i := range r.Buckets {
 		if err := r.Buckets[i].Validate(); err != nil {
-			return lease.Invalidf("%v", err)
+			return lease.Wrap(lease.CodeInvalid, err)
 		}
 	}
 	if r.Run != nil {
 		if err := r.Run.Check(); err != nil {
-			return lease.Invalidf("a kept run: %v", err)
+			return lease.Wrapf(lease.CodeInvalid, err, "a kept run: %v", err)
 		}
 		if r.Run.Kept || !lease.ValidUserName(r.RunUser) {
 			return lease.Invalidf("a kept run without its command or holder")

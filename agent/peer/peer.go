@@ -16,7 +16,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strings"
 	"sync"
 
 	"github.com/dibs-gpu/dibs/agent/node"
@@ -190,10 +189,10 @@ func Handle[Req, Resp Message](m *Mux, e Endpoint[Req, Resp], f func(ctx context
 		remote: func(ctx context.Context, from string, who Actor, body []byte) ([]byte, error) {
 			var req Req
 			if err := decode(body, &req, m.strict()); err != nil {
-				return nil, lease.Invalidf("malformed %s request from %s: %v", e.Name, from, err)
+				return nil, lease.Wrapf(lease.CodeInvalid, err, "malformed %s request from %s: %v", e.Name, from, err)
 			}
 			if err := req.Validate(); err != nil {
-				return nil, lease.Invalidf("%s request from %s: %v", e.Name, from, err)
+				return nil, lease.Wrapf(lease.CodeInvalid, err, "%s request from %s: %v", e.Name, from, err)
 			}
 			resp, err := f(ctx, from, who, req)
 			if err != nil {
@@ -284,7 +283,7 @@ func (m *Mux) Serve(ctx context.Context, from, op string, body []byte) (reply []
 		if c == "" {
 			c = lease.CodeUnavailable
 		}
-		return nil, c, oneLine(err.Error())
+		return nil, c, lease.OneLine(err.Error())
 	}
 	m.mu.RLock()
 	h, ok := m.h[op]
@@ -294,13 +293,13 @@ func (m *Mux) Serve(ctx context.Context, from, op string, body []byte) (reply []
 	}
 	var env envelope
 	if err := decode(body, &env, m.strict()); err != nil {
-		return refuse(lease.Invalidf("malformed %s request from %s: %v", op, from, err))
+		return refuse(lease.Wrapf(lease.CodeInvalid, err, "malformed %s request from %s: %v", op, from, err))
 	}
 	if _, hi := m.Protocols(); env.V < MinVersion || env.V > hi {
 		return refuse(lease.Invalidf("%s speaks agent protocol %d and this agent %d to %d: nodes may be at most one dibs release apart; upgrade the older one", from, env.V, MinVersion, hi))
 	}
 	if err := env.Actor.validate(); err != nil {
-		return refuse(lease.Invalidf("%s request from %s: %v", op, from, err))
+		return refuse(lease.Wrapf(lease.CodeInvalid, err, "%s request from %s: %v", op, from, err))
 	}
 	out, err := h.remote(ctx, from, env.Actor, env.Req)
 	if err != nil {
@@ -333,8 +332,6 @@ func decode(b []byte, v any, strict bool) error {
 	}
 	return nil
 }
-
-func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }
 
 func truncate(s string) string {
 	if len(s) > 40 {

@@ -64,7 +64,7 @@ func (r TallyReply) Validate() error {
 		return lease.Invalidf("a tally page of %d waits and %d gang ranks, over %d and %d", len(r.Tally.Waits), len(r.Tally.GangRanks), TallyWaitsPerPage, TallyRanksPerPage)
 	}
 	if err := r.Tally.Validate(); err != nil {
-		return lease.Invalidf("%v", err)
+		return lease.Wrap(lease.CodeInvalid, err)
 	}
 	return nil
 }

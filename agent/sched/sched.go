@@ -373,7 +373,7 @@ func (s *Scheduler) refused(ctx context.Context, st queue.Start, err error) {
 		node = re.node
 	}
 	if _, err := peer.Call(ctx, s.deps.Peers, st.Entry.Origin, peer.Refused, peer.System,
-		peer.RefusedRequest{Key: st.Entry.Key(), Node: node, Reason: termsafe.String(oneLine(err.Error()))}); err != nil {
+		peer.RefusedRequest{Key: st.Entry.Key(), Node: node, Reason: termsafe.String(lease.OneLine(err.Error()))}); err != nil {
 		s.deps.Log.Warn("tell the origin a start was refused", "entry", st.Entry.ID, "err", err)
 	}
 }
@@ -396,8 +396,6 @@ type rankError struct {
 
 func (e *rankError) Error() string { return fmt.Sprintf("reserve rank on %s: %v", e.node, e.err) }
 func (e *rankError) Unwrap() error { return e.err }
-
-func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }
 
 // notifyStarted tells the entry's origin that it runs.
 func (s *Scheduler) notifyStarted(ctx context.Context, e queue.QueueEntry) {

@@ -36,7 +36,7 @@ func (s *Server) handleFollowEvents(w http.ResponseWriter, r *http.Request) {
 	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, MaxRequestBody))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&req); err != nil {
-		writeError(w, http.StatusBadRequest, lease.CodeInvalid, "malformed request body: "+oneLine(err.Error()))
+		writeError(w, http.StatusBadRequest, lease.CodeInvalid, "malformed request body: "+lease.OneLine(err.Error()))
 		return
 	}
 	ctx, cancel := context.WithCancel(r.Context())

@@ -17,7 +17,6 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -317,7 +316,7 @@ func post[Req, Resp any](s *Server, f func(*core.Bound, context.Context, Req) (R
 		dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, MaxRequestBody))
 		dec.DisallowUnknownFields()
 		if err := dec.Decode(&req); err != nil {
-			writeError(w, http.StatusBadRequest, lease.CodeInvalid, "malformed request body: "+oneLine(err.Error()))
+			writeError(w, http.StatusBadRequest, lease.CodeInvalid, "malformed request body: "+lease.OneLine(err.Error()))
 			return
 		}
 		if dec.More() {
@@ -368,10 +367,8 @@ func writeErr(w http.ResponseWriter, err error) {
 	case lease.CodeNoAnswer:
 		status = http.StatusGatewayTimeout
 	}
-	writeError(w, status, code, oneLine(err.Error()))
+	writeError(w, status, code, lease.OneLine(err.Error()))
 }
-
-func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }
 
 // handleWatch streams the board as JSON lines: now, then after every
 // change. Each board gets its own write deadline, so a reader that stops

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"strconv"
 	"strings"
 	"time"
 
@@ -101,15 +100,11 @@ func bookCmd(c *cli) *cobra.Command {
 // request checks the flags and reads --at in the local time zone.
 func (f *bookFlags) request(now time.Time) (api.BookRequest, error) {
 	req := api.BookRequest{Node: f.node, Count: f.count, Duration: f.dur, Kind: f.kind, Note: f.note, Model: f.model, Tags: f.pools, NodeChoice: f.where}
-	if f.ids != "" {
-		for _, s := range strings.Split(f.ids, ",") {
-			n, err := strconv.Atoi(strings.TrimSpace(s))
-			if err != nil || n < 0 {
-				return req, fmt.Errorf("--ids %q: give GPU indices like 0,2 (-g/--gpus takes a count)", f.ids)
-			}
-			req.GPUs = append(req.GPUs, n)
-		}
+	ids, err := parseIDs(f.ids)
+	if err != nil {
+		return req, err
 	}
+	req.GPUs = ids
 	switch {
 	case f.nodes < 0 || f.perNode < 0:
 		return req, errors.New("--nodes and --gpus-per-node take a positive count")
@@ -128,8 +123,8 @@ func (f *bookFlags) request(now time.Time) (api.BookRequest, error) {
 	if req.Count == 0 && len(req.GPUs) == 0 {
 		return req, errors.New("say how many GPUs to book (-g 4) or which (--ids 0,2)")
 	}
-	if f.count > 0 && len(req.GPUs) > 0 {
-		return req, fmt.Errorf("-g %d and --ids %s both say which GPUs: give -g N for any N, or --ids for those GPUs, not both", f.count, f.ids)
+	if err := countOrIDs(f.count, f.ids); err != nil {
+		return req, err
 	}
 	if f.at == "" {
 		return req, errors.New(`say when the booking starts: --at "tomorrow 09:00"`)

@@ -104,17 +104,13 @@ func (f *claimFlags) request() (api.ClaimRequest, error) { return f.build(true) 
 func (f *claimFlags) build(needCount bool) (api.ClaimRequest, error) {
 	req := api.ClaimRequest{Node: f.node, Count: f.count, Duration: f.dur, Note: f.note, Kind: f.kind, Force: f.force,
 		MIG: f.mig, Mem: f.mem, Model: f.model, Tags: f.pools, NodeChoice: f.where}
-	if f.ids != "" {
-		for _, s := range strings.Split(f.ids, ",") {
-			n, err := strconv.Atoi(strings.TrimSpace(s))
-			if err != nil || n < 0 {
-				return req, fmt.Errorf("--ids %q: give GPU indices like 0,2 (-g/--gpus takes a count)", f.ids)
-			}
-			req.GPUs = append(req.GPUs, n)
-		}
+	ids, err := parseIDs(f.ids)
+	if err != nil {
+		return req, err
 	}
-	if f.count > 0 && len(req.GPUs) > 0 {
-		return req, fmt.Errorf("-g %d and --ids %s both say which GPUs: give -g N for any N free GPUs, or --ids for those GPUs, not both", f.count, f.ids)
+	req.GPUs = ids
+	if err := countOrIDs(f.count, f.ids); err != nil {
+		return req, err
 	}
 	if needCount && f.count == 0 && len(req.GPUs) == 0 && f.mig == "" && f.mem == "" {
 		return req, errors.New("say how many GPUs (-g 2), which (--ids 0,2), a MIG instance (--mig 3g.40gb) or a memory budget (--mem 20G)")
@@ -645,4 +641,32 @@ func printSkew(w io.Writer, ms []api.Member) {
 	if len(older) > 0 {
 		fmt.Fprintf(w, "mixed versions: %s run an older dibs than protocol %d; upgrade them to finish the roll\n", strings.Join(older, ", "), newest)
 	}
+}
+
+// parseIDs reads --ids, GPU indices as nvidia-smi -i numbers them (0,2), for
+// claims and bookings alike; "" is none.
+func parseIDs(ids string) ([]int, error) {
+	if ids == "" {
+		return nil, nil
+	}
+	var gpus []int
+	for _, s := range strings.Split(ids, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(s))
+		if err != nil || n < 0 {
+			return nil, fmt.Errorf("--ids %q: give GPU indices like 0,2 (-g/--gpus takes a count)", ids)
+		}
+		gpus = append(gpus, n)
+	}
+	return gpus, nil
+}
+
+// countOrIDs refuses -g with --ids, for claims and bookings alike: both say
+// which GPUs, and dibs does not guess which was meant. The agent holds the
+// same rule for requests that come by other ways (lease.CheckCountOrIDs);
+// this one speaks in the flags the person typed.
+func countOrIDs(count int, ids string) error {
+	if count > 0 && ids != "" {
+		return fmt.Errorf("-g %d and --ids %s both say which GPUs: give -g N for any N free GPUs, or --ids for those GPUs, not both", count, ids)
+	}
+	return nil
 }

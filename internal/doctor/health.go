@@ -227,7 +227,7 @@ func Checks(nodes []NodeHealth, now time.Time) []Check {
 			ps = append(ps, Check{Status: Fail, Node: n.Node, Detail: fmt.Sprintf("%s answers but not to `dibs doctor`: it runs an older dibs", n.Node),
 				Fix: fmt.Sprintf("install the same dibs on %s as on the others and restart its agent", n.Node)})
 		default:
-			ps = append(ps, Check{Status: Fail, Node: n.Node, Detail: fmt.Sprintf("%s is a member but did not answer: %s", n.Node, oneLine(n.Error)),
+			ps = append(ps, Check{Status: Fail, Node: n.Node, Detail: fmt.Sprintf("%s is a member but did not answer: %s", n.Node, lease.OneLine(n.Error)),
 				Fix: fmt.Sprintf("check that %s's gossip port is open both ways (TCP and UDP) and its agent is not stuck (`journalctl -u dibs` on %s)", n.Node, n.Node)})
 		}
 	}
@@ -494,8 +494,6 @@ func orText(s, def string) string {
 	}
 	return s
 }
-
-func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }
 
 func ints(xs []int) string {
 	s := make([]string, len(xs))

@@ -247,6 +247,10 @@ func sbatchValue(s string) string {
 	}, s)
 }
 
+// oneLine keeps text on one comment line of a script: every control
+// character becomes a space, since a newline would end the comment and
+// start a command. It is not lease.OneLine, which folds white space alone
+// and leaves other control characters (an escape) in place.
 func oneLine(s string) string {
 	return strings.Map(func(r rune) rune {
 		if r < ' ' || r == 0x7f {
