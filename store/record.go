@@ -170,6 +170,10 @@ type entryRecord struct {
 	// Added with queued MIG instances, optional: without it a queued MIG
 	// request would come back from a restart as one for whole GPUs.
 	MIG string `json:"mig,omitempty"`
+	// Added with --nodelist and --exclude, optional: without them a queued
+	// request would come back from a restart free to run anywhere.
+	Nodelist []string `json:"nodelist,omitempty"`
+	Exclude  []string `json:"exclude,omitempty"`
 }
 
 // arrayRecord is how a job array's parent keeps its tasks (frozen, like
@@ -223,7 +227,7 @@ func entryToRecord(e queue.QueueEntry) entryRecord {
 		Kind: string(e.Kind), Note: e.Note, Requeue: e.Requeue, MaxRestarts: e.MaxRestarts, NoRequeue: e.NoRequeue,
 		Restarts: e.Restarts, Attempt: e.Attempt, Running: e.Running, Model: e.Model,
 		RequestID: e.RequestID, Tags: e.Tags, MemMiB: e.MemMiB, Job: jobToRecord(e.Job), Placer: e.Placer,
-		RetryAt: e.RetryAt, RetryWhy: e.RetryWhy, MIG: e.MIG,
+		RetryAt: e.RetryAt, RetryWhy: e.RetryWhy, MIG: e.MIG, Nodelist: e.Only, Exclude: e.NodeChoice.Exclude,
 	}
 	r.Array, r.After = sweepToRecord(e)
 	return r
@@ -237,6 +241,7 @@ func (r *entryRecord) entry() queue.QueueEntry {
 		Restarts: r.Restarts, Attempt: r.Attempt, Running: r.Running, Model: r.Model,
 		RequestID: r.RequestID, Tags: r.Tags, MemMiB: r.MemMiB, Job: r.Job.job(), Placer: r.Placer,
 		RetryAt: r.RetryAt, RetryWhy: r.RetryWhy, MIG: r.MIG,
+		NodeChoice: lease.NodeChoice{Only: r.Nodelist, Exclude: r.Exclude},
 	}
 	e.Array, e.After = r.sweep()
 	return e
