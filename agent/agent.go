@@ -384,17 +384,6 @@ func (a *Agent) serve() error {
 			cl.awaitPeers(awaitPeers)
 		}
 	}
-	if a.cfg.Socket != "" {
-		var obs sockapi.Observer
-		if a.metrics != nil {
-			obs = a.metrics
-		}
-		sock, err := sockapi.Listen(a.cfg.Socket, a.svc, a.cfg.Limits, obs, a.log.With("part", "socket"))
-		if err != nil {
-			return err
-		}
-		a.sock = sock
-	}
 	if a.metrics != nil {
 		srv, err := metrics.Listen(a.cfg.MetricsListen, a.metrics, a.log.With("part", "metrics"))
 		if err != nil {
@@ -414,6 +403,20 @@ func (a *Agent) serve() error {
 			return err
 		}
 		a.ssh = srv
+	}
+	// The socket last: a client that reaches it finds every front door of
+	// the agent open (a test or a script that waits for the socket and
+	// then dials the SSH port found it still closed).
+	if a.cfg.Socket != "" {
+		var obs sockapi.Observer
+		if a.metrics != nil {
+			obs = a.metrics
+		}
+		sock, err := sockapi.Listen(a.cfg.Socket, a.svc, a.cfg.Limits, obs, a.log.With("part", "socket"))
+		if err != nil {
+			return err
+		}
+		a.sock = sock
 	}
 	a.node.Run()
 	a.doctor.start(a.ctx)
