@@ -3,18 +3,21 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/dibs-gpu/dibs/agent/agenttest"
+	"github.com/dibs-gpu/dibs/api"
 	"github.com/dibs-gpu/dibs/internal/poll"
 	"github.com/dibs-gpu/dibs/internal/prereq"
 )
@@ -347,11 +350,10 @@ func TestInstallByTheGuide(t *testing.T) {
 	t.Run("upgrade each node in turn under a running gang", func(t *testing.T) {
 		upgradeUnderGang(t, nodes, deb)
 	})
-	// Hook for the rolling upgrade from the previous release (v0.1.0,
-	// e4e3039, built from its commit): upgrade node by node, in the
-	// documented order, under a running 2-node gang, keeping its rank
-	// PIDs, both leases and its output. Added by the upgrade work, here,
-	// before the removal below takes node03 out of the cluster.
+	// Before the removal below takes node03 out of the cluster.
+	t.Run("upgrade node by node from v0.1.0 under a running gang", func(t *testing.T) {
+		upgradeFromFirstRelease(t, nodes, inNode)
+	})
 	t.Run("remove with a board and a run open, then purge", func(t *testing.T) {
 		removeAndPurge(t, nodes[2], nodes[0], inNode)
 	})
@@ -623,4 +625,408 @@ func atoi(t *testing.T, s string) int {
 		t.Fatalf("%q is not a pid: %v", s, err)
 	}
 	return n
+}
+
+// firstReleaseDeb builds v0.1.0's package from its commit (e4e3039): its
+// binary as buildRelease builds it (no cgo: the GPUs through nvidia-smi,
+// as on a node without NVML), stamped 0.1.0 as its release was, packaged by
+// nfpm (which packaging/build-deb.sh installs) with that commit's own unit,
+// config and package scripts, so dpkg runs the real upgrade path from
+// v0.1.0's scripts to this release's. v0.1.0 was packaged by goreleaser,
+// a 14-minute build; this package has what goreleaser's had except the
+// man pages and completions (generated, and no part of the upgrade path).
+func firstReleaseDeb(t *testing.T) string {
+	t.Helper()
+	nfpm, err := exec.LookPath("nfpm")
+	if err != nil {
+		gopath, _ := exec.Command("go", "env", "GOPATH").Output()
+		nfpm = filepath.Join(strings.TrimSpace(string(gopath)), "bin", "nfpm")
+		if _, err := os.Stat(nfpm); err != nil {
+			prereq.Missing(t, "no nfpm (in PATH or $(go env GOPATH)/bin): packaging/build-deb.sh installs it; the test packages v0.1.0 with it")
+		}
+	}
+	full, err := exec.Command("git", "rev-parse", firstRelease+"^{commit}").Output()
+	if err != nil {
+		prereq.Missing(t, "commit %s (v0.1.0) is not in this clone: %v", firstRelease, err)
+	}
+	date, _ := exec.Command("git", "log", "-1", "--format=%cI", firstRelease).Output()
+	src, bin := buildReleaseTree(t, firstRelease, fmt.Sprintf("-s -w -X main.version=0.1.0 -X main.commit=%s -X main.date=%s",
+		strings.TrimSpace(string(full)), strings.TrimSpace(string(date))))
+	// The package of .goreleaser.yaml's nfpms at e4e3039 (amd64), less
+	// the generated man pages and completions; the libc dependency goes
+	// with cgo, which this build does not use.
+	conf := `name: dibs
+arch: amd64
+platform: linux
+version: 0.1.0
+version_schema: none
+section: admin
+priority: optional
+maintainer: dibs maintainers <dibs@users.noreply.github.com>
+vendor: dibs
+homepage: https://github.com/dibs-gpu/dibs
+license: Apache-2.0
+description: v0.1.0 (e4e3039), packaged by the install test
+depends: [tmux]
+overrides:
+  deb:
+    recommends: [openssh-client]
+contents:
+  - src: ` + bin + `
+    dst: /usr/bin/dibs
+    file_info: {mode: 0755}
+  - src: packaging/dibs.service
+    dst: /usr/lib/systemd/system/dibs.service
+    file_info: {mode: 0644}
+  - dst: /etc/dibs
+    type: dir
+    file_info: {mode: 0755}
+  - src: packaging/dibs.toml
+    dst: /etc/dibs/dibs.toml
+    type: config|noreplace
+    file_info: {mode: 0644}
+  - src: docs/examples/dibs.toml
+    dst: /usr/share/doc/dibs/examples/dibs.toml
+    file_info: {mode: 0644}
+  - src: README.md
+    dst: /usr/share/doc/dibs/README.md
+    file_info: {mode: 0644}
+  - src: docs/operations.md
+    dst: /usr/share/doc/dibs/operations.md
+    file_info: {mode: 0644}
+  - src: CHANGELOG.md
+    dst: /usr/share/doc/dibs/CHANGELOG.md
+    file_info: {mode: 0644}
+  - src: LICENSE
+    dst: /usr/share/doc/dibs/LICENSE
+    file_info: {mode: 0644}
+scripts:
+  postinstall: packaging/scripts/postinstall.sh
+  preremove: packaging/scripts/preremove.sh
+  postremove: packaging/scripts/postremove.sh
+`
+	if err := os.WriteFile(filepath.Join(src, "nfpm-v0.1.0.yaml"), []byte(conf), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	deb := filepath.Join(t.TempDir(), "dibs_0.1.0_amd64.deb")
+	cmd := exec.Command(nfpm, "package", "--config", "nfpm-v0.1.0.yaml", "--packager", "deb", "--target", deb)
+	cmd.Dir = src
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("nfpm package of v0.1.0: %v\n%s", err, out)
+	}
+	return deb
+}
+
+// guideWhole waits until every node's `dibs status --json` lists every node
+// alive and its `dibs ls --json` shows every node's GPUs, through whichever
+// dibs each node has installed: one cluster, not two.
+func guideWhole(t *testing.T, nodes []*guideNode, within time.Duration) {
+	t.Helper()
+	agenttest.Eventually(t, within, "every node's dibs status and dibs ls to show every node alive", func() bool {
+		for _, n := range nodes {
+			out, err := n.command("dibs", "status", "--json").Output()
+			var st api.Status
+			if err != nil || json.Unmarshal(out, &st) != nil {
+				return false
+			}
+			alive := 0
+			for _, m := range st.Members {
+				if m.State == api.NodeAlive {
+					alive++
+				}
+			}
+			out, err = n.command("dibs", "ls", "--json").Output()
+			var b api.Board
+			if alive != len(nodes) || err != nil || json.Unmarshal(out, &b) != nil {
+				return false
+			}
+			shown := 0
+			for _, bn := range b.Nodes {
+				if bn.State == api.NodeAlive && len(bn.GPUs) > 0 {
+					shown++
+				}
+			}
+			if shown != len(nodes) {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+// guideGang is a 2-node gang on the install test's nodes: submitted at
+// origin, its ranks append 1, 2, 3… to /var/cache/dibs-install/count-RANK
+// on their nodes every 0.2 s.
+type guideGang struct {
+	nodes  []*guideNode
+	origin *guideNode
+	id     string
+	ranks  map[string]gangRank // by lease id, as they were once it ran
+}
+
+// countFile is where rank r of a guideGang counts, on its node.
+func countFile(r int) string { return fmt.Sprintf("/var/cache/dibs-install/count-%d", r) }
+
+// ranksOn is the gang's committed ranks as n's board shows them, each with
+// its session's process on its node; nil when n's agent does not answer.
+func (g *guideGang) ranksOn(n *guideNode) map[string]gangRank {
+	out, err := n.command("dibs", "ls", "--json").Output()
+	var b api.Board
+	if err != nil || json.Unmarshal(out, &b) != nil {
+		return nil
+	}
+	ranks := map[string]gangRank{}
+	for _, bn := range b.Nodes {
+		for _, gpu := range bn.GPUs {
+			if l := gpu.Lease; l != nil && strings.HasPrefix(l.Entry, g.id+"#") && l.ReservedUntil.IsZero() {
+				ranks[l.ID] = gangRank{node: bn.Name, lease: l.ID, session: l.Session, pid: g.panes(bn.Name)[l.Session]}
+			}
+		}
+	}
+	return ranks
+}
+
+// panes is the tmux sessions' processes of root on the named node.
+func (g *guideGang) panes(node string) map[string]int {
+	panes := map[string]int{}
+	for _, n := range g.nodes {
+		if n.name != node {
+			continue
+		}
+		out, _ := n.command("tmux", "list-panes", "-a", "-F", "#{session_name} #{pane_pid}").Output()
+		for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+			name, pid, ok := strings.Cut(line, " ")
+			if p, err := strconv.Atoi(pid); ok && err == nil {
+				panes[name] = p
+			}
+		}
+	}
+	return panes
+}
+
+// counted is how far rank's loop has counted, or why its output is not one
+// run's: a line that is not the next number (the loop started again, or two
+// wrote at once).
+func (g *guideGang) counted(rank int) (int, string) {
+	for _, n := range g.nodes {
+		b, err := n.command("cat", countFile(rank)).Output()
+		if err != nil {
+			continue
+		}
+		lines := strings.Split(strings.TrimSuffix(string(b), "\n"), "\n")
+		for i, l := range lines {
+			if l != strconv.Itoa(i+1) {
+				return i, fmt.Sprintf("rank %d's output on %s has %q where %d was next: its run did not go on uninterrupted", rank, n.name, l, i+1)
+			}
+		}
+		return len(lines), ""
+	}
+	return 0, ""
+}
+
+// running reports whether the origin's `dibs queue --json` shows the gang
+// running; answered is false when its agent did not answer.
+func (g *guideGang) running() (answered, running bool) {
+	out, err := g.origin.command("dibs", "queue", "--json").Output()
+	var q api.Queue
+	if err != nil || json.Unmarshal(out, &q) != nil {
+		return false, false
+	}
+	for _, e := range q.Entries {
+		if e.ID == g.id {
+			return true, e.Running
+		}
+	}
+	return true, false
+}
+
+// watch checks, until the returned stop is called, what must hold while a
+// node is upgraded: every rank's process lives, the origin (when it
+// answers) shows the gang running, and every agent that answers holds the
+// rank leases of its own node. stop returns the first breach seen, or "".
+func (g *guideGang) watch(what string) (stop func() string) {
+	done, result := make(chan struct{}), make(chan string, 1)
+	go func() {
+		breach := func() string {
+			for _, r := range g.ranks {
+				if err := syscall.Kill(r.pid, 0); err != nil {
+					return fmt.Sprintf("rank lease %s's process %d on %s ended", r.lease, r.pid, r.node)
+				}
+			}
+			if answered, running := g.running(); answered && !running {
+				return fmt.Sprintf("%s's `dibs queue` shows %s not running", g.origin.name, g.id)
+			}
+			for _, n := range g.nodes {
+				now := g.ranksOn(n)
+				if now == nil {
+					continue // its agent is being restarted
+				}
+				for id, r := range g.ranks {
+					if r.node == n.name && now[id].lease != id {
+						return fmt.Sprintf("%s's own board no longer holds its rank lease %s", n.name, id)
+					}
+				}
+			}
+			return ""
+		}
+		for {
+			if b := breach(); b != "" {
+				result <- what + ": " + b
+				return
+			}
+			select {
+			case <-done:
+				result <- ""
+				return
+			case <-time.After(200 * time.Millisecond):
+			}
+		}
+	}()
+	return func() string {
+		close(done)
+		return <-result
+	}
+}
+
+// upgradeFromFirstRelease rolls the first hop as docs/operations.md
+// ("Upgrading") says, with the packages: every node goes back to v0.1.0's
+// package (built from its commit; its state wiped, which v0.1.0 could not
+// read), a 2-node gang is submitted at node01 (node03's GPUs are claimed,
+// so its ranks run on node01 and node02), then each node is upgraded to
+// this release's package (deb, a path in every node) in the documented
+// order: the gang's origin, node01, first, then node02 and node03, each
+// agent restarted as try-restart would (SIGTERM: v0.1.0's is a leave). After
+// every node: the same rank leases and processes on every board, both
+// leases held by their nodes throughout, the origin showing the gang
+// running, and each rank's output counting on with no restart. Every node
+// ends on this release, its agent running, for the removal that follows.
+func upgradeFromFirstRelease(t *testing.T, nodes []*guideNode, deb string) {
+	old := firstReleaseDeb(t)
+	oldBytes, err := os.ReadFile(old)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const oldInNode = "/var/cache/dibs-install/dibs_0.1.0_amd64.deb"
+	// Keep the config the guide wrote: the package's differs.
+	const apt = "apt-get install -y -q -o Dpkg::Options::=--force-confold "
+	for _, n := range nodes {
+		n.agent.Process.Signal(syscall.SIGTERM)
+		n.agent.Wait()
+		n.sh(oldBytes, "cat > "+oldInNode)
+		n.sh(nil, "umount /run/dibs/exit/* 2>/dev/null || true; rm -rf /var/lib/dibs /run/dibs")
+		n.sh(nil, apt+"--allow-downgrades "+oldInNode)
+		if v := n.sh(nil, "dpkg-query -W -f='${Version}' dibs"); v != "0.1.0" {
+			t.Fatalf("%s: dibs %q installed, want 0.1.0", n.name, v)
+		}
+		n.startUnit()
+	}
+	guideWhole(t, nodes, 60*time.Second)
+	t.Cleanup(func() {
+		for _, n := range nodes {
+			n.command("tmux", "kill-server").Run()
+		}
+	})
+	node01, node03 := nodes[0], nodes[2]
+	out := node03.sh(nil, "dibs claim -g 2 --node node03 --for 1h --json")
+	var claim api.ClaimResponse
+	if json.Unmarshal([]byte(out), &claim); claim.ID == "" {
+		t.Fatalf("fill node03: dibs claim printed %q", out)
+	}
+	// Should the test stop midway: the removal that follows needs node03's
+	// GPUs free.
+	t.Cleanup(func() { node03.command("dibs", "release", claim.ID).Run() })
+	loop := `i=0; while :; do i=$((i+1)); echo $i >> /var/cache/dibs-install/count-$NODE_RANK; sleep 0.2; done`
+	out = node01.sh(nil, "dibs run --nodes 2 --gpus-per-node 1 --for 1h --json -- sh -c '"+loop+"'")
+	var sub api.Submitted
+	if json.Unmarshal([]byte(out), &sub); !strings.HasPrefix(sub.ID, "node01-") {
+		t.Fatalf("dibs run --nodes 2 at node01 (v0.1.0) printed %q: want an entry id naming node01, its origin", out)
+	}
+	g := &guideGang{nodes: nodes, origin: node01, id: sub.ID}
+	agenttest.Eventually(t, 45*time.Second, "both ranks of "+g.id+" to run and count", func() bool {
+		g.ranks = g.ranksOn(node01)
+		if len(g.ranks) != 2 {
+			return false
+		}
+		for _, r := range g.ranks {
+			if r.pid == 0 || r.node == node03.name {
+				return false
+			}
+		}
+		n0, _ := g.counted(0)
+		n1, _ := g.counted(1)
+		return n0 > 0 && n1 > 0
+	})
+	t.Logf("the gang %s runs on v0.1.0: %+v", g.id, g.ranks)
+	// The documented order: the gang's origin first, then the others.
+	for _, n := range nodes {
+		what := n.name + " upgraded from v0.1.0"
+		before := map[int]int{}
+		for rank := range 2 {
+			before[rank], _ = g.counted(rank)
+		}
+		stop := g.watch(what)
+		out := n.sh(nil, apt+deb) // deb is in every node since the install
+		if !strings.Contains(out, "an agent runs (pid "+fmt.Sprint(n.agent.Process.Pid)) {
+			t.Errorf("%s: upgrading from v0.1.0 did not name the running agent (pid %d):\n%s", n.name, n.agent.Process.Pid, out)
+		}
+		// systemctl try-restart: SIGTERM, then the unit's ExecStart.
+		n.agent.Process.Signal(syscall.SIGTERM)
+		n.agent.Wait()
+		n.startUnit()
+		guideWhole(t, nodes, 60*time.Second)
+		// An absence: the origin judges its running gangs every 2 s and at
+		// once on a membership change; v0.1.0 gave a gang up within a pass.
+		time.Sleep(5 * time.Second) // absence window: the watcher checks the gang all along; two passes and more must not give it up
+		if b := stop(); b != "" {
+			t.Fatal(b)
+		}
+		for _, on := range nodes {
+			now := g.ranksOn(on)
+			if len(now) != len(g.ranks) {
+				t.Fatalf("%s: %s's board shows the gang's ranks as %+v, want %+v", what, on.name, now, g.ranks)
+			}
+			for id, r := range g.ranks {
+				if now[id] != r {
+					t.Fatalf("%s: %s's board shows rank lease %s as %+v, want %+v", what, on.name, id, now[id], r)
+				}
+			}
+		}
+		for rank := range 2 {
+			c, why := g.counted(rank)
+			if why != "" {
+				t.Fatalf("%s: %s", what, why)
+			}
+			if c <= before[rank] {
+				t.Fatalf("%s: rank %d counted to %d before and %d after: its run stalled", what, rank, before[rank], c)
+			}
+		}
+		t.Logf("%s: the gang held (%s)", what, g.id)
+	}
+	for _, n := range nodes {
+		if v := n.sh(nil, "dpkg-query -W -f='${Version}' dibs"); v == "0.1.0" {
+			t.Errorf("%s: still dibs 0.1.0 after its upgrade", n.name)
+		}
+	}
+	// The removal that follows starts a run on node03, which must find
+	// node03's GPUs free (else it runs elsewhere): the gang and the claim
+	// end, and every board shows every GPU free.
+	node01.sh(nil, "dibs cancel "+g.id)
+	node03.sh(nil, "dibs release "+claim.ID)
+	agenttest.Eventually(t, 30*time.Second, "every GPU free on every board after the gang and the claim end", func() bool {
+		for _, n := range nodes {
+			out, err := n.command("dibs", "ls", "--json").Output()
+			var b api.Board
+			if err != nil || json.Unmarshal(out, &b) != nil {
+				return false
+			}
+			for _, bn := range b.Nodes {
+				for _, gpu := range bn.GPUs {
+					if gpu.Lease != nil {
+						return false
+					}
+				}
+			}
+		}
+		return true
+	})
 }

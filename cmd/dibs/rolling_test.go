@@ -32,6 +32,16 @@ const firstRelease = "e4e3039"
 // clone has the history) when the commit is not in the clone.
 func buildRelease(t *testing.T, commit string) string {
 	t.Helper()
+	_, bin := buildReleaseTree(t, commit, "")
+	return bin
+}
+
+// buildReleaseTree is buildRelease with the commit's source tree (its
+// packaging files, for a test that packages the release) and ldflags for
+// the build (a release's version stamp), both returned: the tree, then the
+// binary.
+func buildReleaseTree(t *testing.T, commit, ldflags string) (src, bin string) {
+	t.Helper()
 	if _, err := exec.LookPath("git"); err != nil {
 		prereq.Missing(t, "no git: cannot build the first release from history")
 	}
@@ -43,7 +53,7 @@ func buildRelease(t *testing.T, commit string) string {
 	if err := exec.Command("git", "-C", repo, "cat-file", "-e", commit+"^{commit}").Run(); err != nil {
 		prereq.Missing(t, "commit %s (v0.1.0) is not in this clone (a shallow clone?): fetch the history to run the rolling-upgrade test", commit)
 	}
-	src := t.TempDir()
+	src = t.TempDir()
 	archive := exec.Command("git", "-C", repo, "archive", "--format=tar", commit)
 	untar := exec.Command("tar", "-x", "-C", src)
 	pipe, err := archive.StdoutPipe()
@@ -64,10 +74,10 @@ func buildRelease(t *testing.T, commit string) string {
 	if err := untar.Wait(); err != nil {
 		t.Fatalf("untar %s: %v: %s", commit, err, untarErr.String())
 	}
-	bin := filepath.Join(t.TempDir(), "dibs-"+commit)
+	bin = filepath.Join(t.TempDir(), "dibs-"+commit)
 	// -trimpath keeps the build cache's entries independent of the
 	// temporary directory, so a second run compiles only what changed.
-	build := exec.Command("go", "build", "-trimpath", "-o", bin, "./cmd/dibs")
+	build := exec.Command("go", "build", "-trimpath", "-ldflags", ldflags, "-o", bin, "./cmd/dibs")
 	build.Dir = src
 	build.Env = append(os.Environ(), "CGO_ENABLED=0", "GOFLAGS=")
 	if out, err := build.CombinedOutput(); err != nil {
@@ -77,7 +87,7 @@ func buildRelease(t *testing.T, commit string) string {
 		t.Fatalf("build %s: %v\n%s", commit, err, out)
 	}
 	os.Chmod(filepath.Dir(bin), 0o755)
-	return bin
+	return src, bin
 }
 
 // mixedNode is one agent process of a cluster whose nodes may run
