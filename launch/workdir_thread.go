@@ -38,8 +38,7 @@ func enterOnThread(ctx context.Context, u User, dir string, release func()) (err
 	}
 	done := make(chan error, 1)
 	go func() {
-		defer release()
-		done <- asUserFS(u, func() error {
+		err := asUserFS(u, func() error {
 			cwd := atFDCWD
 			_, _, errno := syscall.Syscall6(sysFaccessat2, uintptr(cwd), uintptr(unsafe.Pointer(path)), 1 /* X_OK */, atEAccess, 0, 0)
 			if errno != 0 {
@@ -47,6 +46,11 @@ func enterOnThread(ctx context.Context, u User, dir string, release func()) (err
 			}
 			return nil
 		})
+		// The slot goes back before the answer, so a check that has
+		// returned holds none (a deferred release ran after the send,
+		// and a caller could see its own slot still held).
+		release()
+		done <- err
 	}()
 	select {
 	case err := <-done:
