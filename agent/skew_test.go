@@ -3,6 +3,7 @@ package agent_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -231,9 +232,15 @@ func TestPreviousReleaseLeaveIsARestart(t *testing.T) {
 	}) {
 		t.Fatalf("the gang stopped running when the v0.1.0 node02 stopped (its leave is a restart): %s", st)
 	}
-	agenttest.Eventually(t, 10*time.Second, "node01 to record node02 restarting", func() bool { return len(events()) > 0 })
+	// On a loaded machine node01's prober may find node02 silent before
+	// its leave notice arrives, and record that first ("not answering"):
+	// what must hold is that the stop is recorded as a restart, and never
+	// as leaving for good.
+	agenttest.Eventually(t, 10*time.Second, "node01 to record node02 restarting", func() bool {
+		return slices.ContainsFunc(events(), func(text string) bool { return strings.Contains(text, "the agent on node02 is restarting") })
+	})
 	for _, text := range events() {
-		if !strings.Contains(text, "the agent on node02 is restarting") {
+		if strings.Contains(text, "for good") {
 			t.Errorf("node01 records node02's stop as %q, want it restarting", text)
 		}
 	}
