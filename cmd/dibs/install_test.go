@@ -850,47 +850,29 @@ func (g *guideGang) running() (answered, running bool) {
 // answers) shows the gang running, and every agent that answers holds the
 // rank leases of its own node. stop returns the first breach seen, or "".
 func (g *guideGang) watch(what string) (stop func() string) {
-	done, result := make(chan struct{}), make(chan string, 1)
-	go func() {
-		breach := func() string {
-			for _, r := range g.ranks {
-				if err := syscall.Kill(r.pid, 0); err != nil {
-					return fmt.Sprintf("rank lease %s's process %d on %s ended", r.lease, r.pid, r.node)
-				}
-			}
-			if answered, running := g.running(); answered && !running {
-				return fmt.Sprintf("%s's `dibs queue` shows %s not running", g.origin.name, g.id)
-			}
-			for _, n := range g.nodes {
-				now := g.ranksOn(n)
-				if now == nil {
-					continue // its agent is being restarted
-				}
-				for id, r := range g.ranks {
-					if r.node == n.name && now[id].lease != id {
-						return fmt.Sprintf("%s's own board no longer holds its rank lease %s", n.name, id)
-					}
-				}
-			}
-			return ""
-		}
-		for {
-			if b := breach(); b != "" {
-				result <- what + ": " + b
-				return
-			}
-			select {
-			case <-done:
-				result <- ""
-				return
-			case <-time.After(200 * time.Millisecond):
+	breach := func() string {
+		for _, r := range g.ranks {
+			if err := syscall.Kill(r.pid, 0); err != nil {
+				return fmt.Sprintf("rank lease %s's process %d on %s ended", r.lease, r.pid, r.node)
 			}
 		}
-	}()
-	return func() string {
-		close(done)
-		return <-result
+		if answered, running := g.running(); answered && !running {
+			return fmt.Sprintf("%s's `dibs queue` shows %s not running", g.origin.name, g.id)
+		}
+		for _, n := range g.nodes {
+			now := g.ranksOn(n)
+			if now == nil {
+				continue // its agent is being restarted
+			}
+			for id, r := range g.ranks {
+				if r.node == n.name && now[id].lease != id {
+					return fmt.Sprintf("%s's own board no longer holds its rank lease %s", n.name, id)
+				}
+			}
+		}
+		return ""
 	}
+	return watchBreach(what, 200*time.Millisecond, breach)
 }
 
 // upgradeFromFirstRelease rolls the first hop as docs/operations.md

@@ -517,47 +517,29 @@ func (g *rollingGang) running(t *testing.T) (answered, running bool) {
 // rank's process lives. stop returns the first breach seen, or "".
 func (g *rollingGang) watch(t *testing.T, what string) (stop func() string) {
 	t.Helper()
-	done, result := make(chan struct{}), make(chan string, 1)
-	go func() {
-		breach := func() string {
-			for _, r := range g.ranks {
-				if err := syscall.Kill(r.pid, 0); err != nil {
-					return fmt.Sprintf("rank lease %s's process %d on %s ended", r.lease, r.pid, r.node)
-				}
-			}
-			if answered, running := g.running(t); answered && !running {
-				return fmt.Sprintf("%s's `dibs queue` shows %s not running", g.origin.name, g.id)
-			}
-			for _, n := range g.c.nodes {
-				now := g.ranksOn(t, n)
-				if now == nil {
-					continue // its agent is being swapped
-				}
-				for id, r := range g.ranks {
-					if r.node == n.name && now[id].lease != id {
-						return fmt.Sprintf("%s's own board no longer holds its rank lease %s", n.name, id)
-					}
-				}
-			}
-			return ""
-		}
-		for {
-			if b := breach(); b != "" {
-				result <- what + ": " + b
-				return
-			}
-			select {
-			case <-done:
-				result <- ""
-				return
-			case <-time.After(100 * time.Millisecond):
+	breach := func() string {
+		for _, r := range g.ranks {
+			if err := syscall.Kill(r.pid, 0); err != nil {
+				return fmt.Sprintf("rank lease %s's process %d on %s ended", r.lease, r.pid, r.node)
 			}
 		}
-	}()
-	return func() string {
-		close(done)
-		return <-result
+		if answered, running := g.running(t); answered && !running {
+			return fmt.Sprintf("%s's `dibs queue` shows %s not running", g.origin.name, g.id)
+		}
+		for _, n := range g.c.nodes {
+			now := g.ranksOn(t, n)
+			if now == nil {
+				continue // its agent is being swapped
+			}
+			for id, r := range g.ranks {
+				if r.node == n.name && now[id].lease != id {
+					return fmt.Sprintf("%s's own board no longer holds its rank lease %s", n.name, id)
+				}
+			}
+		}
+		return ""
 	}
+	return watchBreach(what, 100*time.Millisecond, breach)
 }
 
 // swap replaces n's agent with bin (SIGTERM, then bin on the same data, as
@@ -655,4 +637,30 @@ func containsAny(s string, words []string) bool {
 		}
 	}
 	return false
+}
+
+// watchBreach looks for a breach every interval, until the returned stop
+// is called; stop returns the first breach seen (prefixed with what), or
+// "". The rolling and install tests watch a gang through each upgrade with
+// it.
+func watchBreach(what string, every time.Duration, breach func() string) (stop func() string) {
+	done, result := make(chan struct{}), make(chan string, 1)
+	go func() {
+		for {
+			if b := breach(); b != "" {
+				result <- what + ": " + b
+				return
+			}
+			select {
+			case <-done:
+				result <- ""
+				return
+			case <-time.After(every):
+			}
+		}
+	}()
+	return func() string {
+		close(done)
+		return <-result
+	}
 }
