@@ -4,8 +4,8 @@ import (
 	"context"
 	"time"
 
-	"github.com/dibs-gpu/dibs/internal/doctor"
 	"github.com/dibs-gpu/dibs/lease"
+	"github.com/dibs-gpu/dibs/outgrow/doctor"
 	"github.com/dibs-gpu/dibs/queue"
 )
 

@@ -15,7 +15,7 @@ import (
 
 	"github.com/hashicorp/memberlist"
 
-	"github.com/dibs-gpu/dibs/internal/lograte"
+	"github.com/dibs-gpu/dibs/base/lograte"
 	"github.com/dibs-gpu/dibs/lease"
 	"github.com/dibs-gpu/dibs/nodeprobe"
 	"github.com/dibs-gpu/dibs/queue"

@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dibs-gpu/dibs/internal/poll"
+	"github.com/dibs-gpu/dibs/base/poll"
 	"github.com/dibs-gpu/dibs/lease"
 	"github.com/dibs-gpu/dibs/queue"
 )

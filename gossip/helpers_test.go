@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dibs-gpu/dibs/internal/poll"
+	"github.com/dibs-gpu/dibs/base/poll"
 	"github.com/dibs-gpu/dibs/lease"
 	"github.com/dibs-gpu/dibs/nodeprobe"
 	"github.com/dibs-gpu/dibs/nodeprobe/sim"

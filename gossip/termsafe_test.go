@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dibs-gpu/dibs/internal/termsafe"
+	"github.com/dibs-gpu/dibs/base/termsafe"
 	"github.com/dibs-gpu/dibs/lease"
 	"github.com/dibs-gpu/dibs/nodeprobe"
 	"github.com/dibs-gpu/dibs/queue"

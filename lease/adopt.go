@@ -5,7 +5,7 @@ import (
 	"slices"
 	"time"
 
-	"github.com/dibs-gpu/dibs/internal/termsafe"
+	"github.com/dibs-gpu/dibs/base/termsafe"
 	"github.com/dibs-gpu/dibs/nodeprobe"
 )
 

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/dibs-gpu/dibs/internal/termsafe"
+	"github.com/dibs-gpu/dibs/base/termsafe"
 	"github.com/dibs-gpu/dibs/nodeprobe"
 )
 

@@ -10,7 +10,7 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/dibs-gpu/dibs/internal/prereq"
+	"github.com/dibs-gpu/dibs/base/prereq"
 	"github.com/dibs-gpu/dibs/lease"
 	"github.com/dibs-gpu/dibs/store"
 )

@@ -12,7 +12,7 @@ import (
 	"github.com/charmbracelet/x/ansi"
 
 	"github.com/dibs-gpu/dibs/api"
-	"github.com/dibs-gpu/dibs/internal/termsafe"
+	"github.com/dibs-gpu/dibs/base/termsafe"
 	"github.com/dibs-gpu/dibs/lease"
 )
 

@@ -12,9 +12,9 @@ import (
 
 	"github.com/dibs-gpu/dibs/agent/peer"
 	"github.com/dibs-gpu/dibs/api"
-	"github.com/dibs-gpu/dibs/internal/doctor"
 	"github.com/dibs-gpu/dibs/launch"
 	"github.com/dibs-gpu/dibs/lease"
+	"github.com/dibs-gpu/dibs/outgrow/doctor"
 	"github.com/dibs-gpu/dibs/queue"
 )
 

@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dibs-gpu/dibs/internal/doctor"
 	"github.com/dibs-gpu/dibs/lease"
+	"github.com/dibs-gpu/dibs/outgrow/doctor"
 )
 
 var t0 = time.Date(2026, 3, 2, 9, 0, 0, 0, time.UTC)

@@ -6,8 +6,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/dibs-gpu/dibs/internal/doctor"
 	"github.com/dibs-gpu/dibs/lease"
+	"github.com/dibs-gpu/dibs/outgrow/doctor"
 	"github.com/dibs-gpu/dibs/queue"
 )
 

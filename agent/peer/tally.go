@@ -3,8 +3,8 @@ package peer
 import (
 	"time"
 
-	"github.com/dibs-gpu/dibs/internal/doctor"
 	"github.com/dibs-gpu/dibs/lease"
+	"github.com/dibs-gpu/dibs/outgrow/doctor"
 )
 
 // DoctorTally asks a node for its ledger since a time as doctor's running

@@ -17,7 +17,7 @@ import (
 
 	"github.com/dibs-gpu/dibs/agent/clock"
 	"github.com/dibs-gpu/dibs/agent/peer"
-	"github.com/dibs-gpu/dibs/internal/termsafe"
+	"github.com/dibs-gpu/dibs/base/termsafe"
 	"github.com/dibs-gpu/dibs/lease"
 	"github.com/dibs-gpu/dibs/queue"
 )

@@ -26,7 +26,7 @@ import (
 	"github.com/dibs-gpu/dibs/agent/core"
 	"github.com/dibs-gpu/dibs/agent/node"
 	"github.com/dibs-gpu/dibs/api"
-	"github.com/dibs-gpu/dibs/internal/lograte"
+	"github.com/dibs-gpu/dibs/base/lograte"
 	"github.com/dibs-gpu/dibs/lease"
 )
 

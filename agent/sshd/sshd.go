@@ -37,7 +37,7 @@ import (
 	"github.com/dibs-gpu/dibs/agent/clock"
 	"github.com/dibs-gpu/dibs/agent/core"
 	"github.com/dibs-gpu/dibs/api"
-	"github.com/dibs-gpu/dibs/internal/lograte"
+	"github.com/dibs-gpu/dibs/base/lograte"
 	"github.com/dibs-gpu/dibs/launch"
 	"github.com/dibs-gpu/dibs/lease"
 	"github.com/dibs-gpu/dibs/tui"

@@ -15,9 +15,9 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/dibs-gpu/dibs/api"
+	"github.com/dibs-gpu/dibs/base/columns"
+	"github.com/dibs-gpu/dibs/base/termsafe"
 	"github.com/dibs-gpu/dibs/event"
-	"github.com/dibs-gpu/dibs/internal/columns"
-	"github.com/dibs-gpu/dibs/internal/termsafe"
 	"github.com/dibs-gpu/dibs/lease"
 )
 

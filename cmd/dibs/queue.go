@@ -15,7 +15,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/dibs-gpu/dibs/api"
-	"github.com/dibs-gpu/dibs/internal/columns"
+	"github.com/dibs-gpu/dibs/base/columns"
 	"github.com/dibs-gpu/dibs/lease"
 	"github.com/dibs-gpu/dibs/queue"
 )

@@ -12,10 +12,10 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/dibs-gpu/dibs/api"
-	"github.com/dibs-gpu/dibs/internal/columns"
-	"github.com/dibs-gpu/dibs/internal/replay"
+	"github.com/dibs-gpu/dibs/base/columns"
 	"github.com/dibs-gpu/dibs/lease"
 	"github.com/dibs-gpu/dibs/nodeprobe"
+	"github.com/dibs-gpu/dibs/outgrow/replay"
 )
 
 type replayFlags struct {

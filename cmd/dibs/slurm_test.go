@@ -20,12 +20,12 @@ import (
 	"github.com/dibs-gpu/dibs/agent"
 	"github.com/dibs-gpu/dibs/agent/agenttest"
 	"github.com/dibs-gpu/dibs/api"
-	"github.com/dibs-gpu/dibs/internal/poll"
+	"github.com/dibs-gpu/dibs/base/poll"
 	"github.com/dibs-gpu/dibs/lease"
 	"github.com/dibs-gpu/dibs/nodeprobe"
 	simprobe "github.com/dibs-gpu/dibs/nodeprobe/sim"
 
-	"github.com/dibs-gpu/dibs/internal/prereq"
+	"github.com/dibs-gpu/dibs/base/prereq"
 )
 
 // hostProbe is the simulator with this machine's real CPUs and memory, so

@@ -8,7 +8,7 @@ import (
 	"unicode"
 	"unicode/utf8"
 
-	"github.com/dibs-gpu/dibs/internal/termsafe"
+	"github.com/dibs-gpu/dibs/base/termsafe"
 )
 
 // hostile is the process name from the report that retitled and cleared an

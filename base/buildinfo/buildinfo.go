@@ -14,9 +14,9 @@ import (
 
 // Stamped at release time by the linker (see .goreleaser.yaml):
 //
-//	-X github.com/dibs-gpu/dibs/internal/buildinfo.version=0.2.0
-//	-X github.com/dibs-gpu/dibs/internal/buildinfo.commit=<sha>
-//	-X github.com/dibs-gpu/dibs/internal/buildinfo.date=<RFC 3339>
+//	-X github.com/dibs-gpu/dibs/base/buildinfo.version=0.2.0
+//	-X github.com/dibs-gpu/dibs/base/buildinfo.commit=<sha>
+//	-X github.com/dibs-gpu/dibs/base/buildinfo.date=<RFC 3339>
 //
 // They are package-level only because -X can set nothing else; nothing writes
 // them at run time. A plain `go build` leaves them empty and Read falls back

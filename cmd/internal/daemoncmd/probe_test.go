@@ -4,7 +4,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/dibs-gpu/dibs/internal/termsafe"
+	"github.com/dibs-gpu/dibs/base/termsafe"
 	"github.com/dibs-gpu/dibs/nodeprobe"
 )
 

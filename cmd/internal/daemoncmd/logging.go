@@ -5,7 +5,7 @@ import (
 	"io"
 	"log/slog"
 
-	"github.com/dibs-gpu/dibs/internal/termsafe"
+	"github.com/dibs-gpu/dibs/base/termsafe"
 )
 
 // newLogger builds the agent's structured log: JSON lines with
