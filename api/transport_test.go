@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"github.com/dibs-gpu/dibs/base/refusal"
 	"io"
 	"net"
 	"net/http"
@@ -13,8 +14,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/dibs-gpu/dibs/lease"
 )
 
 func TestReadResponse(t *testing.T) {
@@ -146,7 +145,7 @@ func TestClientAgainstNetHTTP(t *testing.T) {
 	})
 	mux.HandleFunc("/v1/queue", func(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(409)
-		json.NewEncoder(w).Encode(ErrorBody{Error: "the queue is paused", Code: lease.Code("paused")})
+		json.NewEncoder(w).Encode(ErrorBody{Error: "the queue is paused", Code: refusal.Code("paused")})
 	})
 	mux.HandleFunc("/v1/board", func(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "teapot", 418)

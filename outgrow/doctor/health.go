@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/dibs-gpu/dibs/base/words"
 	"github.com/dibs-gpu/dibs/lease"
 	"github.com/dibs-gpu/dibs/queue"
 )
@@ -90,7 +91,7 @@ const (
 
 // Validate bounds a report from another agent: sizes, names, times.
 func (r *Report) Validate() error {
-	if err := lease.ValidNodeName(r.Node); err != nil {
+	if err := words.ValidNodeName(r.Node); err != nil {
 		return err
 	}
 	for _, s := range []string{r.Version, r.SSHAddr, r.Tmux, r.TmuxError, r.Backend, r.BackendWhy, r.DataDir, r.DiskError,
@@ -98,33 +99,33 @@ func (r *Report) Validate() error {
 		if len(s) > maxText {
 			return fmt.Errorf("report of %s holds a field of %d bytes", r.Node, len(s))
 		}
-		if err := lease.CheckText("report field", s); err != nil {
+		if err := words.CheckText("report field", s); err != nil {
 			return fmt.Errorf("report of %s: %w", r.Node, err)
 		}
 	}
-	if r.Protocol < 0 || r.Protocol > 255 || !lease.ValidSince(r.Wall) {
+	if r.Protocol < 0 || r.Protocol > 255 || !words.ValidSince(r.Wall) {
 		return fmt.Errorf("report of %s has a bad protocol or clock", r.Node)
 	}
 	if len(r.Overdue) > maxFacts || len(r.Squatted) > maxFacts || len(r.StraySessions) > maxFacts || len(r.Sessionless) > maxFacts {
 		return fmt.Errorf("report of %s lists too much", r.Node)
 	}
 	for _, l := range slices.Concat(r.Overdue, r.Sessionless) {
-		if _, ok := lease.NodeOfID(l.Lease); !ok || !lease.ValidUserName(l.User) || lease.CheckGPUs(l.GPUs) != nil || l.For < 0 || len(l.Session) > lease.MaxNameLen {
+		if _, ok := lease.NodeOfID(l.Lease); !ok || !words.ValidUserName(l.User) || lease.CheckGPUs(l.GPUs) != nil || l.For < 0 || len(l.Session) > words.MaxNameLen {
 			return fmt.Errorf("report of %s names a bad lease", r.Node)
 		}
 	}
 	for _, q := range r.Squatted {
-		if q.GPU < 0 || q.GPU >= lease.MaxGPUIndex || len(q.Users) > 64 || len(q.PIDs) > 64 || q.For < 0 || (q.Holder != "" && !lease.ValidUserName(q.Holder)) {
+		if q.GPU < 0 || q.GPU >= words.MaxGPUIndex || len(q.Users) > 64 || len(q.PIDs) > 64 || q.For < 0 || (q.Holder != "" && !words.ValidUserName(q.Holder)) {
 			return fmt.Errorf("report of %s names a bad squatter", r.Node)
 		}
 		for _, u := range q.Users {
-			if len(u) > lease.MaxUserNameLen || lease.CheckText("user", u) != nil {
+			if len(u) > words.MaxUserNameLen || words.CheckText("user", u) != nil {
 				return fmt.Errorf("report of %s names a bad squatter", r.Node)
 			}
 		}
 	}
 	for _, s := range r.StraySessions {
-		if !lease.ValidUserName(s.User) || len(s.Session) > lease.MaxNameLen || lease.CheckText("session", s.Session) != nil {
+		if !words.ValidUserName(s.User) || len(s.Session) > words.MaxNameLen || words.CheckText("session", s.Session) != nil {
 			return fmt.Errorf("report of %s names a bad session", r.Node)
 		}
 	}
@@ -227,7 +228,7 @@ func Checks(nodes []NodeHealth, now time.Time) []Check {
 			ps = append(ps, Check{Status: Fail, Node: n.Node, Detail: fmt.Sprintf("%s answers but not to `dibs doctor`: it runs an older dibs", n.Node),
 				Fix: fmt.Sprintf("install the same dibs on %s as on the others and restart its agent", n.Node)})
 		default:
-			ps = append(ps, Check{Status: Fail, Node: n.Node, Detail: fmt.Sprintf("%s is a member but did not answer: %s", n.Node, lease.OneLine(n.Error)),
+			ps = append(ps, Check{Status: Fail, Node: n.Node, Detail: fmt.Sprintf("%s is a member but did not answer: %s", n.Node, words.OneLine(n.Error)),
 				Fix: fmt.Sprintf("check that %s's gossip port is open both ways (TCP and UDP) and its agent is not stuck (`journalctl -u dibs` on %s)", n.Node, n.Node)})
 		}
 	}
@@ -424,14 +425,14 @@ func Checks(nodes []NodeHealth, now time.Time) []Check {
 			if late < OverdueWarn {
 				continue
 			}
-			ps = append(ps, Check{Status: Warn, Node: n.Node, Detail: fmt.Sprintf("lease %s of %s (GPUs %s) is %s past its end", l.Lease, l.User, ints(l.GPUs), lease.FormatDuration(late.Round(time.Minute))),
+			ps = append(ps, Check{Status: Warn, Node: n.Node, Detail: fmt.Sprintf("lease %s of %s (GPUs %s) is %s past its end", l.Lease, l.User, ints(l.GPUs), words.FormatDuration(late.Round(time.Minute))),
 				Fix: fmt.Sprintf("ask %s to release it or `dibs extend %s`; an admin can `dibs release %s`; [leases] end_action = \"signal\" ends such leases", l.User, l.Lease, l.Lease)})
 		}
 		for _, q := range n.Report.Squatted {
 			squatted++
 			long := " (since when is not known: it was not sampled yet)"
 			if q.For > 0 {
-				long = " for " + lease.FormatDuration(q.For.Round(time.Minute))
+				long = " for " + words.FormatDuration(q.For.Round(time.Minute))
 				if q.For < SquatLongAfter {
 					continue
 				}
@@ -444,7 +445,7 @@ func Checks(nodes []NodeHealth, now time.Time) []Check {
 				Fix: fmt.Sprintf("`dibs adopt %s` (as its owner) takes it into a lease; or ask %s to stop it", firstOr(q.PIDs), strings.Join(q.Users, ", "))})
 		}
 	}
-	add("leases", ps, fmt.Sprintf("no lease more than %s overdue (%d overdue), no GPU squatted for %s (%d squatted now)", lease.FormatDuration(OverdueWarn), overdue, lease.FormatDuration(SquatLongAfter), squatted))
+	add("leases", ps, fmt.Sprintf("no lease more than %s overdue (%d overdue), no GPU squatted for %s (%d squatted now)", words.FormatDuration(OverdueWarn), overdue, words.FormatDuration(SquatLongAfter), squatted))
 
 	// sessions and leases that lost each other.
 	ps = nil

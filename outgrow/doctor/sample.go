@@ -10,6 +10,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/dibs-gpu/dibs/base/words"
 	"github.com/dibs-gpu/dibs/lease"
 	"github.com/dibs-gpu/dibs/nodeprobe"
 )
@@ -159,16 +160,16 @@ func (s *Series) Since(t time.Time) []Bucket {
 const MaxBuckets = int(Keep / time.Hour)
 
 // Validate checks a bucket from another agent: whole hours, counts that
-// fit the hour for up to lease.MaxGPUsPerNode GPUs.
+// fit the hour for up to words.MaxGPUsPerNode GPUs.
 func (b *Bucket) Validate() error {
-	if !lease.ValidSince(b.Hour) || !b.Hour.Equal(b.Hour.Truncate(time.Hour)) {
+	if !words.ValidSince(b.Hour) || !b.Hour.Equal(b.Hour.Truncate(time.Hour)) {
 		return fmt.Errorf("bucket hour %s is not a whole hour", b.Hour.Format(time.RFC3339))
 	}
 	const hour = int64(time.Hour / time.Second)
 	if b.Seconds < 0 || b.Seconds > hour+int64(MaxGap/time.Second) {
 		return fmt.Errorf("bucket %s holds %d seconds", b.Hour.Format(time.RFC3339), b.Seconds)
 	}
-	gpuMax := b.Seconds * lease.MaxGPUsPerNode
+	gpuMax := b.Seconds * words.MaxGPUsPerNode
 	for _, v := range []int64{b.BusySec, b.IdleSec, b.FreeSec, b.SquattedSec, b.UnknownSec, b.WaitingIdleGPUSec} {
 		if v < 0 || v > gpuMax {
 			return fmt.Errorf("bucket %s has GPU-seconds out of range", b.Hour.Format(time.RFC3339))

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/dibs-gpu/dibs/base/words"
 	"github.com/dibs-gpu/dibs/lease"
 )
 
@@ -433,23 +434,23 @@ func (t *Tally) Validate() error {
 		return fmt.Errorf("a tally names too much")
 	}
 	for why, n := range t.Preemptions {
-		if n < 0 || len(why) > lease.MaxNameLen || lease.CheckText("reason", why) != nil {
+		if n < 0 || len(why) > words.MaxNameLen || words.CheckText("reason", why) != nil {
 			return fmt.Errorf("a tally has a bad preemption reason")
 		}
 	}
 	for u, h := range t.UserHours {
-		if !lease.ValidUserName(u) || !finite(h) {
+		if !words.ValidUserName(u) || !finite(h) {
 			return fmt.Errorf("a tally has a bad user or GPU-hours")
 		}
 	}
 	names := 0
 	for w, users := range t.WeekUsers {
 		names += len(users)
-		if names > MaxTallyNames || !lease.ValidSince(weekStart(w)) {
+		if names > MaxTallyNames || !words.ValidSince(weekStart(w)) {
 			return fmt.Errorf("a tally has a bad week")
 		}
 		for _, u := range users {
-			if !lease.ValidUserName(u) {
+			if !words.ValidUserName(u) {
 				return fmt.Errorf("a tally has a bad user")
 			}
 		}
@@ -460,12 +461,12 @@ func (t *Tally) Validate() error {
 		}
 	}
 	for _, r := range t.GangRanks {
-		if len(r.Entry) > 2*lease.MaxNameLen || lease.CheckText("entry", r.Entry) != nil || r.Entry == "" || !lease.ValidSince(r.Queued) || !lease.ValidSince(r.Start) {
+		if len(r.Entry) > 2*words.MaxNameLen || words.CheckText("entry", r.Entry) != nil || r.Entry == "" || !words.ValidSince(r.Queued) || !words.ValidSince(r.Start) {
 			return fmt.Errorf("a tally has a bad gang rank")
 		}
 	}
 	for _, id := range t.Ended {
-		if _, ok := lease.NodeOfID(id); !ok || len(id) > 2*lease.MaxNameLen {
+		if _, ok := lease.NodeOfID(id); !ok || len(id) > 2*words.MaxNameLen {
 			return fmt.Errorf("a tally names a bad lease")
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/dibs-gpu/dibs/base/words"
 	"github.com/dibs-gpu/dibs/lease"
 	"github.com/dibs-gpu/dibs/queue"
 )
@@ -89,7 +90,7 @@ func Decide(f Findings, p lease.Policy, s queue.SchedConfig) Verdict {
 	}
 	if f.BusyShare >= BusyHigh && f.WaitP95 >= WaitHigh {
 		pressure = append(pressure, fmt.Sprintf("oversubscribed: GPUs busy %s of the time and queued work waits %s (p95) — over %s and %s; tuning moves work around, it does not add GPUs",
-			pct(f.BusyShare), lease.FormatDuration(f.WaitP95), pct(BusyHigh), lease.FormatDuration(WaitHigh)))
+			pct(f.BusyShare), words.FormatDuration(f.WaitP95), pct(BusyHigh), words.FormatDuration(WaitHigh)))
 	}
 	if f.SquattedShare >= SquatHigh {
 		pressure = append(pressure, fmt.Sprintf("squatting: %s of GPU-time (%.0f GPU-hours) had someone's process without a lease, over %s; dibs only shows it, SLURM's cgroups prevent it",
@@ -97,7 +98,7 @@ func Decide(f Findings, p lease.Policy, s queue.SchedConfig) Verdict {
 	}
 	if f.GangGPUShare >= GangShareHigh && f.GangWaitP50 >= GangWaitHigh {
 		pressure = append(pressure, fmt.Sprintf("gangs: multi-node runs hold %s of the GPU-hours and wait %s (median) for all their ranks, over %s and %s",
-			pct(f.GangGPUShare), lease.FormatDuration(f.GangWaitP50), pct(GangShareHigh), lease.FormatDuration(GangWaitHigh)))
+			pct(f.GangGPUShare), words.FormatDuration(f.GangWaitP50), pct(GangShareHigh), words.FormatDuration(GangWaitHigh)))
 	}
 
 	// What a setting would fix.
@@ -108,13 +109,13 @@ func Decide(f Findings, p lease.Policy, s queue.SchedConfig) Verdict {
 		cur := s.WithDefaults().IdleReclaimAfter
 		next := max(cur/2, 10*time.Minute)
 		if next < cur {
-			v.Settings = append(v.Settings, Setting{Key: "[queue] idle_reclaim_after", Value: quote(lease.FormatDuration(next)),
+			v.Settings = append(v.Settings, Setting{Key: "[queue] idle_reclaim_after", Value: quote(words.FormatDuration(next)),
 				Why: fmt.Sprintf("GPUs sat held but idle %s of the time, %s of it while work waited (%.0f GPU-hours)", pct(f.HeldIdleShare), pct(f.WaitingIdleShare), f.WaitingIdleGPUHours)})
 		} else {
 			next = cur
 		}
 		if p.IdleAfter > next {
-			v.Settings = append(v.Settings, Setting{Key: "[leases] idle_after", Value: quote(lease.FormatDuration(next)), Why: "so the board flags those GPUs as soon as they can be reclaimed"})
+			v.Settings = append(v.Settings, Setting{Key: "[leases] idle_after", Value: quote(words.FormatDuration(next)), Why: "so the board flags those GPUs as soon as they can be reclaimed"})
 		}
 	}
 	if f.Leases > 0 && float64(f.Overdue)/float64(f.Leases) >= OverdueHigh && p.EndAction == lease.ActionWarn {
@@ -123,11 +124,11 @@ func Decide(f Findings, p lease.Policy, s queue.SchedConfig) Verdict {
 	}
 	if f.WaitP95 >= WaitSome && f.FreeShare >= FreeSome && p.DefaultBatch > 8*time.Hour {
 		v.Settings = append(v.Settings, Setting{Key: "[leases] default_batch", Value: quote("8h"),
-			Why: fmt.Sprintf("queued work waits %s (p95) while %s of GPU-time is free: shorter limits let the queue backfill around the big requests", lease.FormatDuration(f.WaitP95), pct(f.FreeShare))})
+			Why: fmt.Sprintf("queued work waits %s (p95) while %s of GPU-time is free: shorter limits let the queue backfill around the big requests", words.FormatDuration(f.WaitP95), pct(f.FreeShare))})
 	}
 	if f.TopUserShare >= TopShareHigh && f.Users >= 3 && f.WaitP95 >= WaitSome && len(s.Quotas) == 0 {
 		v.Settings = append(v.Settings, Setting{Key: "[queue] quotas", Value: fmt.Sprintf("{ %s = %d }", f.TopUser, max(f.GPUs/2, 1)),
-			Why: fmt.Sprintf("%s held %s of the GPU-hours while others waited %s (p95): a quota lets them borrow the rest, preemptibly", f.TopUser, pct(f.TopUserShare), lease.FormatDuration(f.WaitP95))})
+			Why: fmt.Sprintf("%s held %s of the GPU-hours while others waited %s (p95): a quota lets them borrow the rest, preemptibly", f.TopUser, pct(f.TopUserShare), words.FormatDuration(f.WaitP95))})
 	}
 	if f.SquattedShare >= SquatSome && f.SquattedShare < SquatHigh {
 		v.Reasons = append(v.Reasons, fmt.Sprintf("%s of GPU-time had processes without a lease (%.0f GPU-hours): ask people to claim first, or take a running job into a lease with `dibs adopt PID`", pct(f.SquattedShare), f.SquattedGPUHours))
@@ -157,16 +158,16 @@ func Decide(f Findings, p lease.Policy, s queue.SchedConfig) Verdict {
 		}
 	}
 	if len(v.Reasons) == 0 {
-		v.Reasons = append(v.Reasons, fmt.Sprintf("%d GPUs, at most %s a week, busy %s, queue wait %s (p95): under every threshold", f.GPUs, people(f.UsersMaxWeek), pct(f.BusyShare), lease.FormatDuration(f.WaitP95)))
+		v.Reasons = append(v.Reasons, fmt.Sprintf("%d GPUs, at most %s a week, busy %s, queue wait %s (p95): under every threshold", f.GPUs, people(f.UsersMaxWeek), pct(f.BusyShare), words.FormatDuration(f.WaitP95)))
 	}
 	if f.Coverage < MinCoverage {
 		v.Caveats = append(v.Caveats, fmt.Sprintf("the agents' samples cover %s of the window (%s): busy, idle and squatted figures are partial — they start when the agents run a dibs that samples, and stop while agents are down",
-			pct(f.Coverage), lease.FormatDuration(f.Sampled.Round(time.Minute))))
+			pct(f.Coverage), words.FormatDuration(f.Sampled.Round(time.Minute))))
 	}
 	if f.Leases == 0 {
 		v.Caveats = append(v.Caveats, "the ledger holds no lease in the window: nothing to judge yet")
 	} else if f.Window < MinHistory {
-		v.Caveats = append(v.Caveats, fmt.Sprintf("a window of %s is under a week: weekly patterns are not in it", lease.FormatDuration(f.Window)))
+		v.Caveats = append(v.Caveats, fmt.Sprintf("a window of %s is under a week: weekly patterns are not in it", words.FormatDuration(f.Window)))
 	}
 	if len(f.Missing) > 0 {
 		v.Caveats = append(v.Caveats, fmt.Sprintf("no history from %v: their leases and samples are left out", f.Missing))

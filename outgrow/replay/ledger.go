@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/dibs-gpu/dibs/base/words"
 	"github.com/dibs-gpu/dibs/lease"
 	"github.com/dibs-gpu/dibs/queue"
 )
@@ -85,8 +86,8 @@ func FromLedger(nodes []NodeSpec, ledger []lease.LedgerEntry, running []lease.Le
 		if r.Kind == lease.KindInteractive {
 			r.Work = max(time.Duration(float64(held)*busyShare).Round(time.Second), time.Second)
 		}
-		if r.Limit > lease.MaxDuration {
-			r.Limit = lease.MaxDuration
+		if r.Limit > words.MaxDuration {
+			r.Limit = words.MaxDuration
 		}
 		t.Requests = append(t.Requests, r)
 	}

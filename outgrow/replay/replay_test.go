@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dibs-gpu/dibs/base/words"
 	"github.com/dibs-gpu/dibs/lease"
 )
 
@@ -270,7 +271,7 @@ func TestWeekTellsThePoliciesApart(t *testing.T) {
 func TestExactDuration(t *testing.T) {
 	for _, d := range []time.Duration{90 * time.Minute, 25*time.Hour + 37*time.Minute, time.Hour + 5*time.Second, 45 * time.Second, 7 * 24 * time.Hour} {
 		s := exactDuration(d)
-		back, err := lease.ParseDuration(s)
+		back, err := words.ParseDuration(s)
 		if err != nil || back != d {
 			t.Errorf("exactDuration(%s) = %q, reads back as %s (%v)", d, s, back, err)
 		}

@@ -9,6 +9,8 @@ import (
 	"slices"
 	"time"
 
+	"github.com/dibs-gpu/dibs/base/words"
+	jobpkg "github.com/dibs-gpu/dibs/job"
 	"github.com/dibs-gpu/dibs/lease"
 	"github.com/dibs-gpu/dibs/nodeprobe"
 	"github.com/dibs-gpu/dibs/queue"
@@ -220,7 +222,7 @@ func Run(t Trace, p Policy, cfg Config) (Result, error) {
 	s := &sim{p: p, cfg: cfg, sched: cfg.Sched, byName: map[string]*snode{}, byLease: map[string]*job{}, queueN: map[string]uint64{}}
 	if p == PolicySLURM {
 		// Nothing is taken back before its limit; nobody borrows.
-		s.sched.IdleReclaimAfter = lease.MaxDuration
+		s.sched.IdleReclaimAfter = words.MaxDuration
 		s.sched.Quotas, s.sched.GroupQuotas = nil, nil
 	}
 	start, end := t.window()
@@ -346,7 +348,7 @@ func (s *sim) entryOf(j *job) queue.QueueEntry {
 		Nodes: j.r.Nodes, GPUsPerNode: j.r.GPUs, Duration: j.r.Limit, Kind: j.r.Kind, Model: j.r.Model,
 	}
 	if j.r.Kind == lease.KindBatch || j.r.Nodes > 1 {
-		e.Job = &lease.Job{Command: []string{"work"}}
+		e.Job = &jobpkg.Job{Command: []string{"work"}}
 	}
 	j.entry = e
 	return e
@@ -399,7 +401,7 @@ func (s *sim) try(j *job) {
 	}
 	j.tries++
 	cfg := s.sched
-	cfg.IdleReclaimAfter = lease.MaxDuration
+	cfg.IdleReclaimAfter = words.MaxDuration
 	plan := queue.Schedule([]queue.QueueEntry{e}, s.schedNodes(), nil, s.now, cfg)
 	if len(plan.Start) == 1 {
 		s.begin(j, plan.Start[0].Ranks)

@@ -19,6 +19,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/dibs-gpu/dibs/base/words"
 	"github.com/dibs-gpu/dibs/lease"
 	"github.com/dibs-gpu/dibs/nodeprobe"
 	simprobe "github.com/dibs-gpu/dibs/nodeprobe/sim"
@@ -91,7 +92,7 @@ func (n NodeSpec) snapshot(at time.Time) (nodeprobe.Snapshot, error) {
 			s.GPUs[i].Processes = nil
 			s.GPUs[i].Error = ""
 		}
-		if len(s.GPUs) == 0 || len(s.GPUs) > lease.MaxGPUsPerNode {
+		if len(s.GPUs) == 0 || len(s.GPUs) > words.MaxGPUsPerNode {
 			return nodeprobe.Snapshot{}, fmt.Errorf("trace node %s has %d GPUs", n.Name, len(s.GPUs))
 		}
 		return s, nil
@@ -219,7 +220,7 @@ func (w wireRequest) request() (Request, error) {
 			}
 			continue
 		}
-		v, err := lease.ParseDuration(d.s)
+		v, err := words.ParseDuration(d.s)
 		if err != nil {
 			return r, fmt.Errorf("request %q %s: %v", w.ID, d.name, err)
 		}
@@ -275,7 +276,7 @@ func (t *Trace) Check() error {
 	}
 	names := map[string]bool{}
 	for _, n := range t.Nodes {
-		if err := lease.ValidNodeName(n.Name); err != nil {
+		if err := words.ValidNodeName(n.Name); err != nil {
 			return fmt.Errorf("trace node: %w", err)
 		}
 		if names[n.Name] {
@@ -288,23 +289,23 @@ func (t *Trace) Check() error {
 	}
 	for i := range t.Requests {
 		r := &t.Requests[i]
-		if r.ID == "" || len(r.ID) > lease.MaxNameLen || strings.ContainsFunc(r.ID, func(c rune) bool { return c <= ' ' || c == 0x7f }) {
-			return fmt.Errorf("request %d has a bad id %q: one word of at most %d characters", i+1, r.ID, lease.MaxNameLen)
+		if r.ID == "" || len(r.ID) > words.MaxNameLen || strings.ContainsFunc(r.ID, func(c rune) bool { return c <= ' ' || c == 0x7f }) {
+			return fmt.Errorf("request %d has a bad id %q: one word of at most %d characters", i+1, r.ID, words.MaxNameLen)
 		}
 		switch {
-		case !lease.ValidUserName(r.User):
+		case !words.ValidUserName(r.User):
 			return fmt.Errorf("request %s has a bad user %q", r.ID, r.User)
-		case r.At.IsZero() || !lease.ValidSince(r.At):
+		case r.At.IsZero() || !words.ValidSince(r.At):
 			return fmt.Errorf("request %s has no time (\"at\")", r.ID)
-		case r.GPUs < 1 || r.GPUs > lease.MaxGPUsPerNode:
+		case r.GPUs < 1 || r.GPUs > words.MaxGPUsPerNode:
 			return fmt.Errorf("request %s asks for %d GPUs", r.ID, r.GPUs)
-		case r.Nodes < 0 || r.Nodes > lease.MaxGangNodes:
+		case r.Nodes < 0 || r.Nodes > words.MaxGangNodes:
 			return fmt.Errorf("request %s asks for %d nodes", r.ID, r.Nodes)
-		case r.Work <= 0 || r.Work > lease.MaxDuration:
+		case r.Work <= 0 || r.Work > words.MaxDuration:
 			return fmt.Errorf("request %s has work %s: it must be positive", r.ID, r.Work)
 		case r.Hold != 0 && r.Hold < r.Work:
-			return fmt.Errorf("request %s holds its GPUs (%s) for less than its work (%s)", r.ID, lease.FormatDuration(r.Hold), lease.FormatDuration(r.Work))
-		case r.Hold > lease.MaxDuration || r.Limit < 0 || r.Limit > lease.MaxDuration:
+			return fmt.Errorf("request %s holds its GPUs (%s) for less than its work (%s)", r.ID, words.FormatDuration(r.Hold), words.FormatDuration(r.Work))
+		case r.Hold > words.MaxDuration || r.Limit < 0 || r.Limit > words.MaxDuration:
 			return fmt.Errorf("request %s has a time out of range", r.ID)
 		case r.Via != "" && r.Via != ViaClaim && r.Via != ViaQueue:
 			return fmt.Errorf("request %s: via %q is not %s or %s", r.ID, r.Via, ViaClaim, ViaQueue)

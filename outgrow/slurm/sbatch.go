@@ -249,7 +249,7 @@ func sbatchValue(s string) string {
 
 // oneLine keeps text on one comment line of a script: every control
 // character becomes a space, since a newline would end the comment and
-// start a command. It is not lease.OneLine, which folds white space alone
+// start a command. It is not words.OneLine, which folds white space alone
 // and leaves other control characters (an escape) in place.
 func oneLine(s string) string {
 	return strings.Map(func(r rune) rune {

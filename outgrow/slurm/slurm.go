@@ -16,6 +16,7 @@ import (
 	"time"
 	"unicode"
 
+	"github.com/dibs-gpu/dibs/base/words"
 	"github.com/dibs-gpu/dibs/lease"
 	"github.com/dibs-gpu/dibs/nodeprobe"
 	"github.com/dibs-gpu/dibs/queue"
@@ -79,7 +80,7 @@ func Export(c Cluster, o Options) (Files, error) {
 	nodes := slices.Clone(c.Nodes)
 	slices.SortFunc(nodes, func(a, b Node) int { return cmp.Compare(a.Name, b.Name) })
 	for _, n := range nodes {
-		if err := lease.ValidNodeName(n.Name); err != nil {
+		if err := words.ValidNodeName(n.Name); err != nil {
 			return Files{}, fmt.Errorf("export node: %w", err)
 		}
 	}
@@ -105,7 +106,7 @@ func Export(c Cluster, o Options) (Files, error) {
 	w("#   - one NodeName line per node: CPUs, RealMemory (%d%% of the memory the probe saw) and", int(math.Round(100*(1-MemoryHeadroom))))
 	w("#     Gres=gpu:<type>:<n> from each agent's hardware probe; gres.conf names the GPUs' device files")
 	w("#   - time limits: MaxTime=%s is dibs's longest lease (max_interactive %s, max_batch %s);",
-		Time(maxTime), lease.FormatDuration(p.MaxInteractive), lease.FormatDuration(p.MaxBatch))
+		Time(maxTime), words.FormatDuration(p.MaxInteractive), words.FormatDuration(p.MaxBatch))
 	w("#     DefaultTime=%s is dibs's batch default (sbatch jobs are batch); give salloc --time=%s,", Time(p.DefaultBatch), Time(p.DefaultInteractive))
 	w("#     dibs's interactive default, for sessions")
 	w("#   - fair-share: priority/multifactor with PriorityDecayHalfLife=%s (dibs's [queue] half_life),", Time(s.HalfLife))
@@ -127,7 +128,7 @@ func Export(c Cluster, o Options) (Files, error) {
 	for _, line := range shareLines(clusterName(c.Name), s) {
 		w("#     %s", line)
 	}
-	w("#   - idle reclaim (dibs's idle_reclaim_after %s): SLURM never takes back an idle allocation;", lease.FormatDuration(s.IdleReclaimAfter))
+	w("#   - idle reclaim (dibs's idle_reclaim_after %s): SLURM never takes back an idle allocation;", words.FormatDuration(s.IdleReclaimAfter))
 	w("#     only the time limit ends it")
 	w("#   - end_action %s: SLURM always ends a job at its limit", p.EndAction)
 	w("#   - GPU cores (gres.conf Cores=): dibs does not know the GPUs' CPU affinity; add them, or use AutoDetect=nvml")
@@ -241,7 +242,7 @@ func shareLines(cluster string, s queue.SchedConfig) []string {
 			}
 		}
 	}) {
-		if !lease.ValidUserName(u) {
+		if !words.ValidUserName(u) {
 			continue
 		}
 		line := "sacctmgr add user " + u + " account=team"
@@ -337,7 +338,7 @@ func MIGType(model, profile string) string {
 // and whether it writes one: a tag SLURM cannot take as a partition name is
 // left out, and "gpu" is the default partition every node is in.
 func PartitionOf(tag string) (string, bool) {
-	if lease.ValidNodeName(tag) != nil {
+	if words.ValidNodeName(tag) != nil {
 		return "", false
 	}
 	if strings.EqualFold(tag, "gpu") {

@@ -14,6 +14,7 @@ import (
 	"github.com/dibs-gpu/dibs/agent"
 	"github.com/dibs-gpu/dibs/agent/config"
 	"github.com/dibs-gpu/dibs/api"
+	"github.com/dibs-gpu/dibs/base/words"
 	"github.com/dibs-gpu/dibs/launch"
 	"github.com/dibs-gpu/dibs/lease"
 	"github.com/dibs-gpu/dibs/nodeprobe"
@@ -164,7 +165,7 @@ func (c *cli) agentConfig(cmd *cobra.Command, f agentFlags) (agent.Config, agent
 		return agent.Config{}, agent.Deps{}, err
 	}
 	if fc.Queue.PreemptGrace != "" {
-		if policy.PreemptGrace, err = lease.ParseDuration(fc.Queue.PreemptGrace); err != nil {
+		if policy.PreemptGrace, err = words.ParseDuration(fc.Queue.PreemptGrace); err != nil {
 			return agent.Config{}, agent.Deps{}, err
 		}
 	}
@@ -208,7 +209,7 @@ func (c *cli) agentConfig(cmd *cobra.Command, f agentFlags) (agent.Config, agent
 	if cfg.LedgerKeep, err = fc.Events.LedgerKeepFor(); err != nil {
 		return cfg, agent.Deps{}, err
 	}
-	if err := lease.ValidNodeName(cfg.NodeName); err != nil {
+	if err := words.ValidNodeName(cfg.NodeName); err != nil {
 		return cfg, agent.Deps{}, fmt.Errorf("%w: set --node-name", err)
 	}
 	if cfg.MetricsListen = pick("metrics-listen", f.metricsListen, fc.Metrics.Listen, ""); cfg.MetricsListen != "" {

@@ -1,9 +1,9 @@
-package lease_test
+package words_test
 
 import (
 	"testing"
 
-	"github.com/dibs-gpu/dibs/lease"
+	"github.com/dibs-gpu/dibs/base/words"
 )
 
 // OneLine is the one copy the rooms above lease fold outside text with: a
@@ -15,7 +15,7 @@ func TestOneLine(t *testing.T) {
 		"  line one\n\tline two \r\n":    "line one line two",
 		"nvidia-smi:\n  GPU 0: lost\n\n": "nvidia-smi: GPU 0: lost",
 	} {
-		if got := lease.OneLine(in); got != want {
+		if got := words.OneLine(in); got != want {
 			t.Errorf("OneLine(%q) = %q, want %q", in, got, want)
 		}
 	}

@@ -1,4 +1,4 @@
-package lease
+package job
 
 import (
 	"encoding/json"
@@ -7,6 +7,9 @@ import (
 	"strconv"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/dibs-gpu/dibs/base/refusal"
+	"github.com/dibs-gpu/dibs/base/words"
 )
 
 // A run's command starts in a fresh environment on the node (its user's
@@ -64,7 +67,7 @@ func (j *Job) Check() error {
 		return err
 	}
 	if j.Kept && j.Private() {
-		return Invalidf("a job marked kept carries its command, directory or environment")
+		return refusal.Invalidf("a job marked kept carries its command, directory or environment")
 	}
 	return checkJobWire(j)
 }
@@ -91,10 +94,10 @@ func checkJobWire(j *Job) error {
 	}
 	b, err := json.Marshal(j)
 	if err != nil {
-		return Wrapf(CodeInvalid, err, "the command cannot be encoded: %v", err)
+		return refusal.Wrapf(refusal.CodeInvalid, err, "the command cannot be encoded: %v", err)
 	}
 	if len(b) > MaxJobWireSize {
-		return Invalidf("the command, its directory and environment take %d bytes as the agents send them (control characters and quotes count six); at most %d: put the command in a script and run that", len(b), MaxJobWireSize)
+		return refusal.Invalidf("the command, its directory and environment take %d bytes as the agents send them (control characters and quotes count six); at most %d: put the command in a script and run that", len(b), MaxJobWireSize)
 	}
 	return nil
 }
@@ -106,20 +109,20 @@ func CheckEnv(env map[string]string) error {
 	size := 0
 	for k, v := range env {
 		if !slices.Contains(carriedEnv, k) {
-			return Invalidf("environment variable %s does not travel with a run (only %s do): set it in the command, e.g. env %s=... CMD", QuoteInput(k), strings.Join(carriedEnv, ", "), QuoteInput(k))
+			return refusal.Invalidf("environment variable %s does not travel with a run (only %s do): set it in the command, e.g. env %s=... CMD", words.QuoteInput(k), strings.Join(carriedEnv, ", "), words.QuoteInput(k))
 		}
 		if strings.ContainsAny(v, "\x00\n\r") || !utf8.ValidString(v) {
-			return Invalidf("environment variable %s holds a NUL, a newline or invalid UTF-8", k)
+			return refusal.Invalidf("environment variable %s holds a NUL, a newline or invalid UTF-8", k)
 		}
 		// The same check every agent makes of an entry or a booking that
 		// gossip brings: what one agent accepts, no other may refuse.
-		if err := CheckText("environment variable "+k, v); err != nil {
+		if err := words.CheckText("environment variable "+k, v); err != nil {
 			return err
 		}
 		size += len(k) + len(v)
 	}
 	if size > MaxJobEnvSize {
-		return Invalidf("your %s add up to %d bytes; at most %d travel with a run: shorten them, or run with --clean-env", strings.Join(slices.Sorted(maps.Keys(env)), ", "), size, MaxJobEnvSize)
+		return refusal.Invalidf("your %s add up to %d bytes; at most %d travel with a run: shorten them, or run with --clean-env", strings.Join(slices.Sorted(maps.Keys(env)), ", "), size, MaxJobEnvSize)
 	}
 	return nil
 }

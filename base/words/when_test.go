@@ -1,10 +1,12 @@
-package lease_test
+package words_test
 
 import (
+	"strings"
 	"testing"
 	"time"
 
-	"github.com/dibs-gpu/dibs/lease"
+	"github.com/dibs-gpu/dibs/base/refusal"
+	"github.com/dibs-gpu/dibs/base/words"
 )
 
 func TestParseWhen(t *testing.T) {
@@ -51,9 +53,9 @@ func TestParseWhen(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.in, func(t *testing.T) {
-			got, err := lease.ParseWhen(tt.in, now)
+			got, err := words.ParseWhen(tt.in, now)
 			if tt.wantErr != "" {
-				checkRefusal(t, err, lease.CodeInvalid, tt.wantErr)
+				checkRefusal(t, err, refusal.CodeInvalid, tt.wantErr)
 				return
 			}
 			if err != nil {
@@ -74,7 +76,7 @@ func TestParseWhenDST(t *testing.T) {
 		t.Skipf("no time zone data on this machine: %v", err)
 	}
 	now := time.Date(2026, 3, 28, 9, 0, 0, 0, berlin) // clocks go forward on the 29th
-	got, err := lease.ParseWhen("tomorrow 09:00", now)
+	got, err := words.ParseWhen("tomorrow 09:00", now)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -83,40 +85,19 @@ func TestParseWhenDST(t *testing.T) {
 	}
 }
 
-func TestParseMem(t *testing.T) {
-	tests := []struct {
-		in      string
-		want    uint64
-		wantErr string
-	}{
-		{"20G", 20480, ""},
-		{"20gb", 20480, ""},
-		{"20 GiB", 20480, ""},
-		{"1.5G", 1536, ""},
-		{"512M", 512, ""},
-		{"512MiB", 512, ""},
-		{"2T", 2 << 20, ""},
-		{"24", 24576, ""}, // a bare number is GiB, as people say it
-		{"", 0, "cannot read memory size"},
-		{"20X", 0, "cannot read memory size"},
-		{"-1G", 0, "less than 1 MiB"},
-		{"0.0001M", 0, "less than 1 MiB"},
-		{"999T", 0, "larger than any GPU"},
-		{"NaNG", 0, "cannot read"},
+// checkRefusal fails t unless err is a refusal of code whose message says
+// every one of want (lease's tests have the same helper).
+func checkRefusal(t *testing.T, err error, code refusal.Code, want ...string) {
+	t.Helper()
+	if err == nil {
+		t.Fatalf("got no error, want a %s refusal saying %q", code, want)
 	}
-	for _, tt := range tests {
-		got, err := lease.ParseMem(tt.in)
-		if tt.wantErr != "" {
-			checkRefusal(t, err, lease.CodeInvalid, tt.wantErr)
-			continue
-		}
-		if err != nil || got != tt.want {
-			t.Errorf("ParseMem(%q) = %d, %v; want %d", tt.in, got, err, tt.want)
-		}
+	if got := refusal.CodeOf(err); got != code {
+		t.Errorf("code = %q, want %q (message %q)", got, code, err)
 	}
-	for mib, want := range map[uint64]string{512: "512 MiB", 20480: "20 GiB", 7680: "7.5 GiB"} {
-		if got := lease.FormatMem(mib); got != want {
-			t.Errorf("FormatMem(%d) = %q, want %q", mib, got, want)
+	for _, w := range want {
+		if !strings.Contains(err.Error(), w) {
+			t.Errorf("message %q does not say %q", err, w)
 		}
 	}
 }

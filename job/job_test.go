@@ -1,20 +1,20 @@
-package lease_test
+package job_test
 
 import (
 	"reflect"
 	"testing"
 
-	"github.com/dibs-gpu/dibs/lease"
+	"github.com/dibs-gpu/dibs/job"
 )
 
 // TestJobForExport: the job a node keeps for `dibs export sbatch` is the one
 // asked for, launcher included, without the carried environment, and its
 // command is its own copy.
 func TestJobForExport(t *testing.T) {
-	j := &lease.Job{Command: []string{"python", "train.py"}, Dir: "/home/alice", Name: "train", Torchrun: true,
+	j := &job.Job{Command: []string{"python", "train.py"}, Dir: "/home/alice", Name: "train", Torchrun: true,
 		Env: map[string]string{"PATH": "/usr/bin"}}
 	got := j.ForExport()
-	want := &lease.Job{Command: []string{"python", "train.py"}, Dir: "/home/alice", Name: "train", Torchrun: true}
+	want := &job.Job{Command: []string{"python", "train.py"}, Dir: "/home/alice", Name: "train", Torchrun: true}
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("ForExport = %+v, want %+v", got, want)
 	}
@@ -22,7 +22,7 @@ func TestJobForExport(t *testing.T) {
 	if got.Command[0] != "python" {
 		t.Errorf("the kept job's command changed with the submitted one: %v", got.Command)
 	}
-	if (*lease.Job)(nil).ForExport() != nil {
+	if (*job.Job)(nil).ForExport() != nil {
 		t.Errorf("ForExport of no job is not nil")
 	}
 }

@@ -1,9 +1,11 @@
-package lease
+package words
 
 import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/dibs-gpu/dibs/base/refusal"
 )
 
 // ParseWhen reads a time a person types for a booking, in now's time zone:
@@ -17,7 +19,7 @@ import (
 // Words are case-insensitive. It is pure: now is passed in.
 func ParseWhen(s string, now time.Time) (time.Time, error) {
 	in := strings.ToLower(strings.Join(strings.Fields(s), " "))
-	bad := Invalidf(`cannot read the time %s: write it like "tomorrow 09:00", "mon 14:30", "2025-06-03 09:00" or "in 2h"`, QuoteInput(strings.TrimSpace(s)))
+	bad := refusal.Invalidf(`cannot read the time %s: write it like "tomorrow 09:00", "mon 14:30", "2025-06-03 09:00" or "in 2h"`, QuoteInput(strings.TrimSpace(s)))
 	if in == "" {
 		return time.Time{}, bad
 	}
@@ -41,7 +43,7 @@ func ParseWhen(s string, now time.Time) (time.Time, error) {
 	h, m, ok := parseClock(clock)
 	if !ok {
 		if isDate(in) || in == "today" || in == "tomorrow" || weekday(in) >= 0 {
-			return time.Time{}, Invalidf("say the time of day too, like %q", in+" 09:00")
+			return time.Time{}, refusal.Invalidf("say the time of day too, like %q", in+" 09:00")
 		}
 		return time.Time{}, bad
 	}

@@ -1,4 +1,4 @@
-package lease
+package words
 
 // Words a person reads about GPUs and time, shared by the refusals, the
 // pools and the queue's messages.
@@ -7,7 +7,6 @@ import (
 	"math"
 	"strconv"
 	"strings"
-	"time"
 )
 
 // FormatGPUs writes a count of GPUs that may hold fractions: "2", "1.5",
@@ -25,26 +24,6 @@ func GPUWord(n int) string {
 		return "GPU"
 	}
 	return "GPUs"
-}
-
-func gpuList(g []int) string {
-	if len(g) == 1 {
-		return "GPU " + strconv.Itoa(g[0])
-	}
-	s := make([]string, len(g))
-	for i, x := range g {
-		s[i] = strconv.Itoa(x)
-	}
-	return "GPUs " + strings.Join(s, ",")
-}
-
-// timeLeft says how long a lease still runs, or how long it is overdue (end
-// action warn keeps it held past its end).
-func timeLeft(end, now time.Time) string {
-	if left := end.Sub(now); left > 0 {
-		return "for " + FormatDuration(left) + " more"
-	}
-	return FormatDuration(now.Sub(end)) + " past its end"
 }
 
 // OneLine folds text from outside (an error, a peer's message, a probe's

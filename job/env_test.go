@@ -1,20 +1,20 @@
-package lease_test
+package job_test
 
 import (
 	"strings"
 	"testing"
 
-	"github.com/dibs-gpu/dibs/lease"
+	"github.com/dibs-gpu/dibs/job"
 	"github.com/dibs-gpu/dibs/queue"
 )
 
 func TestPickEnvTakesOnlyTheCarriedVariables(t *testing.T) {
-	got := lease.PickEnv([]string{"PATH=/v/bin:/usr/bin", "VIRTUAL_ENV=/v", "WANDB_API_KEY=secret", "SSH_AUTH_SOCK=/tmp/x",
+	got := job.PickEnv([]string{"PATH=/v/bin:/usr/bin", "VIRTUAL_ENV=/v", "WANDB_API_KEY=secret", "SSH_AUTH_SOCK=/tmp/x",
 		"CUDA_VISIBLE_DEVICES=3", "CONDA_PREFIX=", "TERM=xterm", "noequals"})
 	if len(got) != 2 || got["PATH"] != "/v/bin:/usr/bin" || got["VIRTUAL_ENV"] != "/v" {
 		t.Errorf("PickEnv = %v, want PATH and VIRTUAL_ENV only", got)
 	}
-	if lease.PickEnv([]string{"HOME=/root"}) != nil {
+	if job.PickEnv([]string{"HOME=/root"}) != nil {
 		t.Error("PickEnv of nothing carried is not nil")
 	}
 }
@@ -37,7 +37,7 @@ func TestCheckEnv(t *testing.T) {
 		{"too long", map[string]string{"PATH": strings.Repeat("/x", 5000)}, "at most 8192 travel with a run"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			err := lease.CheckEnv(tc.env)
+			err := job.CheckEnv(tc.env)
 			switch {
 			case tc.want == "" && err != nil:
 				t.Errorf("refused: %v", err)
@@ -54,14 +54,14 @@ func TestCheckEnv(t *testing.T) {
 func TestJobCheckBoundsTheJobAsSent(t *testing.T) {
 	for _, tc := range []struct {
 		name string
-		job  lease.Job
+		job  job.Job
 		want string // "" means accepted
 	}{
-		{"a plain 60 KB command", lease.Job{Command: []string{"echo", strings.Repeat("x", 60<<10)}}, ""},
-		{"60 KB of quotes", lease.Job{Command: []string{"echo", strings.Repeat(`"`, 60<<10)}}, ""},
-		{"30 KB of control characters", lease.Job{Command: []string{"echo", strings.Repeat("\x01", 30<<10)}}, "as the agents send them"},
-		{"a kept copy with its command", lease.Job{Kept: true, Command: []string{"x"}}, "marked kept"},
-		{"a kept copy", lease.Job{Kept: true, Name: "train"}, ""},
+		{"a plain 60 KB command", job.Job{Command: []string{"echo", strings.Repeat("x", 60<<10)}}, ""},
+		{"60 KB of quotes", job.Job{Command: []string{"echo", strings.Repeat(`"`, 60<<10)}}, ""},
+		{"30 KB of control characters", job.Job{Command: []string{"echo", strings.Repeat("\x01", 30<<10)}}, "as the agents send them"},
+		{"a kept copy with its command", job.Job{Kept: true, Command: []string{"x"}}, "marked kept"},
+		{"a kept copy", job.Job{Kept: true, Name: "train"}, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := tc.job.Check()
@@ -72,35 +72,6 @@ func TestJobCheckBoundsTheJobAsSent(t *testing.T) {
 				t.Errorf("Check = %v, want an error saying %q", err, tc.want)
 			}
 		})
-	}
-}
-
-// What travels and shows of a job to others: its public part only.
-func TestJobPublicAndShownTo(t *testing.T) {
-	j := &lease.Job{Command: []string{"train.py", "--key=sk-1"}, Dir: "/srv/p", Name: "t", Torchrun: true, Env: map[string]string{"PATH": "/v"}}
-	e := queue.QueueEntry{User: "mallory", Job: j}
-	for _, tc := range []struct {
-		who  lease.Caller
-		full bool
-	}{
-		{lease.Caller{User: "mallory", UID: 7}, true},
-		{lease.Caller{User: "carol", UID: 8}, false},
-		{lease.Caller{User: "root", Admin: true}, true},
-		{lease.Caller{UID: 9}, false},
-	} {
-		got := e.ShownTo(tc.who).Job
-		if full := len(got.Command) > 0; full != tc.full || !got.RunsCommand() || got.Name != "t" || !got.Torchrun {
-			t.Errorf("%s sees %+v; want whole %v, and always its name, torchrun and that it runs a command", tc.who, got, tc.full)
-		}
-		if !tc.full && (got.Dir != "" || got.Env != nil || !got.Kept) {
-			t.Errorf("%s sees %+v; want no directory or environment", tc.who, got)
-		}
-	}
-	if p := e.Published(); p.Job == j || len(j.Command) == 0 {
-		t.Error("Published changed the entry's own job")
-	}
-	if (queue.QueueEntry{}).Published().Job != nil {
-		t.Error("a queued claim grew a job")
 	}
 }
 
@@ -118,7 +89,7 @@ func TestArrayTaskOf(t *testing.T) {
 		{"node01-q7/-1", "", 0, false},
 		{"/3", "", 0, false},
 	} {
-		arr, idx, ok := lease.ArrayTaskOf(tc.id)
+		arr, idx, ok := job.ArrayTaskOf(tc.id)
 		if arr != tc.arr || idx != tc.idx || ok != tc.ok {
 			t.Errorf("ArrayTaskOf(%q) = %q, %d, %v; want %q, %d, %v", tc.id, arr, idx, ok, tc.arr, tc.idx, tc.ok)
 		}

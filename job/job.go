@@ -1,8 +1,18 @@
-package lease
+// Package job holds what a run starts, apart from the lease it runs under:
+// the Job a queued run carries (its command, directory, session name and
+// the environment carried from the submitter's shell), the RunSpec a claim
+// or a booking starts on its GPUs, array task ids, and the ids of the
+// containers a lease adopts. It has no I/O; lease, queue and the agent
+// build on it.
+package job
 
 import (
 	"slices"
 	"strings"
+	"unicode/utf8"
+
+	"github.com/dibs-gpu/dibs/base/refusal"
+	"github.com/dibs-gpu/dibs/base/words"
 )
 
 // Job is what a queued run starts when its turn comes. A queued claim
@@ -68,4 +78,31 @@ func (j *Job) ForExport() *Job {
 // names none.
 func SessionName(id string) string {
 	return "dibs-" + strings.NewReplacer(".", "_", ":", "_").Replace(id)
+}
+
+// CheckJob bounds a command line, its directory and session name.
+func CheckJob(command []string, dir, name string) error {
+	if len(command) > words.MaxCommandArgs {
+		return refusal.Invalidf("the command has %d arguments; at most %d", len(command), words.MaxCommandArgs)
+	}
+	size := 0
+	for _, a := range command {
+		size += len(a)
+		if strings.IndexByte(a, 0) >= 0 || !utf8.ValidString(a) {
+			return refusal.Invalidf("the command holds a NUL byte or invalid UTF-8")
+		}
+	}
+	if size > words.MaxCommandSize {
+		return refusal.Invalidf("the command is %d bytes; at most %d", size, words.MaxCommandSize)
+	}
+	if len(command) > 0 && command[0] == "" {
+		return refusal.Invalidf("the command is empty")
+	}
+	if dir != "" && (len(dir) > words.MaxPathLen || !strings.HasPrefix(dir, "/") || strings.IndexByte(dir, 0) >= 0) {
+		return refusal.Invalidf("working directory %s must be an absolute path", words.QuoteInput(dir))
+	}
+	if name != "" && !words.ValidToken(name, words.MaxNameLen) {
+		return refusal.Invalidf("session name %s must be one word of at most %d characters", words.QuoteInput(name), words.MaxNameLen)
+	}
+	return nil
 }
