@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"github.com/dibs-gpu/dibs/base/refusal"
 	"io"
 	"net"
 	"net/http"
@@ -14,6 +13,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/dibs-gpu/dibs/base/refusal"
 )
 
 func TestReadResponse(t *testing.T) {

@@ -8,8 +8,9 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/dibs-gpu/dibs/base/refusal"
 	"github.com/hashicorp/memberlist"
+
+	"github.com/dibs-gpu/dibs/base/refusal"
 )
 
 // ErrUnreachable: the request could not be delivered, so it was not carried

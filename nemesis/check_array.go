@@ -3,9 +3,10 @@ package nemesis
 import (
 	"cmp"
 	"fmt"
+	"slices"
+
 	"github.com/dibs-gpu/dibs/job"
 	"github.com/dibs-gpu/dibs/queue"
-	"slices"
 )
 
 // parentOf is the job array a queue entry id is a task of, or the id

@@ -3,11 +3,12 @@ package nemesis
 import (
 	"cmp"
 	"fmt"
-	"github.com/dibs-gpu/dibs/base/words"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/dibs-gpu/dibs/base/words"
 )
 
 // ms writes a history time as milliseconds since the run started, the unit

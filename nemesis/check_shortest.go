@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/anishathalye/porcupine"
+
 	"github.com/dibs-gpu/dibs/base/words"
 )
 

@@ -1,10 +1,11 @@
 package queue
 
 import (
+	"strings"
+
 	"github.com/dibs-gpu/dibs/base/refusal"
 	"github.com/dibs-gpu/dibs/base/words"
 	"github.com/dibs-gpu/dibs/job"
-	"strings"
 )
 
 // MaxAfter bounds the entries one run may wait for.

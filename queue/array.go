@@ -2,13 +2,14 @@ package queue
 
 import (
 	"fmt"
-	"github.com/dibs-gpu/dibs/base/refusal"
-	"github.com/dibs-gpu/dibs/base/words"
-	"github.com/dibs-gpu/dibs/job"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/dibs-gpu/dibs/base/refusal"
+	"github.com/dibs-gpu/dibs/base/words"
+	"github.com/dibs-gpu/dibs/job"
 )
 
 // A job array (`dibs run --array 0-19%4`) is one queue entry, the parent,

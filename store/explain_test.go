@@ -3,10 +3,11 @@ package store
 import (
 	"errors"
 	"fmt"
-	"github.com/dibs-gpu/dibs/base/refusal"
 	"io/fs"
 	"syscall"
 	"testing"
+
+	"github.com/dibs-gpu/dibs/base/refusal"
 )
 
 func TestExplain(t *testing.T) {

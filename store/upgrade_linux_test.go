@@ -3,13 +3,14 @@
 package store_test
 
 import (
-	"github.com/dibs-gpu/dibs/base/refusal"
-	"github.com/dibs-gpu/dibs/store"
 	"os"
 	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
+
+	"github.com/dibs-gpu/dibs/base/refusal"
+	"github.com/dibs-gpu/dibs/store"
 )
 
 // schema1OnTinyDisk puts testdata/schema1.db on a small tmpfs of its own,

@@ -2,8 +2,9 @@ package node
 
 import (
 	"errors"
-	"github.com/dibs-gpu/dibs/base/refusal"
 	"syscall"
+
+	"github.com/dibs-gpu/dibs/base/refusal"
 )
 
 // ExplainDiskFailure turns a write the disk failed (EIO, from the write or

@@ -1,9 +1,10 @@
 package node
 
 import (
-	"github.com/dibs-gpu/dibs/job"
 	"strconv"
 	"strings"
+
+	"github.com/dibs-gpu/dibs/job"
 )
 
 // RunMatch is how a run answers to a name given to `dibs logs` or `dibs

@@ -2,9 +2,10 @@ package peer
 
 import (
 	"context"
-	"github.com/dibs-gpu/dibs/base/refusal"
 	"strings"
 	"testing"
+
+	"github.com/dibs-gpu/dibs/base/refusal"
 )
 
 // TestCallChecksOnce: a claim or a booking, validated by the edge that

@@ -5,8 +5,9 @@ import (
 	_ "embed"
 	"encoding/json"
 	"fmt"
-	"github.com/dibs-gpu/dibs/base/refusal"
 	"sync"
+
+	"github.com/dibs-gpu/dibs/base/refusal"
 )
 
 // The compatibility rule (docs/architecture.md, "Versions"): an agent

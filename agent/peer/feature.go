@@ -2,6 +2,7 @@ package peer
 
 import (
 	"fmt"
+
 	"github.com/dibs-gpu/dibs/base/refusal"
 	"github.com/dibs-gpu/dibs/queue"
 )
