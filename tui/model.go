@@ -318,6 +318,7 @@ func (m *Model) applyBoard(b api.Board) tea.Cmd {
 	}
 	first := !m.ready
 	b = b.Escaped()
+	m.hist.record(&b)
 	m.board, m.ready = b, true
 	m.grid.rebuild()
 	m.grid.pruneSelection()
