@@ -238,6 +238,11 @@ func (s *Server) Routes() http.Handler {
 	}) (api.UsageReport, error) {
 		return b.Usage(ctx, r.Window)
 	}))
+	handle("POST", "usage/daily", post(s, func(b *core.Bound, ctx context.Context, r struct {
+		Window string `json:"window"`
+	}) (api.DailyUsageReport, error) {
+		return b.UsageByDay(ctx, r.Window)
+	}))
 	mux.HandleFunc("POST /v1/doctor", post(s, (*core.Bound).Doctor))
 	mux.HandleFunc("POST /v1/run", post(s, func(b *core.Bound, ctx context.Context, r idRequest) (api.RunRecord, error) { return b.Run(ctx, r.ID) }))
 	// Bookings.
