@@ -1,7 +1,6 @@
 package tui
 
 import (
-	"strconv"
 	"time"
 
 	"github.com/dibs-gpu/dibs/api"
@@ -37,30 +36,47 @@ type sample struct {
 // and GPU index. It belongs to one board session; only the model's update
 // loop touches it.
 type history struct {
-	gpus map[string][]sample
+	gpus map[histKey]*gpuHistory
+	// gen counts the boards recorded: a GPU not stamped with the latest
+	// left the board, and is forgotten.
+	gen uint64
 }
 
-func histKey(node string, gpu int) string { return node + "/" + strconv.Itoa(gpu) }
+type histKey struct {
+	node string
+	gpu  int
+}
+
+// gpuHistory is one GPU's points, oldest first.
+type gpuHistory struct {
+	pts []sample
+	gen uint64
+}
 
 // record adds the probe each alive node's GPUs carry, once per probe (the
 // same telemetry arrives in many boards), and forgets GPUs no longer on the
-// board and points older than the window.
+// board and points older than the window. A board whose probes it has seen
+// allocates nothing (it runs for every board the stream sends).
 func (h *history) record(b *api.Board) {
 	if h.gpus == nil {
-		h.gpus = map[string][]sample{}
+		h.gpus = map[histKey]*gpuHistory{}
 	}
-	seen := make(map[string]bool, len(h.gpus))
+	h.gen++
 	for ni := range b.Nodes {
 		n := &b.Nodes[ni]
 		for gi := range n.GPUs {
 			g := &n.GPUs[gi]
-			k := histKey(n.Name, g.Index)
-			seen[k] = true
+			k := histKey{n.Name, g.Index}
+			e := h.gpus[k]
+			if e == nil {
+				e = &gpuHistory{}
+				h.gpus[k] = e
+			}
+			e.gen = h.gen
 			if n.State != api.NodeAlive || n.TelemetryAt.IsZero() {
 				continue
 			}
-			pts := h.gpus[k]
-			if len(pts) > 0 && !n.TelemetryAt.After(pts[len(pts)-1].at) {
+			if len(e.pts) > 0 && !n.TelemetryAt.After(e.pts[len(e.pts)-1].at) {
 				continue
 			}
 			s := sample{at: n.TelemetryAt, util: chart.None, memPct: chart.None}
@@ -70,22 +86,27 @@ func (h *history) record(b *api.Board) {
 			if g.MemoryTotalMiB > 0 {
 				s.memPct = int(min(g.MemoryUsedMiB*100/g.MemoryTotalMiB, 100))
 			}
-			pts = append(pts, s)
+			pts := append(e.pts, s)
 			cut := 0
 			for cut < len(pts) && (len(pts)-cut > historyMax || n.TelemetryAt.Sub(pts[cut].at) > historyWindow) {
 				cut++
 			}
 			// Dropping the front reslices; the next growth of the slice
 			// copies what is kept, so the array stays about historyMax.
-			h.gpus[k] = pts[cut:]
+			e.pts = pts[cut:]
 		}
 	}
-	for k := range h.gpus {
-		if !seen[k] {
+	for k, e := range h.gpus {
+		if e.gen != h.gen {
 			delete(h.gpus, k)
 		}
 	}
 }
 
 // of returns the GPU's points, oldest first.
-func (h *history) of(node string, gpu int) []sample { return h.gpus[histKey(node, gpu)] }
+func (h *history) of(node string, gpu int) []sample {
+	if e := h.gpus[histKey{node, gpu}]; e != nil {
+		return e.pts
+	}
+	return nil
+}
