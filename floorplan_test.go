@@ -92,10 +92,12 @@ func floorPlan() []room {
 		{pkg: "internal/lograte", what: "refusal log lines rate-limited per source, with a count of those held back"},
 		{pkg: "internal/termsafe", what: "the one sanitizer for text from outside; standard library only"},
 		{pkg: "internal/columns", what: "a table cell's two rules for both binaries: empty as \"-\", cut with \"~\""},
+		{pkg: "runrecord", what: "the record of how GPUs were used: per-GPU samples in bounded memory, per-lease figures, verdicts; pure",
+			may: []string{"nodeprobe"}, never: []string{memberlist, goNVML, charm, charmX, sshPkg, "net/http", "os/exec", bbolt}, notItself: []string{"os", "os/exec", "os/signal", "syscall", "net", "io/fs", "log", "path/filepath"}},
 		// The rules of a lease know nothing of the queue or of events,
 		// which are built on them.
 		{pkg: "lease", what: "the rules of a lease: pure functions over an injected clock, no I/O",
-			may: []string{"internal/termsafe", "nodeprobe"}, never: append(slices.Clone(pure), bbolt, "queue", "event"), notItself: noIO},
+			may: []string{"internal/termsafe", "nodeprobe", "runrecord"}, never: append(slices.Clone(pure), bbolt, "queue", "event"), notItself: noIO},
 		{pkg: "queue", what: "the rules of queued work: entries, fair-share, the scheduling pass, gangs, arrays, dependencies; no I/O",
 			may: []string{"lease", "internal/termsafe", "nodeprobe"}, never: append(slices.Clone(pure), bbolt, "event"), notItself: noIO},
 		{pkg: "event", what: "what happened: event kinds and their words, notices, notification settings; no I/O",
