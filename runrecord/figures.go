@@ -11,7 +11,10 @@ import (
 // when it holds part of one GPU, which part (a MIG instance's UUID, or a
 // memory budget in MiB and the uid whose processes count against it).
 type Unit struct {
-	ID        string
+	ID string
+	// Start is when the lease began: its first reading stands for the
+	// time since (up to maxGap), so no probe interval is lost at the start.
+	Start     time.Time
 	GPUs      []int
 	MIG       string
 	BudgetMiB uint64
@@ -94,7 +97,11 @@ func (t *Tracker) Observe(snap nodeprobe.Snapshot, units []Unit) {
 		seen[u.ID] = true
 		r := t.leases[u.ID]
 		if r == nil {
-			r = &Running{Start: snap.TakenAt, Last: snap.TakenAt}
+			first := snap.TakenAt
+			if !u.Start.IsZero() && u.Start.Before(first) && first.Sub(u.Start) <= maxGap {
+				first = u.Start
+			}
+			r = &Running{Start: first, Last: first}
 			for _, g := range u.GPUs {
 				r.GPUs = append(r.GPUs, RunningGPU{GPU: g, PeakSM: -1, BucketSec: firstBucket.Seconds()})
 			}

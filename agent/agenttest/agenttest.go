@@ -75,6 +75,10 @@ type Options struct {
 	// LedgerPerUserDay is the agent's cap on a person's ledger rows a day
 	// (zero: the default).
 	LedgerPerUserDay int
+	// SimOnClock stamps the simulated GPUs' snapshots (and so their
+	// scripted utilization curves) with Clock instead of the system's, so
+	// a test drives a known curve step by step.
+	SimOnClock bool
 }
 
 // Node is a running agent and what a test needs to talk to it.
@@ -184,7 +188,11 @@ func (n *Node) prepare(o Options) prepared {
 		o.SessionPoll = 100 * time.Millisecond
 	}
 	log := Logger(tb, o.Name, o.Quiet)
-	probe, err := sim.New(sim.Options{Spec: o.Sim, LoadFile: o.SimLoad, HostName: o.Name})
+	simOpts := sim.Options{Spec: o.Sim, LoadFile: o.SimLoad, HostName: o.Name}
+	if o.SimOnClock && o.Clock != nil {
+		simOpts.Now = o.Clock.Now
+	}
+	probe, err := sim.New(simOpts)
 	if err != nil {
 		tb.Fatalf("sim %q: %v", o.Sim, err)
 	}

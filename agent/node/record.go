@@ -78,7 +78,7 @@ func units(leases []lease.Lease) []runrecord.Unit {
 		if !l.ReservedUntil.IsZero() || l.Booked {
 			continue
 		}
-		out = append(out, runrecord.Unit{ID: l.ID, GPUs: l.GPUs, MIG: l.MIG, BudgetMiB: l.MemMiB, UID: l.UID})
+		out = append(out, runrecord.Unit{ID: l.ID, Start: l.StartedAt, GPUs: l.GPUs, MIG: l.MIG, BudgetMiB: l.MemMiB, UID: l.UID})
 	}
 	return out
 }
