@@ -34,7 +34,7 @@ type record struct {
 // newRecord starts the record, with the figures a stopped agent wrote to
 // path (empty: kept in memory only).
 func newRecord(path string, window, interval time.Duration) (*record, error) {
-	r := &record{samples: runrecord.NewSamples(window, interval), path: path, }
+	r := &record{samples: runrecord.NewSamples(window, interval), path: path}
 	kept, err := readFigures(path)
 	r.tracker = runrecord.NewTracker(kept)
 	return r, err
