@@ -1,0 +1,94 @@
+package agent_test
+
+import (
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/dibs-gpu/dibs/agent/agenttest"
+	"github.com/dibs-gpu/dibs/api"
+	"github.com/dibs-gpu/dibs/lease"
+)
+
+var historyUsers = agenttest.Users{"alice": 32001, "bob": 32002}
+
+// TestHistoryListsRunsOfThreeUsersOnThreeNodes: alice's lease released on
+// node01, bob's ended by an admin on node02, and the test's own runs — one
+// exits 0 on node03, one exits 3 on node02 — are all listed by `dibs
+// history` asked at node01, each with its end state (and exit code); a
+// user, state or node filter is applied by the nodes that hold the rows.
+func TestHistoryListsRunsOfThreeUsersOnThreeNodes(t *testing.T) {
+	t.Parallel()
+	agenttest.RequireTmux(t)
+	nodes := agenttest.Cluster(t, agenttest.ClusterOptions{Specs: []string{"2xL40S", "2xL40S", "2xL40S"}, Quiet: true, Users: historyUsers})
+	alice, bob := lease.Caller{UID: 32001, User: "alice"}, lease.Caller{UID: 32002, User: "bob"}
+	admin := lease.Caller{UID: 0, User: "root", Admin: true}
+	n1, n2, n3 := nodes[0], nodes[1], nodes[2]
+	la, err := n1.As(alice).Claim(ctx(t), api.ClaimRequest{Node: "node01", Count: 1, Duration: "1h"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n1.As(alice).Release(ctx(t), api.ReleaseRequest{IDs: []string{la.ID}}); err != nil {
+		t.Fatal(err)
+	}
+	lb, err := n2.As(bob).Claim(ctx(t), api.ClaimRequest{Node: "node02", Count: 1, Duration: "1h"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n2.As(admin).Release(ctx(t), api.ReleaseRequest{IDs: []string{lb.ID}}); err != nil {
+		t.Fatal(err)
+	}
+	ok, err := n3.Client.Claim(ctx(t), api.ClaimRequest{Node: "node03", Count: 1, Duration: "1h", Run: &api.RunSpec{Command: []string{"true"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bad, err := n2.Client.Claim(ctx(t), api.ClaimRequest{Node: "node02", Count: 2, Duration: "1h", Run: &api.RunSpec{Command: []string{"sh", "-c", "exit 3"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	me := n1.Me().Caller().User
+	want := map[string]lease.RunState{la.ID: lease.StateReleased, lb.ID: lease.StateCancelled, ok.ID: lease.StateCompleted, bad.ID: lease.StateFailed}
+	var rep api.HistoryReport
+	agenttest.Eventually(t, 20*time.Second, "four ended leases in node01's history", func() bool {
+		rep, err = n1.Client.History(ctx(t), api.HistoryRequest{})
+		return err == nil && len(rep.Rows) == 4
+	})
+	for _, r := range rep.Rows {
+		if want[r.ID] != r.State {
+			t.Errorf("%s ended %s, want %s", r.ID, r.State, want[r.ID])
+		}
+		if r.Model == "" || r.End.Before(r.Start) || len(r.GPUs) == 0 {
+			t.Errorf("%s: model %q, %v to %v, gpus %v", r.ID, r.Model, r.Start, r.End, r.GPUs)
+		}
+	}
+	byID := func(rows []api.HistoryRow) []string {
+		var ids []string
+		for _, r := range rows {
+			ids = append(ids, r.ID)
+		}
+		slices.Sort(ids)
+		return ids
+	}
+	for _, c := range []struct {
+		name string
+		f    lease.HistoryFilter
+		want []string
+	}{
+		{"bob's", lease.HistoryFilter{User: "bob"}, []string{lb.ID}},
+		{"the failed", lease.HistoryFilter{States: []lease.RunState{lease.StateFailed}}, []string{bad.ID}},
+		{"node02's", lease.HistoryFilter{Node: "node02"}, byID([]api.HistoryRow{{ID: lb.ID}, {ID: bad.ID}})},
+		{"mine on node03", lease.HistoryFilter{User: me, Node: "node03"}, []string{ok.ID}},
+	} {
+		got, err := n3.Client.History(ctx(t), api.HistoryRequest{Filter: c.f})
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		if ids := byID(got.Rows); !slices.Equal(ids, c.want) {
+			t.Errorf("%s rows %v, want %v", c.name, ids, c.want)
+		}
+	}
+	one, err := n1.Client.History(ctx(t), api.HistoryRequest{Filter: lease.HistoryFilter{ID: bad.ID}})
+	if err != nil || len(one.Rows) != 1 || one.Rows[0].ExitCode == nil || *one.Rows[0].ExitCode != 3 {
+		t.Fatalf("history of %s: %+v, %v; want exit code 3", bad.ID, one.Rows, err)
+	}
+}
