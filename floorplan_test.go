@@ -70,7 +70,7 @@ func floorPlan() []room {
 	// HTTP, no processes, and no I/O of their own.
 	pure := []string{memberlist, goNVML, charm, charmX, sshPkg, "net/http", "os/exec"}
 	noIO := []string{"os", "os/exec", "os/signal", "syscall", "net", "io/fs", "log", "path/filepath"}
-	base := []string{"lease", "queue", "event", "internal/doctor", "internal/termsafe", "nodeprobe", "launch"}
+	base := []string{"lease", "queue", "event", "internal/doctor", "internal/termsafe", "nodeprobe", "runrecord", "launch"}
 
 	plan := []room{
 		{pkg: "nodeprobe", what: "GPU snapshot types (Snapshot, GPU, Process, Probe, Options); no I/O",
@@ -103,7 +103,7 @@ func floorPlan() []room {
 		{pkg: "event", what: "what happened: event kinds and their words, notices, notification settings; no I/O",
 			may: []string{"lease", "queue", "internal/termsafe"}, never: append(slices.Clone(pure), bbolt), notItself: noIO},
 		{pkg: "store", what: "bbolt store behind queue.Store and event.EventStore",
-			may: []string{"lease", "queue", "event"}, mods: []string{bbolt}, never: pure},
+			may: []string{"lease", "queue", "event", "runrecord"}, mods: []string{bbolt}, never: pure},
 		{pkg: "store/storetest", what: "a fault-injecting fake queue.Store for tests",
 			may: []string{"lease", "queue", "store"}, never: pure},
 		{pkg: "internal/doctor", what: "doctor's checks, figures and verdict: pure arithmetic",
@@ -123,7 +123,7 @@ func floorPlan() []room {
 		// net/http brings crypto/tls, x509 and HTTP/2 into every dibs command
 		// (issue 22). The agent's server side, in agent/sockapi, keeps net/http.
 		{pkg: "api", what: "local API types and Go client (HTTP+JSON over the unix socket)",
-			may: []string{"lease", "queue", "event", "internal/doctor", "internal/termsafe", "nodeprobe"}, mods: []string{xsys},
+			may: []string{"lease", "queue", "event", "internal/doctor", "internal/termsafe", "nodeprobe", "runrecord"}, mods: []string{xsys},
 			never: []string{charm, charmX, memberlist, goNVML, "net/http", "crypto/tls"}},
 		{pkg: "tui", what: "bubbletea v2 board over api",
 			may:  []string{"api", "lease", "event", "internal/termsafe", "nodeprobe"},
@@ -212,7 +212,7 @@ func floorPlan() []room {
 			may: []string{"internal/daemoncmd"}, never: []string{goNVML}},
 		room{pkg: "cmd/dibs", what: "the client: flags, tables, --json; hands the board and the daemon's verbs to dibsd",
 			may: []string{"api", "internal/buildinfo", "internal/columns", "launch", "lease", "queue", "event", "internal/doctor", "internal/replay", "internal/slurm",
-				"internal/termsafe", "nodeprobe"},
+				"internal/termsafe", "nodeprobe", "runrecord"},
 			mods: []string{"github.com/spf13/cobra", "github.com/spf13/pflag", xsys},
 			// Nor net/http and crypto/tls: its requests are plain HTTP/1.1 on
 			// a unix socket, written by hand (api/transport.go). Nor the

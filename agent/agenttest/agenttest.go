@@ -346,6 +346,9 @@ type ClusterOptions struct {
 	// RequestTimeout is how long an agent waits for another's answer
 	// (agent.ClusterSettings.RequestTimeout; zero: gossip's 3 s).
 	RequestTimeout time.Duration
+	// Stores gives each node's store, by index (nil, or nodes past its
+	// end: a bbolt file in its data dir).
+	Stores []queue.Store
 	// TmuxPaths gives each node's tmux, by index (empty, or nodes past
 	// its end: tmux in PATH).
 	TmuxPaths []string
@@ -388,7 +391,11 @@ func Cluster(tb testing.TB, o ClusterOptions) []*Node {
 		if i < len(o.TmuxPaths) {
 			tmuxPath = o.TmuxPaths[i]
 		}
-		n := Start(tb, Options{Name: fmt.Sprintf("node%02d", i+1), Sim: spec, Policy: o.Policy, Sched: o.Sched, Cluster: cs, TmuxTmpDir: tmux, Quiet: o.Quiet, Users: users, MetricsListen: o.MetricsListen, Tags: tags, TmuxPath: tmuxPath})
+		var store queue.Store
+		if i < len(o.Stores) {
+			store = o.Stores[i]
+		}
+		n := Start(tb, Options{Name: fmt.Sprintf("node%02d", i+1), Sim: spec, Policy: o.Policy, Sched: o.Sched, Cluster: cs, TmuxTmpDir: tmux, Quiet: o.Quiet, Users: users, MetricsListen: o.MetricsListen, Tags: tags, TmuxPath: tmuxPath, Store: store})
 		if seed == "" {
 			seed = n.Agent.GossipAddr()
 		}
