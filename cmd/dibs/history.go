@@ -118,13 +118,13 @@ func plainText() bool {
 // printHistory prints the rows of `dibs history`. Names come from every
 // node: all are escaped.
 func printHistory(w io.Writer, rep api.HistoryReport) {
-	fmt.Fprintf(w, "%-20s %-8s %-10s %-12s %-11s %-11s %8s %-16s %7s %5s %9s\n",
+	fmt.Fprintf(w, "%-20s %-8s %-10s %-16s %-11s %-11s %8s %-16s %7s %5s %9s\n",
 		"ID", "NODE", "USER", "GPUS", "START", "END", "TIME", "HOW", "GPU-H", "SM", "PEAK-MEM")
 	for _, r := range rep.Rows {
 		how := howEnded(r)
 		gpus := gpuWords(r)
-		fmt.Fprintf(w, "%-20s %-8s %-10s %-12s %-11s %-11s %8s %-16s %7.2f %5s %9s\n",
-			columns.Clip(safe(r.ID), 20), columns.Clip(safe(r.Node), 8), columns.Clip(safe(r.User), 10), columns.Clip(gpus, 12),
+		fmt.Fprintf(w, "%-20s %-8s %-10s %-16s %-11s %-11s %8s %-16s %7.2f %5s %9s\n",
+			columns.Clip(safe(r.ID), 20), columns.Clip(safe(r.Node), 8), columns.Clip(safe(r.User), 10), columns.Clip(gpus, 16),
 			r.Start.Local().Format("01-02 15:04"), r.End.Local().Format("01-02 15:04"),
 			lease.FormatDuration(time.Duration(r.Seconds)*time.Second), columns.Clip(how, 16), r.GPUHours, meanWords(r), peakWords(r))
 	}
@@ -174,7 +174,7 @@ func howEnded(r api.HistoryRow) string {
 func gpuWords(r api.HistoryRow) string {
 	switch {
 	case r.MIG != "":
-		return r.MIG
+		return safe(r.MIG)
 	case r.BudgetMiB > 0:
 		return lease.FormatMem(r.BudgetMiB) + " budget"
 	case len(r.GPUs) == 0:
