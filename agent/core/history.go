@@ -13,6 +13,7 @@ import (
 	"github.com/dibs-gpu/dibs/lease"
 	"github.com/dibs-gpu/dibs/nodeprobe"
 	"github.com/dibs-gpu/dibs/queue"
+	"github.com/dibs-gpu/dibs/runrecord"
 )
 
 // historyCallTimeout bounds one node's answer to `dibs history`.
@@ -176,4 +177,10 @@ func (b *Bound) Samples(ctx context.Context, node string, gpu int, since time.Ti
 		return api.SamplesReport{Node: node, GPU: gpu, Window: x.Window, Samples: x.Samples()}, nil
 	}
 	return api.SamplesReport{}, &lease.Error{Code: lease.CodeNotFound, Msg: "no node " + lease.QuoteInput(node) + " in the cluster"}
+}
+
+// RunningFigures is a running lease of this node's figures so far (for
+// the metrics).
+func (s *Service) RunningFigures(id string) (runrecord.Figures, bool) {
+	return s.deps.Node.RunningFigures(id)
 }
