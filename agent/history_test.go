@@ -2,26 +2,31 @@ package agent_test
 
 import (
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/dibs-gpu/dibs/agent/agenttest"
 	"github.com/dibs-gpu/dibs/api"
+	"github.com/dibs-gpu/dibs/event"
 	"github.com/dibs-gpu/dibs/lease"
 )
 
-var historyUsers = agenttest.Users{"alice": 32001, "bob": 32002}
+var historyUsers = agenttest.Users{"alice": 32001, "bob": 32002, "carol": 32003}
 
 // TestHistoryListsRunsOfThreeUsersOnThreeNodes: alice's lease released on
-// node01, bob's ended by an admin on node02, and the test's own runs — one
-// exits 0 on node03, one exits 3 on node02 — are all listed by `dibs
-// history` asked at node01, each with its end state (and exit code); a
-// user, state or node filter is applied by the nodes that hold the rows.
+// node01, bob's ended by an admin on node02, carol's expired on node03,
+// and the test's own runs — one exits 0 on node03, one exits 3 on node02
+// — are all listed by `dibs history` asked at node01, each with its end
+// state (and exit code); a user, state or node filter is applied by the
+// nodes that hold the rows; the run's end notice carries its efficiency.
 func TestHistoryListsRunsOfThreeUsersOnThreeNodes(t *testing.T) {
 	t.Parallel()
 	agenttest.RequireTmux(t)
-	nodes := agenttest.Cluster(t, agenttest.ClusterOptions{Specs: []string{"2xL40S", "2xL40S", "2xL40S"}, Quiet: true, Users: historyUsers})
-	alice, bob := lease.Caller{UID: 32001, User: "alice"}, lease.Caller{UID: 32002, User: "bob"}
+	p := lease.DefaultPolicy()
+	p.EndAction = lease.ActionEnd
+	nodes := agenttest.Cluster(t, agenttest.ClusterOptions{Specs: []string{"2xL40S", "2xL40S", "2xL40S"}, Quiet: true, Users: historyUsers, Policy: p})
+	alice, bob, carol := lease.Caller{UID: 32001, User: "alice"}, lease.Caller{UID: 32002, User: "bob"}, lease.Caller{UID: 32003, User: "carol"}
 	admin := lease.Caller{UID: 0, User: "root", Admin: true}
 	n1, n2, n3 := nodes[0], nodes[1], nodes[2]
 	la, err := n1.As(alice).Claim(ctx(t), api.ClaimRequest{Node: "node01", Count: 1, Duration: "1h"})
@@ -38,7 +43,12 @@ func TestHistoryListsRunsOfThreeUsersOnThreeNodes(t *testing.T) {
 	if _, err := n2.As(admin).Release(ctx(t), api.ReleaseRequest{IDs: []string{lb.ID}}); err != nil {
 		t.Fatal(err)
 	}
-	ok, err := n3.Client.Claim(ctx(t), api.ClaimRequest{Node: "node03", Count: 1, Duration: "1h", Run: &api.RunSpec{Command: []string{"true"}}})
+	lc, err := n3.As(carol).Claim(ctx(t), api.ClaimRequest{Node: "node03", Count: 1, Duration: "1s"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// It runs a few probes long, so its figures have readings.
+	ok, err := n3.Client.Claim(ctx(t), api.ClaimRequest{Node: "node03", Count: 1, Duration: "1h", Run: &api.RunSpec{Command: []string{"sleep", "0.5"}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -47,11 +57,11 @@ func TestHistoryListsRunsOfThreeUsersOnThreeNodes(t *testing.T) {
 		t.Fatal(err)
 	}
 	me := n1.Me().Caller().User
-	want := map[string]lease.RunState{la.ID: lease.StateReleased, lb.ID: lease.StateCancelled, ok.ID: lease.StateCompleted, bad.ID: lease.StateFailed}
+	want := map[string]lease.RunState{la.ID: lease.StateReleased, lb.ID: lease.StateCancelled, lc.ID: lease.StateExpired, ok.ID: lease.StateCompleted, bad.ID: lease.StateFailed}
 	var rep api.HistoryReport
-	agenttest.Eventually(t, 20*time.Second, "four ended leases in node01's history", func() bool {
+	agenttest.Eventually(t, 20*time.Second, "five ended leases in node01's history", func() bool {
 		rep, err = n1.Client.History(ctx(t), api.HistoryRequest{})
-		return err == nil && len(rep.Rows) == 4
+		return err == nil && len(rep.Rows) == 5
 	})
 	for _, r := range rep.Rows {
 		if want[r.ID] != r.State {
@@ -78,6 +88,7 @@ func TestHistoryListsRunsOfThreeUsersOnThreeNodes(t *testing.T) {
 		{"the failed", lease.HistoryFilter{States: []lease.RunState{lease.StateFailed}}, []string{bad.ID}},
 		{"node02's", lease.HistoryFilter{Node: "node02"}, byID([]api.HistoryRow{{ID: lb.ID}, {ID: bad.ID}})},
 		{"mine on node03", lease.HistoryFilter{User: me, Node: "node03"}, []string{ok.ID}},
+		{"the expired", lease.HistoryFilter{States: []lease.RunState{lease.StateExpired}}, []string{lc.ID}},
 	} {
 		got, err := n3.Client.History(ctx(t), api.HistoryRequest{Filter: c.f})
 		if err != nil {
@@ -90,5 +101,18 @@ func TestHistoryListsRunsOfThreeUsersOnThreeNodes(t *testing.T) {
 	one, err := n1.Client.History(ctx(t), api.HistoryRequest{Filter: lease.HistoryFilter{ID: bad.ID}})
 	if err != nil || len(one.Rows) != 1 || one.Rows[0].ExitCode == nil || *one.Rows[0].ExitCode != 3 {
 		t.Fatalf("history of %s: %+v, %v; want exit code 3", bad.ID, one.Rows, err)
+	}
+	evs, err := n3.Client.Events(ctx(t), api.EventsRequest{User: me})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var notice string
+	for _, e := range evs.Events {
+		if e.Lease == ok.ID && e.Kind == event.EventEnd {
+			notice = e.Text
+		}
+	}
+	if !strings.Contains(notice, "(mean SM 0 %; peak memory 0 of 45 GiB; idle 100 % of its time)") {
+		t.Errorf("the end of %s says %q, want its efficiency in one line", ok.ID, notice)
 	}
 }

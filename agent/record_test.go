@@ -49,7 +49,8 @@ func step(t *testing.T, n *agenttest.Node, clk *clock.Fake, d time.Duration) {
 // 120 s, the other three at 0 % — with the agent restarted (SIGTERM) half
 // way: `dibs history ID` then says mean SM 60 %, peak 90 %, idle 33 % on
 // GPU 0 within one probe interval, the whole run counted across the
-// restart, and the verdict "used 1 of 4 GPUs".
+// restart, and the verdict "used 1 of 4 GPUs"; `dibs usage` counts the
+// idle GPU-hours.
 func TestRunFiguresFollowTheCurve(t *testing.T) {
 	t.Parallel()
 	clk := clock.NewFake(time.Now())
@@ -110,8 +111,17 @@ func TestRunFiguresFollowTheCurve(t *testing.T) {
 	if !strings.Contains(strings.Join(r.Verdicts, "; "), "peak memory 9 of 80 GiB: a MIG 1g.10gb or a budget would fit") {
 		t.Errorf("verdicts %q lack the memory one", r.Verdicts)
 	}
-	if r.State != lease.StateReleased || r.IdleHours <= 0 {
-		t.Errorf("state %s, idle GPU-hours %v; want released and some idle", r.State, r.IdleHours)
+	if r.State != lease.StateReleased {
+		t.Errorf("state %s, want released", r.State)
+	}
+	// Held but idle: a third of GPU 0's time and all of the others' — 600
+	// of its 720 GPU-seconds — and `dibs usage` says so beside the used.
+	u, err := n.Client.Usage(ctx(t), "1d")
+	if err != nil || len(u.Users) != 1 {
+		t.Fatalf("usage %+v, %v", u, err)
+	}
+	if got := u.Users[0].IdleGPUHours * 3600; math.Abs(got-600) > 6 || math.Abs(r.IdleHours*3600-600) > 6 {
+		t.Errorf("idle GPU-seconds %.0f in usage, %.0f in history, want 600 of %.0f", got, r.IdleHours*3600, u.Users[0].GPUHours*3600)
 	}
 }
 
