@@ -5,6 +5,9 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/dibs-gpu/dibs/base/refusal"
+	"github.com/dibs-gpu/dibs/base/words"
 )
 
 // RunState is how an ended lease ended, in the words of `dibs history`'s
@@ -101,35 +104,35 @@ const DefaultHistoryWindow = 7 * 24 * time.Hour
 
 // Validate checks a filter from a person or a peer.
 func (f *HistoryFilter) Validate() error {
-	if f.User != "" && !ValidUserName(f.User) {
-		return Invalidf("--user %s is not a user name", QuoteInput(f.User))
+	if f.User != "" && !words.ValidUserName(f.User) {
+		return refusal.Invalidf("--user %s is not a user name", words.QuoteInput(f.User))
 	}
 	if f.Node != "" {
-		if err := ValidNodeName(f.Node); err != nil {
-			return Invalidf("--node %s is not a node name", QuoteInput(f.Node))
+		if err := words.ValidNodeName(f.Node); err != nil {
+			return refusal.Invalidf("--node %s is not a node name", words.QuoteInput(f.Node))
 		}
 	}
 	if len(f.States) > len(RunStates) {
-		return Invalidf("more --state values than there are states")
+		return refusal.Invalidf("more --state values than there are states")
 	}
 	for _, s := range f.States {
 		if !slices.Contains(RunStates, s) {
-			return Invalidf("--state %s is not one of %s", QuoteInput(string(s)), joinStates())
+			return refusal.Invalidf("--state %s is not one of %s", words.QuoteInput(string(s)), joinStates())
 		}
 	}
 	for _, s := range []string{f.Job, f.ID} {
-		if s != "" && !ValidToken(s, 2*MaxNameLen) {
-			return Invalidf("%s is not a run, gang or array id", QuoteInput(s))
+		if s != "" && !words.ValidToken(s, 2*words.MaxNameLen) {
+			return refusal.Invalidf("%s is not a run, gang or array id", words.QuoteInput(s))
 		}
 	}
-	if !ValidSince(f.Since) || !ValidSince(f.Until) {
-		return Invalidf("--since or --until is out of range")
+	if !words.ValidSince(f.Since) || !words.ValidSince(f.Until) {
+		return refusal.Invalidf("--since or --until is out of range")
 	}
 	if !f.Until.IsZero() && f.Until.Before(f.Since) {
-		return Invalidf("--until %s is before --since %s: swap them", f.Until.Format(time.RFC3339), f.Since.Format(time.RFC3339))
+		return refusal.Invalidf("--until %s is before --since %s: swap them", f.Until.Format(time.RFC3339), f.Since.Format(time.RFC3339))
 	}
 	if f.Limit < 0 || f.Limit > MaxHistoryRows {
-		return Invalidf("a history limit of %d is not in 0..%d", f.Limit, MaxHistoryRows)
+		return refusal.Invalidf("a history limit of %d is not in 0..%d", f.Limit, MaxHistoryRows)
 	}
 	return nil
 }
@@ -151,7 +154,7 @@ func ParseStates(s string) ([]RunState, error) {
 			continue
 		}
 		if !slices.Contains(RunStates, RunState(x)) {
-			return nil, Invalidf("--state %s is not one of %s", QuoteInput(x), joinStates())
+			return nil, refusal.Invalidf("--state %s is not one of %s", words.QuoteInput(x), joinStates())
 		}
 		out = append(out, RunState(x))
 	}

@@ -10,6 +10,8 @@ import (
 
 	"github.com/dibs-gpu/dibs/agent/peer"
 	"github.com/dibs-gpu/dibs/api"
+	"github.com/dibs-gpu/dibs/base/refusal"
+	"github.com/dibs-gpu/dibs/base/words"
 	"github.com/dibs-gpu/dibs/lease"
 	"github.com/dibs-gpu/dibs/nodeprobe"
 	"github.com/dibs-gpu/dibs/queue"
@@ -98,9 +100,9 @@ func (b *Bound) History(ctx context.Context, r api.HistoryRequest) (api.HistoryR
 			cctx, cancel := context.WithTimeout(ctx, historyCallTimeout)
 			defer cancel()
 			x, err := peer.Call(cctx, s.deps.Peers, name, peer.RunHistory, peer.As(b.c.User), peer.RunHistoryRequest{Filter: f, Series: f.ID != ""})
-			var refused *lease.Error
+			var refused *refusal.Error
 			switch {
-			case errors.As(err, &refused) && (refused.Code == lease.CodeNotFound || refused.Code == lease.CodeInvalid):
+			case errors.As(err, &refused) && (refused.Code == refusal.CodeNotFound || refused.Code == refusal.CodeInvalid):
 				// An agent that does not know the request (it spoke no
 				// protocol in gossip yet).
 				mu.Lock()
@@ -146,18 +148,18 @@ func modelOf(snap nodeprobe.Snapshot, gpus []int) string {
 // Samples is one GPU's recent readings on node (this one when empty).
 func (b *Bound) Samples(ctx context.Context, node string, gpu int, since time.Time) (api.SamplesReport, error) {
 	s := b.s
-	if gpu < 0 || gpu >= lease.MaxGPUsPerNode {
-		return api.SamplesReport{}, lease.Invalidf("gpu %d is not a GPU index", gpu)
+	if gpu < 0 || gpu >= words.MaxGPUsPerNode {
+		return api.SamplesReport{}, refusal.Invalidf("gpu %d is not a GPU index", gpu)
 	}
-	if !lease.ValidSince(since) {
-		return api.SamplesReport{}, lease.Invalidf("since is out of range")
+	if !words.ValidSince(since) {
+		return api.SamplesReport{}, refusal.Invalidf("since is out of range")
 	}
 	if node == "" || node == s.cfg.Node {
 		samples, window := s.deps.Node.Samples(gpu, since)
 		return api.SamplesReport{Node: s.cfg.Node, GPU: gpu, Window: window, Samples: samples}, nil
 	}
-	if err := lease.ValidNodeName(node); err != nil {
-		return api.SamplesReport{}, lease.Invalidf("%s is not a node name", lease.QuoteInput(node))
+	if err := words.ValidNodeName(node); err != nil {
+		return api.SamplesReport{}, refusal.Invalidf("%s is not a node name", words.QuoteInput(node))
 	}
 	v := s.View()
 	for i := range v.Nodes {
@@ -166,7 +168,7 @@ func (b *Bound) Samples(ctx context.Context, node string, gpu int, since time.Ti
 			continue
 		}
 		if n.Protocol != 0 && n.Protocol < peer.RunHistorySince {
-			return api.SamplesReport{}, &lease.Error{Code: lease.CodeUnavailable, Msg: node + " runs an older dibs that keeps no GPU samples: upgrade it"}
+			return api.SamplesReport{}, &refusal.Error{Code: refusal.CodeUnavailable, Msg: node + " runs an older dibs that keeps no GPU samples: upgrade it"}
 		}
 		cctx, cancel := context.WithTimeout(ctx, historyCallTimeout)
 		defer cancel()
@@ -176,7 +178,7 @@ func (b *Bound) Samples(ctx context.Context, node string, gpu int, since time.Ti
 		}
 		return api.SamplesReport{Node: node, GPU: gpu, Window: x.Window, Samples: x.Samples()}, nil
 	}
-	return api.SamplesReport{}, &lease.Error{Code: lease.CodeNotFound, Msg: "no node " + lease.QuoteInput(node) + " in the cluster"}
+	return api.SamplesReport{}, &refusal.Error{Code: refusal.CodeNotFound, Msg: "no node " + words.QuoteInput(node) + " in the cluster"}
 }
 
 // RunningFigures is a running lease of this node's figures so far (for

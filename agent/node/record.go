@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/dibs-gpu/dibs/base/words"
 	"github.com/dibs-gpu/dibs/lease"
 	"github.com/dibs-gpu/dibs/runrecord"
 )
@@ -63,7 +64,7 @@ func readFigures(path string) (map[string]*runrecord.Running, error) {
 		return nil, fmt.Errorf("read the running leases' figures %s: %w", path, err)
 	}
 	for id, r := range kept {
-		if _, ok := lease.NodeOfID(id); !ok || r == nil || len(r.GPUs) > lease.MaxGPUsPerNode {
+		if _, ok := lease.NodeOfID(id); !ok || r == nil || len(r.GPUs) > words.MaxGPUsPerNode {
 			delete(kept, id)
 		}
 	}

@@ -3,6 +3,7 @@ package peer
 import (
 	"encoding/json"
 
+	"github.com/dibs-gpu/dibs/base/refusal"
 	"github.com/dibs-gpu/dibs/lease"
 )
 
@@ -32,7 +33,7 @@ type RunHistoryRequest struct {
 // Validate implements Message.
 func (r RunHistoryRequest) Validate() error {
 	if r.Filter.Since.IsZero() {
-		return lease.Invalidf("a history request names its start")
+		return refusal.Invalidf("a history request names its start")
 	}
 	return r.Filter.Validate()
 }
@@ -47,7 +48,7 @@ type RunHistoryReply struct {
 // Validate implements Message.
 func (r RunHistoryReply) Validate() error {
 	if len(r.Entries) > lease.MaxHistoryRows {
-		return lease.Invalidf("%d history rows, over %d", len(r.Entries), lease.MaxHistoryRows)
+		return refusal.Invalidf("%d history rows, over %d", len(r.Entries), lease.MaxHistoryRows)
 	}
 	for i := range r.Entries {
 		if err := r.Entries[i].Validate(); err != nil {

@@ -4,7 +4,8 @@ import (
 	"math"
 	"time"
 
-	"github.com/dibs-gpu/dibs/lease"
+	"github.com/dibs-gpu/dibs/base/refusal"
+	"github.com/dibs-gpu/dibs/base/words"
 	"github.com/dibs-gpu/dibs/runrecord"
 )
 
@@ -20,8 +21,8 @@ type SamplesRequest struct {
 
 // Validate implements Message.
 func (r SamplesRequest) Validate() error {
-	if r.GPU < 0 || r.GPU >= lease.MaxGPUsPerNode || !lease.ValidSince(r.Since) {
-		return lease.Invalidf("bad samples request (gpu %d)", r.GPU)
+	if r.GPU < 0 || r.GPU >= words.MaxGPUsPerNode || !words.ValidSince(r.Since) {
+		return refusal.Invalidf("bad samples request (gpu %d)", r.GPU)
 	}
 	return nil
 }
@@ -46,12 +47,12 @@ type SamplesReply struct {
 // Validate implements Message.
 func (r SamplesReply) Validate() error {
 	n := len(r.AtMs)
-	if n > maxReplySamples || len(r.SM) != n || len(r.MemMiB) != n || len(r.PowerW) != n || len(r.TempC) != n || !lease.ValidSince(r.Start) {
-		return lease.Invalidf("bad samples reply")
+	if n > maxReplySamples || len(r.SM) != n || len(r.MemMiB) != n || len(r.PowerW) != n || len(r.TempC) != n || !words.ValidSince(r.Start) {
+		return refusal.Invalidf("bad samples reply")
 	}
 	for i := 0; i < n; i++ {
 		if r.AtMs[i] < 0 || r.SM[i] < -1 || r.SM[i] > 100 || math.IsNaN(r.PowerW[i]) || r.PowerW[i] < -1 {
-			return lease.Invalidf("bad sample %d", i)
+			return refusal.Invalidf("bad sample %d", i)
 		}
 	}
 	return nil

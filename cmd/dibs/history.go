@@ -11,7 +11,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/dibs-gpu/dibs/api"
-	"github.com/dibs-gpu/dibs/internal/columns"
+	"github.com/dibs-gpu/dibs/base/columns"
+	"github.com/dibs-gpu/dibs/base/words"
 	"github.com/dibs-gpu/dibs/lease"
 	"github.com/dibs-gpu/dibs/runrecord"
 )
@@ -44,12 +45,12 @@ a MIG instance (NVML reports none) or a memory budget on a shared GPU.`,
 				return err
 			}
 			if since != "" {
-				if f.Since, err = lease.ParsePast(since, now); err != nil {
+				if f.Since, err = words.ParsePast(since, now); err != nil {
 					return fmt.Errorf("--since: %w", err)
 				}
 			}
 			if until != "" {
-				if f.Until, err = lease.ParsePast(until, now); err != nil {
+				if f.Until, err = words.ParsePast(until, now); err != nil {
 					return fmt.Errorf("--until: %w", err)
 				}
 			}
@@ -126,7 +127,7 @@ func printHistory(w io.Writer, rep api.HistoryReport) {
 		fmt.Fprintf(w, "%-20s %-8s %-10s %-16s %-11s %-11s %8s %-16s %7.2f %5s %9s\n",
 			columns.Clip(safe(r.ID), 20), columns.Clip(safe(r.Node), 8), columns.Clip(safe(r.User), 10), columns.Clip(gpus, 16),
 			r.Start.Local().Format("01-02 15:04"), r.End.Local().Format("01-02 15:04"),
-			lease.FormatDuration(time.Duration(r.Seconds)*time.Second), columns.Clip(how, 16), r.GPUHours, meanWords(r), peakWords(r))
+			words.FormatDuration(time.Duration(r.Seconds)*time.Second), columns.Clip(how, 16), r.GPUHours, meanWords(r), peakWords(r))
 	}
 	if len(rep.Rows) == 0 {
 		fmt.Fprintf(w, "(nothing ended since %s matches)\n", rep.Since.Local().Format("Mon Jan 2 15:04"))
@@ -210,7 +211,7 @@ func printEfficiency(w io.Writer, rep api.HistoryReport, plain bool) {
 	for _, r := range rep.Rows {
 		fmt.Fprintf(w, "%s  %s on %s  %s  %s → %s (%s)  %s\n", safe(r.ID), safe(r.User), safe(r.Node), gpuWords(r),
 			r.Start.Local().Format("01-02 15:04"), r.End.Local().Format("01-02 15:04"),
-			lease.FormatDuration(time.Duration(r.Seconds)*time.Second), howEnded(r))
+			words.FormatDuration(time.Duration(r.Seconds)*time.Second), howEnded(r))
 		fmt.Fprintf(w, "  %.2f GPU-hours", r.GPUHours)
 		if r.IdleHours > 0 {
 			fmt.Fprintf(w, ", %.2f of them idle", r.IdleHours)

@@ -11,9 +11,9 @@ import (
 
 	"github.com/dibs-gpu/dibs/agent/agenttest"
 	"github.com/dibs-gpu/dibs/api"
-	"github.com/dibs-gpu/dibs/internal/replay"
-	"github.com/dibs-gpu/dibs/internal/slurm"
 	"github.com/dibs-gpu/dibs/lease"
+	"github.com/dibs-gpu/dibs/outgrow/replay"
+	"github.com/dibs-gpu/dibs/outgrow/slurm"
 	"github.com/dibs-gpu/dibs/runrecord"
 )
 
