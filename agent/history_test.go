@@ -116,3 +116,51 @@ func TestHistoryListsRunsOfThreeUsersOnThreeNodes(t *testing.T) {
 		t.Errorf("the end of %s says %q, want its efficiency in one line", ok.ID, notice)
 	}
 }
+
+// TestRunsAreNeverFolded: past a person's daily cap of ledger rows, plain
+// claims fold into one row (shown with their count), but runs — leases
+// with a session — stay one by one, so `dibs history` lists every run.
+func TestRunsAreNeverFolded(t *testing.T) {
+	t.Parallel()
+	agenttest.RequireTmux(t)
+	n := agenttest.Start(t, agenttest.Options{Sim: "1xL40S", Quiet: true, LedgerPerUserDay: 1})
+	var runs []string
+	for range 3 {
+		l, err := n.Client.Claim(ctx(t), api.ClaimRequest{Count: 1, Duration: "1h"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := n.Client.Release(ctx(t), api.ReleaseRequest{IDs: []string{l.ID}}); err != nil {
+			t.Fatal(err)
+		}
+		r, err := n.Client.Claim(ctx(t), api.ClaimRequest{Count: 1, Duration: "1h", Run: &api.RunSpec{Command: []string{"true"}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		runs = append(runs, r.ID)
+		agenttest.Eventually(t, 10*time.Second, r.ID+" to end", func() bool {
+			h, err := n.Client.History(ctx(t), api.HistoryRequest{Filter: lease.HistoryFilter{ID: r.ID}})
+			return err == nil && len(h.Rows) == 1
+		})
+	}
+	rep, err := n.Client.History(ctx(t), api.HistoryRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var listed []string
+	folded := 0
+	for _, r := range rep.Rows {
+		switch {
+		case r.State == lease.StateFolded:
+			folded += r.Folded
+		case r.ExitCode != nil:
+			listed = append(listed, r.ID)
+		}
+	}
+	if !slices.Equal(listed, runs) {
+		t.Errorf("runs listed %v, want every one: %v", listed, runs)
+	}
+	if folded != 2 {
+		t.Errorf("the folded row counts %d plain claims, want 2 (the first is kept one by one)", folded)
+	}
+}
