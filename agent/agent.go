@@ -518,6 +518,9 @@ func (a *Agent) shutdown(how exitHow) error {
 		<-a.ledgerDone
 	}
 	a.doctor.stop()
+	if how == exitCrash {
+		a.node.Crashed()
+	}
 	a.node.Close()
 	a.closeEvents()
 	err := a.store.Close()

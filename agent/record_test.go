@@ -131,3 +131,37 @@ func deref[T any](p *T) any {
 	}
 	return *p
 }
+
+// TestFiguresSurviveACrashLosingAtMostAMinute: figures are written down
+// every minute, so an agent killed outright (nothing written as it dies)
+// comes back with all but the last minute of a running lease's figures,
+// and goes on adding to them.
+func TestFiguresSurviveACrashLosingAtMostAMinute(t *testing.T) {
+	t.Parallel()
+	clk := clock.NewFake(time.Now())
+	const probe = time.Second
+	n := agenttest.Start(t, agenttest.Options{Sim: "1xH100-80GB", Clock: clk, SimOnClock: true, ProbeInterval: probe, Quiet: true})
+	l, err := n.Client.Claim(ctx(t), api.ClaimRequest{Count: 1, Duration: "2h"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 150 {
+		step(t, n, clk, probe)
+	}
+	n.Crash()
+	n.Restart()
+	for range 10 {
+		step(t, n, clk, probe)
+	}
+	if _, err := n.Client.Release(ctx(t), api.ReleaseRequest{IDs: []string{l.ID}}); err != nil {
+		t.Fatal(err)
+	}
+	rep, err := n.Client.History(ctx(t), api.HistoryRequest{Filter: lease.HistoryFilter{ID: l.ID}})
+	if err != nil || len(rep.Rows) != 1 || rep.Rows[0].Figures == nil {
+		t.Fatalf("history of %s: %+v, %v", l.ID, rep.Rows, err)
+	}
+	// 150 s before the crash, the last written at 120 s; 10 s after.
+	if got := rep.Rows[0].Figures.Seconds; got < 150-60+10 || got > 150+10+2 {
+		t.Errorf("figures cover %.0f s of 160, want all but at most the minute before the crash", got)
+	}
+}

@@ -139,6 +139,8 @@ type Node struct {
 	// rec is the record of the GPUs: samples and running figures (under
 	// wmu).
 	rec *record
+	// crashed: Close writes nothing more down (Crashed).
+	crashed atomic.Bool
 
 	ctx    context.Context
 	cancel context.CancelFunc

@@ -103,11 +103,16 @@ func (n *Node) finishLocked(e *lease.LedgerEntry) {
 	e.IdleGPUSeconds = min(e.GPUSeconds*f.IdleShare(), e.GPUSeconds)
 }
 
+// Crashed makes Close keep from writing the running figures down, as a
+// process killed outright could not: what the file holds is what the last
+// periodic write left (tests of a crash; the agent's Crash).
+func (n *Node) Crashed() { n.crashed.Store(true) }
+
 // saveFigures writes the running figures down when FiguresSaveEvery has
 // passed since the last time, or always when force; the file is written
 // outside wmu.
 func (n *Node) saveFigures(force bool) {
-	if n.rec.path == "" {
+	if n.rec.path == "" || force && n.crashed.Load() {
 		return
 	}
 	n.rec.saveMu.Lock()
