@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/dibs-gpu/dibs/agent/agenttest"
+	"github.com/dibs-gpu/dibs/agent/peer"
 	"github.com/dibs-gpu/dibs/api"
 	"github.com/dibs-gpu/dibs/event"
 	"github.com/dibs-gpu/dibs/lease"
@@ -162,5 +163,27 @@ func TestRunsAreNeverFolded(t *testing.T) {
 	}
 	if folded != 2 {
 		t.Errorf("the folded row counts %d plain claims, want 2 (the first is kept one by one)", folded)
+	}
+}
+
+// TestHistoryNamesOlderNodesNotAsked: a node that speaks an older agent
+// protocol than RunHistory's is not asked (it would refuse the request it
+// does not know); `dibs history` names it as not listed and lists the rest.
+func TestHistoryNamesOlderNodesNotAsked(t *testing.T) {
+	t.Parallel()
+	nodes := agenttest.Cluster(t, agenttest.ClusterOptions{Specs: []string{"1xL40S", "1xL40S"}, Quiet: true, Protocols: []int{0, peer.RunHistorySince - 1}})
+	l, err := nodes[0].Client.Claim(ctx(t), api.ClaimRequest{Node: "node01", Count: 1, Duration: "1h"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := nodes[0].Client.Release(ctx(t), api.ReleaseRequest{IDs: []string{l.ID}}); err != nil {
+		t.Fatal(err)
+	}
+	rep, err := nodes[0].Client.History(ctx(t), api.HistoryRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Rows) != 1 || rep.Rows[0].ID != l.ID || !slices.Equal(rep.NotAsked, []string{"node02"}) || len(rep.Missing) != 0 {
+		t.Errorf("history %+v, want %s listed and node02 not asked", rep, l.ID)
 	}
 }
