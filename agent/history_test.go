@@ -187,3 +187,32 @@ func TestHistoryNamesOlderNodesNotAsked(t *testing.T) {
 		t.Errorf("history %+v, want %s listed and node02 not asked", rep, l.ID)
 	}
 }
+
+// TestSamplesOfAnotherNodesGPU: a GPU's recent readings are asked of its
+// node when wanted (never gossiped); a GPU split into MIG instances has
+// memory readings and no utilization ("not reported"), never a 0.
+func TestSamplesOfAnotherNodesGPU(t *testing.T) {
+	t.Parallel()
+	nodes := agenttest.Cluster(t, agenttest.ClusterOptions{Specs: []string{"1xL40S", "1xA100-80GB:mig=3g.40gb+3g.40gb,1xH100-80GB"}, Quiet: true})
+	var mig, whole api.SamplesReport
+	agenttest.Eventually(t, 10*time.Second, "a few of node02's readings at node01", func() bool {
+		var err1, err2 error
+		mig, err1 = nodes[0].Client.Samples(ctx(t), "node02", 0, time.Time{})
+		whole, err2 = nodes[0].Client.Samples(ctx(t), "node02", 1, time.Time{})
+		return err1 == nil && err2 == nil && len(mig.Samples) >= 3 && len(whole.Samples) >= 3
+	})
+	if mig.Node != "node02" || mig.Window != time.Hour {
+		t.Errorf("samples of %s over %v, want node02's over an hour", mig.Node, mig.Window)
+	}
+	for _, s := range mig.Samples {
+		if s.SMPct != nil {
+			t.Fatalf("a MIG-split GPU reads %d %% utilization, want none reported", *s.SMPct)
+		}
+	}
+	if s := whole.Samples[len(whole.Samples)-1]; s.SMPct == nil || s.PowerW == nil || s.TempC == nil {
+		t.Errorf("a whole GPU's reading %+v lacks utilization, power or temperature", s)
+	}
+	if _, err := nodes[0].Client.Samples(ctx(t), "node09", 0, time.Time{}); err == nil || !strings.Contains(err.Error(), "no node") {
+		t.Errorf("samples of a node not in the cluster: %v", err)
+	}
+}
