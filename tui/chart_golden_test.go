@@ -69,7 +69,7 @@ var (
 // TestGoldenChart is issue 34's picture: the GPU detail at 100×30 draws
 // utilization and memory over the last minutes, from the telemetry the
 // board has seen, and the chart moves as the simulated load changes; under
-// NO_COLOR it is ASCII; at 80×24 the two charts share a line; a MIG GPU
+// NO_COLOR it is ASCII; at 80×15 the two charts share a line; a MIG GPU
 // says its utilization is not reported rather than drawing zeros.
 func TestGoldenChart(t *testing.T) {
 	run := func(name string, w, h int, opts Options, curve []int, keys ...string) string {
@@ -97,6 +97,11 @@ func TestGoldenChart(t *testing.T) {
 		}
 	}
 	run("chart_80x24", 80, 24, Options{}, append(append([]int{}, rising...), falling...))
+	// A short terminal packs the facts: the two charts share one line.
+	compact := run("chart_compact_80x15", 80, 15, Options{}, append(append([]int{}, rising...), falling...))
+	if !strings.Contains(compact, " util ▁") || !strings.Contains(compact, " · mem ▁") {
+		t.Errorf("at 80×15 the charts are not on one line:\n%s", compact)
+	}
 	mig := run("chart_mig_100x30", 100, 30, Options{}, rising, "l")
 	if !strings.Contains(utilLine(mig), "not reported") {
 		t.Errorf("a MIG GPU's util line is %q, want it to say not reported", utilLine(mig))
