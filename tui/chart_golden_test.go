@@ -2,6 +2,7 @@ package tui
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -9,6 +10,7 @@ import (
 	"github.com/dibs-gpu/dibs/api"
 	"github.com/dibs-gpu/dibs/lease"
 	"github.com/dibs-gpu/dibs/nodeprobe/sim"
+	"github.com/dibs-gpu/dibs/runrecord"
 )
 
 // simBoards drives a simulated node (an H100, and an A100 split into MIG
@@ -176,4 +178,51 @@ func detailRow(screen, label string) string {
 		}
 	}
 	return ""
+}
+
+// samplingBackend is the fake agent with the samples endpoint: it gives
+// every GPU five minutes of readings at a steady 100 % SM and half its
+// memory, ending before the board's first probe.
+type samplingBackend struct {
+	*fakeBackend
+	asked []string
+	end   time.Time
+}
+
+func (s *samplingBackend) Samples(ctx context.Context, node string, gpu int, since time.Time) (api.SamplesReport, error) {
+	s.fakeBackend.mu.Lock()
+	s.asked = append(s.asked, fmt.Sprintf("%s/%d", node, gpu))
+	s.fakeBackend.mu.Unlock()
+	rep := api.SamplesReport{Node: node, GPU: gpu}
+	for i := 30; i > 0; i-- {
+		sm := 100
+		rep.Samples = append(rep.Samples, runrecord.Sample{At: s.end.Add(-time.Duration(i) * 10 * time.Second), SMPct: &sm, MemMiB: 81559 / 2})
+	}
+	return rep, nil
+}
+
+// TestChartStartsFromTheAgentsSamples: with an agent that keeps samples,
+// the board asks it once for the history of the GPU under the cursor and
+// draws it before its own points, so a fresh board's chart is not empty;
+// the board's own probes stay at the right.
+func TestChartStartsFromTheAgentsSamples(t *testing.T) {
+	sb := newSimBoards(t)
+	be := &samplingBackend{fakeBackend: &fakeBackend{board: testBoard(), queue: testQueue(), usage: testUsage(), events: testEvents()}, end: sb.now.Add(5 * time.Second)}
+	hs := newHarness(t, 100, 30, Options{Backend: be, Now: func() time.Time { return sb.now }})
+	for _, u := range []int{0, 0, 0} {
+		hs.send(BoardMsg(sb.probe(u)))
+	}
+	line := utilLine(hs.screen())
+	if !strings.Contains(line, strings.Repeat("█", 30)+"▁▁▁") {
+		t.Errorf("util line %q, want the agent's 30 readings at 100 %% before the board's 3 at 0 %%", line)
+	}
+	asked := 0
+	for _, a := range be.asked {
+		if a == "sim01/0" {
+			asked++
+		}
+	}
+	if asked != 1 {
+		t.Errorf("asked the agent for sim01/0's samples %d times (%v), want once", asked, be.asked)
+	}
 }

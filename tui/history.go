@@ -1,7 +1,10 @@
 package tui
 
 import (
+	"context"
 	"time"
+
+	tea "charm.land/bubbletea/v2"
 
 	"github.com/dibs-gpu/dibs/api"
 	"github.com/dibs-gpu/dibs/base/chart"
@@ -10,9 +13,9 @@ import (
 // The board draws each GPU's utilization and memory over the last minutes
 // from the telemetry it has seen itself: every board carries each node's
 // latest probe, and the board keeps the last historyWindow of them per GPU.
-// Nothing is asked of the agents for it, so a board opened a minute ago
-// draws a minute. (The agents' own sample history, served on demand, can
-// replace this ring when the board asks for it.)
+// The first time the cursor lands on a GPU, the board also asks the agent
+// for what it kept of that GPU (sampler), so a fresh board's chart does
+// not start empty; after that, live telemetry alone extends it.
 const (
 	// historyWindow is how far back the board's charts reach.
 	historyWindow = 10 * time.Minute
@@ -40,6 +43,8 @@ type history struct {
 	// gen counts the boards recorded: a GPU not stamped with the latest
 	// left the board, and is forgotten.
 	gen uint64
+	// asked holds the GPUs whose history was asked of their agent.
+	asked map[histKey]bool
 }
 
 type histKey struct {
@@ -99,6 +104,7 @@ func (h *history) record(b *api.Board) {
 	for k, e := range h.gpus {
 		if e.gen != h.gen {
 			delete(h.gpus, k)
+			delete(h.asked, k) // back on the board later: asked again
 		}
 	}
 }
@@ -109,4 +115,99 @@ func (h *history) of(node string, gpu int) []sample {
 		return e.pts
 	}
 	return nil
+}
+
+// sampler is a Backend that can also give a GPU's recent readings as its
+// agent kept them (api.Client can, through `POST /v1/samples`, and the SSH
+// board's bound service). With one, the board starts the chart of the GPU
+// under the cursor from the agent's history instead of an empty line; when
+// it cannot (a backend without it, an agent too old to answer) the charts
+// grow from what the board sees.
+type sampler interface {
+	Samples(ctx context.Context, node string, gpu int, since time.Time) (api.SamplesReport, error)
+}
+
+var _ sampler = (*api.Client)(nil)
+
+// samplesMsg is an agent's answer for one GPU's history.
+type samplesMsg struct {
+	node string
+	gpu  int
+	rep  api.SamplesReport
+	err  error
+}
+
+// fetchSamples asks the agent, once per GPU per board session, for the
+// history of the GPU under the cursor.
+func (m *Model) fetchSamples() tea.Cmd {
+	if _, ok := m.backend.(sampler); !ok || m.view != viewBoard {
+		return nil
+	}
+	n, g := m.grid.cursorGPU()
+	if n == nil || g == nil || n.State != api.NodeAlive {
+		return nil
+	}
+	k := histKey{n.Name, g.Index}
+	if m.hist.asked == nil {
+		m.hist.asked = map[histKey]bool{}
+	}
+	if m.hist.asked[k] {
+		return nil
+	}
+	m.hist.asked[k] = true
+	since := m.now().Add(-historyWindow)
+	return m.ask("", func(ctx context.Context, be Backend) tea.Msg {
+		r, err := be.(sampler).Samples(ctx, k.node, k.gpu, since)
+		return samplesMsg{node: k.node, gpu: k.gpu, rep: r, err: err}
+	})
+}
+
+// seed puts the agent's readings from before the board's first point in
+// front of it: the board's own points stay as they are. A failed answer
+// is dropped (the chart grows from live telemetry).
+func (h *history) seed(msg samplesMsg, b *api.Board) {
+	if msg.err != nil || len(msg.rep.Samples) == 0 {
+		return
+	}
+	var totalMiB uint64
+	found := false
+	for ni := range b.Nodes {
+		if n := &b.Nodes[ni]; n.Name == msg.node {
+			for gi := range n.GPUs {
+				if n.GPUs[gi].Index == msg.gpu {
+					totalMiB, found = n.GPUs[gi].MemoryTotalMiB, true
+				}
+			}
+		}
+	}
+	if !found {
+		return
+	}
+	k := histKey{msg.node, msg.gpu}
+	e := h.gpus[k]
+	if e == nil {
+		e = &gpuHistory{gen: h.gen}
+		h.gpus[k] = e
+	}
+	var older []sample
+	for _, s := range msg.rep.Samples {
+		if len(e.pts) > 0 && !s.At.Before(e.pts[0].at) {
+			break
+		}
+		p := sample{at: s.At, util: chart.None, memPct: chart.None}
+		if s.SMPct != nil {
+			p.util = min(max(*s.SMPct, 0), 100)
+		}
+		if totalMiB > 0 {
+			p.memPct = int(min(s.MemMiB*100/totalMiB, 100))
+		}
+		older = append(older, p)
+	}
+	pts := append(older, e.pts...)
+	newest := pts[len(pts)-1].at
+	cut := 0
+	for cut < len(pts) && (len(pts)-cut > historyMax || newest.Sub(pts[cut].at) > historyWindow) {
+		cut++
+	}
+	e.pts = pts[cut:]
 }
