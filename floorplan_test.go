@@ -70,7 +70,7 @@ func floorPlan() []room {
 	// HTTP, no processes, and no I/O of their own.
 	pure := []string{memberlist, goNVML, charm, charmX, sshPkg, "net/http", "os/exec"}
 	noIO := []string{"os", "os/exec", "os/signal", "syscall", "net", "io/fs", "log", "path/filepath"}
-	base := []string{"lease", "queue", "event", "internal/doctor", "internal/termsafe", "nodeprobe", "launch"}
+	base := []string{"lease", "queue", "event", "internal/doctor", "internal/termsafe", "nodeprobe", "launch", "service"}
 
 	plan := []room{
 		{pkg: "nodeprobe", what: "GPU snapshot types (Snapshot, GPU, Process, Probe, Options); no I/O",
@@ -94,14 +94,16 @@ func floorPlan() []room {
 		{pkg: "internal/columns", what: "a table cell's two rules for both binaries: empty as \"-\", cut with \"~\""},
 		// The rules of a lease know nothing of the queue or of events,
 		// which are built on them.
+		{pkg: "service", what: "the rules of a service: its definition, states, restarts with backoff, crash loops; no I/O",
+			may: []string{"internal/termsafe"}, never: append(slices.Clone(pure), bbolt, "lease", "queue", "event"), notItself: noIO},
 		{pkg: "lease", what: "the rules of a lease: pure functions over an injected clock, no I/O",
-			may: []string{"internal/termsafe", "nodeprobe"}, never: append(slices.Clone(pure), bbolt, "queue", "event"), notItself: noIO},
+			may: []string{"internal/termsafe", "nodeprobe", "service"}, never: append(slices.Clone(pure), bbolt, "queue", "event"), notItself: noIO},
 		{pkg: "queue", what: "the rules of queued work: entries, fair-share, the scheduling pass, gangs, arrays, dependencies; no I/O",
 			may: []string{"lease", "internal/termsafe", "nodeprobe"}, never: append(slices.Clone(pure), bbolt, "event"), notItself: noIO},
 		{pkg: "event", what: "what happened: event kinds and their words, notices, notification settings; no I/O",
 			may: []string{"lease", "queue", "internal/termsafe"}, never: append(slices.Clone(pure), bbolt), notItself: noIO},
 		{pkg: "store", what: "bbolt store behind queue.Store and event.EventStore",
-			may: []string{"lease", "queue", "event"}, mods: []string{bbolt}, never: pure},
+			may: []string{"lease", "queue", "event", "service"}, mods: []string{bbolt}, never: pure},
 		{pkg: "store/storetest", what: "a fault-injecting fake queue.Store for tests",
 			may: []string{"lease", "queue", "store"}, never: pure},
 		{pkg: "internal/doctor", what: "doctor's checks, figures and verdict: pure arithmetic",
@@ -121,7 +123,7 @@ func floorPlan() []room {
 		// net/http brings crypto/tls, x509 and HTTP/2 into every dibs command
 		// (issue 22). The agent's server side, in agent/sockapi, keeps net/http.
 		{pkg: "api", what: "local API types and Go client (HTTP+JSON over the unix socket)",
-			may: []string{"lease", "queue", "event", "internal/doctor", "internal/termsafe", "nodeprobe"}, mods: []string{xsys},
+			may: []string{"lease", "queue", "event", "internal/doctor", "internal/termsafe", "nodeprobe", "service"}, mods: []string{xsys},
 			never: []string{charm, charmX, memberlist, goNVML, "net/http", "crypto/tls"}},
 		{pkg: "tui", what: "bubbletea v2 board over api",
 			may:  []string{"api", "lease", "event", "internal/termsafe", "nodeprobe"},
@@ -170,7 +172,7 @@ func floorPlan() []room {
 	}
 	plan = append(plan,
 		room{pkg: "agent", what: "the daemon: composition of the rooms above",
-			may:  slices.Concat(agents, []string{"api", "gossip", "launch", "lease", "queue", "event", "internal/doctor", "store", "internal/termsafe", "nodeprobe"}),
+			may:  slices.Concat(agents, []string{"api", "gossip", "launch", "lease", "queue", "event", "internal/doctor", "store", "internal/termsafe", "nodeprobe", "service"}),
 			mods: []string{xsys}, never: []string{goNVML}},
 		room{pkg: "agent/agenttest", what: "real agents on loopback for any package's tests",
 			may: slices.Concat([]string{"agent", "internal/poll", "internal/prereq"}, agents, []string{"api", "launch", "launch/launchtest", "lease", "queue",
@@ -210,7 +212,7 @@ func floorPlan() []room {
 			may: []string{"internal/daemoncmd"}, never: []string{goNVML}},
 		room{pkg: "cmd/dibs", what: "the client: flags, tables, --json; hands the board and the daemon's verbs to dibsd",
 			may: []string{"api", "internal/buildinfo", "internal/columns", "launch", "lease", "queue", "event", "internal/doctor", "internal/replay", "internal/slurm",
-				"internal/termsafe", "nodeprobe"},
+				"internal/termsafe", "nodeprobe", "service"},
 			mods: []string{"github.com/spf13/cobra", "github.com/spf13/pflag", xsys},
 			// Nor net/http and crypto/tls: its requests are plain HTTP/1.1 on
 			// a unix socket, written by hand (api/transport.go). Nor the

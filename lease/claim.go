@@ -1,6 +1,10 @@
 package lease
 
-import "time"
+import (
+	"time"
+
+	"github.com/dibs-gpu/dibs/service"
+)
 
 // Claim is what a person asks for on one node, made once at the edge (the
 // agent's socket handler reads the words of a request into it) and carried
@@ -27,6 +31,10 @@ type Claim struct {
 	Force bool `json:"force,omitempty"`
 	// Run, when set, is the tmux session to start on the new lease.
 	Run *RunSpec `json:"run,omitempty"`
+	// Service makes the lease a service's (Kind service, `dibs serve`):
+	// Run is its command. Agents before protocol 8 know no services
+	// (peer.ServiceSince); the edge refuses one while such a node is up.
+	Service *service.Spec `json:"service,omitempty"`
 	// RequestID names the claim so a retry (same id, same caller) gets
 	// the lease the first try made instead of more GPUs.
 	RequestID string `json:"request_id,omitempty"`
@@ -90,6 +98,9 @@ func (c Claim) Validate() error {
 		return err
 	}
 	if err := checkNote(c.Note); err != nil {
+		return err
+	}
+	if err := c.checkService(); err != nil {
 		return err
 	}
 	if c.RequestID != "" && !ValidRequestID(c.RequestID) {

@@ -18,6 +18,7 @@ import (
 
 	"github.com/dibs-gpu/dibs/internal/termsafe"
 	"github.com/dibs-gpu/dibs/nodeprobe"
+	"github.com/dibs-gpu/dibs/service"
 )
 
 // Kind separates leases a person sits at from leases a job runs under; they
@@ -28,6 +29,9 @@ type Kind string
 const (
 	KindInteractive Kind = "interactive"
 	KindBatch       Kind = "batch"
+	// KindService is a service's lease (`dibs serve`): no end while the
+	// service is up (ServiceSpan), no idle reclaim, no time limit.
+	KindService Kind = "service"
 )
 
 // ParseKind accepts the kinds a person may type.
@@ -37,6 +41,8 @@ func ParseKind(s string) (Kind, error) {
 		return KindInteractive, nil
 	case KindBatch:
 		return KindBatch, nil
+	case KindService:
+		return KindService, nil
 	}
 	return "", Invalidf("unknown lease kind %q: use interactive or batch", s)
 }
@@ -139,6 +145,11 @@ type Lease struct {
 	// lease's GPUs count as the holder's, not as squatters. At most
 	// MaxContainers; older agents ignore the field.
 	Containers []string `json:"containers,omitempty"`
+	// Service is the service this lease runs (Kind service): its
+	// definition and what its supervisor last saw. Its Job holds the
+	// command, which travels whole to every node so a move survives the
+	// loss of this one (Published). Older agents ignore the field.
+	Service *service.Service `json:"service,omitempty"`
 	// Mono is kept by the store only: the lease's limits on the monotonic
 	// clock of the boot that wrote them (see Table.Stamp). Nil elsewhere.
 	Mono *MonoLimits `json:"mono,omitempty"`
@@ -165,6 +176,11 @@ func (l *Lease) EachString(f func(field string, p *string)) {
 		f("container", &l.Containers[i])
 	}
 	l.Job.EachString(f)
+	if l.Service != nil {
+		f("service", &l.Service.Name)
+		f("health", &l.Service.Health)
+		f("state", (*string)(&l.Service.State))
+	}
 }
 
 // CheckText refuses a lease holding text no correct agent writes: every

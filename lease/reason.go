@@ -41,6 +41,9 @@ const (
 	// EndBooked: the lease was still there, past its end, when a booking
 	// of its GPUs began.
 	EndBooked EndReason = "booked"
+	// EndCrashLoop: a service restarted too often in a short while
+	// (service.Rules): stopped, its log kept, its owner told.
+	EndCrashLoop EndReason = "crash-loop"
 )
 
 // ExitPrefix begins the reason of a run whose command exited (ExitReason);

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/dibs-gpu/dibs/nodeprobe"
+	"github.com/dibs-gpu/dibs/service"
 )
 
 // MaxNoteLen bounds a lease note so it fits the board and the gossip wire.
@@ -132,6 +133,10 @@ func (t *Table) PlanClaim(c Caller, req Claim, snap nodeprobe.Snapshot, now time
 	if err := checkNote(req.Note); err != nil {
 		return Lease{}, err
 	}
+	if req.Service != nil && req.Count == 0 && len(req.GPUs) == 0 && req.MIG == "" && req.MemMiB == 0 {
+		// A service without a GPU (-g 0: TensorBoard, a dashboard).
+		return t.newLease(c, req, nil, now, dur), nil
+	}
 	if len(snap.GPUs) == 0 {
 		return Lease{}, errorf(CodeUnavailable, "node %s has no GPUs the probe can see", t.node)
 	}
@@ -166,7 +171,12 @@ func (t *Table) PlanClaim(c Caller, req Claim, snap nodeprobe.Snapshot, now time
 // newLease is the lease a plan grants: the next token, from now for dur.
 func (t *Table) newLease(c Caller, req Claim, gpus []int, now time.Time, dur time.Duration) Lease {
 	token := t.lastToken + 1
+	var svc *service.Service
+	if req.Service != nil {
+		svc = &service.Service{Spec: *req.Service, Status: service.Status{State: service.Starting, Since: now.Round(0)}}
+	}
 	return Lease{
+		Service:   svc,
 		ID:        LeaseID(t.node, token),
 		Node:      t.node,
 		GPUs:      gpus,

@@ -43,6 +43,9 @@ func (c Claim) Limit(p Policy) (Kind, time.Duration, error) {
 	if err != nil {
 		return "", 0, err
 	}
+	if k == KindService {
+		return k, ServiceSpan, nil
+	}
 	d, err := CheckDuration(c.Duration, k, p)
 	if err != nil {
 		return "", 0, err

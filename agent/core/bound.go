@@ -51,6 +51,11 @@ func (b *Bound) Claim(ctx context.Context, req api.ClaimRequest) (api.ClaimRespo
 			}
 		}
 	}
+	if claim.Service != nil {
+		if err := b.admitService(v, &claim); err != nil {
+			return api.ClaimResponse{}, err
+		}
+	}
 	if err := knownNodes(v, claim.Where); err != nil {
 		return api.ClaimResponse{}, err
 	}

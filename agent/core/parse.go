@@ -26,6 +26,10 @@ func claimOf(req api.ClaimRequest) (lease.Claim, error) {
 	if c.Kind, err = lease.ParseKind(req.Kind); err != nil {
 		return lease.Claim{}, err
 	}
+	if req.Service != nil {
+		svc := *req.Service
+		c.Service, c.Kind = &svc, lease.KindService
+	}
 	if req.Duration != "" {
 		if c.Duration, err = lease.ParseDuration(req.Duration); err != nil {
 			return lease.Claim{}, err

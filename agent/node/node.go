@@ -23,6 +23,7 @@ import (
 	"github.com/dibs-gpu/dibs/launch"
 	"github.com/dibs-gpu/dibs/lease"
 	"github.com/dibs-gpu/dibs/nodeprobe"
+	"github.com/dibs-gpu/dibs/service"
 )
 
 // Sessions is the part of launch.Launcher the node uses. All methods may be
@@ -62,7 +63,11 @@ type Config struct {
 	// by one in a UTC day (default lease.DefaultLedgerPerUserDay); past
 	// it their plain leases are folded into one row as they end.
 	LedgerPerUserDay int
-	Log              *slog.Logger
+	// ServiceRules are the supervisor's numbers (start-up allowance,
+	// failed checks, backoff, crash loop); zero fields take
+	// service.DefaultRules.
+	ServiceRules service.Rules
+	Log          *slog.Logger
 }
 
 // Deps are the parts the node drives.
