@@ -176,7 +176,7 @@ func floorPlan() []room {
 			mods: []string{xsys}, never: []string{goNVML}},
 		room{pkg: "agent/agenttest", what: "real agents on loopback for any package's tests",
 			may: slices.Concat([]string{"agent", "internal/poll", "internal/prereq"}, agents, []string{"api", "launch", "launch/launchtest", "lease", "queue",
-				"store", "internal/termsafe", "nodeprobe", "nodeprobe/sim"}),
+				"store", "internal/termsafe", "nodeprobe", "nodeprobe/sim", "service"}),
 			mods: []string{xsys}, never: []string{goNVML}},
 		room{pkg: "nemesis", what: "Jepsen-style proof: clients, faults and a checker over real agents (tests only)",
 			may:  slices.Concat([]string{"agent", "agent/agenttest"}, agents, []string{"api", "gossip", "lease", "queue", "store/storetest"}),
