@@ -21,6 +21,7 @@ import (
 	"github.com/dibs-gpu/dibs/launch"
 	"github.com/dibs-gpu/dibs/launch/launchtest"
 	"github.com/dibs-gpu/dibs/lease"
+	"github.com/dibs-gpu/dibs/queue"
 	"github.com/dibs-gpu/dibs/service"
 )
 
@@ -320,4 +321,27 @@ func TestServeRefusesASecondServiceOfTheSameNameAndPastThePolicy(t *testing.T) {
 		t.Fatalf("-g 0 service got GPUs %v", r.GPUs)
 	}
 	waitHealthy(t, me, "tb", 20*time.Second)
+}
+
+func TestServiceNeverBorrowsBeyondItsOwnersQuotaUnlessPreemptible(t *testing.T) {
+	agenttest.RequireTmux(t)
+	u := launchtest.User(t)
+	n := agenttest.Start(t, agenttest.Options{Sim: "8xL40S", ServiceRules: fastRules(),
+		Sched: queue.SchedConfig{Quotas: map[string]int{u.Name: 1}}})
+	me := n.Agent.For(u.UID)
+	run := &api.RunSpec{Command: []string{"sleep", "600"}, Dir: u.Home}
+	if _, err := me.Claim(ctx(t), api.ClaimRequest{Count: 1, Duration: "1h"}); err != nil {
+		t.Fatal(err)
+	}
+	_, err := me.Claim(ctx(t), api.ClaimRequest{Count: 1, Run: run, Service: &service.Spec{Name: "llm"}})
+	if err == nil || !strings.Contains(err.Error(), "a service never borrows") {
+		t.Fatalf("a service past the quota: got %v, want a refusal saying a service never borrows", err)
+	}
+	r, err := me.Claim(ctx(t), api.ClaimRequest{Count: 1, Run: run, Service: &service.Spec{Name: "llm", Preemptible: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !r.Borrowed {
+		t.Fatalf("a --preemptible service past the quota: borrowed %v, want true (quota preemption may take it)", r.Borrowed)
+	}
 }

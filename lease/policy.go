@@ -161,6 +161,15 @@ func (p Policy) Validate() error {
 	if p.BookMaxCount < 0 {
 		return fmt.Errorf("book_max_count %d is negative", p.BookMaxCount)
 	}
+	if p.ServiceGPUsPerUser < -1 {
+		return fmt.Errorf("service_gpus_per_user %d: give a number of GPUs, or -1 for no services", p.ServiceGPUsPerUser)
+	}
+	if p.ServiceGPUs < 0 {
+		return fmt.Errorf("service_gpus %d is negative", p.ServiceGPUs)
+	}
+	if err := CheckTags(p.ServicePools); err != nil {
+		return fmt.Errorf("service_pools: %w", err)
+	}
 	return nil
 }
 

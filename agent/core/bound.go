@@ -127,7 +127,18 @@ func (b *Bound) grantHere(ctx context.Context, v queue.ClusterView, claim lease.
 			return lease.Lease{}, err
 		}
 	}
-	return b.s.deps.Node.Grant(ctx, b.c, node.Grant{Claim: claim, Borrowed: v.Borrows(b.s.cfg.Sched, b.c.User, weight)})
+	borrows := v.Borrows(b.s.cfg.Sched, b.c.User, weight)
+	if claim.Service != nil {
+		// A service withdraws its GPUs for good: it never borrows beyond
+		// its owner's quota. One started --preemptible counts as
+		// borrowed, so quota preemption may take it for someone within
+		// theirs.
+		if borrows && !claim.Service.Preemptible {
+			return lease.Lease{}, &lease.Error{Code: lease.CodeForbidden, Msg: fmt.Sprintf("service %s would take you past your quota ([queue] quotas), and a service never borrows: ask for fewer GPUs, or start it --preemptible", claim.Service.Name)}
+		}
+		borrows = claim.Service.Preemptible
+	}
+	return b.s.deps.Node.Grant(ctx, b.c, node.Grant{Claim: claim, Borrowed: borrows})
 }
 
 // awaitVisible waits (briefly) until a lease granted elsewhere shows in
