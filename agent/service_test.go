@@ -17,7 +17,9 @@ import (
 
 	"github.com/dibs-gpu/dibs/agent/agenttest"
 	"github.com/dibs-gpu/dibs/agent/core"
+	"github.com/dibs-gpu/dibs/agent/peer"
 	"github.com/dibs-gpu/dibs/api"
+	"github.com/dibs-gpu/dibs/gossip"
 	"github.com/dibs-gpu/dibs/launch"
 	"github.com/dibs-gpu/dibs/launch/launchtest"
 	"github.com/dibs-gpu/dibs/lease"
@@ -177,6 +179,10 @@ func TestServiceFailingItsHealthCheckIsRestartedThenStoppedAsACrashLoop(t *testi
 	rules.StartAllowance, rules.CrashRestarts = 2*time.Second, 2
 	n := agenttest.Start(t, agenttest.Options{Sim: "2xL40S", ServiceRules: rules})
 	me := n.Agent.For(u.UID)
+	sink := newWebhookSink(t)
+	if _, err := me.Notify(ctx(t), api.NotifyRequest{Webhook: sink.srv.URL + "/hook", Format: "json"}); err != nil {
+		t.Fatal(err)
+	}
 	ok := filepath.Join(u.Home, "ok.txt")
 	if out, err := launchtest.Run(t, u, nil, "/bin/sh", "-c", "echo ok > "+ok); err != nil {
 		t.Fatalf("%v: %s", err, out)
@@ -209,6 +215,9 @@ func TestServiceFailingItsHealthCheckIsRestartedThenStoppedAsACrashLoop(t *testi
 	if !strings.Contains(strings.Join(b.Notices, "\n"), "service api crash-looped") {
 		t.Fatalf("notices %q: want one saying service api crash-looped", b.Notices)
 	}
+	agenttest.Eventually(t, 15*time.Second, "the owner's webhook to hear of the crash loop", func() bool {
+		return sink.has("ended because its service crash-looped")
+	})
 	if got := get(fmt.Sprintf("http://127.0.0.1:%d/", port)); got != 0 {
 		t.Fatalf("the stopped service still answers (%d)", got)
 	}
@@ -343,5 +352,38 @@ func TestServiceNeverBorrowsBeyondItsOwnersQuotaUnlessPreemptible(t *testing.T) 
 	}
 	if !r.Borrowed {
 		t.Fatalf("a --preemptible service past the quota: borrowed %v, want true (quota preemption may take it)", r.Borrowed)
+	}
+}
+
+// TestServeIsRefusedWhileANodeSpeaksAnOlderProtocol: a v0.2.0 agent
+// (protocol 7) would take a service's lease for a plain claim (and v0.1.0
+// refuses its kind), so `dibs serve` waits for every live node to speak
+// protocol 8, and says which node holds it back.
+func TestServeIsRefusedWhileANodeSpeaksAnOlderProtocol(t *testing.T) {
+	agenttest.RequireTmux(t)
+	nodes := agenttest.Cluster(t, agenttest.ClusterOptions{Specs: []string{"2xL40S"}, Quiet: true})
+	old, err := gossip.New(gossip.Config{NodeName: "node00", BindAddr: "127.0.0.1", ClusterName: "test", Key: nodes[0].Opts.Cluster.Key,
+		Join: []string{nodes[0].Agent.GossipAddr()}, Protocol: peer.ServiceSince - 1}, fakeScheduler{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { old.Shutdown() })
+	me := nodes[0].Me()
+	agenttest.Eventually(t, 10*time.Second, "node01 to see node00 alive", func() bool {
+		st, err := me.Status(ctx(t))
+		if err != nil {
+			return false
+		}
+		for _, m := range st.Members {
+			if m.Name == "node00" && m.State == "alive" && m.Protocol == peer.ServiceSince-1 {
+				return true
+			}
+		}
+		return false
+	})
+	_, err = me.Claim(ctx(t), api.ClaimRequest{Count: 1, Node: "node01", Run: &api.RunSpec{Command: []string{"sleep", "600"}}, Service: &service.Spec{Name: "llm"}})
+	want := "services (dibs serve) needs every node at agent protocol 8 or newer, and node00 runs an older dibs (protocol 7)"
+	if err == nil || !strings.Contains(err.Error(), want) {
+		t.Fatalf("got %v, want %q", err, want)
 	}
 }

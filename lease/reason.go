@@ -159,6 +159,8 @@ func (r EndReason) Words() string {
 		return "because its booked time passed while its node could not start it"
 	case EndBooked:
 		return "because a booking of its GPUs began while it was past its end"
+	case EndCrashLoop:
+		return "because its service crash-looped (restarted too often): its log is kept"
 	}
 	if why, ok := strings.CutPrefix(string(r), preemptPrefix); ok {
 		return "after its grace (reclaimed: " + why + ")"

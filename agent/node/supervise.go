@@ -188,9 +188,10 @@ func (x *sessionJob) crashLoop(l lease.Lease) {
 	// Its last replica goes before its lease: nothing of it answers once
 	// the board says it stopped.
 	x.killSession(ctx, l, true)
+	// The end event (crash-loop) reaches its owner's sessions and webhook
+	// as every notice does; the board says it in the service's words.
 	n.end(l, lease.EndCrashLoop, "")
 	n.Notify(l.UID, "", text)
-	n.TellUser(ctx, l.UID, text)
 }
 
 // recordStatus writes what the tracker decided to the lease when it
