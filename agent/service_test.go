@@ -387,3 +387,30 @@ func TestServeIsRefusedWhileANodeSpeaksAnOlderProtocol(t *testing.T) {
 		t.Fatalf("got %v, want %q", err, want)
 	}
 }
+
+// TestServiceHealthCommandRunsAsItsOwner: --health-cmd runs as the
+// service's owner in its directory; exit 0 is healthy, and once it fails
+// the service is restarted in place.
+func TestServiceHealthCommandRunsAsItsOwner(t *testing.T) {
+	agenttest.RequireTmux(t)
+	u := launchtest.User(t)
+	n := agenttest.Start(t, agenttest.Options{Sim: "2xL40S", ServiceRules: fastRules()})
+	me := n.Agent.For(u.UID)
+	if out, err := launchtest.Run(t, u, nil, "/bin/sh", "-c", "touch "+filepath.Join(u.Home, "ok")); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	// Healthy only while ./ok exists and the check runs as the owner.
+	check := fmt.Sprintf("test -e ok && test \"$(id -u)\" = %d", u.UID)
+	if _, err := me.Claim(ctx(t), api.ClaimRequest{Run: &api.RunSpec{Command: []string{"sleep", "600"}, Dir: u.Home},
+		Service: &service.Spec{Name: "dash", HealthCmd: check}}); err != nil {
+		t.Fatal(err)
+	}
+	l := waitHealthy(t, me, "dash", 20*time.Second)
+	if err := os.Remove(filepath.Join(u.Home, "ok")); err != nil {
+		t.Fatal(err)
+	}
+	agenttest.Eventually(t, 20*time.Second, "the service restarted for its failing --health-cmd", func() bool {
+		cur, _ := serviceOf(t, me, "dash")
+		return cur.Service != nil && cur.Service.Restarts >= 1 && cur.Service.PID != l.Service.PID
+	})
+}

@@ -179,6 +179,7 @@ func (l *Lease) EachString(f func(field string, p *string)) {
 	if l.Service != nil {
 		f("service", &l.Service.Name)
 		f("health", &l.Service.Health)
+		f("health_cmd", &l.Service.HealthCmd)
 		f("state", (*string)(&l.Service.State))
 	}
 }

@@ -27,6 +27,11 @@ type Spec struct {
 	// Health is an HTTP path whose 2xx answer means healthy; empty checks
 	// by TCP connect alone.
 	Health string `json:"health,omitempty"`
+	// HealthCmd is a shell command whose exit 0 means healthy, run as
+	// the owner in the service's directory (`--health-cmd`); with Port,
+	// the port's listener must be the service's own as well. Everyone
+	// sees it, as they see the name and port.
+	HealthCmd string `json:"health_cmd,omitempty"`
 	// Preemptible lets quota preemption take the service's GPUs, as it
 	// takes a borrowed run's; without it a service is never preempted.
 	Preemptible bool `json:"preemptible,omitempty"`
@@ -56,15 +61,16 @@ type State string
 
 // The states of a replica.
 const (
-	Starting     State = "starting"
-	Healthy      State = "healthy"
-	Unhealthy    State = "unhealthy"
-	Restarting   State = "restarting"
-	CrashLoop    State = "crash-looping"
-	Moving       State = "moving"
-	Stopped      State = "stopped"
-	maxNameLen         = 40
-	maxHealthLen       = 200
+	Starting        State = "starting"
+	Healthy         State = "healthy"
+	Unhealthy       State = "unhealthy"
+	Restarting      State = "restarting"
+	CrashLoop       State = "crash-looping"
+	Moving          State = "moving"
+	Stopped         State = "stopped"
+	maxNameLen            = 40
+	maxHealthLen          = 200
+	maxHealthCmdLen       = 500
 )
 
 // MaxDefBytes bounds a service's command, directory and environment as
@@ -88,6 +94,17 @@ func (s *Spec) Check() error {
 	}
 	if s.Port < 0 || s.Port > 65535 {
 		return fmt.Errorf("port %d is out of range: give 1 to 65535", s.Port)
+	}
+	if s.HealthCmd != "" {
+		if s.Health != "" {
+			return fmt.Errorf("give --health PATH or --health-cmd CMD, not both")
+		}
+		if len(s.HealthCmd) > maxHealthCmdLen || strings.ContainsAny(s.HealthCmd, "\r\n") {
+			return fmt.Errorf("--health-cmd must be one line of at most %d characters", maxHealthCmdLen)
+		}
+		if err := termsafe.Check(s.HealthCmd); err != nil {
+			return fmt.Errorf("--health-cmd holds %w", err)
+		}
 	}
 	if s.Health != "" {
 		if s.Port == 0 {

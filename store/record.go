@@ -85,6 +85,7 @@ type serviceRecord struct {
 	Name        string    `json:"name"`
 	Port        int       `json:"port,omitempty"`
 	Health      string    `json:"health,omitempty"`
+	HealthCmd   string    `json:"health_cmd,omitempty"`
 	Preemptible bool      `json:"preemptible,omitempty"`
 	State       string    `json:"state,omitempty"`
 	Restarts    int       `json:"restarts,omitempty"`
@@ -96,7 +97,7 @@ func serviceToRecord(s *service.Service) *serviceRecord {
 	if s == nil {
 		return nil
 	}
-	return &serviceRecord{Name: s.Name, Port: s.Port, Health: s.Health, Preemptible: s.Preemptible,
+	return &serviceRecord{Name: s.Name, Port: s.Port, Health: s.Health, HealthCmd: s.HealthCmd, Preemptible: s.Preemptible,
 		State: string(s.State), Restarts: s.Restarts, Since: s.Since, PID: s.PID}
 }
 
@@ -104,7 +105,7 @@ func (r *serviceRecord) service() *service.Service {
 	if r == nil {
 		return nil
 	}
-	return &service.Service{Spec: service.Spec{Name: r.Name, Port: r.Port, Health: r.Health, Preemptible: r.Preemptible},
+	return &service.Service{Spec: service.Spec{Name: r.Name, Port: r.Port, Health: r.Health, HealthCmd: r.HealthCmd, Preemptible: r.Preemptible},
 		Status: service.Status{State: service.State(r.State), Restarts: r.Restarts, Since: r.Since, PID: r.PID}}
 }
 

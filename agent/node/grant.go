@@ -275,6 +275,8 @@ func (x *sessionJob) startSession(ctx context.Context, l lease.Lease, u launch.U
 			return l, lease.Wrap(lease.CodeUnavailable, err)
 		case errors.Is(err, launch.ErrTmuxNotFound):
 			return l, &lease.Error{Code: lease.CodeUnavailable, Msg: launch.ErrTmuxNotFound.Error()}
+		case errors.Is(err, launch.ErrSessionExists) && l.IsService():
+			return l, lease.Invalidf("you already have a tmux session named %s (a service's, left running?): end it (tmux kill-session -t %s) or pick another service name", l.Session, l.Session)
 		case errors.Is(err, launch.ErrSessionExists) && !dibsChose:
 			return l, lease.Invalidf("you already have a tmux session named %s: pick another --name", l.Session)
 		case errors.Is(err, launch.ErrSessionExists):

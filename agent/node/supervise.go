@@ -29,6 +29,12 @@ type listenerFinder interface {
 	ListenerOf(ctx context.Context, u launch.User, name string, port int) (launch.Listener, error)
 }
 
+// checkRunner is the part of launch.Launcher that runs a service's
+// --health-cmd as its owner; without it such a service is never healthy.
+type checkRunner interface {
+	RunCheck(ctx context.Context, u launch.User, dir string, env map[string]string, cmd string) error
+}
+
 // probeBound bounds one probe of a service (the tmux call, the connect,
 // the HTTP answer).
 const probeBound = 5 * time.Second
@@ -98,13 +104,19 @@ func (x *sessionJob) probeService(ctx context.Context, l lease.Lease, u launch.U
 	if err != nil {
 		return p, 0, false
 	}
-	if l.Service.Port == 0 {
+	switch {
+	case l.Service.Port == 0:
 		p.Healthy = who.Root != 0
-		return p, who.Root, true
+	default:
+		// The listener must be the replica's own: another user who bound
+		// the port while it was down answers, but is not the service.
+		p.Healthy = who.PID != 0 && answers(ctx, l.Service.Port, l.Service.Health)
 	}
-	// The listener must be the replica's own: another user who bound the
-	// port while it was down answers, but is not the service.
-	p.Healthy = who.PID != 0 && answers(ctx, l.Service.Port, l.Service.Health)
+	if p.Healthy && l.Service.HealthCmd != "" {
+		cr, _ := n.deps.Sessions.(checkRunner)
+		run := serviceRun(l)
+		p.Healthy = cr != nil && cr.RunCheck(ctx, u, run.Dir, run.UserEnv, l.Service.HealthCmd) == nil
+	}
 	return p, who.Root, true
 }
 

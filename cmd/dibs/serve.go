@@ -28,7 +28,7 @@ func serveCmd(c *cli) *cobra.Command {
 	var health, healthCmd, dir string
 	var preemptible, cleanEnv bool
 	cmd := &cobra.Command{
-		Use:   "serve NAME [-g N | --mig P | --mem M] [--port P] [--health PATH] [placement flags] -- COMMAND",
+		Use:   "serve NAME [-g N | --mig P | --mem M] [--port P] [--health PATH | --health-cmd CMD] [placement flags] -- COMMAND",
 		Short: "Start a service: a named run kept up (restarted when it dies, health-checked) until dibs stop",
 		Long: `Start a service: a long-lived run in a tmux session as you, holding its GPUs
 while it is up (no time limit), health-checked and restarted in place with a
@@ -37,8 +37,9 @@ ten minutes stop it (its log kept) and tell you. -g 0 runs one without a GPU.
 
 The check: with --port, the port must answer and its listener must be the
 service's own process (not someone else's who bound the port while it was
-down); with --health PATH an HTTP GET of PATH must answer 2xx. Without
---port, the service is healthy while its command runs.`,
+down); with --health PATH an HTTP GET of PATH must answer 2xx; with
+--health-cmd CMD the shell command CMD, run as you, must exit 0. Without
+either, the service is healthy while its command runs.`,
 		Example: `  dibs serve llm -g 1 --port 8000 --health /health -- vllm serve meta-llama/Llama-3.1-8B-Instruct --port 8000
   dibs serve tb -g 0 --port 6006 -- tensorboard --logdir runs --port 6006 --bind_all
   dibs services
@@ -58,8 +59,6 @@ down); with --health PATH an HTTP GET of PATH must answer 2xx. Without
 			switch {
 			case replicas > 1:
 				return errors.New("--replicas above 1 is not built yet: start one replica per name (llm-a, llm-b)")
-			case healthCmd != "":
-				return errors.New("--health-cmd is not built yet: use --port with --health PATH, or --port alone")
 			case cmd.Flags().Changed("for"):
 				return errors.New("a service has no time limit: it runs until dibs stop " + name)
 			case cmd.Flags().Changed("kind"):
@@ -78,7 +77,7 @@ down); with --health PATH an HTTP GET of PATH must answer 2xx. Without
 			if !cleanEnv {
 				req.Run.Env = lease.PickEnv(os.Environ())
 			}
-			req.Service = &service.Spec{Name: name, Port: port, Health: health, Preemptible: preemptible}
+			req.Service = &service.Spec{Name: name, Port: port, Health: health, HealthCmd: healthCmd, Preemptible: preemptible}
 			if err := req.Service.Check(); err != nil {
 				return err
 			}
@@ -106,7 +105,7 @@ down); with --health PATH an HTTP GET of PATH must answer 2xx. Without
 	fl := cmd.Flags()
 	fl.IntVar(&port, "port", 0, "the TCP port the service listens on (checked, and in its URL)")
 	fl.StringVar(&health, "health", "", "an HTTP path whose 2xx answer means healthy, e.g. /health (needs --port)")
-	fl.StringVar(&healthCmd, "health-cmd", "", "a command whose exit 0 means healthy (not built yet)")
+	fl.StringVar(&healthCmd, "health-cmd", "", "a shell command whose exit 0 means healthy, run as you in the service's directory at every check (everyone sees it: keep secrets out)")
 	fl.IntVar(&replicas, "replicas", 1, "how many replicas (only 1 for now)")
 	fl.BoolVar(&preemptible, "preemptible", false, "let quota preemption take its GPUs (a service is never preempted otherwise)")
 	fl.StringVar(&dir, "dir", "", "working directory (default: the current one)")
