@@ -94,7 +94,7 @@ func (c Claim) Validate() error {
 	if c.Duration < 0 || c.Duration > MaxDuration {
 		return Invalidf("time limit %s is out of range", FormatDuration(c.Duration))
 	}
-	if _, err := ParseKind(string(c.Kind)); err != nil {
+	if err := checkKind(c.Kind); err != nil {
 		return err
 	}
 	if err := checkNote(c.Note); err != nil {

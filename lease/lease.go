@@ -41,10 +41,19 @@ func ParseKind(s string) (Kind, error) {
 		return KindInteractive, nil
 	case KindBatch:
 		return KindBatch, nil
-	case KindService:
-		return KindService, nil
 	}
 	return "", Invalidf("unknown lease kind %q: use interactive or batch", s)
+}
+
+// checkKind accepts the kinds a lease may have: those a person types, and
+// service, which only `dibs serve` makes (a queued request or a booking
+// of kind service is refused by ParseKind).
+func checkKind(k Kind) error {
+	if k == KindService {
+		return nil
+	}
+	_, err := ParseKind(string(k))
+	return err
 }
 
 // Caller is who asks. The agent fills it from SO_PEERCRED or the SSH key, never

@@ -108,7 +108,7 @@ func (e *LedgerEntry) Validate() error {
 		return Invalidf("ledger entry %s has a rank out of range", e.LeaseID)
 	}
 	if e.Kind != "" {
-		if _, err := ParseKind(string(e.Kind)); err != nil {
+		if err := checkKind(e.Kind); err != nil {
 			return Wrapf(CodeInvalid, err, "ledger entry %s: %v", e.LeaseID, err)
 		}
 	}

@@ -94,7 +94,7 @@ func (l *Lease) Validate() error {
 		return Invalidf("lease %s has a bad user %s", l.ID, QuoteInput(l.User))
 	}
 	if l.Kind != "" {
-		if _, err := ParseKind(string(l.Kind)); err != nil {
+		if err := checkKind(l.Kind); err != nil {
 			return Wrapf(CodeInvalid, err, "lease %s: %v", l.ID, err)
 		}
 	}

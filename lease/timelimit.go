@@ -27,7 +27,7 @@ func kindOrDefault(k Kind) (Kind, error) {
 	if k == "" {
 		return KindInteractive, nil
 	}
-	if _, err := ParseKind(string(k)); err != nil {
+	if err := checkKind(k); err != nil {
 		return "", err
 	}
 	return k, nil

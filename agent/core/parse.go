@@ -23,6 +23,9 @@ func claimOf(req api.ClaimRequest) (lease.Claim, error) {
 	if c.Where, err = whereOf(req.Node, req.NodeChoice); err != nil {
 		return lease.Claim{}, err
 	}
+	if lease.Kind(req.Kind) == lease.KindService {
+		return lease.Claim{}, lease.Invalidf("a service lease is started with dibs serve NAME -- COMMAND, not with --kind service")
+	}
 	if c.Kind, err = lease.ParseKind(req.Kind); err != nil {
 		return lease.Claim{}, err
 	}
