@@ -217,6 +217,9 @@ func (t *Table) PlanExtend(c Caller, id string, d time.Duration, at Instant, p P
 	if e.Booked {
 		return Lease{}, Invalidf("%s is a booking, which cannot be extended: unbook it and book again", id)
 	}
+	if e.IsService() {
+		return Lease{}, Invalidf("%s is service %s's, which has no time limit: it runs until dibs stop %s", id, e.Service.Name, e.Service.Name)
+	}
 	if d <= 0 {
 		return Lease{}, Invalidf("extend by a positive duration, like --for 2h")
 	}

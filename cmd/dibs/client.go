@@ -157,8 +157,12 @@ func (c *cli) printGrantTo(w io.Writer, r api.ClaimResponse) {
 	case r.MemMiB > 0 && len(r.GPUs) == 1:
 		what = fmt.Sprintf("%s of shared GPU %d", lease.FormatMem(r.MemMiB), r.GPUs[0])
 	}
-	fmt.Fprintf(w, "%s: %s on %s until %s (%s)\n", safe(r.ID), what, safe(r.Node),
-		r.ExpiresAt.Local().Format("Mon 15:04"), lease.FormatDuration(time.Until(r.ExpiresAt)))
+	if lease.Kind(r.Kind) == lease.KindService {
+		fmt.Fprintf(w, "%s: %s on %s, as long as the service is up\n", safe(r.ID), what, safe(r.Node))
+	} else {
+		fmt.Fprintf(w, "%s: %s on %s until %s (%s)\n", safe(r.ID), what, safe(r.Node),
+			r.ExpiresAt.Local().Format("Mon 15:04"), lease.FormatDuration(time.Until(r.ExpiresAt)))
+	}
 	if r.Notice != "" {
 		fmt.Fprintf(w, "note: %s\n", safe(r.Notice))
 	}
