@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"time"
 
+	"github.com/dibs-gpu/dibs/base/refusal"
 	"github.com/dibs-gpu/dibs/service"
 )
 
@@ -20,19 +21,19 @@ func (l *Lease) IsService() bool { return l.Kind == KindService && l.Service != 
 // made by `dibs serve`, with a definition that fits every node's state.
 func (c Claim) checkService() error {
 	if (c.Kind == KindService) != (c.Service != nil) {
-		return Invalidf("a service lease is started with dibs serve NAME -- COMMAND, not dibs claim --kind service")
+		return refusal.Invalidf("a service lease is started with dibs serve NAME -- COMMAND, not dibs claim --kind service")
 	}
 	if c.Service == nil {
 		return nil
 	}
 	if err := c.Service.Check(); err != nil {
-		return &Error{Code: CodeInvalid, Msg: err.Error()}
+		return &refusal.Error{Code: refusal.CodeInvalid, Msg: err.Error()}
 	}
 	if c.Run == nil || len(c.Run.Command) == 0 {
-		return Invalidf("service %s needs a command: dibs serve %s -- COMMAND", c.Service.Name, c.Service.Name)
+		return refusal.Invalidf("service %s needs a command: dibs serve %s -- COMMAND", c.Service.Name, c.Service.Name)
 	}
 	if b, err := json.Marshal(c.Run.Job()); err != nil || len(b) > service.MaxDefBytes {
-		return Invalidf("service %s: its command, directory and environment take more than %d bytes; every node holds them, so keep them short (a script)", c.Service.Name, service.MaxDefBytes)
+		return refusal.Invalidf("service %s: its command, directory and environment take more than %d bytes; every node holds them, so keep them short (a script)", c.Service.Name, service.MaxDefBytes)
 	}
 	return nil
 }

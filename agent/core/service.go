@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/dibs-gpu/dibs/agent/peer"
+	"github.com/dibs-gpu/dibs/base/refusal"
 	"github.com/dibs-gpu/dibs/lease"
 	"github.com/dibs-gpu/dibs/queue"
 	"github.com/dibs-gpu/dibs/service"
@@ -32,13 +33,13 @@ func (b *Bound) admitService(v queue.ClusterView, c *lease.Claim) error {
 			continue
 		}
 		if l.Service.Name == name {
-			return &lease.Error{Code: lease.CodeConflict, Msg: fmt.Sprintf("you already run a service named %s (on %s): dibs stop %s first, or pick another name", name, l.Node, name)}
+			return &refusal.Error{Code: refusal.CodeConflict, Msg: fmt.Sprintf("you already run a service named %s (on %s): dibs stop %s first, or pick another name", name, l.Node, name)}
 		}
 		mine += len(l.GPUs)
 		count++
 	}
 	if count >= service.MaxPerUser {
-		return &lease.Error{Code: lease.CodeForbidden, Msg: fmt.Sprintf("you run %d services, the most one person may (every node holds their definitions): dibs stop one first", count)}
+		return &refusal.Error{Code: refusal.CodeForbidden, Msg: fmt.Sprintf("you run %d services, the most one person may (every node holds their definitions): dibs stop one first", count)}
 	}
 	want := c.Count + len(c.GPUs)
 	if c.MIG != "" || c.MemMiB > 0 {
@@ -49,21 +50,21 @@ func (b *Bound) admitService(v queue.ClusterView, c *lease.Claim) error {
 		perUser = lease.DefaultServiceGPUsPerUser
 	}
 	if perUser < 0 {
-		return &lease.Error{Code: lease.CodeForbidden, Msg: "services are off on this cluster (leases.service_gpus_per_user = -1)"}
+		return &refusal.Error{Code: refusal.CodeForbidden, Msg: "services are off on this cluster (leases.service_gpus_per_user = -1)"}
 	}
 	if mine+want > perUser {
-		return &lease.Error{Code: lease.CodeForbidden, Msg: fmt.Sprintf("services may hold at most %d GPUs per person (leases.service_gpus_per_user) and yours hold %d: ask for %d or fewer", perUser, mine, max(perUser-mine, 0))}
+		return &refusal.Error{Code: refusal.CodeForbidden, Msg: fmt.Sprintf("services may hold at most %d GPUs per person (leases.service_gpus_per_user) and yours hold %d: ask for %d or fewer", perUser, mine, max(perUser-mine, 0))}
 	}
 	clusterMax := p.ServiceGPUs
 	if clusterMax == 0 {
 		clusterMax = max(clusterGPUs(v)/4, 1)
 	}
 	if total+want > clusterMax {
-		return &lease.Error{Code: lease.CodeForbidden, Msg: fmt.Sprintf("services may hold at most %d GPUs of the cluster (leases.service_gpus) and hold %d already", clusterMax, total)}
+		return &refusal.Error{Code: refusal.CodeForbidden, Msg: fmt.Sprintf("services may hold at most %d GPUs of the cluster (leases.service_gpus) and hold %d already", clusterMax, total)}
 	}
 	if len(p.ServicePools) > 0 && !slices.ContainsFunc(c.Tags, func(t string) bool { return slices.Contains(p.ServicePools, t) }) {
 		if len(p.ServicePools) > 1 {
-			return lease.Invalidf("services run only in pools %s (leases.service_pools): add --pool with one of them", strings.Join(p.ServicePools, ", "))
+			return refusal.Invalidf("services run only in pools %s (leases.service_pools): add --pool with one of them", strings.Join(p.ServicePools, ", "))
 		}
 		c.Tags = append(slices.Clone(c.Tags), p.ServicePools[0])
 	}

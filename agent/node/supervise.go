@@ -9,6 +9,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/dibs-gpu/dibs/base/words"
+	"github.com/dibs-gpu/dibs/job"
 	"github.com/dibs-gpu/dibs/launch"
 	"github.com/dibs-gpu/dibs/lease"
 	"github.com/dibs-gpu/dibs/service"
@@ -181,7 +183,7 @@ func (x *sessionJob) restartService(ctx context.Context, l lease.Lease, u launch
 func serviceRun(l lease.Lease) *Run {
 	j := l.Job
 	if j == nil {
-		j = &lease.Job{}
+		j = &job.Job{}
 	}
 	return &Run{Name: l.Session, Command: j.Command, Dir: j.Dir, UserEnv: j.Env}
 }
@@ -193,7 +195,7 @@ func (x *sessionJob) crashLoop(l lease.Lease) {
 	n := x.n
 	r := n.cfg.ServiceRules.WithDefaults()
 	text := fmt.Sprintf("service %s crash-looped on %s (%d restarts in %s): stopped; its log: dibs logs %s",
-		l.Service.Name, n.cfg.Name, r.CrashRestarts, lease.FormatDuration(r.CrashWindow), l.Service.Name)
+		l.Service.Name, n.cfg.Name, r.CrashRestarts, words.FormatDuration(r.CrashWindow), l.Service.Name)
 	n.log.Warn("service crash-looped; stopping it", "service", l.Service.Name, "lease", l.ID, "user", l.User)
 	ctx, cancel := context.WithTimeout(n.ctx, userCallBound)
 	defer cancel()

@@ -13,6 +13,9 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/dibs-gpu/dibs/api"
+	"github.com/dibs-gpu/dibs/base/refusal"
+	"github.com/dibs-gpu/dibs/base/words"
+	"github.com/dibs-gpu/dibs/job"
 	"github.com/dibs-gpu/dibs/lease"
 	"github.com/dibs-gpu/dibs/service"
 )
@@ -75,7 +78,7 @@ either, the service is healthy while its command runs.`,
 			}
 			req.Run = &api.RunSpec{Command: command, Dir: wd}
 			if !cleanEnv {
-				req.Run.Env = lease.PickEnv(os.Environ())
+				req.Run.Env = job.PickEnv(os.Environ())
 			}
 			req.Service = &service.Spec{Name: name, Port: port, Health: health, HealthCmd: healthCmd, Preemptible: preemptible}
 			if err := req.Service.Check(); err != nil {
@@ -188,7 +191,7 @@ func servicesCmd(c *cli) *cobra.Command {
 			for _, r := range rows {
 				up := "-"
 				if !r.Since.IsZero() {
-					up = lease.FormatDuration(now.Sub(r.Since).Round(time.Second))
+					up = words.FormatDuration(now.Sub(r.Since).Round(time.Second))
 				}
 				gpus := "-"
 				if len(r.GPUs) > 0 {
@@ -287,7 +290,7 @@ func stopCmd(c *cli) *cobra.Command {
 // requests and session names win, a service's name comes after.
 func orServiceSession(err error, name string) (string, bool) {
 	var ae *api.Error
-	if !errors.As(err, &ae) || ae.Code != string(lease.CodeNotFound) || service.CheckName(name) != nil {
+	if !errors.As(err, &ae) || ae.Code != string(refusal.CodeNotFound) || service.CheckName(name) != nil {
 		return "", false
 	}
 	return service.SessionName(name), true
