@@ -47,11 +47,15 @@ func Ended(l Lease, end time.Time, reason, by string) LedgerEntry {
 	if secs < 0 || l.Booked {
 		secs = 0
 	}
+	limit := max(l.ExpiresAt.Sub(l.StartedAt), 0)
+	if l.IsService() {
+		limit = 0 // a service has none (ServiceSpan is not a limit)
+	}
 	return LedgerEntry{
 		LeaseID: l.ID, Node: l.Node, User: l.User, UID: l.UID, GPUs: l.GPUs,
 		Start: l.StartedAt, End: end.Round(0), GPUSeconds: secs * l.Weight(),
 		Reason: reason, By: by,
-		Kind: l.Kind, Limit: max(l.ExpiresAt.Sub(l.StartedAt), 0), Entry: l.Entry, Gang: l.Gang, Rank: l.Rank,
+		Kind: l.Kind, Limit: limit, Entry: l.Entry, Gang: l.Gang, Rank: l.Rank,
 		QueuedAt: l.QueuedAt, Reserved: !l.ReservedUntil.IsZero(),
 	}
 }

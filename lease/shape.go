@@ -18,7 +18,8 @@ func (l *Lease) Validate() error {
 	if node, ok := NodeOfID(l.ID); !ok || node != l.Node {
 		return refusal.Invalidf("lease %s does not belong to node %s", words.QuoteInput(l.ID), words.QuoteInput(l.Node))
 	}
-	if err := checkGPUs(l.GPUs, true); err != nil {
+	// A service may hold no GPU (dibs serve -g 0).
+	if err := checkGPUs(l.GPUs, !l.IsService()); err != nil {
 		return refusal.Wrapf(refusal.CodeInvalid, err, "lease %s: %v", l.ID, err)
 	}
 	if !words.ValidUserName(l.User) && l.User != "" {
