@@ -414,3 +414,36 @@ func TestServiceHealthCommandRunsAsItsOwner(t *testing.T) {
 		return cur.Service != nil && cur.Service.Restarts >= 1 && cur.Service.PID != l.Service.PID
 	})
 }
+
+// TestServeOnAnotherNodeAndItsDefinitionOnEveryNode: a service asked for
+// at node01 for node02 (with a GPU, and without) is granted there,
+// supervised there, and its definition — the command — is held by node01
+// too, from node02's gossip, so a move could start it without node02.
+func TestServeOnAnotherNodeAndItsDefinitionOnEveryNode(t *testing.T) {
+	agenttest.RequireTmux(t)
+	nodes := agenttest.Cluster(t, agenttest.ClusterOptions{Specs: []string{"2xL40S", "2xL40S"}, Quiet: true})
+	me := nodes[0].Me()
+	for _, c := range []struct {
+		name  string
+		count int
+	}{{"gpu", 1}, {"nogpu", 0}} {
+		r, err := me.Claim(ctx(t), api.ClaimRequest{Count: c.count, Node: "node02", Run: &api.RunSpec{Command: []string{"sleep", "600"}},
+			Service: &service.Spec{Name: c.name}})
+		if err != nil {
+			t.Fatalf("serve %s on node02 from node01: %v", c.name, err)
+		}
+		if r.Node != "node02" || len(r.GPUs) != c.count {
+			t.Fatalf("serve %s: got node %s GPUs %v", c.name, r.Node, r.GPUs)
+		}
+		waitHealthy(t, me, c.name, 20*time.Second)
+		var held lease.Lease
+		for _, l := range nodes[0].Agent.Service().View().Leases() {
+			if l.ID == r.ID {
+				held = l
+			}
+		}
+		if held.Job == nil || strings.Join(held.Job.Command, " ") != "sleep 600" {
+			t.Fatalf("node01's copy of %s's lease holds job %+v, want its command (every node holds the definition)", c.name, held.Job)
+		}
+	}
+}

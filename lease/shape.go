@@ -49,7 +49,8 @@ func (l *Lease) Validate() error {
 
 // validateParts checks what the MIG, shared and booking fields may hold: a
 // MIG or shared lease is on exactly one GPU and counts for a share of it,
-// and only a booking carries a job.
+// and only a booking (or a service: its definition, held by every node)
+// carries a job.
 func (l *Lease) validateParts() error {
 	if l.MIG != "" && (!words.ValidToken(l.MIG, words.MaxNameLen) || !strings.HasPrefix(l.MIG, "MIG-")) {
 		return refusal.Invalidf("lease %s names a bad MIG instance %s", l.ID, words.QuoteInput(l.MIG))
@@ -63,7 +64,7 @@ func (l *Lease) validateParts() error {
 		return refusal.Invalidf("lease %s counts for a share %g of its GPU", l.ID, l.Share)
 	case l.MemMiB > words.MaxMemMiB:
 		return refusal.Invalidf("lease %s has a budget of %d MiB", l.ID, l.MemMiB)
-	case l.Job != nil && !l.Booked:
+	case l.Job != nil && !l.Booked && !l.IsService():
 		return refusal.Invalidf("lease %s carries a job but is not a booking", l.ID)
 	}
 	if err := job.CheckContainers(l.Containers); err != nil {
