@@ -291,7 +291,8 @@ func exportK8sCmd(c *cli) *cobra.Command {
 service (dibs serve) to Kubernetes: its replicas, its GPUs as the NVIDIA device
 plugin names them (a MIG instance as nvidia.com/mig-<profile>), its command under
 /bin/sh -c, its carried environment (a variable whose name holds TOKEN, KEY, SECRET
-or PASSWORD as a reference to a Secret, never its value), its port as a ClusterIP
+or PASSWORD as a reference to a Secret, never its value; so is a secret on the command
+line, --api-key VALUE or HF_TOKEN=VALUE), its port as a ClusterIP
 Service, and its health check as probes. What has no equivalent (a memory budget on
 a shared GPU, pools, bound cores) is a comment. dibs runs bare processes and
 Kubernetes runs containers: fill in the image the manifest leaves as a placeholder.

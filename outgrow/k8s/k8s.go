@@ -12,6 +12,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -171,29 +172,39 @@ func Export(s Service) (Manifest, error) {
 		w.c(5, "dibs ran it in %s on %s; if the image lays out the project there too, keep:", oneLine(s.Dir), oneLine(s.Node))
 		w.c(5, "workingDir: %s", q(s.Dir))
 	}
-	shellLine := s.Command[0]
-	if len(s.Command) > 1 {
-		shellLine = "exec " + shellCommand(s.Command)
-	} else {
+	shellLine, cmdSecrets := scrubCommand(s.Command)
+	if len(s.Command) == 1 {
 		w.c(5, "dibs ran this line with the owner's $SHELL -c; /bin/sh here (use bash if the image has it and the line needs it).")
 	}
 	w.l(5, "command:")
 	w.l(6, "- "+q("/bin/sh"))
 	w.l(6, "- "+q("-c"))
 	w.l(6, "- "+q(shellLine))
+	if len(cmdSecrets) > 0 {
+		w.c(5, "The command line held secrets (%s): the line reads them from env, which takes them from a Secret.", strings.Join(slices.Sorted(maps.Keys(cmdSecrets)), ", "))
+	}
 	if loopback(s.Command) {
 		w.c(5, "The command names 127.0.0.1 or localhost: in a container it must listen on 0.0.0.0, or")
 		w.c(5, "neither the Service nor the kubelet's checks reach it.")
 		m.Notes = append(m.Notes, "the command names 127.0.0.1 or localhost: in a container it must listen on 0.0.0.0")
 	}
-	if len(s.Env) > 0 {
-		w.c(5, "The environment dibs carried from %s shell: paths on %s; change those the image lays out", ownerOr(s.Owner)+"'s", oneLine(s.Node))
-		w.c(5, "differently, and drop PATH if the image's own is right.")
+	env := maps.Clone(s.Env)
+	if env == nil {
+		env = map[string]string{}
+	}
+	for k := range cmdSecrets {
+		env[k] = ""
+	}
+	if len(env) > 0 {
+		if len(s.Env) > 0 {
+			w.c(5, "The environment dibs carried from %s shell: paths on %s; change those the image lays out", ownerOr(s.Owner)+"'s", oneLine(s.Node))
+			w.c(5, "differently, and drop PATH if the image's own is right.")
+		}
 		w.l(5, "env:")
 		var secrets []string
-		for _, k := range slices.Sorted(maps.Keys(s.Env)) {
+		for _, k := range slices.Sorted(maps.Keys(env)) {
 			w.l(6, "- name: "+q(k))
-			if IsSecret(k) {
+			if _, ok := cmdSecrets[k]; ok || IsSecret(k) {
 				secrets = append(secrets, k)
 				w.c(7, "A secret: its value is not written here. It comes from the Secret %s (see below).", Secret(s.Name))
 				w.l(7, "valueFrom:")
@@ -324,6 +335,97 @@ func Export(s Service) (Manifest, error) {
 	}
 	m.YAML = w.b.String()
 	return m, nil
+}
+
+// The parts of a command line that hold a secret: a flag whose name
+// marks one (--api-key VALUE, --token=VALUE) and an assignment to a
+// variable whose name does (HF_TOKEN=VALUE). secretValue is a shell word
+// as a person types one.
+var (
+	secretValue  = `(?:'[^']*'|"[^"]*"|[^\s'"&;|<>()]+)+`
+	secretAssign = regexp.MustCompile(`(^|\s)([A-Za-z_][A-Za-z0-9_]*)=(` + secretValue + `)`)
+	secretFlag   = regexp.MustCompile(`(^|\s)(--?[A-Za-z][A-Za-z0-9_.-]*)(=|\s+)(` + secretValue + `)`)
+)
+
+// scrubCommand is the /bin/sh line that runs argv, with every secret its
+// words hold read from an environment variable instead ("$API_KEY"), and
+// those variables (their values for the test alone: the manifest never
+// writes them). An argv of several words is run with exec, each word
+// quoted; one word is a shell line already, scrubbed in place.
+func scrubCommand(argv []string) (string, map[string]string) {
+	secrets := map[string]string{}
+	ref := func(name, value string) string {
+		v := envName(name)
+		secrets[v] = value
+		return `"$` + v + `"`
+	}
+	if len(argv) == 1 {
+		line := secretAssign.ReplaceAllStringFunc(argv[0], func(m string) string {
+			p := secretAssign.FindStringSubmatch(m)
+			if !IsSecret(p[2]) {
+				return m
+			}
+			return p[1] + p[2] + "=" + ref(p[2], p[3])
+		})
+		line = secretFlag.ReplaceAllStringFunc(line, func(m string) string {
+			p := secretFlag.FindStringSubmatch(m)
+			if !isSecretFlag(p[2]) || strings.HasPrefix(p[4], "-") || strings.HasPrefix(p[4], `"$`) {
+				return m
+			}
+			return p[1] + p[2] + p[3] + ref(strings.TrimLeft(p[2], "-"), p[4])
+		})
+		return line, secrets
+	}
+	words := make([]string, len(argv))
+	for i, a := range argv {
+		words[i] = shellWord(a)
+		if i == 0 {
+			continue
+		}
+		prev := argv[i-1]
+		name, value, eq := strings.Cut(a, "=")
+		switch {
+		case eq && strings.HasPrefix(a, "-") && isSecretFlag(name):
+			words[i] = shellWord(name) + "=" + ref(strings.TrimLeft(name, "-"), value)
+		case eq && !strings.HasPrefix(a, "-") && isEnvName(name) && IsSecret(name):
+			words[i] = name + "=" + ref(name, value)
+		case !strings.HasPrefix(a, "-") && strings.HasPrefix(prev, "-") && !strings.Contains(prev, "=") && isSecretFlag(prev):
+			words[i] = ref(strings.TrimLeft(prev, "-"), a)
+		}
+	}
+	return "exec " + strings.Join(words, " "), secrets
+}
+
+// isSecretFlag reports whether a flag (--api-key) names a secret: one of
+// its words, split at '-', '_' and '.', is a SecretWords word. Words, not
+// IsSecret's containment: vLLM's --max-num-batched-tokens is no secret.
+func isSecretFlag(flag string) bool {
+	for _, w := range strings.FieldsFunc(strings.ToUpper(flag), func(r rune) bool { return r == '-' || r == '_' || r == '.' }) {
+		if slices.Contains(SecretWords, w) {
+			return true
+		}
+	}
+	return false
+}
+
+// envName is the variable a secret of a flag or variable name is read
+// from: upper case, every other character '_' (--api-key is API_KEY).
+func envName(s string) string {
+	return strings.Map(func(r rune) rune {
+		switch {
+		case r >= 'a' && r <= 'z':
+			return r - 'a' + 'A'
+		case r >= 'A' && r <= 'Z', r >= '0' && r <= '9':
+			return r
+		}
+		return '_'
+	}, s)
+}
+
+func isEnvName(s string) bool {
+	return s != "" && !strings.ContainsFunc(s, func(r rune) bool {
+		return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '_')
+	}) && !(s[0] >= '0' && s[0] <= '9')
 }
 
 // MIGResource is the resource NVIDIA's device plugin offers for a MIG

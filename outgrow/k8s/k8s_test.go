@@ -45,11 +45,11 @@ func golden(t *testing.T, name, got string) {
 func cases() map[string]Service {
 	return map[string]Service{
 		"vllm": {Name: "llm", Owner: "alice", Lease: "node01-42", Node: "node01", Replicas: 1,
-			Command: []string{"vllm", "serve", "meta-llama/Llama-3.1-8B-Instruct", "--port", "8000"}, Dir: "/home/alice/llm",
+			Command: []string{"vllm", "serve", "meta-llama/Llama-3.1-8B-Instruct", "--port", "8000", "--max-num-batched-tokens", "8192", "--api-key", "sk-live-1234"}, Dir: "/home/alice/llm",
 			Env:  map[string]string{"PATH": "/home/alice/llm/.venv/bin:/usr/bin:/bin", "VIRTUAL_ENV": "/home/alice/llm/.venv", "HF_TOKEN": "hf_s3cr3t_value"},
 			GPUs: 1, Port: 8000, Health: "/health"},
 		"mig": {Name: "Embed_Svc", Owner: "bo", Lease: "node02-7", Node: "node02", Replicas: 2,
-			Command: []string{"python3 -m http.server 9000 --bind 127.0.0.1 # a comment: with \"quotes\""},
+			Command: []string{"HF_TOKEN='hf abc' python3 -m http.server 9000 --bind 127.0.0.1 --token=tok-5678 # a comment: with \"quotes\""},
 			MIG:     "1g.10gb+me", Port: 9000, Pools: []string{"inference", "a100"}, Preemptible: true},
 		"shared": {Name: "tb-shared", Owner: "cy", Lease: "node03-3", Node: "node03",
 			Command: []string{"python3", "serve.py", "it's here"}, Dir: "/home/cy/x",
@@ -146,8 +146,8 @@ func TestExportDecodesAsKubernetesTypes(t *testing.T) {
 			}
 			if len(c.Command) != 3 || c.Command[0] != "/bin/sh" || c.Command[1] != "-c" {
 				t.Errorf("command %q, want /bin/sh -c LINE", c.Command)
-			} else if len(s.Command) == 1 && c.Command[2] != s.Command[0] {
-				t.Errorf("shell line %q, want dibs's %q", c.Command[2], s.Command[0])
+			} else if line, _ := scrubCommand(s.Command); c.Command[2] != line {
+				t.Errorf("shell line %q, want %q", c.Command[2], line)
 			}
 			// Resources: the device plugin's names.
 			limits := c.Resources.Limits
@@ -176,8 +176,8 @@ func TestExportDecodesAsKubernetesTypes(t *testing.T) {
 			for _, e := range c.Env {
 				env[e.Name] = e
 			}
-			if len(env) != len(s.Env) {
-				t.Errorf("env %v, want the %d carried variables", c.Env, len(s.Env))
+			if _, cmdSecrets := scrubCommand(s.Command); len(env) != len(s.Env)+len(cmdSecrets) {
+				t.Errorf("env %v, want the %d carried variables and %d from the command", c.Env, len(s.Env), len(cmdSecrets))
 			}
 			for k, v := range s.Env {
 				e := env[k]
@@ -192,6 +192,24 @@ func TestExportDecodesAsKubernetesTypes(t *testing.T) {
 				}
 				if e.Value != v {
 					t.Errorf("env %s = %q, want %q", k, e.Value, v)
+				}
+			}
+			// The secrets the cases hold, in the environment and on the
+			// command line, are nowhere in the manifest.
+			for _, v := range []string{"hf_s3cr3t_value", "sk-live-1234", "tok-5678", "hf abc"} {
+				if strings.Contains(m.YAML, v) {
+					t.Errorf("the manifest holds the secret %q", v)
+				}
+			}
+			// Secrets in the command line: read from env, never written.
+			_, cmdSecrets := scrubCommand(s.Command)
+			for k, v := range cmdSecrets {
+				e := env[k]
+				if e.ValueFrom == nil || e.ValueFrom.SecretKeyRef == nil || e.ValueFrom.SecretKeyRef.Key != k || !strings.Contains(c.Command[2], `"$`+k+`"`) {
+					t.Errorf("the command's secret %s is %+v in env and the line is %q", k, e, c.Command[2])
+				}
+				if strings.Contains(m.YAML, strings.Trim(v, "'")) {
+					t.Errorf("the manifest holds the command's secret %s", k)
 				}
 			}
 			// Port, probes and the Service.
@@ -263,19 +281,55 @@ func checkLimit(t *testing.T, limits corev1.ResourceList, name string, n int64) 
 // TestShellLineRunsTheSameArgv runs the Deployment's command line, read
 // back from the YAML, in sh: it must give the program dibs's argv word
 // for word (quotes, spaces, a '$' left alone).
+//
+// Secrets on the command line (--api-key VALUE, --token=VALUE, an
+// assignment to HF_TOKEN) are read from the environment, which the Secret
+// fills: with those variables set, the program gets the same words.
 func TestShellLineRunsTheSameArgv(t *testing.T) {
-	s := Service{Name: "x", Command: []string{"printf", "%s|", "a b", "it's", "$HOME", "#no", "\"q\": v"}}
-	m, err := Export(s)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := decode(t, m.YAML).dep.Spec.Template.Spec.Containers[0]
-	out, err := exec.Command(c.Command[0], c.Command[1:]...).Output()
-	if err != nil {
-		t.Fatalf("%q: %v", c.Command, err)
-	}
-	if want := "a b|it's|$HOME|#no|\"q\": v|"; string(out) != want {
-		t.Errorf("the shell line printed %q, want %q", out, want)
+	for _, argv := range [][]string{
+		{"printf", "%s|", "a b", "it's", "$HOME", "#no", "\"q\": v", "--max-num-batched-tokens", "8192"},
+		{"printf", "%s|", "--api-key", "sk 1'2", "--hf-token=h$x", "MY_PASSWORD=p w", "--keyfile", "/k"},
+		{`printf '%s|' --api-key 'sk 1' MY_SECRET="s 2" --auth-token=t3 --max-tokens 5`},
+	} {
+		m, err := Export(Service{Name: "x", Command: argv})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := decode(t, m.YAML).dep.Spec.Template.Spec.Containers[0]
+		cmd := exec.Command(c.Command[0], c.Command[1:]...)
+		cmd.Env = []string{"PATH=/usr/bin:/bin"}
+		_, secrets := scrubCommand(argv)
+		for _, e := range c.Env {
+			if e.ValueFrom == nil {
+				t.Errorf("%q: env %s is not a secret", argv, e.Name)
+				continue
+			}
+			// What the person must put in the Secret: the value as typed
+			// (a shell line's quotes are the shell's).
+			v := secrets[e.Name]
+			if len(argv) == 1 {
+				v = strings.Trim(v, `'"`)
+			}
+			cmd.Env = append(cmd.Env, e.Name+"="+v)
+		}
+		out, err := cmd.Output()
+		if err != nil {
+			t.Fatalf("%q: %v", c.Command, err)
+		}
+		want := "a b|it's|$HOME|#no|\"q\": v|--max-num-batched-tokens|8192|"
+		nsecrets := 0
+		switch {
+		case len(argv) == 1:
+			want, nsecrets = "--api-key|sk 1|MY_SECRET=s 2|--auth-token=t3|--max-tokens|5|", 3
+		case argv[2] == "--api-key":
+			want, nsecrets = "--api-key|sk 1'2|--hf-token=h$x|MY_PASSWORD=p w|--keyfile|/k|", 3
+		}
+		if string(out) != want {
+			t.Errorf("%q: the shell line %q printed %q, want %q", argv, c.Command[2], out, want)
+		}
+		if len(secrets) != nsecrets {
+			t.Errorf("%q: secrets %v, want %d", argv, secrets, nsecrets)
+		}
 	}
 }
 
