@@ -58,6 +58,7 @@ func (x *sessionJob) superviseLoop(ctx context.Context, l lease.Lease, u launch.
 	tr := service.NewTracker(n.cfg.ServiceRules, n.deps.Clock.Now(), l.Service.Restarts)
 	t := n.deps.Clock.NewTicker(n.cfg.SessionPoll)
 	defer t.Stop()
+	var wrote time.Time
 	for {
 		select {
 		case <-ctx.Done():
@@ -80,7 +81,7 @@ func (x *sessionJob) superviseLoop(ctx context.Context, l lease.Lease, u launch.
 			x.crashLoop(l)
 			return
 		}
-		x.recordStatus(&l, tr, pid)
+		x.recordStatus(&l, tr, pid, &wrote)
 	}
 }
 
@@ -208,9 +209,15 @@ func (x *sessionJob) crashLoop(l lease.Lease) {
 	n.Notify(l.UID, "", text)
 }
 
+// statusEvery bounds how often a check that flaps between healthy and
+// unhealthy is written to the lease: each write is an fsync and a
+// broadcast. A restart, and a new replica found healthy, are written at
+// once.
+const statusEvery = 2 * time.Second
+
 // recordStatus writes what the tracker decided to the lease when it
-// changed, so every node's board shows it.
-func (x *sessionJob) recordStatus(l *lease.Lease, tr *service.Tracker, pid int) {
+// changed, so every node's board shows it; wrote is when it last did.
+func (x *sessionJob) recordStatus(l *lease.Lease, tr *service.Tracker, pid int, wrote *time.Time) {
 	n := x.n
 	st := service.Status{State: tr.State, Restarts: tr.Restarts, Since: tr.Since.Round(0), PID: l.Service.PID}
 	if pid != 0 {
@@ -218,6 +225,11 @@ func (x *sessionJob) recordStatus(l *lease.Lease, tr *service.Tracker, pid int) 
 	}
 	if st.State == l.Service.State && st.Restarts == l.Service.Restarts && st.PID == l.Service.PID {
 		return
+	}
+	now := n.deps.Clock.Now()
+	flap := (st.State == service.Healthy || st.State == service.Unhealthy) && (l.Service.State == service.Healthy || l.Service.State == service.Unhealthy)
+	if flap && st.Restarts == l.Service.Restarts && st.PID == l.Service.PID && now.Sub(*wrote) < statusEvery {
+		return // the next probe writes it, if it still holds
 	}
 	if st.Restarts == l.Service.Restarts && !l.Service.Since.IsZero() {
 		st.Since = l.Service.Since // an adopted replica keeps its start
@@ -228,6 +240,7 @@ func (x *sessionJob) recordStatus(l *lease.Lease, tr *service.Tracker, pid int) 
 		cur.Service = &svc
 	})
 	if ok {
+		*wrote = now
 		svc := *l.Service
 		svc.Status = st
 		l.Service = &svc
