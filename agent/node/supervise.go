@@ -209,12 +209,6 @@ func (x *sessionJob) crashLoop(l lease.Lease) {
 	n.Notify(l.UID, "", text)
 }
 
-// statusEvery bounds how often a check that flaps between healthy and
-// unhealthy is written to the lease: each write is an fsync and a
-// broadcast. A restart, and a new replica found healthy, are written at
-// once.
-const statusEvery = 2 * time.Second
-
 // recordStatus writes what the tracker decided to the lease when it
 // changed, so every node's board shows it; wrote is when it last did.
 func (x *sessionJob) recordStatus(l *lease.Lease, tr *service.Tracker, pid int, wrote *time.Time) {
@@ -223,13 +217,9 @@ func (x *sessionJob) recordStatus(l *lease.Lease, tr *service.Tracker, pid int, 
 	if pid != 0 {
 		st.PID = pid
 	}
-	if st.State == l.Service.State && st.Restarts == l.Service.Restarts && st.PID == l.Service.PID {
-		return
-	}
 	now := n.deps.Clock.Now()
-	flap := (st.State == service.Healthy || st.State == service.Unhealthy) && (l.Service.State == service.Healthy || l.Service.State == service.Unhealthy)
-	if flap && st.Restarts == l.Service.Restarts && st.PID == l.Service.PID && now.Sub(*wrote) < statusEvery {
-		return // the next probe writes it, if it still holds
+	if !service.WriteStatus(l.Service.Status, st, now.Sub(*wrote)) {
+		return
 	}
 	if st.Restarts == l.Service.Restarts && !l.Service.Since.IsZero() {
 		st.Since = l.Service.Since // an adopted replica keeps its start
