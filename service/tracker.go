@@ -190,3 +190,23 @@ func (t *Tracker) prune(now time.Time) {
 	}
 	t.Recent = keep
 }
+
+// StatusEvery bounds how often a check that flaps between healthy and
+// unhealthy is written to the service's lease: each write is an fsync and
+// a broadcast to every node.
+const StatusEvery = 2 * time.Second
+
+// WriteStatus reports whether the supervisor should write now as the
+// lease's status when old is what it holds, written sinceLast ago: only
+// a change, and a flap between healthy and unhealthy at most every
+// StatusEvery (the next probe writes it, if it still holds). A restart,
+// a new process, and a replica found healthy after starting are written
+// at once.
+func WriteStatus(old, now Status, sinceLast time.Duration) bool {
+	if now.State == old.State && now.Restarts == old.Restarts && now.PID == old.PID {
+		return false
+	}
+	checked := func(s State) bool { return s == Healthy || s == Unhealthy }
+	flap := checked(now.State) && checked(old.State) && now.Restarts == old.Restarts && now.PID == old.PID
+	return !flap || sinceLast >= StatusEvery
+}

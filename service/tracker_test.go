@@ -84,3 +84,23 @@ func TestSpecCheck(t *testing.T) {
 		}
 	}
 }
+
+func TestWriteStatusHoldsBackAFlappingCheck(t *testing.T) {
+	healthy := Status{State: Healthy, Restarts: 1, PID: 10}
+	for _, c := range []struct {
+		name      string
+		old, now  Status
+		sinceLast time.Duration
+		want      bool
+	}{
+		{"no change", healthy, healthy, time.Hour, false},
+		{"a flap soon after the last write", healthy, Status{State: Unhealthy, Restarts: 1, PID: 10}, time.Second, false},
+		{"a flap after StatusEvery", healthy, Status{State: Unhealthy, Restarts: 1, PID: 10}, StatusEvery, true},
+		{"a restart at once", healthy, Status{State: Restarting, Restarts: 2, PID: 10}, 0, true},
+		{"found healthy after starting, at once", Status{State: Starting, Restarts: 2, PID: 11}, Status{State: Healthy, Restarts: 2, PID: 11}, 0, true},
+	} {
+		if got := WriteStatus(c.old, c.now, c.sinceLast); got != c.want {
+			t.Errorf("%s: got %v, want %v", c.name, got, c.want)
+		}
+	}
+}

@@ -58,6 +58,7 @@ func (x *sessionJob) superviseLoop(ctx context.Context, l lease.Lease, u launch.
 	tr := service.NewTracker(n.cfg.ServiceRules, n.deps.Clock.Now(), l.Service.Restarts)
 	t := n.deps.Clock.NewTicker(n.cfg.SessionPoll)
 	defer t.Stop()
+	var wrote time.Time
 	for {
 		select {
 		case <-ctx.Done():
@@ -80,7 +81,7 @@ func (x *sessionJob) superviseLoop(ctx context.Context, l lease.Lease, u launch.
 			x.crashLoop(l)
 			return
 		}
-		x.recordStatus(&l, tr, pid)
+		x.recordStatus(&l, tr, pid, &wrote)
 	}
 }
 
@@ -209,14 +210,15 @@ func (x *sessionJob) crashLoop(l lease.Lease) {
 }
 
 // recordStatus writes what the tracker decided to the lease when it
-// changed, so every node's board shows it.
-func (x *sessionJob) recordStatus(l *lease.Lease, tr *service.Tracker, pid int) {
+// changed, so every node's board shows it; wrote is when it last did.
+func (x *sessionJob) recordStatus(l *lease.Lease, tr *service.Tracker, pid int, wrote *time.Time) {
 	n := x.n
 	st := service.Status{State: tr.State, Restarts: tr.Restarts, Since: tr.Since.Round(0), PID: l.Service.PID}
 	if pid != 0 {
 		st.PID = pid
 	}
-	if st.State == l.Service.State && st.Restarts == l.Service.Restarts && st.PID == l.Service.PID {
+	now := n.deps.Clock.Now()
+	if !service.WriteStatus(l.Service.Status, st, now.Sub(*wrote)) {
 		return
 	}
 	if st.Restarts == l.Service.Restarts && !l.Service.Since.IsZero() {
@@ -228,6 +230,7 @@ func (x *sessionJob) recordStatus(l *lease.Lease, tr *service.Tracker, pid int) 
 		cur.Service = &svc
 	})
 	if ok {
+		*wrote = now
 		svc := *l.Service
 		svc.Status = st
 		l.Service = &svc
