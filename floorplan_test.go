@@ -55,6 +55,8 @@ const (
 	charmX     = "github.com/charmbracelet/"
 	bubbletea  = "charm.land/bubbletea/v2"
 	wish       = "charm.land/wish/v2"
+	kubernetes = "k8s.io/"
+	sigsK8s    = "sigs.k8s.io/"
 )
 
 // agentOrder is the order of the daemon's own packages: each may import
@@ -122,6 +124,10 @@ func floorPlan() []room {
 			may: slices.Concat(ground, []string{"job", "lease", "queue", "nodeprobe"}), never: append(slices.Clone(pure), bbolt), notItself: noIO},
 		{pkg: "outgrow/slurm", what: "slurm.conf, gres.conf and sbatch scripts from what dibs knows: pure text",
 			may: slices.Concat(ground, []string{"job", "lease", "queue", "nodeprobe"}), never: append(slices.Clone(pure), bbolt), notItself: noIO},
+		// The Kubernetes export writes YAML by hand: Kubernetes' own types
+		// check it in its test only, and no binary links them.
+		{pkg: "outgrow/k8s", what: "a service's Deployment and Service for kubectl apply: pure text",
+			may: []string{"service"}, never: append(slices.Clone(pure), bbolt, kubernetes, sigsK8s, "lease", "queue"), notItself: noIO},
 		{pkg: "outgrow/replay", what: "the what-if simulator: dibs's own rules on simulated time",
 			may: slices.Concat(ground, []string{"job", "lease", "queue", "nodeprobe", "nodeprobe/sim"}), never: append(slices.Clone(pure), bbolt), notItself: noIO},
 		{pkg: "launch", what: "tmux sessions as a user; standard library only",
@@ -221,16 +227,16 @@ func floorPlan() []room {
 			may:  append(all, "base/buildinfo"),
 			mods: []string{"github.com/spf13/cobra", xsys}, never: []string{goNVML}},
 		room{pkg: "cmd/dibsd", what: "the daemon's binary: dibsd agent (the dibs.service unit), demo, probe, keygen",
-			may: []string{"cmd/internal/daemoncmd"}, never: []string{goNVML}},
+			may: []string{"cmd/internal/daemoncmd"}, never: []string{goNVML, kubernetes, sigsK8s}},
 		room{pkg: "cmd/dibs", what: "the client: flags, tables, --json; hands the board and the daemon's verbs to dibsd",
-			may: slices.Concat(rules, []string{"api", "base/buildinfo", "base/columns", "launch", "outgrow/doctor", "outgrow/replay", "outgrow/slurm",
+			may: slices.Concat(rules, []string{"api", "base/buildinfo", "base/columns", "launch", "outgrow/doctor", "outgrow/k8s", "outgrow/replay", "outgrow/slurm",
 				"nodeprobe"}),
 			mods: []string{"github.com/spf13/cobra", "github.com/spf13/pflag", xsys},
 			// Nor net/http and crypto/tls: its requests are plain HTTP/1.1 on
 			// a unix socket, written by hand (api/transport.go). Nor the
 			// board's libraries, whose inits ran for every command: dibs
 			// hands the board to dibsd (cmd/internal/daemoncmd/board.go).
-			never: append(slices.Clone(daemonParts), "net/http", "crypto/tls", "tui", charm, charmX)},
+			never: append(slices.Clone(daemonParts), "net/http", "crypto/tls", "tui", charm, charmX, kubernetes, sigsK8s)},
 		room{pkg: ".", what: "this floor plan and the size limits (tests only)"},
 	)
 }
