@@ -89,6 +89,8 @@ func floorPlan() []room {
 			may: []string{"nodeprobe", "nodeprobe/nvml", "nodeprobe/sim", "nodeprobe/smi"}},
 		{pkg: "internal/poll", what: "tests' waiting: a condition polled to a deadline, a window watched (tests only)"},
 		{pkg: "internal/prereq", what: "tests' prerequisites: a skip on a developer's machine, a failure under CI=true (tests only)"},
+		{pkg: "nemesis/powercut", what: "a FUSE file system that loses what was not fsynced when the power is cut (tests only)",
+			may: []string{"internal/prereq"}, mods: []string{"github.com/hanwen/go-fuse/v2"}},
 		{pkg: "internal/lograte", what: "refusal log lines rate-limited per source, with a count of those held back"},
 		{pkg: "internal/termsafe", what: "the one sanitizer for text from outside; standard library only"},
 		{pkg: "internal/columns", what: "a table cell's two rules for both binaries: empty as \"-\", cut with \"~\""},
@@ -188,7 +190,7 @@ func floorPlan() []room {
 	// (and nodeprobe's internal package, which Go keeps to nodeprobe).
 	var all []string
 	for _, r := range plan {
-		if !strings.HasSuffix(r.pkg, "test") && !strings.Contains(r.pkg, "/internal/") && r.pkg != "internal/poll" && r.pkg != "nemesis" {
+		if !strings.HasSuffix(r.pkg, "test") && !strings.Contains(r.pkg, "/internal/") && r.pkg != "internal/poll" && r.pkg != "nemesis" && r.pkg != "nemesis/powercut" {
 			all = append(all, r.pkg)
 		}
 	}
