@@ -70,7 +70,7 @@ func floorPlan() []room {
 	// HTTP, no processes, and no I/O of their own.
 	pure := []string{memberlist, goNVML, charm, charmX, sshPkg, "net/http", "os/exec"}
 	noIO := []string{"os", "os/exec", "os/signal", "syscall", "net", "io/fs", "log", "path/filepath"}
-	base := []string{"lease", "queue", "event", "internal/doctor", "internal/termsafe", "nodeprobe", "launch"}
+	base := []string{"lease", "queue", "event", "internal/doctor", "internal/durable", "internal/termsafe", "nodeprobe", "launch"}
 
 	plan := []room{
 		{pkg: "nodeprobe", what: "GPU snapshot types (Snapshot, GPU, Process, Probe, Options); no I/O",
@@ -92,6 +92,7 @@ func floorPlan() []room {
 		{pkg: "nemesis/powercut", what: "a FUSE file system that loses what was not fsynced when the power is cut (tests only)",
 			may: []string{"internal/prereq"}, mods: []string{"github.com/hanwen/go-fuse/v2"}},
 		{pkg: "internal/lograte", what: "refusal log lines rate-limited per source, with a count of those held back"},
+		{pkg: "internal/durable", what: "files replaced durably (fsync, rename, fsync the directory); standard library only"},
 		{pkg: "internal/termsafe", what: "the one sanitizer for text from outside; standard library only"},
 		{pkg: "internal/columns", what: "a table cell's two rules for both binaries: empty as \"-\", cut with \"~\""},
 		// The rules of a lease know nothing of the queue or of events,
@@ -103,7 +104,7 @@ func floorPlan() []room {
 		{pkg: "event", what: "what happened: event kinds and their words, notices, notification settings; no I/O",
 			may: []string{"lease", "queue", "internal/termsafe"}, never: append(slices.Clone(pure), bbolt), notItself: noIO},
 		{pkg: "store", what: "bbolt store behind queue.Store and event.EventStore",
-			may: []string{"lease", "queue", "event"}, mods: []string{bbolt}, never: pure},
+			may: []string{"lease", "queue", "event", "internal/durable"}, mods: []string{bbolt}, never: pure},
 		{pkg: "store/storetest", what: "a fault-injecting fake queue.Store for tests",
 			may: []string{"lease", "queue", "store"}, never: pure},
 		{pkg: "internal/doctor", what: "doctor's checks, figures and verdict: pure arithmetic",
@@ -172,7 +173,7 @@ func floorPlan() []room {
 	}
 	plan = append(plan,
 		room{pkg: "agent", what: "the daemon: composition of the rooms above",
-			may:  slices.Concat(agents, []string{"api", "gossip", "launch", "lease", "queue", "event", "internal/doctor", "store", "internal/termsafe", "nodeprobe"}),
+			may:  slices.Concat(agents, []string{"api", "gossip", "launch", "lease", "queue", "event", "internal/doctor", "internal/durable", "store", "internal/termsafe", "nodeprobe"}),
 			mods: []string{xsys}, never: []string{goNVML}},
 		room{pkg: "agent/agenttest", what: "real agents on loopback for any package's tests",
 			may: slices.Concat([]string{"agent", "internal/poll", "internal/prereq"}, agents, []string{"api", "launch", "launch/launchtest", "lease", "queue",

@@ -15,6 +15,7 @@ import (
 
 	"github.com/dibs-gpu/dibs/agent/core"
 	"github.com/dibs-gpu/dibs/internal/doctor"
+	"github.com/dibs-gpu/dibs/internal/durable"
 	"github.com/dibs-gpu/dibs/launch"
 	"github.com/dibs-gpu/dibs/lease"
 	"github.com/dibs-gpu/dibs/nodeprobe"
@@ -114,10 +115,9 @@ func (d *doctorParts) save() {
 	b, err := json.Marshal(&d.series)
 	d.mu.Unlock()
 	if err == nil {
-		tmp := d.path + ".tmp"
-		if err = os.WriteFile(tmp, b, 0o600); err == nil {
-			err = os.Rename(tmp, d.path)
-		}
+		// A power cut leaves the old samples or the new, never an
+		// empty file that load refuses (internal/durable).
+		err = durable.WriteFile(d.path, b, 0o600)
 	}
 	if err != nil {
 		d.a.log.Warn("doctor: cannot keep the GPU samples", "err", err)

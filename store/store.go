@@ -18,6 +18,7 @@ import (
 	berrors "go.etcd.io/bbolt/errors"
 
 	"github.com/dibs-gpu/dibs/event"
+	"github.com/dibs-gpu/dibs/internal/durable"
 	"github.com/dibs-gpu/dibs/lease"
 	"github.com/dibs-gpu/dibs/queue"
 )
@@ -78,7 +79,11 @@ func (e versionError) Error() string {
 // holder, when another agent has the file, and refuses a file that fails its
 // checks rather than starting empty. Warnings says what it let pass.
 func Open(dir string) (*Bolt, error) {
-	if err := os.MkdirAll(dir, 0o700); err != nil {
+	// The data dir and a new file's name are synced into their parents:
+	// bbolt syncs the file's pages but not the directory, and a power cut
+	// loses a new name whose directory was never synced — with it every
+	// lease acknowledged since (TestPowerCutKeepsEveryAcknowledgedLease).
+	if err := durable.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("create data dir %s: %w", dir, err)
 	}
 	path := filepath.Join(dir, FileName)
@@ -111,6 +116,12 @@ func Open(dir string) (*Bolt, error) {
 	if err := s.init(); err != nil {
 		db.Close()
 		return nil, err
+	}
+	if statErr != nil && !s.db.IsReadOnly() {
+		if err := durable.SyncDir(dir); err != nil {
+			db.Close()
+			return nil, fmt.Errorf("create lease store %s: %w", path, err)
+		}
 	}
 	if err := os.WriteFile(pidPath, []byte(strconv.Itoa(os.Getpid())+"\n"), 0o644); err != nil {
 		// The pid file only names the holder in a second agent's refusal;
