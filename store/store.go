@@ -94,6 +94,16 @@ func Open(dir string) (*Bolt, error) {
 	// something else (a failed copy, a restore, a full disk): refuse it
 	// rather than start with no leases.
 	fi, statErr := os.Stat(path)
+	if errors.Is(statErr, os.ErrNotExist) {
+		// A new file is made whole under another name and renamed into
+		// place, so a power cut during an agent's first start leaves no
+		// file or a whole one, never an empty or half-written dibs.db
+		// that the checks below would refuse.
+		if err := s.create(dir); err != nil {
+			return nil, err
+		}
+		fi, statErr = os.Stat(path)
+	}
 	if statErr == nil && fi.Size() == 0 {
 		return nil, fmt.Errorf("lease store %s is empty (0 bytes), so its leases are lost: move it aside to start empty", path)
 	}
@@ -117,12 +127,6 @@ func Open(dir string) (*Bolt, error) {
 		db.Close()
 		return nil, err
 	}
-	if statErr != nil && !s.db.IsReadOnly() {
-		if err := durable.SyncDir(dir); err != nil {
-			db.Close()
-			return nil, fmt.Errorf("create lease store %s: %w", path, err)
-		}
-	}
 	if err := os.WriteFile(pidPath, []byte(strconv.Itoa(os.Getpid())+"\n"), 0o644); err != nil {
 		// The pid file only names the holder in a second agent's refusal;
 		// the bbolt lock is what keeps that agent out. A full disk must not
@@ -130,6 +134,37 @@ func Open(dir string) (*Bolt, error) {
 		os.Remove(pidPath)
 	}
 	return s, nil
+}
+
+// creatingSuffix names a new store file until it is whole.
+const creatingSuffix = ".creating"
+
+// create makes a new store file: written and synced under a temporary name
+// (bbolt syncs its pages), renamed to FileName, and the directory synced.
+// A leftover temporary file, from a cut during an earlier try, is replaced.
+func (s *Bolt) create(dir string) error {
+	tmp := s.path + creatingSuffix
+	if err := os.Remove(tmp); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("create lease store %s: %w", s.path, err)
+	}
+	db, err := openBolt(tmp, false)
+	if err != nil {
+		return s.openError(dir, err)
+	}
+	if err := db.Update(create); err != nil {
+		db.Close()
+		return fmt.Errorf("create lease store %s: %w", s.path, s.explain(err))
+	}
+	if err := db.Close(); err != nil {
+		return fmt.Errorf("create lease store %s: %w", s.path, err)
+	}
+	if err := os.Rename(tmp, s.path); err != nil {
+		return fmt.Errorf("create lease store %s: %w", s.path, err)
+	}
+	if err := durable.SyncDir(dir); err != nil {
+		return fmt.Errorf("create lease store %s: %w", s.path, err)
+	}
+	return nil
 }
 
 // openError says why bbolt would not open the file.

@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -36,7 +37,8 @@ import (
 // queued request not cancelled is still held by its origin, and every
 // acknowledged booking is still booked. Before that, a tenth as many torn
 // cuts land while a new agent makes its store, and the next start on that
-// directory must come up. The figures count both.
+// directory must come up. The figures count both. DIBS_POWERCUT_FIRST
+// sets the number of first-start cuts (default a tenth of the others).
 //
 // DIBS_POWERCUT_CUTS sets the number of cuts (default 60; the figures in
 // docs/reliability.md come from the long run):
@@ -67,6 +69,12 @@ func TestPowerCutKeepsEveryAcknowledgedLease(t *testing.T) {
 	// directory must come up, with an empty store or a whole one.
 	rng := rand.New(rand.NewPCG(seed, 99))
 	firstCuts := max(3, cuts/10)
+	if s := os.Getenv("DIBS_POWERCUT_FIRST"); s != "" {
+		var err error
+		if firstCuts, err = strconv.Atoi(s); err != nil || firstCuts < 0 {
+			t.Fatalf("DIBS_POWERCUT_FIRST=%q: want a number of cuts at first start, like 100", s)
+		}
+	}
 	for k := range firstCuts {
 		first := &proc{socket: p.socket, data: filepath.Join(fs.Dir(), fmt.Sprintf("first-%d", k)), args: p.args}
 		cmd := exec.Command(dibsdBin, "agent", "--node-name", "node01", "--data-dir", first.data, "--socket", first.socket, "--sim", "16xH100-80GB")
@@ -88,7 +96,14 @@ func TestPowerCutKeepsEveryAcknowledgedLease(t *testing.T) {
 		if err := fs.CutTorn(); err != nil {
 			t.Fatalf("first-start cut %d: %v", k+1, err)
 		}
+		up := false
+		t.Cleanup(func() {
+			if t.Failed() && !up && first.log != nil {
+				t.Logf("first start %d: the agent's log:\n%s\nits data dir: %s", k+1, first.log.String(), listDir(first.data))
+			}
+		})
 		first.start(t)
+		up = true
 		first.kill9(t)
 	}
 
@@ -368,4 +383,19 @@ func TestPowerCutKeepsEveryAcknowledgedLease(t *testing.T) {
 	if stats.claims.Load() == 0 || stats.submits.Load() == 0 {
 		t.Fatal("no claim or no submission was acknowledged: the cuts proved nothing")
 	}
+}
+
+// listDir names the files in dir with their sizes, for a failure's message.
+func listDir(dir string) string {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return err.Error()
+	}
+	var b strings.Builder
+	for _, e := range ents {
+		if fi, err := e.Info(); err == nil {
+			fmt.Fprintf(&b, "%s (%d bytes) ", e.Name(), fi.Size())
+		}
+	}
+	return b.String()
 }
