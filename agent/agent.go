@@ -33,6 +33,8 @@ import (
 	"github.com/dibs-gpu/dibs/agent/sched"
 	"github.com/dibs-gpu/dibs/agent/sockapi"
 	"github.com/dibs-gpu/dibs/agent/sshd"
+	"github.com/dibs-gpu/dibs/base/refusal"
+	"github.com/dibs-gpu/dibs/base/words"
 	"github.com/dibs-gpu/dibs/launch"
 	"github.com/dibs-gpu/dibs/lease"
 	"github.com/dibs-gpu/dibs/nodeprobe"
@@ -175,7 +177,7 @@ type Agent struct {
 
 // New checks the configuration and builds an agent; Start runs it.
 func New(cfg Config, deps Deps) (*Agent, error) {
-	if err := lease.ValidNodeName(cfg.NodeName); err != nil {
+	if err := words.ValidNodeName(cfg.NodeName); err != nil {
 		return nil, err
 	}
 	if deps.Probe == nil {
@@ -267,7 +269,7 @@ func (a *Agent) SSHAddr() string {
 // canWrite refuses changes for a uid this agent cannot act for.
 func canWrite(uid int) error {
 	if euid := os.Geteuid(); euid != 0 && euid != uid {
-		return &lease.Error{Code: lease.CodeForbidden, Msg: fmt.Sprintf("this agent runs as uid %d, not as root, and serves only that user: ask whoever installs dibs to run it as root", euid)}
+		return &refusal.Error{Code: refusal.CodeForbidden, Msg: fmt.Sprintf("this agent runs as uid %d, not as root, and serves only that user: ask whoever installs dibs to run it as root", euid)}
 	}
 	return nil
 }
@@ -316,7 +318,7 @@ func (a *Agent) build(ctx context.Context) error {
 	a.node = node.New(node.Config{
 		Name: a.cfg.NodeName, Policy: a.cfg.Policy, ProbeInterval: a.cfg.ProbeInterval, SessionPoll: a.cfg.SessionPoll,
 		PreemptSignal: a.cfg.PreemptSignal, CanRunAs: canWrite, Tags: a.cfg.Tags, Log: a.log.With("part", "node"),
-		LedgerPerUserDay: a.cfg.LedgerPerUserDay, KeptRunsFile: keptRunsFile(a.cfg.DataDir),
+		LedgerPerUserDay: a.cfg.LedgerPerUserDay, KeptRunsFile: keptRunsFile(a.cfg.DataDir), FiguresFile: figuresFile(a.cfg.DataDir),
 	}, node.Deps{Store: a.store, Probe: a.deps.Probe, Sessions: a.deps.Sessions, Accounts: a.accounts, Clock: c,
 		Changed: a.changed, LeasesChanged: a.leasesChanged, Events: a.events.Record})
 	sc := a.cfg.Sched // defaulted once, in New
@@ -516,6 +518,9 @@ func (a *Agent) shutdown(how exitHow) error {
 		<-a.ledgerDone
 	}
 	a.doctor.stop()
+	if how == exitCrash {
+		a.node.Crashed()
+	}
 	a.node.Close()
 	a.closeEvents()
 	err := a.store.Close()
@@ -530,6 +535,14 @@ func (a *Agent) Peers() *peer.Mux { return a.peers }
 // keptRunsFile is where a node saves the commands of the runs it started,
 // for `dibs export sbatch` after they end: beside the store, or nowhere
 // when the agent has no data dir (a store given in tests).
+// figuresFile is where the running leases' figures are written down.
+func figuresFile(dataDir string) string {
+	if dataDir == "" {
+		return ""
+	}
+	return filepath.Join(dataDir, "running-figures.json")
+}
+
 func keptRunsFile(dataDir string) string {
 	if dataDir == "" {
 		return ""

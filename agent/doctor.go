@@ -14,11 +14,11 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/dibs-gpu/dibs/agent/core"
-	"github.com/dibs-gpu/dibs/internal/doctor"
-	"github.com/dibs-gpu/dibs/internal/durable"
+	"github.com/dibs-gpu/dibs/base/durable"
 	"github.com/dibs-gpu/dibs/launch"
 	"github.com/dibs-gpu/dibs/lease"
 	"github.com/dibs-gpu/dibs/nodeprobe"
+	"github.com/dibs-gpu/dibs/outgrow/doctor"
 )
 
 // SampleEvery is how often an agent looks at its GPUs for `dibs doctor`'s
@@ -116,7 +116,7 @@ func (d *doctorParts) save() {
 	d.mu.Unlock()
 	if err == nil {
 		// A power cut leaves the old samples or the new, never an
-		// empty file that load refuses (internal/durable).
+		// empty file that load refuses (base/durable).
 		err = durable.WriteFile(d.path, b, 0o600)
 	}
 	if err != nil {

@@ -8,8 +8,10 @@ import (
 	"sync"
 	"time"
 
+	"github.com/dibs-gpu/dibs/job"
 	"github.com/dibs-gpu/dibs/lease"
 	"github.com/dibs-gpu/dibs/queue"
+	"github.com/dibs-gpu/dibs/runrecord"
 )
 
 // recordVersion is the first byte of every lease, queue and ledger body in a
@@ -90,18 +92,18 @@ func leaseToRecord(l lease.Lease) leaseRecord {
 	}
 }
 
-func jobToRecord(j *lease.Job) *jobRecord {
+func jobToRecord(j *job.Job) *jobRecord {
 	if j == nil {
 		return nil
 	}
 	return &jobRecord{Command: j.Command, Dir: j.Dir, Name: j.Name, Torchrun: j.Torchrun, PerGPU: j.PerGPU, Env: j.Env, Kept: j.Kept}
 }
 
-func (r *jobRecord) job() *lease.Job {
+func (r *jobRecord) job() *job.Job {
 	if r == nil {
 		return nil
 	}
-	return &lease.Job{Command: r.Command, Dir: r.Dir, Name: r.Name, Torchrun: r.Torchrun, PerGPU: r.PerGPU, Env: r.Env, Kept: r.Kept}
+	return &job.Job{Command: r.Command, Dir: r.Dir, Name: r.Name, Torchrun: r.Torchrun, PerGPU: r.PerGPU, Env: r.Env, Kept: r.Kept}
 }
 
 func (r *leaseRecord) lease() lease.Lease {
@@ -125,9 +127,9 @@ type jobRecord struct {
 	Name     string   `json:"name,omitempty"`
 	Torchrun bool     `json:"torchrun,omitempty"`
 	PerGPU   bool     `json:"per_gpu,omitempty"`
-	// Env is lease.Job.Env: the caller's PATH and Python environment.
+	// Env is job.Job.Env: the caller's PATH and Python environment.
 	Env map[string]string `json:"env,omitempty"`
-	// Kept is lease.Job.Kept. A node stores its own jobs whole, so it is
+	// Kept is job.Job.Kept. A node stores its own jobs whole, so it is
 	// false in every record written; kept so no field is lost.
 	Kept bool `json:"kept,omitempty"`
 }
@@ -268,6 +270,10 @@ type ledgerRecord struct {
 	QueuedAt time.Time `json:"queued_at,omitzero"`
 	// Added with restarts that remember ended queued runs, optional.
 	Reserved bool `json:"reserved,omitempty"`
+	// Added with the record of each run (issue 34), optional.
+	Figures        *runrecord.Figures `json:"figures,omitempty"`
+	IdleGPUSeconds float64            `json:"idle_gpu_seconds,omitempty"`
+	Folded         int                `json:"folded,omitempty"`
 }
 
 func ledgerToRecord(e lease.LedgerEntry) ledgerRecord {
@@ -275,6 +281,7 @@ func ledgerToRecord(e lease.LedgerEntry) ledgerRecord {
 		LeaseID: e.LeaseID, Node: e.Node, User: e.User, UID: e.UID, GPUs: e.GPUs,
 		Start: e.Start, End: e.End, GPUSeconds: e.GPUSeconds, Reason: e.Reason, By: e.By,
 		Kind: string(e.Kind), Limit: int64(e.Limit), Entry: e.Entry, Gang: e.Gang, Rank: e.Rank, QueuedAt: e.QueuedAt, Reserved: e.Reserved,
+		Figures: e.Figures, IdleGPUSeconds: e.IdleGPUSeconds, Folded: e.Folded,
 	}
 }
 
@@ -283,6 +290,7 @@ func (r *ledgerRecord) entry() lease.LedgerEntry {
 		LeaseID: r.LeaseID, Node: r.Node, User: r.User, UID: r.UID, GPUs: r.GPUs,
 		Start: r.Start, End: r.End, GPUSeconds: r.GPUSeconds, Reason: r.Reason, By: r.By,
 		Kind: lease.Kind(r.Kind), Limit: time.Duration(r.Limit), Entry: r.Entry, Gang: r.Gang, Rank: r.Rank, QueuedAt: r.QueuedAt, Reserved: r.Reserved,
+		Figures: r.Figures, IdleGPUSeconds: r.IdleGPUSeconds, Folded: r.Folded,
 	}
 }
 

@@ -7,7 +7,7 @@ import (
 	"fmt"
 	"sync"
 
-	"github.com/dibs-gpu/dibs/lease"
+	"github.com/dibs-gpu/dibs/base/refusal"
 )
 
 // The compatibility rule (docs/architecture.md, "Versions"): an agent
@@ -32,7 +32,7 @@ import (
 const (
 	// Version is the newest protocol this agent speaks, and the one it
 	// writes to agents that speak it too.
-	Version = 7
+	Version = 8
 	// MinVersion is the oldest protocol this agent speaks: the previous
 	// release's (v0.1.0, protocol 6).
 	MinVersion = 6
@@ -115,7 +115,7 @@ func downgrade(op string, reply bool, v int, b []byte) ([]byte, error) {
 	}
 	e, ok := d.Endpoints[op]
 	if !ok {
-		return nil, &lease.Error{Code: lease.CodeUnavailable, Msg: fmt.Sprintf("%s is not known to agents of protocol %d (an older dibs): upgrade every node first", op, v)}
+		return nil, &refusal.Error{Code: refusal.CodeUnavailable, Msg: fmt.Sprintf("%s is not known to agents of protocol %d (an older dibs): upgrade every node first", op, v)}
 	}
 	s := e.Req
 	if reply {

@@ -10,8 +10,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/dibs-gpu/dibs/api"
-	"github.com/dibs-gpu/dibs/internal/slurm"
 	"github.com/dibs-gpu/dibs/lease"
+	"github.com/dibs-gpu/dibs/outgrow/slurm"
 )
 
 func exportCmd(c *cli) *cobra.Command {
@@ -205,6 +205,16 @@ func sbatchJob(rec api.RunRecord) (slurm.Job, error) {
 	}
 	if j.Kind == "" {
 		j.Kind = lease.KindInteractive
+	}
+	for _, e := range rec.Ended {
+		if e.Figures == nil {
+			continue
+		}
+		for _, g := range e.Figures.GPUs {
+			if g.PeakMemMiB >= j.PeakMemMiB {
+				j.PeakMemMiB, j.MemTotalMiB = g.PeakMemMiB, g.MemTotalMiB
+			}
+		}
 	}
 	return j, nil
 }

@@ -13,8 +13,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/dibs-gpu/dibs/api"
-	"github.com/dibs-gpu/dibs/internal/termsafe"
-	"github.com/dibs-gpu/dibs/lease"
+	"github.com/dibs-gpu/dibs/base/refusal"
+	"github.com/dibs-gpu/dibs/base/termsafe"
 )
 
 // cli carries what every subcommand needs instead of package-level state.
@@ -78,8 +78,8 @@ func printJSONError(w io.Writer, err error) {
 	switch {
 	case errors.As(err, &ae) && ae.Code != "":
 		je.Code = ae.Code
-	case lease.CodeOf(err) != "":
-		je.Code = string(lease.CodeOf(err))
+	case refusal.CodeOf(err) != "":
+		je.Code = string(refusal.CodeOf(err))
 	}
 	if perr := printJSON(w, je); perr != nil {
 		fmt.Fprintln(w, "dibs: "+safe(err.Error()))
@@ -133,7 +133,7 @@ daemon's binary, installed beside dibs. The guide for people:
 	root.PersistentFlags().StringVar(&c.socket, "socket", "", "agent socket (default: $DIBS_SOCKET, then /run/dibs/dibs.sock, else your own agent's: $XDG_RUNTIME_DIR/dibs.sock, /run/user/UID/dibs.sock or ~/.local/state/dibs/dibs.sock); it must lie in a directory only root or you can write, and be served by root or you")
 	root.AddCommand(lsCmd(c), claimCmd(c), runCmd(c),
 		releaseCmd(c), extendCmd(c), adoptCmd(c), attachCmd(c), whoCmd(c), statusCmd(c),
-		tuiCmd(c), queueCmd(c), cancelCmd(c), usageCmd(c), versionCmd(c),
+		tuiCmd(c), queueCmd(c), cancelCmd(c), usageCmd(c), historyCmd(c), effCmd(c), versionCmd(c),
 		doctorCmd(c), replayCmd(c), exportCmd(c), leaveCmd(c))
 	// agent, config, probe, keygen and demo are the daemon's: dibsd runs them.
 	root.AddCommand(c.daemonCmds()...)

@@ -5,13 +5,13 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/dibs-gpu/dibs/internal/prereq"
+	"github.com/dibs-gpu/dibs/base/prereq"
 )
 
 // Mount mounts a power-cut file system in a temporary directory for tb and
 // unmounts it when tb ends. It needs root and /dev/fuse (root mounts with
 // mount(2), so no fusermount is needed): without them tb skips, or fails
-// under CI=true (internal/prereq).
+// under CI=true (base/prereq).
 func Mount(tb testing.TB, opts Options) *FS {
 	tb.Helper()
 	prereq.Root(tb, "mounts a FUSE file system that drops unsynced writes (nemesis/powercut)")
