@@ -76,7 +76,7 @@ func floorPlan() []room {
 	// people's words with the bounds of text; then jobs, built on them.
 	ground := []string{"base/refusal", "base/words", "base/termsafe"}
 	rules := slices.Concat(ground, []string{"job", "service", "runrecord", "lease", "queue", "event"})
-	base := slices.Concat(rules, []string{"outgrow/doctor", "nodeprobe", "launch"})
+	base := slices.Concat(rules, []string{"outgrow/doctor", "base/durable", "nodeprobe", "launch"})
 
 	plan := []room{
 		{pkg: "nodeprobe", what: "GPU snapshot types (Snapshot, GPU, Process, Probe, Options); no I/O",
@@ -95,6 +95,9 @@ func floorPlan() []room {
 			may: []string{"nodeprobe", "nodeprobe/nvml", "nodeprobe/sim", "nodeprobe/smi"}},
 		{pkg: "base/poll", what: "tests' waiting: a condition polled to a deadline, a window watched (tests only)"},
 		{pkg: "base/prereq", what: "tests' prerequisites: a skip on a developer's machine, a failure under CI=true (tests only)"},
+		{pkg: "nemesis/powercut", what: "a FUSE file system that loses what was not fsynced when the power is cut (tests only)",
+			may: []string{"base/prereq"}, mods: []string{"github.com/hanwen/go-fuse/v2"}},
+		{pkg: "base/durable", what: "files replaced durably (fsync, rename, fsync the directory); standard library only"},
 		{pkg: "base/lograte", what: "refusal log lines rate-limited per source, with a count of those held back"},
 		{pkg: "base/termsafe", what: "the one sanitizer for text from outside; standard library only"},
 		{pkg: "base/columns", what: "a table cell's two rules for both binaries: empty as \"-\", cut with \"~\""},
@@ -117,7 +120,7 @@ func floorPlan() []room {
 		{pkg: "event", what: "what happened: event kinds and their words, notices, notification settings; no I/O",
 			may: slices.Concat(ground, []string{"job", "lease", "queue"}), never: append(slices.Clone(pure), bbolt), notItself: noIO},
 		{pkg: "store", what: "bbolt store behind queue.Store and event.EventStore",
-			may: rules, mods: []string{bbolt}, never: pure},
+			may: append(slices.Clone(rules), "base/durable"), mods: []string{bbolt}, never: pure},
 		{pkg: "store/storetest", what: "a fault-injecting fake queue.Store for tests",
 			may: append(slices.Clone(rules), "store"), never: pure},
 		{pkg: "outgrow/doctor", what: "doctor's checks, figures and verdict: pure arithmetic",
@@ -190,7 +193,7 @@ func floorPlan() []room {
 	}
 	plan = append(plan,
 		room{pkg: "agent", what: "the daemon: composition of the rooms above",
-			may:  slices.Concat(agents, rules, []string{"api", "gossip", "launch", "outgrow/doctor", "store", "nodeprobe"}),
+			may:  slices.Concat(agents, rules, []string{"api", "gossip", "launch", "outgrow/doctor", "base/durable", "store", "nodeprobe"}),
 			mods: []string{xsys}, never: []string{goNVML}},
 		room{pkg: "agent/agenttest", what: "real agents on loopback for any package's tests",
 			may: slices.Concat([]string{"agent", "base/poll", "base/prereq"}, agents, rules, []string{"api", "launch", "launch/launchtest",
@@ -208,7 +211,7 @@ func floorPlan() []room {
 	// (and nodeprobe's internal package, which Go keeps to nodeprobe).
 	var all []string
 	for _, r := range plan {
-		if !strings.HasSuffix(r.pkg, "test") && !strings.Contains(r.pkg, "/internal/") && r.pkg != "base/poll" && r.pkg != "nemesis" {
+		if !strings.HasSuffix(r.pkg, "test") && !strings.Contains(r.pkg, "/internal/") && r.pkg != "base/poll" && r.pkg != "nemesis" && r.pkg != "nemesis/powercut" {
 			all = append(all, r.pkg)
 		}
 	}
