@@ -75,7 +75,7 @@ func (t *Table) PlanAdopt(c Caller, pid int, d time.Duration, note string, snap 
 		// The command is whatever the process calls itself: escape it, and
 		// keep the note within what a typed one may be.
 		note = clipNote(fmt.Sprintf("adopted pid %d (%s)", pid, termsafe.String(owner.Command)))
-	} else if err := checkNote(note); err != nil {
+	} else if err := CheckNote(note); err != nil {
 		return Lease{}, err
 	}
 	token := t.lastToken + 1

@@ -112,7 +112,7 @@ func (r BookRequest) Validate() error {
 			return Invalidf("bad booking group %s", QuoteInput(termsafe.String(r.Group)))
 		}
 	}
-	return checkNote(r.Note)
+	return CheckNote(r.Note)
 }
 
 // Bookings lists the table's bookings, soonest first.
@@ -261,10 +261,11 @@ func unbookable(g *nodeprobe.GPU, leases []Lease, start, end time.Time) string {
 }
 
 // PlanBooking decides a booking without changing the table: the booking to
-// persist, or a refusal that says why and what to do.
+// persist, or a refusal that says why and what to do. Its note was checked
+// where the request was made (BookRequest.Validate).
 func (t *Table) PlanBooking(c Caller, req BookRequest, snap nodeprobe.Snapshot, now time.Time, p Policy) (Lease, error) {
 	var err error
-	if req.Kind, err = kindOrDefault(req.Kind); err != nil {
+	if req.Kind, err = ParseKind(string(req.Kind)); err != nil {
 		return Lease{}, err
 	}
 	if req.Duration <= 0 {
@@ -275,9 +276,6 @@ func (t *Table) PlanBooking(c Caller, req BookRequest, snap nodeprobe.Snapshot, 
 		return Lease{}, err
 	}
 	if err := CheckBookingLength(p, dur); err != nil {
-		return Lease{}, err
-	}
-	if err := checkNote(req.Note); err != nil {
 		return Lease{}, err
 	}
 	if err := checkBookingTime(req.Start, now, p); err != nil {

@@ -1,6 +1,10 @@
 package lease
 
-import "time"
+import (
+	"strconv"
+	"strings"
+	"time"
+)
 
 // Claim is what a person asks for on one node, made once at the edge (the
 // agent's socket handler reads the words of a request into it) and carried
@@ -89,7 +93,7 @@ func (c Claim) Validate() error {
 	if _, err := ParseKind(string(c.Kind)); err != nil {
 		return err
 	}
-	if err := checkNote(c.Note); err != nil {
+	if err := CheckNote(c.Note); err != nil {
 		return err
 	}
 	if c.RequestID != "" && !ValidRequestID(c.RequestID) {
@@ -137,20 +141,26 @@ func (r *RunSpec) Job() *Job {
 
 // CheckCountOrIDs refuses a request that both counts GPUs and names them:
 // the two say which GPUs in two ways, and dibs does not guess which was
-// meant. Claims and bookings share it, so the rule and its words live once.
-func CheckCountOrIDs(count int, gpus []int) error {
-	if count > 0 && len(gpus) > 0 {
-		return Invalidf("a count (%d) and GPU indices (%v) both say which GPUs: give one, not both", count, gpus)
-	}
-	return nil
-}
+// meant. Claims, bookings and the command line (before it sends) share it,
+// so the rule and its words live once; the words are the flags', which
+// every way of asking (API, peer, TUI) maps onto.
+func CheckCountOrIDs(count int, gpus []int) error { return countOrIDs(count, gpus, false) }
 
 // countDisagrees is the planners' (Table.Plan, Table.Book) looser form of
-// CheckCountOrIDs, for a request that skipped Validate: a count that matches
-// the GPUs named beside it says the same thing twice and passes.
-func countDisagrees(count int, gpus []int) error {
-	if len(gpus) > 0 && count > 0 && count != len(gpus) {
-		return Invalidf("asked for %s but named %d: give either -g N or --ids", GPUCount(count), len(gpus))
+// CheckCountOrIDs, for a request that skipped Validate (a peer's): a count
+// that matches the GPUs named beside it says the same thing twice and
+// passes.
+func countDisagrees(count int, gpus []int) error { return countOrIDs(count, gpus, true) }
+
+// countOrIDs is the rule of CheckCountOrIDs; with sameCountPasses a count
+// equal to the number of GPUs named passes.
+func countOrIDs(count int, gpus []int, sameCountPasses bool) error {
+	if count <= 0 || len(gpus) == 0 || sameCountPasses && count == len(gpus) {
+		return nil
 	}
-	return nil
+	ids := make([]string, len(gpus))
+	for i, g := range gpus {
+		ids[i] = strconv.Itoa(g)
+	}
+	return Invalidf("-g %d and --ids %s both say which GPUs: give -g N for any N free GPUs, or --ids for those GPUs, not both", count, strings.Join(ids, ","))
 }

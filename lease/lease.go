@@ -30,7 +30,10 @@ const (
 	KindBatch       Kind = "batch"
 )
 
-// ParseKind accepts the kinds a person may type.
+// ParseKind accepts the kinds a person may type, and is the one reading of
+// a kind wherever it comes from (a request's word, a peer's claim, a
+// record): none is interactive, case and spaces do not count, anything
+// else is refused.
 func ParseKind(s string) (Kind, error) {
 	switch Kind(strings.ToLower(strings.TrimSpace(s))) {
 	case "", KindInteractive:
@@ -168,7 +171,7 @@ func (l *Lease) EachString(f func(field string, p *string)) {
 }
 
 // CheckText refuses a lease holding text no correct agent writes: every
-// string of a lease is checked where it is made (notes by checkNote, names
+// string of a lease is checked where it is made (notes by CheckNote, names
 // by the agent), so a control character, bidi control or invisible
 // character in one means the lease came from a broken or hostile peer.
 func (l *Lease) CheckText() error {

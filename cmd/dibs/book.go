@@ -123,7 +123,7 @@ func (f *bookFlags) request(now time.Time) (api.BookRequest, error) {
 	if req.Count == 0 && len(req.GPUs) == 0 {
 		return req, errors.New("say how many GPUs to book (-g 4) or which (--ids 0,2)")
 	}
-	if err := countOrIDs(f.count, f.ids); err != nil {
+	if err := lease.CheckCountOrIDs(f.count, ids); err != nil {
 		return req, err
 	}
 	if f.at == "" {

@@ -109,7 +109,7 @@ func (f *claimFlags) build(needCount bool) (api.ClaimRequest, error) {
 		return req, err
 	}
 	req.GPUs = ids
-	if err := countOrIDs(f.count, f.ids); err != nil {
+	if err := lease.CheckCountOrIDs(f.count, ids); err != nil {
 		return req, err
 	}
 	if needCount && f.count == 0 && len(req.GPUs) == 0 && f.mig == "" && f.mem == "" {
@@ -658,15 +658,4 @@ func parseIDs(ids string) ([]int, error) {
 		gpus = append(gpus, n)
 	}
 	return gpus, nil
-}
-
-// countOrIDs refuses -g with --ids, for claims and bookings alike: both say
-// which GPUs, and dibs does not guess which was meant. The agent holds the
-// same rule for requests that come by other ways (lease.CheckCountOrIDs);
-// this one speaks in the flags the person typed.
-func countOrIDs(count int, ids string) error {
-	if count > 0 && ids != "" {
-		return fmt.Errorf("-g %d and --ids %s both say which GPUs: give -g N for any N free GPUs, or --ids for those GPUs, not both", count, ids)
-	}
-	return nil
 }
