@@ -203,17 +203,10 @@ func bookingsCmd(c *cli) *cobra.Command {
 		Short:             "List the cluster's bookings that have not started yet",
 		Args:              cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			ctx, cancel := reqCtx()
-			defer cancel()
-			bs, err := c.client().Bookings(ctx)
-			if err != nil {
-				return err
-			}
-			if asJSON {
-				return printJSON(c.stdout, bs)
-			}
-			printBookings(c.stdout, bs.Bookings, time.Now())
-			return nil
+			return ask(c, asJSON, (*api.Client).Bookings, func(bs api.Bookings) error {
+				printBookings(c.stdout, bs.Bookings, time.Now())
+				return nil
+			})
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
