@@ -314,12 +314,10 @@ func (s *scheduler) reclaimShared(e *QueueEntry, mm []uint64, plan *Plan) string
 	bestN, bestB := -1, -1
 	var cands []cand
 	for i := range s.nodes {
-		sn := &s.nodes[i]
-		el := s.eligible(i, e, mm)
+		sn, el, room := s.sharedNode(i, e, mm)
 		if el == 0 {
 			continue
 		}
-		room := s.sharedRooms(sn)
 		for m := el &^ sn.bookedWithin(e.Duration); m != 0; m &= m - 1 {
 			b := bits.TrailingZeros64(m)
 			if sn.total[b] < e.MemMiB || slices.ContainsFunc(sn.held[b], func(l *lease.Lease) bool { return !l.Partial() || l.MIG != "" }) {
