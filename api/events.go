@@ -5,8 +5,8 @@ import (
 	"encoding/json"
 	"time"
 
+	"github.com/dibs-gpu/dibs/base/termsafe"
 	"github.com/dibs-gpu/dibs/event"
-	"github.com/dibs-gpu/dibs/internal/termsafe"
 )
 
 // EventsRequest selects events cluster-wide (`dibs events`).

@@ -4,6 +4,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/dibs-gpu/dibs/base/refusal"
+	"github.com/dibs-gpu/dibs/base/words"
 	"github.com/dibs-gpu/dibs/lease"
 )
 
@@ -14,25 +16,25 @@ func TestClaimNoteRefusals(t *testing.T) {
 	tests := []struct {
 		name  string
 		claim lease.Claim
-		code  lease.Code // the refusal
-		msg   []string   // and what it must say
+		code  refusal.Code // the refusal
+		msg   []string     // and what it must say
 	}{
-		{name: "note too long", claim: lease.Claim{Count: 1, Note: strings.Repeat("x", lease.MaxNoteLen+1)},
-			code: lease.CodeInvalid, msg: []string{"note is 201 bytes", "200 at most"}},
+		{name: "note too long", claim: lease.Claim{Count: 1, Note: strings.Repeat("x", words.MaxNoteLen+1)},
+			code: refusal.CodeInvalid, msg: []string{"note is 201 bytes", "200 at most"}},
 		{name: "note on two lines", claim: lease.Claim{Count: 1, Note: "ablation\nrun 2"},
-			code: lease.CodeInvalid, msg: []string{"one line"}},
+			code: refusal.CodeInvalid, msg: []string{"one line"}},
 		{name: "note with a terminal escape", claim: lease.Claim{Count: 1, Note: "run \x1b]0;pwned\x07"},
-			code: lease.CodeInvalid, msg: []string{"plain text"}},
+			code: refusal.CodeInvalid, msg: []string{"plain text"}},
 		{name: "note with a NUL", claim: lease.Claim{Count: 1, Note: "a\x00b"},
-			code: lease.CodeInvalid, msg: []string{"plain text"}},
+			code: refusal.CodeInvalid, msg: []string{"plain text"}},
 		{name: "note not UTF-8", claim: lease.Claim{Count: 1, Note: "caf\xe9"},
-			code: lease.CodeInvalid, msg: []string{"plain text"}},
+			code: refusal.CodeInvalid, msg: []string{"plain text"}},
 		{name: "note with a right-to-left override", claim: lease.Claim{Count: 1, Note: "fix \u202eexe.txt"},
-			code: lease.CodeInvalid, msg: []string{"note holds U+202E RIGHT-TO-LEFT OVERRIDE", "at byte 4", "remove it"}},
+			code: refusal.CodeInvalid, msg: []string{"note holds U+202E RIGHT-TO-LEFT OVERRIDE", "at byte 4", "remove it"}},
 		{name: "note with a zero-width space", claim: lease.Claim{Count: 1, Note: "ab\u200bc"},
-			code: lease.CodeInvalid, msg: []string{"note holds U+200B ZERO WIDTH SPACE", "remove it"}},
+			code: refusal.CodeInvalid, msg: []string{"note holds U+200B ZERO WIDTH SPACE", "remove it"}},
 		{name: "note with a C1 CSI", claim: lease.Claim{Count: 1, Note: "x\u009b2J"},
-			code: lease.CodeInvalid, msg: []string{"U+009B", "remove it"}},
+			code: refusal.CodeInvalid, msg: []string{"U+009B", "remove it"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -40,7 +42,7 @@ func TestClaimNoteRefusals(t *testing.T) {
 			if err == nil {
 				t.Fatalf("Validate accepted the note %q; want a refusal", tt.claim.Note)
 			}
-			if got := lease.CodeOf(err); got != tt.code {
+			if got := refusal.CodeOf(err); got != tt.code {
 				t.Errorf("code = %q, want %q (%v)", got, tt.code, err)
 			}
 			for _, m := range tt.msg {

@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/dibs-gpu/dibs/agent/clock"
-	"github.com/dibs-gpu/dibs/internal/doctor"
 	"github.com/dibs-gpu/dibs/lease"
+	"github.com/dibs-gpu/dibs/outgrow/doctor"
 	"github.com/dibs-gpu/dibs/queue"
 )
 
