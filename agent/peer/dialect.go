@@ -32,7 +32,7 @@ import (
 const (
 	// Version is the newest protocol this agent speaks, and the one it
 	// writes to agents that speak it too.
-	Version = 7
+	Version = 8
 	// MinVersion is the oldest protocol this agent speaks: the previous
 	// release's (v0.1.0, protocol 6).
 	MinVersion = 6
