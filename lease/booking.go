@@ -268,8 +268,11 @@ func unbookable(g *nodeprobe.GPU, leases []Lease, start, end time.Time) string {
 // where the request was made (BookRequest.Validate).
 func (t *Table) PlanBooking(c Caller, req BookRequest, snap nodeprobe.Snapshot, now time.Time, p Policy) (Lease, error) {
 	var err error
-	if req.Kind, err = ParseKind(string(req.Kind)); err != nil {
+	if req.Kind, err = kindOrDefault(req.Kind); err != nil {
 		return Lease{}, err
+	}
+	if req.Kind == KindService {
+		return Lease{}, refusal.Invalidf("a service is started with dibs serve, not booked")
 	}
 	if req.Duration <= 0 {
 		return Lease{}, refusal.Invalidf("say how long the booking is: --for 3h")

@@ -26,15 +26,30 @@ func CheckDuration(d time.Duration, k Kind, p Policy) (time.Duration, error) {
 	return d, nil
 }
 
+// kindOrDefault is the kind a request asked for, interactive when it named
+// none, refused when it names no kind dibs knows.
+func kindOrDefault(k Kind) (Kind, error) {
+	if k == "" {
+		return KindInteractive, nil
+	}
+	if err := checkKind(k); err != nil {
+		return "", err
+	}
+	return k, nil
+}
+
 // Limit is the kind and the time limit claim c gets under policy p: the
 // one place a claim's defaults are applied (no kind is interactive, no
 // duration is the kind's default), refused when the kind is unknown or the
 // time is over the kind's maximum. The node that grants the claim applies
 // it (Table.PlanClaim); the node that places it reads the span from it.
 func (c Claim) Limit(p Policy) (Kind, time.Duration, error) {
-	k, err := ParseKind(string(c.Kind))
+	k, err := kindOrDefault(c.Kind)
 	if err != nil {
 		return "", 0, err
+	}
+	if k == KindService {
+		return k, ServiceSpan, nil
 	}
 	d, err := CheckDuration(c.Duration, k, p)
 	if err != nil {

@@ -11,8 +11,13 @@ import (
 	"github.com/dibs-gpu/dibs/lease"
 )
 
-// watch ends the lease when its session ends.
+// watch ends the lease when its session ends; a service's is supervised
+// instead (supervise.go): restarted, not ended.
 func (n *Node) watch(l lease.Lease, u launch.User) {
+	if l.IsService() {
+		n.supervise(l, u)
+		return
+	}
 	ctx, cancel := context.WithCancel(n.ctx)
 	n.track(l.ID, cancel)
 	gone := n.deps.Sessions.Watch(ctx, u, l.Session, n.cfg.SessionPoll)
