@@ -17,6 +17,7 @@ import (
 
 	"github.com/dibs-gpu/dibs/agent/agenttest"
 	"github.com/dibs-gpu/dibs/api"
+	"github.com/dibs-gpu/dibs/base/poll"
 	"github.com/dibs-gpu/dibs/nemesis/powercut"
 	"github.com/dibs-gpu/dibs/queue"
 )
@@ -83,12 +84,10 @@ func TestPowerCutKeepsEveryAcknowledgedLease(t *testing.T) {
 		}
 		// The cut lands while the store is made: once its data dir has a
 		// file, within a few milliseconds.
-		for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); {
-			if ents, _ := os.ReadDir(first.data); len(ents) > 0 {
-				break
-			}
-			time.Sleep(time.Millisecond) // polling the directory: the store's first file is the moment to wait for
-		}
+		poll.WaitEvery(time.Millisecond, 10*time.Second, func() bool {
+			ents, _ := os.ReadDir(first.data)
+			return len(ents) > 0
+		})
 		time.Sleep(time.Duration(rng.IntN(4000)) * time.Microsecond) // load window: a random point of the store's making
 		fs.Freeze()
 		cmd.Process.Kill()
