@@ -317,6 +317,7 @@ func (a *Agent) build(ctx context.Context) error {
 		Name: a.cfg.NodeName, Policy: a.cfg.Policy, ProbeInterval: a.cfg.ProbeInterval, SessionPoll: a.cfg.SessionPoll,
 		PreemptSignal: a.cfg.PreemptSignal, CanRunAs: canWrite, Tags: a.cfg.Tags, Log: a.log.With("part", "node"),
 		LedgerPerUserDay: a.cfg.LedgerPerUserDay, KeptRunsFile: keptRunsFile(a.cfg.DataDir),
+		BootFile: bootFile(a.cfg.DataDir),
 	}, node.Deps{Store: a.store, Probe: a.deps.Probe, Sessions: a.deps.Sessions, Accounts: a.accounts, Clock: c,
 		Changed: a.changed, LeasesChanged: a.leasesChanged, Events: a.events.Record})
 	sc := a.cfg.Sched // defaulted once, in New
@@ -530,6 +531,15 @@ func (a *Agent) Peers() *peer.Mux { return a.peers }
 // keptRunsFile is where a node saves the commands of the runs it started,
 // for `dibs export sbatch` after they end: beside the store, or nowhere
 // when the agent has no data dir (a store given in tests).
+// bootFile is where the node keeps the kernel boot id its agent last ran
+// under, to tell a reboot from a restart.
+func bootFile(dataDir string) string {
+	if dataDir == "" {
+		return ""
+	}
+	return filepath.Join(dataDir, "boot-id")
+}
+
 func keptRunsFile(dataDir string) string {
 	if dataDir == "" {
 		return ""

@@ -62,7 +62,11 @@ type Config struct {
 	// by one in a UTC day (default lease.DefaultLedgerPerUserDay); past
 	// it their plain leases are folded into one row as they end.
 	LedgerPerUserDay int
-	Log              *slog.Logger
+	// BootFile keeps the kernel boot id the agent last ran under, so a
+	// start under another one is known for a reboot (reboot.go); empty
+	// keeps none, and a reboot is told only by each lease's own boot.
+	BootFile string
+	Log      *slog.Logger
 }
 
 // Deps are the parts the node drives.
@@ -130,6 +134,8 @@ type Node struct {
 	// kept are the commands runs were started with, for export sbatch.
 	kept keptRuns
 	book bookingJob
+	// reboot is what Open found of the node's last boot.
+	reboot Reboot
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -196,7 +202,8 @@ func (n *Node) now() lease.Instant {
 	return lease.Instant{Wall: c.Now(), Mono: c.Mono(), Boot: c.Boot()}
 }
 
-// Open loads the table from the store and takes a first snapshot. It asks
+// Open loads the table from the store, takes a first snapshot, and ends
+// the leases whose sessions died in a reboot of the node (reboot.go). It asks
 // no user's tmux server anything: the sessions of the leases it loaded are
 // re-adopted by Run, once the agent serves (a user's server may not answer,
 // and nobody's claims wait on it). ctx bounds the first probe; the node's
@@ -227,6 +234,7 @@ func (n *Node) Open(ctx context.Context) error {
 	n.snap = snap
 	n.idle.Observe(snap, n.cfg.Policy)
 	n.publishLocked(now.Wall)
+	n.endRebootedLocked(leases, now)
 	return nil
 }
 

@@ -3,10 +3,13 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -236,4 +239,72 @@ func TestPartitionKeepsEachSideServingItsOwnGPUs(t *testing.T) {
 			}
 		}
 	}
+}
+
+// nsNode is one node of a netLab as a machine of its own: its network
+// namespace, plus mount, UTS and PID namespaces held by a PID 1 that does
+// nothing else. Every process of the node — its agent, its tmux servers,
+// every session and what runs in them — is started in them (command), so
+// killing PID 1 ends them all at once, as a power-off ends a machine's
+// (the kernel kills a PID namespace whole when its init dies). /proc is
+// the node's own; /etc/hosts names the lab's nodes.
+type nsNode struct {
+	t      *testing.T
+	name   string
+	holder *exec.Cmd
+	// pid1 is the node's PID 1 as this machine numbers it.
+	pid1 int
+}
+
+// bootNsNode starts a node in network namespace netns, with host name
+// name and hostsFile as its /etc/hosts. It is powered off at cleanup.
+func bootNsNode(t *testing.T, netns, name, hostsFile string) *nsNode {
+	t.Helper()
+	setup := `hostname "$1" && mount --bind "$2" /etc/hosts && echo ready && exec sleep infinity`
+	cmd := exec.Command("ip", "netns", "exec", netns, "unshare", "--uts", "--mount", "--pid", "--fork", "--mount-proc",
+		"--propagation", "private", "sh", "-c", setup, "node", name, hostsFile)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	n := &nsNode{t: t, name: name, holder: cmd}
+	t.Cleanup(n.powerOff)
+	line := make([]byte, len("ready\n"))
+	if _, err := io.ReadFull(out, line); err != nil || string(line) != "ready\n" {
+		cmd.Wait()
+		prereq.Missing(t, "cannot make a node with its own PID and mount namespaces here (unshare --pid --mount-proc): %s", strings.TrimSpace(stderr.String()))
+	}
+	// ip netns exec execs unshare, which forked the node's PID 1.
+	kids, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", cmd.Process.Pid, cmd.Process.Pid))
+	if f := strings.Fields(string(kids)); err != nil || len(f) != 1 {
+		t.Fatalf("find PID 1 of node %s (the child of unshare %d): %q %v", name, cmd.Process.Pid, kids, err)
+	} else if n.pid1, err = strconv.Atoi(f[0]); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// command is argv run inside the node (all its namespaces), with env
+// added to this process's environment.
+func (n *nsNode) command(env []string, argv ...string) *exec.Cmd {
+	args := append([]string{"-t", strconv.Itoa(n.pid1), "-n", "-m", "-u", "-p", "--"}, argv...)
+	cmd := exec.Command("nsenter", args...)
+	cmd.Env = append(os.Environ(), env...)
+	return cmd
+}
+
+// powerOff kills the node's PID 1, and with it every process of the node,
+// and waits until it is gone (idempotent).
+func (n *nsNode) powerOff() {
+	if n.holder == nil {
+		return
+	}
+	syscall.Kill(n.pid1, syscall.SIGKILL)
+	n.holder.Wait()
+	n.holder = nil
 }
