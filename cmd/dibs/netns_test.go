@@ -308,3 +308,44 @@ func (n *nsNode) powerOff() {
 	n.holder.Wait()
 	n.holder = nil
 }
+
+// nsAgent is a `dibs agent` running in an nsNode.
+type nsAgent struct {
+	node *nsNode
+	cmd  *exec.Cmd
+	// pidFile holds the agent's pid as its node numbers it.
+	pidFile string
+}
+
+// startAgent runs `dibs agent args…` in the node, with env added to this
+// process's environment and its output appended to logFile; pidFile
+// receives its pid in the node. It does not wait for it to answer.
+func (n *nsNode) startAgent(env []string, pidFile, logFile string, args ...string) *nsAgent {
+	n.t.Helper()
+	argv := append([]string{"sh", "-c", `echo $$ > "$0" && exec "$@"`, pidFile, dibsBin, "agent"}, args...)
+	cmd := n.command(env, argv...)
+	logf, err := os.OpenFile(logFile, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+	if err != nil {
+		n.t.Fatal(err)
+	}
+	defer logf.Close()
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Start(); err != nil {
+		n.t.Fatal(err)
+	}
+	return &nsAgent{node: n, cmd: cmd, pidFile: pidFile}
+}
+
+// stop stops the agent as systemctl restart does (SIGTERM; its sessions
+// run on) and waits until it is gone; after a power-off it only waits.
+// Idempotent.
+func (a *nsAgent) stop() {
+	if a == nil || a.cmd == nil {
+		return
+	}
+	if a.node.holder != nil {
+		a.node.command(nil, "sh", "-c", `kill -TERM "$(cat "$0")"`, a.pidFile).Run()
+	}
+	a.cmd.Wait()
+	a.cmd = nil
+}

@@ -28,7 +28,7 @@ type rebootLab struct {
 	lab                *netLab
 	dir, key, hosts    string
 	nodes              []*nsNode
-	agents             []*exec.Cmd
+	agents             []*nsAgent
 	socks, boots, pids []string
 	joins, tmux        []string
 }
@@ -72,32 +72,24 @@ func (r *rebootLab) setBoot(i int, id string) {
 }
 
 // start runs node i's agent in the node, on its data dir, and waits until
-// it answers.
+// it answers; it returns how long that took.
 func (r *rebootLab) start(i int) time.Duration {
 	t := r.t
 	t.Helper()
 	name := fmt.Sprintf("node%02d", i+1)
-	args := []string{"sh", "-c", `echo $$ > "$0" && exec "$@"`, r.pids[i], dibsBin, "agent", "--node-name", name,
-		"--sim", "4xL40S", "--data-dir", filepath.Join(r.dir, name), "--socket", r.socks[i],
-		"--bind", r.lab.addrs[i] + ":7946", "--join", strings.Join(r.joins, ","),
-		"--cluster-name", "lab", "--cluster-key-file", r.key, "--probe-interval", "200ms"}
-	// The boot id comes from the node's file.
-	cmd := r.nodes[i].command([]string{"TMUX_TMPDIR=" + r.tmux[i], daemoncmd.TestBootIDFileEnv + "=" + r.boots[i]}, args...)
-	logf, err := os.OpenFile(filepath.Join(r.dir, name+".log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd.Stdout, cmd.Stderr = logf, logf
 	os.Remove(r.socks[i])
 	began := time.Now()
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	r.agents[i] = cmd
+	// The node's own tmux directory and boot id file.
+	a := r.nodes[i].startAgent([]string{"TMUX_TMPDIR=" + r.tmux[i], daemoncmd.TestBootIDFileEnv + "=" + r.boots[i]},
+		r.pids[i], filepath.Join(r.dir, name+".log"), "--node-name", name,
+		"--sim", "4xL40S", "--data-dir", filepath.Join(r.dir, name), "--socket", r.socks[i],
+		"--bind", r.lab.addrs[i]+":7946", "--join", strings.Join(r.joins, ","),
+		"--cluster-name", "lab", "--cluster-key-file", r.key, "--probe-interval", "200ms")
+	r.agents[i] = a
 	t.Cleanup(func() {
-		r.stop(i)
+		a.stop()
 		if t.Failed() {
-			b, _ := os.ReadFile(logf.Name())
+			b, _ := os.ReadFile(filepath.Join(r.dir, name+".log"))
 			t.Logf("%s log:\n%s", name, b)
 		}
 	})
@@ -112,17 +104,7 @@ func (r *rebootLab) start(i int) time.Duration {
 
 // stop stops node i's agent as systemctl restart does (SIGTERM), its
 // sessions left running.
-func (r *rebootLab) stop(i int) {
-	cmd := r.agents[i]
-	if cmd == nil {
-		return
-	}
-	r.agents[i] = nil
-	if r.nodes[i].holder != nil {
-		r.nodes[i].command(nil, "sh", "-c", `kill -TERM "$(cat "$0")"`, r.pids[i]).Run()
-	}
-	cmd.Wait()
-}
+func (r *rebootLab) stop(i int) { r.agents[i].stop() }
 
 // waitWhole waits until every agent shows every node alive.
 func (r *rebootLab) waitWhole() {
