@@ -46,7 +46,15 @@ func (n *Node) endRebootedLocked(loaded []lease.Lease, now lease.Instant) {
 	}
 	n.reboot = Reboot{Last: last, Boot: boot, Rebooted: last != "" && last != boot}
 	for _, l := range loaded {
-		if !lease.DiedInReboot(l, last, boot) {
+		judged := l
+		if l.Mono != nil && !clock.KnownBoot(l.Mono.Boot) {
+			// Written by an agent that could not read the kernel's boot
+			// id: its boot says nothing, the boot file decides.
+			m := *l.Mono
+			m.Boot = ""
+			judged.Mono = &m
+		}
+		if !lease.DiedInReboot(judged, last, boot) {
 			continue
 		}
 		n.reboot.Rebooted = true
