@@ -105,20 +105,16 @@ func TestPartitionKeepsEachSideServingItsOwnGPUs(t *testing.T) {
 	for i, ns := range lab.nodes {
 		name := fmt.Sprintf("node0%d", i+1)
 		socks[i] = filepath.Join(dir, name+".sock")
-		cmd := exec.Command("ip", "netns", "exec", ns, dibsBin, "agent", "--node-name", name,
+		node := bootNsNode(t, ns, name, "")
+		logFile := filepath.Join(dir, name+".log")
+		a := node.startAgent(nil, filepath.Join(dir, name+".pid"), logFile, "--node-name", name,
 			"--sim", "2xL40S", "--data-dir", filepath.Join(dir, name), "--socket", socks[i],
 			"--bind", lab.addrs[i]+":7946", "--join", strings.Join(joins, ","),
 			"--cluster-name", "lab", "--cluster-key-file", key)
-		logf, _ := os.Create(filepath.Join(dir, name+".log"))
-		cmd.Stdout, cmd.Stderr = logf, logf
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
 		t.Cleanup(func() {
-			cmd.Process.Kill()
-			cmd.Wait()
+			a.stop()
 			if t.Failed() {
-				b, _ := os.ReadFile(logf.Name())
+				b, _ := os.ReadFile(logFile)
 				t.Logf("%s log:\n%s", name, b)
 			}
 		})
@@ -257,10 +253,11 @@ type nsNode struct {
 }
 
 // bootNsNode starts a node in network namespace netns, with host name
-// name and hostsFile as its /etc/hosts. It is powered off at cleanup.
+// name and hostsFile as its /etc/hosts (none: this machine's). It is
+// powered off at cleanup.
 func bootNsNode(t *testing.T, netns, name, hostsFile string) *nsNode {
 	t.Helper()
-	setup := `hostname "$1" && mount --bind "$2" /etc/hosts && echo ready && exec sleep infinity`
+	setup := `hostname "$1" && { [ -z "$2" ] || mount --bind "$2" /etc/hosts; } && echo ready && exec sleep infinity`
 	cmd := exec.Command("ip", "netns", "exec", netns, "unshare", "--uts", "--mount", "--pid", "--fork", "--mount-proc",
 		"--propagation", "private", "sh", "-c", setup, "node", name, hostsFile)
 	out, err := cmd.StdoutPipe()
