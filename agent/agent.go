@@ -528,9 +528,6 @@ func (a *Agent) shutdown(how exitHow) error {
 // speak to other nodes as a peer holding the cluster key would.
 func (a *Agent) Peers() *peer.Mux { return a.peers }
 
-// keptRunsFile is where a node saves the commands of the runs it started,
-// for `dibs export sbatch` after they end: beside the store, or nowhere
-// when the agent has no data dir (a store given in tests).
 // bootFile is where the node keeps the kernel boot id its agent last ran
 // under, to tell a reboot from a restart.
 func bootFile(dataDir string) string {
@@ -540,6 +537,9 @@ func bootFile(dataDir string) string {
 	return filepath.Join(dataDir, "boot-id")
 }
 
+// keptRunsFile is where a node saves the commands of the runs it started,
+// for `dibs export sbatch` after they end: beside the store, or nowhere
+// when the agent has no data dir (a store given in tests).
 func keptRunsFile(dataDir string) string {
 	if dataDir == "" {
 		return ""
