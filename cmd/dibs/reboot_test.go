@@ -14,9 +14,9 @@ import (
 
 	"github.com/dibs-gpu/dibs/agent/agenttest"
 	"github.com/dibs-gpu/dibs/api"
+	"github.com/dibs-gpu/dibs/base/poll"
+	"github.com/dibs-gpu/dibs/cmd/internal/daemoncmd"
 	"github.com/dibs-gpu/dibs/event"
-	"github.com/dibs-gpu/dibs/internal/daemoncmd"
-	"github.com/dibs-gpu/dibs/internal/poll"
 	"github.com/dibs-gpu/dibs/lease"
 )
 
