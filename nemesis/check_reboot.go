@@ -37,7 +37,7 @@ func checkReboots(x *index, o CheckOptions) []Violation {
 		if end != nil && lease.EndReason(end.Ledger.Reason) == lease.EndRebooted {
 			put := &h.Writes[in.puts[0]]
 			if !slices.ContainsFunc(reboots, func(f *Fault) bool {
-				return slices.Contains(f.Nodes, in.node) && f.Start >= put.Start && f.Start <= end.Start
+				return slices.Contains(f.Nodes, in.node) && poweredOff(f) >= put.Start && poweredOff(f) <= end.Start
 			}) {
 				v := Violation{Check: CheckReboot, Subject: "lease " + in.id,
 					What: fmt.Sprintf("%s ended %s although %s did not reboot or lose power while it was held: a restart was taken for a reboot", in.id, lease.EndRebooted, in.node)}
@@ -53,7 +53,7 @@ func checkReboots(x *index, o CheckOptions) []Violation {
 			if end != nil && end.Done <= f.Off {
 				continue // ended before the power went off
 			}
-			p := lastPutBefore(h, in, f.Start)
+			p := lastPutBefore(h, in, poweredOff(f))
 			if p < 0 {
 				continue
 			}
@@ -75,6 +75,16 @@ func checkReboots(x *index, o CheckOptions) []Violation {
 		}
 	}
 	return out
+}
+
+// poweredOff is when a reboot's node had lost its last process: what its
+// agent wrote until then (a graceful stop takes a moment, and may finish a
+// start in flight), it wrote under the boot that ended.
+func poweredOff(f *Fault) int64 {
+	if f.Off > 0 {
+		return f.Off
+	}
+	return f.Start
 }
 
 // lastPutBefore is in's last put durable by t, -1 if none.

@@ -26,6 +26,13 @@ func TestCheckReboots(t *testing.T) {
 			b.end(l.ID, l.GPUs, lease.EndRebooted, 35, 36)
 			return b.history(100)
 		}},
+		{name: "a lease granted while the agent stopped for the reboot, ended for it, passes", build: func(b *builder) *History {
+			l := session("n1", 1, []int{0})
+			b.h.Faults = append(b.h.Faults, Fault{Kind: FaultReboot, Nodes: []string{"n1"}, Start: at(20), Off: at(30), Healed: at(40)})
+			b.put(l, 25, 26) // a start in flight, finished during the graceful stop
+			b.end(l.ID, l.GPUs, lease.EndRebooted, 35, 36)
+			return b.history(100)
+		}},
 		{name: "a bare claim kept across a reboot passes", build: func(b *builder) *History {
 			a := b.claim(0, "n1", []int{0}, 1, 0, 10)
 			b.reboot(FaultReboot, "n1", 20, 40)
