@@ -39,6 +39,7 @@ import (
 	"github.com/dibs-gpu/dibs/lease"
 	"github.com/dibs-gpu/dibs/nodeprobe"
 	"github.com/dibs-gpu/dibs/queue"
+	"github.com/dibs-gpu/dibs/service"
 	"github.com/dibs-gpu/dibs/store"
 )
 
@@ -99,6 +100,9 @@ type Config struct {
 	// LedgerPerUserDay is how many ended leases of one person are kept one
 	// by one per day (default lease.DefaultLedgerPerUserDay).
 	LedgerPerUserDay int
+	// ServiceRules are the service supervisor's numbers (zero fields:
+	// service.DefaultRules); tests shorten them.
+	ServiceRules service.Rules
 	// WebhookAllow, when not empty, is the admin's list of the only
 	// destinations webhooks may reach.
 	WebhookAllow events.Allowlist
@@ -318,8 +322,9 @@ func (a *Agent) build(ctx context.Context) error {
 	a.node = node.New(node.Config{
 		Name: a.cfg.NodeName, Policy: a.cfg.Policy, ProbeInterval: a.cfg.ProbeInterval, SessionPoll: a.cfg.SessionPoll,
 		PreemptSignal: a.cfg.PreemptSignal, CanRunAs: canWrite, Tags: a.cfg.Tags, Log: a.log.With("part", "node"),
-		LedgerPerUserDay: a.cfg.LedgerPerUserDay, KeptRunsFile: keptRunsFile(a.cfg.DataDir),
-		BootFile: bootFile(a.cfg.DataDir),
+		LedgerPerUserDay: a.cfg.LedgerPerUserDay, KeptRunsFile: keptRunsFile(a.cfg.DataDir), FiguresFile: figuresFile(a.cfg.DataDir),
+		ServiceRules: a.cfg.ServiceRules,
+		BootFile:     bootFile(a.cfg.DataDir),
 	}, node.Deps{Store: a.store, Probe: a.deps.Probe, Sessions: a.deps.Sessions, Accounts: a.accounts, Clock: c,
 		Changed: a.changed, LeasesChanged: a.leasesChanged, Events: a.events.Record})
 	sc := a.cfg.Sched // defaulted once, in New
@@ -519,6 +524,9 @@ func (a *Agent) shutdown(how exitHow) error {
 		<-a.ledgerDone
 	}
 	a.doctor.stop()
+	if how == exitCrash {
+		a.node.Crashed()
+	}
 	a.node.Close()
 	a.closeEvents()
 	err := a.store.Close()
@@ -542,6 +550,14 @@ func bootFile(dataDir string) string {
 // keptRunsFile is where a node saves the commands of the runs it started,
 // for `dibs export sbatch` after they end: beside the store, or nowhere
 // when the agent has no data dir (a store given in tests).
+// figuresFile is where the running leases' figures are written down.
+func figuresFile(dataDir string) string {
+	if dataDir == "" {
+		return ""
+	}
+	return filepath.Join(dataDir, "running-figures.json")
+}
+
 func keptRunsFile(dataDir string) string {
 	if dataDir == "" {
 		return ""

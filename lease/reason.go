@@ -46,6 +46,9 @@ const (
 	// other process of the node. A run that ends so failed: --requeue puts
 	// it back in the queue, and its gang fails as after a node loss.
 	EndRebooted EndReason = "node-rebooted"
+	// EndCrashLoop: a service restarted too often in a short while
+	// (service.Rules): stopped, its log kept, its owner told.
+	EndCrashLoop EndReason = "crash-loop"
 )
 
 // ExitPrefix begins the reason of a run whose command exited (ExitReason);
@@ -163,6 +166,8 @@ func (r EndReason) Words() string {
 		return "because a booking of its GPUs began while it was past its end"
 	case EndRebooted:
 		return "because its node rebooted (its session died with the node)"
+	case EndCrashLoop:
+		return "because its service crash-looped (restarted too often): its log is kept"
 	}
 	if why, ok := strings.CutPrefix(string(r), preemptPrefix); ok {
 		return "after its grace (reclaimed: " + why + ")"

@@ -7,10 +7,12 @@ package lease
 // boot — the node's last recorded boot (lastBoot) is not this one. A boot
 // id that is unknown ("") decides nothing: an agent restart is never taken
 // for a reboot. Only a lease with a session dies so: a bare claim holds
-// GPUs for work that is not the node's to watch, and a gang reservation
-// not yet committed expires by itself.
+// GPUs for work that is not the node's to watch, a gang reservation not
+// yet committed expires by itself, and a service's lease is kept: its
+// supervisor finds the session gone and starts it again in place, as
+// after any death of its process.
 func DiedInReboot(l Lease, lastBoot, boot string) bool {
-	if boot == "" || l.Session == "" || !l.ReservedUntil.IsZero() {
+	if boot == "" || l.Session == "" || !l.ReservedUntil.IsZero() || l.Kind == KindService {
 		return false
 	}
 	if l.Mono != nil && l.Mono.Boot != "" {

@@ -9,6 +9,8 @@ func TestDiedInReboot(t *testing.T) {
 	withBoot := func(l Lease, boot string) Lease { l.Mono = &MonoLimits{Boot: boot}; return l }
 	run := Lease{ID: "n1-1", Session: "dibs-n1-1"}
 	bare := Lease{ID: "n1-2"}
+	svc := run
+	svc.Kind = KindService
 	reserved := run
 	reserved.ReservedUntil = time.Unix(1e9, 0)
 	for _, tc := range []struct {
@@ -24,6 +26,7 @@ func TestDiedInReboot(t *testing.T) {
 		{"a lease with no boot of its own, the same boot", run, "B", "B", false},
 		{"a lease with no boot of its own, no boot file", run, "", "B", false},
 		{"a bare claim", withBoot(bare, "A"), "A", "B", false},
+		{"a service (its supervisor starts it again)", withBoot(svc, "A"), "A", "B", false},
 		{"an uncommitted reservation", withBoot(reserved, "A"), "A", "B", false},
 		{"an unknown boot decides nothing", withBoot(run, "A"), "A", "", false},
 	} {

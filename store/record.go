@@ -11,6 +11,8 @@ import (
 	"github.com/dibs-gpu/dibs/job"
 	"github.com/dibs-gpu/dibs/lease"
 	"github.com/dibs-gpu/dibs/queue"
+	"github.com/dibs-gpu/dibs/runrecord"
+	"github.com/dibs-gpu/dibs/service"
 )
 
 // recordVersion is the first byte of every lease, queue and ledger body in a
@@ -75,6 +77,38 @@ type leaseRecord struct {
 	Group string `json:"group,omitempty"`
 	// Added with adopted containers (issue 21), optional.
 	Containers []string `json:"containers,omitempty"`
+	// Added with services (issue 33), optional.
+	Service *serviceRecord `json:"service,omitempty"`
+}
+
+// serviceRecord is how a service's definition and status are stored
+// (lease.Lease.Service), frozen like leaseRecord.
+type serviceRecord struct {
+	Name        string    `json:"name"`
+	Port        int       `json:"port,omitempty"`
+	Health      string    `json:"health,omitempty"`
+	HealthCmd   string    `json:"health_cmd,omitempty"`
+	Preemptible bool      `json:"preemptible,omitempty"`
+	State       string    `json:"state,omitempty"`
+	Restarts    int       `json:"restarts,omitempty"`
+	Since       time.Time `json:"since,omitzero"`
+	PID         int       `json:"pid,omitempty"`
+}
+
+func serviceToRecord(s *service.Service) *serviceRecord {
+	if s == nil {
+		return nil
+	}
+	return &serviceRecord{Name: s.Name, Port: s.Port, Health: s.Health, HealthCmd: s.HealthCmd, Preemptible: s.Preemptible,
+		State: string(s.State), Restarts: s.Restarts, Since: s.Since, PID: s.PID}
+}
+
+func (r *serviceRecord) service() *service.Service {
+	if r == nil {
+		return nil
+	}
+	return &service.Service{Spec: service.Spec{Name: r.Name, Port: r.Port, Health: r.Health, HealthCmd: r.HealthCmd, Preemptible: r.Preemptible},
+		Status: service.Status{State: service.State(r.State), Restarts: r.Restarts, Since: r.Since, PID: r.PID}}
 }
 
 func leaseToRecord(l lease.Lease) leaseRecord {
@@ -87,7 +121,7 @@ func leaseToRecord(l lease.Lease) leaseRecord {
 		PreemptReason: l.PreemptReason, SignalledAt: l.SignalledAt,
 		RequestID: l.RequestID, Mono: l.Mono, QueuedAt: l.QueuedAt, FinalWarned: l.FinalWarned,
 		MIG: l.MIG, MemMiB: l.MemMiB, Share: l.Share, Booked: l.Booked, Job: jobToRecord(l.Job),
-		Group: l.Group, Containers: l.Containers,
+		Group: l.Group, Containers: l.Containers, Service: serviceToRecord(l.Service),
 	}
 }
 
@@ -115,7 +149,7 @@ func (r *leaseRecord) lease() lease.Lease {
 		PreemptReason: r.PreemptReason, SignalledAt: r.SignalledAt,
 		RequestID: r.RequestID, Mono: r.Mono, QueuedAt: r.QueuedAt, FinalWarned: r.FinalWarned,
 		MIG: r.MIG, MemMiB: r.MemMiB, Share: r.Share, Booked: r.Booked, Job: r.Job.job(),
-		Group: r.Group, Containers: r.Containers,
+		Group: r.Group, Containers: r.Containers, Service: r.Service.service(),
 	}
 }
 
@@ -269,6 +303,10 @@ type ledgerRecord struct {
 	QueuedAt time.Time `json:"queued_at,omitzero"`
 	// Added with restarts that remember ended queued runs, optional.
 	Reserved bool `json:"reserved,omitempty"`
+	// Added with the record of each run (issue 34), optional.
+	Figures        *runrecord.Figures `json:"figures,omitempty"`
+	IdleGPUSeconds float64            `json:"idle_gpu_seconds,omitempty"`
+	Folded         int                `json:"folded,omitempty"`
 }
 
 func ledgerToRecord(e lease.LedgerEntry) ledgerRecord {
@@ -276,6 +314,7 @@ func ledgerToRecord(e lease.LedgerEntry) ledgerRecord {
 		LeaseID: e.LeaseID, Node: e.Node, User: e.User, UID: e.UID, GPUs: e.GPUs,
 		Start: e.Start, End: e.End, GPUSeconds: e.GPUSeconds, Reason: e.Reason, By: e.By,
 		Kind: string(e.Kind), Limit: int64(e.Limit), Entry: e.Entry, Gang: e.Gang, Rank: e.Rank, QueuedAt: e.QueuedAt, Reserved: e.Reserved,
+		Figures: e.Figures, IdleGPUSeconds: e.IdleGPUSeconds, Folded: e.Folded,
 	}
 }
 
@@ -284,6 +323,7 @@ func (r *ledgerRecord) entry() lease.LedgerEntry {
 		LeaseID: r.LeaseID, Node: r.Node, User: r.User, UID: r.UID, GPUs: r.GPUs,
 		Start: r.Start, End: r.End, GPUSeconds: r.GPUSeconds, Reason: r.Reason, By: r.By,
 		Kind: lease.Kind(r.Kind), Limit: time.Duration(r.Limit), Entry: r.Entry, Gang: r.Gang, Rank: r.Rank, QueuedAt: r.QueuedAt, Reserved: r.Reserved,
+		Figures: r.Figures, IdleGPUSeconds: r.IdleGPUSeconds, Folded: r.Folded,
 	}
 }
 

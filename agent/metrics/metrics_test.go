@@ -20,6 +20,7 @@ import (
 	"github.com/dibs-gpu/dibs/api"
 	"github.com/dibs-gpu/dibs/lease"
 	"github.com/dibs-gpu/dibs/nodeprobe/sim"
+	"github.com/dibs-gpu/dibs/service"
 )
 
 // scrape GETs /metrics over HTTP and parses it as Prometheus does.
@@ -342,4 +343,48 @@ func TestStrangersHoldingTheMetricsPortAreBounded(t *testing.T) {
 	if got := openFDs(t) - before - len(held); got > metrics.MaxConns+8 {
 		t.Errorf("the agent holds %d descriptors for %d idle stranger connections, want at most about %d", got, strangers, metrics.MaxConns)
 	}
+}
+
+// TestServiceMetrics: a service of the node is up (1) once healthy, with
+// its restarts, under its name and owner.
+func TestServiceMetrics(t *testing.T) {
+	t.Parallel()
+	agenttest.RequireTmux(t)
+	n := agenttest.Start(t, agenttest.Options{Sim: "2xL40S", MetricsListen: "127.0.0.1:0", Quiet: true})
+	if _, err := n.Client.Claim(context.Background(), api.ClaimRequest{Run: &api.RunSpec{Command: []string{"sleep", "600"}},
+		Service: &service.Spec{Name: "dash"}}); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{"node": "node01", "service": "dash", "user": me(t)}
+	agenttest.Eventually(t, 15*time.Second, "dibs_service_up 1 for dash", func() bool {
+		m, ok := series(scrape(t, n.Agent.MetricsAddr()), "dibs_service_up", want)
+		return ok && value(m) == 1
+	})
+	if got := val(t, scrape(t, n.Agent.MetricsAddr()), "dibs_service_restarts_total", want); got != 0 {
+		t.Errorf("dibs_service_restarts_total = %v, want 0", got)
+	}
+}
+
+// TestScrapeShowsRunningLeaseEfficiency: a running lease's mean SM, idle
+// share and peak memory so far are on /metrics, labelled with the lease
+// and its holder, so a dashboard finds held-but-idle GPUs while they are.
+func TestScrapeShowsRunningLeaseEfficiency(t *testing.T) {
+	t.Parallel()
+	n := agenttest.Start(t, agenttest.Options{Sim: "2xH100-80GB", MetricsListen: "127.0.0.1:0", Quiet: true})
+	used := uint64(20000)
+	if err := n.Probe.SetLoad(sim.Load{GPUs: map[int]sim.GPULoad{0: {UtilizationPct: 80, MemoryUsedMiB: &used}}}); err != nil {
+		t.Fatal(err)
+	}
+	l, err := n.Client.Claim(context.Background(), api.ClaimRequest{GPUs: []int{0}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{"lease": l.ID, "user": me(t)}
+	agenttest.Eventually(t, 10*time.Second, "the lease's figures on /metrics", func() bool {
+		fams := scrape(t, n.Agent.MetricsAddr())
+		sm, ok1 := series(fams, "dibs_lease_sm_mean_percent", want)
+		idle, ok2 := series(fams, "dibs_lease_idle_percent", want)
+		mem, ok3 := series(fams, "dibs_lease_peak_memory_bytes", want)
+		return ok1 && ok2 && ok3 && value(sm) == 80 && value(idle) == 0 && value(mem) == float64(used)*(1<<20)
+	})
 }

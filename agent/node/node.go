@@ -23,6 +23,7 @@ import (
 	"github.com/dibs-gpu/dibs/launch"
 	"github.com/dibs-gpu/dibs/lease"
 	"github.com/dibs-gpu/dibs/nodeprobe"
+	"github.com/dibs-gpu/dibs/service"
 )
 
 // Sessions is the part of launch.Launcher the node uses. All methods may be
@@ -62,6 +63,16 @@ type Config struct {
 	// by one in a UTC day (default lease.DefaultLedgerPerUserDay); past
 	// it their plain leases are folded into one row as they end.
 	LedgerPerUserDay int
+	// ServiceRules are the supervisor's numbers (start-up allowance,
+	// failed checks, backoff, crash loop); zero fields take
+	// service.DefaultRules.
+	ServiceRules service.Rules
+	// FiguresFile is where the running leases' figures are written down
+	// (every FiguresSaveEvery, and as the agent stops); empty keeps them
+	// in memory only. SampleWindow is how far back each GPU's samples
+	// reach (default runrecord.DefaultWindow).
+	FiguresFile  string
+	SampleWindow time.Duration
 	// BootFile keeps the kernel boot id the agent last ran under, so a
 	// start under another one is known for a reboot (reboot.go); empty
 	// keeps none, and a reboot is told only by each lease's own boot.
@@ -136,6 +147,11 @@ type Node struct {
 	book bookingJob
 	// reboot is what Open found of the node's last boot.
 	reboot Reboot
+	// rec is the record of the GPUs: samples and running figures (under
+	// wmu).
+	rec *record
+	// crashed: Close writes nothing more down (Crashed).
+	crashed atomic.Bool
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -175,6 +191,11 @@ func New(cfg Config, deps Deps) *Node {
 	if err := n.kept.load(); err != nil {
 		// Only `dibs export sbatch` of finished runs misses them.
 		n.log.Warn("the runs kept for export sbatch are lost", "err", err)
+	}
+	var err error
+	if n.rec, err = newRecord(cfg.FiguresFile, cfg.SampleWindow, cfg.ProbeInterval); err != nil {
+		// Only the running leases' figures so far are lost.
+		n.log.Warn("the running leases' figures are lost", "err", err)
 	}
 	return n
 }
@@ -233,6 +254,7 @@ func (n *Node) Open(ctx context.Context) error {
 	n.justEnded = lease.WithinEndGrace(recent, now.Wall)
 	n.snap = snap
 	n.idle.Observe(snap, n.cfg.Policy)
+	n.observeLocked()
 	n.publishLocked(now.Wall)
 	n.endRebootedLocked(leases, now)
 	return nil
@@ -255,6 +277,7 @@ func (n *Node) Close() {
 	n.cancel()
 	n.sess.stopAll()
 	n.wg.Wait()
+	n.saveFigures(true)
 }
 
 // State is the node as last published.
@@ -299,12 +322,19 @@ func (n *Node) endLocked(l lease.Lease, reason lease.EndReason, by string, now l
 		cur = x
 	}
 	ended := lease.Ended(l, now.Wall, string(reason), by)
-	if err := n.storeEnd(ended); err != nil {
+	n.finishLocked(&ended)
+	if err := n.storeEnd(ended, l.Session != ""); err != nil {
 		n.log.Error("end lease", "lease", l.ID, "reason", reason, "err", err)
 		return err
 	}
 	n.table.Remove(l.ID)
-	n.deps.Events(event.EndEvent(l, reason, by, now.Wall))
+	ev := event.EndEvent(l, reason, by, now.Wall)
+	if ended.Figures != nil && l.Session != "" {
+		if line := ended.Figures.OneLine(); line != "" && len(ev.Text)+len(line) < 480 {
+			ev.Text += " (" + line + ")"
+		}
+	}
+	n.deps.Events(ev)
 	n.justEnded = lease.WithinEndGrace(append(n.justEnded, ended), now.Wall)
 	if l.Entry != "" {
 		n.ended = lease.RememberEnded(n.ended, lease.EndedRun{Entry: l.Entry, Lease: l.ID, Gang: l.Gang, Reason: cur.RunEnd(reason), At: now.Wall.Round(0), Reserved: !l.ReservedUntil.IsZero()}, now.Wall)
@@ -373,6 +403,7 @@ func (n *Node) loop() {
 		}
 		n.probeOnce()
 		n.Tick()
+		n.saveFigures(false)
 	}
 }
 
@@ -395,6 +426,7 @@ func (n *Node) probeOnce() {
 	n.idle.Observe(snap, n.cfg.Policy)
 	visible := telemetryChanged(n.snap, snap)
 	n.snap = snap
+	n.observeLocked()
 	if judged := lease.JudgeWithEnded(snap, n.table.List(), n.justEnded, n.idle, now, n.cfg.Policy); visible || !sameJudgements(n.judged, judged) {
 		n.publishLocked(now)
 	}

@@ -2,13 +2,12 @@ package node
 
 import (
 	"errors"
-	"fmt"
 	"io/fs"
 	"os"
-	"path/filepath"
 	"strings"
 
 	"github.com/dibs-gpu/dibs/agent/clock"
+	"github.com/dibs-gpu/dibs/base/durable"
 	"github.com/dibs-gpu/dibs/lease"
 )
 
@@ -69,7 +68,7 @@ func (n *Node) endRebootedLocked(loaded []lease.Lease, now lease.Instant) {
 			"last_boot", last, "boot", boot, "leases_ended", len(n.reboot.Ended), "not_ended", n.reboot.Failed)
 	}
 	if last != boot && n.cfg.BootFile != "" {
-		if err := writeDurable(n.cfg.BootFile, []byte(boot+"\n")); err != nil {
+		if err := durable.WriteFile(n.cfg.BootFile, []byte(boot+"\n"), 0o644); err != nil {
 			n.log.Warn("record the boot the agent runs under (a later reboot is still told by each lease's own boot)", "file", n.cfg.BootFile, "err", err)
 		}
 	}
@@ -88,40 +87,4 @@ func readBoot(path string) (string, error) {
 		return "", err
 	}
 	return strings.TrimSpace(string(b)), nil
-}
-
-// writeDurable replaces path with b so that a power cut leaves either the
-// old file or the new one whole: written to a temporary file, synced,
-// renamed over path, and the directory synced so the rename itself lasts.
-func writeDurable(path string, b []byte) error {
-	dir := filepath.Dir(path)
-	f, err := os.CreateTemp(dir, filepath.Base(path)+".tmp*")
-	if err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	tmp := f.Name()
-	defer os.Remove(tmp) // gone already once renamed
-	if _, err := f.Write(b); err != nil {
-		f.Close()
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return fmt.Errorf("sync %s: %w", path, err)
-	}
-	if err := f.Close(); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		return fmt.Errorf("replace %s: %w", path, err)
-	}
-	d, err := os.Open(dir)
-	if err != nil {
-		return fmt.Errorf("sync %s: %w", dir, err)
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
-		return fmt.Errorf("sync %s: %w", dir, err)
-	}
-	return nil
 }

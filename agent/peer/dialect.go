@@ -32,7 +32,7 @@ import (
 const (
 	// Version is the newest protocol this agent speaks, and the one it
 	// writes to agents that speak it too.
-	Version = 7
+	Version = 8
 	// MinVersion is the oldest protocol this agent speaks: the previous
 	// release's (v0.1.0, protocol 6).
 	MinVersion = 6
@@ -51,6 +51,11 @@ const (
 	// the notice, so one from such an agent is taken as a restart too
 	// (LeaveIsForGood): its gangs' ranks are held for the grace, not lost.
 	LeavesOnlyForGoodSince = 7
+	// ServiceSince is the first protocol whose agents run services (`dibs
+	// serve`): a lease of kind service with no end while it is up, which
+	// an older agent would take for a plain claim (v0.1.0 refuses the
+	// kind; v0.2.0 would grant it without its supervisor).
+	ServiceSince = 8
 )
 
 // LeaveIsForGood reports whether a leave notice from an agent that spoke
