@@ -12,7 +12,7 @@ package lease
 // supervisor finds the session gone and starts it again in place, as
 // after any death of its process.
 func DiedInReboot(l Lease, lastBoot, boot string) bool {
-	if boot == "" || l.Session == "" || !l.ReservedUntil.IsZero() || l.Kind == KindService {
+	if boot == "" || l.Session == "" || !l.ReservedUntil.IsZero() || l.IsService() {
 		return false
 	}
 	if l.Mono != nil && l.Mono.Boot != "" {

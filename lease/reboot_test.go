@@ -3,6 +3,8 @@ package lease
 import (
 	"testing"
 	"time"
+
+	"github.com/dibs-gpu/dibs/service"
 )
 
 func TestDiedInReboot(t *testing.T) {
@@ -10,7 +12,7 @@ func TestDiedInReboot(t *testing.T) {
 	run := Lease{ID: "n1-1", Session: "dibs-n1-1"}
 	bare := Lease{ID: "n1-2"}
 	svc := run
-	svc.Kind = KindService
+	svc.Kind, svc.Service = KindService, &service.Service{}
 	reserved := run
 	reserved.ReservedUntil = time.Unix(1e9, 0)
 	for _, tc := range []struct {
