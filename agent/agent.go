@@ -324,6 +324,7 @@ func (a *Agent) build(ctx context.Context) error {
 		PreemptSignal: a.cfg.PreemptSignal, CanRunAs: canWrite, Tags: a.cfg.Tags, Log: a.log.With("part", "node"),
 		LedgerPerUserDay: a.cfg.LedgerPerUserDay, KeptRunsFile: keptRunsFile(a.cfg.DataDir), FiguresFile: figuresFile(a.cfg.DataDir),
 		ServiceRules: a.cfg.ServiceRules,
+		BootFile:     bootFile(a.cfg.DataDir),
 	}, node.Deps{Store: a.store, Probe: a.deps.Probe, Sessions: a.deps.Sessions, Accounts: a.accounts, Clock: c,
 		Changed: a.changed, LeasesChanged: a.leasesChanged, Events: a.events.Record})
 	sc := a.cfg.Sched // defaulted once, in New
@@ -536,6 +537,15 @@ func (a *Agent) shutdown(how exitHow) error {
 // Peers is the agent's end of the protocol between agents, for tests that
 // speak to other nodes as a peer holding the cluster key would.
 func (a *Agent) Peers() *peer.Mux { return a.peers }
+
+// bootFile is where the node keeps the kernel boot id its agent last ran
+// under, to tell a reboot from a restart.
+func bootFile(dataDir string) string {
+	if dataDir == "" {
+		return ""
+	}
+	return filepath.Join(dataDir, "boot-id")
+}
 
 // keptRunsFile is where a node saves the commands of the runs it started,
 // for `dibs export sbatch` after they end: beside the store, or nowhere

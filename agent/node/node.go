@@ -73,7 +73,11 @@ type Config struct {
 	// reach (default runrecord.DefaultWindow).
 	FiguresFile  string
 	SampleWindow time.Duration
-	Log          *slog.Logger
+	// BootFile keeps the kernel boot id the agent last ran under, so a
+	// start under another one is known for a reboot (reboot.go); empty
+	// keeps none, and a reboot is told only by each lease's own boot.
+	BootFile string
+	Log      *slog.Logger
 }
 
 // Deps are the parts the node drives.
@@ -139,6 +143,8 @@ type Node struct {
 	ledgerDay map[string]*ledgerCount
 	// kept are the commands runs were started with, for export sbatch.
 	kept keptRuns
+	// reboot is what Open found of the node's last boot.
+	reboot Reboot
 	// rec is the record of the GPUs: samples and running figures (under
 	// wmu).
 	rec *record
@@ -207,7 +213,8 @@ func (n *Node) now() lease.Instant {
 	return lease.Instant{Wall: c.Now(), Mono: c.Mono(), Boot: c.Boot()}
 }
 
-// Open loads the table from the store and takes a first snapshot. It asks
+// Open loads the table from the store, takes a first snapshot, and ends
+// the leases whose sessions died in a reboot of the node (reboot.go). It asks
 // no user's tmux server anything: the sessions of the leases it loaded are
 // re-adopted by Run, once the agent serves (a user's server may not answer,
 // and nobody's claims wait on it). ctx bounds the first probe; the node's
@@ -239,6 +246,7 @@ func (n *Node) Open(ctx context.Context) error {
 	n.idle.Observe(snap, n.cfg.Policy)
 	n.observeLocked()
 	n.publishLocked(now.Wall)
+	n.endRebootedLocked(leases, now)
 	return nil
 }
 

@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/dibs-gpu/dibs/agent"
+	"github.com/dibs-gpu/dibs/agent/clock"
 	"github.com/dibs-gpu/dibs/agent/config"
 	"github.com/dibs-gpu/dibs/api"
 	"github.com/dibs-gpu/dibs/base/words"
@@ -247,8 +248,18 @@ func (c *cli) agentConfig(cmd *cobra.Command, f agentFlags) (agent.Config, agent
 		}
 		return err
 	}
-	return cfg, agent.Deps{Probe: prober, Sessions: sessions, TryNVML: tryNVML}, nil
+	deps := agent.Deps{Probe: prober, Sessions: sessions, TryNVML: tryNVML}
+	if f := os.Getenv(TestBootIDFileEnv); f != "" {
+		deps.Clock = clock.RealBootFrom(f)
+	}
+	return cfg, deps, nil
 }
+
+// TestBootIDFileEnv names a file the agent reads its kernel boot id from
+// instead of /proc: a test hook, never set in production, for test nodes
+// that share one kernel (network namespaces) but must each reboot on
+// their own (the agent tells a reboot from a restart by the boot id).
+const TestBootIDFileEnv = "DIBS_TEST_BOOT_ID_FILE"
 
 // pipeLogArgv is the command tmux runs, as the user, to keep each job's
 // output (launch.PipeLog). Both binaries carry `_pipe-log`; the client, dibs,
