@@ -210,11 +210,10 @@ func TestNodeRebootEndsItsSessionsButRestartKeepsThem(t *testing.T) {
 	r.waitWhole()
 	// An absence check: the re-adopted sessions are asked after every
 	// 500 ms; 3 s of polls would have seen one taken for gone.
-	for end := time.Now().Add(3 * time.Second); time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
-		if got := r.leases(1); len(got) != 3 || !sameKeys(got, held) {
-			t.Fatalf("after a restart (same boot id) node02 holds %v, want the same three leases %v", keys(got), keys(held))
-		}
-	}
+	poll.Never(t, 3*time.Second, fmt.Sprintf("after a restart (same boot id) node02 no longer holds the same three leases %v", keys(held)), func() bool {
+		got := r.leases(1)
+		return len(got) != 3 || !sameKeys(got, held)
+	})
 	for _, e := range r.events() {
 		if e.Reason == string(lease.EndRebooted) {
 			t.Fatalf("a restart was taken for a reboot: %s", e.Text)
