@@ -21,7 +21,7 @@ import (
 
 func logsCmd(c *cli) *cobra.Command {
 	var rank int
-	var follow, raw bool
+	var follow, raw, resume bool
 	cmd := &cobra.Command{
 		Use:   "logs ID [--rank N] [-f]",
 		Short: "Show a run's output, kept after its session ends (every rank of a gang)",
@@ -64,11 +64,26 @@ are dropped and colours kept; --raw prints every byte.`,
 				}
 				srcs = srcs[i : i+1]
 			}
-			if follow && len(srcs) > 1 {
-				return fmt.Errorf("%s has ranks %s: follow one with --rank N", args[0], ranks(srcs))
-			}
 			var out io.Writer = c.stdout
-			if !raw && isTerminal() {
+			filter := !raw && isTerminal()
+			if follow || resume {
+				f := newFollower(cl, c.stdout, args[0], filter)
+				if cmd.Flags().Changed("rank") {
+					f.only = rank
+				}
+				if resume {
+					if err := f.resume(); err != nil {
+						return err
+					}
+				}
+				f.update(srcs)
+				if !follow {
+					f.drain(ctx)
+					return nil
+				}
+				return followRanks(ctx, f)
+			}
+			if filter {
 				out = &escapeFilter{w: c.stdout}
 			}
 			for _, s := range srcs {
@@ -80,19 +95,16 @@ are dropped and colours kept; --raw prints every byte.`,
 				case len(srcs) > 1:
 					fmt.Fprintf(c.stdout, "==> rank %d on %s (%s, tmux %s) <==\n", s.Rank, safe(s.Node), safe(s.Lease), safe(s.Session))
 				}
-				st, err := printLog(ctx, cl, out, s)
-				if err != nil {
+				if _, err := printLog(ctx, cl, out, s); err != nil {
 					return err
-				}
-				if follow {
-					return followLog(ctx, cl, out, s, st, args[0])
 				}
 			}
 			return nil
 		},
 	}
 	cmd.Flags().IntVar(&rank, "rank", 0, "only this rank of a gang")
-	cmd.Flags().BoolVarP(&follow, "follow", "f", false, "keep printing what the running session adds (Ctrl-C ends)")
+	cmd.Flags().BoolVarP(&follow, "follow", "f", false, "keep printing what the running sessions add, every rank of a gang with its rank in front (\"1: …\"); Ctrl-C ends")
+	cmd.Flags().BoolVar(&resume, "resume", false, "go on from where the last dibs run --follow or dibs logs -f of ID on this machine stopped printing, rank by rank")
 	cmd.Flags().BoolVar(&raw, "raw", false, "print every byte, escape sequences and all")
 	return cmd
 }
@@ -169,44 +181,27 @@ func copyPart(ctx context.Context, cl *api.Client, w io.Writer, s api.LogSource,
 	}
 }
 
-// followLog prints what a running session adds, reading twice a second (a
-// file has no change signal to wait on), until the session has ended and
-// everything it wrote is printed.
-func followLog(ctx context.Context, cl *api.Client, w io.Writer, s api.LogSource, pos logPos, id string) error {
-	tick := time.NewTicker(500 * time.Millisecond)
+// followRanks prints what the followed ranks add until every one has
+// ended and everything they wrote is printed, or until Ctrl-C.
+func followRanks(ctx context.Context, f *follower) error {
+	tick := time.NewTicker(followPoll)
 	defer tick.Stop()
-	checks := 0
-	for running := s.Running; ; {
+	for checks := 0; ; checks++ {
+		got, err := f.pump(ctx)
+		if err != nil {
+			return nil // Ctrl-C
+		}
+		if !got && checks%4 == 3 {
+			f.refresh(ctx)
+			if !f.running() {
+				f.drain(ctx)
+				return nil
+			}
+		}
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-tick.C:
-		}
-		cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		ch, err := cl.ReadLog(cctx, api.LogReadRequest{Node: s.Node, Session: logName(s), Offset: pos.offset, Max: 128 << 10})
-		cancel()
-		if err != nil {
-			return err
-		}
-		if ch.Inode != pos.inode || ch.Size < pos.offset {
-			pos = logPos{inode: ch.Inode}
-			continue
-		}
-		if len(ch.Data) > 0 {
-			w.Write(ch.Data)
-			pos.offset += int64(len(ch.Data))
-			continue
-		}
-		if !running {
-			return nil
-		}
-		if checks++; checks%4 == 0 {
-			cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-			srcs, err := cl.LogSources(cctx, id)
-			cancel()
-			if err == nil {
-				running = slices.ContainsFunc(srcs, func(x api.LogSource) bool { return x.Session == s.Session && x.Node == s.Node && x.Running })
-			}
 		}
 	}
 }
