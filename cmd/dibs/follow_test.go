@@ -139,8 +139,9 @@ func TestGangInTheForeground(t *testing.T) {
 	})
 
 	t.Run("two Ctrl-C end every rank within seconds", func(t *testing.T) {
-		// Both ranks ignore SIGTERM: only the short grace's end stops them.
-		script := `trap "" TERM; echo "rank $NODE_RANK line 1"; while :; do sleep 1; done`
+		// Both ranks ignore SIGTERM and tmux's hangup: only the SIGKILL
+		// at the short grace's end stops them.
+		script := `trap "" TERM HUP; echo "pid $$"; echo "rank $NODE_RANK line 1"; while :; do sleep 1; done`
 		f := startForeground(t, sock, "run", "--nodes", "2", "--gpus-per-node", "1", "-f", "--", "sh", "-c", script)
 		id := f.runID(t)
 		agenttest.Eventually(t, 30*time.Second, "both ranks' first line", func() bool {
@@ -165,6 +166,26 @@ func TestGangInTheForeground(t *testing.T) {
 			t.Errorf("exit status 0 after two Ctrl-C, want non-zero; stderr:\n%s", f.stderr)
 		}
 		agenttest.Eventually(t, 5*time.Second, "both ranks' leases to end", func() bool { return len(heldBy(cl, id)) == 0 })
+		// The ranks' shells, which ignored SIGTERM and the hangup, are gone.
+		pids := regexp.MustCompile(`(?m)^[01]: pid (\d+)\r?$`).FindAllStringSubmatch(f.stdout.String(), -1)
+		if len(pids) != 2 {
+			t.Fatalf("want both ranks' pids in the output:\n%s", f.stdout)
+		}
+		t.Cleanup(func() { // if they outlived the test's run, not the machine
+			for _, m := range pids {
+				if pid, err := strconv.Atoi(m[1]); err == nil {
+					syscall.Kill(pid, syscall.SIGKILL)
+				}
+			}
+		})
+		agenttest.Eventually(t, 5*time.Second, "both ranks' processes to be gone", func() bool {
+			for _, m := range pids {
+				if _, err := os.Stat("/proc/" + m[1]); err == nil {
+					return false
+				}
+			}
+			return true
+		})
 		took := time.Since(start)
 		t.Logf("two Ctrl-C: client exited %d and both ranks ended %s later", code, took.Round(100*time.Millisecond))
 		if took > 20*time.Second {

@@ -209,9 +209,9 @@ func (r *runFollower) tellState(ctx context.Context) {
 
 // cancel answers the second Ctrl-C: the run is withdrawn (its ranks get
 // SIGTERM from their nodes), and the ranks still running after stopGrace
-// are ended the way dibs release ends a lease (their tmux sessions
-// killed), so the prompt comes back within seconds even from a run that
-// ignores SIGTERM; an agent alone would wait the preemption grace.
+// are released with SIGKILL to their sessions, so the prompt comes back
+// within seconds even from a run that ignores SIGTERM; the agents alone
+// would wait the preemption grace (2 minutes by default).
 func (r *runFollower) cancel(ctx context.Context) error {
 	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	err := r.cl.Cancel(cctx, r.id)
@@ -230,7 +230,12 @@ func (r *runFollower) cancel(ctx context.Context) error {
 		}
 		if time.Now().After(deadline) {
 			rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-			_, err := r.cl.Release(rctx, api.ReleaseRequest{IDs: held})
+			_, err := r.cl.Release(rctx, api.ReleaseRequest{IDs: held, Kill: true})
+			if errors.As(err, &ae) && strings.Contains(ae.Msg, "malformed request body") {
+				// An agent before protocol 8 knows no Kill: its
+				// release ends the sessions with tmux's hangup.
+				_, err = r.cl.Release(rctx, api.ReleaseRequest{IDs: held})
+			}
 			cancel()
 			if err != nil {
 				fmt.Fprintf(r.c.stderr, "end %s: %v\n", strings.Join(held, " "), err)
