@@ -77,7 +77,11 @@ func (c *cli) followRun(cl *api.Client, sub api.Submitted, pty, raw bool) error 
 		case s := <-sigs:
 			if s.sig == syscall.SIGQUIT {
 				r.f.store()
-				fmt.Fprintf(c.stderr, "detached from %s; it keeps running: `dibs logs %s -f --resume` goes on from here, `dibs cancel %s` stops it\n", safe(r.id), safe(r.id), safe(r.id))
+				what := "it keeps running"
+				if !r.started {
+					what = "it stays queued and starts on its own"
+				}
+				fmt.Fprintf(c.stderr, "detached from %s; %s: `dibs logs %s -f --resume` goes on from here, `dibs cancel %s` stops it\n", safe(r.id), what, safe(r.id), safe(r.id))
 				return nil
 			}
 			if s.at.Sub(lastInt) > doubleInterrupt {
