@@ -138,6 +138,69 @@ func TestGangInTheForeground(t *testing.T) {
 		}
 	})
 
+	t.Run("one rank: its lines bare, its status", func(t *testing.T) {
+		f := startForeground(t, sock, "run", "-g", "1", "--follow", "--", "sh", "-c", "echo one; echo two; exit 4")
+		if code := f.exited(t, 60*time.Second); code != 4 {
+			t.Errorf("exit status %d, want 4; stderr:\n%s", code, f.stderr)
+		}
+		if got := strings.ReplaceAll(f.stdout.String(), "\r", ""); got != "one\ntwo\n" {
+			t.Errorf("printed %q, want the run's two lines bare", got)
+		}
+	})
+
+	t.Run("while it waits: its place and why; Ctrl-\\ detaches and it stays queued", func(t *testing.T) {
+		// One GPU held on each node: a gang of two GPUs a node waits.
+		for _, n := range []string{"node01", "node02"} {
+			if _, errOut, code := dibs(t, sock, nil, "claim", "-g", "1", "--node", n); code != 0 {
+				t.Fatalf("claim on %s: %s", n, errOut)
+			}
+		}
+		t.Cleanup(func() { dibs(t, sock, nil, "release", "--all") })
+		f := startForeground(t, sock, "run", "--nodes", "2", "--gpus-per-node", "2", "-f", "--", "echo", "never")
+		waiting := regexp.MustCompile(`(node01-q\d+) waiting: position 1 of 1: \S[^\n]*\(Ctrl-C twice withdraws, Ctrl-\\ detaches\)`)
+		var id string
+		agenttest.Eventually(t, 30*time.Second, "the client to say where the run waits and why", func() bool {
+			m := waiting.FindStringSubmatch(f.stderr.String())
+			if m != nil {
+				id = m[1]
+				t.Logf("%s", m[0])
+			}
+			return m != nil
+		})
+		t.Cleanup(func() { dibs(t, sock, nil, "cancel", id) })
+		f.cmd.Process.Signal(syscall.SIGQUIT)
+		if code := f.exited(t, 10*time.Second); code != 0 {
+			t.Errorf("exit status %d after Ctrl-\\, want 0; stderr:\n%s", code, f.stderr)
+		}
+		if !strings.Contains(f.stderr.String(), "detached from "+id+"; it stays queued") {
+			t.Errorf("no word of the detach:\n%s", f.stderr)
+		}
+		if st, err := cl.EntryStatus(context.Background(), id); err != nil || st.State != "waiting" {
+			t.Errorf("after the detach %s is %v (%v), want waiting", id, st.State, err)
+		}
+	})
+
+	t.Run("--pty puts the person into rank 0's session", func(t *testing.T) {
+		// A real terminal: a tmux pane of its own server runs the client,
+		// whose tmux attach then shows rank 0's session in it. Rank 0 is
+		// on node01 (a gang's ranks go to its nodes in name order), the
+		// node whose agent the client asks: attached locally, not by ssh.
+		p := newPane(t, 100, 20, []string{"TMUX_TMPDIR=" + os.Getenv("TMUX_TMPDIR")},
+			dibsBin, "--socket", sock, "run", "--nodes", "2", "--gpus-per-node", "1", "--pty", "--",
+			"sh", "-c", `'echo "rank $NODE_RANK shell"; exec sleep 600'`)
+		t.Cleanup(func() {
+			if q, err := cl.Queue(context.Background()); err == nil {
+				for _, e := range q.Entries {
+					dibs(t, sock, nil, "cancel", e.ID)
+				}
+			}
+		})
+		p.waitFor(30*time.Second, "rank 0's session in the pane", func(s string) bool { return strings.Contains(s, "rank 0 shell") })
+		if s := p.screen(); strings.Contains(s, "rank 1 shell") {
+			t.Errorf("rank 1's output in rank 0's session:\n%s", s)
+		}
+	})
+
 	t.Run("two Ctrl-C end every rank within seconds", func(t *testing.T) {
 		// Both ranks ignore SIGTERM and tmux's hangup: only the SIGKILL
 		// at the short grace's end stops them.

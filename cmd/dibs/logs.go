@@ -76,6 +76,11 @@ are dropped and colours kept; --raw prints every byte.`,
 						return err
 					}
 				}
+				for _, s := range srcs {
+					if err := hasLog(ctx, cl, s); err != nil {
+						return err
+					}
+				}
 				f.update(srcs)
 				if !follow {
 					f.drain(ctx)
@@ -149,6 +154,18 @@ func printLog(ctx context.Context, cl *api.Client, w io.Writer, s api.LogSource)
 		return logPos{}, fmt.Errorf("no log of %s on %s: only runs started with a command keep one (a shell's session keeps none)", s.Lease, s.Node)
 	}
 	return pos, err
+}
+
+// hasLog refuses to follow a source that keeps no log (a shell's
+// session), which would otherwise be followed, silently, until it ends.
+func hasLog(ctx context.Context, cl *api.Client, s api.LogSource) error {
+	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	_, err := cl.ReadLog(cctx, api.LogReadRequest{Node: s.Node, Session: logName(s), Max: 1})
+	if notFound(err) {
+		return fmt.Errorf("no log of %s on %s: only runs started with a command keep one (a shell's session keeps none)", s.Lease, s.Node)
+	}
+	return err
 }
 
 func notFound(err error) bool {
