@@ -295,13 +295,32 @@ func (f *follower) refresh(ctx context.Context) error {
 	return nil
 }
 
-// drain prints everything the logs hold now, and the unfinished ends.
+// drainQuiet and drainMax bound the wait for a run's last output: a
+// session's last bytes reach its log through tmux's pipe a moment after
+// the session ended (usually within milliseconds; seconds on a loaded
+// node), so the logs are read until they have been quiet for drainQuiet,
+// for drainMax at most.
+const (
+	drainQuiet = time.Second
+	drainMax   = 5 * time.Second
+)
+
+// drain prints the rest of ranks that have ended, and the unfinished ends.
 func (f *follower) drain(ctx context.Context) {
 	f.refresh(ctx)
-	for range 3 {
+	start, quiet := time.Now(), time.Now()
+	for time.Since(quiet) < drainQuiet && time.Since(start) < drainMax {
 		got, err := f.pump(ctx)
-		if err != nil || !got {
+		if err != nil {
 			break
+		}
+		if got {
+			quiet = time.Now()
+			continue
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(followPoll): // a poll: a log has no change signal
 		}
 	}
 	f.flushAll()
