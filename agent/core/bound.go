@@ -236,6 +236,9 @@ func (b *Bound) Release(ctx context.Context, req api.ReleaseRequest) (api.Releas
 		}
 		// An agent before peer.HardReleaseSince ignores Kill: its
 		// sessions end with tmux's hangup alone, as before.
+		if nv, ok := b.s.View().Node(n); req.Kill && ok && nv.Protocol > 0 && nv.Protocol < peer.HardReleaseSince {
+			b.s.deps.Log.Info("release with kill to an older agent: its sessions end with tmux's hangup alone", "node", n, "protocol", nv.Protocol, "leases", rids)
+		}
 		r, err := peer.Call(ctx, b.s.deps.Peers, n, peer.Release, who, peer.ReleaseRequest{IDs: rids, Kill: req.Kill})
 		out.Released = append(out.Released, r.Released...)
 		if err != nil {

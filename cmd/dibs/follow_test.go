@@ -168,6 +168,13 @@ func TestGangInTheForeground(t *testing.T) {
 			return m != nil
 		})
 		t.Cleanup(func() { dibs(t, sock, nil, "cancel", id) })
+		// One Ctrl-C: why it does not start on each node, as dibs queue -v.
+		f.cmd.Process.Signal(os.Interrupt)
+		agenttest.Eventually(t, 10*time.Second, "each node's reason after one Ctrl-C", func() bool {
+			out := f.stderr.String()
+			return strings.Contains(out, "      node01 held: ") && strings.Contains(out, "      node02 held: ") &&
+				strings.Contains(out, "Ctrl-C again within a second withdraws it")
+		})
 		f.cmd.Process.Signal(syscall.SIGQUIT)
 		if code := f.exited(t, 10*time.Second); code != 0 {
 			t.Errorf("exit status %d after Ctrl-\\, want 0; stderr:\n%s", code, f.stderr)

@@ -129,7 +129,7 @@ func (r *runFollower) status(ctx context.Context) (api.EntryStatus, error) {
 func (r *runFollower) step(ctx context.Context, st api.EntryStatus) (bool, error) {
 	switch st.State {
 	case queue.EntryWaiting, queue.EntryBackoff:
-		r.showWaiting(ctx, st)
+		r.showWaiting(ctx, st, false)
 		return false, nil
 	case queue.EntryRunning:
 		if err := r.f.refresh(ctx); err != nil || len(r.f.ranks) == 0 {
@@ -147,8 +147,9 @@ func (r *runFollower) step(ctx context.Context, st api.EntryStatus) (bool, error
 }
 
 // showWaiting prints, on one line of standard error, the run's place in
-// the queue and why it waits (as dibs queue shows it).
-func (r *runFollower) showWaiting(ctx context.Context, st api.EntryStatus) {
+// the queue and why it waits (as dibs queue shows it); with nodes, under
+// it why it does not start on each node (as dibs queue -v shows it).
+func (r *runFollower) showWaiting(ctx context.Context, st api.EntryStatus, nodes bool) {
 	line := fmt.Sprintf("%s waiting", safe(r.id))
 	if st.State == queue.EntryBackoff {
 		line = fmt.Sprintf("%s failed (%s); restart %d of %d at %s", safe(r.id), safe(st.Reason), st.Restarts, st.MaxRestarts, st.RetryAt.Local().Format("15:04:05"))
@@ -166,6 +167,11 @@ func (r *runFollower) showWaiting(ctx context.Context, st api.EntryStatus) {
 			if !e.EstStart.IsZero() {
 				line += ", expected to start " + e.EstStart.Local().Format("Mon 15:04")
 			}
+			if nodes {
+				for _, nr := range e.NodeReasons {
+					line += fmt.Sprintf("\n      %s %s: %s", safe(nr.Node), nr.Code, safe(nr.Words))
+				}
+			}
 		}
 	}
 	if line == r.waitShown {
@@ -173,6 +179,10 @@ func (r *runFollower) showWaiting(ctx context.Context, st api.EntryStatus) {
 	}
 	r.waitShown = line
 	r.started = false
+	if nodes {
+		fmt.Fprintln(r.c.stderr, line)
+		return
+	}
 	fmt.Fprintf(r.c.stderr, "%s (Ctrl-C twice withdraws, Ctrl-\\ detaches)\n", line)
 }
 
@@ -204,7 +214,8 @@ func (r *runFollower) tellState(ctx context.Context) {
 		fmt.Fprintf(r.c.stderr, "%s running: %s; Ctrl-C again within a second cancels it, Ctrl-\\ detaches\n", safe(r.id), r.f.ranksLine())
 	case st.State == queue.EntryWaiting || st.State == queue.EntryBackoff:
 		r.waitShown = ""
-		r.showWaiting(ctx, st)
+		r.showWaiting(ctx, st, true)
+		r.waitShown = "" // the next regular line is printed again
 		fmt.Fprintln(r.c.stderr, "Ctrl-C again within a second withdraws it, Ctrl-\\ detaches (it stays queued)")
 	default:
 		fmt.Fprintf(r.c.stderr, "%s %s\n", safe(r.id), st.State)
