@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/dibs-gpu/dibs/api"
+	"github.com/dibs-gpu/dibs/base/words"
 	"github.com/dibs-gpu/dibs/lease"
 	"github.com/dibs-gpu/dibs/queue"
 )
@@ -235,7 +236,7 @@ func (r *runFollower) cancel(ctx context.Context) error {
 	if err != nil && !(errors.As(err, &ae) && ae.Code == "not_found") {
 		return fmt.Errorf("cancel %s: %w (stop it with `dibs cancel %s`)", r.id, err, r.id)
 	}
-	fmt.Fprintf(r.c.stderr, "cancelling %s: SIGTERM to every rank, their sessions end in %s at the latest\n", safe(r.id), lease.FormatDuration(stopGrace))
+	fmt.Fprintf(r.c.stderr, "cancelling %s: SIGTERM to every rank, their sessions end in %s at the latest\n", safe(r.id), words.FormatDuration(stopGrace))
 	r.cancelled = true
 	deadline := time.Now().Add(stopGrace)
 	for {
