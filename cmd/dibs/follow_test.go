@@ -125,8 +125,15 @@ func TestGangInTheForeground(t *testing.T) {
 		f := startForeground(t, sock, "run", "--nodes", "2", "--gpus-per-node", "1", "--follow", "--", "sh", "-c", script)
 		code := f.exited(t, 60*time.Second)
 		out := f.stdout.String()
+		t.Logf("the client printed:\n%s\nand on standard error:\n%s", out, f.stderr)
 		if code != 3 {
 			t.Errorf("exit status %d, want 3 (rank 1's); stderr:\n%s", code, f.stderr)
+		}
+		if !strings.Contains(f.stderr.String(), "rank 1's command exited 3 first, on node02") {
+			t.Errorf("the client does not say which rank failed first:\n%s", f.stderr)
+		}
+		if strings.Contains(f.stderr.String(), " waiting: ") {
+			t.Errorf("a run that started at once was said to wait:\n%s", f.stderr)
 		}
 		for rank := range 2 {
 			if got := rankLines(out, rank); fmt.Sprint(got) != "[1 2 3 4 5]" {
@@ -341,10 +348,10 @@ func TestFirstFailureIsTheEarliestNonZeroExit(t *testing.T) {
 		{Rank: 1, Reason: "exit-3", End: t0},
 		{Rank: 2, Reason: "exit-0", End: t0.Add(-time.Second)},
 	}
-	if code, ok := firstFailure(ended); !ok || code != 3 {
-		t.Errorf("firstFailure = %d, %v; want 3", code, ok)
+	if e, code, ok := firstFailure(ended); !ok || code != 3 || e.Rank != 1 {
+		t.Errorf("firstFailure = rank %d exit %d, %v; want rank 1, exit 3", e.Rank, code, ok)
 	}
-	if _, ok := firstFailure(ended[2:]); ok {
+	if _, _, ok := firstFailure(ended[2:]); ok {
 		t.Error("a run whose ranks exited 0 has a failure")
 	}
 }

@@ -47,13 +47,15 @@ type runFollower struct {
 	started   bool
 	attempt   string // the leases of the attempt last announced
 	cancelled bool
+	// submitted is when the run was queued: for startWait.
+	submitted time.Time
 }
 
 // followRun follows a just-submitted run until it ends, and returns its
 // status: 0 when every rank exited 0, the exit status of the first rank
 // that failed, 130 when it was cancelled.
 func (c *cli) followRun(cl *api.Client, sub api.Submitted, pty, raw bool) error {
-	r := &runFollower{c: c, cl: cl, id: sub.ID, pty: pty}
+	r := &runFollower{c: c, cl: cl, id: sub.ID, pty: pty, submitted: time.Now()}
 	r.f = newFollower(cl, c.stdout, sub.ID, !raw && isTerminal())
 	sigs := timedSignals(os.Interrupt, syscall.SIGQUIT)
 	defer signal.Reset(os.Interrupt, syscall.SIGQUIT)
@@ -158,7 +160,13 @@ func (r *runFollower) showWaiting(ctx context.Context, st api.EntryStatus, nodes
 		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		q, err := r.cl.Queue(cctx)
 		cancel()
-		if e := queueEntry(q, r.id); err == nil && e != nil {
+		e := queueEntry(q, r.id)
+		if !nodes && time.Since(r.submitted) < startWait && (e == nil || e.Waiting == "" || e.Waiting == queue.WaitingStarting) {
+			// Not said to wait yet: a run that starts at once (the next
+			// scheduling pass) never "waits".
+			return
+		}
+		if err == nil && e != nil {
 			if e.Position > 0 {
 				line += fmt.Sprintf(": position %d of %d", e.Position, waitingCount(q))
 			}
@@ -320,8 +328,12 @@ func (r *runFollower) exitStatus(ctx context.Context, st api.EntryStatus) error 
 			rec, err := r.cl.Run(cctx, r.id)
 			cancel()
 			if err == nil {
-				if code, ok := firstFailure(rec.Ended); ok {
-					return &exitError{code: code, msg: fmt.Sprintf("%s failed: %s", r.id, st.Reason)}
+				if e, code, ok := firstFailure(rec.Ended); ok {
+					msg := fmt.Sprintf("%s failed: its command exited %d on %s (lease %s)", r.id, code, e.Node, e.LeaseID)
+					if len(rec.Ended) > 1 {
+						msg = fmt.Sprintf("%s failed: rank %d's command exited %d first, on %s (lease %s); the other ranks were stopped", r.id, e.Rank, code, e.Node, e.LeaseID)
+					}
+					return &exitError{code: code, msg: msg}
 				}
 			}
 			if time.Now().After(deadline) {
@@ -334,17 +346,17 @@ func (r *runFollower) exitStatus(ctx context.Context, st api.EntryStatus) error 
 	return &exitError{code: 1, msg: fmt.Sprintf("%s ended, its state %s (`dibs events` says more)", r.id, st.State)}
 }
 
-// firstFailure is the exit status of the rank that failed first: the
+// firstFailure is the rank that failed first, and its exit status: the
 // earliest end with a non-zero exit status.
-func firstFailure(ended []lease.LedgerEntry) (int, bool) {
+func firstFailure(ended []lease.LedgerEntry) (lease.LedgerEntry, int, bool) {
 	sorted := slices.Clone(ended)
 	slices.SortStableFunc(sorted, func(a, b lease.LedgerEntry) int { return a.End.Compare(b.End) })
 	for _, e := range sorted {
 		if code, ok := lease.EndReason(e.Reason).ExitCode(); ok && code != 0 {
-			return code, true
+			return e, code, true
 		}
 	}
-	return 0, false
+	return lease.LedgerEntry{}, 0, false
 }
 
 // checkFollow refuses what does not go with --follow or --pty.
