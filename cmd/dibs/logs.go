@@ -86,7 +86,11 @@ are dropped and colours kept; --raw prints every byte.`,
 					f.drain(ctx)
 					return nil
 				}
-				return followRanks(ctx, f)
+				err := followRanks(ctx, f)
+				if ctx.Err() != nil && f.save {
+					fmt.Fprintf(c.stderr, "\nstopped following %s: `dibs logs %s -f --resume` goes on from here\n", safe(args[0]), safe(args[0]))
+				}
+				return err
 			}
 			if filter {
 				out = &escapeFilter{w: c.stdout}
