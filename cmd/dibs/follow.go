@@ -183,8 +183,14 @@ func (f *follower) read(ctx context.Context, r *rankStream) (bool, error) {
 			// Rotated (or truncated) since the last read: the current
 			// file from its start. What the old file gained after the
 			// last read is in the rotated part, read here first.
-			if old, err := f.readChunk(ctx, r, ".1", r.pos.offset); err == nil && old.Inode == r.pos.inode {
+			for off := r.pos.offset; ; {
+				old, err := f.readChunk(ctx, r, ".1", off)
+				if err != nil || old.Inode != r.pos.inode || len(old.Data) == 0 {
+					break
+				}
 				f.feed(r, old.Data)
+				got = true
+				off += int64(len(old.Data))
 			}
 			r.pos = logPos{inode: ch.Inode}
 			continue
