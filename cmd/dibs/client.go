@@ -293,7 +293,7 @@ func runCmd(c *cli) *cobra.Command {
 				if err != nil {
 					return err
 				}
-				return c.followRun(cl, s, pty, false)
+				return c.followRun(cl, s, pty, sreq.Nodes > 1)
 			}
 			if f.at != "" && q.sweep() {
 				return errors.New("--array, --after and --after-any queue a run; a booking (--at) starts at its time: drop one")

@@ -43,10 +43,10 @@ type follower struct {
 	// filter drops the escape sequences that act on a terminal (a
 	// terminal is written to and --raw was not given).
 	filter bool
-	// fromStart: a rank met for the first time is printed from the start
-	// of its kept log, its rotated part first.
-	fromStart bool
-	ranks     map[int]*rankStream
+	// ranks are the ranks followed; a rank met for the first time is
+	// printed from the start of its kept log, its rotated part first,
+	// unless a resumed position says where.
+	ranks map[int]*rankStream
 	// label forces the rank prefix even for one rank (a gang whose other
 	// ranks' logs are not known yet).
 	label bool
@@ -67,11 +67,13 @@ type rankStream struct {
 	partial []byte
 	ef      *escapeFilter
 	buf     bytes.Buffer
+	// started: the reads have begun (the rotated part, when reading from
+	// the start, is read once, first).
 	started bool
 }
 
 func newFollower(cl *api.Client, w io.Writer, id string, filter bool) *follower {
-	f := &follower{cl: cl, w: w, id: id, filter: filter, fromStart: true, ranks: map[int]*rankStream{}, save: validStateName(id), only: -1}
+	f := &follower{cl: cl, w: w, id: id, filter: filter, ranks: map[int]*rankStream{}, save: validStateName(id), only: -1}
 	f.saved = followState{ID: id, Ranks: map[string]savedRank{}}
 	return f
 }
@@ -98,8 +100,6 @@ func (f *follower) update(srcs []api.LogSource) {
 		}
 		if sv, ok := f.saved.Ranks[strconv.Itoa(s.Rank)]; ok && sv.Lease == s.Lease && sv.Node == s.Node {
 			r.pos, r.started = logPos{inode: sv.Inode, offset: sv.Offset}, true
-		} else if !f.fromStart {
-			r.started = true
 		}
 		f.ranks[s.Rank] = r
 	}

@@ -54,9 +54,12 @@ type runFollower struct {
 // followRun follows a just-submitted run until it ends, and returns its
 // status: 0 when every rank exited 0, the exit status of the first rank
 // that failed, 130 when it was cancelled.
-func (c *cli) followRun(cl *api.Client, sub api.Submitted, pty, raw bool) error {
+// A gang's lines carry their rank from the first, even before every
+// rank's lease has reached this agent's view.
+func (c *cli) followRun(cl *api.Client, sub api.Submitted, pty, gang bool) error {
 	r := &runFollower{c: c, cl: cl, id: sub.ID, pty: pty, submitted: time.Now()}
-	r.f = newFollower(cl, c.stdout, sub.ID, !raw && isTerminal())
+	r.f = newFollower(cl, c.stdout, sub.ID, isTerminal())
+	r.f.label = gang
 	sigs := timedSignals(os.Interrupt, syscall.SIGQUIT)
 	defer signal.Reset(os.Interrupt, syscall.SIGQUIT)
 	ctx := context.Background()
