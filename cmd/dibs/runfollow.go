@@ -46,7 +46,6 @@ type runFollower struct {
 	waitShown string
 	started   bool
 	attempt   string // the leases of the attempt last announced
-	cancelled bool
 	// submitted is when the run was queued: for startWait.
 	submitted time.Time
 }
@@ -248,7 +247,6 @@ func (r *runFollower) cancel(ctx context.Context) error {
 		return fmt.Errorf("cancel %s: %w (stop it with `dibs cancel %s`)", r.id, err, r.id)
 	}
 	fmt.Fprintf(r.c.stderr, "cancelling %s: SIGTERM to every rank, their sessions end in %s at the latest\n", safe(r.id), words.FormatDuration(stopGrace))
-	r.cancelled = true
 	deadline := time.Now().Add(stopGrace)
 	for {
 		held := r.heldLeases(ctx)
