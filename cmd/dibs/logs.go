@@ -31,14 +31,19 @@ an array (every task's latest attempt, each under a header naming the task;
 one task alone is ARRAY/N), or a tmux session's name. The
 output is kept in ~/` + launch.LogDir + `/SESSION.log on the node that ran it,
 a file only you can read, capped at 8 MiB (the older 8 MiB in SESSION.log.1),
-and shown from any node. -f keeps printing what a running session adds.
+and shown from any node. -f keeps printing what running sessions add:
+every rank of a gang, each line with its rank in front ("1: …"), until
+every rank has ended. A follow (this one, or dibs run --follow) notes how
+far it printed each rank in ~/.local/state/dibs/follow/ID.json; --resume
+goes on from there, after a follow was stopped, detached or cut off.
 
 On a terminal, escape sequences that could change it (titles, the clipboard)
 are dropped and colours kept; --raw prints every byte.`,
 		Example: `  dibs logs node01-42
   dibs logs node01-q3 --rank 1
   dibs logs node01-q7        # every task of an array; node01-q7/3 is one
-  dibs logs node02-7 -f`,
+  dibs logs node02-7 -f
+  dibs logs node01-q3 -f --resume   # every rank, from where the last follow stopped`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
