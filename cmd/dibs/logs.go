@@ -23,7 +23,7 @@ func logsCmd(c *cli) *cobra.Command {
 	var rank int
 	var follow, raw, resume bool
 	cmd := &cobra.Command{
-		Use:   "logs ID [--rank N] [-f]",
+		Use:   "logs ID [--rank N] [-f] [--resume]",
 		Short: "Show a run's output, kept after its session ends (every rank of a gang)",
 		Long: `Show what a run printed: a lease started with a command (dibs run -- CMD), or a
 queued request (every rank of its latest attempt, each under a header), or
