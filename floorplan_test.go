@@ -55,6 +55,8 @@ const (
 	charmX     = "github.com/charmbracelet/"
 	bubbletea  = "charm.land/bubbletea/v2"
 	wish       = "charm.land/wish/v2"
+	kubernetes = "k8s.io/"
+	sigsK8s    = "sigs.k8s.io/"
 )
 
 // agentOrder is the order of the daemon's own packages: each may import
@@ -73,8 +75,8 @@ func floorPlan() []room {
 	// The ground floor every room above the rules may use: refusals, and
 	// people's words with the bounds of text; then jobs, built on them.
 	ground := []string{"base/refusal", "base/words", "base/termsafe"}
-	rules := slices.Concat(ground, []string{"job", "runrecord", "lease", "queue", "event"})
-	base := slices.Concat(rules, []string{"outgrow/doctor", "nodeprobe", "launch"})
+	rules := slices.Concat(ground, []string{"job", "service", "runrecord", "lease", "queue", "event"})
+	base := slices.Concat(rules, []string{"outgrow/doctor", "base/durable", "nodeprobe", "launch"})
 
 	plan := []room{
 		{pkg: "nodeprobe", what: "GPU snapshot types (Snapshot, GPU, Process, Probe, Options); no I/O",
@@ -93,6 +95,9 @@ func floorPlan() []room {
 			may: []string{"nodeprobe", "nodeprobe/nvml", "nodeprobe/sim", "nodeprobe/smi"}},
 		{pkg: "base/poll", what: "tests' waiting: a condition polled to a deadline, a window watched (tests only)"},
 		{pkg: "base/prereq", what: "tests' prerequisites: a skip on a developer's machine, a failure under CI=true (tests only)"},
+		{pkg: "nemesis/powercut", what: "a FUSE file system that loses what was not fsynced when the power is cut (tests only)",
+			may: []string{"base/prereq"}, mods: []string{"github.com/hanwen/go-fuse/v2"}},
+		{pkg: "base/durable", what: "files replaced durably (fsync, rename, fsync the directory); standard library only"},
 		{pkg: "base/lograte", what: "refusal log lines rate-limited per source, with a count of those held back"},
 		{pkg: "base/termsafe", what: "the one sanitizer for text from outside; standard library only"},
 		{pkg: "base/columns", what: "a table cell's two rules for both binaries: empty as \"-\", cut with \"~\""},
@@ -106,20 +111,26 @@ func floorPlan() []room {
 			may: []string{"nodeprobe"}, never: append(slices.Clone(pure), bbolt), notItself: noIO},
 		// The rules of a lease know nothing of the queue or of events,
 		// which are built on them.
+		{pkg: "service", what: "the rules of a service: its definition, states, restarts with backoff, crash loops; no I/O",
+			may: []string{"base/termsafe"}, never: append(slices.Clone(pure), bbolt, "lease", "queue", "event"), notItself: noIO},
 		{pkg: "lease", what: "the rules of a lease: claims, the table, what is due, judging GPUs, policy, pools, placement, the ledger; no I/O",
-			may: slices.Concat(ground, []string{"job", "nodeprobe", "runrecord"}), never: append(slices.Clone(pure), bbolt, "queue", "event"), notItself: noIO},
+			may: slices.Concat(ground, []string{"job", "nodeprobe", "runrecord", "service"}), never: append(slices.Clone(pure), bbolt, "queue", "event"), notItself: noIO},
 		{pkg: "queue", what: "the rules of queued work: entries, fair-share, the scheduling pass, gangs, arrays, dependencies; no I/O",
 			may: slices.Concat(ground, []string{"job", "lease", "nodeprobe"}), never: append(slices.Clone(pure), bbolt, "event"), notItself: noIO},
 		{pkg: "event", what: "what happened: event kinds and their words, notices, notification settings; no I/O",
 			may: slices.Concat(ground, []string{"job", "lease", "queue"}), never: append(slices.Clone(pure), bbolt), notItself: noIO},
 		{pkg: "store", what: "bbolt store behind queue.Store and event.EventStore",
-			may: rules, mods: []string{bbolt}, never: pure},
+			may: append(slices.Clone(rules), "base/durable"), mods: []string{bbolt}, never: pure},
 		{pkg: "store/storetest", what: "a fault-injecting fake queue.Store for tests",
 			may: append(slices.Clone(rules), "store"), never: pure},
 		{pkg: "outgrow/doctor", what: "doctor's checks, figures and verdict: pure arithmetic",
 			may: slices.Concat(ground, []string{"job", "lease", "queue", "nodeprobe"}), never: append(slices.Clone(pure), bbolt), notItself: noIO},
 		{pkg: "outgrow/slurm", what: "slurm.conf, gres.conf and sbatch scripts from what dibs knows: pure text",
 			may: slices.Concat(ground, []string{"job", "lease", "queue", "nodeprobe"}), never: append(slices.Clone(pure), bbolt), notItself: noIO},
+		// The Kubernetes export writes YAML by hand: Kubernetes' own types
+		// check it in its test only, and no binary links them.
+		{pkg: "outgrow/k8s", what: "a service's Deployment and Service for kubectl apply: pure text",
+			may: []string{"service"}, never: append(slices.Clone(pure), bbolt, kubernetes, sigsK8s, "lease", "queue"), notItself: noIO},
 		{pkg: "outgrow/replay", what: "the what-if simulator: dibs's own rules on simulated time",
 			may: slices.Concat(ground, []string{"job", "lease", "queue", "nodeprobe", "nodeprobe/sim"}), never: append(slices.Clone(pure), bbolt), notItself: noIO},
 		{pkg: "launch", what: "tmux sessions as a user; standard library only",
@@ -182,7 +193,7 @@ func floorPlan() []room {
 	}
 	plan = append(plan,
 		room{pkg: "agent", what: "the daemon: composition of the rooms above",
-			may:  slices.Concat(agents, rules, []string{"api", "gossip", "launch", "outgrow/doctor", "store", "nodeprobe"}),
+			may:  slices.Concat(agents, rules, []string{"api", "gossip", "launch", "outgrow/doctor", "base/durable", "store", "nodeprobe"}),
 			mods: []string{xsys}, never: []string{goNVML}},
 		room{pkg: "agent/agenttest", what: "real agents on loopback for any package's tests",
 			may: slices.Concat([]string{"agent", "base/poll", "base/prereq"}, agents, rules, []string{"api", "launch", "launch/launchtest",
@@ -200,7 +211,7 @@ func floorPlan() []room {
 	// (and nodeprobe's internal package, which Go keeps to nodeprobe).
 	var all []string
 	for _, r := range plan {
-		if !strings.HasSuffix(r.pkg, "test") && !strings.Contains(r.pkg, "/internal/") && r.pkg != "base/poll" && r.pkg != "nemesis" {
+		if !strings.HasSuffix(r.pkg, "test") && !strings.Contains(r.pkg, "/internal/") && r.pkg != "base/poll" && r.pkg != "nemesis" && r.pkg != "nemesis/powercut" {
 			all = append(all, r.pkg)
 		}
 	}
@@ -219,16 +230,16 @@ func floorPlan() []room {
 			may:  append(all, "base/buildinfo"),
 			mods: []string{"github.com/spf13/cobra", xsys}, never: []string{goNVML}},
 		room{pkg: "cmd/dibsd", what: "the daemon's binary: dibsd agent (the dibs.service unit), demo, probe, keygen",
-			may: []string{"cmd/internal/daemoncmd"}, never: []string{goNVML}},
+			may: []string{"cmd/internal/daemoncmd"}, never: []string{goNVML, kubernetes, sigsK8s}},
 		room{pkg: "cmd/dibs", what: "the client: flags, tables, --json; hands the board and the daemon's verbs to dibsd",
-			may: slices.Concat(rules, []string{"api", "base/buildinfo", "base/columns", "launch", "outgrow/doctor", "outgrow/replay", "outgrow/slurm",
+			may: slices.Concat(rules, []string{"api", "base/buildinfo", "base/columns", "launch", "outgrow/doctor", "outgrow/k8s", "outgrow/replay", "outgrow/slurm",
 				"nodeprobe"}),
 			mods: []string{"github.com/spf13/cobra", "github.com/spf13/pflag", xsys},
 			// Nor net/http and crypto/tls: its requests are plain HTTP/1.1 on
 			// a unix socket, written by hand (api/transport.go). Nor the
 			// board's libraries, whose inits ran for every command: dibs
 			// hands the board to dibsd (cmd/internal/daemoncmd/board.go).
-			never: append(slices.Clone(daemonParts), "net/http", "crypto/tls", "tui", charm, charmX)},
+			never: append(slices.Clone(daemonParts), "net/http", "crypto/tls", "tui", charm, charmX, kubernetes, sigsK8s)},
 		room{pkg: ".", what: "this floor plan and the size limits (tests only)"},
 	)
 }

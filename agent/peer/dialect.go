@@ -51,6 +51,11 @@ const (
 	// the notice, so one from such an agent is taken as a restart too
 	// (LeaveIsForGood): its gangs' ranks are held for the grace, not lost.
 	LeavesOnlyForGoodSince = 7
+	// ServiceSince is the first protocol whose agents run services (`dibs
+	// serve`): a lease of kind service with no end while it is up, which
+	// an older agent would take for a plain claim (v0.1.0 refuses the
+	// kind; v0.2.0 would grant it without its supervisor).
+	ServiceSince = 8
 	// HardReleaseSince is the first protocol whose agents honour
 	// ReleaseRequest.Kill (SIGKILL to a released lease's session before
 	// tmux's hangup). An older agent ignores the field and releases as

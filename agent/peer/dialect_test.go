@@ -191,7 +191,7 @@ func TestServeProtocols(t *testing.T) {
 		refuse string
 	}{
 		{"protocol 8", 0, `{"v":8,"actor":{"user":"alice"},"req":{"count":1}}`, ""},
-		{"protocol 7 (v0.2.0)", 0, `{"v":7,"actor":{"user":"alice"},"req":{"count":1}}`, ""},
+		{"protocol 7", 0, `{"v":7,"actor":{"user":"alice"},"req":{"count":1}}`, ""},
 		{"protocol 6 (v0.1.0)", 0, `{"v":6,"actor":{"user":"alice"},"req":{"count":1}}`, ""},
 		{"a newer release's field is ignored", 0, `{"v":7,"actor":{"user":"alice"},"req":{"count":1,"priority":3},"trace":"x"}`, ""},
 		{"two releases behind", 0, `{"v":5,"actor":{"user":"alice"},"req":{"count":1}}`, fmt.Sprintf("speaks agent protocol 5 and this agent 6 to %d: nodes may be at most one dibs release apart", Version)},
