@@ -102,8 +102,11 @@ func printBoard(w io.Writer, b api.Board, now time.Time) {
 					who = "uid " + strconv.Itoa(p.UID)
 				}
 				extra := ""
+				if p.SMUtilPct != nil { // where NVML samples processes
+					extra = " SM " + strconv.Itoa(*p.SMUtilPct) + "%"
+				}
 				if p.Container != "" {
-					extra = " container " + p.Container
+					extra += " container " + p.Container
 				}
 				fmt.Fprintf(w, "%14s└ pid %d %s %s %s%s\n", "", p.PID, columns.Clip(who, 12), columns.Clip(p.Command, 20), mib(p.UsedMemoryMiB), extra)
 			}

@@ -454,7 +454,7 @@ func cancelCmd(c *cli) *cobra.Command {
 }
 
 func usageCmd(c *cli) *cobra.Command {
-	var asJSON bool
+	var asJSON, asChart bool
 	var window string
 	cmd := &cobra.Command{
 		Use:               "usage",
@@ -467,6 +467,17 @@ func usageCmd(c *cli) *cobra.Command {
 			}
 			ctx, cancel := reqCtx()
 			defer cancel()
+			if asChart {
+				d, err := c.client().UsageByDay(ctx, window)
+				if err != nil {
+					return err
+				}
+				if asJSON {
+					return printJSON(c.stdout, d)
+				}
+				printUsageChart(c.stdout, d, terminalWidth(c.stdout), plainOutput())
+				return nil
+			}
 			u, err := c.client().Usage(ctx, window)
 			if err != nil {
 				return err
@@ -480,6 +491,7 @@ func usageCmd(c *cli) *cobra.Command {
 	}
 	cmd.Flags().StringVar(&window, "window", "7d", "how far back to count")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	cmd.Flags().BoolVar(&asChart, "chart", false, "GPU-hours per person per day, as bars (with --json: the figures by day)")
 	return cmd
 }
 
