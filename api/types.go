@@ -165,6 +165,10 @@ type ClaimResponse struct {
 type ReleaseRequest struct {
 	IDs []string `json:"ids,omitempty"`
 	All bool     `json:"all,omitempty"`
+	// Kill sends each session's processes SIGKILL before tmux hangs up on
+	// them: the end of a short grace the caller gave with SIGTERM (dibs
+	// run --follow cancelling a run), for processes that ignore both.
+	Kill bool `json:"kill,omitempty"`
 }
 
 // ReleaseResponse lists what was ended.

@@ -46,7 +46,7 @@ func (s *Service) registerPeerOps() {
 				return peer.ReleaseReply{}, refusal.Invalidf("lease %s is not on %s", id, s.cfg.Node)
 			}
 		}
-		ids, err := b.releaseHere(ctx, r.IDs)
+		ids, err := b.releaseHere(ctx, r.IDs, r.Kill)
 		return peer.ReleaseReply{Released: ids}, err
 	})
 	peer.Handle(m, peer.Extend, func(ctx context.Context, from string, who peer.Actor, r peer.ExtendRequest) (peer.LeaseReply, error) {

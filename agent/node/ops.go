@@ -15,6 +15,18 @@ import (
 // Release ends lease id for c (its holder, or an admin: logged), killing its
 // session.
 func (n *Node) Release(ctx context.Context, c lease.Caller, id string) error {
+	return n.release(ctx, c, id, false)
+}
+
+// ReleaseHard ends a lease c holds as Release does, but sends its
+// session's processes SIGKILL before tmux hangs up on them: the end of
+// the short grace a person gave a run they cancelled in the foreground
+// (dibs run --follow, Ctrl-C twice), which their SIGTERM did not end.
+func (n *Node) ReleaseHard(ctx context.Context, c lease.Caller, id string) error {
+	return n.release(ctx, c, id, true)
+}
+
+func (n *Node) release(ctx context.Context, c lease.Caller, id string, hard bool) error {
 	var l lease.Lease
 	err := n.locked(func() error {
 		var err error
@@ -35,7 +47,7 @@ func (n *Node) Release(ctx context.Context, c lease.Caller, id string) error {
 		return err
 	}
 	if !l.Booked {
-		n.killSession(ctx, l, false)
+		n.killSession(ctx, l, hard)
 	}
 	n.deps.LeasesChanged()
 	return nil

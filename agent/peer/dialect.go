@@ -56,6 +56,12 @@ const (
 	// an older agent would take for a plain claim (v0.1.0 refuses the
 	// kind; v0.2.0 would grant it without its supervisor).
 	ServiceSince = 8
+	// HardReleaseSince is the first protocol whose agents honour
+	// ReleaseRequest.Kill (SIGKILL to a released lease's session before
+	// tmux's hangup). An older agent ignores the field and releases as
+	// before: the lease ends all the same, only a process that ignores
+	// the hangup outlives it, as it always did.
+	HardReleaseSince = 8
 )
 
 // LeaveIsForGood reports whether a leave notice from an agent that spoke

@@ -276,14 +276,16 @@ func runCmd(c *cli) *cobra.Command {
 	var f claimFlags
 	var q queueFlags
 	var name, dir string
-	var attach, cleanEnv bool
+	var attach, cleanEnv, follow, pty bool
 	cmd := &cobra.Command{
-		Use:   "run [claim flags] [--name NAME] [--attach] -- CMD [ARGS...]",
+		Use:   "run [claim flags] [--name NAME] [--attach | --follow | --pty] -- CMD [ARGS...]",
 		Short: "Claim GPUs and start a tmux session on them; the lease ends when the session does",
 		Example: `  dibs run -g 2 -- python train.py --lr 3e-4
   dibs run -g 1 --attach          # an interactive shell on one GPU
   dibs run --mem 16G -- python eval.py
-  dibs run -g 4 --at "tomorrow 09:00" --for 3h -- python train.py`,
+  dibs run -g 4 --at "tomorrow 09:00" --for 3h -- python train.py
+  dibs run --nodes 2 --gpus-per-node 8 -f -- python train.py   # in the foreground, as srun
+  dibs run --nodes 2 --gpus-per-node 8 --pty -- bash            # a shell in rank 0's session`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			// With --gpus-per-node the gang flags say how many.
 			req, err := f.build(q.gpusPerNode == 0)
@@ -301,6 +303,20 @@ func runCmd(c *cli) *cobra.Command {
 			ctx, cancel := reqCtx()
 			defer cancel()
 			cl := c.client()
+			if follow || pty {
+				if err := checkFollow(f, q, attach, follow, pty, args); err != nil {
+					return err
+				}
+				sreq, err := q.request(req)
+				if err != nil {
+					return err
+				}
+				s, err := cl.Submit(ctx, sreq)
+				if err != nil {
+					return err
+				}
+				return c.followRun(cl, s, pty, sreq.Nodes > 1)
+			}
 			if f.at != "" && q.sweep() {
 				return errors.New("--array, --after and --after-any queue a run; a booking (--at) starts at its time: drop one")
 			}
@@ -358,6 +374,8 @@ func runCmd(c *cli) *cobra.Command {
 	cmd.Flags().StringVar(&name, "name", "", "tmux session name (default dibs-<lease id>)")
 	cmd.Flags().StringVar(&dir, "dir", "", "working directory (default: the current one)")
 	cmd.Flags().BoolVar(&attach, "attach", false, "attach to the session once it starts")
+	cmd.Flags().BoolVarP(&follow, "follow", "f", false, "in the foreground, as srun: wait in the queue, print every rank's output (\"1: …\" for a gang), exit with the run's status; Ctrl-C shows its state, twice within a second cancels it, Ctrl-\\ detaches")
+	cmd.Flags().BoolVar(&pty, "pty", false, "wait in the queue, then attach to rank 0's session (srun --pty); the other ranks run on")
 	cmd.Flags().BoolVar(&cleanEnv, "clean-env", false, "start CMD with the node's default PATH, not yours (by default your PATH and Python environment travel: "+strings.Join(job.CarriedEnv(), ", ")+")")
 	cmd.Flags().StringVar(&f.at, "at", "", `book the GPUs for later and start CMD then, e.g. "tomorrow 09:00" (needs --for)`)
 	q.add(cmd, true)
