@@ -110,7 +110,7 @@ func floorPlan() []room {
 			may: []string{"lease", "queue", "nodeprobe"}, never: append(slices.Clone(pure), bbolt), notItself: noIO},
 		{pkg: "internal/replay", what: "the what-if simulator: dibs's own rules on simulated time",
 			may: []string{"lease", "queue", "nodeprobe", "nodeprobe/sim"}, never: append(slices.Clone(pure), bbolt), notItself: noIO},
-		{pkg: "launch", what: "tmux sessions as a user; standard library only",
+		{pkg: "launch", what: "tmux sessions as a user; standard library, x/sys and nodeprobe's CPU lists", may: []string{"nodeprobe"},
 			mods: []string{xsys}, never: []string{memberlist, goNVML, charm, charmX}},
 		{pkg: "launch/launchtest", what: "throwaway accounts for tests",
 			may: []string{"launch", "internal/prereq"}},
