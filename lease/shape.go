@@ -109,6 +109,9 @@ func (l *Lease) Validate() error {
 	if err := CheckNote(l.Note); err != nil {
 		return Wrapf(CodeInvalid, err, "lease %s: %v", l.ID, err)
 	}
+	if err := l.checkCPUs(); err != nil {
+		return err
+	}
 	if err := l.CheckText(); err != nil {
 		return Wrapf(CodeInvalid, err, "lease %s: %v", l.ID, err)
 	}

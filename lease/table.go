@@ -124,6 +124,18 @@ func (t *Table) Current(id string, token uint64) bool {
 // PlanClaim decides a claim without changing the table: the lease to persist,
 // or a refusal that says why and what to do.
 func (t *Table) PlanClaim(c Caller, req Claim, snap nodeprobe.Snapshot, now time.Time, p Policy) (Lease, error) {
+	l, err := t.planClaim(c, req, snap, now, p)
+	if err != nil {
+		return Lease{}, err
+	}
+	if err := t.planCPUs(&l, req, snap); err != nil {
+		return Lease{}, err
+	}
+	return l, nil
+}
+
+// planClaim is PlanClaim's GPUs and time: the lease before its cores.
+func (t *Table) planClaim(c Caller, req Claim, snap nodeprobe.Snapshot, now time.Time, p Policy) (Lease, error) {
 	var dur time.Duration
 	var err error
 	if req.Kind, dur, err = req.Limit(p); err != nil {

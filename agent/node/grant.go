@@ -27,6 +27,10 @@ type Run struct {
 	// RecordExit asks the session to record its command's exit status, so a
 	// queued run's origin can tell a failed run from a finished one.
 	RecordExit bool
+	// Workers is how many processes the session's launcher starts
+	// (torchrun's per node), which share its cores: OMP_NUM_THREADS is
+	// their share. 0 is one.
+	Workers int
 	// Job is the run as it was asked for (before any launcher wraps
 	// Command), kept once its session starts so `dibs export sbatch` can
 	// write its script after it ends (Node.KeptRun); nil keeps nothing.
@@ -224,14 +228,19 @@ func (x *sessionJob) startSession(ctx context.Context, l lease.Lease, u launch.U
 	if !n.Current(l.ID, l.Token) {
 		return l, fmt.Errorf("lease %s ended before its session could start", l.ID)
 	}
+	snap := n.State().Snap
+	var cpus []string
+	if !n.cfg.NoCPUBinding {
+		cpus = l.SessionCPUs(snap)
+	}
 	env := map[string]string{}
-	for _, vars := range []map[string]string{run.UserEnv, l.Env(), l.DeviceEnv(n.State().Snap), run.Env} {
+	for _, vars := range []map[string]string{run.UserEnv, l.Env(), l.DeviceEnv(snap), l.CPUEnv(cpus, run.Workers), run.Env} {
 		for k, v := range vars {
 			env[k] = v
 		}
 	}
 	spec := launch.Spec{Name: l.Session, User: u, Env: env, Command: run.Command, Dir: run.Dir, RecordExit: run.RecordExit && len(run.Command) > 0,
-		KeepLog: len(run.Command) > 0, LogName: l.LogName()}
+		KeepLog: len(run.Command) > 0, LogName: l.LogName(), CPUs: lease.CPUUnion(cpus)}
 	_, err := n.deps.Sessions.Start(ctx, spec)
 	if errors.Is(err, launch.ErrStatusDir) && l.Entry == "" {
 		// A plain run can do without its exit status; a queued one cannot.

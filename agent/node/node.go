@@ -62,7 +62,9 @@ type Config struct {
 	// by one in a UTC day (default lease.DefaultLedgerPerUserDay); past
 	// it their plain leases are folded into one row as they end.
 	LedgerPerUserDay int
-	Log              *slog.Logger
+	// NoCPUBinding starts sessions unbound (agent.Config.NoCPUBinding).
+	NoCPUBinding bool
+	Log          *slog.Logger
 }
 
 // Deps are the parts the node drives.

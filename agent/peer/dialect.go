@@ -32,7 +32,7 @@ import (
 const (
 	// Version is the newest protocol this agent speaks, and the one it
 	// writes to agents that speak it too.
-	Version = 7
+	Version = 8
 	// MinVersion is the oldest protocol this agent speaks: the previous
 	// release's (v0.1.0, protocol 6).
 	MinVersion = 6
@@ -51,6 +51,10 @@ const (
 	// the notice, so one from such an agent is taken as a restart too
 	// (LeaveIsForGood): its gangs' ranks are held for the grace, not lost.
 	LeavesOnlyForGoodSince = 7
+	// CPUsSince is the first protocol whose agents choose cores for a
+	// lease (--cpus-per-gpu, lease.Lease.CPUs) and bind sessions to them;
+	// an older agent would grant the GPUs and drop the cores unsaid.
+	CPUsSince = 8
 )
 
 // LeaveIsForGood reports whether a leave notice from an agent that spoke

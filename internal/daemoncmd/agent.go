@@ -197,6 +197,7 @@ func (c *cli) agentConfig(cmd *cobra.Command, f agentFlags) (agent.Config, agent
 		Log:           logger,
 		Version:       buildInfo().Version,
 		Tags:          fc.Tags,
+		NoCPUBinding:  fc.Leases.BindCPUs != nil && !*fc.Leases.BindCPUs,
 		EventKeep:     keep,
 
 		EventsPerUserHour: fc.Events.PerUserHour,
