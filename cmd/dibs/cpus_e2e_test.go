@@ -148,3 +148,35 @@ func TestCPUsPerGPUChoosesCoresOfTheSocket(t *testing.T) {
 		t.Errorf("--cpus-per-gpu past the socket: exit %d, %q", code, errOut)
 	}
 }
+
+// TestPerGPURanksRunOnTheirGPUsCores: with --per-gpu on a simulated node
+// of two sockets of one core, each local rank runs on its own GPU's core,
+// with DIBS_CPUS its own and (under --cpus-per-gpu) OMP_NUM_THREADS its
+// count.
+func TestPerGPURanksRunOnTheirGPUsCores(t *testing.T) {
+	agenttest.RequireTmux(t)
+	if online := onlineCPUs(t); !strings.HasPrefix(online, "0-") {
+		t.Skipf("needs CPUs 0 and 1 online (have %s)", online)
+	}
+	dir := agenttest.PublicDir(t)
+	t.Setenv("TMUX_TMPDIR", agenttest.TmuxDir(t))
+	p := startAgent(t, dir, "--sim", "2xH100-80GB,sockets=2x1")
+	out := filepath.Join(dir, "rank")
+	_, errOut, code := dibs(t, p.socket, nil, "run", "-g", "2", "--per-gpu", "--cpus-per-gpu", "1", "--",
+		`echo "$(grep Cpus_allowed_list /proc/self/status) $DIBS_CPUS $OMP_NUM_THREADS" > `+out+`.$LOCAL_RANK; sleep 60`)
+	if code != 0 {
+		t.Fatalf("dibs run --per-gpu: exit %d: %s", code, errOut)
+	}
+	t.Cleanup(func() { dibs(t, p.socket, nil, "release", "--all") })
+	for rank, want := range []string{"Cpus_allowed_list:\t0 0 1", "Cpus_allowed_list:\t1 1 1"} {
+		var got string
+		agenttest.Eventually(t, 15*time.Second, fmt.Sprintf("rank %d's line", rank), func() bool {
+			b, _ := os.ReadFile(fmt.Sprintf("%s.%d", out, rank))
+			got = strings.TrimSpace(string(b))
+			return strings.HasSuffix(string(b), "\n")
+		})
+		if got != want {
+			t.Errorf("local rank %d saw %q, want %q", rank, got, want)
+		}
+	}
+}
