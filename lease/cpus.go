@@ -161,6 +161,16 @@ func CPUUnion(lists []string) string {
 	return nodeprobe.FormatCPUList(all)
 }
 
+// CPUsPerGPU is how many cores per GPU were chosen in lists (the first
+// GPU's count: every GPU of a lease gets as many); 0 for none.
+func CPUsPerGPU(lists []string) int {
+	if len(lists) == 0 {
+		return 0
+	}
+	c, _ := nodeprobe.ParseCPUList(lists[0])
+	return len(c)
+}
+
 // CPUEnv is what a session bound to per-GPU lists is told: DIBS_CPUS (all
 // its cores, what `docker run --cpuset-cpus` takes), DIBS_GPU_CPUS (each
 // GPU's, ';'-joined, for one process per GPU) and, when its cores were
@@ -175,7 +185,7 @@ func (l *Lease) CPUEnv(lists []string, workers int) map[string]string {
 	env := map[string]string{"DIBS_CPUS": union, "DIBS_GPU_CPUS": strings.Join(lists, ";")}
 	if len(l.CPUs) > 0 {
 		c, _ := nodeprobe.ParseCPUList(union)
-		env["DIBS_CPUS_PER_GPU"] = strconv.Itoa(len(c) / max(1, len(lists)))
+		env["DIBS_CPUS_PER_GPU"] = strconv.Itoa(CPUsPerGPU(l.CPUs))
 		env["OMP_NUM_THREADS"] = strconv.Itoa(max(1, len(c)/max(1, workers)))
 	}
 	return env

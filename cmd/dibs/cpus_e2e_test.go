@@ -144,6 +144,10 @@ func TestCPUsPerGPUChoosesCoresOfTheSocket(t *testing.T) {
 			t.Errorf("dibs ls lacks %q:\n%s", want, ls)
 		}
 	}
+	script, errOut, code := dibs(t, p.socket, nil, "export", "sbatch", id1)
+	if code != 0 || !strings.Contains(script, "#SBATCH --gpus-per-node=2\n#SBATCH --cpus-per-gpu=4\n#SBATCH --gpu-bind=closest\n") {
+		t.Errorf("export sbatch %s: exit %d %s, want --cpus-per-gpu=4 and --gpu-bind=closest after the GPUs:\n%s", id1, code, errOut, script)
+	}
 	if _, errOut, code := dibs(t, p.socket, nil, "run", "--ids", "0", "--cpus-per-gpu", "17", "--", "true"); code == 0 || !strings.Contains(errOut, "GPU 0 on node01 has 16 local cores (0-15): ask for at most 16 with --cpus-per-gpu") {
 		t.Errorf("--cpus-per-gpu past the socket: exit %d, %q", code, errOut)
 	}
