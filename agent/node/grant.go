@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/dibs-gpu/dibs/event"
 	"github.com/dibs-gpu/dibs/launch"
 	"github.com/dibs-gpu/dibs/lease"
 )
@@ -135,6 +136,9 @@ func (n *Node) admit(c lease.Caller, g Grant) (l lease.Lease, fresh bool, err er
 		return lease.Lease{}, false, err
 	}
 	n.deps.Events(claimEvent(l, now.Wall))
+	for _, sh := range lease.SharedCores(l, n.table.List()) {
+		n.deps.Events(event.SharedCoresEvent(sh.Lease, l, sh.CPUs, now.Wall))
+	}
 	return l, true, nil
 }
 

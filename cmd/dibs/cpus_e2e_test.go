@@ -134,6 +134,10 @@ func TestCPUsPerGPUChoosesCoresOfTheSocket(t *testing.T) {
 	if want := fmt.Sprintf("your lease shares cores 16-19 with root's lease %s", id1); !strings.Contains(notice, want) {
 		t.Errorf("second lease's notice = %q, want it to contain %q", notice, want)
 	}
+	agenttest.Eventually(t, 10*time.Second, "the first lease's holder to be told", func() bool {
+		ev, _, _ := dibs(t, p.socket, nil, "events")
+		return strings.Contains(ev, fmt.Sprintf("lease %s now shares cores 16-19 with root's lease %s: your data loaders may compete", id1, id2))
+	})
 	ls, _, _ := dibs(t, p.socket, nil, "ls")
 	for _, want := range []string{
 		"node01   cores: GPUs 0-2: cores 0-15; GPUs 3-5: cores 16-31",
