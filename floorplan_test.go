@@ -70,7 +70,11 @@ func floorPlan() []room {
 	// HTTP, no processes, and no I/O of their own.
 	pure := []string{memberlist, goNVML, charm, charmX, sshPkg, "net/http", "os/exec"}
 	noIO := []string{"os", "os/exec", "os/signal", "syscall", "net", "io/fs", "log", "path/filepath"}
-	base := []string{"lease", "queue", "event", "internal/doctor", "internal/termsafe", "nodeprobe", "launch"}
+	// The ground floor every room above the rules may use: refusals, and
+	// people's words with the bounds of text; then jobs, built on them.
+	ground := []string{"base/refusal", "base/words", "base/termsafe"}
+	rules := slices.Concat(ground, []string{"job", "lease", "queue", "event"})
+	base := slices.Concat(rules, []string{"outgrow/doctor", "nodeprobe", "launch"})
 
 	plan := []room{
 		{pkg: "nodeprobe", what: "GPU snapshot types (Snapshot, GPU, Process, Probe, Options); no I/O",
@@ -87,44 +91,50 @@ func floorPlan() []room {
 			never: []string{"os/exec"}},
 		{pkg: "nodeprobe/probe", what: "Open: picks the backend",
 			may: []string{"nodeprobe", "nodeprobe/nvml", "nodeprobe/sim", "nodeprobe/smi"}},
-		{pkg: "internal/poll", what: "tests' waiting: a condition polled to a deadline, a window watched (tests only)"},
-		{pkg: "internal/prereq", what: "tests' prerequisites: a skip on a developer's machine, a failure under CI=true (tests only)"},
-		{pkg: "internal/lograte", what: "refusal log lines rate-limited per source, with a count of those held back"},
-		{pkg: "internal/termsafe", what: "the one sanitizer for text from outside; standard library only"},
-		{pkg: "internal/columns", what: "a table cell's two rules for both binaries: empty as \"-\", cut with \"~\""},
+		{pkg: "base/poll", what: "tests' waiting: a condition polled to a deadline, a window watched (tests only)"},
+		{pkg: "base/prereq", what: "tests' prerequisites: a skip on a developer's machine, a failure under CI=true (tests only)"},
+		{pkg: "base/lograte", what: "refusal log lines rate-limited per source, with a count of those held back"},
+		{pkg: "base/termsafe", what: "the one sanitizer for text from outside; standard library only"},
+		{pkg: "base/columns", what: "a table cell's two rules for both binaries: empty as \"-\", cut with \"~\""},
+		{pkg: "base/refusal", what: "the refusal vocabulary of every room: codes, and the error a person reads with its cause",
+			never: append(slices.Clone(pure), bbolt), notItself: noIO},
+		{pkg: "base/words", what: "people's words and the bounds of text: durations, times, quoted input, Max* limits, CheckText",
+			may: []string{"base/refusal", "base/termsafe"}, never: append(slices.Clone(pure), bbolt), notItself: noIO},
+		{pkg: "job", what: "what a run starts: Job, RunSpec, the carried environment, array tasks, container ids; no I/O",
+			may: ground, never: append(slices.Clone(pure), bbolt, "lease"), notItself: noIO},
 		// The rules of a lease know nothing of the queue or of events,
 		// which are built on them.
-		{pkg: "lease", what: "the rules of a lease: pure functions over an injected clock, no I/O",
-			may: []string{"internal/termsafe", "nodeprobe"}, never: append(slices.Clone(pure), bbolt, "queue", "event"), notItself: noIO},
+		{pkg: "lease", what: "the rules of a lease: claims, the table, what is due, judging GPUs, policy, pools, placement, the ledger; no I/O",
+			may: slices.Concat(ground, []string{"job", "nodeprobe"}), never: append(slices.Clone(pure), bbolt, "queue", "event"), notItself: noIO},
 		{pkg: "queue", what: "the rules of queued work: entries, fair-share, the scheduling pass, gangs, arrays, dependencies; no I/O",
-			may: []string{"lease", "internal/termsafe", "nodeprobe"}, never: append(slices.Clone(pure), bbolt, "event"), notItself: noIO},
+			may: slices.Concat(ground, []string{"job", "lease", "nodeprobe"}), never: append(slices.Clone(pure), bbolt, "event"), notItself: noIO},
 		{pkg: "event", what: "what happened: event kinds and their words, notices, notification settings; no I/O",
-			may: []string{"lease", "queue", "internal/termsafe"}, never: append(slices.Clone(pure), bbolt), notItself: noIO},
+			may: slices.Concat(ground, []string{"job", "lease", "queue"}), never: append(slices.Clone(pure), bbolt), notItself: noIO},
 		{pkg: "store", what: "bbolt store behind queue.Store and event.EventStore",
-			may: []string{"lease", "queue", "event"}, mods: []string{bbolt}, never: pure},
+			may: rules, mods: []string{bbolt}, never: pure},
 		{pkg: "store/storetest", what: "a fault-injecting fake queue.Store for tests",
-			may: []string{"lease", "queue", "store"}, never: pure},
-		{pkg: "internal/doctor", what: "doctor's checks, figures and verdict: pure arithmetic",
-			may: []string{"lease", "queue", "nodeprobe"}, never: append(slices.Clone(pure), bbolt), notItself: noIO},
-		{pkg: "internal/slurm", what: "slurm.conf, gres.conf and sbatch scripts from what dibs knows: pure text",
-			may: []string{"lease", "queue", "nodeprobe"}, never: append(slices.Clone(pure), bbolt), notItself: noIO},
-		{pkg: "internal/replay", what: "the what-if simulator: dibs's own rules on simulated time",
-			may: []string{"lease", "queue", "nodeprobe", "nodeprobe/sim"}, never: append(slices.Clone(pure), bbolt), notItself: noIO},
+			may: append(slices.Clone(rules), "store"), never: pure},
+		{pkg: "outgrow/doctor", what: "doctor's checks, figures and verdict: pure arithmetic",
+			may: slices.Concat(ground, []string{"job", "lease", "queue", "nodeprobe"}), never: append(slices.Clone(pure), bbolt), notItself: noIO},
+		{pkg: "outgrow/slurm", what: "slurm.conf, gres.conf and sbatch scripts from what dibs knows: pure text",
+			may: slices.Concat(ground, []string{"job", "lease", "queue", "nodeprobe"}), never: append(slices.Clone(pure), bbolt), notItself: noIO},
+		{pkg: "outgrow/replay", what: "the what-if simulator: dibs's own rules on simulated time",
+			may: slices.Concat(ground, []string{"job", "lease", "queue", "nodeprobe", "nodeprobe/sim"}), never: append(slices.Clone(pure), bbolt), notItself: noIO},
 		{pkg: "launch", what: "tmux sessions as a user; standard library, x/sys and nodeprobe's CPU lists", may: []string{"nodeprobe"},
 			mods: []string{xsys}, never: []string{memberlist, goNVML, charm, charmX}},
 		{pkg: "launch/launchtest", what: "throwaway accounts for tests",
-			may: []string{"launch", "internal/prereq"}},
+			may: []string{"launch", "base/prereq"}},
 		{pkg: "gossip", what: "memberlist: node state out and in, requests between agents",
-			may: []string{"internal/lograte", "lease", "queue", "internal/termsafe", "nodeprobe"}, mods: []string{memberlist},
+			may: slices.Concat(ground, []string{"base/lograte", "job", "lease", "queue", "nodeprobe"}), mods: []string{memberlist},
 			never: []string{charm, charmX, goNVML, "launch"}, notItself: []string{"net/http", "os/exec"}},
 		// The client speaks its few HTTP/1.1 requests by hand (api/transport.go):
 		// net/http brings crypto/tls, x509 and HTTP/2 into every dibs command
 		// (issue 22). The agent's server side, in agent/sockapi, keeps net/http.
 		{pkg: "api", what: "local API types and Go client (HTTP+JSON over the unix socket)",
-			may: []string{"lease", "queue", "event", "internal/doctor", "internal/termsafe", "nodeprobe"}, mods: []string{xsys},
+			may: slices.Concat(rules, []string{"outgrow/doctor", "nodeprobe"}), mods: []string{xsys},
 			never: []string{charm, charmX, memberlist, goNVML, "net/http", "crypto/tls"}},
 		{pkg: "tui", what: "bubbletea v2 board over api",
-			may:  []string{"api", "lease", "event", "internal/termsafe", "nodeprobe"},
+			may:  slices.Concat(ground, []string{"api", "job", "lease", "event", "nodeprobe"}),
 			mods: []string{"charm.land/bubbles/v2", bubbletea, "charm.land/lipgloss/v2", "github.com/charmbracelet/x/ansi"},
 			never: []string{memberlist, goNVML, bbolt, wish, sshPkg, "github.com/charmbracelet/bubbletea",
 				"agent", "gossip", "launch", "store"}},
@@ -155,9 +165,9 @@ func floorPlan() []room {
 		case "core":
 			r.may = append(r.may, "api")
 		case "sockapi":
-			r.may = append(r.may, "api", "internal/lograte")
+			r.may = append(r.may, "api", "base/lograte")
 		case "sshd":
-			r.may = append(r.may, "api", "tui", "internal/lograte")
+			r.may = append(r.may, "api", "tui", "base/lograte")
 			r.mods = append(r.mods, bubbletea, "charm.land/ssh", wish, xcrypto)
 		case "config":
 			r.mods = append(r.mods, "github.com/BurntSushi/toml")
@@ -170,17 +180,17 @@ func floorPlan() []room {
 	}
 	plan = append(plan,
 		room{pkg: "agent", what: "the daemon: composition of the rooms above",
-			may:  slices.Concat(agents, []string{"api", "gossip", "launch", "lease", "queue", "event", "internal/doctor", "store", "internal/termsafe", "nodeprobe"}),
+			may:  slices.Concat(agents, rules, []string{"api", "gossip", "launch", "outgrow/doctor", "store", "nodeprobe"}),
 			mods: []string{xsys}, never: []string{goNVML}},
 		room{pkg: "agent/agenttest", what: "real agents on loopback for any package's tests",
-			may: slices.Concat([]string{"agent", "internal/poll", "internal/prereq"}, agents, []string{"api", "launch", "launch/launchtest", "lease", "queue",
-				"store", "internal/termsafe", "nodeprobe", "nodeprobe/sim"}),
+			may: slices.Concat([]string{"agent", "base/poll", "base/prereq"}, agents, rules, []string{"api", "launch", "launch/launchtest",
+				"store", "nodeprobe", "nodeprobe/sim"}),
 			mods: []string{xsys}, never: []string{goNVML}},
 		room{pkg: "nemesis", what: "Jepsen-style proof: clients, faults and a checker over real agents (tests only)",
-			may:  slices.Concat([]string{"agent", "agent/agenttest"}, agents, []string{"api", "gossip", "lease", "queue", "store/storetest"}),
+			may:  slices.Concat([]string{"agent", "agent/agenttest"}, agents, rules, []string{"api", "gossip", "store/storetest"}),
 			mods: []string{"github.com/anishathalye/porcupine"}, never: []string{goNVML}},
 		room{pkg: "demo", what: "four simulated agents and teammates in one process",
-			may: slices.Concat([]string{"agent"}, agents, []string{"api", "launch", "lease", "internal/termsafe",
+			may: slices.Concat([]string{"agent"}, agents, ground, []string{"api", "job", "launch", "lease",
 				"nodeprobe", "nodeprobe/sim"}),
 			never: []string{goNVML}},
 	)
@@ -188,7 +198,7 @@ func floorPlan() []room {
 	// (and nodeprobe's internal package, which Go keeps to nodeprobe).
 	var all []string
 	for _, r := range plan {
-		if !strings.HasSuffix(r.pkg, "test") && !strings.Contains(r.pkg, "/internal/") && r.pkg != "internal/poll" && r.pkg != "nemesis" {
+		if !strings.HasSuffix(r.pkg, "test") && !strings.Contains(r.pkg, "/internal/") && r.pkg != "base/poll" && r.pkg != "nemesis" {
 			all = append(all, r.pkg)
 		}
 	}
@@ -196,26 +206,26 @@ func floorPlan() []room {
 	// gossip, no store, no metrics, no SSH server, no NVML (issue 22: it
 	// starts like squeue). It hands the daemon's verbs to dibsd.
 	daemonParts := []string{memberlist, bbolt, "github.com/prometheus/", "google.golang.org/protobuf", sshPkg,
-		wish, "charm.land/ssh", goNVML, "agent", "gossip", "store", "demo", "internal/daemoncmd"}
+		wish, "charm.land/ssh", goNVML, "agent", "gossip", "store", "demo", "cmd/internal/daemoncmd"}
 	return append(plan,
-		room{pkg: "internal/buildinfo", what: "the release a binary says it is: linker stamps, else the toolchain's record"},
+		room{pkg: "base/buildinfo", what: "the release a binary says it is: linker stamps, else the toolchain's record"},
 		// The plan reads the default build, without the nvml tag: then
 		// nothing compiles NVML's header, so the README's `go run ./cmd/dibsd
 		// demo` and test command print no C compiler warnings. The release
 		// builds dibsd with -tags nvml.
-		room{pkg: "internal/daemoncmd", what: "dibsd's commands: agent, demo, probe, keygen, config check, the board",
-			may:  append(all, "internal/buildinfo"),
+		room{pkg: "cmd/internal/daemoncmd", what: "dibsd's commands: agent, demo, probe, keygen, config check, the board",
+			may:  append(all, "base/buildinfo"),
 			mods: []string{"github.com/spf13/cobra", xsys}, never: []string{goNVML}},
 		room{pkg: "cmd/dibsd", what: "the daemon's binary: dibsd agent (the dibs.service unit), demo, probe, keygen",
-			may: []string{"internal/daemoncmd"}, never: []string{goNVML}},
+			may: []string{"cmd/internal/daemoncmd"}, never: []string{goNVML}},
 		room{pkg: "cmd/dibs", what: "the client: flags, tables, --json; hands the board and the daemon's verbs to dibsd",
-			may: []string{"api", "internal/buildinfo", "internal/columns", "launch", "lease", "queue", "event", "internal/doctor", "internal/replay", "internal/slurm",
-				"internal/termsafe", "nodeprobe"},
+			may: slices.Concat(rules, []string{"api", "base/buildinfo", "base/columns", "launch", "outgrow/doctor", "outgrow/replay", "outgrow/slurm",
+				"nodeprobe"}),
 			mods: []string{"github.com/spf13/cobra", "github.com/spf13/pflag", xsys},
 			// Nor net/http and crypto/tls: its requests are plain HTTP/1.1 on
 			// a unix socket, written by hand (api/transport.go). Nor the
 			// board's libraries, whose inits ran for every command: dibs
-			// hands the board to dibsd (internal/daemoncmd/board.go).
+			// hands the board to dibsd (cmd/internal/daemoncmd/board.go).
 			never: append(slices.Clone(daemonParts), "net/http", "crypto/tls", "tui", charm, charmX)},
 		room{pkg: ".", what: "this floor plan and the size limits (tests only)"},
 	)

@@ -33,6 +33,8 @@ import (
 	"github.com/dibs-gpu/dibs/agent/sched"
 	"github.com/dibs-gpu/dibs/agent/sockapi"
 	"github.com/dibs-gpu/dibs/agent/sshd"
+	"github.com/dibs-gpu/dibs/base/refusal"
+	"github.com/dibs-gpu/dibs/base/words"
 	"github.com/dibs-gpu/dibs/launch"
 	"github.com/dibs-gpu/dibs/lease"
 	"github.com/dibs-gpu/dibs/nodeprobe"
@@ -179,7 +181,7 @@ type Agent struct {
 
 // New checks the configuration and builds an agent; Start runs it.
 func New(cfg Config, deps Deps) (*Agent, error) {
-	if err := lease.ValidNodeName(cfg.NodeName); err != nil {
+	if err := words.ValidNodeName(cfg.NodeName); err != nil {
 		return nil, err
 	}
 	if deps.Probe == nil {
@@ -271,7 +273,7 @@ func (a *Agent) SSHAddr() string {
 // canWrite refuses changes for a uid this agent cannot act for.
 func canWrite(uid int) error {
 	if euid := os.Geteuid(); euid != 0 && euid != uid {
-		return &lease.Error{Code: lease.CodeForbidden, Msg: fmt.Sprintf("this agent runs as uid %d, not as root, and serves only that user: ask whoever installs dibs to run it as root", euid)}
+		return &refusal.Error{Code: refusal.CodeForbidden, Msg: fmt.Sprintf("this agent runs as uid %d, not as root, and serves only that user: ask whoever installs dibs to run it as root", euid)}
 	}
 	return nil
 }

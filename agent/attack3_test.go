@@ -13,8 +13,9 @@ import (
 	"github.com/dibs-gpu/dibs/agent/agenttest"
 	"github.com/dibs-gpu/dibs/agent/clock"
 	"github.com/dibs-gpu/dibs/api"
+	"github.com/dibs-gpu/dibs/base/poll"
+	"github.com/dibs-gpu/dibs/base/refusal"
 	"github.com/dibs-gpu/dibs/event"
-	"github.com/dibs-gpu/dibs/internal/poll"
 	"github.com/dibs-gpu/dibs/launch"
 	"github.com/dibs-gpu/dibs/launch/launchtest"
 	"github.com/dibs-gpu/dibs/lease"
@@ -299,7 +300,7 @@ func TestNoAccountIsNotForwardedByName(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			err := c.call()
-			if lease.CodeOf(err) != lease.CodeForbidden || !strings.Contains(fmt.Sprint(err), "uid 40000 has no account on node01") {
+			if refusal.CodeOf(err) != refusal.CodeForbidden || !strings.Contains(fmt.Sprint(err), "uid 40000 has no account on node01") {
 				t.Errorf("%s for a uid with no account: %v; want a refusal saying it has no account", c.name, err)
 			}
 		})

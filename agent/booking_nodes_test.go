@@ -9,6 +9,7 @@ import (
 	"github.com/dibs-gpu/dibs/agent/agenttest"
 	"github.com/dibs-gpu/dibs/agent/peer"
 	"github.com/dibs-gpu/dibs/api"
+	"github.com/dibs-gpu/dibs/base/refusal"
 	"github.com/dibs-gpu/dibs/lease"
 )
 
@@ -61,7 +62,7 @@ func TestBookingAcrossNodes(t *testing.T) {
 	// Claims on every node stop before it, or are refused across it.
 	for _, name := range []string{"node01", "node02", "node03"} {
 		_, err := nodes[0].As(mbookAlice).Claim(ctx(t), api.ClaimRequest{Node: name, Count: 1, Duration: "3h"})
-		if lease.CodeOf(err) != lease.CodeConflict || !strings.Contains(err.Error(), "booked by bob") {
+		if refusal.CodeOf(err) != refusal.CodeConflict || !strings.Contains(err.Error(), "booked by bob") {
 			t.Errorf("a 3h claim on %s across the booking: %v, want a refusal naming bob's booking", name, err)
 		}
 	}
@@ -105,7 +106,7 @@ func TestBookingAcrossNodes(t *testing.T) {
 	})
 
 	// Only its holder (or an admin) withdraws it: alice's try leaves every part.
-	if err := nodes[0].As(mbookAlice).Unbook(ctx(t), bk.ID); lease.CodeOf(err) != lease.CodeForbidden || strings.Contains(err.Error(), "withdrew") {
+	if err := nodes[0].As(mbookAlice).Unbook(ctx(t), bk.ID); refusal.CodeOf(err) != refusal.CodeForbidden || strings.Contains(err.Error(), "withdrew") {
 		t.Errorf("alice unbooking bob's booking: %v; want a plain refusal", err)
 	}
 	if parts := partsOf(t, nodes[0]); len(parts) != 3 {
@@ -142,11 +143,11 @@ func TestBookingAcrossNodesAllOrNothing(t *testing.T) {
 
 	// The booked GPU-hours count every part: 3 × 2 GPUs × 4h is 24, past 20.
 	_, err = nodes[0].As(mbob).Book(ctx(t), api.BookRequest{Nodes: 3, Count: 2, Start: start, Duration: "4h"})
-	if lease.CodeOf(err) != lease.CodeConflict || !strings.Contains(err.Error(), "one person may hold 20 GPU-hours of bookings; you hold 1 and this one is 24") {
+	if refusal.CodeOf(err) != refusal.CodeConflict || !strings.Contains(err.Error(), "one person may hold 20 GPU-hours of bookings; you hold 1 and this one is 24") {
 		t.Errorf("a booking across nodes past the GPU-hours cap: %v", err)
 	}
 	_, err = nodes[0].As(mbob).Book(ctx(t), api.BookRequest{Nodes: 3, Count: 2, Start: start, Duration: "3h"})
-	if lease.CodeOf(err) != lease.CodeConflict || !strings.Contains(err.Error(), "node03 refused its part") || !strings.Contains(err.Error(), "nothing was booked") {
+	if refusal.CodeOf(err) != refusal.CodeConflict || !strings.Contains(err.Error(), "node03 refused its part") || !strings.Contains(err.Error(), "nothing was booked") {
 		t.Fatalf("a booking across three nodes that node03 refuses: %v; want a conflict naming node03 and saying nothing was booked", err)
 	}
 	for _, n := range nodes {
@@ -225,7 +226,7 @@ func TestBookingAcrossNodesNeedsEveryNodeUpgraded(t *testing.T) {
 		Protocols: []int{0, 0, peer.MinVersion}})
 	start := time.Now().Add(2 * time.Hour)
 	_, err := nodes[0].As(mbob).Book(ctx(t), api.BookRequest{Nodes: 2, Count: 1, Start: start, Duration: "1h"})
-	if lease.CodeOf(err) != lease.CodeUnavailable || !strings.Contains(err.Error(), "node03 runs an older dibs") {
+	if refusal.CodeOf(err) != refusal.CodeUnavailable || !strings.Contains(err.Error(), "node03 runs an older dibs") {
 		t.Fatalf("a booking across nodes beside a protocol-6 node: %v; want it refused naming node03", err)
 	}
 	if n := len(partsOf(t, nodes[0])); n != 0 {

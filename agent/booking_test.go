@@ -10,6 +10,7 @@ import (
 	"github.com/dibs-gpu/dibs/agent/agenttest"
 	"github.com/dibs-gpu/dibs/agent/clock"
 	"github.com/dibs-gpu/dibs/api"
+	"github.com/dibs-gpu/dibs/base/refusal"
 	"github.com/dibs-gpu/dibs/lease"
 )
 
@@ -39,7 +40,7 @@ func TestBookingLifecycle(t *testing.T) {
 		t.Errorf("claim until %s with notice %q, want it to end at %s because of bob's booking", r.ExpiresAt, r.Notice, bk.StartedAt)
 	}
 	_, err = n.As(alice).Claim(ctx(t), api.ClaimRequest{Count: 1, Duration: "3h"})
-	if lease.CodeOf(err) != lease.CodeConflict || !strings.Contains(err.Error(), "booked by bob") {
+	if refusal.CodeOf(err) != refusal.CodeConflict || !strings.Contains(err.Error(), "booked by bob") {
 		t.Errorf("a 3h claim across the booking: %v, want a refusal naming it", err)
 	}
 	if _, err := n.As(alice).Release(ctx(t), api.ReleaseRequest{IDs: []string{r.ID}}); err != nil {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/dibs-gpu/dibs/agent/peer"
 	"github.com/dibs-gpu/dibs/api"
+	"github.com/dibs-gpu/dibs/base/refusal"
 	"github.com/dibs-gpu/dibs/gossip"
 	"github.com/dibs-gpu/dibs/lease"
 	"github.com/dibs-gpu/dibs/queue"
@@ -152,20 +153,20 @@ func (d delegate) HandleRequest(ctx context.Context, from string, req gossip.Req
 // Request implements peer.Transport. Gossip bounds the wait by its
 // RequestTimeout (ClusterSettings.RequestTimeout) or ctx, whichever ends
 // first.
-func (l *clusterLink) Request(ctx context.Context, node, op string, body []byte) ([]byte, lease.Code, string, error) {
+func (l *clusterLink) Request(ctx context.Context, node, op string, body []byte) ([]byte, refusal.Code, string, error) {
 	resp, err := l.c.Request(ctx, node, gossip.Request{Op: op, Body: body})
 	switch {
 	case errors.Is(err, gossip.ErrUnknownNode):
-		return nil, "", "", &lease.Error{Code: lease.CodeNotFound, Msg: fmt.Sprintf("no node %s in this cluster: `dibs ls` shows the nodes", node)}
+		return nil, "", "", &refusal.Error{Code: refusal.CodeNotFound, Msg: fmt.Sprintf("no node %s in this cluster: `dibs ls` shows the nodes", node)}
 	case errors.Is(err, gossip.ErrNodeDown):
-		return nil, "", "", &lease.Error{Code: lease.CodeUnavailable, Msg: fmt.Sprintf("%s is down, so nobody can claim or release its GPUs until its agent is back", node)}
+		return nil, "", "", &refusal.Error{Code: refusal.CodeUnavailable, Msg: fmt.Sprintf("%s is down, so nobody can claim or release its GPUs until its agent is back", node)}
 	case errors.Is(err, gossip.ErrNoResponse) && errors.Is(err, gossip.ErrClosed):
 		// Sent, then this agent stopped (a restart) before the answer came.
-		return nil, "", "", &lease.Error{Code: lease.CodeNoAnswer, Msg: fmt.Sprintf("this agent restarted before %s answered: the request may or may not have been carried out; `dibs ls` shows what it did", node)}
+		return nil, "", "", &refusal.Error{Code: refusal.CodeNoAnswer, Msg: fmt.Sprintf("this agent restarted before %s answered: the request may or may not have been carried out; `dibs ls` shows what it did", node)}
 	case errors.Is(err, gossip.ErrNoResponse), errors.Is(err, context.DeadlineExceeded):
-		return nil, "", "", &lease.Error{Code: lease.CodeNoAnswer, Msg: fmt.Sprintf("%s did not answer in time; it may be unreachable from here. `dibs ls` shows what it last said (the request may or may not have been carried out)", node)}
+		return nil, "", "", &refusal.Error{Code: refusal.CodeNoAnswer, Msg: fmt.Sprintf("%s did not answer in time; it may be unreachable from here. `dibs ls` shows what it last said (the request may or may not have been carried out)", node)}
 	case err != nil:
-		return nil, "", "", lease.Wrapf(lease.CodeUnavailable, err, "cannot reach %s: %v", node, err)
+		return nil, "", "", refusal.Wrapf(refusal.CodeUnavailable, err, "cannot reach %s: %v", node, err)
 	}
 	return resp.Body, resp.ErrCode, resp.ErrMsg, nil
 }

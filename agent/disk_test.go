@@ -7,7 +7,7 @@ import (
 
 	"github.com/dibs-gpu/dibs/agent/agenttest"
 	"github.com/dibs-gpu/dibs/api"
-	"github.com/dibs-gpu/dibs/lease"
+	"github.com/dibs-gpu/dibs/base/refusal"
 	"github.com/dibs-gpu/dibs/store/storetest"
 )
 
@@ -46,11 +46,11 @@ func TestDiskFailuresRefuseClearlyAndLoseNothing(t *testing.T) {
 		disk.SetFault(tt.fault)
 		_, err := n.Client.Claim(ctx(t), api.ClaimRequest{GPUs: []int{1}, Duration: "1h"})
 		var ae *api.Error
-		if !errors.As(err, &ae) || ae.Code != string(lease.CodeUnavailable) || !strings.Contains(ae.Msg, tt.says) || strings.Contains(ae.Msg, "\n") {
+		if !errors.As(err, &ae) || ae.Code != string(refusal.CodeUnavailable) || !strings.Contains(ae.Msg, tt.says) || strings.Contains(ae.Msg, "\n") {
 			t.Errorf("%s: claim answered %v, want one line, unavailable, saying %q", tt.fault, err, tt.says)
 		}
 		_, err = n.Client.Release(ctx(t), api.ReleaseRequest{IDs: []string{kept.ID}})
-		if !errors.As(err, &ae) || ae.Code != string(lease.CodeUnavailable) || !strings.Contains(ae.Msg, tt.says) {
+		if !errors.As(err, &ae) || ae.Code != string(refusal.CodeUnavailable) || !strings.Contains(ae.Msg, tt.says) {
 			t.Errorf("%s: release answered %v, want unavailable, saying %q", tt.fault, err, tt.says)
 		}
 		if h := held(); len(h) != 1 || !h[kept.ID] {

@@ -9,8 +9,9 @@ import (
 	"github.com/dibs-gpu/dibs/agent/agenttest"
 	"github.com/dibs-gpu/dibs/agent/peer"
 	"github.com/dibs-gpu/dibs/api"
+	"github.com/dibs-gpu/dibs/base/poll"
+	"github.com/dibs-gpu/dibs/base/refusal"
 	"github.com/dibs-gpu/dibs/gossip"
-	"github.com/dibs-gpu/dibs/internal/poll"
 	"github.com/dibs-gpu/dibs/lease"
 	"github.com/dibs-gpu/dibs/queue"
 )
@@ -21,7 +22,7 @@ type forgerAgent struct{}
 
 func (forgerAgent) LocalState() gossip.NodeState { return gossip.NodeState{Leases: []lease.Lease{}} }
 func (forgerAgent) HandleRequest(context.Context, string, gossip.Request) gossip.Response {
-	return gossip.Response{ErrCode: lease.CodeInvalid, ErrMsg: "a forger serves nothing"}
+	return gossip.Response{ErrCode: refusal.CodeInvalid, ErrMsg: "a forger serves nothing"}
 }
 func (forgerAgent) ClusterChanged() {}
 

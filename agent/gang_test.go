@@ -12,6 +12,7 @@ import (
 	"github.com/dibs-gpu/dibs/agent/agenttest"
 	"github.com/dibs-gpu/dibs/agent/peer"
 	"github.com/dibs-gpu/dibs/api"
+	"github.com/dibs-gpu/dibs/base/refusal"
 	"github.com/dibs-gpu/dibs/gossip"
 	"github.com/dibs-gpu/dibs/lease"
 	"github.com/dibs-gpu/dibs/queue"
@@ -144,7 +145,7 @@ type fakeScheduler struct{}
 
 func (fakeScheduler) LocalState() gossip.NodeState { return gossip.NodeState{} }
 func (fakeScheduler) HandleRequest(context.Context, string, gossip.Request) gossip.Response {
-	return gossip.Response{ErrCode: lease.CodeUnavailable, ErrMsg: "fake"}
+	return gossip.Response{ErrCode: refusal.CodeUnavailable, ErrMsg: "fake"}
 }
 func (fakeScheduler) ClusterChanged() {}
 

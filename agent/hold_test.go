@@ -10,6 +10,7 @@ import (
 	"github.com/dibs-gpu/dibs/agent/agenttest"
 	"github.com/dibs-gpu/dibs/agent/clock"
 	"github.com/dibs-gpu/dibs/api"
+	"github.com/dibs-gpu/dibs/base/refusal"
 	"github.com/dibs-gpu/dibs/lease"
 	"github.com/dibs-gpu/dibs/queue"
 )
@@ -98,8 +99,8 @@ func TestPlacementHonoursPoolLimits(t *testing.T) {
 	// A MIG instance no node has is refused, not "wait".
 	for _, sel := range []string{"7g.80gb", "0:9"} {
 		_, err = claim(holdAlice, api.ClaimRequest{MIG: sel})
-		if lease.CodeOf(err) != lease.CodeInvalid || !strings.Contains(err.Error(), "no node has a MIG instance "+sel+" (node03: 3g.40gb, 2g.20gb, 1g.10gb)") {
-			t.Errorf("--mig %s: %v (code %q); want it refused as invalid, naming what node03 has", sel, err, lease.CodeOf(err))
+		if refusal.CodeOf(err) != refusal.CodeInvalid || !strings.Contains(err.Error(), "no node has a MIG instance "+sel+" (node03: 3g.40gb, 2g.20gb, 1g.10gb)") {
+			t.Errorf("--mig %s: %v (code %q); want it refused as invalid, naming what node03 has", sel, err, refusal.CodeOf(err))
 		}
 	}
 	// The queue refuses at submit what pool limits make impossible.

@@ -16,6 +16,7 @@ import (
 	"github.com/dibs-gpu/dibs/agent/core"
 	"github.com/dibs-gpu/dibs/agent/peer"
 	"github.com/dibs-gpu/dibs/api"
+	"github.com/dibs-gpu/dibs/base/refusal"
 	"github.com/dibs-gpu/dibs/launch/launchtest"
 	"github.com/dibs-gpu/dibs/lease"
 )
@@ -101,8 +102,8 @@ func TestIdentityMatrix(t *testing.T) {
 	// the receiving node gets nothing there (a bare uid on the node's own
 	// socket is itself, with no account: it may claim, not run nor queue); adopt acts
 	// on the asking node's own processes.
-	const ok, forbidden, notFound = "ok", lease.CodeForbidden, lease.CodeNotFound
-	want := func(action, who, path string) lease.Code {
+	const ok, forbidden, notFound = "ok", refusal.CodeForbidden, refusal.CodeNotFound
+	want := func(action, who, path string) refusal.Code {
 		ghostHere := who == "ghost" && path != "forwarded" // a uid (socket) or a name (ssh) node02 does not know
 		switch action {
 		case "claim", "queue":
@@ -170,10 +171,10 @@ func TestIdentityMatrix(t *testing.T) {
 					t.Run(a.name+"/"+act.name, func(t *testing.T) {
 						l, entry := w.setup(t)
 						err := act.do(t, w.bind(path, a), l, entry)
-						got := lease.Code(ok)
+						got := refusal.Code(ok)
 						if err != nil {
-							if got = lease.CodeOf(err); got == "" {
-								got = lease.Code("error: " + err.Error())
+							if got = refusal.CodeOf(err); got == "" {
+								got = refusal.Code("error: " + err.Error())
 							}
 						}
 						if want := want(act.name, a.name, path); got != want {
@@ -224,7 +225,7 @@ func TestIdentityMatrix(t *testing.T) {
 		} {
 			t.Run("as-system/"+c.name, func(t *testing.T) {
 				w.setup(t)
-				if err := c.call(); lease.CodeOf(err) != lease.CodeForbidden {
+				if err := c.call(); refusal.CodeOf(err) != refusal.CodeForbidden {
 					t.Errorf("a peer's %s as the cluster itself: %v, want forbidden", c.name, err)
 				}
 			})
@@ -232,7 +233,7 @@ func TestIdentityMatrix(t *testing.T) {
 		t.Run("as-ghost/claim", func(t *testing.T) {
 			w.setup(t)
 			_, err := peer.Call(ctx(t), mux, "node02", peer.Claim, peer.As("ghost"), peer.ClaimRequest{Count: 1})
-			if lease.CodeOf(err) != lease.CodeForbidden || !strings.Contains(err.Error(), `no account named "ghost"`) {
+			if refusal.CodeOf(err) != refusal.CodeForbidden || !strings.Contains(err.Error(), `no account named "ghost"`) {
 				t.Errorf("a peer acting for a name node02 does not know: %v, want a refusal that says so", err)
 			}
 		})

@@ -10,6 +10,7 @@ import (
 
 	"github.com/dibs-gpu/dibs/agent/agenttest"
 	"github.com/dibs-gpu/dibs/api"
+	"github.com/dibs-gpu/dibs/base/refusal"
 	"github.com/dibs-gpu/dibs/lease"
 	"github.com/dibs-gpu/dibs/queue"
 )
@@ -142,7 +143,7 @@ func TestQueueAndBookingCapsPerPerson(t *testing.T) {
 		}
 	}
 	_, err := n.As(mallory).Submit(ctx(t), api.SubmitRequest{Claim: api.ClaimRequest{Count: 1, Duration: "1h"}})
-	if lease.CodeOf(err) != lease.CodeConflict || !strings.Contains(err.Error(), "you have 3 requests queued or running") || !strings.Contains(err.Error(), "cancel some") {
+	if refusal.CodeOf(err) != refusal.CodeConflict || !strings.Contains(err.Error(), "you have 3 requests queued or running") || !strings.Contains(err.Error(), "cancel some") {
 		t.Errorf("a fourth entry: %v; want a refusal saying the cap and what to do", err)
 	}
 	// Someone else is not held to mallory's count.
@@ -156,7 +157,7 @@ func TestQueueAndBookingCapsPerPerson(t *testing.T) {
 		}
 	}
 	_, err = n.As(mallory).Book(ctx(t), api.BookRequest{Count: 1, Start: start.Add(10 * time.Hour), Duration: "1h"})
-	if lease.CodeOf(err) != lease.CodeConflict || !strings.Contains(err.Error(), "you hold 2 bookings") || !strings.Contains(err.Error(), "unbook some") {
+	if refusal.CodeOf(err) != refusal.CodeConflict || !strings.Contains(err.Error(), "you hold 2 bookings") || !strings.Contains(err.Error(), "unbook some") {
 		t.Errorf("a third booking: %v; want a refusal saying the cap and what to do", err)
 	}
 }
@@ -275,7 +276,7 @@ func TestOversizedJobRefusedAtSubmit(t *testing.T) {
 			return err
 		},
 	} {
-		if err := submit(); lease.CodeOf(err) != lease.CodeInvalid || !strings.Contains(err.Error(), "put the command in a script") {
+		if err := submit(); refusal.CodeOf(err) != refusal.CodeInvalid || !strings.Contains(err.Error(), "put the command in a script") {
 			t.Errorf("%s: %v; want a refusal saying to put the command in a script", name, err)
 		}
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/dibs-gpu/dibs/agent/clock"
 	"github.com/dibs-gpu/dibs/agent/peer"
 	"github.com/dibs-gpu/dibs/api"
+	"github.com/dibs-gpu/dibs/base/refusal"
 	"github.com/dibs-gpu/dibs/lease"
 	"github.com/dibs-gpu/dibs/queue"
 )
@@ -94,7 +95,7 @@ func TestQueuedMIGStartsWhenInstanceFrees(t *testing.T) {
 		{api.ClaimRequest{MIG: "3g.40gb", Mem: "10G", Duration: "1h"}, 0, 0, "not both"},
 	} {
 		_, err := bob.Submit(ctx(t), api.SubmitRequest{Claim: tt.req, Nodes: tt.nodes, GPUsPerNode: tt.per})
-		if lease.CodeOf(err) != lease.CodeInvalid || !strings.Contains(err.Error(), tt.want) {
+		if refusal.CodeOf(err) != refusal.CodeInvalid || !strings.Contains(err.Error(), tt.want) {
 			t.Errorf("submit %+v: %v, want %q", tt.req, err, tt.want)
 		}
 	}
@@ -137,7 +138,7 @@ func TestQueuedMIGStartsWhenInstanceFrees(t *testing.T) {
 
 	// A direct claim counts the same: the pool refuses alice a whole GPU.
 	_, err = nodes[0].As(holdAlice).Claim(ctx(t), api.ClaimRequest{Count: 1, Tags: []string{"a100"}})
-	if lease.CodeOf(err) != lease.CodeConflict || !strings.Contains(err.Error(), "pool a100 allows 1 GPU per person and you hold 0.74 there: ask for at most 0.26 more there") {
+	if refusal.CodeOf(err) != refusal.CodeConflict || !strings.Contains(err.Error(), "pool a100 allows 1 GPU per person and you hold 0.74 there: ask for at most 0.26 more there") {
 		t.Errorf("alice's direct -g 1 in pool a100 holding two instances: %v, want the pool's limit counting their shares", err)
 	}
 

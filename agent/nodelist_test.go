@@ -10,6 +10,7 @@ import (
 	"github.com/dibs-gpu/dibs/agent/agenttest"
 	"github.com/dibs-gpu/dibs/agent/peer"
 	"github.com/dibs-gpu/dibs/api"
+	"github.com/dibs-gpu/dibs/base/refusal"
 	"github.com/dibs-gpu/dibs/lease"
 )
 
@@ -82,7 +83,7 @@ func TestNodelistAndExclude(t *testing.T) {
 	} {
 		_, err := at.Submit(ctx(t), tc.req)
 		var ae *api.Error
-		if !errors.As(err, &ae) || !strings.Contains(err.Error(), tc.want) || ae.Code != string(lease.CodeInvalid) {
+		if !errors.As(err, &ae) || !strings.Contains(err.Error(), tc.want) || ae.Code != string(refusal.CodeInvalid) {
 			t.Errorf("%s: %v; want an invalid-request refusal saying %q", tc.name, err, tc.want)
 		}
 	}

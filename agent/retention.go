@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/dibs-gpu/dibs/base/words"
 	"github.com/dibs-gpu/dibs/lease"
 )
 
@@ -43,7 +44,7 @@ func (a *Agent) keepLedger(ctx context.Context) {
 			}
 		}
 		if total > 0 {
-			a.log.Info("ledger: folded old entries into a row per person and day", "entries", total, "older_than", lease.FormatDuration(keep))
+			a.log.Info("ledger: folded old entries into a row per person and day", "entries", total, "older_than", words.FormatDuration(keep))
 		}
 	}
 	compact(a.deps.Clock.Now())

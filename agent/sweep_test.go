@@ -13,7 +13,7 @@ import (
 	"github.com/dibs-gpu/dibs/agent/agenttest"
 	"github.com/dibs-gpu/dibs/api"
 	"github.com/dibs-gpu/dibs/event"
-	"github.com/dibs-gpu/dibs/lease"
+	"github.com/dibs-gpu/dibs/job"
 	"github.com/dibs-gpu/dibs/queue"
 	"github.com/dibs-gpu/dibs/store"
 )
@@ -80,7 +80,7 @@ func ledgerRuns(t *testing.T, nodes []*agenttest.Node, id string) map[string]int
 		}
 		for _, e := range led {
 			entry, _, _ := strings.Cut(e.Entry, "#")
-			if arr, _, ok := lease.ArrayTaskOf(entry); ok && arr == id && e.Reason != event.ReasonReserved {
+			if arr, _, ok := job.ArrayTaskOf(entry); ok && arr == id && e.Reason != event.ReasonReserved {
 				runs[entry]++
 			}
 		}
@@ -124,7 +124,7 @@ func TestArrayThrottleHoldsAndEveryTaskRunsOnce(t *testing.T) {
 			if e.Entry == s.ID {
 				kinds[e.Kind]++
 			}
-			if arr, _, ok := lease.ArrayTaskOf(e.Entry); ok && arr == s.ID && e.Kind == event.EventFinish {
+			if arr, _, ok := job.ArrayTaskOf(e.Entry); ok && arr == s.ID && e.Kind == event.EventFinish {
 				taskEnds++
 			}
 		}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/dibs-gpu/dibs/agent/agenttest"
 	"github.com/dibs-gpu/dibs/api"
+	"github.com/dibs-gpu/dibs/base/refusal"
 	"github.com/dibs-gpu/dibs/lease"
 	"github.com/dibs-gpu/dibs/nodeprobe/sim"
 )
@@ -70,11 +71,11 @@ func TestSharedGPUBudgets(t *testing.T) {
 		t.Fatalf("bob's 30G: %+v, %v; want it on the same GPU", b, err)
 	}
 	_, err = nodes[0].As(bob).Claim(ctx(t), api.ClaimRequest{Mem: "40G", Node: "node01"})
-	if lease.CodeOf(err) != lease.CodeConflict || !strings.Contains(err.Error(), "at most 29.6 GiB is free") {
+	if refusal.CodeOf(err) != refusal.CodeConflict || !strings.Contains(err.Error(), "at most 29.6 GiB is free") {
 		t.Errorf("40G beside 50G of budgets on an 80G GPU: %v, want a refusal saying 29.6 GiB is free", err)
 	}
 	_, err = nodes[0].As(bob).Claim(ctx(t), api.ClaimRequest{Count: 1, Node: "node01"})
-	if lease.CodeOf(err) != lease.CodeConflict || !strings.Contains(err.Error(), "GPU 0 shared") {
+	if refusal.CodeOf(err) != refusal.CodeConflict || !strings.Contains(err.Error(), "GPU 0 shared") {
 		t.Errorf("a whole GPU on the shared node: %v, want a conflict", err)
 	}
 	uid := 2101

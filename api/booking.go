@@ -15,7 +15,7 @@ type BookRequest struct {
 	Count int    `json:"count,omitempty"`
 	GPUs  []int  `json:"gpus,omitempty"`
 	// Start is when the booking begins; the CLI reads what the person
-	// typed ("tomorrow 09:00") in their own time zone (lease.ParseWhen).
+	// typed ("tomorrow 09:00") in their own time zone (words.ParseWhen).
 	Start time.Time `json:"start"`
 	// Duration like "3h"; required.
 	Duration  string   `json:"duration"`

@@ -4,8 +4,9 @@ import (
 	"context"
 	"time"
 
-	"github.com/dibs-gpu/dibs/internal/doctor"
+	"github.com/dibs-gpu/dibs/job"
 	"github.com/dibs-gpu/dibs/lease"
+	"github.com/dibs-gpu/dibs/outgrow/doctor"
 	"github.com/dibs-gpu/dibs/queue"
 )
 
@@ -149,7 +150,7 @@ type RunRecord struct {
 	// was started with, as its node kept it: only for its holder and
 	// admins, and nil when the node kept none (a bare claim, a run older
 	// than the node's bounds or its last restart).
-	Job *lease.Job `json:"job,omitempty"`
+	Job *job.Job `json:"job,omitempty"`
 }
 
 // Run looks a run up by its queue id (node01-q7) or lease id (node01-42).

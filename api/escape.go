@@ -4,7 +4,7 @@ import (
 	"maps"
 	"slices"
 
-	"github.com/dibs-gpu/dibs/internal/termsafe"
+	"github.com/dibs-gpu/dibs/base/termsafe"
 	"github.com/dibs-gpu/dibs/lease"
 )
 

@@ -8,8 +8,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/dibs-gpu/dibs/base/termsafe"
 	"github.com/dibs-gpu/dibs/event"
-	"github.com/dibs-gpu/dibs/internal/termsafe"
 )
 
 // EventsRequest selects events cluster-wide (`dibs events`).

@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dibs-gpu/dibs/lease"
+	"github.com/dibs-gpu/dibs/base/refusal"
 )
 
 func TestReadResponse(t *testing.T) {
@@ -146,7 +146,7 @@ func TestClientAgainstNetHTTP(t *testing.T) {
 	})
 	mux.HandleFunc("/v1/queue", func(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(409)
-		json.NewEncoder(w).Encode(ErrorBody{Error: "the queue is paused", Code: lease.Code("paused")})
+		json.NewEncoder(w).Encode(ErrorBody{Error: "the queue is paused", Code: refusal.Code("paused")})
 	})
 	mux.HandleFunc("/v1/board", func(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "teapot", 418)

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/dibs-gpu/dibs/base/refusal"
+	"github.com/dibs-gpu/dibs/job"
 	"github.com/dibs-gpu/dibs/lease"
 	"github.com/dibs-gpu/dibs/nodeprobe"
 	"github.com/dibs-gpu/dibs/queue"
@@ -123,9 +125,9 @@ type ClaimRequest struct {
 }
 
 // RunSpec is the session to start under a new lease: the one run spec
-// (lease.RunSpec), which the agent carries as is to the node that starts
+// (job.RunSpec), which the agent carries as is to the node that starts
 // it.
-type RunSpec = lease.RunSpec
+type RunSpec = job.RunSpec
 
 // ClaimResponse is a granted lease, as `dibs claim --json` prints it.
 type ClaimResponse struct {
@@ -267,8 +269,8 @@ type GossipCounter struct {
 
 // ErrorBody is what the agent sends with every non-2xx answer.
 type ErrorBody struct {
-	Error string     `json:"error"`
-	Code  lease.Code `json:"code,omitempty"`
+	Error string       `json:"error"`
+	Code  refusal.Code `json:"code,omitempty"`
 }
 
 // SubmitRequest queues a claim or a run: single-node (Nodes 0 or 1, with
@@ -284,7 +286,7 @@ type SubmitRequest struct {
 	NoRequeue bool `json:"no_requeue,omitempty"`
 	Torchrun  bool `json:"torchrun,omitempty"`
 	// PerGPU starts the command once per GPU, with RANK and LOCAL_RANK
-	// set (lease.Job.PerGPU).
+	// set (job.Job.PerGPU).
 	PerGPU bool   `json:"per_gpu,omitempty"`
 	Model  string `json:"model,omitempty"`
 	// Array makes it a job array: "0-19%4" runs the request once per

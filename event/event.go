@@ -14,7 +14,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/dibs-gpu/dibs/internal/termsafe"
+	"github.com/dibs-gpu/dibs/base/refusal"
+	"github.com/dibs-gpu/dibs/base/termsafe"
+	"github.com/dibs-gpu/dibs/base/words"
 	"github.com/dibs-gpu/dibs/lease"
 	"github.com/dibs-gpu/dibs/queue"
 )
@@ -103,35 +105,35 @@ const (
 // Validate checks an event's shape: what the store reads back and what a
 // peer sends is checked the same way.
 func (e *Event) Validate() error {
-	if e.Seq == 0 || lease.ValidNodeName(e.Node) != nil || !lease.ValidSince(e.At) || e.At.IsZero() {
-		return lease.Invalidf("an event has a bad sequence, node or time")
+	if e.Seq == 0 || words.ValidNodeName(e.Node) != nil || !words.ValidSince(e.At) || e.At.IsZero() {
+		return refusal.Invalidf("an event has a bad sequence, node or time")
 	}
 	if !slices.Contains(EventKinds(), e.Kind) {
-		return lease.Invalidf("event %d has an unknown kind %s", e.Seq, lease.QuoteInput(string(e.Kind)))
+		return refusal.Invalidf("event %d has an unknown kind %s", e.Seq, words.QuoteInput(string(e.Kind)))
 	}
 	for _, u := range []string{e.User, e.By} {
-		if u != "" && !lease.ValidUserName(u) && u != ByCluster {
-			return lease.Invalidf("event %d has a bad user %s", e.Seq, lease.QuoteInput(u))
+		if u != "" && !words.ValidUserName(u) && u != ByCluster {
+			return refusal.Invalidf("event %d has a bad user %s", e.Seq, words.QuoteInput(u))
 		}
 	}
 	for _, s := range []string{e.Lease, e.Entry, e.Session, e.Log, e.Reason} {
-		if s != "" && !lease.ValidToken(s, 2*lease.MaxNameLen) {
-			return lease.Invalidf("event %d has a bad field %s", e.Seq, lease.QuoteInput(s))
+		if s != "" && !words.ValidToken(s, 2*words.MaxNameLen) {
+			return refusal.Invalidf("event %d has a bad field %s", e.Seq, words.QuoteInput(s))
 		}
 	}
-	if e.Subject != "" && lease.ValidNodeName(e.Subject) != nil {
-		return lease.Invalidf("event %d has a bad subject", e.Seq)
+	if e.Subject != "" && words.ValidNodeName(e.Subject) != nil {
+		return refusal.Invalidf("event %d has a bad subject", e.Seq)
 	}
-	if e.Rank < 0 || e.Rank >= lease.MaxGangNodes {
-		return lease.Invalidf("event %d has a rank out of range", e.Seq)
+	if e.Rank < 0 || e.Rank >= words.MaxGangNodes {
+		return refusal.Invalidf("event %d has a rank out of range", e.Seq)
 	}
 	if err := lease.CheckGPUs(e.GPUs); err != nil {
-		return lease.Wrapf(lease.CodeInvalid, err, "event %d: %v", e.Seq, err)
+		return refusal.Wrapf(refusal.CodeInvalid, err, "event %d: %v", e.Seq, err)
 	}
 	if len(e.Text) > maxEventText || strings.ContainsAny(e.Text, "\n\r") {
-		return lease.Invalidf("event %d: its text is over %d bytes or not one line", e.Seq, maxEventText)
+		return refusal.Invalidf("event %d: its text is over %d bytes or not one line", e.Seq, maxEventText)
 	}
-	return lease.CheckText("event text", e.Text)
+	return words.CheckText("event text", e.Text)
 }
 
 // ReasonReserved marks the claim event of a gang reservation (its commit
@@ -169,7 +171,7 @@ func EndEvent(l lease.Lease, reason lease.EndReason, by string, at time.Time) Ev
 	e.Reason = string(reason)
 	if by != "" && by != l.User {
 		e.Admin = reason == lease.EndByAdmin
-		if lease.ValidUserName(by) {
+		if words.ValidUserName(by) {
 			e.By = by // a caller known only by uid stays out of By (a name)
 		}
 	}
@@ -212,13 +214,13 @@ func PreemptEvent(l lease.Lease, why string, grace time.Duration, at time.Time) 
 	gpus := unitWords(l) + " on " + l.Node
 	switch why {
 	case lease.PreemptQuota:
-		e.Text = fmt.Sprintf("lease %s (%s) borrows beyond %s's quota and someone within theirs is waiting: it ends in %s", l.ID, gpus, l.User, lease.FormatDuration(grace))
+		e.Text = fmt.Sprintf("lease %s (%s) borrows beyond %s's quota and someone within theirs is waiting: it ends in %s", l.ID, gpus, l.User, words.FormatDuration(grace))
 	case lease.PreemptIdle:
-		e.Text = fmt.Sprintf("%s's %s has been idle and someone is waiting: lease %s is reclaimed in %s unless work starts", l.User, gpus, l.ID, lease.FormatDuration(grace))
+		e.Text = fmt.Sprintf("%s's %s has been idle and someone is waiting: lease %s is reclaimed in %s unless work starts", l.User, gpus, l.ID, words.FormatDuration(grace))
 	case lease.PreemptOverdue:
-		e.Text = fmt.Sprintf("lease %s (%s) is past its end and someone is waiting for its GPUs: it is stopped and ends in %s; save your work now", l.ID, gpus, lease.FormatDuration(grace))
+		e.Text = fmt.Sprintf("lease %s (%s) is past its end and someone is waiting for its GPUs: it is stopped and ends in %s; save your work now", l.ID, gpus, words.FormatDuration(grace))
 	default:
-		e.Text = fmt.Sprintf("lease %s (%s) is being stopped (%s): it ends in %s", l.ID, gpus, why, lease.FormatDuration(grace))
+		e.Text = fmt.Sprintf("lease %s (%s) is being stopped (%s): it ends in %s", l.ID, gpus, why, words.FormatDuration(grace))
 	}
 	return e
 }
@@ -248,7 +250,7 @@ func EntryEvent(kind EventKind, q queue.QueueEntry, why string, at time.Time) Ev
 		e.Text = fmt.Sprintf("%s's %s %s failed (%s); back in the queue (restart %d of %d)", q.User, what, q.ID, why, q.Restarts, q.MaxRestarts)
 		if q.RetryAt.After(at) {
 			// Restarts are spaced: say when it tries again.
-			e.Text += fmt.Sprintf(", tries again in %s", lease.FormatDuration(q.RetryAt.Sub(at)))
+			e.Text += fmt.Sprintf(", tries again in %s", words.FormatDuration(q.RetryAt.Sub(at)))
 		}
 	case EventCancel:
 		e.Text = fmt.Sprintf("%s's %s %s was withdrawn", q.User, what, q.ID)
@@ -262,7 +264,7 @@ func EntryEvent(kind EventKind, q queue.QueueEntry, why string, at time.Time) Ev
 
 // reasonToken keeps a free-text why out of Reason (a token) but in Text.
 func reasonToken(why string) string {
-	if lease.ValidToken(why, 2*lease.MaxNameLen) {
+	if words.ValidToken(why, 2*words.MaxNameLen) {
 		return why
 	}
 	return ""
@@ -289,7 +291,7 @@ func SquatterEvent(node string, gpu int, who string, pid int, command string, he
 func IdleEvent(l lease.Lease, gpu int, idleFor time.Duration, at time.Time) Event {
 	e := LeaseEvent(EventIdle, l, at)
 	e.GPUs = []int{gpu}
-	e.Text = fmt.Sprintf("%s's GPU %d on %s (lease %s) has been idle for %s: release it if done, or it may be reclaimed when someone waits", l.User, gpu, l.Node, l.ID, lease.FormatDuration(idleFor))
+	e.Text = fmt.Sprintf("%s's GPU %d on %s (lease %s) has been idle for %s: release it if done, or it may be reclaimed when someone waits", l.User, gpu, l.Node, l.ID, words.FormatDuration(idleFor))
 	return e
 }
 

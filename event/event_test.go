@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/dibs-gpu/dibs/event"
+	"github.com/dibs-gpu/dibs/job"
 	"github.com/dibs-gpu/dibs/lease"
 	"github.com/dibs-gpu/dibs/queue"
 )
@@ -19,7 +20,7 @@ func TestEventNotices(t *testing.T) {
 	booked := l
 	booked.Booked, booked.StartedAt, booked.ExpiresAt = true, at.Add(time.Hour), at.Add(3*time.Hour)
 	q := queue.QueueEntry{ID: "node01-q3", Origin: "node01", User: "alice", Nodes: 2, GPUsPerNode: 4,
-		Job: &lease.Job{Command: []string{"python", "train.py"}}, Restarts: 1, MaxRestarts: 3}
+		Job: &job.Job{Command: []string{"python", "train.py"}}, Restarts: 1, MaxRestarts: 3}
 	retrying := q
 	retrying.RetryAt = at.Add(20 * time.Second)
 	tests := []struct {

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/dibs-gpu/dibs/base/words"
 	"github.com/dibs-gpu/dibs/lease"
 )
 
@@ -45,7 +46,7 @@ func FlagEvents(node string, old, cur map[int]lease.Judgement, leases []lease.Le
 			if t, ok := quietSince[g]; ok {
 				idle = now.Sub(later(t, l.StartedAt))
 			}
-			out = append(out, IdleEvent(*l, g, lease.ToMinute(idle), now))
+			out = append(out, IdleEvent(*l, g, words.ToMinute(idle), now))
 		}
 	}
 	return out

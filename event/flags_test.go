@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dibs-gpu/dibs/base/words"
 	"github.com/dibs-gpu/dibs/event"
 	"github.com/dibs-gpu/dibs/lease"
 )
@@ -94,7 +95,7 @@ func TestIdleNoticeUnderAMinute(t *testing.T) {
 		d    time.Duration
 		want string
 	}{{20 * time.Second, "20s"}, {59 * time.Second, "59s"}, {89 * time.Second, "1m"}, {90 * time.Second, "2m"}, {-20 * time.Second, "-20s"}} {
-		if got := lease.FormatDuration(lease.ToMinute(tc.d)); got != tc.want {
+		if got := words.FormatDuration(words.ToMinute(tc.d)); got != tc.want {
 			t.Errorf("FormatDuration(ToMinute(%s)) = %q, want %q", tc.d, got, tc.want)
 		}
 	}

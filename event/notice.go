@@ -6,6 +6,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/dibs-gpu/dibs/base/refusal"
+	"github.com/dibs-gpu/dibs/base/words"
 	"github.com/dibs-gpu/dibs/lease"
 )
 
@@ -25,21 +27,21 @@ type Notice struct {
 
 // Validate checks a notice's shape.
 func (n *Notice) Validate() error {
-	if !lease.ValidUserName(n.User) || lease.ValidNodeName(n.Node) != nil || !lease.ValidSince(n.At) {
-		return lease.Invalidf("a notice has a bad user, node or time")
+	if !words.ValidUserName(n.User) || words.ValidNodeName(n.Node) != nil || !words.ValidSince(n.At) {
+		return refusal.Invalidf("a notice has a bad user, node or time")
 	}
 	if !n.Test && !slices.Contains(EventKinds(), n.Kind) {
-		return lease.Invalidf("a notice has an unknown kind")
+		return refusal.Invalidf("a notice has an unknown kind")
 	}
 	for _, s := range []string{n.Lease, n.Entry} {
-		if s != "" && !lease.ValidToken(s, 2*lease.MaxNameLen) {
-			return lease.Invalidf("a notice has a bad field %s", lease.QuoteInput(s))
+		if s != "" && !words.ValidToken(s, 2*words.MaxNameLen) {
+			return refusal.Invalidf("a notice has a bad field %s", words.QuoteInput(s))
 		}
 	}
 	if n.Text == "" || len(n.Text) > maxEventText || strings.ContainsAny(n.Text, "\n\r") {
-		return lease.Invalidf("a notice's text is empty, over %d bytes or not one line", maxEventText)
+		return refusal.Invalidf("a notice's text is empty, over %d bytes or not one line", maxEventText)
 	}
-	return lease.CheckText("notice", n.Text)
+	return words.CheckText("notice", n.Text)
 }
 
 // Notice says whom an event concerns and what to tell them, and false for
@@ -119,14 +121,14 @@ const MaxWebhookURL = 2048
 // Validate checks a setting's shape (the address itself is checked where
 // it is used, by the agent).
 func (s *NotifySetting) Validate() error {
-	if !lease.ValidUserName(s.User) || !lease.ValidSince(s.SetAt) {
-		return lease.Invalidf("a notification setting has a bad user or time")
+	if !words.ValidUserName(s.User) || !words.ValidSince(s.SetAt) {
+		return refusal.Invalidf("a notification setting has a bad user or time")
 	}
 	if s.Format != WebhookJSON && s.Format != WebhookText {
-		return lease.Invalidf("webhook format %s: use json or text", lease.QuoteInput(s.Format))
+		return refusal.Invalidf("webhook format %s: use json or text", words.QuoteInput(s.Format))
 	}
-	if s.URL == "" || len(s.URL) > MaxWebhookURL || !lease.ValidToken(s.URL, MaxWebhookURL) {
-		return lease.Invalidf("a webhook address must be one word of at most %d printable characters", MaxWebhookURL)
+	if s.URL == "" || len(s.URL) > MaxWebhookURL || !words.ValidToken(s.URL, MaxWebhookURL) {
+		return refusal.Invalidf("a webhook address must be one word of at most %d printable characters", MaxWebhookURL)
 	}
 	return nil
 }

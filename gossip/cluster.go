@@ -15,7 +15,8 @@ import (
 
 	"github.com/hashicorp/memberlist"
 
-	"github.com/dibs-gpu/dibs/internal/lograte"
+	"github.com/dibs-gpu/dibs/base/lograte"
+	"github.com/dibs-gpu/dibs/base/refusal"
 	"github.com/dibs-gpu/dibs/lease"
 	"github.com/dibs-gpu/dibs/nodeprobe"
 	"github.com/dibs-gpu/dibs/queue"
@@ -88,7 +89,7 @@ type Request struct {
 // transport error.
 type Response struct {
 	Body    json.RawMessage
-	ErrCode lease.Code
+	ErrCode refusal.Code
 	ErrMsg  string
 }
 

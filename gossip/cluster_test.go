@@ -13,7 +13,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dibs-gpu/dibs/internal/poll"
+	"github.com/dibs-gpu/dibs/base/poll"
+	"github.com/dibs-gpu/dibs/base/refusal"
+	"github.com/dibs-gpu/dibs/base/words"
+	"github.com/dibs-gpu/dibs/job"
 	"github.com/dibs-gpu/dibs/lease"
 	"github.com/dibs-gpu/dibs/queue"
 )
@@ -86,7 +89,7 @@ func TestLargeLeaseStateTakesReliablePath(t *testing.T) {
 	src.agent.mu.Lock()
 	src.agent.state.Version = 7
 	for g := range 8 {
-		src.agent.state.Leases = append(src.agent.state.Leases, testLease(src.cfg.NodeName, uint64(10+g), strings.Repeat("u", 32), randomNote(r, lease.MaxNoteLen), g))
+		src.agent.state.Leases = append(src.agent.state.Leases, testLease(src.cfg.NodeName, uint64(10+g), strings.Repeat("u", 32), randomNote(r, words.MaxNoteLen), g))
 	}
 	want := src.agent.state.Leases
 	src.agent.mu.Unlock()
@@ -135,11 +138,11 @@ func TestRequestRoundTrip(t *testing.T) {
 	// A refusal is a response.
 	nodes[1].agent.mu.Lock()
 	nodes[1].agent.handler = func(ctx context.Context, from string, req Request) Response {
-		return Response{ErrCode: lease.CodeConflict, ErrMsg: "GPU 1 is alice's"}
+		return Response{ErrCode: refusal.CodeConflict, ErrMsg: "GPU 1 is alice's"}
 	}
 	nodes[1].agent.mu.Unlock()
 	resp, err = nodes[2].Request(context.Background(), "node01", Request{Op: "claim"})
-	if err != nil || resp.ErrCode != lease.CodeConflict || resp.ErrMsg != "GPU 1 is alice's" {
+	if err != nil || resp.ErrCode != refusal.CodeConflict || resp.ErrMsg != "GPU 1 is alice's" {
 		t.Errorf("refusal = %+v, %v", resp, err)
 	}
 
@@ -673,7 +676,7 @@ func TestOversizedQueueStillPublishesLeases(t *testing.T) {
 		e := queue.QueueEntry{ID: queue.QueueID(src.cfg.NodeName, uint64(seq)), Origin: src.cfg.NodeName, User: user, UID: 1000,
 			SubmittedAt: at.Add(time.Duration(seq) * time.Second), Nodes: 1, GPUsPerNode: 1, Duration: time.Hour, Kind: lease.KindBatch}
 		if cmd > 0 {
-			e.Job = &lease.Job{Command: []string{"echo", strings.Repeat("x", cmd)}}
+			e.Job = &job.Job{Command: []string{"echo", strings.Repeat("x", cmd)}}
 		}
 		return e
 	}

@@ -11,7 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dibs-gpu/dibs/internal/poll"
+	"github.com/dibs-gpu/dibs/base/poll"
+	"github.com/dibs-gpu/dibs/base/refusal"
 	"github.com/dibs-gpu/dibs/lease"
 	"github.com/dibs-gpu/dibs/nodeprobe"
 	"github.com/dibs-gpu/dibs/nodeprobe/sim"
@@ -43,7 +44,7 @@ func (a *testAgent) HandleRequest(ctx context.Context, from string, req Request)
 	h := a.handler
 	a.mu.Unlock()
 	if h == nil {
-		return Response{ErrCode: lease.CodeInvalid, ErrMsg: "no handler"}
+		return Response{ErrCode: refusal.CodeInvalid, ErrMsg: "no handler"}
 	}
 	return h(ctx, from, req)
 }

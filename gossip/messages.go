@@ -10,7 +10,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/dibs-gpu/dibs/internal/termsafe"
+	"github.com/dibs-gpu/dibs/base/refusal"
+	"github.com/dibs-gpu/dibs/base/termsafe"
 	"github.com/dibs-gpu/dibs/lease"
 	"github.com/dibs-gpu/dibs/nodeprobe"
 	"github.com/dibs-gpu/dibs/queue"
@@ -120,7 +121,7 @@ const (
 	maxMIGDevices  = 128
 	maxLinks       = 1024
 	maxShortString = 256  // ids, users, kinds, sessions, ops
-	maxWireNote    = 1024 // lease.MaxNoteLen is policy; this is the wire's bound
+	maxWireNote    = 1024 // words.MaxNoteLen is policy; this is the wire's bound
 	maxUsers       = 10000
 	maxEntries     = 4096
 	maxStates      = 1 << 16
@@ -196,7 +197,7 @@ type responseMsg struct {
 	ID      uint64          `json:"id"`
 	From    string          `json:"from"`
 	Body    json.RawMessage `json:"body,omitempty"`
-	ErrCode lease.Code      `json:"code,omitempty"`
+	ErrCode refusal.Code    `json:"code,omitempty"`
 	ErrMsg  string          `json:"err,omitempty"`
 }
 

@@ -13,6 +13,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dibs-gpu/dibs/base/refusal"
+	"github.com/dibs-gpu/dibs/base/words"
+	"github.com/dibs-gpu/dibs/job"
 	"github.com/dibs-gpu/dibs/lease"
 	"github.com/dibs-gpu/dibs/nodeprobe"
 	"github.com/dibs-gpu/dibs/queue"
@@ -43,7 +46,7 @@ func sampleMessages(t testing.TB) map[string][]byte {
 		"request": &requestMsg{ID: 1 << 40, From: "gpu-node-02", Reply: "10.0.0.2:7946", Op: "claim",
 			Body: json.RawMessage(`{"count":2,"note":"sweep"}`), TimeoutMS: 3000},
 		"response": &responseMsg{ID: 1 << 40, From: "gpu-node-01", Body: json.RawMessage(`{"lease":{"id":"gpu-node-01-42"}}`)},
-		"refusal":  &responseMsg{ID: 7, From: "gpu-node-01", ErrCode: lease.CodeConflict, ErrMsg: "GPU 3 is bob's until 14:00"},
+		"refusal":  &responseMsg{ID: 7, From: "gpu-node-01", ErrCode: refusal.CodeConflict, ErrMsg: "GPU 3 is bob's until 14:00"},
 	}
 	types := map[string]messageType{"leases": msgState, "no-leases": msgState, "partial": msgState, "telemetry": msgState,
 		"leave": msgLeave, "suspect": msgSuspect, "request": msgRequest, "response": msgResponse, "refusal": msgResponse}
@@ -133,8 +136,8 @@ func TestLeaseFieldsSurviveTheWire(t *testing.T) {
 			if v.Type().Field(i).Name == "Mono" {
 				continue // the store's alone: sanitize leaves it out of every message
 			}
-			if _, ok := f.Interface().(*lease.Job); ok {
-				f.Set(reflect.ValueOf(&lease.Job{Command: []string{"python", "x.py"}, Dir: "/x", Name: "x", Torchrun: true}))
+			if _, ok := f.Interface().(*job.Job); ok {
+				f.Set(reflect.ValueOf(&job.Job{Command: []string{"python", "x.py"}, Dir: "/x", Name: "x", Torchrun: true}))
 				continue
 			}
 			t.Fatalf("lease.Lease.%s: test does not know how to fill a %s", v.Type().Field(i).Name, f.Type())
@@ -220,10 +223,10 @@ func TestDecodeRefuses(t *testing.T) {
 		{"bad MIG instance", state(func(m *stateMsg) { m.Leases.Leases[0].MIG = "GPU-0" }), "bad MIG instance"},
 		{"share of a whole GPU", state(func(m *stateMsg) { m.Leases.Leases[0].Share = 0.5 }), "share 0.5"},
 		{"too many containers", state(func(m *stateMsg) {
-			for i := range lease.MaxContainers + 1 {
+			for i := range job.MaxContainers + 1 {
 				m.Leases.Leases[0].Containers = append(m.Leases.Leases[0].Containers, fmt.Sprintf("%012x", i))
 			}
-		}), fmt.Sprintf("%d adopted containers, over %d", lease.MaxContainers+1, lease.MaxContainers)},
+		}), fmt.Sprintf("%d adopted containers, over %d", job.MaxContainers+1, job.MaxContainers)},
 		{"a container that is no id", state(func(m *stateMsg) { m.Leases.Leases[0].Containers = []string{"trainer"} }), "not a short container id"},
 		{"cores for another number of GPUs", state(func(m *stateMsg) { m.Leases.Leases[0].CPUs = []string{"0-3", "4-7", "8-9"} }), "cores for 3 GPUs"},
 		{"cores that are no CPU list", state(func(m *stateMsg) { m.Leases.Leases[0].CPUs = []string{"all"} }), "bad CPU list"},
@@ -237,12 +240,12 @@ func TestDecodeRefuses(t *testing.T) {
 		}), "GPU index 2000"},
 		{"too many tags", state(func(m *stateMsg) {
 			m.Section, m.Leases = sectionTelemetry, nil
-			tags := make([]string, lease.MaxTags+1)
+			tags := make([]string, words.MaxTags+1)
 			for i := range tags {
 				tags[i] = fmt.Sprintf("t%d", i)
 			}
 			m.Telemetry = &telemetrySection{Snapshot: nodeprobe.Snapshot{Host: nodeprobe.Host{Tags: tags}}}
-		}), fmt.Sprintf("%d tags; at most %d", lease.MaxTags+1, lease.MaxTags)},
+		}), fmt.Sprintf("%d tags; at most %d", words.MaxTags+1, words.MaxTags)},
 		{"overlong tag", state(func(m *stateMsg) {
 			m.Section, m.Leases = sectionTelemetry, nil
 			m.Telemetry = &telemetrySection{Snapshot: nodeprobe.Snapshot{Host: nodeprobe.Host{Tags: []string{strings.Repeat("t", 64)}}}}
@@ -355,7 +358,7 @@ func TestMessageSizes(t *testing.T) {
 	// 8 GPUs, one lease each, 32-character users, 200-character notes of
 	// incompressible text: too big for a packet. It goes to every member
 	// by TCP, and gossip carries a partial copy with the notes trimmed.
-	worst := section(lease.MaxNoteLen)
+	worst := section(words.MaxNoteLen)
 	wire := mustEncode(t, msgState, worst)
 	if len(wire) <= c.packetBudget {
 		t.Errorf("worst-case lease section is %d bytes, fits the %d-byte budget: update the doc comment on Cluster", len(wire), c.packetBudget)
@@ -543,5 +546,5 @@ func TestValidNodeName(t *testing.T) {
 // testEntry is a queue entry submitted at node.
 func testEntry(node string, seq uint64, note string) queue.QueueEntry {
 	return queue.QueueEntry{ID: queue.QueueID(node, seq), Origin: node, User: "alice", UID: 1001, SubmittedAt: time.Unix(1740830400, 0),
-		Nodes: 1, GPUsPerNode: 2, Duration: time.Hour, Kind: lease.KindBatch, Note: note, Job: &lease.Job{Command: []string{"python", "train.py"}, Dir: "/home/alice"}}
+		Nodes: 1, GPUsPerNode: 2, Duration: time.Hour, Kind: lease.KindBatch, Note: note, Job: &job.Job{Command: []string{"python", "train.py"}, Dir: "/home/alice"}}
 }

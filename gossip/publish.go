@@ -5,7 +5,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/dibs-gpu/dibs/internal/termsafe"
+	"github.com/dibs-gpu/dibs/base/termsafe"
 	"github.com/dibs-gpu/dibs/lease"
 	"github.com/dibs-gpu/dibs/queue"
 	"github.com/hashicorp/memberlist"

@@ -10,7 +10,7 @@ import (
 
 	"github.com/hashicorp/memberlist"
 
-	"github.com/dibs-gpu/dibs/lease"
+	"github.com/dibs-gpu/dibs/base/refusal"
 )
 
 // ErrUnreachable: the request could not be delivered, so it was not carried
@@ -183,7 +183,7 @@ func (x *requests) answer(m *requestMsg) {
 	out, err := c.codec.encode(msgResponse, &responseMsg{ID: m.ID, From: c.cfg.NodeName, Body: resp.Body, ErrCode: resp.ErrCode, ErrMsg: resp.ErrMsg})
 	if err != nil {
 		c.cfg.Logf("gossip: answer %s from %s: %v", m.Op, m.From, err)
-		out, err = c.codec.encode(msgResponse, &responseMsg{ID: m.ID, From: c.cfg.NodeName, ErrCode: lease.CodeUnavailable,
+		out, err = c.codec.encode(msgResponse, &responseMsg{ID: m.ID, From: c.cfg.NodeName, ErrCode: refusal.CodeUnavailable,
 			ErrMsg: fmt.Sprintf("%s could not send its answer: %v", c.cfg.NodeName, err)})
 		if err != nil {
 			return
@@ -213,7 +213,7 @@ func (x *requests) handle(ctx context.Context, m *requestMsg) (resp Response) {
 	defer func() {
 		if p := recover(); p != nil {
 			c.cfg.Logf("gossip: request %s from %s panicked: %v", m.Op, m.From, p)
-			resp = Response{ErrCode: lease.CodeUnavailable, ErrMsg: fmt.Sprintf("internal error on %s", c.cfg.NodeName)}
+			resp = Response{ErrCode: refusal.CodeUnavailable, ErrMsg: fmt.Sprintf("internal error on %s", c.cfg.NodeName)}
 		}
 	}()
 	return c.d.HandleRequest(ctx, m.From, Request{Op: m.Op, Body: m.Body})

@@ -8,7 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dibs-gpu/dibs/internal/termsafe"
+	"github.com/dibs-gpu/dibs/base/refusal"
+	"github.com/dibs-gpu/dibs/base/termsafe"
 	"github.com/dibs-gpu/dibs/lease"
 	"github.com/dibs-gpu/dibs/nodeprobe"
 	"github.com/dibs-gpu/dibs/queue"
@@ -58,8 +59,8 @@ func hostileMessages(t testing.TB) map[string][]byte {
 		"usage": mustEncode(t, msgState, &stateMsg{Node: "n1", BootID: "b", BootedAt: 1, Seq: 1, Section: sectionTelemetry, Telemetry: &telemetrySection{Usage: map[string]float64{"bob\u2066": 1}}}),
 		"queue": mustEncode(t, msgState, &stateMsg{Node: "gpu-node-01", BootID: "b1", BootedAt: 1, Seq: 2, Section: sectionLeases,
 			Leases: &leaseSection{Leases: []lease.Lease{}, Queue: []queue.QueueEntry{testEntry("gpu-node-01", 1, "run \u202etxt.exe")}}}),
-		"response":      mustEncode(t, msgResponse, &responseMsg{ID: 1, From: "n1", ErrCode: lease.CodeConflict, ErrMsg: "GPU 3 has " + hostileCmd + " on it"}),
-		"response-bidi": mustEncode(t, msgResponse, &responseMsg{ID: 2, From: "n1", ErrCode: lease.CodeConflict, ErrMsg: "held by \u202eecila"}),
+		"response":      mustEncode(t, msgResponse, &responseMsg{ID: 1, From: "n1", ErrCode: refusal.CodeConflict, ErrMsg: "GPU 3 has " + hostileCmd + " on it"}),
+		"response-bidi": mustEncode(t, msgResponse, &responseMsg{ID: 2, From: "n1", ErrCode: refusal.CodeConflict, ErrMsg: "held by \u202eecila"}),
 	}
 	js, _ := json.Marshal(&stateMsg{Node: "gpu-node-02", BootID: "b2", BootedAt: 1, Seq: 1, Section: sectionTelemetry,
 		Telemetry: &telemetrySection{Snapshot: hostileSnapshot(t, "gpu-node-02")}})

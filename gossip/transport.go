@@ -12,7 +12,7 @@ import (
 
 	"github.com/hashicorp/memberlist"
 
-	"github.com/dibs-gpu/dibs/internal/lograte"
+	"github.com/dibs-gpu/dibs/base/lograte"
 )
 
 // meteredTransport wraps memberlist's NetTransport to count every byte and

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/dibs-gpu/dibs/internal/prereq"
+	"github.com/dibs-gpu/dibs/base/prereq"
 )
 
 var updateWire = flag.Bool("update-wire", false, "rewrite testdata/wire/unreleased from this release's encoders")

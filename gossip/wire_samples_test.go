@@ -28,7 +28,11 @@ func WireSamples() (map[string][]byte, error) {
 	e := oneSample(&sec.Queue)
 	e.ID, e.Origin, e.User, e.UID, e.SubmittedAt = "node01-q3", "node01", "bob", 1002, t0
 	e.Nodes, e.GPUsPerNode, e.Duration, e.Kind, e.Note = 2, 2, time.Hour, lease.KindBatch, "gang"
-	e.Job = &lease.Job{Command: []string{"python", "train.py"}, Dir: "/home/bob"}
+	// The job is read from its JSON, which names no type: it was lease's Job
+	// in v0.1.0 and is job.Job since, and this file builds in both.
+	if err := json.Unmarshal([]byte(`{"command":["python","train.py"],"dir":"/home/bob"}`), &e.Job); err != nil {
+		return nil, err
+	}
 	snap := nodeprobe.Snapshot{TakenAt: t0, Host: nodeprobe.Host{Name: "node01", CPUs: 64, MemoryMiB: 512000, Backend: "sim"},
 		GPUs: []nodeprobe.GPU{{Index: 0, UUID: "GPU-00000000-0000-0000-0000-000000000000", Model: "NVIDIA L40S", MemoryTotalMiB: 46068}}}
 	leases := stateMsg{Node: "node01", BootID: "0a1b2c3d4e5f6071", BootedAt: t0.UnixNano(), Seq: 3, Version: 9, Section: sectionLeases,
@@ -49,7 +53,7 @@ func WireSamples() (map[string][]byte, error) {
 		"leave":           {msgLeave, leaveMsg{Node: "node02", BootID: "1b2c3d4e5f607182", BootedAt: t0.UnixNano()}},
 		"request":         {msgRequest, requestMsg{ID: 42, From: "node02", Reply: "127.0.0.1:7946", Op: "claim", Body: json.RawMessage(`{"v":6,"actor":{"user":"alice"},"req":{"count":1}}`), TimeoutMS: 3000}},
 		"response":        {msgResponse, responseMsg{ID: 42, From: "node01", Body: json.RawMessage(`{"released":["node01-7"]}`)}},
-		"refusal":         {msgResponse, responseMsg{ID: 43, From: "node01", ErrCode: lease.CodeConflict, ErrMsg: "GPU 0 is held by alice"}},
+		"refusal":         {msgResponse, responseMsg{ID: 43, From: "node01", ErrCode: "conflict", ErrMsg: "GPU 0 is held by alice"}},
 		"push-pull":       {msgPushPull, pushPullMsg{From: "node01", States: []json.RawMessage{raw}, Left: []leaveMsg{{Node: "node02", BootID: "1b2c3d4e5f607182", BootedAt: t0.UnixNano()}}}},
 		"suspect":         {msgSuspect, suspectMsg{Node: "node02", BootID: "1b2c3d4e5f607182", By: "node01"}},
 	} {

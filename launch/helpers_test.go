@@ -12,8 +12,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dibs-gpu/dibs/internal/poll"
-	"github.com/dibs-gpu/dibs/internal/prereq"
+	"github.com/dibs-gpu/dibs/base/poll"
+	"github.com/dibs-gpu/dibs/base/prereq"
 )
 
 // harness is a Launcher on a private TMUX_TMPDIR, so tests never touch the

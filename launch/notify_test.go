@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dibs-gpu/dibs/internal/poll"
+	"github.com/dibs-gpu/dibs/base/poll"
 )
 
 // outerPane attaches a real tmux client to one of h's sessions, inside a

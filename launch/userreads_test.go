@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dibs-gpu/dibs/internal/poll"
+	"github.com/dibs-gpu/dibs/base/poll"
 )
 
 // TestUserReadsAreBounded: a read of a user's files whose file system never

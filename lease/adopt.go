@@ -5,7 +5,9 @@ import (
 	"slices"
 	"time"
 
-	"github.com/dibs-gpu/dibs/internal/termsafe"
+	"github.com/dibs-gpu/dibs/base/refusal"
+	"github.com/dibs-gpu/dibs/base/termsafe"
+	"github.com/dibs-gpu/dibs/base/words"
 	"github.com/dibs-gpu/dibs/nodeprobe"
 )
 
@@ -39,16 +41,16 @@ func (t *Table) PlanAdopt(c Caller, pid int, d time.Duration, note string, snap 
 		}
 	}
 	if owner == nil {
-		return Lease{}, errorf(CodeNotFound, "pid %d is not on any GPU of %s: `dibs ls` lists the processes it sees", pid, t.node)
+		return Lease{}, refusal.Errorf(refusal.CodeNotFound, "pid %d is not on any GPU of %s: `dibs ls` lists the processes it sees", pid, t.node)
 	}
 	if owner.UID != c.UID && !c.Admin {
 		if owner.Container != "" && runsAsRoot(*owner) {
-			return Lease{}, errorf(CodeForbidden, "pid %d is root's, in container %s: if that container is yours and runs on your leased GPUs, `dibs adopt --container %s` makes its processes yours", pid, termsafe.String(owner.Container), termsafe.String(owner.Container))
+			return Lease{}, refusal.Errorf(refusal.CodeForbidden, "pid %d is root's, in container %s: if that container is yours and runs on your leased GPUs, `dibs adopt --container %s` makes its processes yours", pid, termsafe.String(owner.Container), termsafe.String(owner.Container))
 		}
-		return Lease{}, errorf(CodeForbidden, "pid %d belongs to %s, not you: only its owner can adopt it", pid, ownerName(*owner))
+		return Lease{}, refusal.Errorf(refusal.CodeForbidden, "pid %d belongs to %s, not you: only its owner can adopt it", pid, ownerName(*owner))
 	}
 	if len(migs) > 1 || len(migs) == 1 && (len(gpus) > 1 || mig == nil) {
-		return Lease{}, Invalidf("pid %d runs on several MIG instances or GPUs: claim each with --mig and run it again under the lease", pid)
+		return Lease{}, refusal.Invalidf("pid %d runs on several MIG instances or GPUs: claim each with --mig and run it again under the lease", pid)
 	}
 	uses := t.uses()
 	for _, g := range gpus {
@@ -62,9 +64,9 @@ func (t *Table) PlanAdopt(c Caller, pid int, d time.Duration, note string, snap 
 		}
 		if l != nil {
 			if l.UID == owner.UID {
-				return Lease{}, errorf(CodeConflict, "GPU %d is already in your lease %s", g, l.ID)
+				return Lease{}, refusal.Errorf(refusal.CodeConflict, "GPU %d is already in your lease %s", g, l.ID)
 			}
-			return Lease{}, errorf(CodeConflict, "GPU %d is held by %s (lease %s): pid %d runs on someone else's GPU", g, l.User, l.ID, pid)
+			return Lease{}, refusal.Errorf(refusal.CodeConflict, "GPU %d is held by %s (lease %s): pid %d runs on someone else's GPU", g, l.User, l.ID, pid)
 		}
 	}
 	dur, err := CheckDuration(d, KindInteractive, p)
@@ -75,7 +77,7 @@ func (t *Table) PlanAdopt(c Caller, pid int, d time.Duration, note string, snap 
 		// The command is whatever the process calls itself: escape it, and
 		// keep the note within what a typed one may be.
 		note = clipNote(fmt.Sprintf("adopted pid %d (%s)", pid, termsafe.String(owner.Command)))
-	} else if err := checkNote(note); err != nil {
+	} else if err := words.CheckNote(note); err != nil {
 		return Lease{}, err
 	}
 	token := t.lastToken + 1

@@ -7,7 +7,10 @@ import (
 	"strings"
 	"time"
 
-	"github.com/dibs-gpu/dibs/internal/termsafe"
+	"github.com/dibs-gpu/dibs/base/refusal"
+	"github.com/dibs-gpu/dibs/base/termsafe"
+	"github.com/dibs-gpu/dibs/base/words"
+	"github.com/dibs-gpu/dibs/job"
 	"github.com/dibs-gpu/dibs/nodeprobe"
 )
 
@@ -54,7 +57,7 @@ type BookRequest struct {
 	Tags  []string `json:"tags,omitempty"`
 	// Run, when set, is started under the lease at Start (`dibs run
 	// --at`); the booking keeps it as its Job.
-	Run *RunSpec `json:"run,omitempty"`
+	Run *job.RunSpec `json:"run,omitempty"`
 	// RequestID names the booking so a retry (same id, same caller) gets
 	// the booking the first try made instead of another.
 	RequestID string `json:"request_id,omitempty"`
@@ -78,7 +81,7 @@ func (r BookRequest) Validate() error {
 		return err
 	}
 	if r.RequestID != "" && !ValidRequestID(r.RequestID) {
-		return Invalidf("request id %s must be 8 to 64 letters, digits, '-' or '_'", QuoteInput(r.RequestID))
+		return refusal.Invalidf("request id %s must be 8 to 64 letters, digits, '-' or '_'", words.QuoteInput(r.RequestID))
 	}
 	if err := CheckCountOrIDs(r.Count, r.GPUs); err != nil {
 		return err
@@ -89,30 +92,30 @@ func (r BookRequest) Validate() error {
 	if err := r.Run.Check(); err != nil {
 		return err
 	}
-	if r.Count < 0 || r.Count > MaxGPUsPerNode {
-		return Invalidf("GPU count %d is out of range", r.Count)
+	if r.Count < 0 || r.Count > words.MaxGPUsPerNode {
+		return refusal.Invalidf("GPU count %d is out of range", r.Count)
 	}
 	if err := CheckGPUs(r.GPUs); err != nil {
 		return err
 	}
-	if r.Duration < 0 || r.Duration > MaxDuration || !ValidSince(r.Start) {
-		return Invalidf("booking time out of range")
+	if r.Duration < 0 || r.Duration > words.MaxDuration || !words.ValidSince(r.Start) {
+		return refusal.Invalidf("booking time out of range")
 	}
 	if err := CheckTags(r.Tags); err != nil {
 		return err
 	}
-	if len(r.Model) > MaxModelLen {
-		return Invalidf("model %s is longer than %d bytes: give a part of the name, like H100", QuoteInput(r.Model), MaxModelLen)
+	if len(r.Model) > words.MaxModelLen {
+		return refusal.Invalidf("model %s is longer than %d bytes: give a part of the name, like H100", words.QuoteInput(r.Model), words.MaxModelLen)
 	}
-	if err := CheckText("model", r.Model); err != nil {
+	if err := words.CheckText("model", r.Model); err != nil {
 		return err
 	}
 	if r.Group != "" {
-		if n, ok := NodeOfID(r.Group); !ok || ValidNodeName(n) != nil || r.Lead {
-			return Invalidf("bad booking group %s", QuoteInput(termsafe.String(r.Group)))
+		if n, ok := NodeOfID(r.Group); !ok || words.ValidNodeName(n) != nil || r.Lead {
+			return refusal.Invalidf("bad booking group %s", words.QuoteInput(termsafe.String(r.Group)))
 		}
 	}
-	return checkNote(r.Note)
+	return words.CheckNote(r.Note)
 }
 
 // Bookings lists the table's bookings, soonest first.
@@ -175,10 +178,10 @@ func (t *Table) fitBookings(gpus []int, now time.Time, dur time.Duration, explic
 	}
 	room := b.StartedAt.Round(0).Sub(now.Round(0))
 	if room < MinBeforeBooking {
-		return 0, errorf(CodeConflict, "%s: pick other GPUs, or wait until it ends at %s", describeBooking(b, now), b.ExpiresAt.Local().Format("Mon 15:04"))
+		return 0, refusal.Errorf(refusal.CodeConflict, "%s: pick other GPUs, or wait until it ends at %s", describeBooking(b, now), b.ExpiresAt.Local().Format("Mon 15:04"))
 	}
 	if explicit {
-		return 0, errorf(CodeConflict, "%s: ask for --for %s at most, or other GPUs", describeBooking(b, now), FormatDuration(room.Truncate(time.Minute)))
+		return 0, refusal.Errorf(refusal.CodeConflict, "%s: ask for --for %s at most, or other GPUs", describeBooking(b, now), words.FormatDuration(room.Truncate(time.Minute)))
 	}
 	return room, nil
 }
@@ -268,7 +271,7 @@ func (t *Table) PlanBooking(c Caller, req BookRequest, snap nodeprobe.Snapshot, 
 		return Lease{}, err
 	}
 	if req.Duration <= 0 {
-		return Lease{}, Invalidf("say how long the booking is: --for 3h")
+		return Lease{}, refusal.Invalidf("say how long the booking is: --for 3h")
 	}
 	dur, err := CheckDuration(req.Duration, req.Kind, p)
 	if err != nil {
@@ -277,7 +280,7 @@ func (t *Table) PlanBooking(c Caller, req BookRequest, snap nodeprobe.Snapshot, 
 	if err := CheckBookingLength(p, dur); err != nil {
 		return Lease{}, err
 	}
-	if err := checkNote(req.Note); err != nil {
+	if err := words.CheckNote(req.Note); err != nil {
 		return Lease{}, err
 	}
 	if err := checkBookingTime(req.Start, now, p); err != nil {
@@ -307,7 +310,7 @@ func (t *Table) PlanBooking(c Caller, req BookRequest, snap nodeprobe.Snapshot, 
 		return Lease{}, err
 	}
 	if max := p.bookMaxCount(); len(mine) >= max {
-		return Lease{}, errorf(CodeConflict, "you hold %d bookings on %s, the most one person may: unbook some (dibs bookings lists them), or wait until they begin", len(mine), t.node)
+		return Lease{}, refusal.Errorf(refusal.CodeConflict, "you hold %d bookings on %s, the most one person may: unbook some (dibs bookings lists them), or wait until they begin", len(mine), t.node)
 	}
 	free, why := Bookable(snap, all, req.Model, start, end)
 	var gpus []int
@@ -319,21 +322,21 @@ func (t *Table) PlanBooking(c Caller, req BookRequest, snap nodeprobe.Snapshot, 
 		for _, g := range req.GPUs {
 			gpu := FindGPU(snap, g)
 			if gpu == nil {
-				return Lease{}, Invalidf("no GPU %d on %s: it has GPUs %s", g, t.node, indexRange(snap))
+				return Lease{}, refusal.Invalidf("no GPU %d on %s: it has GPUs %s", g, t.node, indexRange(snap))
 			}
 			if r := unbookable(gpu, all, start, end); r != "" {
-				return Lease{}, errorf(CodeConflict, "cannot book GPU %d of %s %s: %s: pick another GPU or time", g, t.node, bookingSpan(start, end), r)
+				return Lease{}, refusal.Errorf(refusal.CodeConflict, "cannot book GPU %d of %s %s: %s: pick another GPU or time", g, t.node, bookingSpan(start, end), r)
 			}
 		}
 		gpus = slices.Clone(req.GPUs)
 		slices.Sort(gpus)
 	case req.Count > 0:
 		if len(free) < req.Count {
-			return Lease{}, errorf(CodeConflict, "asked to book %d GPU%s of %s %s but only %d can be: %s: book fewer, another time, or another node", req.Count, plural(req.Count), t.node, bookingSpan(start, end), len(free), strings.Join(why, "; "))
+			return Lease{}, refusal.Errorf(refusal.CodeConflict, "asked to book %d GPU%s of %s %s but only %d can be: %s: book fewer, another time, or another node", req.Count, plural(req.Count), t.node, bookingSpan(start, end), len(free), strings.Join(why, "; "))
 		}
 		gpus = Place(snap, free, req.Count)
 	default:
-		return Lease{}, Invalidf("say how many GPUs to book (-g N) or which (--ids 0,2)")
+		return Lease{}, refusal.Invalidf("say how many GPUs to book (-g N) or which (--ids 0,2)")
 	}
 	l := t.newLease(c, Claim{Kind: req.Kind, Note: req.Note}, gpus, start, dur)
 	l.Booked = true
@@ -361,17 +364,17 @@ func bookingSpan(start, end time.Time) string {
 // policy allows.
 func checkBookingTime(start, now time.Time, p Policy) error {
 	if start.IsZero() {
-		return Invalidf("say when the booking starts: --at \"tomorrow 09:00\"")
+		return refusal.Invalidf("say when the booking starts: --at \"tomorrow 09:00\"")
 	}
 	if !start.After(now) {
-		return Invalidf("the booking would start %s, which is not in the future: claim now with dibs claim, or book a later time", start.Local().Format("Mon Jan 2 15:04"))
+		return refusal.Invalidf("the booking would start %s, which is not in the future: claim now with dibs claim, or book a later time", start.Local().Format("Mon Jan 2 15:04"))
 	}
 	ahead := p.BookAhead
 	if ahead <= 0 {
 		ahead = DefaultPolicy().BookAhead
 	}
 	if start.Sub(now) > ahead {
-		return Invalidf("bookings may start at most %s ahead; %s is %s away: book a nearer time", FormatDuration(ahead), start.Local().Format("Mon Jan 2 15:04"), FormatDuration(start.Sub(now).Round(time.Hour)))
+		return refusal.Invalidf("bookings may start at most %s ahead; %s is %s away: book a nearer time", words.FormatDuration(ahead), start.Local().Format("Mon Jan 2 15:04"), words.FormatDuration(start.Sub(now).Round(time.Hour)))
 	}
 	return nil
 }
@@ -379,7 +382,7 @@ func checkBookingTime(start, now time.Time, p Policy) error {
 // CheckBookingLength refuses a booking longer than Policy.BookMaxLength.
 func CheckBookingLength(p Policy, dur time.Duration) error {
 	if p.BookMaxLength > 0 && dur > p.BookMaxLength {
-		return Invalidf("a booking may last at most %s here; this one is %s: book a shorter time, and claim or queue when it begins for more", FormatDuration(p.BookMaxLength), FormatDuration(dur))
+		return refusal.Invalidf("a booking may last at most %s here; this one is %s: book a shorter time, and claim or queue when it begins for more", words.FormatDuration(p.BookMaxLength), words.FormatDuration(dur))
 	}
 	return nil
 }
@@ -392,7 +395,7 @@ func CheckBookingQuota(p Policy, user string, bookings []Lease, hours float64) e
 	}
 	held := BookedHours(bookings, user)
 	if held+hours > p.BookMaxGPUHours+1e-9 {
-		return errorf(CodeConflict, "one person may hold %g GPU-hours of bookings; you hold %g and this one is %g: unbook some (dibs bookings lists them), or book less", p.BookMaxGPUHours, roundHours(held), roundHours(hours))
+		return refusal.Errorf(refusal.CodeConflict, "one person may hold %g GPU-hours of bookings; you hold %g and this one is %g: unbook some (dibs bookings lists them), or book less", p.BookMaxGPUHours, roundHours(held), roundHours(hours))
 	}
 	return nil
 }
@@ -425,7 +428,7 @@ func roundHours(h float64) float64 { return float64(int64(h*10+0.5)) / 10 }
 func (t *Table) PlanBookingStart(id string, now time.Time) (Lease, []Lease, error) {
 	e, ok := t.leases[id]
 	if !ok || !e.Booked {
-		return Lease{}, nil, errorf(CodeNotFound, "no booking %s on %s", id, t.node)
+		return Lease{}, nil, refusal.Errorf(refusal.CodeNotFound, "no booking %s on %s", id, t.node)
 	}
 	l := e.Lease
 	l.Mono, l.Booked, l.Job = nil, false, nil

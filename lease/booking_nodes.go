@@ -5,6 +5,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/dibs-gpu/dibs/base/refusal"
 )
 
 // MaxBookingNodes bounds how many nodes one booking may span: more than a
@@ -22,10 +24,10 @@ const MaxBookingNodes = 64
 // can and why the next one cannot.
 func BookNodes(cands []Candidate, nodes, per int, model string, tags []string, pools Pools, user string, start, end time.Time) ([]string, error) {
 	if nodes < 1 || nodes > MaxBookingNodes {
-		return nil, Invalidf("a booking spans 1 to %d nodes, not %d", MaxBookingNodes, nodes)
+		return nil, refusal.Invalidf("a booking spans 1 to %d nodes, not %d", MaxBookingNodes, nodes)
 	}
 	if len(cands) < nodes {
-		return nil, errorf(CodeConflict, "asked to book %d nodes but only %d %s up: book fewer nodes (`dibs ls` shows the cluster)", nodes, len(cands), isAre(len(cands)))
+		return nil, refusal.Errorf(refusal.CodeConflict, "asked to book %d nodes but only %d %s up: book fewer nodes (`dibs ls` shows the cluster)", nodes, len(cands), isAre(len(cands)))
 	}
 	left := slices.Clone(cands)
 	var out []string
@@ -35,7 +37,7 @@ func BookNodes(cands []Candidate, nodes, per int, model string, tags []string, p
 			if len(out) == 0 {
 				return nil, err
 			}
-			return nil, errorf(CodeOf(err), "asked to book %d GPU%s on each of %d nodes %s but only %d node%s can take a part (%s); on the others: %s", per, plural(per), nodes, bookingSpan(start, end), len(out), plural(len(out)), strings.Join(out, ", "), errMsg(err))
+			return nil, refusal.Errorf(refusal.CodeOf(err), "asked to book %d GPU%s on each of %d nodes %s but only %d node%s can take a part (%s); on the others: %s", per, plural(per), nodes, bookingSpan(start, end), len(out), plural(len(out)), strings.Join(out, ", "), errMsg(err))
 		}
 		out = append(out, name)
 		left = slices.DeleteFunc(left, func(c Candidate) bool { return c.Node == name })
@@ -53,7 +55,7 @@ func isAre(n int) string {
 
 // errMsg is a refusal's words without its code.
 func errMsg(err error) string {
-	if e := (*Error)(nil); errors.As(err, &e) {
+	if e := (*refusal.Error)(nil); errors.As(err, &e) {
 		return e.Msg
 	}
 	return err.Error()

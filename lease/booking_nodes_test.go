@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dibs-gpu/dibs/base/refusal"
 	"github.com/dibs-gpu/dibs/lease"
 )
 
@@ -25,19 +26,19 @@ func TestBookNodes(t *testing.T) {
 		nodes, n  int
 		tags      []string
 		want      []string
-		code      lease.Code
+		code      refusal.Code
 		wantWords []string
 	}{
 		{name: "distinct nodes, sorted", cands: []lease.Candidate{a, b, booked}, nodes: 2, n: 2, want: []string{"a", "b"}},
 		{name: "the pool's max_time keeps c out", cands: []lease.Candidate{a, b, c}, nodes: 2, n: 2, want: []string{"a", "b"}},
 		{name: "a booked node is skipped", cands: []lease.Candidate{booked, a, b}, nodes: 2, n: 1, want: []string{"a", "b"}},
 		{name: "only pool h100", cands: []lease.Candidate{a, b, c}, nodes: 2, n: 1, tags: []string{"h100"}, want: []string{"a", "b"}},
-		{name: "too few nodes up", cands: []lease.Candidate{a, b}, nodes: 3, n: 1, code: lease.CodeConflict, wantWords: []string{"asked to book 3 nodes but only 2 are up"}},
-		{name: "too few can take a part", cands: []lease.Candidate{a, booked, c}, nodes: 2, n: 3, code: lease.CodeConflict,
+		{name: "too few nodes up", cands: []lease.Candidate{a, b}, nodes: 3, n: 1, code: refusal.CodeConflict, wantWords: []string{"asked to book 3 nodes but only 2 are up"}},
+		{name: "too few can take a part", cands: []lease.Candidate{a, booked, c}, nodes: 2, n: 3, code: refusal.CodeConflict,
 			wantWords: []string{"asked to book 3 GPUs on each of 2 nodes", "only 1 node can take a part (a)", "on the others:"}},
-		{name: "none can", cands: []lease.Candidate{b, c}, nodes: 2, n: 4, code: lease.CodeConflict, wantWords: []string{"at most 2 can be booked together"}},
+		{name: "none can", cands: []lease.Candidate{b, c}, nodes: 2, n: 4, code: refusal.CodeConflict, wantWords: []string{"at most 2 can be booked together"}},
 		{name: "one node: the rest of a booking", cands: []lease.Candidate{a, b}, nodes: 1, n: 2, want: []string{"b"}},
-		{name: "no nodes", cands: []lease.Candidate{a, b}, nodes: 0, n: 1, code: lease.CodeInvalid, wantWords: []string{"1 to 64 nodes"}},
+		{name: "no nodes", cands: []lease.Candidate{a, b}, nodes: 0, n: 1, code: refusal.CodeInvalid, wantWords: []string{"1 to 64 nodes"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got, err := lease.BookNodes(tc.cands, tc.nodes, tc.n, "", tc.tags, pools, "alice", from, to)

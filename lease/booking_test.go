@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dibs-gpu/dibs/base/refusal"
 	"github.com/dibs-gpu/dibs/lease"
 )
 
@@ -37,16 +38,16 @@ func TestPlanBooking(t *testing.T) {
 	}
 	for _, tt := range []struct {
 		req  lease.BookRequest
-		code lease.Code
+		code refusal.Code
 		want []string
 	}{
-		{lease.BookRequest{Count: 4, Start: t0.Add(150 * time.Minute), Duration: time.Hour}, lease.CodeConflict,
+		{lease.BookRequest{Count: 4, Start: t0.Add(150 * time.Minute), Duration: time.Hour}, refusal.CodeConflict,
 			[]string{"asked to book 4 GPUs of gpu-01", "but only 1 can be", "GPU 0 is held by alice until", "GPU 1 is booked by bob from"}},
-		{lease.BookRequest{GPUs: []int{2}, Start: t0.Add(4 * time.Hour), Duration: time.Hour}, lease.CodeConflict, []string{"cannot book GPU 2", "booked by bob"}},
-		{lease.BookRequest{Count: 1, Start: t0.Add(-time.Minute), Duration: time.Hour}, lease.CodeInvalid, []string{"not in the future", "dibs claim"}},
-		{lease.BookRequest{Count: 1, Start: t0.Add(40 * 24 * time.Hour), Duration: time.Hour}, lease.CodeInvalid, []string{"at most 30d ahead"}},
-		{lease.BookRequest{Count: 1, Start: t0.Add(time.Hour)}, lease.CodeInvalid, []string{"say how long", "--for 3h"}},
-		{lease.BookRequest{Count: 1, Start: t0.Add(time.Hour), Duration: 30 * 24 * time.Hour}, lease.CodeInvalid, []string{"over the interactive maximum"}},
+		{lease.BookRequest{GPUs: []int{2}, Start: t0.Add(4 * time.Hour), Duration: time.Hour}, refusal.CodeConflict, []string{"cannot book GPU 2", "booked by bob"}},
+		{lease.BookRequest{Count: 1, Start: t0.Add(-time.Minute), Duration: time.Hour}, refusal.CodeInvalid, []string{"not in the future", "dibs claim"}},
+		{lease.BookRequest{Count: 1, Start: t0.Add(40 * 24 * time.Hour), Duration: time.Hour}, refusal.CodeInvalid, []string{"at most 30d ahead"}},
+		{lease.BookRequest{Count: 1, Start: t0.Add(time.Hour)}, refusal.CodeInvalid, []string{"say how long", "--for 3h"}},
+		{lease.BookRequest{Count: 1, Start: t0.Add(time.Hour), Duration: 30 * 24 * time.Hour}, refusal.CodeInvalid, []string{"over the interactive maximum"}},
 	} {
 		_, err := tb.PlanBooking(carol, tt.req, snap, t0, p)
 		checkRefusal(t, err, tt.code, tt.want...)
@@ -57,7 +58,7 @@ func TestPlanBooking(t *testing.T) {
 	}
 	p.BookMaxGPUHours = 10
 	_, err = tb.PlanBooking(bob, lease.BookRequest{Count: 2, Start: t0.Add(6 * time.Hour), Duration: 3 * time.Hour}, snap, t0, p)
-	checkRefusal(t, err, lease.CodeConflict, "one person may hold 10 GPU-hours of bookings; you hold 6 and this one is 6")
+	checkRefusal(t, err, refusal.CodeConflict, "one person may hold 10 GPU-hours of bookings; you hold 6 and this one is 6")
 }
 
 // A claim that would run into a booking gets a time limit that ends before
@@ -70,9 +71,9 @@ func TestClaimStopsBeforeBooking(t *testing.T) {
 		t.Fatalf("a default 4h claim before a booking in 2h: ends %s (%v), want at the booking's start", l.ExpiresAt, err)
 	}
 	_, err = tb.PlanClaim(alice, lease.Claim{Count: 1, Duration: 3 * time.Hour}, islands(4), t0, lease.DefaultPolicy())
-	checkRefusal(t, err, lease.CodeConflict, "only 0 are free that long", "booked by bob from")
+	checkRefusal(t, err, refusal.CodeConflict, "only 0 are free that long", "booked by bob from")
 	_, err = tb.PlanClaim(alice, lease.Claim{GPUs: []int{2}, Duration: 3 * time.Hour}, islands(4), t0, lease.DefaultPolicy())
-	checkRefusal(t, err, lease.CodeConflict, "GPUs 0,1,2,3 are booked by bob", "ask for --for 2h at most")
+	checkRefusal(t, err, refusal.CodeConflict, "GPUs 0,1,2,3 are booked by bob", "ask for --for 2h at most")
 	if _, err := tb.PlanClaim(alice, lease.Claim{Count: 1, Duration: time.Hour}, islands(4), t0, lease.DefaultPolicy()); err != nil {
 		t.Errorf("a 1h claim that ends before the booking: %v", err)
 	}
@@ -87,19 +88,19 @@ func TestClaimStopsBeforeBooking(t *testing.T) {
 	tb = table()
 	book(t, tb, bob, []int{0, 1, 2, 3}, 30*time.Second, time.Hour)
 	_, err = tb.PlanClaim(alice, lease.Claim{Count: 1}, islands(4), t0, lease.DefaultPolicy())
-	checkRefusal(t, err, lease.CodeConflict, "only 0 free")
+	checkRefusal(t, err, refusal.CodeConflict, "only 0 free")
 }
 
 func TestExtendStopsBeforeBooking(t *testing.T) {
 	tb := table(held(1, alice, []int{0}, t0, time.Hour))
 	book(t, tb, bob, []int{0}, 2*time.Hour, time.Hour)
 	_, err := tb.PlanExtend(alice, "gpu-01-1", 2*time.Hour, lease.At(t0), lease.DefaultPolicy())
-	checkRefusal(t, err, lease.CodeConflict, "would run into a booking", "extend by at most 1h")
+	checkRefusal(t, err, refusal.CodeConflict, "would run into a booking", "extend by at most 1h")
 	if _, err := tb.PlanExtend(alice, "gpu-01-1", 30*time.Minute, lease.At(t0), lease.DefaultPolicy()); err != nil {
 		t.Errorf("extending to before the booking: %v", err)
 	}
 	_, err = tb.PlanExtend(bob, "gpu-01-2", time.Hour, lease.At(t0), lease.DefaultPolicy())
-	checkRefusal(t, err, lease.CodeInvalid, "is a booking, which cannot be extended")
+	checkRefusal(t, err, refusal.CodeInvalid, "is a booking, which cannot be extended")
 }
 
 // At its time a booking becomes a lease; a lease still there (past its own
@@ -149,7 +150,7 @@ func TestBookNode(t *testing.T) {
 		t.Errorf("after the booking: %q (%v), want b (packs: no GPU left over)", got, err)
 	}
 	_, err = lease.BookNode([]lease.Candidate{a, b}, 3, "", nil, nil, "alice", t0.Add(2*time.Hour), t0.Add(3*time.Hour))
-	checkRefusal(t, err, lease.CodeConflict, "at most 2 can be booked together (on b)")
+	checkRefusal(t, err, refusal.CodeConflict, "at most 2 can be booked together (on b)")
 }
 
 // Weak 1 of issue 20: on the default config one person could book every
@@ -160,12 +161,12 @@ func TestBookingDefaultsProtectASharedCluster(t *testing.T) {
 	for _, tt := range []struct {
 		name string
 		req  lease.BookRequest
-		code lease.Code
+		code refusal.Code
 		want []string
 	}{
-		{"a week", lease.BookRequest{Count: 1, Start: t0.Add(time.Hour), Duration: 7 * 24 * time.Hour}, lease.CodeInvalid,
+		{"a week", lease.BookRequest{Count: 1, Start: t0.Add(time.Hour), Duration: 7 * 24 * time.Hour}, refusal.CodeInvalid,
 			[]string{"a booking may last at most 3d here; this one is 7d", "book a shorter time"}},
-		{"every GPU for three days", lease.BookRequest{Count: 4, Start: t0.Add(time.Hour), Duration: 3 * 24 * time.Hour}, lease.CodeConflict,
+		{"every GPU for three days", lease.BookRequest{Count: 4, Start: t0.Add(time.Hour), Duration: 3 * 24 * time.Hour}, refusal.CodeConflict,
 			[]string{"one person may hold 96 GPU-hours of bookings; you hold 0 and this one is 288", "book less"}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {

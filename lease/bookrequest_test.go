@@ -8,6 +8,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dibs-gpu/dibs/base/refusal"
+	"github.com/dibs-gpu/dibs/base/words"
+	"github.com/dibs-gpu/dibs/job"
 	"github.com/dibs-gpu/dibs/lease"
 )
 
@@ -16,8 +19,8 @@ import (
 // was wrong.
 func TestBookRequestValidate(t *testing.T) {
 	start := t0.Add(2 * time.Hour)
-	run := func(f func(r *lease.RunSpec)) *lease.RunSpec {
-		r := &lease.RunSpec{Name: "train", Command: []string{"python", "train.py"}, Dir: "/home/bob", Env: map[string]string{"PATH": "/usr/bin"}}
+	run := func(f func(r *job.RunSpec)) *job.RunSpec {
+		r := &job.RunSpec{Name: "train", Command: []string{"python", "train.py"}, Dir: "/home/bob", Env: map[string]string{"PATH": "/usr/bin"}}
 		f(r)
 		return r
 	}
@@ -30,7 +33,7 @@ func TestBookRequestValidate(t *testing.T) {
 		{name: "a count", req: lease.BookRequest{Count: 2, Start: start, Duration: time.Hour}},
 		{name: "named GPUs, a note, a kind, a model, pools, a request id", req: lease.BookRequest{GPUs: []int{0, 3}, Start: start, Duration: 3 * time.Hour,
 			Kind: lease.KindBatch, Note: "deadline", Model: "H100", Tags: []string{"east"}, RequestID: "req-0123456789"}},
-		{name: "a run", req: lease.BookRequest{Count: 1, Start: start, Duration: time.Hour, Run: run(func(*lease.RunSpec) {})}},
+		{name: "a run", req: lease.BookRequest{Count: 1, Start: start, Duration: time.Hour, Run: run(func(*job.RunSpec) {})}},
 		{name: "the first part of a booking across nodes", req: lease.BookRequest{Count: 1, Start: start, Duration: time.Hour, Lead: true}},
 		{name: "another part", req: lease.BookRequest{Count: 1, Start: start, Duration: time.Hour, Group: "node01-7"}},
 		{name: "an unknown kind", req: lease.BookRequest{Count: 1, Start: start, Duration: time.Hour, Kind: "urgent"}, want: `unknown lease kind "urgent"`},
@@ -38,20 +41,20 @@ func TestBookRequestValidate(t *testing.T) {
 			want: `request id "x" must be 8 to 64 letters`},
 		{name: "a count and indices", req: lease.BookRequest{Count: 2, GPUs: []int{0, 1}, Start: start, Duration: time.Hour},
 			want: "both say which GPUs: give one, not both"},
-		{name: "a run in a relative directory", req: lease.BookRequest{Count: 1, Start: start, Duration: time.Hour, Run: run(func(r *lease.RunSpec) { r.Dir = "exp" })},
+		{name: "a run in a relative directory", req: lease.BookRequest{Count: 1, Start: start, Duration: time.Hour, Run: run(func(r *job.RunSpec) { r.Dir = "exp" })},
 			want: "must be an absolute path"},
 		{name: "a run carrying a variable that does not travel", req: lease.BookRequest{Count: 1, Start: start, Duration: time.Hour,
-			Run: run(func(r *lease.RunSpec) { r.Env["SECRET"] = "x" })}, want: `environment variable "SECRET" does not travel`},
+			Run: run(func(r *job.RunSpec) { r.Env["SECRET"] = "x" })}, want: `environment variable "SECRET" does not travel`},
 		{name: "a negative count", req: lease.BookRequest{Count: -1, Start: start, Duration: time.Hour}, want: "GPU count -1 is out of range"},
-		{name: "more GPUs than a node has", req: lease.BookRequest{Count: lease.MaxGPUsPerNode + 1, Start: start, Duration: time.Hour}, want: "is out of range"},
+		{name: "more GPUs than a node has", req: lease.BookRequest{Count: words.MaxGPUsPerNode + 1, Start: start, Duration: time.Hour}, want: "is out of range"},
 		{name: "a negative GPU index", req: lease.BookRequest{GPUs: []int{-1}, Start: start, Duration: time.Hour}, want: "-1"},
 		{name: "a negative time", req: lease.BookRequest{Count: 1, Start: start, Duration: -time.Hour}, want: "booking time out of range"},
-		{name: "a time past any limit", req: lease.BookRequest{Count: 1, Start: start, Duration: lease.MaxDuration + time.Hour}, want: "booking time out of range"},
+		{name: "a time past any limit", req: lease.BookRequest{Count: 1, Start: start, Duration: words.MaxDuration + time.Hour}, want: "booking time out of range"},
 		{name: "a start no clock shows", req: lease.BookRequest{Count: 1, Start: time.Date(1, 1, 2, 0, 0, 0, 0, time.UTC), Duration: time.Hour},
 			want: "booking time out of range"},
 		{name: "a pool with a control character", req: lease.BookRequest{Count: 1, Start: start, Duration: time.Hour, Tags: []string{"east\x1b[2J"}}, want: "east"},
 		{name: "a model with a control character", req: lease.BookRequest{Count: 1, Start: start, Duration: time.Hour, Model: "H100\x07"}, want: "model holds"},
-		{name: "a model too long", req: lease.BookRequest{Count: 1, Start: start, Duration: time.Hour, Model: strings.Repeat("m", lease.MaxModelLen+1)},
+		{name: "a model too long", req: lease.BookRequest{Count: 1, Start: start, Duration: time.Hour, Model: strings.Repeat("m", words.MaxModelLen+1)},
 			want: "is longer than"},
 		{name: "a group that is not a booking id", req: lease.BookRequest{Count: 1, Start: start, Duration: time.Hour, Group: "node01"}, want: "bad booking group"},
 		{name: "a lead with a group", req: lease.BookRequest{Count: 1, Start: start, Duration: time.Hour, Group: "node01-7", Lead: true}, want: "bad booking group"},
@@ -66,8 +69,8 @@ func TestBookRequestValidate(t *testing.T) {
 				t.Fatalf("Validate: %v; want it accepted", err)
 			case tt.want != "" && (err == nil || !strings.Contains(err.Error(), tt.want)):
 				t.Fatalf("Validate: %v; want a refusal saying %q", err, tt.want)
-			case tt.want != "" && lease.CodeOf(err) != lease.CodeInvalid:
-				t.Fatalf("Validate: code %q; want %q", lease.CodeOf(err), lease.CodeInvalid)
+			case tt.want != "" && refusal.CodeOf(err) != refusal.CodeInvalid:
+				t.Fatalf("Validate: code %q; want %q", refusal.CodeOf(err), refusal.CodeInvalid)
 			}
 		})
 	}
@@ -86,7 +89,7 @@ func TestBookRequestJSONNames(t *testing.T) {
 	}{
 		{name: "every field",
 			req: lease.BookRequest{Count: 2, GPUs: []int{1, 3}, Start: at, Duration: 3 * time.Hour, Kind: lease.KindBatch, Note: "deadline",
-				Model: "H100", Tags: []string{"east"}, Run: &lease.RunSpec{Name: "train", Command: []string{"python", "train.py"}, Dir: "/home/bob",
+				Model: "H100", Tags: []string{"east"}, Run: &job.RunSpec{Name: "train", Command: []string{"python", "train.py"}, Dir: "/home/bob",
 					Env: map[string]string{"PATH": "/usr/bin"}}, RequestID: "req-0123456789", Group: "node01-7"},
 			want: `{"count":2,"gpus":[1,3],"start":"2030-01-02T09:00:00Z","duration":10800000000000,"kind":"batch","note":"deadline",` +
 				`"model":"H100","tags":["east"],"run":{"name":"train","command":["python","train.py"],"dir":"/home/bob","env":{"PATH":"/usr/bin"}},` +
@@ -111,7 +114,7 @@ func TestBookRequestJSONNames(t *testing.T) {
 // TestBookingKeepsItsRun: the run a booking carries is the job the
 // booking keeps, as asked, and the run the node starts at its time.
 func TestBookingKeepsItsRun(t *testing.T) {
-	run := &lease.RunSpec{Name: "train", Command: []string{"python", "train.py"}, Dir: "/home/bob", Env: map[string]string{"PATH": "/usr/bin"}}
+	run := &job.RunSpec{Name: "train", Command: []string{"python", "train.py"}, Dir: "/home/bob", Env: map[string]string{"PATH": "/usr/bin"}}
 	b, err := table().PlanBooking(bob, lease.BookRequest{Count: 1, Start: t0.Add(time.Hour), Duration: time.Hour, Run: run}, islands(2), t0, lease.DefaultPolicy())
 	if err != nil {
 		t.Fatal(err)

@@ -6,7 +6,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/dibs-gpu/dibs/internal/termsafe"
+	"github.com/dibs-gpu/dibs/base/refusal"
+	"github.com/dibs-gpu/dibs/base/termsafe"
 	"github.com/dibs-gpu/dibs/nodeprobe"
 )
 
@@ -93,7 +94,7 @@ func (w Want) unbooked(c Candidate) Candidate {
 // has: the pools, the models, what is free.
 func ChooseNodeFor(cands []Candidate, w Want, pools Pools, user string) (string, error) {
 	if len(cands) == 0 {
-		return "", errorf(CodeUnavailable, "no node is up to take the claim: `dibs ls` shows the cluster")
+		return "", refusal.Errorf(refusal.CodeUnavailable, "no node is up to take the claim: `dibs ls` shows the cluster")
 	}
 	var in []Candidate
 	var limited, closest error
@@ -120,7 +121,7 @@ func ChooseNodeFor(cands []Candidate, w Want, pools Pools, user string) (string,
 	case len(in) == 0 && limited != nil:
 		return "", limited
 	case len(in) == 0:
-		return "", Invalidf("no node that is up is in pool %s (%s): ask for one of those", strings.Join(w.Tags, "+"), candTags(cands))
+		return "", refusal.Invalidf("no node that is up is in pool %s (%s): ask for one of those", strings.Join(w.Tags, "+"), candTags(cands))
 	}
 	if w.MIG == "" && w.MemMiB == 0 {
 		// Whole GPUs go where no booking cuts the claim short, when a node
@@ -138,8 +139,8 @@ func ChooseNodeFor(cands []Candidate, w Want, pools Pools, user string) (string,
 	switch {
 	case err == nil || closest == nil:
 		return node, err
-	case CodeOf(err) == CodeConflict:
-		return "", errorf(CodeOf(closest), "%s (no other node has room now: %v)", closest.(*Error).Msg, err)
+	case refusal.CodeOf(err) == refusal.CodeConflict:
+		return "", refusal.Errorf(refusal.CodeOf(closest), "%s (no other node has room now: %v)", closest.(*refusal.Error).Msg, err)
 	}
 	// No other node could ever take it: the closest fit's limit is the answer.
 	return "", closest
@@ -161,7 +162,7 @@ func chooseAmong(in []Candidate, w Want) (string, error) {
 		}
 		if !found {
 			slices.Sort(models)
-			return "", Invalidf("no node has a %s GPU (they have %s): ask for one of those, or leave --model out", termsafe.String(w.Model), strings.Join(models, ", "))
+			return "", refusal.Invalidf("no node has a %s GPU (they have %s): ask for one of those, or leave --model out", termsafe.String(w.Model), strings.Join(models, ", "))
 		}
 	}
 	switch {
@@ -181,7 +182,7 @@ func chooseAmong(in []Candidate, w Want) (string, error) {
 	}
 	node, err := ChooseNode(of, w.Count)
 	if err != nil {
-		var e *Error
+		var e *refusal.Error
 		if errors.As(err, &e) {
 			e.Msg = strings.Replace(e.Msg, "GPUs", termsafe.String(w.Model)+" GPUs", 1)
 		}
@@ -212,7 +213,7 @@ func chooseMIG(cands []Candidate, w Want) (string, error) {
 	case best != "":
 		return best, nil
 	case !any:
-		return "", Invalidf("no node that is up has a GPU split into MIG instances: claim whole GPUs (-g N)")
+		return "", refusal.Invalidf("no node that is up has a GPU split into MIG instances: claim whole GPUs (-g N)")
 	}
 	var have []string
 	for _, c := range cands {
@@ -222,9 +223,9 @@ func chooseMIG(cands []Candidate, w Want) (string, error) {
 	}
 	if !exists {
 		// Waiting would never help: refuse, saying what there is.
-		return "", Invalidf("no node has a MIG instance %s (%s): ask for one of those, by profile, MIG- UUID or GPU:INDEX (`dibs ls` lists them)", termsafe.String(w.MIG), strings.Join(have, "; "))
+		return "", refusal.Invalidf("no node has a MIG instance %s (%s): ask for one of those, by profile, MIG- UUID or GPU:INDEX (`dibs ls` lists them)", termsafe.String(w.MIG), strings.Join(have, "; "))
 	}
-	return "", errorf(CodeConflict, "no MIG instance %s is free on any node (%s): wait, or ask for another profile; `dibs ls` shows who holds them", termsafe.String(w.MIG), strings.Join(have, "; "))
+	return "", refusal.Errorf(refusal.CodeConflict, "no MIG instance %s is free on any node (%s): wait, or ask for another profile; `dibs ls` shows who holds them", termsafe.String(w.MIG), strings.Join(have, "; "))
 }
 
 func chooseShared(cands []Candidate, w Want) (string, error) {
@@ -250,9 +251,9 @@ func chooseShared(cands []Candidate, w Want) (string, error) {
 		return best, nil
 	}
 	if mostNode == "" {
-		return "", errorf(CodeConflict, "asked for %s on a shared GPU but no GPU has memory to share: every one is held whole, split into MIG instances or full: wait, or `dibs claim --queue`", FormatMem(w.MemMiB))
+		return "", refusal.Errorf(refusal.CodeConflict, "asked for %s on a shared GPU but no GPU has memory to share: every one is held whole, split into MIG instances or full: wait, or `dibs claim --queue`", FormatMem(w.MemMiB))
 	}
-	return "", errorf(CodeConflict, "asked for %s on a shared GPU but at most %s is free on one GPU (on %s): ask for %s or less, wait, or `dibs claim --queue`", FormatMem(w.MemMiB), FormatMem(most), mostNode, FormatMem(most))
+	return "", refusal.Errorf(refusal.CodeConflict, "asked for %s on a shared GPU but at most %s is free on one GPU (on %s): ask for %s or less, wait, or `dibs claim --queue`", FormatMem(w.MemMiB), FormatMem(most), mostNode, FormatMem(most))
 }
 
 // candTags lists the pools of the candidates, for a message.
@@ -311,13 +312,13 @@ func BookNode(cands []Candidate, n int, model string, tags []string, pools Pools
 	case inPool == 0 && limited != nil:
 		return "", limited
 	case closest != nil:
-		return "", errorf(CodeOf(closest), "%s (no other node can be booked %s)", closest.(*Error).Msg, bookingSpan(start, end))
+		return "", refusal.Errorf(refusal.CodeOf(closest), "%s (no other node can be booked %s)", closest.(*refusal.Error).Msg, bookingSpan(start, end))
 	case inPool == 0 && len(tags) > 0:
-		return "", Invalidf("no node that is up is in pool %s (%s): ask for one of those", strings.Join(tags, "+"), candTags(cands))
+		return "", refusal.Invalidf("no node that is up is in pool %s (%s): ask for one of those", strings.Join(tags, "+"), candTags(cands))
 	case inPool == 0:
-		return "", errorf(CodeUnavailable, "no node is up to take the booking: `dibs ls` shows the cluster")
+		return "", refusal.Errorf(refusal.CodeUnavailable, "no node is up to take the booking: `dibs ls` shows the cluster")
 	case mostNode == "":
-		return "", errorf(CodeConflict, "no GPU can be booked %s: every one is held or booked then: `dibs bookings` shows the bookings", bookingSpan(start, end))
+		return "", refusal.Errorf(refusal.CodeConflict, "no GPU can be booked %s: every one is held or booked then: `dibs bookings` shows the bookings", bookingSpan(start, end))
 	}
-	return "", errorf(CodeConflict, "asked to book %d GPUs %s but at most %d can be booked together (on %s): book fewer, or another time", n, bookingSpan(start, end), most, mostNode)
+	return "", refusal.Errorf(refusal.CodeConflict, "asked to book %d GPUs %s but at most %d can be booked together (on %s): book fewer, or another time", n, bookingSpan(start, end), most, mostNode)
 }

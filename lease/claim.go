@@ -1,6 +1,12 @@
 package lease
 
-import "time"
+import (
+	"time"
+
+	"github.com/dibs-gpu/dibs/base/refusal"
+	"github.com/dibs-gpu/dibs/base/words"
+	"github.com/dibs-gpu/dibs/job"
+)
 
 // Claim is what a person asks for on one node, made once at the edge (the
 // agent's socket handler reads the words of a request into it) and carried
@@ -26,7 +32,7 @@ type Claim struct {
 	// Force allows naming GPUs that have someone's process on them but no lease.
 	Force bool `json:"force,omitempty"`
 	// Run, when set, is the tmux session to start on the new lease.
-	Run *RunSpec `json:"run,omitempty"`
+	Run *job.RunSpec `json:"run,omitempty"`
 	// RequestID names the claim so a retry (same id, same caller) gets
 	// the lease the first try made instead of more GPUs.
 	RequestID string `json:"request_id,omitempty"`
@@ -56,32 +62,16 @@ type Claim struct {
 	AnyCPU bool `json:"any_cpu,omitempty"`
 }
 
-// RunSpec is the session a claim (or a booking) starts on its GPUs, as the
-// person asked for it: the one shape of a run from the local API
-// (api.RunSpec) through the agents' protocol (agent/peer.Run) to the node
-// that starts it. Its JSON names are both wires'.
-type RunSpec struct {
-	// Name of the tmux session; empty means one derived from the lease id.
-	Name string `json:"name,omitempty"`
-	// Command to run; empty means the user's login shell.
-	Command []string `json:"command,omitempty"`
-	// Dir is the working directory; empty means the user's home.
-	Dir string `json:"dir,omitempty"`
-	// Env is what the caller's shell has of CarriedEnv (PATH, the Python
-	// environment), for the command to find what it found there.
-	Env map[string]string `json:"env,omitempty"`
-}
-
 // Validate refuses a claim no node could grant as asked, with words for
 // the person who asked: the edge runs it on the claim it made, and the
 // owning node again on the claim the network brought (agent/peer runs it
 // on every request it decodes).
 func (c Claim) Validate() error {
 	if c.Count < 0 {
-		return Invalidf("GPU count must be positive, got %d", c.Count)
+		return refusal.Invalidf("GPU count must be positive, got %d", c.Count)
 	}
-	if c.Count > MaxGPUsPerNode {
-		return Invalidf("GPU count %d is out of range: a node has at most %d", c.Count, MaxGPUsPerNode)
+	if c.Count > words.MaxGPUsPerNode {
+		return refusal.Invalidf("GPU count %d is out of range: a node has at most %d", c.Count, words.MaxGPUsPerNode)
 	}
 	if err := CheckGPUs(c.GPUs); err != nil {
 		return err
@@ -89,17 +79,17 @@ func (c Claim) Validate() error {
 	if err := CheckCountOrIDs(c.Count, c.GPUs); err != nil {
 		return err
 	}
-	if c.Duration < 0 || c.Duration > MaxDuration {
-		return Invalidf("time limit %s is out of range", FormatDuration(c.Duration))
+	if c.Duration < 0 || c.Duration > words.MaxDuration {
+		return refusal.Invalidf("time limit %s is out of range", words.FormatDuration(c.Duration))
 	}
 	if _, err := ParseKind(string(c.Kind)); err != nil {
 		return err
 	}
-	if err := checkNote(c.Note); err != nil {
+	if err := words.CheckNote(c.Note); err != nil {
 		return err
 	}
 	if c.RequestID != "" && !ValidRequestID(c.RequestID) {
-		return Invalidf("request id %s must be 8 to 64 letters, digits, '-' or '_'", QuoteInput(c.RequestID))
+		return refusal.Invalidf("request id %s must be 8 to 64 letters, digits, '-' or '_'", words.QuoteInput(c.RequestID))
 	}
 	if err := c.checkWant(); err != nil {
 		return err
@@ -116,32 +106,16 @@ func (c Claim) Validate() error {
 // checkWant bounds the parts of a claim that ask for a MIG instance, a
 // memory budget, a model or pools.
 func (c Claim) checkWant() error {
-	if len(c.MIG) > MaxNameLen || len(c.Model) > MaxModelLen || c.MemMiB > MaxMemMiB {
-		return Invalidf("the MIG instance, model or memory budget is too long or too large")
+	if len(c.MIG) > words.MaxNameLen || len(c.Model) > words.MaxModelLen || c.MemMiB > words.MaxMemMiB {
+		return refusal.Invalidf("the MIG instance, model or memory budget is too long or too large")
 	}
-	if err := CheckText("MIG instance", c.MIG); err != nil {
+	if err := words.CheckText("MIG instance", c.MIG); err != nil {
 		return err
 	}
-	if err := CheckText("model", c.Model); err != nil {
+	if err := words.CheckText("model", c.Model); err != nil {
 		return err
 	}
 	return CheckTags(c.Tags)
-}
-
-// Check is every bound a run spec is held to, its size as the agents send
-// it too; nil (no run) passes. Whether tmux keeps its name as given is the
-// launcher's rule (launch.CheckName), checked by the agent beside it.
-func (r *RunSpec) Check() error {
-	if r == nil {
-		return nil
-	}
-	return r.Job().Check()
-}
-
-// Job is the run as a job: what a booking keeps and `dibs export sbatch`
-// writes back.
-func (r *RunSpec) Job() *Job {
-	return &Job{Command: r.Command, Dir: r.Dir, Name: r.Name, Env: r.Env}
 }
 
 // CheckCountOrIDs refuses a request that both counts GPUs and names them:
@@ -149,7 +123,7 @@ func (r *RunSpec) Job() *Job {
 // meant. Claims and bookings share it, so the rule and its words live once.
 func CheckCountOrIDs(count int, gpus []int) error {
 	if count > 0 && len(gpus) > 0 {
-		return Invalidf("a count (%d) and GPU indices (%v) both say which GPUs: give one, not both", count, gpus)
+		return refusal.Invalidf("a count (%d) and GPU indices (%v) both say which GPUs: give one, not both", count, gpus)
 	}
 	return nil
 }
@@ -159,7 +133,7 @@ func CheckCountOrIDs(count int, gpus []int) error {
 // the GPUs named beside it says the same thing twice and passes.
 func countDisagrees(count int, gpus []int) error {
 	if len(gpus) > 0 && count > 0 && count != len(gpus) {
-		return Invalidf("asked for %s but named %d: give either -g N or --ids", GPUCount(count), len(gpus))
+		return refusal.Invalidf("asked for %s but named %d: give either -g N or --ids", words.GPUCount(count), len(gpus))
 	}
 	return nil
 }

@@ -7,14 +7,17 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dibs-gpu/dibs/base/refusal"
+	"github.com/dibs-gpu/dibs/base/words"
+	"github.com/dibs-gpu/dibs/job"
 	"github.com/dibs-gpu/dibs/lease"
 )
 
 // TestClaimValidate: every bound a claim is held to, at the edge and again
 // where the network brings it, refused in words that say what was wrong.
 func TestClaimValidate(t *testing.T) {
-	run := func(f func(r *lease.RunSpec)) *lease.RunSpec {
-		r := &lease.RunSpec{Name: "train", Command: []string{"python", "train.py"}, Dir: "/home/alice", Env: map[string]string{"PATH": "/usr/bin"}}
+	run := func(f func(r *job.RunSpec)) *job.RunSpec {
+		r := &job.RunSpec{Name: "train", Command: []string{"python", "train.py"}, Dir: "/home/alice", Env: map[string]string{"PATH": "/usr/bin"}}
 		f(r)
 		return r
 	}
@@ -30,9 +33,9 @@ func TestClaimValidate(t *testing.T) {
 		{name: "no kind (the granting node's default)", claim: lease.Claim{Count: 1}},
 		{name: "a MIG instance", claim: lease.Claim{MIG: "3g.40gb"}},
 		{name: "a memory budget on a model in pools", claim: lease.Claim{GPUs: []int{1}, MemMiB: 20 << 10, Model: "H100", Tags: []string{"east"}}},
-		{name: "a run", claim: lease.Claim{Count: 1, Run: run(func(*lease.RunSpec) {})}},
+		{name: "a run", claim: lease.Claim{Count: 1, Run: run(func(*job.RunSpec) {})}},
 		{name: "a negative count", claim: lease.Claim{Count: -1}, want: "GPU count must be positive, got -1"},
-		{name: "more GPUs than a node has", claim: lease.Claim{Count: lease.MaxGPUsPerNode + 1}, want: "is out of range"},
+		{name: "more GPUs than a node has", claim: lease.Claim{Count: words.MaxGPUsPerNode + 1}, want: "is out of range"},
 		{name: "a count and indices", claim: lease.Claim{Count: 2, GPUs: []int{0, 1}}, want: "both say which GPUs: give one, not both"},
 		{name: "a negative GPU index", claim: lease.Claim{GPUs: []int{-1}}, want: "-1"},
 		{name: "a negative time", claim: lease.Claim{Count: 1, Duration: -time.Hour}, want: "time limit -1h is out of range"},
@@ -40,14 +43,14 @@ func TestClaimValidate(t *testing.T) {
 		{name: "a note of two lines", claim: lease.Claim{Count: 1, Note: "a\nb"}, want: "note must be one line"},
 		{name: "a note with an escape", claim: lease.Claim{Count: 1, Note: "hi\x1b[2J"}, want: "note holds"},
 		{name: "a request id too short", claim: lease.Claim{Count: 1, RequestID: "x"}, want: `request id "x" must be 8 to 64 letters`},
-		{name: "a MIG instance too long", claim: lease.Claim{MIG: strings.Repeat("m", lease.MaxNameLen+1)}, want: "too long or too large"},
-		{name: "a memory budget too large", claim: lease.Claim{MemMiB: lease.MaxMemMiB + 1}, want: "too long or too large"},
+		{name: "a MIG instance too long", claim: lease.Claim{MIG: strings.Repeat("m", words.MaxNameLen+1)}, want: "too long or too large"},
+		{name: "a memory budget too large", claim: lease.Claim{MemMiB: words.MaxMemMiB + 1}, want: "too long or too large"},
 		{name: "a model with a control character", claim: lease.Claim{Count: 1, Model: "H100\x07"}, want: "model holds"},
-		{name: "a run in a relative directory", claim: lease.Claim{Count: 1, Run: run(func(r *lease.RunSpec) { r.Dir = "exp" })},
+		{name: "a run in a relative directory", claim: lease.Claim{Count: 1, Run: run(func(r *job.RunSpec) { r.Dir = "exp" })},
 			want: "must be an absolute path"},
-		{name: "a run carrying a variable that does not travel", claim: lease.Claim{Count: 1, Run: run(func(r *lease.RunSpec) { r.Env["SECRET"] = "x" })},
+		{name: "a run carrying a variable that does not travel", claim: lease.Claim{Count: 1, Run: run(func(r *job.RunSpec) { r.Env["SECRET"] = "x" })},
 			want: "environment variable \"SECRET\" does not travel"},
-		{name: "a run with a NUL in its command", claim: lease.Claim{Count: 1, Run: run(func(r *lease.RunSpec) { r.Command = []string{"a\x00b"} })},
+		{name: "a run with a NUL in its command", claim: lease.Claim{Count: 1, Run: run(func(r *job.RunSpec) { r.Command = []string{"a\x00b"} })},
 			want: "NUL"},
 	}
 	for _, tt := range tests {
@@ -58,8 +61,8 @@ func TestClaimValidate(t *testing.T) {
 				t.Fatalf("Validate: %v; want it accepted", err)
 			case tt.want != "" && (err == nil || !strings.Contains(err.Error(), tt.want)):
 				t.Fatalf("Validate: %v; want a refusal saying %q", err, tt.want)
-			case tt.want != "" && lease.CodeOf(err) != lease.CodeInvalid:
-				t.Fatalf("Validate: %v has code %q; want %q", err, lease.CodeOf(err), lease.CodeInvalid)
+			case tt.want != "" && refusal.CodeOf(err) != refusal.CodeInvalid:
+				t.Fatalf("Validate: %v has code %q; want %q", err, refusal.CodeOf(err), refusal.CodeInvalid)
 			}
 		})
 	}
@@ -103,7 +106,7 @@ func TestClaimLimit(t *testing.T) {
 // travels.
 func TestClaimJSONNames(t *testing.T) {
 	c := lease.Claim{Count: 1, GPUs: []int{2}, Duration: time.Hour, Note: "n", Kind: lease.KindBatch, Force: true,
-		Run: &lease.RunSpec{Name: "s", Command: []string{"true"}, Dir: "/d", Env: map[string]string{"PATH": "/bin"}}, RequestID: "req-0123456789",
+		Run: &job.RunSpec{Name: "s", Command: []string{"true"}, Dir: "/d", Env: map[string]string{"PATH": "/bin"}}, RequestID: "req-0123456789",
 		QueuedAt: time.Unix(1, 0), MIG: "1g.10gb", MemMiB: 1, Model: "m", Tags: []string{"t"}}
 	b, err := json.Marshal(c)
 	if err != nil {

@@ -2,49 +2,12 @@ package lease
 
 import (
 	"cmp"
-	"fmt"
 	"slices"
-	"strings"
 
+	"github.com/dibs-gpu/dibs/base/refusal"
+	"github.com/dibs-gpu/dibs/job"
 	"github.com/dibs-gpu/dibs/nodeprobe"
 )
-
-// ContainerIDLen is the length of the short container id dibs records and
-// shows (`docker ps`'s, and what nodeprobe reads from a process's cgroup).
-const ContainerIDLen = 12
-
-// MaxContainers is how many containers one lease may adopt: enough for a
-// holder who restarts a container a few times, small enough that a lease
-// stays a small gossip message.
-const MaxContainers = 8
-
-// ParseContainerID turns a container id as a person types it (the short id
-// `docker ps` prints, or the full one `docker run -d` prints) into the short
-// id the board shows; names are not ids, as the agent cannot ask the runtime.
-func ParseContainerID(s string) (string, error) {
-	id := strings.ToLower(strings.TrimSpace(s))
-	if len(id) < ContainerIDLen || len(id) > 64 || strings.Trim(id, "0123456789abcdef") != "" {
-		return "", Invalidf("%s is not a container id: give the id `docker ps` (or `podman ps`) prints, 12 to 64 hex digits, not the container's name", QuoteInput(s))
-	}
-	return id[:ContainerIDLen], nil
-}
-
-// CheckContainers refuses a lease's adopted containers that no agent
-// records: too many, not short ids, or one twice.
-func CheckContainers(ids []string) error {
-	if len(ids) > MaxContainers {
-		return fmt.Errorf("%d adopted containers, over %d", len(ids), MaxContainers)
-	}
-	for i, id := range ids {
-		if short, err := ParseContainerID(id); err != nil || short != id {
-			return fmt.Errorf("adopted container %s is not a short container id", QuoteInput(id))
-		}
-		if slices.Contains(ids[:i], id) {
-			return fmt.Errorf("adopted container %s appears twice", id)
-		}
-	}
-	return nil
-}
 
 // runsAsRoot reports whether a process runs as root, the way a rootful
 // container runtime starts a container's processes.
@@ -104,7 +67,7 @@ func (u *Use) callerLease(pr nodeprobe.Process, uid int) *Lease {
 // Adopting a container a lease already has is no change. The leases come
 // back changed, by id, for the caller to save; the table is not touched.
 func (t *Table) PlanAdoptContainer(c Caller, id string, snap nodeprobe.Snapshot) ([]Lease, error) {
-	short, err := ParseContainerID(id)
+	short, err := job.ParseContainerID(id)
 	if err != nil {
 		return nil, err
 	}
@@ -123,10 +86,10 @@ func (t *Table) PlanAdoptContainer(c Caller, id string, snap nodeprobe.Snapshot)
 				if h := u.first(); h != nil {
 					who = "held by " + h.User
 				}
-				return nil, errorf(CodeForbidden, "container %s runs pid %d on GPU %d (%s), which you do not hold: only a container whose processes all run on your leased GPUs can be adopted", short, pr.PID, g.Index, who)
+				return nil, refusal.Errorf(refusal.CodeForbidden, "container %s runs pid %d on GPU %d (%s), which you do not hold: only a container whose processes all run on your leased GPUs can be adopted", short, pr.PID, g.Index, who)
 			}
 			if !l.ReservedUntil.IsZero() {
-				return nil, errorf(CodeConflict, "container %s runs on GPU %d of gang reservation %s, not yet a lease: adopt it once the gang has started", short, g.Index, l.ID)
+				return nil, refusal.Errorf(refusal.CodeConflict, "container %s runs on GPU %d of gang reservation %s, not yet a lease: adopt it once the gang has started", short, g.Index, l.ID)
 			}
 			if !slices.Contains(mine, l) {
 				mine = append(mine, l)
@@ -134,15 +97,15 @@ func (t *Table) PlanAdoptContainer(c Caller, id string, snap nodeprobe.Snapshot)
 		}
 	}
 	if len(mine) == 0 {
-		return nil, errorf(CodeNotFound, "no process of container %s runs on a GPU of %s: `dibs ls` shows each GPU process's container; adopt on the node it runs on", short, t.node)
+		return nil, refusal.Errorf(refusal.CodeNotFound, "no process of container %s runs on a GPU of %s: `dibs ls` shows each GPU process's container; adopt on the node it runs on", short, t.node)
 	}
 	out := make([]Lease, 0, len(mine))
 	for _, l := range mine {
 		nl := *l
 		nl.Mono = nil
 		if !slices.Contains(l.Containers, short) {
-			if len(l.Containers) >= MaxContainers {
-				return nil, Invalidf("lease %s has adopted %d containers already, the most it may: start a new lease for more", l.ID, MaxContainers)
+			if len(l.Containers) >= job.MaxContainers {
+				return nil, refusal.Invalidf("lease %s has adopted %d containers already, the most it may: start a new lease for more", l.ID, job.MaxContainers)
 			}
 			nl.Containers = append(slices.Clone(l.Containers), short)
 		}

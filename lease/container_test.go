@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dibs-gpu/dibs/base/refusal"
+	"github.com/dibs-gpu/dibs/job"
 	"github.com/dibs-gpu/dibs/lease"
 	"github.com/dibs-gpu/dibs/nodeprobe"
 )
@@ -27,37 +29,6 @@ func inContainer(pid int, c lease.Caller, ctr string) nodeprobe.Process {
 
 var rootProc = lease.Caller{UID: 0, User: "root"}
 
-func TestParseContainerID(t *testing.T) {
-	for _, tc := range []struct {
-		in, want string
-	}{
-		{ctrA, ctrA},
-		{"  " + ctrA + "\n", ctrA},
-		{strings.ToUpper(ctrA), ctrA},
-		{ctrA + strings.Repeat("0", 52), ctrA}, // the full id docker run -d prints
-		{"3f2a9c1b7d4", ""},                    // too short to be unambiguous
-		{ctrA + strings.Repeat("0", 53), ""},   // longer than any id
-		{"my-container", ""},                   // a name: the agent cannot ask the runtime
-		{"3f2a9c1b7d4g", ""},
-		{"", ""},
-		{"3f2a9c1b7d4e\x1b[2J", ""},
-	} {
-		got, err := lease.ParseContainerID(tc.in)
-		if tc.want == "" {
-			if err == nil || lease.CodeOf(err) != lease.CodeInvalid || !strings.Contains(err.Error(), "docker ps") {
-				t.Errorf("ParseContainerID(%q) = %q, %v; want an invalid-input refusal that says where the id is", tc.in, got, err)
-			}
-			if err != nil && strings.Contains(err.Error(), "\x1b") {
-				t.Errorf("ParseContainerID(%q): the refusal echoes an escape: %q", tc.in, err)
-			}
-			continue
-		}
-		if err != nil || got != tc.want {
-			t.Errorf("ParseContainerID(%q) = %q, %v; want %q", tc.in, got, err, tc.want)
-		}
-	}
-}
-
 // TestPlanAdoptContainer: the holder of a lease takes a container on its
 // GPUs; nobody can take one that also runs on a GPU they do not hold.
 func TestPlanAdoptContainer(t *testing.T) {
@@ -69,7 +40,7 @@ func TestPlanAdoptContainer(t *testing.T) {
 	a2 := held(2, alice, []int{2}, t0, time.Hour)
 	b3 := held(3, bob, []int{6}, t0, time.Hour)
 	full := held(4, alice, []int{7}, t0, time.Hour)
-	for i := range lease.MaxContainers {
+	for i := range job.MaxContainers {
 		full.Containers = append(full.Containers, strings.Repeat(string(rune('a'+i)), 12))
 	}
 	had := held(5, alice, []int{3}, t0, time.Hour)
@@ -84,7 +55,7 @@ func TestPlanAdoptContainer(t *testing.T) {
 		snap   nodeprobe.Snapshot
 		id     string
 		want   map[string][]string // lease id -> its containers after
-		code   lease.Code
+		code   refusal.Code
 		msg    []string
 	}{
 		{name: "root's container on the holder's GPU", caller: alice, snap: on(box, 0, inContainer(10, rootProc, ctrB)), id: ctrB,
@@ -98,21 +69,21 @@ func TestPlanAdoptContainer(t *testing.T) {
 		{name: "a second container beside the first", caller: alice, snap: on(box, 3, inContainer(10, rootProc, ctrB)), id: ctrB,
 			want: map[string][]string{"gpu-01-5": {ctrA, ctrB}}},
 		{name: "also on someone else's GPU", caller: alice, snap: on(on(box, 0, inContainer(10, rootProc, ctrB)), 6, inContainer(11, rootProc, ctrB)), id: ctrB,
-			code: lease.CodeForbidden, msg: []string{"container " + ctrB + " runs pid 11 on GPU 6 (held by bob), which you do not hold"}},
+			code: refusal.CodeForbidden, msg: []string{"container " + ctrB + " runs pid 11 on GPU 6 (held by bob), which you do not hold"}},
 		{name: "also on a GPU nobody leased", caller: alice, snap: on(on(box, 0, inContainer(10, rootProc, ctrB)), 5, inContainer(11, rootProc, ctrB)), id: ctrB,
-			code: lease.CodeForbidden, msg: []string{"on GPU 5 (not leased), which you do not hold"}},
+			code: refusal.CodeForbidden, msg: []string{"on GPU 5 (not leased), which you do not hold"}},
 		{name: "only on someone else's GPU", caller: alice, snap: on(box, 6, inContainer(11, rootProc, ctrB)), id: ctrB,
-			code: lease.CodeForbidden, msg: []string{"GPU 6 (held by bob)"}},
+			code: refusal.CodeForbidden, msg: []string{"GPU 6 (held by bob)"}},
 		{name: "an admin holds no lease there", caller: root, snap: on(box, 0, inContainer(10, rootProc, ctrB)), id: ctrB,
-			code: lease.CodeForbidden, msg: []string{"GPU 0 (held by alice), which you do not hold"}},
+			code: refusal.CodeForbidden, msg: []string{"GPU 0 (held by alice), which you do not hold"}},
 		{name: "no process of it on any GPU", caller: alice, snap: on(box, 0, inContainer(10, rootProc, ctrB)), id: ctrC,
-			code: lease.CodeNotFound, msg: []string{"no process of container " + ctrC + " runs on a GPU of gpu-01", "dibs ls"}},
+			code: refusal.CodeNotFound, msg: []string{"no process of container " + ctrC + " runs on a GPU of gpu-01", "dibs ls"}},
 		{name: "a name, not an id", caller: alice, snap: box, id: "trainer",
-			code: lease.CodeInvalid, msg: []string{`"trainer" is not a container id`}},
+			code: refusal.CodeInvalid, msg: []string{`"trainer" is not a container id`}},
 		{name: "a lease at its most containers", caller: alice, snap: on(box, 7, inContainer(10, rootProc, ctrB)), id: ctrB,
-			code: lease.CodeInvalid, msg: []string{"lease gpu-01-4 has adopted 8 containers already"}},
+			code: refusal.CodeInvalid, msg: []string{"lease gpu-01-4 has adopted 8 containers already"}},
 		{name: "a gang reservation, not yet a lease", caller: alice, snap: on(box, 4, inContainer(10, rootProc, ctrB)), id: ctrB,
-			code: lease.CodeConflict, msg: []string{"gang reservation gpu-01-6"}},
+			code: refusal.CodeConflict, msg: []string{"gang reservation gpu-01-6"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -212,5 +183,5 @@ func TestLeaseValidateContainers(t *testing.T) {
 func TestPlanAdoptRootContainerPIDPointsAtContainer(t *testing.T) {
 	snap := withProc(islands(4), 0, inContainer(4242, rootProc, ctrA))
 	_, err := table(held(1, alice, []int{0}, t0, time.Hour)).PlanAdopt(alice, 4242, 0, "", snap, t0, lease.DefaultPolicy())
-	checkRefusal(t, err, lease.CodeForbidden, "pid 4242 is root's, in container "+ctrA, "dibs adopt --container "+ctrA)
+	checkRefusal(t, err, refusal.CodeForbidden, "pid 4242 is root's, in container "+ctrA, "dibs adopt --container "+ctrA)
 }

@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/dibs-gpu/dibs/base/refusal"
+	"github.com/dibs-gpu/dibs/base/words"
 	"github.com/dibs-gpu/dibs/nodeprobe"
 )
 
@@ -25,10 +27,10 @@ const MaxCPUsPerGPU = 1024
 // checkCPUAsk refuses a claim's CPU words that contradict or overflow.
 func (c Claim) checkCPUAsk() error {
 	if c.CPUsPerGPU < 0 || c.CPUsPerGPU > MaxCPUsPerGPU {
-		return Invalidf("--cpus-per-gpu %d is out of range: 1 to %d", c.CPUsPerGPU, MaxCPUsPerGPU)
+		return refusal.Invalidf("--cpus-per-gpu %d is out of range: 1 to %d", c.CPUsPerGPU, MaxCPUsPerGPU)
 	}
 	if c.CPUsPerGPU > 0 && c.AnyCPU {
-		return Invalidf("--cpus any and --cpus-per-gpu contradict each other: give one")
+		return refusal.Invalidf("--cpus any and --cpus-per-gpu contradict each other: give one")
 	}
 	return nil
 }
@@ -40,14 +42,14 @@ func (l *Lease) checkCPUs() error {
 		return nil
 	}
 	if len(l.CPUs) != len(l.GPUs) {
-		return Invalidf("lease %s has cores for %d GPUs and holds %d", l.ID, len(l.CPUs), len(l.GPUs))
+		return refusal.Invalidf("lease %s has cores for %d GPUs and holds %d", l.ID, len(l.CPUs), len(l.GPUs))
 	}
 	for _, s := range l.CPUs {
 		if len(s) > maxCPUListLen {
-			return Invalidf("lease %s has a %d-byte CPU list", l.ID, len(s))
+			return refusal.Invalidf("lease %s has a %d-byte CPU list", l.ID, len(s))
 		}
 		if _, err := nodeprobe.ParseCPUList(s); err != nil || s == "" {
-			return Invalidf("lease %s has a bad CPU list %s", l.ID, QuoteInput(s))
+			return refusal.Invalidf("lease %s has a bad CPU list %s", l.ID, words.QuoteInput(s))
 		}
 	}
 	return nil
@@ -99,10 +101,10 @@ func ChooseCPUs(node string, gpus []int, n int, snap nodeprobe.Snapshot, others 
 			return nil, err
 		}
 		if len(local) == 0 {
-			return nil, Invalidf("GPU %d on %s reports no local CPUs (the node's %s backend cannot tell), so --cpus-per-gpu has none to choose from: drop it", gi, node, cmp.Or(string(snap.Host.Backend), "GPU"))
+			return nil, refusal.Invalidf("GPU %d on %s reports no local CPUs (the node's %s backend cannot tell), so --cpus-per-gpu has none to choose from: drop it", gi, node, cmp.Or(string(snap.Host.Backend), "GPU"))
 		}
 		if len(local) < n {
-			return nil, Invalidf("GPU %d on %s has %d local cores (%s): ask for at most %d with --cpus-per-gpu", gi, node, len(local), nodeprobe.FormatCPUList(local), len(local))
+			return nil, refusal.Invalidf("GPU %d on %s has %d local cores (%s): ask for at most %d with --cpus-per-gpu", gi, node, len(local), nodeprobe.FormatCPUList(local), len(local))
 		}
 		slices.SortStableFunc(local, func(a, b int) int { return cmp.Compare(used[a], used[b]) })
 		pick := slices.Clone(local[:n])
@@ -121,7 +123,7 @@ func gpuCPUs(snap nodeprobe.Snapshot, index int) ([]int, error) {
 		if g.Index == index {
 			c, err := nodeprobe.ParseCPUList(g.CPUs)
 			if err != nil {
-				return nil, Invalidf("GPU %d's local CPUs %s: %v", index, QuoteInput(g.CPUs), err)
+				return nil, refusal.Invalidf("GPU %d's local CPUs %s: %v", index, words.QuoteInput(g.CPUs), err)
 			}
 			return c, nil
 		}

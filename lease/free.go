@@ -4,7 +4,9 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/dibs-gpu/dibs/internal/termsafe"
+	"github.com/dibs-gpu/dibs/base/refusal"
+	"github.com/dibs-gpu/dibs/base/termsafe"
+	"github.com/dibs-gpu/dibs/base/words"
 	"github.com/dibs-gpu/dibs/nodeprobe"
 )
 
@@ -68,7 +70,7 @@ func (t *Table) pickFree(c Caller, req Claim, snap nodeprobe.Snapshot, uses map[
 		in = " " + termsafe.String(req.Model)
 	}
 	if n > of {
-		return nil, Invalidf("%s has only %d%s %s; asked for %d: ask for at most %d, or for several nodes", node, of, in, GPUWord(of), n, of)
+		return nil, refusal.Invalidf("%s has only %d%s %s; asked for %d: ask for at most %d, or for several nodes", node, of, in, words.GPUWord(of), n, of)
 	}
 	if len(clear) >= n {
 		return Place(snap, clear, n), nil
@@ -78,7 +80,7 @@ func (t *Table) pickFree(c Caller, req Claim, snap nodeprobe.Snapshot, uses map[
 	}
 	if len(free) >= n {
 		b := t.firstBooking(free, now, now.Add(dur), "")
-		return nil, errorf(CodeConflict, "asked for %s for %s but only %d are free that long on %s: %s: ask for a shorter time, fewer GPUs, or wait", GPUCount(n), FormatDuration(dur), len(clear), node, describeBooking(b, now))
+		return nil, refusal.Errorf(refusal.CodeConflict, "asked for %s for %s but only %d are free that long on %s: %s: ask for a shorter time, fewer GPUs, or wait", words.GPUCount(n), words.FormatDuration(dur), len(clear), node, describeBooking(b, now))
 	}
 	busy, othersHold := describeBusy(c, snap, uses, now)
 	out := "wait for them, or ask the holders"
@@ -88,5 +90,5 @@ func (t *Table) pickFree(c Caller, req Claim, snap nodeprobe.Snapshot, uses map[
 	if len(free) > 0 {
 		out = fmt.Sprintf("ask for %d or fewer, wait, or ask the holders", len(free))
 	}
-	return nil, errorf(CodeConflict, "asked for %d%s %s but only %d free on %s: %s; %s", n, in, GPUWord(n), len(free), node, busy, out)
+	return nil, refusal.Errorf(refusal.CodeConflict, "asked for %d%s %s but only %d free on %s: %s; %s", n, in, words.GPUWord(n), len(free), node, busy, out)
 }

@@ -1,22 +1,26 @@
-// Package lease holds the rules of a lease, with no I/O: what a lease is, who
-// may claim, extend or end one, which GPUs (or which part of one) a claim
-// gets, bookings, when a lease is due for its warning or its end, and which
-// GPUs are idle or squatted. The rules of queued work (package queue) and
-// of events (package event) are built on these; this package knows neither.
-// The agent owns the clock, the store and the goroutines; this package only
-// decides.
+// Package lease holds one domain: the rules of a lease on a node's GPUs,
+// with no I/O. What a lease, a claim and a booking are; who may claim,
+// extend or end one (Table and its Plan* methods); which GPUs, or which part
+// of one, a claim gets (placement, units, pools and their limits, the choice
+// of a node); when a lease is due for its warning or its end (Due, on a
+// monotonic Instant); which GPUs are idle or squatted (Judge); the policy
+// that bounds all of these; and the ledger of ended leases. Refusals
+// (package refusal), people's words and the bounds of text (package words)
+// and what a run starts (package job) live below it; the rules of queued
+// work (package queue) and of events (package event) are built on it, and
+// this package knows neither. The agent owns the clock, the store and the
+// goroutines; this package only decides.
 package lease
 
 import (
-	"errors"
-	"fmt"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
-	"unicode/utf8"
 
-	"github.com/dibs-gpu/dibs/internal/termsafe"
+	"github.com/dibs-gpu/dibs/base/refusal"
+	"github.com/dibs-gpu/dibs/base/words"
+	"github.com/dibs-gpu/dibs/job"
 	"github.com/dibs-gpu/dibs/nodeprobe"
 )
 
@@ -38,7 +42,7 @@ func ParseKind(s string) (Kind, error) {
 	case KindBatch:
 		return KindBatch, nil
 	}
-	return "", Invalidf("unknown lease kind %q: use interactive or batch", s)
+	return "", refusal.Invalidf("unknown lease kind %q: use interactive or batch", s)
 }
 
 // Caller is who asks. The agent fills it from SO_PEERCRED or the SSH key, never
@@ -132,7 +136,7 @@ type Lease struct {
 	Group string `json:"group,omitempty"`
 	// Job is the command a booking made with `dibs run --at` starts when
 	// it turns into a lease.
-	Job *Job `json:"job,omitempty"`
+	Job *job.Job `json:"job,omitempty"`
 	// Containers are the short ids of the containers the holder adopted
 	// (`dibs adopt --container`): a rootful runtime runs a container's
 	// processes as root, and root's processes of these containers on this
@@ -184,27 +188,9 @@ func (l *Lease) EachString(f func(field string, p *string)) {
 func (l *Lease) CheckText() error {
 	// A booked run's command and directory are its holder's own argv and
 	// path and may hold anything (as a queue entry's may).
-	c := TextChecker{Skip: []string{"command", "dir"}}
+	c := words.TextChecker{Skip: []string{"command", "dir"}}
 	l.EachString(c.Check)
 	return c.Err
-}
-
-// TextChecker keeps the first field that fails termsafe.Check (in Err),
-// skipping the fields in Skip. A lease and a queue entry check their text
-// with it.
-type TextChecker struct {
-	Skip []string
-	Err  error
-}
-
-// Check is the visitor EachString calls: it checks one field's text.
-func (c *TextChecker) Check(field string, p *string) {
-	if c.Err != nil || slices.Contains(c.Skip, field) {
-		return
-	}
-	if e := termsafe.Check(*p); e != nil {
-		c.Err = fmt.Errorf("its %s holds %w", field, e)
-	}
 }
 
 // Holds reports whether the lease covers GPU index.
@@ -251,7 +237,7 @@ func (l *Lease) Env() map[string]string {
 	if l.MemMiB > 0 {
 		env["DIBS_MEM_BUDGET_MIB"] = strconv.FormatUint(l.MemMiB, 10)
 	}
-	for k, v := range ArrayEnv(l.Entry) {
+	for k, v := range job.ArrayEnv(l.Entry) {
 		env[k] = v
 	}
 	return env
@@ -320,171 +306,4 @@ func NodeOfID(id string) (string, bool) {
 		return "", false
 	}
 	return id[:i], true
-}
-
-// Code classifies a refusal so the API can map it to a status and the CLI to
-// an exit code without parsing messages.
-type Code string
-
-// Refusal codes.
-const (
-	CodeInvalid     Code = "invalid"     // the request itself is wrong
-	CodeConflict    Code = "conflict"    // the GPUs are not free
-	CodeNotFound    Code = "not_found"   // no such lease
-	CodeForbidden   Code = "forbidden"   // not yours
-	CodeUnavailable Code = "unavailable" // the agent cannot serve it now (disk full, node down)
-	// CodeNoAnswer: the agent asked another, which did not answer in time,
-	// so the request may or may not have been carried out there. A caller
-	// must not take it for a refusal: retry with the same request id, or
-	// look before acting again.
-	CodeNoAnswer Code = "no_answer"
-)
-
-// Error is a refusal a person should read: Msg says what was wrong and what to
-// do about it. Only Code and Msg travel: the cause is this process's own, kept
-// so that errors.Is and errors.As still find what went wrong underneath.
-type Error struct {
-	Code Code
-	Msg  string
-
-	cause error // never serialised: unexported, and peers rebuild Code and Msg alone
-}
-
-func (e *Error) Error() string { return e.Msg }
-
-// Unwrap returns the error the refusal was built from (by Wrap or Wrapf), or
-// nil, so a refusal does not hide its cause from errors.Is and errors.As.
-func (e *Error) Unwrap() error { return e.cause }
-
-// Invalidf builds a CodeInvalid refusal.
-func Invalidf(format string, args ...any) error {
-	return &Error{Code: CodeInvalid, Msg: fmt.Sprintf(format, args...)}
-}
-
-// Wrap turns err into a refusal of code whose message is err's own, keeping
-// err as its cause: use it where an error is already fit for a person to read.
-func Wrap(code Code, err error) error {
-	return &Error{Code: code, Msg: err.Error(), cause: err}
-}
-
-// Wrapf builds a refusal of code with the message format says and keeps cause
-// as what it unwraps to, so the refusal's words are the caller's and the
-// chain underneath survives (errors.Is(refusal, cause) holds).
-func Wrapf(code Code, cause error, format string, args ...any) error {
-	return &Error{Code: code, Msg: fmt.Sprintf(format, args...), cause: cause}
-}
-
-func errorf(code Code, format string, args ...any) error {
-	return &Error{Code: code, Msg: fmt.Sprintf(format, args...)}
-}
-
-// CodeOf returns the refusal code of err, or "" when err is not a refusal.
-func CodeOf(err error) Code {
-	var e *Error
-	if errors.As(err, &e) {
-		return e.Code
-	}
-	return ""
-}
-
-// FormatDuration prints a duration the way people write them: 3h20m, 45m, 30s.
-func FormatDuration(d time.Duration) string {
-	neg := d < 0
-	if neg {
-		d = -d
-	}
-	d = d.Round(time.Second)
-	var s string
-	switch {
-	case d >= 24*time.Hour:
-		days := d / (24 * time.Hour)
-		h := (d % (24 * time.Hour)) / time.Hour
-		s = fmt.Sprintf("%dd%dh", days, h)
-		if h == 0 {
-			s = fmt.Sprintf("%dd", days)
-		}
-	case d >= time.Hour:
-		h, m := d/time.Hour, (d%time.Hour)/time.Minute
-		s = fmt.Sprintf("%dh%02dm", h, m)
-		if m == 0 {
-			s = fmt.Sprintf("%dh", h)
-		}
-	case d >= time.Minute:
-		s = fmt.Sprintf("%dm", d/time.Minute)
-	default:
-		s = fmt.Sprintf("%ds", d/time.Second)
-	}
-	if neg {
-		return "-" + s
-	}
-	return s
-}
-
-// ToMinute rounds d to the minute for a sentence that needs no seconds,
-// but not below one: under a minute it keeps its seconds, so 20 s of idle
-// reads "20s", not the "0s" a plain Round(time.Minute) made of it.
-func ToMinute(d time.Duration) time.Duration {
-	if d > -time.Minute && d < time.Minute {
-		return d.Round(time.Second)
-	}
-	return d.Round(time.Minute)
-}
-
-// MaxDuration is the longest time limit ParseDuration accepts, ten years: far
-// over any policy maximum, and short enough that every duration it accepts
-// prints (FormatDuration) in a form it accepts again.
-const MaxDuration = 3650 * 24 * time.Hour
-
-// ParseDuration reads a time limit as a person types it: Go durations (90m,
-// 1h30m) plus days (2d, 1d12h). Zero and negative limits are refused.
-func ParseDuration(s string) (time.Duration, error) {
-	in := strings.TrimSpace(s)
-	if in == "" {
-		return 0, Invalidf("empty duration: write it like 30m, 4h or 2d")
-	}
-	bad := Invalidf("cannot read duration %s: write it like 30m, 4h or 2d", QuoteInput(in))
-	rest := in
-	var days time.Duration
-	if i := strings.IndexByte(rest, 'd'); i > 0 {
-		n, err := strconv.Atoi(rest[:i])
-		if err != nil || n < 0 || n > int(MaxDuration/(24*time.Hour)) {
-			return 0, bad
-		}
-		days = time.Duration(n) * 24 * time.Hour
-		rest = rest[i+1:]
-		// "1d-5h" is not a way to write 19h.
-		if strings.HasPrefix(rest, "-") || strings.HasPrefix(rest, "+") {
-			return 0, bad
-		}
-	}
-	var d time.Duration
-	if rest != "" {
-		var err error
-		if d, err = time.ParseDuration(rest); err != nil {
-			return 0, bad
-		}
-	}
-	if d > 0 && d > MaxDuration-days {
-		return 0, Invalidf("duration %s is longer than %s: ask for less", QuoteInput(in), FormatDuration(MaxDuration))
-	}
-	d += days
-	if d <= 0 {
-		return 0, Invalidf("duration must be positive, got %s: write it like 30m, 4h or 2d", FormatDuration(d))
-	}
-	return d, nil
-}
-
-// QuoteInput quotes what a person (or a program) sent for an error message,
-// cut short: the input may come from the network and be of any length. The
-// queue and the events quote their input the same way.
-func QuoteInput(s string) string {
-	const max = 32
-	if len(s) <= max {
-		return strconv.Quote(s)
-	}
-	cut := max
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return strconv.Quote(s[:cut]) + "..."
 }

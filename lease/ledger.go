@@ -3,6 +3,9 @@ package lease
 import (
 	"math"
 	"time"
+
+	"github.com/dibs-gpu/dibs/base/refusal"
+	"github.com/dibs-gpu/dibs/base/words"
 )
 
 // LedgerEntry is one ended lease, kept on its node so usage and fair-share
@@ -78,43 +81,43 @@ type Store interface {
 // another agent answering `dibs doctor`): the same bounds as the lease it
 // was, times in a sane range, GPU-seconds a finite non-negative number.
 func (e *LedgerEntry) Validate() error {
-	if !ValidToken(e.LeaseID, 2*MaxNameLen) {
-		return Invalidf("a ledger entry has a bad lease id %s", QuoteInput(e.LeaseID))
+	if !words.ValidToken(e.LeaseID, 2*words.MaxNameLen) {
+		return refusal.Invalidf("a ledger entry has a bad lease id %s", words.QuoteInput(e.LeaseID))
 	}
 	if node, ok := NodeOfID(e.LeaseID); !ok || node != e.Node {
-		return Invalidf("ledger entry %s does not belong to node %s", QuoteInput(e.LeaseID), QuoteInput(e.Node))
+		return refusal.Invalidf("ledger entry %s does not belong to node %s", words.QuoteInput(e.LeaseID), words.QuoteInput(e.Node))
 	}
-	if e.User != "" && !ValidUserName(e.User) {
-		return Invalidf("ledger entry %s has a bad user %s", e.LeaseID, QuoteInput(e.User))
+	if e.User != "" && !words.ValidUserName(e.User) {
+		return refusal.Invalidf("ledger entry %s has a bad user %s", e.LeaseID, words.QuoteInput(e.User))
 	}
-	if e.By != "" && !ValidUserName(e.By) {
-		return Invalidf("ledger entry %s has a bad ender %s", e.LeaseID, QuoteInput(e.By))
+	if e.By != "" && !words.ValidUserName(e.By) {
+		return refusal.Invalidf("ledger entry %s has a bad ender %s", e.LeaseID, words.QuoteInput(e.By))
 	}
 	if err := checkGPUs(e.GPUs, false); err != nil {
-		return Wrapf(CodeInvalid, err, "ledger entry %s: %v", e.LeaseID, err)
+		return refusal.Wrapf(refusal.CodeInvalid, err, "ledger entry %s: %v", e.LeaseID, err)
 	}
 	for _, t := range []time.Time{e.Start, e.End, e.QueuedAt} {
-		if !ValidSince(t) {
-			return Invalidf("ledger entry %s has a time out of range", e.LeaseID)
+		if !words.ValidSince(t) {
+			return refusal.Invalidf("ledger entry %s has a time out of range", e.LeaseID)
 		}
 	}
-	if e.GPUSeconds < 0 || math.IsNaN(e.GPUSeconds) || e.GPUSeconds > float64(MaxDuration/time.Second)*MaxGPUsPerNode {
-		return Invalidf("ledger entry %s has GPU-seconds out of range", e.LeaseID)
+	if e.GPUSeconds < 0 || math.IsNaN(e.GPUSeconds) || e.GPUSeconds > float64(words.MaxDuration/time.Second)*words.MaxGPUsPerNode {
+		return refusal.Invalidf("ledger entry %s has GPU-seconds out of range", e.LeaseID)
 	}
-	if e.Limit < 0 || e.Limit > 2*MaxDuration {
-		return Invalidf("ledger entry %s has a time limit out of range", e.LeaseID)
+	if e.Limit < 0 || e.Limit > 2*words.MaxDuration {
+		return refusal.Invalidf("ledger entry %s has a time limit out of range", e.LeaseID)
 	}
-	if e.Rank < 0 || e.Rank >= MaxGangNodes {
-		return Invalidf("ledger entry %s has a rank out of range", e.LeaseID)
+	if e.Rank < 0 || e.Rank >= words.MaxGangNodes {
+		return refusal.Invalidf("ledger entry %s has a rank out of range", e.LeaseID)
 	}
 	if e.Kind != "" {
 		if _, err := ParseKind(string(e.Kind)); err != nil {
-			return Wrapf(CodeInvalid, err, "ledger entry %s: %v", e.LeaseID, err)
+			return refusal.Wrapf(refusal.CodeInvalid, err, "ledger entry %s: %v", e.LeaseID, err)
 		}
 	}
 	for _, s := range []string{e.Reason, e.Entry, e.Gang} {
-		if s != "" && !ValidToken(s, 2*MaxNameLen) {
-			return Invalidf("ledger entry %s has a bad field %s", e.LeaseID, QuoteInput(s))
+		if s != "" && !words.ValidToken(s, 2*words.MaxNameLen) {
+			return refusal.Invalidf("ledger entry %s has a bad field %s", e.LeaseID, words.QuoteInput(s))
 		}
 	}
 	return nil

@@ -3,6 +3,9 @@ package lease
 import (
 	"slices"
 	"strings"
+
+	"github.com/dibs-gpu/dibs/base/refusal"
+	"github.com/dibs-gpu/dibs/base/words"
 )
 
 // NodeChoice is where a request may run, in SLURM's words: Only
@@ -39,20 +42,20 @@ func (n NodeChoice) Check() error {
 		names []string
 	}{{"--nodelist", n.Only}, {"--exclude", n.Exclude}} {
 		if len(l.names) > MaxNodeList {
-			return Invalidf("%s names %d nodes; at most %d", l.flag, len(l.names), MaxNodeList)
+			return refusal.Invalidf("%s names %d nodes; at most %d", l.flag, len(l.names), MaxNodeList)
 		}
 		for i, name := range l.names {
-			if err := ValidNodeName(name); err != nil {
-				return Wrapf(CodeInvalid, err, "%s: %v", l.flag, err)
+			if err := words.ValidNodeName(name); err != nil {
+				return refusal.Wrapf(refusal.CodeInvalid, err, "%s: %v", l.flag, err)
 			}
 			if slices.Contains(l.names[:i], name) {
-				return Invalidf("%s names %s twice", l.flag, name)
+				return refusal.Invalidf("%s names %s twice", l.flag, name)
 			}
 		}
 	}
 	for _, name := range n.Only {
 		if slices.Contains(n.Exclude, name) {
-			return Invalidf("%s is both in --nodelist and in --exclude: drop it from one", name)
+			return refusal.Invalidf("%s is both in --nodelist and in --exclude: drop it from one", name)
 		}
 	}
 	return nil
@@ -78,7 +81,7 @@ func (n NodeChoice) Filter(cands []Candidate) []Candidate {
 func (n NodeChoice) Unknown(known []string) error {
 	for _, name := range slices.Concat(n.Only, n.Exclude) {
 		if !slices.Contains(known, name) {
-			return Invalidf("no node named %s in the cluster (it has %s): `dibs ls` shows the nodes", name, strings.Join(known, ", "))
+			return refusal.Invalidf("no node named %s in the cluster (it has %s): `dibs ls` shows the nodes", name, strings.Join(known, ", "))
 		}
 	}
 	return nil
@@ -100,7 +103,7 @@ func (n NodeChoice) String() string {
 // want of the cluster's nodes.
 func (n NodeChoice) NoNodeLeft(want, left int) error {
 	if left == 0 {
-		return Invalidf("--nodelist/--exclude leave no node (%s): name nodes of the cluster (`dibs ls`)", n)
+		return refusal.Invalidf("--nodelist/--exclude leave no node (%s): name nodes of the cluster (`dibs ls`)", n)
 	}
-	return Invalidf("a %d-node request needs %d nodes, and --nodelist/--exclude leave %d (%s): ask for fewer nodes, or name more", want, want, left, n)
+	return refusal.Invalidf("a %d-node request needs %d nodes, and --nodelist/--exclude leave %d (%s): ask for fewer nodes, or name more", want, want, left, n)
 }

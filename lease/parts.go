@@ -6,7 +6,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/dibs-gpu/dibs/internal/termsafe"
+	"github.com/dibs-gpu/dibs/base/refusal"
+	"github.com/dibs-gpu/dibs/base/termsafe"
 	"github.com/dibs-gpu/dibs/nodeprobe"
 )
 
@@ -16,17 +17,17 @@ import (
 func (t *Table) checkWhere(c Caller, req Claim, snap nodeprobe.Snapshot, dur time.Duration, p Policy) (time.Duration, error) {
 	tags := snap.Host.Tags
 	if !HasTags(tags, req.Tags) {
-		return 0, Invalidf("%s is not in pool %s (%s): pick another node, or leave --node out", t.node, strings.Join(req.Tags, "+"), describeTags(tags))
+		return 0, refusal.Invalidf("%s is not in pool %s (%s): pick another node, or leave --node out", t.node, strings.Join(req.Tags, "+"), describeTags(tags))
 	}
 	if why := p.PoolDenies(tags, c.User); why != "" {
-		return 0, errorf(CodeForbidden, "%s: pick a node outside it", why)
+		return 0, refusal.Errorf(refusal.CodeForbidden, "%s: pick a node outside it", why)
 	}
 	dur, err := p.PoolLimit(tags, dur, req.Duration > 0)
 	if err != nil {
 		return 0, err
 	}
 	if req.Model != "" && !slices.ContainsFunc(snap.GPUs, func(g nodeprobe.GPU) bool { return MatchModel(&g, req.Model) }) {
-		return 0, Invalidf("%s has no %s GPU (it has %s): ask for one of those, or another node", t.node, termsafe.String(req.Model), nodeModels(snap))
+		return 0, refusal.Invalidf("%s has no %s GPU (it has %s): ask for one of those, or another node", t.node, termsafe.String(req.Model), nodeModels(snap))
 	}
 	return dur, nil
 }
@@ -55,11 +56,11 @@ func nodeModels(snap nodeprobe.Snapshot) string {
 func (t *Table) planPart(c Caller, req Claim, snap nodeprobe.Snapshot, now time.Time, dur time.Duration) (Lease, error) {
 	switch {
 	case req.MIG != "" && req.MemMiB > 0:
-		return Lease{}, Invalidf("ask for a MIG instance (--mig) or a memory budget (--mem), not both")
+		return Lease{}, refusal.Invalidf("ask for a MIG instance (--mig) or a memory budget (--mem), not both")
 	case req.Count > 1:
-		return Lease{}, Invalidf("--mig and --mem claim part of one GPU: drop -g %d (claim again for another part)", req.Count)
+		return Lease{}, refusal.Invalidf("--mig and --mem claim part of one GPU: drop -g %d (claim again for another part)", req.Count)
 	case len(req.GPUs) > 1 || req.MIG != "" && len(req.GPUs) > 0:
-		return Lease{}, Invalidf("--mem takes at most one GPU (--ids N), and --mig names its instance itself")
+		return Lease{}, refusal.Invalidf("--mem takes at most one GPU (--ids N), and --mig names its instance itself")
 	}
 	uses := t.uses()
 	var l Lease
@@ -92,11 +93,11 @@ func (t *Table) noMIG(req Claim, snap nodeprobe.Snapshot, busy []string) error {
 	have := MIGProfiles(snap)
 	switch {
 	case have == "":
-		return Invalidf("%s has no GPU split into MIG instances: claim whole GPUs (-g N), or another node", t.node)
+		return refusal.Invalidf("%s has no GPU split into MIG instances: claim whole GPUs (-g N), or another node", t.node)
 	case len(busy) == 0:
-		return Invalidf("%s has no MIG instance %s (it has %s): ask for one of those", t.node, termsafe.String(req.MIG), have)
+		return refusal.Invalidf("%s has no MIG instance %s (it has %s): ask for one of those", t.node, termsafe.String(req.MIG), have)
 	}
-	return errorf(CodeConflict, "no MIG instance %s is free on %s: %s: wait, or ask for another profile (it has %s)", termsafe.String(req.MIG), t.node, strings.Join(busy, "; "), have)
+	return refusal.Errorf(refusal.CodeConflict, "no MIG instance %s is free on %s: %s: wait, or ask for another profile (it has %s)", termsafe.String(req.MIG), t.node, strings.Join(busy, "; "), have)
 }
 
 // pickShared finds the GPU a budget fits on now, or says what is free.
@@ -115,14 +116,14 @@ func (t *Table) pickShared(req Claim, snap nodeprobe.Snapshot, uses map[int]*Use
 		g := FindGPU(snap, req.GPUs[0])
 		switch {
 		case g == nil:
-			return nil, Invalidf("no GPU %d on %s: it has GPUs %s", req.GPUs[0], t.node, indexRange(snap))
+			return nil, refusal.Invalidf("no GPU %d on %s: it has GPUs %s", req.GPUs[0], t.node, indexRange(snap))
 		case g.MIG == nodeprobe.MIGEnabled:
-			return nil, errorf(CodeConflict, "GPU %d on %s is split into MIG instances: claim one with --mig PROFILE (%s)", g.Index, t.node, MIGProfiles(snap))
+			return nil, refusal.Errorf(refusal.CodeConflict, "GPU %d on %s is split into MIG instances: claim one with --mig PROFILE (%s)", g.Index, t.node, MIGProfiles(snap))
 		case uses[g.Index] != nil && uses[g.Index].Whole != nil:
 			l := uses[g.Index].Whole
-			return nil, errorf(CodeConflict, "GPU %d is held whole by %s %s (lease %s): it cannot be shared until they release it", g.Index, l.User, timeLeft(l.ExpiresAt, now), l.ID)
+			return nil, refusal.Errorf(refusal.CodeConflict, "GPU %d is held whole by %s %s (lease %s): it cannot be shared until they release it", g.Index, l.User, timeLeft(l.ExpiresAt, now), l.ID)
 		}
-		return nil, errorf(CodeConflict, "asked for %s on GPU %d of %s but %s: ask for less, another GPU, or wait", FormatMem(req.MemMiB), g.Index, t.node, roomOf(g, uses[g.Index]))
+		return nil, refusal.Errorf(refusal.CodeConflict, "asked for %s on GPU %d of %s but %s: ask for less, another GPU, or wait", FormatMem(req.MemMiB), g.Index, t.node, roomOf(g, uses[g.Index]))
 	}
 	best, at := uint64(0), -1
 	for i := range snap.GPUs {
@@ -134,9 +135,9 @@ func (t *Table) pickShared(req Claim, snap nodeprobe.Snapshot, uses map[int]*Use
 		}
 	}
 	if at < 0 || best == 0 {
-		return nil, errorf(CodeConflict, "asked for %s on a shared GPU but no GPU of %s has memory to share: every one is held whole, split into MIG instances or full: wait, or ask the holders", FormatMem(req.MemMiB), t.node)
+		return nil, refusal.Errorf(refusal.CodeConflict, "asked for %s on a shared GPU but no GPU of %s has memory to share: every one is held whole, split into MIG instances or full: wait, or ask the holders", FormatMem(req.MemMiB), t.node)
 	}
-	return nil, errorf(CodeConflict, "asked for %s on a shared GPU but at most %s is free on one GPU of %s (GPU %d: %s): ask for %s or less, or wait", FormatMem(req.MemMiB), FormatMem(best), t.node, at, roomOf(FindGPU(snap, at), uses[at]), FormatMem(best))
+	return nil, refusal.Errorf(refusal.CodeConflict, "asked for %s on a shared GPU but at most %s is free on one GPU of %s (GPU %d: %s): ask for %s or less, or wait", FormatMem(req.MemMiB), FormatMem(best), t.node, at, roomOf(FindGPU(snap, at), uses[at]), FormatMem(best))
 }
 
 // roomOf says where a GPU's memory goes: "12 GiB of its 80 GiB is free;

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dibs-gpu/dibs/base/refusal"
 	"github.com/dibs-gpu/dibs/lease"
 	"github.com/dibs-gpu/dibs/nodeprobe"
 	"github.com/dibs-gpu/dibs/queue"
@@ -55,18 +56,18 @@ func TestClaimMIG(t *testing.T) {
 		t.Errorf("by uuid got %s, by index got %s; want MIG-cccc and MIG-bbbb", b.MIG, c.MIG)
 	}
 	_, err := tb.PlanClaim(bob, lease.Claim{MIG: "3g.40gb"}, snap, t0, lease.DefaultPolicy())
-	checkRefusal(t, err, lease.CodeConflict, "no MIG instance 3g.40gb is free on gpu-01", "held by alice (lease gpu-01-1)")
+	checkRefusal(t, err, refusal.CodeConflict, "no MIG instance 3g.40gb is free on gpu-01", "held by alice (lease gpu-01-1)")
 	_, err = tb.PlanClaim(bob, lease.Claim{MIG: "7g.80gb"}, snap, t0, lease.DefaultPolicy())
-	checkRefusal(t, err, lease.CodeInvalid, "no MIG instance 7g.80gb", "3g.40gb, 2g.20gb, 1g.10gb")
+	checkRefusal(t, err, refusal.CodeInvalid, "no MIG instance 7g.80gb", "3g.40gb, 2g.20gb, 1g.10gb")
 	// A GPU split into MIG instances is never a whole GPU.
 	_, err = tb.PlanClaim(bob, lease.Claim{GPUs: []int{0}}, snap, t0, lease.DefaultPolicy())
-	checkRefusal(t, err, lease.CodeConflict, "GPU 0 on gpu-01 is split into MIG instances", "--mig")
+	checkRefusal(t, err, refusal.CodeConflict, "GPU 0 on gpu-01 is split into MIG instances", "--mig")
 	whole := grant(t, tb, bob, lease.Claim{Count: 2}, snap)
 	if !slices.Equal(whole.GPUs, []int{1, 2}) {
 		t.Errorf("-g 2 took %v, want the whole GPUs 1,2", whole.GPUs)
 	}
 	_, err = table().PlanClaim(bob, lease.Claim{MIG: "1g.10gb"}, islands(2), t0, lease.DefaultPolicy())
-	checkRefusal(t, err, lease.CodeInvalid, "has no GPU split into MIG instances")
+	checkRefusal(t, err, refusal.CodeInvalid, "has no GPU split into MIG instances")
 }
 
 // NVML places each process on its MIG instance: a process on someone
@@ -116,13 +117,13 @@ func TestClaimShared(t *testing.T) {
 		t.Errorf("-g 1 took GPU %d, want the unshared GPU 1", w.GPUs[0])
 	}
 	_, err := tb.PlanClaim(bob, lease.Claim{GPUs: []int{0}}, snap, t0, lease.DefaultPolicy())
-	checkRefusal(t, err, lease.CodeConflict, "GPU 0 is shared: alice, bob and carol hold budgets of 79 GiB", "--mem")
+	checkRefusal(t, err, refusal.CodeConflict, "GPU 0 is shared: alice, bob and carol hold budgets of 79 GiB", "--mem")
 	// Budgets never add up past the memory: refused, saying what is free.
 	_, err = tb.PlanClaim(bob, lease.Claim{MemMiB: 2 << 10}, snap, t0, lease.DefaultPolicy())
-	checkRefusal(t, err, lease.CodeConflict, "asked for 2 GiB on a shared GPU but at most 663 MiB is free on one GPU of gpu-01 (GPU 0", "ask for 663 MiB or less")
+	checkRefusal(t, err, refusal.CodeConflict, "asked for 2 GiB on a shared GPU but at most 663 MiB is free on one GPU of gpu-01 (GPU 0", "ask for 663 MiB or less")
 	// A shared lease never lands on a GPU held whole.
 	_, err = tb.PlanClaim(bob, lease.Claim{MemMiB: 1 << 10, GPUs: []int{1}}, snap, t0, lease.DefaultPolicy())
-	checkRefusal(t, err, lease.CodeConflict, "GPU 1 is held whole by carol")
+	checkRefusal(t, err, refusal.CodeConflict, "GPU 1 is held whole by carol")
 }
 
 // The fit check counts memory that processes outside dibs hold.
@@ -131,7 +132,7 @@ func TestClaimSharedCountsOutsiders(t *testing.T) {
 	snap := withProc(islands(1), 0, server)
 	snap.GPUs[0].MemoryUsedMiB = 60 << 10
 	_, err := table().PlanClaim(alice, lease.Claim{MemMiB: 30 << 10, GPUs: []int{0}}, snap, t0, lease.DefaultPolicy())
-	checkRefusal(t, err, lease.CodeConflict, "asked for 30 GiB on GPU 0 of gpu-01 but 19.6 GiB of its 79.6 GiB is free", "60 GiB is used by processes outside dibs")
+	checkRefusal(t, err, refusal.CodeConflict, "asked for 30 GiB on GPU 0 of gpu-01 but 19.6 GiB of its 79.6 GiB is free", "60 GiB is used by processes outside dibs")
 	if _, err := table().PlanClaim(alice, lease.Claim{MemMiB: 19 << 10}, snap, t0, lease.DefaultPolicy()); err != nil {
 		t.Errorf("19G beside a 60G server on an 80G GPU: %v", err)
 	}
@@ -173,7 +174,7 @@ func TestSharedUsageWeight(t *testing.T) {
 func TestClaimModel(t *testing.T) {
 	snap := islands(2)
 	_, err := table().PlanClaim(alice, lease.Claim{Count: 1, Model: "L40S"}, snap, t0, lease.DefaultPolicy())
-	checkRefusal(t, err, lease.CodeInvalid, "gpu-01 has no L40S GPU (it has NVIDIA H100 80GB HBM3)")
+	checkRefusal(t, err, refusal.CodeInvalid, "gpu-01 has no L40S GPU (it has NVIDIA H100 80GB HBM3)")
 	if _, err := table().PlanClaim(alice, lease.Claim{Count: 1, Model: "h100"}, snap, t0, lease.DefaultPolicy()); err != nil {
 		t.Errorf("-g 1 --model h100 on an H100 node: %v", err)
 	}
@@ -184,7 +185,7 @@ func TestClaimModel(t *testing.T) {
 		t.Errorf("-g 1 --model L40S took %v (%v), want GPU 1, the L40S", l.GPUs, err)
 	}
 	_, err = table().PlanClaim(alice, lease.Claim{GPUs: []int{0}, Model: "L40S"}, mixed, t0, lease.DefaultPolicy())
-	checkRefusal(t, err, lease.CodeInvalid, "GPU 0 on gpu-01 is an NVIDIA H100 80GB HBM3, not a L40S")
+	checkRefusal(t, err, refusal.CodeInvalid, "GPU 0 on gpu-01 is an NVIDIA H100 80GB HBM3, not a L40S")
 }
 
 func cand(name string, snap nodeprobe.Snapshot, tags ...string) lease.Candidate {
@@ -256,18 +257,18 @@ func TestPoolLimits(t *testing.T) {
 		t.Errorf("a default 24h batch lease in pool h100 got %s (%v), want the pool's 8h", l.ExpiresAt.Sub(l.StartedAt), err)
 	}
 	_, err = table().PlanClaim(alice, lease.Claim{Count: 1, Duration: 10 * time.Hour}, snap, t0, p)
-	checkRefusal(t, err, lease.CodeInvalid, "10h is over pool h100's maximum of 8h", "--for 8h")
+	checkRefusal(t, err, refusal.CodeInvalid, "10h is over pool h100's maximum of 8h", "--for 8h")
 	_, err = table().PlanClaim(carol, lease.Claim{Count: 1}, snap, t0, p)
-	checkRefusal(t, err, lease.CodeForbidden, "pool h100 is open to alice, bob only")
+	checkRefusal(t, err, refusal.CodeForbidden, "pool h100 is open to alice, bob only")
 	_, err = table().PlanClaim(alice, lease.Claim{Count: 1, Tags: []string{"l40s"}}, snap, t0, p)
-	checkRefusal(t, err, lease.CodeInvalid, "gpu-01 is not in pool l40s (its pools: h100)")
+	checkRefusal(t, err, refusal.CodeInvalid, "gpu-01 is not in pool l40s (its pools: h100)")
 
 	p.Pools["h100"] = lease.PoolLimits{MaxGPUs: 2}
 	v := queue.NewClusterView(queue.NodeView{Name: node, Snap: snap, Leases: []lease.Lease{held(1, alice, []int{0}, t0, time.Hour)}}, nil, t0)
 	if err := v.PoolQuota(p.Pools, snap.Host.Tags, "alice", 1); err != nil {
 		t.Errorf("a second GPU within a quota of 2: %v", err)
 	}
-	checkRefusal(t, v.PoolQuota(p.Pools, snap.Host.Tags, "alice", 2), lease.CodeConflict, "pool h100 allows 2 GPUs per person and you hold 1 there")
+	checkRefusal(t, v.PoolQuota(p.Pools, snap.Host.Tags, "alice", 2), refusal.CodeConflict, "pool h100 allows 2 GPUs per person and you hold 1 there")
 }
 
 // Placement reads the pools' limits before it chooses: a node whose pool

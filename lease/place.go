@@ -3,6 +3,8 @@ package lease
 import (
 	"slices"
 
+	"github.com/dibs-gpu/dibs/base/refusal"
+	"github.com/dibs-gpu/dibs/base/words"
 	"github.com/dibs-gpu/dibs/nodeprobe"
 )
 
@@ -112,10 +114,10 @@ type Candidate struct {
 // then the node the person asked from, then the name. It returns "" and a refusal when no node fits.
 func ChooseNode(cands []Candidate, n int) (string, error) {
 	if n <= 0 {
-		return "", Invalidf("say how many GPUs (-g N)")
+		return "", refusal.Invalidf("say how many GPUs (-g N)")
 	}
 	if len(cands) == 0 {
-		return "", errorf(CodeUnavailable, "no node is up to take a claim for %s: `dibs ls` shows the cluster", GPUCount(n))
+		return "", refusal.Errorf(refusal.CodeUnavailable, "no node is up to take a claim for %s: `dibs ls` shows the cluster", words.GPUCount(n))
 	}
 	best, bestLeft, bestDist, bestLocal := "", 0, 0, false
 	most, mostNode, biggest := 0, "", 0
@@ -143,12 +145,12 @@ func ChooseNode(cands []Candidate, n int) (string, error) {
 		return best, nil
 	}
 	if n > biggest {
-		return "", Invalidf("no node has %s (the largest has %d): ask for fewer, or for several nodes", GPUCount(n), biggest)
+		return "", refusal.Invalidf("no node has %s (the largest has %d): ask for fewer, or for several nodes", words.GPUCount(n), biggest)
 	}
 	if mostNode == "" {
-		return "", errorf(CodeConflict, "asked for %s but no GPU is free anywhere: `dibs ls` shows who holds them", GPUCount(n))
+		return "", refusal.Errorf(refusal.CodeConflict, "asked for %s but no GPU is free anywhere: `dibs ls` shows who holds them", words.GPUCount(n))
 	}
-	return "", errorf(CodeConflict, "asked for %s on one node but at most %d are free together (on %s): `dibs ls` shows who holds the rest", GPUCount(n), most, mostNode)
+	return "", refusal.Errorf(refusal.CodeConflict, "asked for %s on one node but at most %d are free together (on %s): `dibs ls` shows who holds the rest", words.GPUCount(n), most, mostNode)
 }
 
 // WholeGPUs is how many of a node's GPUs can be claimed whole: not those

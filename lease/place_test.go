@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dibs-gpu/dibs/base/refusal"
 	"github.com/dibs-gpu/dibs/lease"
 	"github.com/dibs-gpu/dibs/nodeprobe"
 )
@@ -61,7 +62,7 @@ func TestChooseNode(t *testing.T) {
 		cands []lease.Candidate
 		n     int
 		want  string
-		code  lease.Code
+		code  refusal.Code
 		msg   []string
 	}{
 		{name: "pack: the tightest fit", cands: []lease.Candidate{a, b, c}, n: 2, want: "c"},
@@ -72,15 +73,15 @@ func TestChooseNode(t *testing.T) {
 		{name: "same leftover and distance: the asking node before the name", cands: []lease.Candidate{c, func() lease.Candidate { x := cand("z", eight, 0, 1, 2, 3, 4, 5); x.Local = true; return x }()}, n: 2, want: "z"},
 		{name: "a full node is skipped", cands: []lease.Candidate{full, small}, n: 1, want: "small"},
 		{name: "bigger than any node says the largest size", cands: []lease.Candidate{a, small}, n: 16,
-			code: lease.CodeInvalid, msg: []string{"no node has 16 GPUs (the largest has 8)", "ask for fewer, or for several nodes"}},
+			code: refusal.CodeInvalid, msg: []string{"no node has 16 GPUs (the largest has 8)", "ask for fewer, or for several nodes"}},
 		{name: "nothing free anywhere", cands: []lease.Candidate{full, cand("full2", islands(2), 0, 1)}, n: 1,
-			code: lease.CodeConflict, msg: []string{"no GPU is free anywhere", "dibs ls"}},
+			code: refusal.CodeConflict, msg: []string{"no GPU is free anywhere", "dibs ls"}},
 		{name: "free GPUs, but not together", cands: []lease.Candidate{b, c, full}, n: 4,
-			code: lease.CodeConflict, msg: []string{"at most 3 are free together (on b)"}},
+			code: refusal.CodeConflict, msg: []string{"at most 3 are free together (on b)"}},
 		{name: "GPUs that are down are not free", cands: []lease.Candidate{cand("sick", withDown(withDown(islands(2), 0), 1))}, n: 1,
-			code: lease.CodeConflict, msg: []string{"no GPU is free anywhere"}},
-		{name: "no nodes", cands: nil, n: 1, code: lease.CodeUnavailable, msg: []string{"no node is up"}},
-		{name: "zero GPUs", cands: []lease.Candidate{a}, n: 0, code: lease.CodeInvalid, msg: []string{"-g N"}},
+			code: refusal.CodeConflict, msg: []string{"no GPU is free anywhere"}},
+		{name: "no nodes", cands: nil, n: 1, code: refusal.CodeUnavailable, msg: []string{"no node is up"}},
+		{name: "zero GPUs", cands: []lease.Candidate{a}, n: 0, code: refusal.CodeInvalid, msg: []string{"-g N"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

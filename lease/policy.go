@@ -3,6 +3,8 @@ package lease
 import (
 	"fmt"
 	"time"
+
+	"github.com/dibs-gpu/dibs/base/words"
 )
 
 // EndAction is what happens when a lease reaches its end.
@@ -120,10 +122,10 @@ func (p Policy) Validate() error {
 		}
 	}
 	if p.DefaultInteractive > p.MaxInteractive {
-		return fmt.Errorf("default_interactive %s is longer than max_interactive %s", FormatDuration(p.DefaultInteractive), FormatDuration(p.MaxInteractive))
+		return fmt.Errorf("default_interactive %s is longer than max_interactive %s", words.FormatDuration(p.DefaultInteractive), words.FormatDuration(p.MaxInteractive))
 	}
 	if p.DefaultBatch > p.MaxBatch {
-		return fmt.Errorf("default_batch %s is longer than max_batch %s", FormatDuration(p.DefaultBatch), FormatDuration(p.MaxBatch))
+		return fmt.Errorf("default_batch %s is longer than max_batch %s", words.FormatDuration(p.DefaultBatch), words.FormatDuration(p.MaxBatch))
 	}
 	switch p.EndAction {
 	case ActionWarn, ActionSignal, ActionEnd:

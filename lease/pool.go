@@ -6,6 +6,9 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/dibs-gpu/dibs/base/refusal"
+	"github.com/dibs-gpu/dibs/base/words"
 )
 
 // A pool is the set of nodes carrying one tag (nodeprobe.Host.Tags, from
@@ -73,7 +76,7 @@ func (p Pools) Limit(tags []string, dur time.Duration, explicit bool) (time.Dura
 			continue
 		}
 		if explicit {
-			return 0, Invalidf("%s is over pool %s's maximum of %s: ask for less (--for %s), or another pool", FormatDuration(dur), t, FormatDuration(max), FormatDuration(max))
+			return 0, refusal.Invalidf("%s is over pool %s's maximum of %s: ask for less (--for %s), or another pool", words.FormatDuration(dur), t, words.FormatDuration(max), words.FormatDuration(max))
 		}
 		dur = max
 	}
@@ -89,7 +92,7 @@ func (p Pools) Limit(tags []string, dur time.Duration, explicit bool) (time.Dura
 // pool's limit refuses a request only when no other node could take it.
 func (p Pools) Refuses(tags []string, user string, n float64, dur time.Duration, explicit bool, held map[string]float64) error {
 	if why := p.Denies(tags, user); why != "" {
-		return errorf(CodeForbidden, "%s: ask for another pool", why)
+		return refusal.Errorf(refusal.CodeForbidden, "%s: ask for another pool", why)
 	}
 	if explicit {
 		if _, err := p.Limit(tags, dur, true); err != nil {
@@ -97,7 +100,7 @@ func (p Pools) Refuses(tags []string, user string, n float64, dur time.Duration,
 		}
 	}
 	if why := p.QuotaRefuses(tags, n, held); why != "" {
-		return errorf(CodeConflict, "%s", why)
+		return refusal.Errorf(refusal.CodeConflict, "%s", why)
 	}
 	return nil
 }
@@ -114,15 +117,15 @@ func (p Pools) QuotaRefuses(tags []string, n float64, held map[string]float64) s
 		h := held[t]
 		switch {
 		case h < ShareSlack:
-			return fmt.Sprintf("pool %s allows %s per person and %s were asked for: ask for at most %d there, or outside the pool", t, GPUCount(max), FormatGPUs(n), max)
+			return fmt.Sprintf("pool %s allows %s per person and %s were asked for: ask for at most %d there, or outside the pool", t, words.GPUCount(max), words.FormatGPUs(n), max)
 		case h >= float64(max)-ShareSlack:
 			it := "it"
 			if h > 1 {
 				it = "one of them"
 			}
-			return fmt.Sprintf("pool %s allows %s per person and you hold %s there already: release %s (`dibs ls` shows its id), or ask outside the pool", t, GPUCount(max), FormatGPUs(h), it)
+			return fmt.Sprintf("pool %s allows %s per person and you hold %s there already: release %s (`dibs ls` shows its id), or ask outside the pool", t, words.GPUCount(max), words.FormatGPUs(h), it)
 		default:
-			return fmt.Sprintf("pool %s allows %s per person and you hold %s there: ask for at most %s more there, or outside the pool", t, GPUCount(max), FormatGPUs(h), FormatGPUs(float64(max)-h))
+			return fmt.Sprintf("pool %s allows %s per person and you hold %s there: ask for at most %s more there, or outside the pool", t, words.GPUCount(max), words.FormatGPUs(h), words.FormatGPUs(float64(max)-h))
 		}
 	}
 	return ""
@@ -131,12 +134,12 @@ func (p Pools) QuotaRefuses(tags []string, n float64, held map[string]float64) s
 // CheckTags refuses tags no node could carry: each is a short word of
 // letters, digits, '-', '_' and '.'.
 func CheckTags(tags []string) error {
-	if len(tags) > MaxTags {
-		return Invalidf("%d tags; at most %d", len(tags), MaxTags)
+	if len(tags) > words.MaxTags {
+		return refusal.Invalidf("%d tags; at most %d", len(tags), words.MaxTags)
 	}
 	for _, t := range tags {
-		if err := ValidNodeName(t); err != nil {
-			return Invalidf("pool or tag %s must be 1 to 63 letters, digits, '-', '_' or '.'", QuoteInput(t))
+		if err := words.ValidNodeName(t); err != nil {
+			return refusal.Invalidf("pool or tag %s must be 1 to 63 letters, digits, '-', '_' or '.'", words.QuoteInput(t))
 		}
 	}
 	return nil

@@ -7,7 +7,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/dibs-gpu/dibs/internal/termsafe"
+	"github.com/dibs-gpu/dibs/base/refusal"
+	"github.com/dibs-gpu/dibs/base/termsafe"
 	"github.com/dibs-gpu/dibs/nodeprobe"
 )
 
@@ -16,36 +17,36 @@ func checkNamed(c Caller, req Claim, snap nodeprobe.Snapshot, uses map[int]*Use,
 	gpus := make([]int, 0, len(req.GPUs))
 	for _, g := range req.GPUs {
 		if seen[g] {
-			return nil, Invalidf("GPU %d named twice", g)
+			return nil, refusal.Invalidf("GPU %d named twice", g)
 		}
 		seen[g] = true
 		gpu := FindGPU(snap, g)
 		if gpu == nil {
-			return nil, Invalidf("no GPU %d on %s: it has GPUs %s", g, node, indexRange(snap))
+			return nil, refusal.Invalidf("no GPU %d on %s: it has GPUs %s", g, node, indexRange(snap))
 		}
 		// Down whoever holds it: the probe cannot read it, so neither can a job.
 		if gpu.Error != "" {
-			return nil, errorf(CodeUnavailable, "GPU %d on %s is down (%s): pick another GPU", g, node, termsafe.String(gpu.Error))
+			return nil, refusal.Errorf(refusal.CodeUnavailable, "GPU %d on %s is down (%s): pick another GPU", g, node, termsafe.String(gpu.Error))
 		}
 		if !MatchModel(gpu, req.Model) {
-			return nil, Invalidf("GPU %d on %s is an %s, not a %s: pick another GPU, or leave --model out", g, node, termsafe.String(gpu.Model), termsafe.String(req.Model))
+			return nil, refusal.Invalidf("GPU %d on %s is an %s, not a %s: pick another GPU, or leave --model out", g, node, termsafe.String(gpu.Model), termsafe.String(req.Model))
 		}
 		u := uses[g]
 		if l := u.first(); l != nil && !l.Partial() {
 			if l.UID == c.UID {
-				return nil, errorf(CodeConflict, "you already hold GPU %d %s (lease %s, until %s): use that lease, or pick another GPU", g, timeLeft(l.ExpiresAt, now), l.ID, l.ExpiresAt.Local().Format("Mon 15:04"))
+				return nil, refusal.Errorf(refusal.CodeConflict, "you already hold GPU %d %s (lease %s, until %s): use that lease, or pick another GPU", g, timeLeft(l.ExpiresAt, now), l.ID, l.ExpiresAt.Local().Format("Mon 15:04"))
 			}
-			return nil, errorf(CodeConflict, "GPU %d is held by %s %s (lease %s, until %s): pick another GPU, or ask %s", g, l.User, timeLeft(l.ExpiresAt, now), l.ID, l.ExpiresAt.Local().Format("Mon 15:04"), l.User)
+			return nil, refusal.Errorf(refusal.CodeConflict, "GPU %d is held by %s %s (lease %s, until %s): pick another GPU, or ask %s", g, l.User, timeLeft(l.ExpiresAt, now), l.ID, l.ExpiresAt.Local().Format("Mon 15:04"), l.User)
 		}
 		if gpu.MIG == nodeprobe.MIGEnabled {
-			return nil, errorf(CodeConflict, "GPU %d on %s is split into MIG instances (%s): claim one with --mig PROFILE", g, node, MIGProfiles(snap))
+			return nil, refusal.Errorf(refusal.CodeConflict, "GPU %d on %s is split into MIG instances (%s): claim one with --mig PROFILE", g, node, MIGProfiles(snap))
 		}
 		if u != nil && len(u.parts) > 0 {
-			return nil, errorf(CodeConflict, "GPU %d is shared: %s budgets of %s of its %s: ask for a budget beside them with --mem, or pick another GPU", g, partHolders(u), FormatMem(u.budget), FormatMem(gpu.MemoryTotalMiB))
+			return nil, refusal.Errorf(refusal.CodeConflict, "GPU %d is shared: %s budgets of %s of its %s: ask for a budget beside them with --mem, or pick another GPU", g, partHolders(u), FormatMem(u.budget), FormatMem(gpu.MemoryTotalMiB))
 		}
 		if len(gpu.Processes) > 0 && !req.Force {
 			pr := gpu.Processes[0]
-			return nil, errorf(CodeConflict, "GPU %d has no lease but %s's process %s (pid %d) is running on it: pick another GPU, or add --force if you know it is safe", g, ownerName(pr), termsafe.String(pr.Command), pr.PID)
+			return nil, refusal.Errorf(refusal.CodeConflict, "GPU %d has no lease but %s's process %s (pid %d) is running on it: pick another GPU, or add --force if you know it is safe", g, ownerName(pr), termsafe.String(pr.Command), pr.PID)
 		}
 		gpus = append(gpus, g)
 	}

@@ -5,11 +5,10 @@ import (
 	"slices"
 	"time"
 
+	"github.com/dibs-gpu/dibs/base/refusal"
+	"github.com/dibs-gpu/dibs/base/words"
 	"github.com/dibs-gpu/dibs/nodeprobe"
 )
-
-// MaxNoteLen bounds a lease note so it fits the board and the gossip wire.
-const MaxNoteLen = 200
 
 // Table is one node's lease table: the leases this agent alone grants, renews
 // and ends (single writer per GPU), and the fencing-token counter. Plan methods
@@ -141,11 +140,11 @@ func (t *Table) planClaim(c Caller, req Claim, snap nodeprobe.Snapshot, now time
 	if req.Kind, dur, err = req.Limit(p); err != nil {
 		return Lease{}, err
 	}
-	if err := checkNote(req.Note); err != nil {
+	if err := words.CheckNote(req.Note); err != nil {
 		return Lease{}, err
 	}
 	if len(snap.GPUs) == 0 {
-		return Lease{}, errorf(CodeUnavailable, "node %s has no GPUs the probe can see", t.node)
+		return Lease{}, refusal.Errorf(refusal.CodeUnavailable, "node %s has no GPUs the probe can see", t.node)
 	}
 	if dur, err = t.checkWhere(c, req, snap, dur, p); err != nil {
 		return Lease{}, err
@@ -164,7 +163,7 @@ func (t *Table) planClaim(c Caller, req Claim, snap nodeprobe.Snapshot, now time
 	case req.Count > 0:
 		gpus, err = t.pickFree(c, req, snap, uses, now, dur)
 	default:
-		return Lease{}, Invalidf("say how many GPUs (-g N) or which (--ids 0,2)")
+		return Lease{}, refusal.Invalidf("say how many GPUs (-g N) or which (--ids 0,2)")
 	}
 	if err == nil {
 		dur, err = t.fitBookings(gpus, now, dur, req.Duration > 0)
@@ -197,10 +196,10 @@ func (t *Table) newLease(c Caller, req Claim, gpus []int, now time.Time, dur tim
 func (t *Table) PlanRelease(c Caller, id string) (Lease, error) {
 	e, ok := t.leases[id]
 	if !ok {
-		return Lease{}, errorf(CodeNotFound, "no lease %s on %s: `dibs ls` shows the live ones", id, t.node)
+		return Lease{}, refusal.Errorf(refusal.CodeNotFound, "no lease %s on %s: `dibs ls` shows the live ones", id, t.node)
 	}
 	if e.UID != c.UID && !c.Admin {
-		return Lease{}, errorf(CodeForbidden, "lease %s belongs to %s; only they (or an admin) can end it", id, e.User)
+		return Lease{}, refusal.Errorf(refusal.CodeForbidden, "lease %s belongs to %s; only they (or an admin) can end it", id, e.User)
 	}
 	return e.Lease, nil
 }
@@ -211,16 +210,16 @@ func (t *Table) PlanExtend(c Caller, id string, d time.Duration, at Instant, p P
 	now := at.Wall
 	e, ok := t.leases[id]
 	if !ok {
-		return Lease{}, errorf(CodeNotFound, "no lease %s on %s: `dibs ls` shows the live ones", id, t.node)
+		return Lease{}, refusal.Errorf(refusal.CodeNotFound, "no lease %s on %s: `dibs ls` shows the live ones", id, t.node)
 	}
 	if e.UID != c.UID {
-		return Lease{}, errorf(CodeForbidden, "lease %s belongs to %s; only they can extend it", id, e.User)
+		return Lease{}, refusal.Errorf(refusal.CodeForbidden, "lease %s belongs to %s; only they can extend it", id, e.User)
 	}
 	if e.Booked {
-		return Lease{}, Invalidf("%s is a booking, which cannot be extended: unbook it and book again", id)
+		return Lease{}, refusal.Invalidf("%s is a booking, which cannot be extended: unbook it and book again", id)
 	}
 	if d <= 0 {
-		return Lease{}, Invalidf("extend by a positive duration, like --for 2h")
+		return Lease{}, refusal.Invalidf("extend by a positive duration, like --for 2h")
 	}
 	_, max := p.Limits(e.Kind)
 	// An overdue lease is extended from now; one still running from its end.
@@ -234,16 +233,16 @@ func (t *Table) PlanExtend(c Caller, id string, d time.Duration, at Instant, p P
 	if end.Sub(now) > max {
 		room := max - base.Sub(now)
 		if room < time.Minute {
-			return Lease{}, Invalidf("lease %s already ends %s from now, the %s maximum", id, FormatDuration(e.ExpiresAt.Sub(now)), e.Kind)
+			return Lease{}, refusal.Invalidf("lease %s already ends %s from now, the %s maximum", id, words.FormatDuration(e.ExpiresAt.Sub(now)), e.Kind)
 		}
-		return Lease{}, Invalidf("extending %s by %s would end it %s from now, over the %s maximum of %s: extend by at most %s", id, FormatDuration(d), FormatDuration(end.Sub(now)), e.Kind, FormatDuration(max), FormatDuration(room.Truncate(time.Minute)))
+		return Lease{}, refusal.Invalidf("extending %s by %s would end it %s from now, over the %s maximum of %s: extend by at most %s", id, words.FormatDuration(d), words.FormatDuration(end.Sub(now)), e.Kind, words.FormatDuration(max), words.FormatDuration(room.Truncate(time.Minute)))
 	}
 	if b := t.firstBooking(e.GPUs, now, end, id); b != nil {
 		room := b.StartedAt.Sub(base).Truncate(time.Minute)
 		if room < time.Minute {
-			return Lease{}, errorf(CodeConflict, "lease %s cannot run longer: %s", id, describeBooking(b, now))
+			return Lease{}, refusal.Errorf(refusal.CodeConflict, "lease %s cannot run longer: %s", id, describeBooking(b, now))
 		}
-		return Lease{}, errorf(CodeConflict, "extending %s by %s would run into a booking: %s: extend by at most %s", id, FormatDuration(d), describeBooking(b, now), FormatDuration(room))
+		return Lease{}, refusal.Errorf(refusal.CodeConflict, "extending %s by %s would run into a booking: %s: extend by at most %s", id, words.FormatDuration(d), describeBooking(b, now), words.FormatDuration(room))
 	}
 	l := e.Lease
 	l.GPUs = slices.Clone(l.GPUs)

@@ -9,6 +9,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dibs-gpu/dibs/base/refusal"
+	"github.com/dibs-gpu/dibs/base/words"
+	"github.com/dibs-gpu/dibs/job"
 	"github.com/dibs-gpu/dibs/lease"
 	"github.com/dibs-gpu/dibs/nodeprobe"
 	"github.com/dibs-gpu/dibs/queue"
@@ -36,9 +39,9 @@ func TestPlanClaim(t *testing.T) {
 		leases []lease.Lease
 		snap   nodeprobe.Snapshot
 		claim  lease.Claim
-		want   []int      // the GPUs granted, or
-		code   lease.Code // the refusal
-		msg    []string   // and what it must say
+		want   []int        // the GPUs granted, or
+		code   refusal.Code // the refusal
+		msg    []string     // and what it must say
 	}{
 		{name: "-g 2 on an empty node takes the first NVLink pair", snap: box, claim: lease.Claim{Count: 2}, want: []int{0, 1}},
 		{name: "-g 2 lands in the whole island, not across the sockets", leases: taken012, snap: box, claim: lease.Claim{Count: 2}, want: []int{4, 5}},
@@ -53,80 +56,80 @@ func TestPlanClaim(t *testing.T) {
 		{name: "--gpus in any order", snap: box, claim: lease.Claim{GPUs: []int{5, 3}}, want: []int{3, 5}},
 		{name: "--gpus with a matching -g", snap: box, claim: lease.Claim{Count: 2, GPUs: []int{3, 5}}, want: []int{3, 5}},
 		{name: "--gpus busy but unleased names whose process", snap: withProc(box, 3, proc(4242, alice, "python train.py")), claim: lease.Claim{GPUs: []int{3}},
-			code: lease.CodeConflict, msg: []string{"GPU 3 has no lease", "alice's process python train.py (pid 4242)", "pick another GPU", "--force"}},
+			code: refusal.CodeConflict, msg: []string{"GPU 3 has no lease", "alice's process python train.py (pid 4242)", "pick another GPU", "--force"}},
 		{name: "--gpus busy but unleased with --force", snap: withProc(box, 3, proc(4242, alice, "python train.py")), claim: lease.Claim{GPUs: []int{3}, Force: true}, want: []int{3}},
 		{name: "--gpus busy by a process of an unnamed uid", snap: withProc(box, 3, nodeprobe.Process{PID: 7, UID: 1007, Command: "a.out"}), claim: lease.Claim{GPUs: []int{3}},
-			code: lease.CodeConflict, msg: []string{"uid 1007's process a.out (pid 7)"}},
+			code: refusal.CodeConflict, msg: []string{"uid 1007's process a.out (pid 7)"}},
 		{name: "--gpus leased names holder and end", leases: taken012, snap: box, claim: lease.Claim{GPUs: []int{4, 1}},
-			code: lease.CodeConflict, msg: []string{"GPU 1 is held by alice for 3h more", "lease gpu-01-1", "pick another GPU, or ask alice"}},
+			code: refusal.CodeConflict, msg: []string{"GPU 1 is held by alice for 3h more", "lease gpu-01-1", "pick another GPU, or ask alice"}},
 		{name: "-g over an overdue lease", leases: []lease.Lease{held(1, alice, []int{1}, t0.Add(-5*time.Hour), 4*time.Hour)}, snap: box, claim: lease.Claim{Count: 8},
-			code: lease.CodeConflict, msg: []string{"alice holds GPU 1 1h past its end"}},
+			code: refusal.CodeConflict, msg: []string{"alice holds GPU 1 1h past its end"}},
 		{name: "--gpus leased past its end", leases: []lease.Lease{held(1, alice, []int{1}, t0.Add(-5*time.Hour), 4*time.Hour)}, snap: box, claim: lease.Claim{GPUs: []int{1}},
-			code: lease.CodeConflict, msg: []string{"GPU 1 is held by alice 1h past its end"}},
+			code: refusal.CodeConflict, msg: []string{"GPU 1 is held by alice 1h past its end"}},
 		{name: "--force does not override a lease", leases: taken012, snap: box, claim: lease.Claim{GPUs: []int{1}, Force: true},
-			code: lease.CodeConflict, msg: []string{"held by alice"}},
+			code: refusal.CodeConflict, msg: []string{"held by alice"}},
 		{name: "--gpus down", snap: withDown(box, 6), claim: lease.Claim{GPUs: []int{6}, Force: true},
-			code: lease.CodeUnavailable, msg: []string{"GPU 6 on gpu-01 is down (GPU is lost)", "pick another GPU"}},
+			code: refusal.CodeUnavailable, msg: []string{"GPU 6 on gpu-01 is down (GPU is lost)", "pick another GPU"}},
 		{name: "--gpus down and leased", leases: taken012, snap: withDown(box, 1), claim: lease.Claim{GPUs: []int{1}},
-			code: lease.CodeUnavailable, msg: []string{"GPU 1 on gpu-01 is down"}},
+			code: refusal.CodeUnavailable, msg: []string{"GPU 1 on gpu-01 is down"}},
 		{name: "--gpus nonexistent", snap: box, claim: lease.Claim{GPUs: []int{8}},
-			code: lease.CodeInvalid, msg: []string{"no GPU 8 on gpu-01", "it has GPUs 0-7"}},
+			code: refusal.CodeInvalid, msg: []string{"no GPU 8 on gpu-01", "it has GPUs 0-7"}},
 		{name: "--gpus negative", snap: box, claim: lease.Claim{GPUs: []int{-1}},
-			code: lease.CodeInvalid, msg: []string{"no GPU -1 on gpu-01"}},
+			code: refusal.CodeInvalid, msg: []string{"no GPU -1 on gpu-01"}},
 		{name: "--gpus nonexistent on a node with a gap", snap: nodeprobe.Snapshot{GPUs: slices.Delete(slices.Clone(box.GPUs), 2, 3)}, claim: lease.Claim{GPUs: []int{2}},
-			code: lease.CodeInvalid, msg: []string{"it has GPUs 0,1,3,4,5,6,7"}},
+			code: refusal.CodeInvalid, msg: []string{"it has GPUs 0,1,3,4,5,6,7"}},
 		{name: "--gpus twice", snap: box, claim: lease.Claim{GPUs: []int{2, 2}},
-			code: lease.CodeInvalid, msg: []string{"GPU 2 named twice"}},
+			code: refusal.CodeInvalid, msg: []string{"GPU 2 named twice"}},
 		{name: "-g and --ids disagree", snap: box, claim: lease.Claim{Count: 3, GPUs: []int{1, 2}},
-			code: lease.CodeInvalid, msg: []string{"asked for 3 GPUs but named 2", "either -g N or --ids"}},
+			code: refusal.CodeInvalid, msg: []string{"asked for 3 GPUs but named 2", "either -g N or --ids"}},
 		{name: "-g 1 and --ids disagree says GPU, not GPUs", snap: box, claim: lease.Claim{Count: 1, GPUs: []int{1, 2}},
-			code: lease.CodeInvalid, msg: []string{"asked for 1 GPU but named 2"}},
+			code: refusal.CodeInvalid, msg: []string{"asked for 1 GPU but named 2"}},
 		{name: "neither -g nor --ids", snap: box, claim: lease.Claim{},
-			code: lease.CodeInvalid, msg: []string{"-g N", "--ids 0,2"}},
+			code: refusal.CodeInvalid, msg: []string{"-g N", "--ids 0,2"}},
 		{name: "more GPUs than the node has", snap: box, claim: lease.Claim{Count: 9},
-			code: lease.CodeInvalid, msg: []string{"gpu-01 has only 8 GPUs; asked for 9", "at most 8", "several nodes"}},
+			code: refusal.CodeInvalid, msg: []string{"gpu-01 has only 8 GPUs; asked for 9", "at most 8", "several nodes"}},
 		{name: "more than free says who holds the rest and until when",
 			leases: []lease.Lease{taken012[0], held(2, bob, []int{4}, t0.Add(-time.Hour), 90*time.Minute)},
 			snap:   busy, claim: lease.Claim{Count: 4},
-			code: lease.CodeConflict, msg: []string{
+			code: refusal.CodeConflict, msg: []string{
 				"asked for 4 GPUs but only 2 free on gpu-01",
 				"alice holds GPUs 0,1,2 for 3h more", "you hold GPU 4 for 30m more",
 				"carol runs unleased processes on GPU 5", "GPU 7 down", "ask for 2 or fewer",
 			}},
 		{name: "nothing free", leases: []lease.Lease{held(1, alice, []int{0, 1, 2, 3, 4, 5, 6, 7}, t0, time.Hour)}, snap: box, claim: lease.Claim{Count: 1},
-			code: lease.CodeConflict, msg: []string{"asked for 1 GPU but only 0 free", "alice holds GPUs 0,1,2,3,4,5,6,7 for 1h more", "wait for them"}},
+			code: refusal.CodeConflict, msg: []string{"asked for 1 GPU but only 0 free", "alice holds GPUs 0,1,2,3,4,5,6,7 for 1h more", "wait for them"}},
 		{name: "nothing free, all of it yours", leases: []lease.Lease{held(1, bob, []int{0, 1, 2, 3, 4, 5, 6, 7}, t0, time.Hour)}, snap: box, claim: lease.Claim{Count: 1},
-			code: lease.CodeConflict, msg: []string{"you hold GPUs 0,1,2,3,4,5,6,7 for 1h more", "release what you hold there"}},
+			code: refusal.CodeConflict, msg: []string{"you hold GPUs 0,1,2,3,4,5,6,7 for 1h more", "release what you hold there"}},
 		{name: "a named GPU you already hold", leases: []lease.Lease{held(1, bob, []int{2}, t0, time.Hour)}, snap: box, claim: lease.Claim{GPUs: []int{2}},
-			code: lease.CodeConflict, msg: []string{"you already hold GPU 2 for 1h more (lease gpu-01-1"}},
+			code: refusal.CodeConflict, msg: []string{"you already hold GPU 2 for 1h more (lease gpu-01-1"}},
 		{name: "negative duration", snap: box, claim: lease.Claim{Count: 1, Duration: -5 * time.Minute},
-			code: lease.CodeInvalid, msg: []string{"positive", "-5m"}},
+			code: refusal.CodeInvalid, msg: []string{"positive", "-5m"}},
 		{name: "over the interactive maximum", snap: box, claim: lease.Claim{Count: 1, Duration: 8 * 24 * time.Hour},
-			code: lease.CodeInvalid, msg: []string{"8d is over the interactive maximum of 7d", "--for 7d"}},
+			code: refusal.CodeInvalid, msg: []string{"8d is over the interactive maximum of 7d", "--for 7d"}},
 		{name: "over the batch maximum", snap: box, claim: lease.Claim{Count: 1, Kind: lease.KindBatch, Duration: 7*24*time.Hour + time.Minute},
-			code: lease.CodeInvalid, msg: []string{"over the batch maximum of 7d"}},
-		{name: "note too long", snap: box, claim: lease.Claim{Count: 1, Note: strings.Repeat("x", lease.MaxNoteLen+1)},
-			code: lease.CodeInvalid, msg: []string{"note is 201 bytes", "200 at most"}},
+			code: refusal.CodeInvalid, msg: []string{"over the batch maximum of 7d"}},
+		{name: "note too long", snap: box, claim: lease.Claim{Count: 1, Note: strings.Repeat("x", words.MaxNoteLen+1)},
+			code: refusal.CodeInvalid, msg: []string{"note is 201 bytes", "200 at most"}},
 		{name: "note on two lines", snap: box, claim: lease.Claim{Count: 1, Note: "ablation\nrun 2"},
-			code: lease.CodeInvalid, msg: []string{"one line"}},
+			code: refusal.CodeInvalid, msg: []string{"one line"}},
 		{name: "note with a terminal escape", snap: box, claim: lease.Claim{Count: 1, Note: "run \x1b]0;pwned\x07"},
-			code: lease.CodeInvalid, msg: []string{"plain text"}},
+			code: refusal.CodeInvalid, msg: []string{"plain text"}},
 		{name: "note with a NUL", snap: box, claim: lease.Claim{Count: 1, Note: "a\x00b"},
-			code: lease.CodeInvalid, msg: []string{"plain text"}},
+			code: refusal.CodeInvalid, msg: []string{"plain text"}},
 		{name: "note not UTF-8", snap: box, claim: lease.Claim{Count: 1, Note: "caf\xe9"},
-			code: lease.CodeInvalid, msg: []string{"plain text"}},
+			code: refusal.CodeInvalid, msg: []string{"plain text"}},
 		{name: "note with a right-to-left override", snap: box, claim: lease.Claim{Count: 1, Note: "fix \u202eexe.txt"},
-			code: lease.CodeInvalid, msg: []string{"note holds U+202E RIGHT-TO-LEFT OVERRIDE", "at byte 4", "remove it"}},
+			code: refusal.CodeInvalid, msg: []string{"note holds U+202E RIGHT-TO-LEFT OVERRIDE", "at byte 4", "remove it"}},
 		{name: "note with a zero-width space", snap: box, claim: lease.Claim{Count: 1, Note: "ab\u200bc"},
-			code: lease.CodeInvalid, msg: []string{"note holds U+200B ZERO WIDTH SPACE", "remove it"}},
+			code: refusal.CodeInvalid, msg: []string{"note holds U+200B ZERO WIDTH SPACE", "remove it"}},
 		{name: "note with a C1 CSI", snap: box, claim: lease.Claim{Count: 1, Note: "x\u009b2J"},
-			code: lease.CodeInvalid, msg: []string{"U+009B", "remove it"}},
+			code: refusal.CodeInvalid, msg: []string{"U+009B", "remove it"}},
 		{name: "named GPU with a hostile process", snap: withProc(box, 3, proc(666, alice, "\x1b]0;PWNED\x07\x1b[2J")), claim: lease.Claim{GPUs: []int{3}},
-			code: lease.CodeConflict, msg: []string{`process \x1b]0;PWNED\x07\x1b[2J (pid 666)`}},
+			code: refusal.CodeConflict, msg: []string{`process \x1b]0;PWNED\x07\x1b[2J (pid 666)`}},
 		{name: "unknown kind", snap: box, claim: lease.Claim{Count: 1, Kind: "gpu"},
-			code: lease.CodeInvalid, msg: []string{`unknown lease kind "gpu"`, "interactive or batch"}},
+			code: refusal.CodeInvalid, msg: []string{`unknown lease kind "gpu"`, "interactive or batch"}},
 		{name: "node with no GPUs", snap: nodeprobe.Snapshot{Host: nodeprobe.Host{Name: node}}, claim: lease.Claim{Count: 1},
-			code: lease.CodeUnavailable, msg: []string{"gpu-01 has no GPUs"}},
+			code: refusal.CodeUnavailable, msg: []string{"gpu-01 has no GPUs"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -164,7 +167,7 @@ func TestPlanClaimTerms(t *testing.T) {
 		{"batch defaults to 24h", lease.Claim{Count: 1, Kind: lease.KindBatch}, 24 * time.Hour, lease.KindBatch},
 		{"asked-for time", lease.Claim{Count: 1, Duration: 90 * time.Minute}, 90 * time.Minute, lease.KindInteractive},
 		{"exactly the maximum", lease.Claim{Count: 1, Duration: p.MaxInteractive}, p.MaxInteractive, lease.KindInteractive},
-		{"note of exactly the limit", lease.Claim{Count: 1, Note: strings.Repeat("é", lease.MaxNoteLen/2)}, 4 * time.Hour, lease.KindInteractive},
+		{"note of exactly the limit", lease.Claim{Count: 1, Note: strings.Repeat("é", words.MaxNoteLen/2)}, 4 * time.Hour, lease.KindInteractive},
 		{"note in other scripts and emoji", lease.Claim{Count: 1, Note: "训练 모델 שלום 🚀 ❤️"}, 4 * time.Hour, lease.KindInteractive},
 	}
 	for _, tt := range tests {
@@ -291,7 +294,7 @@ func TestParseKind(t *testing.T) {
 		}
 	}
 	_, err := lease.ParseKind("gpu")
-	checkRefusal(t, err, lease.CodeInvalid, `"gpu"`, "use interactive or batch")
+	checkRefusal(t, err, refusal.CodeInvalid, `"gpu"`, "use interactive or batch")
 }
 
 func TestPlanRelease(t *testing.T) {
@@ -300,15 +303,15 @@ func TestPlanRelease(t *testing.T) {
 		name   string
 		caller lease.Caller
 		id     string
-		code   lease.Code
+		code   refusal.Code
 		msg    []string
 	}{
 		{name: "holder", caller: alice, id: "gpu-01-1"},
 		{name: "holder under another name, same uid", caller: lease.Caller{UID: 1001}, id: "gpu-01-1"},
 		{name: "admin", caller: root, id: "gpu-01-1"},
-		{name: "someone else", caller: bob, id: "gpu-01-1", code: lease.CodeForbidden, msg: []string{"lease gpu-01-1 belongs to alice", "only they (or an admin)"}},
-		{name: "same name, other uid", caller: lease.Caller{UID: 2001, User: "alice"}, id: "gpu-01-1", code: lease.CodeForbidden},
-		{name: "unknown id", caller: alice, id: "gpu-01-9", code: lease.CodeNotFound, msg: []string{"no lease gpu-01-9 on gpu-01", "dibs ls"}},
+		{name: "someone else", caller: bob, id: "gpu-01-1", code: refusal.CodeForbidden, msg: []string{"lease gpu-01-1 belongs to alice", "only they (or an admin)"}},
+		{name: "same name, other uid", caller: lease.Caller{UID: 2001, User: "alice"}, id: "gpu-01-1", code: refusal.CodeForbidden},
+		{name: "unknown id", caller: alice, id: "gpu-01-9", code: refusal.CodeNotFound, msg: []string{"no lease gpu-01-9 on gpu-01", "dibs ls"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -347,7 +350,7 @@ func TestPlanExtend(t *testing.T) {
 		id     string
 		d      time.Duration
 		want   time.Time
-		code   lease.Code
+		code   refusal.Code
 		msg    []string
 	}{
 		{name: "from the current end, not from now", caller: alice, id: "gpu-01-1", d: 2 * time.Hour, want: t0.Add(6 * time.Hour)},
@@ -355,18 +358,18 @@ func TestPlanExtend(t *testing.T) {
 		{name: "an overdue lease from now", caller: alice, id: "gpu-01-3", d: 2 * time.Hour, want: now.Add(2 * time.Hour)},
 		{name: "batch under the batch maximum", caller: alice, id: "gpu-01-5", d: 10 * 24 * time.Hour, want: t0.Add(11 * 24 * time.Hour)},
 		{name: "over the maximum names the room left", caller: alice, id: "gpu-01-1", d: p.MaxInteractive,
-			code: lease.CodeInvalid, msg: []string{"would end it 7d3h from now", "over the interactive maximum of 7d", "extend by at most 6d21h"}},
+			code: refusal.CodeInvalid, msg: []string{"would end it 7d3h from now", "over the interactive maximum of 7d", "extend by at most 6d21h"}},
 		{name: "an overdue lease over the maximum", caller: alice, id: "gpu-01-3", d: 8 * 24 * time.Hour,
-			code: lease.CodeInvalid, msg: []string{"extend by at most 7d"}},
+			code: refusal.CodeInvalid, msg: []string{"extend by at most 7d"}},
 		{name: "already at the maximum", caller: alice, id: "gpu-01-4", d: 30 * time.Minute,
-			code: lease.CodeInvalid, msg: []string{"already ends 7d from now, the interactive maximum"}},
+			code: refusal.CodeInvalid, msg: []string{"already ends 7d from now, the interactive maximum"}},
 		{name: "someone else's", caller: bob, id: "gpu-01-1", d: time.Hour,
-			code: lease.CodeForbidden, msg: []string{"belongs to alice", "only they can extend it"}},
+			code: refusal.CodeForbidden, msg: []string{"belongs to alice", "only they can extend it"}},
 		// Admins may end any lease, but time is the holder's to ask for.
-		{name: "an admin cannot extend someone's lease", caller: root, id: "gpu-01-1", d: time.Hour, code: lease.CodeForbidden},
-		{name: "unknown", caller: alice, id: "gpu-01-77", d: time.Hour, code: lease.CodeNotFound, msg: []string{"no lease gpu-01-77"}},
-		{name: "by zero", caller: alice, id: "gpu-01-1", d: 0, code: lease.CodeInvalid, msg: []string{"positive", "--for 2h"}},
-		{name: "by a negative", caller: alice, id: "gpu-01-1", d: -time.Hour, code: lease.CodeInvalid},
+		{name: "an admin cannot extend someone's lease", caller: root, id: "gpu-01-1", d: time.Hour, code: refusal.CodeForbidden},
+		{name: "unknown", caller: alice, id: "gpu-01-77", d: time.Hour, code: refusal.CodeNotFound, msg: []string{"no lease gpu-01-77"}},
+		{name: "by zero", caller: alice, id: "gpu-01-1", d: 0, code: refusal.CodeInvalid, msg: []string{"positive", "--for 2h"}},
+		{name: "by a negative", caller: alice, id: "gpu-01-1", d: -time.Hour, code: refusal.CodeInvalid},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -404,7 +407,7 @@ func TestPlanExtendOfferedRoomFits(t *testing.T) {
 			t.Errorf("lease ending %s: refusal %q offers no room", l.ExpiresAt.Sub(now), err)
 			continue
 		}
-		room, perr := lease.ParseDuration(m[1])
+		room, perr := words.ParseDuration(m[1])
 		if perr != nil {
 			t.Fatalf("offered room %q does not parse: %v", m[1], perr)
 		}
@@ -431,7 +434,7 @@ func TestPlanAdopt(t *testing.T) {
 		d      time.Duration
 		note   string
 		want   []int
-		code   lease.Code
+		code   refusal.Code
 		msg    []string
 	}{
 		{name: "owner adopts the GPUs of their pid", caller: bob, snap: box, pid: 777, want: []int{4, 5}},
@@ -439,19 +442,19 @@ func TestPlanAdopt(t *testing.T) {
 		{name: "a pid on two MIG slices of one GPU", caller: bob, snap: mig, pid: 888, want: []int{2}},
 		{name: "an admin adopts for the owner", caller: root, snap: box, pid: 777, want: []int{4, 5}},
 		{name: "someone else's pid", caller: alice, snap: box, pid: 777,
-			code: lease.CodeForbidden, msg: []string{"pid 777 belongs to bob, not you"}},
+			code: refusal.CodeForbidden, msg: []string{"pid 777 belongs to bob, not you"}},
 		{name: "a pid whose owner is unknown", caller: alice, snap: unknown, pid: 444,
-			code: lease.CodeForbidden, msg: []string{"belongs to an unknown user"}},
+			code: refusal.CodeForbidden, msg: []string{"belongs to an unknown user"}},
 		{name: "on a GPU leased by another", caller: bob, snap: onAlice, pid: 999,
-			code: lease.CodeConflict, msg: []string{"GPU 1 is held by alice (lease gpu-01-1)"}},
+			code: refusal.CodeConflict, msg: []string{"GPU 1 is held by alice (lease gpu-01-1)"}},
 		{name: "on a GPU already in the owner's lease", caller: bob, snap: onBob, pid: 555,
-			code: lease.CodeConflict, msg: []string{"GPU 6 is already in your lease gpu-01-2"}},
+			code: refusal.CodeConflict, msg: []string{"GPU 6 is already in your lease gpu-01-2"}},
 		{name: "unknown pid", caller: bob, snap: box, pid: 31337,
-			code: lease.CodeNotFound, msg: []string{"pid 31337 is not on any GPU of gpu-01"}},
+			code: refusal.CodeNotFound, msg: []string{"pid 31337 is not on any GPU of gpu-01"}},
 		{name: "over the maximum", caller: bob, snap: box, pid: 777, d: 8 * 24 * time.Hour,
-			code: lease.CodeInvalid, msg: []string{"over the interactive maximum"}},
+			code: refusal.CodeInvalid, msg: []string{"over the interactive maximum"}},
 		{name: "a note with a bidi override", caller: bob, snap: box, pid: 777, note: "a\u202eb",
-			code: lease.CodeInvalid, msg: []string{"note holds U+202E", "remove it"}},
+			code: refusal.CodeInvalid, msg: []string{"note holds U+202E", "remove it"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -503,8 +506,8 @@ func TestPlanAdoptHostileCommand(t *testing.T) {
 		if err := l.CheckText(); err != nil {
 			t.Errorf("adopted lease does not pass CheckText: %v (note %q)", err, l.Note)
 		}
-		if len(l.Note) > lease.MaxNoteLen {
-			t.Errorf("note is %d bytes, over %d", len(l.Note), lease.MaxNoteLen)
+		if len(l.Note) > words.MaxNoteLen {
+			t.Errorf("note is %d bytes, over %d", len(l.Note), words.MaxNoteLen)
 		}
 		if !strings.HasPrefix(l.Note, `adopted pid 4242 (`) || !strings.Contains(l.Note, `\x1b]0;PWNED`) && !strings.Contains(l.Note, `run\u202exx`) {
 			t.Errorf("note = %q, want the command escaped", l.Note)
@@ -528,7 +531,7 @@ func TestEachStringCoversEveryField(t *testing.T) {
 	if seen != n {
 		t.Errorf("Lease.EachString visits %d of its %d string fields", seen, n)
 	}
-	e := queue.QueueEntry{Job: &lease.Job{Command: []string{"a", "b"}}}
+	e := queue.QueueEntry{Job: &job.Job{Command: []string{"a", "b"}}}
 	n = fillStrings(reflect.ValueOf(&e).Elem())
 	seen = 0
 	e.EachString(func(_ string, p *string) {
@@ -586,7 +589,7 @@ func TestCheckText(t *testing.T) {
 	if err := bad.CheckText(); err == nil || !strings.Contains(err.Error(), "its note holds U+2066") {
 		t.Errorf("CheckText = %v, want it to name the note", err)
 	}
-	e := queue.QueueEntry{ID: "n1-q1", Origin: "n1", User: "bob", Job: &lease.Job{Command: []string{"python", "-c", "import os\nprint(1)"}, Dir: "/home/bob"}}
+	e := queue.QueueEntry{ID: "n1-q1", Origin: "n1", User: "bob", Job: &job.Job{Command: []string{"python", "-c", "import os\nprint(1)"}, Dir: "/home/bob"}}
 	if err := e.CheckText(); err != nil {
 		t.Errorf("entry with a multi-line command refused: %v", err)
 	}

@@ -1,6 +1,11 @@
 package lease
 
-import "time"
+import (
+	"time"
+
+	"github.com/dibs-gpu/dibs/base/refusal"
+	"github.com/dibs-gpu/dibs/base/words"
+)
 
 // CheckDuration is the time limit a lease, booking or queued request of
 // kind k gets under policy p: the kind's default when none was asked for,
@@ -13,10 +18,10 @@ func CheckDuration(d time.Duration, k Kind, p Policy) (time.Duration, error) {
 		return def, nil
 	}
 	if d < 0 {
-		return 0, Invalidf("duration must be positive, got %s", FormatDuration(d))
+		return 0, refusal.Invalidf("duration must be positive, got %s", words.FormatDuration(d))
 	}
 	if d > max {
-		return 0, Invalidf("%s is over the %s maximum of %s on this node: ask for less (--for %s)", FormatDuration(d), k, FormatDuration(max), FormatDuration(max))
+		return 0, refusal.Invalidf("%s is over the %s maximum of %s on this node: ask for less (--for %s)", words.FormatDuration(d), k, words.FormatDuration(max), words.FormatDuration(max))
 	}
 	return d, nil
 }

@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/dibs-gpu/dibs/base/refusal"
+	"github.com/dibs-gpu/dibs/base/words"
 	"github.com/dibs-gpu/dibs/nodeprobe"
 )
 
@@ -188,7 +190,7 @@ func Share(part, total uint64) float64 {
 // figures do). It returns MiB.
 func ParseMem(s string) (uint64, error) {
 	in := strings.TrimSpace(s)
-	bad := Invalidf("cannot read memory size %s: write it like 20G or 512M", QuoteInput(in))
+	bad := refusal.Invalidf("cannot read memory size %s: write it like 20G or 512M", words.QuoteInput(in))
 	if in == "" {
 		return 0, bad
 	}
@@ -211,10 +213,10 @@ func ParseMem(s string) (uint64, error) {
 	}
 	mib := v * mult
 	if mib < 1 {
-		return 0, Invalidf("memory size %s is less than 1 MiB: ask for more, like 20G", QuoteInput(in))
+		return 0, refusal.Invalidf("memory size %s is less than 1 MiB: ask for more, like 20G", words.QuoteInput(in))
 	}
-	if mib > MaxMemMiB {
-		return 0, Invalidf("memory size %s is larger than any GPU", QuoteInput(in))
+	if mib > words.MaxMemMiB {
+		return 0, refusal.Invalidf("memory size %s is larger than any GPU", words.QuoteInput(in))
 	}
 	return uint64(math.Round(mib)), nil
 }

@@ -5,14 +5,14 @@ import (
 	"fmt"
 	"slices"
 
-	"github.com/dibs-gpu/dibs/lease"
+	"github.com/dibs-gpu/dibs/job"
 	"github.com/dibs-gpu/dibs/queue"
 )
 
 // parentOf is the job array a queue entry id is a task of, or the id
 // itself.
 func parentOf(id string) string {
-	if arr, _, ok := lease.ArrayTaskOf(id); ok {
+	if arr, _, ok := job.ArrayTaskOf(id); ok {
 		return arr
 	}
 	return id
@@ -95,7 +95,7 @@ func checkArrays(x *index) []Violation {
 		if final, read := h.FinalEntries[origin]; read && !cancelled[id] && !slices.Contains(final, id) {
 			ran := map[int]bool{}
 			for _, in := range runs[id] {
-				if _, idx, ok := lease.ArrayTaskOf(entryOf(h.Writes[in.puts[0]].Lease.Entry)); ok {
+				if _, idx, ok := job.ArrayTaskOf(entryOf(h.Writes[in.puts[0]].Lease.Entry)); ok {
 					ran[idx] = true
 				}
 			}

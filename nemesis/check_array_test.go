@@ -4,13 +4,14 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/dibs-gpu/dibs/job"
 	"github.com/dibs-gpu/dibs/lease"
 	"github.com/dibs-gpu/dibs/queue"
 )
 
 // arrayParent is a job array "0-2%1" submitted at n1.
 func arrayParent() queue.QueueEntry {
-	return queue.QueueEntry{ID: "n1-q1", Origin: "n1", Nodes: 1, GPUsPerNode: 1, Job: &lease.Job{Command: []string{"sleep", "1"}},
+	return queue.QueueEntry{ID: "n1-q1", Origin: "n1", Nodes: 1, GPUsPerNode: 1, Job: &job.Job{Command: []string{"sleep", "1"}},
 		Array: &queue.Array{Spec: "0-2", Throttle: 1}}
 }
 
@@ -82,7 +83,7 @@ func TestCheckArrays(t *testing.T) {
 // dependent queues n1-q2 waiting for n1-q1 (any: --after-any) and runs
 // n1-q1 on n2 from 10 to 110 ms and n1-q2 on n3 from start ms.
 func dependent(b *builder, any bool, start float64) {
-	x := queue.QueueEntry{ID: "n1-q1", Origin: "n1", Nodes: 1, GPUsPerNode: 1, Job: &lease.Job{Command: []string{"sleep", "1"}}}
+	x := queue.QueueEntry{ID: "n1-q1", Origin: "n1", Nodes: 1, GPUsPerNode: 1, Job: &job.Job{Command: []string{"sleep", "1"}}}
 	y := queue.QueueEntry{ID: "n1-q2", Origin: "n1", Nodes: 1, GPUsPerNode: 1, Job: x.Job, After: []queue.Dep{{ID: x.ID, Any: any}}}
 	b.entry(x, 0, 1)
 	b.entry(y, 2, 3)
@@ -93,14 +94,14 @@ func dependent(b *builder, any bool, start float64) {
 
 // placed writes n1-q1's attempt 0 let start (a placer written) at ms.
 func placed(b *builder, ms float64) {
-	x := queue.QueueEntry{ID: "n1-q1", Origin: "n1", Nodes: 1, GPUsPerNode: 1, Job: &lease.Job{Command: []string{"sleep", "1"}}, Placer: "n2/boot"}
+	x := queue.QueueEntry{ID: "n1-q1", Origin: "n1", Nodes: 1, GPUsPerNode: 1, Job: &job.Job{Command: []string{"sleep", "1"}}, Placer: "n2/boot"}
 	b.entry(x, ms, ms+1)
 }
 
 // dependentLate is dependent with n1-q1's lease put at 65 ms (after a
 // cancel at 50–60) and ended at 110, and n1-q2 started at start.
 func dependentLate(b *builder, any bool, start float64) {
-	x := queue.QueueEntry{ID: "n1-q1", Origin: "n1", Nodes: 1, GPUsPerNode: 1, Job: &lease.Job{Command: []string{"sleep", "1"}}}
+	x := queue.QueueEntry{ID: "n1-q1", Origin: "n1", Nodes: 1, GPUsPerNode: 1, Job: &job.Job{Command: []string{"sleep", "1"}}}
 	y := queue.QueueEntry{ID: "n1-q2", Origin: "n1", Nodes: 1, GPUsPerNode: 1, Job: x.Job, After: []queue.Dep{{ID: x.ID, Any: any}}}
 	b.entry(x, 0, 1)
 	b.entry(y, 2, 3)

@@ -9,7 +9,7 @@ import (
 	"sync"
 
 	"github.com/anishathalye/porcupine"
-	"github.com/dibs-gpu/dibs/lease"
+	"github.com/dibs-gpu/dibs/base/refusal"
 )
 
 // gpuKey names one GPU of one node: the unit the lease model is checked on.
@@ -158,7 +158,7 @@ func (b *gpuBuilder) clientOp(i int, missing map[leaseKey][]int) {
 		return
 	case o.Kind == OpExtend && o.Outcome == OK:
 		g.in = modelInput{Step: stepHeld, ID: o.LeaseID}
-	case (o.Kind == OpExtend || o.Kind == OpRelease) && o.Outcome == Refused && o.Code == lease.CodeNotFound:
+	case (o.Kind == OpExtend || o.Kind == OpRelease) && o.Outcome == Refused && o.Code == refusal.CodeNotFound:
 		if !ownerSaidNotFound(o) {
 			return
 		}

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/dibs-gpu/dibs/job"
 	"github.com/dibs-gpu/dibs/lease"
 	"github.com/dibs-gpu/dibs/queue"
 )
@@ -116,7 +117,7 @@ func entryFate(x *index, id string, acked map[string]int, ran map[string]bool, c
 	}
 	if final, read := h.FinalEntries[origin]; read {
 		present := slices.Contains(final, id)
-		if arr, _, ok := lease.ArrayTaskOf(id); ok && !present && !deleted && slices.Contains(final, arr) {
+		if arr, _, ok := job.ArrayTaskOf(id); ok && !present && !deleted && slices.Contains(final, arr) {
 			// `dibs queue` folds an array's tasks into its row: while the
 			// array is there, its tasks are accounted for by it (and
 			// array-task-lost checks every index once the array is gone).

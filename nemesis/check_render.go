@@ -8,7 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/dibs-gpu/dibs/lease"
+	"github.com/dibs-gpu/dibs/base/words"
 )
 
 // ms writes a history time as milliseconds since the run started, the unit
@@ -58,7 +58,7 @@ func opLine(h *History, i int) string {
 	case o.Outcome == Refused:
 		fmt.Fprintf(&b, " (%s)", o.Code)
 	case o.Outcome == Unknown && o.Err != "":
-		fmt.Fprintf(&b, " (%s)", lease.OneLine(o.Err))
+		fmt.Fprintf(&b, " (%s)", words.OneLine(o.Err))
 	case o.Outcome != OK:
 	case o.Kind == OpClaim && o.Lease != nil:
 		fmt.Fprintf(&b, " %s token %d GPUs %v", o.Lease.ID, o.Lease.Token, o.Lease.GPUs)
@@ -141,7 +141,7 @@ func faultLine(f *Fault) string {
 		fmt.Fprintf(&b, " %s", strings.Join(f.Nodes, ","))
 	}
 	if f.Detail != "" {
-		fmt.Fprintf(&b, " (%s)", lease.OneLine(f.Detail))
+		fmt.Fprintf(&b, " (%s)", words.OneLine(f.Detail))
 	}
 	return b.String()
 }

@@ -12,7 +12,7 @@ import (
 
 	"github.com/anishathalye/porcupine"
 
-	"github.com/dibs-gpu/dibs/lease"
+	"github.com/dibs-gpu/dibs/base/words"
 )
 
 // maxLines bounds the history printed with a violation.
@@ -55,7 +55,7 @@ func explainChunk(h *History, c *chunk, o CheckOptions) Violation {
 	v.History = append(v.History, trimLines(h, kept, prefix[failing])...)
 	if o.VisualizeDir != "" {
 		if path, err := visualize(o.VisualizeDir, c); err != nil {
-			v.History = append(v.History, "(no visualization: "+lease.OneLine(err.Error())+")")
+			v.History = append(v.History, "(no visualization: "+words.OneLine(err.Error())+")")
 		} else {
 			v.History = append(v.History, "visualization: "+path)
 		}

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dibs-gpu/dibs/base/refusal"
 	"github.com/dibs-gpu/dibs/lease"
 )
 
@@ -134,7 +135,7 @@ func (r *synthRun) play(p planned) {
 		}
 		switch {
 		case !sl.alive:
-			o.Outcome, o.Code = Refused, lease.CodeNotFound
+			o.Outcome, o.Code = Refused, refusal.CodeNotFound
 		case p.kind == "release":
 			r.end(id, lease.EndReleased, p.eff)
 		default:
@@ -143,7 +144,7 @@ func (r *synthRun) play(p planned) {
 	case p.kind == "stale" && len(r.ended) > 0:
 		id := r.ended[r.rng.IntN(len(r.ended))]
 		sl := r.leases[id]
-		o.Kind, o.LeaseID, o.Node, o.Via, o.Outcome, o.Code = OpRelease, id, sl.l.Node, sl.l.Node, Refused, lease.CodeNotFound
+		o.Kind, o.LeaseID, o.Node, o.Via, o.Outcome, o.Code = OpRelease, id, sl.l.Node, sl.l.Node, Refused, refusal.CodeNotFound
 	default:
 		o.Holders = map[int]string{}
 		for g, id := range r.holders[p.node] {
@@ -184,7 +185,7 @@ func (r *synthRun) claim(o *Op, p planned) {
 	}
 	if gpus == nil {
 		if !lost {
-			o.Outcome, o.Code = Refused, lease.CodeConflict
+			o.Outcome, o.Code = Refused, refusal.CodeConflict
 		}
 		return
 	}

@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dibs-gpu/dibs/base/refusal"
+	"github.com/dibs-gpu/dibs/job"
 	"github.com/dibs-gpu/dibs/lease"
 	"github.com/dibs-gpu/dibs/queue"
 )
@@ -138,27 +140,27 @@ func TestCheckGPUs(t *testing.T) {
 		}},
 		{name: "a release refused as not found while held fails", fails: CheckGPU, names: []string{"not-held n1-1", "not_found"}, build: func(b *builder) *History {
 			b.claim(0, "n1", []int{0}, 1, 0, 10)
-			b.op(Op{Client: 0, Kind: OpRelease, Node: "n1", LeaseID: "n1-1", Outcome: Refused, Code: lease.CodeNotFound}, 20, 30)
+			b.op(Op{Client: 0, Kind: OpRelease, Node: "n1", LeaseID: "n1-1", Outcome: Refused, Code: refusal.CodeNotFound}, 20, 30)
 			return b.history(100)
 		}},
 		{name: "a release refused after expiry passes, an unavailable one says nothing", build: func(b *builder) *History {
 			b.claim(0, "n1", []int{0}, 1, 0, 10)
-			b.op(Op{Client: 0, Kind: OpExtend, Node: "n1", LeaseID: "n1-1", Outcome: Refused, Code: lease.CodeUnavailable}, 11, 12)
+			b.op(Op{Client: 0, Kind: OpExtend, Node: "n1", LeaseID: "n1-1", Outcome: Refused, Code: refusal.CodeUnavailable}, 11, 12)
 			b.op(Op{Client: 0, Kind: OpExtend, Node: "n1", LeaseID: "n1-1", Outcome: OK}, 12, 13)
 			b.end("n1-1", []int{0}, lease.EndExpired, 15, 16)
-			b.op(Op{Client: 0, Kind: OpRelease, Node: "n1", LeaseID: "n1-1", Outcome: Refused, Code: lease.CodeNotFound}, 20, 30)
-			b.op(Op{Client: 0, Kind: OpRelease, Node: "n1", LeaseID: "n1-1", Outcome: Refused, Code: lease.CodeUnavailable}, 40, 50)
+			b.op(Op{Client: 0, Kind: OpRelease, Node: "n1", LeaseID: "n1-1", Outcome: Refused, Code: refusal.CodeNotFound}, 20, 30)
+			b.op(Op{Client: 0, Kind: OpRelease, Node: "n1", LeaseID: "n1-1", Outcome: Refused, Code: refusal.CodeUnavailable}, 40, 50)
 			return b.history(100)
 		}},
 		{name: "a not-found from an agent that does not know the node says nothing", build: func(b *builder) *History {
 			b.claim(0, "n1", []int{0}, 1, 0, 10)
-			b.op(Op{Client: 0, Kind: OpRelease, Via: "n2", Node: "n1", LeaseID: "n1-1", Outcome: Refused, Code: lease.CodeNotFound,
+			b.op(Op{Client: 0, Kind: OpRelease, Via: "n2", Node: "n1", LeaseID: "n1-1", Outcome: Refused, Code: refusal.CodeNotFound,
 				Err: "no node n1 in this cluster: `dibs ls` shows the nodes"}, 20, 30)
 			return b.history(100)
 		}},
 		{name: "a not-found the owner sent through another agent fails while held", fails: CheckGPU, names: []string{"not-held n1-1", "via n2"}, build: func(b *builder) *History {
 			b.claim(0, "n1", []int{0}, 1, 0, 10)
-			b.op(Op{Client: 0, Kind: OpExtend, Via: "n2", Node: "n1", LeaseID: "n1-1", Outcome: Refused, Code: lease.CodeNotFound,
+			b.op(Op{Client: 0, Kind: OpExtend, Via: "n2", Node: "n1", LeaseID: "n1-1", Outcome: Refused, Code: refusal.CodeNotFound,
 				Err: "no lease n1-1 on n1: `dibs ls` shows the live ones"}, 20, 30)
 			return b.history(100)
 		}},
@@ -201,7 +203,7 @@ func TestCheckAckedLeases(t *testing.T) {
 
 // gangEntry is a 2-node gang entry submitted at n1.
 func gangEntry() queue.QueueEntry {
-	return queue.QueueEntry{ID: "n1-q2", Origin: "n1", Nodes: 2, GPUsPerNode: 1, Job: &lease.Job{Command: []string{"train"}}}
+	return queue.QueueEntry{ID: "n1-q2", Origin: "n1", Nodes: 2, GPUsPerNode: 1, Job: &job.Job{Command: []string{"train"}}}
 }
 
 // runningGang reserves and commits both ranks of gangEntry on n2 and n3.
@@ -407,7 +409,7 @@ func TestReportSummary(t *testing.T) {
 	b.fault(FaultKill, []string{"n2"}, 20, 40)
 	b.fault(FaultPartition, []string{"n3"}, 50, 60)
 	b.read(1, "n1", map[int]string{0: a.ID, 1: ""}, 70, 80)
-	b.op(Op{Client: 2, Kind: OpClaim, Node: "n1", GPUs: []int{0}, Outcome: Refused, Code: lease.CodeConflict}, 70, 80)
+	b.op(Op{Client: 2, Kind: OpClaim, Node: "n1", GPUs: []int{0}, Outcome: Refused, Code: refusal.CodeConflict}, 70, 80)
 	r := Check(b.history(90000))
 	if r.Failed() {
 		t.Fatalf("want no violation:\n%s", r)

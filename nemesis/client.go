@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/dibs-gpu/dibs/api"
+	"github.com/dibs-gpu/dibs/base/refusal"
 	"github.com/dibs-gpu/dibs/lease"
 )
 
@@ -211,12 +212,12 @@ func (c *client) finish(op *Op, err error) {
 	switch {
 	case err == nil:
 		op.Outcome = OK
-	case errors.As(err, &ae) && lease.Code(ae.Code) == lease.CodeNoAnswer:
+	case errors.As(err, &ae) && refusal.Code(ae.Code) == refusal.CodeNoAnswer:
 		// The agent forwarded it and heard nothing back: it may have
 		// been done, as the message says.
-		op.Outcome, op.Code, op.Return, op.Err = Unknown, lease.CodeNoAnswer, Never, ae.Msg
+		op.Outcome, op.Code, op.Return, op.Err = Unknown, refusal.CodeNoAnswer, Never, ae.Msg
 	case errors.As(err, &ae):
-		op.Outcome, op.Code, op.Err = Refused, lease.Code(ae.Code), ae.Msg
+		op.Outcome, op.Code, op.Err = Refused, refusal.Code(ae.Code), ae.Msg
 	default:
 		op.Outcome, op.Return, op.Err = Unknown, Never, err.Error()
 	}

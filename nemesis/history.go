@@ -4,6 +4,7 @@ import (
 	"math"
 	"time"
 
+	"github.com/dibs-gpu/dibs/base/refusal"
 	"github.com/dibs-gpu/dibs/lease"
 	"github.com/dibs-gpu/dibs/queue"
 )
@@ -95,7 +96,7 @@ type Op struct {
 	Call, Return int64
 	Outcome      Outcome
 	// Code and Err are the refusal (or the transport error of an Unknown).
-	Code lease.Code
+	Code refusal.Code
 	Err  string
 }
 

@@ -64,7 +64,7 @@ echo "build-deb.sh: dibs $version (commit ${commit:0:12}) for ${arches[*]}"
 # shipped binary has neither it nor md2man.
 CGO_ENABLED=0 go run -tags gendocs ./cmd/dibs gen-docs packaging/gen --version "$version" --date "$date"
 
-ldflags="-s -w -X github.com/dibs-gpu/dibs/internal/buildinfo.version=$version -X github.com/dibs-gpu/dibs/internal/buildinfo.commit=$commit -X github.com/dibs-gpu/dibs/internal/buildinfo.date=$date"
+ldflags="-s -w -X github.com/dibs-gpu/dibs/base/buildinfo.version=$version -X github.com/dibs-gpu/dibs/base/buildinfo.commit=$commit -X github.com/dibs-gpu/dibs/base/buildinfo.date=$date"
 mkdir -p dist
 # Only this build's packages in dist/, so dist/dibs_*_amd64.deb is one file.
 rm -f dist/dibs_*.deb dist/dibs-*.rpm

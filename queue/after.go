@@ -3,7 +3,9 @@ package queue
 import (
 	"strings"
 
-	"github.com/dibs-gpu/dibs/lease"
+	"github.com/dibs-gpu/dibs/base/refusal"
+	"github.com/dibs-gpu/dibs/base/words"
+	"github.com/dibs-gpu/dibs/job"
 )
 
 // MaxAfter bounds the entries one run may wait for.
@@ -67,10 +69,10 @@ func ParseAfter(ids []string, any bool) ([]Dep, error) {
 		for id := range strings.SplitSeq(arg, ",") {
 			id = strings.TrimSpace(id)
 			if _, ok := OriginOfQueueID(id); !ok {
-				return nil, lease.Invalidf("--after %s is not a queue id: ids look like node01-q3 (`dibs queue` shows them)", lease.QuoteInput(id))
+				return nil, refusal.Invalidf("--after %s is not a queue id: ids look like node01-q3 (`dibs queue` shows them)", words.QuoteInput(id))
 			}
-			if _, _, task := lease.ArrayTaskOf(id); task {
-				return nil, lease.Invalidf("--after %s names one task of an array: wait for the whole array (its id without /N)", lease.QuoteInput(id))
+			if _, _, task := job.ArrayTaskOf(id); task {
+				return nil, refusal.Invalidf("--after %s names one task of an array: wait for the whole array (its id without /N)", words.QuoteInput(id))
 			}
 			out = append(out, Dep{ID: id, Any: any})
 		}
@@ -82,19 +84,19 @@ func ParseAfter(ids []string, any bool) ([]Dep, error) {
 // that only a parent (not a task id) carries an array.
 func (e *QueueEntry) checkSweep() error {
 	if e.Array != nil {
-		if _, _, task := lease.ArrayTaskOf(e.ID); task {
-			return lease.Invalidf("queue entry %s is a task and an array", e.ID)
+		if _, _, task := job.ArrayTaskOf(e.ID); task {
+			return refusal.Invalidf("queue entry %s is a task and an array", e.ID)
 		}
 		if err := e.Array.Check(); err != nil {
-			return lease.Wrapf(lease.CodeInvalid, err, "queue entry %s: %v", e.ID, err)
+			return refusal.Wrapf(refusal.CodeInvalid, err, "queue entry %s: %v", e.ID, err)
 		}
 	}
 	if len(e.After) > MaxAfter {
-		return lease.Invalidf("queue entry %s waits for %d entries; at most %d", e.ID, len(e.After), MaxAfter)
+		return refusal.Invalidf("queue entry %s waits for %d entries; at most %d", e.ID, len(e.After), MaxAfter)
 	}
 	for _, d := range e.After {
-		if _, ok := OriginOfQueueID(d.ID); !ok || len(d.ID) > 2*lease.MaxNameLen || d.ID == e.ID {
-			return lease.Invalidf("queue entry %s waits for a bad id", e.ID)
+		if _, ok := OriginOfQueueID(d.ID); !ok || len(d.ID) > 2*words.MaxNameLen || d.ID == e.ID {
+			return refusal.Invalidf("queue entry %s waits for a bad id", e.ID)
 		}
 	}
 	return nil

@@ -7,7 +7,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/dibs-gpu/dibs/lease"
+	"github.com/dibs-gpu/dibs/base/refusal"
+	"github.com/dibs-gpu/dibs/base/words"
+	"github.com/dibs-gpu/dibs/job"
 )
 
 // A job array (`dibs run --array 0-19%4`) is one queue entry, the parent,
@@ -57,23 +59,23 @@ type Array struct {
 // the array with its canonical spec, or an error saying what is wrong.
 func ParseArray(s string) (*Array, error) {
 	if len(s) > maxArraySpec {
-		return nil, lease.Invalidf("--array is %d characters; at most %d", len(s), maxArraySpec)
+		return nil, refusal.Invalidf("--array is %d characters; at most %d", len(s), maxArraySpec)
 	}
 	list, thr, hasThr := strings.Cut(s, "%")
 	a := &Array{}
 	if hasThr {
 		n, err := strconv.Atoi(thr)
 		if err != nil || n < 1 || n > MaxArrayTasks {
-			return nil, lease.Invalidf("--array %s: the throttle after %% must be a whole number from 1 to %d", lease.QuoteInput(s), MaxArrayTasks)
+			return nil, refusal.Invalidf("--array %s: the throttle after %% must be a whole number from 1 to %d", words.QuoteInput(s), MaxArrayTasks)
 		}
 		a.Throttle = n
 	}
 	idx, err := parseIndexSet(list)
 	if err != nil {
-		return nil, lease.Wrapf(lease.CodeInvalid, err, "--array %s: %v (e.g. 0-19%%4, or 1,3,5-9)", lease.QuoteInput(s), err)
+		return nil, refusal.Wrapf(refusal.CodeInvalid, err, "--array %s: %v (e.g. 0-19%%4, or 1,3,5-9)", words.QuoteInput(s), err)
 	}
 	if len(idx) == 0 {
-		return nil, lease.Invalidf("--array %s names no task (e.g. 0-19%%4)", lease.QuoteInput(s))
+		return nil, refusal.Invalidf("--array %s names no task (e.g. 0-19%%4)", words.QuoteInput(s))
 	}
 	a.Spec = formatIndexSet(idx)
 	return a, nil
@@ -97,17 +99,17 @@ func (a *Array) Indices() []int {
 func (a *Array) Check() error {
 	idx, err := parseIndexSet(a.Spec)
 	if err != nil || len(idx) == 0 || len(a.Spec) > maxArraySpec {
-		return lease.Invalidf("a bad array spec")
+		return refusal.Invalidf("a bad array spec")
 	}
 	if a.Throttle < 0 || a.Throttle > MaxArrayTasks || a.Next < 0 || a.Next > len(idx) {
-		return lease.Invalidf("array counts out of range")
+		return refusal.Invalidf("array counts out of range")
 	}
 	for _, s := range []string{a.Done, a.Failed, a.Cancelled} {
 		if len(s) > maxArraySpec*4 {
-			return lease.Invalidf("an array's task list is too long")
+			return refusal.Invalidf("an array's task list is too long")
 		}
 		if _, err := parseIndexSet(s); err != nil {
-			return lease.Invalidf("a bad array task list")
+			return refusal.Invalidf("a bad array task list")
 		}
 	}
 	return nil
@@ -186,7 +188,7 @@ func ArrayTaskID(id string, index int) string { return id + "/" + strconv.Itoa(i
 // apart: each task's session is the name and its index (train-5), as two
 // tasks may run for one person on one node.
 func TaskSessionName(name, id string) string {
-	if _, idx, ok := lease.ArrayTaskOf(id); ok && name != "" {
+	if _, idx, ok := job.ArrayTaskOf(id); ok && name != "" {
 		return name + "-" + strconv.Itoa(idx)
 	}
 	return name
@@ -260,8 +262,8 @@ func parseIndexSet(s string) ([]int, error) {
 
 func indexOf(s string) (int, error) {
 	n, err := strconv.Atoi(s)
-	if err != nil || n < 0 || n > lease.MaxArrayIndex || strings.HasPrefix(s, "+") {
-		return 0, fmt.Errorf("%s is not an index from 0 to %d", lease.QuoteInput(s), lease.MaxArrayIndex)
+	if err != nil || n < 0 || n > job.MaxArrayIndex || strings.HasPrefix(s, "+") {
+		return 0, fmt.Errorf("%s is not an index from 0 to %d", words.QuoteInput(s), job.MaxArrayIndex)
 	}
 	return n, nil
 }

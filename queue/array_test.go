@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dibs-gpu/dibs/job"
 	"github.com/dibs-gpu/dibs/lease"
 	"github.com/dibs-gpu/dibs/queue"
 )
@@ -73,17 +74,17 @@ func TestArrayMarkEnded(t *testing.T) {
 }
 
 func TestArrayEnvAndTask(t *testing.T) {
-	env := lease.ArrayEnv("node01-q7/5#2")
+	env := job.ArrayEnv("node01-q7/5#2")
 	if env["DIBS_ARRAY_ID"] != "node01-q7" || env["DIBS_ARRAY_INDEX"] != "5" {
 		t.Fatalf("ArrayEnv = %v", env)
 	}
-	if lease.ArrayEnv("node01-q7#0") != nil {
+	if job.ArrayEnv("node01-q7#0") != nil {
 		t.Fatal("a plain entry got array variables")
 	}
 	p := ask("node01-q7", alice, 1, 1, time.Hour, t0)
 	p.Origin = "node01"
 	p.Array, _ = queue.ParseArray("0-3%2")
-	p.Job = &lease.Job{Command: []string{"sh", "-c", "echo $DIBS_ARRAY_INDEX"}}
+	p.Job = &job.Job{Command: []string{"sh", "-c", "echo $DIBS_ARRAY_INDEX"}}
 	task := p.Task(3)
 	if task.ID != "node01-q7/3" || task.Array != nil || task.Held() || !p.Held() {
 		t.Fatalf("task %+v", task)
@@ -145,7 +146,7 @@ func arraysQueue(users []lease.Caller) []queue.QueueEntry {
 	for i := range 100 {
 		c := users[i%len(users)]
 		p := ask(fmt.Sprintf("gpu-%02d-q%d", i%32, i), c, 1, []int{1, 2, 1, 4}[i%4], time.Duration(10+i%240)*time.Minute, t0.Add(-time.Duration(i)*time.Minute))
-		p.Job = &lease.Job{Command: []string{"python", "train.py"}}
+		p.Job = &job.Job{Command: []string{"python", "train.py"}}
 		p.Array, _ = queue.ParseArray("0-99")
 		p.Array.Next = queue.ArrayWindow
 		out = append(out, p)

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"fmt"
 
+	"github.com/dibs-gpu/dibs/base/refusal"
 	"github.com/dibs-gpu/dibs/lease"
 )
 
@@ -34,7 +35,7 @@ type Ask struct {
 	Requeue     bool
 	MaxRestarts int
 	NoRequeue   bool
-	// Torchrun and PerGPU are the job's launcher (lease.Job); they mean
+	// Torchrun and PerGPU are the job's launcher (job.Job); they mean
 	// nothing without a run.
 	Torchrun, PerGPU bool
 }
@@ -47,7 +48,7 @@ type Ask struct {
 // placed by the scheduler.
 func NewEntry(origin string, who lease.Caller, c lease.Claim, a Ask) (QueueEntry, error) {
 	if len(c.GPUs) > 0 {
-		return QueueEntry{}, lease.Invalidf("a queued request asks for a number of GPUs (-g N), not named ones")
+		return QueueEntry{}, refusal.Invalidf("a queued request asks for a number of GPUs (-g N), not named ones")
 	}
 	e := QueueEntry{
 		Origin: origin, User: who.User, UID: who.UID,
@@ -91,7 +92,7 @@ func NewEntry(origin string, who lease.Caller, c lease.Claim, a Ask) (QueueEntry
 // node's part of a queued start.
 func (e QueueEntry) RankClaim(gpus []int, rank int) (lease.Claim, error) {
 	if e.Job != nil && e.Job.Kept {
-		return lease.Claim{}, &lease.Error{Code: lease.CodeUnavailable, Msg: fmt.Sprintf("the start of %s came without its command, which its origin %s keeps: the scheduler asks the origin again", e.ID, e.Origin)}
+		return lease.Claim{}, &refusal.Error{Code: refusal.CodeUnavailable, Msg: fmt.Sprintf("the start of %s came without its command, which its origin %s keeps: the scheduler asks the origin again", e.ID, e.Origin)}
 	}
 	c := e.claim()
 	if e.MIG == "" {

@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dibs-gpu/dibs/base/refusal"
+	"github.com/dibs-gpu/dibs/job"
 	"github.com/dibs-gpu/dibs/lease"
 	"github.com/dibs-gpu/dibs/queue"
 )
@@ -17,8 +19,8 @@ import (
 // named for the task and the rank.
 func TestEntryCarriesItsClaim(t *testing.T) {
 	p := lease.DefaultPolicy()
-	run := func(name string) *lease.RunSpec {
-		return &lease.RunSpec{Name: name, Command: []string{"python", "train.py"}, Dir: "/home/alice/exp", Env: map[string]string{"PATH": "/usr/bin"}}
+	run := func(name string) *job.RunSpec {
+		return &job.RunSpec{Name: name, Command: []string{"python", "train.py"}, Dir: "/home/alice/exp", Env: map[string]string{"PATH": "/usr/bin"}}
 	}
 	tests := []struct {
 		name  string
@@ -30,7 +32,7 @@ func TestEntryCarriesItsClaim(t *testing.T) {
 		// the entry's shape and what only the queue reads
 		wantNodes, wantPerNode int
 		wantModel              string
-		wantJob                *lease.Job
+		wantJob                *job.Job
 		// the rank's claim
 		want lease.Claim
 	}{
@@ -39,7 +41,7 @@ func TestEntryCarriesItsClaim(t *testing.T) {
 				RequestID: "submit-0001", Tags: []string{"east"}, Model: "H100"},
 			id: "node01-q1", gpus: []int{0, 1},
 			wantNodes: 1, wantPerNode: 2, wantModel: "H100",
-			wantJob: &lease.Job{Name: "train", Command: []string{"python", "train.py"}, Dir: "/home/alice/exp", Env: map[string]string{"PATH": "/usr/bin"}},
+			wantJob: &job.Job{Name: "train", Command: []string{"python", "train.py"}, Dir: "/home/alice/exp", Env: map[string]string{"PATH": "/usr/bin"}},
 			want: lease.Claim{GPUs: []int{0, 1}, Duration: 2 * time.Hour, Kind: lease.KindBatch, Note: "ablation", QueuedAt: t0,
 				Run: run("train")}},
 		{name: "the policy's defaults, no run",
@@ -52,21 +54,21 @@ func TestEntryCarriesItsClaim(t *testing.T) {
 			ask:   queue.Ask{Nodes: 2, GPUsPerNode: 4, Torchrun: true, Requeue: true},
 			id:    "node01-q3", gpus: []int{4, 5, 6, 7}, rank: 1,
 			wantNodes: 2, wantPerNode: 4,
-			wantJob: &lease.Job{Name: "train", Command: []string{"python", "train.py"}, Dir: "/home/alice/exp", Env: map[string]string{"PATH": "/usr/bin"}, Torchrun: true},
+			wantJob: &job.Job{Name: "train", Command: []string{"python", "train.py"}, Dir: "/home/alice/exp", Env: map[string]string{"PATH": "/usr/bin"}, Torchrun: true},
 			want:    lease.Claim{GPUs: []int{4, 5, 6, 7}, Duration: time.Hour, Kind: lease.KindBatch, QueuedAt: t0, Run: run("train-1")}},
 		{name: "an array's task",
 			claim: lease.Claim{Count: 1, Duration: time.Hour, Run: run("sweep")},
 			ask:   queue.Ask{PerGPU: true},
 			id:    "node01-q4/5", gpus: []int{0},
 			wantNodes: 1, wantPerNode: 1,
-			wantJob: &lease.Job{Name: "sweep", Command: []string{"python", "train.py"}, Dir: "/home/alice/exp", Env: map[string]string{"PATH": "/usr/bin"}, PerGPU: true},
+			wantJob: &job.Job{Name: "sweep", Command: []string{"python", "train.py"}, Dir: "/home/alice/exp", Env: map[string]string{"PATH": "/usr/bin"}, PerGPU: true},
 			want:    lease.Claim{GPUs: []int{0}, Duration: time.Hour, Kind: lease.KindInteractive, QueuedAt: t0, Run: run("sweep-5")}},
 		{name: "a run the node names",
-			claim: lease.Claim{Count: 1, Duration: time.Hour, Run: &lease.RunSpec{Command: []string{"make"}}},
+			claim: lease.Claim{Count: 1, Duration: time.Hour, Run: &job.RunSpec{Command: []string{"make"}}},
 			id:    "node01-q5", gpus: []int{2},
 			wantNodes: 1, wantPerNode: 1,
-			wantJob: &lease.Job{Command: []string{"make"}},
-			want:    lease.Claim{GPUs: []int{2}, Duration: time.Hour, Kind: lease.KindInteractive, QueuedAt: t0, Run: &lease.RunSpec{Command: []string{"make"}}}},
+			wantJob: &job.Job{Command: []string{"make"}},
+			want:    lease.Claim{GPUs: []int{2}, Duration: time.Hour, Kind: lease.KindInteractive, QueuedAt: t0, Run: &job.RunSpec{Command: []string{"make"}}}},
 		{name: "a MIG instance names its GPU itself",
 			claim: lease.Claim{MIG: "3g.40gb", Model: "H100", Duration: time.Hour},
 			id:    "node01-q6", gpus: []int{2},
@@ -127,13 +129,13 @@ func TestEntryCarriesItsClaim(t *testing.T) {
 // the copy of an entry at hand, is refused with words saying why.
 func TestEntryClaimRefusals(t *testing.T) {
 	_, err := queue.NewEntry("node01", alice, lease.Claim{GPUs: []int{0, 1}, Duration: time.Hour}, queue.Ask{})
-	checkRefusal(t, err, lease.CodeInvalid, "a number of GPUs (-g N), not named ones")
+	checkRefusal(t, err, refusal.CodeInvalid, "a number of GPUs (-g N), not named ones")
 
 	// Gossip's copy keeps only the job's public part; a start made from it
 	// would run no command, so the node refuses it until the scheduler has
 	// the origin's.
 	e := queue.QueueEntry{ID: "node01-q1", Origin: "node01", User: "alice", Nodes: 1, GPUsPerNode: 1, Duration: time.Hour,
-		Kind: lease.KindInteractive, Job: (&lease.Job{Name: "train", Command: []string{"python", "train.py"}}).Public()}
+		Kind: lease.KindInteractive, Job: (&job.Job{Name: "train", Command: []string{"python", "train.py"}}).Public()}
 	_, err = e.RankClaim([]int{0}, 0)
-	checkRefusal(t, err, lease.CodeUnavailable, "came without its command", "origin node01 keeps")
+	checkRefusal(t, err, refusal.CodeUnavailable, "came without its command", "origin node01 keeps")
 }

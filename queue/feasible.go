@@ -5,7 +5,9 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/dibs-gpu/dibs/internal/termsafe"
+	"github.com/dibs-gpu/dibs/base/refusal"
+	"github.com/dibs-gpu/dibs/base/termsafe"
+	"github.com/dibs-gpu/dibs/base/words"
 	"github.com/dibs-gpu/dibs/lease"
 	"github.com/dibs-gpu/dibs/nodeprobe"
 )
@@ -24,13 +26,13 @@ import (
 func CheckFeasible(e QueueEntry, nodes []lease.SchedNode, model string, pools lease.Pools) error {
 	switch {
 	case e.GPUsPerNode < 1:
-		return lease.Invalidf("say how many GPUs (-g N)")
+		return refusal.Invalidf("say how many GPUs (-g N)")
 	case e.Nodes < 1:
-		return lease.Invalidf("ask for at least one node")
+		return refusal.Invalidf("ask for at least one node")
 	case e.Nodes > 1 && e.Node != "":
-		return lease.Invalidf("a request for %d nodes cannot be pinned to %s: drop the node, or ask for one node", e.Nodes, e.Node)
+		return refusal.Invalidf("a request for %d nodes cannot be pinned to %s: drop the node, or ask for one node", e.Nodes, e.Node)
 	case len(nodes) == 0:
-		return &lease.Error{Code: lease.CodeUnavailable, Msg: "no node is known yet: `dibs ls` shows the cluster"}
+		return &refusal.Error{Code: refusal.CodeUnavailable, Msg: "no node is known yet: `dibs ls` shows the cluster"}
 	}
 	if !e.NodeChoice.IsZero() {
 		// Only the nodes its --nodelist/--exclude leave count, and every
@@ -108,10 +110,10 @@ func CheckFeasible(e QueueEntry, nodes []lease.SchedNode, model string, pools le
 		return limited
 	}
 	if tagged == 0 {
-		return lease.Invalidf("no node is in pool %s (%s): ask for one of those, or leave --pool out", strings.Join(e.Tags, "+"), lease.ClusterTags(nodes))
+		return refusal.Invalidf("no node is in pool %s (%s): ask for one of those, or leave --pool out", strings.Join(e.Tags, "+"), lease.ClusterTags(nodes))
 	}
 	if e.MemMiB > 0 && largest == 0 && ofModel > 0 {
-		return lease.Invalidf("no GPU%s in the cluster has %s to share: ask for less", of, lease.FormatMem(e.MemMiB))
+		return refusal.Invalidf("no GPU%s in the cluster has %s to share: ask for less", of, lease.FormatMem(e.MemMiB))
 	}
 	if e.MIG != "" && largest == 0 && (want == "" || ofModel > 0) {
 		have := ""
@@ -121,34 +123,34 @@ func CheckFeasible(e QueueEntry, nodes []lease.SchedNode, model string, pools le
 			}
 		}
 		if have == "" {
-			return lease.Invalidf("no node%s has a GPU split into MIG instances: ask for whole GPUs (-g N) or a budget (--mem)", poolOf(e.Tags))
+			return refusal.Invalidf("no node%s has a GPU split into MIG instances: ask for whole GPUs (-g N) or a budget (--mem)", poolOf(e.Tags))
 		}
-		return lease.Invalidf("no node%s has a MIG instance %s (%s): ask for one of those, by profile, MIG- UUID or GPU:INDEX (`dibs ls` lists them)", poolOf(e.Tags), termsafe.String(e.MIG), strings.TrimPrefix(have, "; "))
+		return refusal.Invalidf("no node%s has a MIG instance %s (%s): ask for one of those, by profile, MIG- UUID or GPU:INDEX (`dibs ls` lists them)", poolOf(e.Tags), termsafe.String(e.MIG), strings.TrimPrefix(have, "; "))
 	}
 	if want != "" && ofModel == 0 {
 		slices.Sort(models)
-		return lease.Invalidf("no node has a GPU%s (the cluster has %s): ask for one of those, or leave the model out", of, strings.Join(models, ", "))
+		return refusal.Invalidf("no node has a GPU%s (the cluster has %s): ask for one of those, or leave the model out", of, strings.Join(models, ", "))
 	}
 	if e.Node != "" {
 		if pinned < 0 {
 			if slices.ContainsFunc(nodes, func(n lease.SchedNode) bool { return n.Name == e.Node }) {
-				return lease.Invalidf("%s is not in pool %s: drop --node, or the pool", e.Node, strings.Join(e.Tags, "+"))
+				return refusal.Invalidf("%s is not in pool %s: drop --node, or the pool", e.Node, strings.Join(e.Tags, "+"))
 			}
-			return lease.Invalidf("no node named %q in the cluster: `dibs ls` shows the nodes", e.Node)
+			return refusal.Invalidf("no node named %q in the cluster: `dibs ls` shows the nodes", e.Node)
 		}
 		if pinned < e.GPUsPerNode {
-			return lease.Invalidf("%s has only %s%s; asked for %d: ask for at most %d, or for another node", e.Node, lease.GPUCount(pinned), of, e.GPUsPerNode, pinned)
+			return refusal.Invalidf("%s has only %s%s; asked for %d: ask for at most %d, or for another node", e.Node, words.GPUCount(pinned), of, e.GPUsPerNode, pinned)
 		}
 		return nil
 	}
 	if e.GPUsPerNode > largest {
-		return lease.Invalidf("no node has %s%s (the largest has %d): ask for fewer, or for several nodes", lease.GPUCount(e.GPUsPerNode), of, largest)
+		return refusal.Invalidf("no node has %s%s (the largest has %d): ask for fewer, or for several nodes", words.GPUCount(e.GPUsPerNode), of, largest)
 	}
 	if e.Nodes > big {
 		if big == len(nodes) {
-			return lease.Invalidf("the cluster has %d nodes; asked for %d: ask for at most %d", len(nodes), e.Nodes, big)
+			return refusal.Invalidf("the cluster has %d nodes; asked for %d: ask for at most %d", len(nodes), e.Nodes, big)
 		}
-		return lease.Invalidf("only %d of the %d nodes have %s%s; asked for %d nodes × %d: ask for fewer nodes, or fewer GPUs per node", big, len(nodes), lease.GPUCount(e.GPUsPerNode), of, e.Nodes, e.GPUsPerNode)
+		return refusal.Invalidf("only %d of the %d nodes have %s%s; asked for %d nodes × %d: ask for fewer nodes, or fewer GPUs per node", big, len(nodes), words.GPUCount(e.GPUsPerNode), of, e.Nodes, e.GPUsPerNode)
 	}
 	return nil
 }

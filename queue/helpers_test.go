@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dibs-gpu/dibs/base/refusal"
 	"github.com/dibs-gpu/dibs/lease"
 	"github.com/dibs-gpu/dibs/nodeprobe"
 )
@@ -37,12 +38,12 @@ const day = 24 * time.Hour
 
 // checkRefusal asserts err is a refusal with code whose message holds every
 // one of want (what went wrong and what to do about it).
-func checkRefusal(t *testing.T, err error, code lease.Code, want ...string) {
+func checkRefusal(t *testing.T, err error, code refusal.Code, want ...string) {
 	t.Helper()
 	if err == nil {
 		t.Fatalf("got no error, want a %s refusal saying %q", code, want)
 	}
-	if got := lease.CodeOf(err); got != code {
+	if got := refusal.CodeOf(err); got != code {
 		t.Errorf("code = %q, want %q (message %q)", got, code, err)
 	}
 	for _, w := range want {

@@ -1,6 +1,9 @@
 package queue
 
-import "github.com/dibs-gpu/dibs/lease"
+import (
+	"github.com/dibs-gpu/dibs/base/refusal"
+	"github.com/dibs-gpu/dibs/lease"
+)
 
 // PoolQuota refuses n more GPUs (a fraction for a MIG instance or a
 // budget: ClaimWeight) for user on a node with these tags when that takes
@@ -8,7 +11,7 @@ import "github.com/dibs-gpu/dibs/lease"
 // pool in the view.
 func (v ClusterView) PoolQuota(p lease.Pools, tags []string, user string, n float64) error {
 	if why := p.QuotaRefuses(tags, n, v.PoolHeld(p, user)); why != "" {
-		return &lease.Error{Code: lease.CodeConflict, Msg: why}
+		return &refusal.Error{Code: refusal.CodeConflict, Msg: why}
 	}
 	return nil
 }

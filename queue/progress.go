@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/dibs-gpu/dibs/base/words"
 	"github.com/dibs-gpu/dibs/lease"
 )
 
@@ -219,7 +220,7 @@ func (v ClusterView) JudgeRunning(e QueueEntry, grace time.Duration) RunVerdict 
 				ended++
 				out.Failed = true
 				if lost == "" {
-					lost = fmt.Sprintf("node %s has been silent since %s, past the %s grace: rank %d (lease %s) is lost", n.Name, n.Since.Local().Format("15:04:05"), lease.FormatDuration(grace), l.Rank, l.ID)
+					lost = fmt.Sprintf("node %s has been silent since %s, past the %s grace: rank %d (lease %s) is lost", n.Name, n.Since.Local().Format("15:04:05"), words.FormatDuration(grace), l.Rank, l.ID)
 				}
 			default:
 				// Restarting, or silent within the grace: its rank

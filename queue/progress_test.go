@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dibs-gpu/dibs/job"
 	"github.com/dibs-gpu/dibs/lease"
 	"github.com/dibs-gpu/dibs/queue"
 )
@@ -23,7 +24,7 @@ func rank(node string, token uint64, r int, key string) lease.Lease {
 func TestJudgeRunning(t *testing.T) {
 	const lost = 30 * time.Second
 	now := t0.Add(time.Minute)
-	gang := queue.QueueEntry{ID: "n1-q1", Origin: "n1", User: "alice", Nodes: 2, GPUsPerNode: 1, Requeue: true, MaxRestarts: 2, Running: true, Job: &lease.Job{Command: []string{"train"}}}
+	gang := queue.QueueEntry{ID: "n1-q1", Origin: "n1", User: "alice", Nodes: 2, GPUsPerNode: 1, Requeue: true, MaxRestarts: 2, Running: true, Job: &job.Job{Command: []string{"train"}}}
 	single := gang
 	single.Nodes = 1
 	key := gang.Key()
@@ -293,7 +294,7 @@ func TestRendezvousAndTorchrun(t *testing.T) {
 // lifetime; a pending reservation or a rank that ended is not missing.
 func TestJudgeRunningCountsMissingRanks(t *testing.T) {
 	now := t0.Add(time.Minute)
-	gang := queue.QueueEntry{ID: "n1-q1", Origin: "n1", User: "alice", Nodes: 2, GPUsPerNode: 1, Running: true, Job: &lease.Job{Command: []string{"train"}}}
+	gang := queue.QueueEntry{ID: "n1-q1", Origin: "n1", User: "alice", Nodes: 2, GPUsPerNode: 1, Running: true, Job: &job.Job{Command: []string{"train"}}}
 	key := gang.Key()
 	alive := func(name string, ls ...lease.Lease) queue.NodeView {
 		return queue.NodeView{Name: name, State: queue.NodeAlive, HasState: true, Leases: ls}

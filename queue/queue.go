@@ -14,6 +14,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/dibs-gpu/dibs/base/refusal"
+	"github.com/dibs-gpu/dibs/base/words"
+	"github.com/dibs-gpu/dibs/job"
 	"github.com/dibs-gpu/dibs/lease"
 )
 
@@ -41,7 +44,7 @@ type QueueEntry struct {
 	Kind     lease.Kind    `json:"kind"`
 	Note     string        `json:"note,omitempty"`
 	// Job is nil for a queued claim.
-	Job *lease.Job `json:"job,omitempty"`
+	Job *job.Job `json:"job,omitempty"`
 	// Requeue puts a gang whose rank failed (or a preempted run) back in
 	// the queue, at most MaxRestarts times; Restarts counts them.
 	Requeue     bool `json:"requeue,omitempty"`
@@ -143,7 +146,7 @@ func (e *QueueEntry) MayRunOn(node string) bool {
 // peer). The job's command and directory are the submitter's own argv and
 // path and may hold anything; front ends escape them when they print them.
 func (e *QueueEntry) CheckText() error {
-	c := lease.TextChecker{Skip: []string{"command", "dir"}}
+	c := words.TextChecker{Skip: []string{"command", "dir"}}
 	e.EachString(c.Check)
 	return c.Err
 }
@@ -275,7 +278,7 @@ func QueueID(origin string, seq uint64) string {
 // OriginOfQueueID returns the node a queue id belongs to, so a cancel can be
 // sent there.
 func OriginOfQueueID(id string) (string, bool) {
-	if arr, _, ok := lease.ArrayTaskOf(id); ok {
+	if arr, _, ok := job.ArrayTaskOf(id); ok {
 		id = arr // a task of an array: node01-q7/5
 	}
 	i := strings.LastIndex(id, "-q")
@@ -300,37 +303,37 @@ func (e *QueueEntry) Check(p lease.Policy) error {
 		e.Nodes = 1
 	} else {
 		if e.Node != "" {
-			return lease.Invalidf("a multi-node request cannot be pinned to one node")
+			return refusal.Invalidf("a multi-node request cannot be pinned to one node")
 		}
 		if e.Job == nil {
-			return lease.Invalidf("a multi-node request runs a command on every node: use dibs run --nodes N --gpus-per-node G -- CMD")
+			return refusal.Invalidf("a multi-node request runs a command on every node: use dibs run --nodes N --gpus-per-node G -- CMD")
 		}
 	}
 	if e.GPUsPerNode <= 0 {
-		return lease.Invalidf("say how many GPUs: -g N (or --nodes N --gpus-per-node G)")
+		return refusal.Invalidf("say how many GPUs: -g N (or --nodes N --gpus-per-node G)")
 	}
 	if e.Job != nil && e.Job.Torchrun && len(e.Job.Command) == 0 {
-		return lease.Invalidf("--torchrun needs a command to wrap")
+		return refusal.Invalidf("--torchrun needs a command to wrap")
 	}
 	if e.Job != nil && e.Job.PerGPU && (e.Job.Torchrun || len(e.Job.Command) == 0) {
-		return lease.Invalidf("--per-gpu starts one process per GPU itself: give it a command, and drop --torchrun (which does the same)")
+		return refusal.Invalidf("--per-gpu starts one process per GPU itself: give it a command, and drop --torchrun (which does the same)")
 	}
 	k, d, err := e.claim().Limit(p)
 	if err != nil {
 		return err
 	}
 	e.Kind, e.Duration = k, d
-	if err := lease.CheckNote(e.Note); err != nil {
+	if err := words.CheckNote(e.Note); err != nil {
 		return err
 	}
-	if err := lease.CheckText("model", e.Model); err != nil {
+	if err := words.CheckText("model", e.Model); err != nil {
 		return err
 	}
-	if err := lease.CheckText("node name", e.Node); err != nil {
+	if err := words.CheckText("node name", e.Node); err != nil {
 		return err
 	}
 	if e.Job != nil {
-		if err := lease.CheckText("session name", e.Job.Name); err != nil {
+		if err := words.CheckText("session name", e.Job.Name); err != nil {
 			return err
 		}
 	}
@@ -338,30 +341,30 @@ func (e *QueueEntry) Check(p lease.Policy) error {
 		return err
 	}
 	if e.MemMiB > 0 && (e.Nodes > 1 || e.GPUsPerNode > 1) {
-		return lease.Invalidf("a memory budget (--mem) is part of one GPU: drop -g and --nodes")
+		return refusal.Invalidf("a memory budget (--mem) is part of one GPU: drop -g and --nodes")
 	}
 	if e.MIG != "" {
 		switch {
 		case e.MemMiB > 0:
-			return lease.Invalidf("ask for a MIG instance (--mig) or a memory budget (--mem), not both")
+			return refusal.Invalidf("ask for a MIG instance (--mig) or a memory budget (--mem), not both")
 		case e.Nodes > 1 || e.GPUsPerNode > 1:
-			return lease.Invalidf("a MIG instance is part of one GPU, so it cannot be a gang or take -g N: drop -g and --nodes (queue one run per instance), or ask for whole GPUs")
+			return refusal.Invalidf("a MIG instance is part of one GPU, so it cannot be a gang or take -g N: drop -g and --nodes (queue one run per instance), or ask for whole GPUs")
 		}
-		if err := lease.CheckText("MIG instance", e.MIG); err != nil {
+		if err := words.CheckText("MIG instance", e.MIG); err != nil {
 			return err
 		}
-		if len(e.MIG) > lease.MaxNameLen {
-			return lease.Invalidf("--mig %s is too long: name a profile (3g.40gb), a MIG- UUID or GPU:INDEX", lease.QuoteInput(e.MIG))
+		if len(e.MIG) > words.MaxNameLen {
+			return refusal.Invalidf("--mig %s is too long: name a profile (3g.40gb), a MIG- UUID or GPU:INDEX", words.QuoteInput(e.MIG))
 		}
 	}
 	if e.Requeue && e.NoRequeue {
-		return lease.Invalidf("--requeue and --no-requeue say opposite things: keep one")
+		return refusal.Invalidf("--requeue and --no-requeue say opposite things: keep one")
 	}
 	if e.Requeue && e.MaxRestarts == 0 {
 		e.MaxRestarts = 3
 	}
 	if e.MaxRestarts < 0 || e.MaxRestarts > 100 {
-		return lease.Invalidf("--max-restarts must be between 0 and 100")
+		return refusal.Invalidf("--max-restarts must be between 0 and 100")
 	}
 	return nil
 }

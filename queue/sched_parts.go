@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/dibs-gpu/dibs/base/words"
 	"github.com/dibs-gpu/dibs/lease"
 )
 
@@ -349,9 +350,9 @@ func (s *scheduler) poolWhy(sn *snode, e *QueueEntry) string {
 		case len(pl.Users) > 0 && !slices.Contains(pl.Users, e.User):
 			return fmt.Sprintf("pool %s is open to %s only", name, strings.Join(pl.Users, ", "))
 		case pl.MaxTime > 0 && e.Duration > pl.MaxTime:
-			return fmt.Sprintf("its %s is over pool %s's max_time of %s", lease.FormatDuration(e.Duration), name, lease.FormatDuration(pl.MaxTime))
+			return fmt.Sprintf("its %s is over pool %s's max_time of %s", words.FormatDuration(e.Duration), name, words.FormatDuration(pl.MaxTime))
 		case pl.MaxGPUs > 0 && s.poolUsed[poolKey{name, e.User}]+s.poolWeight(sn, e) > float64(pl.MaxGPUs)+lease.ShareSlack:
-			return fmt.Sprintf("pool %s allows %s per person and %s holds %s there", name, lease.GPUCount(pl.MaxGPUs), e.User, lease.FormatGPUs(s.poolUsed[poolKey{name, e.User}]))
+			return fmt.Sprintf("pool %s allows %s per person and %s holds %s there", name, words.GPUCount(pl.MaxGPUs), e.User, words.FormatGPUs(s.poolUsed[poolKey{name, e.User}]))
 		}
 	}
 	return ""

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/dibs-gpu/dibs/base/words"
 	"github.com/dibs-gpu/dibs/lease"
 	"github.com/dibs-gpu/dibs/nodeprobe"
 )
@@ -103,7 +104,7 @@ func (s *scheduler) unservable(e *QueueEntry) (WaitCode, string) {
 	case e.Nodes > 1 && e.Node != "":
 		return WaitNodes, "a multi-node request cannot be pinned to one node"
 	case e.GPUsPerNode > maxNodeGPUs:
-		return WaitShape, fmt.Sprintf("no node offers %s", lease.GPUCount(e.GPUsPerNode))
+		return WaitShape, fmt.Sprintf("no node offers %s", words.GPUCount(e.GPUsPerNode))
 	}
 	if e.Node != "" {
 		i, ok := s.byName[e.Node]
@@ -136,11 +137,11 @@ func (s *scheduler) unservable(e *QueueEntry) (WaitCode, string) {
 	of += pools
 	if e.Nodes == 1 {
 		if e.Node != "" {
-			return code, fmt.Sprintf("%s has fewer than %d working %s%s", e.Node, e.GPUsPerNode, lease.GPUWord(e.GPUsPerNode), of)
+			return code, fmt.Sprintf("%s has fewer than %d working %s%s", e.Node, e.GPUsPerNode, words.GPUWord(e.GPUsPerNode), of)
 		}
-		return code, fmt.Sprintf("no node that is up has %d working %s%s", e.GPUsPerNode, lease.GPUWord(e.GPUsPerNode), of)
+		return code, fmt.Sprintf("no node that is up has %d working %s%s", e.GPUsPerNode, words.GPUWord(e.GPUsPerNode), of)
 	}
-	return code, fmt.Sprintf("needs %d nodes with %d working %s%s; %d are up", e.Nodes, e.GPUsPerNode, lease.GPUWord(e.GPUsPerNode), of, fit)
+	return code, fmt.Sprintf("needs %d nodes with %d working %s%s; %d are up", e.Nodes, e.GPUsPerNode, words.GPUWord(e.GPUsPerNode), of, fit)
 }
 
 // modelMask returns, per node, the GPUs matching model; nil for any model.

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/dibs-gpu/dibs/base/words"
 	"github.com/dibs-gpu/dibs/lease"
 )
 
@@ -144,7 +145,7 @@ func (s *scheduler) reclaim(e *QueueEntry, mm []uint64, plan *Plan) string {
 			}
 		}
 	}
-	return fmt.Sprintf("next to start: reclaiming %s (%s) for it", lease.GPUCount(n), reasons)
+	return fmt.Sprintf("next to start: reclaiming %s (%s) for it", words.GPUCount(n), reasons)
 }
 
 func (s *scheduler) addGroup(extra []uint64, g *reclaimGroup) {
@@ -336,7 +337,7 @@ func (s *scheduler) reclaimOverdue(e *QueueEntry, mm []uint64, plan *Plan) (stri
 			gp := &sn.gpus[bits.TrailingZeros64(m)]
 			gp.freeAt, gp.late = soon, false
 		}
-		return sn.name, fmt.Sprintf("reclaiming %s past its end on %s for it", lease.GPUCount(n), sn.name)
+		return sn.name, fmt.Sprintf("reclaiming %s past its end on %s for it", words.GPUCount(n), sn.name)
 	}
 	return "", ""
 }

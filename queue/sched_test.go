@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dibs-gpu/dibs/base/refusal"
 	"github.com/dibs-gpu/dibs/lease"
 	"github.com/dibs-gpu/dibs/queue"
 )
@@ -386,7 +387,7 @@ func TestCheckFeasible(t *testing.T) {
 				}
 				return
 			}
-			checkRefusal(t, err, lease.CodeInvalid, tt.want...)
+			checkRefusal(t, err, refusal.CodeInvalid, tt.want...)
 		})
 	}
 }

@@ -8,8 +8,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/dibs-gpu/dibs/internal/prereq"
-	"github.com/dibs-gpu/dibs/internal/slurm"
+	"github.com/dibs-gpu/dibs/base/prereq"
+	"github.com/dibs-gpu/dibs/outgrow/slurm"
 	"github.com/dibs-gpu/dibs/queue"
 )
 

@@ -6,7 +6,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/dibs-gpu/dibs/internal/termsafe"
+	"github.com/dibs-gpu/dibs/base/termsafe"
+	wordspkg "github.com/dibs-gpu/dibs/base/words"
 	"github.com/dibs-gpu/dibs/lease"
 	"github.com/dibs-gpu/dibs/nodeprobe"
 )
@@ -125,7 +126,7 @@ func (s *scheduler) nodeReason(i int, e *QueueEntry, mm []uint64, mine rankKey, 
 		if e.Model != "" {
 			of = fmt.Sprintf(" matching %q", e.Model)
 		}
-		r.Words = fmt.Sprintf("%s has %d working %s%s (split into MIG instances or with errors do not count), it asks for %d", sn.name, n, lease.GPUWord(n), of, g)
+		r.Words = fmt.Sprintf("%s has %d working %s%s (split into MIG instances or with errors do not count), it asks for %d", sn.name, n, wordspkg.GPUWord(n), of, g)
 		return r
 	}
 	type slot struct {
@@ -166,7 +167,7 @@ func (s *scheduler) nodeReason(i int, e *QueueEntry, mm []uint64, mine rankKey, 
 		}
 		r.Code = WaitFits
 		if words {
-			r.Words = fmt.Sprintf("%s has %s free for it now", sn.name, lease.GPUCount(g))
+			r.Words = fmt.Sprintf("%s has %s free for it now", sn.name, wordspkg.GPUCount(g))
 		}
 		return r
 	}
@@ -187,7 +188,7 @@ func (s *scheduler) nodeReason(i int, e *QueueEntry, mm []uint64, mine rankKey, 
 	switch {
 	case last.booked:
 		r.Code = WaitBooking
-		r.Words = fmt.Sprintf("GPU %d of %s is booked before its %s would end", gp.index, sn.name, lease.FormatDuration(e.Duration))
+		r.Words = fmt.Sprintf("GPU %d of %s is booked before its %s would end", gp.index, sn.name, wordspkg.FormatDuration(e.Duration))
 		if e.Duration <= 0 {
 			r.Words = fmt.Sprintf("GPU %d of %s is booked, and it asks for no time limit", gp.index, sn.name)
 		}
@@ -208,7 +209,7 @@ func (s *scheduler) nodeReason(i int, e *QueueEntry, mm []uint64, mine rankKey, 
 		case gp.late:
 			r.Words = fmt.Sprintf("GPU %d of %s is held by %s's lease %s, past its end", gp.index, sn.name, termsafe.String(l.User), l.ID)
 		default:
-			r.Words = fmt.Sprintf("GPU %d of %s is held by %s's lease %s for %s more", gp.index, sn.name, termsafe.String(l.User), l.ID, lease.FormatDuration(roundUpMinute(gp.freeAt)))
+			r.Words = fmt.Sprintf("GPU %d of %s is held by %s's lease %s for %s more", gp.index, sn.name, termsafe.String(l.User), l.ID, wordspkg.FormatDuration(roundUpMinute(gp.freeAt)))
 		}
 	default:
 		r.Code = WaitHeld
@@ -316,7 +317,7 @@ func (s *scheduler) explainWhole(e *QueueEntry, mm []uint64, r *Ranked, picks []
 		main = s.nodeReason(node, e, mm, mine, !s.cfg.Terse)
 	}
 	if main.Code == WaitFits && e.Nodes > 1 {
-		main.Code, main.Words = WaitShape, fmt.Sprintf("it needs %d nodes with %s free together", e.Nodes, lease.GPUCount(e.GPUsPerNode))
+		main.Code, main.Words = WaitShape, fmt.Sprintf("it needs %d nodes with %s free together", e.Nodes, wordspkg.GPUCount(e.GPUsPerNode))
 	}
 	if main.Code == "" {
 		main = Reason{Code: WaitShape, Words: "no node can take it"}

@@ -9,6 +9,7 @@ import (
 
 	"go.etcd.io/bbolt"
 
+	"github.com/dibs-gpu/dibs/job"
 	"github.com/dibs-gpu/dibs/lease"
 	"github.com/dibs-gpu/dibs/queue"
 )
@@ -74,7 +75,7 @@ func TestOpenAcceptsWhatItWrote(t *testing.T) {
 			queued[id] = true
 			// Now and then a command longer than a page.
 			cmd := []string{"python", strings.Repeat("a", rng.IntN(3)*rng.IntN(3000))}
-			err = s.PutEntry(queue.QueueEntry{ID: id, Nodes: 1, GPUsPerNode: 1, Job: &lease.Job{Command: cmd}}, uint64(step))
+			err = s.PutEntry(queue.QueueEntry{ID: id, Nodes: 1, GPUsPerNode: 1, Job: &job.Job{Command: cmd}}, uint64(step))
 		}
 		if err != nil {
 			t.Fatalf("step %d: %v", step, err)

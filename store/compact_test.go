@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dibs-gpu/dibs/base/words"
 	"github.com/dibs-gpu/dibs/lease"
 	"github.com/dibs-gpu/dibs/queue"
 	"github.com/dibs-gpu/dibs/store"
@@ -50,7 +51,7 @@ func TestCompactLedgerKeepsUsage(t *testing.T) {
 			old++
 		}
 	}
-	t.Logf("%d entries, %d older than %s: %d folded, %d rows left", len(before), old, lease.FormatDuration(keep), folded, len(after))
+	t.Logf("%d entries, %d older than %s: %d folded, %d rows left", len(before), old, words.FormatDuration(keep), folded, len(after))
 	if folded != old {
 		t.Errorf("folded %d entries, want every one of the %d older than the keep", folded, old)
 	}

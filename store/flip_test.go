@@ -15,6 +15,7 @@ import (
 
 	"go.etcd.io/bbolt"
 
+	"github.com/dibs-gpu/dibs/job"
 	"github.com/dibs-gpu/dibs/lease"
 	"github.com/dibs-gpu/dibs/queue"
 	"github.com/dibs-gpu/dibs/store"
@@ -130,7 +131,7 @@ func drillStore(t *testing.T, dir string) {
 		e := queue.QueueEntry{ID: fmt.Sprintf("gpu-01-q%d", i), Origin: "gpu-01", User: "bob", UID: 1002, SubmittedAt: t0,
 			Nodes: 1, GPUsPerNode: i, Duration: time.Hour, Kind: lease.KindBatch}
 		if i == 2 {
-			e.Job = &lease.Job{Command: []string{"python", "train.py"}, Dir: "/home/bob"}
+			e.Job = &job.Job{Command: []string{"python", "train.py"}, Dir: "/home/bob"}
 		}
 		if err := s.PutEntry(e, uint64(i)); err != nil {
 			t.Fatal(err)

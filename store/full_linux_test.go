@@ -10,7 +10,9 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/dibs-gpu/dibs/internal/prereq"
+	"github.com/dibs-gpu/dibs/base/prereq"
+	"github.com/dibs-gpu/dibs/base/refusal"
+	"github.com/dibs-gpu/dibs/base/words"
 	"github.com/dibs-gpu/dibs/lease"
 	"github.com/dibs-gpu/dibs/store"
 )
@@ -73,7 +75,7 @@ func TestFullDisk(t *testing.T) {
 	next := uint64(1)
 	newLease := func() lease.Lease {
 		l := mkLease(next, int(next%8))
-		l.Note = strings.Repeat("x", lease.MaxNoteLen)
+		l.Note = strings.Repeat("x", words.MaxNoteLen)
 		next++
 		return l
 	}
@@ -101,8 +103,8 @@ func TestFullDisk(t *testing.T) {
 		t.Fatalf("2000 Puts fit on a full disk")
 	}
 	t.Logf("full after %d leases: %v", len(saved), full)
-	if got := lease.CodeOf(full); got != lease.CodeUnavailable {
-		t.Errorf("code on a full disk = %q, want %q (error %v)", got, lease.CodeUnavailable, full)
+	if got := refusal.CodeOf(full); got != refusal.CodeUnavailable {
+		t.Errorf("code on a full disk = %q, want %q (error %v)", got, refusal.CodeUnavailable, full)
 	}
 	for _, want := range []string{"disk holding", "is full", "free some space"} {
 		if !strings.Contains(full.Error(), want) {
@@ -136,8 +138,8 @@ func TestFullDisk(t *testing.T) {
 	check("reopened on the full disk", saved)
 	if err := s.End(saved[0].ID, lease.Ended(saved[0], t0, "released", "")); err == nil {
 		saved = saved[1:] // an End may fit in freed pages; fine either way
-	} else if lease.CodeOf(err) != lease.CodeUnavailable {
-		t.Errorf("End on a full disk: %v, want a %s refusal", err, lease.CodeUnavailable)
+	} else if refusal.CodeOf(err) != refusal.CodeUnavailable {
+		t.Errorf("End on a full disk: %v, want a %s refusal", err, refusal.CodeUnavailable)
 	}
 
 	// Room again: the refused lease now saves, and everything survives a

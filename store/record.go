@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/dibs-gpu/dibs/job"
 	"github.com/dibs-gpu/dibs/lease"
 	"github.com/dibs-gpu/dibs/queue"
 )
@@ -94,18 +95,18 @@ func leaseToRecord(l lease.Lease) leaseRecord {
 	}
 }
 
-func jobToRecord(j *lease.Job) *jobRecord {
+func jobToRecord(j *job.Job) *jobRecord {
 	if j == nil {
 		return nil
 	}
 	return &jobRecord{Command: j.Command, Dir: j.Dir, Name: j.Name, Torchrun: j.Torchrun, PerGPU: j.PerGPU, Env: j.Env, Kept: j.Kept}
 }
 
-func (r *jobRecord) job() *lease.Job {
+func (r *jobRecord) job() *job.Job {
 	if r == nil {
 		return nil
 	}
-	return &lease.Job{Command: r.Command, Dir: r.Dir, Name: r.Name, Torchrun: r.Torchrun, PerGPU: r.PerGPU, Env: r.Env, Kept: r.Kept}
+	return &job.Job{Command: r.Command, Dir: r.Dir, Name: r.Name, Torchrun: r.Torchrun, PerGPU: r.PerGPU, Env: r.Env, Kept: r.Kept}
 }
 
 func (r *leaseRecord) lease() lease.Lease {
@@ -129,9 +130,9 @@ type jobRecord struct {
 	Name     string   `json:"name,omitempty"`
 	Torchrun bool     `json:"torchrun,omitempty"`
 	PerGPU   bool     `json:"per_gpu,omitempty"`
-	// Env is lease.Job.Env: the caller's PATH and Python environment.
+	// Env is job.Job.Env: the caller's PATH and Python environment.
 	Env map[string]string `json:"env,omitempty"`
-	// Kept is lease.Job.Kept. A node stores its own jobs whole, so it is
+	// Kept is job.Job.Kept. A node stores its own jobs whole, so it is
 	// false in every record written; kept so no field is lost.
 	Kept bool `json:"kept,omitempty"`
 }

@@ -17,6 +17,7 @@ import (
 	"go.etcd.io/bbolt"
 	berrors "go.etcd.io/bbolt/errors"
 
+	"github.com/dibs-gpu/dibs/base/refusal"
 	"github.com/dibs-gpu/dibs/event"
 	"github.com/dibs-gpu/dibs/lease"
 	"github.com/dibs-gpu/dibs/queue"
@@ -544,13 +545,13 @@ func (s *Bolt) Close() error {
 // DiskFullError is the refusal a write gets when the disk holding path is
 // full. It is exported so fakes (storetest) refuse in the same words.
 func DiskFullError(path string) error {
-	return &lease.Error{Code: lease.CodeUnavailable, Msg: fmt.Sprintf("the disk holding %s is full, so dibs cannot record new leases: free some space and try again (reading leases still works)", path)}
+	return &refusal.Error{Code: refusal.CodeUnavailable, Msg: fmt.Sprintf("the disk holding %s is full, so dibs cannot record new leases: free some space and try again (reading leases still works)", path)}
 }
 
 // ReadOnlyError is the refusal a write gets when path is on a read-only file
 // system.
 func ReadOnlyError(path string) error {
-	return &lease.Error{Code: lease.CodeUnavailable, Msg: fmt.Sprintf("%s is on a read-only file system, so dibs cannot record new leases", path)}
+	return &refusal.Error{Code: refusal.CodeUnavailable, Msg: fmt.Sprintf("%s is on a read-only file system, so dibs cannot record new leases", path)}
 }
 
 // explain turns a full or read-only disk into the refusal a person can act on.

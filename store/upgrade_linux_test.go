@@ -9,7 +9,7 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/dibs-gpu/dibs/lease"
+	"github.com/dibs-gpu/dibs/base/refusal"
 	"github.com/dibs-gpu/dibs/store"
 )
 
@@ -57,7 +57,7 @@ func TestUpgradeOnFullDisk(t *testing.T) {
 	hasWarning(t, s, path, "still in the old format", "is full")
 	checkSchema1(t, s, want)
 	l := mkLease(want.LastToken+1, 6)
-	if err := s.Put(l); lease.CodeOf(err) != lease.CodeUnavailable || !strings.Contains(err.Error(), "is full") {
+	if err := s.Put(l); refusal.CodeOf(err) != refusal.CodeUnavailable || !strings.Contains(err.Error(), "is full") {
 		t.Errorf("Put on the full disk: %v, want the disk-full refusal", err)
 	}
 
@@ -96,7 +96,7 @@ func TestUpgradeOnReadOnlyDisk(t *testing.T) {
 	hasWarning(t, s, path, "read-only file system", "serves the leases it holds")
 	hasWarning(t, s, path, "still in the old format")
 	checkSchema1(t, s, want)
-	if err := s.Put(mkLease(want.LastToken+1, 6)); lease.CodeOf(err) != lease.CodeUnavailable || !strings.Contains(err.Error(), "read-only") {
+	if err := s.Put(mkLease(want.LastToken+1, 6)); refusal.CodeOf(err) != refusal.CodeUnavailable || !strings.Contains(err.Error(), "read-only") {
 		t.Errorf("Put on a read-only disk: %v, want the read-only refusal", err)
 	}
 	s.Close()

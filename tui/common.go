@@ -12,7 +12,8 @@ import (
 	"github.com/charmbracelet/x/ansi"
 
 	"github.com/dibs-gpu/dibs/api"
-	"github.com/dibs-gpu/dibs/internal/termsafe"
+	"github.com/dibs-gpu/dibs/base/termsafe"
+	"github.com/dibs-gpu/dibs/base/words"
 	"github.com/dibs-gpu/dibs/lease"
 )
 
@@ -145,9 +146,9 @@ func (c *common) openExtend(l *lease.Lease) {
 	c.closeHelp()
 	ends := "ends " + c.clock(l.ExpiresAt)
 	if left := l.ExpiresAt.Sub(c.now()); left > 0 {
-		ends += " (" + lease.FormatDuration(left) + " left)"
+		ends += " (" + words.FormatDuration(left) + " left)"
 	} else {
-		ends = "overdue by " + lease.FormatDuration(-left)
+		ends = "overdue by " + words.FormatDuration(-left)
 	}
 	c.form = newExtendForm(c.st.input, l, leaseWhat(l, &c.board), ends)
 }

@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/dibs-gpu/dibs/api"
+	"github.com/dibs-gpu/dibs/base/words"
 	"github.com/dibs-gpu/dibs/lease"
 	"github.com/dibs-gpu/dibs/nodeprobe"
 )
@@ -166,9 +167,9 @@ func (m detail) yourLeases(w int) []string {
 			}
 			seen[l.ID] = true
 			left := l.ExpiresAt.Sub(m.now())
-			when := lease.FormatDuration(left) + " left"
+			when := words.FormatDuration(left) + " left"
 			if left <= 0 {
-				when = "overdue " + lease.FormatDuration(-left)
+				when = "overdue " + words.FormatDuration(-left)
 			}
 			what := leaseWhat(l, &m.board)
 			s := fmt.Sprintf("%s  %s  %s", l.ID, what, when)
@@ -225,7 +226,7 @@ func (m detail) nodeFacts(n *api.Node, w int) []string {
 	}
 	row("software", strings.Join(drv, " · "))
 	if !n.TelemetryAt.IsZero() {
-		row("probed", lease.FormatDuration(m.now().Sub(n.TelemetryAt))+" ago")
+		row("probed", words.FormatDuration(m.now().Sub(n.TelemetryAt))+" ago")
 	}
 	row("pools", strings.Join(n.Host.Tags, ", "))
 	if line := nodeCores(n); line == lease.CoresUnknown {
@@ -353,7 +354,7 @@ func (m detail) facts(n *api.Node, g *api.GPU) facts {
 	if !alive {
 		ago := ""
 		if !n.TelemetryAt.IsZero() {
-			ago = ", last heard " + lease.FormatDuration(now.Sub(n.TelemetryAt)) + " ago"
+			ago = ", last heard " + words.FormatDuration(now.Sub(n.TelemetryAt)) + " ago"
 		}
 		f.state = fmt.Sprintf("%s%s — GPUs unknown, not free", n.State, ago)
 		f.memory, f.load = "", ""
@@ -383,9 +384,9 @@ func (m detail) facts(n *api.Node, g *api.GPU) facts {
 		f.note = l.Note
 		left := l.ExpiresAt.Sub(now)
 		if left > 0 {
-			f.time = fmt.Sprintf("%s left (until %s)", lease.FormatDuration(left), m.clock(l.ExpiresAt))
+			f.time = fmt.Sprintf("%s left (until %s)", words.FormatDuration(left), m.clock(l.ExpiresAt))
 		} else {
-			f.time = fmt.Sprintf("overdue by %s (ended %s)", lease.FormatDuration(-left), m.clock(l.ExpiresAt))
+			f.time = fmt.Sprintf("overdue by %s (ended %s)", words.FormatDuration(-left), m.clock(l.ExpiresAt))
 		}
 		f.session = l.Session
 		if f.session != "" && l.UID == you.UID {
@@ -475,9 +476,9 @@ func (m detail) partFacts(f *facts, g *api.GPU) {
 		}
 		left := l.ExpiresAt.Sub(now)
 		if left <= 0 {
-			return s + ", overdue " + lease.FormatDuration(-left)
+			return s + ", overdue " + words.FormatDuration(-left)
 		}
-		return s + ", " + lease.FormatDuration(left) + " left"
+		return s + ", " + words.FormatDuration(left) + " left"
 	}
 	if g.MIG == nodeprobe.MIGEnabled {
 		f.partsLabel = "mig"

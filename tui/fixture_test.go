@@ -12,6 +12,7 @@ import (
 	tea "charm.land/bubbletea/v2"
 	"github.com/charmbracelet/x/ansi"
 	"github.com/dibs-gpu/dibs/api"
+	"github.com/dibs-gpu/dibs/base/refusal"
 	"github.com/dibs-gpu/dibs/event"
 	"github.com/dibs-gpu/dibs/lease"
 	"github.com/dibs-gpu/dibs/nodeprobe"
@@ -458,7 +459,7 @@ func (h *harness) moveTo(node string, gpu int) {
 	}
 }
 
-var errAgent = &api.Error{Status: 409, Code: string(lease.CodeConflict), Msg: "GPU 3 on node01 is held by bob until 19:00: pick free GPUs or queue with --wait"}
+var errAgent = &api.Error{Status: 409, Code: string(refusal.CodeConflict), Msg: "GPU 3 on node01 is held by bob until 19:00: pick free GPUs or queue with --wait"}
 
 // testQueue is the queue of the golden files: one request next to start,
 // a gang behind it, one whose origin is down, one running.

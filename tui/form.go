@@ -11,6 +11,7 @@ import (
 	tea "charm.land/bubbletea/v2"
 	"github.com/charmbracelet/x/ansi"
 	"github.com/dibs-gpu/dibs/api"
+	"github.com/dibs-gpu/dibs/base/words"
 	"github.com/dibs-gpu/dibs/lease"
 )
 
@@ -214,7 +215,7 @@ func (f *form) claimRequest() (api.ClaimRequest, error) {
 		req.Count = n
 	}
 	if d := f.value("duration"); d != "" {
-		if _, err := lease.ParseDuration(d); err != nil {
+		if _, err := words.ParseDuration(d); err != nil {
 			return req, err
 		}
 		req.Duration = d
@@ -235,7 +236,7 @@ func (f *form) extendRequest() (api.ExtendRequest, error) {
 	if d == "" {
 		return api.ExtendRequest{}, fmt.Errorf("say how much longer, like 30m or 2h")
 	}
-	if _, err := lease.ParseDuration(d); err != nil {
+	if _, err := words.ParseDuration(d); err != nil {
 		return api.ExtendRequest{}, err
 	}
 	return api.ExtendRequest{ID: f.lease, Duration: d}, nil

@@ -20,7 +20,7 @@ import (
 	tea "charm.land/bubbletea/v2"
 
 	"github.com/dibs-gpu/dibs/api"
-	"github.com/dibs-gpu/dibs/lease"
+	"github.com/dibs-gpu/dibs/base/words"
 )
 
 // Backend is what the board needs from an agent. *api.Client satisfies it;
@@ -247,7 +247,7 @@ func (m *Model) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
 			why = errText(msg.err)
 		}
 		m.streamErr = true
-		m.setStatus(statusErr, fmt.Sprintf("lost the live board: %s — retrying in %s", why, lease.FormatDuration(wait)))
+		m.setStatus(statusErr, fmt.Sprintf("lost the live board: %s — retrying in %s", why, words.FormatDuration(wait)))
 		return m, tea.Tick(wait, func(time.Time) tea.Msg { return watchRetryMsg{} })
 	case watchRetryMsg:
 		return m, m.subscribe()
@@ -264,7 +264,7 @@ func (m *Model) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
 			m.setStatus(statusErr, "could not extend "+msg.id+": "+errText(msg.err))
 			return m, nil
 		}
-		m.setStatus(statusOK, fmt.Sprintf("extended %s until %s (%s left)", msg.resp.ID, m.clock(msg.resp.ExpiresAt), lease.FormatDuration(msg.resp.ExpiresAt.Sub(m.now()))))
+		m.setStatus(statusOK, fmt.Sprintf("extended %s until %s (%s left)", msg.resp.ID, m.clock(msg.resp.ExpiresAt), words.FormatDuration(msg.resp.ExpiresAt.Sub(m.now()))))
 		return m, m.refresh()
 	case releaseDoneMsg:
 		if msg.err != nil {

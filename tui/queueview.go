@@ -10,8 +10,8 @@ import (
 	tea "charm.land/bubbletea/v2"
 
 	"github.com/dibs-gpu/dibs/api"
-	"github.com/dibs-gpu/dibs/internal/termsafe"
-	"github.com/dibs-gpu/dibs/lease"
+	"github.com/dibs-gpu/dibs/base/termsafe"
+	"github.com/dibs-gpu/dibs/base/words"
 )
 
 // queueView is the cluster's queue, in the order the scheduler considers
@@ -136,7 +136,7 @@ func (v *queueView) lines(w, h int) []string {
 		case !e.EstStart.IsZero() && !e.EstStart.After(now):
 			start = "now"
 		case !e.EstStart.IsZero():
-			start = "in " + lease.FormatDuration(e.EstStart.Sub(now))
+			start = "in " + words.FormatDuration(e.EstStart.Sub(now))
 		}
 		if e.Array != nil {
 			why = e.Array.Summary(e.ID) // a job array: node01-q7[3-5] running, 12 waiting, 3 done

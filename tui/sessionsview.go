@@ -9,6 +9,7 @@ import (
 	tea "charm.land/bubbletea/v2"
 
 	"github.com/dibs-gpu/dibs/api"
+	"github.com/dibs-gpu/dibs/base/words"
 	"github.com/dibs-gpu/dibs/lease"
 )
 
@@ -114,7 +115,7 @@ func (v *sessionsView) lines(w, h int) []string {
 		if x.util >= 0 {
 			util = fmt.Sprintf("%d%%", x.util)
 		}
-		left := lease.FormatDuration(x.l.ExpiresAt.Sub(now))
+		left := words.FormatDuration(x.l.ExpiresAt.Sub(now))
 		if !x.l.ExpiresAt.After(now) {
 			left = "overdue"
 		}

@@ -8,7 +8,7 @@ import (
 	tea "charm.land/bubbletea/v2"
 	"github.com/charmbracelet/x/ansi"
 	"github.com/dibs-gpu/dibs/api"
-	"github.com/dibs-gpu/dibs/lease"
+	"github.com/dibs-gpu/dibs/base/refusal"
 )
 
 // pwned is the process name that retitled and cleared an admin's terminal
@@ -95,7 +95,7 @@ func TestBoardEscapesOutsideText(t *testing.T) {
 			h.keys("?")
 			check("help")
 			h.keys("?")
-			h.be.err = &api.Error{Status: 409, Code: string(lease.CodeConflict), Msg: "GPU 3 has " + hostileText + " on it"}
+			h.be.err = &api.Error{Status: 409, Code: string(refusal.CodeConflict), Msg: "GPU 3 has " + hostileText + " on it"}
 			h.moveTo("node01", 0)
 			h.keys("c", "enter")
 			check("refusal in the status line", `GPU 3 has \x1b]0;PWNED`)

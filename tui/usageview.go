@@ -10,8 +10,8 @@ import (
 	tea "charm.land/bubbletea/v2"
 
 	"github.com/dibs-gpu/dibs/api"
-	"github.com/dibs-gpu/dibs/internal/termsafe"
-	"github.com/dibs-gpu/dibs/lease"
+	"github.com/dibs-gpu/dibs/base/termsafe"
+	"github.com/dibs-gpu/dibs/base/words"
 )
 
 // usageWindow is how far back the usage view counts, as `dibs usage`.
@@ -92,7 +92,7 @@ func (v *usageView) lines(w, h int) []string {
 			quota = fmt.Sprint(u.Quota)
 		}
 		text := cols(widths, u.User, fmt.Sprintf("%9.1f", u.GPUHours), fmt.Sprintf("%9.1f", u.Decayed), fmt.Sprintf("%5.1f", u.Share),
-			fmt.Sprintf("%10.3f", u.FairShare), fmt.Sprintf("%7s", lease.FormatGPUs(u.Running)), fmt.Sprintf("%5s", quota))
+			fmt.Sprintf("%10.3f", u.FairShare), fmt.Sprintf("%7s", words.FormatGPUs(u.Running)), fmt.Sprintf("%5s", quota))
 		if barW >= 10 && most > 0 {
 			text += "  " + strings.Repeat("█", int(u.GPUHours/most*float64(barW)+0.5))
 		}

@@ -14,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/dibs-gpu/dibs/base/refusal"
 	"github.com/dibs-gpu/dibs/launch"
 	"github.com/dibs-gpu/dibs/lease"
 )
@@ -138,7 +139,7 @@ func (d *Directory) CallerForUID(uid int) lease.Caller {
 func (d *Directory) CallerForName(name, from string) (lease.Caller, error) {
 	u, err := d.ByName(name)
 	if err != nil {
-		return lease.Caller{}, &lease.Error{Code: lease.CodeForbidden, Msg: fmt.Sprintf("%s has no account named %q, so %s cannot act there as that user: create the account on %s (the same name on every node), or work from a node where it exists", d.node, name, from, d.node)}
+		return lease.Caller{}, &refusal.Error{Code: refusal.CodeForbidden, Msg: fmt.Sprintf("%s has no account named %q, so %s cannot act there as that user: create the account on %s (the same name on every node), or work from a node where it exists", d.node, name, from, d.node)}
 	}
 	return d.Caller(u), nil
 }
@@ -150,11 +151,11 @@ func (d *Directory) CallerForName(name, from string) (lease.Caller, error) {
 // their uid given to someone new must not have their booked or queued
 // command run as the newcomer, nor as a new account that took the name.
 // A mismatch is an error saying which, and that nothing was started
-// (lease.CodeForbidden); an account database that does not answer is
-// lease.CodeUnavailable, to try again, not a verdict.
+// (refusal.CodeForbidden); an account database that does not answer is
+// refusal.CodeUnavailable, to try again, not a verdict.
 func (d *Directory) Holder(name string, uid int) (launch.User, error) {
 	if name == "" || uid < 0 {
-		return launch.User{}, &lease.Error{Code: lease.CodeForbidden, Msg: fmt.Sprintf("%s has no account on %s, so nothing runs as them there", lease.Caller{UID: uid, User: name}, d.node)}
+		return launch.User{}, &refusal.Error{Code: refusal.CodeForbidden, Msg: fmt.Sprintf("%s has no account on %s, so nothing runs as them there", lease.Caller{UID: uid, User: name}, d.node)}
 	}
 	u, err := d.users.LookupUser(name)
 	now := d.now()
@@ -164,13 +165,13 @@ func (d *Directory) Holder(name string, uid int) (launch.User, error) {
 	var unknown user.UnknownUserError
 	if err != nil && !errors.As(err, &unknown) {
 		// The account database did not answer (LDAP down): not a verdict.
-		return launch.User{}, lease.Wrapf(lease.CodeUnavailable, err, "cannot look up the account %s on %s now (%v): try again", name, d.node, err)
+		return launch.User{}, refusal.Wrapf(refusal.CodeUnavailable, err, "cannot look up the account %s on %s now (%v): try again", name, d.node, err)
 	}
 	if err != nil {
-		return launch.User{}, &lease.Error{Code: lease.CodeForbidden, Msg: fmt.Sprintf("%s has no account on %s any more, so nothing was started as them (uid %d is not run as anyone else)", name, d.node, uid)}
+		return launch.User{}, &refusal.Error{Code: refusal.CodeForbidden, Msg: fmt.Sprintf("%s has no account on %s any more, so nothing was started as them (uid %d is not run as anyone else)", name, d.node, uid)}
 	}
 	if u.UID != uid {
-		return launch.User{}, &lease.Error{Code: lease.CodeForbidden, Msg: fmt.Sprintf("the account %s on %s now has uid %d, not uid %d as when this was accepted: the account was replaced, so nothing was started", name, d.node, u.UID, uid)}
+		return launch.User{}, &refusal.Error{Code: refusal.CodeForbidden, Msg: fmt.Sprintf("the account %s on %s now has uid %d, not uid %d as when this was accepted: the account was replaced, so nothing was started", name, d.node, u.UID, uid)}
 	}
 	return u, nil
 }

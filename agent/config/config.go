@@ -17,6 +17,7 @@ import (
 	"github.com/BurntSushi/toml"
 
 	"github.com/dibs-gpu/dibs/agent/events"
+	"github.com/dibs-gpu/dibs/base/words"
 	"github.com/dibs-gpu/dibs/event"
 	"github.com/dibs-gpu/dibs/lease"
 	"github.com/dibs-gpu/dibs/queue"
@@ -75,7 +76,7 @@ func (fc FileConfig) PoolLimits() (lease.Pools, error) {
 		}
 		var pl lease.PoolLimits
 		if ps.MaxTime != "" {
-			d, err := lease.ParseDuration(ps.MaxTime)
+			d, err := words.ParseDuration(ps.MaxTime)
 			if err != nil {
 				return nil, &ConfigError{Msg: key + ".max_time: " + err.Error()}
 			}
@@ -86,7 +87,7 @@ func (fc FileConfig) PoolLimits() (lease.Pools, error) {
 		}
 		pl.MaxGPUs = ps.MaxGPUs
 		for _, u := range ps.Users {
-			if !lease.ValidUserName(u) {
+			if !words.ValidUserName(u) {
 				return nil, &ConfigError{Msg: fmt.Sprintf("%s.users: %q is not a user name", key, u)}
 			}
 		}
@@ -120,12 +121,12 @@ func (e EventsSection) LedgerKeepFor() (time.Duration, error) {
 	if e.LedgerKeep == "" {
 		return lease.DefaultLedgerKeep, nil
 	}
-	d, err := lease.ParseDuration(e.LedgerKeep)
+	d, err := words.ParseDuration(e.LedgerKeep)
 	if err != nil {
 		return 0, &ConfigError{Msg: "events.ledger_keep: " + err.Error()}
 	}
 	if d < lease.DefaultLedgerKeep {
-		return 0, &ConfigError{Msg: fmt.Sprintf("events.ledger_keep: %s is less than %s, how far back dibs doctor looks: keep at least that", e.LedgerKeep, lease.FormatDuration(lease.DefaultLedgerKeep))}
+		return 0, &ConfigError{Msg: fmt.Sprintf("events.ledger_keep: %s is less than %s, how far back dibs doctor looks: keep at least that", e.LedgerKeep, words.FormatDuration(lease.DefaultLedgerKeep))}
 	}
 	return d, nil
 }
@@ -144,7 +145,7 @@ func (e EventsSection) KeepFor() (time.Duration, error) {
 	if e.Keep == "" {
 		return event.DefaultEventKeep, nil
 	}
-	d, err := lease.ParseDuration(e.Keep)
+	d, err := words.ParseDuration(e.Keep)
 	if err != nil {
 		return 0, &ConfigError{Msg: "events.keep: " + err.Error()}
 	}
@@ -218,7 +219,7 @@ func (q QueueSection) Sched() (queue.SchedConfig, error) {
 		if d.v == "" {
 			continue
 		}
-		v, err := lease.ParseDuration(d.v)
+		v, err := words.ParseDuration(d.v)
 		if err != nil {
 			return c, &ConfigError{Msg: d.key + ": " + err.Error()}
 		}
@@ -300,7 +301,7 @@ func (s SSHConfig) Durations() (idle, deadline time.Duration, err error) {
 		if d.v == "" {
 			continue
 		}
-		if *d.dst, err = lease.ParseDuration(d.v); err != nil {
+		if *d.dst, err = words.ParseDuration(d.v); err != nil {
 			return 0, 0, &ConfigError{Msg: d.key + ": " + err.Error()}
 		}
 	}
@@ -448,7 +449,7 @@ func (fc FileConfig) check() error {
 		return err
 	}
 	if fc.Queue.PreemptGrace != "" {
-		if _, err := lease.ParseDuration(fc.Queue.PreemptGrace); err != nil {
+		if _, err := words.ParseDuration(fc.Queue.PreemptGrace); err != nil {
 			return bad("queue.preempt_grace", "%v", err)
 		}
 	}
@@ -480,7 +481,7 @@ func (fc FileConfig) check() error {
 		}
 	}
 	if fc.NodeName != "" {
-		if err := lease.ValidNodeName(fc.NodeName); err != nil {
+		if err := words.ValidNodeName(fc.NodeName); err != nil {
 			return bad("node_name", "%v", err)
 		}
 	}
@@ -520,7 +521,7 @@ func (ls LeaseSection) Policy(base lease.Policy) (lease.Policy, error) {
 		if d.v == "" {
 			continue
 		}
-		v, err := lease.ParseDuration(d.v)
+		v, err := words.ParseDuration(d.v)
 		if err != nil {
 			return p, &ConfigError{Msg: d.key + ": " + err.Error()}
 		}

@@ -4,7 +4,7 @@ import (
 	"fmt"
 
 	"github.com/dibs-gpu/dibs/agent/peer"
-	"github.com/dibs-gpu/dibs/lease"
+	"github.com/dibs-gpu/dibs/base/refusal"
 )
 
 // actor is who a request this node forwards to node acts for there: the
@@ -16,7 +16,7 @@ import (
 func (b *Bound) actor(node string) (peer.Actor, error) {
 	if b.c.UID >= 0 {
 		if u, err := b.s.deps.Accounts.ByUID(b.c.UID); err != nil || u.Name != b.c.User {
-			return peer.Actor{}, &lease.Error{Code: lease.CodeForbidden, Msg: fmt.Sprintf(
+			return peer.Actor{}, &refusal.Error{Code: refusal.CodeForbidden, Msg: fmt.Sprintf(
 				"uid %d has no account on %s, so dibs will not act for it on %s (a name is what crosses nodes, and %q may be someone else there): ask whoever runs %s to create an account for uid %d, and work from it",
 				b.c.UID, b.s.cfg.Node, node, b.c.User, b.s.cfg.Node, b.c.UID)}
 		}

@@ -11,6 +11,8 @@ import (
 	"github.com/dibs-gpu/dibs/agent/clock"
 	"github.com/dibs-gpu/dibs/agent/peer"
 	"github.com/dibs-gpu/dibs/api"
+	"github.com/dibs-gpu/dibs/base/refusal"
+	"github.com/dibs-gpu/dibs/job"
 	"github.com/dibs-gpu/dibs/lease"
 )
 
@@ -112,7 +114,7 @@ func TestBookingFromTheNetworkIsCheckedByItsOwner(t *testing.T) {
 		want string
 	}{
 		{name: "a session name tmux would rewrite", req: lease.BookRequest{Count: 1, Start: start, Duration: time.Hour,
-			Run: &lease.RunSpec{Name: "a:b", Command: []string{"true"}}}, want: "invalid session name"},
+			Run: &job.RunSpec{Name: "a:b", Command: []string{"true"}}}, want: "invalid session name"},
 		{name: "a count and indices", req: lease.BookRequest{Count: 1, GPUs: []int{0}, Start: start, Duration: time.Hour}, want: "both say which GPUs"},
 		{name: "a note with an escape", req: lease.BookRequest{Count: 1, Start: start, Duration: time.Hour, Note: "\x1b]0;x\x07"}, want: "note holds"},
 		{name: "a request id too short", req: lease.BookRequest{Count: 1, Start: start, Duration: time.Hour, RequestID: "x"}, want: "request id"},
@@ -129,7 +131,7 @@ func TestBookingFromTheNetworkIsCheckedByItsOwner(t *testing.T) {
 			// As node01's agent would send it, past node01's own checks.
 			body, _ := json.Marshal(map[string]any{"v": peer.Version, "actor": peer.As("alice"), "req": tt.req})
 			_, code, msg := c["node02"].mux.Serve(context.Background(), "node01", peer.Book.Name, body)
-			if code != lease.CodeInvalid || !strings.Contains(msg, tt.want) {
+			if code != refusal.CodeInvalid || !strings.Contains(msg, tt.want) {
 				t.Fatalf("node02 answered %q %q; want an invalid refusal saying %q", code, msg, tt.want)
 			}
 			if n := len(c["node02"].node.State().Bookings); n != 0 {

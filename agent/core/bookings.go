@@ -11,6 +11,8 @@ import (
 
 	"github.com/dibs-gpu/dibs/agent/peer"
 	"github.com/dibs-gpu/dibs/api"
+	"github.com/dibs-gpu/dibs/base/refusal"
+	"github.com/dibs-gpu/dibs/base/words"
 	"github.com/dibs-gpu/dibs/lease"
 	"github.com/dibs-gpu/dibs/queue"
 )
@@ -80,9 +82,9 @@ func bookingOf(req api.BookRequest) (lease.BookRequest, error) {
 		return lease.BookRequest{}, err
 	}
 	if req.Duration == "" {
-		return lease.BookRequest{}, lease.Invalidf("say how long the booking is: --for 3h")
+		return lease.BookRequest{}, refusal.Invalidf("say how long the booking is: --for 3h")
 	}
-	if br.Duration, err = lease.ParseDuration(req.Duration); err != nil {
+	if br.Duration, err = words.ParseDuration(req.Duration); err != nil {
 		return lease.BookRequest{}, err
 	}
 	if err := br.Validate(); err != nil {
@@ -145,8 +147,8 @@ func (b *Bound) Book(ctx context.Context, req api.BookRequest) (lease.Lease, err
 	}
 	target := req.Node
 	if target != "" {
-		if err := lease.ValidNodeName(target); err != nil {
-			return lease.Lease{}, lease.Wrap(lease.CodeInvalid, err)
+		if err := words.ValidNodeName(target); err != nil {
+			return lease.Lease{}, refusal.Wrap(refusal.CodeInvalid, err)
 		}
 	} else if len(br.GPUs) == 0 && len(v.Nodes) > 1 {
 		target, err = pickAllowed(br.Where, v.Candidates(), func(cands []lease.Candidate) (string, error) {
@@ -159,7 +161,7 @@ func (b *Bound) Book(ctx context.Context, req api.BookRequest) (lease.Lease, err
 		target = s.cfg.Node
 	}
 	if !br.Where.Allows(target) {
-		return lease.Lease{}, lease.Invalidf("its --nodelist/--exclude keep it off %s (%s), the node it would be booked on: name GPUs on a node they allow, or change them", target, br.Where)
+		return lease.Lease{}, refusal.Invalidf("its --nodelist/--exclude keep it off %s (%s), the node it would be booked on: name GPUs on a node they allow, or change them", target, br.Where)
 	}
 	l, err := b.bookOn(ctx, target, br)
 	if err != nil {
@@ -205,15 +207,15 @@ func (b *Bound) bookAcross(ctx context.Context, req api.BookRequest, br lease.Bo
 	s := b.s
 	switch {
 	case br.Run != nil:
-		return lease.Lease{}, lease.Invalidf("a booked run starts on one node: book the nodes with dibs book --nodes %d --gpus-per-node %d, and start the ranks with dibs run when it begins", req.Nodes, br.Count)
+		return lease.Lease{}, refusal.Invalidf("a booked run starts on one node: book the nodes with dibs book --nodes %d --gpus-per-node %d, and start the ranks with dibs run when it begins", req.Nodes, br.Count)
 	case len(br.GPUs) > 0:
-		return lease.Lease{}, lease.Invalidf("--ids names GPUs of one node: with --nodes give --gpus-per-node M")
+		return lease.Lease{}, refusal.Invalidf("--ids names GPUs of one node: with --nodes give --gpus-per-node M")
 	case req.Node != "":
-		return lease.Lease{}, lease.Invalidf("--node books one node: drop it, and dibs picks %d nodes that can take the booking", req.Nodes)
+		return lease.Lease{}, refusal.Invalidf("--node books one node: drop it, and dibs picks %d nodes that can take the booking", req.Nodes)
 	case br.Count <= 0:
-		return lease.Lease{}, lease.Invalidf("say how many GPUs to book on each node: --gpus-per-node M")
+		return lease.Lease{}, refusal.Invalidf("say how many GPUs to book on each node: --gpus-per-node M")
 	case req.Nodes > lease.MaxBookingNodes:
-		return lease.Lease{}, lease.Invalidf("a booking may span at most %d nodes, not %d", lease.MaxBookingNodes, req.Nodes)
+		return lease.Lease{}, refusal.Invalidf("a booking may span at most %d nodes, not %d", lease.MaxBookingNodes, req.Nodes)
 	}
 	if err := s.Require(peer.MultiNodeBooking); err != nil {
 		return lease.Lease{}, err
@@ -260,7 +262,7 @@ func (b *Bound) bookAcross(ctx context.Context, req api.BookRequest, br lease.Bo
 		l, err := b.bookOn(ctx, node, part)
 		if err != nil {
 			b.withdraw(ctx, made)
-			return lease.Lease{}, &lease.Error{Code: lease.CodeOf(err), Msg: fmt.Sprintf(
+			return lease.Lease{}, &refusal.Error{Code: refusal.CodeOf(err), Msg: fmt.Sprintf(
 				"%s refused its part of the booking across %d nodes, so nothing was booked: %s", node, req.Nodes, errWords(err))}
 		}
 		made = append(made, l.ID)
@@ -309,7 +311,7 @@ func partsLeft(n int) string {
 
 // errWords is a refusal's words without a code's prefix.
 func errWords(err error) string {
-	if e := (*lease.Error)(nil); errors.As(err, &e) {
+	if e := (*refusal.Error)(nil); errors.As(err, &e) {
 		return e.Msg
 	}
 	return err.Error()
@@ -336,11 +338,11 @@ func (b *Bound) Bookings(context.Context) (api.Bookings, error) {
 // the same command withdraws it later (the id still names what is left).
 func (b *Bound) Unbook(ctx context.Context, id string) error {
 	if _, ok := lease.NodeOfID(id); !ok {
-		return lease.Invalidf("%q is not a booking id: ids look like node01-42 (`dibs bookings` shows them)", id)
+		return refusal.Invalidf("%q is not a booking id: ids look like node01-42 (`dibs bookings` shows them)", id)
 	}
 	v := b.s.View()
 	if _, ok := v.FindLease(id); ok {
-		return lease.Invalidf("%s is a lease now, not a booking (it has begun): end it with dibs release %s", id, id)
+		return refusal.Invalidf("%s is a lease now, not a booking (it has begun): end it with dibs release %s", id, id)
 	}
 	bookings := v.Bookings()
 	group := ""
@@ -358,7 +360,7 @@ func (b *Bound) Unbook(ctx context.Context, id string) error {
 	}
 	switch len(ids) {
 	case 0:
-		return &lease.Error{Code: lease.CodeNotFound, Msg: fmt.Sprintf("no booking %s: `dibs bookings` shows them", id)}
+		return &refusal.Error{Code: refusal.CodeNotFound, Msg: fmt.Sprintf("no booking %s: `dibs bookings` shows them", id)}
 	case 1:
 		_, err := b.Release(ctx, api.ReleaseRequest{IDs: ids})
 		return err
@@ -377,7 +379,7 @@ func (b *Bound) Unbook(ctx context.Context, id string) error {
 	case len(left) == len(ids):
 		return first // nothing withdrawn: the refusal says why (not the holder, say)
 	case first != nil:
-		return &lease.Error{Code: lease.CodeOf(first), Msg: fmt.Sprintf(
+		return &refusal.Error{Code: refusal.CodeOf(first), Msg: fmt.Sprintf(
 			"withdrew %d of the %d parts of booking %s; %s on %s: %s: run dibs unbook %s again when %s answers",
 			len(ids)-len(left), len(ids), group, partsLeft(len(left)), strings.Join(left, ", "), errWords(first), group, strings.Join(left, ", "))}
 	}

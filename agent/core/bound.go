@@ -10,6 +10,9 @@ import (
 	"github.com/dibs-gpu/dibs/agent/node"
 	"github.com/dibs-gpu/dibs/agent/peer"
 	"github.com/dibs-gpu/dibs/api"
+	"github.com/dibs-gpu/dibs/base/refusal"
+	"github.com/dibs-gpu/dibs/base/words"
+	"github.com/dibs-gpu/dibs/job"
 	"github.com/dibs-gpu/dibs/launch"
 	"github.com/dibs-gpu/dibs/lease"
 	"github.com/dibs-gpu/dibs/queue"
@@ -82,7 +85,7 @@ func (b *Bound) Claim(ctx context.Context, req api.ClaimRequest) (api.ClaimRespo
 		s.placed.put(b.c.User, claim.RequestID, target, s.deps.Clock.Now())
 	}
 	if !claim.Where.Allows(target) {
-		return api.ClaimResponse{}, lease.Invalidf("its --nodelist/--exclude keep it off %s (%s), the node it would be granted on: name GPUs on a node they allow, or change them", target, claim.Where)
+		return api.ClaimResponse{}, refusal.Invalidf("its --nodelist/--exclude keep it off %s (%s), the node it would be granted on: name GPUs on a node they allow, or change them", target, claim.Where)
 	}
 	if target == s.cfg.Node {
 		l, err := b.grantHere(ctx, v, claim)
@@ -196,7 +199,7 @@ func (b *Bound) Release(ctx context.Context, req api.ReleaseRequest) (api.Releas
 	ids := req.IDs
 	if req.All {
 		if len(ids) > 0 {
-			return api.ReleaseResponse{}, lease.Invalidf("give lease ids or --all, not both")
+			return api.ReleaseResponse{}, refusal.Invalidf("give lease ids or --all, not both")
 		}
 		v := b.s.View()
 		for _, l := range v.Leases() {
@@ -209,14 +212,14 @@ func (b *Bound) Release(ctx context.Context, req api.ReleaseRequest) (api.Releas
 		}
 	}
 	if len(ids) == 0 {
-		return api.ReleaseResponse{}, lease.Invalidf("name the lease to release (`dibs ls` shows ids), or use --all")
+		return api.ReleaseResponse{}, refusal.Invalidf("name the lease to release (`dibs ls` shows ids), or use --all")
 	}
 	var local []string
 	remote := map[string][]string{}
 	for _, id := range ids {
 		n, ok := lease.NodeOfID(id)
 		if !ok {
-			return api.ReleaseResponse{}, lease.Invalidf("%q is not a lease id: ids look like node01-42 (`dibs ls` shows them)", id)
+			return api.ReleaseResponse{}, refusal.Invalidf("%q is not a lease id: ids look like node01-42 (`dibs ls` shows them)", id)
 		}
 		if n != b.s.cfg.Node {
 			remote[n] = append(remote[n], id)
@@ -272,9 +275,9 @@ func (b *Bound) Extend(ctx context.Context, req api.ExtendRequest) (api.ClaimRes
 	}
 	n, ok := lease.NodeOfID(req.ID)
 	if !ok {
-		return api.ClaimResponse{}, lease.Invalidf("%q is not a lease id: ids look like node01-42 (`dibs ls` shows them)", req.ID)
+		return api.ClaimResponse{}, refusal.Invalidf("%q is not a lease id: ids look like node01-42 (`dibs ls` shows them)", req.ID)
 	}
-	d, err := lease.ParseDuration(req.Duration)
+	d, err := words.ParseDuration(req.Duration)
 	if err != nil {
 		return api.ClaimResponse{}, err
 	}
@@ -298,12 +301,12 @@ func (b *Bound) Adopt(ctx context.Context, req api.AdoptRequest) (api.ClaimRespo
 	var d time.Duration
 	if req.Duration != "" {
 		var err error
-		if d, err = lease.ParseDuration(req.Duration); err != nil {
+		if d, err = words.ParseDuration(req.Duration); err != nil {
 			return api.ClaimResponse{}, err
 		}
 	}
 	if req.PID <= 0 {
-		return api.ClaimResponse{}, lease.Invalidf("%d is not a process id", req.PID)
+		return api.ClaimResponse{}, refusal.Invalidf("%d is not a process id", req.PID)
 	}
 	l, err := b.s.deps.Node.Adopt(b.c, req.PID, d, req.Note)
 	return b.s.leaseResponse(l), err
@@ -316,7 +319,7 @@ func (b *Bound) AdoptContainer(ctx context.Context, req api.AdoptContainerReques
 	if err := b.write(); err != nil {
 		return api.AdoptContainerResponse{}, err
 	}
-	id, err := lease.ParseContainerID(req.Container)
+	id, err := job.ParseContainerID(req.Container)
 	if err != nil {
 		return api.AdoptContainerResponse{}, err
 	}
@@ -339,7 +342,7 @@ func (b *Bound) Attach(ctx context.Context, id string) (api.AttachResponse, erro
 	for _, l := range v.Leases() {
 		if !b.mine(l) && !b.c.Admin {
 			if l.ID == id {
-				return api.AttachResponse{}, &lease.Error{Code: lease.CodeForbidden, Msg: fmt.Sprintf("lease %s belongs to %s: you can attach only to your own sessions", id, l.User)}
+				return api.AttachResponse{}, &refusal.Error{Code: refusal.CodeForbidden, Msg: fmt.Sprintf("lease %s belongs to %s: you can attach only to your own sessions", id, l.User)}
 			}
 			continue
 		}
@@ -363,11 +366,11 @@ func (b *Bound) Attach(ctx context.Context, id string) (api.AttachResponse, erro
 	}
 	switch {
 	case found == nil && id == "":
-		return api.AttachResponse{}, &lease.Error{Code: lease.CodeNotFound, Msg: "you have no lease with a session: start one with `dibs run -g 1`"}
+		return api.AttachResponse{}, &refusal.Error{Code: refusal.CodeNotFound, Msg: "you have no lease with a session: start one with `dibs run -g 1`"}
 	case found == nil:
-		return api.AttachResponse{}, &lease.Error{Code: lease.CodeNotFound, Msg: fmt.Sprintf("no live run of yours named %s: give a lease id (node01-42), a session name or a queued request (`dibs ls` shows the live ones)", id)}
+		return api.AttachResponse{}, &refusal.Error{Code: refusal.CodeNotFound, Msg: fmt.Sprintf("no live run of yours named %s: give a lease id (node01-42), a session name or a queued request (`dibs ls` shows the live ones)", id)}
 	case found.Session == "":
-		return api.AttachResponse{}, lease.Invalidf("lease %s has no session (it was claimed, not run): use `dibs run` to get one", found.ID)
+		return api.AttachResponse{}, refusal.Invalidf("lease %s has no session (it was claimed, not run): use `dibs run` to get one", found.ID)
 	}
 	u := launch.User{Name: found.User, UID: found.UID}
 	if found.Node == b.s.cfg.Node {
@@ -408,7 +411,7 @@ func (b *Bound) pickSession(name string, ls []lease.Lease) (lease.Lease, error) 
 		if len(opts) > 8 {
 			opts = append(opts[:8:8], "…")
 		}
-		return lease.Lease{}, lease.Invalidf("%d of your sessions answer to %s: attach to one by its lease id: %s", len(ls), name, strings.Join(opts, ", "))
+		return lease.Lease{}, refusal.Invalidf("%d of your sessions answer to %s: attach to one by its lease id: %s", len(ls), name, strings.Join(opts, ", "))
 	}
 	for _, l := range ls {
 		if l.Node == b.s.cfg.Node {

@@ -13,6 +13,8 @@ import (
 	"github.com/dibs-gpu/dibs/agent/clock"
 	"github.com/dibs-gpu/dibs/agent/peer"
 	"github.com/dibs-gpu/dibs/api"
+	"github.com/dibs-gpu/dibs/base/refusal"
+	"github.com/dibs-gpu/dibs/job"
 	"github.com/dibs-gpu/dibs/launch"
 	"github.com/dibs-gpu/dibs/lease"
 	"github.com/dibs-gpu/dibs/nodeprobe"
@@ -175,7 +177,7 @@ func TestClaimFromTheNetworkIsCheckedByItsOwner(t *testing.T) {
 		claim lease.Claim
 		want  string
 	}{
-		{name: "a session name tmux would rewrite", claim: lease.Claim{Count: 1, Run: &lease.RunSpec{Name: "a:b", Command: []string{"true"}}},
+		{name: "a session name tmux would rewrite", claim: lease.Claim{Count: 1, Run: &job.RunSpec{Name: "a:b", Command: []string{"true"}}},
 			want: "invalid session name"},
 		{name: "a count and indices", claim: lease.Claim{Count: 1, GPUs: []int{0}}, want: "both say which GPUs"},
 		{name: "a note with an escape", claim: lease.Claim{Count: 1, Note: "\x1b]0;x\x07"}, want: "note holds"},
@@ -190,7 +192,7 @@ func TestClaimFromTheNetworkIsCheckedByItsOwner(t *testing.T) {
 			// As node01's agent would send it, past node01's own checks.
 			body, _ := json.Marshal(map[string]any{"v": peer.Version, "actor": peer.As("alice"), "req": tt.claim})
 			_, code, msg := c["node02"].mux.Serve(context.Background(), "node01", peer.Claim.Name, body)
-			if code != lease.CodeInvalid || !strings.Contains(msg, tt.want) {
+			if code != refusal.CodeInvalid || !strings.Contains(msg, tt.want) {
 				t.Fatalf("node02 answered %q %q; want an invalid refusal saying %q", code, msg, tt.want)
 			}
 			if n := len(c["node02"].node.State().Leases); n != 0 {

@@ -22,6 +22,7 @@ import (
 	"github.com/dibs-gpu/dibs/agent/origin"
 	"github.com/dibs-gpu/dibs/agent/peer"
 	"github.com/dibs-gpu/dibs/api"
+	"github.com/dibs-gpu/dibs/base/refusal"
 	"github.com/dibs-gpu/dibs/launch"
 	"github.com/dibs-gpu/dibs/lease"
 	"github.com/dibs-gpu/dibs/queue"
@@ -206,7 +207,7 @@ func (s *Service) ForUser(name string) *Bound {
 	u, err := s.deps.Accounts.ByName(name)
 	if err != nil {
 		c := lease.Caller{UID: -1, User: name}
-		return &Bound{s: s, c: c, readOnly: &lease.Error{Code: lease.CodeForbidden, Msg: fmt.Sprintf("%s has no account on %s, so can look but not claim", name, s.cfg.Node)}}
+		return &Bound{s: s, c: c, readOnly: &refusal.Error{Code: refusal.CodeForbidden, Msg: fmt.Sprintf("%s has no account on %s, so can look but not claim", name, s.cfg.Node)}}
 	}
 	c := s.deps.Accounts.Caller(u)
 	return &Bound{s: s, c: c, readOnly: s.canWrite(c.UID)}
@@ -221,7 +222,7 @@ func (s *Service) ForCaller(c lease.Caller) *Bound { return &Bound{s: s, c: c} }
 // node's account of the same name, or is refused.
 func (s *Service) forPeer(from string, who peer.Actor) (*Bound, error) {
 	if who.System {
-		return nil, &lease.Error{Code: lease.CodeForbidden, Msg: "this request must act for a user"}
+		return nil, &refusal.Error{Code: refusal.CodeForbidden, Msg: "this request must act for a user"}
 	}
 	c, err := s.deps.Accounts.CallerForName(who.User, from)
 	if err != nil {

@@ -17,6 +17,7 @@ import (
 	"github.com/dibs-gpu/dibs/agent/origin"
 	"github.com/dibs-gpu/dibs/agent/peer"
 	"github.com/dibs-gpu/dibs/api"
+	"github.com/dibs-gpu/dibs/base/refusal"
 	"github.com/dibs-gpu/dibs/launch"
 	"github.com/dibs-gpu/dibs/lease"
 	"github.com/dibs-gpu/dibs/nodeprobe/sim"
@@ -82,7 +83,7 @@ type fabric struct {
 	self   string
 }
 
-func (f *fabric) Request(ctx context.Context, node, op string, body []byte) ([]byte, lease.Code, string, error) {
+func (f *fabric) Request(ctx context.Context, node, op string, body []byte) ([]byte, refusal.Code, string, error) {
 	a, ok := f.agents[node]
 	if !ok {
 		return nil, "", "", fmt.Errorf("no node %s", node)
@@ -168,8 +169,8 @@ func newClusterOf(t *testing.T, clk *clock.Fake, dbs map[string]users, opts clus
 
 func asUser(a *agent, name string) *core.Bound { return a.svc.ForUID(a.users[name].UID) }
 
-func code(err error) lease.Code {
-	var le *lease.Error
+func code(err error) refusal.Code {
+	var le *refusal.Error
 	if errors.As(err, &le) {
 		return le.Code
 	}
@@ -191,7 +192,7 @@ func TestClaim(t *testing.T) {
 		wantGPUs []int
 		wantUID  int
 		wantEnds time.Duration
-		wantCode lease.Code
+		wantCode refusal.Code
 		wantErr  string
 	}{
 		{name: "here, by count", who: "alice", req: api.ClaimRequest{Node: "node01", Count: 2, Duration: "2h"},
@@ -201,19 +202,19 @@ func TestClaim(t *testing.T) {
 		{name: "on another node, as the account of the same name there", who: "alice", req: api.ClaimRequest{Node: "node02", Count: 1},
 			wantNode: "node02", wantGPUs: []int{0}, wantUID: 2000, wantEnds: 4 * time.Hour},
 		{name: "no account of that name on the other node", who: "carol", req: api.ClaimRequest{Node: "node02", Count: 1},
-			wantCode: lease.CodeForbidden, wantErr: `node02 has no account named "carol", so node01 cannot act there as that user`},
+			wantCode: refusal.CodeForbidden, wantErr: `node02 has no account named "carol", so node01 cannot act there as that user`},
 		{name: "a duration that is not one", who: "alice", req: api.ClaimRequest{Node: "node01", Count: 1, Duration: "soon"},
-			wantCode: lease.CodeInvalid, wantErr: `"soon"`},
+			wantCode: refusal.CodeInvalid, wantErr: `"soon"`},
 		{name: "a negative count", who: "alice", req: api.ClaimRequest{Node: "node01", Count: -1},
-			wantCode: lease.CodeInvalid, wantErr: "GPU count must be positive, got -1"},
+			wantCode: refusal.CodeInvalid, wantErr: "GPU count must be positive, got -1"},
 		{name: "an unknown kind", who: "alice", req: api.ClaimRequest{Node: "node01", Count: 1, Kind: "urgent"},
-			wantCode: lease.CodeInvalid, wantErr: `"urgent"`},
+			wantCode: refusal.CodeInvalid, wantErr: `"urgent"`},
 		{name: "a request id too short", who: "alice", req: api.ClaimRequest{Node: "node01", Count: 1, RequestID: "x"},
-			wantCode: lease.CodeInvalid, wantErr: `request id "x" must be 8 to 64 letters, digits, '-' or '_'`},
+			wantCode: refusal.CodeInvalid, wantErr: `request id "x" must be 8 to 64 letters, digits, '-' or '_'`},
 		{name: "a session name tmux cannot take", who: "alice", req: api.ClaimRequest{Node: "node01", Count: 1, Run: &api.RunSpec{Name: "a:b", Command: []string{"true"}}},
-			wantCode: lease.CodeInvalid, wantErr: "a:b"},
+			wantCode: refusal.CodeInvalid, wantErr: "a:b"},
 		{name: "an SSH key with no account here can look, not claim", who: "mallory", ssh: true, req: api.ClaimRequest{Node: "node01", Count: 1},
-			wantCode: lease.CodeForbidden, wantErr: "mallory has no account on node01, so can look but not claim"},
+			wantCode: refusal.CodeForbidden, wantErr: "mallory has no account on node01, so can look but not claim"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -272,14 +273,14 @@ func TestRelease(t *testing.T) {
 		ids      []int
 		all      bool
 		wantGone []int
-		wantCode lease.Code
+		wantCode refusal.Code
 		wantErr  string
 	}{
 		{name: "one here", who: "alice", ids: []int{0}, wantGone: []int{0}},
 		{name: "one on another node", who: "alice", ids: []int{1}, wantGone: []int{1}},
 		{name: "all of mine, on every node", who: "alice", all: true, wantGone: []int{0, 1}},
-		{name: "mine and someone else's: none ends", who: "alice", ids: []int{0, 2}, wantCode: lease.CodeForbidden, wantErr: "belongs to bob"},
-		{name: "not a lease id", who: "alice", ids: []int{-1}, wantCode: lease.CodeInvalid, wantErr: `"bogus" is not a lease id: ids look like node01-42`},
+		{name: "mine and someone else's: none ends", who: "alice", ids: []int{0, 2}, wantCode: refusal.CodeForbidden, wantErr: "belongs to bob"},
+		{name: "not a lease id", who: "alice", ids: []int{-1}, wantCode: refusal.CodeInvalid, wantErr: `"bogus" is not a lease id: ids look like node01-42`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -365,7 +366,7 @@ func TestQueue(t *testing.T) {
 	if !slices.Equal(got, want) {
 		t.Errorf("queue %q, want %q", got, want)
 	}
-	if err := asUser(a, "bob").Cancel(context.Background(), ids[0]); err == nil || code(err) != lease.CodeForbidden {
+	if err := asUser(a, "bob").Cancel(context.Background(), ids[0]); err == nil || code(err) != refusal.CodeForbidden {
 		t.Errorf("bob cancelled alice's entry: %v, want a refusal", err)
 	}
 	if err := asUser(a, "alice").Cancel(context.Background(), ids[0]); err != nil {

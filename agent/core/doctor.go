@@ -12,9 +12,12 @@ import (
 
 	"github.com/dibs-gpu/dibs/agent/peer"
 	"github.com/dibs-gpu/dibs/api"
-	"github.com/dibs-gpu/dibs/internal/doctor"
+	"github.com/dibs-gpu/dibs/base/refusal"
+	"github.com/dibs-gpu/dibs/base/words"
+	"github.com/dibs-gpu/dibs/job"
 	"github.com/dibs-gpu/dibs/launch"
 	"github.com/dibs-gpu/dibs/lease"
+	"github.com/dibs-gpu/dibs/outgrow/doctor"
 	"github.com/dibs-gpu/dibs/queue"
 )
 
@@ -52,7 +55,7 @@ func (s *Service) EnableDoctor(d DoctorDeps) {
 		if err := t.Validate(); err != nil {
 			// Too many people or weeks for a bounded reply: the caller
 			// reads this node's ledger page by page instead.
-			return peer.TallyReply{}, &lease.Error{Code: lease.CodeUnavailable, Msg: fmt.Sprintf("this node's tally does not fit a reply (%v): read its history", err)}
+			return peer.TallyReply{}, &refusal.Error{Code: refusal.CodeUnavailable, Msg: fmt.Sprintf("this node's tally does not fit a reply (%v): read its history", err)}
 		}
 		return peer.TallyPage(t, r.Page), nil
 	})
@@ -74,7 +77,7 @@ func (s *Service) nodeTally(ctx context.Context, node string, protocol int, sinc
 		r, err := peer.Call(cctx, s.deps.Peers, node, peer.DoctorTally, peer.System, req)
 		cancel()
 		if err != nil {
-			if req.Page == 0 && lease.CodeOf(err) != "" {
+			if req.Page == 0 && refusal.CodeOf(err) != "" {
 				led, err := s.nodeHistory(ctx, node, since, peer.HistoryLedger)
 				return nil, led.Entries, err
 			}
@@ -295,7 +298,7 @@ func (b *Bound) Doctor(ctx context.Context, req api.DoctorRequest) (api.DoctorRe
 	s := b.s
 	window := doctor.DefaultWindow
 	if req.Window != "" {
-		w, err := lease.ParseDuration(req.Window)
+		w, err := words.ParseDuration(req.Window)
 		if err != nil {
 			return api.DoctorReport{}, err
 		}
@@ -314,7 +317,7 @@ func (b *Bound) Doctor(ctx context.Context, req api.DoctorRequest) (api.DoctorRe
 		} else if n.State == queue.NodeDead || n.State == queue.NodeLeft {
 			h.Error = fmt.Sprintf("%s is %s", n.Name, h.State)
 			if h.State == queue.NodeRestarting {
-				h.Error += fmt.Sprintf(": its agent is away, and the others keep its work for the grace (%s; queue.lost_after)", lease.FormatDuration(s.cfg.Sched.LostAfter))
+				h.Error += fmt.Sprintf(": its agent is away, and the others keep its work for the grace (%s; queue.lost_after)", words.FormatDuration(s.cfg.Sched.LostAfter))
 			}
 			continue
 		}
@@ -327,7 +330,7 @@ func (b *Bound) Doctor(ctx context.Context, req api.DoctorRequest) (api.DoctorRe
 			r, err := peer.Call(cctx, s.deps.Peers, n.Name, peer.Health, peer.System, peer.HealthRequest{})
 			t1 := s.deps.Clock.Now()
 			if err != nil {
-				h.Error = lease.OneLine(err.Error())
+				h.Error = words.OneLine(err.Error())
 				return
 			}
 			h.Reached, h.Report, h.RTT = true, &r.Report, t1.Sub(t0)
@@ -432,7 +435,7 @@ func (b *Bound) Run(ctx context.Context, id string) (api.RunRecord, error) {
 		entryID = id
 	} else {
 		if _, ok := lease.NodeOfID(id); !ok {
-			return rec, lease.Invalidf("%q is neither a queue id (node01-q7) nor a lease id (node01-42): `dibs queue` and `dibs usage` show them", id)
+			return rec, refusal.Invalidf("%q is neither a queue id (node01-q7) nor a lease id (node01-42): `dibs queue` and `dibs usage` show them", id)
 		}
 		if l, ok := v.FindLease(id); ok && l.ReservedUntil.IsZero() {
 			rec.State, rec.Lease = api.RunRunning, []lease.Lease{l}
@@ -496,7 +499,7 @@ func (b *Bound) Run(ctx context.Context, id string) (api.RunRecord, error) {
 		}
 	}
 	if len(rec.Ended) == 0 {
-		return rec, &lease.Error{Code: lease.CodeNotFound, Msg: fmt.Sprintf("no run %s in the queue, the leases or the last %s of any node's ledger", id, lease.FormatDuration(doctor.Keep))}
+		return rec, &refusal.Error{Code: refusal.CodeNotFound, Msg: fmt.Sprintf("no run %s in the queue, the leases or the last %s of any node's ledger", id, words.FormatDuration(doctor.Keep))}
 	}
 	slices.SortFunc(rec.Ended, func(a, b lease.LedgerEntry) int { return cmp.Compare(a.Rank, b.Rank) })
 	rec.State = api.RunFinished
@@ -509,7 +512,7 @@ func (b *Bound) Run(ctx context.Context, id string) (api.RunRecord, error) {
 // keptJob asks node for the command lease leaseID's session was started
 // with (node.Node.KeptRun), for its holder and admins only: nil for anyone
 // else, when the node kept none, or when it cannot be asked.
-func (b *Bound) keptJob(ctx context.Context, node, leaseID, user string) *lease.Job {
+func (b *Bound) keptJob(ctx context.Context, node, leaseID, user string) *job.Job {
 	if !b.c.SeesJobOf(user) {
 		return nil
 	}

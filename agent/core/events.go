@@ -14,7 +14,10 @@ import (
 	"github.com/dibs-gpu/dibs/agent/node"
 	"github.com/dibs-gpu/dibs/agent/peer"
 	"github.com/dibs-gpu/dibs/api"
+	"github.com/dibs-gpu/dibs/base/refusal"
+	"github.com/dibs-gpu/dibs/base/words"
 	"github.com/dibs-gpu/dibs/event"
+	"github.com/dibs-gpu/dibs/job"
 	"github.com/dibs-gpu/dibs/launch"
 	"github.com/dibs-gpu/dibs/lease"
 	"github.com/dibs-gpu/dibs/queue"
@@ -44,7 +47,7 @@ func (s *Service) registerEventOps() {
 		last := s.deps.Events.Last()
 		evs, more, err := s.deps.Events.Events(r.Filter, limit)
 		if err != nil {
-			return peer.EventsReply{}, &lease.Error{Code: lease.CodeUnavailable, Msg: fmt.Sprintf("%s cannot read its event log: %v", s.cfg.Node, err)}
+			return peer.EventsReply{}, &refusal.Error{Code: refusal.CodeUnavailable, Msg: fmt.Sprintf("%s cannot read its event log: %v", s.cfg.Node, err)}
 		}
 		// One event the others would refuse must not hide the rest.
 		ok := make([]event.Event, 0, len(evs))
@@ -59,7 +62,7 @@ func (s *Service) registerEventOps() {
 	})
 	peer.Handle(m, peer.Notify, func(ctx context.Context, from string, who peer.Actor, r peer.NotifyRequest) (peer.NotifyReply, error) {
 		if !who.System {
-			return peer.NotifyReply{}, &lease.Error{Code: lease.CodeForbidden, Msg: "only the cluster sends notices"}
+			return peer.NotifyReply{}, &refusal.Error{Code: refusal.CodeForbidden, Msg: "only the cluster sends notices"}
 		}
 		return s.deliver(ctx, r.Notice), nil
 	})
@@ -69,7 +72,7 @@ func (s *Service) registerEventOps() {
 			return peer.Empty{}, err
 		}
 		if s.deps.Webhooks == nil {
-			return peer.Empty{}, &lease.Error{Code: lease.CodeUnavailable, Msg: s.cfg.Node + " keeps no webhooks"}
+			return peer.Empty{}, &refusal.Error{Code: refusal.CodeUnavailable, Msg: s.cfg.Node + " keeps no webhooks"}
 		}
 		if r.Clear {
 			return peer.Empty{}, s.deps.Webhooks.Clear(b.c.User)
@@ -107,17 +110,17 @@ func (s *Service) registerEventOps() {
 		}
 		u, err := s.deps.Accounts.ByUID(b.c.UID)
 		if err != nil {
-			return peer.LogsReply{}, &lease.Error{Code: lease.CodeNotFound, Msg: fmt.Sprintf("%s has no account on %s, so keeps no logs there", b.c.User, s.cfg.Node)}
+			return peer.LogsReply{}, &refusal.Error{Code: refusal.CodeNotFound, Msg: fmt.Sprintf("%s has no account on %s, so keeps no logs there", b.c.User, s.cfg.Node)}
 		}
 		if s.deps.ReadLog == nil {
-			return peer.LogsReply{}, &lease.Error{Code: lease.CodeUnavailable, Msg: fmt.Sprintf("%s reads no logs", s.cfg.Node)}
+			return peer.LogsReply{}, &refusal.Error{Code: refusal.CodeUnavailable, Msg: fmt.Sprintf("%s reads no logs", s.cfg.Node)}
 		}
 		c, err := s.deps.ReadLog(ctx, u, r.Session, r.Part, r.Offset, r.Max)
 		switch {
 		case errors.Is(err, fs.ErrNotExist):
-			return peer.LogsReply{}, &lease.Error{Code: lease.CodeNotFound, Msg: fmt.Sprintf("no log of %s on %s: only runs started with a command keep one (in ~/%s)", r.Session, s.cfg.Node, launch.LogDir)}
+			return peer.LogsReply{}, &refusal.Error{Code: refusal.CodeNotFound, Msg: fmt.Sprintf("no log of %s on %s: only runs started with a command keep one (in ~/%s)", r.Session, s.cfg.Node, launch.LogDir)}
 		case err != nil:
-			return peer.LogsReply{}, &lease.Error{Code: lease.CodeUnavailable, Msg: fmt.Sprintf("read the log of %s on %s: %v", r.Session, s.cfg.Node, err)}
+			return peer.LogsReply{}, &refusal.Error{Code: refusal.CodeUnavailable, Msg: fmt.Sprintf("read the log of %s on %s: %v", r.Session, s.cfg.Node, err)}
 		}
 		return peer.LogsReply{Data: c.Data, Size: c.Size, Inode: c.Inode}, nil
 	})
@@ -159,7 +162,7 @@ func (s *Service) deliver(ctx context.Context, n event.Notice) peer.NotifyReply 
 			ok, err := s.deps.Webhooks.Test(ctx, n)
 			r.Webhook = ok
 			if err != nil {
-				r.WebhookErr = lease.OneLine(err.Error())
+				r.WebhookErr = words.OneLine(err.Error())
 			}
 		} else {
 			r.Webhook = s.deps.Webhooks.Status(n.User).Setting != nil
@@ -266,14 +269,14 @@ func (s *Service) clusterEvents(ctx context.Context, who peer.Actor, f event.Eve
 func eventFilter(b *Bound, req api.EventsRequest) (event.EventFilter, error) {
 	since := 24 * time.Hour
 	if req.Since != "" {
-		d, err := lease.ParseDuration(req.Since)
+		d, err := words.ParseDuration(req.Since)
 		if err != nil {
 			return event.EventFilter{}, err
 		}
 		since = d
 	}
-	if req.User != "" && !lease.ValidUserName(req.User) {
-		return event.EventFilter{}, lease.Invalidf("%q is not a user name", req.User)
+	if req.User != "" && !words.ValidUserName(req.User) {
+		return event.EventFilter{}, refusal.Invalidf("%q is not a user name", req.User)
 	}
 	return event.EventFilter{Since: b.s.deps.Clock.Now().Add(-since), User: req.User}, nil
 }
@@ -291,7 +294,7 @@ func (b *Bound) Events(ctx context.Context, req api.EventsRequest) (api.EventLis
 // actorName is who the caller is to other nodes; a caller without a name
 // (a uid with no account) reads as the cluster.
 func actorName(b *Bound) string {
-	if lease.ValidUserName(b.c.User) {
+	if words.ValidUserName(b.c.User) {
 		return b.c.User
 	}
 	return ""
@@ -383,8 +386,8 @@ func (b *Bound) Notify(ctx context.Context, req api.NotifyRequest) (api.NotifySt
 	if (req.Webhook != "" || req.Off) && b.write() != nil {
 		return api.NotifyStatus{}, b.write()
 	}
-	if !lease.ValidUserName(b.c.User) {
-		return api.NotifyStatus{}, &lease.Error{Code: lease.CodeForbidden, Msg: "you have no account here, so cannot set notifications"}
+	if !words.ValidUserName(b.c.User) {
+		return api.NotifyStatus{}, &refusal.Error{Code: refusal.CodeForbidden, Msg: "you have no account here, so cannot set notifications"}
 	}
 	who, err := b.actor("other nodes")
 	if err != nil {
@@ -393,7 +396,7 @@ func (b *Bound) Notify(ctx context.Context, req api.NotifyRequest) (api.NotifySt
 	nodes := s.liveNodes()
 	switch {
 	case req.Off && req.Webhook != "":
-		return api.NotifyStatus{}, lease.Invalidf("give --webhook URL or --off, not both")
+		return api.NotifyStatus{}, refusal.Invalidf("give --webhook URL or --off, not both")
 	case req.Off:
 		for _, n := range nodes {
 			if _, err := peer.Call(ctx, s.deps.Peers, n, peer.NotifySet, who, peer.NotifySetRequest{Clear: true}); err != nil {
@@ -413,7 +416,7 @@ func (b *Bound) Notify(ctx context.Context, req api.NotifyRequest) (api.NotifySt
 			}
 		case event.WebhookJSON, event.WebhookText:
 		default:
-			return api.NotifyStatus{}, lease.Invalidf("--format %q: use json (Slack, Discord, Mattermost) or text (ntfy)", req.Format)
+			return api.NotifyStatus{}, refusal.Invalidf("--format %q: use json (Slack, Discord, Mattermost) or text (ntfy)", req.Format)
 		}
 		set := peer.NotifySetRequest{URL: req.Webhook, Format: format, SetAt: s.deps.Clock.Now().Round(0)}
 		if _, err := peer.Call(ctx, s.deps.Peers, s.cfg.Node, peer.NotifySet, who, set); err != nil {
@@ -502,11 +505,11 @@ func notifyStatus(ctx context.Context, b *Bound, nodes []string) api.NotifyStatu
 // neither record knows the name (a run older than the kept ones).
 func (b *Bound) LogSources(ctx context.Context, id string) ([]api.LogSource, error) {
 	s := b.s
-	if !lease.ValidUserName(b.c.User) {
-		return nil, &lease.Error{Code: lease.CodeForbidden, Msg: "you have no account here, so have no logs"}
+	if !words.ValidUserName(b.c.User) {
+		return nil, &refusal.Error{Code: refusal.CodeForbidden, Msg: "you have no account here, so have no logs"}
 	}
-	if id == "" || len(id) > 2*lease.MaxNameLen || !lease.ValidToken(id, 2*lease.MaxNameLen) {
-		return nil, lease.Invalidf("name the run: a lease id (node01-42), a queued request (node01-q3) or a session name")
+	if id == "" || len(id) > 2*words.MaxNameLen || !words.ValidToken(id, 2*words.MaxNameLen) {
+		return nil, refusal.Invalidf("name the run: a lease id (node01-42), a queued request (node01-q3) or a session name")
 	}
 	nodes := s.liveNodes()
 	if n, ok := lease.NodeOfID(id); ok && slices.Contains(nodes, n) {
@@ -548,7 +551,7 @@ func (b *Bound) LogSources(ctx context.Context, id string) ([]api.LogSource, err
 			cancel()
 			mu.Lock()
 			defer mu.Unlock()
-			var refused *lease.Error
+			var refused *refusal.Error
 			switch {
 			case errors.As(err, &refused):
 				unasked = append(unasked, n)
@@ -601,8 +604,8 @@ func (b *Bound) LogSources(ctx context.Context, id string) ([]api.LogSource, err
 		out = append(out, f.src)
 	}
 	slices.SortFunc(out, func(x, y api.LogSource) int {
-		_, i, _ := lease.ArrayTaskOf(x.Task)
-		_, j, _ := lease.ArrayTaskOf(y.Task)
+		_, i, _ := job.ArrayTaskOf(x.Task)
+		_, j, _ := job.ArrayTaskOf(y.Task)
 		if i != j {
 			return i - j
 		}
@@ -614,7 +617,7 @@ func (b *Bound) LogSources(ctx context.Context, id string) ([]api.LogSource, err
 			slices.Sort(missing)
 			msg += "; " + strings.Join(missing, ", ") + " did not answer"
 		}
-		return nil, &lease.Error{Code: lease.CodeNotFound, Msg: msg}
+		return nil, &refusal.Error{Code: refusal.CodeNotFound, Msg: msg}
 	}
 	return out, nil
 }
@@ -622,11 +625,11 @@ func (b *Bound) LogSources(ctx context.Context, id string) ([]api.LogSource, err
 // ReadLog reads part of one of the caller's kept logs, on the node that
 // keeps it.
 func (b *Bound) ReadLog(ctx context.Context, req api.LogReadRequest) (api.LogChunk, error) {
-	if !lease.ValidUserName(b.c.User) {
-		return api.LogChunk{}, &lease.Error{Code: lease.CodeForbidden, Msg: "you have no account here, so have no logs"}
+	if !words.ValidUserName(b.c.User) {
+		return api.LogChunk{}, &refusal.Error{Code: refusal.CodeForbidden, Msg: "you have no account here, so have no logs"}
 	}
-	if err := lease.ValidNodeName(req.Node); err != nil {
-		return api.LogChunk{}, lease.Wrap(lease.CodeInvalid, err)
+	if err := words.ValidNodeName(req.Node); err != nil {
+		return api.LogChunk{}, refusal.Wrap(refusal.CodeInvalid, err)
 	}
 	if req.Max <= 0 || req.Max > peer.MaxLogChunk {
 		req.Max = peer.MaxLogChunk

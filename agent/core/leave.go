@@ -4,7 +4,7 @@ import (
 	"context"
 
 	"github.com/dibs-gpu/dibs/api"
-	"github.com/dibs-gpu/dibs/lease"
+	"github.com/dibs-gpu/dibs/base/refusal"
 )
 
 // Leave takes this node out of the cluster for good and stops its agent
@@ -14,10 +14,10 @@ func (b *Bound) Leave(context.Context) (api.LeaveResponse, error) {
 		return api.LeaveResponse{}, err
 	}
 	if !b.c.Admin {
-		return api.LeaveResponse{}, &lease.Error{Code: lease.CodeForbidden, Msg: "only root or an admin can take a node out of the cluster: run `sudo dibs leave`"}
+		return api.LeaveResponse{}, &refusal.Error{Code: refusal.CodeForbidden, Msg: "only root or an admin can take a node out of the cluster: run `sudo dibs leave`"}
 	}
 	if b.s.deps.Leave == nil {
-		return api.LeaveResponse{}, lease.Invalidf("this agent cannot leave on request")
+		return api.LeaveResponse{}, refusal.Invalidf("this agent cannot leave on request")
 	}
 	b.s.log.Info("leaving the cluster for good", "by", b.c.User)
 	b.s.deps.Leave()

@@ -4,6 +4,9 @@ import (
 	"strings"
 
 	"github.com/dibs-gpu/dibs/api"
+	"github.com/dibs-gpu/dibs/base/refusal"
+	"github.com/dibs-gpu/dibs/base/words"
+	"github.com/dibs-gpu/dibs/job"
 	"github.com/dibs-gpu/dibs/launch"
 	"github.com/dibs-gpu/dibs/lease"
 	"github.com/dibs-gpu/dibs/queue"
@@ -27,7 +30,7 @@ func claimOf(req api.ClaimRequest) (lease.Claim, error) {
 	case "any", "none":
 		c.AnyCPU = true
 	default:
-		return lease.Claim{}, lease.Invalidf("--cpus %s: want local (the cores close to the GPUs, the default) or any", lease.QuoteInput(req.CPUs))
+		return lease.Claim{}, refusal.Invalidf("--cpus %s: want local (the cores close to the GPUs, the default) or any", words.QuoteInput(req.CPUs))
 	}
 	if c.Where, err = whereOf(req.Node, req.NodeChoice); err != nil {
 		return lease.Claim{}, err
@@ -36,7 +39,7 @@ func claimOf(req api.ClaimRequest) (lease.Claim, error) {
 		return lease.Claim{}, err
 	}
 	if req.Duration != "" {
-		if c.Duration, err = lease.ParseDuration(req.Duration); err != nil {
+		if c.Duration, err = words.ParseDuration(req.Duration); err != nil {
 			return lease.Claim{}, err
 		}
 	}
@@ -65,13 +68,13 @@ func checkClaim(c lease.Claim) error {
 
 // checkSession refuses a run whose session name tmux would rewrite (a
 // mangled name breaks every later lookup by it): the launcher's rule,
-// beside the run's bounds (lease.RunSpec.Check).
-func checkSession(r *lease.RunSpec) error {
+// beside the run's bounds (job.RunSpec.Check).
+func checkSession(r *job.RunSpec) error {
 	if r == nil || r.Name == "" {
 		return nil
 	}
 	if err := launch.CheckName(r.Name); err != nil {
-		return lease.Wrap(lease.CodeInvalid, err)
+		return refusal.Wrap(refusal.CodeInvalid, err)
 	}
 	return nil
 }
@@ -79,7 +82,7 @@ func checkSession(r *lease.RunSpec) error {
 // checkRun is every check a session's spec gets before anything is
 // granted or queued: its bounds, its size as the agents send it, and its
 // session name.
-func checkRun(r *lease.RunSpec) error {
+func checkRun(r *job.RunSpec) error {
 	if err := r.Check(); err != nil {
 		return err
 	}
@@ -93,9 +96,9 @@ func checkRun(r *lease.RunSpec) error {
 func whereOf(node string, nc lease.NodeChoice) (lease.NodeChoice, error) {
 	switch {
 	case node != "" && len(nc.Only) > 0:
-		return nc, lease.Invalidf("--node %s and --nodelist both say where: --node X is --nodelist X, give one", node)
+		return nc, refusal.Invalidf("--node %s and --nodelist both say where: --node X is --nodelist X, give one", node)
 	case node != "" && !nc.Allows(node):
-		return nc, lease.Invalidf("--node %s is in --exclude: drop it from one", node)
+		return nc, refusal.Invalidf("--node %s is in --exclude: drop it from one", node)
 	}
 	return nc, nil
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/dibs-gpu/dibs/agent/node"
 	"github.com/dibs-gpu/dibs/agent/peer"
+	"github.com/dibs-gpu/dibs/base/refusal"
 	"github.com/dibs-gpu/dibs/event"
 	"github.com/dibs-gpu/dibs/lease"
 	"github.com/dibs-gpu/dibs/queue"
@@ -42,7 +43,7 @@ func (s *Service) registerPeerOps() {
 		}
 		for _, id := range r.IDs {
 			if n, _ := lease.NodeOfID(id); n != s.cfg.Node {
-				return peer.ReleaseReply{}, lease.Invalidf("lease %s is not on %s", id, s.cfg.Node)
+				return peer.ReleaseReply{}, refusal.Invalidf("lease %s is not on %s", id, s.cfg.Node)
 			}
 		}
 		ids, err := b.releaseHere(ctx, r.IDs)
@@ -58,7 +59,7 @@ func (s *Service) registerPeerOps() {
 	})
 	peer.Handle(m, peer.Start, func(ctx context.Context, from string, who peer.Actor, r peer.StartRequest) (peer.StartReply, error) {
 		if who.User != r.Entry.User {
-			return peer.StartReply{}, &lease.Error{Code: lease.CodeForbidden, Msg: fmt.Sprintf("a start of %s must act for its submitter %s", r.Entry.ID, r.Entry.User)}
+			return peer.StartReply{}, &refusal.Error{Code: refusal.CodeForbidden, Msg: fmt.Sprintf("a start of %s must act for its submitter %s", r.Entry.ID, r.Entry.User)}
 		}
 		b, err := s.forPeer(from, who)
 		if err != nil {
@@ -70,7 +71,7 @@ func (s *Service) registerPeerOps() {
 	})
 	peer.Handle(m, peer.Started, func(ctx context.Context, from string, who peer.Actor, r peer.StartedRequest) (peer.Empty, error) {
 		if !who.System {
-			return peer.Empty{}, &lease.Error{Code: lease.CodeForbidden, Msg: "only the scheduler says an entry started"}
+			return peer.Empty{}, &refusal.Error{Code: refusal.CodeForbidden, Msg: "only the scheduler says an entry started"}
 		}
 		// The origin records the start; its notice tells the submitter.
 		s.deps.Origin.MarkStarted(r.Key)
@@ -78,7 +79,7 @@ func (s *Service) registerPeerOps() {
 	})
 	peer.Handle(m, peer.Place, func(ctx context.Context, from string, who peer.Actor, r peer.PlaceRequest) (peer.PlaceReply, error) {
 		if !who.System {
-			return peer.PlaceReply{}, &lease.Error{Code: lease.CodeForbidden, Msg: "only a scheduler places a queued entry"}
+			return peer.PlaceReply{}, &refusal.Error{Code: refusal.CodeForbidden, Msg: "only a scheduler places a queued entry"}
 		}
 		// A start this origin can see already (its Started message lost)
 		// is not placed again.
@@ -86,17 +87,17 @@ func (s *Service) registerPeerOps() {
 		if _, started := p.Started[r.Key]; started {
 			// Its start event's notice tells the submitter.
 			s.deps.Origin.MarkStarted(r.Key)
-			return peer.PlaceReply{}, &lease.Error{Code: lease.CodeConflict, Msg: fmt.Sprintf("%s has started already", r.Key)}
+			return peer.PlaceReply{}, &refusal.Error{Code: refusal.CodeConflict, Msg: fmt.Sprintf("%s has started already", r.Key)}
 		}
 		if p.Reserving[r.Key] {
-			return peer.PlaceReply{}, &lease.Error{Code: lease.CodeConflict, Msg: fmt.Sprintf("%s is being reserved", r.Key)}
+			return peer.PlaceReply{}, &refusal.Error{Code: refusal.CodeConflict, Msg: fmt.Sprintf("%s is being reserved", r.Key)}
 		}
 		job, err := s.deps.Origin.Place(r.Key, r.Placer)
 		return peer.PlaceReply{Job: job}, err
 	})
 	peer.Handle(m, peer.Refused, func(ctx context.Context, from string, who peer.Actor, r peer.RefusedRequest) (peer.Empty, error) {
 		if !who.System {
-			return peer.Empty{}, &lease.Error{Code: lease.CodeForbidden, Msg: "only the scheduler reports a refused start"}
+			return peer.Empty{}, &refusal.Error{Code: refusal.CodeForbidden, Msg: "only the scheduler reports a refused start"}
 		}
 		why := fmt.Sprintf("%s refused it: %s", r.Node, r.Reason)
 		if e, ok := s.deps.Origin.Refuse(r.Key, why); ok {
@@ -107,7 +108,7 @@ func (s *Service) registerPeerOps() {
 	})
 	peer.Handle(m, peer.Preempt, func(ctx context.Context, from string, who peer.Actor, r peer.PreemptRequest) (peer.Empty, error) {
 		if !who.System {
-			return peer.Empty{}, &lease.Error{Code: lease.CodeForbidden, Msg: "only the cluster preempts a lease"}
+			return peer.Empty{}, &refusal.Error{Code: refusal.CodeForbidden, Msg: "only the cluster preempts a lease"}
 		}
 		return peer.Empty{}, s.deps.Node.Preempt(r.Lease, r.Token, r.Reason, syscall.Signal(r.Signal))
 	})
@@ -211,7 +212,7 @@ func (b *Bound) startPart(ctx context.Context, r peer.StartRequest) (peer.StartR
 		l, err := s.deps.Node.Commit(ctx, b.c, e.Key(), e.Duration, run)
 		return peer.StartReply{Lease: l, Host: host}, err
 	}
-	return peer.StartReply{}, lease.Invalidf("unknown start phase %q", r.Phase)
+	return peer.StartReply{}, refusal.Invalidf("unknown start phase %q", r.Phase)
 }
 
 // withGlooInterface adds GLOO_SOCKET_IFNAME, the interface that holds

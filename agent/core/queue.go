@@ -10,6 +10,8 @@ import (
 
 	"github.com/dibs-gpu/dibs/agent/peer"
 	"github.com/dibs-gpu/dibs/api"
+	"github.com/dibs-gpu/dibs/base/refusal"
+	"github.com/dibs-gpu/dibs/base/words"
 	"github.com/dibs-gpu/dibs/lease"
 	"github.com/dibs-gpu/dibs/queue"
 )
@@ -28,7 +30,7 @@ func (b *Bound) Submit(ctx context.Context, req api.SubmitRequest) (api.Submitte
 		return api.Submitted{}, err
 	}
 	if b.c.UID < 0 {
-		return api.Submitted{}, &lease.Error{Code: lease.CodeForbidden, Msg: "you have no account here, so cannot queue"}
+		return api.Submitted{}, &refusal.Error{Code: refusal.CodeForbidden, Msg: "you have no account here, so cannot queue"}
 	}
 	if _, err := b.actor("the node it starts on"); err != nil {
 		return api.Submitted{}, err // a queued run starts by its holder's name
@@ -63,8 +65,8 @@ func (b *Bound) Submit(ctx context.Context, req api.SubmitRequest) (api.Submitte
 		}
 	}
 	if e.Node != "" {
-		if err := lease.ValidNodeName(e.Node); err != nil {
-			return api.Submitted{}, lease.Wrap(lease.CodeInvalid, err)
+		if err := words.ValidNodeName(e.Node); err != nil {
+			return api.Submitted{}, refusal.Wrap(refusal.CodeInvalid, err)
 		}
 	}
 	if e.Job != nil {
@@ -113,7 +115,7 @@ func (b *Bound) answerOf(v queue.ClusterView, id string) api.Submitted {
 // canRun refuses a run for a caller this agent cannot start sessions as.
 func (s *Service) canRun(c lease.Caller) error {
 	if c.UID < 0 {
-		return &lease.Error{Code: lease.CodeForbidden, Msg: fmt.Sprintf("%s has no account on %s, so no session can run as them", c.User, s.cfg.Node)}
+		return &refusal.Error{Code: refusal.CodeForbidden, Msg: fmt.Sprintf("%s has no account on %s, so no session can run as them", c.User, s.cfg.Node)}
 	}
 	return s.canWrite(c.UID)
 }
@@ -126,7 +128,7 @@ func (b *Bound) Cancel(ctx context.Context, id string) error {
 	}
 	origin, ok := queue.OriginOfQueueID(id)
 	if !ok {
-		return lease.Invalidf("%q is not a queue id: ids look like node01-q3 (`dibs queue` shows them)", id)
+		return refusal.Invalidf("%q is not a queue id: ids look like node01-q3 (`dibs queue` shows them)", id)
 	}
 	if origin != b.s.cfg.Node {
 		who, err := b.actor(origin)
@@ -149,10 +151,10 @@ func (b *Bound) Cancel(ctx context.Context, id string) error {
 func (b *Bound) EntryStatus(ctx context.Context, id string) (api.EntryStatus, error) {
 	origin, ok := queue.OriginOfQueueID(id)
 	if !ok {
-		return api.EntryStatus{}, lease.Invalidf("%q is not a queue id: ids look like node01-q3 (`dibs queue` shows them)", id)
+		return api.EntryStatus{}, refusal.Invalidf("%q is not a queue id: ids look like node01-q3 (`dibs queue` shows them)", id)
 	}
 	if origin != b.s.cfg.Node {
-		return api.EntryStatus{}, lease.Invalidf("%s was queued at %s, which keeps its state: run this on %s (`dibs queue` shows it from anywhere)", id, origin, origin)
+		return api.EntryStatus{}, refusal.Invalidf("%s was queued at %s, which keeps its state: run this on %s (`dibs queue` shows it from anywhere)", id, origin, origin)
 	}
 	return b.s.deps.Origin.Status(id, b.s.deps.Clock.Now()), nil
 }
@@ -229,7 +231,7 @@ func queuedView(c lease.Caller, e queue.QueueEntry, prio float64, pos int, est t
 	e = e.ShownTo(c)
 	v := api.QueuedEntry{
 		ID: e.ID, Position: pos, User: e.User, Nodes: e.Nodes, GPUsPerNode: e.GPUsPerNode, Node: e.Node,
-		Kind: string(e.Kind), Duration: lease.FormatDuration(e.Duration), Note: e.Note, Priority: prio,
+		Kind: string(e.Kind), Duration: words.FormatDuration(e.Duration), Note: e.Note, Priority: prio,
 		SubmittedAt: e.SubmittedAt, EstStart: est, Waiting: why, Restarts: e.Restarts,
 		Model: e.Model, Tags: e.Tags, MemMiB: e.MemMiB, MIG: e.MIG, NodeChoice: e.NodeChoice,
 	}
@@ -245,7 +247,7 @@ func (b *Bound) Usage(ctx context.Context, window string) (api.UsageReport, erro
 	s := b.s
 	w := 7 * 24 * time.Hour
 	if window != "" {
-		d, err := lease.ParseDuration(window)
+		d, err := words.ParseDuration(window)
 		if err != nil {
 			return api.UsageReport{}, err
 		}

@@ -10,6 +10,7 @@ import (
 	"github.com/dibs-gpu/dibs/agent/clock"
 	"github.com/dibs-gpu/dibs/agent/peer"
 	"github.com/dibs-gpu/dibs/api"
+	"github.com/dibs-gpu/dibs/job"
 	"github.com/dibs-gpu/dibs/lease"
 	"github.com/dibs-gpu/dibs/queue"
 )
@@ -144,7 +145,7 @@ func TestStartRankSession(t *testing.T) {
 			}, clusterOptions{sessions: sessions})
 			e := queue.QueueEntry{ID: tt.id, Origin: "node01", User: "alice", UID: 1000, Nodes: tt.nodes, GPUsPerNode: 1,
 				Duration: time.Hour, Kind: lease.KindBatch, SubmittedAt: t0,
-				Job: &lease.Job{Name: tt.job, Command: []string{"python", "train.py"}}}
+				Job: &job.Job{Name: tt.job, Command: []string{"python", "train.py"}}}
 			phase := peer.PhaseStart
 			if tt.nodes > 1 {
 				phase = peer.PhaseReserve

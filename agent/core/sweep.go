@@ -9,7 +9,9 @@ import (
 
 	"github.com/dibs-gpu/dibs/agent/peer"
 	"github.com/dibs-gpu/dibs/api"
+	"github.com/dibs-gpu/dibs/base/refusal"
 	"github.com/dibs-gpu/dibs/event"
+	"github.com/dibs-gpu/dibs/job"
 	"github.com/dibs-gpu/dibs/lease"
 	"github.com/dibs-gpu/dibs/queue"
 )
@@ -35,7 +37,7 @@ func (b *Bound) sweep(ctx context.Context, v queue.ClusterView, e *queue.QueueEn
 	}
 	if req.Array != "" {
 		if !e.Job.RunsCommand() {
-			return lease.Invalidf("an array runs a command once per task: dibs run --array %s -- CMD", req.Array)
+			return refusal.Invalidf("an array runs a command once per task: dibs run --array %s -- CMD", req.Array)
 		}
 		a, err := queue.ParseArray(req.Array)
 		if err != nil {
@@ -53,24 +55,24 @@ func (b *Bound) sweep(ctx context.Context, v queue.ClusterView, e *queue.QueueEn
 	}
 	deps := append(ok, anyDeps...)
 	if len(deps) > queue.MaxAfter {
-		return lease.Invalidf("a run may wait for at most %d others; it names %d", queue.MaxAfter, len(deps))
+		return refusal.Invalidf("a run may wait for at most %d others; it names %d", queue.MaxAfter, len(deps))
 	}
 	seen := map[string]bool{}
 	for _, d := range deps {
 		if seen[d.ID] {
-			return lease.Invalidf("%s is named twice in --after/--after-any: keep one", d.ID)
+			return refusal.Invalidf("%s is named twice in --after/--after-any: keep one", d.ID)
 		}
 		seen[d.ID] = true
 		st, err := b.s.EntryState(ctx, d.ID)
 		if err != nil {
 			origin, _ := queue.OriginOfQueueID(d.ID)
-			return &lease.Error{Code: lease.CodeUnavailable, Msg: fmt.Sprintf("cannot ask %s where %s stands (%v): a run cannot wait for what nobody can vouch for; try again when %s is back", origin, d.ID, err, origin)}
+			return &refusal.Error{Code: refusal.CodeUnavailable, Msg: fmt.Sprintf("cannot ask %s where %s stands (%v): a run cannot wait for what nobody can vouch for; try again when %s is back", origin, d.ID, err, origin)}
 		}
 		switch {
 		case st.State == queue.EntryUnknown:
-			return lease.Invalidf("%s is not a queued run that dibs knows of (unknown, or ended too long ago): `dibs queue` shows the ids", d.ID)
+			return refusal.Invalidf("%s is not a queued run that dibs knows of (unknown, or ended too long ago): `dibs queue` shows the ids", d.ID)
 		case queue.DepFor(d, st) == queue.DepBroken:
-			return lease.Invalidf("%s %s, so a run after it would never start: use --after-any %s to run anyway", d.ID, st.State, d.ID)
+			return refusal.Invalidf("%s %s, so a run after it would never start: use --after-any %s to run anyway", d.ID, st.State, d.ID)
 		case queue.DepFor(d, st) == queue.DepMet:
 			continue // ended as asked already
 		}
@@ -84,7 +86,7 @@ func (b *Bound) sweep(ctx context.Context, v queue.ClusterView, e *queue.QueueEn
 func (s *Service) EntryState(ctx context.Context, id string) (queue.EntryStatus, error) {
 	origin, ok := queue.OriginOfQueueID(id)
 	if !ok {
-		return queue.EntryStatus{}, lease.Invalidf("%q is not a queue id", id)
+		return queue.EntryStatus{}, refusal.Invalidf("%q is not a queue id", id)
 	}
 	if origin == s.cfg.Node {
 		return s.entryStatus(id), nil
@@ -150,7 +152,7 @@ func (s *Service) entryStatus(id string) queue.EntryStatus {
 func (s *Service) registerSweepOps() {
 	peer.Handle(s.deps.Peers, peer.Status, func(ctx context.Context, from string, who peer.Actor, r peer.StatusRequest) (peer.StatusReply, error) {
 		if origin, _ := queue.OriginOfQueueID(r.ID); origin != s.cfg.Node {
-			return peer.StatusReply{}, lease.Invalidf("%s is not %s's entry", r.ID, s.cfg.Node)
+			return peer.StatusReply{}, refusal.Invalidf("%s is not %s's entry", r.ID, s.cfg.Node)
 		}
 		return peer.StatusReply{Status: s.entryStatus(r.ID)}, nil
 	})
@@ -182,7 +184,7 @@ func foldArrays(c lease.Caller, rows []api.QueuedEntry, held []queue.QueueEntry)
 	var out []api.QueuedEntry
 	slot := map[string]int{} // an array's row in out
 	for _, r := range rows {
-		arr, idx, ok := lease.ArrayTaskOf(r.ID)
+		arr, idx, ok := job.ArrayTaskOf(r.ID)
 		p := arrays[arr]
 		if !ok || p == nil {
 			out = append(out, r)

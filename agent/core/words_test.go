@@ -8,7 +8,7 @@ import (
 
 	"github.com/dibs-gpu/dibs/agent/clock"
 	"github.com/dibs-gpu/dibs/api"
-	"github.com/dibs-gpu/dibs/lease"
+	"github.com/dibs-gpu/dibs/base/refusal"
 )
 
 // TestUsageCountsPartsAsQuotasDo: the usage report's Running counts a MIG
@@ -76,7 +76,7 @@ func TestAttachTakesTheNamesLogsTakes(t *testing.T) {
 			t.Errorf("attach %s: %+v, %v; want lease %s's session", tc.name, r, err, tc.want)
 		}
 	}
-	if _, err := asUser(a, "bob").Attach(ctx, "train"); err == nil || code(err) != lease.CodeNotFound {
+	if _, err := asUser(a, "bob").Attach(ctx, "train"); err == nil || code(err) != refusal.CodeNotFound {
 		t.Errorf("bob attaching to alice's session by its name: %v; want not found (only your own sessions answer)", err)
 	}
 	again, err := alice.Claim(ctx, api.ClaimRequest{Count: 1, Run: &api.RunSpec{Name: "train", Command: []string{"sleep", "300"}}})

@@ -24,8 +24,8 @@ import (
 
 	"github.com/dibs-gpu/dibs/agent/clock"
 	"github.com/dibs-gpu/dibs/agent/notify"
+	"github.com/dibs-gpu/dibs/base/words"
 	"github.com/dibs-gpu/dibs/event"
-	"github.com/dibs-gpu/dibs/lease"
 )
 
 // maxPending bounds the events held in memory while the store cannot take
@@ -236,11 +236,11 @@ func (l *Log) Record(e event.Event) {
 // so a squatter cannot spend the budget of the person it squats on. The
 // cluster's own events (agents joining and leaving) are nobody's.
 func chargedTo(e event.Event) string {
-	if e.By != "" && e.By != e.User && e.By != event.ByCluster && lease.ValidUserName(e.By) {
+	if e.By != "" && e.By != e.User && e.By != event.ByCluster && words.ValidUserName(e.By) {
 		return e.By
 	}
 	if e.Kind == event.EventSquatter {
-		if lease.ValidUserName(e.Reason) {
+		if words.ValidUserName(e.Reason) {
 			return e.Reason
 		}
 		return ""

@@ -18,8 +18,8 @@ import (
 	"time"
 
 	"github.com/dibs-gpu/dibs/agent/clock"
+	"github.com/dibs-gpu/dibs/base/refusal"
 	"github.com/dibs-gpu/dibs/event"
-	"github.com/dibs-gpu/dibs/lease"
 )
 
 // The agent (root) posts to an address a person chose. What keeps that
@@ -228,20 +228,20 @@ func (w *Webhooks) Close() {
 // CheckURL refuses an address the agent will not post to, saying why.
 func CheckURL(raw string) error {
 	if len(raw) > event.MaxWebhookURL {
-		return lease.Invalidf("the webhook address is over %d characters", event.MaxWebhookURL)
+		return refusal.Invalidf("the webhook address is over %d characters", event.MaxWebhookURL)
 	}
 	u, err := url.Parse(raw)
 	if err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
-		return lease.Invalidf("%q is not an http:// or https:// address: give the webhook URL your chat or ntfy shows you", clip(raw))
+		return refusal.Invalidf("%q is not an http:// or https:// address: give the webhook URL your chat or ntfy shows you", clip(raw))
 	}
 	if u.User != nil {
-		return lease.Invalidf("the webhook address carries a user or password; use a token in the path or query instead")
+		return refusal.Invalidf("the webhook address carries a user or password; use a token in the path or query instead")
 	}
 	if strings.ContainsAny(raw, " \t\r\n") {
-		return lease.Invalidf("the webhook address has spaces in it")
+		return refusal.Invalidf("the webhook address has spaces in it")
 	}
 	if ip, err := netip.ParseAddr(strings.Trim(u.Hostname(), "[]")); err == nil && refused(ip) {
-		return lease.Invalidf("dibs does not post to %s: link-local, multicast, unspecified and cloud metadata addresses are refused, in every form", ip)
+		return refusal.Invalidf("dibs does not post to %s: link-local, multicast, unspecified and cloud metadata addresses are refused, in every form", ip)
 	}
 	return nil
 }
@@ -254,7 +254,7 @@ func (w *Webhooks) checkAllowed(raw string) error {
 	}
 	u, err := url.Parse(raw)
 	if err != nil {
-		return lease.Invalidf("not a usable webhook address")
+		return refusal.Invalidf("not a usable webhook address")
 	}
 	host := u.Hostname()
 	if w.cfg.Allow.nameAllowed(host) {
@@ -264,7 +264,7 @@ func (w *Webhooks) checkAllowed(raw string) error {
 	if err == nil && w.cfg.Allow.addrAllowed(ip) || err != nil && len(w.cfg.Allow.Prefixes) > 0 {
 		return nil // a name is checked again where it resolves to
 	}
-	return lease.Invalidf("this node's admin allows webhooks only to listed destinations, and %s is not one: ask them, or use one of the team's", clip(host))
+	return refusal.Invalidf("this node's admin allows webhooks only to listed destinations, and %s is not one: ask them, or use one of the team's", clip(host))
 }
 
 func clip(s string) string {

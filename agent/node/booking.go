@@ -4,7 +4,9 @@ import (
 	"context"
 	"time"
 
+	"github.com/dibs-gpu/dibs/base/refusal"
 	"github.com/dibs-gpu/dibs/event"
+	"github.com/dibs-gpu/dibs/job"
 	"github.com/dibs-gpu/dibs/lease"
 )
 
@@ -35,7 +37,7 @@ func (n *Node) Book(c lease.Caller, req lease.BookRequest) (lease.Lease, error) 
 		if b.Job != nil {
 			b.Session = b.Job.Name
 			if b.Session == "" {
-				b.Session = lease.SessionName(b.ID)
+				b.Session = job.SessionName(b.ID)
 			}
 		}
 		if err := n.saveLocked(b, now); err != nil {
@@ -67,7 +69,7 @@ func (x *bookingJob) start(ctx context.Context, b lease.Lease) {
 		// (its uid perhaps given to someone new) or replaced starts
 		// nothing, and the booking ends before it takes anyone's GPUs.
 		if _, err := x.n.sess.sessionUser(lease.Caller{UID: b.UID, User: b.User}); err != nil {
-			if lease.CodeOf(err) == lease.CodeUnavailable {
+			if refusal.CodeOf(err) == refusal.CodeUnavailable {
 				n.log.Warn("booked run waits: its holder's account cannot be looked up now; trying again at the next tick", "booking", b.ID, "user", b.User, "err", err)
 				return
 			}

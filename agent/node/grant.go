@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/dibs-gpu/dibs/base/refusal"
 	"github.com/dibs-gpu/dibs/event"
+	"github.com/dibs-gpu/dibs/job"
 	"github.com/dibs-gpu/dibs/launch"
 	"github.com/dibs-gpu/dibs/lease"
 )
@@ -20,7 +22,7 @@ type Run struct {
 	Name    string
 	Command []string
 	Dir     string
-	// UserEnv is the caller's carried environment (lease.CarriedEnv): set
+	// UserEnv is the caller's carried environment (job.CarriedEnv): set
 	// first, so the lease's own variables win over it.
 	UserEnv map[string]string
 	// Env is added to the lease's own variables (a gang's rendezvous).
@@ -35,13 +37,13 @@ type Run struct {
 	// Job is the run as it was asked for (before any launcher wraps
 	// Command), kept once its session starts so `dibs export sbatch` can
 	// write its script after it ends (Node.KeptRun); nil keeps nothing.
-	Job *lease.Job
+	Job *job.Job
 }
 
 // RunOf is the session a run spec asks for, nil for none: the one place a
 // spec becomes what the node starts. Its command's exit status is
 // recorded, so the run's end says how it went.
-func RunOf(spec *lease.RunSpec) *Run {
+func RunOf(spec *job.RunSpec) *Run {
 	if spec == nil {
 		return nil
 	}
@@ -114,7 +116,7 @@ func (n *Node) admit(c lease.Caller, g Grant) (l lease.Lease, fresh bool, err er
 			return l, false, nil
 		}
 		if x, ok := lease.RanBefore(n.ended, g.Entry); ok {
-			return lease.Lease{}, false, &lease.Error{Code: lease.CodeConflict, Msg: fmt.Sprintf("%s already ran on %s (lease %s, %s)", g.Entry, n.cfg.Name, x.Lease, x.Reason)}
+			return lease.Lease{}, false, &refusal.Error{Code: refusal.CodeConflict, Msg: fmt.Sprintf("%s already ran on %s (lease %s, %s)", g.Entry, n.cfg.Name, x.Lease, x.Reason)}
 		}
 	}
 	now := n.now()
@@ -129,7 +131,7 @@ func (n *Node) admit(c lease.Caller, g Grant) (l lease.Lease, fresh bool, err er
 	if g.Run != nil {
 		l.Session = g.Run.Name
 		if l.Session == "" {
-			l.Session = lease.SessionName(l.ID)
+			l.Session = job.SessionName(l.ID)
 		}
 	}
 	if err := n.saveLocked(l, now); err != nil {
@@ -174,7 +176,7 @@ func (n *Node) commitReservation(entry string, d time.Duration) (l lease.Lease, 
 	defer n.wmu.Unlock()
 	l, ok := n.table.ByEntry(entry)
 	if !ok {
-		return lease.Lease{}, false, &lease.Error{Code: lease.CodeConflict, Msg: fmt.Sprintf("the reservation for %s on %s is gone (expired?)", entry, n.cfg.Name)}
+		return lease.Lease{}, false, &refusal.Error{Code: refusal.CodeConflict, Msg: fmt.Sprintf("the reservation for %s on %s is gone (expired?)", entry, n.cfg.Name)}
 	}
 	if l.ReservedUntil.IsZero() {
 		return l, false, nil
@@ -196,7 +198,7 @@ func (n *Node) commitReservation(entry string, d time.Duration) (l lease.Lease, 
 func (x *sessionJob) sessionUser(c lease.Caller) (launch.User, error) {
 	n := x.n
 	if c.UID < 0 {
-		return launch.User{}, &lease.Error{Code: lease.CodeForbidden, Msg: fmt.Sprintf("%s has no account on %s, so no session can run as them there", c.User, n.cfg.Name)}
+		return launch.User{}, &refusal.Error{Code: refusal.CodeForbidden, Msg: fmt.Sprintf("%s has no account on %s, so no session can run as them there", c.User, n.cfg.Name)}
 	}
 	if n.cfg.CanRunAs != nil {
 		if err := n.cfg.CanRunAs(c.UID); err != nil {
@@ -220,7 +222,7 @@ const sessionRenames = 8
 
 // startSession starts the lease's tmux session as u and watches it, and
 // returns the lease as it now is: a session whose name dibs chose
-// (lease.SessionName) may have been given another. That name can be taken
+// (job.SessionName) may have been given another. That name can be taken
 // by a session of this node's earlier state — a wiped data dir starts
 // lease ids from 1 again while the old runs go on — and the person never
 // picked it, so it is not theirs to change: the session becomes
@@ -252,7 +254,7 @@ func (x *sessionJob) startSession(ctx context.Context, l lease.Lease, u launch.U
 		spec.RecordExit = false
 		_, err = n.deps.Sessions.Start(ctx, spec)
 	}
-	chosen := lease.SessionName(l.ID)
+	chosen := job.SessionName(l.ID)
 	dibsChose := l.Session == chosen
 	for i := 2; dibsChose && errors.Is(err, launch.ErrSessionExists) && i <= sessionRenames+1; i++ {
 		name := fmt.Sprintf("%s-%d", chosen, i)
@@ -266,15 +268,15 @@ func (x *sessionJob) startSession(ctx context.Context, l lease.Lease, u launch.U
 	if err != nil {
 		switch {
 		case errors.Is(err, launch.ErrWorkDir):
-			return l, lease.Wrap(lease.CodeInvalid, err)
+			return l, refusal.Wrap(refusal.CodeInvalid, err)
 		case errors.Is(err, launch.ErrStatusDir):
-			return l, lease.Wrap(lease.CodeUnavailable, err)
+			return l, refusal.Wrap(refusal.CodeUnavailable, err)
 		case errors.Is(err, launch.ErrTmuxNotFound):
-			return l, &lease.Error{Code: lease.CodeUnavailable, Msg: launch.ErrTmuxNotFound.Error()}
+			return l, &refusal.Error{Code: refusal.CodeUnavailable, Msg: launch.ErrTmuxNotFound.Error()}
 		case errors.Is(err, launch.ErrSessionExists) && !dibsChose:
-			return l, lease.Invalidf("you already have a tmux session named %s: pick another --name", l.Session)
+			return l, refusal.Invalidf("you already have a tmux session named %s: pick another --name", l.Session)
 		case errors.Is(err, launch.ErrSessionExists):
-			return l, &lease.Error{Code: lease.CodeUnavailable, Msg: fmt.Sprintf("tmux sessions %s to %s-%d all exist already, left by an earlier run of this node's agent (its data dir was replaced?): end those you no longer need (tmux ls)", chosen, chosen, sessionRenames+1)}
+			return l, &refusal.Error{Code: refusal.CodeUnavailable, Msg: fmt.Sprintf("tmux sessions %s to %s-%d all exist already, left by an earlier run of this node's agent (its data dir was replaced?): end those you no longer need (tmux ls)", chosen, chosen, sessionRenames+1)}
 		}
 		return l, fmt.Errorf("start session for lease %s: %w", l.ID, err)
 	}

@@ -10,6 +10,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/dibs-gpu/dibs/base/words"
+	"github.com/dibs-gpu/dibs/job"
 	"github.com/dibs-gpu/dibs/launch"
 	"github.com/dibs-gpu/dibs/lease"
 )
@@ -29,7 +31,7 @@ const (
 type KeptRun struct {
 	Lease string
 	User  string
-	Job   lease.Job
+	Job   job.Job
 	At    time.Time
 	// Session, Log, Entry and Rank are where the run's output is kept
 	// (its tmux session; its log, lease.Lease.LogName) and which queued
@@ -170,10 +172,10 @@ func decodeKeptRuns(b []byte) ([]KeptRun, error) {
 	}
 	for i := range runs {
 		r := &runs[i]
-		if _, ok := lease.NodeOfID(r.Lease); !ok || len(r.Lease) > 2*lease.MaxNameLen {
+		if _, ok := lease.NodeOfID(r.Lease); !ok || len(r.Lease) > 2*words.MaxNameLen {
 			return nil, fmt.Errorf("run %d has a bad lease id", i)
 		}
-		if !lease.ValidUserName(r.User) {
+		if !words.ValidUserName(r.User) {
 			return nil, fmt.Errorf("run %s has a bad holder", r.Lease)
 		}
 		if err := r.Job.Check(); err != nil || r.Job.Kept || len(r.Job.Command) == 0 {
@@ -184,7 +186,7 @@ func decodeKeptRuns(b []byte) ([]KeptRun, error) {
 				return nil, fmt.Errorf("run %s has a bad session or log name", r.Lease)
 			}
 		}
-		if r.Entry != "" && !lease.ValidToken(r.Entry, 2*lease.MaxNameLen) || r.Rank < 0 {
+		if r.Entry != "" && !words.ValidToken(r.Entry, 2*words.MaxNameLen) || r.Rank < 0 {
 			return nil, fmt.Errorf("run %s has a bad queued request or rank", r.Lease)
 		}
 	}

@@ -5,7 +5,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/dibs-gpu/dibs/lease"
+	"github.com/dibs-gpu/dibs/base/words"
+	"github.com/dibs-gpu/dibs/job"
 )
 
 // The kept runs stay within each person's bounds, oldest out first, and
@@ -27,9 +28,9 @@ func TestKeptRunsBounds(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			var k keptRuns
-			k.keep(KeptRun{Lease: "node01-9999", User: "bob", Job: lease.Job{Command: []string{"bob.py"}}})
+			k.keep(KeptRun{Lease: "node01-9999", User: "bob", Job: job.Job{Command: []string{"bob.py"}}})
 			for i := range tc.runs {
-				k.keep(KeptRun{Lease: fmt.Sprintf("node01-%d", i), User: "alice", Job: lease.Job{Command: []string{"python", tc.arg}}})
+				k.keep(KeptRun{Lease: fmt.Sprintf("node01-%d", i), User: "alice", Job: job.Job{Command: []string{"python", tc.arg}}})
 			}
 			for i := range tc.runs {
 				_, ok := k.find(fmt.Sprintf("node01-%d", i))
@@ -56,7 +57,7 @@ func TestKeptRunsSaveAndLoad(t *testing.T) {
 	path := t.TempDir() + "/kept-runs.json"
 	k := keptRuns{path: path}
 	for i := range MaxKeptRunsPerUser + 3 {
-		k.keep(KeptRun{Lease: fmt.Sprintf("node01-%d", i), User: "alice", Job: lease.Job{Command: []string{"python", "train.py"}, Dir: "/srv", Torchrun: true}})
+		k.keep(KeptRun{Lease: fmt.Sprintf("node01-%d", i), User: "alice", Job: job.Job{Command: []string{"python", "train.py"}, Dir: "/srv", Torchrun: true}})
 	}
 	if err := k.save(); err != nil {
 		t.Fatal(err)
@@ -88,7 +89,7 @@ func FuzzKeptRunsFile(f *testing.F) {
 			return
 		}
 		for _, r := range runs {
-			if !lease.ValidUserName(r.User) || len(r.Job.Command) == 0 || r.Job.Check() != nil {
+			if !words.ValidUserName(r.User) || len(r.Job.Command) == 0 || r.Job.Check() != nil {
 				t.Fatalf("accepted a bad run %+v", r)
 			}
 		}
@@ -101,7 +102,7 @@ func FuzzKeptRunsFile(f *testing.F) {
 func TestKeptRunsNamed(t *testing.T) {
 	path := t.TempDir() + "/kept-runs.json"
 	k := keptRuns{path: path}
-	job := lease.Job{Command: []string{"python", "train.py"}}
+	job := job.Job{Command: []string{"python", "train.py"}}
 	k.keep(KeptRun{Lease: "node01-7", User: "alice", Job: job, Session: "train", Log: "train-abc", Entry: "node02-q3#1", Rank: 1})
 	k.keep(KeptRun{Lease: "node01-8", User: "bob", Job: job, Session: "train", Log: "train-abd"})
 	if err := k.save(); err != nil {

@@ -17,9 +17,11 @@ import (
 	"github.com/dibs-gpu/dibs/agent/agenttest"
 	"github.com/dibs-gpu/dibs/agent/clock"
 	"github.com/dibs-gpu/dibs/agent/node"
+	"github.com/dibs-gpu/dibs/base/poll"
+	"github.com/dibs-gpu/dibs/base/prereq"
+	"github.com/dibs-gpu/dibs/base/refusal"
 	"github.com/dibs-gpu/dibs/event"
-	"github.com/dibs-gpu/dibs/internal/poll"
-	"github.com/dibs-gpu/dibs/internal/prereq"
+	"github.com/dibs-gpu/dibs/job"
 	"github.com/dibs-gpu/dibs/launch"
 	"github.com/dibs-gpu/dibs/lease"
 	"github.com/dibs-gpu/dibs/nodeprobe/sim"
@@ -131,7 +133,7 @@ func TestGrant(t *testing.T) {
 		// want is the GPUs granted, or nil when wantErr is set.
 		want      []int
 		wantToken uint64
-		wantCode  lease.Code
+		wantCode  refusal.Code
 		wantErr   string
 		// wantHeld is every lease's GPUs afterwards, in the table and on disk.
 		wantHeld [][]int
@@ -152,17 +154,17 @@ func TestGrant(t *testing.T) {
 			name:     "named GPU someone holds",
 			before:   []claim{{bob, node.Grant{Claim: lease.Claim{GPUs: []int{3}}}}},
 			claim:    claim{alice, node.Grant{Claim: lease.Claim{GPUs: []int{3}}}},
-			wantCode: lease.CodeConflict, wantErr: "GPU 3 is held by bob for 4h more", wantHeld: [][]int{{3}},
+			wantCode: refusal.CodeConflict, wantErr: "GPU 3 is held by bob for 4h more", wantHeld: [][]int{{3}},
 		},
 		{
 			name:     "more GPUs than the node has",
 			claim:    claim{alice, node.Grant{Claim: lease.Claim{Count: 5}}},
-			wantCode: lease.CodeInvalid, wantErr: "node01 has only 4 GPUs; asked for 5",
+			wantCode: refusal.CodeInvalid, wantErr: "node01 has only 4 GPUs; asked for 5",
 		},
 		{
 			name:     "past the kind's maximum",
 			claim:    claim{alice, node.Grant{Claim: lease.Claim{Count: 1, Duration: 8 * 24 * time.Hour}}},
-			wantCode: lease.CodeInvalid, wantErr: "8d is over the interactive maximum of 7d",
+			wantCode: refusal.CodeInvalid, wantErr: "8d is over the interactive maximum of 7d",
 		},
 		{
 			name:     "a disk that fails its fsync grants nothing",
@@ -175,7 +177,7 @@ func TestGrant(t *testing.T) {
 			name:     "a full disk grants nothing and says so",
 			claim:    claim{alice, node.Grant{Claim: lease.Claim{Count: 1}}},
 			fault:    storetest.DiskFull,
-			wantCode: lease.CodeUnavailable, wantErr: "the disk holding /var/lib/dibs/dibs.db is full",
+			wantCode: refusal.CodeUnavailable, wantErr: "the disk holding /var/lib/dibs/dibs.db is full",
 			wantHeld: nil,
 		},
 		{
@@ -216,7 +218,7 @@ func TestGrant(t *testing.T) {
 				if !strings.Contains(err.Error(), tt.wantErr) {
 					t.Errorf("refusal %q does not say %q", err, tt.wantErr)
 				}
-				var le *lease.Error
+				var le *refusal.Error
 				if tt.wantCode != "" && (!errors.As(err, &le) || le.Code != tt.wantCode) {
 					t.Errorf("refusal %q: code %v, want %s", err, le, tt.wantCode)
 				}
@@ -347,15 +349,15 @@ func TestRelease(t *testing.T) {
 		id       string
 		fault    storetest.Fault
 		wantErr  string
-		wantCode lease.Code
+		wantCode refusal.Code
 		// wantReason and wantBy are the ledger's row when it ended.
 		wantReason lease.EndReason
 		wantBy     string
 	}{
 		{name: "its holder", who: alice, id: "node01-1", wantReason: lease.EndReleased},
 		{name: "an admin, recorded", who: admin, id: "node01-1", wantReason: lease.EndByAdmin, wantBy: "root"},
-		{name: "someone else", who: bob, id: "node01-1", wantCode: lease.CodeForbidden, wantErr: "lease node01-1 belongs to alice; only they (or an admin) can end it"},
-		{name: "no such lease", who: alice, id: "node01-9", wantCode: lease.CodeNotFound, wantErr: "node01-9"},
+		{name: "someone else", who: bob, id: "node01-1", wantCode: refusal.CodeForbidden, wantErr: "lease node01-1 belongs to alice; only they (or an admin) can end it"},
+		{name: "no such lease", who: alice, id: "node01-9", wantCode: refusal.CodeNotFound, wantErr: "node01-9"},
 		{name: "a disk that fails keeps the lease", who: alice, id: "node01-1", fault: storetest.SyncError, wantErr: "input/output error"},
 	}
 	for _, tt := range tests {
@@ -376,7 +378,7 @@ func TestRelease(t *testing.T) {
 				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
 					t.Fatalf("release: %v, want a refusal saying %q", err, tt.wantErr)
 				}
-				var le *lease.Error
+				var le *refusal.Error
 				if tt.wantCode != "" && (!errors.As(err, &le) || le.Code != tt.wantCode) {
 					t.Errorf("refusal %q: code %v, want %s", err, le, tt.wantCode)
 				}
@@ -512,8 +514,8 @@ func TestSessions(t *testing.T) {
 			if err != nil {
 				t.Fatalf("run: %v", err)
 			}
-			if l.Session != lease.SessionName(l.ID) {
-				t.Errorf("session %q, want %q", l.Session, lease.SessionName(l.ID))
+			if l.Session != job.SessionName(l.ID) {
+				t.Errorf("session %q, want %q", l.Session, job.SessionName(l.ID))
 			}
 			if tt.release {
 				if ok, err := sess.Exists(context.Background(), u, l.Session); err != nil || !ok {
@@ -550,8 +552,8 @@ func TestSessionFails(t *testing.T) {
 	r := newRig(t, lease.DefaultPolicy(), tmuxSessions(t))
 	c, _ := me(t)
 	_, err := r.n.Grant(context.Background(), c, node.Grant{Claim: lease.Claim{Count: 1}, Run: &node.Run{Command: []string{"true"}, Dir: "/no/such/dir"}})
-	var le *lease.Error
-	if err == nil || !errors.As(err, &le) || le.Code != lease.CodeInvalid || !strings.Contains(err.Error(), "/no/such/dir") {
+	var le *refusal.Error
+	if err == nil || !errors.As(err, &le) || le.Code != refusal.CodeInvalid || !strings.Contains(err.Error(), "/no/such/dir") {
 		t.Fatalf("run in a missing directory: %v, want an invalid-request refusal naming it", err)
 	}
 	if len(r.n.State().Leases) != 0 || len(r.durable(t)) != 0 {
@@ -682,7 +684,7 @@ func TestPreempt(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := r.n.Preempt(l.ID, l.Token+1, lease.PreemptQuota, 0); code(err) != lease.CodeNotFound {
+	if err := r.n.Preempt(l.ID, l.Token+1, lease.PreemptQuota, 0); code(err) != refusal.CodeNotFound {
 		t.Errorf("preempt with a stale token: %v, want not found", err)
 	}
 	before := len(r.eventKinds())
@@ -710,8 +712,8 @@ func TestPreempt(t *testing.T) {
 	}
 }
 
-func code(err error) lease.Code {
-	var le *lease.Error
+func code(err error) refusal.Code {
+	var le *refusal.Error
 	if errors.As(err, &le) {
 		return le.Code
 	}
@@ -746,7 +748,7 @@ func TestBooking(t *testing.T) {
 	}
 	_, err = r.n.Grant(ctx, bob, node.Grant{Claim: lease.Claim{Count: 1, Duration: 4 * time.Hour}})
 	for _, want := range []string{"GPUs 0,1 are booked by alice", "(booking node01-1): ask for a shorter time, fewer GPUs, or wait"} {
-		if err == nil || code(err) != lease.CodeConflict || !strings.Contains(err.Error(), want) {
+		if err == nil || code(err) != refusal.CodeConflict || !strings.Contains(err.Error(), want) {
 			t.Errorf("a claim over the booking: %v, want a conflict saying %q", err, want)
 		}
 	}

@@ -6,6 +6,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/dibs-gpu/dibs/base/refusal"
+	"github.com/dibs-gpu/dibs/base/words"
 	"github.com/dibs-gpu/dibs/event"
 	"github.com/dibs-gpu/dibs/lease"
 )
@@ -126,7 +128,7 @@ func (n *Node) Preempt(id string, token uint64, why string, sig syscall.Signal) 
 		var ok bool
 		l, ok = n.table.Get(id)
 		if !ok || l.Token != token {
-			return &lease.Error{Code: lease.CodeNotFound, Msg: fmt.Sprintf("no lease %s with token %d on %s", id, token, n.cfg.Name)}
+			return &refusal.Error{Code: refusal.CodeNotFound, Msg: fmt.Sprintf("no lease %s with token %d on %s", id, token, n.cfg.Name)}
 		}
 		if !l.PreemptedAt.IsZero() {
 			return nil
@@ -144,7 +146,7 @@ func (n *Node) Preempt(id string, token uint64, why string, sig syscall.Signal) 
 	if err != nil || !fresh {
 		return err
 	}
-	n.log.Info("lease preempted", "lease", l.ID, "user", l.User, "why", why, "grace", lease.FormatDuration(n.cfg.Policy.PreemptGrace))
+	n.log.Info("lease preempted", "lease", l.ID, "user", l.User, "why", why, "grace", words.FormatDuration(n.cfg.Policy.PreemptGrace))
 	if l.Session != "" {
 		if u, err := n.sess.holder(l); err == nil {
 			ctx, cancel := context.WithTimeout(n.ctx, 3*time.Second)
@@ -205,11 +207,11 @@ func (n *Node) step(d lease.Due, now time.Time) {
 	switch d.Step {
 	case lease.StepWarn:
 		if n.update(l, &d, func(x *lease.Lease) { x.Warned = true }) {
-			warn(lease.FormatDuration(lease.ToMinute(l.ExpiresAt.Sub(now))))
+			warn(words.FormatDuration(words.ToMinute(l.ExpiresAt.Sub(now))))
 		}
 	case lease.StepWarnFinal:
 		if n.update(l, &d, func(x *lease.Lease) { x.Warned, x.FinalWarned = true, true }) {
-			warn(lease.FormatDuration(max(l.ExpiresAt.Sub(now).Round(time.Second), time.Second)))
+			warn(words.FormatDuration(max(l.ExpiresAt.Sub(now).Round(time.Second), time.Second)))
 		}
 	case lease.StepOverdue:
 		if n.update(l, &d, func(x *lease.Lease) { x.OverdueNoticed = true }) {

@@ -4,7 +4,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/dibs-gpu/dibs/lease"
+	"github.com/dibs-gpu/dibs/job"
 )
 
 // RunMatch is how a run answers to a name given to `dibs logs` or `dibs
@@ -35,7 +35,7 @@ func MatchRun(name, leaseID, session, entryKey string) (RunMatch, bool) {
 	if name == leaseID || name == session || (entry != "" && name == entry) {
 		return m, true
 	}
-	if arr, _, ok := lease.ArrayTaskOf(entry); ok && arr == name {
+	if arr, _, ok := job.ArrayTaskOf(entry); ok && arr == name {
 		m.Task = entry
 		return m, true
 	}

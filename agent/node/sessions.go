@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/dibs-gpu/dibs/base/refusal"
 	"github.com/dibs-gpu/dibs/launch"
 	"github.com/dibs-gpu/dibs/lease"
 )
@@ -127,7 +128,7 @@ func (x *sessionJob) adopt(l lease.Lease) {
 	switch {
 	case err == nil:
 		x.watch(l, u)
-	case lease.CodeOf(err) == lease.CodeUnavailable:
+	case refusal.CodeOf(err) == refusal.CodeUnavailable:
 		n.log.Warn("cannot look up a lease's holder now; keeping the lease and asking again", "lease", l.ID, "user", l.User, "err", err)
 		n.wg.Add(1)
 		go func() {

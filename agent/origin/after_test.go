@@ -9,6 +9,7 @@ import (
 	"github.com/dibs-gpu/dibs/agent/clock"
 	"github.com/dibs-gpu/dibs/agent/origin"
 	"github.com/dibs-gpu/dibs/event"
+	"github.com/dibs-gpu/dibs/job"
 	"github.com/dibs-gpu/dibs/lease"
 	"github.com/dibs-gpu/dibs/queue"
 	"github.com/dibs-gpu/dibs/store/storetest"
@@ -30,7 +31,7 @@ func TestAfterIsSettledDurably(t *testing.T) {
 	o := origin.New("n1", deps)
 	submit := func(after ...queue.Dep) queue.QueueEntry {
 		e, err := o.Submit(queue.QueueEntry{User: "alice", UID: 1001, Nodes: 1, GPUsPerNode: 1, Duration: time.Hour, Kind: lease.KindBatch,
-			Job: &lease.Job{Command: []string{"eval"}}, After: after})
+			Job: &job.Job{Command: []string{"eval"}}, After: after})
 		if err != nil {
 			t.Fatal(err)
 		}

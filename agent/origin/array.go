@@ -4,7 +4,10 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/dibs-gpu/dibs/base/refusal"
+	"github.com/dibs-gpu/dibs/base/words"
 	"github.com/dibs-gpu/dibs/event"
+	"github.com/dibs-gpu/dibs/job"
 	"github.com/dibs-gpu/dibs/lease"
 	"github.com/dibs-gpu/dibs/queue"
 )
@@ -38,7 +41,7 @@ func cloneArray(e *queue.QueueEntry) {
 func (o *Origin) tasksLocked(id string) []queue.QueueEntry {
 	var out []queue.QueueEntry
 	for _, x := range o.entries {
-		if arr, _, ok := lease.ArrayTaskOf(x.ID); ok && arr == id {
+		if arr, _, ok := job.ArrayTaskOf(x.ID); ok && arr == id {
 			out = append(out, x)
 		}
 	}
@@ -50,7 +53,7 @@ func (o *Origin) tasksLocked(id string) []queue.QueueEntry {
 // says it ended is deleted, and a parent's Next covers every task made.
 func (o *Origin) repairArraysLocked() {
 	for _, t := range o.entries {
-		arr, idx, ok := lease.ArrayTaskOf(t.ID)
+		arr, idx, ok := job.ArrayTaskOf(t.ID)
 		if !ok {
 			continue
 		}
@@ -203,7 +206,7 @@ func (o *Origin) endArrayLocked(p queue.QueueEntry) bool {
 // taskEndedLocked records in its array's parent how task t ended, before
 // t is deleted. Not a task, or its array is gone (cancelled): nothing.
 func (o *Origin) taskEndedLocked(t queue.QueueEntry, state queue.EntryState) error {
-	arr, idx, ok := lease.ArrayTaskOf(t.ID)
+	arr, idx, ok := job.ArrayTaskOf(t.ID)
 	if !ok {
 		return nil
 	}
@@ -223,7 +226,7 @@ func (o *Origin) taskEndedLocked(t queue.QueueEntry, state queue.EntryState) err
 // taskStartedLocked marks an array started when its first task starts,
 // and records the array's start.
 func (o *Origin) taskStartedLocked(t queue.QueueEntry) {
-	arr, _, ok := lease.ArrayTaskOf(t.ID)
+	arr, _, ok := job.ArrayTaskOf(t.ID)
 	if !ok {
 		return
 	}
@@ -246,7 +249,7 @@ func (o *Origin) taskStartedLocked(t queue.QueueEntry) {
 // id that is neither: Cancel goes on as for any entry. o.mu is held
 // (Origin.withdraw).
 func (o *Origin) cancelArrayLocked(c lease.Caller, id string) (handled bool, err error) {
-	arr, idx, isTask := lease.ArrayTaskOf(id)
+	arr, idx, isTask := job.ArrayTaskOf(id)
 	pid := id
 	if isTask {
 		pid = arr
@@ -256,15 +259,15 @@ func (o *Origin) cancelArrayLocked(c lease.Caller, id string) (handled bool, err
 		return false, nil
 	}
 	if p.UID != c.UID && !c.Admin {
-		return true, &lease.Error{Code: lease.CodeForbidden, Msg: fmt.Sprintf("%s is %s's array; only they (or an admin) can cancel it", pid, p.User)}
+		return true, &refusal.Error{Code: refusal.CodeForbidden, Msg: fmt.Sprintf("%s is %s's array; only they (or an admin) can cancel it", pid, p.User)}
 	}
 	var ev event.Event
 	if isTask {
 		if !slices.Contains(p.Array.Indices(), idx) {
-			return true, &lease.Error{Code: lease.CodeNotFound, Msg: fmt.Sprintf("array %s has no task %d (its tasks: %s)", pid, idx, p.Array.Spec)}
+			return true, &refusal.Error{Code: refusal.CodeNotFound, Msg: fmt.Sprintf("array %s has no task %d (its tasks: %s)", pid, idx, p.Array.Spec)}
 		}
 		if p.Array.Ended(idx) {
-			return true, &lease.Error{Code: lease.CodeNotFound, Msg: fmt.Sprintf("task %s has ended already", id)}
+			return true, &refusal.Error{Code: refusal.CodeNotFound, Msg: fmt.Sprintf("task %s has ended already", id)}
 		}
 		t, made := o.entries[id]
 		if err := o.taskEndedLocked(queue.QueueEntry{ID: id}, queue.EntryCancelled); err != nil {
@@ -307,7 +310,7 @@ func (o *Origin) cancelArrayLocked(c lease.Caller, id string) (handled bool, err
 		}
 		ev = event.EntryEvent(event.EventCancel, p, why, o.deps.Clock.Now())
 	}
-	if c.UID != p.UID && lease.ValidUserName(c.User) {
+	if c.UID != p.UID && words.ValidUserName(c.User) {
 		ev.By, ev.Admin = c.User, c.Admin
 		ev.Text += " by " + c.User
 	}

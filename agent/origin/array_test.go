@@ -7,6 +7,7 @@ import (
 
 	"github.com/dibs-gpu/dibs/agent/clock"
 	"github.com/dibs-gpu/dibs/agent/origin"
+	"github.com/dibs-gpu/dibs/job"
 	"github.com/dibs-gpu/dibs/lease"
 	"github.com/dibs-gpu/dibs/queue"
 	"github.com/dibs-gpu/dibs/store/storetest"
@@ -16,7 +17,7 @@ import (
 func tasksOf(o *origin.Origin, id string) []string {
 	var out []string
 	for _, e := range o.Entries() {
-		if arr, _, ok := lease.ArrayTaskOf(e.ID); ok && arr == id {
+		if arr, _, ok := job.ArrayTaskOf(e.ID); ok && arr == id {
 			out = append(out, e.ID)
 		}
 	}
@@ -34,7 +35,7 @@ func TestArrayTasksAreMadeUpToTheThrottleAndSurviveARestart(t *testing.T) {
 	o := origin.New("n1", origin.Deps{Store: disk, Clock: clk})
 	arr, _ := queue.ParseArray("0-5%2")
 	e, err := o.Submit(queue.QueueEntry{User: "alice", UID: 1001, Nodes: 1, GPUsPerNode: 1, Duration: time.Hour, Kind: lease.KindBatch,
-		Job: &lease.Job{Command: []string{"train"}}, Array: arr})
+		Job: &job.Job{Command: []string{"train"}}, Array: arr})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -83,7 +84,7 @@ func TestArrayTasksCountAgainstTheCap(t *testing.T) {
 	o := origin.New("n1", origin.Deps{Store: storetest.New(storetest.Options{}), Clock: clk, MaxPerUser: 10})
 	submit := func(spec string) error {
 		e := queue.QueueEntry{User: "alice", UID: 1001, Nodes: 1, GPUsPerNode: 1, Duration: time.Hour, Kind: lease.KindBatch,
-			Job: &lease.Job{Command: []string{"train"}}}
+			Job: &job.Job{Command: []string{"train"}}}
 		if spec != "" {
 			e.Array, _ = queue.ParseArray(spec)
 		}

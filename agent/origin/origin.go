@@ -17,7 +17,10 @@ import (
 
 	"github.com/dibs-gpu/dibs/agent/clock"
 	"github.com/dibs-gpu/dibs/agent/notify"
+	"github.com/dibs-gpu/dibs/base/refusal"
+	"github.com/dibs-gpu/dibs/base/words"
 	"github.com/dibs-gpu/dibs/event"
+	"github.com/dibs-gpu/dibs/job"
 	"github.com/dibs-gpu/dibs/lease"
 	"github.com/dibs-gpu/dibs/queue"
 )
@@ -185,10 +188,10 @@ func (o *Origin) admit(e queue.QueueEntry) (_ queue.QueueEntry, fresh bool, _ er
 	}
 	if n := o.countLocked(e.User); n+weight(e) > o.deps.MaxPerUser {
 		if e.Array != nil {
-			return queue.QueueEntry{}, false, &lease.Error{Code: lease.CodeConflict, Msg: fmt.Sprintf(
+			return queue.QueueEntry{}, false, &refusal.Error{Code: refusal.CodeConflict, Msg: fmt.Sprintf(
 				"you have %d requests queued or running from %s and this array adds %d (each task counts as one); at most %d: use fewer tasks, or wait for some to finish", n, o.node, weight(e), o.deps.MaxPerUser)}
 		}
-		return queue.QueueEntry{}, false, &lease.Error{Code: lease.CodeConflict, Msg: fmt.Sprintf(
+		return queue.QueueEntry{}, false, &refusal.Error{Code: refusal.CodeConflict, Msg: fmt.Sprintf(
 			"you have %d requests queued or running from %s, the most one person may: cancel some (`dibs queue` shows them), or wait for them to finish", n, o.node)}
 	}
 	seq := o.seq + 1
@@ -251,9 +254,9 @@ func (o *Origin) withdraw(c lease.Caller, id string) error {
 	e, ok := o.entries[id]
 	switch {
 	case !ok:
-		return &lease.Error{Code: lease.CodeNotFound, Msg: fmt.Sprintf("no queued request %s: `dibs queue` shows them", id)}
+		return &refusal.Error{Code: refusal.CodeNotFound, Msg: fmt.Sprintf("no queued request %s: `dibs queue` shows them", id)}
 	case e.UID != c.UID && !c.Admin:
-		return &lease.Error{Code: lease.CodeForbidden, Msg: fmt.Sprintf("%s is %s's request; only they (or an admin) can cancel it", id, e.User)}
+		return &refusal.Error{Code: refusal.CodeForbidden, Msg: fmt.Sprintf("%s is %s's request; only they (or an admin) can cancel it", id, e.User)}
 	}
 	if err := o.deps.Store.DeleteEntry(id); err != nil {
 		return err
@@ -267,7 +270,7 @@ func (o *Origin) withdraw(c lease.Caller, id string) error {
 		why = "its running leases are stopped (SIGTERM) and end after the grace"
 	}
 	ev := event.EntryEvent(event.EventCancel, e, why, o.deps.Clock.Now())
-	if c.UID != e.UID && lease.ValidUserName(c.User) {
+	if c.UID != e.UID && words.ValidUserName(c.User) {
 		ev.By, ev.Admin = c.User, c.Admin
 		ev.Text += " by " + c.User
 	}
@@ -283,7 +286,7 @@ func (o *Origin) withdraw(c lease.Caller, id string) error {
 // scheduler in. The entry's job comes back whole (nil for a queued claim):
 // the origin alone keeps its command, directory and environment, and the
 // placer carries them to the nodes that start it.
-func (o *Origin) Place(key, placer string) (*lease.Job, error) {
+func (o *Origin) Place(key, placer string) (*job.Job, error) {
 	job, err := o.place(key, placer)
 	if err != nil || job == nil {
 		return nil, err
@@ -294,7 +297,7 @@ func (o *Origin) Place(key, placer string) (*lease.Job, error) {
 	return &j, nil
 }
 
-func (o *Origin) place(key, placer string) (*lease.Job, error) {
+func (o *Origin) place(key, placer string) (*job.Job, error) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	var e queue.QueueEntry
@@ -307,15 +310,15 @@ func (o *Origin) place(key, placer string) (*lease.Job, error) {
 	now := o.deps.Clock.Mono()
 	switch {
 	case !found:
-		return nil, &lease.Error{Code: lease.CodeNotFound, Msg: fmt.Sprintf("no queued attempt %s here", key)}
+		return nil, &refusal.Error{Code: refusal.CodeNotFound, Msg: fmt.Sprintf("no queued attempt %s here", key)}
 	case e.Running:
-		return nil, &lease.Error{Code: lease.CodeConflict, Msg: fmt.Sprintf("%s runs already", key)}
+		return nil, &refusal.Error{Code: refusal.CodeConflict, Msg: fmt.Sprintf("%s runs already", key)}
 	case e.Held():
 		// An array (its tasks start, not it) or a run whose dependencies
 		// have not ended: an older scheduler does not know either.
-		return nil, &lease.Error{Code: lease.CodeConflict, Msg: fmt.Sprintf("%s is an array or waits for other runs: it does not start itself", key)}
+		return nil, &refusal.Error{Code: refusal.CodeConflict, Msg: fmt.Sprintf("%s is an array or waits for other runs: it does not start itself", key)}
 	case e.Placer != "" && e.Placer != placer && now < o.placed[key]:
-		return nil, &lease.Error{Code: lease.CodeConflict, Msg: fmt.Sprintf("%s is being started by %s", key, e.Placer)}
+		return nil, &refusal.Error{Code: refusal.CodeConflict, Msg: fmt.Sprintf("%s is being started by %s", key, e.Placer)}
 	}
 	if e.Placer != placer {
 		e.Placer = placer
@@ -365,7 +368,7 @@ func (o *Origin) markRunning(key string) (e queue.QueueEntry, marked bool, _ err
 	}
 	o.entries[e.ID] = e
 	delete(o.placed, key)
-	if _, _, task := lease.ArrayTaskOf(e.ID); task {
+	if _, _, task := job.ArrayTaskOf(e.ID); task {
 		// One notice for the array's start, not one per task.
 		o.taskStartedLocked(e)
 	} else {

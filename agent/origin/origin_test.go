@@ -8,7 +8,9 @@ import (
 
 	"github.com/dibs-gpu/dibs/agent/clock"
 	"github.com/dibs-gpu/dibs/agent/origin"
+	"github.com/dibs-gpu/dibs/base/refusal"
 	"github.com/dibs-gpu/dibs/event"
+	"github.com/dibs-gpu/dibs/job"
 	"github.com/dibs-gpu/dibs/lease"
 	"github.com/dibs-gpu/dibs/queue"
 	"github.com/dibs-gpu/dibs/store/storetest"
@@ -26,7 +28,7 @@ func TestGangWithARankThatNeverStartedIsStopped(t *testing.T) {
 	o := origin.New("n1", origin.Deps{Store: storetest.New(storetest.Options{}), Clock: clk,
 		Events: func(e event.Event) { told = append(told, e) }})
 	e, err := o.Submit(queue.QueueEntry{User: "alice", UID: 1001, Nodes: 2, GPUsPerNode: 1, Duration: time.Hour, Kind: lease.KindBatch,
-		Requeue: true, MaxRestarts: 1, Job: &lease.Job{Command: []string{"train"}}})
+		Requeue: true, MaxRestarts: 1, Job: &job.Job{Command: []string{"train"}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -96,7 +98,7 @@ func TestOnlyOneSchedulerMayStartAnAttempt(t *testing.T) {
 	if _, err := o.Place(key, "n1/a"); err != nil {
 		t.Fatalf("first placer refused: %v", err)
 	}
-	if _, err := o.Place(key, "n2/b"); lease.CodeOf(err) != lease.CodeConflict {
+	if _, err := o.Place(key, "n2/b"); refusal.CodeOf(err) != refusal.CodeConflict {
 		t.Fatalf("a second placer got %v, want a conflict", err)
 	}
 	if _, err := o.Place(key, "n1/a"); err != nil {
@@ -107,7 +109,7 @@ func TestOnlyOneSchedulerMayStartAnAttempt(t *testing.T) {
 	if err := again.Open(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := again.Place(key, "n2/b"); lease.CodeOf(err) != lease.CodeConflict {
+	if _, err := again.Place(key, "n2/b"); refusal.CodeOf(err) != refusal.CodeConflict {
 		t.Fatalf("after a restart a second placer got %v, want a conflict", err)
 	}
 	clk.Advance(queue.InFlightTimeout + time.Second)
@@ -117,7 +119,7 @@ func TestOnlyOneSchedulerMayStartAnAttempt(t *testing.T) {
 	if _, ok := again.MarkStarted(key); !ok {
 		t.Fatal("not marked started")
 	}
-	if _, err := again.Place(key, "n3/c"); lease.CodeOf(err) != lease.CodeConflict {
+	if _, err := again.Place(key, "n3/c"); refusal.CodeOf(err) != refusal.CodeConflict {
 		t.Fatalf("placing a running entry got %v, want a conflict", err)
 	}
 }
@@ -136,7 +138,7 @@ func TestRequeuedRunWaitsAndItsStatusSaysWhy(t *testing.T) {
 			return queue.RequeueDelay(restart, 10*time.Second, time.Minute, 0.5)
 		}})
 	e, err := o.Submit(queue.QueueEntry{User: "alice", UID: 1001, Nodes: 1, GPUsPerNode: 1, Duration: time.Hour, Kind: lease.KindBatch,
-		Requeue: true, MaxRestarts: 2, Job: &lease.Job{Command: []string{"train"}}})
+		Requeue: true, MaxRestarts: 2, Job: &job.Job{Command: []string{"train"}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -191,7 +193,7 @@ func TestReconcileHoldsUntilEveryLivePeerIsHeard(t *testing.T) {
 	clk := clock.NewFake(t0)
 	o := origin.New("n1", origin.Deps{Store: storetest.New(storetest.Options{}), Clock: clk})
 	e, err := o.Submit(queue.QueueEntry{User: "alice", UID: 1001, Nodes: 2, GPUsPerNode: 1, Duration: time.Hour, Kind: lease.KindBatch,
-		Job: &lease.Job{Command: []string{"train"}}})
+		Job: &job.Job{Command: []string{"train"}}})
 	if err != nil {
 		t.Fatal(err)
 	}

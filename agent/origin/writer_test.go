@@ -9,7 +9,9 @@ import (
 
 	"github.com/dibs-gpu/dibs/agent/clock"
 	"github.com/dibs-gpu/dibs/agent/origin"
+	"github.com/dibs-gpu/dibs/base/refusal"
 	"github.com/dibs-gpu/dibs/event"
+	"github.com/dibs-gpu/dibs/job"
 	"github.com/dibs-gpu/dibs/lease"
 	"github.com/dibs-gpu/dibs/queue"
 	"github.com/dibs-gpu/dibs/store/storetest"
@@ -64,7 +66,7 @@ func ids(es []queue.QueueEntry) []string {
 
 func batch(user string, uid int) queue.QueueEntry {
 	return queue.QueueEntry{User: user, UID: uid, Nodes: 1, GPUsPerNode: 1, Duration: time.Hour, Kind: lease.KindBatch,
-		Job: &lease.Job{Command: []string{"train"}}}
+		Job: &job.Job{Command: []string{"train"}}}
 }
 
 // within fails the test when f has not returned in a few seconds: a
@@ -261,7 +263,7 @@ func TestSubmit(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = r.o.Submit(batch("alice", 1001))
-	if lease.CodeOf(err) != lease.CodeConflict || !strings.Contains(err.Error(), "dibs queue") {
+	if refusal.CodeOf(err) != refusal.CodeConflict || !strings.Contains(err.Error(), "dibs queue") {
 		t.Errorf("alice's third request got %v, want a conflict that says how to see her queue", err)
 	}
 	bad := batch("bob", 1002)
@@ -288,15 +290,15 @@ func TestCancel(t *testing.T) {
 		by      lease.Caller
 		running bool
 		id      string
-		code    lease.Code
+		code    refusal.Code
 		// text is what the cancel event says, past the entry's name.
 		text string
 	}{
 		{name: "the submitter, waiting", by: lease.Caller{UID: 1001, User: "alice"}},
 		{name: "the submitter, running", by: lease.Caller{UID: 1001, User: "alice"}, running: true, text: "SIGTERM"},
 		{name: "an admin", by: lease.Caller{UID: 0, User: "root", Admin: true}, text: "by root"},
-		{name: "someone else", by: lease.Caller{UID: 1002, User: "bob"}, code: lease.CodeForbidden},
-		{name: "an id never made", by: lease.Caller{UID: 1001, User: "alice"}, id: "n1-q9", code: lease.CodeNotFound},
+		{name: "someone else", by: lease.Caller{UID: 1002, User: "bob"}, code: refusal.CodeForbidden},
+		{name: "an id never made", by: lease.Caller{UID: 1001, User: "alice"}, id: "n1-q9", code: refusal.CodeNotFound},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -310,7 +312,7 @@ func TestCancel(t *testing.T) {
 			}
 			id := cmp(tt.id, e.ID)
 			err = r.o.Cancel(tt.by, id)
-			if lease.CodeOf(err) != tt.code {
+			if refusal.CodeOf(err) != tt.code {
 				t.Fatalf("cancel by %s = %v, want code %q", tt.by.User, err, tt.code)
 			}
 			o := r.o

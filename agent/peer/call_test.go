@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/dibs-gpu/dibs/lease"
+	"github.com/dibs-gpu/dibs/base/refusal"
 )
 
 // TestCallChecksOnce: a claim or a booking, validated by the edge that
@@ -65,8 +65,8 @@ func TestCallChecksOnce(t *testing.T) {
 			var sent []byte
 			m.SetTransport(recorder{pipe: pipe{from: "n1", to: other}, sent: &sent})
 			err := tt.call(m, tt.node)
-			if err == nil || lease.CodeOf(err) != lease.CodeInvalid || !strings.Contains(err.Error(), tt.want) {
-				t.Fatalf("call: %v (code %q); want an invalid refusal saying %q", err, lease.CodeOf(err), tt.want)
+			if err == nil || refusal.CodeOf(err) != refusal.CodeInvalid || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("call: %v (code %q); want an invalid refusal saying %q", err, refusal.CodeOf(err), tt.want)
 			}
 			if (sent != nil) != tt.sent {
 				t.Errorf("sent %q; want sent %v", sent, tt.sent)

@@ -7,7 +7,7 @@ import (
 	"fmt"
 	"sync"
 
-	"github.com/dibs-gpu/dibs/lease"
+	"github.com/dibs-gpu/dibs/base/refusal"
 )
 
 // The compatibility rule (docs/architecture.md, "Versions"): an agent
@@ -119,7 +119,7 @@ func downgrade(op string, reply bool, v int, b []byte) ([]byte, error) {
 	}
 	e, ok := d.Endpoints[op]
 	if !ok {
-		return nil, &lease.Error{Code: lease.CodeUnavailable, Msg: fmt.Sprintf("%s is not known to agents of protocol %d (an older dibs): upgrade every node first", op, v)}
+		return nil, &refusal.Error{Code: refusal.CodeUnavailable, Msg: fmt.Sprintf("%s is not known to agents of protocol %d (an older dibs): upgrade every node first", op, v)}
 	}
 	s := e.Req
 	if reply {

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dibs-gpu/dibs/base/refusal"
 	"github.com/dibs-gpu/dibs/lease"
 )
 
@@ -21,7 +22,7 @@ type pipe struct {
 	to   *Mux
 }
 
-func (p pipe) Request(ctx context.Context, node, op string, body []byte) ([]byte, lease.Code, string, error) {
+func (p pipe) Request(ctx context.Context, node, op string, body []byte) ([]byte, refusal.Code, string, error) {
 	r, c, m := p.to.Serve(ctx, p.from, op, body)
 	return r, c, m, nil
 }
@@ -157,7 +158,7 @@ type recorder struct {
 	sent *[]byte
 }
 
-func (r recorder) Request(ctx context.Context, node, op string, body []byte) ([]byte, lease.Code, string, error) {
+func (r recorder) Request(ctx context.Context, node, op string, body []byte) ([]byte, refusal.Code, string, error) {
 	*r.sent = append([]byte(nil), body...)
 	return r.pipe.Request(ctx, node, op, body)
 }

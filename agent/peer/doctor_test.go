@@ -7,8 +7,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dibs-gpu/dibs/internal/doctor"
+	"github.com/dibs-gpu/dibs/job"
 	"github.com/dibs-gpu/dibs/lease"
+	"github.com/dibs-gpu/dibs/outgrow/doctor"
 )
 
 var t0 = time.Date(2026, 3, 2, 9, 0, 0, 0, time.UTC)
@@ -80,9 +81,9 @@ func TestDoctorMessagesRefuse(t *testing.T) {
 		{"unknown part", HistoryRequest{Part: "secrets"}, "unknown history part"},
 		{"bad cursor", HistoryRequest{Part: HistoryLedger, AfterID: "../x"}, "is not a lease id"},
 		{"run without its lease", HistoryRequest{Part: HistoryRun}, "names its lease id"},
-		{"kept run without a holder", HistoryReply{Run: &lease.Job{Command: []string{"python", "train.py"}}}, "without its command or holder"},
-		{"kept run marked kept", HistoryReply{Run: &lease.Job{Kept: true}, RunUser: "alice"}, "without its command or holder"},
-		{"kept run with a NUL", HistoryReply{Run: &lease.Job{Command: []string{"py\x00"}}, RunUser: "alice"}, "a kept run"},
+		{"kept run without a holder", HistoryReply{Run: &job.Job{Command: []string{"python", "train.py"}}}, "without its command or holder"},
+		{"kept run marked kept", HistoryReply{Run: &job.Job{Kept: true}, RunUser: "alice"}, "without its command or holder"},
+		{"kept run with a NUL", HistoryReply{Run: &job.Job{Command: []string{"py\x00"}}, RunUser: "alice"}, "a kept run"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -98,7 +99,7 @@ func TestDoctorMessagesRefuse(t *testing.T) {
 // through the decoder and Validate: nothing panics, and what is
 // accepted is accepted again after a round trip.
 func FuzzDoctorReplies(f *testing.F) {
-	kept := HistoryReply{Run: &lease.Job{Command: []string{"python", "train.py"}, Dir: "/srv/proj", Torchrun: true}, RunUser: "alice"}
+	kept := HistoryReply{Run: &job.Job{Command: []string{"python", "train.py"}, Dir: "/srv/proj", Torchrun: true}, RunUser: "alice"}
 	for _, m := range []any{goodHistory(), goodHealth(), HistoryReply{}, HealthReply{}, kept} {
 		b, _ := json.Marshal(m)
 		f.Add(b)

@@ -3,9 +3,10 @@ package peer
 import (
 	"time"
 
+	"github.com/dibs-gpu/dibs/base/refusal"
+	"github.com/dibs-gpu/dibs/base/words"
 	"github.com/dibs-gpu/dibs/event"
 	"github.com/dibs-gpu/dibs/launch"
-	"github.com/dibs-gpu/dibs/lease"
 )
 
 // The endpoints of events, notices, webhooks and job logs (issue 14), in a
@@ -33,11 +34,11 @@ type EventsRequest struct {
 
 // Validate implements Message.
 func (r EventsRequest) Validate() error {
-	if !lease.ValidSince(r.Filter.Since) || r.Limit < 0 || r.Limit > event.MaxEventsPerReply {
-		return lease.Invalidf("bad events request")
+	if !words.ValidSince(r.Filter.Since) || r.Limit < 0 || r.Limit > event.MaxEventsPerReply {
+		return refusal.Invalidf("bad events request")
 	}
-	if r.Filter.User != "" && !lease.ValidUserName(r.Filter.User) {
-		return lease.Invalidf("bad user %q", truncate(r.Filter.User))
+	if r.Filter.User != "" && !words.ValidUserName(r.Filter.User) {
+		return refusal.Invalidf("bad user %q", truncate(r.Filter.User))
 	}
 	return nil
 }
@@ -55,7 +56,7 @@ type EventsReply struct {
 // Validate implements Message.
 func (r EventsReply) Validate() error {
 	if len(r.Events) > event.MaxEventsPerReply {
-		return lease.Invalidf("%d events, over %d", len(r.Events), event.MaxEventsPerReply)
+		return refusal.Invalidf("%d events, over %d", len(r.Events), event.MaxEventsPerReply)
 	}
 	for i := range r.Events {
 		if err := r.Events[i].Validate(); err != nil {
@@ -88,9 +89,9 @@ type NotifyReply struct {
 // Validate implements Message.
 func (r NotifyReply) Validate() error {
 	if r.Shown < 0 || r.Later < 0 || len(r.WebhookErr) > 512 {
-		return lease.Invalidf("bad notify reply")
+		return refusal.Invalidf("bad notify reply")
 	}
-	return lease.CheckText("webhook error", r.WebhookErr)
+	return words.CheckText("webhook error", r.WebhookErr)
 }
 
 // NotifySetRequest keeps a webhook for the acting user (Clear forgets it).
@@ -134,11 +135,11 @@ func (r NotifyStatusReply) Validate() error {
 		}
 	}
 	if len(r.Failures) > 16 || r.Pending < 0 {
-		return lease.Invalidf("bad webhook status")
+		return refusal.Invalidf("bad webhook status")
 	}
 	for _, f := range r.Failures {
-		if len(f.Text) > 1024 || len(f.Err) > 512 || lease.CheckText("failure", f.Text+f.Err) != nil {
-			return lease.Invalidf("bad webhook failure")
+		if len(f.Text) > 1024 || len(f.Err) > 512 || words.CheckText("failure", f.Text+f.Err) != nil {
+			return refusal.Invalidf("bad webhook failure")
 		}
 	}
 	return nil
@@ -159,7 +160,7 @@ type LogsRequest struct {
 // Validate implements Message.
 func (r LogsRequest) Validate() error {
 	if launch.CheckName(r.Session) != nil || (r.Part != "" && r.Part != ".1") || r.Offset < 0 || r.Max <= 0 || r.Max > MaxLogChunk {
-		return lease.Invalidf("bad logs request")
+		return refusal.Invalidf("bad logs request")
 	}
 	return nil
 }
@@ -175,7 +176,7 @@ type LogsReply struct {
 // Validate implements Message.
 func (r LogsReply) Validate() error {
 	if len(r.Data) > MaxLogChunk || r.Size < 0 {
-		return lease.Invalidf("bad logs reply")
+		return refusal.Invalidf("bad logs reply")
 	}
 	return nil
 }

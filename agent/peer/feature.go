@@ -3,7 +3,7 @@ package peer
 import (
 	"fmt"
 
-	"github.com/dibs-gpu/dibs/lease"
+	"github.com/dibs-gpu/dibs/base/refusal"
 	"github.com/dibs-gpu/dibs/queue"
 )
 
@@ -31,7 +31,7 @@ func Require(v queue.ClusterView, f Feature) error {
 			continue
 		}
 		if n.Protocol != 0 && n.Protocol < f.Since {
-			return &lease.Error{Code: lease.CodeUnavailable, Msg: fmt.Sprintf(
+			return &refusal.Error{Code: refusal.CodeUnavailable, Msg: fmt.Sprintf(
 				"%s needs every node at agent protocol %d or newer, and %s runs an older dibs (protocol %d): upgrade it first",
 				f.Name, f.Since, n.Name, n.Protocol)}
 		}

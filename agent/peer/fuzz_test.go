@@ -9,6 +9,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/dibs-gpu/dibs/job"
 	"github.com/dibs-gpu/dibs/lease"
 	"github.com/dibs-gpu/dibs/queue"
 )
@@ -114,10 +115,10 @@ func FuzzEnvKey(f *testing.F) {
 func FuzzPlaceReply(f *testing.F) {
 	for _, r := range []PlaceReply{
 		{},
-		{Job: &lease.Job{Command: []string{"python", "train.py"}, Dir: "/home/a", Env: map[string]string{"PATH": "/usr/bin"}}},
-		{Job: &lease.Job{Name: "sweep", Torchrun: true, Command: []string{"train.py"}}},
-		{Job: &lease.Job{Kept: true, Command: []string{"x"}}},
-		{Job: &lease.Job{Env: map[string]string{"AWS_SECRET_ACCESS_KEY": "x"}}},
+		{Job: &job.Job{Command: []string{"python", "train.py"}, Dir: "/home/a", Env: map[string]string{"PATH": "/usr/bin"}}},
+		{Job: &job.Job{Name: "sweep", Torchrun: true, Command: []string{"train.py"}}},
+		{Job: &job.Job{Kept: true, Command: []string{"x"}}},
+		{Job: &job.Job{Env: map[string]string{"AWS_SECRET_ACCESS_KEY": "x"}}},
 	} {
 		b, _ := json.Marshal(r)
 		f.Add(b)
@@ -138,8 +139,8 @@ func FuzzPlaceReply(f *testing.F) {
 		if r.Job.Kept && r.Job.Private() {
 			t.Fatalf("a kept job with its command passed: %+v", r.Job)
 		}
-		if b, _ := json.Marshal(r.Job); len(b) > lease.MaxJobWireSize {
-			t.Fatalf("a job of %d bytes passed, over %d", len(b), lease.MaxJobWireSize)
+		if b, _ := json.Marshal(r.Job); len(b) > job.MaxJobWireSize {
+			t.Fatalf("a job of %d bytes passed, over %d", len(b), job.MaxJobWireSize)
 		}
 	})
 }

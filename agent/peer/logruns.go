@@ -4,6 +4,8 @@ import (
 	"time"
 
 	"github.com/dibs-gpu/dibs/agent/node"
+	"github.com/dibs-gpu/dibs/base/refusal"
+	"github.com/dibs-gpu/dibs/base/words"
 	"github.com/dibs-gpu/dibs/launch"
 	"github.com/dibs-gpu/dibs/lease"
 )
@@ -24,8 +26,8 @@ type LogRunsRequest struct {
 
 // Validate implements Message.
 func (r LogRunsRequest) Validate() error {
-	if !lease.ValidToken(r.Name, 2*lease.MaxNameLen) {
-		return lease.Invalidf("bad run name %q", truncate(r.Name))
+	if !words.ValidToken(r.Name, 2*words.MaxNameLen) {
+		return refusal.Invalidf("bad run name %q", truncate(r.Name))
 	}
 	return nil
 }
@@ -50,17 +52,17 @@ type LogRunsReply struct {
 // Validate implements Message.
 func (r LogRunsReply) Validate() error {
 	if len(r.Runs) > node.MaxKeptRunsPerUser {
-		return lease.Invalidf("%d runs, over %d", len(r.Runs), node.MaxKeptRunsPerUser)
+		return refusal.Invalidf("%d runs, over %d", len(r.Runs), node.MaxKeptRunsPerUser)
 	}
 	for _, k := range r.Runs {
-		if _, ok := lease.NodeOfID(k.Lease); !ok || len(k.Lease) > 2*lease.MaxNameLen {
-			return lease.Invalidf("%q is not a lease id", truncate(k.Lease))
+		if _, ok := lease.NodeOfID(k.Lease); !ok || len(k.Lease) > 2*words.MaxNameLen {
+			return refusal.Invalidf("%q is not a lease id", truncate(k.Lease))
 		}
 		if launch.CheckName(k.Session) != nil || k.Log != "" && launch.CheckName(k.Log) != nil {
-			return lease.Invalidf("run %s has a bad session or log name", k.Lease)
+			return refusal.Invalidf("run %s has a bad session or log name", k.Lease)
 		}
-		if k.Entry != "" && !lease.ValidToken(k.Entry, 2*lease.MaxNameLen) || k.Rank < 0 || !lease.ValidSince(k.At) {
-			return lease.Invalidf("run %s has a bad queued request, rank or time", k.Lease)
+		if k.Entry != "" && !words.ValidToken(k.Entry, 2*words.MaxNameLen) || k.Rank < 0 || !words.ValidSince(k.At) {
+			return refusal.Invalidf("run %s has a bad queued request, rank or time", k.Lease)
 		}
 	}
 	return nil

@@ -6,8 +6,11 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/dibs-gpu/dibs/internal/doctor"
+	"github.com/dibs-gpu/dibs/base/refusal"
+	"github.com/dibs-gpu/dibs/base/words"
+	"github.com/dibs-gpu/dibs/job"
 	"github.com/dibs-gpu/dibs/lease"
+	"github.com/dibs-gpu/dibs/outgrow/doctor"
 	"github.com/dibs-gpu/dibs/queue"
 )
 
@@ -47,7 +50,7 @@ var (
 // origin (gossip carries only Job.Public), so the scheduler carries them
 // in its start requests to the nodes that run it.
 type PlaceReply struct {
-	Job *lease.Job `json:"job,omitempty"`
+	Job *job.Job `json:"job,omitempty"`
 }
 
 // Validate implements Message.
@@ -70,8 +73,8 @@ func (r PlaceRequest) Validate() error {
 	if err := (StartedRequest{Key: r.Key}).Validate(); err != nil {
 		return err
 	}
-	if r.Placer == "" || len(r.Placer) > 2*lease.MaxNameLen || lease.CheckText("placer", r.Placer) != nil {
-		return lease.Invalidf("bad placer")
+	if r.Placer == "" || len(r.Placer) > 2*words.MaxNameLen || words.CheckText("placer", r.Placer) != nil {
+		return refusal.Invalidf("bad placer")
 	}
 	return nil
 }
@@ -88,15 +91,15 @@ func (r RefusedRequest) Validate() error {
 	if err := (StartedRequest{Key: r.Key}).Validate(); err != nil {
 		return err
 	}
-	if lease.ValidNodeName(r.Node) != nil || len(r.Reason) > 1024 {
-		return lease.Invalidf("bad refusal")
+	if words.ValidNodeName(r.Node) != nil || len(r.Reason) > 1024 {
+		return refusal.Invalidf("bad refusal")
 	}
-	return lease.CheckText("reason", r.Reason)
+	return words.CheckText("reason", r.Reason)
 }
 
 // Run is the session a claim or a booking starts: the run spec made at
-// the edge, carried as is (lease.RunSpec).
-type Run = lease.RunSpec
+// the edge, carried as is (job.RunSpec).
+type Run = job.RunSpec
 
 // ClaimRequest is a claim made at another node for this one: the claim
 // the requesting agent made at its edge, sent as is. Its JSON is
@@ -121,11 +124,11 @@ const maxIDs = 256
 
 func checkIDs(ids []string) error {
 	if len(ids) > maxIDs {
-		return lease.Invalidf("%d ids, over %d", len(ids), maxIDs)
+		return refusal.Invalidf("%d ids, over %d", len(ids), maxIDs)
 	}
 	for _, id := range ids {
-		if _, ok := lease.NodeOfID(id); !ok || len(id) > 2*lease.MaxNameLen {
-			return lease.Invalidf("%q is not a lease id", truncate(id))
+		if _, ok := lease.NodeOfID(id); !ok || len(id) > 2*words.MaxNameLen {
+			return refusal.Invalidf("%q is not a lease id", truncate(id))
 		}
 	}
 	return nil
@@ -153,8 +156,8 @@ func (r ExtendRequest) Validate() error {
 	if err := checkIDs([]string{r.ID}); err != nil {
 		return err
 	}
-	if r.Duration <= 0 || r.Duration > lease.MaxDuration {
-		return lease.Invalidf("extend by a positive duration")
+	if r.Duration <= 0 || r.Duration > words.MaxDuration {
+		return refusal.Invalidf("extend by a positive duration")
 	}
 	return nil
 }
@@ -206,23 +209,23 @@ func (r StartRequest) Validate() error {
 	switch r.Phase {
 	case PhaseStart, PhaseReserve, PhaseCommit:
 	default:
-		return lease.Invalidf("unknown start phase %q", truncate(string(r.Phase)))
+		return refusal.Invalidf("unknown start phase %q", truncate(string(r.Phase)))
 	}
 	if err := lease.CheckGPUs(r.GPUs); err != nil {
 		return err
 	}
-	if r.Rank < 0 || r.Rank >= lease.MaxGangNodes {
-		return lease.Invalidf("rank %d is out of range", r.Rank)
+	if r.Rank < 0 || r.Rank >= words.MaxGangNodes {
+		return refusal.Invalidf("rank %d is out of range", r.Rank)
 	}
-	if len(r.Gang) > 2*lease.MaxNameLen {
-		return lease.Invalidf("gang id too long")
+	if len(r.Gang) > 2*words.MaxNameLen {
+		return refusal.Invalidf("gang id too long")
 	}
 	if len(r.Env) > 32 {
-		return lease.Invalidf("%d environment variables, over 32", len(r.Env))
+		return refusal.Invalidf("%d environment variables, over 32", len(r.Env))
 	}
 	for k, v := range r.Env {
-		if !envKey(k) || len(v) > lease.MaxPathLen {
-			return lease.Invalidf("bad environment variable %q", truncate(k))
+		if !envKey(k) || len(v) > words.MaxPathLen {
+			return refusal.Invalidf("bad environment variable %q", truncate(k))
 		}
 	}
 	return nil
@@ -242,7 +245,7 @@ func (r StartReply) Validate() error {
 		return err
 	}
 	if r.Host == "" || len(r.Host) > 255 || r.Port < 0 || r.Port > 65535 {
-		return lease.Invalidf("bad rendezvous address")
+		return refusal.Invalidf("bad rendezvous address")
 	}
 	return nil
 }
@@ -254,8 +257,8 @@ type StartedRequest struct {
 
 // Validate implements Message.
 func (r StartedRequest) Validate() error {
-	if r.Key == "" || len(r.Key) > 2*lease.MaxNameLen {
-		return lease.Invalidf("bad entry key")
+	if r.Key == "" || len(r.Key) > 2*words.MaxNameLen {
+		return refusal.Invalidf("bad entry key")
 	}
 	return nil
 }
@@ -278,12 +281,12 @@ func (r PreemptRequest) Validate() error {
 	switch r.Reason {
 	case lease.PreemptQuota, lease.PreemptIdle, lease.PreemptGang, lease.PreemptOverdue:
 	default:
-		return lease.Invalidf("unknown preemption reason %q", truncate(r.Reason))
+		return refusal.Invalidf("unknown preemption reason %q", truncate(r.Reason))
 	}
 	switch syscall.Signal(r.Signal) {
 	case 0, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGUSR1, syscall.SIGUSR2:
 	default:
-		return lease.Invalidf("signal %d is not one a preemption sends", r.Signal)
+		return refusal.Invalidf("signal %d is not one a preemption sends", r.Signal)
 	}
 	return nil
 }
@@ -295,8 +298,8 @@ type CancelRequest struct {
 
 // Validate implements Message.
 func (r CancelRequest) Validate() error {
-	if _, ok := queue.OriginOfQueueID(r.ID); !ok || len(r.ID) > 2*lease.MaxNameLen {
-		return lease.Invalidf("%q is not a queue id", truncate(r.ID))
+	if _, ok := queue.OriginOfQueueID(r.ID); !ok || len(r.ID) > 2*words.MaxNameLen {
+		return refusal.Invalidf("%q is not a queue id", truncate(r.ID))
 	}
 	return nil
 }
@@ -308,8 +311,8 @@ type UsageRequest struct {
 
 // Validate implements Message.
 func (r UsageRequest) Validate() error {
-	if !lease.ValidSince(r.Since) {
-		return lease.Invalidf("bad time")
+	if !words.ValidSince(r.Since) {
+		return refusal.Invalidf("bad time")
 	}
 	return nil
 }
@@ -322,10 +325,10 @@ type UsageReply struct {
 // Validate implements Message.
 func (r UsageReply) Validate() error {
 	if len(r.GPUSeconds) > 10000 {
-		return lease.Invalidf("usage of %d users", len(r.GPUSeconds))
+		return refusal.Invalidf("usage of %d users", len(r.GPUSeconds))
 	}
 	for u, s := range r.GPUSeconds {
-		if !lease.ValidUserName(u) || math.IsNaN(s) || math.IsInf(s, 0) || s < 0 {
+		if !words.ValidUserName(u) || math.IsNaN(s) || math.IsInf(s, 0) || s < 0 {
 			return fmt.Errorf("bad usage entry %q", truncate(u))
 		}
 	}
@@ -363,7 +366,7 @@ type HealthReply struct {
 // Validate implements Message.
 func (r HealthReply) Validate() error {
 	if err := r.Report.Validate(); err != nil {
-		return lease.Wrap(lease.CodeInvalid, err)
+		return refusal.Wrap(refusal.CodeInvalid, err)
 	}
 	return nil
 }
@@ -402,17 +405,17 @@ type HistoryRequest struct {
 // Validate implements Message.
 func (r HistoryRequest) Validate() error {
 	if r.Part != HistoryLedger && r.Part != HistorySamples && r.Part != HistoryRun {
-		return lease.Invalidf("unknown history part %q", truncate(r.Part))
+		return refusal.Invalidf("unknown history part %q", truncate(r.Part))
 	}
 	if r.Part == HistoryRun && r.AfterID == "" {
-		return lease.Invalidf("a run's history names its lease id")
+		return refusal.Invalidf("a run's history names its lease id")
 	}
-	if !lease.ValidSince(r.Since) || !lease.ValidSince(r.AfterEnd) || !lease.ValidSince(r.AfterHour) {
-		return lease.Invalidf("bad time")
+	if !words.ValidSince(r.Since) || !words.ValidSince(r.AfterEnd) || !words.ValidSince(r.AfterHour) {
+		return refusal.Invalidf("bad time")
 	}
 	if r.AfterID != "" {
-		if _, ok := lease.NodeOfID(r.AfterID); !ok || len(r.AfterID) > 2*lease.MaxNameLen {
-			return lease.Invalidf("%q is not a lease id", truncate(r.AfterID))
+		if _, ok := lease.NodeOfID(r.AfterID); !ok || len(r.AfterID) > 2*words.MaxNameLen {
+			return refusal.Invalidf("%q is not a lease id", truncate(r.AfterID))
 		}
 	}
 	return nil
@@ -425,14 +428,14 @@ type HistoryReply struct {
 	More    bool                `json:"more,omitempty"`
 	// Run is the kept command of the run asked for (HistoryRun), nil when
 	// the node kept none; RunUser is its holder.
-	Run     *lease.Job `json:"run,omitempty"`
-	RunUser string     `json:"run_user,omitempty"`
+	Run     *job.Job `json:"run,omitempty"`
+	RunUser string   `json:"run_user,omitempty"`
 }
 
 // Validate implements Message.
 func (r HistoryReply) Validate() error {
 	if len(r.Entries)+len(r.Buckets) > MaxHistoryItems {
-		return lease.Invalidf("%d history items, over %d", len(r.Entries)+len(r.Buckets), MaxHistoryItems)
+		return refusal.Invalidf("%d history items, over %d", len(r.Entries)+len(r.Buckets), MaxHistoryItems)
 	}
 	for i := range r.Entries {
 		if err := r.Entries[i].Validate(); err != nil {
@@ -441,15 +444,15 @@ func (r HistoryReply) Validate() error {
 	}
 	for i := range r.Buckets {
 		if err := r.Buckets[i].Validate(); err != nil {
-			return lease.Wrap(lease.CodeInvalid, err)
+			return refusal.Wrap(refusal.CodeInvalid, err)
 		}
 	}
 	if r.Run != nil {
 		if err := r.Run.Check(); err != nil {
-			return lease.Wrapf(lease.CodeInvalid, err, "a kept run: %v", err)
+			return refusal.Wrapf(refusal.CodeInvalid, err, "a kept run: %v", err)
 		}
-		if r.Run.Kept || !lease.ValidUserName(r.RunUser) {
-			return lease.Invalidf("a kept run without its command or holder")
+		if r.Run.Kept || !words.ValidUserName(r.RunUser) {
+			return refusal.Invalidf("a kept run without its command or holder")
 		}
 	}
 	return nil

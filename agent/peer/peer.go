@@ -19,7 +19,8 @@ import (
 	"sync"
 
 	"github.com/dibs-gpu/dibs/agent/node"
-	"github.com/dibs-gpu/dibs/lease"
+	"github.com/dibs-gpu/dibs/base/refusal"
+	"github.com/dibs-gpu/dibs/base/words"
 )
 
 // MaxBody bounds an encoded request or reply; the gossip layer bounds the
@@ -49,7 +50,7 @@ func (a Actor) validate() error {
 		}
 		return nil
 	}
-	if !lease.ValidUserName(a.User) {
+	if !words.ValidUserName(a.User) {
 		return fmt.Errorf("bad user name %q", truncate(a.User))
 	}
 	return nil
@@ -81,7 +82,7 @@ type Endpoint[Req, Resp Message] struct {
 // Transport carries an encoded request to another node's agent and brings
 // back its reply. A refusal comes back as code and msg, not as err.
 type Transport interface {
-	Request(ctx context.Context, node, op string, body []byte) (reply []byte, code lease.Code, msg string, err error)
+	Request(ctx context.Context, node, op string, body []byte) (reply []byte, code refusal.Code, msg string, err error)
 	// Protocols says which protocols the agent on node speaks (from its
 	// gossip node meta); ok is false when it is not known.
 	Protocols(node string) (lo, hi int, ok bool)
@@ -154,7 +155,7 @@ func (m *Mux) speak(tr Transport, node string) (int, error) {
 	}
 	v := min(hi, theirs)
 	if v < max(lo, MinVersion) {
-		return 0, &lease.Error{Code: lease.CodeUnavailable, Msg: fmt.Sprintf("%s speaks agent protocols %d to %d and this agent %d to %d: nodes may be at most one dibs release apart; upgrade the older one", node, lo, theirs, MinVersion, hi)}
+		return 0, &refusal.Error{Code: refusal.CodeUnavailable, Msg: fmt.Sprintf("%s speaks agent protocols %d to %d and this agent %d to %d: nodes may be at most one dibs release apart; upgrade the older one", node, lo, theirs, MinVersion, hi)}
 	}
 	return v, nil
 }
@@ -189,10 +190,10 @@ func Handle[Req, Resp Message](m *Mux, e Endpoint[Req, Resp], f func(ctx context
 		remote: func(ctx context.Context, from string, who Actor, body []byte) ([]byte, error) {
 			var req Req
 			if err := decode(body, &req, m.strict()); err != nil {
-				return nil, lease.Wrapf(lease.CodeInvalid, err, "malformed %s request from %s: %v", e.Name, from, err)
+				return nil, refusal.Wrapf(refusal.CodeInvalid, err, "malformed %s request from %s: %v", e.Name, from, err)
 			}
 			if err := req.Validate(); err != nil {
-				return nil, lease.Wrapf(lease.CodeInvalid, err, "%s request from %s: %v", e.Name, from, err)
+				return nil, refusal.Wrapf(refusal.CodeInvalid, err, "%s request from %s: %v", e.Name, from, err)
 			}
 			resp, err := f(ctx, from, who, req)
 			if err != nil {
@@ -204,7 +205,7 @@ func Handle[Req, Resp Message](m *Mux, e Endpoint[Req, Resp], f func(ctx context
 }
 
 // Call sends req to node's agent as who and returns its reply, or the
-// refusal it answered with (a *lease.Error carrying its code). A call to
+// refusal it answered with (a *refusal.Error carrying its code). A call to
 // this node runs the handler directly. req is validated first, unless it
 // goes to another node and was validated where it was made
 // (Endpoint.MadeAtEdge).
@@ -233,7 +234,7 @@ func Call[Req, Resp Message](ctx context.Context, m *Mux, node string, e Endpoin
 		return out.(Resp), nil
 	}
 	if tr == nil {
-		return zero, &lease.Error{Code: lease.CodeNotFound, Msg: fmt.Sprintf("no node %s: this agent runs alone (start it with --join to form a cluster)", node)}
+		return zero, &refusal.Error{Code: refusal.CodeNotFound, Msg: fmt.Sprintf("no node %s: this agent runs alone (start it with --join to form a cluster)", node)}
 	}
 	v, err := m.speak(tr, node)
 	if err != nil {
@@ -251,7 +252,7 @@ func Call[Req, Resp Message](ctx context.Context, m *Mux, node string, e Endpoin
 		return zero, err
 	}
 	if len(body) > MaxBody {
-		return zero, lease.Invalidf("%s request is %d bytes, over %d", e.Name, len(body), MaxBody)
+		return zero, refusal.Invalidf("%s request is %d bytes, over %d", e.Name, len(body), MaxBody)
 	}
 	reply, code, msg, err := tr.Request(ctx, node, e.Name, body)
 	if err != nil {
@@ -259,9 +260,9 @@ func Call[Req, Resp Message](ctx context.Context, m *Mux, node string, e Endpoin
 	}
 	if code != "" || msg != "" {
 		if code == "" {
-			code = lease.CodeUnavailable
+			code = refusal.CodeUnavailable
 		}
-		return zero, &lease.Error{Code: code, Msg: msg}
+		return zero, &refusal.Error{Code: code, Msg: msg}
 	}
 	var resp Resp
 	if err := decode(reply, &resp, m.strict()); err != nil {
@@ -276,30 +277,30 @@ func Call[Req, Resp Message](ctx context.Context, m *Mux, node string, e Endpoin
 // Serve handles a request another agent sent: decode the envelope, check
 // the version and the actor, dispatch. The reply or the refusal comes back
 // as the transport carries it.
-func (m *Mux) Serve(ctx context.Context, from, op string, body []byte) (reply []byte, code lease.Code, msg string) {
-	refuse := func(err error) ([]byte, lease.Code, string) {
+func (m *Mux) Serve(ctx context.Context, from, op string, body []byte) (reply []byte, code refusal.Code, msg string) {
+	refuse := func(err error) ([]byte, refusal.Code, string) {
 		err = node.ExplainDiskFailure(err)
-		c := lease.CodeOf(err)
+		c := refusal.CodeOf(err)
 		if c == "" {
-			c = lease.CodeUnavailable
+			c = refusal.CodeUnavailable
 		}
-		return nil, c, lease.OneLine(err.Error())
+		return nil, c, words.OneLine(err.Error())
 	}
 	m.mu.RLock()
 	h, ok := m.h[op]
 	m.mu.RUnlock()
 	if !ok {
-		return refuse(lease.Invalidf("unknown request %q from %s: is it running another dibs version?", truncate(op), from))
+		return refuse(refusal.Invalidf("unknown request %q from %s: is it running another dibs version?", truncate(op), from))
 	}
 	var env envelope
 	if err := decode(body, &env, m.strict()); err != nil {
-		return refuse(lease.Wrapf(lease.CodeInvalid, err, "malformed %s request from %s: %v", op, from, err))
+		return refuse(refusal.Wrapf(refusal.CodeInvalid, err, "malformed %s request from %s: %v", op, from, err))
 	}
 	if _, hi := m.Protocols(); env.V < MinVersion || env.V > hi {
-		return refuse(lease.Invalidf("%s speaks agent protocol %d and this agent %d to %d: nodes may be at most one dibs release apart; upgrade the older one", from, env.V, MinVersion, hi))
+		return refuse(refusal.Invalidf("%s speaks agent protocol %d and this agent %d to %d: nodes may be at most one dibs release apart; upgrade the older one", from, env.V, MinVersion, hi))
 	}
 	if err := env.Actor.validate(); err != nil {
-		return refuse(lease.Wrapf(lease.CodeInvalid, err, "%s request from %s: %v", op, from, err))
+		return refuse(refusal.Wrapf(refusal.CodeInvalid, err, "%s request from %s: %v", op, from, err))
 	}
 	out, err := h.remote(ctx, from, env.Actor, env.Req)
 	if err != nil {

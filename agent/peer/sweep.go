@@ -1,7 +1,8 @@
 package peer
 
 import (
-	"github.com/dibs-gpu/dibs/lease"
+	"github.com/dibs-gpu/dibs/base/refusal"
+	"github.com/dibs-gpu/dibs/base/words"
 	"github.com/dibs-gpu/dibs/queue"
 )
 
@@ -32,16 +33,16 @@ type StatusReply struct {
 // Validate implements Message.
 func (r StatusReply) Validate() error {
 	s := r.Status
-	if _, ok := queue.OriginOfQueueID(s.ID); !ok || len(s.ID) > 2*lease.MaxNameLen {
-		return lease.Invalidf("a status for a bad entry id")
+	if _, ok := queue.OriginOfQueueID(s.ID); !ok || len(s.ID) > 2*words.MaxNameLen {
+		return refusal.Invalidf("a status for a bad entry id")
 	}
 	switch s.State {
 	case queue.EntryWaiting, queue.EntryBackoff, queue.EntryRunning, queue.EntryFinished, queue.EntryFailed, queue.EntryCancelled, queue.EntryUnknown:
 	default:
-		return lease.Invalidf("unknown entry state %q", truncate(string(s.State)))
+		return refusal.Invalidf("unknown entry state %q", truncate(string(s.State)))
 	}
-	if len(s.Reason) > queue.MaxRetryWhy || lease.CheckText("reason", s.Reason) != nil {
-		return lease.Invalidf("a bad status reason")
+	if len(s.Reason) > queue.MaxRetryWhy || words.CheckText("reason", s.Reason) != nil {
+		return refusal.Invalidf("a bad status reason")
 	}
 	return nil
 }

@@ -3,8 +3,10 @@ package peer
 import (
 	"time"
 
-	"github.com/dibs-gpu/dibs/internal/doctor"
+	"github.com/dibs-gpu/dibs/base/refusal"
+	"github.com/dibs-gpu/dibs/base/words"
 	"github.com/dibs-gpu/dibs/lease"
+	"github.com/dibs-gpu/dibs/outgrow/doctor"
 )
 
 // DoctorTally asks a node for its ledger since a time as doctor's running
@@ -35,18 +37,18 @@ type TallyRequest struct {
 
 // Validate implements Message.
 func (r TallyRequest) Validate() error {
-	if !lease.ValidSince(r.Since) {
-		return lease.Invalidf("bad time")
+	if !words.ValidSince(r.Since) {
+		return refusal.Invalidf("bad time")
 	}
 	if r.Page < 0 || r.Page > 1000 {
-		return lease.Invalidf("tally page %d out of range", r.Page)
+		return refusal.Invalidf("tally page %d out of range", r.Page)
 	}
 	if len(r.Running) > doctor.MaxTallyNames {
-		return lease.Invalidf("%d running leases, over %d", len(r.Running), doctor.MaxTallyNames)
+		return refusal.Invalidf("%d running leases, over %d", len(r.Running), doctor.MaxTallyNames)
 	}
 	for _, id := range r.Running {
-		if _, ok := lease.NodeOfID(id); !ok || len(id) > 2*lease.MaxNameLen {
-			return lease.Invalidf("%q is not a lease id", truncate(id))
+		if _, ok := lease.NodeOfID(id); !ok || len(id) > 2*words.MaxNameLen {
+			return refusal.Invalidf("%q is not a lease id", truncate(id))
 		}
 	}
 	return nil
@@ -61,10 +63,10 @@ type TallyReply struct {
 // Validate implements Message.
 func (r TallyReply) Validate() error {
 	if len(r.Tally.Waits) > TallyWaitsPerPage || len(r.Tally.GangRanks) > TallyRanksPerPage {
-		return lease.Invalidf("a tally page of %d waits and %d gang ranks, over %d and %d", len(r.Tally.Waits), len(r.Tally.GangRanks), TallyWaitsPerPage, TallyRanksPerPage)
+		return refusal.Invalidf("a tally page of %d waits and %d gang ranks, over %d and %d", len(r.Tally.Waits), len(r.Tally.GangRanks), TallyWaitsPerPage, TallyRanksPerPage)
 	}
 	if err := r.Tally.Validate(); err != nil {
-		return lease.Wrap(lease.CodeInvalid, err)
+		return refusal.Wrap(refusal.CodeInvalid, err)
 	}
 	return nil
 }

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dibs-gpu/dibs/internal/doctor"
+	"github.com/dibs-gpu/dibs/outgrow/doctor"
 )
 
 func goodTally(waits, ranks int) doctor.Tally {

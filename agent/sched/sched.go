@@ -17,8 +17,9 @@ import (
 
 	"github.com/dibs-gpu/dibs/agent/clock"
 	"github.com/dibs-gpu/dibs/agent/peer"
-	"github.com/dibs-gpu/dibs/internal/termsafe"
-	"github.com/dibs-gpu/dibs/lease"
+	"github.com/dibs-gpu/dibs/base/refusal"
+	"github.com/dibs-gpu/dibs/base/termsafe"
+	"github.com/dibs-gpu/dibs/base/words"
 	"github.com/dibs-gpu/dibs/queue"
 )
 
@@ -147,11 +148,11 @@ func (s *Scheduler) schedule(ctx context.Context, v queue.ClusterView) {
 		s.goTracked(ctx, func(ctx context.Context) {
 			if err := s.start(ctx, st); err != nil {
 				level := slog.LevelWarn
-				if lease.CodeOf(err) == lease.CodeConflict {
+				if refusal.CodeOf(err) == refusal.CodeConflict {
 					level = slog.LevelDebug // another scheduler starts it, or it started
 				}
 				s.deps.Log.Log(ctx, level, "start queued entry", "entry", st.Entry.ID, "err", err)
-				if lease.CodeOf(err) == lease.CodeNoAnswer && !errors.As(err, new(*placeError)) {
+				if refusal.CodeOf(err) == refusal.CodeNoAnswer && !errors.As(err, new(*placeError)) {
 					// The node may have started it and only its answer was
 					// lost: keep the hold, so this attempt is not planned
 					// elsewhere until its lease shows, its origin moves on,
@@ -363,8 +364,8 @@ func (s *Scheduler) eachRank(ctx context.Context, st queue.Start, f func(int, qu
 // the user or the job (forbidden, invalid), which no retry can change, so
 // the entry must not wait at the head of the queue forever.
 func (s *Scheduler) refused(ctx context.Context, st queue.Start, err error) {
-	code := lease.CodeOf(err)
-	if code != lease.CodeForbidden && code != lease.CodeInvalid {
+	code := refusal.CodeOf(err)
+	if code != refusal.CodeForbidden && code != refusal.CodeInvalid {
 		return
 	}
 	node := st.Ranks[0].Node
@@ -373,7 +374,7 @@ func (s *Scheduler) refused(ctx context.Context, st queue.Start, err error) {
 		node = re.node
 	}
 	if _, err := peer.Call(ctx, s.deps.Peers, st.Entry.Origin, peer.Refused, peer.System,
-		peer.RefusedRequest{Key: st.Entry.Key(), Node: node, Reason: termsafe.String(lease.OneLine(err.Error()))}); err != nil {
+		peer.RefusedRequest{Key: st.Entry.Key(), Node: node, Reason: termsafe.String(words.OneLine(err.Error()))}); err != nil {
 		s.deps.Log.Warn("tell the origin a start was refused", "entry", st.Entry.ID, "err", err)
 	}
 }

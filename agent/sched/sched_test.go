@@ -15,6 +15,7 @@ import (
 	"github.com/dibs-gpu/dibs/agent/clock"
 	"github.com/dibs-gpu/dibs/agent/peer"
 	"github.com/dibs-gpu/dibs/agent/sched"
+	"github.com/dibs-gpu/dibs/base/refusal"
 	"github.com/dibs-gpu/dibs/lease"
 	"github.com/dibs-gpu/dibs/nodeprobe/sim"
 	"github.com/dibs-gpu/dibs/queue"
@@ -36,7 +37,7 @@ type cluster struct {
 }
 
 // Request implements peer.Transport by serving on the named node's mux.
-func (c *cluster) Request(ctx context.Context, node, op string, body []byte) ([]byte, lease.Code, string, error) {
+func (c *cluster) Request(ctx context.Context, node, op string, body []byte) ([]byte, refusal.Code, string, error) {
 	m, ok := c.muxes[node]
 	if !ok {
 		return nil, "", "", fmt.Errorf("no node %s", node)
@@ -181,7 +182,7 @@ func TestPass(t *testing.T) {
 		{
 			name: "a rank refused gives back the others and tells the origin why", nodes: []string{"node01", "node02"},
 			queue:  []queue.QueueEntry{entry("node01-q1", "alice", 1001, 2, 4, 0)},
-			refuse: map[string]error{"node02 reserve": &lease.Error{Code: lease.CodeForbidden, Msg: "alice has no account on node02, so no session can run as them there"}},
+			refuse: map[string]error{"node02 reserve": &refusal.Error{Code: refusal.CodeForbidden, Msg: "alice has no account on node02, so no session can run as them there"}},
 			want: [][]string{
 				{"node01 place node01-q1#0"},
 				{"node01 reserve node01-q1#0 gpus [0 1 2 3] rank 0 as alice", "node02 reserve node01-q1#0 gpus [0 1 2 3] rank 1 as alice"},
@@ -192,7 +193,7 @@ func TestPass(t *testing.T) {
 		{
 			name: "a start whose answer was lost is not tried again elsewhere", nodes: []string{"node01", "node02"},
 			queue:  []queue.QueueEntry{entry("node01-q1", "alice", 1001, 1, 4, 0)},
-			refuse: map[string]error{"node01 start": &lease.Error{Code: lease.CodeNoAnswer, Msg: "node01 did not answer in time"}},
+			refuse: map[string]error{"node01 start": &refusal.Error{Code: refusal.CodeNoAnswer, Msg: "node01 did not answer in time"}},
 			passes: 3,
 			want: [][]string{
 				{"node01 place node01-q1#0"},
@@ -204,7 +205,7 @@ func TestPass(t *testing.T) {
 			// is held in flight and the next pass asks again.
 			name: "an origin that did not answer a place is asked again", nodes: []string{"node01"},
 			queue:  []queue.QueueEntry{entry("node01-q1", "alice", 1001, 1, 4, 0)},
-			refuse: map[string]error{"node01 place": &lease.Error{Code: lease.CodeNoAnswer, Msg: "node01 did not answer in time"}},
+			refuse: map[string]error{"node01 place": &refusal.Error{Code: refusal.CodeNoAnswer, Msg: "node01 did not answer in time"}},
 			passes: 2,
 			want: [][]string{
 				{"node01 place node01-q1#0"},
@@ -214,7 +215,7 @@ func TestPass(t *testing.T) {
 		{
 			name: "a start refused for now is tried again", nodes: []string{"node01"},
 			queue:  []queue.QueueEntry{entry("node01-q1", "alice", 1001, 1, 4, 0)},
-			refuse: map[string]error{"node01 start": &lease.Error{Code: lease.CodeConflict, Msg: "GPU 0 is held by carol"}},
+			refuse: map[string]error{"node01 start": &refusal.Error{Code: refusal.CodeConflict, Msg: "GPU 0 is held by carol"}},
 			passes: 2,
 			want: [][]string{
 				{"node01 place node01-q1#0"},

@@ -8,7 +8,8 @@ import (
 
 	"github.com/dibs-gpu/dibs/agent/core"
 	"github.com/dibs-gpu/dibs/api"
-	"github.com/dibs-gpu/dibs/lease"
+	"github.com/dibs-gpu/dibs/base/refusal"
+	"github.com/dibs-gpu/dibs/base/words"
 )
 
 // eventRoutes are the routes of issue 14: events, notifications, job logs.
@@ -36,7 +37,7 @@ func (s *Server) handleFollowEvents(w http.ResponseWriter, r *http.Request) {
 	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, MaxRequestBody))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&req); err != nil {
-		writeError(w, http.StatusBadRequest, lease.CodeInvalid, "malformed request body: "+lease.OneLine(err.Error()))
+		writeError(w, http.StatusBadRequest, refusal.CodeInvalid, "malformed request body: "+words.OneLine(err.Error()))
 		return
 	}
 	ctx, cancel := context.WithCancel(r.Context())

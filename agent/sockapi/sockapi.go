@@ -26,8 +26,9 @@ import (
 	"github.com/dibs-gpu/dibs/agent/core"
 	"github.com/dibs-gpu/dibs/agent/node"
 	"github.com/dibs-gpu/dibs/api"
-	"github.com/dibs-gpu/dibs/internal/lograte"
-	"github.com/dibs-gpu/dibs/lease"
+	"github.com/dibs-gpu/dibs/base/lograte"
+	"github.com/dibs-gpu/dibs/base/refusal"
+	"github.com/dibs-gpu/dibs/base/words"
 )
 
 // MaxRequestBody bounds what a client may send; real requests are tiny.
@@ -316,11 +317,11 @@ func post[Req, Resp any](s *Server, f func(*core.Bound, context.Context, Req) (R
 		dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, MaxRequestBody))
 		dec.DisallowUnknownFields()
 		if err := dec.Decode(&req); err != nil {
-			writeError(w, http.StatusBadRequest, lease.CodeInvalid, "malformed request body: "+lease.OneLine(err.Error()))
+			writeError(w, http.StatusBadRequest, refusal.CodeInvalid, "malformed request body: "+words.OneLine(err.Error()))
 			return
 		}
 		if dec.More() {
-			writeError(w, http.StatusBadRequest, lease.CodeInvalid, "malformed request body: more than one JSON value")
+			writeError(w, http.StatusBadRequest, refusal.CodeInvalid, "malformed request body: more than one JSON value")
 			return
 		}
 		resp, err := f(b, r.Context(), req)
@@ -343,7 +344,7 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	json.NewEncoder(w).Encode(v)
 }
 
-func writeError(w http.ResponseWriter, status int, code lease.Code, msg string) {
+func writeError(w http.ResponseWriter, status int, code refusal.Code, msg string) {
 	writeJSON(w, status, api.ErrorBody{Error: msg, Code: code})
 }
 
@@ -352,22 +353,22 @@ func writeError(w http.ResponseWriter, status int, code lease.Code, msg string) 
 func writeErr(w http.ResponseWriter, err error) {
 	err = node.ExplainDiskFailure(err)
 	status := http.StatusInternalServerError
-	code := lease.CodeOf(err)
+	code := refusal.CodeOf(err)
 	switch code {
-	case lease.CodeInvalid:
+	case refusal.CodeInvalid:
 		status = http.StatusBadRequest
-	case lease.CodeConflict:
+	case refusal.CodeConflict:
 		status = http.StatusConflict
-	case lease.CodeNotFound:
+	case refusal.CodeNotFound:
 		status = http.StatusNotFound
-	case lease.CodeForbidden:
+	case refusal.CodeForbidden:
 		status = http.StatusForbidden
-	case lease.CodeUnavailable:
+	case refusal.CodeUnavailable:
 		status = http.StatusServiceUnavailable
-	case lease.CodeNoAnswer:
+	case refusal.CodeNoAnswer:
 		status = http.StatusGatewayTimeout
 	}
-	writeError(w, status, code, lease.OneLine(err.Error()))
+	writeError(w, status, code, words.OneLine(err.Error()))
 }
 
 // handleWatch streams the board as JSON lines: now, then after every

@@ -37,9 +37,10 @@ import (
 	"github.com/dibs-gpu/dibs/agent/clock"
 	"github.com/dibs-gpu/dibs/agent/core"
 	"github.com/dibs-gpu/dibs/api"
-	"github.com/dibs-gpu/dibs/internal/lograte"
+	"github.com/dibs-gpu/dibs/base/lograte"
+	"github.com/dibs-gpu/dibs/base/refusal"
+	"github.com/dibs-gpu/dibs/base/words"
 	"github.com/dibs-gpu/dibs/launch"
-	"github.com/dibs-gpu/dibs/lease"
 	"github.com/dibs-gpu/dibs/tui"
 )
 
@@ -610,7 +611,7 @@ func (s *Server) auth(ctx ssh.Context, key ssh.PublicKey) (ok bool) {
 // permit it from ip now, as sshd does; without one, it says why the last
 // listing refused it.
 func (s *Server) keyAllowed(name string, key ssh.PublicKey, ip netip.Addr) (*authorizedKey, string) {
-	if !lease.ValidUserName(name) {
+	if !words.ValidUserName(name) {
 		return nil, "bad user name"
 	}
 	var keys []authorizedKey
@@ -846,7 +847,7 @@ func readUsersFile(path string) (map[string][]authorizedKey, error) {
 			continue
 		}
 		name, key, ok := strings.Cut(line, " ")
-		if !ok || !lease.ValidUserName(name) {
+		if !ok || !words.ValidUserName(name) {
 			return nil, fmt.Errorf("%s:%d: want USER [OPTIONS] KEYTYPE KEY", path, n)
 		}
 		k, _, raw, _, err := gossh.ParseAuthorizedKey([]byte(strings.TrimSpace(key)))
@@ -884,6 +885,6 @@ func (b *backend) Attach(ctx context.Context, id string) (api.AttachResponse, er
 	if _, p, err := net.SplitHostPort(b.sshAddr); err == nil {
 		port = p
 	}
-	return r, lease.Invalidf("%s runs on %s: open that node's board (ssh -p %s %s) or run: %s",
+	return r, refusal.Invalidf("%s runs on %s: open that node's board (ssh -p %s %s) or run: %s",
 		r.Lease.Session, r.Lease.Node, port, r.Lease.Node, strings.Join(r.Command, " "))
 }

@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	"github.com/dibs-gpu/dibs/agent/agenttest"
-	"github.com/dibs-gpu/dibs/internal/daemoncmd"
+	"github.com/dibs-gpu/dibs/cmd/internal/daemoncmd"
 	"github.com/dibs-gpu/dibs/launch/launchtest"
 )
 

@@ -11,7 +11,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/dibs-gpu/dibs/api"
-	"github.com/dibs-gpu/dibs/internal/columns"
+	"github.com/dibs-gpu/dibs/base/columns"
+	"github.com/dibs-gpu/dibs/base/words"
 	"github.com/dibs-gpu/dibs/lease"
 )
 
@@ -132,10 +133,10 @@ func (f *bookFlags) request(now time.Time) (api.BookRequest, error) {
 	if f.dur == "" {
 		return req, errors.New("say how long the booking is: --for 3h")
 	}
-	if _, err := lease.ParseDuration(f.dur); err != nil {
+	if _, err := words.ParseDuration(f.dur); err != nil {
 		return req, fmt.Errorf("--for: %w", err)
 	}
-	at, err := lease.ParseWhen(f.at, now)
+	at, err := words.ParseWhen(f.at, now)
 	if err != nil {
 		return req, fmt.Errorf("--at: %w", err)
 	}
@@ -151,7 +152,7 @@ func bookRun(ctx context.Context, c *cli, cl *api.Client, f *claimFlags, req api
 	if f.dur == "" {
 		return errors.New("say how long the booking is: --for 3h")
 	}
-	at, err := lease.ParseWhen(f.at, time.Now())
+	at, err := words.ParseWhen(f.at, time.Now())
 	if err != nil {
 		return fmt.Errorf("--at: %w", err)
 	}
@@ -185,14 +186,14 @@ func printBookedAcross(ctx context.Context, c *cli, first lease.Lease) error {
 	}
 	fmt.Fprintf(c.stdout, "%s: %d GPU%s on each of %d nodes (%s) booked %s to %s (in %s); `dibs unbook %s` withdraws every part\n",
 		safe(first.ID), len(first.GPUs), plural(len(first.GPUs)), len(nodes), strings.Join(nodes, " "), first.StartedAt.Local().Format("Mon Jan 2 15:04"),
-		lease.SpanEnd(first.StartedAt.Local(), first.ExpiresAt), lease.FormatDuration(lease.ToMinute(time.Until(first.StartedAt))), safe(first.ID))
+		lease.SpanEnd(first.StartedAt.Local(), first.ExpiresAt), words.FormatDuration(words.ToMinute(time.Until(first.StartedAt))), safe(first.ID))
 	return nil
 }
 
 func printBooked(c *cli, b lease.Lease) {
 	fmt.Fprintf(c.stdout, "%s: GPU%s %s on %s booked %s to %s (in %s); `dibs unbook %s` withdraws it\n",
 		safe(b.ID), plural(len(b.GPUs)), safe(b.CUDAVisibleDevices()), safe(b.Node), b.StartedAt.Local().Format("Mon Jan 2 15:04"),
-		lease.SpanEnd(b.StartedAt.Local(), b.ExpiresAt), lease.FormatDuration(lease.ToMinute(time.Until(b.StartedAt))), safe(b.ID))
+		lease.SpanEnd(b.StartedAt.Local(), b.ExpiresAt), words.FormatDuration(words.ToMinute(time.Until(b.StartedAt))), safe(b.ID))
 }
 
 func bookingsCmd(c *cli) *cobra.Command {
@@ -262,7 +263,7 @@ func printBookings(w io.Writer, bs []lease.Lease, now time.Time) {
 		}
 		fmt.Fprintf(w, "%-12s %-10s %-14s %-16s %-6s %-7s %s\n", columns.Clip(safe(id), 12), columns.Clip(safe(b.User), 10),
 			columns.Clip(gpus, 14), b.StartedAt.Local().Format("Mon Jan 2 15:04"),
-			lease.FormatDuration(b.ExpiresAt.Sub(b.StartedAt)), lease.FormatDuration(lease.ToMinute(b.StartedAt.Sub(now))), columns.Clip(safe(note), width))
+			words.FormatDuration(b.ExpiresAt.Sub(b.StartedAt)), words.FormatDuration(words.ToMinute(b.StartedAt.Sub(now))), columns.Clip(safe(note), width))
 	}
 }
 

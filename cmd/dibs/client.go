@@ -15,7 +15,9 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/dibs-gpu/dibs/api"
-	"github.com/dibs-gpu/dibs/internal/termsafe"
+	"github.com/dibs-gpu/dibs/base/termsafe"
+	"github.com/dibs-gpu/dibs/base/words"
+	"github.com/dibs-gpu/dibs/job"
 	"github.com/dibs-gpu/dibs/lease"
 )
 
@@ -149,7 +151,7 @@ func (f *claimFlags) build(needCount bool) (api.ClaimRequest, error) {
 		return req, fmt.Errorf("-g %d: ask for at least one GPU", f.count)
 	}
 	if f.dur != "" {
-		if _, err := lease.ParseDuration(f.dur); err != nil {
+		if _, err := words.ParseDuration(f.dur); err != nil {
 			return req, fmt.Errorf("--for: %w", err)
 		}
 	}
@@ -183,7 +185,7 @@ func (c *cli) printGrantTo(w io.Writer, r api.ClaimResponse) {
 		what += ", cores " + safe(r.CPUs)
 	}
 	fmt.Fprintf(w, "%s: %s on %s until %s (%s)\n", safe(r.ID), what, safe(r.Node),
-		r.ExpiresAt.Local().Format("Mon 15:04"), lease.FormatDuration(time.Until(r.ExpiresAt)))
+		r.ExpiresAt.Local().Format("Mon 15:04"), words.FormatDuration(time.Until(r.ExpiresAt)))
 	if r.Notice != "" {
 		fmt.Fprintf(w, "note: %s\n", safe(r.Notice))
 	}
@@ -297,7 +299,7 @@ func runCmd(c *cli) *cobra.Command {
 			}
 			req.Run = &api.RunSpec{Name: name, Command: args, Dir: wd}
 			if !cleanEnv {
-				req.Run.Env = lease.PickEnv(os.Environ())
+				req.Run.Env = job.PickEnv(os.Environ())
 			}
 			ctx, cancel := reqCtx()
 			defer cancel()
@@ -359,7 +361,7 @@ func runCmd(c *cli) *cobra.Command {
 	cmd.Flags().StringVar(&name, "name", "", "tmux session name (default dibs-<lease id>)")
 	cmd.Flags().StringVar(&dir, "dir", "", "working directory (default: the current one)")
 	cmd.Flags().BoolVar(&attach, "attach", false, "attach to the session once it starts")
-	cmd.Flags().BoolVar(&cleanEnv, "clean-env", false, "start CMD with the node's default PATH, not yours (by default your PATH and Python environment travel: "+strings.Join(lease.CarriedEnv(), ", ")+")")
+	cmd.Flags().BoolVar(&cleanEnv, "clean-env", false, "start CMD with the node's default PATH, not yours (by default your PATH and Python environment travel: "+strings.Join(job.CarriedEnv(), ", ")+")")
 	cmd.Flags().StringVar(&f.at, "at", "", `book the GPUs for later and start CMD then, e.g. "tomorrow 09:00" (needs --for)`)
 	q.add(cmd, true)
 	return cmd
@@ -413,7 +415,7 @@ func extendCmd(c *cli) *cobra.Command {
 			if dur == "" {
 				return errors.New("say by how much: --for 2h")
 			}
-			if _, err := lease.ParseDuration(dur); err != nil {
+			if _, err := words.ParseDuration(dur); err != nil {
 				return fmt.Errorf("--for: %w", err)
 			}
 			ctx, cancel := reqCtx()
@@ -425,7 +427,7 @@ func extendCmd(c *cli) *cobra.Command {
 			if asJSON {
 				return printJSON(c.stdout, r)
 			}
-			fmt.Fprintf(c.stdout, "%s now ends %s (%s from now)\n", safe(r.ID), r.ExpiresAt.Local().Format("Mon 15:04"), lease.FormatDuration(time.Until(r.ExpiresAt)))
+			fmt.Fprintf(c.stdout, "%s now ends %s (%s from now)\n", safe(r.ID), r.ExpiresAt.Local().Format("Mon 15:04"), words.FormatDuration(time.Until(r.ExpiresAt)))
 			return nil
 		},
 	}
@@ -471,7 +473,7 @@ the lease's GPUs are yours from the start.`,
 				return fmt.Errorf("%q is not a process id", args[0])
 			}
 			if dur != "" {
-				if _, err := lease.ParseDuration(dur); err != nil {
+				if _, err := words.ParseDuration(dur); err != nil {
 					return fmt.Errorf("--for: %w", err)
 				}
 			}
@@ -498,7 +500,7 @@ the lease's GPUs are yours from the start.`,
 // adoptContainer asks this node's agent to record container id on the
 // caller's leases, and says which.
 func (c *cli) adoptContainer(id string, asJSON bool) error {
-	if _, err := lease.ParseContainerID(id); err != nil {
+	if _, err := job.ParseContainerID(id); err != nil {
 		return err
 	}
 	ctx, cancel := reqCtx()
@@ -602,7 +604,7 @@ heard from it. Another node's dibs release: ` + "`ssh NODE dibs status | head -1
 }
 
 func printStatus(w io.Writer, s api.Status) {
-	fmt.Fprintf(w, "node %s  dibs %s  up %s  backend %s\n", safe(s.Node), safe(s.Version), lease.FormatDuration(time.Since(s.StartedAt)), safe(s.Backend))
+	fmt.Fprintf(w, "node %s  dibs %s  up %s  backend %s\n", safe(s.Node), safe(s.Version), words.FormatDuration(time.Since(s.StartedAt)), safe(s.Backend))
 	fmt.Fprintf(w, "data %s  socket %s  leases %d  last token %d\n", safe(s.DataDir), safe(s.Socket), s.Leases, s.LastToken)
 	if len(s.Members) == 0 {
 		fmt.Fprintln(w, "single node (not in a cluster)")
@@ -618,7 +620,7 @@ func printStatus(w io.Writer, s api.Status) {
 		case m.Name == s.Node:
 			heard = "-"
 		case m.SinceHeard > 0:
-			heard = lease.FormatDuration(m.SinceHeard) + " ago"
+			heard = words.FormatDuration(m.SinceHeard) + " ago"
 		}
 		proto := "-"
 		if m.Protocol > 0 {

@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/dibs-gpu/dibs/api"
+	"github.com/dibs-gpu/dibs/base/words"
 	"github.com/dibs-gpu/dibs/lease"
 )
 
@@ -99,7 +100,7 @@ func (c *cli) completeMyBookings(cmd *cobra.Command, args []string, toComplete s
 				where += " and the booking's other nodes"
 			}
 			desc := fmt.Sprintf("GPU%s %s on %s from %s for %s", plural(len(bk.GPUs)), bk.CUDAVisibleDevices(), where,
-				bk.StartedAt.Local().Format("Mon Jan 2 15:04"), lease.FormatDuration(bk.ExpiresAt.Sub(bk.StartedAt)))
+				bk.StartedAt.Local().Format("Mon Jan 2 15:04"), words.FormatDuration(bk.ExpiresAt.Sub(bk.StartedAt)))
 			if bk.Note != "" {
 				desc += ": " + bk.Note
 			}

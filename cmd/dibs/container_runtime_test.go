@@ -14,8 +14,9 @@ import (
 
 	"github.com/dibs-gpu/dibs/agent/agenttest"
 	"github.com/dibs-gpu/dibs/api"
-	"github.com/dibs-gpu/dibs/internal/poll"
-	"github.com/dibs-gpu/dibs/internal/prereq"
+	"github.com/dibs-gpu/dibs/base/poll"
+	"github.com/dibs-gpu/dibs/base/prereq"
+	"github.com/dibs-gpu/dibs/job"
 	"github.com/dibs-gpu/dibs/lease"
 	"github.com/dibs-gpu/dibs/nodeprobe"
 	"github.com/dibs-gpu/dibs/nodeprobe/procfs"
@@ -285,7 +286,7 @@ func containerFromASession(t *testing.T, rt ctrRuntime, image string) {
 
 	// What the probe reads of it, as every backend attributes a GPU pid.
 	o := procfs.NewReader("/proc", procfs.NewUsers(time.Now)).Attribute(pid, "")
-	if o.UID != 0 || o.Container != cid[:lease.ContainerIDLen] || o.LeaseID != r.ID {
+	if o.UID != 0 || o.Container != cid[:job.ContainerIDLen] || o.LeaseID != r.ID {
 		t.Fatalf("procfs reads container pid %d as %+v; want root, container %s, lease %s", pid, o, cid[:12], r.ID)
 	}
 	// On a GPU of that lease (its holder someone else than root, as for a

@@ -8,7 +8,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/dibs-gpu/dibs/api"
-	"github.com/dibs-gpu/dibs/internal/daemoncmd"
+	"github.com/dibs-gpu/dibs/cmd/internal/daemoncmd"
 	"github.com/dibs-gpu/dibs/tui"
 )
 

@@ -51,7 +51,7 @@ func (c *cli) daemonCmds() []*cobra.Command {
 
 // runBoard opens the board on this terminal over cl's socket: dibsd runs
 // it (`dibsd tui`), so the board's libraries load only when a board opens,
-// not for every `dibs ls` (internal/daemoncmd/board.go says why).
+// not for every `dibs ls` (cmd/internal/daemoncmd/board.go says why).
 func runBoard(cl *api.Client) error {
 	return execDaemon("the board runs in dibsd", []string{"tui", "--socket", cl.Socket()})
 }

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dibs-gpu/dibs/internal/daemoncmd"
+	"github.com/dibs-gpu/dibs/cmd/internal/daemoncmd"
 )
 
 // TestGenDocs checks what a package ships: one man page per visible command

@@ -12,9 +12,9 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/dibs-gpu/dibs/api"
-	"github.com/dibs-gpu/dibs/internal/columns"
-	"github.com/dibs-gpu/dibs/internal/doctor"
-	"github.com/dibs-gpu/dibs/lease"
+	"github.com/dibs-gpu/dibs/base/columns"
+	"github.com/dibs-gpu/dibs/base/words"
+	"github.com/dibs-gpu/dibs/outgrow/doctor"
 )
 
 func doctorCmd(c *cli) *cobra.Command {
@@ -30,7 +30,7 @@ the window: stay, tune dibs (which settings), or move to SLURM. The thresholds
 behind the verdict are in docs/doctor.md. Exits 1 when a check fails.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if _, err := lease.ParseDuration(window); err != nil {
+			if _, err := words.ParseDuration(window); err != nil {
 				return fmt.Errorf("--window: %w", err)
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -85,7 +85,7 @@ func printDoctor(w io.Writer, r api.DoctorReport) {
 	if f == nil || v == nil {
 		return
 	}
-	fmt.Fprintf(w, "\nHave we outgrown dibs? (last %s, since %s)\n", lease.FormatDuration(f.Window), f.Since.Local().Format("Mon Jan 2 15:04"))
+	fmt.Fprintf(w, "\nHave we outgrown dibs? (last %s, since %s)\n", words.FormatDuration(f.Window), f.Since.Local().Format("Mon Jan 2 15:04"))
 	row := func(name, format string, args ...any) {
 		fmt.Fprintf(w, "  %-14s %s\n", name, safe(fmt.Sprintf(format, args...)))
 	}
@@ -101,7 +101,7 @@ func printDoctor(w io.Writer, r api.DoctorReport) {
 	}
 	row("held", "%.0f GPU-hours in %d leases%s", f.HeldGPUHours, f.Leases, top)
 	row("GPU time", "busy %s, held but idle %s, free %s (sampled %s, %s of the window)",
-		share(f.BusyShare), share(f.HeldIdleShare), share(f.FreeShare), lease.FormatDuration(f.Sampled.Round(time.Minute)), share(f.Coverage))
+		share(f.BusyShare), share(f.HeldIdleShare), share(f.FreeShare), words.FormatDuration(f.Sampled.Round(time.Minute)), share(f.Coverage))
 	row("squatted", "%.1f GPU-hours (%s of GPU time), from samples", f.SquattedGPUHours, share(f.SquattedShare))
 	row("work waiting", "%s of the time; %s while GPUs sat held but idle (%.1f GPU-hours idle meanwhile)", share(f.WaitingShare), share(f.WaitingIdleShare), f.WaitingIdleGPUHours)
 	row("queue waits", "p50 %s, p95 %s, max %s over %d queued runs", dur(f.WaitP50), dur(f.WaitP95), dur(f.WaitMax), f.Queued)
@@ -134,5 +134,5 @@ func dur(d time.Duration) string {
 	if d <= 0 {
 		return "0s"
 	}
-	return lease.FormatDuration(d)
+	return words.FormatDuration(d)
 }

@@ -15,10 +15,10 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/dibs-gpu/dibs/api"
+	"github.com/dibs-gpu/dibs/base/columns"
+	"github.com/dibs-gpu/dibs/base/termsafe"
+	"github.com/dibs-gpu/dibs/base/words"
 	"github.com/dibs-gpu/dibs/event"
-	"github.com/dibs-gpu/dibs/internal/columns"
-	"github.com/dibs-gpu/dibs/internal/termsafe"
-	"github.com/dibs-gpu/dibs/lease"
 )
 
 // The commands that keep a person posted on what happens to their work
@@ -43,7 +43,7 @@ Kinds: ` + kindList(),
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if req.Since != "" {
-				if _, err := lease.ParseDuration(req.Since); err != nil {
+				if _, err := words.ParseDuration(req.Since); err != nil {
 					return fmt.Errorf("--since: %w", err)
 				}
 			}

@@ -6,9 +6,9 @@ import (
 	"testing"
 
 	"github.com/dibs-gpu/dibs/api"
-	"github.com/dibs-gpu/dibs/internal/slurm"
 	"github.com/dibs-gpu/dibs/lease"
 	"github.com/dibs-gpu/dibs/nodeprobe"
+	"github.com/dibs-gpu/dibs/outgrow/slurm"
 	"github.com/dibs-gpu/dibs/queue"
 )
 

@@ -20,7 +20,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/dibs-gpu/dibs/api"
-	"github.com/dibs-gpu/dibs/lease"
+	"github.com/dibs-gpu/dibs/base/words"
+	"github.com/dibs-gpu/dibs/job"
 )
 
 // jupyterStartWait bounds how long `dibs jupyter` waits for the server to
@@ -143,7 +144,7 @@ func jupyter(c *cli, req api.ClaimRequest, port int, host string, asJSON bool) e
 	}
 	defer os.Remove(tokenFile)
 	wd, _ := os.Getwd()
-	req.Run = &api.RunSpec{Name: name, Dir: wd, Command: []string{"/bin/sh", "-c", jupyterCommand(app, tokenFile, sock)}, Env: lease.PickEnv(os.Environ())}
+	req.Run = &api.RunSpec{Name: name, Dir: wd, Command: []string{"/bin/sh", "-c", jupyterCommand(app, tokenFile, sock)}, Env: job.PickEnv(os.Environ())}
 	if req.Note == "" {
 		req.Note = "jupyter"
 	}
@@ -309,7 +310,7 @@ func waitServing(ctx context.Context, cl *api.Client, id, sock, token string) er
 			}
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("the server did not answer on %s within %s: `dibs logs %s` shows what it printed, `dibs attach %s` shows it live, `dibs release %s` gives up", sock, lease.FormatDuration(jupyterStartWait), id, id, id)
+			return fmt.Errorf("the server did not answer on %s within %s: `dibs logs %s` shows what it printed, `dibs attach %s` shows it live, `dibs release %s` gives up", sock, words.FormatDuration(jupyterStartWait), id, id, id)
 		}
 		select {
 		case <-ctx.Done():

@@ -10,7 +10,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/dibs-gpu/dibs/api"
-	"github.com/dibs-gpu/dibs/internal/columns"
+	"github.com/dibs-gpu/dibs/base/columns"
+	"github.com/dibs-gpu/dibs/base/words"
 	"github.com/dibs-gpu/dibs/lease"
 	"github.com/dibs-gpu/dibs/nodeprobe"
 )
@@ -54,9 +55,9 @@ func printBoard(w io.Writer, b api.Board, now time.Time) {
 		switch n.State {
 		case api.NodeAlive:
 		case api.NodeRestarting:
-			fmt.Fprintf(w, "%-8s restarting: its agent is away, its leases and gangs hold for the grace (last heard %s ago)\n", columns.Clip(n.Name, 8), lease.FormatDuration(now.Sub(n.TelemetryAt)))
+			fmt.Fprintf(w, "%-8s restarting: its agent is away, its leases and gangs hold for the grace (last heard %s ago)\n", columns.Clip(n.Name, 8), words.FormatDuration(now.Sub(n.TelemetryAt)))
 		default:
-			fmt.Fprintf(w, "%-8s %s: GPUs unknown (last heard %s ago)\n", columns.Clip(n.Name, 8), n.State, lease.FormatDuration(now.Sub(n.TelemetryAt)))
+			fmt.Fprintf(w, "%-8s %s: GPUs unknown (last heard %s ago)\n", columns.Clip(n.Name, 8), n.State, words.FormatDuration(now.Sub(n.TelemetryAt)))
 		}
 		if len(n.Host.Tags) > 0 {
 			fmt.Fprintf(w, "%-8s pools: %s\n", columns.Clip(n.Name, 8), columns.Clip(strings.Join(n.Host.Tags, ", "), 60))
@@ -169,7 +170,7 @@ func timeLeft(l lease.Lease, now time.Time) string {
 	if !l.ExpiresAt.After(now) {
 		return "over"
 	}
-	return lease.FormatDuration(l.ExpiresAt.Sub(now))
+	return words.FormatDuration(l.ExpiresAt.Sub(now))
 }
 
 // gpusCell is a table's GPUS cell for a lease, clipped to width: a MIG

@@ -13,8 +13,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/dibs-gpu/dibs/api"
-	"github.com/dibs-gpu/dibs/internal/termsafe"
-	"github.com/dibs-gpu/dibs/lease"
+	"github.com/dibs-gpu/dibs/base/refusal"
+	"github.com/dibs-gpu/dibs/base/termsafe"
 )
 
 // cli carries what every subcommand needs instead of package-level state.
@@ -78,8 +78,8 @@ func printJSONError(w io.Writer, err error) {
 	switch {
 	case errors.As(err, &ae) && ae.Code != "":
 		je.Code = ae.Code
-	case lease.CodeOf(err) != "":
-		je.Code = string(lease.CodeOf(err))
+	case refusal.CodeOf(err) != "":
+		je.Code = string(refusal.CodeOf(err))
 	}
 	if perr := printJSON(w, je); perr != nil {
 		fmt.Fprintln(w, "dibs: "+safe(err.Error()))

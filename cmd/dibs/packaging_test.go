@@ -14,7 +14,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/dibs-gpu/dibs/agent/config"
-	"github.com/dibs-gpu/dibs/internal/daemoncmd"
+	"github.com/dibs-gpu/dibs/cmd/internal/daemoncmd"
 )
 
 // unitDirectives reads a systemd unit as its KEY=VALUE lines, without

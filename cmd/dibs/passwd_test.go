@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/dibs-gpu/dibs/agent/agenttest"
-	"github.com/dibs-gpu/dibs/internal/prereq"
+	"github.com/dibs-gpu/dibs/base/prereq"
 )
 
 // TestSameUIDDifferentPeopleAcrossNodes: two agents whose nodes have

@@ -15,7 +15,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/dibs-gpu/dibs/api"
-	"github.com/dibs-gpu/dibs/internal/columns"
+	"github.com/dibs-gpu/dibs/base/columns"
+	"github.com/dibs-gpu/dibs/base/words"
 	"github.com/dibs-gpu/dibs/lease"
 	"github.com/dibs-gpu/dibs/queue"
 )
@@ -405,7 +406,7 @@ func printQueueWith(w io.Writer, q api.Queue, now time.Time, verbose bool) {
 		case !e.EstStart.IsZero() && !e.EstStart.After(now):
 			start = "now"
 		case !e.EstStart.IsZero():
-			start = "in " + lease.FormatDuration(e.EstStart.Sub(now))
+			start = "in " + words.FormatDuration(e.EstStart.Sub(now))
 		}
 		if e.Array != nil {
 			why = safe(e.Array.Summary(e.ID)) // n1-q7[3-5] running, 12 waiting, 3 done
@@ -461,7 +462,7 @@ func usageCmd(c *cli) *cobra.Command {
 		Short:             "GPU-hours per user over a window, and each user's fair-share factor",
 		Args:              cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if _, err := lease.ParseDuration(window); err != nil {
+			if _, err := words.ParseDuration(window); err != nil {
 				return fmt.Errorf("--window: %w", err)
 			}
 			ctx, cancel := reqCtx()
@@ -488,7 +489,7 @@ func printUsage(w io.Writer, u api.UsageReport) {
 	fmt.Fprintf(w, "since %s\n", u.Since.Local().Format("Mon Jan 2 15:04"))
 	fmt.Fprintf(w, "%-12s %10s %12s %6s %10s %8s\n", "USER", "GPU-HOURS", "DECAYED", "SHARE", "FAIRSHARE", "RUNNING")
 	for _, x := range u.Users {
-		fmt.Fprintf(w, "%-12s %10.1f %12.1f %6.1f %10.3f %8s\n", columns.Clip(safe(x.User), 12), x.GPUHours, x.Decayed, x.Share, x.FairShare, lease.FormatGPUs(x.Running))
+		fmt.Fprintf(w, "%-12s %10.1f %12.1f %6.1f %10.3f %8s\n", columns.Clip(safe(x.User), 12), x.GPUHours, x.Decayed, x.Share, x.FairShare, words.FormatGPUs(x.Running))
 	}
 	if len(u.Missing) > 0 {
 		missing := make([]string, len(u.Missing))
@@ -512,9 +513,9 @@ func withdrawAfterWait(stderr io.Writer, cl *api.Client, id string, wait time.Du
 	}
 	fmt.Fprintln(stderr)
 	if err != nil {
-		return fmt.Errorf("gave up on %s after waiting %s, but could not withdraw it: %w (withdraw it with `dibs cancel %s`)", id, lease.FormatDuration(wait), err, id)
+		return fmt.Errorf("gave up on %s after waiting %s, but could not withdraw it: %w (withdraw it with `dibs cancel %s`)", id, words.FormatDuration(wait), err, id)
 	}
-	return &exitError{code: exitGaveUp, msg: fmt.Sprintf("gave up after waiting %s: nothing fitted, so %s was withdrawn (`dibs queue` shows what waits; try a longer --wait, or fewer GPUs)", lease.FormatDuration(wait), safe(id))}
+	return &exitError{code: exitGaveUp, msg: fmt.Sprintf("gave up after waiting %s: nothing fitted, so %s was withdrawn (`dibs queue` shows what waits; try a longer --wait, or fewer GPUs)", words.FormatDuration(wait), safe(id))}
 }
 
 // exitGaveUp is the status of a claim whose --wait ran out (timeout(1)'s).

@@ -12,10 +12,10 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/dibs-gpu/dibs/api"
-	"github.com/dibs-gpu/dibs/internal/columns"
-	"github.com/dibs-gpu/dibs/internal/replay"
-	"github.com/dibs-gpu/dibs/lease"
+	"github.com/dibs-gpu/dibs/base/columns"
+	"github.com/dibs-gpu/dibs/base/words"
 	"github.com/dibs-gpu/dibs/nodeprobe"
+	"github.com/dibs-gpu/dibs/outgrow/replay"
 )
 
 type replayFlags struct {
@@ -181,7 +181,7 @@ func doctorWindow(rep api.DoctorReport) time.Duration {
 func printReplay(w io.Writer, out replayOutput) {
 	t := out.Trace
 	fmt.Fprintf(w, "replay of %s: %s on %s, %s, %s to %s (%s)\n\n", safe(columns.OrDash(t.Name)), counted(t.Requests, "request"), counted(t.Nodes, "node"), counted(t.GPUs, "GPU"),
-		t.Start.UTC().Format("Mon Jan 2 15:04"), t.End.UTC().Format("Mon Jan 2 15:04"), lease.FormatDuration(t.End.Sub(t.Start)))
+		t.Start.UTC().Format("Mon Jan 2 15:04"), t.End.UTC().Format("Mon Jan 2 15:04"), words.FormatDuration(t.End.Sub(t.Start)))
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "POLICY\tUTIL\tBUSY\tHELD IDLE\tFREE\tWAIT P50\tWAIT P95\tFAIRNESS\tSERVED\tNEVER STARTED\tALSO")
 	for _, r := range out.Results {

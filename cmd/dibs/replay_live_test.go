@@ -11,9 +11,10 @@ import (
 
 	"github.com/dibs-gpu/dibs/agent/agenttest"
 	"github.com/dibs-gpu/dibs/api"
-	"github.com/dibs-gpu/dibs/internal/poll"
-	"github.com/dibs-gpu/dibs/internal/replay"
+	"github.com/dibs-gpu/dibs/base/poll"
+	"github.com/dibs-gpu/dibs/base/words"
 	"github.com/dibs-gpu/dibs/lease"
+	"github.com/dibs-gpu/dibs/outgrow/replay"
 	"github.com/dibs-gpu/dibs/queue"
 )
 
@@ -118,7 +119,7 @@ func TestReplayMatchesTheLiveScheduler(t *testing.T) {
 		}
 		switch m.input.Kind {
 		case replay.StepSubmit:
-			sub := api.SubmitRequest{Claim: api.ClaimRequest{Duration: lease.FormatDuration(r.Limit)}}
+			sub := api.SubmitRequest{Claim: api.ClaimRequest{Duration: words.FormatDuration(r.Limit)}}
 			if r.Nodes > 1 {
 				sub.Nodes, sub.GPUsPerNode = r.Nodes, r.GPUs
 				sub.Claim.Run = &api.RunSpec{Command: []string{"sleep", "3600"}}

@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/dibs-gpu/dibs/api"
-	"github.com/dibs-gpu/dibs/internal/doctor"
+	"github.com/dibs-gpu/dibs/outgrow/doctor"
 )
 
 // TestOneGPUIsSingular: the doctor's summary of a one-node, one-GPU cluster

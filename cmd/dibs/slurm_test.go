@@ -20,12 +20,12 @@ import (
 	"github.com/dibs-gpu/dibs/agent"
 	"github.com/dibs-gpu/dibs/agent/agenttest"
 	"github.com/dibs-gpu/dibs/api"
-	"github.com/dibs-gpu/dibs/internal/poll"
-	"github.com/dibs-gpu/dibs/lease"
+	"github.com/dibs-gpu/dibs/base/poll"
+	"github.com/dibs-gpu/dibs/base/words"
 	"github.com/dibs-gpu/dibs/nodeprobe"
 	simprobe "github.com/dibs-gpu/dibs/nodeprobe/sim"
 
-	"github.com/dibs-gpu/dibs/internal/prereq"
+	"github.com/dibs-gpu/dibs/base/prereq"
 )
 
 // hostProbe is the simulator with this machine's real CPUs and memory, so
@@ -85,7 +85,7 @@ func TestExportRunsUnderRealSLURM(t *testing.T) {
 	// host name), so the dibs node is named after it.
 	host, err := os.Hostname()
 	host, _, _ = strings.Cut(host, ".")
-	if err != nil || lease.ValidNodeName(host) != nil {
+	if err != nil || words.ValidNodeName(host) != nil {
 		t.Skipf("this machine's short host name %q cannot be a dibs and SLURM node name", host)
 	}
 	dir := agenttest.PublicDir(t)

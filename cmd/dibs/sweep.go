@@ -9,6 +9,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/dibs-gpu/dibs/api"
+	"github.com/dibs-gpu/dibs/job"
 	"github.com/dibs-gpu/dibs/lease"
 	"github.com/dibs-gpu/dibs/queue"
 )
@@ -65,7 +66,7 @@ func printArrays(w io.Writer, leases []lease.Lease) {
 	var ids []string
 	for _, l := range leases {
 		entry, _, _ := strings.Cut(l.Entry, "#")
-		arr, idx, ok := lease.ArrayTaskOf(entry)
+		arr, idx, ok := job.ArrayTaskOf(entry)
 		if !ok || !l.ReservedUntil.IsZero() {
 			continue
 		}

@@ -5,7 +5,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/dibs-gpu/dibs/internal/buildinfo"
+	"github.com/dibs-gpu/dibs/base/buildinfo"
 )
 
 // buildInfo is this binary's release, for `dibs version`, `dibs --version`

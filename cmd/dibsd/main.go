@@ -2,13 +2,13 @@
 // `dibsd agent` runs on every GPU node (the packaged dibs.service), and it
 // also carries the demo, the GPU probe, keygen and config check. People run
 // the client, dibs, which links none of the daemon and hands those verbs
-// here. The commands live in internal/daemoncmd.
+// here. The commands live in cmd/internal/daemoncmd.
 package main
 
 import (
 	"os"
 
-	"github.com/dibs-gpu/dibs/internal/daemoncmd"
+	"github.com/dibs-gpu/dibs/cmd/internal/daemoncmd"
 )
 
 func main() {

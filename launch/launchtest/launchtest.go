@@ -17,7 +17,7 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/dibs-gpu/dibs/internal/prereq"
+	"github.com/dibs-gpu/dibs/base/prereq"
 	"github.com/dibs-gpu/dibs/launch"
 )
 

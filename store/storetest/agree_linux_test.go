@@ -10,7 +10,9 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/dibs-gpu/dibs/internal/prereq"
+	"github.com/dibs-gpu/dibs/base/prereq"
+	"github.com/dibs-gpu/dibs/base/refusal"
+	"github.com/dibs-gpu/dibs/base/words"
 	"github.com/dibs-gpu/dibs/lease"
 	"github.com/dibs-gpu/dibs/store"
 	"github.com/dibs-gpu/dibs/store/storetest"
@@ -50,7 +52,7 @@ func TestDiskFullAgreesWithBolt(t *testing.T) {
 	var l lease.Lease
 	for i := uint64(1); i < 2000 && realErr == nil; i++ {
 		l = mkLease(i, int(i%8))
-		l.Note = strings.Repeat("x", lease.MaxNoteLen)
+		l.Note = strings.Repeat("x", words.MaxNoteLen)
 		realErr = real.Put(l)
 	}
 	if realErr == nil {
@@ -58,7 +60,7 @@ func TestDiskFullAgreesWithBolt(t *testing.T) {
 	}
 	fake := storetest.New(storetest.Options{Path: real.Path()})
 	fake.SetFault(storetest.DiskFull)
-	if fakeErr := fake.Put(l); errText(fakeErr) != errText(realErr) || lease.CodeOf(fakeErr) != lease.CodeOf(realErr) {
-		t.Errorf("full disk: bbolt says %q (%s), the fake %q (%s)", realErr, lease.CodeOf(realErr), fakeErr, lease.CodeOf(fakeErr))
+	if fakeErr := fake.Put(l); errText(fakeErr) != errText(realErr) || refusal.CodeOf(fakeErr) != refusal.CodeOf(realErr) {
+		t.Errorf("full disk: bbolt says %q (%s), the fake %q (%s)", realErr, refusal.CodeOf(realErr), fakeErr, refusal.CodeOf(fakeErr))
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dibs-gpu/dibs/job"
 	"github.com/dibs-gpu/dibs/lease"
 	"github.com/dibs-gpu/dibs/queue"
 	"github.com/dibs-gpu/dibs/store"
@@ -29,7 +30,7 @@ func TestAgreesWithBolt(t *testing.T) {
 	running := mkEntry(1)
 	running.Running, running.Attempt = true, 2
 	withJob := mkEntry(2)
-	withJob.Job = &lease.Job{Command: []string{"torchrun", "train.py"}, Dir: "/home/bob", Torchrun: true}
+	withJob.Job = &job.Job{Command: []string{"torchrun", "train.py"}, Dir: "/home/bob", Torchrun: true}
 	now := mkLease(9, 3)
 	now.StartedAt, now.ExpiresAt = time.Now(), time.Now().Add(time.Hour) // monotonic readings, local zone
 	steps := []struct {

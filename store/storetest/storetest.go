@@ -32,7 +32,7 @@ const (
 	// as bbolt rolls back a transaction whose fsync failed.
 	SyncError
 	// DiskFull refuses the write as the bbolt store does on a full disk:
-	// a lease.Error with CodeUnavailable saying what to free.
+	// a refusal.Error with CodeUnavailable saying what to free.
 	DiskFull
 )
 

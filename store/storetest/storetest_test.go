@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dibs-gpu/dibs/base/refusal"
 	"github.com/dibs-gpu/dibs/lease"
 	"github.com/dibs-gpu/dibs/queue"
 	"github.com/dibs-gpu/dibs/store/storetest"
@@ -94,13 +95,13 @@ func TestFaults(t *testing.T) {
 		check func(t *testing.T, err error)
 	}{
 		{storetest.SyncError, func(t *testing.T, err error) {
-			if !errors.Is(err, syscall.EIO) || lease.CodeOf(err) != "" {
-				t.Errorf("error %v (code %q), want EIO and no refusal code", err, lease.CodeOf(err))
+			if !errors.Is(err, syscall.EIO) || refusal.CodeOf(err) != "" {
+				t.Errorf("error %v (code %q), want EIO and no refusal code", err, refusal.CodeOf(err))
 			}
 		}},
 		{storetest.DiskFull, func(t *testing.T, err error) {
-			if lease.CodeOf(err) != lease.CodeUnavailable {
-				t.Errorf("code %q, want %q (error %v)", lease.CodeOf(err), lease.CodeUnavailable, err)
+			if refusal.CodeOf(err) != refusal.CodeUnavailable {
+				t.Errorf("code %q, want %q (error %v)", refusal.CodeOf(err), refusal.CodeUnavailable, err)
 			}
 			for _, want := range []string{"the disk holding " + path + " is full", "free some space"} {
 				if !strings.Contains(err.Error(), want) {
@@ -144,16 +145,16 @@ func TestFailNext(t *testing.T) {
 	s.FailNext(storetest.SyncError, 1)
 	steps := []struct {
 		l    lease.Lease
-		code lease.Code
+		code refusal.Code
 		eio  bool
 	}{
-		{mkLease(1, 0), lease.CodeUnavailable, false},
+		{mkLease(1, 0), refusal.CodeUnavailable, false},
 		{mkLease(2, 1), "", true},
 		{mkLease(3, 2), "", false},
 	}
 	for i, st := range steps {
 		err := s.Put(st.l)
-		if lease.CodeOf(err) != st.code || errors.Is(err, syscall.EIO) != st.eio || (err == nil) != (st.code == "" && !st.eio) {
+		if refusal.CodeOf(err) != st.code || errors.Is(err, syscall.EIO) != st.eio || (err == nil) != (st.code == "" && !st.eio) {
 			t.Errorf("write %d: %v, want code %q, EIO %v", i+1, err, st.code, st.eio)
 		}
 	}

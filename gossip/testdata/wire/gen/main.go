@@ -36,9 +36,9 @@ import (
 // recorder keeps what a call sent and ends the call.
 type recorder struct{ body []byte }
 
-func (r *recorder) Request(_ context.Context, _, _ string, body []byte) ([]byte, lease.Code, string, error) {
+func (r *recorder) Request(_ context.Context, _, _ string, body []byte) ([]byte, codeT, string, error) {
 	r.body = append([]byte(nil), body...)
-	return nil, lease.CodeInvalid, "recorded", nil
+	return nil, "invalid", "recorded", nil
 }
 
 // Protocols says the other end speaks protocol 6 only (v0.1.0); a release
@@ -48,7 +48,7 @@ func (r *recorder) Protocols(string) (int, int, bool) { return 6, 6, true }
 // replier answers every call with one reply.
 type replier struct{ reply []byte }
 
-func (r replier) Request(context.Context, string, string, []byte) ([]byte, lease.Code, string, error) {
+func (r replier) Request(context.Context, string, string, []byte) ([]byte, codeT, string, error) {
 	return r.reply, "", "", nil
 }
 func (r replier) Protocols(string) (int, int, bool) { return 6, 6, true }
@@ -111,7 +111,7 @@ func samples() []sample {
 	e := &start.Entry
 	e.ID, e.Origin, e.User, e.UID, e.SubmittedAt = "node02-q3", "node02", "alice", 1001, t0
 	e.Nodes, e.GPUsPerNode, e.Duration, e.Kind, e.Note = 2, 2, time.Hour, lease.KindBatch, "gang"
-	e.Job = &lease.Job{Command: []string{"python", "train.py"}, Dir: "/home/alice"}
+	e.Job = &jobT{Command: []string{"python", "train.py"}, Dir: "/home/alice"}
 	var out []sample
 	add(&out, peer.Claim, peer.As("alice"), peer.ClaimRequest{Count: 2, Duration: 4 * time.Hour, Note: "ablation sweep", Kind: lease.KindBatch,
 		Run: &peer.Run{Command: []string{"python", "train.py"}, Dir: "/home/alice", Env: map[string]string{"PATH": "/usr/bin"}}, RequestID: "req-0123456789"},
