@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -71,6 +72,11 @@ func CPUMain(args []string, w io.Writer) error {
 	if len(args) == 0 {
 		return errors.New("usage: _cpus LIST [COMMAND...] | _cpus rank COMMAND...")
 	}
+	// sched_setaffinity binds the calling thread, and execve keeps the
+	// calling thread's binding: both must run on one thread, which a
+	// goroutine is not otherwise held to (seen under load: the command ran
+	// on every core).
+	runtime.LockOSThread()
 	env := os.Environ()
 	list, cmd := args[0], args[1:]
 	if list == "rank" {
