@@ -148,6 +148,11 @@ func TestCPUsPerGPUChoosesCoresOfTheSocket(t *testing.T) {
 			t.Errorf("dibs ls lacks %q:\n%s", want, ls)
 		}
 	}
+	for _, line := range strings.Split(ls, "\n") {
+		if n := len([]rune(line)); n > 80 && !strings.HasPrefix(line, "! ") { // notices wrap as the terminal does
+			t.Errorf("ls line is %d columns, want ≤ 80: %q", n, line)
+		}
+	}
 	script, errOut, code := dibs(t, p.socket, nil, "export", "sbatch", id1)
 	if code != 0 || !strings.Contains(script, "#SBATCH --gpus-per-node=2\n#SBATCH --cpus-per-gpu=4\n#SBATCH --gpu-bind=closest\n") {
 		t.Errorf("export sbatch %s: exit %d %s, want --cpus-per-gpu=4 and --gpu-bind=closest after the GPUs:\n%s", id1, code, errOut, script)

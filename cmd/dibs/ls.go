@@ -68,7 +68,7 @@ func printBoard(w io.Writer, b api.Board, now time.Time) {
 				gpus = append(gpus, g.GPU)
 			}
 			if line := lease.CoresLine(gpus); line != "" {
-				fmt.Fprintf(w, "%-8s cores: %s\n", columns.Clip(n.Name, 8), columns.Clip(line, 70))
+				fmt.Fprintf(w, "%-8s cores: %s\n", columns.Clip(n.Name, 8), columns.Clip(line, 64))
 			}
 		}
 		for _, g := range n.GPUs {
@@ -210,7 +210,7 @@ func printCores(w io.Writer, l lease.Lease, leases []lease.Lease) {
 	for _, sh := range lease.SharedCores(l, leases) {
 		line += fmt.Sprintf(" (shares %s with %s)", sh.CPUs, sh.Lease.ID)
 	}
-	fmt.Fprintf(w, "%12s └ %s\n", "", columns.Clip(line, 66))
+	fmt.Fprintf(w, "%12s └ %s\n", "", columns.Clip(line, 64))
 }
 
 // leaseNote is a table's NOTE cell: the note, after "borrowed" for a lease
