@@ -97,6 +97,21 @@ func TestSessionRunsOnItsGPUsSocket(t *testing.T) {
 	if got, all := sessionAllowed(t, sa, "sh"), onlineCPUs(t); got != all {
 		t.Errorf("a run with --cpus any runs on CPUs %q, want every one (%s)", got, all)
 	}
+	if _, errOut, code := dibs(t, p.socket, nil, "run", "--ids", "0", "--cpus", "near", "--", "true"); code == 0 || !strings.Contains(errOut, "--cpus near: want local (the cores close to the GPUs, the default) or any") {
+		t.Errorf("--cpus near: exit %d, %q", code, errOut)
+	}
+
+	// An admin's bind_cpus = false starts every session on that node unbound.
+	dir2 := agenttest.PublicDir(t)
+	conf := filepath.Join(dir2, "dibs.toml")
+	if err := os.WriteFile(conf, []byte("[leases]\nbind_cpus = false\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	p2 := startAgent(t, dir2, "--sim", "2xH100-80GB,sockets=2x1", "--config", conf)
+	_, s2, _ := runJSON(t, p2.socket, "--ids", "1", "--name", "unbound", "--", "sleep", "60")
+	if got, all := sessionAllowed(t, s2, "sh"), onlineCPUs(t); got != all {
+		t.Errorf("a run on a node with bind_cpus = false runs on CPUs %q, want every one (%s)", got, all)
+	}
 }
 
 // TestCPUsPerGPUChoosesCoresOfTheSocket: on a simulated node of two
