@@ -73,7 +73,7 @@ func floorPlan() []room {
 	// The ground floor every room above the rules may use: refusals, and
 	// people's words with the bounds of text; then jobs, built on them.
 	ground := []string{"base/refusal", "base/words", "base/termsafe"}
-	rules := slices.Concat(ground, []string{"job", "lease", "queue", "event"})
+	rules := slices.Concat(ground, []string{"job", "runrecord", "lease", "queue", "event"})
 	base := slices.Concat(rules, []string{"outgrow/doctor", "nodeprobe", "launch"})
 
 	plan := []room{
@@ -102,10 +102,12 @@ func floorPlan() []room {
 			may: []string{"base/refusal", "base/termsafe"}, never: append(slices.Clone(pure), bbolt), notItself: noIO},
 		{pkg: "job", what: "what a run starts: Job, RunSpec, the carried environment, array tasks, container ids; no I/O",
 			may: ground, never: append(slices.Clone(pure), bbolt, "lease"), notItself: noIO},
+		{pkg: "runrecord", what: "the record of how GPUs were used: per-GPU samples in bounded memory, per-lease figures, verdicts; pure",
+			may: []string{"nodeprobe"}, never: append(slices.Clone(pure), bbolt), notItself: noIO},
 		// The rules of a lease know nothing of the queue or of events,
 		// which are built on them.
 		{pkg: "lease", what: "the rules of a lease: claims, the table, what is due, judging GPUs, policy, pools, placement, the ledger; no I/O",
-			may: slices.Concat(ground, []string{"job", "nodeprobe"}), never: append(slices.Clone(pure), bbolt, "queue", "event"), notItself: noIO},
+			may: slices.Concat(ground, []string{"job", "nodeprobe", "runrecord"}), never: append(slices.Clone(pure), bbolt, "queue", "event"), notItself: noIO},
 		{pkg: "queue", what: "the rules of queued work: entries, fair-share, the scheduling pass, gangs, arrays, dependencies; no I/O",
 			may: slices.Concat(ground, []string{"job", "lease", "nodeprobe"}), never: append(slices.Clone(pure), bbolt, "event"), notItself: noIO},
 		{pkg: "event", what: "what happened: event kinds and their words, notices, notification settings; no I/O",

@@ -322,7 +322,7 @@ func (a *Agent) build(ctx context.Context) error {
 	a.node = node.New(node.Config{
 		Name: a.cfg.NodeName, Policy: a.cfg.Policy, ProbeInterval: a.cfg.ProbeInterval, SessionPoll: a.cfg.SessionPoll,
 		PreemptSignal: a.cfg.PreemptSignal, CanRunAs: canWrite, Tags: a.cfg.Tags, NoCPUBinding: a.cfg.NoCPUBinding, Log: a.log.With("part", "node"),
-		LedgerPerUserDay: a.cfg.LedgerPerUserDay, KeptRunsFile: keptRunsFile(a.cfg.DataDir),
+		LedgerPerUserDay: a.cfg.LedgerPerUserDay, KeptRunsFile: keptRunsFile(a.cfg.DataDir), FiguresFile: figuresFile(a.cfg.DataDir),
 	}, node.Deps{Store: a.store, Probe: a.deps.Probe, Sessions: a.deps.Sessions, Accounts: a.accounts, Clock: c,
 		Changed: a.changed, LeasesChanged: a.leasesChanged, Events: a.events.Record})
 	sc := a.cfg.Sched // defaulted once, in New
@@ -522,6 +522,9 @@ func (a *Agent) shutdown(how exitHow) error {
 		<-a.ledgerDone
 	}
 	a.doctor.stop()
+	if how == exitCrash {
+		a.node.Crashed()
+	}
 	a.node.Close()
 	a.closeEvents()
 	err := a.store.Close()
@@ -536,6 +539,14 @@ func (a *Agent) Peers() *peer.Mux { return a.peers }
 // keptRunsFile is where a node saves the commands of the runs it started,
 // for `dibs export sbatch` after they end: beside the store, or nowhere
 // when the agent has no data dir (a store given in tests).
+// figuresFile is where the running leases' figures are written down.
+func figuresFile(dataDir string) string {
+	if dataDir == "" {
+		return ""
+	}
+	return filepath.Join(dataDir, "running-figures.json")
+}
+
 func keptRunsFile(dataDir string) string {
 	if dataDir == "" {
 		return ""

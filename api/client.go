@@ -340,6 +340,26 @@ func (c *Client) Leave(ctx context.Context) (LeaveResponse, error) {
 	return r, err
 }
 
+// History lists the ended runs and leases of every node that r's filter
+// matches (`dibs history`).
+func (c *Client) History(ctx context.Context, r HistoryRequest) (HistoryReport, error) {
+	var h HistoryReport
+	err := c.do(ctx, "POST", "/v1/history", r, &h)
+	return h, err
+}
+
+// Samples is GPU gpu's recent readings on node (the agent's own when
+// empty) since then, within the node's window.
+func (c *Client) Samples(ctx context.Context, node string, gpu int, since time.Time) (SamplesReport, error) {
+	var s SamplesReport
+	err := c.do(ctx, "POST", "/v1/samples", struct {
+		Node  string    `json:"node,omitempty"`
+		GPU   int       `json:"gpu"`
+		Since time.Time `json:"since,omitzero"`
+	}{node, gpu, since}, &s)
+	return s, err
+}
+
 // Usage reports GPU-hours per user since window ago, and fair-share factors.
 func (c *Client) Usage(ctx context.Context, window string) (UsageReport, error) {
 	var u UsageReport

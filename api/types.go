@@ -434,4 +434,8 @@ type UserUsage struct {
 	// GPU. The usage view and `dibs usage` show it.
 	Running float64 `json:"running"`
 	Quota   int     `json:"quota,omitempty"`
+	// IdleGPUHours is the part of GPUHours whose GPUs sat at 0 %: held
+	// but idle (from ended leases that kept figures; older ones count as
+	// used).
+	IdleGPUHours float64 `json:"idle_gpu_hours,omitempty"`
 }

@@ -6,6 +6,7 @@ import (
 
 	"github.com/dibs-gpu/dibs/base/refusal"
 	"github.com/dibs-gpu/dibs/base/words"
+	"github.com/dibs-gpu/dibs/runrecord"
 )
 
 // LedgerEntry is one ended lease, kept on its node so usage and fair-share
@@ -37,6 +38,15 @@ type LedgerEntry struct {
 	// Reserved: it ended as an uncommitted gang reservation, so nothing
 	// ran (a restarted node tells its origins so, from the ledger).
 	Reserved bool `json:"reserved,omitempty"`
+	// Figures are what its GPUs did while it ran (nil: written before
+	// dibs kept them, or it never ran), and IdleGPUSeconds the part of
+	// its GPU-seconds its GPUs sat at 0 % (summed when rows fold, so
+	// `dibs usage` can tell held-but-idle from used).
+	Figures        *runrecord.Figures `json:"figures,omitempty"`
+	IdleGPUSeconds float64            `json:"idle_gpu_seconds,omitempty"`
+	// Folded is how many ended leases a compacted row stands for (0 on
+	// rows written before it was counted).
+	Folded int `json:"folded,omitempty"`
 }
 
 // Ended builds the ledger entry for a lease ending at end. A MIG or shared
@@ -107,6 +117,14 @@ func (e *LedgerEntry) Validate() error {
 	if e.Limit < 0 || e.Limit > 2*words.MaxDuration {
 		return refusal.Invalidf("ledger entry %s has a time limit out of range", e.LeaseID)
 	}
+	if e.IdleGPUSeconds < 0 || math.IsNaN(e.IdleGPUSeconds) || e.IdleGPUSeconds > e.GPUSeconds+1 || e.Folded < 0 {
+		return refusal.Invalidf("ledger entry %s has idle GPU-seconds or a fold count out of range", e.LeaseID)
+	}
+	if e.Figures != nil {
+		if err := e.Figures.Validate(); err != nil {
+			return refusal.Wrapf(refusal.CodeInvalid, err, "ledger entry %s: %v", e.LeaseID, err)
+		}
+	}
 	if e.Rank < 0 || e.Rank >= words.MaxGangNodes {
 		return refusal.Invalidf("ledger entry %s has a rank out of range", e.LeaseID)
 	}
@@ -164,6 +182,8 @@ func CompactLedger(entries []LedgerEntry) (rows []LedgerEntry, replaced [][]int)
 		row := LedgerEntry{LeaseID: first.LeaseID, Node: first.Node, User: first.User, UID: first.UID,
 			Start: first.Start, End: first.End, Reason: ReasonCompacted}
 		for _, i := range idx {
+			row.Folded += max(entries[i].Folded, 1)
+			row.IdleGPUSeconds += entries[i].IdleGPUSeconds
 			e := entries[i]
 			if e.Start.Before(row.Start) {
 				row.Start, row.LeaseID = e.Start, e.LeaseID
@@ -201,8 +221,11 @@ const DefaultLedgerPerUserDay = 2000
 func FoldInto(row, e LedgerEntry) LedgerEntry {
 	if row.LeaseID == "" {
 		return LedgerEntry{LeaseID: e.LeaseID, Node: e.Node, User: e.User, UID: e.UID,
-			Start: e.Start, End: e.End, GPUSeconds: e.GPUSeconds, Reason: ReasonCompacted}
+			Start: e.Start, End: e.End, GPUSeconds: e.GPUSeconds, Reason: ReasonCompacted,
+			IdleGPUSeconds: e.IdleGPUSeconds, Folded: max(e.Folded, 1)}
 	}
+	row.Folded = max(row.Folded, 1) + max(e.Folded, 1)
+	row.IdleGPUSeconds += e.IdleGPUSeconds
 	if e.Start.Before(row.Start) {
 		row.Start = e.Start
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/dibs-gpu/dibs/job"
 	"github.com/dibs-gpu/dibs/lease"
 	"github.com/dibs-gpu/dibs/queue"
+	"github.com/dibs-gpu/dibs/runrecord"
 )
 
 // recordVersion is the first byte of every lease, queue and ledger body in a
@@ -280,6 +281,10 @@ type ledgerRecord struct {
 	QueuedAt time.Time `json:"queued_at,omitzero"`
 	// Added with restarts that remember ended queued runs, optional.
 	Reserved bool `json:"reserved,omitempty"`
+	// Added with the record of each run (issue 34), optional.
+	Figures        *runrecord.Figures `json:"figures,omitempty"`
+	IdleGPUSeconds float64            `json:"idle_gpu_seconds,omitempty"`
+	Folded         int                `json:"folded,omitempty"`
 }
 
 func ledgerToRecord(e lease.LedgerEntry) ledgerRecord {
@@ -287,6 +292,7 @@ func ledgerToRecord(e lease.LedgerEntry) ledgerRecord {
 		LeaseID: e.LeaseID, Node: e.Node, User: e.User, UID: e.UID, GPUs: e.GPUs,
 		Start: e.Start, End: e.End, GPUSeconds: e.GPUSeconds, Reason: e.Reason, By: e.By,
 		Kind: string(e.Kind), Limit: int64(e.Limit), Entry: e.Entry, Gang: e.Gang, Rank: e.Rank, QueuedAt: e.QueuedAt, Reserved: e.Reserved,
+		Figures: e.Figures, IdleGPUSeconds: e.IdleGPUSeconds, Folded: e.Folded,
 	}
 }
 
@@ -295,6 +301,7 @@ func (r *ledgerRecord) entry() lease.LedgerEntry {
 		LeaseID: r.LeaseID, Node: r.Node, User: r.User, UID: r.UID, GPUs: r.GPUs,
 		Start: r.Start, End: r.End, GPUSeconds: r.GPUSeconds, Reason: r.Reason, By: r.By,
 		Kind: lease.Kind(r.Kind), Limit: time.Duration(r.Limit), Entry: r.Entry, Gang: r.Gang, Rank: r.Rank, QueuedAt: r.QueuedAt, Reserved: r.Reserved,
+		Figures: r.Figures, IdleGPUSeconds: r.IdleGPUSeconds, Folded: r.Folded,
 	}
 }
 

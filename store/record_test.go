@@ -48,6 +48,8 @@ func fill(t *testing.T, v reflect.Value, n *int) {
 		v.SetInt(int64(*n))
 	case reflect.Uint64:
 		v.SetUint(uint64(*n))
+	case reflect.Uint8:
+		v.SetUint(uint64(*n % 256))
 	case reflect.Float64:
 		v.SetFloat(float64(*n) + 0.5)
 	default:

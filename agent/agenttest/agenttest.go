@@ -75,6 +75,10 @@ type Options struct {
 	// LedgerPerUserDay is the agent's cap on a person's ledger rows a day
 	// (zero: the default).
 	LedgerPerUserDay int
+	// SimOnClock stamps the simulated GPUs' snapshots (and so their
+	// scripted utilization curves) with Clock instead of the system's, so
+	// a test drives a known curve step by step.
+	SimOnClock bool
 }
 
 // Node is a running agent and what a test needs to talk to it.
@@ -184,7 +188,11 @@ func (n *Node) prepare(o Options) prepared {
 		o.SessionPoll = 100 * time.Millisecond
 	}
 	log := Logger(tb, o.Name, o.Quiet)
-	probe, err := sim.New(sim.Options{Spec: o.Sim, LoadFile: o.SimLoad, HostName: o.Name})
+	simOpts := sim.Options{Spec: o.Sim, LoadFile: o.SimLoad, HostName: o.Name}
+	if o.SimOnClock && o.Clock != nil {
+		simOpts.Now = o.Clock.Now
+	}
+	probe, err := sim.New(simOpts)
 	if err != nil {
 		tb.Fatalf("sim %q: %v", o.Sim, err)
 	}
@@ -338,6 +346,9 @@ type ClusterOptions struct {
 	// RequestTimeout is how long an agent waits for another's answer
 	// (agent.ClusterSettings.RequestTimeout; zero: gossip's 3 s).
 	RequestTimeout time.Duration
+	// Stores gives each node's store, by index (nil, or nodes past its
+	// end: a bbolt file in its data dir).
+	Stores []queue.Store
 	// TmuxPaths gives each node's tmux, by index (empty, or nodes past
 	// its end: tmux in PATH).
 	TmuxPaths []string
@@ -380,7 +391,11 @@ func Cluster(tb testing.TB, o ClusterOptions) []*Node {
 		if i < len(o.TmuxPaths) {
 			tmuxPath = o.TmuxPaths[i]
 		}
-		n := Start(tb, Options{Name: fmt.Sprintf("node%02d", i+1), Sim: spec, Policy: o.Policy, Sched: o.Sched, Cluster: cs, TmuxTmpDir: tmux, Quiet: o.Quiet, Users: users, MetricsListen: o.MetricsListen, Tags: tags, TmuxPath: tmuxPath})
+		var store queue.Store
+		if i < len(o.Stores) {
+			store = o.Stores[i]
+		}
+		n := Start(tb, Options{Name: fmt.Sprintf("node%02d", i+1), Sim: spec, Policy: o.Policy, Sched: o.Sched, Cluster: cs, TmuxTmpDir: tmux, Quiet: o.Quiet, Users: users, MetricsListen: o.MetricsListen, Tags: tags, TmuxPath: tmuxPath, Store: store})
 		if seed == "" {
 			seed = n.Agent.GossipAddr()
 		}

@@ -149,6 +149,7 @@ func New(cfg Config, deps Deps) *Service {
 	s := &Service{cfg: cfg, deps: deps, log: deps.Log, startedAt: deps.Clock.Now()}
 	s.registerPeerOps()
 	s.registerEventOps()
+	s.registerHistoryOps()
 	return s
 }
 

@@ -127,7 +127,11 @@ func (s *Service) registerPeerOps() {
 	s.registerSweepOps()
 	peer.Handle(m, peer.Usage, func(ctx context.Context, from string, who peer.Actor, r peer.UsageRequest) (peer.UsageReply, error) {
 		u, err := s.deps.Node.Usage().UsageSince(r.Since)
-		return peer.UsageReply{GPUSeconds: u}, err
+		if err != nil {
+			return peer.UsageReply{}, err
+		}
+		idle, err := s.deps.Node.Usage().IdleSince(r.Since)
+		return peer.UsageReply{GPUSeconds: u, IdleGPUSeconds: idle}, err
 	})
 }
 

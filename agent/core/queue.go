@@ -264,6 +264,10 @@ func (b *Bound) Usage(ctx context.Context, window string) (api.UsageReport, erro
 	for u, x := range mine {
 		raw[u] += x
 	}
+	idle, err := s.deps.Node.Usage().IdleSince(since)
+	if err != nil {
+		return rep, err
+	}
 	for i := range v.Nodes {
 		n := &v.Nodes[i]
 		if n.Self {
@@ -278,6 +282,9 @@ func (b *Bound) Usage(ctx context.Context, window string) (api.UsageReport, erro
 		}
 		for u, x := range r.GPUSeconds {
 			raw[u] += x
+		}
+		for u, x := range r.IdleGPUSeconds {
+			idle[u] += x
 		}
 	}
 	decayed := v.Usage()
@@ -307,6 +314,7 @@ func (b *Bound) Usage(ctx context.Context, window string) (api.UsageReport, erro
 		rep.Users = append(rep.Users, api.UserUsage{
 			User: u, GPUHours: raw[u] / 3600, Decayed: decayed[u] / 3600, Share: share,
 			FairShare: queue.FairShareFactor(u, decayed, s.cfg.Sched), RunningGPU: running[u], Running: held[u], Quota: s.cfg.Sched.Quotas[u],
+			IdleGPUHours: min(idle[u], raw[u]) / 3600,
 		})
 	}
 	slices.SortFunc(rep.Users, func(x, y api.UserUsage) int {

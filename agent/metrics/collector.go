@@ -46,6 +46,9 @@ var (
 	descGossipReqs   = desc("dibs_gossip_remote_requests_total", "Requests this agent sent to other agents (claims, releases, starts on their nodes).")
 	descGossipReqErr = desc("dibs_gossip_remote_request_errors_total", "Requests to other agents that got no answer.")
 	descGossipRefuse = desc("dibs_gossip_streams_refused_total", "Inbound gossip TCP streams closed unread: over the caps per address or in all, or silent too long.")
+	descLeaseSM      = desc("dibs_lease_sm_mean_percent", "A running lease's mean SM utilization so far over its GPUs, 0-100; absent where the hardware reports none (MIG, budgets).", "node", "lease", "user")
+	descLeaseIdle    = desc("dibs_lease_idle_percent", "Share of a running lease's time so far during which every GPU it holds read 0 %.", "node", "lease", "user")
+	descLeasePeakMem = desc("dibs_lease_peak_memory_bytes", "The most GPU memory a running lease has used on one of its GPUs so far.", "node", "lease", "user")
 	descInfo         = desc("dibs_agent_info", "The agent: its node, version and GPU backend; always 1.", "node", "version", "backend")
 	descStart        = desc("dibs_agent_start_time_seconds", "When the agent started.")
 )
@@ -54,7 +57,7 @@ var allDescs = []*prometheus.Desc{
 	descGPUUtil, descGPUMemUsed, descGPUMemTotal, descGPUTemp, descGPUPower, descGPUPowerCap, descGPUProcs, descGPUUp,
 	descProbeTime, descLease, descLeaseLeft, descSquatted, descIdle, descQueue, descQueueOldest, descMembers,
 	descMemberHeard, descGossipMsgs, descGossipBytes, descGossipDrop, descGossipCrypt, descGossipReqs,
-	descGossipReqErr, descGossipRefuse, descInfo, descStart,
+	descGossipReqErr, descGossipRefuse, descInfo, descStart, descLeaseSM, descLeaseIdle, descLeasePeakMem,
 }
 
 // collector turns the agent's state into metrics at scrape time.
@@ -87,6 +90,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	if n := v.Local(); n != nil {
 		c.gpus(n, gauge)
 		c.leases(n, v, gauge)
+		c.efficiency(n, gauge)
 		c.queue(n, v, gauge)
 	}
 	if len(st.Members) > 0 {
@@ -175,6 +179,35 @@ func (c *collector) leases(n *queue.NodeView, v queue.ClusterView, gauge gaugeFu
 		j := n.Judged[g.Index]
 		gauge(descSquatted, b2f(j.Has(lease.FlagSquatted)), n.Name, idx)
 		gauge(descIdle, b2f(j.Has(lease.FlagIdle)), n.Name, idx)
+	}
+}
+
+// efficiency is each running lease's figures so far: what a dashboard
+// needs to find the held-but-idle GPUs while they still are.
+func (c *collector) efficiency(n *queue.NodeView, gauge gaugeFunc) {
+	for i := range n.Leases {
+		l := &n.Leases[i]
+		f, ok := c.m.src.RunningFigures(l.ID)
+		if !ok {
+			continue
+		}
+		var sum float64
+		var peak uint64
+		reported := 0
+		for _, g := range f.GPUs {
+			if g.MeanSM != nil {
+				sum += *g.MeanSM
+				reported++
+			}
+			peak = max(peak, g.PeakMemMiB)
+		}
+		if reported > 0 && reported == len(f.GPUs) {
+			gauge(descLeaseSM, sum/float64(reported), n.Name, l.ID, l.User)
+		}
+		if f.IdlePct != nil {
+			gauge(descLeaseIdle, *f.IdlePct, n.Name, l.ID, l.User)
+		}
+		gauge(descLeasePeakMem, mib(peak), n.Name, l.ID, l.User)
 	}
 }
 

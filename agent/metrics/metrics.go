@@ -27,6 +27,7 @@ import (
 
 	"github.com/dibs-gpu/dibs/api"
 	"github.com/dibs-gpu/dibs/queue"
+	"github.com/dibs-gpu/dibs/runrecord"
 )
 
 // Source is what the collector reads at scrape time; core.Service is one.
@@ -39,6 +40,9 @@ type Source interface {
 	// Status is the agent's own summary: version, backend, start time,
 	// gossip members and counters.
 	Status() api.Status
+	// RunningFigures is a running lease of this node's figures so far
+	// (mean and peak SM, idle share, peak memory).
+	RunningFigures(id string) (runrecord.Figures, bool)
 }
 
 // GPU states of dibs_gpu_lease: exactly one per GPU.

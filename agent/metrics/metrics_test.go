@@ -343,3 +343,27 @@ func TestStrangersHoldingTheMetricsPortAreBounded(t *testing.T) {
 		t.Errorf("the agent holds %d descriptors for %d idle stranger connections, want at most about %d", got, strangers, metrics.MaxConns)
 	}
 }
+
+// TestScrapeShowsRunningLeaseEfficiency: a running lease's mean SM, idle
+// share and peak memory so far are on /metrics, labelled with the lease
+// and its holder, so a dashboard finds held-but-idle GPUs while they are.
+func TestScrapeShowsRunningLeaseEfficiency(t *testing.T) {
+	t.Parallel()
+	n := agenttest.Start(t, agenttest.Options{Sim: "2xH100-80GB", MetricsListen: "127.0.0.1:0", Quiet: true})
+	used := uint64(20000)
+	if err := n.Probe.SetLoad(sim.Load{GPUs: map[int]sim.GPULoad{0: {UtilizationPct: 80, MemoryUsedMiB: &used}}}); err != nil {
+		t.Fatal(err)
+	}
+	l, err := n.Client.Claim(context.Background(), api.ClaimRequest{GPUs: []int{0}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{"lease": l.ID, "user": me(t)}
+	agenttest.Eventually(t, 10*time.Second, "the lease's figures on /metrics", func() bool {
+		fams := scrape(t, n.Agent.MetricsAddr())
+		sm, ok1 := series(fams, "dibs_lease_sm_mean_percent", want)
+		idle, ok2 := series(fams, "dibs_lease_idle_percent", want)
+		mem, ok3 := series(fams, "dibs_lease_peak_memory_bytes", want)
+		return ok1 && ok2 && ok3 && value(sm) == 80 && value(idle) == 0 && value(mem) == float64(used)*(1<<20)
+	})
+}

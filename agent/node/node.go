@@ -62,6 +62,12 @@ type Config struct {
 	// by one in a UTC day (default lease.DefaultLedgerPerUserDay); past
 	// it their plain leases are folded into one row as they end.
 	LedgerPerUserDay int
+	// FiguresFile is where the running leases' figures are written down
+	// (every FiguresSaveEvery, and as the agent stops); empty keeps them
+	// in memory only. SampleWindow is how far back each GPU's samples
+	// reach (default runrecord.DefaultWindow).
+	FiguresFile  string
+	SampleWindow time.Duration
 	// NoCPUBinding starts sessions unbound (agent.Config.NoCPUBinding).
 	NoCPUBinding bool
 	Log          *slog.Logger
@@ -132,6 +138,11 @@ type Node struct {
 	// kept are the commands runs were started with, for export sbatch.
 	kept keptRuns
 	book bookingJob
+	// rec is the record of the GPUs: samples and running figures (under
+	// wmu).
+	rec *record
+	// crashed: Close writes nothing more down (Crashed).
+	crashed atomic.Bool
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -171,6 +182,11 @@ func New(cfg Config, deps Deps) *Node {
 	if err := n.kept.load(); err != nil {
 		// Only `dibs export sbatch` of finished runs misses them.
 		n.log.Warn("the runs kept for export sbatch are lost", "err", err)
+	}
+	var err error
+	if n.rec, err = newRecord(cfg.FiguresFile, cfg.SampleWindow, cfg.ProbeInterval); err != nil {
+		// Only the running leases' figures so far are lost.
+		n.log.Warn("the running leases' figures are lost", "err", err)
 	}
 	return n
 }
@@ -228,6 +244,7 @@ func (n *Node) Open(ctx context.Context) error {
 	n.justEnded = lease.WithinEndGrace(recent, now.Wall)
 	n.snap = snap
 	n.idle.Observe(snap, n.cfg.Policy)
+	n.observeLocked()
 	n.publishLocked(now.Wall)
 	return nil
 }
@@ -249,6 +266,7 @@ func (n *Node) Close() {
 	n.cancel()
 	n.sess.stopAll()
 	n.wg.Wait()
+	n.saveFigures(true)
 }
 
 // State is the node as last published.
@@ -293,12 +311,19 @@ func (n *Node) endLocked(l lease.Lease, reason lease.EndReason, by string, now l
 		cur = x
 	}
 	ended := lease.Ended(l, now.Wall, string(reason), by)
-	if err := n.storeEnd(ended); err != nil {
+	n.finishLocked(&ended)
+	if err := n.storeEnd(ended, l.Session != ""); err != nil {
 		n.log.Error("end lease", "lease", l.ID, "reason", reason, "err", err)
 		return err
 	}
 	n.table.Remove(l.ID)
-	n.deps.Events(event.EndEvent(l, reason, by, now.Wall))
+	ev := event.EndEvent(l, reason, by, now.Wall)
+	if ended.Figures != nil && l.Session != "" {
+		if line := ended.Figures.OneLine(); line != "" && len(ev.Text)+len(line) < 480 {
+			ev.Text += " (" + line + ")"
+		}
+	}
+	n.deps.Events(ev)
 	n.justEnded = lease.WithinEndGrace(append(n.justEnded, ended), now.Wall)
 	if l.Entry != "" {
 		n.ended = lease.RememberEnded(n.ended, lease.EndedRun{Entry: l.Entry, Lease: l.ID, Gang: l.Gang, Reason: cur.RunEnd(reason), At: now.Wall.Round(0), Reserved: !l.ReservedUntil.IsZero()}, now.Wall)
@@ -367,6 +392,7 @@ func (n *Node) loop() {
 		}
 		n.probeOnce()
 		n.Tick()
+		n.saveFigures(false)
 	}
 }
 
@@ -389,6 +415,7 @@ func (n *Node) probeOnce() {
 	n.idle.Observe(snap, n.cfg.Policy)
 	visible := telemetryChanged(n.snap, snap)
 	n.snap = snap
+	n.observeLocked()
 	if judged := lease.JudgeWithEnded(snap, n.table.List(), n.justEnded, n.idle, now, n.cfg.Policy); visible || !sameJudgements(n.judged, judged) {
 		n.publishLocked(now)
 	}

@@ -231,12 +231,13 @@ type ledgerCount struct {
 // lease (not a queued run's, a gang's or a reservation: those are read back
 // one by one) is folded into the day's one row, so a claim/release loop
 // adds a row a day instead of a row a lease while its GPU-seconds still
-// count. A store that cannot fold keeps every entry. The ledger's window in
+// count. A run (a lease with a session) is never folded: `dibs history`
+// lists every run. A store that cannot fold keeps every entry. The ledger's window in
 // memory follows the disk: a folded lease changes the row there too, so a
 // loop cannot grow the agent's memory either. Callers hold wmu.
-func (n *Node) storeEnd(e lease.LedgerEntry) error {
+func (n *Node) storeEnd(e lease.LedgerEntry, run bool) error {
 	f, ok := n.deps.Store.(lease.LedgerFolder)
-	if !ok || e.Entry != "" || e.Gang != "" || e.Reserved || e.User == "" {
+	if !ok || run || e.Entry != "" || e.Gang != "" || e.Reserved || e.User == "" {
 		if err := n.deps.Store.End(e.LeaseID, e); err != nil {
 			return err
 		}
@@ -293,4 +294,35 @@ func (u *Usage) folded(was, row lease.LedgerEntry) {
 		u.totals.Changed(row.End)
 	}
 	u.dirty.Store(true)
+}
+
+// History is the ended leases that f matches (f.Since set: the window is
+// read back that far), the newest f.Limit of them in end order, and
+// whether more matched: `dibs history`'s rows of this node, found with a
+// binary search and a pass over the part asked for.
+func (u *Usage) History(f lease.HistoryFilter) ([]lease.LedgerEntry, bool, error) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if err := u.window(f.Since); err != nil {
+		return nil, false, err
+	}
+	rows, more := lease.FilterLedger(u.since(f.Since), f)
+	return rows, more, nil
+}
+
+// IdleSince is, per user, the GPU-seconds of the leases that ended since
+// then during which their GPUs sat at 0 % (held but idle).
+func (u *Usage) IdleSince(since time.Time) (map[string]float64, error) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if err := u.window(since); err != nil {
+		return nil, err
+	}
+	out := map[string]float64{}
+	for _, e := range u.since(since) {
+		if e.IdleGPUSeconds > 0 {
+			out[e.User] += e.IdleGPUSeconds
+		}
+	}
+	return out, nil
 }

@@ -320,12 +320,23 @@ func (r UsageRequest) Validate() error {
 // UsageReply is GPU-seconds per user.
 type UsageReply struct {
 	GPUSeconds map[string]float64 `json:"gpu_seconds"`
+	// IdleGPUSeconds is the part of each user's GPU-seconds whose GPUs sat
+	// at 0 % (absent from agents before protocol 8).
+	IdleGPUSeconds map[string]float64 `json:"idle_gpu_seconds,omitempty"`
 }
 
 // Validate implements Message.
 func (r UsageReply) Validate() error {
 	if len(r.GPUSeconds) > 10000 {
 		return refusal.Invalidf("usage of %d users", len(r.GPUSeconds))
+	}
+	if len(r.IdleGPUSeconds) > 10000 {
+		return refusal.Invalidf("idle usage of %d users", len(r.IdleGPUSeconds))
+	}
+	for u, s := range r.IdleGPUSeconds {
+		if !words.ValidUserName(u) || math.IsNaN(s) || math.IsInf(s, 0) || s < 0 {
+			return fmt.Errorf("bad idle usage entry %q", truncate(u))
+		}
 	}
 	for u, s := range r.GPUSeconds {
 		if !words.ValidUserName(u) || math.IsNaN(s) || math.IsInf(s, 0) || s < 0 {

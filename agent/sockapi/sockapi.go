@@ -238,6 +238,10 @@ func (s *Server) Routes() http.Handler {
 	}) (api.UsageReport, error) {
 		return b.Usage(ctx, r.Window)
 	}))
+	handle("POST", "history", post(s, (*core.Bound).History))
+	handle("POST", "samples", post(s, func(b *core.Bound, ctx context.Context, r samplesRequest) (api.SamplesReport, error) {
+		return b.Samples(ctx, r.Node, r.GPU, r.Since)
+	}))
 	mux.HandleFunc("POST /v1/doctor", post(s, (*core.Bound).Doctor))
 	mux.HandleFunc("POST /v1/run", post(s, func(b *core.Bound, ctx context.Context, r idRequest) (api.RunRecord, error) { return b.Run(ctx, r.ID) }))
 	// Bookings.
@@ -248,6 +252,13 @@ func (s *Server) Routes() http.Handler {
 	}))
 	s.eventRoutes(mux)
 	return mux
+}
+
+// samplesRequest names one GPU whose samples are asked for.
+type samplesRequest struct {
+	Node  string    `json:"node,omitempty"`
+	GPU   int       `json:"gpu"`
+	Since time.Time `json:"since,omitzero"`
 }
 
 // timed reports h's duration and status to the observer, if there is one.

@@ -147,3 +147,38 @@ func parseClock(s string) (h, m int, ok bool) {
 	}
 	return h, m, true
 }
+
+// ParsePast reads a time a person types for a look back (`dibs history
+// --since`), in now's time zone:
+//
+//	2d, 90m, 1w              that long before now
+//	today, yesterday         that day's midnight
+//	2025-06-03               that day's midnight
+//	2025-06-03 09:00         that time (also 2025-06-03T09:00, RFC 3339)
+//
+// It is pure: now is passed in.
+func ParsePast(s string, now time.Time) (time.Time, error) {
+	in := strings.ToLower(strings.Join(strings.Fields(s), " "))
+	midnight := func(t time.Time) time.Time {
+		y, m, d := t.Date()
+		return time.Date(y, m, d, 0, 0, 0, 0, now.Location())
+	}
+	switch in {
+	case "today":
+		return midnight(now), nil
+	case "yesterday":
+		return midnight(now).AddDate(0, 0, -1), nil
+	}
+	if d, err := ParseDuration(in); err == nil {
+		return now.Add(-d), nil
+	}
+	if t, err := time.Parse(time.RFC3339, strings.ToUpper(in)); err == nil {
+		return t.In(now.Location()), nil
+	}
+	for _, layout := range []string{"2006-01-02", "2006-01-02 15:04", "2006-01-02t15:04", "2006-01-02 15:04:05", "2006-01-02t15:04:05"} {
+		if t, err := time.ParseInLocation(layout, in, now.Location()); err == nil {
+			return t, nil
+		}
+	}
+	return time.Time{}, refusal.Invalidf(`cannot read the time %s: write it like "2d" (two days ago), "yesterday", "2025-06-03" or "2025-06-03 09:00"`, QuoteInput(strings.TrimSpace(s)))
+}

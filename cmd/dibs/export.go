@@ -208,6 +208,16 @@ func sbatchJob(rec api.RunRecord) (slurm.Job, error) {
 	if j.Kind == "" {
 		j.Kind = lease.KindInteractive
 	}
+	for _, e := range rec.Ended {
+		if e.Figures == nil {
+			continue
+		}
+		for _, g := range e.Figures.GPUs {
+			if g.PeakMemMiB >= j.PeakMemMiB {
+				j.PeakMemMiB, j.MemTotalMiB = g.PeakMemMiB, g.MemTotalMiB
+			}
+		}
+	}
 	return j, nil
 }
 

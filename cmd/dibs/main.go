@@ -133,7 +133,7 @@ daemon's binary, installed beside dibs. The guide for people:
 	root.PersistentFlags().StringVar(&c.socket, "socket", "", "agent socket (default: $DIBS_SOCKET, then /run/dibs/dibs.sock, else your own agent's: $XDG_RUNTIME_DIR/dibs.sock, /run/user/UID/dibs.sock or ~/.local/state/dibs/dibs.sock); it must lie in a directory only root or you can write, and be served by root or you")
 	root.AddCommand(lsCmd(c), claimCmd(c), runCmd(c),
 		releaseCmd(c), extendCmd(c), adoptCmd(c), attachCmd(c), whoCmd(c), statusCmd(c),
-		tuiCmd(c), queueCmd(c), cancelCmd(c), usageCmd(c), versionCmd(c),
+		tuiCmd(c), queueCmd(c), cancelCmd(c), usageCmd(c), historyCmd(c), effCmd(c), versionCmd(c),
 		doctorCmd(c), replayCmd(c), exportCmd(c), leaveCmd(c))
 	// agent, config, probe, keygen and demo are the daemon's: dibsd runs them.
 	root.AddCommand(c.daemonCmds()...)

@@ -487,10 +487,11 @@ func usageCmd(c *cli) *cobra.Command {
 // node: all are escaped.
 func printUsage(w io.Writer, u api.UsageReport) {
 	fmt.Fprintf(w, "since %s\n", u.Since.Local().Format("Mon Jan 2 15:04"))
-	fmt.Fprintf(w, "%-12s %10s %12s %6s %10s %8s\n", "USER", "GPU-HOURS", "DECAYED", "SHARE", "FAIRSHARE", "RUNNING")
+	fmt.Fprintf(w, "%-12s %10s %10s %12s %6s %10s %8s\n", "USER", "GPU-HOURS", "IDLE", "DECAYED", "SHARE", "FAIRSHARE", "RUNNING")
 	for _, x := range u.Users {
-		fmt.Fprintf(w, "%-12s %10.1f %12.1f %6.1f %10.3f %8s\n", columns.Clip(safe(x.User), 12), x.GPUHours, x.Decayed, x.Share, x.FairShare, words.FormatGPUs(x.Running))
+		fmt.Fprintf(w, "%-12s %10.1f %10.1f %12.1f %6.1f %10.3f %8s\n", columns.Clip(safe(x.User), 12), x.GPUHours, x.IdleGPUHours, x.Decayed, x.Share, x.FairShare, words.FormatGPUs(x.Running))
 	}
+	fmt.Fprintln(w, "IDLE: the part of GPU-HOURS held while the GPUs sat at 0 % (runs ended with figures)")
 	if len(u.Missing) > 0 {
 		missing := make([]string, len(u.Missing))
 		for i, m := range u.Missing {

@@ -13,6 +13,8 @@ import (
 	"github.com/dibs-gpu/dibs/api"
 	"github.com/dibs-gpu/dibs/lease"
 	"github.com/dibs-gpu/dibs/outgrow/replay"
+	"github.com/dibs-gpu/dibs/outgrow/slurm"
+	"github.com/dibs-gpu/dibs/runrecord"
 )
 
 // TestCLIReplayWeek: the bundled week prints one line per policy, fast;
@@ -141,5 +143,25 @@ func TestSbatchJobOfAFinishedGang(t *testing.T) {
 	}
 	if j.Nodes != 2 || j.GPUsPerNode != 4 || j.Time != 6*time.Hour || j.User != "bo" || j.Command != nil {
 		t.Errorf("job %+v, want 2 nodes × 4 GPUs for 6h by bo with no command", j)
+	}
+}
+
+// TestSbatchOfAFinishedRunNotesItsPeakMemory: a finished run's script says
+// how much GPU memory dibs measured it using at most, of what its GPU had.
+func TestSbatchOfAFinishedRunNotesItsPeakMemory(t *testing.T) {
+	f := &runrecord.Figures{GPUs: []runrecord.GPUFigures{{GPU: 0, PeakMemMiB: 9 * 1024, MemTotalMiB: 80 * 1024}, {GPU: 1, PeakMemMiB: 1024, MemTotalMiB: 80 * 1024}}}
+	rec := api.RunRecord{ID: "node01-4", State: api.RunFinished, Ended: []lease.LedgerEntry{
+		{LeaseID: "node01-4", Node: "node01", User: "bo", GPUs: []int{0, 1}, Limit: time.Hour, Kind: lease.KindBatch, Figures: f},
+	}}
+	j, err := sbatchJob(rec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	script, err := slurm.Sbatch(j)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(script, "# dibs measured a peak GPU memory of 9G of 80G on one GPU") {
+		t.Errorf("the script does not note the peak memory:\n%s", script)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"sort"
+	"time"
 
 	"github.com/dibs-gpu/dibs/nodeprobe"
 )
@@ -25,6 +26,11 @@ const (
 //
 //	{"gpus":{"0":{"utilization_pct":95,"memory_used_mib":30000,
 //	  "processes":[{"pid":4242,"user":"bob","command":"python","used_memory_mib":30000}]}}}
+//
+// Utilization may change over time, for tests that drive a known curve:
+//
+//	{"gpus":{"0":{"utilization_steps":[{"for_s":60,"pct":0},{"for_s":120,"pct":80}],
+//	  "repeat":true,"power_w":250}}}
 type Load struct {
 	// GPUs maps a GPU index to its load; GPUs not listed are idle.
 	GPUs map[int]GPULoad `json:"gpus"`
@@ -36,7 +42,26 @@ type GPULoad struct {
 	// MemoryUsedMiB defaults to the sum of the processes' memory.
 	MemoryUsedMiB *uint64       `json:"memory_used_mib,omitempty"`
 	Processes     []LoadProcess `json:"processes,omitempty"`
+	// UtilizationSteps, when set, replace UtilizationPct with a curve:
+	// each step holds its pct for its for_s seconds, counted from when
+	// this load took effect (the file's content changed, or SetLoad);
+	// after the last step the last pct holds, or with Repeat the steps
+	// start over.
+	UtilizationSteps []UtilStep `json:"utilization_steps,omitempty"`
+	Repeat           bool       `json:"repeat,omitempty"`
+	// PowerW, when set, is the power draw reported; otherwise the draw
+	// follows utilization between a tenth of the limit and 92 % of it.
+	PowerW *float64 `json:"power_w,omitempty"`
 }
+
+// UtilStep is one step of a utilization curve.
+type UtilStep struct {
+	ForS float64 `json:"for_s"`
+	Pct  int     `json:"pct"`
+}
+
+// maxLoadSteps bounds a curve's steps.
+const maxLoadSteps = 10000
 
 // LoadProcess is one scripted process. A user with no uid gets the uid of
 // the local account of that name (-1 when there is none); a uid with no user
@@ -62,6 +87,32 @@ type simGPULoad struct {
 	util      int
 	usedMiB   uint64
 	processes []nodeprobe.Process
+	steps     []UtilStep
+	repeat    bool
+	powerW    *float64
+	since     time.Time // when the load took effect: the curve's zero
+}
+
+// utilAt is the load's utilization at now.
+func (l *simGPULoad) utilAt(now time.Time) int {
+	if len(l.steps) == 0 {
+		return l.util
+	}
+	var total float64
+	for _, st := range l.steps {
+		total += st.ForS
+	}
+	t := now.Sub(l.since).Seconds()
+	if l.repeat && total > 0 && t >= total {
+		t -= total * float64(int(t/total))
+	}
+	for _, st := range l.steps {
+		if t < st.ForS {
+			return st.Pct
+		}
+		t -= st.ForS
+	}
+	return l.steps[len(l.steps)-1].Pct
 }
 
 // SetLoad scripts the load without a file, for in-process demos and tests.
@@ -162,7 +213,19 @@ func (s *Sim) validate(l Load) (map[int]simGPULoad, error) {
 		if len(gl.Processes) > maxLoadProcess {
 			return nil, fmt.Errorf("gpu %d: more than %d processes", i, maxLoadProcess)
 		}
-		v := simGPULoad{util: gl.UtilizationPct, processes: make([]nodeprobe.Process, 0, len(gl.Processes))}
+		if len(gl.UtilizationSteps) > maxLoadSteps {
+			return nil, fmt.Errorf("gpu %d: more than %d utilization_steps", i, maxLoadSteps)
+		}
+		for k, st := range gl.UtilizationSteps {
+			if st.Pct < 0 || st.Pct > 100 || !(st.ForS >= 0 && st.ForS <= 1e7) {
+				return nil, fmt.Errorf("gpu %d: utilization step %d: pct must be in 0..100 and for_s in 0..1e7 seconds", i, k)
+			}
+		}
+		if gl.PowerW != nil && !(*gl.PowerW >= 0 && *gl.PowerW <= 10000) {
+			return nil, fmt.Errorf("gpu %d: power_w %v not in 0..10000", i, *gl.PowerW)
+		}
+		v := simGPULoad{util: gl.UtilizationPct, processes: make([]nodeprobe.Process, 0, len(gl.Processes)),
+			steps: gl.UtilizationSteps, repeat: gl.Repeat, powerW: gl.PowerW, since: s.now()}
 		var sum uint64
 		for k, p := range gl.Processes {
 			pr, err := s.resolve(p)

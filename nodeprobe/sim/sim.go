@@ -166,8 +166,12 @@ func (s *Sim) Snapshot(ctx context.Context) (nodeprobe.Snapshot, error) {
 		}
 		limit := *s.gpus[i].PowerLimitW
 		idle := limit * 0.1
-		ints[2*i], ints[2*i+1] = l.util, 30+i%3+l.util*45/100
-		floats[2*i], floats[2*i+1] = idle+(limit*0.92-idle)*float64(l.util)/100, limit
+		util := l.utilAt(snap.TakenAt)
+		ints[2*i], ints[2*i+1] = util, 30+i%3+util*45/100
+		floats[2*i], floats[2*i+1] = idle+(limit*0.92-idle)*float64(util)/100, limit
+		if l.powerW != nil {
+			floats[2*i] = *l.powerW
+		}
 		g.UtilizationPct, g.TemperatureC = &ints[2*i], &ints[2*i+1]
 		if g.NUMANode != nil {
 			ints[2*n+i] = *g.NUMANode

@@ -379,3 +379,43 @@ func TestSimSocketsGiveEachGPUItsCores(t *testing.T) {
 		}
 	}
 }
+
+// TestLoadUtilizationSteps drives a known curve through the load file's
+// utilization_steps, with a fixed power draw: each probe reports the step
+// the time since the load took effect falls in, and repeat starts over.
+func TestLoadUtilizationSteps(t *testing.T) {
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	s, err := New(Options{Spec: "2xL40S", HostName: "n", Now: func() time.Time { return now }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	power := 123.0
+	if err := s.SetLoad(Load{GPUs: map[int]GPULoad{
+		0: {UtilizationSteps: []UtilStep{{ForS: 10, Pct: 0}, {ForS: 20, Pct: 80}}, Repeat: true, PowerW: &power},
+		1: {UtilizationSteps: []UtilStep{{ForS: 5, Pct: 40}, {ForS: 5, Pct: 60}}},
+	}}); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		after      time.Duration
+		gpu0, gpu1 int
+	}{{0, 0, 40}, {4 * time.Second, 0, 40}, {9 * time.Second, 0, 60}, {10 * time.Second, 80, 60}, {29 * time.Second, 80, 60}, {30 * time.Second, 0, 60}, {45 * time.Second, 80, 60}} {
+		now = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).Add(c.after)
+		snap, err := s.Snapshot(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := *snap.GPUs[0].UtilizationPct; got != c.gpu0 {
+			t.Errorf("after %v gpu 0 reads %d %%, want %d", c.after, got, c.gpu0)
+		}
+		if got := *snap.GPUs[1].UtilizationPct; got != c.gpu1 {
+			t.Errorf("after %v gpu 1 reads %d %%, want %d", c.after, got, c.gpu1)
+		}
+		if got := *snap.GPUs[0].PowerDrawW; got != power {
+			t.Errorf("after %v gpu 0 draws %v W, want %v", c.after, got, power)
+		}
+	}
+	if err := s.SetLoad(Load{GPUs: map[int]GPULoad{0: {UtilizationSteps: []UtilStep{{ForS: 1, Pct: 101}}}}}); err == nil {
+		t.Error("a step of 101 % was taken")
+	}
+}

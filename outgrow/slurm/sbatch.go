@@ -35,6 +35,11 @@ type Job struct {
 	// no such budget (gres/shard shares a GPU by count, and `dibs export
 	// slurm` sets up none), so the script asks for a whole GPU and says so.
 	MemMiB uint64
+	// PeakMemMiB and MemTotalMiB are the most GPU memory a finished run
+	// used on one GPU, of what that GPU had, as dibs measured (0: not
+	// measured): the script notes it, so a person can ask for a smaller
+	// GPU or a MIG slice.
+	PeakMemMiB, MemTotalMiB uint64
 	// Pools are the pools the run was kept to (its --pool) or, for a run
 	// dibs knows only by its lease, the pools of the node it ran on; each
 	// is a partition of `dibs export slurm` (PartitionOf). One becomes
@@ -128,6 +133,9 @@ func Sbatch(j Job) (string, error) {
 		w("# dibs ran it with a %s memory budget on a shared GPU. SLURM has no memory budget on a GPU, and", memSize(j.MemMiB))
 		w("# `dibs export slurm` sets up no gres/shard (which shares by count): this asks for a whole GPU.")
 		gpus = "1"
+	}
+	if j.PeakMemMiB > 0 && j.MemTotalMiB > 0 {
+		w("# dibs measured a peak GPU memory of %s of %s on one GPU: a smaller GPU or a MIG slice may do.", memSize(j.PeakMemMiB), memSize(j.MemTotalMiB))
 	}
 	w("#SBATCH --gpus-per-node=%s", gpus)
 	if j.CPUsPerGPU > 0 {
