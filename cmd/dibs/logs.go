@@ -278,21 +278,6 @@ func pipeLogCmd(c *cli) *cobra.Command {
 	}
 }
 
-// cpusCmd is what a session's command runs under to be bound to the
-// cores local to its GPUs (launch.CPUMain): tmux runs it as the user, in
-// the pane. Hidden: people never run it. Flags are the command's, not
-// ours.
-func cpusCmd() *cobra.Command {
-	return &cobra.Command{
-		Use:                "_cpus LIST [COMMAND...]",
-		Hidden:             true,
-		DisableFlagParsing: true,
-		RunE: func(cmd *cobra.Command, args []string) error {
-			return launch.CPUMain(args, os.Stderr)
-		},
-	}
-}
-
 // logName names the file a source's output is kept in: its own name, or
 // its session's for a run from before logs had names of their own.
 func logName(s api.LogSource) string {
