@@ -73,7 +73,7 @@ func floorPlan() []room {
 	// The ground floor every room above the rules may use: refusals, and
 	// people's words with the bounds of text; then jobs, built on them.
 	ground := []string{"base/refusal", "base/words", "base/termsafe"}
-	rules := slices.Concat(ground, []string{"job", "runrecord", "lease", "queue", "event"})
+	rules := slices.Concat(ground, []string{"job", "service", "runrecord", "lease", "queue", "event"})
 	base := slices.Concat(rules, []string{"outgrow/doctor", "nodeprobe", "launch"})
 
 	plan := []room{
@@ -106,8 +106,10 @@ func floorPlan() []room {
 			may: []string{"nodeprobe"}, never: append(slices.Clone(pure), bbolt), notItself: noIO},
 		// The rules of a lease know nothing of the queue or of events,
 		// which are built on them.
+		{pkg: "service", what: "the rules of a service: its definition, states, restarts with backoff, crash loops; no I/O",
+			may: []string{"base/termsafe"}, never: append(slices.Clone(pure), bbolt, "lease", "queue", "event"), notItself: noIO},
 		{pkg: "lease", what: "the rules of a lease: claims, the table, what is due, judging GPUs, policy, pools, placement, the ledger; no I/O",
-			may: slices.Concat(ground, []string{"job", "nodeprobe", "runrecord"}), never: append(slices.Clone(pure), bbolt, "queue", "event"), notItself: noIO},
+			may: slices.Concat(ground, []string{"job", "nodeprobe", "runrecord", "service"}), never: append(slices.Clone(pure), bbolt, "queue", "event"), notItself: noIO},
 		{pkg: "queue", what: "the rules of queued work: entries, fair-share, the scheduling pass, gangs, arrays, dependencies; no I/O",
 			may: slices.Concat(ground, []string{"job", "lease", "nodeprobe"}), never: append(slices.Clone(pure), bbolt, "event"), notItself: noIO},
 		{pkg: "event", what: "what happened: event kinds and their words, notices, notification settings; no I/O",

@@ -39,6 +39,7 @@ import (
 	"github.com/dibs-gpu/dibs/lease"
 	"github.com/dibs-gpu/dibs/nodeprobe"
 	"github.com/dibs-gpu/dibs/queue"
+	"github.com/dibs-gpu/dibs/service"
 	"github.com/dibs-gpu/dibs/store"
 )
 
@@ -103,6 +104,9 @@ type Config struct {
 	// LedgerPerUserDay is how many ended leases of one person are kept one
 	// by one per day (default lease.DefaultLedgerPerUserDay).
 	LedgerPerUserDay int
+	// ServiceRules are the service supervisor's numbers (zero fields:
+	// service.DefaultRules); tests shorten them.
+	ServiceRules service.Rules
 	// WebhookAllow, when not empty, is the admin's list of the only
 	// destinations webhooks may reach.
 	WebhookAllow events.Allowlist
@@ -323,6 +327,7 @@ func (a *Agent) build(ctx context.Context) error {
 		Name: a.cfg.NodeName, Policy: a.cfg.Policy, ProbeInterval: a.cfg.ProbeInterval, SessionPoll: a.cfg.SessionPoll,
 		PreemptSignal: a.cfg.PreemptSignal, CanRunAs: canWrite, Tags: a.cfg.Tags, NoCPUBinding: a.cfg.NoCPUBinding, Log: a.log.With("part", "node"),
 		LedgerPerUserDay: a.cfg.LedgerPerUserDay, KeptRunsFile: keptRunsFile(a.cfg.DataDir), FiguresFile: figuresFile(a.cfg.DataDir),
+		ServiceRules: a.cfg.ServiceRules,
 	}, node.Deps{Store: a.store, Probe: a.deps.Probe, Sessions: a.deps.Sessions, Accounts: a.accounts, Clock: c,
 		Changed: a.changed, LeasesChanged: a.leasesChanged, Events: a.events.Record})
 	sc := a.cfg.Sched // defaulted once, in New

@@ -14,6 +14,7 @@ import (
 	"github.com/dibs-gpu/dibs/lease"
 	"github.com/dibs-gpu/dibs/nodeprobe"
 	"github.com/dibs-gpu/dibs/queue"
+	"github.com/dibs-gpu/dibs/service"
 )
 
 // Node states as the board shows them. Only a node that is alive has GPUs
@@ -43,6 +44,9 @@ type Board struct {
 	// Notices are messages for the caller (a lease near its end, a queued run
 	// that started), newest first.
 	Notices []string `json:"notices,omitempty"`
+	// Services are the services' leases, every node's (a service
+	// without a GPU holds none, so the GPUs above do not show it).
+	Services []lease.Lease `json:"services,omitempty"`
 }
 
 // Node is one node on the board.
@@ -118,6 +122,9 @@ type ClaimRequest struct {
 	// CPUsPerGPU is --cpus-per-gpu: that many of each GPU's local cores,
 	// chosen for the lease and shown to everyone.
 	CPUsPerGPU int `json:"cpus_per_gpu,omitempty"`
+	// Service makes the claim a service (`dibs serve`): its name, port
+	// and check; Run is its command.
+	Service *service.Spec `json:"service,omitempty"`
 	// NodeChoice is --nodelist and --exclude (JSON nodelist, exclude):
 	// the nodes it may run on, and those it must not. Node is a nodelist
 	// of one; the two are not given together.

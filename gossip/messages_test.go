@@ -19,6 +19,7 @@ import (
 	"github.com/dibs-gpu/dibs/lease"
 	"github.com/dibs-gpu/dibs/nodeprobe"
 	"github.com/dibs-gpu/dibs/queue"
+	"github.com/dibs-gpu/dibs/service"
 )
 
 // sampleMessages are real encoded messages of every type, for round-trip
@@ -138,6 +139,11 @@ func TestLeaseFieldsSurviveTheWire(t *testing.T) {
 			}
 			if _, ok := f.Interface().(*job.Job); ok {
 				f.Set(reflect.ValueOf(&job.Job{Command: []string{"python", "x.py"}, Dir: "/x", Name: "x", Torchrun: true}))
+				continue
+			}
+			if _, ok := f.Interface().(*service.Service); ok {
+				f.Set(reflect.ValueOf(&service.Service{Spec: service.Spec{Name: "llm", Port: 8000, Health: "/health", HealthCmd: "true", Preemptible: true},
+					Status: service.Status{State: service.Healthy, Restarts: 2, Since: time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC), PID: 4242}}))
 				continue
 			}
 			t.Fatalf("lease.Lease.%s: test does not know how to fill a %s", v.Type().Field(i).Name, f.Type())

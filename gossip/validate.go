@@ -125,7 +125,9 @@ func validateLease(node string, l *lease.Lease, seen map[string]bool) error {
 	if l.Node != node {
 		return wireErrorf("state of %s: lease %s belongs to node %q", node, l.ID, trunc(l.Node))
 	}
-	if len(l.GPUs) == 0 || len(l.GPUs) > maxGPUs {
+	// A service may hold no GPU (dibs serve -g 0); agents before
+	// protocol 8 refuse such a lease (and the state that carries it).
+	if len(l.GPUs) == 0 && !l.IsService() || len(l.GPUs) > maxGPUs {
 		return wireErrorf("state of %s: lease %s holds %d GPUs", node, l.ID, len(l.GPUs))
 	}
 	gpus := make(map[int]bool, len(l.GPUs))

@@ -270,6 +270,9 @@ func (t *Table) PlanBooking(c Caller, req BookRequest, snap nodeprobe.Snapshot, 
 	if req.Kind, err = kindOrDefault(req.Kind); err != nil {
 		return Lease{}, err
 	}
+	if req.Kind == KindService {
+		return Lease{}, refusal.Invalidf("a service is started with dibs serve, not booked")
+	}
 	if req.Duration <= 0 {
 		return Lease{}, refusal.Invalidf("say how long the booking is: --for 3h")
 	}

@@ -6,6 +6,7 @@ import (
 	"github.com/dibs-gpu/dibs/base/refusal"
 	"github.com/dibs-gpu/dibs/base/words"
 	"github.com/dibs-gpu/dibs/job"
+	"github.com/dibs-gpu/dibs/service"
 )
 
 // Claim is what a person asks for on one node, made once at the edge (the
@@ -33,6 +34,10 @@ type Claim struct {
 	Force bool `json:"force,omitempty"`
 	// Run, when set, is the tmux session to start on the new lease.
 	Run *job.RunSpec `json:"run,omitempty"`
+	// Service makes the lease a service's (Kind service, `dibs serve`):
+	// Run is its command. Agents before protocol 8 know no services
+	// (peer.ServiceSince); the edge refuses one while such a node is up.
+	Service *service.Spec `json:"service,omitempty"`
 	// RequestID names the claim so a retry (same id, same caller) gets
 	// the lease the first try made instead of more GPUs.
 	RequestID string `json:"request_id,omitempty"`
@@ -82,10 +87,13 @@ func (c Claim) Validate() error {
 	if c.Duration < 0 || c.Duration > words.MaxDuration {
 		return refusal.Invalidf("time limit %s is out of range", words.FormatDuration(c.Duration))
 	}
-	if _, err := ParseKind(string(c.Kind)); err != nil {
+	if err := checkKind(c.Kind); err != nil {
 		return err
 	}
 	if err := words.CheckNote(c.Note); err != nil {
+		return err
+	}
+	if err := c.checkService(); err != nil {
 		return err
 	}
 	if c.RequestID != "" && !ValidRequestID(c.RequestID) {

@@ -15,9 +15,11 @@ package lease
 func (c Caller) SeesJobOf(user string) bool { return c.Admin || c.User != "" && c.User == user }
 
 // Published is l as its node gossips it: a booked run's job reduced to its
-// public part.
+// public part. A service's job travels whole: every node holds its
+// definition, so the service can be started elsewhere when its node is
+// lost (bounded by service.MaxDefBytes and service.MaxPerUser).
 func (l Lease) Published() Lease {
-	if l.Job.Private() {
+	if l.Job.Private() && l.Service == nil {
 		l.Job = l.Job.Public()
 	}
 	return l
@@ -29,5 +31,8 @@ func (l Lease) ShownTo(c Caller) Lease {
 	if c.SeesJobOf(l.User) {
 		return l
 	}
-	return l.Published()
+	if l.Job.Private() {
+		l.Job = l.Job.Public()
+	}
+	return l
 }

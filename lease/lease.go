@@ -22,6 +22,7 @@ import (
 	"github.com/dibs-gpu/dibs/base/words"
 	"github.com/dibs-gpu/dibs/job"
 	"github.com/dibs-gpu/dibs/nodeprobe"
+	"github.com/dibs-gpu/dibs/service"
 )
 
 // Kind separates leases a person sits at from leases a job runs under; they
@@ -32,6 +33,9 @@ type Kind string
 const (
 	KindInteractive Kind = "interactive"
 	KindBatch       Kind = "batch"
+	// KindService is a service's lease (`dibs serve`): no end while the
+	// service is up (ServiceSpan), no idle reclaim, no time limit.
+	KindService Kind = "service"
 )
 
 // ParseKind accepts the kinds a person may type.
@@ -43,6 +47,17 @@ func ParseKind(s string) (Kind, error) {
 		return KindBatch, nil
 	}
 	return "", refusal.Invalidf("unknown lease kind %q: use interactive or batch", s)
+}
+
+// checkKind accepts the kinds a lease may have: those a person types, and
+// service, which only `dibs serve` makes (a queued request or a booking
+// of kind service is refused by ParseKind).
+func checkKind(k Kind) error {
+	if k == KindService {
+		return nil
+	}
+	_, err := ParseKind(string(k))
+	return err
 }
 
 // Caller is who asks. The agent fills it from SO_PEERCRED or the SSH key, never
@@ -150,6 +165,11 @@ type Lease struct {
 	CPUs []string `json:"cpus,omitempty"`
 	// AnyCPU: the holder asked for no binding (--cpus any).
 	AnyCPU bool `json:"any_cpu,omitempty"`
+	// Service is the service this lease runs (Kind service): its
+	// definition and what its supervisor last saw. Its Job holds the
+	// command, which travels whole to every node so a move survives the
+	// loss of this one (Published). Older agents ignore the field.
+	Service *service.Service `json:"service,omitempty"`
 	// Mono is kept by the store only: the lease's limits on the monotonic
 	// clock of the boot that wrote them (see Table.Stamp). Nil elsewhere.
 	Mono *MonoLimits `json:"mono,omitempty"`
@@ -179,6 +199,12 @@ func (l *Lease) EachString(f func(field string, p *string)) {
 		f("cpus", &l.CPUs[i])
 	}
 	l.Job.EachString(f)
+	if l.Service != nil {
+		f("service", &l.Service.Name)
+		f("health", &l.Service.Health)
+		f("health_cmd", &l.Service.HealthCmd)
+		f("state", (*string)(&l.Service.State))
+	}
 }
 
 // CheckText refuses a lease holding text no correct agent writes: every

@@ -57,11 +57,15 @@ func Ended(l Lease, end time.Time, reason, by string) LedgerEntry {
 	if secs < 0 || l.Booked {
 		secs = 0
 	}
+	limit := max(l.ExpiresAt.Sub(l.StartedAt), 0)
+	if l.IsService() {
+		limit = 0 // a service has none (ServiceSpan is not a limit)
+	}
 	return LedgerEntry{
 		LeaseID: l.ID, Node: l.Node, User: l.User, UID: l.UID, GPUs: l.GPUs,
 		Start: l.StartedAt, End: end.Round(0), GPUSeconds: secs * l.Weight(),
 		Reason: reason, By: by,
-		Kind: l.Kind, Limit: max(l.ExpiresAt.Sub(l.StartedAt), 0), Entry: l.Entry, Gang: l.Gang, Rank: l.Rank,
+		Kind: l.Kind, Limit: limit, Entry: l.Entry, Gang: l.Gang, Rank: l.Rank,
 		QueuedAt: l.QueuedAt, Reserved: !l.ReservedUntil.IsZero(),
 	}
 }
@@ -129,7 +133,7 @@ func (e *LedgerEntry) Validate() error {
 		return refusal.Invalidf("ledger entry %s has a rank out of range", e.LeaseID)
 	}
 	if e.Kind != "" {
-		if _, err := ParseKind(string(e.Kind)); err != nil {
+		if err := checkKind(e.Kind); err != nil {
 			return refusal.Wrapf(refusal.CodeInvalid, err, "ledger entry %s: %v", e.LeaseID, err)
 		}
 	}

@@ -56,7 +56,23 @@ type Policy struct {
 	// hold on this node (0: DefaultBookMaxCount). Every booking travels in
 	// the node's gossip, so the count bounds what one person adds to it.
 	BookMaxCount int
+	// ServiceGPUsPerUser bounds the GPUs one person's services hold,
+	// cluster-wide (0: DefaultServiceGPUsPerUser; -1: no services).
+	ServiceGPUsPerUser int
+	// ServiceGPUs bounds the GPUs all services hold, cluster-wide (0: a
+	// quarter of the cluster's GPUs, at least one).
+	ServiceGPUs int
+	// ServicePools, when set, are the pools (node tags) services may run
+	// in: a service goes only to a node carrying one of them.
+	ServicePools []string
 }
+
+// DefaultServiceGPUsPerUser is two GPUs: one inference endpoint (a 7–13B
+// model on one GPU, a 70B one in 4-bit on two) per person. A service
+// withdraws its GPUs for good, so the default keeps the batch half of the
+// cluster whole: with the cluster bound (a quarter of the GPUs), three
+// quarters of a small team's GPUs stay for training and interactive work.
+const DefaultServiceGPUsPerUser = 2
 
 // Booking defaults that protect a shared cluster: without them one person
 // could book every GPU for weeks on a fresh install.
@@ -146,6 +162,15 @@ func (p Policy) Validate() error {
 	}
 	if p.BookMaxCount < 0 {
 		return fmt.Errorf("book_max_count %d is negative", p.BookMaxCount)
+	}
+	if p.ServiceGPUsPerUser < -1 {
+		return fmt.Errorf("service_gpus_per_user %d: give a number of GPUs, or -1 for no services", p.ServiceGPUsPerUser)
+	}
+	if p.ServiceGPUs < 0 {
+		return fmt.Errorf("service_gpus %d is negative", p.ServiceGPUs)
+	}
+	if err := CheckTags(p.ServicePools); err != nil {
+		return fmt.Errorf("service_pools: %w", err)
 	}
 	return nil
 }

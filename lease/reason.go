@@ -41,6 +41,9 @@ const (
 	// EndBooked: the lease was still there, past its end, when a booking
 	// of its GPUs began.
 	EndBooked EndReason = "booked"
+	// EndCrashLoop: a service restarted too often in a short while
+	// (service.Rules): stopped, its log kept, its owner told.
+	EndCrashLoop EndReason = "crash-loop"
 )
 
 // ExitPrefix begins the reason of a run whose command exited (ExitReason);
@@ -156,6 +159,8 @@ func (r EndReason) Words() string {
 		return "because its booked time passed while its node could not start it"
 	case EndBooked:
 		return "because a booking of its GPUs began while it was past its end"
+	case EndCrashLoop:
+		return "because its service crash-looped (restarted too often): its log is kept"
 	}
 	if why, ok := strings.CutPrefix(string(r), preemptPrefix); ok {
 		return "after its grace (reclaimed: " + why + ")"

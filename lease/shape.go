@@ -18,14 +18,15 @@ func (l *Lease) Validate() error {
 	if node, ok := NodeOfID(l.ID); !ok || node != l.Node {
 		return refusal.Invalidf("lease %s does not belong to node %s", words.QuoteInput(l.ID), words.QuoteInput(l.Node))
 	}
-	if err := checkGPUs(l.GPUs, true); err != nil {
+	// A service may hold no GPU (dibs serve -g 0).
+	if err := checkGPUs(l.GPUs, !l.IsService()); err != nil {
 		return refusal.Wrapf(refusal.CodeInvalid, err, "lease %s: %v", l.ID, err)
 	}
 	if !words.ValidUserName(l.User) && l.User != "" {
 		return refusal.Invalidf("lease %s has a bad user %s", l.ID, words.QuoteInput(l.User))
 	}
 	if l.Kind != "" {
-		if _, err := ParseKind(string(l.Kind)); err != nil {
+		if err := checkKind(l.Kind); err != nil {
 			return refusal.Wrapf(refusal.CodeInvalid, err, "lease %s: %v", l.ID, err)
 		}
 	}
@@ -51,7 +52,8 @@ func (l *Lease) Validate() error {
 
 // validateParts checks what the MIG, shared and booking fields may hold: a
 // MIG or shared lease is on exactly one GPU and counts for a share of it,
-// and only a booking carries a job.
+// and only a booking (or a service: its definition, held by every node)
+// carries a job.
 func (l *Lease) validateParts() error {
 	if l.MIG != "" && (!words.ValidToken(l.MIG, words.MaxNameLen) || !strings.HasPrefix(l.MIG, "MIG-")) {
 		return refusal.Invalidf("lease %s names a bad MIG instance %s", l.ID, words.QuoteInput(l.MIG))
@@ -65,7 +67,7 @@ func (l *Lease) validateParts() error {
 		return refusal.Invalidf("lease %s counts for a share %g of its GPU", l.ID, l.Share)
 	case l.MemMiB > words.MaxMemMiB:
 		return refusal.Invalidf("lease %s has a budget of %d MiB", l.ID, l.MemMiB)
-	case l.Job != nil && !l.Booked:
+	case l.Job != nil && !l.Booked && !l.IsService():
 		return refusal.Invalidf("lease %s carries a job but is not a booking", l.ID)
 	}
 	if err := job.CheckContainers(l.Containers); err != nil {

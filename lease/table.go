@@ -8,6 +8,7 @@ import (
 	"github.com/dibs-gpu/dibs/base/refusal"
 	"github.com/dibs-gpu/dibs/base/words"
 	"github.com/dibs-gpu/dibs/nodeprobe"
+	"github.com/dibs-gpu/dibs/service"
 )
 
 // Table is one node's lease table: the leases this agent alone grants, renews
@@ -143,6 +144,10 @@ func (t *Table) planClaim(c Caller, req Claim, snap nodeprobe.Snapshot, now time
 	if err := words.CheckNote(req.Note); err != nil {
 		return Lease{}, err
 	}
+	if req.Service != nil && req.Count == 0 && len(req.GPUs) == 0 && req.MIG == "" && req.MemMiB == 0 {
+		// A service without a GPU (-g 0: TensorBoard, a dashboard).
+		return t.newLease(c, req, nil, now, dur), nil
+	}
 	if len(snap.GPUs) == 0 {
 		return Lease{}, refusal.Errorf(refusal.CodeUnavailable, "node %s has no GPUs the probe can see", t.node)
 	}
@@ -177,7 +182,12 @@ func (t *Table) planClaim(c Caller, req Claim, snap nodeprobe.Snapshot, now time
 // newLease is the lease a plan grants: the next token, from now for dur.
 func (t *Table) newLease(c Caller, req Claim, gpus []int, now time.Time, dur time.Duration) Lease {
 	token := t.lastToken + 1
+	var svc *service.Service
+	if req.Service != nil {
+		svc = &service.Service{Spec: *req.Service, Status: service.Status{State: service.Starting, Since: now.Round(0)}}
+	}
 	return Lease{
+		Service:   svc,
 		ID:        LeaseID(t.node, token),
 		Node:      t.node,
 		GPUs:      gpus,
@@ -217,6 +227,9 @@ func (t *Table) PlanExtend(c Caller, id string, d time.Duration, at Instant, p P
 	}
 	if e.Booked {
 		return Lease{}, refusal.Invalidf("%s is a booking, which cannot be extended: unbook it and book again", id)
+	}
+	if e.IsService() {
+		return Lease{}, refusal.Invalidf("%s is service %s's, which has no time limit: it runs until dibs stop %s", id, e.Service.Name, e.Service.Name)
 	}
 	if d <= 0 {
 		return Lease{}, refusal.Invalidf("extend by a positive duration, like --for 2h")

@@ -32,7 +32,7 @@ func kindOrDefault(k Kind) (Kind, error) {
 	if k == "" {
 		return KindInteractive, nil
 	}
-	if _, err := ParseKind(string(k)); err != nil {
+	if err := checkKind(k); err != nil {
 		return "", err
 	}
 	return k, nil
@@ -47,6 +47,9 @@ func (c Claim) Limit(p Policy) (Kind, time.Duration, error) {
 	k, err := kindOrDefault(c.Kind)
 	if err != nil {
 		return "", 0, err
+	}
+	if k == KindService {
+		return k, ServiceSpan, nil
 	}
 	d, err := CheckDuration(c.Duration, k, p)
 	if err != nil {

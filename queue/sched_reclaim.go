@@ -180,7 +180,9 @@ func (s *scheduler) reclaimGroups() []reclaimGroup {
 			// Reclaiming one MIG lease frees no whole GPU (a split GPU
 			// never is one); the budgets on a shared GPU end together,
 			// as one group, which frees it.
-			if !l.ReservedUntil.IsZero() || l.MIG != "" {
+			// A service is never reclaimed, nor preempted unless started
+			// --preemptible (its lease then borrows, for quota only).
+			if !l.ReservedUntil.IsZero() || l.MIG != "" || l.IsService() && !l.Service.Preemptible {
 				continue
 			}
 			key := sn.name + "/" + l.ID
@@ -224,7 +226,7 @@ func (s *scheduler) reclaimGroups() []reclaimGroup {
 			if l.StartedAt.After(g.started) {
 				g.started = l.StartedAt
 			}
-			if from, idle := s.idleFrom(sn, l); idle && g.idle {
+			if from, idle := s.idleFrom(sn, l); idle && g.idle && !l.IsService() {
 				g.idleFrom = max(g.idleFrom, from)
 			} else {
 				g.idle = false

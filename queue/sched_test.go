@@ -12,6 +12,7 @@ import (
 	"github.com/dibs-gpu/dibs/base/refusal"
 	"github.com/dibs-gpu/dibs/lease"
 	"github.com/dibs-gpu/dibs/queue"
+	"github.com/dibs-gpu/dibs/service"
 )
 
 var carol = lease.Caller{UID: 1003, User: "carol"}
@@ -527,6 +528,16 @@ func TestIdleReclaim(t *testing.T) {
 			p := queue.Schedule([]queue.QueueEntry{tt.e}, []lease.SchedNode{n}, nil, t0, queue.SchedConfig{})
 			checkList(t, "reclaims", reclaimed(p), tt.want)
 		})
+	}
+	// A service idle as long is never reclaimed: idle reclaim does not
+	// apply to services (an endpoint waits for requests), even preemptible.
+	for _, preemptible := range []bool{false, true} {
+		svc := n
+		svc.Leases = slices.Clone(n.Leases)
+		svc.Leases[0].Kind = lease.KindService
+		svc.Leases[0].Service = &service.Service{Spec: service.Spec{Name: "llm", Preemptible: preemptible}}
+		p := queue.Schedule([]queue.QueueEntry{ask("gpu-01-q1", alice, 1, 2, time.Hour, t0)}, []lease.SchedNode{svc}, nil, t0, queue.SchedConfig{})
+		checkList(t, fmt.Sprintf("reclaims of an idle service (preemptible %v)", preemptible), reclaimed(p), nil)
 	}
 }
 

@@ -266,7 +266,8 @@ func payload(schema int, bucket, k, v []byte) ([]byte, uint32, error) {
 
 func readLeases(v view, schema int) ([]lease.Lease, error) {
 	return readRecords(v, schema, bucketLeases, "lease", func(k []byte, r *leaseRecord) (lease.Lease, bool) {
-		return r.lease(), r.ID == string(k) && len(r.GPUs) > 0
+		// A service may hold no GPU (dibs serve -g 0).
+		return r.lease(), r.ID == string(k) && (len(r.GPUs) > 0 || r.Kind == string(lease.KindService) && r.Service != nil)
 	})
 }
 

@@ -12,6 +12,7 @@ import (
 	"github.com/dibs-gpu/dibs/lease"
 	"github.com/dibs-gpu/dibs/queue"
 	"github.com/dibs-gpu/dibs/runrecord"
+	"github.com/dibs-gpu/dibs/service"
 )
 
 // recordVersion is the first byte of every lease, queue and ledger body in a
@@ -80,6 +81,38 @@ type leaseRecord struct {
 	// them a restart would forget the cores chosen for a lease.
 	CPUs   []string `json:"cpus,omitempty"`
 	AnyCPU bool     `json:"any_cpu,omitempty"`
+	// Added with services (issue 33), optional.
+	Service *serviceRecord `json:"service,omitempty"`
+}
+
+// serviceRecord is how a service's definition and status are stored
+// (lease.Lease.Service), frozen like leaseRecord.
+type serviceRecord struct {
+	Name        string    `json:"name"`
+	Port        int       `json:"port,omitempty"`
+	Health      string    `json:"health,omitempty"`
+	HealthCmd   string    `json:"health_cmd,omitempty"`
+	Preemptible bool      `json:"preemptible,omitempty"`
+	State       string    `json:"state,omitempty"`
+	Restarts    int       `json:"restarts,omitempty"`
+	Since       time.Time `json:"since,omitzero"`
+	PID         int       `json:"pid,omitempty"`
+}
+
+func serviceToRecord(s *service.Service) *serviceRecord {
+	if s == nil {
+		return nil
+	}
+	return &serviceRecord{Name: s.Name, Port: s.Port, Health: s.Health, HealthCmd: s.HealthCmd, Preemptible: s.Preemptible,
+		State: string(s.State), Restarts: s.Restarts, Since: s.Since, PID: s.PID}
+}
+
+func (r *serviceRecord) service() *service.Service {
+	if r == nil {
+		return nil
+	}
+	return &service.Service{Spec: service.Spec{Name: r.Name, Port: r.Port, Health: r.Health, HealthCmd: r.HealthCmd, Preemptible: r.Preemptible},
+		Status: service.Status{State: service.State(r.State), Restarts: r.Restarts, Since: r.Since, PID: r.PID}}
 }
 
 func leaseToRecord(l lease.Lease) leaseRecord {
@@ -92,7 +125,7 @@ func leaseToRecord(l lease.Lease) leaseRecord {
 		PreemptReason: l.PreemptReason, SignalledAt: l.SignalledAt,
 		RequestID: l.RequestID, Mono: l.Mono, QueuedAt: l.QueuedAt, FinalWarned: l.FinalWarned,
 		MIG: l.MIG, MemMiB: l.MemMiB, Share: l.Share, Booked: l.Booked, Job: jobToRecord(l.Job),
-		Group: l.Group, Containers: l.Containers, CPUs: l.CPUs, AnyCPU: l.AnyCPU,
+		Group: l.Group, Containers: l.Containers, CPUs: l.CPUs, AnyCPU: l.AnyCPU, Service: serviceToRecord(l.Service),
 	}
 }
 
@@ -120,7 +153,7 @@ func (r *leaseRecord) lease() lease.Lease {
 		PreemptReason: r.PreemptReason, SignalledAt: r.SignalledAt,
 		RequestID: r.RequestID, Mono: r.Mono, QueuedAt: r.QueuedAt, FinalWarned: r.FinalWarned,
 		MIG: r.MIG, MemMiB: r.MemMiB, Share: r.Share, Booked: r.Booked, Job: r.Job.job(),
-		Group: r.Group, Containers: r.Containers, CPUs: r.CPUs, AnyCPU: r.AnyCPU,
+		Group: r.Group, Containers: r.Containers, CPUs: r.CPUs, AnyCPU: r.AnyCPU, Service: r.Service.service(),
 	}
 }
 

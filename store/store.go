@@ -448,8 +448,8 @@ func (s *Bolt) Put(l lease.Lease) error {
 
 // validLease refuses what Load would refuse to read back.
 func validLease(l lease.Lease) error {
-	if l.ID == "" || len(l.GPUs) == 0 {
-		return errors.New("a lease needs an id and at least one GPU")
+	if l.ID == "" || len(l.GPUs) == 0 && !l.IsService() {
+		return errors.New("a lease needs an id and at least one GPU (a service may hold none)")
 	}
 	return nil
 }

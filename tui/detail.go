@@ -383,7 +383,9 @@ func (m detail) facts(n *api.Node, g *api.GPU) facts {
 		}
 		f.note = l.Note
 		left := l.ExpiresAt.Sub(now)
-		if left > 0 {
+		if l.IsService() {
+			f.time = fmt.Sprintf("service %s: no end while it is up (%s)", l.Service.Name, l.Service.State)
+		} else if left > 0 {
 			f.time = fmt.Sprintf("%s left (until %s)", words.FormatDuration(left), m.clock(l.ExpiresAt))
 		} else {
 			f.time = fmt.Sprintf("overdue by %s (ended %s)", words.FormatDuration(-left), m.clock(l.ExpiresAt))

@@ -28,6 +28,7 @@ import (
 	"github.com/dibs-gpu/dibs/lease"
 	"github.com/dibs-gpu/dibs/nodeprobe/sim"
 	"github.com/dibs-gpu/dibs/queue"
+	"github.com/dibs-gpu/dibs/service"
 )
 
 // Options describe one agent to start. Zero values give a 4-GPU node with the
@@ -75,6 +76,8 @@ type Options struct {
 	// LedgerPerUserDay is the agent's cap on a person's ledger rows a day
 	// (zero: the default).
 	LedgerPerUserDay int
+	// ServiceRules are the service supervisor's numbers (zero: defaults).
+	ServiceRules service.Rules
 	// SimOnClock stamps the simulated GPUs' snapshots (and so their
 	// scripted utilization curves) with Clock instead of the system's, so
 	// a test drives a known curve step by step.
@@ -220,6 +223,7 @@ func (n *Node) prepare(o Options) prepared {
 		Tags:          o.Tags,
 
 		LedgerPerUserDay: o.LedgerPerUserDay,
+		ServiceRules:     o.ServiceRules,
 	}, agent.Deps{Probe: probe, Sessions: sessions, Clock: o.Clock, Users: o.Users, Store: o.Store})
 	if err != nil {
 		tb.Fatalf("new agent %s: %v", o.Name, err)

@@ -178,6 +178,12 @@ type LeaseSection struct {
 	BookMaxGPUHours *float64 `toml:"book_max_gpu_hours"`
 	BookMaxLength   string   `toml:"book_max_length"`
 	BookMaxCount    int      `toml:"book_max_count"`
+	// ServiceGPUsPerUser bounds one person's services' GPUs (-1: no
+	// services); ServiceGPUs all services' GPUs (0: a quarter of the
+	// cluster's); ServicePools the pools services may run in.
+	ServiceGPUsPerUser int      `toml:"service_gpus_per_user"`
+	ServiceGPUs        int      `toml:"service_gpus"`
+	ServicePools       []string `toml:"service_pools"`
 }
 
 // QueueSection is [queue]: fair-share, quotas, preemption.
@@ -541,6 +547,15 @@ func (ls LeaseSection) Policy(base lease.Policy) (lease.Policy, error) {
 	}
 	if ls.BookMaxCount != 0 {
 		p.BookMaxCount = ls.BookMaxCount
+	}
+	if ls.ServiceGPUsPerUser != 0 {
+		p.ServiceGPUsPerUser = ls.ServiceGPUsPerUser
+	}
+	if ls.ServiceGPUs != 0 {
+		p.ServiceGPUs = ls.ServiceGPUs
+	}
+	if len(ls.ServicePools) > 0 {
+		p.ServicePools = ls.ServicePools
 	}
 	if err := p.Validate(); err != nil {
 		key := "leases." + strings.SplitN(err.Error(), " ", 2)[0]

@@ -98,6 +98,9 @@ book_ahead = "14d"
 book_max_gpu_hours = 48
 book_max_length = "1d"
 book_max_count = 4
+service_gpus_per_user = 1
+service_gpus = 3
+service_pools = ["inference"]
 
 [pools.h100]
 max_time = "8h"
@@ -120,5 +123,8 @@ max_gpus = 4
 	if len(fc.Tags) != 2 || h.MaxTime != 8*time.Hour || h.MaxGPUs != 4 || len(h.Users) != 2 || p.BookAhead != 14*24*time.Hour || p.BookMaxGPUHours != 48 ||
 		p.BookMaxLength != 24*time.Hour || p.BookMaxCount != 4 {
 		t.Errorf("read tags %v, pool %+v, book ahead %s, max %g, longest %s, count %d", fc.Tags, h, p.BookAhead, p.BookMaxGPUHours, p.BookMaxLength, p.BookMaxCount)
+	}
+	if p.ServiceGPUsPerUser != 1 || p.ServiceGPUs != 3 || len(p.ServicePools) != 1 || p.ServicePools[0] != "inference" {
+		t.Errorf("services: per user %d, cluster %d, pools %v, want 1, 3, [inference]", p.ServiceGPUsPerUser, p.ServiceGPUs, p.ServicePools)
 	}
 }

@@ -32,6 +32,22 @@ func (b *Bound) Board(context.Context) (api.Board, error) {
 			judged = lease.Judge(n.Snap, n.Leases, n.Idle, v.Now, b.s.cfg.Policy)
 		}
 		bn.GPUs = gpusFor(n.Snap, n.Leases, judged)
+		for j := range bn.GPUs {
+			// A service's command travels to every node, and shows only
+			// to its owner and admins.
+			if l := bn.GPUs[j].Lease; l != nil && l.Job.Private() {
+				shown := l.ShownTo(b.c)
+				bn.GPUs[j].Lease = &shown
+			}
+			for k, l := range bn.GPUs[j].Shares {
+				bn.GPUs[j].Shares[k] = l.ShownTo(b.c)
+			}
+		}
+		for _, l := range n.Leases {
+			if l.IsService() {
+				out.Services = append(out.Services, l.ShownTo(b.c))
+			}
+		}
 		if !n.Self && n.State != queue.NodeAlive {
 			for j := range bn.GPUs {
 				bn.GPUs[j].Flags = append(bn.GPUs[j].Flags, api.FlagUnknown)

@@ -59,6 +59,11 @@ func (b *Bound) Claim(ctx context.Context, req api.ClaimRequest) (api.ClaimRespo
 			}
 		}
 	}
+	if claim.Service != nil {
+		if err := b.admitService(v, &claim); err != nil {
+			return api.ClaimResponse{}, err
+		}
+	}
 	if err := knownNodes(v, claim.Where); err != nil {
 		return api.ClaimResponse{}, err
 	}
@@ -130,7 +135,18 @@ func (b *Bound) grantHere(ctx context.Context, v queue.ClusterView, claim lease.
 			return lease.Lease{}, err
 		}
 	}
-	return b.s.deps.Node.Grant(ctx, b.c, node.Grant{Claim: claim, Borrowed: v.Borrows(b.s.cfg.Sched, b.c.User, weight)})
+	borrows := v.Borrows(b.s.cfg.Sched, b.c.User, weight)
+	if claim.Service != nil {
+		// A service withdraws its GPUs for good: it never borrows beyond
+		// its owner's quota. One started --preemptible counts as
+		// borrowed, so quota preemption may take it for someone within
+		// theirs.
+		if borrows && !claim.Service.Preemptible {
+			return lease.Lease{}, &refusal.Error{Code: refusal.CodeForbidden, Msg: fmt.Sprintf("service %s would take you past your quota ([queue] quotas), and a service never borrows: ask for fewer GPUs, or start it --preemptible", claim.Service.Name)}
+		}
+		borrows = claim.Service.Preemptible
+	}
+	return b.s.deps.Node.Grant(ctx, b.c, node.Grant{Claim: claim, Borrowed: borrows})
 }
 
 // awaitVisible waits (briefly) until a lease granted elsewhere shows in

@@ -415,6 +415,12 @@ func (b *Bound) Doctor(ctx context.Context, req api.DoctorRequest) (api.DoctorRe
 		return cmp.Compare(a.LeaseID, b.LeaseID)
 	})
 	f := doctor.Analyze(hist)
+	for _, l := range s.View().Leases() {
+		if l.IsService() {
+			f.Services++
+			f.ServiceGPUs += len(l.GPUs)
+		}
+	}
 	verdict := doctor.Decide(f, s.cfg.Policy, s.cfg.Sched)
 	rep.Findings, rep.Verdict = &f, &verdict
 	if req.Ledger {

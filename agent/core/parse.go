@@ -35,8 +35,15 @@ func claimOf(req api.ClaimRequest) (lease.Claim, error) {
 	if c.Where, err = whereOf(req.Node, req.NodeChoice); err != nil {
 		return lease.Claim{}, err
 	}
+	if lease.Kind(req.Kind) == lease.KindService {
+		return lease.Claim{}, refusal.Invalidf("a service lease is started with dibs serve NAME -- COMMAND, not with --kind service")
+	}
 	if c.Kind, err = lease.ParseKind(req.Kind); err != nil {
 		return lease.Claim{}, err
+	}
+	if req.Service != nil {
+		svc := *req.Service
+		c.Service, c.Kind = &svc, lease.KindService
 	}
 	if req.Duration != "" {
 		if c.Duration, err = words.ParseDuration(req.Duration); err != nil {

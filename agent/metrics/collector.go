@@ -8,6 +8,7 @@ import (
 	"github.com/dibs-gpu/dibs/lease"
 	"github.com/dibs-gpu/dibs/nodeprobe"
 	"github.com/dibs-gpu/dibs/queue"
+	"github.com/dibs-gpu/dibs/service"
 )
 
 // gpuLabels are dcgm-exporter's labels (gpu, UUID, pci_bus_id, device,
@@ -46,6 +47,8 @@ var (
 	descGossipReqs   = desc("dibs_gossip_remote_requests_total", "Requests this agent sent to other agents (claims, releases, starts on their nodes).")
 	descGossipReqErr = desc("dibs_gossip_remote_request_errors_total", "Requests to other agents that got no answer.")
 	descGossipRefuse = desc("dibs_gossip_streams_refused_total", "Inbound gossip TCP streams closed unread: over the caps per address or in all, or silent too long.")
+	descServiceUp    = desc("dibs_service_up", "1 while a service of this node passes its check (healthy), 0 otherwise (starting, unhealthy, restarting).", "node", "service", "user", "state")
+	descServiceRest  = desc("dibs_service_restarts_total", "Restarts in place of a service of this node since it started.", "node", "service", "user")
 	descLeaseSM      = desc("dibs_lease_sm_mean_percent", "A running lease's mean SM utilization so far over its GPUs, 0-100; absent where the hardware reports none (MIG, budgets).", "node", "lease", "user")
 	descLeaseIdle    = desc("dibs_lease_idle_percent", "Share of a running lease's time so far during which every GPU it holds read 0 %.", "node", "lease", "user")
 	descLeasePeakMem = desc("dibs_lease_peak_memory_bytes", "The most GPU memory a running lease has used on one of its GPUs so far.", "node", "lease", "user")
@@ -57,7 +60,7 @@ var allDescs = []*prometheus.Desc{
 	descGPUUtil, descGPUMemUsed, descGPUMemTotal, descGPUTemp, descGPUPower, descGPUPowerCap, descGPUProcs, descGPUUp,
 	descProbeTime, descLease, descLeaseLeft, descSquatted, descIdle, descQueue, descQueueOldest, descMembers,
 	descMemberHeard, descGossipMsgs, descGossipBytes, descGossipDrop, descGossipCrypt, descGossipReqs,
-	descGossipReqErr, descGossipRefuse, descInfo, descStart, descLeaseSM, descLeaseIdle, descLeasePeakMem,
+	descGossipReqErr, descGossipRefuse, descInfo, descStart, descLeaseSM, descLeaseIdle, descLeasePeakMem, descServiceUp, descServiceRest,
 }
 
 // collector turns the agent's state into metrics at scrape time.
@@ -92,6 +95,17 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		c.leases(n, v, gauge)
 		c.efficiency(n, gauge)
 		c.queue(n, v, gauge)
+		for _, l := range n.Leases {
+			if !l.IsService() {
+				continue
+			}
+			up := 0.0
+			if l.Service.State == service.Healthy {
+				up = 1
+			}
+			gauge(descServiceUp, up, n.Name, l.Service.Name, l.User, string(l.Service.State))
+			counter(descServiceRest, uint64(l.Service.Restarts), n.Name, l.Service.Name, l.User)
+		}
 	}
 	if len(st.Members) > 0 {
 		states := map[string]int{queue.NodeAlive: 0, queue.NodeSuspect: 0, queue.NodeDead: 0, queue.NodeLeft: 0}

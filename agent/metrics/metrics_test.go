@@ -20,6 +20,7 @@ import (
 	"github.com/dibs-gpu/dibs/api"
 	"github.com/dibs-gpu/dibs/lease"
 	"github.com/dibs-gpu/dibs/nodeprobe/sim"
+	"github.com/dibs-gpu/dibs/service"
 )
 
 // scrape GETs /metrics over HTTP and parses it as Prometheus does.
@@ -341,6 +342,26 @@ func TestStrangersHoldingTheMetricsPortAreBounded(t *testing.T) {
 	// the idle ones by itself later.
 	if got := openFDs(t) - before - len(held); got > metrics.MaxConns+8 {
 		t.Errorf("the agent holds %d descriptors for %d idle stranger connections, want at most about %d", got, strangers, metrics.MaxConns)
+	}
+}
+
+// TestServiceMetrics: a service of the node is up (1) once healthy, with
+// its restarts, under its name and owner.
+func TestServiceMetrics(t *testing.T) {
+	t.Parallel()
+	agenttest.RequireTmux(t)
+	n := agenttest.Start(t, agenttest.Options{Sim: "2xL40S", MetricsListen: "127.0.0.1:0", Quiet: true})
+	if _, err := n.Client.Claim(context.Background(), api.ClaimRequest{Run: &api.RunSpec{Command: []string{"sleep", "600"}},
+		Service: &service.Spec{Name: "dash"}}); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{"node": "node01", "service": "dash", "user": me(t)}
+	agenttest.Eventually(t, 15*time.Second, "dibs_service_up 1 for dash", func() bool {
+		m, ok := series(scrape(t, n.Agent.MetricsAddr()), "dibs_service_up", want)
+		return ok && value(m) == 1
+	})
+	if got := val(t, scrape(t, n.Agent.MetricsAddr()), "dibs_service_restarts_total", want); got != 0 {
+		t.Errorf("dibs_service_restarts_total = %v, want 0", got)
 	}
 }
 

@@ -11,6 +11,7 @@ import (
 	"github.com/dibs-gpu/dibs/job"
 	"github.com/dibs-gpu/dibs/launch"
 	"github.com/dibs-gpu/dibs/lease"
+	"github.com/dibs-gpu/dibs/service"
 )
 
 // Run is how the node starts a grant's session: the run spec it was asked
@@ -79,6 +80,10 @@ type Grant struct {
 func (n *Node) Grant(ctx context.Context, c lease.Caller, g Grant) (lease.Lease, error) {
 	if g.Run == nil {
 		g.Run = RunOf(g.Claim.Run)
+		if g.Run != nil && g.Claim.Service != nil {
+			// A service's end is a restart, not a result to record.
+			g.Run.RecordExit = false
+		}
 	}
 	var u launch.User
 	if g.Run != nil {
@@ -133,6 +138,12 @@ func (n *Node) admit(c lease.Caller, g Grant) (l lease.Lease, fresh bool, err er
 		if l.Session == "" {
 			l.Session = job.SessionName(l.ID)
 		}
+	}
+	if l.IsService() && g.Claim.Run != nil {
+		// The definition every node holds (lease.Lease.Published), for
+		// the supervisor's restarts here and a start elsewhere.
+		l.Job = g.Claim.Run.Job()
+		l.Session = service.SessionName(l.Service.Name)
 	}
 	if err := n.saveLocked(l, now); err != nil {
 		return lease.Lease{}, false, err
@@ -220,6 +231,25 @@ func (x *sessionJob) holder(l lease.Lease) (launch.User, error) {
 // of those names already.
 const sessionRenames = 8
 
+// sessionSpec is what launch starts for run under l: the caller's carried
+// environment, then the lease's own variables and its cores (bound to
+// its GPUs' local ones or those chosen for it), then the run's.
+func (x *sessionJob) sessionSpec(l lease.Lease, u launch.User, run *Run) launch.Spec {
+	snap := x.n.State().Snap
+	var cpus []string
+	if !x.n.cfg.NoCPUBinding {
+		cpus = l.SessionCPUs(snap)
+	}
+	env := map[string]string{}
+	for _, vars := range []map[string]string{run.UserEnv, l.Env(), l.DeviceEnv(snap), l.CPUEnv(cpus, run.Workers), run.Env} {
+		for k, v := range vars {
+			env[k] = v
+		}
+	}
+	return launch.Spec{Name: l.Session, User: u, Env: env, Command: run.Command, Dir: run.Dir, RecordExit: run.RecordExit && len(run.Command) > 0,
+		KeepLog: len(run.Command) > 0, LogName: l.LogName(), CPUs: lease.CPUUnion(cpus)}
+}
+
 // startSession starts the lease's tmux session as u and watches it, and
 // returns the lease as it now is: a session whose name dibs chose
 // (job.SessionName) may have been given another. That name can be taken
@@ -234,19 +264,7 @@ func (x *sessionJob) startSession(ctx context.Context, l lease.Lease, u launch.U
 	if !n.Current(l.ID, l.Token) {
 		return l, fmt.Errorf("lease %s ended before its session could start", l.ID)
 	}
-	snap := n.State().Snap
-	var cpus []string
-	if !n.cfg.NoCPUBinding {
-		cpus = l.SessionCPUs(snap)
-	}
-	env := map[string]string{}
-	for _, vars := range []map[string]string{run.UserEnv, l.Env(), l.DeviceEnv(snap), l.CPUEnv(cpus, run.Workers), run.Env} {
-		for k, v := range vars {
-			env[k] = v
-		}
-	}
-	spec := launch.Spec{Name: l.Session, User: u, Env: env, Command: run.Command, Dir: run.Dir, RecordExit: run.RecordExit && len(run.Command) > 0,
-		KeepLog: len(run.Command) > 0, LogName: l.LogName(), CPUs: lease.CPUUnion(cpus)}
+	spec := x.sessionSpec(l, u, run)
 	_, err := n.deps.Sessions.Start(ctx, spec)
 	if errors.Is(err, launch.ErrStatusDir) && l.Entry == "" {
 		// A plain run can do without its exit status; a queued one cannot.
@@ -273,6 +291,8 @@ func (x *sessionJob) startSession(ctx context.Context, l lease.Lease, u launch.U
 			return l, refusal.Wrap(refusal.CodeUnavailable, err)
 		case errors.Is(err, launch.ErrTmuxNotFound):
 			return l, &refusal.Error{Code: refusal.CodeUnavailable, Msg: launch.ErrTmuxNotFound.Error()}
+		case errors.Is(err, launch.ErrSessionExists) && l.IsService():
+			return l, refusal.Invalidf("you already have a tmux session named %s (a service's, left running?): end it (tmux kill-session -t %s) or pick another service name", l.Session, l.Session)
 		case errors.Is(err, launch.ErrSessionExists) && !dibsChose:
 			return l, refusal.Invalidf("you already have a tmux session named %s: pick another --name", l.Session)
 		case errors.Is(err, launch.ErrSessionExists):

@@ -23,6 +23,7 @@ import (
 	"github.com/dibs-gpu/dibs/launch"
 	"github.com/dibs-gpu/dibs/lease"
 	"github.com/dibs-gpu/dibs/nodeprobe"
+	"github.com/dibs-gpu/dibs/service"
 )
 
 // Sessions is the part of launch.Launcher the node uses. All methods may be
@@ -62,6 +63,10 @@ type Config struct {
 	// by one in a UTC day (default lease.DefaultLedgerPerUserDay); past
 	// it their plain leases are folded into one row as they end.
 	LedgerPerUserDay int
+	// ServiceRules are the supervisor's numbers (start-up allowance,
+	// failed checks, backoff, crash loop); zero fields take
+	// service.DefaultRules.
+	ServiceRules service.Rules
 	// FiguresFile is where the running leases' figures are written down
 	// (every FiguresSaveEvery, and as the agent stops); empty keeps them
 	// in memory only. SampleWindow is how far back each GPU's samples

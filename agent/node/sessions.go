@@ -11,9 +11,14 @@ import (
 	"github.com/dibs-gpu/dibs/lease"
 )
 
-// watch ends the lease when its session ends.
+// watch ends the lease when its session ends; a service's is supervised
+// instead (supervise.go): restarted, not ended.
 func (x *sessionJob) watch(l lease.Lease, u launch.User) {
 	n := x.n
+	if l.IsService() {
+		x.supervise(l, u)
+		return
+	}
 	ctx, cancel := context.WithCancel(n.ctx)
 	x.track(l.ID, cancel)
 	gone := n.deps.Sessions.Watch(ctx, u, l.Session, n.cfg.SessionPoll)

@@ -55,6 +55,11 @@ const (
 	// lease (--cpus-per-gpu, lease.Lease.CPUs) and bind sessions to them;
 	// an older agent would grant the GPUs and drop the cores unsaid.
 	CPUsSince = 8
+	// ServiceSince is the first protocol whose agents run services (`dibs
+	// serve`): a lease of kind service with no end while it is up, which
+	// an older agent would take for a plain claim (v0.1.0 refuses the
+	// kind; v0.2.0 would grant it without its supervisor).
+	ServiceSince = 8
 )
 
 // LeaveIsForGood reports whether a leave notice from an agent that spoke

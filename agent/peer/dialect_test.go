@@ -190,6 +190,7 @@ func TestServeProtocols(t *testing.T) {
 		body   string
 		refuse string
 	}{
+		{"protocol 8", 0, `{"v":8,"actor":{"user":"alice"},"req":{"count":1}}`, ""},
 		{"protocol 7", 0, `{"v":7,"actor":{"user":"alice"},"req":{"count":1}}`, ""},
 		{"protocol 6 (v0.1.0)", 0, `{"v":6,"actor":{"user":"alice"},"req":{"count":1}}`, ""},
 		{"a newer release's field is ignored", 0, `{"v":7,"actor":{"user":"alice"},"req":{"count":1,"priority":3},"trace":"x"}`, ""},

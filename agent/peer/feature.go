@@ -38,3 +38,7 @@ func Require(v queue.ClusterView, f Feature) error {
 	}
 	return nil
 }
+
+// Services is `dibs serve`: refused while a live node speaks a protocol
+// before ServiceSince.
+var Services = Feature{Name: "services (dibs serve)", Since: ServiceSince}

@@ -184,8 +184,12 @@ func (c *cli) printGrantTo(w io.Writer, r api.ClaimResponse) {
 	if r.CPUs != "" {
 		what += ", cores " + safe(r.CPUs)
 	}
-	fmt.Fprintf(w, "%s: %s on %s until %s (%s)\n", safe(r.ID), what, safe(r.Node),
-		r.ExpiresAt.Local().Format("Mon 15:04"), words.FormatDuration(time.Until(r.ExpiresAt)))
+	if lease.Kind(r.Kind) == lease.KindService {
+		fmt.Fprintf(w, "%s: %s on %s, as long as the service is up\n", safe(r.ID), what, safe(r.Node))
+	} else {
+		fmt.Fprintf(w, "%s: %s on %s until %s (%s)\n", safe(r.ID), what, safe(r.Node),
+			r.ExpiresAt.Local().Format("Mon 15:04"), words.FormatDuration(time.Until(r.ExpiresAt)))
+	}
 	if r.Notice != "" {
 		fmt.Fprintf(w, "note: %s\n", safe(r.Notice))
 	}
@@ -541,6 +545,9 @@ func attachCmd(c *cli) *cobra.Command {
 // only a command api.CheckAttachCommand recognises, whatever the agent sent.
 func (c *cli) attach(ctx context.Context, cl *api.Client, id string) error {
 	r, err := cl.Attach(ctx, id)
+	if sess, ok := orServiceSession(err, id); ok {
+		r, err = cl.Attach(ctx, sess)
+	}
 	if err != nil {
 		return err
 	}

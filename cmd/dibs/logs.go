@@ -46,6 +46,9 @@ are dropped and colours kept; --raw prints every byte.`,
 			cl := c.client()
 			fctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 			srcs, err := cl.LogSources(fctx, args[0])
+			if sess, ok := orServiceSession(err, args[0]); ok {
+				srcs, err = cl.LogSources(fctx, sess)
+			}
 			cancel()
 			if err != nil {
 				return err

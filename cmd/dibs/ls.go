@@ -167,6 +167,9 @@ func printParts(w io.Writer, alive bool, g api.GPU, now time.Time) {
 // timeLeft is a lease's time left as every table shows it: "2h13m", or
 // "over" once its end has passed (it lingers while the end action acts).
 func timeLeft(l lease.Lease, now time.Time) string {
+	if l.IsService() {
+		return "service"
+	}
 	if !l.ExpiresAt.After(now) {
 		return "over"
 	}

@@ -138,6 +138,7 @@ daemon's binary, installed beside dibs. The guide for people:
 	// agent, config, probe, keygen and demo are the daemon's: dibsd runs them.
 	root.AddCommand(c.daemonCmds()...)
 	root.AddCommand(bookCmd(c), bookingsCmd(c), unbookCmd(c))
+	root.AddCommand(serveCmd(c), servicesCmd(c), urlCmd(c), stopCmd(c))
 	root.AddCommand(eventsCmd(c), notifyCmd(c), logsCmd(c), jupyterCmd(c), pipeLogCmd(c))
 	root.AddCommand(c.extraCmds()...)
 	// Completion for the shells the package ships it for (bash, zsh, fish):

@@ -173,6 +173,7 @@ func TestDecide(t *testing.T) {
 		{"small but oversubscribed and gang-bound", func(f *Findings) {
 			f.BusyShare, f.FreeShare, f.WaitP95, f.GangGPUShare, f.GangWaitP50 = 0.9, 0.05, 6*time.Hour, 0.4, 3*time.Hour
 		}, CallSLURM, nil, "oversubscribed"},
+		{"services hold most GPUs: told so", func(f *Findings) { f.Services, f.ServiceGPUs = 3, 5 }, CallStay, nil, "services hold 5 of the 8 GPUs (3 services"},
 		{"one pressure on a small cluster stays", func(f *Findings) { f.BusyShare, f.WaitP95, f.FreeShare = 0.9, 6*time.Hour, 0.05 }, CallStay, nil, "oversubscribed"},
 	}
 	for _, tc := range tests {

@@ -102,6 +102,11 @@ type Findings struct {
 	// ended past their time limit.
 	Preemptions map[string]int `json:"preemptions"`
 	Overdue     int            `json:"overdue"`
+	// Services and ServiceGPUs are the services running now (`dibs
+	// serve`) and the GPUs they hold: a team whose services hold most
+	// GPUs runs a serving fleet, which is what Kubernetes is for.
+	Services    int `json:"services"`
+	ServiceGPUs int `json:"service_gpus"`
 	// Missing lists nodes left out.
 	Missing []string `json:"missing,omitempty"`
 }

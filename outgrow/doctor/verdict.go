@@ -39,7 +39,10 @@ const (
 	WaitSome        = time.Hour
 	FreeSome        = 0.30
 	TopShareHigh    = 0.50
-	SquatSome       = 0.01
+	// ServiceShareHigh: services (always on) hold this share of the GPUs
+	// or more: the cluster is mostly a serving fleet.
+	ServiceShareHigh = 0.50
+	SquatSome        = 0.01
 	// The data the verdict wants before it is sure: samples over half the
 	// window, and a week of history.
 	MinCoverage = 0.5
@@ -129,6 +132,10 @@ func Decide(f Findings, p lease.Policy, s queue.SchedConfig) Verdict {
 	if f.TopUserShare >= TopShareHigh && f.Users >= 3 && f.WaitP95 >= WaitSome && len(s.Quotas) == 0 {
 		v.Settings = append(v.Settings, Setting{Key: "[queue] quotas", Value: fmt.Sprintf("{ %s = %d }", f.TopUser, max(f.GPUs/2, 1)),
 			Why: fmt.Sprintf("%s held %s of the GPU-hours while others waited %s (p95): a quota lets them borrow the rest, preemptibly", f.TopUser, pct(f.TopUserShare), words.FormatDuration(f.WaitP95))})
+	}
+	if f.GPUs > 0 && float64(f.ServiceGPUs)/float64(f.GPUs) >= ServiceShareHigh {
+		v.Reasons = append(v.Reasons, fmt.Sprintf("services hold %d of the %d GPUs (%d services, %s or more): an always-on serving fleet is what Kubernetes is for — keep dibs for training and move the services there",
+			f.ServiceGPUs, f.GPUs, f.Services, pct(ServiceShareHigh)))
 	}
 	if f.SquattedShare >= SquatSome && f.SquattedShare < SquatHigh {
 		v.Reasons = append(v.Reasons, fmt.Sprintf("%s of GPU-time had processes without a lease (%.0f GPU-hours): ask people to claim first, or take a running job into a lease with `dibs adopt PID`", pct(f.SquattedShare), f.SquattedGPUHours))

@@ -287,7 +287,7 @@ func sortedKeys[V any](m map[string]V) []string {
 // Put implements lease.Store.
 func (s *Store) Put(l lease.Lease) error {
 	op := "save lease " + l.ID
-	if l.ID == "" || len(l.GPUs) == 0 {
+	if l.ID == "" || len(l.GPUs) == 0 && !l.IsService() {
 		return fmt.Errorf("%s: a lease needs an id and at least one GPU", op)
 	}
 	l = copyOf(l)

@@ -1,0 +1,81 @@
+package core
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/dibs-gpu/dibs/agent/peer"
+	"github.com/dibs-gpu/dibs/base/refusal"
+	"github.com/dibs-gpu/dibs/lease"
+	"github.com/dibs-gpu/dibs/queue"
+	"github.com/dibs-gpu/dibs/service"
+)
+
+// admitService is the edge's part of `dibs serve`: every node must run
+// services (the protocol gate), the name is the caller's only one of that
+// name across the cluster, and the policy's bounds hold. Each refusal is
+// one line naming the limit. It may add the one pool services run in to
+// the claim's pools.
+func (b *Bound) admitService(v queue.ClusterView, c *lease.Claim) error {
+	if err := peer.Require(v, peer.Services); err != nil {
+		return err
+	}
+	p := b.s.cfg.Policy
+	name := c.Service.Name
+	mine, total, count := 0, 0, 0
+	for _, l := range v.Leases() {
+		if !l.IsService() {
+			continue
+		}
+		total += len(l.GPUs)
+		if l.User != b.c.User {
+			continue
+		}
+		if l.Service.Name == name {
+			return &refusal.Error{Code: refusal.CodeConflict, Msg: fmt.Sprintf("you already run a service named %s (on %s): dibs stop %s first, or pick another name", name, l.Node, name)}
+		}
+		mine += len(l.GPUs)
+		count++
+	}
+	if count >= service.MaxPerUser {
+		return &refusal.Error{Code: refusal.CodeForbidden, Msg: fmt.Sprintf("you run %d services, the most one person may (every node holds their definitions): dibs stop one first", count)}
+	}
+	want := c.Count + len(c.GPUs)
+	if c.MIG != "" || c.MemMiB > 0 {
+		want = 1
+	}
+	perUser := p.ServiceGPUsPerUser
+	if perUser == 0 {
+		perUser = lease.DefaultServiceGPUsPerUser
+	}
+	if perUser < 0 {
+		return &refusal.Error{Code: refusal.CodeForbidden, Msg: "services are off on this cluster (leases.service_gpus_per_user = -1)"}
+	}
+	if mine+want > perUser {
+		return &refusal.Error{Code: refusal.CodeForbidden, Msg: fmt.Sprintf("services may hold at most %d GPUs per person (leases.service_gpus_per_user) and yours hold %d: ask for %d or fewer", perUser, mine, max(perUser-mine, 0))}
+	}
+	clusterMax := p.ServiceGPUs
+	if clusterMax == 0 {
+		clusterMax = max(clusterGPUs(v)/4, 1)
+	}
+	if total+want > clusterMax {
+		return &refusal.Error{Code: refusal.CodeForbidden, Msg: fmt.Sprintf("services may hold at most %d GPUs of the cluster (leases.service_gpus) and hold %d already", clusterMax, total)}
+	}
+	if len(p.ServicePools) > 0 && !slices.ContainsFunc(c.Tags, func(t string) bool { return slices.Contains(p.ServicePools, t) }) {
+		if len(p.ServicePools) > 1 {
+			return refusal.Invalidf("services run only in pools %s (leases.service_pools): add --pool with one of them", strings.Join(p.ServicePools, ", "))
+		}
+		c.Tags = append(slices.Clone(c.Tags), p.ServicePools[0])
+	}
+	return nil
+}
+
+// clusterGPUs counts the GPUs of the nodes the view knows.
+func clusterGPUs(v queue.ClusterView) int {
+	n := 0
+	for i := range v.Nodes {
+		n += len(v.Nodes[i].Snap.GPUs)
+	}
+	return n
+}

@@ -1,0 +1,239 @@
+package node
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"net"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/dibs-gpu/dibs/base/words"
+	"github.com/dibs-gpu/dibs/job"
+	"github.com/dibs-gpu/dibs/launch"
+	"github.com/dibs-gpu/dibs/lease"
+	"github.com/dibs-gpu/dibs/service"
+)
+
+// The supervisor keeps this node's services up: one loop per service
+// lease, started where a run's session would be watched (watch hands a
+// service's lease here), which probes the replica every SessionPoll and
+// does what a service.Tracker says — restart in place after its backoff,
+// or end a crash loop. It holds no state the agent must keep: an agent
+// that restarts (SIGTERM, an upgrade) re-adopts the running session as it
+// found it, and the same process keeps serving.
+
+// listenerFinder is the part of launch.Launcher that finds which of a
+// session's processes listens on a port. The node's Sessions fakes need
+// not have it; without it a service with a port is never found healthy.
+type listenerFinder interface {
+	ListenerOf(ctx context.Context, u launch.User, name string, port int) (launch.Listener, error)
+}
+
+// checkRunner is the part of launch.Launcher that runs a service's
+// --health-cmd as its owner; without it such a service is never healthy.
+type checkRunner interface {
+	RunCheck(ctx context.Context, u launch.User, dir string, env map[string]string, cmd string) error
+}
+
+// probeBound bounds one probe of a service (the tmux call, the connect,
+// the HTTP answer).
+const probeBound = 5 * time.Second
+
+// supervise keeps l's service up until its lease ends or the node closes.
+func (x *sessionJob) supervise(l lease.Lease, u launch.User) {
+	n := x.n
+	ctx, cancel := context.WithCancel(n.ctx)
+	x.track(l.ID, cancel)
+	n.wg.Add(1)
+	go func() {
+		defer n.wg.Done()
+		x.superviseLoop(ctx, l, u)
+	}()
+}
+
+func (x *sessionJob) superviseLoop(ctx context.Context, l lease.Lease, u launch.User) {
+	n := x.n
+	tr := service.NewTracker(n.cfg.ServiceRules, n.deps.Clock.Now(), l.Service.Restarts)
+	t := n.deps.Clock.NewTicker(n.cfg.SessionPoll)
+	defer t.Stop()
+	var wrote time.Time
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C():
+		}
+		if !n.Current(l.ID, l.Token) {
+			return
+		}
+		p, pid, ok := x.probeService(ctx, l, u)
+		if !ok {
+			continue // tmux did not answer: ask again, change nothing
+		}
+		now := n.deps.Clock.Now()
+		switch tr.Observe(p, now) {
+		case service.Restart:
+			pid = x.restartService(ctx, l, u)
+			tr.Started(n.deps.Clock.Now())
+		case service.Stop:
+			x.crashLoop(l)
+			return
+		}
+		x.recordStatus(&l, tr, pid, &wrote)
+	}
+}
+
+// probeService looks at l's replica once: whether its session runs, and
+// whether its check passes. ok is false when tmux did not answer.
+func (x *sessionJob) probeService(ctx context.Context, l lease.Lease, u launch.User) (p service.Probe, pid int, ok bool) {
+	n := x.n
+	ctx, cancel := context.WithTimeout(ctx, probeBound)
+	defer cancel()
+	running, err := n.deps.Sessions.Exists(ctx, u, l.Session)
+	if err != nil {
+		return p, 0, false
+	}
+	if !running {
+		return p, 0, true
+	}
+	p.Running = true
+	lf, _ := n.deps.Sessions.(listenerFinder)
+	if lf == nil {
+		return p, 0, true
+	}
+	who, err := lf.ListenerOf(ctx, u, l.Session, l.Service.Port)
+	if err != nil {
+		return p, 0, false
+	}
+	switch {
+	case l.Service.Port == 0:
+		p.Healthy = who.Root != 0
+	default:
+		// The listener must be the replica's own: another user who bound
+		// the port while it was down answers, but is not the service.
+		p.Healthy = who.PID != 0 && answers(ctx, l.Service.Port, l.Service.Health)
+	}
+	if p.Healthy && l.Service.HealthCmd != "" {
+		cr, _ := n.deps.Sessions.(checkRunner)
+		run := serviceRun(l)
+		p.Healthy = cr != nil && cr.RunCheck(ctx, u, run.Dir, run.UserEnv, l.Service.HealthCmd) == nil
+	}
+	return p, who.Root, true
+}
+
+// answers reports whether the service answers on port of this node's
+// loopback: a TCP connect, or with path an HTTP GET answered 2xx. A
+// replica listens on the loopback or on every address to be checked.
+func answers(ctx context.Context, port int, path string) bool {
+	var d net.Dialer
+	conn, err := d.DialContext(ctx, "tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+	if err != nil {
+		conn, err = d.DialContext(ctx, "tcp", net.JoinHostPort("::1", strconv.Itoa(port)))
+	}
+	if err != nil {
+		return false
+	}
+	defer conn.Close()
+	if path == "" {
+		return true
+	}
+	if dl, ok := ctx.Deadline(); ok {
+		conn.SetDeadline(dl)
+	}
+	if _, err := fmt.Fprintf(conn, "GET %s HTTP/1.0\r\nHost: localhost:%d\r\nUser-Agent: dibs-health\r\n\r\n", path, port); err != nil {
+		return false
+	}
+	line, err := bufio.NewReader(conn).ReadString('\n')
+	if err != nil {
+		return false
+	}
+	f := strings.Fields(line)
+	return len(f) >= 2 && strings.HasPrefix(f[0], "HTTP/") && len(f[1]) == 3 && f[1][0] == '2'
+}
+
+// restartService stops what is left of l's replica and starts it again
+// from the definition its lease holds, and returns the new replica's
+// first process (0 when it did not start: the next probe finds it gone
+// and the tracker backs off).
+func (x *sessionJob) restartService(ctx context.Context, l lease.Lease, u launch.User) int {
+	n := x.n
+	ctx, cancel := context.WithTimeout(ctx, userCallBound)
+	defer cancel()
+	if ok, err := n.deps.Sessions.Exists(ctx, u, l.Session); err == nil && ok {
+		x.killSession(ctx, l, true)
+	}
+	s, err := n.deps.Sessions.Start(ctx, x.sessionSpec(l, u, serviceRun(l)))
+	if err != nil {
+		n.log.Warn("restart service", "service", l.Service.Name, "lease", l.ID, "err", err)
+		return 0
+	}
+	if !n.Current(l.ID, l.Token) {
+		// Stopped while it restarted: the new replica must not outlive it.
+		x.killSession(ctx, l, true)
+		return 0
+	}
+	n.log.Info("service restarted", "service", l.Service.Name, "lease", l.ID, "user", l.User, "pid", s.PanePID)
+	return s.PanePID
+}
+
+// serviceRun is the session a service's lease starts, from the job it
+// holds. A service records no exit status: its command's end is a
+// restart, not the lease's end.
+func serviceRun(l lease.Lease) *Run {
+	j := l.Job
+	if j == nil {
+		j = &job.Job{}
+	}
+	return &Run{Name: l.Session, Command: j.Command, Dir: j.Dir, UserEnv: j.Env}
+}
+
+// crashLoop ends a service that restarted too often, keeping its log, and
+// tells its owner: a notice on their board and in their sessions here,
+// and the end event (crash-loop) their webhook hears.
+func (x *sessionJob) crashLoop(l lease.Lease) {
+	n := x.n
+	r := n.cfg.ServiceRules.WithDefaults()
+	text := fmt.Sprintf("service %s crash-looped on %s (%d restarts in %s): stopped; its log: dibs logs %s",
+		l.Service.Name, n.cfg.Name, r.CrashRestarts, words.FormatDuration(r.CrashWindow), l.Service.Name)
+	n.log.Warn("service crash-looped; stopping it", "service", l.Service.Name, "lease", l.ID, "user", l.User)
+	ctx, cancel := context.WithTimeout(n.ctx, userCallBound)
+	defer cancel()
+	// Its last replica goes before its lease: nothing of it answers once
+	// the board says it stopped.
+	x.killSession(ctx, l, true)
+	// The end event (crash-loop) reaches its owner's sessions and webhook
+	// as every notice does; the board says it in the service's words.
+	n.end(l, lease.EndCrashLoop, "")
+	n.Notify(l.UID, "", text)
+}
+
+// recordStatus writes what the tracker decided to the lease when it
+// changed, so every node's board shows it; wrote is when it last did.
+func (x *sessionJob) recordStatus(l *lease.Lease, tr *service.Tracker, pid int, wrote *time.Time) {
+	n := x.n
+	st := service.Status{State: tr.State, Restarts: tr.Restarts, Since: tr.Since.Round(0), PID: l.Service.PID}
+	if pid != 0 {
+		st.PID = pid
+	}
+	now := n.deps.Clock.Now()
+	if !service.WriteStatus(l.Service.Status, st, now.Sub(*wrote)) {
+		return
+	}
+	if st.Restarts == l.Service.Restarts && !l.Service.Since.IsZero() {
+		st.Since = l.Service.Since // an adopted replica keeps its start
+	}
+	ok := n.update(*l, nil, func(cur *lease.Lease) {
+		svc := *cur.Service
+		svc.Status = st
+		cur.Service = &svc
+	})
+	if ok {
+		*wrote = now
+		svc := *l.Service
+		svc.Status = st
+		l.Service = &svc
+		n.deps.LeasesChanged()
+	}
+}

@@ -1,0 +1,152 @@
+// Package service holds the rules of a service (`dibs serve`): a named,
+// long-lived run that holds its GPUs while it is up, is health-checked,
+// and is restarted in place with a growing backoff when it dies, until it
+// crash-loops. No I/O: the agent's supervisor (agent/node) probes the
+// process and its port and asks a Tracker what to do; time is passed in.
+package service
+
+import (
+	"fmt"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/dibs-gpu/dibs/base/termsafe"
+)
+
+// Spec is a service's definition beyond its command (which the lease's
+// job holds): its name, the port it answers on and how it is checked. It
+// travels on the service's lease to every node, so it is small and
+// bounded (Check).
+type Spec struct {
+	// Name is unique among its owner's services across the cluster.
+	Name string `json:"name"`
+	// Port is the TCP port the service listens on; 0 checks only that its
+	// command runs.
+	Port int `json:"port,omitempty"`
+	// Health is an HTTP path whose 2xx answer means healthy; empty checks
+	// by TCP connect alone.
+	Health string `json:"health,omitempty"`
+	// HealthCmd is a shell command whose exit 0 means healthy, run as
+	// the owner in the service's directory (`--health-cmd`); with Port,
+	// the port's listener must be the service's own as well. Everyone
+	// sees it, as they see the name and port.
+	HealthCmd string `json:"health_cmd,omitempty"`
+	// Preemptible lets quota preemption take the service's GPUs, as it
+	// takes a borrowed run's; without it a service is never preempted.
+	Preemptible bool `json:"preemptible,omitempty"`
+}
+
+// Status is what the supervisor last saw of a service's replica: written
+// to the lease on every change of state, so every node's board shows it.
+type Status struct {
+	State State `json:"state,omitempty"`
+	// Restarts counts restarts in place since the service started.
+	Restarts int `json:"restarts,omitempty"`
+	// Since is when the replica now running was started.
+	Since time.Time `json:"since,omitzero"`
+	// PID is the session's first process of the replica now running, so
+	// the owner (and tests) can tell a restart from the same process.
+	PID int `json:"pid,omitempty"`
+}
+
+// Service is a service as its lease carries it: definition and status.
+type Service struct {
+	Spec
+	Status
+}
+
+// State is where a replica stands, as `dibs services` prints it.
+type State string
+
+// The states of a replica.
+const (
+	Starting        State = "starting"
+	Healthy         State = "healthy"
+	Unhealthy       State = "unhealthy"
+	Restarting      State = "restarting"
+	CrashLoop       State = "crash-looping"
+	Moving          State = "moving"
+	Stopped         State = "stopped"
+	maxNameLen            = 40
+	maxHealthLen          = 200
+	maxHealthCmdLen       = 500
+)
+
+// MaxDefBytes bounds a service's command, directory and environment as
+// they travel on its lease to every node (lease.Lease.Published keeps a
+// service's job whole): with MaxPerUser services a person adds at most
+// 16 KiB to every node's state.
+const MaxDefBytes = 4 << 10
+
+// MaxPerUser is how many services one person may run across the cluster,
+// so the definitions every node holds stay bounded per user.
+const MaxPerUser = 4
+
+// Check refuses a definition no node should run, with words for the
+// person who typed it.
+func (s *Spec) Check() error {
+	if s == nil {
+		return nil
+	}
+	if err := CheckName(s.Name); err != nil {
+		return err
+	}
+	if s.Port < 0 || s.Port > 65535 {
+		return fmt.Errorf("port %d is out of range: give 1 to 65535", s.Port)
+	}
+	if s.HealthCmd != "" {
+		if s.Health != "" {
+			return fmt.Errorf("give --health PATH or --health-cmd CMD, not both")
+		}
+		if len(s.HealthCmd) > maxHealthCmdLen || strings.ContainsAny(s.HealthCmd, "\r\n") {
+			return fmt.Errorf("--health-cmd must be one line of at most %d characters", maxHealthCmdLen)
+		}
+		if err := termsafe.Check(s.HealthCmd); err != nil {
+			return fmt.Errorf("--health-cmd holds %w", err)
+		}
+	}
+	if s.Health != "" {
+		if s.Port == 0 {
+			return fmt.Errorf("--health %s needs --port: the check asks the service's port", s.Health)
+		}
+		if len(s.Health) > maxHealthLen || !strings.HasPrefix(s.Health, "/") || strings.ContainsAny(s.Health, " \r\n\t") {
+			return fmt.Errorf("--health must be an HTTP path such as /health (at most %d characters, no spaces)", maxHealthLen)
+		}
+		if err := termsafe.Check(s.Health); err != nil {
+			return fmt.Errorf("--health holds %w", err)
+		}
+	}
+	return nil
+}
+
+// CheckName refuses a service name that would not read well as a tmux
+// session name or a lease's label: 1 to 40 letters, digits, '-' and '_',
+// starting with a letter.
+func CheckName(name string) error {
+	ok := name != "" && len(name) <= maxNameLen && utf8.ValidString(name)
+	for i, r := range name {
+		switch {
+		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z':
+		case i > 0 && (r >= '0' && r <= '9' || r == '-' || r == '_'):
+		default:
+			ok = false
+		}
+	}
+	if !ok {
+		return fmt.Errorf("service name %q must be 1 to %d letters, digits, '-' or '_', starting with a letter", termsafe.String(name), maxNameLen)
+	}
+	return nil
+}
+
+// SessionName is the tmux session a service's replica runs in: svc-NAME,
+// so `tmux ls` tells services from runs (dibs-NODE-N) at a glance.
+func SessionName(name string) string { return "svc-" + name }
+
+// URL is where a replica on node answers (empty without a port).
+func URL(node string, port int) string {
+	if port == 0 {
+		return ""
+	}
+	return fmt.Sprintf("http://%s:%d", node, port)
+}

@@ -1,0 +1,106 @@
+package service
+
+import (
+	"testing"
+	"time"
+)
+
+func TestTrackerRestartsWithGrowingBackoffThenStopsACrashLoop(t *testing.T) {
+	r := Rules{StartAllowance: 10 * time.Second, FailsInARow: 3, BackoffBase: time.Second, BackoffMax: 8 * time.Second, CrashRestarts: 3, CrashWindow: 10 * time.Minute}
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	tr := NewTracker(r, t0, 0)
+	now := t0
+	dead := Probe{}
+	// First death: back at once.
+	if got := tr.Observe(dead, now); got != Restart {
+		t.Fatalf("first death: got %v, want Restart", got)
+	}
+	tr.Started(now)
+	// Second: waits BackoffBase.
+	if got := tr.Observe(dead, now); got != Wait {
+		t.Fatalf("second death: got %v, want Wait (backoff)", got)
+	}
+	if at, ok := tr.Waiting(); !ok || at.Sub(now) != time.Second {
+		t.Fatalf("backoff: got %v %v, want 1s", at.Sub(now), ok)
+	}
+	now = now.Add(time.Second)
+	if got := tr.Observe(dead, now); got != Restart {
+		t.Fatalf("after the backoff: got %v, want Restart", got)
+	}
+	tr.Started(now)
+	if got := tr.Observe(dead, now); got != Wait {
+		t.Fatalf("third death: got %v, want Wait", got)
+	}
+	if at, _ := tr.Waiting(); at.Sub(now) != 2*time.Second {
+		t.Fatalf("backoff grows: got %v, want 2s", at.Sub(now))
+	}
+	now = now.Add(2 * time.Second)
+	if got := tr.Observe(dead, now); got != Restart {
+		t.Fatalf("got %v, want Restart", got)
+	}
+	tr.Started(now)
+	if got := tr.Observe(dead, now); got != Stop || tr.State != CrashLoop {
+		t.Fatalf("fourth death within the window: got %v %s, want Stop crash-looping", got, tr.State)
+	}
+}
+
+func TestTrackerCountsFailedChecksOnlyAfterTheAllowance(t *testing.T) {
+	r := Rules{StartAllowance: 10 * time.Second, FailsInARow: 2}
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	tr := NewTracker(r, t0, 0)
+	sick := Probe{Running: true}
+	for i := range 5 {
+		if got := tr.Observe(sick, t0.Add(time.Duration(i)*time.Second)); got != Wait || tr.State != Starting {
+			t.Fatalf("within the allowance: got %v %s, want Wait starting", got, tr.State)
+		}
+	}
+	if tr.Observe(Probe{Running: true, Healthy: true}, t0.Add(6*time.Second)); tr.State != Healthy {
+		t.Fatalf("got %s, want healthy", tr.State)
+	}
+	// Once healthy, failures count at once, allowance or not.
+	if got := tr.Observe(sick, t0.Add(7*time.Second)); got != Wait || tr.State != Unhealthy {
+		t.Fatalf("one failure: got %v %s, want Wait unhealthy", got, tr.State)
+	}
+	if got := tr.Observe(sick, t0.Add(8*time.Second)); got != Restart {
+		t.Fatalf("two in a row: got %v, want Restart", got)
+	}
+}
+
+func TestSpecCheck(t *testing.T) {
+	for _, c := range []struct {
+		s  Spec
+		ok bool
+	}{
+		{Spec{Name: "llm", Port: 8000, Health: "/health"}, true},
+		{Spec{Name: "tb"}, true},
+		{Spec{Name: "9lives"}, false},
+		{Spec{Name: "a b"}, false},
+		{Spec{Name: "x", Port: 70000}, false},
+		{Spec{Name: "x", Health: "/h"}, false},
+		{Spec{Name: "x", Port: 1, Health: "h"}, false},
+	} {
+		if err := c.s.Check(); (err == nil) != c.ok {
+			t.Errorf("%+v: got %v, want ok=%v", c.s, err, c.ok)
+		}
+	}
+}
+
+func TestWriteStatusHoldsBackAFlappingCheck(t *testing.T) {
+	healthy := Status{State: Healthy, Restarts: 1, PID: 10}
+	for _, c := range []struct {
+		name      string
+		old, now  Status
+		sinceLast time.Duration
+		want      bool
+	}{
+		{"no change", healthy, healthy, time.Hour, false},
+		{"a flap soon after the last write", healthy, Status{State: Unhealthy, Restarts: 1, PID: 10}, time.Second, false},
+		{"a flap after StatusEvery", healthy, Status{State: Unhealthy, Restarts: 1, PID: 10}, StatusEvery, true},
+		{"a restart at once", healthy, Status{State: Restarting, Restarts: 2, PID: 10}, 0, true},
+		{"found healthy after starting, at once", Status{State: Starting, Restarts: 2, PID: 11}, Status{State: Healthy, Restarts: 2, PID: 11}, 0, true},
+	} {
+		if got := WriteStatus(c.old, c.now, c.sinceLast); got != c.want {
+			t.Errorf("%s: got %v, want %v", c.name, got, c.want)
+		}
+	}
+}
