@@ -6,10 +6,12 @@ package api
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/dibs-gpu/dibs/base/refusal"
+	"github.com/dibs-gpu/dibs/base/words"
 	"github.com/dibs-gpu/dibs/job"
 	"github.com/dibs-gpu/dibs/lease"
 	"github.com/dibs-gpu/dibs/nodeprobe"
@@ -333,6 +335,31 @@ type Queue struct {
 // for other runs (--after), so it has no position.
 func (e *QueuedEntry) WaitsForOthers() bool {
 	return !e.Running && e.Position == 0 && e.Reason != nil && e.Reason.Code == queue.WaitDependency
+}
+
+// Line is how a listing of the queue (`dibs queue`, the TUI's queue view)
+// shows where e stands at now: its place in line ("-" running or not in
+// line, "dep" while it waits for other runs), its size (GPUs, or nodes x
+// GPUs each) and when it may start ("?" unknown, "now", "in 2h",
+// "running"). Both listings read it here, so they never disagree.
+func (e *QueuedEntry) Line(now time.Time) (pos, size, start string) {
+	pos, size, start = strconv.Itoa(e.Position), strconv.Itoa(e.GPUsPerNode), "?"
+	if e.Nodes > 1 {
+		size = fmt.Sprintf("%dx%d", e.Nodes, e.GPUsPerNode)
+	}
+	switch {
+	case e.Running:
+		pos, start = "-", "running"
+	case e.WaitsForOthers():
+		pos = "dep" // not in line: it waits for other runs first
+	case e.Position == 0:
+		pos = "-"
+	case !e.EstStart.IsZero() && !e.EstStart.After(now):
+		start = "now"
+	case !e.EstStart.IsZero():
+		start = "in " + words.FormatDuration(e.EstStart.Sub(now))
+	}
+	return pos, size, start
 }
 
 // QueuedEntry is one request in `dibs queue`.

@@ -345,7 +345,6 @@ func TestMessageSizes(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := &Cluster{cfg: cfg, packetBudget: packetBudget(cfg)}
-	c.bindJobs()
 	if c.packetBudget != 1400-5-5-(2+len(DefaultClusterName))-29 {
 		t.Errorf("packet budget = %d", c.packetBudget)
 	}
@@ -369,7 +368,7 @@ func TestMessageSizes(t *testing.T) {
 	if len(wire) <= c.packetBudget {
 		t.Errorf("worst-case lease section is %d bytes, fits the %d-byte budget: update the doc comment on Cluster", len(wire), c.packetBudget)
 	}
-	cp := c.pub.gossipCopy(worst, wire)
+	cp := c.gossipCopy(worst, wire)
 	if cp == nil || len(cp) > c.packetBudget {
 		t.Fatalf("gossip copy of the worst case is %d bytes, budget %d", len(cp), c.packetBudget)
 	}
@@ -385,7 +384,7 @@ func TestMessageSizes(t *testing.T) {
 	if len(wire) > c.packetBudget {
 		t.Errorf("8 leases with 40-char notes are %d bytes, over the %d-byte budget", len(wire), c.packetBudget)
 	}
-	if cp := c.pub.gossipCopy(typical, wire); !bytes.Equal(cp, wire) {
+	if cp := c.gossipCopy(typical, wire); !bytes.Equal(cp, wire) {
 		t.Errorf("a lease section that fits is not gossiped whole")
 	}
 	t.Logf("8 leases, 40-char notes: %d bytes (UDP)", len(wire))
@@ -405,7 +404,7 @@ func TestMessageSizes(t *testing.T) {
 	for i := range 40 {
 		big.Leases.Queue = append(big.Leases.Queue, testEntry(node, uint64(i+1), randomNote(r, 150)))
 	}
-	if cp := c.pub.gossipCopy(big, mustEncode(t, msgState, big)); cp != nil {
+	if cp := c.gossipCopy(big, mustEncode(t, msgState, big)); cp != nil {
 		t.Errorf("a 40-entry queue got a %d-byte gossip copy", len(cp))
 	}
 

@@ -1,6 +1,8 @@
 package lease
 
 import (
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/dibs-gpu/dibs/base/refusal"
@@ -128,20 +130,26 @@ func (c Claim) checkWant() error {
 
 // CheckCountOrIDs refuses a request that both counts GPUs and names them:
 // the two say which GPUs in two ways, and dibs does not guess which was
-// meant. Claims and bookings share it, so the rule and its words live once.
-func CheckCountOrIDs(count int, gpus []int) error {
-	if count > 0 && len(gpus) > 0 {
-		return refusal.Invalidf("a count (%d) and GPU indices (%v) both say which GPUs: give one, not both", count, gpus)
-	}
-	return nil
-}
+// meant. Claims, bookings and the command line (before it sends) share it,
+// so the rule and its words live once; the words are the flags', which
+// every way of asking (API, peer, TUI) maps onto.
+func CheckCountOrIDs(count int, gpus []int) error { return countOrIDs(count, gpus, false) }
 
 // countDisagrees is the planners' (Table.Plan, Table.Book) looser form of
-// CheckCountOrIDs, for a request that skipped Validate: a count that matches
-// the GPUs named beside it says the same thing twice and passes.
-func countDisagrees(count int, gpus []int) error {
-	if len(gpus) > 0 && count > 0 && count != len(gpus) {
-		return refusal.Invalidf("asked for %s but named %d: give either -g N or --ids", words.GPUCount(count), len(gpus))
+// CheckCountOrIDs, for a request that skipped Validate (a peer's): a count
+// that matches the GPUs named beside it says the same thing twice and
+// passes.
+func countDisagrees(count int, gpus []int) error { return countOrIDs(count, gpus, true) }
+
+// countOrIDs is the rule of CheckCountOrIDs; with sameCountPasses a count
+// equal to the number of GPUs named passes.
+func countOrIDs(count int, gpus []int, sameCountPasses bool) error {
+	if count <= 0 || len(gpus) == 0 || sameCountPasses && count == len(gpus) {
+		return nil
 	}
-	return nil
+	ids := make([]string, len(gpus))
+	for i, g := range gpus {
+		ids[i] = strconv.Itoa(g)
+	}
+	return refusal.Invalidf("-g %d and --ids %s both say which GPUs: give -g N for any N free GPUs, or --ids for those GPUs, not both", count, strings.Join(ids, ","))
 }

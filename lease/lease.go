@@ -208,7 +208,7 @@ func (l *Lease) EachString(f func(field string, p *string)) {
 }
 
 // CheckText refuses a lease holding text no correct agent writes: every
-// string of a lease is checked where it is made (notes by checkNote, names
+// string of a lease is checked where it is made (notes by CheckNote, names
 // by the agent), so a control character, bidi control or invisible
 // character in one means the lease came from a broken or hostile peer.
 func (l *Lease) CheckText() error {

@@ -159,34 +159,39 @@ func (h *harness) start() {
 // starts it again on what its store holds.
 func (h *harness) restart(m *member) func() {
 	m.node.Stop()
-	m.mu.Lock()
-	durable := m.store.Crash() // closed cleanly: everything written is there
-	m.mu.Unlock()
-	return func() {
-		m.mu.Lock()
-		m.boot++
-		m.store = &recordedStore{Store: durable, node: m.name, boot: m.boot, rec: h.rec, mono: m.clock.sys.Mono}
-		m.node.Opts.Store = m.store
-		m.mu.Unlock()
-		m.node.Restart()
-	}
+	durable := m.crashStore() // closed cleanly: everything written is there
+	return func() { h.reopen(m, durable) }
 }
 
 // kill crashes m's agent (only what its store made durable survives) and
 // returns the restart.
 func (h *harness) kill(m *member) func() {
-	m.mu.Lock()
-	durable := m.store.Crash()
-	m.mu.Unlock()
+	durable := m.crashStore()
 	m.node.Crash()
-	return func() {
-		m.mu.Lock()
-		m.boot++
-		m.store = &recordedStore{Store: durable, node: m.name, boot: m.boot, rec: h.rec, mono: m.clock.sys.Mono}
-		m.node.Opts.Store = m.store
-		m.mu.Unlock()
-		m.node.Restart()
-	}
+	return func() { h.reopen(m, durable) }
+}
+
+// crashStore ends m's store as a crash would and returns the store of what
+// it made durable.
+func (m *member) crashStore() *storetest.Store {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.store.Crash()
+}
+
+// reopen starts m's agent again, its next boot, on durable.
+func (h *harness) reopen(m *member, durable *storetest.Store) {
+	h.nextBoot(m, durable)
+	m.node.Restart()
+}
+
+// nextBoot gives m the store of its next boot, recorded.
+func (h *harness) nextBoot(m *member, durable *storetest.Store) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.boot++
+	m.store = &recordedStore{Store: durable, node: m.name, boot: m.boot, rec: h.rec, mono: m.clock.sys.Mono}
+	m.node.Opts.Store = m.store
 }
 
 // settle heals everything, waits until the boards agree, and lets the

@@ -185,6 +185,11 @@ type Process struct {
 	LeaseID string `json:"lease_id,omitempty"`
 	// MIGDevice is the UUID of the MIG device the process runs on, if any.
 	MIGDevice string `json:"mig_device,omitempty"`
+	// SMUtilPct is the process's share of the GPU's SM time over the last
+	// probe interval, from NVML's process utilization samples. Nil means
+	// not reported — MIG mode, drivers or GPUs without process sampling,
+	// the nvidia-smi backend — which is not zero: the board says so.
+	SMUtilPct *int `json:"sm_util_pct,omitempty"`
 }
 
 // EachString calls f with the JSON name and the address of every string

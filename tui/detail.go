@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/dibs-gpu/dibs/api"
+	"github.com/dibs-gpu/dibs/base/chart"
 	"github.com/dibs-gpu/dibs/base/words"
 	"github.com/dibs-gpu/dibs/lease"
 	"github.com/dibs-gpu/dibs/nodeprobe"
@@ -59,6 +60,10 @@ func (m detail) lines(n *api.Node, g *api.GPU, part string, selected bool, w, ma
 	}
 	row("memory", f.memory)
 	row("load", f.load)
+	if c := m.charts(n, g, w-1-lw); len(c) == 2 {
+		row("util", c[0])
+		row("mem", c[1])
+	}
 	if f.lease == "" || n.State != api.NodeAlive {
 		row("state", f.state)
 	}
@@ -124,6 +129,10 @@ func (m detail) compactFacts(f facts, w int) []string {
 		}
 	}
 	add(f.model, prefixed("mem ", f.memory), f.load)
+	// Two charts side by side: each gets half of the line, less its label.
+	if c := m.charts(f.node, f.gpu, (w-1-len("util  · mem "))/2); len(c) == 2 {
+		add("util "+c[0], "mem "+c[1])
+	}
 	if f.lease == "" || f.state != f.holder {
 		add(f.state)
 	}
@@ -142,6 +151,40 @@ func (m detail) compactFacts(f facts, w int) []string {
 		lines = append(lines, " "+truncate("proc "+p, w-1))
 	}
 	return lines
+}
+
+// charts draws g's utilization and memory over the last minutes, as the
+// board saw them, in at most w cells each: the util line, then the memory
+// line. The first says how far back they reach. Nil when there is not yet
+// a second probe to draw, the node is not alive, or the pane is too narrow
+// for a chart worth reading (the numbers above it stay). Under NO_COLOR
+// the charts are ASCII. A GPU that reports no utilization (MIG) says so
+// instead of drawing a floor of zeros.
+func (m detail) charts(n *api.Node, g *api.GPU, w int) []string {
+	if n == nil || g == nil || n.State != api.NodeAlive {
+		return nil
+	}
+	pts := m.hist.of(n.Name, g.Index)
+	span := ""
+	if len(pts) >= 2 {
+		span = "  " + words.FormatDuration(pts[len(pts)-1].at.Sub(pts[0].at))
+	}
+	w -= len(span)
+	if len(pts) < 2 || w < sparkMin {
+		return nil
+	}
+	util, mem := make([]int, len(pts)), make([]int, len(pts))
+	reported := false
+	for i, p := range pts {
+		util[i], mem[i] = p.util, p.memPct
+		reported = reported || p.util != chart.None
+	}
+	cells := min(len(pts), w)
+	u := "not reported"
+	if reported {
+		u = chart.Spark(util, 100, cells, m.noColor) + span
+	}
+	return []string{u, chart.Spark(mem, 100, cells, m.noColor)}
 }
 
 // yourLeases lists the caller's leases across the cluster.
@@ -323,10 +366,13 @@ type facts struct {
 	// on them; empty when the node does not report them (nodeFacts says
 	// so).
 	cores string
+	// node and gpu are what the facts describe, for the charts.
+	node *api.Node
+	gpu  *api.GPU
 }
 
 func (m detail) facts(n *api.Node, g *api.GPU) facts {
-	var f facts
+	f := facts{node: n, gpu: g}
 	now := m.now()
 	f.model = shortModel(g.Model)
 	if g.MIG == nodeprobe.MIGEnabled {
@@ -339,6 +385,9 @@ func (m detail) facts(n *api.Node, g *api.GPU) facts {
 	var load []string
 	if g.UtilizationPct != nil {
 		load = append(load, fmt.Sprintf("util %d%%", *g.UtilizationPct))
+	} else if g.Error == "" {
+		// NVML reports none in MIG mode: not a number, and not zero.
+		load = append(load, "util not reported")
 	}
 	if g.TemperatureC != nil {
 		load = append(load, fmt.Sprintf("%d°C", *g.TemperatureC))
@@ -431,7 +480,11 @@ func (m detail) facts(n *api.Node, g *api.GPU) facts {
 		if who == "" {
 			who = fmt.Sprintf("uid %d", p.UID)
 		}
-		s := fmt.Sprintf("%d %s %s GiB %s", p.PID, who, gib(p.UsedMemoryMiB), p.Command)
+		sm := ""
+		if p.SMUtilPct != nil {
+			sm = fmt.Sprintf("SM %d%% ", *p.SMUtilPct)
+		}
+		s := fmt.Sprintf("%d %s %s GiB %s%s", p.PID, who, gib(p.UsedMemoryMiB), sm, p.Command)
 		if p.Container != "" {
 			s += " [" + p.Container + "]"
 		}
@@ -442,6 +495,12 @@ func (m detail) facts(n *api.Node, g *api.GPU) facts {
 			s += "  ← not the holder"
 		}
 		f.procs = append(f.procs, s)
+	}
+	// Processes without an SM figure (MIG mode; a driver or backend that
+	// does not sample them) are said to have none, on the load line where
+	// it takes no room of its own, rather than shown at 0 %.
+	if alive && slices.ContainsFunc(g.Processes, func(p nodeprobe.Process) bool { return p.SMUtilPct == nil }) {
+		f.load = strings.TrimPrefix(f.load+" · proc SM not reported", " · ")
 	}
 	return f
 }

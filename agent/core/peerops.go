@@ -125,6 +125,7 @@ func (s *Service) registerPeerOps() {
 	})
 	s.registerBookingOps()
 	s.registerSweepOps()
+	s.registerUsageByDay()
 	peer.Handle(m, peer.Usage, func(ctx context.Context, from string, who peer.Actor, r peer.UsageRequest) (peer.UsageReply, error) {
 		u, err := s.deps.Node.Usage().UsageSince(r.Since)
 		if err != nil {

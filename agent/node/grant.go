@@ -88,7 +88,7 @@ func (n *Node) Grant(ctx context.Context, c lease.Caller, g Grant) (lease.Lease,
 	var u launch.User
 	if g.Run != nil {
 		var err error
-		if u, err = n.sess.sessionUser(c); err != nil {
+		if u, err = n.sessionUser(c); err != nil {
 			return lease.Lease{}, err
 		}
 	}
@@ -97,8 +97,8 @@ func (n *Node) Grant(ctx context.Context, c lease.Caller, g Grant) (lease.Lease,
 		return l, err
 	}
 	if g.Run != nil && g.ReserveFor == 0 {
-		if l, err = n.sess.startSession(ctx, l, u, g.Run); err != nil {
-			n.sess.failedStart(ctx, l, u)
+		if l, err = n.startSession(ctx, l, u, g.Run); err != nil {
+			n.failedStart(ctx, l, u)
 			return lease.Lease{}, err
 		}
 	}
@@ -165,13 +165,13 @@ func (n *Node) Commit(ctx context.Context, c lease.Caller, entry string, d time.
 	if run != nil {
 		// As the account the reservation was made for (its name and the
 		// uid resolved then), not whatever the name or uid means now.
-		u, err := n.sess.sessionUser(lease.Caller{UID: l.UID, User: l.User})
+		u, err := n.sessionUser(lease.Caller{UID: l.UID, User: l.User})
 		if err != nil {
 			n.end(l, lease.EndSessionFailed, "")
 			return lease.Lease{}, err
 		}
-		if l, err = n.sess.startSession(ctx, l, u, run); err != nil {
-			n.sess.failedStart(ctx, l, u)
+		if l, err = n.startSession(ctx, l, u, run); err != nil {
+			n.failedStart(ctx, l, u)
 			return lease.Lease{}, err
 		}
 	}
@@ -206,8 +206,7 @@ func (n *Node) commitReservation(entry string, d time.Duration) (l lease.Lease, 
 // sessionUser resolves who a session runs as — the account of c's name,
 // only while it still has c's uid — refusing when this agent cannot start
 // processes as them.
-func (x *sessionJob) sessionUser(c lease.Caller) (launch.User, error) {
-	n := x.n
+func (n *Node) sessionUser(c lease.Caller) (launch.User, error) {
 	if c.UID < 0 {
 		return launch.User{}, &refusal.Error{Code: refusal.CodeForbidden, Msg: fmt.Sprintf("%s has no account on %s, so no session can run as them there", c.User, n.cfg.Name)}
 	}
@@ -222,8 +221,8 @@ func (x *sessionJob) sessionUser(c lease.Caller) (launch.User, error) {
 // holder is the account l's session runs as: the account of l's holder's
 // name with the uid resolved when l was granted or booked, or an error when
 // the account is gone or was replaced (account.Directory.Holder).
-func (x *sessionJob) holder(l lease.Lease) (launch.User, error) {
-	return x.n.deps.Accounts.Holder(l.User, l.UID)
+func (n *Node) holder(l lease.Lease) (launch.User, error) {
+	return n.deps.Accounts.Holder(l.User, l.UID)
 }
 
 // sessionRenames bounds how many other names startSession tries for a
@@ -234,10 +233,10 @@ const sessionRenames = 8
 // sessionSpec is what launch starts for run under l: the caller's carried
 // environment, then the lease's own variables and its cores (bound to
 // its GPUs' local ones or those chosen for it), then the run's.
-func (x *sessionJob) sessionSpec(l lease.Lease, u launch.User, run *Run) launch.Spec {
-	snap := x.n.State().Snap
+func (n *Node) sessionSpec(l lease.Lease, u launch.User, run *Run) launch.Spec {
+	snap := n.State().Snap
 	var cpus []string
-	if !x.n.cfg.NoCPUBinding {
+	if !n.cfg.NoCPUBinding {
 		cpus = l.SessionCPUs(snap)
 	}
 	env := map[string]string{}
@@ -259,12 +258,11 @@ func (x *sessionJob) sessionSpec(l lease.Lease, u launch.User, run *Run) launch.
 // dibs-NODE-ID-2 (-3, …), recorded on the lease, and its log keeps the
 // name its claim event gave it. A name given with --name that is taken is
 // refused, for the person to pick another.
-func (x *sessionJob) startSession(ctx context.Context, l lease.Lease, u launch.User, run *Run) (lease.Lease, error) {
-	n := x.n
+func (n *Node) startSession(ctx context.Context, l lease.Lease, u launch.User, run *Run) (lease.Lease, error) {
 	if !n.Current(l.ID, l.Token) {
 		return l, fmt.Errorf("lease %s ended before its session could start", l.ID)
 	}
-	spec := x.sessionSpec(l, u, run)
+	spec := n.sessionSpec(l, u, run)
 	_, err := n.deps.Sessions.Start(ctx, spec)
 	if errors.Is(err, launch.ErrStatusDir) && l.Entry == "" {
 		// A plain run can do without its exit status; a queued one cannot.
@@ -313,6 +311,6 @@ func (x *sessionJob) startSession(ctx context.Context, l lease.Lease, u launch.U
 			}
 		}()
 	}
-	n.sess.watch(l, u)
+	n.watch(l, u)
 	return l, nil
 }

@@ -139,10 +139,8 @@ type Node struct {
 	usage Usage
 	// ledgerDay counts each person's ended leases today (under wmu).
 	ledgerDay map[string]*ledgerCount
-	sess      sessionJob
 	// kept are the commands runs were started with, for export sbatch.
 	kept keptRuns
-	book bookingJob
 	// rec is the record of the GPUs: samples and running figures (under
 	// wmu).
 	rec *record
@@ -182,7 +180,7 @@ func New(cfg Config, deps Deps) *Node {
 	}
 	n := &Node{cfg: cfg, deps: deps, log: cfg.Log, idle: lease.NewIdleTracker(), watching: map[string]context.CancelFunc{},
 		ledgerDay: map[string]*ledgerCount{}}
-	n.usage.n, n.sess.n, n.book.n = n, n, n
+	n.usage = Usage{store: deps.Store, clock: deps.Clock, log: cfg.Log, leases: func() []lease.Lease { return n.State().Leases }}
 	n.kept.path = cfg.KeptRunsFile
 	if err := n.kept.load(); err != nil {
 		// Only `dibs export sbatch` of finished runs misses them.
@@ -198,14 +196,6 @@ func New(cfg Config, deps Deps) *Node {
 
 // Usage is this node's usage figures.
 func (n *Node) Usage() *Usage { return &n.usage }
-
-// sessionJob starts, watches, messages and ends the tmux sessions of this
-// node's leases; its state (watching) lives in the Node.
-type sessionJob struct{ n *Node }
-
-// bookingJob starts this node's bookings when their time comes, and lets
-// lapse those that could not start in time.
-type bookingJob struct{ n *Node }
 
 // Name is the node's name.
 func (n *Node) Name() string { return n.cfg.Name }
@@ -259,7 +249,7 @@ func (n *Node) Open(ctx context.Context) error {
 func (n *Node) Run() {
 	n.wg.Add(1)
 	go n.loop()
-	n.sess.readopt()
+	n.readopt()
 }
 
 // Close stops the loops and the session watchers. Sessions keep running; a
@@ -269,7 +259,7 @@ func (n *Node) Close() {
 		return
 	}
 	n.cancel()
-	n.sess.stopAll()
+	n.stopAll()
 	n.wg.Wait()
 	n.saveFigures(true)
 }
@@ -333,7 +323,7 @@ func (n *Node) endLocked(l lease.Lease, reason lease.EndReason, by string, now l
 	if l.Entry != "" {
 		n.ended = lease.RememberEnded(n.ended, lease.EndedRun{Entry: l.Entry, Lease: l.ID, Gang: l.Gang, Reason: cur.RunEnd(reason), At: now.Wall.Round(0), Reserved: !l.ReservedUntil.IsZero()}, now.Wall)
 	}
-	n.sess.stopWatching(l.ID)
+	n.stopWatching(l.ID)
 	n.publishLocked(now.Wall)
 	return nil
 }

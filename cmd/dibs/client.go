@@ -30,6 +30,24 @@ func reqCtx() (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.Background(), 30*time.Second)
 }
 
+// ask calls the agent once (call, under reqCtx's time limit) and prints
+// its answer: as JSON for scripts when asJSON, else for people (print).
+// The commands that ask once and print (ls, status, queue, usage,
+// bookings, events, release, extend, adopt) share it, so each says only
+// what it asks and how it prints, and none can forget --json.
+func ask[T any](c *cli, asJSON bool, call func(*api.Client, context.Context) (T, error), print func(T) error) error {
+	ctx, cancel := reqCtx()
+	defer cancel()
+	v, err := call(c.client(), ctx)
+	if err != nil {
+		return err
+	}
+	if asJSON {
+		return printJSON(c.stdout, v)
+	}
+	return print(v)
+}
+
 // printJSON prints v for scripts: the values stay exactly what the agent
 // said (decoding gives back every byte), but control, bidi and invisible
 // characters are written as \u escapes, so the JSON is safe on a terminal
@@ -133,7 +151,7 @@ func (f *claimFlags) build(needCount bool) (api.ClaimRequest, error) {
 		return req, err
 	}
 	req.GPUs = ids
-	if err := countOrIDs(f.count, f.ids); err != nil {
+	if err := lease.CheckCountOrIDs(f.count, ids); err != nil {
 		return req, err
 	}
 	if needCount && f.count == 0 && len(req.GPUs) == 0 && f.mig == "" && f.mem == "" {
@@ -384,22 +402,17 @@ func releaseCmd(c *cli) *cobra.Command {
 			if all && len(args) > 0 {
 				return errors.New("give lease ids or --all, not both")
 			}
-			ctx, cancel := reqCtx()
-			defer cancel()
-			r, err := c.client().Release(ctx, api.ReleaseRequest{IDs: args, All: all})
-			if err != nil {
-				return err
-			}
-			if asJSON {
-				return printJSON(c.stdout, r)
-			}
-			if len(r.Released) == 0 {
-				fmt.Fprintln(c.stdout, "you hold no leases")
-			}
-			for _, id := range r.Released {
-				fmt.Fprintf(c.stdout, "released %s\n", safe(id))
-			}
-			return nil
+			return ask(c, asJSON, func(cl *api.Client, ctx context.Context) (api.ReleaseResponse, error) {
+				return cl.Release(ctx, api.ReleaseRequest{IDs: args, All: all})
+			}, func(r api.ReleaseResponse) error {
+				if len(r.Released) == 0 {
+					fmt.Fprintln(c.stdout, "you hold no leases")
+				}
+				for _, id := range r.Released {
+					fmt.Fprintf(c.stdout, "released %s\n", safe(id))
+				}
+				return nil
+			})
 		},
 	}
 	cmd.Flags().BoolVar(&all, "all", false, "release every lease you hold")
@@ -422,17 +435,12 @@ func extendCmd(c *cli) *cobra.Command {
 			if _, err := words.ParseDuration(dur); err != nil {
 				return fmt.Errorf("--for: %w", err)
 			}
-			ctx, cancel := reqCtx()
-			defer cancel()
-			r, err := c.client().Extend(ctx, api.ExtendRequest{ID: args[0], Duration: dur})
-			if err != nil {
-				return err
-			}
-			if asJSON {
-				return printJSON(c.stdout, r)
-			}
-			fmt.Fprintf(c.stdout, "%s now ends %s (%s from now)\n", safe(r.ID), r.ExpiresAt.Local().Format("Mon 15:04"), words.FormatDuration(time.Until(r.ExpiresAt)))
-			return nil
+			return ask(c, asJSON, func(cl *api.Client, ctx context.Context) (api.ClaimResponse, error) {
+				return cl.Extend(ctx, api.ExtendRequest{ID: args[0], Duration: dur})
+			}, func(r api.ClaimResponse) error {
+				fmt.Fprintf(c.stdout, "%s now ends %s (%s from now)\n", safe(r.ID), r.ExpiresAt.Local().Format("Mon 15:04"), words.FormatDuration(time.Until(r.ExpiresAt)))
+				return nil
+			})
 		},
 	}
 	cmd.Flags().StringVar(&dur, "for", "", "how much longer, e.g. 2h")
@@ -481,17 +489,12 @@ the lease's GPUs are yours from the start.`,
 					return fmt.Errorf("--for: %w", err)
 				}
 			}
-			ctx, cancel := reqCtx()
-			defer cancel()
-			r, err := c.client().Adopt(ctx, api.AdoptRequest{PID: pid, Duration: dur, Note: note})
-			if err != nil {
-				return err
-			}
-			if asJSON {
-				return printJSON(c.stdout, r)
-			}
-			c.printGrant(r)
-			return nil
+			return ask(c, asJSON, func(cl *api.Client, ctx context.Context) (api.ClaimResponse, error) {
+				return cl.Adopt(ctx, api.AdoptRequest{PID: pid, Duration: dur, Note: note})
+			}, func(r api.ClaimResponse) error {
+				c.printGrant(r)
+				return nil
+			})
 		},
 	}
 	cmd.Flags().StringVar(&dur, "for", "", "time limit (default 4h)")
@@ -507,20 +510,15 @@ func (c *cli) adoptContainer(id string, asJSON bool) error {
 	if _, err := job.ParseContainerID(id); err != nil {
 		return err
 	}
-	ctx, cancel := reqCtx()
-	defer cancel()
-	r, err := c.client().AdoptContainer(ctx, api.AdoptContainerRequest{Container: id})
-	if err != nil {
-		return err
-	}
-	if asJSON {
-		return printJSON(c.stdout, r)
-	}
-	for _, l := range r.Leases {
-		fmt.Fprintf(c.stdout, "container %s is yours: its root processes on GPU%s %s of %s count under lease %s\n",
-			safe(r.Container), plural(len(l.GPUs)), safe(l.CUDAVisibleDevices()), safe(l.Node), safe(l.ID))
-	}
-	return nil
+	return ask(c, asJSON, func(cl *api.Client, ctx context.Context) (api.AdoptContainerResponse, error) {
+		return cl.AdoptContainer(ctx, api.AdoptContainerRequest{Container: id})
+	}, func(r api.AdoptContainerResponse) error {
+		for _, l := range r.Leases {
+			fmt.Fprintf(c.stdout, "container %s is yours: its root processes on GPU%s %s of %s count under lease %s\n",
+				safe(r.Container), plural(len(l.GPUs)), safe(l.CUDAVisibleDevices()), safe(l.Node), safe(l.ID))
+		}
+		return nil
+	})
 }
 
 func attachCmd(c *cli) *cobra.Command {
@@ -593,17 +591,10 @@ member means gossip is not getting through), and when this agent last
 heard from it. Another node's dibs release: ` + "`ssh NODE dibs status | head -1`" + `.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			ctx, cancel := reqCtx()
-			defer cancel()
-			s, err := c.client().Status(ctx)
-			if err != nil {
-				return err
-			}
-			if asJSON {
-				return printJSON(c.stdout, s)
-			}
-			printStatus(c.stdout, s)
-			return nil
+			return ask(c, asJSON, (*api.Client).Status, func(s api.Status) error {
+				printStatus(c.stdout, s)
+				return nil
+			})
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
@@ -692,15 +683,4 @@ func parseIDs(ids string) ([]int, error) {
 		gpus = append(gpus, n)
 	}
 	return gpus, nil
-}
-
-// countOrIDs refuses -g with --ids, for claims and bookings alike: both say
-// which GPUs, and dibs does not guess which was meant. The agent holds the
-// same rule for requests that come by other ways (lease.CheckCountOrIDs);
-// this one speaks in the flags the person typed.
-func countOrIDs(count int, ids string) error {
-	if count > 0 && ids != "" {
-		return fmt.Errorf("-g %d and --ids %s both say which GPUs: give -g N for any N free GPUs, or --ids for those GPUs, not both", count, ids)
-	}
-	return nil
 }

@@ -2,25 +2,29 @@ package main
 
 import (
 	"fmt"
+	"maps"
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/spf13/cobra"
 
 	"github.com/dibs-gpu/dibs/api"
 	"github.com/dibs-gpu/dibs/lease"
+	"github.com/dibs-gpu/dibs/outgrow/k8s"
 	"github.com/dibs-gpu/dibs/outgrow/slurm"
+	"github.com/dibs-gpu/dibs/service"
 )
 
 func exportCmd(c *cli) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "export",
-		Short: "Write the way out: SLURM's config for this cluster, sbatch scripts for dibs runs",
+		Short: "Write the way out: SLURM's config for this cluster, sbatch scripts for dibs runs, Kubernetes manifests for services",
 		Args:  cobra.NoArgs,
 	}
-	cmd.AddCommand(exportSlurmCmd(c), exportSbatchCmd(c))
+	cmd.AddCommand(exportSlurmCmd(c), exportSbatchCmd(c), exportK8sCmd(c))
 	return cmd
 }
 
@@ -288,4 +292,121 @@ func sbatchUnit(j *slurm.Job, rec api.RunRecord, b api.Board) {
 	}
 	// Several GPU models have the profile: with no model asked, SLURM
 	// must be told which; the script says so (MIGModel empty).
+}
+
+func exportK8sCmd(c *cli) *cobra.Command {
+	var out, owner string
+	cmd := &cobra.Command{
+		Use:   "k8s NAME",
+		Short: "Write the Kubernetes Deployment and Service for a dibs service (kubectl apply -f -)",
+		Long: `Write the Kubernetes Deployment and Service a team applies when it moves a dibs
+service (dibs serve) to Kubernetes: its replicas, its GPUs as the NVIDIA device
+plugin names them (a MIG instance as nvidia.com/mig-<profile>), its command under
+/bin/sh -c, its carried environment (a variable whose name holds TOKEN, KEY, SECRET
+or PASSWORD as a reference to a Secret, never its value; so is a secret on the command
+line, --api-key VALUE or HF_TOKEN=VALUE), its port as a ClusterIP
+Service, and its health check as probes. What has no equivalent (a memory budget on
+a shared GPU, pools, bound cores) is a comment. dibs runs bare processes and
+Kubernetes runs containers: fill in the image the manifest leaves as a placeholder.
+Yours by name; an admin may name another person's with --owner.`,
+		Example: `  dibs export k8s llm > llm.yaml    # fill in image:, then
+  kubectl apply -f llm.yaml`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx, cancel := reqCtx()
+			defer cancel()
+			b, err := c.client().Board(ctx)
+			if err != nil {
+				return err
+			}
+			s, err := k8sService(b, args[0], owner)
+			if err != nil {
+				return err
+			}
+			m, err := k8s.Export(s)
+			if err != nil {
+				return err
+			}
+			for _, n := range m.Notes {
+				fmt.Fprintf(c.stderr, "dibs export k8s: %s\n", n)
+			}
+			if out == "" {
+				_, err = fmt.Fprint(c.stdout, m.YAML)
+				return err
+			}
+			if err := os.WriteFile(out, []byte(m.YAML), 0o644); err != nil {
+				return fmt.Errorf("write %s: %w", out, err)
+			}
+			fmt.Fprintf(c.stdout, "wrote %s: fill in its image, then kubectl apply -f %s\n", out, out)
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&out, "out", "", "write the manifest to this file (default: print it)")
+	cmd.Flags().StringVar(&owner, "owner", "", "the person whose service it is (default: you; another's needs an admin)")
+	return cmd
+}
+
+// k8sService is the service named name as the export needs it, from the
+// board: owner's (default the caller's; else the one person's who runs a
+// service of that name), each of its leases a replica. Its command is
+// shown only to its owner and admins, so another person's is refused.
+func k8sService(b api.Board, name, owner string) (k8s.Service, error) {
+	if err := service.CheckName(name); err != nil {
+		return k8s.Service{}, err
+	}
+	var mine []lease.Lease
+	owners := map[string][]lease.Lease{}
+	for _, l := range b.Services {
+		if l.Service == nil || l.Service.Name != name {
+			continue
+		}
+		owners[l.User] = append(owners[l.User], l)
+	}
+	switch {
+	case owner != "":
+		mine = owners[owner]
+		if len(mine) == 0 {
+			return k8s.Service{}, fmt.Errorf("%s runs no service named %s: dibs services lists them", safe(owner), safe(name))
+		}
+	case len(owners[b.You.User]) > 0:
+		mine = owners[b.You.User]
+	case len(owners) == 1:
+		for _, ls := range owners {
+			mine = ls
+		}
+	case len(owners) > 1:
+		names := slices.Sorted(maps.Keys(owners))
+		return k8s.Service{}, fmt.Errorf("you run no service named %s and %s do: give --owner with one of them", safe(name), safe(strings.Join(names, ", ")))
+	default:
+		return k8s.Service{}, fmt.Errorf("no service named %s runs: dibs services lists them", safe(name))
+	}
+	slices.SortFunc(mine, func(a, b lease.Lease) int { return strings.Compare(a.ID, b.ID) })
+	l := mine[0]
+	if l.Job == nil || len(l.Job.Command) == 0 {
+		if l.User != b.You.User && !b.You.Admin {
+			return k8s.Service{}, fmt.Errorf("service %s is %s's: only its owner and admins see its command, so ask %s to run dibs export k8s %s", safe(name), safe(l.User), safe(l.User), safe(name))
+		}
+		return k8s.Service{}, fmt.Errorf("dibs holds no command for service %s (lease %s): stop it and start it again with dibs serve", safe(name), safe(l.ID))
+	}
+	s := k8s.Service{Name: name, Owner: l.User, Lease: l.ID, Node: l.Node, Replicas: len(mine),
+		Command: l.Job.Command, Dir: l.Job.Dir, Env: l.Job.Env, MemMiB: l.MemMiB,
+		Port: l.Service.Port, Health: l.Service.Health, HealthCmd: l.Service.HealthCmd, Preemptible: l.Service.Preemptible}
+	if !l.Partial() {
+		s.GPUs = len(l.GPUs)
+	}
+	for _, n := range b.Nodes {
+		if n.Name != l.Node {
+			continue
+		}
+		s.Pools = n.Host.Tags
+		for _, g := range n.GPUs {
+			for _, d := range g.MIGDevices {
+				if l.MIG != "" && d.UUID == l.MIG {
+					s.MIG = d.Profile
+				}
+			}
+		}
+	}
+	s.MIGUnknown = l.MIG != "" && s.MIG == ""
+	return s, nil
 }

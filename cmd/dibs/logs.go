@@ -272,11 +272,7 @@ func pipeLogCmd(c *cli) *cobra.Command {
 		Hidden: true,
 		Args:   cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			max, err := strconv.ParseInt(args[1], 10, 64)
-			if err != nil || max <= 0 {
-				return fmt.Errorf("bad size %q", args[1])
-			}
-			return launch.PipeLog(os.Stdin, args[0], max)
+			return launch.PipeLogArgs(os.Stdin, args[0], args[1])
 		},
 	}
 }

@@ -24,17 +24,10 @@ func lsCmd(c *cli) *cobra.Command {
 		Short:             "List every GPU: who holds it, for how long, what runs on it",
 		Args:              cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			ctx, cancel := reqCtx()
-			defer cancel()
-			b, err := c.client().Board(ctx)
-			if err != nil {
-				return err
-			}
-			if asJSON {
-				return printJSON(c.stdout, b)
-			}
-			printBoard(c.stdout, b, time.Now())
-			return nil
+			return ask(c, asJSON, (*api.Client).Board, func(b api.Board) error {
+				printBoard(c.stdout, b, time.Now())
+				return nil
+			})
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON (see docs/api.md)")
@@ -111,8 +104,11 @@ func printBoard(w io.Writer, b api.Board, now time.Time) {
 					who = "uid " + strconv.Itoa(p.UID)
 				}
 				extra := ""
+				if p.SMUtilPct != nil { // where NVML samples processes
+					extra = " SM " + strconv.Itoa(*p.SMUtilPct) + "%"
+				}
 				if p.Container != "" {
-					extra = " container " + p.Container
+					extra += " container " + p.Container
 				}
 				fmt.Fprintf(w, "%14s└ pid %d %s %s %s%s\n", "", p.PID, columns.Clip(who, 12), columns.Clip(p.Command, 20), mib(p.UsedMemoryMiB), extra)
 			}

@@ -387,6 +387,37 @@ func (d *nvmlDriver) processes(dev nvml.Device) ([]procInfo, error) {
 	return out, nil
 }
 
+// processUtil returns each process's SM utilization on dev from NVML's
+// process utilization samples newer than lastSeen (a CPU timestamp in
+// microseconds, 0 for all the driver holds), the latest sample per process,
+// and the newest timestamp seen (lastSeen when none). ok is false when the
+// device does not sample processes (MIG mode, vGPU, older drivers): then
+// no process has a figure. NOT_FOUND is an answer, not a gap: the driver
+// records samples only while a process keeps the SMs busy, so with none
+// since the last probe every process read 0 %.
+func (d *nvmlDriver) processUtil(dev nvml.Device, lastSeen uint64) (sm map[int]int, newest uint64, ok bool, err error) {
+	samples, ret := dev.GetProcessUtilization(lastSeen)
+	if ret == nvml.ERROR_NOT_FOUND {
+		return map[int]int{}, lastSeen, true, nil
+	}
+	if ok, err := optional("process utilization", ret); !ok {
+		return nil, lastSeen, false, err
+	}
+	sm = make(map[int]int, len(samples))
+	at := make(map[int]uint64, len(samples))
+	newest = lastSeen
+	for _, s := range samples {
+		pid := int(s.Pid)
+		if t, seen := at[pid]; seen && t > s.TimeStamp {
+			continue
+		}
+		at[pid] = s.TimeStamp
+		sm[pid] = int(min(s.SmUtil, 100))
+		newest = max(newest, s.TimeStamp)
+	}
+	return sm, newest, true, nil
+}
+
 // pcieLink returns how two GPUs meet on the PCIe tree; ok is false when NVML
 // cannot say.
 func (d *nvmlDriver) pcieLink(a, b nvml.Device) (nodeprobe.LinkKind, bool, error) {

@@ -61,6 +61,9 @@ type nvmlStatic struct {
 	// totalMiB is the last memory size read, kept for probes where the
 	// memory read fails.
 	totalMiB uint64
+	// utilSeen is the newest process utilization sample read (NVML's CPU
+	// timestamp, µs): the next probe asks only for samples after it.
+	utilSeen uint64
 }
 
 func newNVMLProbe(ctx context.Context, lib nvml.Interface, opts nodeprobe.Options) (*nvmlProbe, error) {
@@ -331,10 +334,15 @@ func (p *nvmlProbe) readGPU(i int, g *nodeprobe.GPU, v *gpuValues) {
 		ps, err := p.drv.processes(dev)
 		p.fieldErr(g, "processes", err)
 		g.Processes = p.appendProcesses(g.Processes, ps, "")
+		if len(ps) > 0 {
+			p.readProcessUtil(s, g)
+		}
 		return
 	}
 	// With MIG on, the parent GPU answers for processes only to root and
 	// without saying which slice they use; each MIG device answers for its own.
+	// Nor does NVML sample process utilization in MIG mode: the processes
+	// keep no SM figure ("not reported").
 	migs, err := p.drv.migDevices(dev)
 	p.fieldErr(g, "mig devices", err)
 	for _, m := range migs {
@@ -353,6 +361,23 @@ func (p *nvmlProbe) readGPU(i int, g *nodeprobe.GPU, v *gpuValues) {
 		ps, err := p.drv.processes(m.dev)
 		p.fieldErr(g, fmt.Sprintf("mig device %d processes", m.index), err)
 		g.Processes = p.appendProcesses(g.Processes, ps, info.uuid)
+	}
+}
+
+// readProcessUtil gives each of g's processes its SM utilization where the
+// device samples it; where it does not, they keep none.
+func (p *nvmlProbe) readProcessUtil(s *nvmlStatic, g *nodeprobe.GPU) {
+	sm, newest, ok, err := p.drv.processUtil(s.dev, s.utilSeen)
+	p.fieldErr(g, "process utilization", err)
+	if !ok {
+		return
+	}
+	s.utilSeen = newest
+	vals := make([]int, len(g.Processes)) // one allocation for the GPU's figures
+	for i := range g.Processes {
+		pr := &g.Processes[i]
+		vals[i] = sm[pr.PID]
+		pr.SMUtilPct = &vals[i]
 	}
 }
 

@@ -419,3 +419,37 @@ func TestLoadUtilizationSteps(t *testing.T) {
 		t.Error("a step of 101 % was taken")
 	}
 }
+
+// TestLoadProcessSM scripts per-process SM utilization: a process given
+// one reports it, a process without one reports none ("not reported", not
+// 0), and a figure outside 0..100 is refused with the pid named.
+func TestLoadProcessSM(t *testing.T) {
+	s, err := New(Options{Spec: "1xL40S", HostName: "n"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sm := 85
+	if err := s.SetLoad(Load{GPUs: map[int]GPULoad{0: {UtilizationPct: 90, Processes: []LoadProcess{
+		{PID: 10, User: "bob", Command: "train", UsedMemoryMiB: 1000, SMUtilPct: &sm},
+		{PID: 11, User: "bob", Command: "eval", UsedMemoryMiB: 500},
+	}}}}); err != nil {
+		t.Fatal(err)
+	}
+	snap, err := s.Snapshot(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ps := snap.GPUs[0].Processes
+	if len(ps) != 2 || ps[0].SMUtilPct == nil || *ps[0].SMUtilPct != 85 || ps[1].SMUtilPct != nil {
+		t.Errorf("processes = %+v, want pid 10 at SM 85%% and pid 11 not reported", ps)
+	}
+	bad := 101
+	err = s.SetLoad(Load{GPUs: map[int]GPULoad{0: {Processes: []LoadProcess{{PID: 12, SMUtilPct: &bad}}}}})
+	if err == nil || !strings.Contains(err.Error(), "pid 12: sm_util_pct 101 not in 0..100") {
+		t.Errorf("SetLoad with SM 101%% = %v, want a refusal naming pid 12", err)
+	}
+	l, err := decodeLoad([]byte(`{"gpus":{"0":{"processes":[{"pid":1,"used_memory_mib":1,"sm_util_pct":40}]}}}`))
+	if err != nil || *l.GPUs[0].Processes[0].SMUtilPct != 40 {
+		t.Errorf("load file with sm_util_pct: %+v, %v; want it read", l, err)
+	}
+}
