@@ -84,7 +84,11 @@ type Config struct {
 	// bookings may ask for them (--pool, --tag). They travel with the
 	// node's snapshot (nodeprobe.Host.Tags).
 	Tags []string
-	Log  *slog.Logger
+	// NoCPUBinding starts every session unbound, whatever its GPUs' local
+	// cores (config `[leases] bind_cpus = false`): for a node whose
+	// topology the probe gets wrong, or whose jobs pin themselves.
+	NoCPUBinding bool
+	Log          *slog.Logger
 	// EventKeep is how long the node keeps its events (default 14 days).
 	EventKeep time.Duration
 	// WebhookBackoff is the wait before each retry of a webhook post
@@ -321,7 +325,7 @@ func (a *Agent) build(ctx context.Context) error {
 	a.buildEvents()
 	a.node = node.New(node.Config{
 		Name: a.cfg.NodeName, Policy: a.cfg.Policy, ProbeInterval: a.cfg.ProbeInterval, SessionPoll: a.cfg.SessionPoll,
-		PreemptSignal: a.cfg.PreemptSignal, CanRunAs: canWrite, Tags: a.cfg.Tags, Log: a.log.With("part", "node"),
+		PreemptSignal: a.cfg.PreemptSignal, CanRunAs: canWrite, Tags: a.cfg.Tags, NoCPUBinding: a.cfg.NoCPUBinding, Log: a.log.With("part", "node"),
 		LedgerPerUserDay: a.cfg.LedgerPerUserDay, KeptRunsFile: keptRunsFile(a.cfg.DataDir), FiguresFile: figuresFile(a.cfg.DataDir),
 		ServiceRules: a.cfg.ServiceRules,
 		BootFile:     bootFile(a.cfg.DataDir),

@@ -246,6 +246,9 @@ func (d *doctorParts) facts(ctx context.Context) doctor.Report {
 			r.BackendWhy = "NVML opens now but did not when the agent started: restart the agent to use it"
 		}
 	}
+	if gpus := a.node.State().Snap.GPUs; len(gpus) > 0 {
+		r.NoLocalCPUs = lease.CoresLine(gpus) == lease.CoresUnknown
+	}
 	r.DataDir = a.cfg.DataDir
 	if r.DataDir == "" {
 		r.DiskError = "the agent keeps no data dir"

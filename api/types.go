@@ -118,6 +118,12 @@ type ClaimRequest struct {
 	// agent answers when they fit there, before looking elsewhere: a
 	// claim meant for the shell it is typed in (`eval "$(dibs claim)"`).
 	PreferHere bool `json:"prefer_here,omitempty"`
+	// CPUs is --cpus: "local" (or empty) binds the session to the cores
+	// local to its GPUs, "any" to none.
+	CPUs string `json:"cpus,omitempty"`
+	// CPUsPerGPU is --cpus-per-gpu: that many of each GPU's local cores,
+	// chosen for the lease and shown to everyone.
+	CPUsPerGPU int `json:"cpus_per_gpu,omitempty"`
 	// Service makes the claim a service (`dibs serve`): its name, port
 	// and check; Run is its command.
 	Service *service.Spec `json:"service,omitempty"`
@@ -152,6 +158,9 @@ type ClaimResponse struct {
 	// CutBy names the booking the time limit was cut short for: the lease
 	// cannot be extended past its start.
 	CutBy string `json:"cut_by,omitempty"`
+	// CPUs are the cores chosen for the lease (--cpus-per-gpu), as a
+	// Linux CPU list.
+	CPUs string `json:"cpus,omitempty"`
 	// Notice says what the person should know about the grant: a time
 	// limit cut short to end before a booking, a lease that borrows.
 	Notice string `json:"notice,omitempty"`

@@ -163,6 +163,7 @@ func TestLeaseFieldsSurviveTheWire(t *testing.T) {
 	// lease holds a MIG instance or a budget, so one of each.
 	l.Kind, l.MIG = lease.KindBatch, ""
 	l.Containers = []string{"3f2a9c1b7d4e"}
+	l.CPUs = []string{"0-3,8"} // one list for its one GPU
 	mig := l
 	mig.ID, mig.MIG, mig.MemMiB = "n1-2", "MIG-x", 0
 	m := &stateMsg{Node: "n1", BootID: "b", BootedAt: 1, Seq: 1, Section: sectionLeases, Leases: &leaseSection{Leases: []lease.Lease{l, mig}}}
@@ -233,6 +234,12 @@ func TestDecodeRefuses(t *testing.T) {
 			}
 		}), fmt.Sprintf("%d adopted containers, over %d", job.MaxContainers+1, job.MaxContainers)},
 		{"a container that is no id", state(func(m *stateMsg) { m.Leases.Leases[0].Containers = []string{"trainer"} }), "not a short container id"},
+		{"cores for another number of GPUs", state(func(m *stateMsg) { m.Leases.Leases[0].CPUs = []string{"0-3", "4-7", "8-9"} }), "cores for 3 GPUs"},
+		{"cores that are no CPU list", state(func(m *stateMsg) { m.Leases.Leases[0].CPUs = []string{"all"} }), "bad CPU list"},
+		{"a GPU's local cores that are no CPU list", state(func(m *stateMsg) {
+			m.Section, m.Leases = sectionTelemetry, nil
+			m.Telemetry = &telemetrySection{Snapshot: nodeprobe.Snapshot{GPUs: []nodeprobe.GPU{{Index: 0, CPUs: "0-3,\x1b[2J"}}}}
+		}), "GPU 0: CPU list"},
 		{"bad telemetry gpu", state(func(m *stateMsg) {
 			m.Section, m.Leases = sectionTelemetry, nil
 			m.Telemetry = &telemetrySection{Snapshot: nodeprobe.Snapshot{GPUs: []nodeprobe.GPU{{Index: 2000}}}}

@@ -61,6 +61,12 @@ type Claim struct {
 	// travels: the edge picks the node a claim goes to (or a queued
 	// entry carries its own, QueueEntry.NodeChoice).
 	Where NodeChoice `json:"-"`
+	// CPUsPerGPU asks for that many of each GPU's local cores, chosen at
+	// the grant and kept on the lease (Lease.CPUs); 0 binds the session
+	// to all of them.
+	CPUsPerGPU int `json:"cpus_per_gpu,omitempty"`
+	// AnyCPU asks for no binding at all (--cpus any).
+	AnyCPU bool `json:"any_cpu,omitempty"`
 }
 
 // Validate refuses a claim no node could grant as asked, with words for
@@ -96,6 +102,9 @@ func (c Claim) Validate() error {
 		return refusal.Invalidf("request id %s must be 8 to 64 letters, digits, '-' or '_'", words.QuoteInput(c.RequestID))
 	}
 	if err := c.checkWant(); err != nil {
+		return err
+	}
+	if err := c.checkCPUAsk(); err != nil {
 		return err
 	}
 	if err := c.Where.Check(); err != nil {

@@ -158,6 +158,13 @@ type Lease struct {
 	// lease's GPUs count as the holder's, not as squatters. At most
 	// MaxContainers; older agents ignore the field.
 	Containers []string `json:"containers,omitempty"`
+	// CPUs are the cores chosen for the lease (--cpus-per-gpu), one Linux
+	// CPU list per GPU in the order of GPUs, which its session is bound
+	// to; empty when none were asked for (the session is then bound to
+	// its GPUs' local cores). Agents before protocol 8 ignore the field.
+	CPUs []string `json:"cpus,omitempty"`
+	// AnyCPU: the holder asked for no binding (--cpus any).
+	AnyCPU bool `json:"any_cpu,omitempty"`
 	// Service is the service this lease runs (Kind service): its
 	// definition and what its supervisor last saw. Its Job holds the
 	// command, which travels whole to every node so a move survives the
@@ -187,6 +194,9 @@ func (l *Lease) EachString(f func(field string, p *string)) {
 	f("mig", &l.MIG)
 	for i := range l.Containers {
 		f("container", &l.Containers[i])
+	}
+	for i := range l.CPUs {
+		f("cpus", &l.CPUs[i])
 	}
 	l.Job.EachString(f)
 	if l.Service != nil {

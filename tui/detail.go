@@ -75,6 +75,7 @@ func (m detail) lines(n *api.Node, g *api.GPU, part string, selected bool, w, ma
 		row("note", f.note)
 	}
 	row("booked", f.booked)
+	row("cores", f.cores)
 	for i, p := range f.parts {
 		label := ""
 		if i == 0 {
@@ -139,6 +140,7 @@ func (m detail) compactFacts(f facts, w int) []string {
 		add(f.holder, f.lease, f.time, prefixed("tmux ", f.session))
 	}
 	add(prefixed("note: ", f.note))
+	add(prefixed("cores ", f.cores))
 	for _, p := range f.parts {
 		lines = append(lines, " "+truncate(f.partsLabel+" "+p, w-1))
 	}
@@ -270,6 +272,9 @@ func (m detail) nodeFacts(n *api.Node, w int) []string {
 		row("probed", words.FormatDuration(m.now().Sub(n.TelemetryAt))+" ago")
 	}
 	row("pools", strings.Join(n.Host.Tags, ", "))
+	if line := nodeCores(n); line == lease.CoresUnknown {
+		row("cores", line)
+	}
 	for i, b := range n.Bookings {
 		label := ""
 		if i == 0 {
@@ -288,6 +293,52 @@ func (m detail) nodeFacts(n *api.Node, w int) []string {
 		rows = append(rows, " "+st.label.render(padRight(label, lw))+truncate(s, w-1-lw))
 	}
 	return append([]string{"", m.titleRule(n.Name, w)}, rows...)
+}
+
+// nodeCores is n's GPUs' local cores in one line (lease.CoresLine).
+func nodeCores(n *api.Node) string {
+	gpus := make([]nodeprobe.GPU, 0, len(n.GPUs))
+	for _, g := range n.GPUs {
+		gpus = append(gpus, g.GPU)
+	}
+	return lease.CoresLine(gpus)
+}
+
+// coresFact is g's local cores (and NUMA node), then the leases whose
+// sessions run on them and on which: "16-31 (NUMA 1) · node01-3 alice
+// 16-19".
+func coresFact(n *api.Node, g *api.GPU) string {
+	if g.CPUs == "" {
+		return ""
+	}
+	s := g.CPUs
+	if g.NUMANode != nil {
+		s += fmt.Sprintf(" (NUMA %d)", *g.NUMANode)
+	}
+	gpus := make([]nodeprobe.GPU, 0, len(n.GPUs))
+	var leases []lease.Lease
+	seen := map[string]bool{}
+	for _, x := range n.GPUs {
+		gpus = append(gpus, x.GPU)
+		for _, l := range append(slices.Clone(x.Shares), derefLease(x.Lease)...) {
+			if !seen[l.ID] {
+				seen[l.ID] = true
+				leases = append(leases, l)
+			}
+		}
+	}
+	for _, u := range lease.CoreUsers(g.GPU, gpus, leases) {
+		s += fmt.Sprintf(" · %s %s %s", u.Lease.ID, holderName(&u.Lease), u.CPUs)
+	}
+	return s
+}
+
+// derefLease is l as a list: none for nil.
+func derefLease(l *lease.Lease) []lease.Lease {
+	if l == nil {
+		return nil
+	}
+	return []lease.Lease{*l}
 }
 
 func prefixed(prefix, s string) string {
@@ -311,6 +362,10 @@ type facts struct {
 	partsLabel string
 	// booked says who booked the GPU next, and when.
 	booked string
+	// cores are the GPU's local cores and the leases whose sessions run
+	// on them; empty when the node does not report them (nodeFacts says
+	// so).
+	cores string
 	// node and gpu are what the facts describe, for the charts.
 	node *api.Node
 	gpu  *api.GPU
@@ -398,6 +453,7 @@ func (m detail) facts(n *api.Node, g *api.GPU) facts {
 		f.state = "no lease"
 	}
 	m.partFacts(&f, g)
+	f.cores = coresFact(n, g)
 	for i := range n.Bookings {
 		if b := &n.Bookings[i]; b.Holds(g.Index) {
 			f.booked = fmt.Sprintf("by %s %s–%s (%s): a claim ends before", holderName(b), m.clock(b.StartedAt), lease.SpanEnd(b.StartedAt.In(now.Location()), b.ExpiresAt), b.ID)

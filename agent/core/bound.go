@@ -47,6 +47,11 @@ func (b *Bound) Claim(ctx context.Context, req api.ClaimRequest) (api.ClaimRespo
 	}
 	s := b.s
 	v := s.View()
+	if claim.CPUsPerGPU > 0 {
+		if err := peer.Require(v, peer.ChosenCores); err != nil {
+			return api.ClaimResponse{}, err
+		}
+	}
 	if claim.RequestID != "" {
 		for _, l := range v.Leases() {
 			if l.RequestID == claim.RequestID && l.User == b.c.User {
@@ -186,7 +191,7 @@ func (s *Service) leaseResponse(l lease.Lease) api.ClaimResponse {
 	return api.ClaimResponse{
 		ID: l.ID, Node: l.Node, GPUs: l.GPUs, CUDAVisibleDevices: l.CUDAVisibleDevices(),
 		Token: l.Token, Kind: string(l.Kind), ExpiresAt: l.ExpiresAt, Session: l.Session,
-		MIG: l.MIG, MemMiB: l.MemMiB, Borrowed: l.Borrowed, Here: l.Node == s.cfg.Node,
+		MIG: l.MIG, MemMiB: l.MemMiB, Borrowed: l.Borrowed, Here: l.Node == s.cfg.Node, CPUs: lease.CPUUnion(l.CPUs),
 	}
 }
 

@@ -193,6 +193,7 @@ func (b *Bound) startPart(ctx context.Context, r peer.StartRequest) (peer.StartR
 			}
 			e.Nodes, e.GPUsPerNode = 1, len(r.GPUs)
 			run.Env, run.Command = launchRank(e, queue.RankEnv(queue.RendezvousEnv(e, []string{"127.0.0.1"}, port), 0), run.Command)
+			run.Workers = rankWorkers(e)
 		}
 		l, err := s.deps.Node.Grant(ctx, b.c, node.Grant{Claim: claim, Run: run, Entry: e.Key(), Borrowed: r.Borrowed})
 		return peer.StartReply{Lease: l, Host: host}, err
@@ -211,6 +212,7 @@ func (b *Bound) startPart(ctx context.Context, r peer.StartRequest) (peer.StartR
 	case peer.PhaseCommit:
 		if run != nil {
 			run.Env, run.Command = launchRank(e, withGlooInterface(r.Env, host), run.Command)
+			run.Workers = rankWorkers(e)
 		}
 		l, err := s.deps.Node.Commit(ctx, b.c, e.Key(), e.Duration, run)
 		return peer.StartReply{Lease: l, Host: host}, err
@@ -274,6 +276,16 @@ func launchRank(e queue.QueueEntry, env map[string]string, cmd []string) (map[st
 		return env, queue.PerGPUCommand(cmd)
 	}
 	return env, cmd
+}
+
+// rankWorkers is how many processes share a rank's cores: torchrun's
+// workers, one per GPU (dibs's own per-GPU copies bind each to its GPU's
+// cores themselves, `_cpus rank`); 1 for a plain command.
+func rankWorkers(e queue.QueueEntry) int {
+	if e.Job != nil && e.Job.Torchrun && e.GPUsPerNode > 0 {
+		return e.GPUsPerNode
+	}
+	return 1
 }
 
 // freePort asks the kernel for a port nobody listens on, for the

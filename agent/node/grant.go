@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/dibs-gpu/dibs/base/refusal"
+	"github.com/dibs-gpu/dibs/event"
 	"github.com/dibs-gpu/dibs/job"
 	"github.com/dibs-gpu/dibs/launch"
 	"github.com/dibs-gpu/dibs/lease"
@@ -30,6 +31,10 @@ type Run struct {
 	// RecordExit asks the session to record its command's exit status, so a
 	// queued run's origin can tell a failed run from a finished one.
 	RecordExit bool
+	// Workers is how many processes the session's launcher starts
+	// (torchrun's per node), which share its cores: OMP_NUM_THREADS is
+	// their share. 0 is one.
+	Workers int
 	// Job is the run as it was asked for (before any launcher wraps
 	// Command), kept once its session starts so `dibs export sbatch` can
 	// write its script after it ends (Node.KeptRun); nil keeps nothing.
@@ -144,6 +149,9 @@ func (n *Node) admit(c lease.Caller, g Grant) (l lease.Lease, fresh bool, err er
 		return lease.Lease{}, false, err
 	}
 	n.deps.Events(claimEvent(l, now.Wall))
+	for _, sh := range lease.SharedCores(l, n.table.List()) {
+		n.deps.Events(event.SharedCoresEvent(sh.Lease, l, sh.CPUs, now.Wall))
+	}
 	return l, true, nil
 }
 
@@ -223,16 +231,22 @@ func (n *Node) holder(l lease.Lease) (launch.User, error) {
 const sessionRenames = 8
 
 // sessionSpec is what launch starts for run under l: the caller's carried
-// environment, then the lease's own variables, then the run's.
+// environment, then the lease's own variables and its cores (bound to
+// its GPUs' local ones or those chosen for it), then the run's.
 func (n *Node) sessionSpec(l lease.Lease, u launch.User, run *Run) launch.Spec {
+	snap := n.State().Snap
+	var cpus []string
+	if !n.cfg.NoCPUBinding {
+		cpus = l.SessionCPUs(snap)
+	}
 	env := map[string]string{}
-	for _, vars := range []map[string]string{run.UserEnv, l.Env(), l.DeviceEnv(n.State().Snap), run.Env} {
+	for _, vars := range []map[string]string{run.UserEnv, l.Env(), l.DeviceEnv(snap), l.CPUEnv(cpus, run.Workers), run.Env} {
 		for k, v := range vars {
 			env[k] = v
 		}
 	}
 	return launch.Spec{Name: l.Session, User: u, Env: env, Command: run.Command, Dir: run.Dir, RecordExit: run.RecordExit && len(run.Command) > 0,
-		KeepLog: len(run.Command) > 0, LogName: l.LogName()}
+		KeepLog: len(run.Command) > 0, LogName: l.LogName(), CPUs: lease.CPUUnion(cpus)}
 }
 
 // startSession starts the lease's tmux session as u and watches it, and

@@ -77,7 +77,9 @@ type Config struct {
 	// start under another one is known for a reboot (reboot.go); empty
 	// keeps none, and a reboot is told only by each lease's own boot.
 	BootFile string
-	Log      *slog.Logger
+	// NoCPUBinding starts sessions unbound (agent.Config.NoCPUBinding).
+	NoCPUBinding bool
+	Log          *slog.Logger
 }
 
 // Deps are the parts the node drives.

@@ -51,6 +51,10 @@ const (
 	// the notice, so one from such an agent is taken as a restart too
 	// (LeaveIsForGood): its gangs' ranks are held for the grace, not lost.
 	LeavesOnlyForGoodSince = 7
+	// CPUsSince is the first protocol whose agents choose cores for a
+	// lease (--cpus-per-gpu, lease.Lease.CPUs) and bind sessions to them;
+	// an older agent would grant the GPUs and drop the cores unsaid.
+	CPUsSince = 8
 	// ServiceSince is the first protocol whose agents run services (`dibs
 	// serve`): a lease of kind service with no end while it is up, which
 	// an older agent would take for a plain claim (v0.1.0 refuses the

@@ -76,6 +76,9 @@ type claimFlags struct {
 	at string
 	// where is --nodelist and --exclude, which the agent checks.
 	where lease.NodeChoice
+	// cpus is --cpus (local or any); cpusPerGPU --cpus-per-gpu.
+	cpus       string
+	cpusPerGPU int
 }
 
 func (f *claimFlags) add(c *cli, cmd *cobra.Command) {
@@ -100,6 +103,9 @@ func (f *claimFlags) add(c *cli, cmd *cobra.Command) {
 	fl.StringVar(&f.model, "model", "", "only GPUs whose model contains this, e.g. H100")
 	fl.StringSliceVar(&f.pools, "pool", nil, "only nodes in this pool (a node tag from the agents' config)")
 	fl.StringSliceVar(&f.pools, "tag", nil, "only nodes with this tag (the same as --pool; repeat for several)")
+	fl.StringVar(&f.cpus, "cpus", "local", "which CPUs the session runs on: local (the cores close to its GPUs) or any")
+	fl.IntVar(&f.cpusPerGPU, "cpus-per-gpu", 0, "N of each GPU's local cores, chosen for you and shown to everyone (as in sbatch --cpus-per-gpu); sets DIBS_CPUS and OMP_NUM_THREADS")
+	cmd.RegisterFlagCompletionFunc("cpus", cobra.FixedCompletions([]string{"local	the cores close to the GPUs (default)", "any	no binding"}, cobra.ShellCompDirectiveNoFileComp))
 	cmd.RegisterFlagCompletionFunc("kind", cobra.FixedCompletions([]string{"interactive\ta person at a shell (default limit 4h)", "batch\ta run nobody watches (default limit 24h)"}, cobra.ShellCompDirectiveNoFileComp))
 	cmd.RegisterFlagCompletionFunc("node", c.completeNodes)
 	cmd.RegisterFlagCompletionFunc("nodelist", c.completeNodes)
@@ -123,7 +129,23 @@ func (f *claimFlags) request() (api.ClaimRequest, error) { return f.build(true) 
 // build makes the request; needCount says -g or --ids must be given.
 func (f *claimFlags) build(needCount bool) (api.ClaimRequest, error) {
 	req := api.ClaimRequest{Node: f.node, Count: f.count, Duration: f.dur, Note: f.note, Kind: f.kind, Force: f.force,
-		MIG: f.mig, Mem: f.mem, Model: f.model, Tags: f.pools, NodeChoice: f.where}
+		MIG: f.mig, Mem: f.mem, Model: f.model, Tags: f.pools, NodeChoice: f.where, CPUsPerGPU: f.cpusPerGPU}
+	switch f.cpus {
+	case "", "local":
+	case "any":
+		req.CPUs = "any"
+	default:
+		return req, fmt.Errorf("--cpus %s: want local (the cores close to the GPUs, the default) or any", f.cpus)
+	}
+	if f.cpusPerGPU < 0 || f.cpusPerGPU > lease.MaxCPUsPerGPU {
+		return req, fmt.Errorf("--cpus-per-gpu %d: give 1 to %d cores", f.cpusPerGPU, lease.MaxCPUsPerGPU)
+	}
+	if f.cpusPerGPU > 0 && req.CPUs == "any" {
+		return req, errors.New("--cpus any and --cpus-per-gpu contradict each other: give one")
+	}
+	if f.cpusPerGPU > 0 && f.at != "" {
+		return req, errors.New("--cpus-per-gpu is chosen when a run starts, and a booked run (--at) does not keep it yet: drop it, or run without --at")
+	}
 	ids, err := parseIDs(f.ids)
 	if err != nil {
 		return req, err
@@ -176,6 +198,9 @@ func (c *cli) printGrantTo(w io.Writer, r api.ClaimResponse) {
 		what = fmt.Sprintf("MIG instance %s of GPU %d", safe(r.MIG), r.GPUs[0])
 	case r.MemMiB > 0 && len(r.GPUs) == 1:
 		what = fmt.Sprintf("%s of shared GPU %d", lease.FormatMem(r.MemMiB), r.GPUs[0])
+	}
+	if r.CPUs != "" {
+		what += ", cores " + safe(r.CPUs)
 	}
 	if lease.Kind(r.Kind) == lease.KindService {
 		fmt.Fprintf(w, "%s: %s on %s, as long as the service is up\n", safe(r.ID), what, safe(r.Node))

@@ -173,6 +173,48 @@ func (d *nvmlDriver) busID(dev nvml.Device) (string, error) {
 	return cString(pci.BusId[:]), nil
 }
 
+// affinityCPUs is how many CPUs the affinity calls are asked about. NVML
+// wants the size of the machine; go-nvml sizes its mask from this in bytes
+// where NVML counts in words, so 1024 makes room for 8192 CPUs, MaxCPU.
+const affinityCPUs = 1024
+
+// cpuAffinity returns the CPUs local to dev (those of its NUMA node) as a
+// Linux CPU list, "" when NVML does not say: a driver without the scoped
+// call (before R470) is asked the older whole-device one; a machine whose
+// BIOS reports no affinity answers an empty mask, which is "" too.
+func (d *nvmlDriver) cpuAffinity(dev nvml.Device) (string, error) {
+	mask, ret := dev.GetCpuAffinityWithinScope(affinityCPUs, nvml.AFFINITY_SCOPE_NODE)
+	if ret == nvml.ERROR_FUNCTION_NOT_FOUND || ret == nvml.ERROR_NOT_SUPPORTED {
+		mask, ret = dev.GetCpuAffinity(affinityCPUs)
+	}
+	if ok, err := optional("cpu affinity", ret); !ok {
+		return "", err
+	}
+	var cpus []int
+	for w, bits := range mask {
+		for b := 0; b < 64 && bits != 0; b++ {
+			if bits&(1<<b) == 0 {
+				continue
+			}
+			bits &^= 1 << b
+			if c := w*64 + b; c <= nodeprobe.MaxCPU {
+				cpus = append(cpus, c)
+			}
+		}
+	}
+	return nodeprobe.FormatCPUList(cpus), nil
+}
+
+// numaNode returns dev's NUMA node; ok is false when NVML does not say
+// (or says -1: a machine of one node).
+func (d *nvmlDriver) numaNode(dev nvml.Device) (int, bool, error) {
+	n, ret := dev.GetNumaNodeId()
+	if ok, err := optional("numa node", ret); !ok || n < 0 {
+		return 0, false, err
+	}
+	return n, true, nil
+}
+
 // memoryMiB returns total and used device memory as nvidia-smi shows them;
 // ok is false when the device does not say. The v2 call reports the memory
 // the driver and firmware reserve apart from the memory in use, as

@@ -62,8 +62,23 @@ func stubServer(s *server.Server) *server.Server {
 			return nvml.TOPOLOGY_SYSTEM, nvml.SUCCESS
 		}
 		dev.GetNvLinkStateFunc = func(int) (nvml.EnableState, nvml.Return) { return 0, nvml.ERROR_NOT_SUPPORTED }
+		dev.GetCpuAffinityWithinScopeFunc = func(int, nvml.AffinityScope) ([]uint, nvml.Return) {
+			return socketMask(dev.Index / 4), nvml.SUCCESS
+		}
+		dev.GetNumaNodeIdFunc = func() (int, nvml.Return) { return dev.Index / 4, nvml.SUCCESS }
 	}
 	return s
+}
+
+// socketMask is the affinity mask of socket k of the stub's two: 32
+// cores each, the second half of each hyperthreaded (cores k*32 to
+// k*32+31 and 64+k*32 on, as Linux numbers a two-socket machine's
+// siblings): two words of 64 bits.
+func socketMask(k int) []uint {
+	m := make([]uint, 128)
+	m[0] = 0xffffffff << (32 * k)
+	m[1] = 0xffffffff << (32 * k)
+	return m
 }
 
 func pciInfo(busID string) nvml.PciInfo {
@@ -796,6 +811,85 @@ func TestNormBusID(t *testing.T) {
 			t.Errorf("normBusID(%q) = %q, want %q", in, got, want)
 		}
 	}
+}
+
+// TestNVMLCPUAffinity: each GPU's local CPUs and NUMA node come from NVML
+// (the scoped call, or the whole-device one on a driver without it), and a
+// GPU whose affinity NVML cannot tell reports none rather than a guess.
+func TestNVMLCPUAffinity(t *testing.T) {
+	t.Run("scoped", func(t *testing.T) {
+		s := stubServer(dgxh100.New())
+		snap := snapshot(t, openMock(t, s, nil))
+		for _, g := range snap.GPUs {
+			want := "0-31,64-95"
+			if g.Index >= 4 {
+				want = "32-63,96-127"
+			}
+			if g.CPUs != want {
+				t.Errorf("GPU %d cpus = %q, want %q", g.Index, g.CPUs, want)
+			}
+			if g.NUMANode == nil || *g.NUMANode != g.Index/4 {
+				t.Errorf("GPU %d numa node = %v, want %d", g.Index, g.NUMANode, g.Index/4)
+			}
+		}
+	})
+	t.Run("old driver", func(t *testing.T) {
+		s := stubServer(dgxh100.New())
+		var asked []nvml.AffinityScope
+		for _, d := range s.Devices {
+			dev := d.(*server.Device)
+			dev.GetCpuAffinityWithinScopeFunc = func(_ int, sc nvml.AffinityScope) ([]uint, nvml.Return) {
+				asked = append(asked, sc)
+				return nil, nvml.ERROR_FUNCTION_NOT_FOUND
+			}
+			dev.GetCpuAffinityFunc = func(n int) ([]uint, nvml.Return) {
+				if n < 128 {
+					t.Errorf("GetCpuAffinity asked about %d CPUs, fewer than a big machine has", n)
+				}
+				return []uint{1 << uint(dev.Index)}, nvml.SUCCESS
+			}
+			dev.GetNumaNodeIdFunc = func() (int, nvml.Return) { return -1, nvml.SUCCESS }
+		}
+		snap := snapshot(t, openMock(t, s, nil))
+		for _, g := range snap.GPUs {
+			if want := fmt.Sprint(g.Index); g.CPUs != want {
+				t.Errorf("GPU %d cpus = %q, want %q", g.Index, g.CPUs, want)
+			}
+			if g.NUMANode != nil {
+				t.Errorf("GPU %d numa node = %d, want none (NVML said -1)", g.Index, *g.NUMANode)
+			}
+		}
+		if len(asked) == 0 || asked[0] != nvml.AFFINITY_SCOPE_NODE {
+			t.Errorf("scopes asked = %v, want the NUMA node's first", asked)
+		}
+	})
+	t.Run("none", func(t *testing.T) {
+		s := stubServer(dgxh100.New())
+		for _, d := range s.Devices {
+			dev := d.(*server.Device)
+			dev.GetCpuAffinityWithinScopeFunc = func(int, nvml.AffinityScope) ([]uint, nvml.Return) {
+				return make([]uint, 128), nvml.SUCCESS // a BIOS that reports nothing
+			}
+			dev.GetNumaNodeIdFunc = func() (int, nvml.Return) { return 0, nvml.ERROR_NOT_SUPPORTED }
+		}
+		dev0 := s.Devices[0].(*server.Device)
+		dev0.GetCpuAffinityWithinScopeFunc = func(int, nvml.AffinityScope) ([]uint, nvml.Return) {
+			return nil, nvml.ERROR_UNKNOWN
+		}
+		var logs []string
+		snap := snapshot(t, openMock(t, s, &logs))
+		for _, g := range snap.GPUs {
+			if g.CPUs != "" || g.NUMANode != nil {
+				t.Errorf("GPU %d cpus = %q, numa %v; want none", g.Index, g.CPUs, g.NUMANode)
+			}
+			if g.Error != "" {
+				t.Errorf("GPU %d error %q: an unknown affinity is no fault of the GPU", g.Index, g.Error)
+			}
+		}
+		if !strings.Contains(strings.Join(logs, "\n"), "gpu 0: local CPUs unknown") {
+			t.Errorf("logs %q do not say GPU 0's CPUs are unknown", logs)
+		}
+	})
 }
 
 // TestNVMLProcessUtilization walks the process utilization path: the latest

@@ -53,7 +53,11 @@ type nvmlStatic struct {
 	busID string // as NVML prints it
 	bus   string // normalised, to match NVLink peers
 	links []nodeprobe.Link
-	err   string // why the GPU could not be identified; empty when fine
+	// cpus and numa are the GPU's local CPUs and NUMA node (-1: unknown),
+	// fixed by the board.
+	cpus string
+	numa int
+	err  string // why the GPU could not be identified; empty when fine
 	// totalMiB is the last memory size read, kept for probes where the
 	// memory read fails.
 	totalMiB uint64
@@ -156,6 +160,15 @@ func (p *nvmlProbe) identify(i int) bool {
 		p.warn.Warn(fmt.Sprintf("bus/%d", i), "nodeprobe: gpu %d: pci bus id unknown: %v", i, err)
 	}
 	s.bus = normBusID(s.busID)
+	if s.cpus, err = p.drv.cpuAffinity(dev); err != nil {
+		p.warn.Warn(fmt.Sprintf("cpus/%d", i), "nodeprobe: gpu %d: local CPUs unknown: %v", i, err)
+	}
+	s.numa = -1
+	if n, ok, err := p.drv.numaNode(dev); ok {
+		s.numa = n
+	} else if err != nil {
+		p.warn.Warn(fmt.Sprintf("numa/%d", i), "nodeprobe: gpu %d: NUMA node unknown: %v", i, err)
+	}
 	return true
 }
 
@@ -271,6 +284,7 @@ func (p *nvmlProbe) Snapshot(ctx context.Context) (nodeprobe.Snapshot, error) {
 // point into it.
 type gpuValues struct {
 	util, temp  int
+	numa        int
 	draw, limit float64
 }
 
@@ -278,12 +292,16 @@ type gpuValues struct {
 func (p *nvmlProbe) readGPU(i int, g *nodeprobe.GPU, v *gpuValues) {
 	s := &p.static[i]
 	g.Index = i
-	g.UUID, g.Model, g.PCIBusID = s.info.uuid, s.info.name, s.busID
+	g.UUID, g.Model, g.PCIBusID, g.CPUs = s.info.uuid, s.info.name, s.busID, s.cpus
 	g.MIG = nodeprobe.MIGUnsupported
 	g.Processes = []nodeprobe.Process{}
 	if s.err != "" {
 		g.Error = s.err
 		return
+	}
+	if s.numa >= 0 {
+		v.numa = s.numa
+		g.NUMANode = &v.numa
 	}
 	dev := s.dev
 	total, used, ok, err := p.drv.memoryMiB(dev)

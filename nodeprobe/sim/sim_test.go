@@ -332,6 +332,54 @@ func TestSimCanceledContext(t *testing.T) {
 	}
 }
 
+// TestSimSocketsGiveEachGPUItsCores: sockets=SxC gives every GPU the cores
+// of its socket, so the layers above bind sessions to them; a spec without
+// the term reports none, and a bad term says what to write.
+func TestSimSocketsGiveEachGPUItsCores(t *testing.T) {
+	tests := []struct {
+		spec string
+		cpus []string
+		numa []int
+		host int
+	}{
+		{"2xH100,sockets=2x1", []string{"0", "1"}, []int{0, 1}, 2},
+		{"4xH100,sockets=2x16", []string{"0-15", "0-15", "16-31", "16-31"}, []int{0, 0, 1, 1}, 32},
+		{"4xL40S,sockets=4x2", []string{"0-1", "2-3", "4-5", "6-7"}, []int{0, 1, 2, 3}, 8},
+		{"2xH100", []string{"", ""}, nil, 32},
+	}
+	for _, tt := range tests {
+		t.Run(tt.spec, func(t *testing.T) {
+			s, err := New(Options{Spec: tt.spec, HostName: "n1"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			snap, err := s.Snapshot(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if snap.Host.CPUs != tt.host {
+				t.Errorf("host CPUs = %d, want %d", snap.Host.CPUs, tt.host)
+			}
+			for i, g := range snap.GPUs {
+				if g.CPUs != tt.cpus[i] {
+					t.Errorf("GPU %d cpus = %q, want %q", i, g.CPUs, tt.cpus[i])
+				}
+				switch {
+				case tt.numa == nil && g.NUMANode != nil:
+					t.Errorf("GPU %d numa node = %d, want none", i, *g.NUMANode)
+				case tt.numa != nil && (g.NUMANode == nil || *g.NUMANode != tt.numa[i]):
+					t.Errorf("GPU %d numa node = %v, want %d", i, g.NUMANode, tt.numa[i])
+				}
+			}
+		})
+	}
+	for _, bad := range []string{"2xH100,sockets=2", "2xH100,sockets=0x4", "2xH100,sockets=2x1,sockets=1x2"} {
+		if _, err := New(Options{Spec: bad, HostName: "n1"}); err == nil || !strings.Contains(err.Error(), "sockets") {
+			t.Errorf("New(%q) = %v, want an error about sockets", bad, err)
+		}
+	}
+}
+
 // TestLoadUtilizationSteps drives a known curve through the load file's
 // utilization_steps, with a fixed power draw: each probe reports the step
 // the time since the load took effect falls in, and repeat starts over.

@@ -199,6 +199,7 @@ func (c *cli) agentConfig(cmd *cobra.Command, f agentFlags) (agent.Config, agent
 		Log:           logger,
 		Version:       buildInfo().Version,
 		Tags:          fc.Tags,
+		NoCPUBinding:  fc.Leases.BindCPUs != nil && !*fc.Leases.BindCPUs,
 		EventKeep:     keep,
 
 		EventsPerUserHour: fc.Events.PerUserHour,
@@ -235,12 +236,17 @@ func (c *cli) agentConfig(cmd *cobra.Command, f agentFlags) (agent.Config, agent
 	// where the users' own tmux looks (systemd gives none: /tmp).
 	statusDir := filepath.Join(filepath.Dir(sock), "exit")
 	// Jobs keep their output through `_pipe-log`, run by tmux as the user.
-	var pipeLog []string
+	// Sessions are bound to their GPUs' cores through this binary's own
+	// `_cpus` (once per session, so its start-up cost does not matter,
+	// and a client of another release beside it cannot lack it).
+	var pipeLog, cpuHelper []string
 	if exe, err := os.Executable(); err == nil {
 		pipeLog = pipeLogArgv(exe)
+		cpuHelper = []string{exe, "_cpus"}
 	}
 	sessions := launch.New(launch.Options{TmuxTmpDir: os.Getenv("TMUX_TMPDIR"), StatusDir: statusDir, PipeLog: pipeLog,
-		Logf: func(f string, args ...any) { logger.Warn(fmt.Sprintf(f, args...)) }})
+		CPUHelper: cpuHelper,
+		Logf:      func(f string, args ...any) { logger.Warn(fmt.Sprintf(f, args...)) }})
 	tryNVML := func(ctx context.Context) error {
 		p, err := nvml.Open(ctx, nodeprobe.Options{HostName: cfg.NodeName})
 		if err == nil {
