@@ -234,13 +234,16 @@ type ledgerCount struct {
 // lease (not a queued run's, a gang's or a reservation: those are read back
 // one by one) is folded into the day's one row, so a claim/release loop
 // adds a row a day instead of a row a lease while its GPU-seconds still
-// count. A run (a lease with a session) is never folded: `dibs history`
-// lists every run. A store that cannot fold keeps every entry. The ledger's window in
+// count. A run (a lease with a session) is kept one by one up to
+// lease.RunsPerLedgerDay times that cap, so `dibs history` lists every run of
+// a working day, while a `dibs run` loop still cannot grow the ledger (or
+// this agent's memory of it) without bound. A store that cannot fold keeps
+// every entry. The ledger's window in
 // memory follows the disk: a folded lease changes the row there too, so a
 // loop cannot grow the agent's memory either. Callers hold wmu.
 func (n *Node) storeEnd(e lease.LedgerEntry, run bool) error {
 	f, ok := n.deps.Store.(lease.LedgerFolder)
-	if !ok || run || e.Entry != "" || e.Gang != "" || e.Reserved || e.User == "" {
+	if !ok || e.Entry != "" || e.Gang != "" || e.Reserved || e.User == "" {
 		if err := n.deps.Store.End(e.LeaseID, e); err != nil {
 			return err
 		}
@@ -256,7 +259,11 @@ func (n *Node) storeEnd(e lease.LedgerEntry, run bool) error {
 		c = &ledgerCount{day: day}
 		n.ledgerDay[e.User] = c
 	}
-	if c.n < n.cfg.LedgerPerUserDay {
+	limit := n.cfg.LedgerPerUserDay
+	if run {
+		limit *= lease.RunsPerLedgerDay
+	}
+	if c.n < limit {
 		if err := n.deps.Store.End(e.LeaseID, e); err != nil {
 			return err
 		}
@@ -270,7 +277,7 @@ func (n *Node) storeEnd(e lease.LedgerEntry, run bool) error {
 	}
 	if c.row == 0 {
 		n.log.Warn("ledger: a person ended more leases today than are kept one by one; folding the rest of today's into one row",
-			"user", e.User, "max", n.cfg.LedgerPerUserDay)
+			"user", e.User, "max", limit)
 	}
 	was := c.folded
 	c.row, c.folded = row, lease.FoldInto(c.folded, e)
