@@ -203,6 +203,26 @@ func TestARunLoopFoldsPastItsOwnCap(t *testing.T) {
 	}
 }
 
+// historyStates waits until `dibs history` on n lists the run id (a lease
+// id or a queued request's, whose attempts it lists) and returns the end
+// state of each of its rows, oldest first.
+func historyStates(t *testing.T, n *agenttest.Node, id string) []lease.RunState {
+	t.Helper()
+	var states []lease.RunState
+	agenttest.Eventually(t, 10*time.Second, "dibs history to list "+id, func() bool {
+		rep, err := n.Client.History(ctx(t), api.HistoryRequest{Filter: lease.HistoryFilter{ID: id}})
+		if err != nil || len(rep.Rows) == 0 {
+			return false
+		}
+		states = states[:0]
+		for _, r := range rep.Rows {
+			states = append(states, r.State)
+		}
+		return true
+	})
+	return states
+}
+
 // TestHistoryNamesOlderNodesNotAsked: a node that speaks an older agent
 // protocol than RunHistory's is not asked (it would refuse the request it
 // does not know); `dibs history` names it as not listed and lists the rest.

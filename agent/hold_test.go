@@ -3,6 +3,7 @@ package agent_test
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -208,6 +209,15 @@ func TestPreemptedQueuedRunGoesBackInTheQueue(t *testing.T) {
 					for _, ev := range evs.Events {
 						t.Logf("event %s %s %s: %s", ev.Kind, ev.Lease, ev.Reason, ev.Text)
 					}
+				}
+			}
+			// Only the default is checked: the ledger row is written by the
+			// node that held the attempt, which does not know the entry's
+			// --no-requeue, so that attempt is listed "requeued" too (a
+			// known mislabel, in the closing note).
+			if tt.wantBack {
+				if got := historyStates(t, n, mine.ID); !slices.Equal(got, []lease.RunState{lease.StateRequeued}) {
+					t.Errorf("dibs history says my queued run's attempt ended %v, want [requeued]", got)
 				}
 			}
 		})

@@ -298,6 +298,9 @@ func TestPreemptionForQuotaSignalsAndWaitsTheGrace(t *testing.T) {
 		b, _ := n.Client.Board(ctx(t))
 		return strings.Contains(strings.Join(b.Notices, "\n"), "beyond your quota")
 	})
+	if got := historyStates(t, n, r.ID); !slices.Equal(got, []lease.RunState{lease.StatePreempted}) {
+		t.Errorf("dibs history says my run ended %v, want [preempted]", got)
+	}
 }
 
 // TestIdleLeaseReclaimedWhenSomeoneWaits runs on a fake clock: the lease
@@ -349,5 +352,8 @@ func TestIdleLeaseReclaimedWhenSomeoneWaits(t *testing.T) {
 	})
 	if d := fake.Now().Sub(warned); d < time.Second {
 		t.Errorf("the idle lease was reclaimed %s after its warning, want the 1s grace", d)
+	}
+	if got := historyStates(t, n, idle.ID); !slices.Equal(got, []lease.RunState{lease.StateReclaimed}) {
+		t.Errorf("dibs history says the idle lease ended %v, want [reclaimed]", got)
 	}
 }
