@@ -16,7 +16,8 @@ import (
 )
 
 // TestServiceMovesOffALostNodeAndItsOldCopyFencesItself: a service on
-// node02 of a two-node cluster; node02's agent is killed outright (tmux
+// node02 of a two-node cluster keeps its process across a restart of
+// node02's agent within the grace; then node02's agent is killed outright (tmux
 // and the service go on). Past the grace the replica answers on node01,
 // and the copy left on node02 has stopped itself (its watchdog saw the
 // agent's heartbeat go stale); when node02's agent comes back it ends its
@@ -53,6 +54,20 @@ func TestServiceMovesOffALostNodeAndItsOldCopyFencesItself(t *testing.T) {
 		t.Fatal(err)
 	}
 	nodes[1].Opts.Cluster.BindPort, _ = strconv.Atoi(gport)
+
+	// A restart of node02's agent within the grace (SIGTERM) fences
+	// nothing and moves nothing: the same process keeps serving.
+	nodes[1].Restart()
+	agenttest.WaitConverged(t, nodes, 45*time.Second)
+	// An absence check: the watchdog would have stopped the replica by
+	// now (grace + 2 s of whole seconds), and a move would have come.
+	time.Sleep(grace + 3*time.Second)
+	if syscall.Kill(old, 0) != nil || get(url) != 200 {
+		t.Fatalf("the replica (pid %d) stopped across an agent restart within the grace", old)
+	}
+	if got, _ := serviceOf(t, me, "web"); got.Node != "node02" {
+		t.Fatalf("the service is on %s after node02's agent restarted within the grace, want node02", got.Node)
+	}
 	crashed := time.Now()
 	nodes[1].Crash() // as kill -9: tmux and the replica go on
 	agenttest.Eventually(t, grace+15*time.Second, "the copy on node02 stopped itself", func() bool {
