@@ -76,7 +76,7 @@ func floorPlan() []room {
 	// people's words with the bounds of text; then jobs, built on them.
 	ground := []string{"base/refusal", "base/words", "base/termsafe"}
 	rules := slices.Concat(ground, []string{"job", "service", "runrecord", "lease", "queue", "event"})
-	base := slices.Concat(rules, []string{"outgrow/doctor", "nodeprobe", "launch"})
+	base := slices.Concat(rules, []string{"outgrow/doctor", "base/durable", "nodeprobe", "launch"})
 
 	plan := []room{
 		{pkg: "nodeprobe", what: "GPU snapshot types (Snapshot, GPU, Process, Probe, Options); no I/O",
@@ -95,8 +95,13 @@ func floorPlan() []room {
 			may: []string{"nodeprobe", "nodeprobe/nvml", "nodeprobe/sim", "nodeprobe/smi"}},
 		{pkg: "base/poll", what: "tests' waiting: a condition polled to a deadline, a window watched (tests only)"},
 		{pkg: "base/prereq", what: "tests' prerequisites: a skip on a developer's machine, a failure under CI=true (tests only)"},
+		{pkg: "nemesis/powercut", what: "a FUSE file system that loses what was not fsynced when the power is cut (tests only)",
+			may: []string{"base/prereq"}, mods: []string{"github.com/hanwen/go-fuse/v2"}},
+		{pkg: "base/durable", what: "files replaced durably (fsync, rename, fsync the directory); standard library only"},
 		{pkg: "base/lograte", what: "refusal log lines rate-limited per source, with a count of those held back"},
 		{pkg: "base/termsafe", what: "the one sanitizer for text from outside; standard library only"},
+		{pkg: "base/chart", what: "sparklines and bars as text, ASCII when plain; standard library only",
+			never: append(slices.Clone(pure), bbolt), notItself: noIO},
 		{pkg: "base/columns", what: "a table cell's two rules for both binaries: empty as \"-\", cut with \"~\""},
 		{pkg: "base/refusal", what: "the refusal vocabulary of every room: codes, and the error a person reads with its cause",
 			never: append(slices.Clone(pure), bbolt), notItself: noIO},
@@ -117,7 +122,7 @@ func floorPlan() []room {
 		{pkg: "event", what: "what happened: event kinds and their words, notices, notification settings; no I/O",
 			may: slices.Concat(ground, []string{"job", "lease", "queue"}), never: append(slices.Clone(pure), bbolt), notItself: noIO},
 		{pkg: "store", what: "bbolt store behind queue.Store and event.EventStore",
-			may: rules, mods: []string{bbolt}, never: pure},
+			may: append(slices.Clone(rules), "base/durable"), mods: []string{bbolt}, never: pure},
 		{pkg: "store/storetest", what: "a fault-injecting fake queue.Store for tests",
 			may: append(slices.Clone(rules), "store"), never: pure},
 		{pkg: "outgrow/doctor", what: "doctor's checks, figures and verdict: pure arithmetic",
@@ -130,7 +135,7 @@ func floorPlan() []room {
 			may: []string{"service"}, never: append(slices.Clone(pure), bbolt, kubernetes, sigsK8s, "lease", "queue"), notItself: noIO},
 		{pkg: "outgrow/replay", what: "the what-if simulator: dibs's own rules on simulated time",
 			may: slices.Concat(ground, []string{"job", "lease", "queue", "nodeprobe", "nodeprobe/sim"}), never: append(slices.Clone(pure), bbolt), notItself: noIO},
-		{pkg: "launch", what: "tmux sessions as a user; standard library only",
+		{pkg: "launch", what: "tmux sessions as a user; standard library, x/sys and nodeprobe's CPU lists", may: []string{"nodeprobe"},
 			mods: []string{xsys}, never: []string{memberlist, goNVML, charm, charmX}},
 		{pkg: "launch/launchtest", what: "throwaway accounts for tests",
 			may: []string{"launch", "base/prereq"}},
@@ -144,7 +149,7 @@ func floorPlan() []room {
 			may: slices.Concat(rules, []string{"outgrow/doctor", "nodeprobe"}), mods: []string{xsys},
 			never: []string{charm, charmX, memberlist, goNVML, "net/http", "crypto/tls"}},
 		{pkg: "tui", what: "bubbletea v2 board over api",
-			may:  slices.Concat(ground, []string{"api", "job", "lease", "event", "nodeprobe"}),
+			may:  slices.Concat(ground, []string{"api", "base/chart", "job", "lease", "event", "nodeprobe"}),
 			mods: []string{"charm.land/bubbles/v2", bubbletea, "charm.land/lipgloss/v2", "github.com/charmbracelet/x/ansi"},
 			never: []string{memberlist, goNVML, bbolt, wish, sshPkg, "github.com/charmbracelet/bubbletea",
 				"agent", "gossip", "launch", "store"}},
@@ -190,7 +195,7 @@ func floorPlan() []room {
 	}
 	plan = append(plan,
 		room{pkg: "agent", what: "the daemon: composition of the rooms above",
-			may:  slices.Concat(agents, rules, []string{"api", "gossip", "launch", "outgrow/doctor", "store", "nodeprobe"}),
+			may:  slices.Concat(agents, rules, []string{"api", "gossip", "launch", "outgrow/doctor", "base/durable", "store", "nodeprobe"}),
 			mods: []string{xsys}, never: []string{goNVML}},
 		room{pkg: "agent/agenttest", what: "real agents on loopback for any package's tests",
 			may: slices.Concat([]string{"agent", "base/poll", "base/prereq"}, agents, rules, []string{"api", "launch", "launch/launchtest",
@@ -208,7 +213,7 @@ func floorPlan() []room {
 	// (and nodeprobe's internal package, which Go keeps to nodeprobe).
 	var all []string
 	for _, r := range plan {
-		if !strings.HasSuffix(r.pkg, "test") && !strings.Contains(r.pkg, "/internal/") && r.pkg != "base/poll" && r.pkg != "nemesis" {
+		if !strings.HasSuffix(r.pkg, "test") && !strings.Contains(r.pkg, "/internal/") && r.pkg != "base/poll" && r.pkg != "nemesis" && r.pkg != "nemesis/powercut" {
 			all = append(all, r.pkg)
 		}
 	}
@@ -229,7 +234,7 @@ func floorPlan() []room {
 		room{pkg: "cmd/dibsd", what: "the daemon's binary: dibsd agent (the dibs.service unit), demo, probe, keygen",
 			may: []string{"cmd/internal/daemoncmd"}, never: []string{goNVML, kubernetes, sigsK8s}},
 		room{pkg: "cmd/dibs", what: "the client: flags, tables, --json; hands the board and the daemon's verbs to dibsd",
-			may: slices.Concat(rules, []string{"api", "base/buildinfo", "base/columns", "launch", "outgrow/doctor", "outgrow/k8s", "outgrow/replay", "outgrow/slurm",
+			may: slices.Concat(rules, []string{"api", "base/buildinfo", "base/chart", "base/columns", "launch", "outgrow/doctor", "outgrow/k8s", "outgrow/replay", "outgrow/slurm",
 				"nodeprobe"}),
 			mods: []string{"github.com/spf13/cobra", "github.com/spf13/pflag", xsys},
 			// Nor net/http and crypto/tls: its requests are plain HTTP/1.1 on

@@ -84,7 +84,11 @@ type Config struct {
 	// bookings may ask for them (--pool, --tag). They travel with the
 	// node's snapshot (nodeprobe.Host.Tags).
 	Tags []string
-	Log  *slog.Logger
+	// NoCPUBinding starts every session unbound, whatever its GPUs' local
+	// cores (config `[leases] bind_cpus = false`): for a node whose
+	// topology the probe gets wrong, or whose jobs pin themselves.
+	NoCPUBinding bool
+	Log          *slog.Logger
 	// EventKeep is how long the node keeps its events (default 14 days).
 	EventKeep time.Duration
 	// WebhookBackoff is the wait before each retry of a webhook post
@@ -325,9 +329,10 @@ func (a *Agent) build(ctx context.Context) error {
 	a.buildEvents()
 	a.node = node.New(node.Config{
 		Name: a.cfg.NodeName, Policy: a.cfg.Policy, ProbeInterval: a.cfg.ProbeInterval, SessionPoll: a.cfg.SessionPoll,
-		PreemptSignal: a.cfg.PreemptSignal, CanRunAs: canWrite, Tags: a.cfg.Tags, Log: a.log.With("part", "node"),
+		PreemptSignal: a.cfg.PreemptSignal, CanRunAs: canWrite, Tags: a.cfg.Tags, NoCPUBinding: a.cfg.NoCPUBinding, Log: a.log.With("part", "node"),
 		LedgerPerUserDay: a.cfg.LedgerPerUserDay, KeptRunsFile: keptRunsFile(a.cfg.DataDir), FiguresFile: figuresFile(a.cfg.DataDir),
 		ServiceRules: a.cfg.ServiceRules, Fence: a.fence(),
+		BootFile: bootFile(a.cfg.DataDir),
 	}, node.Deps{Store: a.store, Probe: a.deps.Probe, Sessions: a.deps.Sessions, Accounts: a.accounts, Clock: c,
 		Changed: a.changed, LeasesChanged: a.leasesChanged, Events: a.events.Record, HoldService: a.holdService})
 	sc := a.cfg.Sched // defaulted once, in New
@@ -546,6 +551,15 @@ func (a *Agent) shutdown(how exitHow) error {
 // Peers is the agent's end of the protocol between agents, for tests that
 // speak to other nodes as a peer holding the cluster key would.
 func (a *Agent) Peers() *peer.Mux { return a.peers }
+
+// bootFile is where the node keeps the kernel boot id its agent last ran
+// under, to tell a reboot from a restart.
+func bootFile(dataDir string) string {
+	if dataDir == "" {
+		return ""
+	}
+	return filepath.Join(dataDir, "boot-id")
+}
 
 // keptRunsFile is where a node saves the commands of the runs it started,
 // for `dibs export sbatch` after they end: beside the store, or nowhere

@@ -55,7 +55,8 @@ type ClusterSettings struct {
 
 // clusterLink connects the agent's parts to memberlist: it publishes this
 // node's state, hands other agents' requests to the peer protocol, carries
-// this agent's requests out, and turns gossip's view into queue.NodeViews.
+// this agent's requests out, and turns gossip's view into the
+// []queue.NodeView (Peers) the cluster view is built from.
 type clusterLink struct {
 	a *Agent
 	c *gossip.Cluster

@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/dibs-gpu/dibs/agent/core"
+	"github.com/dibs-gpu/dibs/base/durable"
 	"github.com/dibs-gpu/dibs/launch"
 	"github.com/dibs-gpu/dibs/lease"
 	"github.com/dibs-gpu/dibs/nodeprobe"
@@ -114,10 +115,9 @@ func (d *doctorParts) save() {
 	b, err := json.Marshal(&d.series)
 	d.mu.Unlock()
 	if err == nil {
-		tmp := d.path + ".tmp"
-		if err = os.WriteFile(tmp, b, 0o600); err == nil {
-			err = os.Rename(tmp, d.path)
-		}
+		// A power cut leaves the old samples or the new, never an
+		// empty file that load refuses (base/durable).
+		err = durable.WriteFile(d.path, b, 0o600)
 	}
 	if err != nil {
 		d.a.log.Warn("doctor: cannot keep the GPU samples", "err", err)
@@ -245,6 +245,9 @@ func (d *doctorParts) facts(ctx context.Context) doctor.Report {
 		} else {
 			r.BackendWhy = "NVML opens now but did not when the agent started: restart the agent to use it"
 		}
+	}
+	if gpus := a.node.State().Snap.GPUs; len(gpus) > 0 {
+		r.NoLocalCPUs = lease.CoresLine(gpus) == lease.CoresUnknown
 	}
 	r.DataDir = a.cfg.DataDir
 	if r.DataDir == "" {

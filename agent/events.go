@@ -2,11 +2,13 @@ package agent
 
 import (
 	"context"
+	"fmt"
 
 	"github.com/dibs-gpu/dibs/agent/core"
 	"github.com/dibs-gpu/dibs/agent/events"
 	"github.com/dibs-gpu/dibs/event"
 	"github.com/dibs-gpu/dibs/launch"
+	"github.com/dibs-gpu/dibs/lease"
 )
 
 // The events of issue 14, composed: the log (in the lease store when it
@@ -64,7 +66,18 @@ func send(s *core.Service) func(ctx context.Context, node string, n event.Notice
 func (a *Agent) runEvents() {
 	a.events.Run()
 	a.fanout.Run()
-	a.events.Record(event.AgentEvent(event.EventAgentJoin, a.cfg.NodeName, a.cfg.NodeName, "started (dibs "+a.cfg.Version+")", a.deps.Clock.Now()))
+	started := "started (dibs " + a.cfg.Version + ")"
+	if r := a.node.Reboot(); r.Rebooted {
+		// Said once, here: the node's reboot, with what it cost. Each
+		// ended lease has its own end event (and its holder a notice).
+		started = fmt.Sprintf("started after its node rebooted (dibs %s): every session of the last boot is gone; %d of its leases ended (node-rebooted)",
+			a.cfg.Version, len(r.Ended))
+	}
+	e := event.AgentEvent(event.EventAgentJoin, a.cfg.NodeName, a.cfg.NodeName, started, a.deps.Clock.Now())
+	if a.node.Reboot().Rebooted {
+		e.Reason = string(lease.EndRebooted)
+	}
+	a.events.Record(e)
 	a.watchDone = make(chan struct{})
 	go a.watchEvents()
 }

@@ -166,6 +166,43 @@ func TestRunsAreNeverFolded(t *testing.T) {
 	}
 }
 
+// TestARunLoopFoldsPastItsOwnCap: runs are kept one by one far past the
+// plain claims' daily cap (lease.RunsPerLedgerDay times it), and only then
+// fold, so a `dibs run -- true` loop cannot grow the ledger without bound
+// the way the claims' cap once let it.
+func TestARunLoopFoldsPastItsOwnCap(t *testing.T) {
+	t.Parallel()
+	agenttest.RequireTmux(t)
+	n := agenttest.Start(t, agenttest.Options{Sim: "1xL40S", Quiet: true, LedgerPerUserDay: 1})
+	var listed, folded int
+	count := func() int {
+		rep, err := n.Client.History(ctx(t), api.HistoryRequest{})
+		if err != nil {
+			return -1
+		}
+		listed, folded = 0, 0
+		for _, r := range rep.Rows {
+			if r.State == lease.StateFolded {
+				folded += r.Folded
+			} else {
+				listed++
+			}
+		}
+		return listed + folded
+	}
+	total := lease.RunsPerLedgerDay + 2
+	for i := range total {
+		r, err := n.Client.Claim(ctx(t), api.ClaimRequest{Count: 1, Duration: "1h", Run: &api.RunSpec{Command: []string{"true"}}})
+		if err != nil {
+			t.Fatalf("run %d: %v", i, err)
+		}
+		agenttest.Eventually(t, 10*time.Second, r.ID+" to end in the ledger", func() bool { return count() == i+1 })
+	}
+	if listed != lease.RunsPerLedgerDay || folded != 2 {
+		t.Errorf("history lists %d runs one by one and %d folded, want %d and 2", listed, folded, lease.RunsPerLedgerDay)
+	}
+}
+
 // TestHistoryNamesOlderNodesNotAsked: a node that speaks an older agent
 // protocol than RunHistory's is not asked (it would refuse the request it
 // does not know); `dibs history` names it as not listed and lists the rest.

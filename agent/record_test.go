@@ -9,6 +9,7 @@ import (
 	"github.com/dibs-gpu/dibs/agent/agenttest"
 	"github.com/dibs-gpu/dibs/agent/clock"
 	"github.com/dibs-gpu/dibs/api"
+	"github.com/dibs-gpu/dibs/base/poll"
 	"github.com/dibs-gpu/dibs/lease"
 	"github.com/dibs-gpu/dibs/nodeprobe/sim"
 )
@@ -20,12 +21,13 @@ func step(t *testing.T, n *agenttest.Node, clk *clock.Fake, d time.Duration) {
 	t.Helper()
 	clk.Advance(d)
 	want := clk.Now()
-	deadline := time.Now().Add(10 * time.Second)
-	for tries := 1; time.Now().Before(deadline); tries++ {
+	tries := 0
+	if poll.WaitEvery(2*time.Millisecond, 10*time.Second, func() bool {
+		tries++
 		r, err := n.Client.Samples(ctx(t), "", 0, want)
 		// Samples keep milliseconds.
 		if err == nil && len(r.Samples) > 0 && !r.Samples[len(r.Samples)-1].At.Before(want.Truncate(time.Millisecond)) {
-			return
+			return true
 		}
 		if tries%50 == 0 && d > 0 {
 			// A restarted agent's probe loop makes its ticker after
@@ -34,7 +36,9 @@ func step(t *testing.T, n *agenttest.Node, clk *clock.Fake, d time.Duration) {
 			clk.Advance(d)
 			want = clk.Now()
 		}
-		time.Sleep(2 * time.Millisecond) // polling the probe; not a wait for time to pass
+		return false
+	}) {
+		return
 	}
 	r, err := n.Client.Samples(ctx(t), "", 0, time.Time{})
 	last := "none"

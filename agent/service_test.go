@@ -19,6 +19,7 @@ import (
 	"github.com/dibs-gpu/dibs/agent/core"
 	"github.com/dibs-gpu/dibs/agent/peer"
 	"github.com/dibs-gpu/dibs/api"
+	"github.com/dibs-gpu/dibs/base/poll"
 	"github.com/dibs-gpu/dibs/gossip"
 	"github.com/dibs-gpu/dibs/launch"
 	"github.com/dibs-gpu/dibs/launch/launchtest"
@@ -280,13 +281,10 @@ func TestServiceCheckRefusesAnotherUsersListenerOnItsPort(t *testing.T) {
 	agenttest.Eventually(t, 10*time.Second, "the other user's server answering on the port", func() bool { return get(url) == 200 })
 	// An absence check: for several probes (SessionPoll is 100 ms) the
 	// service must not be found healthy on the other user's listener.
-	deadline := time.Now().Add(2 * time.Second)
-	for time.Now().Before(deadline) {
-		if l, _ = serviceOf(t, me, "web"); l.Service != nil && l.Service.State == service.Healthy {
-			t.Fatalf("the service passed its check on another user's listener (its port answers for %s)", other.Name)
-		}
-		time.Sleep(100 * time.Millisecond) // sampling the absence window, not waiting for a condition
-	}
+	poll.Never(t, 2*time.Second, fmt.Sprintf("the service passed its check on another user's listener (its port answers for %s)", other.Name), func() bool {
+		l, _ := serviceOf(t, me, "web")
+		return l.Service != nil && l.Service.State == service.Healthy
+	})
 	// The other user goes; the service takes its port back.
 	squat.Process.Kill()
 	squat.Wait()

@@ -1,7 +1,6 @@
 package api
 
 import (
-	"bufio"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -253,50 +252,7 @@ func (c *Client) Status(ctx context.Context) (Status, error) {
 // change anywhere in the cluster. The channel closes when ctx ends or the
 // stream breaks; the error func then says why (nil after ctx ended).
 func (c *Client) Watch(ctx context.Context) (<-chan Board, func() error) {
-	ch := make(chan Board, 1)
-	var werr error
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		defer close(ch)
-		resp, err := c.roundTrip(ctx, "GET", "/v1/watch", nil)
-		if err != nil {
-			if ctx.Err() == nil {
-				werr = c.dialError(err)
-			}
-			return
-		}
-		defer resp.close()
-		if resp.status != 200 {
-			werr = decodeResponse(resp, nil)
-			return
-		}
-		sc := bufio.NewScanner(resp.body)
-		sc.Buffer(make([]byte, 64<<10), MaxBody)
-		for sc.Scan() {
-			var b Board
-			if err := json.Unmarshal(sc.Bytes(), &b); err != nil {
-				werr = fmt.Errorf("decode board stream: %w", err)
-				return
-			}
-			// Keep only the newest board if the reader is behind.
-			select {
-			case <-ch:
-			default:
-			}
-			select {
-			case ch <- b:
-			case <-ctx.Done():
-				return
-			}
-		}
-		if err := sc.Err(); err != nil && ctx.Err() == nil {
-			werr = fmt.Errorf("board stream: %w", err)
-		} else if ctx.Err() == nil {
-			werr = errors.New("the agent closed the board stream (did it stop?)")
-		}
-	}()
-	return ch, func() error { <-done; return werr }
+	return follow[Board](ctx, c, stream{method: "GET", path: "/v1/watch", buf: 1, latest: true, maxLine: MaxBody, what: "board"})
 }
 
 // Submit queues a request and returns at once with its id.

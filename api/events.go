@@ -1,11 +1,8 @@
 package api
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
-	"errors"
-	"fmt"
 	"time"
 
 	"github.com/dibs-gpu/dibs/base/termsafe"
@@ -151,49 +148,8 @@ func (c *Client) Events(ctx context.Context, req EventsRequest) (EventList, erro
 // ended).
 func (c *Client) FollowEvents(ctx context.Context, req EventsRequest) (<-chan event.Event, func() error) {
 	req.Follow = true
-	ch := make(chan event.Event, 64)
-	var werr error
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		defer close(ch)
-		body, _ := json.Marshal(req)
-		resp, err := c.roundTrip(ctx, "POST", "/v1/events/follow", body)
-		if err != nil {
-			if ctx.Err() == nil {
-				werr = c.dialError(err)
-			}
-			return
-		}
-		defer resp.close()
-		if resp.status != 200 {
-			werr = decodeResponse(resp, nil)
-			return
-		}
-		sc := bufio.NewScanner(resp.body)
-		sc.Buffer(make([]byte, 64<<10), 1<<20)
-		for sc.Scan() {
-			if len(sc.Bytes()) == 0 {
-				continue // the agent's keep-alive
-			}
-			var e event.Event
-			if err := json.Unmarshal(sc.Bytes(), &e); err != nil {
-				werr = fmt.Errorf("decode event stream: %w", err)
-				return
-			}
-			select {
-			case ch <- e:
-			case <-ctx.Done():
-				return
-			}
-		}
-		if err := sc.Err(); err != nil && ctx.Err() == nil {
-			werr = fmt.Errorf("event stream: %w", err)
-		} else if ctx.Err() == nil {
-			werr = errors.New("the agent closed the event stream (did it stop?)")
-		}
-	}()
-	return ch, func() error { <-done; return werr }
+	body, _ := json.Marshal(req)
+	return follow[event.Event](ctx, c, stream{method: "POST", path: "/v1/events/follow", body: body, buf: 64, maxLine: 1 << 20, what: "event"})
 }
 
 // Notify changes, tests or reports the caller's notifications.

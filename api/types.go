@@ -6,10 +6,12 @@ package api
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/dibs-gpu/dibs/base/refusal"
+	"github.com/dibs-gpu/dibs/base/words"
 	"github.com/dibs-gpu/dibs/job"
 	"github.com/dibs-gpu/dibs/lease"
 	"github.com/dibs-gpu/dibs/nodeprobe"
@@ -116,6 +118,12 @@ type ClaimRequest struct {
 	// agent answers when they fit there, before looking elsewhere: a
 	// claim meant for the shell it is typed in (`eval "$(dibs claim)"`).
 	PreferHere bool `json:"prefer_here,omitempty"`
+	// CPUs is --cpus: "local" (or empty) binds the session to the cores
+	// local to its GPUs, "any" to none.
+	CPUs string `json:"cpus,omitempty"`
+	// CPUsPerGPU is --cpus-per-gpu: that many of each GPU's local cores,
+	// chosen for the lease and shown to everyone.
+	CPUsPerGPU int `json:"cpus_per_gpu,omitempty"`
 	// Service makes the claim a service (`dibs serve`): its name, port
 	// and check; Run is its command.
 	Service *service.Spec `json:"service,omitempty"`
@@ -150,6 +158,9 @@ type ClaimResponse struct {
 	// CutBy names the booking the time limit was cut short for: the lease
 	// cannot be extended past its start.
 	CutBy string `json:"cut_by,omitempty"`
+	// CPUs are the cores chosen for the lease (--cpus-per-gpu), as a
+	// Linux CPU list.
+	CPUs string `json:"cpus,omitempty"`
 	// Notice says what the person should know about the grant: a time
 	// limit cut short to end before a booking, a lease that borrows.
 	Notice string `json:"notice,omitempty"`
@@ -163,6 +174,10 @@ type ClaimResponse struct {
 type ReleaseRequest struct {
 	IDs []string `json:"ids,omitempty"`
 	All bool     `json:"all,omitempty"`
+	// Kill sends each session's processes SIGKILL before tmux hangs up on
+	// them: the end of a short grace the caller gave with SIGTERM (dibs
+	// run --follow cancelling a run), for processes that ignore both.
+	Kill bool `json:"kill,omitempty"`
 }
 
 // ReleaseResponse lists what was ended.
@@ -324,6 +339,31 @@ type Queue struct {
 // for other runs (--after), so it has no position.
 func (e *QueuedEntry) WaitsForOthers() bool {
 	return !e.Running && e.Position == 0 && e.Reason != nil && e.Reason.Code == queue.WaitDependency
+}
+
+// Line is how a listing of the queue (`dibs queue`, the TUI's queue view)
+// shows where e stands at now: its place in line ("-" running or not in
+// line, "dep" while it waits for other runs), its size (GPUs, or nodes x
+// GPUs each) and when it may start ("?" unknown, "now", "in 2h",
+// "running"). Both listings read it here, so they never disagree.
+func (e *QueuedEntry) Line(now time.Time) (pos, size, start string) {
+	pos, size, start = strconv.Itoa(e.Position), strconv.Itoa(e.GPUsPerNode), "?"
+	if e.Nodes > 1 {
+		size = fmt.Sprintf("%dx%d", e.Nodes, e.GPUsPerNode)
+	}
+	switch {
+	case e.Running:
+		pos, start = "-", "running"
+	case e.WaitsForOthers():
+		pos = "dep" // not in line: it waits for other runs first
+	case e.Position == 0:
+		pos = "-"
+	case !e.EstStart.IsZero() && !e.EstStart.After(now):
+		start = "now"
+	case !e.EstStart.IsZero():
+		start = "in " + words.FormatDuration(e.EstStart.Sub(now))
+	}
+	return pos, size, start
 }
 
 // QueuedEntry is one request in `dibs queue`.

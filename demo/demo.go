@@ -27,14 +27,16 @@ import (
 // Nodes is the demo cluster: two big boxes and two smaller ones — node01
 // with, beside six RTX PRO 6000s, an A100 split into MIG instances and a
 // whole A100 that teammates share by memory budgets; node03 in pool
-// rtx5090 (its limits below).
+// rtx5090 (its limits below). The first three model their sockets, so the
+// board shows each GPU's local cores; node04 reports none, as a node whose
+// firmware does not say.
 var nodeSpecs = []struct {
 	name, spec string
 	tags       []string
 }{
-	{"node01", "6xRTX-PRO-6000,1xA100-80GB:mig=3g.40gb+2g.20gb+1g.10gb,1xA100-80GB", nil},
-	{"node02", "8xRTX-PRO-6000", nil},
-	{"node03", "4xRTX-5090", []string{"rtx5090"}},
+	{"node01", "6xRTX-PRO-6000,1xA100-80GB:mig=3g.40gb+2g.20gb+1g.10gb,1xA100-80GB,sockets=2x64", nil},
+	{"node02", "8xRTX-PRO-6000,sockets=2x64", nil},
+	{"node03", "4xRTX-5090,sockets=1x64", []string{"rtx5090"}},
 	{"node04", "4xL40S", nil},
 }
 

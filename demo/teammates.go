@@ -157,18 +157,22 @@ func (d *Demo) applyLoads() {
 			h.util += d.rng.IntN(11) - 5
 			h.util = min(100, max(35, h.util))
 			uid := t.uid
+			// The one process is the GPU's load, as NVML's process samples
+			// would show it (the board's detail reads it per process).
+			sm := h.util
 			for _, g := range h.gpus {
 				mem := uint64(20000 + h.util*600)
 				loads[h.node].GPUs[g] = sim.GPULoad{UtilizationPct: h.util, Processes: []sim.LoadProcess{
-					{PID: h.pid, User: t.name, UID: &uid, Command: h.cmd, UsedMemoryMiB: mem},
+					{PID: h.pid, User: t.name, UID: &uid, Command: h.cmd, UsedMemoryMiB: mem, SMUtilPct: &sm},
 				}}
 			}
 		}
 	}
 	sq := demoSquatter
 	uid := sq.uid
-	loads[sq.node].GPUs[sq.gpu] = sim.GPULoad{UtilizationPct: 40 + d.rng.IntN(20), Processes: []sim.LoadProcess{
-		{PID: sq.pid, User: sq.user, UID: &uid, Command: "jupyter-kernel", UsedMemoryMiB: 12000},
+	sqUtil := 40 + d.rng.IntN(20)
+	loads[sq.node].GPUs[sq.gpu] = sim.GPULoad{UtilizationPct: sqUtil, Processes: []sim.LoadProcess{
+		{PID: sq.pid, User: sq.user, UID: &uid, Command: "jupyter-kernel", UsedMemoryMiB: 12000, SMUtilPct: &sqUtil},
 	}}
 	d.mu.Unlock()
 	for name, l := range loads {

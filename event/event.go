@@ -188,6 +188,20 @@ func WarnEvent(l lease.Lease, why string, at time.Time) Event {
 	return e
 }
 
+// ReasonSharedCores is the warning that a lease granted later chose some
+// of l's cores (--cpus-per-gpu): SharedCoresEvent.
+const ReasonSharedCores = "shared-cores"
+
+// SharedCoresEvent tells the holder of l that newer, granted later, chose
+// some of l's cores (cpus) because its GPUs' local cores were all taken:
+// their data loaders may compete. The holder of newer hears it in the
+// claim's answer.
+func SharedCoresEvent(l, newer lease.Lease, cpus string, at time.Time) Event {
+	e := WarnEvent(l, ReasonSharedCores, at)
+	e.Text = fmt.Sprintf("%s's lease %s now shares cores %s with %s's lease %s: your data loaders may compete", l.User, l.ID, cpus, newer.User, newer.ID)
+	return e
+}
+
 // PreemptEvent is a lease told to stop for why (PreemptQuota, PreemptIdle,
 // PreemptGang), ending after grace.
 func PreemptEvent(l lease.Lease, why string, grace time.Duration, at time.Time) Event {
@@ -339,6 +353,8 @@ func (e *Event) describe(l lease.Lease) string {
 			s = fmt.Sprintf("lease %s (%s) is past its end: release it (`dibs release %s`) or extend it", l.ID, gpus, l.ID)
 		case "stopping":
 			s = fmt.Sprintf("lease %s (%s) has ended: its session is being stopped", l.ID, gpus)
+		case ReasonSharedCores:
+			s = fmt.Sprintf("%s's lease %s (%s) shares cores with another lease: `dibs ls` shows which", l.User, l.ID, gpus)
 		default:
 			s = fmt.Sprintf("lease %s ends in %s (at %s; %s): `dibs extend %s --for 1h` keeps it", l.ID, e.Reason, l.ExpiresAt.Local().Format("15:04 MST"), gpus, l.ID)
 		}

@@ -183,6 +183,13 @@ var (
 //     every join) carries every section this agent holds for every node
 //     and is merged through the same apply as direct sends and gossip, so
 //     anything missed is repaired and a joining agent learns everything.
+//
+// Its methods are grouped by job in files named for it, over the one state
+// below: publish.go sends this node's state; request.go carries requests
+// between agents; join.go joins and re-joins the configured peers; view.go
+// keeps every other node as this agent knows it (membership, state
+// sections applied in one place, suspicion, name conflicts); refute.go
+// corrects what others hold in this node's name.
 type Cluster struct {
 	cfg       Config
 	d         Delegate
@@ -212,9 +219,7 @@ type Cluster struct {
 	pubMu sync.Mutex
 	local [numSections]localSection
 
-	reqMu   sync.Mutex
-	reqs    map[uint64]*pendingRequest
-	nextID  atomic.Uint64
+	pending pending
 	workers chan struct{}
 
 	urgentCh  chan struct{}
@@ -248,25 +253,10 @@ type Cluster struct {
 	seenMu sync.Mutex
 	seen   map[uint64]struct{}
 
-	// The Cluster's jobs, each a group of methods over the state above.
-	pub  publisher
-	req  requests
-	join joiner
-	mem  members
-
 	// testDropState makes the agent drop every state message, so a test
 	// can show push/pull repairing what it missed.
 	testDropState atomic.Bool
 }
-
-// requests carries requests between agents: out over memberlist's reliable channel, answers matched by id, incoming ones served on bounded workers.
-type requests struct{ c *Cluster }
-
-// members keeps every other node as this agent knows it: membership from memberlist's events, state sections applied in one place, suspicion, and name conflicts.
-type members struct{ c *Cluster }
-
-// bindJobs points the Cluster's jobs at it.
-func (c *Cluster) bindJobs() { c.pub.c, c.req.c, c.join.c, c.mem.c = c, c, c, c }
 
 // New starts this agent's memberlist on cfg's address, joins the configured
 // peers and returns once the first join attempt has finished or a few
@@ -291,7 +281,6 @@ func New(cfg Config, d Delegate) (*Cluster, error) {
 		bootedAt:  cfg.BootedAt,
 		peers:     make(map[string]*peerRec),
 		conflict:  make(map[string]bool),
-		reqs:      make(map[uint64]*pendingRequest),
 		seen:      make(map[uint64]struct{}),
 		workers:   make(chan struct{}, cfg.MaxConcurrentRequests),
 		urgentCh:  make(chan struct{}, 1),
@@ -301,7 +290,6 @@ func New(cfg Config, d Delegate) (*Cluster, error) {
 		stopCh:    make(chan struct{}),
 		done:      make(chan struct{}),
 	}
-	c.bindJobs()
 	if c.bootID == "" {
 		var b [8]byte
 		if _, err := rand.Read(b[:]); err != nil {
@@ -315,7 +303,7 @@ func New(cfg Config, d Delegate) (*Cluster, error) {
 	c.bootedAt = c.bootedAt.Round(0)
 	var seed [8]byte
 	_, _ = rand.Read(seed[:])
-	c.nextID.Store(uint64(seed[0])<<56 | uint64(seed[1])<<48 | uint64(seed[2])<<40 | uint64(seed[3])<<32)
+	c.pending.nextID.Store(uint64(seed[0])<<56 | uint64(seed[1])<<48 | uint64(seed[2])<<40 | uint64(seed[3])<<32)
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	c.meta = nodeMeta{WireMin: minWireVersion, WireMax: wireVersion, BootedAt: c.bootedAt, BootID: c.bootID}.withProtocols(c.protocolRange()).encode()
 	c.numMembers.Store(1)
@@ -356,7 +344,7 @@ func New(cfg Config, d Delegate) (*Cluster, error) {
 	mc.Ping = &ping{c}
 
 	// Our own sections exist before anyone can ask for them.
-	c.pub.refreshLocal(time.Now(), false)
+	c.refreshLocal(time.Now(), false)
 
 	ml, err := memberlist.Create(mc)
 	if err != nil {
@@ -371,18 +359,18 @@ func New(cfg Config, d Delegate) (*Cluster, error) {
 
 	c.wg.Add(2)
 	go c.notifyLoop()
-	go c.pub.sendLoop()
+	go c.sendLoop()
 
 	joined := 0
 	if len(cfg.Join) > 0 {
-		joined = c.join.joinOnce(c.join.missingPeers(), 2*time.Second+cfg.TCPTimeout, true)
+		joined = c.joinOnce(c.missingPeers(), 2*time.Second+cfg.TCPTimeout, true)
 		if err := c.Err(); err != nil {
 			_ = c.Shutdown()
 			return nil, err
 		}
 	}
 	c.wg.Add(1)
-	go c.join.joinLoop(joined > 0)
+	go c.joinLoop(joined > 0)
 	c.started.Store(true)
 	if err := c.Err(); err != nil {
 		// A duplicate found while New was finishing.
@@ -485,13 +473,13 @@ func (c *Cluster) Leave(timeout time.Duration) error {
 		return nil
 	}
 	deadline := time.Now().Add(timeout)
-	msg, err := c.codec.encode(msgLeave, &leaveMsg{Node: c.cfg.NodeName, BootID: c.bootID, BootedAt: c.bootedAt.UnixNano(), Seq: c.pub.lastSeq(secLeases)})
+	msg, err := c.codec.encode(msgLeave, &leaveMsg{Node: c.cfg.NodeName, BootID: c.bootID, BootedAt: c.bootedAt.UnixNano(), Seq: c.lastSeq(secLeases)})
 	if err != nil {
 		return fmt.Errorf("leave cluster: %w", err)
 	}
-	c.pub.queueGossip(gossipName("leave", c.cfg.NodeName), msg)
+	c.queueGossip(gossipName("leave", c.cfg.NodeName), msg)
 	done := make(chan struct{})
-	go c.pub.sendReliableAll(ml, c.join.memberNodes(), msg, done)
+	go c.sendReliableAll(ml, c.memberNodes(), msg, done)
 	select {
 	case <-done:
 	case <-time.After(timeout / 2):
@@ -509,9 +497,7 @@ func (c *Cluster) Leave(timeout time.Duration) error {
 // to call more than once.
 func (c *Cluster) Shutdown() error {
 	c.closeOnce.Do(func() {
-		c.runMu.Lock()
-		c.stopping = true
-		c.runMu.Unlock()
+		c.setStopping()
 		close(c.stopCh)
 		c.cancel()
 		if ml := c.list(); ml != nil {
@@ -526,6 +512,13 @@ func (c *Cluster) Shutdown() error {
 	return c.shutErr
 }
 
+// setStopping says no more goroutines may be tracked (goTracked).
+func (c *Cluster) setStopping() {
+	c.runMu.Lock()
+	defer c.runMu.Unlock()
+	c.stopping = true
+}
+
 // Done is closed once the Cluster has shut down, by Shutdown or by itself
 // (see Err).
 func (c *Cluster) Done() <-chan struct{} { return c.done }
@@ -538,15 +531,21 @@ func (c *Cluster) Err() error {
 	return c.err
 }
 
+// recordErr keeps err as why the Cluster stops, unless a reason is kept
+// already; it says whether err is the first.
+func (c *Cluster) recordErr(err error) bool {
+	c.errMu.Lock()
+	defer c.errMu.Unlock()
+	if c.err != nil {
+		return false
+	}
+	c.err = err
+	return true
+}
+
 // fail records why the Cluster must stop and stops it in the background.
 func (c *Cluster) fail(err error) {
-	c.errMu.Lock()
-	first := c.err == nil
-	if first {
-		c.err = err
-	}
-	c.errMu.Unlock()
-	if !first {
+	if !c.recordErr(err) {
 		return
 	}
 	c.cfg.Logf("gossip: %v; leaving the cluster", err)

@@ -55,9 +55,9 @@ type events struct{ c *Cluster }
 
 var _ memberlist.EventDelegate = (*events)(nil)
 
-func (e *events) NotifyJoin(n *memberlist.Node)   { e.c.mem.memberUp(n) }
-func (e *events) NotifyUpdate(n *memberlist.Node) { e.c.mem.memberUp(n) }
-func (e *events) NotifyLeave(n *memberlist.Node)  { e.c.mem.memberDown(n) }
+func (e *events) NotifyJoin(n *memberlist.Node)   { e.c.memberUp(n) }
+func (e *events) NotifyUpdate(n *memberlist.Node) { e.c.memberUp(n) }
+func (e *events) NotifyLeave(n *memberlist.Node)  { e.c.memberDown(n) }
 
 // alive adapts memberlist.AliveDelegate: it refuses nodes that are not
 // dibs agents of a compatible wire version.
@@ -65,7 +65,7 @@ type alive struct{ c *Cluster }
 
 var _ memberlist.AliveDelegate = (*alive)(nil)
 
-func (a *alive) NotifyAlive(n *memberlist.Node) error { return a.c.mem.checkAlive(n) }
+func (a *alive) NotifyAlive(n *memberlist.Node) error { return a.c.checkAlive(n) }
 
 // conflict adapts memberlist.ConflictDelegate: two agents claim one name.
 type conflict struct{ c *Cluster }
@@ -73,7 +73,7 @@ type conflict struct{ c *Cluster }
 var _ memberlist.ConflictDelegate = (*conflict)(nil)
 
 func (f *conflict) NotifyConflict(existing, other *memberlist.Node) {
-	f.c.mem.nameConflict(existing, other)
+	f.c.nameConflict(existing, other)
 }
 
 // merge adapts memberlist.MergeDelegate: a join that would put two agents
@@ -82,7 +82,7 @@ type merge struct{ c *Cluster }
 
 var _ memberlist.MergeDelegate = (*merge)(nil)
 
-func (m *merge) NotifyMerge(peers []*memberlist.Node) error { return m.c.mem.checkMerge(peers) }
+func (m *merge) NotifyMerge(peers []*memberlist.Node) error { return m.c.checkMerge(peers) }
 
 // ping adapts memberlist.PingDelegate: a node that answered our probe is
 // not suspect.
@@ -95,7 +95,7 @@ func (p *ping) AckPayload() []byte { return nil }
 // NotifyPingComplete implements memberlist.PingDelegate: the node answered
 // this agent's probe, so it is heard from and not suspect.
 func (p *ping) NotifyPingComplete(other *memberlist.Node, _ time.Duration, _ []byte) {
-	p.c.mem.clearSuspect(other.Name)
+	p.c.clearSuspect(other.Name)
 }
 
 // broadcast is a queued gossip copy, named so that a newer copy about the

@@ -51,6 +51,6 @@ func (c *Cluster) ForgeSuspect(node, bootID string) error {
 
 // forge sends b to every member directly and queues it for gossip.
 func (c *Cluster) forge(name string, b []byte) {
-	c.pub.fanout(b)
-	c.pub.queueGossip(name, b)
+	c.fanout(b)
+	c.queueGossip(name, b)
 }

@@ -10,12 +10,11 @@ import (
 	"github.com/hashicorp/memberlist"
 )
 
-// joiner joins the configured peers at start and re-joins the missing ones, so a healed partition does not stay split.
-type joiner struct{ c *Cluster }
+// This file is the Cluster's joining: the configured peers at start, and
+// the missing ones again later, so a healed partition does not stay split.
 
 // memberNodes copies the memberlist nodes of every member but this one.
-func (x *joiner) memberNodes() []memberlist.Node {
-	c := x.c
+func (c *Cluster) memberNodes() []memberlist.Node {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	out := make([]memberlist.Node, 0, len(c.peers))
@@ -32,8 +31,7 @@ func (x *joiner) memberNodes() []memberlist.Node {
 // reached nobody yet (a wrong address, a firewall). Once it has, a peer it
 // cannot re-join is away — restarting, or down — which `dibs status` and
 // the board show; a restart of a peer must not fill the log with warnings.
-func (x *joiner) joinOnce(peers []string, wait time.Duration, loud bool) int {
-	c := x.c
+func (c *Cluster) joinOnce(peers []string, wait time.Duration, loud bool) int {
 	ml := c.list()
 	if ml == nil || len(peers) == 0 {
 		return 0
@@ -66,14 +64,13 @@ func (x *joiner) joinOnce(peers []string, wait time.Duration, loud bool) int {
 // joinLoop keeps the configured peers joined: with backoff until some peer
 // answers, then every RejoinInterval for configured peers that are not
 // alive members, and shortly after every membership loss.
-func (x *joiner) joinLoop(up bool) {
-	c := x.c
+func (c *Cluster) joinLoop(up bool) {
 	defer c.wg.Done()
 	if len(c.cfg.Join) == 0 {
 		return
 	}
 	backoff := time.Second
-	timer := time.NewTimer(c.join.nextJoinWait(up, &backoff))
+	timer := time.NewTimer(c.nextJoinWait(up, &backoff))
 	defer timer.Stop()
 	for {
 		select {
@@ -88,9 +85,9 @@ func (x *joiner) joinLoop(up bool) {
 			}
 		case <-timer.C:
 		}
-		if missing := c.join.missingPeers(); len(missing) > 0 {
+		if missing := c.missingPeers(); len(missing) > 0 {
 			c.stats.rejoins.Add(1)
-			if c.join.joinOnce(missing, c.cfg.TCPTimeout+time.Second, !up) > 0 {
+			if c.joinOnce(missing, c.cfg.TCPTimeout+time.Second, !up) > 0 {
 				up = true
 			}
 			if c.closed() {
@@ -106,12 +103,11 @@ func (x *joiner) joinLoop(up bool) {
 			default:
 			}
 		}
-		timer.Reset(c.join.nextJoinWait(up, &backoff))
+		timer.Reset(c.nextJoinWait(up, &backoff))
 	}
 }
 
-func (x *joiner) nextJoinWait(up bool, backoff *time.Duration) time.Duration {
-	c := x.c
+func (c *Cluster) nextJoinWait(up bool, backoff *time.Duration) time.Duration {
 	if up {
 		*backoff = time.Second
 		return c.cfg.RejoinInterval
@@ -122,16 +118,11 @@ func (x *joiner) nextJoinWait(up bool, backoff *time.Duration) time.Duration {
 }
 
 // missingPeers lists the configured peers that are not alive members.
-func (x *joiner) missingPeers() []string {
-	c := x.c
+func (c *Cluster) missingPeers() []string {
 	alive := make(map[string]bool)
-	c.mu.RLock()
-	for _, r := range c.peers {
-		if r.member {
-			alive[r.node.Address()] = true
-		}
+	for _, n := range c.memberNodes() {
+		alive[n.Address()] = true
 	}
-	c.mu.RUnlock()
 	self := c.localAddr
 	var out []string
 	for _, p := range c.cfg.Join {

@@ -139,6 +139,33 @@ const maxKinds = 256
 
 const noisyEvery = 10 * time.Second
 
+// budget counts line against its kind's budget: ok when it may be
+// written now, with how many lines like it were held back since the last.
+func (s *logSink) budget(line string, noisy bool) (n int, ok bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.kinds == nil || len(s.kinds) > maxKinds {
+		s.kinds = map[string]*lineKind{}
+	}
+	key := kindOf(line)
+	if noisy {
+		key = "foreign packets" // every kind of them shares one budget
+	}
+	k := s.kinds[key]
+	if k == nil {
+		k = &lineKind{}
+		s.kinds[key] = k
+	}
+	now := time.Now()
+	if now.Sub(k.last) < noisyEvery {
+		k.suppressed++
+		return 0, false
+	}
+	n = k.suppressed
+	k.last, k.suppressed = now, 0
+	return n, true
+}
+
 func (s *logSink) Write(p []byte) (int, error) {
 	line := strings.TrimSpace(string(p))
 	noisy := false
@@ -157,33 +184,15 @@ func (s *logSink) Write(p []byte) (int, error) {
 		noisy = true
 	}
 	if name, ok := suspectedIn(line); ok {
-		s.c.mem.markSuspect(name)
+		s.c.markSuspect(name)
 	}
 	if strings.Contains(line, "[DEBUG]") || s.restartNews(line) || s.closingNoise(line) {
 		return len(p), nil
 	}
-	s.mu.Lock()
-	if s.kinds == nil || len(s.kinds) > maxKinds {
-		s.kinds = map[string]*lineKind{}
-	}
-	key := kindOf(line)
-	if noisy {
-		key = "foreign packets" // every kind of them shares one budget
-	}
-	k := s.kinds[key]
-	if k == nil {
-		k = &lineKind{}
-		s.kinds[key] = k
-	}
-	now := time.Now()
-	if now.Sub(k.last) < noisyEvery {
-		k.suppressed++
-		s.mu.Unlock()
+	n, ok := s.budget(line, noisy)
+	if !ok {
 		return len(p), nil
 	}
-	n := k.suppressed
-	k.last, k.suppressed = now, 0
-	s.mu.Unlock()
 	if n > 0 {
 		line += " (and " + strconv.Itoa(n) + " more like it"
 		if noisy {

@@ -13,11 +13,10 @@ import (
 func TestLogSinkCountsAndForwards(t *testing.T) {
 	var got []string
 	c := &Cluster{peers: map[string]*peerRec{}, conflict: map[string]bool{}, changedCh: make(chan struct{}, 1)}
-	c.bindJobs()
 	c.cfg.SuspicionMult, c.cfg.ProbeInterval = 3, 500*time.Millisecond
 	c.cfg.Logf = func(format string, args ...any) { got = append(got, format) }
 	c.numMembers.Store(4)
-	c.mem.memberUp(&memberlist.Node{Name: "node02"})
+	c.memberUp(&memberlist.Node{Name: "node02"})
 	s := &logSink{c: c}
 	for _, line := range []string{
 		"[ERR] memberlist: Decrypt packet failed: no installed keys could decrypt the message from=127.0.0.1:1234\n",
@@ -38,7 +37,7 @@ func TestLogSinkCountsAndForwards(t *testing.T) {
 	if p, _ := c.Peer("node02"); p.State != StateSuspect {
 		t.Errorf("node02 is %s, want suspect", p.State)
 	}
-	c.mem.clearSuspect("node02")
+	c.clearSuspect("node02")
 	if p, _ := c.Peer("node02"); p.State != StateAlive {
 		t.Errorf("node02 is %s after answering, want alive", p.State)
 	}

@@ -163,6 +163,7 @@ func TestLeaseFieldsSurviveTheWire(t *testing.T) {
 	// lease holds a MIG instance or a budget, so one of each.
 	l.Kind, l.MIG = lease.KindBatch, ""
 	l.Containers = []string{"3f2a9c1b7d4e"}
+	l.CPUs = []string{"0-3,8"} // one list for its one GPU
 	mig := l
 	mig.ID, mig.MIG, mig.MemMiB = "n1-2", "MIG-x", 0
 	m := &stateMsg{Node: "n1", BootID: "b", BootedAt: 1, Seq: 1, Section: sectionLeases, Leases: &leaseSection{Leases: []lease.Lease{l, mig}}}
@@ -233,6 +234,12 @@ func TestDecodeRefuses(t *testing.T) {
 			}
 		}), fmt.Sprintf("%d adopted containers, over %d", job.MaxContainers+1, job.MaxContainers)},
 		{"a container that is no id", state(func(m *stateMsg) { m.Leases.Leases[0].Containers = []string{"trainer"} }), "not a short container id"},
+		{"cores for another number of GPUs", state(func(m *stateMsg) { m.Leases.Leases[0].CPUs = []string{"0-3", "4-7", "8-9"} }), "cores for 3 GPUs"},
+		{"cores that are no CPU list", state(func(m *stateMsg) { m.Leases.Leases[0].CPUs = []string{"all"} }), "bad CPU list"},
+		{"a GPU's local cores that are no CPU list", state(func(m *stateMsg) {
+			m.Section, m.Leases = sectionTelemetry, nil
+			m.Telemetry = &telemetrySection{Snapshot: nodeprobe.Snapshot{GPUs: []nodeprobe.GPU{{Index: 0, CPUs: "0-3,\x1b[2J"}}}}
+		}), "GPU 0: CPU list"},
 		{"bad telemetry gpu", state(func(m *stateMsg) {
 			m.Section, m.Leases = sectionTelemetry, nil
 			m.Telemetry = &telemetrySection{Snapshot: nodeprobe.Snapshot{GPUs: []nodeprobe.GPU{{Index: 2000}}}}
@@ -338,7 +345,6 @@ func TestMessageSizes(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := &Cluster{cfg: cfg, packetBudget: packetBudget(cfg)}
-	c.bindJobs()
 	if c.packetBudget != 1400-5-5-(2+len(DefaultClusterName))-29 {
 		t.Errorf("packet budget = %d", c.packetBudget)
 	}
@@ -362,7 +368,7 @@ func TestMessageSizes(t *testing.T) {
 	if len(wire) <= c.packetBudget {
 		t.Errorf("worst-case lease section is %d bytes, fits the %d-byte budget: update the doc comment on Cluster", len(wire), c.packetBudget)
 	}
-	cp := c.pub.gossipCopy(worst, wire)
+	cp := c.gossipCopy(worst, wire)
 	if cp == nil || len(cp) > c.packetBudget {
 		t.Fatalf("gossip copy of the worst case is %d bytes, budget %d", len(cp), c.packetBudget)
 	}
@@ -378,7 +384,7 @@ func TestMessageSizes(t *testing.T) {
 	if len(wire) > c.packetBudget {
 		t.Errorf("8 leases with 40-char notes are %d bytes, over the %d-byte budget", len(wire), c.packetBudget)
 	}
-	if cp := c.pub.gossipCopy(typical, wire); !bytes.Equal(cp, wire) {
+	if cp := c.gossipCopy(typical, wire); !bytes.Equal(cp, wire) {
 		t.Errorf("a lease section that fits is not gossiped whole")
 	}
 	t.Logf("8 leases, 40-char notes: %d bytes (UDP)", len(wire))
@@ -398,7 +404,7 @@ func TestMessageSizes(t *testing.T) {
 	for i := range 40 {
 		big.Leases.Queue = append(big.Leases.Queue, testEntry(node, uint64(i+1), randomNote(r, 150)))
 	}
-	if cp := c.pub.gossipCopy(big, mustEncode(t, msgState, big)); cp != nil {
+	if cp := c.gossipCopy(big, mustEncode(t, msgState, big)); cp != nil {
 		t.Errorf("a 40-entry queue got a %d-byte gossip copy", len(cp))
 	}
 

@@ -11,8 +11,9 @@ import (
 	"github.com/hashicorp/memberlist"
 )
 
-// publisher sends this node's state: lease sections at once to every member (and as gossip), telemetry at most every TelemetryInterval. Its state (pubMu, local) lives in the Cluster; it groups the sending job.
-type publisher struct{ c *Cluster }
+// This file is the Cluster's publishing: lease sections go at once to every
+// member (and as gossip), telemetry at most every TelemetryInterval. Its
+// state is pubMu and local.
 
 // localSection is one section of this node's own state as last published.
 type localSection struct {
@@ -51,8 +52,7 @@ func (c *Cluster) Publish(urgent bool) {
 
 // sendLoop is the publishing goroutine: the only caller of LocalState after
 // New, and the sender of this node's sections.
-func (x *publisher) sendLoop() {
-	c := x.c
+func (c *Cluster) sendLoop() {
 	defer c.wg.Done()
 	tick := time.NewTicker(c.cfg.TelemetryInterval)
 	defer tick.Stop()
@@ -62,15 +62,15 @@ func (x *publisher) sendLoop() {
 		case <-c.stopCh:
 			return
 		case <-c.urgentCh:
-			c.pub.publish(time.Now(), false)
+			c.publish(time.Now(), false)
 		case <-c.kickCh:
 			if now := time.Now(); now.Sub(lastTelemetry) >= c.cfg.TelemetryInterval {
-				c.pub.publish(now, true)
+				c.publish(now, true)
 				lastTelemetry = now
 			}
 		case now := <-tick.C:
 			if now.Sub(lastTelemetry) >= c.cfg.TelemetryInterval/2 {
-				c.pub.publish(now, true)
+				c.publish(now, true)
 				lastTelemetry = now
 			}
 		}
@@ -79,19 +79,41 @@ func (x *publisher) sendLoop() {
 
 // publish reads LocalState and sends the lease section if it changed (and
 // the telemetry section too, when telemetry is due).
-func (x *publisher) publish(now time.Time, telemetry bool) {
-	c := x.c
+func (c *Cluster) publish(now time.Time, telemetry bool) {
 	if c.leaving.Load() || c.closed() {
 		return
 	}
+	telemetry = telemetry || c.telemetryRefuted()
+	c.refreshLocal(now, telemetry)
+	sendLeases, gossipCopy, sendTelemetry := c.unsent(telemetry)
+	if sendLeases != nil {
+		c.seenBefore(sendLeases) // our own copies coming back are not news
+		if gossipCopy != nil {
+			c.seenBefore(gossipCopy)
+			c.queueGossip(gossipName(sectionLeases, c.cfg.NodeName), gossipCopy)
+		}
+		c.fanout(sendLeases)
+	}
+	if sendTelemetry != nil {
+		c.fanout(sendTelemetry)
+	}
+}
+
+// telemetryRefuted says the telemetry section must be revised to refute a
+// forged one (see refute.go).
+func (c *Cluster) telemetryRefuted() bool {
 	c.pubMu.Lock()
-	telemetry = telemetry || c.local[secTelemetry].refute
-	c.pubMu.Unlock()
-	c.pub.refreshLocal(now, telemetry)
+	defer c.pubMu.Unlock()
+	return c.local[secTelemetry].refute
+}
+
+// unsent marks the revisions not sent yet as sent and returns them: the
+// lease section with its gossip copy, and, with telemetry, the telemetry
+// section (nil: nothing new).
+func (c *Cluster) unsent(telemetry bool) (sendLeases, gossipCopy, sendTelemetry []byte) {
 	c.pubMu.Lock()
+	defer c.pubMu.Unlock()
 	ls, ts := &c.local[secLeases], &c.local[secTelemetry]
-	var sendLeases, sendTelemetry []byte
-	var gossipCopy []byte
 	if ls.msg != nil && ls.sentSeq != ls.msg.Seq {
 		ls.sentSeq = ls.msg.Seq
 		sendLeases, gossipCopy = ls.wire, ls.gossip
@@ -100,54 +122,47 @@ func (x *publisher) publish(now time.Time, telemetry bool) {
 		ts.sentSeq = ts.msg.Seq
 		sendTelemetry = ts.wire
 	}
-	c.pubMu.Unlock()
-	if sendLeases != nil {
-		c.seenBefore(sendLeases) // our own copies coming back are not news
-		if gossipCopy != nil {
-			c.seenBefore(gossipCopy)
-			c.pub.queueGossip(gossipName(sectionLeases, c.cfg.NodeName), gossipCopy)
-		}
-		c.pub.fanout(sendLeases)
-	}
-	if sendTelemetry != nil {
-		c.pub.fanout(sendTelemetry)
-	}
+	return sendLeases, gossipCopy, sendTelemetry
 }
 
 // refreshLocal reads LocalState and revises this node's sections whose
 // content changed; with refresh, the telemetry section is also revised when
 // TelemetryRefresh has passed, so Snapshot.TakenAt on other agents never
 // lags far behind.
-func (x *publisher) refreshLocal(now time.Time, refresh bool) {
-	c := x.c
+func (c *Cluster) refreshLocal(now time.Time, refresh bool) {
 	st := c.d.LocalState()
 	st.Node, st.BootID, st.BootedAt = c.cfg.NodeName, c.bootID, c.bootedAt
-	st.Leases, st.Queue, st.Ended = c.pub.sanitize(st.Leases, st.Queue, st.Ended)
+	st.Leases, st.Queue, st.Ended = c.sanitize(st.Leases, st.Queue, st.Ended)
 
 	ls := &leaseSection{Leases: st.Leases, Queue: st.Queue, Ended: st.Ended, QuietSince: st.QuietSince}
-	c.pub.fitQueue(ls)
+	c.fitQueue(ls)
 
 	c.pubMu.Lock()
 	defer c.pubMu.Unlock()
-	c.pub.revise(secLeases, now, false, &stateMsg{Section: sectionLeases, Leases: ls, Version: st.Version}, ls)
+	c.revise(secLeases, now, false, &stateMsg{Section: sectionLeases, Leases: ls, Version: st.Version}, ls)
 
 	ts := &telemetrySection{Snapshot: st.Snapshot, Usage: st.Usage}
 	cmp := *ts
 	cmp.Snapshot.TakenAt = time.Time{}
 	due := refresh && now.Sub(c.local[secTelemetry].madeAt) >= c.cfg.TelemetryRefresh
-	c.pub.revise(secTelemetry, now, due, &stateMsg{Section: sectionTelemetry, Telemetry: ts, Version: st.Version}, &cmp)
+	c.revise(secTelemetry, now, due, &stateMsg{Section: sectionTelemetry, Telemetry: ts, Version: st.Version}, &cmp)
 
+	c.setSelf(st, now)
+}
+
+// setSelf keeps st as this node's state, read at now (View's own entry).
+// Callers may hold pubMu (the lock order is pubMu, then mu).
+func (c *Cluster) setSelf(st NodeState, now time.Time) {
 	c.mu.Lock()
+	defer c.mu.Unlock()
 	c.self, c.selfAt = st, now
-	c.mu.Unlock()
 }
 
 // sanitize keeps an agent bug in one lease (or queue entry) from stopping
 // every lease of this node from being published: text the other agents
 // would refuse is escaped, anything else they would refuse is left out,
 // each with a warning.
-func (x *publisher) sanitize(leases []lease.Lease, entries []queue.QueueEntry, ended []lease.EndedRun) ([]lease.Lease, []queue.QueueEntry, []lease.EndedRun) {
-	c := x.c
+func (c *Cluster) sanitize(leases []lease.Lease, entries []queue.QueueEntry, ended []lease.EndedRun) ([]lease.Lease, []queue.QueueEntry, []lease.EndedRun) {
 	out := make([]lease.Lease, 0, len(leases))
 	seen := make(map[string]bool, len(leases))
 	for _, l := range leases {
@@ -205,8 +220,7 @@ const sectionSlack = 4 << 10
 // whoever has the most, so one person's flood costs their own entries, not
 // anyone else's. The agent bounds each person's entries and strips their
 // commands (agent.delegate.LocalState); this is the floor under that.
-func (x *publisher) fitQueue(ls *leaseSection) {
-	c := x.c
+func (c *Cluster) fitQueue(ls *leaseSection) {
 	if len(ls.Queue) == 0 {
 		return
 	}
@@ -256,8 +270,7 @@ func (x *publisher) fitQueue(ls *leaseSection) {
 
 // revise makes m the new revision of section i if its content differs from
 // the last one (or force). The caller holds pubMu.
-func (x *publisher) revise(i int, now time.Time, force bool, m *stateMsg, content any) {
-	c := x.c
+func (c *Cluster) revise(i int, now time.Time, force bool, m *stateMsg, content any) {
 	ls := &c.local[i]
 	b, err := json.Marshal(content)
 	if err != nil {
@@ -273,7 +286,7 @@ func (x *publisher) revise(i int, now time.Time, force bool, m *stateMsg, conten
 		return
 	}
 	m.Node, m.BootID, m.BootedAt = c.cfg.NodeName, c.bootID, c.bootedAt.UnixNano()
-	m.Seq = c.pub.nextSeq(ls)
+	m.Seq = c.nextSeq(ls)
 	if err := m.validate(); err != nil {
 		// The agent handed us something no other agent would accept;
 		// sending it would only get it dropped everywhere.
@@ -288,15 +301,14 @@ func (x *publisher) revise(i int, now time.Time, force bool, m *stateMsg, conten
 	js, _ := json.Marshal(m)
 	*ls = localSection{content: b, msg: m, wire: wire, json: js, sentSeq: ls.sentSeq, madeAt: now}
 	if m.Section == sectionLeases {
-		ls.gossip = c.pub.gossipCopy(m, wire)
+		ls.gossip = c.gossipCopy(m, wire)
 	}
 }
 
 // gossipCopy is the copy of a lease section that fits one UDP packet: the
 // message itself if it fits, else the leases with their notes trimmed
 // (partial), else nil.
-func (x *publisher) gossipCopy(m *stateMsg, wire []byte) []byte {
-	c := x.c
+func (c *Cluster) gossipCopy(m *stateMsg, wire []byte) []byte {
 	if wire != nil && len(wire) <= c.packetBudget {
 		return wire
 	}
@@ -336,15 +348,13 @@ func trimNotes(m *stateMsg, keep int) *stateMsg {
 
 func gossipName(section, node string) string { return section + "/" + node }
 
-func (x *publisher) queueGossip(name string, msg []byte) {
-	c := x.c
+func (c *Cluster) queueGossip(name string, msg []byte) {
 	c.bcast.QueueBroadcast(&broadcast{name: name, msg: msg})
 }
 
 // sendAll sends this node's current sections (leases and telemetry) to one
 // member over TCP: what a member that just joined needs at once.
-func (x *publisher) sendAll(n *memberlist.Node) {
-	c := x.c
+func (c *Cluster) sendAll(n *memberlist.Node) {
 	// A member seen while New is still joining is sent to once New is done.
 	for i := 0; !c.started.Load(); i++ {
 		if i == 500 || c.closed() {
@@ -356,15 +366,7 @@ func (x *publisher) sendAll(n *memberlist.Node) {
 	if ml == nil || c.leaving.Load() || c.closed() {
 		return
 	}
-	c.pubMu.Lock()
-	var msgs [][]byte
-	for i := range c.local {
-		if w := c.local[i].wire; w != nil {
-			msgs = append(msgs, w)
-		}
-	}
-	c.pubMu.Unlock()
-	for _, m := range msgs {
+	for _, m := range c.localWires() {
 		if err := ml.SendReliable(n, m); err != nil {
 			c.cfg.Logf("gossip: send state to %s, who just joined: %v", n.Name, err)
 			return
@@ -373,15 +375,27 @@ func (x *publisher) sendAll(n *memberlist.Node) {
 	}
 }
 
+// localWires are this node's sections as last published, encoded.
+func (c *Cluster) localWires() [][]byte {
+	c.pubMu.Lock()
+	defer c.pubMu.Unlock()
+	var msgs [][]byte
+	for i := range c.local {
+		if w := c.local[i].wire; w != nil {
+			msgs = append(msgs, w)
+		}
+	}
+	return msgs
+}
+
 // fanout sends msg to every member but this one: a UDP packet each when it
 // fits, else a TCP stream each, in parallel, in the background.
-func (x *publisher) fanout(msg []byte) {
-	c := x.c
+func (c *Cluster) fanout(msg []byte) {
 	ml := c.list()
 	if ml == nil {
 		return
 	}
-	targets := c.join.memberNodes()
+	targets := c.memberNodes()
 	if len(targets) == 0 {
 		return
 	}
@@ -395,13 +409,12 @@ func (x *publisher) fanout(msg []byte) {
 		}
 		return
 	}
-	go c.pub.sendReliableAll(ml, targets, msg, nil)
+	go c.sendReliableAll(ml, targets, msg, nil)
 }
 
 // sendReliableAll sends msg over TCP to every target, at most 16 at a time,
 // and closes done (if given) when all have finished.
-func (x *publisher) sendReliableAll(ml *memberlist.Memberlist, targets []memberlist.Node, msg []byte, done chan struct{}) {
-	c := x.c
+func (c *Cluster) sendReliableAll(ml *memberlist.Memberlist, targets []memberlist.Node, msg []byte, done chan struct{}) {
 	if done != nil {
 		defer close(done)
 	}

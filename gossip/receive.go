@@ -47,7 +47,7 @@ func (c *Cluster) handleMessage(b []byte) {
 		}
 		var m *stateMsg
 		if m, err = c.codec.decodeState(b); err == nil {
-			c.mem.applyState(m, b, true)
+			c.applyState(m, b, true)
 		}
 	case msgLeave:
 		var m *leaveMsg
@@ -60,17 +60,17 @@ func (c *Cluster) handleMessage(b []byte) {
 				c.stats.duplicates.Add(1)
 				return
 			}
-			c.mem.applyLeave(m, b)
+			c.applyLeave(m, b)
 		}
 	case msgRequest:
 		var m *requestMsg
 		if m, err = c.codec.decodeRequest(b); err == nil {
-			c.req.serve(m)
+			c.serve(m)
 		}
 	case msgResponse:
 		var m *responseMsg
 		if m, err = c.codec.decodeResponse(b); err == nil {
-			c.req.deliver(m)
+			c.deliver(m)
 		}
 	case msgSuspect:
 		var m *suspectMsg
@@ -79,7 +79,7 @@ func (c *Cluster) handleMessage(b []byte) {
 				c.stats.duplicates.Add(1) // as for a leave
 				return
 			}
-			c.mem.applySuspect(m, b)
+			c.applySuspect(m, b)
 		}
 	default:
 		err = wireErrorf("unexpected message type %d outside push/pull", b[0])
@@ -113,18 +113,38 @@ func (c *Cluster) seenBefore(b []byte) bool {
 // pushPullState is LocalState for push/pull: this node's sections, every
 // section held for other nodes, and the leaves known.
 func (c *Cluster) pushPullState() []byte {
-	pp := pushPullMsg{From: c.cfg.NodeName}
+	pp := pushPullMsg{From: c.cfg.NodeName, States: c.localJSON()}
+	if c.forGood.Load() {
+		pp.Left = append(pp.Left, leaveMsg{Node: c.cfg.NodeName, BootID: c.bootID, BootedAt: c.bootedAt.UnixNano(), Seq: c.lastSeq(secLeases)})
+	}
+	c.addHeld(&pp)
+	b, err := c.codec.encode(msgPushPull, &pp)
+	if err != nil {
+		c.cfg.Logf("gossip: push/pull: %v", err)
+		return nil
+	}
+	c.stats.messagesOut.Add(1)
+	return b
+}
+
+// localJSON is this node's sections as push/pull carries them.
+func (c *Cluster) localJSON() []json.RawMessage {
 	c.pubMu.Lock()
+	defer c.pubMu.Unlock()
+	var out []json.RawMessage
 	for i := range c.local {
 		if js := c.local[i].json; js != nil {
-			pp.States = append(pp.States, js)
+			out = append(out, js)
 		}
 	}
-	c.pubMu.Unlock()
-	if c.forGood.Load() {
-		pp.Left = append(pp.Left, leaveMsg{Node: c.cfg.NodeName, BootID: c.bootID, BootedAt: c.bootedAt.UnixNano(), Seq: c.pub.lastSeq(secLeases)})
-	}
+	return out
+}
+
+// addHeld adds to pp every section held for other nodes, and the leaves
+// known.
+func (c *Cluster) addHeld(pp *pushPullMsg) {
 	c.mu.Lock()
+	defer c.mu.Unlock()
 	for _, r := range c.peers {
 		for _, h := range r.held {
 			if h == nil {
@@ -139,14 +159,6 @@ func (c *Cluster) pushPullState() []byte {
 			pp.Left = append(pp.Left, leaveMsg{Node: r.name, BootID: r.leftBoot, BootedAt: r.leftBootedAt, Seq: r.leftSeq})
 		}
 	}
-	c.mu.Unlock()
-	b, err := c.codec.encode(msgPushPull, &pp)
-	if err != nil {
-		c.cfg.Logf("gossip: push/pull: %v", err)
-		return nil
-	}
-	c.stats.messagesOut.Add(1)
-	return b
 }
 
 // mergePushPull applies another agent's push/pull state.
@@ -159,10 +171,10 @@ func (c *Cluster) mergePushPull(buf []byte) {
 		return
 	}
 	for _, s := range states {
-		c.mem.applyState(s, nil, false)
+		c.applyState(s, nil, false)
 	}
 	for i := range pp.Left {
-		c.mem.applyLeave(&pp.Left[i], nil)
+		c.applyLeave(&pp.Left[i], nil)
 	}
 }
 

@@ -18,7 +18,7 @@ import (
 //   - A node that sees a section in its own name, of its own boot, that it
 //     did not write (a higher sequence than its own, or its own sequence
 //     with other content) publishes its own again at once with a sequence
-//     above the forged one (publisher.refute). Lease sections that are new
+//     above the forged one (Cluster.refute). Lease sections that are new
 //     to an agent are gossiped on, so a forged one reaches its node within
 //     a few gossip rounds; any section whose sequence runs more than
 //     echoLead ahead of its boot's age is also sent back to its node by
@@ -26,7 +26,7 @@ import (
 //     node within PushPullInterval.
 //   - A sequence may not run further ahead of its boot than maxSeqLead
 //     (seqBound). A node's own sequence follows its boot's age in
-//     milliseconds (publisher.nextSeq), so a node's real sections are always
+//     milliseconds (Cluster.nextSeq), so a node's real sections are always
 //     within the bound, and a forged sequence can lead the node's own by at
 //     most maxSeqLead: the node overtakes it by refuting at once, and its
 //     own clock would overtake it within maxSeqLead anyway. A bound on the
@@ -98,8 +98,7 @@ func (r *peerRec) bootStart(boot string, claimed int64) (at int64, ok bool) {
 
 // checkSeq refuses a sequence of boot for r that runs too far ahead of the
 // boot's age, or comes with another BootedAt than the boot's. c.mu is held.
-func (x *members) checkSeq(r *peerRec, kind, boot string, bootedAt int64, seq uint64) bool {
-	c := x.c
+func (c *Cluster) checkSeq(r *peerRec, kind, boot string, bootedAt int64, seq uint64) bool {
 	at, ok := r.bootStart(boot, bootedAt)
 	switch {
 	case !ok:
@@ -123,8 +122,7 @@ func ahead(bootedAt int64, seq uint64) bool {
 // echo sends a copy of a section that runs ahead of its boot back to its
 // node, so a forged one is refuted at once (see above). Best effort: one
 // packet, when it fits.
-func (x *members) echo(m *stateMsg, wire []byte) {
-	c := x.c
+func (c *Cluster) echo(m *stateMsg, wire []byte) {
 	if !ahead(m.BootedAt, m.Seq) {
 		return
 	}
@@ -142,7 +140,7 @@ func (x *members) echo(m *stateMsg, wire []byte) {
 	if ml == nil {
 		return
 	}
-	n, err := c.mem.target(m.Node)
+	n, err := c.target(m.Node)
 	if err != nil {
 		return
 	}
@@ -153,8 +151,7 @@ func (x *members) echo(m *stateMsg, wire []byte) {
 
 // refuteState publishes this node's section again, above m, when m is a
 // section of this boot that this agent did not write.
-func (x *members) refuteState(m *stateMsg) {
-	c := x.c
+func (c *Cluster) refuteState(m *stateMsg) {
 	if m.BootID != c.bootID || c.leaving.Load() || m.Seq > seqBound(c.bootedAt.UnixNano(), time.Now()) {
 		// Another boot's (memberlist orders boots), or one that every
 		// other agent refuses anyway: chasing it would take this node's
@@ -162,14 +159,10 @@ func (x *members) refuteState(m *stateMsg) {
 		return
 	}
 	i := sectionIndex(m.Section)
-	c.pubMu.Lock()
-	ls := &c.local[i]
-	if ls.msg == nil {
-		c.pubMu.Unlock()
+	own, js, norm, ok := c.ownSection(i)
+	if !ok {
 		return
 	}
-	own, js, norm := ls.msg.Seq, ls.json, ls.norm
-	c.pubMu.Unlock()
 	forged := m.Seq > own
 	if m.Seq == own && !m.Partial {
 		// Push/pull brings this node's own section back every round; the
@@ -177,18 +170,36 @@ func (x *members) refuteState(m *stateMsg) {
 		// this node's side of it once per revision.
 		if norm == nil {
 			norm = normalSection(js)
-			c.pubMu.Lock()
-			if ls.msg != nil && ls.msg.Seq == own {
-				ls.norm = norm
-			}
-			c.pubMu.Unlock()
+			c.keepNorm(i, own, norm)
 		}
 		b, err := json.Marshal(m)
 		forged = norm != nil && err == nil && !bytes.Equal(norm, b)
 	}
 	if forged {
 		c.dropped("refute", m.Section, "gossip: another agent published this node's %s (sequence %d); publishing this node's own above it", m.Section, m.Seq)
-		c.pub.refute(i, m.Seq)
+		c.refute(i, m.Seq)
+	}
+}
+
+// ownSection is this node's section i as last published: its sequence,
+// its JSON and its normal form (nil until made); not ok before the first.
+func (c *Cluster) ownSection(i int) (seq uint64, js, norm []byte, ok bool) {
+	c.pubMu.Lock()
+	defer c.pubMu.Unlock()
+	ls := &c.local[i]
+	if ls.msg == nil {
+		return 0, nil, nil, false
+	}
+	return ls.msg.Seq, ls.json, ls.norm, true
+}
+
+// keepNorm keeps norm as the normal form of section i while its revision
+// is still seq.
+func (c *Cluster) keepNorm(i int, seq uint64, norm []byte) {
+	c.pubMu.Lock()
+	defer c.pubMu.Unlock()
+	if ls := &c.local[i]; ls.msg != nil && ls.msg.Seq == seq {
+		ls.norm = norm
 	}
 }
 
@@ -209,8 +220,7 @@ func normalSection(js []byte) []byte {
 
 // refuteLeave publishes this node's lease section again, above m, when m
 // says this boot left and it has not.
-func (x *members) refuteLeave(m *leaveMsg) {
-	c := x.c
+func (c *Cluster) refuteLeave(m *leaveMsg) {
 	if m.BootID != c.bootID || c.forGood.Load() || c.leaving.Load() {
 		return
 	}
@@ -219,41 +229,43 @@ func (x *members) refuteLeave(m *leaveMsg) {
 		above = 0 // refused everywhere; a new revision is enough
 	}
 	c.dropped("refute", "leave", "gossip: another agent said this node left; publishing its lease section again to refute it")
-	c.pub.refute(secLeases, above)
+	c.refute(secLeases, above)
 }
 
 // refuteSuspect publishes this node's lease section again when another
 // agent says this boot is suspect: every agent that marked it so on that
 // word clears the mark when a newer section arrives.
-func (x *members) refuteSuspect(m *suspectMsg) {
-	c := x.c
+func (c *Cluster) refuteSuspect(m *suspectMsg) {
 	if m.BootID != c.bootID || c.leaving.Load() {
 		return
 	}
-	c.pub.refute(secLeases, 0)
+	c.refute(secLeases, 0)
 }
 
 // refute makes the next revision of section i exceed above and be
 // published at once, even if its content did not change.
-func (x *publisher) refute(i int, above uint64) {
-	c := x.c
-	c.pubMu.Lock()
-	ls := &c.local[i]
-	ls.floor = max(ls.floor, above)
-	ls.refute = true
-	c.pubMu.Unlock()
+func (c *Cluster) refute(i int, above uint64) {
+	c.askRefute(i, above)
 	select {
 	case c.urgentCh <- struct{}{}:
 	default:
 	}
 }
 
+// askRefute marks section i for a refuting revision above above.
+func (c *Cluster) askRefute(i int, above uint64) {
+	c.pubMu.Lock()
+	defer c.pubMu.Unlock()
+	ls := &c.local[i]
+	ls.floor = max(ls.floor, above)
+	ls.refute = true
+}
+
 // nextSeq is the sequence of a new revision of ls: above the last one and
 // any refuted, and at least this boot's age in milliseconds, so that a
 // forged sequence is overtaken and the bound (seqBound) always admits this
 // node's own. pubMu is held.
-func (x *publisher) nextSeq(ls *localSection) uint64 {
-	c := x.c
+func (c *Cluster) nextSeq(ls *localSection) uint64 {
 	seq := max(ageMillis(c.bootedAt, c.startedAt)+uint64(time.Since(c.startedAt)/time.Millisecond), ls.floor+1, 1)
 	if ls.msg != nil {
 		seq = max(seq, ls.msg.Seq+1)
@@ -262,8 +274,7 @@ func (x *publisher) nextSeq(ls *localSection) uint64 {
 }
 
 // lastSeq is the sequence of this node's section i as last revised.
-func (x *publisher) lastSeq(i int) uint64 {
-	c := x.c
+func (c *Cluster) lastSeq(i int) uint64 {
 	c.pubMu.Lock()
 	defer c.pubMu.Unlock()
 	if m := c.local[i].msg; m != nil {

@@ -12,8 +12,8 @@ import (
 // gossip, as an agent holding the key can.
 func forge(t *testing.T, f *tnode, name string, b []byte) {
 	t.Helper()
-	f.pub.fanout(b)
-	f.pub.queueGossip(name, b)
+	f.fanout(b)
+	f.queueGossip(name, b)
 }
 
 // settled reports whether half a second has passed since at. A check that
@@ -67,7 +67,7 @@ func TestForgedSectionIsRefuted(t *testing.T) {
 	// The attack as found: 2^60.
 	forge(t, forger, gossipName(sectionLeases, name), forged(1<<60))
 	// The most the bound lets through: minutes ahead of the node's own.
-	ahead := victim.pub.lastSeq(secLeases) + uint64(5*time.Minute/time.Millisecond)
+	ahead := victim.lastSeq(secLeases) + uint64(5*time.Minute/time.Millisecond)
 	forge(t, forger, gossipName(sectionLeases, name), forged(ahead))
 	at := time.Now()
 	waitFor(t, 2*time.Second, func() (bool, string) {
@@ -77,7 +77,7 @@ func TestForgedSectionIsRefuted(t *testing.T) {
 		if ok, why := showsLeases(nodes, name, "alice", v); !ok {
 			return false, why
 		}
-		if s := victim.pub.lastSeq(secLeases); s <= ahead {
+		if s := victim.lastSeq(secLeases); s <= ahead {
 			return false, fmt.Sprintf("%s's own lease sequence is %d, not above the forged %d: not refuted", name, s, ahead)
 		}
 		return true, ""
@@ -103,7 +103,7 @@ func TestForgedTelemetryIsRefuted(t *testing.T) {
 		return p.NodeState.Snapshot.Host.Name
 	}
 	waitFor(t, 15*time.Second, func() (bool, string) { return host(nodes[0]) == "real-host", "node00 shows host " + host(nodes[0]) })
-	ahead := victim.pub.lastSeq(secTelemetry) + uint64(5*time.Minute/time.Millisecond)
+	ahead := victim.lastSeq(secTelemetry) + uint64(5*time.Minute/time.Millisecond)
 	forge(t, forger, "t/"+name, mustEncode(t, msgState, &stateMsg{Node: name, BootID: victim.BootID(), BootedAt: victim.bootedAt.UnixNano(),
 		Seq: ahead, Version: 1 << 60, Section: sectionTelemetry, Telemetry: &telemetrySection{Snapshot: testSnapshot(t, "forged-host")}}))
 	at := time.Now()
@@ -114,7 +114,7 @@ func TestForgedTelemetryIsRefuted(t *testing.T) {
 		if h := host(nodes[0]); h != "real-host" {
 			return false, "node00 shows host " + h
 		}
-		if s := victim.pub.lastSeq(secTelemetry); s <= ahead {
+		if s := victim.lastSeq(secTelemetry); s <= ahead {
 			return false, fmt.Sprintf("%s's own telemetry sequence is %d, not above the forged %d: not refuted", name, s, ahead)
 		}
 		return true, ""
@@ -146,7 +146,7 @@ func TestForgedSuspectAndLeaveAreRefuted(t *testing.T) {
 		return true, ""
 	}
 
-	before := victim.pub.lastSeq(secLeases)
+	before := victim.lastSeq(secLeases)
 	forge(t, forger, "suspect/"+name, mustEncode(t, msgSuspect, &suspectMsg{Node: name, BootID: victim.BootID(), By: forger.cfg.NodeName}))
 	at := time.Now()
 	waitFor(t, 2*time.Second, func() (bool, string) {
@@ -156,14 +156,14 @@ func TestForgedSuspectAndLeaveAreRefuted(t *testing.T) {
 		if ok, why := alive(); !ok {
 			return false, why
 		}
-		if victim.pub.lastSeq(secLeases) == before {
+		if victim.lastSeq(secLeases) == before {
 			return false, name + " has not refuted the suspicion"
 		}
 		return true, ""
 	})
 
 	// A leave as v0.1.0 sends it, and one that claims a later sequence.
-	before = victim.pub.lastSeq(secLeases)
+	before = victim.lastSeq(secLeases)
 	forge(t, forger, "leave/"+name, mustEncode(t, msgLeave, &leaveMsg{Node: name, BootID: victim.BootID(), BootedAt: victim.bootedAt.UnixNano()}))
 	later := before + uint64(time.Minute/time.Millisecond)
 	forge(t, forger, "leave2/"+name, mustEncode(t, msgLeave, &leaveMsg{Node: name, BootID: victim.BootID(), BootedAt: victim.bootedAt.UnixNano(), Seq: later}))
@@ -176,7 +176,7 @@ func TestForgedSuspectAndLeaveAreRefuted(t *testing.T) {
 				return false, fmt.Sprintf("%s still holds that %s left", n.cfg.NodeName, name)
 			}
 		}
-		if s := victim.pub.lastSeq(secLeases); s <= later {
+		if s := victim.lastSeq(secLeases); s <= later {
 			return false, fmt.Sprintf("%s's lease sequence is %d, not above the forged leave's %d", name, s, later)
 		}
 		return alive()

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"net"
 	"strconv"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/memberlist"
@@ -21,6 +23,51 @@ var ErrUnreachable = errors.New("node unreachable")
 type pendingRequest struct {
 	node string
 	ch   chan *responseMsg
+}
+
+// pending are the Requests this agent sent that wait for their responses,
+// by correlation id.
+type pending struct {
+	nextID atomic.Uint64
+	mu     sync.Mutex
+	reqs   map[uint64]*pendingRequest
+}
+
+// add waits for the response of node to a new request: its id, and where
+// the response will come.
+func (p *pending) add(node string) (uint64, <-chan *responseMsg) {
+	id := p.nextID.Add(1)
+	if id == 0 {
+		id = p.nextID.Add(1)
+	}
+	ch := make(chan *responseMsg, 1)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.reqs == nil {
+		p.reqs = make(map[uint64]*pendingRequest)
+	}
+	p.reqs[id] = &pendingRequest{node: node, ch: ch}
+	return id, ch
+}
+
+// drop stops waiting for request id.
+func (p *pending) drop(id uint64) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	delete(p.reqs, id)
+}
+
+// take is the request waiting for m (nil: none, or m is not from the node
+// it was sent to), no longer waiting.
+func (p *pending) take(m *responseMsg) *pendingRequest {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	r := p.reqs[m.ID]
+	if r == nil || r.node != m.From {
+		return nil
+	}
+	delete(p.reqs, m.ID)
+	return r
 }
 
 // Request asks the agent of node to act and waits for its answer. It goes
@@ -54,7 +101,7 @@ func (c *Cluster) Request(ctx context.Context, node string, req Request) (Respon
 		return c.d.HandleRequest(ctx, node, req), nil
 	}
 	c.stats.remoteRequests.Add(1)
-	resp, err := c.req.request(ctx, node, req)
+	resp, err := c.request(ctx, node, req)
 	if err != nil {
 		c.stats.remoteErrs.Add(1)
 		return Response{}, fmt.Errorf("request %s on %s: %w", req.Op, node, err)
@@ -62,9 +109,8 @@ func (c *Cluster) Request(ctx context.Context, node string, req Request) (Respon
 	return resp, nil
 }
 
-func (x *requests) request(ctx context.Context, node string, req Request) (Response, error) {
-	c := x.c
-	target, err := c.mem.target(node)
+func (c *Cluster) request(ctx context.Context, node string, req Request) (Response, error) {
+	target, err := c.target(node)
 	if err != nil {
 		return Response{}, err
 	}
@@ -78,10 +124,8 @@ func (x *requests) request(ctx context.Context, node string, req Request) (Respo
 	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
 		deadline, ctxDeadline = d, true
 	}
-	id := c.nextID.Add(1)
-	if id == 0 {
-		id = c.nextID.Add(1)
-	}
+	id, ch := c.pending.add(node)
+	defer c.pending.drop(id)
 	msg, err := c.codec.encode(msgRequest, &requestMsg{
 		ID: id, From: c.cfg.NodeName, Reply: c.localAddr,
 		Op: req.Op, Body: req.Body,
@@ -90,15 +134,6 @@ func (x *requests) request(ctx context.Context, node string, req Request) (Respo
 	if err != nil {
 		return Response{}, err
 	}
-	ch := make(chan *responseMsg, 1)
-	c.reqMu.Lock()
-	c.reqs[id] = &pendingRequest{node: node, ch: ch}
-	c.reqMu.Unlock()
-	defer func() {
-		c.reqMu.Lock()
-		delete(c.reqs, id)
-		c.reqMu.Unlock()
-	}()
 
 	sent := make(chan error, 1)
 	go func() { sent <- ml.SendReliable(&target, msg) }()
@@ -132,16 +167,8 @@ func (x *requests) request(ctx context.Context, node string, req Request) (Respo
 }
 
 // deliver hands a response to the Request waiting for it.
-func (x *requests) deliver(m *responseMsg) {
-	c := x.c
-	c.reqMu.Lock()
-	p := c.reqs[m.ID]
-	if p != nil && p.node == m.From {
-		delete(c.reqs, m.ID)
-	} else {
-		p = nil
-	}
-	c.reqMu.Unlock()
+func (c *Cluster) deliver(m *responseMsg) {
+	p := c.pending.take(m)
 	if p == nil {
 		c.stats.dropped.Add(1) // late (timed out) or not ours
 		return
@@ -151,8 +178,7 @@ func (x *requests) deliver(m *responseMsg) {
 
 // serve runs HandleRequest on a worker goroutine, never on memberlist's,
 // and sends the response back to the requester.
-func (x *requests) serve(m *requestMsg) {
-	c := x.c
+func (c *Cluster) serve(m *requestMsg) {
 	select {
 	case c.workers <- struct{}{}:
 	default:
@@ -160,16 +186,15 @@ func (x *requests) serve(m *requestMsg) {
 		c.dropped("request", m.From, "gossip: dropped request %s from %s: %d requests already running", m.Op, m.From, c.cfg.MaxConcurrentRequests)
 		return
 	}
-	if !c.req.goTracked(func() {
+	if !c.goTracked(func() {
 		defer func() { <-c.workers }()
-		c.req.answer(m)
+		c.answer(m)
 	}) {
 		<-c.workers
 	}
 }
 
-func (x *requests) answer(m *requestMsg) {
-	c := x.c
+func (c *Cluster) answer(m *requestMsg) {
 	c.stats.requestsServed.Add(1)
 	timeout := time.Duration(m.TimeoutMS) * time.Millisecond
 	if timeout <= 0 || timeout > 10*c.cfg.RequestTimeout {
@@ -178,7 +203,7 @@ func (x *requests) answer(m *requestMsg) {
 	// Leave the answer time to travel before the requester gives up.
 	timeout -= min(100*time.Millisecond, timeout/10)
 	ctx, cancel := context.WithTimeout(c.ctx, timeout)
-	resp := c.req.handle(ctx, m)
+	resp := c.handle(ctx, m)
 	cancel()
 	out, err := c.codec.encode(msgResponse, &responseMsg{ID: m.ID, From: c.cfg.NodeName, Body: resp.Body, ErrCode: resp.ErrCode, ErrMsg: resp.ErrMsg})
 	if err != nil {
@@ -208,8 +233,7 @@ func (x *requests) answer(m *requestMsg) {
 
 // handle calls HandleRequest, turning a panic into a refusal so one bad
 // request cannot take the agent down.
-func (x *requests) handle(ctx context.Context, m *requestMsg) (resp Response) {
-	c := x.c
+func (c *Cluster) handle(ctx context.Context, m *requestMsg) (resp Response) {
 	defer func() {
 		if p := recover(); p != nil {
 			c.cfg.Logf("gossip: request %s from %s panicked: %v", m.Op, m.From, p)
@@ -235,8 +259,7 @@ func replyNode(m *requestMsg) (memberlist.Node, error) {
 
 // goTracked runs f on a goroutine Shutdown waits for, unless Shutdown has
 // begun (then it returns false and does not run f).
-func (x *requests) goTracked(f func()) bool {
-	c := x.c
+func (c *Cluster) goTracked(f func()) bool {
 	c.runMu.Lock()
 	defer c.runMu.Unlock()
 	if c.stopping {

@@ -211,22 +211,7 @@ func (t *meteredTransport) admit(c net.Conn) (*countedConn, bool) {
 	}
 	cc := &countedConn{Conn: c, source: src, t: t}
 	for range 2 {
-		t.mu.Lock()
-		var evict *countedConn
-		why := ""
-		switch {
-		case t.openFrom[src] >= t.maxPerSource:
-			why = fmt.Sprintf("%d streams already open from there", t.openFrom[src])
-			evict = t.oldestUnproven(src)
-		case t.open >= t.maxStreams:
-			why = fmt.Sprintf("%d streams already open", t.open)
-			evict = t.oldestUnproven("")
-		default:
-			t.open++
-			t.openFrom[src]++
-			t.unproven = append(t.unproven, cc)
-		}
-		t.mu.Unlock()
+		evict, why := t.take(cc)
 		if why == "" {
 			return cc, true
 		}
@@ -244,6 +229,36 @@ func (t *meteredTransport) admit(c net.Conn) (*countedConn, bool) {
 	t.refused(src, "every slot holds a stream proven to come from a member")
 	c.Close()
 	return nil, false
+}
+
+// take counts cc against the caps when there is room (why is empty);
+// else why says which cap is full, and evict is the oldest unproven stream
+// under it (nil: none).
+func (t *meteredTransport) take(cc *countedConn) (evict *countedConn, why string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	src := cc.source
+	switch {
+	case t.openFrom[src] >= t.maxPerSource:
+		return t.oldestUnproven(src), fmt.Sprintf("%d streams already open from there", t.openFrom[src])
+	case t.open >= t.maxStreams:
+		return t.oldestUnproven(""), fmt.Sprintf("%d streams already open", t.open)
+	}
+	t.open++
+	t.openFrom[src]++
+	t.unproven = append(t.unproven, cc)
+	return nil, ""
+}
+
+// forget gives back the slot of a stream that closed.
+func (t *meteredTransport) forget(c *countedConn) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.unproven = slices.DeleteFunc(t.unproven, func(u *countedConn) bool { return u == c })
+	t.open--
+	if t.openFrom[c.source]--; t.openFrom[c.source] <= 0 {
+		delete(t.openFrom, c.source)
+	}
 }
 
 // oldestUnproven is the unproven stream open longest, from src if it is
@@ -288,15 +303,7 @@ type countedConn struct {
 }
 
 func (c *countedConn) Close() error {
-	c.once.Do(func() {
-		c.t.mu.Lock()
-		c.t.unproven = slices.DeleteFunc(c.t.unproven, func(u *countedConn) bool { return u == c })
-		c.t.open--
-		if c.t.openFrom[c.source]--; c.t.openFrom[c.source] <= 0 {
-			delete(c.t.openFrom, c.source)
-		}
-		c.t.mu.Unlock()
-	})
+	c.once.Do(func() { c.t.forget(c) })
 	return c.Conn.Close()
 }
 

@@ -6,6 +6,7 @@ import (
 
 	"github.com/dibs-gpu/dibs/base/termsafe"
 	"github.com/dibs-gpu/dibs/lease"
+	"github.com/dibs-gpu/dibs/nodeprobe"
 	"github.com/dibs-gpu/dibs/queue"
 )
 
@@ -156,6 +157,10 @@ func validateLease(node string, l *lease.Lease, seen map[string]bool) error {
 	return nil
 }
 
+// maxCPUList bounds a GPU's local-cores list on the wire: a machine's
+// every CPU, in the kernel's ranges, takes far less.
+const maxCPUList = 4096
+
 func (s *telemetrySection) validate(node string) error {
 	snap := &s.Snapshot
 	if len(snap.GPUs) > maxGPUs {
@@ -181,6 +186,14 @@ func (s *telemetrySection) validate(node string) error {
 		seen[g.Index] = true
 		if len(g.Processes) > maxProcesses || len(g.MIGDevices) > maxMIGDevices || len(g.Links) > maxLinks {
 			return wireErrorf("state of %s: GPU %d lists too many processes, MIG devices or links", node, g.Index)
+		}
+		// Every board and every claim with --cpus-per-gpu reads a GPU's
+		// local cores: they must be a CPU list, and a short one.
+		if len(g.CPUs) > maxCPUList {
+			return wireErrorf("state of %s: GPU %d has a %d-byte CPU list", node, g.Index, len(g.CPUs))
+		}
+		if _, err := nodeprobe.ParseCPUList(g.CPUs); err != nil {
+			return wireErrorf("state of %s: GPU %d: %v", node, g.Index, err)
 		}
 		for _, l := range g.Links {
 			if l.Peer < 0 || l.Peer >= maxGPUIndex {

@@ -109,8 +109,7 @@ func newer(a, b *stateMsg, currentBoot string) bool {
 }
 
 // peerLocked returns the record for name, creating it. c.mu is held.
-func (x *members) peerLocked(name string) *peerRec {
-	c := x.c
+func (c *Cluster) peerLocked(name string) *peerRec {
 	r := c.peers[name]
 	if r == nil {
 		r = &peerRec{name: name, downSince: time.Now()}
@@ -122,38 +121,40 @@ func (x *members) peerLocked(name string) *peerRec {
 // applyState is the one place a section of another node's state is applied,
 // whether it came directly, by gossip or by push/pull. A lease section that
 // came directly or by gossip and was new is gossiped on.
-func (x *members) applyState(m *stateMsg, wire []byte, relay bool) {
-	c := x.c
+func (c *Cluster) applyState(m *stateMsg, wire []byte, relay bool) {
 	if m.Node == c.cfg.NodeName {
 		// This agent is the authority on its own node; copies of its state
 		// (this boot's or an earlier one's) coming back are ignored, and
 		// one it did not write is refuted.
 		c.stats.duplicates.Add(1)
-		c.mem.refuteState(m)
+		c.refuteState(m)
 		return
 	}
-	c.mu.Lock()
-	r := c.mem.peerLocked(m.Node)
-	applied := c.mem.applyLocked(r, &heldSection{msg: m, wire: wire})
-	c.mu.Unlock()
-	if !applied {
+	if !c.applyHeld(m, wire) {
 		return
 	}
-	c.mem.echo(m, wire)
+	c.echo(m, wire)
 	if relay && m.Section == sectionLeases {
-		if b := c.pub.gossipCopy(m, wire); b != nil {
-			c.pub.queueGossip(gossipName(sectionLeases, m.Node), b)
+		if b := c.gossipCopy(m, wire); b != nil {
+			c.queueGossip(gossipName(sectionLeases, m.Node), b)
 		}
 	}
 	c.changed()
 }
 
+// applyHeld applies section m of another node, as it came (wire), and
+// says whether it was newer than what this agent held.
+func (c *Cluster) applyHeld(m *stateMsg, wire []byte) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.applyLocked(c.peerLocked(m.Node), &heldSection{msg: m, wire: wire})
+}
+
 // applyLocked applies h to r if it is newer than what r holds. c.mu is held.
-func (x *members) applyLocked(r *peerRec, h *heldSection) bool {
-	c := x.c
+func (c *Cluster) applyLocked(r *peerRec, h *heldSection) bool {
 	m := h.msg
 	i := sectionIndex(m.Section)
-	if !c.mem.checkSeq(r, m.Section+" section", m.BootID, m.BootedAt, m.Seq) {
+	if !c.checkSeq(r, m.Section+" section", m.BootID, m.BootedAt, m.Seq) {
 		return false
 	}
 	if r.member && r.hasMeta && m.BootID != r.meta.BootID && m.BootedAt > r.meta.BootedAt.UnixNano() {
@@ -232,22 +233,32 @@ func (r *peerRec) rebuild() {
 
 // applyLeave records that a node's boot left on purpose; a notice that
 // came as a message (wire set) and was new is gossiped on.
-func (x *members) applyLeave(m *leaveMsg, wire []byte) {
-	c := x.c
+func (c *Cluster) applyLeave(m *leaveMsg, wire []byte) {
 	if m.Node == c.cfg.NodeName {
-		c.mem.refuteLeave(m)
+		c.refuteLeave(m)
 		return
 	}
+	if !c.recordLeave(m) {
+		return
+	}
+	if wire != nil {
+		c.queueGossip(gossipName("leave", m.Node), wire)
+	}
+	c.changed()
+}
+
+// recordLeave records m on its node's record and says whether it was new:
+// not a duplicate, a forged leave or an earlier boot's.
+func (c *Cluster) recordLeave(m *leaveMsg) bool {
 	c.mu.Lock()
-	r := c.mem.peerLocked(m.Node)
+	defer c.mu.Unlock()
+	r := c.peerLocked(m.Node)
 	if r.leftBoot == m.BootID && m.Seq <= r.leftSeq {
-		c.mu.Unlock()
 		c.stats.duplicates.Add(1)
-		return
+		return false
 	}
-	if m.Seq > 0 && !c.mem.checkSeq(r, "leave", m.BootID, m.BootedAt, m.Seq) {
-		c.mu.Unlock()
-		return
+	if m.Seq > 0 && !c.checkSeq(r, "leave", m.BootID, m.BootedAt, m.Seq) {
+		return false
 	}
 	seq := m.Seq
 	if seq == 0 {
@@ -258,35 +269,48 @@ func (x *members) applyLeave(m *leaveMsg, wire []byte) {
 	if r.leaseSeq(m.BootID) > seq {
 		// The node published after it said it left: a forged leave,
 		// already refuted.
-		c.mu.Unlock()
 		c.stats.dropped.Add(1)
-		return
+		return false
 	}
 	if cur := r.currentBoot(); cur != "" && cur != m.BootID && m.BootedAt < r.meta.BootedAt.UnixNano() {
 		// An earlier boot's leave: the node has come back since.
-		c.mu.Unlock()
 		c.stats.dropped.Add(1)
-		return
+		return false
 	}
 	r.leftBoot, r.leftBootedAt, r.leftSeq = m.BootID, m.BootedAt, seq
-	c.mu.Unlock()
-	if wire != nil {
-		c.pub.queueGossip(gossipName("leave", m.Node), wire)
+	return true
+}
+
+// memberUp handles memberlist's join and update events.
+func (c *Cluster) memberUp(n *memberlist.Node) {
+	if n.Name == c.cfg.NodeName {
+		return
+	}
+	node, joined, relay := c.recordUp(n)
+	for _, h := range relay {
+		if b := c.gossipCopy(h.msg, h.wire); b != nil {
+			c.queueGossip(gossipName(sectionLeases, h.msg.Node), b)
+		}
+	}
+	if joined {
+		// A member this agent had not seen: it may have joined through
+		// another agent before that one held our state, so it gets our
+		// whole state now rather than at the next push/pull.
+		c.goTracked(func() { c.sendAll(&node) })
 	}
 	c.changed()
 }
 
-// memberUp handles memberlist's join and update events.
-func (x *members) memberUp(n *memberlist.Node) {
-	c := x.c
-	if n.Name == c.cfg.NodeName {
-		return
-	}
+// recordUp records n as a member, with the sections held back until
+// memberlist reported its boot applied now; it returns the member as
+// recorded, whether it was not a member before, and the lease sections
+// applied that are to be gossiped on.
+func (c *Cluster) recordUp(n *memberlist.Node) (node memberlist.Node, joined bool, relay []*heldSection) {
 	meta, err := decodeMeta(n.Meta)
-	var relay []*heldSection
 	c.mu.Lock()
-	r := c.mem.peerLocked(n.Name)
-	joined := !r.member
+	defer c.mu.Unlock()
+	r := c.peerLocked(n.Name)
+	joined = !r.member
 	if joined {
 		c.numMembers.Add(1)
 	}
@@ -300,37 +324,34 @@ func (x *members) memberUp(n *memberlist.Node) {
 		for i, p := range r.pending {
 			if p != nil && p.msg.BootID == meta.BootID {
 				r.pending[i] = nil
-				if c.mem.applyLocked(r, p) && p.msg.Section == sectionLeases {
+				if c.applyLocked(r, p) && p.msg.Section == sectionLeases {
 					relay = append(relay, p)
 				}
 			}
 		}
 	}
-	c.mu.Unlock()
-	for _, h := range relay {
-		if b := c.pub.gossipCopy(h.msg, h.wire); b != nil {
-			c.pub.queueGossip(gossipName(sectionLeases, h.msg.Node), b)
-		}
-	}
-	if joined {
-		// A member this agent had not seen: it may have joined through
-		// another agent before that one held our state, so it gets our
-		// whole state now rather than at the next push/pull.
-		node := r.node
-		c.req.goTracked(func() { c.pub.sendAll(&node) })
-	}
-	c.changed()
+	return r.node, joined, relay
 }
 
 // memberDown handles memberlist's leave event (dead or left) and asks the
 // join loop to re-join configured peers.
-func (x *members) memberDown(n *memberlist.Node) {
-	c := x.c
+func (c *Cluster) memberDown(n *memberlist.Node) {
 	if n.Name == c.cfg.NodeName {
 		return
 	}
+	c.recordDown(n.Name)
+	c.changed()
+	select {
+	case c.rejoinCh <- struct{}{}:
+	default:
+	}
+}
+
+// recordDown records that name is no longer a member.
+func (c *Cluster) recordDown(name string) {
 	c.mu.Lock()
-	r := c.mem.peerLocked(n.Name)
+	defer c.mu.Unlock()
+	r := c.peerLocked(name)
 	if r.member {
 		c.numMembers.Add(-1)
 		r.downSince = time.Now()
@@ -340,12 +361,6 @@ func (x *members) memberDown(n *memberlist.Node) {
 	// r.pending is kept: a restarted node's state often arrives before
 	// memberlist has taken its old boot down and brought the new one up,
 	// and memberUp applies it only once memberlist reports that very boot.
-	c.mu.Unlock()
-	c.changed()
-	select {
-	case c.rejoinCh <- struct{}{}:
-	default:
-	}
 }
 
 // markSuspect records that this agent's prober could not reach name, and
@@ -353,34 +368,38 @@ func (x *members) memberDown(n *memberlist.Node) {
 // suspect until memberlist declares it dead, it is heard from again, or
 // about two suspicion timeouts pass (then memberlist must have heard it
 // refute).
-func (x *members) markSuspect(name string) {
-	c := x.c
-	c.mu.Lock()
-	r := c.peers[name]
-	ok := r != nil && r.member
-	boot := ""
-	if ok {
-		r.suspectUntil = time.Now().Add(2 * x.suspicionTimeout())
-		r.suspectHeard = false
-		boot = r.meta.BootID
-	}
-	c.mu.Unlock()
+func (c *Cluster) markSuspect(name string) {
+	boot, ok := c.recordSuspect(name)
 	if !ok {
 		return
 	}
 	c.changed()
 	if boot != "" {
 		if b, err := c.codec.encode(msgSuspect, &suspectMsg{Node: name, BootID: boot, By: c.cfg.NodeName, At: time.Now().UnixNano()}); err == nil {
-			c.pub.fanout(b)
-			c.pub.queueGossip("suspect/"+name, b)
+			c.fanout(b)
+			c.queueGossip("suspect/"+name, b)
 		}
 	}
 }
 
+// recordSuspect marks name suspect on this agent's own word, if it is a
+// member; boot is its boot as memberlist reports it (empty: unknown).
+func (c *Cluster) recordSuspect(name string) (boot string, ok bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	r := c.peers[name]
+	if r == nil || !r.member {
+		return "", false
+	}
+	r.suspectUntil = time.Now().Add(2 * c.suspicionTimeout())
+	r.suspectHeard = false
+	return r.meta.BootID, true
+}
+
 // suspicionTimeout is memberlist's: how long a suspect has to refute.
-func (x *members) suspicionTimeout() time.Duration {
-	n := float64(x.c.numMembers.Load())
-	return time.Duration(float64(x.c.cfg.SuspicionMult) * math.Max(1, math.Log10(math.Max(1, n))) * float64(x.c.cfg.ProbeInterval))
+func (c *Cluster) suspicionTimeout() time.Duration {
+	n := float64(c.numMembers.Load())
+	return time.Duration(float64(c.cfg.SuspicionMult) * math.Max(1, math.Log10(math.Max(1, n))) * float64(c.cfg.ProbeInterval))
 }
 
 // applySuspect marks a node suspect because another agent's probe of it
@@ -388,52 +407,62 @@ func (x *members) suspicionTimeout() time.Duration {
 // as does a newer lease section of it (the node refutes it). A mark that
 // is new is gossiped on (wire), so that the node hears of every copy that
 // marked an agent, however late it came (refute.go).
-func (x *members) applySuspect(m *suspectMsg, wire []byte) {
-	c := x.c
+func (c *Cluster) applySuspect(m *suspectMsg, wire []byte) {
 	if m.Node == c.cfg.NodeName {
 		// memberlist refutes its own suspicion of this node; this one is
 		// refuted with a newer lease section.
-		c.mem.refuteSuspect(m)
+		c.refuteSuspect(m)
 		return
 	}
-	c.mu.Lock()
-	r := c.peers[m.Node]
-	ok := r != nil && r.member && r.hasMeta && r.meta.BootID == m.BootID && r.suspectUntil.IsZero()
-	if ok {
-		r.suspectUntil = time.Now().Add(2 * x.suspicionTimeout())
-		r.suspectHeard, r.suspectSeq = true, r.leaseSeq(m.BootID)
-	}
-	c.mu.Unlock()
-	if ok {
+	if c.recordSuspectHeard(m) {
 		if wire != nil {
-			c.pub.queueGossip("suspect/"+m.Node, wire)
+			c.queueGossip("suspect/"+m.Node, wire)
 		}
 		c.changed()
 	}
 }
 
-// clearSuspect records that name answered.
-func (x *members) clearSuspect(name string) {
-	c := x.c
+// recordSuspectHeard marks m's node suspect on another agent's word, if
+// it is a member of that boot not marked yet; it says whether it marked it.
+func (c *Cluster) recordSuspectHeard(m *suspectMsg) bool {
 	c.mu.Lock()
-	r := c.peers[name]
-	if r != nil {
-		r.heardAt = time.Now()
+	defer c.mu.Unlock()
+	r := c.peers[m.Node]
+	if r == nil || !r.member || !r.hasMeta || r.meta.BootID != m.BootID || !r.suspectUntil.IsZero() {
+		return false
 	}
-	was := r != nil && !r.suspectUntil.IsZero()
-	if was {
-		r.suspectUntil, r.suspectHeard = time.Time{}, false
-	}
-	c.mu.Unlock()
-	if was {
+	r.suspectUntil = time.Now().Add(2 * c.suspicionTimeout())
+	r.suspectHeard, r.suspectSeq = true, r.leaseSeq(m.BootID)
+	return true
+}
+
+// clearSuspect records that name answered.
+func (c *Cluster) clearSuspect(name string) {
+	if c.recordHeard(name) {
 		c.changed()
 	}
 }
 
+// recordHeard records that name answered now, and says whether that
+// cleared a suspicion of it.
+func (c *Cluster) recordHeard(name string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	r := c.peers[name]
+	if r == nil {
+		return false
+	}
+	r.heardAt = time.Now()
+	if r.suspectUntil.IsZero() {
+		return false
+	}
+	r.suspectUntil, r.suspectHeard = time.Time{}, false
+	return true
+}
+
 // checkAlive refuses alive messages from nodes that are not dibs agents of
 // a compatible wire version (memberlist then ignores them).
-func (x *members) checkAlive(n *memberlist.Node) error {
-	c := x.c
+func (c *Cluster) checkAlive(n *memberlist.Node) error {
 	meta, err := decodeMeta(n.Meta)
 	if err == nil {
 		err = meta.compatible(c.protocolRange())
@@ -459,8 +488,7 @@ func (c *Cluster) selfMeta() nodeMeta {
 	return nodeMeta{WireMin: minWireVersion, WireMax: wireVersion, BootedAt: c.bootedAt, BootID: c.bootID}
 }
 
-func (x *members) duplicateErr(other *memberlist.Node, meta nodeMeta) error {
-	c := x.c
+func (c *Cluster) duplicateErr(other *memberlist.Node, meta nodeMeta) error {
 	return fmt.Errorf("%w: node name %q is already used by the agent at %s (started %s); give every agent its own name, or stop the other one",
 		ErrDuplicateName, c.cfg.NodeName, other.Address(), meta.BootedAt.Format(time.RFC3339))
 }
@@ -468,8 +496,7 @@ func (x *members) duplicateErr(other *memberlist.Node, meta nodeMeta) error {
 // checkMerge vets a join (ours or another agent's): it is refused when it
 // would put two live agents under one name. The one that started later
 // records ErrDuplicateName and stops.
-func (x *members) checkMerge(peers []*memberlist.Node) error {
-	c := x.c
+func (c *Cluster) checkMerge(peers []*memberlist.Node) error {
 	for _, p := range peers {
 		if p.State != memberlist.StateAlive && p.State != memberlist.StateSuspect {
 			continue
@@ -484,38 +511,41 @@ func (x *members) checkMerge(peers []*memberlist.Node) error {
 				continue // us, or our earlier boot at our address (a restart)
 			}
 			if olderBoot(meta, c.selfMeta()) {
-				err := c.mem.duplicateErr(p, meta)
+				err := c.duplicateErr(p, meta)
 				c.fail(err)
 				return err
 			}
 			return fmt.Errorf("refuse join: %q at %s uses this agent's name", p.Name, p.Address())
 		}
-		c.mu.RLock()
-		r := c.peers[p.Name]
-		clash := r != nil && r.member && r.hasMeta && r.meta.BootID != meta.BootID &&
-			!(r.node.Addr.Equal(p.Addr) && r.node.Port == p.Port)
-		var at string
-		if clash {
-			at = r.node.Address()
-		}
-		c.mu.RUnlock()
-		if clash {
+		if at, clash := c.clash(p, meta); clash {
 			return fmt.Errorf("refuse join: %q at %s is already the agent at %s", p.Name, p.Address(), at)
 		}
 	}
 	return nil
 }
 
+// clash says whether p (of boot meta) is another agent than the member of
+// its name this agent knows, at another address; at is that member's.
+func (c *Cluster) clash(p *memberlist.Node, meta nodeMeta) (at string, clash bool) {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	r := c.peers[p.Name]
+	if r == nil || !r.member || !r.hasMeta || r.meta.BootID == meta.BootID ||
+		(r.node.Addr.Equal(p.Addr) && r.node.Port == p.Port) {
+		return "", false
+	}
+	return r.node.Address(), true
+}
+
 // nameConflict handles memberlist's report of two addresses for one name.
-func (x *members) nameConflict(existing, other *memberlist.Node) {
-	c := x.c
+func (c *Cluster) nameConflict(existing, other *memberlist.Node) {
 	if existing.Name != c.cfg.NodeName {
 		c.warnOnce("conflict/"+other.Address(), "gossip: %q is claimed by %s and %s; the later one is ignored", existing.Name, existing.Address(), other.Address())
 		return
 	}
 	meta, err := decodeMeta(other.Meta)
 	if err == nil && meta.BootID != c.bootID && olderBoot(meta, c.selfMeta()) {
-		c.fail(c.mem.duplicateErr(other, meta))
+		c.fail(c.duplicateErr(other, meta))
 		return
 	}
 	c.warnOnce("conflict/"+other.Address(), "gossip: the agent at %s uses this node's name %q; it should stop", other.Address(), existing.Name)
@@ -523,16 +553,21 @@ func (x *members) nameConflict(existing, other *memberlist.Node) {
 
 // warnOnce logs a message once per key.
 func (c *Cluster) warnOnce(key, format string, args ...any) {
+	if c.firstWarning(key) {
+		c.cfg.Logf(format, args...)
+	}
+}
+
+// firstWarning records a warning of key and says whether it is the first.
+func (c *Cluster) firstWarning(key string) bool {
 	c.mu.Lock()
+	defer c.mu.Unlock()
 	seen := c.conflict[key]
 	if len(c.conflict) >= 1024 {
 		clear(c.conflict)
 	}
 	c.conflict[key] = true
-	c.mu.Unlock()
-	if !seen {
-		c.cfg.Logf(format, args...)
-	}
+	return !seen
 }
 
 // peerView turns a record into a Peer. c.mu is held.
@@ -565,8 +600,7 @@ func (r *peerRec) lastBoot() string {
 	return ""
 }
 
-func (x *members) selfPeer() Peer {
-	c := x.c
+func (c *Cluster) selfPeer() Peer {
 	state := StateAlive
 	if c.forGood.Load() {
 		state = StateLeft
@@ -578,17 +612,22 @@ func (x *members) selfPeer() Peer {
 // name. The NodeStates share memory with the Cluster's view: read them, do
 // not modify them.
 func (c *Cluster) View() []Peer {
-	now := time.Now()
+	out := c.peerViews(time.Now())
+	slices.SortFunc(out, func(a, b Peer) int { return strings.Compare(a.Name, b.Name) })
+	return out
+}
+
+// peerViews is every node this agent has seen, itself first, as of now.
+func (c *Cluster) peerViews(now time.Time) []Peer {
 	c.mu.RLock()
+	defer c.mu.RUnlock()
 	out := make([]Peer, 0, len(c.peers)+1)
-	out = append(out, c.mem.selfPeer())
+	out = append(out, c.selfPeer())
 	for _, r := range c.peers {
 		if r.seen || r.hasState || r.leftBoot != "" {
 			out = append(out, r.peerView(now))
 		}
 	}
-	c.mu.RUnlock()
-	slices.SortFunc(out, func(a, b Peer) int { return strings.Compare(a.Name, b.Name) })
 	return out
 }
 
@@ -597,7 +636,7 @@ func (c *Cluster) Peer(name string) (Peer, bool) {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	if name == c.cfg.NodeName {
-		return c.mem.selfPeer(), true
+		return c.selfPeer(), true
 	}
 	r := c.peers[name]
 	if r == nil || !(r.seen || r.hasState || r.leftBoot != "") {
@@ -607,8 +646,7 @@ func (c *Cluster) Peer(name string) (Peer, bool) {
 }
 
 // target finds the memberlist node to send a request to.
-func (x *members) target(name string) (memberlist.Node, error) {
-	c := x.c
+func (c *Cluster) target(name string) (memberlist.Node, error) {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	r := c.peers[name]

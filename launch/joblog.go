@@ -92,6 +92,17 @@ func (l *Launcher) ReadLog(ctx context.Context, u User, session, part string, of
 	return out, nil
 }
 
+// PipeLogArgs is the hidden `_pipe-log FILE MAX_BYTES` command that both
+// binaries carry (dibsd's for this release's agents, dibs's for an agent
+// of a release before dibsd): its words read here once, then PipeLog.
+func PipeLogArgs(r io.Reader, file, maxBytes string) error {
+	max, err := strconv.ParseInt(maxBytes, 10, 64)
+	if err != nil || max <= 0 {
+		return fmt.Errorf("bad size %q", maxBytes)
+	}
+	return PipeLog(r, file, max)
+}
+
 // PipeLog copies r (a pane's output, from tmux's pipe-pane) to file until
 // r ends, keeping the newest output: when file reaches max bytes it becomes
 // file.1 (replacing the one before) and a new file starts, so the log never

@@ -20,7 +20,8 @@
 // Every tmux client run as a user is bounded in time (Options.CallTimeout):
 // the server is the user's, and they can make it never answer.
 //
-// launch imports only the standard library: it is I/O, no rules. What a session
+// launch imports only the standard library, x/sys and nodeprobe's CPU
+// lists: it is I/O, no rules. What a session
 // means for a lease is the agent's business.
 package launch
 
@@ -38,6 +39,8 @@ import (
 	"time"
 	"unicode"
 	"unicode/utf8"
+
+	"github.com/dibs-gpu/dibs/nodeprobe"
 )
 
 // Errors callers act on. Every error that reaches them from this package is
@@ -121,6 +124,10 @@ type Options struct {
 	// root agent does may wait on that for long. A call that runs out is an
 	// error wrapping ErrNoAnswer, never "no such session".
 	CallTimeout time.Duration
+	// CPUHelper is the argv (without the CPU list and the command) that
+	// runs a session's command bound to Spec.CPUs: the dibs binary's
+	// hidden `_cpus` (CPUMain). Empty: sessions start unbound.
+	CPUHelper []string
 }
 
 // DefaultStatusQuota is each user's exit-status space: 64 pending statuses
@@ -150,6 +157,7 @@ type Launcher struct {
 	logMax      int64
 	callTimeout time.Duration
 	statusQuota int64
+	cpuHelper   []string
 	noCapOnce   sync.Once // says once that status directories cannot be capped
 	// dirThreads holds a slot for each working-directory check on a
 	// thread of the agent's (checkDir) until its system call returns: a
@@ -182,6 +190,7 @@ func New(opts Options) *Launcher {
 		l.statusDir = filepath.Clean(opts.StatusDir)
 	}
 	l.pipeLog, l.logMax = opts.PipeLog, opts.LogMax
+	l.cpuHelper = slices.Clone(opts.CPUHelper)
 	if l.logMax <= 0 {
 		l.logMax = DefaultLogMax
 	}
@@ -249,6 +258,12 @@ type Spec struct {
 	// Name. The agent gives every run its own (lease.Lease.LogName), so two
 	// runs that share a session name never write one file.
 	LogName string
+	// CPUs, when set, is the Linux CPU list ("0-15,32-47") the session's
+	// command runs bound to: the cores local to its GPUs. It is applied by
+	// the command itself, under Options.CPUHelper, since the user's tmux
+	// server forks the pane; an empty Command then runs the login shell
+	// under it.
+	CPUs string
 }
 
 // Session is a started session.
@@ -441,6 +456,11 @@ func (l *Launcher) startCommands(s Spec, exitFile string) ([][]string, error) {
 	for _, k := range keys {
 		newSession = append(newSession, "-e", k+"="+s.Env[k])
 	}
+	if s.CPUs != "" {
+		if _, err := nodeprobe.ParseCPUList(s.CPUs); err != nil {
+			return nil, err
+		}
+	}
 	if len(s.Command) > 0 {
 		if s.Command[0] == "" {
 			return nil, errors.New("command is empty")
@@ -454,6 +474,9 @@ func (l *Launcher) startCommands(s Spec, exitFile string) ([][]string, error) {
 		if exitFile != "" {
 			cmd = exitWrapper(exitFile, cmd)
 		}
+		newSession = append(newSession, "--")
+		newSession = append(newSession, l.cpuCommand(s.CPUs, cmd)...)
+	} else if cmd := l.cpuCommand(s.CPUs, nil); len(cmd) > 0 {
 		newSession = append(newSession, "--")
 		newSession = append(newSession, cmd...)
 	}

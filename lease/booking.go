@@ -264,7 +264,8 @@ func unbookable(g *nodeprobe.GPU, leases []Lease, start, end time.Time) string {
 }
 
 // PlanBooking decides a booking without changing the table: the booking to
-// persist, or a refusal that says why and what to do.
+// persist, or a refusal that says why and what to do. Its note was checked
+// where the request was made (BookRequest.Validate).
 func (t *Table) PlanBooking(c Caller, req BookRequest, snap nodeprobe.Snapshot, now time.Time, p Policy) (Lease, error) {
 	var err error
 	if req.Kind, err = kindOrDefault(req.Kind); err != nil {
@@ -281,9 +282,6 @@ func (t *Table) PlanBooking(c Caller, req BookRequest, snap nodeprobe.Snapshot, 
 		return Lease{}, err
 	}
 	if err := CheckBookingLength(p, dur); err != nil {
-		return Lease{}, err
-	}
-	if err := words.CheckNote(req.Note); err != nil {
 		return Lease{}, err
 	}
 	if err := checkBookingTime(req.Start, now, p); err != nil {

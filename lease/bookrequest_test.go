@@ -40,7 +40,7 @@ func TestBookRequestValidate(t *testing.T) {
 		{name: "a request id too short", req: lease.BookRequest{Count: 1, Start: start, Duration: time.Hour, RequestID: "x"},
 			want: `request id "x" must be 8 to 64 letters`},
 		{name: "a count and indices", req: lease.BookRequest{Count: 2, GPUs: []int{0, 1}, Start: start, Duration: time.Hour},
-			want: "both say which GPUs: give one, not both"},
+			want: "-g 2 and --ids 0,1 both say which GPUs: give -g N for any N free GPUs, or --ids for those GPUs, not both"},
 		{name: "a run in a relative directory", req: lease.BookRequest{Count: 1, Start: start, Duration: time.Hour, Run: run(func(r *job.RunSpec) { r.Dir = "exp" })},
 			want: "must be an absolute path"},
 		{name: "a run carrying a variable that does not travel", req: lease.BookRequest{Count: 1, Start: start, Duration: time.Hour,

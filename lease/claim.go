@@ -1,6 +1,8 @@
 package lease
 
 import (
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/dibs-gpu/dibs/base/refusal"
@@ -59,6 +61,12 @@ type Claim struct {
 	// travels: the edge picks the node a claim goes to (or a queued
 	// entry carries its own, QueueEntry.NodeChoice).
 	Where NodeChoice `json:"-"`
+	// CPUsPerGPU asks for that many of each GPU's local cores, chosen at
+	// the grant and kept on the lease (Lease.CPUs); 0 binds the session
+	// to all of them.
+	CPUsPerGPU int `json:"cpus_per_gpu,omitempty"`
+	// AnyCPU asks for no binding at all (--cpus any).
+	AnyCPU bool `json:"any_cpu,omitempty"`
 }
 
 // Validate refuses a claim no node could grant as asked, with words for
@@ -96,6 +104,9 @@ func (c Claim) Validate() error {
 	if err := c.checkWant(); err != nil {
 		return err
 	}
+	if err := c.checkCPUAsk(); err != nil {
+		return err
+	}
 	if err := c.Where.Check(); err != nil {
 		return err
 	}
@@ -119,20 +130,26 @@ func (c Claim) checkWant() error {
 
 // CheckCountOrIDs refuses a request that both counts GPUs and names them:
 // the two say which GPUs in two ways, and dibs does not guess which was
-// meant. Claims and bookings share it, so the rule and its words live once.
-func CheckCountOrIDs(count int, gpus []int) error {
-	if count > 0 && len(gpus) > 0 {
-		return refusal.Invalidf("a count (%d) and GPU indices (%v) both say which GPUs: give one, not both", count, gpus)
-	}
-	return nil
-}
+// meant. Claims, bookings and the command line (before it sends) share it,
+// so the rule and its words live once; the words are the flags', which
+// every way of asking (API, peer, TUI) maps onto.
+func CheckCountOrIDs(count int, gpus []int) error { return countOrIDs(count, gpus, false) }
 
 // countDisagrees is the planners' (Table.Plan, Table.Book) looser form of
-// CheckCountOrIDs, for a request that skipped Validate: a count that matches
-// the GPUs named beside it says the same thing twice and passes.
-func countDisagrees(count int, gpus []int) error {
-	if len(gpus) > 0 && count > 0 && count != len(gpus) {
-		return refusal.Invalidf("asked for %s but named %d: give either -g N or --ids", words.GPUCount(count), len(gpus))
+// CheckCountOrIDs, for a request that skipped Validate (a peer's): a count
+// that matches the GPUs named beside it says the same thing twice and
+// passes.
+func countDisagrees(count int, gpus []int) error { return countOrIDs(count, gpus, true) }
+
+// countOrIDs is the rule of CheckCountOrIDs; with sameCountPasses a count
+// equal to the number of GPUs named passes.
+func countOrIDs(count int, gpus []int, sameCountPasses bool) error {
+	if count <= 0 || len(gpus) == 0 || sameCountPasses && count == len(gpus) {
+		return nil
 	}
-	return nil
+	ids := make([]string, len(gpus))
+	for i, g := range gpus {
+		ids[i] = strconv.Itoa(g)
+	}
+	return refusal.Invalidf("-g %d and --ids %s both say which GPUs: give -g N for any N free GPUs, or --ids for those GPUs, not both", count, strings.Join(ids, ","))
 }

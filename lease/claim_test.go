@@ -36,7 +36,7 @@ func TestClaimValidate(t *testing.T) {
 		{name: "a run", claim: lease.Claim{Count: 1, Run: run(func(*job.RunSpec) {})}},
 		{name: "a negative count", claim: lease.Claim{Count: -1}, want: "GPU count must be positive, got -1"},
 		{name: "more GPUs than a node has", claim: lease.Claim{Count: words.MaxGPUsPerNode + 1}, want: "is out of range"},
-		{name: "a count and indices", claim: lease.Claim{Count: 2, GPUs: []int{0, 1}}, want: "both say which GPUs: give one, not both"},
+		{name: "a count and indices", claim: lease.Claim{Count: 2, GPUs: []int{0, 1}}, want: "-g 2 and --ids 0,1 both say which GPUs: give -g N for any N free GPUs, or --ids for those GPUs, not both"},
 		{name: "a negative GPU index", claim: lease.Claim{GPUs: []int{-1}}, want: "-1"},
 		{name: "a negative time", claim: lease.Claim{Count: 1, Duration: -time.Hour}, want: "time limit -1h is out of range"},
 		{name: "an unknown kind", claim: lease.Claim{Count: 1, Kind: "urgent"}, want: `unknown lease kind "urgent"`},

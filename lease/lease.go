@@ -158,6 +158,13 @@ type Lease struct {
 	// lease's GPUs count as the holder's, not as squatters. At most
 	// MaxContainers; older agents ignore the field.
 	Containers []string `json:"containers,omitempty"`
+	// CPUs are the cores chosen for the lease (--cpus-per-gpu), one Linux
+	// CPU list per GPU in the order of GPUs, which its session is bound
+	// to; empty when none were asked for (the session is then bound to
+	// its GPUs' local cores). Agents before protocol 8 ignore the field.
+	CPUs []string `json:"cpus,omitempty"`
+	// AnyCPU: the holder asked for no binding (--cpus any).
+	AnyCPU bool `json:"any_cpu,omitempty"`
 	// Service is the service this lease runs (Kind service): its
 	// definition and what its supervisor last saw. Its Job holds the
 	// command, which travels whole to every node so a move survives the
@@ -188,6 +195,9 @@ func (l *Lease) EachString(f func(field string, p *string)) {
 	for i := range l.Containers {
 		f("container", &l.Containers[i])
 	}
+	for i := range l.CPUs {
+		f("cpus", &l.CPUs[i])
+	}
 	l.Job.EachString(f)
 	if l.Service != nil {
 		f("service", &l.Service.Name)
@@ -198,7 +208,7 @@ func (l *Lease) EachString(f func(field string, p *string)) {
 }
 
 // CheckText refuses a lease holding text no correct agent writes: every
-// string of a lease is checked where it is made (notes by checkNote, names
+// string of a lease is checked where it is made (notes by CheckNote, names
 // by the agent), so a control character, bidi control or invisible
 // character in one means the lease came from a broken or hostile peer.
 func (l *Lease) CheckText() error {

@@ -220,6 +220,13 @@ type LedgerCompactor interface {
 // one row (FoldInto), so their GPU-seconds still count.
 const DefaultLedgerPerUserDay = 2000
 
+// RunsPerLedgerDay is how many times DefaultLedgerPerUserDay (or the
+// configured cap) a person's runs — leases with a session — are kept one by
+// one in a day before they fold too: 20,000 by default, far past a day of
+// work, so `dibs history` lists every real run, while a `dibs run -- true`
+// loop (a tmux session each) is bounded like a claim/release loop.
+const RunsPerLedgerDay = 10
+
 // FoldInto adds ended lease e to row, the compacted row of the same person
 // and day (or, when row is zero, starts one from e).
 func FoldInto(row, e LedgerEntry) LedgerEntry {

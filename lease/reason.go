@@ -41,6 +41,11 @@ const (
 	// EndBooked: the lease was still there, past its end, when a booking
 	// of its GPUs began.
 	EndBooked EndReason = "booked"
+	// EndRebooted: the lease's node rebooted (the kernel's boot id changed
+	// while its agent was down), so the session it held died with every
+	// other process of the node. A run that ends so failed: --requeue puts
+	// it back in the queue, and its gang fails as after a node loss.
+	EndRebooted EndReason = "node-rebooted"
 	// EndCrashLoop: a service restarted too often in a short while
 	// (service.Rules): stopped, its log kept, its owner told.
 	EndCrashLoop EndReason = "crash-loop"
@@ -159,6 +164,8 @@ func (r EndReason) Words() string {
 		return "because its booked time passed while its node could not start it"
 	case EndBooked:
 		return "because a booking of its GPUs began while it was past its end"
+	case EndRebooted:
+		return "because its node rebooted (its session died with the node)"
 	case EndCrashLoop:
 		return "because its service crash-looped (restarted too often): its log is kept"
 	}

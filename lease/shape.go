@@ -41,6 +41,9 @@ func (l *Lease) Validate() error {
 	if err := words.CheckNote(l.Note); err != nil {
 		return refusal.Wrapf(refusal.CodeInvalid, err, "lease %s: %v", l.ID, err)
 	}
+	if err := l.checkCPUs(); err != nil {
+		return err
+	}
 	if err := l.CheckText(); err != nil {
 		return refusal.Wrapf(refusal.CodeInvalid, err, "lease %s: %v", l.ID, err)
 	}

@@ -122,14 +122,25 @@ func (t *Table) Current(id string, token uint64) bool {
 }
 
 // PlanClaim decides a claim without changing the table: the lease to persist,
-// or a refusal that says why and what to do.
+// or a refusal that says why and what to do. The claim's text (its note)
+// was checked where it was made (Claim.Validate: at the edge, and again by
+// agent/peer on what arrives), so it is not checked twice here.
 func (t *Table) PlanClaim(c Caller, req Claim, snap nodeprobe.Snapshot, now time.Time, p Policy) (Lease, error) {
+	l, err := t.planClaim(c, req, snap, now, p)
+	if err != nil {
+		return Lease{}, err
+	}
+	if err := t.planCPUs(&l, req, snap); err != nil {
+		return Lease{}, err
+	}
+	return l, nil
+}
+
+// planClaim is PlanClaim's GPUs and time: the lease before its cores.
+func (t *Table) planClaim(c Caller, req Claim, snap nodeprobe.Snapshot, now time.Time, p Policy) (Lease, error) {
 	var dur time.Duration
 	var err error
 	if req.Kind, dur, err = req.Limit(p); err != nil {
-		return Lease{}, err
-	}
-	if err := words.CheckNote(req.Note); err != nil {
 		return Lease{}, err
 	}
 	if req.Service != nil && req.Count == 0 && len(req.GPUs) == 0 && req.MIG == "" && req.MemMiB == 0 {

@@ -52,11 +52,16 @@ const (
 	// starts only after every part of each ended, and for --after only if
 	// it ran and was not cancelled.
 	CheckDependency = "dependency-order"
+	// CheckReboot: every lease running a session on a node that rebooted
+	// or lost power ends, once its agent is back, for the reboot
+	// (lease.EndRebooted) within CheckOptions.RebootWithin; no lease ends
+	// so unless its node rebooted while it was held.
+	CheckReboot = "reboot-end"
 )
 
 // allChecks lists every check in the order a report shows them.
 func allChecks() []string {
-	return []string{CheckGPU, CheckAckedLease, CheckTokens, CheckQueueLost, CheckRunTwice, CheckArrayTwice, CheckArrayLost, CheckArrayThrottle, CheckDependency, CheckGang, CheckRestart, CheckConvergence, CheckFalseDead}
+	return []string{CheckGPU, CheckAckedLease, CheckTokens, CheckQueueLost, CheckRunTwice, CheckArrayTwice, CheckArrayLost, CheckArrayThrottle, CheckDependency, CheckGang, CheckRestart, CheckReboot, CheckConvergence, CheckFalseDead}
 }
 
 // CheckOptions tunes Check; the zero value is what Check uses.
@@ -85,6 +90,10 @@ type CheckOptions struct {
 	// node's last write before a quiet spell; a node killed or paused is
 	// given it again from its return.
 	PublishWithin time.Duration
+	// RebootWithin is how soon after a rebooted node's agent is back the
+	// leases whose sessions died with the node must have ended (default
+	// 5 s; the agent ends them before it serves).
+	RebootWithin time.Duration
 	// MinChunk is how many operations a GPU's chunk holds at least before
 	// the history is cut at the next quiescent point (default 128).
 	MinChunk int
@@ -107,6 +116,9 @@ func (o CheckOptions) withDefaults() CheckOptions {
 	}
 	if o.PublishWithin <= 0 {
 		o.PublishWithin = 250 * time.Millisecond
+	}
+	if o.RebootWithin <= 0 {
+		o.RebootWithin = 5 * time.Second
 	}
 	if o.MinChunk <= 0 {
 		o.MinChunk = 128
@@ -196,6 +208,7 @@ func CheckWith(h *History, o CheckOptions) Report {
 	r.Violations = append(r.Violations, checkDependencies(x)...)
 	r.Violations = append(r.Violations, checkGangs(x, o)...)
 	r.Violations = append(r.Violations, checkRestartKeptWork(x, o)...)
+	r.Violations = append(r.Violations, checkReboots(x, o)...)
 	r.Violations = append(r.Violations, checkHeals(h, o)...)
 	r.Violations = append(r.Violations, checkExpiry(h)...)
 	for i := range r.Violations {
@@ -264,8 +277,7 @@ func (r Report) String() string {
 			countsText(r.OpsByKind, []OpKind{OpClaim, OpRelease, OpExtend, OpRead, OpSubmit, OpCancel}),
 			countsText(r.OpsByOutcome, []Outcome{OK, Refused, Unknown}), r.Writes)
 	}
-	kinds := []FaultKind{FaultKill, FaultRestart, FaultPause, FaultPartition, FaultLoss, FaultDelay, FaultDuplicate, FaultClockStep, FaultFsync, FaultDiskFull, FaultSlowDisk}
-	fmt.Fprintf(&b, "faults: %d (%s)\n", r.Faults, countsText(r.FaultsByKind, kinds))
+	fmt.Fprintf(&b, "faults: %d (%s)\n", r.Faults, countsText(r.FaultsByKind, AllFaults()))
 	if r.Heals == 0 {
 		b.WriteString("heals: none measured\n")
 	} else {

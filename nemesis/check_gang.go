@@ -254,7 +254,7 @@ func rankBreaks(x *index, a *gangAttempt, in *instance, t0 int64, lostAfter time
 		if f.Start >= to || f.Healed <= from {
 			continue
 		}
-		cut := (f.Kind == FaultKill || f.Kind == FaultRestart || f.Kind == FaultPause) && slices.Contains(f.Nodes, in.node)
+		cut := (agentDown(f.Kind) || f.Kind == FaultPause) && slices.Contains(f.Nodes, in.node)
 		if f.Kind == FaultPartition && slices.Contains(f.Nodes, in.node) != slices.Contains(f.Nodes, a.origin) {
 			cut = true
 		}

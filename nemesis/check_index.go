@@ -89,7 +89,7 @@ func newIndex(h *History, o CheckOptions) *index {
 	}
 	for i := range h.Faults {
 		f := &h.Faults[i]
-		if f.Kind != FaultKill && f.Kind != FaultRestart && f.Kind != FaultPause {
+		if !agentDown(f.Kind) && f.Kind != FaultPause {
 			continue
 		}
 		for _, n := range f.Nodes {

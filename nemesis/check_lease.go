@@ -58,7 +58,7 @@ func checkRestarts(x *index) []Violation {
 	var out []Violation
 	for fi := range h.Faults {
 		f := &h.Faults[fi]
-		if f.Kind != FaultKill && f.Kind != FaultRestart {
+		if !agentDown(f.Kind) {
 			continue
 		}
 		for _, node := range f.Nodes {
@@ -177,7 +177,7 @@ func checkTokens(x *index) []Violation {
 					History: []string{writeLine(h, top)}}
 				for fi := range h.Faults {
 					f := &h.Faults[fi]
-					if (f.Kind == FaultKill || f.Kind == FaultRestart) && slices.Contains(f.Nodes, node) && f.Start <= h.Writes[i].Start && f.Healed >= h.Writes[top].Done {
+					if agentDown(f.Kind) && slices.Contains(f.Nodes, node) && f.Start <= h.Writes[i].Start && f.Healed >= h.Writes[top].Done {
 						v.History = append(v.History, faultLine(f))
 					}
 				}

@@ -149,14 +149,18 @@ type rankKey struct {
 	rank  int
 }
 
-// checkRunTwice checks that no attempt of a queue entry runs twice: the
-// leases of one (attempt, rank) never overlap, and a second one is granted
-// only after the first ended as an uncommitted gang reservation — that is
-// a placement that failed (expired, or given back by the scheduler when
-// another rank could not be reserved); the scheduler may then place the
-// same attempt again. A node refuses an attempt that ran there (committed)
-// to ever run again, and a requeued entry runs under the next attempt's
-// key, so any other second lease is the entry run twice.
+// checkRunTwice checks that no attempt of a queue entry runs twice: of
+// the leases of one (attempt, rank), every one but the last ended as an
+// uncommitted gang reservation — a placement that failed (expired, or
+// given back by the scheduler when another rank could not be reserved);
+// the scheduler may then place the same attempt again. Such a reservation
+// may still stand when the next placement is granted: a node that made it
+// durable as it went away (stopping, cut off) could not answer, so the
+// scheduler placed the rank elsewhere, and the orphan expired unused —
+// nothing ran in it, and nothing can commit it (a commit names its lease).
+// A node refuses an attempt that ran there (committed) to ever run again,
+// and a requeued entry runs under the next attempt's key, so any other
+// second lease is the entry run twice.
 func checkRunTwice(x *index) []Violation {
 	h := x.h
 	groups := map[rankKey][]*instance{}
@@ -183,8 +187,8 @@ func checkRunTwice(x *index) []Violation {
 			b := g[j]
 			granted := h.Writes[b.puts[0]].Done
 			for _, a := range g[:j] {
-				if a.end >= 0 && a.reservedAtEnd && h.Writes[a.end].Start <= granted {
-					continue
+				if a.end >= 0 && a.reservedAtEnd {
+					continue // nothing ran in it, whenever it ended
 				}
 				what := fmt.Sprintf("attempt %s rank %d was granted twice: %s on %s, then %s on %s", k.entry, k.rank, a.id, a.node, b.id, b.node)
 				switch {

@@ -63,7 +63,7 @@ func restartLines(x *index, a *gangAttempt) []string {
 	var lines []string
 	for i := range h.Faults {
 		f := &h.Faults[i]
-		if f.Kind != FaultKill && f.Kind != FaultRestart {
+		if !agentDown(f.Kind) {
 			continue
 		}
 		if slices.ContainsFunc(f.Nodes, func(n string) bool { return slices.Contains(nodes, n) }) {

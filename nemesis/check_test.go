@@ -252,6 +252,32 @@ func TestCheckQueueAndGangs(t *testing.T) {
 			b.end(r1.ID, r1.GPUs, lease.ExitReason(0), 1000, 1001)
 			return b.history(2000)
 		}},
+		{name: "a reservation whose answer was lost, expired unused while the rank ran elsewhere, passes", build: func(b *builder) *History {
+			e := gangEntry()
+			b.entry(e, 0, 0.1)
+			orphan := rank("n2", 1, []int{0}, e.Key(), 1)
+			b.put(orphan, 1, 2) // durable as n2 went away: the scheduler never heard
+			b.fault(FaultRestart, []string{"n2"}, 0.5, 3000)
+			r0, r1 := rank("n1", 1, []int{0}, e.Key(), 0), rank("n3", 1, []int{0}, e.Key(), 1)
+			b.put(r0, 500, 501)
+			b.put(r1, 500, 501)
+			b.put(commit(r0), 502, 503)
+			b.put(commit(r1), 502, 503)
+			b.end(orphan.ID, orphan.GPUs, lease.EndReservationExpired, 5000, 5001)
+			b.end(r0.ID, r0.GPUs, lease.ExitReason(0), 9000, 9001)
+			b.end(r1.ID, r1.GPUs, lease.ExitReason(0), 9000, 9001)
+			return b.history(20000)
+		}},
+		{name: "a rank committed on two nodes at once fails", fails: CheckRunTwice, names: []string{"put n2-1", "put n3-1"}, build: func(b *builder) *History {
+			e := gangEntry()
+			b.entry(e, 0, 0.1)
+			a, c := rank("n2", 1, []int{0}, e.Key(), 1), rank("n3", 1, []int{0}, e.Key(), 1)
+			b.put(a, 1, 2)
+			b.put(c, 500, 501)
+			b.put(commit(a), 502, 503)
+			b.put(commit(c), 502, 503)
+			return b.history(20000)
+		}},
 		{name: "a gang partial beyond the reservation lifetime fails", fails: CheckGang, names: []string{"put n2-1", "end n3-1", "reservation-expired"}, build: func(b *builder) *History {
 			e := gangEntry()
 			b.entry(e, 0, 0.1)
@@ -420,7 +446,7 @@ func TestReportSummary(t *testing.T) {
 		"faults: 2 (kill 1, partition 1)\n",
 		"heals: none measured\n",
 		"linearizability: 2 GPUs in 2 chunks, 0 undecided",
-		"violations: 0 (gpu-linearizable 0, acked-lease-lost 0, token-order 0, queue-entry-lost 0, entry-run-twice 0, array-task-twice 0, array-task-lost 0, array-throttle 0, dependency-order 0, gang-partial 0, restart-ended-work 0, convergence 0, false-dead 0)\n",
+		"violations: 0 (gpu-linearizable 0, acked-lease-lost 0, token-order 0, queue-entry-lost 0, entry-run-twice 0, array-task-twice 0, array-task-lost 0, array-throttle 0, dependency-order 0, gang-partial 0, restart-ended-work 0, reboot-end 0, convergence 0, false-dead 0)\n",
 	} {
 		if !strings.Contains(s, want) {
 			t.Errorf("the summary lacks %q:\n%s", want, s)

@@ -21,6 +21,7 @@ type nodeClock struct {
 	wall   time.Time     // the wall time frozen at the pause
 	mono   time.Duration // the monotonic time frozen at the pause
 	resume chan struct{} // closed when the pause ends
+	boot   string        // the boot id after a reboot ("": the system's)
 }
 
 func newNodeClock(sys clock.Clock) *nodeClock {
@@ -49,8 +50,26 @@ func (c *nodeClock) Mono() time.Duration {
 	return c.sys.Mono()
 }
 
-// Boot implements clock.Clock.
-func (c *nodeClock) Boot() string { return c.sys.Boot() }
+// Boot implements clock.Clock: the system's boot id until the nemesis
+// reboots the node, then the boot id Reboot gave it. (The monotonic clock
+// goes on counting across a reboot here, where a real one restarts near
+// zero: a lease's limits written under another boot are measured again
+// from the wall clock either way.)
+func (c *nodeClock) Boot() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.boot != "" {
+		return c.boot
+	}
+	return c.sys.Boot()
+}
+
+// Reboot gives the node a new kernel boot id, as a reboot does.
+func (c *nodeClock) Reboot(boot string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.boot = boot
+}
 
 // Step moves the wall clock by d from the system's (0 puts it right).
 func (c *nodeClock) Step(d time.Duration) {

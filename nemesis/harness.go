@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net"
+	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -45,7 +47,7 @@ type Options struct {
 // AllFaults are every fault the nemesis knows.
 func AllFaults() []FaultKind {
 	return []FaultKind{FaultKill, FaultRestart, FaultPause, FaultPartition, FaultLoss, FaultDelay, FaultDuplicate,
-		FaultClockStep, FaultFsync, FaultDiskFull, FaultSlowDisk}
+		FaultClockStep, FaultFsync, FaultDiskFull, FaultSlowDisk, FaultReboot, FaultPowerCut}
 }
 
 // ConvergeWithin is how soon after a heal every board must show the
@@ -63,6 +65,11 @@ type member struct {
 	mu    sync.Mutex // guards store and boot against a kill
 	store *recordedStore
 	boot  int
+	// tmux is the node's own TMUX_TMPDIR: its tmux servers are the
+	// node's processes, which a reboot or a power cut ends.
+	tmux string
+	// kernelBoots counts the node's reboots, for its boot ids.
+	kernelBoots int
 }
 
 type harness struct {
@@ -93,11 +100,14 @@ func Run(tb testing.TB, o Options) *History {
 	}
 	deadline := time.Now().Add(o.Duration)
 	lastProgress := time.Now()
-	// Faults come in rounds: every kind once, in a random order, so even a
-	// short run injects each.
+	// Faults come in rounds: every kind once, in a random order, and the
+	// first round is finished even past the deadline, so even a short run
+	// injects each.
 	var round []FaultKind
-	for time.Now().Before(deadline) || h.opsDone.Load() < int64(o.MinOps) {
+	rounds := 0
+	for time.Now().Before(deadline) || h.opsDone.Load() < int64(o.MinOps) || (rounds == 1 && len(round) > 0) {
 		if len(round) == 0 {
+			rounds++
 			round = slices.Clone(o.Faults)
 			h.rng.Shuffle(len(round), func(i, j int) { round[i], round[j] = round[j], round[i] })
 		}
@@ -121,13 +131,12 @@ func (h *harness) start() {
 	for i := range key {
 		key[i] = byte(h.rng.Uint32())
 	}
-	tmux := agenttest.TmuxDir(h.tb)
 	policy := lease.DefaultPolicy()
 	policy.EndAction = lease.ActionEnd
 	policy.WarnBefore = time.Second
 	var opts []agenttest.Options
 	for i := range h.opts.Nodes {
-		m := &member{name: fmt.Sprintf("node%02d", i+1), port: freePort(h.tb), clock: newNodeClock(clock.Real())}
+		m := &member{name: fmt.Sprintf("node%02d", i+1), port: freePort(h.tb), clock: newNodeClock(clock.Real()), tmux: agenttest.TmuxDir(h.tb)}
 		h.members = append(h.members, m)
 		h.net.name(fmt.Sprintf("127.0.0.1:%d", m.port), m.name)
 		h.rec.h.GPUs[m.name] = h.opts.GPUs
@@ -142,7 +151,7 @@ func (h *harness) start() {
 		m.store = &recordedStore{Store: storetest.New(storetest.Options{Sleep: time.Sleep}), node: m.name, rec: h.rec, mono: m.clock.sys.Mono}
 		opts = append(opts, agenttest.Options{
 			Name: m.name, Sim: fmt.Sprintf("%dxH100-80GB", h.opts.GPUs), Policy: policy, Sched: h.sched,
-			TmuxTmpDir: tmux, Clock: m.clock, Store: m.store, Quiet: true,
+			TmuxTmpDir: m.tmux, Clock: m.clock, Store: m.store, Quiet: true,
 			Cluster: &agent.ClusterSettings{BindAddr: "127.0.0.1", BindPort: m.port, Join: join, Name: "nemesis", Key: key, Fast: true, Faults: h.net.For(m.name)},
 		})
 	}
@@ -159,33 +168,82 @@ func (h *harness) start() {
 // starts it again on what its store holds.
 func (h *harness) restart(m *member) func() {
 	m.node.Stop()
-	m.mu.Lock()
-	durable := m.store.Crash() // closed cleanly: everything written is there
-	m.mu.Unlock()
-	return func() {
-		m.mu.Lock()
-		m.boot++
-		m.store = &recordedStore{Store: durable, node: m.name, boot: m.boot, rec: h.rec, mono: m.clock.sys.Mono}
-		m.node.Opts.Store = m.store
-		m.mu.Unlock()
-		m.node.Restart()
-	}
+	durable := m.crashStore() // closed cleanly: everything written is there
+	return func() { h.reopen(m, durable) }
 }
 
 // kill crashes m's agent (only what its store made durable survives) and
 // returns the restart.
 func (h *harness) kill(m *member) func() {
-	m.mu.Lock()
-	durable := m.store.Crash()
-	m.mu.Unlock()
+	durable := m.crashStore()
 	m.node.Crash()
+	return func() { h.reopen(m, durable) }
+}
+
+// crashStore ends m's store as a crash would and returns the store of what
+// it made durable.
+func (m *member) crashStore() *storetest.Store {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.store.Crash()
+}
+
+// reopen starts m's agent again, its next boot, on durable.
+func (h *harness) reopen(m *member, durable *storetest.Store) {
+	h.nextBoot(m, durable)
+	m.node.Restart()
+}
+
+// nextBoot gives m the store of its next boot, recorded.
+func (h *harness) nextBoot(m *member, durable *storetest.Store) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.boot++
+	m.store = &recordedStore{Store: durable, node: m.name, boot: m.boot, rec: h.rec, mono: m.clock.sys.Mono}
+	m.node.Opts.Store = m.store
+}
+
+// reboot reboots m cleanly (its agent stopped as SIGTERM stops it, its
+// store closed whole) or, when cut, cuts its power (the agent dies at
+// once, its store keeps only what it synced); either way every process of
+// the node ends, and the returned heal brings it back under a new kernel
+// boot id.
+//
+// What a cut loses, honestly modelled: storetest makes a write durable —
+// synced, as bbolt fsyncs each commit before it returns — at the instant
+// the write returns nil, and never holds anything written and not yet
+// synced; so what survives a cut is exactly what Crash keeps (every write
+// that returned, none in flight). A kill here is thus as harsh on the
+// store as a power cut (a real kill -9 keeps the page cache, so it keeps
+// more); what a cut takes beyond a kill is everything outside the store:
+// every session and its processes, and the boot the leases were written
+// under. The files the agent writes beside its store (the boot id, the
+// runs kept for export) are on the real disk here: the FUSE power-cut
+// test is what drops their unsynced writes.
+func (h *harness) reboot(m *member, cut bool) func() {
+	var heal func()
+	if cut {
+		heal = h.kill(m)
+	} else {
+		heal = h.restart(m)
+	}
+	powerOff(m.tmux)
 	return func() {
-		m.mu.Lock()
-		m.boot++
-		m.store = &recordedStore{Store: durable, node: m.name, boot: m.boot, rec: h.rec, mono: m.clock.sys.Mono}
-		m.node.Opts.Store = m.store
-		m.mu.Unlock()
-		m.node.Restart()
+		// A session the dying agent was still starting may have come up
+		// after the power went: it did not outlive the reboot either.
+		powerOff(m.tmux)
+		m.kernelBoots++
+		m.clock.Reboot(fmt.Sprintf("nemesis-%s-boot-%d", m.name, m.kernelBoots))
+		heal()
+	}
+}
+
+// powerOff ends every tmux server under dir, and so every session and
+// every process in them, as a node's power going out does.
+func powerOff(dir string) {
+	socks, _ := filepath.Glob(filepath.Join(dir, "tmux-*", "*"))
+	for _, s := range socks {
+		exec.Command("tmux", "-S", s, "kill-server").Run()
 	}
 }
 

@@ -171,7 +171,27 @@ const (
 	FaultFsync    FaultKind = "fsync-error"
 	FaultDiskFull FaultKind = "disk-full"
 	FaultSlowDisk FaultKind = "slow-disk"
+	// FaultReboot: a node reboots cleanly (an admin's `reboot`): its agent
+	// stops as SIGTERM stops it, its store closed whole, every process of
+	// the node ends (its tmux servers, every session), and it comes back
+	// at Healed under a new kernel boot id.
+	FaultReboot FaultKind = "reboot"
+	// FaultPowerCut: a node loses power: everything it had not synced is
+	// gone (its store keeps only what it made durable, the write in
+	// flight is lost), every process ends at once with no goodbye, and it
+	// comes back at Healed under a new kernel boot id.
+	FaultPowerCut FaultKind = "power-cut"
 )
+
+// agentDown reports whether a fault of kind takes a node's agent down
+// and starts it again at the heal (a pause only stops it).
+func agentDown(kind FaultKind) bool {
+	return kind == FaultKill || kind == FaultRestart || kind == FaultReboot || kind == FaultPowerCut
+}
+
+// rebootFault reports whether a fault of kind ends every session of its
+// node under a new boot id.
+func rebootFault(kind FaultKind) bool { return kind == FaultReboot || kind == FaultPowerCut }
 
 // Fault is one fault from injection to heal.
 type Fault struct {
@@ -183,6 +203,10 @@ type Fault struct {
 	// nanoseconds since the run started (as every time in a History).
 	Start  int64
 	Healed int64
+	// Off is when a rebooted node's last process had ended (FaultReboot,
+	// FaultPowerCut): what its agent wrote until then it wrote before
+	// the power went.
+	Off    int64 `json:",omitempty"`
 	Detail string
 }
 

@@ -31,6 +31,11 @@ func (h *harness) fault(kind FaultKind) {
 		// past it, as a slow upgrade may be.
 		hold = h.between(500*time.Millisecond, 7*time.Second)
 		heal = h.restart(m)
+	case FaultReboot, FaultPowerCut:
+		// A reboot takes a while; the grace (5 s) may pass or not.
+		hold = h.between(time.Second, 8*time.Second)
+		heal = h.reboot(m, kind == FaultPowerCut)
+		f.Off = h.rec.now()
 	case FaultPause:
 		// Longer than the failure detector takes to call it dead.
 		hold = h.between(4*time.Second, 9*time.Second)

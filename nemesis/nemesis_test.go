@@ -5,6 +5,8 @@ import (
 	"flag"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 )
@@ -17,6 +19,7 @@ var (
 	report   = flag.String("nemesis.report", "", "also write the report to this file")
 	dump     = flag.String("nemesis.history", "", "write the whole history to this file as JSON, for a closer look")
 	replay   = flag.String("nemesis.replay", "", "TestNemesisReplay checks the history in this file (written by -nemesis.history) again, with this checker")
+	faults   = flag.String("nemesis.faults", "", "only these faults, comma-separated (e.g. reboot,power-cut; default every kind)")
 	strict   = flag.Bool("nemesis.strict", false, "fail on the timing promises too (every heal within 5 s, no false dead); without it they are reported, and only safety fails the test")
 )
 
@@ -41,7 +44,16 @@ func TestNemesis(t *testing.T) {
 		d = 2 * time.Minute
 	}
 	start := time.Now()
-	h := Run(t, Options{Nodes: *nodes, Duration: d, MinOps: *minOps, Seed: *seed, Progress: func(s string) { t.Log(s) }})
+	var kinds []FaultKind
+	if *faults != "" {
+		for _, k := range strings.Split(*faults, ",") {
+			if !slices.Contains(AllFaults(), FaultKind(k)) {
+				t.Fatalf("-nemesis.faults: no fault %q: the kinds are %v", k, AllFaults())
+			}
+			kinds = append(kinds, FaultKind(k))
+		}
+	}
+	h := Run(t, Options{Nodes: *nodes, Duration: d, MinOps: *minOps, Seed: *seed, Faults: kinds, Progress: func(s string) { t.Log(s) }})
 	if *dump != "" {
 		b, _ := json.Marshal(h)
 		if err := os.WriteFile(*dump, b, 0o644); err != nil {
@@ -77,7 +89,10 @@ func TestNemesis(t *testing.T) {
 			t.Logf("%d timing promises broken (above): reported, not failed without -nemesis.strict", timing)
 		}
 	}
-	for _, k := range AllFaults() {
+	if kinds == nil {
+		kinds = AllFaults()
+	}
+	for _, k := range kinds {
 		if r.FaultsByKind[k] == 0 {
 			t.Errorf("no %s fault was injected: run longer", k)
 		}

@@ -35,6 +35,10 @@ type Options struct {
 	// ProcRoot is where procfs is mounted; empty means /proc. An agent in a
 	// container with the host's /proc mounted elsewhere points it there.
 	ProcRoot string
+	// SysRoot is where sysfs is mounted; empty means /sys. The nvidia-smi
+	// backend reads each GPU's local CPUs there (bus/pci/devices/ID/
+	// local_cpulist and numa_node), which nvidia-smi's CSV does not give.
+	SysRoot string
 }
 
 // WithDefaults fills the optional hooks so backends never check for nil.
@@ -47,6 +51,9 @@ func (o Options) WithDefaults() Options {
 	}
 	if o.ProcRoot == "" {
 		o.ProcRoot = "/proc"
+	}
+	if o.SysRoot == "" {
+		o.SysRoot = "/sys"
 	}
 	return o
 }

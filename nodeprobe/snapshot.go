@@ -75,6 +75,15 @@ type GPU struct {
 	MIGDevices     []MIGDevice `json:"mig_devices,omitempty"`
 	Links          []Link      `json:"links,omitempty"`
 	Processes      []Process   `json:"processes"`
+	// CPUs are the logical CPUs local to the GPU (those of its NUMA node,
+	// NVML's ideal CPU set, sysfs local_cpulist), as a Linux CPU list
+	// ("0-15,32-47", ParseCPUList): a session on the GPU is bound to them
+	// so its data loaders do not run on the other socket. Empty when the
+	// backend could not tell; the board then says so instead of guessing.
+	CPUs string `json:"cpus,omitempty"`
+	// NUMANode is the GPU's NUMA node; nil when unknown (or a machine of
+	// one node that reports -1).
+	NUMANode *int `json:"numa_node,omitempty"`
 	// Error says why this GPU could not be read fully (the GPU is lost, its
 	// UUID is unreadable); empty when it answered. The board shows a GPU with
 	// an error as down, never as free.
@@ -176,6 +185,11 @@ type Process struct {
 	LeaseID string `json:"lease_id,omitempty"`
 	// MIGDevice is the UUID of the MIG device the process runs on, if any.
 	MIGDevice string `json:"mig_device,omitempty"`
+	// SMUtilPct is the process's share of the GPU's SM time over the last
+	// probe interval, from NVML's process utilization samples. Nil means
+	// not reported — MIG mode, drivers or GPUs without process sampling,
+	// the nvidia-smi backend — which is not zero: the board says so.
+	SMUtilPct *int `json:"sm_util_pct,omitempty"`
 }
 
 // EachString calls f with the JSON name and the address of every string
@@ -208,6 +222,7 @@ func (g *GPU) EachString(f func(field string, p *string)) {
 	f("pci_bus_id", &g.PCIBusID)
 	f("model", &g.Model)
 	f("mig_mode", (*string)(&g.MIG))
+	f("cpus", &g.CPUs)
 	for i := range g.MIGDevices {
 		f("mig_device.uuid", &g.MIGDevices[i].UUID)
 		f("mig_device.profile", &g.MIGDevices[i].Profile)

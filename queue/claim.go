@@ -57,6 +57,7 @@ func NewEntry(origin string, who lease.Caller, c lease.Claim, a Ask) (QueueEntry
 		Requeue: a.Requeue, MaxRestarts: a.MaxRestarts, NoRequeue: a.NoRequeue,
 		Model: cmp.Or(a.Model, c.Model), Tags: c.Tags, MemMiB: c.MemMiB, MIG: c.MIG,
 		RequestID: c.RequestID, NodeChoice: c.Where,
+		CPUsPerGPU: c.CPUsPerGPU, AnyCPU: c.AnyCPU,
 	}
 	if e.Nodes <= 1 && e.Node == "" && len(e.Only) == 1 {
 		// A nodelist of one is a pin, which every scheduler honours.
@@ -104,11 +105,12 @@ func (e QueueEntry) RankClaim(gpus []int, rank int) (lease.Claim, error) {
 }
 
 // claim is the part of the claim the entry keeps that every rank is
-// granted with: its time, kind and note, when it was queued, and what of a
-// GPU it asks for. Check reads its limit from it (lease.Claim.Limit, the
+// granted with: its time, kind and note, when it was queued, what of a
+// GPU it asks for, and its cores. Check reads its limit from it (lease.Claim.Limit, the
 // one place a claim's defaults are applied).
 func (e QueueEntry) claim() lease.Claim {
-	c := lease.Claim{Duration: e.Duration, Kind: e.Kind, Note: e.Note, QueuedAt: e.SubmittedAt, MemMiB: e.MemMiB}
+	c := lease.Claim{Duration: e.Duration, Kind: e.Kind, Note: e.Note, QueuedAt: e.SubmittedAt, MemMiB: e.MemMiB,
+		CPUsPerGPU: e.CPUsPerGPU, AnyCPU: e.AnyCPU}
 	if e.MIG != "" {
 		c.MIG, c.Model = e.MIG, e.Model
 	}

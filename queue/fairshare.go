@@ -254,3 +254,30 @@ func (fs *fairShare) factor(user string) float64 {
 	// A user with usage is among the users summed, so totalShares >= s > 0.
 	return math.Exp2(-(u / fs.total) / (s / fs.totalShares))
 }
+
+// DailyUsage is WindowUsage split at cuts (ascending; the first is the
+// window's start): one Usage per span, [cuts[i], cuts[i+1]) and the last
+// to now, each lease counted in each day by the part of it in that day.
+// `dibs usage --chart` draws it, a bar per person per day. The spans add
+// up to WindowUsage(ledger, active, cuts[0], now).
+func DailyUsage(ledger []lease.LedgerEntry, active []lease.Lease, cuts []time.Time, now time.Time) []Usage {
+	out := make([]Usage, len(cuts))
+	for i, from := range cuts {
+		end := now
+		if i+1 < len(cuts) && cuts[i+1].Before(now) {
+			end = cuts[i+1]
+		}
+		if !end.After(from) {
+			out[i] = Usage{}
+			continue
+		}
+		u := WindowUsage(ledger, active, from, end)
+		for user, secs := range u {
+			if secs == 0 { // a running lease that began after this day
+				delete(u, user)
+			}
+		}
+		out[i] = u
+	}
+	return out
+}

@@ -123,3 +123,38 @@ func TestWindowUsage(t *testing.T) {
 		}
 	}
 }
+
+// TestDailyUsage splits the window by day: a lease across midnight counts
+// in both days by its part in each, a running lease up to now, and the
+// days add up to the window's total.
+func TestDailyUsage(t *testing.T) {
+	midnight := t0.Add(-6 * time.Hour)
+	ledger := []lease.LedgerEntry{
+		// 2 GPUs from 2h before midnight to 2h after: 4 GPU-hours each day.
+		{LeaseID: "gpu-01-1", User: "alice", Start: midnight.Add(-2 * time.Hour), End: midnight.Add(2 * time.Hour), GPUSeconds: 2 * 4 * 3600},
+	}
+	// bob's 3 GPUs since an hour ago: 3 GPU-hours, all today.
+	active := []lease.Lease{held(3, bob, []int{0, 1, 2}, t0.Add(-time.Hour), 4*time.Hour)}
+	cuts := []time.Time{midnight.Add(-24 * time.Hour), midnight}
+	days := queue.DailyUsage(ledger, active, cuts, t0)
+	want := []queue.Usage{{"alice": 4 * 3600}, {"alice": 4 * 3600, "bob": 3 * 3600}}
+	if len(days) != len(want) {
+		t.Fatalf("got %d days, want %d", len(days), len(want))
+	}
+	for d := range want {
+		for u, w := range want[d] {
+			if !near(days[d][u], w) {
+				t.Errorf("day %d usage[%s] = %v, want %v", d, u, days[d][u], w)
+			}
+		}
+		if len(days[d]) != len(want[d]) {
+			t.Errorf("day %d = %v, want %v", d, days[d], want[d])
+		}
+	}
+	total := queue.WindowUsage(ledger, active, cuts[0], t0)
+	for u, w := range total {
+		if sum := days[0][u] + days[1][u]; !near(sum, w) {
+			t.Errorf("%s's days add up to %v, the window says %v", u, sum, w)
+		}
+	}
+}

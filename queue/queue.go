@@ -72,6 +72,10 @@ type QueueEntry struct {
 	// GPUsPerNode 1): a profile (3g.40gb), a MIG- UUID or GPU:INDEX, as
 	// `dibs claim --mig` takes.
 	MIG string `json:"mig,omitempty"`
+	// CPUsPerGPU and AnyCPU are the claim's (lease.Claim): the cores
+	// each rank's session is bound to. Older agents ignore them.
+	CPUsPerGPU int  `json:"cpus_per_gpu,omitempty"`
+	AnyCPU     bool `json:"any_cpu,omitempty"`
 	// RequestID is the client's id for the submission, so a retried submit
 	// whose answer was lost finds this entry instead of queueing another.
 	RequestID string `json:"request_id,omitempty"`

@@ -128,10 +128,13 @@ func IsInterpreter(word string) bool {
 // of the lease, each with the env:// variables torchrun and srun give a
 // worker, and waits for them: the first to fail stops the others and its
 // status is the script's, so a failed rank fails the run. Every copy sees
-// all the lease's GPUs; LOCAL_RANK picks one (torch.cuda.set_device).
+// all the lease's GPUs; LOCAL_RANK picks one (torch.cuda.set_device). In a
+// session bound to its GPUs' cores (launch.CPUMain exports the helper),
+// each copy runs under `_cpus rank`, bound to its own GPU's cores.
 const perGPUScript = `n=${NPROC_PER_NODE:-1}; node=${NODE_RANK:-0}
 export WORLD_SIZE=$(( ${NNODES:-1} * n )) LOCAL_WORLD_SIZE=$n GROUP_RANK=$node
 [ $# -eq 1 ] && set -- "${SHELL:-/bin/sh}" -c "$1"
+[ -n "$DIBS_CPU_HELPER" ] && [ -n "$DIBS_GPU_CPUS" ] && set -- "$DIBS_CPU_HELPER" _cpus rank "$@"
 pids=
 i=0
 while [ $i -lt $n ]; do

@@ -163,18 +163,29 @@ func (s *scheduler) visitMIG(e *QueueEntry, r *Ranked, plan *Plan) {
 	r.EstStart = s.now
 }
 
+// migNode is node i for MIG entry e, its MIG uses counted on first need;
+// nil when e may not run there (down, not among e's nodes, or over its
+// pools' quota).
+func (s *scheduler) migNode(i int, e *QueueEntry) *snode {
+	sn := &s.nodes[i]
+	if !sn.alive || !e.MayRunOn(sn.name) || !s.allows(sn, e) {
+		return nil
+	}
+	if sn.migUses == nil {
+		sn.migUses = lease.UsesOf(sn.leases)
+	}
+	return sn
+}
+
 // estimateMIG is when an instance the entry could take is first expected
 // free: the soonest end of the leases holding one (its MIG lease, or a
 // lease of its whole GPU); never when none has a known end.
 func (s *scheduler) estimateMIG(e *QueueEntry) int64 {
 	best := never
 	for i := range s.nodes {
-		sn := &s.nodes[i]
-		if !sn.alive || !e.MayRunOn(sn.name) || !s.allows(sn, e) {
+		sn := s.migNode(i, e)
+		if sn == nil {
 			continue
-		}
-		if sn.migUses == nil {
-			sn.migUses = lease.UsesOf(sn.leases)
 		}
 		for k := range sn.snap.GPUs {
 			g := &sn.snap.GPUs[k]
@@ -215,12 +226,9 @@ func (s *scheduler) reclaimMIG(e *QueueEntry, plan *Plan) string {
 	var best *lease.Lease
 	bestN, bestRank, bestIdle := -1, 0, int64(0)
 	for i := range s.nodes {
-		sn := &s.nodes[i]
-		if !sn.alive || !e.MayRunOn(sn.name) || !s.allows(sn, e) {
+		sn := s.migNode(i, e)
+		if sn == nil {
 			continue
-		}
-		if sn.migUses == nil {
-			sn.migUses = lease.UsesOf(sn.leases)
 		}
 		for k := range sn.snap.GPUs {
 			g := &sn.snap.GPUs[k]
@@ -306,12 +314,10 @@ func (s *scheduler) reclaimShared(e *QueueEntry, mm []uint64, plan *Plan) string
 	bestN, bestB := -1, -1
 	var cands []cand
 	for i := range s.nodes {
-		sn := &s.nodes[i]
-		el := s.eligible(i, e, mm)
+		sn, el, room := s.sharedNode(i, e, mm)
 		if el == 0 {
 			continue
 		}
-		room := s.sharedRooms(sn)
 		for m := el &^ sn.bookedWithin(e.Duration); m != 0; m &= m - 1 {
 			b := bits.TrailingZeros64(m)
 			if sn.total[b] < e.MemMiB || slices.ContainsFunc(sn.held[b], func(l *lease.Lease) bool { return !l.Partial() || l.MIG != "" }) {

@@ -153,6 +153,17 @@ func (s *scheduler) charge(sn *snode, user string, n float64) {
 	}
 }
 
+// sharedNode is node i for an entry e that shares a GPU: the GPUs of it e
+// may use (el, none when e may not run there) and the memory left on each
+// (sharedRooms).
+func (s *scheduler) sharedNode(i int, e *QueueEntry, mm []uint64) (sn *snode, el uint64, room []uint64) {
+	sn = &s.nodes[i]
+	if el = s.eligible(i, e, mm); el == 0 {
+		return sn, 0, nil
+	}
+	return sn, el, s.sharedRooms(sn)
+}
+
 // sharedRooms fills the node's per-GPU room for shared runs on first use.
 func (s *scheduler) sharedRooms(sn *snode) []uint64 {
 	if sn.room != nil || !sn.alive {
@@ -194,12 +205,10 @@ func (s *scheduler) visitShared(e *QueueEntry, r *Ranked, plan *Plan) {
 	bestN, bestB, bestLeft := -1, -1, uint64(0)
 	most := uint64(0)
 	for i := range s.nodes {
-		sn := &s.nodes[i]
-		el := s.eligible(i, e, mm)
+		sn, el, room := s.sharedNode(i, e, mm)
 		if el == 0 {
 			continue
 		}
-		room := s.sharedRooms(sn)
 		for m := el; m != 0; m &= m - 1 {
 			b := bits.TrailingZeros64(m)
 			most = max(most, room[b])
@@ -259,12 +268,10 @@ func (s *scheduler) visitShared(e *QueueEntry, r *Ranked, plan *Plan) {
 func (s *scheduler) estimateShared(e *QueueEntry, mm []uint64) int64 {
 	best := never
 	for i := range s.nodes {
-		sn := &s.nodes[i]
-		el := s.eligible(i, e, mm)
+		sn, el, room := s.sharedNode(i, e, mm)
 		if el == 0 {
 			continue
 		}
-		room := s.sharedRooms(sn)
 		for m := el; m != 0; m &= m - 1 {
 			b := bits.TrailingZeros64(m)
 			if sn.total[b] < e.MemMiB {

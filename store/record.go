@@ -77,6 +77,10 @@ type leaseRecord struct {
 	Group string `json:"group,omitempty"`
 	// Added with adopted containers (issue 21), optional.
 	Containers []string `json:"containers,omitempty"`
+	// Added with CPUs close to the GPUs (issue 35), optional: without
+	// them a restart would forget the cores chosen for a lease.
+	CPUs   []string `json:"cpus,omitempty"`
+	AnyCPU bool     `json:"any_cpu,omitempty"`
 	// Added with services (issue 33), optional.
 	Service *serviceRecord `json:"service,omitempty"`
 }
@@ -121,7 +125,7 @@ func leaseToRecord(l lease.Lease) leaseRecord {
 		PreemptReason: l.PreemptReason, SignalledAt: l.SignalledAt,
 		RequestID: l.RequestID, Mono: l.Mono, QueuedAt: l.QueuedAt, FinalWarned: l.FinalWarned,
 		MIG: l.MIG, MemMiB: l.MemMiB, Share: l.Share, Booked: l.Booked, Job: jobToRecord(l.Job),
-		Group: l.Group, Containers: l.Containers, Service: serviceToRecord(l.Service),
+		Group: l.Group, Containers: l.Containers, CPUs: l.CPUs, AnyCPU: l.AnyCPU, Service: serviceToRecord(l.Service),
 	}
 }
 
@@ -149,7 +153,7 @@ func (r *leaseRecord) lease() lease.Lease {
 		PreemptReason: r.PreemptReason, SignalledAt: r.SignalledAt,
 		RequestID: r.RequestID, Mono: r.Mono, QueuedAt: r.QueuedAt, FinalWarned: r.FinalWarned,
 		MIG: r.MIG, MemMiB: r.MemMiB, Share: r.Share, Booked: r.Booked, Job: r.Job.job(),
-		Group: r.Group, Containers: r.Containers, Service: r.Service.service(),
+		Group: r.Group, Containers: r.Containers, CPUs: r.CPUs, AnyCPU: r.AnyCPU, Service: r.Service.service(),
 	}
 }
 
@@ -209,6 +213,11 @@ type entryRecord struct {
 	// request would come back from a restart free to run anywhere.
 	Nodelist []string `json:"nodelist,omitempty"`
 	Exclude  []string `json:"exclude,omitempty"`
+	// Added with CPUs close to the GPUs (issue 35), optional: without
+	// them a queued request would come back from a restart without its
+	// cores.
+	CPUsPerGPU int  `json:"cpus_per_gpu,omitempty"`
+	AnyCPU     bool `json:"any_cpu,omitempty"`
 }
 
 // arrayRecord is how a job array's parent keeps its tasks (frozen, like
@@ -263,6 +272,7 @@ func entryToRecord(e queue.QueueEntry) entryRecord {
 		Restarts: e.Restarts, Attempt: e.Attempt, Running: e.Running, Model: e.Model,
 		RequestID: e.RequestID, Tags: e.Tags, MemMiB: e.MemMiB, Job: jobToRecord(e.Job), Placer: e.Placer,
 		RetryAt: e.RetryAt, RetryWhy: e.RetryWhy, MIG: e.MIG, Nodelist: e.Only, Exclude: e.NodeChoice.Exclude,
+		CPUsPerGPU: e.CPUsPerGPU, AnyCPU: e.AnyCPU,
 	}
 	r.Array, r.After = sweepToRecord(e)
 	return r
@@ -277,6 +287,7 @@ func (r *entryRecord) entry() queue.QueueEntry {
 		RequestID: r.RequestID, Tags: r.Tags, MemMiB: r.MemMiB, Job: r.Job.job(), Placer: r.Placer,
 		RetryAt: r.RetryAt, RetryWhy: r.RetryWhy, MIG: r.MIG,
 		NodeChoice: lease.NodeChoice{Only: r.Nodelist, Exclude: r.Exclude},
+		CPUsPerGPU: r.CPUsPerGPU, AnyCPU: r.AnyCPU,
 	}
 	e.Array, e.After = r.sweep()
 	return e

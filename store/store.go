@@ -17,6 +17,7 @@ import (
 	"go.etcd.io/bbolt"
 	berrors "go.etcd.io/bbolt/errors"
 
+	"github.com/dibs-gpu/dibs/base/durable"
 	"github.com/dibs-gpu/dibs/base/refusal"
 	"github.com/dibs-gpu/dibs/event"
 	"github.com/dibs-gpu/dibs/lease"
@@ -79,7 +80,11 @@ func (e versionError) Error() string {
 // holder, when another agent has the file, and refuses a file that fails its
 // checks rather than starting empty. Warnings says what it let pass.
 func Open(dir string) (*Bolt, error) {
-	if err := os.MkdirAll(dir, 0o700); err != nil {
+	// The data dir and a new file's name are synced into their parents:
+	// bbolt syncs the file's pages but not the directory, and a power cut
+	// loses a new name whose directory was never synced — with it every
+	// lease acknowledged since (TestPowerCutKeepsEveryAcknowledgedLease).
+	if err := durable.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("create data dir %s: %w", dir, err)
 	}
 	path := filepath.Join(dir, FileName)
@@ -90,6 +95,16 @@ func Open(dir string) (*Bolt, error) {
 	// something else (a failed copy, a restore, a full disk): refuse it
 	// rather than start with no leases.
 	fi, statErr := os.Stat(path)
+	if errors.Is(statErr, os.ErrNotExist) {
+		// A new file is made whole under another name and renamed into
+		// place, so a power cut during an agent's first start leaves no
+		// file or a whole one, never an empty or half-written dibs.db
+		// that the checks below would refuse.
+		if err := s.create(dir); err != nil {
+			return nil, err
+		}
+		fi, statErr = os.Stat(path)
+	}
 	if statErr == nil && fi.Size() == 0 {
 		return nil, fmt.Errorf("lease store %s is empty (0 bytes), so its leases are lost: move it aside to start empty", path)
 	}
@@ -120,6 +135,37 @@ func Open(dir string) (*Bolt, error) {
 		os.Remove(pidPath)
 	}
 	return s, nil
+}
+
+// creatingSuffix names a new store file until it is whole.
+const creatingSuffix = ".creating"
+
+// create makes a new store file: written and synced under a temporary name
+// (bbolt syncs its pages), renamed to FileName, and the directory synced.
+// A leftover temporary file, from a cut during an earlier try, is replaced.
+func (s *Bolt) create(dir string) error {
+	tmp := s.path + creatingSuffix
+	if err := os.Remove(tmp); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("create lease store %s: %w", s.path, err)
+	}
+	db, err := openBolt(tmp, false)
+	if err != nil {
+		return s.openError(dir, err)
+	}
+	if err := db.Update(create); err != nil {
+		db.Close()
+		return fmt.Errorf("create lease store %s: %w", s.path, s.explain(err))
+	}
+	if err := db.Close(); err != nil {
+		return fmt.Errorf("create lease store %s: %w", s.path, err)
+	}
+	if err := os.Rename(tmp, s.path); err != nil {
+		return fmt.Errorf("create lease store %s: %w", s.path, err)
+	}
+	if err := durable.SyncDir(dir); err != nil {
+		return fmt.Errorf("create lease store %s: %w", s.path, err)
+	}
+	return nil
 }
 
 // openError says why bbolt would not open the file.

@@ -38,6 +38,9 @@ type common struct {
 
 	board api.Board
 	ready bool // a board has arrived
+	// hist is each GPU's recent telemetry as this board saw it, for the
+	// detail pane's charts.
+	hist history
 
 	status     string
 	statusKind statusKind

@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/dibs-gpu/dibs/api"
+	"github.com/dibs-gpu/dibs/base/chart"
 	"github.com/dibs-gpu/dibs/base/words"
 	"github.com/dibs-gpu/dibs/lease"
 	"github.com/dibs-gpu/dibs/nodeprobe"
@@ -59,6 +60,10 @@ func (m detail) lines(n *api.Node, g *api.GPU, part string, selected bool, w, ma
 	}
 	row("memory", f.memory)
 	row("load", f.load)
+	if c := m.charts(n, g, w-1-lw); len(c) == 2 {
+		row("util", c[0])
+		row("mem", c[1])
+	}
 	if f.lease == "" || n.State != api.NodeAlive {
 		row("state", f.state)
 	}
@@ -70,6 +75,7 @@ func (m detail) lines(n *api.Node, g *api.GPU, part string, selected bool, w, ma
 		row("note", f.note)
 	}
 	row("booked", f.booked)
+	row("cores", f.cores)
 	for i, p := range f.parts {
 		label := ""
 		if i == 0 {
@@ -123,6 +129,10 @@ func (m detail) compactFacts(f facts, w int) []string {
 		}
 	}
 	add(f.model, prefixed("mem ", f.memory), f.load)
+	// Two charts side by side: each gets half of the line, less its label.
+	if c := m.charts(f.node, f.gpu, (w-1-len("util  · mem "))/2); len(c) == 2 {
+		add("util "+c[0], "mem "+c[1])
+	}
 	if f.lease == "" || f.state != f.holder {
 		add(f.state)
 	}
@@ -130,6 +140,7 @@ func (m detail) compactFacts(f facts, w int) []string {
 		add(f.holder, f.lease, f.time, prefixed("tmux ", f.session))
 	}
 	add(prefixed("note: ", f.note))
+	add(prefixed("cores ", f.cores))
 	for _, p := range f.parts {
 		lines = append(lines, " "+truncate(f.partsLabel+" "+p, w-1))
 	}
@@ -140,6 +151,40 @@ func (m detail) compactFacts(f facts, w int) []string {
 		lines = append(lines, " "+truncate("proc "+p, w-1))
 	}
 	return lines
+}
+
+// charts draws g's utilization and memory over the last minutes, as the
+// board saw them, in at most w cells each: the util line, then the memory
+// line. The first says how far back they reach. Nil when there is not yet
+// a second probe to draw, the node is not alive, or the pane is too narrow
+// for a chart worth reading (the numbers above it stay). Under NO_COLOR
+// the charts are ASCII. A GPU that reports no utilization (MIG) says so
+// instead of drawing a floor of zeros.
+func (m detail) charts(n *api.Node, g *api.GPU, w int) []string {
+	if n == nil || g == nil || n.State != api.NodeAlive {
+		return nil
+	}
+	pts := m.hist.of(n.Name, g.Index)
+	span := ""
+	if len(pts) >= 2 {
+		span = "  " + words.FormatDuration(pts[len(pts)-1].at.Sub(pts[0].at))
+	}
+	w -= len(span)
+	if len(pts) < 2 || w < sparkMin {
+		return nil
+	}
+	util, mem := make([]int, len(pts)), make([]int, len(pts))
+	reported := false
+	for i, p := range pts {
+		util[i], mem[i] = p.util, p.memPct
+		reported = reported || p.util != chart.None
+	}
+	cells := min(len(pts), w)
+	u := "not reported"
+	if reported {
+		u = chart.Spark(util, 100, cells, m.noColor) + span
+	}
+	return []string{u, chart.Spark(mem, 100, cells, m.noColor)}
 }
 
 // yourLeases lists the caller's leases across the cluster.
@@ -227,6 +272,9 @@ func (m detail) nodeFacts(n *api.Node, w int) []string {
 		row("probed", words.FormatDuration(m.now().Sub(n.TelemetryAt))+" ago")
 	}
 	row("pools", strings.Join(n.Host.Tags, ", "))
+	if line := nodeCores(n); line == lease.CoresUnknown {
+		row("cores", line)
+	}
 	for i, b := range n.Bookings {
 		label := ""
 		if i == 0 {
@@ -245,6 +293,52 @@ func (m detail) nodeFacts(n *api.Node, w int) []string {
 		rows = append(rows, " "+st.label.render(padRight(label, lw))+truncate(s, w-1-lw))
 	}
 	return append([]string{"", m.titleRule(n.Name, w)}, rows...)
+}
+
+// nodeCores is n's GPUs' local cores in one line (lease.CoresLine).
+func nodeCores(n *api.Node) string {
+	gpus := make([]nodeprobe.GPU, 0, len(n.GPUs))
+	for _, g := range n.GPUs {
+		gpus = append(gpus, g.GPU)
+	}
+	return lease.CoresLine(gpus)
+}
+
+// coresFact is g's local cores (and NUMA node), then the leases whose
+// sessions run on them and on which: "16-31 (NUMA 1) · node01-3 alice
+// 16-19".
+func coresFact(n *api.Node, g *api.GPU) string {
+	if g.CPUs == "" {
+		return ""
+	}
+	s := g.CPUs
+	if g.NUMANode != nil {
+		s += fmt.Sprintf(" (NUMA %d)", *g.NUMANode)
+	}
+	gpus := make([]nodeprobe.GPU, 0, len(n.GPUs))
+	var leases []lease.Lease
+	seen := map[string]bool{}
+	for _, x := range n.GPUs {
+		gpus = append(gpus, x.GPU)
+		for _, l := range append(slices.Clone(x.Shares), derefLease(x.Lease)...) {
+			if !seen[l.ID] {
+				seen[l.ID] = true
+				leases = append(leases, l)
+			}
+		}
+	}
+	for _, u := range lease.CoreUsers(g.GPU, gpus, leases) {
+		s += fmt.Sprintf(" · %s %s %s", u.Lease.ID, holderName(&u.Lease), u.CPUs)
+	}
+	return s
+}
+
+// derefLease is l as a list: none for nil.
+func derefLease(l *lease.Lease) []lease.Lease {
+	if l == nil {
+		return nil
+	}
+	return []lease.Lease{*l}
 }
 
 func prefixed(prefix, s string) string {
@@ -268,10 +362,17 @@ type facts struct {
 	partsLabel string
 	// booked says who booked the GPU next, and when.
 	booked string
+	// cores are the GPU's local cores and the leases whose sessions run
+	// on them; empty when the node does not report them (nodeFacts says
+	// so).
+	cores string
+	// node and gpu are what the facts describe, for the charts.
+	node *api.Node
+	gpu  *api.GPU
 }
 
 func (m detail) facts(n *api.Node, g *api.GPU) facts {
-	var f facts
+	f := facts{node: n, gpu: g}
 	now := m.now()
 	f.model = shortModel(g.Model)
 	if g.MIG == nodeprobe.MIGEnabled {
@@ -284,6 +385,9 @@ func (m detail) facts(n *api.Node, g *api.GPU) facts {
 	var load []string
 	if g.UtilizationPct != nil {
 		load = append(load, fmt.Sprintf("util %d%%", *g.UtilizationPct))
+	} else if g.Error == "" {
+		// NVML reports none in MIG mode: not a number, and not zero.
+		load = append(load, "util not reported")
 	}
 	if g.TemperatureC != nil {
 		load = append(load, fmt.Sprintf("%d°C", *g.TemperatureC))
@@ -349,6 +453,7 @@ func (m detail) facts(n *api.Node, g *api.GPU) facts {
 		f.state = "no lease"
 	}
 	m.partFacts(&f, g)
+	f.cores = coresFact(n, g)
 	for i := range n.Bookings {
 		if b := &n.Bookings[i]; b.Holds(g.Index) {
 			f.booked = fmt.Sprintf("by %s %s–%s (%s): a claim ends before", holderName(b), m.clock(b.StartedAt), lease.SpanEnd(b.StartedAt.In(now.Location()), b.ExpiresAt), b.ID)
@@ -375,7 +480,11 @@ func (m detail) facts(n *api.Node, g *api.GPU) facts {
 		if who == "" {
 			who = fmt.Sprintf("uid %d", p.UID)
 		}
-		s := fmt.Sprintf("%d %s %s GiB %s", p.PID, who, gib(p.UsedMemoryMiB), p.Command)
+		sm := ""
+		if p.SMUtilPct != nil {
+			sm = fmt.Sprintf("SM %d%% ", *p.SMUtilPct)
+		}
+		s := fmt.Sprintf("%d %s %s GiB %s%s", p.PID, who, gib(p.UsedMemoryMiB), sm, p.Command)
 		if p.Container != "" {
 			s += " [" + p.Container + "]"
 		}
@@ -386,6 +495,12 @@ func (m detail) facts(n *api.Node, g *api.GPU) facts {
 			s += "  ← not the holder"
 		}
 		f.procs = append(f.procs, s)
+	}
+	// Processes without an SM figure (MIG mode; a driver or backend that
+	// does not sample them) are said to have none, on the load line where
+	// it takes no room of its own, rather than shown at 0 %.
+	if alive && slices.ContainsFunc(g.Processes, func(p nodeprobe.Process) bool { return p.SMUtilPct == nil }) {
+		f.load = strings.TrimPrefix(f.load+" · proc SM not reported", " · ")
 	}
 	return f
 }

@@ -77,10 +77,17 @@ func testBoard() api.Board {
 	const a100 = "NVIDIA A100-SXM4-40GB"
 	n1 := api.Node{Name: "node01", State: api.NodeAlive, Host: host("node01", 224, 2048), TelemetryAt: fixedNow.Add(-2 * time.Second)}
 	for i := range 8 {
-		n1.GPUs = append(n1.GPUs, gpu(h100, i, 0, 0, 81559))
+		g := gpu(h100, i, 0, 0, 81559)
+		// Two sockets: GPUs 0-3 on the first, 4-7 on the second.
+		g.CPUs, g.NUMANode = "0-55,112-167", nodeprobe.IntPtr(0)
+		if i >= 4 {
+			g.CPUs, g.NUMANode = "56-111,168-223", nodeprobe.IntPtr(1)
+		}
+		n1.GPUs = append(n1.GPUs, g)
 	}
 	mine := mkLease("node01-42", "node01", "alice", uidAlice, []int{1, 2}, 2*time.Hour+40*time.Minute)
 	mine.Session, mine.Note = "dibs-node01-42", "llama sweep"
+	mine.CPUs = []string{"0-7", "8-15"} // --cpus-per-gpu 8
 	for _, i := range []int{1, 2} {
 		g := &n1.GPUs[i]
 		g.Lease = mine

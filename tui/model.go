@@ -288,7 +288,9 @@ func (m *Model) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
 			m.formChanged()
 		}
 	case tea.KeyPressMsg:
-		return m, m.handleKey(msg)
+		return m, tea.Batch(m.handleKey(msg), m.fetchSamples())
+	case samplesMsg:
+		m.hist.seed(msg, &m.board)
 	case tea.MouseClickMsg:
 		if m.view == viewBoard && m.form == nil && m.confirm == nil {
 			m.grid.click(msg.Mouse())
@@ -318,6 +320,7 @@ func (m *Model) applyBoard(b api.Board) tea.Cmd {
 	}
 	first := !m.ready
 	b = b.Escaped()
+	m.hist.record(&b)
 	m.board, m.ready = b, true
 	m.grid.rebuild()
 	m.grid.pruneSelection()
@@ -329,7 +332,7 @@ func (m *Model) applyBoard(b api.Board) tea.Cmd {
 			cmds = append(cmds, tea.Raw(alertSequence(noticeText(b.Notices[0]))))
 		}
 	}
-	cmds = append(cmds, m.fetchView(false))
+	cmds = append(cmds, m.fetchView(false), m.fetchSamples())
 	return tea.Batch(cmds...)
 }
 

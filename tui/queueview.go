@@ -11,7 +11,6 @@ import (
 
 	"github.com/dibs-gpu/dibs/api"
 	"github.com/dibs-gpu/dibs/base/termsafe"
-	"github.com/dibs-gpu/dibs/base/words"
 )
 
 // queueView is the cluster's queue, in the order the scheduler considers
@@ -120,23 +119,10 @@ func (v *queueView) lines(w, h int) []string {
 	now := v.now()
 	for i := from; i < to; i++ {
 		e := v.q.Entries[i]
-		pos, start := strconv.Itoa(e.Position), "?"
-		sz := strconv.Itoa(e.GPUsPerNode)
-		if e.Nodes > 1 {
-			sz = fmt.Sprintf("%dx%d", e.Nodes, e.GPUsPerNode)
-		}
+		pos, sz, start := e.Line(now)
 		why := e.Waiting
-		switch {
-		case e.Running:
-			pos, start, why = "-", "running", "runs (its leases are on the board)"
-		case e.WaitsForOthers():
-			pos = "dep" // not in line: it waits for other runs first
-		case e.Position == 0:
-			pos = "-"
-		case !e.EstStart.IsZero() && !e.EstStart.After(now):
-			start = "now"
-		case !e.EstStart.IsZero():
-			start = "in " + words.FormatDuration(e.EstStart.Sub(now))
+		if e.Running {
+			why = "runs (its leases are on the board)"
 		}
 		if e.Array != nil {
 			why = e.Array.Summary(e.ID) // a job array: node01-q7[3-5] running, 12 waiting, 3 done

@@ -40,16 +40,34 @@ type Ticker interface {
 
 // Real is the system clock: Mono is CLOCK_BOOTTIME, Boot the kernel's boot
 // id (both fall back to the process's own monotonic clock where missing).
-func Real() Clock {
+func Real() Clock { return RealBootFrom(BootIDFile) }
+
+// BootIDFile is where the kernel tells its boot id, new at every boot.
+const BootIDFile = "/proc/sys/kernel/random/boot_id"
+
+// processBoot begins the boot id of a clock that could not read the
+// kernel's: it names the process, not the boot.
+const processBoot = "process-"
+
+// RealBootFrom is Real with the boot id read from path instead of
+// BootIDFile: a test hook, for nodes that share one kernel (network
+// namespaces) but must each seem to reboot on their own. Production uses
+// Real.
+func RealBootFrom(path string) Clock {
 	c := realClock{start: time.Now()}
-	if b, err := os.ReadFile("/proc/sys/kernel/random/boot_id"); err == nil {
+	if b, err := os.ReadFile(path); err == nil {
 		c.boot = strings.TrimSpace(string(b))
 	}
 	if c.boot == "" {
-		c.boot = "process-" + c.start.Format(time.RFC3339Nano)
+		c.boot = processBoot + c.start.Format(time.RFC3339Nano)
 	}
 	return c
 }
+
+// KnownBoot reports whether boot (a Clock's Boot) names the kernel's boot,
+// so that a different one means the node rebooted; a clock that could not
+// read it names only its process, new at every agent start.
+func KnownBoot(boot string) bool { return boot != "" && !strings.HasPrefix(boot, processBoot) }
 
 type realClock struct {
 	start time.Time

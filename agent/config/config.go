@@ -167,6 +167,9 @@ type LeaseSection struct {
 	IdleAfter          string `toml:"idle_after"`
 	IdleUtilPct        *int   `toml:"idle_util_pct"`
 	AdminGroup         string `toml:"admin_group"`
+	// BindCPUs false starts sessions unbound; unset or true binds each
+	// to the cores local to its GPUs.
+	BindCPUs *bool `toml:"bind_cpus"`
 	// BookAhead is how far ahead a booking may start ("30d");
 	// BookMaxGPUHours how many GPU-hours one person may hold booked (0:
 	// no limit); BookMaxLength the longest one booking may last;

@@ -31,6 +31,11 @@ func (s *Service) granted(l lease.Lease) api.ClaimResponse {
 		r.CutBy = b.ID
 		notes = append(notes, fmt.Sprintf("the time limit ends at %s, when %s's booking %s of %s begins: save your work by then, or claim other GPUs for longer (`dibs ls` shows which are free); `dibs extend` cannot move it past the booking", l.ExpiresAt.Local().Format("Mon 15:04"), b.User, b.ID, gpuWord(b.GPUs)))
 	}
+	if len(l.CPUs) > 0 {
+		if note := lease.SharedCoresNotice(l, s.View().Leases()); note != "" {
+			notes = append(notes, note)
+		}
+	}
 	if l.Borrowed {
 		notes = append(notes, "this lease is borrowed: it takes you beyond your quota, so it may be preempted (with a warning and a grace) when someone within theirs waits")
 	}

@@ -47,6 +47,11 @@ func (b *Bound) Claim(ctx context.Context, req api.ClaimRequest) (api.ClaimRespo
 	}
 	s := b.s
 	v := s.View()
+	if claim.CPUsPerGPU > 0 {
+		if err := peer.Require(v, peer.ChosenCores); err != nil {
+			return api.ClaimResponse{}, err
+		}
+	}
 	if claim.RequestID != "" {
 		for _, l := range v.Leases() {
 			if l.RequestID == claim.RequestID && l.User == b.c.User {
@@ -186,7 +191,7 @@ func (s *Service) leaseResponse(l lease.Lease) api.ClaimResponse {
 	return api.ClaimResponse{
 		ID: l.ID, Node: l.Node, GPUs: l.GPUs, CUDAVisibleDevices: l.CUDAVisibleDevices(),
 		Token: l.Token, Kind: string(l.Kind), ExpiresAt: l.ExpiresAt, Session: l.Session,
-		MIG: l.MIG, MemMiB: l.MemMiB, Borrowed: l.Borrowed, Here: l.Node == s.cfg.Node,
+		MIG: l.MIG, MemMiB: l.MemMiB, Borrowed: l.Borrowed, Here: l.Node == s.cfg.Node, CPUs: lease.CPUUnion(l.CPUs),
 	}
 }
 
@@ -243,7 +248,7 @@ func (b *Bound) Release(ctx context.Context, req api.ReleaseRequest) (api.Releas
 	}
 	out := api.ReleaseResponse{Released: []string{}}
 	for _, id := range local {
-		if err := b.s.deps.Node.Release(ctx, b.c, id); err != nil {
+		if err := b.releaseOne(ctx, id, req.Kill); err != nil {
 			return out, err
 		}
 		out.Released = append(out.Released, id)
@@ -253,7 +258,12 @@ func (b *Bound) Release(ctx context.Context, req api.ReleaseRequest) (api.Releas
 		if err != nil {
 			return out, err
 		}
-		r, err := peer.Call(ctx, b.s.deps.Peers, n, peer.Release, who, peer.ReleaseRequest{IDs: rids})
+		// An agent before peer.HardReleaseSince ignores Kill: its
+		// sessions end with tmux's hangup alone, as before.
+		if nv, ok := b.s.View().Node(n); req.Kill && ok && nv.Protocol > 0 && nv.Protocol < peer.HardReleaseSince {
+			b.s.deps.Log.Info("release with kill to an older agent: its sessions end with tmux's hangup alone", "node", n, "protocol", nv.Protocol, "leases", rids)
+		}
+		r, err := peer.Call(ctx, b.s.deps.Peers, n, peer.Release, who, peer.ReleaseRequest{IDs: rids, Kill: req.Kill})
 		out.Released = append(out.Released, r.Released...)
 		if err != nil {
 			return out, err
@@ -262,8 +272,17 @@ func (b *Bound) Release(ctx context.Context, req api.ReleaseRequest) (api.Releas
 	return out, nil
 }
 
+// releaseOne ends one lease of this node; kill sends its session SIGKILL
+// first (api.ReleaseRequest.Kill).
+func (b *Bound) releaseOne(ctx context.Context, id string, kill bool) error {
+	if kill {
+		return b.s.deps.Node.ReleaseHard(ctx, b.c, id)
+	}
+	return b.s.deps.Node.Release(ctx, b.c, id)
+}
+
 // releaseHere ends leases of this node for a forwarded request.
-func (b *Bound) releaseHere(ctx context.Context, ids []string) ([]string, error) {
+func (b *Bound) releaseHere(ctx context.Context, ids []string, kill bool) ([]string, error) {
 	for _, id := range ids {
 		if err := b.s.deps.Node.CheckRelease(b.c, id); err != nil {
 			return nil, err
@@ -271,7 +290,7 @@ func (b *Bound) releaseHere(ctx context.Context, ids []string) ([]string, error)
 	}
 	out := []string{}
 	for _, id := range ids {
-		if err := b.s.deps.Node.Release(ctx, b.c, id); err != nil {
+		if err := b.releaseOne(ctx, id, kill); err != nil {
 			return out, err
 		}
 		out = append(out, id)

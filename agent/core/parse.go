@@ -1,6 +1,8 @@
 package core
 
 import (
+	"strings"
+
 	"github.com/dibs-gpu/dibs/api"
 	"github.com/dibs-gpu/dibs/base/refusal"
 	"github.com/dibs-gpu/dibs/base/words"
@@ -21,8 +23,15 @@ import (
 // policy's default (lease.Claim.Limit).
 func claimOf(req api.ClaimRequest) (lease.Claim, error) {
 	c := lease.Claim{Count: req.Count, GPUs: req.GPUs, Note: req.Note, Force: req.Force, Run: req.Run,
-		RequestID: req.RequestID, MIG: req.MIG, Model: req.Model, Tags: req.Tags}
+		RequestID: req.RequestID, MIG: req.MIG, Model: req.Model, Tags: req.Tags, CPUsPerGPU: req.CPUsPerGPU}
 	var err error
+	switch strings.ToLower(strings.TrimSpace(req.CPUs)) {
+	case "", "local":
+	case "any", "none":
+		c.AnyCPU = true
+	default:
+		return lease.Claim{}, refusal.Invalidf("--cpus %s: want local (the cores close to the GPUs, the default) or any", words.QuoteInput(req.CPUs))
+	}
 	if c.Where, err = whereOf(req.Node, req.NodeChoice); err != nil {
 		return lease.Claim{}, err
 	}

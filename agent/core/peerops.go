@@ -46,7 +46,7 @@ func (s *Service) registerPeerOps() {
 				return peer.ReleaseReply{}, refusal.Invalidf("lease %s is not on %s", id, s.cfg.Node)
 			}
 		}
-		ids, err := b.releaseHere(ctx, r.IDs)
+		ids, err := b.releaseHere(ctx, r.IDs, r.Kill)
 		return peer.ReleaseReply{Released: ids}, err
 	})
 	peer.Handle(m, peer.Extend, func(ctx context.Context, from string, who peer.Actor, r peer.ExtendRequest) (peer.LeaseReply, error) {
@@ -125,6 +125,7 @@ func (s *Service) registerPeerOps() {
 	})
 	s.registerBookingOps()
 	s.registerSweepOps()
+	s.registerUsageByDay()
 	peer.Handle(m, peer.Usage, func(ctx context.Context, from string, who peer.Actor, r peer.UsageRequest) (peer.UsageReply, error) {
 		u, err := s.deps.Node.Usage().UsageSince(r.Since)
 		if err != nil {
@@ -192,6 +193,7 @@ func (b *Bound) startPart(ctx context.Context, r peer.StartRequest) (peer.StartR
 			}
 			e.Nodes, e.GPUsPerNode = 1, len(r.GPUs)
 			run.Env, run.Command = launchRank(e, queue.RankEnv(queue.RendezvousEnv(e, []string{"127.0.0.1"}, port), 0), run.Command)
+			run.Workers = rankWorkers(e)
 		}
 		l, err := s.deps.Node.Grant(ctx, b.c, node.Grant{Claim: claim, Run: run, Entry: e.Key(), Borrowed: r.Borrowed})
 		return peer.StartReply{Lease: l, Host: host}, err
@@ -210,6 +212,7 @@ func (b *Bound) startPart(ctx context.Context, r peer.StartRequest) (peer.StartR
 	case peer.PhaseCommit:
 		if run != nil {
 			run.Env, run.Command = launchRank(e, withGlooInterface(r.Env, host), run.Command)
+			run.Workers = rankWorkers(e)
 		}
 		l, err := s.deps.Node.Commit(ctx, b.c, e.Key(), e.Duration, run)
 		return peer.StartReply{Lease: l, Host: host}, err
@@ -273,6 +276,16 @@ func launchRank(e queue.QueueEntry, env map[string]string, cmd []string) (map[st
 		return env, queue.PerGPUCommand(cmd)
 	}
 	return env, cmd
+}
+
+// rankWorkers is how many processes share a rank's cores: torchrun's
+// workers, one per GPU (dibs's own per-GPU copies bind each to its GPU's
+// cores themselves, `_cpus rank`); 1 for a plain command.
+func rankWorkers(e queue.QueueEntry) int {
+	if e.Job != nil && e.Job.Torchrun && e.GPUsPerNode > 0 {
+		return e.GPUsPerNode
+	}
+	return 1
 }
 
 // freePort asks the kernel for a port nobody listens on, for the

@@ -59,6 +59,11 @@ func (b *Bound) Submit(ctx context.Context, req api.SubmitRequest) (api.Submitte
 			return api.Submitted{}, err
 		}
 	}
+	if e.CPUsPerGPU > 0 {
+		if err := peer.Require(v, peer.ChosenCores); err != nil {
+			return api.Submitted{}, err
+		}
+	}
 	if e.Node != "" {
 		if err := words.ValidNodeName(e.Node); err != nil {
 			return api.Submitted{}, refusal.Wrap(refusal.CodeInvalid, err)

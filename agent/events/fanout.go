@@ -68,27 +68,33 @@ func NewFanout(nodes func() []string, send func(ctx context.Context, node string
 // Notice queues n for every node, behind the notices of the same user
 // only; a full queue drops it, with a warning. It never blocks.
 func (f *Fanout) Notice(n event.Notice) {
+	if why := f.queue(n); why != "" {
+		f.log.Warn("notices: "+why+"; dropping one", "user", n.User, "kind", n.Kind)
+	}
+}
+
+// queue queues n, or says why it drops it (the warning is written after
+// the lock).
+func (f *Fanout) queue(n event.Notice) (dropped string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.closed {
-		f.log.Warn("notices: stopping; dropping one", "user", n.User, "kind", n.Kind)
-		return
+		return "stopping"
 	}
 	q := f.users[n.User]
 	if q == nil {
 		if len(f.users) >= maxUsers {
-			f.log.Warn("notices: too many users waiting; dropping one", "user", n.User, "kind", n.Kind)
-			return
+			return "too many users waiting"
 		}
 		q = &noticeQueue{}
 		f.users[n.User] = q
 	}
 	if len(q.pending) >= maxPerUser {
-		f.log.Warn("notices: this user's queue is full; dropping one", "user", n.User, "kind", n.Kind)
-		return
+		return "this user's queue is full"
 	}
 	q.pending = append(q.pending, n)
 	f.startLocked(n.User, q)
+	return ""
 }
 
 // startLocked starts user's worker unless one runs or Run has not been

@@ -17,7 +17,7 @@ import (
 // session could be started as c at its time.
 func (n *Node) Book(c lease.Caller, req lease.BookRequest) (lease.Lease, error) {
 	if req.Run != nil {
-		if _, err := n.sess.sessionUser(c); err != nil {
+		if _, err := n.sessionUser(c); err != nil {
 			return lease.Lease{}, err
 		}
 	}
@@ -58,17 +58,16 @@ func (n *Node) Book(c lease.Caller, req lease.BookRequest) (lease.Lease, error) 
 	return b, nil
 }
 
-// start turns a booking whose time has come into a lease: leases
+// startBooking turns a booking whose time has come into a lease: leases
 // still on its GPUs (past their own end) end first, then its job, if any,
 // starts under it.
-func (x *bookingJob) start(ctx context.Context, b lease.Lease) {
-	n := x.n
+func (n *Node) startBooking(ctx context.Context, b lease.Lease) {
 	if b.Job != nil {
 		// The command runs only as the account the booking was accepted
 		// for: its name with the uid resolved then. An account deleted
 		// (its uid perhaps given to someone new) or replaced starts
 		// nothing, and the booking ends before it takes anyone's GPUs.
-		if _, err := x.n.sess.sessionUser(lease.Caller{UID: b.UID, User: b.User}); err != nil {
+		if _, err := n.sessionUser(lease.Caller{UID: b.UID, User: b.User}); err != nil {
 			if refusal.CodeOf(err) == refusal.CodeUnavailable {
 				n.log.Warn("booked run waits: its holder's account cannot be looked up now; trying again at the next tick", "booking", b.ID, "user", b.User, "err", err)
 				return
@@ -113,11 +112,11 @@ func (x *bookingJob) start(ctx context.Context, b lease.Lease) {
 	// The rest asks users' tmux servers (the ended leases' holders', the
 	// booking's): off the node's loop, so none of them delays another
 	// lease's step.
-	n.sess.background(func(ctx context.Context) {
+	n.background(func(ctx context.Context) {
 		// The leases ended here have their end events (EndBooked), whose
 		// notices tell their holders why.
 		for _, x := range in {
-			n.sess.killSession(ctx, x, true)
+			n.killSession(ctx, x, true)
 		}
 		n.log.Info("booking started", "lease", l.ID, "user", l.User, "ended", len(in))
 		failed := ""
@@ -126,9 +125,9 @@ func (x *bookingJob) start(ctx context.Context, b lease.Lease) {
 			// As a booked run always started: its end is its session's,
 			// and the job kept for export is the one booked.
 			run.RecordExit, run.Job = false, cur.Job
-			u, err := n.sess.sessionUser(lease.Caller{UID: l.UID, User: l.User})
+			u, err := n.sessionUser(lease.Caller{UID: l.UID, User: l.User})
 			if err == nil {
-				l, err = n.sess.startSession(ctx, l, u, run)
+				l, err = n.startSession(ctx, l, u, run)
 			}
 			if err != nil {
 				n.log.Warn("start booked run", "lease", l.ID, "err", err)
@@ -143,12 +142,11 @@ func (x *bookingJob) start(ctx context.Context, b lease.Lease) {
 	})
 }
 
-// step applies a booking's step of the clock.
-func (x *bookingJob) step(ctx context.Context, d lease.Due, now time.Time) {
-	n := x.n
+// stepBooking applies a booking's step of the clock.
+func (n *Node) stepBooking(ctx context.Context, d lease.Due, now time.Time) {
 	switch d.Step {
 	case lease.StepBookingStart:
-		x.start(ctx, d.Lease)
+		n.startBooking(ctx, d.Lease)
 	case lease.StepBookingLapsed:
 		// Its end event (EndBookingLapsed) tells the holder.
 		n.log.Warn("booking lapsed: its time passed while it could not start", "booking", d.Lease.ID, "user", d.Lease.User)

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/dibs-gpu/dibs/base/refusal"
+	"github.com/dibs-gpu/dibs/event"
 	"github.com/dibs-gpu/dibs/job"
 	"github.com/dibs-gpu/dibs/launch"
 	"github.com/dibs-gpu/dibs/lease"
@@ -30,6 +31,10 @@ type Run struct {
 	// RecordExit asks the session to record its command's exit status, so a
 	// queued run's origin can tell a failed run from a finished one.
 	RecordExit bool
+	// Workers is how many processes the session's launcher starts
+	// (torchrun's per node), which share its cores: OMP_NUM_THREADS is
+	// their share. 0 is one.
+	Workers int
 	// Job is the run as it was asked for (before any launcher wraps
 	// Command), kept once its session starts so `dibs export sbatch` can
 	// write its script after it ends (Node.KeptRun); nil keeps nothing.
@@ -83,7 +88,7 @@ func (n *Node) Grant(ctx context.Context, c lease.Caller, g Grant) (lease.Lease,
 	var u launch.User
 	if g.Run != nil {
 		var err error
-		if u, err = n.sess.sessionUser(c); err != nil {
+		if u, err = n.sessionUser(c); err != nil {
 			return lease.Lease{}, err
 		}
 	}
@@ -92,8 +97,8 @@ func (n *Node) Grant(ctx context.Context, c lease.Caller, g Grant) (lease.Lease,
 		return l, err
 	}
 	if g.Run != nil && g.ReserveFor == 0 {
-		if l, err = n.sess.startSession(ctx, l, u, g.Run); err != nil {
-			n.sess.failedStart(ctx, l, u)
+		if l, err = n.startSession(ctx, l, u, g.Run); err != nil {
+			n.failedStart(ctx, l, u)
 			return lease.Lease{}, err
 		}
 	}
@@ -144,6 +149,9 @@ func (n *Node) admit(c lease.Caller, g Grant) (l lease.Lease, fresh bool, err er
 		return lease.Lease{}, false, err
 	}
 	n.deps.Events(claimEvent(l, now.Wall))
+	for _, sh := range lease.SharedCores(l, n.table.List()) {
+		n.deps.Events(event.SharedCoresEvent(sh.Lease, l, sh.CPUs, now.Wall))
+	}
 	return l, true, nil
 }
 
@@ -157,13 +165,13 @@ func (n *Node) Commit(ctx context.Context, c lease.Caller, entry string, d time.
 	if run != nil {
 		// As the account the reservation was made for (its name and the
 		// uid resolved then), not whatever the name or uid means now.
-		u, err := n.sess.sessionUser(lease.Caller{UID: l.UID, User: l.User})
+		u, err := n.sessionUser(lease.Caller{UID: l.UID, User: l.User})
 		if err != nil {
 			n.end(l, lease.EndSessionFailed, "")
 			return lease.Lease{}, err
 		}
-		if l, err = n.sess.startSession(ctx, l, u, run); err != nil {
-			n.sess.failedStart(ctx, l, u)
+		if l, err = n.startSession(ctx, l, u, run); err != nil {
+			n.failedStart(ctx, l, u)
 			return lease.Lease{}, err
 		}
 	}
@@ -198,8 +206,7 @@ func (n *Node) commitReservation(entry string, d time.Duration) (l lease.Lease, 
 // sessionUser resolves who a session runs as — the account of c's name,
 // only while it still has c's uid — refusing when this agent cannot start
 // processes as them.
-func (x *sessionJob) sessionUser(c lease.Caller) (launch.User, error) {
-	n := x.n
+func (n *Node) sessionUser(c lease.Caller) (launch.User, error) {
 	if c.UID < 0 {
 		return launch.User{}, &refusal.Error{Code: refusal.CodeForbidden, Msg: fmt.Sprintf("%s has no account on %s, so no session can run as them there", c.User, n.cfg.Name)}
 	}
@@ -214,8 +221,8 @@ func (x *sessionJob) sessionUser(c lease.Caller) (launch.User, error) {
 // holder is the account l's session runs as: the account of l's holder's
 // name with the uid resolved when l was granted or booked, or an error when
 // the account is gone or was replaced (account.Directory.Holder).
-func (x *sessionJob) holder(l lease.Lease) (launch.User, error) {
-	return x.n.deps.Accounts.Holder(l.User, l.UID)
+func (n *Node) holder(l lease.Lease) (launch.User, error) {
+	return n.deps.Accounts.Holder(l.User, l.UID)
 }
 
 // sessionRenames bounds how many other names startSession tries for a
@@ -224,20 +231,26 @@ func (x *sessionJob) holder(l lease.Lease) (launch.User, error) {
 const sessionRenames = 8
 
 // sessionSpec is what launch starts for run under l: the caller's carried
-// environment, then the lease's own variables, then the run's.
-func (x *sessionJob) sessionSpec(l lease.Lease, u launch.User, run *Run) launch.Spec {
+// environment, then the lease's own variables and its cores (bound to
+// its GPUs' local ones or those chosen for it), then the run's.
+func (n *Node) sessionSpec(l lease.Lease, u launch.User, run *Run) launch.Spec {
+	snap := n.State().Snap
+	var cpus []string
+	if !n.cfg.NoCPUBinding {
+		cpus = l.SessionCPUs(snap)
+	}
 	env := map[string]string{}
-	for _, vars := range []map[string]string{run.UserEnv, l.Env(), l.DeviceEnv(x.n.State().Snap), run.Env} {
+	for _, vars := range []map[string]string{run.UserEnv, l.Env(), l.DeviceEnv(snap), l.CPUEnv(cpus, run.Workers), run.Env} {
 		for k, v := range vars {
 			env[k] = v
 		}
 	}
 	cmd := run.Command
 	if l.IsService() {
-		cmd = x.n.cfg.Fence.Wrap(cmd)
+		cmd = n.cfg.Fence.Wrap(cmd)
 	}
 	return launch.Spec{Name: l.Session, User: u, Env: env, Command: cmd, Dir: run.Dir, RecordExit: run.RecordExit && len(run.Command) > 0,
-		KeepLog: len(run.Command) > 0, LogName: l.LogName()}
+		KeepLog: len(run.Command) > 0, LogName: l.LogName(), CPUs: lease.CPUUnion(cpus)}
 }
 
 // startSession starts the lease's tmux session as u and watches it, and
@@ -249,12 +262,11 @@ func (x *sessionJob) sessionSpec(l lease.Lease, u launch.User, run *Run) launch.
 // dibs-NODE-ID-2 (-3, …), recorded on the lease, and its log keeps the
 // name its claim event gave it. A name given with --name that is taken is
 // refused, for the person to pick another.
-func (x *sessionJob) startSession(ctx context.Context, l lease.Lease, u launch.User, run *Run) (lease.Lease, error) {
-	n := x.n
+func (n *Node) startSession(ctx context.Context, l lease.Lease, u launch.User, run *Run) (lease.Lease, error) {
 	if !n.Current(l.ID, l.Token) {
 		return l, fmt.Errorf("lease %s ended before its session could start", l.ID)
 	}
-	spec := x.sessionSpec(l, u, run)
+	spec := n.sessionSpec(l, u, run)
 	_, err := n.deps.Sessions.Start(ctx, spec)
 	if errors.Is(err, launch.ErrStatusDir) && l.Entry == "" {
 		// A plain run can do without its exit status; a queued one cannot.
@@ -303,6 +315,6 @@ func (x *sessionJob) startSession(ctx context.Context, l lease.Lease, u launch.U
 			}
 		}()
 	}
-	n.sess.watch(l, u)
+	n.watch(l, u)
 	return l, nil
 }

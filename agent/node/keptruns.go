@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/dibs-gpu/dibs/base/durable"
 	"github.com/dibs-gpu/dibs/base/words"
 	"github.com/dibs-gpu/dibs/job"
 	"github.com/dibs-gpu/dibs/launch"
@@ -121,11 +122,9 @@ func (k *keptRuns) save() error {
 	if err != nil {
 		return fmt.Errorf("encode the kept runs: %w", err)
 	}
-	tmp := k.path + ".new"
-	if err := os.WriteFile(tmp, b, 0o600); err != nil {
-		return fmt.Errorf("save the kept runs: %w", err)
-	}
-	if err := os.Rename(tmp, k.path); err != nil {
+	// Synced before and after the rename: a power cut leaves the old
+	// runs or the new, never none (TestKeptRunsSurviveAPowerCut).
+	if err := durable.WriteFile(k.path, b, 0o600); err != nil {
 		return fmt.Errorf("save the kept runs: %w", err)
 	}
 	return nil

@@ -2,11 +2,13 @@ package node
 
 import (
 	"fmt"
+	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/dibs-gpu/dibs/base/words"
 	"github.com/dibs-gpu/dibs/job"
+	"github.com/dibs-gpu/dibs/nemesis/powercut"
 )
 
 // The kept runs stay within each person's bounds, oldest out first, and
@@ -126,5 +128,33 @@ func TestKeptRunsNamed(t *testing.T) {
 	}
 	if _, err := decodeKeptRuns([]byte(`[{"Lease":"node01-7","User":"alice","Job":{"command":["python"]},"Log":"../../etc/x"}]`)); err == nil {
 		t.Error("a saved run whose log is a path was accepted")
+	}
+}
+
+// TestKeptRunsSurviveAPowerCut saves kept runs on the power-cut file
+// system (nemesis/powercut) and cuts the power: the runs saved are there
+// after it. They were written and renamed with no fsync, so the cut lost
+// the file (and, for a saved file replaced, could bring it back empty).
+func TestKeptRunsSurviveAPowerCut(t *testing.T) {
+	p := powercut.Mount(t, powercut.Options{})
+	path := filepath.Join(p.Dir(), "kept-runs.json")
+	k := keptRuns{path: path}
+	for i := range 2 {
+		k.keep(KeptRun{Lease: fmt.Sprintf("node01-%d", i), User: "alice", Job: job.Job{Command: []string{"python", "train.py"}}})
+		if err := k.save(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := p.Cut(); err != nil {
+		t.Fatal(err)
+	}
+	back := keptRuns{path: path}
+	if err := back.load(); err != nil {
+		t.Fatalf("load after the cut: %v", err)
+	}
+	for i := range 2 {
+		if _, ok := back.find(fmt.Sprintf("node01-%d", i)); !ok {
+			t.Errorf("run node01-%d was saved before the power cut and is gone after it", i)
+		}
 	}
 }

@@ -77,6 +77,12 @@ type Config struct {
 	// reach (default runrecord.DefaultWindow).
 	FiguresFile  string
 	SampleWindow time.Duration
+	// BootFile keeps the kernel boot id the agent last ran under, so a
+	// start under another one is known for a reboot (reboot.go); empty
+	// keeps none, and a reboot is told only by each lease's own boot.
+	BootFile string
+	// NoCPUBinding starts sessions unbound (agent.Config.NoCPUBinding).
+	NoCPUBinding bool
 	Log          *slog.Logger
 }
 
@@ -146,10 +152,10 @@ type Node struct {
 	usage Usage
 	// ledgerDay counts each person's ended leases today (under wmu).
 	ledgerDay map[string]*ledgerCount
-	sess      sessionJob
 	// kept are the commands runs were started with, for export sbatch.
 	kept keptRuns
-	book bookingJob
+	// reboot is what Open found of the node's last boot.
+	reboot Reboot
 	// rec is the record of the GPUs: samples and running figures (under
 	// wmu).
 	rec *record
@@ -189,7 +195,7 @@ func New(cfg Config, deps Deps) *Node {
 	}
 	n := &Node{cfg: cfg, deps: deps, log: cfg.Log, idle: lease.NewIdleTracker(), watching: map[string]context.CancelFunc{},
 		ledgerDay: map[string]*ledgerCount{}}
-	n.usage.n, n.sess.n, n.book.n = n, n, n
+	n.usage = Usage{store: deps.Store, clock: deps.Clock, log: cfg.Log, leases: func() []lease.Lease { return n.State().Leases }}
 	n.kept.path = cfg.KeptRunsFile
 	if err := n.kept.load(); err != nil {
 		// Only `dibs export sbatch` of finished runs misses them.
@@ -206,14 +212,6 @@ func New(cfg Config, deps Deps) *Node {
 // Usage is this node's usage figures.
 func (n *Node) Usage() *Usage { return &n.usage }
 
-// sessionJob starts, watches, messages and ends the tmux sessions of this
-// node's leases; its state (watching) lives in the Node.
-type sessionJob struct{ n *Node }
-
-// bookingJob starts this node's bookings when their time comes, and lets
-// lapse those that could not start in time.
-type bookingJob struct{ n *Node }
-
 // Name is the node's name.
 func (n *Node) Name() string { return n.cfg.Name }
 
@@ -226,7 +224,8 @@ func (n *Node) now() lease.Instant {
 	return lease.Instant{Wall: c.Now(), Mono: c.Mono(), Boot: c.Boot()}
 }
 
-// Open loads the table from the store and takes a first snapshot. It asks
+// Open loads the table from the store, takes a first snapshot, and ends
+// the leases whose sessions died in a reboot of the node (reboot.go). It asks
 // no user's tmux server anything: the sessions of the leases it loaded are
 // re-adopted by Run, once the agent serves (a user's server may not answer,
 // and nobody's claims wait on it). ctx bounds the first probe; the node's
@@ -258,6 +257,7 @@ func (n *Node) Open(ctx context.Context) error {
 	n.idle.Observe(snap, n.cfg.Policy)
 	n.observeLocked()
 	n.publishLocked(now.Wall)
+	n.endRebootedLocked(leases, now)
 	return nil
 }
 
@@ -266,7 +266,7 @@ func (n *Node) Open(ctx context.Context) error {
 func (n *Node) Run() {
 	n.wg.Add(1)
 	go n.loop()
-	n.sess.readopt()
+	n.readopt()
 }
 
 // Close stops the loops and the session watchers. Sessions keep running; a
@@ -276,7 +276,7 @@ func (n *Node) Close() {
 		return
 	}
 	n.cancel()
-	n.sess.stopAll()
+	n.stopAll()
 	n.wg.Wait()
 	n.saveFigures(true)
 }
@@ -340,7 +340,7 @@ func (n *Node) endLocked(l lease.Lease, reason lease.EndReason, by string, now l
 	if l.Entry != "" {
 		n.ended = lease.RememberEnded(n.ended, lease.EndedRun{Entry: l.Entry, Lease: l.ID, Gang: l.Gang, Reason: cur.RunEnd(reason), At: now.Wall.Round(0), Reserved: !l.ReservedUntil.IsZero()}, now.Wall)
 	}
-	n.sess.stopWatching(l.ID)
+	n.stopWatching(l.ID)
 	n.publishLocked(now.Wall)
 	return nil
 }

@@ -15,6 +15,18 @@ import (
 // Release ends lease id for c (its holder, or an admin: logged), killing its
 // session.
 func (n *Node) Release(ctx context.Context, c lease.Caller, id string) error {
+	return n.release(ctx, c, id, false)
+}
+
+// ReleaseHard ends a lease c holds as Release does, but sends its
+// session's processes SIGKILL before tmux hangs up on them: the end of
+// the short grace a person gave a run they cancelled in the foreground
+// (dibs run --follow, Ctrl-C twice), which their SIGTERM did not end.
+func (n *Node) ReleaseHard(ctx context.Context, c lease.Caller, id string) error {
+	return n.release(ctx, c, id, true)
+}
+
+func (n *Node) release(ctx context.Context, c lease.Caller, id string, hard bool) error {
 	var l lease.Lease
 	err := n.locked(func() error {
 		var err error
@@ -35,7 +47,7 @@ func (n *Node) Release(ctx context.Context, c lease.Caller, id string) error {
 		return err
 	}
 	if !l.Booked {
-		n.sess.killSession(ctx, l, false)
+		n.killSession(ctx, l, hard)
 	}
 	n.deps.LeasesChanged()
 	return nil
@@ -148,7 +160,7 @@ func (n *Node) Preempt(id string, token uint64, why string, sig syscall.Signal) 
 	}
 	n.log.Info("lease preempted", "lease", l.ID, "user", l.User, "why", why, "grace", words.FormatDuration(n.cfg.Policy.PreemptGrace))
 	if l.Session != "" {
-		if u, err := n.sess.holder(l); err == nil {
+		if u, err := n.holder(l); err == nil {
 			ctx, cancel := context.WithTimeout(n.ctx, 3*time.Second)
 			if sig == 0 {
 				sig = n.cfg.PreemptSignal
@@ -222,8 +234,8 @@ func (n *Node) step(d lease.Due, now time.Time) {
 			return
 		}
 		warn("stopping")
-		n.sess.background(func(ctx context.Context) {
-			if u, err := n.sess.holder(l); err == nil {
+		n.background(func(ctx context.Context) {
+			if u, err := n.holder(l); err == nil {
 				if err := n.deps.Sessions.Signal(ctx, u, l.Session, syscall.SIGTERM); err != nil {
 					n.log.Warn("SIGTERM at the end", "lease", l.ID, "err", err)
 				}
@@ -238,14 +250,14 @@ func (n *Node) step(d lease.Due, now time.Time) {
 		// its session is being killed (the processes still exiting are
 		// within lease.EndGrace, not squatters).
 		if n.end(l, lease.PreemptedReason(l.PreemptReason), "") == nil {
-			n.sess.background(func(ctx context.Context) { n.sess.killSession(ctx, l, true) })
+			n.background(func(ctx context.Context) { n.killSession(ctx, l, true) })
 		}
 	case lease.StepBookingStart, lease.StepBookingLapsed:
-		n.book.step(ctx, d, now)
+		n.stepBooking(ctx, d, now)
 	case lease.StepEnd:
 		if endIfDue(lease.EndExpired) {
 			n.log.Info("lease ended at its time limit", "lease", l.ID, "user", l.User)
-			n.sess.background(func(ctx context.Context) { n.sess.killSession(ctx, l, true) })
+			n.background(func(ctx context.Context) { n.killSession(ctx, l, true) })
 		}
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/dibs-gpu/dibs/base/durable"
 	"github.com/dibs-gpu/dibs/base/words"
 	"github.com/dibs-gpu/dibs/lease"
 	"github.com/dibs-gpu/dibs/runrecord"
@@ -130,10 +131,9 @@ func (n *Node) saveFigures(force bool) {
 	}
 	b, err := json.Marshal(kept)
 	if err == nil {
-		tmp := n.rec.path + ".new"
-		if err = os.WriteFile(tmp, b, 0o600); err == nil {
-			err = os.Rename(tmp, n.rec.path)
-		}
+		// Synced before and after the rename, as the kept runs are: a
+		// power cut leaves the last figures or the new, never none.
+		err = durable.WriteFile(n.rec.path, b, 0o600)
 	}
 	if err != nil {
 		n.log.Warn("cannot write down the running leases' figures", "err", err)

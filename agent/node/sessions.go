@@ -13,14 +13,13 @@ import (
 
 // watch ends the lease when its session ends; a service's is supervised
 // instead (supervise.go): restarted, not ended.
-func (x *sessionJob) watch(l lease.Lease, u launch.User) {
-	n := x.n
+func (n *Node) watch(l lease.Lease, u launch.User) {
 	if l.IsService() {
-		x.supervise(l, u)
+		n.supervise(l, u)
 		return
 	}
 	ctx, cancel := context.WithCancel(n.ctx)
-	x.track(l.ID, cancel)
+	n.track(l.ID, cancel)
 	gone := n.deps.Sessions.Watch(ctx, u, l.Session, n.cfg.SessionPoll)
 	n.wg.Add(1)
 	go func() {
@@ -34,7 +33,7 @@ func (x *sessionJob) watch(l lease.Lease, u launch.User) {
 			return
 		}
 		if n.Current(l.ID, l.Token) {
-			n.end(l, n.sess.sessionEndReason(l, u), "")
+			n.end(l, n.sessionEndReason(l, u), "")
 		}
 	}()
 }
@@ -47,8 +46,7 @@ func (x *sessionJob) watch(l lease.Lease, u launch.User) {
 // (as a failed run, for a queued one), and if the agent stops first, the
 // restarted agent re-adopts the session from the durable lease, so a
 // queued attempt that runs is seen running and never started twice.
-func (x *sessionJob) failedStart(ctx context.Context, l lease.Lease, u launch.User) {
-	n := x.n
+func (n *Node) failedStart(ctx context.Context, l lease.Lease, u launch.User) {
 	if ctx.Err() == nil {
 		n.end(l, lease.EndSessionFailed, "")
 		return
@@ -57,14 +55,13 @@ func (x *sessionJob) failedStart(ctx context.Context, l lease.Lease, u launch.Us
 		return
 	}
 	n.log.Info("a session's start was cut off; keeping its lease until tmux says whether the session runs", "lease", l.ID, "session", l.Session, "err", ctx.Err())
-	x.watch(l, u)
+	n.watch(l, u)
 	n.deps.LeasesChanged()
 }
 
 // track makes cancel the way to stop watching lease id's session,
 // stopping the watcher it replaces.
-func (x *sessionJob) track(id string, cancel context.CancelFunc) {
-	n := x.n
+func (n *Node) track(id string, cancel context.CancelFunc) {
 	n.watchMu.Lock()
 	defer n.watchMu.Unlock()
 	if old := n.watching[id]; old != nil {
@@ -73,8 +70,7 @@ func (x *sessionJob) track(id string, cancel context.CancelFunc) {
 	n.watching[id] = cancel
 }
 
-func (x *sessionJob) stopWatching(id string) {
-	n := x.n
+func (n *Node) stopWatching(id string) {
 	n.watchMu.Lock()
 	defer n.watchMu.Unlock()
 	if cancel := n.watching[id]; cancel != nil {
@@ -84,8 +80,7 @@ func (x *sessionJob) stopWatching(id string) {
 }
 
 // stopAll stops every session watcher (the sessions keep running).
-func (x *sessionJob) stopAll() {
-	n := x.n
+func (n *Node) stopAll() {
 	n.watchMu.Lock()
 	defer n.watchMu.Unlock()
 	for id, cancel := range n.watching {
@@ -95,8 +90,7 @@ func (x *sessionJob) stopAll() {
 }
 
 // sessionEndReason reads how a queued run's command ended.
-func (x *sessionJob) sessionEndReason(l lease.Lease, u launch.User) lease.EndReason {
-	n := x.n
+func (n *Node) sessionEndReason(l lease.Lease, u launch.User) lease.EndReason {
 	code, ok, err := n.deps.Sessions.ExitStatus(u, l.Session)
 	if err != nil && l.Entry != "" {
 		n.log.Warn("read exit status", "lease", l.ID, "user", u.Name, "err", err)
@@ -114,25 +108,23 @@ func (x *sessionJob) sessionEndReason(l lease.Lease, u launch.User) lease.EndRea
 // can swap their tmux socket for a listener that never does — keeps its
 // lease held and is asked again at every poll; it delays nobody else's
 // sessions, claims or start-up.
-func (x *sessionJob) readopt() {
-	n := x.n
+func (n *Node) readopt() {
 	for _, l := range n.State().Leases {
 		if l.Session == "" || !l.ReservedUntil.IsZero() {
 			continue
 		}
-		x.adopt(l)
+		n.adopt(l)
 	}
 }
 
 // adopt watches l's session again as its holder. A holder whose account is
 // gone or was replaced ends the lease; an account database that does not
 // answer now is asked again a little later (the lease stays held).
-func (x *sessionJob) adopt(l lease.Lease) {
-	n := x.n
-	u, err := x.holder(l)
+func (n *Node) adopt(l lease.Lease) {
+	u, err := n.holder(l)
 	switch {
 	case err == nil:
-		x.watch(l, u)
+		n.watch(l, u)
 	case refusal.CodeOf(err) == refusal.CodeUnavailable:
 		n.log.Warn("cannot look up a lease's holder now; keeping the lease and asking again", "lease", l.ID, "user", l.User, "err", err)
 		n.wg.Add(1)
@@ -144,7 +136,7 @@ func (x *sessionJob) adopt(l lease.Lease) {
 			case <-n.ctx.Done():
 			case <-t.C():
 				if n.Current(l.ID, l.Token) {
-					x.adopt(l)
+					n.adopt(l)
 				}
 			}
 		}()
@@ -163,8 +155,7 @@ const userCallBound = 15 * time.Second
 // other lease's warnings, ends and bookings) never waits on a server its
 // user may have made slow or mute. Only the node's loop calls it (so the
 // WaitGroup is never added to while Close waits on an empty one).
-func (x *sessionJob) background(f func(ctx context.Context)) {
-	n := x.n
+func (n *Node) background(f func(ctx context.Context)) {
 	n.wg.Add(1)
 	go func() {
 		defer n.wg.Done()
@@ -175,8 +166,7 @@ func (x *sessionJob) background(f func(ctx context.Context)) {
 }
 
 // tell puts a message in one session's status line (best effort).
-func (x *sessionJob) tell(ctx context.Context, u launch.User, session, text string) {
-	n := x.n
+func (n *Node) tell(ctx context.Context, u launch.User, session, text string) {
 	if err := n.deps.Sessions.Message(ctx, u, session, "dibs: "+text); err != nil && !errors.Is(err, launch.ErrNoSession) {
 		n.log.Warn("message session", "session", session, "user", u.Name, "err", err)
 	}
@@ -194,17 +184,16 @@ func (n *Node) TellUser(ctx context.Context, uid int, text string) {
 		return
 	}
 	for _, s := range names {
-		n.sess.tell(ctx, u, s, strings.TrimPrefix(text, "dibs: "))
+		n.tell(ctx, u, s, strings.TrimPrefix(text, "dibs: "))
 	}
 }
 
 // killSession ends a lease's session (SIGKILL first when hard).
-func (x *sessionJob) killSession(ctx context.Context, l lease.Lease, hard bool) {
-	n := x.n
+func (n *Node) killSession(ctx context.Context, l lease.Lease, hard bool) {
 	if l.Session == "" {
 		return
 	}
-	u, err := x.holder(l)
+	u, err := n.holder(l)
 	if err != nil {
 		return
 	}

@@ -42,19 +42,17 @@ type checkRunner interface {
 const probeBound = 5 * time.Second
 
 // supervise keeps l's service up until its lease ends or the node closes.
-func (x *sessionJob) supervise(l lease.Lease, u launch.User) {
-	n := x.n
+func (n *Node) supervise(l lease.Lease, u launch.User) {
 	ctx, cancel := context.WithCancel(n.ctx)
-	x.track(l.ID, cancel)
+	n.track(l.ID, cancel)
 	n.wg.Add(1)
 	go func() {
 		defer n.wg.Done()
-		x.superviseLoop(ctx, l, u)
+		n.superviseLoop(ctx, l, u)
 	}()
 }
 
-func (x *sessionJob) superviseLoop(ctx context.Context, l lease.Lease, u launch.User) {
-	n := x.n
+func (n *Node) superviseLoop(ctx context.Context, l lease.Lease, u launch.User) {
 	tr := service.NewTracker(n.cfg.ServiceRules, n.deps.Clock.Now(), l.Service.Restarts)
 	t := n.deps.Clock.NewTicker(n.cfg.SessionPoll)
 	defer t.Stop()
@@ -73,27 +71,26 @@ func (x *sessionJob) superviseLoop(ctx context.Context, l lease.Lease, u launch.
 			// replica that stopped itself is not started again here.
 			continue
 		}
-		p, pid, ok := x.probeService(ctx, l, u)
+		p, pid, ok := n.probeService(ctx, l, u)
 		if !ok {
 			continue // tmux did not answer: ask again, change nothing
 		}
 		now := n.deps.Clock.Now()
 		switch tr.Observe(p, now) {
 		case service.Restart:
-			pid = x.restartService(ctx, l, u)
+			pid = n.restartService(ctx, l, u)
 			tr.Started(n.deps.Clock.Now())
 		case service.Stop:
-			x.crashLoop(l)
+			n.crashLoop(l)
 			return
 		}
-		x.recordStatus(&l, tr, pid, &wrote)
+		n.recordStatus(&l, tr, pid, &wrote)
 	}
 }
 
 // probeService looks at l's replica once: whether its session runs, and
 // whether its check passes. ok is false when tmux did not answer.
-func (x *sessionJob) probeService(ctx context.Context, l lease.Lease, u launch.User) (p service.Probe, pid int, ok bool) {
-	n := x.n
+func (n *Node) probeService(ctx context.Context, l lease.Lease, u launch.User) (p service.Probe, pid int, ok bool) {
 	ctx, cancel := context.WithTimeout(ctx, probeBound)
 	defer cancel()
 	running, err := n.deps.Sessions.Exists(ctx, u, l.Session)
@@ -162,21 +159,20 @@ func answers(ctx context.Context, port int, path string) bool {
 // from the definition its lease holds, and returns the new replica's
 // first process (0 when it did not start: the next probe finds it gone
 // and the tracker backs off).
-func (x *sessionJob) restartService(ctx context.Context, l lease.Lease, u launch.User) int {
-	n := x.n
+func (n *Node) restartService(ctx context.Context, l lease.Lease, u launch.User) int {
 	ctx, cancel := context.WithTimeout(ctx, userCallBound)
 	defer cancel()
 	if ok, err := n.deps.Sessions.Exists(ctx, u, l.Session); err == nil && ok {
-		x.killSession(ctx, l, true)
+		n.killSession(ctx, l, true)
 	}
-	s, err := n.deps.Sessions.Start(ctx, x.sessionSpec(l, u, serviceRun(l)))
+	s, err := n.deps.Sessions.Start(ctx, n.sessionSpec(l, u, serviceRun(l)))
 	if err != nil {
 		n.log.Warn("restart service", "service", l.Service.Name, "lease", l.ID, "err", err)
 		return 0
 	}
 	if !n.Current(l.ID, l.Token) {
 		// Stopped while it restarted: the new replica must not outlive it.
-		x.killSession(ctx, l, true)
+		n.killSession(ctx, l, true)
 		return 0
 	}
 	n.log.Info("service restarted", "service", l.Service.Name, "lease", l.ID, "user", l.User, "pid", s.PanePID)
@@ -197,8 +193,7 @@ func serviceRun(l lease.Lease) *Run {
 // crashLoop ends a service that restarted too often, keeping its log, and
 // tells its owner: a notice on their board and in their sessions here,
 // and the end event (crash-loop) their webhook hears.
-func (x *sessionJob) crashLoop(l lease.Lease) {
-	n := x.n
+func (n *Node) crashLoop(l lease.Lease) {
 	r := n.cfg.ServiceRules.WithDefaults()
 	text := fmt.Sprintf("service %s crash-looped on %s (%d restarts in %s): stopped; its log: dibs logs %s",
 		l.Service.Name, n.cfg.Name, r.CrashRestarts, words.FormatDuration(r.CrashWindow), l.Service.Name)
@@ -207,7 +202,7 @@ func (x *sessionJob) crashLoop(l lease.Lease) {
 	defer cancel()
 	// Its last replica goes before its lease: nothing of it answers once
 	// the board says it stopped.
-	x.killSession(ctx, l, true)
+	n.killSession(ctx, l, true)
 	// The end event (crash-loop) reaches its owner's sessions and webhook
 	// as every notice does; the board says it in the service's words.
 	n.end(l, lease.EndCrashLoop, "")
@@ -216,8 +211,7 @@ func (x *sessionJob) crashLoop(l lease.Lease) {
 
 // recordStatus writes what the tracker decided to the lease when it
 // changed, so every node's board shows it; wrote is when it last did.
-func (x *sessionJob) recordStatus(l *lease.Lease, tr *service.Tracker, pid int, wrote *time.Time) {
-	n := x.n
+func (n *Node) recordStatus(l *lease.Lease, tr *service.Tracker, pid int, wrote *time.Time) {
 	st := service.Status{State: tr.State, Restarts: tr.Restarts, Since: tr.Since.Round(0), PID: l.Service.PID}
 	if pid != 0 {
 		st.PID = pid

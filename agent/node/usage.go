@@ -2,11 +2,13 @@ package node
 
 import (
 	"cmp"
+	"log/slog"
 	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/dibs-gpu/dibs/agent/clock"
 	"github.com/dibs-gpu/dibs/lease"
 	"github.com/dibs-gpu/dibs/outgrow/doctor"
 	"github.com/dibs-gpu/dibs/queue"
@@ -27,7 +29,13 @@ const usageRefresh = 5 * time.Second
 // time before, and slowed as it grew: 1.5 s for usage at 100,000 ended
 // leases).
 type Usage struct {
-	n      *Node
+	// store, clock and log are the node's; leases reads the node's
+	// running leases (its published state, never under wmu).
+	store  lease.Store
+	clock  clock.Clock
+	log    *slog.Logger
+	leases func() []lease.Lease
+
 	mu     sync.Mutex
 	at     time.Time
 	ledger queue.Usage
@@ -75,11 +83,10 @@ func (u *Usage) ended(e lease.LedgerEntry) {
 // disk the first time (or when asked for older ones than it holds), and
 // cut at the window's start. Call with mu held.
 func (u *Usage) window(from time.Time) error {
-	n := u.n
 	if u.entries != nil && !from.Before(u.loadedFrom) {
 		return nil
 	}
-	ledger, err := n.deps.Store.Ledger(from)
+	ledger, err := u.store.Ledger(from)
 	if err != nil {
 		return err
 	}
@@ -103,13 +110,12 @@ func (u *Usage) since(t time.Time) []lease.LedgerEntry {
 // the ledger's part is recomputed at most every few seconds or when a lease
 // ended; the running leases' part is always current.
 func (u *Usage) DecayedUsage(halfLife time.Duration) queue.Usage {
-	n := u.n
-	now := n.deps.Clock.Now()
+	now := u.clock.Now()
 	sum := queue.Usage{}
 	for k, v := range u.ledgerUsage(now, halfLife) {
 		sum[k] += v
 	}
-	for k, v := range queue.DecayedUsage(nil, n.State().Leases, now, halfLife) {
+	for k, v := range queue.DecayedUsage(nil, u.leases(), now, halfLife) {
 		sum[k] += v
 	}
 	u.cur.Store(&sum)
@@ -117,7 +123,6 @@ func (u *Usage) DecayedUsage(halfLife time.Duration) queue.Usage {
 }
 
 func (u *Usage) ledgerUsage(now time.Time, halfLife time.Duration) queue.Usage {
-	n := u.n
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	if u.ledger != nil && now.Sub(u.at) < usageRefresh && now.Sub(u.at) >= 0 && !u.dirty.Load() {
@@ -126,7 +131,7 @@ func (u *Usage) ledgerUsage(now time.Time, halfLife time.Duration) queue.Usage {
 	u.dirty.Store(false)
 	keep := now.Add(-historyWindow(halfLife))
 	if err := u.window(keep); err != nil {
-		n.log.Warn("usage: read the ledger", "err", err)
+		u.log.Warn("usage: read the ledger", "err", err)
 		return u.ledger
 	}
 	// What ended before the window is of no use to anyone: forget it.
@@ -142,22 +147,20 @@ func (u *Usage) ledgerUsage(now time.Time, halfLife time.Duration) queue.Usage {
 // PublishedUsage is the usage last computed, for gossip: it never reads the
 // disk.
 func (u *Usage) PublishedUsage() map[string]float64 {
-	n := u.n
-	if u := n.usage.cur.Load(); u != nil {
-		return *u
+	if cur := u.cur.Load(); cur != nil {
+		return *cur
 	}
 	return nil
 }
 
 // UsageSince is this node's raw GPU-seconds per user since then.
 func (u *Usage) UsageSince(since time.Time) (map[string]float64, error) {
-	n := u.n
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	if err := u.window(since); err != nil {
 		return nil, err
 	}
-	return queue.WindowUsage(u.since(since), n.State().Leases, since, n.deps.Clock.Now()), nil
+	return queue.WindowUsage(u.since(since), u.leases(), since, u.clock.Now()), nil
 }
 
 // Ledger is the ledger since then (for doctor and replay), in end order.
@@ -231,13 +234,16 @@ type ledgerCount struct {
 // lease (not a queued run's, a gang's or a reservation: those are read back
 // one by one) is folded into the day's one row, so a claim/release loop
 // adds a row a day instead of a row a lease while its GPU-seconds still
-// count. A run (a lease with a session) is never folded: `dibs history`
-// lists every run. A store that cannot fold keeps every entry. The ledger's window in
+// count. A run (a lease with a session) is kept one by one up to
+// lease.RunsPerLedgerDay times that cap, so `dibs history` lists every run of
+// a working day, while a `dibs run` loop still cannot grow the ledger (or
+// this agent's memory of it) without bound. A store that cannot fold keeps
+// every entry. The ledger's window in
 // memory follows the disk: a folded lease changes the row there too, so a
 // loop cannot grow the agent's memory either. Callers hold wmu.
 func (n *Node) storeEnd(e lease.LedgerEntry, run bool) error {
 	f, ok := n.deps.Store.(lease.LedgerFolder)
-	if !ok || run || e.Entry != "" || e.Gang != "" || e.Reserved || e.User == "" {
+	if !ok || e.Entry != "" || e.Gang != "" || e.Reserved || e.User == "" {
 		if err := n.deps.Store.End(e.LeaseID, e); err != nil {
 			return err
 		}
@@ -253,7 +259,11 @@ func (n *Node) storeEnd(e lease.LedgerEntry, run bool) error {
 		c = &ledgerCount{day: day}
 		n.ledgerDay[e.User] = c
 	}
-	if c.n < n.cfg.LedgerPerUserDay {
+	limit := n.cfg.LedgerPerUserDay
+	if run {
+		limit *= lease.RunsPerLedgerDay
+	}
+	if c.n < limit {
 		if err := n.deps.Store.End(e.LeaseID, e); err != nil {
 			return err
 		}
@@ -267,7 +277,7 @@ func (n *Node) storeEnd(e lease.LedgerEntry, run bool) error {
 	}
 	if c.row == 0 {
 		n.log.Warn("ledger: a person ended more leases today than are kept one by one; folding the rest of today's into one row",
-			"user", e.User, "max", n.cfg.LedgerPerUserDay)
+			"user", e.User, "max", limit)
 	}
 	was := c.folded
 	c.row, c.folded = row, lease.FoldInto(c.folded, e)

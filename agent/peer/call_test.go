@@ -24,12 +24,12 @@ func TestCallChecksOnce(t *testing.T) {
 		sent bool
 		want string
 	}{
-		{name: "a claim to another node: the receiver refuses it", node: "n2", sent: true, want: "claim request from n1: a count (1) and GPU indices",
+		{name: "a claim to another node: the receiver refuses it", node: "n2", sent: true, want: "claim request from n1: -g 1 and --ids 0 both say which GPUs",
 			call: func(m *Mux, node string) error {
 				_, err := Call(context.Background(), m, node, Claim, As("alice"), ClaimRequest{Count: 1, GPUs: []int{0}})
 				return err
 			}},
-		{name: "a booking to another node: the receiver refuses it", node: "n2", sent: true, want: "book request from n1: a count (1) and GPU indices",
+		{name: "a booking to another node: the receiver refuses it", node: "n2", sent: true, want: "book request from n1: -g 1 and --ids 0 both say which GPUs",
 			call: func(m *Mux, node string) error {
 				_, err := Call(context.Background(), m, node, Book, As("alice"), BookRequest{Count: 1, GPUs: []int{0}})
 				return err
@@ -44,7 +44,7 @@ func TestCallChecksOnce(t *testing.T) {
 				_, err := Call(context.Background(), m, node, Preempt, System, PreemptRequest{Lease: "n2-1", Reason: "why not"})
 				return err
 			}},
-		{name: "a claim to this node: checked here", node: "n1", sent: false, want: "a count (1) and GPU indices",
+		{name: "a claim to this node: checked here", node: "n1", sent: false, want: "-g 1 and --ids 0 both say which GPUs",
 			call: func(m *Mux, node string) error {
 				_, err := Call(context.Background(), m, node, Claim, As("alice"), ClaimRequest{Count: 1, GPUs: []int{0}})
 				return err

@@ -51,11 +51,21 @@ const (
 	// the notice, so one from such an agent is taken as a restart too
 	// (LeaveIsForGood): its gangs' ranks are held for the grace, not lost.
 	LeavesOnlyForGoodSince = 7
+	// CPUsSince is the first protocol whose agents choose cores for a
+	// lease (--cpus-per-gpu, lease.Lease.CPUs) and bind sessions to them;
+	// an older agent would grant the GPUs and drop the cores unsaid.
+	CPUsSince = 8
 	// ServiceSince is the first protocol whose agents run services (`dibs
 	// serve`): a lease of kind service with no end while it is up, which
 	// an older agent would take for a plain claim (v0.1.0 refuses the
 	// kind; v0.2.0 would grant it without its supervisor).
 	ServiceSince = 8
+	// HardReleaseSince is the first protocol whose agents honour
+	// ReleaseRequest.Kill (SIGKILL to a released lease's session before
+	// tmux's hangup). An older agent ignores the field and releases as
+	// before: the lease ends all the same, only a process that ignores
+	// the hangup outlives it, as it always did.
+	HardReleaseSince = 8
 )
 
 // LeaveIsForGood reports whether a leave notice from an agent that spoke

@@ -194,6 +194,7 @@ func TestServeProtocols(t *testing.T) {
 		{"protocol 7", 0, `{"v":7,"actor":{"user":"alice"},"req":{"count":1}}`, ""},
 		{"protocol 6 (v0.1.0)", 0, `{"v":6,"actor":{"user":"alice"},"req":{"count":1}}`, ""},
 		{"a newer release's field is ignored", 0, `{"v":7,"actor":{"user":"alice"},"req":{"count":1,"priority":3},"trace":"x"}`, ""},
+		{"protocol 8", 0, `{"v":8,"actor":{"user":"alice"},"req":{"count":1,"cpus_per_gpu":4}}`, ""},
 		{"two releases behind", 0, `{"v":5,"actor":{"user":"alice"},"req":{"count":1}}`, fmt.Sprintf("speaks agent protocol 5 and this agent 6 to %d: nodes may be at most one dibs release apart", Version)},
 		{"two releases ahead", 0, fmt.Sprintf(`{"v":%d,"actor":{"user":"alice"},"req":{"count":1}}`, Version+1), fmt.Sprintf("speaks agent protocol %d and this agent 6 to %d", Version+1, Version)},
 		{"pinned to 6: protocol 7 refused", 6, `{"v":7,"actor":{"user":"alice"},"req":{"count":1}}`, "this agent 6 to 6"},

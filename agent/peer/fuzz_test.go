@@ -30,7 +30,7 @@ func accept[Req, Resp Message](m *Mux, e Endpoint[Req, Resp], n *int) {
 // (bounded; unknown fields ignored, as from protocol 7 on) and Validate. Nothing panics, and whatever does not reach a handler is
 // refused with a code and one bounded line of UTF-8.
 func FuzzServe(f *testing.F) {
-	ops := []string{"claim", "release", "extend", "start", "started", "preempt", "cancel", "usage", "refused", "place", "book", "health", "history", "entry-status", "doctor-tally", "log-runs", "run-history", "gpu-samples"}
+	ops := []string{"claim", "release", "extend", "start", "started", "preempt", "cancel", "usage", "refused", "place", "book", "health", "history", "entry-status", "doctor-tally", "log-runs", "run-history", "gpu-samples", "usage-by-day"}
 	env := func(actor Actor, req any) []byte {
 		r, _ := json.Marshal(req)
 		b, _ := json.Marshal(envelope{V: Version, Actor: actor, Req: r})
@@ -60,6 +60,7 @@ func FuzzServe(f *testing.F) {
 	f.Add("log-runs", env(As("alice"), LogRunsRequest{Name: "node01-q3"}))
 	f.Add("run-history", env(As("alice"), RunHistoryRequest{Filter: lease.HistoryFilter{User: "bob", Since: time.Unix(1_800_000_000, 0), States: []lease.RunState{lease.StateFailed}, Job: "n1-q3"}}))
 	f.Add("gpu-samples", env(As("alice"), SamplesRequest{GPU: 3, Since: time.Unix(1_800_000_000, 0)}))
+	f.Add("usage-by-day", env(As("alice"), UsageByDayRequest{Cuts: []time.Time{time.Unix(1_800_000_000, 0), time.Unix(1_800_086_400, 0)}}))
 	f.Add("nope", []byte(`{}`))
 	f.Add("release", []byte(strings.Repeat("[", 4096)))
 	f.Fuzz(func(t *testing.T, op string, body []byte) {
@@ -83,6 +84,7 @@ func FuzzServe(f *testing.F) {
 		accept(m, LogRuns, &handled)
 		accept(m, RunHistory, &handled)
 		accept(m, GPUSamples, &handled)
+		accept(m, UsageByDay, &handled)
 		if len(ops) > 0 && len(op) == 1 {
 			op = ops[int(op[0])%len(ops)] // short ops pick a real one
 		}

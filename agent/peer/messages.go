@@ -118,6 +118,10 @@ func (r LeaseReply) Validate() error { return r.Lease.Validate() }
 // ReleaseRequest names leases to end.
 type ReleaseRequest struct {
 	IDs []string `json:"ids"`
+	// Kill sends the sessions SIGKILL before tmux hangs up on them
+	// (api.ReleaseRequest.Kill). From HardReleaseSince; an older agent
+	// ignores it and ends them with the hangup alone.
+	Kill bool `json:"kill,omitempty"`
 }
 
 const maxIDs = 256

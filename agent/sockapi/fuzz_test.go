@@ -38,6 +38,7 @@ func FuzzLocalAPI(f *testing.F) {
 		{"/v1/queue/submit", `{"claim":{"count":1,"run":{"name":"a:b","command":["true"]}}}`},
 		{"/v1/queue/cancel", `{"id":"node01-q1"}`},
 		{"/v1/usage", `{"window":"1h"}`},
+		{"/v1/usage/daily", `{"window":"400d"}`},
 		{"/v1/claim", `{bad`},
 		{"/v1/claim", `{"count":1}{"count":2}`},
 		{"/v1/claim", `{"count":1e99}`},
@@ -48,7 +49,7 @@ func FuzzLocalAPI(f *testing.F) {
 	n := agenttest.Start(f, agenttest.Options{Sim: "4xH100-80GB", Quiet: true})
 	h := sockapi.Handler(n.Agent.Service())
 	paths := map[string]bool{"/v1/claim": true, "/v1/release": true, "/v1/extend": true, "/v1/adopt": true, "/v1/adopt/container": true, "/v1/attach": true,
-		"/v1/queue/submit": true, "/v1/queue/cancel": true, "/v1/usage": true}
+		"/v1/queue/submit": true, "/v1/queue/cancel": true, "/v1/usage": true, "/v1/usage/daily": true}
 	f.Fuzz(func(t *testing.T, path string, body []byte) {
 		if !paths[path] {
 			return

@@ -242,6 +242,11 @@ func (s *Server) Routes() http.Handler {
 	handle("POST", "samples", post(s, func(b *core.Bound, ctx context.Context, r samplesRequest) (api.SamplesReport, error) {
 		return b.Samples(ctx, r.Node, r.GPU, r.Since)
 	}))
+	handle("POST", "usage/daily", post(s, func(b *core.Bound, ctx context.Context, r struct {
+		Window string `json:"window"`
+	}) (api.DailyUsageReport, error) {
+		return b.UsageByDay(ctx, r.Window)
+	}))
 	mux.HandleFunc("POST /v1/doctor", post(s, (*core.Bound).Doctor))
 	mux.HandleFunc("POST /v1/run", post(s, func(b *core.Bound, ctx context.Context, r idRequest) (api.RunRecord, error) { return b.Run(ctx, r.ID) }))
 	// Bookings.

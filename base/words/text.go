@@ -9,15 +9,12 @@ import (
 	"github.com/dibs-gpu/dibs/base/termsafe"
 )
 
-// CheckNote refuses a note that is not one short line of plain text.
-func CheckNote(note string) error { return checkNote(note) }
-
-// checkNote keeps notes to one short line of plain text: everyone's board
+// CheckNote keeps notes to one short line of plain text: everyone's board
 // and `dibs ls` print them, so an escape sequence, a bidi override or a
 // zero-width character in a note would reach (or mislead) other people's
 // terminals. A note is refused rather than escaped: the person typing it is
 // there to fix it.
-func checkNote(note string) error {
+func CheckNote(note string) error {
 	if len(note) > MaxNoteLen {
 		return refusal.Invalidf("note is %d bytes; keep it to %d at most", len(note), MaxNoteLen)
 	}

@@ -124,7 +124,7 @@ func (f *bookFlags) request(now time.Time) (api.BookRequest, error) {
 	if req.Count == 0 && len(req.GPUs) == 0 {
 		return req, errors.New("say how many GPUs to book (-g 4) or which (--ids 0,2)")
 	}
-	if err := countOrIDs(f.count, f.ids); err != nil {
+	if err := lease.CheckCountOrIDs(f.count, ids); err != nil {
 		return req, err
 	}
 	if f.at == "" {
@@ -204,17 +204,10 @@ func bookingsCmd(c *cli) *cobra.Command {
 		Short:             "List the cluster's bookings that have not started yet",
 		Args:              cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			ctx, cancel := reqCtx()
-			defer cancel()
-			bs, err := c.client().Bookings(ctx)
-			if err != nil {
-				return err
-			}
-			if asJSON {
-				return printJSON(c.stdout, bs)
-			}
-			printBookings(c.stdout, bs.Bookings, time.Now())
-			return nil
+			return ask(c, asJSON, (*api.Client).Bookings, func(bs api.Bookings) error {
+				printBookings(c.stdout, bs.Bookings, time.Now())
+				return nil
+			})
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")

@@ -30,6 +30,24 @@ func reqCtx() (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.Background(), 30*time.Second)
 }
 
+// ask calls the agent once (call, under reqCtx's time limit) and prints
+// its answer: as JSON for scripts when asJSON, else for people (print).
+// The commands that ask once and print (ls, status, queue, usage,
+// bookings, events, release, extend, adopt) share it, so each says only
+// what it asks and how it prints, and none can forget --json.
+func ask[T any](c *cli, asJSON bool, call func(*api.Client, context.Context) (T, error), print func(T) error) error {
+	ctx, cancel := reqCtx()
+	defer cancel()
+	v, err := call(c.client(), ctx)
+	if err != nil {
+		return err
+	}
+	if asJSON {
+		return printJSON(c.stdout, v)
+	}
+	return print(v)
+}
+
 // printJSON prints v for scripts: the values stay exactly what the agent
 // said (decoding gives back every byte), but control, bidi and invisible
 // characters are written as \u escapes, so the JSON is safe on a terminal
@@ -58,6 +76,9 @@ type claimFlags struct {
 	at string
 	// where is --nodelist and --exclude, which the agent checks.
 	where lease.NodeChoice
+	// cpus is --cpus (local or any); cpusPerGPU --cpus-per-gpu.
+	cpus       string
+	cpusPerGPU int
 }
 
 func (f *claimFlags) add(c *cli, cmd *cobra.Command) {
@@ -82,6 +103,9 @@ func (f *claimFlags) add(c *cli, cmd *cobra.Command) {
 	fl.StringVar(&f.model, "model", "", "only GPUs whose model contains this, e.g. H100")
 	fl.StringSliceVar(&f.pools, "pool", nil, "only nodes in this pool (a node tag from the agents' config)")
 	fl.StringSliceVar(&f.pools, "tag", nil, "only nodes with this tag (the same as --pool; repeat for several)")
+	fl.StringVar(&f.cpus, "cpus", "local", "which CPUs the session runs on: local (the cores close to its GPUs) or any")
+	fl.IntVar(&f.cpusPerGPU, "cpus-per-gpu", 0, "N of each GPU's local cores, chosen for you and shown to everyone (as in sbatch --cpus-per-gpu); sets DIBS_CPUS and OMP_NUM_THREADS")
+	cmd.RegisterFlagCompletionFunc("cpus", cobra.FixedCompletions([]string{"local	the cores close to the GPUs (default)", "any	no binding"}, cobra.ShellCompDirectiveNoFileComp))
 	cmd.RegisterFlagCompletionFunc("kind", cobra.FixedCompletions([]string{"interactive\ta person at a shell (default limit 4h)", "batch\ta run nobody watches (default limit 24h)"}, cobra.ShellCompDirectiveNoFileComp))
 	cmd.RegisterFlagCompletionFunc("node", c.completeNodes)
 	cmd.RegisterFlagCompletionFunc("nodelist", c.completeNodes)
@@ -105,13 +129,29 @@ func (f *claimFlags) request() (api.ClaimRequest, error) { return f.build(true) 
 // build makes the request; needCount says -g or --ids must be given.
 func (f *claimFlags) build(needCount bool) (api.ClaimRequest, error) {
 	req := api.ClaimRequest{Node: f.node, Count: f.count, Duration: f.dur, Note: f.note, Kind: f.kind, Force: f.force,
-		MIG: f.mig, Mem: f.mem, Model: f.model, Tags: f.pools, NodeChoice: f.where}
+		MIG: f.mig, Mem: f.mem, Model: f.model, Tags: f.pools, NodeChoice: f.where, CPUsPerGPU: f.cpusPerGPU}
+	switch f.cpus {
+	case "", "local":
+	case "any":
+		req.CPUs = "any"
+	default:
+		return req, fmt.Errorf("--cpus %s: want local (the cores close to the GPUs, the default) or any", f.cpus)
+	}
+	if f.cpusPerGPU < 0 || f.cpusPerGPU > lease.MaxCPUsPerGPU {
+		return req, fmt.Errorf("--cpus-per-gpu %d: give 1 to %d cores", f.cpusPerGPU, lease.MaxCPUsPerGPU)
+	}
+	if f.cpusPerGPU > 0 && req.CPUs == "any" {
+		return req, errors.New("--cpus any and --cpus-per-gpu contradict each other: give one")
+	}
+	if f.cpusPerGPU > 0 && f.at != "" {
+		return req, errors.New("--cpus-per-gpu is chosen when a run starts, and a booked run (--at) does not keep it yet: drop it, or run without --at")
+	}
 	ids, err := parseIDs(f.ids)
 	if err != nil {
 		return req, err
 	}
 	req.GPUs = ids
-	if err := countOrIDs(f.count, f.ids); err != nil {
+	if err := lease.CheckCountOrIDs(f.count, ids); err != nil {
 		return req, err
 	}
 	if needCount && f.count == 0 && len(req.GPUs) == 0 && f.mig == "" && f.mem == "" {
@@ -158,6 +198,9 @@ func (c *cli) printGrantTo(w io.Writer, r api.ClaimResponse) {
 		what = fmt.Sprintf("MIG instance %s of GPU %d", safe(r.MIG), r.GPUs[0])
 	case r.MemMiB > 0 && len(r.GPUs) == 1:
 		what = fmt.Sprintf("%s of shared GPU %d", lease.FormatMem(r.MemMiB), r.GPUs[0])
+	}
+	if r.CPUs != "" {
+		what += ", cores " + safe(r.CPUs)
 	}
 	if lease.Kind(r.Kind) == lease.KindService {
 		fmt.Fprintf(w, "%s: %s on %s, as long as the service is up\n", safe(r.ID), what, safe(r.Node))
@@ -258,14 +301,16 @@ func runCmd(c *cli) *cobra.Command {
 	var f claimFlags
 	var q queueFlags
 	var name, dir string
-	var attach, cleanEnv bool
+	var attach, cleanEnv, follow, pty bool
 	cmd := &cobra.Command{
-		Use:   "run [claim flags] [--name NAME] [--attach] -- CMD [ARGS...]",
+		Use:   "run [claim flags] [--name NAME] [--attach | --follow | --pty] -- CMD [ARGS...]",
 		Short: "Claim GPUs and start a tmux session on them; the lease ends when the session does",
 		Example: `  dibs run -g 2 -- python train.py --lr 3e-4
   dibs run -g 1 --attach          # an interactive shell on one GPU
   dibs run --mem 16G -- python eval.py
-  dibs run -g 4 --at "tomorrow 09:00" --for 3h -- python train.py`,
+  dibs run -g 4 --at "tomorrow 09:00" --for 3h -- python train.py
+  dibs run --nodes 2 --gpus-per-node 8 -f -- python train.py   # in the foreground, as srun
+  dibs run --nodes 2 --gpus-per-node 8 --pty -- bash            # a shell in rank 0's session`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			// With --gpus-per-node the gang flags say how many.
 			req, err := f.build(q.gpusPerNode == 0)
@@ -283,6 +328,20 @@ func runCmd(c *cli) *cobra.Command {
 			ctx, cancel := reqCtx()
 			defer cancel()
 			cl := c.client()
+			if follow || pty {
+				if err := checkFollow(f, q, attach, follow, pty, args); err != nil {
+					return err
+				}
+				sreq, err := q.request(req)
+				if err != nil {
+					return err
+				}
+				s, err := cl.Submit(ctx, sreq)
+				if err != nil {
+					return err
+				}
+				return c.followRun(cl, s, pty, sreq.Nodes > 1)
+			}
 			if f.at != "" && q.sweep() {
 				return errors.New("--array, --after and --after-any queue a run; a booking (--at) starts at its time: drop one")
 			}
@@ -340,6 +399,8 @@ func runCmd(c *cli) *cobra.Command {
 	cmd.Flags().StringVar(&name, "name", "", "tmux session name (default dibs-<lease id>)")
 	cmd.Flags().StringVar(&dir, "dir", "", "working directory (default: the current one)")
 	cmd.Flags().BoolVar(&attach, "attach", false, "attach to the session once it starts")
+	cmd.Flags().BoolVarP(&follow, "follow", "f", false, "in the foreground, as srun: wait in the queue, print every rank's output (\"1: …\" for a gang), exit with the run's status; Ctrl-C shows its state, twice within a second cancels it, Ctrl-\\ detaches")
+	cmd.Flags().BoolVar(&pty, "pty", false, "wait in the queue, then attach to rank 0's session (srun --pty); the other ranks run on")
 	cmd.Flags().BoolVar(&cleanEnv, "clean-env", false, "start CMD with the node's default PATH, not yours (by default your PATH and Python environment travel: "+strings.Join(job.CarriedEnv(), ", ")+")")
 	cmd.Flags().StringVar(&f.at, "at", "", `book the GPUs for later and start CMD then, e.g. "tomorrow 09:00" (needs --for)`)
 	q.add(cmd, true)
@@ -359,22 +420,17 @@ func releaseCmd(c *cli) *cobra.Command {
 			if all && len(args) > 0 {
 				return errors.New("give lease ids or --all, not both")
 			}
-			ctx, cancel := reqCtx()
-			defer cancel()
-			r, err := c.client().Release(ctx, api.ReleaseRequest{IDs: args, All: all})
-			if err != nil {
-				return err
-			}
-			if asJSON {
-				return printJSON(c.stdout, r)
-			}
-			if len(r.Released) == 0 {
-				fmt.Fprintln(c.stdout, "you hold no leases")
-			}
-			for _, id := range r.Released {
-				fmt.Fprintf(c.stdout, "released %s\n", safe(id))
-			}
-			return nil
+			return ask(c, asJSON, func(cl *api.Client, ctx context.Context) (api.ReleaseResponse, error) {
+				return cl.Release(ctx, api.ReleaseRequest{IDs: args, All: all})
+			}, func(r api.ReleaseResponse) error {
+				if len(r.Released) == 0 {
+					fmt.Fprintln(c.stdout, "you hold no leases")
+				}
+				for _, id := range r.Released {
+					fmt.Fprintf(c.stdout, "released %s\n", safe(id))
+				}
+				return nil
+			})
 		},
 	}
 	cmd.Flags().BoolVar(&all, "all", false, "release every lease you hold")
@@ -397,17 +453,12 @@ func extendCmd(c *cli) *cobra.Command {
 			if _, err := words.ParseDuration(dur); err != nil {
 				return fmt.Errorf("--for: %w", err)
 			}
-			ctx, cancel := reqCtx()
-			defer cancel()
-			r, err := c.client().Extend(ctx, api.ExtendRequest{ID: args[0], Duration: dur})
-			if err != nil {
-				return err
-			}
-			if asJSON {
-				return printJSON(c.stdout, r)
-			}
-			fmt.Fprintf(c.stdout, "%s now ends %s (%s from now)\n", safe(r.ID), r.ExpiresAt.Local().Format("Mon 15:04"), words.FormatDuration(time.Until(r.ExpiresAt)))
-			return nil
+			return ask(c, asJSON, func(cl *api.Client, ctx context.Context) (api.ClaimResponse, error) {
+				return cl.Extend(ctx, api.ExtendRequest{ID: args[0], Duration: dur})
+			}, func(r api.ClaimResponse) error {
+				fmt.Fprintf(c.stdout, "%s now ends %s (%s from now)\n", safe(r.ID), r.ExpiresAt.Local().Format("Mon 15:04"), words.FormatDuration(time.Until(r.ExpiresAt)))
+				return nil
+			})
 		},
 	}
 	cmd.Flags().StringVar(&dur, "for", "", "how much longer, e.g. 2h")
@@ -456,17 +507,12 @@ the lease's GPUs are yours from the start.`,
 					return fmt.Errorf("--for: %w", err)
 				}
 			}
-			ctx, cancel := reqCtx()
-			defer cancel()
-			r, err := c.client().Adopt(ctx, api.AdoptRequest{PID: pid, Duration: dur, Note: note})
-			if err != nil {
-				return err
-			}
-			if asJSON {
-				return printJSON(c.stdout, r)
-			}
-			c.printGrant(r)
-			return nil
+			return ask(c, asJSON, func(cl *api.Client, ctx context.Context) (api.ClaimResponse, error) {
+				return cl.Adopt(ctx, api.AdoptRequest{PID: pid, Duration: dur, Note: note})
+			}, func(r api.ClaimResponse) error {
+				c.printGrant(r)
+				return nil
+			})
 		},
 	}
 	cmd.Flags().StringVar(&dur, "for", "", "time limit (default 4h)")
@@ -482,20 +528,15 @@ func (c *cli) adoptContainer(id string, asJSON bool) error {
 	if _, err := job.ParseContainerID(id); err != nil {
 		return err
 	}
-	ctx, cancel := reqCtx()
-	defer cancel()
-	r, err := c.client().AdoptContainer(ctx, api.AdoptContainerRequest{Container: id})
-	if err != nil {
-		return err
-	}
-	if asJSON {
-		return printJSON(c.stdout, r)
-	}
-	for _, l := range r.Leases {
-		fmt.Fprintf(c.stdout, "container %s is yours: its root processes on GPU%s %s of %s count under lease %s\n",
-			safe(r.Container), plural(len(l.GPUs)), safe(l.CUDAVisibleDevices()), safe(l.Node), safe(l.ID))
-	}
-	return nil
+	return ask(c, asJSON, func(cl *api.Client, ctx context.Context) (api.AdoptContainerResponse, error) {
+		return cl.AdoptContainer(ctx, api.AdoptContainerRequest{Container: id})
+	}, func(r api.AdoptContainerResponse) error {
+		for _, l := range r.Leases {
+			fmt.Fprintf(c.stdout, "container %s is yours: its root processes on GPU%s %s of %s count under lease %s\n",
+				safe(r.Container), plural(len(l.GPUs)), safe(l.CUDAVisibleDevices()), safe(l.Node), safe(l.ID))
+		}
+		return nil
+	})
 }
 
 func attachCmd(c *cli) *cobra.Command {
@@ -568,17 +609,10 @@ member means gossip is not getting through), and when this agent last
 heard from it. Another node's dibs release: ` + "`ssh NODE dibs status | head -1`" + `.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			ctx, cancel := reqCtx()
-			defer cancel()
-			s, err := c.client().Status(ctx)
-			if err != nil {
-				return err
-			}
-			if asJSON {
-				return printJSON(c.stdout, s)
-			}
-			printStatus(c.stdout, s)
-			return nil
+			return ask(c, asJSON, (*api.Client).Status, func(s api.Status) error {
+				printStatus(c.stdout, s)
+				return nil
+			})
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
@@ -667,15 +701,4 @@ func parseIDs(ids string) ([]int, error) {
 		gpus = append(gpus, n)
 	}
 	return gpus, nil
-}
-
-// countOrIDs refuses -g with --ids, for claims and bookings alike: both say
-// which GPUs, and dibs does not guess which was meant. The agent holds the
-// same rule for requests that come by other ways (lease.CheckCountOrIDs);
-// this one speaks in the flags the person typed.
-func countOrIDs(count int, ids string) error {
-	if count > 0 && ids != "" {
-		return fmt.Errorf("-g %d and --ids %s both say which GPUs: give -g N for any N free GPUs, or --ids for those GPUs, not both", count, ids)
-	}
-	return nil
 }

@@ -8,7 +8,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -36,8 +35,8 @@ func requireTorch(t *testing.T) {
 // on a real cluster: torchrun tells the workers of other nodes to reach
 // node 0 by its host name) and its own tmux server (a session must live in
 // its node's network, and a tmux server runs its sessions where it was
-// started), and waits until every agent sees every node alive. It returns
-// their sockets.
+// started), each node with its own PID namespace too (nsNode), and waits
+// until every agent sees every node alive. It returns their sockets.
 func startNetnsCluster(t *testing.T, lab *netLab, sim string) []string {
 	t.Helper()
 	dir := agenttest.PublicDir(t)
@@ -61,23 +60,16 @@ func startNetnsCluster(t *testing.T, lab *netLab, sim string) []string {
 	for i, ns := range lab.nodes {
 		name := fmt.Sprintf("node%02d", i+1)
 		socks[i] = filepath.Join(dir, name+".sock")
-		setup := `hostname "$1" && mount --bind "$2" /etc/hosts && shift 2 && exec "$@"`
-		cmd := exec.Command("ip", "netns", "exec", ns, "unshare", "--uts", "--mount", "--propagation", "private",
-			"sh", "-c", setup, "node", name, hostsFile, dibsBin, "agent", "--node-name", name,
-			"--sim", sim, "--data-dir", filepath.Join(dir, name), "--socket", socks[i],
+		node := bootNsNode(t, ns, name, hostsFile)
+		logFile := filepath.Join(dir, name+".log")
+		a := node.startAgent([]string{"TMUX_TMPDIR=" + agenttest.TmuxDir(t)}, filepath.Join(dir, name+".pid"), logFile,
+			"--node-name", name, "--sim", sim, "--data-dir", filepath.Join(dir, name), "--socket", socks[i],
 			"--bind", lab.addrs[i]+":7946", "--join", strings.Join(joins, ","),
 			"--cluster-name", "lab", "--cluster-key-file", key, "--probe-interval", "200ms")
-		cmd.Env = append(os.Environ(), "TMUX_TMPDIR="+agenttest.TmuxDir(t))
-		logf, _ := os.Create(filepath.Join(dir, name+".log"))
-		cmd.Stdout, cmd.Stderr = logf, logf
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
 		t.Cleanup(func() {
-			cmd.Process.Signal(syscall.SIGTERM)
-			cmd.Wait()
+			a.stop()
 			if t.Failed() {
-				b, _ := os.ReadFile(logf.Name())
+				b, _ := os.ReadFile(logFile)
 				t.Logf("%s log:\n%s", name, b)
 			}
 		})

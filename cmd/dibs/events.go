@@ -50,26 +50,19 @@ Kinds: ` + kindList(),
 			if req.Follow {
 				return followEvents(c, req, asJSON)
 			}
-			ctx, cancel := reqCtx()
-			defer cancel()
-			l, err := c.client().Events(ctx, req)
-			if err != nil {
-				return err
-			}
-			if asJSON {
-				return printJSON(c.stdout, l)
-			}
-			printEvents(c.stdout, l.Escaped().Events)
-			if len(l.Events) == 0 {
-				fmt.Fprintln(c.stdout, "no events")
-			}
-			if len(l.Missing) > 0 {
-				fmt.Fprintf(c.stderr, "not listed (no answer): %s\n", safe(strings.Join(l.Missing, ", ")))
-			}
-			if l.Truncated {
-				fmt.Fprintln(c.stderr, "the list stops at 5000 events per node: ask for less with --since or --user")
-			}
-			return nil
+			return ask(c, asJSON, func(cl *api.Client, ctx context.Context) (api.EventList, error) { return cl.Events(ctx, req) }, func(l api.EventList) error {
+				printEvents(c.stdout, l.Escaped().Events)
+				if len(l.Events) == 0 {
+					fmt.Fprintln(c.stdout, "no events")
+				}
+				if len(l.Missing) > 0 {
+					fmt.Fprintf(c.stderr, "not listed (no answer): %s\n", safe(strings.Join(l.Missing, ", ")))
+				}
+				if l.Truncated {
+					fmt.Fprintln(c.stderr, "the list stops at 5000 events per node: ask for less with --since or --user")
+				}
+				return nil
+			})
 		},
 	}
 	cmd.Flags().StringVar(&req.Since, "since", "24h", "how far back, e.g. 30m, 2h, 7d")

@@ -177,6 +177,7 @@ func sbatchJob(rec api.RunRecord) (slurm.Job, error) {
 	case rec.Entry != nil:
 		e := rec.Entry
 		j.User, j.Nodes, j.GPUsPerNode, j.Model, j.Time, j.Kind, j.Note = e.User, e.Nodes, e.GPUsPerNode, e.Model, e.Duration, e.Kind, e.Note
+		j.CPUsPerGPU, j.AnyCPU = e.CPUsPerGPU, e.AnyCPU
 		j.Command = []string{}
 		if e.Array != nil {
 			j.Array = e.Array.String()
@@ -197,6 +198,7 @@ func sbatchJob(rec api.RunRecord) (slurm.Job, error) {
 	case len(rec.Lease) > 0:
 		l := rec.Lease[0]
 		j.User, j.Nodes, j.GPUsPerNode, j.Time, j.Kind, j.Note = l.User, len(rec.Lease), len(l.GPUs), l.ExpiresAt.Sub(l.StartedAt), l.Kind, l.Note
+		j.CPUsPerGPU, j.AnyCPU = lease.CPUsPerGPU(l.CPUs), l.AnyCPU
 	case len(rec.Ended) > 0:
 		e := rec.Ended[0]
 		j.User, j.Nodes, j.GPUsPerNode, j.Time, j.Kind = e.User, len(rec.Ended), len(e.GPUs), e.Limit, e.Kind

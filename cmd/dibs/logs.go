@@ -21,9 +21,9 @@ import (
 
 func logsCmd(c *cli) *cobra.Command {
 	var rank int
-	var follow, raw bool
+	var follow, raw, resume bool
 	cmd := &cobra.Command{
-		Use:   "logs ID [--rank N] [-f]",
+		Use:   "logs ID [--rank N] [-f] [--resume]",
 		Short: "Show a run's output, kept after its session ends (every rank of a gang)",
 		Long: `Show what a run printed: a lease started with a command (dibs run -- CMD), or a
 queued request (every rank of its latest attempt, each under a header), or
@@ -31,14 +31,19 @@ an array (every task's latest attempt, each under a header naming the task;
 one task alone is ARRAY/N), or a tmux session's name. The
 output is kept in ~/` + launch.LogDir + `/SESSION.log on the node that ran it,
 a file only you can read, capped at 8 MiB (the older 8 MiB in SESSION.log.1),
-and shown from any node. -f keeps printing what a running session adds.
+and shown from any node. -f keeps printing what running sessions add:
+every rank of a gang, each line with its rank in front ("1: …"), until
+every rank has ended. A follow (this one, or dibs run --follow) notes how
+far it printed each rank in ~/.local/state/dibs/follow/ID.json; --resume
+goes on from there, after a follow was stopped, detached or cut off.
 
 On a terminal, escape sequences that could change it (titles, the clipboard)
 are dropped and colours kept; --raw prints every byte.`,
 		Example: `  dibs logs node01-42
   dibs logs node01-q3 --rank 1
   dibs logs node01-q7        # every task of an array; node01-q7/3 is one
-  dibs logs node02-7 -f`,
+  dibs logs node02-7 -f
+  dibs logs node01-q3 -f --resume   # every rank, from where the last follow stopped`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -67,11 +72,35 @@ are dropped and colours kept; --raw prints every byte.`,
 				}
 				srcs = srcs[i : i+1]
 			}
-			if follow && len(srcs) > 1 {
-				return fmt.Errorf("%s has ranks %s: follow one with --rank N", args[0], ranks(srcs))
-			}
 			var out io.Writer = c.stdout
-			if !raw && isTerminal() {
+			filter := !raw && isTerminal()
+			if follow || resume {
+				f := newFollower(cl, c.stdout, args[0], filter)
+				if cmd.Flags().Changed("rank") {
+					f.only = rank
+				}
+				if resume {
+					if err := f.resume(); err != nil {
+						return err
+					}
+				}
+				for _, s := range srcs {
+					if err := hasLog(ctx, cl, s); err != nil {
+						return err
+					}
+				}
+				f.update(srcs)
+				if !follow {
+					f.drain(ctx)
+					return nil
+				}
+				err := followRanks(ctx, f)
+				if ctx.Err() != nil && f.save {
+					fmt.Fprintf(c.stderr, "\nstopped following %s: `dibs logs %s -f --resume` goes on from here\n", safe(args[0]), safe(args[0]))
+				}
+				return err
+			}
+			if filter {
 				out = &escapeFilter{w: c.stdout}
 			}
 			for _, s := range srcs {
@@ -83,19 +112,16 @@ are dropped and colours kept; --raw prints every byte.`,
 				case len(srcs) > 1:
 					fmt.Fprintf(c.stdout, "==> rank %d on %s (%s, tmux %s) <==\n", s.Rank, safe(s.Node), safe(s.Lease), safe(s.Session))
 				}
-				st, err := printLog(ctx, cl, out, s)
-				if err != nil {
+				if _, err := printLog(ctx, cl, out, s); err != nil {
 					return err
-				}
-				if follow {
-					return followLog(ctx, cl, out, s, st, args[0])
 				}
 			}
 			return nil
 		},
 	}
 	cmd.Flags().IntVar(&rank, "rank", 0, "only this rank of a gang")
-	cmd.Flags().BoolVarP(&follow, "follow", "f", false, "keep printing what the running session adds (Ctrl-C ends)")
+	cmd.Flags().BoolVarP(&follow, "follow", "f", false, "keep printing what the running sessions add, every rank of a gang with its rank in front (\"1: …\"); Ctrl-C ends")
+	cmd.Flags().BoolVar(&resume, "resume", false, "go on from where the last dibs run --follow or dibs logs -f of ID on this machine stopped printing, rank by rank")
 	cmd.Flags().BoolVar(&raw, "raw", false, "print every byte, escape sequences and all")
 	return cmd
 }
@@ -142,6 +168,18 @@ func printLog(ctx context.Context, cl *api.Client, w io.Writer, s api.LogSource)
 	return pos, err
 }
 
+// hasLog refuses to follow a source that keeps no log (a shell's
+// session), which would otherwise be followed, silently, until it ends.
+func hasLog(ctx context.Context, cl *api.Client, s api.LogSource) error {
+	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	_, err := cl.ReadLog(cctx, api.LogReadRequest{Node: s.Node, Session: logName(s), Max: 1})
+	if notFound(err) {
+		return fmt.Errorf("no log of %s on %s: only runs started with a command keep one (a shell's session keeps none)", s.Lease, s.Node)
+	}
+	return err
+}
+
 func notFound(err error) bool {
 	var ae *api.Error
 	return errors.As(err, &ae) && ae.Code == "not_found"
@@ -172,44 +210,27 @@ func copyPart(ctx context.Context, cl *api.Client, w io.Writer, s api.LogSource,
 	}
 }
 
-// followLog prints what a running session adds, reading twice a second (a
-// file has no change signal to wait on), until the session has ended and
-// everything it wrote is printed.
-func followLog(ctx context.Context, cl *api.Client, w io.Writer, s api.LogSource, pos logPos, id string) error {
-	tick := time.NewTicker(500 * time.Millisecond)
+// followRanks prints what the followed ranks add until every one has
+// ended and everything they wrote is printed, or until Ctrl-C.
+func followRanks(ctx context.Context, f *follower) error {
+	tick := time.NewTicker(followPoll)
 	defer tick.Stop()
-	checks := 0
-	for running := s.Running; ; {
+	for checks := 0; ; checks++ {
+		got, err := f.pump(ctx)
+		if err != nil {
+			return nil // Ctrl-C
+		}
+		if !got && checks%4 == 3 {
+			f.refresh(ctx)
+			if !f.running() {
+				f.drain(ctx)
+				return nil
+			}
+		}
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-tick.C:
-		}
-		cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		ch, err := cl.ReadLog(cctx, api.LogReadRequest{Node: s.Node, Session: logName(s), Offset: pos.offset, Max: 128 << 10})
-		cancel()
-		if err != nil {
-			return err
-		}
-		if ch.Inode != pos.inode || ch.Size < pos.offset {
-			pos = logPos{inode: ch.Inode}
-			continue
-		}
-		if len(ch.Data) > 0 {
-			w.Write(ch.Data)
-			pos.offset += int64(len(ch.Data))
-			continue
-		}
-		if !running {
-			return nil
-		}
-		if checks++; checks%4 == 0 {
-			cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-			srcs, err := cl.LogSources(cctx, id)
-			cancel()
-			if err == nil {
-				running = slices.ContainsFunc(srcs, func(x api.LogSource) bool { return x.Session == s.Session && x.Node == s.Node && x.Running })
-			}
 		}
 	}
 }
@@ -272,11 +293,7 @@ func pipeLogCmd(c *cli) *cobra.Command {
 		Hidden: true,
 		Args:   cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			max, err := strconv.ParseInt(args[1], 10, 64)
-			if err != nil || max <= 0 {
-				return fmt.Errorf("bad size %q", args[1])
-			}
-			return launch.PipeLog(os.Stdin, args[0], max)
+			return launch.PipeLogArgs(os.Stdin, args[0], args[1])
 		},
 	}
 }

@@ -24,17 +24,10 @@ func lsCmd(c *cli) *cobra.Command {
 		Short:             "List every GPU: who holds it, for how long, what runs on it",
 		Args:              cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			ctx, cancel := reqCtx()
-			defer cancel()
-			b, err := c.client().Board(ctx)
-			if err != nil {
-				return err
-			}
-			if asJSON {
-				return printJSON(c.stdout, b)
-			}
-			printBoard(c.stdout, b, time.Now())
-			return nil
+			return ask(c, asJSON, (*api.Client).Board, func(b api.Board) error {
+				printBoard(c.stdout, b, time.Now())
+				return nil
+			})
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON (see docs/api.md)")
@@ -61,6 +54,15 @@ func printBoard(w io.Writer, b api.Board, now time.Time) {
 		}
 		if len(n.Host.Tags) > 0 {
 			fmt.Fprintf(w, "%-8s pools: %s\n", columns.Clip(n.Name, 8), columns.Clip(strings.Join(n.Host.Tags, ", "), 60))
+		}
+		if n.State == api.NodeAlive {
+			var gpus []nodeprobe.GPU
+			for _, g := range n.GPUs {
+				gpus = append(gpus, g.GPU)
+			}
+			if line := lease.CoresLine(gpus); line != "" {
+				fmt.Fprintf(w, "%-8s cores: %s\n", columns.Clip(n.Name, 8), columns.Clip(line, 64))
+			}
 		}
 		for _, g := range n.GPUs {
 			holder, left := "-", ""
@@ -102,8 +104,11 @@ func printBoard(w io.Writer, b api.Board, now time.Time) {
 					who = "uid " + strconv.Itoa(p.UID)
 				}
 				extra := ""
+				if p.SMUtilPct != nil { // where NVML samples processes
+					extra = " SM " + strconv.Itoa(*p.SMUtilPct) + "%"
+				}
 				if p.Container != "" {
-					extra = " container " + p.Container
+					extra += " container " + p.Container
 				}
 				fmt.Fprintf(w, "%14s└ pid %d %s %s %s%s\n", "", p.PID, columns.Clip(who, 12), columns.Clip(p.Command, 20), mib(p.UsedMemoryMiB), extra)
 			}
@@ -123,6 +128,7 @@ func printBoard(w io.Writer, b api.Board, now time.Time) {
 		fmt.Fprintf(w, "%-12s %-10s %-16s %-6s %-14s %s\n", columns.Clip(l.ID, 12), columns.Clip(l.User, 10), gpusCell(l, 16), left, columns.Clip(sess, 14), leaseNote(l, 16))
 		printMIGUUID(w, l)
 		printContainers(w, l)
+		printCores(w, l, leases)
 	}
 	printArrays(w, leases)
 }
@@ -191,6 +197,19 @@ func printContainers(w io.Writer, l lease.Lease) {
 	for _, c := range l.Containers {
 		fmt.Fprintf(w, "%12s └ container %s (adopted)\n", "", c)
 	}
+}
+
+// printCores lists the cores chosen for a lease (--cpus-per-gpu) under
+// it, and the leases that chose some of the same.
+func printCores(w io.Writer, l lease.Lease, leases []lease.Lease) {
+	if len(l.CPUs) == 0 {
+		return
+	}
+	line := "cores " + lease.CPUUnion(l.CPUs)
+	for _, sh := range lease.SharedCores(l, leases) {
+		line += fmt.Sprintf(" (shares %s with %s)", sh.CPUs, sh.Lease.ID)
+	}
+	fmt.Fprintf(w, "%12s └ %s\n", "", columns.Clip(line, 64))
 }
 
 // leaseNote is a table's NOTE cell: the note, after "borrowed" for a lease

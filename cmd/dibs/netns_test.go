@@ -3,10 +3,13 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -102,20 +105,16 @@ func TestPartitionKeepsEachSideServingItsOwnGPUs(t *testing.T) {
 	for i, ns := range lab.nodes {
 		name := fmt.Sprintf("node0%d", i+1)
 		socks[i] = filepath.Join(dir, name+".sock")
-		cmd := exec.Command("ip", "netns", "exec", ns, dibsBin, "agent", "--node-name", name,
+		node := bootNsNode(t, ns, name, "")
+		logFile := filepath.Join(dir, name+".log")
+		a := node.startAgent(nil, filepath.Join(dir, name+".pid"), logFile, "--node-name", name,
 			"--sim", "2xL40S", "--data-dir", filepath.Join(dir, name), "--socket", socks[i],
 			"--bind", lab.addrs[i]+":7946", "--join", strings.Join(joins, ","),
 			"--cluster-name", "lab", "--cluster-key-file", key)
-		logf, _ := os.Create(filepath.Join(dir, name+".log"))
-		cmd.Stdout, cmd.Stderr = logf, logf
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
 		t.Cleanup(func() {
-			cmd.Process.Kill()
-			cmd.Wait()
+			a.stop()
 			if t.Failed() {
-				b, _ := os.ReadFile(logf.Name())
+				b, _ := os.ReadFile(logFile)
 				t.Logf("%s log:\n%s", name, b)
 			}
 		})
@@ -236,4 +235,114 @@ func TestPartitionKeepsEachSideServingItsOwnGPUs(t *testing.T) {
 			}
 		}
 	}
+}
+
+// nsNode is one node of a netLab as a machine of its own: its network
+// namespace, plus mount, UTS and PID namespaces held by a PID 1 that does
+// nothing else. Every process of the node — its agent, its tmux servers,
+// every session and what runs in them — is started in them (command), so
+// killing PID 1 ends them all at once, as a power-off ends a machine's
+// (the kernel kills a PID namespace whole when its init dies). /proc is
+// the node's own; /etc/hosts names the lab's nodes.
+type nsNode struct {
+	t      *testing.T
+	name   string
+	holder *exec.Cmd
+	// pid1 is the node's PID 1 as this machine numbers it.
+	pid1 int
+}
+
+// bootNsNode starts a node in network namespace netns, with host name
+// name and hostsFile as its /etc/hosts (none: this machine's). It is
+// powered off at cleanup.
+func bootNsNode(t *testing.T, netns, name, hostsFile string) *nsNode {
+	t.Helper()
+	setup := `hostname "$1" && { [ -z "$2" ] || mount --bind "$2" /etc/hosts; } && echo ready && exec sleep infinity`
+	cmd := exec.Command("ip", "netns", "exec", netns, "unshare", "--uts", "--mount", "--pid", "--fork", "--mount-proc",
+		"--propagation", "private", "sh", "-c", setup, "node", name, hostsFile)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	n := &nsNode{t: t, name: name, holder: cmd}
+	t.Cleanup(n.powerOff)
+	line := make([]byte, len("ready\n"))
+	if _, err := io.ReadFull(out, line); err != nil || string(line) != "ready\n" {
+		cmd.Wait()
+		prereq.Missing(t, "cannot make a node with its own PID and mount namespaces here (unshare --pid --mount-proc): %s", strings.TrimSpace(stderr.String()))
+	}
+	// ip netns exec execs unshare, which forked the node's PID 1.
+	kids, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", cmd.Process.Pid, cmd.Process.Pid))
+	if f := strings.Fields(string(kids)); err != nil || len(f) != 1 {
+		t.Fatalf("find PID 1 of node %s (the child of unshare %d): %q %v", name, cmd.Process.Pid, kids, err)
+	} else if n.pid1, err = strconv.Atoi(f[0]); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// command is argv run inside the node (all its namespaces), with env
+// added to this process's environment.
+func (n *nsNode) command(env []string, argv ...string) *exec.Cmd {
+	args := append([]string{"-t", strconv.Itoa(n.pid1), "-n", "-m", "-u", "-p", "--"}, argv...)
+	cmd := exec.Command("nsenter", args...)
+	cmd.Env = append(os.Environ(), env...)
+	return cmd
+}
+
+// powerOff kills the node's PID 1, and with it every process of the node,
+// and waits until it is gone (idempotent).
+func (n *nsNode) powerOff() {
+	if n.holder == nil {
+		return
+	}
+	syscall.Kill(n.pid1, syscall.SIGKILL)
+	n.holder.Wait()
+	n.holder = nil
+}
+
+// nsAgent is a `dibs agent` running in an nsNode.
+type nsAgent struct {
+	node *nsNode
+	cmd  *exec.Cmd
+	// pidFile holds the agent's pid as its node numbers it.
+	pidFile string
+}
+
+// startAgent runs `dibs agent args…` in the node, with env added to this
+// process's environment and its output appended to logFile; pidFile
+// receives its pid in the node. It does not wait for it to answer.
+func (n *nsNode) startAgent(env []string, pidFile, logFile string, args ...string) *nsAgent {
+	n.t.Helper()
+	argv := append([]string{"sh", "-c", `echo $$ > "$0" && exec "$@"`, pidFile, dibsBin, "agent"}, args...)
+	cmd := n.command(env, argv...)
+	logf, err := os.OpenFile(logFile, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+	if err != nil {
+		n.t.Fatal(err)
+	}
+	defer logf.Close()
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Start(); err != nil {
+		n.t.Fatal(err)
+	}
+	return &nsAgent{node: n, cmd: cmd, pidFile: pidFile}
+}
+
+// stop stops the agent as systemctl restart does (SIGTERM; its sessions
+// run on) and waits until it is gone; after a power-off it only waits.
+// Idempotent.
+func (a *nsAgent) stop() {
+	if a == nil || a.cmd == nil {
+		return
+	}
+	if a.node.holder != nil {
+		a.node.command(nil, "sh", "-c", `kill -TERM "$(cat "$0")"`, a.pidFile).Run()
+	}
+	a.cmd.Wait()
+	a.cmd = nil
 }

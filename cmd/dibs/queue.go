@@ -334,18 +334,16 @@ func queueCmd(c *cli) *cobra.Command {
 		Short:             "List every waiting request in the cluster: position, user, size, priority, expected start",
 		Args:              cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			ctx, cancel := reqCtx()
-			defer cancel()
-			q, err := c.client().Queue(ctx)
-			if err != nil {
-				return err
-			}
-			q = shownQueue(q)
-			if asJSON {
-				return printJSON(c.stdout, q)
-			}
-			printQueueWith(c.stdout, q, time.Now(), verbose)
-			return nil
+			return ask(c, asJSON, func(cl *api.Client, ctx context.Context) (api.Queue, error) {
+				q, err := cl.Queue(ctx)
+				if err != nil {
+					return q, err
+				}
+				return shownQueue(q), nil
+			}, func(q api.Queue) error {
+				printQueueWith(c.stdout, q, time.Now(), verbose)
+				return nil
+			})
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON (with every node's reason, node_reasons)")
@@ -385,28 +383,16 @@ func printQueueWith(w io.Writer, q api.Queue, now time.Time, verbose bool) {
 	}
 	fmt.Fprintf(w, "%-3s %-12s %-9s %-7s %-6s %8s %-11s %s\n", "POS", "ID", "USER", "SIZE", "LIMIT", "PRIORITY", "START", "WAITING FOR")
 	for _, e := range q.Entries {
-		size := fmt.Sprintf("%d", e.GPUsPerNode)
-		if e.Nodes > 1 {
-			size = fmt.Sprintf("%dx%d", e.Nodes, e.GPUsPerNode)
-		}
-		pos, prio, start, why := fmt.Sprint(e.Position), fmt.Sprintf("%.0f", e.Priority), "?", safe(e.Waiting)
+		pos, size, start := e.Line(now)
+		prio, why := fmt.Sprintf("%.0f", e.Priority), safe(e.Waiting)
 		if e.MemMiB > 0 {
 			size = mib(e.MemMiB) // a budget on a shared GPU
 		}
 		if e.MIG != "" {
 			size = columns.Clip(safe(e.MIG), 7) // a MIG instance
 		}
-		switch {
-		case e.Running:
-			pos, prio, start, why = "-", "-", "running", ""
-		case e.WaitsForOthers():
-			pos = "dep" // not in line: it waits for other runs first
-		case e.Position == 0:
-			pos = "-"
-		case !e.EstStart.IsZero() && !e.EstStart.After(now):
-			start = "now"
-		case !e.EstStart.IsZero():
-			start = "in " + words.FormatDuration(e.EstStart.Sub(now))
+		if e.Running {
+			prio, why = "-", ""
 		}
 		if e.Array != nil {
 			why = safe(e.Array.Summary(e.ID)) // n1-q7[3-5] running, 12 waiting, 3 done
@@ -454,7 +440,7 @@ func cancelCmd(c *cli) *cobra.Command {
 }
 
 func usageCmd(c *cli) *cobra.Command {
-	var asJSON bool
+	var asJSON, asChart bool
 	var window string
 	cmd := &cobra.Command{
 		Use:               "usage",
@@ -465,21 +451,23 @@ func usageCmd(c *cli) *cobra.Command {
 			if _, err := words.ParseDuration(window); err != nil {
 				return fmt.Errorf("--window: %w", err)
 			}
-			ctx, cancel := reqCtx()
-			defer cancel()
-			u, err := c.client().Usage(ctx, window)
-			if err != nil {
-				return err
+			if asChart {
+				return ask(c, asJSON, func(cl *api.Client, ctx context.Context) (api.DailyUsageReport, error) {
+					return cl.UsageByDay(ctx, window)
+				}, func(d api.DailyUsageReport) error {
+					printUsageChart(c.stdout, d, terminalWidth(c.stdout), plainOutput())
+					return nil
+				})
 			}
-			if asJSON {
-				return printJSON(c.stdout, u)
-			}
-			printUsage(c.stdout, u)
-			return nil
+			return ask(c, asJSON, func(cl *api.Client, ctx context.Context) (api.UsageReport, error) { return cl.Usage(ctx, window) }, func(u api.UsageReport) error {
+				printUsage(c.stdout, u)
+				return nil
+			})
 		},
 	}
 	cmd.Flags().StringVar(&window, "window", "7d", "how far back to count")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	cmd.Flags().BoolVar(&asChart, "chart", false, "GPU-hours per person per day, as bars (with --json: the figures by day)")
 	return cmd
 }
 

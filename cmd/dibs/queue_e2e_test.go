@@ -95,6 +95,11 @@ func TestCLIQueue(t *testing.T) {
 	if code != 0 || !strings.Contains(out, "FAIRSHARE") {
 		t.Errorf("usage: %q", out)
 	}
+	// Issue 34: the same hours per day, as bars.
+	out, errOut, code = dibs(t, p.socket, nil, "usage", "--chart", "--window", "1h")
+	if code != 0 || !strings.Contains(out, "GPU-hours per person per day") || !strings.ContainsAny(out, "█#▏▎▍▌▋▊▉") {
+		t.Errorf("usage --chart: exit %d %q %q, want a bar", code, out, errOut)
+	}
 	// Impossible requests are refused, not queued.
 	_, errOut, code = dibs(t, p.socket, nil, "run", "--queue", "-g", "4", "--", "true")
 	if code == 0 || !strings.Contains(errOut, "4") {

@@ -107,6 +107,10 @@ func TestPrintersEscapeOutsideText(t *testing.T) {
 	assertTerminalSafe(t, "usage", b.String())
 
 	b.Reset()
+	printUsageChart(&b, api.DailyUsageReport{Since: now, Days: []api.UsageDay{{Start: now, GPUHours: map[string]float64{hostileText: 1}}}, Missing: []string{"node02" + hostileText}}, 80, false)
+	assertTerminalSafe(t, "usage --chart", b.String())
+
+	b.Reset()
 	printStatus(&b, api.Status{Node: "node01" + hostileText, Version: hostileText, Backend: hostileText, DataDir: hostileText, Socket: hostileText,
 		StartedAt: now, Members: []api.Member{{Name: hostileText, Addr: hostileText, State: hostileText}}})
 	assertTerminalSafe(t, "status", b.String())

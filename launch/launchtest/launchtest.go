@@ -44,16 +44,7 @@ func User(tb testing.TB, groups ...string) launch.User {
 		os.RemoveAll(base)
 		tb.Fatalf("useradd %s: %v: %s", name, err, strings.TrimSpace(string(out)))
 	}
-	tb.Cleanup(func() {
-		exec.Command("pkill", "-KILL", "-u", name).Run()
-		exec.Command("userdel", "--force", name).Run()
-		os.RemoveAll(base)
-	})
-	u, err := launch.LookupUser(name)
-	if err != nil {
-		tb.Fatalf("look up the new user %s: %v", name, err)
-	}
-	return u
+	return made(tb, name, base)
 }
 
 // Group creates a throwaway group (an admin group, say) and deletes it at
@@ -156,6 +147,22 @@ func MuteTmux(tb testing.TB, tmpDir string, u launch.User) (restore func()) {
 	return restore
 }
 
+// made resolves the account name that useradd just made, with its home
+// under base, and deletes both (ending its processes) at cleanup.
+func made(tb testing.TB, name, base string) launch.User {
+	tb.Helper()
+	tb.Cleanup(func() {
+		exec.Command("pkill", "-KILL", "-u", name).Run()
+		exec.Command("userdel", "--force", name).Run()
+		os.RemoveAll(base)
+	})
+	u, err := launch.LookupUser(name)
+	if err != nil {
+		tb.Fatalf("look up the new user %s: %v", name, err)
+	}
+	return u
+}
+
 // Replace does what an admin does when someone leaves and someone joins:
 // it deletes old's account (ending its processes) and creates a new
 // account, with a new name, that gets old's uid. It returns the newcomer,
@@ -180,14 +187,5 @@ func Replace(tb testing.TB, old launch.User) launch.User {
 		os.RemoveAll(base)
 		tb.Fatalf("useradd %s with uid %s: %v: %s", name, uid, err, strings.TrimSpace(string(out)))
 	}
-	tb.Cleanup(func() {
-		exec.Command("pkill", "-KILL", "-u", name).Run()
-		exec.Command("userdel", "--force", name).Run()
-		os.RemoveAll(base)
-	})
-	u, err := launch.LookupUser(name)
-	if err != nil {
-		tb.Fatalf("look up the new user %s: %v", name, err)
-	}
-	return u
+	return made(tb, name, base)
 }

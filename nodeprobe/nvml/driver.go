@@ -173,6 +173,48 @@ func (d *nvmlDriver) busID(dev nvml.Device) (string, error) {
 	return cString(pci.BusId[:]), nil
 }
 
+// affinityCPUs is how many CPUs the affinity calls are asked about. NVML
+// wants the size of the machine; go-nvml sizes its mask from this in bytes
+// where NVML counts in words, so 1024 makes room for 8192 CPUs, MaxCPU.
+const affinityCPUs = 1024
+
+// cpuAffinity returns the CPUs local to dev (those of its NUMA node) as a
+// Linux CPU list, "" when NVML does not say: a driver without the scoped
+// call (before R470) is asked the older whole-device one; a machine whose
+// BIOS reports no affinity answers an empty mask, which is "" too.
+func (d *nvmlDriver) cpuAffinity(dev nvml.Device) (string, error) {
+	mask, ret := dev.GetCpuAffinityWithinScope(affinityCPUs, nvml.AFFINITY_SCOPE_NODE)
+	if ret == nvml.ERROR_FUNCTION_NOT_FOUND || ret == nvml.ERROR_NOT_SUPPORTED {
+		mask, ret = dev.GetCpuAffinity(affinityCPUs)
+	}
+	if ok, err := optional("cpu affinity", ret); !ok {
+		return "", err
+	}
+	var cpus []int
+	for w, bits := range mask {
+		for b := 0; b < 64 && bits != 0; b++ {
+			if bits&(1<<b) == 0 {
+				continue
+			}
+			bits &^= 1 << b
+			if c := w*64 + b; c <= nodeprobe.MaxCPU {
+				cpus = append(cpus, c)
+			}
+		}
+	}
+	return nodeprobe.FormatCPUList(cpus), nil
+}
+
+// numaNode returns dev's NUMA node; ok is false when NVML does not say
+// (or says -1: a machine of one node).
+func (d *nvmlDriver) numaNode(dev nvml.Device) (int, bool, error) {
+	n, ret := dev.GetNumaNodeId()
+	if ok, err := optional("numa node", ret); !ok || n < 0 {
+		return 0, false, err
+	}
+	return n, true, nil
+}
+
 // memoryMiB returns total and used device memory as nvidia-smi shows them;
 // ok is false when the device does not say. The v2 call reports the memory
 // the driver and firmware reserve apart from the memory in use, as
@@ -343,6 +385,37 @@ func (d *nvmlDriver) processes(dev nvml.Device) ([]procInfo, error) {
 		out = append(out, procInfo{pid: int(p.Pid), usedMiB: used >> 20})
 	}
 	return out, nil
+}
+
+// processUtil returns each process's SM utilization on dev from NVML's
+// process utilization samples newer than lastSeen (a CPU timestamp in
+// microseconds, 0 for all the driver holds), the latest sample per process,
+// and the newest timestamp seen (lastSeen when none). ok is false when the
+// device does not sample processes (MIG mode, vGPU, older drivers): then
+// no process has a figure. NOT_FOUND is an answer, not a gap: the driver
+// records samples only while a process keeps the SMs busy, so with none
+// since the last probe every process read 0 %.
+func (d *nvmlDriver) processUtil(dev nvml.Device, lastSeen uint64) (sm map[int]int, newest uint64, ok bool, err error) {
+	samples, ret := dev.GetProcessUtilization(lastSeen)
+	if ret == nvml.ERROR_NOT_FOUND {
+		return map[int]int{}, lastSeen, true, nil
+	}
+	if ok, err := optional("process utilization", ret); !ok {
+		return nil, lastSeen, false, err
+	}
+	sm = make(map[int]int, len(samples))
+	at := make(map[int]uint64, len(samples))
+	newest = lastSeen
+	for _, s := range samples {
+		pid := int(s.Pid)
+		if t, seen := at[pid]; seen && t > s.TimeStamp {
+			continue
+		}
+		at[pid] = s.TimeStamp
+		sm[pid] = int(min(s.SmUtil, 100))
+		newest = max(newest, s.TimeStamp)
+	}
+	return sm, newest, true, nil
 }
 
 // pcieLink returns how two GPUs meet on the PCIe tree; ok is false when NVML

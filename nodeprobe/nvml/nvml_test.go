@@ -34,8 +34,8 @@ const (
 // stubServer fills in every device method the prober calls and the server
 // mocks leave unset (unset mock methods panic): memory v2 (what MemoryInfo
 // holds, nothing reserved), utilisation, temperature, power, processes, PCI
-// bus id, PCIe topology (two sockets of four), no NVLink, and no process
-// names from NVML. Tests override single funcs after.
+// bus id, PCIe topology (two sockets of four), no NVLink, no process
+// names from NVML, and no process utilization sampling. Tests override single funcs after.
 func stubServer(s *server.Server) *server.Server {
 	s.SystemGetProcessNameFunc = func(int) (string, nvml.Return) { return "", nvml.ERROR_NOT_FOUND }
 	for i, d := range s.Devices {
@@ -51,6 +51,9 @@ func stubServer(s *server.Server) *server.Server {
 		dev.GetPowerUsageFunc = func() (uint32, nvml.Return) { return uint32(100000 + 1000*i), nvml.SUCCESS }
 		dev.GetEnforcedPowerLimitFunc = func() (uint32, nvml.Return) { return 700000, nvml.SUCCESS }
 		dev.GetComputeRunningProcessesFunc = func() ([]nvml.ProcessInfo, nvml.Return) { return nil, nvml.SUCCESS }
+		dev.GetProcessUtilizationFunc = func(uint64) ([]nvml.ProcessUtilizationSample, nvml.Return) {
+			return nil, nvml.ERROR_NOT_SUPPORTED
+		}
 		dev.GetPciInfoFunc = func() (nvml.PciInfo, nvml.Return) { return pciInfo(dev.PciBusID), nvml.SUCCESS }
 		dev.GetTopologyCommonAncestorFunc = func(other nvml.Device) (nvml.GpuTopologyLevel, nvml.Return) {
 			if dev.Index/4 == other.(*server.Device).Index/4 {
@@ -59,8 +62,23 @@ func stubServer(s *server.Server) *server.Server {
 			return nvml.TOPOLOGY_SYSTEM, nvml.SUCCESS
 		}
 		dev.GetNvLinkStateFunc = func(int) (nvml.EnableState, nvml.Return) { return 0, nvml.ERROR_NOT_SUPPORTED }
+		dev.GetCpuAffinityWithinScopeFunc = func(int, nvml.AffinityScope) ([]uint, nvml.Return) {
+			return socketMask(dev.Index / 4), nvml.SUCCESS
+		}
+		dev.GetNumaNodeIdFunc = func() (int, nvml.Return) { return dev.Index / 4, nvml.SUCCESS }
 	}
 	return s
+}
+
+// socketMask is the affinity mask of socket k of the stub's two: 32
+// cores each, the second half of each hyperthreaded (cores k*32 to
+// k*32+31 and 64+k*32 on, as Linux numbers a two-socket machine's
+// siblings): two words of 64 bits.
+func socketMask(k int) []uint {
+	m := make([]uint, 128)
+	m[0] = 0xffffffff << (32 * k)
+	m[1] = 0xffffffff << (32 * k)
+	return m
 }
 
 func pciInfo(busID string) nvml.PciInfo {
@@ -533,6 +551,10 @@ func migServer(t *testing.T) *server.Server {
 		3: migDevice("MIG-bbbb", "NVIDIA A100-SXM4-40GB MIG 2g.10gb", 9856, 0, nvml.DeviceAttributes{}, nil),
 		5: migDevice("MIG-cccc", "", 4864, 100, nvml.DeviceAttributes{GpuInstanceSliceCount: 1, ComputeInstanceSliceCount: 1, MemorySizeMB: 4864}, []nvml.ProcessInfo{{Pid: 7001, UsedGpuMemory: 100 << 20}}),
 	}
+	dev.GetProcessUtilizationFunc = func(uint64) ([]nvml.ProcessUtilizationSample, nvml.Return) {
+		t.Error("process utilization was asked of a GPU in MIG mode; NVML samples none there")
+		return nil, nvml.ERROR_NOT_SUPPORTED
+	}
 	dev.GetMaxMigDeviceCountFunc = func() (int, nvml.Return) { return 7, nvml.SUCCESS }
 	dev.GetMigDeviceHandleByIndexFunc = func(i int) (nvml.Device, nvml.Return) {
 		if m, ok := slots[i]; ok {
@@ -560,6 +582,11 @@ func TestNVMLMIG(t *testing.T) {
 	}
 	if len(g.Processes) != 2 || g.Processes[0].MIGDevice != "MIG-aaaa" || g.Processes[1].MIGDevice != "MIG-cccc" || g.Processes[1].PID != 7001 {
 		t.Errorf("processes = %+v, want 4242 on MIG-aaaa and 7001 on MIG-cccc", g.Processes)
+	}
+	for _, pr := range g.Processes {
+		if pr.SMUtilPct != nil {
+			t.Errorf("process %d on %s has SM %d%%, want not reported (NVML samples no processes in MIG mode)", pr.PID, pr.MIGDevice, *pr.SMUtilPct)
+		}
 	}
 	if g1 := snap.GPUs[1]; g1.MIG != nodeprobe.MIGDisabled || len(g1.MIGDevices) != 0 {
 		t.Errorf("gpu 1 = mig %s with %d devices, want disabled with none", g1.MIG, len(g1.MIGDevices))
@@ -783,5 +810,160 @@ func TestNormBusID(t *testing.T) {
 		if got := normBusID(in); got != want {
 			t.Errorf("normBusID(%q) = %q, want %q", in, got, want)
 		}
+	}
+}
+
+// TestNVMLCPUAffinity: each GPU's local CPUs and NUMA node come from NVML
+// (the scoped call, or the whole-device one on a driver without it), and a
+// GPU whose affinity NVML cannot tell reports none rather than a guess.
+func TestNVMLCPUAffinity(t *testing.T) {
+	t.Run("scoped", func(t *testing.T) {
+		s := stubServer(dgxh100.New())
+		snap := snapshot(t, openMock(t, s, nil))
+		for _, g := range snap.GPUs {
+			want := "0-31,64-95"
+			if g.Index >= 4 {
+				want = "32-63,96-127"
+			}
+			if g.CPUs != want {
+				t.Errorf("GPU %d cpus = %q, want %q", g.Index, g.CPUs, want)
+			}
+			if g.NUMANode == nil || *g.NUMANode != g.Index/4 {
+				t.Errorf("GPU %d numa node = %v, want %d", g.Index, g.NUMANode, g.Index/4)
+			}
+		}
+	})
+	t.Run("old driver", func(t *testing.T) {
+		s := stubServer(dgxh100.New())
+		var asked []nvml.AffinityScope
+		for _, d := range s.Devices {
+			dev := d.(*server.Device)
+			dev.GetCpuAffinityWithinScopeFunc = func(_ int, sc nvml.AffinityScope) ([]uint, nvml.Return) {
+				asked = append(asked, sc)
+				return nil, nvml.ERROR_FUNCTION_NOT_FOUND
+			}
+			dev.GetCpuAffinityFunc = func(n int) ([]uint, nvml.Return) {
+				if n < 128 {
+					t.Errorf("GetCpuAffinity asked about %d CPUs, fewer than a big machine has", n)
+				}
+				return []uint{1 << uint(dev.Index)}, nvml.SUCCESS
+			}
+			dev.GetNumaNodeIdFunc = func() (int, nvml.Return) { return -1, nvml.SUCCESS }
+		}
+		snap := snapshot(t, openMock(t, s, nil))
+		for _, g := range snap.GPUs {
+			if want := fmt.Sprint(g.Index); g.CPUs != want {
+				t.Errorf("GPU %d cpus = %q, want %q", g.Index, g.CPUs, want)
+			}
+			if g.NUMANode != nil {
+				t.Errorf("GPU %d numa node = %d, want none (NVML said -1)", g.Index, *g.NUMANode)
+			}
+		}
+		if len(asked) == 0 || asked[0] != nvml.AFFINITY_SCOPE_NODE {
+			t.Errorf("scopes asked = %v, want the NUMA node's first", asked)
+		}
+	})
+	t.Run("none", func(t *testing.T) {
+		s := stubServer(dgxh100.New())
+		for _, d := range s.Devices {
+			dev := d.(*server.Device)
+			dev.GetCpuAffinityWithinScopeFunc = func(int, nvml.AffinityScope) ([]uint, nvml.Return) {
+				return make([]uint, 128), nvml.SUCCESS // a BIOS that reports nothing
+			}
+			dev.GetNumaNodeIdFunc = func() (int, nvml.Return) { return 0, nvml.ERROR_NOT_SUPPORTED }
+		}
+		dev0 := s.Devices[0].(*server.Device)
+		dev0.GetCpuAffinityWithinScopeFunc = func(int, nvml.AffinityScope) ([]uint, nvml.Return) {
+			return nil, nvml.ERROR_UNKNOWN
+		}
+		var logs []string
+		snap := snapshot(t, openMock(t, s, &logs))
+		for _, g := range snap.GPUs {
+			if g.CPUs != "" || g.NUMANode != nil {
+				t.Errorf("GPU %d cpus = %q, numa %v; want none", g.Index, g.CPUs, g.NUMANode)
+			}
+			if g.Error != "" {
+				t.Errorf("GPU %d error %q: an unknown affinity is no fault of the GPU", g.Index, g.Error)
+			}
+		}
+		if !strings.Contains(strings.Join(logs, "\n"), "gpu 0: local CPUs unknown") {
+			t.Errorf("logs %q do not say GPU 0's CPUs are unknown", logs)
+		}
+	})
+}
+
+// TestNVMLProcessUtilization walks the process utilization path: the latest
+// sample per process wins, a figure over 100 is clamped, a listed process
+// without a sample reads 0, the next probe asks only for newer samples (and
+// NOT_FOUND then means idle, not unknown), an unsupported device leaves
+// every process "not reported", a failure does too and is logged, and a
+// GPU with no processes is not asked.
+func TestNVMLProcessUtilization(t *testing.T) {
+	s := stubServer(dgxh100.New())
+	procs := map[int][]nvml.ProcessInfo{
+		0: {{Pid: 4242, UsedGpuMemory: 30000 << 20}},
+		1: {{Pid: 4243, UsedGpuMemory: 20000 << 20}, {Pid: 99999, UsedGpuMemory: 1 << 30}},
+		2: {{Pid: 5151, UsedGpuMemory: 1 << 30}},
+		3: {{Pid: 6161, UsedGpuMemory: 1 << 30}},
+	}
+	for i, ps := range procs {
+		s.Devices[i].(*server.Device).GetComputeRunningProcessesFunc = func() ([]nvml.ProcessInfo, nvml.Return) {
+			return ps, nvml.SUCCESS
+		}
+	}
+	var asked []uint64 // GPU 0's lastSeen arguments, probe by probe
+	dev := func(i int) *server.Device { return s.Devices[i].(*server.Device) }
+	dev(0).GetProcessUtilizationFunc = func(lastSeen uint64) ([]nvml.ProcessUtilizationSample, nvml.Return) {
+		asked = append(asked, lastSeen)
+		if lastSeen >= 200 {
+			return nil, nvml.ERROR_NOT_FOUND
+		}
+		// Out of order on purpose: the later sample (ts 200) wins.
+		return []nvml.ProcessUtilizationSample{{Pid: 4242, TimeStamp: 200, SmUtil: 70}, {Pid: 4242, TimeStamp: 100, SmUtil: 30}}, nvml.SUCCESS
+	}
+	dev(1).GetProcessUtilizationFunc = func(uint64) ([]nvml.ProcessUtilizationSample, nvml.Return) {
+		return []nvml.ProcessUtilizationSample{{Pid: 4243, TimeStamp: 50, SmUtil: 150}}, nvml.SUCCESS
+	}
+	// GPU 2 keeps the stub's ERROR_NOT_SUPPORTED.
+	dev(3).GetProcessUtilizationFunc = func(uint64) ([]nvml.ProcessUtilizationSample, nvml.Return) {
+		return nil, nvml.ERROR_UNKNOWN
+	}
+	dev(4).GetProcessUtilizationFunc = func(uint64) ([]nvml.ProcessUtilizationSample, nvml.Return) {
+		t.Error("process utilization was asked of GPU 4, which runs no process")
+		return nil, nvml.ERROR_NOT_SUPPORTED
+	}
+	var logs []string
+	p := openMock(t, s, &logs)
+	sm := func(snap nodeprobe.Snapshot, gpu, k int) string {
+		v := snap.GPUs[gpu].Processes[k].SMUtilPct
+		if v == nil {
+			return "not reported"
+		}
+		return fmt.Sprintf("%d%%", *v)
+	}
+	first := snapshot(t, p)
+	for _, c := range []struct {
+		gpu, k int
+		want   string
+	}{
+		{0, 0, "70%"},          // latest of two samples
+		{1, 0, "100%"},         // 150 clamped
+		{1, 1, "0%"},           // listed, no sample: idle
+		{2, 0, "not reported"}, // the device does not sample processes
+		{3, 0, "not reported"}, // the read failed
+	} {
+		if got := sm(first, c.gpu, c.k); got != c.want {
+			t.Errorf("first probe: gpu %d process %d SM = %s, want %s", c.gpu, c.k, got, c.want)
+		}
+	}
+	second := snapshot(t, p)
+	if got := sm(second, 0, 0); got != "0%" {
+		t.Errorf("second probe: gpu 0 process 0 SM = %s, want 0%% (no sample since the last: NOT_FOUND)", got)
+	}
+	if fmt.Sprint(asked) != "[0 200]" {
+		t.Errorf("gpu 0 was asked for samples after %v, want [0 200] (all, then newer than the last seen)", asked)
+	}
+	if len(logs) != 1 || !strings.Contains(logs[0], "gpu 3: process utilization unknown") {
+		t.Errorf("logs = %q, want one line for gpu 3's failed read", logs)
 	}
 }

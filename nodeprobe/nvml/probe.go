@@ -53,10 +53,17 @@ type nvmlStatic struct {
 	busID string // as NVML prints it
 	bus   string // normalised, to match NVLink peers
 	links []nodeprobe.Link
-	err   string // why the GPU could not be identified; empty when fine
+	// cpus and numa are the GPU's local CPUs and NUMA node (-1: unknown),
+	// fixed by the board.
+	cpus string
+	numa int
+	err  string // why the GPU could not be identified; empty when fine
 	// totalMiB is the last memory size read, kept for probes where the
 	// memory read fails.
 	totalMiB uint64
+	// utilSeen is the newest process utilization sample read (NVML's CPU
+	// timestamp, µs): the next probe asks only for samples after it.
+	utilSeen uint64
 }
 
 func newNVMLProbe(ctx context.Context, lib nvml.Interface, opts nodeprobe.Options) (*nvmlProbe, error) {
@@ -153,6 +160,15 @@ func (p *nvmlProbe) identify(i int) bool {
 		p.warn.Warn(fmt.Sprintf("bus/%d", i), "nodeprobe: gpu %d: pci bus id unknown: %v", i, err)
 	}
 	s.bus = normBusID(s.busID)
+	if s.cpus, err = p.drv.cpuAffinity(dev); err != nil {
+		p.warn.Warn(fmt.Sprintf("cpus/%d", i), "nodeprobe: gpu %d: local CPUs unknown: %v", i, err)
+	}
+	s.numa = -1
+	if n, ok, err := p.drv.numaNode(dev); ok {
+		s.numa = n
+	} else if err != nil {
+		p.warn.Warn(fmt.Sprintf("numa/%d", i), "nodeprobe: gpu %d: NUMA node unknown: %v", i, err)
+	}
 	return true
 }
 
@@ -268,6 +284,7 @@ func (p *nvmlProbe) Snapshot(ctx context.Context) (nodeprobe.Snapshot, error) {
 // point into it.
 type gpuValues struct {
 	util, temp  int
+	numa        int
 	draw, limit float64
 }
 
@@ -275,12 +292,16 @@ type gpuValues struct {
 func (p *nvmlProbe) readGPU(i int, g *nodeprobe.GPU, v *gpuValues) {
 	s := &p.static[i]
 	g.Index = i
-	g.UUID, g.Model, g.PCIBusID = s.info.uuid, s.info.name, s.busID
+	g.UUID, g.Model, g.PCIBusID, g.CPUs = s.info.uuid, s.info.name, s.busID, s.cpus
 	g.MIG = nodeprobe.MIGUnsupported
 	g.Processes = []nodeprobe.Process{}
 	if s.err != "" {
 		g.Error = s.err
 		return
+	}
+	if s.numa >= 0 {
+		v.numa = s.numa
+		g.NUMANode = &v.numa
 	}
 	dev := s.dev
 	total, used, ok, err := p.drv.memoryMiB(dev)
@@ -313,10 +334,15 @@ func (p *nvmlProbe) readGPU(i int, g *nodeprobe.GPU, v *gpuValues) {
 		ps, err := p.drv.processes(dev)
 		p.fieldErr(g, "processes", err)
 		g.Processes = p.appendProcesses(g.Processes, ps, "")
+		if len(ps) > 0 {
+			p.readProcessUtil(s, g)
+		}
 		return
 	}
 	// With MIG on, the parent GPU answers for processes only to root and
 	// without saying which slice they use; each MIG device answers for its own.
+	// Nor does NVML sample process utilization in MIG mode: the processes
+	// keep no SM figure ("not reported").
 	migs, err := p.drv.migDevices(dev)
 	p.fieldErr(g, "mig devices", err)
 	for _, m := range migs {
@@ -335,6 +361,23 @@ func (p *nvmlProbe) readGPU(i int, g *nodeprobe.GPU, v *gpuValues) {
 		ps, err := p.drv.processes(m.dev)
 		p.fieldErr(g, fmt.Sprintf("mig device %d processes", m.index), err)
 		g.Processes = p.appendProcesses(g.Processes, ps, info.uuid)
+	}
+}
+
+// readProcessUtil gives each of g's processes its SM utilization where the
+// device samples it; where it does not, they keep none.
+func (p *nvmlProbe) readProcessUtil(s *nvmlStatic, g *nodeprobe.GPU) {
+	sm, newest, ok, err := p.drv.processUtil(s.dev, s.utilSeen)
+	p.fieldErr(g, "process utilization", err)
+	if !ok {
+		return
+	}
+	s.utilSeen = newest
+	vals := make([]int, len(g.Processes)) // one allocation for the GPU's figures
+	for i := range g.Processes {
+		pr := &g.Processes[i]
+		vals[i] = sm[pr.PID]
+		pr.SMUtilPct = &vals[i]
 	}
 }
 

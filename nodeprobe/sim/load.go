@@ -25,7 +25,8 @@ const (
 // holds:
 //
 //	{"gpus":{"0":{"utilization_pct":95,"memory_used_mib":30000,
-//	  "processes":[{"pid":4242,"user":"bob","command":"python","used_memory_mib":30000}]}}}
+//	  "processes":[{"pid":4242,"user":"bob","command":"python","used_memory_mib":30000,
+//	    "sm_util_pct":90}]}}}
 //
 // Utilization may change over time, for tests that drive a known curve:
 //
@@ -80,6 +81,10 @@ type LoadProcess struct {
 	// process of a GPU split into MIG instances names one, as NVML
 	// attributes each process to its instance.
 	MIG *int `json:"mig,omitempty"`
+	// SMUtilPct is the process's SM utilization as NVML's process samples
+	// would give it (0..100); left out, the process has none ("not
+	// reported", as in MIG mode or on the nvidia-smi backend).
+	SMUtilPct *int `json:"sm_util_pct,omitempty"`
 }
 
 // simGPULoad is a validated GPULoad with its processes resolved.
@@ -265,6 +270,13 @@ func (s *Sim) resolve(p LoadProcess) (nodeprobe.Process, error) {
 		}
 	}
 	pr := nodeprobe.Process{PID: p.PID, UID: -1, User: p.User, Command: p.Command, UsedMemoryMiB: p.UsedMemoryMiB, Container: p.Container, LeaseID: p.LeaseID}
+	if p.SMUtilPct != nil {
+		if *p.SMUtilPct < 0 || *p.SMUtilPct > 100 {
+			return nodeprobe.Process{}, fmt.Errorf("pid %d: sm_util_pct %d not in 0..100", p.PID, *p.SMUtilPct)
+		}
+		sm := *p.SMUtilPct
+		pr.SMUtilPct = &sm
+	}
 	switch {
 	case p.UID != nil:
 		if *p.UID < -1 {

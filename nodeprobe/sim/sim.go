@@ -29,7 +29,10 @@ type Options struct {
 	// Spec lists the GPUs as count x model, comma-separated:
 	// "8xH100-80GB", "4xRTX-PRO-6000,2xL40S". A bare model means one GPU;
 	// model names are case-insensitive. A term may split its GPUs into MIG
-	// instances: "1xA100-80GB:mig=3g.40gb+2g.20gb+1g.10gb".
+	// instances: "1xA100-80GB:mig=3g.40gb+2g.20gb+1g.10gb". A term
+	// sockets=SxC models the CPUs: S sockets of C cores, the GPUs split
+	// between them ("4xH100,sockets=2x1"); without it the GPUs report no
+	// local cores.
 	Spec string
 	// LoadFile, if set, is a JSON Load re-read at every probe.
 	LoadFile string
@@ -76,7 +79,11 @@ func New(opts Options) (*Sim, error) {
 	if opts.Logf == nil {
 		opts.Logf = func(string, ...any) {}
 	}
-	models, err := parseSimSpec(opts.Spec)
+	gpuSpec, topo, err := splitTopology(opts.Spec)
+	if err != nil {
+		return nil, err
+	}
+	models, err := parseSimSpec(gpuSpec)
 	if err != nil {
 		return nil, err
 	}
@@ -101,6 +108,10 @@ func New(opts Options) (*Sim, error) {
 		users: procfs.NewUsers(opts.Now),
 	}
 	s.gpus = buildSimGPUs(host, models)
+	topo.apply(s.gpus)
+	if topo.sockets > 0 {
+		s.host.CPUs = topo.sockets * topo.cores
+	}
 	for i := range s.gpus {
 		s.nLinks += len(s.gpus[i].Links)
 	}
@@ -140,7 +151,7 @@ func (s *Sim) Snapshot(ctx context.Context) (nodeprobe.Snapshot, error) {
 	// One backing array per kind instead of an allocation per field: the
 	// snapshot owns all of it, so callers may keep or change it freely.
 	links := make([]nodeprobe.Link, 0, s.nLinks)
-	ints := make([]int, 2*n)
+	ints := make([]int, 3*n)
 	floats := make([]float64, 2*n)
 	for i := range s.gpus {
 		g := &snap.GPUs[i]
@@ -162,6 +173,10 @@ func (s *Sim) Snapshot(ctx context.Context) (nodeprobe.Snapshot, error) {
 			floats[2*i] = *l.powerW
 		}
 		g.UtilizationPct, g.TemperatureC = &ints[2*i], &ints[2*i+1]
+		if g.NUMANode != nil {
+			ints[2*n+i] = *g.NUMANode
+			g.NUMANode = &ints[2*n+i]
+		}
 		g.PowerDrawW, g.PowerLimitW = &floats[2*i], &floats[2*i+1]
 		g.MemoryUsedMiB = l.usedMiB
 		g.Processes = append(make([]nodeprobe.Process, 0, len(l.processes)), l.processes...)

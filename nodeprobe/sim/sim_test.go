@@ -332,6 +332,54 @@ func TestSimCanceledContext(t *testing.T) {
 	}
 }
 
+// TestSimSocketsGiveEachGPUItsCores: sockets=SxC gives every GPU the cores
+// of its socket, so the layers above bind sessions to them; a spec without
+// the term reports none, and a bad term says what to write.
+func TestSimSocketsGiveEachGPUItsCores(t *testing.T) {
+	tests := []struct {
+		spec string
+		cpus []string
+		numa []int
+		host int
+	}{
+		{"2xH100,sockets=2x1", []string{"0", "1"}, []int{0, 1}, 2},
+		{"4xH100,sockets=2x16", []string{"0-15", "0-15", "16-31", "16-31"}, []int{0, 0, 1, 1}, 32},
+		{"4xL40S,sockets=4x2", []string{"0-1", "2-3", "4-5", "6-7"}, []int{0, 1, 2, 3}, 8},
+		{"2xH100", []string{"", ""}, nil, 32},
+	}
+	for _, tt := range tests {
+		t.Run(tt.spec, func(t *testing.T) {
+			s, err := New(Options{Spec: tt.spec, HostName: "n1"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			snap, err := s.Snapshot(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if snap.Host.CPUs != tt.host {
+				t.Errorf("host CPUs = %d, want %d", snap.Host.CPUs, tt.host)
+			}
+			for i, g := range snap.GPUs {
+				if g.CPUs != tt.cpus[i] {
+					t.Errorf("GPU %d cpus = %q, want %q", i, g.CPUs, tt.cpus[i])
+				}
+				switch {
+				case tt.numa == nil && g.NUMANode != nil:
+					t.Errorf("GPU %d numa node = %d, want none", i, *g.NUMANode)
+				case tt.numa != nil && (g.NUMANode == nil || *g.NUMANode != tt.numa[i]):
+					t.Errorf("GPU %d numa node = %v, want %d", i, g.NUMANode, tt.numa[i])
+				}
+			}
+		})
+	}
+	for _, bad := range []string{"2xH100,sockets=2", "2xH100,sockets=0x4", "2xH100,sockets=2x1,sockets=1x2"} {
+		if _, err := New(Options{Spec: bad, HostName: "n1"}); err == nil || !strings.Contains(err.Error(), "sockets") {
+			t.Errorf("New(%q) = %v, want an error about sockets", bad, err)
+		}
+	}
+}
+
 // TestLoadUtilizationSteps drives a known curve through the load file's
 // utilization_steps, with a fixed power draw: each probe reports the step
 // the time since the load took effect falls in, and repeat starts over.
@@ -369,5 +417,39 @@ func TestLoadUtilizationSteps(t *testing.T) {
 	}
 	if err := s.SetLoad(Load{GPUs: map[int]GPULoad{0: {UtilizationSteps: []UtilStep{{ForS: 1, Pct: 101}}}}}); err == nil {
 		t.Error("a step of 101 % was taken")
+	}
+}
+
+// TestLoadProcessSM scripts per-process SM utilization: a process given
+// one reports it, a process without one reports none ("not reported", not
+// 0), and a figure outside 0..100 is refused with the pid named.
+func TestLoadProcessSM(t *testing.T) {
+	s, err := New(Options{Spec: "1xL40S", HostName: "n"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sm := 85
+	if err := s.SetLoad(Load{GPUs: map[int]GPULoad{0: {UtilizationPct: 90, Processes: []LoadProcess{
+		{PID: 10, User: "bob", Command: "train", UsedMemoryMiB: 1000, SMUtilPct: &sm},
+		{PID: 11, User: "bob", Command: "eval", UsedMemoryMiB: 500},
+	}}}}); err != nil {
+		t.Fatal(err)
+	}
+	snap, err := s.Snapshot(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ps := snap.GPUs[0].Processes
+	if len(ps) != 2 || ps[0].SMUtilPct == nil || *ps[0].SMUtilPct != 85 || ps[1].SMUtilPct != nil {
+		t.Errorf("processes = %+v, want pid 10 at SM 85%% and pid 11 not reported", ps)
+	}
+	bad := 101
+	err = s.SetLoad(Load{GPUs: map[int]GPULoad{0: {Processes: []LoadProcess{{PID: 12, SMUtilPct: &bad}}}}})
+	if err == nil || !strings.Contains(err.Error(), "pid 12: sm_util_pct 101 not in 0..100") {
+		t.Errorf("SetLoad with SM 101%% = %v, want a refusal naming pid 12", err)
+	}
+	l, err := decodeLoad([]byte(`{"gpus":{"0":{"processes":[{"pid":1,"used_memory_mib":1,"sm_util_pct":40}]}}}`))
+	if err != nil || *l.GPUs[0].Processes[0].SMUtilPct != 40 {
+		t.Errorf("load file with sm_util_pct: %+v, %v; want it read", l, err)
 	}
 }

@@ -49,6 +49,10 @@ type smiProbe struct {
 	procs *procfs.Reader
 	now   func() time.Time
 	warn  warnonce.Warner
+	// sysRoot is where each GPU's local CPUs are read (localCPUs); local
+	// caches what was read by bus id, fixed by the board.
+	sysRoot string
+	local   map[string]pciLocality
 }
 
 var _ nodeprobe.Probe = (*smiProbe)(nil)
@@ -60,6 +64,9 @@ func newSMIProbe(ctx context.Context, path string, run commandRunner, opts nodep
 		procs: procfs.NewReader(opts.ProcRoot, procfs.NewUsers(opts.Now)),
 		now:   opts.Now,
 		warn:  warnonce.Warner{Logf: opts.Logf},
+
+		sysRoot: opts.SysRoot,
+		local:   map[string]pciLocality{},
 	}
 	gpus, _, err := p.queryGPUs(ctx)
 	if err != nil {
@@ -99,6 +106,7 @@ func (p *smiProbe) Snapshot(ctx context.Context) (nodeprobe.Snapshot, error) {
 	byUUID := make(map[string]*nodeprobe.GPU, len(gpus))
 	for i := range gpus {
 		byUUID[gpus[i].UUID] = &gpus[i]
+		p.addLocality(&gpus[i])
 	}
 
 	out, err := p.run(ctx, p.path, "--query-compute-apps="+queryAppsFields, "--format=csv,noheader,nounits")

@@ -3,6 +3,7 @@ package smi
 import (
 	"context"
 	"errors"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -55,6 +56,7 @@ func smiTestOptions(logs *[]string) nodeprobe.Options {
 	return nodeprobe.Options{
 		HostName: "node01",
 		ProcRoot: procRoot,
+		SysRoot:  filepath.Join("testdata", "no-sysfs"), // no GPU's locality known
 		Now:      func() time.Time { return time.Date(2025, 6, 1, 12, 0, 0, 0, time.UTC) },
 		Logf:     func(f string, a ...any) { *logs = append(*logs, f) },
 	}.WithDefaults()
@@ -197,5 +199,56 @@ func TestRunCommand(t *testing.T) {
 	_, err = runCommand(context.Background(), "sh", "-c", "echo 'driver is sad'; echo more; exit 9")
 	if err == nil || !strings.HasPrefix(err.Error(), "driver is sad: exit status 9") {
 		t.Errorf("runCommand(failing) error = %v, want the first line then the exit status", err)
+	}
+}
+
+// TestSMILocalCPUsFromSysfs: the nvidia-smi backend gives each GPU the
+// local CPUs and NUMA node sysfs keeps under its PCI bus id; a GPU sysfs
+// says nothing of (no directory, numa_node -1) reports none.
+func TestSMILocalCPUsFromSysfs(t *testing.T) {
+	sys := t.TempDir()
+	for id, files := range map[string][2]string{
+		"0000:1b:00.0": {"0-31,64-95\n", "0\n"},
+		"0000:43:00.0": {"0-31,64-95\n", "-1\n"},
+	} {
+		dir := filepath.Join(sys, "bus", "pci", "devices", id)
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		for name, body := range map[string]string{"local_cpulist": files[0], "numa_node": files[1]} {
+			if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	var logs []string
+	opts := smiTestOptions(&logs)
+	opts.SysRoot = sys
+	fr := &fixtureRunner{t: t, files: map[string]string{"gpu": "h100x8-gpu.csv", "apps": "h100x8-apps.csv"}}
+	p, err := newSMIProbe(context.Background(), "nvidia-smi", fr.run, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	snap, err := p.Snapshot(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := snap.GPUs
+	if g[0].CPUs != "0-31,64-95" || g[0].NUMANode == nil || *g[0].NUMANode != 0 {
+		t.Errorf("GPU 0: cpus %q numa %v, want 0-31,64-95 on node 0", g[0].CPUs, g[0].NUMANode)
+	}
+	if g[1].CPUs != "0-31,64-95" || g[1].NUMANode != nil {
+		t.Errorf("GPU 1: cpus %q numa %v, want 0-31,64-95 and no node (sysfs says -1)", g[1].CPUs, g[1].NUMANode)
+	}
+	if g[2].CPUs != "" || g[2].NUMANode != nil {
+		t.Errorf("GPU 2: cpus %q numa %v, want none (sysfs has no such device)", g[2].CPUs, g[2].NUMANode)
+	}
+	if len(logs) != 0 {
+		t.Errorf("logs %q: a device sysfs does not list is not worth a line", logs)
+	}
+	for in, want := range map[string]string{"00000000:1B:00.0": "0000:1b:00.0", "0000:C1:00.0": "0000:c1:00.0", "00010000:1B:00.0": "", "junk": "", "00000000:../x": ""} {
+		if got := sysfsBusID(in); got != want {
+			t.Errorf("sysfsBusID(%q) = %q, want %q", in, got, want)
+		}
 	}
 }

@@ -280,6 +280,8 @@ func TestChecksFindEachFault(t *testing.T) {
 		{"ssh on one node", func(ns []NodeHealth) { ns[0].Report.SSHAddr = ":2222" }, "ports", Warn, "SSH board is on for n1", "[ssh] listen"},
 		{"no tmux", func(ns []NodeHealth) { ns[1].Report.Tmux, ns[1].Report.TmuxError = "", "tmux not found in PATH" }, "tmux", Fail, "n2 has no tmux", "apt-get install tmux"},
 		{"nvidia-smi", func(ns []NodeHealth) { ns[2].Report.Backend = "nvidia-smi" }, "probe", Warn, "reads its GPUs with nvidia-smi", "NVML"},
+		{"no local cores", func(ns []NodeHealth) { ns[1].Report.NoLocalCPUs = true }, "probe", Warn,
+			"n2's GPUs report no local CPUs (via nvml): its sessions run on any core, and --cpus-per-gpu is refused there", "numactl -H"},
 		{"sim", func(ns []NodeHealth) {
 			ns[1].Report.Backend = "sim"
 			ns[2].Report.Backend, ns[2].Report.BackendWhy = "sim", "--sim 4xH100"

@@ -29,6 +29,10 @@ type Report struct {
 	// why that one.
 	Backend    string `json:"backend"`
 	BackendWhy string `json:"backend_why,omitempty"`
+	// NoLocalCPUs: none of the node's GPUs reports its local cores, so
+	// its sessions run on any core (lease.CoresUnknown). Older agents
+	// leave it out.
+	NoLocalCPUs bool `json:"no_local_cpus,omitempty"`
 	// DataDir holds the lease store; DiskFree and DiskTotal are its file
 	// system's bytes (DiskError: why they are unknown).
 	DataDir   string `json:"data_dir,omitempty"`
@@ -369,6 +373,11 @@ func Checks(nodes []NodeHealth, now time.Time) []Check {
 	for _, n := range reached {
 		b := n.Report.Backend
 		backs = append(backs, n.Node+" "+b)
+		if n.Report.NoLocalCPUs && b != "sim" {
+			// The simulator says so of itself below, cores and all.
+			ps = append(ps, Check{Status: Warn, Node: n.Node, Detail: fmt.Sprintf("%s's GPUs report no local CPUs (via %s): its sessions run on any core, and --cpus-per-gpu is refused there", n.Node, b),
+				Fix: fmt.Sprintf("nothing on a machine of one NUMA node; else check that %s's firmware reports NUMA (numactl -H) and, for nvidia-smi, that the agent sees /sys/bus/pci/devices/*/local_cpulist", n.Node)})
+		}
 		switch b {
 		case "nvml":
 		case "nvidia-smi":

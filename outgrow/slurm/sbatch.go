@@ -65,6 +65,12 @@ type Job struct {
 	// Array is a job array's tasks as --array takes them (0-19%4); each
 	// task gets DIBS_ARRAY_INDEX from SLURM_ARRAY_TASK_ID.
 	Array string
+	// CPUsPerGPU is the cores per GPU the run asked for (--cpus-per-gpu),
+	// written as sbatch's own; 0 writes none. AnyCPU is --cpus any: no
+	// binding, so no --gpu-bind=closest either (dibs binds every other
+	// session to its GPUs' local cores, as closest does).
+	CPUsPerGPU int
+	AnyCPU     bool
 	// After are the dibs runs it waits for (afterok:ID, afterany:ID):
 	// SLURM knows them by its own job ids, so the line is written
 	// commented out, for the person to fill in.
@@ -132,6 +138,12 @@ func Sbatch(j Job) (string, error) {
 		w("# dibs measured a peak GPU memory of %s of %s on one GPU: a smaller GPU or a MIG slice may do.", memSize(j.PeakMemMiB), memSize(j.MemTotalMiB))
 	}
 	w("#SBATCH --gpus-per-node=%s", gpus)
+	if j.CPUsPerGPU > 0 {
+		w("#SBATCH --cpus-per-gpu=%d", j.CPUsPerGPU)
+	}
+	if !j.AnyCPU {
+		w("#SBATCH --gpu-bind=closest")
+	}
 	var parts []string
 	for _, p := range j.Pools {
 		if name, ok := PartitionOf(p); ok && !slices.Contains(parts, name) {

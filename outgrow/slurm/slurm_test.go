@@ -216,11 +216,11 @@ func TestSbatchGolden(t *testing.T) {
 			Time: 48 * time.Hour, Command: []string{"train.py", "--config", "big.yaml"}, Torchrun: true}},
 		{"gang-plain", Job{ID: "node02-q4", State: "queued", User: "bo", Nodes: 2, GPUsPerNode: 4, Time: time.Hour,
 			Command: []string{"sh", "-c", "echo $NODE_RANK of $NNODES"}}},
-		{"gang-per-gpu", Job{ID: "node02-q5", State: "queued", User: "bo", Nodes: 2, GPUsPerNode: 4, Time: time.Hour,
+		{"gang-per-gpu", Job{ID: "node02-q5", State: "queued", User: "bo", Nodes: 2, GPUsPerNode: 4, Time: time.Hour, CPUsPerGPU: 8,
 			Command: []string{"/usr/bin/python3", "ddp.py"}, PerGPU: true}},
 		{"single-torchrun", Job{ID: "node01-q8", State: "queued", User: "ana", Nodes: 1, GPUsPerNode: 2, Time: time.Hour,
 			Command: []string{"python3", "ddp.py", "--steps", "5"}, Torchrun: true}},
-		{"finished-unknown-command", Job{ID: "node01-42", State: "finished", User: "cy", Nodes: 1, GPUsPerNode: 1, Time: 2 * time.Hour}},
+		{"finished-unknown-command", Job{ID: "node01-42", State: "finished", User: "cy", Nodes: 1, GPUsPerNode: 1, Time: 2 * time.Hour, AnyCPU: true}},
 		{"array-after", Job{ID: "node01-q9", State: "queued", User: "ana", Nodes: 1, GPUsPerNode: 1, Time: time.Hour, Array: "0-19%4",
 			After: []string{"afterok:node01-q7", "afterany:node02-q3"}, Command: []string{"sh", "-c", "python train.py --seed $DIBS_ARRAY_INDEX"}}},
 		// What made a run fit goes with it: a MIG instance as the typed

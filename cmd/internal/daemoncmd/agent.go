@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/dibs-gpu/dibs/agent"
+	"github.com/dibs-gpu/dibs/agent/clock"
 	"github.com/dibs-gpu/dibs/agent/config"
 	"github.com/dibs-gpu/dibs/api"
 	"github.com/dibs-gpu/dibs/base/words"
@@ -198,6 +199,7 @@ func (c *cli) agentConfig(cmd *cobra.Command, f agentFlags) (agent.Config, agent
 		Log:           logger,
 		Version:       buildInfo().Version,
 		Tags:          fc.Tags,
+		NoCPUBinding:  fc.Leases.BindCPUs != nil && !*fc.Leases.BindCPUs,
 		EventKeep:     keep,
 
 		EventsPerUserHour: fc.Events.PerUserHour,
@@ -234,12 +236,17 @@ func (c *cli) agentConfig(cmd *cobra.Command, f agentFlags) (agent.Config, agent
 	// where the users' own tmux looks (systemd gives none: /tmp).
 	statusDir := filepath.Join(filepath.Dir(sock), "exit")
 	// Jobs keep their output through `_pipe-log`, run by tmux as the user.
-	var pipeLog []string
+	// Sessions are bound to their GPUs' cores through this binary's own
+	// `_cpus` (once per session, so its start-up cost does not matter,
+	// and a client of another release beside it cannot lack it).
+	var pipeLog, cpuHelper []string
 	if exe, err := os.Executable(); err == nil {
 		pipeLog = pipeLogArgv(exe)
+		cpuHelper = []string{exe, "_cpus"}
 	}
 	sessions := launch.New(launch.Options{TmuxTmpDir: os.Getenv("TMUX_TMPDIR"), StatusDir: statusDir, PipeLog: pipeLog,
-		Logf: func(f string, args ...any) { logger.Warn(fmt.Sprintf(f, args...)) }})
+		CPUHelper: cpuHelper,
+		Logf:      func(f string, args ...any) { logger.Warn(fmt.Sprintf(f, args...)) }})
 	tryNVML := func(ctx context.Context) error {
 		p, err := nvml.Open(ctx, nodeprobe.Options{HostName: cfg.NodeName})
 		if err == nil {
@@ -247,8 +254,18 @@ func (c *cli) agentConfig(cmd *cobra.Command, f agentFlags) (agent.Config, agent
 		}
 		return err
 	}
-	return cfg, agent.Deps{Probe: prober, Sessions: sessions, TryNVML: tryNVML}, nil
+	deps := agent.Deps{Probe: prober, Sessions: sessions, TryNVML: tryNVML}
+	if f := os.Getenv(TestBootIDFileEnv); f != "" {
+		deps.Clock = clock.RealBootFrom(f)
+	}
+	return cfg, deps, nil
 }
+
+// TestBootIDFileEnv names a file the agent reads its kernel boot id from
+// instead of /proc: a test hook, never set in production, for test nodes
+// that share one kernel (network namespaces) but must each reboot on
+// their own (the agent tells a reboot from a restart by the boot id).
+const TestBootIDFileEnv = "DIBS_TEST_BOOT_ID_FILE"
 
 // pipeLogArgv is the command tmux runs, as the user, to keep each job's
 // output (launch.PipeLog). Both binaries carry `_pipe-log`; the client, dibs,

@@ -12,7 +12,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"strconv"
 
 	"github.com/spf13/cobra"
 	"golang.org/x/sys/unix"
@@ -84,7 +83,7 @@ hands "dibs agent", "dibs demo", "dibs probe", "dibs keygen" and
 	root.SetErr(stderr)
 	root.PersistentFlags().StringVar(&c.socket, "socket", "", "the agent's socket (default: $DIBS_SOCKET, then /run/dibs/dibs.sock as root, else your own: $XDG_RUNTIME_DIR/dibs.sock, /run/user/UID/dibs.sock or ~/.local/state/dibs/dibs.sock)")
 	root.AddCommand(c.commands()...)
-	root.AddCommand(versionCmd(c), pipeLogCmd(), boardCmd(c))
+	root.AddCommand(versionCmd(c), pipeLogCmd(), cpusCmd(), boardCmd(c))
 	return root
 }
 
@@ -130,6 +129,20 @@ func isTerminal() bool {
 	return true
 }
 
+// cpusCmd is what a session's command runs under to be bound to the
+// cores local to its GPUs (launch.CPUMain); the agent names its own
+// executable. Hidden: people never run it.
+func cpusCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:                "_cpus LIST [COMMAND...]",
+		Hidden:             true,
+		DisableFlagParsing: true,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return launch.CPUMain(args, os.Stderr)
+		},
+	}
+}
+
 // pipeLogCmd is what tmux's pipe-pane runs, as the user, to keep a job's
 // output (launch.PipeLog): the agent names its own executable, so dibsd
 // carries it. Hidden: people never run it.
@@ -139,11 +152,7 @@ func pipeLogCmd() *cobra.Command {
 		Hidden: true,
 		Args:   cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			max, err := strconv.ParseInt(args[1], 10, 64)
-			if err != nil || max <= 0 {
-				return fmt.Errorf("bad size %q", args[1])
-			}
-			return launch.PipeLog(os.Stdin, args[0], max)
+			return launch.PipeLogArgs(os.Stdin, args[0], args[1])
 		},
 	}
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/dibs-gpu/dibs/base/columns"
 	"github.com/dibs-gpu/dibs/base/termsafe"
+	"github.com/dibs-gpu/dibs/lease"
 	"github.com/dibs-gpu/dibs/nodeprobe"
 	"github.com/dibs-gpu/dibs/nodeprobe/probe"
 	"github.com/dibs-gpu/dibs/nodeprobe/sim"
@@ -104,6 +105,10 @@ func writeProbeTable(w io.Writer, s nodeprobe.Snapshot) error {
 		if g.Error != "" {
 			fmt.Fprintf(&b, "     error: %s\n", columns.Clip(g.Error, 68))
 		}
+	}
+
+	if line := lease.CoresLine(s.GPUs); line != "" {
+		fmt.Fprintf(&b, "\nlocal CPUs: %s\n", line)
 	}
 
 	var procs int
