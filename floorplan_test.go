@@ -179,6 +179,10 @@ func floorPlan() []room {
 			r.may = slices.Clone(agents)
 		case "core":
 			r.may = append(r.may, "api")
+			// The service layer decides; the node's own room (agent/node) does
+			// its network I/O (node.FreePort, node.InterfaceOf), the front
+			// doors and gossip the rest.
+			r.notItself = []string{"net", "net/http"}
 		case "sockapi":
 			r.may = append(r.may, "api", "base/lograte")
 		case "sshd":

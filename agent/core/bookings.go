@@ -19,30 +19,6 @@ import (
 
 // Bookings, MIG instances, shared GPUs and pools: the service's side.
 
-// granted is a claim's answer: the lease, and a notice when its time limit
-// was cut to end before a booking.
-func (s *Service) granted(l lease.Lease) api.ClaimResponse {
-	r := s.leaseResponse(l)
-	if l.ID == "" {
-		return r
-	}
-	var notes []string
-	if b, ok := lease.CutBy(l, s.bookingsOf(l.Node)); ok {
-		r.CutBy = b.ID
-		notes = append(notes, fmt.Sprintf("the time limit ends at %s, when %s's booking %s of %s begins: save your work by then, or claim other GPUs for longer (`dibs ls` shows which are free); `dibs extend` cannot move it past the booking", l.ExpiresAt.Local().Format("Mon 15:04"), b.User, b.ID, gpuWord(b.GPUs)))
-	}
-	if len(l.CPUs) > 0 {
-		if note := lease.SharedCoresNotice(l, s.View().Leases()); note != "" {
-			notes = append(notes, note)
-		}
-	}
-	if l.Borrowed {
-		notes = append(notes, "this lease is borrowed: it takes you beyond your quota, so it may be preempted (with a warning and a grace) when someone within theirs waits")
-	}
-	r.Notice = strings.Join(notes, "; ")
-	return r
-}
-
 // bookingsOf is a node's bookings as this agent knows them, without
 // building the whole view (which sums usage).
 func (s *Service) bookingsOf(node string) []lease.Lease {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"syscall"
 
 	"github.com/dibs-gpu/dibs/agent/node"
@@ -187,7 +186,7 @@ func (b *Bound) startPart(ctx context.Context, r peer.StartRequest) (peer.StartR
 		if run != nil && (e.Job.Torchrun || e.Job.PerGPU) {
 			// A single-node run with a launcher: its rendezvous is on
 			// this node (a gang's comes with its commit).
-			port, err := freePort("127.0.0.1")
+			port, err := node.FreePort("127.0.0.1")
 			if err != nil {
 				return peer.StartReply{}, fmt.Errorf("find a free port for the rendezvous: %w", err)
 			}
@@ -204,7 +203,7 @@ func (b *Bound) startPart(ctx context.Context, r peer.StartRequest) (peer.StartR
 		}
 		out := peer.StartReply{Lease: l, Host: host}
 		if r.Rank == 0 {
-			if out.Port, err = freePort(host); err != nil {
+			if out.Port, err = node.FreePort(host); err != nil {
 				return out, fmt.Errorf("find a free port for the rendezvous: %w", err)
 			}
 		}
@@ -227,7 +226,7 @@ func (b *Bound) startPart(ctx context.Context, r peer.StartRequest) (peer.StartR
 // ranks cannot reach it ("connect [127.0.0.1]…: Connection refused").
 // NCCL finds its interface by itself; this is for torch's CPU backend.
 func withGlooInterface(env map[string]string, host string) map[string]string {
-	ifname := interfaceOf(host)
+	ifname := node.InterfaceOf(host)
 	if ifname == "" {
 		return env
 	}
@@ -237,31 +236,6 @@ func withGlooInterface(env map[string]string, host string) map[string]string {
 	}
 	out["GLOO_SOCKET_IFNAME"] = ifname
 	return out
-}
-
-// interfaceOf names the network interface that holds address host, or ""
-// when none does (a name, not an address; an address of another host).
-func interfaceOf(host string) string {
-	ip := net.ParseIP(host)
-	if ip == nil {
-		return ""
-	}
-	ifaces, err := net.Interfaces()
-	if err != nil {
-		return ""
-	}
-	for _, ifc := range ifaces {
-		addrs, err := ifc.Addrs()
-		if err != nil {
-			continue
-		}
-		for _, a := range addrs {
-			if n, ok := a.(*net.IPNet); ok && n.IP.Equal(ip) {
-				return ifc.Name
-			}
-		}
-	}
-	return ""
 }
 
 // launchRank is a rank's environment and command under the launcher its
@@ -286,23 +260,4 @@ func rankWorkers(e queue.QueueEntry) int {
 		return e.GPUsPerNode
 	}
 	return 1
-}
-
-// freePort asks the kernel for a port nobody listens on, for the
-// rendezvous on rank 0 (torchrun's, or the env:// store of the job's own
-// rank 0). The port is free only when asked: the job binds it a second or
-// two later, after its imports, and torch 1.13 takes no bound socket. So it
-// goes only into the ranks' environments (queue.TorchrunEnv for torchrun;
-// launch passes a session's variables in a file only its user can read),
-// never on a command line other users can read, where one of them could
-// read it and bind it first (issue 31); docs/security.md says what remains.
-func freePort(host string) (int, error) {
-	l, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
-	if err != nil {
-		if l, err = net.Listen("tcp", ":0"); err != nil {
-			return 0, err
-		}
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }
