@@ -181,6 +181,10 @@ type Agent struct {
 	leaveOnce sync.Once
 	// ledgerDone closes when keepLedger has returned.
 	ledgerDone chan struct{}
+	// beatDone closes when the fence's heartbeat has stopped (fence.go).
+	beatDone chan struct{}
+	// seen are the other members this agent has seen (fence.go).
+	seen seenMembers
 }
 
 // New checks the configuration and builds an agent; Start runs it.
@@ -327,10 +331,10 @@ func (a *Agent) build(ctx context.Context) error {
 		Name: a.cfg.NodeName, Policy: a.cfg.Policy, ProbeInterval: a.cfg.ProbeInterval, SessionPoll: a.cfg.SessionPoll,
 		PreemptSignal: a.cfg.PreemptSignal, CanRunAs: canWrite, Tags: a.cfg.Tags, NoCPUBinding: a.cfg.NoCPUBinding, Log: a.log.With("part", "node"),
 		LedgerPerUserDay: a.cfg.LedgerPerUserDay, KeptRunsFile: keptRunsFile(a.cfg.DataDir), FiguresFile: figuresFile(a.cfg.DataDir),
-		ServiceRules: a.cfg.ServiceRules,
-		BootFile:     bootFile(a.cfg.DataDir),
+		ServiceRules: a.cfg.ServiceRules, Fence: a.fence(),
+		BootFile: bootFile(a.cfg.DataDir),
 	}, node.Deps{Store: a.store, Probe: a.deps.Probe, Sessions: a.deps.Sessions, Accounts: a.accounts, Clock: c,
-		Changed: a.changed, LeasesChanged: a.leasesChanged, Events: a.events.Record})
+		Changed: a.changed, LeasesChanged: a.leasesChanged, Events: a.events.Record, HoldService: a.holdService})
 	sc := a.cfg.Sched // defaulted once, in New
 	a.origin = origin.New(a.cfg.NodeName, origin.Deps{Store: a.store, Clock: c, Changed: a.changed,
 		QueueChanged: a.queueChanged, Log: a.log.With("part", "queue"), Events: a.events.Record,
@@ -352,6 +356,8 @@ func (a *Agent) build(ctx context.Context) error {
 		View: a.svc.View, Peers: a.peers, Clock: c, Log: a.log.With("part", "scheduler"), Instance: randomID(),
 		Reconcile: func(ctx context.Context, v queue.ClusterView) {
 			a.origin.Reconcile(ctx, v, sc.LostAfter, sc.ReservationTTL, a.stopRank, a.svc.TellUser)
+			a.moveServices(ctx, v, sc.LostAfter)
+			a.endMovedServices(ctx, v)
 		},
 	})
 	a.doctor = a.newDoctor()
@@ -430,6 +436,7 @@ func (a *Agent) serve() error {
 		}
 		a.sock = sock
 	}
+	a.startHeartbeat()
 	a.node.Run()
 	a.doctor.start(a.ctx)
 	a.ledgerDone = make(chan struct{})
@@ -526,6 +533,9 @@ func (a *Agent) shutdown(how exitHow) error {
 	}
 	if a.ledgerDone != nil {
 		<-a.ledgerDone
+	}
+	if a.beatDone != nil {
+		<-a.beatDone
 	}
 	a.doctor.stop()
 	if how == exitCrash {

@@ -356,6 +356,10 @@ type ClusterOptions struct {
 	// TmuxPaths gives each node's tmux, by index (empty, or nodes past
 	// its end: tmux in PATH).
 	TmuxPaths []string
+	// OwnTmux gives each node a tmux directory of its own, as separate
+	// machines have: a service's session svc-NAME on one node is then not
+	// the one of the same name on another.
+	OwnTmux bool
 }
 
 // Cluster starts len(o.Specs) agents named node01, node02, … gossiping on
@@ -398,6 +402,9 @@ func Cluster(tb testing.TB, o ClusterOptions) []*Node {
 		var store queue.Store
 		if i < len(o.Stores) {
 			store = o.Stores[i]
+		}
+		if o.OwnTmux && i > 0 {
+			tmux = TmuxDir(tb)
 		}
 		n := Start(tb, Options{Name: fmt.Sprintf("node%02d", i+1), Sim: spec, Policy: o.Policy, Sched: o.Sched, Cluster: cs, TmuxTmpDir: tmux, Quiet: o.Quiet, Users: users, MetricsListen: o.MetricsListen, Tags: tags, TmuxPath: tmuxPath, Store: store})
 		if seed == "" {

@@ -7,6 +7,7 @@ import (
 	"github.com/dibs-gpu/dibs/lease"
 	"github.com/dibs-gpu/dibs/nodeprobe"
 	"github.com/dibs-gpu/dibs/queue"
+	"github.com/dibs-gpu/dibs/service"
 )
 
 // Board is the cluster as the caller sees it: this node from its live
@@ -55,7 +56,37 @@ func (b *Bound) Board(context.Context) (api.Board, error) {
 		}
 		out.Nodes = append(out.Nodes, bn)
 	}
+	out.Services = b.s.movingServices(v, out.Services)
 	return out, nil
+}
+
+// movingServices shows a service whose node is lost past the grace as
+// moving (the scheduler is placing it again, agent/svcmove.go) and leaves
+// it out once it runs on a live node: one row per service.
+func (s *Service) movingServices(v queue.ClusterView, svcs []lease.Lease) []lease.Lease {
+	type key struct {
+		uid  int
+		name string
+	}
+	placed := map[key]bool{}
+	for _, l := range svcs {
+		if l.Service != nil && !s.lostNode(v, l.Node) {
+			placed[key{l.UID, l.Service.Name}] = true
+		}
+	}
+	out := svcs[:0]
+	for _, l := range svcs {
+		if l.Service != nil && s.lostNode(v, l.Node) {
+			if placed[key{l.UID, l.Service.Name}] {
+				continue
+			}
+			svc := *l.Service
+			svc.State = service.Moving
+			l.Service = &svc
+		}
+		out = append(out, l)
+	}
+	return out
 }
 
 func gpusFor(snap nodeprobe.Snapshot, leases []lease.Lease, judged map[int]lease.Judgement) []api.GPU {

@@ -25,7 +25,9 @@ func (b *Bound) admitService(v queue.ClusterView, c *lease.Claim) error {
 	name := c.Service.Name
 	mine, total, count := 0, 0, 0
 	for _, l := range v.Leases() {
-		if !l.IsService() {
+		if !l.IsService() || b.s.lostNode(v, l.Node) {
+			// A service of a node lost past the grace is being moved
+			// (agent/svcmove.go): its copy there has stopped itself.
 			continue
 		}
 		total += len(l.GPUs)
@@ -78,4 +80,11 @@ func clusterGPUs(v queue.ClusterView) int {
 		n += len(v.Nodes[i].Snap.GPUs)
 	}
 	return n
+}
+
+// lostNode reports whether node has been away past the grace
+// (queue.lost_after), so its services are moved and no longer count.
+func (s *Service) lostNode(v queue.ClusterView, node string) bool {
+	n, ok := v.Node(node)
+	return ok && n.Lost(v.Now, s.cfg.Sched.LostAfter)
 }

@@ -245,7 +245,11 @@ func (n *Node) sessionSpec(l lease.Lease, u launch.User, run *Run) launch.Spec {
 			env[k] = v
 		}
 	}
-	return launch.Spec{Name: l.Session, User: u, Env: env, Command: run.Command, Dir: run.Dir, RecordExit: run.RecordExit && len(run.Command) > 0,
+	cmd := run.Command
+	if l.IsService() {
+		cmd = n.cfg.Fence.Wrap(cmd)
+	}
+	return launch.Spec{Name: l.Session, User: u, Env: env, Command: cmd, Dir: run.Dir, RecordExit: run.RecordExit && len(run.Command) > 0,
 		KeepLog: len(run.Command) > 0, LogName: l.LogName(), CPUs: lease.CPUUnion(cpus)}
 }
 

@@ -67,6 +67,10 @@ type Config struct {
 	// failed checks, backoff, crash loop); zero fields take
 	// service.DefaultRules.
 	ServiceRules service.Rules
+	// Fence is how a service's replica stops itself when this node's
+	// agent is gone or cut off from the cluster past the grace (issue 33,
+	// fence.go); zero fences nothing.
+	Fence Fence
 	// FiguresFile is where the running leases' figures are written down
 	// (every FiguresSaveEvery, and as the agent stops); empty keeps them
 	// in memory only. SampleWindow is how far back each GPU's samples
@@ -97,6 +101,11 @@ type Deps struct {
 	// Events records what happened (agent/events); nil records nothing.
 	// It is called with wmu held and must not block.
 	Events func(event.Event)
+	// HoldService reports whether a service's replica must not be
+	// (re)started here now: the cluster is not heard yet, this node is
+	// cut off from it (fenced), or the service runs on another node since
+	// this one was lost. Nil holds nothing.
+	HoldService func(lease.Lease) bool
 }
 
 // State is the node as readers see it. It is published whole after every

@@ -66,6 +66,11 @@ func (n *Node) superviseLoop(ctx context.Context, l lease.Lease, u launch.User) 
 		if !n.Current(l.ID, l.Token) {
 			return
 		}
+		if n.deps.HoldService != nil && n.deps.HoldService(l) {
+			// Fenced, or moved away, or the cluster not heard yet: a
+			// replica that stopped itself is not started again here.
+			continue
+		}
 		p, pid, ok := n.probeService(ctx, l, u)
 		if !ok {
 			continue // tmux did not answer: ask again, change nothing

@@ -133,7 +133,8 @@ type serviceRow struct {
 
 // serviceRows are the board's services, by owner then name. A service
 // whose node is not alive shows state unknown: its supervisor is not
-// heard.
+// heard; one whose node is lost past the grace shows moving (the agent
+// says so: it is being placed on another node).
 func serviceRows(b api.Board) []serviceRow {
 	state := map[string]string{}
 	for _, n := range b.Nodes {
@@ -150,7 +151,7 @@ func serviceRows(b api.Board) []serviceRow {
 		if r.GPUs == nil {
 			r.GPUs = []int{}
 		}
-		if st := state[l.Node]; st != "" && st != api.NodeAlive {
+		if st := state[l.Node]; st != "" && st != api.NodeAlive && r.State != service.Moving {
 			r.State = service.State("unknown (" + st + ")")
 		}
 		rows = append(rows, r)

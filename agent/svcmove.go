@@ -1,0 +1,126 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/dibs-gpu/dibs/api"
+	"github.com/dibs-gpu/dibs/lease"
+	"github.com/dibs-gpu/dibs/queue"
+)
+
+// Moves of services (issue 33): a service's replica whose node is lost
+// past the grace is placed again on a live node that fits, from the
+// definition its lease carries to every node; a node that comes back and
+// finds its service running elsewhere ends its own copy. Both run in the
+// origin's pass (before every scheduling pass, on every node).
+
+// svcKey names a service: one owner's name, unique across the cluster.
+type svcKey struct {
+	uid  int
+	name string
+}
+
+// moveServices re-places the services of lost nodes. Only the scheduler
+// (the lowest-named live member that has said what it holds) moves them:
+// every agent computes it from the same membership, so exactly one node
+// places each replica once membership agrees, and it is the node whose
+// view of the cluster's free GPUs the scheduler already trusts. Only a
+// node in touch with the cluster (fence.go) moves: of a partition's two
+// sides, the one whose replicas fence themselves moves nothing. A
+// service already running on a live node is never placed again.
+func (a *Agent) moveServices(ctx context.Context, v queue.ClusterView, grace time.Duration) {
+	if v.Scheduler() != v.Self || !v.Heard() {
+		return
+	}
+	if _, in := a.touch(v); !in {
+		return // cut off: the side in touch moves, this one fences
+	}
+	live := map[svcKey]bool{}
+	var lost []lease.Lease
+	for i := range v.Nodes {
+		n := &v.Nodes[i]
+		for _, l := range n.Leases {
+			if !l.IsService() {
+				continue
+			}
+			k := svcKey{l.UID, l.Service.Name}
+			switch {
+			case n.Alive():
+				live[k] = true
+			case n.Lost(v.Now, grace):
+				lost = append(lost, l)
+			default:
+				live[k] = true // within the grace: its agent may be restarting
+			}
+		}
+	}
+	for _, l := range lost {
+		k := svcKey{l.UID, l.Service.Name}
+		if live[k] {
+			continue
+		}
+		live[k] = true // once per pass, even when the claim fails
+		if err := a.moveService(ctx, l); err != nil {
+			a.log.Warn("move service", "service", l.Service.Name, "user", l.User, "from", l.Node, "err", err)
+		}
+	}
+}
+
+// moveService claims l's service again as its owner, on the best live
+// node that fits, from the definition its lease holds.
+func (a *Agent) moveService(ctx context.Context, l lease.Lease) error {
+	if l.Job == nil || l.Job.Kept {
+		return fmt.Errorf("its lease holds no definition")
+	}
+	spec := l.Service.Spec
+	req := api.ClaimRequest{Count: len(l.GPUs), Service: &spec,
+		Run:       &api.RunSpec{Command: l.Job.Command, Dir: l.Job.Dir, Env: l.Job.Env},
+		RequestID: "move-" + l.ID}
+	r, err := a.svc.ForUID(l.UID).Claim(ctx, req)
+	if err != nil {
+		return err
+	}
+	a.log.Info("service moved", "service", l.Service.Name, "user", l.User, "from", l.Node, "to", r.Node, "lease", r.ID)
+	return nil
+}
+
+// endMovedServices ends this node's copy of a service that runs on
+// another live node under a newer lease: this node was lost past the
+// grace, its service was placed elsewhere, and it is back. Its replica
+// stopped itself (fencing) or is stopped here, so only one copy runs.
+func (a *Agent) endMovedServices(ctx context.Context, v queue.ClusterView) {
+	self := v.Local()
+	if self == nil {
+		return
+	}
+	for _, mine := range self.Leases {
+		if !mine.IsService() {
+			continue
+		}
+		for i := range v.Nodes {
+			n := &v.Nodes[i]
+			if n.Self || !n.Alive() || !newerCopy(n.Leases, mine) {
+				continue
+			}
+			a.log.Info("service runs elsewhere since this node was lost; ending this copy", "service", mine.Service.Name, "user", mine.User, "lease", mine.ID, "on", n.Name)
+			c := lease.Caller{UID: mine.UID, User: mine.User}
+			if err := a.node.Release(ctx, c, mine.ID); err != nil {
+				a.log.Warn("end moved service", "lease", mine.ID, "err", err)
+			}
+			break
+		}
+	}
+}
+
+// newerCopy reports whether leases hold mine's service under a lease
+// started after it.
+func newerCopy(leases []lease.Lease, mine lease.Lease) bool {
+	for _, l := range leases {
+		if l.IsService() && l.UID == mine.UID && l.Service.Name == mine.Service.Name && l.StartedAt.After(mine.StartedAt) {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,122 @@
+package agent_test
+
+import (
+	"fmt"
+	"net"
+	"strconv"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/dibs-gpu/dibs/agent/agenttest"
+	"github.com/dibs-gpu/dibs/api"
+	"github.com/dibs-gpu/dibs/launch/launchtest"
+	"github.com/dibs-gpu/dibs/queue"
+	"github.com/dibs-gpu/dibs/service"
+)
+
+// TestServiceMovesOffALostNodeAndItsOldCopyFencesItself: a service on
+// node02 of a two-node cluster keeps its process across a restart of
+// node02's agent within the grace; then node02's agent is killed outright (tmux
+// and the service go on). Past the grace the replica answers on node01,
+// and the copy left on node02 has stopped itself (its watchdog saw the
+// agent's heartbeat go stale); when node02's agent comes back it ends its
+// own lease of the service instead of starting it again: one copy runs.
+func TestServiceMovesOffALostNodeAndItsOldCopyFencesItself(t *testing.T) {
+	agenttest.RequireTmux(t)
+	needPython(t)
+	u := launchtest.User(t)
+	port := freePort(t)
+	const grace = 3 * time.Second
+	nodes := agenttest.Cluster(t, agenttest.ClusterOptions{Specs: []string{"2xL40S", "2xL40S"}, Quiet: true, OwnTmux: true,
+		Sched: queue.SchedConfig{LostAfter: grace}})
+	me := nodes[0].Agent.For(u.UID)
+	_, err := me.Claim(ctx(t), api.ClaimRequest{Count: 1, Node: "node02",
+		Run:     &api.RunSpec{Command: []string{python, "-m", "http.server", strconv.Itoa(port), "--bind", "127.0.0.1"}, Dir: u.Home},
+		Service: &service.Spec{Name: "web", Port: port}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	url := fmt.Sprintf("http://127.0.0.1:%d/", port)
+	l := waitHealthy(t, me, "web", 30*time.Second)
+	if l.Node != "node02" || get(url) != 200 {
+		t.Fatalf("service on %s answering %d, want node02 and 200", l.Node, get(url))
+	}
+	old := listenerPID(t, nodes[1], u, l.Session, port)
+	if old == 0 {
+		t.Fatal("no process of the service's session listens on its port")
+	}
+
+	// node02 comes back on the same gossip address: memberlist refuses a
+	// dead node's name from another address for a while.
+	_, gport, err := net.SplitHostPort(nodes[1].Agent.GossipAddr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	nodes[1].Opts.Cluster.BindPort, _ = strconv.Atoi(gport)
+
+	// A restart of node02's agent within the grace (SIGTERM) fences
+	// nothing and moves nothing: the same process keeps serving.
+	nodes[1].Restart()
+	agenttest.WaitConverged(t, nodes, 45*time.Second)
+	// An absence check: the watchdog would have stopped the replica by
+	// now (grace + 2 s of whole seconds), and a move would have come.
+	time.Sleep(grace + 3*time.Second)
+	if syscall.Kill(old, 0) != nil || get(url) != 200 {
+		t.Fatalf("the replica (pid %d) stopped across an agent restart within the grace", old)
+	}
+	if got, _ := serviceOf(t, me, "web"); got.Node != "node02" {
+		t.Fatalf("the service is on %s after node02's agent restarted within the grace, want node02", got.Node)
+	}
+	crashed := time.Now()
+	nodes[1].Crash() // as kill -9: tmux and the replica go on
+	agenttest.Eventually(t, grace+15*time.Second, "the copy on node02 stopped itself", func() bool {
+		return syscall.Kill(old, 0) != nil
+	})
+	fenced := time.Since(crashed)
+	var moved time.Duration
+	agenttest.Eventually(t, grace+20*time.Second, "the service moved to node01, healthy and answering", func() bool {
+		got, ok := serviceOf(t, me, "web")
+		if ok && got.Node == "node02" && got.Service.State != service.Moving && time.Since(crashed) > grace+2*time.Second {
+			// Shown moving once node02 is lost past the grace.
+			t.Logf("state of the service on lost node02: %s", got.Service.State)
+		}
+		l = got
+		return ok && got.Node == "node01" && got.Service.State == service.Healthy && get(url) == 200
+	})
+	moved = time.Since(crashed)
+	t.Logf("agent killed to old copy stopped: %s; to answering on node01: %s (grace %s)", fenced.Round(10*time.Millisecond), moved.Round(10*time.Millisecond), grace)
+	if moved > grace+5*time.Second {
+		t.Errorf("the service answered on node01 %s after node02's agent died: want at most the grace (%s) + 5 s", moved.Round(10*time.Millisecond), grace)
+	}
+	now := listenerPID(t, nodes[0], u, l.Session, port)
+	if now == 0 || now == old {
+		t.Fatalf("listener on node01: pid %d (old copy %d)", now, old)
+	}
+
+	// node02 comes back: it ends its own lease of the service, starts no
+	// copy, and node01's keeps serving.
+	nodes[1].Restart()
+	agenttest.WaitConverged(t, nodes, 45*time.Second)
+	agenttest.Eventually(t, 30*time.Second, "node02 ended its own lease of the moved service", func() bool {
+		for _, x := range nodes[1].Agent.Service().View().Local().Leases {
+			if x.IsService() {
+				if x.Service.Restarts > 0 {
+					t.Fatalf("node02 restarted the service it came back to (%d restarts): two copies", x.Service.Restarts)
+				}
+				return false
+			}
+		}
+		return true
+	})
+	if ok, _ := nodes[1].Sessions.Exists(ctx(t), u, l.Session); ok {
+		t.Fatal("node02 started the service again after it came back: two copies")
+	}
+	got, ok := serviceOf(t, me, "web")
+	if !ok || got.Node != "node01" || get(url) != 200 {
+		t.Fatalf("after node02's return: service on %s (found %v) answering %d, want node01 and 200", got.Node, ok, get(url))
+	}
+	if pid := listenerPID(t, nodes[0], u, got.Session, port); pid != now {
+		t.Fatalf("node01's copy changed when node02 came back: pid %d, was %d", pid, now)
+	}
+}

@@ -1,0 +1,135 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/dibs-gpu/dibs/agent/agenttest"
+	"github.com/dibs-gpu/dibs/api"
+	"github.com/dibs-gpu/dibs/launch/launchtest"
+)
+
+// TestServiceMovesAcrossAPartitionAndTheCutOffCopyFencesItself: two
+// agents in two network namespaces (separate hosts), a real HTTP server
+// served with `dibs serve` on node02. node02's link is cut: past the grace
+// the service answers on node01's address (sampled inside node01's
+// namespace), and inside node02's namespace its copy has stopped itself
+// (node02, not the lowest-named, is the side that fences in a two-node
+// split). When the link is back, node02 ends its own copy: one runs.
+func TestServiceMovesAcrossAPartitionAndTheCutOffCopyFencesItself(t *testing.T) {
+	if _, err := os.Stat("/usr/bin/python3"); err != nil {
+		t.Skip("needs /usr/bin/python3 as the service (an HTTP server)")
+	}
+	agenttest.RequireTmux(t)
+	if _, err := exec.LookPath("curl"); err != nil {
+		t.Skip("needs curl to ask the service inside each namespace")
+	}
+	lab := newNetLab(t, 2)
+	u := launchtest.User(t)
+	dir := agenttest.PublicDir(t)
+	key := filepath.Join(dir, "cluster.key")
+	if out, err := exec.Command(dibsBin, "keygen", key).CombinedOutput(); err != nil {
+		t.Fatalf("keygen: %v %s", err, out)
+	}
+	const grace = 3 * time.Second
+	cfg := filepath.Join(dir, "dibs.toml")
+	if err := os.WriteFile(cfg, []byte("[queue]\nlost_after = \"3s\"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var joins []string
+	for _, a := range lab.addrs {
+		joins = append(joins, a+":7946")
+	}
+	socks := make([]string, 2)
+	for i, ns := range lab.nodes {
+		name := fmt.Sprintf("node0%d", i+1)
+		// Each node its own run directory (its socket and heartbeat) and
+		// tmux directory, as separate hosts have.
+		run := filepath.Join(dir, "run-"+name)
+		if err := os.MkdirAll(run, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		socks[i] = filepath.Join(run, "dibs.sock")
+		cmd := exec.Command("ip", "netns", "exec", ns, dibsBin, "agent", "--node-name", name, "--config", cfg,
+			"--sim", "2xL40S", "--data-dir", filepath.Join(dir, name), "--socket", socks[i],
+			"--bind", lab.addrs[i]+":7946", "--join", strings.Join(joins, ","),
+			"--cluster-name", "lab", "--cluster-key-file", key)
+		cmd.Env = append(os.Environ(), "TMUX_TMPDIR="+agenttest.TmuxDir(t))
+		logf, _ := os.Create(filepath.Join(dir, name+".log"))
+		cmd.Stdout, cmd.Stderr = logf, logf
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			cmd.Process.Kill()
+			cmd.Wait()
+			if t.Failed() {
+				b, _ := os.ReadFile(logf.Name())
+				t.Logf("%s log:\n%s", name, b)
+			}
+		})
+	}
+	c1 := api.NewClient(socks[0])
+	alive := func(c *api.Client, node string) bool {
+		b, err := c.Board(context.Background())
+		if err != nil {
+			return false
+		}
+		for _, n := range b.Nodes {
+			if n.Name == node {
+				return n.State == api.NodeAlive
+			}
+		}
+		return false
+	}
+	agenttest.Eventually(t, 30*time.Second, "two nodes in two namespaces to form a cluster", func() bool {
+		return alive(c1, "node02") && alive(api.NewClient(socks[1]), "node01")
+	})
+	// answers: whether GET http://ADDR:8000/ inside namespace ns is 200.
+	answers := func(ns, addr string) bool {
+		out, _ := exec.Command("ip", "netns", "exec", ns, "curl", "-s", "-o", "/dev/null", "-m", "2", "-w", "%{http_code}", "http://"+addr+":8000/").Output()
+		return string(out) == "200"
+	}
+	if out, errOut, code := dibsAs(t, u, "/usr/bin:/bin", socks[0], "serve", "web", "-g", "1", "--nodelist", "node02", "--port", "8000",
+		"--", "/usr/bin/python3", "-m", "http.server", "8000"); code != 0 {
+		t.Fatalf("serve: exit %d %q %q", code, out, errOut)
+	}
+	agenttest.Eventually(t, 30*time.Second, "the service answering on node02", func() bool { return answers(lab.nodes[1], lab.addrs[1]) })
+
+	cut := time.Now()
+	lab.cut(1, true)
+	agenttest.Eventually(t, grace+30*time.Second, "the service answering on node01 (sampled on node01's side)", func() bool {
+		return answers(lab.nodes[0], lab.addrs[0])
+	})
+	moved := time.Since(cut)
+	agenttest.Eventually(t, grace+30*time.Second, "node02's copy stopped itself (sampled on node02's side)", func() bool {
+		return !answers(lab.nodes[1], "127.0.0.1")
+	})
+	fenced := time.Since(cut)
+	t.Logf("link cut to answering on node01: %s; to node02's copy stopped: %s (grace %s)", moved.Round(10*time.Millisecond), fenced.Round(10*time.Millisecond), grace)
+
+	lab.cut(1, false)
+	agenttest.Eventually(t, 30*time.Second, "the link back: both nodes alive", func() bool {
+		return alive(c1, "node02") && alive(api.NewClient(socks[1]), "node01")
+	})
+	out, _, _ := dibsAs(t, u, "/usr/bin:/bin", socks[0], "services")
+	agenttest.Eventually(t, 20*time.Second, "one copy listed, on node01", func() bool {
+		out, _, _ = dibsAs(t, u, "/usr/bin:/bin", socks[1], "services")
+		return strings.Count(out, "web") == 1 && strings.Contains(out, "node01") && !strings.Contains(out, "node02")
+	})
+	// An absence check: node02's supervisor would have restarted its
+	// copy within a second or two of the link's return.
+	time.Sleep(3 * time.Second)
+	if answers(lab.nodes[1], "127.0.0.1") {
+		t.Fatalf("node02 runs the service again after the link came back: two copies\n%s", out)
+	}
+	if !answers(lab.nodes[0], lab.addrs[0]) {
+		t.Fatal("node01's copy stopped answering when node02 came back")
+	}
+}
