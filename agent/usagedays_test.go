@@ -23,14 +23,18 @@ func TestUsageByDayAcrossNodes(t *testing.T) {
 		t.Fatal(err)
 	}
 	var rep api.DailyUsageReport
-	agenttest.Eventually(t, 15*time.Second, "node01's chart to count heavy's and light's GPU-hours today", func() bool {
+	// Each node counts its running leases at the moment it answers, so in
+	// the first milliseconds light's node may answer later than heavy's
+	// with the larger figure: heavy's two GPUs, held from before light's
+	// one, overtake it as soon as both are counted a few ms on.
+	agenttest.Eventually(t, 15*time.Second, "node01's chart to count heavy's GPU-hours today above light's", func() bool {
 		r, err := nodes[0].As(light).UsageByDay(ctx(t), "50h")
 		if err != nil || len(r.Days) == 0 {
 			return false
 		}
 		rep = r
 		today := r.Days[len(r.Days)-1].GPUHours
-		return today["heavy"] > 0 && today["light"] > 0 && len(r.Missing) == 0
+		return today["light"] > 0 && today["heavy"] > today["light"] && len(r.Missing) == 0
 	})
 	if n := len(rep.Days); n < 3 || n > 4 {
 		t.Errorf("a 50h window is %d days, want 3 or 4", n)
@@ -42,10 +46,6 @@ func TestUsageByDayAcrossNodes(t *testing.T) {
 		if h, m, s := d.Start.Local().Clock(); h != 0 || m != 0 || s != 0 {
 			t.Errorf("day %d starts at %v, want a local midnight", i+1, d.Start.Local())
 		}
-	}
-	today := rep.Days[len(rep.Days)-1].GPUHours
-	if today["heavy"] <= today["light"] {
-		t.Errorf("today heavy %.6f and light %.6f GPU-hours, want heavy's (2 GPUs, claimed first) above light's (1 GPU)", today["heavy"], today["light"])
 	}
 	if _, err := nodes[0].As(light).UsageByDay(ctx(t), "400d"); err == nil {
 		t.Error("a 400-day chart was drawn, want a refusal naming --window")
