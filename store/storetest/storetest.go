@@ -288,7 +288,7 @@ func sortedKeys[V any](m map[string]V) []string {
 func (s *Store) Put(l lease.Lease) error {
 	op := "save lease " + l.ID
 	if l.ID == "" || len(l.GPUs) == 0 && !l.IsService() {
-		return fmt.Errorf("%s: a lease needs an id and at least one GPU", op)
+		return fmt.Errorf("%s: a lease needs an id and at least one GPU (a service may hold none)", op)
 	}
 	l = copyOf(l)
 	return s.write(op, func(d *data) {
