@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/dibs-gpu/dibs/agent/node"
 	"github.com/dibs-gpu/dibs/api"
 	"github.com/dibs-gpu/dibs/lease"
 	"github.com/dibs-gpu/dibs/queue"
@@ -77,7 +78,7 @@ func (a *Agent) moveService(ctx context.Context, l lease.Lease) error {
 	spec := l.Service.Spec
 	req := api.ClaimRequest{Count: len(l.GPUs), Service: &spec,
 		Run:       &api.RunSpec{Command: l.Job.Command, Dir: l.Job.Dir, Env: l.Job.Env},
-		RequestID: "move-" + l.ID}
+		RequestID: node.MovePrefix + l.ID} // its grant tells it as svc-moved
 	r, err := a.svc.ForUID(l.UID).Claim(ctx, req)
 	if err != nil {
 		return err

@@ -21,6 +21,11 @@ type Listener struct {
 	// Root is the session's first process (its pane's), 0 when the
 	// session has none.
 	Root int
+	// Clients are the remote ports of the TCP connections to port in the
+	// session's network namespace (open, or closed within the kernel's
+	// TIME_WAIT): what the supervisor counts as requests, leaving out its
+	// own checks' (issue 33's idle flag).
+	Clients []int
 }
 
 // ListenerOf finds which of session name's processes (every pane and its
@@ -55,6 +60,13 @@ func (l *Launcher) ListenerOf(ctx context.Context, u User, name string, port int
 	}
 	res.Root = own[0]
 	res.PID = listenerAmong("/proc", own, port)
+	if port != 0 {
+		for _, f := range []string{"tcp", "tcp6"} {
+			if data, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(own[0]), "net", f)); err == nil {
+				res.Clients = append(res.Clients, ClientPorts(string(data), port)...)
+			}
+		}
+	}
 	return res, nil
 }
 
@@ -111,6 +123,32 @@ func ListeningInodes(table string, port int) []string {
 			continue
 		}
 		out = append(out, f[9])
+	}
+	return out
+}
+
+// ClientPorts reads a /proc/net/tcp (or tcp6) table and returns the
+// remote ports of the connections whose local port is port: every socket
+// but the listening one (state 0A), so a connection made and closed since
+// the last look is still seen in its TIME_WAIT.
+func ClientPorts(table string, port int) []int {
+	var out []int
+	for i, line := range strings.Split(table, "\n") {
+		f := strings.Fields(line)
+		if i == 0 || len(f) < 4 || f[3] == "0A" {
+			continue
+		}
+		_, local, ok1 := strings.Cut(f[1], ":")
+		_, remote, ok2 := strings.Cut(f[2], ":")
+		if !ok1 || !ok2 {
+			continue
+		}
+		lp, err1 := strconv.ParseUint(local, 16, 16)
+		rp, err2 := strconv.ParseUint(remote, 16, 16)
+		if err1 != nil || err2 != nil || int(lp) != port {
+			continue
+		}
+		out = append(out, int(rp))
 	}
 	return out
 }

@@ -129,6 +129,9 @@ type serviceRow struct {
 	PID      int           `json:"pid,omitempty"`
 	Lease    string        `json:"lease"`
 	Session  string        `json:"session"`
+
+	// IdleSince flags an idle service: no requests, no SM use since.
+	IdleSince time.Time `json:"idle_since,omitzero"`
 }
 
 // serviceRows are the board's services, by owner then name. A service
@@ -147,7 +150,7 @@ func serviceRows(b api.Board) []serviceRow {
 		}
 		r := serviceRow{Name: l.Service.Name, Owner: l.User, Node: l.Node, URL: service.URL(l.Node, l.Service.Port),
 			State: l.Service.State, Since: l.Service.Since, Restarts: l.Service.Restarts, GPUs: l.GPUs, PID: l.Service.PID,
-			Lease: l.ID, Session: l.Session}
+			IdleSince: l.Service.IdleSince, Lease: l.ID, Session: l.Session}
 		if r.GPUs == nil {
 			r.GPUs = []int{}
 		}
@@ -202,7 +205,11 @@ func servicesCmd(c *cli) *cobra.Command {
 				if url == "" {
 					url = "-"
 				}
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\n", safe(r.Name), safe(r.Owner), safe(r.Node), safe(url), safe(string(r.State)), up, r.Restarts, gpus)
+				state := string(r.State)
+				if !r.IdleSince.IsZero() {
+					state += ", idle " + words.FormatDuration(now.Sub(r.IdleSince).Round(time.Minute))
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\n", safe(r.Name), safe(r.Owner), safe(r.Node), safe(url), safe(state), up, r.Restarts, gpus)
 			}
 			return tw.Flush()
 		},

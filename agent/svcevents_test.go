@@ -1,0 +1,227 @@
+package agent_test
+
+import (
+	"bufio"
+	"fmt"
+	"net"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/dibs-gpu/dibs/agent/agenttest"
+	"github.com/dibs-gpu/dibs/agent/core"
+	"github.com/dibs-gpu/dibs/api"
+	"github.com/dibs-gpu/dibs/base/poll"
+	"github.com/dibs-gpu/dibs/event"
+	"github.com/dibs-gpu/dibs/launch/launchtest"
+	"github.com/dibs-gpu/dibs/lease"
+	"github.com/dibs-gpu/dibs/service"
+)
+
+// svcEvents are the service events about me's service name, oldest first.
+func svcEvents(t *testing.T, me *core.Bound, name string) []event.Event {
+	t.Helper()
+	list, err := me.Events(ctx(t), api.EventsRequest{Since: "1h"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []event.Event
+	for _, e := range list.Events {
+		if event.IsServiceKind(e.Kind) && e.Service == name {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+func kinds(evs []event.Event) []event.EventKind {
+	out := make([]event.EventKind, len(evs))
+	for i, e := range evs {
+		out[i] = e.Kind
+	}
+	return out
+}
+
+// inOrder reports whether want appears in got in order (others between).
+func inOrder(got, want []event.EventKind) bool {
+	i := 0
+	for _, k := range got {
+		if i < len(want) && k == want[i] {
+			i++
+		}
+	}
+	return i == len(want)
+}
+
+// healthChecks is the count of dibs_service_health_seconds for service
+// on the agent's /metrics, -1 when it has none.
+func healthChecks(t *testing.T, addr, service string) int {
+	t.Helper()
+	r, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Body.Close()
+	sc := bufio.NewScanner(r.Body)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if strings.HasPrefix(line, "dibs_service_health_seconds_count{") && strings.Contains(line, `service="`+service+`"`) {
+			n, err := strconv.Atoi(line[strings.LastIndexByte(line, ' ')+1:])
+			if err != nil {
+				t.Fatalf("%q: %v", line, err)
+			}
+			return n
+		}
+	}
+	return -1
+}
+
+// TestServiceEventsTellItsLifeInOrderAndItsChecksAreTimed: a service's
+// events say started, healthy, restarted (after kill -9), healthy again
+// and stopped, in that order, each naming the service; a check that
+// keeps passing adds none, and every check's time is in
+// dibs_service_health_seconds.
+func TestServiceEventsTellItsLifeInOrderAndItsChecksAreTimed(t *testing.T) {
+	agenttest.RequireTmux(t)
+	needPython(t)
+	u := launchtest.User(t)
+	port := freePort(t)
+	n := agenttest.Start(t, agenttest.Options{Sim: "2xL40S", ServiceRules: fastRules(), MetricsListen: "127.0.0.1:0"})
+	me := n.Agent.For(u.UID)
+	if _, err := me.Claim(ctx(t), api.ClaimRequest{Run: &api.RunSpec{Command: []string{python, "-m", "http.server", strconv.Itoa(port), "--bind", "127.0.0.1"}, Dir: u.Home},
+		Service: &service.Spec{Name: "web", Port: port, Health: "/"}}); err != nil {
+		t.Fatal(err)
+	}
+	l := waitHealthy(t, me, "web", 20*time.Second)
+	agenttest.Eventually(t, 10*time.Second, "svc-started then svc-healthy", func() bool {
+		return inOrder(kinds(svcEvents(t, me, "web")), []event.EventKind{event.EventSvcStarted, event.EventSvcHealthy})
+	})
+	checks := healthChecks(t, n.Agent.MetricsAddr(), "web")
+	agenttest.Eventually(t, 10*time.Second, "more health checks timed", func() bool {
+		return checks > 0 && healthChecks(t, n.Agent.MetricsAddr(), "web") > checks+3
+	})
+
+	pid := listenerPID(t, n, u, l.Session, port)
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	agenttest.Eventually(t, 20*time.Second, "the service restarted and healthy", func() bool {
+		l, _ = serviceOf(t, me, "web")
+		return l.Service != nil && l.Service.Restarts == 1 && l.Service.State == service.Healthy
+	})
+	if _, err := me.Release(ctx(t), api.ReleaseRequest{IDs: []string{l.ID}}); err != nil {
+		t.Fatal(err)
+	}
+	want := []event.EventKind{event.EventSvcStarted, event.EventSvcHealthy, event.EventSvcRestarted, event.EventSvcHealthy, event.EventSvcStopped}
+	var evs []event.Event
+	agenttest.Eventually(t, 10*time.Second, "the service's events in order", func() bool {
+		evs = svcEvents(t, me, "web")
+		return inOrder(kinds(evs), want)
+	})
+	for _, e := range evs {
+		if e.User != u.Name || e.Node != "node01" || e.State == "" || !strings.Contains(e.Text, "service web") {
+			t.Errorf("event %s: user %q node %q state %q text %q: want the owner, the node, a state and the service's name", e.Kind, e.User, e.Node, e.State, e.Text)
+		}
+	}
+	// Hundreds of passing checks, one kill: a handful of events, not one
+	// per check.
+	if len(evs) > 8 {
+		t.Errorf("%d service events for one start, one restart and one stop: %v", len(evs), kinds(evs))
+	}
+	if last := evs[len(evs)-1]; last.Kind != event.EventSvcStopped || last.Reason != string(lease.EndReleased) {
+		t.Errorf("last event %s (%s), want svc-stopped by its holder", last.Kind, last.Reason)
+	}
+}
+
+// TestAnIdleServiceIsFlaggedOnceAndNotWhileUsed: with service_idle_after
+// 3s, a service nobody connects to is flagged idle on its lease (and so
+// on the board), with one svc-idle event and one notice to its owner
+// however long it stays idle; a service a client holds a connection to,
+// and one a client keeps asking, are never flagged; a request clears the
+// flag.
+func TestAnIdleServiceIsFlaggedOnceAndNotWhileUsed(t *testing.T) {
+	agenttest.RequireTmux(t)
+	needPython(t)
+	u := launchtest.User(t)
+	pol := lease.DefaultPolicy()
+	pol.ServiceIdleAfter = 3 * time.Second
+	n := agenttest.Start(t, agenttest.Options{Sim: "2xL40S", ServiceRules: fastRules(), Policy: pol})
+	me := n.Agent.For(u.UID)
+	ports := map[string]int{}
+	for _, name := range []string{"quiet", "held", "asked"} {
+		ports[name] = freePort(t)
+		if _, err := me.Claim(ctx(t), api.ClaimRequest{Run: &api.RunSpec{Command: []string{python, "-m", "http.server", strconv.Itoa(ports[name]), "--bind", "127.0.0.1"}, Dir: u.Home},
+			Service: &service.Spec{Name: name, Port: ports[name]}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for name := range ports {
+		waitHealthy(t, me, name, 20*time.Second)
+	}
+	// held: a client holds one connection open; asked: a client asks
+	// every half second.
+	conn, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", ports["held"]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		tick := time.NewTicker(500 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			get(fmt.Sprintf("http://127.0.0.1:%d/", ports["asked"]))
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	t.Cleanup(func() { close(stop); <-done })
+
+	idle := func(name string) bool {
+		l, ok := serviceOf(t, me, name)
+		return ok && !l.Service.IdleSince.IsZero()
+	}
+	agenttest.Eventually(t, 20*time.Second, "quiet flagged idle", func() bool { return idle("quiet") })
+	// The others have gone as long without being flagged; watch them
+	// (and quiet's events) for twice the idle time more.
+	poll.Never(t, 6*time.Second, "a used service flagged idle", func() bool { return idle("held") || idle("asked") })
+	var told []event.Event
+	for _, e := range svcEvents(t, me, "quiet") {
+		if e.Kind == event.EventSvcIdle {
+			told = append(told, e)
+		}
+	}
+	if len(told) != 1 {
+		t.Fatalf("quiet idle for 6 s past its flag: %d svc-idle events, want exactly 1", len(told))
+	}
+	for _, name := range []string{"held", "asked"} {
+		for _, e := range svcEvents(t, me, name) {
+			if e.Kind == event.EventSvcIdle {
+				t.Errorf("%s, in use, has a svc-idle event: %s", name, e.Text)
+			}
+		}
+	}
+	b, err := me.Board(ctx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.ContainsFunc(b.Notices, func(s string) bool { return strings.Contains(s, "your service quiet on node01 is idle") }) {
+		t.Errorf("the owner's notices %q do not say quiet is idle", b.Notices)
+	}
+
+	// A request clears the flag.
+	if got := get(fmt.Sprintf("http://127.0.0.1:%d/", ports["quiet"])); got != 200 {
+		t.Fatalf("GET quiet: %d", got)
+	}
+	agenttest.Eventually(t, 10*time.Second, "quiet no longer idle after a request", func() bool { return !idle("quiet") })
+}
