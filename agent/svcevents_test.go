@@ -2,18 +2,22 @@ package agent_test
 
 import (
 	"bufio"
+	"encoding/json"
 	"fmt"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/dibs-gpu/dibs/agent/agenttest"
 	"github.com/dibs-gpu/dibs/agent/core"
+	"github.com/dibs-gpu/dibs/agent/events"
 	"github.com/dibs-gpu/dibs/api"
 	"github.com/dibs-gpu/dibs/base/poll"
 	"github.com/dibs-gpu/dibs/event"
@@ -152,6 +156,10 @@ func TestAnIdleServiceIsFlaggedOnceAndNotWhileUsed(t *testing.T) {
 	pol.ServiceIdleAfter = 3 * time.Second
 	n := agenttest.Start(t, agenttest.Options{Sim: "2xL40S", ServiceRules: fastRules(), Policy: pol})
 	me := n.Agent.For(u.UID)
+	hook := newPayloadSink(t)
+	if _, err := me.Notify(ctx(t), api.NotifyRequest{Webhook: hook.srv.URL + "/hook", Format: "json"}); err != nil {
+		t.Fatal(err)
+	}
 	ports := map[string]int{}
 	for _, name := range []string{"quiet", "held", "asked"} {
 		ports[name] = freePort(t)
@@ -219,9 +227,49 @@ func TestAnIdleServiceIsFlaggedOnceAndNotWhileUsed(t *testing.T) {
 		t.Errorf("the owner's notices %q do not say quiet is idle", b.Notices)
 	}
 
+	// The webhook's post names the service, its owner, node and state.
+	agenttest.Eventually(t, 10*time.Second, "the webhook's post of quiet's idle flag", func() bool {
+		p, ok := hook.find(event.EventSvcIdle)
+		return ok && p.Dibs.Service == "quiet" && p.Dibs.User == u.Name && p.Dibs.Node == "node01" && p.Dibs.State == string(service.Healthy) &&
+			strings.Contains(p.Text, "your service quiet on node01 is idle")
+	})
+
 	// A request clears the flag.
 	if got := get(fmt.Sprintf("http://127.0.0.1:%d/", ports["quiet"])); got != 200 {
 		t.Fatalf("GET quiet: %d", got)
 	}
 	agenttest.Eventually(t, 10*time.Second, "quiet no longer idle after a request", func() bool { return !idle("quiet") })
+}
+
+// payloadSink is a webhook that keeps the JSON posts whole.
+type payloadSink struct {
+	mu    sync.Mutex
+	posts []events.Payload
+	srv   *httptest.Server
+}
+
+func newPayloadSink(t *testing.T) *payloadSink {
+	s := &payloadSink{}
+	s.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var p events.Payload
+		if err := json.NewDecoder(r.Body).Decode(&p); err == nil {
+			s.mu.Lock()
+			s.posts = append(s.posts, p)
+			s.mu.Unlock()
+		}
+	}))
+	t.Cleanup(s.srv.Close)
+	return s
+}
+
+// find is the first post of a notice of kind.
+func (s *payloadSink) find(kind event.EventKind) (events.Payload, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, p := range s.posts {
+		if p.Dibs != nil && p.Dibs.Kind == kind {
+			return p, true
+		}
+	}
+	return events.Payload{}, false
 }

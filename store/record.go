@@ -97,22 +97,29 @@ type serviceRecord struct {
 	Restarts    int       `json:"restarts,omitempty"`
 	Since       time.Time `json:"since,omitzero"`
 	PID         int       `json:"pid,omitempty"`
+
+	// Added with the idle flag (issue 33), optional.
+	IdleSince time.Time `json:"idle_since,omitzero"`
 }
 
 func serviceToRecord(s *service.Service) *serviceRecord {
 	if s == nil {
 		return nil
 	}
-	return &serviceRecord{Name: s.Name, Port: s.Port, Health: s.Health, HealthCmd: s.HealthCmd, Preemptible: s.Preemptible,
+	rec := &serviceRecord{Name: s.Name, Port: s.Port, Health: s.Health, HealthCmd: s.HealthCmd, Preemptible: s.Preemptible,
 		State: string(s.State), Restarts: s.Restarts, Since: s.Since, PID: s.PID}
+	rec.IdleSince = s.IdleSince
+	return rec
 }
 
 func (r *serviceRecord) service() *service.Service {
 	if r == nil {
 		return nil
 	}
-	return &service.Service{Spec: service.Spec{Name: r.Name, Port: r.Port, Health: r.Health, HealthCmd: r.HealthCmd, Preemptible: r.Preemptible},
+	svc := &service.Service{Spec: service.Spec{Name: r.Name, Port: r.Port, Health: r.Health, HealthCmd: r.HealthCmd, Preemptible: r.Preemptible},
 		Status: service.Status{State: service.State(r.State), Restarts: r.Restarts, Since: r.Since, PID: r.PID}}
+	svc.IdleSince = r.IdleSince
+	return svc
 }
 
 func leaseToRecord(l lease.Lease) leaseRecord {

@@ -1,0 +1,38 @@
+package node
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/dibs-gpu/dibs/event"
+	"github.com/dibs-gpu/dibs/lease"
+	"github.com/dibs-gpu/dibs/service"
+)
+
+// TestServiceStartEventTellsAMoveAndAnUpdate: a service lease granted for
+// a move (agent/svcmove.go's request id) is told as svc-moved, naming the
+// lost node; one granted for an update as svc-updated; any other as
+// svc-started.
+func TestServiceStartEventTellsAMoveAndAnUpdate(t *testing.T) {
+	at := time.Date(2026, 3, 10, 16, 0, 0, 0, time.UTC)
+	l := lease.Lease{ID: "node01-9", Node: "node01", User: "alice", UID: 1001, Kind: lease.KindService, Session: "svc-web",
+		StartedAt: at, ExpiresAt: at.Add(lease.ServiceSpan), Service: &service.Service{Spec: service.Spec{Name: "web", Port: 8000}}}
+	for _, tc := range []struct {
+		request string
+		kind    event.EventKind
+		says    string
+	}{
+		{"", event.EventSvcStarted, "alice's service web started on node01 (lease node01-9, no GPU) at http://node01:8000"},
+		{"cli-123", event.EventSvcStarted, "started on node01"},
+		{MovePrefix + "node02-3", event.EventSvcMoved, "alice's service web moved to node01 (lease node01-9): from node02, lost past the grace"},
+		{UpdatePrefix + "web-1", event.EventSvcUpdated, "was updated: a new replica started on node01"},
+	} {
+		x := l
+		x.RequestID = tc.request
+		e := serviceStartEvent(x, at)
+		if e.Kind != tc.kind || !strings.Contains(e.Text, tc.says) || e.Service != "web" {
+			t.Errorf("request %q: %s %q (service %q), want %s saying %q", tc.request, e.Kind, e.Text, e.Service, tc.kind, tc.says)
+		}
+	}
+}
