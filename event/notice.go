@@ -107,10 +107,6 @@ func (e *Event) Notice() (Notice, bool) {
 	return n, true
 }
 
-// Yours turns "alice's GPU" into "your GPU" in a line meant for alice:
-// the board's notice of an event, as its notice says it.
-func Yours(text, user string) string { return yours(text, user) }
-
 // yours turns "alice's GPU" into "your GPU" in a line meant for alice.
 func yours(text, user string) string {
 	return strings.Replace(text, user+"'s ", "your ", 1)

@@ -203,9 +203,9 @@ func (n *Node) smBusy(l lease.Lease) bool {
 	return false
 }
 
-// tellService records the events a probe of l's replica called for, and
-// tells its owner those that are theirs to hear (the events' notices,
-// and their board here).
+// tellService records the events a probe of l's replica called for; the
+// log sends the notices of those its owner is to hear (their sessions and
+// boards on every node, their webhook).
 func (n *Node) tellService(l lease.Lease, tells []service.Tell, untold int, w *service.Watch, now time.Time) {
 	for _, t := range tells {
 		var e event.Event
@@ -223,12 +223,10 @@ func (n *Node) tellService(l lease.Lease, tells []service.Tell, untold int, w *s
 		case service.TellUnhealthyLong:
 			e = event.ServiceEvent(event.EventSvcUnhealthy, l, now, fmt.Sprintf("not healthy for %s; dibs logs %s shows its output", words.FormatDuration(w.TellUnhealthyAfter), l.Service.Name))
 			e.Reason = event.ReasonLong
-			n.Notify(l.UID, l.ID, event.Yours(e.Text, l.User))
 		case service.TellRestarted:
 			e = event.ServiceEvent(event.EventSvcRestarted, l, now, "")
 		case service.TellIdle:
 			e = event.ServiceIdleEvent(l, now.Sub(w.IdleSince()), now)
-			n.Notify(l.UID, l.ID, event.Yours(e.Text, l.User))
 		default:
 			continue
 		}
