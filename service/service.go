@@ -48,6 +48,11 @@ type Status struct {
 	// PID is the session's first process of the replica now running, so
 	// the owner (and tests) can tell a restart from the same process.
 	PID int `json:"pid,omitempty"`
+	// IdleSince, when set, is since when the supervisor has judged the
+	// replica idle (no requests, no GPU use, for the configured while): an
+	// idle service is never reclaimed, but its owner is told and the board
+	// flags it, because it withdraws its GPUs for good.
+	IdleSince time.Time `json:"idle_since,omitzero"`
 }
 
 // Service is a service as its lease carries it: definition and status.
