@@ -10,6 +10,7 @@ import (
 	"github.com/dibs-gpu/dibs/base/words"
 	"github.com/dibs-gpu/dibs/lease"
 	"github.com/dibs-gpu/dibs/nodeprobe"
+	"github.com/dibs-gpu/dibs/service"
 )
 
 // detail describes one GPU and its node for the board's panel.
@@ -211,7 +212,11 @@ func (m detail) yourLeases(w int) []string {
 			seen[l.ID] = true
 			left := l.ExpiresAt.Sub(m.now())
 			when := words.FormatDuration(left) + " left"
-			if left <= 0 {
+			switch {
+			case l.Service != nil:
+				// No end while it is up: "36500d left" would say nothing.
+				when = "service " + svcMark + l.Service.Name + " (" + string(m.board.ServiceState(l)) + ")"
+			case left <= 0:
 				when = "overdue " + words.FormatDuration(-left)
 			}
 			what := leaseWhat(l, &m.board)
@@ -432,8 +437,12 @@ func (m detail) facts(n *api.Node, g *api.GPU) facts {
 		}
 		f.note = l.Note
 		left := l.ExpiresAt.Sub(now)
-		if l.IsService() {
-			f.time = fmt.Sprintf("service %s: no end while it is up (%s)", l.Service.Name, l.Service.State)
+		if l.IsService() && l.Service != nil {
+			at := ""
+			if u := service.URL(l.Node, l.Service.Port); u != "" {
+				at = " at " + u
+			}
+			f.time = fmt.Sprintf("service %s%s (%s)%s: no end while it is up", svcMark, l.Service.Name, m.board.ServiceState(l), at)
 		} else if left > 0 {
 			f.time = fmt.Sprintf("%s left (until %s)", words.FormatDuration(left), m.clock(l.ExpiresAt))
 		} else {
