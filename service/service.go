@@ -48,10 +48,10 @@ type Status struct {
 	// PID is the session's first process of the replica now running, so
 	// the owner (and tests) can tell a restart from the same process.
 	PID int `json:"pid,omitempty"`
-	// IdleSince, when set, is since when the supervisor has judged the
-	// replica idle (no requests, no GPU use, for the configured while): an
-	// idle service is never reclaimed, but its owner is told and the board
-	// flags it, because it withdraws its GPUs for good.
+	// IdleSince, while set, flags the replica idle: no request to its
+	// port and no SM use on its GPUs since then, for longer than the
+	// cluster's service_idle_after. A service is never reclaimed for it;
+	// its owner is told once, and the board shows it.
 	IdleSince time.Time `json:"idle_since,omitzero"`
 }
 
