@@ -108,13 +108,20 @@ func cellLabel(k kind, g *api.GPU) string {
 			return partLabel(g)
 		}
 	}
+	if g.Lease != nil && g.Lease.Service != nil {
+		// A service's GPU names the service even when idle: it is not
+		// reclaimed for it (the idle colour and the services view say so).
+		switch k {
+		case kindMine, kindMineIdle:
+			return markMine + svcLabel(g.Lease)
+		case kindTheirs, kindIdle:
+			return svcLabel(g.Lease)
+		}
+	}
 	switch k {
 	case kindFree:
 		return labelFree
 	case kindMine:
-		if g.Lease != nil && g.Lease.Service != nil {
-			return markMine + svcLabel(g.Lease)
-		}
 		if g.Lease != nil && g.Lease.Borrowed {
 			return labelMine + "~"
 		}
@@ -122,9 +129,6 @@ func cellLabel(k kind, g *api.GPU) string {
 	case kindMineIdle:
 		return labelMineIdle
 	case kindTheirs:
-		if g.Lease != nil && g.Lease.Service != nil {
-			return svcLabel(g.Lease)
-		}
 		if g.Lease != nil && g.Lease.Borrowed {
 			// "~": borrowed beyond quota, may be preempted (the detail
 			// pane says so in words).

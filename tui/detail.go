@@ -478,6 +478,9 @@ func (m detail) facts(n *api.Node, g *api.GPU) facts {
 			f.problem = "! squatted: work runs here without the lease"
 		case slices.Contains(g.Flags, lease.FlagOverdue):
 			f.problem = "⧖ overdue: past its end and still held"
+		case slices.Contains(g.Flags, lease.FlagIdle) && l != nil && l.Service != nil:
+			// Never reclaimed for it: a service holds its GPUs while up.
+			f.problem = "zz idle: its service has not used it for a while — dibs stop " + l.Service.Name + " if it is not needed"
 		case slices.Contains(g.Flags, lease.FlagIdle):
 			f.problem = "zz idle: held but unused for a while — release it if done"
 		case slices.Contains(g.Flags, lease.FlagExpiring):

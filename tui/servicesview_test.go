@@ -66,6 +66,9 @@ func svcBoard() api.Board {
 	setUtil(at("node02", 0), 64)
 	setUtil(at("node02", 1), 58)
 	setUtil(at("node01", 7), 3)
+	// dave's idle service's GPU is judged idle too: the cell still names
+	// the service (it is never reclaimed for it).
+	at("node03", 3).Flags = []lease.Flag{lease.FlagIdle}
 	return b
 }
 
@@ -85,6 +88,8 @@ func TestServicesGolden(t *testing.T) {
 		{"services_help_160x48", 160, 48, []string{"6", "?"}},
 		{"services_board_80x24", 80, 24, nil},
 		{"services_board_160x48", 160, 48, []string{"j", "l"}},
+		// The caller's service in their sessions: no end, not "36500d".
+		{"services_sessions_80x24", 80, 24, []string{"4"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -189,8 +194,8 @@ func TestServicesIdleFlag(t *testing.T) {
 }
 
 // TestServicesOnTheGrid: a GPU a service holds shows the service's name
-// after ⚙ (★⚙ for the caller's own), where it showed only its holder; the
-// filter finds it by that name.
+// after ⚙ (★⚙ for the caller's own), where it showed only its holder (or
+// "zz idle" for an idle one); the filter finds it by that name.
 func TestServicesOnTheGrid(t *testing.T) {
 	h := newHarness(t, 160, 48, Options{})
 	h.send(BoardMsg(svcBoard()))

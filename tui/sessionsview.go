@@ -118,7 +118,7 @@ func (v *sessionsView) lines(w, h int) []string {
 		left := words.FormatDuration(x.l.ExpiresAt.Sub(now))
 		switch {
 		case x.l.Service != nil:
-			left = "service" // no end while it is up (6 lists services)
+			left = "no end" // a service: none while it is up (6 lists them)
 		case !x.l.ExpiresAt.After(now):
 			left = "overdue"
 		}
