@@ -293,6 +293,8 @@ func (m *Model) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
 		return m, m.refresh()
 	case attachReadyMsg:
 		return m, m.attachReady(msg)
+	case showOnBoardMsg:
+		return m, m.showOnBoard(msg)
 	case attachEndedMsg:
 		m.setStatus(statusInfo, "back from "+msg.session)
 		return m, m.refresh()

@@ -84,6 +84,13 @@ func (v *servicesView) update(msg tea.KeyPressMsg) tea.Cmd {
 	}
 	r := rs[v.cur.cur]
 	switch {
+	case key.Matches(msg, svcShowKey):
+		gpu := -1
+		if len(r.l.GPUs) > 0 {
+			gpu = r.l.GPUs[0]
+		}
+		name, node, mig := r.l.Service.Name, r.l.Node, r.l.MIG
+		return func() tea.Msg { return showOnBoardMsg{service: name, node: node, gpu: gpu, mig: mig} }
 	case key.Matches(msg, k.Attach):
 		if !r.mine {
 			v.setStatus(statusErr, fmt.Sprintf("%s is %s's service: only its owner attaches to it", r.l.Service.Name, holderName(r.l)))
@@ -94,6 +101,36 @@ func (v *servicesView) update(msg tea.KeyPressMsg) tea.Cmd {
 		v.openStop(r.l)
 	}
 	return nil
+}
+
+// svcShowKey shows the replica under the cursor on the board: its GPU
+// under the grid's cursor, its processes and history in the detail pane.
+var svcShowKey = key.NewBinding(key.WithKeys("enter"), key.WithHelp("enter", "show on board"))
+
+// showOnBoardMsg asks the root to open the board with the cursor on a
+// service's GPU (gpu -1: it holds none; the node's first).
+type showOnBoardMsg struct {
+	service, node string
+	gpu           int
+	mig           string
+}
+
+// showOnBoard opens the board on a service's node and GPU, or says why
+// it cannot (the filter or "only mine" hides the node).
+func (m *Model) showOnBoard(msg showOnBoardMsg) tea.Cmd {
+	g := m.grid
+	g.curName, g.curGPU, g.curMIG = msg.node, max(msg.gpu, 0), msg.mig
+	g.rebuild()
+	if n, _ := g.cursorGPU(); n == nil || n.Name != msg.node {
+		m.setStatus(statusErr, msg.node+" is hidden by the filter or \"only mine\": esc or m shows it, then 6 and enter")
+		return nil
+	}
+	if msg.gpu < 0 {
+		m.setStatus(statusInfo, msg.service+" holds no GPU: it runs on "+msg.node)
+	} else {
+		m.setStatus(statusInfo, msg.service+" on "+msg.node+" — 6 goes back to the services")
+	}
+	return m.switchView(viewBoard)
 }
 
 // openStop asks before a service's replica is stopped: its lease ends,
@@ -276,7 +313,7 @@ func (v *servicesView) footLines(r svcRow, w int) []string {
 	if !s.IdleSince.IsZero() {
 		out = append(out, " "+st.statusNotice.render(truncate(fmt.Sprintf("idle since %s (%s): no requests, no GPU use — dibs stop %s gives its GPUs back", v.clock(s.IdleSince), words.FormatDuration(v.now().Sub(s.IdleSince)), s.Name), w-1)))
 	}
-	hint := "a attaches · x stops (yours) · dibs logs NAME prints its log"
+	hint := "enter shows it on the board · a attaches · x stops yours · dibs logs NAME"
 	return append(out, " "+st.dim.render(truncate(hint, w-1)))
 }
 

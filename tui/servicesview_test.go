@@ -212,3 +212,50 @@ func TestServicesOnTheGrid(t *testing.T) {
 		t.Errorf("filter rerank shows %d nodes, want node02 alone", got)
 	}
 }
+
+// TestServicesShowOnBoard: enter on a replica opens the board with the
+// cursor on its GPU; on one with no GPU, on its node, saying so; when the
+// filter hides its node, it says how to show it and stays.
+func TestServicesShowOnBoard(t *testing.T) {
+	h := newHarness(t, 100, 30, Options{})
+	h.send(BoardMsg(svcBoard()))
+	h.keys("6", "j", "enter") // alice's vllm, node02 GPUs 0 and 1
+	if h.m.view != viewBoard {
+		t.Fatalf("enter opened %s, want the board", viewNames[h.m.view])
+	}
+	if n, g := h.cursor(); n != "node02" || g != 0 {
+		t.Errorf("cursor on %s/%d, want node02/0 (vllm's first GPU)", n, g)
+	}
+	if s := h.screen(); !strings.Contains(s, "vllm on node02 — 6 goes back to the services") {
+		t.Errorf("the status line does not say where vllm is:\n%s", s)
+	}
+	h.keys("6", "k", "enter") // alice's tensorboard: no GPU, on node03
+	if n, _ := h.cursor(); h.m.view != viewBoard || n != "node03" {
+		t.Errorf("enter on tensorboard: view %s, node %s; want the board on node03", viewNames[h.m.view], n)
+	}
+	if s := h.screen(); !strings.Contains(s, "tensorboard holds no GPU: it runs on node03") {
+		t.Errorf("the status line does not say tensorboard holds no GPU:\n%s", s)
+	}
+	h.keys("/")
+	h.typeText("node01")
+	h.keys("enter", "6", "j", "enter")
+	if h.m.view != viewServices {
+		t.Errorf("enter with node02 filtered out opened %s, want to stay on services", viewNames[h.m.view])
+	}
+	if s := h.screen(); !strings.Contains(s, "node02 is hidden by the filter") {
+		t.Errorf("the status line does not say node02 is hidden:\n%s", s)
+	}
+}
+
+// TestServicesViewEmpty: with no services the view says how to start one.
+func TestServicesViewEmpty(t *testing.T) {
+	h := newHarness(t, 80, 24, Options{})
+	h.keys("6")
+	if s := h.screen(); !strings.Contains(s, "no services: dibs serve NAME --port P -- COMMAND starts one") {
+		t.Errorf("the empty services view does not say how to start one:\n%s", s)
+	}
+	h.keys("x", "a", "enter", "j")
+	if h.m.confirm != nil || len(h.be.attaches) != 0 || h.m.view != viewServices {
+		t.Errorf("keys on an empty list acted: confirm %v, attaches %v, view %s", h.m.confirm, h.be.attaches, viewNames[h.m.view])
+	}
+}

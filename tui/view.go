@@ -345,7 +345,7 @@ func (m *Model) viewKeys() help.KeyMap {
 	case viewEvents:
 		return listKeys{k: k, acts: []key.Binding{key.NewBinding(key.WithKeys("m"), key.WithHelp("m", "only mine"))}}
 	case viewServices:
-		return listKeys{k: k, acts: []key.Binding{k.Attach, key.NewBinding(key.WithKeys("x"), key.WithHelp("x", "stop"))}}
+		return listKeys{k: k, acts: []key.Binding{svcShowKey, k.Attach, key.NewBinding(key.WithKeys("x"), key.WithHelp("x", "stop"))}}
 	}
 	return k
 }
