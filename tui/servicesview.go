@@ -160,7 +160,7 @@ func (c *common) openStop(l *lease.Lease) {
 // Column widths of the services list: wide, and what fits in 80 columns,
 // where the URL stands for the node (it names it) unless there is none.
 var (
-	svcColsWide   = []int{16, 8, 8, 24, 22, 7, 8}
+	svcColsWide   = []int{16, 10, 8, 24, 20, 7, 8}
 	svcColsNarrow = []int{12, 7, 20, 15, 6, 3}
 )
 
