@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/charmbracelet/x/ansi"
+
 	"github.com/dibs-gpu/dibs/api"
 	"github.com/dibs-gpu/dibs/lease"
 	"github.com/dibs-gpu/dibs/service"
@@ -257,5 +259,48 @@ func TestServicesViewEmpty(t *testing.T) {
 	h.keys("x", "a", "enter", "j")
 	if h.m.confirm != nil || len(h.be.attaches) != 0 || h.m.view != viewServices {
 		t.Errorf("keys on an empty list acted: confirm %v, attaches %v, view %s", h.m.confirm, h.be.attaches, viewNames[h.m.view])
+	}
+}
+
+// TestServicesStateColours: each state is drawn in its colour — healthy
+// green, starting, unhealthy and restarting yellow, crash-looping red,
+// moving and unknown dim — and idle in the notice's yellow beside it.
+func TestServicesStateColours(t *testing.T) {
+	h := newHarness(t, 160, 48, Options{})
+	h.send(BoardMsg(svcBoard()))
+	h.keys("6", "j") // the cursor off tensorboard, onto vllm
+	h.keys("k")      // and back: every other row in its own colours
+	st := h.m.st
+	rowOf := func(name string) string {
+		for _, l := range strings.Split(h.m.View().Content, "\n") {
+			if p := ansi.Strip(l); strings.Contains(p, name+" ") && strings.Contains(p, "node0") && !strings.Contains(p, "lease") {
+				return l
+			}
+		}
+		t.Fatalf("no row for %s", name)
+		return ""
+	}
+	for _, tc := range []struct {
+		name, state string
+		p           paint
+	}{
+		{"vllm", "healthy", st.stateAlive},
+		{"embed", "unhealthy", st.stateSuspect},
+		{"ingest", "restarting", st.stateSuspect},
+		{"rerank", "crash-looping", st.stateDown},
+		{"grafana", "moving", st.dim},
+		{"asr", "unknown (dead)", st.dim},
+		{"notebook-api", "healthy", st.stateAlive},
+	} {
+		if want := tc.p.render(tc.state); tc.p.pre == "" || !strings.Contains(rowOf(tc.name), want) {
+			t.Errorf("%s's row %q does not draw %q as %q", tc.name, rowOf(tc.name), tc.state, want)
+		}
+	}
+	if want := st.statusNotice.render("idle 3h"); !strings.Contains(rowOf("notebook-api"), want) {
+		t.Errorf("notebook-api's row does not draw idle 3h as %q", want)
+	}
+	h.keys("j") // vllm under the cursor: one colour across the row
+	if strings.Contains(rowOf("vllm"), st.stateAlive.pre) {
+		t.Errorf("the row under the cursor keeps the state's colour inside the cursor's: %q", rowOf("vllm"))
 	}
 }
