@@ -89,11 +89,11 @@ func (v *servicesView) update(msg tea.KeyPressMsg) tea.Cmd {
 		if len(r.l.GPUs) > 0 {
 			gpu = r.l.GPUs[0]
 		}
-		name, node, mig := r.l.Service.Name, r.l.Node, r.l.MIG
+		name, node, mig := replicaName(r.l), r.l.Node, r.l.MIG
 		return func() tea.Msg { return showOnBoardMsg{service: name, node: node, gpu: gpu, mig: mig} }
 	case key.Matches(msg, k.Attach):
 		if !r.mine {
-			v.setStatus(statusErr, fmt.Sprintf("%s is %s's service: only its owner attaches to it", r.l.Service.Name, holderName(r.l)))
+			v.setStatus(statusErr, fmt.Sprintf("%s is %s's service: only its owner attaches to it", replicaName(r.l), holderName(r.l)))
 			return nil
 		}
 		return v.startAttach(r.l)
@@ -136,7 +136,7 @@ func (m *Model) showOnBoard(msg showOnBoardMsg) tea.Cmd {
 // openStop asks before a service's replica is stopped: its lease ends,
 // and with it the tmux session; the log stays.
 func (c *common) openStop(l *lease.Lease) {
-	name := l.Service.Name
+	name := replicaName(l)
 	q := &confirm{id: l.ID, service: name, title: "stop service " + name + "?"}
 	who := "yours"
 	if !c.mine(l) {
@@ -341,7 +341,9 @@ func running(s service.State) bool {
 	return s == service.Starting || s == service.Healthy || s == service.Unhealthy
 }
 
-// replicaName is how a replica is named in the lists.
+// replicaName is how a replica is named in the view, its question and
+// its status line: the service's name. (With several replicas of one
+// service — svc-replicas' Spec.Label — it becomes NAME/i here alone.)
 func replicaName(l *lease.Lease) string {
 	return l.Service.Name
 }
