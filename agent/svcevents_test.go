@@ -15,9 +15,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dibs-gpu/dibs/agent"
 	"github.com/dibs-gpu/dibs/agent/agenttest"
 	"github.com/dibs-gpu/dibs/agent/core"
 	"github.com/dibs-gpu/dibs/agent/events"
+	"github.com/dibs-gpu/dibs/agent/peer"
 	"github.com/dibs-gpu/dibs/api"
 	"github.com/dibs-gpu/dibs/base/poll"
 	"github.com/dibs-gpu/dibs/event"
@@ -272,4 +274,49 @@ func (s *payloadSink) find(kind event.EventKind) (events.Payload, bool) {
 		}
 	}
 	return events.Payload{}, false
+}
+
+// TestServiceEventsAreNotSentToAnOlderAgent: a node of the previous
+// release (protocol 7) knows no svc-* kind and refuses an event of a kind
+// it does not know, so a node answers its events request with the rest
+// only (a v0.2.0 agent joining a cluster that runs services still reads
+// everyone's claims and ends).
+func TestServiceEventsAreNotSentToAnOlderAgent(t *testing.T) {
+	agenttest.RequireTmux(t)
+	key := make([]byte, 32)
+	for i := range key {
+		key[i] = byte(i*3 + 7)
+	}
+	cs := func(protocol int, join ...string) *agent.ClusterSettings {
+		return &agent.ClusterSettings{BindAddr: "127.0.0.1", Name: "svcev", Key: key, Fast: true, Protocol: protocol, Join: join}
+	}
+	n1 := agenttest.Start(t, agenttest.Options{Name: "node01", Sim: "2xL40S", Quiet: true, Cluster: cs(0)})
+	me := n1.Me()
+	if _, err := me.Claim(ctx(t), api.ClaimRequest{Run: &api.RunSpec{Command: []string{"sleep", "600"}}, Service: &service.Spec{Name: "dash"}}); err != nil {
+		t.Fatal(err)
+	}
+	agenttest.Eventually(t, 15*time.Second, "dash's svc-started and svc-healthy on node01", func() bool {
+		return inOrder(kinds(svcEvents(t, me, "dash")), []event.EventKind{event.EventSvcStarted, event.EventSvcHealthy})
+	})
+	n2 := agenttest.Start(t, agenttest.Options{Name: "node02", Sim: "2xL40S", Quiet: true, Cluster: cs(peer.ServiceSince-1, n1.Agent.GossipAddr())})
+	agenttest.WaitConverged(t, []*agenttest.Node{n1, n2}, 20*time.Second)
+	for name, n := range map[string]*agenttest.Node{"node02 (protocol 7)": n2, "node01 (itself)": n1} {
+		r, err := peer.Call(ctx(t), n.Agent.Peers(), "node01", peer.Events, peer.System, peer.EventsRequest{})
+		if err != nil {
+			t.Fatalf("%s asks node01's events: %v", name, err)
+		}
+		svc, claims := 0, 0
+		for _, e := range r.Events {
+			switch {
+			case event.IsServiceKind(e.Kind):
+				svc++
+			case e.Kind == event.EventClaim && e.Service == "dash":
+				claims++
+			}
+		}
+		older := n == n2
+		if claims != 1 || older != (svc == 0) {
+			t.Errorf("%s got %d service events and %d claims of dash; want the claim, and service events only for a protocol-8 caller", name, svc, claims)
+		}
+	}
 }
