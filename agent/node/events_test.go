@@ -7,6 +7,7 @@ import (
 
 	"github.com/dibs-gpu/dibs/event"
 	"github.com/dibs-gpu/dibs/lease"
+	"github.com/dibs-gpu/dibs/nodeprobe"
 	"github.com/dibs-gpu/dibs/service"
 )
 
@@ -33,6 +34,30 @@ func TestServiceStartEventTellsAMoveAndAnUpdate(t *testing.T) {
 		e := serviceStartEvent(x, at)
 		if e.Kind != tc.kind || !strings.Contains(e.Text, tc.says) || e.Service != "web" {
 			t.Errorf("request %q: %s %q (service %q), want %s saying %q", tc.request, e.Kind, e.Text, e.Service, tc.kind, tc.says)
+		}
+	}
+}
+
+// TestSMBusyReadsTheServicesOwnGPUs: a service uses its GPUs' SMs when
+// one of them reads at least idle_util_pct in the node's latest probe;
+// other GPUs' use, a GPU that reports none and a service without GPUs
+// show none.
+func TestSMBusyReadsTheServicesOwnGPUs(t *testing.T) {
+	pct := func(v int) *int { return &v }
+	n := &Node{}
+	n.cfg.Policy.IdleUtilPct = 5
+	n.state.Store(&State{Snap: nodeprobe.Snapshot{GPUs: []nodeprobe.GPU{
+		{Index: 0, UtilizationPct: pct(2)}, {Index: 1, UtilizationPct: pct(40)}, {Index: 2}, {Index: 3, UtilizationPct: pct(5)},
+	}}})
+	for _, tc := range []struct {
+		gpus []int
+		want bool
+	}{
+		{nil, false}, {[]int{0}, false}, {[]int{2}, false}, {[]int{0, 2}, false},
+		{[]int{1}, true}, {[]int{0, 1}, true}, {[]int{3}, true},
+	} {
+		if got := n.smBusy(lease.Lease{GPUs: tc.gpus}); got != tc.want {
+			t.Errorf("GPUs %v: busy %v, want %v", tc.gpus, got, tc.want)
 		}
 	}
 }
