@@ -120,9 +120,9 @@ func TestServiceEventsTellItsLifeInOrderAndItsChecksAreTimed(t *testing.T) {
 		return inOrder(kinds(svcEvents(t, me, "web")), []event.EventKind{event.EventSvcStarted, event.EventSvcHealthy})
 	})
 	checks, _ := healthChecks(t, n.Agent.MetricsAddr(), "web")
-	agenttest.Eventually(t, 10*time.Second, "more health checks timed", func() bool {
+	agenttest.Eventually(t, 30*time.Second, "more health checks timed", func() bool {
 		now, sum := healthChecks(t, n.Agent.MetricsAddr(), "web")
-		if checks > 0 && now > checks+20 {
+		if checks > 0 && now > checks+10 {
 			t.Logf("health checks of python's http.server (GET /): %d, mean %.2f ms", now, 1000*sum/float64(now))
 			return true
 		}
@@ -187,16 +187,8 @@ func TestAnIdleServiceIsFlaggedOnceAndNotWhileUsed(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	for name := range ports {
-		waitHealthy(t, me, name, 20*time.Second)
-	}
-	// held: a client holds one connection open; asked: a client asks
-	// every half second.
-	conn, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", ports["held"]))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
+	// asked: a client asks every half second from now on; held: a client
+	// holds one connection open from when it answers.
 	stop := make(chan struct{})
 	done := make(chan struct{})
 	go func() {
@@ -213,14 +205,24 @@ func TestAnIdleServiceIsFlaggedOnceAndNotWhileUsed(t *testing.T) {
 		}
 	}()
 	t.Cleanup(func() { close(stop); <-done })
+	waitHealthy(t, me, "held", 20*time.Second)
+	conn, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", ports["held"]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
 
 	idle := func(name string) bool {
 		l, ok := serviceOf(t, me, name)
 		return ok && !l.Service.IdleSince.IsZero()
 	}
-	agenttest.Eventually(t, 20*time.Second, "quiet flagged idle", func() bool { return idle("quiet") })
-	// The others have gone as long without being flagged; watch them
-	// (and quiet's events) for twice the idle time more.
+	// On a loaded machine held and asked may be flagged before their
+	// clients start; once seen in use they are not.
+	agenttest.Eventually(t, 20*time.Second, "quiet flagged idle, held and asked not", func() bool {
+		return idle("quiet") && !idle("held") && !idle("asked")
+	})
+	// Watch the used ones (and quiet's events) for twice the idle time.
+	watchFrom := time.Now()
 	poll.Never(t, 6*time.Second, "a used service flagged idle", func() bool { return idle("held") || idle("asked") })
 	var told []event.Event
 	for _, e := range svcEvents(t, me, "quiet") {
@@ -233,7 +235,9 @@ func TestAnIdleServiceIsFlaggedOnceAndNotWhileUsed(t *testing.T) {
 	}
 	for _, name := range []string{"held", "asked"} {
 		for _, e := range svcEvents(t, me, name) {
-			if e.Kind == event.EventSvcIdle {
+			// Before its client started, a loaded machine may have
+			// flagged it; not since it is in use.
+			if e.Kind == event.EventSvcIdle && !e.At.Before(watchFrom) {
 				t.Errorf("%s, in use, has a svc-idle event: %s", name, e.Text)
 			}
 		}
@@ -247,11 +251,13 @@ func TestAnIdleServiceIsFlaggedOnceAndNotWhileUsed(t *testing.T) {
 	}
 
 	// The webhook's post names the service, its owner, node and state.
-	agenttest.Eventually(t, 10*time.Second, "the webhook's post of quiet's idle flag", func() bool {
-		p, ok := hook.find(event.EventSvcIdle)
-		return ok && p.Dibs.Service == "quiet" && p.Dibs.User == u.Name && p.Dibs.Node == "node01" && p.Dibs.State == string(service.Healthy) &&
+	if !poll.Wait(10*time.Second, func() bool {
+		p, ok := hook.find("quiet", event.EventSvcIdle)
+		return ok && p.Dibs.User == u.Name && p.Dibs.Node == "node01" && p.Dibs.State == string(service.Healthy) &&
 			strings.Contains(p.Text, "your service quiet on node01 is idle")
-	})
+	}) {
+		t.Fatalf("no webhook post of quiet's idle flag with its service, owner, node and state; posts: %+v", hook.all())
+	}
 
 	// A request clears the flag.
 	if got := get(fmt.Sprintf("http://127.0.0.1:%d/", ports["quiet"])); got != 200 {
@@ -281,16 +287,23 @@ func newPayloadSink(t *testing.T) *payloadSink {
 	return s
 }
 
-// find is the first post of a notice of kind.
-func (s *payloadSink) find(kind event.EventKind) (events.Payload, bool) {
+// find is the first post of a notice of kind about service.
+func (s *payloadSink) find(service string, kind event.EventKind) (events.Payload, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, p := range s.posts {
-		if p.Dibs != nil && p.Dibs.Kind == kind {
+		if p.Dibs != nil && p.Dibs.Kind == kind && p.Dibs.Service == service {
 			return p, true
 		}
 	}
 	return events.Payload{}, false
+}
+
+// all is every post so far, for a failure's words.
+func (s *payloadSink) all() []events.Payload {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.posts)
 }
 
 // TestServiceEventsAreNotSentToAnOlderAgent: a node of the previous

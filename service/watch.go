@@ -52,8 +52,9 @@ type Watch struct {
 
 	state       State     // the state last seen
 	healthyTold bool      // a healthy check was told since the last (re)start
+	told        State     // the state last told (healthy or unhealthy); "" since a (re)start
 	lastFlap    time.Time // when a flap was last told
-	untold      int       // flaps not told since
+	changes     int       // changes between healthy and unhealthy since the last told
 	failingFrom time.Time // since when no check passed; zero while healthy
 	toldLong    bool
 	lastUse     time.Time // the last time a request or SM use was seen
@@ -68,6 +69,9 @@ func NewWatch(st Status, now time.Time, tellAfter, idleAfter time.Duration) *Wat
 		tellAfter = DefaultTellUnhealthyAfter
 	}
 	w := &Watch{TellUnhealthyAfter: tellAfter, IdleAfter: idleAfter, state: st.State, healthyTold: st.State == Healthy, lastUse: now}
+	if st.State == Healthy || st.State == Unhealthy {
+		w.told = st.State
+	}
 	if st.State != Healthy {
 		w.failingFrom = now
 	}
@@ -80,39 +84,41 @@ func NewWatch(st Status, now time.Time, tellAfter, idleAfter time.Duration) *Wat
 // Observe takes the state the Tracker left the replica in at now, whether
 // it restarted it, and whether the replica was used since the last probe
 // (a request to its port, SM use on its GPUs), and says what to tell;
-// untold is the number of flaps not told before this one (for its
-// event's words).
+// untold is the number of changes between healthy and unhealthy not told
+// before this one (for its event's words). A change held back is told
+// once FlapEvery has passed if the replica is still in it, so the last
+// told word is the replica's state within a minute.
 func (w *Watch) Observe(st State, restarted, used bool, now time.Time) (tells []Tell, untold int) {
 	if restarted {
 		tells = append(tells, TellRestarted)
-		w.healthyTold = false
+		w.healthyTold, w.told = false, ""
 	}
 	prev := w.state
 	w.state = st
+	if !restarted && (st == Healthy && prev == Unhealthy || st == Unhealthy && prev == Healthy) {
+		w.changes++
+	}
 	switch {
 	case st == Healthy:
 		w.failingFrom, w.toldLong = time.Time{}, false
 		switch {
 		case !w.healthyTold:
-			w.healthyTold = true
+			w.healthyTold, w.told, w.changes = true, Healthy, 0
 			tells = append(tells, TellHealthy)
-		case prev != Healthy:
-			tells = w.flap(tells, TellHealthy, now)
+		case w.told != Healthy || w.changes > 0:
+			tells, untold = w.flap(tells, TellHealthy, Healthy, now)
 		}
 	default:
 		if w.failingFrom.IsZero() {
 			w.failingFrom = now
 		}
-		if st == Unhealthy && prev == Healthy && !restarted {
-			tells = w.flap(tells, TellUnhealthy, now)
+		if st == Unhealthy && !restarted && w.told != "" && (w.told == Healthy || w.changes > 0) {
+			tells, untold = w.flap(tells, TellUnhealthy, Unhealthy, now)
 		}
 		if !w.toldLong && now.Sub(w.failingFrom) >= w.TellUnhealthyAfter {
 			w.toldLong = true
 			tells = append(tells, TellUnhealthyLong)
 		}
-	}
-	if len(tells) > 0 && tells[len(tells)-1] != TellUnhealthyLong {
-		untold, w.untold = w.untold, 0
 	}
 	if used || restarted {
 		w.lastUse, w.idle = now, false
@@ -123,14 +129,17 @@ func (w *Watch) Observe(st State, restarted, used bool, now time.Time) (tells []
 	return tells, untold
 }
 
-// flap tells t unless a flap was told within FlapEvery, when it counts it.
-func (w *Watch) flap(tells []Tell, t Tell, now time.Time) []Tell {
+// flap tells t (the replica now in state st) unless a change was told
+// within FlapEvery; untold is how many changes between healthy and
+// unhealthy since the last told one it does not tell (the one it tells
+// is among them).
+func (w *Watch) flap(tells []Tell, t Tell, st State, now time.Time) (_ []Tell, untold int) {
 	if !w.lastFlap.IsZero() && now.Sub(w.lastFlap) < FlapEvery {
-		w.untold++
-		return tells
+		return tells, 0
 	}
-	w.lastFlap = now
-	return append(tells, t)
+	untold = max(w.changes-1, 0)
+	w.lastFlap, w.told, w.changes = now, st, 0
+	return append(tells, t), untold
 }
 
 // IdleSince is when the replica was last used, while it is idle; zero

@@ -40,20 +40,59 @@ func TestWatchTellsAStartsFirstHealthyAndEachRestart(t *testing.T) {
 func TestWatchBoundsAFlappingCheck(t *testing.T) {
 	w := NewWatch(Status{State: Healthy}, w0, time.Hour, 0)
 	told, skipped := 0, 0
+	var last Tell
+	observe := func(i int, st State) {
+		tells, untold := w.Observe(st, false, true, w0.Add(time.Duration(i)*time.Second))
+		for _, x := range tells {
+			told++
+			last = x
+		}
+		skipped += untold
+	}
 	for i := range 600 { // one probe a second for 10 minutes
 		st := Healthy
 		if i%2 == 0 {
 			st = Unhealthy
 		}
-		tells, untold := w.Observe(st, false, true, w0.Add(time.Duration(i)*time.Second))
-		told += len(tells)
-		skipped += untold
+		observe(i, st)
 	}
 	if told > 11 || told < 5 {
 		t.Errorf("a check flapping every second for 10 minutes told %d events, want about one a minute (at most 11)", told)
 	}
-	if skipped < 500 {
-		t.Errorf("the told events carried %d untold changes, want the rest of the 600 (over 500)", skipped)
+	// It settles healthy: told within a minute, the last word healthy,
+	// and every change either told or counted.
+	for i := 600; i < 700; i++ {
+		observe(i, Healthy)
+	}
+	if last != TellHealthy {
+		t.Errorf("settled healthy after the flapping: last told %v, want healthy", last)
+	}
+	if told+skipped != 600 {
+		t.Errorf("%d changes told and %d counted as not told, want the 600 in all", told, skipped)
+	}
+}
+
+// TestWatchTellsABlipAndItsRecovery: one failed check between passing
+// ones is told, and so is the recovery, within FlapEvery, so the log's
+// last word is not "unhealthy" for a replica that is fine.
+func TestWatchTellsABlipAndItsRecovery(t *testing.T) {
+	w := NewWatch(Status{State: Healthy}, w0, time.Hour, 0)
+	var told []Tell
+	untoldSum := 0
+	for i := range 120 {
+		st := Healthy
+		if i == 10 {
+			st = Unhealthy
+		}
+		tells, untold := w.Observe(st, false, true, w0.Add(time.Duration(i)*time.Second))
+		told = append(told, tells...)
+		untoldSum += untold
+	}
+	if !slices.Equal(told, []Tell{TellUnhealthy, TellHealthy}) {
+		t.Fatalf("a one-probe blip told %v, want unhealthy then healthy", told)
+	}
+	if untoldSum != 0 {
+		t.Errorf("the events carried %d untold changes, want none (both changes were told)", untoldSum)
 	}
 }
 

@@ -217,7 +217,7 @@ func (n *Node) tellService(l lease.Lease, tells []service.Tell, untold int, w *s
 			}
 			detail := ""
 			if untold > 0 {
-				detail = fmt.Sprintf("%d more changes between healthy and unhealthy in the last %s were not logged", untold, words.FormatDuration(service.FlapEvery))
+				detail = fmt.Sprintf("%d more changes between healthy and unhealthy since the last logged one (logged at most every %s)", untold, words.FormatDuration(service.FlapEvery))
 			}
 			e = event.ServiceEvent(kind, l, now, detail)
 		case service.TellUnhealthyLong:
