@@ -18,8 +18,9 @@ import (
 // TestServicesShowsAnIdleServiceAndEventsItsLife: with service_idle_after
 // 2s, a served HTTP server nobody calls reads "healthy, idle" in `dibs
 // services` and carries idle_since in --json; `dibs events` prints its
-// svc-started, svc-healthy and svc-idle lines, and --json names the
-// service and its state on each; `dibs stop` adds svc-stopped.
+// svc-started, svc-healthy and svc-idle lines (--kind picks them), and
+// --json names the service and its state on each; `dibs stop` adds
+// svc-stopped.
 func TestServicesShowsAnIdleServiceAndEventsItsLife(t *testing.T) {
 	agenttest.RequireTmux(t)
 	if _, err := os.Stat("/usr/bin/python3"); err != nil {
@@ -55,6 +56,19 @@ func TestServicesShowsAnIdleServiceAndEventsItsLife(t *testing.T) {
 		if !strings.Contains(out, want) {
 			t.Errorf("dibs events lacks %q:\n%s", want, out)
 		}
+	}
+	// --kind keeps one kind, or a family by its prefix; a kind that is
+	// not one is a one-line refusal.
+	out, _, _ = dibs("events", "--since", "1h", "--kind", "svc-idle")
+	if lines := strings.Split(strings.TrimSpace(out), "\n"); len(lines) != 1 || !strings.Contains(lines[0], "svc-idle") {
+		t.Errorf("dibs events --kind svc-idle: want the one svc-idle line:\n%s", out)
+	}
+	out, _, _ = dibs("events", "--since", "1h", "--kind", "svc-")
+	if strings.Contains(out, " claim ") || !strings.Contains(out, "svc-started") || !strings.Contains(out, "svc-idle") {
+		t.Errorf("dibs events --kind svc-: want the service's steps and no claim:\n%s", out)
+	}
+	if _, errOut, code := dibs("events", "--kind", "svc-bogus"); code == 0 || strings.Count(strings.TrimSpace(errOut), "\n") > 0 || !strings.Contains(errOut, "--kind svc-bogus: no such kind") {
+		t.Errorf("dibs events --kind svc-bogus: exit %d %q, want a one-line refusal", code, errOut)
 	}
 	if out, errOut, code := dibs("stop", "tb"); code != 0 {
 		t.Fatalf("dibs stop tb: exit %d %q %q", code, out, errOut)
