@@ -350,3 +350,39 @@ func TestServiceEventsAreNotSentToAnOlderAgent(t *testing.T) {
 		}
 	}
 }
+
+// TestAServiceNotHealthyForLongIsToldOnce: a service whose check never
+// passes (a 404 on --health), and that its rules do not restart, is told
+// to its owner once it has not been healthy for TellUnhealthyAfter: one
+// svc-unhealthy event with reason long, and a notice on their board.
+func TestAServiceNotHealthyForLongIsToldOnce(t *testing.T) {
+	agenttest.RequireTmux(t)
+	needPython(t)
+	u := launchtest.User(t)
+	port := freePort(t)
+	rules := service.Rules{StartAllowance: time.Second, FailsInARow: 100000, TellUnhealthyAfter: 3 * time.Second}
+	n := agenttest.Start(t, agenttest.Options{Sim: "2xL40S", ServiceRules: rules})
+	me := n.Agent.For(u.UID)
+	if _, err := me.Claim(ctx(t), api.ClaimRequest{Run: &api.RunSpec{Command: []string{python, "-m", "http.server", strconv.Itoa(port), "--bind", "127.0.0.1"}, Dir: u.Home},
+		Service: &service.Spec{Name: "sick", Port: port, Health: "/nope"}}); err != nil {
+		t.Fatal(err)
+	}
+	long := func() []event.Event {
+		var out []event.Event
+		for _, e := range svcEvents(t, me, "sick") {
+			if e.Kind == event.EventSvcUnhealthy && e.Reason == event.ReasonLong {
+				out = append(out, e)
+			}
+		}
+		return out
+	}
+	agenttest.Eventually(t, 30*time.Second, "svc-unhealthy (long) for sick", func() bool { return len(long()) > 0 })
+	agenttest.Eventually(t, 10*time.Second, "the owner's notice that sick is not healthy", func() bool {
+		b, err := me.Board(ctx(t))
+		return err == nil && slices.ContainsFunc(b.Notices, func(s string) bool {
+			return strings.Contains(s, "your service sick on node01 fails its check: not healthy for 3s")
+		})
+	})
+	// Told once: a few seconds more of failing checks add none.
+	poll.Never(t, 4*time.Second, "a second svc-unhealthy (long) for sick", func() bool { return len(long()) > 1 })
+}
