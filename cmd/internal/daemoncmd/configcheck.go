@@ -171,6 +171,15 @@ func printConfigSummary(w io.Writer, fc config.FileConfig, cfg agent.Config) {
 	} else {
 		row("ssh board", "off")
 	}
+	if p := cfg.Proxy; p != nil {
+		host := ""
+		if cfg.Cluster != nil {
+			host = cfg.Cluster.BindAddr
+		}
+		row("proxy", "%s, ports %s, TCP (open the range between the nodes and to the services' clients; the first port is the agents' backend; every node must have the same [services])", orAll(host), p.Ports)
+	} else {
+		row("proxy", "off")
+	}
 	if fc.Metrics.Listen != "" {
 		row("metrics", "%s, TCP (open it to Prometheus only: the metrics name who holds each GPU)", fc.Metrics.Listen)
 	} else {

@@ -1,0 +1,160 @@
+package node
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/netip"
+	"slices"
+	"sync"
+
+	"github.com/dibs-gpu/dibs/launch"
+	"github.com/dibs-gpu/dibs/lease"
+)
+
+// ServiceDialer connects the proxy (agent/proxy) to this node's service
+// replicas, owner-checked at the moment of each connection (issue 33):
+// between a replica's crash and its restart another user may bind its
+// port, and that user must get no traffic. The check is the supervisor's
+// (launch.Launcher.ListenerOf: the socket listening on the port is held by
+// a process of the replica's session tree, running as its owner); the
+// socket it found is remembered by its inode, which names that socket for
+// as long as it lives, so most connections cost two reads of
+// /proc/self/net/tcp{,6} and no tmux call. Safe for concurrent use.
+type ServiceDialer struct {
+	n *Node
+	// netDir is where the agent's own socket tables are read
+	// (/proc/self/net): the network namespace it dials in.
+	netDir string
+
+	mu sync.Mutex
+	// owned is each lease's socket last found to be its replica's own.
+	owned map[string]ownedSocket
+}
+
+// ownedSocket is a replica's listening socket as the owner check found it.
+type ownedSocket struct {
+	token uint64
+	sock  launch.Socket
+}
+
+// ServiceDialer is the node's dialer of its own replicas, for the proxy.
+func (n *Node) ServiceDialer() *ServiceDialer {
+	return &ServiceDialer{n: n, netDir: "/proc/self/net", owned: map[string]ownedSocket{}}
+}
+
+// Dial connects over this node's loopback to the replica of service lease
+// id, which must be a live service lease of this node with a port. It
+// refuses when the socket listening on that port is not the replica's
+// own (another user's, or nobody's), checked before the connection and
+// again once it is made: the socket the check found must still be the
+// one listening where it dialed, so a connection that reached another
+// user's socket in between is closed before a byte goes through. ctx
+// bounds the check and the dial.
+func (d *ServiceDialer) Dial(ctx context.Context, id string) (net.Conn, error) {
+	l, ok := d.lease(id)
+	if !ok {
+		return nil, fmt.Errorf("no service with a port holds lease %s on %s", id, d.n.cfg.Name)
+	}
+	port := l.Service.Port
+	sock, err := d.ownSocket(ctx, l)
+	if err != nil {
+		return nil, err
+	}
+	var dl net.Dialer
+	conn, err := dl.DialContext(ctx, "tcp", dialAddr(sock.Addr).String())
+	if err != nil {
+		return nil, fmt.Errorf("service %s of %s on port %d: %w", l.Service.Name, l.User, port, err)
+	}
+	if !slices.Contains(launch.ListeningSocketsIn(d.netDir, port), sock) {
+		conn.Close()
+		d.forget(l.ID)
+		return nil, fmt.Errorf("service %s of %s: its listener on port %d went away as it was dialed", l.Service.Name, l.User, port)
+	}
+	return conn, nil
+}
+
+// lease is id's live service lease of this node, with a port.
+func (d *ServiceDialer) lease(id string) (lease.Lease, bool) {
+	for _, l := range d.n.State().Leases {
+		if l.ID == id {
+			ok := l.IsService() && l.Service.Port > 0 && l.Session != "" && l.ReservedUntil.IsZero()
+			return l, ok
+		}
+	}
+	return lease.Lease{}, false
+}
+
+// ownSocket is the socket listening on l's port that the owner check
+// finds to be its replica's own: the one remembered while it still
+// listens, else the check asked again.
+func (d *ServiceDialer) ownSocket(ctx context.Context, l lease.Lease) (launch.Socket, error) {
+	port := l.Service.Port
+	listening := launch.ListeningSocketsIn(d.netDir, port)
+	d.mu.Lock()
+	o, ok := d.owned[l.ID]
+	d.mu.Unlock()
+	if ok && o.token == l.Token && slices.Contains(listening, o.sock) {
+		return o.sock, nil
+	}
+	d.forget(l.ID)
+	lf, _ := d.n.deps.Sessions.(listenerFinder)
+	if lf == nil {
+		return launch.Socket{}, fmt.Errorf("this node cannot check who listens on a port")
+	}
+	u, err := d.n.holder(l)
+	if err != nil {
+		return launch.Socket{}, err
+	}
+	who, err := lf.ListenerOf(ctx, u, l.Session, port)
+	if err != nil {
+		return launch.Socket{}, err
+	}
+	if who.PID == 0 {
+		return launch.Socket{}, fmt.Errorf("the listener on port %d is not service %s's own (%s's session): no traffic goes to it", port, l.Service.Name, l.User)
+	}
+	// Of the owner's sockets, one the agent sees in its own network
+	// namespace (where it dials), IPv4 first.
+	var pick launch.Socket
+	for _, s := range launch.SocketsOf(who.PID, u.UID, port) {
+		if slices.Contains(listening, s) && (!pick.Addr.IsValid() || s.Addr.Addr().Is4() && !pick.Addr.Addr().Is4()) {
+			pick = s
+		}
+	}
+	if !pick.Addr.IsValid() {
+		return launch.Socket{}, fmt.Errorf("the listener on port %d is not service %s's own (%s's session): no traffic goes to it", port, l.Service.Name, l.User)
+	}
+	live := map[string]bool{}
+	for _, l := range d.n.State().Leases {
+		live[l.ID] = true
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for id := range d.owned {
+		if !live[id] { // ended: what is remembered stays as few as the node's services
+			delete(d.owned, id)
+		}
+	}
+	d.owned[l.ID] = ownedSocket{token: l.Token, sock: pick}
+	return pick, nil
+}
+
+func (d *ServiceDialer) forget(id string) {
+	d.mu.Lock()
+	delete(d.owned, id)
+	d.mu.Unlock()
+}
+
+// dialAddr is where to reach a socket listening on a: its own address,
+// or the loopback of its family when it listens on every address (a
+// socket on [::] is reached on [::1], so that a v6-only one is not taken
+// for an IPv4 listener of another user on 127.0.0.1).
+func dialAddr(a netip.AddrPort) netip.AddrPort {
+	switch {
+	case a.Addr() == netip.IPv4Unspecified():
+		return netip.AddrPortFrom(netip.AddrFrom4([4]byte{127, 0, 0, 1}), a.Port())
+	case a.Addr() == netip.IPv6Unspecified():
+		return netip.AddrPortFrom(netip.IPv6Loopback(), a.Port())
+	}
+	return a
+}
