@@ -53,6 +53,9 @@ agent will do with it: the node's name, the cluster, the ports to open.`,
 			if err := c.applyClusterFlags(agentCmd(c), agentFlags{}, fc, &cfg); err != nil {
 				return fmt.Errorf("%s: %w", path, err)
 			}
+			if cfg.Proxy, err = proxySettings(fc.Services); err != nil {
+				return fmt.Errorf("%s: %w", path, err)
+			}
 			fmt.Fprintf(c.stdout, "%s: ok\n", path)
 			printConfigSummary(c.stdout, fc, cfg)
 			self := fc.NodeName
