@@ -118,21 +118,21 @@ either, the service is healthy while its command runs.`,
 
 // serviceRow is one service as `dibs services --json` prints it.
 type serviceRow struct {
-	Name  string `json:"name"`
-	Owner string `json:"owner"`
-	Node  string `json:"node"`
-	URL   string `json:"url,omitempty"`
+	Name     string        `json:"name"`
+	Owner    string        `json:"owner"`
+	Node     string        `json:"node"`
+	URL      string        `json:"url,omitempty"`
+	State    service.State `json:"state"`
+	Since    time.Time     `json:"since,omitzero"`
+	Restarts int           `json:"restarts"`
+	GPUs     []int         `json:"gpus"`
+	PID      int           `json:"pid,omitempty"`
+	Lease    string        `json:"lease"`
+	Session  string        `json:"session"`
 	// ProxyURL is the service's address on the agents' proxy (the node
-	// asked, any node would do), with ProxyPort; empty when it has none.
-	ProxyURL  string        `json:"proxy_url,omitempty"`
-	ProxyPort int           `json:"proxy_port,omitempty"`
-	State     service.State `json:"state"`
-	Since     time.Time     `json:"since,omitzero"`
-	Restarts  int           `json:"restarts"`
-	GPUs      []int         `json:"gpus"`
-	PID       int           `json:"pid,omitempty"`
-	Lease     string        `json:"lease"`
-	Session   string        `json:"session"`
+	// asked; any node would do), with ProxyPort; empty when it has none.
+	ProxyURL  string `json:"proxy_url,omitempty"`
+	ProxyPort int    `json:"proxy_port,omitempty"`
 }
 
 // serviceRows are the board's services, by owner then name. A service
