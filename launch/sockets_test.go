@@ -1,6 +1,7 @@
 package launch
 
 import (
+	"net"
 	"slices"
 	"testing"
 )
@@ -22,5 +23,37 @@ func TestListeningSocketsReadTheirAddress(t *testing.T) {
 	want := []string{"4242@127.0.0.1:8000", "4343@0.0.0.0:8000", "4545@[::1]:8000"}
 	if !slices.Equal(got, want) {
 		t.Fatalf("got %v, want %v", got, want)
+	}
+}
+
+// BenchmarkListeningSocketsIn is the proxy's owner check's cost per
+// connection once a replica's socket is known: it reads the agent's
+// socket tables twice (before dialing, and after).
+func BenchmarkListeningSocketsIn(b *testing.B) {
+	for range b.N {
+		ListeningSocketsIn("/proc/self/net", 8000)
+	}
+}
+
+// Listening (sock_diag) finds what /proc/self/net/tcp{,6} finds, faster.
+func TestListeningMatchesProc(t *testing.T) {
+	for _, addr := range []string{"127.0.0.1:0", "[::1]:0", ":0"} {
+		ln, err := net.Listen("tcp", addr)
+		if err != nil {
+			t.Logf("%s: %v", addr, err)
+			continue
+		}
+		port := ln.Addr().(*net.TCPAddr).Port
+		diag, proc := Listening(port), ListeningSocketsIn("/proc/self/net", port)
+		ln.Close()
+		if len(diag) != 1 || !slices.Equal(diag, proc) {
+			t.Fatalf("%s: sock_diag found %v, /proc %v; want the one listener in both", addr, diag, proc)
+		}
+	}
+}
+
+func BenchmarkListening(b *testing.B) {
+	for range b.N {
+		Listening(8000)
 	}
 }

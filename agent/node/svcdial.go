@@ -19,13 +19,14 @@ import (
 // (launch.Launcher.ListenerOf: the socket listening on the port is held by
 // a process of the replica's session tree, running as its owner); the
 // socket it found is remembered by its inode, which names that socket for
-// as long as it lives, so most connections cost two reads of
-// /proc/self/net/tcp{,6} and no tmux call. Safe for concurrent use.
+// as long as it lives, so most connections cost one look at the kernel's
+// listeners (launch.Listening, sock_diag) and no tmux call. Safe for
+// concurrent use.
 type ServiceDialer struct {
 	n *Node
-	// netDir is where the agent's own socket tables are read
-	// (/proc/self/net): the network namespace it dials in.
-	netDir string
+	// listening are the sockets listening on a port in the agent's own
+	// network namespace, where it dials (launch.Listening).
+	listening func(port int) []launch.Socket
 
 	mu sync.Mutex
 	// owned is each lease's socket last found to be its replica's own.
@@ -40,22 +41,37 @@ type ownedSocket struct {
 
 // ServiceDialer is the node's dialer of its own replicas, for the proxy.
 func (n *Node) ServiceDialer() *ServiceDialer {
-	return &ServiceDialer{n: n, netDir: "/proc/self/net", owned: map[string]ownedSocket{}}
+	return &ServiceDialer{n: n, listening: launch.Listening, owned: map[string]ownedSocket{}}
 }
 
 // Dial connects over this node's loopback to the replica of service lease
 // id, which must be a live service lease of this node with a port. It
 // refuses when the socket listening on that port is not the replica's
-// own (another user's, or nobody's), checked before the connection and
-// again once it is made: the socket the check found must still be the
-// one listening where it dialed, so a connection that reached another
-// user's socket in between is closed before a byte goes through. ctx
-// bounds the check and the dial.
+// own (another user's, or nobody's): the socket the check found (now, or
+// for an earlier connection) must still be the one listening where it
+// dialed once the connection is made. A listening socket never listens
+// again once closed, and no other can listen on its address while it
+// does, so a connection that reached another user's socket — bound in
+// between — is closed before a byte goes through. ctx bounds the check
+// and the dial.
 func (d *ServiceDialer) Dial(ctx context.Context, id string) (net.Conn, error) {
 	l, ok := d.lease(id)
 	if !ok {
 		return nil, fmt.Errorf("no service with a port holds lease %s on %s", id, d.n.cfg.Name)
 	}
+	conn, err := d.dial(ctx, l)
+	if err != nil && d.known(l) {
+		// The socket remembered is gone (the replica restarted): once
+		// more with the check asked again.
+		d.forget(l.ID)
+		conn, err = d.dial(ctx, l)
+	}
+	return conn, err
+}
+
+// dial connects to l's replica's own socket and checks, once connected,
+// that it still listens where it was dialed.
+func (d *ServiceDialer) dial(ctx context.Context, l lease.Lease) (net.Conn, error) {
 	port := l.Service.Port
 	sock, err := d.ownSocket(ctx, l)
 	if err != nil {
@@ -66,12 +82,19 @@ func (d *ServiceDialer) Dial(ctx context.Context, id string) (net.Conn, error) {
 	if err != nil {
 		return nil, fmt.Errorf("service %s of %s on port %d: %w", l.Service.Name, l.User, port, err)
 	}
-	if !slices.Contains(launch.ListeningSocketsIn(d.netDir, port), sock) {
+	if !slices.Contains(d.listening(port), sock) {
 		conn.Close()
-		d.forget(l.ID)
 		return nil, fmt.Errorf("service %s of %s: its listener on port %d went away as it was dialed", l.Service.Name, l.User, port)
 	}
 	return conn, nil
+}
+
+// known reports whether a socket of l's is remembered.
+func (d *ServiceDialer) known(l lease.Lease) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	o, ok := d.owned[l.ID]
+	return ok && o.token == l.Token
 }
 
 // lease is id's live service lease of this node, with a port.
@@ -86,18 +109,19 @@ func (d *ServiceDialer) lease(id string) (lease.Lease, bool) {
 }
 
 // ownSocket is the socket listening on l's port that the owner check
-// finds to be its replica's own: the one remembered while it still
-// listens, else the check asked again.
+// finds to be its replica's own: the one remembered (Dial checks after
+// dialing that it still listens, and forgets it when not), else the check
+// asked again.
 func (d *ServiceDialer) ownSocket(ctx context.Context, l lease.Lease) (launch.Socket, error) {
 	port := l.Service.Port
-	listening := launch.ListeningSocketsIn(d.netDir, port)
 	d.mu.Lock()
 	o, ok := d.owned[l.ID]
 	d.mu.Unlock()
-	if ok && o.token == l.Token && slices.Contains(listening, o.sock) {
+	if ok && o.token == l.Token {
 		return o.sock, nil
 	}
 	d.forget(l.ID)
+	listening := d.listening(port)
 	lf, _ := d.n.deps.Sessions.(listenerFinder)
 	if lf == nil {
 		return launch.Socket{}, fmt.Errorf("this node cannot check who listens on a port")

@@ -114,7 +114,7 @@ func svcLease(id, user, name string, proxyPort int, st service.State) lease.Leas
 
 // twoProxies starts node01's proxy on 127.0.0.1 and node02's on
 // 127.0.0.2 over w, with cfg's bounds.
-func twoProxies(t *testing.T, w *world, ports service.PortRange, cfg Config) (*Proxy, *Proxy) {
+func twoProxies(t testing.TB, w *world, ports service.PortRange, cfg Config) (*Proxy, *Proxy) {
 	t.Helper()
 	var ps []*Proxy
 	for i, name := range []string{"node01", "node02"} {
