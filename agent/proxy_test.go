@@ -87,7 +87,7 @@ func TestProxyAnswersOnEveryNodeFollowsARestartAndGivesAStrangerNoTraffic(t *tes
 	other := launchtest.User(t)
 	ports := proxyRange(t, 4)
 	nodes := agenttest.Cluster(t, agenttest.ClusterOptions{Specs: []string{"2xL40S", "2xL40S"}, Quiet: true, ServiceRules: fastRules(),
-		Proxy: &agent.ProxySettings{Ports: ports, MaxPerService: 3}})
+		Proxy: &agent.ProxySettings{Ports: ports, MaxPerService: 3}, MetricsListen: "127.0.0.1:0"})
 	port := freePort(t)
 	writeAs(t, u, "who.txt", "service")
 	hold := filepath.Join(u.Home, "hold")
@@ -140,6 +140,12 @@ func TestProxyAnswersOnEveryNodeFollowsARestartAndGivesAStrangerNoTraffic(t *tes
 	})
 	for _, c := range held {
 		c.Close()
+	}
+	// node02's metrics count what its proxy forwarded and refused.
+	for _, outcome := range []string{"forwarded", "refused"} {
+		if v := proxyCount(t, nodes[1].Agent.MetricsAddr(), "web", outcome); v < 1 {
+			t.Fatalf("node02's dibs_proxy_connections_total{service=web,outcome=%s} is %v, want at least 1", outcome, v)
+		}
 	}
 	agenttest.Eventually(t, 10*time.Second, "served again once the held connections closed", func() bool { return body(via(2)) == "service" })
 
@@ -227,6 +233,29 @@ func TestProxyAnswersOnEveryNodeFollowsARestartAndGivesAStrangerNoTraffic(t *tes
 		t.Fatalf("through the proxies: %v; want the service's answers and never the stranger's", seen)
 	}
 	t.Logf("samples through the proxies across the kill, the stranger and the restart: %v", seen)
+}
+
+// proxyCount is dibs_proxy_connections_total of service and outcome in
+// the agent's /metrics at addr, -1 when absent.
+func proxyCount(t *testing.T, addr, svc, outcome string) float64 {
+	t.Helper()
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		line := sc.Text()
+		if strings.HasPrefix(line, "dibs_proxy_connections_total{") && strings.Contains(line, `outcome="`+outcome+`"`) && strings.Contains(line, `service="`+svc+`"`) {
+			f := strings.Fields(line)
+			v, err := strconv.ParseFloat(f[len(f)-1], 64)
+			if err == nil {
+				return v
+			}
+		}
+	}
+	return -1
 }
 
 // TestProxyPortsAreAssignedFromTheRangeAndOffOpensNone: services get the

@@ -122,8 +122,10 @@ type Proxy struct {
 	fronts map[int]*front
 	counts map[Key]*counter
 	conns  map[net.Conn]struct{}
-	// failedOpen are ports whose listener did not open, logged once.
+	// failedOpen are ports whose listener did not open, logged once;
+	// twice the ports two services carried, logged once each.
 	failedOpen map[int]bool
+	twice      map[[2]Key]bool
 }
 
 // route is one service's port: who it is, and its healthy replicas.
@@ -181,7 +183,7 @@ func New(cfg Config, deps Deps) (*Proxy, error) {
 		return nil, fmt.Errorf("services proxy: the backend port %d (the first of proxy_ports %s) cannot be opened: %w", cfg.Ports.Backend(), cfg.Ports, err)
 	}
 	p := &Proxy{cfg: cfg, deps: deps, log: cfg.Log, backend: ln,
-		fronts: map[int]*front{}, counts: map[Key]*counter{}, conns: map[net.Conn]struct{}{}, failedOpen: map[int]bool{}}
+		fronts: map[int]*front{}, counts: map[Key]*counter{}, conns: map[net.Conn]struct{}{}, failedOpen: map[int]bool{}, twice: map[[2]Key]bool{}}
 	p.ctx, p.cancel = context.WithCancel(context.Background())
 	empty := map[int]*route{}
 	p.routes.Store(&empty)
@@ -280,8 +282,7 @@ func (p *Proxy) Reconcile(v queue.ClusterView) {
 				r = &route{key: k}
 				routes[l.Service.ProxyPort] = r
 			case r.key != k:
-				p.log.Warn("two services carry one proxy port; the first by owner and name keeps it", "port", l.Service.ProxyPort,
-					"service", r.key.Name, "user", r.key.User, "other", l.Service.Name, "other_user", l.User)
+				p.warnTwice(l.Service.ProxyPort, r.key, k)
 				if cmp.Or(cmp.Compare(k.User, r.key.User), cmp.Compare(k.Name, r.key.Name)) > 0 {
 					continue
 				}
@@ -348,6 +349,19 @@ func (p *Proxy) Reconcile(v queue.ClusterView) {
 			delete(p.counts, k)
 		}
 	}
+}
+
+// warnTwice logs, once per pair, a port that two services carry (two sides
+// of a partition each admitted one): the first by owner and name keeps it.
+func (p *Proxy) warnTwice(port int, a, b Key) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.twice[[2]Key{a, b}] || p.twice[[2]Key{b, a}] {
+		return
+	}
+	p.twice[[2]Key{a, b}] = true
+	p.log.Warn("two services carry one proxy port; the first by owner and name keeps it", "port", port,
+		"service", a.Name, "user", a.User, "other", b.Name, "other_user", b.User)
 }
 
 // serveFront accepts a service port's connections until its listener
