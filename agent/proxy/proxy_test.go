@@ -332,3 +332,24 @@ func TestProxyClosesPortsOfServicesGone(t *testing.T) {
 		t.Fatal("the port of a service gone still accepts")
 	}
 }
+
+// TestProxyPortCarriedTwiceGoesToOne: two services carrying one port (two
+// sides of a partition each admitted one) do not share it: the first by
+// owner and name gets every connection.
+func TestProxyPortCarriedTwiceGoesToOne(t *testing.T) {
+	ports := freeRange(t, 3, "127.0.0.1", "127.0.0.2")
+	port := ports.First + 1
+	w := newWorld(ports,
+		svcLease("node01-1", "bob", "llm", port, service.Healthy),
+		svcLease("node02-1", "alice", "web", port, service.Healthy))
+	w.addrOf["node01-1"] = answerer(t, "bob")
+	w.addrOf["node02-1"] = answerer(t, "alice")
+	twoProxies(t, w, ports, Config{})
+	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+	poll.Until(t, 10*time.Second, "the proxy answers", func() bool { return ask(t, addr, "hi") != "" })
+	for range 4 {
+		if got := ask(t, addr, "hi"); got != "alice hi" {
+			t.Fatalf("got %q, want alice's service only (alice/web sorts before bob/llm)", got)
+		}
+	}
+}
