@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/dibs-gpu/dibs/launch"
 	"github.com/dibs-gpu/dibs/lease"
@@ -29,8 +30,17 @@ type ServiceDialer struct {
 	listening func(port int) []launch.Socket
 
 	mu sync.Mutex
-	// owned is each lease's socket last found to be its replica's own.
-	owned map[string]ownedSocket
+	// owned is each lease's socket last found to be its replica's own;
+	// refused the sockets last found on its port that were not.
+	owned   map[string]ownedSocket
+	refused map[string]refusedSockets
+}
+
+// refusedSockets are the sockets listening on a replica's port that the
+// owner check refused, until when that answer stands.
+type refusedSockets struct {
+	sockets []launch.Socket
+	until   time.Time
 }
 
 // ownedSocket is a replica's listening socket as the owner check found it.
@@ -41,7 +51,7 @@ type ownedSocket struct {
 
 // ServiceDialer is the node's dialer of its own replicas, for the proxy.
 func (n *Node) ServiceDialer() *ServiceDialer {
-	return &ServiceDialer{n: n, listening: launch.Listening, owned: map[string]ownedSocket{}}
+	return &ServiceDialer{n: n, listening: launch.Listening, owned: map[string]ownedSocket{}, refused: map[string]refusedSockets{}}
 }
 
 // Dial connects over this node's loopback to the replica of service lease
@@ -122,6 +132,19 @@ func (d *ServiceDialer) ownSocket(ctx context.Context, l lease.Lease) (launch.So
 	}
 	d.forget(l.ID)
 	listening := d.listening(port)
+	notOwn := fmt.Errorf("the listener on port %d is not service %s's own (%s's session): no traffic goes to it", port, l.Service.Name, l.User)
+	if len(listening) == 0 {
+		return launch.Socket{}, fmt.Errorf("nothing listens on port %d for service %s of %s", port, l.Service.Name, l.User)
+	}
+	now := d.n.deps.Clock.Now()
+	d.mu.Lock()
+	r, ok := d.refused[l.ID]
+	d.mu.Unlock()
+	if ok && now.Before(r.until) && slices.Equal(r.sockets, listening) {
+		// The same sockets were found not the replica's a moment ago:
+		// a stranger's listener costs no tmux call per connection.
+		return launch.Socket{}, notOwn
+	}
 	lf, _ := d.n.deps.Sessions.(listenerFinder)
 	if lf == nil {
 		return launch.Socket{}, fmt.Errorf("this node cannot check who listens on a port")
@@ -135,7 +158,8 @@ func (d *ServiceDialer) ownSocket(ctx context.Context, l lease.Lease) (launch.So
 		return launch.Socket{}, err
 	}
 	if who.PID == 0 {
-		return launch.Socket{}, fmt.Errorf("the listener on port %d is not service %s's own (%s's session): no traffic goes to it", port, l.Service.Name, l.User)
+		d.refuse(l.ID, listening, now)
+		return launch.Socket{}, notOwn
 	}
 	// Of the owner's sockets, one the agent sees in its own network
 	// namespace (where it dials), IPv4 first.
@@ -146,7 +170,8 @@ func (d *ServiceDialer) ownSocket(ctx context.Context, l lease.Lease) (launch.So
 		}
 	}
 	if !pick.Addr.IsValid() {
-		return launch.Socket{}, fmt.Errorf("the listener on port %d is not service %s's own (%s's session): no traffic goes to it", port, l.Service.Name, l.User)
+		d.refuse(l.ID, listening, now)
+		return launch.Socket{}, notOwn
 	}
 	live := map[string]bool{}
 	for _, l := range d.n.State().Leases {
@@ -159,8 +184,26 @@ func (d *ServiceDialer) ownSocket(ctx context.Context, l lease.Lease) (launch.So
 			delete(d.owned, id)
 		}
 	}
+	for id := range d.refused {
+		if !live[id] {
+			delete(d.refused, id)
+		}
+	}
+	delete(d.refused, l.ID)
 	d.owned[l.ID] = ownedSocket{token: l.Token, sock: pick}
 	return pick, nil
+}
+
+// refuseFor is how long sockets found not a replica's own are refused
+// without asking again.
+const refuseFor = time.Second
+
+// refuse remembers that the sockets listening on a lease's port were not
+// its replica's own at now.
+func (d *ServiceDialer) refuse(id string, sockets []launch.Socket, now time.Time) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.refused[id] = refusedSockets{sockets: sockets, until: now.Add(refuseFor)}
 }
 
 func (d *ServiceDialer) forget(id string) {
