@@ -34,7 +34,7 @@ import (
 // stranger who binds the service's port while it is down.
 
 // proxyRange is a range of n ports free on both nodes' addresses.
-func proxyRange(t *testing.T, n int) service.PortRange {
+func proxyRange(t testing.TB, n int) service.PortRange {
 	t.Helper()
 	for range 50 {
 		first := 20000 + rand.IntN(30000)
