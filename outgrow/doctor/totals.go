@@ -54,6 +54,25 @@ type GangRank struct {
 	Start  time.Time `json:"start"`
 }
 
+// Page is page p of t where a page holds at most waits waits and ranks
+// gang ranks: the counts on page 0, and each page's share of the waits and
+// gang ranks. more says another page follows; Add of every page gives t
+// back.
+func (t Tally) Page(p, waits, ranks int) (page Tally, more bool) {
+	part := func(n, per int) (from, to int) {
+		from = min(p*per, n)
+		return from, min(from+per, n)
+	}
+	wf, wt := part(len(t.Waits), waits)
+	rf, rt := part(len(t.GangRanks), ranks)
+	page = Tally{Waits: t.Waits[wf:wt], GangRanks: t.GangRanks[rf:rt]}
+	if p == 0 {
+		page.Leases, page.Preemptions, page.Overdue = t.Leases, t.Preemptions, t.Overdue
+		page.UserHours, page.GangHours, page.WeekUsers, page.Ended = t.UserHours, t.GangHours, t.WeekUsers, t.Ended
+	}
+	return page, wt < len(t.Waits) || rt < len(t.GangRanks)
+}
+
 // Add adds o's counts to t.
 func (t *Tally) Add(o Tally) {
 	t.Leases += o.Leases
