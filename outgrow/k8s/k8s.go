@@ -18,6 +18,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/dibs-gpu/dibs/job"
 	"github.com/dibs-gpu/dibs/service"
 )
 
@@ -378,7 +379,7 @@ func scrubCommand(argv []string) (string, map[string]string) {
 	}
 	words := make([]string, len(argv))
 	for i, a := range argv {
-		words[i] = shellWord(a)
+		words[i] = job.ShellWord(a)
 		if i == 0 {
 			continue
 		}
@@ -386,7 +387,7 @@ func scrubCommand(argv []string) (string, map[string]string) {
 		name, value, eq := strings.Cut(a, "=")
 		switch {
 		case eq && strings.HasPrefix(a, "-") && isSecretFlag(name):
-			words[i] = shellWord(name) + "=" + ref(strings.TrimLeft(name, "-"), value)
+			words[i] = job.ShellWord(name) + "=" + ref(strings.TrimLeft(name, "-"), value)
 		case eq && !strings.HasPrefix(a, "-") && isEnvName(name) && IsSecret(name):
 			words[i] = name + "=" + ref(name, value)
 		case !strings.HasPrefix(a, "-") && strings.HasPrefix(prev, "-") && !strings.Contains(prev, "=") && isSecretFlag(prev):
@@ -515,26 +516,6 @@ func fmtDur(d time.Duration) string {
 		return strconv.Itoa(int(d/time.Minute)) + " minutes"
 	}
 	return d.String()
-}
-
-// shellCommand quotes argv for /bin/sh, each argument a word.
-func shellCommand(argv []string) string {
-	parts := make([]string, len(argv))
-	for i, a := range argv {
-		parts[i] = shellWord(a)
-	}
-	return strings.Join(parts, " ")
-}
-
-// shellWord quotes s as one sh word: as is when it holds only safe
-// characters, else in single quotes (a single quote written '\”).
-func shellWord(s string) string {
-	if s != "" && !strings.ContainsFunc(s, func(r rune) bool {
-		return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("-_./=:,+@%", r))
-	}) {
-		return s
-	}
-	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }
 
 // memSize writes a memory budget as dibs reads one (--mem 10G, 512M).

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/dibs-gpu/dibs/job"
 	"github.com/dibs-gpu/dibs/lease"
 	"github.com/dibs-gpu/dibs/queue"
 )
@@ -107,7 +108,7 @@ func Sbatch(j Job) (string, error) {
 	if j.State != "" {
 		what = "a " + j.State + " run"
 	}
-	w("# Written by `dibs export sbatch %s` from %s of %s.", shellWord(j.ID), what, shellWord(j.User))
+	w("# Written by `dibs export sbatch %s` from %s of %s.", job.ShellWord(j.ID), what, job.ShellWord(j.User))
 	if j.Note != "" {
 		w("# Its note: %s", oneLine(j.Note))
 	}
@@ -194,11 +195,11 @@ func Sbatch(j Job) (string, error) {
 		w("# Each task's index, as dibs gives it.")
 		w("export DIBS_ARRAY_INDEX=$SLURM_ARRAY_TASK_ID DIBS_ARRAY_ID=slurm-$SLURM_ARRAY_JOB_ID")
 	}
-	cmd := shellCommand(j.Command)
+	cmd := job.ShellLine(j.Command)
 	if j.Command == nil {
 		w("# dibs kept no command for this run (a bare claim, or one its node no longer keeps): put yours in place of these two lines")
-		w("# (or export it again with the command: dibs export sbatch %s -- CMD ...).", shellWord(j.ID))
-		w("echo 'dibs export sbatch: the command of %s was not recorded; edit this script' >&2", shellWord(j.ID))
+		w("# (or export it again with the command: dibs export sbatch %s -- CMD ...).", job.ShellWord(j.ID))
+		w("echo 'dibs export sbatch: the command of %s was not recorded; edit this script' >&2", job.ShellWord(j.ID))
 		w("exit 1")
 		return b.String(), nil
 	}
@@ -206,7 +207,7 @@ func Sbatch(j Job) (string, error) {
 		cmd = `"${SHELL:-/bin/bash}" -l`
 		w("# An interactive dibs session: as a batch job it runs your login shell; `salloc` suits it better.")
 	}
-	torchrunCmd := shellCommand(queue.TorchrunProgram(j.Command))
+	torchrunCmd := job.ShellLine(queue.TorchrunProgram(j.Command))
 	if j.Nodes == 1 && !j.PerGPU {
 		if j.Torchrun {
 			w("# torchrun's flags in the spelling every torch version accepts; --redirects/--tee for Debian 12's torch 1.13.")
@@ -234,26 +235,6 @@ func Sbatch(j Job) (string, error) {
 		w(`srun --ntasks-per-node=1 bash -c 'NODE_RANK=$SLURM_NODEID RANK=$SLURM_NODEID LOCAL_RANK=0 WORLD_SIZE=$SLURM_NNODES LOCAL_WORLD_SIZE=1 exec "$@"' rank %s`, cmd)
 	}
 	return b.String(), nil
-}
-
-// shellCommand quotes argv for bash, each argument a word.
-func shellCommand(argv []string) string {
-	parts := make([]string, len(argv))
-	for i, a := range argv {
-		parts[i] = shellWord(a)
-	}
-	return strings.Join(parts, " ")
-}
-
-// shellWord quotes s as one bash word: as is when it holds only safe
-// characters, else in single quotes (a single quote written '\”).
-func shellWord(s string) string {
-	if s != "" && !strings.ContainsFunc(s, func(r rune) bool {
-		return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("-_./=:,+@%", r))
-	}) {
-		return s
-	}
-	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }
 
 // sbatchValue is a value on an #SBATCH line: sbatch reads to the end of the
