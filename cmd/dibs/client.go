@@ -48,6 +48,21 @@ func ask[T any](c *cli, asJSON bool, call func(*api.Client, context.Context) (T,
 	return print(v)
 }
 
+// eachID calls the agent once per id (call, all under one reqCtx time
+// limit), in order, and says "<done> ID" after each; the first refusal
+// stops it. `dibs cancel` and `dibs unbook` are this.
+func eachID(c *cli, ids []string, done string, call func(*api.Client, context.Context, string) error) error {
+	ctx, cancel := reqCtx()
+	defer cancel()
+	for _, id := range ids {
+		if err := call(c.client(), ctx, id); err != nil {
+			return err
+		}
+		fmt.Fprintf(c.stdout, "%s %s\n", done, safe(id))
+	}
+	return nil
+}
+
 // printJSON prints v for scripts: the values stay exactly what the agent
 // said (decoding gives back every byte), but control, bidi and invisible
 // characters are written as \u escapes, so the JSON is safe on a terminal

@@ -426,15 +426,7 @@ func cancelCmd(c *cli) *cobra.Command {
 		Args:              cobra.MinimumNArgs(1),
 		ValidArgsFunction: c.completeMyQueue,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			ctx, cancel := reqCtx()
-			defer cancel()
-			for _, id := range args {
-				if err := c.client().Cancel(ctx, id); err != nil {
-					return err
-				}
-				fmt.Fprintf(c.stdout, "cancelled %s\n", safe(id))
-			}
-			return nil
+			return eachID(c, args, "cancelled", (*api.Client).Cancel)
 		},
 	}
 }

@@ -104,6 +104,16 @@ func (t *Tally) Add(o Tally) {
 	}
 }
 
+// heldHours is the GPU-hours gpus GPUs held from start to end count in a
+// window that starts at since, and the start cut at since.
+func heldHours(gpus int, start, end, since time.Time) (from time.Time, hrs float64) {
+	from = start
+	if from.Before(since) {
+		from = since
+	}
+	return from, float64(gpus) * max(end.Sub(from), 0).Hours()
+}
+
 func (t *Tally) addWeekUser(w int64, u string) {
 	if t.WeekUsers == nil {
 		t.WeekUsers = map[int64][]string{}
@@ -128,11 +138,7 @@ func (t *Tally) addRow(e *lease.LedgerEntry, since time.Time) {
 		t.Overdue++
 	}
 	if e.User != "" {
-		start := e.Start
-		if start.Before(since) {
-			start = since
-		}
-		hrs := float64(len(e.GPUs)) * max(e.End.Sub(start), 0).Hours()
+		start, hrs := heldHours(len(e.GPUs), e.Start, e.End, since)
 		if e.Reason == lease.ReasonCompacted && e.GPUSeconds > 0 {
 			hrs = e.GPUSeconds / 3600
 			if span := e.End.Sub(e.Start); span > 0 {
@@ -364,11 +370,7 @@ func (f *Findings) figures(t Tally, h History, since time.Time) {
 		seen[l.ID] = true
 		f.Leases++
 		if l.User != "" {
-			start := l.StartedAt
-			if start.Before(since) {
-				start = since
-			}
-			hrs := float64(len(l.GPUs)) * max(h.Now.Sub(start), 0).Hours()
+			start, hrs := heldHours(len(l.GPUs), l.StartedAt, h.Now, since)
 			perUser[l.User] += hrs
 			if l.Gang != "" {
 				gangHours += hrs
