@@ -253,19 +253,7 @@ func (s *scheduler) reclaimMIG(e *QueueEntry, plan *Plan) string {
 				if l.User == e.User {
 					continue
 				}
-				if end, _ := s.leaseEnd(l); !l.ExpiresAt.IsZero() && l.ExpiresAt.After(s.now) && end <= soon {
-					continue // it ends within the grace anyway
-				}
-				rank := 0 // 3 overdue, 2 idle, 1 borrowed
-				from, idle := s.idleFrom(sn, l)
-				switch {
-				case !l.ExpiresAt.IsZero() && !l.ExpiresAt.After(s.now):
-					rank = 3
-				case idle:
-					rank = 2
-				case within && l.Borrowed:
-					rank = 1
-				}
+				rank, from := s.reclaimRank(sn, l, within, soon)
 				better := rank > bestRank ||
 					rank == bestRank && rank == 2 && from < bestIdle ||
 					rank == bestRank && rank == 1 && l.StartedAt.After(best.StartedAt)
@@ -292,6 +280,27 @@ func (s *scheduler) reclaimMIG(e *QueueEntry, plan *Plan) string {
 	sn.migTaken[best.MIG] = true
 	plan.Reclaim = append(plan.Reclaim, Reclaim{Lease: *best, Reason: why, For: e.ID})
 	return fmt.Sprintf("next to start: reclaiming a MIG instance %s (%s) for it", termsafe.String(e.MIG), why)
+}
+
+// reclaimRank is how fit another user's MIG or budget lease l on sn is to
+// be reclaimed for a waiting entry: 3 past its end, 2 idle (since from),
+// 1 borrowed when the entry is within its quota (within), 0 not at all,
+// as for one that ends within soon (the grace) anyway. reclaimMIG and
+// reclaimShared rank their candidates by it.
+func (s *scheduler) reclaimRank(sn *snode, l *lease.Lease, within bool, soon int64) (rank int, from int64) {
+	if end, _ := s.leaseEnd(l); l.ExpiresAt.After(s.now) && end <= soon {
+		return 0, 0 // it ends within the grace anyway
+	}
+	from, idle := s.idleFrom(sn, l)
+	switch {
+	case !l.ExpiresAt.IsZero() && !l.ExpiresAt.After(s.now):
+		return 3, from
+	case idle:
+		return 2, from
+	case within && l.Borrowed:
+		return 1, from
+	}
+	return 0, from
 }
 
 // reclaimShared asks for the budgets on one GPU that a waiting budget
@@ -331,20 +340,8 @@ func (s *scheduler) reclaimShared(e *QueueEntry, mm []uint64, plan *Plan) string
 					have += l.MemMiB // being reclaimed already
 				case l.User == e.User:
 				default:
-					if end, _ := s.leaseEnd(l); l.ExpiresAt.After(s.now) && end <= soon {
-						continue // it ends within the grace anyway
-					}
-					from, idle := s.idleFrom(sn, l)
-					c := cand{l: l, from: from}
-					switch {
-					case !l.ExpiresAt.IsZero() && !l.ExpiresAt.After(s.now):
-						c.rank = 3
-					case idle:
-						c.rank = 2
-					case within && l.Borrowed:
-						c.rank = 1
-					}
-					if c.rank > 0 {
+					c := cand{l: l}
+					if c.rank, c.from = s.reclaimRank(sn, l, within, soon); c.rank > 0 {
 						cands = append(cands, c)
 					}
 				}
