@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/dibs-gpu/dibs/base/termsafe"
 	"github.com/dibs-gpu/dibs/job"
 	"github.com/dibs-gpu/dibs/lease"
 	"github.com/dibs-gpu/dibs/queue"
@@ -110,7 +111,7 @@ func Sbatch(j Job) (string, error) {
 	}
 	w("# Written by `dibs export sbatch %s` from %s of %s.", job.ShellWord(j.ID), what, job.ShellWord(j.User))
 	if j.Note != "" {
-		w("# Its note: %s", oneLine(j.Note))
+		w("# Its note: %s", termsafe.OneLine(j.Note))
 	}
 	w("#SBATCH --job-name=%s", sbatchValue(name))
 	w("#SBATCH --nodes=%d", j.Nodes)
@@ -124,8 +125,8 @@ func Sbatch(j Job) (string, error) {
 	case j.MIG != "" && j.MIGModel != "":
 		gpus = MIGType(j.MIGModel, j.MIG) + ":1"
 	case j.MIG != "":
-		w("# dibs ran it on a MIG instance (%s) of a GPU whose model it no longer knows: put the GRES type", oneLine(j.MIG))
-		w("# slurm.conf's Gres= gives that instance (gpu:<type>_%s) in place of this whole GPU.", oneLine(strings.ToLower(j.MIG)))
+		w("# dibs ran it on a MIG instance (%s) of a GPU whose model it no longer knows: put the GRES type", termsafe.OneLine(j.MIG))
+		w("# slurm.conf's Gres= gives that instance (gpu:<type>_%s) in place of this whole GPU.", termsafe.OneLine(strings.ToLower(j.MIG)))
 		gpus = "1"
 	case j.Model != "":
 		gpus = Type(j.Model) + ":" + gpus
@@ -165,13 +166,13 @@ func Sbatch(j Job) (string, error) {
 		}
 	}
 	if len(left) > 0 {
-		w("# It was kept to pools whose names SLURM cannot take as partitions (%s): `dibs export slurm` left them out.", oneLine(strings.Join(left, ", ")))
+		w("# It was kept to pools whose names SLURM cannot take as partitions (%s): `dibs export slurm` left them out.", termsafe.OneLine(strings.Join(left, ", ")))
 	}
 	switch {
 	case len(j.Nodelist) == j.Nodes:
 		w("#SBATCH --nodelist=%s", sbatchValue(strings.Join(j.Nodelist, ",")))
 	case len(j.Nodelist) > 0:
-		w("# dibs let it run on any %d of %s; SLURM's --nodelist names nodes a job must include: keep %d of them.", j.Nodes, oneLine(strings.Join(j.Nodelist, ",")), j.Nodes)
+		w("# dibs let it run on any %d of %s; SLURM's --nodelist names nodes a job must include: keep %d of them.", j.Nodes, termsafe.OneLine(strings.Join(j.Nodelist, ",")), j.Nodes)
 		w("##SBATCH --nodelist=%s", sbatchValue(strings.Join(j.Nodelist, ",")))
 	}
 	if len(j.Exclude) > 0 {
@@ -243,19 +244,6 @@ func sbatchValue(s string) string {
 	return strings.Map(func(r rune) rune {
 		if r < ' ' || r == 0x7f || r == '#' {
 			return '_'
-		}
-		return r
-	}, s)
-}
-
-// oneLine keeps text on one comment line of a script: every control
-// character becomes a space, since a newline would end the comment and
-// start a command. It is not words.OneLine, which folds white space alone
-// and leaves other control characters (an escape) in place.
-func oneLine(s string) string {
-	return strings.Map(func(r rune) rune {
-		if r < ' ' || r == 0x7f {
-			return ' '
 		}
 		return r
 	}, s)
