@@ -134,20 +134,13 @@ func (d *doctorParts) start(ctx context.Context) {
 	d.sample(c.Now())
 	go func() {
 		defer close(d.done)
-		t := c.NewTicker(SampleEvery)
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case now := <-t.C():
-				d.sample(now)
-				if now.Sub(d.lastSave) >= samplesSaveEvery {
-					d.lastSave = now
-					d.save()
-				}
+		every(ctx, c, SampleEvery, func(now time.Time) {
+			d.sample(now)
+			if now.Sub(d.lastSave) >= samplesSaveEvery {
+				d.lastSave = now
+				d.save()
 			}
-		}
+		})
 	}()
 }
 
