@@ -283,11 +283,7 @@ standard error, says what to do); with --queue, 124 when --wait ran out
 			defer cancel()
 			cl := c.client()
 			if q.queue {
-				sreq, err := q.request(req)
-				if err != nil {
-					return err
-				}
-				s, err := cl.Submit(ctx, sreq)
+				_, s, err := q.submit(ctx, cl, req)
 				if err != nil {
 					return err
 				}
@@ -347,11 +343,7 @@ func runCmd(c *cli) *cobra.Command {
 				if err := checkFollow(f, q, attach, follow, pty, args); err != nil {
 					return err
 				}
-				sreq, err := q.request(req)
-				if err != nil {
-					return err
-				}
-				s, err := cl.Submit(ctx, sreq)
+				sreq, s, err := q.submit(ctx, cl, req)
 				if err != nil {
 					return err
 				}

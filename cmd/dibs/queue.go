@@ -57,6 +57,17 @@ func (q *queueFlags) add(cmd *cobra.Command, run bool) {
 	}
 }
 
+// submit queues req as these flags shape it (request), and returns what it
+// sent with the agent's answer.
+func (q *queueFlags) submit(ctx context.Context, cl *api.Client, req api.ClaimRequest) (api.SubmitRequest, api.Submitted, error) {
+	sreq, err := q.request(req)
+	if err != nil {
+		return sreq, api.Submitted{}, err
+	}
+	s, err := cl.Submit(ctx, sreq)
+	return sreq, s, err
+}
+
 func (q *queueFlags) request(req api.ClaimRequest) (api.SubmitRequest, error) {
 	s := api.SubmitRequest{Claim: req, Nodes: q.nodes, GPUsPerNode: q.gpusPerNode, Requeue: q.requeue, NoRequeue: q.noRequeue, MaxRestarts: q.maxRestarts, Torchrun: q.torchrun, PerGPU: q.perGPU, Model: req.Model,
 		Array: q.array, After: q.after, AfterAny: q.afterAny}
