@@ -14,7 +14,8 @@ func ShellLine(argv []string) string {
 }
 
 // ShellWord quotes s as one shell word: as is when it holds only safe
-// characters, else in single quotes (a single quote written '\'').
+// characters, else in single quotes (a single quote inside is closed,
+// escaped with a backslash and opened again).
 func ShellWord(s string) string {
 	if s != "" && !strings.ContainsFunc(s, func(r rune) bool {
 		return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("-_./=:,+@%", r))
