@@ -449,7 +449,7 @@ func (w *writer) l(indent int, s string) {
 }
 
 // c writes one comment line; its arguments are the caller's to keep on
-// one line (oneLine), so no value starts a line of YAML.
+// one line (termsafe.OneLine), so no value starts a line of YAML.
 func (w *writer) c(indent int, format string, args ...any) {
 	w.l(indent, "# "+termsafe.OneLine(fmt.Sprintf(format, args...)))
 }
