@@ -59,20 +59,15 @@ func (l *Launcher) ListenerOf(ctx context.Context, u User, name string, port int
 		return res, nil
 	}
 	res.Root = own[0]
-	res.PID = listenerAmong("/proc", own, port)
-	if port != 0 {
-		for _, f := range []string{"tcp", "tcp6"} {
-			if data, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(own[0]), "net", f)); err == nil {
-				res.Clients = append(res.Clients, ClientPorts(string(data), port)...)
-			}
-		}
-	}
+	res.PID, res.Clients = listenerAmong("/proc", own, port)
 	return res, nil
 }
 
 // listenerAmong is the first of pids that holds a socket listening on
-// port, 0 when none does.
-func listenerAmong(procRoot string, pids []int, port int) int {
+// port, 0 when none does, and the remote ports of the connections to
+// port: one read of the tables for both (each read walks the kernel's
+// whole connection table).
+func listenerAmong(procRoot string, pids []int, port int) (pid int, clients []int) {
 	dir := filepath.Join(procRoot, strconv.Itoa(pids[0]), "net")
 	inodes := map[string]bool{}
 	for _, f := range []string{"tcp", "tcp6"} {
@@ -81,10 +76,13 @@ func listenerAmong(procRoot string, pids []int, port int) int {
 			for _, ino := range ListeningInodes(string(data), port) {
 				inodes[ino] = true
 			}
+			if port != 0 {
+				clients = append(clients, ClientPorts(string(data), port)...)
+			}
 		}
 	}
 	if len(inodes) == 0 {
-		return 0
+		return 0, clients
 	}
 	for _, pid := range pids {
 		fds := filepath.Join(procRoot, strconv.Itoa(pid), "fd")
@@ -98,11 +96,11 @@ func listenerAmong(procRoot string, pids []int, port int) int {
 				continue
 			}
 			if ino, ok := strings.CutPrefix(target, "socket:["); ok && inodes[strings.TrimSuffix(ino, "]")] {
-				return pid
+				return pid, clients
 			}
 		}
 	}
-	return 0
+	return 0, clients
 }
 
 // ListeningInodes reads a /proc/net/tcp (or tcp6) table and returns the

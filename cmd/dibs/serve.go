@@ -129,6 +129,10 @@ type serviceRow struct {
 	PID      int           `json:"pid,omitempty"`
 	Lease    string        `json:"lease"`
 	Session  string        `json:"session"`
+	// ProxyURL is the service's address on the agents' proxy (the node
+	// asked; any node would do), with ProxyPort; empty when it has none.
+	ProxyURL  string `json:"proxy_url,omitempty"`
+	ProxyPort int    `json:"proxy_port,omitempty"`
 
 	// IdleSince flags an idle service: no requests, no SM use since.
 	IdleSince time.Time `json:"idle_since,omitzero"`
@@ -150,7 +154,8 @@ func serviceRows(b api.Board) []serviceRow {
 		}
 		r := serviceRow{Name: l.Service.Name, Owner: l.User, Node: l.Node, URL: service.URL(l.Node, l.Service.Port),
 			State: l.Service.State, Since: l.Service.Since, Restarts: l.Service.Restarts, GPUs: l.GPUs, PID: l.Service.PID,
-			IdleSince: l.Service.IdleSince, Lease: l.ID, Session: l.Session}
+			Lease: l.ID, Session: l.Session, ProxyURL: service.URL(b.Self, l.Service.ProxyPort), ProxyPort: l.Service.ProxyPort,
+			IdleSince: l.Service.IdleSince}
 		if r.GPUs == nil {
 			r.GPUs = []int{}
 		}
@@ -190,7 +195,8 @@ func servicesCmd(c *cli) *cobra.Command {
 				return nil
 			}
 			tw := tabwriter.NewWriter(c.stdout, 0, 0, 2, ' ', 0)
-			fmt.Fprintln(tw, "NAME\tOWNER\tNODE\tURL\tSTATE\tUPTIME\tRESTARTS\tGPUS")
+			proxied := slices.ContainsFunc(rows, func(r serviceRow) bool { return r.ProxyPort != 0 })
+			fmt.Fprintln(tw, "NAME\tOWNER\tNODE\tURL\tSTATE\tUPTIME\tRESTARTS\tGPUS"+proxyHeader(proxied))
 			now := time.Now()
 			for _, r := range rows {
 				up := "-"
@@ -209,7 +215,7 @@ func servicesCmd(c *cli) *cobra.Command {
 				if !r.IdleSince.IsZero() {
 					state += ", idle " + words.FormatDuration(now.Sub(r.IdleSince).Round(time.Minute))
 				}
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\n", safe(r.Name), safe(r.Owner), safe(r.Node), safe(url), safe(state), up, r.Restarts, gpus)
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s%s\n", safe(r.Name), safe(r.Owner), safe(r.Node), safe(url), safe(state), up, r.Restarts, gpus, proxyCell(proxied, r))
 			}
 			return tw.Flush()
 		},
@@ -255,6 +261,9 @@ func urlCmd(c *cli) *cobra.Command {
 			}
 			if r.URL == "" {
 				return fmt.Errorf("service %s has no port (started without --port), so no URL: it runs on %s", safe(r.Name), safe(r.Node))
+			}
+			if r.ProxyURL != "" {
+				fmt.Fprintln(c.stdout, safe(r.ProxyURL)+" (proxy, any node)")
 			}
 			fmt.Fprintln(c.stdout, safe(r.URL))
 			return nil
