@@ -98,8 +98,9 @@ type serviceRecord struct {
 	Since       time.Time `json:"since,omitzero"`
 	PID         int       `json:"pid,omitempty"`
 
-	// Added with the idle flag (issue 33), optional.
+	// Added with the idle flag and the proxy (issue 33), optional.
 	IdleSince time.Time `json:"idle_since,omitzero"`
+	ProxyPort int       `json:"proxy_port,omitempty"`
 }
 
 func serviceToRecord(s *service.Service) *serviceRecord {
@@ -108,7 +109,7 @@ func serviceToRecord(s *service.Service) *serviceRecord {
 	}
 	rec := &serviceRecord{Name: s.Name, Port: s.Port, Health: s.Health, HealthCmd: s.HealthCmd, Preemptible: s.Preemptible,
 		State: string(s.State), Restarts: s.Restarts, Since: s.Since, PID: s.PID}
-	rec.IdleSince = s.IdleSince
+	rec.IdleSince, rec.ProxyPort = s.IdleSince, s.ProxyPort
 	return rec
 }
 
@@ -118,7 +119,7 @@ func (r *serviceRecord) service() *service.Service {
 	}
 	svc := &service.Service{Spec: service.Spec{Name: r.Name, Port: r.Port, Health: r.Health, HealthCmd: r.HealthCmd, Preemptible: r.Preemptible},
 		Status: service.Status{State: service.State(r.State), Restarts: r.Restarts, Since: r.Since, PID: r.PID}}
-	svc.IdleSince = r.IdleSince
+	svc.IdleSince, svc.ProxyPort = r.IdleSince, r.ProxyPort
 	return svc
 }
 
