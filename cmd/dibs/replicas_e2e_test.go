@@ -1,0 +1,247 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/dibs-gpu/dibs/agent/agenttest"
+	"github.com/dibs-gpu/dibs/api"
+	"github.com/dibs-gpu/dibs/launch/launchtest"
+)
+
+// Replicas and rolling updates are tested on agents in network namespaces
+// (separate hosts: each replica binds the same port on its own node), with
+// python3 -m http.server as the service, serving a directory whose
+// index.html says which version answers.
+
+// nsCluster starts one agent per namespace of lab, under config cfg,
+// and returns their sockets once every node sees every other alive.
+func nsCluster(t *testing.T, lab *netLab, cfg string) []string {
+	t.Helper()
+	dir := agenttest.PublicDir(t)
+	key := filepath.Join(dir, "cluster.key")
+	if out, err := exec.Command(dibsBin, "keygen", key).CombinedOutput(); err != nil {
+		t.Fatalf("keygen: %v %s", err, out)
+	}
+	cfgFile := filepath.Join(dir, "dibs.toml")
+	if err := os.WriteFile(cfgFile, []byte(cfg), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var joins []string
+	for _, a := range lab.addrs {
+		joins = append(joins, a+":7946")
+	}
+	socks := make([]string, len(lab.nodes))
+	for i, ns := range lab.nodes {
+		name := fmt.Sprintf("node0%d", i+1)
+		// Each node its own run directory (socket, heartbeat) and tmux
+		// directory, as separate hosts have.
+		run := filepath.Join(dir, "run-"+name)
+		if err := os.MkdirAll(run, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		socks[i] = filepath.Join(run, "dibs.sock")
+		cmd := exec.Command("ip", "netns", "exec", ns, dibsBin, "agent", "--node-name", name, "--config", cfgFile,
+			"--sim", "2xL40S", "--data-dir", filepath.Join(dir, name), "--socket", socks[i],
+			"--bind", lab.addrs[i]+":7946", "--join", strings.Join(joins, ","),
+			"--cluster-name", "lab", "--cluster-key-file", key)
+		cmd.Env = append(os.Environ(), "TMUX_TMPDIR="+agenttest.TmuxDir(t))
+		logf, err := os.Create(filepath.Join(dir, name+".log"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		cmd.Stdout, cmd.Stderr = logf, logf
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			cmd.Process.Kill()
+			cmd.Wait()
+			if t.Failed() {
+				b, _ := os.ReadFile(logf.Name())
+				t.Logf("%s log:\n%s", name, b)
+			}
+		})
+	}
+	agenttest.Eventually(t, 40*time.Second, "every node of the namespaces' cluster alive to every other", func() bool {
+		for _, s := range socks {
+			b, err := api.NewClient(s).Board(context.Background())
+			if err != nil || len(b.Nodes) != len(socks) {
+				return false
+			}
+			for _, n := range b.Nodes {
+				if n.State != api.NodeAlive {
+					return false
+				}
+			}
+		}
+		return true
+	})
+	return socks
+}
+
+// versionDir is a directory the service's user can read whose index.html
+// says v.
+func versionDir(t *testing.T, v string) string {
+	t.Helper()
+	d := filepath.Join(agenttest.PublicDir(t), v)
+	if err := os.MkdirAll(d, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(d, "index.html"), []byte(v+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+// replicaURLs is `dibs url NAME`'s lines with each node's name swapped
+// for its namespace's address, so a sampler inside node01's namespace
+// reaches them.
+func replicaURLs(t *testing.T, lab *netLab, out string) []string {
+	t.Helper()
+	var urls []string
+	for _, line := range strings.Fields(out) {
+		for i := range lab.nodes {
+			line = strings.Replace(line, fmt.Sprintf("//node0%d:", i+1), "//"+lab.addrs[i]+":", 1)
+		}
+		urls = append(urls, line+"/")
+	}
+	return urls
+}
+
+func needServiceLab(t *testing.T) {
+	t.Helper()
+	if _, err := os.Stat("/usr/bin/python3"); err != nil {
+		t.Skip("needs /usr/bin/python3 as the service (an HTTP server)")
+	}
+	agenttest.RequireTmux(t)
+}
+
+// TestReplicasSpreadAnswerUpdateAndStop: `dibs serve --replicas 2` on a
+// two-node cluster puts one replica on each node (they share a port),
+// both healthy, `dibs url` prints both and each answers; a third replica
+// is refused in one line (only two nodes fit) and nothing of it is left;
+// `dibs serve --update` from version A to B (no room beside the old, so
+// each is stopped first and the gap said) ends with both answering B,
+// and at every sample (each 50 ms) throughout one replica answered; an
+// update to a command that never becomes healthy stops, exits non-zero
+// and leaves B serving on both; `dibs stop` stops both.
+func TestReplicasSpreadAnswerUpdateAndStop(t *testing.T) {
+	needServiceLab(t)
+	lab := newNetLab(t, 2)
+	u := launchtest.User(t)
+	socks := nsCluster(t, lab, "[leases]\nservice_gpus = 4\nservice_gpus_per_user = 4\n")
+	dibs := func(args ...string) (string, string, int) {
+		t.Helper()
+		return dibsAs(t, u, "/usr/bin:/bin", socks[0], args...)
+	}
+	a, b := versionDir(t, "A"), versionDir(t, "B")
+	serve := func(dir string) []string {
+		return []string{"--", "/usr/bin/python3", "-m", "http.server", "8000", "--directory", dir}
+	}
+	get := nsGet(lab.nodes[0])
+
+	out, errOut, code := dibs(append([]string{"serve", "web", "-g", "1", "--replicas", "2", "--port", "8000", "--health", "/"}, serve(a)...)...)
+	if code != 0 || !strings.Contains(out, "service web/0 started on") || !strings.Contains(out, "service web/1 started on") {
+		t.Fatalf("serve --replicas 2: exit %d %q %q", code, out, errOut)
+	}
+	var rows []serviceRow
+	agenttest.Eventually(t, 40*time.Second, "both replicas healthy in dibs services --json", func() bool {
+		out, _, _ := dibs("services", "--json")
+		rows = nil
+		return json.Unmarshal([]byte(out), &rows) == nil && len(rows) == 2 && rows[0].State == "healthy" && rows[1].State == "healthy"
+	})
+	if rows[0].Replica != 0 || rows[1].Replica != 1 || rows[0].Node == rows[1].Node || rows[0].Session != "svc-web" || rows[1].Session != "svc1-web" {
+		t.Fatalf("replicas: %+v, want 0 and 1 on two nodes in sessions svc-web and svc1-web", rows)
+	}
+	if out, _, _ := dibs("services"); !strings.Contains(out, "web/0") || !strings.Contains(out, "web/1") {
+		t.Fatalf("dibs services names the replicas web/0 and web/1:\n%s", out)
+	}
+	out, errOut, code = dibs("url", "web")
+	urls := replicaURLs(t, lab, out)
+	if code != 0 || len(urls) != 2 {
+		t.Fatalf("dibs url web: exit %d %q %q, want two lines", code, out, errOut)
+	}
+	for _, url := range urls {
+		if body, ok := get(url); !ok || body != "A" {
+			t.Fatalf("GET %s: %q %v, want A", url, body, ok)
+		}
+	}
+	if out, _, code := dibs("url", "web/1"); code != 0 || strings.TrimSpace(out) != rows[1].URL {
+		t.Fatalf("dibs url web/1: %q, want %s", out, rows[1].URL)
+	}
+
+	// A third replica on the same port: two nodes fit, no more.
+	out, errOut, code = dibs(append([]string{"serve", "api", "-g", "0", "--replicas", "3", "--port", "8001"}, serve(a)...)...)
+	if code == 0 || strings.Count(strings.TrimSpace(errOut), "\n") > 0 || !strings.Contains(errOut, "--replicas 3 needs 3 nodes") || !strings.Contains(errOut, "2 fit") {
+		t.Fatalf("serve --replicas 3 on two nodes: exit %d %q %q, want one line saying 3 nodes are needed and 2 fit", code, out, errOut)
+	}
+	agenttest.Eventually(t, 10*time.Second, "nothing of api left", func() bool {
+		out, _, _ := dibs("services", "--json")
+		return json.Unmarshal([]byte(out), &rows) == nil && len(rows) == 2 && !strings.Contains(out, `"api"`)
+	})
+
+	// Update A -> B, sampled throughout from node01's namespace.
+	s := startSampling(t, urls, 50*time.Millisecond, get)
+	out, errOut, code = dibs(append([]string{"serve", "web", "--update"}, serve(b)...)...)
+	rep := s.stop()
+	if code != 0 || !strings.Contains(out, "service web updated") || !strings.Contains(out, "no room for a new replica beside the old") || !strings.Contains(out, "runs on 1 of 2 replicas meanwhile") {
+		t.Fatalf("update: exit %d\n%s\n%s", code, out, errOut)
+	}
+	t.Logf("update A -> B:\n%s%d samples, bodies %v", out, rep.Samples, rep.Bodies)
+	if len(rep.Empty) > 0 || rep.Samples < 10 || rep.Bodies["B"] == 0 {
+		t.Fatalf("sampled during the update: %d samples, %d with no replica answering (first at %s), bodies %v", rep.Samples, len(rep.Empty), rep.Empty, rep.Bodies)
+	}
+	agenttest.Eventually(t, 20*time.Second, "both replicas answer B", func() bool {
+		for _, url := range urls {
+			if body, ok := get(url); !ok || body != "B" {
+				return false
+			}
+		}
+		return true
+	})
+
+	// An update to a command that never becomes healthy stops, and the
+	// old command (B) serves on both replicas.
+	s = startSampling(t, urls, 50*time.Millisecond, get)
+	out, errOut, code = dibs("serve", "web", "--update", "--wait", "4s", "--", "/bin/sleep", "600")
+	rep = s.stop()
+	if code == 0 || !strings.Contains(errOut, "was not healthy within --wait 4s") || !strings.Contains(out, "web/0: the old command") || !strings.Contains(out, "web/1: the old command") {
+		t.Fatalf("update to a command never healthy: exit %d\n%s\n%s", code, out, errOut)
+	}
+	t.Logf("failed update:\n%s%s%d samples, bodies %v", out, errOut, rep.Samples, rep.Bodies)
+	if len(rep.Empty) > 0 {
+		t.Fatalf("sampled during the failed update: %d of %d samples with no replica answering", len(rep.Empty), rep.Samples)
+	}
+	agenttest.Eventually(t, 30*time.Second, "both replicas answer B again, healthy", func() bool {
+		out, _, _ := dibs("services", "--json")
+		if json.Unmarshal([]byte(out), &rows) != nil || len(rows) != 2 || rows[0].State != "healthy" || rows[1].State != "healthy" {
+			return false
+		}
+		for _, url := range urls {
+			if body, ok := get(url); !ok || body != "B" {
+				return false
+			}
+		}
+		return true
+	})
+
+	out, errOut, code = dibs("stop", "web")
+	if code != 0 || !strings.Contains(out, "service web, 2 replicas, stopped") {
+		t.Fatalf("dibs stop web: exit %d %q %q", code, out, errOut)
+	}
+	if out, _, _ := dibs("services", "--json"); strings.TrimSpace(out) != "[]" {
+		t.Fatalf("services after stop: %s", out)
+	}
+	agenttest.Eventually(t, 10*time.Second, "neither replica answers after stop", func() bool {
+		return !slices.ContainsFunc(urls, func(url string) bool { _, ok := get(url); return ok })
+	})
+}
