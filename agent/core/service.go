@@ -29,7 +29,7 @@ func (b *Bound) admitService(v queue.ClusterView, c *lease.Claim) (siblings []st
 	spec := c.Service
 	mine, total, same := 0, 0, 0
 	names := map[string]bool{}
-	replaced := false
+	replaced, dup := false, "" // dup: the node of a live replica of the same index
 	for _, l := range v.Leases() {
 		if !l.IsService() || b.s.lostNode(v, l.Node) {
 			// A service of a node lost past the grace is being moved
@@ -49,10 +49,9 @@ func (b *Bound) admitService(v queue.ClusterView, c *lease.Claim) (siblings []st
 		case spec.Replaces != "" && l.ID == spec.Replaces:
 			replaced = true
 		case l.Service.Replica == spec.Replica:
-			if spec.Replicas <= 1 && spec.Replica == 0 {
-				return nil, &refusal.Error{Code: refusal.CodeConflict, Msg: fmt.Sprintf("you already run a service named %s (on %s): dibs stop %s first, or pick another name", spec.Name, l.Node, spec.Name)}
+			if dup == "" {
+				dup = l.Node
 			}
-			return nil, &refusal.Error{Code: refusal.CodeConflict, Msg: fmt.Sprintf("you already run replica %s (on %s): dibs stop %s first, or update it with dibs serve %s --update", spec.Label(), l.Node, spec.Name, spec.Name)}
 		default:
 			same += len(l.GPUs)
 		}
@@ -62,6 +61,12 @@ func (b *Bound) admitService(v queue.ClusterView, c *lease.Claim) (siblings []st
 	}
 	if spec.Replaces != "" && !replaced {
 		return nil, refusal.Invalidf("lease %s is no live replica of your service %s, so there is nothing to replace: dibs services lists them", spec.Replaces, spec.Name)
+	}
+	if dup != "" && spec.Replicas <= 1 && spec.Replica == 0 {
+		return nil, &refusal.Error{Code: refusal.CodeConflict, Msg: fmt.Sprintf("you already run a service named %s (on %s): dibs stop %s first, or pick another name", spec.Name, dup, spec.Name)}
+	}
+	if dup != "" {
+		return nil, &refusal.Error{Code: refusal.CodeConflict, Msg: fmt.Sprintf("you already run replica %s (on %s): dibs stop %s first, or update it with dibs serve %s --update", spec.Label(), dup, spec.Name, spec.Name)}
 	}
 	delete(names, spec.Name)
 	if len(names) >= service.MaxPerUser {

@@ -245,3 +245,80 @@ func TestReplicasSpreadAnswerUpdateAndStop(t *testing.T) {
 		return !slices.ContainsFunc(urls, func(url string) bool { _, ok := get(url); return ok })
 	})
 }
+
+// TestReplicasRollingUpdateSurgesWhereANodeHasRoom: two replicas on a
+// port on a three-node cluster leave a node free, so `dibs serve
+// --update` starts each new replica beside the old one (surge) and stops
+// the old once the new is healthy: sampling every node's address each
+// 50 ms, a replica answered at every sample, and the update ends with
+// two replicas answering B on two nodes. An update whose new replica is
+// never healthy stops it and never touches the old ones.
+func TestReplicasRollingUpdateSurgesWhereANodeHasRoom(t *testing.T) {
+	needServiceLab(t)
+	lab := newNetLab(t, 3)
+	u := launchtest.User(t)
+	socks := nsCluster(t, lab, "[leases]\nservice_gpus = 6\nservice_gpus_per_user = 4\n")
+	dibs := func(args ...string) (string, string, int) {
+		t.Helper()
+		return dibsAs(t, u, "/usr/bin:/bin", socks[0], args...)
+	}
+	a, b := versionDir(t, "A"), versionDir(t, "B")
+	serve := func(dir string) []string {
+		return []string{"--", "/usr/bin/python3", "-m", "http.server", "8000", "--directory", dir}
+	}
+	get := nsGet(lab.nodes[0])
+	var every []string
+	for _, addr := range lab.addrs {
+		every = append(every, "http://"+addr+":8000/")
+	}
+	healthy := func(want string) []serviceRow {
+		var rows []serviceRow
+		agenttest.Eventually(t, 40*time.Second, "two replicas healthy answering "+want, func() bool {
+			out, _, _ := dibs("services", "--json")
+			if json.Unmarshal([]byte(out), &rows) != nil || len(rows) != 2 || rows[0].State != "healthy" || rows[1].State != "healthy" {
+				return false
+			}
+			for _, url := range replicaURLs(t, lab, rows[0].URL+" "+rows[1].URL) {
+				if body, ok := get(url); !ok || body != want {
+					return false
+				}
+			}
+			return true
+		})
+		return rows
+	}
+
+	if out, errOut, code := dibs(append([]string{"serve", "web", "-g", "1", "--replicas", "2", "--port", "8000", "--health", "/"}, serve(a)...)...); code != 0 {
+		t.Fatalf("serve --replicas 2: exit %d %q %q", code, out, errOut)
+	}
+	before := healthy("A")
+
+	s := startSampling(t, every, 50*time.Millisecond, get)
+	out, errOut, code := dibs(append([]string{"serve", "web", "--update"}, serve(b)...)...)
+	rep := s.stop()
+	if code != 0 || strings.Contains(out, "no room") || strings.Count(out, "beside the old") != 2 || !strings.Contains(out, "service web updated") {
+		t.Fatalf("update with a free node: exit %d, want two replicas started beside the old\n%s\n%s", code, out, errOut)
+	}
+	t.Logf("update A -> B:\n%s%d samples, bodies %v", out, rep.Samples, rep.Bodies)
+	if len(rep.Empty) > 0 || rep.Samples < 10 || rep.Bodies["B"] == 0 {
+		t.Fatalf("sampled during the update: %d samples, %d with no replica answering, bodies %v", rep.Samples, len(rep.Empty), rep.Bodies)
+	}
+	after := healthy("B")
+	if after[0].Node == after[1].Node || after[0].Lease == before[0].Lease || after[1].Lease == before[1].Lease {
+		t.Fatalf("after the update: %+v (before %+v), want two new leases on two nodes", after, before)
+	}
+
+	// A new replica never healthy: stopped, the old ones untouched.
+	s = startSampling(t, every, 50*time.Millisecond, get)
+	out, errOut, code = dibs("serve", "web", "--update", "--wait", "3s", "--", "/bin/sleep", "600")
+	rep = s.stop()
+	if code == 0 || !strings.Contains(errOut, "web/0: the new replica was not healthy within --wait 3s") || !strings.Contains(errOut, "keeps serving") {
+		t.Fatalf("update to a command never healthy: exit %d\n%s\n%s", code, out, errOut)
+	}
+	if len(rep.Empty) > 0 || rep.Bodies["B"] != rep.Samples {
+		t.Fatalf("sampled during the failed update: %d samples, %d empty, bodies %v: want B at every one", rep.Samples, len(rep.Empty), rep.Bodies)
+	}
+	if still := healthy("B"); still[0].Lease != after[0].Lease || still[1].Lease != after[1].Lease {
+		t.Fatalf("a failed surge touched the old replicas: %+v, were %+v", still, after)
+	}
+}
