@@ -178,6 +178,14 @@ func TestReplicasSpreadAnswerUpdateAndStop(t *testing.T) {
 	if out, _, code := dibs("url", "web/1"); code != 0 || strings.TrimSpace(out) != rows[1].URL {
 		t.Fatalf("dibs url web/1: %q, want %s", out, rows[1].URL)
 	}
+	// Replica 1's log is its own (its node's), by NAME/1.
+	agenttest.Eventually(t, 15*time.Second, "dibs logs web/1 to show replica 1's requests", func() bool {
+		out, _, _ := dibs("logs", "web/1")
+		return strings.Contains(out, `"GET / HTTP/1.1" 200`)
+	})
+	if out, errOut, code := dibs("logs", "web/2"); code == 0 || !strings.Contains(errOut, "svc2-web") {
+		t.Fatalf("dibs logs web/2 (no such replica): exit %d %q %q, want a refusal naming the session it looked for", code, out, errOut)
+	}
 
 	// A third replica on the same port: two nodes fit, no more.
 	out, errOut, code = dibs(append([]string{"serve", "api", "-g", "0", "--replicas", "3", "--port", "8001"}, serve(a)...)...)
