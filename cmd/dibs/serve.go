@@ -86,6 +86,8 @@ stops it once the replica in hand is done.`,
 			switch {
 			case replicas < 1 || replicas > service.MaxReplicas:
 				return fmt.Errorf("--replicas %d is out of range: give 1 to %d", replicas, service.MaxReplicas)
+			case update && f.json:
+				return errors.New("--json does not go with --update: it says its progress line by line (dibs services --json shows the result)")
 			case !update && cmd.Flags().Changed("wait"):
 				return errors.New("--wait goes with --update: it bounds how long each new replica may take to be healthy")
 			case cmd.Flags().Changed("for"):

@@ -7,6 +7,7 @@ import (
 	"os/signal"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/dibs-gpu/dibs/api"
@@ -38,7 +39,7 @@ type updater struct {
 	changed func(string) bool
 }
 
-// poll is how often an update looks at the board while it waits.
+// updatePoll is how often an update looks at the board while it waits.
 const updatePoll = 200 * time.Millisecond
 
 func (u *updater) run() error {
@@ -57,17 +58,27 @@ func (u *updater) run() error {
 	if u.changed("replicas") && max(u.spec.Replicas, 1) != len(olds) {
 		return fmt.Errorf("--update keeps the number of replicas (%s runs %d): leave --replicas out, or dibs stop %s and serve it again with --replicas %d", safe(name), len(olds), safe(name), max(u.spec.Replicas, 1))
 	}
-	sig := make(chan os.Signal, 1)
+	// The first Ctrl-C is noted and the update stops before the next
+	// replica; after it, Ctrl-C ends dibs as it would anywhere.
+	var stopping atomic.Bool
+	sig, quit := make(chan os.Signal, 1), make(chan struct{})
 	signal.Notify(sig, os.Interrupt)
+	defer close(quit)
 	defer signal.Stop(sig)
-	done := make([]bool, len(olds))
-	for i, old := range olds {
+	go func() {
 		select {
 		case <-sig:
+			stopping.Store(true)
 			signal.Stop(sig)
+			fmt.Fprintln(u.c.stderr, "dibs: the update stops once the replica in hand is done (Ctrl-C again ends dibs now)")
+		case <-quit:
+		}
+	}()
+	done := make([]bool, len(olds))
+	for i, old := range olds {
+		if stopping.Load() {
 			u.summary(olds, done)
 			return fmt.Errorf("update of %s interrupted before %s: %d of %d replicas run the new command", safe(name), safe(old.label()), i, len(olds))
-		default:
 		}
 		if err := u.one(old, len(olds)); err != nil {
 			u.summary(olds, done)
@@ -93,14 +104,11 @@ func (u *updater) summary(olds []serviceRow, done []bool) {
 
 // next is the claim of old's replica under the new definition: flags
 // not given keep the old replica's values.
-func (u *updater) next(old serviceRow, n int) api.ClaimRequest {
+func (u *updater) next(old serviceRow) api.ClaimRequest {
 	req := u.req
 	spec := u.spec
 	spec.Replica = old.Replica
-	spec.Replicas = 0
-	if n > 1 {
-		spec.Replicas = n
-	}
+	spec.Replicas = old.spec.Replicas // --update keeps the number of replicas
 	if !u.changed("port") {
 		spec.Port = old.spec.Port
 	}
@@ -123,7 +131,7 @@ func (u *updater) next(old serviceRow, n int) api.ClaimRequest {
 func (u *updater) one(old serviceRow, n int) error {
 	out := u.c.stdout
 	label := safe(old.label())
-	req := u.next(old, n)
+	req := u.next(old)
 	surge := req
 	spec := *req.Service
 	spec.Replaces = old.Lease
@@ -192,11 +200,26 @@ func (u *updater) claim(req api.ClaimRequest) (api.ClaimResponse, error) {
 	return u.cl.Claim(ctx, req)
 }
 
+// release stops lease id's replica and waits (a few seconds at most)
+// until this node's board no longer shows it: another node's lease ends
+// there and reaches this one by gossip, and the replica's next claim is
+// admitted against this node's view, which must not hold it still.
 func (u *updater) release(id string) error {
 	ctx, cancel := reqCtx()
-	defer cancel()
 	_, err := u.cl.Release(ctx, api.ReleaseRequest{IDs: []string{id}})
-	return err
+	cancel()
+	if err != nil {
+		return err
+	}
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(updatePoll) {
+		ctx, cancel := reqCtx()
+		b, err := u.cl.Board(ctx)
+		cancel()
+		if err == nil && !slices.ContainsFunc(b.Services, func(l lease.Lease) bool { return l.ID == id }) {
+			return nil
+		}
+	}
+	return nil // the claim that follows says so if it is still seen
 }
 
 // healthy waits until lease id's replica is healthy, at most u.wait; its
