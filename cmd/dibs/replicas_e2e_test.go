@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -329,4 +330,37 @@ func TestReplicasRollingUpdateSurgesWhereANodeHasRoom(t *testing.T) {
 	if still := healthy("B"); still[0].Lease != after[0].Lease || still[1].Lease != after[1].Lease {
 		t.Fatalf("a failed surge touched the old replicas: %+v, were %+v", still, after)
 	}
+
+	// Ctrl-C while web/0's new replica starts: the update finishes web/0,
+	// stops before web/1, says which runs what, and exits non-zero.
+	c := versionDir(t, "C")
+	cmd := exec.Command(dibsBin, append([]string{"--socket", socks[0], "serve", "web", "--update"}, serve(c)...)...)
+	cmd.Dir, cmd.Env = u.Home, []string{"HOME=" + u.Home, "USER=" + u.Name, "LANG=C.UTF-8", "PATH=/usr/bin:/bin"}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(u.UID), Gid: uint32(u.GID)}}
+	var stdout, stderr syncBuffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	agenttest.Eventually(t, 20*time.Second, "the update to start web/0's new replica", func() bool {
+		return strings.Contains(stdout.String(), "web/0: new replica")
+	})
+	if err := cmd.Process.Signal(os.Interrupt); err != nil {
+		t.Fatal(err)
+	}
+	err := cmd.Wait()
+	if err == nil || !strings.Contains(stderr.String(), "interrupted before web/1: 1 of 2 replicas run the new command") ||
+		!strings.Contains(stdout.String(), "web/0: the new command") || !strings.Contains(stdout.String(), "web/1: the old command") {
+		t.Fatalf("update interrupted: %v\n%s\n%s", err, stdout.String(), stderr.String())
+	}
+	agenttest.Eventually(t, 20*time.Second, "web/0 answering C and web/1 B", func() bool {
+		out, _, _ := dibs("services", "--json")
+		var rows []serviceRow
+		if json.Unmarshal([]byte(out), &rows) != nil || len(rows) != 2 {
+			return false
+		}
+		b0, ok0 := get(replicaURLs(t, lab, rows[0].URL)[0])
+		b1, ok1 := get(replicaURLs(t, lab, rows[1].URL)[0])
+		return ok0 && ok1 && b0 == "C" && b1 == "B"
+	})
 }
