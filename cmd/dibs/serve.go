@@ -220,28 +220,21 @@ type serviceRow struct {
 	spec    service.Spec
 }
 
-// serviceRows are the board's services, by owner then name. A service
-// whose node is not alive shows state unknown: its supervisor is not
-// heard; one whose node is lost past the grace shows moving (the agent
-// says so: it is being placed on another node).
+// serviceRows are the board's services, one row per replica, by owner,
+// name and replica, in the state the board's services view shows
+// (api.Board.ServiceState: unknown while its node is away, moving while
+// it is placed again).
 func serviceRows(b api.Board) []serviceRow {
-	state := map[string]string{}
-	for _, n := range b.Nodes {
-		state[n.Name] = n.State
-	}
 	var rows []serviceRow
 	for _, l := range b.Services {
 		if l.Service == nil {
 			continue
 		}
 		r := serviceRow{Name: l.Service.Name, Replica: l.Service.Replica, Replicas: max(l.Service.Replicas, 1), Owner: l.User, Node: l.Node, URL: service.URL(l.Node, l.Service.Port),
-			State: l.Service.State, Since: l.Service.Since, Restarts: l.Service.Restarts, GPUs: l.GPUs, PID: l.Service.PID,
+			State: b.ServiceState(&l), Since: l.Service.Since, Restarts: l.Service.Restarts, GPUs: l.GPUs, PID: l.Service.PID,
 			Lease: l.ID, Session: l.Session}
 		if r.GPUs == nil {
 			r.GPUs = []int{}
-		}
-		if st := state[l.Node]; st != "" && st != api.NodeAlive && r.State != service.Moving {
-			r.State = service.State("unknown (" + st + ")")
 		}
 		r.started = l.StartedAt
 		r.job = l.Job
