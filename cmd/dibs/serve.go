@@ -218,6 +218,11 @@ type serviceRow struct {
 	started time.Time
 	job     *job.Job
 	spec    service.Spec
+	// units is what the replica holds as a claim asks for it: a count of
+	// whole GPUs, a MIG profile or a memory budget (partial: MIG or
+	// budget; a MIG profile the board does not show leaves MIG empty).
+	units   api.ClaimRequest
+	partial bool
 }
 
 // serviceRows are the board's services, one row per replica, by owner,
@@ -239,12 +244,33 @@ func serviceRows(b api.Board) []serviceRow {
 		r.started = l.StartedAt
 		r.job = l.Job
 		r.spec = l.Service.Spec
+		r.units, r.partial = heldUnits(b, &l), l.Partial()
 		rows = append(rows, r)
 	}
 	slices.SortFunc(rows, func(a, b serviceRow) int {
 		return cmp.Or(strings.Compare(a.Owner+"\x00"+a.Name, b.Owner+"\x00"+b.Name), cmp.Compare(a.Replica, b.Replica), a.started.Compare(b.started))
 	})
 	return rows
+}
+
+// heldUnits is what l holds, as a claim asks for it.
+func heldUnits(b api.Board, l *lease.Lease) api.ClaimRequest {
+	switch {
+	case l.MemMiB > 0:
+		return api.ClaimRequest{Mem: fmt.Sprintf("%dM", l.MemMiB)}
+	case l.MIG != "":
+		for _, n := range b.Nodes {
+			for _, g := range n.GPUs {
+				for _, d := range g.MIGDevices {
+					if n.Name == l.Node && d.UUID == l.MIG {
+						return api.ClaimRequest{MIG: d.Profile}
+					}
+				}
+			}
+		}
+		return api.ClaimRequest{}
+	}
+	return api.ClaimRequest{Count: len(l.GPUs)}
 }
 
 // label is the row's replica as people name it: NAME, or NAME/i of several.

@@ -55,6 +55,11 @@ func (u *updater) run() error {
 			return fmt.Errorf("replica %s runs twice (leases %s and %s; an update cut short?): stop the one you do not want (dibs stop LEASE), then update", safe(olds[i].label()), safe(olds[i-1].Lease), safe(olds[i].Lease))
 		}
 	}
+	for _, o := range olds {
+		if o.partial && o.units.MIG == "" && o.units.Mem == "" && !u.gpuFlags() {
+			return fmt.Errorf("%s holds a MIG instance whose profile this node's board does not show: give --mig PROFILE with --update", safe(o.label()))
+		}
+	}
 	if u.changed("replicas") && max(u.spec.Replicas, 1) != len(olds) {
 		return fmt.Errorf("--update keeps the number of replicas (%s runs %d): leave --replicas out, or dibs stop %s and serve it again with --replicas %d", safe(name), len(olds), safe(name), max(u.spec.Replicas, 1))
 	}
@@ -118,11 +123,17 @@ func (u *updater) next(old serviceRow) api.ClaimRequest {
 	if !u.changed("preemptible") {
 		spec.Preemptible = old.spec.Preemptible
 	}
-	if !slices.ContainsFunc([]string{"gpus", "count", "ids", "mig", "mem"}, u.changed) {
-		req.Count = len(old.GPUs)
+	if !u.gpuFlags() {
+		req.Count, req.MIG, req.Mem = old.units.Count, old.units.MIG, old.units.Mem
 	}
 	req.Service = &spec
 	return req
+}
+
+// gpuFlags reports whether the update says what to hold (-g, --ids,
+// --mig, --mem); without them each replica keeps what it holds.
+func (u *updater) gpuFlags() bool {
+	return slices.ContainsFunc([]string{"gpus", "count", "ids", "mig", "mem"}, u.changed)
 }
 
 // one replaces one replica: beside the old when a node has room, else in
@@ -182,10 +193,14 @@ func (u *updater) restore(old serviceRow, n int) error {
 	if old.job == nil || len(old.job.Command) == 0 {
 		return errors.New("the board showed no definition of the old replica")
 	}
+	if old.partial && old.units.MIG == "" && old.units.Mem == "" {
+		return errors.New("the board does not show the profile of the MIG instance it held")
+	}
 	spec := old.spec
 	spec.Replaces = ""
-	req := api.ClaimRequest{Node: old.Node, Count: len(old.GPUs), Service: &spec,
-		Run: &api.RunSpec{Command: old.job.Command, Dir: old.job.Dir, Env: old.job.Env}}
+	req := old.units
+	req.Node, req.Service = old.Node, &spec
+	req.Run = &api.RunSpec{Command: old.job.Command, Dir: old.job.Dir, Env: old.job.Env}
 	r, err := u.claim(req)
 	if err != nil {
 		return err
