@@ -200,12 +200,14 @@ func TestReplicasSpreadAnswerUpdateAndStop(t *testing.T) {
 
 	// Update A -> B, sampled throughout from node01's namespace.
 	s := startSampling(t, urls, 50*time.Millisecond, get)
+	began := time.Now()
 	out, errOut, code = dibs(append([]string{"serve", "web", "--update"}, serve(b)...)...)
+	took := time.Since(began)
 	rep := s.stop()
 	if code != 0 || !strings.Contains(out, "service web updated") || !strings.Contains(out, "no room for a new replica beside the old") || !strings.Contains(out, "runs on 1 of 2 replicas meanwhile") {
 		t.Fatalf("update: exit %d\n%s\n%s", code, out, errOut)
 	}
-	t.Logf("update A -> B:\n%s%d samples, bodies %v", out, rep.Samples, rep.Bodies)
+	t.Logf("update A -> B (stop-then-start) took %s:\n%s%d samples, bodies %v", took.Round(10*time.Millisecond), out, rep.Samples, rep.Bodies)
 	if len(rep.Empty) > 0 || rep.Samples < 10 || rep.Bodies["B"] == 0 {
 		t.Fatalf("sampled during the update: %d samples, %d with no replica answering (first at %s), bodies %v", rep.Samples, len(rep.Empty), rep.Empty, rep.Bodies)
 	}
@@ -303,12 +305,14 @@ func TestReplicasRollingUpdateSurgesWhereANodeHasRoom(t *testing.T) {
 	before := healthy("A")
 
 	s := startSampling(t, every, 50*time.Millisecond, get)
+	began := time.Now()
 	out, errOut, code := dibs(append([]string{"serve", "web", "--update"}, serve(b)...)...)
+	took := time.Since(began)
 	rep := s.stop()
 	if code != 0 || strings.Contains(out, "no room") || strings.Count(out, "beside the old") != 2 || !strings.Contains(out, "service web updated") {
 		t.Fatalf("update with a free node: exit %d, want two replicas started beside the old\n%s\n%s", code, out, errOut)
 	}
-	t.Logf("update A -> B:\n%s%d samples, bodies %v", out, rep.Samples, rep.Bodies)
+	t.Logf("update A -> B (surge) took %s:\n%s%d samples, bodies %v", took.Round(10*time.Millisecond), out, rep.Samples, rep.Bodies)
 	if len(rep.Empty) > 0 || rep.Samples < 10 || rep.Bodies["B"] == 0 {
 		t.Fatalf("sampled during the update: %d samples, %d with no replica answering, bodies %v", rep.Samples, len(rep.Empty), rep.Bodies)
 	}
