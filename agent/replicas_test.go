@@ -100,6 +100,20 @@ func TestServiceReplicasAdmission(t *testing.T) {
 	if _, err := claim(0, service.Spec{Name: "e"}); err == nil || !strings.Contains(err.Error(), "you run 4 services") {
 		t.Fatalf("a fifth service: got %v, want a refusal saying you run 4 services", err)
 	}
+
+	// A rolling update's new replica beside the old one on the same node
+	// (no port): admitted, in the other session name of the two.
+	old, ok := replicaOf(t, nodes, u.UID, "a", 0)
+	if !ok {
+		t.Fatal("service a is not on the board")
+	}
+	r, err := me.Claim(ctx(t), api.ClaimRequest{Node: old.Node, Run: run, Service: &service.Spec{Name: "a", Replaces: old.ID}})
+	if err != nil {
+		t.Fatalf("a new replica of a beside the old: %v", err)
+	}
+	if r.Node != old.Node || old.Session != "svc-a" || r.Session != "svcu-a" {
+		t.Fatalf("new replica on %s in %s beside the old on %s in %s: want one node, sessions svc-a and svcu-a", r.Node, r.Session, old.Node, old.Session)
+	}
 }
 
 // TestServiceReplicaMovesKeepItsIndexAndAvoidItsSibling: replicas 0 and

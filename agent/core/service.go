@@ -155,6 +155,7 @@ func (s *Service) lostNode(v queue.ClusterView, node string) bool {
 	return ok && n.Lost(v.Now, s.cfg.Sched.LostAfter)
 }
 
+// plural is "s" unless n is 1, for a refusal's count of GPUs.
 func plural(n int) string {
 	if n == 1 {
 		return ""
