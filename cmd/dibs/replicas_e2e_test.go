@@ -148,7 +148,7 @@ func TestReplicasSpreadAnswerUpdateAndStop(t *testing.T) {
 	serve := func(dir string) []string {
 		return []string{"--", "/usr/bin/python3", "-m", "http.server", "8000", "--directory", dir}
 	}
-	get := nsGet(lab.nodes[0])
+	get := agenttest.NetnsGet(lab.nodes[0])
 
 	out, errOut, code := dibs(append([]string{"serve", "web", "-g", "1", "--replicas", "2", "--port", "8000", "--health", "/"}, serve(a)...)...)
 	if code != 0 || !strings.Contains(out, "service web/0 started on") || !strings.Contains(out, "service web/1 started on") {
@@ -199,11 +199,11 @@ func TestReplicasSpreadAnswerUpdateAndStop(t *testing.T) {
 	})
 
 	// Update A -> B, sampled throughout from node01's namespace.
-	s := startSampling(t, urls, 50*time.Millisecond, get)
+	s := agenttest.StartSampling(t, urls, 50*time.Millisecond, get)
 	began := time.Now()
 	out, errOut, code = dibs(append([]string{"serve", "web", "--update"}, serve(b)...)...)
 	took := time.Since(began)
-	rep := s.stop()
+	rep := s.Stop()
 	if code != 0 || !strings.Contains(out, "service web updated") || !strings.Contains(out, "no room for a new replica beside the old") || !strings.Contains(out, "runs on 1 of 2 replicas meanwhile") {
 		t.Fatalf("update: exit %d\n%s\n%s", code, out, errOut)
 	}
@@ -222,9 +222,9 @@ func TestReplicasSpreadAnswerUpdateAndStop(t *testing.T) {
 
 	// An update to a command that never becomes healthy stops, and the
 	// old command (B) serves on both replicas.
-	s = startSampling(t, urls, 50*time.Millisecond, get)
+	s = agenttest.StartSampling(t, urls, 50*time.Millisecond, get)
 	out, errOut, code = dibs("serve", "web", "--update", "--wait", "4s", "--", "/bin/sleep", "600")
-	rep = s.stop()
+	rep = s.Stop()
 	if code == 0 || !strings.Contains(errOut, "was not healthy within --wait 4s") || !strings.Contains(out, "web/0: the old command") || !strings.Contains(out, "web/1: the old command") {
 		t.Fatalf("update to a command never healthy: exit %d\n%s\n%s", code, out, errOut)
 	}
@@ -277,7 +277,7 @@ func TestReplicasRollingUpdateSurgesWhereANodeHasRoom(t *testing.T) {
 	serve := func(dir string) []string {
 		return []string{"--", "/usr/bin/python3", "-m", "http.server", "8000", "--directory", dir}
 	}
-	get := nsGet(lab.nodes[0])
+	get := agenttest.NetnsGet(lab.nodes[0])
 	var every []string
 	for _, addr := range lab.addrs {
 		every = append(every, "http://"+addr+":8000/")
@@ -304,11 +304,11 @@ func TestReplicasRollingUpdateSurgesWhereANodeHasRoom(t *testing.T) {
 	}
 	before := healthy("A")
 
-	s := startSampling(t, every, 50*time.Millisecond, get)
+	s := agenttest.StartSampling(t, every, 50*time.Millisecond, get)
 	began := time.Now()
 	out, errOut, code := dibs(append([]string{"serve", "web", "--update"}, serve(b)...)...)
 	took := time.Since(began)
-	rep := s.stop()
+	rep := s.Stop()
 	if code != 0 || strings.Contains(out, "no room") || strings.Count(out, "beside the old") != 2 || !strings.Contains(out, "service web updated") {
 		t.Fatalf("update with a free node: exit %d, want two replicas started beside the old\n%s\n%s", code, out, errOut)
 	}
@@ -322,9 +322,9 @@ func TestReplicasRollingUpdateSurgesWhereANodeHasRoom(t *testing.T) {
 	}
 
 	// A new replica never healthy: stopped, the old ones untouched.
-	s = startSampling(t, every, 50*time.Millisecond, get)
+	s = agenttest.StartSampling(t, every, 50*time.Millisecond, get)
 	out, errOut, code = dibs("serve", "web", "--update", "--wait", "3s", "--", "/bin/sleep", "600")
-	rep = s.stop()
+	rep = s.Stop()
 	if code == 0 || !strings.Contains(errOut, "web/0: the new replica was not healthy within --wait 3s") || !strings.Contains(errOut, "keeps serving") {
 		t.Fatalf("update to a command never healthy: exit %d\n%s\n%s", code, out, errOut)
 	}

@@ -1,4 +1,4 @@
-package main
+package agenttest
 
 import (
 	"context"
@@ -17,14 +17,15 @@ import (
 )
 
 // Sampling a service's addresses throughout a change (a rolling update, a
-// move): startSampling asks every URL of a list at a fixed pace, each
-// sample asking all of them at once, and records what answered; stop says
+// move): StartSampling asks every URL of a list at a fixed pace, each
+// sample asking all of them at once, and records what answered; Stop says
 // how many samples were taken and when none answered. It is for any test
-// that must show an address never went without an answer (the replicas'
-// own URLs here; a proxy's one address elsewhere).
+// that must show an address never went without an answer: a service's
+// replicas' own URLs, or a proxy's one address. NetnsGet asks from inside
+// a network namespace, where tests put separate hosts.
 
-// sampler samples urls every `every` with get until stop.
-type sampler struct {
+// Sampler samples a list of URLs at a fixed pace until Stop.
+type Sampler struct {
 	urls  []string
 	get   func(url string) (body string, ok bool)
 	every time.Duration
@@ -39,18 +40,18 @@ type sampler struct {
 	bodies map[string]int
 }
 
-// startSampling samples urls every `every` until the sampler's stop
+// StartSampling samples urls every `every` until the sampler's Stop
 // (called by t.Cleanup too). get is one GET: the body and whether it
-// answered 2xx.
-func startSampling(t *testing.T, urls []string, every time.Duration, get func(url string) (string, bool)) *sampler {
+// answered 2xx (NetnsGet, or a plain HTTP client's).
+func StartSampling(t testing.TB, urls []string, every time.Duration, get func(url string) (string, bool)) *Sampler {
 	t.Helper()
-	s := &sampler{urls: urls, get: get, every: every, quit: make(chan struct{}), done: make(chan struct{}), bodies: map[string]int{}}
+	s := &Sampler{urls: urls, get: get, every: every, quit: make(chan struct{}), done: make(chan struct{}), bodies: map[string]int{}}
 	go s.loop()
-	t.Cleanup(func() { s.stop() })
+	t.Cleanup(func() { s.Stop() })
 	return s
 }
 
-func (s *sampler) loop() {
+func (s *Sampler) loop() {
 	defer close(s.done)
 	tick := time.NewTicker(s.every)
 	defer tick.Stop()
@@ -64,7 +65,7 @@ func (s *sampler) loop() {
 	}
 }
 
-func (s *sampler) sample() {
+func (s *Sampler) sample() {
 	at := time.Now()
 	bodies := make([]string, len(s.urls))
 	oks := make([]bool, len(s.urls))
@@ -88,16 +89,17 @@ func (s *sampler) sample() {
 	}
 }
 
-// samplingReport is what a sampler saw.
-type samplingReport struct {
+// SamplingReport is what a Sampler saw.
+type SamplingReport struct {
 	Samples int
 	// Empty are the times of the samples at which no URL answered.
-	Empty  []time.Time
+	Empty []time.Time
+	// Bodies counts, per body, the samples at which some URL answered it.
 	Bodies map[string]int
 }
 
-// stop ends the sampling (once; later calls return the same report).
-func (s *sampler) stop() samplingReport {
+// Stop ends the sampling and says what it saw (later calls say the same).
+func (s *Sampler) Stop() SamplingReport {
 	select {
 	case <-s.quit:
 	default:
@@ -106,14 +108,18 @@ func (s *sampler) stop() samplingReport {
 	<-s.done
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return samplingReport{Samples: s.samples, Empty: s.empty, Bodies: s.bodies}
+	return SamplingReport{Samples: s.samples, Empty: s.empty, Bodies: s.bodies}
 }
 
-// nsGet is a GET from inside network namespace ns (as ip netns names it),
-// a new connection each time, for a sampler: the body trimmed and
-// whether it answered 2xx within a second.
-func nsGet(ns string) func(url string) (string, bool) {
-	c := &http.Client{Timeout: time.Second, Transport: &http.Transport{DisableKeepAlives: true, DialContext: nsDialer(ns)}}
+// NetnsGet is a GET from inside network namespace ns (as ip netns names
+// it; "" for this one), a new connection each time, for a Sampler: the
+// body trimmed and whether it answered 2xx within a second.
+func NetnsGet(ns string) func(url string) (string, bool) {
+	tr := &http.Transport{DisableKeepAlives: true}
+	if ns != "" {
+		tr.DialContext = netnsDialer(ns)
+	}
+	c := &http.Client{Timeout: time.Second, Transport: tr}
 	return func(url string) (string, bool) {
 		r, err := c.Get(url)
 		if err != nil {
@@ -125,10 +131,10 @@ func nsGet(ns string) func(url string) (string, bool) {
 	}
 }
 
-// nsDialer dials from inside network namespace ns: the socket is made on
+// netnsDialer dials from inside network namespace ns: the socket is made on
 // a thread moved into ns (a socket stays in the namespace it was made
 // in), and the thread is moved back, or never reused when that fails.
-func nsDialer(ns string) func(ctx context.Context, network, addr string) (net.Conn, error) {
+func netnsDialer(ns string) func(ctx context.Context, network, addr string) (net.Conn, error) {
 	return func(ctx context.Context, network, addr string) (net.Conn, error) {
 		type result struct {
 			c   net.Conn
