@@ -132,10 +132,10 @@ func floorPlan() []room {
 		// The Kubernetes export writes YAML by hand: Kubernetes' own types
 		// check it in its test only, and no binary links them.
 		{pkg: "outgrow/k8s", what: "a service's Deployment and Service for kubectl apply: pure text",
-			may: []string{"service"}, never: append(slices.Clone(pure), bbolt, kubernetes, sigsK8s, "lease", "queue"), notItself: noIO},
+			may: []string{"base/termsafe", "job", "service"}, never: append(slices.Clone(pure), bbolt, kubernetes, sigsK8s, "lease", "queue"), notItself: noIO},
 		{pkg: "outgrow/replay", what: "the what-if simulator: dibs's own rules on simulated time",
 			may: slices.Concat(ground, []string{"job", "lease", "queue", "nodeprobe", "nodeprobe/sim"}), never: append(slices.Clone(pure), bbolt), notItself: noIO},
-		{pkg: "launch", what: "tmux sessions as a user; standard library, x/sys and nodeprobe's CPU lists", may: []string{"nodeprobe"},
+		{pkg: "launch", what: "tmux sessions as a user; standard library, x/sys, nodeprobe's CPU lists and procfs's reads", may: []string{"nodeprobe", "nodeprobe/procfs"},
 			mods: []string{xsys}, never: []string{memberlist, goNVML, charm, charmX}},
 		{pkg: "launch/launchtest", what: "throwaway accounts for tests",
 			may: []string{"launch", "base/prereq"}},
