@@ -240,24 +240,27 @@ func (u *updater) release(id string) error {
 // healthy waits until lease id's replica is healthy, at most u.wait; its
 // error completes "the new replica …".
 func (u *updater) healthy(id string) error {
-	deadline := time.Now().Add(u.wait)
-	last := service.State("")
+	start := time.Now()
+	deadline := start.Add(u.wait)
+	last, seen := service.State(""), false
 	for {
 		ctx, cancel := reqCtx()
 		b, err := u.cl.Board(ctx)
 		cancel()
 		if err == nil {
 			i := slices.IndexFunc(b.Services, func(l lease.Lease) bool { return l.ID == id })
-			if i < 0 {
+			if i < 0 && (seen || time.Since(start) > 10*time.Second) {
+				// Another node's grant reaches this board by gossip:
+				// unseen for a while, or seen and gone, it ended.
 				return errors.New("ended before it was healthy (dibs logs shows why)")
 			}
-			if s := b.Services[i].Service; s != nil {
-				last = s.State
-				switch s.State {
+			if i >= 0 && b.Services[i].Service != nil {
+				seen, last = true, b.Services[i].Service.State
+				switch last {
 				case service.Healthy:
 					return nil
 				case service.CrashLoop, service.Stopped:
-					return fmt.Errorf("is %s (dibs logs %s shows why)", s.State, safe(id))
+					return fmt.Errorf("is %s (dibs logs %s shows why)", last, safe(id))
 				}
 			}
 		}
