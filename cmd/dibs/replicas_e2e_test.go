@@ -198,6 +198,23 @@ func TestReplicasSpreadAnswerUpdateAndStop(t *testing.T) {
 		return json.Unmarshal([]byte(out), &rows) == nil && len(rows) == 2 && !strings.Contains(out, `"api"`)
 	})
 
+	// Updates refused before anything is touched, each in one line.
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{append([]string{"serve", "nope", "--update"}, serve(b)...), "you run no service named nope"},
+		{append([]string{"serve", "web", "--update", "--replicas", "3"}, serve(b)...), "--update keeps the number of replicas (web runs 2)"},
+		{append([]string{"serve", "web", "--update", "--json"}, serve(b)...), "--json does not go with --update"},
+	} {
+		out, errOut, code := dibs(c.args...)
+		// With --json the refusal is JSON, as every command's is.
+		oneLine := slices.Contains(c.args, "--json") || strings.Count(strings.TrimSpace(errOut), "\n") == 0
+		if code == 0 || !oneLine || !strings.Contains(errOut, c.want) {
+			t.Fatalf("dibs %s: exit %d %q %q, want one line saying %q", strings.Join(c.args[:4], " "), code, out, errOut, c.want)
+		}
+	}
+
 	// Update A -> B, sampled throughout from node01's namespace.
 	s := agenttest.StartSampling(t, urls, 50*time.Millisecond, get)
 	began := time.Now()
