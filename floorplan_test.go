@@ -62,7 +62,7 @@ const (
 // agentOrder is the order of the daemon's own packages: each may import
 // those before it.
 func agentOrder() []string {
-	return []string{"clock", "notify", "account", "events", "node", "origin", "peer", "sched", "core", "sockapi", "sshd", "config", "metrics"}
+	return []string{"clock", "notify", "account", "events", "node", "proxy", "origin", "peer", "sched", "core", "sockapi", "sshd", "config", "metrics"}
 }
 
 // floorPlan is the import table of the module, bottom to top: every package
@@ -161,6 +161,7 @@ func floorPlan() []room {
 		"account": "uid and name to lease.Caller",
 		"events":  "the event log, notices to every node, webhooks",
 		"node":    "the node's single writer of leases",
+		"proxy":   "the services proxy: one port per service, forwarding to its owner-checked replicas",
 		"origin":  "queue entries submitted at this node",
 		"peer":    "the typed protocol between agents",
 		"sched":   "the scheduler loop",

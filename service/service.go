@@ -48,6 +48,11 @@ type Spec struct {
 	// the two share a name and index only then, and only when that lease
 	// is the caller's own live replica of the service.
 	Replaces string `json:"replaces,omitempty"`
+	// ProxyPort is the service's port on every node's proxy (agent config
+	// [services] proxy): one address that follows it through restarts and
+	// moves. The admitting node assigns it (never the client); the
+	// service's replicas share it; 0 when the proxy is off.
+	ProxyPort int `json:"proxy_port,omitempty"`
 }
 
 // Status is what the supervisor last saw of a service's replica: written
@@ -126,6 +131,9 @@ func (s *Spec) Check() error {
 	}
 	if s.Port < 0 || s.Port > 65535 {
 		return fmt.Errorf("port %d is out of range: give 1 to 65535", s.Port)
+	}
+	if s.ProxyPort < 0 || s.ProxyPort > 65535 {
+		return fmt.Errorf("proxy port %d is out of range: give 1 to 65535", s.ProxyPort)
 	}
 	if s.HealthCmd != "" {
 		if s.Health != "" {

@@ -223,6 +223,10 @@ type serviceRow struct {
 	// budget; a MIG profile the board does not show leaves MIG empty).
 	units   api.ClaimRequest
 	partial bool
+	// ProxyURL is the service's address on the agents' proxy (the node
+	// asked; any node would do), with ProxyPort; empty when it has none.
+	ProxyURL  string `json:"proxy_url,omitempty"`
+	ProxyPort int    `json:"proxy_port,omitempty"`
 }
 
 // serviceRows are the board's services, one row per replica, by owner,
@@ -237,7 +241,7 @@ func serviceRows(b api.Board) []serviceRow {
 		}
 		r := serviceRow{Name: l.Service.Name, Replica: l.Service.Replica, Replicas: max(l.Service.Replicas, 1), Owner: l.User, Node: l.Node, URL: service.URL(l.Node, l.Service.Port),
 			State: b.ServiceState(&l), Since: l.Service.Since, Restarts: l.Service.Restarts, GPUs: l.GPUs, PID: l.Service.PID,
-			Lease: l.ID, Session: l.Session}
+			Lease: l.ID, Session: l.Session, ProxyURL: service.URL(b.Self, l.Service.ProxyPort), ProxyPort: l.Service.ProxyPort}
 		if r.GPUs == nil {
 			r.GPUs = []int{}
 		}
@@ -304,7 +308,8 @@ func servicesCmd(c *cli) *cobra.Command {
 				return nil
 			}
 			tw := tabwriter.NewWriter(c.stdout, 0, 0, 2, ' ', 0)
-			fmt.Fprintln(tw, "NAME\tOWNER\tNODE\tURL\tSTATE\tUPTIME\tRESTARTS\tGPUS")
+			proxied := slices.ContainsFunc(rows, func(r serviceRow) bool { return r.ProxyPort != 0 })
+			fmt.Fprintln(tw, "NAME\tOWNER\tNODE\tURL\tSTATE\tUPTIME\tRESTARTS\tGPUS"+proxyHeader(proxied))
 			now := time.Now()
 			for _, r := range rows {
 				up := "-"
@@ -319,7 +324,7 @@ func servicesCmd(c *cli) *cobra.Command {
 				if url == "" {
 					url = "-"
 				}
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\n", safe(r.label()), safe(r.Owner), safe(r.Node), safe(url), safe(string(r.State)), up, r.Restarts, gpus)
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s%s\n", safe(r.label()), safe(r.Owner), safe(r.Node), safe(url), safe(string(r.State)), up, r.Restarts, gpus, proxyCell(proxied, r))
 			}
 			return tw.Flush()
 		},
@@ -381,6 +386,9 @@ func urlCmd(c *cli) *cobra.Command {
 			}
 			if rows[0].URL == "" {
 				return fmt.Errorf("service %s has no port (started without --port), so no URL: it runs on %s", safe(rows[0].Name), safe(rows[0].Node))
+			}
+			if rows[0].ProxyURL != "" {
+				fmt.Fprintln(c.stdout, safe(rows[0].ProxyURL)+" (proxy, any node)")
 			}
 			for _, r := range rows {
 				fmt.Fprintln(c.stdout, safe(r.URL))
