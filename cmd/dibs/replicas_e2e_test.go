@@ -385,3 +385,68 @@ func TestReplicasRollingUpdateSurgesWhereANodeHasRoom(t *testing.T) {
 		return ok0 && ok1 && b0 == "C" && b1 == "B"
 	})
 }
+
+// TestRollingUpdateThroughTheProxyNeverLeavesTheAddressWithoutAReplica:
+// with the services proxy on, two replicas on two nodes answer on one
+// proxy port on every node; `dibs serve --update` from A to B (each
+// replica stopped, then started: no room beside the old) is sampled every
+// 50 ms through both nodes' proxies, and the proxy address answered at
+// every sample, B by the end.
+func TestRollingUpdateThroughTheProxyNeverLeavesTheAddressWithoutAReplica(t *testing.T) {
+	needServiceLab(t)
+	lab := newNetLab(t, 2)
+	u := launchtest.User(t)
+	socks := nsCluster(t, lab, "[leases]\nservice_gpus = 4\n[services]\nproxy = true\nproxy_ports = \"30000-30009\"\n")
+	dibs := func(args ...string) (string, string, int) {
+		t.Helper()
+		return dibsAs(t, u, "/usr/bin:/bin", socks[0], args...)
+	}
+	a, b := versionDir(t, "A"), versionDir(t, "B")
+	serve := func(dir string) []string {
+		return []string{"--", "/usr/bin/python3", "-m", "http.server", "8000", "--directory", dir}
+	}
+	get := agenttest.NetnsGet(lab.nodes[0])
+	if out, errOut, code := dibs(append([]string{"serve", "web", "-g", "1", "--replicas", "2", "--port", "8000", "--health", "/"}, serve(a)...)...); code != 0 {
+		t.Fatalf("serve --replicas 2: exit %d %q %q", code, out, errOut)
+	}
+	var rows []serviceRow
+	agenttest.Eventually(t, 40*time.Second, "both replicas healthy with a proxy port", func() bool {
+		out, _, _ := dibs("services", "--json")
+		return json.Unmarshal([]byte(out), &rows) == nil && len(rows) == 2 && rows[0].State == "healthy" && rows[1].State == "healthy" &&
+			rows[0].ProxyPort != 0 && rows[0].ProxyPort == rows[1].ProxyPort
+	})
+	var proxies []string
+	for _, addr := range lab.addrs {
+		proxies = append(proxies, fmt.Sprintf("http://%s:%d/", addr, rows[0].ProxyPort))
+	}
+	agenttest.Eventually(t, 20*time.Second, "A through both nodes' proxies", func() bool {
+		for _, p := range proxies {
+			if body, ok := get(p); !ok || body != "A" {
+				return false
+			}
+		}
+		return true
+	})
+	// Each proxy sampled on its own: each address must answer throughout.
+	s0 := agenttest.StartSampling(t, proxies[:1], 50*time.Millisecond, get)
+	s1 := agenttest.StartSampling(t, proxies[1:], 50*time.Millisecond, get)
+	out, errOut, code := dibs(append([]string{"serve", "web", "--update"}, serve(b)...)...)
+	r0, r1 := s0.Stop(), s1.Stop()
+	if code != 0 || !strings.Contains(out, "service web updated") {
+		t.Fatalf("update: exit %d\n%s\n%s", code, out, errOut)
+	}
+	t.Logf("update through the proxy:\n%snode01's proxy: %d samples, bodies %v; node02's: %d samples, bodies %v", out, r0.Samples, r0.Bodies, r1.Samples, r1.Bodies)
+	for i, r := range []agenttest.SamplingReport{r0, r1} {
+		if len(r.Empty) > 0 || r.Samples < 10 {
+			t.Errorf("node0%d's proxy during the update: %d samples, %d without an answer (first at %v), bodies %v", i+1, r.Samples, len(r.Empty), r.Empty, r.Bodies)
+		}
+	}
+	agenttest.Eventually(t, 20*time.Second, "B through both nodes' proxies", func() bool {
+		for _, p := range proxies {
+			if body, ok := get(p); !ok || body != "B" {
+				return false
+			}
+		}
+		return true
+	})
+}
