@@ -450,3 +450,53 @@ func TestRollingUpdateThroughTheProxyNeverLeavesTheAddressWithoutAReplica(t *tes
 		return true
 	})
 }
+
+// TestUpdateOfReplicasWithoutAPortSurgesOnOneNode: replicas without a port
+// share a node, and an update starts each new one beside the old on that
+// node, in the session's other name (svcu-NAME, svc1u-NAME), then back
+// (svc-NAME, svc1-NAME) at the next update; `dibs logs NAME/i` follows the
+// replica to its session.
+func TestUpdateOfReplicasWithoutAPortSurgesOnOneNode(t *testing.T) {
+	agenttest.RequireTmux(t)
+	u := launchtest.User(t)
+	t.Setenv("TMUX_TMPDIR", agenttest.TmuxDir(t))
+	p := startAgent(t, agenttest.PublicDir(t), "--sim", "2xL40S")
+	dibs := func(args ...string) (string, string, int) {
+		t.Helper()
+		return dibsAs(t, u, "/usr/bin:/bin", p.socket, args...)
+	}
+	say := func(v string) []string { return []string{"--", "/bin/sh", "-c", "echo version " + v + "; exec sleep 600"} }
+	healthy := func(sessions ...string) {
+		t.Helper()
+		agenttest.Eventually(t, 30*time.Second, "replicas healthy in sessions "+strings.Join(sessions, ", "), func() bool {
+			out, _, _ := dibs("services", "--json")
+			var rows []serviceRow
+			if json.Unmarshal([]byte(out), &rows) != nil || len(rows) != len(sessions) {
+				return false
+			}
+			for i, r := range rows {
+				if r.State != "healthy" || r.Session != sessions[i] {
+					return false
+				}
+			}
+			return true
+		})
+	}
+	if out, errOut, code := dibs(append([]string{"serve", "tick", "-g", "0", "--replicas", "2"}, say("A")...)...); code != 0 {
+		t.Fatalf("serve --replicas 2 without a port: exit %d %q %q", code, out, errOut)
+	}
+	healthy("svc-tick", "svc1-tick")
+	for _, c := range []struct{ v, s0, s1 string }{{"B", "svcu-tick", "svc1u-tick"}, {"C", "svc-tick", "svc1-tick"}} {
+		out, errOut, code := dibs(append([]string{"serve", "tick", "--update"}, say(c.v)...)...)
+		if code != 0 || strings.Count(out, "beside the old") != 2 {
+			t.Fatalf("update to %s: exit %d, want both replicas started beside the old\n%s\n%s", c.v, code, out, errOut)
+		}
+		healthy(c.s0, c.s1)
+		for _, ref := range []string{"tick", "tick/1"} {
+			agenttest.Eventually(t, 15*time.Second, "dibs logs "+ref+" to say version "+c.v, func() bool {
+				out, _, _ := dibs("logs", ref)
+				return strings.Contains(out, "version "+c.v)
+			})
+		}
+	}
+}
