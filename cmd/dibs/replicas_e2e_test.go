@@ -465,7 +465,9 @@ func TestUpdateOfReplicasWithoutAPortSurgesOnOneNode(t *testing.T) {
 		t.Helper()
 		return dibsAs(t, u, "/usr/bin:/bin", p.socket, args...)
 	}
-	say := func(v string) []string { return []string{"--", "/bin/sh", "-c", "echo version " + v + "; exec sleep 600"} }
+	say := func(v string) []string {
+		return []string{"--", "/bin/sh", "-c", "echo version " + v + "; exec sleep 600"}
+	}
 	healthy := func(sessions ...string) {
 		t.Helper()
 		agenttest.Eventually(t, 30*time.Second, "replicas healthy in sessions "+strings.Join(sessions, ", "), func() bool {
