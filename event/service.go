@@ -55,7 +55,9 @@ func ServiceEvent(kind EventKind, l lease.Lease, at time.Time, detail string) Ev
 		return e
 	}
 	e.State = string(l.Service.State)
-	name, where := l.Service.Name, l.Node
+	// NAME, or NAME/i for one of several replicas, as dibs services says
+	// it and dibs logs takes it.
+	name, where := l.Service.Label(), l.Node
 	var s string
 	switch kind {
 	case EventSvcStarted:
@@ -80,7 +82,7 @@ func ServiceEvent(kind EventKind, l lease.Lease, at time.Time, detail string) Ev
 		s = fmt.Sprintf("%s's service %s crash-looped on %s: stopped, its log kept (dibs logs %s)", l.User, name, where, name)
 		e.State = string(service.CrashLoop)
 	case EventSvcUpdated:
-		s = fmt.Sprintf("%s's service %s was updated: a new replica started on %s (lease %s)", l.User, name, where, l.ID)
+		s = fmt.Sprintf("%s's service %s was updated: its new replica started on %s (lease %s)", l.User, name, where, l.ID)
 		e.State = string(service.Starting)
 	case EventSvcStopped:
 		s = fmt.Sprintf("%s's service %s on %s stopped (lease %s)", l.User, name, where, l.ID)
@@ -97,7 +99,7 @@ func ServiceEvent(kind EventKind, l lease.Lease, at time.Time, detail string) Ev
 	default:
 		s += ": " + detail
 	}
-	e.Service = name
+	e.Service = l.Service.Name
 	e.Text = clipText(s)
 	return e
 }

@@ -31,18 +31,15 @@ func (n *Node) record(e event.Event) {
 	})
 }
 
-// The request ids that mark a service's lease as a replica placed again
-// (agent/svcmove.go: "move-" and the lease it replaces) or as an update's
-// new replica ("update-" and whatever follows): its start is told as
-// svc-moved or svc-updated, not svc-started.
-const (
-	MovePrefix   = "move-"
-	UpdatePrefix = "update-"
-)
+// MovePrefix begins the request id that marks a service's lease as a
+// replica placed again (agent/svcmove.go: "move-" and the lease it
+// replaces, whose node was lost): its start is told as svc-moved.
+const MovePrefix = "move-"
 
 // serviceStartEvent is the event of service lease l granted here: a
 // start, a move (its request id names the lease it replaces, whose node
-// was lost) or an update's new replica.
+// was lost) or a rolling update's new replica (Spec.Replaces names the
+// old one).
 func serviceStartEvent(l lease.Lease, at time.Time) event.Event {
 	switch {
 	case strings.HasPrefix(l.RequestID, MovePrefix):
@@ -51,21 +48,8 @@ func serviceStartEvent(l lease.Lease, at time.Time) event.Event {
 			detail = "from " + from + ", lost past the grace"
 		}
 		return event.ServiceEvent(event.EventSvcMoved, l, at, detail)
-	case strings.HasPrefix(l.RequestID, UpdatePrefix):
-		return event.ServiceEvent(event.EventSvcUpdated, l, at, "")
+	case l.Service.Replaces != "":
+		return event.ServiceEvent(event.EventSvcUpdated, l, at, "it replaces lease "+l.Service.Replaces)
 	}
 	return event.ServiceEvent(event.EventSvcStarted, l, at, "")
-}
-
-// ServiceUpdated records that service lease l is an update's new replica
-// (`dibs serve NAME --update`), replacing lease replaces (empty when
-// none is named): for a caller whose new replica's lease was not claimed
-// with a request id starting UpdatePrefix, which the grant tells by
-// itself.
-func (n *Node) ServiceUpdated(l lease.Lease, replaces string) {
-	detail := ""
-	if replaces != "" {
-		detail = "it replaces lease " + replaces
-	}
-	n.record(event.ServiceEvent(event.EventSvcUpdated, l, n.deps.Clock.Now(), detail))
 }

@@ -13,8 +13,8 @@ import (
 
 // TestServiceStartEventTellsAMoveAndAnUpdate: a service lease granted for
 // a move (agent/svcmove.go's request id) is told as svc-moved, naming the
-// lost node; one granted for an update as svc-updated; any other as
-// svc-started.
+// lost node; one granted for a rolling update (Spec.Replaces) as
+// svc-updated, naming the replica it replaces; any other as svc-started.
 func TestServiceStartEventTellsAMoveAndAnUpdate(t *testing.T) {
 	at := time.Date(2026, 3, 10, 16, 0, 0, 0, time.UTC)
 	l := lease.Lease{ID: "node01-9", Node: "node01", User: "alice", UID: 1001, Kind: lease.KindService, Session: "svc-web",
@@ -27,10 +27,15 @@ func TestServiceStartEventTellsAMoveAndAnUpdate(t *testing.T) {
 		{"", event.EventSvcStarted, "alice's service web started on node01 (lease node01-9, no GPU) at http://node01:8000"},
 		{"cli-123", event.EventSvcStarted, "started on node01"},
 		{MovePrefix + "node02-3", event.EventSvcMoved, "alice's service web moved to node01 (lease node01-9): from node02, lost past the grace"},
-		{UpdatePrefix + "web-1", event.EventSvcUpdated, "was updated: a new replica started on node01"},
+		{"replaces node02-5", event.EventSvcUpdated, "alice's service web was updated: its new replica started on node01 (lease node01-9): it replaces lease node02-5"},
 	} {
 		x := l
 		x.RequestID = tc.request
+		if old, ok := strings.CutPrefix(tc.request, "replaces "); ok {
+			svc := *l.Service
+			svc.Replaces = old
+			x.Service, x.RequestID = &svc, ""
+		}
 		e := serviceStartEvent(x, at)
 		if e.Kind != tc.kind || !strings.Contains(e.Text, tc.says) || e.Service != "web" {
 			t.Errorf("request %q: %s %q (service %q), want %s saying %q", tc.request, e.Kind, e.Text, e.Service, tc.kind, tc.says)
