@@ -98,9 +98,13 @@ type serviceRecord struct {
 	Since       time.Time `json:"since,omitzero"`
 	PID         int       `json:"pid,omitempty"`
 
-	// Added with the idle flag and the proxy (issue 33), optional.
+	// Added with the idle flag, the proxy and replicas (issue 33),
+	// optional.
 	IdleSince time.Time `json:"idle_since,omitzero"`
 	ProxyPort int       `json:"proxy_port,omitempty"`
+	Replica   int       `json:"replica,omitempty"`
+	Replicas  int       `json:"replicas,omitempty"`
+	Replaces  string    `json:"replaces,omitempty"`
 }
 
 func serviceToRecord(s *service.Service) *serviceRecord {
@@ -110,6 +114,7 @@ func serviceToRecord(s *service.Service) *serviceRecord {
 	rec := &serviceRecord{Name: s.Name, Port: s.Port, Health: s.Health, HealthCmd: s.HealthCmd, Preemptible: s.Preemptible,
 		State: string(s.State), Restarts: s.Restarts, Since: s.Since, PID: s.PID}
 	rec.IdleSince, rec.ProxyPort = s.IdleSince, s.ProxyPort
+	rec.Replica, rec.Replicas, rec.Replaces = s.Replica, s.Replicas, s.Replaces
 	return rec
 }
 
@@ -120,6 +125,7 @@ func (r *serviceRecord) service() *service.Service {
 	svc := &service.Service{Spec: service.Spec{Name: r.Name, Port: r.Port, Health: r.Health, HealthCmd: r.HealthCmd, Preemptible: r.Preemptible},
 		Status: service.Status{State: service.State(r.State), Restarts: r.Restarts, Since: r.Since, PID: r.PID}}
 	svc.IdleSince, svc.ProxyPort = r.IdleSince, r.ProxyPort
+	svc.Replica, svc.Replicas, svc.Replaces = r.Replica, r.Replicas, r.Replaces
 	return svc
 }
 
