@@ -386,3 +386,36 @@ func TestAServiceNotHealthyForLongIsToldOnce(t *testing.T) {
 	// Told once: a few seconds more of failing checks add none.
 	poll.Never(t, 4*time.Second, "a second svc-unhealthy (long) for sick", func() bool { return len(long()) > 1 })
 }
+
+// TestARollingUpdatesNewReplicaIsToldAsUpdated: the new replica of a
+// rolling update (a claim whose Spec.Replaces names the old replica's
+// lease) is told as svc-updated, naming the lease it replaces, not as a
+// second svc-started.
+func TestARollingUpdatesNewReplicaIsToldAsUpdated(t *testing.T) {
+	agenttest.RequireTmux(t)
+	n := agenttest.Start(t, agenttest.Options{Sim: "2xL40S", Quiet: true})
+	me := n.Me()
+	old, err := me.Claim(ctx(t), api.ClaimRequest{Run: &api.RunSpec{Command: []string{"sleep", "600"}}, Service: &service.Spec{Name: "dash"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := me.Claim(ctx(t), api.ClaimRequest{Run: &api.RunSpec{Command: []string{"sleep", "700"}}, Service: &service.Spec{Name: "dash", Replaces: old.ID}}); err != nil {
+		t.Fatal(err)
+	}
+	var evs []event.Event
+	agenttest.Eventually(t, 10*time.Second, "dash's svc-updated", func() bool {
+		evs = svcEvents(t, me, "dash")
+		return slices.ContainsFunc(evs, func(e event.Event) bool {
+			return e.Kind == event.EventSvcUpdated && strings.Contains(e.Text, "it replaces lease "+old.ID)
+		})
+	})
+	started := 0
+	for _, e := range evs {
+		if e.Kind == event.EventSvcStarted {
+			started++
+		}
+	}
+	if started != 1 {
+		t.Errorf("%d svc-started for one start and one update, want 1: %v", started, kinds(evs))
+	}
+}
