@@ -47,6 +47,7 @@ func (a *Agent) startHeartbeat() {
 		return
 	}
 	a.beat(f.File)
+	a.armHeartbeat(f.File)
 	a.beatDone = make(chan struct{})
 	go func() {
 		defer close(a.beatDone)
@@ -61,6 +62,22 @@ func (a *Agent) startHeartbeat() {
 			}
 		}
 	}()
+}
+
+// armHeartbeat makes the heartbeat, dated now, when there is none yet
+// (the node's first start; the agent not yet in touch, so beat made
+// none): a replica arms its watchdog only when the file exists as it
+// starts (node.Fence), and one started before the agent is first in
+// touch with the cluster would otherwise never fence itself. A heartbeat
+// the agent's last run left keeps its time: a restart within the grace
+// keeps its replicas, one past it fences them.
+func (a *Agent) armHeartbeat(file string) {
+	if _, err := os.Stat(file); !os.IsNotExist(err) {
+		return
+	}
+	if err := os.WriteFile(file, nil, 0o644); err != nil {
+		a.log.Warn("service fence: make heartbeat", "file", file, "err", err)
+	}
 }
 
 // beat touches the heartbeat when this agent is in touch with the

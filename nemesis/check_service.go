@@ -136,7 +136,9 @@ func (x *svcIndex) replicas() []svcReplica {
 	for r := range x.seen {
 		out = append(out, r)
 	}
-	slices.SortFunc(out, func(a, b svcReplica) int { return cmp.Or(cmp.Compare(a.name, b.name), cmp.Compare(a.replica, b.replica)) })
+	slices.SortFunc(out, func(a, b svcReplica) int {
+		return cmp.Or(cmp.Compare(a.name, b.name), cmp.Compare(a.replica, b.replica))
+	})
 	return out
 }
 
