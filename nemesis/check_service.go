@@ -28,7 +28,9 @@ const (
 	CheckServiceStopped = "service-came-back"
 	// CheckServiceDown: a service started and not stopped, and not
 	// crash-looping, answers again within its bound (serviceBound) of
-	// the heal of every fault, unless another fault strikes first.
+	// the heal of every fault, unless another fault strikes first; and
+	// while a fault holds its node cut off, it answers on another node
+	// within the grace plus 5 s of the cut (moveBound).
 	CheckServiceDown = "service-down"
 )
 
@@ -342,6 +344,10 @@ func checkDown(x *svcIndex, o CheckOptions, f *ServiceFigures) []Violation {
 					continue
 				}
 				f.Gaps++
+				if v, ok := notMoved(x, o, r, d0, d1); ok {
+					out = append(out, v)
+					continue
+				}
 				// The anchor: d0, or the heal of a fault holding at d0;
 				// then each fault that begins before the service is
 				// back and within the bound of the anchor moves the
@@ -383,6 +389,89 @@ func checkDown(x *svcIndex, o CheckOptions, f *ServiceFigures) []Violation {
 		}
 	}
 	return out
+}
+
+// moveBound is how soon a replica whose node was cut off answers on
+// another node at the latest, counted from the cut: the grace (counted
+// from when the node was last heard) and 5 s — the figure for a
+// move (the scheduler's pass, the claim, the session, the first probe).
+func moveBound(h *History, o CheckOptions) time.Duration {
+	return h.Sched.WithDefaults().LostAfter + o.DetectWithin
+}
+
+// notMoved judges a gap that a fault cutting off the replica's node
+// explains, while it holds: the replica's node (where it answered last
+// before the gap) killed, restarted, paused, rebooted or powered off, or
+// on the smaller side of a partition (of two equal halves, the one
+// without the lowest-named node). Past moveBound of the cut, the replica
+// must answer on another node if the fault still holds: a service is
+// moved when its node is lost past the grace.
+func notMoved(x *svcIndex, o CheckOptions, r svcReplica, d0, d1 int64) (Violation, bool) {
+	h := x.h
+	node := ""
+	for _, s := range x.seen[r] {
+		if s.To <= d0 {
+			node = s.Node
+		}
+	}
+	if node == "" {
+		return Violation{}, false
+	}
+	mb := int64(moveBound(h, o))
+	for i := range h.Faults {
+		f := &h.Faults[i]
+		if f.Start > d0 || f.Healed < d0 || !cutsOff(h, f, node) {
+			continue
+		}
+		due := f.Start + mb
+		// Down past the move's bound, while the fault still held: by
+		// more than two of the observer's rounds.
+		if min(d1, f.Healed)-max(d0, due) <= int64(2*h.SvcRound) {
+			continue
+		}
+		v := Violation{Check: CheckServiceDown, Subject: r.String(),
+			What: fmt.Sprintf("its node %s was cut off at %s ms (%s) and it answered nowhere from %s ms to %s ms: not placed on another node within the grace plus %s (%s) of the cut",
+				node, ms(f.Start), f.Kind, ms(d0), ms(min(d1, f.Healed)), o.DetectWithin, time.Duration(mb))}
+		for _, s := range x.seen[r] {
+			if s.To >= d0-int64(time.Second) && s.From <= d1+int64(time.Second) {
+				v.History = append(v.History, seenLine(s))
+			}
+		}
+		v.History = append(v.History, svcOpLines(x, r.name)...)
+		v.History = append(v.History, svcWriteLines(x, r.name)...)
+		v.History = append(v.History, faultLine(f))
+		return v, true
+	}
+	return Violation{}, false
+}
+
+// cutsOff reports whether fault f takes node away from the rest of the
+// cluster.
+func cutsOff(h *History, f *Fault, node string) bool {
+	switch {
+	case agentDown(f.Kind) || f.Kind == FaultPause:
+		return slices.Contains(f.Nodes, node)
+	case f.Kind != FaultPartition:
+		return false
+	}
+	var all []string
+	for n := range h.GPUs {
+		all = append(all, n)
+	}
+	slices.Sort(all)
+	in := slices.Contains(f.Nodes, node)
+	side := len(f.Nodes)
+	if !in {
+		side = len(all) - side
+	}
+	switch {
+	case 2*side < len(all):
+		return true
+	case 2*side > len(all):
+		return false
+	}
+	// Two equal halves: the one with the lowest-named node stays in touch.
+	return len(all) > 0 && slices.Contains(f.Nodes, all[0]) != in
 }
 
 // seenLine is one run of answers as a person reads it.

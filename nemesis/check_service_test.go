@@ -198,3 +198,45 @@ func TestServiceBoundFromTheConfig(t *testing.T) {
 		t.Errorf("bound with a 2 s backoff and 3 restarts: got %s, want %s", got, want)
 	}
 }
+
+// TestServiceDownCheckWantsAMove: while a fault holds its node cut off,
+// a replica must answer on another node within the grace plus 5 s of the
+// cut (10 s here), however late the fault heals.
+func TestServiceDownCheckWantsAMove(t *testing.T) {
+	cases := []struct {
+		name string
+		kind FaultKind
+		side []string
+		// back is when a copy answers again, on node.
+		back float64
+		node string
+		want int
+	}{
+		{name: "moved 8 s after the kill", kind: FaultKill, side: []string{"n1"}, back: 17000, node: "n2"},
+		{name: "moved 14 s after the kill", kind: FaultKill, side: []string{"n1"}, back: 23000, node: "n2", want: 1},
+		{name: "back on its node only at the heal", kind: FaultPause, side: []string{"n1"}, back: 26000, node: "n1", want: 1},
+		{name: "cut off alone by a partition", kind: FaultPartition, side: []string{"n2", "n3"}, back: 26000, node: "n1", want: 1},
+		{name: "on the side in touch", kind: FaultPartition, side: []string{"n1", "n2"}, back: 26000, node: "n1"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			b := svcBuilder()
+			l1 := b.serve("web", "n1", 1, 1000, 1100)
+			b.seen("web", "n1", l1, 1300, 9000)
+			b.fault(c.kind, c.side, 9000, 25000)
+			id := l1
+			if c.node != "n1" {
+				id = b.move("web", c.node, 1, c.back-500)
+			}
+			b.seen("web", c.node, id, c.back, 60000)
+			r := Check(b.history(60000))
+			vs := violationsOf(r, CheckServiceDown)
+			if len(vs) != c.want {
+				t.Fatalf("got %d violations of %s, want %d:\n%s", len(vs), CheckServiceDown, c.want, r)
+			}
+			if c.want > 0 && !strings.Contains(vs[0].What, "not placed on another node within the grace plus 5s (10s) of the cut") {
+				t.Errorf("violation: %s", vs[0].What)
+			}
+		})
+	}
+}
