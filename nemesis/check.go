@@ -326,8 +326,8 @@ func (r Report) String() string {
 	}
 	fmt.Fprintf(&b, "false dead: %d\n", r.FalseDead)
 	if s := r.Services; s.Started > 0 {
-		fmt.Fprintf(&b, "services: %d started (%d answered), %d stopped, %d replicas killed, %d crash-looped; %d runs of answers seen; two copies at once %d times, the longest %s (allowed: the grace plus slack); down %d times, back at most %s after the heal it was measured from (bound %s)\n",
-			s.Started, s.Acked, s.Stopped, s.Kills, s.CrashLooped, s.Seen, s.Overlaps, s.LongestOverlap.Round(time.Millisecond), s.Gaps, s.Slowest.Round(time.Millisecond), s.Bound)
+		fmt.Fprintf(&b, "services: %d started (%d answered), %d stopped, %d replicas killed, %d crash-looped; %d runs of answers seen, %d copies stopped while cut off, %d placed by a move; two copies at once %d times, the longest %s (allowed: the grace plus slack); down %d times, back at most %s after the heal it was measured from (bound %s)\n",
+			s.Started, s.Acked, s.Stopped, s.Kills, s.CrashLooped, s.Seen, s.Fenced, s.Moved, s.Overlaps, s.LongestOverlap.Round(time.Millisecond), s.Gaps, s.Slowest.Round(time.Millisecond), s.Bound)
 	}
 	fmt.Fprintf(&b, "linearizability: %d GPUs in %d chunks, %d undecided (timed out), %d reads not from the owner skipped\n", r.GPUs, r.Chunks, r.Undecided, r.ReadsSkipped)
 	by := r.ByCheck()

@@ -71,6 +71,11 @@ type ServiceFigures struct {
 	// Kills the replicas SIGKILLed, CrashLooped the services that
 	// crash-looped; Seen the runs of answers the observer recorded.
 	Started, Acked, Stopped, Kills, CrashLooped, Seen int
+	// Moved counts the leases seen answering that no serve was answered
+	// with (a move placed them); Fenced the copies that stopped
+	// answering while a fault held their node cut off (their watchdog
+	// stopped them, or their node's end).
+	Moved, Fenced int
 	// Overlaps counts the times two copies of a replica answered at
 	// once; LongestOverlap is the longest.
 	Overlaps       int
@@ -160,6 +165,29 @@ func checkServices(h *History, o CheckOptions) ([]Violation, ServiceFigures) {
 			f.Stopped++
 		case op.Kind == SvcKill && op.Outcome == OK:
 			f.Kills++
+		}
+	}
+	served := map[string]bool{}
+	for i := range h.SvcOps {
+		if op := &h.SvcOps[i]; op.Kind == SvcServe && op.LeaseID != "" {
+			served[op.LeaseID] = true
+		}
+	}
+	counted := map[string]bool{}
+	for i := range h.Seen {
+		s := &h.Seen[i]
+		if !served[s.Lease] && !counted[s.Lease] {
+			counted[s.Lease] = true
+			f.Moved++
+		}
+		if s.To >= h.End-int64(2*h.SvcRound) {
+			continue // still answering at the end
+		}
+		for j := range h.Faults {
+			if ft := &h.Faults[j]; ft.Start < s.To && s.To < ft.Healed && cutsOff(h, ft, s.Node) {
+				f.Fenced++
+				break
+			}
 		}
 	}
 	var out []Violation

@@ -76,8 +76,8 @@ func TestServiceChecksPassAMoveDoneRight(t *testing.T) {
 		}
 	}
 	s := r.Services
-	if s.Started != 1 || s.Stopped != 1 || s.Overlaps != 1 || s.LongestOverlap != 2*time.Second || s.Bound != 21*time.Second {
-		t.Errorf("figures: got %+v, want 1 started, 1 stopped, 1 overlap of 2s, bound 21s", s)
+	if s.Started != 1 || s.Stopped != 1 || s.Fenced != 1 || s.Moved != 1 || s.Overlaps != 1 || s.LongestOverlap != 2*time.Second || s.Bound != 21*time.Second {
+		t.Errorf("figures: got %+v, want 1 started, 1 stopped, 1 fenced, 1 moved, 1 overlap of 2s, bound 21s", s)
 	}
 	if !strings.Contains(r.String(), "two copies at once 1 times, the longest 2s") {
 		t.Errorf("the report does not give the overlap:\n%s", r)

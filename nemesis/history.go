@@ -256,7 +256,8 @@ type SvcOp struct {
 	// two services in a run, so a name is one service's whole life.
 	Service string
 	// Via is the agent asked; Node the node the lease (or the killed
-	// process) was on.
+	// process) was on; LeaseID the lease (a stop's: every lease of the
+	// service the board listed, comma-separated, and their nodes so).
 	Via, Node string
 	LeaseID   string
 	// GPUs is how many GPUs a serve asked for; Port the port it

@@ -92,6 +92,9 @@ func TestNemesis(t *testing.T) {
 	if kinds == nil {
 		kinds = AllFaults()
 	}
+	if r.Services.Acked == 0 {
+		t.Error("no service was started: the service checks judged nothing")
+	}
 	for _, k := range kinds {
 		if r.FaultsByKind[k] == 0 {
 			t.Errorf("no %s fault was injected: run longer", k)

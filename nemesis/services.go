@@ -17,7 +17,6 @@ import (
 	"time"
 
 	"github.com/dibs-gpu/dibs/api"
-	"github.com/dibs-gpu/dibs/lease"
 	"github.com/dibs-gpu/dibs/service"
 )
 
@@ -173,9 +172,9 @@ func (c *svcClient) serve(gpus int) {
 	c.h.rec.svcOp(op)
 }
 
-// stop stops s as `dibs stop NAME` does: the board names the lease of
-// the caller's service of that name (the first it lists), and a release
-// ends it.
+// stop stops s as `dibs stop NAME` does: the board names the leases of
+// the caller's service of that name (every replica it lists, as
+// `--replicas` has it), and one release ends them all or none.
 func (c *svcClient) stop(s *svc) {
 	via := c.via()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -183,14 +182,17 @@ func (c *svcClient) stop(s *svc) {
 	op := SvcOp{Kind: SvcStop, Service: s.name, Via: via.name, Call: c.h.rec.now()}
 	b, err := via.client.Board(ctx)
 	if err == nil {
-		i := slices.IndexFunc(b.Services, func(l lease.Lease) bool {
-			return l.Service != nil && l.Service.Name == s.name && l.User == b.You.User
-		})
-		if i < 0 {
+		var ids, nodes []string
+		for _, l := range b.Services {
+			if l.Service != nil && l.Service.Name == s.name && l.User == b.You.User {
+				ids, nodes = append(ids, l.ID), append(nodes, l.Node)
+			}
+		}
+		if len(ids) == 0 {
 			err = &api.Error{Code: "not-found", Msg: fmt.Sprintf("you run no service named %s: dibs services lists them", s.name)}
 		} else {
-			op.LeaseID, op.Node = b.Services[i].ID, b.Services[i].Node
-			_, err = via.client.Release(ctx, api.ReleaseRequest{IDs: []string{op.LeaseID}})
+			op.LeaseID, op.Node = strings.Join(ids, ","), strings.Join(nodes, ",")
+			_, err = via.client.Release(ctx, api.ReleaseRequest{IDs: ids})
 		}
 	}
 	c.finish(&op, err)
