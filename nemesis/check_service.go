@@ -511,7 +511,11 @@ func seenLine(s *Seen) string {
 func svcOpLines(x *svcIndex, name string) []string {
 	var out []string
 	for _, o := range x.ops[name] {
-		l := fmt.Sprintf("%s  service client via %s: %s %s", span(o.Call, o.Return), o.Via, o.Kind, o.Service)
+		via := ""
+		if o.Via != "" {
+			via = " via " + o.Via
+		}
+		l := fmt.Sprintf("%s  service client%s: %s %s", span(o.Call, o.Return), via, o.Kind, o.Service)
 		switch o.Kind {
 		case SvcServe:
 			l += fmt.Sprintf(" -g %d --port %d", o.GPUs, o.Port)
