@@ -202,8 +202,11 @@ func heardWithin(members int) time.Duration {
 
 // fenceView is the cluster as the fence judges it: the view, with every
 // member not heard from within heardWithin taken for suspect.
-func (a *Agent) fenceView() queue.ClusterView {
-	v := a.svc.View()
+func (a *Agent) fenceView() queue.ClusterView { return a.heardView(a.svc.View()) }
+
+// heardView is v with every member not heard from within heardWithin
+// taken for suspect: what the fence, and the moves, judge "in touch" by.
+func (a *Agent) heardView(v queue.ClusterView) queue.ClusterView {
 	cl := a.cluster.Load()
 	if cl == nil {
 		return v

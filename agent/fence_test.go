@@ -95,8 +95,10 @@ func (f loneCut) blocked(addr string) bool {
 // its drawn-out suspicion (no other member confirms it: about 10 s here),
 // and node01's view showed them alive again each time its own suspect
 // mark lapsed, so it touched its heartbeat on and off all that while and
-// its replicas outlived the grace by as much (the nemesis measured two
-// copies of a service for 11 s with a 5 s grace). A member not heard
+// its replicas outlived the grace by as much (the nemesis, watching a
+// node cut off alone, saw its view flap for 10 s before it called its
+// peers dead; with a 5 s grace its replicas then ran about twice that
+// beside the copies moved). A member not heard
 // from for heardWithin (5 s here) counts as gone for the fence: node01
 // stops touching its heartbeat by then and never touches it again while
 // it is cut off.
