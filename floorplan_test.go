@@ -149,7 +149,7 @@ func floorPlan() []room {
 			may: slices.Concat(rules, []string{"outgrow/doctor", "nodeprobe"}), mods: []string{xsys},
 			never: []string{charm, charmX, memberlist, goNVML, "net/http", "crypto/tls"}},
 		{pkg: "tui", what: "bubbletea v2 board over api",
-			may:  slices.Concat(ground, []string{"api", "base/chart", "job", "lease", "event", "nodeprobe"}),
+			may:  slices.Concat(ground, []string{"api", "base/chart", "job", "lease", "event", "nodeprobe", "service"}),
 			mods: []string{"charm.land/bubbles/v2", bubbletea, "charm.land/lipgloss/v2", "github.com/charmbracelet/x/ansi"},
 			never: []string{memberlist, goNVML, bbolt, wish, sshPkg, "github.com/charmbracelet/bubbletea",
 				"agent", "gossip", "launch", "store"}},

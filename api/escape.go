@@ -10,7 +10,7 @@ import (
 
 // Escaped returns b with every string made safe for a terminal
 // (termsafe.String): process names and users from /proc, GPU and host
-// strings, lease notes, user and node names, notices. A board carries text
+// strings, lease notes, user and node names, notices, services. A board carries text
 // from every node, and anyone can name a process "\x1b]0;PWNED\x07"; front
 // ends that print a board (the TUI, `dibs ls`) print this instead. b itself
 // is never changed (boards are shared between sessions): a clean board is
@@ -65,6 +65,9 @@ func (b *Board) eachString(f func(field string, p *string)) {
 			n.Bookings[j].EachString(f)
 		}
 	}
+	for i := range b.Services {
+		b.Services[i].EachString(f)
+	}
 }
 
 // cloneLease copies the slices and pointers of l that EachString reaches.
@@ -77,6 +80,12 @@ func cloneLease(l lease.Lease) lease.Lease {
 		j.Env = maps.Clone(j.Env)
 		l.Job = &j
 	}
+	if l.Service != nil {
+		// Escaping writes through the pointer: the board passed in
+		// shares the service with every session that shows it.
+		svc := *l.Service
+		l.Service = &svc
+	}
 	return l
 }
 
@@ -84,6 +93,10 @@ func cloneLease(l lease.Lease) lease.Lease {
 func (b Board) clone() Board {
 	b.Notices = slices.Clone(b.Notices)
 	b.Nodes = slices.Clone(b.Nodes)
+	b.Services = slices.Clone(b.Services)
+	for i := range b.Services {
+		b.Services[i] = cloneLease(b.Services[i])
+	}
 	for i := range b.Nodes {
 		n := &b.Nodes[i]
 		n.GPUs = slices.Clone(n.GPUs)

@@ -8,6 +8,7 @@ import (
 	"github.com/dibs-gpu/dibs/base/termsafe"
 	"github.com/dibs-gpu/dibs/lease"
 	"github.com/dibs-gpu/dibs/nodeprobe"
+	"github.com/dibs-gpu/dibs/service"
 )
 
 const hostile = "\x1b]0;PWNED\x07\x1b[2J\u202e\u200b"
@@ -24,8 +25,11 @@ func fullBoard() Board {
 				Processes:  make([]nodeprobe.Process, 2),
 			},
 			Flags: []lease.Flag{"f"},
-			Lease: &lease.Lease{GPUs: []int{0}, Containers: make([]string, 1)},
+			Lease: &lease.Lease{GPUs: []int{0}, Containers: make([]string, 1), Service: &service.Service{}},
 		}, {}}}, {}},
+		// A service's lease on the board's list of services (one with no
+		// GPU shows nowhere else), and on a GPU above.
+		Services: []lease.Lease{{GPUs: []int{0}, Service: &service.Service{}}, {}},
 	}
 	fill(reflect.ValueOf(&b).Elem())
 	return b

@@ -48,6 +48,11 @@ type Status struct {
 	// PID is the session's first process of the replica now running, so
 	// the owner (and tests) can tell a restart from the same process.
 	PID int `json:"pid,omitempty"`
+	// IdleSince, while set, flags the replica idle: no request to its
+	// port and no SM use on its GPUs since then, for longer than the
+	// cluster's service_idle_after. A service is never reclaimed for it;
+	// its owner is told once, and the board shows it.
+	IdleSince time.Time `json:"idle_since,omitzero"`
 }
 
 // Service is a service as its lease carries it: definition and status.

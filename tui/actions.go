@@ -56,6 +56,8 @@ func (m *Model) handleKey(msg tea.KeyPressMsg) tea.Cmd {
 		return m.sessions.update(msg)
 	case viewEvents:
 		return m.events.update(msg)
+	case viewServices:
+		return m.services.update(msg)
 	}
 	return m.grid.update(msg)
 }
@@ -73,6 +75,12 @@ func (m *Model) confirmKey(msg tea.KeyPressMsg) tea.Cmd {
 	case key.Matches(msg, fk.Yes):
 		q := m.confirm
 		m.confirm = nil
+		if q.service != "" {
+			return m.ask("stopping service "+q.service+"…", func(ctx context.Context, be Backend) tea.Msg {
+				resp, err := be.Release(ctx, api.ReleaseRequest{IDs: []string{q.id}})
+				return releaseDoneMsg{id: q.id, service: q.service, resp: resp, err: err}
+			})
+		}
 		if q.cancel {
 			return m.ask("withdrawing "+q.id+"…", func(ctx context.Context, be Backend) tea.Msg {
 				return cancelDoneMsg{id: q.id, err: be.Cancel(ctx, q.id)}

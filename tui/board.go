@@ -38,6 +38,9 @@ const (
 	labelSquat    = "!squat"
 	labelOver     = "⧖over"
 	labelDown     = "? down"
+	// markMine is the caller's mark, before a service's name on their
+	// service's GPUs (★⚙vllm).
+	markMine = "★"
 )
 
 // classify decides what a GPU cell shows. The order matters: an unknown GPU
@@ -105,6 +108,16 @@ func cellLabel(k kind, g *api.GPU) string {
 			return partLabel(g)
 		}
 	}
+	if g.Lease != nil && g.Lease.Service != nil {
+		// A service's GPU names the service even when idle: it is not
+		// reclaimed for it (the idle colour and the services view say so).
+		switch k {
+		case kindMine, kindMineIdle:
+			return markMine + svcLabel(g.Lease)
+		case kindTheirs, kindIdle:
+			return svcLabel(g.Lease)
+		}
+	}
 	switch k {
 	case kindFree:
 		return labelFree
@@ -131,6 +144,11 @@ func cellLabel(k kind, g *api.GPU) string {
 	}
 	return labelDown
 }
+
+// svcLabel is the cell of a GPU a service holds: its name after the
+// service mark (⚙vllm), so a GPU held with no end reads apart from a run's;
+// the detail pane says whose.
+func svcLabel(l *lease.Lease) string { return svcMark + l.Service.Name }
 
 func holderName(l *lease.Lease) string {
 	if l == nil {
@@ -175,9 +193,14 @@ func migCells(g *api.GPU, you lease.Caller) []cellView {
 				continue
 			}
 			held, c.leaseID = true, l.ID
-			if l.UID == you.UID {
+			switch {
+			case l.UID == you.UID && l.Service != nil:
+				c.kind, c.label = kindMine, markMine+svcLabel(l)
+			case l.UID == you.UID:
 				c.kind, c.label = kindMine, labelMine
-			} else {
+			case l.Service != nil:
+				c.kind, c.label = kindTheirs, svcLabel(l)
+			default:
 				c.kind, c.label = kindTheirs, holderName(l)
 			}
 			if l.Borrowed {
@@ -309,11 +332,11 @@ func buildViews(b *api.Board, filter string, onlyMine bool) ([]nodeView, summary
 }
 
 func gpuUserMatches(g *api.GPU, filter string) bool {
-	if g.Lease != nil && strings.Contains(strings.ToLower(holderName(g.Lease)), filter) {
+	if g.Lease != nil && holderMatches(g.Lease, filter) {
 		return true
 	}
 	for i := range g.Shares {
-		if strings.Contains(strings.ToLower(holderName(&g.Shares[i])), filter) {
+		if holderMatches(&g.Shares[i], filter) {
 			return true
 		}
 	}
@@ -323,4 +346,13 @@ func gpuUserMatches(g *api.GPU, filter string) bool {
 		}
 	}
 	return false
+}
+
+// holderMatches reports whether the filter names l's holder or, for a
+// service's lease, the service: the grid shows a service's GPUs by its name.
+func holderMatches(l *lease.Lease, filter string) bool {
+	if strings.Contains(strings.ToLower(holderName(l)), filter) {
+		return true
+	}
+	return l.Service != nil && strings.Contains(strings.ToLower(l.Service.Name), filter)
 }

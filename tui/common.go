@@ -61,12 +61,16 @@ const (
 	statusNotice
 )
 
-// confirm is the y/n question before a release or a cancel.
+// confirm is the y/n question before a release, a cancel or a service's
+// stop.
 type confirm struct {
 	id     string
 	title  string
 	lines  []string
 	cancel bool // withdraw a queued request, not release a lease
+	// service names the service whose replica's lease id is: stopping it
+	// is a release said in a service's words.
+	service string
 }
 
 // setStatus shows s in the status line. Status text quotes agents' errors,

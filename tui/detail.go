@@ -10,6 +10,7 @@ import (
 	"github.com/dibs-gpu/dibs/base/words"
 	"github.com/dibs-gpu/dibs/lease"
 	"github.com/dibs-gpu/dibs/nodeprobe"
+	"github.com/dibs-gpu/dibs/service"
 )
 
 // detail describes one GPU and its node for the board's panel.
@@ -211,7 +212,11 @@ func (m detail) yourLeases(w int) []string {
 			seen[l.ID] = true
 			left := l.ExpiresAt.Sub(m.now())
 			when := words.FormatDuration(left) + " left"
-			if left <= 0 {
+			switch {
+			case l.Service != nil:
+				// No end while it is up: "36500d left" would say nothing.
+				when = "service " + svcMark + l.Service.Name + " (" + string(m.board.ServiceState(l)) + ")"
+			case left <= 0:
 				when = "overdue " + words.FormatDuration(-left)
 			}
 			what := leaseWhat(l, &m.board)
@@ -432,8 +437,12 @@ func (m detail) facts(n *api.Node, g *api.GPU) facts {
 		}
 		f.note = l.Note
 		left := l.ExpiresAt.Sub(now)
-		if l.IsService() {
-			f.time = fmt.Sprintf("service %s: no end while it is up (%s)", l.Service.Name, l.Service.State)
+		if l.IsService() && l.Service != nil {
+			at := ""
+			if u := service.URL(l.Node, l.Service.Port); u != "" {
+				at = " at " + u
+			}
+			f.time = fmt.Sprintf("service %s%s (%s)%s: no end while it is up", svcMark, l.Service.Name, m.board.ServiceState(l), at)
 		} else if left > 0 {
 			f.time = fmt.Sprintf("%s left (until %s)", words.FormatDuration(left), m.clock(l.ExpiresAt))
 		} else {
@@ -469,6 +478,9 @@ func (m detail) facts(n *api.Node, g *api.GPU) facts {
 			f.problem = "! squatted: work runs here without the lease"
 		case slices.Contains(g.Flags, lease.FlagOverdue):
 			f.problem = "⧖ overdue: past its end and still held"
+		case slices.Contains(g.Flags, lease.FlagIdle) && l != nil && l.Service != nil:
+			// Never reclaimed for it: a service holds its GPUs while up.
+			f.problem = "zz idle: its service has not used it for a while — dibs stop " + l.Service.Name + " if it is not needed"
 		case slices.Contains(g.Flags, lease.FlagIdle):
 			f.problem = "zz idle: held but unused for a while — release it if done"
 		case slices.Contains(g.Flags, lease.FlagExpiring):

@@ -11,7 +11,7 @@ import (
 // line needed 137 columns, so at 80, 100 and 120 its help was cut off).
 func TestFooterKeepsHelpAndQuit(t *testing.T) {
 	for _, w := range []int{80, 100, 120, 160} {
-		for _, view := range []string{"1", "2", "3", "4", "5"} {
+		for _, view := range []string{"1", "2", "3", "4", "5", "6"} {
 			h := newHarness(t, w, 24, Options{})
 			h.send(BoardMsg(testBoard()))
 			h.keys(view)

@@ -51,10 +51,11 @@ func defaultKeyMap() keyMap {
 			key.NewBinding(key.WithKeys("3"), key.WithHelp("3", "usage")),
 			key.NewBinding(key.WithKeys("4"), key.WithHelp("4", "my sessions")),
 			key.NewBinding(key.WithKeys("5"), key.WithHelp("5", "events")),
+			key.NewBinding(key.WithKeys("6"), key.WithHelp("6", "services")),
 		},
 		NextView:  key.NewBinding(key.WithKeys("tab"), key.WithHelp("tab", "next view")),
 		PrevView:  key.NewBinding(key.WithKeys("shift+tab"), key.WithHelp("shift+tab", "previous view")),
-		ViewsHelp: key.NewBinding(key.WithKeys("1", "2", "3", "4", "5"), key.WithHelp("1-5", "views")),
+		ViewsHelp: key.NewBinding(key.WithKeys("1", "2", "3", "4", "5", "6"), key.WithHelp("1-6", "views")),
 		ListMove:  key.NewBinding(key.WithKeys("up", "down", "j", "k"), key.WithHelp("↑↓/jk", "move")),
 	}
 }
@@ -71,12 +72,12 @@ func (k keyMap) FullHelp() [][]key.Binding {
 		{k.Up, k.Down, k.Left, k.Right, k.Select, k.Clear},
 		{k.Claim, k.Run, k.Extend, k.Release, k.Attach},
 		{k.Mine, k.Filter, k.Help, k.Quit},
-		{k.Views[0], k.Views[1], k.Views[2], k.Views[3], k.Views[4], k.NextView},
+		{k.Views[0], k.Views[1], k.Views[2], k.Views[3], k.Views[4], k.Views[5], k.NextView},
 	}
 }
 
 // listKeys is the footer of the list views (queue, usage, sessions,
-// events): what works there.
+// events, services): what works there.
 type listKeys struct {
 	k    keyMap
 	acts []key.Binding

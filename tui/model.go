@@ -1,12 +1,13 @@
 // Package tui is the dibs board: a live grid of nodes × GPUs over an agent's
 // API, with claim, run, extend, release and attach from the keyboard, and
-// views of the queue, usage, the caller's sessions and the cluster's events.
+// views of the queue, usage, the caller's sessions, the cluster's events
+// and its services.
 // It runs the same in a local terminal and inside the agent's SSH server, so
 // it never reads the process's environment or terminal itself: everything it
 // needs comes through Options and bubbletea messages.
 //
 // Only the root Model implements tea.Model. Each view (the board's grid,
-// the queue, usage, sessions, events) is a sub-model with unexported update
+// the queue, usage, sessions, events, services) is a sub-model with unexported update
 // and view methods over a shared common (glow's ui, soft-serve's common).
 package tui
 
@@ -87,9 +88,12 @@ type (
 		err  error
 	}
 	releaseDoneMsg struct {
-		id   string
-		resp api.ReleaseResponse
-		err  error
+		id string
+		// service is the name of the service whose replica id is, when
+		// the release stops one (the services view's x).
+		service string
+		resp    api.ReleaseResponse
+		err     error
 	}
 	attachReadyMsg struct {
 		id   string
@@ -117,10 +121,11 @@ const (
 	viewUsage
 	viewSessions
 	viewEvents
+	viewServices
 	numViews
 )
 
-var viewNames = [numViews]string{"board", "queue", "usage", "sessions", "events"}
+var viewNames = [numViews]string{"board", "queue", "usage", "sessions", "events", "services"}
 
 // Model is the board: the root bubbletea model. Create it with New.
 type Model struct {
@@ -132,6 +137,7 @@ type Model struct {
 	usage    *usageView
 	sessions *sessionsView
 	events   *eventsView
+	services *servicesView
 
 	backoff time.Duration
 	footer  struct {
@@ -166,7 +172,7 @@ func New(opts Options) *Model {
 	}
 	m := &Model{
 		common: c, grid: &gridView{common: c}, queue: &queueView{common: c}, usage: &usageView{common: c},
-		sessions: &sessionsView{common: c}, events: &eventsView{common: c}, backoff: backoffMin,
+		sessions: &sessionsView{common: c}, events: &eventsView{common: c}, services: &servicesView{common: c}, backoff: backoffMin,
 	}
 	m.setStyles(true)
 	return m
@@ -267,9 +273,17 @@ func (m *Model) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
 		m.setStatus(statusOK, fmt.Sprintf("extended %s until %s (%s left)", msg.resp.ID, m.clock(msg.resp.ExpiresAt), words.FormatDuration(msg.resp.ExpiresAt.Sub(m.now()))))
 		return m, m.refresh()
 	case releaseDoneMsg:
+		if msg.err != nil && msg.service != "" {
+			m.setStatus(statusErr, "could not stop service "+msg.service+": "+errText(msg.err))
+			return m, nil
+		}
 		if msg.err != nil {
 			m.setStatus(statusErr, "could not release "+msg.id+": "+errText(msg.err))
 			return m, nil
+		}
+		if msg.service != "" {
+			m.setStatus(statusOK, fmt.Sprintf("stopped service %s (lease %s); its log stays: dibs logs %s", msg.service, msg.id, msg.service))
+			return m, m.refresh()
 		}
 		ids := msg.resp.Released
 		if len(ids) == 0 {
@@ -279,6 +293,8 @@ func (m *Model) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
 		return m, m.refresh()
 	case attachReadyMsg:
 		return m, m.attachReady(msg)
+	case showOnBoardMsg:
+		return m, m.showOnBoard(msg)
 	case attachEndedMsg:
 		m.setStatus(statusInfo, "back from "+msg.session)
 		return m, m.refresh()

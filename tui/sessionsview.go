@@ -116,7 +116,10 @@ func (v *sessionsView) lines(w, h int) []string {
 			util = fmt.Sprintf("%d%%", x.util)
 		}
 		left := words.FormatDuration(x.l.ExpiresAt.Sub(now))
-		if !x.l.ExpiresAt.After(now) {
+		switch {
+		case x.l.Service != nil:
+			left = "no end" // a service: none while it is up (6 lists them)
+		case !x.l.ExpiresAt.After(now):
 			left = "overdue"
 		}
 		sess := x.l.Session

@@ -9,6 +9,7 @@ import (
 	"github.com/charmbracelet/x/ansi"
 	"github.com/dibs-gpu/dibs/api"
 	"github.com/dibs-gpu/dibs/base/refusal"
+	"github.com/dibs-gpu/dibs/lease"
 )
 
 // pwned is the process name that retitled and cleared an admin's terminal
@@ -44,6 +45,90 @@ func hostileBoard() api.Board {
 	bob.Note, bob.Session = hostileText, "s"+hostileText
 	b.Nodes[2].Name = "node03" + hostileText
 	return b
+}
+
+// hostileServiceBoard is svcBoard with hostile text in what the services
+// view and the grid draw of a service: its name (on a GPU and in the list),
+// its owner, its node (and so its URL), its state, session and check. No
+// correct agent lets such a name through (service.CheckName), but the
+// board draws what peers send.
+func hostileServiceBoard() api.Board {
+	b := svcBoard()
+	b.GeneratedAt = fixedNow.Add(time.Second)
+	vllm := &b.Services[0] // alice's, on node02 GPUs 0 and 1
+	vllm.Service.Name = "vllm" + hostileText
+	vllm.Session = "svc-" + hostileText
+	vllm.Service.Health = "/h" + hostileText
+	bob := &b.Services[3] // bob's embed, on node01 GPU 7
+	bob.User = "bob" + hostileText
+	bob.Node = "node01" + hostileText
+	bob.Service.State = "healthy" + hostileText
+	for _, l := range []*lease.Lease{vllm, bob} {
+		for _, g := range l.GPUs {
+			for i := range b.Nodes {
+				if strings.HasPrefix(l.Node, b.Nodes[i].Name) {
+					c := *l
+					b.Nodes[i].GPUs[g].Lease = &c
+				}
+			}
+		}
+	}
+	return b
+}
+
+// TestServicesEscapeOutsideText: a service's name, owner, node, URL,
+// state and session with escape codes reach neither the grid, the
+// services view, the line under it, the stop question nor the status
+// line raw; each shows visibly escaped.
+func TestServicesEscapeOutsideText(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		noColor bool
+		w, h    int
+	}{
+		{"no colour wide", true, 160, 48},
+		{"no colour 80x24", true, 80, 24},
+		{"colour wide", false, 160, 48},
+		{"colour 80x24", false, 80, 24},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t, tc.w, tc.h, Options{NoColor: tc.noColor})
+			board := hostileServiceBoard()
+			h.send(BoardMsg(board))
+			check := func(frame string, wants ...string) {
+				t.Helper()
+				c := h.m.View().Content
+				if tc.noColor && strings.ContainsRune(c, 0x1b) {
+					t.Errorf("%s: NO_COLOR frame holds an ESC byte: %q", frame, c)
+				}
+				for _, raw := range rawHostile {
+					if strings.Contains(c, raw) {
+						t.Errorf("%s: %q reached the frame raw", frame, raw)
+					}
+				}
+				plain := ansi.Strip(c)
+				for _, w := range wants {
+					if !strings.Contains(plain, w) {
+						t.Errorf("%s: frame does not show %q: %q", frame, w, plain)
+					}
+				}
+			}
+			check("grid", `★⚙vllm`)
+			h.moveTo("node02", 0)
+			check("detail of the service's GPU", `service ⚙vllm\x1b]0;PWNED`)
+			h.keys("6")
+			check("services view", `vllm\x1b]0;`, `bob\x1`)
+			h.keys("j")
+			check("the line under the list", `⚙vllm\x1b]0;PWNED`)
+			h.keys("x")
+			check("stop question", `stop service vllm\x1b]0;PWNED`)
+			h.keys("y")
+			check("status line", `stopped service vllm\x1b]0;PWNED`)
+			if got := board.Services[0].Service.Name; got != "vllm"+hostileText {
+				t.Errorf("the board passed in was changed: %q", got)
+			}
+		})
+	}
 }
 
 // TestBoardEscapesOutsideText drives the board with hostile text through
@@ -91,7 +176,7 @@ func TestBoardEscapesOutsideText(t *testing.T) {
 			h.moveTo("node01", 5)
 			check("squatter's process", pwnedShown)
 			h.moveTo("node01", 3)
-			check("holder's lease", `bob\x1b]`)
+			check("holder's lease", `bob\x1`)
 			h.keys("?")
 			check("help")
 			h.keys("?")

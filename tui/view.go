@@ -137,6 +137,8 @@ func (m *Model) viewLines(w, h int) []string {
 		return m.sessions.lines(w, h)
 	case viewEvents:
 		return m.events.lines(w, h)
+	case viewServices:
+		return m.services.lines(w, h)
 	}
 	return nil
 }
@@ -220,6 +222,7 @@ func (g *gridView) legendLine(w int) string {
 		{st.cell[kindDown], labelDown},
 		{st.sel, "✓selected"},
 		{st.dim, "[cursor]"},
+		{st.cell[kindTheirs], svcMark + "name=service"},
 	}
 	var b strings.Builder
 	b.WriteByte(' ')
@@ -341,6 +344,8 @@ func (m *Model) viewKeys() help.KeyMap {
 		return listKeys{k: k, acts: []key.Binding{k.Attach, k.Extend, k.Release}}
 	case viewEvents:
 		return listKeys{k: k, acts: []key.Binding{key.NewBinding(key.WithKeys("m"), key.WithHelp("m", "only mine"))}}
+	case viewServices:
+		return listKeys{k: k, acts: []key.Binding{svcShowKey, k.Attach, key.NewBinding(key.WithKeys("x"), key.WithHelp("x", "stop"))}}
 	}
 	return k
 }
@@ -374,8 +379,12 @@ func (m *Model) helpLines(w int) []string {
 		lines = append(lines, truncate(" "+l, w))
 	}
 	st := m.st
-	if m.view == viewSessions {
-		for _, l := range sessionStatesHelp {
+	if m.view == viewSessions || m.view == viewServices {
+		legend := sessionStatesHelp
+		if m.view == viewServices {
+			legend = servicesStatesHelp
+		}
+		for _, l := range legend {
 			lines = append(lines, truncate(" "+l, w))
 		}
 		return lines
@@ -384,6 +393,7 @@ func (m *Model) helpLines(w int) []string {
 		" " + st.cell[kindFree].render(labelFree) + " nobody holds it  " + st.cell[kindMine].render(labelMine) + " yours  " + st.cell[kindTheirs].render("user") + " held by them",
 		" " + st.cell[kindIdle].render(labelIdle) + " held, unused (" + st.cell[kindMineIdle].render(labelMineIdle) + " yours)  " + st.cell[kindSquat].render(labelSquat) + " used without the lease",
 		" " + st.cell[kindOver].render(labelOver) + " past its end  " + st.cell[kindDown].render(labelDown) + " node not alive: unknown, not free",
+		" " + st.cell[kindTheirs].render(svcMark+"name") + " held by a service, no end while it is up (" + st.cell[kindMine].render(markMine+svcMark) + " yours) — 6 lists them",
 	}
 	for _, l := range legend {
 		lines = append(lines, truncate(l, w))
