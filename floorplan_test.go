@@ -62,7 +62,7 @@ const (
 // agentOrder is the order of the daemon's own packages: each may import
 // those before it.
 func agentOrder() []string {
-	return []string{"clock", "notify", "account", "events", "node", "origin", "peer", "sched", "core", "sockapi", "sshd", "config", "metrics"}
+	return []string{"clock", "notify", "account", "events", "node", "proxy", "origin", "peer", "sched", "core", "sockapi", "sshd", "config", "metrics"}
 }
 
 // floorPlan is the import table of the module, bottom to top: every package
@@ -132,10 +132,10 @@ func floorPlan() []room {
 		// The Kubernetes export writes YAML by hand: Kubernetes' own types
 		// check it in its test only, and no binary links them.
 		{pkg: "outgrow/k8s", what: "a service's Deployment and Service for kubectl apply: pure text",
-			may: []string{"service"}, never: append(slices.Clone(pure), bbolt, kubernetes, sigsK8s, "lease", "queue"), notItself: noIO},
+			may: []string{"base/termsafe", "job", "service"}, never: append(slices.Clone(pure), bbolt, kubernetes, sigsK8s, "lease", "queue"), notItself: noIO},
 		{pkg: "outgrow/replay", what: "the what-if simulator: dibs's own rules on simulated time",
 			may: slices.Concat(ground, []string{"job", "lease", "queue", "nodeprobe", "nodeprobe/sim"}), never: append(slices.Clone(pure), bbolt), notItself: noIO},
-		{pkg: "launch", what: "tmux sessions as a user; standard library, x/sys and nodeprobe's CPU lists", may: []string{"nodeprobe"},
+		{pkg: "launch", what: "tmux sessions as a user; standard library, x/sys, nodeprobe's CPU lists and procfs's reads", may: []string{"nodeprobe", "nodeprobe/procfs"},
 			mods: []string{xsys}, never: []string{memberlist, goNVML, charm, charmX}},
 		{pkg: "launch/launchtest", what: "throwaway accounts for tests",
 			may: []string{"launch", "base/prereq"}},
@@ -161,6 +161,7 @@ func floorPlan() []room {
 		"account": "uid and name to lease.Caller",
 		"events":  "the event log, notices to every node, webhooks",
 		"node":    "the node's single writer of leases",
+		"proxy":   "the services proxy: one port per service, forwarding to its owner-checked replicas",
 		"origin":  "queue entries submitted at this node",
 		"peer":    "the typed protocol between agents",
 		"sched":   "the scheduler loop",

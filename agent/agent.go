@@ -30,6 +30,7 @@ import (
 	"github.com/dibs-gpu/dibs/agent/notify"
 	"github.com/dibs-gpu/dibs/agent/origin"
 	"github.com/dibs-gpu/dibs/agent/peer"
+	"github.com/dibs-gpu/dibs/agent/proxy"
 	"github.com/dibs-gpu/dibs/agent/sched"
 	"github.com/dibs-gpu/dibs/agent/sockapi"
 	"github.com/dibs-gpu/dibs/agent/sshd"
@@ -110,6 +111,19 @@ type Config struct {
 	// WebhookAllow, when not empty, is the admin's list of the only
 	// destinations webhooks may reach.
 	WebhookAllow events.Allowlist
+	// Proxy, when set, runs the services proxy (config [services] proxy):
+	// one port per service on this node, forwarding to its replicas.
+	Proxy *ProxySettings
+}
+
+// ProxySettings configure the services proxy (agent/proxy). It listens
+// on the address the agent gossips on (every address alone).
+type ProxySettings struct {
+	// Ports is the range: the backend port, then the services' ports.
+	Ports service.PortRange
+	// Zero bounds take the proxy's defaults.
+	MaxConns, MaxPerService  int
+	DialTimeout, IdleTimeout time.Duration
 }
 
 // Deps are the parts the agent drives; tests and the demo swap them.
@@ -169,7 +183,9 @@ type Agent struct {
 	// metrics is nil unless Config.MetricsListen is set.
 	metrics    *metrics.Metrics
 	metricsSrv *metrics.Server
-	doctor     *doctorParts
+	// proxy is nil unless Config.Proxy is set.
+	proxy  *proxy.Proxy
+	doctor *doctorParts
 
 	ctx       context.Context
 	cancel    context.CancelFunc
@@ -345,9 +361,13 @@ func (a *Agent) build(ctx context.Context) error {
 		DepStatus: func(ctx context.Context, id string) (queue.EntryStatus, error) {
 			return a.svc.EntryState(ctx, id) // a.svc is built below, before any pass
 		}})
+	var proxyPorts service.PortRange
+	if a.cfg.Proxy != nil {
+		proxyPorts = a.cfg.Proxy.Ports
+	}
 	a.svc = core.New(core.Config{
 		Node: a.cfg.NodeName, Policy: a.cfg.Policy, Sched: a.cfg.Sched, Version: a.cfg.Version,
-		DataDir: a.cfg.DataDir, Socket: a.cfg.Socket,
+		DataDir: a.cfg.DataDir, Socket: a.cfg.Socket, ProxyPorts: proxyPorts,
 	}, core.Deps{Node: a.node, Origin: a.origin, Peers: a.peers, Accounts: a.accounts, Clock: c, Changed: a.changed,
 		Kick: a.kick, Leave: a.requestLeave, Attach: a.deps.Sessions.AttachCommand, CanWrite: canWrite, Log: a.log,
 		Events: a.events, Webhooks: a.webhooks, Tell: a.teller(), ReadLog: a.deps.Sessions.ReadLog})
@@ -402,6 +422,9 @@ func (a *Agent) serve() error {
 			cl.awaitPeers(awaitPeers)
 		}
 	}
+	if err := a.startProxy(); err != nil {
+		return err
+	}
 	if a.metrics != nil {
 		srv, err := metrics.Listen(a.cfg.MetricsListen, a.metrics, a.log.With("part", "metrics"))
 		if err != nil {
@@ -448,6 +471,43 @@ func (a *Agent) serve() error {
 		a.sched.Run(a.ctx)
 	}()
 	return nil
+}
+
+// startProxy opens the services proxy when the config turns it on: its
+// backend port first (an agent that cannot open it does not start, with
+// the reason), then the services' ports as the view names them.
+func (a *Agent) startProxy() error {
+	ps := a.cfg.Proxy
+	if ps == nil {
+		return nil
+	}
+	host := ""
+	if a.cfg.Cluster != nil {
+		host = a.cfg.Cluster.BindAddr
+	}
+	p, err := proxy.New(proxy.Config{Node: a.cfg.NodeName, Ports: ps.Ports, Host: host,
+		MaxConns: ps.MaxConns, MaxPerService: ps.MaxPerService, DialTimeout: ps.DialTimeout, IdleTimeout: ps.IdleTimeout,
+		Log: a.log.With("part", "proxy")},
+		proxy.Deps{View: a.svc.View, DialLocal: a.node.ServiceDialer().Dial, Changed: a.changed})
+	if err != nil {
+		return err
+	}
+	a.proxy = p
+	if a.metrics != nil {
+		a.metrics.SetProxy(p.Counts)
+	}
+	p.Run()
+	a.log.Info("serving the services proxy", "backend", p.BackendAddr(), "ports", ps.Ports.String())
+	return nil
+}
+
+// ProxyPorts are the services' ports this agent's proxy listens on now
+// (none when the proxy is off).
+func (a *Agent) ProxyPorts() []int {
+	if a.proxy == nil {
+		return nil
+	}
+	return a.proxy.Ports()
 }
 
 // leasesChanged tells the cluster at once and asks the scheduler to look.
@@ -524,6 +584,9 @@ func (a *Agent) shutdown(how exitHow) error {
 	}
 	if a.metricsSrv != nil {
 		a.metricsSrv.Close()
+	}
+	if a.proxy != nil {
+		a.proxy.Close()
 	}
 	if a.cancel != nil {
 		a.cancel()

@@ -41,7 +41,7 @@ type doctorParts struct {
 
 	mu       sync.Mutex
 	series   doctor.Series
-	squat    map[int]time.Time
+	squat    doctor.SquatClock
 	lastSave time.Time
 
 	done chan struct{}
@@ -50,7 +50,7 @@ type doctorParts struct {
 // newDoctor loads the samples kept by the last run and registers the
 // doctor's endpoints with the service.
 func (a *Agent) newDoctor() *doctorParts {
-	d := &doctorParts{a: a, squat: map[int]time.Time{}}
+	d := &doctorParts{a: a, squat: doctor.SquatClock{}}
 	if a.cfg.DataDir != "" {
 		d.path = filepath.Join(a.cfg.DataDir, samplesFile)
 		if err := d.load(); err != nil {
@@ -134,20 +134,13 @@ func (d *doctorParts) start(ctx context.Context) {
 	d.sample(c.Now())
 	go func() {
 		defer close(d.done)
-		t := c.NewTicker(SampleEvery)
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case now := <-t.C():
-				d.sample(now)
-				if now.Sub(d.lastSave) >= samplesSaveEvery {
-					d.lastSave = now
-					d.save()
-				}
+		every(ctx, c, SampleEvery, func(now time.Time) {
+			d.sample(now)
+			if now.Sub(d.lastSave) >= samplesSaveEvery {
+				d.lastSave = now
+				d.save()
 			}
-		}
+		})
 	}()
 }
 
@@ -177,20 +170,7 @@ func (d *doctorParts) sample(now time.Time) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.series.Add(x, now)
-	seen := map[int]bool{}
-	for g, j := range st.Judged {
-		if j.Has(lease.FlagSquatted) {
-			seen[g] = true
-			if _, ok := d.squat[g]; !ok {
-				d.squat[g] = now
-			}
-		}
-	}
-	for g := range d.squat {
-		if !seen[g] {
-			delete(d.squat, g)
-		}
-	}
+	d.squat.Seen(st.Judged, now)
 }
 
 func (d *doctorParts) samples(since time.Time) []doctor.Bucket {

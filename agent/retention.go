@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/dibs-gpu/dibs/agent/clock"
 	"github.com/dibs-gpu/dibs/base/words"
 	"github.com/dibs-gpu/dibs/lease"
 )
@@ -48,14 +49,21 @@ func (a *Agent) keepLedger(ctx context.Context) {
 		}
 	}
 	compact(a.deps.Clock.Now())
-	t := a.deps.Clock.NewTicker(ledgerCompactEvery)
+	every(ctx, a.deps.Clock, ledgerCompactEvery, compact)
+}
+
+// every calls f with the time of each tick of c, period apart, until ctx
+// ends: the agent's periodic chores (the ledger's compaction, doctor's
+// GPU samples) run on it, so a test's fake clock drives them.
+func every(ctx context.Context, c clock.Clock, period time.Duration, f func(now time.Time)) {
+	t := c.NewTicker(period)
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case now := <-t.C():
-			compact(now)
+			f(now)
 		}
 	}
 }

@@ -138,7 +138,14 @@ func TestPreviousReleaseDialectWithGang(t *testing.T) {
 	nodes[2].Opts.Cluster.Protocol = 0
 	nodes[2].Restart()
 	agenttest.WaitConverged(t, nodes, 45*time.Second)
-	time.Sleep(time.Second) // load window: claims with node03 upgraded
+	mu.Lock()
+	from := granted
+	mu.Unlock()
+	agenttest.Eventually(t, 30*time.Second, "three claims granted with node03 upgraded", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return granted >= from+3
+	})
 	close(stop)
 	wg.Wait()
 	t.Logf("%d claims granted at node01 and node02 while node03 was upgraded", granted)

@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+
+	"github.com/dibs-gpu/dibs/nodeprobe/procfs"
 )
 
 // Flags syscall does not export; the same on every Linux port Go supports.
@@ -223,19 +225,9 @@ func readStatusFile(dir int, name, path string, u User) ([]byte, error) {
 		return nil, refusef("%s was replaced while dibs read it: refused", path)
 	}
 	buf := make([]byte, maxStatusSize+1)
-	n := 0
-	for n < len(buf) {
-		m, err := syscall.Read(fd, buf[n:])
-		if err == syscall.EINTR {
-			continue
-		}
-		if err != nil {
-			return nil, fmt.Errorf("read %s: %w", path, err)
-		}
-		if m == 0 {
-			break
-		}
-		n += m
+	n, err := procfs.ReadFD(fd, buf)
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", path, err)
 	}
 	if n > maxStatusSize {
 		return nil, refusef("%s holds more than an exit status: refused", path)

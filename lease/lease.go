@@ -38,25 +38,43 @@ const (
 	KindService Kind = "service"
 )
 
-// ParseKind accepts the kinds a person may type.
+// ParseKind is the one reading of a lease's kind, for every door a kind
+// comes in by (the CLI's --kind, a claim, a booking or a queued request
+// from the socket or a peer, a stored queue entry, a replayed trace): the
+// kinds a person may type, in any case, none meaning interactive. Service
+// is refused here: only `dibs serve` makes a service lease.
 func ParseKind(s string) (Kind, error) {
-	switch Kind(strings.ToLower(strings.TrimSpace(s))) {
+	return parseKind(s, false)
+}
+
+// parseKind is ParseKind, accepting service where a lease may have it
+// (service says so).
+func parseKind(s string, service bool) (Kind, error) {
+	switch k := Kind(strings.ToLower(strings.TrimSpace(s))); k {
 	case "", KindInteractive:
 		return KindInteractive, nil
 	case KindBatch:
 		return KindBatch, nil
+	case KindService:
+		if service {
+			return KindService, nil
+		}
+		return "", errServiceKind()
 	}
 	return "", refusal.Invalidf("unknown lease kind %q: use interactive or batch", s)
+}
+
+// errServiceKind refuses a service lease asked for any other way than
+// `dibs serve`.
+func errServiceKind() error {
+	return refusal.Invalidf("a service lease is started with dibs serve NAME -- COMMAND, not with --kind service")
 }
 
 // checkKind accepts the kinds a lease may have: those a person types, and
 // service, which only `dibs serve` makes (a queued request or a booking
 // of kind service is refused by ParseKind).
 func checkKind(k Kind) error {
-	if k == KindService {
-		return nil
-	}
-	_, err := ParseKind(string(k))
+	_, err := parseKind(string(k), true)
 	return err
 }
 

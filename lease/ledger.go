@@ -1,6 +1,7 @@
 package lease
 
 import (
+	"cmp"
 	"math"
 	"time"
 
@@ -68,6 +69,15 @@ func Ended(l Lease, end time.Time, reason, by string) LedgerEntry {
 		Kind: l.Kind, Limit: limit, Entry: l.Entry, Gang: l.Gang, Rank: l.Rank,
 		QueuedAt: l.QueuedAt, Reserved: !l.ReservedUntil.IsZero(),
 	}
+}
+
+// ByEnd is the ledger's one order, as every node keeps its ledger and
+// every reader merges them: by end, then by lease id.
+func ByEnd(a, b LedgerEntry) int {
+	if c := a.End.Compare(b.End); c != 0 {
+		return c
+	}
+	return cmp.Compare(a.LeaseID, b.LeaseID)
 }
 
 // Store keeps a node's leases durable. Every method returns only after the

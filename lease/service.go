@@ -21,7 +21,7 @@ func (l *Lease) IsService() bool { return l.Kind == KindService && l.Service != 
 // made by `dibs serve`, with a definition that fits every node's state.
 func (c Claim) checkService() error {
 	if (c.Kind == KindService) != (c.Service != nil) {
-		return refusal.Invalidf("a service lease is started with dibs serve NAME -- COMMAND, not dibs claim --kind service")
+		return errServiceKind()
 	}
 	if c.Service == nil {
 		return nil

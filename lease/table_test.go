@@ -281,6 +281,23 @@ func TestParseKind(t *testing.T) {
 	checkRefusal(t, err, refusal.CodeInvalid, `"gpu"`, "use interactive or batch")
 }
 
+// TestKindServiceIsRefusedAlikeAtEveryDoor: a lease of kind service is
+// made by `dibs serve` alone, and every other door a kind comes in by
+// says so in the same words: the CLI's --kind and a booking (which said
+// "unknown lease kind" before), a claim from the socket, and one from a
+// peer (which said "not dibs claim --kind service").
+func TestKindServiceIsRefusedAlikeAtEveryDoor(t *testing.T) {
+	const want = "a service lease is started with dibs serve NAME -- COMMAND, not with --kind service"
+	for _, in := range []string{"service", " Service "} {
+		_, err := lease.ParseKind(in)
+		checkRefusal(t, err, refusal.CodeInvalid, want)
+	}
+	err := lease.BookRequest{Count: 1, Start: t0.Add(time.Hour), Duration: time.Hour, Kind: lease.KindService}.Validate()
+	checkRefusal(t, err, refusal.CodeInvalid, want)
+	err = lease.Claim{Count: 1, Kind: lease.KindService}.Validate()
+	checkRefusal(t, err, refusal.CodeInvalid, want)
+}
+
 func TestPlanRelease(t *testing.T) {
 	tab := table(held(1, alice, []int{0, 1}, t0, time.Hour))
 	tests := []struct {

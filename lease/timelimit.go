@@ -29,13 +29,7 @@ func CheckDuration(d time.Duration, k Kind, p Policy) (time.Duration, error) {
 // kindOrDefault is the kind a request asked for, interactive when it named
 // none, refused when it names no kind dibs knows.
 func kindOrDefault(k Kind) (Kind, error) {
-	if k == "" {
-		return KindInteractive, nil
-	}
-	if err := checkKind(k); err != nil {
-		return "", err
-	}
-	return k, nil
+	return parseKind(string(k), true)
 }
 
 // Limit is the kind and the time limit claim c gets under policy p: the

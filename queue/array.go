@@ -10,6 +10,7 @@ import (
 	"github.com/dibs-gpu/dibs/base/refusal"
 	"github.com/dibs-gpu/dibs/base/words"
 	"github.com/dibs-gpu/dibs/job"
+	"github.com/dibs-gpu/dibs/nodeprobe"
 )
 
 // A job array (`dibs run --array 0-19%4`) is one queue entry, the parent,
@@ -77,7 +78,7 @@ func ParseArray(s string) (*Array, error) {
 	if len(idx) == 0 {
 		return nil, refusal.Invalidf("--array %s names no task (e.g. 0-19%%4)", words.QuoteInput(s))
 	}
-	a.Spec = formatIndexSet(idx)
+	a.Spec = FormatIndices(idx)
 	return a, nil
 }
 
@@ -164,7 +165,7 @@ func (a *Array) MarkEnded(index int, state EntryState) {
 		idx = append(idx, index)
 		slices.Sort(idx)
 	}
-	*p = formatIndexSet(idx)
+	*p = FormatIndices(idx)
 }
 
 // Counts says how many tasks are done, failed and cancelled.
@@ -268,29 +269,8 @@ func indexOf(s string) (int, error) {
 	return n, nil
 }
 
-// formatIndexSet writes sorted unique indices as ranges: 0-3,5,7-9.
-func formatIndexSet(idx []int) string {
-	var b strings.Builder
-	for i := 0; i < len(idx); {
-		j := i
-		for j+1 < len(idx) && idx[j+1] == idx[j]+1 {
-			j++
-		}
-		if b.Len() > 0 {
-			b.WriteByte(',')
-		}
-		b.WriteString(strconv.Itoa(idx[i]))
-		if j > i {
-			b.WriteByte('-')
-			b.WriteString(strconv.Itoa(idx[j]))
-		}
-		i = j + 1
-	}
-	return b.String()
-}
-
 // FormatIndices writes indices compactly, as ranges (3-5,9).
+// It is the kernel's CPU-list form, so nodeprobe's writer serves both.
 func FormatIndices(idx []int) string {
-	s := slices.Sorted(slices.Values(idx))
-	return formatIndexSet(slices.Compact(s))
+	return nodeprobe.FormatCPUList(idx)
 }

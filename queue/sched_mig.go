@@ -3,7 +3,7 @@ package queue
 import (
 	"cmp"
 	"fmt"
-	"math/bits"
+	"iter"
 	"slices"
 	"strings"
 
@@ -182,38 +182,48 @@ func (s *scheduler) migNode(i int, e *QueueEntry) *snode {
 // lease of its whole GPU); never when none has a known end.
 func (s *scheduler) estimateMIG(e *QueueEntry) int64 {
 	best := never
-	for i := range s.nodes {
-		sn := s.migNode(i, e)
-		if sn == nil {
+	for i, g := range s.migGPUs(e) {
+		u := s.nodes[i].migUses[g.Index]
+		if u == nil {
 			continue
 		}
-		for k := range sn.snap.GPUs {
-			g := &sn.snap.GPUs[k]
-			if !lease.HasMIG(g, e.MIG) || !lease.MatchModel(g, e.Model) {
-				continue
-			}
-			u := sn.migUses[g.Index]
-			if u == nil {
-				continue
-			}
-			if u.Whole != nil {
-				end, _ := s.leaseEnd(u.Whole)
-				best = min(best, end)
-				continue
-			}
-			for k := range g.MIGDevices {
-				if d := &g.MIGDevices[k]; lease.MIGNamed(g, d, e.MIG) {
-					l := u.MIG(d.UUID)
-					if l == nil {
-						continue
-					}
-					end, _ := s.leaseEnd(l)
-					best = min(best, end)
+		if u.Whole != nil {
+			end, _ := s.leaseEnd(u.Whole)
+			best = min(best, end)
+			continue
+		}
+		for k := range g.MIGDevices {
+			if d := &g.MIGDevices[k]; lease.MIGNamed(g, d, e.MIG) {
+				l := u.MIG(d.UUID)
+				if l == nil {
+					continue
 				}
+				end, _ := s.leaseEnd(l)
+				best = min(best, end)
 			}
 		}
 	}
 	return best
+}
+
+// migGPUs yields, node by node (its index), each GPU with the MIG
+// instance and the model MIG entry e asks for, on the nodes e may run on
+// (migNode): the GPUs estimateMIG and reclaimMIG look through.
+func (s *scheduler) migGPUs(e *QueueEntry) iter.Seq2[int, *nodeprobe.GPU] {
+	return func(yield func(int, *nodeprobe.GPU) bool) {
+		for i := range s.nodes {
+			sn := s.migNode(i, e)
+			if sn == nil {
+				continue
+			}
+			for k := range sn.snap.GPUs {
+				g := &sn.snap.GPUs[k]
+				if lease.HasMIG(g, e.MIG) && lease.MatchModel(g, e.Model) && !yield(i, g) {
+					return
+				}
+			}
+		}
+	}
 }
 
 // reclaimMIG asks for one MIG lease the entry could take the instance of
@@ -225,66 +235,42 @@ func (s *scheduler) reclaimMIG(e *QueueEntry, plan *Plan) string {
 	soon := int64(s.cfg.PreemptGrace)
 	var best *lease.Lease
 	bestN, bestRank, bestIdle := -1, 0, int64(0)
-	for i := range s.nodes {
-		sn := s.migNode(i, e)
-		if sn == nil {
+	for i, g := range s.migGPUs(e) {
+		if g.Error != "" {
 			continue
 		}
-		for k := range sn.snap.GPUs {
-			g := &sn.snap.GPUs[k]
-			if !lease.HasMIG(g, e.MIG) || g.Error != "" || !lease.MatchModel(g, e.Model) {
+		sn := &s.nodes[i]
+		u := sn.migUses[g.Index]
+		for d := range g.MIGDevices {
+			inst := &g.MIGDevices[d]
+			l := u.MIG(inst.UUID)
+			if l == nil || !lease.MIGNamed(g, inst, e.MIG) || sn.migTaken[inst.UUID] {
 				continue
 			}
-			u := sn.migUses[g.Index]
-			for d := range g.MIGDevices {
-				inst := &g.MIGDevices[d]
-				l := u.MIG(inst.UUID)
-				if l == nil || !lease.MIGNamed(g, inst, e.MIG) || sn.migTaken[inst.UUID] {
-					continue
+			if !l.PreemptedAt.IsZero() {
+				// Being reclaimed already: this entry waits for it.
+				if sn.migTaken == nil {
+					sn.migTaken = make(map[string]bool)
 				}
-				if !l.PreemptedAt.IsZero() {
-					// Being reclaimed already: this entry waits for it.
-					if sn.migTaken == nil {
-						sn.migTaken = make(map[string]bool)
-					}
-					sn.migTaken[inst.UUID] = true
-					return fmt.Sprintf("next to start: a MIG instance %s, once the lease being reclaimed ends", termsafe.String(e.MIG))
-				}
-				if l.User == e.User {
-					continue
-				}
-				if end, _ := s.leaseEnd(l); !l.ExpiresAt.IsZero() && l.ExpiresAt.After(s.now) && end <= soon {
-					continue // it ends within the grace anyway
-				}
-				rank := 0 // 3 overdue, 2 idle, 1 borrowed
-				from, idle := s.idleFrom(sn, l)
-				switch {
-				case !l.ExpiresAt.IsZero() && !l.ExpiresAt.After(s.now):
-					rank = 3
-				case idle:
-					rank = 2
-				case within && l.Borrowed:
-					rank = 1
-				}
-				better := rank > bestRank ||
-					rank == bestRank && rank == 2 && from < bestIdle ||
-					rank == bestRank && rank == 1 && l.StartedAt.After(best.StartedAt)
-				if rank > 0 && better {
-					best, bestN, bestRank, bestIdle = l, i, rank, from
-				}
+				sn.migTaken[inst.UUID] = true
+				return fmt.Sprintf("next to start: a MIG instance %s, once the lease being reclaimed ends", termsafe.String(e.MIG))
+			}
+			if l.User == e.User {
+				continue
+			}
+			rank, from := s.reclaimRank(sn, l, within, soon)
+			better := rank > bestRank ||
+				rank == bestRank && rank == 2 && from < bestIdle ||
+				rank == bestRank && rank == 1 && l.StartedAt.After(best.StartedAt)
+			if rank > 0 && better {
+				best, bestN, bestRank, bestIdle = l, i, rank, from
 			}
 		}
 	}
 	if best == nil {
 		return ""
 	}
-	why := lease.PreemptQuota
-	switch bestRank {
-	case 3:
-		why = lease.PreemptOverdue
-	case 2:
-		why = lease.PreemptIdle
-	}
+	why := reclaimReason(bestRank)
 	sn := &s.nodes[bestN]
 	if sn.migTaken == nil {
 		sn.migTaken = make(map[string]bool)
@@ -292,6 +278,38 @@ func (s *scheduler) reclaimMIG(e *QueueEntry, plan *Plan) string {
 	sn.migTaken[best.MIG] = true
 	plan.Reclaim = append(plan.Reclaim, Reclaim{Lease: *best, Reason: why, For: e.ID})
 	return fmt.Sprintf("next to start: reclaiming a MIG instance %s (%s) for it", termsafe.String(e.MIG), why)
+}
+
+// reclaimRank is how fit another user's MIG or budget lease l on sn is to
+// be reclaimed for a waiting entry: 3 past its end, 2 idle (since from),
+// 1 borrowed when the entry is within its quota (within), 0 not at all,
+// as for one that ends within soon (the grace) anyway. reclaimMIG and
+// reclaimShared rank their candidates by it.
+func (s *scheduler) reclaimRank(sn *snode, l *lease.Lease, within bool, soon int64) (rank int, from int64) {
+	if end, _ := s.leaseEnd(l); l.ExpiresAt.After(s.now) && end <= soon {
+		return 0, 0 // it ends within the grace anyway
+	}
+	from, idle := s.idleFrom(sn, l)
+	switch {
+	case !l.ExpiresAt.IsZero() && !l.ExpiresAt.After(s.now):
+		return 3, from
+	case idle:
+		return 2, from
+	case within && l.Borrowed:
+		return 1, from
+	}
+	return 0, from
+}
+
+// reclaimReason is the preemption reason a reclaimRank names.
+func reclaimReason(rank int) string {
+	switch rank {
+	case 3:
+		return lease.PreemptOverdue
+	case 2:
+		return lease.PreemptIdle
+	}
+	return lease.PreemptQuota
 }
 
 // reclaimShared asks for the budgets on one GPU that a waiting budget
@@ -313,67 +331,53 @@ func (s *scheduler) reclaimShared(e *QueueEntry, mm []uint64, plan *Plan) string
 	var best []cand
 	bestN, bestB := -1, -1
 	var cands []cand
-	for i := range s.nodes {
-		sn, el, room := s.sharedNode(i, e, mm)
-		if el == 0 {
+	for i, b := range s.sharedGPUs(e, mm) {
+		sn := &s.nodes[i]
+		if sn.bookedWithin(e.Duration)&(1<<b) != 0 {
 			continue
 		}
-		for m := el &^ sn.bookedWithin(e.Duration); m != 0; m &= m - 1 {
-			b := bits.TrailingZeros64(m)
-			if sn.total[b] < e.MemMiB || slices.ContainsFunc(sn.held[b], func(l *lease.Lease) bool { return !l.Partial() || l.MIG != "" }) {
-				continue // held whole, or split: no budget fits there
-			}
-			have := room[b]
-			cands = cands[:0]
-			for _, l := range sn.held[b] {
-				switch {
-				case !l.PreemptedAt.IsZero() || s.reclaimed[l]:
-					have += l.MemMiB // being reclaimed already
-				case l.User == e.User:
-				default:
-					if end, _ := s.leaseEnd(l); l.ExpiresAt.After(s.now) && end <= soon {
-						continue // it ends within the grace anyway
-					}
-					from, idle := s.idleFrom(sn, l)
-					c := cand{l: l, from: from}
-					switch {
-					case !l.ExpiresAt.IsZero() && !l.ExpiresAt.After(s.now):
-						c.rank = 3
-					case idle:
-						c.rank = 2
-					case within && l.Borrowed:
-						c.rank = 1
-					}
-					if c.rank > 0 {
-						cands = append(cands, c)
-					}
+		room := sn.room
+		if sn.total[b] < e.MemMiB || slices.ContainsFunc(sn.held[b], func(l *lease.Lease) bool { return !l.Partial() || l.MIG != "" }) {
+			continue // held whole, or split: no budget fits there
+		}
+		have := room[b]
+		cands = cands[:0]
+		for _, l := range sn.held[b] {
+			switch {
+			case !l.PreemptedAt.IsZero() || s.reclaimed[l]:
+				have += l.MemMiB // being reclaimed already
+			case l.User == e.User:
+			default:
+				c := cand{l: l}
+				if c.rank, c.from = s.reclaimRank(sn, l, within, soon); c.rank > 0 {
+					cands = append(cands, c)
 				}
 			}
-			if sn.spoken != nil {
-				have -= min(have, sn.spoken[b])
+		}
+		if sn.spoken != nil {
+			have -= min(have, sn.spoken[b])
+		}
+		if have >= e.MemMiB {
+			s.speak(sn, b, e.MemMiB)
+			return fmt.Sprintf("next to start: %s on GPU %d of %s, once the budgets being reclaimed end", lease.FormatMem(e.MemMiB), sn.gpus[b].index, sn.name)
+		}
+		slices.SortFunc(cands, func(a, b cand) int {
+			switch {
+			case a.rank != b.rank:
+				return cmp.Compare(b.rank, a.rank)
+			case a.rank == 2 && a.from != b.from:
+				return cmp.Compare(a.from, b.from)
+			case a.rank == 1:
+				return b.l.StartedAt.Compare(a.l.StartedAt)
 			}
-			if have >= e.MemMiB {
-				s.speak(sn, b, e.MemMiB)
-				return fmt.Sprintf("next to start: %s on GPU %d of %s, once the budgets being reclaimed end", lease.FormatMem(e.MemMiB), sn.gpus[b].index, sn.name)
-			}
-			slices.SortFunc(cands, func(a, b cand) int {
-				switch {
-				case a.rank != b.rank:
-					return cmp.Compare(b.rank, a.rank)
-				case a.rank == 2 && a.from != b.from:
-					return cmp.Compare(a.from, b.from)
-				case a.rank == 1:
-					return b.l.StartedAt.Compare(a.l.StartedAt)
+			return cmp.Compare(a.l.ID, b.l.ID)
+		})
+		for k, c := range cands {
+			if have += c.l.MemMiB; have >= e.MemMiB {
+				if best == nil || k+1 < len(best) {
+					best, bestN, bestB = slices.Clone(cands[:k+1]), i, b
 				}
-				return cmp.Compare(a.l.ID, b.l.ID)
-			})
-			for k, c := range cands {
-				if have += c.l.MemMiB; have >= e.MemMiB {
-					if best == nil || k+1 < len(best) {
-						best, bestN, bestB = slices.Clone(cands[:k+1]), i, b
-					}
-					break
-				}
+				break
 			}
 		}
 	}
@@ -386,13 +390,7 @@ func (s *scheduler) reclaimShared(e *QueueEntry, mm []uint64, plan *Plan) string
 	}
 	reasons := ""
 	for _, c := range best {
-		why := lease.PreemptQuota
-		switch c.rank {
-		case 3:
-			why = lease.PreemptOverdue
-		case 2:
-			why = lease.PreemptIdle
-		}
+		why := reclaimReason(c.rank)
 		if !strings.Contains(reasons, why) {
 			if reasons != "" {
 				reasons += ", "

@@ -3,6 +3,7 @@ package queue
 import (
 	"cmp"
 	"fmt"
+	"iter"
 	"math/bits"
 	"slices"
 	"strings"
@@ -204,26 +205,21 @@ func (s *scheduler) visitShared(e *QueueEntry, r *Ranked, plan *Plan) {
 	canProtected := s.head != nil && e.Duration > 0 && int64(e.Duration) <= s.headAt
 	bestN, bestB, bestLeft := -1, -1, uint64(0)
 	most := uint64(0)
-	for i := range s.nodes {
-		sn, el, room := s.sharedNode(i, e, mm)
-		if el == 0 {
+	for i, b := range s.sharedGPUs(e, mm) {
+		sn := &s.nodes[i]
+		room := sn.room
+		most = max(most, room[b])
+		if room[b] < e.MemMiB || sn.bookedWithin(e.Duration)&(1<<b) != 0 ||
+			sn.protect&(1<<b) != 0 && !canProtected {
 			continue
 		}
-		for m := el; m != 0; m &= m - 1 {
-			b := bits.TrailingZeros64(m)
-			most = max(most, room[b])
-			if room[b] < e.MemMiB || sn.bookedWithin(e.Duration)&(1<<b) != 0 ||
-				sn.protect&(1<<b) != 0 && !canProtected {
-				continue
-			}
-			left := room[b] - e.MemMiB
-			better := bestN < 0 || left < bestLeft
-			if !better && left == bestLeft && bestN != i {
-				better = sn.name == e.Origin && s.nodes[bestN].name != e.Origin
-			}
-			if better {
-				bestN, bestB, bestLeft = i, b, left
-			}
+		left := room[b] - e.MemMiB
+		better := bestN < 0 || left < bestLeft
+		if !better && left == bestLeft && bestN != i {
+			better = sn.name == e.Origin && s.nodes[bestN].name != e.Origin
+		}
+		if better {
+			bestN, bestB, bestLeft = i, b, left
 		}
 	}
 	if bestN < 0 {
@@ -267,27 +263,37 @@ func (s *scheduler) visitShared(e *QueueEntry, r *Ranked, plan *Plan) {
 // lease does; never when no end is known.
 func (s *scheduler) estimateShared(e *QueueEntry, mm []uint64) int64 {
 	best := never
-	for i := range s.nodes {
-		sn, el, room := s.sharedNode(i, e, mm)
-		if el == 0 {
+	for i, b := range s.sharedGPUs(e, mm) {
+		sn := &s.nodes[i]
+		if sn.total[b] < e.MemMiB {
 			continue
 		}
-		for m := el; m != 0; m &= m - 1 {
-			b := bits.TrailingZeros64(m)
-			if sn.total[b] < e.MemMiB {
-				continue
-			}
-			at := int64(0)
-			if room[b] < e.MemMiB {
-				at = s.sharedFreeAt(sn, b, room[b], e.MemMiB)
-			}
-			if sn.books != nil {
-				at = sn.fit(b, at, int64(e.Duration))
-			}
-			best = min(best, at)
+		at := int64(0)
+		if sn.room[b] < e.MemMiB {
+			at = s.sharedFreeAt(sn, b, sn.room[b], e.MemMiB)
 		}
+		if sn.books != nil {
+			at = sn.fit(b, at, int64(e.Duration))
+		}
+		best = min(best, at)
 	}
 	return best
+}
+
+// sharedGPUs yields, node by node (its index), the bit of each GPU budget
+// entry e may take room on (sharedNode), the node's rooms counted: the
+// GPUs visitShared, estimateShared and reclaimShared look through.
+func (s *scheduler) sharedGPUs(e *QueueEntry, mm []uint64) iter.Seq2[int, int] {
+	return func(yield func(int, int) bool) {
+		for i := range s.nodes {
+			_, el, _ := s.sharedNode(i, e, mm)
+			for m := el; m != 0; m &= m - 1 {
+				if !yield(i, bits.TrailingZeros64(m)) {
+					return
+				}
+			}
+		}
+	}
 }
 
 // sharedFreeAt is when GPU bit b, with room now, has room for need: when

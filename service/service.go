@@ -35,6 +35,11 @@ type Spec struct {
 	// Preemptible lets quota preemption take the service's GPUs, as it
 	// takes a borrowed run's; without it a service is never preempted.
 	Preemptible bool `json:"preemptible,omitempty"`
+	// ProxyPort is the service's port on every node's proxy (agent config
+	// [services] proxy): one address that follows it through restarts and
+	// moves. The admitting node assigns it (never the client); the
+	// service's replicas share it; 0 when the proxy is off.
+	ProxyPort int `json:"proxy_port,omitempty"`
 }
 
 // Status is what the supervisor last saw of a service's replica: written
@@ -99,6 +104,9 @@ func (s *Spec) Check() error {
 	}
 	if s.Port < 0 || s.Port > 65535 {
 		return fmt.Errorf("port %d is out of range: give 1 to 65535", s.Port)
+	}
+	if s.ProxyPort < 0 || s.ProxyPort > 65535 {
+		return fmt.Errorf("proxy port %d is out of range: give 1 to 65535", s.ProxyPort)
 	}
 	if s.HealthCmd != "" {
 		if s.Health != "" {

@@ -78,6 +78,8 @@ type Options struct {
 	LedgerPerUserDay int
 	// ServiceRules are the service supervisor's numbers (zero: defaults).
 	ServiceRules service.Rules
+	// Proxy runs the services proxy (config [services] proxy); nil: off.
+	Proxy *agent.ProxySettings
 	// SimOnClock stamps the simulated GPUs' snapshots (and so their
 	// scripted utilization curves) with Clock instead of the system's, so
 	// a test drives a known curve step by step.
@@ -224,6 +226,7 @@ func (n *Node) prepare(o Options) prepared {
 
 		LedgerPerUserDay: o.LedgerPerUserDay,
 		ServiceRules:     o.ServiceRules,
+		Proxy:            o.Proxy,
 	}, agent.Deps{Probe: probe, Sessions: sessions, Clock: o.Clock, Users: o.Users, Store: o.Store})
 	if err != nil {
 		tb.Fatalf("new agent %s: %v", o.Name, err)
@@ -360,6 +363,13 @@ type ClusterOptions struct {
 	// machines have: a service's session svc-NAME on one node is then not
 	// the one of the same name on another.
 	OwnTmux bool
+	// ServiceRules are every node's supervisor's numbers (zero: defaults).
+	ServiceRules service.Rules
+	// Proxy runs every node's services proxy with these settings; each
+	// node then gossips and proxies on a loopback address of its own
+	// (node01 on 127.0.0.1, node02 on 127.0.0.2, …), as separate machines
+	// have one each, so their proxies' ports do not collide.
+	Proxy *agent.ProxySettings
 }
 
 // Cluster starts len(o.Specs) agents named node01, node02, … gossiping on
@@ -380,7 +390,11 @@ func Cluster(tb testing.TB, o ClusterOptions) []*Node {
 	var nodes []*Node
 	seed := ""
 	for i, spec := range o.Specs {
-		cs := &agent.ClusterSettings{BindAddr: "127.0.0.1", Name: o.Name, Key: o.Key, Fast: true, RequestTimeout: o.RequestTimeout}
+		bind := "127.0.0.1"
+		if o.Proxy != nil {
+			bind = fmt.Sprintf("127.0.0.%d", i+1)
+		}
+		cs := &agent.ClusterSettings{BindAddr: bind, Name: o.Name, Key: o.Key, Fast: true, RequestTimeout: o.RequestTimeout}
 		if i < len(o.Protocols) {
 			cs.Protocol = o.Protocols[i]
 		}
@@ -406,7 +420,8 @@ func Cluster(tb testing.TB, o ClusterOptions) []*Node {
 		if o.OwnTmux && i > 0 {
 			tmux = TmuxDir(tb)
 		}
-		n := Start(tb, Options{Name: fmt.Sprintf("node%02d", i+1), Sim: spec, Policy: o.Policy, Sched: o.Sched, Cluster: cs, TmuxTmpDir: tmux, Quiet: o.Quiet, Users: users, MetricsListen: o.MetricsListen, Tags: tags, TmuxPath: tmuxPath, Store: store})
+		n := Start(tb, Options{Name: fmt.Sprintf("node%02d", i+1), Sim: spec, Policy: o.Policy, Sched: o.Sched, Cluster: cs, TmuxTmpDir: tmux, Quiet: o.Quiet, Users: users, MetricsListen: o.MetricsListen, Tags: tags, TmuxPath: tmuxPath, Store: store,
+			ServiceRules: o.ServiceRules, Proxy: o.Proxy})
 		if seed == "" {
 			seed = n.Agent.GossipAddr()
 		}

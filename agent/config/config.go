@@ -21,6 +21,7 @@ import (
 	"github.com/dibs-gpu/dibs/event"
 	"github.com/dibs-gpu/dibs/lease"
 	"github.com/dibs-gpu/dibs/queue"
+	"github.com/dibs-gpu/dibs/service"
 )
 
 // DefaultConfigFile is where the agent looks for its config when none is named.
@@ -47,6 +48,8 @@ type FileConfig struct {
 	SSH           SSHConfig     `toml:"ssh"`
 	Metrics       MetricsConfig `toml:"metrics"`
 	Events        EventsSection `toml:"events"`
+	// Services is [services]: the services proxy.
+	Services ServicesSection `toml:"services"`
 	// Tags are the node's pools: tags = ["h100", "nvlink"].
 	Tags []string `toml:"tags"`
 	// Pools are the limits of pools, by tag: [pools.h100].
@@ -330,6 +333,58 @@ type MetricsConfig struct {
 	Listen string `toml:"listen"`
 }
 
+// ServicesSection is [services]: the agents' proxy for services (issue
+// 33), off by default. Every node should have the same settings
+// (docs/operations.md says what happens when they differ).
+type ServicesSection struct {
+	// Proxy turns the proxy on: one port per service, the same on every
+	// node, forwarding to its healthy replicas.
+	Proxy bool `toml:"proxy"`
+	// ProxyPorts is the range FIRST-LAST (default DefaultProxyPorts): the
+	// first port is each agent's backend, the others the services'.
+	ProxyPorts string `toml:"proxy_ports"`
+	// ProxyMaxConns bounds the connections one agent's proxy forwards at
+	// once (default 1024), ProxyMaxPerService one service's (default 256).
+	ProxyMaxConns      int `toml:"proxy_max_conns"`
+	ProxyMaxPerService int `toml:"proxy_max_per_service"`
+	// ProxyIdle closes a forwarded connection with no byte either way for
+	// that long (default "10m").
+	ProxyIdle string `toml:"proxy_idle"`
+}
+
+// DefaultProxyPorts is the proxy's range when [services] proxy is on and
+// proxy_ports is not given: the backend and 99 services.
+const DefaultProxyPorts = "30000-30099"
+
+// ProxyRange is the proxy's range, zero when the proxy is off; a bad
+// range is refused even then, so turning it on later holds no surprise.
+func (ss ServicesSection) ProxyRange() (service.PortRange, error) {
+	ports := ss.ProxyPorts
+	if ports == "" {
+		ports = DefaultProxyPorts
+	}
+	r, err := service.ParsePortRange(ports)
+	if err != nil {
+		return r, &ConfigError{Msg: "services.proxy_ports: " + err.Error()}
+	}
+	if !ss.Proxy {
+		return service.PortRange{}, nil
+	}
+	return r, nil
+}
+
+// ProxyIdleFor is [services] proxy_idle (0: the proxy's default).
+func (ss ServicesSection) ProxyIdleFor() (time.Duration, error) {
+	if ss.ProxyIdle == "" {
+		return 0, nil
+	}
+	d, err := words.ParseDuration(ss.ProxyIdle)
+	if err != nil || d < time.Second {
+		return 0, &ConfigError{Msg: fmt.Sprintf("services.proxy_idle: %q is not a duration of a second or more (e.g. 10m)", ss.ProxyIdle)}
+	}
+	return d, nil
+}
+
 // CheckListen reads a HOST:PORT the agent is to listen on; unlike the
 // gossip addresses, the port must be given (no port is dibs's own).
 func CheckListen(s string) error {
@@ -498,6 +553,15 @@ func (fc FileConfig) check() error {
 	}
 	if err := lease.CheckTags(fc.Tags); err != nil {
 		return bad("tags", "%v", err)
+	}
+	if _, err := fc.Services.ProxyRange(); err != nil {
+		return err
+	}
+	if _, err := fc.Services.ProxyIdleFor(); err != nil {
+		return err
+	}
+	if fc.Services.ProxyMaxConns < 0 || fc.Services.ProxyMaxPerService < 0 {
+		return bad("services.proxy_max_conns", "the proxy's bounds must not be negative (0: the defaults, 1024 and 256 per service)")
 	}
 	if _, err := fc.PoolLimits(); err != nil {
 		return err

@@ -26,6 +26,7 @@ import (
 	"github.com/dibs-gpu/dibs/launch"
 	"github.com/dibs-gpu/dibs/lease"
 	"github.com/dibs-gpu/dibs/queue"
+	"github.com/dibs-gpu/dibs/service"
 )
 
 // Config is what the service is told.
@@ -36,6 +37,10 @@ type Config struct {
 	Version string
 	DataDir string
 	Socket  string
+	// ProxyPorts is the services proxy's range (agent config [services]
+	// proxy_ports) when the proxy is on, zero when off: a service
+	// admitted here is given a port of it (admitService).
+	ProxyPorts service.PortRange
 }
 
 // Cluster is what the service reads of the gossip cluster; single-node mode

@@ -1,12 +1,9 @@
 package core
 
 import (
-	"cmp"
 	"context"
-	"encoding/json"
 	"fmt"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
@@ -90,10 +87,8 @@ func (s *Service) nodeTally(ctx context.Context, node string, protocol int, sinc
 	return nil, nil, fmt.Errorf("%s's tally did not end after 1000 pages", node)
 }
 
-// staleSessions bounds how many users' tmux servers a report lists.
-const staleSessionUsers = 64
-
-// report is this node's report of itself.
+// report is this node's report of itself: what the agent knows (d.Facts)
+// and the facts of its leases, GPUs and sessions (doctor's rules).
 func (s *Service) report(ctx context.Context, d DoctorDeps) doctor.Report {
 	var r doctor.Report
 	if d.Facts != nil {
@@ -108,83 +103,22 @@ func (s *Service) report(ctx context.Context, d DoctorDeps) doctor.Report {
 	if r.DataDir == "" {
 		r.DataDir = s.cfg.DataDir
 	}
-	holder := map[int]lease.Lease{}
-	for _, l := range st.Leases {
-		if !l.ReservedUntil.IsZero() {
-			continue
-		}
-		for _, g := range l.GPUs {
-			holder[g] = l
-		}
-		if l.ExpiresAt.Before(now) {
-			r.Overdue = append(r.Overdue, doctor.LeaseFact{Lease: l.ID, User: l.User, GPUs: l.GPUs, Session: l.Session, For: now.Sub(l.ExpiresAt)})
-		}
-	}
-	for _, g := range st.Snap.GPUs {
-		j := st.Judged[g.Index]
-		if !j.Has(lease.FlagSquatted) {
-			continue
-		}
-		q := doctor.SquatFact{GPU: g.Index}
-		if l, ok := holder[g.Index]; ok {
-			q.Holder = l.User
-		}
-		for _, p := range j.Squatters {
-			u := p.User
-			if u == "" {
-				u = fmt.Sprintf("uid %d", p.UID)
-			}
-			if !slices.Contains(q.Users, u) && len(q.Users) < 16 {
-				q.Users = append(q.Users, u)
-			}
-			if len(q.PIDs) < 16 {
-				q.PIDs = append(q.PIDs, p.PID)
-			}
-		}
-		if d.SquatSince != nil {
-			if since := d.SquatSince(g.Index); !since.IsZero() {
-				q.For = max(now.Sub(since), 0)
-			}
-		}
-		r.Squatted = append(r.Squatted, q)
-	}
+	r.Overdue, r.Squatted = doctor.LeaseFacts(st.Leases, st.Snap.GPUs, st.Judged, now, d.SquatSince)
 	if d.Sessions != nil {
-		r.StraySessions, r.Sessionless = s.sessionFacts(ctx, d, st.Leases, now)
+		r.StraySessions, r.Sessionless = doctor.SessionFacts(st.Leases, s.listSessions(ctx, d, st.Leases, now), now)
 	}
 	return r
 }
 
-// sessionFacts finds dibs's tmux sessions no lease holds (named dibs-…, of
-// users who held a lease here in the last week) and leases whose session
-// is gone (for more than a minute: the node ends those itself soon).
-func (s *Service) sessionFacts(ctx context.Context, d DoctorDeps, leases []lease.Lease, now time.Time) (stray []doctor.SessionFact, lost []doctor.LeaseFact) {
-	users := map[string]bool{}
-	held := map[string]bool{}
-	for _, l := range leases {
-		users[l.User] = true
-		if l.Session != "" {
-			held[l.User+"\x00"+l.Session] = true
-		}
-	}
+// listSessions lists the tmux sessions of the users who hold a lease here
+// or held one in the last week (doctor.SessionOwners), by user; a user
+// whose sessions cannot be listed is left out.
+func (s *Service) listSessions(ctx context.Context, d DoctorDeps, leases []lease.Lease, now time.Time) map[string][]string {
 	// Who held a lease here in the week: the totals name them, without a
 	// copy of the week's ledger.
-	if t, err := s.deps.Node.Usage().DoctorTally(now.Add(-7*24*time.Hour), nil); err == nil {
-		for u := range t.UserHours {
-			users[u] = true
-		}
-	}
-	names := slices.Sorted(func(yield func(string) bool) {
-		for u := range users {
-			if u != "" && !yield(u) {
-				return
-			}
-		}
-	})
-	if len(names) > staleSessionUsers {
-		names = names[:staleSessionUsers]
-	}
+	week, _ := s.deps.Node.Usage().DoctorTally(now.Add(-7*24*time.Hour), nil)
 	listed := map[string][]string{}
-	for _, name := range names {
+	for _, name := range doctor.SessionOwners(leases, week) {
 		u, err := s.deps.Accounts.ByName(name)
 		if err != nil {
 			continue
@@ -196,98 +130,8 @@ func (s *Service) sessionFacts(ctx context.Context, d DoctorDeps, leases []lease
 			continue
 		}
 		listed[name] = sessions
-		for _, sess := range sessions {
-			if strings.HasPrefix(sess, "dibs-") && !held[name+"\x00"+sess] {
-				stray = append(stray, doctor.SessionFact{User: name, Session: sess})
-			}
-		}
 	}
-	for _, l := range leases {
-		sessions, ok := listed[l.User]
-		if l.Session == "" || !ok || !l.ReservedUntil.IsZero() || now.Sub(l.StartedAt) < time.Minute || slices.Contains(sessions, l.Session) {
-			continue
-		}
-		lost = append(lost, doctor.LeaseFact{Lease: l.ID, User: l.User, GPUs: l.GPUs, Session: l.Session, For: now.Sub(l.StartedAt)})
-	}
-	return stray, lost
-}
-
-// history serves one page of this node's ledger or samples.
-func (s *Service) history(r peer.HistoryRequest, d DoctorDeps) (peer.HistoryReply, error) {
-	var out peer.HistoryReply
-	size := 0
-	fits := func(v any) bool {
-		b, _ := json.Marshal(v)
-		size += len(b) + 1
-		return size <= peer.HistoryPageBytes && len(out.Entries)+len(out.Buckets) < peer.MaxHistoryItems
-	}
-	switch r.Part {
-	case peer.HistoryLedger:
-		// A page is a binary search into the ledger kept in memory, in
-		// end order, and the page itself: never the whole ledger again.
-		err := s.deps.Node.Usage().EachEnded(r.Since, r.AfterEnd, r.AfterID, func(e lease.LedgerEntry) bool {
-			if e.Validate() != nil {
-				return true // written by a broken agent: not worth a failed doctor
-			}
-			if !fits(e) {
-				out.More = true
-				return false
-			}
-			out.Entries = append(out.Entries, e)
-			return true
-		})
-		if err != nil {
-			return out, err
-		}
-	case peer.HistoryRun:
-		if kr, ok := s.deps.Node.KeptRun(r.AfterID); ok {
-			out.Run, out.RunUser = &kr.Job, kr.User
-		}
-	case peer.HistorySamples:
-		if d.Samples == nil {
-			return out, nil
-		}
-		for _, b := range d.Samples(r.Since) {
-			if !r.AfterHour.IsZero() && !b.Hour.After(r.AfterHour) {
-				continue
-			}
-			if !fits(b) {
-				out.More = true
-				break
-			}
-			out.Buckets = append(out.Buckets, b)
-		}
-	}
-	return out, nil
-}
-
-// nodeHistory reads a node's whole history since a time, page by page.
-func (s *Service) nodeHistory(ctx context.Context, node string, since time.Time, part string) (peer.HistoryReply, error) {
-	var all peer.HistoryReply
-	req := peer.HistoryRequest{Part: part, Since: since}
-	for page := 0; page < 1000; page++ {
-		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		r, err := peer.Call(cctx, s.deps.Peers, node, peer.History, peer.System, req)
-		cancel()
-		if err != nil {
-			return all, err
-		}
-		all.Entries = append(all.Entries, r.Entries...)
-		all.Buckets = append(all.Buckets, r.Buckets...)
-		if !r.More {
-			return all, nil
-		}
-		switch {
-		case len(r.Entries) > 0:
-			last := r.Entries[len(r.Entries)-1]
-			req.AfterEnd, req.AfterID = last.End, last.LeaseID
-		case len(r.Buckets) > 0:
-			req.AfterHour = r.Buckets[len(r.Buckets)-1].Hour
-		default:
-			return all, fmt.Errorf("%s sent an empty page of its history", node)
-		}
-	}
-	return all, fmt.Errorf("%s's history did not end after 1000 pages", node)
+	return listed
 }
 
 // Doctor is `dibs doctor`: every node's health, asked in parallel, and —
@@ -407,19 +251,9 @@ func (b *Bound) Doctor(ctx context.Context, req api.DoctorRequest) (api.DoctorRe
 	}
 	wg.Wait()
 	slices.Sort(hist.Missing)
-	slices.SortFunc(hist.Ledger, func(a, b lease.LedgerEntry) int {
-		if c := a.End.Compare(b.End); c != 0 {
-			return c
-		}
-		return cmp.Compare(a.LeaseID, b.LeaseID)
-	})
+	slices.SortFunc(hist.Ledger, lease.ByEnd)
 	f := doctor.Analyze(hist)
-	for _, l := range s.View().Leases() {
-		if l.IsService() {
-			f.Services++
-			f.ServiceGPUs += len(l.GPUs)
-		}
-	}
+	f.CountServices(s.View().Leases())
 	verdict := doctor.Decide(f, s.cfg.Policy, s.cfg.Sched)
 	rep.Findings, rep.Verdict = &f, &verdict
 	if req.Ledger {

@@ -1,7 +1,6 @@
 package core
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"slices"
@@ -118,12 +117,7 @@ func (b *Bound) History(ctx context.Context, r api.HistoryRequest) (api.HistoryR
 		}(n.Name)
 	}
 	wg.Wait()
-	slices.SortFunc(all, func(x, y lease.LedgerEntry) int {
-		if c := x.End.Compare(y.End); c != 0 {
-			return c
-		}
-		return cmp.Compare(x.LeaseID, y.LeaseID)
-	})
+	slices.SortFunc(all, lease.ByEnd)
 	if len(all) > f.Limit {
 		all, rep.More = all[len(all)-f.Limit:], true
 	}

@@ -35,9 +35,6 @@ func claimOf(req api.ClaimRequest) (lease.Claim, error) {
 	if c.Where, err = whereOf(req.Node, req.NodeChoice); err != nil {
 		return lease.Claim{}, err
 	}
-	if lease.Kind(req.Kind) == lease.KindService {
-		return lease.Claim{}, refusal.Invalidf("a service lease is started with dibs serve NAME -- COMMAND, not with --kind service")
-	}
 	if c.Kind, err = lease.ParseKind(req.Kind); err != nil {
 		return lease.Claim{}, err
 	}

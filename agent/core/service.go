@@ -70,7 +70,47 @@ func (b *Bound) admitService(v queue.ClusterView, c *lease.Claim) error {
 		}
 		c.Tags = append(slices.Clone(c.Tags), p.ServicePools[0])
 	}
+	port, err := b.s.proxyPort(v, c.Service, b.c.User)
+	if err != nil {
+		return err
+	}
+	spec := *c.Service
+	spec.ProxyPort = port
+	c.Service = &spec
 	return nil
+}
+
+// proxyPort is the port of the agents' proxy (agent config [services]
+// proxy_ports) for the service spec of user, 0 when the proxy is off here
+// or the service has no port to forward to. A service keeps the port its
+// other leases carry (its replicas, and the copy on a lost node that a
+// move replaces), so the address stays through moves; else the port a
+// move asks for when it is free; else the lowest of the range that no
+// service in the view holds. The client never chooses it: what a claim
+// carries is only a hint. A full range is a one-line refusal.
+func (s *Service) proxyPort(v queue.ClusterView, spec *service.Spec, user string) (int, error) {
+	r := s.cfg.ProxyPorts
+	if r.IsZero() || spec.Port == 0 {
+		return 0, nil
+	}
+	used := map[int]bool{}
+	for _, l := range v.Leases() {
+		if !l.IsService() || l.Service.ProxyPort == 0 {
+			continue
+		}
+		if l.User == user && l.Service.Name == spec.Name {
+			return l.Service.ProxyPort, nil
+		}
+		used[l.Service.ProxyPort] = true
+	}
+	if r.Holds(spec.ProxyPort) && !used[spec.ProxyPort] {
+		return spec.ProxyPort, nil
+	}
+	port, ok := r.Pick(used)
+	if !ok {
+		return 0, &refusal.Error{Code: refusal.CodeForbidden, Msg: fmt.Sprintf("every port of the services proxy (services.proxy_ports %s) is taken by another service: dibs stop one, or ask an admin to widen the range", r)}
+	}
+	return port, nil
 }
 
 // clusterGPUs counts the GPUs of the nodes the view knows.

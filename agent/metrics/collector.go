@@ -49,6 +49,7 @@ var (
 	descGossipRefuse = desc("dibs_gossip_streams_refused_total", "Inbound gossip TCP streams closed unread: over the caps per address or in all, or silent too long.")
 	descServiceUp    = desc("dibs_service_up", "1 while a service of this node passes its check (healthy), 0 otherwise (starting, unhealthy, restarting).", "node", "service", "user", "state")
 	descServiceRest  = desc("dibs_service_restarts_total", "Restarts in place of a service of this node since it started.", "node", "service", "user")
+	descProxyConns   = desc("dibs_proxy_connections_total", "Connections to a service's port on this node's proxy, by outcome: forwarded to a healthy replica, refused (over proxy_max_conns or proxy_max_per_service), failed (no healthy replica answered, or none passed the owner check).", "node", "service", "user", "port", "outcome")
 	descLeaseSM      = desc("dibs_lease_sm_mean_percent", "A running lease's mean SM utilization so far over its GPUs, 0-100; absent where the hardware reports none (MIG, budgets).", "node", "lease", "user")
 	descLeaseIdle    = desc("dibs_lease_idle_percent", "Share of a running lease's time so far during which every GPU it holds read 0 %.", "node", "lease", "user")
 	descLeasePeakMem = desc("dibs_lease_peak_memory_bytes", "The most GPU memory a running lease has used on one of its GPUs so far.", "node", "lease", "user")
@@ -61,6 +62,7 @@ var allDescs = []*prometheus.Desc{
 	descProbeTime, descLease, descLeaseLeft, descSquatted, descIdle, descQueue, descQueueOldest, descMembers,
 	descMemberHeard, descGossipMsgs, descGossipBytes, descGossipDrop, descGossipCrypt, descGossipReqs,
 	descGossipReqErr, descGossipRefuse, descInfo, descStart, descLeaseSM, descLeaseIdle, descLeasePeakMem, descServiceUp, descServiceRest,
+	descProxyConns,
 }
 
 // collector turns the agent's state into metrics at scrape time.
@@ -105,6 +107,14 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 			}
 			gauge(descServiceUp, up, n.Name, l.Service.Name, l.User, string(l.Service.State))
 			counter(descServiceRest, uint64(l.Service.Restarts), n.Name, l.Service.Name, l.User)
+		}
+	}
+	if f := c.m.proxy.Load(); f != nil {
+		for _, pc := range (*f)() {
+			port := strconv.Itoa(pc.Port)
+			counter(descProxyConns, pc.Forwarded, v.Self, pc.Name, pc.User, port, "forwarded")
+			counter(descProxyConns, pc.Refused, v.Self, pc.Name, pc.User, port, "refused")
+			counter(descProxyConns, pc.Failed, v.Self, pc.Name, pc.User, port, "failed")
 		}
 	}
 	if len(st.Members) > 0 {

@@ -19,12 +19,14 @@ import (
 	"net/http"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/dibs-gpu/dibs/agent/proxy"
 	"github.com/dibs-gpu/dibs/api"
 	"github.com/dibs-gpu/dibs/queue"
 	"github.com/dibs-gpu/dibs/runrecord"
@@ -66,6 +68,10 @@ type Metrics struct {
 	apiDuration *prometheus.HistogramVec
 	queueWait   prometheus.Histogram
 
+	// proxy reads the services proxy's counts (SetProxy); nil when the
+	// proxy is off.
+	proxy atomic.Pointer[func() []proxy.Count]
+
 	mu sync.Mutex
 	// running are the keys (id#attempt) of this origin's entries last seen
 	// running, so each start is observed once.
@@ -104,6 +110,11 @@ func New(src Source, now func() time.Time) *Metrics {
 	}
 	return m
 }
+
+// SetProxy makes the services proxy's connection counts part of every
+// scrape (dibs_proxy_connections_total). counts is called on the
+// scraping goroutine and must not block.
+func (m *Metrics) SetProxy(counts func() []proxy.Count) { m.proxy.Store(&counts) }
 
 // Registry is where the agent's metrics are registered (tests gather it).
 func (m *Metrics) Registry() *prometheus.Registry { return m.reg }

@@ -1,7 +1,6 @@
 package node
 
 import (
-	"cmp"
 	"log/slog"
 	"slices"
 	"sync"
@@ -57,20 +56,12 @@ func historyWindow(halfLife time.Duration) time.Duration {
 	return max(8*halfLife, doctor.Keep)
 }
 
-// byEnd orders ledger entries as the window keeps them.
-func byEnd(a, b lease.LedgerEntry) int {
-	if c := a.End.Compare(b.End); c != 0 {
-		return c
-	}
-	return cmp.Compare(a.LeaseID, b.LeaseID)
-}
-
 // ended adds a lease the store has just ended to the copy of the ledger.
 func (u *Usage) ended(e lease.LedgerEntry) {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	if u.entries != nil {
-		i, _ := slices.BinarySearchFunc(u.entries, e, byEnd)
+		i, _ := slices.BinarySearchFunc(u.entries, e, lease.ByEnd)
 		u.entries = slices.Insert(u.entries, i, e)
 	}
 	if u.totals != nil {
@@ -90,7 +81,7 @@ func (u *Usage) window(from time.Time) error {
 	if err != nil {
 		return err
 	}
-	slices.SortFunc(ledger, byEnd)
+	slices.SortFunc(ledger, lease.ByEnd)
 	u.entries, u.loadedFrom = slices.Grow(ledger, 64), from
 	// Count doctor's totals now, once, with the read from the disk (which
 	// costs far more), so no doctor call pays for it.
@@ -205,7 +196,7 @@ func (u *Usage) EachEnded(since, afterEnd time.Time, afterID string, fn func(lea
 	}
 	part := u.since(since)
 	if !afterEnd.IsZero() {
-		i, found := slices.BinarySearchFunc(part, lease.LedgerEntry{End: afterEnd, LeaseID: afterID}, byEnd)
+		i, found := slices.BinarySearchFunc(part, lease.LedgerEntry{End: afterEnd, LeaseID: afterID}, lease.ByEnd)
 		if found {
 			i++
 		}
@@ -292,11 +283,11 @@ func (u *Usage) folded(was, row lease.LedgerEntry) {
 	defer u.mu.Unlock()
 	if u.entries != nil {
 		if was.LeaseID != "" {
-			if i, ok := slices.BinarySearchFunc(u.entries, was, byEnd); ok {
+			if i, ok := slices.BinarySearchFunc(u.entries, was, lease.ByEnd); ok {
 				u.entries = slices.Delete(u.entries, i, i+1)
 			}
 		}
-		i, _ := slices.BinarySearchFunc(u.entries, row, byEnd)
+		i, _ := slices.BinarySearchFunc(u.entries, row, lease.ByEnd)
 		u.entries = slices.Insert(u.entries, i, row)
 	}
 	if u.totals != nil {

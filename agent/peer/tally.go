@@ -74,16 +74,6 @@ func (r TallyReply) Validate() error {
 // TallyPage is page p of t, as DoctorTally sends it: the counts on page
 // 0, and each page's share of the waits and gang ranks.
 func TallyPage(t doctor.Tally, p int) TallyReply {
-	page := func(n, per int) (from, to int) {
-		from = min(p*per, n)
-		return from, min(from+per, n)
-	}
-	wf, wt := page(len(t.Waits), TallyWaitsPerPage)
-	rf, rt := page(len(t.GangRanks), TallyRanksPerPage)
-	out := doctor.Tally{Waits: t.Waits[wf:wt], GangRanks: t.GangRanks[rf:rt]}
-	if p == 0 {
-		out.Leases, out.Preemptions, out.Overdue = t.Leases, t.Preemptions, t.Overdue
-		out.UserHours, out.GangHours, out.WeekUsers, out.Ended = t.UserHours, t.GangHours, t.WeekUsers, t.Ended
-	}
-	return TallyReply{Tally: out, More: wt < len(t.Waits) || rt < len(t.GangRanks)}
+	page, more := t.Page(p, TallyWaitsPerPage, TallyRanksPerPage)
+	return TallyReply{Tally: page, More: more}
 }

@@ -167,6 +167,20 @@ func (e *Error) Error() string {
 	return fmt.Sprintf("U+%04X%s (%s) at byte %d", e.Rune, name, why, e.Offset)
 }
 
+// OneLine keeps text from outside on one line of a file dibs writes (a
+// comment in an sbatch script or a Kubernetes manifest): every control
+// character and every line separator becomes a space, since a line break
+// would end the comment and start a command or a key. Unlike String it
+// escapes nothing: the text is for a file, not a terminal.
+func OneLine(s string) string {
+	return strings.Map(func(r rune) rune {
+		if r < ' ' || r == 0x7f || r == 0x85 || r == 0x2028 || r == 0x2029 {
+			return ' '
+		}
+		return r
+	}, s)
+}
+
 // Check returns nil when s is clean (see Clean), else an *Error for the first
 // character String would escape. Validators of what people type (notes,
 // names) use it to refuse rather than escape.

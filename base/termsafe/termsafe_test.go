@@ -218,3 +218,14 @@ func BenchmarkString(b *testing.B) {
 		})
 	}
 }
+
+// TestOneLineKeepsAFileLineWhole: what would break a comment line of an
+// sbatch script or a YAML manifest (a newline, a carriage return, NEL, the
+// line and paragraph separators) and other controls become spaces; the
+// rest, an escape's visible part included, stays as it was.
+func TestOneLineKeepsAFileLineWhole(t *testing.T) {
+	in := "a\nb\r\x1b[31mc\u0085d\u2028e\u2029f\x7fg ☃"
+	if got, want := termsafe.OneLine(in), "a b  [31mc d e f g ☃"; got != want {
+		t.Errorf("OneLine(%q) = %q, want %q", in, got, want)
+	}
+}

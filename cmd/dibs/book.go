@@ -267,15 +267,7 @@ func unbookCmd(c *cli) *cobra.Command {
 		Short:             "Withdraw bookings that have not started (a booking across nodes: every part)",
 		Args:              cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			ctx, cancel := reqCtx()
-			defer cancel()
-			for _, id := range args {
-				if err := c.client().Unbook(ctx, id); err != nil {
-					return err
-				}
-				fmt.Fprintf(c.stdout, "unbooked %s\n", safe(id))
-			}
-			return nil
+			return eachID(c, args, "unbooked", (*api.Client).Unbook)
 		},
 	}
 }

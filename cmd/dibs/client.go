@@ -48,6 +48,21 @@ func ask[T any](c *cli, asJSON bool, call func(*api.Client, context.Context) (T,
 	return print(v)
 }
 
+// eachID calls the agent once per id (call, all under one reqCtx time
+// limit), in order, and says "<done> ID" after each; the first refusal
+// stops it. `dibs cancel` and `dibs unbook` are this.
+func eachID(c *cli, ids []string, done string, call func(*api.Client, context.Context, string) error) error {
+	ctx, cancel := reqCtx()
+	defer cancel()
+	for _, id := range ids {
+		if err := call(c.client(), ctx, id); err != nil {
+			return err
+		}
+		fmt.Fprintf(c.stdout, "%s %s\n", done, safe(id))
+	}
+	return nil
+}
+
 // printJSON prints v for scripts: the values stay exactly what the agent
 // said (decoding gives back every byte), but control, bidi and invisible
 // characters are written as \u escapes, so the JSON is safe on a terminal
@@ -268,11 +283,7 @@ standard error, says what to do); with --queue, 124 when --wait ran out
 			defer cancel()
 			cl := c.client()
 			if q.queue {
-				sreq, err := q.request(req)
-				if err != nil {
-					return err
-				}
-				s, err := cl.Submit(ctx, sreq)
+				_, s, err := q.submit(ctx, cl, req)
 				if err != nil {
 					return err
 				}
@@ -332,11 +343,7 @@ func runCmd(c *cli) *cobra.Command {
 				if err := checkFollow(f, q, attach, follow, pty, args); err != nil {
 					return err
 				}
-				sreq, err := q.request(req)
-				if err != nil {
-					return err
-				}
-				s, err := cl.Submit(ctx, sreq)
+				sreq, s, err := q.submit(ctx, cl, req)
 				if err != nil {
 					return err
 				}

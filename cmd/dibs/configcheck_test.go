@@ -54,6 +54,7 @@ func TestConfigCheckClusterKey(t *testing.T) {
 		"gossip     every address:7946, TCP and UDP (open it between the nodes)\n",
 		"ssh board  off\n",
 		"metrics    off\n",
+		"proxy      off\n",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("check of a good config lacks %q:\n%s", want, out)
@@ -63,6 +64,15 @@ func TestConfigCheckClusterKey(t *testing.T) {
 	if out, e, _ := check(full, nil); !strings.Contains(out, "node       gpu1\n") || !strings.Contains(out, `cluster    "lab"`+"\n") ||
 		!strings.Contains(out, "ssh board  :2222, TCP (open it to the people who use the board: ssh -p 2222 NODE)\n") {
 		t.Errorf("check of a config with a name and the SSH board: %q %q", out, e)
+	}
+
+	proxied := conf("proxy.toml", "[cluster]\nkey_file = \""+key+"\"\n[services]\nproxy = true\n")
+	if out, e, _ := check(proxied, nil); !strings.Contains(out, "proxy      every address, ports 30000-30099, TCP (open the range between the nodes and to the services' clients;") {
+		t.Errorf("check of a config with the services proxy on: %q %q", out, e)
+	}
+	one := conf("proxy1.toml", "[services]\nproxy = true\nproxy_ports = \"30000-30000\"\n")
+	if out, e, code := check(one, nil); code == 0 || out != "" || e != "dibs: "+one+":3: services.proxy_ports: 30000-30000 must be FIRST-LAST with 1 <= FIRST < LAST <= 65535 (the first port is the agents' backend, the rest the services')\n" {
+		t.Errorf("a proxy range of one port: exit %d, stdout %q, stderr %q; want one line naming the key and its line", code, out, e)
 	}
 
 	os.Chmod(key, 0o644)

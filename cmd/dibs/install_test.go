@@ -845,11 +845,11 @@ func (g *guideGang) running() (answered, running bool) {
 	return true, false
 }
 
-// watch checks, until the returned stop is called, what must hold while a
+// watch checks, until its stop is called, what must hold while a
 // node is upgraded: every rank's process lives, the origin (when it
 // answers) shows the gang running, and every agent that answers holds the
-// rank leases of its own node. stop returns the first breach seen, or "".
-func (g *guideGang) watch(what string) (stop func() string) {
+// rank leases of its own node.
+func (g *guideGang) watch(what string) *breachWatch {
 	breach := func() string {
 		for _, r := range g.ranks {
 			if err := syscall.Kill(r.pid, 0); err != nil {
@@ -951,7 +951,7 @@ func upgradeFromFirstRelease(t *testing.T, nodes []*guideNode, deb string) {
 		for rank := range 2 {
 			before[rank], _ = g.counted(rank)
 		}
-		stop := g.watch(what)
+		watch := g.watch(what)
 		out := n.sh(nil, apt+deb) // deb is in every node since the install
 		if !strings.Contains(out, "an agent runs (pid "+fmt.Sprint(n.agent.Process.Pid)) {
 			t.Errorf("%s: upgrading from v0.1.0 did not name the running agent (pid %d):\n%s", n.name, n.agent.Process.Pid, out)
@@ -963,8 +963,8 @@ func upgradeFromFirstRelease(t *testing.T, nodes []*guideNode, deb string) {
 		guideWhole(t, nodes, 60*time.Second)
 		// An absence: the origin judges its running gangs every 2 s and at
 		// once on a membership change; v0.1.0 gave a gang up within a pass.
-		time.Sleep(5 * time.Second) // absence window: the watcher checks the gang all along; two passes and more must not give it up
-		if b := stop(); b != "" {
+		watch.hold(5 * time.Second)
+		if b := watch.stop(); b != "" {
 			t.Fatal(b)
 		}
 		for _, on := range nodes {

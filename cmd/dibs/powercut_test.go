@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -113,14 +112,7 @@ func TestPowerCutKeepsEveryAcknowledgedLease(t *testing.T) {
 	// retry calls f until the agent answers (it is down while the power
 	// is out), as a real client retries with the same request id.
 	retry := func(f func() error) error {
-		var err error
-		for attempt := 0; attempt < 600; attempt++ {
-			var ae *api.Error
-			if err = f(); err == nil || errors.As(err, &ae) {
-				return err
-			}
-			time.Sleep(10 * time.Millisecond) // load pacing: the agent is down or its answer lost; a real client tries again soon
-		}
+		_, err := untilAnswered(15*time.Second, f)
 		return err
 	}
 
@@ -343,9 +335,7 @@ func TestPowerCutKeepsEveryAcknowledgedLease(t *testing.T) {
 	start := time.Now()
 	done := 0
 	for k := 0; k < cuts; k++ {
-		// Each life lasts 50–400 ms: long enough for the clients to work in
-		// earnest, short enough that the cut lands anywhere.
-		time.Sleep(time.Duration(50+rng.IntN(350)) * time.Millisecond) // load window: the agent lives a random real while under the clients' load
+		agentLife(rng)
 		fs.Freeze()
 		p.kill9(t)
 		torn := k%3 == 2

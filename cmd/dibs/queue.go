@@ -57,6 +57,17 @@ func (q *queueFlags) add(cmd *cobra.Command, run bool) {
 	}
 }
 
+// submit queues req as these flags shape it (request), and returns what it
+// sent with the agent's answer.
+func (q *queueFlags) submit(ctx context.Context, cl *api.Client, req api.ClaimRequest) (api.SubmitRequest, api.Submitted, error) {
+	sreq, err := q.request(req)
+	if err != nil {
+		return sreq, api.Submitted{}, err
+	}
+	s, err := cl.Submit(ctx, sreq)
+	return sreq, s, err
+}
+
 func (q *queueFlags) request(req api.ClaimRequest) (api.SubmitRequest, error) {
 	s := api.SubmitRequest{Claim: req, Nodes: q.nodes, GPUsPerNode: q.gpusPerNode, Requeue: q.requeue, NoRequeue: q.noRequeue, MaxRestarts: q.maxRestarts, Torchrun: q.torchrun, PerGPU: q.perGPU, Model: req.Model,
 		Array: q.array, After: q.after, AfterAny: q.afterAny}
@@ -426,15 +437,7 @@ func cancelCmd(c *cli) *cobra.Command {
 		Args:              cobra.MinimumNArgs(1),
 		ValidArgsFunction: c.completeMyQueue,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			ctx, cancel := reqCtx()
-			defer cancel()
-			for _, id := range args {
-				if err := c.client().Cancel(ctx, id); err != nil {
-					return err
-				}
-				fmt.Fprintf(c.stdout, "cancelled %s\n", safe(id))
-			}
-			return nil
+			return eachID(c, args, "cancelled", (*api.Client).Cancel)
 		},
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -372,7 +373,20 @@ func TestRollingUpgradeFromFirstRelease(t *testing.T) {
 		}
 	}
 
-	time.Sleep(2 * time.Second) // load window: claims among v0.1.0 agents alone
+	// grants waits for the clients to be granted six claims more: a phase
+	// of the upgrade under their load, counted in claims, not in seconds.
+	grants := func(what string) {
+		t.Helper()
+		mu.Lock()
+		from := counts.ok
+		mu.Unlock()
+		agenttest.Eventually(t, time.Minute, "six claims granted "+what, func() bool {
+			mu.Lock()
+			defer mu.Unlock()
+			return counts.ok >= from+6
+		})
+	}
+	grants("among v0.1.0 agents alone")
 	for i, n := range c.nodes {
 		c.upgrade(t, n, dibsBin)
 		c.waitWhole(t, 30*time.Second)
@@ -385,7 +399,7 @@ func TestRollingUpgradeFromFirstRelease(t *testing.T) {
 			queued(c.nodes[len(c.nodes)-1])
 			queued(n)
 		}
-		time.Sleep(2 * time.Second) // load window: claims while mixed
+		grants(fmt.Sprintf("with %d of %d nodes upgraded", i+1, len(c.nodes)))
 	}
 	close(stop)
 	wg.Wait()
@@ -511,11 +525,11 @@ func (g *rollingGang) running(t *testing.T) (answered, running bool) {
 	return true, false
 }
 
-// watch checks, until the returned stop is called, what must hold while an
+// watch checks, until its stop is called, what must hold while an
 // agent is swapped: every agent that answers lists the rank leases of its
 // own node, the origin (when it answers) shows the gang running, and every
-// rank's process lives. stop returns the first breach seen, or "".
-func (g *rollingGang) watch(t *testing.T, what string) (stop func() string) {
+// rank's process lives.
+func (g *rollingGang) watch(t *testing.T, what string) *breachWatch {
 	t.Helper()
 	breach := func() string {
 		for _, r := range g.ranks {
@@ -553,14 +567,14 @@ func (g *rollingGang) swap(t *testing.T, n *mixedNode, bin, what string) {
 	for rank := range 2 {
 		before[rank], _ = g.counted(rank)
 	}
-	stop := g.watch(t, what)
+	watch := g.watch(t, what)
 	g.c.upgrade(t, n, bin)
 	g.c.waitWhole(t, 45*time.Second)
 	// An absence: the origin judges its running gangs every 2 s (the
 	// scheduler's tick) and at once on a membership change; give it
 	// two passes and more to give the gang up, as the old code did.
-	time.Sleep(5 * time.Second) // absence window: the watcher checks the gang all along; two passes and more must not give it up
-	if b := stop(); b != "" {
+	watch.hold(5 * time.Second)
+	if b := watch.stop(); b != "" {
 		t.Fatal(b)
 	}
 	for _, on := range g.c.nodes {
@@ -639,28 +653,43 @@ func containsAny(s string, words []string) bool {
 	return false
 }
 
-// watchBreach looks for a breach every interval, until the returned stop
-// is called; stop returns the first breach seen (prefixed with what), or
-// "". The rolling and install tests watch a gang through each upgrade with
-// it.
-func watchBreach(what string, every time.Duration, breach func() string) (stop func() string) {
-	done, result := make(chan struct{}), make(chan string, 1)
+// breachWatch looks for a breach every interval until stop is called.
+// The rolling and install tests watch a gang through each upgrade with it.
+type breachWatch struct {
+	done, result chan string
+	breached     atomic.Bool
+}
+
+// watchBreach starts watching: breach returns what it found broken, or "";
+// what prefixes the first breach seen.
+func watchBreach(what string, every time.Duration, breach func() string) *breachWatch {
+	w := &breachWatch{done: make(chan string), result: make(chan string, 1)}
 	go func() {
 		for {
 			if b := breach(); b != "" {
-				result <- what + ": " + b
+				w.breached.Store(true)
+				w.result <- what + ": " + b
 				return
 			}
 			select {
-			case <-done:
-				result <- ""
+			case <-w.done:
+				w.result <- ""
 				return
 			case <-time.After(every):
 			}
 		}
 	}()
-	return func() string {
-		close(done)
-		return <-result
-	}
+	return w
+}
+
+// hold is an absence window: it waits out during while the watch goes on,
+// and returns early once a breach is seen (stop then names it).
+func (w *breachWatch) hold(during time.Duration) {
+	poll.Wait(during, w.breached.Load)
+}
+
+// stop ends the watch and returns the first breach seen, or "".
+func (w *breachWatch) stop() string {
+	close(w.done)
+	return <-w.result
 }

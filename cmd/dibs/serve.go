@@ -129,6 +129,10 @@ type serviceRow struct {
 	PID      int           `json:"pid,omitempty"`
 	Lease    string        `json:"lease"`
 	Session  string        `json:"session"`
+	// ProxyURL is the service's address on the agents' proxy (the node
+	// asked; any node would do), with ProxyPort; empty when it has none.
+	ProxyURL  string `json:"proxy_url,omitempty"`
+	ProxyPort int    `json:"proxy_port,omitempty"`
 }
 
 // serviceRows are the board's services, by owner then name. A service
@@ -147,7 +151,7 @@ func serviceRows(b api.Board) []serviceRow {
 		}
 		r := serviceRow{Name: l.Service.Name, Owner: l.User, Node: l.Node, URL: service.URL(l.Node, l.Service.Port),
 			State: l.Service.State, Since: l.Service.Since, Restarts: l.Service.Restarts, GPUs: l.GPUs, PID: l.Service.PID,
-			Lease: l.ID, Session: l.Session}
+			Lease: l.ID, Session: l.Session, ProxyURL: service.URL(b.Self, l.Service.ProxyPort), ProxyPort: l.Service.ProxyPort}
 		if r.GPUs == nil {
 			r.GPUs = []int{}
 		}
@@ -187,7 +191,8 @@ func servicesCmd(c *cli) *cobra.Command {
 				return nil
 			}
 			tw := tabwriter.NewWriter(c.stdout, 0, 0, 2, ' ', 0)
-			fmt.Fprintln(tw, "NAME\tOWNER\tNODE\tURL\tSTATE\tUPTIME\tRESTARTS\tGPUS")
+			proxied := slices.ContainsFunc(rows, func(r serviceRow) bool { return r.ProxyPort != 0 })
+			fmt.Fprintln(tw, "NAME\tOWNER\tNODE\tURL\tSTATE\tUPTIME\tRESTARTS\tGPUS"+proxyHeader(proxied))
 			now := time.Now()
 			for _, r := range rows {
 				up := "-"
@@ -202,7 +207,7 @@ func servicesCmd(c *cli) *cobra.Command {
 				if url == "" {
 					url = "-"
 				}
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\n", safe(r.Name), safe(r.Owner), safe(r.Node), safe(url), safe(string(r.State)), up, r.Restarts, gpus)
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s%s\n", safe(r.Name), safe(r.Owner), safe(r.Node), safe(url), safe(string(r.State)), up, r.Restarts, gpus, proxyCell(proxied, r))
 			}
 			return tw.Flush()
 		},
@@ -248,6 +253,9 @@ func urlCmd(c *cli) *cobra.Command {
 			}
 			if r.URL == "" {
 				return fmt.Errorf("service %s has no port (started without --port), so no URL: it runs on %s", safe(r.Name), safe(r.Node))
+			}
+			if r.ProxyURL != "" {
+				fmt.Fprintln(c.stdout, safe(r.ProxyURL)+" (proxy, any node)")
 			}
 			fmt.Fprintln(c.stdout, safe(r.URL))
 			return nil

@@ -3,9 +3,11 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -78,4 +80,68 @@ func TestServeServicesURLLogsAndStopByName(t *testing.T) {
 	if out, _, _ := dibs("logs", "web"); !strings.Contains(out, "GET /") {
 		t.Fatalf("the stopped service's log is gone: %q", out)
 	}
+}
+
+// TestServeThroughTheProxy: with [services] proxy on in dibsd's config,
+// `dibs url` prints the service's proxy address first, then its replica's;
+// `dibs services` shows the proxy port; and the service answers there.
+func TestServeThroughTheProxy(t *testing.T) {
+	agenttest.RequireTmux(t)
+	if _, err := os.Stat("/usr/bin/python3"); err != nil {
+		t.Skip("needs /usr/bin/python3 as the service (an HTTP server)")
+	}
+	u := launchtest.User(t)
+	t.Setenv("TMUX_TMPDIR", agenttest.TmuxDir(t))
+	first := 0
+	for try := 0; try < 50 && first == 0; try++ {
+		first = 20000 + rand.IntN(30000)
+		for p := first; p < first+3; p++ {
+			l, err := net.Listen("tcp", ":"+strconv.Itoa(p))
+			if err != nil {
+				first = 0
+				break
+			}
+			l.Close()
+		}
+	}
+	dir := agenttest.PublicDir(t)
+	conf := filepath.Join(dir, "dibs.toml")
+	if err := os.WriteFile(conf, fmt.Appendf(nil, "[services]\nproxy = true\nproxy_ports = \"%d-%d\"\n", first, first+2), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	p := startAgent(t, dir, "--sim", "2xL40S", "--config", conf)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := strconv.Itoa(l.Addr().(*net.TCPAddr).Port)
+	l.Close()
+	dibs := func(args ...string) (string, string, int) {
+		t.Helper()
+		return dibsAs(t, u, "/usr/bin:/bin", p.socket, args...)
+	}
+	if out, errOut, code := dibs("serve", "web", "-g", "0", "--port", port, "--", "python3", "-m", "http.server", port, "--bind", "127.0.0.1"); code != 0 {
+		t.Fatalf("serve: exit %d %q %q", code, out, errOut)
+	}
+	agenttest.Eventually(t, 30*time.Second, "dibs services --json to show web healthy", func() bool {
+		out, _, _ := dibs("services", "--json")
+		var rows []serviceRow
+		return json.Unmarshal([]byte(out), &rows) == nil && len(rows) == 1 && rows[0].State == "healthy"
+	})
+	proxy := strconv.Itoa(first + 1)
+	want := "http://node01:" + proxy + " (proxy, any node)\nhttp://node01:" + port + "\n"
+	if out, errOut, code := dibs("url", "web"); code != 0 || out != want {
+		t.Fatalf("dibs url web: exit %d %q %q, want %q", code, out, errOut, want)
+	}
+	if out, _, _ := dibs("services"); !strings.Contains(out, "PROXY") || !strings.Contains(out, ":"+proxy) {
+		t.Fatalf("dibs services lacks the proxy port %s:\n%s", proxy, out)
+	}
+	agenttest.Eventually(t, 15*time.Second, "the service answering on the proxy's port", func() bool {
+		resp, err := http.Get("http://127.0.0.1:" + proxy + "/")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == 200
+	})
 }

@@ -13,6 +13,15 @@ func readSmall(path string, buf []byte) (int, error) {
 		return 0, err
 	}
 	defer syscall.Close(fd)
+	return ReadFD(fd, buf)
+}
+
+// ReadFD reads fd into buf until buf is full or the file ends, with bare
+// read system calls (a read cut by a signal is tried again): for the small
+// files of /proc and the status file a run leaves, read where os.File's
+// poller would cost more than the read. It returns how many bytes it read,
+// and those read before an error with the error.
+func ReadFD(fd int, buf []byte) (int, error) {
 	n := 0
 	for n < len(buf) {
 		m, err := syscall.Read(fd, buf[n:])

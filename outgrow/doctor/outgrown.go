@@ -38,14 +38,6 @@ type History struct {
 	Missing []string
 }
 
-// byEnd orders ledger entries as the agents keep them: by end, then id.
-func byEnd(a, b lease.LedgerEntry) int {
-	if c := a.End.Compare(b.End); c != 0 {
-		return c
-	}
-	return cmp.Compare(a.LeaseID, b.LeaseID)
-}
-
 // WeekUsers is how many people held GPUs in one week.
 type WeekUsers struct {
 	Week  time.Time `json:"week"`
@@ -122,8 +114,8 @@ func Analyze(h History) Findings {
 	// Leases: the ledger (entries, and the tallies of nodes that sent
 	// totals) plus what runs now, each once.
 	ledger := h.Ledger
-	if !slices.IsSortedFunc(ledger, byEnd) {
-		ledger = slices.SortedStableFunc(slices.Values(ledger), byEnd)
+	if !slices.IsSortedFunc(ledger, lease.ByEnd) {
+		ledger = slices.SortedStableFunc(slices.Values(ledger), lease.ByEnd)
 	}
 	running := make([]string, 0, len(h.Running))
 	for _, l := range h.Running {

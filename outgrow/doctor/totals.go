@@ -54,6 +54,25 @@ type GangRank struct {
 	Start  time.Time `json:"start"`
 }
 
+// Page is page p of t where a page holds at most waits waits and ranks
+// gang ranks: the counts on page 0, and each page's share of the waits and
+// gang ranks. more says another page follows; Add of every page gives t
+// back.
+func (t Tally) Page(p, waits, ranks int) (page Tally, more bool) {
+	part := func(n, per int) (from, to int) {
+		from = min(p*per, n)
+		return from, min(from+per, n)
+	}
+	wf, wt := part(len(t.Waits), waits)
+	rf, rt := part(len(t.GangRanks), ranks)
+	page = Tally{Waits: t.Waits[wf:wt], GangRanks: t.GangRanks[rf:rt]}
+	if p == 0 {
+		page.Leases, page.Preemptions, page.Overdue = t.Leases, t.Preemptions, t.Overdue
+		page.UserHours, page.GangHours, page.WeekUsers, page.Ended = t.UserHours, t.GangHours, t.WeekUsers, t.Ended
+	}
+	return page, wt < len(t.Waits) || rt < len(t.GangRanks)
+}
+
 // Add adds o's counts to t.
 func (t *Tally) Add(o Tally) {
 	t.Leases += o.Leases
@@ -85,6 +104,16 @@ func (t *Tally) Add(o Tally) {
 	}
 }
 
+// heldHours is the GPU-hours gpus GPUs held from start to end count in a
+// window that starts at since, and the start cut at since.
+func heldHours(gpus int, start, end, since time.Time) (from time.Time, hrs float64) {
+	from = start
+	if from.Before(since) {
+		from = since
+	}
+	return from, float64(gpus) * max(end.Sub(from), 0).Hours()
+}
+
 func (t *Tally) addWeekUser(w int64, u string) {
 	if t.WeekUsers == nil {
 		t.WeekUsers = map[int64][]string{}
@@ -109,11 +138,7 @@ func (t *Tally) addRow(e *lease.LedgerEntry, since time.Time) {
 		t.Overdue++
 	}
 	if e.User != "" {
-		start := e.Start
-		if start.Before(since) {
-			start = since
-		}
-		hrs := float64(len(e.GPUs)) * max(e.End.Sub(start), 0).Hours()
+		start, hrs := heldHours(len(e.GPUs), e.Start, e.End, since)
 		if e.Reason == lease.ReasonCompacted && e.GPUSeconds > 0 {
 			hrs = e.GPUSeconds / 3600
 			if span := e.End.Sub(e.Start); span > 0 {
@@ -345,11 +370,7 @@ func (f *Findings) figures(t Tally, h History, since time.Time) {
 		seen[l.ID] = true
 		f.Leases++
 		if l.User != "" {
-			start := l.StartedAt
-			if start.Before(since) {
-				start = since
-			}
-			hrs := float64(len(l.GPUs)) * max(h.Now.Sub(start), 0).Hours()
+			start, hrs := heldHours(len(l.GPUs), l.StartedAt, h.Now, since)
 			perUser[l.User] += hrs
 			if l.Gang != "" {
 				gangHours += hrs

@@ -55,7 +55,7 @@ func randomHistory(r *rand.Rand, now time.Time, n int) History {
 			ledger = append(ledger, e) // a copy
 		}
 	}
-	slices.SortFunc(ledger, byEnd)
+	slices.SortFunc(ledger, lease.ByEnd)
 	h := History{Now: now, Nodes: 1, GPUs: 4, Ledger: ledger}
 	for i := range 6 {
 		l := lease.Lease{ID: lease.LeaseID("n1", uint64(10*n+i)), Node: "n1", User: users[i%5], GPUs: []int{i % 4},
@@ -128,7 +128,7 @@ func TestTotalsAgreeWithTheWalk(t *testing.T) {
 			if i%4 == 0 {
 				e.Entry, e.QueuedAt = fmt.Sprintf("n1-q%d#1", 900000+i), e.Start.Add(-time.Duration(i)*time.Minute)
 			}
-			j, _ := slices.BinarySearchFunc(h.Ledger, e, byEnd)
+			j, _ := slices.BinarySearchFunc(h.Ledger, e, lease.ByEnd)
 			h.Ledger = slices.Insert(h.Ledger, j, e)
 			totals.Changed(e.End)
 		}
@@ -171,7 +171,7 @@ func TestTotalsEdges(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			slices.SortFunc(tt.ledger, byEnd)
+			slices.SortFunc(tt.ledger, lease.ByEnd)
 			h := History{Now: now, Window: tt.window, Ledger: tt.ledger}
 			want := analyzeWalk(h)
 			sameFindings(t, "Analyze", Analyze(h), want)
@@ -196,7 +196,7 @@ func TestTallyAdd(t *testing.T) {
 	}
 	both := a
 	both.Window = 30 * 24 * time.Hour
-	both.Ledger = slices.SortedFunc(slices.Values(slices.Concat(a.Ledger, b.Ledger)), byEnd)
+	both.Ledger = slices.SortedFunc(slices.Values(slices.Concat(a.Ledger, b.Ledger)), lease.ByEnd)
 	since := now.Add(-both.Window)
 	ht := both
 	var running []string

@@ -18,6 +18,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/dibs-gpu/dibs/base/termsafe"
+	"github.com/dibs-gpu/dibs/job"
 	"github.com/dibs-gpu/dibs/service"
 )
 
@@ -123,12 +125,12 @@ func Export(s Service) (Manifest, error) {
 	w := &writer{}
 	who := "a service"
 	if s.Owner != "" {
-		who = oneLine(s.Owner) + "'s service"
+		who = termsafe.OneLine(s.Owner) + "'s service"
 	}
-	w.c(0, "Written by `dibs export k8s %s` from %s %s (lease %s on %s).", oneLine(s.Name), who, oneLine(s.Name), oneLine(s.Lease), oneLine(s.Node))
+	w.c(0, "Written by `dibs export k8s %s` from %s %s (lease %s on %s).", termsafe.OneLine(s.Name), who, termsafe.OneLine(s.Name), termsafe.OneLine(s.Lease), termsafe.OneLine(s.Node))
 	w.c(0, "A Deployment of %d replica%s%s. Fill in the image below, then: kubectl apply -f FILE", s.Replicas, plural(s.Replicas), map[bool]string{true: " and a Service on its port", false: ""}[s.Port > 0])
 	if name != s.Name {
-		w.c(0, "Kubernetes names are lowercase with '-': %s is %s here.", oneLine(s.Name), name)
+		w.c(0, "Kubernetes names are lowercase with '-': %s is %s here.", termsafe.OneLine(s.Name), name)
 	}
 	w.c(0, "dibs restarted it in place with a growing backoff and stopped it after %d restarts in %s; Kubernetes", rules.CrashRestarts, fmtDur(rules.CrashWindow))
 	w.c(0, "restarts it for ever (CrashLoopBackOff, at most 5 minutes apart) and never stops it.")
@@ -149,7 +151,7 @@ func Export(s Service) (Manifest, error) {
 	w.l(4, "app.kubernetes.io/name: "+q(name))
 	w.l(2, "spec:")
 	if len(s.Pools) > 0 {
-		pools := oneLine(strings.Join(s.Pools, ", "))
+		pools := termsafe.OneLine(strings.Join(s.Pools, ", "))
 		w.c(3, "dibs kept it to the pool%s %s. Label the nodes that stand for %s and keep it to them:", plural(len(s.Pools)), pools, map[bool]string{true: "it", false: "them"}[len(s.Pools) == 1])
 		w.c(3, "  kubectl label node NODE dibs.pool/%s=true", labelPart(s.Pools[0]))
 		w.c(3, "nodeSelector:")
@@ -164,12 +166,12 @@ func Export(s Service) (Manifest, error) {
 	}
 	w.l(3, "containers:")
 	w.l(4, "- name: "+q(name))
-	w.c(5, "dibs ran the command as a bare process of %s on %s; Kubernetes runs it in a container.", ownerOr(s.Owner), oneLine(s.Node))
+	w.c(5, "dibs ran the command as a bare process of %s on %s; Kubernetes runs it in a container.", ownerOr(s.Owner), termsafe.OneLine(s.Node))
 	w.c(5, "FILL IN an image that holds the command and what it needs (its programs, libraries, model files).")
 	w.l(5, "image: "+q(Image))
 	m.Notes = append(m.Notes, "fill in the image: dibs runs a bare process, Kubernetes needs an image that holds the command (image: "+Image+")")
 	if s.Dir != "" {
-		w.c(5, "dibs ran it in %s on %s; if the image lays out the project there too, keep:", oneLine(s.Dir), oneLine(s.Node))
+		w.c(5, "dibs ran it in %s on %s; if the image lays out the project there too, keep:", termsafe.OneLine(s.Dir), termsafe.OneLine(s.Node))
 		w.c(5, "workingDir: %s", q(s.Dir))
 	}
 	shellLine, cmdSecrets := scrubCommand(s.Command)
@@ -197,7 +199,7 @@ func Export(s Service) (Manifest, error) {
 	}
 	if len(env) > 0 {
 		if len(s.Env) > 0 {
-			w.c(5, "The environment dibs carried from %s shell: paths on %s; change those the image lays out", ownerOr(s.Owner)+"'s", oneLine(s.Node))
+			w.c(5, "The environment dibs carried from %s shell: paths on %s; change those the image lays out", ownerOr(s.Owner)+"'s", termsafe.OneLine(s.Node))
 			w.c(5, "differently, and drop PATH if the image's own is right.")
 		}
 		w.l(5, "env:")
@@ -239,7 +241,7 @@ func Export(s Service) (Manifest, error) {
 	}
 	switch {
 	case s.MIG != "":
-		w.c(7, "A MIG instance %s, as NVIDIA's device plugin names it with mig-strategy \"mixed\"", oneLine(s.MIG))
+		w.c(7, "A MIG instance %s, as NVIDIA's device plugin names it with mig-strategy \"mixed\"", termsafe.OneLine(s.MIG))
 		w.c(7, "(with \"single\" it is nvidia.com/gpu: 1 on a node whose GPUs are split alike).")
 		w.l(7, q(MIGResource(s.MIG))+": 1")
 	case s.MIGUnknown:
@@ -260,7 +262,7 @@ func Export(s Service) (Manifest, error) {
 		w.c(5, "No GPU (dibs serve -g 0): give resources (cpu, memory) as the command needs them.")
 	}
 	if len(s.CPUs) > 0 {
-		w.c(5, "dibs bound it to cores %s of %s, near its GPUs. In Kubernetes: integer cpu requests equal to", oneLine(strings.Join(s.CPUs, " ")), oneLine(s.Node))
+		w.c(5, "dibs bound it to cores %s of %s, near its GPUs. In Kubernetes: integer cpu requests equal to", termsafe.OneLine(strings.Join(s.CPUs, " ")), termsafe.OneLine(s.Node))
 		w.c(5, "limits (Guaranteed QoS) with the kubelet's CPU Manager policy static, and its Topology Manager")
 		w.c(5, "policy single-numa-node to keep the cores beside the GPUs.")
 	}
@@ -300,7 +302,7 @@ func Export(s Service) (Manifest, error) {
 		case s.HealthCmd != "":
 			what = "--health-cmd exiting 0"
 		case s.Health != "":
-			what = "an HTTP GET of " + oneLine(s.Health) + " answering 2xx"
+			what = "an HTTP GET of " + termsafe.OneLine(s.Health) + " answering 2xx"
 		}
 		w.c(5, "dibs's health check, %s: %s to start (the start-up allowance),", what, fmtDur(rules.StartAllowance))
 		w.c(5, "then restarted after %d failures in a row; traffic only while it passes.", rules.FailsInARow)
@@ -313,7 +315,7 @@ func Export(s Service) (Manifest, error) {
 	}
 	if s.Port > 0 {
 		w.l(-1, "---")
-		w.c(0, "dibs's address was %s; in the cluster it is http://%s.NAMESPACE.svc:%d.", oneLine(service.URL(s.Node, s.Port)), name, s.Port)
+		w.c(0, "dibs's address was %s; in the cluster it is http://%s.NAMESPACE.svc:%d.", termsafe.OneLine(service.URL(s.Node, s.Port)), name, s.Port)
 		w.c(0, "From outside: kubectl port-forward svc/%s %d, or type: NodePort / LoadBalancer, or an Ingress.", name, s.Port)
 		w.l(0, "apiVersion: v1")
 		w.l(0, "kind: Service")
@@ -378,7 +380,7 @@ func scrubCommand(argv []string) (string, map[string]string) {
 	}
 	words := make([]string, len(argv))
 	for i, a := range argv {
-		words[i] = shellWord(a)
+		words[i] = job.ShellWord(a)
 		if i == 0 {
 			continue
 		}
@@ -386,7 +388,7 @@ func scrubCommand(argv []string) (string, map[string]string) {
 		name, value, eq := strings.Cut(a, "=")
 		switch {
 		case eq && strings.HasPrefix(a, "-") && isSecretFlag(name):
-			words[i] = shellWord(name) + "=" + ref(strings.TrimLeft(name, "-"), value)
+			words[i] = job.ShellWord(name) + "=" + ref(strings.TrimLeft(name, "-"), value)
 		case eq && !strings.HasPrefix(a, "-") && isEnvName(name) && IsSecret(name):
 			words[i] = name + "=" + ref(name, value)
 		case !strings.HasPrefix(a, "-") && strings.HasPrefix(prev, "-") && !strings.Contains(prev, "=") && isSecretFlag(prev):
@@ -447,9 +449,9 @@ func (w *writer) l(indent int, s string) {
 }
 
 // c writes one comment line; its arguments are the caller's to keep on
-// one line (oneLine), so no value starts a line of YAML.
+// one line (termsafe.OneLine), so no value starts a line of YAML.
 func (w *writer) c(indent int, format string, args ...any) {
-	w.l(indent, "# "+oneLine(fmt.Sprintf(format, args...)))
+	w.l(indent, "# "+termsafe.OneLine(fmt.Sprintf(format, args...)))
 }
 
 // q is s as a YAML scalar: a JSON string, which YAML reads as the same
@@ -457,17 +459,6 @@ func (w *writer) c(indent int, format string, args ...any) {
 func q(s string) string {
 	b, _ := json.Marshal(s) // a string always marshals
 	return string(b)
-}
-
-// oneLine keeps text on one comment line: every control character
-// becomes a space, since a newline would end the comment.
-func oneLine(s string) string {
-	return strings.Map(func(r rune) rune {
-		if r < ' ' || r == 0x7f || r == 0x85 || r == 0x2028 || r == 0x2029 {
-			return ' '
-		}
-		return r
-	}, s)
 }
 
 // labelPart is a pool's name as the name part of a label key: letters,
@@ -493,7 +484,7 @@ func ownerOr(owner string) string {
 	if owner == "" {
 		return "its owner"
 	}
-	return oneLine(owner)
+	return termsafe.OneLine(owner)
 }
 
 func plural(n int) string {
@@ -515,26 +506,6 @@ func fmtDur(d time.Duration) string {
 		return strconv.Itoa(int(d/time.Minute)) + " minutes"
 	}
 	return d.String()
-}
-
-// shellCommand quotes argv for /bin/sh, each argument a word.
-func shellCommand(argv []string) string {
-	parts := make([]string, len(argv))
-	for i, a := range argv {
-		parts[i] = shellWord(a)
-	}
-	return strings.Join(parts, " ")
-}
-
-// shellWord quotes s as one sh word: as is when it holds only safe
-// characters, else in single quotes (a single quote written '\”).
-func shellWord(s string) string {
-	if s != "" && !strings.ContainsFunc(s, func(r rune) bool {
-		return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("-_./=:,+@%", r))
-	}) {
-		return s
-	}
-	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }
 
 // memSize writes a memory budget as dibs reads one (--mem 10G, 512M).

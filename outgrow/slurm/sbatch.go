@@ -7,6 +7,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/dibs-gpu/dibs/base/termsafe"
+	"github.com/dibs-gpu/dibs/job"
 	"github.com/dibs-gpu/dibs/lease"
 	"github.com/dibs-gpu/dibs/queue"
 )
@@ -107,9 +109,9 @@ func Sbatch(j Job) (string, error) {
 	if j.State != "" {
 		what = "a " + j.State + " run"
 	}
-	w("# Written by `dibs export sbatch %s` from %s of %s.", shellWord(j.ID), what, shellWord(j.User))
+	w("# Written by `dibs export sbatch %s` from %s of %s.", job.ShellWord(j.ID), what, job.ShellWord(j.User))
 	if j.Note != "" {
-		w("# Its note: %s", oneLine(j.Note))
+		w("# Its note: %s", termsafe.OneLine(j.Note))
 	}
 	w("#SBATCH --job-name=%s", sbatchValue(name))
 	w("#SBATCH --nodes=%d", j.Nodes)
@@ -123,8 +125,8 @@ func Sbatch(j Job) (string, error) {
 	case j.MIG != "" && j.MIGModel != "":
 		gpus = MIGType(j.MIGModel, j.MIG) + ":1"
 	case j.MIG != "":
-		w("# dibs ran it on a MIG instance (%s) of a GPU whose model it no longer knows: put the GRES type", oneLine(j.MIG))
-		w("# slurm.conf's Gres= gives that instance (gpu:<type>_%s) in place of this whole GPU.", oneLine(strings.ToLower(j.MIG)))
+		w("# dibs ran it on a MIG instance (%s) of a GPU whose model it no longer knows: put the GRES type", termsafe.OneLine(j.MIG))
+		w("# slurm.conf's Gres= gives that instance (gpu:<type>_%s) in place of this whole GPU.", termsafe.OneLine(strings.ToLower(j.MIG)))
 		gpus = "1"
 	case j.Model != "":
 		gpus = Type(j.Model) + ":" + gpus
@@ -164,13 +166,13 @@ func Sbatch(j Job) (string, error) {
 		}
 	}
 	if len(left) > 0 {
-		w("# It was kept to pools whose names SLURM cannot take as partitions (%s): `dibs export slurm` left them out.", oneLine(strings.Join(left, ", ")))
+		w("# It was kept to pools whose names SLURM cannot take as partitions (%s): `dibs export slurm` left them out.", termsafe.OneLine(strings.Join(left, ", ")))
 	}
 	switch {
 	case len(j.Nodelist) == j.Nodes:
 		w("#SBATCH --nodelist=%s", sbatchValue(strings.Join(j.Nodelist, ",")))
 	case len(j.Nodelist) > 0:
-		w("# dibs let it run on any %d of %s; SLURM's --nodelist names nodes a job must include: keep %d of them.", j.Nodes, oneLine(strings.Join(j.Nodelist, ",")), j.Nodes)
+		w("# dibs let it run on any %d of %s; SLURM's --nodelist names nodes a job must include: keep %d of them.", j.Nodes, termsafe.OneLine(strings.Join(j.Nodelist, ",")), j.Nodes)
 		w("##SBATCH --nodelist=%s", sbatchValue(strings.Join(j.Nodelist, ",")))
 	}
 	if len(j.Exclude) > 0 {
@@ -194,11 +196,11 @@ func Sbatch(j Job) (string, error) {
 		w("# Each task's index, as dibs gives it.")
 		w("export DIBS_ARRAY_INDEX=$SLURM_ARRAY_TASK_ID DIBS_ARRAY_ID=slurm-$SLURM_ARRAY_JOB_ID")
 	}
-	cmd := shellCommand(j.Command)
+	cmd := job.ShellLine(j.Command)
 	if j.Command == nil {
 		w("# dibs kept no command for this run (a bare claim, or one its node no longer keeps): put yours in place of these two lines")
-		w("# (or export it again with the command: dibs export sbatch %s -- CMD ...).", shellWord(j.ID))
-		w("echo 'dibs export sbatch: the command of %s was not recorded; edit this script' >&2", shellWord(j.ID))
+		w("# (or export it again with the command: dibs export sbatch %s -- CMD ...).", job.ShellWord(j.ID))
+		w("echo 'dibs export sbatch: the command of %s was not recorded; edit this script' >&2", job.ShellWord(j.ID))
 		w("exit 1")
 		return b.String(), nil
 	}
@@ -206,7 +208,7 @@ func Sbatch(j Job) (string, error) {
 		cmd = `"${SHELL:-/bin/bash}" -l`
 		w("# An interactive dibs session: as a batch job it runs your login shell; `salloc` suits it better.")
 	}
-	torchrunCmd := shellCommand(queue.TorchrunProgram(j.Command))
+	torchrunCmd := job.ShellLine(queue.TorchrunProgram(j.Command))
 	if j.Nodes == 1 && !j.PerGPU {
 		if j.Torchrun {
 			w("# torchrun's flags in the spelling every torch version accepts; --redirects/--tee for Debian 12's torch 1.13.")
@@ -236,45 +238,12 @@ func Sbatch(j Job) (string, error) {
 	return b.String(), nil
 }
 
-// shellCommand quotes argv for bash, each argument a word.
-func shellCommand(argv []string) string {
-	parts := make([]string, len(argv))
-	for i, a := range argv {
-		parts[i] = shellWord(a)
-	}
-	return strings.Join(parts, " ")
-}
-
-// shellWord quotes s as one bash word: as is when it holds only safe
-// characters, else in single quotes (a single quote written '\”).
-func shellWord(s string) string {
-	if s != "" && !strings.ContainsFunc(s, func(r rune) bool {
-		return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("-_./=:,+@%", r))
-	}) {
-		return s
-	}
-	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
-}
-
 // sbatchValue is a value on an #SBATCH line: sbatch reads to the end of the
 // line, so only what would end or confuse it is replaced.
 func sbatchValue(s string) string {
 	return strings.Map(func(r rune) rune {
 		if r < ' ' || r == 0x7f || r == '#' {
 			return '_'
-		}
-		return r
-	}, s)
-}
-
-// oneLine keeps text on one comment line of a script: every control
-// character becomes a space, since a newline would end the comment and
-// start a command. It is not words.OneLine, which folds white space alone
-// and leaves other control characters (an escape) in place.
-func oneLine(s string) string {
-	return strings.Map(func(r rune) rune {
-		if r < ' ' || r == 0x7f {
-			return ' '
 		}
 		return r
 	}, s)

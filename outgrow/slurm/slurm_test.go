@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dibs-gpu/dibs/job"
 	"github.com/dibs-gpu/dibs/lease"
 	"github.com/dibs-gpu/dibs/nodeprobe"
 	"github.com/dibs-gpu/dibs/queue"
@@ -281,8 +282,8 @@ func TestShellWord(t *testing.T) {
 		"x\ny":       "'x\ny'",
 		"`rm -rf /`": "'`rm -rf /`'",
 	} {
-		if got := shellWord(in); got != want {
-			t.Errorf("shellWord(%q) = %s, want %s", in, got, want)
+		if got := job.ShellWord(in); got != want {
+			t.Errorf("job.ShellWord(%q) = %s, want %s", in, got, want)
 		}
 	}
 }

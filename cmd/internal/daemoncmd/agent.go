@@ -222,6 +222,9 @@ func (c *cli) agentConfig(cmd *cobra.Command, f agentFlags) (agent.Config, agent
 	if err := c.applyClusterFlags(cmd, f, fc, &cfg); err != nil {
 		return cfg, agent.Deps{}, err
 	}
+	if cfg.Proxy, err = proxySettings(fc.Services); err != nil {
+		return cfg, agent.Deps{}, err
+	}
 	prober, err := probe.Open(context.Background(), nodeprobe.Options{
 		Backend:  nodeprobe.Backend(pick("backend", f.backend, fc.Backend, "auto")),
 		Sim:      pick("sim", f.sim, fc.Sim, ""),
@@ -283,4 +286,17 @@ func pipeLogArgv(exe string) []string {
 		return []string{client, "_pipe-log"}
 	}
 	return []string{exe, "_pipe-log"}
+}
+
+// proxySettings are [services]' proxy settings, nil when the proxy is off.
+func proxySettings(ss config.ServicesSection) (*agent.ProxySettings, error) {
+	r, err := ss.ProxyRange()
+	if err != nil || r.IsZero() {
+		return nil, err
+	}
+	idle, err := ss.ProxyIdleFor()
+	if err != nil {
+		return nil, err
+	}
+	return &agent.ProxySettings{Ports: r, MaxConns: ss.ProxyMaxConns, MaxPerService: ss.ProxyMaxPerService, IdleTimeout: idle}, nil
 }

@@ -53,6 +53,9 @@ agent will do with it: the node's name, the cluster, the ports to open.`,
 			if err := c.applyClusterFlags(agentCmd(c), agentFlags{}, fc, &cfg); err != nil {
 				return fmt.Errorf("%s: %w", path, err)
 			}
+			if cfg.Proxy, err = proxySettings(fc.Services); err != nil {
+				return fmt.Errorf("%s: %w", path, err)
+			}
 			fmt.Fprintf(c.stdout, "%s: ok\n", path)
 			printConfigSummary(c.stdout, fc, cfg)
 			self := fc.NodeName
@@ -170,6 +173,15 @@ func printConfigSummary(w io.Writer, fc config.FileConfig, cfg agent.Config) {
 		row("ssh board", "%s, TCP (open it to the people who use the board: ssh -p %s NODE)", s.Listen, port)
 	} else {
 		row("ssh board", "off")
+	}
+	if p := cfg.Proxy; p != nil {
+		host := ""
+		if cfg.Cluster != nil {
+			host = cfg.Cluster.BindAddr
+		}
+		row("proxy", "%s, ports %s, TCP (open the range between the nodes and to the services' clients; the first port is the agents' backend; every node must have the same [services])", orAll(host), p.Ports)
+	} else {
+		row("proxy", "off")
 	}
 	if fc.Metrics.Listen != "" {
 		row("metrics", "%s, TCP (open it to Prometheus only: the metrics name who holds each GPU)", fc.Metrics.Listen)
