@@ -98,12 +98,14 @@ type svcIndex struct {
 	seen map[svcReplica][]*Seen
 	// ops are each service's client operations, by name.
 	ops map[string][]*SvcOp
-	// crashLoop is when each service's first crash loop was written.
+	// crashLoop is when each service's first crash loop was written;
+	// granted when each service lease's grant was durable.
 	crashLoop map[string]int64
+	granted   map[string]int64
 }
 
 func newSvcIndex(h *History) *svcIndex {
-	x := &svcIndex{h: h, replica: map[string]svcReplica{}, seen: map[svcReplica][]*Seen{}, ops: map[string][]*SvcOp{}, crashLoop: map[string]int64{}}
+	x := &svcIndex{h: h, replica: map[string]svcReplica{}, seen: map[svcReplica][]*Seen{}, ops: map[string][]*SvcOp{}, crashLoop: map[string]int64{}, granted: map[string]int64{}}
 	names := map[string]string{} // lease → service name
 	for i := range h.Writes {
 		w := &h.Writes[i]
@@ -111,6 +113,9 @@ func newSvcIndex(h *History) *svcIndex {
 		case w.Kind == WritePut && w.Lease.IsService():
 			x.replica[w.Lease.ID] = svcReplica{w.Lease.Service.Name, replicaOf(&w.Lease)}
 			names[w.Lease.ID] = w.Lease.Service.Name
+			if _, ok := x.granted[w.Lease.ID]; !ok {
+				x.granted[w.Lease.ID] = w.Done
+			}
 		case w.Kind == WriteEnd && lease.EndReason(w.Ledger.Reason) == lease.EndCrashLoop:
 			if n, ok := names[w.Ledger.LeaseID]; ok {
 				if _, seen := x.crashLoop[n]; !seen {
@@ -433,23 +438,30 @@ func moveBound(h *History, o CheckOptions) time.Duration {
 // on the smaller side of a partition (of two equal halves, the one
 // without the lowest-named node). Past moveBound of the cut, the replica
 // must answer on another node if the fault still holds: a service is
-// moved when its node is lost past the grace.
+// moved when its node is lost past the grace. A lease granted after the
+// cut, or too late before it to reach the others (PublishWithin), is not
+// held to it: the rest of the cluster never heard of it.
 func notMoved(x *svcIndex, o CheckOptions, r svcReplica, d0, d1 int64) (Violation, bool) {
 	h := x.h
-	node := ""
+	var last *Seen
 	for _, s := range x.seen[r] {
 		if s.To <= d0 {
-			node = s.Node
+			last = s
 		}
 	}
-	if node == "" {
+	if last == nil {
 		return Violation{}, false
 	}
+	node := last.Node
+	granted, ok := x.granted[last.Lease]
 	mb := int64(moveBound(h, o))
 	for i := range h.Faults {
 		f := &h.Faults[i]
 		if f.Start > d0 || f.Healed < d0 || !cutsOff(h, f, node) {
 			continue
+		}
+		if !ok || granted+int64(o.PublishWithin) > f.Start {
+			continue // granted on a node already cut off: unknown elsewhere
 		}
 		due := f.Start + mb
 		// Down past the move's bound, while the fault still held: by

@@ -210,20 +210,27 @@ func TestServiceDownCheckWantsAMove(t *testing.T) {
 		// back is when a copy answers again, on node.
 		back float64
 		node string
-		want int
+		// cutAt is when the fault strikes (default 9000 ms).
+		cutAt float64
+		want  int
 	}{
 		{name: "moved 8 s after the kill", kind: FaultKill, side: []string{"n1"}, back: 17000, node: "n2"},
 		{name: "moved 14 s after the kill", kind: FaultKill, side: []string{"n1"}, back: 23000, node: "n2", want: 1},
 		{name: "back on its node only at the heal", kind: FaultPause, side: []string{"n1"}, back: 26000, node: "n1", want: 1},
 		{name: "cut off alone by a partition", kind: FaultPartition, side: []string{"n2", "n3"}, back: 26000, node: "n1", want: 1},
 		{name: "on the side in touch", kind: FaultPartition, side: []string{"n1", "n2"}, back: 26000, node: "n1"},
+		{name: "granted after the cut, unknown to the rest", kind: FaultPartition, side: []string{"n1"}, cutAt: 500, back: 26000, node: "n2"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			b := svcBuilder()
 			l1 := b.serve("web", "n1", 1, 1000, 1100)
 			b.seen("web", "n1", l1, 1300, 9000)
-			b.fault(c.kind, c.side, 9000, 25000)
+			cut := 9000.0
+			if c.cutAt > 0 {
+				cut = c.cutAt
+			}
+			b.fault(c.kind, c.side, cut, 25000)
 			id := l1
 			if c.node != "n1" {
 				id = b.move("web", c.node, 1, c.back-500)
