@@ -16,10 +16,12 @@ import (
 // finds its service running elsewhere ends its own copy. Both run in the
 // origin's pass (before every scheduling pass, on every node).
 
-// svcKey names a service: one owner's name, unique across the cluster.
+// svcKey names a service's replica: one owner's name and the replica's
+// index, unique across the cluster (but for a rolling update's moment).
 type svcKey struct {
-	uid  int
-	name string
+	uid     int
+	name    string
+	replica int
 }
 
 // moveServices re-places the services of lost nodes. Only the scheduler
@@ -49,7 +51,7 @@ func (a *Agent) moveServices(ctx context.Context, v queue.ClusterView, grace tim
 			if !l.IsService() {
 				continue
 			}
-			k := svcKey{l.UID, l.Service.Name}
+			k := svcKey{l.UID, l.Service.Name, l.Service.Replica}
 			switch {
 			case n.Alive():
 				live[k] = true
@@ -61,7 +63,7 @@ func (a *Agent) moveServices(ctx context.Context, v queue.ClusterView, grace tim
 		}
 	}
 	for _, l := range lost {
-		k := svcKey{l.UID, l.Service.Name}
+		k := svcKey{l.UID, l.Service.Name, l.Service.Replica}
 		if live[k] {
 			continue
 		}
@@ -79,6 +81,7 @@ func (a *Agent) moveService(ctx context.Context, l lease.Lease) error {
 		return fmt.Errorf("its lease holds no definition")
 	}
 	spec := l.Service.Spec
+	spec.Replaces = "" // an update's moment is over: this replica is the one
 	req := api.ClaimRequest{Count: len(l.GPUs), Service: &spec,
 		Run:       &api.RunSpec{Command: l.Job.Command, Dir: l.Job.Dir, Env: l.Job.Env},
 		RequestID: "move-" + l.ID}
@@ -118,11 +121,13 @@ func (a *Agent) endMovedServices(ctx context.Context, v queue.ClusterView) {
 	}
 }
 
-// newerCopy reports whether leases hold mine's service under a lease
-// started after it.
+// newerCopy reports whether leases hold mine's replica under a lease
+// started after it, other than a rolling update's new replica started
+// beside mine (the update stops mine once that one is healthy).
 func newerCopy(leases []lease.Lease, mine lease.Lease) bool {
 	for _, l := range leases {
-		if l.IsService() && l.UID == mine.UID && l.Service.Name == mine.Service.Name && l.StartedAt.After(mine.StartedAt) {
+		if l.IsService() && l.UID == mine.UID && l.Service.Name == mine.Service.Name && l.Service.Replica == mine.Service.Replica &&
+			l.Service.Replaces != mine.ID && l.StartedAt.After(mine.StartedAt) {
 			return true
 		}
 	}

@@ -221,6 +221,7 @@ func (l *Lease) EachString(f func(field string, p *string)) {
 		f("service", &l.Service.Name)
 		f("health", &l.Service.Health)
 		f("health_cmd", &l.Service.HealthCmd)
+		f("replaces", &l.Service.Replaces)
 		f("state", (*string)(&l.Service.State))
 	}
 }

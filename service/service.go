@@ -7,6 +7,7 @@ package service
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -35,6 +36,18 @@ type Spec struct {
 	// Preemptible lets quota preemption take the service's GPUs, as it
 	// takes a borrowed run's; without it a service is never preempted.
 	Preemptible bool `json:"preemptible,omitempty"`
+	// Replica is this replica's index (0-based) among the service's
+	// Replicas: each replica is its own lease, with its own GPUs,
+	// supervisor and moves, so the index is what tells them apart.
+	Replica int `json:"replica,omitempty"`
+	// Replicas is how many replicas the service was started with
+	// (`--replicas K`); 0 means one, so a single replica reads as before.
+	Replicas int `json:"replicas,omitempty"`
+	// Replaces is, while a rolling update (`dibs serve --update`) starts
+	// this replica beside the old one, the old one's lease: admission lets
+	// the two share a name and index only then, and only when that lease
+	// is the caller's own live replica of the service.
+	Replaces string `json:"replaces,omitempty"`
 	// ProxyPort is the service's port on every node's proxy (agent config
 	// [services] proxy): one address that follows it through restarts and
 	// moves. The admitting node assigns it (never the client); the
@@ -81,7 +94,12 @@ const (
 	maxNameLen            = 40
 	maxHealthLen          = 200
 	maxHealthCmdLen       = 500
+	maxReplacesLen        = 100
 )
+
+// MaxReplicas bounds `--replicas`: every replica is a lease whose
+// definition every node holds, and a small team's endpoint needs a few.
+const MaxReplicas = 8
 
 // MaxDefBytes bounds a service's command, directory and environment as
 // they travel on its lease to every node (lease.Lease.Published keeps a
@@ -101,6 +119,15 @@ func (s *Spec) Check() error {
 	}
 	if err := CheckName(s.Name); err != nil {
 		return err
+	}
+	if s.Replicas < 0 || s.Replicas > MaxReplicas {
+		return fmt.Errorf("--replicas %d is out of range: give 1 to %d", s.Replicas, MaxReplicas)
+	}
+	if s.Replica < 0 || s.Replica >= max(s.Replicas, 1) {
+		return fmt.Errorf("replica %d of service %s does not exist: it has %d (0 to %d)", s.Replica, s.Name, max(s.Replicas, 1), max(s.Replicas, 1)-1)
+	}
+	if len(s.Replaces) > maxReplacesLen || termsafe.Check(s.Replaces) != nil || strings.ContainsAny(s.Replaces, " \r\n\t") {
+		return fmt.Errorf("the lease a new replica replaces must be a lease id such as node01-42")
 	}
 	if s.Port < 0 || s.Port > 65535 {
 		return fmt.Errorf("port %d is out of range: give 1 to 65535", s.Port)
@@ -155,6 +182,59 @@ func CheckName(name string) error {
 // SessionName is the tmux session a service's replica runs in: svc-NAME,
 // so `tmux ls` tells services from runs (dibs-NODE-N) at a glance.
 func SessionName(name string) string { return "svc-" + name }
+
+// ReplicaSession is the tmux session of replica i of service name:
+// svc-NAME for replica 0 (as a single replica's), svcI-NAME for replica
+// I (svc1-llm). Every service's session starts svc-, so llm's replica 1
+// never takes the session of a service named llm-1 (svc-llm-1), and a
+// session name may hold nothing but letters, digits, '-' and '_'.
+func ReplicaSession(name string, replica int) string {
+	if replica == 0 {
+		return SessionName(name)
+	}
+	return "svc" + strconv.Itoa(replica) + "-" + name
+}
+
+// UpdateSession is the session of a replica started beside the one it
+// replaces (a rolling update) when both are on one node: the old keeps
+// its session until it is stopped, so the new one takes the other of two
+// names, a 'u' added before the first '-' (svcu-llm, svc1u-llm) or taken
+// away again at the next update.
+func UpdateSession(session string) string {
+	pre, rest, _ := strings.Cut(session, "-")
+	if p, ok := strings.CutSuffix(pre, "u"); ok {
+		return p + "-" + rest
+	}
+	return pre + "u-" + rest
+}
+
+// Label is how a replica is named to people and picked on the command
+// line: NAME for a service of one replica, NAME/i for each of several
+// (`dibs logs llm/1`).
+func (s *Spec) Label() string {
+	if s.Replicas <= 1 && s.Replica == 0 {
+		return s.Name
+	}
+	return s.Name + "/" + strconv.Itoa(s.Replica)
+}
+
+// ParseRef splits what a person typed to pick a service's replica: NAME
+// (replica 0, or all of them where a command acts on the service) or
+// NAME/i. pick reports whether an index was given.
+func ParseRef(ref string) (name string, replica int, pick bool, err error) {
+	name, idx, pick := strings.Cut(ref, "/")
+	if err := CheckName(name); err != nil {
+		return "", 0, false, err
+	}
+	if !pick {
+		return name, 0, false, nil
+	}
+	replica, err = strconv.Atoi(idx)
+	if err != nil || replica < 0 || replica >= MaxReplicas || idx != strconv.Itoa(replica) {
+		return "", 0, false, fmt.Errorf("%q: pick a replica as NAME/i, i from 0 to %d", termsafe.String(ref), MaxReplicas-1)
+	}
+	return name, replica, true, nil
+}
 
 // URL is where a replica on node answers (empty without a port).
 func URL(node string, port int) string {

@@ -78,6 +78,12 @@ func TestSpecCheck(t *testing.T) {
 		{Spec{Name: "x", Port: 70000}, false},
 		{Spec{Name: "x", Health: "/h"}, false},
 		{Spec{Name: "x", Port: 1, Health: "h"}, false},
+		{Spec{Name: "r", Replicas: 8, Replica: 7, Replaces: "node01-42"}, true},
+		{Spec{Name: "r", Replicas: 9}, false},
+		{Spec{Name: "r", Replicas: -1}, false},
+		{Spec{Name: "r", Replicas: 2, Replica: 2}, false},
+		{Spec{Name: "r", Replica: 1}, false},
+		{Spec{Name: "r", Replaces: "a b"}, false},
 	} {
 		if err := c.s.Check(); (err == nil) != c.ok {
 			t.Errorf("%+v: got %v, want ok=%v", c.s, err, c.ok)
@@ -101,6 +107,49 @@ func TestWriteStatusHoldsBackAFlappingCheck(t *testing.T) {
 	} {
 		if got := WriteStatus(c.old, c.now, c.sinceLast); got != c.want {
 			t.Errorf("%s: got %v, want %v", c.name, got, c.want)
+		}
+	}
+}
+
+func TestReplicaNames(t *testing.T) {
+	for _, c := range []struct {
+		s              Spec
+		label, session string
+	}{
+		{Spec{Name: "llm"}, "llm", "svc-llm"},
+		{Spec{Name: "llm", Replicas: 2}, "llm/0", "svc-llm"},
+		{Spec{Name: "llm", Replicas: 2, Replica: 1}, "llm/1", "svc1-llm"},
+		{Spec{Name: "llm-1"}, "llm-1", "svc-llm-1"},
+	} {
+		if got := c.s.Label(); got != c.label {
+			t.Errorf("%+v: label %q, want %q", c.s, got, c.label)
+		}
+		if got := ReplicaSession(c.s.Name, c.s.Replica); got != c.session {
+			t.Errorf("%+v: session %q, want %q", c.s, got, c.session)
+		}
+	}
+	for in, want := range map[string]string{"svc-llm": "svcu-llm", "svcu-llm": "svc-llm", "svc1-llm-2": "svc1u-llm-2", "svc1u-llm-2": "svc1-llm-2"} {
+		if got := UpdateSession(in); got != want {
+			t.Errorf("UpdateSession(%q) = %q, want %q", in, got, want)
+		}
+	}
+	for _, c := range []struct {
+		ref     string
+		name    string
+		replica int
+		pick    bool
+		ok      bool
+	}{
+		{"llm", "llm", 0, false, true},
+		{"llm/1", "llm", 1, true, true},
+		{"llm/01", "", 0, false, false},
+		{"llm/8", "", 0, false, false},
+		{"llm/-1", "", 0, false, false},
+		{"9x/1", "", 0, false, false},
+	} {
+		name, replica, pick, err := ParseRef(c.ref)
+		if (err == nil) != c.ok || name != c.name || replica != c.replica || pick != c.pick {
+			t.Errorf("ParseRef(%q) = %q %d %v %v, want %q %d %v ok=%v", c.ref, name, replica, pick, err, c.name, c.replica, c.pick, c.ok)
 		}
 	}
 }

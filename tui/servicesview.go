@@ -342,10 +342,10 @@ func running(s service.State) bool {
 }
 
 // replicaName is how a replica is named in the view, its question and
-// its status line: the service's name. (With several replicas of one
-// service — svc-replicas' Spec.Label — it becomes NAME/i here alone.)
+// its status line: the service's name, or NAME/i for each replica of a
+// service started with --replicas (Spec.Label, as dibs services says it).
 func replicaName(l *lease.Lease) string {
-	return l.Service.Name
+	return l.Service.Label()
 }
 
 // idleText is "idle 3h" when the supervisor judged the service idle (no

@@ -62,22 +62,23 @@ func (b *Bound) Board(context.Context) (api.Board, error) {
 
 // movingServices shows a service whose node is lost past the grace as
 // moving (the scheduler is placing it again, agent/svcmove.go) and leaves
-// it out once it runs on a live node: one row per service.
+// it out once it runs on a live node: one row per replica.
 func (s *Service) movingServices(v queue.ClusterView, svcs []lease.Lease) []lease.Lease {
 	type key struct {
-		uid  int
-		name string
+		uid     int
+		name    string
+		replica int
 	}
 	placed := map[key]bool{}
 	for _, l := range svcs {
 		if l.Service != nil && !s.lostNode(v, l.Node) {
-			placed[key{l.UID, l.Service.Name}] = true
+			placed[key{l.UID, l.Service.Name, l.Service.Replica}] = true
 		}
 	}
 	out := svcs[:0]
 	for _, l := range svcs {
 		if l.Service != nil && s.lostNode(v, l.Node) {
-			if placed[key{l.UID, l.Service.Name}] {
+			if placed[key{l.UID, l.Service.Name, l.Service.Replica}] {
 				continue
 			}
 			svc := *l.Service

@@ -3,6 +3,7 @@ package core
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/dibs-gpu/dibs/agent/node"
@@ -39,8 +40,9 @@ func (b *Bound) Claim(ctx context.Context, req api.ClaimRequest) (api.ClaimRespo
 			}
 		}
 	}
+	var siblings []string
 	if claim.Service != nil {
-		if err := b.admitService(v, &claim); err != nil {
+		if siblings, err = b.admitService(v, &claim); err != nil {
 			return api.ClaimResponse{}, err
 		}
 	}
@@ -55,19 +57,37 @@ func (b *Bound) Claim(ctx context.Context, req api.ClaimRequest) (api.ClaimRespo
 			target = prev
 		} else if len(claim.GPUs) == 0 && len(v.Nodes) > 1 {
 			want := claim.Want(s.cfg.Policy, s.deps.Clock.Now(), v.PoolHeld(s.cfg.Policy.Pools, b.c.User))
+			choose := func(cands []lease.Candidate) (string, error) {
+				if claim.Service != nil && noGPU(claim) {
+					return noGPUNode(cands, want.Tags)
+				}
+				return lease.ChooseNodeFor(cands, want, s.cfg.Policy.Pools, b.c.User)
+			}
 			target, err = pickAllowed(claim.Where, v.Candidates(), func(cands []lease.Candidate) (string, error) {
+				if len(siblings) > 0 {
+					// A replica on a port keeps off its siblings' nodes.
+					if cands = withoutNodes(cands, siblings); len(cands) == 0 {
+						return "", spreadRefusal(claim, len(siblings))
+					}
+					if _, err := choose(cands); err != nil {
+						return "", spreadRefusal(claim, len(siblings))
+					}
+				}
 				if here := localCandidate(cands); req.PreferHere && here != nil {
-					if _, err := lease.ChooseNodeFor(here, want, s.cfg.Policy.Pools, b.c.User); err == nil {
+					if _, err := choose(here); err == nil {
 						cands = here
 					} // else it does not fit here: the best node anywhere
 				}
-				return lease.ChooseNodeFor(cands, want, s.cfg.Policy.Pools, b.c.User)
+				return choose(cands)
 			})
 			if err != nil {
 				return api.ClaimResponse{}, err
 			}
 		}
 		s.placed.put(b.c.User, claim.RequestID, target, s.deps.Clock.Now())
+	}
+	if slices.Contains(siblings, target) {
+		return api.ClaimResponse{}, spreadRefusal(claim, len(siblings))
 	}
 	if !claim.Where.Allows(target) {
 		return api.ClaimResponse{}, refusal.Invalidf("its --nodelist/--exclude keep it off %s (%s), the node it would be granted on: name GPUs on a node they allow, or change them", target, claim.Where)

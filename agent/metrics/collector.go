@@ -97,16 +97,21 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		c.leases(n, v, gauge)
 		c.efficiency(n, gauge)
 		c.queue(n, v, gauge)
+		// One series per replica: NAME, or NAME/i of several. A rolling
+		// update's new replica beside the old on this node would repeat
+		// the labels for a moment: the first is reported.
+		seen := map[string]bool{}
 		for _, l := range n.Leases {
-			if !l.IsService() {
+			if !l.IsService() || seen[l.User+"\x00"+l.Service.Label()] {
 				continue
 			}
+			seen[l.User+"\x00"+l.Service.Label()] = true
 			up := 0.0
 			if l.Service.State == service.Healthy {
 				up = 1
 			}
-			gauge(descServiceUp, up, n.Name, l.Service.Name, l.User, string(l.Service.State))
-			counter(descServiceRest, uint64(l.Service.Restarts), n.Name, l.Service.Name, l.User)
+			gauge(descServiceUp, up, n.Name, l.Service.Label(), l.User, string(l.Service.State))
+			counter(descServiceRest, uint64(l.Service.Restarts), n.Name, l.Service.Label(), l.User)
 		}
 	}
 	if f := c.m.proxy.Load(); f != nil {

@@ -143,7 +143,17 @@ func (n *Node) admit(c lease.Caller, g Grant) (l lease.Lease, fresh bool, err er
 		// The definition every node holds (lease.Lease.Published), for
 		// the supervisor's restarts here and a start elsewhere.
 		l.Job = g.Claim.Run.Job()
-		l.Session = service.SessionName(l.Service.Name)
+		l.Session = service.ReplicaSession(l.Service.Name, l.Service.Replica)
+		if l.Service.Replaces != "" {
+			// A rolling update's new replica beside the old on this node:
+			// the old one keeps its session until it is stopped.
+			for _, x := range n.table.List() {
+				if x.UID == l.UID && x.Session == l.Session {
+					l.Session = service.UpdateSession(l.Session)
+					break
+				}
+			}
+		}
 	}
 	if err := n.saveLocked(l, now); err != nil {
 		return lease.Lease{}, false, err

@@ -568,7 +568,7 @@ func attachCmd(c *cli) *cobra.Command {
 // only a command api.CheckAttachCommand recognises, whatever the agent sent.
 func (c *cli) attach(ctx context.Context, cl *api.Client, id string) error {
 	r, err := cl.Attach(ctx, id)
-	if sess, ok := orServiceSession(err, id); ok {
+	if sess, ok := c.orServiceSession(ctx, cl, err, id); ok {
 		r, err = cl.Attach(ctx, sess)
 	}
 	if err != nil {

@@ -388,7 +388,11 @@ func k8sService(b api.Board, name, owner string) (k8s.Service, error) {
 		}
 		return k8s.Service{}, fmt.Errorf("dibs holds no command for service %s (lease %s): stop it and start it again with dibs serve", safe(name), safe(l.ID))
 	}
-	s := k8s.Service{Name: name, Owner: l.User, Lease: l.ID, Node: l.Node, Replicas: len(mine),
+	replicas := map[int]bool{} // a rolling update may hold two leases of one replica for a moment
+	for _, x := range mine {
+		replicas[x.Service.Replica] = true
+	}
+	s := k8s.Service{Name: name, Owner: l.User, Lease: l.ID, Node: l.Node, Replicas: len(replicas),
 		Command: l.Job.Command, Dir: l.Job.Dir, Env: l.Job.Env, MemMiB: l.MemMiB,
 		Port: l.Service.Port, Health: l.Service.Health, HealthCmd: l.Service.HealthCmd, Preemptible: l.Service.Preemptible}
 	if !l.Partial() {

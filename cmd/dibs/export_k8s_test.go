@@ -30,13 +30,15 @@ func TestK8sServiceFromTheBoard(t *testing.T) {
 	}
 	mig := svc("na-3", "ana", "na", "embed", []string{"serve"})
 	mig.MIG, mig.Share = "MIG-bbb", 0.25
+	second := svc("nb-1", "ana", "nb", "llm", []string{"vllm", "serve", "m"})
+	second.Service.Replica, second.Service.Replicas = 1, 2
 	b := api.Board{
 		You: lease.Caller{User: "ana"},
 		Nodes: []api.Node{{Name: "na", Host: nodeprobe.Host{Tags: []string{"inference"}}, GPUs: []api.GPU{{GPU: nodeprobe.GPU{Index: 0,
 			MIGDevices: []nodeprobe.MIGDevice{{UUID: "MIG-aaa", Profile: "3g.40gb"}, {UUID: "MIG-bbb", Profile: "1g.10gb"}}}}}}},
 		Services: []lease.Lease{
 			svc("na-2", "ana", "na", "llm", []string{"vllm", "serve", "m"}),
-			svc("nb-1", "ana", "nb", "llm", []string{"vllm", "serve", "m"}),
+			second,
 			svc("nb-2", "bo", "nb", "llm", nil),
 			svc("nb-3", "bo", "nb", "bos", nil),
 			svc("nb-4", "cy", "nb", "both", nil),

@@ -51,7 +51,7 @@ are dropped and colours kept; --raw prints every byte.`,
 			cl := c.client()
 			fctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 			srcs, err := cl.LogSources(fctx, args[0])
-			if sess, ok := orServiceSession(err, args[0]); ok {
+			if sess, ok := c.orServiceSession(fctx, cl, err, args[0]); ok {
 				srcs, err = cl.LogSources(fctx, sess)
 			}
 			cancel()

@@ -136,12 +136,18 @@ func (c SquatClock) Seen(judged map[int]lease.Judgement, now time.Time) {
 }
 
 // CountServices adds the services among leases, and the GPUs they hold,
-// to f.
+// to f: a service of several replicas (a lease each) counts once, its
+// replicas' GPUs all.
 func (f *Findings) CountServices(leases []lease.Lease) {
+	seen := map[string]bool{}
 	for _, l := range leases {
-		if l.IsService() {
+		if !l.IsService() {
+			continue
+		}
+		f.ServiceGPUs += len(l.GPUs)
+		if k := l.User + "\x00" + l.Service.Name; !seen[k] {
+			seen[k] = true
 			f.Services++
-			f.ServiceGPUs += len(l.GPUs)
 		}
 	}
 }

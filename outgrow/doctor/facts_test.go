@@ -7,7 +7,23 @@ import (
 
 	"github.com/dibs-gpu/dibs/lease"
 	"github.com/dibs-gpu/dibs/nodeprobe"
+	"github.com/dibs-gpu/dibs/service"
 )
+
+// TestCountServicesCountsNamesAndEveryReplicasGPUs: two replicas of one
+// service are one service holding both their GPUs; another person's
+// service of the same name is another service.
+func TestCountServicesCountsNamesAndEveryReplicasGPUs(t *testing.T) {
+	svc := func(user, name string, replica int, gpus ...int) lease.Lease {
+		return lease.Lease{User: user, Kind: lease.KindService, GPUs: gpus,
+			Service: &service.Service{Spec: service.Spec{Name: name, Replicas: 2, Replica: replica}}}
+	}
+	var f Findings
+	f.CountServices([]lease.Lease{svc("ana", "llm", 0, 0), svc("ana", "llm", 1, 1), svc("bo", "llm", 0, 2, 3), {User: "cy", GPUs: []int{4}}})
+	if f.Services != 2 || f.ServiceGPUs != 4 {
+		t.Fatalf("got %d services holding %d GPUs, want 2 holding 4", f.Services, f.ServiceGPUs)
+	}
+}
 
 // TestLeaseFacts: a lease past its end is overdue by how long; a booking's
 // reservation is neither overdue nor a holder; a squatted GPU names its

@@ -1,0 +1,47 @@
+package main
+
+import (
+	"slices"
+	"testing"
+
+	"github.com/dibs-gpu/dibs/api"
+	"github.com/dibs-gpu/dibs/lease"
+	"github.com/dibs-gpu/dibs/nodeprobe"
+	"github.com/dibs-gpu/dibs/service"
+)
+
+// TestUpdateKeepsWhatFlagsLeaveOut: `dibs serve NAME --update -- CMD`
+// keeps each replica's port, check, preemptibility, number of replicas and
+// what it holds (whole GPUs, a MIG profile, a memory budget) unless a
+// flag says otherwise, and names the replica it replaces.
+func TestUpdateKeepsWhatFlagsLeaveOut(t *testing.T) {
+	b := api.Board{Nodes: []api.Node{{Name: "na", GPUs: []api.GPU{{GPU: nodeprobe.GPU{Index: 0,
+		MIGDevices: []nodeprobe.MIGDevice{{UUID: "MIG-aaa", Profile: "3g.40gb"}}}}}}}}
+	spec := service.Spec{Name: "llm", Port: 8000, Health: "/health", Preemptible: true, Replicas: 2, Replica: 1}
+	whole := lease.Lease{ID: "na-1", Node: "na", GPUs: []int{0, 1}}
+	mig := lease.Lease{ID: "na-2", Node: "na", GPUs: []int{0}, MIG: "MIG-aaa"}
+	mem := lease.Lease{ID: "na-3", Node: "na", GPUs: []int{0}, MemMiB: 20480}
+	for _, c := range []struct {
+		l    lease.Lease
+		want api.ClaimRequest
+	}{
+		{whole, api.ClaimRequest{Count: 2}},
+		{mig, api.ClaimRequest{MIG: "3g.40gb"}},
+		{mem, api.ClaimRequest{Mem: "20480M"}},
+	} {
+		if got := heldUnits(b, &c.l); got.Count != c.want.Count || got.MIG != c.want.MIG || got.Mem != c.want.Mem {
+			t.Errorf("%s holds %+v, want %+v", c.l.ID, got, c.want)
+		}
+	}
+	old := serviceRow{Name: "llm", Replica: 1, Lease: "na-1", spec: spec, units: heldUnits(b, &whole)}
+	u := updater{spec: service.Spec{Name: "llm"}, changed: func(string) bool { return false }}
+	got := u.next(old)
+	if s := got.Service; got.Count != 2 || s.Port != 8000 || s.Health != "/health" || !s.Preemptible || s.Replicas != 2 || s.Replica != 1 {
+		t.Errorf("an update with no flags asks for %+v %+v, want the old replica's port, check, preemptibility, replicas and GPUs", got, *s)
+	}
+	given := []string{"port", "gpus"}
+	u = updater{req: api.ClaimRequest{Count: 1}, spec: service.Spec{Name: "llm", Port: 9000}, changed: func(f string) bool { return slices.Contains(given, f) }}
+	if got := u.next(old); got.Count != 1 || got.Service.Port != 9000 || got.Service.Health != "/health" {
+		t.Errorf("an update with -g 1 --port 9000 asks for %+v %+v", got, *got.Service)
+	}
+}
