@@ -47,9 +47,9 @@ func serviceBound(sched queue.SchedConfig, r service.Rules, o CheckOptions) time
 	return sched.WithDefaults().LostAfter + o.DetectWithin + o.MoveWithin + r.Backoff(r.CrashRestarts-1)
 }
 
-// replicaOf is the replica a service's lease runs (0 until services have
-// several replicas; then the lease's replica index).
-func replicaOf(l *lease.Lease) int { return 0 }
+// replicaOf is the replica a service's lease runs: its index among the
+// service's replicas (`--replicas`), which a move keeps.
+func replicaOf(l *lease.Lease) int { return l.Service.Replica }
 
 // svcReplica names one replica of one service across its moves.
 type svcReplica struct {

@@ -247,3 +247,27 @@ func TestServiceDownCheckWantsAMove(t *testing.T) {
 		})
 	}
 }
+
+// TestServiceCopiesCheckTellsReplicasApart: two replicas of one service
+// (`--replicas 2`) answer side by side for as long as they run; two
+// copies of one replica may not.
+func TestServiceCopiesCheckTellsReplicasApart(t *testing.T) {
+	for _, c := range []struct {
+		name    string
+		replica int
+		want    int
+	}{{"replicas 0 and 1", 1, 0}, {"replica 0 twice", 0, 1}} {
+		t.Run(c.name, func(t *testing.T) {
+			b := svcBuilder()
+			l1 := b.serve("web", "n1", 1, 1000, 1100)
+			l := lease.Lease{ID: lease.LeaseID("n2", 1), Node: "n2", Token: 1, Kind: lease.KindService,
+				Service: &service.Service{Spec: service.Spec{Name: "web", Port: 8000, Replica: c.replica, Replicas: 2}}}
+			b.put(l, 1001, 1002)
+			b.seen("web", "n1", l1, 1300, 40000)
+			b.seen("web", "n2", l.ID, 1300, 40000)
+			if vs := violationsOf(Check(b.history(40000)), CheckServiceCopies); len(vs) != c.want {
+				t.Errorf("got %d violations of %s, want %d: %v", len(vs), CheckServiceCopies, c.want, vs)
+			}
+		})
+	}
+}

@@ -153,9 +153,7 @@ func (c *svcClient) serve(gpus int) {
 	}
 	req := api.ClaimRequest{Count: gpus, Service: spec, RequestID: fmt.Sprintf("nemesis-svc-%016x", c.rng.Uint64()),
 		Run: &api.RunSpec{Command: replicaCommand(c.exe, s.port, nodes), Dir: c.dir}}
-	if gpus == 0 || c.rng.IntN(2) == 0 {
-		// A service without a GPU names its node: a claim of no GPUs
-		// names no node to pack it on.
+	if c.rng.IntN(2) == 0 {
 		req.Node = nodes[c.rng.IntN(len(nodes))]
 	}
 	op := SvcOp{Kind: SvcServe, Service: s.name, Via: via.name, Node: req.Node, GPUs: gpus, Port: s.port, Call: c.h.rec.now()}
