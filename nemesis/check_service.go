@@ -185,7 +185,7 @@ func checkServices(h *History, o CheckOptions) ([]Violation, ServiceFigures) {
 			counted[s.Lease] = true
 			f.Moved++
 		}
-		if s.To >= h.End-int64(2*h.SvcRound) {
+		if s.To >= svcEnd(h)-int64(2*h.SvcRound) {
 			continue // still answering at the end
 		}
 		for j := range h.Faults {
@@ -334,7 +334,7 @@ func checkDown(x *svcIndex, o CheckOptions, f *ServiceFigures) []Violation {
 		if _, looped := x.crashLoop[name]; looped {
 			continue
 		}
-		w := window{from: Never, to: h.End}
+		w := window{from: Never, to: svcEnd(h)}
 		for _, op := range x.ops[name] {
 			switch {
 			case op.Kind == SvcServe && op.Outcome == OK:
@@ -405,7 +405,7 @@ func checkDown(x *svcIndex, o CheckOptions, f *ServiceFigures) []Violation {
 					continue
 				}
 				what := fmt.Sprintf("answered nowhere from %s ms to %s ms: %s after the last fault healed (or it went down), its bound is %s", ms(d0), ms(d1), took.Round(time.Millisecond), bound)
-				if d1 == h.End {
+				if d1 == svcEnd(h) {
 					what = fmt.Sprintf("answered nowhere from %s ms to the end of the run (%s ms): %s after the last fault healed (or it went down), its bound is %s", ms(d0), ms(d1), took.Round(time.Millisecond), bound)
 				}
 				v := Violation{Check: CheckServiceDown, Subject: r.String(), What: what}
@@ -512,6 +512,14 @@ func cutsOff(h *History, f *Fault, node string) bool {
 	}
 	// Two equal halves: the one with the lowest-named node stays in touch.
 	return len(all) > 0 && slices.Contains(f.Nodes, all[0]) != in
+}
+
+// svcEnd is when the observer stopped: the end of what it saw.
+func svcEnd(h *History) int64 {
+	if h.SvcEnd > 0 {
+		return h.SvcEnd
+	}
+	return h.End
 }
 
 // seenLine is one run of answers as a person reads it.

@@ -271,3 +271,20 @@ func TestServiceCopiesCheckTellsReplicasApart(t *testing.T) {
 		})
 	}
 }
+
+// TestServiceDownEndsWithTheObserver: the run goes on after the observer
+// stopped (the last reads of every agent, however long the boards take to
+// agree); a service seen until then is not down for it.
+func TestServiceDownEndsWithTheObserver(t *testing.T) {
+	b := svcBuilder()
+	l1 := b.serve("web", "n1", 1, 1000, 1100)
+	b.seen("web", "n1", l1, 1300, 40000)
+	b.h.SvcEnd = at(40100)
+	if vs := violationsOf(Check(b.history(70000)), CheckServiceDown); len(vs) != 0 {
+		t.Errorf("got %v, want none", vs)
+	}
+	b.h.SvcEnd = 0 // a history from before SvcEnd: its End is the observer's
+	if vs := violationsOf(Check(b.history(70000)), CheckServiceDown); len(vs) != 1 {
+		t.Errorf("without SvcEnd: got %d violations, want 1 (30 s unseen at the end)", len(vs))
+	}
+}

@@ -139,14 +139,19 @@ func Run(tb testing.TB, o Options) *History {
 	close(stop)
 	close(stopSvc)
 	clients.Wait()
-	h.settle()
 	if obs != nil {
 		// Every service still running must answer within its bound of
-		// the last heal: the observer watches that long at most.
+		// the last heal: the observer watches that long at most. Before
+		// settle's last reads, which must stay the history's last word
+		// (a queued run that ended after them would look undone).
 		h.svc.settle(obs, serviceBound(h.rec.h.Sched, svcRules, CheckOptions{}))
 		close(stopObs)
 	}
 	svcs.Wait()
+	h.rec.mu.Lock()
+	h.rec.h.SvcEnd = h.rec.now()
+	h.rec.mu.Unlock()
+	h.settle()
 	return h.rec.history()
 }
 

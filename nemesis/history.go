@@ -316,4 +316,7 @@ type History struct {
 	Seen     []Seen
 	SvcRules service.Rules
 	SvcRound time.Duration
+	// SvcEnd is when the observer stopped (zero: at End): what it saw of
+	// the services ends there.
+	SvcEnd int64 `json:",omitempty"`
 }
