@@ -158,14 +158,27 @@ func (x *svcIndex) replicas() []svcReplica {
 func checkServices(h *History, o CheckOptions) ([]Violation, ServiceFigures) {
 	x := newSvcIndex(h)
 	f := ServiceFigures{Seen: len(h.Seen), CrashLooped: len(x.crashLoop), Bound: serviceBound(h.Sched, h.SvcRules, o)}
+	// A service of several replicas is started by one claim each: it
+	// counts once, answered when every claim was.
+	refused := map[string]bool{}
+	var names []string
+	for i := range h.SvcOps {
+		if op := &h.SvcOps[i]; op.Kind == SvcServe {
+			if !slices.Contains(names, op.Service) {
+				names = append(names, op.Service)
+			}
+			refused[op.Service] = refused[op.Service] || op.Outcome != OK
+		}
+	}
+	f.Started = len(names)
+	for _, n := range names {
+		if !refused[n] {
+			f.Acked++
+		}
+	}
 	for i := range h.SvcOps {
 		op := &h.SvcOps[i]
 		switch {
-		case op.Kind == SvcServe:
-			f.Started++
-			if op.Outcome == OK {
-				f.Acked++
-			}
 		case op.Kind == SvcStop && op.Outcome == OK:
 			f.Stopped++
 		case op.Kind == SvcKill && op.Outcome == OK:

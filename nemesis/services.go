@@ -135,7 +135,10 @@ func (c *svcClient) via() *member {
 }
 
 // serve starts a new service as `dibs serve NAME -g G --port P [--health
-// /health] -- REPLICA` does, on a node named or wherever it fits.
+// /health] [--replicas 2] -- REPLICA` does, on a node named or wherever
+// it fits: one claim a replica (a service without a GPU has two, half the
+// time, placed apart), all or none — when one is refused, those started
+// are stopped again, as the CLI does.
 func (c *svcClient) serve(gpus int) {
 	c.mu.Lock()
 	c.next++
@@ -147,25 +150,61 @@ func (c *svcClient) serve(gpus int) {
 	for i, m := range c.h.members {
 		nodes[i] = m.name
 	}
-	spec := &service.Spec{Name: s.name, Port: s.port}
+	spec := service.Spec{Name: s.name, Port: s.port}
 	if c.rng.IntN(2) == 0 {
 		spec.Health = "/health"
 	}
-	req := api.ClaimRequest{Count: gpus, Service: spec, RequestID: fmt.Sprintf("nemesis-svc-%016x", c.rng.Uint64()),
-		Run: &api.RunSpec{Command: replicaCommand(c.exe, s.port, nodes), Dir: c.dir}}
-	if c.rng.IntN(2) == 0 {
-		req.Node = nodes[c.rng.IntN(len(nodes))]
+	if gpus == 0 && len(nodes) > 1 && c.rng.IntN(2) == 0 {
+		spec.Replicas = 2
 	}
-	op := SvcOp{Kind: SvcServe, Service: s.name, Via: via.name, Node: req.Node, GPUs: gpus, Port: s.port, Call: c.h.rec.now()}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	r, err := via.client.Claim(ctx, req)
-	c.finish(&op, err)
-	if err == nil {
-		op.Node, op.LeaseID = r.Node, r.ID
+	node := ""
+	if spec.Replicas < 2 && c.rng.IntN(2) == 0 {
+		node = nodes[c.rng.IntN(len(nodes))]
+	}
+	outcome := OK
+	var started []SvcOp
+	for i := range max(spec.Replicas, 1) {
+		one := spec
+		one.Replica = i
+		req := api.ClaimRequest{Node: node, Count: gpus, Service: &one, RequestID: fmt.Sprintf("nemesis-svc-%016x", c.rng.Uint64()),
+			Run: &api.RunSpec{Command: replicaCommand(c.exe, s.port, nodes), Dir: c.dir}}
+		op := SvcOp{Kind: SvcServe, Service: s.name, Via: via.name, Node: node, GPUs: gpus, Port: s.port, Call: c.h.rec.now()}
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		r, err := via.client.Claim(ctx, req)
+		cancel()
+		c.finish(&op, err)
+		if err == nil {
+			op.Node, op.LeaseID = r.Node, r.ID
+			started = append(started, op)
+		}
+		c.h.rec.svcOp(op)
+		if op.Outcome != OK {
+			outcome = op.Outcome
+			break
+		}
+	}
+	if outcome != OK && len(started) > 0 {
+		c.rollBack(via, s, started)
 	}
 	c.mu.Lock()
-	s.acked, s.unsure = op.Outcome == OK, op.Outcome == Unknown
+	s.acked, s.unsure = outcome == OK, outcome == Unknown
+	c.mu.Unlock()
+}
+
+// rollBack stops the replicas of s started before one was refused, as
+// `dibs serve` does: one release for them all.
+func (c *svcClient) rollBack(via *member, s *svc, started []SvcOp) {
+	var ids, nodes []string
+	for _, op := range started {
+		ids, nodes = append(ids, op.LeaseID), append(nodes, op.Node)
+	}
+	op := SvcOp{Kind: SvcStop, Service: s.name, Via: via.name, Node: strings.Join(nodes, ","), LeaseID: strings.Join(ids, ","), Call: c.h.rec.now()}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	_, err := via.client.Release(ctx, api.ReleaseRequest{IDs: ids})
+	c.finish(&op, err)
+	c.mu.Lock()
+	s.stopping, s.stopped = true, op.Outcome == OK
 	c.mu.Unlock()
 	c.h.rec.svcOp(op)
 }
