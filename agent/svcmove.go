@@ -37,8 +37,12 @@ func (a *Agent) moveServices(ctx context.Context, v queue.ClusterView, grace tim
 	if v.Scheduler() != v.Self || !v.Heard() {
 		return
 	}
-	if _, in := a.touch(v); !in {
-		return // cut off: the side in touch moves, this one fences
+	if _, in := a.touch(a.heardView(v)); !in {
+		// Cut off: the side in touch moves, this one fences. Judged as
+		// the fence judges it: a node cut off alone, whose memberlist
+		// calls its peers dead one after the other, took itself for in
+		// touch in between and placed a live node's service on itself.
+		return
 	}
 	live := map[svcKey]bool{}
 	var lost []lease.Lease
