@@ -98,8 +98,8 @@ func (a *Agent) moveService(ctx context.Context, v queue.ClusterView, l lease.Le
 
 // movedClaim is what l holds and where it may run, as a claim asks for
 // it: a memory budget as a size, a MIG instance by its profile (the lost
-// node's last snapshot names it; the instance itself is gone with its
-// node), else as many whole GPUs (none for a -g 0 service); the pools,
+// node's last snapshot names it, else the profile admission recorded; the
+// instance itself is gone with its node), else as many whole GPUs (none for a -g 0 service); the pools,
 // model and cores per GPU its admission recorded (service.Placement).
 func movedClaim(v queue.ClusterView, l lease.Lease) (api.ClaimRequest, error) {
 	var req api.ClaimRequest
@@ -108,6 +108,9 @@ func movedClaim(v queue.ClusterView, l lease.Lease) (api.ClaimRequest, error) {
 		req.Mem = fmt.Sprintf("%dM", l.MemMiB)
 	case l.MIG != "":
 		req.MIG = migProfile(v, l.Node, l.MIG)
+		if req.MIG == "" && l.Service.Place != nil {
+			req.MIG = l.Service.Place.MIG
+		}
 		if req.MIG == "" {
 			return req, fmt.Errorf("the profile of its MIG instance %s is not known: its node's last snapshot does not show it", l.MIG)
 		}

@@ -83,7 +83,7 @@ func TestServiceMovesAsItsOwnerAskedIt(t *testing.T) {
 			}
 		}
 	}
-	if mig.MIG == "" || profile != "3g.40gb" {
-		t.Errorf("mig moved holding GPUs %v, MIG instance %q (profile %q): want a 3g.40gb instance", mig.GPUs, mig.MIG, profile)
+	if mig.MIG == "" || profile != "3g.40gb" || mig.Service.Place == nil || mig.Service.Place.MIG != "3g.40gb" {
+		t.Errorf("mig moved holding GPUs %v, MIG instance %q (profile %q, placement %+v): want a 3g.40gb instance, the profile recorded", mig.GPUs, mig.MIG, profile, mig.Service.Place)
 	}
 }

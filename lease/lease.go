@@ -227,6 +227,7 @@ func (l *Lease) EachString(f func(field string, p *string)) {
 				f("place.tags", &p.Tags[i])
 			}
 			f("place.model", &p.Model)
+			f("place.mig", &p.MIG)
 		}
 		f("state", (*string)(&l.Service.State))
 	}

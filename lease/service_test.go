@@ -62,6 +62,8 @@ func TestServicePlacementIsBoundedOnEveryLease(t *testing.T) {
 		{Model: string(make([]byte, 65))},
 		{CPUsPerGPU: -1},
 		{CPUsPerGPU: 1025},
+		{MIG: "3g.40gb\x1b[2J"},
+		{MIG: "3g 40gb"},
 	} {
 		l := lease0(bad)
 		if err := l.Validate(); err == nil {

@@ -71,11 +71,16 @@ type Placement struct {
 	Model string `json:"model,omitempty"`
 	// CPUsPerGPU is --cpus-per-gpu: that many of each GPU's local cores.
 	CPUsPerGPU int `json:"cpus_per_gpu,omitempty"`
+	// MIG is the MIG profile the claim asked for (--mig 3g.40gb); empty
+	// when it named an instance (a MIG- UUID or GPU:INDEX, which a move
+	// cannot take elsewhere: it reads the profile from the lost node's
+	// last snapshot instead).
+	MIG string `json:"mig,omitempty"`
 }
 
 // IsZero reports whether p asks for nothing, so a lease need not carry it.
 func (p *Placement) IsZero() bool {
-	return p == nil || len(p.Tags) == 0 && p.Model == "" && p.CPUsPerGPU == 0
+	return p == nil || len(p.Tags) == 0 && p.Model == "" && p.CPUsPerGPU == 0 && p.MIG == ""
 }
 
 // Bounds of a Placement, those of a claim's (lease.CheckTags,
@@ -86,6 +91,7 @@ const (
 	maxTagLen     = 63
 	maxModelLen   = 64
 	maxCPUsPerGPU = 1024
+	maxMIGLen     = 128
 )
 
 // Check refuses a placement no claim could have asked for.
@@ -103,6 +109,9 @@ func (p *Placement) Check() error {
 	}
 	if len(p.Model) > maxModelLen || strings.ContainsAny(p.Model, "\r\n") || termsafe.Check(p.Model) != nil {
 		return fmt.Errorf("--model must be one line of at most %d characters", maxModelLen)
+	}
+	if len(p.MIG) > maxMIGLen || strings.ContainsAny(p.MIG, " \r\n\t") || termsafe.Check(p.MIG) != nil {
+		return fmt.Errorf("--mig must be a MIG profile such as 3g.40gb (at most %d characters)", maxMIGLen)
 	}
 	if p.CPUsPerGPU < 0 || p.CPUsPerGPU > maxCPUsPerGPU {
 		return fmt.Errorf("--cpus-per-gpu %d is out of range: 1 to %d", p.CPUsPerGPU, maxCPUsPerGPU)

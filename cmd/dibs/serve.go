@@ -250,6 +250,9 @@ func serviceRows(b api.Board) []serviceRow {
 		r.job = l.Job
 		r.spec = l.Service.Spec
 		r.units, r.partial, r.anyCPU = heldUnits(b, &l), l.Partial(), l.AnyCPU
+		if p := l.Service.Place; r.units.MIG == "" && l.MIG != "" && p != nil {
+			r.units.MIG = p.MIG // the profile admission recorded, when the board shows none
+		}
 		rows = append(rows, r)
 	}
 	slices.SortFunc(rows, func(a, b serviceRow) int {

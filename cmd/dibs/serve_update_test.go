@@ -62,6 +62,13 @@ func TestUpdateKeepsWherePlacementFlagsLeaveOut(t *testing.T) {
 	if got := u.next(anyCPU); got.CPUs != "any" {
 		t.Errorf("an update of a --cpus any replica asks for --cpus %q, want any", got.CPUs)
 	}
+	// A MIG instance the board does not show: the profile admission
+	// recorded says what to ask for.
+	b := api.Board{Services: []lease.Lease{{ID: "na-3", Node: "na", GPUs: []int{0}, MIG: "MIG-zzz", Share: 0.5,
+		Service: &service.Service{Spec: service.Spec{Name: "llm", Place: &service.Placement{MIG: "2g.20gb"}}}}}}
+	if rows := serviceRows(b); len(rows) != 1 || u.next(rows[0]).MIG != "2g.20gb" {
+		t.Errorf("an update of a replica on a MIG instance the board does not show asks for %+v, want --mig 2g.20gb", rows)
+	}
 	given := []string{"pool", "cpus"}
 	u = updater{req: api.ClaimRequest{Tags: []string{"slow"}, CPUs: "any"}, spec: service.Spec{Name: "llm"}, changed: func(f string) bool { return slices.Contains(given, f) }}
 	got = u.next(old)
