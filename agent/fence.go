@@ -3,10 +3,12 @@ package agent
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"time"
 
 	"github.com/dibs-gpu/dibs/agent/node"
+	"github.com/dibs-gpu/dibs/gossip"
 	"github.com/dibs-gpu/dibs/lease"
 	"github.com/dibs-gpu/dibs/queue"
 )
@@ -47,6 +49,7 @@ func (a *Agent) startHeartbeat() {
 		return
 	}
 	a.beat(f.File)
+	a.armHeartbeat(f.File)
 	a.beatDone = make(chan struct{})
 	go func() {
 		defer close(a.beatDone)
@@ -63,11 +66,27 @@ func (a *Agent) startHeartbeat() {
 	}()
 }
 
+// armHeartbeat makes the heartbeat, dated now, when there is none yet
+// (the node's first start; the agent not yet in touch, so beat made
+// none): a replica arms its watchdog only when the file exists as it
+// starts (node.Fence), and one started before the agent is first in
+// touch with the cluster would otherwise never fence itself. A heartbeat
+// the agent's last run left keeps its time: a restart within the grace
+// keeps its replicas, one past it fences them.
+func (a *Agent) armHeartbeat(file string) {
+	if _, err := os.Stat(file); !os.IsNotExist(err) {
+		return
+	}
+	if err := os.WriteFile(file, nil, 0o644); err != nil {
+		a.log.Warn("service fence: make heartbeat", "file", file, "err", err)
+	}
+}
+
 // beat touches the heartbeat when this agent is in touch with the
 // cluster. The file's time is the wall clock's, as the watchdog's `date`
 // reads it, never a test's fake clock.
 func (a *Agent) beat(file string) {
-	alone, inTouch := a.touch(a.svc.View())
+	alone, inTouch := a.touch(a.fenceView())
 	if !inTouch {
 		return
 	}
@@ -154,7 +173,7 @@ func (a *Agent) holdService(l lease.Lease) bool {
 	if a.fence().File == "" {
 		return false
 	}
-	if _, in := a.touch(v); !in {
+	if _, in := a.touch(a.fenceView()); !in {
 		return true
 	}
 	for i := range v.Nodes {
@@ -163,6 +182,57 @@ func (a *Agent) holdService(l lease.Lease) bool {
 		}
 	}
 	return false
+}
+
+// heardWithin is how recently a member must have been heard from (it
+// answered this agent's probe, or sent newer state) to count as alive for
+// the fence. memberlist keeps a member it cannot reach listed through its
+// whole suspicion, which a node cut off alone, whose suspicion no other
+// member confirms, draws out to SuspicionMaxTimeoutMult times (9 s and
+// more, seen in the nemesis) while its own suspect mark lapses and comes
+// back: that node went on touching its heartbeat on and off, and its
+// replicas outlived the grace by as much. An alive member is probed every
+// round (members × the probe interval) and answers at once; twice that,
+// and at least 5 s, is a silence no live link keeps. A few seconds of
+// silence fence nothing: only a heartbeat untouched for the whole grace
+// stops a replica.
+func heardWithin(members int) time.Duration {
+	return max(5*time.Second, 2*time.Duration(members)*gossip.DefaultProbeInterval)
+}
+
+// fenceView is the cluster as the fence judges it: the view, with every
+// member not heard from within heardWithin taken for suspect.
+func (a *Agent) fenceView() queue.ClusterView { return a.heardView(a.svc.View()) }
+
+// heardView is v with every member not heard from within heardWithin
+// taken for suspect: what the fence, and the moves, judge "in touch" by.
+func (a *Agent) heardView(v queue.ClusterView) queue.ClusterView {
+	cl := a.cluster.Load()
+	if cl == nil {
+		return v
+	}
+	heard := map[string]time.Time{}
+	for _, p := range cl.c.View() {
+		heard[p.Name] = p.HeardAt
+	}
+	return unheardSuspect(v, heard, time.Now(), heardWithin(len(v.Nodes)))
+}
+
+// unheardSuspect is v with every other node that is alive in it but was
+// not heard from within d of now (or never) shown suspect.
+func unheardSuspect(v queue.ClusterView, heard map[string]time.Time, now time.Time, d time.Duration) queue.ClusterView {
+	nodes := slices.Clone(v.Nodes)
+	for i := range nodes {
+		n := &nodes[i]
+		if n.Self || !n.Alive() {
+			continue
+		}
+		if at, ok := heard[n.Name]; !ok || now.Sub(at) > d {
+			n.State = queue.NodeSuspect
+		}
+	}
+	v.Nodes = nodes
+	return v
 }
 
 // seenMembers are the other members an agent has seen since it started:

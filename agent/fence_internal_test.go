@@ -2,6 +2,7 @@ package agent
 
 import (
 	"testing"
+	"time"
 
 	"github.com/dibs-gpu/dibs/queue"
 )
@@ -57,5 +58,36 @@ func TestFenceTouchIsInTouchOnAtMostOneSideOfAPartition(t *testing.T) {
 	a.touch(view("node02", map[string]string{"node01": queue.NodeAlive}))
 	if alone, in := a.touch(view("node02", nil)); alone || in {
 		t.Errorf("node02 after node01 vanished from its view: alone %v, in touch %v; want neither", alone, in)
+	}
+}
+
+// TestUnheardMembersAreSuspectToTheFence: a member alive in the view but
+// not heard from within the bound (or never) counts as suspect for the
+// fence; one heard lately, a dead one and this node stay as they are.
+func TestUnheardMembersAreSuspectToTheFence(t *testing.T) {
+	now := time.Unix(1000, 0)
+	v := queue.ClusterView{Self: "node01", Nodes: []queue.NodeView{
+		{Name: "node01", Self: true, State: queue.NodeAlive, HasState: true},
+		{Name: "node02", State: queue.NodeAlive, HasState: true},
+		{Name: "node03", State: queue.NodeAlive, HasState: true},
+		{Name: "node04", State: queue.NodeAlive, HasState: true},
+		{Name: "node05", State: queue.NodeDead, HasState: true},
+	}}
+	heard := map[string]time.Time{"node02": now.Add(-4 * time.Second), "node03": now.Add(-6 * time.Second)}
+	got := unheardSuspect(v, heard, now, 5*time.Second)
+	want := map[string]string{"node01": queue.NodeAlive, "node02": queue.NodeAlive, "node03": queue.NodeSuspect, "node04": queue.NodeSuspect, "node05": queue.NodeDead}
+	for _, n := range got.Nodes {
+		if n.State != want[n.Name] {
+			t.Errorf("%s: got %s, want %s", n.Name, n.State, want[n.Name])
+		}
+	}
+	if v.Nodes[2].State != queue.NodeAlive {
+		t.Error("the view given was changed")
+	}
+	if got, want := heardWithin(3), 5*time.Second; got != want {
+		t.Errorf("heardWithin(3): got %s, want %s", got, want)
+	}
+	if got, want := heardWithin(32), 32*time.Second; got != want {
+		t.Errorf("heardWithin(32): got %s, want %s", got, want)
 	}
 }

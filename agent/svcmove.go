@@ -37,8 +37,12 @@ func (a *Agent) moveServices(ctx context.Context, v queue.ClusterView, grace tim
 	if v.Scheduler() != v.Self || !v.Heard() {
 		return
 	}
-	if _, in := a.touch(v); !in {
-		return // cut off: the side in touch moves, this one fences
+	if _, in := a.touch(a.heardView(v)); !in {
+		// Cut off: the side in touch moves, this one fences. Judged as
+		// the fence judges it: a node cut off alone, whose memberlist
+		// calls its peers dead one after the other, took itself for in
+		// touch in between and placed a live node's service on itself.
+		return
 	}
 	live := map[svcKey]bool{}
 	var lost []lease.Lease
@@ -99,8 +103,9 @@ func (a *Agent) moveService(ctx context.Context, v queue.ClusterView, l lease.Le
 // movedClaim is what l holds and where it may run, as a claim asks for
 // it: a memory budget as a size, a MIG instance by its profile (the lost
 // node's last snapshot names it, else the profile admission recorded; the
-// instance itself is gone with its node), else as many whole GPUs (none for a -g 0 service); the pools,
-// model and cores per GPU its admission recorded (service.Placement).
+// instance itself is gone with its node), else as many whole GPUs (none
+// for a -g 0 service); the pools, model and cores per GPU its admission
+// recorded (service.Placement), and --cpus any.
 func movedClaim(v queue.ClusterView, l lease.Lease) (api.ClaimRequest, error) {
 	var req api.ClaimRequest
 	switch {

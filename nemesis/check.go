@@ -61,7 +61,8 @@ const (
 
 // allChecks lists every check in the order a report shows them.
 func allChecks() []string {
-	return []string{CheckGPU, CheckAckedLease, CheckTokens, CheckQueueLost, CheckRunTwice, CheckArrayTwice, CheckArrayLost, CheckArrayThrottle, CheckDependency, CheckGang, CheckRestart, CheckReboot, CheckConvergence, CheckFalseDead}
+	return []string{CheckGPU, CheckAckedLease, CheckTokens, CheckQueueLost, CheckRunTwice, CheckArrayTwice, CheckArrayLost, CheckArrayThrottle, CheckDependency, CheckGang, CheckRestart, CheckReboot,
+		CheckServiceCopies, CheckServiceStopped, CheckServiceDown, CheckConvergence, CheckFalseDead}
 }
 
 // CheckOptions tunes Check; the zero value is what Check uses.
@@ -94,6 +95,24 @@ type CheckOptions struct {
 	// leases whose sessions died with the node must have ended (default
 	// 5 s; the agent ends them before it serves).
 	RebootWithin time.Duration
+	// CopySlack is how much longer than the grace two copies of a
+	// service's replica may answer at once (default 5 s): the watchdog
+	// reads the heartbeat's age in whole seconds and allows a second
+	// more (ceil(grace)+1 s), looks once a second, and the agent touches
+	// the heartbeat once a second (3 s together); the observer's rounds
+	// and the copy's exit after SIGTERM take the rest.
+	CopySlack time.Duration
+	// StopWithin is how soon after `dibs stop` is answered no copy of
+	// the service answers (default 2 s): the stop kills the session
+	// before it answers, and the copy exits at its SIGHUP.
+	StopWithin time.Duration
+	// DetectWithin is how soon a node that went away is called dead
+	// (default 5 s, the failure detector's promise, gossip/config.go),
+	// and MoveWithin how long a move takes once its node is lost past
+	// the grace (default 3 s: the scheduler's next pass, the claim, the
+	// tmux session, the first probe): both bound when a service answers
+	// again (serviceBound).
+	DetectWithin, MoveWithin time.Duration
 	// MinChunk is how many operations a GPU's chunk holds at least before
 	// the history is cut at the next quiescent point (default 128).
 	MinChunk int
@@ -119,6 +138,18 @@ func (o CheckOptions) withDefaults() CheckOptions {
 	}
 	if o.RebootWithin <= 0 {
 		o.RebootWithin = 5 * time.Second
+	}
+	if o.CopySlack <= 0 {
+		o.CopySlack = 5 * time.Second
+	}
+	if o.StopWithin <= 0 {
+		o.StopWithin = 2 * time.Second
+	}
+	if o.DetectWithin <= 0 {
+		o.DetectWithin = 5 * time.Second
+	}
+	if o.MoveWithin <= 0 {
+		o.MoveWithin = 3 * time.Second
 	}
 	if o.MinChunk <= 0 {
 		o.MinChunk = 128
@@ -166,6 +197,13 @@ type Report struct {
 	// ReadsSkipped counts OK reads not answered by the GPUs' own node
 	// (they show gossip, not the owner's truth, so the model skips them).
 	ReadsSkipped int
+	// Services are the service checks' figures: services started (and
+	// answered), stopped, replicas SIGKILLed, crash-looped; the runs of
+	// answers the observer recorded; how often and how long at most two
+	// copies of a replica answered at once; how often a running service
+	// answered nowhere, the longest it took to answer again after the
+	// heal it was measured from, and the bound held against it.
+	Services ServiceFigures
 	// Ran is how long the run lasted, Took how long the check did.
 	Ran, Took time.Duration
 	// Violations are what broke, check by check.
@@ -209,6 +247,9 @@ func CheckWith(h *History, o CheckOptions) Report {
 	r.Violations = append(r.Violations, checkGangs(x, o)...)
 	r.Violations = append(r.Violations, checkRestartKeptWork(x, o)...)
 	r.Violations = append(r.Violations, checkReboots(x, o)...)
+	sv, sf := checkServices(h, o)
+	r.Violations = append(r.Violations, sv...)
+	r.Services = sf
 	r.Violations = append(r.Violations, checkHeals(h, o)...)
 	r.Violations = append(r.Violations, checkExpiry(h)...)
 	for i := range r.Violations {
@@ -284,6 +325,10 @@ func (r Report) String() string {
 		fmt.Fprintf(&b, "heals: %d of %d converged in time (%.1f %%)\n", r.HealsConverged, r.Heals, 100*float64(r.HealsConverged)/float64(r.Heals))
 	}
 	fmt.Fprintf(&b, "false dead: %d\n", r.FalseDead)
+	if s := r.Services; s.Started > 0 {
+		fmt.Fprintf(&b, "services: %d started (%d answered), %d stopped, %d replicas killed, %d crash-looped; %d runs of answers seen, %d copies stopped while cut off, %d placed by a move; two copies at once %d times, the longest %s (allowed: the grace plus slack); down %d times, back at most %s after the heal it was measured from (bound %s)\n",
+			s.Started, s.Acked, s.Stopped, s.Kills, s.CrashLooped, s.Seen, s.Fenced, s.Moved, s.Overlaps, s.LongestOverlap.Round(time.Millisecond), s.Gaps, s.Slowest.Round(time.Millisecond), s.Bound)
+	}
 	fmt.Fprintf(&b, "linearizability: %d GPUs in %d chunks, %d undecided (timed out), %d reads not from the owner skipped\n", r.GPUs, r.Chunks, r.Undecided, r.ReadsSkipped)
 	by := r.ByCheck()
 	checks := allChecks()

@@ -12,7 +12,8 @@ import (
 // ways. Every lease running a session on a node when the node went down
 // (its last put before the power went off names a session and is no mere
 // reservation, and no end of it was written before) ends, once the agent
-// is back, for the reboot (lease.EndRebooted) and within
+// is back (a service's excepted: it is started again), for the reboot
+// (lease.EndRebooted) and within
 // CheckOptions.RebootWithin of the agent's return — never left held by a
 // session that is gone, never ended for another reason. And no lease ends
 // for a reboot unless its node rebooted or lost power while it was held:
@@ -58,8 +59,12 @@ func checkReboots(x *index, o CheckOptions) []Violation {
 				continue
 			}
 			l := &h.Writes[p].Lease
-			if l.Session == "" || !l.ReservedUntil.IsZero() {
-				break // a bare claim, a reservation: nothing of it died
+			if l.Session == "" || !l.ReservedUntil.IsZero() || l.IsService() {
+				// A bare claim, a reservation: nothing of it died. A
+				// service's lease is kept through a reboot, its replica
+				// started again in place (lease.DiedInReboot); the
+				// service checks hold it to answering again.
+				break
 			}
 			within := o.RebootWithin
 			switch {

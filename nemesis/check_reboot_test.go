@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/dibs-gpu/dibs/lease"
+	"github.com/dibs-gpu/dibs/service"
 )
 
 // reboot records a reboot (or power cut) of node from start to healed,
@@ -37,6 +38,15 @@ func TestCheckReboots(t *testing.T) {
 			a := b.claim(0, "n1", []int{0}, 1, 0, 10)
 			b.reboot(FaultReboot, "n1", 20, 40)
 			b.read(1, "n1", map[int]string{0: a.ID, 1: ""}, 50, 60)
+			return b.history(100)
+		}},
+		{name: "a service's lease kept across a reboot passes", build: func(b *builder) *History {
+			// Its replica is started again in place (lease.DiedInReboot).
+			l := session("n1", 1, []int{0})
+			l.Kind, l.Session = lease.KindService, "svc-web"
+			l.Service = &service.Service{Spec: service.Spec{Name: "web"}}
+			b.put(l, 0, 1)
+			b.reboot(FaultPowerCut, "n1", 20, 40)
 			return b.history(100)
 		}},
 		{name: "a lease released before the power went passes", build: func(b *builder) *History {

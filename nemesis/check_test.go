@@ -446,7 +446,7 @@ func TestReportSummary(t *testing.T) {
 		"faults: 2 (kill 1, partition 1)\n",
 		"heals: none measured\n",
 		"linearizability: 2 GPUs in 2 chunks, 0 undecided",
-		"violations: 0 (gpu-linearizable 0, acked-lease-lost 0, token-order 0, queue-entry-lost 0, entry-run-twice 0, array-task-twice 0, array-task-lost 0, array-throttle 0, dependency-order 0, gang-partial 0, restart-ended-work 0, reboot-end 0, convergence 0, false-dead 0)\n",
+		"violations: 0 (gpu-linearizable 0, acked-lease-lost 0, token-order 0, queue-entry-lost 0, entry-run-twice 0, array-task-twice 0, array-task-lost 0, array-throttle 0, dependency-order 0, gang-partial 0, restart-ended-work 0, reboot-end 0, service-two-copies 0, service-came-back 0, service-down 0, convergence 0, false-dead 0)\n",
 	} {
 		if !strings.Contains(s, want) {
 			t.Errorf("the summary lacks %q:\n%s", want, s)

@@ -37,6 +37,10 @@ type Options struct {
 	// time, in rounds of every kind; each is held 1–9 s (by kind), healed,
 	// its convergence measured, then followed by a calm of 0.5–2 s.
 	Faults []FaultKind
+	// Services is how many services the service client keeps running
+	// (`dibs serve`, stopped now and then and started anew; default 3;
+	// negative: none).
+	Services int
 	// Seed makes the choices of clients and nemesis repeatable (the
 	// agents' own timing is not). Zero picks one and logs it.
 	Seed uint64
@@ -81,6 +85,10 @@ type harness struct {
 	members []*member
 	opsDone atomic.Int64
 	sched   queue.SchedConfig
+	// svc is the service client (nil without services); partitions
+	// counts the partitions struck, every other one held past the grace.
+	svc        *svcClient
+	partitions int
 }
 
 // Run starts the cluster, lets clients and nemesis loose on it for
@@ -97,6 +105,16 @@ func Run(tb testing.TB, o Options) *History {
 		c := &client{id: i, h: h, rng: rand.New(rand.NewPCG(o.Seed, uint64(i)+100))}
 		clients.Add(1)
 		go func() { defer clients.Done(); c.run(stop) }()
+	}
+	var obs *observer
+	stopSvc, stopObs := make(chan struct{}), make(chan struct{})
+	var svcs sync.WaitGroup
+	if o.Services > 0 {
+		h.svc = newSvcClient(h)
+		obs = newObserver(h.svc)
+		svcs.Add(2)
+		go func() { defer svcs.Done(); obs.run(stopObs) }()
+		go func() { defer svcs.Done(); h.svc.run(stopSvc) }()
 	}
 	deadline := time.Now().Add(o.Duration)
 	lastProgress := time.Now()
@@ -119,7 +137,20 @@ func Run(tb testing.TB, o Options) *History {
 		}
 	}
 	close(stop)
+	close(stopSvc)
 	clients.Wait()
+	if obs != nil {
+		// Every service still running must answer within its bound of
+		// the last heal: the observer watches that long at most. Before
+		// settle's last reads, which must stay the history's last word
+		// (a queued run that ended after them would look undone).
+		h.svc.settle(obs, serviceBound(h.rec.h.Sched, svcRules, CheckOptions{}))
+		close(stopObs)
+	}
+	svcs.Wait()
+	h.rec.mu.Lock()
+	h.rec.h.SvcEnd = h.rec.now()
+	h.rec.mu.Unlock()
 	h.settle()
 	return h.rec.history()
 }
@@ -151,7 +182,7 @@ func (h *harness) start() {
 		m.store = &recordedStore{Store: storetest.New(storetest.Options{Sleep: time.Sleep}), node: m.name, rec: h.rec, mono: m.clock.sys.Mono}
 		opts = append(opts, agenttest.Options{
 			Name: m.name, Sim: fmt.Sprintf("%dxH100-80GB", h.opts.GPUs), Policy: policy, Sched: h.sched,
-			TmuxTmpDir: m.tmux, Clock: m.clock, Store: m.store, Quiet: true,
+			TmuxTmpDir: m.tmux, Clock: m.clock, Store: m.store, Quiet: true, ServiceRules: svcRules,
 			Cluster: &agent.ClusterSettings{BindAddr: "127.0.0.1", BindPort: m.port, Join: join, Name: "nemesis", Key: key, Fast: true, Faults: h.net.For(m.name)},
 		})
 	}
@@ -328,6 +359,9 @@ func startCluster(tb testing.TB, o Options) *harness {
 	if o.Clients == 0 {
 		o.Clients = 8
 	}
+	if o.Services == 0 {
+		o.Services = 3
+	}
 	if len(o.Faults) == 0 {
 		o.Faults = AllFaults()
 	}
@@ -338,6 +372,7 @@ func startCluster(tb testing.TB, o Options) *harness {
 	h := &harness{tb: tb, opts: o, rec: newRecorder(), net: newNetwork(o.Seed), rng: rand.New(rand.NewPCG(o.Seed, 1))}
 	h.sched = queue.SchedConfig{ReservationTTL: 5 * time.Second, LostAfter: 5 * time.Second, PreemptGrace: lease.DefaultPolicy().PreemptGrace}
 	h.rec.h.Sched = h.sched.WithDefaults()
+	h.rec.h.SvcRules, h.rec.h.SvcRound = svcRules, svcRound
 	h.rec.h.GPUs = map[string]int{}
 	h.start()
 	return h

@@ -7,6 +7,7 @@ import (
 	"github.com/dibs-gpu/dibs/base/refusal"
 	"github.com/dibs-gpu/dibs/lease"
 	"github.com/dibs-gpu/dibs/queue"
+	"github.com/dibs-gpu/dibs/service"
 )
 
 // Never is the return time of an operation whose outcome the client never
@@ -231,6 +232,60 @@ type Membership struct {
 	State    string
 }
 
+// SvcOpKind names what the service client did.
+type SvcOpKind string
+
+// What the service client does.
+const (
+	// SvcServe starts a service (`dibs serve NAME`); OK carries the
+	// lease it got (LeaseID on Node).
+	SvcServe SvcOpKind = "serve"
+	// SvcStop stops one (`dibs stop NAME`: the board names the lease, a
+	// release ends it); LeaseID is the lease released.
+	SvcStop SvcOpKind = "stop"
+	// SvcKill kills a replica's process with SIGKILL (PID on Node), as
+	// an out-of-memory kill does: the supervisor restarts it in place.
+	SvcKill SvcOpKind = "kill"
+)
+
+// SvcOp is one thing the service client did to a service, from call to
+// return (Return is Never when it never learned the outcome).
+type SvcOp struct {
+	Kind SvcOpKind
+	// Service is the service's name: the client never gives one name to
+	// two services in a run, so a name is one service's whole life.
+	Service string
+	// Via is the agent asked; Node the node the lease (or the killed
+	// process) was on; LeaseID the lease (a stop's: every lease of the
+	// service the board listed, comma-separated, and their nodes so).
+	Via, Node string
+	LeaseID   string
+	// GPUs is how many GPUs a serve asked for; Port the port it
+	// answers on; PID the process a kill killed.
+	GPUs, Port, PID int
+	Call, Return    int64
+	Outcome         Outcome
+	Err             string
+}
+
+// Seen is one run of identical answers from one node's address for one
+// service: the observer asked every node's address in rounds, and from
+// From to To (the starts of the first and last rounds that got it) this
+// node answered with this copy (lease, process, start token) every time.
+// A copy is answering at least over [From, To]; between two Seens of a
+// service with no other Seen in the gap, no copy answered for at most the
+// gap plus a round.
+type Seen struct {
+	Service string
+	// Node is the node whose address answered; Lease the lease its copy
+	// serves (DIBS_LEASE_ID); PID and Token tell one start of the copy
+	// from another (a restart in place keeps the lease, not the token).
+	Node, Lease string
+	PID         int
+	Token       string
+	From, To    int64
+}
+
 // History is everything one run recorded, for the checker.
 type History struct {
 	// GPUs is how many GPUs each node has.
@@ -253,4 +308,15 @@ type History struct {
 	// tell an entry never deleted from one lost. An origin missing from
 	// the map was not read, and its entries are not judged so.
 	FinalEntries map[string][]string
+	// SvcOps are what the service client did; Seen what the observer saw
+	// of every service's copies; SvcRules the supervisor's numbers the
+	// agents ran (the restart backoff bounds when a service is back);
+	// SvcRound how often the observer asked.
+	SvcOps   []SvcOp
+	Seen     []Seen
+	SvcRules service.Rules
+	SvcRound time.Duration
+	// SvcEnd is when the observer stopped (zero: at End): what it saw of
+	// the services ends there.
+	SvcEnd int64 `json:",omitempty"`
 }

@@ -54,6 +54,22 @@ func (h *harness) fault(kind FaultKind) {
 		for _, i := range perm[:1+h.rng.IntN(len(all)-1)] {
 			side = append(side, all[i])
 		}
+		h.partitions++
+		if grace := h.sched.LostAfter; h.partitions%2 == 1 {
+			// Every other partition (the first among them) lasts past
+			// the grace, long enough for the side cut off to fence its
+			// services' replicas (5 s unheard before it stops touching
+			// its heartbeat, then the watchdog's grace in whole seconds
+			// and one more: up to 14 s) and for the other to place them
+			// again: cut off the node of a service, when one runs.
+			hold = h.between(grace+10*time.Second, grace+13*time.Second)
+			f.Detail = fmt.Sprintf("held past the grace (%s)", grace)
+			if h.svc != nil {
+				if n := h.svc.somewhere(); n != "" {
+					side = []string{n}
+				}
+			}
+		}
 		slices.Sort(side)
 		f.Nodes = side
 		h.net.partition(side, all)

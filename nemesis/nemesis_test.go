@@ -20,7 +20,8 @@ var (
 	dump     = flag.String("nemesis.history", "", "write the whole history to this file as JSON, for a closer look")
 	replay   = flag.String("nemesis.replay", "", "TestNemesisReplay checks the history in this file (written by -nemesis.history) again, with this checker")
 	faults   = flag.String("nemesis.faults", "", "only these faults, comma-separated (e.g. reboot,power-cut; default every kind)")
-	strict   = flag.Bool("nemesis.strict", false, "fail on the timing promises too (every heal within 5 s, no false dead); without it they are reported, and only safety fails the test")
+	services = flag.Int("nemesis.services", 0, "how many services the service client keeps running (0: 3; -1: none, and no service checks judge anything)")
+	strict   = flag.Bool("nemesis.strict", false, "fail on the timing promises too (every heal within 5 s, no false dead, every service back within its bound); without it they are reported, and only safety fails the test")
 )
 
 // TestNemesis is the proof under a nemesis: clients claim, release,
@@ -31,7 +32,8 @@ var (
 //	go test ./nemesis -run TestNemesis -timeout 0 -v -args -nemesis.strict -nemesis.duration 3h -nemesis.ops 100000 -nemesis.report /tmp/nemesis.txt
 //
 // A run fails on any safety violation; the timing promises (every heal
-// within 5 s, no false "dead") fail only a strict run.
+// within 5 s, no false "dead", every service back within its bound) fail
+// only a strict run.
 func TestNemesis(t *testing.T) {
 	if testing.Short() {
 		t.Skip("the nemesis runs for minutes; not with -short")
@@ -53,7 +55,7 @@ func TestNemesis(t *testing.T) {
 			kinds = append(kinds, FaultKind(k))
 		}
 	}
-	h := Run(t, Options{Nodes: *nodes, Duration: d, MinOps: *minOps, Seed: *seed, Faults: kinds, Progress: func(s string) { t.Log(s) }})
+	h := Run(t, Options{Nodes: *nodes, Duration: d, MinOps: *minOps, Seed: *seed, Faults: kinds, Services: *services, Progress: func(s string) { t.Log(s) }})
 	if *dump != "" {
 		b, _ := json.Marshal(h)
 		if err := os.WriteFile(*dump, b, 0o644); err != nil {
@@ -73,7 +75,7 @@ func TestNemesis(t *testing.T) {
 	// only a strict run (the long run is strict), and are reported always.
 	var safety, timing int
 	for _, v := range r.Violations {
-		if v.Check == CheckConvergence || v.Check == CheckFalseDead {
+		if timingCheck(v.Check) {
 			timing++
 		} else {
 			safety++
@@ -91,6 +93,9 @@ func TestNemesis(t *testing.T) {
 	}
 	if kinds == nil {
 		kinds = AllFaults()
+	}
+	if *services >= 0 && r.Services.Acked == 0 {
+		t.Error("no service was started: the service checks judged nothing")
 	}
 	for _, k := range kinds {
 		if r.FaultsByKind[k] == 0 {
@@ -119,8 +124,15 @@ func TestNemesisReplay(t *testing.T) {
 	r := Check(&h)
 	t.Logf("history of %s checked again:\n%s", *replay, r)
 	for _, v := range r.Violations {
-		if v.Check != CheckConvergence && v.Check != CheckFalseDead {
+		if !timingCheck(v.Check) {
 			t.Errorf("safety violation: [%s] %s", v.Check, v.What)
 		}
 	}
+}
+
+// timingCheck reports whether a check is a timing promise, which fails
+// only a strict run: every heal within 5 s, no false "dead", a service
+// answering again within its bound. The rest are safety.
+func timingCheck(c string) bool {
+	return c == CheckConvergence || c == CheckFalseDead || c == CheckServiceDown
 }

@@ -54,6 +54,18 @@ func (r *recorder) heal(h Heal) {
 	r.h.Heals = append(r.h.Heals, h)
 }
 
+func (r *recorder) svcOp(o SvcOp) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.h.SvcOps = append(r.h.SvcOps, o)
+}
+
+func (r *recorder) seen(s Seen) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.h.Seen = append(r.h.Seen, s)
+}
+
 func (r *recorder) falseDead(m Membership) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
