@@ -68,6 +68,9 @@ func (a *Agent) moveServices(ctx context.Context, v queue.ClusterView, grace tim
 			continue
 		}
 		live[k] = true // once per pass, even when the claim fails
+		if v.ServiceStopped(l) {
+			continue // stopped while its node was away: it stays stopped
+		}
 		if err := a.moveService(ctx, l); err != nil {
 			a.log.Warn("move service", "service", l.Service.Name, "user", l.User, "from", l.Node, "err", err)
 		}
@@ -82,6 +85,7 @@ func (a *Agent) moveService(ctx context.Context, l lease.Lease) error {
 	}
 	spec := l.Service.Spec
 	spec.Replaces = "" // an update's moment is over: this replica is the one
+	spec.Root = l.ServiceRoot()
 	req := api.ClaimRequest{Count: len(l.GPUs), Service: &spec,
 		Run:       &api.RunSpec{Command: l.Job.Command, Dir: l.Job.Dir, Env: l.Job.Env},
 		RequestID: "move-" + l.ID}
@@ -106,14 +110,22 @@ func (a *Agent) endMovedServices(ctx context.Context, v queue.ClusterView) {
 		if !mine.IsService() {
 			continue
 		}
+		if v.ServiceStopped(mine) {
+			// Its replica was stopped (or crash-looped) on another copy
+			// while this node was away or cut off: the stop holds.
+			a.log.Info("service was stopped while this node was away; ending this copy", "service", mine.Service.Name, "user", mine.User, "lease", mine.ID)
+			if err := a.node.EndServiceCopy(ctx, mine, lease.EndReleased); err != nil {
+				a.log.Warn("end stopped service", "lease", mine.ID, "err", err)
+			}
+			continue
+		}
 		for i := range v.Nodes {
 			n := &v.Nodes[i]
 			if n.Self || !n.Alive() || !newerCopy(n.Leases, mine) {
 				continue
 			}
 			a.log.Info("service runs elsewhere since this node was lost; ending this copy", "service", mine.Service.Name, "user", mine.User, "lease", mine.ID, "on", n.Name)
-			c := lease.Caller{UID: mine.UID, User: mine.User}
-			if err := a.node.Release(ctx, c, mine.ID); err != nil {
+			if err := a.node.EndServiceCopy(ctx, mine, lease.EndMovedAway); err != nil {
 				a.log.Warn("end moved service", "lease", mine.ID, "err", err)
 			}
 			break
