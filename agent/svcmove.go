@@ -69,6 +69,9 @@ func (a *Agent) moveServices(ctx context.Context, v queue.ClusterView, grace tim
 			continue
 		}
 		live[k] = true // once per pass, even when the claim fails
+		if v.ServiceStopped(l) {
+			continue // stopped while its node was away: it stays stopped
+		}
 		if err := a.moveService(ctx, v, l); err != nil {
 			a.log.Warn("move service", "service", l.Service.Name, "user", l.User, "from", l.Node, "err", err)
 		}
@@ -85,6 +88,7 @@ func (a *Agent) moveService(ctx context.Context, v queue.ClusterView, l lease.Le
 	}
 	spec := l.Service.Spec
 	spec.Replaces = "" // an update's moment is over: this replica is the one
+	spec.Root = l.ServiceRoot()
 	req, err := movedClaim(v, l)
 	if err != nil {
 		return err
@@ -162,14 +166,22 @@ func (a *Agent) endMovedServices(ctx context.Context, v queue.ClusterView) {
 		if !mine.IsService() {
 			continue
 		}
+		if v.ServiceStopped(mine) {
+			// Its replica was stopped (or crash-looped) on another copy
+			// while this node was away or cut off: the stop holds.
+			a.log.Info("service was stopped while this node was away; ending this copy", "service", mine.Service.Name, "user", mine.User, "lease", mine.ID)
+			if err := a.node.EndServiceCopy(ctx, mine, lease.EndReleased); err != nil {
+				a.log.Warn("end stopped service", "lease", mine.ID, "err", err)
+			}
+			continue
+		}
 		for i := range v.Nodes {
 			n := &v.Nodes[i]
 			if n.Self || !n.Alive() || !newerCopy(n.Leases, mine) {
 				continue
 			}
 			a.log.Info("service runs elsewhere since this node was lost; ending this copy", "service", mine.Service.Name, "user", mine.User, "lease", mine.ID, "on", n.Name)
-			c := lease.Caller{UID: mine.UID, User: mine.User}
-			if err := a.node.Release(ctx, c, mine.ID); err != nil {
+			if err := a.node.EndServiceCopy(ctx, mine, lease.EndMovedAway); err != nil {
 				a.log.Warn("end moved service", "lease", mine.ID, "err", err)
 			}
 			break

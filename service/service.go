@@ -53,6 +53,13 @@ type Spec struct {
 	// moves. The admitting node assigns it (never the client); the
 	// service's replicas share it; 0 when the proxy is off.
 	ProxyPort int `json:"proxy_port,omitempty"`
+	// Root is, on a replica a move placed (agent/svcmove.go), the lease
+	// the replica was first started as: every copy of one replica shares
+	// it, so a stop of any copy (a stop's record names the root) ends the
+	// others when their nodes return, and keeps a lost one from being
+	// moved again. Empty on a replica that was never moved: its own lease
+	// is the root.
+	Root string `json:"root,omitempty"`
 	// Place is where the service's owner asked it to run, beyond what its
 	// lease holds (GPUs, MIG instance, memory budget, --cpus any): a move
 	// or an update places the replica again under the same asks. The
@@ -205,6 +212,9 @@ func (s *Spec) Check() error {
 	}
 	if len(s.Replaces) > maxReplacesLen || termsafe.Check(s.Replaces) != nil || strings.ContainsAny(s.Replaces, " \r\n\t") {
 		return fmt.Errorf("the lease a new replica replaces must be a lease id such as node01-42")
+	}
+	if len(s.Root) > maxReplacesLen || termsafe.Check(s.Root) != nil || strings.ContainsAny(s.Root, " \r\n\t") {
+		return fmt.Errorf("a moved replica's root must be a lease id such as node01-42")
 	}
 	if s.Port < 0 || s.Port > 65535 {
 		return fmt.Errorf("port %d is out of range: give 1 to 65535", s.Port)
