@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/dibs-gpu/dibs/agent/node"
@@ -69,29 +70,88 @@ func (a *Agent) moveServices(ctx context.Context, v queue.ClusterView, grace tim
 			continue
 		}
 		live[k] = true // once per pass, even when the claim fails
-		if err := a.moveService(ctx, l); err != nil {
+		if v.ServiceStopped(l) {
+			continue // stopped while its node was away: it stays stopped
+		}
+		if err := a.moveService(ctx, v, l); err != nil {
 			a.log.Warn("move service", "service", l.Service.Name, "user", l.User, "from", l.Node, "err", err)
 		}
 	}
 }
 
 // moveService claims l's service again as its owner, on the best live
-// node that fits, from the definition its lease holds.
-func (a *Agent) moveService(ctx context.Context, l lease.Lease) error {
+// node that fits, from the definition its lease holds and as its owner
+// asked: the same share (whole GPUs, a MIG instance of the same profile,
+// the same memory budget), pools, model and cores.
+func (a *Agent) moveService(ctx context.Context, v queue.ClusterView, l lease.Lease) error {
 	if l.Job == nil || l.Job.Kept {
 		return fmt.Errorf("its lease holds no definition")
 	}
 	spec := l.Service.Spec
 	spec.Replaces = "" // an update's moment is over: this replica is the one
-	req := api.ClaimRequest{Count: len(l.GPUs), Service: &spec,
-		Run:       &api.RunSpec{Command: l.Job.Command, Dir: l.Job.Dir, Env: l.Job.Env},
-		RequestID: node.MovePrefix + l.ID} // its grant tells it as svc-moved
+	spec.Root = l.ServiceRoot()
+	req, err := movedClaim(v, l)
+	if err != nil {
+		return err
+	}
+	req.Service = &spec
+	req.Run = &api.RunSpec{Command: l.Job.Command, Dir: l.Job.Dir, Env: l.Job.Env}
+	req.RequestID = node.MovePrefix + l.ID // its grant tells it as svc-moved
 	r, err := a.svc.ForUID(l.UID).Claim(ctx, req)
 	if err != nil {
 		return err
 	}
 	a.log.Info("service moved", "service", l.Service.Name, "user", l.User, "from", l.Node, "to", r.Node, "lease", r.ID)
 	return nil
+}
+
+// movedClaim is what l holds and where it may run, as a claim asks for
+// it: a memory budget as a size, a MIG instance by its profile (the lost
+// node's last snapshot names it, else the profile admission recorded; the
+// instance itself is gone with its node), else as many whole GPUs (none
+// for a -g 0 service); the pools, model and cores per GPU its admission
+// recorded (service.Placement), and --cpus any.
+func movedClaim(v queue.ClusterView, l lease.Lease) (api.ClaimRequest, error) {
+	var req api.ClaimRequest
+	switch {
+	case l.MemMiB > 0:
+		req.Mem = fmt.Sprintf("%dM", l.MemMiB)
+	case l.MIG != "":
+		req.MIG = migProfile(v, l.Node, l.MIG)
+		if req.MIG == "" && l.Service.Place != nil {
+			req.MIG = l.Service.Place.MIG
+		}
+		if req.MIG == "" {
+			return req, fmt.Errorf("the profile of its MIG instance %s is not known: its node's last snapshot does not show it", l.MIG)
+		}
+	default:
+		req.Count = len(l.GPUs)
+	}
+	if l.AnyCPU {
+		req.CPUs = "any"
+	}
+	if p := l.Service.Place; p != nil {
+		req.Tags, req.Model, req.CPUsPerGPU = slices.Clone(p.Tags), p.Model, p.CPUsPerGPU
+	}
+	return req, nil
+}
+
+// migProfile is the profile of MIG instance uuid on node, as the view
+// last heard of it; empty when it shows none.
+func migProfile(v queue.ClusterView, node, uuid string) string {
+	for i := range v.Nodes {
+		if v.Nodes[i].Name != node {
+			continue
+		}
+		for _, g := range v.Nodes[i].Snap.GPUs {
+			for _, d := range g.MIGDevices {
+				if d.UUID == uuid {
+					return d.Profile
+				}
+			}
+		}
+	}
+	return ""
 }
 
 // endMovedServices ends this node's copy of a service that runs on
@@ -107,14 +167,22 @@ func (a *Agent) endMovedServices(ctx context.Context, v queue.ClusterView) {
 		if !mine.IsService() {
 			continue
 		}
+		if v.ServiceStopped(mine) {
+			// Its replica was stopped (or crash-looped) on another copy
+			// while this node was away or cut off: the stop holds.
+			a.log.Info("service was stopped while this node was away; ending this copy", "service", mine.Service.Name, "user", mine.User, "lease", mine.ID)
+			if err := a.node.EndServiceCopy(ctx, mine, lease.EndReleased); err != nil {
+				a.log.Warn("end stopped service", "lease", mine.ID, "err", err)
+			}
+			continue
+		}
 		for i := range v.Nodes {
 			n := &v.Nodes[i]
 			if n.Self || !n.Alive() || !newerCopy(n.Leases, mine) {
 				continue
 			}
 			a.log.Info("service runs elsewhere since this node was lost; ending this copy", "service", mine.Service.Name, "user", mine.User, "lease", mine.ID, "on", n.Name)
-			c := lease.Caller{UID: mine.UID, User: mine.User}
-			if err := a.node.Release(ctx, c, mine.ID); err != nil {
+			if err := a.node.EndServiceCopy(ctx, mine, lease.EndMovedAway); err != nil {
 				a.log.Warn("end moved service", "lease", mine.ID, "err", err)
 			}
 			break

@@ -12,6 +12,7 @@ import (
 	"github.com/dibs-gpu/dibs/api"
 	"github.com/dibs-gpu/dibs/base/poll"
 	"github.com/dibs-gpu/dibs/launch/launchtest"
+	"github.com/dibs-gpu/dibs/lease"
 	"github.com/dibs-gpu/dibs/queue"
 	"github.com/dibs-gpu/dibs/service"
 )
@@ -116,5 +117,65 @@ func TestServiceMovesOffALostNodeAndItsOldCopyFencesItself(t *testing.T) {
 	}
 	if pid := listenerPID(t, nodes[0], u, got.Session, port); pid != now {
 		t.Fatalf("node01's copy changed when node02 came back: pid %d, was %d", pid, now)
+	}
+}
+
+// TestAStoppedServiceStaysStoppedWhenItsLostNodeReturns: a service on
+// node02 moves to node01 when node02's agent dies; its owner stops it
+// there (dibs stop releases the copy the board shows). The copy on lost
+// node02 is never moved again, and when node02 returns it ends its own
+// lease of the service: nothing of it runs anywhere. (The nemesis found a
+// stopped service placed again half a millisecond after the stop.)
+func TestAStoppedServiceStaysStoppedWhenItsLostNodeReturns(t *testing.T) {
+	agenttest.RequireTmux(t)
+	needPython(t)
+	u := launchtest.User(t)
+	port := freePort(t)
+	const grace = 3 * time.Second
+	nodes := agenttest.Cluster(t, agenttest.ClusterOptions{Specs: []string{"2xL40S", "2xL40S"}, Quiet: true, OwnTmux: true,
+		Sched: queue.SchedConfig{LostAfter: grace}})
+	me := nodes[0].Agent.For(u.UID)
+	if _, err := me.Claim(ctx(t), api.ClaimRequest{Count: 1, Node: "node02",
+		Run:     &api.RunSpec{Command: []string{python, "-m", "http.server", strconv.Itoa(port), "--bind", "127.0.0.1"}, Dir: u.Home},
+		Service: &service.Spec{Name: "web", Port: port}}); err != nil {
+		t.Fatal(err)
+	}
+	first := waitHealthy(t, me, "web", 30*time.Second)
+	_, gport, err := net.SplitHostPort(nodes[1].Agent.GossipAddr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	nodes[1].Opts.Cluster.BindPort, _ = strconv.Atoi(gport)
+	nodes[1].Crash() // as kill -9: tmux and the replica go on, then fence
+	var moved lease.Lease
+	agenttest.Eventually(t, grace+30*time.Second, "the service moved to node01 and healthy", func() bool {
+		got, ok := serviceOf(t, me, "web")
+		moved = got
+		return ok && got.Node == "node01" && got.Service.State == service.Healthy
+	})
+	if _, err := me.Release(ctx(t), api.ReleaseRequest{IDs: []string{moved.ID}}); err != nil {
+		t.Fatal(err)
+	}
+	// An absence check: the scheduler passes every second or so; a move
+	// of node02's copy would come within a pass or two.
+	poll.Never(t, grace+2*time.Second, "the stopped service was placed again from node02's copy", func() bool {
+		_, ok := serviceOf(t, me, "web")
+		return ok || get(fmt.Sprintf("http://127.0.0.1:%d/", port)) != 0
+	})
+	nodes[1].Restart()
+	agenttest.WaitConverged(t, nodes, 45*time.Second)
+	agenttest.Eventually(t, 30*time.Second, "node02 ended its own lease of the stopped service", func() bool {
+		for _, x := range nodes[1].Agent.Service().View().Local().Leases {
+			if x.IsService() {
+				return false
+			}
+		}
+		return true
+	})
+	if ok, _ := nodes[1].Sessions.Exists(ctx(t), u, first.Session); ok {
+		t.Fatal("node02's session of the stopped service still runs after its return")
+	}
+	if got, ok := serviceOf(t, me, "web"); ok {
+		t.Fatalf("the stopped service runs again on %s (lease %s)", got.Node, got.ID)
 	}
 }

@@ -74,6 +74,7 @@ func (b *Board) eachString(f func(field string, p *string)) {
 func cloneLease(l lease.Lease) lease.Lease {
 	l.GPUs = slices.Clone(l.GPUs)
 	l.Containers = slices.Clone(l.Containers)
+	l.CPUs = slices.Clone(l.CPUs)
 	if l.Job != nil {
 		j := *l.Job
 		j.Command = slices.Clone(j.Command)
@@ -84,6 +85,11 @@ func cloneLease(l lease.Lease) lease.Lease {
 		// Escaping writes through the pointer: the board passed in
 		// shares the service with every session that shows it.
 		svc := *l.Service
+		if p := svc.Place; p != nil {
+			place := *p
+			place.Tags = slices.Clone(place.Tags)
+			svc.Place = &place
+		}
 		l.Service = &svc
 	}
 	return l

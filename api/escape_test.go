@@ -25,14 +25,19 @@ func fullBoard() Board {
 				Processes:  make([]nodeprobe.Process, 2),
 			},
 			Flags: []lease.Flag{"f"},
-			Lease: &lease.Lease{GPUs: []int{0}, Containers: make([]string, 1), Service: &service.Service{}},
+			Lease: &lease.Lease{GPUs: []int{0}, Containers: make([]string, 1), CPUs: make([]string, 1), Service: placed()},
 		}, {}}}, {}},
 		// A service's lease on the board's list of services (one with no
 		// GPU shows nowhere else), and on a GPU above.
-		Services: []lease.Lease{{GPUs: []int{0}, Service: &service.Service{}}, {}},
+		Services: []lease.Lease{{GPUs: []int{0}, CPUs: make([]string, 1), Service: placed()}, {}},
 	}
 	fill(reflect.ValueOf(&b).Elem())
 	return b
+}
+
+// placed is a service with a placement, whose pools and model are text.
+func placed() *service.Service {
+	return &service.Service{Spec: service.Spec{Place: &service.Placement{Tags: make([]string, 2)}}}
 }
 
 func fill(v reflect.Value) {

@@ -14,6 +14,7 @@ import (
 	mrand "math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"time"
 
@@ -205,21 +206,10 @@ func (d *Demo) Stop() {
 	d.wg.Wait()
 	for _, a := range d.agents {
 		me := a.For(os.Getuid())
-		var ids []string
 		b, _ := me.Board(context.Background())
-		for _, n := range b.Nodes {
-			if n.Name != a.Node() {
-				continue
-			}
-			for _, g := range n.GPUs {
-				if g.Lease != nil && g.Lease.UID == me.Caller().UID && g.Lease.Session != "" {
-					ids = append(ids, g.Lease.ID)
-				}
-			}
-		}
-		if len(ids) > 0 {
+		if ids := sessionLeases(b, a.Node(), me.Caller().UID); len(ids) > 0 {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			me.Release(ctx, api.ReleaseRequest{IDs: dedupe(ids)})
+			me.Release(ctx, api.ReleaseRequest{IDs: ids})
 			cancel()
 		}
 	}
@@ -231,14 +221,28 @@ func (d *Demo) Stop() {
 	}
 }
 
-func dedupe(ids []string) []string {
-	seen := map[string]bool{}
-	out := ids[:0]
-	for _, id := range ids {
-		if !seen[id] {
-			seen[id] = true
-			out = append(out, id)
+// sessionLeases are the leases on node that uid holds with a session
+// (the person's runs and services in the demo), as board b shows them:
+// on whole GPUs, on parts of GPUs (a MIG instance, a memory budget), and
+// services, which a -g 0 service shows only among (it holds no GPU).
+// Releasing them ends their sessions, which would outlive the demo.
+func sessionLeases(b api.Board, node string, uid int) []string {
+	var ids []string
+	add := func(l *lease.Lease) {
+		if l != nil && l.Node == node && l.UID == uid && l.Session != "" && !slices.Contains(ids, l.ID) {
+			ids = append(ids, l.ID)
 		}
 	}
-	return out
+	for _, n := range b.Nodes {
+		for _, g := range n.GPUs {
+			add(g.Lease)
+			for i := range g.Shares {
+				add(&g.Shares[i])
+			}
+		}
+	}
+	for i := range b.Services {
+		add(&b.Services[i])
+	}
+	return ids
 }

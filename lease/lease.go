@@ -222,6 +222,14 @@ func (l *Lease) EachString(f func(field string, p *string)) {
 		f("health", &l.Service.Health)
 		f("health_cmd", &l.Service.HealthCmd)
 		f("replaces", &l.Service.Replaces)
+		f("root", &l.Service.Root)
+		if p := l.Service.Place; p != nil {
+			for i := range p.Tags {
+				f("place.tags", &p.Tags[i])
+			}
+			f("place.model", &p.Model)
+			f("place.mig", &p.MIG)
+		}
 		f("state", (*string)(&l.Service.State))
 	}
 }

@@ -2,6 +2,7 @@ package lease
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -49,6 +50,11 @@ const (
 	// EndCrashLoop: a service restarted too often in a short while
 	// (service.Rules): stopped, its log kept, its owner told.
 	EndCrashLoop EndReason = "crash-loop"
+	// EndMovedAway: a service's copy on a node that was lost past the
+	// grace, ended when the node returned because the replica runs
+	// elsewhere now (agent/svcmove.go). The replica goes on: this end
+	// leaves no stop behind (ServiceStop).
+	EndMovedAway EndReason = "moved-away"
 )
 
 // ExitPrefix begins the reason of a run whose command exited (ExitReason);
@@ -123,10 +129,26 @@ const EndedRunKeep = 10 * time.Minute
 
 // RememberEnded appends run to runs and forgets those older than
 // EndedRunKeep at now.
+// A service's stop (ServiceStop) is kept ServiceStopKeep, and at most
+// MaxServiceStops of them.
 func RememberEnded(runs []EndedRun, run EndedRun, now time.Time) []EndedRun {
 	out := make([]EndedRun, 0, len(runs)+1)
+	stops := 0
+	for _, x := range append(slices.Clone(runs), run) {
+		if strings.HasPrefix(x.Entry, serviceStopPrefix) {
+			stops++
+		}
+	}
 	for _, x := range runs {
-		if now.Sub(x.At) <= EndedRunKeep {
+		keep := EndedRunKeep
+		if strings.HasPrefix(x.Entry, serviceStopPrefix) {
+			if stops > MaxServiceStops {
+				stops--
+				continue // the oldest stops go first
+			}
+			keep = ServiceStopKeep
+		}
+		if now.Sub(x.At) <= keep {
 			out = append(out, x)
 		}
 	}
@@ -168,6 +190,8 @@ func (r EndReason) Words() string {
 		return "because its node rebooted (its session died with the node)"
 	case EndCrashLoop:
 		return "because its service crash-looped (restarted too often): its log is kept"
+	case EndMovedAway:
+		return "because its service was moved to another node while this one was lost"
 	}
 	if why, ok := strings.CutPrefix(string(r), preemptPrefix); ok {
 		return "after its grace (reclaimed: " + why + ")"

@@ -17,6 +17,47 @@ const ServiceSpan = 100 * 365 * 24 * time.Hour
 // IsService reports whether l is a service's lease.
 func (l *Lease) IsService() bool { return l.Kind == KindService && l.Service != nil }
 
+// ServiceRoot is the lease l's replica was first started as (its own id
+// when it was never moved): the name every copy of one replica shares.
+func (l *Lease) ServiceRoot() string {
+	if l.Service != nil && l.Service.Root != "" {
+		return l.Service.Root
+	}
+	return l.ID
+}
+
+// ServiceStop is the record a node keeps and gossips, among its ended
+// runs, when a copy of a service's replica ends for good (stopped,
+// crash-looped, ended by an admin): a copy of the same root elsewhere
+// (on a node lost past the grace, or cut off when the stop came) must
+// not run again. Its Entry never matches a queued run's key.
+func ServiceStop(l Lease, reason EndReason, at time.Time) EndedRun {
+	return EndedRun{Entry: serviceStopPrefix + l.ServiceRoot(), Lease: l.ID, Reason: reason, At: at}
+}
+
+// ServiceStopped reports whether runs hold a stop of root's replica.
+func ServiceStopped(runs []EndedRun, root string) bool {
+	for _, x := range runs {
+		if x.Entry == serviceStopPrefix+root {
+			return true
+		}
+	}
+	return false
+}
+
+// serviceStopPrefix begins a service stop's Entry (ServiceStop).
+const serviceStopPrefix = "service-stop/"
+
+// ServiceStopKeep is how long a node remembers a service's stop: far
+// longer than a node is lost before it is fixed or removed, so its copy
+// is ended when it returns. A node's restart forgets them (a gap the
+// docs name). At most MaxServiceStops are kept.
+const ServiceStopKeep = 7 * 24 * time.Hour
+
+// MaxServiceStops bounds the stops one node keeps (the oldest go first),
+// well under what a peer accepts among a node's ended runs.
+const MaxServiceStops = 256
+
 // checkService ties a claim's kind to its service: a service lease is
 // made by `dibs serve`, with a definition that fits every node's state.
 func (c Claim) checkService() error {

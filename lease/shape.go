@@ -78,6 +78,12 @@ func (l *Lease) validateParts() error {
 			return refusal.Wrapf(refusal.CodeInvalid, err, "lease %s: %v", l.ID, err)
 		}
 	}
+	if l.Service != nil {
+		// Every node holds a service's placement: bounded as a claim's.
+		if err := l.Service.Place.Check(); err != nil {
+			return refusal.Wrapf(refusal.CodeInvalid, err, "lease %s: %v", l.ID, err)
+		}
+	}
 	return nil
 }
 

@@ -15,6 +15,7 @@ import (
 	"github.com/dibs-gpu/dibs/lease"
 	"github.com/dibs-gpu/dibs/nodeprobe"
 	"github.com/dibs-gpu/dibs/queue"
+	"github.com/dibs-gpu/dibs/service"
 )
 
 func TestPlanClaim(t *testing.T) {
@@ -521,7 +522,10 @@ func TestPlanAdoptHostileCommand(t *testing.T) {
 // a field added later cannot slip past gossip's checks and the front ends'
 // escaping.
 func TestEachStringCoversEveryField(t *testing.T) {
-	var l lease.Lease
+	// A service's lease with a placement, so the strings behind the
+	// pointers and slices count too.
+	l := lease.Lease{Job: &job.Job{Command: []string{"a"}}, Containers: make([]string, 1), CPUs: make([]string, 1),
+		Service: &service.Service{Spec: service.Spec{Place: &service.Placement{Tags: make([]string, 2)}}}}
 	n := fillStrings(reflect.ValueOf(&l).Elem())
 	seen := 0
 	l.EachString(func(_ string, p *string) {

@@ -51,6 +51,19 @@ type NodeView struct {
 	Software string
 }
 
+// ServiceStopped reports whether some node recorded a stop of l's
+// service replica (lease.ServiceStop) under any copy of it: a copy on a
+// node that was away when the stop came is stopped too, never moved.
+func (v ClusterView) ServiceStopped(l lease.Lease) bool {
+	root := l.ServiceRoot()
+	for i := range v.Nodes {
+		if lease.ServiceStopped(v.Nodes[i].Ended, root) {
+			return true
+		}
+	}
+	return false
+}
+
 // Alive reports whether the node is up and has said what it holds: the only
 // nodes whose GPUs can be placed on.
 func (n *NodeView) Alive() bool { return n.Self || n.State == NodeAlive && n.HasState }

@@ -53,6 +53,90 @@ type Spec struct {
 	// moves. The admitting node assigns it (never the client); the
 	// service's replicas share it; 0 when the proxy is off.
 	ProxyPort int `json:"proxy_port,omitempty"`
+	// Root is, on a replica a move placed (agent/svcmove.go), the lease
+	// the replica was first started as: every copy of one replica shares
+	// it, so a stop of any copy (a stop's record names the root) ends the
+	// others when their nodes return, and keeps a lost one from being
+	// moved again. Empty on a replica that was never moved: its own lease
+	// is the root.
+	Root string `json:"root,omitempty"`
+	// Place is where the service's owner asked it to run, beyond what its
+	// lease holds (GPUs, MIG instance, memory budget, --cpus any): a move
+	// or an update places the replica again under the same asks. The
+	// admitting node fills it from the claim (never the client).
+	Place *Placement `json:"place,omitempty"`
+}
+
+// Placement is the part of a service's claim that says where it may run
+// and that its lease does not keep: small and bounded (Check), as it
+// travels on the lease to every node.
+type Placement struct {
+	// Tags are the pools the claim asked for (--pool), with the one the
+	// policy adds for services (leases.service_pools).
+	Tags []string `json:"tags,omitempty"`
+	// Model is --model: only GPUs whose model contains it.
+	Model string `json:"model,omitempty"`
+	// CPUsPerGPU is --cpus-per-gpu: that many of each GPU's local cores.
+	CPUsPerGPU int `json:"cpus_per_gpu,omitempty"`
+	// MIG is the MIG profile the claim asked for (--mig 3g.40gb); empty
+	// when it named an instance (a MIG- UUID or GPU:INDEX, which a move
+	// cannot take elsewhere: it reads the profile from the lost node's
+	// last snapshot instead).
+	MIG string `json:"mig,omitempty"`
+}
+
+// IsZero reports whether p asks for nothing, so a lease need not carry it.
+func (p *Placement) IsZero() bool {
+	return p == nil || len(p.Tags) == 0 && p.Model == "" && p.CPUsPerGPU == 0 && p.MIG == ""
+}
+
+// Bounds of a Placement, those of a claim's (lease.CheckTags,
+// words.MaxModelLen, lease.MaxCPUsPerGPU), kept here as the service room
+// imports neither.
+const (
+	maxPlaceTags  = 32
+	maxTagLen     = 63
+	maxModelLen   = 64
+	maxCPUsPerGPU = 1024
+	maxMIGLen     = 128
+)
+
+// Check refuses a placement no claim could have asked for.
+func (p *Placement) Check() error {
+	if p == nil {
+		return nil
+	}
+	if len(p.Tags) > maxPlaceTags {
+		return fmt.Errorf("a service's placement names %d pools; at most %d", len(p.Tags), maxPlaceTags)
+	}
+	for _, t := range p.Tags {
+		if !validTag(t) {
+			return fmt.Errorf("pool %q must be 1 to %d letters, digits, '-', '_' or '.'", termsafe.String(t), maxTagLen)
+		}
+	}
+	if len(p.Model) > maxModelLen || strings.ContainsAny(p.Model, "\r\n") || termsafe.Check(p.Model) != nil {
+		return fmt.Errorf("--model must be one line of at most %d characters", maxModelLen)
+	}
+	if len(p.MIG) > maxMIGLen || strings.ContainsAny(p.MIG, " \r\n\t") || termsafe.Check(p.MIG) != nil {
+		return fmt.Errorf("--mig must be a MIG profile such as 3g.40gb (at most %d characters)", maxMIGLen)
+	}
+	if p.CPUsPerGPU < 0 || p.CPUsPerGPU > maxCPUsPerGPU {
+		return fmt.Errorf("--cpus-per-gpu %d is out of range: 1 to %d", p.CPUsPerGPU, maxCPUsPerGPU)
+	}
+	return nil
+}
+
+// validTag is a node tag's rule (words.ValidNodeName).
+func validTag(t string) bool {
+	if t == "" || len(t) > maxTagLen || t[0] == '-' || t[0] == '.' {
+		return false
+	}
+	for _, r := range t {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_' || r == '.') {
+			return false
+		}
+	}
+	return true
 }
 
 // Status is what the supervisor last saw of a service's replica: written
@@ -129,11 +213,17 @@ func (s *Spec) Check() error {
 	if len(s.Replaces) > maxReplacesLen || termsafe.Check(s.Replaces) != nil || strings.ContainsAny(s.Replaces, " \r\n\t") {
 		return fmt.Errorf("the lease a new replica replaces must be a lease id such as node01-42")
 	}
+	if len(s.Root) > maxReplacesLen || termsafe.Check(s.Root) != nil || strings.ContainsAny(s.Root, " \r\n\t") {
+		return fmt.Errorf("a moved replica's root must be a lease id such as node01-42")
+	}
 	if s.Port < 0 || s.Port > 65535 {
 		return fmt.Errorf("port %d is out of range: give 1 to 65535", s.Port)
 	}
 	if s.ProxyPort < 0 || s.ProxyPort > 65535 {
 		return fmt.Errorf("proxy port %d is out of range: give 1 to 65535", s.ProxyPort)
+	}
+	if err := s.Place.Check(); err != nil {
+		return err
 	}
 	if s.HealthCmd != "" {
 		if s.Health != "" {

@@ -78,7 +78,9 @@ func (s *Service) movingServices(v queue.ClusterView, svcs []lease.Lease) []leas
 	out := svcs[:0]
 	for _, l := range svcs {
 		if l.Service != nil && s.lostNode(v, l.Node) {
-			if placed[key{l.UID, l.Service.Name, l.Service.Replica}] {
+			if placed[key{l.UID, l.Service.Name, l.Service.Replica}] || v.ServiceStopped(l) {
+				// Placed again, or stopped on another copy while its
+				// node was away (it ends there when the node returns).
 				continue
 			}
 			svc := *l.Service

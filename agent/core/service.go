@@ -108,8 +108,24 @@ func (b *Bound) admitService(v queue.ClusterView, c *lease.Claim) (siblings []st
 	}
 	withPort := *c.Service
 	withPort.ProxyPort = port
+	withPort.Place = placementOf(*c)
 	c.Service = &withPort
 	return siblings, nil
+}
+
+// placementOf is the part of c that says where it may run and that its
+// lease will not keep (the pools, with the service pool admission added;
+// the model; the cores per GPU; the MIG profile), so a move or an update places the
+// replica under the same asks. Nil when c asks for none of them.
+func placementOf(c lease.Claim) *service.Placement {
+	p := &service.Placement{Tags: slices.Clone(c.Tags), Model: c.Model, CPUsPerGPU: c.CPUsPerGPU}
+	if c.MIG != "" && !strings.HasPrefix(c.MIG, "MIG-") && !strings.Contains(c.MIG, ":") {
+		p.MIG = c.MIG // a profile, not one instance
+	}
+	if p.IsZero() {
+		return nil
+	}
+	return p
 }
 
 // spreadRefusal is the refusal of a replica with a port that no node

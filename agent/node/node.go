@@ -350,6 +350,11 @@ func (n *Node) endLocked(l lease.Lease, reason lease.EndReason, by string, now l
 	if l.Entry != "" {
 		n.ended = lease.RememberEnded(n.ended, lease.EndedRun{Entry: l.Entry, Lease: l.ID, Gang: l.Gang, Reason: cur.RunEnd(reason), At: now.Wall.Round(0), Reserved: !l.ReservedUntil.IsZero()}, now.Wall)
 	}
+	if l.IsService() && reason != lease.EndMovedAway {
+		// Every other copy of this replica (a lost node's, a cut-off
+		// side's) hears of the stop and ends too (agent/svcmove.go).
+		n.ended = lease.RememberEnded(n.ended, lease.ServiceStop(l, reason, now.Wall.Round(0)), now.Wall)
+	}
 	n.stopWatching(l.ID)
 	n.publishLocked(now.Wall)
 	return nil

@@ -306,6 +306,15 @@ func serviceRun(l lease.Lease) *Run {
 // crashLoop ends a service that restarted too often, keeping its log, and
 // tells its owner: a notice on their board and in their sessions here,
 // and the end event (crash-loop) their webhook hears.
+// EndServiceCopy ends this node's copy of a service's replica (its
+// session first, then its lease) for why: EndMovedAway when the replica
+// runs elsewhere now, which leaves no stop behind, or EndReleased when a
+// stop of the replica was recorded elsewhere while this copy was away.
+func (n *Node) EndServiceCopy(ctx context.Context, l lease.Lease, why lease.EndReason) error {
+	n.killSession(ctx, l, true)
+	return n.end(l, why, "")
+}
+
 func (n *Node) crashLoop(l lease.Lease) {
 	r := n.cfg.ServiceRules.WithDefaults()
 	text := fmt.Sprintf("service %s crash-looped on %s (%d restarts in %s): stopped; its log: dibs logs %s",

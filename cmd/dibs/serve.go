@@ -223,6 +223,7 @@ type serviceRow struct {
 	// budget; a MIG profile the board does not show leaves MIG empty).
 	units   api.ClaimRequest
 	partial bool
+	anyCPU  bool // --cpus any
 	// ProxyURL is the service's address on the agents' proxy (the node
 	// asked; any node would do), with ProxyPort; empty when it has none.
 	ProxyURL  string `json:"proxy_url,omitempty"`
@@ -252,7 +253,10 @@ func serviceRows(b api.Board) []serviceRow {
 		r.started = l.StartedAt
 		r.job = l.Job
 		r.spec = l.Service.Spec
-		r.units, r.partial = heldUnits(b, &l), l.Partial()
+		r.units, r.partial, r.anyCPU = heldUnits(b, &l), l.Partial(), l.AnyCPU
+		if p := l.Service.Place; r.units.MIG == "" && l.MIG != "" && p != nil {
+			r.units.MIG = p.MIG // the profile admission recorded, when the board shows none
+		}
 		rows = append(rows, r)
 	}
 	slices.SortFunc(rows, func(a, b serviceRow) int {

@@ -126,7 +126,31 @@ func (u *updater) next(old serviceRow) api.ClaimRequest {
 	if !u.gpuFlags() {
 		req.Count, req.MIG, req.Mem = old.units.Count, old.units.MIG, old.units.Mem
 	}
+	kept := old.placed()
+	if !u.changed("pool") && !u.changed("tag") {
+		req.Tags = kept.Tags
+	}
+	if !u.changed("model") {
+		req.Model = kept.Model
+	}
+	if !u.changed("cpus") && !u.changed("cpus-per-gpu") {
+		req.CPUs, req.CPUsPerGPU = kept.CPUs, kept.CPUsPerGPU
+	}
 	req.Service = &spec
+	return req
+}
+
+// placed is where old's replica was asked to run, as a claim asks for
+// it: the pools (with the service pool its admission added), model and
+// cores its lease's service recorded (service.Placement), and --cpus any.
+func (old serviceRow) placed() api.ClaimRequest {
+	var req api.ClaimRequest
+	if old.anyCPU {
+		req.CPUs = "any"
+	}
+	if p := old.spec.Place; p != nil {
+		req.Tags, req.Model, req.CPUsPerGPU = slices.Clone(p.Tags), p.Model, p.CPUsPerGPU
+	}
 	return req
 }
 
@@ -198,7 +222,8 @@ func (u *updater) restore(old serviceRow, n int) error {
 	}
 	spec := old.spec
 	spec.Replaces = ""
-	req := old.units
+	req := old.placed()
+	req.Count, req.MIG, req.Mem = old.units.Count, old.units.MIG, old.units.Mem
 	req.Node, req.Service = old.Node, &spec
 	req.Run = &api.RunSpec{Command: old.job.Command, Dir: old.job.Dir, Env: old.job.Env}
 	r, err := u.claim(req)

@@ -45,3 +45,34 @@ func TestUpdateKeepsWhatFlagsLeaveOut(t *testing.T) {
 		t.Errorf("an update with -g 1 --port 9000 asks for %+v %+v", got, *got.Service)
 	}
 }
+
+// TestUpdateKeepsWherePlacementFlagsLeaveOut: an update with no placement
+// flags keeps each replica's pools (the service pool its admission added
+// among them), model, --cpus-per-gpu and --cpus any, as the lease's
+// service recorded them; a flag given replaces only its own.
+func TestUpdateKeepsWherePlacementFlagsLeaveOut(t *testing.T) {
+	spec := service.Spec{Name: "llm", Place: &service.Placement{Tags: []string{"fast", "svc"}, Model: "H100", CPUsPerGPU: 4}}
+	old := serviceRow{Name: "llm", Lease: "na-1", spec: spec, units: api.ClaimRequest{Count: 1}}
+	u := updater{spec: service.Spec{Name: "llm"}, changed: func(string) bool { return false }}
+	got := u.next(old)
+	if !slices.Equal(got.Tags, []string{"fast", "svc"}) || got.Model != "H100" || got.CPUsPerGPU != 4 || got.CPUs != "" {
+		t.Errorf("an update with no flags asks for pools %v, model %q, cpus-per-gpu %d, cpus %q: want fast,svc, H100, 4 and the default", got.Tags, got.Model, got.CPUsPerGPU, got.CPUs)
+	}
+	anyCPU := serviceRow{Name: "llm", Lease: "na-2", spec: service.Spec{Name: "llm"}, units: api.ClaimRequest{Count: 1}, anyCPU: true}
+	if got := u.next(anyCPU); got.CPUs != "any" {
+		t.Errorf("an update of a --cpus any replica asks for --cpus %q, want any", got.CPUs)
+	}
+	// A MIG instance the board does not show: the profile admission
+	// recorded says what to ask for.
+	b := api.Board{Services: []lease.Lease{{ID: "na-3", Node: "na", GPUs: []int{0}, MIG: "MIG-zzz", Share: 0.5,
+		Service: &service.Service{Spec: service.Spec{Name: "llm", Place: &service.Placement{MIG: "2g.20gb"}}}}}}
+	if rows := serviceRows(b); len(rows) != 1 || u.next(rows[0]).MIG != "2g.20gb" {
+		t.Errorf("an update of a replica on a MIG instance the board does not show asks for %+v, want --mig 2g.20gb", rows)
+	}
+	given := []string{"pool", "cpus"}
+	u = updater{req: api.ClaimRequest{Tags: []string{"slow"}, CPUs: "any"}, spec: service.Spec{Name: "llm"}, changed: func(f string) bool { return slices.Contains(given, f) }}
+	got = u.next(old)
+	if !slices.Equal(got.Tags, []string{"slow"}) || got.Model != "H100" || got.CPUs != "any" || got.CPUsPerGPU != 0 {
+		t.Errorf("an update with --pool slow --cpus any asks for pools %v, model %q, cpus %q, cpus-per-gpu %d: want slow, H100, any, 0", got.Tags, got.Model, got.CPUs, got.CPUsPerGPU)
+	}
+}
