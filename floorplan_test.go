@@ -120,7 +120,7 @@ func floorPlan() []room {
 		{pkg: "queue", what: "the rules of queued work: entries, fair-share, the scheduling pass, gangs, arrays, dependencies; no I/O",
 			may: slices.Concat(ground, []string{"job", "lease", "nodeprobe"}), never: append(slices.Clone(pure), bbolt, "event"), notItself: noIO},
 		{pkg: "event", what: "what happened: event kinds and their words, notices, notification settings; no I/O",
-			may: slices.Concat(ground, []string{"job", "lease", "queue"}), never: append(slices.Clone(pure), bbolt), notItself: noIO},
+			may: slices.Concat(ground, []string{"job", "lease", "queue", "service"}), never: append(slices.Clone(pure), bbolt), notItself: noIO},
 		{pkg: "store", what: "bbolt store behind queue.Store and event.EventStore",
 			may: append(slices.Clone(rules), "base/durable"), mods: []string{bbolt}, never: pure},
 		{pkg: "store/storetest", what: "a fault-injecting fake queue.Store for tests",

@@ -181,7 +181,10 @@ type Agent struct {
 	sock    *sockapi.Server
 	ssh     *sshd.Server
 	// metrics is nil unless Config.MetricsListen is set.
-	metrics    *metrics.Metrics
+	metrics *metrics.Metrics
+	// health is metrics once built (after the node opens and its
+	// supervisors start), for their HealthChecked hook.
+	health     atomic.Pointer[metrics.Metrics]
 	metricsSrv *metrics.Server
 	// proxy is nil unless Config.Proxy is set.
 	proxy  *proxy.Proxy
@@ -350,7 +353,8 @@ func (a *Agent) build(ctx context.Context) error {
 		ServiceRules: a.cfg.ServiceRules, Fence: a.fence(),
 		BootFile: bootFile(a.cfg.DataDir),
 	}, node.Deps{Store: a.store, Probe: a.deps.Probe, Sessions: a.deps.Sessions, Accounts: a.accounts, Clock: c,
-		Changed: a.changed, LeasesChanged: a.leasesChanged, Events: a.events.Record, HoldService: a.holdService})
+		Changed: a.changed, LeasesChanged: a.leasesChanged, Events: a.events.Record, HoldService: a.holdService,
+		HealthChecked: a.healthChecked})
 	sc := a.cfg.Sched // defaulted once, in New
 	a.origin = origin.New(a.cfg.NodeName, origin.Deps{Store: a.store, Clock: c, Changed: a.changed,
 		QueueChanged: a.queueChanged, Log: a.log.With("part", "queue"), Events: a.events.Record,
@@ -393,8 +397,16 @@ func (a *Agent) build(ctx context.Context) error {
 	if a.cfg.MetricsListen != "" {
 		// Built before anything runs, so every hook sees it (or none).
 		a.metrics = metrics.New(a.svc, c.Now)
+		a.health.Store(a.metrics)
 	}
 	return nil
+}
+
+// healthChecked feeds dibs_service_health_seconds, once metrics are on.
+func (a *Agent) healthChecked(l lease.Lease, d time.Duration) {
+	if m := a.health.Load(); m != nil && l.Service != nil {
+		m.ObserveHealthCheck(a.cfg.NodeName, l.Service.Name, l.User, d)
+	}
 }
 
 // stopRank stops one rank of a gang, wherever it runs.

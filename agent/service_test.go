@@ -217,7 +217,7 @@ func TestServiceFailingItsHealthCheckIsRestartedThenStoppedAsACrashLoop(t *testi
 		t.Fatalf("notices %q: want one saying service api crash-looped", b.Notices)
 	}
 	agenttest.Eventually(t, 15*time.Second, "the owner's webhook to hear of the crash loop", func() bool {
-		return sink.has("ended because its service crash-looped")
+		return sink.has("your service api crash-looped on node01")
 	})
 	if got := get(fmt.Sprintf("http://127.0.0.1:%d/", port)); got != 0 {
 		t.Fatalf("the stopped service still answers (%d)", got)

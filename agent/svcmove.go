@@ -6,6 +6,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/dibs-gpu/dibs/agent/node"
 	"github.com/dibs-gpu/dibs/api"
 	"github.com/dibs-gpu/dibs/lease"
 	"github.com/dibs-gpu/dibs/queue"
@@ -95,7 +96,7 @@ func (a *Agent) moveService(ctx context.Context, v queue.ClusterView, l lease.Le
 	}
 	req.Service = &spec
 	req.Run = &api.RunSpec{Command: l.Job.Command, Dir: l.Job.Dir, Env: l.Job.Env}
-	req.RequestID = "move-" + l.ID
+	req.RequestID = node.MovePrefix + l.ID // its grant tells it as svc-moved
 	r, err := a.svc.ForUID(l.UID).Claim(ctx, req)
 	if err != nil {
 		return err

@@ -43,7 +43,7 @@ func (l EventList) Escaped() EventList {
 
 // EscapedEvent is e with its texts made safe for a terminal.
 func EscapedEvent(e event.Event) event.Event {
-	for _, p := range []*string{&e.Node, &e.User, &e.By, &e.Lease, &e.Entry, &e.Session, &e.Reason, &e.Subject, &e.Text} {
+	for _, p := range []*string{&e.Node, &e.User, &e.By, &e.Lease, &e.Entry, &e.Session, &e.Reason, &e.Subject, &e.Service, &e.State, &e.Text} {
 		*p = termsafe.String(*p)
 	}
 	return e

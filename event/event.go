@@ -19,6 +19,7 @@ import (
 	"github.com/dibs-gpu/dibs/base/words"
 	"github.com/dibs-gpu/dibs/lease"
 	"github.com/dibs-gpu/dibs/queue"
+	"github.com/dibs-gpu/dibs/service"
 )
 
 // EventKind names what happened. Every part of dibs spells a kind from
@@ -60,7 +61,8 @@ const (
 func EventKinds() []EventKind {
 	return []EventKind{EventClaim, EventRelease, EventEnd, EventExtend, EventAdopt, EventWarn, EventPreempt,
 		EventReclaim, EventIdle, EventSquatter, EventSubmit, EventStart, EventFinish, EventFail, EventRequeue,
-		EventCancel, EventAgentJoin, EventAgentLeave}
+		EventCancel, EventAgentJoin, EventAgentLeave, EventSvcStarted, EventSvcHealthy, EventSvcUnhealthy,
+		EventSvcRestarted, EventSvcMoved, EventSvcCrashLoop, EventSvcUpdated, EventSvcStopped, EventSvcIdle}
 }
 
 // Event is one thing that happened on a node, recorded by that node. Seq
@@ -88,6 +90,11 @@ type Event struct {
 	Reason string `json:"reason,omitempty"`
 	// Subject is the node an agent-join or agent-leave is about.
 	Subject string `json:"subject,omitempty"`
+	// Service is the service's name, on every event about a service's
+	// lease; State is the replica's state a service event leaves it in
+	// (healthy, unhealthy, restarting, ...), for a webhook's reader.
+	Service string `json:"service,omitempty"`
+	State   string `json:"state,omitempty"`
 	// Text is the one line a person reads.
 	Text string `json:"text"`
 }
@@ -124,6 +131,9 @@ func (e *Event) Validate() error {
 	if e.Subject != "" && words.ValidNodeName(e.Subject) != nil {
 		return refusal.Invalidf("event %d has a bad subject", e.Seq)
 	}
+	if e.Service != "" && service.CheckName(e.Service) != nil || e.State != "" && !words.ValidToken(e.State, 2*words.MaxNameLen) {
+		return refusal.Invalidf("event %d has a bad service or state", e.Seq)
+	}
 	if e.Rank < 0 || e.Rank >= words.MaxGangNodes {
 		return refusal.Invalidf("event %d has a rank out of range", e.Seq)
 	}
@@ -152,6 +162,9 @@ func LeaseEvent(kind EventKind, l lease.Lease, at time.Time) Event {
 	e := Event{
 		Node: l.Node, At: at.Round(0), Kind: kind, User: l.User, Lease: l.ID, Entry: l.Entry,
 		Rank: l.Rank, Session: l.Session, GPUs: slices.Clone(l.GPUs),
+	}
+	if l.IsService() {
+		e.Service = l.Service.Name
 	}
 	if kind == EventClaim && l.Session != "" && l.ReservedUntil.IsZero() {
 		e.Log = l.LogName()
@@ -336,6 +349,10 @@ func (e *Event) describe(l lease.Lease) string {
 		if !l.ReservedUntil.IsZero() {
 			s = fmt.Sprintf("%s reserved %s as %s for rank %d of %s", l.User, gpus, l.ID, l.Rank, l.Entry)
 		}
+		if l.IsService() {
+			// A service's lease has no end while it is up.
+			s = fmt.Sprintf("%s claimed %s as %s for service %s, tmux %s", l.User, gpus, l.ID, l.Service.Name, l.Session)
+		}
 	case EventRelease:
 		s = fmt.Sprintf("%s released %s (%s)", l.User, l.ID, gpus)
 		if lease.EndReason(e.Reason) == lease.EndUnbooked {
@@ -405,7 +422,10 @@ func gpuWords(gpus []int) string {
 	for i, g := range gpus {
 		parts[i] = strconv.Itoa(g)
 	}
-	if len(gpus) == 1 {
+	switch len(gpus) {
+	case 0:
+		return "no GPU" // a service's lease may hold none
+	case 1:
 		return "GPU " + parts[0]
 	}
 	return "GPUs " + strings.Join(parts, ",")

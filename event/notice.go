@@ -9,6 +9,7 @@ import (
 	"github.com/dibs-gpu/dibs/base/refusal"
 	"github.com/dibs-gpu/dibs/base/words"
 	"github.com/dibs-gpu/dibs/lease"
+	"github.com/dibs-gpu/dibs/service"
 )
 
 // Notice is what a person is told about an event that concerns them: on
@@ -19,8 +20,13 @@ type Notice struct {
 	Node  string    `json:"node"`
 	Lease string    `json:"lease,omitempty"`
 	Entry string    `json:"entry,omitempty"`
-	At    time.Time `json:"at"`
-	Text  string    `json:"text"`
+	// Service and State name the service and the state its replica is
+	// in, for a notice about a service (a webhook's reader files it by
+	// them).
+	Service string    `json:"service,omitempty"`
+	State   string    `json:"state,omitempty"`
+	At      time.Time `json:"at"`
+	Text    string    `json:"text"`
 	// Test marks `dibs notify --test`.
 	Test bool `json:"test,omitempty"`
 }
@@ -32,6 +38,9 @@ func (n *Notice) Validate() error {
 	}
 	if !n.Test && !slices.Contains(EventKinds(), n.Kind) {
 		return refusal.Invalidf("a notice has an unknown kind")
+	}
+	if n.Service != "" && service.CheckName(n.Service) != nil || n.State != "" && !words.ValidToken(n.State, 2*words.MaxNameLen) {
+		return refusal.Invalidf("a notice has a bad service or state")
 	}
 	for _, s := range []string{n.Lease, n.Entry} {
 		if s != "" && !words.ValidToken(s, 2*words.MaxNameLen) {
@@ -50,9 +59,12 @@ func (n *Notice) Validate() error {
 // board marks it; they hear when it is reclaimed), and the end of a queued
 // run's lease (its origin tells how the whole run ended, once).
 func (e *Event) Notice() (Notice, bool) {
-	n := Notice{User: e.User, Kind: e.Kind, Node: e.Node, Lease: e.Lease, Entry: e.Entry, At: e.At}
+	n := Notice{User: e.User, Kind: e.Kind, Node: e.Node, Lease: e.Lease, Entry: e.Entry, Service: e.Service, State: e.State, At: e.At}
 	if e.User == "" {
 		return Notice{}, false
+	}
+	if IsServiceKind(e.Kind) {
+		return e.serviceNotice(n)
 	}
 	switch e.Kind {
 	case EventStart:
@@ -76,6 +88,8 @@ func (e *Event) Notice() (Notice, bool) {
 		switch r := lease.EndReason(e.Reason); {
 		case r == lease.EndSessionEnded:
 			return Notice{}, false // they left their shell themselves
+		case r == lease.EndCrashLoop && e.Service != "":
+			return Notice{}, false // its svc-crash-loop event tells it
 		case strings.HasPrefix(e.Reason, lease.ExitPrefix):
 			code, _ := r.ExitCode()
 			if code == 0 {

@@ -21,6 +21,11 @@ type Listener struct {
 	// Root is the session's first process (its pane's), 0 when the
 	// session has none.
 	Root int
+	// Clients are the remote ports of the TCP connections to port in the
+	// session's network namespace (open, or closed within the kernel's
+	// TIME_WAIT): what the supervisor counts as requests, leaving out its
+	// own checks' (issue 33's idle flag).
+	Clients []int
 }
 
 // ListenerOf finds which of session name's processes (every pane and its
@@ -54,13 +59,15 @@ func (l *Launcher) ListenerOf(ctx context.Context, u User, name string, port int
 		return res, nil
 	}
 	res.Root = own[0]
-	res.PID = listenerAmong("/proc", own, port)
+	res.PID, res.Clients = listenerAmong("/proc", own, port)
 	return res, nil
 }
 
 // listenerAmong is the first of pids that holds a socket listening on
-// port, 0 when none does.
-func listenerAmong(procRoot string, pids []int, port int) int {
+// port, 0 when none does, and the remote ports of the connections to
+// port: one read of the tables for both (each read walks the kernel's
+// whole connection table).
+func listenerAmong(procRoot string, pids []int, port int) (pid int, clients []int) {
 	dir := filepath.Join(procRoot, strconv.Itoa(pids[0]), "net")
 	inodes := map[string]bool{}
 	for _, f := range []string{"tcp", "tcp6"} {
@@ -69,10 +76,13 @@ func listenerAmong(procRoot string, pids []int, port int) int {
 			for _, ino := range ListeningInodes(string(data), port) {
 				inodes[ino] = true
 			}
+			if port != 0 {
+				clients = append(clients, ClientPorts(string(data), port)...)
+			}
 		}
 	}
 	if len(inodes) == 0 {
-		return 0
+		return 0, clients
 	}
 	for _, pid := range pids {
 		fds := filepath.Join(procRoot, strconv.Itoa(pid), "fd")
@@ -86,11 +96,11 @@ func listenerAmong(procRoot string, pids []int, port int) int {
 				continue
 			}
 			if ino, ok := strings.CutPrefix(target, "socket:["); ok && inodes[strings.TrimSuffix(ino, "]")] {
-				return pid
+				return pid, clients
 			}
 		}
 	}
-	return 0
+	return 0, clients
 }
 
 // ListeningInodes reads a /proc/net/tcp (or tcp6) table and returns the
@@ -111,6 +121,32 @@ func ListeningInodes(table string, port int) []string {
 			continue
 		}
 		out = append(out, f[9])
+	}
+	return out
+}
+
+// ClientPorts reads a /proc/net/tcp (or tcp6) table and returns the
+// remote ports of the connections whose local port is port: every socket
+// but the listening one (state 0A), so a connection made and closed since
+// the last look is still seen in its TIME_WAIT.
+func ClientPorts(table string, port int) []int {
+	var out []int
+	for i, line := range strings.Split(table, "\n") {
+		f := strings.Fields(line)
+		if i == 0 || len(f) < 4 || f[3] == "0A" {
+			continue
+		}
+		_, local, ok1 := strings.Cut(f[1], ":")
+		_, remote, ok2 := strings.Cut(f[2], ":")
+		if !ok1 || !ok2 {
+			continue
+		}
+		lp, err1 := strconv.ParseUint(local, 16, 16)
+		rp, err2 := strconv.ParseUint(remote, 16, 16)
+		if err1 != nil || err2 != nil || int(lp) != port {
+			continue
+		}
+		out = append(out, int(rp))
 	}
 	return out
 }

@@ -65,7 +65,16 @@ type Policy struct {
 	// ServicePools, when set, are the pools (node tags) services may run
 	// in: a service goes only to a node carrying one of them.
 	ServicePools []string
+	// ServiceIdleAfter is how long a service may go without a request to
+	// its port and without SM use on its GPUs before it is flagged idle
+	// to its owner and on the board (never reclaimed); 0 never flags one.
+	ServiceIdleAfter time.Duration
 }
+
+// DefaultServiceIdleAfter is a day: an endpoint nobody asked anything
+// for a whole day is worth its owner's look (its GPUs are withdrawn from
+// everyone else), while a night or a quiet afternoon is not.
+const DefaultServiceIdleAfter = 24 * time.Hour
 
 // DefaultServiceGPUsPerUser is two GPUs: one inference endpoint (a 7–13B
 // model on one GPU, a 70B one in 4-bit on two) per person. A service
@@ -104,6 +113,7 @@ func DefaultPolicy() Policy {
 		BookMaxGPUHours:    DefaultBookMaxGPUHours,
 		BookMaxLength:      DefaultBookMaxLength,
 		BookMaxCount:       DefaultBookMaxCount,
+		ServiceIdleAfter:   DefaultServiceIdleAfter,
 	}
 }
 
@@ -165,6 +175,9 @@ func (p Policy) Validate() error {
 	}
 	if p.ServiceGPUsPerUser < -1 {
 		return fmt.Errorf("service_gpus_per_user %d: give a number of GPUs, or -1 for no services", p.ServiceGPUsPerUser)
+	}
+	if p.ServiceIdleAfter < 0 {
+		return fmt.Errorf("service_idle_after %s is negative: give a duration such as 24h, or 0 to never flag a service idle", p.ServiceIdleAfter)
 	}
 	if p.ServiceGPUs < 0 {
 		return fmt.Errorf("service_gpus %d is negative", p.ServiceGPUs)

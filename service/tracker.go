@@ -17,6 +17,9 @@ type Rules struct {
 	// service is stopped (its log kept) and its owner told.
 	CrashRestarts int
 	CrashWindow   time.Duration
+	// TellUnhealthyAfter is how long a replica may go without passing a
+	// check before its owner is told (DefaultTellUnhealthyAfter).
+	TellUnhealthyAfter time.Duration
 }
 
 // DefaultRules are what a small team's endpoint wants: vLLM takes a minute
@@ -50,6 +53,9 @@ func (r Rules) withDefaults() Rules {
 	}
 	if r.CrashWindow <= 0 {
 		r.CrashWindow = d.CrashWindow
+	}
+	if r.TellUnhealthyAfter <= 0 {
+		r.TellUnhealthyAfter = DefaultTellUnhealthyAfter
 	}
 	return r
 }
@@ -203,7 +209,7 @@ const StatusEvery = 2 * time.Second
 // a new process, and a replica found healthy after starting are written
 // at once.
 func WriteStatus(old, now Status, sinceLast time.Duration) bool {
-	if now.State == old.State && now.Restarts == old.Restarts && now.PID == old.PID {
+	if now.State == old.State && now.Restarts == old.Restarts && now.PID == old.PID && now.IdleSince.Equal(old.IdleSince) {
 		return false
 	}
 	checked := func(s State) bool { return s == Healthy || s == Unhealthy }

@@ -95,18 +95,23 @@ type eventRecord struct {
 	Reason  string    `json:"reason,omitempty"`
 	Subject string    `json:"subject,omitempty"`
 	Text    string    `json:"text"`
+	// Service and State came with the service events (protocol 8): an
+	// older agent's store never holds them, and one reading them back
+	// (a downgrade) ignores them.
+	Service string `json:"service,omitempty"`
+	State   string `json:"state,omitempty"`
 }
 
 func eventToRecord(e event.Event) eventRecord {
 	return eventRecord{Seq: e.Seq, Node: e.Node, At: e.At, Kind: string(e.Kind), User: e.User, By: e.By, Admin: e.Admin,
 		Lease: e.Lease, Entry: e.Entry, Rank: e.Rank, Session: e.Session, Log: e.Log, GPUs: e.GPUs, Reason: e.Reason,
-		Subject: e.Subject, Text: e.Text}
+		Subject: e.Subject, Text: e.Text, Service: e.Service, State: e.State}
 }
 
 func (r *eventRecord) event() event.Event {
 	return event.Event{Seq: r.Seq, Node: r.Node, At: r.At, Kind: event.EventKind(r.Kind), User: r.User, By: r.By,
 		Admin: r.Admin, Lease: r.Lease, Entry: r.Entry, Rank: r.Rank, Session: r.Session, Log: r.Log, GPUs: r.GPUs,
-		Reason: r.Reason, Subject: r.Subject, Text: r.Text}
+		Reason: r.Reason, Subject: r.Subject, Text: r.Text, Service: r.Service, State: r.State}
 }
 
 // settingRecord is how a notification setting is stored (frozen).

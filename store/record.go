@@ -97,22 +97,53 @@ type serviceRecord struct {
 	Restarts    int       `json:"restarts,omitempty"`
 	Since       time.Time `json:"since,omitzero"`
 	PID         int       `json:"pid,omitempty"`
+
+	// Added with the idle flag, the proxy and replicas (issue 33),
+	// optional.
+	IdleSince time.Time    `json:"idle_since,omitzero"`
+	ProxyPort int          `json:"proxy_port,omitempty"`
+	Replica   int          `json:"replica,omitempty"`
+	Replicas  int          `json:"replicas,omitempty"`
+	Replaces  string       `json:"replaces,omitempty"`
+	Root      string       `json:"root,omitempty"`
+	Place     *placeRecord `json:"place,omitempty"`
+}
+
+// placeRecord is how a service's placement (service.Placement) is
+// stored, frozen like serviceRecord.
+type placeRecord struct {
+	Tags       []string `json:"tags,omitempty"`
+	Model      string   `json:"model,omitempty"`
+	CPUsPerGPU int      `json:"cpus_per_gpu,omitempty"`
+	MIG        string   `json:"mig,omitempty"`
 }
 
 func serviceToRecord(s *service.Service) *serviceRecord {
 	if s == nil {
 		return nil
 	}
-	return &serviceRecord{Name: s.Name, Port: s.Port, Health: s.Health, HealthCmd: s.HealthCmd, Preemptible: s.Preemptible,
+	rec := &serviceRecord{Name: s.Name, Port: s.Port, Health: s.Health, HealthCmd: s.HealthCmd, Preemptible: s.Preemptible,
 		State: string(s.State), Restarts: s.Restarts, Since: s.Since, PID: s.PID}
+	rec.IdleSince, rec.ProxyPort = s.IdleSince, s.ProxyPort
+	rec.Replica, rec.Replicas, rec.Replaces, rec.Root = s.Replica, s.Replicas, s.Replaces, s.Root
+	if p := s.Place; p != nil {
+		rec.Place = &placeRecord{Tags: p.Tags, Model: p.Model, CPUsPerGPU: p.CPUsPerGPU, MIG: p.MIG}
+	}
+	return rec
 }
 
 func (r *serviceRecord) service() *service.Service {
 	if r == nil {
 		return nil
 	}
-	return &service.Service{Spec: service.Spec{Name: r.Name, Port: r.Port, Health: r.Health, HealthCmd: r.HealthCmd, Preemptible: r.Preemptible},
+	svc := &service.Service{Spec: service.Spec{Name: r.Name, Port: r.Port, Health: r.Health, HealthCmd: r.HealthCmd, Preemptible: r.Preemptible},
 		Status: service.Status{State: service.State(r.State), Restarts: r.Restarts, Since: r.Since, PID: r.PID}}
+	svc.IdleSince, svc.ProxyPort = r.IdleSince, r.ProxyPort
+	svc.Replica, svc.Replicas, svc.Replaces, svc.Root = r.Replica, r.Replicas, r.Replaces, r.Root
+	if p := r.Place; p != nil {
+		svc.Place = &service.Placement{Tags: p.Tags, Model: p.Model, CPUsPerGPU: p.CPUsPerGPU, MIG: p.MIG}
+	}
+	return svc
 }
 
 func leaseToRecord(l lease.Lease) leaseRecord {

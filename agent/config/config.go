@@ -187,6 +187,9 @@ type LeaseSection struct {
 	ServiceGPUsPerUser int      `toml:"service_gpus_per_user"`
 	ServiceGPUs        int      `toml:"service_gpus"`
 	ServicePools       []string `toml:"service_pools"`
+	// ServiceIdleAfter is how long without requests nor SM use flags a
+	// service idle ("24h"; "0": never).
+	ServiceIdleAfter string `toml:"service_idle_after"`
 }
 
 // QueueSection is [queue]: fair-share, quotas, preemption.
@@ -586,8 +589,13 @@ func (ls LeaseSection) Policy(base lease.Policy) (lease.Policy, error) {
 		{"leases.idle_after", ls.IdleAfter, &p.IdleAfter},
 		{"leases.book_ahead", ls.BookAhead, &p.BookAhead},
 		{"leases.book_max_length", ls.BookMaxLength, &p.BookMaxLength},
+		{"leases.service_idle_after", ls.ServiceIdleAfter, &p.ServiceIdleAfter},
 	}
 	for _, d := range durs {
+		if d.v == "0" && d.dst == &p.ServiceIdleAfter {
+			*d.dst = 0 // never flag a service idle
+			continue
+		}
 		if d.v == "" {
 			continue
 		}

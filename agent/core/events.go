@@ -49,9 +49,15 @@ func (s *Service) registerEventOps() {
 		if err != nil {
 			return peer.EventsReply{}, &refusal.Error{Code: refusal.CodeUnavailable, Msg: fmt.Sprintf("%s cannot read its event log: %v", s.cfg.Node, err)}
 		}
-		// One event the others would refuse must not hide the rest.
+		// One event the others would refuse must not hide the rest; a
+		// caller older than the service events (protocol 8) refuses
+		// their kinds, so it is sent the rest.
+		older := s.protocolOf(from) < peer.ServiceSince
 		ok := make([]event.Event, 0, len(evs))
 		for _, e := range evs {
+			if older && event.IsServiceKind(e.Kind) {
+				continue
+			}
 			if err := e.Validate(); err != nil {
 				s.log.Warn("event log: an event fails its checks; not sent", "seq", e.Seq, "err", err)
 				continue
@@ -186,6 +192,9 @@ func (s *Service) Fanout() (nodes func() []string, send func(ctx context.Context
 		return out
 	}
 	send = func(ctx context.Context, node string, n event.Notice) error {
+		if event.IsServiceKind(n.Kind) && s.protocolOf(node) < peer.ServiceSince {
+			return nil // an older agent refuses the kind, and runs no service
+		}
 		_, err := peer.Call(ctx, s.deps.Peers, node, peer.Notify, peer.System, peer.NotifyRequest{Notice: n})
 		return err
 	}
@@ -201,6 +210,21 @@ func (s *Service) membership() queue.ClusterView {
 		peers = cl.Peers()
 	}
 	return queue.NewClusterView(queue.NodeView{Name: s.cfg.Node}, peers, s.deps.Clock.Now())
+}
+
+// protocolOf is the newest protocol node's agent speaks, as its gossip
+// last said; this agent's own for itself, and for a node not heard
+// (its events are asked in this agent's protocol all the same).
+func (s *Service) protocolOf(node string) int {
+	if node != s.cfg.Node {
+		v := s.membership()
+		for i := range v.Nodes {
+			if n := &v.Nodes[i]; n.Name == node && n.Protocol != 0 {
+				return n.Protocol
+			}
+		}
+	}
+	return s.protocol()
 }
 
 // Membership is the cluster's nodes and their states, cheaply.

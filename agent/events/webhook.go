@@ -557,9 +557,26 @@ func (w *Webhooks) outcome(n event.Notice, err error, attempts int) {
 
 // Payload is the JSON body: "text" is what Slack and Mattermost read,
 // "content" what Discord reads.
+// "dibs" carries the notice's fields for a reader that files them (a
+// chat service ignores a field it does not know).
 type Payload struct {
-	Text    string `json:"text"`
-	Content string `json:"content"`
+	Text    string  `json:"text"`
+	Content string  `json:"content"`
+	Dibs    *Detail `json:"dibs,omitempty"`
+}
+
+// Detail is what a notice is about, field by field: its kind, the person
+// it concerns, the node, the lease, and for a service its name and the
+// state its replica is in.
+type Detail struct {
+	Kind    event.EventKind `json:"kind"`
+	User    string          `json:"user"`
+	Node    string          `json:"node"`
+	Lease   string          `json:"lease,omitempty"`
+	Entry   string          `json:"entry,omitempty"`
+	Service string          `json:"service,omitempty"`
+	State   string          `json:"state,omitempty"`
+	At      time.Time       `json:"at"`
 }
 
 // post makes one try. Its error is for the person: one class for whatever
@@ -594,7 +611,11 @@ func (w *Webhooks) try(ctx context.Context, s event.NotifySetting, n event.Notic
 	var body []byte
 	ctype := "text/plain; charset=utf-8"
 	if s.Format == event.WebhookJSON {
-		body, _ = json.Marshal(Payload{Text: text, Content: text})
+		p := Payload{Text: text, Content: text}
+		if !n.Test {
+			p.Dibs = &Detail{Kind: n.Kind, User: n.User, Node: n.Node, Lease: n.Lease, Entry: n.Entry, Service: n.Service, State: n.State, At: n.At}
+		}
+		body, _ = json.Marshal(p)
 		ctype = "application/json"
 	} else {
 		body = []byte(text)

@@ -65,8 +65,9 @@ type Metrics struct {
 	now func() time.Time
 	reg *prometheus.Registry
 
-	apiDuration *prometheus.HistogramVec
-	queueWait   prometheus.Histogram
+	apiDuration   *prometheus.HistogramVec
+	queueWait     prometheus.Histogram
+	serviceHealth *prometheus.HistogramVec
 
 	// proxy reads the services proxy's counts (SetProxy); nil when the
 	// proxy is off.
@@ -98,7 +99,15 @@ func New(src Source, now func() time.Time) *Metrics {
 		Help:    "Time from submitting a queued request at this node to its start (restarts of a requeued one are not counted: they have no submit time of their own).",
 		Buckets: []float64{1, 10, 30, 60, 300, 900, 1800, 3600, 2 * 3600, 4 * 3600, 8 * 3600, 24 * 3600, 3 * 24 * 3600},
 	})
-	m.reg.MustRegister(m.apiDuration, m.queueWait, &collector{m: m},
+	m.serviceHealth = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name: "dibs_service_health_seconds",
+		Help: "Time one health check of a service of this node took (the TCP connect, the HTTP answer on --health, the --health-cmd), passed or failed; a check that gets no answer counts up to its 5 s bound.",
+		// A local connect is tens of µs, an HTTP answer under a
+		// millisecond from an idle server, more from a busy one; a
+		// --health-cmd starts a shell as the owner (milliseconds).
+		Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5},
+	}, []string{"node", "service", "user"})
+	m.reg.MustRegister(m.apiDuration, m.queueWait, m.serviceHealth, &collector{m: m},
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	v := src.View()
 	if l := v.Local(); l != nil {
@@ -137,6 +146,13 @@ func (m *Metrics) Handler(log *slog.Logger) http.Handler {
 // local API. Called on the request's goroutine; it does not block.
 func (m *Metrics) ObserveRequest(endpoint string, code int, d time.Duration) {
 	m.apiDuration.WithLabelValues(endpoint, strconv.Itoa(code)).Observe(d.Seconds())
+}
+
+// ObserveHealthCheck is one health check of user's service on node that
+// took d, passed or failed. Called on the service's supervisor; it does
+// not block.
+func (m *Metrics) ObserveHealthCheck(node, service, user string, d time.Duration) {
+	m.serviceHealth.WithLabelValues(node, service, user).Observe(d.Seconds())
 }
 
 // QueueChanged is called with the origin's entries after every change to

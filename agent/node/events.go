@@ -1,6 +1,7 @@
 package node
 
 import (
+	"strings"
 	"time"
 
 	"github.com/dibs-gpu/dibs/event"
@@ -28,4 +29,27 @@ func (n *Node) record(e event.Event) {
 		n.deps.Events(e)
 		return nil
 	})
+}
+
+// MovePrefix begins the request id that marks a service's lease as a
+// replica placed again (agent/svcmove.go: "move-" and the lease it
+// replaces, whose node was lost): its start is told as svc-moved.
+const MovePrefix = "move-"
+
+// serviceStartEvent is the event of service lease l granted here: a
+// start, a move (its request id names the lease it replaces, whose node
+// was lost) or a rolling update's new replica (Spec.Replaces names the
+// old one).
+func serviceStartEvent(l lease.Lease, at time.Time) event.Event {
+	switch {
+	case strings.HasPrefix(l.RequestID, MovePrefix):
+		detail := "its node was lost past the grace"
+		if from, ok := lease.NodeOfID(strings.TrimPrefix(l.RequestID, MovePrefix)); ok {
+			detail = "from " + from + ", lost past the grace"
+		}
+		return event.ServiceEvent(event.EventSvcMoved, l, at, detail)
+	case l.Service.Replaces != "":
+		return event.ServiceEvent(event.EventSvcUpdated, l, at, "it replaces lease "+l.Service.Replaces)
+	}
+	return event.ServiceEvent(event.EventSvcStarted, l, at, "")
 }

@@ -159,6 +159,9 @@ func (n *Node) admit(c lease.Caller, g Grant) (l lease.Lease, fresh bool, err er
 		return lease.Lease{}, false, err
 	}
 	n.deps.Events(claimEvent(l, now.Wall))
+	if l.IsService() {
+		n.deps.Events(serviceStartEvent(l, now.Wall))
+	}
 	for _, sh := range lease.SharedCores(l, n.table.List()) {
 		n.deps.Events(event.SharedCoresEvent(sh.Lease, l, sh.CPUs, now.Wall))
 	}

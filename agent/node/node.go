@@ -106,6 +106,11 @@ type Deps struct {
 	// cut off from it (fenced), or the service runs on another node since
 	// this one was lost. Nil holds nothing.
 	HoldService func(lease.Lease) bool
+	// HealthChecked is told how long each check of a service's replica
+	// took (the connect, the HTTP answer, the --health-cmd), passed or
+	// failed, for dibs_service_health_seconds; called from the replica's
+	// supervisor, it must not block. Nil tells nothing.
+	HealthChecked func(l lease.Lease, d time.Duration)
 }
 
 // State is the node as readers see it. It is published whole after every
@@ -336,6 +341,11 @@ func (n *Node) endLocked(l lease.Lease, reason lease.EndReason, by string, now l
 		}
 	}
 	n.deps.Events(ev)
+	if l.IsService() {
+		st := event.ServiceEvent(event.EventSvcStopped, l, now.Wall, reason.Words())
+		st.Reason = ev.Reason
+		n.deps.Events(st)
+	}
 	n.justEnded = lease.WithinEndGrace(append(n.justEnded, ended), now.Wall)
 	if l.Entry != "" {
 		n.ended = lease.RememberEnded(n.ended, lease.EndedRun{Entry: l.Entry, Lease: l.ID, Gang: l.Gang, Reason: cur.RunEnd(reason), At: now.Wall.Round(0), Reserved: !l.ReservedUntil.IsZero()}, now.Wall)

@@ -8,6 +8,7 @@ import (
 	"net/url"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -28,6 +29,7 @@ import (
 func eventsCmd(c *cli) *cobra.Command {
 	var req api.EventsRequest
 	var asJSON bool
+	var kinds []string
 	cmd := &cobra.Command{
 		Use:   "events",
 		Short: "What happened on every node: claims, releases, ends and why, queue steps, warnings, squatters, agents",
@@ -39,7 +41,9 @@ Kinds: ` + kindList(),
 		Example: `  dibs events --since 2h
   dibs events --user alice --follow
   dibs events --since 7d --json | jq '.events[] | select(.kind == "end")'
-  dibs events -f --json | jq 'select(.kind == "end")'     # --follow: one event a line`,
+  dibs events -f --json | jq 'select(.kind == "end")'     # --follow: one event a line
+  dibs events --kind svc- --since 7d                       # every service's steps
+  dibs events --kind svc-crash-loop,svc-idle -f`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if req.Since != "" {
@@ -47,10 +51,19 @@ Kinds: ` + kindList(),
 					return fmt.Errorf("--since: %w", err)
 				}
 			}
-			if req.Follow {
-				return followEvents(c, req, asJSON)
+			keep, err := kindFilter(kinds)
+			if err != nil {
+				return err
 			}
-			return ask(c, asJSON, func(cl *api.Client, ctx context.Context) (api.EventList, error) { return cl.Events(ctx, req) }, func(l api.EventList) error {
+			if req.Follow {
+				return followEvents(c, req, asJSON, keep)
+			}
+			events := func(cl *api.Client, ctx context.Context) (api.EventList, error) {
+				l, err := cl.Events(ctx, req)
+				l.Events = slices.DeleteFunc(l.Events, func(e event.Event) bool { return !keep(e.Kind) })
+				return l, err
+			}
+			return ask(c, asJSON, events, func(l api.EventList) error {
 				printEvents(c.stdout, l.Escaped().Events)
 				if len(l.Events) == 0 {
 					fmt.Fprintln(c.stdout, "no events")
@@ -69,7 +82,31 @@ Kinds: ` + kindList(),
 	cmd.Flags().StringVar(&req.User, "user", "", "only the events about (or done by) this user")
 	cmd.Flags().BoolVarP(&req.Follow, "follow", "f", false, "keep printing new events as they happen (Ctrl-C ends)")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON (with --follow: one event per line)")
+	cmd.Flags().StringSliceVar(&kinds, "kind", nil, "only events of these kinds (comma-separated); a prefix ending in - takes a family: svc-, queue-, agent-")
 	return cmd
+}
+
+// kindFilter reads --kind: the kinds to keep, each a kind or a family's
+// prefix ("svc-"); none keeps every event.
+func kindFilter(kinds []string) (func(event.EventKind) bool, error) {
+	if len(kinds) == 0 {
+		return func(event.EventKind) bool { return true }, nil
+	}
+	var exact, prefixes []string
+	for _, k := range kinds {
+		k = strings.TrimSpace(k)
+		switch {
+		case strings.HasSuffix(k, "-") && slices.ContainsFunc(event.EventKinds(), func(x event.EventKind) bool { return strings.HasPrefix(string(x), k) }):
+			prefixes = append(prefixes, k)
+		case slices.Contains(event.EventKinds(), event.EventKind(k)):
+			exact = append(exact, k)
+		default:
+			return nil, fmt.Errorf("--kind %s: no such kind of event; give one of %s, or a family such as svc-", termsafe.String(k), kindList())
+		}
+	}
+	return func(k event.EventKind) bool {
+		return slices.Contains(exact, string(k)) || slices.ContainsFunc(prefixes, func(p string) bool { return strings.HasPrefix(string(k), p) })
+	}, nil
 }
 
 func kindList() string {
@@ -81,11 +118,14 @@ func kindList() string {
 }
 
 // followEvents prints events as they come until Ctrl-C.
-func followEvents(c *cli, req api.EventsRequest, asJSON bool) error {
+func followEvents(c *cli, req api.EventsRequest, asJSON bool, keep func(event.EventKind) bool) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	evs, errf := c.client().FollowEvents(ctx, req)
 	for e := range evs {
+		if !keep(e.Kind) {
+			continue
+		}
 		if asJSON {
 			b, err := json.Marshal(e)
 			if err != nil {

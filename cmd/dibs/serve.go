@@ -228,6 +228,9 @@ type serviceRow struct {
 	// asked; any node would do), with ProxyPort; empty when it has none.
 	ProxyURL  string `json:"proxy_url,omitempty"`
 	ProxyPort int    `json:"proxy_port,omitempty"`
+
+	// IdleSince flags an idle service: no requests, no SM use since.
+	IdleSince time.Time `json:"idle_since,omitzero"`
 }
 
 // serviceRows are the board's services, one row per replica, by owner,
@@ -242,7 +245,8 @@ func serviceRows(b api.Board) []serviceRow {
 		}
 		r := serviceRow{Name: l.Service.Name, Replica: l.Service.Replica, Replicas: max(l.Service.Replicas, 1), Owner: l.User, Node: l.Node, URL: service.URL(l.Node, l.Service.Port),
 			State: b.ServiceState(&l), Since: l.Service.Since, Restarts: l.Service.Restarts, GPUs: l.GPUs, PID: l.Service.PID,
-			Lease: l.ID, Session: l.Session, ProxyURL: service.URL(b.Self, l.Service.ProxyPort), ProxyPort: l.Service.ProxyPort}
+			Lease: l.ID, Session: l.Session, ProxyURL: service.URL(b.Self, l.Service.ProxyPort), ProxyPort: l.Service.ProxyPort,
+			IdleSince: l.Service.IdleSince}
 		if r.GPUs == nil {
 			r.GPUs = []int{}
 		}
@@ -328,7 +332,11 @@ func servicesCmd(c *cli) *cobra.Command {
 				if url == "" {
 					url = "-"
 				}
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s%s\n", safe(r.label()), safe(r.Owner), safe(r.Node), safe(url), safe(string(r.State)), up, r.Restarts, gpus, proxyCell(proxied, r))
+				state := string(r.State)
+				if !r.IdleSince.IsZero() {
+					state += ", idle " + words.FormatDuration(now.Sub(r.IdleSince).Round(time.Minute))
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s%s\n", safe(r.label()), safe(r.Owner), safe(r.Node), safe(url), safe(state), up, r.Restarts, gpus, proxyCell(proxied, r))
 			}
 			return tw.Flush()
 		},
