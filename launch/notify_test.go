@@ -96,7 +96,9 @@ func TestKeptLogOutlivesTheSession(t *testing.T) {
 		t.Fatal(err)
 	}
 	var c LogChunk
-	poll.Wait(5*time.Second, func() bool {
+	// A bound, not a timing: a full CI run on 2 cores once took over 5 s
+	// for tmux to start, run and end the job.
+	poll.Wait(30*time.Second, func() bool {
 		ok, _ := h.l.Exists(ctx, u, "job1")
 		c, _ = h.l.ReadLog(ctx, u, "job1", "", 0, 1<<20)
 		return !ok && strings.Contains(string(c.Data), "second line")
