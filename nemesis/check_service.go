@@ -24,7 +24,10 @@ const (
 	// difference of the two detections and the watchdog's seconds.
 	CheckServiceCopies = "service-two-copies"
 	// CheckServiceStopped: once `dibs stop` was answered OK, no copy of
-	// the service answers later than CheckOptions.StopWithin after.
+	// the service answers later than CheckOptions.StopWithin after; a
+	// copy on a node cut off when the stop came, which no stop reaches,
+	// answers no later than it fences itself or hears of the stop when
+	// the cut heals (stopDeadline).
 	CheckServiceStopped = "service-came-back"
 	// CheckServiceDown: a service started and not stopped, and not
 	// crash-looping, answers again within its bound (serviceBound) of
@@ -294,7 +297,7 @@ func checkStopped(x *svcIndex, o CheckOptions) []Violation {
 			continue
 		}
 		for _, s := range x.seen[r] {
-			if s.To <= acked+int64(o.StopWithin) {
+			if s.To <= stopDeadline(h, o, s.Node, acked) {
 				continue
 			}
 			v := Violation{Check: CheckServiceStopped, Subject: r.String(),
@@ -309,6 +312,26 @@ func checkStopped(x *svcIndex, o CheckOptions) []Violation {
 		}
 	}
 	return out
+}
+
+// stopDeadline is how long after a stop acknowledged at acked a copy on
+// node may still answer: StopWithin; or, when a fault held node cut off
+// at acked, where no stop can reach it, until that copy fences itself
+// (the cut, the fence's 5 s of not hearing its peers, the grace and
+// CopySlack) or hears of the stop when the cut heals (and StopWithin),
+// whichever comes first.
+func stopDeadline(h *History, o CheckOptions, node string, acked int64) int64 {
+	deadline := acked + int64(o.StopWithin)
+	grace := int64(h.Sched.WithDefaults().LostAfter)
+	for i := range h.Faults {
+		f := &h.Faults[i]
+		if f.Start > acked || f.Healed < acked || !cutsOff(h, f, node) {
+			continue
+		}
+		fenced := f.Start + int64(5*time.Second) + grace + int64(o.CopySlack)
+		deadline = max(deadline, min(fenced, f.Healed+int64(o.StopWithin)))
+	}
+	return deadline
 }
 
 // checkDown finds the times a running service answered nowhere for longer

@@ -135,6 +135,26 @@ func TestServiceStoppedCheckFailsAStopUndone(t *testing.T) {
 	if vs := violationsOf(Check(b.history(40000)), CheckServiceStopped); len(vs) > 0 {
 		t.Errorf("a copy gone 1.4 s after its stop's answer: got %v", vs)
 	}
+	// A copy on a node cut off when the stop came (no stop reaches it)
+	// may answer until it fences itself (the cut + 5 s + the grace 5 s +
+	// CopySlack 5 s = 35 s here), not past it. (A CI run found the first:
+	// the cut-off copy answered 4.3 s after the stop, 11.8 s after the
+	// cut.)
+	for _, c := range []struct {
+		lastSeen float64
+		want     int
+	}{{lastSeen: 31800}, {lastSeen: 36000, want: 1}} {
+		b = svcBuilder()
+		l1 = b.serve("web", "n1", 1, 1000, 1100)
+		b.fault(FaultPartition, []string{"n1"}, 20000, 45000)
+		b.seen("web", "n1", l1, 1300, c.lastSeen)
+		l2 = b.move("web", "n2", 1, 26000)
+		b.seen("web", "n2", l2, 27000, 27400)
+		b.stopSvc("web", l2, 27500, 27600)
+		if vs := violationsOf(Check(b.history(60000)), CheckServiceStopped); len(vs) != c.want {
+			t.Errorf("a cut-off copy last seen at %.0f ms, stop answered at 27600 ms: got %d violations, want %d: %v", c.lastSeen, len(vs), c.want, vs)
+		}
+	}
 }
 
 // TestServiceDownCheck: a running service must answer again within its
