@@ -287,17 +287,17 @@ func checkStopped(x *svcIndex, o CheckOptions) []Violation {
 	h := x.h
 	var out []Violation
 	for _, r := range x.replicas() {
-		acked := Never
+		acked, via := Never, ""
 		for _, op := range x.ops[r.name] {
-			if op.Kind == SvcStop && op.Outcome == OK {
-				acked = min(acked, op.Return)
+			if op.Kind == SvcStop && op.Outcome == OK && op.Return < acked {
+				acked, via = op.Return, op.Via
 			}
 		}
 		if acked == Never {
 			continue
 		}
 		for _, s := range x.seen[r] {
-			if s.To <= stopDeadline(h, o, s.Node, acked) {
+			if s.To <= stopDeadline(h, o, s.Node, via, acked) {
 				continue
 			}
 			v := Violation{Check: CheckServiceStopped, Subject: r.String(),
@@ -314,22 +314,34 @@ func checkStopped(x *svcIndex, o CheckOptions) []Violation {
 	return out
 }
 
-// stopDeadline is how long after a stop acknowledged at acked a copy on
-// node may still answer: StopWithin; or, when a fault held node cut off
-// at acked, where no stop can reach it, until that copy fences itself
-// (the cut, the fence's 5 s of not hearing its peers, the grace and
-// CopySlack) or hears of the stop when the cut heals (and StopWithin),
-// whichever comes first.
-func stopDeadline(h *History, o CheckOptions, node string, acked int64) int64 {
+// stopDeadline is how long after a stop acknowledged at acked (asked of
+// the agent on via) a copy on node may still answer: StopWithin; or, when
+// a fault kept the stop from reaching node at acked, longer. A copy on a
+// node cut off then answers until it fences itself (the cut, the fence's
+// 5 s of not hearing its peers, the grace and CopySlack) or hears of the
+// stop when the cut heals (and StopWithin), whichever comes first; a copy
+// on the side in touch, when the stop was asked on a cut-off node, until
+// the cut heals (and StopWithin): it never fences, and hears of the stop
+// at the heal.
+func stopDeadline(h *History, o CheckOptions, node, via string, acked int64) int64 {
 	deadline := acked + int64(o.StopWithin)
+	if node == via {
+		return deadline // the stop ended it where it ran
+	}
 	grace := int64(h.Sched.WithDefaults().LostAfter)
 	for i := range h.Faults {
 		f := &h.Faults[i]
-		if f.Start > acked || f.Healed < acked || !cutsOff(h, f, node) {
+		if f.Start > acked || f.Healed < acked {
 			continue
 		}
-		fenced := f.Start + int64(5*time.Second) + grace + int64(o.CopySlack)
-		deadline = max(deadline, min(fenced, f.Healed+int64(o.StopWithin)))
+		healed := f.Healed + int64(o.StopWithin)
+		switch {
+		case cutsOff(h, f, node):
+			fenced := f.Start + int64(5*time.Second) + grace + int64(o.CopySlack)
+			deadline = max(deadline, min(fenced, healed))
+		case cutsOff(h, f, via):
+			deadline = max(deadline, healed)
+		}
 	}
 	return deadline
 }

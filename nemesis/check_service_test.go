@@ -42,6 +42,14 @@ func (b *builder) stopSvc(name, id string, call, ret float64) {
 	b.h.SvcOps = append(b.h.SvcOps, SvcOp{Kind: SvcStop, Service: name, Via: node, Node: node, LeaseID: id, Call: at(call), Return: at(ret), Outcome: OK})
 }
 
+// stopSvcVia records a stop of name asked of the agent on via that
+// ended lease id there.
+func (b *builder) stopSvcVia(name, id, via string, call, ret float64) {
+	b.end(id, nil, lease.EndReleased, call+1, call+2)
+	node, _ := lease.NodeOfID(id)
+	b.h.SvcOps = append(b.h.SvcOps, SvcOp{Kind: SvcStop, Service: name, Via: via, Node: node, LeaseID: id, Call: at(call), Return: at(ret), Outcome: OK})
+}
+
 // seen records that node answered for name's lease id from from to to.
 func (b *builder) seen(name, node, id string, from, to float64) {
 	b.h.Seen = append(b.h.Seen, Seen{Service: name, Node: node, Lease: id, PID: 100, Token: id + "-t", From: at(from), To: at(to)})
@@ -153,6 +161,23 @@ func TestServiceStoppedCheckFailsAStopUndone(t *testing.T) {
 		b.stopSvc("web", l2, 27500, 27600)
 		if vs := violationsOf(Check(b.history(60000)), CheckServiceStopped); len(vs) != c.want {
 			t.Errorf("a cut-off copy last seen at %.0f ms, stop answered at 27600 ms: got %d violations, want %d: %v", c.lastSeen, len(vs), c.want, vs)
+		}
+	}
+	// A stop asked on the cut-off node reaches the other side's copy only
+	// at the heal (45 s here): it may answer until the heal + 2 s.
+	for _, c := range []struct {
+		lastSeen float64
+		want     int
+	}{{lastSeen: 46500}, {lastSeen: 48000, want: 1}} {
+		b = svcBuilder()
+		l1 = b.serve("web", "n1", 1, 1000, 1100)
+		b.seen("web", "n1", l1, 1300, 19000)
+		b.fault(FaultPartition, []string{"n1"}, 20000, 45000)
+		l2 = b.move("web", "n2", 1, 26000)
+		b.seen("web", "n2", l2, 27000, c.lastSeen)
+		b.stopSvcVia("web", l1, "n1", 30000, 30100)
+		if vs := violationsOf(Check(b.history(60000)), CheckServiceStopped); len(vs) != c.want {
+			t.Errorf("the other side's copy last seen at %.0f ms, stop asked on cut-off n1: got %d violations, want %d: %v", c.lastSeen, len(vs), c.want, vs)
 		}
 	}
 }
