@@ -88,7 +88,7 @@ func TestProxyAnswersOnEveryNodeFollowsARestartAndGivesAStrangerNoTraffic(t *tes
 	ports := proxyRange(t, 4)
 	nodes := agenttest.Cluster(t, agenttest.ClusterOptions{Specs: []string{"2xL40S", "2xL40S"}, Quiet: true, ServiceRules: fastRules(),
 		Proxy: &agent.ProxySettings{Ports: ports, MaxPerService: 3}, MetricsListen: "127.0.0.1:0"})
-	port := freePort(t)
+	port := agenttest.FreePort(t)
 	writeAs(t, u, "who.txt", "service")
 	hold := filepath.Join(u.Home, "hold")
 	// The service waits while the hold file exists, so the stranger can
@@ -272,7 +272,7 @@ func TestProxyPortsAreAssignedFromTheRangeAndOffOpensNone(t *testing.T) {
 	got := map[string]int{}
 	for _, name := range []string{"a", "b"} {
 		// A port asked for by the client is only a hint: it is replaced.
-		if _, err := me.Claim(ctx(t), api.ClaimRequest{Run: run, Service: &service.Spec{Name: name, Port: freePort(t), ProxyPort: 22}}); err != nil {
+		if _, err := me.Claim(ctx(t), api.ClaimRequest{Run: run, Service: &service.Spec{Name: name, Port: agenttest.FreePort(t), ProxyPort: 22}}); err != nil {
 			t.Fatal(err)
 		}
 		l, _ := serviceOf(t, me, name)
@@ -281,7 +281,7 @@ func TestProxyPortsAreAssignedFromTheRangeAndOffOpensNone(t *testing.T) {
 	if got["a"] != ports.First+1 || got["b"] != ports.First+2 {
 		t.Fatalf("proxy ports %v, want a=%d b=%d", got, ports.First+1, ports.First+2)
 	}
-	_, err := me.Claim(ctx(t), api.ClaimRequest{Run: run, Service: &service.Spec{Name: "c", Port: freePort(t)}})
+	_, err := me.Claim(ctx(t), api.ClaimRequest{Run: run, Service: &service.Spec{Name: "c", Port: agenttest.FreePort(t)}})
 	want := fmt.Sprintf("every port of the services proxy (services.proxy_ports %s) is taken by another service", ports)
 	if err == nil || !strings.Contains(err.Error(), want) || strings.Contains(err.Error(), "\n") {
 		t.Fatalf("a service past the range: %v, want one line saying %q", err, want)
@@ -303,7 +303,7 @@ func TestProxyPortsAreAssignedFromTheRangeAndOffOpensNone(t *testing.T) {
 	agenttest.Eventually(t, 10*time.Second, "the stopped service's proxy port closed", func() bool {
 		return slices.Equal(n.Agent.ProxyPorts(), []int{ports.First + 2})
 	})
-	if _, err := me.Claim(ctx(t), api.ClaimRequest{Run: run, Service: &service.Spec{Name: "d", Port: freePort(t)}}); err != nil {
+	if _, err := me.Claim(ctx(t), api.ClaimRequest{Run: run, Service: &service.Spec{Name: "d", Port: agenttest.FreePort(t)}}); err != nil {
 		t.Fatal(err)
 	}
 	if l, _ := serviceOf(t, me, "d"); l.Service.ProxyPort != ports.First+1 {
@@ -314,7 +314,7 @@ func TestProxyPortsAreAssignedFromTheRangeAndOffOpensNone(t *testing.T) {
 	// The proxy off (the default): no proxy port, nothing listening.
 	off := agenttest.Start(t, agenttest.Options{Name: "node01", Sim: "2xL40S", ServiceRules: fastRules()})
 	me = off.Agent.For(u.UID)
-	if _, err := me.Claim(ctx(t), api.ClaimRequest{Run: run, Service: &service.Spec{Name: "e", Port: freePort(t), ProxyPort: ports.First + 1}}); err != nil {
+	if _, err := me.Claim(ctx(t), api.ClaimRequest{Run: run, Service: &service.Spec{Name: "e", Port: agenttest.FreePort(t), ProxyPort: ports.First + 1}}); err != nil {
 		t.Fatal(err)
 	}
 	if l, _ := serviceOf(t, me, "e"); l.Service.ProxyPort != 0 {

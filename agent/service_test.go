@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -38,17 +37,6 @@ func needPython(t *testing.T) {
 	if _, err := os.Stat(python); err != nil {
 		t.Skip("needs /usr/bin/python3 as the service (an HTTP server)")
 	}
-}
-
-// freePort is a TCP port nobody listens on now.
-func freePort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
 }
 
 // fastRules make the supervisor's numbers fit a test.
@@ -110,7 +98,7 @@ func TestServiceAnswersIsRestartedAfterKill9AndKeepsItsProcessAcrossAnAgentResta
 	agenttest.RequireTmux(t)
 	needPython(t)
 	u := launchtest.User(t)
-	port := freePort(t)
+	port := agenttest.FreePort(t)
 	n := agenttest.Start(t, agenttest.Options{Sim: "2xL40S", ServiceRules: fastRules()})
 	me := n.Agent.For(u.UID)
 	r, err := me.Claim(ctx(t), api.ClaimRequest{Count: 1, Run: &api.RunSpec{Command: []string{python, "-m", "http.server", strconv.Itoa(port), "--bind", "127.0.0.1"}, Dir: u.Home},
@@ -175,7 +163,7 @@ func TestServiceFailingItsHealthCheckIsRestartedThenStoppedAsACrashLoop(t *testi
 	agenttest.RequireTmux(t)
 	needPython(t)
 	u := launchtest.User(t)
-	port := freePort(t)
+	port := agenttest.FreePort(t)
 	rules := fastRules()
 	rules.StartAllowance, rules.CrashRestarts = 2*time.Second, 2
 	n := agenttest.Start(t, agenttest.Options{Sim: "2xL40S", ServiceRules: rules})
@@ -243,7 +231,7 @@ func TestServiceCheckRefusesAnotherUsersListenerOnItsPort(t *testing.T) {
 	needPython(t)
 	u := launchtest.User(t)
 	other := launchtest.User(t)
-	port := freePort(t)
+	port := agenttest.FreePort(t)
 	n := agenttest.Start(t, agenttest.Options{Sim: "2xL40S", ServiceRules: fastRules()})
 	me := n.Agent.For(u.UID)
 	hold := filepath.Join(u.Home, "hold")

@@ -108,7 +108,7 @@ func TestServiceEventsTellItsLifeInOrderAndItsChecksAreTimed(t *testing.T) {
 	agenttest.RequireTmux(t)
 	needPython(t)
 	u := launchtest.User(t)
-	port := freePort(t)
+	port := agenttest.FreePort(t)
 	n := agenttest.Start(t, agenttest.Options{Sim: "2xL40S", ServiceRules: fastRules(), MetricsListen: "127.0.0.1:0"})
 	me := n.Agent.For(u.UID)
 	if _, err := me.Claim(ctx(t), api.ClaimRequest{Run: &api.RunSpec{Command: []string{python, "-m", "http.server", strconv.Itoa(port), "--bind", "127.0.0.1"}, Dir: u.Home},
@@ -181,7 +181,7 @@ func TestAnIdleServiceIsFlaggedOnceAndNotWhileUsed(t *testing.T) {
 	}
 	ports := map[string]int{}
 	for _, name := range []string{"quiet", "held", "asked"} {
-		ports[name] = freePort(t)
+		ports[name] = agenttest.FreePort(t)
 		if _, err := me.Claim(ctx(t), api.ClaimRequest{Run: &api.RunSpec{Command: []string{python, "-m", "http.server", strconv.Itoa(ports[name]), "--bind", "127.0.0.1"}, Dir: u.Home},
 			Service: &service.Spec{Name: name, Port: ports[name]}}); err != nil {
 			t.Fatal(err)
@@ -359,7 +359,7 @@ func TestAServiceNotHealthyForLongIsToldOnce(t *testing.T) {
 	agenttest.RequireTmux(t)
 	needPython(t)
 	u := launchtest.User(t)
-	port := freePort(t)
+	port := agenttest.FreePort(t)
 	rules := service.Rules{StartAllowance: time.Second, FailsInARow: 100000, TellUnhealthyAfter: 3 * time.Second}
 	n := agenttest.Start(t, agenttest.Options{Sim: "2xL40S", ServiceRules: rules})
 	me := n.Agent.For(u.UID)

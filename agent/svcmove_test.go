@@ -28,7 +28,7 @@ func TestServiceMovesOffALostNodeAndItsOldCopyFencesItself(t *testing.T) {
 	agenttest.RequireTmux(t)
 	needPython(t)
 	u := launchtest.User(t)
-	port := freePort(t)
+	port := agenttest.FreePort(t)
 	const grace = 3 * time.Second
 	nodes := agenttest.Cluster(t, agenttest.ClusterOptions{Specs: []string{"2xL40S", "2xL40S"}, Quiet: true, OwnTmux: true,
 		Sched: queue.SchedConfig{LostAfter: grace}})
@@ -130,7 +130,7 @@ func TestAStoppedServiceStaysStoppedWhenItsLostNodeReturns(t *testing.T) {
 	agenttest.RequireTmux(t)
 	needPython(t)
 	u := launchtest.User(t)
-	port := freePort(t)
+	port := agenttest.FreePort(t)
 	const grace = 3 * time.Second
 	nodes := agenttest.Cluster(t, agenttest.ClusterOptions{Specs: []string{"2xL40S", "2xL40S"}, Quiet: true, OwnTmux: true,
 		Sched: queue.SchedConfig{LostAfter: grace}})

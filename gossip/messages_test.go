@@ -420,7 +420,7 @@ func TestMetaRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got != (nodeMeta{WireMin: 1, WireMax: 3, BootedAt: got.BootedAt, BootID: "abc123", Protocol: 7, ProtocolMax: 8}) || !got.BootedAt.Equal(m.BootedAt) {
+	if got != (nodeMeta{Version: metaVersion, WireMin: 1, WireMax: 3, BootedAt: got.BootedAt, BootID: "abc123", Protocol: 7, ProtocolMax: 8}) || !got.BootedAt.Equal(m.BootedAt) {
 		t.Errorf("got %+v, want %+v", got, m)
 	}
 	for _, b := range [][]byte{nil, []byte("serf"), append(m.encode()[:12], 200), append(m.encode()[:len(m.encode())-2], 8, 7)} {

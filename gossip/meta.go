@@ -22,6 +22,9 @@ import (
 // requires to equal its own, is the oldest protocol this agent still
 // speaks, and the newest follows it, unread by that release.
 type nodeMeta struct {
+	// Version is the meta's own version: 2 from v0.1.0, 3 from every
+	// agent since, all of whose leaves carry a sequence (see recordLeave).
+	Version  uint8
 	WireMin  uint8
 	WireMax  uint8
 	BootedAt time.Time
@@ -62,6 +65,7 @@ func decodeMeta(b []byte) (nodeMeta, error) {
 		return nodeMeta{}, wireErrorf("node meta does not start with a dibs header: not a dibs agent")
 	}
 	m := nodeMeta{
+		Version:  b[1],
 		WireMin:  b[2],
 		WireMax:  b[3],
 		BootedAt: time.Unix(0, int64(binary.BigEndian.Uint64(b[4:12]))),

@@ -129,7 +129,8 @@ func TestForgedTelemetryIsRefuted(t *testing.T) {
 // showing it alive, and when it then restarts it is shown dead (restarting,
 // so its ranks hold for the grace), not left (its ranks ended at once).
 // Probes are slow here so that only the refutation can clear a suspicion
-// within the 2 s.
+// within the 2 s. A forged leave without a sequence replayed while the node
+// is away is not taken either.
 func TestForgedSuspectAndLeaveAreRefuted(t *testing.T) {
 	nodes := startCluster(t, 3, func(c *Config) { c.ProbeInterval = 10 * time.Second })
 	victim, forger := nodes[1], nodes[2]
@@ -183,10 +184,24 @@ func TestForgedSuspectAndLeaveAreRefuted(t *testing.T) {
 	})
 
 	// The victim's agent restarts: it steps out without a leave notice.
+	// While it is away it cannot refute, so the forged leave without a
+	// sequence, sent again, must not be taken: only v0.1.0 leaves without
+	// one, and a copy reaching a node after the refutation would stand.
 	if err := victim.Restart(2 * time.Second); err != nil {
 		t.Fatal(err)
 	}
+	// The copy is written with its fields in another order: the same
+	// leave in bytes no node has seen, so no duplicate check stops it.
+	replay, err := frame(msgLeave, fmt.Appendf(nil, `{"t":%d,"b":%q,"n":%q}`, victim.bootedAt.UnixNano(), victim.BootID(), name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	forge(t, forger, "leave/"+name, replay)
+	at = time.Now()
 	waitFor(t, 10*time.Second, func() (bool, string) {
+		if ok, why := settled(at); !ok {
+			return false, why
+		}
 		for _, n := range []*tnode{nodes[0], forger} {
 			if p, _ := n.Peer(name); p.State != StateDead {
 				return false, fmt.Sprintf("%s shows %s %s during its restart, want %s (restarting, its ranks held)", n.cfg.NodeName, name, p.State, StateDead)

@@ -261,6 +261,15 @@ func (c *Cluster) recordLeave(m *leaveMsg) bool {
 		return false
 	}
 	seq := m.Seq
+	if seq == 0 && r.hasMeta && r.meta.BootID == m.BootID && r.meta.Version >= 3 {
+		// Only v0.1.0 (meta version 2) leaves without a sequence; one
+		// about a later agent is forged. It would otherwise stand at what
+		// is held when it arrives: a copy that reaches a node after the
+		// node named refuted it elsewhere, or while it is away (a
+		// restart), would make it left.
+		c.stats.dropped.Add(1)
+		return false
+	}
 	if seq == 0 {
 		// An agent of v0.1.0 does not say its last sequence: the leave
 		// stands until a newer section than the one held now.

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
-	"net"
 	"os/exec"
 	"path/filepath"
 	"slices"
@@ -167,7 +166,7 @@ func (h *harness) start() {
 	policy.WarnBefore = time.Second
 	var opts []agenttest.Options
 	for i := range h.opts.Nodes {
-		m := &member{name: fmt.Sprintf("node%02d", i+1), port: freePort(h.tb), clock: newNodeClock(clock.Real()), tmux: agenttest.TmuxDir(h.tb)}
+		m := &member{name: fmt.Sprintf("node%02d", i+1), port: agenttest.FreePort(h.tb), clock: newNodeClock(clock.Real()), tmux: agenttest.TmuxDir(h.tb)}
 		h.members = append(h.members, m)
 		h.net.name(fmt.Sprintf("127.0.0.1:%d", m.port), m.name)
 		h.rec.h.GPUs[m.name] = h.opts.GPUs
@@ -322,26 +321,6 @@ func (h *harness) settle() {
 	h.rec.mu.Lock()
 	h.rec.h.FinalEntries = final
 	h.rec.mu.Unlock()
-}
-
-// freePort finds a port free for both memberlist's TCP and UDP.
-func freePort(tb testing.TB) int {
-	tb.Helper()
-	for range 100 {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			tb.Fatal(err)
-		}
-		port := l.Addr().(*net.TCPAddr).Port
-		u, err := net.ListenPacket("udp", fmt.Sprintf("127.0.0.1:%d", port))
-		l.Close()
-		if err == nil {
-			u.Close()
-			return port
-		}
-	}
-	tb.Fatal("no free port for both TCP and UDP")
-	return 0
 }
 
 // startCluster starts the agents of a run (o's zero fields take their

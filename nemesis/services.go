@@ -16,6 +16,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/dibs-gpu/dibs/agent/agenttest"
 	"github.com/dibs-gpu/dibs/api"
 	"github.com/dibs-gpu/dibs/service"
 )
@@ -142,7 +143,7 @@ func (c *svcClient) via() *member {
 func (c *svcClient) serve(gpus int) {
 	c.mu.Lock()
 	c.next++
-	s := &svc{name: fmt.Sprintf("svc%02d", c.next), port: freePort(c.h.tb), gpus: gpus}
+	s := &svc{name: fmt.Sprintf("svc%02d", c.next), port: agenttest.FreePort(c.h.tb), gpus: gpus}
 	c.all = append(c.all, s)
 	c.mu.Unlock()
 	via := c.via()

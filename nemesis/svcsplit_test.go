@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dibs-gpu/dibs/agent/agenttest"
 	"github.com/dibs-gpu/dibs/api"
 	"github.com/dibs-gpu/dibs/base/poll"
 	"github.com/dibs-gpu/dibs/service"
@@ -31,7 +32,7 @@ func TestLoneNodeNeverTakesAServiceFromTheRest(t *testing.T) {
 	h := startCluster(t, Options{Nodes: 3, GPUs: 2, Seed: 1})
 	ctx := context.Background()
 	exe := testExecutable(t)
-	port := freePort(t)
+	port := agenttest.FreePort(t)
 	nodes := []string{"node01", "node02", "node03"}
 	if _, err := h.members[0].client.Claim(ctx, api.ClaimRequest{Node: "node01", Count: 1, Service: &service.Spec{Name: "web", Port: port},
 		Run: &api.RunSpec{Command: replicaCommand(exe, port, nodes), Dir: t.TempDir()}}); err != nil {

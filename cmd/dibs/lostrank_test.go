@@ -35,7 +35,7 @@ func startClusterProcs(t *testing.T, n int, config string) []*clusterProc {
 	conf := filepath.Join(dir, "dibs.toml")
 	os.WriteFile(conf, []byte(config), 0o644)
 	t.Setenv("TMUX_TMPDIR", agenttest.TmuxDir(t))
-	seed := freePort(t)
+	seed := agenttest.FreePort(t)
 	var procs []*clusterProc
 	for i := 1; i <= n; i++ {
 		name := fmt.Sprintf("node%02d", i)
@@ -43,7 +43,7 @@ func startClusterProcs(t *testing.T, n int, config string) []*clusterProc {
 		os.MkdirAll(filepath.Dir(p.socket), 0o755)
 		port := seed
 		if i > 1 {
-			port = freePort(t)
+			port = agenttest.FreePort(t)
 		}
 		args := []string{"agent", "--config", conf, "--node-name", name, "--sim", "2xL40S", "--data-dir", filepath.Join(dir, name, "data"),
 			"--socket", p.socket, "--bind", fmt.Sprintf("127.0.0.1:%d", port), "--cluster-key-file", key, "--probe-interval", "200ms"}

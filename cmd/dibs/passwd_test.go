@@ -55,7 +55,7 @@ func TestSameUIDDifferentPeopleAcrossNodes(t *testing.T) {
 	// is in it on node01 only.
 	conf := filepath.Join(dir, "dibs.toml")
 	os.WriteFile(conf, []byte("[leases]\nadmin_group = \"labadmin\"\n"), 0o644)
-	portA, portB := freePort(t), freePort(t)
+	portA, portB := agenttest.FreePort(t), agenttest.FreePort(t)
 	start := func(node, p, g string, port int, join string) string {
 		sock := filepath.Join(dir, node, "dibs.sock")
 		os.MkdirAll(filepath.Dir(sock), 0o755)

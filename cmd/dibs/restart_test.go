@@ -92,7 +92,7 @@ func startRestartCluster(t testing.TB, n int, config string) []*restartProc {
 	t.Setenv("TMUX_TMPDIR", agenttest.TmuxDir(t))
 	ports := make([]int, n)
 	for i := range ports {
-		ports[i] = freePort(t)
+		ports[i] = agenttest.FreePort(t)
 	}
 	var procs []*restartProc
 	for i := range n {

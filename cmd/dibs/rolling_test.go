@@ -126,7 +126,7 @@ func startMixedCluster(t *testing.T, bins []string, config string) *mixedCluster
 	t.Setenv("TMUX_TMPDIR", agenttest.TmuxDir(t))
 	for i, bin := range bins {
 		name := fmt.Sprintf("node%02d", i+1)
-		n := &mixedNode{name: name, socket: filepath.Join(dir, name, "dibs.sock"), data: filepath.Join(dir, name, "data"), port: freePort(t), bin: bin}
+		n := &mixedNode{name: name, socket: filepath.Join(dir, name, "dibs.sock"), data: filepath.Join(dir, name, "data"), port: agenttest.FreePort(t), bin: bin}
 		os.MkdirAll(filepath.Dir(n.socket), 0o755)
 		c.nodes = append(c.nodes, n)
 	}

@@ -183,7 +183,7 @@ func TestExportRunsUnderRealSLURM(t *testing.T) {
 		"SlurmUser": "root", "StateSaveLocation": filepath.Join(dir, "state"), "SlurmdSpoolDir": filepath.Join(dir, "spool"),
 		"SlurmctldPidFile": filepath.Join(dir, "slurmctld.pid"), "SlurmdPidFile": filepath.Join(dir, "slurmd.pid"),
 		"SlurmctldLogFile": filepath.Join(dir, "log", "slurmctld.log"), "SlurmdLogFile": filepath.Join(dir, "log", "slurmd.log"),
-		"SlurmctldPort": strconv.Itoa(freePort(t)), "SlurmdPort": strconv.Itoa(freePort(t)), "AuthInfo": "socket=" + msock,
+		"SlurmctldPort": strconv.Itoa(agenttest.FreePort(t)), "SlurmdPort": strconv.Itoa(agenttest.FreePort(t)), "AuthInfo": "socket=" + msock,
 	}
 	env := append(os.Environ(), "SLURM_CONF="+slurmConf)
 	run := func() bool {

@@ -52,7 +52,7 @@ func TestSSHPerUserSessionCap(t *testing.T) {
 	users := filepath.Join(dir, "users")
 	os.WriteFile(users, []byte(me.Username+" "+string(gossh.MarshalAuthorizedKey(signer.PublicKey()))), 0o644)
 	conf := filepath.Join(dir, "dibs.toml")
-	port := freePort(t)
+	port := agenttest.FreePort(t)
 	os.WriteFile(conf, []byte(fmt.Sprintf("[ssh]\nlisten = \"127.0.0.1:%d\"\nusers_file = %q\nmax_per_user = 2\nmax_per_source = 4\n", port, users)), 0o644)
 	startAgent(t, dir, "--sim", "2xL40S", "--config", conf)
 	dial := func() *gossh.Client {

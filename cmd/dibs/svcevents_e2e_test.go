@@ -34,7 +34,7 @@ func TestServicesShowsAnIdleServiceAndEventsItsLife(t *testing.T) {
 		t.Fatal(err)
 	}
 	p := startAgent(t, dir, "--sim", "2xL40S", "--config", conf)
-	port := strconv.Itoa(freePort(t))
+	port := strconv.Itoa(agenttest.FreePort(t))
 	dibs := func(args ...string) (string, string, int) {
 		t.Helper()
 		return dibsAs(t, u, "/usr/bin:/bin", p.socket, args...)

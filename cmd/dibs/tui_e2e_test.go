@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"os/user"
@@ -138,15 +137,6 @@ func sshKey(t *testing.T, dir, name string) (priv, pub string) {
 	return priv, strings.TrimSpace(string(b))
 }
 
-func freePort(t testing.TB) int {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
-
 func sshArgs(key string, port int, extra ...string) []string {
 	args := []string{"-i", key, "-p", fmt.Sprint(port), "-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null",
 		"-o", "IdentitiesOnly=yes", "-o", "LogLevel=ERROR"}
@@ -164,7 +154,7 @@ func TestSSHBoardClaimsAsTheKeysUser(t *testing.T) {
 	priv, pub := sshKey(t, dir, "id_test")
 	users := filepath.Join(dir, "users")
 	os.WriteFile(users, []byte(me.Username+" "+pub+"\n"), 0o644)
-	port := freePort(t)
+	port := agenttest.FreePort(t)
 	t.Setenv("TMUX_TMPDIR", agenttest.TmuxDir(t)) // the agent's sessions go there, not to the real tmux
 	a := startAgent(t, dir, "--sim", "4xH100-80GB", "--ssh-listen", fmt.Sprintf("127.0.0.1:%d", port), "--ssh-users-file", users)
 
@@ -218,7 +208,7 @@ func TestSSHUnknownKeyGetsNothing(t *testing.T) {
 	stranger, _ := sshKey(t, dir, "id_stranger")
 	users := filepath.Join(dir, "users")
 	os.WriteFile(users, []byte(me.Username+" "+pub+"\n"), 0o644)
-	port := freePort(t)
+	port := agenttest.FreePort(t)
 	a := startAgent(t, dir, "--sim", "2xL40S", "--ssh-listen", fmt.Sprintf("127.0.0.1:%d", port), "--ssh-users-file", users)
 
 	cmd := exec.Command("ssh", sshArgs(stranger, port, "-o", "BatchMode=yes", "-o", "PreferredAuthentications=publickey,password,keyboard-interactive", me.Username+"@127.0.0.1", "true")...)
