@@ -110,7 +110,8 @@ func (a *Agent) moveService(ctx context.Context, v queue.ClusterView, l lease.Le
 // node's last snapshot names it, else the profile admission recorded; the
 // instance itself is gone with its node), else as many whole GPUs (none
 // for a -g 0 service); the pools, model and cores per GPU its admission
-// recorded (service.Placement), and --cpus any.
+// recorded (service.Placement), within its --nodelist and --exclude, and
+// --cpus any.
 func movedClaim(v queue.ClusterView, l lease.Lease) (api.ClaimRequest, error) {
 	var req api.ClaimRequest
 	switch {
@@ -132,6 +133,7 @@ func movedClaim(v queue.ClusterView, l lease.Lease) (api.ClaimRequest, error) {
 	}
 	if p := l.Service.Place; p != nil {
 		req.Tags, req.Model, req.CPUsPerGPU = slices.Clone(p.Tags), p.Model, p.CPUsPerGPU
+		req.NodeChoice = lease.NodeChoice{Only: slices.Clone(p.Nodelist), Exclude: slices.Clone(p.Exclude)}
 	}
 	return req, nil
 }

@@ -16,11 +16,12 @@ import (
 // -g 0), a memory budget as a size, a MIG instance by its profile, read
 // from the lost node's last snapshot or else from the profile admission
 // recorded (refused when neither knows it) — in the pools, on the model,
-// with the cores it was asked with, and --cpus any.
+// with the cores it was asked with, within its --nodelist and --exclude,
+// and --cpus any.
 func TestMovedClaimAsksForWhatTheLeaseHeldWhereItWasAsked(t *testing.T) {
 	v := queue.ClusterView{Nodes: []queue.NodeView{{Name: "node02", Snap: nodeprobe.Snapshot{GPUs: []nodeprobe.GPU{{Index: 0,
 		MIGDevices: []nodeprobe.MIGDevice{{UUID: "MIG-aaa", Profile: "3g.40gb"}}}}}}}}
-	place := &service.Placement{Tags: []string{"fast", "svc"}, Model: "H100", CPUsPerGPU: 4}
+	place := &service.Placement{Tags: []string{"fast", "svc"}, Model: "H100", CPUsPerGPU: 4, Nodelist: []string{"node02", "node03"}, Exclude: []string{"node04"}}
 	svc := func(p *service.Placement) *service.Service {
 		return &service.Service{Spec: service.Spec{Name: "llm", Place: p}}
 	}
@@ -28,6 +29,9 @@ func TestMovedClaimAsksForWhatTheLeaseHeldWhereItWasAsked(t *testing.T) {
 	req, err := movedClaim(v, held)
 	if err != nil || req.Count != 2 || req.MIG != "" || req.Mem != "" || !slices.Equal(req.Tags, place.Tags) || req.Model != "H100" || req.CPUsPerGPU != 4 || req.CPUs != "" {
 		t.Errorf("two whole GPUs in pools fast, svc on H100 with 4 cores each: claim %+v (%v)", req, err)
+	}
+	if !slices.Equal(req.Only, place.Nodelist) || !slices.Equal(req.Exclude, place.Exclude) {
+		t.Errorf("a service started with --nodelist node02,node03 --exclude node04 moves with --nodelist %v --exclude %v", req.Only, req.Exclude)
 	}
 	none := lease.Lease{ID: "node02-2", Node: "node02", AnyCPU: true, Service: svc(nil)}
 	if req, err := movedClaim(v, none); err != nil || req.Count != 0 || req.Tags != nil || req.CPUs != "any" {

@@ -123,8 +123,9 @@ func TestServiceMovesOffALostNodeAndItsOldCopyFencesItself(t *testing.T) {
 // TestAStoppedServiceStaysStoppedWhenItsLostNodeReturns: a service on
 // node02 moves to node01 when node02's agent dies; its owner stops it
 // there (dibs stop releases the copy the board shows). The copy on lost
-// node02 is never moved again, and when node02 returns it ends its own
-// lease of the service: nothing of it runs anywhere. (The nemesis found a
+// node02 is never moved again, and when node02 returns (after node01's
+// agent restarted, so node01 keeps the stop across its own restart) it
+// ends its own lease of the service: nothing of it runs anywhere. (The nemesis found a
 // stopped service placed again half a millisecond after the stop.)
 func TestAStoppedServiceStaysStoppedWhenItsLostNodeReturns(t *testing.T) {
 	agenttest.RequireTmux(t)
@@ -162,6 +163,15 @@ func TestAStoppedServiceStaysStoppedWhenItsLostNodeReturns(t *testing.T) {
 		_, ok := serviceOf(t, me, "web")
 		return ok || get(fmt.Sprintf("http://127.0.0.1:%d/", port)) != 0
 	})
+	// node01's agent restarts before node02 returns: the stop it keeps
+	// comes back from its ledger.
+	_, gport, err = net.SplitHostPort(nodes[0].Agent.GossipAddr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	nodes[0].Opts.Cluster.BindPort, _ = strconv.Atoi(gport)
+	nodes[0].Restart()
+	me = nodes[0].Agent.For(u.UID)
 	nodes[1].Restart()
 	agenttest.WaitConverged(t, nodes, 45*time.Second)
 	agenttest.Eventually(t, 30*time.Second, "node02 ended its own lease of the stopped service", func() bool {

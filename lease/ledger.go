@@ -48,6 +48,9 @@ type LedgerEntry struct {
 	// Folded is how many ended leases a compacted row stands for (0 on
 	// rows written before it was counted).
 	Folded int `json:"folded,omitempty"`
+	// ServiceRoot names the replica a service's copy was (ServiceRoot),
+	// so that a restarted node remembers its stop (StopOfEnded).
+	ServiceRoot string `json:"service_root,omitempty"`
 }
 
 // Ended builds the ledger entry for a lease ending at end. A MIG or shared
@@ -59,15 +62,17 @@ func Ended(l Lease, end time.Time, reason, by string) LedgerEntry {
 		secs = 0
 	}
 	limit := max(l.ExpiresAt.Sub(l.StartedAt), 0)
+	root := ""
 	if l.IsService() {
 		limit = 0 // a service has none (ServiceSpan is not a limit)
+		root = l.ServiceRoot()
 	}
 	return LedgerEntry{
 		LeaseID: l.ID, Node: l.Node, User: l.User, UID: l.UID, GPUs: l.GPUs,
 		Start: l.StartedAt, End: end.Round(0), GPUSeconds: secs * l.Weight(),
 		Reason: reason, By: by,
 		Kind: l.Kind, Limit: limit, Entry: l.Entry, Gang: l.Gang, Rank: l.Rank,
-		QueuedAt: l.QueuedAt, Reserved: !l.ReservedUntil.IsZero(),
+		QueuedAt: l.QueuedAt, Reserved: !l.ReservedUntil.IsZero(), ServiceRoot: root,
 	}
 }
 

@@ -35,6 +35,17 @@ func ServiceStop(l Lease, reason EndReason, at time.Time) EndedRun {
 	return EndedRun{Entry: serviceStopPrefix + l.ServiceRoot(), Lease: l.ID, Reason: reason, At: at}
 }
 
+// StopOfEnded is the stop a ledger entry records: a service's copy that
+// ended for good (not moved away). A restarted node rebuilds the stops it
+// keeps from its ledger with it, so a copy on a node lost past the grace
+// is still ended when that node returns after this one restarted.
+func StopOfEnded(e LedgerEntry) (EndedRun, bool) {
+	if e.ServiceRoot == "" || EndReason(e.Reason) == EndMovedAway {
+		return EndedRun{}, false
+	}
+	return EndedRun{Entry: serviceStopPrefix + e.ServiceRoot, Lease: e.LeaseID, Reason: EndReason(e.Reason), At: e.End}, true
+}
+
 // ServiceStopped reports whether runs hold a stop of root's replica.
 func ServiceStopped(runs []EndedRun, root string) bool {
 	for _, x := range runs {
@@ -50,8 +61,8 @@ const serviceStopPrefix = "service-stop/"
 
 // ServiceStopKeep is how long a node remembers a service's stop: far
 // longer than a node is lost before it is fixed or removed, so its copy
-// is ended when it returns. A node's restart forgets them (a gap the
-// docs name). At most MaxServiceStops are kept.
+// is ended when it returns. A node's restart rebuilds them from its
+// ledger (StopOfEnded). At most MaxServiceStops are kept.
 const ServiceStopKeep = 7 * 24 * time.Hour
 
 // MaxServiceStops bounds the stops one node keeps (the oldest go first),

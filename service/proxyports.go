@@ -27,10 +27,17 @@ func ParsePortRange(s string) (PortRange, error) {
 	return r, r.Check()
 }
 
+// MaxProxyPorts bounds a range: each agent holds every port of it open
+// while it runs (see agent/proxy), one socket each.
+const MaxProxyPorts = 1024
+
 // Check refuses a range no proxy can use, in one line.
 func (r PortRange) Check() error {
 	if r.First < 1 || r.Last > 65535 || r.Last <= r.First {
 		return fmt.Errorf("%d-%d must be FIRST-LAST with 1 <= FIRST < LAST <= 65535 (the first port is the agents' backend, the rest the services')", r.First, r.Last)
+	}
+	if n := r.Last - r.First + 1; n > MaxProxyPorts {
+		return fmt.Errorf("%d-%d is %d ports; give at most %d (each agent holds every port of the range open)", r.First, r.Last, n, MaxProxyPorts)
 	}
 	return nil
 }

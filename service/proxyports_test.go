@@ -16,6 +16,7 @@ func TestParsePortRange(t *testing.T) {
 		"30000-30000": "30000-30000 must be FIRST-LAST with 1 <= FIRST < LAST <= 65535",
 		"0-10":        "must be FIRST-LAST",
 		"65000-70000": "must be FIRST-LAST",
+		"20000-21024": "20000-21024 is 1025 ports; give at most 1024",
 	} {
 		if _, err := ParsePortRange(in); err == nil || !strings.Contains(err.Error(), want) || strings.Contains(err.Error(), "\n") {
 			t.Errorf("%q: %v, want one line with %q", in, err, want)

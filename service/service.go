@@ -83,17 +83,24 @@ type Placement struct {
 	// cannot take elsewhere: it reads the profile from the lost node's
 	// last snapshot instead).
 	MIG string `json:"mig,omitempty"`
+	// Nodelist and Exclude are --nodelist and --exclude: the nodes it may
+	// ever run on, and those it must not, so a move keeps to them. --node
+	// only says where it starts: a replica pinned to a lost node could
+	// never move.
+	Nodelist []string `json:"nodelist,omitempty"`
+	Exclude  []string `json:"exclude,omitempty"`
 }
 
 // IsZero reports whether p asks for nothing, so a lease need not carry it.
 func (p *Placement) IsZero() bool {
-	return p == nil || len(p.Tags) == 0 && p.Model == "" && p.CPUsPerGPU == 0 && p.MIG == ""
+	return p == nil || len(p.Tags) == 0 && p.Model == "" && p.CPUsPerGPU == 0 && p.MIG == "" && len(p.Nodelist) == 0 && len(p.Exclude) == 0
 }
 
 // Bounds of a Placement, those of a claim's (lease.CheckTags,
-// words.MaxModelLen, lease.MaxCPUsPerGPU), kept here as the service room
-// imports neither.
+// words.MaxModelLen, lease.MaxCPUsPerGPU, lease.MaxNodeList), kept here as
+// the service room imports neither.
 const (
+	maxNodeList   = 64
 	maxPlaceTags  = 32
 	maxTagLen     = 63
 	maxModelLen   = 64
@@ -119,6 +126,19 @@ func (p *Placement) Check() error {
 	}
 	if len(p.MIG) > maxMIGLen || strings.ContainsAny(p.MIG, " \r\n\t") || termsafe.Check(p.MIG) != nil {
 		return fmt.Errorf("--mig must be a MIG profile such as 3g.40gb (at most %d characters)", maxMIGLen)
+	}
+	for _, l := range []struct {
+		flag  string
+		names []string
+	}{{"--nodelist", p.Nodelist}, {"--exclude", p.Exclude}} {
+		if len(l.names) > maxNodeList {
+			return fmt.Errorf("a service's %s names %d nodes; at most %d", l.flag, len(l.names), maxNodeList)
+		}
+		for _, n := range l.names {
+			if !validTag(n) {
+				return fmt.Errorf("a service's %s names %q: a node name is 1 to %d letters, digits, '-', '_' or '.'", l.flag, termsafe.String(n), maxTagLen)
+			}
+		}
 	}
 	if p.CPUsPerGPU < 0 || p.CPUsPerGPU > maxCPUsPerGPU {
 		return fmt.Errorf("--cpus-per-gpu %d is out of range: 1 to %d", p.CPUsPerGPU, maxCPUsPerGPU)

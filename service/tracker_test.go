@@ -84,6 +84,10 @@ func TestSpecCheck(t *testing.T) {
 		{Spec{Name: "r", Replicas: 2, Replica: 2}, false},
 		{Spec{Name: "r", Replica: 1}, false},
 		{Spec{Name: "r", Replaces: "a b"}, false},
+		{Spec{Name: "p", Place: &Placement{Nodelist: []string{"node01", "gpu-2.lab"}, Exclude: []string{"node03"}}}, true},
+		{Spec{Name: "p", Place: &Placement{Nodelist: []string{"node 1"}}}, false},
+		{Spec{Name: "p", Place: &Placement{Exclude: []string{"\x1b[2J"}}}, false},
+		{Spec{Name: "p", Place: &Placement{Exclude: make([]string, 65)}}, false},
 	} {
 		if err := c.s.Check(); (err == nil) != c.ok {
 			t.Errorf("%+v: got %v, want ok=%v", c.s, err, c.ok)

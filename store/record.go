@@ -116,6 +116,8 @@ type placeRecord struct {
 	Model      string   `json:"model,omitempty"`
 	CPUsPerGPU int      `json:"cpus_per_gpu,omitempty"`
 	MIG        string   `json:"mig,omitempty"`
+	Nodelist   []string `json:"nodelist,omitempty"`
+	Exclude    []string `json:"exclude,omitempty"`
 }
 
 func serviceToRecord(s *service.Service) *serviceRecord {
@@ -127,7 +129,7 @@ func serviceToRecord(s *service.Service) *serviceRecord {
 	rec.IdleSince, rec.ProxyPort = s.IdleSince, s.ProxyPort
 	rec.Replica, rec.Replicas, rec.Replaces, rec.Root = s.Replica, s.Replicas, s.Replaces, s.Root
 	if p := s.Place; p != nil {
-		rec.Place = &placeRecord{Tags: p.Tags, Model: p.Model, CPUsPerGPU: p.CPUsPerGPU, MIG: p.MIG}
+		rec.Place = &placeRecord{Tags: p.Tags, Model: p.Model, CPUsPerGPU: p.CPUsPerGPU, MIG: p.MIG, Nodelist: p.Nodelist, Exclude: p.Exclude}
 	}
 	return rec
 }
@@ -141,7 +143,7 @@ func (r *serviceRecord) service() *service.Service {
 	svc.IdleSince, svc.ProxyPort = r.IdleSince, r.ProxyPort
 	svc.Replica, svc.Replicas, svc.Replaces, svc.Root = r.Replica, r.Replicas, r.Replaces, r.Root
 	if p := r.Place; p != nil {
-		svc.Place = &service.Placement{Tags: p.Tags, Model: p.Model, CPUsPerGPU: p.CPUsPerGPU, MIG: p.MIG}
+		svc.Place = &service.Placement{Tags: p.Tags, Model: p.Model, CPUsPerGPU: p.CPUsPerGPU, MIG: p.MIG, Nodelist: p.Nodelist, Exclude: p.Exclude}
 	}
 	return svc
 }
@@ -349,6 +351,8 @@ type ledgerRecord struct {
 	Figures        *runrecord.Figures `json:"figures,omitempty"`
 	IdleGPUSeconds float64            `json:"idle_gpu_seconds,omitempty"`
 	Folded         int                `json:"folded,omitempty"`
+	// Added with services' stops kept across restarts (issue 33), optional.
+	ServiceRoot string `json:"service_root,omitempty"`
 }
 
 func ledgerToRecord(e lease.LedgerEntry) ledgerRecord {
@@ -356,7 +360,7 @@ func ledgerToRecord(e lease.LedgerEntry) ledgerRecord {
 		LeaseID: e.LeaseID, Node: e.Node, User: e.User, UID: e.UID, GPUs: e.GPUs,
 		Start: e.Start, End: e.End, GPUSeconds: e.GPUSeconds, Reason: e.Reason, By: e.By,
 		Kind: string(e.Kind), Limit: int64(e.Limit), Entry: e.Entry, Gang: e.Gang, Rank: e.Rank, QueuedAt: e.QueuedAt, Reserved: e.Reserved,
-		Figures: e.Figures, IdleGPUSeconds: e.IdleGPUSeconds, Folded: e.Folded,
+		Figures: e.Figures, IdleGPUSeconds: e.IdleGPUSeconds, Folded: e.Folded, ServiceRoot: e.ServiceRoot,
 	}
 }
 
@@ -365,7 +369,7 @@ func (r *ledgerRecord) entry() lease.LedgerEntry {
 		LeaseID: r.LeaseID, Node: r.Node, User: r.User, UID: r.UID, GPUs: r.GPUs,
 		Start: r.Start, End: r.End, GPUSeconds: r.GPUSeconds, Reason: r.Reason, By: r.By,
 		Kind: lease.Kind(r.Kind), Limit: time.Duration(r.Limit), Entry: r.Entry, Gang: r.Gang, Rank: r.Rank, QueuedAt: r.QueuedAt, Reserved: r.Reserved,
-		Figures: r.Figures, IdleGPUSeconds: r.IdleGPUSeconds, Folded: r.Folded,
+		Figures: r.Figures, IdleGPUSeconds: r.IdleGPUSeconds, Folded: r.Folded, ServiceRoot: r.ServiceRoot,
 	}
 }
 

@@ -115,10 +115,12 @@ func (b *Bound) admitService(v queue.ClusterView, c *lease.Claim) (siblings []st
 
 // placementOf is the part of c that says where it may run and that its
 // lease will not keep (the pools, with the service pool admission added;
-// the model; the cores per GPU; the MIG profile), so a move or an update places the
-// replica under the same asks. Nil when c asks for none of them.
+// the model; the cores per GPU; the MIG profile; --nodelist and
+// --exclude), so a move or an update places the replica under the same
+// asks. Nil when c asks for none of them.
 func placementOf(c lease.Claim) *service.Placement {
-	p := &service.Placement{Tags: slices.Clone(c.Tags), Model: c.Model, CPUsPerGPU: c.CPUsPerGPU}
+	p := &service.Placement{Tags: slices.Clone(c.Tags), Model: c.Model, CPUsPerGPU: c.CPUsPerGPU,
+		Nodelist: slices.Clone(c.Where.Only), Exclude: slices.Clone(c.Where.Exclude)}
 	if c.MIG != "" && !strings.HasPrefix(c.MIG, "MIG-") && !strings.Contains(c.MIG, ":") {
 		p.MIG = c.MIG // a profile, not one instance
 	}

@@ -242,8 +242,9 @@ func (n *Node) Open(ctx context.Context) error {
 	}
 	now := n.now()
 	// The queued runs that ended lately, so their origins learn how they
-	// ended even across this agent's restart.
-	recent, err := n.deps.Store.Ledger(now.Wall.Add(-lease.EndedRunKeep))
+	// ended even across this agent's restart, and the services' copies
+	// stopped for good, so a copy elsewhere still hears of its stop.
+	recent, err := n.deps.Store.Ledger(now.Wall.Add(-max(lease.EndedRunKeep, lease.ServiceStopKeep)))
 	if err != nil {
 		return fmt.Errorf("read the ledger: %w", err)
 	}
@@ -483,12 +484,15 @@ func sameJudgements(a, b map[int]lease.Judgement) bool {
 }
 
 // endedRuns are the queued runs among a ledger's entries, as the node
-// remembers them for their origins.
+// remembers them for their origins, and the stops of services' copies.
 func endedRuns(ledger []lease.LedgerEntry, now time.Time) []lease.EndedRun {
 	var out []lease.EndedRun
 	for _, e := range ledger {
-		if e.Entry != "" {
+		if e.Entry != "" && now.Sub(e.End) <= lease.EndedRunKeep {
 			out = lease.RememberEnded(out, lease.EndedRun{Entry: e.Entry, Lease: e.LeaseID, Gang: e.Gang, Reason: lease.EndReason(e.Reason), At: e.End, Reserved: e.Reserved}, now)
+		}
+		if stop, ok := lease.StopOfEnded(e); ok {
+			out = lease.RememberEnded(out, stop, now)
 		}
 	}
 	return out

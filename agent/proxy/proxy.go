@@ -15,6 +15,12 @@
 // replica bound to 127.0.0.1 is served too: its own node's agent reaches
 // it on the loopback.
 //
+// The agent holds every port of the range open while it runs, assigned
+// or not: a port it published for a service and opened only later could
+// be bound first by another user on the node, who would then receive the
+// service's clients. A connection to a port no service has is closed at
+// once. While the agent is down (a restart) nothing holds the range.
+//
 // The proxy keeps no state of its own beyond its listeners and counters:
 // which ports to open and where each service's healthy replicas are is
 // read from the agent's view of the cluster at every change.
@@ -29,6 +35,7 @@ import (
 	"net"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -117,7 +124,9 @@ type Proxy struct {
 	// the backend serves.
 	active, backActive atomic.Int64
 
-	mu     sync.Mutex
+	mu sync.Mutex
+	// fronts are the listeners of the range's service ports, every one
+	// that could be opened, assigned or not.
 	fronts map[int]*front
 	counts map[Key]*counter
 	conns  map[net.Conn]struct{}
@@ -186,7 +195,60 @@ func New(cfg Config, deps Deps) (*Proxy, error) {
 	p.ctx, p.cancel = context.WithCancel(context.Background())
 	empty := map[int]*route{}
 	p.routes.Store(&empty)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var taken []int
+	for port := cfg.Ports.First + 1; port <= cfg.Ports.Last; port++ {
+		if !p.holdLocked(port) {
+			taken = append(taken, port)
+		}
+	}
+	if len(taken) > 0 {
+		p.log.Warn("services proxy: ports of proxy_ports are taken by another program; a service given one is not reachable here until it is freed",
+			"ports", portList(taken), "range", cfg.Ports.String())
+	}
 	return p, nil
+}
+
+// holdLocked opens port's listener unless it is open; false when it
+// cannot be opened now. p.mu is held.
+func (p *Proxy) holdLocked(port int) bool {
+	if p.fronts[port] != nil {
+		return true
+	}
+	ln, err := net.Listen("tcp", listenAddr(p.cfg.Host, port))
+	if err != nil {
+		return false
+	}
+	f := &front{port: port, ln: ln}
+	p.fronts[port] = f
+	p.wg.Add(1)
+	go func() {
+		defer p.wg.Done()
+		p.serveFront(f)
+	}()
+	return true
+}
+
+// portList writes ports as the config would: runs as FIRST-LAST.
+func portList(ports []int) string {
+	var b strings.Builder
+	for i := 0; i < len(ports); {
+		j := i
+		for j+1 < len(ports) && ports[j+1] == ports[j]+1 {
+			j++
+		}
+		if b.Len() > 0 {
+			b.WriteByte(',')
+		}
+		if j == i {
+			fmt.Fprint(&b, ports[i])
+		} else {
+			fmt.Fprintf(&b, "%d-%d", ports[i], ports[j])
+		}
+		i = j + 1
+	}
+	return b.String()
 }
 
 // BackendAddr is where the backend listens (HOST:PORT).
@@ -236,16 +298,28 @@ func (p *Proxy) Close() {
 	p.wg.Wait()
 }
 
-// Ports are the service ports the proxy listens on now, sorted.
+// Ports are the service ports the proxy serves now (a service has the
+// port and its listener is open), sorted. Every other port of the range
+// it holds open too, closing what connects.
 func (p *Proxy) Ports() []int {
+	routes := *p.routes.Load()
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	var out []int
 	for port := range p.fronts {
-		out = append(out, port)
+		if routes[port] != nil {
+			out = append(out, port)
+		}
 	}
 	slices.Sort(out)
 	return out
+}
+
+// Held is how many of the range's service ports the proxy holds open.
+func (p *Proxy) Held() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.fronts)
 }
 
 // Counts are the connection counts of the services the proxy serves now.
@@ -260,9 +334,9 @@ func (p *Proxy) Counts() []Count {
 	return out
 }
 
-// Reconcile opens a listener for every live service with a proxy port in
-// v, closes those of services gone, and points each port at its healthy
-// replicas (state healthy, on a live node). A port that two services
+// Reconcile points each live service's proxy port in v at its healthy
+// replicas (state healthy, on a live node), and tries again to open any
+// port of the range that could not be opened before. A port that two services
 // carry (two partitions each admitted one) goes to the lower owner and
 // name, logged. A connection already forwarded stays where it is.
 func (p *Proxy) Reconcile(v queue.ClusterView) {
@@ -311,11 +385,8 @@ func (p *Proxy) Reconcile(v queue.ClusterView) {
 	if p.ctx.Err() != nil {
 		return
 	}
-	for port, f := range p.fronts {
-		if routes[port] == nil {
-			f.ln.Close()
-			delete(p.fronts, port)
-		}
+	for port := p.cfg.Ports.First + 1; port <= p.cfg.Ports.Last; port++ {
+		p.holdLocked(port)
 	}
 	for port, r := range routes {
 		c := p.counts[r.key]
@@ -323,25 +394,13 @@ func (p *Proxy) Reconcile(v queue.ClusterView) {
 			c = &counter{port: port}
 			p.counts[r.key] = c
 		}
-		if p.fronts[port] != nil {
-			continue
+		switch {
+		case p.fronts[port] != nil:
+			delete(p.failedOpen, port)
+		case !p.failedOpen[port]:
+			p.log.Warn("services proxy: a service's port is taken by another program here; trying again", "port", port, "service", r.key.Name, "user", r.key.User)
+			p.failedOpen[port] = true
 		}
-		ln, err := net.Listen("tcp", listenAddr(p.cfg.Host, port))
-		if err != nil {
-			if !p.failedOpen[port] {
-				p.log.Warn("services proxy: a service's port cannot be opened here; trying again", "port", port, "service", r.key.Name, "user", r.key.User, "err", err)
-				p.failedOpen[port] = true
-			}
-			continue
-		}
-		delete(p.failedOpen, port)
-		f := &front{port: port, ln: ln}
-		p.fronts[port] = f
-		p.wg.Add(1)
-		go func() {
-			defer p.wg.Done()
-			p.serveFront(f)
-		}()
 	}
 	for k, c := range p.counts {
 		if r := routes[c.port]; r == nil || r.key != k {
@@ -375,6 +434,10 @@ func (p *Proxy) serveFront(f *front) {
 			return
 		}
 		r := (*p.routes.Load())[f.port]
+		if r == nil {
+			c.Close() // no service has this port: held only so no one else takes it
+			continue
+		}
 		ctr := p.counter(r)
 		if !p.take(&p.active, p.cfg.MaxConns) {
 			refuse(c, ctr)

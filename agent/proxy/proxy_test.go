@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -316,20 +317,59 @@ func TestBackendReachesOnlyRegisteredServices(t *testing.T) {
 	}
 }
 
-// TestProxyClosesPortsOfServicesGone: a port is open while a service
-// carries it and closed once none does.
-func TestProxyClosesPortsOfServicesGone(t *testing.T) {
-	ports := freeRange(t, 3, "127.0.0.1", "127.0.0.2")
+// TestProxyHoldsTheWholeRange: every service port of the range is held
+// open from the start, assigned or not, so no other program can bind one
+// before (or after) a service is given it and receive its clients; a
+// connection to a port no service has is closed at once, and a service
+// gone leaves its port held and serving no one.
+func TestProxyHoldsTheWholeRange(t *testing.T) {
+	ports := freeRange(t, 4, "127.0.0.1", "127.0.0.2")
 	port := ports.First + 1
 	w := newWorld(ports, svcLease("node01-1", "alice", "llm", port, service.Starting))
 	p1, _ := twoProxies(t, w, ports, Config{})
-	poll.Until(t, 10*time.Second, "the port of a starting service opens", func() bool { return len(p1.Ports()) == 1 })
+	if got := p1.Held(); got != 3 {
+		t.Fatalf("the proxy holds %d ports of %s, want its 3 service ports", got, ports)
+	}
+	taken := func(what string) {
+		t.Helper()
+		for p := ports.First + 1; p <= ports.Last; p++ {
+			if ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(p))); err == nil {
+				ln.Close()
+				t.Fatalf("%s: another program bound port %d of the range", what, p)
+			}
+		}
+	}
+	closedAtOnce := func(what string, p int) {
+		t.Helper()
+		c, err := net.DialTimeout("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(p)), time.Second)
+		if err != nil {
+			t.Fatalf("%s: port %d does not accept: %v", what, p, err)
+		}
+		defer c.Close()
+		c.SetDeadline(time.Now().Add(5 * time.Second))
+		if b, err := io.ReadAll(c); len(b) != 0 || err != nil {
+			t.Fatalf("%s: port %d gave %q, %v; want closed at once", what, p, b, err)
+		}
+	}
+	taken("at start")
+	closedAtOnce("a port no service has", ports.Last)
+	poll.Until(t, 10*time.Second, "the starting service's port is served", func() bool { return slices.Equal(p1.Ports(), []int{port}) })
 	w.mu.Lock()
 	w.nodes[0].Leases = nil
 	w.mu.Unlock()
-	poll.Until(t, 10*time.Second, "the port closes when the service is gone", func() bool { return len(p1.Ports()) == 0 })
-	if _, err := net.DialTimeout("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), time.Second); err == nil {
-		t.Fatal("the port of a service gone still accepts")
+	poll.Until(t, 10*time.Second, "the port of the service gone is no longer served", func() bool { return len(p1.Ports()) == 0 })
+	taken("after the service is gone")
+	closedAtOnce("the port of a service gone", port)
+}
+
+func TestPortList(t *testing.T) {
+	for _, c := range []struct {
+		ports []int
+		want  string
+	}{{[]int{30001}, "30001"}, {[]int{30001, 30002, 30003, 30007, 30009, 30010}, "30001-30003,30007,30009-30010"}} {
+		if got := portList(c.ports); got != c.want {
+			t.Errorf("portList(%v) = %q, want %q", c.ports, got, c.want)
+		}
 	}
 }
 

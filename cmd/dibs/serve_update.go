@@ -136,13 +136,17 @@ func (u *updater) next(old serviceRow) api.ClaimRequest {
 	if !u.changed("cpus") && !u.changed("cpus-per-gpu") {
 		req.CPUs, req.CPUsPerGPU = kept.CPUs, kept.CPUsPerGPU
 	}
+	if !u.changed("node") && !u.changed("nodelist") && !u.changed("exclude") {
+		req.NodeChoice = kept.NodeChoice
+	}
 	req.Service = &spec
 	return req
 }
 
 // placed is where old's replica was asked to run, as a claim asks for
-// it: the pools (with the service pool its admission added), model and
-// cores its lease's service recorded (service.Placement), and --cpus any.
+// it: the pools (with the service pool its admission added), model,
+// cores, --nodelist and --exclude its lease's service recorded
+// (service.Placement), and --cpus any.
 func (old serviceRow) placed() api.ClaimRequest {
 	var req api.ClaimRequest
 	if old.anyCPU {
@@ -150,6 +154,7 @@ func (old serviceRow) placed() api.ClaimRequest {
 	}
 	if p := old.spec.Place; p != nil {
 		req.Tags, req.Model, req.CPUsPerGPU = slices.Clone(p.Tags), p.Model, p.CPUsPerGPU
+		req.NodeChoice = lease.NodeChoice{Only: slices.Clone(p.Nodelist), Exclude: slices.Clone(p.Exclude)}
 	}
 	return req
 }

@@ -48,15 +48,19 @@ func TestUpdateKeepsWhatFlagsLeaveOut(t *testing.T) {
 
 // TestUpdateKeepsWherePlacementFlagsLeaveOut: an update with no placement
 // flags keeps each replica's pools (the service pool its admission added
-// among them), model, --cpus-per-gpu and --cpus any, as the lease's
+// among them), model, --cpus-per-gpu, --cpus any, --nodelist and
+// --exclude, as the lease's
 // service recorded them; a flag given replaces only its own.
 func TestUpdateKeepsWherePlacementFlagsLeaveOut(t *testing.T) {
-	spec := service.Spec{Name: "llm", Place: &service.Placement{Tags: []string{"fast", "svc"}, Model: "H100", CPUsPerGPU: 4}}
+	spec := service.Spec{Name: "llm", Place: &service.Placement{Tags: []string{"fast", "svc"}, Model: "H100", CPUsPerGPU: 4, Nodelist: []string{"na", "nb"}, Exclude: []string{"nc"}}}
 	old := serviceRow{Name: "llm", Lease: "na-1", spec: spec, units: api.ClaimRequest{Count: 1}}
 	u := updater{spec: service.Spec{Name: "llm"}, changed: func(string) bool { return false }}
 	got := u.next(old)
 	if !slices.Equal(got.Tags, []string{"fast", "svc"}) || got.Model != "H100" || got.CPUsPerGPU != 4 || got.CPUs != "" {
 		t.Errorf("an update with no flags asks for pools %v, model %q, cpus-per-gpu %d, cpus %q: want fast,svc, H100, 4 and the default", got.Tags, got.Model, got.CPUsPerGPU, got.CPUs)
+	}
+	if !slices.Equal(got.Only, []string{"na", "nb"}) || !slices.Equal(got.Exclude, []string{"nc"}) {
+		t.Errorf("an update with no flags asks for --nodelist %v --exclude %v: want na,nb and nc", got.Only, got.Exclude)
 	}
 	anyCPU := serviceRow{Name: "llm", Lease: "na-2", spec: service.Spec{Name: "llm"}, units: api.ClaimRequest{Count: 1}, anyCPU: true}
 	if got := u.next(anyCPU); got.CPUs != "any" {
@@ -74,5 +78,10 @@ func TestUpdateKeepsWherePlacementFlagsLeaveOut(t *testing.T) {
 	got = u.next(old)
 	if !slices.Equal(got.Tags, []string{"slow"}) || got.Model != "H100" || got.CPUs != "any" || got.CPUsPerGPU != 0 {
 		t.Errorf("an update with --pool slow --cpus any asks for pools %v, model %q, cpus %q, cpus-per-gpu %d: want slow, H100, any, 0", got.Tags, got.Model, got.CPUs, got.CPUsPerGPU)
+	}
+	given = []string{"node"}
+	u = updater{req: api.ClaimRequest{Node: "nb"}, spec: service.Spec{Name: "llm"}, changed: func(f string) bool { return slices.Contains(given, f) }}
+	if got = u.next(old); got.Node != "nb" || !got.NodeChoice.IsZero() {
+		t.Errorf("an update with --node nb asks for node %q, --nodelist %v --exclude %v: want nb alone (the kept lists would clash with it)", got.Node, got.Only, got.Exclude)
 	}
 }
