@@ -34,6 +34,7 @@ import (
 	"github.com/dibs-gpu/dibs/agent/sched"
 	"github.com/dibs-gpu/dibs/agent/sockapi"
 	"github.com/dibs-gpu/dibs/agent/sshd"
+	"github.com/dibs-gpu/dibs/base/lograte"
 	"github.com/dibs-gpu/dibs/base/refusal"
 	"github.com/dibs-gpu/dibs/base/words"
 	"github.com/dibs-gpu/dibs/launch"
@@ -204,6 +205,9 @@ type Agent struct {
 	beatDone chan struct{}
 	// seen are the other members this agent has seen (fence.go).
 	seen seenMembers
+	// moveLog holds back a move's warning, repeated at every scheduling
+	// pass while no node fits it, to one a minute per service copy.
+	moveLog *lograte.Limiter
 }
 
 // New checks the configuration and builds an agent; Start runs it.
@@ -356,6 +360,7 @@ func (a *Agent) build(ctx context.Context) error {
 		Changed: a.changed, LeasesChanged: a.leasesChanged, Events: a.events.Record, HoldService: a.holdService,
 		HealthChecked: a.healthChecked})
 	sc := a.cfg.Sched // defaulted once, in New
+	a.moveLog = lograte.New(time.Minute, 64, c.Now)
 	a.origin = origin.New(a.cfg.NodeName, origin.Deps{Store: a.store, Clock: c, Changed: a.changed,
 		QueueChanged: a.queueChanged, Log: a.log.With("part", "queue"), Events: a.events.Record,
 		RetryDelay: func(restart int) time.Duration {

@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"slices"
 	"time"
 
@@ -74,7 +75,7 @@ func (a *Agent) moveServices(ctx context.Context, v queue.ClusterView, grace tim
 			continue // stopped while its node was away: it stays stopped
 		}
 		if err := a.moveService(ctx, v, l); err != nil {
-			a.log.Warn("move service", "service", l.Service.Name, "user", l.User, "from", l.Node, "err", err)
+			a.moveLog.Log(a.log, slog.LevelWarn, l.ID, "move service", "service", l.Service.Name, "user", l.User, "from", l.Node, "err", err)
 		}
 	}
 }

@@ -97,7 +97,7 @@ func TestServiceMovesAcrossAPartitionAndTheCutOffCopyFencesItself(t *testing.T) 
 		out, _ := exec.Command("ip", "netns", "exec", ns, "curl", "-s", "-o", "/dev/null", "-m", "2", "-w", "%{http_code}", "http://"+addr+":8000/").Output()
 		return string(out) == "200"
 	}
-	if out, errOut, code := dibsAs(t, u, "/usr/bin:/bin", socks[0], "serve", "web", "-g", "1", "--nodelist", "node02", "--port", "8000",
+	if out, errOut, code := dibsAs(t, u, "/usr/bin:/bin", socks[0], "serve", "web", "-g", "1", "--node", "node02", "--port", "8000",
 		"--", "/usr/bin/python3", "-m", "http.server", "8000"); code != 0 {
 		t.Fatalf("serve: exit %d %q %q", code, out, errOut)
 	}
