@@ -59,6 +59,11 @@ moves), all or none: if one is refused, those started are stopped again.
 Replicas on a port each need a node of their own; without a port they may
 share one. NAME/i names replica i (dibs logs llm/1).
 
+Where it runs: --node only says where it starts. When its node is lost it
+moves to another that fits, keeping its share, --pool, --model,
+--cpus-per-gpu, --nodelist and --exclude (so --nodelist node02 alone keeps
+it from ever moving).
+
 --update replaces your running replicas of NAME with COMMAND (and the
 flags given; those not given are kept), one at a time, each healthy before
 the next: a new replica first, beside the old, when a node has room
@@ -138,6 +143,7 @@ stops it once the replica in hand is done.`,
 	}
 	f.add(c, cmd)
 	fl := cmd.Flags()
+	fl.Lookup("node").Usage = "start on this node (a move may take it elsewhere; --nodelist holds for moves too)"
 	fl.IntVar(&port, "port", 0, "the TCP port the service listens on (checked, and in its URL)")
 	fl.StringVar(&health, "health", "", "an HTTP path whose 2xx answer means healthy, e.g. /health (needs --port)")
 	fl.StringVar(&healthCmd, "health-cmd", "", "a shell command whose exit 0 means healthy, run as you in the service's directory at every check (everyone sees it: keep secrets out)")
