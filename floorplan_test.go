@@ -200,7 +200,7 @@ func floorPlan() []room {
 	}
 	plan = append(plan,
 		room{pkg: "agent", what: "the daemon: composition of the rooms above",
-			may:  slices.Concat(agents, rules, []string{"api", "gossip", "launch", "outgrow/doctor", "base/durable", "store", "nodeprobe"}),
+			may:  slices.Concat(agents, rules, []string{"api", "gossip", "launch", "outgrow/doctor", "base/durable", "base/lograte", "store", "nodeprobe"}),
 			mods: []string{xsys}, never: []string{goNVML}},
 		room{pkg: "agent/agenttest", what: "real agents on loopback for any package's tests",
 			may: slices.Concat([]string{"agent", "base/poll", "base/prereq"}, agents, rules, []string{"api", "launch", "launch/launchtest",
