@@ -319,7 +319,13 @@ func (p *Proxy) Ports() []int {
 func (p *Proxy) Held() int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return len(p.fronts)
+	n := 0
+	for port := range p.fronts {
+		if p.cfg.Ports.Holds(port) {
+			n++
+		}
+	}
+	return n
 }
 
 // Counts are the connection counts of the services the proxy serves now.
@@ -336,7 +342,9 @@ func (p *Proxy) Counts() []Count {
 
 // Reconcile points each live service's proxy port in v at its healthy
 // replicas (state healthy, on a live node), and tries again to open any
-// port of the range that could not be opened before. A port that two services
+// port of the range that could not be opened before (and a service's port
+// outside it, given by a node with another range, while the service
+// lives). A port that two services
 // carry (two partitions each admitted one) goes to the lower owner and
 // name, logged. A connection already forwarded stays where it is.
 func (p *Proxy) Reconcile(v queue.ClusterView) {
@@ -385,6 +393,14 @@ func (p *Proxy) Reconcile(v queue.ClusterView) {
 	if p.ctx.Err() != nil {
 		return
 	}
+	for port, f := range p.fronts {
+		if routes[port] == nil && !p.cfg.Ports.Holds(port) {
+			// A port of another node's range (docs/operations.md: every
+			// node should have the same one), open only while used.
+			f.ln.Close()
+			delete(p.fronts, port)
+		}
+	}
 	for port := p.cfg.Ports.First + 1; port <= p.cfg.Ports.Last; port++ {
 		p.holdLocked(port)
 	}
@@ -395,7 +411,7 @@ func (p *Proxy) Reconcile(v queue.ClusterView) {
 			p.counts[r.key] = c
 		}
 		switch {
-		case p.fronts[port] != nil:
+		case p.holdLocked(port):
 			delete(p.failedOpen, port)
 		case !p.failedOpen[port]:
 			p.log.Warn("services proxy: a service's port is taken by another program here; trying again", "port", port, "service", r.key.Name, "user", r.key.User)

@@ -362,6 +362,34 @@ func TestProxyHoldsTheWholeRange(t *testing.T) {
 	closedAtOnce("the port of a service gone", port)
 }
 
+// TestProxyOpensAPortOfAnotherRangeOnlyWhileUsed: a service given a port
+// outside this node's range (by a node with another one) is still served
+// here, and its port is let go once the service is gone.
+func TestProxyOpensAPortOfAnotherRangeOnlyWhileUsed(t *testing.T) {
+	ports := freeRange(t, 3, "127.0.0.1", "127.0.0.2")
+	other := freeRange(t, 1, "127.0.0.1", "127.0.0.2").First
+	for other >= ports.First && other <= ports.Last {
+		other = freeRange(t, 1, "127.0.0.1", "127.0.0.2").First
+	}
+	w := newWorld(ports, svcLease("node01-1", "alice", "llm", other, service.Starting))
+	p1, _ := twoProxies(t, w, ports, Config{})
+	poll.Until(t, 10*time.Second, "the port of another range is served", func() bool { return slices.Equal(p1.Ports(), []int{other}) })
+	if got := p1.Held(); got != 2 {
+		t.Errorf("the proxy holds %d ports of its range, want 2", got)
+	}
+	w.mu.Lock()
+	w.nodes[0].Leases = nil
+	w.mu.Unlock()
+	poll.Until(t, 10*time.Second, "the port of another range is let go", func() bool {
+		ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(other)))
+		if err != nil {
+			return false
+		}
+		ln.Close()
+		return true
+	})
+}
+
 func TestPortList(t *testing.T) {
 	for _, c := range []struct {
 		ports []int
