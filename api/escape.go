@@ -88,6 +88,7 @@ func cloneLease(l lease.Lease) lease.Lease {
 		if p := svc.Place; p != nil {
 			place := *p
 			place.Tags = slices.Clone(place.Tags)
+			place.Nodelist, place.Exclude = slices.Clone(place.Nodelist), slices.Clone(place.Exclude)
 			svc.Place = &place
 		}
 		l.Service = &svc

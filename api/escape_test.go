@@ -35,9 +35,9 @@ func fullBoard() Board {
 	return b
 }
 
-// placed is a service with a placement, whose pools and model are text.
+// placed is a service with a placement, whose pools, model and nodes are text.
 func placed() *service.Service {
-	return &service.Service{Spec: service.Spec{Place: &service.Placement{Tags: make([]string, 2)}}}
+	return &service.Service{Spec: service.Spec{Place: &service.Placement{Tags: make([]string, 2), Nodelist: make([]string, 2), Exclude: make([]string, 1)}}}
 }
 
 func fill(v reflect.Value) {

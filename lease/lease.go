@@ -229,6 +229,12 @@ func (l *Lease) EachString(f func(field string, p *string)) {
 			}
 			f("place.model", &p.Model)
 			f("place.mig", &p.MIG)
+			for i := range p.Nodelist {
+				f("place.nodelist", &p.Nodelist[i])
+			}
+			for i := range p.Exclude {
+				f("place.exclude", &p.Exclude[i])
+			}
 		}
 		f("state", (*string)(&l.Service.State))
 	}
