@@ -2,10 +2,8 @@ package main
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -33,65 +31,8 @@ func TestServiceMovesAcrossAPartitionAndTheCutOffCopyFencesItself(t *testing.T) 
 	}
 	lab := newNetLab(t, 2)
 	u := launchtest.User(t)
-	dir := agenttest.PublicDir(t)
-	key := filepath.Join(dir, "cluster.key")
-	if out, err := exec.Command(dibsBin, "keygen", key).CombinedOutput(); err != nil {
-		t.Fatalf("keygen: %v %s", err, out)
-	}
 	const grace = 3 * time.Second
-	cfg := filepath.Join(dir, "dibs.toml")
-	if err := os.WriteFile(cfg, []byte("[queue]\nlost_after = \"3s\"\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	var joins []string
-	for _, a := range lab.addrs {
-		joins = append(joins, a+":7946")
-	}
-	socks := make([]string, 2)
-	for i, ns := range lab.nodes {
-		name := fmt.Sprintf("node0%d", i+1)
-		// Each node its own run directory (its socket and heartbeat) and
-		// tmux directory, as separate hosts have.
-		run := filepath.Join(dir, "run-"+name)
-		if err := os.MkdirAll(run, 0o755); err != nil {
-			t.Fatal(err)
-		}
-		socks[i] = filepath.Join(run, "dibs.sock")
-		cmd := exec.Command("ip", "netns", "exec", ns, dibsBin, "agent", "--node-name", name, "--config", cfg,
-			"--sim", "2xL40S", "--data-dir", filepath.Join(dir, name), "--socket", socks[i],
-			"--bind", lab.addrs[i]+":7946", "--join", strings.Join(joins, ","),
-			"--cluster-name", "lab", "--cluster-key-file", key)
-		cmd.Env = append(os.Environ(), "TMUX_TMPDIR="+agenttest.TmuxDir(t))
-		logf, _ := os.Create(filepath.Join(dir, name+".log"))
-		cmd.Stdout, cmd.Stderr = logf, logf
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() {
-			cmd.Process.Kill()
-			cmd.Wait()
-			if t.Failed() {
-				b, _ := os.ReadFile(logf.Name())
-				t.Logf("%s log:\n%s", name, b)
-			}
-		})
-	}
-	c1 := api.NewClient(socks[0])
-	alive := func(c *api.Client, node string) bool {
-		b, err := c.Board(context.Background())
-		if err != nil {
-			return false
-		}
-		for _, n := range b.Nodes {
-			if n.Name == node {
-				return n.State == api.NodeAlive
-			}
-		}
-		return false
-	}
-	agenttest.Eventually(t, 30*time.Second, "two nodes in two namespaces to form a cluster", func() bool {
-		return alive(c1, "node02") && alive(api.NewClient(socks[1]), "node01")
-	})
+	socks := nsCluster(t, lab, "[queue]\nlost_after = \"3s\"\n")
 	// answers: whether GET http://ADDR:8000/ inside namespace ns is 200.
 	answers := func(ns, addr string) bool {
 		out, _ := exec.Command("ip", "netns", "exec", ns, "curl", "-s", "-o", "/dev/null", "-m", "2", "-w", "%{http_code}", "http://"+addr+":8000/").Output()
@@ -116,8 +57,20 @@ func TestServiceMovesAcrossAPartitionAndTheCutOffCopyFencesItself(t *testing.T) 
 	t.Logf("link cut to answering on node01: %s; to node02's copy stopped: %s (grace %s)", moved.Round(10*time.Millisecond), fenced.Round(10*time.Millisecond), grace)
 
 	lab.cut(1, false)
+	alive := func(sock, node string) bool {
+		b, err := api.NewClient(sock).Board(context.Background())
+		if err != nil {
+			return false
+		}
+		for _, n := range b.Nodes {
+			if n.Name == node {
+				return n.State == api.NodeAlive
+			}
+		}
+		return false
+	}
 	agenttest.Eventually(t, 30*time.Second, "the link back: both nodes alive", func() bool {
-		return alive(c1, "node02") && alive(api.NewClient(socks[1]), "node01")
+		return alive(socks[0], "node02") && alive(socks[1], "node01")
 	})
 	out, _, _ := dibsAs(t, u, "/usr/bin:/bin", socks[0], "services")
 	agenttest.Eventually(t, 20*time.Second, "one copy listed, on node01", func() bool {
