@@ -217,26 +217,40 @@ func (u *updater) one(old serviceRow, n int) error {
 	return fmt.Errorf("%s: the new replica %s, so the update stopped: the old command runs again in its place", label, why)
 }
 
-// restore starts old's replica again from its definition, where it was.
+// restore starts old's replica again from its definition (restoreClaim).
 func (u *updater) restore(old serviceRow, n int) error {
-	if old.job == nil || len(old.job.Command) == 0 {
-		return errors.New("the board showed no definition of the old replica")
+	req, err := restoreClaim(old)
+	if err != nil {
+		return err
 	}
-	if old.partial && old.units.MIG == "" && old.units.Mem == "" {
-		return errors.New("the board does not show the profile of the MIG instance it held")
-	}
-	spec := old.spec
-	spec.Replaces = ""
-	req := old.placed()
-	req.Count, req.MIG, req.Mem = old.units.Count, old.units.MIG, old.units.Mem
-	req.Node, req.Service = old.Node, &spec
-	req.Run = &api.RunSpec{Command: old.job.Command, Dir: old.job.Dir, Env: old.job.Env}
 	r, err := u.claim(req)
 	if err != nil {
 		return err
 	}
 	fmt.Fprintf(u.c.stdout, "%s: the old command runs again on %s (lease %s)\n", safe(old.label()), safe(r.Node), safe(r.ID))
 	return nil
+}
+
+// restoreClaim is the claim that starts old's replica again from its
+// definition, where it was (within its --nodelist and --exclude when it
+// was started with them: a kept list cannot go with --node).
+func restoreClaim(old serviceRow) (api.ClaimRequest, error) {
+	if old.job == nil || len(old.job.Command) == 0 {
+		return api.ClaimRequest{}, errors.New("the board showed no definition of the old replica")
+	}
+	if old.partial && old.units.MIG == "" && old.units.Mem == "" {
+		return api.ClaimRequest{}, errors.New("the board does not show the profile of the MIG instance it held")
+	}
+	spec := old.spec
+	spec.Replaces = ""
+	req := old.placed()
+	req.Count, req.MIG, req.Mem = old.units.Count, old.units.MIG, old.units.Mem
+	req.Service = &spec
+	if req.NodeChoice.IsZero() {
+		req.Node = old.Node
+	}
+	req.Run = &api.RunSpec{Command: old.job.Command, Dir: old.job.Dir, Env: old.job.Env}
+	return req, nil
 }
 
 func (u *updater) claim(req api.ClaimRequest) (api.ClaimResponse, error) {

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/dibs-gpu/dibs/api"
+	"github.com/dibs-gpu/dibs/job"
 	"github.com/dibs-gpu/dibs/lease"
 	"github.com/dibs-gpu/dibs/nodeprobe"
 	"github.com/dibs-gpu/dibs/service"
@@ -83,5 +84,27 @@ func TestUpdateKeepsWherePlacementFlagsLeaveOut(t *testing.T) {
 	u = updater{req: api.ClaimRequest{Node: "nb"}, spec: service.Spec{Name: "llm"}, changed: func(f string) bool { return slices.Contains(given, f) }}
 	if got = u.next(old); got.Node != "nb" || !got.NodeChoice.IsZero() {
 		t.Errorf("an update with --node nb asks for node %q, --nodelist %v --exclude %v: want nb alone (the kept lists would clash with it)", got.Node, got.Only, got.Exclude)
+	}
+}
+
+// TestRestoreClaimStartsTheOldReplicaWhereItWas: an update that stopped
+// the old replica and failed starts it again on its node, or, when it was
+// started with --nodelist or --exclude, within them (with --node too the
+// agent would refuse the claim as saying where twice).
+func TestRestoreClaimStartsTheOldReplicaWhereItWas(t *testing.T) {
+	old := serviceRow{Name: "llm", Node: "na", Lease: "na-1", spec: service.Spec{Name: "llm", Replaces: "na-0"},
+		units: api.ClaimRequest{Count: 1}, job: &job.Job{Command: []string{"serve"}, Dir: "/srv"}}
+	req, err := restoreClaim(old)
+	if err != nil || req.Node != "na" || req.Count != 1 || req.Service.Replaces != "" || req.Run == nil || req.Run.Dir != "/srv" {
+		t.Fatalf("restore of a replica on na: %+v, %v", req, err)
+	}
+	old.spec.Place = &service.Placement{Nodelist: []string{"na", "nb"}}
+	req, err = restoreClaim(old)
+	if err != nil || req.Node != "" || !slices.Equal(req.Only, []string{"na", "nb"}) {
+		t.Fatalf("restore of a replica started with --nodelist na,nb: node %q, nodelist %v, %v", req.Node, req.Only, err)
+	}
+	old.job = nil
+	if _, err := restoreClaim(old); err == nil {
+		t.Error("a replica whose definition the board did not show was restored")
 	}
 }
