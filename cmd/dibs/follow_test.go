@@ -279,6 +279,17 @@ func TestGangInTheForeground(t *testing.T) {
 			out := f.stdout.String()
 			return len(rankLines(out, 0)) >= 3 && len(rankLines(out, 1)) >= 3
 		})
+		// The positions are saved just after the lines are printed: a
+		// kill between the two loses only that bookmark, and before the
+		// first there is none to resume. Wait for one.
+		agenttest.Eventually(t, 10*time.Second, "the follow's positions to be saved", func() bool {
+			path, err := followStateFile(id)
+			if err != nil {
+				return false
+			}
+			_, err = os.Stat(path)
+			return err == nil
+		})
 		f.cmd.Process.Kill() // as the SSH connection's end would
 		<-f.done
 		before := f.stdout.String()
